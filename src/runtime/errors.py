@@ -1,0 +1,189 @@
+"""Every error troupe raises, under one root.
+
+::
+
+    TroupeError
+    ├── ConfigError(ValueError)            a config file or option is wrong
+    ├── ProtocolError                      a frame broke the wire protocol
+    │   ├── BadFrame(ValueError)           truncated, garbage, wrong shape or types
+    │   ├── VersionMismatch                another protocol version
+    │   └── MessageTooLarge                over the receiver's size limit
+    ├── DeliveryError                      a message could not be handled
+    │   ├── UnknownActor(LookupError)      no such actor at the target
+    │   ├── UnknownMessageType(LookupError) the actor has no handler for that type
+    │   ├── MailboxFull                    the target's mailbox is full and the sender asked not to wait
+    │   ├── ActorStopped                   the actor stopped before it answered
+    │   └── Unreachable(ConnectionError)   no peer answers at that address
+    ├── AskTimeout(TimeoutError)           no reply before the deadline
+    ├── RemoteError                        the handler raised; carries type, message, traceback
+    ├── TaskError                          task bookkeeping refused an operation
+    │   ├── JournalError                   the journal cannot be opened or is corrupt
+    │   └── CommitError(OSError)           a task output could not be committed
+    └── FaultInjected                      raised on purpose by fault injection
+
+Errors from third-party libraries (pyzmq, msgpack, sqlite3) are translated into these at the
+module that talks to them; nothing above that boundary sees a foreign exception type.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorStopped",
+    "AskTimeout",
+    "BadFrame",
+    "CommitError",
+    "ConfigError",
+    "DeliveryError",
+    "FaultInjected",
+    "JournalError",
+    "MailboxFull",
+    "MessageTooLarge",
+    "ProtocolError",
+    "RemoteError",
+    "TaskError",
+    "TroupeError",
+    "UnknownActor",
+    "UnknownMessageType",
+    "Unreachable",
+    "VersionMismatch",
+]
+
+
+class TroupeError(Exception):
+    """Root of every troupe error. ``code`` is the stable name used on the wire."""
+
+    code = "troupe_error"
+
+
+class ConfigError(TroupeError, ValueError):
+    """A config file, job file or option is invalid; the message names the field and the fix."""
+
+    code = "config_error"
+
+
+class ProtocolError(TroupeError):
+    """A received frame broke the wire protocol (docs/PROTOCOL.md)."""
+
+    code = "protocol_error"
+
+
+class BadFrame(ProtocolError, ValueError):
+    """A frame is truncated, is not msgpack, or has fields of the wrong shape or type."""
+
+    code = "bad_frame"
+
+
+class VersionMismatch(ProtocolError):
+    """The envelope carries a protocol version this process does not speak."""
+
+    code = "version_mismatch"
+
+
+class MessageTooLarge(ProtocolError):
+    """A message is larger than the receiver's configured limit."""
+
+    code = "message_too_large"
+
+
+class DeliveryError(TroupeError):
+    """A well-formed message could not be delivered or handled."""
+
+    code = "delivery_error"
+
+
+class UnknownActor(DeliveryError, LookupError):
+    """No actor of that name lives at the target (or in the directory)."""
+
+    code = "unknown_actor"
+
+
+class UnknownMessageType(DeliveryError, LookupError):
+    """The target actor has no handler for the message type."""
+
+    code = "unknown_message_type"
+
+
+class MailboxFull(DeliveryError):
+    """The target mailbox is at its bound and the sender asked not to wait."""
+
+    code = "mailbox_full"
+
+
+class ActorStopped(DeliveryError):
+    """The actor stopped (or its process died) before it could answer."""
+
+    code = "actor_stopped"
+
+
+class Unreachable(DeliveryError, ConnectionError):
+    """Nothing answers at the address: the node or process is not running."""
+
+    code = "unreachable"
+
+
+class AskTimeout(TroupeError, TimeoutError):
+    """No reply arrived before the ask's deadline; a reply that comes later is discarded."""
+
+    code = "ask_timeout"
+
+
+class RemoteError(TroupeError):
+    """A handler raised; this carries the remote exception's type, message and traceback text.
+
+    Args:
+        remote_type: qualified name of the exception class raised remotely.
+        message: ``str()`` of the remote exception.
+        remote_traceback: formatted traceback text from the remote process.
+        actor: address of the actor whose handler raised.
+    """
+
+    code = "remote_error"
+
+    def __init__(
+        self, remote_type: str, message: str, remote_traceback: str = "", actor: str = ""
+    ) -> None:
+        super().__init__(f"{remote_type}: {message}" + (f" (in actor {actor})" if actor else ""))
+        self.remote_type = remote_type
+        self.remote_message = message
+        self.remote_traceback = remote_traceback
+        self.actor = actor
+
+
+class TaskError(TroupeError):
+    """Task bookkeeping refused an operation (unknown task, stale lease, bad state)."""
+
+    code = "task_error"
+
+
+class JournalError(TaskError):
+    """The task journal is missing, unreadable or corrupt; the master refuses to start on it."""
+
+    code = "journal_error"
+
+
+class CommitError(TaskError, OSError):
+    """A task's output could not be written aside or committed (disk full, permissions)."""
+
+    code = "commit_error"
+
+
+class FaultInjected(TroupeError):
+    """Raised on purpose by fault injection (the ``crash`` fault kind)."""
+
+    code = "fault_injected"
+
+
+_BY_CODE: dict[str, type[TroupeError]] = {}
+
+
+def _index(cls: type[TroupeError]) -> None:
+    _BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _index(sub)
+
+
+def error_class(code: str) -> type[TroupeError]:
+    """Return the error class for a wire ``code``, or ``TroupeError`` for an unknown one."""
+    if code not in _BY_CODE:
+        _index(TroupeError)  # subclasses may have been defined since the last look-up
+    return _BY_CODE.get(code, TroupeError)
