@@ -1,0 +1,328 @@
+"""The wire codec: envelopes to frames and back, with every received frame validated.
+
+A message on the wire is one header frame (a msgpack array, the envelope) followed by zero or
+more buffer frames. Large binary values (numpy arrays, and any type with a registered buffer
+extension such as torch tensors) are not copied into the header: the header holds a msgpack
+extension that points at a buffer frame by index, and the receiver views that frame in place.
+docs/PROTOCOL.md is the normative description; this module is its only implementation and the
+only module that imports msgpack (besides the heartbeat datagram format).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from .errors import BadFrame, EncodeError, MessageTooLarge, VersionMismatch
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "BufferExtension",
+    "Codec",
+    "Envelope",
+    "Kind",
+    "register_extension",
+]
+
+PROTOCOL_VERSION = 1
+
+EXT_NDARRAY = 1
+EXT_CUSTOM = 2
+
+_FIELDS = 11
+_SYS_LITTLE = sys.byteorder == "little"
+
+
+class Kind(IntEnum):
+    """What an envelope is for; the integer values are the wire values."""
+
+    TELL = 1
+    ASK = 2
+    REPLY = 3
+    ERROR = 4
+    CONTROL = 5
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One message: addressing, ids and headers around a payload.
+
+    ``deadline`` is seconds since the epoch (the receiver drops work whose deadline passed);
+    ``headers`` holds optional extras (credits, fault hints) and is empty for most messages.
+    """
+
+    kind: Kind
+    msg_id: int
+    corr_id: int
+    sender: str
+    target: str
+    type: str
+    deadline: float | None = None
+    trace: str | None = None
+    headers: dict[str, Any] | None = None
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class BufferExtension:
+    """How a foreign array type (a torch tensor) travels as a buffer frame.
+
+    Args:
+        name: wire name of the extension, e.g. ``"torch"``.
+        cls: the Python type this extension encodes (checked with ``isinstance``).
+        to_buffer: returns ``(meta, buffer)``: msgpack-able metadata and a contiguous buffer.
+        from_buffer: rebuilds the value from ``(meta, memoryview)`` without copying.
+    """
+
+    name: str
+    cls: type
+    to_buffer: Callable[[Any], tuple[Any, Any]]
+    from_buffer: Callable[[Any, memoryview], Any]
+
+
+_EXTENSIONS: dict[str, BufferExtension] = {}
+_EXT_BY_TYPE: dict[type, BufferExtension] = {}
+
+
+def register_extension(ext: BufferExtension) -> None:
+    """Register a buffer extension; the runtime itself never imports the foreign library."""
+    _EXTENSIONS[ext.name] = ext
+    _EXT_BY_TYPE[ext.cls] = ext
+
+
+class Codec:
+    """Encodes envelopes to frames and decodes frames to envelopes, validating on the way.
+
+    One instance per thread: the packer is reused between calls.
+
+    Args:
+        max_message_bytes: the largest message (all frames together) this process accepts.
+    """
+
+    def __init__(self, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._buffers: list[Any] = []
+        self._packer = msgpack.Packer(default=self._default, use_bin_type=True)
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def encode(self, env: Envelope) -> list[Any]:
+        """Return the frames of ``env``: the header, then one frame per out-of-band buffer.
+
+        Raises:
+            EncodeError: the payload or headers hold a value with no wire encoding.
+        """
+        self._buffers = buffers = []
+        try:
+            header = self._packer.pack(
+                [
+                    PROTOCOL_VERSION,
+                    int(env.kind),
+                    env.msg_id,
+                    env.corr_id,
+                    env.sender,
+                    env.target,
+                    env.type,
+                    env.deadline,
+                    env.trace,
+                    env.headers,
+                    env.payload,
+                ]
+            )
+        except EncodeError:
+            self._packer.reset()
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer.reset()
+            raise EncodeError(
+                f"cannot encode message {env.type!r}: {exc}; payloads may hold None, bool, int, "
+                "float, str, bytes, lists, dicts with str keys, numpy arrays and registered "
+                "buffer types"
+            ) from exc
+        if not buffers:
+            return [header]
+        return [header, *buffers]
+
+    def _default(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return self._pack_ndarray(obj)
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, tuple):
+            return list(obj)
+        ext = _EXT_BY_TYPE.get(type(obj))
+        if ext is None:
+            for cls, candidate in _EXT_BY_TYPE.items():
+                if isinstance(obj, cls):
+                    ext = candidate
+                    break
+        if ext is not None:
+            meta, buf = ext.to_buffer(obj)
+            index = len(self._buffers)
+            self._buffers.append(buf)
+            return msgpack.ExtType(EXT_CUSTOM, msgpack.packb([ext.name, meta, index]))
+        raise EncodeError(f"no wire encoding for {type(obj).__qualname__}")
+
+    def _pack_ndarray(self, arr: np.ndarray) -> msgpack.ExtType:
+        if arr.dtype.hasobject:
+            raise EncodeError("numpy arrays of dtype object cannot travel; use a numeric dtype")
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        index = len(self._buffers)
+        # A zero-size array has no buffer worth sending but keeps its frame for simplicity.
+        self._buffers.append(arr.data if arr.size else b"")
+        return msgpack.ExtType(EXT_NDARRAY, msgpack.packb([arr.dtype.str, list(arr.shape), index]))
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def check_size(self, frames: Sequence[Any]) -> None:
+        """Raise MessageTooLarge when the frames together exceed the limit."""
+        total = 0
+        for frame in frames:
+            total += len(frame)
+        if total > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"message of {total} bytes exceeds the limit of {self.max_message_bytes}; "
+                "raise max_message_bytes or send the data by reference"
+            )
+
+    def decode(self, frames: Sequence[Any]) -> Envelope:
+        """Decode and validate one message.
+
+        Args:
+            frames: the header (bytes) then buffer frames (bytes, memoryview or zmq.Frame).
+
+        Raises:
+            BadFrame, VersionMismatch, MessageTooLarge: the frames break docs/PROTOCOL.md.
+        """
+        if not frames:
+            raise BadFrame("empty message: expected a header frame")
+        self.check_size(frames)
+        header = frames[0]
+        if not isinstance(header, bytes):
+            header = bytes(header)
+        used: set[int] = set()
+        hook = _ExtHook(frames, used)
+        try:
+            fields = msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True)
+        except (BadFrame, VersionMismatch):
+            raise
+        except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
+            raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+        env = _validate(fields)
+        if len(used) != len(frames) - 1:
+            raise BadFrame(
+                f"message has {len(frames) - 1} buffer frames but the header references "
+                f"{len(used)}"
+            )
+        return env
+
+
+class _ExtHook:
+    __slots__ = ("frames", "used")
+
+    def __init__(self, frames: Sequence[Any], used: set[int]) -> None:
+        self.frames = frames
+        self.used = used
+
+    def __call__(self, code: int, data: bytes) -> Any:
+        try:
+            spec = msgpack.unpackb(data, raw=False)
+        except Exception as exc:
+            raise BadFrame(f"extension {code} has a malformed body: {exc}") from exc
+        if code == EXT_NDARRAY:
+            return self._ndarray(spec)
+        if code == EXT_CUSTOM:
+            return self._custom(spec)
+        raise BadFrame(f"unknown extension code {code}")
+
+    def _buffer(self, index: Any) -> memoryview:
+        if not isinstance(index, int) or not 0 <= index < len(self.frames) - 1:
+            raise BadFrame(f"buffer reference {index!r} points at no frame")
+        if index in self.used:
+            raise BadFrame(f"buffer frame {index} is referenced twice")
+        self.used.add(index)
+        frame = self.frames[index + 1]
+        buf = getattr(frame, "buffer", frame)  # zmq.Frame exposes .buffer without copying
+        return memoryview(buf)
+
+    def _ndarray(self, spec: Any) -> np.ndarray:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
+            raise BadFrame("ndarray extension must be [dtype, shape, buffer index]")
+        dtype_str, shape, index = spec
+        try:
+            dtype = np.dtype(dtype_str)
+        except TypeError as exc:
+            raise BadFrame(f"ndarray has an unknown dtype {dtype_str!r}") from exc
+        if dtype.hasobject:
+            raise BadFrame("ndarray of dtype object refused")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise BadFrame(f"ndarray shape {shape!r} is not a list of non-negative ints")
+        buf = self._buffer(index)
+        count = 1
+        for d in shape:
+            count *= d
+        if buf.nbytes != count * dtype.itemsize:
+            raise BadFrame(
+                f"ndarray of shape {shape} and dtype {dtype_str} needs "
+                f"{count * dtype.itemsize} bytes, its frame has {buf.nbytes}"
+            )
+        if count == 0:
+            return np.empty(shape, dtype=dtype)
+        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+    def _custom(self, spec: Any) -> Any:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
+            raise BadFrame("custom extension must be [name, meta, buffer index]")
+        name, meta, index = spec
+        ext = _EXTENSIONS.get(name)
+        if ext is None:
+            raise BadFrame(f"no codec extension named {name!r} is registered in this process")
+        buf = self._buffer(index)
+        try:
+            return ext.from_buffer(meta, buf)
+        except Exception as exc:
+            raise BadFrame(f"extension {name!r} rejected its buffer: {exc}") from exc
+
+
+def _validate(fields: Any) -> Envelope:
+    if not isinstance(fields, list):
+        raise BadFrame(f"envelope must be a msgpack array, got {type(fields).__name__}")
+    if len(fields) != _FIELDS:
+        if fields and fields[0] != PROTOCOL_VERSION and isinstance(fields[0], int):
+            raise VersionMismatch(
+                f"protocol version {fields[0]} is not supported (this process speaks "
+                f"{PROTOCOL_VERSION})"
+            )
+        raise BadFrame(f"envelope must have {_FIELDS} fields, got {len(fields)}")
+    version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload = (
+        fields
+    )
+    if version != PROTOCOL_VERSION:
+        raise VersionMismatch(
+            f"protocol version {version!r} is not supported (this process speaks "
+            f"{PROTOCOL_VERSION})"
+        )
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise BadFrame(f"unknown message kind {kind!r}") from None
+    if not isinstance(msg_id, int) or not isinstance(corr_id, int) or msg_id < 0 or corr_id < 0:
+        raise BadFrame("msg_id and corr_id must be non-negative integers")
+    if not isinstance(sender, str) or not isinstance(target, str) or not isinstance(mtype, str):
+        raise BadFrame("sender, target and type must be strings")
+    if deadline is not None and not isinstance(deadline, (int, float)):
+        raise BadFrame("deadline must be a number of seconds since the epoch or nil")
+    if trace is not None and not isinstance(trace, str):
+        raise BadFrame("trace must be a string or nil")
+    if headers is not None and not isinstance(headers, dict):
+        raise BadFrame("headers must be a map or nil")
+    if kind in (Kind.TELL, Kind.ASK) and not mtype:
+        raise BadFrame("tell and ask messages need a non-empty type")
+    return Envelope(kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload)

@@ -1,0 +1,469 @@
+"""The runtime of one process: it hosts actors, routes messages and owns every task.
+
+``Runtime`` is entered as an async context manager. Inside, a task group owns the transport's
+receive loops, one task per actor, and control handlers; nothing outlives the block. Leaving
+it (or ``stop``) shuts down gracefully: stop accepting, drain mailboxes up to a deadline, run
+``stopping`` hooks, fail pending asks with ActorStopped, close the transport.
+
+Messages to actors of this same process take a local fast path: no codec, no socket, the
+same mailbox bound and the same error semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from .actor import Actor
+from .cell import Cell, Msg
+from .codec import Codec, Envelope, Kind
+from .directory import Directory
+from .errors import (
+    ActorStopped,
+    AskTimeout,
+    DeliveryError,
+    MailboxFull,
+    ProtocolError,
+    TroupeError,
+    UnknownActor,
+    UnknownMessageType,
+    Unreachable,
+)
+from .loading import load_actor_class
+from .ref import ActorAddress, ActorRef
+from .replies import error_payload, raise_error_payload
+from .transport import Transport
+
+__all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats"]
+
+log = structlog.get_logger(__name__)
+
+ControlHandler = Callable[[Any], Awaitable[Any]]
+
+
+class HandleObserver(Protocol):
+    """Told when an actor starts and ends handling a message (the worker's status record)."""
+
+    def begin(self, actor: str, msg_type: str) -> None: ...
+
+    def end(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStats:
+    """Counters of one runtime, for ``ctl status`` and tests."""
+
+    address: str
+    actors: dict[str, Any]
+    pending_asks: int
+    bad_frames: int
+    late_replies: int
+
+
+class Runtime:
+    """Hosts the actors of one process.
+
+    Args:
+        node: the node (host) name.
+        process: this process's name, unique on its node.
+        transport: how messages leave and arrive.
+        directory: name resolution (defaults to a cache with no lookup).
+        codec: wire codec (defaults to 64 MiB message limit).
+        ask_timeout: default seconds an ask waits for its reply.
+        drain_timeout: seconds shutdown waits for mailboxes to drain.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        process: str,
+        transport: Transport,
+        directory: Directory | None = None,
+        codec: Codec | None = None,
+        ask_timeout: float = 30.0,
+        drain_timeout: float = 5.0,
+    ) -> None:
+        self.node = node
+        self.process = process
+        self.transport = transport
+        self.directory = directory or Directory(node)
+        self.codec = codec or Codec()
+        self.ask_timeout = ask_timeout
+        self.drain_timeout = drain_timeout
+        self.cells: dict[str, Cell] = {}
+        self.control_handlers: dict[str, ControlHandler] = {}
+        self.progress_hooks: list[Callable[[int, str | None], None]] = []
+        self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
+        self.observer: HandleObserver | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._accepting = False
+        self._stopped = anyio.Event()
+        self._bad_frames = 0
+        self._late_replies = 0
+        self.directory.learn(f"{node}/{process}", transport.address)
+
+    @property
+    def address(self) -> str:
+        """The mailbox endpoint of this process."""
+        return self.transport.address
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self.transport.serve, self._on_frames)
+        self._accepting = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.stop()
+        finally:
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self.transport.close()
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, drain every mailbox up to ``drain_timeout``, run stopping hooks."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        cells = list(self.cells.values())
+        for cell in cells:
+            cell.mailbox.close()
+        with anyio.move_on_after(self.drain_timeout):
+            for cell in cells:
+                await cell.done.wait()
+        for cell in cells:
+            for msg in cell.mailbox.drain():
+                await self._fail(msg, ActorStopped(f"actor {cell.name} stopped before handling it"))
+            await cell.stop_hook()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ActorStopped("the runtime stopped before the reply came"))
+        self._pending.clear()
+
+    async def wait_stopped(self) -> None:
+        """Wait until the runtime has shut down."""
+        await self._stopped.wait()
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a background task owned by this runtime (cancelled at shutdown)."""
+        if self._tg is None:
+            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+        self._tg.start_soon(fn, *args)
+
+    # -- actors -------------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        actor: type[Actor] | Actor | str,
+        name: str,
+        *,
+        kwargs: dict[str, Any] | None = None,
+        restart_reason: str | None = None,
+    ) -> ActorRef:
+        """Start an actor in this process and return its reference.
+
+        Args:
+            actor: an Actor subclass, an instance, or an import path ``pkg.module:Class``.
+            name: unique within this process.
+            kwargs: constructor arguments (when a class or path is given).
+            restart_reason: set when the process was restarted; runs ``restarted`` hook.
+
+        Raises:
+            ValueError: the name is taken or empty.
+            ConfigError: the import path does not name an Actor subclass.
+        """
+        if not name or "/" in name:
+            raise ValueError(f"bad actor name {name!r}: it must be non-empty and have no '/'")
+        if name in self.cells:
+            raise ValueError(f"an actor named {name!r} already runs in {self.process}")
+        if isinstance(actor, str):
+            actor = load_actor_class(actor)
+        instance = actor(**(kwargs or {})) if isinstance(actor, type) else actor
+        instance.address = ActorAddress(self.node, self.process, name)
+        instance.runtime = self
+        cell = Cell(self, instance, name)
+        self.cells[name] = cell
+        try:
+            if restart_reason is not None:
+                await instance.restarted(restart_reason)
+            else:
+                await instance.started()
+        except BaseException:
+            del self.cells[name]
+            raise
+        self.start_soon(cell.run)
+        log.info("actor_started", actor=name, cls=type(instance).__qualname__)
+        return self.ref(name)
+
+    def ref(self, address: str | ActorAddress) -> ActorRef:
+        """Return a reference; local names resolve at once, others on first use."""
+        addr = address if isinstance(address, ActorAddress) else ActorAddress.parse(address)
+        ref = ActorRef(self, addr)
+        if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
+            ref._cell = self.cells[addr.actor]
+        return ref
+
+    def progress(self, n: int = 1, note: str | None = None) -> None:
+        """Forward an actor's progress report to the hooks (the heartbeat status record)."""
+        for hook in self.progress_hooks:
+            hook(n, note)
+
+    def statistics(self) -> RuntimeStats:
+        """Return a snapshot of this runtime."""
+        return RuntimeStats(
+            self.address,
+            {name: cell.statistics() for name, cell in self.cells.items()},
+            len(self._pending),
+            self._bad_frames,
+            self._late_replies,
+        )
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _context(self) -> tuple[str, str | None]:
+        cell = Cell.current.get()
+        if cell is None:
+            return f"{self.node}/{self.process}", None
+        msg = cell.handling
+        return str(cell.actor.address), msg.trace if msg is not None else None
+
+    async def _resolve(self, ref: ActorRef) -> None:
+        addr = ref.address
+        if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
+            ref._cell = self.cells[addr.actor]
+            return
+        if not addr.process and self.directory.lookup is None:
+            raise UnknownActor(f"no actor named {addr.actor!r} in {self.node}/{self.process}")
+        full, endpoint = await self.directory.resolve(addr)
+        ref.address = full
+        if full.node == self.node and full.process == self.process:
+            cell = self.cells.get(full.actor)
+            if cell is None:
+                raise UnknownActor(f"no actor named {full.actor!r} in {self.node}/{self.process}")
+            ref._cell = cell
+        else:
+            ref._endpoint = endpoint
+
+    async def _tell(
+        self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
+    ) -> None:
+        if ref._cell is None and ref._endpoint is None:
+            await self._resolve(ref)
+        sender, trace = self._context()
+        msg_id = next(self._ids)
+        cell = ref._cell
+        if cell is not None:
+            msg = Msg(Kind.TELL, msg_id, sender, msg_type, None, trace, headers, payload, None, None)
+            await cell.deliver(msg, block)
+            return
+        env = Envelope(Kind.TELL, msg_id, 0, sender, ref.address.actor, msg_type, None, trace, headers, payload)
+        await self._send(ref, env, block)
+
+    async def _send(self, ref: ActorRef, env: Envelope, block: bool) -> None:
+        endpoint = ref._endpoint
+        assert endpoint is not None
+        frames = self.codec.encode(env)
+        try:
+            await self.transport.send(endpoint, frames, block=block)
+        except Unreachable:
+            self._peer_gone(ref)
+            raise
+
+    def _peer_gone(self, ref: ActorRef) -> None:
+        if ref._endpoint is not None:
+            self.transport.forget(ref._endpoint)
+        self.directory.forget(ref.address.process_key)
+        ref.invalidate()
+
+    async def _ask(
+        self,
+        ref: ActorRef,
+        msg_type: str,
+        payload: Any,
+        timeout: float | None,
+        headers: dict[str, Any] | None,
+    ) -> Any:
+        if ref._cell is None and ref._endpoint is None:
+            await self._resolve(ref)
+        timeout = self.ask_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        msg_id = next(self._ids)
+        sender, trace = self._context()
+        deadline = time.time() + timeout
+        timer = loop.call_later(timeout, _expire, fut, ref, msg_type, timeout)
+        try:
+            cell = ref._cell
+            if cell is not None:
+                msg = Msg(Kind.ASK, msg_id, sender, msg_type, deadline, trace, headers, payload, None, fut)
+                await cell.deliver(msg, True)
+            else:
+                self._pending[msg_id] = fut
+                env = Envelope(
+                    Kind.ASK, msg_id, 0, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
+                )
+                try:
+                    await self._send(ref, env, False)
+                except MailboxFull:
+                    with anyio.fail_after(max(0.0, deadline - time.time())):
+                        await self._send(ref, env, True)
+            return await fut
+        except TimeoutError as exc:
+            if not isinstance(exc, AskTimeout):
+                raise AskTimeout(f"ask {msg_type!r} to {ref.address}: mailbox stayed full for {timeout}s") from None
+            if ref._endpoint is not None and self.directory.lookup is not None:
+                self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
+            raise
+        finally:
+            timer.cancel()
+            self._pending.pop(msg_id, None)
+
+    async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        """Send a control message to the process listening at ``endpoint`` and await the reply.
+
+        Raises:
+            AskTimeout: nothing answered in time (is a node running there?).
+            RemoteError, DeliveryError: the control handler failed.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        msg_id = next(self._ids)
+        self._pending[msg_id] = fut
+        sender, trace = self._context()
+        env = Envelope(Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload)
+        timer = loop.call_later(timeout, _expire, fut, endpoint, msg_type, timeout)
+        try:
+            await self.transport.send(endpoint, self.codec.encode(env), block=False)
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(msg_id, None)
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def _on_frames(self, route: Any, frames: list[Any]) -> None:
+        try:
+            env = self.codec.decode(frames)
+        except ProtocolError as exc:
+            self._bad_frames += 1
+            log.warning("bad_frame_dropped", reason=str(exc), code=exc.code, frames=len(frames))
+            await self._reply_error(route, 0, "", exc)
+            return
+        kind = env.kind
+        if kind is Kind.REPLY or kind is Kind.ERROR:
+            fut = self._pending.pop(env.corr_id, None)
+            if fut is None or fut.done():
+                self._late_replies += 1
+                if kind is Kind.ERROR and isinstance(env.payload, dict):
+                    log.warning("error_reply_unclaimed", corr_id=env.corr_id, error=env.payload.get("message"))
+                return
+            if kind is Kind.REPLY:
+                fut.set_result(env.payload)
+            else:
+                fut.set_exception(_error_from(env.payload))
+            return
+        if not self._accepting:
+            await self._reply_error(route, env.msg_id, env.target, ActorStopped("the process is shutting down"))
+            return
+        if kind is Kind.CONTROL:
+            self.start_soon(self._run_control, route, env)
+            return
+        cell = self.cells.get(env.target)
+        if cell is None:
+            log.warning("unknown_actor", target=env.target, type=env.type, sender=env.sender)
+            await self._reply_error(
+                route, env.msg_id, env.target,
+                UnknownActor(f"no actor named {env.target!r} in {self.node}/{self.process}; "
+                             f"actors here: {sorted(self.cells)}"),
+            )
+            return
+        if env.type not in cell.handlers:
+            log.warning("unknown_message_type", actor=env.target, type=env.type)
+            await self._reply_error(
+                route, env.msg_id, env.target,
+                UnknownMessageType(f"actor {env.target!r} has no handler for {env.type!r}; "
+                                   f"it handles {sorted(cell.handlers)}"),
+            )
+            return
+        msg = Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
+        try:
+            await cell.deliver(msg, True)
+        except ActorStopped as exc:
+            await self._reply_error(route, env.msg_id, env.target, exc)
+
+    async def _run_control(self, route: Any, env: Envelope) -> None:
+        handler = self.control_handlers.get(env.type)
+        if handler is None:
+            await self._reply_error(
+                route, env.msg_id, "",
+                UnknownMessageType(f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"),
+            )
+            return
+        try:
+            result = await handler(env.payload)
+        except Exception as exc:
+            log.warning("control_failed", type=env.type, error=repr(exc))
+            await self._reply_error(route, env.msg_id, "", exc)
+            return
+        await self.reply(route, env.msg_id, result)
+
+    async def reply(self, route: Any, msg_id: int, result: Any) -> None:
+        """Send a handler's result back through ``route``."""
+        env = Envelope(Kind.REPLY, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, result)
+        try:
+            frames = self.codec.encode(env)
+        except ProtocolError as exc:
+            await self._reply_error(route, msg_id, "", exc)
+            return
+        await self.transport.reply(route, frames)
+
+    async def _reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
+        if route is None:
+            return
+        payload = error_payload(exc, f"{self.node}/{self.process}/{actor}" if actor else "")
+        await self._reply_error_payload(route, msg_id, payload)
+
+    async def _reply_error_payload(self, route: Any, msg_id: int, payload: dict[str, Any]) -> None:
+        if route is None:
+            return
+        env = Envelope(Kind.ERROR, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, payload)
+        await self.transport.reply(route, self.codec.encode(env))
+
+    async def _fail(self, msg: Msg, exc: BaseException) -> None:
+        """Answer a message that will never be handled: local asks at once, remote via route."""
+        if msg.future is not None:
+            if not msg.future.done():
+                msg.future.set_exception(exc)
+        elif msg.kind is Kind.ASK:
+            await self._reply_error(msg.route, msg.msg_id, "", exc)
+
+
+def _expire(fut: asyncio.Future[Any], target: object, msg_type: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(
+            AskTimeout(f"no reply to {msg_type!r} from {target} within {timeout}s; "
+                       "the target may be busy, hung or gone (see `troupe ctl status`)")
+        )
+
+
+def _error_from(payload: Any) -> TroupeError:
+    try:
+        raise_error_payload(payload)
+    except TroupeError as exc:
+        return exc
+    return DeliveryError(f"malformed error reply: {payload!r}")

@@ -1,0 +1,161 @@
+"""The transport interface, and the in-memory transport for fast deterministic tests.
+
+A transport moves lists of frames between process mailboxes. Every process has one address
+(its mailbox). ``send`` delivers to another process's mailbox; a message that arrived there
+comes with a *route* through which ``reply`` answers the sender on the same connection, so a
+foreign client that never bound a mailbox still gets its replies and errors.
+
+The ZeroMQ implementation lives in ``zmq_transport``; the two behave alike: bounded queues
+with backpressure, ``block=False`` raising MailboxFull instead of waiting.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from .errors import MailboxFull, Unreachable
+from .mailbox import Mailbox
+
+__all__ = ["MemoryHub", "MemoryTransport", "OnMessage", "Transport", "TransportStats"]
+
+OnMessage = Callable[[Any, list[Any]], Awaitable[None]]
+"""Called for every received message with ``(route, frames)``; route is None for replies."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStats:
+    """Counters of one transport."""
+
+    address: str
+    sent: int
+    received: int
+    peers: int
+
+
+class Transport(Protocol):
+    """What the runtime needs from a transport."""
+
+    address: str
+
+    async def serve(self, on_message: OnMessage, *, task_status: Any = ...) -> None:
+        """Receive until cancelled, calling ``on_message`` for each message in order."""
+        ...
+
+    async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
+        """Send ``frames`` to the mailbox at ``address``; wait for space unless block=False."""
+        ...
+
+    async def reply(self, route: Any, frames: list[Any]) -> None:
+        """Answer the sender of a received message through its route."""
+        ...
+
+    def forget(self, address: str) -> None:
+        """Drop the connection to ``address`` (the peer restarted elsewhere)."""
+        ...
+
+    def close(self) -> None:
+        """Close every socket; pending outgoing messages are discarded."""
+        ...
+
+    def statistics(self) -> TransportStats:
+        """Return counters."""
+        ...
+
+
+class MemoryHub:
+    """The shared 'network' of in-memory transports: one per test."""
+
+    def __init__(self) -> None:
+        self.transports: dict[str, MemoryTransport] = {}
+        self._ids = itertools.count(1)
+
+    def transport(self, capacity: int = 1000, name: str | None = None) -> MemoryTransport:
+        """Create a transport with a fresh ``mem://`` address."""
+        address = f"mem://{name or next(self._ids)}"
+        t = MemoryTransport(self, address, capacity)
+        self.transports[address] = t
+        return t
+
+
+class MemoryTransport:
+    """An in-process transport: frames go through the same codec, queues are Mailboxes.
+
+    Args:
+        hub: the hub that maps addresses to transports.
+        address: this transport's ``mem://`` address.
+        capacity: the bound of the incoming queue (the stand-in for ZeroMQ's high-water mark).
+    """
+
+    def __init__(self, hub: MemoryHub, address: str, capacity: int) -> None:
+        self.hub = hub
+        self.address = address
+        self._inbox: Mailbox[tuple[Any, list[Any]]] = Mailbox(capacity, address)
+        self._replies: Mailbox[list[Any]] = Mailbox(1 << 30, address + "#replies")
+        self._sent = 0
+        self._received = 0
+        self._closed = False
+
+    async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Receive from the mailbox and the reply queue until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._pump_inbox, on_message)
+            tg.start_soon(self._pump_replies, on_message)
+            task_status.started()
+
+    async def _pump_inbox(self, on_message: OnMessage) -> None:
+        while True:
+            route, frames = await self._inbox.get()
+            self._received += 1
+            await on_message(route, frames)
+
+    async def _pump_replies(self, on_message: OnMessage) -> None:
+        while True:
+            frames = await self._replies.get()
+            self._received += 1
+            await on_message(None, frames)
+
+    async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
+        """Queue ``frames`` at the peer; raise Unreachable when no such peer exists."""
+        peer = self.hub.transports.get(address)
+        if peer is None or peer._closed:
+            raise Unreachable(f"no process listens at {address}")
+        frames = [bytes(f) for f in frames]  # what a socket would do: the receiver owns a copy
+        if block:
+            await peer._inbox.put((self, frames))
+        else:
+            try:
+                peer._inbox.put_nowait((self, frames))
+            except MailboxFull as exc:
+                raise MailboxFull(f"the mailbox of {address} is full; {exc}") from None
+        self._sent += 1
+
+    async def reply(self, route: Any, frames: list[Any]) -> None:
+        """Answer through the sender's reply queue (never blocks: replies are not bounded)."""
+        if not isinstance(route, MemoryTransport) or route._closed:
+            return
+        route._replies.put_nowait([bytes(f) for f in frames])
+        self._sent += 1
+
+    async def send_raw(self, address: str, frames: list[Any]) -> None:
+        """Send arbitrary frames (tests use this to inject bad input)."""
+        peer = self.hub.transports[address]
+        await peer._inbox.put((self, list(frames)))
+
+    def forget(self, address: str) -> None:
+        """Nothing to drop: memory transports hold no connections."""
+
+    def close(self) -> None:
+        """Stop accepting messages."""
+        self._closed = True
+        self._inbox.close()
+        self._replies.close()
+        self.hub.transports.pop(self.address, None)
+
+    def statistics(self) -> TransportStats:
+        """Return counters."""
+        return TransportStats(self.address, self._sent, self._received, 0)

@@ -1,0 +1,261 @@
+"""The ZeroMQ transport: one ROUTER mailbox per process, one DEALER per peer.
+
+Every process binds a ROUTER socket (its mailbox). To send to a peer it connects a DEALER to
+the peer's ROUTER; replies come back on that DEALER, through the ROUTER identity of the
+connection, so they never queue behind the asker's own mailbox.
+
+Performance matters here and shapes the code:
+- Sockets are plain (blocking) pyzmq sockets used with NOBLOCK, and the event loop watches
+  each socket's file descriptor once (``add_reader``). A wake-up drains up to ``batch``
+  messages before yielding, instead of awaiting once per message.
+- The ZeroMQ descriptor is edge-triggered: a send or a recv on the socket may consume the
+  readiness edge. After every send we therefore re-check ``EVENTS`` and wake the reader when
+  input is pending, and the reader re-checks after clearing its wake-up flag.
+- Buffer frames are received without copies (``copy=False``); header frames are copied,
+  which is cheaper for small frames.
+This is the only module that imports zmq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import structlog
+import zmq
+
+from .errors import MailboxFull, Unreachable
+from .transport import OnMessage, TransportStats
+
+__all__ = ["ZmqTransport"]
+
+log = structlog.get_logger(__name__)
+
+_POLLIN = zmq.POLLIN
+_POLLOUT = zmq.POLLOUT
+_NOBLOCK = zmq.NOBLOCK
+_EVENTS = zmq.EVENTS
+_RCVMORE = zmq.RCVMORE
+
+
+class _Watched:
+    """A socket with its readiness flag, fed by the loop's reader callback."""
+
+    __slots__ = ("sock", "fd", "wake", "peer")
+
+    def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
+        self.sock = sock
+        self.fd = sock.getsockopt(zmq.FD)
+        self.wake = asyncio.Event()
+        self.peer = peer
+
+    def kick_if_ready(self) -> None:
+        if self.sock.getsockopt(_EVENTS) & (_POLLIN | _POLLOUT):
+            self.wake.set()
+
+
+class ZmqTransport:
+    """A transport over ZeroMQ TCP (or ipc) sockets.
+
+    Args:
+        bind: endpoint for the mailbox, e.g. ``tcp://127.0.0.1:*`` for a free port.
+        hwm: high-water mark (messages) of every socket, in both directions; a full peer makes
+            ``send`` wait (or raise MailboxFull with block=False).
+        batch: messages handled per wake-up before yielding to other tasks.
+        context: a zmq Context to share; a private one is made otherwise.
+    """
+
+    def __init__(
+        self,
+        bind: str = "tcp://127.0.0.1:*",
+        hwm: int = 1000,
+        batch: int = 256,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self._own_ctx = context is None
+        self._ctx = context or zmq.Context()
+        self.hwm = hwm
+        self.batch = batch
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._tune(self._router)
+        try:
+            self._router.bind(bind)
+        except zmq.ZMQError as exc:
+            self._router.close(0)
+            raise Unreachable(f"cannot bind the mailbox at {bind}: {exc.strerror}") from exc
+        self.address: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._mailbox = _Watched(self._router, "")
+        self._dealers: dict[str, _Watched] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._on_message: OnMessage | None = None
+        self._sent = 0
+        self._received = 0
+        self._closed = False
+
+    def _tune(self, sock: zmq.Socket[bytes]) -> None:
+        sock.setsockopt(zmq.SNDHWM, self.hwm)
+        sock.setsockopt(zmq.RCVHWM, self.hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+
+    def statistics(self) -> TransportStats:
+        """Return counters."""
+        return TransportStats(self.address, self._sent, self._received, len(self._dealers))
+
+    async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Receive on the mailbox and on every peer connection until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._on_message = on_message
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                self._watch(self._mailbox)
+                tg.start_soon(self._pump, self._mailbox, True)
+                for watched in self._dealers.values():
+                    self._watch(watched)
+                    tg.start_soon(self._pump, watched, False)
+                task_status.started()
+        finally:
+            self._tg = None
+            self._unwatch_all()
+
+    def _watch(self, w: _Watched) -> None:
+        assert self._loop is not None
+        self._loop.add_reader(w.fd, w.wake.set)
+
+    def _unwatch_all(self) -> None:
+        if self._loop is None or self._loop.is_closed():
+            return
+        for w in [self._mailbox, *self._dealers.values()]:
+            try:
+                self._loop.remove_reader(w.fd)
+            except (ValueError, OSError):
+                pass
+
+    async def _pump(self, w: _Watched, is_router: bool) -> None:
+        sock = w.sock
+        on_message = self._on_message
+        assert on_message is not None
+        while not sock.closed:
+            handled = 0
+            while handled < self.batch:
+                try:
+                    if is_router:
+                        route = sock.recv(_NOBLOCK)
+                        frames = [sock.recv(_NOBLOCK)]
+                    else:
+                        route = None
+                        frames = [sock.recv(_NOBLOCK)]
+                    while sock.getsockopt(_RCVMORE):
+                        frames.append(sock.recv(_NOBLOCK, copy=False))
+                except zmq.Again:
+                    break
+                except zmq.ZMQError as exc:
+                    if self._closed or sock.closed:
+                        return
+                    log.warning("recv_failed", error=str(exc), peer=w.peer)
+                    break
+                handled += 1
+                self._received += 1
+                await on_message(route, frames)
+            if handled == self.batch:
+                await asyncio.sleep(0)  # let other tasks run between batches
+                continue
+            w.wake.clear()
+            if sock.getsockopt(_EVENTS) & _POLLIN:
+                continue
+            await w.wake.wait()
+
+    def _dealer(self, address: str) -> _Watched:
+        w = self._dealers.get(address)
+        if w is not None:
+            return w
+        if self._closed:
+            raise Unreachable("transport is closed")
+        sock = self._ctx.socket(zmq.DEALER)
+        self._tune(sock)
+        try:
+            sock.connect(address)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
+        w = _Watched(sock, address)
+        self._dealers[address] = w
+        if self._tg is not None:
+            self._watch(w)
+            self._tg.start_soon(self._pump, w, False)
+        return w
+
+    async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
+        """Send to the mailbox at ``address``.
+
+        Raises:
+            MailboxFull: block=False and the peer's queue is at its high-water mark.
+            Unreachable: the address cannot be connected to.
+        """
+        w = self._dealer(address)
+        await self._send_on(w, frames, block, address)
+
+    async def reply(self, route: Any, frames: list[Any]) -> None:
+        """Answer through the ROUTER identity ``route``; a vanished peer is logged, not raised."""
+        if route is None:
+            return
+        try:
+            await self._send_on(self._mailbox, [route, *frames], True, "")
+        except zmq.ZMQError as exc:
+            # EHOSTUNREACH: the asker disconnected; it has already given up on this reply.
+            log.info("reply_undeliverable", reason=exc.strerror)
+
+    async def _send_on(self, w: _Watched, frames: list[Any], block: bool, address: str) -> None:
+        sock = w.sock
+        while True:
+            try:
+                sock.send_multipart(frames, _NOBLOCK, copy=False)
+                break
+            except zmq.Again:
+                if not block:
+                    raise MailboxFull(
+                        f"the mailbox of {address or 'the asker'} is full (high-water mark "
+                        f"{self.hwm}); send with block=True to wait"
+                    ) from None
+                w.wake.clear()
+                if sock.getsockopt(_EVENTS) & _POLLOUT:
+                    continue
+                await w.wake.wait()
+                w.wake.set()  # the reader may be waiting on the same flag: let it re-check
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EHOSTUNREACH:
+                    raise
+                raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
+        self._sent += 1
+        # The send may have consumed the descriptor's edge: wake the reader if input waits.
+        if sock.getsockopt(_EVENTS) & _POLLIN:
+            w.wake.set()
+
+    def forget(self, address: str) -> None:
+        """Close the connection to a peer that is gone; the next send reconnects."""
+        w = self._dealers.pop(address, None)
+        if w is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.remove_reader(w.fd)
+            except (ValueError, OSError):
+                pass
+        w.sock.close(0)
+        w.wake.set()  # its pump sees the closed socket and ends
+
+    def close(self) -> None:
+        """Close every socket at once (linger 0)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unwatch_all()
+        for w in self._dealers.values():
+            w.sock.close(0)
+        self._dealers.clear()
+        self._router.close(0)
+        if self._own_ctx:
+            self._ctx.term()
