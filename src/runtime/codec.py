@@ -96,6 +96,28 @@ def register_extension(ext: BufferExtension) -> None:
     _EXT_BY_TYPE[ext.cls] = ext
 
 
+ENTRY_POINT_GROUP = "troupe.codecs"
+_loaded_entry_points: set[str] = set()
+
+
+def _load_extension(name: str) -> BufferExtension | None:
+    """Load the extension named ``name`` from the ``troupe.codecs`` entry points, once.
+
+    Packages declare extensions as entry points (troupe's own torch extension is one), so a
+    process imports torch only when a tensor actually arrives or leaves.
+    """
+    if name in _EXTENSIONS or name in _loaded_entry_points:
+        return _EXTENSIONS.get(name)
+    _loaded_entry_points.add(name)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        ext = ep.load()
+        if isinstance(ext, BufferExtension):
+            register_extension(ext)
+    return _EXTENSIONS.get(name)
+
+
 class Codec:
     """Encodes envelopes to frames and decodes frames to envelopes, validating on the way.
 
@@ -158,6 +180,7 @@ class Codec:
             return list(obj)
         ext = _EXT_BY_TYPE.get(type(obj))
         if ext is None:
+            _load_extension(type(obj).__module__.partition(".")[0])
             for cls, candidate in _EXT_BY_TYPE.items():
                 if isinstance(obj, cls):
                     ext = candidate
@@ -281,7 +304,7 @@ class _ExtHook:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
             raise BadFrame("custom extension must be [name, meta, buffer index]")
         name, meta, index = spec
-        ext = _EXTENSIONS.get(name)
+        ext = _EXTENSIONS.get(name) or _load_extension(name)
         if ext is None:
             raise BadFrame(f"no codec extension named {name!r} is registered in this process")
         buf = self._buffer(index)

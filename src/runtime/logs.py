@@ -1,0 +1,116 @@
+"""Structured logging: JSON lines to one file per node, readable lines on the console.
+
+Every line carries the node, process and pid; lines logged inside an actor's handler also carry
+the actor (bound per actor task) and the message id and trace id of the message in hand.
+Every process of a node appends to the same file, ``<logs>/<node>.jsonl``: each record is one
+``write`` on a file opened with O_APPEND, which Linux does not interleave for lines this short.
+``configure_logging`` is called only by entry points (the CLI, the worker main).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["configure_logging", "log_file"]
+
+
+def log_file(log_dir: Path, node: str) -> Path:
+    """Return the JSON-lines file of ``node`` under ``log_dir``."""
+    return log_dir / f"{node}.jsonl"
+
+
+def _add_message_context(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    from .cell import Cell  # late: logs must be importable before the runtime
+
+    cell = Cell.current.get()
+    if cell is not None:
+        msg = cell.handling
+        event.setdefault("actor", cell.name)
+        if msg is not None:
+            event.setdefault("msg_id", msg.msg_id)
+            if msg.trace:
+                event.setdefault("trace", msg.trace)
+    return event
+
+
+def configure_logging(
+    node: str,
+    process: str,
+    log_dir: Path | None = None,
+    console: bool = True,
+    level: str = "info",
+) -> Path | None:
+    """Configure structlog for this process.
+
+    Args:
+        node: node name stamped on every line.
+        process: process name stamped on every line.
+        log_dir: where the node's JSON-lines file goes; None writes no file.
+        console: also print readable lines to stderr.
+        level: the lowest level written (debug, info, warning, error).
+
+    Returns:
+        The log file path, or None.
+    """
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
+    static = {"node": node, "process": process, "pid": os.getpid()}
+
+    def add_static(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        for key, value in static.items():
+            event.setdefault(key, value)
+        return event
+
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        _add_message_context,
+        add_static,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        cache_logger_on_first_use=True,
+    )
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(numeric)
+    path = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_file(log_dir, node)
+        file_handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+        file_handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.dict_tracebacks,
+                    structlog.processors.JSONRenderer(),
+                ],
+                foreign_pre_chain=shared,
+            )
+        )
+        root.addHandler(file_handler)
+    if console:
+        console_handler = logging.StreamHandler(sys.stderr)
+        console_handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+                ],
+                foreign_pre_chain=shared,
+            )
+        )
+        root.addHandler(console_handler)
+    return path

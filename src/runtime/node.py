@@ -1,0 +1,244 @@
+"""The node: one per host. It owns the host's worker processes and answers control messages.
+
+The node runs a runtime of its own (process name ``node``) bound at the node endpoint. It
+spawns workers as child processes, learns their mailboxes when they register, resolves names
+for them, relays control messages, and notices a worker's death from the process itself
+(``wait``), not from a missed heartbeat. Shutdown: SIGTERM every worker, wait ``stop_grace_s``,
+SIGKILL what is left, reap everything, exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+import psutil
+import structlog
+
+from .codec import Codec
+from .config import NodeConfig, WorkerSpec
+from .directory import Directory
+from .errors import ConfigError, UnknownActor, Unreachable
+from .host import Runtime
+from .ref import ActorAddress
+from .worker import ignore_stop_signals
+from .workers import WorkerHandle, WorkerState, launch_worker
+from .zmq_transport import ZmqTransport
+
+__all__ = ["Node"]
+
+log = structlog.get_logger(__name__)
+
+
+class Node:
+    """A host's node process.
+
+    Args:
+        config: the validated node config.
+    """
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.workers: dict[str, WorkerHandle] = {}
+        self.runtime: Runtime | None = None
+        self.started_at = time.time()
+        self.stopping = anyio.Event()
+        self.ready = anyio.Event()
+
+    async def run(self) -> None:
+        """Serve until SIGTERM, Ctrl-C or a ``shutdown`` control message."""
+        cfg = self.config
+        try:
+            transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
+        except Unreachable as exc:
+            raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+        runtime = Runtime(
+            self.name, "node", transport, Directory(self.name),
+            Codec(int(cfg.max_message_mb * 1024 * 1024)),
+            ask_timeout=cfg.ask_timeout_s, drain_timeout=cfg.drain_timeout_s,
+        )
+        self.runtime = runtime
+        self._install_controls(runtime)
+        async with runtime:
+            log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._stop_on_signal)
+                for spec in cfg.workers:
+                    self._start(tg, spec)
+                self._tg = tg
+                self.ready.set()
+                await self.stopping.wait()
+                await self._stop_workers()
+                tg.cancel_scope.cancel()
+        log.info("node_stopped")
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _start(self, tg: anyio.abc.TaskGroup, spec: WorkerSpec, restart_reason: str | None = None) -> WorkerHandle:
+        handle = self.workers.get(spec.name)
+        if handle is None:
+            handle = WorkerHandle(spec)
+            self.workers[spec.name] = handle
+        tg.start_soon(self._supervise, handle, restart_reason)
+        return handle
+
+    async def _supervise(self, handle: WorkerHandle, restart_reason: str | None) -> None:
+        assert self.runtime is not None
+        cfg = self.config
+        proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason)
+        log.info("worker_spawned", worker=handle.spec.name, pid=proc.pid, incarnation=handle.incarnation)
+        code = await proc.wait()
+        handle.exited(code)
+        log.log(
+            20 if handle.state is WorkerState.STOPPED else 30,
+            "worker_exited", worker=handle.spec.name, pid=proc.pid, returncode=code, reason=handle.exit_reason,
+        )
+        self.on_worker_exit(handle)
+
+    def on_worker_exit(self, handle: WorkerHandle) -> None:
+        """Called when a worker process has exited and been reaped (restart policy hook)."""
+
+    async def _stop_workers(self) -> None:
+        live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
+        for handle in live:
+            handle.state = WorkerState.STOPPING
+            _signal(handle, signal.SIGTERM)
+        with anyio.move_on_after(self.config.stop_grace_s):
+            for handle in live:
+                await handle.exited_event.wait()
+        for handle in live:
+            if handle.returncode is None:
+                log.warning("worker_kill_after_grace", worker=handle.spec.name, pid=handle.pid)
+                _signal(handle, signal.SIGKILL)
+        with anyio.move_on_after(5.0):
+            for handle in live:
+                await handle.exited_event.wait()
+
+    # -- control messages ---------------------------------------------------------------------
+
+    def _install_controls(self, runtime: Runtime) -> None:
+        runtime.control_handlers.update(
+            ping=self._ping, status=self._status, register=self._register, resolve=self._resolve,
+            spawn_worker=self._spawn_worker, stop_worker=self._stop_worker, shutdown=self._shutdown,
+        )
+
+    async def _ping(self, _: Any) -> dict[str, Any]:
+        return {"node": self.name, "pid": os.getpid(), "time": time.time()}
+
+    async def _register(self, payload: Any) -> bool:
+        handle = self.workers.get(payload["process"])
+        if handle is None:
+            raise UnknownActor(f"no worker named {payload['process']!r} was started by node {self.name}")
+        handle.registered(payload["endpoint"], int(payload["pid"]), dict(payload["actors"]))
+        log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, pid=handle.pid)
+        assert self.runtime is not None
+        key = f"{self.name}/{handle.spec.name}"
+        old = self.runtime.directory.learn(key, handle.endpoint or "")
+        if old is not None:
+            self.runtime.transport.forget(old)
+        for other in self.workers.values():
+            if other is not handle and other.state is WorkerState.RUNNING and other.endpoint:
+                self.runtime.start_soon(self._notify, other.endpoint, key, handle.endpoint)
+        return True
+
+    async def _notify(self, endpoint: str, key: str, new_endpoint: str | None) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.control(endpoint, "directory_update", {"key": key, "endpoint": new_endpoint}, timeout=2.0)
+        except Exception as exc:  # a peer that is itself restarting learns on register
+            log.info("directory_update_failed", endpoint=endpoint, error=repr(exc))
+
+    async def _resolve(self, payload: Any) -> dict[str, str]:
+        assert self.runtime is not None
+        addr = ActorAddress.parse(payload["address"])
+        if addr.node and addr.node != self.name:
+            raise Unreachable(f"node {self.name} cannot resolve {addr}: node {addr.node!r} is not this one")
+        if addr.process == "node":
+            return {"address": f"{self.name}/node/{addr.actor}", "endpoint": self.runtime.address}
+        for handle in self.workers.values():
+            if handle.state is not WorkerState.RUNNING or not handle.endpoint:
+                continue
+            if (addr.process == handle.spec.name or not addr.process) and addr.actor in handle.actors:
+                return {"address": f"{self.name}/{handle.spec.name}/{addr.actor}", "endpoint": handle.endpoint}
+        raise UnknownActor(f"no running actor {addr} on node {self.name}; see `troupe ctl status`")
+
+    async def _status(self, payload: Any) -> dict[str, Any]:
+        assert self.runtime is not None
+        workers = []
+        for handle in self.workers.values():
+            info = handle.describe()
+            info["rss_mib"] = _rss_mib(handle.pid) if handle.returncode is None else 0.0
+            if handle.state is WorkerState.RUNNING and handle.endpoint:
+                try:
+                    info["runtime"] = await self.runtime.control(handle.endpoint, "status", timeout=1.0)
+                except Exception as exc:
+                    info["runtime"] = {"error": repr(exc)}
+            workers.append(info)
+        return {
+            "node": self.name,
+            "pid": os.getpid(),
+            "endpoint": self.runtime.address,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "rss_mib": _rss_mib(os.getpid()),
+            "workers": workers,
+            "runtime": asdict(self.runtime.statistics()),
+        }
+
+    async def _spawn_worker(self, payload: Any) -> dict[str, Any]:
+        spec = WorkerSpec.model_validate(payload)
+        existing = self.workers.get(spec.name)
+        if existing is not None and existing.returncode is None and existing.process is not None:
+            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
+        if existing is not None:
+            del self.workers[spec.name]
+        handle = self._start(self._tg, spec)
+        with anyio.fail_after(float(payload.get("timeout_s", 30.0)) if isinstance(payload, dict) else 30.0):
+            await handle.ready_event.wait()
+        return handle.describe()
+
+    async def _stop_worker(self, payload: Any) -> bool:
+        handle = self.workers.get(str(payload.get("name")))
+        if handle is None or handle.returncode is not None:
+            raise UnknownActor(f"no running worker {payload.get('name')!r} on node {self.name}")
+        handle.state = WorkerState.STOPPING
+        _signal(handle, signal.SIGTERM)
+        with anyio.move_on_after(self.config.stop_grace_s):
+            await handle.exited_event.wait()
+        if handle.returncode is None:
+            _signal(handle, signal.SIGKILL)
+            await handle.exited_event.wait()
+        return True
+
+    async def _shutdown(self, _: Any) -> bool:
+        self.stopping.set()
+        return True
+
+    async def _stop_on_signal(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("node_signal", signal=signal.Signals(signum).name)
+                self.stopping.set()
+                break
+        ignore_stop_signals()
+
+
+def _signal(handle: WorkerHandle, signum: int) -> None:
+    if handle.process is not None and handle.returncode is None:
+        try:
+            handle.process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def _rss_mib(pid: int | None) -> float:
+    if not pid:
+        return 0.0
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+    except psutil.Error:
+        return 0.0

@@ -1,0 +1,186 @@
+"""The worker process: one event loop (uvloop), one ZeroMQ mailbox, the actors it hosts.
+
+Started by its node as ``python -m troupe.runtime.worker`` with its launch spec in the
+environment variable ``TROUPE_WORKER_SPEC`` (JSON). It binds a mailbox on a free loopback port,
+starts its actors, registers with the node, and serves until SIGTERM, Ctrl-C or a ``stop``
+control message; then it shuts down gracefully and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from pydantic import Field, ValidationError
+
+from .config import ActorSpec, _Frozen, validation_message
+from .directory import Directory
+from .errors import ConfigError
+from .host import Runtime
+from .logs import configure_logging
+from .ref import ActorAddress
+from .zmq_transport import ZmqTransport
+
+__all__ = ["WorkerLaunch", "main", "serve_worker"]
+
+log = structlog.get_logger(__name__)
+
+SPEC_ENV = "TROUPE_WORKER_SPEC"
+
+
+class WorkerLaunch(_Frozen):
+    """Everything a worker process needs, handed over by its node."""
+
+    node: str
+    process: str
+    node_endpoint: str
+    actors: tuple[ActorSpec, ...] = ()
+    kind: str = "default"
+    incarnation: int = Field(default=0, ge=0)
+    restart_reason: str | None = None
+    log_dir: Path | None = None
+    log_level: str = "info"
+    hwm: int = 1000
+    max_message_mb: float = 64.0
+    ask_timeout_s: float = 30.0
+    drain_timeout_s: float = 5.0
+
+
+def node_lookup(runtime_box: list[Runtime], node_endpoint: str):  # type: ignore[no-untyped-def]
+    """Return a directory lookup that asks the node (the runtime is set once it exists)."""
+
+    async def lookup(address: ActorAddress) -> tuple[ActorAddress, str]:
+        reply = await runtime_box[0].control(node_endpoint, "resolve", {"address": str(address)})
+        return ActorAddress.parse(reply["address"]), reply["endpoint"]
+
+    return lookup
+
+
+async def serve_worker(spec: WorkerLaunch) -> None:
+    """Run the worker until it is told to stop."""
+    from .codec import Codec
+
+    box: list[Runtime] = []
+    transport = ZmqTransport(hwm=spec.hwm)
+    directory = Directory(spec.node, node_lookup(box, spec.node_endpoint))
+    directory.learn(f"{spec.node}/node", spec.node_endpoint)
+    runtime = Runtime(
+        spec.node,
+        spec.process,
+        transport,
+        directory,
+        Codec(int(spec.max_message_mb * 1024 * 1024)),
+        ask_timeout=spec.ask_timeout_s,
+        drain_timeout=spec.drain_timeout_s,
+    )
+    box.append(runtime)
+    stop = anyio.Event()
+    install_worker_controls(runtime, stop)
+    async with runtime:
+        for actor in spec.actors:
+            await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason)
+        await runtime.control(
+            spec.node_endpoint,
+            "register",
+            {
+                "process": spec.process,
+                "endpoint": runtime.address,
+                "pid": os.getpid(),
+                "incarnation": spec.incarnation,
+                "actors": {name: cell.statistics()["kind"] for name, cell in runtime.cells.items()},
+            },
+            timeout=10.0,
+        )
+        log.info("worker_ready", endpoint=runtime.address, actors=sorted(runtime.cells))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, stop)
+            await stop.wait()
+            tg.cancel_scope.cancel()
+        log.info("worker_stopping")
+    log.info("worker_stopped")
+
+
+def install_worker_controls(runtime: Runtime, stop: anyio.Event) -> None:
+    """Register the control messages every worker answers."""
+
+    async def ping(_: Any) -> dict[str, Any]:
+        return {"process": runtime.process, "pid": os.getpid()}
+
+    async def status(_: Any) -> dict[str, Any]:
+        return asdict(runtime.statistics())
+
+    async def stop_worker(_: Any) -> bool:
+        stop.set()
+        return True
+
+    async def directory_update(payload: Any) -> bool:
+        old = runtime.directory.learn(payload["key"], payload["endpoint"])
+        if old is not None:
+            runtime.transport.forget(old)  # the peer restarted elsewhere
+        return True
+
+    async def spawn(payload: Any) -> str:
+        spec = ActorSpec.model_validate(payload)
+        ref = await runtime.spawn(spec.cls, spec.name, kwargs=dict(spec.kwargs))
+        return str(ref.address)
+
+    runtime.control_handlers.update(
+        ping=ping, status=status, stop=stop_worker, directory_update=directory_update, spawn=spawn
+    )
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            stop.set()
+            break
+    ignore_stop_signals()
+
+
+def ignore_stop_signals() -> None:
+    """Once a graceful stop has begun, a second SIGTERM or Ctrl-C must not cut it short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this worker when its node dies, so no worker outlives its node."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # the node died before prctl took effect
+        sys.exit("worker: the node that started this worker is gone")
+
+
+def main() -> None:
+    """Entry point of ``python -m troupe.runtime.worker``."""
+    _die_with_parent()
+    raw = os.environ.get(SPEC_ENV)
+    if not raw:
+        sys.exit(f"{SPEC_ENV} is not set: worker processes are started by `troupe node start`")
+    try:
+        spec = WorkerLaunch.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        msg = validation_message(SPEC_ENV, exc) if isinstance(exc, ValidationError) else str(exc)
+        sys.exit(f"bad worker spec: {msg}")
+    configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
+    try:
+        anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})
+    except ConfigError as exc:
+        log.error("worker_config_error", error=str(exc))
+        sys.exit(f"worker {spec.process}: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Rich tables for status replies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+__all__ = ["status_tables"]
+
+
+def status_tables(status: dict[str, Any]) -> list[Table]:
+    """Render a node status reply as tables: the node, its workers, their actors."""
+    node = Table(title=f"node {status['node']}", show_header=False)
+    node.add_row("endpoint", str(status["endpoint"]))
+    node.add_row("pid", str(status["pid"]))
+    node.add_row("uptime", f"{status['uptime_s']:.1f} s")
+    node.add_row("rss", f"{status['rss_mib']} MiB")
+    workers = Table(title="workers")
+    for col in ("worker", "kind", "state", "pid", "rss MiB", "restarts", "endpoint", "last exit"):
+        workers.add_column(col)
+    actors = Table(title="actors")
+    for col in ("actor", "worker", "kind", "handled", "failed", "mailbox", "busy"):
+        actors.add_column(col)
+    for w in status["workers"]:
+        workers.add_row(
+            w["name"], w["kind"], w["state"], str(w["pid"]), str(w.get("rss_mib", "")),
+            str(w["restarts"]), str(w["endpoint"] or "-"), w["exit"] or "-",
+        )
+        for name, a in (w.get("runtime") or {}).get("actors", {}).items():
+            actors.add_row(
+                name, w["name"], a["kind"], str(a["handled"]), str(a["failed"]),
+                f"{a['mailbox_depth']}/{a['mailbox_capacity']}", "yes" if a["busy"] else "no",
+            )
+    return [node, workers, actors]
