@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import anyio
 import numpy as np
 
 from troupe.runtime import Actor, handles
 
-__all__ = ["Counter", "Echo", "Greeter", "Relay"]
+__all__ = ["Counter", "Echo", "Gate", "Greeter", "Opener", "Relay"]
 
 
 class Echo(Actor):
@@ -30,6 +31,50 @@ class Echo(Actor):
     @handles("pid")
     def pid(self, _: Any) -> int:
         return os.getpid()
+
+    @handles("sleep")
+    async def sleep(self, seconds: float) -> float:
+        await anyio.sleep(float(seconds))
+        return float(seconds)
+
+
+_gate_open: anyio.Event | None = None  # made in started(), inside the worker's event loop
+
+
+class Gate(Actor):
+    """Holds every ``pass`` message until an Opener in the same process opens it.
+
+    With a tiny mailbox this shows backpressure: while closed, messages pile up to the bound.
+    """
+
+    mailbox_capacity = 4
+
+    def __init__(self) -> None:
+        self.passed: list[Any] = []
+
+    async def started(self) -> None:
+        global _gate_open
+        _gate_open = anyio.Event()
+
+    @handles("pass")
+    async def pass_(self, payload: Any) -> None:
+        assert _gate_open is not None
+        await _gate_open.wait()
+        self.passed.append(payload if not isinstance(payload, (bytes, bytearray)) else len(self.passed))
+
+    @handles("passed")
+    def count(self, _: Any) -> int:
+        return len(self.passed)
+
+
+class Opener(Actor):
+    """Opens the Gate of its process (a second actor, so it is not queued behind the gate)."""
+
+    @handles("open")
+    def open(self, _: Any) -> bool:
+        assert _gate_open is not None
+        _gate_open.set()
+        return True
 
 
 class Counter(Actor):

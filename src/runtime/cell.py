@@ -70,6 +70,7 @@ class Cell:
         self.handlers = type(actor)._handlers
         self.mailbox: Mailbox[Msg] = Mailbox(type(actor).mailbox_capacity, name)
         self.handling: Msg | None = None
+        self.endpoint = ""  # the actor's own mailbox socket, set by the runtime
         self.done = anyio.Event()
         self.handled = 0
         self.failed = 0
@@ -88,6 +89,7 @@ class Cell:
         mb = self.mailbox.statistics()
         return {
             "kind": type(self.actor).kind,
+            "endpoint": self.endpoint,
             "handled": self.handled,
             "failed": self.failed,
             "expired": self.expired,

@@ -49,6 +49,9 @@ class Kind(IntEnum):
     CONTROL = 5
 
 
+_KINDS = {int(k): k for k in Kind}
+
+
 @dataclass(slots=True)
 class Envelope:
     """One message: addressing, ids and headers around a payload.
@@ -332,10 +335,9 @@ def _validate(fields: Any) -> Envelope:
             f"protocol version {version!r} is not supported (this process speaks "
             f"{PROTOCOL_VERSION})"
         )
-    try:
-        kind = Kind(kind)
-    except ValueError:
-        raise BadFrame(f"unknown message kind {kind!r}") from None
+    kind = _KINDS.get(kind) if type(kind) is int else None
+    if kind is None:
+        raise BadFrame(f"unknown message kind {fields[1]!r}")
     if not isinstance(msg_id, int) or not isinstance(corr_id, int) or msg_id < 0 or corr_id < 0:
         raise BadFrame("msg_id and corr_id must be non-negative integers")
     if not isinstance(sender, str) or not isinstance(target, str) or not isinstance(mtype, str):

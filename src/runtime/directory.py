@@ -1,6 +1,7 @@
 """Name resolution: from an actor address to the mailbox endpoint of its process.
 
-Each runtime keeps a cache of ``node/process -> endpoint``. What it does not know it asks a
+Each runtime keeps a cache of ``node/process/actor -> endpoint`` (every actor has a mailbox
+socket of its own) and ``node/process -> endpoint`` (the process's control mailbox). What it does not know it asks a
 lookup function, normally a control ask to the node (``resolve``), which knows every process
 of its host. The node pushes ``directory_update`` to its processes when one (re)registers, so
 caches follow restarts without waiting for a timeout.
@@ -56,10 +57,18 @@ class Directory:
         self._endpoints[process_key] = endpoint
         return old if old != endpoint else None
 
-    def forget(self, process_key: str) -> None:
+    def forget(self, key: str) -> None:
         """Drop a cached endpoint (its process died or moved)."""
-        if self._endpoints.pop(process_key, None) is not None:
+        if self._endpoints.pop(key, None) is not None:
             self._invalidations += 1
+
+    def forget_process(self, process_key: str) -> list[str]:
+        """Drop the process and every actor of it; return the endpoints dropped."""
+        prefix = process_key + "/"
+        keys = [k for k in self._endpoints if k == process_key or k.startswith(prefix)]
+        dropped = [self._endpoints.pop(k) for k in keys]
+        self._invalidations += len(keys)
+        return dropped
 
     def cached(self, process_key: str) -> str | None:
         """Return the cached endpoint of a process, if any."""
@@ -73,7 +82,7 @@ class Directory:
         """
         if address.process:
             full = address if address.node else ActorAddress(self.node, address.process, address.actor)
-            endpoint = self._endpoints.get(full.process_key)
+            endpoint = self._endpoints.get(str(full))
             if endpoint is not None:
                 self._hits += 1
                 return full, endpoint
@@ -81,5 +90,5 @@ class Directory:
             raise UnknownActor(f"cannot resolve {address}: no directory to ask")
         self._lookups += 1
         full, endpoint = await self.lookup(address)
-        self._endpoints[full.process_key] = endpoint
+        self._endpoints[str(full)] = endpoint
         return full, endpoint

@@ -5,6 +5,7 @@
     TroupeError
     ├── ConfigError(ValueError)            a config file or option is wrong
     ├── ProtocolError                      a frame broke the wire protocol
+    │   ├── EncodeError(TypeError)         a payload value has no wire encoding
     │   ├── BadFrame(ValueError)           truncated, garbage, wrong shape or types
     │   ├── VersionMismatch                another protocol version
     │   └── MessageTooLarge                over the receiver's size limit
@@ -33,6 +34,7 @@ __all__ = [
     "BadFrame",
     "CommitError",
     "ConfigError",
+    "EncodeError",
     "DeliveryError",
     "FaultInjected",
     "JournalError",
@@ -187,3 +189,33 @@ def error_class(code: str) -> type[TroupeError]:
     if code not in _BY_CODE:
         _index(TroupeError)  # subclasses may have been defined since the last look-up
     return _BY_CODE.get(code, TroupeError)
+
+
+class EncodeError(ProtocolError, TypeError):
+    """A payload holds a value the codec cannot encode (see docs/PROTOCOL.md for the types)."""
+
+    code = "encode_error"
+
+
+class InvalidTaskId(TaskError, ValueError):
+    """A task id is empty, starts with a dot or holds a path separator; it cannot name an output."""
+
+    code = "invalid_task_id"
+
+
+class InvalidData(TroupeError, ValueError):
+    """Data handed to (or read back by) a writer has the wrong shape, dtype or values."""
+
+    code = "invalid_data"
+
+
+class ItemFailed(TroupeError):
+    """One pipeline item failed and is pruned; the job goes on without it (not retried)."""
+
+    code = "item_failed"
+
+
+class PlanFailed(ItemFailed):
+    """No usable trajectory for this item: goal unreachable, path too short, no free cells."""
+
+    code = "plan_failed"

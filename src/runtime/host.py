@@ -197,7 +197,9 @@ class Runtime:
         instance.address = ActorAddress(self.node, self.process, name)
         instance.runtime = self
         cell = Cell(self, instance, name)
+        cell.endpoint = self.transport.open_mailbox()
         self.cells[name] = cell
+        self.directory.learn(str(instance.address), cell.endpoint)
         try:
             if restart_reason is not None:
                 await instance.restarted(restart_reason)
@@ -287,7 +289,7 @@ class Runtime:
     def _peer_gone(self, ref: ActorRef) -> None:
         if ref._endpoint is not None:
             self.transport.forget(ref._endpoint)
-        self.directory.forget(ref.address.process_key)
+        self.directory.forget(str(ref.address))
         ref.invalidate()
 
     async def _ask(

@@ -138,18 +138,19 @@ class Node:
         log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, pid=handle.pid)
         assert self.runtime is not None
         key = f"{self.name}/{handle.spec.name}"
-        old = self.runtime.directory.learn(key, handle.endpoint or "")
-        if old is not None:
+        for old in self.runtime.directory.forget_process(key):
             self.runtime.transport.forget(old)
+        self.runtime.directory.learn(key, handle.endpoint or "")
+        update = {"key": key, "endpoint": handle.endpoint, "actors": handle.actors}
         for other in self.workers.values():
             if other is not handle and other.state is WorkerState.RUNNING and other.endpoint:
-                self.runtime.start_soon(self._notify, other.endpoint, key, handle.endpoint)
+                self.runtime.start_soon(self._notify, other.endpoint, update)
         return True
 
-    async def _notify(self, endpoint: str, key: str, new_endpoint: str | None) -> None:
+    async def _notify(self, endpoint: str, update: dict[str, Any]) -> None:
         assert self.runtime is not None
         try:
-            await self.runtime.control(endpoint, "directory_update", {"key": key, "endpoint": new_endpoint}, timeout=2.0)
+            await self.runtime.control(endpoint, "directory_update", update, timeout=2.0)
         except Exception as exc:  # a peer that is itself restarting learns on register
             log.info("directory_update_failed", endpoint=endpoint, error=repr(exc))
 
@@ -164,7 +165,8 @@ class Node:
             if handle.state is not WorkerState.RUNNING or not handle.endpoint:
                 continue
             if (addr.process == handle.spec.name or not addr.process) and addr.actor in handle.actors:
-                return {"address": f"{self.name}/{handle.spec.name}/{addr.actor}", "endpoint": handle.endpoint}
+                return {"address": f"{self.name}/{handle.spec.name}/{addr.actor}",
+                        "endpoint": handle.actors[addr.actor]}
         raise UnknownActor(f"no running actor {addr} on node {self.name}; see `troupe ctl status`")
 
     async def _status(self, payload: Any) -> dict[str, Any]:

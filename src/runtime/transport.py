@@ -54,6 +54,10 @@ class Transport(Protocol):
         """Answer the sender of a received message through its route."""
         ...
 
+    def open_mailbox(self) -> str:
+        """Open one more mailbox (one per actor) and return its address."""
+        ...
+
     def forget(self, address: str) -> None:
         """Drop the connection to ``address`` (the peer restarted elsewhere)."""
         ...
@@ -72,6 +76,7 @@ class MemoryHub:
 
     def __init__(self) -> None:
         self.transports: dict[str, MemoryTransport] = {}
+        self.mailboxes: dict[str, tuple[MemoryTransport, Mailbox[tuple[Any, list[Any]]]]] = {}
         self._ids = itertools.count(1)
 
     def transport(self, capacity: int = 1000, name: str | None = None) -> MemoryTransport:
@@ -80,6 +85,10 @@ class MemoryHub:
         t = MemoryTransport(self, address, capacity)
         self.transports[address] = t
         return t
+
+    def next_address(self) -> str:
+        """A fresh ``mem://`` address."""
+        return f"mem://{next(self._ids)}"
 
 
 class MemoryTransport:
@@ -94,22 +103,43 @@ class MemoryTransport:
     def __init__(self, hub: MemoryHub, address: str, capacity: int) -> None:
         self.hub = hub
         self.address = address
-        self._inbox: Mailbox[tuple[Any, list[Any]]] = Mailbox(capacity, address)
+        self.capacity = capacity
+        self._inboxes: list[Mailbox[tuple[Any, list[Any]]]] = []
         self._replies: Mailbox[list[Any]] = Mailbox(1 << 30, address + "#replies")
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._on_message: OnMessage | None = None
+        self._add_inbox(address)
         self._sent = 0
         self._received = 0
         self._closed = False
 
+    def _add_inbox(self, address: str) -> Mailbox[tuple[Any, list[Any]]]:
+        inbox: Mailbox[tuple[Any, list[Any]]] = Mailbox(self.capacity, address)
+        self._inboxes.append(inbox)
+        self.hub.mailboxes[address] = (self, inbox)
+        if self._tg is not None and self._on_message is not None:
+            self._tg.start_soon(self._pump_inbox, inbox, self._on_message)
+        return inbox
+
+    def open_mailbox(self) -> str:
+        """Open one more mailbox (one per actor) and return its address."""
+        address = self.hub.next_address()
+        self._add_inbox(address)
+        return address
+
     async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        """Receive from the mailbox and the reply queue until cancelled."""
+        """Receive from every mailbox and the reply queue until cancelled."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._pump_inbox, on_message)
+            self._tg = tg
+            self._on_message = on_message
+            for inbox in self._inboxes:
+                tg.start_soon(self._pump_inbox, inbox, on_message)
             tg.start_soon(self._pump_replies, on_message)
             task_status.started()
 
-    async def _pump_inbox(self, on_message: OnMessage) -> None:
+    async def _pump_inbox(self, inbox: Mailbox[tuple[Any, list[Any]]], on_message: OnMessage) -> None:
         while True:
-            route, frames = await self._inbox.get()
+            route, frames = await inbox.get()
             self._received += 1
             await on_message(route, frames)
 
@@ -121,15 +151,16 @@ class MemoryTransport:
 
     async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
         """Queue ``frames`` at the peer; raise Unreachable when no such peer exists."""
-        peer = self.hub.transports.get(address)
-        if peer is None or peer._closed:
+        entry = self.hub.mailboxes.get(address)
+        if entry is None or entry[0]._closed:
             raise Unreachable(f"no process listens at {address}")
+        inbox = entry[1]
         frames = [bytes(f) for f in frames]  # what a socket would do: the receiver owns a copy
         if block:
-            await peer._inbox.put((self, frames))
+            await inbox.put((self, frames))
         else:
             try:
-                peer._inbox.put_nowait((self, frames))
+                inbox.put_nowait((self, frames))
             except MailboxFull as exc:
                 raise MailboxFull(f"the mailbox of {address} is full; {exc}") from None
         self._sent += 1
@@ -143,8 +174,7 @@ class MemoryTransport:
 
     async def send_raw(self, address: str, frames: list[Any]) -> None:
         """Send arbitrary frames (tests use this to inject bad input)."""
-        peer = self.hub.transports[address]
-        await peer._inbox.put((self, list(frames)))
+        await self.hub.mailboxes[address][1].put((self, list(frames)))
 
     def forget(self, address: str) -> None:
         """Nothing to drop: memory transports hold no connections."""
@@ -152,7 +182,9 @@ class MemoryTransport:
     def close(self) -> None:
         """Stop accepting messages."""
         self._closed = True
-        self._inbox.close()
+        for inbox in self._inboxes:
+            inbox.close()
+            self.hub.mailboxes.pop(inbox.name, None)
         self._replies.close()
         self.hub.transports.pop(self.address, None)
 

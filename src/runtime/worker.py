@@ -94,7 +94,7 @@ async def serve_worker(spec: WorkerLaunch) -> None:
                 "endpoint": runtime.address,
                 "pid": os.getpid(),
                 "incarnation": spec.incarnation,
-                "actors": {name: cell.statistics()["kind"] for name, cell in runtime.cells.items()},
+                "actors": {name: cell.endpoint for name, cell in runtime.cells.items()},
             },
             timeout=10.0,
         )
@@ -121,9 +121,12 @@ def install_worker_controls(runtime: Runtime, stop: anyio.Event) -> None:
         return True
 
     async def directory_update(payload: Any) -> bool:
-        old = runtime.directory.learn(payload["key"], payload["endpoint"])
-        if old is not None:
-            runtime.transport.forget(old)  # the peer restarted elsewhere
+        # The peer process restarted: its mailboxes moved. Drop what we knew, learn the new.
+        for old in runtime.directory.forget_process(payload["key"]):
+            runtime.transport.forget(old)
+        runtime.directory.learn(payload["key"], payload["endpoint"])
+        for name, endpoint in payload.get("actors", {}).items():
+            runtime.directory.learn(f"{payload['key']}/{name}", endpoint)
         return True
 
     async def spawn(payload: Any) -> str:

@@ -49,7 +49,7 @@ class WorkerHandle:
         self.process: Process | None = None
         self.pid: int | None = None
         self.endpoint: str | None = None
-        self.actors: dict[str, str] = {}
+        self.actors: dict[str, str] = {}  # actor name -> its mailbox endpoint
         self.incarnation = 0
         self.restarts = 0
         self.returncode: int | None = None
@@ -97,7 +97,8 @@ class WorkerHandle:
             "state": self.state.value,
             "pid": self.pid,
             "endpoint": self.endpoint,
-            "actors": self.actors or {a.name: a.cls for a in self.spec.actors},
+            "actors": sorted({a.name for a in self.spec.actors} | set(self.actors)),
+            "actor_endpoints": dict(self.actors),
             "incarnation": self.incarnation,
             "restarts": self.restarts,
             "exit": self.exit_reason,

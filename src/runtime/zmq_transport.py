@@ -32,11 +32,15 @@ __all__ = ["ZmqTransport"]
 
 log = structlog.get_logger(__name__)
 
-_POLLIN = zmq.POLLIN
-_POLLOUT = zmq.POLLOUT
-_NOBLOCK = zmq.NOBLOCK
-_EVENTS = zmq.EVENTS
-_RCVMORE = zmq.RCVMORE
+# Plain ints: pyzmq's enum members cost microseconds per operation on the hot path.
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
+# Frames below this size are copied into ZeroMQ (cheaper than pinning a Python buffer).
+_COPY_BELOW = 64 * 1024
 
 
 class _Watched:
@@ -77,23 +81,40 @@ class ZmqTransport:
         self._ctx = context or zmq.Context()
         self.hwm = hwm
         self.batch = batch
-        self._router = self._ctx.socket(zmq.ROUTER)
-        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._tune(self._router)
-        try:
-            self._router.bind(bind)
-        except zmq.ZMQError as exc:
-            self._router.close(0)
-            raise Unreachable(f"cannot bind the mailbox at {bind}: {exc.strerror}") from exc
-        self.address: str = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._mailbox = _Watched(self._router, "")
+        self._mailboxes: list[_Watched] = []
         self._dealers: dict[str, _Watched] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self.address: str = self.open_mailbox(bind)
         self._on_message: OnMessage | None = None
         self._sent = 0
         self._received = 0
         self._closed = False
+
+    def open_mailbox(self, bind: str = "tcp://127.0.0.1:*") -> str:
+        """Bind one more ROUTER mailbox (one per actor) and return its endpoint.
+
+        Each actor gets a mailbox socket of its own so that an actor whose mailbox is full
+        pushes back on its own senders only (through the socket's high-water mark) and never
+        stalls the other actors or the control messages of its process.
+
+        Raises:
+            Unreachable: the endpoint cannot be bound.
+        """
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._tune(sock)
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
+        w = _Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        self._mailboxes.append(w)
+        if self._tg is not None:
+            self._watch(w)
+            self._tg.start_soon(self._pump, w, True)
+        return w.peer
 
     def _tune(self, sock: zmq.Socket[bytes]) -> None:
         sock.setsockopt(zmq.SNDHWM, self.hwm)
@@ -111,8 +132,9 @@ class ZmqTransport:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                self._watch(self._mailbox)
-                tg.start_soon(self._pump, self._mailbox, True)
+                for mailbox in self._mailboxes:
+                    self._watch(mailbox)
+                    tg.start_soon(self._pump, mailbox, True)
                 for watched in self._dealers.values():
                     self._watch(watched)
                     tg.start_soon(self._pump, watched, False)
@@ -128,7 +150,7 @@ class ZmqTransport:
     def _unwatch_all(self) -> None:
         if self._loop is None or self._loop.is_closed():
             return
-        for w in [self._mailbox, *self._dealers.values()]:
+        for w in [*self._mailboxes, *self._dealers.values()]:
             try:
                 self._loop.remove_reader(w.fd)
             except (ValueError, OSError):
@@ -143,7 +165,7 @@ class ZmqTransport:
             while handled < self.batch:
                 try:
                     if is_router:
-                        route = sock.recv(_NOBLOCK)
+                        route = (w, sock.recv(_NOBLOCK))
                         frames = [sock.recv(_NOBLOCK)]
                     else:
                         route = None
@@ -199,11 +221,12 @@ class ZmqTransport:
         await self._send_on(w, frames, block, address)
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
-        """Answer through the ROUTER identity ``route``; a vanished peer is logged, not raised."""
+        """Answer through ``route`` (mailbox, identity); a vanished peer is logged, not raised."""
         if route is None:
             return
+        mailbox, identity = route
         try:
-            await self._send_on(self._mailbox, [route, *frames], True, "")
+            await self._send_on(mailbox, [identity, *frames], True, "")
         except zmq.ZMQError as exc:
             # EHOSTUNREACH: the asker disconnected; it has already given up on this reply.
             log.info("reply_undeliverable", reason=exc.strerror)
@@ -212,7 +235,15 @@ class ZmqTransport:
         sock = w.sock
         while True:
             try:
-                sock.send_multipart(frames, _NOBLOCK, copy=False)
+                # Only the first frame can fail with EAGAIN: ZeroMQ queues multipart messages
+                # atomically, so after it the rest is accepted.
+                last = len(frames) - 1
+                for i, frame in enumerate(frames):
+                    flags = _NOBLOCK | _SNDMORE if i < last else _NOBLOCK
+                    if isinstance(frame, bytes) and len(frame) < _COPY_BELOW:
+                        sock.send(frame, flags)
+                    else:
+                        sock.send(frame, flags, copy=False)
                 break
             except zmq.Again:
                 if not block:
@@ -256,6 +287,7 @@ class ZmqTransport:
         for w in self._dealers.values():
             w.sock.close(0)
         self._dealers.clear()
-        self._router.close(0)
+        for w in self._mailboxes:
+            w.sock.close(0)
         if self._own_ctx:
             self._ctx.term()

@@ -1,16 +1,23 @@
-"""Runtime tests run under both event loops troupe supports: asyncio (debug) and uvloop."""
+"""Async runtime tests run under both event loops troupe supports: asyncio (debug) and uvloop."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import uvloop
 
 
-@pytest.fixture(scope="session", params=["asyncio", "uvloop"])
-def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
-    """Every async runtime test runs once per loop implementation."""
-    if request.param == "uvloop":
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+def _debug_asyncio_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    loop.set_debug(True)
+    return loop
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], Any]]:
+    """Every async test in tests/runtime runs once per loop implementation."""
+    return {"asyncio": _debug_asyncio_loop, "uvloop": uvloop.new_event_loop}

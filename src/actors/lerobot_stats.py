@@ -1,0 +1,131 @@
+"""Per-feature statistics in LeRobot's shape: per episode, and aggregated over a dataset.
+
+Each feature gets ``min, max, mean, std, count, q01, q10, q50, q90, q99``. Vectors (T, D) reduce
+over time to shape (D,); scalars (T,) to shape (1,). Images and videos, like lerobot's, are
+per channel with shape (3, 1, 1), in [0, 1] (levels / 255), computed on a sample of frames
+(:data:`MAX_SAMPLED_FRAMES`, strided to about :data:`MAX_SAMPLED_SIDE` pixels a side), and their
+``count`` is the number of sampled frames. ``count`` always has shape (1,).
+
+Aggregation follows lerobot's ``aggregate_stats``: min of mins, max of maxes, count-weighted
+mean, pooled variance, and count-weighted averages of the quantiles (an approximation of the
+dataset quantiles, exact when episodes are alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "MAX_SAMPLED_FRAMES",
+    "MAX_SAMPLED_SIDE",
+    "QUANTILES",
+    "STAT_KEYS",
+    "Stats",
+    "aggregate_stats",
+    "image_stats",
+    "stats_from_json",
+    "stats_to_json",
+    "vector_stats",
+]
+
+Stats = dict[str, npt.NDArray[np.float64]]
+"""One feature's statistics: stat name -> array."""
+
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILES)
+MAX_SAMPLED_FRAMES = 100
+MAX_SAMPLED_SIDE = 150
+
+
+def _reduce(values: npt.NDArray[np.float64], axis: tuple[int, ...], count: int) -> Stats:
+    out: Stats = {
+        "min": values.min(axis=axis),
+        "max": values.max(axis=axis),
+        "mean": values.mean(axis=axis),
+        "std": values.std(axis=axis),
+        "count": np.array([count], dtype=np.int64),
+    }
+    for name, q in QUANTILES.items():
+        out[name] = np.quantile(values, q, axis=axis)
+    return out
+
+
+def vector_stats(values: npt.ArrayLike) -> Stats:
+    """Statistics over time of a (T,) scalar or (T, D) vector feature.
+
+    Args:
+        values: T >= 1 rows; bools count as 0/1.
+
+    Returns:
+        Arrays of shape (1,) for a scalar feature, (D,) for a vector one.
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    return _reduce(arr, (0,), len(arr))
+
+
+def image_stats(frames: npt.NDArray[np.uint8]) -> Stats:
+    """Per-channel statistics of (T, H, W, C) uint8 frames, in [0, 1], shape (C, 1, 1).
+
+    Args:
+        frames: T >= 1 frames; at most :data:`MAX_SAMPLED_FRAMES` evenly spaced ones are used.
+    """
+    picks = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), MAX_SAMPLED_FRAMES)).round())
+    stride = max(1, max(frames.shape[1:3]) // MAX_SAMPLED_SIDE)
+    sample = frames[picks.astype(np.int64), ::stride, ::stride, :]
+    # (T, H, W, C) -> (C, T*H*W): one row per channel, reduced along the pixels.
+    per_channel = sample.reshape(-1, sample.shape[-1]).T.astype(np.float64) / 255.0
+    stats = _reduce(per_channel, (1,), len(sample))
+    return {k: v if k == "count" else v.reshape(-1, 1, 1) for k, v in stats.items()}
+
+
+def aggregate_stats(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, Stats]:
+    """Combine per-episode statistics into dataset statistics, feature by feature.
+
+    Args:
+        per_episode: one ``{feature: stats}`` mapping per episode; features missing from some
+            episodes are aggregated over those that have them.
+
+    Returns:
+        ``{feature: stats}`` with the same shapes as the inputs.
+    """
+    keys = sorted({k for ep in per_episode for k in ep})
+    out: dict[str, Stats] = {}
+    for key in keys:
+        items = [ep[key] for ep in per_episode if key in ep]
+        counts = np.array([float(s["count"][0]) for s in items])
+        total = counts.sum()
+        shape = (-1,) + (1,) * np.ndim(items[0]["mean"])
+        w = counts.reshape(shape)
+        means = np.stack([s["mean"] for s in items])
+        mean = (means * w).sum(axis=0) / total
+        var = ((np.stack([s["std"] for s in items]) ** 2 + (means - mean) ** 2) * w).sum(0) / total
+        agg: Stats = {
+            "min": np.min(np.stack([s["min"] for s in items]), axis=0),
+            "max": np.max(np.stack([s["max"] for s in items]), axis=0),
+            "mean": mean,
+            "std": np.sqrt(var),
+            "count": np.array([int(total)], dtype=np.int64),
+        }
+        for name in QUANTILES:
+            agg[name] = (np.stack([s[name] for s in items]) * w).sum(axis=0) / total
+        out[key] = agg
+    return out
+
+
+def stats_to_json(stats: Mapping[str, Stats]) -> dict[str, dict[str, Any]]:
+    """Turn ``{feature: stats}`` into nested lists, as ``meta/stats.json`` stores them."""
+    return {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}
+
+
+def stats_from_json(data: Mapping[str, Mapping[str, Any]]) -> dict[str, Stats]:
+    """Inverse of :func:`stats_to_json`."""
+    return {
+        f: {k: np.asarray(v, dtype=np.int64 if k == "count" else np.float64) for k, v in s.items()}
+        for f, s in data.items()
+    }

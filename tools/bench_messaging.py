@@ -1,0 +1,129 @@
+"""``troupe bench messaging``: troupe's messaging against raw pyzmq, in one run.
+
+Every troupe figure is printed as a ratio to its raw ceiling measured in the same run, with
+the same payloads, process boundary and TCP loopback transport.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+
+from troupe.runtime.client import connect
+from troupe.runtime.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.logs import configure_logging
+
+from .bench_raw import raw_echo_round_trips, raw_one_way
+from .run_cmd import start_local_node
+
+__all__ = ["measure_messaging", "measure_startup"]
+
+
+def free_endpoint() -> str:
+    """A loopback TCP endpoint on a port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _bench_workers() -> tuple[WorkerSpec, ...]:
+    return (
+        WorkerSpec(name="src", actors=(
+            ActorSpec(name="source", cls="troupe.cli.bench_actors:Source"),
+            ActorSpec(name="sink_local", cls="troupe.cli.bench_actors:Sink"),
+        )),
+        WorkerSpec(name="dst", actors=(ActorSpec(name="sink", cls="troupe.cli.bench_actors:Sink"),)),
+    )
+
+
+async def _troupe_figures(n_small: int, n_large: int, n_ask: int, log_dir: Path) -> dict[str, float]:
+    cfg = NodeConfig(name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning",
+                     workers=_bench_workers())
+    out: dict[str, float] = {}
+    async with anyio.create_task_group() as tg:
+        node = await start_local_node(tg, cfg)
+        async with connect(cfg.endpoint, "bench") as rt:
+            source = rt.ref("src/source")
+            for where, target in (("", "dst/sink"), ("local_", "sink_local")):
+                for kind, n in (("small", n_small), ("large", n_large)):
+                    out[f"troupe_{where}tell_{kind}_per_s"] = await source.ask(
+                        "tells", {"target": target, "n": n, "kind": kind}, timeout=600)
+                for window in (1, 64):
+                    out[f"troupe_{where}ask{window}_per_s"] = await source.ask(
+                        "asks", {"target": target, "n": n_ask if window == 64 else n_ask // 8,
+                                 "window": window, "kind": "small"}, timeout=600)
+        node.stopping.set()
+    return out
+
+
+async def measure_startup(log_dir: Path) -> dict[str, float]:
+    """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all."""
+    endpoint = free_endpoint()
+    config = log_dir / "startup-node.toml"
+    config.write_text(
+        '[node]\nname = "startup"\n\n[[workers]]\nname = "w0"\n'
+        'actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]\n'
+    )
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
+         "--endpoint", endpoint, "--logs", str(log_dir), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with connect(endpoint, "startup") as rt:
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        await rt.ref("echo").ask("echo", 1, timeout=0.5)
+                        break
+                    except Exception:  # not up yet: the node or its worker is still starting
+                        await anyio.sleep(0.01)
+            startup = time.perf_counter() - t0
+            await anyio.sleep(1.0)  # let start-up garbage settle before calling it idle
+            root = psutil.Process(proc.pid)
+            procs = [root, *root.children(recursive=True)]
+            rss = sum(p.memory_info().rss for p in procs) / 2**20
+            await rt.control(endpoint, "shutdown")
+    finally:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    return {"startup_s": startup, "idle_rss_mib": rss, "idle_processes": float(len(procs))}
+
+
+def measure_messaging(quick: bool = False, progress: Any = None) -> dict[str, float]:
+    """Run every measurement and return one flat dict of figures and ratios."""
+    scale = 0.2 if quick else 1.0
+    n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
+    say = progress or (lambda _msg: None)
+    fig: dict[str, float] = {}
+    say("raw one-way, small")
+    fig["raw_tell_small_per_s"] = raw_one_way(n_small, "small")
+    say("raw one-way, large")
+    fig["raw_tell_large_per_s"] = raw_one_way(n_large, "large")
+    say("raw echo, 1 outstanding")
+    fig["raw_ask1_per_s"] = raw_echo_round_trips(n_ask // 8, 1, "small")
+    say("raw echo, 64 outstanding")
+    fig["raw_ask64_per_s"] = raw_echo_round_trips(n_ask, 64, "small")
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+        configure_logging("bench", "bench", None, console=False, level="warning")
+        say("troupe tell and ask, two processes and one process")
+        fig.update(anyio.run(_troupe_figures, n_small, n_large, n_ask, Path(tmp),
+                             backend="asyncio", backend_options={"use_uvloop": True}))
+        say("startup and idle memory")
+        fig.update(anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True}))
+    for key in ("tell_small", "tell_large", "ask1", "ask64"):
+        fig[f"{key}_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"raw_{key}_per_s"]
+        fig[f"local_{key}_ratio"] = fig[f"troupe_local_{key}_per_s"] / fig[f"raw_{key}_per_s"]
+    return fig

@@ -1,0 +1,108 @@
+"""The raw ceilings: plain blocking pyzmq, no runtime, in two processes.
+
+Each function runs in a child process (multiprocessing) and reports through a queue, so the
+ceiling pays the same process boundary and TCP loopback as troupe does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+__all__ = ["raw_echo_round_trips", "raw_one_way"]
+
+
+def _payload(kind: str) -> bytes | np.ndarray:
+    if kind == "large":
+        return np.ones(1 << 17, dtype=np.float64)  # 1 MiB
+    return b"x" * 100
+
+
+def _sink(endpoint_q: Any, result_q: Any, n: int) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.RCVHWM, 1000)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    endpoint_q.put(f"tcp://127.0.0.1:{port}")
+    sock.recv_multipart(copy=False)
+    t0 = time.perf_counter()
+    for _ in range(n - 1):
+        sock.recv_multipart(copy=False)
+    result_q.put((n - 1) / (time.perf_counter() - t0))
+    sock.close(0)
+    ctx.term()
+
+
+def _source(endpoint: str, n: int, kind: str) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.SNDHWM, 1000)
+    sock.connect(endpoint)
+    payload = _payload(kind)
+    for _ in range(n):
+        sock.send(payload, copy=False)
+    sock.close(linger=-1)
+    ctx.term()
+
+
+def raw_one_way(n: int, kind: str) -> float:
+    """Messages per second from a blocking DEALER to a blocking ROUTER in another process."""
+    mpctx = mp.get_context("spawn")
+    endpoint_q, result_q = mpctx.Queue(), mpctx.Queue()
+    sink = mpctx.Process(target=_sink, args=(endpoint_q, result_q, n), daemon=True)
+    sink.start()
+    try:
+        endpoint = endpoint_q.get(timeout=30)
+        _source(endpoint, n, kind)
+        return float(result_q.get(timeout=120))
+    finally:
+        sink.join(5)
+        if sink.is_alive():
+            sink.kill()
+            sink.join(5)
+
+
+def _echo(endpoint_q: Any, stop_after: int) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    endpoint_q.put(f"tcp://127.0.0.1:{port}")
+    for _ in range(stop_after):
+        frames = sock.recv_multipart(copy=False)
+        sock.send_multipart(frames, copy=False)
+    sock.close(linger=-1)
+    ctx.term()
+
+
+def raw_echo_round_trips(n: int, window: int, kind: str) -> float:
+    """Round trips per second through a blocking ROUTER echo, with ``window`` outstanding."""
+    mpctx = mp.get_context("spawn")
+    endpoint_q = mpctx.Queue()
+    echo = mpctx.Process(target=_echo, args=(endpoint_q, n), daemon=True)
+    echo.start()
+    try:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(endpoint_q.get(timeout=30))
+        payload = _payload(kind)
+        sent = got = 0
+        t0 = time.perf_counter()
+        while got < n:
+            while sent < n and sent - got < window:
+                sock.send(payload, copy=False)
+                sent += 1
+            sock.recv(copy=False)
+            got += 1
+        rate = n / (time.perf_counter() - t0)
+        sock.close(0)
+        ctx.term()
+        return rate
+    finally:
+        echo.join(5)
+        if echo.is_alive():
+            echo.kill()
+            echo.join(5)
