@@ -236,7 +236,8 @@ class Codec:
         used: set[int] = set()
         hook = _ExtHook(frames, used)
         try:
-            fields = msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True)
+            # Map keys may be strings or integers (see docs/PROTOCOL.md); the packer sends both.
+            fields = msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False)
         except (BadFrame, VersionMismatch):
             raise
         except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
@@ -330,7 +331,7 @@ def _validate(fields: Any) -> Envelope:
     version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload = (
         fields
     )
-    if version != PROTOCOL_VERSION:
+    if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch(
             f"protocol version {version!r} is not supported (this process speaks "
             f"{PROTOCOL_VERSION})"
@@ -338,7 +339,8 @@ def _validate(fields: Any) -> Envelope:
     kind = _KINDS.get(kind) if type(kind) is int else None
     if kind is None:
         raise BadFrame(f"unknown message kind {fields[1]!r}")
-    if not isinstance(msg_id, int) or not isinstance(corr_id, int) or msg_id < 0 or corr_id < 0:
+    # type() rather than isinstance(): msgpack booleans are Python bools, and True == 1.
+    if type(msg_id) is not int or type(corr_id) is not int or msg_id < 0 or corr_id < 0:
         raise BadFrame("msg_id and corr_id must be non-negative integers")
     if not isinstance(sender, str) or not isinstance(target, str) or not isinstance(mtype, str):
         raise BadFrame("sender, target and type must be strings")

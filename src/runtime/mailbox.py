@@ -50,6 +50,7 @@ class Mailbox(Generic[T]):
         self._items: deque[T] = deque()
         self._getter: asyncio.Future[None] | None = None
         self._putters: deque[asyncio.Future[None]] = deque()
+        self._reserved = 0  # slots handed to woken putters that have not appended yet
         self._closed = False
         self._high = 0
         self._put = 0
@@ -77,7 +78,7 @@ class Mailbox(Generic[T]):
         """Append ``item`` or raise MailboxFull (ActorStopped once closed)."""
         if self._closed:
             raise ActorStopped(f"mailbox {self.name!r} is closed: the actor has stopped")
-        if len(self._items) >= self.capacity:
+        if len(self._items) + self._reserved >= self.capacity:
             self._refused += 1
             raise MailboxFull(
                 f"mailbox {self.name!r} is full ({self.capacity} messages); send with "
@@ -89,7 +90,7 @@ class Mailbox(Generic[T]):
         """Append ``item``, waiting while the mailbox is full (backpressure)."""
         if self._closed:
             raise ActorStopped(f"mailbox {self.name!r} is closed: the actor has stopped")
-        if len(self._items) < self.capacity and not self._putters:
+        if len(self._items) + self._reserved < self.capacity and not self._putters:
             self._append(item)
             return
         self._waited += 1
@@ -100,11 +101,13 @@ class Mailbox(Generic[T]):
         except BaseException:
             if fut in self._putters:
                 self._putters.remove(fut)
-            elif not fut.cancelled():
+            elif fut.done() and not fut.cancelled() and not self._closed:
+                self._reserved -= 1
                 self._wake_putter()  # pass the slot we were given to the next waiter
             raise
         if self._closed:
             raise ActorStopped(f"mailbox {self.name!r} closed while waiting for space")
+        self._reserved -= 1
         self._append(item)
 
     def _append(self, item: T) -> None:
@@ -149,9 +152,10 @@ class Mailbox(Generic[T]):
         return item
 
     def _wake_putter(self) -> None:
-        while self._putters and len(self._items) < self.capacity:
+        while self._putters and len(self._items) + self._reserved < self.capacity:
             fut = self._putters.popleft()
             if not fut.done():
+                self._reserved += 1
                 fut.set_result(None)
                 return
 
