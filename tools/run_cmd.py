@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import anyio
 import numpy as np
@@ -84,8 +84,12 @@ def demo(
 
 
 def run(
-    log_dir: Annotated[Path, typer.Option("--logs", help="Logs directory.")] = Path("logs"),
+    config: Annotated[Optional[Path], typer.Argument(help="Pipeline TOML (default: the embedded data generation pipeline).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
+    scenes: Annotated[Optional[int], typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
 ) -> None:
-    """Run the main job on a one-host cluster."""
-    run_async(_demo, log_dir, endpoint)
+    """Run the main job: the data generation pipeline on a one-host cluster, into --out."""
+    from .run_pipeline import finish_run
+
+    finish_run(config, out, scenes, endpoint)

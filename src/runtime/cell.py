@@ -71,6 +71,7 @@ class Cell:
         self.mailbox: Mailbox[Msg] = Mailbox(type(actor).mailbox_capacity, name)
         self.handling: Msg | None = None
         self.endpoint = ""  # the actor's own mailbox socket, set by the runtime
+        self.sender = str(actor.address)
         self.done = anyio.Event()
         self.handled = 0
         self.failed = 0

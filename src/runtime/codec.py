@@ -319,37 +319,61 @@ class _ExtHook:
 
 
 def _validate(fields: Any) -> Envelope:
+    # The fast path checks everything in one expression; only a bad envelope pays for
+    # _explain, which finds the first broken field and says what is wrong with it.
+    if type(fields) is list and len(fields) == _FIELDS:
+        version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload = fields
+        k = _KINDS.get(kind) if type(kind) is int else None
+        if (
+            type(version) is int
+            and version == PROTOCOL_VERSION
+            and k is not None
+            and type(msg_id) is int
+            and type(corr_id) is int
+            and msg_id >= 0
+            and corr_id >= 0
+            and type(sender) is str
+            and type(target) is str
+            and type(mtype) is str
+            and (deadline is None or type(deadline) is float or type(deadline) is int)
+            and (trace is None or type(trace) is str)
+            and (headers is None or type(headers) is dict)
+            and (mtype or k > Kind.ASK)
+        ):
+            return Envelope(k, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload)
+    _explain(fields)
+    raise BadFrame("invalid envelope")  # _explain always raises; this keeps type checkers honest
+
+
+def _explain(fields: Any) -> None:
     if not isinstance(fields, list):
         raise BadFrame(f"envelope must be a msgpack array, got {type(fields).__name__}")
     if len(fields) != _FIELDS:
-        if fields and fields[0] != PROTOCOL_VERSION and isinstance(fields[0], int):
+        if fields and type(fields[0]) is int and fields[0] != PROTOCOL_VERSION:
             raise VersionMismatch(
                 f"protocol version {fields[0]} is not supported (this process speaks "
                 f"{PROTOCOL_VERSION})"
             )
         raise BadFrame(f"envelope must have {_FIELDS} fields, got {len(fields)}")
-    version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload = (
-        fields
-    )
+    version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, _ = fields
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch(
             f"protocol version {version!r} is not supported (this process speaks "
             f"{PROTOCOL_VERSION})"
         )
-    kind = _KINDS.get(kind) if type(kind) is int else None
-    if kind is None:
-        raise BadFrame(f"unknown message kind {fields[1]!r}")
+    k = _KINDS.get(kind) if type(kind) is int else None
+    if k is None:
+        raise BadFrame(f"unknown message kind {kind!r}")
     # type() rather than isinstance(): msgpack booleans are Python bools, and True == 1.
     if type(msg_id) is not int or type(corr_id) is not int or msg_id < 0 or corr_id < 0:
         raise BadFrame("msg_id and corr_id must be non-negative integers")
-    if not isinstance(sender, str) or not isinstance(target, str) or not isinstance(mtype, str):
+    if type(sender) is not str or type(target) is not str or type(mtype) is not str:
         raise BadFrame("sender, target and type must be strings")
-    if deadline is not None and not isinstance(deadline, (int, float)):
+    if deadline is not None and type(deadline) not in (int, float):
         raise BadFrame("deadline must be a number of seconds since the epoch or nil")
-    if trace is not None and not isinstance(trace, str):
+    if trace is not None and type(trace) is not str:
         raise BadFrame("trace must be a string or nil")
-    if headers is not None and not isinstance(headers, dict):
+    if headers is not None and type(headers) is not dict:
         raise BadFrame("headers must be a map or nil")
-    if kind in (Kind.TELL, Kind.ASK) and not mtype:
+    if k in (Kind.TELL, Kind.ASK) and not mtype:
         raise BadFrame("tell and ask messages need a non-empty type")
-    return Envelope(kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload)

@@ -109,7 +109,8 @@ class Runtime:
         self._stopped = anyio.Event()
         self._bad_frames = 0
         self._late_replies = 0
-        self.directory.learn(f"{node}/{process}", transport.address)
+        self._process_key = f"{node}/{process}"
+        self.directory.learn(self._process_key, transport.address)
 
     @property
     def address(self) -> str:
@@ -240,9 +241,9 @@ class Runtime:
     def _context(self) -> tuple[str, str | None]:
         cell = Cell.current.get()
         if cell is None:
-            return f"{self.node}/{self.process}", None
+            return self._process_key, None
         msg = cell.handling
-        return str(cell.actor.address), msg.trace if msg is not None else None
+        return cell.sender, msg.trace if msg is not None else None
 
     async def _resolve(self, ref: ActorRef) -> None:
         addr = ref.address

@@ -19,13 +19,14 @@ This is the only module that imports zmq.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import structlog
 import zmq
 
-from .errors import MailboxFull, Unreachable
+from .errors import MailboxFull, Partitioned, Unreachable
 from .transport import OnMessage, TransportStats
 
 __all__ = ["ZmqTransport"]
@@ -46,13 +47,14 @@ _COPY_BELOW = 64 * 1024
 class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
-    __slots__ = ("sock", "fd", "wake", "peer")
+    __slots__ = ("sock", "fd", "wake", "peer", "waiting")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
         self.sock = sock
         self.fd = sock.getsockopt(zmq.FD)
         self.wake = asyncio.Event()
         self.peer = peer
+        self.waiting = False  # the pump is parked on ``wake``
 
     def kick_if_ready(self) -> None:
         if self.sock.getsockopt(_EVENTS) & (_POLLIN | _POLLOUT):
@@ -87,6 +89,10 @@ class ZmqTransport:
         self._tg: anyio.abc.TaskGroup | None = None
         self.address: str = self.open_mailbox(bind)
         self._on_message: OnMessage | None = None
+        # Fault injection (partition): when set, traffic to and replies from a peer it names
+        # are refused; see refused_counts. None costs one attribute test per send.
+        self.refuse: Callable[[str], bool] | None = None
+        self._refused: dict[str, int] = {}
         self._sent = 0
         self._received = 0
         self._closed = False
@@ -181,6 +187,9 @@ class ZmqTransport:
                     break
                 handled += 1
                 self._received += 1
+                if not is_router and self.refuse is not None and self.refuse(w.peer):
+                    self._count_refused(w.peer, "receive")
+                    continue
                 await on_message(route, frames)
             if handled == self.batch:
                 await asyncio.sleep(0)  # let other tasks run between batches
@@ -188,7 +197,11 @@ class ZmqTransport:
             w.wake.clear()
             if sock.getsockopt(_EVENTS) & _POLLIN:
                 continue
-            await w.wake.wait()
+            w.waiting = True
+            try:
+                await w.wake.wait()
+            finally:
+                w.waiting = False
 
     def _dealer(self, address: str) -> _Watched:
         w = self._dealers.get(address)
@@ -217,8 +230,25 @@ class ZmqTransport:
             MailboxFull: block=False and the peer's queue is at its high-water mark.
             Unreachable: the address cannot be connected to.
         """
+        if self.refuse is not None and self.refuse(address):
+            self._count_refused(address, "send")
+            raise Partitioned(
+                f"traffic to {address} is refused: this process is partitioned from it by fault "
+                "injection; end it with `troupe ctl heal`"
+            )
         w = self._dealer(address)
         await self._send_on(w, frames, block, address)
+
+    @property
+    def refused_counts(self) -> dict[str, int]:
+        """Messages refused per peer while partitioned (sends and replies dropped)."""
+        return dict(self._refused)
+
+    def _count_refused(self, peer: str, direction: str) -> None:
+        n = self._refused.get(peer, 0)
+        self._refused[peer] = n + 1
+        if n == 0:  # once per peer: a partition must be visible, not flood the log
+            log.warning("partition_refused", peer=peer, direction=direction)
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
         """Answer through ``route`` (mailbox, identity); a vanished peer is logged, not raised."""
@@ -261,8 +291,9 @@ class ZmqTransport:
                     raise
                 raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
         self._sent += 1
-        # The send may have consumed the descriptor's edge: wake the reader if input waits.
-        if sock.getsockopt(_EVENTS) & _POLLIN:
+        # The send may have consumed the descriptor's edge: wake a parked reader if input waits.
+        # A reader that is not parked re-checks EVENTS itself before it parks.
+        if w.waiting and sock.getsockopt(_EVENTS) & _POLLIN:
             w.wake.set()
 
     def forget(self, address: str) -> None:

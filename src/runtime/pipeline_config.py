@@ -1,0 +1,139 @@
+"""Pipeline declarations: a graph of stages in a TOML file, validated once.
+
+::
+
+    [pipeline]
+    name = "indoor-nav"
+    items = 64            # tasks: seeds seed_start .. seed_start + items - 1
+    seed_start = 0
+    slots = 4             # replica budget the scheduler may distribute (default: sum of replicas)
+
+    [[stages]]
+    name = "plan"
+    actor = "troupe.actors.datagen:NavPlanner"
+    replicas = 1          # at start
+    min_replicas = 1
+    max_replicas = 3
+    batch = 1             # items per call
+    queue = 8             # bound of this stage's input queue
+    resources = { cpu = 1, gpu = 0 }
+    kwargs = { }          # constructor arguments
+
+Stages form a chain in file order unless a stage names its input with ``after``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from .config import _Frozen, validation_message
+from .errors import ConfigError
+
+__all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
+
+
+class Resources(_Frozen):
+    """What one replica of a stage needs."""
+
+    cpu: float = Field(default=1.0, ge=0)
+    gpu: int = Field(default=0, ge=0)
+
+
+class StageConfig(_Frozen):
+    """One stage: its actor class and how it scales."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_\-]+$")
+    actor: str = Field(min_length=3)
+    replicas: int = Field(default=1, ge=1)
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int | None = Field(default=None, ge=1)
+    batch: int = Field(default=1, ge=1)
+    queue: int = Field(default=8, ge=1)
+    resources: Resources = Resources()
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    after: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> StageConfig:
+        top = self.max_replicas if self.max_replicas is not None else self.replicas
+        if not self.min_replicas <= self.replicas <= top:
+            raise ValueError(
+                f"stage {self.name!r}: need min_replicas <= replicas <= max_replicas, got "
+                f"{self.min_replicas} <= {self.replicas} <= {top}"
+            )
+        return self
+
+    @property
+    def most(self) -> int:
+        """The largest number of replicas this stage may have."""
+        return self.max_replicas if self.max_replicas is not None else self.replicas
+
+
+class PipelineConfig(_Frozen):
+    """A whole pipeline: its stages, the items to run and the replica budget."""
+
+    name: str = "pipeline"
+    items: int = Field(default=64, ge=0)
+    seed_start: int = 0
+    slots: int | None = Field(default=None, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+    scale_interval_s: float = Field(default=0.5, gt=0)
+    stages: tuple[StageConfig, ...]
+
+    @model_validator(mode="after")
+    def _graph(self) -> PipelineConfig:
+        if not self.stages:
+            raise ValueError("a pipeline needs at least one [[stages]] table")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}")
+        for i, stage in enumerate(self.stages):
+            if stage.after is not None and stage.after not in names[:i]:
+                raise ValueError(
+                    f"stage {stage.name!r}: after = {stage.after!r} must name an earlier stage"
+                )
+        return self
+
+    @property
+    def slot_budget(self) -> int:
+        """Replicas the scheduler may run at once (default: the starting replicas)."""
+        return self.slots if self.slots is not None else sum(s.replicas for s in self.stages)
+
+    def upstream(self, index: int) -> int | None:
+        """Index of the stage feeding stage ``index`` (None for the first)."""
+        stage = self.stages[index]
+        if stage.after is not None:
+            return [s.name for s in self.stages].index(stage.after)
+        return index - 1 if index > 0 else None
+
+    def downstream(self, index: int) -> list[int]:
+        """Indexes of the stages fed by stage ``index``."""
+        return [j for j in range(len(self.stages)) if self.upstream(j) == index]
+
+
+def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
+    """Load and validate a pipeline TOML file; ``overrides`` replace [pipeline] fields.
+
+    Raises:
+        ConfigError: missing file, bad TOML, or invalid fields (named with the file).
+    """
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such pipeline file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(raw) - {"pipeline", "stages"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; expected [pipeline] and [[stages]]")
+    data = dict(raw.get("pipeline", {}))
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    data["stages"] = raw.get("stages", [])
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(str(path), exc)) from None

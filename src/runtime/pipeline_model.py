@@ -1,0 +1,213 @@
+"""The pipeline's bookkeeping, pure: stage meters (the throughput model) and the scaler.
+
+Throughput model (Nimbus): each stage s has a latency per item ``l_s``, a mean concurrency
+``N_s`` (replicas, averaged over the time the stage was active) and so a throughput
+``mu_s = N_s / l_s``. The pipeline can go no faster than its slowest stage:
+``lambda_theory = min(mu_s)``. ``lambda`` is what was measured (items out of the pipeline per
+second), ``lambda_succ`` counts only successful items. Time is always passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["PipelineMetrics", "Scale", "ScaleInput", "StageMeter", "StageMetrics", "decide_scaling", "pipeline_metrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageMetrics:
+    """What one stage did (frozen snapshot)."""
+
+    name: str
+    items_in: int
+    items_out: int
+    failed: int
+    errors: int
+    latency_s: float
+    concurrency: float
+    throughput: float
+    queue_depth: int
+    queue_max: int
+    queue_bound: int
+    busy_fraction: float
+    replicas: int
+
+
+@dataclass
+class StageMeter:
+    """Accumulates one stage's events; ``now`` comes in with every event."""
+
+    name: str
+    queue_bound: int
+    items_in: int = 0
+    items_out: int = 0
+    failed: int = 0
+    errors: int = 0
+    queue_depth: int = 0
+    queue_max: int = 0
+    replicas: int = 0
+    inflight: int = 0
+    _latency_sum: float = 0.0
+    _latency_n: int = 0
+    _replica_area: float = 0.0
+    _busy_area: float = 0.0
+    _last: float | None = None
+    _first: float | None = None
+    _end: float | None = None
+
+    def _advance(self, now: float) -> None:
+        if self._last is not None and now > self._last:
+            dt = now - self._last
+            self._replica_area += self.replicas * dt
+            self._busy_area += min(self.inflight, self.replicas) * dt if self.replicas else self.inflight * dt
+        self._last = now
+
+    def set_replicas(self, n: int, now: float) -> None:
+        """The number of live replicas changed."""
+        self._advance(now)
+        self.replicas = n
+
+    def queued(self, depth: int, now: float) -> None:
+        """An item entered the input queue (``depth`` after it)."""
+        self.items_in += 1
+        self.queue_depth = depth
+        self.queue_max = max(self.queue_max, depth)
+
+    def dispatched(self, n: int, depth: int, now: float) -> None:
+        """``n`` items left the queue for a replica."""
+        self._advance(now)
+        if self._first is None:
+            self._first = now
+        self.inflight += n
+        self.queue_depth = depth
+
+    def finished(self, ok: int, failed: int, errors: int, latency_s: float, now: float) -> None:
+        """A call returned: ``ok`` items out, ``failed`` pruned, ``errors`` to retry."""
+        self._advance(now)
+        n = ok + failed + errors
+        self.inflight -= n
+        self.items_out += ok
+        self.failed += failed
+        self.errors += errors
+        self._latency_sum += latency_s * n
+        self._latency_n += n
+        self._end = now
+
+    def snapshot(self, now: float) -> StageMetrics:
+        """Freeze the figures so far."""
+        self._advance(now)
+        latency = self._latency_sum / self._latency_n if self._latency_n else 0.0
+        start = self._first
+        end = self._end if (self._end is not None and self.inflight == 0 and self.queue_depth == 0) else now
+        span = (end - start) if start is not None else 0.0
+        # Concurrency: replicas averaged over the stage's active window.
+        concurrency = self._replica_area / span if span > 0 else float(self.replicas)
+        if start is not None and span > 0:
+            concurrency = min(concurrency, self._replica_area / span)
+        throughput = concurrency / latency if latency > 0 else 0.0
+        busy = self._busy_area / self._replica_area if self._replica_area > 0 else 0.0
+        return StageMetrics(
+            self.name, self.items_in, self.items_out, self.failed, self.errors, latency,
+            concurrency, throughput, self.queue_depth, self.queue_max, self.queue_bound, min(busy, 1.0),
+            self.replicas,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineMetrics:
+    """The whole pipeline: its stages and the throughput model's figures."""
+
+    stages: tuple[StageMetrics, ...]
+    elapsed_s: float
+    items_done: int
+    items_ok: int
+    items_pruned: int
+    items_dead: int
+    lambda_measured: float
+    lambda_succ: float
+    lambda_theory: float
+    bottleneck: str
+
+    @property
+    def efficiency(self) -> float:
+        """lambda / lambda_theory."""
+        return self.lambda_measured / self.lambda_theory if self.lambda_theory > 0 else 0.0
+
+
+def pipeline_metrics(
+    stages: list[StageMeter], ok: int, pruned: int, dead: int, start: float, now: float
+) -> PipelineMetrics:
+    """Combine stage meters into the pipeline's figures."""
+    snaps = tuple(m.snapshot(now) for m in stages)
+    elapsed = max(now - start, 1e-9)
+    done = ok + pruned + dead
+    rated = [s for s in snaps if s.throughput > 0]
+    slowest = min(rated, key=lambda s: s.throughput) if rated else None
+    return PipelineMetrics(
+        snaps, elapsed, done, ok, pruned, dead, done / elapsed, ok / elapsed,
+        slowest.throughput if slowest else 0.0, slowest.name if slowest else "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleInput:
+    """What the scaler knows of one stage."""
+
+    name: str
+    replicas: int
+    starting: int
+    min_replicas: int
+    max_replicas: int
+    queue_depth: int
+    inflight: int
+    drained: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """Add (delta > 0) or retire (delta < 0) replicas of a stage."""
+
+    stage: str
+    delta: int
+    reason: str
+
+
+def decide_scaling(stages: list[ScaleInput], budget: int) -> list[Scale]:
+    """Move replica slots to where the backlog is.
+
+    1. A drained stage (its upstream is exhausted, its queue empty, nothing in flight) gives
+       back every replica.
+    2. Free slots go, one at a time, to the stage with the largest backlog per replica that is
+       below its maximum (the bottleneck).
+    3. With no free slot, a stage with nothing queued and more than its minimum gives one
+       replica to a stage whose backlog per replica is at least 2.
+    """
+    out: list[Scale] = []
+    live = {s.name: s.replicas + s.starting for s in stages}
+    for s in stages:
+        if s.drained and live[s.name] > 0 and s.starting == 0:
+            out.append(Scale(s.name, -s.replicas, "drained"))
+            live[s.name] = 0
+    free = budget - sum(live.values())
+
+    def pressure(s: ScaleInput) -> float:
+        return s.queue_depth / max(live[s.name], 1)
+
+    wanting = sorted(
+        (s for s in stages if not s.drained and s.queue_depth > 0 and live[s.name] < s.max_replicas),
+        key=pressure, reverse=True,
+    )
+    if wanting and free > 0:
+        target = wanting[0]
+        out.append(Scale(target.name, 1, "free slot to the largest backlog"))
+        return out
+    if wanting and pressure(wanting[0]) >= 2:
+        donors = [
+            s for s in stages
+            if s is not wanting[0] and not s.drained and s.queue_depth == 0 and s.starting == 0
+            and live[s.name] > max(s.min_replicas, 1)
+        ]
+        if donors:
+            donor = max(donors, key=lambda s: live[s.name])
+            out.append(Scale(donor.name, -1, f"idle, lends a slot to {wanting[0].name}"))
+    return out
