@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench_messaging import measure_messaging
+from .bench_pipeline import measure_pipeline
 
 __all__ = ["bench_app"]
 
@@ -39,3 +40,27 @@ def messaging(as_json: JsonOption = False, quick: QuickOption = False) -> None:
     Console().print(table)
     Console().print(f"startup (node start -> first ask answered): {fig['startup_s']:.2f} s; "
                     f"idle RSS of {fig['idle_processes']:.0f} processes: {fig['idle_rss_mib']:.0f} MiB")
+
+
+@bench_app.command("pipeline")
+def pipeline(
+    as_json: JsonOption = False,
+    scenes: Annotated[int, typer.Option("--scenes", help="Scenes for the real workload.")] = 32,
+    synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
+) -> None:
+    """The sequential baseline against the troupe pipeline on the same scenes, plus engine overhead."""
+    fig = measure_pipeline(scenes, synthetic, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    out = Console()
+    out.print(f"sequential baseline: {fig['baseline_s']:.2f} s for {fig['items']:.0f} scenes "
+              f"({fig['baseline_items_per_s']:.2f} items/s)")
+    out.print(f"troupe pipeline:     {fig['pipeline_s']:.2f} s from first item in "
+              f"({fig['pipeline_wall_s']:.2f} s with start-up)")
+    out.print(f"speedup {fig['speedup']:.2f}x ({fig['speedup_wall']:.2f}x with start-up); "
+              f"lambda {fig['lambda']:.2f}/s, lambda_theory {fig['lambda_theory']:.2f}/s, "
+              f"lambda/lambda_theory {fig['efficiency']:.2f}, lambda_succ {fig['lambda_succ']:.2f}/s")
+    out.print(f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
+              f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
+              f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})")

@@ -150,6 +150,17 @@ class Cell:
         except Exception as exc:
             self.failed += 1
             await self._answer_failure(msg, exc)
+        except BaseException:
+            # Cancelled (shutdown past its drain deadline): the asker learns at once, a local
+            # one through its future, a remote one through an ERROR sent while shielded.
+            stopped = ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
+            if msg.future is not None:
+                if not msg.future.done():
+                    msg.future.set_exception(stopped)
+            elif msg.kind is Kind.ASK:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                    await self.runtime._reply_error(msg.route, msg.msg_id, self.name, stopped)
+            raise
         else:
             if msg.kind is Kind.ASK:
                 if msg.future is not None:

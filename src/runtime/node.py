@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -25,6 +26,7 @@ from .directory import Directory
 from .errors import ConfigError, UnknownActor, Unreachable
 from .host import Runtime
 from .ref import ActorAddress
+from .supervision import NodeSupervision
 from .worker import ignore_stop_signals
 from .workers import WorkerHandle, WorkerState, launch_worker
 from .zmq_transport import ZmqTransport
@@ -49,6 +51,10 @@ class Node:
         self.started_at = time.time()
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
+        # Called as listener(handle, reason) after every worker exit, before any restart
+        # (handle.state is STOPPED for a stop on purpose); the task layer requeues there.
+        self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
+        self.supervision = NodeSupervision(self)
 
     async def run(self) -> None:
         """Serve until SIGTERM, Ctrl-C or a ``shutdown`` control message."""
@@ -68,12 +74,14 @@ class Node:
             log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._stop_on_signal)
+                await self.supervision.start(tg)
                 for spec in cfg.workers:
                     self._start(tg, spec)
                 self._tg = tg
                 self.ready.set()
                 await self.stopping.wait()
                 await self._stop_workers()
+                await self.supervision.stop()
                 tg.cancel_scope.cancel()
         log.info("node_stopped")
 
@@ -90,7 +98,8 @@ class Node:
     async def _supervise(self, handle: WorkerHandle, restart_reason: str | None) -> None:
         assert self.runtime is not None
         cfg = self.config
-        proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason)
+        proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason,
+                                   self.supervision.launch_options(handle))
         log.info("worker_spawned", worker=handle.spec.name, pid=proc.pid, incarnation=handle.incarnation)
         code = await proc.wait()
         handle.exited(code)
@@ -102,6 +111,7 @@ class Node:
 
     def on_worker_exit(self, handle: WorkerHandle) -> None:
         """Called when a worker process has exited and been reaped (restart policy hook)."""
+        self.supervision.worker_exited(handle)
 
     async def _stop_workers(self) -> None:
         live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
@@ -126,6 +136,7 @@ class Node:
             ping=self._ping, status=self._status, register=self._register, resolve=self._resolve,
             spawn_worker=self._spawn_worker, stop_worker=self._stop_worker, shutdown=self._shutdown,
         )
+        self.supervision.install(runtime)
 
     async def _ping(self, _: Any) -> dict[str, Any]:
         return {"node": self.name, "pid": os.getpid(), "time": time.time()}
@@ -136,6 +147,7 @@ class Node:
             raise UnknownActor(f"no worker named {payload['process']!r} was started by node {self.name}")
         handle.registered(payload["endpoint"], int(payload["pid"]), dict(payload["actors"]))
         log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, pid=handle.pid)
+        self.supervision.worker_registered(handle)
         assert self.runtime is not None
         key = f"{self.name}/{handle.spec.name}"
         for old in self.runtime.directory.forget_process(key):
@@ -189,9 +201,12 @@ class Node:
             "rss_mib": _rss_mib(os.getpid()),
             "workers": workers,
             "runtime": asdict(self.runtime.statistics()),
+            "supervision": await self.supervision.describe(),
         }
 
     async def _spawn_worker(self, payload: Any) -> dict[str, Any]:
+        payload = dict(payload)
+        timeout_s = float(payload.pop("timeout_s", 30.0))
         spec = WorkerSpec.model_validate(payload)
         existing = self.workers.get(spec.name)
         if existing is not None and existing.returncode is None and existing.process is not None:
@@ -199,7 +214,7 @@ class Node:
         if existing is not None:
             del self.workers[spec.name]
         handle = self._start(self._tg, spec)
-        with anyio.fail_after(float(payload.get("timeout_s", 30.0)) if isinstance(payload, dict) else 30.0):
+        with anyio.fail_after(timeout_s):
             await handle.ready_event.wait()
         return handle.describe()
 

@@ -110,6 +110,7 @@ class PipelineEngine:
         self._started = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.scale_log: list[tuple[float, str, int, str]] = []
+        self._wanted_before: set[str] = set()
 
     # -- public -------------------------------------------------------------------------------
 
@@ -130,6 +131,10 @@ class PipelineEngine:
             for stage in self.stages:
                 for _ in range(stage.cfg.replicas):
                     self._spawn(stage)
+            with anyio.fail_after(300):
+                while any(s.starting for s in self.stages):  # every first replica up, or failed
+                    await self._changed.wait()
+                    self._changed = anyio.Event()
             tg.start_soon(self._scale_loop)
             await self._dispatch_loop()
             tg.cancel_scope.cancel()
@@ -262,6 +267,7 @@ class PipelineEngine:
             await ref.ask("process", {"items": []}, timeout=60)  # resolves and connects
         except TroupeError as exc:
             stage.starting -= 1
+            self._changed.set()
             log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=str(exc))
             raise
         stage.starting -= 1
@@ -316,7 +322,15 @@ class PipelineEngine:
                        len(s.queue), sum(r.busy for r in s.replicas), self._drained(s))
             for s in self.stages
         ]
-        for decision in decide_scaling(inputs, self.config.slot_budget):
+        decisions = decide_scaling(inputs, self.config.slot_budget)
+        # Growing costs a process start (seconds of CPU for torch): only grow for a backlog
+        # seen on two looks in a row. Giving back drained slots needs no such patience.
+        wanted = {d.stage for d in decisions if d.delta > 0}
+        confirmed = wanted & self._wanted_before
+        self._wanted_before = wanted
+        for decision in decisions:
+            if decision.delta > 0 and decision.stage not in confirmed:
+                continue
             stage = next(s for s in self.stages if s.cfg.name == decision.stage)
             log.info("stage_scaled", stage=decision.stage, delta=decision.delta, reason=decision.reason)
             if decision.delta > 0:

@@ -54,9 +54,12 @@ class StageMeter:
     _last: float | None = None
     _first: float | None = None
     _end: float | None = None
+    _area_at_end: tuple[float, float] = (0.0, 0.0)
 
     def _advance(self, now: float) -> None:
-        if self._last is not None and now > self._last:
+        # Areas count from the stage's first item on: replicas waiting for the pipeline to
+        # fill are start-up, not the stage's concurrency.
+        if self._first is not None and self._last is not None and now > self._last:
             dt = now - self._last
             self._replica_area += self.replicas * dt
             self._busy_area += min(self.inflight, self.replicas) * dt if self.replicas else self.inflight * dt
@@ -92,20 +95,23 @@ class StageMeter:
         self._latency_sum += latency_s * n
         self._latency_n += n
         self._end = now
+        self._area_at_end = (self._replica_area, self._busy_area)
 
     def snapshot(self, now: float) -> StageMetrics:
         """Freeze the figures so far."""
         self._advance(now)
         latency = self._latency_sum / self._latency_n if self._latency_n else 0.0
         start = self._first
-        end = self._end if (self._end is not None and self.inflight == 0 and self.queue_depth == 0) else now
-        span = (end - start) if start is not None else 0.0
+        # Once idle after its last item, the stage's window closes at that item: replicas
+        # kept after it (until the scaler retires them) are not its concurrency.
+        idle = self._end is not None and self.inflight == 0 and self.queue_depth == 0
+        end = self._end if idle else now
+        area, busy_area = self._area_at_end if idle else (self._replica_area, self._busy_area)
+        span = (end - start) if start is not None and end is not None else 0.0
         # Concurrency: replicas averaged over the stage's active window.
-        concurrency = self._replica_area / span if span > 0 else float(self.replicas)
-        if start is not None and span > 0:
-            concurrency = min(concurrency, self._replica_area / span)
+        concurrency = area / span if span > 0 else float(self.replicas)
         throughput = concurrency / latency if latency > 0 else 0.0
-        busy = self._busy_area / self._replica_area if self._replica_area > 0 else 0.0
+        busy = busy_area / area if area > 0 else 0.0
         return StageMetrics(
             self.name, self.items_in, self.items_out, self.failed, self.errors, latency,
             concurrency, throughput, self.queue_depth, self.queue_max, self.queue_bound, min(busy, 1.0),

@@ -22,7 +22,9 @@ async def _put(mb: Mailbox[T], item: T, *, task_status: Any = anyio.TASK_STATUS_
     await mb.put(item)
 
 
-async def _get_into(mb: Mailbox[T], out: list[T], *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+async def _get_into(
+    mb: Mailbox[T], out: list[T], *, task_status: Any = anyio.TASK_STATUS_IGNORED
+) -> None:
     task_status.started()
     out.append(await mb.get())
 
@@ -225,11 +227,6 @@ async def test_statistics_count_everything() -> None:
         stats.depth = 0  # type: ignore[misc]
 
 
-@pytest.mark.xfail(
-    reason="Mailbox._wake_putter hands a freed slot to a waiting putter but does not reserve it: "
-    "a put_nowait that runs before the woken putter takes the slot too, so depth exceeds capacity",
-    strict=True,
-)
 async def test_capacity_holds_when_put_nowait_races_a_woken_putter() -> None:
     """The depth never exceeds the capacity, even when put_nowait runs right after a get."""
     mb: Mailbox[int] = Mailbox(1)
@@ -238,8 +235,7 @@ async def test_capacity_holds_when_put_nowait_races_a_woken_putter() -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(_put, mb, 1)
             assert mb.get_nowait() == 0  # wakes the putter, which has not run yet
-            try:
-                mb.put_nowait(2)
-            except MailboxFull:
-                pass
+            with pytest.raises(MailboxFull):
+                mb.put_nowait(2)  # the freed slot is promised to the waiting putter
     assert mb.statistics().high_water <= mb.capacity
+    assert [mb.get_nowait(), mb.get_nowait()] == [1, None]
