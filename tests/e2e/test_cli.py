@@ -1,0 +1,54 @@
+"""The troupe command as a user runs it: demo, logs tail, bad configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.cluster import ctl, free_endpoint
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_runs_actors_across_processes_and_exits_cleanly(tmp_path: Path) -> None:
+    """`troupe demo` starts a node with three worker processes, exchanges messages and exits 0."""
+    out = ctl("demo", "--logs", str(tmp_path / "logs"), "--endpoint", free_endpoint(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "hello, troupe" in out.stdout
+    assert "counter/get -> 100" in out.stdout
+    assert "RemoteError" in out.stdout and "asked to fail" in out.stdout
+    lines = (tmp_path / "logs" / "local.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    processes = {r["process"] for r in records}
+    assert {"node", "w-echo", "w-greet", "w-relay"} <= processes
+    assert all({"node", "pid", "level", "timestamp", "event"} <= set(r) for r in records)
+    assert any(r.get("actor") == "echo" and "msg_id" in r for r in records), "handler lines carry actor and msg_id"
+
+
+def test_logs_tail_renders_every_node_file(tmp_path: Path) -> None:
+    """`troupe logs tail --no-follow` shows the last lines of each node's JSON log, readable, and passes non-JSON through."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text(
+        json.dumps({"timestamp": "t1", "level": "info", "node": "a", "process": "w0", "event": "hello", "k": 1}) + "\n"
+    )
+    (logs / "b.jsonl").write_text("not json at all\n")
+    out = ctl("logs", "tail", "--logs", str(logs), "--no-follow")
+    assert out.returncode == 0, out.stderr
+    assert "t1 info a w0 hello k=1" in out.stdout
+    assert "not json at all" in out.stdout
+    raw = ctl("logs", "tail", "--logs", str(logs), "--no-follow", "--raw")
+    assert '"event": "hello"' in raw.stdout
+
+
+def test_bad_node_config_is_one_clear_error(tmp_path: Path) -> None:
+    """A node config with a wrong field exits 2 naming the file and field, and never starts a node."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[node]\nhwm = -1\nendpoint = "tcp://10.1.2.3:7000"\n')
+    out = ctl("node", "start", "--config", str(bad), "--logs", str(tmp_path / "logs"))
+    assert out.returncode == 2
+    assert str(bad) in out.stderr and "hwm" in out.stderr and "loopback" in out.stderr
+    assert "Traceback" not in out.stderr
+    missing = ctl("node", "start", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "no such config file" in missing.stderr
