@@ -23,22 +23,18 @@ import structlog
 
 from .actor import Actor
 from .cell import Cell, Msg
+from .inbound import Inbound
 from .codec import Codec, Envelope, Kind
 from .directory import Directory
 from .errors import (
     ActorStopped,
     AskTimeout,
-    DeliveryError,
     MailboxFull,
-    ProtocolError,
-    TroupeError,
     UnknownActor,
-    UnknownMessageType,
     Unreachable,
 )
 from .loading import load_actor_class
 from .ref import ActorAddress, ActorRef
-from .replies import error_payload, raise_error_payload
 from .transport import Transport
 
 __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats"]
@@ -67,7 +63,7 @@ class RuntimeStats:
     late_replies: int
 
 
-class Runtime:
+class Runtime(Inbound):
     """Hosts the actors of one process.
 
     Args:
@@ -357,104 +353,6 @@ class Runtime:
             timer.cancel()
             self._pending.pop(msg_id, None)
 
-    # -- receiving ----------------------------------------------------------------------------
-
-    async def _on_frames(self, route: Any, frames: list[Any]) -> None:
-        try:
-            env = self.codec.decode(frames)
-        except ProtocolError as exc:
-            self._bad_frames += 1
-            log.warning("bad_frame_dropped", reason=str(exc), code=exc.code, frames=len(frames))
-            await self._reply_error(route, 0, "", exc)
-            return
-        kind = env.kind
-        if kind is Kind.REPLY or kind is Kind.ERROR:
-            fut = self._pending.pop(env.corr_id, None)
-            if fut is None or fut.done():
-                self._late_replies += 1
-                if kind is Kind.ERROR and isinstance(env.payload, dict):
-                    log.warning("error_reply_unclaimed", corr_id=env.corr_id, error=env.payload.get("message"))
-                return
-            if kind is Kind.REPLY:
-                fut.set_result(env.payload)
-            else:
-                fut.set_exception(_error_from(env.payload))
-            return
-        if not self._accepting:
-            await self._reply_error(route, env.msg_id, env.target, ActorStopped("the process is shutting down"))
-            return
-        if kind is Kind.CONTROL:
-            self.start_soon(self._run_control, route, env)
-            return
-        cell = self.cells.get(env.target)
-        if cell is None:
-            log.warning("unknown_actor", target=env.target, type=env.type, sender=env.sender)
-            await self._reply_error(
-                route, env.msg_id, env.target,
-                UnknownActor(f"no actor named {env.target!r} in {self.node}/{self.process}; "
-                             f"actors here: {sorted(self.cells)}"),
-            )
-            return
-        if env.type not in cell.handlers:
-            log.warning("unknown_message_type", actor=env.target, type=env.type)
-            await self._reply_error(
-                route, env.msg_id, env.target,
-                UnknownMessageType(f"actor {env.target!r} has no handler for {env.type!r}; "
-                                   f"it handles {sorted(cell.handlers)}"),
-            )
-            return
-        msg = Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
-        try:
-            await cell.deliver(msg, True)
-        except ActorStopped as exc:
-            await self._reply_error(route, env.msg_id, env.target, exc)
-
-    async def _run_control(self, route: Any, env: Envelope) -> None:
-        handler = self.control_handlers.get(env.type)
-        if handler is None:
-            await self._reply_error(
-                route, env.msg_id, "",
-                UnknownMessageType(f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"),
-            )
-            return
-        try:
-            result = await handler(env.payload)
-        except Exception as exc:
-            log.warning("control_failed", type=env.type, error=repr(exc))
-            await self._reply_error(route, env.msg_id, "", exc)
-            return
-        await self.reply(route, env.msg_id, result)
-
-    async def reply(self, route: Any, msg_id: int, result: Any) -> None:
-        """Send a handler's result back through ``route``."""
-        env = Envelope(Kind.REPLY, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, result)
-        try:
-            frames = self.codec.encode(env)
-        except ProtocolError as exc:
-            await self._reply_error(route, msg_id, "", exc)
-            return
-        await self.transport.reply(route, frames)
-
-    async def _reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
-        if route is None:
-            return
-        payload = error_payload(exc, f"{self.node}/{self.process}/{actor}" if actor else "")
-        await self._reply_error_payload(route, msg_id, payload)
-
-    async def _reply_error_payload(self, route: Any, msg_id: int, payload: dict[str, Any]) -> None:
-        if route is None:
-            return
-        env = Envelope(Kind.ERROR, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, payload)
-        await self.transport.reply(route, self.codec.encode(env))
-
-    async def _fail(self, msg: Msg, exc: BaseException) -> None:
-        """Answer a message that will never be handled: local asks at once, remote via route."""
-        if msg.future is not None:
-            if not msg.future.done():
-                msg.future.set_exception(exc)
-        elif msg.kind is Kind.ASK:
-            await self._reply_error(msg.route, msg.msg_id, "", exc)
-
 
 def _expire(fut: asyncio.Future[Any], target: object, msg_type: str, timeout: float) -> None:
     if not fut.done():
@@ -462,11 +360,3 @@ def _expire(fut: asyncio.Future[Any], target: object, msg_type: str, timeout: fl
             AskTimeout(f"no reply to {msg_type!r} from {target} within {timeout}s; "
                        "the target may be busy, hung or gone (see `troupe ctl status`)")
         )
-
-
-def _error_from(payload: Any) -> TroupeError:
-    try:
-        raise_error_payload(payload)
-    except TroupeError as exc:
-        return exc
-    return DeliveryError(f"malformed error reply: {payload!r}")

@@ -9,7 +9,7 @@ second), ``lambda_succ`` counts only successful items. Time is always passed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["PipelineMetrics", "Scale", "ScaleInput", "StageMeter", "StageMetrics", "decide_scaling", "pipeline_metrics"]
 
