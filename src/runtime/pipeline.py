@@ -106,7 +106,8 @@ class PipelineEngine:
         self._errors: dict[str, str] = {}
         self._changed = anyio.Event()
         self._ids = itertools.count()
-        self._start = time.monotonic()
+        self._created = time.monotonic()  # scale_log times count from here
+        self._start = self._created  # lambda counts from the first item in (reset then)
         self._started = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.scale_log: list[tuple[float, str, int, str]] = []
@@ -274,7 +275,7 @@ class PipelineEngine:
         stage.replicas.append(_Replica(name, ref))
         assert stage.meter is not None
         stage.meter.set_replicas(len(stage.ready()), time.monotonic())
-        self.scale_log.append((time.monotonic() - self._start, stage.cfg.name, len(stage.ready()), "started"))
+        self.scale_log.append((time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started"))
         self._changed.set()
 
     def _replace(self, stage: _Stage, replica: _Replica) -> None:
@@ -297,7 +298,7 @@ class PipelineEngine:
                 await anyio.sleep(0.02)
         if replica in stage.replicas:
             stage.replicas.remove(replica)
-        self.scale_log.append((time.monotonic() - self._start, stage.cfg.name, len(stage.ready()), "retired"))
+        self.scale_log.append((time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired"))
         try:
             await self.runtime.control(self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30)
         except TroupeError as exc:
