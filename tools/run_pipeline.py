@@ -66,14 +66,18 @@ async def run_pipeline(cfg: PipelineConfig, out: Path, endpoint: str, quiet: boo
         if not quiet:
             console.print(f"node up in {time.perf_counter() - t0:.2f} s; running {cfg.items} items "
                           f"through {len(cfg.stages)} stages into {out}")
-        async with connect(endpoint, "local") as rt:
-            engine = PipelineEngine(cfg, rt, endpoint, on_change=show)
-            assert node.runtime is not None
-            node.runtime.control_handlers["pipeline"] = _status_handler(engine)
-            with progress:
-                result = await engine.run()
-                show(result.metrics)
-        node.stopping.set()
+        try:
+            async with connect(endpoint, "local") as rt:
+                engine = PipelineEngine(cfg, rt, endpoint, on_change=show)
+                assert node.runtime is not None
+                node.runtime.control_handlers["pipeline"] = _status_handler(engine)
+                with progress:
+                    result = await engine.run()
+                    show(result.metrics)
+        finally:  # even when the run fails: stop and reap every worker before leaving
+            node.stopping.set()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(60):
+                await node.stopped.wait()
     return result
 
 

@@ -25,6 +25,7 @@ from .config import NodeConfig, WorkerSpec
 from .directory import Directory
 from .errors import ConfigError, UnknownActor, Unreachable
 from .host import Runtime
+from .node_agent import MasterLink
 from .ref import ActorAddress
 from .supervision import NodeSupervision
 from .worker import ignore_stop_signals
@@ -51,6 +52,7 @@ class Node:
         self.started_at = time.time()
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
+        self.stopped = anyio.Event()  # set once every worker has been stopped and reaped
         # Called as listener(handle, reason) after every worker exit, before any restart
         # (handle.state is STOPPED for a stop on purpose); the task layer requeues there.
         self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
@@ -75,6 +77,8 @@ class Node:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._stop_on_signal)
                 await self.supervision.start(tg)
+                if cfg.master:  # task dispatch: beat to the master, report worker exits
+                    tg.start_soon(MasterLink(self, cfg.master).run)
                 for spec in cfg.workers:
                     self._start(tg, spec)
                 self._tg = tg
@@ -83,6 +87,7 @@ class Node:
                 await self._stop_workers()
                 await self.supervision.stop()
                 tg.cancel_scope.cancel()
+        self.stopped.set()
         log.info("node_stopped")
 
     # -- workers ------------------------------------------------------------------------------

@@ -1,0 +1,168 @@
+"""Pipeline TOML files: a good one loads into frozen configs, every bad one is named with its field."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from troupe.actors.datagen_config import DEFAULT_PIPELINE, default_pipeline
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline_config import PipelineConfig, load_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[pipeline]
+name = "two-step"
+items = 10
+seed_start = 100
+slots = 3
+max_attempts = 2
+scale_interval_s = 0.25
+
+[[stages]]
+name = "first"
+actor = "troupe.actors.synthetic:CostStage"
+replicas = 1
+max_replicas = 2
+batch = 2
+queue = 5
+resources = { cpu = 0.5, gpu = 0 }
+kwargs = { cost_s = 0.01 }
+
+[[stages]]
+name = "second"
+actor = "troupe.actors.synthetic:CostStage"
+min_replicas = 0
+
+[[stages]]
+name = "side"
+actor = "troupe.actors.synthetic:CostStage"
+after = "first"
+"""
+
+ONE_STAGE = """
+[[stages]]
+name = "{name}"
+actor = "troupe.actors.synthetic:CostStage"
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipe.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    message = str(info.value)
+    assert str(path) in message, "the error names the file"
+    return message
+
+
+def test_good_file_loads_every_field(tmp_path: Path) -> None:
+    """A complete file loads with its values, stage defaults filled in, and the graph resolved."""
+    cfg = load_pipeline(_write(tmp_path, GOOD))
+    assert (cfg.name, cfg.items, cfg.seed_start, cfg.slot_budget) == ("two-step", 10, 100, 3)
+    assert (cfg.max_attempts, cfg.scale_interval_s) == (2, 0.25)
+    first, second, _side = cfg.stages
+    assert (first.replicas, first.most, first.batch, first.queue) == (1, 2, 2, 5)
+    assert first.resources.cpu == 0.5 and first.kwargs == {"cost_s": 0.01}
+    assert (second.replicas, second.min_replicas, second.most, second.queue) == (1, 0, 1, 8)
+    assert [cfg.upstream(i) for i in range(3)] == [None, 0, 0]
+    assert cfg.downstream(0) == [1, 2] and cfg.downstream(1) == [] and cfg.downstream(2) == []
+
+
+def test_overrides_replace_pipeline_fields(tmp_path: Path) -> None:
+    """Keyword overrides (the command's options) win over the file; None leaves the file's value."""
+    cfg = load_pipeline(_write(tmp_path, GOOD), items=3, seed_start=None)
+    assert (cfg.items, cfg.seed_start) == (3, 100)
+
+
+def test_slot_budget_defaults_to_starting_replicas(tmp_path: Path) -> None:
+    """Without ``slots`` the budget is the sum of the stages' starting replicas."""
+    text = ONE_STAGE.format(name="a") + "replicas = 2\nmax_replicas = 4\n" + ONE_STAGE.format(name="b")
+    assert load_pipeline(_write(tmp_path, text)).slot_budget == 3
+
+
+def test_config_is_frozen(tmp_path: Path) -> None:
+    """A loaded config cannot be changed in place."""
+    cfg = load_pipeline(_write(tmp_path, GOOD))
+    with pytest.raises(ValueError):
+        cfg.items = 5  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        cfg.stages[0].replicas = 3  # type: ignore[misc]
+
+
+def test_missing_stages(tmp_path: Path) -> None:
+    """A file with no [[stages]] is refused, saying a stage table is needed."""
+    message = _error(_write(tmp_path, '[pipeline]\nname = "empty"\n'))
+    assert "[[stages]]" in message
+
+
+def test_duplicate_stage_names(tmp_path: Path) -> None:
+    """Two stages with one name are refused, naming the repeated name."""
+    message = _error(_write(tmp_path, ONE_STAGE.format(name="twice") * 2))
+    assert "unique" in message and "twice" in message
+
+
+def test_after_must_name_an_earlier_stage(tmp_path: Path) -> None:
+    """``after`` naming a later (or unknown) stage is refused, naming the stage and the field."""
+    text = ONE_STAGE.format(name="a") + 'after = "b"\n' + ONE_STAGE.format(name="b")
+    message = _error(_write(tmp_path, text))
+    assert "after" in message and "'a'" in message and "earlier stage" in message
+
+
+def test_replica_bounds_out_of_order(tmp_path: Path) -> None:
+    """min_replicas > replicas > max_replicas is refused at that stage's field path, with the fix."""
+    text = ONE_STAGE.format(name="a") + "min_replicas = 3\nreplicas = 2\nmax_replicas = 1\n"
+    message = _error(_write(tmp_path, text))
+    assert "stages.0" in message
+    assert "min_replicas <= replicas <= max_replicas" in message and "3 <= 2 <= 1" in message
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [("queue = 0", "stages.0.queue"), ("batch = -1", "stages.0.batch"), ("colour = 'red'", "stages.0.colour")],
+)
+def test_bad_stage_field_is_named(tmp_path: Path, extra: str, field: str) -> None:
+    """An out-of-range or unknown stage field is refused with its path."""
+    message = _error(_write(tmp_path, ONE_STAGE.format(name="a") + extra + "\n"))
+    assert field in message
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    """A top-level table other than [pipeline] and [[stages]] is refused, naming it and the expected ones."""
+    message = _error(_write(tmp_path, "[pipelines]\nitems = 3\n" + ONE_STAGE.format(name="a")))
+    assert "pipelines" in message and "[pipeline]" in message
+
+
+def test_unknown_pipeline_field(tmp_path: Path) -> None:
+    """A misspelt [pipeline] field is refused with its name."""
+    message = _error(_write(tmp_path, "[pipeline]\nitem = 3\n" + ONE_STAGE.format(name="a")))
+    assert "item" in message
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    """A file that is not TOML is refused as such, with the parser's position."""
+    message = _error(_write(tmp_path, "[pipeline\nname = \n"))
+    assert "not valid TOML" in message and "line" in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    """A path with no file is refused, naming the path."""
+    message = _error(tmp_path / "nowhere.toml")
+    assert "no such pipeline file" in message
+
+
+def test_shipped_datagen_config_equals_embedded_default() -> None:
+    """configs/datagen.toml and the embedded default pipeline never drift apart."""
+    path = REPO / "configs" / "datagen.toml"
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert {**raw["pipeline"], "stages": raw["stages"]} == DEFAULT_PIPELINE
+    assert load_pipeline(path) == default_pipeline()
+    assert isinstance(default_pipeline(), PipelineConfig)
