@@ -11,6 +11,8 @@ from rich.table import Table
 
 from .bench_messaging import measure_messaging
 from .bench_pipeline import measure_pipeline
+from .bench_recovery import measure_recovery
+from .bench_scale import measure_scale, scale_table
 
 __all__ = ["bench_app"]
 
@@ -64,3 +66,42 @@ def pipeline(
     out.print(f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
               f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
               f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})")
+
+
+@bench_app.command("scale")
+def scale(
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Simulated workers (one slot each).")] = 128,
+    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Tasks PER WORKER.")] = 20,
+    median_ms: Annotated[float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")] = 0.0,
+    as_json: JsonOption = False,
+) -> None:
+    """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
+    fig = measure_scale(workers, tasks, median_ms or None,
+                        progress=lambda m: console.print(f"[dim]{m}...[/]"))
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    Console().print(scale_table(fig))
+
+
+@bench_app.command("recovery")
+def recovery(
+    as_json: JsonOption = False,
+    interval: Annotated[float, typer.Option("--interval", help="Heartbeat interval of the bench node, s.")] = 0.1,
+    timeout: Annotated[float, typer.Option("--timeout", help="Heartbeat timeout of the bench node, s.")] = 0.6,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds per figure (medians).")] = 3,
+) -> None:
+    """Kill-to-detect, hang-to-kill and kill-to-serving-again, against a bare process spawn."""
+    fig = measure_recovery(interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    table = Table(title=f"troupe recovery (heartbeat every {interval} s, timeout {timeout} s; medians of {repeat})")
+    for col in ("figure", "troupe", "floor / bound", "ratio"):
+        table.add_column(col, justify="right")
+    table.add_row("kill -> detected (waitpid)", f"{fig['kill_detect_s'] * 1000:.1f} ms", "0", "-")
+    table.add_row("hang -> killed and reaped", f"{fig['hang_kill_s']:.3f} s",
+                  f"<= {fig['hang_kill_bound_s']:.3f} s", f"{fig['hang_kill_s'] / fig['hang_kill_bound_s']:.2f}")
+    table.add_row("kill -> serving again", f"{fig['restart_serving_s']:.3f} s",
+                  f"{fig['spawn_floor_s']:.3f} s (bare spawn)", f"{fig['restart_serving_over_floor']:.2f}")
+    Console().print(table)

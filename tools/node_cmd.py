@@ -9,9 +9,11 @@ import typer
 
 from troupe.runtime.config import load_node_config
 from troupe.runtime.logs import configure_logging
+from troupe.runtime.master import DEFAULT_MASTER_ENDPOINT, Master, MasterConfig
 from troupe.runtime.node import Node
 
 from .client import run_async
+from .master_cmd import DEFAULT_JOURNAL, load_journal, run_node_with_master
 
 __all__ = ["node_app"]
 
@@ -25,12 +27,27 @@ def start(
     endpoint: Annotated[Optional[str], typer.Option(help="Control endpoint, loopback only.")] = None,
     log_dir: Annotated[Optional[Path], typer.Option("--logs", help="Directory of the JSON-lines logs.")] = None,
     log_level: Annotated[Optional[str], typer.Option(help="debug, info, warning or error.")] = None,
+    master: Annotated[Optional[str], typer.Option(help="Join the master at this endpoint.")] = None,
+    with_master: Annotated[bool, typer.Option("--with-master", help="Run the master in this node's process too.")] = False,
+    journal: Annotated[Path, typer.Option(help="With --with-master: the master's journal.")] = DEFAULT_JOURNAL,
+    new: Annotated[bool, typer.Option("--new", help="With --with-master: create the journal if missing.")] = False,
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
+    if with_master and master is None:
+        master = DEFAULT_MASTER_ENDPOINT
 
     async def main() -> None:
-        cfg = load_node_config(config, name=name, endpoint=endpoint, log_dir=log_dir, log_level=log_level)
+        cfg = load_node_config(config, name=name, endpoint=endpoint, log_dir=log_dir, log_level=log_level,
+                               master=master)
         configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
-        await Node(cfg).run()
+        if not with_master:
+            await Node(cfg).run()
+            return
+        assert cfg.master is not None
+        opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
+        try:
+            await run_node_with_master(Node(cfg), Master(MasterConfig(cfg.master), opened, book))
+        finally:
+            opened.close()
 
     run_async(main)

@@ -22,14 +22,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .liveness import LivenessPolicy
+from .restart import RestartPolicy
 
 __all__ = [
     "DEFAULT_NODE_ENDPOINT",
     "ActorSpec",
+    "KindSupervision",
     "NodeConfig",
+    "RestartConfig",
+    "SupervisionConfig",
     "WorkerSpec",
     "check_loopback",
     "load_node_config",
@@ -59,6 +64,77 @@ class WorkerSpec(_Frozen):
     kind: str = "default"
 
 
+class KindSupervision(_Frozen):
+    """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit."""
+
+    interval_s: float | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: float | None = Field(default=None, gt=0)
+    progress_timeout_s: float | None = Field(default=None, ge=0)
+    startup_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class SupervisionConfig(_Frozen):
+    """The ``[supervision]`` table: how the node's supervisor judges its workers.
+
+    ``progress_timeout_s = 0`` disables the no-progress check (for kinds whose work goes quiet
+    on purpose); ``startup_timeout_s`` unset means ``heartbeat_timeout_s``.
+    """
+
+    enabled: bool = True
+    interval_s: float = Field(default=0.5, gt=0)
+    heartbeat_timeout_s: float = Field(default=3.0, gt=0)
+    progress_timeout_s: float = Field(default=30.0, ge=0)
+    startup_timeout_s: float | None = Field(default=None, gt=0)
+    kinds: dict[str, KindSupervision] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _policies_valid(self) -> SupervisionConfig:
+        self.policy_for("default")
+        for kind in self.kinds:
+            self.policy_for(kind)
+        return self
+
+    def policy_for(self, kind: str) -> LivenessPolicy:
+        """The liveness policy of ``kind``: its overrides on top of the table's defaults.
+
+        Raises:
+            ConfigError: the merged values are inconsistent (e.g. timeout not above interval).
+        """
+        o = self.kinds.get(kind, KindSupervision())
+        progress = self.progress_timeout_s if o.progress_timeout_s is None else o.progress_timeout_s
+        return LivenessPolicy(
+            interval_s=self.interval_s if o.interval_s is None else o.interval_s,
+            heartbeat_timeout_s=(
+                self.heartbeat_timeout_s if o.heartbeat_timeout_s is None else o.heartbeat_timeout_s
+            ),
+            progress_timeout_s=progress or None,
+            startup_timeout_s=o.startup_timeout_s or self.startup_timeout_s,
+        )
+
+
+class RestartConfig(_Frozen):
+    """The ``[restart]`` table: OTP-style restart intensity and backoff for worker processes.
+
+    ``healthy_after_s``: a worker that has served this long since its last start counts as
+    recovered, and its backoff starts again from ``backoff_base_s``.
+    """
+
+    max_restarts: int = Field(default=5, ge=0)
+    period_s: float = Field(default=60.0, gt=0)
+    backoff_base_s: float = Field(default=0.1, ge=0)
+    backoff_max_s: float = Field(default=10.0, ge=0)
+    healthy_after_s: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _policy_valid(self) -> RestartConfig:
+        self.policy()
+        return self
+
+    def policy(self) -> RestartPolicy:
+        """The restart policy these settings describe."""
+        return RestartPolicy(self.max_restarts, self.period_s, self.backoff_base_s, self.backoff_max_s)
+
+
 class NodeConfig(_Frozen):
     """Everything a node needs to start."""
 
@@ -72,11 +148,22 @@ class NodeConfig(_Frozen):
     drain_timeout_s: float = Field(default=5.0, ge=0)
     stop_grace_s: float = Field(default=5.0, ge=0)
     workers: tuple[WorkerSpec, ...] = ()
+    supervision: SupervisionConfig = Field(default_factory=SupervisionConfig)
+    restart: RestartConfig = Field(default_factory=RestartConfig)
+    # Task dispatch (master.py): the master this node joins; None = no master.
+    master: str | None = None
 
     @field_validator("endpoint")
     @classmethod
     def _loopback_only(cls, value: str) -> str:
         check_loopback(value)
+        return value
+
+    @field_validator("master")
+    @classmethod
+    def _master_loopback_only(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_loopback(value)
         return value
 
     @field_validator("workers")
@@ -141,11 +228,17 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
             raise ConfigError(f"{path}: no such config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-        unknown = set(raw) - {"node", "workers"}
+        unknown = set(raw) - {"node", "workers", "supervision", "restart"}
         if unknown:
-            raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; expected [node] and [[workers]]")
+            raise ConfigError(
+                f"{path}: unknown sections {sorted(unknown)}; expected [node], [[workers]], "
+                "[supervision] and [restart]"
+            )
         data.update(raw.get("node", {}))
         data["workers"] = raw.get("workers", [])
+        for table in ("supervision", "restart"):
+            if table in raw:
+                data[table] = raw[table]
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return NodeConfig.model_validate(data)

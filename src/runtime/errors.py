@@ -219,3 +219,21 @@ class PlanFailed(ItemFailed):
     """No usable trajectory for this item: goal unreachable, path too short, no free cells."""
 
     code = "plan_failed"
+
+
+class Partitioned(Unreachable):
+    """Traffic to or from the peer is refused on purpose: a partition fault is in force."""
+
+    code = "partitioned"
+
+
+class ContentError(TaskError):
+    """A task's context is missing from the content store, damaged, or cannot be written."""
+
+    code = "content_error"
+
+
+class UnknownWorker(TaskError, LookupError):
+    """The master does not know the worker (it restarted, or the worker left): register again."""
+
+    code = "unknown_worker"

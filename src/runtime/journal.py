@@ -173,6 +173,9 @@ class Journal:
                 the journal does not hold.
         """
         conn = self._connection()
+        records = list(records)
+        if not records:
+            return
         with _translated(self._path, "appending"):
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -275,7 +278,7 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
         raise JournalError(f"journal {path} has schema version {version}, this troupe reads "
                            f"version {SCHEMA_VERSION}; open it with the troupe release that "
                            "wrote it, or start a new journal")
-    problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    problems = [str(row[0]).replace("\n", "; ") for row in conn.execute("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
         raise JournalError(f"journal {path} is corrupt (PRAGMA quick_check: "
                            f"{'; '.join(problems)}); restore it from a backup or start a new one")

@@ -21,9 +21,10 @@ Decisions the driver and the workers rely on:
 - Fail -> backoff (``JobPolicy.backoff``); an expired lease or a worker that left -> pending at
   once. Either way, the ``max_attempts``-th lost attempt dead-letters the task.
 - A Complete is accepted as the commit when the task is not final yet, even from a lease that
-  has since ended (expired, requeued, or issued before a master restart), as long as that lease
-  id was issued for the task: outputs are committed by an atomic rename keyed by task id, so the
-  work is valid and redoing it would only waste a worker. Running copies are cancelled.
+  has since ended (expired, requeued, or issued before a master restart): outputs are committed
+  by an atomic rename keyed by task id, so the work is valid and redoing it would only waste a
+  worker. Running copies of the task are cancelled. The only check on such an old lease is that
+  its id is not above the task's last lease id (journaled); a higher id is rejected.
   A Complete for a done task is acked DUPLICATE; for a dead or cancelled task, IGNORED.
 - A Fail or Renew from a lease that has ended changes nothing (its attempt was counted when
   the lease ended): Fail is acked IGNORED, Renew rejected so the worker drops the task.

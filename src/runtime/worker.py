@@ -26,6 +26,9 @@ from .errors import ConfigError
 from .host import Runtime
 from .logs import configure_logging
 from .ref import ActorAddress
+from .taskgetter import start_task_getter
+from .worker_chaos import WorkerChaos
+from .worker_health import WorkerHealth
 from .zmq_transport import ZmqTransport
 
 __all__ = ["WorkerLaunch", "main", "serve_worker"]
@@ -51,6 +54,11 @@ class WorkerLaunch(_Frozen):
     max_message_mb: float = 64.0
     ask_timeout_s: float = 30.0
     drain_timeout_s: float = 5.0
+    # Supervision (worker_health.py): where heartbeats go, None = no supervisor.
+    supervisor_addr: tuple[str, int] | None = None
+    heartbeat_interval_s: float = Field(default=0.5, gt=0)
+    # Task dispatch (taskgetter.py): the master to pull tasks from, None = no master.
+    master: str | None = None
 
 
 def node_lookup(runtime_box: list[Runtime], node_endpoint: str):  # type: ignore[no-untyped-def]
@@ -83,6 +91,8 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     box.append(runtime)
     stop = anyio.Event()
     install_worker_controls(runtime, stop)
+    health = WorkerHealth(runtime, spec.process, spec.supervisor_addr, spec.heartbeat_interval_s)
+    WorkerChaos(runtime)
     async with runtime:
         for actor in spec.actors:
             await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason)
@@ -99,11 +109,15 @@ async def serve_worker(spec: WorkerLaunch) -> None:
             timeout=10.0,
         )
         log.info("worker_ready", endpoint=runtime.address, actors=sorted(runtime.cells))
+        if spec.master:  # task dispatch: pull tasks for the hosted TaskActors, if any
+            start_task_getter(runtime, spec.master, spec.node, spec.process)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signal, stop)
             await stop.wait()
             tg.cancel_scope.cancel()
         log.info("worker_stopping")
+        health.stopping()
+    health.close()
     log.info("worker_stopped")
 
 

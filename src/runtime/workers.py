@@ -106,9 +106,14 @@ class WorkerHandle:
 
 
 async def launch_worker(
-    handle: WorkerHandle, node: str, node_endpoint: str, cfg: NodeConfig, restart_reason: str | None
+    handle: WorkerHandle, node: str, node_endpoint: str, cfg: NodeConfig, restart_reason: str | None,
+    supervision: dict[str, Any] | None = None,
 ) -> Process:
-    """Start the worker process of ``handle`` and record it."""
+    """Start the worker process of ``handle`` and record it.
+
+    ``supervision`` adds the launch fields of supervision (``supervisor_addr``,
+    ``heartbeat_interval_s``; see ``NodeSupervision.launch_options``).
+    """
     handle.incarnation += 1
     spec = {
         "node": node,
@@ -124,6 +129,8 @@ async def launch_worker(
         "max_message_mb": cfg.max_message_mb,
         "ask_timeout_s": cfg.ask_timeout_s,
         "drain_timeout_s": cfg.drain_timeout_s,
+        "master": cfg.master,  # task dispatch: the worker's TaskGetter pulls from it
+        **(supervision or {}),
     }
     env = dict(os.environ, TROUPE_WORKER_SPEC=json.dumps(spec))
     process = await anyio.open_process(

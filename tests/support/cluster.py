@@ -2,28 +2,26 @@
 
 A node is started with ``python -m troupe.cli.main node start``; the fixture waits (a bounded
 poll) until every configured worker answers, and on teardown sends SIGTERM, waits, then
-SIGKILLs the node and every process it started, whatever the test did.
+SIGKILLs the node and every process it started, whatever the test did. ``free_endpoint`` and
+``reap`` come from the pytest plugin (``troupe.runtime.testing``), which has the rest of it.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from troupe.runtime import Actor, handles
+from troupe.runtime.testing import free_endpoint, reap
 
-def free_endpoint() -> str:
-    """A loopback endpoint on a port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+__all__ = ["DEMO_CONFIG", "Cruncher", "NodeProc", "ctl", "free_endpoint", "reap", "start_node"]
 
 
 @dataclass
@@ -40,25 +38,6 @@ class NodeProc:
             return psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
-
-
-def reap(proc: subprocess.Popen[bytes], extra: list[psutil.Process], grace: float = 10.0) -> None:
-    """SIGTERM, wait ``grace``, SIGKILL; then make sure ``extra`` processes are gone too."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    for p in extra:
-        try:
-            p.wait(timeout=5)
-        except psutil.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def ctl(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -115,3 +94,29 @@ actors = [{ name = "relay", class = "troupe.actors.demo:Relay" }]
 """
 
 
+class Cruncher(Actor):
+    """Long pure-Python work on the worker's loop, with or without ``progress()`` reports.
+
+    Worker processes load it as ``support.cluster:Cruncher`` (with ``tests/`` on PYTHONPATH).
+    ``reason`` answers the reason its ``restarted`` hook got (None after a first start).
+    """
+
+    restart_reason: str | None = None
+
+    async def restarted(self, reason: str) -> None:
+        self.restart_reason = reason
+
+    @handles("reason")
+    def reason(self, _: Any) -> str | None:
+        return self.restart_reason
+
+    @handles("crunch")
+    def crunch(self, payload: Any) -> int:
+        end = time.monotonic() + float(payload["seconds"])
+        rounds = 0
+        while time.monotonic() < end:
+            sum(range(2_000))  # pure Python: holds the GIL in slices, never blocks in C
+            rounds += 1
+            if payload.get("progress") and rounds % 20 == 0:
+                self.progress(20, note=f"round {rounds}")
+        return rounds

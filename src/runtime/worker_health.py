@@ -1,0 +1,110 @@
+"""The worker's side of supervision: its status record, fed by the event loop, and its beats.
+
+:class:`WorkerHealth` ties a :class:`~.status.WorkerStatus` to a worker's runtime:
+
+- the runtime's handle observer marks the record busy around every message (``cell.py`` calls
+  ``observer.begin(actor, msg_type)`` and ``observer.end()``);
+- ``Actor.progress()`` reaches the record through ``runtime.progress_hooks``;
+- a :class:`~.heartbeat.HeartbeatSender` *thread* sends the record to the node's supervisor
+  every beat, so a loop stuck in a C call that holds the GIL stops beating while a loop busy in
+  pure Python (which yields the GIL every switch interval) keeps beating.
+
+Progress, as the supervisor judges it, is messages finished plus ``progress()`` calls. An
+async handler that awaits for longer than its kind's ``progress_timeout_s`` (a long ask
+downstream) must call ``self.progress()`` while it waits, or run under a kind whose progress
+timeout is longer or disabled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from .heartbeat import HeartbeatSender
+from .status import WorkerStatus
+
+if TYPE_CHECKING:
+    from .host import Runtime
+
+__all__ = ["StatusObserver", "WorkerHealth"]
+
+log = structlog.get_logger(__name__)
+
+
+class StatusObserver:
+    """The runtime's handle observer that keeps a :class:`WorkerStatus` current.
+
+    Args:
+        status: the record to update.
+    """
+
+    __slots__ = ("_status",)
+
+    def __init__(self, status: WorkerStatus) -> None:
+        self._status = status
+
+    def begin(self, actor: str, msg_type: str) -> None:
+        """An actor starts handling a message: mark the worker busy with ``actor/msg_type``."""
+        self._status.begin_message(f"{actor}/{msg_type}")
+
+    def end(self) -> None:
+        """The handler finished (answered, failed or dropped): count it."""
+        self._status.end_message()
+
+
+class WorkerHealth:
+    """Installs the status record and the heartbeat thread into one worker's runtime.
+
+    Also answers the control message ``heartbeat_to`` ``{"addr": [host, port]}``, which the node
+    sends when a restarted supervisor listens on a new port.
+
+    Args:
+        runtime: the worker's runtime.
+        worker_id: the worker's node-unique name.
+        supervisor_addr: the supervisor's UDP ``(host, port)``; None sends no beats (a node
+            with supervision disabled).
+        interval_s: seconds between beats.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        worker_id: str,
+        supervisor_addr: tuple[str, int] | None,
+        interval_s: float,
+    ) -> None:
+        self.status = WorkerStatus(worker_id)
+        self._interval_s = interval_s
+        self._sender: HeartbeatSender | None = None
+        runtime.observer = StatusObserver(self.status)
+        runtime.progress_hooks.append(self.status.progress)
+        runtime.control_handlers["heartbeat_to"] = self._heartbeat_to
+        if supervisor_addr is not None:
+            self._start_sender(supervisor_addr)
+
+    @property
+    def beats_sent(self) -> int:
+        """Beats sent by the current sender (0 when none runs)."""
+        return 0 if self._sender is None else self._sender.beats_sent
+
+    def stopping(self) -> None:
+        """The worker begins a graceful stop: it is no longer judged on progress."""
+        self.status.mark_stopping()
+
+    def close(self) -> None:
+        """Stop the heartbeat thread; the worker is about to exit."""
+        if self._sender is not None:
+            self._sender.stop()
+            self._sender = None
+
+    def _start_sender(self, addr: tuple[str, int]) -> None:
+        self._sender = HeartbeatSender(self.status, (str(addr[0]), int(addr[1])), self._interval_s)
+        self._sender.start()
+        log.info("heartbeat_started", supervisor=f"{addr[0]}:{addr[1]}", interval_s=self._interval_s)
+
+    async def _heartbeat_to(self, payload: Any) -> bool:
+        addr = payload["addr"]
+        self.close()
+        self._start_sender((str(addr[0]), int(addr[1])))
+        return True

@@ -1,0 +1,304 @@
+"""Supervision end to end: each fault kind injected into a real worker serving messages."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime import AskTimeout, RemoteError
+from troupe.runtime import testing as troupe_testing
+from troupe.runtime.testing import ChaosEvent, Cluster, reap, start_cluster
+
+from support.cluster import ctl
+
+pytestmark = pytest.mark.e2e
+
+# The plugin's fixture, also when the `troupe` pytest11 entry point is not installed.
+troupe_cluster = troupe_testing.troupe_cluster
+
+TESTS_DIR = str(Path(__file__).resolve().parents[1])  # workers import support.cluster:Cruncher
+INTERVAL_S, TIMEOUT_S, PROGRESS_S = 0.1, 0.6, 0.5
+
+SUPERVISION = f"""
+[node]
+ask_timeout_s = 5
+stop_grace_s = 2
+
+[supervision]
+interval_s = {INTERVAL_S}
+heartbeat_timeout_s = {TIMEOUT_S}
+progress_timeout_s = {PROGRESS_S}
+"""
+
+SHARED = SUPERVISION + """
+[[workers]]
+name = "w-echo"
+actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+
+[[workers]]
+name = "w-relay"
+actors = [{ name = "relay", class = "troupe.actors.demo:Relay", kwargs = { target = "w-echo/echo" } }]
+"""
+
+ONE = SUPERVISION + """
+[restart]
+backoff_base_s = 0.05
+backoff_max_s = 0.2
+
+[[workers]]
+name = "w-one"
+actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One node shared by the tests whose faults restart no process (each leaves it healed).
+
+    Faults that restart a worker get a node of their own (``troupe_cluster``): the suite's
+    leak guard counts a restarted worker as a process the test left behind.
+    """
+    c = start_cluster(tmp_path_factory.mktemp("supervision"), SHARED, "sv")
+    try:
+        yield c
+    finally:
+        assert not reap(c.proc, c.descendants())
+
+
+@pytest.fixture
+def one(troupe_cluster: Any) -> Cluster:
+    """A node of its own with one Echo worker, ``w-one``, restarted with a short backoff."""
+    cluster: Cluster = troupe_cluster(ONE, "one")
+    return cluster
+
+
+def _watched(status: dict[str, Any]) -> bool:
+    sup = status["supervision"].get("supervisor") or {}
+    watched = sup.get("workers", {})
+    return all(
+        w["state"] == "running" and w["name"] in watched and watched[w["name"]]["pid"] == w["pid"]
+        and not watched[w["name"]]["killed"]
+        for w in status["workers"]
+    )
+
+
+async def _settled(cluster: Cluster) -> dict[str, Any]:
+    return await cluster.wait_for(_watched, timeout=15)
+
+
+async def _restarted(cluster: Cluster, worker: str, old_pid: int) -> dict[str, Any]:
+    def done(status: dict[str, Any]) -> bool:
+        w = Cluster.worker_in(status, worker)
+        return w["state"] == "running" and w["pid"] != old_pid and _watched(status)
+
+    return Cluster.worker_in(await cluster.wait_for(done, timeout=15), worker)
+
+
+async def test_kill_is_detected_restarted_and_serves_again(one: Cluster) -> None:
+    """A SIGKILLed worker is noticed by waitpid, restarted with the reason, and answers again."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    reply = await one.chaos("kill", "w-one")
+    assert reply["killed"] == {"w-one": before["pid"]}
+    after = await _restarted(one, "w-one", before["pid"])
+    assert after["restarts"] == 1
+    assert after["exit"].startswith("chaos_kill") and "SIGKILL" in after["exit"]
+    async with one.client() as rt:
+        assert await rt.ref("w-one/echo").ask("echo", "back") == "back"
+        assert await rt.ref("w-one/echo").ask("pid") == after["pid"]
+
+
+async def test_hang_with_gil_is_killed_within_timeout_plus_one_beat(one: Cluster) -> None:
+    """A C call holding the GIL stops the beats; the supervisor kills the worker in time and it restarts."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    await one.chaos("hang_with_gil", "w-one", seconds=30)
+    async with one.client() as rt:
+        t0 = time.monotonic()
+        await rt.ref("w-one/echo").tell("echo", "freeze")
+        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=10)
+        noticed_s = time.monotonic() - t0
+    kill = status["supervision"]["kills"]["w-one"]
+    assert kill["reason"] == "no_heartbeat" and kill["pid"] == before["pid"]
+    assert kill["silent_s"] <= TIMEOUT_S + INTERVAL_S
+    assert noticed_s < TIMEOUT_S + 2 * INTERVAL_S + 1.0  # + the poll and the status round trip
+    after = await _restarted(one, "w-one", before["pid"])
+    assert after["exit"].startswith("no_heartbeat")
+    async with one.client() as rt:
+        assert await rt.ref("w-one/echo").ask("echo", "thawed") == "thawed"
+
+
+async def test_stall_is_killed_by_the_progress_timeout(one: Cluster) -> None:
+    """A handler blocked on a lock keeps beating but makes no progress: killed for no_progress, restarted."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    await one.chaos("stall", "w-one")
+    async with one.client() as rt:  # open while waiting: closing drops an unsent tell (linger 0)
+        await rt.ref("w-one/echo").tell("echo", "stall")
+        after = await _restarted(one, "w-one", before["pid"])
+    kill = (await one.supervision())["supervision"]["kills"]["w-one"]
+    assert kill["reason"] == "no_progress" and kill["pid"] == before["pid"]
+    assert kill["last_status"]["state"] == "busy" and kill["last_status"]["current"] == "echo/echo"
+    assert after["exit"].startswith("no_progress")
+
+
+async def test_dead_supervisor_is_restarted_and_watches_again(one: Cluster) -> None:
+    """The node restarts a killed supervisor, which watches every worker again and still kills hangs."""
+    status = await _settled(one)
+    old = status["supervision"]["supervisor_pid"]
+    await one.chaos("kill", "supervisor")
+    status = await one.wait_for(
+        lambda s: s["supervision"]["supervisor_starts"] == 2 and _watched(s), timeout=15)
+    assert status["supervision"]["supervisor_pid"] != old
+    before = Cluster.worker_in(status, "w-one")
+    await one.chaos("hang_with_gil", "w-one", seconds=30)
+    async with one.client() as rt:  # open while waiting: closing drops an unsent tell (linger 0)
+        await rt.ref("w-one/echo").tell("echo", "freeze")
+        await _restarted(one, "w-one", before["pid"])
+    assert (await one.supervision())["supervision"]["kills"]["w-one"]["reason"] == "no_heartbeat"
+
+
+CRUNCH = SUPERVISION + """
+[[workers]]
+name = "w-crunch"
+actors = [{ name = "cruncher", class = "support.cluster:Cruncher" }]
+"""
+
+
+async def test_progress_reports_keep_a_long_computation_alive(troupe_cluster: Any) -> None:
+    """Pure-Python work longer than the progress timeout survives when it calls progress(), not otherwise."""
+    crunch: Cluster = troupe_cluster(CRUNCH, "crunch", env={"PYTHONPATH": TESTS_DIR})
+    before = Cluster.worker_in(await _settled(crunch), "w-crunch")
+    async with crunch.client() as rt:
+        rounds = await rt.ref("w-crunch/cruncher").ask("crunch", {"seconds": 2.5 * PROGRESS_S, "progress": True})
+        assert rounds > 0
+        assert (await crunch.worker("w-crunch"))["pid"] == before["pid"]
+        await rt.ref("w-crunch/cruncher").tell("crunch", {"seconds": 30, "progress": False})
+        await _restarted(crunch, "w-crunch", before["pid"])
+    assert (await crunch.supervision())["supervision"]["kills"]["w-crunch"]["reason"] == "no_progress"
+    async with crunch.client() as rt:  # the restarted actor was told why
+        assert await rt.ref("w-crunch/cruncher").ask("reason") == "no_progress"
+
+
+async def test_crash_answers_an_error_and_the_actor_keeps_serving(cluster: Cluster) -> None:
+    """An injected crash reaches the asker as an error; the same process then answers normally."""
+    before = Cluster.worker_in(await _settled(cluster), "w-echo")
+    await cluster.chaos("crash", "w-echo/echo", count=1)
+    async with cluster.client() as rt:
+        echo = rt.ref("w-echo/echo")
+        with pytest.raises(RemoteError) as info:
+            await echo.ask("echo", 1)
+        assert info.value.remote_type.endswith("FaultInjected")
+        assert await echo.ask("echo", 2) == 2
+    healed = await cluster.heal("w-echo")
+    assert healed["workers"]["w-echo"]["fired"] == {"crash": 1}
+    assert (await cluster.worker("w-echo"))["pid"] == before["pid"]
+
+
+async def test_slow_worker_is_not_killed(cluster: Cluster) -> None:
+    """Messages delayed below the progress timeout keep the worker alive: beats flow and work completes."""
+    before = Cluster.worker_in(await _settled(cluster), "w-echo")
+    await cluster.chaos("slow", "w-echo", seconds=PROGRESS_S * 0.6, count=3)
+    async with cluster.client() as rt:
+        t0 = time.monotonic()
+        for i in range(4):
+            assert await rt.ref("w-echo/echo").ask("echo", i) == i
+        assert time.monotonic() - t0 >= 3 * PROGRESS_S * 0.6
+    await cluster.heal("w-echo")
+    after = await cluster.worker("w-echo")
+    assert after["pid"] == before["pid"] and after["restarts"] == before["restarts"]
+
+
+async def test_dropped_message_is_lost_and_counted(cluster: Cluster) -> None:
+    """A dropped ask is never answered (the asker times out) and the actor counts it."""
+    await _settled(cluster)
+    await cluster.chaos("drop", "w-echo/echo", count=1)
+    async with cluster.client() as rt:
+        with pytest.raises(AskTimeout):
+            await rt.ref("w-echo/echo").ask("echo", "lost", timeout=0.5)
+    async with cluster.client() as rt:  # a fresh client: the timed-out one forgot the route
+        assert await rt.ref("w-echo/echo").ask("echo", "kept") == "kept"
+    healed = await cluster.heal("w-echo")
+    assert healed["workers"]["w-echo"]["fired"] == {"drop": 1}
+    assert healed["workers"]["w-echo"]["dropped"] == {"echo": 1}
+
+
+async def test_partition_refuses_traffic_until_healed(cluster: Cluster) -> None:
+    """A partitioned worker cannot reach its peer (a clear error, nothing corrupted) until healed."""
+    await _settled(cluster)
+    reply = await cluster.chaos("partition", "w-relay", peers=["w-echo"])
+    assert reply["workers"]["w-relay"]["partitioned_peers"]
+    async with cluster.client() as rt:
+        relay = rt.ref("w-relay/relay")
+        with pytest.raises(RemoteError) as info:
+            await relay.ask("relay", "cut")
+        assert info.value.remote_type.endswith("Partitioned")
+        healed = await cluster.heal("w-relay")
+        assert sum(healed["workers"]["w-relay"]["refused"].values()) >= 1
+        assert await relay.ask("relay", "whole again") == "whole again"
+
+
+async def test_faults_by_schedule(cluster: Cluster) -> None:
+    """A schedule injects a crash, then heals: the asks in between see the crash, the ones after do not."""
+    await _settled(cluster)
+    events = [ChaosEvent(0.0, "crash", "w-echo/echo", {"message_type": "echo"}), ChaosEvent(0.3, "heal", "w-echo")]
+    async with cluster.client() as rt, cluster.scheduled(events) as done:
+        echo = rt.ref("w-echo/echo")
+        with anyio.fail_after(5):
+            while not done:
+                await anyio.sleep(0.01)
+        with pytest.raises(RemoteError):
+            await echo.ask("echo", 1)
+        with anyio.fail_after(5):
+            while len(done) < 2:
+                await anyio.sleep(0.01)
+        assert await echo.ask("echo", 2) == 2
+    assert [e.kind for e, _ in done] == ["crash", "heal"]
+
+
+def test_ctl_chaos_and_heal_commands(cluster: Cluster) -> None:
+    """`troupe ctl chaos` arms a fault through the node, `ctl heal` clears it, a bad kind exits 2."""
+    armed = ctl("ctl", "chaos", "slow", "--target", "w-echo/echo", "--seconds", "0.01", "--count", "1",
+                "--node", cluster.endpoint)
+    assert armed.returncode == 0, armed.stderr
+    assert "slow armed in w-echo" in armed.stdout
+    healed = ctl("ctl", "heal", "--target", "w-echo", "--json", "--node", cluster.endpoint)
+    assert healed.returncode == 0, healed.stderr
+    assert json.loads(healed.stdout)["workers"]["w-echo"]["plans"] == 1
+    bad = ctl("ctl", "chaos", "melt", "--target", "w-echo", "--node", cluster.endpoint)
+    assert bad.returncode == 2 and "unknown fault kind" in bad.stderr
+
+
+INTENSITY = SUPERVISION + """
+[restart]
+max_restarts = 1
+period_s = 60
+backoff_base_s = 0.05
+
+[[workers]]
+name = "w-flaky"
+actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+
+[[workers]]
+name = "w-steady"
+actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+"""
+
+
+async def test_restart_intensity_exceeded_fails_the_worker_not_the_node(troupe_cluster: Any) -> None:
+    """Past max_restarts the worker is reported failed; the node and its other workers keep serving."""
+    cluster: Cluster = troupe_cluster(INTENSITY, "intensity")
+    first = await cluster.worker("w-flaky")
+    await cluster.chaos("kill", "w-flaky")
+    second = await _restarted(cluster, "w-flaky", first["pid"])
+    await cluster.chaos("kill", "w-flaky")
+    status = await cluster.wait_for(lambda s: Cluster.worker_in(s, "w-flaky")["state"] == "failed")
+    assert status["supervision"]["give_ups"] == 1
+    assert Cluster.worker_in(status, "w-flaky")["pid"] == second["pid"]
+    async with cluster.client() as rt:
+        assert await rt.ref("w-steady/echo").ask("echo", "still here") == "still here"
+    flaky = Cluster.worker_in(await cluster.status(), "w-flaky")  # the reply `ctl status` prints
+    assert flaky["state"] == "failed" and flaky["restarts"] == 1

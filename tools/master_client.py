@@ -1,0 +1,105 @@
+"""The CLI's way of talking to the master, and the tables its replies are shown in."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+from rich.table import Table
+
+from troupe.runtime import AskTimeout, Runtime, Unreachable
+from troupe.runtime.zmq_transport import ZmqTransport
+
+__all__ = ["jobs_table", "master_call", "master_tables", "reachable"]
+
+_WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
+
+
+def reachable(endpoint: str, timeout: float = 0.5) -> bool:
+    """Return whether something accepts TCP connections at ``endpoint`` (ipc: assume so).
+
+    ZeroMQ never reports a refused connection, it retries quietly; this probe lets the CLI say
+    "no master" at once instead of after a timeout.
+    """
+    parts = urlsplit(endpoint)
+    if parts.scheme != "tcp" or parts.port is None:
+        return True
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _no_master(endpoint: str, why: str) -> str:
+    return (f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
+            "(or `troupe node start --with-master`), or pass --master ENDPOINT")
+
+
+async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:
+    """Send one control message to the master and return its reply.
+
+    Raises:
+        Unreachable: nothing listens at ``endpoint``.
+        AskTimeout: it did not answer in time.
+        TroupeError: the master refused (unknown job, bad job file...), with its reason.
+    """
+    if not reachable(endpoint):
+        raise Unreachable(_no_master(endpoint, "connection refused"))
+    async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
+        try:
+            return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
+        except AskTimeout:
+            raise AskTimeout(_no_master(endpoint, f"no reply within {timeout}s")) from None
+
+
+def _counts(tasks: dict[str, int]) -> str:
+    return ", ".join(f"{state} {n}" for state, n in tasks.items() if n) or "none"
+
+
+def master_tables(status: dict[str, Any]) -> list[Table]:
+    """Render a master ``status`` reply: summary, nodes, busiest workers, jobs."""
+    head = Table(title=f"master {status['master']}", show_header=False)
+    head.add_row("endpoint", str(status["endpoint"]))
+    head.add_row("pid", str(status["pid"]))
+    head.add_row("journal", str(status["journal"]))
+    head.add_row("tasks", _counts(status["tasks"]))
+    thr = status["throughput"]
+    head.add_row("throughput", f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
+                               f"({thr['done_since_start']} since start)")
+    spec = status["speculative"]
+    head.add_row("leases", f"{status['leases_outstanding']} outstanding; backups "
+                           f"{spec['launched']} launched, {spec['won']} won")
+    nodes = Table(title="nodes (master's view)")
+    for col in ("node", "alive", "workers", "cpus", "load", "mem free MiB", "gpus", "last beat"):
+        nodes.add_column(col)
+    for n in status["nodes"]:
+        r = n.get("resources") or {}
+        nodes.add_row(n["node"], "yes" if n["alive"] else "[red]dead[/]", str(n["workers"]),
+                      str(r.get("cpus", "-")), str(r.get("load1", "-")),
+                      str(r.get("mem_available_mib", "-")), str(r.get("gpus", "-")),
+                      f"{n['last_beat_age_s']:.1f} s ago")
+    workers = Table(title=f"workers ({len(status['workers'])} registered)")
+    for col in ("worker", "node", "used/slots", "gpu", "draining", "kinds"):
+        workers.add_column(col)
+    busiest = sorted(status["workers"], key=lambda w: (-w["used"], w["worker_id"]))
+    for w in busiest[:_WORKER_ROWS]:
+        workers.add_row(w["worker_id"], w["node"], f"{w['used']}/{w['slots']}", str(w["gpu"]),
+                        "yes" if w["draining"] else "no", ",".join(w["kinds"]) or "any")
+    return [head, nodes, workers, jobs_table(status["jobs"])]
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    """Render the master's jobs: state, progress by task state, rate."""
+    table = Table(title="jobs")
+    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s"):
+        table.add_column(col)
+    for j in jobs:
+        c = j["counts"]
+        rate = j.get("done_per_s")
+        table.add_row(j["job_id"], j["state"], f"{c.get('done', 0)}/{j['total']}",
+                      str(c.get("pending", 0)), str(c.get("leased", 0)), str(c.get("failed", 0)),
+                      str(c.get("dead", 0)), f"{rate:.1f}" if rate is not None else "-")
+    return table
