@@ -9,10 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .bench_messaging import measure_messaging
-from .bench_pipeline import measure_pipeline
-from .bench_recovery import measure_recovery
-from .bench_scale import measure_scale, scale_table
 
 __all__ = ["bench_app"]
 
@@ -26,6 +22,8 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messa
 @bench_app.command("messaging")
 def messaging(as_json: JsonOption = False, quick: QuickOption = False) -> None:
     """Tell and ask throughput, startup time and idle memory, against raw pyzmq."""
+    from .bench_messaging import measure_messaging  # imported here: `troupe` starts fast
+
     fig = measure_messaging(quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
@@ -41,7 +39,8 @@ def messaging(as_json: JsonOption = False, quick: QuickOption = False) -> None:
                       f"{fig[f'local_{key}_ratio']:.2f}")
     Console().print(table)
     Console().print(f"startup (node start -> first ask answered): {fig['startup_s']:.2f} s; "
-                    f"idle RSS of {fig['idle_processes']:.0f} processes: {fig['idle_rss_mib']:.0f} MiB")
+                    f"idle memory of {fig['idle_processes']:.0f} processes (node, supervisor, worker): "
+                    f"RSS {fig['idle_rss_mib']:.0f} MiB summed, PSS {fig['idle_pss_mib']:.0f} MiB")
 
 
 @bench_app.command("pipeline")
@@ -51,6 +50,8 @@ def pipeline(
     synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
 ) -> None:
     """The sequential baseline against the troupe pipeline on the same scenes, plus engine overhead."""
+    from .bench_pipeline import measure_pipeline
+
     fig = measure_pipeline(scenes, synthetic, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
@@ -76,6 +77,8 @@ def scale(
     as_json: JsonOption = False,
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
+    from .bench_scale import measure_scale, scale_table
+
     fig = measure_scale(workers, tasks, median_ms or None,
                         progress=lambda m: console.print(f"[dim]{m}...[/]"))
     if as_json:
@@ -92,6 +95,8 @@ def recovery(
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds per figure (medians).")] = 3,
 ) -> None:
     """Kill-to-detect, hang-to-kill and kill-to-serving-again, against a bare process spawn."""
+    from .bench_recovery import measure_recovery
+
     fig = measure_recovery(interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
     if as_json:
         typer.echo(json.dumps(fig, indent=2))

@@ -91,7 +91,11 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
             await anyio.sleep(1.0)  # let start-up garbage settle before calling it idle
             root = psutil.Process(proc.pid)
             procs = [root, *root.children(recursive=True)]
-            rss = sum(p.memory_info().rss for p in procs) / 2**20
+            mem = [p.memory_full_info() for p in procs]
+            rss = sum(m.rss for m in mem) / 2**20
+            # RSS counts the pages of shared libraries once per process; PSS splits them between
+            # the processes sharing them, so its sum is the memory the processes really hold.
+            pss = sum(m.pss for m in mem) / 2**20
             await rt.control(endpoint, "shutdown")
     finally:
         try:
@@ -99,7 +103,7 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
-    return {"startup_s": startup, "idle_rss_mib": rss, "idle_processes": float(len(procs))}
+    return {"startup_s": startup, "idle_rss_mib": rss, "idle_pss_mib": pss, "idle_processes": float(len(procs))}
 
 
 def measure_messaging(quick: bool = False, progress: Any = None) -> dict[str, float]:

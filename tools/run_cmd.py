@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import anyio
-import numpy as np
 import typer
 from rich.console import Console
 
@@ -64,6 +63,8 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
             for _ in range(100):
                 await counter.tell("add", 1)
             console.print(f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}")
+            import numpy as np
+
             arr = np.arange(1_000_000, dtype=np.float64)
             console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {await rt.ref('echo').ask('sum', arr)}")
             console.print(f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}")

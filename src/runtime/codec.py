@@ -14,12 +14,22 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
-import numpy as np
 
 from .errors import BadFrame, EncodeError, MessageTooLarge, VersionMismatch
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _np() -> Any:
+    """numpy, imported on first use: processes that never see an array (the node, the
+    supervisor) are spared its import time and memory."""
+    import numpy
+
+    return numpy
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -175,10 +185,12 @@ class Codec:
         return [header, *buffers]
 
     def _default(self, obj: Any) -> Any:
-        if isinstance(obj, np.ndarray):
-            return self._pack_ndarray(obj)
-        if isinstance(obj, np.generic):
-            return obj.item()
+        np = sys.modules.get("numpy")  # no numpy imported: the value cannot be a numpy one
+        if np is not None:
+            if isinstance(obj, np.ndarray):
+                return self._pack_ndarray(obj)
+            if isinstance(obj, np.generic):
+                return obj.item()
         if isinstance(obj, tuple):
             return list(obj)
         ext = _EXT_BY_TYPE.get(type(obj))
@@ -196,6 +208,7 @@ class Codec:
         raise EncodeError(f"no wire encoding for {type(obj).__qualname__}")
 
     def _pack_ndarray(self, arr: np.ndarray) -> msgpack.ExtType:
+        np = _np()
         if arr.dtype.hasobject:
             raise EncodeError("numpy arrays of dtype object cannot travel; use a numeric dtype")
         if not arr.flags.c_contiguous:
@@ -283,6 +296,7 @@ class _ExtHook:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
             raise BadFrame("ndarray extension must be [dtype, shape, buffer index]")
         dtype_str, shape, index = spec
+        np = _np()
         try:
             dtype = np.dtype(dtype_str)
         except TypeError as exc:

@@ -115,7 +115,15 @@ class NodeSupervision:
         # status poll never takes a node with no workers listed yet for a ready one.
         for spec in self._node.config.workers:
             self._node.workers.setdefault(spec.name, WorkerHandle(spec))
+        # The heartbeat port is chosen here, so that workers can be launched with it while the
+        # supervisor is still starting (in parallel, not one after the other): beats sent
+        # before it listens are lost harmlessly, and it watches every worker once it is ready.
+        if self.udp is None:
+            self.udp = ("127.0.0.1", _free_udp_port())
         tg.start_soon(self._keep_supervisor)
+        tg.start_soon(self._warn_if_late)
+
+    async def _warn_if_late(self) -> None:
         with anyio.move_on_after(_READY_TIMEOUT_S) as scope:
             await self._ready.wait()
         if scope.cancelled_caught:
@@ -332,3 +340,12 @@ def _send(proc: Process, signum: signal.Signals) -> None:
         proc.send_signal(signum)
     except ProcessLookupError:
         pass
+
+
+def _free_udp_port() -> int:
+    """A loopback UDP port that was free a moment ago (the supervisor binds it next)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
