@@ -20,9 +20,14 @@ from .errors import (
     Unreachable,
     VersionMismatch,
 )
+from .client import connect
+from .commit import OutputStore
+from .content_store import ContentStore
 from .host import Runtime
 from .mailbox import Mailbox, MailboxStats
 from .ref import ActorAddress, ActorRef
+from .stage import StageActor
+from .task_actor import LeasedTask, TaskActor
 from .transport import MemoryHub, MemoryTransport, Transport
 
 __all__ = [
@@ -33,11 +38,13 @@ __all__ = [
     "AskTimeout",
     "BadFrame",
     "BufferExtension",
+    "ContentStore",
     "Codec",
     "ConfigError",
     "DeliveryError",
     "Envelope",
     "Kind",
+    "LeasedTask",
     "Mailbox",
     "MailboxFull",
     "MailboxStats",
@@ -45,15 +52,19 @@ __all__ = [
     "MemoryTransport",
     "MessageContext",
     "MessageTooLarge",
+    "OutputStore",
     "ProtocolError",
     "RemoteError",
     "Runtime",
+    "StageActor",
+    "TaskActor",
     "Transport",
     "TroupeError",
     "UnknownActor",
     "UnknownMessageType",
     "Unreachable",
     "VersionMismatch",
+    "connect",
     "handles",
     "register_extension",
 ]

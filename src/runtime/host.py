@@ -118,8 +118,10 @@ class Runtime(Inbound):
     async def __aenter__(self) -> Runtime:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        await self._tg.start(self.transport.serve, self._on_frames)
+        # Accepting before serving: a message that arrives while the transport starts must be
+        # delivered (or get UnknownActor), not be told that the process is shutting down.
         self._accepting = True
+        await self._tg.start(self.transport.serve, self._on_frames)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
