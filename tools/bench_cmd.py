@@ -46,7 +46,7 @@ def messaging(as_json: JsonOption = False, quick: QuickOption = False) -> None:
 @bench_app.command("pipeline")
 def pipeline(
     as_json: JsonOption = False,
-    scenes: Annotated[int, typer.Option("--scenes", help="Scenes for the real workload.")] = 32,
+    scenes: Annotated[int, typer.Option("--scenes", help="Scenes for the real workload.")] = 64,
     synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
 ) -> None:
     """The sequential baseline against the troupe pipeline on the same scenes, plus engine overhead."""

@@ -60,7 +60,7 @@ def synthetic_config(items: int) -> PipelineConfig:
     })
 
 
-def measure_pipeline(items: int = 32, synthetic_items: int = 300, progress: Any = None) -> dict[str, float]:
+def measure_pipeline(items: int = 64, synthetic_items: int = 300, progress: Any = None) -> dict[str, float]:
     """Run the baseline, the pipeline and the synthetic workload; return every figure."""
     say = progress or (lambda _m: None)
     fig: dict[str, float] = {"items": float(items)}
@@ -73,7 +73,7 @@ def measure_pipeline(items: int = 32, synthetic_items: int = 300, progress: Any 
         fig["baseline_items_per_s"] = base_ok / base_s
         say(f"troupe pipeline, {items} scenes")
         t0 = time.perf_counter()
-        result = anyio.run(run_pipeline, cfg, out / "pipeline", free_endpoint(), True,
+        result = anyio.run(run_pipeline, cfg, out / "pipeline", free_endpoint(), True, free_endpoint(),
                            backend="asyncio", backend_options={"use_uvloop": True})
         wall = time.perf_counter() - t0
         m = result.metrics

@@ -89,8 +89,9 @@ def run(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
     scenes: Annotated[Optional[int], typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
+    master: Annotated[str, typer.Option(help="Endpoint of the master this run starts.")] = "tcp://127.0.0.1:7478",
 ) -> None:
     """Run the main job: the data generation pipeline on a one-host cluster, into --out."""
     from .run_pipeline import finish_run
 
-    finish_run(config, out, scenes, endpoint)
+    finish_run(config, out, scenes, endpoint, master)

@@ -15,9 +15,11 @@ from troupe.actors.datagen_config import default_pipeline, resolve_out
 from troupe.runtime.client import connect
 from troupe.runtime.config import NodeConfig
 from troupe.runtime.logs import configure_logging
+from troupe.runtime.master import Master, MasterConfig, open_journal
 from troupe.runtime.pipeline import PipelineEngine, PipelineResult
 from troupe.runtime.pipeline_config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline_model import PipelineMetrics
+from troupe.runtime.pipeline_source import MasterSource
 
 from .run_cmd import start_local_node
 
@@ -44,12 +46,19 @@ def load_config(config: Path | None, items: int | None, out: Path) -> PipelineCo
     return resolve_out(cfg, out.resolve())
 
 
-async def run_pipeline(cfg: PipelineConfig, out: Path, endpoint: str, quiet: bool = False) -> PipelineResult:
-    """Start a node in this process, run ``cfg`` through it, finalize the dataset, stop."""
+async def run_pipeline(
+    cfg: PipelineConfig, out: Path, endpoint: str, quiet: bool = False, master_endpoint: str | None = None
+) -> PipelineResult:
+    """Run ``cfg`` on a one-host cluster started in this process, and stop it again.
+
+    With ``master_endpoint``, a master runs here too (its journal under ``out/.troupe``), the
+    items are a job submitted to it, and the pipeline leases them like a worker; without, the
+    items are the config's seed range.
+    """
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / "logs"
     configure_logging("local", "run", log_dir, console=False)
-    node_cfg = NodeConfig(name="local", endpoint=endpoint, log_dir=log_dir, stop_grace_s=10)
+    node_cfg = NodeConfig(name="local", endpoint=endpoint, log_dir=log_dir, stop_grace_s=10, master=master_endpoint)
     progress = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
                         disable=quiet)
@@ -62,13 +71,15 @@ async def run_pipeline(cfg: PipelineConfig, out: Path, endpoint: str, quiet: boo
 
     async with anyio.create_task_group() as tg:
         t0 = time.perf_counter()
+        master = await _start_master(tg, master_endpoint, out) if master_endpoint else None
         node = await start_local_node(tg, node_cfg)
         if not quiet:
             console.print(f"node up in {time.perf_counter() - t0:.2f} s; running {cfg.items} items "
                           f"through {len(cfg.stages)} stages into {out}")
         try:
             async with connect(endpoint, "local") as rt:
-                engine = PipelineEngine(cfg, rt, endpoint, on_change=show)
+                source = await _master_source(rt, master_endpoint, cfg) if master_endpoint else None
+                engine = PipelineEngine(cfg, rt, endpoint, on_change=show, source=source)
                 assert node.runtime is not None
                 node.runtime.control_handlers["pipeline"] = _status_handler(engine)
                 with progress:
@@ -78,7 +89,31 @@ async def run_pipeline(cfg: PipelineConfig, out: Path, endpoint: str, quiet: boo
             node.stopping.set()
             with anyio.CancelScope(shield=True), anyio.move_on_after(60):
                 await node.stopped.wait()
+            if master is not None:
+                master.stop()
     return result
+
+
+async def _start_master(tg: anyio.abc.TaskGroup, endpoint: str, out: Path) -> Master:
+    journal_dir = out / ".troupe"
+    journal_dir.mkdir(parents=True, exist_ok=True)
+    journal, book = open_journal(journal_dir / "journal.db", new=True)
+    master = Master(MasterConfig(endpoint=endpoint, name="local-master"), journal, book)
+    tg.start_soon(master.run)
+    with anyio.fail_after(30):
+        await master.ready.wait()
+    return master
+
+
+async def _master_source(rt: Any, master_endpoint: str, cfg: PipelineConfig) -> MasterSource:
+    """Submit the pipeline's items as a job and lease them from the master."""
+    job_id = f"{cfg.name}-{int(time.time() * 1000)}"
+    job = {"job": {"name": cfg.name, "kind": cfg.name, "count": cfg.items, "seed_start": cfg.seed_start,
+                   "max_attempts": cfg.max_attempts, "lease_s": 120, "backoff_base_s": 0.2,
+                   "backoff_max_s": 5.0, "speculation": {"enabled": False}}}
+    await rt.control(master_endpoint, "submit", {"job": job, "source": "troupe run", "job_id": job_id})
+    first = cfg.stages[0]
+    return MasterSource(rt, master_endpoint, job_id, slots=first.queue + first.most * first.batch)
 
 
 def _status_handler(engine: PipelineEngine) -> Any:
@@ -91,7 +126,7 @@ def _status_handler(engine: PipelineEngine) -> Any:
     return status
 
 
-def finish_run(config: Path | None, out: Path, items: int | None, endpoint: str) -> None:
+def finish_run(config: Path | None, out: Path, items: int | None, endpoint: str, master_endpoint: str) -> None:
     """The body of ``troupe run``: run, finalize the dataset, print the tables."""
     from troupe.actors.lerobot_finalize import DatasetConfig, finalize_dataset
     from troupe.runtime.commit import OutputStore
@@ -99,7 +134,7 @@ def finish_run(config: Path | None, out: Path, items: int | None, endpoint: str)
     from .client import run_async
 
     cfg = run_async(_load, config, items, out)
-    result = run_async(run_pipeline, cfg, out, endpoint)
+    result = run_async(run_pipeline, cfg, out, endpoint, False, master_endpoint)
     m = result.metrics
     console.print(metrics_table(m))
     console.print(

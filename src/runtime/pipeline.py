@@ -32,6 +32,7 @@ from .errors import TroupeError
 from .host import Runtime
 from .pipeline_config import PipelineConfig, StageConfig
 from .pipeline_model import PipelineMetrics, ScaleInput, StageMeter, decide_scaling, pipeline_metrics
+from .pipeline_source import ItemSource, LocalSource
 from .ref import ActorRef
 
 __all__ = ["Item", "PipelineEngine", "PipelineResult"]
@@ -87,6 +88,7 @@ class PipelineEngine:
         runtime: a runtime that can reach the node (``client.connect``).
         node_endpoint: the node that hosts the replicas' worker processes.
         on_change: called with fresh metrics whenever items move (progress display).
+        source: where items come from (default: the config's seed range).
     """
 
     def __init__(
@@ -95,13 +97,14 @@ class PipelineEngine:
         runtime: Runtime,
         node_endpoint: str,
         on_change: Callable[[PipelineMetrics], None] | None = None,
+        source: ItemSource | None = None,
     ) -> None:
         self.config = config
         self.runtime = runtime
         self.node_endpoint = node_endpoint
         self.on_change = on_change
         self.stages = [_Stage(i, s, meter=StageMeter(s.name, s.queue)) for i, s in enumerate(config.stages)]
-        self._next_seed = 0
+        self.source = source or LocalSource(config.name, config.items, config.seed_start)
         self._outcomes: dict[str, str] = {}
         self._errors: dict[str, str] = {}
         self._changed = anyio.Event()
@@ -109,6 +112,7 @@ class PipelineEngine:
         self._created = time.monotonic()  # scale_log times count from here
         self._start = self._created  # lambda counts from the first item in (reset then)
         self._started = False
+        self._last_done: float | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self.scale_log: list[tuple[float, str, int, str]] = []
         self._wanted_before: set[str] = set()
@@ -120,9 +124,11 @@ class PipelineEngine:
         counts = {"ok": 0, "pruned": 0, "dead": 0}
         for outcome in self._outcomes.values():
             counts[outcome] += 1
+        # Once every item has its outcome, time stops at the last one (not at shutdown).
+        now = self._last_done if self._last_done is not None and self._finished() else time.monotonic()
         return pipeline_metrics(
             [s.meter for s in self.stages if s.meter], counts["ok"], counts["pruned"], counts["dead"],
-            self._start, time.monotonic(),
+            self._start, now,
         )
 
     async def run(self) -> PipelineResult:
@@ -137,15 +143,30 @@ class PipelineEngine:
                     await self._changed.wait()
                     self._changed = anyio.Event()
             tg.start_soon(self._scale_loop)
+            tg.start_soon(self.source.run, self._changed_set)
             await self._dispatch_loop()
             tg.cancel_scope.cancel()
         await self._stop_all()
+        for task_id, error in getattr(self.source, "dead", {}).items():  # dead-lettered by the master
+            self._outcomes[task_id] = "dead"
+            self._errors[task_id] = error
         return PipelineResult(self.metrics(), dict(self._outcomes), dict(self._errors))
 
     # -- items --------------------------------------------------------------------------------
 
+    def _changed_set(self) -> None:
+        self._changed.set()
+
     def _source_left(self) -> bool:
-        return self._next_seed < self.config.items
+        return not self.source.exhausted()
+
+    def _settle(self, item: Item, outcome: str, error: str = "", tb: str = "") -> None:
+        if outcome != "error":
+            self._last_done = time.monotonic()
+            self._outcomes[item.task_id] = outcome
+            if error:
+                self._errors[item.task_id] = error
+        self.source.settle(item.task_id, outcome, error, tb)
 
     def _finished(self) -> bool:
         return not self._source_left() and all(
@@ -173,11 +194,8 @@ class PipelineEngine:
     def _fill_source(self) -> None:
         first = self.stages[0]
         now = time.monotonic()
-        while self._source_left() and len(first.queue) < first.cfg.queue:
-            seed = self.config.seed_start + self._next_seed
-            task_id = f"{self.config.name}-{self._next_seed:06d}"
-            self._next_seed += 1
-            first.queue.append(Item(task_id, seed, {"task_id": task_id, "seed": seed}))
+        for it in self.source.take(first.cfg.queue - len(first.queue)):
+            first.queue.append(Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt))
             assert first.meter is not None
             first.meter.queued(len(first.queue), now)
 
@@ -216,8 +234,7 @@ class PipelineEngine:
                 self._forward(stage, item, result["ok"], now)
             elif "pruned" in result:
                 pruned += 1
-                self._outcomes[item.task_id] = "pruned"
-                self._errors[item.task_id] = str(result["pruned"])
+                self._settle(item, "pruned", str(result["pruned"]))
             else:
                 errors += 1
                 self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
@@ -229,7 +246,7 @@ class PipelineEngine:
     def _forward(self, stage: _Stage, item: Item, data: Any, now: float) -> None:
         downstream = self.config.downstream(stage.index)
         if not downstream:
-            self._outcomes[item.task_id] = "ok"
+            self._settle(item, "ok")
             return
         for d in downstream:
             down = self.stages[d]
@@ -238,10 +255,13 @@ class PipelineEngine:
             down.meter.queued(len(down.queue), now)
 
     def _retry(self, stage: _Stage, item: Item, error: str, tb: str) -> None:
+        if not self.source.retries_locally:  # the master decides: retry later, or dead letter
+            log.warning("item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error)
+            self._settle(item, "error", error, tb)
+            return
         item.attempt += 1
         if item.attempt >= self.config.max_attempts:
-            self._outcomes[item.task_id] = "dead"
-            self._errors[item.task_id] = error
+            self._settle(item, "dead", error, tb)
             log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
             return
         log.warning("item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error)
