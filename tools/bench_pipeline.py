@@ -17,6 +17,7 @@ import anyio
 
 from troupe.actors.datagen import LeRobotWriter, NavPlanner, RaycastRenderer, SceneLoader
 from troupe.actors.datagen_config import default_pipeline, resolve_out
+from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline_config import PipelineConfig
 
 from .bench_messaging import free_endpoint
@@ -63,6 +64,7 @@ def synthetic_config(items: int) -> PipelineConfig:
 def measure_pipeline(items: int = 64, synthetic_items: int = 300, progress: Any = None) -> dict[str, float]:
     """Run the baseline, the pipeline and the synthetic workload; return every figure."""
     say = progress or (lambda _m: None)
+    configure_logging("bench", "bench", None, console=False, level="warning")  # stdout stays JSON
     fig: dict[str, float] = {"items": float(items)}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-pipe-") as tmp:
         out = Path(tmp)
