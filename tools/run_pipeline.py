@@ -80,8 +80,7 @@ async def run_pipeline(
             async with connect(endpoint, "local") as rt:
                 source = await _master_source(rt, master_endpoint, cfg) if master_endpoint else None
                 engine = PipelineEngine(cfg, rt, endpoint, on_change=show, source=source)
-                assert node.runtime is not None
-                node.runtime.control_handlers["pipeline"] = _status_handler(engine)
+                node.status_extras["pipeline"] = lambda: _pipeline_status(engine)
                 with progress:
                     result = await engine.run()
                     show(result.metrics)
@@ -116,14 +115,12 @@ async def _master_source(rt: Any, master_endpoint: str, cfg: PipelineConfig) -> 
     return MasterSource(rt, master_endpoint, job_id, slots=first.queue + first.most * first.batch)
 
 
-def _status_handler(engine: PipelineEngine) -> Any:
-    async def status(_: Any) -> dict[str, Any]:
-        from dataclasses import asdict
+def _pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
+    """The live stage metrics, for the node's status reply (`troupe ctl status`)."""
+    from dataclasses import asdict
 
-        m = engine.metrics()
-        return {**asdict(m), "efficiency": m.efficiency}
-
-    return status
+    m = engine.metrics()
+    return {**asdict(m), "efficiency": m.efficiency}
 
 
 def finish_run(config: Path | None, out: Path, items: int | None, endpoint: str, master_endpoint: str) -> None:

@@ -32,4 +32,21 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
                 name, w["name"], a["kind"], str(a["handled"]), str(a["failed"]),
                 f"{a['mailbox_depth']}/{a['mailbox_capacity']}", "yes" if a["busy"] else "no",
             )
-    return [node, workers, actors]
+    tables = [node, workers, actors]
+    if "pipeline" in status:
+        tables.append(pipeline_table(status["pipeline"]))
+    return tables
+
+
+def pipeline_table(p: dict[str, Any]) -> Table:
+    """The live metrics of a pipeline driven beside the node (``troupe run``)."""
+    table = Table(title=(f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
+                         f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
+                         f"bottleneck {p['bottleneck'] or '-'}"))
+    for col in ("stage", "in", "out", "failed", "l_s (s)", "N_s", "mu_s (/s)", "queue", "busy", "replicas"):
+        table.add_column(col, justify="right")
+    for s in p["stages"]:
+        table.add_row(s["name"], str(s["items_in"]), str(s["items_out"]), str(s["failed"]),
+                      f"{s['latency_s']:.3f}", f"{s['concurrency']:.2f}", f"{s['throughput']:.2f}",
+                      f"{s['queue_depth']}/{s['queue_bound']}", f"{s['busy_fraction']:.0%}", str(s["replicas"]))
+    return table

@@ -53,6 +53,8 @@ class Node:
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
         self.stopped = anyio.Event()  # set once every worker has been stopped and reaped
+        # Extra sections of the status reply, by name (a pipeline driven beside this node).
+        self.status_extras: dict[str, Callable[[], Any]] = {}
         # Called as listener(handle, reason) after every worker exit, before any restart
         # (handle.state is STOPPED for a stop on purpose); the task layer requeues there.
         self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
@@ -207,6 +209,7 @@ class Node:
             "workers": workers,
             "runtime": asdict(self.runtime.statistics()),
             "supervision": await self.supervision.describe(),
+            **{name: extra() for name, extra in self.status_extras.items()},
         }
 
     async def _spawn_worker(self, payload: Any) -> dict[str, Any]:

@@ -52,3 +52,34 @@ def test_bad_node_config_is_one_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     missing = ctl("node", "start", "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "no such config file" in missing.stderr
+
+
+def test_ctl_status_shows_the_running_pipeline_live(tmp_path: Path) -> None:
+    """While `troupe run` works, `ctl status` against its node shows the stage metrics; the run then exits 0."""
+    import subprocess
+    import sys
+    import time
+
+    endpoint = free_endpoint()
+    errors = tmp_path / "run-stderr.txt"
+    with errors.open("wb") as err:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "troupe.cli.main", "run", "--scenes", "24", "--out", str(tmp_path / "out"),
+             "--endpoint", endpoint, "--master", free_endpoint()],
+            stdout=subprocess.DEVNULL, stderr=err,
+        )
+    try:
+        seen = None
+        deadline = time.monotonic() + 120
+        while seen is None and run.poll() is None and time.monotonic() < deadline:  # bounded poll
+            out = ctl("ctl", "status", "--json", "--node", endpoint, "--timeout", "2")
+            if out.returncode == 0 and '"pipeline"' in out.stdout:
+                seen = json.loads(out.stdout)["pipeline"]
+        assert seen is not None, "the pipeline never showed in ctl status"
+        assert [s["name"] for s in seen["stages"]] == ["load", "plan", "render", "store"]
+        assert {"lambda_measured", "lambda_theory", "lambda_succ", "bottleneck"} <= set(seen)
+        assert run.wait(timeout=300) == 0, errors.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
