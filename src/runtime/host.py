@@ -121,6 +121,8 @@ class Runtime(Inbound):
         # Accepting before serving: a message that arrives while the transport starts must be
         # delivered (or get UnknownActor), not be told that the process is shutting down.
         self._accepting = True
+        if hasattr(self.transport, "sync_handler"):
+            self.transport.sync_handler = self._on_frames_now
         await self._tg.start(self.transport.serve, self._on_frames)
         return self
 

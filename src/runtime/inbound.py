@@ -43,6 +43,40 @@ class Inbound:
 
     start_soon: Any  # Runtime.start_soon: run a task owned by the runtime
 
+    def _settle_reply(self, env: Envelope) -> None:
+        fut = self._pending.pop(env.corr_id, None)
+        if fut is None or fut.done():
+            self._late_replies += 1
+            if env.kind is Kind.ERROR and isinstance(env.payload, dict):
+                log.warning("error_reply_unclaimed", corr_id=env.corr_id, error=env.payload.get("message"))
+            return
+        if env.kind is Kind.REPLY:
+            fut.set_result(env.payload)
+        else:
+            fut.set_exception(_error_from(env.payload))
+
+    def _on_frames_now(self, route: Any, frames: list[Any]) -> bool:
+        """Handle a message at once when that needs no waiting: a reply, or a tell or ask for
+        a known actor whose mailbox has room. Return False, having changed nothing, otherwise:
+        the message then takes the full path (``_on_frames``), errors and waiting included."""
+        try:
+            env = self.codec.decode(frames)
+        except ProtocolError:
+            return False
+        kind = env.kind
+        if kind is Kind.REPLY or kind is Kind.ERROR:
+            self._settle_reply(env)
+            return True
+        if kind is Kind.CONTROL or not self._accepting:
+            return False
+        cell = self.cells.get(env.target)
+        if cell is None or env.type not in cell.handlers or cell.mailbox.full():
+            return False
+        cell.mailbox.put_nowait(
+            Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
+        )
+        return True
+
     async def _on_frames(self, route: Any, frames: list[Any]) -> None:
         try:
             env = self.codec.decode(frames)
@@ -53,16 +87,7 @@ class Inbound:
             return
         kind = env.kind
         if kind is Kind.REPLY or kind is Kind.ERROR:
-            fut = self._pending.pop(env.corr_id, None)
-            if fut is None or fut.done():
-                self._late_replies += 1
-                if kind is Kind.ERROR and isinstance(env.payload, dict):
-                    log.warning("error_reply_unclaimed", corr_id=env.corr_id, error=env.payload.get("message"))
-                return
-            if kind is Kind.REPLY:
-                fut.set_result(env.payload)
-            else:
-                fut.set_exception(_error_from(env.payload))
+            self._settle_reply(env)
             return
         if not self._accepting:
             await self._reply_error(route, env.msg_id, env.target, ActorStopped("the process is shutting down"))

@@ -74,6 +74,10 @@ class Mailbox(Generic[T]):
             self._closed,
         )
 
+    def full(self) -> bool:
+        """True when a put would have to wait (or is refused): no room, or closed."""
+        return self._closed or len(self._items) + self._reserved >= self.capacity or bool(self._putters)
+
     def put_nowait(self, item: T) -> None:
         """Append ``item`` or raise MailboxFull (ActorStopped once closed)."""
         if self._closed:

@@ -19,6 +19,7 @@ This is the only module that imports zmq.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +48,7 @@ _COPY_BELOW = 64 * 1024
 class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
-    __slots__ = ("sock", "fd", "wake", "peer", "waiting")
+    __slots__ = ("sock", "fd", "wake", "peer", "waiting", "is_router", "backlog", "senders")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
         self.sock = sock
@@ -55,6 +56,11 @@ class _Watched:
         self.wake = asyncio.Event()
         self.peer = peer
         self.waiting = False  # the pump is parked on ``wake``
+        self.is_router = False
+        self.senders = 0  # sends parked on ``wake`` until the socket takes messages again
+        # Messages the reader callback took off the socket but could not handle at once;
+        # the pump handles them first, in order, before it reads the socket again.
+        self.backlog: deque[tuple[Any, list[Any]]] = deque()
 
     def kick_if_ready(self) -> None:
         if self.sock.getsockopt(_EVENTS) & (_POLLIN | _POLLOUT):
@@ -89,6 +95,9 @@ class ZmqTransport:
         self._tg: anyio.abc.TaskGroup | None = None
         self.address: str = self.open_mailbox(bind)
         self._on_message: OnMessage | None = None
+        # Set by the runtime: handles a message at once if it can do so without waiting
+        # (a reply, a message to a mailbox with room) and returns whether it did.
+        self.sync_handler: Callable[[Any, list[Any]], bool] | None = None
         # Fault injection (partition): when set, traffic to and replies from a peer it names
         # are refused; see refused_counts. None costs one attribute test per send.
         self.refuse: Callable[[str], bool] | None = None
@@ -116,6 +125,7 @@ class ZmqTransport:
             sock.close(0)
             raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
         w = _Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        w.is_router = True
         self._mailboxes.append(w)
         if self._tg is not None:
             self._watch(w)
@@ -151,7 +161,45 @@ class ZmqTransport:
 
     def _watch(self, w: _Watched) -> None:
         assert self._loop is not None
-        self._loop.add_reader(w.fd, w.wake.set)
+        self._loop.add_reader(w.fd, self._readable, w)
+
+    def _readable(self, w: _Watched) -> None:
+        """The socket's descriptor fired. With the pump parked, drain here and hand each message
+        to the sync handler: a reply or a delivery then costs no task wake-up. The first message
+        that needs waiting goes to the backlog, and the pump takes over from it, in order."""
+        handler = self.sync_handler
+        if handler is None or w.backlog or not w.waiting or w.senders:
+            w.wake.set()  # the pump reads; a parked sender re-checks whether it may send
+            return
+        for _ in range(self.batch):
+            try:
+                route, frames = self._recv_one(w)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:
+                w.wake.set()  # the pump reports it (or sees the socket closed)
+                return
+            self._received += 1
+            if not w.is_router and self.refuse is not None and self.refuse(w.peer):
+                self._count_refused(w.peer, "receive")
+                continue
+            if not handler(route, frames):
+                w.backlog.append((route, frames))
+                w.wake.set()
+                return
+        w.wake.set()  # a full batch: the pump goes on after other tasks had their turn
+
+    @staticmethod
+    def _recv_one(w: _Watched) -> tuple[Any, list[Any]]:
+        sock = w.sock
+        if w.is_router:
+            route: Any = (w, sock.recv(_NOBLOCK))
+        else:
+            route = None
+        frames = [sock.recv(_NOBLOCK)]
+        while sock.getsockopt(_RCVMORE):
+            frames.append(sock.recv(_NOBLOCK, copy=False))
+        return route, frames
 
     def _unwatch_all(self) -> None:
         if self._loop is None or self._loop.is_closed():
@@ -167,17 +215,13 @@ class ZmqTransport:
         on_message = self._on_message
         assert on_message is not None
         while not sock.closed:
+            while w.backlog:
+                route, frames = w.backlog.popleft()
+                await on_message(route, frames)
             handled = 0
             while handled < self.batch:
                 try:
-                    if is_router:
-                        route = (w, sock.recv(_NOBLOCK))
-                        frames = [sock.recv(_NOBLOCK)]
-                    else:
-                        route = None
-                        frames = [sock.recv(_NOBLOCK)]
-                    while sock.getsockopt(_RCVMORE):
-                        frames.append(sock.recv(_NOBLOCK, copy=False))
+                    route, frames = self._recv_one(w)
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
@@ -284,7 +328,11 @@ class ZmqTransport:
                 w.wake.clear()
                 if sock.getsockopt(_EVENTS) & _POLLOUT:
                     continue
-                await w.wake.wait()
+                w.senders += 1
+                try:
+                    await w.wake.wait()
+                finally:
+                    w.senders -= 1
                 w.wake.set()  # the reader may be waiting on the same flag: let it re-check
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EHOSTUNREACH:
