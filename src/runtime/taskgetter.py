@@ -16,7 +16,13 @@ that cannot be delivered within ``report_for_s`` is dropped: the output is commi
 so the copy the master leases again finds it and ends at once.
 
 In a worker process, :func:`start_task_getter` builds the getter from the hosted task actors;
-the ``scale`` benchmark runs hundreds of getters with a sleeping runner in one process.
+the ``scale`` benchmark runs hundreds of getters with a sleeping runner in one process. In a
+worker process a task runs as a message would, for supervision and fault injection: the
+worker's status record shows it busy with ``ACTOR/KIND`` (the progress timeout judges it, so
+long work must call ``progress()``), and the runtime's before-handle hooks run first with the
+task kind as the message type, so an injected fault (``troupe ctl chaos``) reaches task code.
+A task that a ``drop`` fault loses is neither run nor reported, like a lost message: its lease
+expires at the master, which leases it again.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import anyio
 import structlog
 
+from .cell import DROP
 from .errors import (
     ActorStopped,
     AskTimeout,
@@ -259,6 +266,8 @@ class TaskGetter:
                     try:
                         result = await self._runner(task)
                         report = ("complete", {"result_ref": result or ""})
+                    except _Dropped as exc:  # lost on purpose: no report, the lease expires
+                        run.cancel_reason = str(exc)
                     except Exception as exc:
                         report = ("fail", {
                             "error": f"{type(exc).__qualname__}: {exc}",
@@ -348,11 +357,22 @@ def install_task_control(runtime: Runtime, getters: Mapping[str, TaskGetter]) ->
     runtime.control_handlers["cancel_lease"] = cancel_lease
 
 
+class _Dropped(Exception):
+    """A before-handle hook (an injected ``drop`` fault) lost this task; never leaves this module."""
+
+
 class _ActorRunner:
-    """Runs a lease on the hosted task actor for its kind, within that actor's slots."""
+    """Runs a lease on the hosted task actor for its kind, within that actor's slots.
+
+    Around each task it marks the worker busy and runs the before-handle hooks (see the module
+    docstring). The status record has one current item: the worker shows idle only once its
+    last running task ends (a message ending meanwhile may show it idle early, which delays a
+    no-progress kill but never fakes one).
+    """
 
     def __init__(self, actors: list[TaskActor]) -> None:
         self._actors = [(a, anyio.Semaphore(type(a).slots)) for a in actors]
+        self._busy = 0
 
     async def __call__(self, task: LeasedTask) -> str | None:
         able = [(a, s) for a, s in self._actors if type(a).runs(task.kind)]
@@ -362,7 +382,22 @@ class _ActorRunner:
                             f"{kinds}); give the job a kind a worker runs")
         actor, slots = max(able, key=lambda pair: pair[1].value)
         async with slots:
-            return await actor.run_task(task)
+            runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
+            if runtime is None:
+                return await actor.run_task(task)
+            name, observer = actor.address.actor, runtime.observer
+            self._busy += 1
+            if observer is not None:
+                observer.begin(name, task.kind)
+            try:
+                for hook in tuple(runtime.before_handle):
+                    if await hook(name, task.kind) is DROP:
+                        raise _Dropped(f"task {task.task_id} dropped by an injected fault")
+                return await actor.run_task(task)
+            finally:
+                self._busy -= 1
+                if observer is not None and self._busy == 0:
+                    observer.end()
 
 
 def start_task_getter(runtime: Runtime, master: str, node: str, process: str) -> TaskGetter | None:
