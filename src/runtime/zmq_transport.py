@@ -48,16 +48,17 @@ _COPY_BELOW = 64 * 1024
 class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
-    __slots__ = ("sock", "fd", "wake", "peer", "waiting", "is_router", "backlog", "senders")
+    __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
         self.sock = sock
         self.fd = sock.getsockopt(zmq.FD)
-        self.wake = asyncio.Event()
+        self.wake = asyncio.Event()  # the reader (pump) waits on this
+        self.writable = asyncio.Event()  # senders blocked at the high-water mark wait on this
         self.peer = peer
         self.waiting = False  # the pump is parked on ``wake``
         self.is_router = False
-        self.senders = 0  # sends parked on ``wake`` until the socket takes messages again
+        self.senders = 0  # sends parked on ``writable`` until the socket takes messages again
         # Messages the reader callback took off the socket but could not handle at once;
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
@@ -167,9 +168,11 @@ class ZmqTransport:
         """The socket's descriptor fired. With the pump parked, drain here and hand each message
         to the sync handler: a reply or a delivery then costs no task wake-up. The first message
         that needs waiting goes to the backlog, and the pump takes over from it, in order."""
+        if w.senders:
+            w.writable.set()  # any activity: a parked sender re-checks whether it may send
         handler = self.sync_handler
-        if handler is None or w.backlog or not w.waiting or w.senders:
-            w.wake.set()  # the pump reads; a parked sender re-checks whether it may send
+        if handler is None or w.backlog or not w.waiting:
+            w.wake.set()
             return
         for _ in range(self.batch):
             try:
@@ -239,8 +242,13 @@ class ZmqTransport:
                 await asyncio.sleep(0)  # let other tasks run between batches
                 continue
             w.wake.clear()
-            if sock.getsockopt(_EVENTS) & _POLLIN:
+            events = sock.getsockopt(_EVENTS)
+            if events & _POLLIN:
                 continue
+            if w.senders and events & _POLLOUT:
+                # Our reads may have consumed the descriptor's signal that the socket takes
+                # messages again: pass it on to the parked senders, or they would wait forever.
+                w.writable.set()
             w.waiting = True
             try:
                 await w.wake.wait()
@@ -325,24 +333,28 @@ class ZmqTransport:
                         f"the mailbox of {address or 'the asker'} is full (high-water mark "
                         f"{self.hwm}); send with block=True to wait"
                     ) from None
-                w.wake.clear()
+                w.writable.clear()
                 if sock.getsockopt(_EVENTS) & _POLLOUT:
                     continue
                 w.senders += 1
                 try:
-                    await w.wake.wait()
+                    await w.writable.wait()
                 finally:
                     w.senders -= 1
-                w.wake.set()  # the reader may be waiting on the same flag: let it re-check
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EHOSTUNREACH:
                     raise
                 raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
         self._sent += 1
-        # The send may have consumed the descriptor's edge: wake a parked reader if input waits.
-        # A reader that is not parked re-checks EVENTS itself before it parks.
-        if w.waiting and sock.getsockopt(_EVENTS) & _POLLIN:
-            w.wake.set()
+        # The send may have consumed the descriptor's signal: pass it on to whoever is parked
+        # (the reader, if input waits; other senders, if the socket takes messages). Those not
+        # parked re-check EVENTS themselves before they park.
+        if w.waiting or w.senders:
+            events = sock.getsockopt(_EVENTS)
+            if w.waiting and events & _POLLIN:
+                w.wake.set()
+            if w.senders and events & _POLLOUT:
+                w.writable.set()
 
     def forget(self, address: str) -> None:
         """Close the connection to a peer that is gone; the next send reconnects."""
@@ -356,6 +368,7 @@ class ZmqTransport:
                 pass
         w.sock.close(0)
         w.wake.set()  # its pump sees the closed socket and ends
+        w.writable.set()
 
     def close(self) -> None:
         """Close every socket at once (linger 0)."""
