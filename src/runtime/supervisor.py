@@ -36,7 +36,6 @@ When the node dies, Linux SIGTERMs the supervisor (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -48,10 +47,10 @@ from typing import Any
 import anyio
 import psutil
 import structlog
-from pydantic import ValidationError
 
 from .codec import Codec
-from .config import SupervisionConfig, _Frozen, validation_message
+from .child import die_with_parent, load_launch_spec
+from .config import SupervisionConfig, _Frozen
 from .errors import ConfigError
 from .heartbeat import HeartbeatReceiver
 from .host import Runtime
@@ -270,30 +269,10 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
             break
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM the supervisor when its node dies, so it never outlives the node."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != parent:
-        sys.exit("supervisor: the node that started it is gone")
-
-
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.supervisor``."""
-    _die_with_parent()
-    raw = os.environ.get(SPEC_ENV)
-    if not raw:
-        sys.exit(f"{SPEC_ENV} is not set: the supervisor is started by its node (`troupe node start`)")
-    try:
-        spec = SupervisorLaunch.model_validate(json.loads(raw))
-    except (ValueError, ValidationError) as exc:
-        msg = validation_message(SPEC_ENV, exc) if isinstance(exc, ValidationError) else str(exc)
-        sys.exit(f"bad supervisor spec: {msg}")
+    die_with_parent("supervisor")
+    spec = load_launch_spec(SupervisorLaunch, SPEC_ENV, "supervisor", "the supervisor is started by its node (`troupe node start`)")
     configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
     try:
         anyio.run(serve_supervisor, spec, backend="asyncio", backend_options={"use_uvloop": True})

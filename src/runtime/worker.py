@@ -8,7 +8,6 @@ control message; then it shuts down gracefully and exits 0.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -18,9 +17,10 @@ from typing import Any
 
 import anyio
 import structlog
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from .config import ActorSpec, _Frozen, validation_message
+from .child import die_with_parent, load_launch_spec
+from .config import ActorSpec, _Frozen
 from .directory import Directory
 from .errors import ConfigError
 from .host import Runtime
@@ -167,30 +167,10 @@ def ignore_stop_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this worker when its node dies, so no worker outlives its node."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != parent:  # the node died before prctl took effect
-        sys.exit("worker: the node that started this worker is gone")
-
-
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.worker``."""
-    _die_with_parent()
-    raw = os.environ.get(SPEC_ENV)
-    if not raw:
-        sys.exit(f"{SPEC_ENV} is not set: worker processes are started by `troupe node start`")
-    try:
-        spec = WorkerLaunch.model_validate(json.loads(raw))
-    except (ValueError, ValidationError) as exc:
-        msg = validation_message(SPEC_ENV, exc) if isinstance(exc, ValidationError) else str(exc)
-        sys.exit(f"bad worker spec: {msg}")
+    die_with_parent("worker")
+    spec = load_launch_spec(WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`")
     configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})
