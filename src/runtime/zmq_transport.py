@@ -48,7 +48,8 @@ _COPY_BELOW = 64 * 1024
 class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
-    __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders")
+    __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
+                 "recheck")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
         self.sock = sock
@@ -59,6 +60,7 @@ class _Watched:
         self.waiting = False  # the pump is parked on ``wake``
         self.is_router = False
         self.senders = 0  # sends parked on ``writable`` until the socket takes messages again
+        self.recheck = False  # a post-send look at EVENTS is scheduled
         # Messages the reader callback took off the socket but could not handle at once;
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
@@ -348,13 +350,25 @@ class ZmqTransport:
         self._sent += 1
         # The send may have consumed the descriptor's signal: pass it on to whoever is parked
         # (the reader, if input waits; other senders, if the socket takes messages). Those not
-        # parked re-check EVENTS themselves before they park.
-        if w.waiting or w.senders:
-            events = sock.getsockopt(_EVENTS)
-            if w.waiting and events & _POLLIN:
-                w.wake.set()
-            if w.senders and events & _POLLOUT:
-                w.writable.set()
+        # parked re-check EVENTS themselves before they park. One look after a run of sends is
+        # enough (the parked ones need waking, not waking at once), so it is scheduled once
+        # per loop turn rather than made after every send.
+        if (w.waiting or w.senders) and not w.recheck:
+            w.recheck = True
+            if self._loop is not None:
+                self._loop.call_soon(self._recheck, w)
+            else:
+                self._recheck(w)
+
+    def _recheck(self, w: _Watched) -> None:
+        w.recheck = False
+        if w.sock.closed:
+            return
+        events = w.sock.getsockopt(_EVENTS)
+        if w.waiting and events & _POLLIN:
+            w.wake.set()
+        if w.senders and events & _POLLOUT:
+            w.writable.set()
 
     def forget(self, address: str) -> None:
         """Close the connection to a peer that is gone; the next send reconnects."""
