@@ -38,6 +38,7 @@ __all__ = [
     "WorkerSpec",
     "check_loopback",
     "load_node_config",
+    "read_toml",
     "validation_message",
 ]
 
@@ -213,6 +214,24 @@ def validation_message(source: str, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def read_toml(path: Path, what: str, sections: set[str], expected: str) -> dict[str, Any]:
+    """Read a TOML file whose top level may hold only ``sections``.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or has another section; named with the file.
+    """
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(raw) - sections
+    if unknown:
+        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; expected {expected}")
+    return raw
+
+
 def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     """Load and validate a node config; ``overrides`` (CLI options) win over the file.
 
@@ -222,18 +241,8 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     data: dict[str, Any] = {}
     source = str(path) if path else "defaults"
     if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-        unknown = set(raw) - {"node", "workers", "supervision", "restart"}
-        if unknown:
-            raise ConfigError(
-                f"{path}: unknown sections {sorted(unknown)}; expected [node], [[workers]], "
-                "[supervision] and [restart]"
-            )
+        raw = read_toml(path, "config", {"node", "workers", "supervision", "restart"},
+                        "[node], [[workers]], [supervision] and [restart]")
         data.update(raw.get("node", {}))
         data["workers"] = raw.get("workers", [])
         for table in ("supervision", "restart"):

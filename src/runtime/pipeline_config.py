@@ -24,13 +24,12 @@ Stages form a chain in file order unless a stage names its input with ``after``.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from .config import _Frozen, validation_message
+from .config import _Frozen, read_toml, validation_message
 from .errors import ConfigError
 
 __all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
@@ -121,15 +120,7 @@ def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
     Raises:
         ConfigError: missing file, bad TOML, or invalid fields (named with the file).
     """
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such pipeline file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(raw) - {"pipeline", "stages"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; expected [pipeline] and [[stages]]")
+    raw = read_toml(path, "pipeline", {"pipeline", "stages"}, "[pipeline] and [[stages]]")
     data = dict(raw.get("pipeline", {}))
     data.update({k: v for k, v in overrides.items() if v is not None})
     data["stages"] = raw.get("stages", [])

@@ -51,23 +51,19 @@ class _Watched:
     __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
                  "recheck")
 
-    def __init__(self, sock: zmq.Socket[bytes], peer: str) -> None:
+    def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
         self.sock = sock
         self.fd = sock.getsockopt(zmq.FD)
         self.wake = asyncio.Event()  # the reader (pump) waits on this
         self.writable = asyncio.Event()  # senders blocked at the high-water mark wait on this
         self.peer = peer
         self.waiting = False  # the pump is parked on ``wake``
-        self.is_router = False
+        self.is_router = is_router  # a mailbox (messages come with a route) or a peer connection
         self.senders = 0  # sends parked on ``writable`` until the socket takes messages again
         self.recheck = False  # a post-send look at EVENTS is scheduled
         # Messages the reader callback took off the socket but could not handle at once;
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
-
-    def kick_if_ready(self) -> None:
-        if self.sock.getsockopt(_EVENTS) & (_POLLIN | _POLLOUT):
-            self.wake.set()
 
 
 class ZmqTransport:
@@ -127,12 +123,9 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
-        w = _Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        w.is_router = True
+        w = _Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True)
         self._mailboxes.append(w)
-        if self._tg is not None:
-            self._watch(w)
-            self._tg.start_soon(self._pump, w, True)
+        self._serve_socket(w)
         return w.peer
 
     def _tune(self, sock: zmq.Socket[bytes]) -> None:
@@ -151,20 +144,19 @@ class ZmqTransport:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                for mailbox in self._mailboxes:
-                    self._watch(mailbox)
-                    tg.start_soon(self._pump, mailbox, True)
-                for watched in self._dealers.values():
-                    self._watch(watched)
-                    tg.start_soon(self._pump, watched, False)
+                for w in [*self._mailboxes, *self._dealers.values()]:
+                    self._serve_socket(w)
                 task_status.started()
         finally:
             self._tg = None
             self._unwatch_all()
 
-    def _watch(self, w: _Watched) -> None:
-        assert self._loop is not None
+    def _serve_socket(self, w: _Watched) -> None:
+        """Watch the socket's descriptor and start its pump, once the transport serves."""
+        if self._tg is None or self._loop is None:
+            return  # ``serve`` does it for every socket when it starts
         self._loop.add_reader(w.fd, self._readable, w)
+        self._tg.start_soon(self._pump, w)
 
     def _readable(self, w: _Watched) -> None:
         """The socket's descriptor fired. With the pump parked, drain here and hand each message
@@ -215,7 +207,7 @@ class ZmqTransport:
             except (ValueError, OSError):
                 pass
 
-    async def _pump(self, w: _Watched, is_router: bool) -> None:
+    async def _pump(self, w: _Watched) -> None:
         sock = w.sock
         on_message = self._on_message
         assert on_message is not None
@@ -236,7 +228,7 @@ class ZmqTransport:
                     break
                 handled += 1
                 self._received += 1
-                if not is_router and self.refuse is not None and self.refuse(w.peer):
+                if not w.is_router and self.refuse is not None and self.refuse(w.peer):
                     self._count_refused(w.peer, "receive")
                     continue
                 await on_message(route, frames)
@@ -270,11 +262,9 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
-        w = _Watched(sock, address)
+        w = _Watched(sock, address, is_router=False)
         self._dealers[address] = w
-        if self._tg is not None:
-            self._watch(w)
-            self._tg.start_soon(self._pump, w, False)
+        self._serve_socket(w)
         return w
 
     async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:

@@ -6,15 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import DEMO_CONFIG, NodeProc, reap, start_node
+from support.cluster import DEMO_CONFIG, NodeProc, running_node
 
 
 @pytest.fixture
 def demo_node(tmp_path: Path) -> Iterator[NodeProc]:
     """A node with an echo, a gate with its opener, and a relay, each in its own process."""
-    node = start_node(tmp_path, DEMO_CONFIG)
-    children = node.descendants()
-    try:
+    with running_node(tmp_path, DEMO_CONFIG) as node:
         yield node
-    finally:
-        reap(node.proc, children + node.descendants())

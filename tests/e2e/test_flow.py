@@ -7,8 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.cluster import NodeProc, reap, start_node
-
+from support.cluster import NodeProc, running_node
 from troupe.runtime.client import connect
 
 pytestmark = pytest.mark.e2e
@@ -30,12 +29,8 @@ actors = [{ name = "sink", class = "troupe.cli.bench_actors:Sink" }]
 @pytest.fixture
 def pair_node(tmp_path: Path) -> Iterator[NodeProc]:
     """A node with a load source and a sink in two worker processes."""
-    node = start_node(tmp_path, CONFIG)
-    children = node.descendants()
-    try:
+    with running_node(tmp_path, CONFIG) as node:
         yield node
-    finally:
-        reap(node.proc, children + node.descendants())
 
 
 async def test_a_sender_blocked_at_the_high_water_mark_always_resumes(pair_node: NodeProc) -> None:

@@ -12,12 +12,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
-
 from troupe.runtime import Actor, handles
 from troupe.runtime.testing import free_endpoint, reap
 
@@ -46,6 +47,17 @@ def ctl(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "troupe.cli.main", *args],
         capture_output=True, text=True, timeout=timeout,
     )
+
+
+@contextmanager
+def running_node(tmp_path: Path, config_text: str, name: str = "t") -> Iterator[NodeProc]:
+    """A node started from ``config_text``; it and every process it started are reaped on exit."""
+    node = start_node(tmp_path, config_text, name)
+    children = node.descendants()
+    try:
+        yield node
+    finally:
+        reap(node.proc, children + node.descendants())
 
 
 def start_node(tmp_path: Path, config_text: str, name: str = "t") -> NodeProc:
