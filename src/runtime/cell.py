@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
-from .actor import Actor, MessageContext
+try:
+    import sniffio
+except ModuleNotFoundError:  # anyio works without it, then by asking asyncio for a running loop
+    sniffio = None  # type: ignore[assignment]
+
+from .actor import Actor, Handler, MessageContext
 from .codec import Kind
 from .errors import ActorStopped, UnknownMessageType
 from .mailbox import Mailbox
@@ -73,6 +78,9 @@ class Cell:
         self.endpoint = ""  # the actor's own mailbox socket, set by the runtime
         self.sender = str(actor.address)
         self.done = anyio.Event()
+        # The actor task's context (Cell.current and the log binding), once the task runs:
+        # what a message handled outside the task runs in.
+        self._context: contextvars.Context | None = None
         self.handled = 0
         self.failed = 0
         self.expired = 0
@@ -116,6 +124,12 @@ class Cell:
         """Handle messages until the mailbox is closed and drained."""
         Cell.current.set(self)
         structlog.contextvars.bind_contextvars(actor=self.name)
+        self._context = contextvars.copy_context()
+        if sniffio is not None:
+            # Outside a task anyio cannot tell which event loop runs (it asks sniffio, which
+            # looks for a current task): say it here, so a handler run by ``handle_now`` may use
+            # anyio (an Event, the runtime's start_soon) as it could in the task.
+            self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
         mailbox = self.mailbox
         try:
             while True:
@@ -128,11 +142,52 @@ class Cell:
         finally:
             self.done.set()
 
-    async def _handle(self, msg: Msg) -> None:
-        runtime = self.runtime
+    def idle(self) -> bool:
+        """True when the actor's task waits for its next message and none is queued."""
+        return self.handling is None and self._context is not None and self.mailbox.consumer_parked()
+
+    def handle_now(self, msg: Msg, handler: Handler) -> None:
+        """Handle a message whose handler is synchronous right here, outside the actor's task.
+
+        Only for an idle actor (see ``idle``), so one message at a time and arrival order still
+        hold. The transport's reader callback calls this: it saves waking the actor's task,
+        which is most of what a small message costs. The handler runs in the task's context, so
+        ``Actor.context`` and the log binding are what they would be in the task.
+        """
+        assert self._context is not None
+        self._context.run(self._handle_sync, msg, handler)
+
+    def _handle_sync(self, msg: Msg, handler: Handler) -> None:
+        if self._expired(msg):
+            return
+        self.handling = msg
+        observer = self.runtime.observer
+        if observer is not None:
+            observer.begin(self.name, msg.type)
+        try:
+            result = handler.fn(self.actor, msg.payload)
+        except Exception as exc:
+            self.failed += 1
+            self.runtime.start_soon(self._answer_failure, msg, exc)
+        else:
+            if msg.kind is Kind.ASK:
+                self.runtime.reply_now(msg.route, msg.msg_id, result)
+        finally:
+            self.handling = None
+            self.handled += 1
+            if observer is not None:
+                observer.end()
+
+    def _expired(self, msg: Msg) -> bool:
         if msg.deadline is not None and msg.deadline < time.time():
             self.expired += 1
             log.info("message_expired", type=msg.type, msg_id=msg.msg_id, sender=msg.sender)
+            return True
+        return False
+
+    async def _handle(self, msg: Msg) -> None:
+        runtime = self.runtime
+        if self._expired(msg):
             return
         handler = self.handlers[msg.type]
         self.handling = msg

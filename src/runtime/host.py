@@ -25,6 +25,7 @@ from .actor import Actor
 from .cell import Cell, Msg
 from .inbound import Inbound
 from .codec import Codec, Envelope, Kind
+from .deadlines import AskDeadlines
 from .directory import Directory
 from .errors import (
     ActorStopped,
@@ -99,6 +100,7 @@ class Runtime(Inbound):
         self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
         self.observer: HandleObserver | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._deadlines: AskDeadlines | None = None  # made on the first ask, on its loop
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._accepting = False
@@ -134,6 +136,8 @@ class Runtime(Inbound):
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
             self.transport.close()
+            if self._deadlines is not None:
+                self._deadlines.close()
             self._stopped.set()
 
     async def stop(self) -> None:
@@ -304,12 +308,14 @@ class Runtime(Inbound):
         if ref._cell is None and ref._endpoint is None:
             await self._resolve(ref)
         timeout = self.ask_timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        deadlines = self._deadlines
+        if deadlines is None:
+            deadlines = self._deadlines = AskDeadlines(asyncio.get_running_loop())
+        fut: asyncio.Future[Any] = deadlines.loop.create_future()
         msg_id = next(self._ids)
         sender, trace = self._context()
         deadline = time.time() + timeout
-        timer = loop.call_later(timeout, _expire, fut, ref, msg_type, timeout)
+        deadlines.watch(fut, timeout, ref.address, msg_type)
         try:
             cell = ref._cell
             if cell is not None:
@@ -333,8 +339,12 @@ class Runtime(Inbound):
                 self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
             raise
         finally:
-            timer.cancel()
             self._pending.pop(msg_id, None)
+            if fut.done():
+                if not fut.cancelled():
+                    fut.exception()  # a timeout that fired while the send still waited: seen
+            else:
+                fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
 
     async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
         """Send a control message to the process listening at ``endpoint`` and await the reply.

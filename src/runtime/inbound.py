@@ -32,6 +32,7 @@ class Inbound:
 
     node: str
     process: str
+    _process_key: str  # "node/process", the sender of replies
     codec: Codec
     transport: Transport
     cells: dict[str, Cell]
@@ -40,6 +41,7 @@ class Inbound:
     _accepting: bool
     _bad_frames: int
     _late_replies: int
+    before_handle: list[Any]
 
     start_soon: Any  # Runtime.start_soon: run a task owned by the runtime
 
@@ -70,11 +72,16 @@ class Inbound:
         if kind is Kind.CONTROL or not self._accepting:
             return False
         cell = self.cells.get(env.target)
-        if cell is None or env.type not in cell.handlers or cell.mailbox.full():
+        if cell is None:
             return False
-        cell.mailbox.put_nowait(
-            Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
-        )
+        handler = cell.handlers.get(env.type)
+        if handler is None or cell.mailbox.full():
+            return False
+        msg = Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
+        if not handler.is_async and not self.before_handle and cell.idle():
+            cell.handle_now(msg, handler)
+        else:
+            cell.mailbox.put_nowait(msg)
         return True
 
     async def _on_frames(self, route: Any, frames: list[Any]) -> None:
@@ -136,13 +143,25 @@ class Inbound:
 
     async def reply(self, route: Any, msg_id: int, result: Any) -> None:
         """Send a handler's result back through ``route``."""
-        env = Envelope(Kind.REPLY, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, result)
+        env = Envelope(Kind.REPLY, 0, msg_id, self._process_key, "", "", None, None, None, result)
         try:
             frames = self.codec.encode(env)
         except ProtocolError as exc:
             await self._reply_error(route, msg_id, "", exc)
             return
         await self.transport.reply(route, frames)
+
+    def reply_now(self, route: Any, msg_id: int, result: Any) -> None:
+        """Send a handler's result back without waiting; a reply that would have to wait (the
+        asker's queue is full) or fails to encode is left to a task that may."""
+        env = Envelope(Kind.REPLY, 0, msg_id, self._process_key, "", "", None, None, None, result)
+        try:
+            frames = self.codec.encode(env)
+        except ProtocolError as exc:
+            self.start_soon(self._reply_error, route, msg_id, "", exc)
+            return
+        if not self.transport.try_reply(route, frames):
+            self.start_soon(self.transport.reply, route, frames)
 
     async def _reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
         if route is None:
@@ -153,7 +172,7 @@ class Inbound:
     async def _reply_error_payload(self, route: Any, msg_id: int, payload: dict[str, Any]) -> None:
         if route is None:
             return
-        env = Envelope(Kind.ERROR, 0, msg_id, f"{self.node}/{self.process}", "", "", None, None, None, payload)
+        env = Envelope(Kind.ERROR, 0, msg_id, self._process_key, "", "", None, None, None, payload)
         await self.transport.reply(route, self.codec.encode(env))
 
     async def _fail(self, msg: Msg, exc: BaseException) -> None:

@@ -78,6 +78,12 @@ class Mailbox(Generic[T]):
         """True when a put would have to wait (or is refused): no room, or closed."""
         return self._closed or len(self._items) + self._reserved >= self.capacity or bool(self._putters)
 
+    def consumer_parked(self) -> bool:
+        """True when the consumer waits in ``get`` on an empty mailbox, with nothing handed to it
+        yet: an item handled elsewhere now cannot overtake one it holds."""
+        getter = self._getter
+        return getter is not None and not getter.done() and not self._items
+
     def put_nowait(self, item: T) -> None:
         """Append ``item`` or raise MailboxFull (ActorStopped once closed)."""
         if self._closed:

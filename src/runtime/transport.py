@@ -54,6 +54,11 @@ class Transport(Protocol):
         """Answer the sender of a received message through its route."""
         ...
 
+    def try_reply(self, route: Any, frames: list[Any]) -> bool:
+        """Answer like ``reply`` if that needs no waiting; return False, having sent nothing,
+        when it would have to wait."""
+        ...
+
     def open_mailbox(self) -> str:
         """Open one more mailbox (one per actor) and return its address."""
         ...
@@ -108,6 +113,9 @@ class MemoryTransport:
         self._replies: Mailbox[list[Any]] = Mailbox(1 << 30, address + "#replies")
         self._tg: anyio.abc.TaskGroup | None = None
         self._on_message: OnMessage | None = None
+        # As in the ZeroMQ transport: tried first for every message, so tests cover the same
+        # path (a reply settled, a message handled or queued at once, without waiting).
+        self.sync_handler: Callable[[Any, list[Any]], bool] | None = None
         self._add_inbox(address)
         self._sent = 0
         self._received = 0
@@ -141,13 +149,17 @@ class MemoryTransport:
         while True:
             route, frames = await inbox.get()
             self._received += 1
-            await on_message(route, frames)
+            handler = self.sync_handler
+            if handler is None or not handler(route, frames):
+                await on_message(route, frames)
 
     async def _pump_replies(self, on_message: OnMessage) -> None:
         while True:
             frames = await self._replies.get()
             self._received += 1
-            await on_message(None, frames)
+            handler = self.sync_handler
+            if handler is None or not handler(None, frames):
+                await on_message(None, frames)
 
     async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
         """Queue ``frames`` at the peer; raise Unreachable when no such peer exists."""
@@ -167,10 +179,17 @@ class MemoryTransport:
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
         """Answer through the sender's reply queue (never blocks: replies are not bounded)."""
-        if not isinstance(route, MemoryTransport) or route._closed:
-            return
-        route._replies.put_nowait([bytes(f) for f in frames])
-        self._sent += 1
+        self._queue_reply(route, frames)
+
+    def try_reply(self, route: Any, frames: list[Any]) -> bool:
+        """Answer at once: the reply queue never makes anyone wait."""
+        self._queue_reply(route, frames)
+        return True
+
+    def _queue_reply(self, route: Any, frames: list[Any]) -> None:
+        if isinstance(route, MemoryTransport) and not route._closed:
+            route._replies.put_nowait([bytes(f) for f in frames])
+            self._sent += 1
 
     async def send_raw(self, address: str, frames: list[Any]) -> None:
         """Send arbitrary frames (tests use this to inject bad input)."""
