@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-import anyio.lowlevel
 import pytest
 import structlog
 from troupe.runtime import Actor, ActorRef, MemoryHub, RemoteError, Runtime, handles
