@@ -240,6 +240,13 @@ class Codec:
         Raises:
             BadFrame, VersionMismatch, MessageTooLarge: the frames break docs/PROTOCOL.md.
         """
+        if len(frames) == 1:  # the common case, a header alone: no buffer bookkeeping
+            header = frames[0]
+            if type(header) is not bytes:
+                header = bytes(header)
+            if len(header) > self.max_message_bytes:
+                self.check_size(frames)
+            return _validate(_unpack_header(header, _NO_BUFFERS))
         if not frames:
             raise BadFrame("empty message: expected a header frame")
         self.check_size(frames)
@@ -247,21 +254,23 @@ class Codec:
         if not isinstance(header, bytes):
             header = bytes(header)
         used: set[int] = set()
-        hook = _ExtHook(frames, used)
-        try:
-            # Map keys may be strings or integers (see docs/PROTOCOL.md); the packer sends both.
-            fields = msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False)
-        except (BadFrame, VersionMismatch):
-            raise
-        except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
-            raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
-        env = _validate(fields)
+        env = _validate(_unpack_header(header, _ExtHook(frames, used)))
         if len(used) != len(frames) - 1:
             raise BadFrame(
                 f"message has {len(frames) - 1} buffer frames but the header references "
                 f"{len(used)}"
             )
         return env
+
+
+def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
+    try:
+        # Map keys may be strings or integers (see docs/PROTOCOL.md); the packer sends both.
+        return msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False)
+    except (BadFrame, VersionMismatch):
+        raise
+    except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
+        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
 
 
 class _ExtHook:
@@ -330,6 +339,10 @@ class _ExtHook:
             return ext.from_buffer(meta, buf)
         except Exception as exc:
             raise BadFrame(f"extension {name!r} rejected its buffer: {exc}") from exc
+
+
+# The hook of a message with no buffer frames: any buffer reference in it points at no frame.
+_NO_BUFFERS = _ExtHook((b"",), set())
 
 
 def _validate(fields: Any) -> Envelope:

@@ -118,6 +118,18 @@ class WorkerStatus:
             self._state = WorkerState.IDLE
         self._current = None
 
+    def begin(self, actor: str, msg_type: str) -> None:
+        """The runtime's handle observer (``Runtime.observer``): ``actor`` begins a message.
+
+        The same as ``begin_message(f"{actor}/{msg_type}")``, a call shorter: this runs for
+        every message the worker handles.
+        """
+        self._current = f"{actor}/{msg_type}"
+        self._note = None
+        self._state = WorkerState.BUSY
+
+    end = end_message
+
     def mark_stopping(self) -> None:
         """Mark the worker as shutting down; a stopping worker is never judged on progress."""
         self._state = WorkerState.STOPPING

@@ -27,30 +27,9 @@ from .status import WorkerStatus
 if TYPE_CHECKING:
     from .host import Runtime
 
-__all__ = ["StatusObserver", "WorkerHealth"]
+__all__ = ["WorkerHealth"]
 
 log = structlog.get_logger(__name__)
-
-
-class StatusObserver:
-    """The runtime's handle observer that keeps a :class:`WorkerStatus` current.
-
-    Args:
-        status: the record to update.
-    """
-
-    __slots__ = ("_status",)
-
-    def __init__(self, status: WorkerStatus) -> None:
-        self._status = status
-
-    def begin(self, actor: str, msg_type: str) -> None:
-        """An actor starts handling a message: mark the worker busy with ``actor/msg_type``."""
-        self._status.begin_message(f"{actor}/{msg_type}")
-
-    def end(self) -> None:
-        """The handler finished (answered, failed or dropped): count it."""
-        self._status.end_message()
 
 
 class WorkerHealth:
@@ -77,7 +56,7 @@ class WorkerHealth:
         self.status = WorkerStatus(worker_id)
         self._interval_s = interval_s
         self._sender: HeartbeatSender | None = None
-        runtime.observer = StatusObserver(self.status)
+        runtime.observer = self.status  # it keeps the status record current
         runtime.progress_hooks.append(self.status.progress)
         runtime.control_handlers["heartbeat_to"] = self._heartbeat_to
         if supervisor_addr is not None:

@@ -52,7 +52,7 @@ class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
     __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
-                 "recheck")
+                 "recheck", "draining")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
         self.sock = sock
@@ -64,6 +64,9 @@ class _Watched:
         self.is_router = is_router  # a mailbox (messages come with a route) or a peer connection
         self.senders = 0  # sends parked on ``writable`` until the socket takes messages again
         self.recheck = False  # a post-send look at EVENTS is scheduled
+        # The reader callback is draining the socket: it reads until the socket has nothing
+        # left, after any send made meanwhile, so such a send needs no look at EVENTS.
+        self.draining = False
         # Messages the reader callback took off the socket but could not handle at once;
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
@@ -171,10 +174,19 @@ class ZmqTransport:
         if handler is None or w.backlog or not w.waiting:
             w.wake.set()
             return
+        w.draining = True
+        try:
+            self._drain(w, handler)
+        finally:
+            w.draining = False
+
+    def _drain(self, w: _Watched, handler: Callable[[Any, list[Any]], bool]) -> None:
         for _ in range(self.batch):
             try:
                 route, frames = self._recv_one(w)
             except zmq.Again:
+                if w.senders:
+                    w.writable.set()  # our reads may have taken their signal: they look again
                 return
             except zmq.ZMQError:
                 w.wake.set()  # the pump reports it (or sees the socket closed)
@@ -187,7 +199,9 @@ class ZmqTransport:
                 w.backlog.append((route, frames))
                 w.wake.set()
                 return
-        w.wake.set()  # a full batch: the pump goes on after other tasks had their turn
+        # A full batch: go on after the tasks this batch woke had their turn (FIFO order).
+        assert self._loop is not None
+        self._loop.call_soon(self._readable, w)
 
     @staticmethod
     def _recv_one(w: _Watched) -> tuple[Any, list[Any]]:
@@ -367,7 +381,7 @@ class ZmqTransport:
         # parked re-check EVENTS themselves before they park. One look after a run of sends is
         # enough (the parked ones need waking, not waking at once), so it is scheduled once
         # per loop turn rather than made after every send.
-        if (w.waiting or w.senders) and not w.recheck:
+        if (w.waiting or w.senders) and not w.recheck and not w.draining:
             w.recheck = True
             if self._loop is not None:
                 self._loop.call_soon(self._recheck, w)
