@@ -20,15 +20,19 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messa
 
 
 @bench_app.command("messaging")
-def messaging(as_json: JsonOption = False, quick: QuickOption = False) -> None:
+def messaging(
+    as_json: JsonOption = False,
+    quick: QuickOption = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")] = 3,
+) -> None:
     """Tell and ask throughput, startup time and idle memory, against raw pyzmq."""
     from .bench_messaging import measure_messaging  # imported here: `troupe` starts fast
 
-    fig = measure_messaging(quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
+    fig = measure_messaging(quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), runs=repeat)
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
-    table = Table(title="troupe messaging vs raw pyzmq (same run)")
+    table = Table(title=f"troupe messaging vs raw pyzmq (same run, medians of {repeat} runs each)")
     for col in ("figure", "raw ceiling", "troupe 2 processes", "ratio", "troupe 1 process", "ratio"):
         table.add_column(col, justify="right")
     names = {"tell_small": "tell 100 B msgs/s", "tell_large": "tell 1 MiB msgs/s",
