@@ -286,7 +286,8 @@ class Runtime(Inbound):
         assert endpoint is not None
         frames = self.codec.encode(env)
         try:
-            await self.transport.send(endpoint, frames, block=block)
+            if not self.transport.try_send(endpoint, frames):  # most sends need no waiting
+                await self.transport.send(endpoint, frames, block=block)
         except Unreachable:
             self._peer_gone(ref)
             raise

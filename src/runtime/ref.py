@@ -8,6 +8,7 @@ resolved; when the peer process restarts the cache is dropped and the name resol
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -67,15 +68,15 @@ class ActorRef:
     def __repr__(self) -> str:
         return f"ActorRef({str(self.address)!r})"
 
-    async def tell(
+    def tell(
         self,
         msg_type: str,
         payload: Any = None,
         *,
         block: bool = True,
         headers: dict[str, Any] | None = None,
-    ) -> None:
-        """Send a message without waiting for it to be handled.
+    ) -> Coroutine[Any, Any, None]:
+        """Send a message without waiting for it to be handled (await the call).
 
         Args:
             msg_type: the handler to run.
@@ -88,17 +89,18 @@ class ActorRef:
             UnknownActor: the name cannot be resolved.
             Unreachable: the target process does not answer.
         """
-        await self._runtime._tell(self, msg_type, payload, block, headers)
+        # The runtime's coroutine itself, not one wrapping it: a level less on every message.
+        return self._runtime._tell(self, msg_type, payload, block, headers)
 
-    async def ask(
+    def ask(
         self,
         msg_type: str,
         payload: Any = None,
         *,
         timeout: float | None = None,
         headers: dict[str, Any] | None = None,
-    ) -> Any:
-        """Send a message and wait for the handler's result.
+    ) -> Coroutine[Any, Any, Any]:
+        """Send a message and wait for the handler's result (await the call).
 
         Args:
             msg_type: the handler to run.
@@ -111,7 +113,7 @@ class ActorRef:
             RemoteError: the handler raised; type, message and traceback are attached.
             UnknownActor, UnknownMessageType, ActorStopped: delivery failed.
         """
-        return await self._runtime._ask(self, msg_type, payload, timeout, headers)
+        return self._runtime._ask(self, msg_type, payload, timeout, headers)
 
     def invalidate(self) -> None:
         """Forget what was resolved; the next send resolves the name again."""

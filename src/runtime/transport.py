@@ -50,6 +50,11 @@ class Transport(Protocol):
         """Send ``frames`` to the mailbox at ``address``; wait for space unless block=False."""
         ...
 
+    def try_send(self, address: str, frames: list[Any]) -> bool:
+        """Send like ``send`` if that needs no waiting; return False, having sent nothing, when
+        the peer's queue is full."""
+        ...
+
     async def reply(self, route: Any, frames: list[Any]) -> None:
         """Answer the sender of a received message through its route."""
         ...
@@ -176,6 +181,18 @@ class MemoryTransport:
             except MailboxFull as exc:
                 raise MailboxFull(f"the mailbox of {address} is full; {exc}") from None
         self._sent += 1
+
+    def try_send(self, address: str, frames: list[Any]) -> bool:
+        """Queue ``frames`` at the peer if it has room; False when its queue is full."""
+        entry = self.hub.mailboxes.get(address)
+        if entry is None or entry[0]._closed:
+            raise Unreachable(f"no process listens at {address}")
+        try:
+            entry[1].put_nowait((self, [bytes(f) for f in frames]))
+        except MailboxFull:
+            return False
+        self._sent += 1
+        return True
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
         """Answer through the sender's reply queue (never blocks: replies are not bounded)."""

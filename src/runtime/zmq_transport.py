@@ -168,8 +168,8 @@ class ZmqTransport:
         """The socket's descriptor fired: handle the first message at once, the rest after.
 
         Handling one message and then yielding lets the task a reply woke send its next
-        message before this reader makes the read that finds the socket empty (a poll syscall
-        and an exception in pyzmq, a few microseconds): off the critical path of a lone ask.
+        message before this reader looks whether more is waiting (a syscall, a microsecond or
+        two): off the critical path of a lone ask.
         """
         self._read(w, 1)
 
@@ -177,8 +177,8 @@ class ZmqTransport:
         """With the pump parked, read here and hand each message to the sync handler: a reply
         or a delivery then costs no task wake-up. The first message that needs waiting goes to
         the backlog, and the pump takes over from it, in order. Reads until the socket is
-        empty, or up to ``limit`` messages and then once more after the tasks they woke; that
-        later read also serves as the look at the socket that sends made meanwhile need."""
+        empty, or up to ``limit`` messages and then looks again after the tasks they woke; that
+        look also serves the sends made meanwhile (see ``_write``)."""
         w.recheck = False
         if w.senders:
             w.writable.set()  # any activity: a parked sender re-checks whether it may send
@@ -192,9 +192,10 @@ class ZmqTransport:
         finally:
             w.draining = False
         if more:
+            # Whether more is waiting, EVENTS says for less than a read that finds nothing.
             assert self._loop is not None
             w.recheck = True
-            self._loop.call_soon(self._read, w, self.batch)
+            self._loop.call_soon(self._recheck, w)
 
     def _drain(self, w: _Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
         """Read up to ``limit`` messages; True when the limit stopped it (more may wait)."""
@@ -310,14 +311,29 @@ class ZmqTransport:
             MailboxFull: block=False and the peer's queue is at its high-water mark.
             Unreachable: the address cannot be connected to.
         """
+        await self._send_on(self._peer(address), frames, block, address)
+
+    def try_send(self, address: str, frames: list[Any]) -> bool:
+        """Send to the mailbox at ``address`` if its queue has room; False, having sent nothing,
+        when it is at its high-water mark. Raises like ``send``."""
+        try:
+            self._write(self._peer(address), frames)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise
+            raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
+        return True
+
+    def _peer(self, address: str) -> _Watched:
         if self.refuse is not None and self.refuse(address):
             self._count_refused(address, "send")
             raise Partitioned(
                 f"traffic to {address} is refused: this process is partitioned from it by fault "
                 "injection; end it with `troupe ctl heal`"
             )
-        w = self._dealer(address)
-        await self._send_on(w, frames, block, address)
+        return self._dealer(address)
 
     @property
     def refused_counts(self) -> dict[str, int]:
@@ -405,9 +421,10 @@ class ZmqTransport:
 
     def _recheck(self, w: _Watched) -> None:
         w.recheck = False
-        if w.sock.closed:
+        try:
+            events = w.sock.getsockopt(_EVENTS)
+        except zmq.ZMQError:  # closed meanwhile (forget, close): its pump has been told
             return
-        events = w.sock.getsockopt(_EVENTS)
         if w.senders and events & _POLLOUT:
             w.writable.set()
         if w.waiting and events & _POLLIN:
