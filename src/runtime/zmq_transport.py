@@ -6,13 +6,15 @@ connection, so they never queue behind the asker's own mailbox.
 
 Performance matters here and shapes the code:
 - Sockets are plain (blocking) pyzmq sockets used with NOBLOCK, and the event loop watches
-  each socket's file descriptor once (``add_reader``). A wake-up drains up to ``batch``
-  messages before yielding, instead of awaiting once per message.
+  each socket's file descriptor once (``add_reader``). The reader callback reads many messages
+  per wake-up and hands each to the runtime's ``sync_handler``, which settles a reply or
+  handles a message at once when that needs no waiting; only a message that must wait (a full
+  mailbox, a control message) goes to the socket's pump task, which then reads in order.
 - The ZeroMQ descriptor is edge-triggered: a send or a recv on the socket may consume the
-  readiness edge. After every send we therefore re-check ``EVENTS`` and wake the reader when
-  input is pending, and the reader re-checks after clearing its wake-up flag.
-- Buffer frames are received without copies (``copy=False``); header frames are copied,
-  which is cheaper for small frames.
+  readiness edge. A reader therefore reads until the socket is empty, or looks at ``EVENTS``
+  before it stops; a send made outside a read schedules one such look per loop turn.
+- Replies and deliveries are sent with the compiled ``send`` and received as ``zmq.Frame`` (its
+  ``more`` flag saves a getsockopt); buffer frames stay uncopied, header frames are copied.
 This is the only module that imports zmq.
 """
 
