@@ -60,6 +60,7 @@ class Kind(IntEnum):
 
 
 _KINDS = {int(k): k for k in Kind}
+_REPLY = int(Kind.REPLY)
 
 
 @dataclass(slots=True)
@@ -180,6 +181,21 @@ class Codec:
                 "float, str, bytes, lists, dicts with str keys, numpy arrays and registered "
                 "buffer types"
             ) from exc
+        if not buffers:
+            return [header]
+        return [header, *buffers]
+
+    def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
+        """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
+        building it (a reply is sent for every ask). Raises like ``encode``."""
+        self._buffers = buffers = []
+        try:
+            header = self._packer.pack(
+                [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload]
+            )
+        except Exception:
+            self._packer.reset()
+            return self.encode(Envelope(Kind.REPLY, 0, corr_id, sender, "", "", None, None, None, payload))
         if not buffers:
             return [header]
         return [header, *buffers]

@@ -143,9 +143,8 @@ class Inbound:
 
     async def reply(self, route: Any, msg_id: int, result: Any) -> None:
         """Send a handler's result back through ``route``."""
-        env = Envelope(Kind.REPLY, 0, msg_id, self._process_key, "", "", None, None, None, result)
         try:
-            frames = self.codec.encode(env)
+            frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
             await self._reply_error(route, msg_id, "", exc)
             return
@@ -154,9 +153,8 @@ class Inbound:
     def reply_now(self, route: Any, msg_id: int, result: Any) -> None:
         """Send a handler's result back without waiting; a reply that would have to wait (the
         asker's queue is full) or fails to encode is left to a task that may."""
-        env = Envelope(Kind.REPLY, 0, msg_id, self._process_key, "", "", None, None, None, result)
         try:
-            frames = self.codec.encode(env)
+            frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
             self.start_soon(self._reply_error, route, msg_id, "", exc)
             return

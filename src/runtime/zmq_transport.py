@@ -401,10 +401,11 @@ class ZmqTransport:
         sock = w.sock
         # Only the first frame can fail with EAGAIN: ZeroMQ queues multipart messages
         # atomically, so after it the rest is accepted.
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            flags = _NOBLOCK | _SNDMORE if i < last else _NOBLOCK
-            if isinstance(frame, bytes) and len(frame) < _COPY_BELOW:
+        more = len(frames) - 1
+        for frame in frames:
+            flags = _NOBLOCK | _SNDMORE if more else _NOBLOCK
+            more -= 1
+            if type(frame) is bytes and len(frame) < _COPY_BELOW:
                 _send(sock, frame, flags)
             else:
                 _send(sock, frame, flags, copy=False)

@@ -9,7 +9,6 @@ import msgpack
 import numpy as np
 import pytest
 import torch
-
 from troupe.runtime.codec import PROTOCOL_VERSION, Codec, Envelope, Kind
 from troupe.runtime.errors import (
     BadFrame,
@@ -226,6 +225,25 @@ def test_mixed_arrays_in_nested_structures() -> None:
     assert got["first"][1]["deep"][1] == "s"
     assert torch.equal(got["tensor"], t)
     assert got["n"] == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [None, b"x" * 100, {"arr": np.arange(6.0), "empty": [np.zeros(0), np.zeros(0)]}, torch.ones(3)],
+    ids=["none", "bytes", "arrays", "tensor"],
+)
+def test_encode_reply_gives_the_frames_of_the_reply_envelope(payload: Any) -> None:
+    """The reply shortcut writes what encoding the REPLY envelope writes, buffers included."""
+    codec = Codec()
+    env = Envelope(Kind.REPLY, 0, 42, "n/p", "", "", None, None, None, payload)
+    assert [bytes(f) for f in codec.encode_reply(42, "n/p", payload)] == [bytes(f) for f in codec.encode(env)]
+
+
+def test_encode_reply_of_an_unencodable_result_raises_encode_error() -> None:
+    codec = Codec()
+    with pytest.raises(EncodeError, match="no wire encoding for object"):
+        codec.encode_reply(1, "n/p", {"x": object()})
+    assert codec.decode(codec.encode_reply(2, "n/p", "fine")).payload == "fine"  # the packer recovered
 
 
 def test_arrays_in_headers_travel_too() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import numpy as np
 import pytest
 import structlog
 from troupe.runtime import Actor, ActorRef, MemoryHub, RemoteError, Runtime, handles
@@ -53,6 +54,10 @@ class Ledger(Actor):
             "type": ctx.type,
             "log_actor": structlog.contextvars.get_contextvars().get("actor"),
         }
+
+    @handles("echo")
+    def echo(self, payload: Any) -> Any:
+        return payload
 
     @handles("fail")
     def fail(self, payload: Any) -> None:
@@ -191,3 +196,17 @@ async def test_a_reply_that_cannot_leave_at_once_is_sent_by_a_task() -> None:
                 await anyio.lowlevel.checkpoint()
             assert [await ref.ask("seen") for _ in range(3)] == [[], [], []]
     assert transports[0].refused == 3
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_a_reply_with_several_buffer_frames_arrives_whole(kind: str) -> None:
+    """Buffer frames, empty ones among them (the same bytes object twice), keep their places."""
+    payload = {"a": np.arange(5.0), "b": np.ones((2, 2), np.int8), "empty": [np.zeros(0), np.zeros(0)]}
+    with anyio.fail_after(BOUND):
+        async with _pair(kind) as pair:
+            await pair.b.spawn(Ledger, "led")
+            got = await pair.ref("led").ask("echo", payload)
+            assert await pair.ref("led").ask("echo", "next") == "next"
+    np.testing.assert_array_equal(got["a"], payload["a"])
+    assert [e.shape for e in got["empty"]] == [(0,), (0,)]
+    np.testing.assert_array_equal(got["b"], payload["b"])
