@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -22,7 +24,7 @@ from troupe.runtime.client import connect
 from troupe.runtime.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.logs import configure_logging
 
-from .bench_raw import raw_echo_round_trips, raw_one_way
+from .bench_raw import raw_echo_round_trips, raw_one_way, run_apart
 from .run_cmd import start_local_node
 
 __all__ = ["measure_messaging", "measure_startup"]
@@ -51,7 +53,21 @@ def _bench_workers() -> tuple[WorkerSpec, ...]:
     )
 
 
-async def _troupe_figures(n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path) -> dict[str, float]:
+def _plan(n_small: int, n_large: int, n_ask: int) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
+    """Each figure: its key, the raw measurement, and the Source request that measures troupe."""
+    return [
+        ("tell_small", partial(raw_one_way, n_small, "small"), "tells", {"n": n_small, "kind": "small"}),
+        ("tell_large", partial(raw_one_way, n_large, "large"), "tells", {"n": n_large, "kind": "large"}),
+        ("ask1", partial(raw_echo_round_trips, N_ASK1, 1, "small"), "asks",
+         {"n": N_ASK1, "window": 1, "kind": "small"}),
+        ("ask64", partial(raw_echo_round_trips, n_ask, 64, "small"), "asks",
+         {"n": n_ask, "window": 64, "kind": "small"}),
+    ]
+
+
+async def _figures(n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path, say: Any) -> dict[str, float]:
+    """Raw and troupe runs of each figure, taken in turn (raw, troupe, raw, troupe, ...) so that
+    a slow spell of the machine falls on both sides of a ratio; medians of ``runs`` each."""
     cfg = NodeConfig(name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning",
                      workers=_bench_workers())
     out: dict[str, float] = {}
@@ -60,20 +76,29 @@ async def _troupe_figures(n_small: int, n_large: int, n_ask: int, runs: int, log
         async with connect(cfg.endpoint, "bench") as rt:
             source = rt.ref("src/source")
 
-            async def figure(kind: str, spec: dict[str, Any]) -> float:
+            async def troupe_run(request: str, spec: dict[str, Any]) -> float:
+                return float(await source.ask(request, spec, timeout=600))
+
+            async def warm_up(request: str, spec: dict[str, Any]) -> None:
                 # A tenth-size run first, unmeasured: the processes stay up between runs, and the
                 # first run of a new payload size pays for growing their allocator's pools.
-                await source.ask(kind, {**spec, "n": max(64, spec["n"] // 10)}, timeout=600)
-                return median([await source.ask(kind, spec, timeout=600) for _ in range(runs)])
+                await troupe_run(request, {**spec, "n": max(64, spec["n"] // 10)})
 
-            for where, target in (("", "dst/sink"), ("local_", "sink_local")):
-                for kind, n in (("small", n_small), ("large", n_large)):
-                    out[f"troupe_{where}tell_{kind}_per_s"] = await figure(
-                        "tells", {"target": target, "n": n, "kind": kind})
-                for window in (1, 64):
-                    out[f"troupe_{where}ask{window}_per_s"] = await figure(
-                        "asks", {"target": target, "n": n_ask if window == 64 else N_ASK1, "window": window,
-                                 "kind": "small"})
+            for key, raw_run, request, spec in _plan(n_small, n_large, n_ask):
+                say(f"{key}: raw pyzmq and troupe in turn, {runs} runs each")
+                two_processes = {**spec, "target": "dst/sink"}
+                await warm_up(request, two_processes)
+                raw, troupe = [], []
+                for _ in range(runs):
+                    raw.append(await anyio.to_thread.run_sync(run_apart, raw_run))
+                    troupe.append(await troupe_run(request, two_processes))
+                out[f"raw_{key}_per_s"] = median(raw)
+                out[f"troupe_{key}_per_s"] = median(troupe)
+            for key, _, request, spec in _plan(n_small, n_large, n_ask):
+                say(f"{key}: troupe, both actors in one process")
+                one_process = {**spec, "target": "sink_local"}
+                await warm_up(request, one_process)
+                out[f"troupe_local_{key}_per_s"] = median([await troupe_run(request, one_process) for _ in range(runs)])
         node.stopping.set()
     return out
 
@@ -123,8 +148,8 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
 def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 3) -> dict[str, float]:
     """Run every measurement and return one flat dict of figures and ratios.
 
-    Each throughput, raw and troupe alike, is the median of ``runs`` runs, so that one run
-    slowed (or sped up) by the rest of a shared machine does not decide a ratio.
+    Each throughput, raw and troupe alike, is the median of ``runs`` runs, taken in turn, so
+    that one run slowed (or sped up) by the rest of a shared machine does not decide a ratio.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
@@ -132,18 +157,9 @@ def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 3) 
     n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
     say = progress or (lambda _msg: None)
     fig: dict[str, float] = {"runs": float(runs)}
-    say(f"raw one-way, small (median of {runs} runs)")
-    fig["raw_tell_small_per_s"] = median([raw_one_way(n_small, "small") for _ in range(runs)])
-    say("raw one-way, large")
-    fig["raw_tell_large_per_s"] = median([raw_one_way(n_large, "large") for _ in range(runs)])
-    say("raw echo, 1 outstanding")
-    fig["raw_ask1_per_s"] = median([raw_echo_round_trips(N_ASK1, 1, "small") for _ in range(runs)])
-    say("raw echo, 64 outstanding")
-    fig["raw_ask64_per_s"] = median([raw_echo_round_trips(n_ask, 64, "small") for _ in range(runs)])
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
         configure_logging("bench", "bench", None, console=False, level="warning")
-        say("troupe tell and ask, two processes and one process")
-        fig.update(anyio.run(_troupe_figures, n_small, n_large, n_ask, runs, Path(tmp),
+        fig.update(anyio.run(_figures, n_small, n_large, n_ask, runs, Path(tmp), say,
                              backend="asyncio", backend_options={"use_uvloop": True}))
         say("startup and idle memory")
         fig.update(anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True}))

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import zmq
 
-__all__ = ["raw_echo_round_trips", "raw_one_way"]
+__all__ = ["raw_echo_round_trips", "raw_one_way", "run_apart"]
 
 
 def _payload(kind: str) -> bytes | np.ndarray:
@@ -106,3 +107,31 @@ def raw_echo_round_trips(n: int, window: int, kind: str) -> float:
         if echo.is_alive():
             echo.kill()
             echo.join(5)
+
+
+def _call_and_send(fn: Callable[[], float], conn: Any) -> None:
+    conn.send(fn())
+    conn.close()
+
+
+def run_apart(fn: Callable[[], float], timeout_s: float = 300.0) -> float:
+    """Call ``fn`` in a process of its own and return its result.
+
+    The messaging benchmark takes raw and troupe runs in turn while its node is up; run in the
+    benchmark's own process, a raw client would share the GIL with that node's event loop.
+    """
+    mpctx = mp.get_context("spawn")
+    receiver, sender = mpctx.Pipe(duplex=False)
+    proc = mpctx.Process(target=_call_and_send, args=(fn, sender))  # not daemonic: fn starts a peer
+    proc.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout_s):
+            raise TimeoutError(f"raw measurement gave no result within {timeout_s} s")
+        return float(receiver.recv())
+    finally:
+        receiver.close()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
