@@ -23,7 +23,7 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messa
 def messaging(
     as_json: JsonOption = False,
     quick: QuickOption = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")] = 3,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")] = 5,
 ) -> None:
     """Tell and ask throughput, startup time and idle memory, against raw pyzmq."""
     from .bench_messaging import measure_messaging  # imported here: `troupe` starts fast

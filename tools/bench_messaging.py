@@ -145,7 +145,7 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
     return {"startup_s": startup, "idle_rss_mib": rss, "idle_pss_mib": pss, "idle_processes": float(len(procs))}
 
 
-def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 3) -> dict[str, float]:
+def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) -> dict[str, float]:
     """Run every measurement and return one flat dict of figures and ratios.
 
     Each throughput, raw and troupe alike, is the median of ``runs`` runs, taken in turn, so
