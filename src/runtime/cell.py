@@ -82,6 +82,7 @@ class Cell:
         # what a message handled outside the task runs in.
         self._context: contextvars.Context | None = None
         self.handled = 0
+        self.handled_at_once = 0  # of ``handled``: outside the task, by ``handle_now``
         self.failed = 0
         self.expired = 0
         self.dropped = 0
@@ -100,6 +101,7 @@ class Cell:
             "kind": type(self.actor).kind,
             "endpoint": self.endpoint,
             "handled": self.handled,
+            "handled_at_once": self.handled_at_once,
             "failed": self.failed,
             "expired": self.expired,
             "dropped": self.dropped,
@@ -155,6 +157,7 @@ class Cell:
         ``Actor.context`` and the log binding are what they would be in the task.
         """
         assert self._context is not None
+        self.handled_at_once += 1
         self._context.run(self._handle_sync, msg, handler)
 
     def _handle_sync(self, msg: Msg, handler: Handler) -> None:
