@@ -235,7 +235,7 @@ class NodeSupervision:
             "log_level": cfg.log_level,
         }
         proc = await anyio.open_process(
-            [sys.executable, "-m", "troupe.runtime.supervisor"],
+            [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.supervisor"],  # lean_start: no rich
             env=dict(os.environ, **{SPEC_ENV: json.dumps(spec)}),
             stdin=subprocess.DEVNULL, stdout=None, stderr=None,
         )

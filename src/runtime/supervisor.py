@@ -1,11 +1,12 @@
 """The supervisor: one per node, its own process, out of band. It kills hung workers.
 
-Started by the node as ``python -m troupe.runtime.supervisor`` with its launch spec (JSON) in
-``TROUPE_SUPERVISOR_SPEC``. It binds a UDP heartbeat port on 127.0.0.1 (the port of its
-predecessor when the node restarts it, so that running workers keep beating to the right
-place) and a ZeroMQ mailbox, then tells the node both with the control message
-``supervisor_ready`` ``{"endpoint", "udp": [host, port], "pid"}``. It answers ``watch``
-``{"worker_id", "pid", "kind"}``, ``unwatch`` ``{"worker_id", "pid"}`` and ``status``.
+Started by the node as ``python -m troupe.lean_start troupe.runtime.supervisor`` (see
+lean_start) with its launch spec (JSON) in ``TROUPE_SUPERVISOR_SPEC``. It binds a UDP heartbeat
+port on 127.0.0.1 (the port of its predecessor when the node restarts it, so that running
+workers keep beating to the right place) and a ZeroMQ mailbox, then tells the node both with
+the control message ``supervisor_ready`` ``{"endpoint", "udp": [host, port], "pid"}``. It
+answers ``watch`` ``{"worker_id", "pid", "kind"}``, ``unwatch`` ``{"worker_id", "pid"}`` and
+``status``.
 
 Contract (what a watched worker can count on, in order):
 

@@ -1,9 +1,10 @@
 """The worker process: one event loop (uvloop), one ZeroMQ mailbox, the actors it hosts.
 
-Started by its node as ``python -m troupe.runtime.worker`` with its launch spec in the
-environment variable ``TROUPE_WORKER_SPEC`` (JSON). It binds a mailbox on a free loopback port,
-starts its actors, registers with the node, and serves until SIGTERM, Ctrl-C or a ``stop``
-control message; then it shuts down gracefully and exits 0.
+Started by its node as ``python -m troupe.lean_start troupe.runtime.worker`` (``-m``, lighter:
+see lean_start) with its launch spec in the environment variable ``TROUPE_WORKER_SPEC`` (JSON).
+It binds a mailbox on a free loopback port, starts its actors, registers with the node, and
+serves until SIGTERM, Ctrl-C or a ``stop`` control message; then it shuts down gracefully and
+exits 0.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ async def launch_worker(
     }
     env = dict(os.environ, TROUPE_WORKER_SPEC=json.dumps(spec))
     process = await anyio.open_process(
-        [sys.executable, "-m", "troupe.runtime.worker"],
+        [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.worker"],  # lean_start: no rich
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=None,

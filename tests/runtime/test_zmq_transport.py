@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import zmq
-
 from troupe.runtime.zmq_transport import _private_context
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread policies are Linux's")

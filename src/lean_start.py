@@ -1,0 +1,37 @@
+"""Start a troupe process without the console extras it never shows.
+
+``python -m troupe.lean_start troupe.runtime.worker [args]`` runs that module as ``__main__``,
+as ``python -m`` would, after importing structlog with rich hidden. structlog's ``dev`` module
+(imported by ``import structlog``) loads rich's console and traceback renderers, and pygments
+with them, whenever rich is installed: about 12 MiB resident in every process. A worker or a
+supervisor logs JSON lines and has no console, so the node starts them through here. rich is
+importable again afterwards: an actor that uses it gets it.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+__all__ = ["main"]
+
+_HIDDEN = "rich"
+
+
+def main() -> None:
+    """Run the module named by the first argument as ``__main__``."""
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m troupe.lean_start MODULE [ARGS...]")
+    target = sys.argv[1]
+    if _HIDDEN not in sys.modules:
+        sys.modules[_HIDDEN] = None  # type: ignore[assignment]  # None: `import rich` fails
+        try:
+            import structlog  # noqa: F401  # its dev module now settles for plain tracebacks
+        finally:
+            del sys.modules[_HIDDEN]
+    sys.argv = [target, *sys.argv[2:]]
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

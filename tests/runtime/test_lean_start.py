@@ -1,0 +1,37 @@
+"""troupe.lean_start: ``python -m`` for workers and supervisors, without rich behind structlog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE = '''
+import json, sys
+import structlog.dev
+import rich  # importable again once structlog is in
+print(json.dumps({"name": __name__, "argv": sys.argv, "structlog_rich": structlog.dev.rich is not None}))
+'''
+
+
+def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "troupe.lean_start", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_runs_the_module_as_main_with_its_arguments_and_structlog_without_rich(tmp_path: Path) -> None:
+    (tmp_path / "lean_probe.py").write_text(PROBE)
+    done = _run(["lean_probe", "--flag", "x"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["name"] == "__main__" and got["structlog_rich"] is False
+    assert got["argv"][0].endswith("lean_probe.py") and got["argv"][1:] == ["--flag", "x"]  # as -m sets it
+
+
+def test_without_a_module_it_says_how_to_call_it(tmp_path: Path) -> None:
+    done = _run([], tmp_path)
+    assert done.returncode == 1
+    assert "usage: python -m troupe.lean_start MODULE" in done.stderr
