@@ -157,12 +157,12 @@ class Cell:
         ``Actor.context`` and the log binding are what they would be in the task.
         """
         assert self._context is not None
-        self.handled_at_once += 1
         self._context.run(self._handle_sync, msg, handler)
 
     def _handle_sync(self, msg: Msg, handler: Handler) -> None:
         if self._expired(msg):
             return
+        self.handled_at_once += 1
         self.handling = msg
         observer = self.runtime.observer
         if observer is not None:
