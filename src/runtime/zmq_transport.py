@@ -384,6 +384,8 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             # EHOSTUNREACH: the asker disconnected; it has already given up on this reply.
             log.info("reply_undeliverable", reason=exc.strerror)
+        except Unreachable as exc:  # the mailbox socket closed under it (shutdown)
+            log.info("reply_undeliverable", reason=str(exc))
 
     def try_reply(self, route: Any, frames: list[Any]) -> bool:
         """Answer through ``route`` if the socket takes the reply now; False if it would wait."""
