@@ -214,3 +214,46 @@ async def test_a_reply_with_several_buffer_frames_arrives_whole(kind: str) -> No
     np.testing.assert_array_equal(got["a"], payload["a"])
     assert [e.shape for e in got["empty"]] == [(0,), (0,)]
     np.testing.assert_array_equal(got["b"], payload["b"])
+
+
+class TinyLedger(Ledger):
+    """A Ledger whose mailbox holds two messages."""
+
+    mailbox_capacity = 2
+
+
+@pytest.mark.parametrize("kind", TRANSPORTS)
+async def test_order_holds_from_at_once_to_a_full_mailbox_and_back(kind: str) -> None:
+    """Handled at once, then queued past a full mailbox (the pump waits), then at once again:
+    every message is handled once, in the order it was sent."""
+    with anyio.fail_after(BOUND):
+        async with _pair(kind) as pair:
+            actor = TinyLedger()
+            await pair.b.spawn(actor, "led")
+            ref = pair.ref("led")
+            while not pair.b.cells["led"].idle():
+                await anyio.lowlevel.checkpoint()
+            for i in range(5):
+                await ref.tell("rec", i)  # at once: the actor is idle
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ref.ask, "hold", "held")
+                await actor.entered.wait()
+                sent = anyio.Event()
+
+                async def flood() -> None:
+                    for i in range(5, 25):  # far past the mailbox's two slots
+                        await ref.tell("rec", i)
+                    sent.set()
+
+                tg.start_soon(flood)
+                while pair.b.cells["led"].mailbox.statistics().depth < 2:
+                    await anyio.lowlevel.checkpoint()
+                assert actor.seen == list(range(5))
+                actor.release.set()
+                await sent.wait()
+            for i in range(25, 30):
+                await ref.tell("rec", i)
+            assert await ref.ask("seen") == [*range(5), "held", *range(5, 30)]
+            stats = pair.b.statistics().actors["led"]
+    assert stats["mailbox_high_water"] == 2
+    assert stats["handled_at_once"] >= 5  # the first five at least; the rest by either path
