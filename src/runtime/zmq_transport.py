@@ -193,11 +193,11 @@ class ZmqTransport:
         self._tg.start_soon(self._pump, w)
 
     def _readable(self, w: _Watched) -> None:
-        """The socket's descriptor fired: handle the first message at once, the rest after.
+        """The socket's descriptor fired: handle the first message at once, then look for more.
 
-        Handling one message and then yielding lets the task a reply woke send its next
-        message before this reader looks whether more is waiting (a syscall, a microsecond or
-        two): off the critical path of a lone ask.
+        On a peer connection, handling one reply and then yielding lets the task it woke send
+        its next message before this reader looks whether more is waiting (a syscall, a
+        microsecond or two): off the critical path of a lone ask.
         """
         self._read(w, 1)
 
@@ -219,11 +219,17 @@ class ZmqTransport:
             more = self._drain(w, handler, limit)
         finally:
             w.draining = False
-        if more:
-            # Whether more is waiting, EVENTS says for less than a read that finds nothing.
-            assert self._loop is not None
-            w.recheck = True
-            self._loop.call_soon(self._recheck, w)
+        if not more:
+            return
+        # Whether more is waiting, EVENTS says for less than a read that finds nothing. A
+        # mailbox looks at once: what it handled is answered already. A peer connection looks
+        # after the tasks its replies woke have run, so their sends leave first.
+        if w.is_router and limit == 1:
+            self._recheck(w)
+            return
+        assert self._loop is not None
+        w.recheck = True
+        self._loop.call_soon(self._recheck, w)
 
     def _drain(self, w: _Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
         """Read up to ``limit`` messages; True when the limit stopped it (more may wait)."""
