@@ -21,7 +21,7 @@ import psutil
 import structlog
 
 from .codec import Codec
-from .config import NodeConfig, WorkerSpec
+from .config import ActorSpec, NodeConfig, WorkerSpec
 from .directory import Directory
 from .errors import ConfigError, UnknownActor, Unreachable
 from .host import Runtime
@@ -141,6 +141,7 @@ class Node:
     def _install_controls(self, runtime: Runtime) -> None:
         runtime.control_handlers.update(
             ping=self._ping, status=self._status, register=self._register, resolve=self._resolve,
+            actor_spawned=self._actor_spawned,
             spawn_worker=self._spawn_worker, stop_worker=self._stop_worker, shutdown=self._shutdown,
         )
         self.supervision.install(runtime)
@@ -160,11 +161,33 @@ class Node:
         for old in self.runtime.directory.forget_process(key):
             self.runtime.transport.forget(old)
         self.runtime.directory.learn(key, handle.endpoint or "")
-        update = {"key": key, "endpoint": handle.endpoint, "actors": handle.actors}
+        self._announce(handle)
+        return True
+
+    async def _actor_spawned(self, payload: Any) -> bool:
+        """A worker started an actor on request (its ``spawn`` control): name it in the
+        directory, tell the other workers, and add it to the worker's spec, so that a restart of
+        the worker brings it back."""
+        assert self.runtime is not None
+        handle = self.workers.get(payload["process"])
+        if handle is None:
+            raise UnknownActor(f"no worker named {payload['process']!r} was started by node {self.name}")
+        actor = ActorSpec.model_validate(payload["actor"])
+        if all(a.name != actor.name for a in handle.spec.actors):
+            handle.spec = handle.spec.model_copy(update={"actors": (*handle.spec.actors, actor)})
+        handle.actors[actor.name] = payload["endpoint"]
+        self.runtime.directory.learn(f"{self.name}/{handle.spec.name}/{actor.name}", payload["endpoint"])
+        log.info("actor_spawned", worker=handle.spec.name, actor=actor.name, cls=actor.cls)
+        self._announce(handle)
+        return True
+
+    def _announce(self, handle: WorkerHandle) -> None:
+        """Push a worker's endpoints to the other running workers (``directory_update``)."""
+        assert self.runtime is not None
+        update = {"key": f"{self.name}/{handle.spec.name}", "endpoint": handle.endpoint, "actors": handle.actors}
         for other in self.workers.values():
             if other is not handle and other.state is WorkerState.RUNNING and other.endpoint:
                 self.runtime.start_soon(self._notify, other.endpoint, update)
-        return True
 
     async def _notify(self, endpoint: str, update: dict[str, Any]) -> None:
         assert self.runtime is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,15 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     )
     box.append(runtime)
     stop = anyio.Event()
-    install_worker_controls(runtime, stop)
+
+    async def tell_node(actor: ActorSpec, endpoint: str) -> None:
+        await runtime.control(
+            spec.node_endpoint, "actor_spawned",
+            {"process": spec.process, "actor": actor.model_dump(by_alias=True), "endpoint": endpoint},
+            timeout=10.0,
+        )
+
+    install_worker_controls(runtime, stop, tell_node)
     health = WorkerHealth(runtime, spec.process, spec.supervisor_addr, spec.heartbeat_interval_s)
     WorkerChaos(runtime)
     async with runtime:
@@ -122,8 +131,14 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     log.info("worker_stopped")
 
 
-def install_worker_controls(runtime: Runtime, stop: anyio.Event) -> None:
-    """Register the control messages every worker answers."""
+def install_worker_controls(
+    runtime: Runtime, stop: anyio.Event, tell_node: Callable[[ActorSpec, str], Awaitable[None]]
+) -> None:
+    """Register the control messages every worker answers.
+
+    ``tell_node`` reports an actor started by a ``spawn`` control message to the node, which
+    names it in the directory and keeps it in the worker's spec for restarts.
+    """
 
     async def ping(_: Any) -> dict[str, Any]:
         return {"process": runtime.process, "pid": os.getpid()}
@@ -137,17 +152,24 @@ def install_worker_controls(runtime: Runtime, stop: anyio.Event) -> None:
 
     async def directory_update(payload: Any) -> bool:
         # The peer process restarted: its mailboxes moved. Drop what we knew, learn the new.
+        actors: dict[str, str] = payload.get("actors", {})
+        current = {payload["endpoint"], *actors.values()}
         for old in runtime.directory.forget_process(payload["key"]):
-            runtime.transport.forget(old)
+            if old not in current:  # a connection to a live endpoint keeps what it has queued
+                runtime.transport.forget(old)
         runtime.directory.learn(payload["key"], payload["endpoint"])
-        for name, endpoint in payload.get("actors", {}).items():
+        for name, endpoint in actors.items():
             runtime.directory.learn(f"{payload['key']}/{name}", endpoint)
         return True
 
     async def spawn(payload: Any) -> str:
         spec = ActorSpec.model_validate(payload)
-        ref = await runtime.spawn(spec.cls, spec.name, kwargs=dict(spec.kwargs))
-        return str(ref.address)
+        await runtime.spawn(spec.cls, spec.name, kwargs=dict(spec.kwargs))
+        try:
+            await tell_node(spec, runtime.cells[spec.name].endpoint)
+        except Exception as exc:  # the actor runs; only its name is not known beyond this process
+            log.warning("spawned_actor_not_announced", actor=spec.name, error=repr(exc))
+        return str(ActorAddress(runtime.node, runtime.process, spec.name))
 
     runtime.control_handlers.update(
         ping=ping, status=status, stop=stop_worker, directory_update=directory_update, spawn=spawn

@@ -113,6 +113,24 @@ async def test_kill_is_detected_restarted_and_serves_again(one: Cluster) -> None
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]
 
 
+async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_its_worker(one: Cluster) -> None:
+    """A worker's `spawn` control tells the node: the new actor resolves by its bare name, and a
+    restart of its worker brings it back."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    async with one.client() as rt:
+        address = await rt.control(before["endpoint"], "spawn", {"name": "late", "class": "troupe.actors.demo:Echo"})
+        assert address.endswith("/w-one/late")
+        assert await rt.ref("late").ask("echo", "first") == "first"  # resolved through the node
+    status = await one.wait_for(lambda s: "late" in Cluster.worker_in(s, "w-one")["actors"], timeout=5)
+    assert Cluster.worker_in(status, "w-one")["actor_endpoints"]["late"]
+    await one.chaos("kill", "w-one")
+    after = await _restarted(one, "w-one", before["pid"])
+    assert set(after["actor_endpoints"]) == {"echo", "late"}
+    async with one.client() as rt:
+        assert await rt.ref("late").ask("echo", "back") == "back"
+        assert await rt.ref("late").ask("pid") == after["pid"]
+
+
 async def test_hang_with_gil_is_killed_within_timeout_plus_one_beat(one: Cluster) -> None:
     """A C call holding the GIL stops the beats; the supervisor kills the worker in time and it restarts."""
     before = Cluster.worker_in(await _settled(one), "w-one")
