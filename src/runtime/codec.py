@@ -232,7 +232,10 @@ class Codec:
         index = len(self._buffers)
         # A zero-size array has no buffer worth sending but keeps its frame for simplicity.
         self._buffers.append(arr.data if arr.size else b"")
-        return msgpack.ExtType(EXT_NDARRAY, msgpack.packb([arr.dtype.str, list(arr.shape), index]))
+        # A structured dtype travels as numpy's descr (field names, formats, offsets as padding),
+        # as in .npy files; dtype.str would be a bare "|V<n>" record without its field names.
+        dtype = arr.dtype.str if arr.dtype.names is None else arr.dtype.descr
+        return msgpack.ExtType(EXT_NDARRAY, msgpack.packb([dtype, list(arr.shape), index]))
 
     # -- decoding -----------------------------------------------------------------------------
 
@@ -318,13 +321,19 @@ class _ExtHook:
         return memoryview(buf)
 
     def _ndarray(self, spec: Any) -> np.ndarray:
-        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], (str, list))):
             raise BadFrame("ndarray extension must be [dtype, shape, buffer index]")
         dtype_str, shape, index = spec
         np = _np()
+        descr = dtype_str if isinstance(dtype_str, str) else _fields(dtype_str)
         try:
-            dtype = np.dtype(dtype_str)
-        except TypeError as exc:
+            if isinstance(descr, str):
+                dtype = np.dtype(descr)
+            else:  # numpy's own reader of a descr: padding entries become offsets again
+                from numpy.lib.format import descr_to_dtype
+
+                dtype = descr_to_dtype(descr)
+        except (TypeError, ValueError, KeyError, RecursionError) as exc:
             raise BadFrame(f"ndarray has an unknown dtype {dtype_str!r}") from exc
         if dtype.hasobject:
             raise BadFrame("ndarray of dtype object refused")
@@ -359,6 +368,30 @@ class _ExtHook:
 
 # The hook of a message with no buffer frames: any buffer reference in it points at no frame.
 _NO_BUFFERS = _ExtHook((b"",), set())
+
+
+def _fields(descr: list[Any]) -> list[tuple[Any, ...]]:
+    """A structured dtype's descr as numpy takes it back: msgpack turned its tuples into lists.
+
+    Raises:
+        BadFrame: it is not a list of ``[name, format]`` or ``[name, format, shape]`` fields.
+    """
+    out: list[tuple[Any, ...]] = []
+    for field in descr:
+        if not isinstance(field, list) or len(field) not in (2, 3):
+            raise BadFrame("a structured ndarray dtype must be a list of [name, format(, shape)] fields")
+        name, fmt = field[0], field[1]
+        if isinstance(name, list):  # (title, name)
+            name = tuple(name)
+        if isinstance(fmt, list):  # a nested structure
+            fmt = _fields(fmt)
+        if len(field) == 2:
+            out.append((name, fmt))
+        elif isinstance(field[2], list):
+            out.append((name, fmt, tuple(field[2])))
+        else:
+            out.append((name, fmt, field[2]))
+    return out
 
 
 def _validate(fields: Any) -> Envelope:

@@ -146,6 +146,27 @@ def test_numpy_arrays_round_trip(arr: np.ndarray) -> None:
     assert len(frames) == 2
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.dtype([("x", "<f4"), ("y", "<i8")]),
+        np.dtype([("pos", "<f8", (3,)), ("id", "<u2")]),
+        np.dtype([("joint", [("q", "<f4"), ("dq", "<f4")]), ("ok", "|b1")]),
+        np.dtype({"names": ["p", "q"], "formats": ["<i4", "<f8"], "offsets": [0, 8], "itemsize": 24}),
+        np.dtype([(("a title", "t"), "<i4"), ("s", "<U3")]),
+    ],
+    ids=["flat", "subarray", "nested", "padded", "titled"],
+)
+def test_structured_arrays_keep_their_fields(dtype: np.dtype) -> None:
+    """A structured dtype travels whole: names, formats, offsets and padding, as in .npy files."""
+    arr = np.zeros(5, dtype=dtype)
+    arr.view(np.uint8)[:] = np.arange(arr.nbytes, dtype=np.uint8) % 251
+    out, frames = _roundtrip(_tell(arr))
+    assert out.payload.dtype == dtype and out.payload.dtype.names == dtype.names
+    assert out.payload.tobytes() == arr.tobytes()
+    assert len(frames) == 2
+
+
 def test_non_contiguous_array_is_sent_contiguous() -> None:
     """A strided view (a slice, a transpose) arrives as a contiguous copy with the same values."""
     base = np.arange(40, dtype=np.int32).reshape(5, 8)
@@ -449,6 +470,13 @@ def test_unhashable_map_key_is_bad() -> None:
     [
         (_nd("<f4", [2], 1), [b"\0" * 8], "points at no frame"),
         (_nd("<f4", [2], -1), [b"\0" * 8], "points at no frame"),
+        (_nd([["x"]], [1], 0), [b"\0" * 8], "fields"),
+        (_nd([["x", "<f4", [1], 9]], [1], 0), [b"\0" * 8], "fields"),
+        (_nd(["x", "<f4"], [1], 0), [b"\0" * 8], "fields"),
+        (_nd([["x", "<q7"]], [1], 0), [b"\0" * 8], "unknown dtype"),
+        (_nd([[3, "<f4"]], [1], 0), [b"\0" * 4], "unknown dtype"),
+        (_nd([["o", "|O"]], [1], 0), [b"\0" * 8], "object"),
+        (_nd([["x", "<f4"], ["y", "<f4"]], [2], 0), [b"\0" * 8], "needs 16 bytes"),
         (_nd("<f4", [2], "0"), [b"\0" * 8], "points at no frame"),
         (_nd("<f4", [2], 0), [], "points at no frame"),
         ([_nd("<f4", [2], 0), _nd("<f4", [2], 0)], [b"\0" * 8], "referenced twice"),
