@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +87,30 @@ def test_ctl_status_shows_the_running_pipeline_live(tmp_path: Path) -> None:
         if run.poll() is None:
             run.kill()
             run.wait(timeout=30)
+
+
+def test_bench_messaging_json_reports_every_figure_against_its_ceiling() -> None:
+    """`troupe bench messaging --json` gives one object with the figures the issue names, each
+    troupe throughput beside its raw ceiling and their ratio (a quick, single-run pass: this
+    checks the command, not the machine's speed)."""
+    # A session of its own: on a timeout the whole group goes, raw peers and workers included.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "bench", "messaging", "--quick", "--repeat", "1", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    fig = json.loads(stdout)
+    for key in ("tell_small", "tell_large", "ask1", "ask64"):
+        raw, troupe = fig[f"raw_{key}_per_s"], fig[f"troupe_{key}_per_s"]
+        assert raw > 0 and troupe > 0
+        assert fig[f"{key}_ratio"] == pytest.approx(troupe / raw)
+        assert fig[f"local_{key}_ratio"] > 0
+    assert 0 < fig["startup_s"] < 60
+    assert fig["idle_rss_mib"] > 0 and fig["idle_processes"] == 3
+    assert fig["runs"] == 1
