@@ -154,48 +154,31 @@ class Codec:
         Raises:
             EncodeError: the payload or headers hold a value with no wire encoding.
         """
+        return self._frames(
+            [PROTOCOL_VERSION, int(env.kind), env.msg_id, env.corr_id, env.sender, env.target, env.type,
+             env.deadline, env.trace, env.headers, env.payload],
+            env.type,
+        )
+
+    def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
+        """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
+        building it (a reply is sent for every ask). Raises like ``encode``."""
+        return self._frames([PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], "")
+
+    def _frames(self, fields: list[Any], msg_type: str) -> list[Any]:
         self._buffers = buffers = []
         try:
-            header = self._packer.pack(
-                [
-                    PROTOCOL_VERSION,
-                    int(env.kind),
-                    env.msg_id,
-                    env.corr_id,
-                    env.sender,
-                    env.target,
-                    env.type,
-                    env.deadline,
-                    env.trace,
-                    env.headers,
-                    env.payload,
-                ]
-            )
+            header = self._packer.pack(fields)
         except EncodeError:
             self._packer.reset()
             raise
         except (TypeError, ValueError, OverflowError) as exc:
             self._packer.reset()
             raise EncodeError(
-                f"cannot encode message {env.type!r}: {exc}; payloads may hold None, bool, int, "
+                f"cannot encode message {msg_type!r}: {exc}; payloads may hold None, bool, int, "
                 "float, str, bytes, lists, dicts with str keys, numpy arrays and registered "
                 "buffer types"
             ) from exc
-        if not buffers:
-            return [header]
-        return [header, *buffers]
-
-    def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
-        """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
-        building it (a reply is sent for every ask). Raises like ``encode``."""
-        self._buffers = buffers = []
-        try:
-            header = self._packer.pack(
-                [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload]
-            )
-        except Exception:
-            self._packer.reset()
-            return self.encode(Envelope(Kind.REPLY, 0, corr_id, sender, "", "", None, None, None, payload))
         if not buffers:
             return [header]
         return [header, *buffers]

@@ -100,7 +100,7 @@ class Runtime(Inbound):
         self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
         self.observer: HandleObserver | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._deadlines: AskDeadlines | None = None  # made on the first ask, on its loop
+        self._deadlines: AskDeadlines | None = None  # the timer of every ask, made on the running loop
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._accepting = False
@@ -118,6 +118,7 @@ class Runtime(Inbound):
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Runtime:
+        self._deadlines = AskDeadlines(asyncio.get_running_loop())
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         # Accepting before serving: a message that arrives while the transport starts must be
@@ -309,14 +310,10 @@ class Runtime(Inbound):
         if ref._cell is None and ref._endpoint is None:
             await self._resolve(ref)
         timeout = self.ask_timeout if timeout is None else timeout
-        deadlines = self._deadlines
-        if deadlines is None:
-            deadlines = self._deadlines = AskDeadlines(asyncio.get_running_loop())
-        fut: asyncio.Future[Any] = deadlines.loop.create_future()
+        fut = self._watched_future(timeout, ref.address, msg_type)
         msg_id = next(self._ids)
         sender, trace = self._context()
         deadline = time.time() + timeout
-        deadlines.watch(fut, timeout, ref.address, msg_type)
         try:
             cell = ref._cell
             if cell is not None:
@@ -340,12 +337,24 @@ class Runtime(Inbound):
                 self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
             raise
         finally:
-            self._pending.pop(msg_id, None)
-            if fut.done():
-                if not fut.cancelled():
-                    fut.exception()  # a timeout that fired while the send still waited: seen
-            else:
-                fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
+            self._settled(msg_id, fut)
+
+    def _watched_future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
+        """A future for a reply, failed with AskTimeout ``timeout`` seconds from now."""
+        deadlines = self._deadlines
+        if deadlines is None:
+            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+        fut: asyncio.Future[Any] = deadlines.loop.create_future()
+        deadlines.watch(fut, timeout, target, msg_type)
+        return fut
+
+    def _settled(self, msg_id: int, fut: asyncio.Future[Any]) -> None:
+        self._pending.pop(msg_id, None)
+        if fut.done():
+            if not fut.cancelled():
+                fut.exception()  # a timeout that fired while the send still waited: seen
+        else:
+            fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
 
     async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
         """Send a control message to the process listening at ``endpoint`` and await the reply.
@@ -354,24 +363,13 @@ class Runtime(Inbound):
             AskTimeout: nothing answered in time (is a node running there?).
             RemoteError, DeliveryError: the control handler failed.
         """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut = self._watched_future(timeout, endpoint, msg_type)
         msg_id = next(self._ids)
         self._pending[msg_id] = fut
         sender, trace = self._context()
         env = Envelope(Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload)
-        timer = loop.call_later(timeout, _expire, fut, endpoint, msg_type, timeout)
         try:
             await self.transport.send(endpoint, self.codec.encode(env), block=False)
             return await fut
         finally:
-            timer.cancel()
-            self._pending.pop(msg_id, None)
-
-
-def _expire(fut: asyncio.Future[Any], target: object, msg_type: str, timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(
-            AskTimeout(f"no reply to {msg_type!r} from {target} within {timeout}s; "
-                       "the target may be busy, hung or gone (see `troupe ctl status`)")
-        )
+            self._settled(msg_id, fut)

@@ -168,10 +168,7 @@ class MemoryTransport:
 
     async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
         """Queue ``frames`` at the peer; raise Unreachable when no such peer exists."""
-        entry = self.hub.mailboxes.get(address)
-        if entry is None or entry[0]._closed:
-            raise Unreachable(f"no process listens at {address}")
-        inbox = entry[1]
+        inbox = self._inbox(address)
         frames = [bytes(f) for f in frames]  # what a socket would do: the receiver owns a copy
         if block:
             await inbox.put((self, frames))
@@ -184,15 +181,18 @@ class MemoryTransport:
 
     def try_send(self, address: str, frames: list[Any]) -> bool:
         """Queue ``frames`` at the peer if it has room; False when its queue is full."""
-        entry = self.hub.mailboxes.get(address)
-        if entry is None or entry[0]._closed:
-            raise Unreachable(f"no process listens at {address}")
         try:
-            entry[1].put_nowait((self, [bytes(f) for f in frames]))
+            self._inbox(address).put_nowait((self, [bytes(f) for f in frames]))
         except MailboxFull:
             return False
         self._sent += 1
         return True
+
+    def _inbox(self, address: str) -> Mailbox[tuple[Any, list[Any]]]:
+        entry = self.hub.mailboxes.get(address)
+        if entry is None or entry[0]._closed:
+            raise Unreachable(f"no process listens at {address}")
+        return entry[1]
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
         """Answer through the sender's reply queue (never blocks: replies are not bounded)."""

@@ -73,6 +73,13 @@ def _private_context(batch_io_thread: bool) -> zmq.Context[Any]:
     return ctx
 
 
+def _reply_lost(exc: Exception) -> None:
+    # EHOSTUNREACH: the asker disconnected and has given up on the reply; or the mailbox socket
+    # closed under it at shutdown. Either way nobody is left to tell.
+    reason = exc.strerror if isinstance(exc, zmq.ZMQError) else str(exc)
+    log.info("reply_undeliverable", reason=reason)
+
+
 class _Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
@@ -350,15 +357,7 @@ class ZmqTransport:
     def try_send(self, address: str, frames: list[Any]) -> bool:
         """Send to the mailbox at ``address`` if its queue has room; False, having sent nothing,
         when it is at its high-water mark. Raises like ``send``."""
-        try:
-            self._write(self._peer(address), frames)
-        except zmq.Again:
-            return False
-        except zmq.ZMQError as exc:
-            if exc.errno == zmq.EHOSTUNREACH:
-                raise
-            raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
-        return True
+        return self._put(self._peer(address), frames, address)
 
     def _peer(self, address: str) -> _Watched:
         if self.refuse is not None and self.refuse(address):
@@ -387,11 +386,8 @@ class ZmqTransport:
         mailbox, identity = route
         try:
             await self._send_on(mailbox, [identity, *frames], True, "")
-        except zmq.ZMQError as exc:
-            # EHOSTUNREACH: the asker disconnected; it has already given up on this reply.
-            log.info("reply_undeliverable", reason=exc.strerror)
-        except Unreachable as exc:  # the mailbox socket closed under it (shutdown)
-            log.info("reply_undeliverable", reason=str(exc))
+        except (zmq.ZMQError, Unreachable) as exc:
+            _reply_lost(exc)
 
     def try_reply(self, route: Any, frames: list[Any]) -> bool:
         """Answer through ``route`` if the socket takes the reply now; False if it would wait."""
@@ -399,36 +395,39 @@ class ZmqTransport:
             return True
         mailbox, identity = route
         try:
-            self._write(mailbox, [identity, *frames])
+            return self._put(mailbox, [identity, *frames], "")
+        except (zmq.ZMQError, Unreachable) as exc:
+            _reply_lost(exc)
+            return True
+
+    async def _send_on(self, w: _Watched, frames: list[Any], block: bool, address: str) -> None:
+        while not self._put(w, frames, address):
+            if not block:
+                raise MailboxFull(
+                    f"the mailbox of {address or 'the asker'} is full (high-water mark "
+                    f"{self.hwm}); send with block=True to wait"
+                )
+            w.writable.clear()
+            if w.sock.getsockopt(_EVENTS) & _POLLOUT:
+                continue
+            w.senders += 1
+            try:
+                await w.writable.wait()
+            finally:
+                w.senders -= 1
+
+    def _put(self, w: _Watched, frames: list[Any], address: str) -> bool:
+        """``_write``: False when the socket is full; EHOSTUNREACH as it is, other errors as
+        Unreachable."""
+        try:
+            self._write(w, frames)
         except zmq.Again:
             return False
         except zmq.ZMQError as exc:
-            log.info("reply_undeliverable", reason=exc.strerror)
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise
+            raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
         return True
-
-    async def _send_on(self, w: _Watched, frames: list[Any], block: bool, address: str) -> None:
-        while True:
-            try:
-                self._write(w, frames)
-                return
-            except zmq.Again:
-                if not block:
-                    raise MailboxFull(
-                        f"the mailbox of {address or 'the asker'} is full (high-water mark "
-                        f"{self.hwm}); send with block=True to wait"
-                    ) from None
-                w.writable.clear()
-                if w.sock.getsockopt(_EVENTS) & _POLLOUT:
-                    continue
-                w.senders += 1
-                try:
-                    await w.writable.wait()
-                finally:
-                    w.senders -= 1
-            except zmq.ZMQError as exc:
-                if exc.errno == zmq.EHOSTUNREACH:
-                    raise
-                raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
 
     def _write(self, w: _Watched, frames: list[Any]) -> None:
         """Queue one message on the socket without waiting; zmq.Again when it is full."""

@@ -81,6 +81,13 @@ class Pair:
         self.a.directory.learn(f"{NODE}/b/{name}", self.b.cells[name].endpoint)
         return self.a.ref(f"{NODE}/b/{name}")
 
+    async def spawn(self, actor: type[Actor] | Actor) -> ActorRef:
+        """Start ``actor`` as "led" in ``b``, wait until its task waits for mail, refer to it from ``a``."""
+        await self.b.spawn(actor, "led")
+        while not self.b.cells["led"].idle():
+            await anyio.lowlevel.checkpoint()
+        return self.ref("led")
+
 
 @asynccontextmanager
 async def _pair(kind: str, make_b: Callable[[MemoryHub], Any] | None = None) -> AsyncIterator[Pair]:
@@ -101,8 +108,7 @@ async def test_messages_wait_behind_a_busy_handler(kind: str) -> None:
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
             actor = Ledger()
-            await pair.b.spawn(actor, "led")
-            ref = pair.ref("led")
+            ref = await pair.spawn(actor)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ref.ask, "hold", "first")
                 await actor.entered.wait()
@@ -123,10 +129,7 @@ async def test_an_idle_actor_handles_at_once_with_its_context_and_log_binding(ki
     """A message handled outside the actor's task sees what it would see inside it."""
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
-            await pair.b.spawn(Ledger, "led")
-            ref = pair.ref("led")
-            while not pair.b.cells["led"].idle():  # its task has started and waits for mail
-                await anyio.lowlevel.checkpoint()
+            ref = await pair.spawn(Ledger)
             got = await ref.ask("whoami")
             for i in range(100):
                 await ref.tell("rec", i)
@@ -140,8 +143,7 @@ async def test_an_idle_actor_handles_at_once_with_its_context_and_log_binding(ki
 async def test_a_raising_sync_handler_answers_an_error_and_the_actor_goes_on(kind: str) -> None:
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
-            await pair.b.spawn(Ledger, "led")
-            ref = pair.ref("led")
+            ref = await pair.spawn(Ledger)
             with pytest.raises(RemoteError) as info:
                 await ref.ask("fail", "key")
             await ref.tell("fail", "told")  # logged, no one to answer
@@ -163,9 +165,8 @@ async def test_before_handle_hooks_still_see_every_message(kind: str) -> None:
 
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
-            await pair.b.spawn(Ledger, "led")
+            ref = await pair.spawn(Ledger)
             pair.b.before_handle.append(drop_recs)
-            ref = pair.ref("led")
             await ref.tell("rec", 1)
             assert await ref.ask("seen") == []
             stats = pair.b.statistics().actors["led"]
@@ -194,10 +195,7 @@ async def test_a_reply_that_cannot_leave_at_once_is_sent_by_a_task() -> None:
 
     with anyio.fail_after(BOUND):
         async with _pair("memory", make_b) as pair:
-            await pair.b.spawn(Ledger, "led")
-            ref = pair.ref("led")
-            while not pair.b.cells["led"].idle():  # its task has started and waits for mail
-                await anyio.lowlevel.checkpoint()
+            ref = await pair.spawn(Ledger)
             assert [await ref.ask("seen") for _ in range(3)] == [[], [], []]
     assert transports[0].refused == 3
 
@@ -208,9 +206,9 @@ async def test_a_reply_with_several_buffer_frames_arrives_whole(kind: str) -> No
     payload = {"a": np.arange(5.0), "b": np.ones((2, 2), np.int8), "empty": [np.zeros(0), np.zeros(0)]}
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
-            await pair.b.spawn(Ledger, "led")
-            got = await pair.ref("led").ask("echo", payload)
-            assert await pair.ref("led").ask("echo", "next") == "next"
+            ref = await pair.spawn(Ledger)
+            got = await ref.ask("echo", payload)
+            assert await ref.ask("echo", "next") == "next"
     np.testing.assert_array_equal(got["a"], payload["a"])
     assert [e.shape for e in got["empty"]] == [(0,), (0,)]
     np.testing.assert_array_equal(got["b"], payload["b"])
@@ -229,10 +227,7 @@ async def test_order_holds_from_at_once_to_a_full_mailbox_and_back(kind: str) ->
     with anyio.fail_after(BOUND):
         async with _pair(kind) as pair:
             actor = TinyLedger()
-            await pair.b.spawn(actor, "led")
-            ref = pair.ref("led")
-            while not pair.b.cells["led"].idle():
-                await anyio.lowlevel.checkpoint()
+            ref = await pair.spawn(actor)
             for i in range(5):
                 await ref.tell("rec", i)  # at once: the actor is idle
             async with anyio.create_task_group() as tg:
