@@ -15,14 +15,12 @@ Performance matters here and shapes the code:
   before it stops; a send made outside a read schedules one such look per loop turn.
 - Replies and deliveries are sent with the compiled ``send`` and received as ``zmq.Frame`` (its
   ``more`` flag saves a getsockopt); buffer frames stay uncopied, header frames are copied.
-This is the only module that imports zmq.
+Only this module and ``zmq_socket`` (the socket level) import zmq.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -32,77 +30,23 @@ import zmq
 
 from .errors import MailboxFull, Partitioned, Unreachable
 from .transport import OnMessage, TransportStats
+from .zmq_socket import (
+    COPY_BELOW,
+    EVENTS,
+    NOBLOCK,
+    POLLIN,
+    POLLOUT,
+    SNDMORE,
+    Watched,
+    private_context,
+    recv_one,
+    reply_lost,
+    send_frame,
+)
 
 __all__ = ["ZmqTransport"]
 
 log = structlog.get_logger(__name__)
-
-# Plain ints: pyzmq's enum members cost microseconds per operation on the hot path.
-_POLLIN = int(zmq.POLLIN)
-_POLLOUT = int(zmq.POLLOUT)
-_NOBLOCK = int(zmq.NOBLOCK)
-_SNDMORE = int(zmq.SNDMORE)
-_EVENTS = int(zmq.EVENTS)
-# Frames below this size are copied into ZeroMQ (cheaper than pinning a Python buffer).
-_COPY_BELOW = 64 * 1024
-# The compiled send and recv, without the pure-Python wrappers of zmq.Socket (routing ids and
-# groups of draft sockets, which troupe does not use): a third of a microsecond per call.
-_send = zmq.backend.Socket.send
-_recv = zmq.backend.Socket.recv
-
-
-def _private_context(batch_io_thread: bool) -> zmq.Context[Any]:
-    """A zmq Context whose I/O thread, with ``batch_io_thread``, runs under SCHED_BATCH.
-
-    Every send that finds the I/O thread asleep wakes it. Under the default policy the woken
-    thread preempts the event loop on its own core at once, two context switches in the middle
-    of the loop's work (costly on virtual machines); under SCHED_BATCH it never preempts on
-    wake-up: it runs on an idle core at once, or when the loop next waits. On this project's
-    2-core machines that lifts ask throughput with 64 outstanding by about a third (85k to
-    100-119k round trips/s); a plain blocking pyzmq program gains nothing from it, since it
-    waits right after each send anyway.
-    SCHED_BATCH needs no privileges; where it is missing (not Linux) the default stays.
-    """
-    ctx: zmq.Context[Any] = zmq.Context()
-    policy = getattr(os, "SCHED_BATCH", None)
-    if batch_io_thread and policy is not None:
-        try:
-            ctx.set(zmq.THREAD_SCHED_POLICY, policy)  # before the first socket starts the thread
-        except zmq.ZMQError as exc:
-            log.debug("io_thread_policy_unset", reason=exc.strerror)
-    return ctx
-
-
-def _reply_lost(exc: Exception) -> None:
-    # EHOSTUNREACH: the asker disconnected and has given up on the reply; or the mailbox socket
-    # closed under it at shutdown. Either way nobody is left to tell.
-    reason = exc.strerror if isinstance(exc, zmq.ZMQError) else str(exc)
-    log.info("reply_undeliverable", reason=reason)
-
-
-class _Watched:
-    """A socket with its readiness flag, fed by the loop's reader callback."""
-
-    __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
-                 "recheck", "draining")
-
-    def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
-        self.sock = sock
-        self.fd = sock.getsockopt(zmq.FD)
-        self.wake = asyncio.Event()  # the reader (pump) waits on this
-        self.writable = asyncio.Event()  # senders blocked at the high-water mark wait on this
-        self.peer = peer
-        self.waiting = False  # the pump is parked on ``wake``
-        self.is_router = is_router  # a mailbox (messages come with a route) or a peer connection
-        self.senders = 0  # sends parked on ``writable`` until the socket takes messages again
-        self.recheck = False  # a post-send look at EVENTS is scheduled
-        # The reader callback is draining the socket: it reads until the socket has nothing
-        # left, after any send made meanwhile, so such a send needs no look at EVENTS.
-        self.draining = False
-        # Messages the reader callback took off the socket but could not handle at once;
-        # the pump handles them first, in order, before it reads the socket again.
-        self.backlog: deque[tuple[Any, list[Any]]] = deque()
-
 
 class ZmqTransport:
     """A transport over ZeroMQ TCP (or ipc) sockets.
@@ -114,7 +58,7 @@ class ZmqTransport:
         batch: messages handled per wake-up before yielding to other tasks.
         context: a zmq Context to share; a private one is made otherwise.
         batch_io_thread: run the private context's I/O thread under SCHED_BATCH (Linux); see
-            ``_private_context``.
+            ``zmq_socket.private_context``.
     """
 
     def __init__(
@@ -126,11 +70,11 @@ class ZmqTransport:
         batch_io_thread: bool = True,
     ) -> None:
         self._own_ctx = context is None
-        self._ctx = context or _private_context(batch_io_thread)
+        self._ctx = context or private_context(batch_io_thread)
         self.hwm = hwm
         self.batch = batch
-        self._mailboxes: list[_Watched] = []
-        self._dealers: dict[str, _Watched] = {}
+        self._mailboxes: list[Watched] = []
+        self._dealers: dict[str, Watched] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self.address: str = self.open_mailbox(bind)
@@ -164,7 +108,7 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
-        w = _Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True)
+        w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True)
         self._mailboxes.append(w)
         self._serve_socket(w)
         return w.peer
@@ -192,14 +136,14 @@ class ZmqTransport:
             self._tg = None
             self._unwatch_all()
 
-    def _serve_socket(self, w: _Watched) -> None:
+    def _serve_socket(self, w: Watched) -> None:
         """Watch the socket's descriptor and start its pump, once the transport serves."""
         if self._tg is None or self._loop is None:
             return  # ``serve`` does it for every socket when it starts
         self._loop.add_reader(w.fd, self._readable, w)
         self._tg.start_soon(self._pump, w)
 
-    def _readable(self, w: _Watched) -> None:
+    def _readable(self, w: Watched) -> None:
         """The socket's descriptor fired: handle the first message at once, then look for more.
 
         On a peer connection, handling one reply and then yielding lets the task it woke send
@@ -208,7 +152,7 @@ class ZmqTransport:
         """
         self._read(w, 1)
 
-    def _read(self, w: _Watched, limit: int) -> None:
+    def _read(self, w: Watched, limit: int) -> None:
         """With the pump parked, read here and hand each message to the sync handler: a reply
         or a delivery then costs no task wake-up. The first message that needs waiting goes to
         the backlog, and the pump takes over from it, in order. Reads until the socket is
@@ -238,11 +182,11 @@ class ZmqTransport:
         w.recheck = True
         self._loop.call_soon(self._recheck, w)
 
-    def _drain(self, w: _Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
+    def _drain(self, w: Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
         """Read up to ``limit`` messages; True when the limit stopped it (more may wait)."""
         for _ in range(limit):
             try:
-                route, frames = self._recv_one(w)
+                route, frames = recv_one(w)
             except zmq.Again:
                 if w.senders:
                     w.writable.set()  # our reads may have taken their signal: they look again
@@ -260,22 +204,6 @@ class ZmqTransport:
                 return False
         return True
 
-    @staticmethod
-    def _recv_one(w: _Watched) -> tuple[Any, list[Any]]:
-        sock = w.sock
-        if w.is_router:
-            route: Any = (w, _recv(sock, _NOBLOCK))
-        else:
-            route = None
-        # A zmq.Frame knows whether more frames follow, which is cheaper than asking the socket
-        # (getsockopt); the header is copied out of it, buffer frames are kept without copies.
-        frame = _recv(sock, _NOBLOCK, False)
-        frames: list[Any] = [frame.bytes]
-        while frame.more:
-            frame = _recv(sock, _NOBLOCK, False)
-            frames.append(frame)
-        return route, frames
-
     def _unwatch_all(self) -> None:
         if self._loop is None or self._loop.is_closed():
             return
@@ -285,7 +213,7 @@ class ZmqTransport:
             except (ValueError, OSError):
                 pass
 
-    async def _pump(self, w: _Watched) -> None:
+    async def _pump(self, w: Watched) -> None:
         sock = w.sock
         on_message = self._on_message
         assert on_message is not None
@@ -296,7 +224,7 @@ class ZmqTransport:
             handled = 0
             while handled < self.batch:
                 try:
-                    route, frames = self._recv_one(w)
+                    route, frames = recv_one(w)
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
@@ -314,10 +242,10 @@ class ZmqTransport:
                 await asyncio.sleep(0)  # let other tasks run between batches
                 continue
             w.wake.clear()
-            events = sock.getsockopt(_EVENTS)
-            if events & _POLLIN:
+            events = sock.getsockopt(EVENTS)
+            if events & POLLIN:
                 continue
-            if w.senders and events & _POLLOUT:
+            if w.senders and events & POLLOUT:
                 # Our reads may have consumed the descriptor's signal that the socket takes
                 # messages again: pass it on to the parked senders, or they would wait forever.
                 w.writable.set()
@@ -327,7 +255,7 @@ class ZmqTransport:
             finally:
                 w.waiting = False
 
-    def _dealer(self, address: str) -> _Watched:
+    def _dealer(self, address: str) -> Watched:
         w = self._dealers.get(address)
         if w is not None:
             return w
@@ -340,7 +268,7 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
-        w = _Watched(sock, address, is_router=False)
+        w = Watched(sock, address, is_router=False)
         self._dealers[address] = w
         self._serve_socket(w)
         return w
@@ -359,7 +287,7 @@ class ZmqTransport:
         when it is at its high-water mark. Raises like ``send``."""
         return self._put(self._peer(address), frames, address)
 
-    def _peer(self, address: str) -> _Watched:
+    def _peer(self, address: str) -> Watched:
         if self.refuse is not None and self.refuse(address):
             self._count_refused(address, "send")
             raise Partitioned(
@@ -387,7 +315,7 @@ class ZmqTransport:
         try:
             await self._send_on(mailbox, [identity, *frames], True, "")
         except (zmq.ZMQError, Unreachable) as exc:
-            _reply_lost(exc)
+            reply_lost(exc)
 
     def try_reply(self, route: Any, frames: list[Any]) -> bool:
         """Answer through ``route`` if the socket takes the reply now; False if it would wait."""
@@ -397,10 +325,10 @@ class ZmqTransport:
         try:
             return self._put(mailbox, [identity, *frames], "")
         except (zmq.ZMQError, Unreachable) as exc:
-            _reply_lost(exc)
+            reply_lost(exc)
             return True
 
-    async def _send_on(self, w: _Watched, frames: list[Any], block: bool, address: str) -> None:
+    async def _send_on(self, w: Watched, frames: list[Any], block: bool, address: str) -> None:
         while not self._put(w, frames, address):
             if not block:
                 raise MailboxFull(
@@ -408,7 +336,7 @@ class ZmqTransport:
                     f"{self.hwm}); send with block=True to wait"
                 )
             w.writable.clear()
-            if w.sock.getsockopt(_EVENTS) & _POLLOUT:
+            if w.sock.getsockopt(EVENTS) & POLLOUT:
                 continue
             w.senders += 1
             try:
@@ -416,7 +344,7 @@ class ZmqTransport:
             finally:
                 w.senders -= 1
 
-    def _put(self, w: _Watched, frames: list[Any], address: str) -> bool:
+    def _put(self, w: Watched, frames: list[Any], address: str) -> bool:
         """``_write``: False when the socket is full; EHOSTUNREACH as it is, other errors as
         Unreachable."""
         try:
@@ -429,19 +357,19 @@ class ZmqTransport:
             raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
         return True
 
-    def _write(self, w: _Watched, frames: list[Any]) -> None:
+    def _write(self, w: Watched, frames: list[Any]) -> None:
         """Queue one message on the socket without waiting; zmq.Again when it is full."""
         sock = w.sock
         # Only the first frame can fail with EAGAIN: ZeroMQ queues multipart messages
         # atomically, so after it the rest is accepted.
         more = len(frames) - 1
         for frame in frames:
-            flags = _NOBLOCK | _SNDMORE if more else _NOBLOCK
+            flags = NOBLOCK | SNDMORE if more else NOBLOCK
             more -= 1
-            if type(frame) is bytes and len(frame) < _COPY_BELOW:
-                _send(sock, frame, flags)
+            if type(frame) is bytes and len(frame) < COPY_BELOW:
+                send_frame(sock, frame, flags)
             else:
-                _send(sock, frame, flags, copy=False)
+                send_frame(sock, frame, flags, copy=False)
         self._sent += 1
         # The send may have consumed the descriptor's signal: pass it on to whoever is parked
         # (the reader, if input waits; other senders, if the socket takes messages). Those not
@@ -455,15 +383,15 @@ class ZmqTransport:
             else:
                 self._recheck(w)
 
-    def _recheck(self, w: _Watched) -> None:
+    def _recheck(self, w: Watched) -> None:
         w.recheck = False
         try:
-            events = w.sock.getsockopt(_EVENTS)
+            events = w.sock.getsockopt(EVENTS)
         except zmq.ZMQError:  # closed meanwhile (forget, close): its pump has been told
             return
-        if w.senders and events & _POLLOUT:
+        if w.senders and events & POLLOUT:
             w.writable.set()
-        if w.waiting and events & _POLLIN:
+        if w.waiting and events & POLLIN:
             self._read(w, self.batch)  # what the descriptor would have said: read here, or wake the pump
 
     def forget(self, address: str) -> None:

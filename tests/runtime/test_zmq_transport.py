@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from troupe.runtime.zmq_transport import _private_context
+from troupe.runtime.zmq_socket import private_context
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread policies are Linux's")
 
@@ -21,7 +21,7 @@ def _threads() -> set[int]:
 def test_the_private_context_threads_run_under_the_chosen_policy(batch: bool, policy: int) -> None:
     """SCHED_BATCH keeps a woken I/O thread from preempting the event loop; it can be turned off."""
     before = _threads()
-    ctx = _private_context(batch)
+    ctx = private_context(batch)
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
     try:
         # A message over TCP passes through the I/O thread: once it is through, that thread has
