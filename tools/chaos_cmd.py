@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from troupe.runtime.config import DEFAULT_NODE_ENDPOINT
 
@@ -30,7 +31,7 @@ TargetOption = Annotated[
 
 @ctl_app.command("chaos")
 def chaos(
-    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(KINDS)}.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"One of: {', '.join(KINDS)}.")],
     target: TargetOption,
     seconds: Annotated[float | None, typer.Option(help="Duration of hang_with_gil, stall (none = until "
                                                         "healed or killed) and slow (per message).")] = None,
@@ -58,13 +59,13 @@ def chaos(
         return
     if kind == "kill":
         for name, pid in reply["killed"].items():
-            console.print(f"SIGKILL sent to [bold]{name}[/] (pid {pid})")
+            console.print(f"SIGKILL sent to [bold]{escape(name)}[/] (pid {pid})")
         return
     for name, result in reply["workers"].items():
         if isinstance(result, dict) and "error" in result:
-            console.print(f"[red]{name}[/]: not armed: {result['error']}")
+            console.print(f"[red]{escape(name)}[/]: not armed: {escape(str(result['error']))}")
         else:
-            console.print(f"{kind} armed in [bold]{name}[/]: {reply['spec']}")
+            console.print(f"{escape(str(kind))} armed in [bold]{escape(name)}[/]: {escape(str(reply['spec']))}")
 
 
 @ctl_app.command("heal")
@@ -80,6 +81,6 @@ def heal(
         return
     for name, result in reply["workers"].items():
         if isinstance(result, dict) and "error" in result:
-            console.print(f"[red]{name}[/]: not healed: {result['error']}")
+            console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
         else:
-            console.print(f"{name}: healed; fired {result.get('fired', {})}")
+            console.print(f"{escape(name)}: healed; fired {escape(str(result.get('fired', {})))}")

@@ -3,45 +3,107 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from troupe.runtime import AskTimeout, ConfigError, Runtime, TroupeError
+from troupe.runtime import AskTimeout, ConfigError, Runtime, TroupeError, Unreachable
 from troupe.runtime.zmq_transport import ZmqTransport
+
+from .master_client import reachable
+from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "err_console", "fail", "run_async"]
 
 T = TypeVar("T")
 
 err_console = Console(stderr=True)
+# Refused is answered at once; the bound only matters if connecting itself hangs.
+_PROBE_S = 2.0
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print ``message`` as an error and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print ``message`` as one error line and return the Exit to raise.
+
+    The message is shown as given: it often quotes the user (a TOML key, a path), and text
+    like ``[/x]`` must not be read as rich markup nor wrapped onto a second line.
+    """
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
 def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1."""
+    """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1 (2 for bad
+    input), also when a task group wrapped them.
+
+    SIGINT or SIGTERM cancels ``fn``, which stops what it started in its clean-up (so ``fn``
+    closes what it opened itself), then the process exits 130 or 143 at once; a second signal
+    kills this process's whole tree and exits at once (:mod:`troupe.cli.stop_signals`).
+    """
+    signals = StopSignals()
+    box: list[T] = []
+    failure: list[BaseException] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            work = anyio.CancelScope()
+            await tg.start(signals.watch, work)
+            try:
+                with work:
+                    box.append(await fn(*args))
+            except BaseException as exc:  # raised as it is, not wrapped in this group's
+                failure.append(exc)
+            tg.cancel_scope.cancel()  # stop watching
+        if failure:
+            raise failure[0]
+
     try:
-        return anyio.run(fn, *args, backend="asyncio", backend_options={"use_uvloop": True})
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
-    except TroupeError as exc:
-        raise fail(str(exc)) from None
+        anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+    except KeyboardInterrupt:  # Ctrl-C before the watcher was listening
+        raise typer.Exit(exit_status(signal.SIGINT)) from None
+    except BaseException as exc:
+        if signals.exit_status is not None:  # a failure of the stop itself: the signal says why
+            signals.exit()
+        leaves = _leaves(exc)
+        exits = [e for e in leaves if isinstance(e, click.exceptions.Exit)]
+        if exits:  # a command's own fail(...) from inside a task group
+            raise exits[0] from None
+        if not all(isinstance(e, TroupeError) for e in leaves):
+            raise
+        error = next((e for e in leaves if isinstance(e, ConfigError)), leaves[0])
+        raise fail(str(error), 2 if isinstance(error, ConfigError) else 1) from None
+    if signals.exit_status is not None:
+        signals.exit()
+    return box[0]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
 
 
 async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
     """Send one control message to the node at ``endpoint`` and return its reply.
 
+    Nothing listening is reported at once: ZeroMQ would retry a refused connection quietly
+    until the timeout, so a plain TCP connect (answered by the kernel, busy node or not) is
+    tried first.
+
     Raises:
+        Unreachable: nothing listens at ``endpoint``.
         TroupeError: with a message that says what to do when no node answers.
     """
+    if not await anyio.to_thread.run_sync(reachable, endpoint, _PROBE_S):
+        raise Unreachable(f"no node answers at {endpoint}: start one with `troupe node start` "
+                          "or pass --node ENDPOINT")
     async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)

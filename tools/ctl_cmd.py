@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from troupe.runtime.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.errors import ConfigError, TroupeError
@@ -18,7 +19,7 @@ from troupe.runtime.jobspec import load_job
 from troupe.runtime.master import DEFAULT_MASTER_ENDPOINT
 
 from .client import control, err_console, fail, run_async
-from .master_client import jobs_table, master_call, master_tables, reachable
+from .master_client import jobs_table, master_call, master_tables, reachable, submit_job
 from .tables import status_tables
 
 __all__ = ["MasterOption", "NodeOption", "ctl_app"]
@@ -62,7 +63,7 @@ def status(
         for table in status_tables(node_reply):
             console.print(table)
     else:
-        err_console.print(f"[yellow]note:[/] {node_error}", highlight=False)
+        err_console.print(f"[yellow]note:[/] {escape(node_error)}", highlight=False, soft_wrap=True)
     if master_reply is not None:
         for table in master_tables(master_reply):
             console.print(table)
@@ -102,18 +103,27 @@ def _job_payload(job_file: Path, job_id: str | None) -> dict[str, Any]:
 
 @ctl_app.command("submit")
 def submit(
-    job_file: Annotated[Path, typer.Argument(help="The job's TOML file (see configs/job-example.toml).")],
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.toml", help="The job's TOML file (see configs/job-example.toml).")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     job_id: Annotated[Optional[str], typer.Option("--id", help="Job id (default: the job's name).")] = None,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 60.0,
 ) -> None:
-    """Submit a job file to the master; it is journaled before this returns."""
-    reply = run_async(master_call, master, "submit", _job_payload(job_file, job_id), timeout)
+    """Submit a job file to the master; it is journaled before this returns.
+
+    Submitting the same file (same id, same content) again is safe: the master says it has the
+    job already. The same id with other content is refused.
+    """
+    reply = run_async(submit_job, master, _job_payload(job_file, job_id), timeout)
     if as_json:
         typer.echo(json.dumps(reply))
         return
-    console.print(f"submitted job [bold]{reply['job_id']}[/]: {reply['tasks']} tasks")
+    job = escape(str(reply["job_id"]))
+    if reply.get("already"):
+        console.print(f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
+                      "content); see `troupe ctl jobs`")
+        return
+    console.print(f"submitted job [bold]{job}[/]: {reply['tasks']} tasks")
 
 
 @ctl_app.command("jobs")
@@ -128,11 +138,11 @@ def jobs(master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = F
 
 
 @ctl_app.command("cancel")
-def cancel(job: Annotated[str, typer.Argument(help="The job id.")],
+def cancel(job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
            master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
     """Cancel a job: its unfinished tasks are cancelled and running copies stopped."""
     run_async(master_call, master, "cancel", {"job_id": job}, timeout)
-    console.print(f"job [bold]{job}[/] cancelled")
+    console.print(f"job [bold]{escape(job)}[/] cancelled")
 
 
 @ctl_app.command("drain")
@@ -140,13 +150,23 @@ def drain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The nod
           master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
     """Drain a node: no new tasks; once its running tasks end, the node stops its workers."""
     run_async(master_call, master, "drain", {"node": node_name}, timeout)
-    console.print(f"node [bold]{node_name}[/] draining: it takes no new task and stops its "
-                  "workers once the tasks it holds are done")
+    console.print(f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
+                  "workers once the tasks it holds are done (`troupe ctl undrain` resumes it)")
+
+
+@ctl_app.command("undrain")
+def undrain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
+            master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+    """Resume a drained node: it takes tasks again; the workers the drain stopped start again."""
+    reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
+    started = ", ".join(reply["restarted"])
+    console.print(f"node [bold]{escape(node_name)}[/] takes tasks again"
+                  + (f"; workers started again: {escape(started)}" if started else ""))
 
 
 @ctl_app.command("dead")
 def dead(
-    job: Annotated[str, typer.Argument(help="The job id.")],
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False,
     traceback: Annotated[bool, typer.Option("--traceback", help="Also print each traceback.")] = False,
     timeout: TimeoutOption = 10.0,
@@ -157,7 +177,7 @@ def dead(
         typer.echo(json.dumps(letters, indent=2))
         return
     if not letters:
-        console.print(f"job {job} has no dead-lettered task")
+        console.print(f"job {escape(job)} has no dead-lettered task")
         return
     # Plain lines, not a table: errors are long and get copied into bug reports whole.
     typer.echo(f"dead letters of job {job}: {len(letters)}")

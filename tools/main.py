@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+from typing import Annotated, Optional
+
 import typer
+from typer.core import TyperOption
 
 from . import chaos_cmd  # noqa: F401  (adds `ctl chaos` and `ctl heal`)
+from . import compact_cmd  # noqa: F401  (adds `master compact`)
 from .bench_cmd import bench_app
 from .ctl_cmd import ctl_app
 from .logs_cmd import logs_app
@@ -12,7 +17,38 @@ from .master_cmd import master_app
 from .node_cmd import node_app
 from .run_cmd import demo, run
 
-__all__ = ["app"]
+__all__ = ["app", "version"]
+
+
+def _flag_type_hidden(display_type_rich: object) -> object:
+    """Typer 0.29's rich help prints an option's type even for flags (``--help <bool>``); its
+    plain help and earlier releases print none. A flag takes no value, so it shows no type."""
+
+    def display(self: TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        return display_type_rich(self, ctx)  # type: ignore[operator]
+
+    return display
+
+
+if hasattr(TyperOption, "display_type_rich"):
+    TyperOption.display_type_rich = _flag_type_hidden(TyperOption.display_type_rich)  # type: ignore[method-assign]
+
+
+def version() -> str:
+    """The installed troupe's version (from the package metadata)."""
+    try:
+        return metadata.version("troupe")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"troupe {version()}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="troupe",
@@ -21,6 +57,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def main(
+    _version: Annotated[
+        Optional[bool],
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print troupe's version and exit."),
+    ] = None,
+) -> None:
+    """An actor runtime for embodied-AI data and training pipelines."""
+
+
 app.add_typer(node_app, name="node", help="Start a node on this host.")
 app.add_typer(master_app, name="master", help="Start the cluster's master (jobs, leases, journal).")
 app.add_typer(ctl_app, name="ctl", help="Send control messages to a running cluster.")

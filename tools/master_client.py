@@ -7,12 +7,13 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+from rich.markup import escape
 from rich.table import Table
 
 from troupe.runtime import AskTimeout, Runtime, Unreachable
 from troupe.runtime.zmq_transport import ZmqTransport
 
-__all__ = ["jobs_table", "master_call", "master_tables", "reachable"]
+__all__ = ["jobs_table", "master_call", "master_tables", "reachable", "submit_job"]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
 
@@ -55,13 +56,45 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
             raise AskTimeout(_no_master(endpoint, f"no reply within {timeout}s")) from None
 
 
+async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> Any:
+    """Submit a job: check that the master answers (fast), then wait up to ``timeout`` for it.
+
+    A very large job takes the master a while to check and journal; a timeout then means that
+    it is still writing, not that nobody answers. Submitting the same job again is safe: the
+    master answers ``already: true`` for the same id with the same content.
+
+    Raises:
+        Unreachable: nothing listens at ``endpoint``.
+        AskTimeout: no master answered the ping, or the submit's reply did not come in time
+            (the message says which, and what to do).
+        TroupeError: the master refused the job, with its reason.
+    """
+    if not reachable(endpoint):
+        raise Unreachable(_no_master(endpoint, "connection refused"))
+    async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
+        ping_s = min(timeout, 5.0)
+        try:
+            await runtime.control(endpoint, "ping", None, timeout=ping_s)
+        except AskTimeout:
+            raise AskTimeout(_no_master(endpoint, f"no reply to a ping within {ping_s}s")) from None
+        try:
+            return await runtime.control(endpoint, "submit", payload, timeout=timeout)
+        except AskTimeout:
+            job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
+            raise AskTimeout(
+                f"the master at {endpoint} answers, but is still writing job {job!r} after "
+                f"{timeout}s; check with `troupe ctl jobs` (submitting the same file again is "
+                "safe: the master says when it already has it)") from None
+
+
 def _counts(tasks: dict[str, int]) -> str:
     return ", ".join(f"{state} {n}" for state, n in tasks.items() if n) or "none"
 
 
 def master_tables(status: dict[str, Any]) -> list[Table]:
     """Render a master ``status`` reply: summary, nodes, busiest workers, jobs."""
-    head = Table(title=f"master {status['master']}", show_header=False)
+    name = str(status["master"])  # "master" unless `master start --name` gave another
+    head = Table(title="master" if name == "master" else f"master {escape(name)}", show_header=False)
     head.add_row("endpoint", str(status["endpoint"]))
     head.add_row("pid", str(status["pid"]))
     head.add_row("journal", str(status["journal"]))
@@ -92,14 +125,17 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    """Render the master's jobs: state, progress by task state, rate."""
+    """Render the master's jobs: state, progress by task state, rate, what stuck tasks wait for."""
     table = Table(title="jobs")
-    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s"):
+    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s",
+                "waiting"):
         table.add_column(col)
     for j in jobs:
         c = j["counts"]
-        rate = j.get("done_per_s")
-        table.add_row(j["job_id"], j["state"], f"{c.get('done', 0)}/{j['total']}",
+        rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job
+        waiting = "\n".join(f"{w['tasks']} {escape(w['reason'])}" for w in j.get("waiting", ()))
+        table.add_row(escape(j["job_id"]), j["state"], f"{c.get('done', 0)}/{j['total']}",
                       str(c.get("pending", 0)), str(c.get("leased", 0)), str(c.get("failed", 0)),
-                      str(c.get("dead", 0)), f"{rate:.1f}" if rate is not None else "-")
+                      str(c.get("dead", 0)), f"{rate:.1f}" if rate is not None else "-",
+                      waiting or "-")
     return table

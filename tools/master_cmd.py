@@ -8,7 +8,6 @@ not a healthy troupe journal is refused either way (exit status 2, with the reas
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -23,8 +22,9 @@ from troupe.runtime.node import Node
 from troupe.runtime.taskbook import TaskBook
 
 from .client import fail, run_async
+from .preflight import check_master_start
 
-__all__ = ["DEFAULT_JOURNAL", "load_journal", "master_app", "run_node_with_master"]
+__all__ = ["DEFAULT_JOURNAL", "load_journal", "master_app", "run_node_with_master", "serve_master"]
 
 master_app = typer.Typer(no_args_is_help=True)
 
@@ -53,28 +53,38 @@ def start(
     node_timeout: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 10.0,
 ) -> None:
     """Start the master: jobs, leases, retries and the journal, until SIGTERM or Ctrl-C."""
+    check_master_start(endpoint, log_dir)
     config = MasterConfig(endpoint=endpoint, name=name, node_timeout_s=node_timeout)
     configure_logging(name, "master", log_dir, console=True, level=log_level)
     opened, book = load_journal(journal, new)
 
     async def main() -> None:
-        master = Master(config, opened, book)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, master)
-            await master.run()
-            tg.cancel_scope.cancel()
+        try:
+            await serve_master(Master(config, opened, book))
+        finally:
+            opened.close()
 
-    try:
-        run_async(main)
-    finally:
-        opened.close()
+    run_async(main)  # SIGINT or SIGTERM: the master stops, the journal is closed, exit 130 / 143
 
 
-async def _stop_on_signal(master: Master) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
+async def serve_master(master: Master) -> None:
+    """Run ``master`` until it stops by itself or this call is cancelled (the command's Ctrl-C).
+
+    Cancelled, it stops the way :meth:`Master.stop` does, shielded: the batch in hand is
+    journaled and answered, then the master shuts down.
+    """
+    async with anyio.create_task_group() as tg:
+
+        async def serve() -> None:
+            with anyio.CancelScope(shield=True):
+                await master.run()
+            tg.cancel_scope.cancel()  # it stopped by itself (a shutdown message)
+
+        tg.start_soon(serve)
+        try:
+            await anyio.sleep_forever()
+        finally:
             master.stop()
-            break
 
 
 async def run_node_with_master(node: Node, master: Master) -> None:
@@ -82,13 +92,16 @@ async def run_node_with_master(node: Node, master: Master) -> None:
 
     Raises:
         TroupeError: the master failed (bind, journal); the node is stopped first.
+
+    Cancelled (the command's Ctrl-C), the node stops its workers first, then the master stops.
     """
     failure: list[TroupeError] = []
     settled = anyio.Event()  # the master is serving, or has failed
 
     async def run_master() -> None:
         try:
-            await master.run()
+            with anyio.CancelScope(shield=True):  # it outlives the node; master.stop() ends it
+                await master.run()
         except TroupeError as exc:
             failure.append(exc)
             node.stopping.set()
@@ -102,11 +115,13 @@ async def run_node_with_master(node: Node, master: Master) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_master)
         tg.start_soon(wait_ready)
-        await settled.wait()
-        if not failure:
-            await node.run()
-        master.stop()
-        if failure:
-            tg.cancel_scope.cancel()  # wait_ready would wait forever
+        try:
+            await settled.wait()
+            if not failure:
+                await node.run()
+        finally:
+            master.stop()  # after the node: its workers' last reports have reached the master
+            if failure:
+                tg.cancel_scope.cancel()  # wait_ready would wait forever
     if failure:
         raise failure[0]

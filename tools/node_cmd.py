@@ -9,11 +9,12 @@ import typer
 
 from troupe.runtime.config import load_node_config
 from troupe.runtime.logs import configure_logging
-from troupe.runtime.master import DEFAULT_MASTER_ENDPOINT, Master, MasterConfig
+from troupe.runtime.master import Master, MasterConfig
 from troupe.runtime.node import Node
 
 from .client import run_async
 from .master_cmd import DEFAULT_JOURNAL, load_journal, run_node_with_master
+from .preflight import check_node_start
 
 __all__ = ["node_app"]
 
@@ -33,20 +34,20 @@ def start(
     new: Annotated[bool, typer.Option("--new", help="With --with-master: create the journal if missing.")] = False,
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
-    if with_master and master is None:
-        master = DEFAULT_MASTER_ENDPOINT
+    master = check_node_start(config, with_master, name=name, endpoint=endpoint, log_dir=log_dir,
+                              log_level=log_level, master=master)  # exits 2 on bad input
 
     async def main() -> None:
         cfg = load_node_config(config, name=name, endpoint=endpoint, log_dir=log_dir, log_level=log_level,
                                master=master)
         configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
         if not with_master:
-            await Node(cfg).run()
+            await Node(cfg, handle_signals=False).run()
             return
         assert cfg.master is not None
         opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
         try:
-            await run_node_with_master(Node(cfg), Master(MasterConfig(cfg.master), opened, book))
+            await run_node_with_master(Node(cfg, handle_signals=False), Master(MasterConfig(cfg.master), opened, book))
         finally:
             opened.close()
 

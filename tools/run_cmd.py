@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from troupe.runtime.client import connect
 from troupe.runtime.config import ActorSpec, NodeConfig, WorkerSpec
@@ -38,8 +39,12 @@ def demo_workers() -> tuple[WorkerSpec, ...]:
 
 
 async def start_local_node(tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0) -> Node:
-    """Run a node inside this process and wait until all its workers have registered."""
-    node = Node(cfg)
+    """Run a node inside this process and wait until all its workers have registered.
+
+    The command owns the stop signals (``client.run_async``): cancelling the group stops the
+    node gracefully, workers first.
+    """
+    node = Node(cfg, handle_signals=False)
     tg.start_soon(node.run)
     with anyio.fail_after(timeout):
         await node.ready.wait()
@@ -55,7 +60,7 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
         t0 = time.perf_counter()
         node = await start_local_node(tg, cfg)
         console.print(f"node [bold]local[/] up with {len(node.workers)} worker processes "
-                      f"in {time.perf_counter() - t0:.2f} s (logs: {log_dir}/local.jsonl)")
+                      f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)")
         async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
             console.print(f"ask greeter/greet -> {greeting!r}")
@@ -71,7 +76,7 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
             try:
                 await rt.ref("echo").ask("fail", "on purpose")
             except Exception as exc:  # the demo shows what a remote error looks like
-                console.print(f"ask echo/fail -> {type(exc).__name__}: {exc}")
+                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}")
         node.stopping.set()
     console.print("node stopped; every worker exited")
 
@@ -81,17 +86,27 @@ def demo(
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
 ) -> None:
     """Start a one-host node with a few actors and show them exchanging messages."""
+    from .preflight import check_demo
+
+    check_demo(log_dir, endpoint)
     run_async(_demo, log_dir, endpoint)
 
 
 def run(
-    config: Annotated[Optional[Path], typer.Argument(help="Pipeline TOML (default: the embedded data generation pipeline).")] = None,
+    config: Annotated[Optional[Path], typer.Argument(metavar="PIPELINE.toml", help="Pipeline TOML (default: the embedded data generation pipeline).")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
     scenes: Annotated[Optional[int], typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
     master: Annotated[str, typer.Option(help="Endpoint of the master this run starts.")] = "tcp://127.0.0.1:7478",
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")] = False,
 ) -> None:
-    """Run the main job: the data generation pipeline on a one-host cluster, into --out."""
+    """Run the main job: the data generation pipeline on a one-host cluster, into --out.
+
+    Run again into the same --out, it resumes: committed episodes are kept, the missing ones
+    made, and the dataset finalised once; a finished run says so and exits 0.
+    """
+    from .preflight import check_run
     from .run_pipeline import finish_run
 
-    finish_run(config, out, scenes, endpoint, master)
+    check_run(config, out, scenes, endpoint, master)
+    finish_run(config, out, scenes, endpoint, master, fresh)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["status_tables"]
@@ -11,31 +12,51 @@ __all__ = ["status_tables"]
 
 def status_tables(status: dict[str, Any]) -> list[Table]:
     """Render a node status reply as tables: the node, its workers, their actors."""
-    node = Table(title=f"node {status['node']}", show_header=False)
+    node = Table(title=f"node {escape(status['node'])}", show_header=False)
     node.add_row("endpoint", str(status["endpoint"]))
     node.add_row("pid", str(status["pid"]))
     node.add_row("uptime", f"{status['uptime_s']:.1f} s")
     node.add_row("rss", f"{status['rss_mib']} MiB")
     workers = Table(title="workers")
-    for col in ("worker", "kind", "state", "pid", "rss MiB", "restarts", "endpoint", "last exit"):
-        workers.add_column(col)
+    for col in ("worker", "kind", "state", "pid", "rss MiB", "restarts", "last exit"):
+        # Names and states are what a reader scans for: never cut them short on a narrow terminal.
+        workers.add_column(col, no_wrap=col in ("worker", "state"))
+    errors = Table(title="workers' last errors")
+    errors.add_column("worker", no_wrap=True)
+    errors.add_column("last error")
     actors = Table(title="actors")
     for col in ("actor", "worker", "kind", "handled", "failed", "mailbox", "busy"):
         actors.add_column(col)
     for w in status["workers"]:
         workers.add_row(
-            w["name"], w["kind"], w["state"], str(w["pid"]), str(w.get("rss_mib", "")),
-            str(w["restarts"]), str(w["endpoint"] or "-"), w["exit"] or "-",
+            escape(w["name"]), escape(w["kind"]), w["state"], str(w["pid"]), str(w.get("rss_mib", "")),
+            str(w["restarts"]), escape(w["exit"] or "-"),
         )
-        for name, a in (w.get("runtime") or {}).get("actors", {}).items():
+        if w.get("last_error"):
+            errors.add_row(escape(w["name"]), escape(w["last_error"]))
+        counted = (w.get("runtime") or {}).get("actors", {})
+        for name, a in counted.items():
             actors.add_row(
-                name, w["name"], a["kind"], str(a["handled"]), str(a["failed"]),
+                escape(name), escape(w["name"]), escape(a["kind"]), str(a["handled"]), str(a["failed"]),
                 f"{a['mailbox_depth']}/{a['mailbox_capacity']}", "yes" if a["busy"] else "no",
             )
-    tables = [node, workers, actors]
+        # A worker that did not answer (hung, restarting, stopped) still hosts its actors: list
+        # them, with no counters, and say why there are none.
+        unknown = _no_counters(w)
+        for name in w.get("actors", ()):
+            if name not in counted:
+                actors.add_row(escape(name), escape(w["name"]), "-", "-", "-", "-", unknown)
+    tables = [node, workers, *([errors] if errors.row_count else []), actors]
     if "pipeline" in status:
         tables.append(pipeline_table(status["pipeline"]))
     return tables
+
+
+def _no_counters(worker: dict[str, Any]) -> str:
+    """Why a worker's actors have no counters in the table: it did not answer, or it is not running."""
+    if worker["state"] != "running":
+        return f"[dim]({worker['state']})[/]"
+    return "[yellow](no answer)[/]" if (worker.get("runtime") or {}).get("error") else "[dim](unknown)[/]"
 
 
 def pipeline_table(p: dict[str, Any]) -> Table:

@@ -5,8 +5,12 @@
 - ``sleep``: loads its parameters lazily from the content store (``refs["params"]``, a JSON
   object ``{"min_ms": 5, "max_ms": 50}``; defaults without it), sleeps a duration drawn from
   the task's seed in that range (times ``slowdown``, to play a slower host), then writes
-  ``result.json`` aside and commits it under the task id, exactly once;
+  ``result.json`` aside and commits it under the task id, exactly once; with ``"wait_for":
+  PATH`` in its parameters it waits for that file to exist before it commits (a test's gate);
 - ``fail``: always raises, to show retries and dead letters.
+
+:class:`NapTask` does the same under the kind ``nap`` only: a node hosting it and a node hosting
+:class:`SleepTask` run different task kinds, as planner and renderer nodes do.
 
 Every commit this actor makes is also appended, as one line ``<task id> <node> <worker>``, to
 ``<outputs>/commit-log/<node>-<worker>-<pid>.log``, so a test can count commits across
@@ -26,7 +30,7 @@ from troupe.runtime.commit import OutputStore
 from troupe.runtime.content_store import ContentStore
 from troupe.runtime.task_actor import LeasedTask, TaskActor
 
-__all__ = ["SleepTask"]
+__all__ = ["NapTask", "SleepTask"]
 
 
 class SleepTask(TaskActor):
@@ -62,6 +66,9 @@ class SleepTask(TaskActor):
         low, high = int(params.get("min_ms", 5)), int(params.get("max_ms", 50))
         ms = low + (task.seed * 7919) % (max(high - low, 0) + 1)
         await anyio.sleep(ms / 1000.0 * self.slowdown)
+        gate = params.get("wait_for")
+        while gate is not None and not os.path.exists(str(gate)):
+            await anyio.sleep(0.02)  # cancellable: a cancelled copy stops here
         where = self.address
         result: dict[str, Any] = {
             "task_id": task.task_id, "seed": task.seed, "node": where.node,
@@ -86,3 +93,9 @@ class SleepTask(TaskActor):
         if not isinstance(params, dict):
             raise ValueError(f"task {task.task_id}: params {ref} must be a JSON object")
         return params
+
+
+class NapTask(SleepTask):
+    """:class:`SleepTask` for tasks of kind ``nap`` (and no other kind)."""
+
+    task_kinds = ("nap",)

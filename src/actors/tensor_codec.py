@@ -1,9 +1,11 @@
 """The torch codec extension: tensors travel as buffer frames, without copies where possible.
 
 Registered through the ``troupe.codecs`` entry point named ``torch``, so the runtime loads it
-only when a tensor is sent or received. A CPU tensor's memory is sent as it is; a GPU tensor
+only when a tensor is sent or received, or at a worker's start when its actors imported torch
+(``codec.load_imported_extensions``). A CPU tensor's memory is sent as it is; a GPU tensor
 is first copied to the host (the wire carries bytes, not device memory). On receipt the tensor
-is a view of the message buffer: read-only in spirit, so clone it before writing in place.
+is a view of the message buffer. torch has no read-only tensors, so unlike a received ndarray
+it is not protected against writes: clone it before writing in place (docs/PROTOCOL.md 6.2).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def _from_buffer(meta: Any, buf: memoryview) -> torch.Tensor:
     if buf.nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     with warnings.catch_warnings():
-        # The buffer is a received frame: torch warns that it is not writable. Documented above.
+        # The buffer may be a read-only frame: torch warns that it is not writable. Documented above.
         warnings.simplefilter("ignore", UserWarning)
         t = torch.frombuffer(buf, dtype=carrier)
     t = t.view(dtype) if carrier is not dtype else t

@@ -90,7 +90,13 @@ def default_device() -> torch.device:
 
 
 def _tensor(x: ArrayOrTensor, tail: tuple[int, ...], name: str, dev: torch.device) -> torch.Tensor:
-    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        arr = np.asarray(x, dtype=np.float32)
+        if not arr.flags.writeable:  # a received array is a read-only view; torch wants to own it
+            arr = arr.copy()
+        t = torch.from_numpy(arr)
     t = t.to(device=dev, dtype=torch.float32)
     if t.ndim != 1 + len(tail) or tuple(t.shape[1:]) != tail:
         want = ", ".join(map(str, tail))

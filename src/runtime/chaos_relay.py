@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .control_payloads import ControlPayload
 from .errors import ConfigError, UnknownActor
 from .faults import FaultKind, FaultSpec
 from .workers import WorkerHandle, WorkerState
@@ -63,32 +64,28 @@ class ChaosRelay:
         runtime.control_handlers.update(chaos=self._chaos, heal=self._heal)
 
     async def _chaos(self, payload: Any) -> dict[str, Any]:
-        if not isinstance(payload, dict) or not isinstance(payload.get("kind"), str):
-            raise ConfigError("chaos needs a map with 'kind' and 'target', e.g. "
-                              "{'kind': 'kill', 'target': 'w-echo'}")
-        kind, target = payload["kind"], str(payload.get("target") or "")
+        p = ControlPayload("chaos", payload)  # e.g. {"kind": "kill", "target": "w-echo"}
+        kind, target, seed = p.require("kind", str), p.optional("target", str, ""), p.optional("seed", int)
         if kind == FaultKind.KILL.value:
             return self._kill(target)
         targets = self._targets(target)
         spec: dict[str, Any] = {"kind": kind}
         if kind == FaultKind.PARTITION.value:
-            peers = payload.get("peers") or []
-            if not isinstance(peers, list | tuple):
-                raise ConfigError(f"chaos partition: 'peers' must be a list, got {peers!r}")
-            spec["peers"] = sorted({e for p in peers for e in self._peer_endpoints(str(p))})
+            peers = p.optional("peers", list, [])
+            spec["peers"] = sorted({e for peer in peers for e in self._peer_endpoints(str(peer))})
         else:
-            spec.update({k: payload[k] for k in _SPEC_KEYS if payload.get(k) is not None})
+            spec.update({k: p.fields[k] for k in _SPEC_KEYS if p.fields.get(k) is not None})
         FaultSpec.from_dict(spec, f"chaos {kind}")  # refuse a bad spec before any worker sees it
         results: dict[str, Any] = {}
         for handle, actor in targets:
             one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
             results[handle.spec.name] = await self._relay(
-                handle, "chaos", {"faults": [one], "seed": payload.get("seed")})
+                handle, "chaos", {"faults": [one], "seed": seed})
         log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
         return {"kind": kind, "spec": spec, "workers": results}
 
     async def _heal(self, payload: Any) -> dict[str, Any]:
-        target = str(payload.get("target") or "*") if isinstance(payload, dict) else "*"
+        target = ControlPayload("heal", payload).optional("target", str) or "*"
         results = {h.spec.name: await self._relay(h, "heal", None) for h, _ in self._targets(target)}
         log.info("chaos_healed", target=target, workers=sorted(results))
         return {"workers": results}
@@ -99,7 +96,7 @@ class ChaosRelay:
             if pid is None:
                 raise UnknownActor(f"node {self._node.name} has no running supervisor to kill")
             _kill_pid(pid)
-            log.warning("chaos_injected", kind="kill", target=target, pid=pid)
+            log.warning("chaos_injected", kind="kill", target=target, worker_pid=pid)
             return {"kind": "kill", "killed": {"supervisor": pid}}
         killed: dict[str, int] = {}
         for handle, _ in self._targets(target, running=False):

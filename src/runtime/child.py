@@ -1,4 +1,18 @@
-"""What every child process of a node does first: tie its life to the node, read its spec."""
+"""What every child process of a node does first: tie its life to the node, read its spec.
+
+A child of a node must die with the node, whatever state it is in (DESIGN.md invariant 6). Two
+independent guards, set up before anything else runs:
+
+- the parent-death signal (Linux ``PR_SET_PDEATHSIG``) is SIGKILL, not SIGTERM: a worker that
+  is stalled, hung in a C call, or already past its first SIGTERM would never act on a
+  catchable signal, and with the node gone there is nobody left to stop gracefully for;
+- a watchdog thread compares ``os.getppid()`` with the pid of the node that started it (passed
+  in ``$TROUPE_PARENT_PID``) and SIGKILLs this process when they differ. It covers what the
+  parent-death signal does not: the node died before ``prctl`` ran, or the node *thread* that
+  forked is not the one whose exit ends the node.
+
+A node that dies anyway leaves a record for its successor to reap (``leftovers.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,28 +20,51 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import Mapping
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from .config import validation_message
 
-__all__ = ["die_with_parent", "load_launch_spec"]
+__all__ = ["PARENT_PID_ENV", "child_env", "die_with_parent", "load_launch_spec"]
 
 M = TypeVar("M", bound=BaseModel)
 
+PARENT_PID_ENV = "TROUPE_PARENT_PID"
+_WATCH_INTERVAL_S = 0.5
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child that the calling process (the node) starts: ours, plus
+    ``extra``, plus this process's pid for the child's parent watchdog."""
+    return {**os.environ, **extra, PARENT_PID_ENV: str(os.getpid())}
+
 
 def die_with_parent(who: str) -> None:
-    """Ask Linux to SIGTERM this process when its node dies, so it never outlives the node."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    """Make sure this process dies with the node that started it, whatever it is doing then.
 
-    pr_set_pdeathsig = 1
-    parent = os.getppid()
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != parent:  # the node died before prctl took effect
-        sys.exit(f"{who}: the node that started it is gone")
+    Exits at once (status 1, naming ``who``) if that node is already gone.
+    """
+    raw = os.environ.pop(PARENT_PID_ENV, "")  # popped: a grandchild has a parent of its own
+    parent = int(raw) if raw.isdigit() else os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the node died before the guard was in place
+        sys.exit(f"{who}: the node that started it (pid {parent}) is gone")
+    threading.Thread(target=_watch_parent, args=(parent,), name="troupe-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(_WATCH_INTERVAL_S)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_launch_spec(model: type[M], env: str, who: str, hint: str) -> M:

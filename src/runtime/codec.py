@@ -37,6 +37,7 @@ __all__ = [
     "Codec",
     "Envelope",
     "Kind",
+    "load_imported_extensions",
     "register_extension",
 ]
 
@@ -61,6 +62,7 @@ class Kind(IntEnum):
 
 _KINDS = {int(k): k for k in Kind}
 _REPLY = int(Kind.REPLY)
+_ANSWERED = frozenset((Kind.ASK, Kind.CONTROL))  # kinds whose msg_id a reply names: never 0
 
 
 @dataclass(slots=True)
@@ -132,6 +134,34 @@ def _load_extension(name: str) -> BufferExtension | None:
     return _EXTENSIONS.get(name)
 
 
+def load_imported_extensions() -> list[str]:
+    """Load now every ``troupe.codecs`` extension whose library this process already imported.
+
+    An extension is named after its library's top-level module (``torch``). A worker calls this
+    once its actors have started: if they imported torch, the torch extension costs a few
+    milliseconds here instead of stalling the first tensor that arrives; a worker whose actors
+    never import torch is not made to import it (seconds and some 200 MiB).
+
+    Reading the entry points costs some 15 ms, once per process; later calls (a ``spawn``
+    control) reuse what was read.
+
+    Returns:
+        The names of the extensions now registered.
+    """
+    global _declared
+    if _declared is None:
+        from importlib.metadata import entry_points
+
+        _declared = tuple(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    for name in _declared:
+        if name in sys.modules:
+            _load_extension(name)
+    return sorted(_EXTENSIONS)
+
+
+_declared: tuple[str, ...] | None = None  # the extension names the entry points declare
+
+
 class Codec:
     """Encodes envelopes to frames and decodes frames to envelopes, validating on the way.
 
@@ -189,6 +219,8 @@ class Codec:
             if isinstance(obj, np.ndarray):
                 return self._pack_ndarray(obj)
             if isinstance(obj, np.generic):
+                if obj.dtype.kind in "mM":  # as a number its unit would be lost: a 0-d array
+                    return self._pack_ndarray(np.asarray(obj))
                 return obj.item()
         if isinstance(obj, tuple):
             return list(obj)
@@ -214,7 +246,7 @@ class Codec:
             arr = np.ascontiguousarray(arr)
         index = len(self._buffers)
         # A zero-size array has no buffer worth sending but keeps its frame for simplicity.
-        self._buffers.append(arr.data if arr.size else b"")
+        self._buffers.append(_raw_buffer(arr) if arr.size else b"")
         # A structured dtype travels as numpy's descr (field names, formats, offsets as padding),
         # as in .npy files; dtype.str would be a bare "|V<n>" record without its field names.
         dtype = arr.dtype.str if arr.dtype.names is None else arr.dtype.descr
@@ -230,7 +262,7 @@ class Codec:
         if total > self.max_message_bytes:
             raise MessageTooLarge(
                 f"message of {total} bytes exceeds the limit of {self.max_message_bytes}; "
-                "raise max_message_bytes or send the data by reference"
+                "raise the node option max_message_mb or send the data by reference"
             )
 
     def decode(self, frames: Sequence[Any]) -> Envelope:
@@ -265,14 +297,49 @@ class Codec:
         return env
 
 
-def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
+def _raw_buffer(arr: np.ndarray) -> Any:
+    """The elements of a C-contiguous array as a buffer, without copying.
+
+    The buffer protocol refuses datetime64 and timedelta64 (also inside a structured dtype):
+    their bytes travel as those of a uint8 view of the same memory.
+    """
     try:
-        # Map keys may be strings or integers (see docs/PROTOCOL.md); the packer sends both.
-        return msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False)
+        return arr.data
+    except ValueError:
+        return arr.reshape(-1).view(_np().uint8).data
+
+
+def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
+    # Map keys are str, int or bin (docs/PROTOCOL.md 6). msgpack's strict_map_key admits str
+    # and bin only, at no cost: the usual header decodes in one pass. A header it refuses (an
+    # int key, or a nil, bool or float one) is decoded again, checking every key.
+    try:
+        return msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True)
     except (BadFrame, VersionMismatch):
         raise
+    except ValueError as exc:
+        if "map key" not in str(exc):
+            raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
     except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
         raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+    hook.used.clear()  # the first pass may have claimed buffer frames before it failed
+    try:
+        return msgpack.unpackb(
+            header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False,
+            object_pairs_hook=_checked_map,
+        )
+    except (BadFrame, VersionMismatch):
+        raise
+    except Exception as exc:
+        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+
+
+def _checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    for key, _ in pairs:
+        kt = type(key)
+        if kt is not str and kt is not int and kt is not bytes:  # type(): a bool is no int key
+            raise BadFrame(f"map key {key!r} of type {kt.__name__} refused: keys are str, int or bin")
+    return dict(pairs)
 
 
 class _ExtHook:
@@ -331,9 +398,11 @@ class _ExtHook:
                 f"ndarray of shape {shape} and dtype {dtype_str} needs "
                 f"{count * dtype.itemsize} bytes, its frame has {buf.nbytes}"
             )
-        if count == 0:
-            return np.empty(shape, dtype=dtype)
-        return np.frombuffer(buf, dtype=dtype).reshape(shape)
+        # A view of the received frame, not a copy: read-only, so that no handler writes into
+        # message memory by mistake (docs/PROTOCOL.md 6.1); copy it to write.
+        arr = np.empty(shape, dtype=dtype) if count == 0 else np.frombuffer(buf, dtype=dtype).reshape(shape)
+        arr.flags.writeable = False
+        return arr
 
     def _custom(self, spec: Any) -> Any:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
@@ -398,6 +467,7 @@ def _validate(fields: Any) -> Envelope:
             and (trace is None or type(trace) is str)
             and (headers is None or type(headers) is dict)
             and (mtype or k > Kind.ASK)
+            and (msg_id or k not in _ANSWERED)
         ):
             return Envelope(k, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload)
     _explain(fields)
@@ -436,3 +506,6 @@ def _explain(fields: Any) -> None:
         raise BadFrame("headers must be a map or nil")
     if k in (Kind.TELL, Kind.ASK) and not mtype:
         raise BadFrame("tell and ask messages need a non-empty type")
+    if k in _ANSWERED and not msg_id:
+        raise BadFrame(f"{k.name} with msg_id 0: an ask or control message needs a msg_id >= 1 "
+                       "for its reply to name (0 answers nothing)")

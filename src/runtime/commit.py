@@ -20,6 +20,12 @@ directory. Any ``OSError`` met while staging or committing (disk full, permissio
 as :class:`~troupe.runtime.errors.CommitError`, naming the task and the fix, after the staging
 directory has been removed; nothing becomes visible and the task can simply be retried.
 
+A writer killed while staging cannot clean up: so each staging directory's name carries its
+writer (pid, process start time, and a tag of the host and pid namespace), and every store
+opened sweeps the staging directories whose writer on this host is dead
+(:meth:`OutputStore.sweep_abandoned`). Entries it cannot judge (written from another host or
+container, or by an older troupe) are removed only once untouched for ``stale_after_s``.
+
 :func:`atomic_file` is the same promise for one file: written to a temporary sibling, then
 ``os.replace``-d over the destination, so a crash never leaves half a file.
 """
@@ -27,16 +33,22 @@ directory has been removed; nothing becomes visible and the task can simply be r
 from __future__ import annotations
 
 import errno
+import functools
+import hashlib
 import os
+import re
 import secrets
 import shutil
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import psutil
 import structlog
 
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
@@ -45,6 +57,7 @@ __all__ = [
     "COMMIT_MARKER",
     "OutputStore",
     "OutputStoreStats",
+    "STALE_AFTER_S",
     "Staged",
     "as_commit_error",
     "atomic_file",
@@ -56,6 +69,39 @@ COMMIT_MARKER = ".troupe-commit"
 """File written into every committed output; it holds the task id and keeps the dir non-empty."""
 
 _TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
+# <task_id>.<16 hex>.<pid>-<start>-<scope>: the writer of a staging directory
+_WRITER = re.compile(r"\.[0-9a-f]{16}\.(\d+)-(\d+)-([0-9a-f]{8})$")
+STALE_AFTER_S = 24 * 3600.0
+"""Staging entries whose writer cannot be checked are removed once untouched this long."""
+
+
+@functools.cache
+def _scope() -> str:
+    """This host and pid namespace: pids are only comparable within one of them."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:8]
+
+
+@functools.cache
+def _writer_tag(pid: int) -> str:
+    """``<pid>-<start>-<scope>`` of this process (cached per pid: a fork gets its own)."""
+    return f"{pid}-{int(psutil.Process(pid).create_time())}-{_scope()}"
+
+
+def _writer_alive(pid: int, start: int) -> bool:
+    """Whether the process that wrote a staging entry on this host still runs."""
+    try:
+        process = psutil.Process(pid)
+        if abs(int(process.create_time()) - start) > 1:
+            return False  # the pid was reused by another process
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # cannot tell (permissions): keep it
 
 
 @dataclass(frozen=True)
@@ -232,7 +278,7 @@ class Staged:
 class OutputStore:
     """Task outputs, each committed at most once, never visible half-written.
 
-    Layout: ``root/.staging/<task_id>.<random>/`` while a writer works, then
+    Layout: ``root/.staging/<task_id>.<random>.<writer>/`` while a writer works, then
     ``root/committed/<task_id>/`` once committed. Thread-safe; several processes (and hosts on
     a shared POSIX file system with atomic rename) may use the same root.
 
@@ -240,12 +286,18 @@ class OutputStore:
         root: directory of the store; created if missing.
         durable: fsync files and directories around the rename so a committed output survives a
             power loss. Turn off only for throwaway data.
+        sweep: remove abandoned staging directories now (:meth:`sweep_abandoned`).
+        stale_after_s: how long an entry whose writer cannot be checked must be untouched
+            before a sweep removes it.
 
     Raises:
         CommitError: the store directories cannot be created.
     """
 
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
+    def __init__(
+        self, root: Path, *, durable: bool = True, sweep: bool = True,
+        stale_after_s: float = STALE_AFTER_S,
+    ) -> None:
         self.root = Path(root)
         self.durable = durable
         self.staging_dir = self.root / ".staging"
@@ -255,9 +307,12 @@ class OutputStore:
             self.committed_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _commit_error("", "creating the output store", exc, self.root) from exc
+        self.stale_after_s = stale_after_s
         self._lock = threading.Lock()
         self._live: set[Path] = set()
         self._counts = {"commits": 0, "duplicate_commits": 0, "aborted": 0, "failed": 0}
+        if sweep:
+            self.sweep_abandoned()
 
     def stage(self, task_id: str) -> Staged:
         """Open a fresh private staging directory for one attempt at a task's output.
@@ -273,7 +328,7 @@ class OutputStore:
             CommitError: the staging directory cannot be created.
         """
         _validate_task_id(task_id)
-        path = self.staging_dir / f"{task_id}.{secrets.token_hex(8)}"
+        path = self.staging_dir / f"{task_id}.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}"
         try:
             path.mkdir()
         except OSError as exc:
@@ -330,6 +385,58 @@ class OutputStore:
             removed += 1
         if removed:
             log.info("staging_swept", removed=removed, root=str(self.root))
+        return removed
+
+    def sweep_abandoned(self) -> int:
+        """Remove the staging directories of writers that died (a worker killed mid-task).
+
+        An entry is removed when its name says it was written on this host (and pid
+        namespace) by a process that no longer runs (a reused pid is told apart by its start
+        time), or, when its writer cannot be checked (another host or container, an older
+        naming), when it was untouched for ``stale_after_s``. Entries this object has open,
+        and those of live writers, stay. A failure to remove one is logged, never raised: a
+        store that opens must not fail over leftovers.
+
+        Returns:
+            The number of entries removed.
+        """
+        with self._lock:
+            live = set(self._live)
+        scope, stale_before = _scope(), time.time() - self.stale_after_s
+        removed = 0
+        try:
+            entries = list(self.staging_dir.iterdir())
+        except OSError as exc:
+            log.warning("staging_sweep_failed", root=str(self.root), error=str(exc))
+            return 0
+        for entry in entries:
+            if entry in live:
+                continue
+            match = _WRITER.search(entry.name)
+            try:
+                if match is not None and match[3] == scope:
+                    if _writer_alive(int(match[1]), int(match[2])):
+                        continue
+                elif entry.lstat().st_mtime >= stale_before:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    # Claim it first, so that of two sweepers one removes it and the other
+                    # skips it; the claimed name carries this writer, should it die meanwhile.
+                    claimed = self.staging_dir / (
+                        f"swept.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}")
+                    os.rename(entry, claimed)
+                    shutil.rmtree(claimed)
+                else:
+                    entry.unlink()
+            except FileNotFoundError:
+                continue  # another sweeper took it
+            except OSError as exc:
+                log.warning("staging_sweep_failed", root=str(self.root), entry=entry.name,
+                            error=str(exc))
+                continue
+            removed += 1
+        if removed:
+            log.info("staging_abandoned_swept", removed=removed, root=str(self.root))
         return removed
 
     def statistics(self) -> OutputStoreStats:

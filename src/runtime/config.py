@@ -11,10 +11,14 @@ A node config is a TOML file (see configs/node.toml)::
     actors = [{ name = "greeter", class = "troupe.actors.demo:Greeter" }]
 
 Every field has a default; a node started with no file hosts no workers until told to.
+
+Counts, numbers and switches are strict: ``hwm = "8"`` is a typo, not 8, and NaN or infinity
+is never a sensible timeout. Unknown keys are refused with the closest known one.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import socket
 import tomllib
@@ -22,14 +26,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from .config_messages import short_repr, validation_message
 from .errors import ConfigError
 from .liveness import LivenessPolicy
 from .restart import RestartPolicy
 
 __all__ = [
     "DEFAULT_NODE_ENDPOINT",
+    "MAX_HWM",
+    "MAX_NAME",
     "ActorSpec",
     "KindSupervision",
     "NodeConfig",
@@ -43,16 +60,20 @@ __all__ = [
 ]
 
 DEFAULT_NODE_ENDPOINT = "tcp://127.0.0.1:7470"
+# ZeroMQ takes the high-water mark as a C int; far below that, a queue this long is a mistake.
+MAX_HWM = 1_000_000
+MAX_NAME = 100  # names end up in file names and log lines
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class ActorSpec(_Frozen):
     """One actor to host: its name and class import path (``module:Class``)."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     cls: str = Field(alias="class", min_length=3)
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -60,18 +81,18 @@ class ActorSpec(_Frozen):
 class WorkerSpec(_Frozen):
     """One worker process and the actors it hosts."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     actors: tuple[ActorSpec, ...] = ()
-    kind: str = "default"
+    kind: str = Field(default="default", min_length=1, max_length=MAX_NAME)
 
 
 class KindSupervision(_Frozen):
     """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit."""
 
-    interval_s: float | None = Field(default=None, gt=0)
-    heartbeat_timeout_s: float | None = Field(default=None, gt=0)
-    progress_timeout_s: float | None = Field(default=None, ge=0)
-    startup_timeout_s: float | None = Field(default=None, gt=0)
+    interval_s: StrictFloat | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
+    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
 
 
 class SupervisionConfig(_Frozen):
@@ -81,11 +102,11 @@ class SupervisionConfig(_Frozen):
     on purpose); ``startup_timeout_s`` unset means ``heartbeat_timeout_s``.
     """
 
-    enabled: bool = True
-    interval_s: float = Field(default=0.5, gt=0)
-    heartbeat_timeout_s: float = Field(default=3.0, gt=0)
-    progress_timeout_s: float = Field(default=30.0, ge=0)
-    startup_timeout_s: float | None = Field(default=None, gt=0)
+    enabled: StrictBool = True
+    interval_s: StrictFloat = Field(default=0.5, gt=0)
+    heartbeat_timeout_s: StrictFloat = Field(default=3.0, gt=0)
+    progress_timeout_s: StrictFloat = Field(default=30.0, ge=0)
+    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     kinds: dict[str, KindSupervision] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -120,11 +141,11 @@ class RestartConfig(_Frozen):
     recovered, and its backoff starts again from ``backoff_base_s``.
     """
 
-    max_restarts: int = Field(default=5, ge=0)
-    period_s: float = Field(default=60.0, gt=0)
-    backoff_base_s: float = Field(default=0.1, ge=0)
-    backoff_max_s: float = Field(default=10.0, ge=0)
-    healthy_after_s: float = Field(default=10.0, gt=0)
+    max_restarts: StrictInt = Field(default=5, ge=0, le=1_000_000)
+    period_s: StrictFloat = Field(default=60.0, gt=0)
+    backoff_base_s: StrictFloat = Field(default=0.1, ge=0)
+    backoff_max_s: StrictFloat = Field(default=10.0, ge=0)
+    healthy_after_s: StrictFloat = Field(default=10.0, gt=0)
 
     @model_validator(mode="after")
     def _policy_valid(self) -> RestartConfig:
@@ -139,15 +160,16 @@ class RestartConfig(_Frozen):
 class NodeConfig(_Frozen):
     """Everything a node needs to start."""
 
-    name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "node")
+    name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "node",
+                      min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     endpoint: str = DEFAULT_NODE_ENDPOINT
     log_dir: Path = Path("logs")
     log_level: str = "info"
-    hwm: int = Field(default=1000, ge=1)
-    max_message_mb: float = Field(default=64.0, gt=0)
-    ask_timeout_s: float = Field(default=30.0, gt=0)
-    drain_timeout_s: float = Field(default=5.0, ge=0)
-    stop_grace_s: float = Field(default=5.0, ge=0)
+    hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
+    max_message_mb: StrictFloat = Field(default=64.0, gt=0)
+    ask_timeout_s: StrictFloat = Field(default=30.0, gt=0)
+    drain_timeout_s: StrictFloat = Field(default=5.0, ge=0)
+    stop_grace_s: StrictFloat = Field(default=5.0, ge=0)
     workers: tuple[WorkerSpec, ...] = ()
     supervision: SupervisionConfig = Field(default_factory=SupervisionConfig)
     restart: RestartConfig = Field(default_factory=RestartConfig)
@@ -205,31 +227,43 @@ def check_loopback(endpoint: str) -> None:
         )
 
 
-def validation_message(source: str, exc: ValidationError) -> str:
-    """Render pydantic errors as one line per field, naming the file."""
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"{source}: {where}: {err['msg']}")
-    return "\n".join(lines)
-
-
-def read_toml(path: Path, what: str, sections: set[str], expected: str) -> dict[str, Any]:
-    """Read a TOML file whose top level may hold only ``sections``.
+def read_toml(
+    path: Path, what: str, tables: set[str], arrays: set[str], expected: str
+) -> dict[str, Any]:
+    """Read a TOML file whose top level may hold only the ``tables`` and arrays of tables.
 
     Raises:
-        ConfigError: the file is missing, not TOML, or has another section; named with the file.
+        ConfigError: the file is missing, unreadable, empty, not TOML, or has another section;
+            named with the file.
     """
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such {what} file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save the {what} file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(raw) - sections
+    if not raw:
+        raise ConfigError(f"{path}: the {what} file is empty; expected {expected}")
+    sections = tables | arrays
+    unknown = sorted(set(raw) - sections)
     if unknown:
-        raise ConfigError(f"{path}: unknown sections {sorted(unknown)}; expected {expected}")
+        close = difflib.get_close_matches(unknown[0], sorted(sections), n=1)
+        hint = f" (did you mean [{close[0]}]?)" if close else ""
+        names = ", ".join(short_repr(name) for name in unknown)
+        raise ConfigError(f"{path}: unknown sections: {names}{hint}; expected {expected}")
+    for name, value in raw.items():
+        if name in tables and not isinstance(value, dict):
+            raise ConfigError(f"{path}: {name} must be a [{name}] table, got {short_repr(value)}")
+        if name in arrays and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+            raise ConfigError(f"{path}: {name} must be [[{name}]] tables, got {short_repr(value)}")
     return raw
+
+
+_SECTIONS = frozenset({"workers", "supervision", "restart"})  # NodeConfig fields with own tables
 
 
 def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
@@ -239,17 +273,28 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
         ConfigError: the file is missing, not TOML, or has invalid fields.
     """
     data: dict[str, Any] = {}
+    rename: dict[str, str] = {}  # the [node] table's keys sit at the model's top level
     source = str(path) if path else "defaults"
     if path is not None:
-        raw = read_toml(path, "config", {"node", "workers", "supervision", "restart"},
+        raw = read_toml(path, "config", {"node", "supervision", "restart"}, {"workers"},
                         "[node], [[workers]], [supervision] and [restart]")
-        data.update(raw.get("node", {}))
+        node = raw.get("node", {})
+        misplaced = sorted(set(node) & _SECTIONS)
+        if misplaced:
+            table = "[[workers]]" if misplaced[0] == "workers" else f"[{misplaced[0]}]"
+            raise ConfigError(f"{path}: node.{misplaced[0]}: belongs in its own {table} table, "
+                              "not in [node]")
+        data.update(node)
+        rename.update({key: f"node.{key}" for key in node})
         data["workers"] = raw.get("workers", [])
         for table in ("supervision", "restart"):
             if table in raw:
                 data[table] = raw[table]
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    for key in given:
+        rename.pop(key, None)
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(source, exc)) from None
+        raise ConfigError(validation_message(source, exc, data, NodeConfig, rename, _SECTIONS)) from None

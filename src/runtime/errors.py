@@ -8,7 +8,8 @@
     │   ├── EncodeError(TypeError)         a payload value has no wire encoding
     │   ├── BadFrame(ValueError)           truncated, garbage, wrong shape or types
     │   ├── VersionMismatch                another protocol version
-    │   └── MessageTooLarge                over the receiver's size limit
+    │   ├── MessageTooLarge                over the receiver's size limit
+    │   └── BadRequest(ValueError)         a control payload lacks a field or mistypes one
     ├── DeliveryError                      a message could not be handled
     │   ├── UnknownActor(LookupError)      no such actor at the target
     │   ├── UnknownMessageType(LookupError) the actor has no handler for that type
@@ -32,6 +33,7 @@ __all__ = [
     "ActorStopped",
     "AskTimeout",
     "BadFrame",
+    "BadRequest",
     "CommitError",
     "ConfigError",
     "EncodeError",
@@ -189,6 +191,13 @@ def error_class(code: str) -> type[TroupeError]:
     if code not in _BY_CODE:
         _index(TroupeError)  # subclasses may have been defined since the last look-up
     return _BY_CODE.get(code, TroupeError)
+
+
+class BadRequest(ProtocolError, ValueError):
+    """A control message's payload lacks a field, or has one of the wrong type
+    (docs/PROTOCOL.md section 10); the message names the control, the field and the value."""
+
+    code = "bad_request"
 
 
 class EncodeError(ProtocolError, TypeError):

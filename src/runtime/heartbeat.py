@@ -7,10 +7,12 @@ A C call that holds the GIL (a simulator stuck inside an extension) stops every 
 this one included, so the beats stop and the supervisor kills the process. That is the point:
 a silent hang becomes a fail-stop error.
 
-Datagram format (version 1): a msgpack array of ten items,
+Datagram format (version 1): a msgpack array of eleven items,
 ``["tphb", 1, worker_id, pid, state, current, messages_handled, progress_count,
-progress_note, seq]`` with ``state`` one of ``"idle"``, ``"busy"``, ``"stopping"`` and
-``current`` / ``progress_note`` a string (at most 256 characters) or nil. This is the one
+progress_note, seq, backlog]`` with ``state`` one of ``"idle"``, ``"busy"``, ``"stopping"``,
+``current`` / ``progress_note`` a string (at most 256 characters) or nil, and ``backlog`` the
+messages waiting in the worker's mailboxes. A ten-item beat (no ``backlog``, from an older
+worker) is read as backlog 0. This is the one
 place besides the codec allowed to import msgpack: the datagram is a separate, tiny format that
 never travels over ZeroMQ.
 
@@ -48,7 +50,8 @@ log = structlog.get_logger(__name__)
 BEAT_MAGIC = "tphb"
 BEAT_VERSION = 1
 MAX_TEXT = 256
-_FIELDS = 10
+_FIELDS = 11
+_FIELDS_WITHOUT_BACKLOG = 10
 _MAX_DATAGRAM = 65535
 _STATES = {s.value: s for s in WorkerState}
 
@@ -76,6 +79,7 @@ def encode_beat(snapshot: StatusSnapshot) -> bytes:
             s.progress_count,
             _clip(s.progress_note),
             s.seq,
+            s.backlog,
         ],
         use_bin_type=True,
     )
@@ -99,13 +103,15 @@ def decode_beat(data: bytes) -> Beat:
             f"heartbeat format version {items[1]!r} is not {BEAT_VERSION}; "
             "run the same troupe version on the worker and the supervisor"
         )
+    if len(items) == _FIELDS_WITHOUT_BACKLOG:
+        items.append(0)
     if len(items) != _FIELDS:
         raise BadFrame(f"heartbeat has {len(items)} fields, expected {_FIELDS}")
-    _, _, worker_id, pid, state, current, handled, progress, note, seq = items
+    _, _, worker_id, pid, state, current, handled, progress, note, seq, backlog = items
     if not isinstance(worker_id, str) or not worker_id:
         raise BadFrame("heartbeat worker_id must be a non-empty string")
     for name, value in (("pid", pid), ("messages_handled", handled), ("progress_count", progress),
-                        ("seq", seq)):
+                        ("seq", seq), ("backlog", backlog)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadFrame(f"heartbeat {name} must be an integer >= 0, got {value!r}")
     if state not in _STATES:
@@ -123,6 +129,7 @@ def decode_beat(data: bytes) -> Beat:
             progress_count=progress,
             progress_note=note,
             seq=seq,
+            backlog=backlog,
         )
     )
 

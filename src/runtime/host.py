@@ -35,6 +35,7 @@ from .errors import (
     Unreachable,
 )
 from .loading import load_actor_class
+from .peer_limits import PeerLogGate, PeerRateLimiter
 from .ref import ActorAddress, ActorRef
 from .transport import Transport
 
@@ -43,6 +44,11 @@ __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats"]
 log = structlog.get_logger(__name__)
 
 ControlHandler = Callable[[Any], Awaitable[Any]]
+
+# ERROR replies to bad frames, per peer connection: a burst, then a steady rate (invariant 7).
+ERROR_BURST = 20
+ERROR_RATE_PER_S = 10.0
+SUPPRESSED_LOG_INTERVAL_S = 10.0
 
 
 class HandleObserver(Protocol):
@@ -62,6 +68,12 @@ class RuntimeStats:
     pending_asks: int
     bad_frames: int
     late_replies: int
+    # Replies and errors dropped because the asker's connection would not take them (it did not
+    # read for the transport's linger, or is gone), over every mailbox of the process; per actor
+    # in ``actors``.
+    replies_dropped: int = 0
+    # Bad frames left unanswered beyond a peer's allowance (ERROR_RATE_PER_S, ERROR_BURST).
+    errors_suppressed: int = 0
 
 
 class Runtime(Inbound):
@@ -107,6 +119,9 @@ class Runtime(Inbound):
         self._stopped = anyio.Event()
         self._bad_frames = 0
         self._late_replies = 0
+        self._error_limiter = PeerRateLimiter(ERROR_RATE_PER_S, ERROR_BURST)
+        self._suppressed_log = PeerLogGate(SUPPRESSED_LOG_INTERVAL_S)
+        self._errors_suppressed = 0
         self._process_key = f"{node}/{process}"
         self.directory.learn(self._process_key, transport.address)
 
@@ -233,12 +248,16 @@ class Runtime(Inbound):
 
     def statistics(self) -> RuntimeStats:
         """Return a snapshot of this runtime."""
+        dropped = self.transport.replies_dropped()
         return RuntimeStats(
             self.address,
-            {name: cell.statistics() for name, cell in self.cells.items()},
+            {name: {**cell.statistics(), "replies_dropped": dropped.get(cell.endpoint, 0)}
+             for name, cell in self.cells.items()},
             len(self._pending),
             self._bad_frames,
             self._late_replies,
+            sum(dropped.values()),
+            self._errors_suppressed,
         )
 
     # -- sending ------------------------------------------------------------------------------

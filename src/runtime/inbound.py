@@ -16,6 +16,7 @@ import structlog
 from .cell import Cell, Msg
 from .codec import Codec, Envelope, Kind
 from .errors import ActorStopped, DeliveryError, ProtocolError, TroupeError, UnknownActor, UnknownMessageType
+from .peer_limits import PeerLogGate, PeerRateLimiter
 from .replies import error_payload, raise_error_payload
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Inbound:
     _accepting: bool
     _bad_frames: int
     _late_replies: int
+    _error_limiter: PeerRateLimiter  # ERROR replies to bad frames, per peer
+    _suppressed_log: PeerLogGate
+    _errors_suppressed: int
     before_handle: list[Any]
 
     start_soon: Any  # Runtime.start_soon: run a task owned by the runtime
@@ -89,6 +93,14 @@ class Inbound:
             env = self.codec.decode(frames)
         except ProtocolError as exc:
             self._bad_frames += 1
+            # A peer flooding bad frames earns a few answers (and log lines), not one each.
+            if not self._error_limiter.allow(route):
+                self._errors_suppressed += 1
+                if self._suppressed_log.should_log(route):
+                    log.warning("bad_frames_unanswered", reason=str(exc), code=exc.code,
+                                unanswered=self._errors_suppressed,
+                                rate_per_s=self._error_limiter.rate_per_s)
+                return
             log.warning("bad_frame_dropped", reason=str(exc), code=exc.code, frames=len(frames))
             await self._reply_error(route, 0, "", exc)
             return
@@ -151,15 +163,15 @@ class Inbound:
         await self.transport.reply(route, frames)
 
     def reply_now(self, route: Any, msg_id: int, result: Any) -> None:
-        """Send a handler's result back without waiting; a reply that would have to wait (the
-        asker's queue is full) or fails to encode is left to a task that may."""
+        """Send a handler's result back without waiting (the transport holds a reply that cannot
+        leave at once for a bounded retry, or drops and counts it); one that fails to encode is
+        left to a task."""
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
             self.start_soon(self._reply_error, route, msg_id, "", exc)
             return
-        if not self.transport.try_reply(route, frames):
-            self.start_soon(self.transport.reply, route, frames)
+        self.transport.try_reply(route, frames)
 
     async def _reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
         if route is None:

@@ -32,6 +32,7 @@ A job file looks like this::
     refs = { scene = "cas://sha256/..." }
     needs = { gpu = 1 }           # optional, overrides [job.needs] key by key
     locality = "node-3"           # optional: the node that already holds the context
+    kind = "encode"               # optional: this task's kind, instead of [job].kind
 
 Every mistake raises :class:`~troupe.runtime.errors.ConfigError` naming the file, the field and
 the fix, e.g. ``jobs/x.toml: [job].count must be a positive integer, got -3``.
@@ -40,6 +41,7 @@ the fix, e.g. ``jobs/x.toml: [job].count must be a positive integer, got -3``.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .config_messages import short_repr
 from .errors import ConfigError
 from .taskstate import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
 
@@ -62,7 +65,7 @@ _JOB_KEYS = frozenset({
     "name", "kind", "max_attempts", "lease_s", "priority", "backoff_base_s", "backoff_max_s",
     "count", "seed_start", "needs", "refs", "speculation",
 })
-_TASK_KEYS = frozenset({"id", "seed", "refs", "needs", "locality"})
+_TASK_KEYS = frozenset({"id", "seed", "refs", "needs", "locality", "kind"})
 _NEEDS_KEYS = frozenset({"cpu", "gpu"})
 _SPECULATION_KEYS = frozenset({"enabled", "factor", "min_runtime_s", "max_copies"})
 
@@ -76,6 +79,7 @@ class TaskEntry:
     refs: Mapping[str, str]
     needs: Resources
     locality: str | None
+    kind: str | None = None  # None: the job's kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,7 @@ class JobSpec:
             refs, needs, name, start = dict(self.refs), self.needs, self.name, self.seed_start
             return [TaskSpec(f"{name}-{i:06d}", kind, start + i, refs, needs)
                     for i in range(self.count)]
-        return [TaskSpec(e.task_id, kind, e.seed, e.refs, e.needs, e.locality)
+        return [TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality)
                 for e in self.entries]
 
     def submit(self, job_id: str | None = None) -> SubmitJob:
@@ -146,6 +150,9 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}; fix the syntax there") from None
+    if not data:
+        raise ConfigError(f"{source}: the job file is empty; add a [job] table with at least "
+                          "name, kind and count (see configs/job-example.toml)")
     return parse_job(data, source)
 
 
@@ -211,13 +218,13 @@ class _Parser:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                self.fail(f"unknown key {key!r} in {where}; {hint}known keys: "
+                self.fail(f"unknown key {short_repr(key)} in {where}; {hint}known keys: "
                           f"{', '.join(sorted(known))}")
 
     def table(self, parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
         value = parent.get(key, {})
         if not isinstance(value, dict):
-            self.fail(f"{where}.{key} must be a table, got {value!r}")
+            self.fail(f"{where}.{key} must be a table, got {short_repr(value)}")
         return value
 
     def string(self, table: Mapping[str, Any], key: str, where: str) -> str:
@@ -225,13 +232,13 @@ class _Parser:
         if value is None:
             self.fail(f"{where}.{key} is missing; add {key} = \"...\"")
         if not isinstance(value, str) or not value.strip():
-            self.fail(f"{where}.{key} must be a non-empty string, got {value!r}")
+            self.fail(f"{where}.{key} must be a non-empty string, got {short_repr(value)}")
         return value
 
     def ident(self, table: Mapping[str, Any], key: str, where: str) -> str:
         value = self.string(table, key, where)
         if not _ID.fullmatch(value):
-            self.fail(f"{where}.{key} {value!r} cannot name outputs; {_ID_RULE}")
+            self.fail(f"{where}.{key} {short_repr(value)} cannot name outputs; {_ID_RULE}")
         return value
 
     def integer(
@@ -244,7 +251,7 @@ class _Parser:
             maximum is not None and value > maximum
         ):
             what = what or "an integer" + _bounds(minimum, maximum)
-            self.fail(f"{where}.{key} must be {what}, got {value!r}")
+            self.fail(f"{where}.{key} must be {what}, got {short_repr(value)}")
         return int(value)
 
     def number(
@@ -253,15 +260,16 @@ class _Parser:
     ) -> float:
         value = table.get(key, default)
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or value != value or value < minimum or (positive and value <= minimum):
+        if not ok or not math.isfinite(value) or value < minimum or (positive and value <= minimum):
             rule = f"> {minimum:g}" if positive else f">= {minimum:g}"
-            self.fail(f"{where}.{key} must be a number {rule}, got {value!r}")
+            what = "a finite number" if ok and not math.isfinite(value) else "a number"
+            self.fail(f"{where}.{key} must be {what} {rule}, got {short_repr(value)}")
         return float(value)
 
     def boolean(self, table: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
         value = table.get(key, default)
         if not isinstance(value, bool):
-            self.fail(f"{where}.{key} must be true or false, got {value!r}")
+            self.fail(f"{where}.{key} must be true or false, got {short_repr(value)}")
         return value
 
     def refs(self, value: Any, where: str) -> dict[str, str]:
@@ -269,7 +277,7 @@ class _Parser:
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             self.fail(f"{where} must be a table of strings, like {{ scene = \"cas://...\" }}, "
-                      f"got {value!r}")
+                      f"got {short_repr(value)}")
         return dict(value)
 
     def needs(self, table: Mapping[str, Any], where: str, default: Resources) -> Resources:
@@ -303,20 +311,21 @@ class _Parser:
         for i, item in enumerate(value):
             where = f"[[tasks]] #{i + 1}"
             if not isinstance(item, dict):
-                self.fail(f"{where} must be a table, got {item!r}")
+                self.fail(f"{where} must be a table, got {short_repr(item)}")
             self.keys(item, _TASK_KEYS, where)
             task_id = self.ident(item, "id", where) if "id" in item else f"{name}-{i:06d}"
             if task_id in seen:
-                self.fail(f"{where}.id {task_id!r} repeats [[tasks]] #{seen[task_id] + 1}; "
+                self.fail(f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "
                           "give every task its own id")
             seen[task_id] = i
             if "seed" not in item:
                 self.fail(f"{where}.seed is missing; add seed = <integer>")
             seed = self.integer(item, "seed", where, 0, minimum=_INT64[0], maximum=_INT64[1])
             locality = self.string(item, "locality", where) if "locality" in item else None
+            task_kind = self.string(item, "kind", where) if "kind" in item else None
             task_refs = {**refs, **self.refs(item.get("refs", {}), f"{where}.refs")}
             task_needs = self.needs(self.table(item, "needs", where), f"{where}.needs", needs)
-            entries.append(TaskEntry(task_id, seed, task_refs, task_needs, locality))
+            entries.append(TaskEntry(task_id, seed, task_refs, task_needs, locality, task_kind))
         return tuple(entries)
 
 

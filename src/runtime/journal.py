@@ -18,7 +18,21 @@ transaction each, since a submit or a pull of many slots is a single call.
 Opening is strict: a missing file (unless ``create=True``), a file that is not SQLite, a SQLite
 file that is not a troupe journal, a schema of another version, or a failing
 ``PRAGMA quick_check`` raises :class:`~troupe.runtime.errors.JournalError`, never an empty
-queue. Every ``sqlite3`` error is translated to ``JournalError`` here.
+queue. Every ``sqlite3`` error is translated to ``JournalError`` here. Replay checks every row it
+reads (:mod:`troupe.runtime.journal_check`) and refuses a row of the wrong type, naming it.
+
+One master per journal: an open journal holds an exclusive lock on ``<journal>.lock``
+(:mod:`troupe.runtime.journal_lock`) until it is closed or its process dies; a second open, in
+this process or another, raises :class:`~troupe.runtime.journal_lock.JournalBusy`.
+
+Compaction (:meth:`Journal.compact`) keeps restarts fast: a job that finished (every task done,
+dead or cancelled) has its done and cancelled task rows folded into one ``compacted_jobs`` row
+of counts. Its dead task rows stay, with their errors, so ``ctl dead`` still lists them. What a
+compacted job forgets is its done tasks' ids: a late Complete for one is rejected as an unknown
+task (its output is committed already, so nothing is lost), and a new job may reuse such an id;
+the output store still holds the old output under that id, so a task actor that checks
+``OutputStore.is_committed`` first answers it without running again. Schema version 2 adds
+``jobs.finished_at`` and ``compacted_jobs``; a version-1 journal is upgraded when opened.
 
 A journal object is not safe for concurrent use, but may be handed between threads (the driver
 may run :meth:`Journal.append` in a worker thread so the fsync does not block its event loop).
@@ -30,6 +44,7 @@ import dataclasses
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +54,8 @@ from typing import Any
 import structlog
 
 from .errors import JournalError, TaskError
+from .journal_check import bad_row, check_rows
+from .journal_lock import JournalLock
 from .taskbook import TaskBook
 from .taskstate import (
     JobPolicy,
@@ -53,15 +70,23 @@ from .taskstate import (
     TaskState,
 )
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Journal", "JournalEntry"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Compaction", "Journal", "JournalEntry"]
 
 log = structlog.get_logger(__name__)
 
 JournalEntry = Record | JobSubmitted | JobRecord | TaskRecord  # what append() takes
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
-SCHEMA_VERSION = 1  # PRAGMA user_version; bump it with every schema change
+SCHEMA_VERSION = 2  # PRAGMA user_version; bump it with every schema change
+_UPGRADABLE = (1,)  # older versions opened and upgraded in place
 
+_COMPACTED_TABLE = """CREATE TABLE compacted_jobs (
+        job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+        done INTEGER NOT NULL,
+        cancelled INTEGER NOT NULL,
+        last_lease_id INTEGER NOT NULL,
+        compacted_at REAL NOT NULL
+    )"""
 _SCHEMA = (
     """CREATE TABLE jobs (
         job_id TEXT PRIMARY KEY,
@@ -69,8 +94,10 @@ _SCHEMA = (
         seq INTEGER NOT NULL,
         state TEXT NOT NULL,
         policy TEXT NOT NULL,
-        submitted_at REAL NOT NULL
+        submitted_at REAL NOT NULL,
+        finished_at REAL
     )""",
+    _COMPACTED_TABLE,
     """CREATE TABLE tasks (
         seq INTEGER PRIMARY KEY,
         task_id TEXT NOT NULL UNIQUE,
@@ -90,10 +117,24 @@ _SCHEMA = (
         traceback TEXT
     )""",
 )
-_UPSERT_JOB = (
-    "INSERT INTO jobs (job_id, name, seq, state, policy, submitted_at) VALUES (?, ?, ?, ?, ?, ?) "
+_UPGRADE_FROM_1 = (
+    "ALTER TABLE jobs ADD COLUMN finished_at REAL",
+    _COMPACTED_TABLE,
+    # when they finished is unknown: count from the upgrade, so none is compacted at once
+    "UPDATE jobs SET finished_at = :now WHERE state != 'running'",
+)
+_UPSERT_JOB = (  # a job keeps the time it first finished
+    "INSERT INTO jobs (job_id, name, seq, state, policy, submitted_at, finished_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (job_id) DO UPDATE SET name = excluded.name, seq = excluded.seq, "
-    "state = excluded.state, policy = excluded.policy, submitted_at = excluded.submitted_at"
+    "state = excluded.state, policy = excluded.policy, submitted_at = excluded.submitted_at, "
+    "finished_at = CASE WHEN excluded.finished_at IS NULL THEN NULL "
+    "ELSE coalesce(jobs.finished_at, excluded.finished_at) END"
+)
+_FOLDED = "('done', 'cancelled')"  # task states whose rows compaction folds into counts
+_COMPACTABLE = (
+    "SELECT job_id FROM jobs WHERE state != 'running' AND finished_at <= :before "
+    "AND job_id NOT IN (SELECT job_id FROM compacted_jobs)"
 )
 _INSERT_TASK = (
     "INSERT INTO tasks (task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, "
@@ -109,17 +150,35 @@ _SELECT_TASKS = (
 )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Compaction:
+    """What :meth:`Journal.compact` did.
+
+    Attributes:
+        jobs: finished jobs compacted now.
+        task_rows: task rows removed (folded into the jobs' counts).
+    """
+
+    jobs: int
+    task_rows: int
+
+
 class Journal:
     """A durable journal of one master's jobs and tasks. Use :meth:`open`, not the constructor.
 
     Args:
         conn: an open, checked connection.
         path: where the journal lives.
+        lock: the journal's lock, held by this object and released by :meth:`close`.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None
+    ) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
+        self._lock = lock
+        self._checked = False  # rows checked once: nothing but this object writes while locked
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], create: bool = False) -> Journal:
@@ -134,6 +193,7 @@ class Journal:
             The open journal.
 
         Raises:
+            JournalBusy: another process (or another open journal object) holds the journal.
             JournalError: the file is missing (and ``create`` is False), is not a SQLite
                 database, is not a troupe journal, has another schema version, or fails
                 ``PRAGMA quick_check``.
@@ -145,17 +205,23 @@ class Journal:
         if not path.parent.is_dir():
             raise JournalError(f"journal {path}: directory {path.parent} does not exist; "
                                "create it first")
-        with _translated(path, "opening"):
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
+        try:
+            with _translated(path, "opening"):
+                conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except BaseException:
+            lock.release()
+            raise
         try:
             with _translated(path, "opening"):
                 created = _check_or_init(conn, path, create)
                 conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
+            lock.release()
             raise
         log.info("journal_opened", path=str(path), created=created)
-        return cls(conn, path)
+        return cls(conn, path, lock)
 
     @property
     def path(self) -> Path:
@@ -193,26 +259,97 @@ class Journal:
             A book with every job and task; leased tasks are pending again, no workers.
 
         Raises:
-            JournalError: the journal cannot be read or holds rows that make no sense.
+            JournalError: the journal cannot be read or holds rows that make no sense; a row of
+                the wrong type or shape is named (table, row id, column, value).
         """
         conn = self._connection()
         with _translated(self._path, "replaying"):
+            self._check(conn)
             jobs = [
                 JobRecord(job_id, name, seq, JobState(state), _policy(policy), submitted_at)
                 for job_id, name, seq, state, policy, submitted_at in conn.execute(
                     "SELECT job_id, name, seq, state, policy, submitted_at FROM jobs ORDER BY seq"
                 )
             ]
-            book = TaskBook.restore(jobs, _task_rows(conn.execute(_SELECT_TASKS)))
-        log.info("journal_replayed", path=str(self._path), jobs=len(jobs))
+            compacted, lease_floor = {}, 0
+            for job_id, done, cancelled, last_lease_id in conn.execute(
+                "SELECT job_id, done, cancelled, last_lease_id FROM compacted_jobs"
+            ):
+                compacted[job_id] = {TaskState.DONE: done, TaskState.CANCELLED: cancelled}
+                lease_floor = max(lease_floor, last_lease_id)
+            book = TaskBook.restore(jobs, _task_rows(conn.execute(_SELECT_TASKS)), compacted,
+                                    lease_floor)
+        log.info("journal_replayed", path=str(self._path), jobs=len(jobs),
+                 compacted_jobs=len(compacted))
         return book
 
+    def compact(self, finished_before: float) -> Compaction:
+        """Fold the task rows of jobs that finished before a time into per-job counts.
+
+        Done and cancelled task rows of each such job are deleted and counted in one
+        ``compacted_jobs`` row; dead task rows stay (``ctl dead`` lists them with their
+        errors). A replay then reads one row per compacted job instead of one per task. One
+        transaction: a failure keeps nothing of it.
+
+        Args:
+            finished_before: compact jobs whose ``finished_at`` (epoch seconds) is at or
+                before this; ``time.time()`` compacts every finished job.
+
+        Returns:
+            How many jobs were compacted and task rows removed.
+
+        Raises:
+            JournalError: the journal holds a bad row (nothing is changed), or the write failed.
+        """
+        conn = self._connection()
+        with _translated(self._path, "compacting"):
+            self._check(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                now = time.time()
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS compacting "
+                              "(job_id TEXT PRIMARY KEY)")
+                conn.execute("DELETE FROM compacting")
+                conn.execute(f"INSERT INTO compacting {_COMPACTABLE}", {"before": finished_before})
+                counts = dict.fromkeys(
+                    (row[0] for row in conn.execute("SELECT job_id FROM compacting")), (0, 0, 0))
+                for job_id, done, cancelled, last_lease_id in conn.execute(
+                    "SELECT job_id, sum(state = 'done'), sum(state = 'cancelled'), "
+                    f"max(last_lease_id) FROM tasks WHERE state IN {_FOLDED} "
+                    "AND job_id IN (SELECT job_id FROM compacting) GROUP BY job_id"
+                ):
+                    counts[job_id] = (done, cancelled, last_lease_id)
+                conn.executemany(  # the lease ids are kept: new leases go on above them
+                    "INSERT INTO compacted_jobs (job_id, done, cancelled, last_lease_id, "
+                    "compacted_at) VALUES (?, ?, ?, ?, ?)",
+                    [(job_id, *row, now) for job_id, row in counts.items()],
+                )
+                removed = conn.execute(
+                    f"DELETE FROM tasks WHERE state IN {_FOLDED} AND job_id IN "
+                    "(SELECT job_id FROM compacting)"
+                ).rowcount
+                conn.execute("DELETE FROM compacting")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        if counts:
+            log.info("journal_compacted", path=str(self._path), jobs=len(counts),
+                     task_rows=removed)
+        return Compaction(len(counts), removed)
+
     def close(self) -> None:
-        """Close the journal; further use raises JournalError. Closing twice is fine."""
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            with _translated(self._path, "closing"):
-                conn.close()
+        """Close the journal and free its lock; further use raises JournalError. Closing twice
+        is fine."""
+        try:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                with _translated(self._path, "closing"):
+                    conn.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> Journal:
         return self
@@ -229,6 +366,19 @@ class Journal:
         if self._conn is None:
             raise JournalError(f"journal {self._path} is closed; open it again")
         return self._conn
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Refuse the journal if a row has the wrong shape (once: then only we write to it)."""
+        if self._checked:
+            return
+        check_rows(conn, self._path, ["jobs", "tasks", "compacted_jobs"])
+        for rowid, policy in conn.execute("SELECT rowid, policy FROM jobs ORDER BY rowid"):
+            try:
+                _policy(policy)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise bad_row(conn, self._path, "jobs", rowid, "policy",
+                              f"a job policy ({exc})") from None
+        self._checked = True
 
     @staticmethod
     def _write(conn: sqlite3.Connection, records: Iterable[JournalEntry]) -> None:
@@ -274,10 +424,18 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
     elif app_id != APPLICATION_ID:
         raise JournalError(f"journal {path} is a SQLite database of another program "
                            f"(application_id {app_id:#x}), not a troupe journal; check the path")
+    elif version in _UPGRADABLE:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in _UPGRADE_FROM_1:
+            conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+        log.info("journal_upgraded", path=str(path), from_version=version,
+                 to_version=SCHEMA_VERSION)
     elif version != SCHEMA_VERSION:
         raise JournalError(f"journal {path} has schema version {version}, this troupe reads "
-                           f"version {SCHEMA_VERSION}; open it with the troupe release that "
-                           "wrote it, or start a new journal")
+                           f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
+                           "troupe release that wrote it, or start a new journal")
     problems = [str(row[0]).replace("\n", "; ") for row in conn.execute("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
         raise JournalError(f"journal {path} is corrupt (PRAGMA quick_check: "
@@ -325,7 +483,9 @@ def _update_tasks(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> N
 
 def _job_row(job: JobRecord) -> tuple[object, ...]:
     policy = json.dumps(dataclasses.asdict(job.policy), sort_keys=True)
-    return (job.job_id, job.name, job.seq, job.state.value, policy, job.submitted_at)
+    finished_at = None if job.state is JobState.RUNNING else time.time()
+    return (job.job_id, job.name, job.seq, job.state.value, policy, job.submitted_at,
+            finished_at)
 
 
 def _spec_rows(job_id: str, specs: Iterable[TaskSpec]) -> Iterator[tuple[object, ...]]:

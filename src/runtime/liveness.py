@@ -7,8 +7,12 @@ A worker is judged on two clocks, set per actor kind by a :class:`LivenessPolicy
   -> ``Kill(reason="no_heartbeat")``.
 - **progress**: beats keep arriving but ``messages_handled + progress_count`` has not changed
   for ``progress_timeout_s`` while the worker is busy (blocked on a lock, waiting forever on I/O)
-  -> ``Kill(reason="no_progress")``. Idle and stopping workers never trip this clock, and a
-  kind whose work legitimately goes quiet can disable it (``progress_timeout_s=None``).
+  -> ``Kill(reason="no_progress")``. Busy means handling a message, or holding messages in its
+  mailboxes (the beat's ``backlog``): a worker whose loop and beats go on while its messages
+  wait unhandled (an actor stuck on an await with messages queued behind it, while another
+  actor of the process went idle) is hung as well. Idle workers with empty mailboxes and
+  stopping workers never trip this clock, and a kind whose work legitimately goes quiet can
+  disable it (``progress_timeout_s=None``).
 
 Timeouts are checked on :class:`Tick` only. Detection guarantee (invariant 5): when the driver
 sends a Tick at least every ``interval_s``, a worker whose last beat was at ``t`` is killed by
@@ -97,6 +101,12 @@ def _positive(value: object) -> bool:
     )
 
 
+def _busy(status: StatusSnapshot) -> bool:
+    """Whether the worker owes progress: handling a message, or messages waiting for it."""
+    state = status.state
+    return state is WorkerState.BUSY or (state is WorkerState.IDLE and status.backlog > 0)
+
+
 # Events ------------------------------------------------------------------------------------
 
 
@@ -169,6 +179,7 @@ class WorkerLiveness:
     """One watched worker, as ``ctl status`` shows it.
 
     Attributes:
+        backlog: messages waiting in its mailboxes at the last beat, or None if it never beat.
         last_beat_age_s: seconds since the last beat, or None if it never beat.
         last_progress_age_s: seconds since progress was last seen (or the worker was last
             seen not busy), or None if it never beat.
@@ -181,6 +192,7 @@ class WorkerLiveness:
     last_beat_age_s: float | None
     last_progress_age_s: float | None
     killed: bool
+    backlog: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +225,7 @@ class _Watched:
 
     def progress_deadline(self) -> float | None:
         status, timeout = self.last_status, self.policy.progress_timeout_s
-        if timeout is None or status is None or status.state is not WorkerState.BUSY:
+        if timeout is None or status is None or not _busy(status):
             return None
         assert self.last_progress_at is not None  # set with the first beat
         return self.last_progress_at + timeout
@@ -308,6 +320,7 @@ class LivenessMonitor:
                     None if w.last_progress_at is None else now - w.last_progress_at
                 ),
                 killed=w.killed,
+                backlog=None if w.last_status is None else w.last_status.backlog,
             )
             for wid, w in self._workers.items()
         }
@@ -330,7 +343,7 @@ class LivenessMonitor:
         mark = snap.progress_mark
         # Not busy counts as progress too: the progress clock of a busy spell must start when
         # the spell starts, not at the last message before a long idle time.
-        if mark != w.last_mark or snap.state is not WorkerState.BUSY:
+        if mark != w.last_mark or not _busy(snap):
             w.last_mark = mark
             w.last_progress_at = now
 

@@ -1,7 +1,16 @@
 """Structured logging: JSON lines to one file per node, readable lines on the console.
 
-Every line carries the node, process and pid; lines logged inside an actor's handler also carry
-the actor (bound per actor task) and the message id and trace id of the message in hand.
+Every line carries who logged it: the node, the process and its pid; lines logged inside an
+actor's handler, in code it calls, in a thread it starts with ``anyio.to_thread`` and in a task
+that an actor runs (``TaskActor.run_task``) also carry the actor, and the message id and trace
+id of the message in hand. The actor comes from ``structlog.contextvars`` (``actor``, bound per
+actor task and per task run) or else the current actor cell.
+
+Who logged always wins: an event field with the name of one of those fields (``pid=`` of a
+worker logged by its node, ``node=`` of a peer logged by the master) is kept under
+``event_<name>`` instead, so ``pid`` is always the logging process's own. Call sites should
+name such fields for what they are (``worker_pid``) in the first place.
+
 Every process of a node appends to the same file, ``<logs>/<node>.jsonl``: each record is one
 ``write`` on a file opened with O_APPEND, which Linux does not interleave for lines this short.
 ``configure_logging`` is called only by entry points (the CLI, the worker main).
@@ -17,7 +26,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "log_file"]
+__all__ = ["configure_logging", "identify", "log_file"]
 
 
 def log_file(log_dir: Path, node: str) -> Path:
@@ -25,17 +34,40 @@ def log_file(log_dir: Path, node: str) -> Path:
     return log_dir / f"{node}.jsonl"
 
 
+def _bound_actor() -> str | None:
+    """The actor whose code is running, if any: the bound ``actor``, else the current cell's."""
+    from .cell import Cell  # late: logs must be importable before the runtime
+
+    bound = structlog.contextvars.get_contextvars().get("actor")
+    if bound is not None:
+        return str(bound)
+    cell = Cell.current.get()
+    return None if cell is None else cell.name
+
+
+def identify(event: dict[str, Any], who: dict[str, Any]) -> dict[str, Any]:
+    """Stamp ``who`` logged (node, process, pid, and actor when known) on ``event``.
+
+    An event field that has one of those names and another value moves to ``event_<name>``.
+    """
+    for key, value in who.items():
+        if value is None:
+            continue
+        if key in event and event[key] != value:
+            event[f"event_{key}"] = event.pop(key)
+        event[key] = value
+    return event
+
+
 def _add_message_context(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     from .cell import Cell  # late: logs must be importable before the runtime
 
     cell = Cell.current.get()
-    if cell is not None:
-        msg = cell.handling
-        event.setdefault("actor", cell.name)
-        if msg is not None:
-            event.setdefault("msg_id", msg.msg_id)
-            if msg.trace:
-                event.setdefault("trace", msg.trace)
+    msg = None if cell is None else cell.handling
+    if msg is not None:
+        event.setdefault("msg_id", msg.msg_id)
+        if msg.trace:
+            event.setdefault("trace", msg.trace)
     return event
 
 
@@ -61,17 +93,16 @@ def configure_logging(
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
-    static = {"node": node, "process": process, "pid": os.getpid()}
+    pid = os.getpid()
 
-    def add_static(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-        for key, value in static.items():
-            event.setdefault(key, value)
-        return event
+    def add_who(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        # Before merge_contextvars: what is in ``event`` here came from the call site only.
+        return identify(event, {"node": node, "process": process, "pid": pid, "actor": _bound_actor()})
 
     shared: list[Any] = [
+        add_who,
         structlog.contextvars.merge_contextvars,
         _add_message_context,
-        add_static,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -16,16 +16,23 @@ Control messages (payloads are maps; ``->`` is the reply)::
                                                        -> {outcome, leases, known}
       fail            {worker_id, task_id, lease_id, error, traceback, request}
                                                        -> {outcome, leases, known}
+      decline         {worker_id, task_id, lease_id, reason, request}
+                                                       -> {outcome, leases, known}
     from nodes (their MasterLink)
       node_beat       {node, endpoint, resources}      -> {ok}
       worker_left     {worker_id, pid, reason}         -> bool
       node_dead       {node}                           -> bool
     from operators (``troupe ctl``)
-      submit {job: <job TOML as a map>, source, job_id?} -> {job_id, tasks}
+      submit {job: <job TOML as a map>, source, job_id?} -> {job_id, tasks, already}
       status -> {...}   jobs -> [job]   cancel {job_id}   drain {node}   dead {job_id} -> [..]
+      undrain {node} -> {node, draining, restarted: [worker names the node started again]}
       wait_job {job_id, timeout_s} -> job   ping -> {master, pid}   shutdown -> true
 
     lease = {task_id, lease_id, job_id, kind, seed, refs, attempt, backup, ttl}
+
+``kinds`` are the task kinds the worker runs (empty: every kind); the master leases it only
+tasks of those kinds. ``decline`` returns a copy the worker does not run after all: the task
+goes back without an attempt counted, and the worker gets no more tasks of that kind.
 
 ``request`` piggybacks the worker's next request on its report (its free slots, 0 for none),
 so a busy worker costs one message per task. ``ttl`` is the lease's remaining life in seconds:
@@ -65,6 +72,7 @@ from .taskstate import (
     CancelLease,
     Command,
     Complete,
+    Decline,
     Fail,
     JobFinished,
     Lease,
@@ -80,7 +88,7 @@ from .taskstate import (
 from .transport import Transport
 from .zmq_transport import ZmqTransport
 
-__all__ = ["DEFAULT_MASTER_ENDPOINT", "Master", "MasterConfig", "open_journal"]
+__all__ = ["COMPACT_AFTER_S", "DEFAULT_MASTER_ENDPOINT", "Master", "MasterConfig", "open_journal"]
 
 log = structlog.get_logger(__name__)
 
@@ -118,21 +126,34 @@ class MasterConfig:
             raise ConfigError("master: tick_s and node_timeout_s must be > 0, max_wait_s >= 0")
 
 
-def open_journal(path: str | os.PathLike[str], new: bool = False) -> tuple[Journal, TaskBook]:
-    """Open the master's journal and replay it into a task book.
+COMPACT_AFTER_S = 3600.0
+"""A master starting on a journal compacts the jobs that finished at least this long ago."""
+
+
+def open_journal(
+    path: str | os.PathLike[str], new: bool = False,
+    compact_after_s: float | None = COMPACT_AFTER_S,
+) -> tuple[Journal, TaskBook]:
+    """Open the master's journal (taking its lock), compact old finished jobs, replay it.
 
     A missing journal is an error unless ``new`` (``--new``) is given: a master that silently
     started on an empty queue would lose every job of the journal it was meant to resume.
     With ``new``, a missing file is created; an existing journal is still opened as it is.
+    Jobs finished ``compact_after_s`` ago or more are compacted first (see
+    :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
 
     Raises:
-        JournalError: missing (without ``new``), not a troupe journal, or corrupt.
+        JournalBusy: another master holds the journal.
+        JournalError: missing (without ``new``), not a troupe journal, corrupt, or a row of
+            the wrong type (named).
     """
     if not new and not os.path.exists(path):
         raise JournalError(f"journal {path} does not exist; pass --new to start a new journal "
                            "there, or give the path of the existing journal")
     journal = Journal.open(path, create=new)
     try:
+        if compact_after_s is not None:
+            journal.compact(time.time() - compact_after_s)
         return journal, journal.replay()
     except BaseException:
         journal.close()
@@ -147,10 +168,12 @@ class _WorkerEntry:
     slots: int
     resources: Resources
     kinds: list[str]
+    declined: frozenset[str] = frozenset()
 
     @property
-    def signature(self) -> tuple[str, int, Resources]:
-        return (self.node, self.slots, self.resources)
+    def signature(self) -> tuple[str, int, Resources, tuple[str, ...], frozenset[str]]:
+        # workers alike in all of these are served alike (see the driver's long polls)
+        return (self.node, self.slots, self.resources, tuple(self.kinds), self.declined)
 
 
 class Master:
@@ -271,7 +294,7 @@ class Master:
         runtime.control_handlers.update(
             ping=self._ping, register_worker=self._register_worker,
             request_task=self._request_task, renew=self._renew, complete=self._complete,
-            fail=self._fail, node_beat=self._node_beat, worker_left=self._worker_left,
+            fail=self._fail, decline=self._decline, node_beat=self._node_beat, worker_left=self._worker_left,
             node_dead=self._node_dead, shutdown=self._shutdown, **self.ops.handlers(),
         )
 
@@ -282,13 +305,15 @@ class Master:
         worker_id, node = str(p["worker_id"]), str(p["node"])
         slots = int(p.get("slots", 1))
         resources = Resources(float(p.get("cpu", slots)), int(p.get("gpu", 0)))
+        kinds = sorted({str(k) for k in p.get("kinds") or ()})
         self.dispatcher.unpark(worker_id)
-        reply = await self.dispatcher.handle(WorkerJoined(worker_id, node, resources, slots))
+        reply = await self.dispatcher.handle(
+            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds)))
         raise_rejected(reply)
         self._workers[worker_id] = _WorkerEntry(node, str(p["endpoint"]), int(p.get("pid", 0)),
-                                                slots, resources,
-                                                [str(k) for k in p.get("kinds", ())])
-        log.info("worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu)
+                                                slots, resources, kinds)
+        log.info("worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
+                 kinds=kinds or "any")
         return {"ok": True, "master": self.config.name}
 
     def _entry(self, worker_id: str) -> _WorkerEntry:
@@ -327,7 +352,16 @@ class Master:
                      str(p.get("error", "")), str(p.get("traceback", "")))
         return await self._report(event, p)
 
-    async def _report(self, event: Complete | Fail, p: Any) -> dict[str, Any]:
+    async def _decline(self, p: Any) -> dict[str, Any]:
+        event = Decline(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
+                        str(p.get("reason", "")))
+        entry = self._workers.get(event.worker_id)
+        kind = str(p.get("kind", ""))
+        if entry is not None and kind:  # the book will not lease it that kind again either
+            entry.declined = entry.declined | {kind}
+        return await self._report(event, p)
+
+    async def _report(self, event: Complete | Fail | Decline, p: Any) -> dict[str, Any]:
         entry = self._workers.get(event.worker_id)
         request = int(p.get("request", 0))
         # Both events join the same batch: one fsync covers the report and the next lease.

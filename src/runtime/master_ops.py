@@ -1,10 +1,14 @@
 """The master's operator side: jobs in and out, and what ``troupe ctl`` shows.
 
 :class:`Operations` answers the operators' control messages (``submit``, ``jobs``, ``cancel``,
-``drain``, ``dead``, ``wait_job``, ``status``) for a :class:`~troupe.runtime.master.Master`,
+``drain``, ``undrain``, ``dead``, ``wait_job``, ``status``) for a :class:`~troupe.runtime.master.Master`,
 and keeps what the book does not: when each job was submitted to this master and when it
 finished (for makespans and rates), and the done tasks of the last few seconds (throughput).
 Those are in memory only; after a restart they start afresh.
+
+A submit is idempotent: the same job id with the same content (tasks, policy, name) answers
+``already: true`` with the job as it is, so a client whose reply was lost (a slow write of a
+very large job) can simply submit again; the same id with other content is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import psutil
 
 from .errors import ConfigError, TaskError
 from .jobspec import parse_job
-from .taskstate import CancelJob, Command, DrainNode, JobSummary, Reject
+from .taskstate import CancelJob, Command, DrainNode, JobSummary, Reject, SubmitJob, UndrainNode
 
 if TYPE_CHECKING:
     from .host import ControlHandler
@@ -58,8 +62,8 @@ class Operations:
     def handlers(self) -> dict[str, ControlHandler]:
         """Return the control handlers, by message type."""
         return {"submit": self._submit, "status": self._status, "jobs": self._jobs,
-                "cancel": self._cancel, "drain": self._drain, "dead": self._dead,
-                "wait_job": self._wait_job}
+                "cancel": self._cancel, "drain": self._drain, "undrain": self._undrain,
+                "dead": self._dead, "wait_job": self._wait_job}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -97,6 +101,8 @@ class Operations:
             "priority": job.priority, "total": job.total, "counts": counts,
             "submitted_at": job.submitted_at, "started_at": started, "finished_at": finished,
             "done_per_s": round(counts.get("done", 0) / span, 3) if span else None,
+            "waiting": [{"kind": w.kind, "needs": {"cpu": w.needs.cpu, "gpu": w.needs.gpu},
+                         "tasks": w.tasks, "reason": w.reason} for w in job.waiting],
         }
 
     # ------------------------------------------------------------------ control messages
@@ -104,11 +110,18 @@ class Operations:
     async def _submit(self, p: Any) -> dict[str, Any]:
         if not isinstance(p, dict) or not isinstance(p.get("job"), dict):
             raise ConfigError("submit needs {job: <the job file as a map>, source: <its name>}")
-        spec = parse_job(p["job"], str(p.get("source") or "<submitted job>"))
-        event = spec.submit(p.get("job_id") or None)
-        raise_rejected(await self.master.dispatcher.handle(event))
+        source = str(p.get("source") or "<submitted job>")
+        job_id = p.get("job_id") or None
+        # A job of millions of tasks takes seconds to check: keep serving workers meanwhile.
+        event = await anyio.to_thread.run_sync(_submit_event, p["job"], source, job_id)
+        reply = await self.master.dispatcher.handle(event)
+        if any(isinstance(c, Reject) for c in reply) and self.master.book.same_job(
+                event.job_id, event.tasks, event.policy, event.name):
+            # a repeat of a submit that got through (its reply was lost, or it timed out)
+            return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True}
+        raise_rejected(reply)
         self._times[event.job_id] = [time.time(), None]
-        return {"job_id": event.job_id, "tasks": len(event.tasks)}
+        return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
 
     async def _jobs(self, _: Any) -> list[dict[str, Any]]:
         return [self.job_view(j) for j in self.master.book.jobs()]
@@ -118,15 +131,30 @@ class Operations:
         raise_rejected(await self.master.dispatcher.handle(CancelJob(job_id)))
         return {"job_id": job_id, "cancelled": True}
 
-    async def _drain(self, p: Any) -> dict[str, Any]:
+    def _known_node(self, p: Any) -> str:
         master, node = self.master, str(p["node"])
         known = master.nodes.endpoint(node) is not None or any(
             w["node"] == node for w in master.workers().values())
         if not known:
             raise TaskError(f"no node {node!r} has joined master {master.config.name}; see "
                             "`troupe ctl status` for the nodes")
-        await master.dispatcher.handle(DrainNode(node))
+        return node
+
+    async def _drain(self, p: Any) -> dict[str, Any]:
+        node = self._known_node(p)
+        await self.master.dispatcher.handle(DrainNode(node))
         return {"node": node, "draining": True}
+
+    async def _undrain(self, p: Any) -> dict[str, Any]:
+        """End a drain: the book leases to the node again, and the node starts again the
+        workers the drain stopped (``master_undrained``); they join and pull as at start."""
+        master, node = self.master, self._known_node(p)
+        await master.dispatcher.handle(UndrainNode(node))
+        endpoint, runtime = master.nodes.endpoint(node), master.runtime
+        if endpoint is None or runtime is None:
+            return {"node": node, "draining": False, "restarted": []}
+        restarted = await runtime.control(endpoint, "master_undrained", {"node": node}, timeout=10.0)
+        return {"node": node, "draining": False, "restarted": list(restarted)}
 
     async def _dead(self, p: Any) -> list[dict[str, Any]]:
         return [asdict(d) for d in self.master.book.dead_letters(str(p["job_id"]))]
@@ -185,3 +213,7 @@ class Operations:
             "jobs": [self.job_view(j) for j in master.book.jobs()],
             "driver": asdict(master.dispatcher.statistics()),
         }
+
+
+def _submit_event(job: dict[str, Any], source: str, job_id: str | None) -> SubmitJob:
+    return parse_job(job, source).submit(job_id)

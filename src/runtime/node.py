@@ -22,11 +22,12 @@ import structlog
 
 from .codec import Codec
 from .config import ActorSpec, NodeConfig, WorkerSpec
+from .control_payloads import ControlPayload, address_field, validated
 from .directory import Directory
-from .errors import ConfigError, UnknownActor, Unreachable
+from .errors import ActorStopped, ConfigError, UnknownActor, Unreachable
 from .host import Runtime
+from .leftovers import ChildRecord, reap_predecessors
 from .node_agent import MasterLink
-from .ref import ActorAddress
 from .supervision import NodeSupervision
 from .worker import ignore_stop_signals
 from .workers import WorkerHandle, WorkerState, launch_worker
@@ -42,10 +43,13 @@ class Node:
 
     Args:
         config: the validated node config.
+        handle_signals: stop on SIGTERM or Ctrl-C. False where the program owns the signals
+            (the ``troupe`` command): it cancels :meth:`run` instead, which stops the same way.
     """
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, handle_signals: bool = True) -> None:
         self.config = config
+        self.handle_signals = handle_signals
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
         self.runtime: Runtime | None = None
@@ -59,9 +63,37 @@ class Node:
         # (handle.state is STOPPED for a stop on purpose); the task layer requeues there.
         self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
         self.supervision = NodeSupervision(self)
+        self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
 
     async def run(self) -> None:
-        """Serve until SIGTERM, Ctrl-C or a ``shutdown`` control message."""
+        """Serve until SIGTERM, Ctrl-C, a ``shutdown`` control message or cancellation.
+
+        Every way out is the same graceful stop: the workers first (SIGTERM, ``stop_grace_s``,
+        SIGKILL, reaped), then the supervisor, then the node itself. A cancellation does not
+        cut that stop short (a worker whose wait was cancelled would never be reaped): it asks
+        for the stop, and the call returns once the stop is done.
+        """
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._serve()
+                except BaseException as exc:  # raised below as it is, not wrapped in a group
+                    failure.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(serve)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.stopping.set()
+        if failure:
+            raise failure[0]
+
+    async def _serve(self) -> None:
         cfg = self.config
         try:
             transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
@@ -74,22 +106,31 @@ class Node:
         )
         self.runtime = runtime
         self._install_controls(runtime)
-        async with runtime:
-            log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._stop_on_signal)
-                await self.supervision.start(tg)
-                if cfg.master:  # task dispatch: beat to the master, report worker exits
-                    tg.start_soon(MasterLink(self, cfg.master).run)
-                for spec in cfg.workers:
-                    self._start(tg, spec)
-                self._tg = tg
-                self.ready.set()
-                await self.stopping.wait()
-                await self._stop_workers()
-                await self.supervision.stop()
-                tg.cancel_scope.cancel()
-        self.stopped.set()
+        # A predecessor that died hard may have left processes behind: they go before ours start.
+        await anyio.to_thread.run_sync(reap_predecessors, cfg.log_dir, self.name)
+        try:
+            async with runtime:
+                log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
+                async with anyio.create_task_group() as tg:
+                    if self.handle_signals:
+                        tg.start_soon(self._stop_on_signal)
+                    try:
+                        await self.supervision.start(tg)
+                        if cfg.master:  # task dispatch: beat to the master, report worker exits
+                            tg.start_soon(MasterLink(self, cfg.master).run)
+                        for spec in cfg.workers:
+                            self._start(tg, spec)
+                        self._tg = tg
+                        self.ready.set()
+                        await self.stopping.wait()
+                    finally:  # asked to stop, or failed: the workers go first, either way
+                        self.stopping.set()  # from here on nothing is restarted
+                        await self._stop_workers()
+                        await self.supervision.stop()
+                        tg.cancel_scope.cancel()
+        finally:
+            self.children.close()
+            self.stopped.set()
         log.info("node_stopped")
 
     # -- workers ------------------------------------------------------------------------------
@@ -107,12 +148,14 @@ class Node:
         cfg = self.config
         proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason,
                                    self.supervision.launch_options(handle))
-        log.info("worker_spawned", worker=handle.spec.name, pid=proc.pid, incarnation=handle.incarnation)
-        code = await proc.wait()
+        self.children.add(proc.pid, f"worker {handle.spec.name}")
+        log.info("worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation)
+        code = await handle.wait()  # also passes its stderr on and keeps its last error
         handle.exited(code)
         log.log(
             20 if handle.state is WorkerState.STOPPED else 30,
-            "worker_exited", worker=handle.spec.name, pid=proc.pid, returncode=code, reason=handle.exit_reason,
+            "worker_exited", worker=handle.spec.name, worker_pid=proc.pid, returncode=code, reason=handle.exit_reason,
+            **({"error": handle.exit_error} if handle.exit_error else {}),
         )
         self.on_worker_exit(handle)
 
@@ -121,7 +164,14 @@ class Node:
         self.supervision.worker_exited(handle)
 
     async def _stop_workers(self) -> None:
-        live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
+        # A worker whose restart was under way when the stop began shows up on a later pass.
+        for _ in range(3):
+            live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
+            if not live:
+                return
+            await self._stop_these(live)
+
+    async def _stop_these(self, live: list[WorkerHandle]) -> None:
         for handle in live:
             handle.state = WorkerState.STOPPING
             _signal(handle, signal.SIGTERM)
@@ -130,7 +180,7 @@ class Node:
                 await handle.exited_event.wait()
         for handle in live:
             if handle.returncode is None:
-                log.warning("worker_kill_after_grace", worker=handle.spec.name, pid=handle.pid)
+                log.warning("worker_kill_after_grace", worker=handle.spec.name, worker_pid=handle.pid)
                 _signal(handle, signal.SIGKILL)
         with anyio.move_on_after(5.0):
             for handle in live:
@@ -150,11 +200,14 @@ class Node:
         return {"node": self.name, "pid": os.getpid(), "time": time.time()}
 
     async def _register(self, payload: Any) -> bool:
-        handle = self.workers.get(payload["process"])
+        p = ControlPayload("register", payload)
+        process, endpoint = p.require("process", str), p.require("endpoint", str)
+        pid, actors = p.require("pid", int), p.map_of_str("actors")
+        handle = self.workers.get(process)
         if handle is None:
-            raise UnknownActor(f"no worker named {payload['process']!r} was started by node {self.name}")
-        handle.registered(payload["endpoint"], int(payload["pid"]), dict(payload["actors"]))
-        log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, pid=handle.pid)
+            raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
+        handle.registered(endpoint, pid, actors)
+        log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, worker_pid=handle.pid)
         self.supervision.worker_registered(handle)
         assert self.runtime is not None
         key = f"{self.name}/{handle.spec.name}"
@@ -169,14 +222,16 @@ class Node:
         directory, tell the other workers, and add it to the worker's spec, so that a restart of
         the worker brings it back."""
         assert self.runtime is not None
-        handle = self.workers.get(payload["process"])
+        p = ControlPayload("actor_spawned", payload)
+        process, endpoint = p.require("process", str), p.require("endpoint", str)
+        actor = validated(ActorSpec, p.require("actor", dict), "actor_spawned", "actor")
+        handle = self.workers.get(process)
         if handle is None:
-            raise UnknownActor(f"no worker named {payload['process']!r} was started by node {self.name}")
-        actor = ActorSpec.model_validate(payload["actor"])
+            raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
         if all(a.name != actor.name for a in handle.spec.actors):
             handle.spec = handle.spec.model_copy(update={"actors": (*handle.spec.actors, actor)})
-        handle.actors[actor.name] = payload["endpoint"]
-        self.runtime.directory.learn(f"{self.name}/{handle.spec.name}/{actor.name}", payload["endpoint"])
+        handle.actors[actor.name] = endpoint
+        self.runtime.directory.learn(f"{self.name}/{handle.spec.name}/{actor.name}", endpoint)
         log.info("actor_spawned", worker=handle.spec.name, actor=actor.name, cls=actor.cls)
         self._announce(handle)
         return True
@@ -198,11 +253,19 @@ class Node:
 
     async def _resolve(self, payload: Any) -> dict[str, str]:
         assert self.runtime is not None
-        addr = ActorAddress.parse(payload["address"])
+        # The forms of docs/PROTOCOL.md section 10: ACTOR, PROCESS/ACTOR, NODE/PROCESS/ACTOR;
+        # `node` and NODE/node name the node process itself, node/ACTOR an actor it hosts.
+        addr = address_field(ControlPayload("resolve", payload), "address")
         if addr.node and addr.node != self.name:
             raise Unreachable(f"node {self.name} cannot resolve {addr}: node {addr.node!r} is not this one")
+        if addr.actor == "node" and not addr.node and addr.process in ("", self.name):
+            return {"address": f"{self.name}/node", "endpoint": self.runtime.address}
         if addr.process == "node":
-            return {"address": f"{self.name}/node/{addr.actor}", "endpoint": self.runtime.address}
+            cell = self.runtime.cells.get(addr.actor)
+            if cell is None:
+                raise UnknownActor(f"the node process of {self.name} hosts no actor {addr.actor!r}; "
+                                   "resolve `node` for the node's own mailbox")
+            return {"address": f"{self.name}/node/{addr.actor}", "endpoint": cell.endpoint}
         for handle in self.workers.values():
             if handle.state is not WorkerState.RUNNING or not handle.endpoint:
                 continue
@@ -236,9 +299,11 @@ class Node:
         }
 
     async def _spawn_worker(self, payload: Any) -> dict[str, Any]:
-        payload = dict(payload)
-        timeout_s = float(payload.pop("timeout_s", 30.0))
-        spec = WorkerSpec.model_validate(payload)
+        p = ControlPayload("spawn_worker", payload)
+        timeout_s = float(p.optional("timeout_s", float, 30.0))
+        spec = validated(WorkerSpec, {k: v for k, v in p.fields.items() if k != "timeout_s"}, "spawn_worker")
+        if self.stopping.is_set():  # a worker started now could outlive the stop's last look
+            raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
         existing = self.workers.get(spec.name)
         if existing is not None and existing.returncode is None and existing.process is not None:
             raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
@@ -250,9 +315,10 @@ class Node:
         return handle.describe()
 
     async def _stop_worker(self, payload: Any) -> bool:
-        handle = self.workers.get(str(payload.get("name")))
+        name = ControlPayload("stop_worker", payload).require("name", str)
+        handle = self.workers.get(name)
         if handle is None or handle.returncode is not None:
-            raise UnknownActor(f"no running worker {payload.get('name')!r} on node {self.name}")
+            raise UnknownActor(f"no running worker {name!r} on node {self.name}")
         handle.state = WorkerState.STOPPING
         _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):

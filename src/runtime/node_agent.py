@@ -10,7 +10,8 @@ runs a :class:`MasterLink`. It
   node's ``worker_exit_listeners``), so that worker's leases are requeued at once instead of
   when they expire;
 - answers the master's ``master_drained``: the node's drain is over (its workers hold no task
-  any more), so it stops its workers.
+  any more), so it stops its workers; and ``master_undrained`` (``troupe ctl undrain``): it
+  starts again the workers the drain stopped, which join the master and pull tasks.
 
 The workers themselves talk to the master directly (their TaskGetter); the link carries only
 what the node alone knows.
@@ -108,11 +109,13 @@ class MasterLink:
         self.beat_s = beat_s
         self.beats = 0
         self.failed_beats = 0
+        self.drained: set[str] = set()  # workers a drain stopped; an undrain starts them again
 
     async def run(self) -> None:
         """Install the hooks, then beat until cancelled."""
         runtime = self._runtime()
         runtime.control_handlers["master_drained"] = self._drained
+        runtime.control_handlers["master_undrained"] = self._undrained
         self.node.worker_exit_listeners.append(self._worker_exited)
         log.info("master_link_started", master=self.master, beat_s=self.beat_s)
         while True:
@@ -157,11 +160,35 @@ class MasterLink:
         names = [name for name, h in self.node.workers.items()
                  if h.process is not None and h.returncode is None]
         log.info("node_drained_stopping_workers", workers=names)
+        self.drained.update(names)
         grace = self.node.config.stop_grace_s + 10.0
         for name in names:  # answer now; stopping takes up to the grace period
             # Through the node's own stop_worker control: a stop on purpose, not restarted.
             runtime.start_soon(self._stop_one, runtime, name, grace)
         return names
+
+    async def _undrained(self, payload: Any) -> list[str]:
+        """The master ended this node's drain: start again the workers the drain stopped."""
+        runtime = self._runtime()
+        names = sorted(self.drained)
+        self.drained.clear()
+        log.info("node_undrained_starting_workers", workers=names)
+        for name in names:  # answer now; each starts once its drain stop has ended
+            runtime.start_soon(self._start_again, runtime, name)
+        return names
+
+    async def _start_again(self, runtime: Runtime, name: str) -> None:
+        handle = self.node.workers.get(name)
+        if handle is None:
+            return
+        with anyio.move_on_after(self.node.config.stop_grace_s + 10.0):
+            while handle.returncode is None:  # its drain stop may still be under way
+                await handle.exited_event.wait()
+        spec = {**handle.spec.model_dump(by_alias=True), "timeout_s": 60.0}
+        try:
+            await runtime.control(runtime.address, "spawn_worker", spec, timeout=65.0)
+        except Exception as exc:
+            log.warning("undrained_worker_start_failed", worker=name, error=repr(exc))
 
     async def _stop_one(self, runtime: Runtime, name: str, grace: float) -> None:
         try:

@@ -13,7 +13,9 @@ The engine runs beside a node (it talks to it with control messages) and owns:
 
 Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}``; every stage's
 ``ok`` output is the next stage's input. An item pruned by a stage is counted and never passed
-on; an item whose stage call errs is retried there up to ``max_attempts``, then dead.
+on; an item whose stage call errs is retried there up to ``max_attempts``, then dead. An item
+whose output is already there (``done``: committed by an earlier, interrupted run) is kept as
+it is: settled ok at once, no stage runs it again.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class PipelineEngine:
         node_endpoint: the node that hosts the replicas' worker processes.
         on_change: called with fresh metrics whenever items move (progress display).
         source: where items come from (default: the config's seed range).
+        done: says whether an item's output is already committed (a rerun); such an item is
+            settled ok with its source and counted in :attr:`kept`, not in the metrics.
     """
 
     def __init__(
@@ -98,8 +102,11 @@ class PipelineEngine:
         node_endpoint: str,
         on_change: Callable[[PipelineMetrics], None] | None = None,
         source: ItemSource | None = None,
+        done: Callable[[str], bool] | None = None,
     ) -> None:
         self.config = config
+        self.done = done
+        self.kept = 0  # items whose output an earlier run committed
         self.runtime = runtime
         self.node_endpoint = node_endpoint
         self.on_change = on_change
@@ -123,7 +130,8 @@ class PipelineEngine:
         """The figures so far."""
         counts = {"ok": 0, "pruned": 0, "dead": 0}
         for outcome in self._outcomes.values():
-            counts[outcome] += 1
+            if outcome in counts:  # not "kept": this run did not make it
+                counts[outcome] += 1
         # Once every item has its outcome, time stops at the last one (not at shutdown).
         now = self._last_done if self._last_done is not None and self._finished() else time.monotonic()
         return pipeline_metrics(
@@ -194,10 +202,24 @@ class PipelineEngine:
     def _fill_source(self) -> None:
         first = self.stages[0]
         now = time.monotonic()
-        for it in self.source.take(first.cfg.queue - len(first.queue)):
-            first.queue.append(Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt))
-            assert first.meter is not None
-            first.meter.queued(len(first.queue), now)
+        while room := first.cfg.queue - len(first.queue):
+            taken = self.source.take(room)
+            if not taken:
+                return
+            for it in taken:
+                if self.done is not None and self.done(it.task_id):
+                    self._keep(it.task_id)
+                    continue
+                first.queue.append(Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt))
+                assert first.meter is not None
+                first.meter.queued(len(first.queue), now)
+
+    def _keep(self, task_id: str) -> None:
+        """Its output is committed already: the item is done (invariant 8), nothing runs it."""
+        self.kept += 1
+        self._outcomes[task_id] = "kept"
+        self.source.settle(task_id, "ok")
+        log.info("item_kept", task_id=task_id)
 
     def _dispatch(self, stage: _Stage) -> None:
         assert self._tg is not None and stage.meter is not None

@@ -20,6 +20,7 @@
     kwargs = { }          # constructor arguments
 
 Stages form a chain in file order unless a stage names its input with ``after``.
+Counts are strict integers (``replicas = "2"`` is refused, not read as 2).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
-from .config import _Frozen, read_toml, validation_message
+from .config import MAX_NAME, _Frozen, read_toml, validation_message
 from .errors import ConfigError
+from .jobspec import MAX_COUNT
 
 __all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
 
@@ -38,20 +40,20 @@ __all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
 class Resources(_Frozen):
     """What one replica of a stage needs."""
 
-    cpu: float = Field(default=1.0, ge=0)
-    gpu: int = Field(default=0, ge=0)
+    cpu: StrictFloat = Field(default=1.0, ge=0)
+    gpu: StrictInt = Field(default=0, ge=0)
 
 
 class StageConfig(_Frozen):
     """One stage: its actor class and how it scales."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_\-]+$")
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_\-]+$")
     actor: str = Field(min_length=3)
-    replicas: int = Field(default=1, ge=1)
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int | None = Field(default=None, ge=1)
-    batch: int = Field(default=1, ge=1)
-    queue: int = Field(default=8, ge=1)
+    replicas: StrictInt = Field(default=1, ge=1)
+    min_replicas: StrictInt = Field(default=1, ge=0)
+    max_replicas: StrictInt | None = Field(default=None, ge=1)
+    batch: StrictInt = Field(default=1, ge=1)
+    queue: StrictInt = Field(default=8, ge=1)
     resources: Resources = Resources()
     kwargs: dict[str, Any] = Field(default_factory=dict)
     after: str | None = None
@@ -61,7 +63,7 @@ class StageConfig(_Frozen):
         top = self.max_replicas if self.max_replicas is not None else self.replicas
         if not self.min_replicas <= self.replicas <= top:
             raise ValueError(
-                f"stage {self.name!r}: need min_replicas <= replicas <= max_replicas, got "
+                "need min_replicas <= replicas <= max_replicas, got "
                 f"{self.min_replicas} <= {self.replicas} <= {top}"
             )
         return self
@@ -75,12 +77,14 @@ class StageConfig(_Frozen):
 class PipelineConfig(_Frozen):
     """A whole pipeline: its stages, the items to run and the replica budget."""
 
-    name: str = "pipeline"
-    items: int = Field(default=64, ge=0)
-    seed_start: int = 0
-    slots: int | None = Field(default=None, ge=1)
-    max_attempts: int = Field(default=3, ge=1)
-    scale_interval_s: float = Field(default=0.5, gt=0)
+    # The name is also the job name the master knows the items by (jobspec's rule for names).
+    name: str = Field(default="pipeline", min_length=1, max_length=MAX_NAME,
+                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    items: StrictInt = Field(default=64, ge=1, le=MAX_COUNT)
+    seed_start: StrictInt = Field(default=0, ge=-(2**63), le=2**63 - 1 - MAX_COUNT)
+    slots: StrictInt | None = Field(default=None, ge=1)
+    max_attempts: StrictInt = Field(default=3, ge=1)
+    scale_interval_s: StrictFloat = Field(default=0.5, gt=0)
     stages: tuple[StageConfig, ...]
 
     @model_validator(mode="after")
@@ -120,11 +124,15 @@ def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
     Raises:
         ConfigError: missing file, bad TOML, or invalid fields (named with the file).
     """
-    raw = read_toml(path, "pipeline", {"pipeline", "stages"}, "[pipeline] and [[stages]]")
+    raw = read_toml(path, "pipeline", {"pipeline"}, {"stages"}, "[pipeline] and [[stages]]")
     data = dict(raw.get("pipeline", {}))
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    rename = {key: f"pipeline.{key}" for key in data}  # [pipeline]'s keys sit at the top level
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    for key in given:
+        rename.pop(key, None)
     data["stages"] = raw.get("stages", [])
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(str(path), exc)) from None
+        raise ConfigError(validation_message(str(path), exc, data, PipelineConfig, rename)) from None

@@ -5,19 +5,24 @@ outside the book sees them. :class:`TaskTables` holds them, keeps the counts by 
 the read-outs (frozen values of :mod:`troupe.runtime.taskstate`) and rebuilds itself from the
 journal; :class:`~troupe.runtime.taskbook.TaskBook` adds the transitions on top.
 
-A job's pending tasks sit in buckets keyed by ``(locality, needs)``, each a heap ordered by the
-task's submit sequence, so a worker that cannot run GPU tasks, or that sits on another node,
-never scans past tasks it will not take. :func:`pick_task` serves a worker in two passes over
-the running jobs (by priority, then submit order): first the tasks whose locality is the
+A job's pending tasks sit in buckets keyed by ``(locality, needs, kind)``, each a heap ordered
+by the task's submit sequence, so a worker that cannot run GPU tasks, that runs other task
+kinds, or that sits on another node, never scans past tasks it will not take (a kind mismatch
+never reaches a worker, so it never costs an attempt). :func:`pick_task` serves a worker in
+two passes over the running jobs (by priority, then submit order): first the tasks whose locality is the
 worker's node, then tasks with no locality or whose node cannot take them now (not registered,
 draining, or no worker there with a free slot that fits), so a hint never starves a task.
+
+Each job also counts its pending tasks by ``(kind, needs)``, so :meth:`TaskTables.jobs` can say,
+at the cost of a pass over the workers per distinct pair, which pending tasks no registered
+worker could ever take: a kind nobody runs, or resources nobody has.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Self
 
@@ -36,6 +41,7 @@ from .taskstate import (
     TaskRecord,
     TaskSpec,
     TaskState,
+    Waiting,
     WorkerLoad,
 )
 
@@ -50,11 +56,12 @@ __all__ = [
     "Worker",
     "fits",
     "pick_task",
+    "waiting_reason",
 ]
 
 EPSILON = 1e-9  # CPU amounts are floats; sums of fractions must not refuse an exact fit
 
-BucketKey = tuple[str | None, Resources]
+BucketKey = tuple[str | None, Resources, str]  # (locality, needs, kind)
 
 
 def fits(needs: Resources, free_cpu: float, free_gpu: int) -> bool:
@@ -85,7 +92,8 @@ class PendingQueue:
 
     def push(self, task: Task) -> None:
         """Queue a pending task at its submit position."""
-        key = (task.spec.locality, task.spec.needs)
+        spec = task.spec
+        key = (spec.locality, spec.needs, spec.kind)
         bucket = self._buckets.get(key)
         if bucket is None:
             self._buckets[key] = [(task.seq, task)]
@@ -175,8 +183,8 @@ class Job:
     """One job's live row: its tasks, counts by state, pending queue and done durations."""
 
     __slots__ = (
-        "counts", "durations", "job_id", "leased", "name", "policy", "queue", "seq", "state",
-        "submitted_at", "tasks",
+        "compacted", "counts", "durations", "job_id", "leased", "name", "pending_by", "policy",
+        "queue", "seq", "state", "submitted_at", "tasks",
     )
 
     def __init__(
@@ -193,18 +201,33 @@ class Job:
         self.tasks: list[Task] = []
         self.counts = dict.fromkeys(TaskState, 0)
         self.leased: dict[str, Task] = {}  # tasks in LEASED, in the order they were leased
+        self.pending_by: dict[tuple[str, Resources], int] = {}  # PENDING tasks by (kind, needs)
+        self.compacted = 0  # tasks the journal folded into counts (no Task rows; see compact)
 
 
 class Worker:
-    """One registered worker and what it holds."""
+    """One registered worker and what it holds.
 
-    __slots__ = ("leases", "node_id", "resources", "slots", "used_cpu", "used_gpu", "worker_id")
+    ``kinds`` are the task kinds it said it runs (empty: every kind); ``declined`` the kinds it
+    returned a task of anyway (see :class:`~troupe.runtime.taskstate.Decline`), never leased to
+    it again.
+    """
 
-    def __init__(self, worker_id: str, node_id: str, resources: Resources, slots: int) -> None:
+    __slots__ = (
+        "declined", "kinds", "leases", "node_id", "resources", "slots", "used_cpu", "used_gpu",
+        "worker_id",
+    )
+
+    def __init__(
+        self, worker_id: str, node_id: str, resources: Resources, slots: int,
+        kinds: frozenset[str] = frozenset(),
+    ) -> None:
         self.worker_id = worker_id
         self.node_id = node_id
         self.resources = resources
         self.slots = slots
+        self.kinds = kinds
+        self.declined: set[str] = set()
         self.leases: dict[int, LeaseSlot] = {}
         self.used_cpu = 0.0
         self.used_gpu = 0
@@ -219,9 +242,14 @@ class Worker:
         """GPUs not leased out."""
         return self.resources.gpu - self.used_gpu
 
-    def can_take(self, needs: Resources) -> bool:
-        """Return whether a task with these needs fits now (a free slot and the resources)."""
-        return len(self.leases) < self.slots and fits(needs, self.free_cpu, self.free_gpu)
+    def runs(self, kind: str) -> bool:
+        """Return whether the worker runs tasks of ``kind``."""
+        return (not self.kinds or kind in self.kinds) and kind not in self.declined
+
+    def can_take(self, needs: Resources, kind: str) -> bool:
+        """Return whether a task of this kind and needs fits now (a free slot, the resources)."""
+        return (len(self.leases) < self.slots and fits(needs, self.free_cpu, self.free_gpu)
+                and self.runs(kind))
 
     def hold(self, lease: LeaseSlot) -> None:
         """Account for a new lease."""
@@ -241,14 +269,14 @@ class Worker:
 
 
 def pick_task(
-    worker: Worker, jobs: list[Job], node_can_take: Callable[[str, Resources], bool]
+    worker: Worker, jobs: list[Job], node_can_take: Callable[[str, Resources, str], bool]
 ) -> Task | None:
     """Remove and return the pending task the worker should run next, or None.
 
     Args:
-        worker: the asking worker; the task must fit what it has free.
+        worker: the asking worker; the task must be of a kind it runs and fit what it has free.
         jobs: running jobs in service order (priority, then submit order).
-        node_can_take: whether a node could run a task with these needs now.
+        node_can_take: whether a node could run a task with these needs and kind now.
 
     Returns:
         The task, already out of its job's queue; the caller leases it.
@@ -256,18 +284,18 @@ def pick_task(
     node, free_cpu, free_gpu = worker.node_id, worker.free_cpu, worker.free_gpu
 
     def local(key: BucketKey) -> bool:
-        return key[0] == node and fits(key[1], free_cpu, free_gpu)
+        return key[0] == node and fits(key[1], free_cpu, free_gpu) and worker.runs(key[2])
 
     cannot_take: dict[BucketKey, bool] = {}
 
     def elsewhere(key: BucketKey) -> bool:
-        locality, needs = key
-        if locality == node or not fits(needs, free_cpu, free_gpu):
+        locality, needs, kind = key
+        if locality == node or not fits(needs, free_cpu, free_gpu) or not worker.runs(kind):
             return False
         if locality is None:
             return True
         if key not in cannot_take:
-            cannot_take[key] = not node_can_take(locality, needs)
+            cannot_take[key] = not node_can_take(locality, needs, kind)
         return cannot_take[key]
 
     for accept in (local, elsewhere):
@@ -276,6 +304,36 @@ def pick_task(
             if key is not None:
                 return job.queue.pop(key)
     return None
+
+
+def waiting_reason(kind: str, needs: Resources, workers: Iterable[Worker]) -> str | None:
+    """Say why no registered worker could ever take a task of ``kind`` needing ``needs``.
+
+    Args:
+        kind: the task kind.
+        needs: what one copy holds.
+        workers: the registered workers (the live ones: a dead node's workers have left).
+
+    Returns:
+        ``waiting for kind K: no live worker runs it``, ``waiting for gpu=1: no worker has
+        it`` (``...no worker that runs kind K has it`` when only workers of other kinds have
+        it), or None when some worker could.
+    """
+    everyone = list(workers)
+    able = [w for w in everyone if w.runs(kind)]
+    if not able:
+        return f"waiting for kind {kind}: no live worker runs it"
+    if any(fits(needs, w.resources.cpu, w.resources.gpu) for w in able):
+        return None
+    short = []
+    if not any(needs.gpu <= w.resources.gpu for w in able):
+        short.append(f"gpu={needs.gpu}")
+    if not any(needs.cpu <= w.resources.cpu + EPSILON for w in able):
+        short.append(f"cpu={needs.cpu:g}")
+    what = ", ".join(short) or f"cpu={needs.cpu:g} and gpu={needs.gpu} together"
+    if any(fits(needs, w.resources.cpu, w.resources.gpu) for w in everyone):
+        return f"waiting for {what}: no worker that runs kind {kind} has it"
+    return f"waiting for {what}: no worker has it"
 
 
 class TaskTables:
@@ -298,7 +356,8 @@ class TaskTables:
 
     @classmethod
     def restore(
-        cls, jobs: Iterable[JobRecord], tasks: Iterable[tuple[TaskSpec, TaskRecord]]
+        cls, jobs: Iterable[JobRecord], tasks: Iterable[tuple[TaskSpec, TaskRecord]],
+        compacted: Mapping[str, Mapping[TaskState, int]] | None = None, lease_floor: int = 0,
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
@@ -310,12 +369,15 @@ class TaskTables:
         Args:
             jobs: every job row.
             tasks: every task's spec and row, in submit order.
+            compacted: per job, counts by state of its tasks that the journal compacted away
+                (they are counted, but have no rows: ``task()`` does not know them).
+            lease_floor: the highest lease id those compacted tasks had been issued.
 
         Returns:
             The book, with no workers: they register again.
 
         Raises:
-            TaskError: a task row names a job that has no row.
+            TaskError: a task row (or a compacted count) names a job that has no row.
         """
         book = cls()
         for rec in sorted(jobs, key=lambda r: r.seq):
@@ -340,7 +402,15 @@ class TaskTables:
             if state is TaskState.PENDING:
                 job.queue.push(task)
             last_lease = max(last_lease, rec.last_lease_id)
-        book._next_lease = last_lease + 1
+        book._next_lease = max(last_lease, lease_floor) + 1
+        for job_id, counts in (compacted or {}).items():
+            job = book._jobs.get(job_id)
+            if job is None:
+                raise TaskError(f"compacted counts name job {job_id}, which has no row")
+            for state, n in counts.items():
+                job.counts[state] += n
+                book._totals[state] += n
+                job.compacted += n
         return book
 
     def statistics(self) -> TaskBookStats:
@@ -369,14 +439,40 @@ class TaskTables:
         return WorkerLoad(w.worker_id, w.node_id, w.slots, len(w.leases), draining)
 
     def jobs(self) -> list[JobSummary]:
-        """Return every job (running or ended) in submit order."""
-        return [
-            JobSummary(
-                j.job_id, j.name, j.state, j.policy.priority, j.submitted_at, len(j.tasks),
-                MappingProxyType(dict(j.counts)),
-            )
-            for j in self._jobs.values()
-        ]
+        """Return every job (running or ended) in submit order, and what stuck tasks wait for."""
+        reasons: dict[tuple[str, Resources], str | None] = {}
+        summaries = []
+        for j in self._jobs.values():
+            waiting = []
+            for (kind, needs), n in j.pending_by.items():
+                if n <= 0:
+                    continue
+                if (kind, needs) not in reasons:
+                    reasons[kind, needs] = waiting_reason(kind, needs, self._workers.values())
+                reason = reasons[kind, needs]
+                if reason is not None:
+                    waiting.append(Waiting(kind, needs, n, reason))
+            summaries.append(JobSummary(
+                j.job_id, j.name, j.state, j.policy.priority, j.submitted_at,
+                len(j.tasks) + j.compacted,
+                MappingProxyType(dict(j.counts)), tuple(waiting),
+            ))
+        return summaries
+
+    def same_job(
+        self, job_id: str, tasks: Iterable[TaskSpec], policy: JobPolicy, name: str
+    ) -> bool:
+        """Return whether job ``job_id`` exists with exactly these tasks, policy and name.
+
+        A submit repeated after a lost reply is recognized by this, and answered as already
+        there instead of "job id taken".
+        """
+        job = self._jobs.get(job_id)
+        if job is None or job.policy != policy or job.name != (name or job_id):
+            return False
+        specs = list(tasks)
+        return len(specs) == len(job.tasks) and all(
+            t.spec == spec for t, spec in zip(job.tasks, specs, strict=True))
 
     def dead_letters(self, job_id: str) -> list[DeadLetter]:
         """Return the dead-lettered tasks of a job, in submit order, with their last error.
@@ -426,7 +522,18 @@ class TaskTables:
         job.tasks.append(task)
         job.counts[TaskState.PENDING] += 1
         self._totals[TaskState.PENDING] += 1
+        self._count_pending(task, 1)
         return task
+
+    @staticmethod
+    def _count_pending(task: Task, delta: int) -> None:
+        key = (task.spec.kind, task.spec.needs)
+        by = task.job.pending_by
+        n = by.get(key, 0) + delta
+        if n:
+            by[key] = n
+        else:
+            del by[key]
 
     def _set_state(self, task: Task, state: TaskState) -> None:
         old = task.state
@@ -441,10 +548,14 @@ class TaskTables:
             del job.leased[task.spec.task_id]
         elif state is TaskState.LEASED:
             job.leased[task.spec.task_id] = task
+        if old is TaskState.PENDING:
+            self._count_pending(task, -1)
+        elif state is TaskState.PENDING:
+            self._count_pending(task, 1)
         task.state = state
 
-    def _node_can_take(self, node: str, needs: Resources) -> bool:
-        """Whether a worker of the node could run a task with these needs right now."""
+    def _node_can_take(self, node: str, needs: Resources, kind: str) -> bool:
+        """Whether a worker of the node could run a task of this kind and needs right now."""
         if node in self._draining:
             return False
-        return any(self._workers[w].can_take(needs) for w in self._nodes.get(node, ()))
+        return any(self._workers[w].can_take(needs, kind) for w in self._nodes.get(node, ()))

@@ -117,7 +117,7 @@ def pick_backup(worker: Worker, jobs: Iterable[Job], now: float) -> Task | None:
             (task.spec.task_id, min(copy.start for copy in task.copies.values()))
             for task in job.leased.values()
             if len(task.copies) <= policy.max_copies
-            and worker.can_take(task.spec.needs)
+            and worker.can_take(task.spec.needs, task.spec.kind)
             and all(copy.worker is not worker for copy in task.copies.values())
         )
         task_id = pick_straggler(running, now, threshold)

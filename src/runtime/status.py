@@ -3,7 +3,8 @@
 The worker's event loop advances the record around every message, and an actor doing long work
 calls :meth:`WorkerStatus.progress` from inside it. The heartbeat thread reads a
 :class:`StatusSnapshot` every beat. Progress, as the supervisor sees it, is the sum
-``messages_handled + progress_count`` changing between beats while the worker is busy.
+``messages_handled + progress_count`` changing between beats while the worker is busy, that is
+handling a message or holding messages in its mailboxes (``backlog``).
 
 Why there are no locks: updates sit on the per-message hot path, so they are plain attribute
 writes. Under CPython each single attribute store or load is atomic, so a reader never sees a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["StatusSnapshot", "WorkerState", "WorkerStatus"]
@@ -46,6 +48,9 @@ class StatusSnapshot:
         progress_count: ``progress()`` calls' total ``n`` since the worker started.
         progress_note: the last note passed to ``progress()`` for the current message.
         seq: increases by one per snapshot; lets a receiver spot reordered datagrams.
+        backlog: messages waiting in the worker's mailboxes, unhandled. The supervisor counts a
+            worker with a backlog as busy, so one that stops handling them while its loop and
+            beats go on (an actor stuck on an await, messages queued behind it) is hung.
     """
 
     worker_id: str
@@ -56,6 +61,7 @@ class StatusSnapshot:
     progress_count: int
     progress_note: str | None
     seq: int
+    backlog: int = 0
 
     @property
     def progress_mark(self) -> int:
@@ -72,12 +78,14 @@ class WorkerStatus:
     """
 
     __slots__ = (
+        "_backlog",
         "_current",
         "_handled",
         "_note",
         "_progress",
         "_seq",
         "_state",
+        "backlog_probe",
         "pid",
         "worker_id",
     )
@@ -90,6 +98,10 @@ class WorkerStatus:
         self._handled = 0
         self._progress = 0
         self._note: str | None = None
+        # Counts the messages waiting (read from the beat thread, so it must only read: lengths
+        # of the event loop's queues). None reports no backlog.
+        self.backlog_probe: Callable[[], int] | None = None
+        self._backlog = 0
         # next() on itertools.count is a single C call, so snapshots taken from several
         # threads still get distinct, increasing seq numbers without a lock.
         self._seq = itertools.count()
@@ -147,6 +159,12 @@ class WorkerStatus:
 
     def snapshot(self) -> StatusSnapshot:
         """Read the status now; safe to call from any thread."""
+        probe = self.backlog_probe
+        if probe is not None:
+            try:
+                self._backlog = probe()
+            except Exception:  # noqa: BLE001 - a queue changed under the read: report the last count
+                pass
         return StatusSnapshot(
             worker_id=self.worker_id,
             pid=self.pid,
@@ -156,4 +174,5 @@ class WorkerStatus:
             progress_count=self._progress,
             progress_note=self._note,
             seq=next(self._seq),
+            backlog=self._backlog,
         )

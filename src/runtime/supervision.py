@@ -31,7 +31,6 @@ Node control messages added here (besides ``chaos`` and ``heal``, see ``chaos_re
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -43,6 +42,8 @@ import structlog
 from anyio.abc import Process, TaskGroup
 
 from .chaos_relay import ChaosRelay
+from .child import child_env
+from .control_payloads import ControlPayload
 from .restart import (
     Exited,
     GiveUp,
@@ -186,7 +187,8 @@ class NodeSupervision:
                 handle.state = WorkerState.FAILED
                 log.error("worker_failed", worker=name, reason=reason, restarts=cmd.restarts,
                           period_s=cmd.period_s,
-                          hint="restart intensity exceeded; fix the cause, then spawn_worker again")
+                          hint="restart intensity exceeded; find the cause in this worker's log "
+                               "lines, fix it, then restart the node (troupe node start)")
 
     async def _restart_later(self, handle: WorkerHandle, delay_s: float, reason: str) -> None:
         await anyio.sleep(delay_s)
@@ -236,13 +238,14 @@ class NodeSupervision:
         }
         proc = await anyio.open_process(
             [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.supervisor"],  # lean_start: no rich
-            env=dict(os.environ, **{SPEC_ENV: json.dumps(spec)}),
+            env=child_env({SPEC_ENV: json.dumps(spec)}),
             stdin=subprocess.DEVNULL, stdout=None, stderr=None,
         )
         self._proc = proc
         self.pid = proc.pid
+        self._node.children.add(proc.pid, "supervisor")
         self.starts += 1
-        log.info("supervisor_spawned", pid=proc.pid, start=self.starts)
+        log.info("supervisor_spawned", supervisor_pid=proc.pid, start=self.starts)
         return proc
 
     async def stop(self) -> None:
@@ -254,7 +257,7 @@ class NodeSupervision:
         with anyio.move_on_after(self._node.config.stop_grace_s):
             await proc.wait()
         if proc.returncode is None:
-            log.warning("supervisor_kill_after_grace", pid=proc.pid)
+            log.warning("supervisor_kill_after_grace", supervisor_pid=proc.pid)
             _send(proc, signal.SIGKILL)
             with anyio.move_on_after(5.0):
                 await proc.wait()
@@ -262,9 +265,10 @@ class NodeSupervision:
     # -- control messages -------------------------------------------------------------------
 
     async def _supervisor_ready(self, payload: Any) -> bool:
-        udp = (str(payload["udp"][0]), int(payload["udp"][1]))
+        p = ControlPayload("supervisor_ready", payload)
+        udp = p.host_port("udp")
         moved = self.udp is not None and udp != self.udp
-        self.endpoint, self.udp = str(payload["endpoint"]), udp
+        self.endpoint, self.udp = p.require("endpoint", str), udp
         running = [h for h in self._node.workers.values()
                    if h.state is WorkerState.RUNNING and h.endpoint and h.pid]
         for handle in running:
@@ -284,13 +288,14 @@ class NodeSupervision:
         }
 
     async def _worker_killed(self, payload: Any) -> bool:
-        pid, reason = int(payload["pid"]), str(payload["reason"])
-        handle = self._node.workers.get(str(payload["worker"]))
+        p = ControlPayload("worker_killed", payload)
+        pid, reason, worker = p.require("pid", int), p.require("reason", str), p.require("worker", str)
+        handle = self._node.workers.get(worker)
         if handle is None or handle.pid != pid:
             return False  # an old incarnation: its exit was handled already
         self.note_kill(pid, reason)
         self.kills[handle.spec.name] = dict(payload)
-        log.warning("worker_killed", worker=handle.spec.name, pid=pid, reason=reason,
+        log.warning("worker_killed", worker=handle.spec.name, worker_pid=pid, reason=reason,
                     silent_s=payload.get("silent_s"), last_status=payload.get("last_status"))
         return True
 

@@ -52,6 +52,7 @@ import structlog
 from .codec import Codec
 from .child import die_with_parent, load_launch_spec
 from .config import SupervisionConfig, _Frozen
+from .control_payloads import ControlPayload
 from .errors import ConfigError
 from .heartbeat import HeartbeatReceiver
 from .host import Runtime
@@ -191,26 +192,28 @@ class Supervisor:
         if proc is not None:
             survivors = await anyio.to_thread.run_sync(kill_tree, proc, self._spec.reap_timeout_s)
         self._kills += 1
-        log.warning("worker_killed", worker=kill.worker_id, pid=kill.pid, reason=kill.reason.value,
+        log.warning("worker_killed", worker=kill.worker_id, worker_pid=kill.pid, reason=kill.reason.value,
                     silent_s=round(kill.silent_s, 3), last_status=last)
         if survivors:
             log.error("kill_survivors", worker=kill.worker_id, pids=[p.pid for p in survivors],
                       reap_timeout_s=self._spec.reap_timeout_s)
 
     async def _watch(self, payload: Any) -> bool:
-        worker_id, pid, kind = str(payload["worker_id"]), int(payload["pid"]), str(payload["kind"])
+        p = ControlPayload("watch", payload)
+        worker_id, pid, kind = p.require("worker_id", str), p.require("pid", int), p.require("kind", str)
         try:
             self._procs[worker_id] = (psutil.Process(pid), kind)
         except psutil.NoSuchProcess:
             # Already dead: waitpid tells the node; watching a ghost would only kill nothing.
-            log.info("watch_ignored_dead", worker=worker_id, pid=pid)
+            log.info("watch_ignored_dead", worker=worker_id, worker_pid=pid)
             return False
         self._monitor.handle(Register(worker_id, pid, kind), time.monotonic())
-        log.info("worker_watched", worker=worker_id, pid=pid, kind=kind)
+        log.info("worker_watched", worker=worker_id, worker_pid=pid, kind=kind)
         return True
 
     async def _unwatch(self, payload: Any) -> bool:
-        worker_id, pid = str(payload["worker_id"]), payload.get("pid")
+        p = ControlPayload("unwatch", payload)
+        worker_id, pid = p.require("worker_id", str), p.optional("pid", int)
         watched = self._procs.get(worker_id)
         # An unwatch for an old incarnation must not drop the watch of the new one.
         if watched is None or (pid is not None and watched[0].pid != int(pid)):

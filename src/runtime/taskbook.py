@@ -25,7 +25,13 @@ Decisions the driver and the workers rely on:
   by an atomic rename keyed by task id, so the work is valid and redoing it would only waste a
   worker. Running copies of the task are cancelled. The only check on such an old lease is that
   its id is not above the task's last lease id (journaled); a higher id is rejected.
-  A Complete for a done task is acked DUPLICATE; for a dead or cancelled task, IGNORED.
+  A Complete for a done task is acked DUPLICATE; for a cancelled task, IGNORED.
+- A committed output is the truth: a Complete for a dead-lettered task (its lease expired or
+  its worker was cut off while it committed) makes it done, and a job that ended failed only
+  because of such tasks ends done after all (a new JobRecord and JobFinished).
+- A task is leased only to a worker that runs its kind (``WorkerJoined.kinds``, empty for
+  every kind). A Decline (the worker did not run it after all) puts the task back without
+  counting an attempt, and that worker is never given that kind again.
 - A Fail or Renew from a lease that has ended changes nothing (its attempt was counted when
   the lease ended): Fail is acked IGNORED, Renew rejected so the worker drops the task.
 - ``RequestTask.free_slots`` is capped by the slots the book itself sees free.
@@ -51,6 +57,7 @@ from .taskstate import (
     CancelLease,
     Command,
     Complete,
+    Decline,
     DrainNode,
     Event,
     Fail,
@@ -69,6 +76,7 @@ from .taskstate import (
     TaskRecord,
     TaskState,
     Tick,
+    UndrainNode,
     WorkerJoined,
     WorkerLeft,
 )
@@ -133,6 +141,8 @@ class TaskBook(TaskTables):
                 self._complete(event, now, out)
             case Fail():
                 self._fail(event, now, out)
+            case Decline():
+                self._decline(event, out)
             case Tick():
                 self._release_backoffs(now, out)
                 self._expire(now, out)
@@ -149,6 +159,9 @@ class TaskBook(TaskTables):
             case DrainNode():
                 self._draining.add(event.node_id)
                 self._drain_waiting.add(event.node_id)
+            case UndrainNode():
+                self._draining.discard(event.node_id)
+                self._drain_waiting.discard(event.node_id)
             case _:
                 raise TypeError(f"not a task-book event: {event!r}")
         if self._drain_waiting:
@@ -215,7 +228,8 @@ class TaskBook(TaskTables):
             return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
         if ev.worker_id in self._workers:
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
-        self._workers[ev.worker_id] = Worker(ev.worker_id, ev.node_id, ev.resources, ev.slots)
+        self._workers[ev.worker_id] = Worker(ev.worker_id, ev.node_id, ev.resources, ev.slots,
+                                             frozenset(ev.kinds))
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
 
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
@@ -303,13 +317,16 @@ class TaskBook(TaskTables):
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RENEWED, lease.deadline))
 
     def _check_report(
-        self, ev: Complete | Fail, out: list[Command]
+        self, ev: Complete | Fail | Decline, out: list[Command]
     ) -> tuple[Task, LeaseSlot | None] | None:
-        """Checks common to Complete and Fail; None when they answered the event already."""
+        """Checks common to the reports; None when they answered the event already."""
         task = self._tasks.get(ev.task_id)
         if task is None:
             self._reject(ev, f"unknown task {ev.task_id!r}", out)
             return None
+        if (task.state is DEAD and isinstance(ev, Complete)
+                and 1 <= ev.lease_id <= task.last_lease_id):
+            return task, None  # its output is committed: the dead letter is overturned
         if task.state in FINAL_STATES:
             outcome = AckOutcome.DUPLICATE if task.state is DONE else AckOutcome.IGNORED
             out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, outcome))
@@ -329,6 +346,8 @@ class TaskBook(TaskTables):
         if checked is None:
             return
         task, winner = checked
+        if task.state is DEAD:
+            return self._overturn(task, ev, out)
         if winner is None:
             log.info("late_complete_accepted", task_id=ev.task_id, lease_id=ev.lease_id)
         else:
@@ -343,6 +362,40 @@ class TaskBook(TaskTables):
         out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
         self._maybe_finish(task.job, out)
+
+    def _overturn(self, task: Task, ev: Complete, out: list[Command]) -> None:
+        """A dead-lettered task's copy committed after all: the task is done."""
+        job = task.job
+        task.result_ref = ev.result_ref
+        self._set_state(task, DONE)
+        out.append(self._record(task))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
+        log.warning("dead_letter_overturned", task_id=ev.task_id, lease_id=ev.lease_id,
+                    job_id=job.job_id)
+        if job.state is JobState.FAILED and not job.counts[DEAD]:
+            job.state = JobState.DONE  # it is no longer among the running: nothing to remove
+            out.append(Record(self._job_record(job)))
+            out.append(JobFinished(job.job_id, JobState.DONE))
+            log.info("job_finished", job_id=job.job_id, state="done", overturned=True)
+        else:
+            self._maybe_finish(job, out)
+
+    def _decline(self, ev: Decline, out: list[Command]) -> None:
+        checked = self._check_report(ev, out)
+        if checked is None:
+            return
+        task, lease = checked
+        if lease is None:
+            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
+            return
+        self._drop_lease(lease)
+        lease.worker.declined.add(task.spec.kind)
+        if not task.copies and task.state is LEASED:
+            self._enqueue(task)
+            out.append(self._record(task))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
+        log.warning("task_declined", task_id=ev.task_id, worker=ev.worker_id,
+                    kind=task.spec.kind, reason=ev.reason)
 
     def _fail(self, ev: Fail, now: float, out: list[Command]) -> None:
         checked = self._check_report(ev, out)

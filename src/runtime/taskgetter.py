@@ -8,6 +8,11 @@ every ``ttl / 3`` while the task runs, and reports ``complete`` (with the result
 worker costs the master one message per task. When nothing is pending the master holds the
 request (a long poll of up to ``wait_s``) instead of making the worker poll.
 
+The worker advertises the task kinds it runs when it registers (``GetterConfig.kinds``, empty
+for every kind), and the master leases it only those. Should a lease of another kind arrive
+anyway, the getter does not run it: it declines it (``decline``), and the master puts the
+task back without counting an attempt. A runner says the same by raising :class:`KindNotRun`.
+
 A running copy stops when the master says so (``cancel_lease``: another copy won, the job was
 cancelled) or when a renewal is refused (the lease ended: expired, requeued after a master
 restart); it is then not reported. A master that does not answer is retried; one that forgot
@@ -39,6 +44,7 @@ import anyio
 import structlog
 
 from .cell import DROP
+from .control_payloads import ControlPayload
 from .errors import (
     ActorStopped,
     AskTimeout,
@@ -54,6 +60,7 @@ from .task_actor import LeasedTask, TaskActor
 __all__ = [
     "GetterConfig",
     "GetterStats",
+    "KindNotRun",
     "Runner",
     "TaskGetter",
     "install_task_control",
@@ -78,7 +85,7 @@ class GetterConfig:
         slots: tasks run at once.
         cpu: CPU cores offered to tasks (default: one per slot).
         gpu: GPUs offered to tasks.
-        kinds: task kinds the worker runs (informational; empty means every kind).
+        kinds: task kinds the worker runs; the master leases it only these (empty: every kind).
         wait_s: how long the master may hold a request while nothing is pending.
         call_timeout_s: added to ``wait_s`` before a call to the master counts as lost.
         retry_s: pause after a failed call before trying again.
@@ -110,6 +117,7 @@ class GetterStats:
         started: copies started.
         completed: copies reported complete.
         failed: copies reported failed.
+        declined: copies returned unrun, of a kind this worker does not run.
         cancelled: copies stopped by the master or by a refused renewal.
         registrations: times the worker registered (more than one: the master restarted).
         requests: request_task calls made (reports with a piggybacked request not counted).
@@ -120,6 +128,7 @@ class GetterStats:
     started: int
     completed: int
     failed: int
+    declined: int
     cancelled: int
     registrations: int
     requests: int
@@ -158,8 +167,8 @@ class TaskGetter:
         self._registered = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._counts = dict.fromkeys(
-            ("started", "completed", "failed", "cancelled", "registrations", "requests",
-             "lost_reports"), 0)
+            ("started", "completed", "failed", "declined", "cancelled", "registrations",
+             "requests", "lost_reports"), 0)
 
     # ------------------------------------------------------------------ life
 
@@ -202,7 +211,8 @@ class TaskGetter:
         """Return a snapshot of the counters."""
         c = self._counts
         return GetterStats(len(self._running), c["started"], c["completed"], c["failed"],
-                           c["cancelled"], c["registrations"], c["requests"], c["lost_reports"])
+                           c["declined"], c["cancelled"], c["registrations"], c["requests"],
+                           c["lost_reports"])
 
     # ------------------------------------------------------------------ master calls
 
@@ -264,8 +274,13 @@ class TaskGetter:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._renew, run)
                     try:
+                        if self.config.kinds and task.kind not in self.config.kinds:
+                            raise KindNotRun(f"worker {self.worker_id} runs kinds "
+                                             f"{list(self.config.kinds)}, not {task.kind!r}")
                         result = await self._runner(task)
                         report = ("complete", {"result_ref": result or ""})
+                    except KindNotRun as exc:  # not an attempt: the master leases it elsewhere
+                        report = ("decline", {"reason": str(exc), "kind": task.kind})
                     except _Dropped as exc:  # lost on purpose: no report, the lease expires
                         run.cancel_reason = str(exc)
                     except Exception as exc:
@@ -331,7 +346,7 @@ class TaskGetter:
                 log.warning("report_dropped", report=kind, after_s=cfg.report_for_s)
                 return
             await anyio.sleep(cfg.retry_s)
-        self._counts["completed" if kind == "complete" else "failed"] += 1
+        self._counts[{"complete": "completed", "fail": "failed"}.get(kind, "declined")] += 1
         if reply.get("outcome") == "rejected":
             log.warning("report_rejected", report=kind, reason=reply.get("reason"))
         if not reply.get("known", True):
@@ -349,12 +364,19 @@ def install_task_control(runtime: Runtime, getters: Mapping[str, TaskGetter]) ->
     """
 
     async def cancel_lease(payload: Any) -> bool:
-        getter = getters.get(str(payload.get("worker_id")))
+        p = ControlPayload("cancel_lease", payload)
+        worker_id, lease_id = p.require("worker_id", str), p.require("lease_id", int)
+        reason = p.optional("reason", str, "")
+        getter = getters.get(worker_id)
         if getter is None:
             return False
-        return getter.cancel(int(payload["lease_id"]), str(payload.get("reason", "")))
+        return getter.cancel(lease_id, reason)
 
     runtime.control_handlers["cancel_lease"] = cancel_lease
+
+
+class KindNotRun(TaskError):
+    """A runner does not run the leased task's kind: the copy is declined, not failed."""
 
 
 class _Dropped(Exception):
@@ -378,14 +400,16 @@ class _ActorRunner:
         able = [(a, s) for a, s in self._actors if type(a).runs(task.kind)]
         if not able:
             kinds = sorted({k for a, _ in self._actors for k in type(a).task_kinds})
-            raise TaskError(f"no actor in this worker runs task kind {task.kind!r} (it runs "
-                            f"{kinds}); give the job a kind a worker runs")
+            raise KindNotRun(f"no actor in this worker runs task kind {task.kind!r} (it runs "
+                             f"{kinds})")
         actor, slots = max(able, key=lambda pair: pair[1].value)
         async with slots:
             runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
             if runtime is None:
                 return await actor.run_task(task)
             name, observer = actor.address.actor, runtime.observer
+            # This task's own context: the task's log lines say which actor runs it.
+            structlog.contextvars.bind_contextvars(actor=name)
             self._busy += 1
             if observer is not None:
                 observer.begin(name, task.kind)
@@ -415,7 +439,9 @@ def start_task_getter(runtime: Runtime, master: str, node: str, process: str) ->
     actors = [cell.actor for cell in runtime.cells.values() if isinstance(cell.actor, TaskActor)]
     if not actors:
         return None
-    kinds = tuple(sorted({k for a in actors for k in type(a).task_kinds}))
+    # an actor that names no kind runs every kind, and so does its worker
+    every = any(not type(a).task_kinds for a in actors)
+    kinds = () if every else tuple(sorted({k for a in actors for k in type(a).task_kinds}))
     config = GetterConfig(
         worker_id=f"{node}/{process}", node_id=node, slots=sum(type(a).slots for a in actors),
         gpu=sum(type(a).gpus for a in actors), kinds=kinds,
@@ -423,5 +449,6 @@ def start_task_getter(runtime: Runtime, master: str, node: str, process: str) ->
     getter = TaskGetter(runtime, master, config, _ActorRunner(actors))
     install_task_control(runtime, {getter.worker_id: getter})
     runtime.start_soon(getter.run)
-    log.info("task_getter_started", master=master, worker=getter.worker_id, slots=config.slots)
+    log.info("task_getter_started", master=master, worker=getter.worker_id, slots=config.slots,
+             kinds=list(kinds) or "any")
     return getter

@@ -4,7 +4,7 @@ Everything here is a frozen value. :class:`~troupe.runtime.taskbook.TaskBook` co
 events, returns the commands, and a driver performs them::
 
     events   SubmitJob  WorkerJoined  WorkerLeft  NodeDead  RequestTask  Renew
-             Complete  Fail  Tick  CancelJob  DrainNode
+             Complete  Fail  Decline  Tick  CancelJob  DrainNode  UndrainNode
     commands Record (persist first!)  Lease  CancelLease  Ack  Reject  NodeDrained  JobFinished
     records  JobSubmitted  JobRecord  TaskRecord      (the payload of a Record command)
 
@@ -13,8 +13,12 @@ Task life cycle (a task is LEASED while at least one copy of it runs)::
     PENDING --lease--> LEASED --complete--> DONE
        ^                 |  \\--fail (last copy)--> FAILED --backoff over--> PENDING
        |                 |--expired / worker left (last copy)--> PENDING
-       |                 \\--attempts == max_attempts--> DEAD
+       |                 |--attempts == max_attempts--> DEAD --late complete--> DONE
+       |                 \\--decline (last copy; no attempt counted)--> PENDING
        \\--- any non-final state --cancel job--> CANCELLED
+
+A task is leased only to a worker that runs its kind and has the resources it needs; a task
+that no registered worker could take waits pending, and :class:`Waiting` says why.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "Command",
     "Complete",
     "DeadLetter",
+    "Decline",
     "DrainNode",
     "Event",
     "Fail",
@@ -59,6 +64,8 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "Tick",
+    "UndrainNode",
+    "Waiting",
     "WorkerJoined",
     "WorkerLeft",
     "WorkerLoad",
@@ -94,7 +101,8 @@ class AckOutcome(enum.StrEnum):
     COMMITTED = "committed"  # this Complete made the task done
     DUPLICATE = "duplicate"  # the task was already done: nothing changed
     RECORDED = "recorded"  # the Fail was recorded
-    IGNORED = "ignored"  # the task is dead or cancelled, or the lease had already ended
+    IGNORED = "ignored"  # the task is cancelled, or the lease had already ended
+    RETURNED = "returned"  # the Decline put the task back; no attempt was counted
     RENEWED = "renewed"  # the lease runs until ``Ack.deadline``
 
 
@@ -217,6 +225,7 @@ class WorkerJoined:
     node_id: str
     resources: Resources
     slots: int
+    kinds: frozenset[str] = frozenset()  # the task kinds it runs; empty: every kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +282,18 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
+class Decline:
+    """A copy was not run: the worker does not run the task's kind (its advertised kinds were
+    wrong). The task goes back to pending without an attempt counted, and the worker is not
+    given that kind again."""
+
+    worker_id: str
+    task_id: str
+    lease_id: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed (the ``now`` given to ``handle``): expire leases, end backoffs."""
 
@@ -291,6 +312,13 @@ class DrainNode:
     node_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class UndrainNode:
+    """End a drain: the node's workers (those that come back, too) get tasks again."""
+
+    node_id: str
+
+
 Event = (
     SubmitJob
     | WorkerJoined
@@ -300,9 +328,11 @@ Event = (
     | Renew
     | Complete
     | Fail
+    | Decline
     | Tick
     | CancelJob
     | DrainNode
+    | UndrainNode
 )
 
 # --------------------------------------------------------------------------- journal records
@@ -440,8 +470,25 @@ class WorkerLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """Pending tasks of one job that no registered worker could take, and why.
+
+    Attributes:
+        kind: their task kind.
+        needs: what each of them needs.
+        tasks: how many of the job's pending tasks are in this case.
+        reason: e.g. ``waiting for kind render: no live worker runs it``.
+    """
+
+    kind: str
+    needs: Resources
+    tasks: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary:
-    """A job and its task counts by state."""
+    """A job, its task counts by state, and what its stuck pending tasks wait for."""
 
     job_id: str
     name: str
@@ -450,6 +497,7 @@ class JobSummary:
     submitted_at: float
     total: int
     counts: Mapping[TaskState, int]
+    waiting: tuple[Waiting, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,21 +26,31 @@ free loopback port, its logs under the test's ``tmp_path``. The fixture waits (a
 until every worker runs and is watched by the supervisor, and at teardown SIGTERMs the node,
 waits, SIGKILLs it and every process it started, whatever the test did, and fails the test
 if a process survived that.
+
+- An ``async def`` test that uses ``troupe_cluster`` runs on an asyncio event loop of the
+  plugin's own: no pytest config and no async plugin are needed. Where pytest-asyncio (or
+  anyio's plugin) already runs the test, the plugin leaves it to them.
+- The node and its workers get the test's import path (``PYTHONPATH``: the test process's
+  ``sys.path``, pytest's rootdir and the test file's folder), so they import the project's own
+  actor classes wherever pytest was started from.
+- A worker that cannot start (its class does not import, its constructor raises) fails the
+  fixture at once with the worker's error, not after the readiness timeout.
+- ``troupe_cluster(CONFIG, master=True)`` also runs a master in the node's process, on a new
+  journal under ``tmp_path``; ``await cluster.run_job(JOB_TOML)`` submits a job and waits for
+  it to finish, to test a ``TaskActor``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import os
-import random
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +58,24 @@ import anyio
 import psutil
 import pytest
 
-from .client import connect
-from .errors import AskTimeout
-from .host import Runtime
-from .zmq_transport import ZmqTransport
+from .errors import AskTimeout, Unreachable
+from .testing_cluster import ChaosEvent, Cluster, random_schedule
 
 __all__ = [
     "ChaosEvent",
     "Cluster",
+    "ClusterStartError",
     "free_endpoint",
+    "import_path",
     "random_schedule",
     "reap",
     "start_cluster",
     "troupe_cluster",
 ]
+
+
+class ClusterStartError(RuntimeError):
+    """The node or one of its workers could not start; the message carries its error."""
 
 
 def free_endpoint() -> str:
@@ -94,171 +108,6 @@ def reap(proc: subprocess.Popen[bytes], extra: Sequence[psutil.Process], grace: 
     return [p.pid for p in still]
 
 
-@dataclass(frozen=True)
-class ChaosEvent:
-    """One fault of a schedule: inject ``kind`` into ``target`` ``at_s`` seconds in.
-
-    ``options`` are the fault's fields (``seconds``, ``probability``, ``count``, ``peers``...).
-    ``kind="heal"`` clears the target's faults.
-    """
-
-    at_s: float
-    kind: str
-    target: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-def random_schedule(
-    kinds: Sequence[str],
-    targets: Sequence[str],
-    duration_s: float,
-    every_s: float,
-    seed: int = 0,
-    options: dict[str, dict[str, Any]] | None = None,
-) -> list[ChaosEvent]:
-    """A seeded random fault schedule for a chaos soak: one fault every ``every_s`` seconds.
-
-    Args:
-        kinds: the fault kinds to draw from.
-        targets: the targets to draw from.
-        duration_s: the schedule's length.
-        every_s: the spacing of faults.
-        seed: makes the schedule replayable.
-        options: per kind, the options to give it (e.g. ``{"stall": {"seconds": 5}}``).
-    """
-    rng = random.Random(seed)
-    opts = options or {}
-    n = int(duration_s / every_s)
-    return [
-        ChaosEvent(round((i + 1) * every_s, 6), kind, rng.choice(list(targets)), dict(opts.get(kind, {})))
-        for i, kind in enumerate(rng.choice(list(kinds)) for _ in range(n))
-    ]
-
-
-class Cluster:
-    """A running local node with its supervisor and workers; every call is async.
-
-    Args:
-        proc: the node process.
-        endpoint: the node's control endpoint.
-        name: the node's name.
-        log_dir: where the node's JSON-lines log goes.
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes], endpoint: str, name: str, log_dir: Path) -> None:
-        self.proc = proc
-        self.endpoint = endpoint
-        self.name = name
-        self.log_dir = log_dir
-
-    def descendants(self) -> list[psutil.Process]:
-        """Every process the node started (workers, supervisor), alive now."""
-        try:
-            children: list[psutil.Process] = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-        return children
-
-    async def control(self, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
-        """Send one control message to the node and return its reply."""
-        async with Runtime("test", f"test-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as rt:
-            return await rt.control(self.endpoint, msg_type, payload, timeout=timeout)
-
-    async def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        """The node's full ``status`` reply: workers, their actors' counters, supervision."""
-        reply: dict[str, Any] = await self.control("status", None, timeout)
-        return reply
-
-    async def supervision(self, timeout: float = 5.0) -> dict[str, Any]:
-        """The node's light ``supervision`` reply: workers and supervision, no actor counters.
-
-        It asks no worker, so it stays fast while a worker hangs; :meth:`wait_for` polls it.
-        """
-        reply: dict[str, Any] = await self.control("supervision", None, timeout)
-        return reply
-
-    @staticmethod
-    def worker_in(status: dict[str, Any], name: str) -> dict[str, Any]:
-        """The entry of worker ``name`` in a status reply."""
-        for w in status["workers"]:
-            if w["name"] == name:
-                return dict(w)
-        raise KeyError(f"no worker {name!r} in status; workers: {[w['name'] for w in status['workers']]}")
-
-    async def worker(self, name: str) -> dict[str, Any]:
-        """Worker ``name``'s entry now (from the light supervision reply)."""
-        return self.worker_in(await self.supervision(), name)
-
-    async def chaos(self, kind: str, target: str, **options: Any) -> dict[str, Any]:
-        """Inject a fault now (``kill``) or arm it for the next matching message.
-
-        Args:
-            kind: kill, crash, hang_with_gil, stall, slow, drop or partition.
-            target: ``WORKER``, ``WORKER/ACTOR``, ``*``, or ``supervisor`` (kill only).
-            options: ``seconds``, ``probability``, ``count``, ``after``, ``message_type``,
-                ``peers``, ``seed``.
-        """
-        reply: dict[str, Any] = await self.control("chaos", {"kind": kind, "target": target, **options})
-        return reply
-
-    async def heal(self, target: str = "*") -> dict[str, Any]:
-        """Clear every fault of ``target``; returns what fired, per worker."""
-        reply: dict[str, Any] = await self.control("heal", {"target": target})
-        return reply
-
-    async def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0, poll_s: float = 0.02
-    ) -> dict[str, Any]:
-        """Poll :meth:`supervision` until ``predicate(reply)`` holds; a bounded poll, not a sleep.
-
-        Raises:
-            TimeoutError: it did not hold within ``timeout`` seconds.
-        """
-        with anyio.fail_after(timeout):
-            while True:
-                try:
-                    status = await self.supervision(timeout=1.0)
-                except AskTimeout:
-                    continue  # the node may be busy for a moment; the outer deadline bounds this
-                if predicate(status):
-                    return status
-                await anyio.sleep(poll_s)
-
-    @asynccontextmanager
-    async def client(self, name: str | None = None) -> AsyncIterator[Runtime]:
-        """A client runtime whose names resolve through this node."""
-        async with connect(self.endpoint, self.name, name) as rt:
-            yield rt
-
-    @asynccontextmanager
-    async def scheduled(self, events: Iterable[ChaosEvent]) -> AsyncIterator[list[tuple[ChaosEvent, Any]]]:
-        """Inject ``events`` at their times (from entering the block) while the block runs.
-
-        Yields:
-            A list that fills with ``(event, reply)`` as faults are injected; a fault that the
-            node refused (say, its target was restarting) has the error as its reply.
-        """
-        done: list[tuple[ChaosEvent, Any]] = []
-
-        async def run() -> None:
-            t0 = time.monotonic()
-            for event in sorted(events, key=lambda e: e.at_s):
-                await anyio.sleep(max(0.0, t0 + event.at_s - time.monotonic()))
-                try:
-                    if event.kind == "heal":
-                        reply: Any = await self.heal(event.target)
-                    else:
-                        reply = await self.chaos(event.kind, event.target, **event.options)
-                except Exception as exc:  # the schedule goes on; the test reads what happened
-                    reply = exc
-                done.append((event, reply))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            yield done
-            tg.cancel_scope.cancel()
-
-
 def _ready(status: dict[str, Any]) -> bool:
     workers = status["workers"]
     if any(w["state"] != "running" for w in workers):
@@ -270,25 +119,108 @@ def _ready(status: dict[str, Any]) -> bool:
     return all(w["name"] in watched and watched[w["name"]]["pid"] == w["pid"] for w in workers)
 
 
+def import_path(*first: str | Path) -> str:
+    """A ``PYTHONPATH`` that lets another process import what this one imports.
+
+    ``first`` (say, pytest's rootdir and the test file's folder), then this process's
+    ``sys.path`` ("" is the working directory), then the ``PYTHONPATH`` it was given. The
+    interpreter's own folders are left out: the child has them anyway.
+    """
+    own = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    wanted = [str(p) for p in first]
+    found = [p or os.getcwd() for p in sys.path]  # "" in sys.path is the working directory
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out: list[str] = []
+    for entry in [*wanted, *found, *inherited]:
+        if not os.path.exists(entry):
+            continue
+        resolved = str(Path(entry).resolve())
+        interpreter = any(resolved == o or resolved.startswith(o + os.sep) for o in own)
+        if resolved not in out and (entry in wanted or not interpreter):
+            out.append(resolved)
+    return os.pathsep.join(out)
+
+
+_CONSOLE_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")  # the node's console log starts so
+
+
+def _output_tail(log_dir: Path, name: str, lines: int = 30) -> str:
+    try:
+        text = (log_dir / f"{name}.out").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _worker_error(cluster: Cluster, worker: dict[str, Any]) -> str:
+    """The worker's own account of why it exited: the node's ``last_error`` where it keeps one,
+    else the lines the worker wrote to stderr (which the node's output collects)."""
+    if worker.get("last_error"):
+        return str(worker["last_error"])
+    tail = _output_tail(cluster.log_dir, cluster.name, 200).splitlines()
+    said = [line for line in tail if line.startswith(f"worker {worker['name']}:")]
+    if said:
+        return said[-1]
+    starts = [i for i, line in enumerate(tail) if line.startswith("Traceback (most recent call last)")]
+    if starts:  # the worker's traceback, up to the node's next log line
+        block: list[str] = []
+        for line in tail[starts[-1]:]:
+            if _CONSOLE_LOG_LINE.match(line):
+                break
+            block.append(line)
+        return "\n".join(block)
+    return "\n".join(tail[-30:]) or "(it wrote nothing)"
+
+
+async def _wait_started(cluster: Cluster, timeout: float) -> None:
+    """Poll the node until every worker runs and is watched; fail at once when a worker exits
+    before it ever ran, or the node does."""
+    with anyio.fail_after(timeout):
+        while True:
+            if cluster.proc.poll() is not None:
+                raise ClusterStartError(
+                    f"troupe node {cluster.name!r} exited ({cluster.proc.returncode}) while starting:\n"
+                    f"{_output_tail(cluster.log_dir, cluster.name)}")
+            try:
+                status = await cluster.supervision(timeout=1.0)
+            except (AskTimeout, Unreachable):
+                continue  # not listening yet; the outer deadline bounds this
+            for w in status["workers"]:
+                # It exited on its own (an import error, a constructor that raised), or the node
+                # gave up restarting it. A kill (say, by a supervisor on a loaded machine) is
+                # left to the restart policy, as in production.
+                if w["exit"].startswith("exit ") or w["state"] == "failed":
+                    raise ClusterStartError(
+                        f"worker {w['name']!r} of troupe node {cluster.name!r} could not start "
+                        f"({w['exit'] or w['state']}): {_worker_error(cluster, w)}")
+            if _ready(status):
+                return
+            await anyio.sleep(0.05)
+
+
 def start_cluster(
     directory: Path,
     config_text: str,
     name: str = "t",
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    master: bool = False,
 ) -> Cluster:
     """Start a node process from ``config_text``; return once its workers run and are watched.
 
     Args:
-        directory: where the config, the logs and the node's output go.
+        directory: where the config, the logs, the journal and the node's output go.
         config_text: a node TOML config (``[node]`` endpoint and name are set here).
         name: the node's name.
         timeout: seconds to wait for readiness.
-        env: extra environment for the node and its workers (e.g. ``PYTHONPATH`` to find
-            the test's own actor classes).
+        env: extra environment for the node and its workers. Its ``PYTHONPATH`` goes first; the
+            node always gets :func:`import_path` after it.
+        master: also run a master in the node's process (``--with-master``) on a new journal;
+            the node's task workers pull from it.
 
     Raises:
-        RuntimeError: the node exited early or was not ready in time (it is reaped first).
+        ClusterStartError: the node or a worker exited while starting, or the node was not
+            ready in time; it is reaped first, and the message says why.
     """
     endpoint = free_endpoint()
     directory.mkdir(parents=True, exist_ok=True)
@@ -296,46 +228,61 @@ def start_cluster(
     config.write_text(config_text)
     log_dir = directory / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    extra = dict(env or {})
+    paths = [extra.pop("PYTHONPATH", ""), import_path()]
+    command = [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
+               "--name", name, "--endpoint", endpoint, "--logs", str(log_dir)]
+    master_endpoint = free_endpoint() if master else None
+    if master_endpoint is not None:
+        command += ["--with-master", "--master", master_endpoint,
+                    "--journal", str(directory / "journal.db"), "--new"]
     with open(log_dir / f"{name}.out", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-             "--name", name, "--endpoint", endpoint, "--logs", str(log_dir)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **extra,
+                 "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
         )
-    cluster = Cluster(proc, endpoint, name, log_dir)
-
-    async def wait_ready() -> None:
-        await cluster.wait_for(_ready, timeout=timeout, poll_s=0.05)
-
+    cluster = Cluster(proc, endpoint, name, log_dir, master_endpoint)
     try:
-        # A thread of its own: the caller may already run an event loop (an async fixture).
+        # A thread of its own: the caller may already run an event loop (an async test).
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(anyio.run, wait_ready).result()
+            pool.submit(anyio.run, _wait_started, cluster, timeout).result()
     except BaseException as exc:
         reap(proc, cluster.descendants())
-        code = proc.returncode
-        raise RuntimeError(
-            f"troupe node {name!r} not ready within {timeout}s (exit {code}); see {log_dir}"
+        if isinstance(exc, ClusterStartError):
+            raise ClusterStartError(str(exc)) from None
+        raise ClusterStartError(
+            f"troupe node {name!r} not ready within {timeout}s (exit {proc.returncode}); see {log_dir}"
         ) from exc
     return cluster
 
 
 @pytest.fixture
-def troupe_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """A factory ``troupe_cluster(config_text, name="t", timeout=60, env=None) -> Cluster``.
+def troupe_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """A factory ``troupe_cluster(config_text, name="t", timeout=60, env=None, master=False)``.
 
-    Each call starts a real local node (see :func:`start_cluster`).
+    Each call starts a real local node (see :func:`start_cluster`) whose processes import what
+    the test imports (pytest's rootdir and the test file's folder first).
 
     Every node started is reaped at teardown with every process it started; a process that
     survives SIGKILL fails the test.
     """
     started: list[Cluster] = []
+    test_path = import_path(request.config.rootpath, request.path.parent)
 
     def factory(
-        config_text: str, name: str = "t", timeout: float = 60.0, env: dict[str, str] | None = None
+        config_text: str, name: str = "t", timeout: float = 60.0, env: dict[str, str] | None = None,
+        master: bool = False,
     ) -> Cluster:
-        cluster = start_cluster(tmp_path / name, config_text, name, timeout, env)
+        extra = dict(env or {})
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (extra.get("PYTHONPATH", ""), test_path) if p)
+        failure = ""
+        try:
+            cluster = start_cluster(tmp_path / name, config_text, name, timeout, extra, master)
+        except ClusterStartError as exc:
+            failure = str(exc)
+        if failure:  # the cause is the node's or the worker's error, not this plugin's code
+            pytest.fail(failure, pytrace=False)
         started.append(cluster)
         return cluster
 
@@ -345,3 +292,26 @@ def troupe_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         leaked += reap(cluster.proc, cluster.descendants())
     if leaked:
         pytest.fail(f"processes survived the cluster teardown: {leaked}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test that uses ``troupe_cluster`` on an asyncio loop of its own.
+
+    Only where nothing else would run it: pytest-asyncio replaces the coroutine with a plain
+    function before this hook sees it, and anyio's plugin runs the tests that have an
+    ``anyio_backend``. Everywhere else pytest would fail the test ("async def functions are
+    not natively supported").
+    """
+    test = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(test) or "troupe_cluster" not in pyfuncitem.fixturenames:
+        return None
+    if "anyio_backend" in pyfuncitem.funcargs:
+        return None
+    args = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
+
+    async def run() -> None:
+        await test(**args)
+
+    anyio.run(run, backend="asyncio")
+    return True

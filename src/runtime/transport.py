@@ -6,7 +6,8 @@ comes with a *route* through which ``reply`` answers the sender on the same conn
 foreign client that never bound a mailbox still gets its replies and errors.
 
 The ZeroMQ implementation lives in ``zmq_transport``; the two behave alike: bounded queues
-with backpressure, ``block=False`` raising MailboxFull instead of waiting.
+with backpressure, ``block=False`` raising MailboxFull instead of waiting. Replies are the
+exception: they never wait, so that a peer that does not read cannot stall the process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class TransportStats:
     sent: int
     received: int
     peers: int
+    replies_dropped: int = 0
 
 
 class Transport(Protocol):
@@ -56,12 +58,17 @@ class Transport(Protocol):
         ...
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
-        """Answer the sender of a received message through its route."""
+        """Answer the sender of a received message through its route; never waits."""
         ...
 
     def try_reply(self, route: Any, frames: list[Any]) -> bool:
-        """Answer like ``reply`` if that needs no waiting; return False, having sent nothing,
-        when it would have to wait."""
+        """Answer without ever waiting: a reply the sender's connection cannot take now may be
+        held for a bounded retry off the caller; one it will not take (the sender does not read,
+        or is gone) is dropped and counted. Return False when it was dropped at once."""
+        ...
+
+    def replies_dropped(self) -> dict[str, int]:
+        """Replies dropped so far (see ``try_reply``), per mailbox address."""
         ...
 
     def open_mailbox(self) -> str:
@@ -202,6 +209,10 @@ class MemoryTransport:
         """Answer at once: the reply queue never makes anyone wait."""
         self._queue_reply(route, frames)
         return True
+
+    def replies_dropped(self) -> dict[str, int]:
+        """Always empty: the reply queue is unbounded, so no reply is ever dropped here."""
+        return {}
 
     def _queue_reply(self, route: Any, frames: list[Any]) -> None:
         if isinstance(route, MemoryTransport) and not route._closed:

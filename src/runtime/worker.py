@@ -22,7 +22,9 @@ import structlog
 from pydantic import Field
 
 from .child import die_with_parent, load_launch_spec
+from .codec import load_imported_extensions
 from .config import ActorSpec, _Frozen
+from .control_payloads import ControlPayload, validated
 from .directory import Directory
 from .errors import ConfigError
 from .host import Runtime
@@ -106,6 +108,8 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     async with runtime:
         for actor in spec.actors:
             await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason)
+        # Actors that imported torch get its codec now, not as a stall on their first tensor.
+        load_imported_extensions()
         await runtime.control(
             spec.node_endpoint,
             "register",
@@ -152,19 +156,21 @@ def install_worker_controls(
 
     async def directory_update(payload: Any) -> bool:
         # The peer process restarted: its mailboxes moved. Drop what we knew, learn the new.
-        actors: dict[str, str] = payload.get("actors", {})
-        current = {payload["endpoint"], *actors.values()}
-        for old in runtime.directory.forget_process(payload["key"]):
+        p = ControlPayload("directory_update", payload)
+        key, endpoint, actors = p.require("key", str), p.require("endpoint", str), p.map_of_str("actors", False)
+        current = {endpoint, *actors.values()}
+        for old in runtime.directory.forget_process(key):
             if old not in current:  # a connection to a live endpoint keeps what it has queued
                 runtime.transport.forget(old)
-        runtime.directory.learn(payload["key"], payload["endpoint"])
-        for name, endpoint in actors.items():
-            runtime.directory.learn(f"{payload['key']}/{name}", endpoint)
+        runtime.directory.learn(key, endpoint)
+        for name, actor_endpoint in actors.items():
+            runtime.directory.learn(f"{key}/{name}", actor_endpoint)
         return True
 
     async def spawn(payload: Any) -> str:
-        spec = ActorSpec.model_validate(payload)
+        spec = validated(ActorSpec, payload, "spawn")
         await runtime.spawn(spec.cls, spec.name, kwargs=dict(spec.kwargs))
+        load_imported_extensions()  # as at start: an actor that imported torch gets its codec now
         try:
             await tell_node(spec, runtime.cells[spec.name].endpoint)
         except Exception as exc:  # the actor runs; only its name is not known beyond this process

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from .cell import DROP as CELL_DROP
+from .control_payloads import ControlPayload
 from .faults import DROP, FaultPlan, apply_before_handle
 
 if TYPE_CHECKING:
@@ -107,7 +108,8 @@ class WorkerChaos:
         return any(plan.is_partitioned(peer) for plan in self._plans)
 
     async def _chaos(self, payload: Any) -> dict[str, Any]:
-        plan = FaultPlan.from_dicts(payload["faults"], seed=payload.get("seed"))
+        p = ControlPayload("chaos", payload)
+        plan = FaultPlan.from_dicts(p.require("faults", list), seed=p.optional("seed", int))
         self.add(plan)
         log.warning("faults_installed", faults=[s.kind.value for s in plan.specs])
         return self.statistics()

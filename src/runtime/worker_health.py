@@ -9,6 +9,11 @@
   every beat, so a loop stuck in a C call that holds the GIL stops beating while a loop busy in
   pure Python (which yields the GIL every switch interval) keeps beating.
 
+The record also reports the worker's *backlog* (messages waiting in its actors' mailboxes and
+read off its sockets but not yet handed on): the supervisor counts a worker with a backlog as
+busy, so messages that wait while nothing is handled end in a ``no_progress`` kill even when the
+loop and its beats go on.
+
 Progress, as the supervisor judges it, is messages finished plus ``progress()`` calls. An
 async handler that awaits for longer than its kind's ``progress_timeout_s`` (a long ask
 downstream) must call ``self.progress()`` while it waits, or run under a kind whose progress
@@ -17,10 +22,12 @@ timeout is longer or disabled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .control_payloads import ControlPayload
 from .heartbeat import HeartbeatSender
 from .status import WorkerStatus
 
@@ -59,6 +66,7 @@ class WorkerHealth:
         runtime.observer = self.status  # it keeps the status record current
         runtime.progress_hooks.append(self.status.progress)
         runtime.control_handlers["heartbeat_to"] = self._heartbeat_to
+        self.status.backlog_probe = _backlog_probe(runtime)
         if supervisor_addr is not None:
             self._start_sender(supervisor_addr)
 
@@ -83,7 +91,20 @@ class WorkerHealth:
         log.info("heartbeat_started", supervisor=f"{addr[0]}:{addr[1]}", interval_s=self._interval_s)
 
     async def _heartbeat_to(self, payload: Any) -> bool:
-        addr = payload["addr"]
+        addr = ControlPayload("heartbeat_to", payload).host_port("addr")
         self.close()
-        self._start_sender((str(addr[0]), int(addr[1])))
+        self._start_sender(addr)
         return True
+
+
+def _backlog_probe(runtime: Runtime) -> Callable[[], int]:
+    """The count of waiting messages, for the beat thread: it only reads lengths (one C call
+    each under the GIL) of the loop's queues, and copies the actor table before walking it."""
+    cells = runtime.cells
+    waiting = getattr(runtime.transport, "waiting", None)
+
+    def probe() -> int:
+        n = sum(len(cell.mailbox) for cell in list(cells.values()))
+        return n + waiting() if waiting is not None else n
+
+    return probe

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 import zmq
 
-__all__ = ["COPY_BELOW", "EVENTS", "NOBLOCK", "POLLIN", "POLLOUT", "SNDMORE", "Watched", "private_context", "recv_frame", "recv_one", "reply_lost", "send_frame"]
+__all__ = ["COPY_BELOW", "EVENTS", "NOBLOCK", "POLLIN", "POLLOUT", "SNDMORE", "Watched", "private_context", "recv_frame", "recv_one", "send_frame"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,19 +53,11 @@ def private_context(batch_io_thread: bool) -> zmq.Context[Any]:
     return ctx
 
 
-def reply_lost(exc: Exception) -> None:
-    """Log a reply that cannot be delivered."""
-    # EHOSTUNREACH: the asker disconnected and has given up on the reply; or the mailbox socket
-    # closed under it at shutdown. Either way nobody is left to tell.
-    reason = exc.strerror if isinstance(exc, zmq.ZMQError) else str(exc)
-    log.info("reply_undeliverable", reason=reason)
-
-
 class Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
     __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
-                 "recheck", "draining")
+                 "recheck", "draining", "replies_dropped")
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
         self.sock = sock
@@ -83,6 +75,7 @@ class Watched:
         # Messages the reader callback took off the socket but could not handle at once;
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
+        self.replies_dropped = 0  # a mailbox's replies its askers could not take (never waited on)
 
 
 def recv_one(w: Watched) -> tuple[Any, list[Any]]:

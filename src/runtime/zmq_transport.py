@@ -13,9 +13,13 @@ Performance matters here and shapes the code:
 - The ZeroMQ descriptor is edge-triggered: a send or a recv on the socket may consume the
   readiness edge. A reader therefore reads until the socket is empty, or looks at ``EVENTS``
   before it stops; a send made outside a read schedules one such look per loop turn.
+- A reply never waits (``try_reply``): one that the asker's connection cannot take at once is
+  held and retried off the reader, and dropped and counted if the asker does not read for
+  ``REPLY_LINGER_S`` (or is gone), so no peer can stall a reader. Tells and asks to a full
+  mailbox wait as before (backpressure).
 - Replies and deliveries are sent with the compiled ``send`` and received as ``zmq.Frame`` (its
   ``more`` flag saves a getsockopt); buffer frames stay uncopied, header frames are copied.
-Only this module and ``zmq_socket`` (the socket level) import zmq.
+Only this module, ``zmq_socket`` (the socket level) and ``zmq_outbox`` (held replies) import zmq.
 """
 
 from __future__ import annotations
@@ -40,13 +44,23 @@ from .zmq_socket import (
     Watched,
     private_context,
     recv_one,
-    reply_lost,
     send_frame,
 )
+from .peer_limits import PeerLogGate
+from .zmq_outbox import ReplyOutbox
 
 __all__ = ["ZmqTransport"]
 
 log = structlog.get_logger(__name__)
+
+# A peer whose replies are dropped gets one log line per this many seconds, whatever the rate.
+DROP_LOG_INTERVAL_S = 10.0
+# How long replies an asker's connection cannot take are retried before they are dropped.
+REPLY_LINGER_S = 5.0
+# Replies held for retries, at least (the high-water mark may be set lower): for one asker, and
+# for all together. They bound memory while an asker does not read; bursts must fit.
+HELD_PER_ASKER = 1000
+HELD_IN_ALL = 10_000
 
 class ZmqTransport:
     """A transport over ZeroMQ TCP (or ipc) sockets.
@@ -86,6 +100,10 @@ class ZmqTransport:
         # are refused; see refused_counts. None costs one attribute test per send.
         self.refuse: Callable[[str], bool] | None = None
         self._refused: dict[str, int] = {}
+        self._replies_dropped = 0
+        self._drop_log = PeerLogGate(DROP_LOG_INTERVAL_S)
+        self._outbox = ReplyOutbox(self._write, self._reply_dropped, max(hwm, HELD_PER_ASKER),
+                                   max(4 * hwm, HELD_IN_ALL), REPLY_LINGER_S)
         self._sent = 0
         self._received = 0
         self._closed = False
@@ -120,7 +138,7 @@ class ZmqTransport:
 
     def statistics(self) -> TransportStats:
         """Return counters."""
-        return TransportStats(self.address, self._sent, self._received, len(self._dealers))
+        return TransportStats(self.address, self._sent, self._received, len(self._dealers), self._replies_dropped)
 
     async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Receive on the mailbox and on every peer connection until cancelled."""
@@ -308,25 +326,72 @@ class ZmqTransport:
             log.warning("partition_refused", peer=peer, direction=direction)
 
     async def reply(self, route: Any, frames: list[Any]) -> None:
-        """Answer through ``route`` (mailbox, identity); a vanished peer is logged, not raised."""
-        if route is None:
-            return
-        mailbox, identity = route
-        try:
-            await self._send_on(mailbox, [identity, *frames], True, "")
-        except (zmq.ZMQError, Unreachable) as exc:
-            reply_lost(exc)
+        """Answer through ``route``; never waits (see ``try_reply``)."""
+        self.try_reply(route, frames)
 
     def try_reply(self, route: Any, frames: list[Any]) -> bool:
-        """Answer through ``route`` if the socket takes the reply now; False if it would wait."""
+        """Answer through ``route`` (mailbox, identity) without ever waiting.
+
+        Whoever sends a reply (the reader callback, a pump, an actor's task) also serves every
+        other peer, so a peer that does not read, or is gone, must not stall it (DESIGN.md,
+        invariant 7); waiting would not even end: with ROUTER_MANDATORY a send to one full or
+        closing connection fails while EVENTS reports POLLOUT for the others. A reply that the
+        asker's connection cannot take now is held and retried off the reader (``ReplyOutbox``):
+        a burst that outran the I/O thread still arrives. One that still cannot leave after
+        ``REPLY_LINGER_S``, or beyond the outbox's bounds, or to an asker that is gone, is
+        dropped, counted per mailbox (``replies_dropped``) and logged at most once per asker
+        per interval.
+
+        Returns:
+            False when the reply was dropped at once; True when it was sent or held.
+        """
         if route is None:
             return True
         mailbox, identity = route
+        outbox = self._outbox
+        if outbox.pending and outbox.holds(mailbox, identity):
+            return self._hold(mailbox, identity, frames)  # behind the ones already held
         try:
-            return self._put(mailbox, [identity, *frames], "")
-        except (zmq.ZMQError, Unreachable) as exc:
-            reply_lost(exc)
-            return True
+            self._write(mailbox, [identity, *frames])
+        except zmq.Again:
+            return self._hold(mailbox, identity, frames)
+        except zmq.ZMQError as exc:
+            self._reply_dropped(mailbox, identity, exc, 1)
+            return False
+        return True
+
+    def _hold(self, mailbox: Watched, identity: bytes, frames: list[Any]) -> bool:
+        if self._loop is None or self._closed:
+            self._reply_dropped(mailbox, identity, zmq.Again(), 1)
+            return False
+        return self._outbox.hold(mailbox, identity, frames, self._loop)
+
+    def _reply_dropped(self, mailbox: Watched, identity: bytes, exc: zmq.ZMQError, n: int) -> None:
+        mailbox.replies_dropped += n
+        self._replies_dropped += n
+        key = (mailbox.peer, identity)
+        if not self._drop_log.should_log(key):
+            return
+        # EAGAIN: the asker's queue stayed at its high-water mark (it does not read): worth a
+        # warning. EHOSTUNREACH: the asker disconnected, having given up (an ask timed out).
+        # Else: the mailbox closed under it at shutdown.
+        not_reading = isinstance(exc, zmq.Again)
+        (log.warning if not_reading else log.info)(
+            "reply_dropped", mailbox=mailbox.peer, peer=identity.hex(),
+            reason="asker_not_reading" if not_reading else exc.strerror, dropped=n,
+            unlogged_drops=self._drop_log.take_quiet(key), total=mailbox.replies_dropped,
+        )
+
+    def waiting(self) -> int:
+        """Messages read off the mailboxes but not yet handed on (their pumps' backlogs).
+
+        Safe to call from another thread (the heartbeat's): it only reads lengths.
+        """
+        return sum(len(w.backlog) for w in list(self._mailboxes))
+
+    def replies_dropped(self) -> dict[str, int]:
+        """Replies dropped so far, per mailbox endpoint (see ``try_reply``)."""
+        return {w.peer: w.replies_dropped for w in self._mailboxes}
 
     async def _send_on(self, w: Watched, frames: list[Any], block: bool, address: str) -> None:
         while not self._put(w, frames, address):
@@ -363,13 +428,20 @@ class ZmqTransport:
         # Only the first frame can fail with EAGAIN: ZeroMQ queues multipart messages
         # atomically, so after it the rest is accepted.
         more = len(frames) - 1
-        for frame in frames:
-            flags = NOBLOCK | SNDMORE if more else NOBLOCK
-            more -= 1
-            if type(frame) is bytes and len(frame) < COPY_BELOW:
-                send_frame(sock, frame, flags)
-            else:
-                send_frame(sock, frame, flags, copy=False)
+        try:
+            for frame in frames:
+                flags = NOBLOCK | SNDMORE if more else NOBLOCK
+                more -= 1
+                if type(frame) is bytes and len(frame) < COPY_BELOW:
+                    send_frame(sock, frame, flags)
+                else:
+                    send_frame(sock, frame, flags, copy=False)
+        except zmq.ZMQError:
+            # A refused send may have consumed the signal just the same (and the outbox's
+            # retries are made outside any read): the parked reader must still hear of input.
+            if (w.waiting or w.senders) and not w.recheck and not w.draining:
+                self._look_later(w)
+            raise
         self._sent += 1
         # The send may have consumed the descriptor's signal: pass it on to whoever is parked
         # (the reader, if input waits; other senders, if the socket takes messages). Those not
@@ -377,11 +449,15 @@ class ZmqTransport:
         # enough (the parked ones need waking, not waking at once), so it is scheduled once
         # per loop turn rather than made after every send.
         if (w.waiting or w.senders) and not w.recheck and not w.draining:
-            w.recheck = True
-            if self._loop is not None:
-                self._loop.call_soon(self._recheck, w)
-            else:
-                self._recheck(w)
+            self._look_later(w)
+
+    def _look_later(self, w: Watched) -> None:
+        """Schedule one look at the socket's EVENTS (``_recheck``) for whoever is parked."""
+        w.recheck = True
+        if self._loop is not None:
+            self._loop.call_soon(self._recheck, w)
+        else:
+            self._recheck(w)
 
     def _recheck(self, w: Watched) -> None:
         w.recheck = False
@@ -413,6 +489,7 @@ class ZmqTransport:
         if self._closed:
             return
         self._closed = True
+        self._outbox.close()
         self._unwatch_all()
         for w in self._dealers.values():
             w.sock.close(0)

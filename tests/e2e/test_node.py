@@ -121,29 +121,28 @@ async def test_flood_of_bad_frames_keeps_serving(demo_node: NodeProc) -> None:
                     assert await echo.ask("echo", round_) == round_
                     answered_good += 1
                 errors = 0
-                while errors < sent - 100:  # every bad frame but the 100 unanswerable... see below
-                    if not raw.poll(5000):
-                        break
+                while raw.poll(2000):  # the answers were sent long before: wait for the last
                     reply = msgpack.unpackb(raw.recv_multipart()[0])
                     assert reply[1] == 4  # ERROR
                     errors += 1
             assert answered_good == 100
-            # Seven of the eight bad kinds are answered; the empty frame has no header to reply to
-            # but is still answered with a bad_frame error through the connection.
-            assert errors >= 7 * 100
             assert await echo.ask("pid") == pid
             status = await rt.control(process_endpoint, "status")
             assert status["bad_frames"] >= 6 * 100
+            # Every message is answered with an ERROR (the empty frame too, through the
+            # connection), except the bad frames beyond this connection's allowance of answers.
+            assert status["errors_suppressed"] > 0
+            assert errors == sent - status["errors_suppressed"]
         finally:
             raw.close(0)
             ctx.term()
 
 
 def test_sigterm_stops_node_and_workers_cleanly(demo_node: NodeProc) -> None:
-    """SIGTERM makes the node stop its workers gracefully and exit 0, leaving no process behind."""
+    """SIGTERM makes the node stop its workers gracefully and exit 143, leaving no process behind."""
     children = demo_node.descendants()
     assert len(children) >= 3
     demo_node.proc.send_signal(signal.SIGTERM)
-    assert demo_node.proc.wait(timeout=30) == 0
+    assert demo_node.proc.wait(timeout=30) == 128 + signal.SIGTERM
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive

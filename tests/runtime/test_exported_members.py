@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from types import ModuleType
 
 import pytest
@@ -56,3 +58,38 @@ def test_module_all_lists_only_defined_names(module_name: str) -> None:
     undefined = [name for name in exported if not hasattr(module, name)]
     assert undefined == [], f"{module_name}.__all__ names undefined members"
     assert len(exported) == len(set(exported)), f"{module_name}.__all__ repeats a name"
+
+
+USER_FACING = {
+    "Actor", "handles", "connect", "ActorRef", "TaskActor", "LeasedTask", "OutputStore", "StageActor",
+    "ItemFailed", "AskTimeout", "RemoteError", "MailboxFull", "ActorStopped", "TroupeError", "ConfigError",
+}
+
+
+def test_user_facing_names_come_from_troupe_itself() -> None:
+    """`from troupe import Actor, handles, connect, TaskActor, StageActor, RemoteError, ...` works."""
+    import troupe
+
+    assert USER_FACING <= set(troupe.__all__)
+    assert list(troupe.__all__) == sorted(set(troupe.__all__))
+    for name in troupe.__all__:
+        member = getattr(troupe, name)
+        home = importlib.import_module(member.__module__)
+        assert getattr(home, name) is member, f"troupe.{name} is not {home.__name__}.{name}"
+        assert name in dir(troupe)
+
+
+def test_importing_troupe_alone_loads_no_runtime() -> None:
+    """`import troupe` stays light: workers start through troupe.lean_start, which must import
+    structlog (with rich hidden) before anything of the runtime does."""
+    probe = "import sys, troupe; print(sorted(m for m in ('structlog', 'troupe.runtime', 'zmq') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_an_unknown_top_level_name_is_an_attribute_error() -> None:
+    """A misspelt name fails as any missing attribute does."""
+    import troupe
+
+    with pytest.raises(AttributeError, match="Actr"):
+        troupe.Actr  # noqa: B018

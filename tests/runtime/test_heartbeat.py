@@ -57,6 +57,32 @@ def test_encode_decode_round_trip() -> None:
     assert decode_beat(encode_beat(snap)) == Beat(snap)
 
 
+def test_the_backlog_travels_and_a_beat_without_it_reads_as_none_waiting() -> None:
+    """The beat carries the messages waiting; a ten-item beat of an older worker means 0."""
+    snap = StatusSnapshot("w1", 7, WorkerState.IDLE, None, 3, 0, None, 9, backlog=42)
+    assert decode_beat(encode_beat(snap)).snapshot == snap
+    old = msgpack.packb([BEAT_MAGIC, 1, "w1", 7, "idle", None, 3, 0, None, 9])
+    assert decode_beat(old).snapshot.backlog == 0
+    with pytest.raises(BadFrame, match="backlog"):
+        decode_beat(msgpack.packb([BEAT_MAGIC, 1, "w1", 7, "idle", None, 3, 0, None, 9, -1]))
+
+
+def test_the_status_record_reports_its_probes_backlog_and_survives_a_failing_probe() -> None:
+    """The beat thread asks the probe each snapshot; a probe that raises keeps the last count."""
+    status = WorkerStatus("w1", pid=5)
+    assert status.snapshot().backlog == 0
+    counts = iter([4, 2])
+
+    def probe() -> int:
+        n = next(counts, None)
+        if n is None:
+            raise RuntimeError("dictionary changed size during iteration")
+        return n
+
+    status.backlog_probe = probe
+    assert [status.snapshot().backlog for _ in range(3)] == [4, 2, 2]
+
+
 def test_long_texts_are_cut_to_fit_one_datagram() -> None:
     """A huge progress note is cut to 256 characters rather than breaking the datagram."""
     snap = StatusSnapshot("w1", 1, WorkerState.BUSY, "c" * 10_000, 0, 0, "n" * 100_000, 0)
@@ -164,23 +190,30 @@ def test_sender_refuses_bad_interval_and_double_start() -> None:
 
 
 def test_beats_keep_flowing_during_a_pure_python_busy_loop(receiver: HeartbeatReceiver) -> None:
-    """A worker thread spinning in Python for 0.5 s does not silence 50 ms heartbeats."""
+    """A worker thread spinning in Python does not silence 50 ms heartbeats: five busy beats arrive while it spins."""
     status = WorkerStatus("w1")
-    spun = threading.Event()
+    enough = threading.Event()
 
     def busy() -> None:
         status.begin_message("spin")
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
+        end = time.monotonic() + 30.0  # a bound, in case no beat ever comes
+        while not enough.is_set() and time.monotonic() < end:
             status.progress()
         status.end_message()
-        spun.set()
+
+    def five_busy(got: list[tuple[float, Beat]]) -> bool:
+        if sum(b.snapshot.state is WorkerState.BUSY for _, b in got) >= 5:
+            enough.set()
+        return enough.is_set()
 
     with HeartbeatSender(status, receiver.address, interval_s=0.05):
         worker = threading.Thread(target=busy)
         worker.start()
-        got = collect(receiver, lambda g: spun.is_set(), timeout_s=5.0)
-        worker.join(5.0)
+        try:
+            got = collect(receiver, five_busy, timeout_s=30.0)
+        finally:
+            enough.set()
+            worker.join(30.0)
     during = [b for _, b in got if b.snapshot.state is WorkerState.BUSY]
     assert len(during) >= 5
     marks = [b.snapshot.progress_mark for b in during]

@@ -159,6 +159,14 @@ BAD = [
     (BASE + "count = 2\nseed_start = 9223372036854775807\n",
      "[job].seed_start must be an integer between", "got 9223372036854775807"),
     ('[job]\nname = "j"\nkind = "k\n', "not valid TOML", "fix the syntax"),
+    ("", "the job file is empty", "add a [job] table"),
+    (BASE + "count = 1\nlease_s = nan\n", "[job].lease_s must be a finite number > 0", "got nan"),
+    (BASE + "count = 1\nlease_s = inf\n", "[job].lease_s must be a finite number > 0", "got inf"),
+    (BASE + "count = 1\nmax_attempts = 2.5\n", "[job].max_attempts must be an integer", "got 2.5"),
+    ('[job]\nname = "j"\ncount = 1\n', "[job].kind is missing", 'add kind = "..."'),
+    ('[job]\nname = "' + "n" * 300 + '"\nkind = "k"\ncount = 1\n', "[job].name 'nnnn",
+     "cannot name outputs; use 1-200"),
+    (BASE + 'count = 1\n"[/x]" = 2\n', "unknown key '[/x]' in [job]", "known keys"),
 ]
 
 
@@ -173,6 +181,7 @@ def test_bad_job_files_raise_config_error_naming_file_field_and_fix(
     message = str(caught.value)
     assert message.startswith(f"{path}: "), message
     assert field in message and fix in message, message
+    assert "\n" not in message and len(message) < len(str(path)) + 400, "one readable line"
 
 
 def test_tasks_must_be_a_list_of_tables(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ class Worker:
         self.handled = 0
         self.progress = 0
 
-    def beat(self, state: WorkerState = WorkerState.BUSY, *, pid: int | None = None) -> Beat:
+    def beat(self, state: WorkerState = WorkerState.BUSY, *, pid: int | None = None, backlog: int = 0) -> Beat:
         self.seq += 1
         return Beat(
             StatusSnapshot(
@@ -44,6 +44,7 @@ class Worker:
                 self.progress,
                 None,
                 self.seq,
+                backlog,
             )
         )
 
@@ -142,6 +143,60 @@ def test_progress_clock_starts_when_a_busy_spell_starts() -> None:
     [(when, kill)] = run(monitor, events)
     assert kill.reason is KillReason.NO_PROGRESS
     assert when == 99.5 + 30.0  # the last idle beat was at 99.5
+
+
+def test_idle_worker_with_messages_waiting_and_no_progress_is_killed() -> None:
+    """Messages wait in the mailboxes, none is handled, the beats go on: hung (no_progress).
+
+    What the worker reports as idle when one actor is stuck on an await with messages queued
+    behind it while another actor of the process finished its last message.
+    """
+    w = Worker()
+    monitor = registered(w)
+    events: Timeline = []
+    for i in range(1, 200):
+        events += [(i * 0.5, w.beat(WorkerState.IDLE, backlog=3)), (i * 0.5, Tick())]
+    [(when, kill)] = run(monitor, events)
+    assert kill.reason is KillReason.NO_PROGRESS
+    assert when == 30.5  # first beat at 0.5 starts the clock
+    assert kill.last_status is not None and kill.last_status.backlog == 3
+
+
+def test_a_backlog_that_is_being_handled_is_progress() -> None:
+    """A worker with messages always waiting lives as long as it handles some in time."""
+    w = Worker()
+    monitor = registered(w)
+    events: Timeline = []
+    for i in range(1, 2001):
+        if i % 58 == 0:  # a message handled every 29 s, under the 30 s timeout
+            w.handled += 1
+        events += [(i * 0.5, w.beat(WorkerState.IDLE, backlog=1000)), (i * 0.5, Tick())]
+    assert run(monitor, events) == []
+
+
+def test_the_progress_clock_starts_when_messages_start_waiting() -> None:
+    """After a long idle time with empty mailboxes, a backlog gets the full progress timeout."""
+    w = Worker()
+    monitor = registered(w)
+    events: Timeline = []
+    for i in range(1, 200):
+        events += [(i * 0.5, w.beat(WorkerState.IDLE)), (i * 0.5, Tick())]
+    for i in range(200, 400):
+        events += [(i * 0.5, w.beat(WorkerState.IDLE, backlog=1)), (i * 0.5, Tick())]
+    [(when, kill)] = run(monitor, events)
+    assert kill.reason is KillReason.NO_PROGRESS
+    assert when == 99.5 + 30.0  # the last beat with empty mailboxes was at 99.5
+
+
+def test_a_stopping_worker_with_a_backlog_is_not_judged_on_progress() -> None:
+    """Shutdown drains or fails what is queued; the heartbeat clock still applies."""
+    w = Worker()
+    monitor = registered(w)
+    events: Timeline = []
+    for i in range(1, 400):
+        events += [(i * 0.5, w.beat(WorkerState.STOPPING, backlog=5)), (i * 0.5, Tick())]
+    assert run(monitor, events) == []
+    assert monitor.statistics(200.0).workers["w1"].backlog == 5
 
 
 def test_disabled_progress_timeout_never_kills_for_no_progress() -> None:

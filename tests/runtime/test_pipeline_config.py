@@ -121,13 +121,13 @@ def test_replica_bounds_out_of_order(tmp_path: Path) -> None:
     """min_replicas > replicas > max_replicas is refused at that stage's field path, with the fix."""
     text = ONE_STAGE.format(name="a") + "min_replicas = 3\nreplicas = 2\nmax_replicas = 1\n"
     message = _error(_write(tmp_path, text))
-    assert "stages.0" in message
+    assert "stages.a: " in message, "the stage is named by its name"
     assert "min_replicas <= replicas <= max_replicas" in message and "3 <= 2 <= 1" in message
 
 
 @pytest.mark.parametrize(
     ("extra", "field"),
-    [("queue = 0", "stages.0.queue"), ("batch = -1", "stages.0.batch"), ("colour = 'red'", "stages.0.colour")],
+    [("queue = 0", "stages.a.queue"), ("batch = -1", "stages.a.batch"), ("colour = 'red'", "stages.a.colour")],
 )
 def test_bad_stage_field_is_named(tmp_path: Path, extra: str, field: str) -> None:
     """An out-of-range or unknown stage field is refused with its path."""
@@ -166,3 +166,51 @@ def test_shipped_datagen_config_equals_embedded_default() -> None:
     assert {**raw["pipeline"], "stages": raw["stages"]} == DEFAULT_PIPELINE
     assert load_pipeline(path) == default_pipeline()
     assert isinstance(default_pipeline(), PipelineConfig)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (ONE_STAGE.format(name="render") + 'replicas = "2"\n', "stages.render.replicas: must be an integer (got '2')"),
+        (ONE_STAGE.format(name="render") + "queue = 4.0\n", "stages.render.queue: must be an integer (got 4.0)"),
+        (ONE_STAGE.format(name="a") + ONE_STAGE.format(name="b") + ONE_STAGE.format(name="render") + "replicas = -1\n",
+         "stages.render.replicas: must be >= 1 (got -1)"),
+        ("[pipeline]\nscale_interval_s = nan\n" + ONE_STAGE.format(name="a"),
+         "pipeline.scale_interval_s: must be a finite number (got nan)"),
+        ("[pipeline]\nitem = 3\n" + ONE_STAGE.format(name="a"), "pipeline.item: unknown key; did you mean 'items'?"),
+        ("[pipeline]\nitems = 0\n" + ONE_STAGE.format(name="a"), "pipeline.items: must be >= 1 (got 0)"),
+        ('[pipeline]\nname = "[/x]"\n' + ONE_STAGE.format(name="a"), "pipeline.name: may hold only"),
+        (ONE_STAGE.format(name="s" * 300), "stages.0.name: must have at most 100 characters"),
+        (ONE_STAGE.format(name="a") + "resources = { cpu = 1, gpus = 1 }\n",
+         "stages.a.resources.gpus: unknown key; did you mean 'gpu'?"),
+        ("", "the pipeline file is empty"),
+        ("stages = 3\n", "stages must be [[stages]] tables, got 3"),
+    ],
+)
+def test_bad_field_is_one_line_with_path_and_value(tmp_path: Path, text: str, expected: str) -> None:
+    """Each mistake is one line naming the file, the field (a stage by its name) and the value."""
+    message = _error(_write(tmp_path, text))
+    assert expected in message and "\n" not in message, message
+
+
+def test_stage_actor_classes_are_checked(tmp_path: Path) -> None:
+    """A stage class that does not import, or is no StageActor, is named at its stage's field."""
+    from troupe.runtime.loading import check_stage_actors
+
+    for actor, reason in [
+        ("troupe_no_such_pkg.stages:Render", "cannot import 'troupe_no_such_pkg.stages:Render': No module named"),
+        ("troupe.actors.demo:Echo", "is not a subclass of troupe.runtime.stage.StageActor"),
+    ]:
+        text = ONE_STAGE.format(name="ok") + ONE_STAGE.format(name="render").replace(
+            "troupe.actors.synthetic:CostStage", actor)
+        with pytest.raises(ConfigError) as info:
+            check_stage_actors(load_pipeline(_write(tmp_path, text)), "pipe.toml")
+        assert str(info.value).startswith("pipe.toml: stages.render.actor: ")
+        assert actor in str(info.value) and reason in str(info.value)
+
+
+def test_default_pipeline_actors_import() -> None:
+    """The embedded pipeline that `troupe run` uses passes the actor check."""
+    from troupe.runtime.loading import check_stage_actors
+
+    check_stage_actors(default_pipeline(), "the default pipeline")

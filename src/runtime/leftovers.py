@@ -1,0 +1,145 @@
+"""What a node leaves behind if it dies hard, and how its successor clears it away.
+
+A node's children die with it by themselves (``child.die_with_parent``: a parent-death SIGKILL
+and a watchdog on the parent pid). This is the last line: the node records every child it
+starts in ``<log_dir>/<node>.<node pid>.pids`` (JSON, rewritten atomically), and a node that
+starts under the same name and log directory reaps what a dead predecessor recorded.
+
+A recorded process is killed only if its pid *and* its start time still match the record, so
+a pid reused by an unrelated process is never touched; and a file whose owner node is still
+alive (another node of the same name sharing the log directory) is left alone.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import structlog
+
+__all__ = ["ChildRecord", "pids_file", "reap_predecessors"]
+
+log = structlog.get_logger(__name__)
+
+# psutil derives a start time from the boot time and the start tick: the same process reads
+# the same value; a pid reused later starts at least a tick (10 ms) later.
+_SAME_START_S = 0.005
+_REAP_WAIT_S = 5.0
+
+
+def pids_file(log_dir: Path, node: str, node_pid: int) -> Path:
+    """The file where the node ``node`` running as ``node_pid`` records its children."""
+    return log_dir / f"{node}.{node_pid}.pids"
+
+
+def _started_at(pid: int) -> float | None:
+    """The start time of the live process ``pid``, or None if there is none (a zombie is none)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(proc.create_time())
+    except psutil.Error:
+        return None
+
+
+def _alive(pid: int, create_time: float) -> bool:
+    started = _started_at(pid)
+    return started is not None and abs(started - create_time) < _SAME_START_S
+
+
+class ChildRecord:
+    """The node's record of the processes it started, kept on disk for a successor.
+
+    Args:
+        log_dir: the node's log directory (the record lives beside its log).
+        node: the node's name.
+    """
+
+    def __init__(self, log_dir: Path, node: str) -> None:
+        self.path = pids_file(log_dir, node, os.getpid())
+        self._node = node
+        self._owner = {"pid": os.getpid(), "create_time": _started_at(os.getpid()) or 0.0}
+        self._children: dict[int, dict[str, Any]] = {}
+
+    def add(self, pid: int, role: str) -> None:
+        """Record the child ``pid`` (``role``: ``worker NAME`` or ``supervisor``) just started.
+
+        Children that have exited since are dropped from the record at the same time.
+        """
+        started = _started_at(pid)
+        if started is not None:
+            self._children[pid] = {"pid": pid, "create_time": started, "role": role}
+        self._children = {p: c for p, c in self._children.items() if _alive(p, c["create_time"])}
+        self._write()
+
+    def close(self) -> None:
+        """At a clean stop: remove the record, unless a child outlived the stop."""
+        self._children = {p: c for p, c in self._children.items() if _alive(p, c["create_time"])}
+        if self._children:
+            self._write()
+            return
+        self.path.unlink(missing_ok=True)
+
+    def _write(self) -> None:
+        data = {"node": self._node, "owner": self._owner, "children": list(self._children.values())}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".pids.tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the node runs on; only the hard-death cleanup is weaker
+            log.warning("child_record_not_written", path=str(self.path), error=str(exc))
+
+
+def reap_predecessors(log_dir: Path, node: str) -> list[int]:
+    """SIGKILL what dead predecessors of ``node`` recorded under ``log_dir``, wait, forget them.
+
+    Returns:
+        The pids that were killed.
+    """
+    pattern = re.compile(rf"{re.escape(node)}\.(\d+)\.pids")
+    killed: list[int] = []
+    for path in sorted(log_dir.glob(f"{glob.escape(node)}.*.pids")):
+        if not pattern.fullmatch(path.name):
+            continue
+        try:
+            data = json.loads(path.read_text())
+            owner = data["owner"]
+            children = [(int(c["pid"]), float(c["create_time"]), str(c.get("role", "")))
+                        for c in data["children"]]
+            owner_alive = _alive(int(owner["pid"]), float(owner["create_time"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("child_record_unreadable", path=str(path), error=str(exc))
+            continue
+        if data.get("node") != node or (owner_alive and int(owner["pid"]) != os.getpid()):
+            continue  # a live node of this name shares the directory: its children are its own
+        mine = [(pid, t, role) for pid, t, role in children if _alive(pid, t)]
+        for pid, _, role in mine:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            killed.append(pid)
+            log.warning("leftover_reaped", leftover_pid=pid, role=role, predecessor_pid=owner["pid"])
+        _wait_gone([(pid, t) for pid, t, _ in mine])
+        path.unlink(missing_ok=True)
+    return killed
+
+
+def _wait_gone(procs: list[tuple[int, float]]) -> None:
+    """Wait (bounded) until every process is gone; a zombie counts as gone (it is dead)."""
+    deadline = time.monotonic() + _REAP_WAIT_S
+    while procs and time.monotonic() < deadline:
+        procs = [(pid, t) for pid, t in procs if _alive(pid, t)]
+        if procs:
+            time.sleep(0.01)
+    for pid, _ in procs:
+        log.error("leftover_survived_sigkill", leftover_pid=pid)

@@ -1,0 +1,81 @@
+"""What ``troupe ctl status`` and ``ctl jobs`` print, from status replies shaped as the node
+and the master send them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from troupe.cli.master_client import jobs_table, master_tables
+from troupe.cli.tables import status_tables
+
+
+def text(tables: list[Table]) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    for table in tables:
+        console.print(table)
+    return console.export_text()
+
+
+def rows(tables: list[Table]) -> dict[str, list[str]]:
+    """The body rows of the rendered tables, by their first cell."""
+    out = {}
+    for line in text(tables).splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            out[cells[0]] = cells
+    return out
+
+
+def worker(name: str, actors: list[str], runtime: dict[str, Any] | None, state: str = "running") -> dict[str, Any]:
+    return {"name": name, "kind": "default", "state": state, "pid": 4242, "endpoint": "tcp://127.0.0.1:1",
+            "actors": actors, "actor_endpoints": {}, "incarnation": 1, "restarts": 0, "exit": "",
+            "rss_mib": 30.0, "runtime": runtime}
+
+
+def counters(kind: str) -> dict[str, Any]:
+    return {"kind": kind, "handled": 7, "failed": 1, "mailbox_depth": 0, "mailbox_capacity": 100, "busy": False}
+
+
+NODE = {"node": "n1", "pid": 1, "endpoint": "tcp://127.0.0.1:2", "uptime_s": 3.0, "rss_mib": 40.0}
+
+
+def test_a_hung_worker_s_actors_are_listed_without_counters() -> None:
+    """A worker that did not answer the status ask still shows its actors, marked so."""
+    reply = {**NODE, "workers": [
+        worker("w-ok", ["echo"], {"actors": {"echo": counters("Echo")}}),
+        worker("w-hung", ["render", "encode"], {"error": "AskTimeout('no reply within 1.0s')"}),
+        worker("w-off", ["store"], None, state="stopped"),
+    ]}
+    actors = rows(status_tables(reply))
+    assert actors["echo"] == ["echo", "w-ok", "Echo", "7", "1", "0/100", "no"]
+    assert actors["render"] == ["render", "w-hung", "-", "-", "-", "-", "(no answer)"]
+    assert actors["encode"] == ["encode", "w-hung", "-", "-", "-", "-", "(no answer)"]
+    assert actors["store"] == ["store", "w-off", "-", "-", "-", "-", "(stopped)"]
+
+
+def master_reply(name: str) -> dict[str, Any]:
+    return {"master": name, "endpoint": "tcp://127.0.0.1:3", "pid": 2, "journal": "j.db",
+            "tasks": {"done": 3}, "throughput": {"done_per_s": 1.0, "window_s": 30, "done_since_start": 3},
+            "speculative": {"launched": 0, "won": 0}, "leases_outstanding": 0,
+            "nodes": [], "workers": [], "jobs": []}
+
+
+def test_the_master_section_is_titled_once() -> None:
+    """The default master name does not make a "master master" title; another name is shown."""
+    assert "master master" not in text(master_tables(master_reply("master")))
+    assert "master east-1" in text(master_tables(master_reply("east-1")))
+
+
+def job(state: str) -> dict[str, Any]:
+    return {"job_id": f"job-{state}", "state": state, "total": 10, "counts": {"done": 4, "cancelled": 6},
+            "done_per_s": 2.0}
+
+
+def test_a_cancelled_job_shows_no_rate() -> None:
+    """A running job shows its done/s; a cancelled one shows "-"."""
+    table = rows([jobs_table([job("running"), job("cancelled")])])
+    assert table["job-running"][7] == "2.0"
+    assert table["job-cancelled"][7] == "-"

@@ -1,0 +1,151 @@
+"""Real `troupe master` processes on one journal: one master at a time, checked rows, compaction."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.cli.master_client import master_call
+from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
+from troupe.runtime.journal import Journal
+from troupe.runtime.taskbook import TaskBook, split_commands
+from troupe.runtime.taskstate import (
+    Complete,
+    Event,
+    Fail,
+    JobPolicy,
+    Lease,
+    RequestTask,
+    Resources,
+    SubmitJob,
+    TaskSpec,
+    WorkerJoined,
+)
+
+from support.cluster import ctl, free_endpoint, reap
+
+pytestmark = pytest.mark.e2e
+
+
+def start_master(journal: Path, endpoint: str, logs: Path, *extra: str) -> subprocess.Popen[str]:
+    """A `troupe master start`; its console output goes to a file under ``logs``."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"console-{endpoint.rsplit(':', 1)[1]}.txt", "w") as console:
+        return subprocess.Popen(
+            [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
+             str(journal), "--endpoint", endpoint, "--logs", str(logs), *extra],
+            stdout=console, stderr=subprocess.STDOUT, text=True,
+        )
+
+
+def serving(endpoint: str, proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
+    """Bounded poll until the master answers a ping (fails at once if it exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the master exited {proc.returncode}"
+        try:
+            return anyio.run(master_call, endpoint, "ping", None, 2.0)
+        except (Unreachable, ActorStopped, AskTimeout):
+            time.sleep(0.1)
+    raise AssertionError(f"no master answered at {endpoint} within {timeout}s")
+
+
+def refusal(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    return " ".join(out.stderr.split())
+
+
+def test_a_second_master_on_a_journal_is_refused_until_the_first_dies(tmp_path: Path) -> None:
+    """Two masters never serve one journal; a SIGKILLed holder frees it for the next at once."""
+    journal, logs = tmp_path / "journal.db", tmp_path / "logs"
+    endpoint = free_endpoint()
+    first = start_master(journal, endpoint, logs, "--new")
+    third: subprocess.Popen[str] | None = None
+    try:
+        serving(endpoint, first)
+        second = ctl("master", "start", "--journal", str(journal), "--endpoint", free_endpoint(),
+                     "--logs", str(logs), "--new", timeout=60)
+        assert f"journal {journal} is held by another master (pid {first.pid})" in refusal(second)
+        compacted = ctl("master", "compact", "--journal", str(journal), timeout=60)
+        assert f"(pid {first.pid})" in refusal(compacted)
+
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        endpoint = free_endpoint()
+        third = start_master(journal, endpoint, logs)
+        assert serving(endpoint, third)["pid"] == third.pid
+    finally:
+        reap(first, [])
+        if third is not None:
+            reap(third, [])
+
+
+def _journal_with_a_finished_job(path: Path) -> None:
+    """Job 'old': 20 tasks, 19 done and one dead-lettered; job 'new' still runs."""
+    book = TaskBook()
+
+    def drive(event: Event) -> list[Any]:
+        records, others = split_commands(book.handle(event, 1.0))
+        journal.append(records)
+        return others
+
+    with Journal.open(path, create=True) as journal:
+        drive(SubmitJob("old", [TaskSpec(f"o{i}", "k", i) for i in range(20)],
+                        JobPolicy(max_attempts=1)))
+        drive(WorkerJoined("w", "n", Resources(20, 0), 20))
+        for lease in [c for c in drive(RequestTask("w", 20)) if isinstance(c, Lease)]:
+            if lease.task_id == "o5":
+                drive(Fail("w", "o5", lease.lease_id, "ValueError: bad seed", "tb"))
+            else:
+                drive(Complete("w", lease.task_id, lease.lease_id, "r"))
+        drive(SubmitJob("new", [TaskSpec("n0", "k", 0)]))
+
+
+def test_master_compact_folds_finished_jobs_and_the_master_still_reports_them(
+    tmp_path: Path,
+) -> None:
+    """`master compact` keeps the job's counts and its dead letter; a master serves them."""
+    journal = tmp_path / "journal.db"
+    _journal_with_a_finished_job(journal)
+    out = ctl("master", "compact", "--journal", str(journal), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "compacted 1 finished job(s)" in out.stdout and "19 task rows" in out.stdout
+    conn = sqlite3.connect(journal)
+    assert conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2  # o5 (dead), n0
+    conn.close()
+
+    endpoint = free_endpoint()
+    master = start_master(journal, endpoint, tmp_path / "logs")
+    try:
+        serving(endpoint, master)
+        jobs = {j["job_id"]: j for j in anyio.run(master_call, endpoint, "jobs", None, 10.0)}
+        dead = anyio.run(master_call, endpoint, "dead", {"job_id": "old"}, 10.0)
+    finally:
+        reap(master, [])
+    assert (jobs["old"]["state"], jobs["old"]["total"]) == ("failed", 20)
+    assert (jobs["old"]["counts"]["done"], jobs["old"]["counts"]["dead"]) == (19, 1)
+    assert [(d["task_id"], d["error"]) for d in dead] == [("o5", "ValueError: bad seed")]
+
+
+def test_a_journal_row_of_the_wrong_type_is_refused_at_start(tmp_path: Path) -> None:
+    """`master start` on a journal with a text seed says which row, in one line, exit 2."""
+    journal = tmp_path / "journal.db"
+    _journal_with_a_finished_job(journal)
+    conn = sqlite3.connect(journal)
+    conn.execute("UPDATE tasks SET seed = 'abc' WHERE task_id = 'o7'")
+    conn.commit()
+    seq = conn.execute("SELECT seq FROM tasks WHERE task_id = 'o7'").fetchone()[0]
+    conn.close()
+    out = ctl("master", "start", "--journal", str(journal), "--endpoint", free_endpoint(),
+              "--logs", str(tmp_path / "logs"), timeout=60)
+    assert (f"journal {journal}: tasks row {seq}: seed is 'abc' (text), expected an integer"
+            in refusal(out))

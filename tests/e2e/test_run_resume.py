@@ -1,0 +1,104 @@
+"""`troupe run` into an --out that already holds a run: it resumes, says it is done, or refuses.
+
+Real `troupe run` processes on loopback with a small pipeline. The interruption comes at a
+random moment (a seeded delay after the first episode is committed; the seed is in the
+failure message, and TROUPE_RESUME_SEED replays it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.cluster import ctl
+from support.run_resume_helpers import dataset_task_ids, run_args, running, small_pipeline, summary_counts
+
+pytestmark = pytest.mark.e2e
+
+SEED = int(os.environ.get("TROUPE_RESUME_SEED", "9"))
+
+
+def _committed(out: Path) -> list[str]:
+    store = out / ".troupe" / "episodes" / "committed"
+    return sorted(p.name for p in store.iterdir()) if store.is_dir() else []
+
+
+@pytest.mark.timeout(400)
+def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_complete(tmp_path: Path) -> None:
+    """Ctrl-C at a random moment: exit 130, no process left. The rerun keeps what was committed,
+    makes the rest and finalises every episode exactly once; a third run says it is complete
+    and starts nothing; another --scenes is refused in one line."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    delay = random.Random(SEED).uniform(0.0, 0.5)
+    with running(run_args(config, out, 8), tmp_path, "first") as first:
+        first.wait_until("a committed episode", lambda: bool(_committed(out)))
+        first.wait_until("the random moment", _after(delay))
+        first.signal(signal.SIGINT, group=True)  # what a terminal's Ctrl-C does
+        assert first.wait() == 130, f"seed {SEED}:\n{first.text()[-3000:]}"
+        assert not first.survivors(), f"seed {SEED}: processes of the run left behind"
+    kept_before = _committed(out)
+    assert kept_before
+
+    with running(run_args(config, out, 8), tmp_path, "rerun") as rerun:
+        assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"
+    if "every item was done by an earlier run" not in rerun.text():  # else the stop came after the last
+        counts = summary_counts(rerun.text())
+        assert counts["dead"] == 0
+        assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == 8, counts
+    total, ids = dataset_task_ids(out)
+    committed = _committed(out)
+    assert set(kept_before) <= set(committed)  # kept, and not written again (exactly once)
+    assert total == len(ids) == len(set(ids)) == len(committed) and sorted(ids) == committed
+    assert json.loads((out / ".troupe" / "run.json").read_text())["complete"]["episodes"] == total
+
+    done = ctl(*run_args(config, out, 8), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"already complete: {total} episodes at {out.resolve()}" in " ".join(done.stdout.split())
+    assert "node up" not in done.stdout
+
+    other = ctl(*run_args(config, out, 4), timeout=120)
+    assert other.returncode == 2
+    assert other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
+    assert "items=8" in other.stderr and "items=4" in other.stderr and "--fresh" in other.stderr
+
+
+@pytest.mark.timeout(300)
+def test_fresh_starts_anew_keeping_files_troupe_did_not_write(tmp_path: Path) -> None:
+    """--fresh deletes troupe's own files and starts over; a user's file in --out stays. A run
+    into a directory troupe did not make, or with another resolution, is refused in one line."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    first = ctl(*run_args(config, out, 2), timeout=200)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    (out / "NOTES.md").write_text("mine\n")
+
+    bigger = tmp_path / "bigger.toml"
+    bigger.write_text(config.read_text().replace("width = 48", "width = 64"))
+    changed = ctl(*run_args(bigger, out, 2), timeout=120)
+    assert changed.returncode == 2 and changed.stderr.count("\n") == 1
+    assert "stage.load.kwargs.width=48" in changed.stderr and "width=64" in changed.stderr
+
+    fresh = ctl(*run_args(config, out, 3, "--fresh"), timeout=200)
+    assert fresh.returncode == 0, fresh.stdout[-2000:] + fresh.stderr
+    counts = summary_counts(fresh.stdout)
+    assert counts["kept"] == counts["before"] == 0 and counts["ok"] + counts["pruned"] == 3
+    assert (out / "NOTES.md").read_text() == "mine\n"
+    total, ids = dataset_task_ids(out)
+    assert total == len(set(ids)) == counts["ok"]
+
+    foreign = tmp_path / "someone-elses"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("\\begin{document}\n")
+    refused = ctl(*run_args(config, foreign, 2, "--fresh"), timeout=120)
+    assert refused.returncode == 2 and "thesis.tex" in refused.stderr and refused.stderr.count("\n") == 1
+    assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
+
+
+def _after(delay: float) -> Callable[[], bool]:
+    deadline = time.monotonic() + delay
+    return lambda: time.monotonic() >= deadline

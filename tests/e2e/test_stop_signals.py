@@ -1,0 +1,102 @@
+"""SIGINT and SIGTERM stop the long-running troupe commands: gracefully, with exit status 130 or
+143 and no process of theirs left behind; a second signal stops them at once.
+
+Real processes on loopback. Each signal comes at a random moment after the command is up (a
+seeded delay; TROUPE_STOP_SEED replays it).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support.run_resume_helpers import dataset_task_ids, run_args, running, small_pipeline, summary_counts
+from troupe.runtime.testing import free_endpoint
+
+pytestmark = pytest.mark.e2e
+
+SEED = int(os.environ.get("TROUPE_STOP_SEED", "5"))
+
+NODE_TOML = """
+[node]
+stop_grace_s = 5
+
+[[workers]]
+name = "w-echo"
+actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+
+[[workers]]
+name = "w-relay"
+actors = [{ name = "relay", class = "troupe.actors.demo:Relay" }]
+"""
+
+
+def _after(delay: float) -> Callable[[], bool]:
+    deadline = time.monotonic() + delay
+    return lambda: time.monotonic() >= deadline
+
+
+@pytest.mark.parametrize(("command", "signum", "group"), [
+    ("node", signal.SIGTERM, False),
+    ("node-with-master", signal.SIGINT, True),
+    ("master", signal.SIGTERM, False),
+])
+def test_a_long_running_command_stops_on_a_signal_and_leaves_no_process(
+    tmp_path: Path, command: str, signum: int, group: bool
+) -> None:
+    """`node start` (alone or with the master inside) and `master start`: one signal, a clean
+    stop, exit 128 + the signal, every process of the command gone."""
+    config = tmp_path / "node.toml"
+    config.write_text(NODE_TOML)
+    logs, journal = tmp_path / "logs", tmp_path / "journal.db"
+    args, ready = {
+        "node": (["node", "start", "--config", str(config), "--endpoint", free_endpoint(), "--logs", str(logs)],
+                 "worker_registered"),
+        "node-with-master": (["node", "start", "--config", str(config), "--endpoint", free_endpoint(),
+                              "--logs", str(logs), "--with-master", "--master", free_endpoint(),
+                              "--journal", str(journal), "--new"], "worker_registered"),
+        "master": (["master", "start", "--endpoint", free_endpoint(), "--logs", str(logs),
+                    "--journal", str(journal), "--new"], "master_started"),
+    }[command]
+    delay = random.Random(f"{SEED}-{command}").uniform(0.0, 1.0)
+    with running(args, tmp_path, command) as cmd:
+        cmd.wait_until(ready, lambda: ready in cmd.text(), timeout=120)
+        cmd.wait_until("the random moment", _after(delay))
+        cmd.signal(signum, group=group)
+        assert cmd.wait(timeout=60) == 128 + signum, f"seed {SEED}:\n{cmd.text()[-3000:]}"
+        assert not cmd.survivors(), f"seed {SEED}: processes left behind"
+    if command != "master":
+        assert len(cmd.seen) >= 3  # the supervisor and both workers were tracked, and are gone
+
+
+@pytest.mark.timeout(400)
+def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path: Path) -> None:
+    """SIGTERM, then SIGTERM again during the graceful stop: `troupe run` kills its process tree
+    and exits 143 at once. What was committed stays committed: a rerun completes, every
+    episode exactly once."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    committed = out / ".troupe" / "episodes" / "committed"
+    delay = random.Random(f"{SEED}-twice").uniform(0.0, 0.5)
+    with running(run_args(config, out, 8), tmp_path, "run") as run:
+        run.wait_until("a committed episode", lambda: committed.is_dir() and any(committed.iterdir()))
+        run.wait_until("the random moment", _after(delay))
+        run.signal(signal.SIGTERM)
+        run.wait_until("the graceful stop", lambda: "stopping gracefully" in run.text(), timeout=60)
+        run.signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 143, f"seed {SEED}:\n{run.text()[-3000:]}"
+        assert "stopped at once" in run.text()
+        assert not run.survivors(), f"seed {SEED}: processes of the run left behind"
+        assert len(run.seen) >= 5  # the supervisor and a replica per stage were tracked
+
+    with running(run_args(config, out, 8), tmp_path, "rerun") as rerun:
+        assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"
+    if "every item was done by an earlier run" not in rerun.text():  # else the stop came after the last
+        counts = summary_counts(rerun.text())
+        assert counts["dead"] == 0 and counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == 8
+    total, ids = dataset_task_ids(out)
+    assert total == len(set(ids)) == len(ids) == len(list(committed.iterdir()))

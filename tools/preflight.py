@@ -1,0 +1,152 @@
+"""Checks a command makes before it starts anything: bad input is one line and exit status 2.
+
+Each ``check_*`` function reads the options and config a command was given, imports every
+actor class its workers will import, and makes sure its endpoints are free and its output
+directories writable; the first problem exits 2 with one line naming the option or field and
+what is wrong. Nothing is created on the way (no directory, no log file, no process).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+
+from troupe.runtime.config import NodeConfig, load_node_config
+from troupe.runtime.config_messages import validation_message
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.jobspec import MAX_COUNT
+from troupe.runtime.loading import check_node_actors, check_stage_actors
+from troupe.runtime.master import DEFAULT_MASTER_ENDPOINT
+
+from .client import fail
+
+__all__ = [
+    "check_demo",
+    "check_master_start",
+    "check_node_start",
+    "check_run",
+    "endpoint_problem",
+    "writable_problem",
+]
+
+# Kernel file systems: writing output there is never what was meant, and errors are cryptic.
+_VIRTUAL = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | None:
+    """Why ``endpoint`` cannot be bound now (another process listens there), or None.
+
+    ``who`` is what usually holds such a port (``node``, ``master``), for the message.
+
+    Only ``tcp://HOST:PORT`` is probed; a wildcard port, ipc and inproc are left to the bind.
+    """
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "tcp" or not port:
+        return None
+    host = parts.hostname or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As ZeroMQ does: a port whose last connection lingers in TIME_WAIT is free to bind.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"endpoint {endpoint} is in use (another troupe {who}?); pass {option}"
+            return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass {option}"
+    return None
+
+
+def writable_problem(path: Path, what: str) -> str | None:
+    """Why files cannot be written under directory ``path`` (made if missing), or None.
+
+    Probes by creating and removing a temporary entry, in ``path`` or in its nearest existing
+    parent, so it leaves nothing behind and is right where permission bits are not the whole
+    story (root, read-only mounts, /proc).
+    """
+    absolute = Path(os.path.abspath(path))
+    for virtual in _VIRTUAL:
+        if absolute == virtual or virtual in absolute.parents:
+            return f"{what} {path}: {virtual} is a kernel file system, not a place for output"
+    existing = absolute
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        shown = "is a file" if existing == absolute else f"is under {existing}, which is a file"
+        return f"{what} {path}: {shown}, not a directory"
+    try:
+        if existing == absolute:
+            fd, probe = tempfile.mkstemp(prefix=".troupe-probe-", dir=existing)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".troupe-probe-", dir=existing))
+    except OSError as exc:
+        return f"{what} {path}: cannot write in {existing} ({exc.strerror})"
+    return None
+
+
+def check_run(config: Path | None, out: Path, scenes: int | None, endpoint: str, master: str) -> None:
+    """``troupe run``: --scenes, the pipeline file, its actor classes, --out, both endpoints."""
+    if scenes is not None and not 1 <= scenes <= MAX_COUNT:
+        raise fail(f"--scenes must be between 1 and {MAX_COUNT}, got {scenes}", 2)
+    from .run_pipeline import load_config
+
+    source = str(config) if config else "the default pipeline"
+    try:
+        cfg = load_config(config, scenes, out)
+        check_stage_actors(cfg, source)
+    except ValidationError as exc:  # the embedded default with an override
+        raise fail(validation_message(source, exc), 2) from None
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    _check(writable_problem(out, "--out"), endpoint_problem(endpoint, "--endpoint"),
+           endpoint_problem(master, "--master", "master"))
+
+
+def check_demo(log_dir: Path, endpoint: str) -> None:
+    """``troupe demo``: its logs directory and endpoint."""
+    _check(writable_problem(log_dir, "--logs"), endpoint_problem(endpoint, "--endpoint"))
+
+
+def check_node_start(config: Path | None, with_master: bool, **options: Any) -> str | None:
+    """``troupe node start``: the config with its options, its actor classes, endpoints, logs.
+
+    Returns:
+        The master to join: ``--master``, else the config's ``[node] master``, else (with
+        ``--with-master``) the default master endpoint.
+    """
+    try:
+        cfg: NodeConfig = load_node_config(config, **options)
+        check_node_actors(cfg, str(config) if config else "defaults")
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    master = cfg.master
+    if with_master and master is None:
+        master = DEFAULT_MASTER_ENDPOINT
+    option = "--endpoint" if options.get("endpoint") else "--endpoint (or [node] endpoint)"
+    _check(writable_problem(cfg.log_dir, "logs directory"), endpoint_problem(cfg.endpoint, option),
+           endpoint_problem(master, "--master", "master") if with_master and master else None)
+    return master
+
+
+def check_master_start(endpoint: str, log_dir: Path) -> None:
+    """``troupe master start``: its endpoint and logs directory (the journal is checked apart)."""
+    _check(writable_problem(log_dir, "--logs"), endpoint_problem(endpoint, "--endpoint", "master"))
+
+
+def _check(*problems: str | None) -> None:
+    for problem in problems:
+        if problem is not None:
+            raise fail(problem, 2)

@@ -1,0 +1,119 @@
+"""Ctrl-C and SIGTERM for the troupe command: the first stops gracefully, the second at once.
+
+Every command runs its work in a cancel scope (``client.run_async``). The first SIGINT or
+SIGTERM cancels that scope: the work stops the structured way, and what owns processes (the
+node) stops them in its shielded clean-up, workers first, within its ``stop_grace_s``. The
+command then exits 128 + the signal (130 for SIGINT, 143 for SIGTERM). A second signal during
+that stop does not wait: every process this one started (the whole tree) is SIGKILLed and the
+command exits at once with the same status. Committed outputs stay committed either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import anyio
+import psutil
+from anyio.abc import TaskStatus
+from rich.console import Console
+
+__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_err = Console(stderr=True)
+
+
+def exit_status(signum: int) -> int:
+    """The shell's status for a command stopped by ``signum`` (130 for SIGINT, 143 for SIGTERM)."""
+    return 128 + int(signum)
+
+
+def kill_descendants(wait_s: float = 2.0) -> int:
+    """SIGKILL every process this one started, children of children included; reap them.
+
+    Returns:
+        How many processes were signalled.
+    """
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass  # it exited meanwhile
+    psutil.wait_procs(procs, timeout=wait_s)  # reaps our own children: no zombie left behind
+    return len(procs)
+
+
+class StopSignals:
+    """Watches SIGINT and SIGTERM for one command run.
+
+    Attributes:
+        signum: the first stop signal received, None while none came.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def exit_status(self) -> int | None:
+        """128 + the first signal, None when no signal stopped the command."""
+        return None if self.signum is None else exit_status(self.signum)
+
+    async def watch(
+        self, work: anyio.CancelScope, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Cancel ``work`` on the first signal; on the second, kill the process tree and exit."""
+        try:
+            with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+                task_status.started()
+                async for signum in signals:
+                    if self.signum is None:
+                        self.signum = signum
+                        _err.print(f"{signal.Signals(signum).name}: stopping gracefully "
+                                   "(Ctrl-C again to stop at once)", highlight=False)
+                        work.cancel()
+                        continue
+                    self.force()
+        finally:
+            # The work is over and the process winds down (threads, sockets): a signal now
+            # ends it at once with the right status, not with a traceback or signal death.
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self._late)
+
+    def _late(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.force()
+
+    def exit(self) -> None:
+        """The stop is done: exit with the signal's status now.
+
+        Not through the interpreter's own wind-down: it resets the signal handlers first and
+        then takes a while (modules, sockets), and a second Ctrl-C in that window would end
+        the process as killed by the signal instead of with the status.
+        """
+        assert self.signum is not None
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed pipe: nothing more to say
+        os._exit(exit_status(self.signum))
+
+    def force(self) -> None:
+        """Stop now: SIGKILL every process this one started, then exit with the first signal's status."""
+        assert self.signum is not None
+        killed = kill_descendants()
+        for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
+            console.show_cursor(True)
+        _err.print(f"stopped at once: {killed} processes killed", highlight=False)
+        _err.file.flush()
+        os._exit(exit_status(self.signum))
