@@ -1,6 +1,6 @@
 """Start a troupe process without the console extras it never shows.
 
-``python -m troupe.lean_start troupe.runtime.worker [args]`` runs that module as ``__main__``,
+``python -m troupe.lean_start troupe.runtime.node.worker_process [args]`` runs that module as ``__main__``,
 as ``python -m`` would, after importing structlog with rich hidden. structlog's ``dev`` module
 (imported by ``import structlog``) loads rich's console and traceback renderers, and pygments
 with them, whenever rich is installed: about 12 MiB resident in every process. A worker or a

@@ -8,13 +8,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from troupe.runtime import AskTimeout, ConfigError, Runtime, TroupeError, Unreachable
-from troupe.runtime.zmq_transport import ZmqTransport
+from troupe.runtime.transports.zmq import ZmqTransport
 
 from .master_client import reachable
 from .stop_signals import StopSignals, exit_status
@@ -71,7 +70,7 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         if signals.exit_status is not None:  # a failure of the stop itself: the signal says why
             signals.exit()
         leaves = _leaves(exc)
-        exits = [e for e in leaves if isinstance(e, click.exceptions.Exit)]
+        exits = [e for e in leaves if isinstance(e, typer.Exit)]
         if exits:  # a command's own fail(...) from inside a task group
             raise exits[0] from None
         if not all(isinstance(e, TroupeError) for e in leaves):

@@ -6,16 +6,17 @@ from importlib import metadata
 from typing import Annotated, Optional
 
 import typer
+from troupe.cli.bench.command import bench_app
+from troupe.cli.commands import (
+    chaos,  # noqa: F401  (adds `ctl chaos` and `ctl heal`)
+    compact,  # noqa: F401  (adds `master compact`)
+)
+from troupe.cli.commands.ctl import ctl_app
+from troupe.cli.commands.logs import logs_app
+from troupe.cli.commands.master import master_app
+from troupe.cli.commands.node import node_app
+from troupe.cli.commands.run import demo, run
 from typer.core import TyperOption
-
-from . import chaos_cmd  # noqa: F401  (adds `ctl chaos` and `ctl heal`)
-from . import compact_cmd  # noqa: F401  (adds `master compact`)
-from .bench_cmd import bench_app
-from .ctl_cmd import ctl_app
-from .logs_cmd import logs_app
-from .master_cmd import master_app
-from .node_cmd import node_app
-from .run_cmd import demo, run
 
 __all__ = ["app", "version"]
 

@@ -9,9 +9,8 @@ from urllib.parse import urlsplit
 
 from rich.markup import escape
 from rich.table import Table
-
 from troupe.runtime import AskTimeout, Runtime, Unreachable
-from troupe.runtime.zmq_transport import ZmqTransport
+from troupe.runtime.transports.zmq import ZmqTransport
 
 __all__ = ["jobs_table", "master_call", "master_tables", "reachable", "submit_job"]
 

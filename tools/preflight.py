@@ -17,13 +17,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
-
-from troupe.runtime.config import NodeConfig, load_node_config
-from troupe.runtime.config_messages import validation_message
+from troupe.runtime.core.config_messages import validation_message
+from troupe.runtime.core.loading import check_node_actors, check_stage_actors
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.jobspec import MAX_COUNT
-from troupe.runtime.loading import check_node_actors, check_stage_actors
-from troupe.runtime.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.node.config import NodeConfig, load_node_config
+from troupe.runtime.tasks.jobspec import MAX_COUNT
+from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 
 from .client import fail
 
@@ -101,7 +100,7 @@ def check_run(config: Path | None, out: Path, scenes: int | None, endpoint: str,
     """``troupe run``: --scenes, the pipeline file, its actor classes, --out, both endpoints."""
     if scenes is not None and not 1 <= scenes <= MAX_COUNT:
         raise fail(f"--scenes must be between 1 and {MAX_COUNT}, got {scenes}", 2)
-    from .run_pipeline import load_config
+    from troupe.cli.commands.run_pipeline import load_config
 
     source = str(config) if config else "the default pipeline"
     try:

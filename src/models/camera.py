@@ -1,6 +1,6 @@
 """Pinhole cameras: intrinsics and ray generation.
 
-Convention (shared with ``troupe.actors.pose``): a camera's rotation matrix maps camera axes to
+Convention (shared with ``troupe.actors.datagen.pose``): a camera's rotation matrix maps camera axes to
 world axes; its columns are the camera's forward, left and up directions in the world. Pixel
 ``(row v, column u)`` has its centre at ``(u + 0.5, v + 0.5)``; image x grows to the right
 (the camera's -left) and image y grows downwards (the camera's -up).

@@ -1,9 +1,16 @@
-"""troupe's runtime: actors, messaging, nodes and task dispatch. No domain words, no torch."""
+"""troupe's runtime: actors, messaging, nodes and task dispatch. No domain words, no torch.
+
+This module is the public API. Wire-level names for experts (the codec, envelopes, mailboxes,
+transports) are in ``troupe.runtime.lowlevel``. The subpackages, each saying what it may import:
+core, wire, transports, node, supervision, chaos, tasks (and tasks.master), pipeline, testing.
+"""
 
 from __future__ import annotations
 
-from .actor import Actor, MessageContext, handles
-from .codec import BufferExtension, Codec, Envelope, Kind, register_extension
+from .core.actor import Actor, MessageContext, handles
+from .core.client import connect
+from .core.ref import ActorAddress, ActorRef
+from .core.runtime import Runtime
 from .errors import (
     ActorStopped,
     AskTimeout,
@@ -20,15 +27,10 @@ from .errors import (
     Unreachable,
     VersionMismatch,
 )
-from .client import connect
-from .commit import OutputStore
-from .content_store import ContentStore
-from .host import Runtime
-from .mailbox import Mailbox, MailboxStats
-from .ref import ActorAddress, ActorRef
-from .stage import StageActor
-from .task_actor import LeasedTask, TaskActor
-from .transport import MemoryHub, MemoryTransport, Transport
+from .pipeline.stage import StageActor
+from .tasks.content_store import ContentStore
+from .tasks.output_store import OutputStore
+from .tasks.task_actor import LeasedTask, TaskActor
 
 __all__ = [
     "Actor",
@@ -37,19 +39,11 @@ __all__ = [
     "ActorStopped",
     "AskTimeout",
     "BadFrame",
-    "BufferExtension",
     "ContentStore",
-    "Codec",
     "ConfigError",
     "DeliveryError",
-    "Envelope",
-    "Kind",
     "LeasedTask",
-    "Mailbox",
     "MailboxFull",
-    "MailboxStats",
-    "MemoryHub",
-    "MemoryTransport",
     "MessageContext",
     "MessageTooLarge",
     "OutputStore",
@@ -58,7 +52,6 @@ __all__ = [
     "Runtime",
     "StageActor",
     "TaskActor",
-    "Transport",
     "TroupeError",
     "UnknownActor",
     "UnknownMessageType",
@@ -66,5 +59,4 @@ __all__ = [
     "VersionMismatch",
     "connect",
     "handles",
-    "register_extension",
 ]

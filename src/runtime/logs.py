@@ -36,7 +36,9 @@ def log_file(log_dir: Path, node: str) -> Path:
 
 def _bound_actor() -> str | None:
     """The actor whose code is running, if any: the bound ``actor``, else the current cell's."""
-    from .cell import Cell  # late: logs must be importable before the runtime
+    from troupe.runtime.core.cell import (
+        Cell,  # late: logs must be importable before the runtime
+    )
 
     bound = structlog.contextvars.get_contextvars().get("actor")
     if bound is not None:
@@ -60,7 +62,9 @@ def identify(event: dict[str, Any], who: dict[str, Any]) -> dict[str, Any]:
 
 
 def _add_message_context(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    from .cell import Cell  # late: logs must be importable before the runtime
+    from troupe.runtime.core.cell import (
+        Cell,  # late: logs must be importable before the runtime
+    )
 
     cell = Cell.current.get()
     msg = None if cell is None else cell.handling

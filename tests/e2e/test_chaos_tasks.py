@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 from support.chaos import TaskMaster, node_config
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import ChaosEvent, Cluster, random_schedule
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import ChaosEvent, Cluster, random_schedule
 
 pytestmark = pytest.mark.e2e
 
@@ -39,8 +39,8 @@ period_s = 60
 backoff_base_s = 0.05
 backoff_max_s = 0.2
 """
-SLEEP = "troupe.actors.demo_tasks:SleepTask"
-CRUNCH = "troupe.actors.chaos_tasks:CrunchTask"
+SLEEP = "troupe.actors.demo.tasks:SleepTask"
+CRUNCH = "support.chaos_tasks:CrunchTask"
 NODE = "n1"
 TASKS = 40
 PARAMS = {"min_ms": 20, "max_ms": 50}

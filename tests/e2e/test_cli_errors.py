@@ -18,8 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from troupe.runtime.testing import free_endpoint, reap
+from troupe.runtime.testing.plugin import free_endpoint, reap
 
 pytestmark = pytest.mark.e2e
 
@@ -179,7 +178,7 @@ def test_bad_config_value_is_one_line_with_field_and_value(tmp_path: Path) -> No
     """Several bad fields of a pipeline: one line naming each by path, the stage by its name."""
     pipeline = tmp_path / "pipe.toml"
     pipeline.write_text('[pipeline]\nitem = 3\n[[stages]]\nname = "render"\n'
-                        'actor = "troupe.actors.synthetic:CostStage"\nreplicas = -1\n')
+                        'actor = "troupe.actors.bench.synthetic:CostStage"\nreplicas = -1\n')
     line = one_line_error(troupe("run", str(pipeline), "--out", str(tmp_path / "out"), cwd=tmp_path))
     assert "stages.render.replicas: must be >= 1 (got -1)" in line
     assert "pipeline.item: unknown key; did you mean 'items'?" in line

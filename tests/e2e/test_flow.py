@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 from support.cluster import NodeProc, running_node
-from troupe.runtime.client import connect
+from troupe.runtime.core.client import connect
 
 pytestmark = pytest.mark.e2e
 
@@ -18,11 +18,11 @@ hwm = 64
 
 [[workers]]
 name = "src"
-actors = [{ name = "source", class = "troupe.cli.bench_actors:Source" }]
+actors = [{ name = "source", class = "troupe.cli.bench.actors:Source" }]
 
 [[workers]]
 name = "dst"
-actors = [{ name = "sink", class = "troupe.cli.bench_actors:Sink" }]
+actors = [{ name = "sink", class = "troupe.cli.bench.actors:Sink" }]
 """
 
 

@@ -22,11 +22,9 @@ import msgpack
 import psutil
 import pytest
 import zmq
-
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import Cluster
-
 from support.cluster import ctl
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -44,8 +42,8 @@ stop_grace_s = {GRACE_S}
 [[workers]]
 name = "w-echo"
 actors = [
-  {{ name = "echo", class = "troupe.actors.demo:Echo" }},
-  {{ name = "greeter", class = "troupe.actors.demo:Greeter" }},
+  {{ name = "echo", class = "troupe.actors.demo.actors:Echo" }},
+  {{ name = "greeter", class = "troupe.actors.demo.actors:Greeter" }},
 ]
 """
 
@@ -169,8 +167,8 @@ backoff_max_s = 0.2
 [[workers]]
 name = "w-gate"
 actors = [
-  {{ name = "gate", class = "troupe.actors.demo:Gate" }},
-  {{ name = "echo", class = "troupe.actors.demo:Echo" }},
+  {{ name = "gate", class = "troupe.actors.demo.actors:Gate" }},
+  {{ name = "echo", class = "troupe.actors.demo.actors:Echo" }},
 ]
 """
 

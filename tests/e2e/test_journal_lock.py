@@ -12,12 +12,12 @@ from typing import Any
 
 import anyio
 import pytest
-
+from support.cluster import ctl, free_endpoint, reap
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
-from troupe.runtime.journal import Journal
-from troupe.runtime.taskbook import TaskBook, split_commands
-from troupe.runtime.taskstate import (
+from troupe.runtime.tasks.book import TaskBook, split_commands
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.state import (
     Complete,
     Event,
     Fail,
@@ -29,8 +29,6 @@ from troupe.runtime.taskstate import (
     TaskSpec,
     WorkerJoined,
 )
-
-from support.cluster import ctl, free_endpoint, reap
 
 pytestmark = pytest.mark.e2e
 

@@ -17,13 +17,11 @@ from typing import Any
 import anyio
 import psutil
 import pytest
-
-from troupe.cli.master_client import master_call
-from troupe.runtime.commit import OutputStore
-from troupe.runtime.content_store import ContentStore
-from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
-
 from support.cluster import ctl, free_endpoint, reap
+from troupe.cli.master_client import master_call
+from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
+from troupe.runtime.tasks.content_store import ContentStore
+from troupe.runtime.tasks.output_store import OutputStore
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +32,11 @@ stop_grace_s = 2
 
 [[workers]]
 name = "w1"
-actors = [{{ name = "task", class = "troupe.actors.demo_tasks:SleepTask", kwargs = {kwargs} }}]
+actors = [{{ name = "task", class = "troupe.actors.demo.tasks:SleepTask", kwargs = {kwargs} }}]
 
 [[workers]]
 name = "w2"
-actors = [{{ name = "task", class = "troupe.actors.demo_tasks:SleepTask", kwargs = {kwargs} }}]
+actors = [{{ name = "task", class = "troupe.actors.demo.tasks:SleepTask", kwargs = {kwargs} }}]
 """
 SLOW_NODE = "n3"
 

@@ -11,11 +11,15 @@ import numpy as np
 import psutil
 import pytest
 import zmq
-
-from troupe.runtime import AskTimeout, MailboxFull, RemoteError, UnknownActor, UnknownMessageType
-from troupe.runtime.client import connect
-
 from support.cluster import NodeProc, ctl
+from troupe.runtime import (
+    AskTimeout,
+    MailboxFull,
+    RemoteError,
+    UnknownActor,
+    UnknownMessageType,
+)
+from troupe.runtime.core.client import connect
 
 pytestmark = pytest.mark.e2e
 

@@ -21,11 +21,10 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
-
 from troupe.runtime import AskTimeout
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.leftovers import pids_file
-from troupe.runtime.testing import Cluster
+from troupe.runtime.node.leftovers import pids_file
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -48,21 +47,21 @@ progress_timeout_s = 120
 STUCK = PATIENT + """
 [[workers]]
 name = "w-stall"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-hang"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-idle"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 ONE = PATIENT + """
 [[workers]]
 name = "w-one"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 
@@ -182,7 +181,7 @@ def test_a_child_whose_parent_death_signal_did_not_fire_still_dies(stray: dict[i
     child_code = textwrap.dedent(
         """
         import ctypes, time
-        from troupe.runtime.child import die_with_parent
+        from troupe.runtime.node.child import die_with_parent
         die_with_parent("child")
         ctypes.CDLL(None).prctl(1, 0)  # as if the parent-death signal never fired
         print("ready", flush=True)
@@ -192,7 +191,7 @@ def test_a_child_whose_parent_death_signal_did_not_fire_still_dies(stray: dict[i
     node_code = textwrap.dedent(
         f"""
         import os, subprocess, sys
-        from troupe.runtime.child import child_env
+        from troupe.runtime.node.child import child_env
         child = subprocess.Popen([sys.executable, "-c", {child_code!r}], env=child_env({{}}),
                                  stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline() == "ready\\n"
@@ -217,7 +216,7 @@ def test_a_child_started_after_its_node_died_exits_at_once() -> None:
     """A child whose recorded node is not its parent (the node died before the guard) exits with a clear message."""
     env = {**os.environ, "TROUPE_PARENT_PID": "1"}  # init: certainly not the parent of this child
     out = subprocess.run(
-        [sys.executable, "-c", "from troupe.runtime.child import die_with_parent; die_with_parent('worker'); print('ran on')"],
+        [sys.executable, "-c", "from troupe.runtime.node.child import die_with_parent; die_with_parent('worker'); print('ran on')"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 1

@@ -25,25 +25,23 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from troupe.actors.datagen_config import DEFAULT_PIPELINE, resolve_out
-from troupe.actors.lerobot_finalize import DatasetConfig, finalize_dataset
-from troupe.actors.lerobot_format import VIDEO_KEYS
-from troupe.actors.testing_stages import PARTIAL_FILE
-from troupe.runtime.client import connect
-from troupe.runtime.commit import COMMIT_MARKER, OutputStore
-from troupe.runtime.config import NodeConfig
-from troupe.runtime.host import Runtime
-from troupe.runtime.node import Node
-from troupe.runtime.pipeline import PipelineEngine, PipelineResult
-from troupe.runtime.pipeline_config import PipelineConfig
-from troupe.runtime.pipeline_model import PipelineMetrics
-
 from support.cluster import free_endpoint
+from troupe.actors.datagen.config import DEFAULT_PIPELINE, resolve_out
+from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
+from troupe.actors.lerobot.flaky_writer import PARTIAL_FILE
+from troupe.actors.lerobot.format import VIDEO_KEYS
+from troupe.runtime.core.client import connect
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.node.config import NodeConfig
+from troupe.runtime.node.node import Node
+from troupe.runtime.pipeline.config import PipelineConfig
+from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
+from troupe.runtime.pipeline.model import PipelineMetrics
+from troupe.runtime.tasks.output_store import COMMIT_MARKER, OutputStore
 
 pytestmark = pytest.mark.e2e
 
-COST = "troupe.actors.synthetic:CostStage"
+COST = "troupe.actors.bench.synthetic:CostStage"
 TASK_TEXT = "navigate to the goal"
 RUN_TIMEOUT_S = 60
 
@@ -65,7 +63,7 @@ def no_leaked_processes() -> Iterator[None]:
 async def pipeline_node(log_dir: Path) -> AsyncIterator[tuple[Runtime, str]]:
     """A node in this process and a client runtime connected to it; the node stops on exit.
 
-    Like ``troupe.cli.run_cmd.start_local_node``, but it also knows when the node has finished
+    Like ``troupe.cli.commands.run.start_local_node``, but it also knows when the node has finished
     stopping its workers, so a failing test still waits for them (shielded, bounded).
     """
     endpoint = free_endpoint()
@@ -312,7 +310,7 @@ async def test_writer_disk_failure_is_retried_without_partial_episodes(tmp_path:
     stages = [dict(s) for s in DEFAULT_PIPELINE["stages"]]
     stages[0]["kwargs"] = {"width": 48, "height": 36}
     stages[1]["kwargs"] = {"fps": 10, "max_frames": 20}
-    stages[3] = {**stages[3], "actor": "troupe.actors.testing_stages:FlakyLeRobotWriter",
+    stages[3] = {**stages[3], "actor": "troupe.actors.lerobot.flaky_writer:FlakyLeRobotWriter",
                  "kwargs": {"store": "{out}/.troupe/episodes", "fault_dir": "{out}/.troupe/faults"}}
     cfg = resolve_out(PipelineConfig.model_validate({**data, "stages": stages}), out)
     result, _ = await _run(cfg, tmp_path / "logs")

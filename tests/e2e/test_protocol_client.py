@@ -27,7 +27,7 @@ PROBE_CONFIG = """
 name = "w-probe"
 actors = [
   { name = "probe", class = "support.protocol_probe:ArrayProbe" },
-  { name = "echo", class = "troupe.actors.demo:Echo" },
+  { name = "echo", class = "troupe.actors.demo.actors:Echo" },
 ]
 
 [[workers]]

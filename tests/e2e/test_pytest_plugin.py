@@ -126,7 +126,7 @@ def test_a_worker_that_cannot_start_fails_the_fixture_at_once_with_its_error(tmp
 def test_the_documented_pipeline_runs_with_troupe_run(tmp_path: Path) -> None:
     """`troupe run pipelines/tokens.toml` in the project runs the guide's two stages: of 12
     seeds, the 4 divisible by 3 are pruned and 8 pass both stages."""
-    from troupe.runtime.testing import free_endpoint
+    from troupe.runtime.testing.plugin import free_endpoint
 
     project = fresh_project(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}

@@ -15,8 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.run_resume_helpers import dataset_task_ids, run_args, running, small_pipeline, summary_counts
-from troupe.runtime.testing import free_endpoint
+from support.run_resume_helpers import (
+    dataset_task_ids,
+    run_args,
+    running,
+    small_pipeline,
+    summary_counts,
+)
+from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +34,11 @@ stop_grace_s = 5
 
 [[workers]]
 name = "w-echo"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-relay"
-actors = [{ name = "relay", class = "troupe.actors.demo:Relay" }]
+actors = [{ name = "relay", class = "troupe.actors.demo.actors:Relay" }]
 """
 
 

@@ -10,12 +10,10 @@ from typing import Any
 
 import anyio
 import pytest
-
-from troupe.runtime import AskTimeout, RemoteError
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import ChaosEvent, Cluster, reap, start_cluster
-
 from support.cluster import ctl
+from troupe.runtime import AskTimeout, RemoteError
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import ChaosEvent, Cluster, reap, start_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -40,11 +38,11 @@ progress_timeout_s = {PROGRESS_S}
 SHARED = SUPERVISION + """
 [[workers]]
 name = "w-echo"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-relay"
-actors = [{ name = "relay", class = "troupe.actors.demo:Relay", kwargs = { target = "w-echo/echo" } }]
+actors = [{ name = "relay", class = "troupe.actors.demo.actors:Relay", kwargs = { target = "w-echo/echo" } }]
 """
 
 ONE = SUPERVISION + """
@@ -54,7 +52,7 @@ backoff_max_s = 0.2
 
 [[workers]]
 name = "w-one"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 
@@ -119,7 +117,7 @@ async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_i
     restart of its worker brings it back."""
     before = Cluster.worker_in(await _settled(one), "w-one")
     async with one.client() as rt:
-        address = await rt.control(before["endpoint"], "spawn", {"name": "late", "class": "troupe.actors.demo:Echo"})
+        address = await rt.control(before["endpoint"], "spawn", {"name": "late", "class": "troupe.actors.demo.actors:Echo"})
         assert address.endswith("/w-one/late")
         assert await rt.ref("late").ask("echo", "first") == "first"  # resolved through the node
     status = await one.wait_for(lambda s: "late" in Cluster.worker_in(s, "w-one")["actors"], timeout=5)
@@ -296,11 +294,11 @@ backoff_base_s = 0.05
 
 [[workers]]
 name = "w-flaky"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-steady"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 

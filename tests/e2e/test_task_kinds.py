@@ -23,13 +23,13 @@ import anyio
 import pytest
 from support.chaos import TaskMaster, node_config
 from support.cluster import running_node
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.commit import OutputStore
+from troupe.runtime.tasks.output_store import OutputStore
+from troupe.runtime.testing import plugin as troupe_testing
 
 pytestmark = pytest.mark.e2e
 
-SLEEP = "troupe.actors.demo_tasks:SleepTask"
-NAP = "troupe.actors.demo_tasks:NapTask"
+SLEEP = "troupe.actors.demo.tasks:SleepTask"
+NAP = "troupe.actors.demo.tasks:NapTask"
 TASKS = 12
 CUT_LEASE_S = 4.5  # a copy cut off just after a renewal keeps its lease >= 3 s: time to commit
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from support.chaos import TaskMaster, node_config
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import Cluster
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ async def test_every_output_committed_line_names_the_actor_that_ran_the_task(
 ) -> None:
     """A job's commits are logged by the worker with actor=task, its process and its own pid."""
     cluster: Cluster = troupe_cluster(
-        node_config(master, ["w1"], "troupe.actors.demo_tasks:SleepTask", ""), "n1")
+        node_config(master, ["w1"], "troupe.actors.demo.tasks:SleepTask", ""), "n1")
     await master.wait_workers({"n1/w1"})
     job_id = await master.submit("logged", "sleep", TASKS, {"min_ms": 1, "max_ms": 5},
                                  lease_s=30, max_attempts=3)
@@ -49,7 +49,7 @@ def test_the_master_s_lines_about_a_node_say_the_master_logged_them(
     master: TaskMaster, troupe_cluster: Any, tmp_path: Path
 ) -> None:
     """node_joined names the joining node as event_node; node and process stay the master's own."""
-    troupe_cluster(node_config(master, ["w1"], "troupe.actors.demo_tasks:SleepTask", ""), "n1")
+    troupe_cluster(node_config(master, ["w1"], "troupe.actors.demo.tasks:SleepTask", ""), "n1")
     log = tmp_path / "master" / "logs" / "master.jsonl"  # where start_master puts its logs
     deadline = time.monotonic() + 60
     joined: list[dict[str, Any]] = []

@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 import pytest
 from troupe.runtime import OutputStore
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import Cluster
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ stop_grace_s = 2
 
 [[workers]]
 name = "w1"
-actors = [{{ name = "task", class = "troupe.actors.demo_tasks:SleepTask", kwargs = {{ outputs = "{out}", durable = false }} }}]
+actors = [{{ name = "task", class = "troupe.actors.demo.tasks:SleepTask", kwargs = {{ outputs = "{out}", durable = false }} }}]
 """
 JOB = '[job]\nname = "after-undrain"\nkind = "sleep"\ncount = 6\n'
 

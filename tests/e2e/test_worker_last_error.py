@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from troupe.runtime import RemoteError
-from troupe.runtime import testing as troupe_testing
-from troupe.runtime.testing import Cluster
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -35,13 +35,13 @@ backoff_max_s = 0.1
 
 [[workers]]
 name = "w-ok"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 BROKEN = {
     "w-import": ({"name": "a", "class": "mypkg_not_installed.actors:Renderer"},
                  "No module named 'mypkg_not_installed'"),
-    "w-ctor": ({"name": "a", "class": "troupe.actors.demo:Echo", "kwargs": {"bogus": 1}},
+    "w-ctor": ({"name": "a", "class": "troupe.actors.demo.actors:Echo", "kwargs": {"bogus": 1}},
                "TypeError: Echo() takes no arguments"),
 }
 

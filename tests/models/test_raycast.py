@@ -9,7 +9,6 @@ import pathlib
 import numpy as np
 import pytest
 import torch
-
 from troupe.models.camera import Intrinsics, camera_rays
 from troupe.models.raycast import (
     TEXTURE_CHECKER,
@@ -212,9 +211,9 @@ def test_models_do_not_import_runtime_or_actors() -> None:
 
 def test_generated_episodes_render_end_to_end() -> None:
     """generate -> randomize -> plan -> render gives a finite, non-flat image per frame on CPU."""
-    from troupe.actors.randomize import RandomizeConfig, randomize
-    from troupe.actors.scene import generate_scene, scene_boxes_tensor
-    from troupe.actors.trajectory import PlanConfig, plan_episode
+    from troupe.actors.datagen.randomize import RandomizeConfig, randomize
+    from troupe.actors.datagen.scene import generate_scene, scene_boxes_tensor
+    from troupe.actors.datagen.trajectory import PlanConfig, plan_episode
 
     def episode(seed: int) -> tuple[np.ndarray, np.ndarray, int]:
         scene = randomize(generate_scene(seed), seed, RandomizeConfig(width=48, height=36))

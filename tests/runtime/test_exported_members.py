@@ -19,9 +19,9 @@ def _public_modules() -> list[str]:
     names = []
     for package_name in PACKAGES:
         package = importlib.import_module(package_name)
-        for info in pkgutil.iter_modules(package.__path__):
-            if not info.name.startswith("_"):
-                names.append(f"{package_name}.{info.name}")
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{package_name}."):
+            if not any(part.startswith("_") for part in info.name.split(".")):
+                names.append(info.name)
     return sorted(names)
 
 

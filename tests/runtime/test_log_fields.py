@@ -23,7 +23,7 @@ _SCRIPT = textwrap.dedent(
     import anyio, anyio.lowlevel, structlog
     from troupe.runtime import Actor, Runtime, handles
     from troupe.runtime.logs import configure_logging
-    from troupe.runtime.zmq_transport import ZmqTransport
+    from troupe.runtime.transports.zmq import ZmqTransport
 
     log = structlog.get_logger("probe")
 

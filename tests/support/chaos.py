@@ -1,10 +1,10 @@
 """A real master process for task-level chaos tests, and the exactly-once checks they share.
 
-The pytest plugin (``troupe.runtime.testing``) starts nodes; a task test also needs a master.
+The pytest plugin (``troupe.runtime.testing.plugin``) starts nodes; a task test also needs a master.
 :func:`start_master` runs ``troupe master start --journal J --new`` on a free loopback port
 and returns once it answers; :meth:`TaskMaster.reap` stops it (SIGTERM, grace, SIGKILL).
-Task outputs go to one :class:`~troupe.runtime.commit.OutputStore` shared by every worker, and
-the task actors log each commit they make (see ``troupe.actors.demo_tasks``), so
+Task outputs go to one :class:`~troupe.runtime.tasks.output_store.OutputStore` shared by every worker, and
+the task actors log each commit they make (see ``troupe.actors.demo.tasks``), so
 :meth:`TaskMaster.commits` counts commits across processes: a task committed twice shows twice.
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import anyio
 from troupe.cli.master_client import master_call
-from troupe.runtime.commit import OutputStore
-from troupe.runtime.content_store import ContentStore
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
-from troupe.runtime.testing import free_endpoint, reap
+from troupe.runtime.tasks.content_store import ContentStore
+from troupe.runtime.tasks.output_store import OutputStore
+from troupe.runtime.testing.plugin import free_endpoint, reap
 
 __all__ = ["TaskMaster", "node_config", "start_master"]
 

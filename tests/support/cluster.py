@@ -3,7 +3,7 @@
 A node is started with ``python -m troupe.cli.main node start``; the fixture waits (a bounded
 poll) until every configured worker answers, and on teardown sends SIGTERM, waits, then
 SIGKILLs the node and every process it started, whatever the test did. ``free_endpoint`` and
-``reap`` come from the pytest plugin (``troupe.runtime.testing``), which has the rest of it.
+``reap`` come from the pytest plugin (``troupe.runtime.testing.plugin``), which has the rest of it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 from troupe.runtime import Actor, handles
-from troupe.runtime.testing import free_endpoint, reap
+from troupe.runtime.testing.plugin import free_endpoint, reap
 
 __all__ = ["DEMO_CONFIG", "Cruncher", "NodeProc", "ctl", "free_endpoint", "reap", "start_node"]
 
@@ -91,18 +91,18 @@ ask_timeout_s = 10
 
 [[workers]]
 name = "w-echo"
-actors = [{ name = "echo", class = "troupe.actors.demo:Echo" }]
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 
 [[workers]]
 name = "w-gate"
 actors = [
-  { name = "gate", class = "troupe.actors.demo:Gate" },
-  { name = "opener", class = "troupe.actors.demo:Opener" },
+  { name = "gate", class = "troupe.actors.demo.actors:Gate" },
+  { name = "opener", class = "troupe.actors.demo.actors:Opener" },
 ]
 
 [[workers]]
 name = "w-relay"
-actors = [{ name = "relay", class = "troupe.actors.demo:Relay" }]
+actors = [{ name = "relay", class = "troupe.actors.demo.actors:Relay" }]
 """
 
 

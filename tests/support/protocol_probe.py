@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from troupe.runtime import Actor, handles
-from troupe.runtime.codec import _EXTENSIONS
+from troupe.runtime.wire.codec import _EXTENSIONS
 
 __all__ = ["ArrayProbe"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
-from troupe.runtime.testing import free_endpoint
+from troupe.runtime.testing.plugin import free_endpoint
 
 __all__ = ["Command", "dataset_task_ids", "run_args", "running", "small_pipeline", "summary_counts"]
 

@@ -1,0 +1,44 @@
+"""The embedded default pipeline of ``troupe run`` (configs/datagen.toml is the same, editable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from troupe.runtime.pipeline.config import PipelineConfig
+
+__all__ = ["DEFAULT_PIPELINE", "default_pipeline", "resolve_out"]
+
+DEFAULT_PIPELINE: dict[str, Any] = {
+    "name": "indoor-nav",
+    "items": 64,
+    "seed_start": 0,
+    "slots": 4,
+    "max_attempts": 3,
+    "scale_interval_s": 0.5,
+    "stages": [
+        {"name": "load", "actor": "troupe.actors.datagen.lifecycle:SceneLoader", "replicas": 1, "max_replicas": 1,
+         "queue": 4, "kwargs": {"width": 96, "height": 72}},
+        {"name": "plan", "actor": "troupe.actors.datagen.lifecycle:NavPlanner", "replicas": 1, "max_replicas": 1,
+         "queue": 4, "kwargs": {"fps": 10, "max_frames": 60}},
+        {"name": "render", "actor": "troupe.actors.datagen.lifecycle:RaycastRenderer", "replicas": 1, "max_replicas": 2,
+         "queue": 4, "resources": {"cpu": 1, "gpu": 0}},
+        {"name": "store", "actor": "troupe.actors.datagen.lifecycle:LeRobotWriter", "replicas": 1, "max_replicas": 2,
+         "queue": 4, "kwargs": {"store": "{out}/.troupe/episodes"}},
+    ],
+}
+
+
+def default_pipeline(**overrides: Any) -> PipelineConfig:
+    """The default pipeline, with [pipeline] fields replaced by ``overrides``."""
+    data = {**DEFAULT_PIPELINE, **{k: v for k, v in overrides.items() if v is not None}}
+    return PipelineConfig.model_validate(data)
+
+
+def resolve_out(config: PipelineConfig, out: Path) -> PipelineConfig:
+    """Replace ``{out}`` in every string kwarg with the output directory."""
+    stages = []
+    for stage in config.stages:
+        kwargs = {k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()}
+        stages.append(stage.model_copy(update={"kwargs": kwargs}))
+    return config.model_copy(update={"stages": tuple(stages)})

@@ -1,0 +1,186 @@
+"""The data generation lifecycle, Load -> Plan -> Render -> Store, as pipeline stage actors.
+
+Base classes fix each step's contract; the ``Nav*`` and ``LeRobot*`` classes implement indoor
+navigation on top of them. Items travel between stages as msgpack-able dicts (``scene_wire``):
+
+=============  ==========================================  ====================================
+stage          input item                                  output item
+=============  ==========================================  ====================================
+load           ``{task_id, seed}``                         ``+ scene`` (randomized, wire form)
+plan           ``+ scene``                                 ``+ plan``; unreachable goals prune
+render         ``+ scene, plan``                           ``{task_id, seed, plan, rgb, depth}``
+store          ``{task_id, seed, plan, rgb, depth}``       ``{task_id, frames, committed}``
+=============  ==========================================  ====================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
+from troupe.actors.lerobot.writer import AsyncWriter
+from troupe.runtime.pipeline.stage import StageActor
+from troupe.runtime.tasks.output_store import OutputStore
+
+from .randomize import RandomizeConfig, randomize
+from .scene import Scene, SceneConfig, generate_scene
+from .scene_wire import plan_from_wire, plan_to_wire, scene_from_wire, scene_to_wire
+from .trajectory import Plan, PlanConfig, plan_episode
+
+__all__ = [
+    "BaseLoader",
+    "BasePlanner",
+    "BaseRandomizer",
+    "BaseRenderer",
+    "BaseWriter",
+    "LeRobotWriter",
+    "NavPlanner",
+    "RaycastRenderer",
+    "SceneLoader",
+]
+
+TASK_TEXT = "navigate to the goal"
+
+
+class BaseLoader(StageActor):
+    """Load: make (or read) the scene of a task. Input ``{task_id, seed}``; adds ``scene``."""
+
+    def load(self, task_id: str, seed: int) -> Scene:
+        """Return the task's scene."""
+        raise NotImplementedError
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        scene = self.load(item["task_id"], int(item["seed"]))
+        return {**item, "scene": scene_to_wire(scene)}
+
+
+class BaseRandomizer(BaseLoader):
+    """Load with domain randomization applied after loading, seeded by the task."""
+
+    def randomize(self, scene: Scene, seed: int) -> Scene:
+        """Return a randomized copy of ``scene``."""
+        raise NotImplementedError
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        seed = int(item["seed"])
+        scene = self.randomize(self.load(item["task_id"], seed), seed)
+        return {**item, "scene": scene_to_wire(scene)}
+
+
+class BasePlanner(StageActor):
+    """Plan: a trajectory through the scene. Adds ``plan``; raises ItemFailed to prune."""
+
+    def plan(self, scene: Scene, seed: int) -> Plan:
+        """Return the trajectory, or raise PlanFailed."""
+        raise NotImplementedError
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        plan = self.plan(scene_from_wire(item["scene"]), int(item["seed"]))
+        return {**item, "plan": plan_to_wire(plan)}
+
+
+class BaseRenderer(StageActor):
+    """Render: every frame of the trajectory. Replaces the scene with ``rgb`` and ``depth``."""
+
+    def render(self, scene: Scene, plan: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(rgb uint8 (T,H,W,3), depth float32 (T,H,W))``."""
+        raise NotImplementedError
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        rgb, depth = self.render(scene_from_wire(item["scene"]), item["plan"])
+        return {"task_id": item["task_id"], "seed": item["seed"], "plan": item["plan"], "rgb": rgb, "depth": depth}
+
+
+class BaseWriter(StageActor):
+    """Store: persist the episode exactly once (commit keyed by task id)."""
+
+
+class SceneLoader(BaseRandomizer):
+    """Procedural indoor scenes with domain randomization (same seed, same scene).
+
+    Args:
+        width: image width the scene's camera renders at.
+        height: image height.
+    """
+
+    def __init__(self, width: int = 96, height: int = 72) -> None:
+        self.scene_config = SceneConfig()
+        self.randomize_config = RandomizeConfig(width=width, height=height)
+
+    def load(self, task_id: str, seed: int) -> Scene:
+        return generate_scene(seed, self.scene_config)
+
+    def randomize(self, scene: Scene, seed: int) -> Scene:
+        return randomize(scene, seed, self.randomize_config, layout=self.scene_config)
+
+
+class NavPlanner(BasePlanner):
+    """A* on the occupancy grid, shortened by line of sight, sampled at a fixed speed and rate.
+
+    Args:
+        fps: frame rate of the trajectory.
+        max_frames: the longest episode.
+        speed: metres per second.
+    """
+
+    def __init__(self, fps: int = 10, max_frames: int = 60, speed: float = 1.0) -> None:
+        self.config = PlanConfig(fps=fps, max_frames=max_frames, speed=speed)
+
+    def plan(self, scene: Scene, seed: int) -> Plan:
+        return plan_episode(scene, seed, self.config)
+
+
+class RaycastRenderer(BaseRenderer):
+    """Ray casting against the scene's boxes with torch, all frames in one batched call.
+
+    Args:
+        device: "cpu", "cuda", or None for the GPU when one is present.
+        threads: torch CPU threads for this replica (None leaves torch's default).
+    """
+
+    def __init__(self, device: str | None = None, threads: int | None = 1) -> None:
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        from troupe.models.raycast import default_device
+
+        self.device = device or default_device()
+
+    def render(self, scene: Scene, plan: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        from .render import render_plan
+
+        return render_plan(scene, plan_from_wire(plan), self.device)
+
+
+class LeRobotWriter(BaseWriter):
+    """Writes episodes on background threads, committed exactly once per task id.
+
+    Args:
+        store: directory of the OutputStore the episodes are committed to.
+        max_pending: episodes queued to the writer threads before ``process`` waits.
+        threads: writer threads.
+    """
+
+    mailbox_capacity = 4
+
+    def __init__(self, store: str, max_pending: int = 2, threads: int = 1) -> None:
+        self.store = OutputStore(Path(store))
+        self.writer = AsyncWriter(self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig())
+
+    async def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        plan = item["plan"]
+        episode = EpisodeData(
+            task_id=item["task_id"], task=TASK_TEXT, fps=int(plan["fps"]),
+            rgb=np.asarray(item["rgb"]), depth=np.asarray(item["depth"], dtype=np.float32),
+            ego=np.asarray(plan["actions"], dtype=np.float32), extra={"seed": int(item["seed"])},
+        )
+        future = await self.writer.submit_async(episode)
+        committed = await asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else await future
+        return {"task_id": item["task_id"], "frames": int(episode.rgb.shape[0]), "committed": bool(committed)}
+
+    async def stopping(self) -> None:
+        self.writer.close(timeout=60)

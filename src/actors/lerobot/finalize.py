@@ -1,0 +1,423 @@
+"""Consolidate every committed episode of an OutputStore into a LeRobot v3.0 dataset.
+
+Episodes are ordered by task id, which fixes episode indices, task indices (order of first
+appearance), the global frame ``index`` (contiguous from 0) and the file layout, so running
+finalize again over the same committed episodes writes the same bytes (idempotent), and over
+more committed episodes simply rebuilds a larger dataset.
+
+Layout (shared/LEROBOT_V3.md): ``data/chunk-XXX/file-YYY.parquet`` with many episodes per file
+(a new file past ``data_files_size_in_mb``); per video key ``videos/{key}/chunk-XXX/file-YYY.mp4``
+with many episodes *remuxed* end to end (no re-encoding; a new file past
+``video_files_size_in_mb`` or when an episode's codec headers differ), each episode's span given
+by ``videos/{key}/from_timestamp`` and ``to_timestamp``; ``meta/episodes``, ``meta/tasks.parquet``,
+``meta/stats.json`` and ``meta/info.json``. With ``remux_videos=False`` every episode gets its
+own mp4 and from_timestamp 0. Files go to chunk ``n // chunks_size``, file ``n % chunks_size``.
+
+Every file is written to a temporary sibling and ``os.replace``-d, so a crash never leaves half
+a file; ``info.json`` is written last, then files of an earlier, larger run are removed. After a
+crash, run finalize again; until it completes, the files may mix two runs, so nothing should read
+the dataset while finalize runs. ``root`` belongs to finalize: any other file under ``data/``,
+``videos/`` or ``meta/episodes/`` is removed.
+
+Besides lerobot's columns, ``meta/episodes`` carries ``troupe/task_id`` and ``troupe/extra`` (the
+episode's extra info as JSON); lerobot ignores them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import structlog
+from troupe.runtime.errors import CommitError, InvalidData
+from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file
+
+from .format import (
+    CODEBASE_VERSION,
+    DATA_PATH,
+    EPISODE_FILE,
+    EPISODE_FORMAT,
+    EPISODES_PATH,
+    FRAMES_FILE,
+    VIDEO_KEYS,
+    VIDEO_PATH,
+    data_schema,
+    features,
+    video_file,
+)
+from .stats import (
+    Stats,
+    aggregate_stats,
+    stats_from_json,
+    stats_to_json,
+    vector_stats,
+)
+from .video import concat_videos, video_signature
+
+__all__ = ["DatasetConfig", "DatasetSummary", "finalize_dataset"]
+
+log = structlog.get_logger(__name__)
+
+_MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """What the finalized dataset declares and how it splits files.
+
+    Attributes:
+        fps: frame rate every episode must have.
+        robot_type: recorded in info.json.
+        chunks_size: files per chunk directory (lerobot's default 1000).
+        data_files_size_in_mb: a data parquet file is closed once it would pass this.
+        video_files_size_in_mb: a video file is closed once it would pass this.
+        remux_videos: concatenate episodes into shared mp4s; False gives one mp4 per episode.
+        episodes_per_meta_file: rows per ``meta/episodes`` parquet file.
+    """
+
+    fps: int
+    robot_type: str = "unknown"
+    chunks_size: int = 1000
+    data_files_size_in_mb: float = 100.0
+    video_files_size_in_mb: float = 200.0
+    remux_videos: bool = True
+    episodes_per_meta_file: int = 1000
+
+
+@dataclass(frozen=True)
+class DatasetSummary:
+    """What :func:`finalize_dataset` wrote.
+
+    Attributes:
+        root: the dataset directory.
+        total_episodes: episodes in the dataset.
+        total_frames: frames in the dataset.
+        total_tasks: distinct task strings.
+        data_files: parquet files under data/.
+        video_files: mp4 files under videos/, all keys together.
+        task_ids: the committed task of each episode, by episode index.
+        skipped: committed outputs that are not episodes (no episode.json), left out.
+    """
+
+    root: Path
+    total_episodes: int
+    total_frames: int
+    total_tasks: int
+    data_files: int
+    video_files: int
+    task_ids: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Episode:
+    index: int
+    path: Path
+    meta: dict[str, Any]
+    task_index: int
+    start: int  # global index of its first frame
+
+    @property
+    def length(self) -> int:
+        return int(self.meta["length"])
+
+
+def _file_slot(n: int, chunks_size: int) -> dict[str, int]:
+    return {"chunk_index": n // chunks_size, "file_index": n % chunks_size}
+
+
+def _groups(
+    items: list[_Episode],
+    size: Callable[[_Episode], int],
+    limit: float,
+    key: Callable[[_Episode], object],
+) -> Iterator[list[_Episode]]:
+    """Split consecutive episodes into files: a new one past ``limit`` bytes or on a new key."""
+    group: list[_Episode] = []
+    total = 0
+    for ep in items:
+        if group and (total + size(ep) > limit or key(ep) != key(group[0])):
+            yield group
+            group, total = [], 0
+        group.append(ep)
+        total += size(ep)
+    if group:
+        yield group
+
+
+def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list[str]]:
+    episodes: list[_Episode] = []
+    tasks: dict[str, int] = {}
+    skipped: list[str] = []
+    start = 0
+    for task_id in store.committed():
+        path = store.committed_path(task_id)
+        if not (path / EPISODE_FILE).is_file():
+            skipped.append(task_id)
+            log.warning("finalize_skipped_output", task_id=task_id, reason="no episode.json")
+            continue
+        meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+        if meta.get("format") != EPISODE_FORMAT:
+            raise InvalidData(
+                f"committed output {task_id!r} has format {meta.get('format')!r}, not "
+                f"{EPISODE_FORMAT!r}; rewrite it with this troupe version"
+            )
+        if meta["fps"] != fps:
+            raise InvalidData(
+                f"episode {task_id!r} is at {meta['fps']} fps but the dataset is at {fps}; "
+                "finalize episodes of one fps per dataset"
+            )
+        task_index = tasks.setdefault(meta["task"], len(tasks))
+        episodes.append(_Episode(len(episodes), path, meta, task_index, start))
+        start += int(meta["length"])
+    return episodes, list(tasks), skipped
+
+
+def _check_uniform(episodes: list[_Episode]) -> dict[str, dict[str, Any]]:
+    first = episodes[0].meta
+    for ep in episodes[1:]:
+        for key in VIDEO_KEYS:
+            a, b = first["videos"][key], ep.meta["videos"][key]
+            if (a["height"], a["width"]) != (b["height"], b["width"]):
+                raise InvalidData(
+                    f"episode {ep.meta['task_id']!r} has {key} at {b['width']}x{b['height']} but "
+                    f"{first['task_id']!r} at {a['width']}x{a['height']}; one size per dataset"
+                )
+        if ep.meta["depth_max_m"] != first["depth_max_m"]:
+            raise InvalidData(
+                f"episode {ep.meta['task_id']!r} quantised depth to {ep.meta['depth_max_m']} m, "
+                f"others to {first['depth_max_m']} m; use one EpisodeConfig per dataset"
+            )
+    return dict(first["videos"])
+
+
+def _write_data(
+    root: Path, episodes: list[_Episode], cfg: DatasetConfig
+) -> tuple[set[Path], dict[int, dict[str, int]]]:
+    schema = data_schema()
+    written: set[Path] = set()
+    where: dict[int, dict[str, int]] = {}
+    groups = _groups(
+        episodes,
+        lambda ep: (ep.path / FRAMES_FILE).stat().st_size,
+        cfg.data_files_size_in_mb * _MB,
+        lambda ep: None,
+    )
+    for n, group in enumerate(groups):
+        slot = _file_slot(n, cfg.chunks_size)
+        dest = root / DATA_PATH.format(**slot)
+        with atomic_file(dest) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+            for ep in group:
+                frames = pq.read_table(ep.path / FRAMES_FILE)
+                n_rows = frames.num_rows
+                extra = {
+                    "episode_index": np.full(n_rows, ep.index, dtype=np.int64),
+                    "index": np.arange(ep.start, ep.start + n_rows, dtype=np.int64),
+                    "task_index": np.full(n_rows, ep.task_index, dtype=np.int64),
+                }
+                for name, values in extra.items():
+                    frames = frames.append_column(name, pa.array(values))
+                writer.write_table(frames.select(schema.names).cast(schema))
+                where[ep.index] = slot
+        written.add(dest)
+    return written, where
+
+
+def _write_videos(
+    root: Path, episodes: list[_Episode], cfg: DatasetConfig
+) -> tuple[set[Path], dict[int, dict[str, Any]]]:
+    written: set[Path] = set()
+    columns: dict[int, dict[str, Any]] = {ep.index: {} for ep in episodes}
+    for key in VIDEO_KEYS:
+        written |= _write_video_key(root, key, episodes, cfg, columns)
+    return written, columns
+
+
+def _write_video_key(
+    root: Path,
+    key: str,
+    episodes: list[_Episode],
+    cfg: DatasetConfig,
+    columns: dict[int, dict[str, Any]],
+) -> set[Path]:
+    written: set[Path] = set()
+    sources = {ep.index: ep.path / video_file(key) for ep in episodes}
+    limit = cfg.video_files_size_in_mb * _MB if cfg.remux_videos else 0
+    # Episodes whose codec headers differ cannot share a stream: they start a new file.
+    signatures = {i: video_signature(p) for i, p in sources.items()} if cfg.remux_videos else {}
+    groups = _groups(
+        episodes,
+        lambda ep: sources[ep.index].stat().st_size,
+        limit,
+        lambda ep: signatures.get(ep.index),
+    )
+    for n, group in enumerate(groups):
+        slot = _file_slot(n, cfg.chunks_size)
+        dest = root / VIDEO_PATH.format(video_key=key, **slot)
+        with atomic_file(dest) as tmp:
+            spans = concat_videos([sources[ep.index] for ep in group], tmp, cfg.fps)
+        written.add(dest)
+        for ep, (t0, t1) in zip(group, spans, strict=True):
+            frames = round((t1 - t0) * cfg.fps)
+            if frames != ep.length:
+                raise InvalidData(
+                    f"episode {ep.meta['task_id']!r}: {key} has {frames} frames but "
+                    f"{ep.length} rows; the committed output is damaged, rewrite that task"
+                )
+            columns[ep.index].update(
+                {
+                    f"videos/{key}/chunk_index": slot["chunk_index"],
+                    f"videos/{key}/file_index": slot["file_index"],
+                    f"videos/{key}/from_timestamp": t0,
+                    f"videos/{key}/to_timestamp": t1,
+                }
+            )
+    return written
+
+
+def _episode_stats(ep: _Episode) -> dict[str, Stats]:
+    stats = stats_from_json(ep.meta["stats"])
+    stats["episode_index"] = vector_stats(np.full(ep.length, ep.index))
+    stats["index"] = vector_stats(np.arange(ep.start, ep.start + ep.length))
+    stats["task_index"] = vector_stats(np.full(ep.length, ep.task_index))
+    return stats
+
+
+def _write_episodes_meta(
+    root: Path,
+    episodes: list[_Episode],
+    stats: list[dict[str, Stats]],
+    data_where: dict[int, dict[str, int]],
+    video_columns: dict[int, dict[str, Any]],
+    cfg: DatasetConfig,
+) -> set[Path]:
+    written: set[Path] = set()
+    per_file = max(1, cfg.episodes_per_meta_file)
+    for n, first in enumerate(range(0, len(episodes), per_file)):
+        slot = _file_slot(n, cfg.chunks_size)
+        rows = []
+        for ep in episodes[first : first + per_file]:
+            row: dict[str, Any] = {
+                "episode_index": ep.index,
+                "tasks": [ep.meta["task"]],
+                "length": ep.length,
+                "data/chunk_index": data_where[ep.index]["chunk_index"],
+                "data/file_index": data_where[ep.index]["file_index"],
+                "dataset_from_index": ep.start,
+                "dataset_to_index": ep.start + ep.length,
+                **video_columns[ep.index],
+                "meta/episodes/chunk_index": slot["chunk_index"],
+                "meta/episodes/file_index": slot["file_index"],
+                "troupe/task_id": ep.meta["task_id"],
+                "troupe/extra": json.dumps(ep.meta.get("extra", {}), sort_keys=True),
+            }
+            for feature, feature_stats in stats_to_json(stats[ep.index]).items():
+                for name, value in feature_stats.items():
+                    row[f"stats/{feature}/{name}"] = value
+            rows.append(row)
+        table = pa.Table.from_pylist(rows)
+        dest = root / EPISODES_PATH.format(**slot)
+        with atomic_file(dest) as tmp:
+            pq.write_table(table, tmp)
+        written.add(dest)
+    return written
+
+
+def _write_json(dest: Path, data: Any) -> None:
+    with atomic_file(dest) as tmp:
+        tmp.write_text(json.dumps(data, indent=4) + "\n", encoding="utf-8")
+
+
+def _remove_stale(root: Path, keep: set[Path]) -> None:
+    # Files of an earlier run with more files, and temporaries of a crashed one.
+    for tmp in (root / "meta").glob(".*.tmp"):
+        tmp.unlink()
+    for top in ("data", "videos", "meta/episodes"):
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and path not in keep:
+                path.unlink()
+        for path in sorted((root / top).rglob("*"), reverse=True):
+            if path.is_dir() and not any(path.iterdir()):
+                shutil.rmtree(path)
+
+
+def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> DatasetSummary:
+    """Write every committed episode of ``store`` as one LeRobot v3.0 dataset under ``root``.
+
+    Args:
+        store: the OutputStore the episodes were committed to.
+        root: the dataset directory (``LeRobotDataset(repo_id, root=root)``); created if missing.
+        config: frame rate, robot type and file sizes.
+
+    Returns:
+        A summary of what was written.
+
+    Raises:
+        InvalidData: there are no episodes, or they disagree (fps, video size, depth range),
+            or a committed episode is damaged.
+        CommitError: a file could not be written (disk full, permissions); run finalize again
+            once fixed.
+    """
+    root = Path(root)
+    try:
+        episodes, tasks, skipped = _load(store, config.fps)
+        if not episodes:
+            raise InvalidData(
+                f"no committed episodes in {store.root}; write some with write_episode first"
+            )
+        videos = _check_uniform(episodes)
+        data_files, data_where = _write_data(root, episodes, config)
+        video_files, video_columns = _write_videos(root, episodes, config)
+        stats = [_episode_stats(ep) for ep in episodes]
+        meta_files = _write_episodes_meta(root, episodes, stats, data_where, video_columns, config)
+        _write_json(root / "meta" / "stats.json", stats_to_json(aggregate_stats(stats)))
+        with atomic_file(root / "meta" / "tasks.parquet") as tmp:
+            frame = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=tasks)
+            frame.to_parquet(tmp)
+        total_frames = sum(ep.length for ep in episodes)
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": config.robot_type,
+            "total_episodes": len(episodes),
+            "total_frames": total_frames,
+            "total_tasks": len(tasks),
+            "chunks_size": config.chunks_size,
+            "data_files_size_in_mb": config.data_files_size_in_mb,
+            "video_files_size_in_mb": config.video_files_size_in_mb,
+            "fps": config.fps,
+            "splits": {"train": f"0:{len(episodes)}"},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH,
+            "features": features(videos, config.fps, episodes[0].meta["depth_max_m"]),
+        }
+        _write_json(root / "meta" / "info.json", info)
+        _remove_stale(root, data_files | video_files | meta_files)
+    except OSError as exc:
+        if isinstance(exc, CommitError):
+            raise
+        raise as_commit_error(
+            exc,
+            action=f"finalizing the dataset at {root}",
+            root=root,
+            retry="run finalize_dataset again (it is idempotent)",
+        ) from exc
+    summary = DatasetSummary(
+        root=root,
+        total_episodes=len(episodes),
+        total_frames=total_frames,
+        total_tasks=len(tasks),
+        data_files=len(data_files),
+        video_files=len(video_files),
+        task_ids=tuple(ep.meta["task_id"] for ep in episodes),
+        skipped=tuple(skipped),
+    )
+    log.info("dataset_finalized", root=str(root), episodes=len(episodes), frames=total_frames)
+    return summary

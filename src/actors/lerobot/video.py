@@ -1,0 +1,277 @@
+"""MP4 video helpers over PyAV: encode frames, decode a time span, remux files end to end.
+
+Encoding writes yuv420p H.264 (libx264) when the installed PyAV's ffmpeg has it, else MPEG-4
+part 2; both decode everywhere LeRobot runs. Frames are stamped ``pts = i`` in a ``1/fps`` time
+base with no B-frames, so frame ``i`` is at exactly ``i / fps`` seconds and packets come out in
+presentation order, which is what makes :func:`concat_videos` a plain timestamp shift.
+
+yuv420p needs even width and height: odd frames are padded by one row/column, repeating the
+edge, and :class:`VideoInfo` reports both the encoded and the source size.
+
+ffmpeg's errors that are OS errors (disk full, permissions) are PyAV ``OSError`` subclasses and
+pass through unchanged, so a caller's storage boundary translates them; every other ffmpeg
+error becomes :class:`~troupe.runtime.errors.InvalidData`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
+from pathlib import Path
+
+import av
+import numpy as np
+import numpy.typing as npt
+from troupe.runtime.errors import InvalidData
+
+__all__ = [
+    "VideoConfig",
+    "VideoInfo",
+    "best_codec",
+    "concat_videos",
+    "decode_video",
+    "encode_video",
+    "pad_even",
+    "video_signature",
+]
+
+
+@dataclass(frozen=True)
+class VideoConfig:
+    """How videos are encoded.
+
+    Attributes:
+        codec: ffmpeg encoder name; None picks :func:`best_codec`.
+        crf: libx264 constant rate factor (lower is better; 18 is visually lossless).
+        qscale: MPEG-4 quantiser (1 best .. 31 worst), used when the codec is mpeg4.
+        gop: keyframe interval in frames; small keeps random access by timestamp cheap.
+        threads: encoder threads per video (the writer already encodes episodes in parallel).
+    """
+
+    codec: str | None = None
+    crf: int = 18
+    qscale: int = 2
+    gop: int = 2
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What one encoded video holds.
+
+    Attributes:
+        codec: the stream's codec name as a decoder reports it ("h264", "mpeg4").
+        pix_fmt: pixel format of the stream ("yuv420p").
+        height: encoded height (even).
+        width: encoded width (even).
+        source_height: height of the frames handed in.
+        source_width: width of the frames handed in.
+        fps: frames per second.
+        frames: number of frames.
+    """
+
+    codec: str
+    pix_fmt: str
+    height: int
+    width: int
+    source_height: int
+    source_width: int
+    fps: int
+    frames: int
+
+
+@cache
+def best_codec() -> str:
+    """Return "libx264" if this PyAV can encode H.264, else "mpeg4"."""
+    if "libx264" in av.codecs_available:
+        try:
+            av.Codec("libx264", "w")
+            return "libx264"
+        except av.FFmpegError:
+            pass
+    return "mpeg4"
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    try:
+        yield
+    except av.FFmpegError as exc:
+        if isinstance(exc, OSError):
+            raise
+        raise InvalidData(f"{what}: ffmpeg refused it ({exc}); check the file and codec") from exc
+
+
+def pad_even(frames: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """Pad (T, H, W, C) frames to even H and W by repeating the last row/column."""
+    pad_h = frames.shape[1] % 2
+    pad_w = frames.shape[2] % 2
+    if not (pad_h or pad_w):
+        return frames
+    return np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+
+
+def encode_video(
+    path: Path, frames: npt.NDArray[np.uint8], fps: int, config: VideoConfig = VideoConfig()
+) -> VideoInfo:
+    """Encode RGB frames into a new mp4 at ``path``; frame i is stamped i / fps seconds.
+
+    Args:
+        path: the mp4 to write (overwritten if present).
+        frames: uint8 (T, H, W, 3), T >= 1.
+        fps: frames per second (> 0).
+        config: codec and quality.
+
+    Returns:
+        What was written.
+
+    Raises:
+        InvalidData: the frames have the wrong shape or dtype, or ffmpeg rejected them.
+        OSError: the file could not be written.
+    """
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or not len(frames):
+        raise InvalidData(
+            f"video frames are {frames.dtype} {frames.shape}; pass uint8 (T, H, W, 3) with T >= 1"
+        )
+    if fps <= 0:
+        raise InvalidData(f"fps {fps} must be a positive integer")
+    codec = config.codec or best_codec()
+    padded = np.ascontiguousarray(pad_even(frames))
+    height, width = padded.shape[1:3]
+    options = {"g": str(config.gop), "bf": "0"}
+    options.update({"crf": str(config.crf)} if "264" in codec else {"qscale": str(config.qscale)})
+    time_base = Fraction(1, fps)
+    with _translated(f"encoding {path}"), av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream(codec, rate=fps, options=options)
+        if not isinstance(stream, av.VideoStream):
+            raise InvalidData(f"codec {codec!r} is not a video encoder; pick e.g. libx264 or mpeg4")
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.time_base = time_base
+        stream.codec_context.thread_count = config.threads
+        for i, rgb in enumerate(padded):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = i, time_base
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+        name = stream.codec_context.name
+    return VideoInfo(
+        codec=name,
+        pix_fmt="yuv420p",
+        height=height,
+        width=width,
+        source_height=frames.shape[1],
+        source_width=frames.shape[2],
+        fps=fps,
+        frames=len(frames),
+    )
+
+
+def decode_video(
+    path: Path, start_s: float = 0.0, end_s: float | None = None, fps: int | None = None
+) -> npt.NDArray[np.uint8]:
+    """Decode the frames of ``path`` whose timestamps fall in ``[start_s, end_s)`` as RGB.
+
+    Args:
+        path: an mp4.
+        start_s: first timestamp wanted, seconds.
+        end_s: end of the span (exclusive), or None for the end of the file.
+        fps: the video's frame rate; when given, span edges get half a frame of tolerance so
+            float rounding of the bounds never drops or adds a frame.
+
+    Returns:
+        uint8 (N, H, W, 3) at the encoded (even) size.
+
+    Raises:
+        InvalidData: the file is not a decodable video.
+        OSError: the file cannot be read.
+    """
+    tol = 0.5 / fps if fps else 0.0
+    lo = start_s - tol
+    hi = None if end_s is None else end_s - tol
+    out: list[npt.NDArray[np.uint8]] = []
+    with _translated(f"decoding {path}"), av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if start_s > 0 and stream.time_base is not None:
+            # Seek to the keyframe at or before the span so we do not decode from the start.
+            container.seek(max(0, int(lo / stream.time_base)), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            t = float(frame.time) if frame.time is not None else 0.0
+            if t < lo:
+                continue
+            if hi is not None and t >= hi:
+                break
+            out.append(np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8))
+    if not out:
+        return np.zeros((0, 0, 0, 3), dtype=np.uint8)
+    return np.stack(out)
+
+
+def video_signature(path: Path) -> tuple[object, ...]:
+    """Return what two mp4s must share to be remuxed into one stream (codec, size, headers).
+
+    Raises:
+        InvalidData: the file is not a video.
+        OSError: the file cannot be read.
+    """
+    with _translated(f"reading {path}"), av.open(str(path)) as container:
+        cc = container.streams.video[0].codec_context
+        return (cc.name, cc.width, cc.height, cc.pix_fmt, bytes(cc.extradata or b""))
+
+
+def concat_videos(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[float, float]]:
+    """Remux whole videos end to end into ``dest`` without re-encoding.
+
+    Each source's packets are shifted by the duration of the sources before it (its frame count
+    / fps), so source k occupies ``[from_k, to_k)`` seconds in ``dest``. Every source starts on
+    a keyframe (a fresh encoder), so a decoder can seek to any ``from_k``.
+
+    Args:
+        sources: mp4s with equal :func:`video_signature`, each stamped i / fps.
+        dest: the mp4 to write (overwritten if present).
+        fps: the common frame rate.
+
+    Returns:
+        ``(from_timestamp, to_timestamp)`` in seconds for each source, in order.
+
+    Raises:
+        InvalidData: the sources differ in signature or are not videos.
+        OSError: a file could not be read or written.
+    """
+    if not sources:
+        raise InvalidData("concat_videos needs at least one source video")
+    signatures = {video_signature(p) for p in sources}
+    if len(signatures) != 1:
+        raise InvalidData(
+            f"cannot remux {len(sources)} videos into {dest}: codec, size or headers differ; "
+            "group sources by video_signature() first"
+        )
+    spans: list[tuple[float, float]] = []
+    frames_before = 0
+    with _translated(f"remuxing into {dest}"), av.open(str(dest), "w", format="mp4") as out:
+        out_stream = None
+        for src in sources:
+            with av.open(str(src)) as container:
+                stream = container.streams.video[0]
+                if out_stream is None:
+                    out_stream = out.add_stream_from_template(stream)
+                shift = Fraction(frames_before, fps) / (stream.time_base or Fraction(1, fps))
+                if shift.denominator != 1:
+                    raise InvalidData(
+                        f"{src}: time base {stream.time_base} cannot express {fps} fps exactly; "
+                        "re-encode it with encode_video"
+                    )
+                count = 0
+                for packet in container.demux(stream):
+                    if packet.dts is None or packet.pts is None:  # the end-of-stream flush packet
+                        continue
+                    packet.pts += int(shift)
+                    packet.dts += int(shift)
+                    packet.stream = out_stream
+                    out.mux(packet)
+                    count += 1
+            spans.append((frames_before / fps, (frames_before + count) / fps))
+            frames_before += count
+    return spans

@@ -1,0 +1,165 @@
+"""The node's ``chaos`` and ``heal`` control messages: fault injection against its workers.
+
+``chaos`` ``{"kind", "target", "seconds", "probability", "count", "after", "message_type",
+"peers", "seed"}`` (None or absent = the fault's default):
+
+- ``target`` is ``WORKER``, ``WORKER/ACTOR`` (the fault fires only on that actor's messages),
+  or ``*`` / the node's name for every running worker of the node. ``supervisor`` is a valid
+  target of ``kill`` only.
+- ``kill`` is done by the node itself: SIGKILL of the worker process, at once; the exit is
+  reported with the reason ``chaos_kill`` and the worker is restarted under its policy.
+- every other kind is validated here (:class:`~.faults.FaultSpec`), then relayed to each target
+  worker as the worker control ``chaos`` (see ``chaos/worker_side.py``); it fires on the next
+  matching message.
+- ``partition`` takes ``peers``: endpoints (``tcp://...``), worker names of this node (all of
+  that worker's mailboxes), ``WORKER/ACTOR`` (that actor's mailbox) or ``node`` (this node's
+  endpoint). A target worker then refuses traffic to them and the replies coming from them.
+  On one host that is the whole of it: a node-wide partition (``--target '*'``) cuts every
+  worker of this node off the listed peers (give another node's endpoints to cut the node off
+  that node); requests the peers send in still arrive unless they are partitioned too.
+
+``heal`` ``{"target"}`` clears every fault of the target workers and returns what fired.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.errors import ConfigError, UnknownActor
+from troupe.runtime.node.worker_handles import WorkerHandle, WorkerState
+
+from .faults import FaultKind, FaultSpec
+
+if TYPE_CHECKING:
+    from troupe.runtime.core.runtime import Runtime
+    from troupe.runtime.node.node import Node
+    from troupe.runtime.supervision.node_side import NodeSupervision
+
+__all__ = ["ChaosRelay"]
+
+log = structlog.get_logger(__name__)
+
+_SPEC_KEYS = ("seconds", "probability", "count", "after", "message_type")
+_RELAY_TIMEOUT_S = 2.0
+
+
+class ChaosRelay:
+    """Answers ``chaos`` and ``heal`` for a node.
+
+    Args:
+        node: the node whose workers are targets.
+        supervision: told of the node's own kills, so the exit carries the reason.
+    """
+
+    def __init__(self, node: Node, supervision: NodeSupervision) -> None:
+        self._node = node
+        self._supervision = supervision
+
+    def install(self, runtime: Runtime) -> None:
+        """Add the ``chaos`` and ``heal`` control handlers to the node's runtime."""
+        runtime.control_handlers.update(chaos=self._chaos, heal=self._heal)
+
+    async def _chaos(self, payload: Any) -> dict[str, Any]:
+        p = ControlPayload("chaos", payload)  # e.g. {"kind": "kill", "target": "w-echo"}
+        kind, target, seed = p.require("kind", str), p.optional("target", str, ""), p.optional("seed", int)
+        if kind == FaultKind.KILL.value:
+            return self._kill(target)
+        targets = self._targets(target)
+        spec: dict[str, Any] = {"kind": kind}
+        if kind == FaultKind.PARTITION.value:
+            peers = p.optional("peers", list, [])
+            spec["peers"] = sorted({e for peer in peers for e in self._peer_endpoints(str(peer))})
+        else:
+            spec.update({k: p.fields[k] for k in _SPEC_KEYS if p.fields.get(k) is not None})
+        FaultSpec.from_dict(spec, f"chaos {kind}")  # refuse a bad spec before any worker sees it
+        results: dict[str, Any] = {}
+        for handle, actor in targets:
+            one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
+            results[handle.spec.name] = await self._relay(
+                handle, "chaos", {"faults": [one], "seed": seed})
+        log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
+        return {"kind": kind, "spec": spec, "workers": results}
+
+    async def _heal(self, payload: Any) -> dict[str, Any]:
+        target = ControlPayload("heal", payload).optional("target", str) or "*"
+        results = {h.spec.name: await self._relay(h, "heal", None) for h, _ in self._targets(target)}
+        log.info("chaos_healed", target=target, workers=sorted(results))
+        return {"workers": results}
+
+    def _kill(self, target: str) -> dict[str, Any]:
+        if target == "supervisor":
+            pid = self._supervision.pid
+            if pid is None:
+                raise UnknownActor(f"node {self._node.name} has no running supervisor to kill")
+            _kill_pid(pid)
+            log.warning("chaos_injected", kind="kill", target=target, worker_pid=pid)
+            return {"kind": "kill", "killed": {"supervisor": pid}}
+        killed: dict[str, int] = {}
+        for handle, _ in self._targets(target, running=False):
+            if handle.process is None or handle.returncode is not None or not handle.pid:
+                continue
+            self._supervision.note_kill(handle.pid, "chaos_kill")
+            handle.process.send_signal(signal.SIGKILL)
+            killed[handle.spec.name] = handle.pid
+        if not killed:
+            raise UnknownActor(f"no live worker process matches {target!r} on node {self._node.name}")
+        log.warning("chaos_injected", kind="kill", target=target, pids=killed)
+        return {"kind": "kill", "killed": killed}
+
+    def _targets(self, target: str, running: bool = True) -> list[tuple[WorkerHandle, str | None]]:
+        node = self._node
+        names = sorted(node.workers)
+        if target in ("*", node.name):
+            return [(h, None) for h in node.workers.values()
+                    if not running or (h.state is WorkerState.RUNNING and h.endpoint)]
+        worker, _, actor = target.partition("/")
+        handle = node.workers.get(worker)
+        if handle is None:
+            raise UnknownActor(f"no worker {worker!r} on node {node.name}; workers: {names} "
+                               "(target is WORKER, WORKER/ACTOR or '*')")
+        if running and (handle.state is not WorkerState.RUNNING or not handle.endpoint):
+            raise UnknownActor(f"worker {worker!r} is {handle.state.value}, not running; "
+                               "see `troupe ctl status` and retry when it runs")
+        if actor and actor not in handle.actors and actor not in {a.name for a in handle.spec.actors}:
+            raise UnknownActor(f"worker {worker!r} hosts no actor {actor!r}; "
+                               f"it hosts {sorted(handle.actors)}")
+        return [(handle, actor or None)]
+
+    def _peer_endpoints(self, peer: str) -> list[str]:
+        node = self._node
+        if "://" in peer:
+            return [peer]
+        if peer == "node" and node.runtime is not None:
+            return [node.runtime.address]
+        worker, _, actor = peer.partition("/")
+        handle = node.workers.get(worker)
+        if handle is None or not handle.endpoint:
+            raise ConfigError(
+                f"partition peer {peer!r} is neither an endpoint (tcp://HOST:PORT), 'node', nor a "
+                f"running worker of node {node.name} (workers: {sorted(node.workers)})"
+            )
+        if actor:
+            if actor not in handle.actors:
+                raise ConfigError(f"partition peer {peer!r}: worker {worker!r} hosts no actor "
+                                  f"{actor!r}; it hosts {sorted(handle.actors)}")
+            return [handle.actors[actor]]
+        return [handle.endpoint, *handle.actors.values()]
+
+    async def _relay(self, handle: WorkerHandle, msg_type: str, payload: Any) -> Any:
+        runtime = self._node.runtime
+        assert runtime is not None and handle.endpoint is not None
+        try:
+            return await runtime.control(handle.endpoint, msg_type, payload, timeout=_RELAY_TIMEOUT_S)
+        except Exception as exc:  # a stalled or hung worker cannot answer; say so, go on
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,257 @@
+"""The cell around one actor: its mailbox, its task, and how one message is handled."""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+import structlog
+
+try:
+    import sniffio
+except ModuleNotFoundError:  # anyio works without it, then by asking asyncio for a running loop
+    sniffio = None  # type: ignore[assignment]
+
+from troupe.runtime.errors import ActorStopped, UnknownMessageType
+from troupe.runtime.wire.codec import Kind
+from troupe.runtime.wire.replies import error_payload, raise_error_payload
+
+from .actor import Actor, Handler, MessageContext
+from .mailbox import Mailbox
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .runtime import Runtime
+
+__all__ = ["DROP", "Cell", "Msg"]
+
+log = structlog.get_logger(__name__)
+
+DROP = object()
+"""Returned by a before-handle hook to lose the message on purpose (fault injection)."""
+
+
+class Msg:
+    """A message inside a process, whether it came off the wire or from a local sender."""
+
+    __slots__ = ("kind", "msg_id", "sender", "type", "deadline", "trace", "headers", "payload", "route", "future")
+
+    def __init__(
+        self,
+        kind: Kind,
+        msg_id: int,
+        sender: str,
+        type: str,
+        deadline: float | None,
+        trace: str | None,
+        headers: dict[str, Any] | None,
+        payload: Any,
+        route: Any,
+        future: asyncio.Future[Any] | None,
+    ) -> None:
+        self.kind = kind
+        self.msg_id = msg_id
+        self.sender = sender
+        self.type = type
+        self.deadline = deadline
+        self.trace = trace
+        self.headers = headers
+        self.payload = payload
+        self.route = route
+        self.future = future
+
+
+class Cell:
+    """Runs one actor: takes messages from its mailbox one at a time and handles them."""
+
+    current: ClassVar[contextvars.ContextVar[Cell | None]] = contextvars.ContextVar("troupe_cell", default=None)
+
+    def __init__(self, runtime: Runtime, actor: Actor, name: str) -> None:
+        self.runtime = runtime
+        self.actor = actor
+        self.name = name
+        self.handlers = type(actor)._handlers
+        self.mailbox: Mailbox[Msg] = Mailbox(type(actor).mailbox_capacity, name)
+        self.handling: Msg | None = None
+        self.endpoint = ""  # the actor's own mailbox socket, set by the runtime
+        self.sender = str(actor.address)
+        self.done = anyio.Event()
+        # The actor task's context (Cell.current and the log binding), once the task runs:
+        # what a message handled outside the task runs in.
+        self._context: contextvars.Context | None = None
+        self.handled = 0
+        self.handled_at_once = 0  # of ``handled``: outside the task, by ``handle_now``
+        self.failed = 0
+        self.expired = 0
+        self.dropped = 0
+
+    def context(self) -> MessageContext | None:
+        """Describe the message being handled now."""
+        msg = self.handling
+        if msg is None:
+            return None
+        return MessageContext(msg.type, msg.msg_id, msg.sender, msg.trace, msg.headers, msg.kind is Kind.ASK)
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters and mailbox state, as plain data for status replies."""
+        mb = self.mailbox.statistics()
+        return {
+            "kind": type(self.actor).kind,
+            "endpoint": self.endpoint,
+            "handled": self.handled,
+            "handled_at_once": self.handled_at_once,
+            "failed": self.failed,
+            "expired": self.expired,
+            "dropped": self.dropped,
+            "mailbox_depth": mb.depth,
+            "mailbox_capacity": mb.capacity,
+            "mailbox_high_water": mb.high_water,
+            "busy": self.handling is not None,
+        }
+
+    async def deliver(self, msg: Msg, block: bool) -> None:
+        """Queue a message; a local sender learns of an unknown type at once."""
+        if msg.route is None and msg.type not in self.handlers:
+            raise UnknownMessageType(
+                f"actor {self.name!r} has no handler for {msg.type!r}; it handles {sorted(self.handlers)}"
+            )
+        if block:
+            await self.mailbox.put(msg)
+        else:
+            self.mailbox.put_nowait(msg)
+
+    async def run(self) -> None:
+        """Handle messages until the mailbox is closed and drained."""
+        Cell.current.set(self)
+        structlog.contextvars.bind_contextvars(actor=self.name)
+        self._context = contextvars.copy_context()
+        if sniffio is not None:
+            # Outside a task anyio cannot tell which event loop runs (it asks sniffio, which
+            # looks for a current task): say it here, so a handler run by ``handle_now`` may use
+            # anyio (an Event, the runtime's start_soon) as it could in the task.
+            self._context.run(sniffio.current_async_library_cvar.set, "asyncio")
+        mailbox = self.mailbox
+        try:
+            while True:
+                msg = mailbox.get_nowait()
+                if msg is None:
+                    msg = await mailbox.get()
+                await self._handle(msg)
+        except ActorStopped:
+            pass
+        finally:
+            self.done.set()
+
+    def idle(self) -> bool:
+        """True when the actor's task waits for its next message and none is queued."""
+        return self.handling is None and self._context is not None and self.mailbox.consumer_parked()
+
+    def handle_now(self, msg: Msg, handler: Handler) -> None:
+        """Handle a message whose handler is synchronous right here, outside the actor's task.
+
+        Only for an idle actor (see ``idle``), so one message at a time and arrival order still
+        hold. The transport's reader callback calls this: it saves waking the actor's task,
+        which is most of what a small message costs. The handler runs in the task's context, so
+        ``Actor.context`` and the log binding are what they would be in the task.
+        """
+        assert self._context is not None
+        self._context.run(self._handle_sync, msg, handler)
+
+    def _handle_sync(self, msg: Msg, handler: Handler) -> None:
+        if self._expired(msg):
+            return
+        self.handled_at_once += 1
+        self.handling = msg
+        observer = self.runtime.observer
+        if observer is not None:
+            observer.begin(self.name, msg.type)
+        try:
+            result = handler.fn(self.actor, msg.payload)
+        except Exception as exc:
+            self.failed += 1
+            self.runtime.start_soon(self._answer_failure, msg, exc)
+        else:
+            if msg.kind is Kind.ASK:
+                self.runtime.reply_now(msg.route, msg.msg_id, result)
+        finally:
+            self.handling = None
+            self.handled += 1
+            if observer is not None:
+                observer.end()
+
+    def _expired(self, msg: Msg) -> bool:
+        if msg.deadline is not None and msg.deadline < time.time():
+            self.expired += 1
+            log.info("message_expired", type=msg.type, msg_id=msg.msg_id, sender=msg.sender)
+            return True
+        return False
+
+    async def _handle(self, msg: Msg) -> None:
+        runtime = self.runtime
+        if self._expired(msg):
+            return
+        handler = self.handlers[msg.type]
+        self.handling = msg
+        observer = runtime.observer
+        if observer is not None:
+            observer.begin(self.name, msg.type)
+        try:
+            for hook in runtime.before_handle:
+                if await hook(self.name, msg.type) is DROP:
+                    self.dropped += 1
+                    return
+            result = handler.fn(self.actor, msg.payload)
+            if handler.is_async:
+                result = await result
+        except Exception as exc:
+            self.failed += 1
+            await self._answer_failure(msg, exc)
+        except BaseException:
+            # Cancelled (shutdown past its drain deadline): the asker learns at once, a local
+            # one through its future, a remote one through an ERROR sent while shielded.
+            stopped = ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
+            if msg.future is not None:
+                if not msg.future.done():
+                    msg.future.set_exception(stopped)
+            elif msg.kind is Kind.ASK:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                    await self.runtime._reply_error(msg.route, msg.msg_id, self.name, stopped)
+            raise
+        else:
+            if msg.kind is Kind.ASK:
+                if msg.future is not None:
+                    if not msg.future.done():
+                        msg.future.set_result(result)
+                else:
+                    await runtime.reply(msg.route, msg.msg_id, result)
+        finally:
+            self.handling = None
+            self.handled += 1
+            if observer is not None:
+                observer.end()
+
+    async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
+        payload = error_payload(exc, str(self.actor.address), from_handler=True)
+        if msg.kind is not Kind.ASK:
+            log.error("handler_failed", type=msg.type, msg_id=msg.msg_id, error=payload["message"],
+                      exc_type=payload["type"], traceback=payload["traceback"])
+            return
+        log.info("handler_raised", type=msg.type, msg_id=msg.msg_id, error=payload["message"])
+        if msg.future is not None:
+            if not msg.future.done():
+                try:
+                    raise_error_payload(payload)
+                except Exception as remote:
+                    msg.future.set_exception(remote)
+            return
+        await self.runtime._reply_error_payload(msg.route, msg.msg_id, payload)
+
+    async def stop_hook(self) -> None:
+        """Run the actor's ``stopping`` hook, logging (not raising) its failure."""
+        try:
+            await self.actor.stopping()
+        except Exception as exc:
+            log.error("stopping_hook_failed", actor=self.name, error=repr(exc))

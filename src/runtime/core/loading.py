@@ -1,0 +1,139 @@
+"""Import actor classes by path (``package.module:Class``), with errors that say the fix.
+
+:func:`check_node_actors` and :func:`check_stage_actors` import every class a config names
+before anything starts, so that a typo is one line at the command instead of a worker that
+restarts until it is given up on. They import in a child process started the way a worker is
+(``python -m troupe.lean_start``, same environment and directory, so the same ``sys.path``):
+what imports there imports in the workers, and the command's own process stays lean (an actor
+module may pull in torch or initialise a GPU, which has no business in a node).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from troupe.runtime.errors import ConfigError
+
+from .actor import Actor
+from .config_messages import short_repr
+
+if TYPE_CHECKING:
+    from troupe.runtime.node.config import NodeConfig
+    from troupe.runtime.pipeline.config import PipelineConfig
+
+__all__ = ["check_node_actors", "check_stage_actors", "load_actor_class", "main"]
+
+CHECK_ENV = "TROUPE_CHECK_CLASSES"
+_IMPORT_GUARD_S = 600  # a module whose import hangs would hang every worker; say so, do not wait forever
+_BASES = {"actor": "troupe.runtime.core.actor:Actor", "stage": "troupe.runtime.pipeline.stage:StageActor"}
+
+
+def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
+    """Import ``module:Class`` (or ``module.Class``) and check it is a subclass of ``base``.
+
+    Raises:
+        ConfigError: the module or class does not exist or fails to import, or is not a ``base``.
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ConfigError(f"actor class {path!r} must be written as 'package.module:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # a module that raises while importing is as broken as a missing one
+        raise ConfigError(f"cannot import {path!r}: {_reason(exc)}") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        raise ConfigError(f"cannot import {path!r}: module {module_name!r} has no {attr!r}")
+    if not isinstance(cls, type):
+        raise ConfigError(f"{path!r} is not a class (found {short_repr(cls)})")
+    if not issubclass(cls, base):
+        raise ConfigError(f"{path!r} is not a subclass of {base.__module__}.{base.__qualname__}")
+    return cls
+
+
+def check_node_actors(cfg: NodeConfig, source: str) -> None:
+    """Import every actor class of a node config, as its workers will.
+
+    Raises:
+        ConfigError: one line naming ``source``, the field (``workers.W.actors.A.class``) and why.
+    """
+    _check_in_child(source, [(f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor")
+                             for w in cfg.workers for a in w.actors])
+
+
+def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
+    """Import every stage's actor class, as its replicas will, and check it is a StageActor.
+
+    Raises:
+        ConfigError: one line naming ``source``, the field (``stages.S.actor``) and why.
+    """
+    _check_in_child(source, [(f"stages.{s.name}.actor", s.actor, "stage") for s in cfg.stages])
+
+
+def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None:
+    """Run ``checks`` (field, class path, base) in a worker-like child; raise the first failure."""
+    if not checks:
+        return
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.core.loading"],
+            env=dict(os.environ, **{CHECK_ENV: json.dumps(list(checks))}),
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_IMPORT_GUARD_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{source}: importing the actor classes took over {_IMPORT_GUARD_S} s; "
+                          "a module that hangs while importing would hang every worker") from None
+    where, error = "", ""
+    for line in done.stdout.splitlines():
+        try:
+            report = json.loads(line)
+        except json.JSONDecodeError:  # a module that wrote to fd 1 itself
+            continue
+        if not isinstance(report, dict):
+            continue
+        where = report.get("checking", where)
+        error = report.get("error", error)
+    if error:
+        raise ConfigError(f"{source}: {where}: {error}")
+    if done.returncode != 0:  # the import killed the interpreter (sys.exit, a crash)
+        last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), "no message")
+        raise ConfigError(f"{source}: {where or 'actor classes'}: importing it ended the process "
+                          f"(exit status {done.returncode}): {short_repr(last.strip())}")
+
+
+def main() -> None:
+    """Entry point of the child: import each class of ``$TROUPE_CHECK_CLASSES``, report as JSON lines.
+
+    Whatever the imported modules print is kept off stdout, which carries only the reports.
+    """
+    out = sys.stdout
+    bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
+    for where, path, kind in json.loads(os.environ[CHECK_ENV]):
+        print(json.dumps({"checking": where}), file=out, flush=True)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                load_actor_class(path, bases[kind])
+        except ConfigError as exc:
+            print(json.dumps({"error": str(exc)}), file=out, flush=True)
+            return
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())  # one line, whatever the module raised
+    if isinstance(exc, ImportError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+if __name__ == "__main__":
+    main()

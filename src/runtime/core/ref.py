@@ -1,0 +1,121 @@
+"""Actor addresses and references.
+
+An address names an actor anywhere: ``node/process/actor``. Shorter forms are resolved
+against the caller: ``process/actor`` on the caller's node, and a bare ``actor`` through the
+directory (this process first, then the node's directory). A reference caches what it
+resolved; when the peer process restarts the cache is dropped and the name resolved again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+__all__ = ["ActorAddress", "ActorRef"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorAddress:
+    """Where an actor lives: node, process and actor names (empty parts are unresolved)."""
+
+    node: str
+    process: str
+    actor: str
+
+    @classmethod
+    def parse(cls, text: str) -> ActorAddress:
+        """Parse ``node/process/actor``, ``process/actor`` or ``actor``.
+
+        Raises:
+            ValueError: empty parts or more than three parts.
+        """
+        parts = text.split("/")
+        if len(parts) > 3 or not all(parts):
+            raise ValueError(
+                f"bad actor address {text!r}: use node/process/actor, process/actor or actor"
+            )
+        while len(parts) < 3:
+            parts.insert(0, "")
+        return cls(parts[0], parts[1], parts[2])
+
+    @property
+    def process_key(self) -> str:
+        """``node/process``, the key of the process in the directory."""
+        return f"{self.node}/{self.process}"
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.node, self.process, self.actor) if p)
+
+
+class ActorRef:
+    """A handle to send messages to one actor, wherever it lives.
+
+    Obtain one with ``runtime.ref(address)`` or ``actor.ref(address)``; it is cheap to keep.
+    """
+
+    __slots__ = ("_runtime", "address", "_cell", "_endpoint")
+
+    def __init__(self, runtime: Runtime, address: ActorAddress) -> None:
+        self._runtime = runtime
+        self.address = address
+        self._cell: Any = None  # the local cell, when the actor lives in this process
+        self._endpoint: str | None = None  # the peer's mailbox, when it does not
+
+    def __repr__(self) -> str:
+        return f"ActorRef({str(self.address)!r})"
+
+    def tell(
+        self,
+        msg_type: str,
+        payload: Any = None,
+        *,
+        block: bool = True,
+        headers: dict[str, Any] | None = None,
+    ) -> Coroutine[Any, Any, None]:
+        """Send a message without waiting for it to be handled (await the call).
+
+        Args:
+            msg_type: the handler to run.
+            payload: msgpack-able data; numpy arrays travel as buffers without copies.
+            block: wait while the target's mailbox is full (True), or raise MailboxFull.
+            headers: optional envelope headers.
+
+        Raises:
+            MailboxFull: block=False and the mailbox is full.
+            UnknownActor: the name cannot be resolved.
+            Unreachable: the target process does not answer.
+        """
+        # The runtime's coroutine itself, not one wrapping it: a level less on every message.
+        return self._runtime._tell(self, msg_type, payload, block, headers)
+
+    def ask(
+        self,
+        msg_type: str,
+        payload: Any = None,
+        *,
+        timeout: float | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Send a message and wait for the handler's result (await the call).
+
+        Args:
+            msg_type: the handler to run.
+            payload: msgpack-able data.
+            timeout: seconds before AskTimeout (default: the runtime's ask timeout).
+            headers: optional envelope headers.
+
+        Raises:
+            AskTimeout: no reply in time; a later reply is discarded.
+            RemoteError: the handler raised; type, message and traceback are attached.
+            UnknownActor, UnknownMessageType, ActorStopped: delivery failed.
+        """
+        return self._runtime._ask(self, msg_type, payload, timeout, headers)
+
+    def invalidate(self) -> None:
+        """Forget what was resolved; the next send resolves the name again."""
+        self._cell = None
+        self._endpoint = None

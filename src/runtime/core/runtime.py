@@ -1,0 +1,394 @@
+"""The runtime of one process: it hosts actors, routes messages and owns every task.
+
+``Runtime`` is entered as an async context manager. Inside, a task group owns the transport's
+receive loops, one task per actor, and control handlers; nothing outlives the block. Leaving
+it (or ``stop``) shuts down gracefully: stop accepting, drain mailboxes up to a deadline, run
+``stopping`` hooks, fail pending asks with ActorStopped, close the transport.
+
+Messages to actors of this same process take a local fast path: no codec, no socket, the
+same mailbox bound and the same error semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import structlog
+from troupe.runtime.errors import (
+    ActorStopped,
+    AskTimeout,
+    MailboxFull,
+    UnknownActor,
+    Unreachable,
+)
+from troupe.runtime.transports.base import Transport
+from troupe.runtime.wire.codec import Codec, Envelope, Kind
+
+from .actor import Actor
+from .cell import Cell, Msg
+from .deadlines import AskDeadlines
+from .directory import Directory
+from .loading import load_actor_class
+from .peer_limits import PeerLogGate, PeerRateLimiter
+from .ref import ActorAddress, ActorRef
+from .router import Inbound
+
+__all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats"]
+
+log = structlog.get_logger(__name__)
+
+ControlHandler = Callable[[Any], Awaitable[Any]]
+
+# ERROR replies to bad frames, per peer connection: a burst, then a steady rate (invariant 7).
+ERROR_BURST = 20
+ERROR_RATE_PER_S = 10.0
+SUPPRESSED_LOG_INTERVAL_S = 10.0
+
+
+class HandleObserver(Protocol):
+    """Told when an actor starts and ends handling a message (the worker's status record)."""
+
+    def begin(self, actor: str, msg_type: str) -> None: ...
+
+    def end(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStats:
+    """Counters of one runtime, for ``ctl status`` and tests."""
+
+    address: str
+    actors: dict[str, Any]
+    pending_asks: int
+    bad_frames: int
+    late_replies: int
+    # Replies and errors dropped because the asker's connection would not take them (it did not
+    # read for the transport's linger, or is gone), over every mailbox of the process; per actor
+    # in ``actors``.
+    replies_dropped: int = 0
+    # Bad frames left unanswered beyond a peer's allowance (ERROR_RATE_PER_S, ERROR_BURST).
+    errors_suppressed: int = 0
+
+
+class Runtime(Inbound):
+    """Hosts the actors of one process.
+
+    Args:
+        node: the node (host) name.
+        process: this process's name, unique on its node.
+        transport: how messages leave and arrive.
+        directory: name resolution (defaults to a cache with no lookup).
+        codec: wire codec (defaults to 64 MiB message limit).
+        ask_timeout: default seconds an ask waits for its reply.
+        drain_timeout: seconds shutdown waits for mailboxes to drain.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        process: str,
+        transport: Transport,
+        directory: Directory | None = None,
+        codec: Codec | None = None,
+        ask_timeout: float = 30.0,
+        drain_timeout: float = 5.0,
+    ) -> None:
+        self.node = node
+        self.process = process
+        self.transport = transport
+        self.directory = directory or Directory(node)
+        self.codec = codec or Codec()
+        self.ask_timeout = ask_timeout
+        self.drain_timeout = drain_timeout
+        self.cells: dict[str, Cell] = {}
+        self.control_handlers: dict[str, ControlHandler] = {}
+        self.progress_hooks: list[Callable[[int, str | None], None]] = []
+        self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
+        self.observer: HandleObserver | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._deadlines: AskDeadlines | None = None  # the timer of every ask, made on the running loop
+        self._ids = itertools.count(1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._accepting = False
+        self._stopped = anyio.Event()
+        self._bad_frames = 0
+        self._late_replies = 0
+        self._error_limiter = PeerRateLimiter(ERROR_RATE_PER_S, ERROR_BURST)
+        self._suppressed_log = PeerLogGate(SUPPRESSED_LOG_INTERVAL_S)
+        self._errors_suppressed = 0
+        self._process_key = f"{node}/{process}"
+        self.directory.learn(self._process_key, transport.address)
+
+    @property
+    def address(self) -> str:
+        """The mailbox endpoint of this process."""
+        return self.transport.address
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        self._deadlines = AskDeadlines(asyncio.get_running_loop())
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        # Accepting before serving: a message that arrives while the transport starts must be
+        # delivered (or get UnknownActor), not be told that the process is shutting down.
+        self._accepting = True
+        if hasattr(self.transport, "sync_handler"):
+            self.transport.sync_handler = self._on_frames_now
+        await self._tg.start(self.transport.serve, self._on_frames)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.stop()
+        finally:
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self.transport.close()
+            if self._deadlines is not None:
+                self._deadlines.close()
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, drain every mailbox up to ``drain_timeout``, run stopping hooks."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        cells = list(self.cells.values())
+        for cell in cells:
+            cell.mailbox.close()
+        with anyio.move_on_after(self.drain_timeout):
+            for cell in cells:
+                await cell.done.wait()
+        for cell in cells:
+            for msg in cell.mailbox.drain():
+                await self._fail(msg, ActorStopped(f"actor {cell.name} stopped before handling it"))
+            await cell.stop_hook()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ActorStopped("the runtime stopped before the reply came"))
+        self._pending.clear()
+
+    async def wait_stopped(self) -> None:
+        """Wait until the runtime has shut down."""
+        await self._stopped.wait()
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a background task owned by this runtime (cancelled at shutdown)."""
+        if self._tg is None:
+            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+        self._tg.start_soon(fn, *args)
+
+    # -- actors -------------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        actor: type[Actor] | Actor | str,
+        name: str,
+        *,
+        kwargs: dict[str, Any] | None = None,
+        restart_reason: str | None = None,
+    ) -> ActorRef:
+        """Start an actor in this process and return its reference.
+
+        Args:
+            actor: an Actor subclass, an instance, or an import path ``pkg.module:Class``.
+            name: unique within this process.
+            kwargs: constructor arguments (when a class or path is given).
+            restart_reason: set when the process was restarted; runs ``restarted`` hook.
+
+        Raises:
+            ValueError: the name is taken or empty.
+            ConfigError: the import path does not name an Actor subclass.
+        """
+        if not name or "/" in name:
+            raise ValueError(f"bad actor name {name!r}: it must be non-empty and have no '/'")
+        if name in self.cells:
+            raise ValueError(f"an actor named {name!r} already runs in {self.process}")
+        if isinstance(actor, str):
+            actor = load_actor_class(actor)
+        instance = actor(**(kwargs or {})) if isinstance(actor, type) else actor
+        instance.address = ActorAddress(self.node, self.process, name)
+        instance.runtime = self
+        cell = Cell(self, instance, name)
+        cell.endpoint = self.transport.open_mailbox()
+        self.cells[name] = cell
+        self.directory.learn(str(instance.address), cell.endpoint)
+        try:
+            if restart_reason is not None:
+                await instance.restarted(restart_reason)
+            else:
+                await instance.started()
+        except BaseException:
+            del self.cells[name]
+            raise
+        self.start_soon(cell.run)
+        log.info("actor_started", actor=name, cls=type(instance).__qualname__)
+        return self.ref(name)
+
+    def ref(self, address: str | ActorAddress) -> ActorRef:
+        """Return a reference; local names resolve at once, others on first use."""
+        addr = address if isinstance(address, ActorAddress) else ActorAddress.parse(address)
+        ref = ActorRef(self, addr)
+        if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
+            ref._cell = self.cells[addr.actor]
+        return ref
+
+    def progress(self, n: int = 1, note: str | None = None) -> None:
+        """Forward an actor's progress report to the hooks (the heartbeat status record)."""
+        for hook in self.progress_hooks:
+            hook(n, note)
+
+    def statistics(self) -> RuntimeStats:
+        """Return a snapshot of this runtime."""
+        dropped = self.transport.replies_dropped()
+        return RuntimeStats(
+            self.address,
+            {name: {**cell.statistics(), "replies_dropped": dropped.get(cell.endpoint, 0)}
+             for name, cell in self.cells.items()},
+            len(self._pending),
+            self._bad_frames,
+            self._late_replies,
+            sum(dropped.values()),
+            self._errors_suppressed,
+        )
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _context(self) -> tuple[str, str | None]:
+        cell = Cell.current.get()
+        if cell is None:
+            return self._process_key, None
+        msg = cell.handling
+        return cell.sender, msg.trace if msg is not None else None
+
+    async def _resolve(self, ref: ActorRef) -> None:
+        addr = ref.address
+        if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
+            ref._cell = self.cells[addr.actor]
+            return
+        if not addr.process and self.directory.lookup is None:
+            raise UnknownActor(f"no actor named {addr.actor!r} in {self.node}/{self.process}")
+        full, endpoint = await self.directory.resolve(addr)
+        ref.address = full
+        if full.node == self.node and full.process == self.process:
+            cell = self.cells.get(full.actor)
+            if cell is None:
+                raise UnknownActor(f"no actor named {full.actor!r} in {self.node}/{self.process}")
+            ref._cell = cell
+        else:
+            ref._endpoint = endpoint
+
+    async def _tell(
+        self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
+    ) -> None:
+        if ref._cell is None and ref._endpoint is None:
+            await self._resolve(ref)
+        sender, trace = self._context()
+        msg_id = next(self._ids)
+        cell = ref._cell
+        if cell is not None:
+            msg = Msg(Kind.TELL, msg_id, sender, msg_type, None, trace, headers, payload, None, None)
+            await cell.deliver(msg, block)
+            return
+        env = Envelope(Kind.TELL, msg_id, 0, sender, ref.address.actor, msg_type, None, trace, headers, payload)
+        await self._send(ref, env, block)
+
+    async def _send(self, ref: ActorRef, env: Envelope, block: bool) -> None:
+        endpoint = ref._endpoint
+        assert endpoint is not None
+        frames = self.codec.encode(env)
+        try:
+            if not self.transport.try_send(endpoint, frames):  # most sends need no waiting
+                await self.transport.send(endpoint, frames, block=block)
+        except Unreachable:
+            self._peer_gone(ref)
+            raise
+
+    def _peer_gone(self, ref: ActorRef) -> None:
+        if ref._endpoint is not None:
+            self.transport.forget(ref._endpoint)
+        self.directory.forget(str(ref.address))
+        ref.invalidate()
+
+    async def _ask(
+        self,
+        ref: ActorRef,
+        msg_type: str,
+        payload: Any,
+        timeout: float | None,
+        headers: dict[str, Any] | None,
+    ) -> Any:
+        if ref._cell is None and ref._endpoint is None:
+            await self._resolve(ref)
+        timeout = self.ask_timeout if timeout is None else timeout
+        fut = self._watched_future(timeout, ref.address, msg_type)
+        msg_id = next(self._ids)
+        sender, trace = self._context()
+        deadline = time.time() + timeout
+        try:
+            cell = ref._cell
+            if cell is not None:
+                msg = Msg(Kind.ASK, msg_id, sender, msg_type, deadline, trace, headers, payload, None, fut)
+                await cell.deliver(msg, True)
+            else:
+                self._pending[msg_id] = fut
+                env = Envelope(
+                    Kind.ASK, msg_id, 0, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
+                )
+                try:
+                    await self._send(ref, env, False)
+                except MailboxFull:
+                    with anyio.fail_after(max(0.0, deadline - time.time())):
+                        await self._send(ref, env, True)
+            return await fut
+        except TimeoutError as exc:
+            if not isinstance(exc, AskTimeout):
+                raise AskTimeout(f"ask {msg_type!r} to {ref.address}: mailbox stayed full for {timeout}s") from None
+            if ref._endpoint is not None and self.directory.lookup is not None:
+                self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
+            raise
+        finally:
+            self._settled(msg_id, fut)
+
+    def _watched_future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
+        """A future for a reply, failed with AskTimeout ``timeout`` seconds from now."""
+        deadlines = self._deadlines
+        if deadlines is None:
+            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+        fut: asyncio.Future[Any] = deadlines.loop.create_future()
+        deadlines.watch(fut, timeout, target, msg_type)
+        return fut
+
+    def _settled(self, msg_id: int, fut: asyncio.Future[Any]) -> None:
+        self._pending.pop(msg_id, None)
+        if fut.done():
+            if not fut.cancelled():
+                fut.exception()  # a timeout that fired while the send still waited: seen
+        else:
+            fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
+
+    async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        """Send a control message to the process listening at ``endpoint`` and await the reply.
+
+        Raises:
+            AskTimeout: nothing answered in time (is a node running there?).
+            RemoteError, DeliveryError: the control handler failed.
+        """
+        fut = self._watched_future(timeout, endpoint, msg_type)
+        msg_id = next(self._ids)
+        self._pending[msg_id] = fut
+        sender, trace = self._context()
+        env = Envelope(Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload)
+        try:
+            await self.transport.send(endpoint, self.codec.encode(env), block=False)
+            return await fut
+        finally:
+            self._settled(msg_id, fut)

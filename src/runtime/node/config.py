@@ -1,0 +1,299 @@
+"""Node configuration: frozen, typed, validated once when loaded.
+
+A node config is a TOML file (see configs/node.toml)::
+
+    [node]
+    name = "local"
+    endpoint = "tcp://127.0.0.1:7470"
+
+    [[workers]]
+    name = "greeter"
+    actors = [{ name = "greeter", class = "troupe.actors.demo.actors:Greeter" }]
+
+Every field has a default; a node started with no file hosts no workers until told to.
+
+Counts, numbers and switches are strict: ``hwm = "8"`` is a typo, not 8, and NaN or infinity
+is never a sensible timeout. Unknown keys are refused with the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import socket
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from troupe.runtime.core.config_messages import short_repr, validation_message
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.supervision.liveness import LivenessPolicy
+from troupe.runtime.supervision.restart import RestartPolicy
+
+__all__ = [
+    "DEFAULT_NODE_ENDPOINT",
+    "MAX_HWM",
+    "MAX_NAME",
+    "ActorSpec",
+    "KindSupervision",
+    "NodeConfig",
+    "RestartConfig",
+    "SupervisionConfig",
+    "WorkerSpec",
+    "check_loopback",
+    "load_node_config",
+    "read_toml",
+    "validation_message",
+]
+
+DEFAULT_NODE_ENDPOINT = "tcp://127.0.0.1:7470"
+# ZeroMQ takes the high-water mark as a C int; far below that, a queue this long is a mistake.
+MAX_HWM = 1_000_000
+MAX_NAME = 100  # names end up in file names and log lines
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+class ActorSpec(_Frozen):
+    """One actor to host: its name and class import path (``module:Class``)."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    cls: str = Field(alias="class", min_length=3)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkerSpec(_Frozen):
+    """One worker process and the actors it hosts."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    actors: tuple[ActorSpec, ...] = ()
+    kind: str = Field(default="default", min_length=1, max_length=MAX_NAME)
+
+
+class KindSupervision(_Frozen):
+    """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit."""
+
+    interval_s: StrictFloat | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
+    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+
+
+class SupervisionConfig(_Frozen):
+    """The ``[supervision]`` table: how the node's supervisor judges its workers.
+
+    ``progress_timeout_s = 0`` disables the no-progress check (for kinds whose work goes quiet
+    on purpose); ``startup_timeout_s`` unset means ``heartbeat_timeout_s``.
+    """
+
+    enabled: StrictBool = True
+    interval_s: StrictFloat = Field(default=0.5, gt=0)
+    heartbeat_timeout_s: StrictFloat = Field(default=3.0, gt=0)
+    progress_timeout_s: StrictFloat = Field(default=30.0, ge=0)
+    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    kinds: dict[str, KindSupervision] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _policies_valid(self) -> SupervisionConfig:
+        self.policy_for("default")
+        for kind in self.kinds:
+            self.policy_for(kind)
+        return self
+
+    def policy_for(self, kind: str) -> LivenessPolicy:
+        """The liveness policy of ``kind``: its overrides on top of the table's defaults.
+
+        Raises:
+            ConfigError: the merged values are inconsistent (e.g. timeout not above interval).
+        """
+        o = self.kinds.get(kind, KindSupervision())
+        progress = self.progress_timeout_s if o.progress_timeout_s is None else o.progress_timeout_s
+        return LivenessPolicy(
+            interval_s=self.interval_s if o.interval_s is None else o.interval_s,
+            heartbeat_timeout_s=(
+                self.heartbeat_timeout_s if o.heartbeat_timeout_s is None else o.heartbeat_timeout_s
+            ),
+            progress_timeout_s=progress or None,
+            startup_timeout_s=o.startup_timeout_s or self.startup_timeout_s,
+        )
+
+
+class RestartConfig(_Frozen):
+    """The ``[restart]`` table: OTP-style restart intensity and backoff for worker processes.
+
+    ``healthy_after_s``: a worker that has served this long since its last start counts as
+    recovered, and its backoff starts again from ``backoff_base_s``.
+    """
+
+    max_restarts: StrictInt = Field(default=5, ge=0, le=1_000_000)
+    period_s: StrictFloat = Field(default=60.0, gt=0)
+    backoff_base_s: StrictFloat = Field(default=0.1, ge=0)
+    backoff_max_s: StrictFloat = Field(default=10.0, ge=0)
+    healthy_after_s: StrictFloat = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _policy_valid(self) -> RestartConfig:
+        self.policy()
+        return self
+
+    def policy(self) -> RestartPolicy:
+        """The restart policy these settings describe."""
+        return RestartPolicy(self.max_restarts, self.period_s, self.backoff_base_s, self.backoff_max_s)
+
+
+class NodeConfig(_Frozen):
+    """Everything a node needs to start."""
+
+    name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "node",
+                      min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    endpoint: str = DEFAULT_NODE_ENDPOINT
+    log_dir: Path = Path("logs")
+    log_level: str = "info"
+    hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
+    max_message_mb: StrictFloat = Field(default=64.0, gt=0)
+    ask_timeout_s: StrictFloat = Field(default=30.0, gt=0)
+    drain_timeout_s: StrictFloat = Field(default=5.0, ge=0)
+    stop_grace_s: StrictFloat = Field(default=5.0, ge=0)
+    workers: tuple[WorkerSpec, ...] = ()
+    supervision: SupervisionConfig = Field(default_factory=SupervisionConfig)
+    restart: RestartConfig = Field(default_factory=RestartConfig)
+    # Task dispatch (master.py): the master this node joins; None = no master.
+    master: str | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _loopback_only(cls, value: str) -> str:
+        check_loopback(value)
+        return value
+
+    @field_validator("master")
+    @classmethod
+    def _master_loopback_only(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_loopback(value)
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _unique_workers(cls, value: tuple[WorkerSpec, ...]) -> tuple[WorkerSpec, ...]:
+        names = [w.name for w in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"worker names must be unique, repeated: {dupes}")
+        return value
+
+
+def check_loopback(endpoint: str) -> None:
+    """Refuse endpoints off the loopback interface.
+
+    Binding another address needs CURVE keys (DESIGN.md, Security), which this version does
+    not configure yet; refusing is safer than listening unauthenticated.
+
+    Raises:
+        ValueError: the endpoint is not tcp on 127.0.0.0/8 or ::1 (nor ipc/inproc).
+    """
+    parts = urlsplit(endpoint)
+    if parts.scheme in ("ipc", "inproc"):
+        return
+    if parts.scheme != "tcp":
+        raise ValueError(f"endpoint {endpoint!r} must be tcp://HOST:PORT, ipc:// or inproc://")
+    host = parts.hostname or ""
+    if host == "localhost":
+        return
+    try:
+        loop = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loop = False
+    if not loop:
+        raise ValueError(
+            f"endpoint {endpoint!r} is not on loopback; troupe binds 127.0.0.1 unless CURVE "
+            "keys are configured, which this version does not support yet"
+        )
+
+
+def read_toml(
+    path: Path, what: str, tables: set[str], arrays: set[str], expected: str
+) -> dict[str, Any]:
+    """Read a TOML file whose top level may hold only the ``tables`` and arrays of tables.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, empty, not TOML, or has another section;
+            named with the file.
+    """
+    try:
+        raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save the {what} file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what} file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    if not raw:
+        raise ConfigError(f"{path}: the {what} file is empty; expected {expected}")
+    sections = tables | arrays
+    unknown = sorted(set(raw) - sections)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(sections), n=1)
+        hint = f" (did you mean [{close[0]}]?)" if close else ""
+        names = ", ".join(short_repr(name) for name in unknown)
+        raise ConfigError(f"{path}: unknown sections: {names}{hint}; expected {expected}")
+    for name, value in raw.items():
+        if name in tables and not isinstance(value, dict):
+            raise ConfigError(f"{path}: {name} must be a [{name}] table, got {short_repr(value)}")
+        if name in arrays and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+            raise ConfigError(f"{path}: {name} must be [[{name}]] tables, got {short_repr(value)}")
+    return raw
+
+
+_SECTIONS = frozenset({"workers", "supervision", "restart"})  # NodeConfig fields with own tables
+
+
+def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
+    """Load and validate a node config; ``overrides`` (CLI options) win over the file.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or has invalid fields.
+    """
+    data: dict[str, Any] = {}
+    rename: dict[str, str] = {}  # the [node] table's keys sit at the model's top level
+    source = str(path) if path else "defaults"
+    if path is not None:
+        raw = read_toml(path, "config", {"node", "supervision", "restart"}, {"workers"},
+                        "[node], [[workers]], [supervision] and [restart]")
+        node = raw.get("node", {})
+        misplaced = sorted(set(node) & _SECTIONS)
+        if misplaced:
+            table = "[[workers]]" if misplaced[0] == "workers" else f"[{misplaced[0]}]"
+            raise ConfigError(f"{path}: node.{misplaced[0]}: belongs in its own {table} table, "
+                              "not in [node]")
+        data.update(node)
+        rename.update({key: f"node.{key}" for key in node})
+        data["workers"] = raw.get("workers", [])
+        for table in ("supervision", "restart"):
+            if table in raw:
+                data[table] = raw[table]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    for key in given:
+        rename.pop(key, None)
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(source, exc, data, NodeConfig, rename, _SECTIONS)) from None

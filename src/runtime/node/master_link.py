@@ -1,0 +1,196 @@
+"""A node's link to the master: beats with the host's resources, worker exits, drains.
+
+When a node's config names a master (``[node] master = "tcp://..."`` or ``--master``), the node
+runs a :class:`MasterLink`. It
+
+- beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`), so
+  the master knows the node is alive and where to reach it; a node that stops beating is
+  declared dead by the master and its tasks are requeued;
+- tells the master ``worker_left`` the moment one of its worker processes exits (from the
+  node's ``worker_exit_listeners``), so that worker's leases are requeued at once instead of
+  when they expire;
+- answers the master's ``master_drained``: the node's drain is over (its workers hold no task
+  any more), so it stops its workers; and ``master_undrained`` (``troupe ctl undrain``): it
+  starts again the workers the drain stopped, which join the master and pull tasks.
+
+The workers themselves talk to the master directly (their TaskGetter); the link carries only
+what the node alone knows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import psutil
+import structlog
+from troupe.runtime.core.runtime import Runtime
+
+if TYPE_CHECKING:
+    from .node import Node
+    from .worker_handles import WorkerHandle
+
+__all__ = ["MasterLink", "count_gpus", "host_resources"]
+
+log = structlog.get_logger(__name__)
+
+_GPU_COUNT: int | None = None  # probing may run nvidia-smi: do it once per process
+
+
+def count_gpus() -> int:
+    """Count the GPUs this host lets its processes use, without importing torch.
+
+    In order: ``CUDA_VISIBLE_DEVICES`` when set (it is what CUDA programs will see; empty or
+    ``-1`` means none), else the entries of ``/proc/driver/nvidia/gpus`` (the NVIDIA driver's
+    own list), else the ``GPU n:`` lines of ``nvidia-smi -L`` when the tool is installed, else
+    0. AMD and other accelerators are not counted.
+    """
+    global _GPU_COUNT
+    if _GPU_COUNT is not None:
+        return _GPU_COUNT
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [d for d in visible.split(",") if d.strip()]
+        count = 0 if not ids or ids[0].strip() == "-1" else len(ids)
+    else:
+        count = _driver_gpus()
+    _GPU_COUNT = count
+    return count
+
+
+def _driver_gpus() -> int:
+    proc_dir = Path("/proc/driver/nvidia/gpus")
+    if proc_dir.is_dir():
+        return sum(1 for _ in proc_dir.iterdir())
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def host_resources() -> dict[str, Any]:
+    """Return what a node reports: CPUs, load, memory and GPUs of this host."""
+    mem = psutil.virtual_memory()
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = 0.0
+    return {
+        "cpus": psutil.cpu_count() or 1,
+        "load1": round(load1, 2),
+        "cpu_percent": psutil.cpu_percent(interval=None),
+        "mem_total_mib": round(mem.total / 2**20),
+        "mem_available_mib": round(mem.available / 2**20),
+        "gpus": count_gpus(),
+    }
+
+
+class MasterLink:
+    """Keeps one node joined to the master.
+
+    Args:
+        node: the node (its runtime must be running when :meth:`run` starts).
+        master: the master's endpoint.
+        beat_s: seconds between beats; the master's node timeout should be several beats.
+    """
+
+    def __init__(self, node: Node, master: str, beat_s: float = 1.0) -> None:
+        self.node = node
+        self.master = master
+        self.beat_s = beat_s
+        self.beats = 0
+        self.failed_beats = 0
+        self.drained: set[str] = set()  # workers a drain stopped; an undrain starts them again
+
+    async def run(self) -> None:
+        """Install the hooks, then beat until cancelled."""
+        runtime = self._runtime()
+        runtime.control_handlers["master_drained"] = self._drained
+        runtime.control_handlers["master_undrained"] = self._undrained
+        self.node.worker_exit_listeners.append(self._worker_exited)
+        log.info("master_link_started", master=self.master, beat_s=self.beat_s)
+        while True:
+            await self._beat(runtime)
+            await anyio.sleep(self.beat_s)
+
+    def _runtime(self) -> Runtime:
+        runtime = self.node.runtime
+        if runtime is None:
+            raise RuntimeError("the node's runtime is not running; start the link inside Node.run")
+        return runtime
+
+    async def _beat(self, runtime: Runtime) -> None:
+        payload = {"node": self.node.name, "endpoint": runtime.address, "resources": host_resources()}
+        try:
+            await runtime.control(self.master, "node_beat", payload, timeout=max(self.beat_s, 1.0))
+        except Exception as exc:  # the master is down or restarting: keep beating
+            self.failed_beats += 1
+            if self.failed_beats == 1 or self.failed_beats % 30 == 0:
+                log.warning("master_beat_failed", master=self.master, error=repr(exc),
+                            failed=self.failed_beats)
+            return
+        if self.failed_beats:
+            log.info("master_beat_restored", master=self.master, after=self.failed_beats)
+        self.failed_beats = 0
+        self.beats += 1
+
+    def _worker_exited(self, handle: WorkerHandle, reason: str) -> None:
+        payload = {"worker_id": f"{self.node.name}/{handle.spec.name}", "pid": handle.pid,
+                   "reason": reason}
+        self._runtime().start_soon(self._tell, "worker_left", payload)
+
+    async def _tell(self, msg_type: str, payload: Any) -> None:
+        try:
+            await self._runtime().control(self.master, msg_type, payload, timeout=5.0)
+        except Exception as exc:  # the lease then runs out instead: later, never lost
+            log.warning("master_report_failed", type=msg_type, error=repr(exc))
+
+    async def _drained(self, payload: Any) -> list[str]:
+        """The master says this node runs no task any more: stop its workers."""
+        runtime = self._runtime()
+        names = [name for name, h in self.node.workers.items()
+                 if h.process is not None and h.returncode is None]
+        log.info("node_drained_stopping_workers", workers=names)
+        self.drained.update(names)
+        grace = self.node.config.stop_grace_s + 10.0
+        for name in names:  # answer now; stopping takes up to the grace period
+            # Through the node's own stop_worker control: a stop on purpose, not restarted.
+            runtime.start_soon(self._stop_one, runtime, name, grace)
+        return names
+
+    async def _undrained(self, payload: Any) -> list[str]:
+        """The master ended this node's drain: start again the workers the drain stopped."""
+        runtime = self._runtime()
+        names = sorted(self.drained)
+        self.drained.clear()
+        log.info("node_undrained_starting_workers", workers=names)
+        for name in names:  # answer now; each starts once its drain stop has ended
+            runtime.start_soon(self._start_again, runtime, name)
+        return names
+
+    async def _start_again(self, runtime: Runtime, name: str) -> None:
+        handle = self.node.workers.get(name)
+        if handle is None:
+            return
+        with anyio.move_on_after(self.node.config.stop_grace_s + 10.0):
+            while handle.returncode is None:  # its drain stop may still be under way
+                await handle.exited_event.wait()
+        spec = {**handle.spec.model_dump(by_alias=True), "timeout_s": 60.0}
+        try:
+            await runtime.control(runtime.address, "spawn_worker", spec, timeout=65.0)
+        except Exception as exc:
+            log.warning("undrained_worker_start_failed", worker=name, error=repr(exc))
+
+    async def _stop_one(self, runtime: Runtime, name: str, grace: float) -> None:
+        try:
+            await runtime.control(runtime.address, "stop_worker", {"name": name}, timeout=grace)
+        except Exception as exc:
+            log.warning("drained_worker_stop_failed", worker=name, error=repr(exc))

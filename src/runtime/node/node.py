@@ -1,0 +1,362 @@
+"""The node: one per host. It owns the host's worker processes and answers control messages.
+
+The node runs a runtime of its own (process name ``node``) bound at the node endpoint. It
+spawns workers as child processes, learns their mailboxes when they register, resolves names
+for them, relays control messages, and notices a worker's death from the process itself
+(``wait``), not from a missed heartbeat. Shutdown: SIGTERM every worker, wait ``stop_grace_s``,
+SIGKILL what is left, reap everything, exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+import psutil
+import structlog
+from troupe.runtime.core.control_payloads import (
+    ControlPayload,
+    address_field,
+    validated,
+)
+from troupe.runtime.core.directory import Directory
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ActorStopped, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.supervision.node_side import NodeSupervision
+from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime.wire.codec import Codec
+
+from .config import ActorSpec, NodeConfig, WorkerSpec
+from .leftovers import ChildRecord, reap_predecessors
+from .master_link import MasterLink
+from .worker_handles import WorkerHandle, WorkerState, launch_worker
+from .worker_process import ignore_stop_signals
+
+__all__ = ["Node"]
+
+log = structlog.get_logger(__name__)
+
+
+class Node:
+    """A host's node process.
+
+    Args:
+        config: the validated node config.
+        handle_signals: stop on SIGTERM or Ctrl-C. False where the program owns the signals
+            (the ``troupe`` command): it cancels :meth:`run` instead, which stops the same way.
+    """
+
+    def __init__(self, config: NodeConfig, handle_signals: bool = True) -> None:
+        self.config = config
+        self.handle_signals = handle_signals
+        self.name = config.name
+        self.workers: dict[str, WorkerHandle] = {}
+        self.runtime: Runtime | None = None
+        self.started_at = time.time()
+        self.stopping = anyio.Event()
+        self.ready = anyio.Event()
+        self.stopped = anyio.Event()  # set once every worker has been stopped and reaped
+        # Extra sections of the status reply, by name (a pipeline driven beside this node).
+        self.status_extras: dict[str, Callable[[], Any]] = {}
+        # Called as listener(handle, reason) after every worker exit, before any restart
+        # (handle.state is STOPPED for a stop on purpose); the task layer requeues there.
+        self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
+        self.supervision = NodeSupervision(self)
+        self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
+
+    async def run(self) -> None:
+        """Serve until SIGTERM, Ctrl-C, a ``shutdown`` control message or cancellation.
+
+        Every way out is the same graceful stop: the workers first (SIGTERM, ``stop_grace_s``,
+        SIGKILL, reaped), then the supervisor, then the node itself. A cancellation does not
+        cut that stop short (a worker whose wait was cancelled would never be reaped): it asks
+        for the stop, and the call returns once the stop is done.
+        """
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._serve()
+                except BaseException as exc:  # raised below as it is, not wrapped in a group
+                    failure.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(serve)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.stopping.set()
+        if failure:
+            raise failure[0]
+
+    async def _serve(self) -> None:
+        cfg = self.config
+        try:
+            transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
+        except Unreachable as exc:
+            raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+        runtime = Runtime(
+            self.name, "node", transport, Directory(self.name),
+            Codec(int(cfg.max_message_mb * 1024 * 1024)),
+            ask_timeout=cfg.ask_timeout_s, drain_timeout=cfg.drain_timeout_s,
+        )
+        self.runtime = runtime
+        self._install_controls(runtime)
+        # A predecessor that died hard may have left processes behind: they go before ours start.
+        await anyio.to_thread.run_sync(reap_predecessors, cfg.log_dir, self.name)
+        try:
+            async with runtime:
+                log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
+                async with anyio.create_task_group() as tg:
+                    if self.handle_signals:
+                        tg.start_soon(self._stop_on_signal)
+                    try:
+                        await self.supervision.start(tg)
+                        if cfg.master:  # task dispatch: beat to the master, report worker exits
+                            tg.start_soon(MasterLink(self, cfg.master).run)
+                        for spec in cfg.workers:
+                            self._start(tg, spec)
+                        self._tg = tg
+                        self.ready.set()
+                        await self.stopping.wait()
+                    finally:  # asked to stop, or failed: the workers go first, either way
+                        self.stopping.set()  # from here on nothing is restarted
+                        await self._stop_workers()
+                        await self.supervision.stop()
+                        tg.cancel_scope.cancel()
+        finally:
+            self.children.close()
+            self.stopped.set()
+        log.info("node_stopped")
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _start(self, tg: anyio.abc.TaskGroup, spec: WorkerSpec, restart_reason: str | None = None) -> WorkerHandle:
+        handle = self.workers.get(spec.name)
+        if handle is None:
+            handle = WorkerHandle(spec)
+            self.workers[spec.name] = handle
+        tg.start_soon(self._supervise, handle, restart_reason)
+        return handle
+
+    async def _supervise(self, handle: WorkerHandle, restart_reason: str | None) -> None:
+        assert self.runtime is not None
+        cfg = self.config
+        proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason,
+                                   self.supervision.launch_options(handle))
+        self.children.add(proc.pid, f"worker {handle.spec.name}")
+        log.info("worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation)
+        code = await handle.wait()  # also passes its stderr on and keeps its last error
+        handle.exited(code)
+        log.log(
+            20 if handle.state is WorkerState.STOPPED else 30,
+            "worker_exited", worker=handle.spec.name, worker_pid=proc.pid, returncode=code, reason=handle.exit_reason,
+            **({"error": handle.exit_error} if handle.exit_error else {}),
+        )
+        self.on_worker_exit(handle)
+
+    def on_worker_exit(self, handle: WorkerHandle) -> None:
+        """Called when a worker process has exited and been reaped (restart policy hook)."""
+        self.supervision.worker_exited(handle)
+
+    async def _stop_workers(self) -> None:
+        # A worker whose restart was under way when the stop began shows up on a later pass.
+        for _ in range(3):
+            live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
+            if not live:
+                return
+            await self._stop_these(live)
+
+    async def _stop_these(self, live: list[WorkerHandle]) -> None:
+        for handle in live:
+            handle.state = WorkerState.STOPPING
+            _signal(handle, signal.SIGTERM)
+        with anyio.move_on_after(self.config.stop_grace_s):
+            for handle in live:
+                await handle.exited_event.wait()
+        for handle in live:
+            if handle.returncode is None:
+                log.warning("worker_kill_after_grace", worker=handle.spec.name, worker_pid=handle.pid)
+                _signal(handle, signal.SIGKILL)
+        with anyio.move_on_after(5.0):
+            for handle in live:
+                await handle.exited_event.wait()
+
+    # -- control messages ---------------------------------------------------------------------
+
+    def _install_controls(self, runtime: Runtime) -> None:
+        runtime.control_handlers.update(
+            ping=self._ping, status=self._status, register=self._register, resolve=self._resolve,
+            actor_spawned=self._actor_spawned,
+            spawn_worker=self._spawn_worker, stop_worker=self._stop_worker, shutdown=self._shutdown,
+        )
+        self.supervision.install(runtime)
+
+    async def _ping(self, _: Any) -> dict[str, Any]:
+        return {"node": self.name, "pid": os.getpid(), "time": time.time()}
+
+    async def _register(self, payload: Any) -> bool:
+        p = ControlPayload("register", payload)
+        process, endpoint = p.require("process", str), p.require("endpoint", str)
+        pid, actors = p.require("pid", int), p.map_of_str("actors")
+        handle = self.workers.get(process)
+        if handle is None:
+            raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
+        handle.registered(endpoint, pid, actors)
+        log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, worker_pid=handle.pid)
+        self.supervision.worker_registered(handle)
+        assert self.runtime is not None
+        key = f"{self.name}/{handle.spec.name}"
+        for old in self.runtime.directory.forget_process(key):
+            self.runtime.transport.forget(old)
+        self.runtime.directory.learn(key, handle.endpoint or "")
+        self._announce(handle)
+        return True
+
+    async def _actor_spawned(self, payload: Any) -> bool:
+        """A worker started an actor on request (its ``spawn`` control): name it in the
+        directory, tell the other workers, and add it to the worker's spec, so that a restart of
+        the worker brings it back."""
+        assert self.runtime is not None
+        p = ControlPayload("actor_spawned", payload)
+        process, endpoint = p.require("process", str), p.require("endpoint", str)
+        actor = validated(ActorSpec, p.require("actor", dict), "actor_spawned", "actor")
+        handle = self.workers.get(process)
+        if handle is None:
+            raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
+        if all(a.name != actor.name for a in handle.spec.actors):
+            handle.spec = handle.spec.model_copy(update={"actors": (*handle.spec.actors, actor)})
+        handle.actors[actor.name] = endpoint
+        self.runtime.directory.learn(f"{self.name}/{handle.spec.name}/{actor.name}", endpoint)
+        log.info("actor_spawned", worker=handle.spec.name, actor=actor.name, cls=actor.cls)
+        self._announce(handle)
+        return True
+
+    def _announce(self, handle: WorkerHandle) -> None:
+        """Push a worker's endpoints to the other running workers (``directory_update``)."""
+        assert self.runtime is not None
+        update = {"key": f"{self.name}/{handle.spec.name}", "endpoint": handle.endpoint, "actors": handle.actors}
+        for other in self.workers.values():
+            if other is not handle and other.state is WorkerState.RUNNING and other.endpoint:
+                self.runtime.start_soon(self._notify, other.endpoint, update)
+
+    async def _notify(self, endpoint: str, update: dict[str, Any]) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.control(endpoint, "directory_update", update, timeout=2.0)
+        except Exception as exc:  # a peer that is itself restarting learns on register
+            log.info("directory_update_failed", endpoint=endpoint, error=repr(exc))
+
+    async def _resolve(self, payload: Any) -> dict[str, str]:
+        assert self.runtime is not None
+        # The forms of docs/PROTOCOL.md section 10: ACTOR, PROCESS/ACTOR, NODE/PROCESS/ACTOR;
+        # `node` and NODE/node name the node process itself, node/ACTOR an actor it hosts.
+        addr = address_field(ControlPayload("resolve", payload), "address")
+        if addr.node and addr.node != self.name:
+            raise Unreachable(f"node {self.name} cannot resolve {addr}: node {addr.node!r} is not this one")
+        if addr.actor == "node" and not addr.node and addr.process in ("", self.name):
+            return {"address": f"{self.name}/node", "endpoint": self.runtime.address}
+        if addr.process == "node":
+            cell = self.runtime.cells.get(addr.actor)
+            if cell is None:
+                raise UnknownActor(f"the node process of {self.name} hosts no actor {addr.actor!r}; "
+                                   "resolve `node` for the node's own mailbox")
+            return {"address": f"{self.name}/node/{addr.actor}", "endpoint": cell.endpoint}
+        for handle in self.workers.values():
+            if handle.state is not WorkerState.RUNNING or not handle.endpoint:
+                continue
+            if (addr.process == handle.spec.name or not addr.process) and addr.actor in handle.actors:
+                return {"address": f"{self.name}/{handle.spec.name}/{addr.actor}",
+                        "endpoint": handle.actors[addr.actor]}
+        raise UnknownActor(f"no running actor {addr} on node {self.name}; see `troupe ctl status`")
+
+    async def _status(self, payload: Any) -> dict[str, Any]:
+        assert self.runtime is not None
+        workers = []
+        for handle in self.workers.values():
+            info = handle.describe()
+            info["rss_mib"] = _rss_mib(handle.pid) if handle.returncode is None else 0.0
+            if handle.state is WorkerState.RUNNING and handle.endpoint:
+                try:
+                    info["runtime"] = await self.runtime.control(handle.endpoint, "status", timeout=1.0)
+                except Exception as exc:
+                    info["runtime"] = {"error": repr(exc)}
+            workers.append(info)
+        return {
+            "node": self.name,
+            "pid": os.getpid(),
+            "endpoint": self.runtime.address,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "rss_mib": _rss_mib(os.getpid()),
+            "workers": workers,
+            "runtime": asdict(self.runtime.statistics()),
+            "supervision": await self.supervision.describe(),
+            **{name: extra() for name, extra in self.status_extras.items()},
+        }
+
+    async def _spawn_worker(self, payload: Any) -> dict[str, Any]:
+        p = ControlPayload("spawn_worker", payload)
+        timeout_s = float(p.optional("timeout_s", float, 30.0))
+        spec = validated(WorkerSpec, {k: v for k, v in p.fields.items() if k != "timeout_s"}, "spawn_worker")
+        if self.stopping.is_set():  # a worker started now could outlive the stop's last look
+            raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
+        existing = self.workers.get(spec.name)
+        if existing is not None and existing.returncode is None and existing.process is not None:
+            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
+        if existing is not None:
+            del self.workers[spec.name]
+        handle = self._start(self._tg, spec)
+        with anyio.fail_after(timeout_s):
+            await handle.ready_event.wait()
+        return handle.describe()
+
+    async def _stop_worker(self, payload: Any) -> bool:
+        name = ControlPayload("stop_worker", payload).require("name", str)
+        handle = self.workers.get(name)
+        if handle is None or handle.returncode is not None:
+            raise UnknownActor(f"no running worker {name!r} on node {self.name}")
+        handle.state = WorkerState.STOPPING
+        _signal(handle, signal.SIGTERM)
+        with anyio.move_on_after(self.config.stop_grace_s):
+            await handle.exited_event.wait()
+        if handle.returncode is None:
+            _signal(handle, signal.SIGKILL)
+            await handle.exited_event.wait()
+        return True
+
+    async def _shutdown(self, _: Any) -> bool:
+        self.stopping.set()
+        return True
+
+    async def _stop_on_signal(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("node_signal", signal=signal.Signals(signum).name)
+                self.stopping.set()
+                break
+        ignore_stop_signals()
+
+
+def _signal(handle: WorkerHandle, signum: int) -> None:
+    if handle.process is not None and handle.returncode is None:
+        try:
+            handle.process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def _rss_mib(pid: int | None) -> float:
+    if not pid:
+        return 0.0
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+    except psutil.Error:
+        return 0.0

@@ -1,0 +1,234 @@
+"""What a node knows about each of its worker processes, and how it launches one.
+
+A worker's stderr comes to the node through a pipe: the node passes it on to its own stderr
+(where it went before) and keeps the last few KiB of each incarnation, so that when a worker
+exits with an error the status reply can say why (``last_error``: the exception's one-line
+summary, e.g. ``ModuleNotFoundError: No module named 'mypkg'``), not only ``exit 1``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+from .child import child_env
+from .config import NodeConfig, WorkerSpec
+
+__all__ = ["StderrTail", "WorkerHandle", "WorkerState", "exit_reason", "launch_worker"]
+
+_TAIL_BYTES = 8192
+_DRAIN_S = 1.0  # after the exit: a grandchild holding the pipe open must not hold up the node
+_MAX_ERROR_CHARS = 300
+# The last line of a Python traceback: ``ValueError: boom``, ``pkg.mod.SomeError: text``.
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Failed|Injected|Interrupt)\b(: .*)?")
+
+
+class WorkerState(enum.Enum):
+    """Where a worker process is in its life."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    EXITED = "exited"
+    FAILED = "failed"
+
+
+def exit_reason(returncode: int) -> str:
+    """Describe a process exit status: ``exit 0``, ``exit 3``, ``killed by SIGKILL``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
+class WorkerHandle:
+    """The node's record of one worker slot, across its restarts."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self.state = WorkerState.STARTING
+        self.process: Process | None = None
+        self.pid: int | None = None
+        self.endpoint: str | None = None
+        self.actors: dict[str, str] = {}  # actor name -> its mailbox endpoint
+        self.incarnation = 0
+        self.restarts = 0
+        self.returncode: int | None = None
+        self.exit_reason = ""
+        self.last_error: str | None = None  # the last error a failed incarnation wrote to stderr
+        self.exit_error: str | None = None  # the error of the incarnation that exited last, if any
+        self.started_at = 0.0
+        self.ready_event = anyio.Event()
+        self.exited_event = anyio.Event()
+
+    def launched(self, process: Process) -> None:
+        """A new incarnation of the worker was started."""
+        self.process = process
+        self.pid = process.pid
+        self.returncode = None
+        self.endpoint = None
+        self.state = WorkerState.STARTING
+        self.started_at = time.time()
+        # Replace the events only once used, so that a waiter on the first launch is not lost.
+        if self.ready_event.is_set():
+            self.ready_event = anyio.Event()
+        if self.exited_event.is_set():
+            self.exited_event = anyio.Event()
+
+    def registered(self, endpoint: str, pid: int, actors: dict[str, str]) -> None:
+        """The worker bound its mailbox and its actors have started."""
+        self.endpoint = endpoint
+        self.pid = pid
+        self.actors = actors
+        if self.state is WorkerState.STARTING:
+            self.state = WorkerState.RUNNING
+        self.ready_event.set()
+
+    def exited(self, returncode: int) -> None:
+        """The process was reaped with ``returncode``."""
+        self.returncode = returncode
+        self.exit_reason = exit_reason(returncode)
+        self.state = WorkerState.STOPPED if self.state is WorkerState.STOPPING else WorkerState.EXITED
+        self.endpoint = None
+        self.exited_event.set()
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data for status replies."""
+        return {
+            "name": self.spec.name,
+            "kind": self.spec.kind,
+            "state": self.state.value,
+            "pid": self.pid,
+            "endpoint": self.endpoint,
+            "actors": sorted({a.name for a in self.spec.actors} | set(self.actors)),
+            "actor_endpoints": dict(self.actors),
+            "incarnation": self.incarnation,
+            "restarts": self.restarts,
+            "exit": self.exit_reason,
+            "last_error": self.last_error,
+        }
+
+    async def wait(self) -> int:
+        """Wait until the current incarnation exits, passing its stderr on to the node's.
+
+        Returns:
+            Its exit status; an incarnation that failed leaves its error in ``exit_error`` and
+            ``last_error`` (which keeps it across later incarnations that say nothing).
+        """
+        proc = self.process
+        assert proc is not None, "wait() before launched()"
+        tail = StderrTail()
+        async with anyio.create_task_group() as tg:
+            if proc.stderr is not None:
+                tg.start_soon(tail.pump, proc.stderr)
+            code = await proc.wait()
+            with anyio.move_on_after(_DRAIN_S):
+                await tail.closed.wait()
+            tg.cancel_scope.cancel()
+        # An error exit only: what a process killed by a signal last wrote is no cause of it.
+        self.exit_error = tail.last_error() if code > 0 else None
+        self.last_error = self.exit_error or self.last_error
+        return code
+
+
+class StderrTail:
+    """Passes a child's stderr on to this process's and keeps its last few KiB."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self.closed = anyio.Event()
+
+    def add(self, chunk: bytes) -> None:
+        """Keep ``chunk``, dropping the oldest bytes beyond the tail's size."""
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        while self._size - len(self._chunks[0]) >= _TAIL_BYTES:
+            self._size -= len(self._chunks.popleft())
+
+    async def pump(self, stream: ByteReceiveStream) -> None:
+        """Read ``stream`` to its end (or until cancelled), writing everything to fd 2."""
+        try:
+            async for chunk in stream:
+                self.add(chunk)
+                _write_stderr(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            self.closed.set()
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+
+    def last_error(self) -> str | None:
+        """The error the child reported last: a traceback's final line, else its last line."""
+        text = b"".join(self._chunks)[-_TAIL_BYTES:].decode("utf-8", errors="replace")
+        # An exception group's traceback nests its members in ``|`` and ``+---`` frames.
+        lines = [ln.strip().lstrip("|+").strip() for ln in text.splitlines()]
+        lines = [ln for ln in lines if ln and set(ln) - set("-+|")]
+        if not lines:
+            return None
+        found = next((ln for ln in reversed(lines) if _EXCEPTION_LINE.fullmatch(ln)), lines[-1])
+        return found[:_MAX_ERROR_CHARS]
+
+
+def _write_stderr(chunk: bytes) -> None:
+    # fd 2 itself, as the child's inherited stderr used to be (sys.stderr may be replaced).
+    try:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(2, view):]
+    except OSError:
+        pass  # no stderr to write to: the tail is still kept
+
+
+async def launch_worker(
+    handle: WorkerHandle, node: str, node_endpoint: str, cfg: NodeConfig, restart_reason: str | None,
+    supervision: dict[str, Any] | None = None,
+) -> Process:
+    """Start the worker process of ``handle`` and record it.
+
+    ``supervision`` adds the launch fields of supervision (``supervisor_addr``,
+    ``heartbeat_interval_s``; see ``NodeSupervision.launch_options``).
+    """
+    handle.incarnation += 1
+    spec = {
+        "node": node,
+        "process": handle.spec.name,
+        "node_endpoint": node_endpoint,
+        "actors": [a.model_dump(by_alias=True) for a in handle.spec.actors],
+        "kind": handle.spec.kind,
+        "incarnation": handle.incarnation,
+        "restart_reason": restart_reason,
+        "log_dir": str(cfg.log_dir.resolve()),
+        "log_level": cfg.log_level,
+        "hwm": cfg.hwm,
+        "max_message_mb": cfg.max_message_mb,
+        "ask_timeout_s": cfg.ask_timeout_s,
+        "drain_timeout_s": cfg.drain_timeout_s,
+        "master": cfg.master,  # task dispatch: the worker's TaskGetter pulls from it
+        **(supervision or {}),
+    }
+    env = child_env({"TROUPE_WORKER_SPEC": json.dumps(spec)})
+    process = await anyio.open_process(
+        [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.worker_process"],  # lean_start: no rich
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=subprocess.PIPE,  # passed on by WorkerHandle.wait, which keeps its tail
+    )
+    handle.launched(process)
+    return process

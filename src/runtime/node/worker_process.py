@@ -1,0 +1,212 @@
+"""The worker process: one event loop (uvloop), one ZeroMQ mailbox, the actors it hosts.
+
+Started by its node as ``python -m troupe.lean_start troupe.runtime.node.worker_process`` (``-m``, lighter:
+see lean_start) with its launch spec in the environment variable ``TROUPE_WORKER_SPEC`` (JSON).
+It binds a mailbox on a free loopback port, starts its actors, registers with the node, and
+serves until SIGTERM, Ctrl-C or a ``stop`` control message; then it shuts down gracefully and
+exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from pydantic import Field
+from troupe.runtime.chaos.worker_side import WorkerChaos
+from troupe.runtime.core.control_payloads import ControlPayload, validated
+from troupe.runtime.core.directory import Directory
+from troupe.runtime.core.ref import ActorAddress
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.supervision.worker_health import WorkerHealth
+from troupe.runtime.tasks.getter import start_task_getter
+from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime.wire.codec import load_imported_extensions
+
+from .child import die_with_parent, load_launch_spec
+from .config import ActorSpec, _Frozen
+
+__all__ = ["WorkerLaunch", "main", "serve_worker"]
+
+log = structlog.get_logger(__name__)
+
+SPEC_ENV = "TROUPE_WORKER_SPEC"
+
+
+class WorkerLaunch(_Frozen):
+    """Everything a worker process needs, handed over by its node."""
+
+    node: str
+    process: str
+    node_endpoint: str
+    actors: tuple[ActorSpec, ...] = ()
+    kind: str = "default"
+    incarnation: int = Field(default=0, ge=0)
+    restart_reason: str | None = None
+    log_dir: Path | None = None
+    log_level: str = "info"
+    hwm: int = 1000
+    max_message_mb: float = 64.0
+    ask_timeout_s: float = 30.0
+    drain_timeout_s: float = 5.0
+    # Supervision (worker_health.py): where heartbeats go, None = no supervisor.
+    supervisor_addr: tuple[str, int] | None = None
+    heartbeat_interval_s: float = Field(default=0.5, gt=0)
+    # Task dispatch (tasks/getter.py): the master to pull tasks from, None = no master.
+    master: str | None = None
+
+
+def node_lookup(runtime_box: list[Runtime], node_endpoint: str):  # type: ignore[no-untyped-def]
+    """Return a directory lookup that asks the node (the runtime is set once it exists)."""
+
+    async def lookup(address: ActorAddress) -> tuple[ActorAddress, str]:
+        reply = await runtime_box[0].control(node_endpoint, "resolve", {"address": str(address)})
+        return ActorAddress.parse(reply["address"]), reply["endpoint"]
+
+    return lookup
+
+
+async def serve_worker(spec: WorkerLaunch) -> None:
+    """Run the worker until it is told to stop."""
+    from troupe.runtime.wire.codec import Codec
+
+    box: list[Runtime] = []
+    transport = ZmqTransport(hwm=spec.hwm)
+    directory = Directory(spec.node, node_lookup(box, spec.node_endpoint))
+    directory.learn(f"{spec.node}/node", spec.node_endpoint)
+    runtime = Runtime(
+        spec.node,
+        spec.process,
+        transport,
+        directory,
+        Codec(int(spec.max_message_mb * 1024 * 1024)),
+        ask_timeout=spec.ask_timeout_s,
+        drain_timeout=spec.drain_timeout_s,
+    )
+    box.append(runtime)
+    stop = anyio.Event()
+
+    async def tell_node(actor: ActorSpec, endpoint: str) -> None:
+        await runtime.control(
+            spec.node_endpoint, "actor_spawned",
+            {"process": spec.process, "actor": actor.model_dump(by_alias=True), "endpoint": endpoint},
+            timeout=10.0,
+        )
+
+    install_worker_controls(runtime, stop, tell_node)
+    health = WorkerHealth(runtime, spec.process, spec.supervisor_addr, spec.heartbeat_interval_s)
+    WorkerChaos(runtime)
+    async with runtime:
+        for actor in spec.actors:
+            await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason)
+        # Actors that imported torch get its codec now, not as a stall on their first tensor.
+        load_imported_extensions()
+        await runtime.control(
+            spec.node_endpoint,
+            "register",
+            {
+                "process": spec.process,
+                "endpoint": runtime.address,
+                "pid": os.getpid(),
+                "incarnation": spec.incarnation,
+                "actors": {name: cell.endpoint for name, cell in runtime.cells.items()},
+            },
+            timeout=10.0,
+        )
+        log.info("worker_ready", endpoint=runtime.address, actors=sorted(runtime.cells))
+        if spec.master:  # task dispatch: pull tasks for the hosted TaskActors, if any
+            start_task_getter(runtime, spec.master, spec.node, spec.process)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, stop)
+            await stop.wait()
+            tg.cancel_scope.cancel()
+        log.info("worker_stopping")
+        health.stopping()
+    health.close()
+    log.info("worker_stopped")
+
+
+def install_worker_controls(
+    runtime: Runtime, stop: anyio.Event, tell_node: Callable[[ActorSpec, str], Awaitable[None]]
+) -> None:
+    """Register the control messages every worker answers.
+
+    ``tell_node`` reports an actor started by a ``spawn`` control message to the node, which
+    names it in the directory and keeps it in the worker's spec for restarts.
+    """
+
+    async def ping(_: Any) -> dict[str, Any]:
+        return {"process": runtime.process, "pid": os.getpid()}
+
+    async def status(_: Any) -> dict[str, Any]:
+        return asdict(runtime.statistics())
+
+    async def stop_worker(_: Any) -> bool:
+        stop.set()
+        return True
+
+    async def directory_update(payload: Any) -> bool:
+        # The peer process restarted: its mailboxes moved. Drop what we knew, learn the new.
+        p = ControlPayload("directory_update", payload)
+        key, endpoint, actors = p.require("key", str), p.require("endpoint", str), p.map_of_str("actors", False)
+        current = {endpoint, *actors.values()}
+        for old in runtime.directory.forget_process(key):
+            if old not in current:  # a connection to a live endpoint keeps what it has queued
+                runtime.transport.forget(old)
+        runtime.directory.learn(key, endpoint)
+        for name, actor_endpoint in actors.items():
+            runtime.directory.learn(f"{key}/{name}", actor_endpoint)
+        return True
+
+    async def spawn(payload: Any) -> str:
+        spec = validated(ActorSpec, payload, "spawn")
+        await runtime.spawn(spec.cls, spec.name, kwargs=dict(spec.kwargs))
+        load_imported_extensions()  # as at start: an actor that imported torch gets its codec now
+        try:
+            await tell_node(spec, runtime.cells[spec.name].endpoint)
+        except Exception as exc:  # the actor runs; only its name is not known beyond this process
+            log.warning("spawned_actor_not_announced", actor=spec.name, error=repr(exc))
+        return str(ActorAddress(runtime.node, runtime.process, spec.name))
+
+    runtime.control_handlers.update(
+        ping=ping, status=status, stop=stop_worker, directory_update=directory_update, spawn=spawn
+    )
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            stop.set()
+            break
+    ignore_stop_signals()
+
+
+def ignore_stop_signals() -> None:
+    """Once a graceful stop has begun, a second SIGTERM or Ctrl-C must not cut it short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def main() -> None:
+    """Entry point of ``python -m troupe.runtime.node.worker_process``."""
+    die_with_parent("worker")
+    spec = load_launch_spec(WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`")
+    configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
+    try:
+        anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})
+    except ConfigError as exc:
+        log.error("worker_config_error", error=str(exc))
+        sys.exit(f"worker {spec.process}: {exc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Pipeline declarations: a graph of stages in a TOML file, validated once.
+
+::
+
+    [pipeline]
+    name = "indoor-nav"
+    items = 64            # tasks: seeds seed_start .. seed_start + items - 1
+    seed_start = 0
+    slots = 4             # replica budget the scheduler may distribute (default: sum of replicas)
+
+    [[stages]]
+    name = "plan"
+    actor = "troupe.actors.datagen.lifecycle:NavPlanner"
+    replicas = 1          # at start
+    min_replicas = 1
+    max_replicas = 3
+    batch = 1             # items per call
+    queue = 8             # bound of this stage's input queue
+    resources = { cpu = 1, gpu = 0 }
+    kwargs = { }          # constructor arguments
+
+Stages form a chain in file order unless a stage names its input with ``after``.
+Counts are strict integers (``replicas = "2"`` is refused, not read as 2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.node.config import MAX_NAME, _Frozen, read_toml, validation_message
+from troupe.runtime.tasks.jobspec import MAX_COUNT
+
+__all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
+
+
+class Resources(_Frozen):
+    """What one replica of a stage needs."""
+
+    cpu: StrictFloat = Field(default=1.0, ge=0)
+    gpu: StrictInt = Field(default=0, ge=0)
+
+
+class StageConfig(_Frozen):
+    """One stage: its actor class and how it scales."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_\-]+$")
+    actor: str = Field(min_length=3)
+    replicas: StrictInt = Field(default=1, ge=1)
+    min_replicas: StrictInt = Field(default=1, ge=0)
+    max_replicas: StrictInt | None = Field(default=None, ge=1)
+    batch: StrictInt = Field(default=1, ge=1)
+    queue: StrictInt = Field(default=8, ge=1)
+    resources: Resources = Resources()
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    after: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> StageConfig:
+        top = self.max_replicas if self.max_replicas is not None else self.replicas
+        if not self.min_replicas <= self.replicas <= top:
+            raise ValueError(
+                "need min_replicas <= replicas <= max_replicas, got "
+                f"{self.min_replicas} <= {self.replicas} <= {top}"
+            )
+        return self
+
+    @property
+    def most(self) -> int:
+        """The largest number of replicas this stage may have."""
+        return self.max_replicas if self.max_replicas is not None else self.replicas
+
+
+class PipelineConfig(_Frozen):
+    """A whole pipeline: its stages, the items to run and the replica budget."""
+
+    # The name is also the job name the master knows the items by (jobspec's rule for names).
+    name: str = Field(default="pipeline", min_length=1, max_length=MAX_NAME,
+                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    items: StrictInt = Field(default=64, ge=1, le=MAX_COUNT)
+    seed_start: StrictInt = Field(default=0, ge=-(2**63), le=2**63 - 1 - MAX_COUNT)
+    slots: StrictInt | None = Field(default=None, ge=1)
+    max_attempts: StrictInt = Field(default=3, ge=1)
+    scale_interval_s: StrictFloat = Field(default=0.5, gt=0)
+    stages: tuple[StageConfig, ...]
+
+    @model_validator(mode="after")
+    def _graph(self) -> PipelineConfig:
+        if not self.stages:
+            raise ValueError("a pipeline needs at least one [[stages]] table")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}")
+        for i, stage in enumerate(self.stages):
+            if stage.after is not None and stage.after not in names[:i]:
+                raise ValueError(
+                    f"stage {stage.name!r}: after = {stage.after!r} must name an earlier stage"
+                )
+        return self
+
+    @property
+    def slot_budget(self) -> int:
+        """Replicas the scheduler may run at once (default: the starting replicas)."""
+        return self.slots if self.slots is not None else sum(s.replicas for s in self.stages)
+
+    def upstream(self, index: int) -> int | None:
+        """Index of the stage feeding stage ``index`` (None for the first)."""
+        stage = self.stages[index]
+        if stage.after is not None:
+            return [s.name for s in self.stages].index(stage.after)
+        return index - 1 if index > 0 else None
+
+    def downstream(self, index: int) -> list[int]:
+        """Indexes of the stages fed by stage ``index``."""
+        return [j for j in range(len(self.stages)) if self.upstream(j) == index]
+
+
+def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
+    """Load and validate a pipeline TOML file; ``overrides`` replace [pipeline] fields.
+
+    Raises:
+        ConfigError: missing file, bad TOML, or invalid fields (named with the file).
+    """
+    raw = read_toml(path, "pipeline", {"pipeline"}, {"stages"}, "[pipeline] and [[stages]]")
+    data = dict(raw.get("pipeline", {}))
+    rename = {key: f"pipeline.{key}" for key in data}  # [pipeline]'s keys sit at the top level
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    for key in given:
+        rename.pop(key, None)
+    data["stages"] = raw.get("stages", [])
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(validation_message(str(path), exc, data, PipelineConfig, rename)) from None

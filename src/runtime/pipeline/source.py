@@ -1,0 +1,208 @@
+"""Where a pipeline's items come from: a seed range, or a job's tasks leased from the master.
+
+An item source hands the engine items while its first queue has room, learns how each item
+ended (``settle``), and says when no more will come. With :class:`MasterSource` the pipeline is
+one consumer of a job: it leases the job's tasks as a worker does, keeps the leases of the items
+in flight renewed, and reports each item's end, so that the master's journal, retries with
+backoff and dead letters cover the pipeline too (an item that errs is failed back to the
+master, which leases it again later or dead-letters it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import structlog
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import TroupeError, UnknownWorker
+
+__all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem"]
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceItem:
+    """One item as its source hands it over."""
+
+    task_id: str
+    seed: int
+    attempt: int = 0
+
+
+class ItemSource(Protocol):
+    """What the engine needs from a source of items."""
+
+    retries_locally: bool
+    """True: the engine retries an erring item itself; False: it settles it as ``error``."""
+
+    def take(self, n: int) -> list[SourceItem]:
+        """Up to ``n`` items available now (never waits)."""
+        ...
+
+    def exhausted(self) -> bool:
+        """No item will ever come again."""
+        ...
+
+    def settle(self, task_id: str, outcome: str, error: str = "", traceback: str = "") -> None:
+        """An item ended: ``ok``, ``pruned``, ``dead`` or (not retried locally) ``error``."""
+        ...
+
+    async def run(self, wake: Callable[[], None]) -> None:
+        """Background work (leasing, renewing); calls ``wake`` when items arrive or it ends."""
+        ...
+
+
+class LocalSource:
+    """Items for seeds ``seed_start .. seed_start + count - 1``, ids ``{name}-{i:06d}``."""
+
+    retries_locally = True
+
+    def __init__(self, name: str, count: int, seed_start: int = 0) -> None:
+        self.name = name
+        self.count = count
+        self.seed_start = seed_start
+        self._next = 0
+
+    def take(self, n: int) -> list[SourceItem]:
+        out = []
+        while n > 0 and self._next < self.count:
+            out.append(SourceItem(f"{self.name}-{self._next:06d}", self.seed_start + self._next))
+            self._next += 1
+            n -= 1
+        return out
+
+    def exhausted(self) -> bool:
+        return self._next >= self.count
+
+    def settle(self, task_id: str, outcome: str, error: str = "", traceback: str = "") -> None:
+        """Nothing to report to: the engine keeps the outcomes."""
+
+    async def run(self, wake: Callable[[], None]) -> None:
+        """Nothing to do in the background."""
+
+
+class MasterSource:
+    """A job's tasks, leased from the master like a worker with ``slots`` slots.
+
+    Args:
+        runtime: a runtime that can reach the master.
+        master: the master endpoint.
+        job_id: the submitted job whose tasks to run.
+        slots: how many leases to hold at once (items queued or in flight).
+        worker_id: the id this consumer registers under.
+        poll_s: how long one request for tasks may be held by the master.
+    """
+
+    retries_locally = False
+
+    def __init__(self, runtime: Runtime, master: str, job_id: str, slots: int,
+                 worker_id: str | None = None, poll_s: float = 1.0) -> None:
+        self.runtime = runtime
+        self.master = master
+        self.job_id = job_id
+        self.slots = slots
+        self.worker_id = worker_id or f"{runtime.node}/pipeline-{os.getpid()}"
+        self.poll_s = poll_s
+        self._ready: deque[SourceItem] = deque()
+        self._leases: dict[str, dict[str, Any]] = {}  # task_id -> lease, while in the pipeline
+        self._reports: deque[tuple[str, dict[str, Any]]] = deque()
+        self._kick = anyio.Event()
+        self._done = False
+        self.dead: dict[str, str] = {}
+
+    def take(self, n: int) -> list[SourceItem]:
+        out = []
+        while n > 0 and self._ready:
+            out.append(self._ready.popleft())
+            n -= 1
+        if out:
+            self._kick.set()  # room freed: ask for more
+        return out
+
+    def exhausted(self) -> bool:
+        return self._done and not self._ready
+
+    def settle(self, task_id: str, outcome: str, error: str = "", traceback: str = "") -> None:
+        lease = self._leases.pop(task_id, None)
+        if lease is None:
+            return
+        base = {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"], "request": 0}
+        if outcome in ("ok", "pruned"):
+            self._reports.append(("complete", {**base, "result_ref": outcome}))
+        else:
+            self._reports.append(("fail", {**base, "error": error or outcome, "traceback": traceback}))
+        self._kick.set()
+
+    async def run(self, wake: Callable[[], None]) -> None:
+        await self._call("register_worker", {
+            "worker_id": self.worker_id, "node": self.runtime.node, "endpoint": self.runtime.address,
+            "pid": os.getpid(), "slots": self.slots, "cpu": float(self.slots), "gpu": 0, "kinds": [],
+        })
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._renew_loop)
+            while not self._done:
+                await self._flush_reports()
+                await self._check_finished()  # cheap; ends the run as soon as the job is over
+                if self._done:
+                    break
+                free = self.slots - len(self._leases)
+                if free > 0:
+                    reply = await self._call("request_task", {"worker_id": self.worker_id, "free_slots": free,
+                                                              "wait_s": self.poll_s})
+                    leases = (reply or {}).get("leases", [])
+                    for lease in leases:
+                        self._leases[lease["task_id"]] = lease
+                        self._ready.append(SourceItem(lease["task_id"], int(lease["seed"]), int(lease["attempt"])))
+                    if leases:
+                        wake()
+                else:
+                    self._kick = anyio.Event()
+                    with anyio.move_on_after(self.poll_s):
+                        await self._kick.wait()
+            await self._flush_reports()
+            tg.cancel_scope.cancel()
+        wake()
+
+    async def _check_finished(self) -> None:
+        if self._leases or self._reports:
+            return
+        view = await self._call("wait_job", {"job_id": self.job_id, "timeout_s": 0})
+        if view is not None and view.get("state") != "running":
+            self._done = True
+            for task in await self._call("dead", {"job_id": self.job_id}) or []:
+                self.dead[str(task.get("task_id"))] = str(task.get("error", ""))
+            log.info("pipeline_job_finished", job_id=self.job_id, state=view.get("state"), dead=len(self.dead))
+
+    async def _flush_reports(self) -> None:
+        while self._reports:
+            kind, payload = self._reports.popleft()
+            await self._call(kind, payload)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            ttl = min((float(lease.get("ttl", 60.0)) for lease in self._leases.values()), default=60.0)
+            await anyio.sleep(max(ttl / 3, 0.5))
+            for task_id, lease in list(self._leases.items()):
+                reply = await self._call("renew", {"worker_id": self.worker_id, "task_id": task_id,
+                                                   "lease_id": lease["lease_id"]})
+                if reply and reply.get("outcome") == "renewed":
+                    lease["ttl"] = reply.get("ttl", lease.get("ttl"))
+
+    async def _call(self, msg_type: str, payload: Any) -> Any:
+        try:
+            return await self.runtime.control(self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0))
+        except UnknownWorker:
+            log.warning("pipeline_source_unknown_worker", hint="the master restarted; registering again")
+            await self.runtime.control(self.master, "register_worker", {
+                "worker_id": self.worker_id, "node": self.runtime.node, "endpoint": self.runtime.address,
+                "pid": os.getpid(), "slots": self.slots, "cpu": float(self.slots), "gpu": 0, "kinds": []})
+            return None
+        except TroupeError as exc:
+            log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
+            return None

@@ -1,0 +1,333 @@
+"""Heartbeats from a worker process to its node's supervisor: one UDP datagram per beat.
+
+The sender is a daemon *thread* in the worker process, not a task on the worker's event loop,
+so that a beat does not wait for a compute thread to yield. A pure-Python busy loop still
+lets the beat through: CPython hands the GIL to a waiting thread every switch interval (5 ms).
+A C call that holds the GIL (a simulator stuck inside an extension) stops every Python thread,
+this one included, so the beats stop and the supervisor kills the process. That is the point:
+a silent hang becomes a fail-stop error.
+
+Datagram format (version 1): a msgpack array of eleven items,
+``["tphb", 1, worker_id, pid, state, current, messages_handled, progress_count,
+progress_note, seq, backlog]`` with ``state`` one of ``"idle"``, ``"busy"``, ``"stopping"``,
+``current`` / ``progress_note`` a string (at most 256 characters) or nil, and ``backlog`` the
+messages waiting in the worker's mailboxes. A ten-item beat (no ``backlog``, from an older
+worker) is read as backlog 0. This is the one
+place besides the codec allowed to import msgpack: the datagram is a separate, tiny format that
+never travels over ZeroMQ.
+
+The receiver never raises on garbage: a malformed datagram is logged and dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import msgpack
+import structlog
+from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
+
+from .liveness import Beat
+from .status import StatusSnapshot, WorkerState, WorkerStatus
+
+__all__ = [
+    "BEAT_MAGIC",
+    "BEAT_VERSION",
+    "HeartbeatReceiver",
+    "HeartbeatSender",
+    "ReceiverStatistics",
+    "decode_beat",
+    "encode_beat",
+]
+
+log = structlog.get_logger(__name__)
+
+BEAT_MAGIC = "tphb"
+BEAT_VERSION = 1
+MAX_TEXT = 256
+_FIELDS = 11
+_FIELDS_WITHOUT_BACKLOG = 10
+_MAX_DATAGRAM = 65535
+_STATES = {s.value: s for s in WorkerState}
+
+
+def _clip(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MAX_TEXT else text[:MAX_TEXT]
+
+
+def encode_beat(snapshot: StatusSnapshot) -> bytes:
+    """Encode a status snapshot as one heartbeat datagram.
+
+    Long ``current`` and ``progress_note`` strings are cut to 256 characters so a beat always
+    fits in one datagram.
+    """
+    s = snapshot
+    return msgpack.packb(
+        [
+            BEAT_MAGIC,
+            BEAT_VERSION,
+            s.worker_id,
+            s.pid,
+            s.state.value,
+            _clip(s.current),
+            s.messages_handled,
+            s.progress_count,
+            _clip(s.progress_note),
+            s.seq,
+            s.backlog,
+        ],
+        use_bin_type=True,
+    )
+
+
+def decode_beat(data: bytes) -> Beat:
+    """Decode and validate one heartbeat datagram.
+
+    Raises:
+        BadFrame: the datagram is not msgpack, not a heartbeat, or has a field of the wrong type.
+        VersionMismatch: it is a heartbeat of another format version.
+    """
+    try:
+        items: Any = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types; all mean "not a heartbeat"
+        raise BadFrame(f"heartbeat is not valid msgpack: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(items, list) or len(items) < 2 or items[0] != BEAT_MAGIC:
+        raise BadFrame("datagram is not a troupe heartbeat (missing magic 'tphb')")
+    if items[1] != BEAT_VERSION:
+        raise VersionMismatch(
+            f"heartbeat format version {items[1]!r} is not {BEAT_VERSION}; "
+            "run the same troupe version on the worker and the supervisor"
+        )
+    if len(items) == _FIELDS_WITHOUT_BACKLOG:
+        items.append(0)
+    if len(items) != _FIELDS:
+        raise BadFrame(f"heartbeat has {len(items)} fields, expected {_FIELDS}")
+    _, _, worker_id, pid, state, current, handled, progress, note, seq, backlog = items
+    if not isinstance(worker_id, str) or not worker_id:
+        raise BadFrame("heartbeat worker_id must be a non-empty string")
+    for name, value in (("pid", pid), ("messages_handled", handled), ("progress_count", progress),
+                        ("seq", seq), ("backlog", backlog)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadFrame(f"heartbeat {name} must be an integer >= 0, got {value!r}")
+    if state not in _STATES:
+        raise BadFrame(f"heartbeat state must be one of {sorted(_STATES)}, got {state!r}")
+    for name, value in (("current", current), ("progress_note", note)):
+        if value is not None and not isinstance(value, str):
+            raise BadFrame(f"heartbeat {name} must be a string or nil, got {type(value).__name__}")
+    return Beat(
+        StatusSnapshot(
+            worker_id=worker_id,
+            pid=pid,
+            state=_STATES[state],
+            current=current,
+            messages_handled=handled,
+            progress_count=progress,
+            progress_note=note,
+            seq=seq,
+            backlog=backlog,
+        )
+    )
+
+
+class HeartbeatSender:
+    """A daemon thread that sends the worker's status to the supervisor every interval.
+
+    The first beat goes out as soon as the thread starts. A failing send (nobody listening,
+    buffer full) never raises out of the thread: it is logged once, and once more when sends
+    work again.
+
+    Args:
+        status: the worker's status record.
+        addr: the supervisor's ``(host, port)``, normally on 127.0.0.1.
+        interval_s: seconds between beats.
+    """
+
+    def __init__(
+        self, status: WorkerStatus, addr: tuple[str, int], interval_s: float = 0.5
+    ) -> None:
+        if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) or not (
+            interval_s > 0
+        ):
+            raise ConfigError(f"heartbeat interval_s must be a number > 0, got {interval_s!r}")
+        self._status = status
+        self._addr = addr
+        self._interval_s = float(interval_s)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sent = 0
+        self._failed = 0
+
+    @property
+    def beats_sent(self) -> int:
+        """Datagrams handed to the kernel so far."""
+        return self._sent
+
+    @property
+    def sends_failed(self) -> int:
+        """Beats that could not be sent."""
+        return self._failed
+
+    def start(self) -> None:
+        """Start the beat thread.
+
+        Raises:
+            RuntimeError: the sender was already started.
+        """
+        if self._thread is not None:
+            raise RuntimeError("HeartbeatSender.start() called twice; create a new sender")
+        self._thread = threading.Thread(
+            target=self._run, name=f"troupe-heartbeat-{self._status.worker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop the beat thread and wait for it up to ``timeout_s`` seconds."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(timeout_s)
+        if thread.is_alive():
+            log.warning("heartbeat_thread_stuck", worker_id=self._status.worker_id,
+                        timeout_s=timeout_s)
+
+    def __enter__(self) -> HeartbeatSender:
+        self.start()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        failing = False
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        except OSError as exc:
+            # Without a socket there are no beats, so the supervisor kills this worker: a
+            # fail-stop outcome, which is what a worker out of file descriptors should get.
+            log.error("heartbeat_socket_failed", worker_id=self._status.worker_id, error=str(exc))
+            return
+        with sock:
+            # Non-blocking: a full send buffer must cost a lost beat, never a stuck thread.
+            sock.setblocking(False)
+            while True:
+                try:
+                    sock.sendto(encode_beat(self._status.snapshot()), self._addr)
+                    self._sent += 1
+                    if failing:
+                        failing = False
+                        log.info("heartbeat_send_recovered", worker_id=self._status.worker_id)
+                except Exception as exc:  # the beat thread must outlive any single failure
+                    self._failed += 1
+                    if not failing:
+                        failing = True
+                        log.warning(
+                            "heartbeat_send_failed",
+                            worker_id=self._status.worker_id,
+                            addr=f"{self._addr[0]}:{self._addr[1]}",
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
+                if self._stop.wait(self._interval_s):
+                    return
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverStatistics:
+    """Counts of a heartbeat receiver."""
+
+    received: int
+    dropped: int
+
+
+class HeartbeatReceiver:
+    """A non-blocking UDP socket that collects heartbeats, bound to a loopback port.
+
+    Use ``fileno()`` to wait for readability from an event loop (``loop.add_reader``), then
+    call ``recv_all()``.
+
+    Args:
+        host: the address to bind; loopback unless the cluster is secured.
+        port: the port to bind; 0 picks a free one (see ``address``).
+        max_batch: the most datagrams one ``recv_all()`` reads, so a flood cannot starve the
+            caller's loop; the rest wait for the next call.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, max_batch: int = 4096) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.setblocking(False)
+            self._sock.bind((host, port))
+        except BaseException:
+            self._sock.close()
+            raise
+        self._address: tuple[str, int] = self._sock.getsockname()
+        self._max_batch = max_batch
+        self._received = 0
+        self._dropped = 0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound ``(host, port)`` to give to senders."""
+        return self._address
+
+    def fileno(self) -> int:
+        """The socket's file descriptor, readable when datagrams are waiting."""
+        return self._sock.fileno()
+
+    def recv_all(self) -> list[Beat]:
+        """Read every datagram waiting (up to ``max_batch``), without blocking.
+
+        Malformed datagrams are logged and dropped; this never raises on bad input.
+
+        Returns:
+            The valid beats, in arrival order.
+        """
+        beats: list[Beat] = []
+        for _ in range(self._max_batch):
+            try:
+                data, sender = self._sock.recvfrom(_MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                # Linux may report an earlier ICMP error on a UDP socket; it is not ours to fix.
+                if exc.errno == errno.ECONNREFUSED:
+                    continue
+                log.warning("heartbeat_recv_failed", error=str(exc))
+                break
+            try:
+                beats.append(decode_beat(data))
+            except (BadFrame, VersionMismatch) as exc:
+                self._dropped += 1
+                log.warning(
+                    "heartbeat_dropped",
+                    sender=f"{sender[0]}:{sender[1]}",
+                    size=len(data),
+                    error_code=exc.code,
+                    error=str(exc),
+                )
+                continue
+            self._received += 1
+        return beats
+
+    def statistics(self) -> ReceiverStatistics:
+        """Return the receiver's counts."""
+        return ReceiverStatistics(received=self._received, dropped=self._dropped)
+
+    def close(self) -> None:
+        """Close the socket; idempotent."""
+        self._sock.close()
+
+    def __enter__(self) -> HeartbeatReceiver:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,485 @@
+"""The master's task bookkeeping: a pure state machine, ``handle(event, now) -> commands``.
+
+No I/O and no clock reads: ``now`` comes in with every event, so tests drive time and the
+driver decides what a second is. The vocabulary (events, commands, records) is in
+:mod:`troupe.runtime.tasks.state`.
+
+The driver's contract, for every call::
+
+    commands = book.handle(event, now=time.time())
+    records, others = split_commands(commands)
+    journal.append(records)          # ONE transaction, durable, BEFORE anything else
+    perform(others)                  # send Lease / CancelLease / Ack / Reject, report the rest
+
+If ``journal.append`` raises, the master must stop without performing ``others``: the book has
+already moved on in memory, and only a restart from the journal is consistent again.
+
+Decisions the driver and the workers rely on:
+
+- A task is LEASED while at least one copy runs. A copy that fails, expires or loses its
+  worker costs an attempt only when it was the last copy running.
+- Fail -> backoff (``JobPolicy.backoff``); an expired lease or a worker that left -> pending at
+  once. Either way, the ``max_attempts``-th lost attempt dead-letters the task.
+- A Complete is accepted as the commit when the task is not final yet, even from a lease that
+  has since ended (expired, requeued, or issued before a master restart): outputs are committed
+  by an atomic rename keyed by task id, so the work is valid and redoing it would only waste a
+  worker. Running copies of the task are cancelled. The only check on such an old lease is that
+  its id is not above the task's last lease id (journaled); a higher id is rejected.
+  A Complete for a done task is acked DUPLICATE; for a cancelled task, IGNORED.
+- A committed output is the truth: a Complete for a dead-lettered task (its lease expired or
+  its worker was cut off while it committed) makes it done, and a job that ended failed only
+  because of such tasks ends done after all (a new JobRecord and JobFinished).
+- A task is leased only to a worker that runs its kind (``WorkerJoined.kinds``, empty for
+  every kind). A Decline (the worker did not run it after all) puts the task back without
+  counting an attempt, and that worker is never given that kind again.
+- A Fail or Renew from a lease that has ended changes nothing (its attempt was counted when
+  the lease ended): Fail is acked IGNORED, Renew rejected so the worker drops the task.
+- ``RequestTask.free_slots`` is capped by the slots the book itself sees free.
+- A task fits a worker when the worker has a free slot and enough un-leased CPU and GPUs
+  (``WorkerJoined.resources`` is the worker's whole share; a GPU task never goes to a worker
+  without a GPU).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+import structlog
+
+from .scheduling import Job, LeaseSlot, Task, TaskTables, Worker, pick_task
+from .speculation import pick_backup
+from .state import (
+    FINAL_STATES,
+    Ack,
+    AckOutcome,
+    CancelJob,
+    CancelLease,
+    Command,
+    Complete,
+    Decline,
+    DrainNode,
+    Event,
+    Fail,
+    JobFinished,
+    JobRecord,
+    JobState,
+    JobSubmitted,
+    Lease,
+    NodeDead,
+    NodeDrained,
+    Record,
+    Reject,
+    Renew,
+    RequestTask,
+    SubmitJob,
+    TaskRecord,
+    TaskState,
+    Tick,
+    UndrainNode,
+    WorkerJoined,
+    WorkerLeft,
+)
+
+__all__ = ["TaskBook", "split_commands"]
+
+log = structlog.get_logger(__name__)
+
+PENDING, LEASED, FAILED = TaskState.PENDING, TaskState.LEASED, TaskState.FAILED
+DONE, DEAD, CANCELLED = TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED
+
+
+def split_commands(commands: Iterable[Command]) -> tuple[list[Record], list[Command]]:
+    """Split one ``handle`` result into the records to persist first and everything else."""
+    records: list[Record] = []
+    others: list[Command] = []
+    for command in commands:
+        if isinstance(command, Record):
+            records.append(command)
+        else:
+            others.append(command)
+    return records, others
+
+
+class TaskBook(TaskTables):
+    """Jobs, tasks, workers and leases of one master; see the module docstring for the rules.
+
+    The read-outs (``statistics``, ``worker_load``, ``jobs``, ``dead_letters``, ``task``) and
+    ``restore`` come from :class:`~troupe.runtime.tasks.scheduling.TaskTables`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._drain_waiting: set[str] = set()  # draining nodes not yet reported drained
+        self._expiry: list[tuple[float, int]] = []  # (deadline, lease id); stale once renewed
+        self._backoff: list[tuple[float, int, str]] = []  # (not_before, seq, task id)
+
+    # ------------------------------------------------------------------ entry points
+
+    def handle(self, event: Event, now: float) -> list[Command]:
+        """Apply one event at time ``now`` and return the commands for the driver.
+
+        Args:
+            event: one of the events of :mod:`troupe.runtime.tasks.state`.
+            now: the current time in seconds; only differences matter, but ``not_before`` and
+                ``submitted_at`` are journaled, so use the wall clock.
+
+        Returns:
+            Commands in order. Every :class:`Record` must be persisted, in one transaction,
+            before any other command is performed.
+
+        Raises:
+            TypeError: ``event`` is not a task-book event.
+        """
+        out: list[Command] = []
+        match event:
+            case RequestTask():
+                self._request(event, now, out)
+            case Renew():
+                self._renew(event, now, out)
+            case Complete():
+                self._complete(event, now, out)
+            case Fail():
+                self._fail(event, now, out)
+            case Decline():
+                self._decline(event, out)
+            case Tick():
+                self._release_backoffs(now, out)
+                self._expire(now, out)
+            case SubmitJob():
+                self._submit(event, now, out)
+            case WorkerJoined():
+                self._worker_joined(event, now, out)
+            case WorkerLeft():
+                self._worker_left(event, now, out)
+            case NodeDead():
+                self._node_dead(event, now, out)
+            case CancelJob():
+                self._cancel(event, out)
+            case DrainNode():
+                self._draining.add(event.node_id)
+                self._drain_waiting.add(event.node_id)
+            case UndrainNode():
+                self._draining.discard(event.node_id)
+                self._drain_waiting.discard(event.node_id)
+            case _:
+                raise TypeError(f"not a task-book event: {event!r}")
+        if self._drain_waiting:
+            self._report_drained(out)
+        return out
+
+    # ------------------------------------------------------------------ jobs
+
+    def _submit(self, ev: SubmitJob, now: float, out: list[Command]) -> None:
+        specs = tuple(ev.tasks)
+        if ev.job_id in self._jobs:
+            return self._reject(ev, f"job id {ev.job_id!r} is taken; submit under a new id", out)
+        if not specs:
+            return self._reject(ev, f"job {ev.job_id!r} has no tasks; give it at least one", out)
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.task_id in seen or spec.task_id in self._tasks:
+                return self._reject(ev, f"task id {spec.task_id!r} is used twice; ids must be "
+                                    "unique across jobs", out)
+            if spec.needs.cpu < 0 or spec.needs.gpu < 0:
+                return self._reject(ev, f"task {spec.task_id!r} needs {spec.needs}; "
+                                    "resources must be >= 0", out)
+            seen.add(spec.task_id)
+        job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, now)
+        for spec in specs:
+            task = self._add_task(spec, job)
+            job.queue.push(task)
+        out.append(Record(JobSubmitted(self._job_record(job), specs)))
+        log.info("job_submitted", job_id=job.job_id, tasks=len(specs))
+
+    def _cancel(self, ev: CancelJob, out: list[Command]) -> None:
+        job = self._jobs.get(ev.job_id)
+        if job is None:
+            return self._reject(ev, f"unknown job {ev.job_id!r}", out)
+        if job.state is not JobState.RUNNING:
+            return self._reject(ev, f"job {ev.job_id!r} already ended {job.state}", out)
+        for task in job.tasks:
+            if task.state in FINAL_STATES:
+                continue
+            for lease in list(task.copies.values()):
+                self._drop_lease(lease)
+                out.append(self._cancel_lease(lease, "job cancelled"))
+            self._set_state(task, CANCELLED)
+            out.append(self._record(task))
+        job.queue.clear()
+        self._finish(job, JobState.CANCELLED, out)
+
+    def _maybe_finish(self, job: Job, out: list[Command]) -> None:
+        c = job.counts
+        if job.state is JobState.RUNNING and not (c[PENDING] or c[LEASED] or c[FAILED]):
+            self._finish(job, JobState.FAILED if c[DEAD] else JobState.DONE, out)
+
+    def _finish(self, job: Job, state: JobState, out: list[Command]) -> None:
+        job.state = state
+        self._running.remove(job)
+        out.append(Record(self._job_record(job)))
+        out.append(JobFinished(job.job_id, state))
+        log.info("job_finished", job_id=job.job_id, state=str(state), dead=job.counts[DEAD])
+
+    # ------------------------------------------------------------------ workers and nodes
+
+    def _worker_joined(self, ev: WorkerJoined, now: float, out: list[Command]) -> None:
+        if ev.slots < 1 or ev.resources.cpu < 0 or ev.resources.gpu < 0:
+            return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
+        if ev.worker_id in self._workers:
+            self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
+        self._workers[ev.worker_id] = Worker(ev.worker_id, ev.node_id, ev.resources, ev.slots,
+                                             frozenset(ev.kinds))
+        self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
+
+    def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
+        worker = self._workers.pop(ev.worker_id, None)
+        if worker is None:
+            return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
+        leases = list(worker.leases.values())
+        error = f"worker {ev.worker_id} on node {worker.node_id} left: {ev.reason or 'no reason'}"
+        for lease in leases:
+            self._drop_lease(lease)
+            self._copy_lost(lease.task, now, error, "", False, out)
+        node = self._nodes[worker.node_id]
+        node.discard(ev.worker_id)
+        if not node:
+            del self._nodes[worker.node_id]
+        log.info("worker_left", worker=ev.worker_id, reason=ev.reason, requeued=len(leases))
+
+    def _node_dead(self, ev: NodeDead, now: float, out: list[Command]) -> None:
+        for worker_id in sorted(self._nodes.get(ev.node_id, ())):
+            self._worker_left(WorkerLeft(worker_id, "node dead"), now, out)
+        if ev.node_id in self._drain_waiting:
+            self._drain_waiting.discard(ev.node_id)
+            out.append(NodeDrained(ev.node_id))
+        self._draining.discard(ev.node_id)  # a node that comes back starts afresh
+
+    def _report_drained(self, out: list[Command]) -> None:
+        for node in sorted(self._drain_waiting):
+            if not any(self._workers[w].leases for w in self._nodes.get(node, ())):
+                self._drain_waiting.discard(node)
+                out.append(NodeDrained(node))
+                log.info("node_drained", node=node)
+
+    # ------------------------------------------------------------------ leasing
+
+    def _request(self, ev: RequestTask, now: float, out: list[Command]) -> None:
+        worker = self._workers.get(ev.worker_id)
+        if worker is None:
+            return self._reject(ev, f"unknown worker {ev.worker_id!r}; send WorkerJoined", out)
+        self._release_backoffs(now, out)
+        if worker.node_id in self._draining:
+            return
+        for _ in range(min(ev.free_slots, worker.slots - len(worker.leases))):
+            task, backup = pick_task(worker, self._running, self._node_can_take), False
+            if task is None:
+                task, backup = pick_backup(worker, self._running, now), True
+                if task is None:
+                    break
+            self._lease(task, worker, now, backup, out)
+
+    def _lease(
+        self, task: Task, worker: Worker, now: float, backup: bool, out: list[Command]
+    ) -> None:
+        job = task.job
+        lease = LeaseSlot(self._next_lease, task, worker, now, now + job.policy.lease_s, backup)
+        self._next_lease += 1
+        task.copies[lease.lease_id] = lease
+        task.last_lease_id = lease.lease_id
+        worker.hold(lease)
+        self._leases[lease.lease_id] = lease
+        heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
+        self._set_state(task, LEASED)
+        self._spec_launched += backup
+        spec = task.spec
+        out.append(self._record(task))
+        out.append(Lease(worker.worker_id, spec.task_id, lease.lease_id, job.job_id, spec.kind,
+                         spec.seed, spec.refs, lease.deadline, task.attempts + 1, backup))
+
+    def _drop_lease(self, lease: LeaseSlot) -> None:
+        del lease.task.copies[lease.lease_id]
+        del self._leases[lease.lease_id]
+        lease.worker.release(lease)
+
+    # ------------------------------------------------------------------ worker reports
+
+    def _renew(self, ev: Renew, now: float, out: list[Command]) -> None:
+        lease = self._leases.get(ev.lease_id)
+        if lease is None or lease.task.spec.task_id != ev.task_id:
+            return self._reject(ev, f"lease {ev.lease_id} of task {ev.task_id!r} is no longer "
+                                "valid (expired, requeued or finished); drop the task", out)
+        if lease.worker.worker_id != ev.worker_id:
+            return self._reject(ev, f"lease {ev.lease_id} belongs to worker "
+                                f"{lease.worker.worker_id!r}, not {ev.worker_id!r}", out)
+        lease.deadline = now + lease.task.job.policy.lease_s
+        heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RENEWED, lease.deadline))
+
+    def _check_report(
+        self, ev: Complete | Fail | Decline, out: list[Command]
+    ) -> tuple[Task, LeaseSlot | None] | None:
+        """Checks common to the reports; None when they answered the event already."""
+        task = self._tasks.get(ev.task_id)
+        if task is None:
+            self._reject(ev, f"unknown task {ev.task_id!r}", out)
+            return None
+        if (task.state is DEAD and isinstance(ev, Complete)
+                and 1 <= ev.lease_id <= task.last_lease_id):
+            return task, None  # its output is committed: the dead letter is overturned
+        if task.state in FINAL_STATES:
+            outcome = AckOutcome.DUPLICATE if task.state is DONE else AckOutcome.IGNORED
+            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, outcome))
+            return None
+        lease = task.copies.get(ev.lease_id)
+        if lease is None and not 1 <= ev.lease_id <= task.last_lease_id:
+            self._reject(ev, f"lease {ev.lease_id} was never issued for task {ev.task_id!r}", out)
+            return None
+        if lease is not None and lease.worker.worker_id != ev.worker_id:
+            self._reject(ev, f"lease {ev.lease_id} belongs to worker "
+                         f"{lease.worker.worker_id!r}, not {ev.worker_id!r}", out)
+            return None
+        return task, lease
+
+    def _complete(self, ev: Complete, now: float, out: list[Command]) -> None:
+        checked = self._check_report(ev, out)
+        if checked is None:
+            return
+        task, winner = checked
+        if task.state is DEAD:
+            return self._overturn(task, ev, out)
+        if winner is None:
+            log.info("late_complete_accepted", task_id=ev.task_id, lease_id=ev.lease_id)
+        else:
+            task.job.durations.add(now - winner.start)
+            self._spec_won += winner.backup
+        for lease in list(task.copies.values()):
+            self._drop_lease(lease)
+            if lease is not winner:
+                out.append(self._cancel_lease(lease, "another copy of the task finished first"))
+        task.result_ref = ev.result_ref
+        self._set_state(task, DONE)
+        out.append(self._record(task))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
+        self._maybe_finish(task.job, out)
+
+    def _overturn(self, task: Task, ev: Complete, out: list[Command]) -> None:
+        """A dead-lettered task's copy committed after all: the task is done."""
+        job = task.job
+        task.result_ref = ev.result_ref
+        self._set_state(task, DONE)
+        out.append(self._record(task))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
+        log.warning("dead_letter_overturned", task_id=ev.task_id, lease_id=ev.lease_id,
+                    job_id=job.job_id)
+        if job.state is JobState.FAILED and not job.counts[DEAD]:
+            job.state = JobState.DONE  # it is no longer among the running: nothing to remove
+            out.append(Record(self._job_record(job)))
+            out.append(JobFinished(job.job_id, JobState.DONE))
+            log.info("job_finished", job_id=job.job_id, state="done", overturned=True)
+        else:
+            self._maybe_finish(job, out)
+
+    def _decline(self, ev: Decline, out: list[Command]) -> None:
+        checked = self._check_report(ev, out)
+        if checked is None:
+            return
+        task, lease = checked
+        if lease is None:
+            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
+            return
+        self._drop_lease(lease)
+        lease.worker.declined.add(task.spec.kind)
+        if not task.copies and task.state is LEASED:
+            self._enqueue(task)
+            out.append(self._record(task))
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
+        log.warning("task_declined", task_id=ev.task_id, worker=ev.worker_id,
+                    kind=task.spec.kind, reason=ev.reason)
+
+    def _fail(self, ev: Fail, now: float, out: list[Command]) -> None:
+        checked = self._check_report(ev, out)
+        if checked is None:
+            return
+        task, lease = checked
+        if lease is None:  # that copy's attempt was settled when its lease ended
+            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
+            return
+        self._drop_lease(lease)
+        self._copy_lost(task, now, ev.error, ev.traceback, True, out)
+        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RECORDED))
+
+    # ------------------------------------------------------------------ time
+
+    def _expire(self, now: float, out: list[Command]) -> None:
+        while self._expiry and self._expiry[0][0] <= now:
+            deadline, lease_id = heapq.heappop(self._expiry)
+            lease = self._leases.get(lease_id)
+            if lease is None or lease.deadline != deadline:
+                continue  # ended or renewed since
+            self._drop_lease(lease)
+            out.append(self._cancel_lease(lease, "lease expired"))
+            error = (f"lease {lease_id} expired on worker {lease.worker.worker_id} "
+                     f"(no Renew within {lease.task.job.policy.lease_s}s)")
+            self._copy_lost(lease.task, now, error, "", False, out)
+
+    def _release_backoffs(self, now: float, out: list[Command]) -> None:
+        while self._backoff and self._backoff[0][0] <= now:
+            not_before, _, task_id = heapq.heappop(self._backoff)
+            task = self._tasks[task_id]
+            if task.state is FAILED and task.not_before == not_before:
+                self._enqueue(task)
+                out.append(self._record(task))
+
+    # ------------------------------------------------------------------ transitions
+
+    def _copy_lost(
+        self, task: Task, now: float, error: str, traceback: str, backoff: bool,
+        out: list[Command],
+    ) -> None:
+        """A copy ended without a result; count the attempt if no other copy still runs."""
+        if task.copies or task.state is not LEASED:
+            return
+        task.attempts += 1
+        task.error, task.traceback = error, traceback
+        policy = task.job.policy
+        if task.attempts >= policy.max_attempts:
+            self._set_state(task, DEAD)
+            out.append(self._record(task))
+            log.warning("task_dead_lettered", task_id=task.spec.task_id, attempts=task.attempts,
+                        error=error)
+            self._maybe_finish(task.job, out)
+        elif backoff and policy.backoff(task.attempts) > 0:
+            task.not_before = now + policy.backoff(task.attempts)
+            self._set_state(task, FAILED)
+            heapq.heappush(self._backoff, (task.not_before, task.seq, task.spec.task_id))
+            out.append(self._record(task))
+        else:
+            self._enqueue(task)
+            out.append(self._record(task))
+
+    def _enqueue(self, task: Task) -> None:
+        self._set_state(task, PENDING)
+        task.job.queue.push(task)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _job_record(job: Job) -> JobRecord:
+        return JobRecord(job.job_id, job.name, job.seq, job.state, job.policy, job.submitted_at)
+
+    @staticmethod
+    def _record(task: Task) -> Record:
+        return Record(TaskRecord(
+            task.spec.task_id, task.job.job_id, task.state, task.attempts, task.not_before,
+            task.last_lease_id, task.result_ref, task.error, task.traceback,
+        ))
+
+    @staticmethod
+    def _cancel_lease(lease: LeaseSlot, reason: str) -> CancelLease:
+        return CancelLease(lease.worker.worker_id, lease.task.spec.task_id, lease.lease_id, reason)
+
+    @staticmethod
+    def _reject(event: Event, reason: str, out: list[Command]) -> None:
+        out.append(Reject(event, reason))
+        log.info("event_rejected", event_type=type(event).__name__, reason=reason)

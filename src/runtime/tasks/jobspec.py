@@ -1,0 +1,338 @@
+"""Job files: a TOML file that declares a job and its tasks, parsed and checked once.
+
+A job file looks like this::
+
+    [job]
+    name = "render-0001"          # letters, digits, '.', '_', '-'; also the job id by default
+    kind = "render"               # which handler runs the tasks
+    max_attempts = 3              # failed attempts before a task is dead-lettered
+    lease_s = 60                  # a lease lasts this long unless the worker renews it
+    priority = 0                  # higher runs first (optional)
+    backoff_base_s = 1.0          # retry n waits base * 2**(n-1) seconds... (optional)
+    backoff_max_s = 60.0          # ...at most this long (optional)
+    count = 1000                  # either: tasks render-0001-000000 .. -000999,
+    seed_start = 0                #         with seeds 0 .. 999
+
+    [job.needs]                   # what each task holds while it runs (optional)
+    cpu = 1
+    gpu = 0
+
+    [job.refs]                    # content-store references every task gets (optional)
+    scenes = "cas://sha256/..."
+
+    [job.speculation]             # backup copies for the tail (optional)
+    enabled = true
+    factor = 1.5
+    min_runtime_s = 30
+    max_copies = 1
+
+    [[tasks]]                     # or: an explicit list instead of count
+    id = "scene-17"               # optional; default "<name>-<index:06d>"
+    seed = 17
+    refs = { scene = "cas://sha256/..." }
+    needs = { gpu = 1 }           # optional, overrides [job.needs] key by key
+    locality = "node-3"           # optional: the node that already holds the context
+    kind = "encode"               # optional: this task's kind, instead of [job].kind
+
+Every mistake raises :class:`~troupe.runtime.errors.ConfigError` naming the file, the field and
+the fix, e.g. ``jobs/x.toml: [job].count must be a positive integer, got -3``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from troupe.runtime.core.config_messages import short_repr
+from troupe.runtime.errors import ConfigError
+
+from .state import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
+
+__all__ = ["JobSpec", "TaskEntry", "load_job", "parse_job"]
+
+MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_ID_RULE = "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"
+_INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers
+
+_JOB_KEYS = frozenset({
+    "name", "kind", "max_attempts", "lease_s", "priority", "backoff_base_s", "backoff_max_s",
+    "count", "seed_start", "needs", "refs", "speculation",
+})
+_TASK_KEYS = frozenset({"id", "seed", "refs", "needs", "locality", "kind"})
+_NEEDS_KEYS = frozenset({"cpu", "gpu"})
+_SPECULATION_KEYS = frozenset({"enabled", "factor", "min_runtime_s", "max_copies"})
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry:
+    """One explicit ``[[tasks]]`` entry, checked, with the job's defaults applied."""
+
+    task_id: str
+    seed: int
+    refs: Mapping[str, str]
+    needs: Resources
+    locality: str | None
+    kind: str | None = None  # None: the job's kind
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A checked job file.
+
+    Attributes:
+        source: the file it came from (for messages).
+        name: the job's name, and its id unless :meth:`submit` is given another.
+        kind: which handler runs its tasks.
+        policy: retries, lease, backoff, priority and speculation.
+        needs: what each generated task holds while it runs.
+        refs: references every task gets.
+        count: number of generated tasks, or None when ``entries`` lists them.
+        seed_start: seed of the first generated task.
+        entries: the explicit tasks, empty when ``count`` is set.
+    """
+
+    source: str
+    name: str
+    kind: str
+    policy: JobPolicy
+    needs: Resources = Resources()
+    refs: Mapping[str, str] = field(default_factory=dict)
+    count: int | None = None
+    seed_start: int = 0
+    entries: tuple[TaskEntry, ...] = ()
+
+    def tasks(self) -> list[TaskSpec]:
+        """Return the job's tasks in order: generated ones, or the explicit entries."""
+        kind = self.kind
+        if self.count is not None:
+            refs, needs, name, start = dict(self.refs), self.needs, self.name, self.seed_start
+            return [TaskSpec(f"{name}-{i:06d}", kind, start + i, refs, needs)
+                    for i in range(self.count)]
+        return [TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality)
+                for e in self.entries]
+
+    def submit(self, job_id: str | None = None) -> SubmitJob:
+        """Return the event that submits this job to a task book (under ``name`` by default)."""
+        return SubmitJob(job_id or self.name, self.tasks(), self.policy, self.name)
+
+
+def load_job(path: str | os.PathLike[str]) -> JobSpec:
+    """Read and check a job file.
+
+    Args:
+        path: the TOML file.
+
+    Returns:
+        The checked job.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or breaks a rule; the message names
+            the file, the field and the fix.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such job file; check the path") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text ({exc}); save the file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the job file ({exc.strerror}); check that it "
+                          "is a readable file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}; fix the syntax there") from None
+    if not data:
+        raise ConfigError(f"{source}: the job file is empty; add a [job] table with at least "
+                          "name, kind and count (see configs/job-example.toml)")
+    return parse_job(data, source)
+
+
+def parse_job(data: Mapping[str, Any], source: str = "<job>") -> JobSpec:
+    """Check a job given as parsed TOML (a dict), e.g. one embedded in another config.
+
+    Args:
+        data: the TOML document as a dict, with a ``job`` table and maybe ``tasks``.
+        source: what to call it in messages.
+
+    Returns:
+        The checked job.
+
+    Raises:
+        ConfigError: a rule is broken; the message names ``source``, the field and the fix.
+    """
+    p = _Parser(source)
+    p.keys(data, {"job", "tasks"}, "the top level")
+    if "job" not in data:
+        p.fail("[job] is missing; add a [job] table with at least name and kind")
+    job = p.table(data, "job", "the top level")
+    p.keys(job, _JOB_KEYS, "[job]")
+    name = p.ident(job, "name", "[job]")
+    kind = p.string(job, "kind", "[job]")
+    needs = p.needs(p.table(job, "needs", "[job]"), "[job.needs]", Resources())
+    refs = p.refs(job.get("refs", {}), "[job].refs")
+    base = p.number(job, "backoff_base_s", "[job]", 1.0, minimum=0.0)
+    policy = JobPolicy(
+        max_attempts=p.integer(job, "max_attempts", "[job]", 3, minimum=1),
+        lease_s=p.number(job, "lease_s", "[job]", 60.0, minimum=0.0, positive=True),
+        backoff_base_s=base,
+        backoff_max_s=p.number(job, "backoff_max_s", "[job]", max(base, 60.0), minimum=base),
+        priority=p.integer(job, "priority", "[job]", 0),
+        speculation=p.speculation(p.table(job, "speculation", "[job]")),
+    )
+    has_count, has_tasks = "count" in job, "tasks" in data
+    if has_count == has_tasks:
+        p.fail("give either [job].count (with [job].seed_start) or a [[tasks]] list; "
+               + ("not both" if has_count else "there is neither"))
+    if has_count:
+        count = p.integer(job, "count", "[job]", 0, minimum=1, maximum=MAX_COUNT,
+                          what=f"a positive integer (at most {MAX_COUNT}; split bigger runs)")
+        start = p.integer(job, "seed_start", "[job]", 0, minimum=_INT64[0],
+                          maximum=_INT64[1] - count + 1)
+        return JobSpec(source, name, kind, policy, needs, refs, count, start)
+    if "seed_start" in job:
+        p.fail("[job].seed_start only goes with [job].count; give each [[tasks]] entry a seed")
+    entries = p.entries(data["tasks"], name, needs, refs)
+    return JobSpec(source, name, kind, policy, needs, refs, None, 0, entries)
+
+
+class _Parser:
+    """Field checks that raise ConfigError with the source, the field and the fix."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.source}: {message}")
+
+    def keys(self, table: Mapping[str, Any], known: set[str] | frozenset[str], where: str) -> None:
+        for key in table:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                self.fail(f"unknown key {short_repr(key)} in {where}; {hint}known keys: "
+                          f"{', '.join(sorted(known))}")
+
+    def table(self, parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+        value = parent.get(key, {})
+        if not isinstance(value, dict):
+            self.fail(f"{where}.{key} must be a table, got {short_repr(value)}")
+        return value
+
+    def string(self, table: Mapping[str, Any], key: str, where: str) -> str:
+        value = table.get(key)
+        if value is None:
+            self.fail(f"{where}.{key} is missing; add {key} = \"...\"")
+        if not isinstance(value, str) or not value.strip():
+            self.fail(f"{where}.{key} must be a non-empty string, got {short_repr(value)}")
+        return value
+
+    def ident(self, table: Mapping[str, Any], key: str, where: str) -> str:
+        value = self.string(table, key, where)
+        if not _ID.fullmatch(value):
+            self.fail(f"{where}.{key} {short_repr(value)} cannot name outputs; {_ID_RULE}")
+        return value
+
+    def integer(
+        self, table: Mapping[str, Any], key: str, where: str, default: int, *,
+        minimum: int | None = None, maximum: int | None = None, what: str | None = None,
+    ) -> int:
+        value = table.get(key, default)
+        bad = not isinstance(value, int) or isinstance(value, bool)
+        if bad or (minimum is not None and value < minimum) or (
+            maximum is not None and value > maximum
+        ):
+            what = what or "an integer" + _bounds(minimum, maximum)
+            self.fail(f"{where}.{key} must be {what}, got {short_repr(value)}")
+        return int(value)
+
+    def number(
+        self, table: Mapping[str, Any], key: str, where: str, default: float, *,
+        minimum: float, positive: bool = False,
+    ) -> float:
+        value = table.get(key, default)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value < minimum or (positive and value <= minimum):
+            rule = f"> {minimum:g}" if positive else f">= {minimum:g}"
+            what = "a finite number" if ok and not math.isfinite(value) else "a number"
+            self.fail(f"{where}.{key} must be {what} {rule}, got {short_repr(value)}")
+        return float(value)
+
+    def boolean(self, table: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+        value = table.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(f"{where}.{key} must be true or false, got {short_repr(value)}")
+        return value
+
+    def refs(self, value: Any, where: str) -> dict[str, str]:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            self.fail(f"{where} must be a table of strings, like {{ scene = \"cas://...\" }}, "
+                      f"got {short_repr(value)}")
+        return dict(value)
+
+    def needs(self, table: Mapping[str, Any], where: str, default: Resources) -> Resources:
+        self.keys(table, _NEEDS_KEYS, where)
+        cpu = self.number(table, "cpu", where, default.cpu, minimum=0.0)
+        gpu = self.integer(table, "gpu", where, default.gpu, minimum=0,
+                           what="a whole number of GPUs >= 0")
+        return Resources(cpu, gpu)
+
+    def speculation(self, table: Mapping[str, Any]) -> Speculation:
+        where, d = "[job.speculation]", Speculation()
+        self.keys(table, _SPECULATION_KEYS, where)
+        return Speculation(
+            enabled=self.boolean(table, "enabled", where, d.enabled),
+            factor=self.number(table, "factor", where, d.factor, minimum=1.0),
+            min_runtime_s=self.number(table, "min_runtime_s", where, d.min_runtime_s,
+                                      minimum=0.0),
+            max_copies=self.integer(table, "max_copies", where, d.max_copies, minimum=0),
+        )
+
+    def entries(
+        self, value: Any, name: str, needs: Resources, refs: Mapping[str, str]
+    ) -> tuple[TaskEntry, ...]:
+        if not isinstance(value, list) or not value:
+            self.fail("[[tasks]] must be a non-empty list of tables; add [[tasks]] entries or "
+                      "use [job].count")
+        if len(value) > MAX_COUNT:
+            self.fail(f"[[tasks]] has {len(value)} entries, at most {MAX_COUNT}; split the job")
+        entries: list[TaskEntry] = []
+        seen: dict[str, int] = {}
+        for i, item in enumerate(value):
+            where = f"[[tasks]] #{i + 1}"
+            if not isinstance(item, dict):
+                self.fail(f"{where} must be a table, got {short_repr(item)}")
+            self.keys(item, _TASK_KEYS, where)
+            task_id = self.ident(item, "id", where) if "id" in item else f"{name}-{i:06d}"
+            if task_id in seen:
+                self.fail(f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "
+                          "give every task its own id")
+            seen[task_id] = i
+            if "seed" not in item:
+                self.fail(f"{where}.seed is missing; add seed = <integer>")
+            seed = self.integer(item, "seed", where, 0, minimum=_INT64[0], maximum=_INT64[1])
+            locality = self.string(item, "locality", where) if "locality" in item else None
+            task_kind = self.string(item, "kind", where) if "kind" in item else None
+            task_refs = {**refs, **self.refs(item.get("refs", {}), f"{where}.refs")}
+            task_needs = self.needs(self.table(item, "needs", where), f"{where}.needs", needs)
+            entries.append(TaskEntry(task_id, seed, task_refs, task_needs, locality, task_kind))
+        return tuple(entries)
+
+
+def _bounds(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" between {minimum} and {maximum}"
+    if minimum is not None:
+        return f" >= {minimum}"
+    return f" <= {maximum}" if maximum is not None else ""

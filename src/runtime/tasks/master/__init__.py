@@ -1,0 +1,8 @@
+"""master: the cluster's control plane for tasks. The master process, its driver (events into
+the task book, records into the journal), what it knows of nodes, its operator side.
+
+Imports core, wire, transports, node's config (the loopback check) and tasks; nothing from
+supervision, chaos, pipeline or testing.
+"""
+
+__all__: list[str] = []

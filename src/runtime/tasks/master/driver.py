@@ -1,0 +1,327 @@
+"""The master's driver: events into the task book, records into the journal, commands out.
+
+The :class:`~troupe.runtime.tasks.book.TaskBook` decides; this module performs its contract with
+group commit. Callers (the master's control handlers, its clock) queue events; one loop takes
+every queued event, calls ``book.handle(event, now)`` for each in arrival order, writes all
+their Record commands with ONE ``journal.append`` (one SQLite transaction, fsynced), and only
+then hands out the other commands. So every record of a ``handle`` call is durable before any
+command of that call is performed (the book's rule), and one fsync covers every event that
+arrived while the previous one ran: a busy master pays one fsync per batch, not per task.
+
+Commands go two ways. Those that answer the event (Lease, Ack, Reject) return to its caller.
+The rest (CancelLease, NodeDrained, JobFinished) may come from any event, the clock's Tick
+included, and go to the ``side`` callback that the master performs them with.
+
+Long polls: a worker that asks for tasks when none is pending may wait up to its deadline. Its
+request is parked, and after every batch that made a task pending (a submit, a requeue, a
+backoff ending) and after every Tick (a straggler may now deserve a backup copy) parked
+requests are tried again in arrival order. A pass tries at most one fruitless request per
+worker signature (node and resources): a worker just like one that got nothing would get
+nothing too, and trying every parked worker would cost O(workers x running tasks) a pass.
+
+If ``journal.append`` raises, the book has moved on in memory and only a restart from the
+journal is consistent again: the driver stops, every waiting caller gets the JournalError and
+:meth:`Dispatcher.run` raises it, which stops the master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.state import (
+    Ack,
+    Command,
+    Event,
+    JobSubmitted,
+    Lease,
+    Record,
+    Reject,
+    RequestTask,
+    TaskRecord,
+    TaskState,
+    Tick,
+)
+
+__all__ = ["Dispatcher", "DispatcherStats", "SideCommands"]
+
+log = structlog.get_logger(__name__)
+
+SideCommands = Callable[[list[Command]], None]
+"""Performs the commands that answer nobody in particular (CancelLease, NodeDrained, ...)."""
+
+_REPLY = (Lease, Ack, Reject)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherStats:
+    """Counters of the driver.
+
+    Attributes:
+        events: events handled.
+        batches: journal transactions written (one per batch that had records).
+        records: records written.
+        largest_batch: most events handled in one batch.
+        append_s: seconds spent in ``journal.append``.
+        parked: long-poll requests waiting now.
+        retries: parked requests tried again.
+    """
+
+    events: int
+    batches: int
+    records: int
+    largest_batch: int
+    append_s: float
+    parked: int
+    retries: int
+
+
+class _Parked:
+    """A worker's request waiting for a task."""
+
+    __slots__ = ("deadline", "free_slots", "future", "signature")
+
+    def __init__(
+        self, future: asyncio.Future[list[Command]], free_slots: int, deadline: float,
+        signature: Hashable,
+    ) -> None:
+        self.future = future
+        self.free_slots = free_slots
+        self.deadline = deadline
+        self.signature = signature
+
+
+class Dispatcher:
+    """Serializes events into a task book and journals them in group commits.
+
+    Args:
+        book: the task book (fresh, or replayed from ``journal``).
+        journal: the open journal.
+        side: performs side commands, after their records are durable.
+        clock: the wall clock (``now`` of every event).
+        max_batch: most events per batch (bounds one transaction and the latency behind it).
+    """
+
+    def __init__(
+        self, book: TaskBook, journal: Journal, side: SideCommands,
+        clock: Callable[[], float] = time.time, max_batch: int = 4096,
+    ) -> None:
+        self.book = book
+        self.journal = journal
+        self._side = side
+        self._clock = clock
+        self._max_batch = max_batch
+        self._queue: deque[tuple[Event, asyncio.Future[list[Command]], Any]] = deque()
+        self._wake = asyncio.Event()
+        self._parked: dict[str, _Parked] = {}  # worker id -> its request, in arrival order
+        self._retry = False
+        self._fatal: JournalError | None = None
+        self._events = self._batches = self._records = self._largest = self._retries = 0
+        self._append_s = 0.0
+
+    # ------------------------------------------------------------------ callers
+
+    async def handle(self, event: Event) -> list[Command]:
+        """Apply one event; return its Lease, Ack and Reject commands once journaled.
+
+        Raises:
+            JournalError: the journal failed; the master is stopping.
+        """
+        return await self.put(event)
+
+    def put(self, event: Event) -> asyncio.Future[list[Command]]:
+        """Queue one event now; the future gets what :meth:`handle` returns.
+
+        Events queued back to back (no ``await`` between) are handled in the same batch.
+
+        Raises:
+            JournalError: the journal failed; the master is stopping.
+        """
+        return self._enqueue(event, None)
+
+    async def request(
+        self, worker_id: str, free_slots: int, wait_s: float, signature: Hashable
+    ) -> list[Command]:
+        """Ask for up to ``free_slots`` leases, waiting up to ``wait_s`` while none is pending.
+
+        Args:
+            worker_id: the asking worker (registered).
+            free_slots: slots it has free.
+            wait_s: how long the request may be parked; 0 answers at once.
+            signature: workers with equal signatures are served alike (node, resources).
+
+        Returns:
+            The Lease commands (empty when the wait ran out), or a Reject.
+
+        Raises:
+            JournalError: the journal failed; the master is stopping.
+        """
+        return await self.put_request(worker_id, free_slots, wait_s, signature)
+
+    def put_request(
+        self, worker_id: str, free_slots: int, wait_s: float, signature: Hashable
+    ) -> asyncio.Future[list[Command]]:
+        """Queue a request now, like :meth:`put`; the future gets what :meth:`request` returns."""
+        old = self._parked.pop(worker_id, None)
+        if old is not None and not old.future.done():
+            old.future.set_result([])  # superseded by this newer request
+        return self._enqueue(RequestTask(worker_id, free_slots),
+                             (self._clock() + max(wait_s, 0.0), signature))
+
+    def unpark(self, worker_id: str) -> None:
+        """Answer a parked request of the worker with nothing (it left or re-registered)."""
+        parked = self._parked.pop(worker_id, None)
+        if parked is not None and not parked.future.done():
+            parked.future.set_result([])
+
+    def statistics(self) -> DispatcherStats:
+        """Return a snapshot of the counters."""
+        return DispatcherStats(self._events, self._batches, self._records, self._largest,
+                               round(self._append_s, 6), len(self._parked), self._retries)
+
+    def _enqueue(self, event: Event, park: Any) -> asyncio.Future[list[Command]]:
+        if self._fatal is not None:
+            raise self._fatal
+        future: asyncio.Future[list[Command]] = asyncio.get_running_loop().create_future()
+        self._queue.append((event, future, park))
+        self._wake.set()
+        return future
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Handle batches until cancelled.
+
+        Raises:
+            JournalError: an append failed; nothing of that batch was performed.
+        """
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                await self._batch()
+
+    async def _batch(self) -> None:
+        book, clock, queue = self.book, self._clock, self._queue
+        records: list[Record] = []
+        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]] = []
+        side: list[Command] = []
+        count = 0
+        while queue and count < self._max_batch:
+            event, future, park = queue.popleft()
+            count += 1
+            now = clock()
+            try:
+                commands = book.handle(event, now)
+            except Exception as exc:  # a bug, not bad input (handlers check it): refuse the one
+                log.error("task_book_failed", event_type=type(event).__name__, error=repr(exc))
+                if not future.done():
+                    future.set_exception(exc)
+                continue
+            reply = self._apply(commands, records, side)
+            if isinstance(event, Tick):
+                self._retry = True
+            if (park is not None and isinstance(event, RequestTask) and not reply
+                    and park[0] > now and not future.done()):
+                self._parked[event.worker_id] = _Parked(future, event.free_slots, park[0], park[1])
+            else:
+                replies.append((future, reply))
+        if self._parked and self._retry:
+            self._retry_parked(clock(), records, replies, side)
+        self._retry = False
+        self._expire_parked(clock(), replies)
+        self._events += count
+        self._largest = max(self._largest, count)
+        if records:
+            await self._append(records, replies)
+        for future, reply in replies:
+            if not future.done():
+                future.set_result(reply)
+        if side:
+            self._side(side)
+
+    def _apply(self, commands: list[Command], records: list[Record], side: list[Command]) -> list[Command]:
+        reply: list[Command] = []
+        for command in commands:
+            if isinstance(command, Record):
+                records.append(command)
+                entry = command.entry
+                if isinstance(entry, JobSubmitted) or (
+                    isinstance(entry, TaskRecord) and entry.state is TaskState.PENDING
+                ):
+                    self._retry = True
+            elif isinstance(command, _REPLY):
+                reply.append(command)
+            else:
+                side.append(command)
+        return reply
+
+    def _retry_parked(
+        self, now: float, records: list[Record],
+        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]], side: list[Command],
+    ) -> None:
+        fruitless: set[Hashable] = set()
+        for worker_id, parked in list(self._parked.items()):
+            if parked.signature in fruitless:
+                continue
+            if parked.future.done():
+                del self._parked[worker_id]
+                continue
+            self._retries += 1
+            reply = self._apply(self.book.handle(RequestTask(worker_id, parked.free_slots), now),
+                                records, side)
+            if reply:
+                del self._parked[worker_id]
+                replies.append((parked.future, reply))
+            else:
+                fruitless.add(parked.signature)
+
+    def _expire_parked(
+        self, now: float, replies: list[tuple[asyncio.Future[list[Command]], list[Command]]]
+    ) -> None:
+        for worker_id, parked in list(self._parked.items()):
+            if parked.deadline <= now or parked.future.done():
+                del self._parked[worker_id]
+                replies.append((parked.future, []))
+
+    async def _append(
+        self, records: list[Record],
+        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            # In a thread: the fsync releases the GIL, and the loop keeps taking in messages
+            # that will form the next batch.
+            await anyio.to_thread.run_sync(self.journal.append, records)
+        except (JournalError, TaskError, OSError) as exc:
+            fatal = exc if isinstance(exc, JournalError) else JournalError(
+                f"journal {self.journal.path}: append failed: {exc}; restart the master on it")
+            self._stop(fatal, replies)
+            raise fatal from None
+        self._append_s += time.perf_counter() - started
+        self._batches += 1
+        self._records += len(records)
+
+    def _stop(
+        self, fatal: JournalError,
+        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
+    ) -> None:
+        self._fatal = fatal
+        log.error("journal_append_failed", error=str(fatal))
+        futures = [f for f, _ in replies] + [f for _, f, _ in self._queue]
+        futures += [p.future for p in self._parked.values()]
+        self._queue.clear()
+        self._parked.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(fatal)

@@ -1,0 +1,426 @@
+"""The master: the cluster's control plane for tasks (``troupe master start``).
+
+One per cluster, in its own process or inside a node (``troupe node start --with-master``). It
+runs a runtime of its own (process ``master``) bound at its endpoint and answers control
+messages; the decisions are the task book's, the durability the journal's, and the driver
+(:mod:`troupe.runtime.tasks.master.driver`) journals every state change before it is acknowledged.
+
+Control messages (payloads are maps; ``->`` is the reply)::
+
+    from workers (their TaskGetter)
+      register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds} -> {ok}
+      request_task    {worker_id, free_slots, wait_s}  -> {leases: [lease]}   (long poll)
+      renew           {worker_id, task_id, lease_id}   -> {outcome: renewed, ttl} | {outcome:
+                                                          rejected, reason}: drop the task
+      complete        {worker_id, task_id, lease_id, result_ref, request}
+                                                       -> {outcome, leases, known}
+      fail            {worker_id, task_id, lease_id, error, traceback, request}
+                                                       -> {outcome, leases, known}
+      decline         {worker_id, task_id, lease_id, reason, request}
+                                                       -> {outcome, leases, known}
+    from nodes (their MasterLink)
+      node_beat       {node, endpoint, resources}      -> {ok}
+      worker_left     {worker_id, pid, reason}         -> bool
+      node_dead       {node}                           -> bool
+    from operators (``troupe ctl``)
+      submit {job: <job TOML as a map>, source, job_id?} -> {job_id, tasks, already}
+      status -> {...}   jobs -> [job]   cancel {job_id}   drain {node}   dead {job_id} -> [..]
+      undrain {node} -> {node, draining, restarted: [worker names the node started again]}
+      wait_job {job_id, timeout_s} -> job   ping -> {master, pid}   shutdown -> true
+
+    lease = {task_id, lease_id, job_id, kind, seed, refs, attempt, backup, ttl}
+
+``kinds`` are the task kinds the worker runs (empty: every kind); the master leases it only
+tasks of those kinds. ``decline`` returns a copy the worker does not run after all: the task
+goes back without an attempt counted, and the worker gets no more tasks of that kind.
+
+``request`` piggybacks the worker's next request on its report (its free slots, 0 for none),
+so a busy worker costs one message per task. ``ttl`` is the lease's remaining life in seconds:
+deadlines are kept in the master's clock only. A request from a worker the master does not
+know (it restarted) fails with ``unknown_worker``; the worker registers again.
+
+The master sends ``cancel_lease {worker_id, task_id, lease_id, reason}`` to a worker's process
+when a copy must stop, and ``master_drained {node}`` to a node whose drain has finished.
+
+Nodes beat every second or so; a node silent for ``node_timeout_s`` is declared dead and the
+tasks its workers held are requeued at once. A restarted master knows no node and no worker
+until they beat and register again; the journal gives it back every job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from troupe.runtime.core.directory import Directory
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
+from troupe.runtime.node.config import check_loopback
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.state import (
+    Ack,
+    CancelLease,
+    Command,
+    Complete,
+    Decline,
+    Fail,
+    JobFinished,
+    Lease,
+    NodeDead,
+    NodeDrained,
+    Reject,
+    Renew,
+    Resources,
+    Tick,
+    WorkerJoined,
+    WorkerLeft,
+)
+from troupe.runtime.transports.base import Transport
+from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime.wire.codec import Codec
+
+from .driver import Dispatcher
+from .nodes import NodeTable
+from .operations import Operations, raise_rejected
+
+__all__ = ["COMPACT_AFTER_S", "DEFAULT_MASTER_ENDPOINT", "Master", "MasterConfig", "open_journal"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_MASTER_ENDPOINT = "tcp://127.0.0.1:7480"
+
+
+@dataclass(frozen=True, slots=True)
+class MasterConfig:
+    """How the master runs.
+
+    Attributes:
+        endpoint: where it listens (loopback only, like nodes).
+        name: its name in logs and status (the runtime's node name).
+        tick_s: how often leases are checked for expiry and backoffs released.
+        node_timeout_s: a node silent this long is dead; its tasks are requeued.
+        max_wait_s: the longest a worker's request may be held (long poll).
+        hwm: ZeroMQ high-water mark of the master's sockets.
+        throughput_window_s: done tasks per second are measured over this window.
+    """
+
+    endpoint: str = DEFAULT_MASTER_ENDPOINT
+    name: str = "master"
+    tick_s: float = 0.05
+    node_timeout_s: float = 10.0
+    max_wait_s: float = 10.0
+    hwm: int = 100_000
+    throughput_window_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        try:
+            check_loopback(self.endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"master endpoint: {exc}") from None
+        if not (self.tick_s > 0 and self.node_timeout_s > 0 and self.max_wait_s >= 0):
+            raise ConfigError("master: tick_s and node_timeout_s must be > 0, max_wait_s >= 0")
+
+
+COMPACT_AFTER_S = 3600.0
+"""A master starting on a journal compacts the jobs that finished at least this long ago."""
+
+
+def open_journal(
+    path: str | os.PathLike[str], new: bool = False,
+    compact_after_s: float | None = COMPACT_AFTER_S,
+) -> tuple[Journal, TaskBook]:
+    """Open the master's journal (taking its lock), compact old finished jobs, replay it.
+
+    A missing journal is an error unless ``new`` (``--new``) is given: a master that silently
+    started on an empty queue would lose every job of the journal it was meant to resume.
+    With ``new``, a missing file is created; an existing journal is still opened as it is.
+    Jobs finished ``compact_after_s`` ago or more are compacted first (see
+    :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
+
+    Raises:
+        JournalBusy: another master holds the journal.
+        JournalError: missing (without ``new``), not a troupe journal, corrupt, or a row of
+            the wrong type (named).
+    """
+    if not new and not os.path.exists(path):
+        raise JournalError(f"journal {path} does not exist; pass --new to start a new journal "
+                           "there, or give the path of the existing journal")
+    journal = Journal.open(path, create=new)
+    try:
+        if compact_after_s is not None:
+            journal.compact(time.time() - compact_after_s)
+        return journal, journal.replay()
+    except BaseException:
+        journal.close()
+        raise
+
+
+@dataclass(slots=True)
+class _WorkerEntry:
+    node: str
+    endpoint: str
+    pid: int
+    slots: int
+    resources: Resources
+    kinds: list[str]
+    declined: frozenset[str] = frozenset()
+
+    @property
+    def signature(self) -> tuple[str, int, Resources, tuple[str, ...], frozenset[str]]:
+        # workers alike in all of these are served alike (see the driver's long polls)
+        return (self.node, self.slots, self.resources, tuple(self.kinds), self.declined)
+
+
+class Master:
+    """The control plane's process (or task, inside a node).
+
+    Args:
+        config: how it runs.
+        journal: the open journal.
+        book: the book replayed from ``journal`` (see :func:`open_journal`).
+        transport: defaults to ZeroMQ bound at ``config.endpoint``; tests pass a memory one.
+    """
+
+    def __init__(
+        self, config: MasterConfig, journal: Journal, book: TaskBook,
+        transport: Transport | None = None,
+    ) -> None:
+        self.config = config
+        self.journal = journal
+        self.dispatcher = Dispatcher(book, journal, self._perform)
+        self.book = book
+        self.nodes = NodeTable(config.node_timeout_s)
+        self.runtime: Runtime | None = None
+        self.ready = anyio.Event()
+        self.failure: JournalError | None = None
+        self._transport = transport
+        self._stopping = anyio.Event()
+        self._workers: dict[str, _WorkerEntry] = {}
+        self.ops = Operations(self)
+
+    def stop(self) -> None:
+        """Ask the master to stop (it finishes the batch in hand, then shuts down)."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` or a ``shutdown`` message.
+
+        Raises:
+            ConfigError: the endpoint cannot be bound.
+            JournalError: the journal failed while serving; the master stopped.
+        """
+        cfg = self.config
+        transport = self._transport
+        if transport is None:
+            try:
+                transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
+            except Unreachable as exc:
+                raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
+        runtime = Runtime(cfg.name, "master", transport, Directory(cfg.name), Codec(256 * 2**20),
+                          drain_timeout=0.5)
+        self.runtime = runtime
+        self._install_controls(runtime)
+        async with runtime, anyio.create_task_group() as tg:
+            tg.start_soon(self._drive)
+            tg.start_soon(self._tick)
+            self.ready.set()
+            log.info("master_started", endpoint=runtime.address, journal=str(self.journal.path),
+                     jobs=len(self.book.jobs()))
+            await self._stopping.wait()
+            tg.cancel_scope.cancel()
+        log.info("master_stopped")
+        if self.failure is not None:
+            raise self.failure
+
+    async def _drive(self) -> None:
+        try:
+            await self.dispatcher.run()
+        except JournalError as exc:
+            self.failure = exc
+            self._stopping.set()
+
+    async def _tick(self) -> None:
+        while True:
+            await anyio.sleep(self.config.tick_s)
+            try:
+                await self.dispatcher.handle(Tick())
+                for node in self.nodes.expired(time.time()):
+                    log.warning("node_dead", node=node, silent_for_s=self.config.node_timeout_s)
+                    await self._node_gone(node)
+            except JournalError:
+                return
+
+    async def _node_gone(self, node: str) -> None:
+        for worker_id in [w for w, e in self._workers.items() if e.node == node]:
+            del self._workers[worker_id]
+            self.dispatcher.unpark(worker_id)
+        await self.dispatcher.handle(NodeDead(node))
+
+    # ------------------------------------------------------------------ side commands
+
+    def _perform(self, commands: list[Command]) -> None:
+        assert self.runtime is not None
+        for command in commands:
+            if isinstance(command, CancelLease):
+                entry = self._workers.get(command.worker_id)
+                if entry is not None:
+                    self.runtime.start_soon(self._send, entry.endpoint, "cancel_lease", {
+                        "worker_id": command.worker_id, "task_id": command.task_id,
+                        "lease_id": command.lease_id, "reason": command.reason})
+            elif isinstance(command, NodeDrained):
+                endpoint = self.nodes.endpoint(command.node_id)
+                log.info("drained_node_told", node=command.node_id, endpoint=endpoint)
+                if endpoint:
+                    self.runtime.start_soon(self._send, endpoint, "master_drained",
+                                            {"node": command.node_id})
+            elif isinstance(command, JobFinished):
+                self.ops.job_finished(command.job_id)
+
+    async def _send(self, endpoint: str, msg_type: str, payload: Any) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.control(endpoint, msg_type, payload, timeout=5.0)
+        except Exception as exc:  # the peer may be gone; its lease or drain ends anyway
+            log.info("master_send_failed", type=msg_type, endpoint=endpoint, error=repr(exc))
+
+    # ------------------------------------------------------------------ control messages
+
+    def _install_controls(self, runtime: Runtime) -> None:
+        runtime.control_handlers.update(
+            ping=self._ping, register_worker=self._register_worker,
+            request_task=self._request_task, renew=self._renew, complete=self._complete,
+            fail=self._fail, decline=self._decline, node_beat=self._node_beat, worker_left=self._worker_left,
+            node_dead=self._node_dead, shutdown=self._shutdown, **self.ops.handlers(),
+        )
+
+    async def _ping(self, _: Any) -> dict[str, Any]:
+        return {"master": self.config.name, "pid": os.getpid(), "time": time.time()}
+
+    async def _register_worker(self, p: Any) -> dict[str, Any]:
+        worker_id, node = str(p["worker_id"]), str(p["node"])
+        slots = int(p.get("slots", 1))
+        resources = Resources(float(p.get("cpu", slots)), int(p.get("gpu", 0)))
+        kinds = sorted({str(k) for k in p.get("kinds") or ()})
+        self.dispatcher.unpark(worker_id)
+        reply = await self.dispatcher.handle(
+            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds)))
+        raise_rejected(reply)
+        self._workers[worker_id] = _WorkerEntry(node, str(p["endpoint"]), int(p.get("pid", 0)),
+                                                slots, resources, kinds)
+        log.info("worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
+                 kinds=kinds or "any")
+        return {"ok": True, "master": self.config.name}
+
+    def _entry(self, worker_id: str) -> _WorkerEntry:
+        entry = self._workers.get(worker_id)
+        if entry is None:
+            raise UnknownWorker(f"master {self.config.name} does not know worker {worker_id!r}; "
+                                "register it first (register_worker)")
+        return entry
+
+    async def _request_task(self, p: Any) -> dict[str, Any]:
+        worker_id = str(p["worker_id"])
+        entry = self._entry(worker_id)
+        wait_s = min(float(p.get("wait_s", 0.0)), self.config.max_wait_s)
+        reply = await self.dispatcher.request(worker_id, int(p["free_slots"]), wait_s,
+                                              entry.signature)
+        raise_rejected(reply)
+        return {"leases": _leases(reply)}
+
+    async def _renew(self, p: Any) -> dict[str, Any]:
+        reply = await self.dispatcher.handle(
+            Renew(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"])))
+        for command in reply:
+            if isinstance(command, Ack) and command.deadline is not None:
+                return {"outcome": str(command.outcome), "ttl": command.deadline - time.time()}
+            if isinstance(command, Reject):
+                return {"outcome": "rejected", "reason": command.reason}
+        return {"outcome": "rejected", "reason": "no answer from the task book"}
+
+    async def _complete(self, p: Any) -> dict[str, Any]:
+        event = Complete(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
+                         str(p.get("result_ref") or ""))
+        return await self._report(event, p)
+
+    async def _fail(self, p: Any) -> dict[str, Any]:
+        event = Fail(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
+                     str(p.get("error", "")), str(p.get("traceback", "")))
+        return await self._report(event, p)
+
+    async def _decline(self, p: Any) -> dict[str, Any]:
+        event = Decline(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
+                        str(p.get("reason", "")))
+        entry = self._workers.get(event.worker_id)
+        kind = str(p.get("kind", ""))
+        if entry is not None and kind:  # the book will not lease it that kind again either
+            entry.declined = entry.declined | {kind}
+        return await self._report(event, p)
+
+    async def _report(self, event: Complete | Fail | Decline, p: Any) -> dict[str, Any]:
+        entry = self._workers.get(event.worker_id)
+        request = int(p.get("request", 0))
+        # Both events join the same batch: one fsync covers the report and the next lease.
+        first = self.dispatcher.put(event)
+        second = (self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
+                  if entry is not None and request > 0 else None)
+        reply = await first
+        leases = _leases(await second) if second is not None else []
+        out: dict[str, Any] = {"leases": leases, "known": entry is not None}
+        for command in reply:
+            if isinstance(command, Ack):
+                out["outcome"] = str(command.outcome)
+                if str(command.outcome) == "committed":
+                    self.ops.task_done()
+            elif isinstance(command, Reject):
+                out["outcome"], out["reason"] = "rejected", command.reason
+        return out
+
+    async def _node_beat(self, p: Any) -> dict[str, Any]:
+        node = str(p["node"])
+        if self.nodes.beat(node, str(p.get("endpoint", "")), dict(p.get("resources") or {}),
+                           time.time()):
+            log.info("node_joined", node=node, endpoint=p.get("endpoint"))
+        return {"ok": True, "master": self.config.name}
+
+    async def _worker_left(self, p: Any) -> bool:
+        worker_id = str(p["worker_id"])
+        entry = self._workers.get(worker_id)
+        pid = int(p.get("pid") or 0)
+        if entry is None or (pid and entry.pid and pid != entry.pid):
+            return False  # unknown, or a newer incarnation registered already
+        del self._workers[worker_id]
+        self.dispatcher.unpark(worker_id)
+        await self.dispatcher.handle(WorkerLeft(worker_id, str(p.get("reason", ""))))
+        log.info("worker_left_master", worker=worker_id, reason=p.get("reason"))
+        return True
+
+    async def _node_dead(self, p: Any) -> bool:
+        node = str(p["node"])
+        self.nodes.mark_dead(node)
+        await self._node_gone(node)
+        return True
+
+    def workers(self) -> dict[str, dict[str, Any]]:
+        """Return the registered workers as plain data (node, endpoint, slots, kinds)."""
+        return {w: {"node": e.node, "endpoint": e.endpoint, "slots": e.slots,
+                    "cpu": e.resources.cpu, "gpu": e.resources.gpu, "kinds": e.kinds}
+                for w, e in self._workers.items()}
+
+    async def _shutdown(self, _: Any) -> bool:
+        self.stop()
+        return True
+
+
+def _leases(reply: list[Command]) -> list[dict[str, Any]]:
+    now = time.time()
+    return [
+        {"task_id": c.task_id, "lease_id": c.lease_id, "job_id": c.job_id, "kind": c.kind,
+         "seed": c.seed, "refs": dict(c.refs), "attempt": c.attempt, "backup": c.backup,
+         "ttl": round(c.deadline - now, 3)}
+        for c in reply if isinstance(c, Lease)
+    ]

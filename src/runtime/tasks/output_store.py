@@ -1,0 +1,484 @@
+"""Exactly-once task outputs: write aside, then commit by an atomic rename keyed by task id.
+
+A worker stages a task's output in a private directory under ``root/.staging`` and commits it
+with one ``os.rename`` onto ``root/committed/<task_id>``. A reader therefore sees either the
+whole output or nothing, and a second commit of the same task (a retry after a lost ack, a
+speculative copy on another worker) finds the target taken and becomes a no-op::
+
+    store = OutputStore(root)
+    with store.stage(task.id) as staged:
+        (staged.path / "frames.parquet").write_bytes(data)
+        staged.commit()  # True: this call committed; False: the task was already committed
+
+Why rename alone is enough: renaming a directory onto an existing *non-empty* directory fails
+(ENOTEMPTY or EEXIST), so of two concurrent commits exactly one wins, even across processes.
+Renaming onto an *empty* directory would succeed, so every commit first writes the marker file
+``.troupe-commit`` into its staging directory: a committed output is never empty.
+
+Leaving the ``with`` block without committing, or with an exception, deletes the staging
+directory. Any ``OSError`` met while staging or committing (disk full, permissions) is raised
+as :class:`~troupe.runtime.errors.CommitError`, naming the task and the fix, after the staging
+directory has been removed; nothing becomes visible and the task can simply be retried.
+
+A writer killed while staging cannot clean up: so each staging directory's name carries its
+writer (pid, process start time, and a tag of the host and pid namespace), and every store
+opened sweeps the staging directories whose writer on this host is dead
+(:meth:`OutputStore.sweep_abandoned`). Entries it cannot judge (written from another host or
+container, or by an older troupe) are removed only once untouched for ``stale_after_s``.
+
+:func:`atomic_file` is the same promise for one file: written to a temporary sibling, then
+``os.replace``-d over the destination, so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+import structlog
+from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
+
+__all__ = [
+    "COMMIT_MARKER",
+    "OutputStore",
+    "OutputStoreStats",
+    "STALE_AFTER_S",
+    "Staged",
+    "as_commit_error",
+    "atomic_file",
+]
+
+log = structlog.get_logger(__name__)
+
+COMMIT_MARKER = ".troupe-commit"
+"""File written into every committed output; it holds the task id and keeps the dir non-empty."""
+
+_TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
+# <task_id>.<16 hex>.<pid>-<start>-<scope>: the writer of a staging directory
+_WRITER = re.compile(r"\.[0-9a-f]{16}\.(\d+)-(\d+)-([0-9a-f]{8})$")
+STALE_AFTER_S = 24 * 3600.0
+"""Staging entries whose writer cannot be checked are removed once untouched this long."""
+
+
+@functools.cache
+def _scope() -> str:
+    """This host and pid namespace: pids are only comparable within one of them."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:8]
+
+
+@functools.cache
+def _writer_tag(pid: int) -> str:
+    """``<pid>-<start>-<scope>`` of this process (cached per pid: a fork gets its own)."""
+    return f"{pid}-{int(psutil.Process(pid).create_time())}-{_scope()}"
+
+
+def _writer_alive(pid: int, start: int) -> bool:
+    """Whether the process that wrote a staging entry on this host still runs."""
+    try:
+        process = psutil.Process(pid)
+        if abs(int(process.create_time()) - start) > 1:
+            return False  # the pid was reused by another process
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # cannot tell (permissions): keep it
+
+
+@dataclass(frozen=True)
+class OutputStoreStats:
+    """Counters of one :class:`OutputStore` object since it was created.
+
+    Attributes:
+        commits: outputs this object committed.
+        duplicate_commits: commits that found the task already committed (no-ops).
+        aborted: staging directories dropped without a commit (exception or no commit call).
+        failed: stage or commit attempts that raised :class:`CommitError`.
+    """
+
+    commits: int
+    duplicate_commits: int
+    aborted: int
+    failed: int
+
+
+def _validate_task_id(task_id: str) -> str:
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidTaskId(f"task id {task_id!r} is empty or not a string; give a non-empty str")
+    if task_id.startswith("."):
+        raise InvalidTaskId(f"task id {task_id!r} starts with a dot; drop the leading dot")
+    bad = [c for c in ("/", "\\", os.sep, os.altsep or "/", "\0") if c in task_id]
+    if bad:
+        raise InvalidTaskId(
+            f"task id {task_id!r} holds {bad[0]!r}; a task id names one directory, "
+            "so replace path separators (e.g. with '-')"
+        )
+    return task_id
+
+
+def _fix_for(exc: OSError, root: Path) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space on the volume holding {root} (or point the store at a larger one)"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"make {root} writable by this user (uid {os.getuid()})"
+    return f"check the volume holding {root}"
+
+
+def as_commit_error(
+    exc: OSError, *, action: str, root: Path, task_id: str = "", retry: str = "retry the task"
+) -> CommitError:
+    """Translate an OSError met while writing an output into a CommitError that says the fix.
+
+    Args:
+        exc: the OS error (its errno is kept).
+        action: what was being done, e.g. "committing the output".
+        root: the directory being written, named in the fix.
+        task_id: the task, if any; kept as the error's ``task_id`` attribute.
+        retry: what to do once the cause is fixed.
+
+    Returns:
+        The error to raise (``from exc``).
+    """
+    subject = f"task {task_id!r}: " if task_id else ""
+    err = CommitError(
+        exc.errno or errno.EIO,
+        f"{subject}{action} failed ({exc.strerror or exc}); {_fix_for(exc, root)}, "
+        f"then {retry}. Nothing was committed.",
+    )
+    err.task_id = task_id  # type: ignore[attr-defined]
+    return err
+
+
+def _commit_error(task_id: str, action: str, exc: OSError, root: Path) -> CommitError:
+    return as_commit_error(exc, action=action, root=root, task_id=task_id)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(top: Path) -> None:
+    # Files first, then their directories bottom-up, so the rename publishes durable content.
+    for dirpath, _dirnames, filenames in os.walk(top, topdown=False):
+        for name in filenames:
+            _fsync_path(Path(dirpath) / name)
+        _fsync_path(Path(dirpath))
+
+
+class Staged:
+    """A private directory holding one task's output until :meth:`commit`; a context manager.
+
+    Attributes:
+        task_id: the task whose output this is.
+        path: the private staging directory; write the output files here.
+    """
+
+    def __init__(self, store: OutputStore, task_id: str, path: Path) -> None:
+        self._store = store
+        self.task_id = task_id
+        self.path = path
+        self._finished = False
+
+    def __enter__(self) -> Staged:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._store._drop(self)
+        if isinstance(exc, OSError) and not isinstance(exc, CommitError):
+            self._store._count("failed")
+            raise _commit_error(
+                self.task_id, "writing the output aside", exc, self._store.root
+            ) from exc
+        self._store._count("aborted")
+        log.info("output_aborted", task_id=self.task_id, error=repr(exc) if exc else None)
+
+    def commit(self) -> bool:
+        """Publish the staged output under the task id, exactly once.
+
+        Returns:
+            True if this call committed the output; False if the task was already committed
+            (the staged copy is removed and the committed one is left untouched).
+
+        Raises:
+            CommitError: an OSError (disk full, permissions) stopped the commit; the staging
+                directory is removed and nothing is visible.
+            TaskError: this staging area was already committed or dropped.
+        """
+        if self._finished:
+            raise TaskError(
+                f"task {self.task_id!r}: this staging area is already finished; "
+                "call OutputStore.stage() again for a new attempt"
+            )
+        self._finished = True
+        store = self._store
+        target = store.committed_path(self.task_id)
+        try:
+            if target.exists():
+                return self._duplicate()
+            (self.path / COMMIT_MARKER).write_text(self.task_id + "\n", encoding="utf-8")
+            if store.durable:
+                _fsync_tree(self.path)
+            try:
+                os.rename(self.path, target)
+            except OSError as exc:
+                if exc.errno in _TAKEN:
+                    return self._duplicate()
+                raise
+            if store.durable:
+                _fsync_path(store.committed_dir)
+                _fsync_path(store.staging_dir)
+        except OSError as exc:
+            store._drop(self)
+            store._count("failed")
+            log.warning("output_commit_failed", task_id=self.task_id, error=str(exc))
+            raise _commit_error(self.task_id, "committing the output", exc, store.root) from exc
+        store._forget(self)
+        store._count("commits")
+        log.info("output_committed", task_id=self.task_id)
+        return True
+
+    def _duplicate(self) -> bool:
+        self._store._drop(self)
+        self._store._count("duplicate_commits")
+        log.info("output_duplicate", task_id=self.task_id)
+        return False
+
+
+class OutputStore:
+    """Task outputs, each committed at most once, never visible half-written.
+
+    Layout: ``root/.staging/<task_id>.<random>.<writer>/`` while a writer works, then
+    ``root/committed/<task_id>/`` once committed. Thread-safe; several processes (and hosts on
+    a shared POSIX file system with atomic rename) may use the same root.
+
+    Args:
+        root: directory of the store; created if missing.
+        durable: fsync files and directories around the rename so a committed output survives a
+            power loss. Turn off only for throwaway data.
+        sweep: remove abandoned staging directories now (:meth:`sweep_abandoned`).
+        stale_after_s: how long an entry whose writer cannot be checked must be untouched
+            before a sweep removes it.
+
+    Raises:
+        CommitError: the store directories cannot be created.
+    """
+
+    def __init__(
+        self, root: Path, *, durable: bool = True, sweep: bool = True,
+        stale_after_s: float = STALE_AFTER_S,
+    ) -> None:
+        self.root = Path(root)
+        self.durable = durable
+        self.staging_dir = self.root / ".staging"
+        self.committed_dir = self.root / "committed"
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            self.committed_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _commit_error("", "creating the output store", exc, self.root) from exc
+        self.stale_after_s = stale_after_s
+        self._lock = threading.Lock()
+        self._live: set[Path] = set()
+        self._counts = {"commits": 0, "duplicate_commits": 0, "aborted": 0, "failed": 0}
+        if sweep:
+            self.sweep_abandoned()
+
+    def stage(self, task_id: str) -> Staged:
+        """Open a fresh private staging directory for one attempt at a task's output.
+
+        Args:
+            task_id: the task; no path separators, not empty, no leading dot.
+
+        Returns:
+            A :class:`Staged` context manager whose ``path`` exists and is empty.
+
+        Raises:
+            InvalidTaskId: the task id cannot name a directory.
+            CommitError: the staging directory cannot be created.
+        """
+        _validate_task_id(task_id)
+        path = self.staging_dir / f"{task_id}.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}"
+        try:
+            path.mkdir()
+        except OSError as exc:
+            self._count("failed")
+            raise _commit_error(task_id, "creating the staging directory", exc, self.root) from exc
+        with self._lock:
+            self._live.add(path)
+        return Staged(self, task_id, path)
+
+    def is_committed(self, task_id: str) -> bool:
+        """Return whether the task's output is committed."""
+        return self.committed_path(task_id).is_dir()
+
+    def committed_path(self, task_id: str) -> Path:
+        """Return where the task's committed output lives (whether or not it exists yet).
+
+        Raises:
+            InvalidTaskId: the task id cannot name a directory.
+        """
+        return self.committed_dir / _validate_task_id(task_id)
+
+    def committed(self) -> list[str]:
+        """Return the ids of every committed task, sorted."""
+        return sorted(p.name for p in self.committed_dir.iterdir() if p.is_dir())
+
+    def sweep_staging(self, *, older_than: float | None = None) -> int:
+        """Remove staging directories left by crashed writers.
+
+        Directories staged by this object and still open are never removed. Other writers
+        (processes) may be staging right now: pass ``older_than`` to spare recent ones.
+
+        Args:
+            older_than: remove only entries whose mtime (epoch seconds) is before this; None
+                removes every entry not open in this object.
+
+        Returns:
+            The number of entries removed.
+        """
+        with self._lock:
+            live = set(self._live)
+        removed = 0
+        for entry in self.staging_dir.iterdir():
+            if entry in live:
+                continue
+            try:
+                if older_than is not None and entry.lstat().st_mtime >= older_than:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            except FileNotFoundError:
+                continue  # its writer finished or another sweeper got there first
+            removed += 1
+        if removed:
+            log.info("staging_swept", removed=removed, root=str(self.root))
+        return removed
+
+    def sweep_abandoned(self) -> int:
+        """Remove the staging directories of writers that died (a worker killed mid-task).
+
+        An entry is removed when its name says it was written on this host (and pid
+        namespace) by a process that no longer runs (a reused pid is told apart by its start
+        time), or, when its writer cannot be checked (another host or container, an older
+        naming), when it was untouched for ``stale_after_s``. Entries this object has open,
+        and those of live writers, stay. A failure to remove one is logged, never raised: a
+        store that opens must not fail over leftovers.
+
+        Returns:
+            The number of entries removed.
+        """
+        with self._lock:
+            live = set(self._live)
+        scope, stale_before = _scope(), time.time() - self.stale_after_s
+        removed = 0
+        try:
+            entries = list(self.staging_dir.iterdir())
+        except OSError as exc:
+            log.warning("staging_sweep_failed", root=str(self.root), error=str(exc))
+            return 0
+        for entry in entries:
+            if entry in live:
+                continue
+            match = _WRITER.search(entry.name)
+            try:
+                if match is not None and match[3] == scope:
+                    if _writer_alive(int(match[1]), int(match[2])):
+                        continue
+                elif entry.lstat().st_mtime >= stale_before:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    # Claim it first, so that of two sweepers one removes it and the other
+                    # skips it; the claimed name carries this writer, should it die meanwhile.
+                    claimed = self.staging_dir / (
+                        f"swept.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}")
+                    os.rename(entry, claimed)
+                    shutil.rmtree(claimed)
+                else:
+                    entry.unlink()
+            except FileNotFoundError:
+                continue  # another sweeper took it
+            except OSError as exc:
+                log.warning("staging_sweep_failed", root=str(self.root), entry=entry.name,
+                            error=str(exc))
+                continue
+            removed += 1
+        if removed:
+            log.info("staging_abandoned_swept", removed=removed, root=str(self.root))
+        return removed
+
+    def statistics(self) -> OutputStoreStats:
+        """Return this object's commit counters."""
+        with self._lock:
+            return OutputStoreStats(**self._counts)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _forget(self, staged: Staged) -> None:
+        with self._lock:
+            self._live.discard(staged.path)
+
+    def _drop(self, staged: Staged) -> None:
+        shutil.rmtree(staged.path, ignore_errors=True)
+        self._forget(staged)
+
+
+@contextmanager
+def atomic_file(path: Path, *, durable: bool = True) -> Iterator[Path]:
+    """Yield a temporary sibling path to write; on success it replaces ``path`` atomically.
+
+    On an exception the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: the destination file; its parent directory is created if missing.
+        durable: fsync the file and its directory around the replace.
+
+    Raises:
+        OSError: writing or replacing failed (callers translate it at their boundary).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        yield tmp
+        if durable:
+            _fsync_path(tmp)
+        os.replace(tmp, path)
+        if durable:
+            _fsync_path(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,500 @@
+"""The ZeroMQ transport: one ROUTER mailbox per process, one DEALER per peer.
+
+Every process binds a ROUTER socket (its mailbox). To send to a peer it connects a DEALER to
+the peer's ROUTER; replies come back on that DEALER, through the ROUTER identity of the
+connection, so they never queue behind the asker's own mailbox.
+
+Performance matters here and shapes the code:
+- Sockets are plain (blocking) pyzmq sockets used with NOBLOCK, and the event loop watches
+  each socket's file descriptor once (``add_reader``). The reader callback reads many messages
+  per wake-up and hands each to the runtime's ``sync_handler``, which settles a reply or
+  handles a message at once when that needs no waiting; only a message that must wait (a full
+  mailbox, a control message) goes to the socket's pump task, which then reads in order.
+- The ZeroMQ descriptor is edge-triggered: a send or a recv on the socket may consume the
+  readiness edge. A reader therefore reads until the socket is empty, or looks at ``EVENTS``
+  before it stops; a send made outside a read schedules one such look per loop turn.
+- A reply never waits (``try_reply``): one that the asker's connection cannot take at once is
+  held and retried off the reader, and dropped and counted if the asker does not read for
+  ``REPLY_LINGER_S`` (or is gone), so no peer can stall a reader. Tells and asks to a full
+  mailbox wait as before (backpressure).
+- Replies and deliveries are sent with the compiled ``send`` and received as ``zmq.Frame`` (its
+  ``more`` flag saves a getsockopt); buffer frames stay uncopied, header frames are copied.
+Only this module, ``zmq_socket`` (the socket level) and ``zmq_outbox`` (held replies) import zmq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+import zmq
+from troupe.runtime.core.peer_limits import PeerLogGate
+from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
+
+from .base import OnMessage, TransportStats
+from .zmq_outbox import ReplyOutbox
+from .zmq_socket import (
+    COPY_BELOW,
+    EVENTS,
+    NOBLOCK,
+    POLLIN,
+    POLLOUT,
+    SNDMORE,
+    Watched,
+    private_context,
+    recv_one,
+    send_frame,
+)
+
+__all__ = ["ZmqTransport"]
+
+log = structlog.get_logger(__name__)
+
+# A peer whose replies are dropped gets one log line per this many seconds, whatever the rate.
+DROP_LOG_INTERVAL_S = 10.0
+# How long replies an asker's connection cannot take are retried before they are dropped.
+REPLY_LINGER_S = 5.0
+# Replies held for retries, at least (the high-water mark may be set lower): for one asker, and
+# for all together. They bound memory while an asker does not read; bursts must fit.
+HELD_PER_ASKER = 1000
+HELD_IN_ALL = 10_000
+
+class ZmqTransport:
+    """A transport over ZeroMQ TCP (or ipc) sockets.
+
+    Args:
+        bind: endpoint for the mailbox, e.g. ``tcp://127.0.0.1:*`` for a free port.
+        hwm: high-water mark (messages) of every socket, in both directions; a full peer makes
+            ``send`` wait (or raise MailboxFull with block=False).
+        batch: messages handled per wake-up before yielding to other tasks.
+        context: a zmq Context to share; a private one is made otherwise.
+        batch_io_thread: run the private context's I/O thread under SCHED_BATCH (Linux); see
+            ``zmq_socket.private_context``.
+    """
+
+    def __init__(
+        self,
+        bind: str = "tcp://127.0.0.1:*",
+        hwm: int = 1000,
+        batch: int = 256,
+        context: zmq.Context[Any] | None = None,
+        batch_io_thread: bool = True,
+    ) -> None:
+        self._own_ctx = context is None
+        self._ctx = context or private_context(batch_io_thread)
+        self.hwm = hwm
+        self.batch = batch
+        self._mailboxes: list[Watched] = []
+        self._dealers: dict[str, Watched] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.address: str = self.open_mailbox(bind)
+        self._on_message: OnMessage | None = None
+        # Set by the runtime: handles a message at once if it can do so without waiting
+        # (a reply, a message to a mailbox with room) and returns whether it did.
+        self.sync_handler: Callable[[Any, list[Any]], bool] | None = None
+        # Fault injection (partition): when set, traffic to and replies from a peer it names
+        # are refused; see refused_counts. None costs one attribute test per send.
+        self.refuse: Callable[[str], bool] | None = None
+        self._refused: dict[str, int] = {}
+        self._replies_dropped = 0
+        self._drop_log = PeerLogGate(DROP_LOG_INTERVAL_S)
+        self._outbox = ReplyOutbox(self._write, self._reply_dropped, max(hwm, HELD_PER_ASKER),
+                                   max(4 * hwm, HELD_IN_ALL), REPLY_LINGER_S)
+        self._sent = 0
+        self._received = 0
+        self._closed = False
+
+    def open_mailbox(self, bind: str = "tcp://127.0.0.1:*") -> str:
+        """Bind one more ROUTER mailbox (one per actor) and return its endpoint.
+
+        Each actor gets a mailbox socket of its own so that an actor whose mailbox is full
+        pushes back on its own senders only (through the socket's high-water mark) and never
+        stalls the other actors or the control messages of its process.
+
+        Raises:
+            Unreachable: the endpoint cannot be bound.
+        """
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._tune(sock)
+        try:
+            sock.bind(bind)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
+        w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True)
+        self._mailboxes.append(w)
+        self._serve_socket(w)
+        return w.peer
+
+    def _tune(self, sock: zmq.Socket[bytes]) -> None:
+        sock.setsockopt(zmq.SNDHWM, self.hwm)
+        sock.setsockopt(zmq.RCVHWM, self.hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+
+    def statistics(self) -> TransportStats:
+        """Return counters."""
+        return TransportStats(self.address, self._sent, self._received, len(self._dealers), self._replies_dropped)
+
+    async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Receive on the mailbox and on every peer connection until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._on_message = on_message
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                for w in [*self._mailboxes, *self._dealers.values()]:
+                    self._serve_socket(w)
+                task_status.started()
+        finally:
+            self._tg = None
+            self._unwatch_all()
+
+    def _serve_socket(self, w: Watched) -> None:
+        """Watch the socket's descriptor and start its pump, once the transport serves."""
+        if self._tg is None or self._loop is None:
+            return  # ``serve`` does it for every socket when it starts
+        self._loop.add_reader(w.fd, self._readable, w)
+        self._tg.start_soon(self._pump, w)
+
+    def _readable(self, w: Watched) -> None:
+        """The socket's descriptor fired: handle the first message at once, then look for more.
+
+        On a peer connection, handling one reply and then yielding lets the task it woke send
+        its next message before this reader looks whether more is waiting (a syscall, a
+        microsecond or two): off the critical path of a lone ask.
+        """
+        self._read(w, 1)
+
+    def _read(self, w: Watched, limit: int) -> None:
+        """With the pump parked, read here and hand each message to the sync handler: a reply
+        or a delivery then costs no task wake-up. The first message that needs waiting goes to
+        the backlog, and the pump takes over from it, in order. Reads until the socket is
+        empty, or up to ``limit`` messages and then looks again after the tasks they woke; that
+        look also serves the sends made meanwhile (see ``_write``)."""
+        w.recheck = False
+        if w.senders:
+            w.writable.set()  # any activity: a parked sender re-checks whether it may send
+        handler = self.sync_handler
+        if handler is None or w.backlog or not w.waiting:
+            w.wake.set()
+            return
+        w.draining = True
+        try:
+            more = self._drain(w, handler, limit)
+        finally:
+            w.draining = False
+        if not more:
+            return
+        # Whether more is waiting, EVENTS says for less than a read that finds nothing. A
+        # mailbox looks at once: what it handled is answered already. A peer connection looks
+        # after the tasks its replies woke have run, so their sends leave first.
+        if w.is_router and limit == 1:
+            self._recheck(w)
+            return
+        assert self._loop is not None
+        w.recheck = True
+        self._loop.call_soon(self._recheck, w)
+
+    def _drain(self, w: Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
+        """Read up to ``limit`` messages; True when the limit stopped it (more may wait)."""
+        for _ in range(limit):
+            try:
+                route, frames = recv_one(w)
+            except zmq.Again:
+                if w.senders:
+                    w.writable.set()  # our reads may have taken their signal: they look again
+                return False
+            except zmq.ZMQError:
+                w.wake.set()  # the pump reports it (or sees the socket closed)
+                return False
+            self._received += 1
+            if not w.is_router and self.refuse is not None and self.refuse(w.peer):
+                self._count_refused(w.peer, "receive")
+                continue
+            if not handler(route, frames):
+                w.backlog.append((route, frames))
+                w.wake.set()
+                return False
+        return True
+
+    def _unwatch_all(self) -> None:
+        if self._loop is None or self._loop.is_closed():
+            return
+        for w in [*self._mailboxes, *self._dealers.values()]:
+            try:
+                self._loop.remove_reader(w.fd)
+            except (ValueError, OSError):
+                pass
+
+    async def _pump(self, w: Watched) -> None:
+        sock = w.sock
+        on_message = self._on_message
+        assert on_message is not None
+        while not sock.closed:
+            while w.backlog:
+                route, frames = w.backlog.popleft()
+                await on_message(route, frames)
+            handled = 0
+            while handled < self.batch:
+                try:
+                    route, frames = recv_one(w)
+                except zmq.Again:
+                    break
+                except zmq.ZMQError as exc:
+                    if self._closed or sock.closed:
+                        return
+                    log.warning("recv_failed", error=str(exc), peer=w.peer)
+                    break
+                handled += 1
+                self._received += 1
+                if not w.is_router and self.refuse is not None and self.refuse(w.peer):
+                    self._count_refused(w.peer, "receive")
+                    continue
+                await on_message(route, frames)
+            if handled == self.batch:
+                await asyncio.sleep(0)  # let other tasks run between batches
+                continue
+            w.wake.clear()
+            events = sock.getsockopt(EVENTS)
+            if events & POLLIN:
+                continue
+            if w.senders and events & POLLOUT:
+                # Our reads may have consumed the descriptor's signal that the socket takes
+                # messages again: pass it on to the parked senders, or they would wait forever.
+                w.writable.set()
+            w.waiting = True
+            try:
+                await w.wake.wait()
+            finally:
+                w.waiting = False
+
+    def _dealer(self, address: str) -> Watched:
+        w = self._dealers.get(address)
+        if w is not None:
+            return w
+        if self._closed:
+            raise Unreachable("transport is closed")
+        sock = self._ctx.socket(zmq.DEALER)
+        self._tune(sock)
+        try:
+            sock.connect(address)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
+        w = Watched(sock, address, is_router=False)
+        self._dealers[address] = w
+        self._serve_socket(w)
+        return w
+
+    async def send(self, address: str, frames: list[Any], *, block: bool = True) -> None:
+        """Send to the mailbox at ``address``.
+
+        Raises:
+            MailboxFull: block=False and the peer's queue is at its high-water mark.
+            Unreachable: the address cannot be connected to.
+        """
+        await self._send_on(self._peer(address), frames, block, address)
+
+    def try_send(self, address: str, frames: list[Any]) -> bool:
+        """Send to the mailbox at ``address`` if its queue has room; False, having sent nothing,
+        when it is at its high-water mark. Raises like ``send``."""
+        return self._put(self._peer(address), frames, address)
+
+    def _peer(self, address: str) -> Watched:
+        if self.refuse is not None and self.refuse(address):
+            self._count_refused(address, "send")
+            raise Partitioned(
+                f"traffic to {address} is refused: this process is partitioned from it by fault "
+                "injection; end it with `troupe ctl heal`"
+            )
+        return self._dealer(address)
+
+    @property
+    def refused_counts(self) -> dict[str, int]:
+        """Messages refused per peer while partitioned (sends and replies dropped)."""
+        return dict(self._refused)
+
+    def _count_refused(self, peer: str, direction: str) -> None:
+        n = self._refused.get(peer, 0)
+        self._refused[peer] = n + 1
+        if n == 0:  # once per peer: a partition must be visible, not flood the log
+            log.warning("partition_refused", peer=peer, direction=direction)
+
+    async def reply(self, route: Any, frames: list[Any]) -> None:
+        """Answer through ``route``; never waits (see ``try_reply``)."""
+        self.try_reply(route, frames)
+
+    def try_reply(self, route: Any, frames: list[Any]) -> bool:
+        """Answer through ``route`` (mailbox, identity) without ever waiting.
+
+        Whoever sends a reply (the reader callback, a pump, an actor's task) also serves every
+        other peer, so a peer that does not read, or is gone, must not stall it (DESIGN.md,
+        invariant 7); waiting would not even end: with ROUTER_MANDATORY a send to one full or
+        closing connection fails while EVENTS reports POLLOUT for the others. A reply that the
+        asker's connection cannot take now is held and retried off the reader (``ReplyOutbox``):
+        a burst that outran the I/O thread still arrives. One that still cannot leave after
+        ``REPLY_LINGER_S``, or beyond the outbox's bounds, or to an asker that is gone, is
+        dropped, counted per mailbox (``replies_dropped``) and logged at most once per asker
+        per interval.
+
+        Returns:
+            False when the reply was dropped at once; True when it was sent or held.
+        """
+        if route is None:
+            return True
+        mailbox, identity = route
+        outbox = self._outbox
+        if outbox.pending and outbox.holds(mailbox, identity):
+            return self._hold(mailbox, identity, frames)  # behind the ones already held
+        try:
+            self._write(mailbox, [identity, *frames])
+        except zmq.Again:
+            return self._hold(mailbox, identity, frames)
+        except zmq.ZMQError as exc:
+            self._reply_dropped(mailbox, identity, exc, 1)
+            return False
+        return True
+
+    def _hold(self, mailbox: Watched, identity: bytes, frames: list[Any]) -> bool:
+        if self._loop is None or self._closed:
+            self._reply_dropped(mailbox, identity, zmq.Again(), 1)
+            return False
+        return self._outbox.hold(mailbox, identity, frames, self._loop)
+
+    def _reply_dropped(self, mailbox: Watched, identity: bytes, exc: zmq.ZMQError, n: int) -> None:
+        mailbox.replies_dropped += n
+        self._replies_dropped += n
+        key = (mailbox.peer, identity)
+        if not self._drop_log.should_log(key):
+            return
+        # EAGAIN: the asker's queue stayed at its high-water mark (it does not read): worth a
+        # warning. EHOSTUNREACH: the asker disconnected, having given up (an ask timed out).
+        # Else: the mailbox closed under it at shutdown.
+        not_reading = isinstance(exc, zmq.Again)
+        (log.warning if not_reading else log.info)(
+            "reply_dropped", mailbox=mailbox.peer, peer=identity.hex(),
+            reason="asker_not_reading" if not_reading else exc.strerror, dropped=n,
+            unlogged_drops=self._drop_log.take_quiet(key), total=mailbox.replies_dropped,
+        )
+
+    def waiting(self) -> int:
+        """Messages read off the mailboxes but not yet handed on (their pumps' backlogs).
+
+        Safe to call from another thread (the heartbeat's): it only reads lengths.
+        """
+        return sum(len(w.backlog) for w in list(self._mailboxes))
+
+    def replies_dropped(self) -> dict[str, int]:
+        """Replies dropped so far, per mailbox endpoint (see ``try_reply``)."""
+        return {w.peer: w.replies_dropped for w in self._mailboxes}
+
+    async def _send_on(self, w: Watched, frames: list[Any], block: bool, address: str) -> None:
+        while not self._put(w, frames, address):
+            if not block:
+                raise MailboxFull(
+                    f"the mailbox of {address or 'the asker'} is full (high-water mark "
+                    f"{self.hwm}); send with block=True to wait"
+                )
+            w.writable.clear()
+            if w.sock.getsockopt(EVENTS) & POLLOUT:
+                continue
+            w.senders += 1
+            try:
+                await w.writable.wait()
+            finally:
+                w.senders -= 1
+
+    def _put(self, w: Watched, frames: list[Any], address: str) -> bool:
+        """``_write``: False when the socket is full; EHOSTUNREACH as it is, other errors as
+        Unreachable."""
+        try:
+            self._write(w, frames)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise
+            raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
+        return True
+
+    def _write(self, w: Watched, frames: list[Any]) -> None:
+        """Queue one message on the socket without waiting; zmq.Again when it is full."""
+        sock = w.sock
+        # Only the first frame can fail with EAGAIN: ZeroMQ queues multipart messages
+        # atomically, so after it the rest is accepted.
+        more = len(frames) - 1
+        try:
+            for frame in frames:
+                flags = NOBLOCK | SNDMORE if more else NOBLOCK
+                more -= 1
+                if type(frame) is bytes and len(frame) < COPY_BELOW:
+                    send_frame(sock, frame, flags)
+                else:
+                    send_frame(sock, frame, flags, copy=False)
+        except zmq.ZMQError:
+            # A refused send may have consumed the signal just the same (and the outbox's
+            # retries are made outside any read): the parked reader must still hear of input.
+            if (w.waiting or w.senders) and not w.recheck and not w.draining:
+                self._look_later(w)
+            raise
+        self._sent += 1
+        # The send may have consumed the descriptor's signal: pass it on to whoever is parked
+        # (the reader, if input waits; other senders, if the socket takes messages). Those not
+        # parked re-check EVENTS themselves before they park. One look after a run of sends is
+        # enough (the parked ones need waking, not waking at once), so it is scheduled once
+        # per loop turn rather than made after every send.
+        if (w.waiting or w.senders) and not w.recheck and not w.draining:
+            self._look_later(w)
+
+    def _look_later(self, w: Watched) -> None:
+        """Schedule one look at the socket's EVENTS (``_recheck``) for whoever is parked."""
+        w.recheck = True
+        if self._loop is not None:
+            self._loop.call_soon(self._recheck, w)
+        else:
+            self._recheck(w)
+
+    def _recheck(self, w: Watched) -> None:
+        w.recheck = False
+        try:
+            events = w.sock.getsockopt(EVENTS)
+        except zmq.ZMQError:  # closed meanwhile (forget, close): its pump has been told
+            return
+        if w.senders and events & POLLOUT:
+            w.writable.set()
+        if w.waiting and events & POLLIN:
+            self._read(w, self.batch)  # what the descriptor would have said: read here, or wake the pump
+
+    def forget(self, address: str) -> None:
+        """Close the connection to a peer that is gone; the next send reconnects."""
+        w = self._dealers.pop(address, None)
+        if w is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.remove_reader(w.fd)
+            except (ValueError, OSError):
+                pass
+        w.sock.close(0)
+        w.wake.set()  # its pump sees the closed socket and ends
+        w.writable.set()
+
+    def close(self) -> None:
+        """Close every socket at once (linger 0)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._outbox.close()
+        self._unwatch_all()
+        for w in self._dealers.values():
+            w.sock.close(0)
+        self._dealers.clear()
+        for w in self._mailboxes:
+            w.sock.close(0)
+        if self._own_ctx:
+            self._ctx.term()

@@ -1,0 +1,7 @@
+"""wire: the codec (envelopes to frames and back, every received frame validated) and error
+replies.
+
+Imports troupe.runtime.errors only.
+"""
+
+__all__: list[str] = []

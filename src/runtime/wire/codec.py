@@ -1,0 +1,515 @@
+"""The wire codec: envelopes to frames and back, with every received frame validated.
+
+A message on the wire is one header frame (a msgpack array, the envelope) followed by zero or
+more buffer frames. Large binary values (numpy arrays, and any type with a registered buffer
+extension such as torch tensors) are not copied into the header: the header holds a msgpack
+extension that points at a buffer frame by index, and the receiver views that frame in place.
+docs/PROTOCOL.md is the normative description; this module is its only implementation and the
+only module that imports msgpack (besides the heartbeat datagram format).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from troupe.runtime.errors import (
+    BadFrame,
+    EncodeError,
+    MessageTooLarge,
+    VersionMismatch,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _np() -> Any:
+    """numpy, imported on first use: processes that never see an array (the node, the
+    supervisor) are spared its import time and memory."""
+    import numpy
+
+    return numpy
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "BufferExtension",
+    "Codec",
+    "Envelope",
+    "Kind",
+    "load_imported_extensions",
+    "register_extension",
+]
+
+PROTOCOL_VERSION = 1
+
+EXT_NDARRAY = 1
+EXT_CUSTOM = 2
+
+_FIELDS = 11
+_SYS_LITTLE = sys.byteorder == "little"
+
+
+class Kind(IntEnum):
+    """What an envelope is for; the integer values are the wire values."""
+
+    TELL = 1
+    ASK = 2
+    REPLY = 3
+    ERROR = 4
+    CONTROL = 5
+
+
+_KINDS = {int(k): k for k in Kind}
+_REPLY = int(Kind.REPLY)
+_ANSWERED = frozenset((Kind.ASK, Kind.CONTROL))  # kinds whose msg_id a reply names: never 0
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One message: addressing, ids and headers around a payload.
+
+    ``deadline`` is seconds since the epoch (the receiver drops work whose deadline passed);
+    ``headers`` holds optional extras (credits, fault hints) and is empty for most messages.
+    """
+
+    kind: Kind
+    msg_id: int
+    corr_id: int
+    sender: str
+    target: str
+    type: str
+    deadline: float | None = None
+    trace: str | None = None
+    headers: dict[str, Any] | None = None
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class BufferExtension:
+    """How a foreign array type (a torch tensor) travels as a buffer frame.
+
+    Args:
+        name: wire name of the extension, e.g. ``"torch"``.
+        cls: the Python type this extension encodes (checked with ``isinstance``).
+        to_buffer: returns ``(meta, buffer)``: msgpack-able metadata and a contiguous buffer.
+        from_buffer: rebuilds the value from ``(meta, memoryview)`` without copying.
+    """
+
+    name: str
+    cls: type
+    to_buffer: Callable[[Any], tuple[Any, Any]]
+    from_buffer: Callable[[Any, memoryview], Any]
+
+
+_EXTENSIONS: dict[str, BufferExtension] = {}
+_EXT_BY_TYPE: dict[type, BufferExtension] = {}
+
+
+def register_extension(ext: BufferExtension) -> None:
+    """Register a buffer extension; the runtime itself never imports the foreign library."""
+    _EXTENSIONS[ext.name] = ext
+    _EXT_BY_TYPE[ext.cls] = ext
+
+
+ENTRY_POINT_GROUP = "troupe.codecs"
+_loaded_entry_points: set[str] = set()
+
+
+def _load_extension(name: str) -> BufferExtension | None:
+    """Load the extension named ``name`` from the ``troupe.codecs`` entry points, once.
+
+    Packages declare extensions as entry points (troupe's own torch extension is one), so a
+    process imports torch only when a tensor actually arrives or leaves.
+    """
+    if name in _EXTENSIONS or name in _loaded_entry_points:
+        return _EXTENSIONS.get(name)
+    _loaded_entry_points.add(name)
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        ext = ep.load()
+        if isinstance(ext, BufferExtension):
+            register_extension(ext)
+    return _EXTENSIONS.get(name)
+
+
+def load_imported_extensions() -> list[str]:
+    """Load now every ``troupe.codecs`` extension whose library this process already imported.
+
+    An extension is named after its library's top-level module (``torch``). A worker calls this
+    once its actors have started: if they imported torch, the torch extension costs a few
+    milliseconds here instead of stalling the first tensor that arrives; a worker whose actors
+    never import torch is not made to import it (seconds and some 200 MiB).
+
+    Reading the entry points costs some 15 ms, once per process; later calls (a ``spawn``
+    control) reuse what was read.
+
+    Returns:
+        The names of the extensions now registered.
+    """
+    global _declared
+    if _declared is None:
+        from importlib.metadata import entry_points
+
+        _declared = tuple(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    for name in _declared:
+        if name in sys.modules:
+            _load_extension(name)
+    return sorted(_EXTENSIONS)
+
+
+_declared: tuple[str, ...] | None = None  # the extension names the entry points declare
+
+
+class Codec:
+    """Encodes envelopes to frames and decodes frames to envelopes, validating on the way.
+
+    One instance per thread: the packer is reused between calls.
+
+    Args:
+        max_message_bytes: the largest message (all frames together) this process accepts.
+    """
+
+    def __init__(self, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._buffers: list[Any] = []
+        self._packer = msgpack.Packer(default=self._default, use_bin_type=True)
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def encode(self, env: Envelope) -> list[Any]:
+        """Return the frames of ``env``: the header, then one frame per out-of-band buffer.
+
+        Raises:
+            EncodeError: the payload or headers hold a value with no wire encoding.
+        """
+        return self._frames(
+            [PROTOCOL_VERSION, int(env.kind), env.msg_id, env.corr_id, env.sender, env.target, env.type,
+             env.deadline, env.trace, env.headers, env.payload],
+            env.type,
+        )
+
+    def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
+        """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
+        building it (a reply is sent for every ask). Raises like ``encode``."""
+        return self._frames([PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], "")
+
+    def _frames(self, fields: list[Any], msg_type: str) -> list[Any]:
+        self._buffers = buffers = []
+        try:
+            header = self._packer.pack(fields)
+        except EncodeError:
+            self._packer.reset()
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer.reset()
+            raise EncodeError(
+                f"cannot encode message {msg_type!r}: {exc}; payloads may hold None, bool, int, "
+                "float, str, bytes, lists, dicts with str keys, numpy arrays and registered "
+                "buffer types"
+            ) from exc
+        if not buffers:
+            return [header]
+        return [header, *buffers]
+
+    def _default(self, obj: Any) -> Any:
+        np = sys.modules.get("numpy")  # no numpy imported: the value cannot be a numpy one
+        if np is not None:
+            if isinstance(obj, np.ndarray):
+                return self._pack_ndarray(obj)
+            if isinstance(obj, np.generic):
+                if obj.dtype.kind in "mM":  # as a number its unit would be lost: a 0-d array
+                    return self._pack_ndarray(np.asarray(obj))
+                return obj.item()
+        if isinstance(obj, tuple):
+            return list(obj)
+        ext = _EXT_BY_TYPE.get(type(obj))
+        if ext is None:
+            _load_extension(type(obj).__module__.partition(".")[0])
+            for cls, candidate in _EXT_BY_TYPE.items():
+                if isinstance(obj, cls):
+                    ext = candidate
+                    break
+        if ext is not None:
+            meta, buf = ext.to_buffer(obj)
+            index = len(self._buffers)
+            self._buffers.append(buf)
+            return msgpack.ExtType(EXT_CUSTOM, msgpack.packb([ext.name, meta, index]))
+        raise EncodeError(f"no wire encoding for {type(obj).__qualname__}")
+
+    def _pack_ndarray(self, arr: np.ndarray) -> msgpack.ExtType:
+        np = _np()
+        if arr.dtype.hasobject:
+            raise EncodeError("numpy arrays of dtype object cannot travel; use a numeric dtype")
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        index = len(self._buffers)
+        # A zero-size array has no buffer worth sending but keeps its frame for simplicity.
+        self._buffers.append(_raw_buffer(arr) if arr.size else b"")
+        # A structured dtype travels as numpy's descr (field names, formats, offsets as padding),
+        # as in .npy files; dtype.str would be a bare "|V<n>" record without its field names.
+        dtype = arr.dtype.str if arr.dtype.names is None else arr.dtype.descr
+        return msgpack.ExtType(EXT_NDARRAY, msgpack.packb([dtype, list(arr.shape), index]))
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def check_size(self, frames: Sequence[Any]) -> None:
+        """Raise MessageTooLarge when the frames together exceed the limit."""
+        total = 0
+        for frame in frames:
+            total += len(frame)
+        if total > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"message of {total} bytes exceeds the limit of {self.max_message_bytes}; "
+                "raise the node option max_message_mb or send the data by reference"
+            )
+
+    def decode(self, frames: Sequence[Any]) -> Envelope:
+        """Decode and validate one message.
+
+        Args:
+            frames: the header (bytes) then buffer frames (bytes, memoryview or zmq.Frame).
+
+        Raises:
+            BadFrame, VersionMismatch, MessageTooLarge: the frames break docs/PROTOCOL.md.
+        """
+        if len(frames) == 1:  # the common case, a header alone: no buffer bookkeeping
+            header = frames[0]
+            if type(header) is not bytes:
+                header = bytes(header)
+            if len(header) > self.max_message_bytes:
+                self.check_size(frames)
+            return _validate(_unpack_header(header, _NO_BUFFERS))
+        if not frames:
+            raise BadFrame("empty message: expected a header frame")
+        self.check_size(frames)
+        header = frames[0]
+        if not isinstance(header, bytes):
+            header = bytes(header)
+        used: set[int] = set()
+        env = _validate(_unpack_header(header, _ExtHook(frames, used)))
+        if len(used) != len(frames) - 1:
+            raise BadFrame(
+                f"message has {len(frames) - 1} buffer frames but the header references "
+                f"{len(used)}"
+            )
+        return env
+
+
+def _raw_buffer(arr: np.ndarray) -> Any:
+    """The elements of a C-contiguous array as a buffer, without copying.
+
+    The buffer protocol refuses datetime64 and timedelta64 (also inside a structured dtype):
+    their bytes travel as those of a uint8 view of the same memory.
+    """
+    try:
+        return arr.data
+    except ValueError:
+        return arr.reshape(-1).view(_np().uint8).data
+
+
+def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
+    # Map keys are str, int or bin (docs/PROTOCOL.md 6). msgpack's strict_map_key admits str
+    # and bin only, at no cost: the usual header decodes in one pass. A header it refuses (an
+    # int key, or a nil, bool or float one) is decoded again, checking every key.
+    try:
+        return msgpack.unpackb(header, ext_hook=hook, raw=False, use_list=True)
+    except (BadFrame, VersionMismatch):
+        raise
+    except ValueError as exc:
+        if "map key" not in str(exc):
+            raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+    except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
+        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+    hook.used.clear()  # the first pass may have claimed buffer frames before it failed
+    try:
+        return msgpack.unpackb(
+            header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False,
+            object_pairs_hook=_checked_map,
+        )
+    except (BadFrame, VersionMismatch):
+        raise
+    except Exception as exc:
+        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+
+
+def _checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    for key, _ in pairs:
+        kt = type(key)
+        if kt is not str and kt is not int and kt is not bytes:  # type(): a bool is no int key
+            raise BadFrame(f"map key {key!r} of type {kt.__name__} refused: keys are str, int or bin")
+    return dict(pairs)
+
+
+class _ExtHook:
+    __slots__ = ("frames", "used")
+
+    def __init__(self, frames: Sequence[Any], used: set[int]) -> None:
+        self.frames = frames
+        self.used = used
+
+    def __call__(self, code: int, data: bytes) -> Any:
+        try:
+            spec = msgpack.unpackb(data, raw=False)
+        except Exception as exc:
+            raise BadFrame(f"extension {code} has a malformed body: {exc}") from exc
+        if code == EXT_NDARRAY:
+            return self._ndarray(spec)
+        if code == EXT_CUSTOM:
+            return self._custom(spec)
+        raise BadFrame(f"unknown extension code {code}")
+
+    def _buffer(self, index: Any) -> memoryview:
+        if not isinstance(index, int) or not 0 <= index < len(self.frames) - 1:
+            raise BadFrame(f"buffer reference {index!r} points at no frame")
+        if index in self.used:
+            raise BadFrame(f"buffer frame {index} is referenced twice")
+        self.used.add(index)
+        frame = self.frames[index + 1]
+        buf = getattr(frame, "buffer", frame)  # zmq.Frame exposes .buffer without copying
+        return memoryview(buf)
+
+    def _ndarray(self, spec: Any) -> np.ndarray:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], (str, list))):
+            raise BadFrame("ndarray extension must be [dtype, shape, buffer index]")
+        dtype_str, shape, index = spec
+        np = _np()
+        descr = dtype_str if isinstance(dtype_str, str) else _fields(dtype_str)
+        try:
+            if isinstance(descr, str):
+                dtype = np.dtype(descr)
+            else:  # numpy's own reader of a descr: padding entries become offsets again
+                from numpy.lib.format import descr_to_dtype
+
+                dtype = descr_to_dtype(descr)
+        except (TypeError, ValueError, KeyError, RecursionError) as exc:
+            raise BadFrame(f"ndarray has an unknown dtype {dtype_str!r}") from exc
+        if dtype.hasobject:
+            raise BadFrame("ndarray of dtype object refused")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise BadFrame(f"ndarray shape {shape!r} is not a list of non-negative ints")
+        buf = self._buffer(index)
+        count = 1
+        for d in shape:
+            count *= d
+        if buf.nbytes != count * dtype.itemsize:
+            raise BadFrame(
+                f"ndarray of shape {shape} and dtype {dtype_str} needs "
+                f"{count * dtype.itemsize} bytes, its frame has {buf.nbytes}"
+            )
+        # A view of the received frame, not a copy: read-only, so that no handler writes into
+        # message memory by mistake (docs/PROTOCOL.md 6.1); copy it to write.
+        arr = np.empty(shape, dtype=dtype) if count == 0 else np.frombuffer(buf, dtype=dtype).reshape(shape)
+        arr.flags.writeable = False
+        return arr
+
+    def _custom(self, spec: Any) -> Any:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
+            raise BadFrame("custom extension must be [name, meta, buffer index]")
+        name, meta, index = spec
+        ext = _EXTENSIONS.get(name) or _load_extension(name)
+        if ext is None:
+            raise BadFrame(f"no codec extension named {name!r} is registered in this process")
+        buf = self._buffer(index)
+        try:
+            return ext.from_buffer(meta, buf)
+        except Exception as exc:
+            raise BadFrame(f"extension {name!r} rejected its buffer: {exc}") from exc
+
+
+# The hook of a message with no buffer frames: any buffer reference in it points at no frame.
+_NO_BUFFERS = _ExtHook((b"",), set())
+
+
+def _fields(descr: list[Any]) -> list[tuple[Any, ...]]:
+    """A structured dtype's descr as numpy takes it back: msgpack turned its tuples into lists.
+
+    Raises:
+        BadFrame: it is not a list of ``[name, format]`` or ``[name, format, shape]`` fields.
+    """
+    out: list[tuple[Any, ...]] = []
+    for field in descr:
+        if not isinstance(field, list) or len(field) not in (2, 3):
+            raise BadFrame("a structured ndarray dtype must be a list of [name, format(, shape)] fields")
+        name, fmt = field[0], field[1]
+        if isinstance(name, list):  # (title, name)
+            name = tuple(name)
+        if isinstance(fmt, list):  # a nested structure
+            fmt = _fields(fmt)
+        if len(field) == 2:
+            out.append((name, fmt))
+        elif isinstance(field[2], list):
+            out.append((name, fmt, tuple(field[2])))
+        else:
+            out.append((name, fmt, field[2]))
+    return out
+
+
+def _validate(fields: Any) -> Envelope:
+    # The fast path checks everything in one expression; only a bad envelope pays for
+    # _explain, which finds the first broken field and says what is wrong with it.
+    if type(fields) is list and len(fields) == _FIELDS:
+        version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload = fields
+        k = _KINDS.get(kind) if type(kind) is int else None
+        if (
+            type(version) is int
+            and version == PROTOCOL_VERSION
+            and k is not None
+            and type(msg_id) is int
+            and type(corr_id) is int
+            and msg_id >= 0
+            and corr_id >= 0
+            and type(sender) is str
+            and type(target) is str
+            and type(mtype) is str
+            and (deadline is None or type(deadline) is float or type(deadline) is int)
+            and (trace is None or type(trace) is str)
+            and (headers is None or type(headers) is dict)
+            and (mtype or k > Kind.ASK)
+            and (msg_id or k not in _ANSWERED)
+        ):
+            return Envelope(k, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, payload)
+    _explain(fields)
+    raise BadFrame("invalid envelope")  # _explain always raises; this keeps type checkers honest
+
+
+def _explain(fields: Any) -> None:
+    if not isinstance(fields, list):
+        raise BadFrame(f"envelope must be a msgpack array, got {type(fields).__name__}")
+    if len(fields) != _FIELDS:
+        if fields and type(fields[0]) is int and fields[0] != PROTOCOL_VERSION:
+            raise VersionMismatch(
+                f"protocol version {fields[0]} is not supported (this process speaks "
+                f"{PROTOCOL_VERSION})"
+            )
+        raise BadFrame(f"envelope must have {_FIELDS} fields, got {len(fields)}")
+    version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, _ = fields
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise VersionMismatch(
+            f"protocol version {version!r} is not supported (this process speaks "
+            f"{PROTOCOL_VERSION})"
+        )
+    k = _KINDS.get(kind) if type(kind) is int else None
+    if k is None:
+        raise BadFrame(f"unknown message kind {kind!r}")
+    # type() rather than isinstance(): msgpack booleans are Python bools, and True == 1.
+    if type(msg_id) is not int or type(corr_id) is not int or msg_id < 0 or corr_id < 0:
+        raise BadFrame("msg_id and corr_id must be non-negative integers")
+    if type(sender) is not str or type(target) is not str or type(mtype) is not str:
+        raise BadFrame("sender, target and type must be strings")
+    if deadline is not None and type(deadline) not in (int, float):
+        raise BadFrame("deadline must be a number of seconds since the epoch or nil")
+    if trace is not None and type(trace) is not str:
+        raise BadFrame("trace must be a string or nil")
+    if headers is not None and type(headers) is not dict:
+        raise BadFrame("headers must be a map or nil")
+    if k in (Kind.TELL, Kind.ASK) and not mtype:
+        raise BadFrame("tell and ask messages need a non-empty type")
+    if k in _ANSWERED and not msg_id:
+        raise BadFrame(f"{k.name} with msg_id 0: an ask or control message needs a msg_id >= 1 "
+                       "for its reply to name (0 answers nothing)")

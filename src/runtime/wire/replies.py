@@ -1,0 +1,59 @@
+"""Error replies: how an exception becomes a wire payload and back again.
+
+An ERROR envelope's payload is a map ``{code, type, message, traceback, actor}``. ``code`` is a
+troupe error code (docs/PROTOCOL.md) or ``remote_error`` for any other exception a handler
+raised; the asker re-raises the matching TroupeError subclass, or RemoteError carrying the
+remote type, message and traceback text.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, NoReturn
+
+from troupe.runtime.errors import RemoteError, TroupeError, error_class
+
+__all__ = ["error_payload", "raise_error_payload"]
+
+
+def error_payload(exc: BaseException, actor: str = "", from_handler: bool = False) -> dict[str, Any]:
+    """Describe ``exc`` as an error-reply payload.
+
+    Args:
+        exc: the exception.
+        actor: the address of the actor concerned.
+        from_handler: the exception escaped an actor's handler. It then always travels as
+            ``remote_error``, even a TroupeError, so that an asker never mistakes a handler's
+            failure (say, its own nested ask timing out) for a delivery failure of its ask.
+    """
+    if isinstance(exc, RemoteError):
+        return {
+            "code": exc.code,
+            "type": exc.remote_type,
+            "message": exc.remote_message,
+            "traceback": exc.remote_traceback,
+            "actor": exc.actor or actor,
+        }
+    code = exc.code if isinstance(exc, TroupeError) and not from_handler else "remote_error"
+    return {
+        "code": code,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "actor": actor,
+    }
+
+
+def raise_error_payload(payload: Any) -> NoReturn:
+    """Raise the exception an error-reply payload describes."""
+    if not isinstance(payload, dict):
+        raise RemoteError("troupe.MalformedError", f"error reply with payload {payload!r}")
+    code = str(payload.get("code", "remote_error"))
+    message = str(payload.get("message", ""))
+    actor = str(payload.get("actor", ""))
+    if code == "remote_error":
+        raise RemoteError(str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor)
+    cls = error_class(code)
+    if cls is RemoteError:
+        raise RemoteError(str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor)
+    raise cls(message)

@@ -1,0 +1,355 @@
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from troupe.actors.lerobot import episode as lerobot_episode
+from troupe.actors.lerobot import writer as lerobot_writer
+from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData, write_episode
+from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
+from troupe.actors.lerobot.format import DEPTH_KEY, RGB_KEY, gray_to_depth, video_file
+from troupe.actors.lerobot.video import (
+    VideoConfig,
+    concat_videos,
+    decode_video,
+    encode_video,
+)
+from troupe.actors.lerobot.writer import AsyncWriter
+from troupe.runtime.errors import ActorStopped, CommitError, InvalidData, MailboxFull
+from troupe.runtime.tasks import output_store as commit_mod
+from troupe.runtime.tasks.output_store import OutputStore
+
+FPS = 10
+H, W = 48, 64
+LENGTHS = {"task-a": 10, "task-b": 12, "task-c": 15, "task-d": 11}
+TASKS = {
+    "task-a": "navigate to the goal",
+    "task-b": "pick the cup",
+    "task-c": "navigate to the goal",
+    "task-d": "pick the cup",
+}
+
+
+def _rgb(length: int, seed: int, h: int = H, w: int = W) -> np.ndarray:
+    y, x = np.mgrid[0:h, 0:w]
+    frames = np.empty((length, h, w, 3), dtype=np.uint8)
+    for i in range(length):
+        frames[i, ..., 0] = (x * 3 + i * 4) % 256
+        frames[i, ..., 1] = y * 3 + seed * 20  # no wrap: a hard edge would blur
+        frames[i, ..., 2] = 100 + seed * 10
+    return frames
+
+
+def _episode(task_id: str, length: int | None = None, seed: int = 0, **kw: object) -> EpisodeData:
+    length = length or LENGTHS[task_id]
+    rng = np.random.default_rng(seed)
+    depth = np.broadcast_to(np.linspace(0.5, 8.0, W, dtype=np.float32), (length, H, W)).copy()
+    return EpisodeData(
+        task_id=task_id,
+        task=TASKS.get(task_id, "navigate to the goal"),
+        fps=FPS,
+        rgb=_rgb(length, seed),
+        depth=depth,
+        ego=rng.normal(size=(length, 9)).astype(np.float32),
+        extra={"seed": seed},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _write_all(store: OutputStore) -> None:
+    for seed, task_id in enumerate(LENGTHS):
+        assert write_episode(store, _episode(task_id, seed=seed)) is True
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> OutputStore:
+    return OutputStore(tmp_path / "store", durable=False)
+
+
+def test_write_episode_commits_once(store: OutputStore) -> None:
+    """An episode commits its frames, two videos and metadata once; a rewrite is a no-op."""
+    ep = _episode("task-a")
+    assert write_episode(store, ep) is True
+    assert write_episode(store, ep) is False
+    out = store.committed_path("task-a")
+    frames = pq.read_table(out / "frames.parquet")
+    assert frames.num_rows == 10
+    assert frames.schema.field("action").type == pa.list_(pa.float32(), 59)
+    assert frames.schema.field("action_mask").type == pa.list_(pa.bool_(), 59)
+    mask = np.array(frames.column("action_mask").to_pylist())
+    assert mask[:, :9].all() and not mask[:, 9:].any()
+    meta = json.loads((out / "episode.json").read_text())
+    assert meta["length"] == 10 and meta["task"] == "navigate to the goal"
+    assert np.shape(meta["stats"][RGB_KEY]["mean"]) == (3, 1, 1)
+    assert len(decode_video(out / video_file(DEPTH_KEY))) == 10
+
+
+def test_episode_data_rejects_bad_input() -> None:
+    """Wrong shapes, dtypes, fps or non-finite poses raise InvalidData at construction."""
+    good = _episode("task-a")
+    bad = [
+        {"rgb": good.rgb.astype(np.float32)},
+        {"depth": good.depth[:, :10]},
+        {"ego": np.full((10, 9), np.nan, np.float32)},
+        {"fps": 0},
+        {"task": ""},
+        {"extra": {"x": object()}},
+        {"actions": np.zeros((10, 59), np.float32)},
+    ]
+    for change in bad:
+        fields = {**good.__dict__, **change}
+        with pytest.raises(InvalidData):
+            EpisodeData(**fields)
+
+
+def test_disk_failure_hides_episode_and_retry_commits(
+    store: OutputStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failing disk write raises CommitError, leaves no episode, and a retry commits once."""
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lerobot_episode.pq, "write_table", full)
+    with pytest.raises(CommitError, match="task-a"):
+        write_episode(store, _episode("task-a"))
+    assert store.committed() == [] and list(store.staging_dir.iterdir()) == []
+    monkeypatch.undo()
+    assert write_episode(store, _episode("task-a")) is True
+    assert write_episode(store, _episode("task-a")) is False
+
+
+def test_async_writer_writes_and_counts(store: OutputStore) -> None:
+    """AsyncWriter commits every submitted episode off the caller's thread and counts bytes."""
+    writer = AsyncWriter(store, max_pending=2, threads=2)
+    futures = [writer.submit(_episode(t, seed=i), timeout=10) for i, t in enumerate(LENGTHS)]
+    futures.append(writer.submit(_episode("task-a"), timeout=10))
+    results = [f.result(timeout=20) for f in futures]
+    assert sorted(results[:4]) == [True] * 4 and results[4] is False
+    assert writer.close(timeout=10) is True
+    stats = writer.statistics()
+    assert (stats.pending, stats.written, stats.duplicates, stats.failed) == (0, 4, 1, 0)
+    assert stats.bytes > 0
+    assert store.committed() == sorted(LENGTHS)
+    with pytest.raises(ActorStopped):
+        writer.submit(_episode("task-a"))
+
+
+class _Gate:
+    """Stands in for write_episode: each call blocks until released (bounded)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self, store: OutputStore, episode: EpisodeData, config: object) -> bool:
+        assert self.release.wait(timeout=10)
+        if self.fail:
+            raise CommitError(errno.ENOSPC, "disk full")
+        return True
+
+
+def test_submit_blocks_at_max_pending(store: OutputStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With max_pending episodes held, submit waits for room and times out as MailboxFull."""
+    gate = _Gate()
+    monkeypatch.setattr(lerobot_writer, "write_episode", gate)
+    writer = AsyncWriter(store, max_pending=1, threads=1)
+    first = writer.submit(_episode("task-a"))
+    assert writer.statistics().pending == 1
+    with pytest.raises(MailboxFull):
+        writer.submit(_episode("task-b"), timeout=0.01)
+    gate.release.set()
+    assert first.result(timeout=10) is True
+    assert writer.submit(_episode("task-b"), timeout=10).result(timeout=10) is True
+    assert writer.close(timeout=10)
+
+
+async def test_submit_async_awaits_room(
+    store: OutputStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """submit_async waits for room without blocking the loop, and reports write failures."""
+    gate = _Gate(fail=True)
+    monkeypatch.setattr(lerobot_writer, "write_episode", gate)
+    writer = AsyncWriter(store, max_pending=1, threads=1)
+    first = await writer.submit_async(_episode("task-a"))
+    second = asyncio.ensure_future(writer.submit_async(_episode("task-b")))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(second), 0.01)
+    gate.release.set()
+    with pytest.raises(CommitError):
+        await asyncio.wait_for(first, 10)
+    with pytest.raises(CommitError):
+        await asyncio.wait_for(await asyncio.wait_for(second, 10), 10)
+    assert await asyncio.to_thread(writer.close, 10)
+    assert writer.statistics().failed == 2
+
+
+def test_finalize_reads_back(store: OutputStore, tmp_path: Path) -> None:
+    """The finalized dataset has LeRobot v3.0's layout, dtypes, indices and decodable videos."""
+    _write_all(store)
+    root = tmp_path / "ds"
+    summary = finalize_dataset(store, root, DatasetConfig(fps=FPS, robot_type="sim"))
+    total = sum(LENGTHS.values())
+    assert (summary.total_episodes, summary.total_frames, summary.total_tasks) == (4, total, 2)
+    assert summary.task_ids == tuple(sorted(LENGTHS))
+
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["fps"] == FPS
+    assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (4, total, 2)
+    assert info["features"]["action"]["shape"] == [59] and info["features"]["timestamp"][
+        "shape"
+    ] == [1]
+    assert info["features"][DEPTH_KEY]["info"]["video.is_depth_map"] is True
+    assert info["features"][DEPTH_KEY]["info"]["depth.max_m"] == 10.0
+
+    data = pq.read_table(root / info["data_path"].format(chunk_index=0, file_index=0))
+    assert data.num_rows == total
+    assert data.schema.field("action").type == pa.list_(pa.float32(), 59)
+    assert data.schema.field("observation.state").type == pa.list_(pa.float32(), 9)
+    assert data.schema.field("timestamp").type == pa.float32()
+    assert data.column("index").to_pylist() == list(range(total))
+    assert np.array(data.column("action_mask").to_pylist()).shape == (total, 59)
+
+    tasks = pd.read_parquet(root / "meta/tasks.parquet")
+    assert list(tasks.index) == ["navigate to the goal", "pick the cup"]
+    assert tasks.loc["pick the cup", "task_index"] == 1
+
+    eps = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [e["length"] for e in eps] == list(LENGTHS.values())
+    assert [e["tasks"] for e in eps] == [[TASKS[t]] for t in sorted(LENGTHS)]
+    assert eps[1]["dataset_from_index"] == 10 and eps[1]["dataset_to_index"] == 22
+    assert "stats/action/q99" in eps[0] and "stats/index/max" in eps[0]
+    stats = json.loads((root / "meta/stats.json").read_text())
+    assert np.shape(stats[RGB_KEY]["mean"]) == (3, 1, 1) and stats["index"]["max"] == [total - 1]
+
+    for seed, (task_id, ep) in enumerate(zip(sorted(LENGTHS), eps, strict=True)):
+        for key in (RGB_KEY, DEPTH_KEY):
+            assert (ep[f"videos/{key}/chunk_index"], ep[f"videos/{key}/file_index"]) == (0, 0)
+        path = root / info["video_path"].format(video_key=RGB_KEY, chunk_index=0, file_index=0)
+        start, end = ep[f"videos/{RGB_KEY}/from_timestamp"], ep[f"videos/{RGB_KEY}/to_timestamp"]
+        frames = decode_video(path, start, end, fps=FPS)
+        assert len(frames) == LENGTHS[task_id]
+        error = np.abs(frames[0].astype(int) - _rgb(1, seed)[0].astype(int)).mean()
+        assert error < 3.0
+
+
+def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_path: Path) -> None:
+    """Re-running finalize writes identical bytes; a run with fewer files removes the extra ones."""
+    _write_all(store)
+    root = tmp_path / "ds"
+    small = DatasetConfig(
+        fps=FPS, chunks_size=2, data_files_size_in_mb=1e-6, video_files_size_in_mb=1e-6
+    )
+    summary = finalize_dataset(store, root, small)
+    assert (summary.data_files, summary.video_files) == (4, 8)
+    assert (root / "data/chunk-001/file-001.parquet").is_file()
+    eps = pd.read_parquet(root / "meta/episodes/chunk-000/file-000.parquet")
+    assert list(eps["data/chunk_index"]) == [0, 0, 1, 1]
+    assert list(eps[f"videos/{RGB_KEY}/from_timestamp"]) == [0.0] * 4
+
+    first = finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    before = _digest(root)
+    assert finalize_dataset(store, root, DatasetConfig(fps=FPS)) == first
+    assert _digest(root) == before
+    assert not (root / "data/chunk-001").exists()
+    assert sorted(p.name for p in (root / "videos" / RGB_KEY / "chunk-000").iterdir()) == [
+        "file-000.mp4"
+    ]
+
+
+def test_finalize_without_remux_gives_one_video_per_episode(
+    store: OutputStore, tmp_path: Path
+) -> None:
+    """remux_videos=False writes one mp4 per episode, each from timestamp 0."""
+    _write_all(store)
+    summary = finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS, remux_videos=False))
+    assert summary.video_files == 8
+    eps = pd.read_parquet(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
+    assert list(eps[f"videos/{DEPTH_KEY}/file_index"]) == [0, 1, 2, 3]
+    assert list(eps[f"videos/{DEPTH_KEY}/to_timestamp"]) == [n / FPS for n in LENGTHS.values()]
+
+
+def test_finalize_crash_leaves_whole_files_and_rerun_heals(
+    store: OutputStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk error mid-finalize raises CommitError, leaves no partial file, and a rerun heals."""
+    _write_all(store)
+    root = tmp_path / "ds"
+    real_replace = commit_mod.os.replace
+    calls = []
+
+    def flaky(src: object, dst: object) -> None:
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commit_mod.os, "replace", flaky)
+    with pytest.raises(CommitError, match="finalize_dataset again"):
+        finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    assert not list(root.rglob("*.tmp")) and not (root / "meta/info.json").exists()
+    monkeypatch.undo()
+    finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    clean = tmp_path / "clean"
+    finalize_dataset(store, clean, DatasetConfig(fps=FPS))
+    assert _digest(root) == _digest(clean)
+
+
+def test_finalize_refuses_mixed_or_empty_input(store: OutputStore, tmp_path: Path) -> None:
+    """No episodes or a wrong fps raise InvalidData; outputs that are not episodes are skipped."""
+    with pytest.raises(InvalidData, match="no committed episodes"):
+        finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
+    with store.stage("other-output") as staged:
+        staged.commit()
+    write_episode(store, _episode("task-a"))
+    summary = finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
+    assert summary.skipped == ("other-output",) and summary.total_episodes == 1
+    with pytest.raises(InvalidData, match="fps"):
+        finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS + 1))
+
+
+def test_video_odd_size_mpeg4_and_depth_levels(tmp_path: Path) -> None:
+    """Odd frames are padded to even, mpeg4 works, and depth survives within a few levels."""
+    frames = _rgb(5, 1, h=31, w=45)
+    info = encode_video(tmp_path / "odd.mp4", frames, FPS, VideoConfig(codec="mpeg4"))
+    assert (info.codec, info.height, info.width) == ("mpeg4", 32, 46)
+    assert (info.source_height, info.source_width) == (31, 45)
+    decoded = decode_video(tmp_path / "odd.mp4")
+    assert decoded.shape == (5, 32, 46, 3)
+    assert np.abs(decoded[:, :31, :45].astype(int) - frames.astype(int)).mean() < 4.0
+
+    store = OutputStore(tmp_path / "s", durable=False)
+    ep = _episode("task-a")
+    write_episode(store, ep, EpisodeConfig(depth_max_m=10.0))
+    gray = decode_video(store.committed_path("task-a") / video_file(DEPTH_KEY))
+    metres = gray_to_depth(gray[..., 0], 10.0)
+    assert np.abs(metres - ep.depth).mean() < 2 * 10.0 / 255
+
+
+def test_concat_videos_spans(tmp_path: Path) -> None:
+    """Remuxed videos keep every frame, each source inside its returned span."""
+    paths = []
+    for i, n in enumerate((3, 5)):
+        paths.append(tmp_path / f"{i}.mp4")
+        encode_video(paths[-1], _rgb(n, i), FPS)
+    spans = concat_videos(paths, tmp_path / "all.mp4", FPS)
+    assert spans == [(0.0, 0.3), (0.3, 0.8)]
+    assert len(decode_video(tmp_path / "all.mp4", *spans[1], fps=FPS)) == 5
+    assert len(decode_video(tmp_path / "all.mp4")) == 8

@@ -1,0 +1,104 @@
+"""The record of a `troupe run` output directory: resume, refuse, or start anew (in memory and
+on tmp_path, no processes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from troupe.actors.datagen.config import default_pipeline
+from troupe.cli.commands.run_dir import RunDir, fingerprint, first_difference
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.tasks.journal_lock import JournalLock
+
+
+def _made_with(**overrides: object) -> dict[str, object]:
+    return fingerprint(default_pipeline(**overrides))
+
+
+def test_only_what_decides_the_episodes_is_compared() -> None:
+    """Items, seeds and stage kwargs count; replicas, queues and slots do not."""
+    base = default_pipeline(items=8)
+    faster = base.model_copy(update={"slots": 9, "stages": tuple(
+        s.model_copy(update={"queue": 16, "max_replicas": 4}) for s in base.stages)})
+    assert first_difference(fingerprint(base), fingerprint(faster)) is None
+    assert first_difference(_made_with(items=32), _made_with(items=8)) == ("items=32", "items=8")
+    assert first_difference(_made_with(seed_start=0), _made_with(seed_start=5)) == ("seed_start=0", "seed_start=5")
+    wider = base.model_copy(update={"stages": tuple(
+        s.model_copy(update={"kwargs": {**s.kwargs, "width": 128}}) if s.name == "load" else s
+        for s in base.stages)})
+    assert first_difference(fingerprint(base), fingerprint(wider)) == (
+        "stage.load.kwargs.width=96", "stage.load.kwargs.width=128")
+    on_gpu = base.model_copy(update={"stages": tuple(
+        s.model_copy(update={"kwargs": {"device": "cuda"}}) if s.name == "render" else s
+        for s in base.stages)})
+    assert first_difference(fingerprint(base), fingerprint(on_gpu)) == (
+        "no stage.render.kwargs.device", "stage.render.kwargs.device=cuda")
+
+
+def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "out")
+    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) is None
+    assert run.record_path.is_file()
+    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) is None  # resumed: not complete yet
+    run.mark_complete(7, 300)
+    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) == {"episodes": 7, "frames": 300}
+
+
+def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(items=32), fresh=False, stores=[])
+    with pytest.raises(ConfigError) as err:
+        run.prepare(_made_with(items=8), fresh=False, stores=[])
+    assert str(err.value) == (f"--out {tmp_path / 'out'} was made with items=32, this run asks items=8 "
+                              "(use --fresh to start anew)")
+
+
+def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "table.csv").write_text("1,2\n")
+    (out / "report.pdf").write_text("%PDF")
+    for fresh in (False, True):
+        with pytest.raises(ConfigError, match="'report.pdf', which no troupe run wrote"):
+            RunDir(out).prepare(_made_with(), fresh=fresh, stores=[])
+    assert (out / "data" / "table.csv").read_text() == "1,2\n"
+
+
+def test_an_unrecorded_troupe_run_needs_fresh(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / ".troupe" / "episodes").mkdir(parents=True)
+    (out / "meta").mkdir()
+    with pytest.raises(ConfigError, match="no record of what it was made with.*--fresh"):
+        RunDir(out).prepare(_made_with(), fresh=False, stores=[])
+
+
+def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
+    out, store = tmp_path / "out", tmp_path / "elsewhere-store"
+    run = RunDir(out)
+    run.prepare(_made_with(items=32), fresh=False, stores=[store])
+    for sub in ("data/chunk-000", "meta/episodes", "videos/x", "logs", ".troupe/episodes/committed/t-1"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    (store / "committed" / "t-1").mkdir(parents=True)
+    (store / "keep.txt").write_text("mine\n")
+    (out / "NOTES.md").write_text("mine\n")
+    run.mark_complete(32, 1000)
+    assert run.prepare(_made_with(items=8), fresh=True, stores=[store]) is None
+    assert sorted(p.name for p in out.iterdir()) == [".troupe", "NOTES.md"]
+    assert sorted(p.name for p in (out / ".troupe").iterdir()) == ["run.json"]
+    assert sorted(p.name for p in store.iterdir()) == ["keep.txt"]
+    assert run.prepare(_made_with(items=8), fresh=False, stores=[store]) is None
+
+
+def test_a_directory_in_use_by_another_run_is_refused_and_left_alone(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(), fresh=False, stores=[])
+    run.journal_path.write_bytes(b"")
+    held = JournalLock.acquire(run.journal_path)  # what a running `troupe run` holds
+    try:
+        with pytest.raises(ConfigError, match=f"in use by another troupe run \\(pid {os.getpid()}\\)"):
+            run.prepare(_made_with(), fresh=True, stores=[])
+        assert run.record_path.is_file()
+    finally:
+        held.release()

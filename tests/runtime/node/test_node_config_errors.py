@@ -1,0 +1,152 @@
+"""Bad node configs: one line naming the file, the field path and the value; actor classes checked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from troupe.runtime.core.loading import check_node_actors
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.node.config import MAX_HWM, MAX_NAME, load_node_config
+
+WORKER = """
+[[workers]]
+name = "w-a"
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
+"""
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "node.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_node_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message
+    assert "\n" not in message, "one line"
+    return message
+
+
+BAD = [
+    ('[node]\nhwm = "8"\n', "node.hwm: must be an integer (got '8')"),
+    ("[node]\nhwm = 2147483648\n", f"node.hwm: must be <= {MAX_HWM} (got 2147483648)"),
+    ("[node]\nhwm = 0\n", "node.hwm: must be >= 1 (got 0)"),
+    ("[restart]\nmax_restarts = 2.5\n", "restart.max_restarts: must be an integer (got 2.5)"),
+    ("[node]\nask_timeout_s = nan\n", "node.ask_timeout_s: must be a finite number (got nan)"),
+    ("[node]\nstop_grace_s = inf\n", "node.stop_grace_s: must be a finite number (got inf)"),
+    ('[node]\nstop_grace_s = "5"\n', "node.stop_grace_s: must be a number (got '5')"),
+    ("[supervision]\nenabled = 1\n", "supervision.enabled: must be true or false (got 1)"),
+    ("[node]\nhwmm = 3\n", "node.hwmm: unknown key; did you mean 'hwm'?"),
+    ("[supervision.kinds.gpu]\ninterval_sx = 1\n",
+     "supervision.kinds.gpu.interval_sx: unknown key; did you mean 'interval_s'?"),
+    ('[node]\nname = "a/b"\n', "node.name: may hold only letters, digits, '.', '_' and '-' (got 'a/b')"),
+    (f'[node]\nname = "{"n" * 300}"\n', f"node.name: must have at most {MAX_NAME} characters"),
+    ('[[workers]]\nname = "w-a"\nactors = [{ name = "echo" }]\n',
+     "workers.w-a.actors.echo.class: is missing"),
+    ('[[workers]]\nname = "w-a"\nactors = [{ name = "echo", class = "x:Y", kwarg = {} }]\n',
+     "workers.w-a.actors.echo.kwarg: unknown key; did you mean 'kwargs'?"),
+    ('[[workers]]\nname = "w-a"\nkind = ""\n', "workers.w-a.kind: must not be empty (got '')"),
+    ("", "the config file is empty"),
+    ("# only a comment\n", "the config file is empty"),
+    ("[node]\nworkers = []\n", "node.workers: belongs in its own [[workers]] table"),
+    ("node = 3\n", "node must be a [node] table, got 3"),
+    ("[nodes]\n", "unknown sections: 'nodes' (did you mean [node]?)"),
+    ('[node]\n"[/x]" = 1\n', "node.[/x]: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD, ids=[b[1][:40] for b in BAD])
+def test_bad_node_config_is_one_line_naming_field_and_value(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    """Each mistake is refused in one line with the file, the field path and the bad value."""
+    assert expected in _error(tmp_path, text)
+
+
+def test_a_long_value_is_shortened(tmp_path: Path) -> None:
+    """A very long bad value is cut, so the line stays readable."""
+    message = _error(tmp_path, f'[node]\nname = "{"n" * 5000}"\n')
+    assert len(message) < 400 and "..." in message
+
+
+def test_unknown_key_lists_only_keys_of_that_table(tmp_path: Path) -> None:
+    """The known keys offered for [node] are [node]'s own, not the tables loaded beside it."""
+    message = _error(tmp_path, "[node]\ncolour = 1\n")
+    assert "known keys: ask_timeout_s" in message and "workers" not in message
+
+
+def test_several_mistakes_share_one_line(tmp_path: Path) -> None:
+    """Every bad field is named, joined on the one line."""
+    message = _error(tmp_path, '[node]\nhwm = -1\nendpoint = "tcp://10.1.2.3:7000"\n')
+    assert "node.hwm: must be >= 1 (got -1)" in message and "node.endpoint:" in message
+    assert "loopback" in message
+
+
+def test_a_cli_option_is_named_by_its_field(tmp_path: Path) -> None:
+    """A bad override (a command option) is not blamed on the file's [node] table."""
+    path = tmp_path / "node.toml"
+    path.write_text('[node]\nendpoint = "tcp://127.0.0.1:7470"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r": endpoint: endpoint 'ipc' must be"):
+        load_node_config(path, endpoint="ipc")
+
+
+def test_good_config_still_loads() -> None:
+    """The shipped example config loads, and its actor classes import."""
+    path = Path(__file__).resolve().parents[3] / "configs" / "node.toml"
+    cfg = load_node_config(path)
+    check_node_actors(cfg, str(path))
+
+
+def _node_with(tmp_path: Path, cls: str) -> str:
+    path = tmp_path / "node.toml"
+    path.write_text(f'[[workers]]\nname = "w-r"\nactors = [{{ name = "render", class = "{cls}" }}]\n')
+    with pytest.raises(ConfigError) as info:
+        check_node_actors(load_node_config(path), "node.toml")
+    message = str(info.value)
+    assert message.startswith("node.toml: workers.w-r.actors.render.class: "), message
+    assert "\n" not in message
+    return message
+
+
+def test_actor_module_that_does_not_import(tmp_path: Path) -> None:
+    """A missing module is named with the class path and Python's reason."""
+    message = _node_with(tmp_path, "troupe_no_such_pkg.actors:Renderer")
+    assert "cannot import 'troupe_no_such_pkg.actors:Renderer': No module named 'troupe_no_such_pkg'" in message
+
+
+def test_actor_module_that_raises_while_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that fails while importing is reported with its exception, on one line."""
+    (tmp_path / "troupe_test_raises.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
+    monkeypatch.chdir(tmp_path)
+    message = _node_with(tmp_path, "troupe_test_raises:A")
+    assert "RuntimeError: boom second line" in message
+
+
+def test_missing_class_and_non_actor(tmp_path: Path) -> None:
+    """A name the module lacks, and a class that is no Actor, are both refused with the reason."""
+    assert "module 'troupe.actors.demo.actors' has no 'Nope'" in _node_with(tmp_path, "troupe.actors.demo.actors:Nope")
+    assert "is not a subclass of troupe.runtime.core.actor.Actor" in _node_with(tmp_path, "pathlib:Path")
+
+
+def test_actor_classes_import_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a worker (python -m puts the current directory first), a module in cwd imports;
+    what it prints while importing does not confuse the check, and it stays out of this process."""
+    (tmp_path / "troupe_test_cwd_actor.py").write_text(
+        "print('{not json')\nfrom troupe.runtime import Actor\n\nclass Mine(Actor):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "node.toml"
+    path.write_text('[[workers]]\nname = "w"\nactors = [{ name = "m", class = "troupe_test_cwd_actor:Mine" }]\n')
+    check_node_actors(load_node_config(path), str(path))
+    assert "troupe_test_cwd_actor" not in sys.modules, "imported in a child, not here"
+
+
+def test_actor_module_that_exits_while_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that ends the interpreter is still reported at its field, with its last words."""
+    (tmp_path / "troupe_test_exits.py").write_text("import sys\nsys.exit('no GPU here')\n")
+    monkeypatch.chdir(tmp_path)
+    message = _node_with(tmp_path, "troupe_test_exits:A")
+    assert "importing it ended the process (exit status 1): 'no GPU here'" in message

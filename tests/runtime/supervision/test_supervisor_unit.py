@@ -1,0 +1,280 @@
+"""The supervisor's driver, the worker-side wiring and the supervision config, in one process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from structlog.testing import capture_logs
+from troupe.runtime import Actor, RemoteError, Runtime, handles
+from troupe.runtime.chaos.worker_side import WorkerChaos
+from troupe.runtime.errors import ConfigError, Partitioned
+from troupe.runtime.lowlevel import MemoryHub
+from troupe.runtime.node.config import NodeConfig, SupervisionConfig, load_node_config
+from troupe.runtime.supervision.heartbeat import HeartbeatReceiver, HeartbeatSender
+from troupe.runtime.supervision.status import WorkerStatus
+from troupe.runtime.supervision.supervisor import (
+    Supervisor,
+    SupervisorLaunch,
+    kill_tree,
+)
+from troupe.runtime.supervision.worker_health import WorkerHealth
+from troupe.runtime.transports.zmq import ZmqTransport
+
+INTERVAL_S, TIMEOUT_S, PROGRESS_S = 0.05, 0.3, 0.3
+BOUND = 10.0
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A child process standing in for a worker; always reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=5)
+
+
+class _Node:
+    """The node's side of the supervisor's control messages, recorded."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.ready: dict[str, Any] | None = None
+        self.kills: list[tuple[dict[str, Any], bool]] = []  # (report, process alive when told)
+        self.got_ready = anyio.Event()
+        self.got_kill = anyio.Event()
+        runtime.control_handlers.update(supervisor_ready=self._ready, worker_killed=self._killed)
+
+    async def _ready(self, payload: Any) -> bool:
+        self.ready = payload
+        self.got_ready.set()
+        return True
+
+    async def _killed(self, payload: Any) -> bool:
+        self.kills.append((payload, psutil.pid_exists(payload["pid"])))
+        self.got_kill.set()
+        return True
+
+
+async def _run_supervisor(hub: MemoryHub, body: Any) -> None:
+    cfg = SupervisionConfig(interval_s=INTERVAL_S, heartbeat_timeout_s=TIMEOUT_S, progress_timeout_s=PROGRESS_S)
+    async with Runtime("n", "node", hub.transport()) as node_rt, Runtime("n", "supervisor", hub.transport()) as rt:
+        node = _Node(node_rt)
+        spec = SupervisorLaunch(node="n", node_endpoint=node_rt.address, supervision=cfg, reap_timeout_s=2.0)
+        with HeartbeatReceiver() as receiver:
+            supervisor = Supervisor(spec, rt, receiver)
+            stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(supervisor.run, stop)
+                with anyio.fail_after(BOUND):
+                    await node.got_ready.wait()
+                await body(node_rt, rt, node, receiver)
+                stop.set()
+
+
+async def test_silent_worker_is_reported_then_killed_within_timeout_plus_one_beat(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    """Once beats stop, the node hears why while the worker still lives, then the worker is SIGKILLed in time."""
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        assert node.ready is not None and node.ready["udp"][1] == receiver.address[1]
+        status = WorkerStatus("w1", pid=sleeper.pid)
+        sender = HeartbeatSender(status, receiver.address, INTERVAL_S)
+        assert await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
+        sender.start()
+        with anyio.fail_after(BOUND):
+            while (await node_rt.control(rt.address, "status"))["workers"]["w1"]["last_beat_age_s"] is None:
+                await anyio.sleep(0.01)
+        sender.stop()
+        with anyio.fail_after(BOUND):
+            await node.got_kill.wait()
+            while sleeper.poll() is None:
+                await anyio.sleep(0.01)
+        report, alive_when_told = node.kills[0]
+        assert report["worker"] == "w1" and report["reason"] == "no_heartbeat"
+        assert report["silent_s"] <= TIMEOUT_S + INTERVAL_S
+        assert report["last_status"]["pid"] == sleeper.pid
+        assert alive_when_told  # reported before the kill: the node knows why when waitpid fires
+        after = await node_rt.control(rt.address, "status")
+        assert after["kills_by_reason"] == {"no_heartbeat": 1}
+
+    with capture_logs() as logs:
+        await _run_supervisor(MemoryHub(), body)
+    assert any(e["event"] == "worker_killed" and e["reason"] == "no_heartbeat" for e in logs)
+
+
+async def test_busy_worker_that_reports_progress_is_not_killed(sleeper: subprocess.Popen[bytes]) -> None:
+    """A busy worker beating with progress for several progress timeouts is left alone."""
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        status = WorkerStatus("w1", pid=sleeper.pid)
+        status.begin_message("crunch")
+        done = threading.Event()
+
+        def work() -> None:
+            while not done.wait(INTERVAL_S / 2):
+                status.progress()
+
+        thread = threading.Thread(target=work)
+        await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
+        with HeartbeatSender(status, receiver.address, INTERVAL_S):
+            thread.start()
+            try:
+                t0 = time.monotonic()
+                with anyio.fail_after(BOUND):
+                    while time.monotonic() - t0 < 3 * PROGRESS_S:  # a bounded watch, not a wait
+                        assert not node.kills and sleeper.poll() is None
+                        await anyio.sleep(INTERVAL_S)
+            finally:
+                done.set()
+                thread.join()
+        assert await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid})
+
+    await _run_supervisor(MemoryHub(), body)
+
+
+async def test_unwatch_of_an_old_incarnation_keeps_the_new_watch(sleeper: subprocess.Popen[bytes]) -> None:
+    """An unwatch naming a previous pid does not drop the watch of the worker's current process."""
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
+        assert not await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid + 99999})
+        assert "w1" in (await node_rt.control(rt.address, "status"))["workers"]
+        assert await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid})
+        assert "w1" not in (await node_rt.control(rt.address, "status"))["workers"]
+
+    await _run_supervisor(MemoryHub(), body)
+
+
+def test_kill_tree_kills_children_and_the_parent() -> None:
+    """kill_tree SIGKILLs a worker and the processes it started, and returns no survivor."""
+    parent = subprocess.Popen(["/bin/sh", "-c", "sleep 60 & wait"])
+    try:
+        proc = psutil.Process(parent.pid)
+        deadline = time.monotonic() + BOUND
+        while not proc.children() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the grandchild to exist, bounded
+        children = proc.children(recursive=True)
+        assert children
+        assert kill_tree(proc, reap_timeout_s=5.0) == []
+        assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait(timeout=5)
+
+
+class _Echo(Actor):
+    @handles("echo")
+    def echo(self, payload: Any) -> Any:
+        return payload
+
+    @handles("long")
+    def long(self, payload: Any) -> int:
+        for i in range(int(payload)):
+            self.progress(1, note=f"step {i}")
+        return int(payload)
+
+
+async def test_status_record_follows_messages_and_progress() -> None:
+    """The worker's status record counts handled messages and progress() calls made inside handlers."""
+    async with Runtime("n", "w", MemoryHub().transport()) as rt:
+        health = WorkerHealth(rt, "w", None, 0.5)
+        ref = await rt.spawn(_Echo, "echo")
+        assert await ref.ask("echo", 1) == 1
+        assert await ref.ask("long", 5) == 5
+        snap = health.status.snapshot()
+        assert snap.messages_handled == 2 and snap.progress_count == 5
+        assert snap.state.value == "idle" and snap.current is None
+        health.stopping()
+        assert health.status.snapshot().state.value == "stopping"
+        health.close()
+
+
+async def test_heartbeat_to_moves_the_beats_to_a_new_supervisor_port() -> None:
+    """After heartbeat_to, the worker's beats go to the new address and no longer to the old one."""
+    hub = MemoryHub()
+    with HeartbeatReceiver() as old, HeartbeatReceiver() as new:
+        async with Runtime("n", "w", hub.transport()) as rt, Runtime("n", "node", hub.transport()) as node:
+            health = WorkerHealth(rt, "w", old.address, INTERVAL_S)
+            assert await node.control(rt.address, "heartbeat_to", {"addr": list(new.address)})
+            old.recv_all()  # what the first sender sent before it stopped
+            with anyio.fail_after(BOUND):
+                while not new.recv_all():
+                    await anyio.sleep(0.01)
+            health.close()
+            assert old.recv_all() == []
+
+
+async def test_worker_chaos_crash_and_drop_then_heal() -> None:
+    """Chaos control messages arm a crash and a drop in a live runtime; heal clears them and reports what fired."""
+    hub = MemoryHub()
+    async with Runtime("n", "w", hub.transport()) as rt, Runtime("n", "ctl", hub.transport()) as ctl:
+        WorkerChaos(rt)
+        ref = await rt.spawn(_Echo, "echo")
+        await ctl.control(rt.address, "chaos", {"faults": [{"kind": "crash", "count": 1}]})
+        with pytest.raises(RemoteError):
+            await ref.ask("echo", 1)
+        await ctl.control(rt.address, "chaos", {"faults": [{"kind": "drop", "count": 1}]})
+        with pytest.raises(TimeoutError):
+            await ref.ask("echo", 2, timeout=0.1)
+        assert await ref.ask("echo", 3) == 3
+        healed = await ctl.control(rt.address, "heal")
+        assert healed["fired"] == {"crash": 1, "drop": 1} and healed["dropped"] == {"echo": 1}
+        assert rt.before_handle == []  # the hot path is back to no hook at all
+        with pytest.raises(ConfigError):
+            await WorkerChaos(rt)._chaos({"faults": [{"kind": "melt"}]})
+
+
+async def test_partitioned_transport_refuses_sends_and_logs_once_per_peer() -> None:
+    """While refuse() names a peer, sends to it raise Partitioned, counted, and logged once."""
+    transport = ZmqTransport()
+    try:
+        peer = "tcp://127.0.0.1:9"
+        transport.refuse = lambda address: address == peer
+        with capture_logs() as logs:
+            for _ in range(3):
+                with pytest.raises(Partitioned, match="troupe ctl heal"):
+                    await transport.send(peer, [b"x"], block=False)
+        assert transport.refused_counts == {peer: 3}
+        assert [e["event"] for e in logs].count("partition_refused") == 1
+    finally:
+        transport.close()
+
+
+def test_supervision_and_restart_tables_load_with_per_kind_overrides(tmp_path: Path) -> None:
+    """[supervision] with a per-kind table and [restart] load into policies; a kind inherits what it leaves out."""
+    path = tmp_path / "node.toml"
+    path.write_text(
+        "[supervision]\ninterval_s = 0.2\nheartbeat_timeout_s = 2\nprogress_timeout_s = 10\n"
+        "[supervision.kinds.render]\nheartbeat_timeout_s = 5\nprogress_timeout_s = 0\n"
+        "[restart]\nmax_restarts = 2\nperiod_s = 30\n"
+    )
+    cfg = load_node_config(path)
+    render, other = cfg.supervision.policy_for("render"), cfg.supervision.policy_for("planner")
+    assert (render.interval_s, render.heartbeat_timeout_s, render.progress_timeout_s) == (0.2, 5, None)
+    assert (other.heartbeat_timeout_s, other.progress_timeout_s) == (2, 10)
+    assert cfg.restart.policy().max_restarts == 2 and cfg.restart.policy().period_s == 30
+    assert NodeConfig().supervision.enabled
+
+
+def test_inconsistent_supervision_is_one_clear_config_error(tmp_path: Path) -> None:
+    """A heartbeat timeout not above its interval is refused at load time, naming the table and the fix."""
+    path = tmp_path / "node.toml"
+    path.write_text("[supervision]\ninterval_s = 1\n[supervision.kinds.gpu]\nheartbeat_timeout_s = 0.5\n")
+    with pytest.raises(ConfigError, match="supervision.*heartbeat_timeout_s must be greater than interval_s"):
+        load_node_config(path)
+    path.write_text("[supervision]\ninterval_s = 1\n[restarts]\n")
+    with pytest.raises(ConfigError, match="unknown sections"):
+        load_node_config(path)

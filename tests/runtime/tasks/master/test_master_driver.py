@@ -1,0 +1,194 @@
+"""The master's driver: group commit before any command, long polls, a failing journal."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from troupe.runtime.errors import JournalError
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.master.driver import Dispatcher
+from troupe.runtime.tasks.state import (
+    CancelLease,
+    Command,
+    Complete,
+    JobPolicy,
+    JobSubmitted,
+    Lease,
+    Record,
+    Resources,
+    SubmitJob,
+    TaskRecord,
+    TaskSpec,
+    Tick,
+    WorkerJoined,
+)
+
+
+class FakeJournal:
+    """Records appends; can hold an append (to look inside the window) or fail."""
+
+    path = Path("fake.db")
+
+    def __init__(self, fail: bool = False, hold: bool = False) -> None:
+        self.appends: list[list[Record]] = []
+        self.fail = fail
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        if not hold:
+            self.gate.set()
+
+    def append(self, records: Iterable[Record]) -> None:
+        self.entered.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        if self.fail:
+            raise JournalError("journal fake.db: appending failed: disk I/O error")
+        self.appends.append(list(records))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(journal: FakeJournal, side: list[Command] | None = None) -> tuple[Dispatcher, Clock]:
+    clock = Clock()
+    sink: Callable[[list[Command]], None] = (side.extend if side is not None else lambda _: None)
+    return Dispatcher(TaskBook(), journal, sink, clock), clock  # type: ignore[arg-type]
+
+
+async def until(condition: Callable[[], Any]) -> None:
+    """A bounded poll of a condition, yielding to the loop between looks."""
+    with anyio.fail_after(5):
+        while not condition():
+            await anyio.sleep(0)
+
+
+def job(n: int, job_id: str = "j") -> SubmitJob:
+    return SubmitJob(job_id, [TaskSpec(f"{job_id}-{i}", "k", i) for i in range(n)],
+                     JobPolicy(lease_s=30))
+
+
+async def test_records_are_journaled_in_one_append_before_any_reply() -> None:
+    """Events queued together share one append, and no caller hears back before it is done."""
+    journal = FakeJournal(hold=True)
+    driver, _ = make(journal)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        submitted = driver.put(job(2))
+        joined = driver.put(WorkerJoined("w", "n", Resources(2, 0), 2))
+        leased = driver.put_request("w", 2, 0.0, "sig")
+        await anyio.to_thread.run_sync(journal.entered.wait, 5)
+        assert not (submitted.done() or joined.done() or leased.done())
+        journal.gate.set()
+        leases = [c for c in await leased if isinstance(c, Lease)]
+        tg.cancel_scope.cancel()
+    assert [lease.task_id for lease in leases] == ["j-0", "j-1"]
+    (records,) = journal.appends
+    assert isinstance(records[0].entry, JobSubmitted)
+    assert [r.entry.task_id for r in records[1:] if isinstance(r.entry, TaskRecord)] == ["j-0", "j-1"]
+
+
+async def test_a_parked_request_gets_the_task_a_later_submit_brings() -> None:
+    """A request finding nothing pending waits, and is served as soon as a job arrives."""
+    driver, _ = make(FakeJournal())
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await driver.handle(WorkerJoined("w", "n", Resources(1, 0), 1))
+        waiting = driver.put_request("w", 1, 30.0, "sig")
+        await until(lambda: driver.statistics().parked == 1)
+        assert not waiting.done()
+        await driver.handle(job(1))
+        (lease,) = await waiting
+        tg.cancel_scope.cancel()
+    assert isinstance(lease, Lease) and lease.task_id == "j-0"
+    assert driver.statistics().retries >= 1
+
+
+async def test_a_parked_request_ends_empty_at_its_deadline() -> None:
+    """The long poll is bounded: once the clock passes its deadline, a tick answers it empty."""
+    driver, clock = make(FakeJournal())
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await driver.handle(WorkerJoined("w", "n", Resources(1, 0), 1))
+        waiting = driver.put_request("w", 1, 2.0, "sig")
+        await until(lambda: driver.statistics().parked == 1)
+        clock.now += 1.0
+        await driver.handle(Tick())
+        assert not waiting.done()
+        clock.now += 1.5
+        await driver.handle(Tick())
+        assert await waiting == []
+        tg.cancel_scope.cancel()
+
+
+async def test_one_fruitless_retry_per_signature() -> None:
+    """Workers alike are not all retried when the first of them gets nothing."""
+    driver, _ = make(FakeJournal())
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        for w in ("a", "b", "c"):
+            await driver.handle(WorkerJoined(w, "n", Resources(1, 0), 1))
+        parked = [driver.put_request(w, 1, 30.0, "same") for w in ("a", "b", "c")]
+        await until(lambda: driver.statistics().parked == 3)
+        before = driver.statistics().retries
+        await driver.handle(Tick())
+        assert driver.statistics().retries == before + 1
+        await driver.handle(job(2))
+        got = [await f for f in parked[:2]]
+        assert [g[0].task_id for g in got] == ["j-0", "j-1"]  # type: ignore[attr-defined]
+        assert not parked[2].done()
+        tg.cancel_scope.cancel()
+
+
+async def test_side_commands_go_to_the_side_after_the_append() -> None:
+    """A CancelLease caused by another worker's Complete is performed, and only after journaling."""
+    side: list[Command] = []
+    journal = FakeJournal()
+    driver, clock = make(journal, side)
+    spec = SubmitJob("s", [TaskSpec("s-0", "k", 0), TaskSpec("s-1", "k", 1)], JobPolicy(lease_s=30))
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await driver.handle(spec)
+        for w in ("a", "b"):
+            await driver.handle(WorkerJoined(w, "n", Resources(1, 0), 1))
+        (first,) = await driver.request("a", 1, 0.0, "x")
+        assert isinstance(first, Lease)
+        await driver.request("b", 1, 0.0, "x")
+        await driver.handle(Complete("b", "s-1", 2, "r"))
+        clock.now += 100.0  # the slow copy of s-0 is now a straggler: b gets a backup
+        (backup,) = await driver.request("b", 1, 0.0, "x")
+        assert isinstance(backup, Lease) and backup.backup
+        appended = len(journal.appends)
+        await driver.handle(Complete("b", "s-0", backup.lease_id, "r"))
+        tg.cancel_scope.cancel()
+    cancels = [c for c in side if isinstance(c, CancelLease)]
+    assert [(c.worker_id, c.task_id) for c in cancels] == [("a", "s-0")]
+    assert len(journal.appends) == appended + 1
+
+
+async def test_a_failing_append_stops_the_driver_and_every_caller() -> None:
+    """When the journal fails, callers get JournalError, run() raises it, and nothing more is taken."""
+    driver, _ = make(FakeJournal(fail=True))
+    raised: list[JournalError] = []
+
+    async def run() -> None:
+        try:
+            await driver.run()
+        except JournalError as exc:
+            raised.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        with pytest.raises(JournalError, match="disk I/O error"):
+            await driver.handle(job(1))
+    assert len(raised) == 1
+    with pytest.raises(JournalError):
+        driver.put(job(1, "k"))

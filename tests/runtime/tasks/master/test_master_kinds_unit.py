@@ -1,0 +1,281 @@
+"""The master with real TaskGetters over the in-memory transport: task kinds, late commits, resubmits."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from troupe.cli.master_client import submit_job
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import AskTimeout, TaskError
+from troupe.runtime.tasks.getter import (
+    GetterConfig,
+    KindNotRun,
+    TaskGetter,
+    install_task_control,
+)
+from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.task_actor import LeasedTask
+from troupe.runtime.testing.plugin import free_endpoint
+from troupe.runtime.transports.base import MemoryHub
+from troupe.runtime.transports.zmq import ZmqTransport
+
+MASTER = "mem://master"
+Runner = Callable[[LeasedTask], Awaitable[str | None]]
+
+
+class Cluster:
+    """A master, a client runtime, and the getters started so far."""
+
+    def __init__(self, hub: MemoryHub, master: Master, client: Runtime) -> None:
+        self.hub = hub
+        self.master = master
+        self.client = client
+        self.getters: dict[str, TaskGetter] = {}
+
+    async def call(self, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
+        return await self.client.control(MASTER, msg_type, payload, timeout=timeout)
+
+    async def submit(self, job: dict[str, Any], tasks: list[dict[str, Any]] | None = None) -> Any:
+        doc: dict[str, Any] = {"job": job}
+        if tasks is not None:
+            doc["tasks"] = tasks
+        return await self.call("submit", {"job": doc, "source": "test.toml"})
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return next(j for j in await self.call("jobs") if j["job_id"] == job_id)
+
+    @asynccontextmanager
+    async def worker(self, name: str, runner: Runner, *kinds: str) -> AsyncIterator[TaskGetter]:
+        """One getter ``name/w`` in a runtime of its own, advertising ``kinds``."""
+        async with Runtime(name, "w", self.hub.transport()) as rt:
+            install_task_control(rt, self.getters)
+            getter = TaskGetter(rt, MASTER, GetterConfig(
+                f"{name}/w", name, slots=2, kinds=kinds, wait_s=0.3, call_timeout_s=1.0,
+                retry_s=0.02), runner)
+            self.getters[getter.worker_id] = getter
+            rt.start_soon(getter.run)
+            await until(lambda: getter.worker_id in self.master.workers())
+            yield getter
+
+
+async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """A bounded poll of a condition, yielding to the loop between looks."""
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.005)
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    hub = MemoryHub()
+    journal, book = open_journal(tmp_path / "journal.db", new=True)
+    master = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(master.run)
+        await master.ready.wait()
+        async with Runtime("client", "client", hub.transport()) as client:
+            yield Cluster(hub, master, client)
+            master.stop()
+            tg.cancel_scope.cancel()
+    journal.close()
+
+
+def recorder(ran: list[tuple[str, str, int]], node: str) -> Runner:
+    async def run(task: LeasedTask) -> str:
+        ran.append((task.task_id, node, task.attempt))
+        await anyio.sleep(0)
+        return f"out://{task.task_id}"
+    return run
+
+
+def both_kinds(n: int) -> list[dict[str, Any]]:
+    return [{"id": f"t{i}", "seed": i, "kind": ("plan", "render")[i % 2]} for i in range(n)]
+
+
+async def test_two_workers_of_different_kinds_share_a_job_of_both_without_wasting_an_attempt(
+    tmp_path: Path,
+) -> None:
+    """A job of two kinds on two single-kind workers: each task runs once, on its kind's worker."""
+    ran: list[tuple[str, str, int]] = []
+    async with (cluster(tmp_path) as c, c.worker("planner", recorder(ran, "planner"), "plan"),
+                c.worker("renderer", recorder(ran, "renderer"), "render")):
+        await c.submit({"name": "mix", "kind": "plan", "max_attempts": 1}, both_kinds(40))
+        job = await c.call("wait_job", {"job_id": "mix", "timeout_s": 10}, 15)
+        status = await c.call("status")
+    assert job["state"] == "done" and job["counts"]["done"] == 40
+    assert Counter(t for t, _, _ in ran) == Counter({f"t{i}": 1 for i in range(40)})
+    assert all(attempt == 1 for _, _, attempt in ran)
+    assert {t for t, node, _ in ran if node == "planner"} == {f"t{i}" for i in range(0, 40, 2)}
+    assert {w["worker_id"]: w["kinds"] for w in status["workers"]} == {
+        "planner/w": ["plan"], "renderer/w": ["render"]}
+
+
+async def test_a_kind_nobody_runs_waits_visibly_then_runs_when_its_worker_joins(tmp_path: Path) -> None:
+    """`jobs` names the kind a pending task waits for; a worker of that kind joining runs it."""
+    ran: list[tuple[str, str, int]] = []
+    async with cluster(tmp_path) as c, c.worker("planner", recorder(ran, "planner"), "plan"):
+        await c.submit({"name": "later", "kind": "render", "count": 3, "max_attempts": 1})
+        await c.submit({"name": "gpu", "kind": "plan", "count": 1, "needs": {"gpu": 1}})
+        job = await c.job("later")
+        assert job["state"] == "running" and job["counts"]["pending"] == 3
+        assert [(w["kind"], w["tasks"], w["reason"]) for w in job["waiting"]] == [
+            ("render", 3, "waiting for kind render: no live worker runs it")]
+        gpu = await c.job("gpu")
+        assert [w["reason"] for w in gpu["waiting"]] == ["waiting for gpu=1: no worker has it"]
+        assert gpu["waiting"][0]["needs"] == {"cpu": 1.0, "gpu": 1}
+        async with c.worker("renderer", recorder(ran, "renderer"), "render"):
+            job = await c.call("wait_job", {"job_id": "later", "timeout_s": 10}, 15)
+    assert job["state"] == "done" and job["waiting"] == []
+    assert sorted(ran) == [(f"later-00000{i}", "renderer", 1) for i in range(3)]
+
+
+async def test_a_worker_that_cannot_run_a_kind_declines_it_without_costing_an_attempt(
+    tmp_path: Path,
+) -> None:
+    """A runner raising KindNotRun returns the task (no attempt); the master leases it elsewhere."""
+    declined = anyio.Event()
+
+    async def wrong(task: LeasedTask) -> str:
+        declined.set()
+        raise KindNotRun(f"no actor runs {task.kind}")
+
+    ran: list[tuple[str, str, int]] = []
+    async with cluster(tmp_path) as c, c.worker("liar", wrong) as liar:
+        await c.submit({"name": "once", "kind": "render", "count": 1, "max_attempts": 1})
+        with anyio.fail_after(10):
+            await declined.wait()
+        await until(lambda: liar.statistics().declined == 1)
+        job = await c.job("once")
+        assert job["counts"]["pending"] == 1 and not job["counts"].get("dead")
+        assert [w["reason"] for w in job["waiting"]] == [
+            "waiting for kind render: no live worker runs it"]
+        async with c.worker("renderer", recorder(ran, "renderer"), "render"):
+            job = await c.call("wait_job", {"job_id": "once", "timeout_s": 10}, 15)
+    assert job["state"] == "done"
+    assert ran == [("once-000000", "renderer", 1)]
+    assert liar.statistics().failed == 0
+
+
+async def test_a_lease_given_to_a_worker_of_other_kinds_is_declined_by_the_getter(
+    tmp_path: Path,
+) -> None:
+    """The getter itself refuses a lease outside its advertised kinds, before the runner sees it."""
+    ran: list[tuple[str, str, int]] = []
+    async with cluster(tmp_path) as c, c.worker("planner", recorder(ran, "planner"), "plan") as g:
+        # the master no longer sends such a lease: play one, as a confused master would
+        g._start([{"task_id": "x", "job_id": "j", "kind": "render", "seed": 0, "attempt": 1,
+                   "lease_id": 1, "backup": False, "ttl": 60.0}])
+        await until(lambda: g.statistics().declined == 1)
+    assert ran == []
+
+
+async def test_a_complete_after_a_partition_longer_than_the_lease_turns_the_dead_task_done(
+    tmp_path: Path,
+) -> None:
+    """max_attempts = 1: the lease expires while the worker is cut off and the job fails; the
+    Complete after the heal makes the task and the job done, and a restarted master agrees."""
+    committed = anyio.Event()
+    heal = anyio.Event()
+
+    async def commits_then_waits(task: LeasedTask) -> str:
+        committed.set()  # the output is committed before the report (the TaskActor contract)
+        await heal.wait()
+        return f"out://{task.task_id}"
+
+    async with cluster(tmp_path) as c, c.worker("cut", commits_then_waits) as g:
+        runtime = g.runtime
+        master_rt = c.master.runtime
+        assert master_rt is not None
+        renew = master_rt.control_handlers["renew"]
+        cancel = runtime.control_handlers["cancel_lease"]
+
+        async def unheard_renew(payload: Any) -> Any:  # the partition: renewals never arrive
+            await heal.wait()
+            return await renew(payload)
+
+        async def unheard_cancel(payload: Any) -> bool:  # ...nor does the master's cancel
+            return False
+
+        master_rt.control_handlers["renew"] = unheard_renew
+        runtime.control_handlers["cancel_lease"] = unheard_cancel
+        await c.submit({"name": "cut", "kind": "k", "count": 1, "max_attempts": 1,
+                        "lease_s": 0.2})
+        with anyio.fail_after(10):
+            await committed.wait()
+        failed = await c.call("wait_job", {"job_id": "cut", "timeout_s": 10}, 15)
+        assert failed["state"] == "failed" and failed["counts"]["dead"] == 1
+        master_rt.control_handlers["renew"] = renew
+        runtime.control_handlers["cancel_lease"] = cancel
+        heal.set()
+        await until(lambda: g.statistics().completed == 1)
+        job = await c.job("cut")
+        dead = await c.call("dead", {"job_id": "cut"})
+        replayed = c.master.journal.replay()
+    assert job["state"] == "done" and job["counts"]["done"] == 1 and not job["counts"]["dead"]
+    assert dead == []
+    assert str(replayed.task("cut-000000").state) == "done"
+    assert [str(j.state) for j in replayed.jobs()] == ["done"]
+
+
+async def test_submitting_the_same_job_again_says_it_is_there_and_other_content_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Same id and content: already submitted (success). Same id, other content: job id taken."""
+    async with cluster(tmp_path) as c:
+        job = {"name": "again", "kind": "k", "count": 5}
+        first = await c.submit(job)
+        second = await c.submit(job)
+        with pytest.raises(TaskError, match="taken"):
+            await c.submit({**job, "count": 6})
+        jobs = await c.call("jobs")
+    assert first == {"job_id": "again", "tasks": 5, "already": False}
+    assert second == {"job_id": "again", "tasks": 5, "already": True}
+    assert [j["job_id"] for j in jobs] == ["again"]
+
+
+@asynccontextmanager
+async def fake_master(ping_answers: bool, submitted: anyio.Event) -> AsyncIterator[str]:
+    """A ZeroMQ endpoint whose ``submit`` never ends in time; ``ping`` answers if asked to."""
+    endpoint = free_endpoint()
+    async with Runtime("fake", "master", ZmqTransport(bind=endpoint), drain_timeout=0.1) as rt:
+        forever = anyio.Event()
+
+        async def ping(_: Any) -> dict[str, Any]:
+            if not ping_answers:
+                await forever.wait()
+            return {"master": "fake"}
+
+        async def submit(_: Any) -> dict[str, Any]:
+            submitted.set()
+            await forever.wait()
+            return {}
+
+        rt.control_handlers.update(ping=ping, submit=submit)
+        yield endpoint
+        forever.set()
+
+
+@pytest.mark.parametrize("ping_answers", [True, False])
+async def test_a_slow_submit_says_the_master_is_still_writing_not_that_nobody_answers(
+    ping_answers: bool,
+) -> None:
+    """The CLI pings first: a master that answers but is slow to journal is not called absent."""
+    submitted = anyio.Event()
+    payload = {"job": {"job": {"name": "big"}}, "source": "big.toml", "job_id": None}
+    async with fake_master(ping_answers, submitted) as endpoint:
+        with pytest.raises(AskTimeout) as caught:
+            await submit_job(endpoint, payload, 0.5)
+    message = str(caught.value)
+    if ping_answers:
+        assert submitted.is_set()
+        assert "answers, but is still writing job 'big'" in message and "ctl jobs" in message
+        assert "no master answers" not in message
+    else:
+        assert not submitted.is_set()  # nothing was sent that could half-happen
+        assert "no master answers" in message and "ping" in message

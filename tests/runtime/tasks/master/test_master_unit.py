@@ -1,0 +1,289 @@
+"""The master with real TaskGetters over the in-memory transport: the whole protocol, fast."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import JournalError, TaskError, UnknownWorker
+from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.task_actor import LeasedTask
+from troupe.runtime.transports.base import MemoryHub
+
+MASTER = "mem://master"
+Runner = Callable[[LeasedTask], Awaitable[str | None]]
+
+
+@dataclass
+class Cluster:
+    hub: MemoryHub
+    tmp: Path
+    master: Master
+    getters: dict[str, TaskGetter] = field(default_factory=dict)
+    runtimes: dict[str, Runtime] = field(default_factory=dict)
+
+    async def call(self, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
+        return await self.runtimes["client"].control(MASTER, msg_type, payload, timeout=timeout)
+
+    async def submit(self, name: str, count: int, **job: Any) -> None:
+        await self.call("submit", {"job": {"job": {"name": name, "kind": "k", "count": count,
+                                                    **job}}, "source": "test"})
+
+    async def wait(self, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        return await self.call("wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout + 5)
+
+
+async def until(condition: Callable[[], Any]) -> None:
+    """A bounded poll of a condition, yielding to the loop between looks."""
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0.001)
+
+
+@asynccontextmanager
+async def cluster(tmp_path: Path, node_timeout_s: float = 10.0) -> AsyncIterator[Cluster]:
+    hub = MemoryHub()
+    journal, book = open_journal(tmp_path / "journal.db", new=True)
+    master = Master(MasterConfig(tick_s=0.01, node_timeout_s=node_timeout_s), journal, book,
+                    transport=hub.transport(name="master"))
+    c = Cluster(hub, tmp_path, master)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(master.run)
+        await master.ready.wait()
+        async with Runtime("client", "client", hub.transport()) as client:
+            c.runtimes["client"] = client
+            yield c
+            master.stop()
+            tg.cancel_scope.cancel()
+    journal.close()
+
+
+@asynccontextmanager
+async def workers(c: Cluster, node: str, n: int, runner: Runner, **cfg: Any) -> AsyncIterator[Runtime]:
+    """``n`` getters of node ``node`` sharing one runtime (one worker process)."""
+    async with Runtime(node, "w", c.hub.transport()) as rt:
+        c.runtimes[node] = rt
+        install_task_control(rt, c.getters)
+        options = {"wait_s": 0.3, "call_timeout_s": 1.0, "retry_s": 0.02, **cfg}
+        for i in range(n):
+            getter = TaskGetter(rt, MASTER, GetterConfig(f"{node}/w{i}", node, **options), runner)
+            c.getters[getter.worker_id] = getter
+            rt.start_soon(getter.run)
+        yield rt
+
+
+def quick(ran: Counter[str]) -> Runner:
+    async def run(task: LeasedTask) -> str:
+        ran[task.task_id] += 1
+        await anyio.sleep(0)
+        return f"out/{task.task_id}"
+    return run
+
+
+def blocking(started: list[str], release: anyio.Event) -> Runner:
+    async def run(task: LeasedTask) -> str:
+        started.append(task.task_id)
+        await release.wait()
+        return "out"
+    return run
+
+
+async def test_every_task_runs_once_and_reports_carry_the_next_request(tmp_path: Path) -> None:
+    """A job's tasks each run once; reports piggyback requests, so few separate requests are made."""
+    ran: Counter[str] = Counter()
+    async with cluster(tmp_path) as c, workers(c, "n1", 4, quick(ran)):
+        await until(lambda: len(c.master.workers()) == 4)
+        await c.submit("j", 300)
+        job = await c.wait("j")
+        status = await c.call("status")
+    assert job["state"] == "done" and job["counts"]["done"] == 300
+    assert len(ran) == 300 and set(ran.values()) == {1}
+    requests = sum(g.statistics().requests for g in c.getters.values())
+    assert requests < 100  # most tasks came with the previous task's report
+    assert status["throughput"]["done_since_start"] == 300
+    assert {w["worker_id"] for w in status["workers"]} == {f"n1/w{i}" for i in range(4)}
+
+
+async def test_cancel_job_stops_the_running_copies(tmp_path: Path) -> None:
+    """Cancelling a job cancels its pending tasks and tells each worker to stop its copy."""
+    started: list[str] = []
+    release = anyio.Event()
+    async with cluster(tmp_path) as c, workers(c, "n1", 2, blocking(started, release)):
+        await c.submit("c", 5)
+        await until(lambda: len(started) == 2)
+        await c.call("cancel", {"job_id": "c"})
+        await until(lambda: sum(g.statistics().cancelled for g in c.getters.values()) == 2)
+        job = await c.wait("c")
+        with pytest.raises(TaskError, match="already ended"):
+            await c.call("cancel", {"job_id": "c"})
+    assert job["state"] == "cancelled" and job["counts"]["cancelled"] == 5
+
+
+async def test_drain_gives_no_new_task_and_tells_the_node_when_idle(tmp_path: Path) -> None:
+    """A draining node finishes what it holds, gets nothing new, then hears master_drained."""
+    started: list[str] = []
+    release = anyio.Event()
+    drained = anyio.Event()
+    async with cluster(tmp_path) as c:
+        async with Runtime("n1", "node", c.hub.transport()) as node_rt:
+
+            async def master_drained(payload: Any) -> bool:
+                drained.set()
+                return True
+
+            node_rt.control_handlers["master_drained"] = master_drained
+            await node_rt.control(MASTER, "node_beat", {"node": "n1", "endpoint": node_rt.address,
+                                                        "resources": {"cpus": 2}})
+            async with workers(c, "n1", 1, blocking(started, release)):
+                await c.submit("d", 3)
+                await until(lambda: len(started) == 1)
+                await c.call("drain", {"node": "n1"})
+                release.set()
+                with anyio.fail_after(5):
+                    await drained.wait()
+                status = await c.call("status")
+    assert started == ["d-000000"]
+    assert status["tasks"]["done"] == 1 and status["tasks"]["pending"] == 2
+    assert [n["node"] for n in status["nodes"]] == ["n1"]
+
+
+async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
+    """When a node stops beating, the tasks its workers hold are requeued and done elsewhere."""
+    stuck: list[str] = []
+    ran: Counter[str] = Counter()
+    async with cluster(tmp_path, node_timeout_s=0.2) as c:
+        await c.call("node_beat", {"node": "n1", "endpoint": "mem://gone", "resources": {}})
+        async with workers(c, "n1", 1, blocking(stuck, anyio.Event())):
+            await c.submit("x", 4)
+            await until(lambda: len(stuck) == 1)
+            async with workers(c, "n2", 1, quick(ran)):
+                job = await c.wait("x")
+                status = await c.call("status")
+    assert job["state"] == "done"
+    assert stuck[0] in ran  # the dead node's task ran on n2
+    (n1,) = [n for n in status["nodes"] if n["node"] == "n1"]
+    assert n1["alive"] is False
+
+
+async def test_worker_left_requeues_at_once_unless_a_newer_incarnation_registered(tmp_path: Path) -> None:
+    """worker_left with the registered pid requeues that worker's task; a stale pid is ignored."""
+    stuck: list[str] = []
+    ran: Counter[str] = Counter()
+    async with cluster(tmp_path) as c:
+        async with workers(c, "n1", 1, blocking(stuck, anyio.Event()), report_for_s=0.1):
+            await c.submit("y", 1, lease_s=600)
+            await until(lambda: len(stuck) == 1)
+            assert await c.call("worker_left", {"worker_id": "n1/w0", "pid": 1, "reason": "x"}) is False
+            assert await c.call("worker_left", {"worker_id": "n1/w0", "reason": "killed"}) is True
+            async with workers(c, "n2", 1, quick(ran)):
+                job = await c.wait("y")
+    assert job["state"] == "done" and ran == Counter({"y-000000": 1})
+
+
+async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> None:
+    """A task running three times its lease keeps it by renewing, and runs once."""
+    ran: Counter[str] = Counter()
+
+    async def slow(task: LeasedTask) -> str:
+        ran[task.task_id] += 1
+        await anyio.sleep(0.6)
+        return "out"
+
+    async with cluster(tmp_path) as c, workers(c, "n1", 1, slow):
+        await c.submit("r", 1, lease_s=0.2)
+        job = await c.wait("r")
+    assert job["state"] == "done" and ran == Counter({"r-000000": 1})
+
+
+async def test_a_task_that_always_raises_is_dead_lettered_with_its_traceback(tmp_path: Path) -> None:
+    """After max_attempts failures the task is dead, and `dead` gives its error and traceback."""
+
+    async def boom(task: LeasedTask) -> str:
+        raise ValueError(f"boom {task.task_id} attempt {task.attempt}")
+
+    async with cluster(tmp_path) as c, workers(c, "n1", 2, boom):
+        await c.submit("f", 2, max_attempts=2, backoff_base_s=0.0)
+        job = await c.wait("f")
+        dead = await c.call("dead", {"job_id": "f"})
+    assert job["state"] == "failed" and job["counts"]["dead"] == 2
+    assert [d["attempts"] for d in dead] == [2, 2]
+    assert dead[0]["error"] == "ValueError: boom f-000000 attempt 2"
+    assert "Traceback" in dead[0]["traceback"] and "in boom" in dead[0]["traceback"]
+
+
+async def test_a_restarted_master_resumes_and_done_tasks_are_not_run_again(tmp_path: Path) -> None:
+    """Stop the master mid-job, start another on its journal: workers re-register, nothing is lost."""
+    ran: Counter[str] = Counter()
+    gate = anyio.Event()
+
+    async def run(task: LeasedTask) -> str:
+        ran[task.task_id] += 1
+        if task.seed >= 20:
+            await gate.wait()
+        return "out"
+
+    hub = MemoryHub()
+    path = tmp_path / "journal.db"
+    journal, book = open_journal(path, new=True)
+    first = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+    c = Cluster(hub, tmp_path, first)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first.run)
+        await first.ready.wait()
+        async with Runtime("client", "client", hub.transport()) as client:
+            c.runtimes["client"] = client
+            async with workers(c, "n1", 3, run):
+                await c.submit("m", 60)
+                await until(lambda: sum(ran.values()) >= 23)
+                first.stop()
+                await until(lambda: first.runtime is not None and not hub.transports.get(MASTER))
+                journal.close()
+                with open_journal(path)[0] as peek:
+                    done_before = {t for t in (f"m-{i:06d}" for i in range(60))
+                                   if str(peek.replay().task(t).state) == "done"}
+                journal, book = open_journal(path)
+                second = Master(MasterConfig(tick_s=0.01), journal, book,
+                                transport=hub.transport(name="master"))
+                tg.start_soon(second.run)
+                await second.ready.wait()
+                gate.set()
+                job = await c.wait("m")
+                second.stop()
+    journal.close()
+    assert job["state"] == "done" and job["counts"]["done"] == 60
+    assert len(done_before) >= 15
+    assert all(ran[t] == 1 for t in done_before)
+    assert sum(g.statistics().registrations for g in c.getters.values()) >= 6
+
+
+async def test_requests_from_an_unknown_worker_are_refused(tmp_path: Path) -> None:
+    """A worker the master does not know is told to register (unknown_worker)."""
+    async with cluster(tmp_path) as c:
+        with pytest.raises(UnknownWorker, match="register"):
+            await c.call("request_task", {"worker_id": "ghost", "free_slots": 1})
+        with pytest.raises(TaskError, match="no node 'nowhere'"):
+            await c.call("drain", {"node": "nowhere"})
+        with pytest.raises(TaskError, match="unknown job"):
+            await c.call("wait_job", {"job_id": "nope"})
+
+
+def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
+    """No journal without --new, and never a corrupt one: a clear error, not an empty queue."""
+    with pytest.raises(JournalError, match="does not exist; pass --new"):
+        open_journal(tmp_path / "missing.db")
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not sqlite at all" * 100)
+    for new in (False, True):
+        with pytest.raises(JournalError, match="not a database|not a \\(healthy\\) journal"):
+            open_journal(bad, new)
+    journal, book = open_journal(tmp_path / "fresh.db", new=True)
+    journal.close()
+    assert book.jobs() == []

@@ -1,0 +1,503 @@
+"""The SQLite task journal: durable records, strict opening, recovery after a kill."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.tasks import journal as journal_mod
+from troupe.runtime.tasks.book import TaskBook, split_commands
+from troupe.runtime.tasks.journal import Compaction, Journal
+from troupe.runtime.tasks.journal_lock import JournalBusy
+from troupe.runtime.tasks.master.master import open_journal
+from troupe.runtime.tasks.state import (
+    Ack,
+    AckOutcome,
+    CancelJob,
+    Command,
+    Complete,
+    Event,
+    Fail,
+    JobPolicy,
+    JobState,
+    Lease,
+    Record,
+    RequestTask,
+    Resources,
+    SubmitJob,
+    TaskRecord,
+    TaskSpec,
+    TaskState,
+    WorkerJoined,
+)
+
+
+def drive(book: TaskBook, journal: Journal, event: Event, now: float) -> list[Command]:
+    """What the master's driver does: persist the records first, then hand back the rest."""
+    records, others = split_commands(book.handle(event, now))
+    journal.append(records)
+    return others
+
+
+def leases(commands: list[Command]) -> list[Lease]:
+    return [c for c in commands if isinstance(c, Lease)]
+
+
+def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path) -> None:
+    """After reopening, done/dead/cancelled tasks stay so, leased ones are pending again."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        tasks = [TaskSpec(f"t{i}", "render", 100 + i, {"scene": f"cas://{i}"},
+                          Resources(0.5, 0), "n1" if i == 3 else None) for i in range(4)]
+        drive(book, journal, SubmitJob("a", tasks, JobPolicy(max_attempts=1, lease_s=7)), 1.0)
+        drive(book, journal, SubmitJob("b", [TaskSpec("b0", "k", 0)]), 2.0)
+        drive(book, journal, WorkerJoined("w", "n1", Resources(8, 0), 8), 3.0)
+        granted = leases(drive(book, journal, RequestTask("w", 3), 3.0))
+        assert [g.task_id for g in granted] == ["t3", "t0", "t1"]  # locality first
+        drive(book, journal, Complete("w", "t0", granted[1].lease_id, "out/t0"), 4.0)
+        drive(book, journal, Fail("w", "t1", granted[2].lease_id, "ValueError: x", "tb"), 4.0)
+        drive(book, journal, CancelJob("b"), 5.0)
+
+    with Journal.open(path) as journal:
+        back = journal.replay()
+    assert [(t, back.task(t).state) for t in ("t0", "t1", "t2", "t3", "b0")] == [
+        ("t0", TaskState.DONE), ("t1", TaskState.DEAD), ("t2", TaskState.PENDING),
+        ("t3", TaskState.PENDING), ("b0", TaskState.CANCELLED),
+    ]
+    assert back.task("t0").result_ref == "out/t0"
+    (dead,) = back.dead_letters("a")
+    assert (dead.task_id, dead.attempts, dead.error, dead.traceback) == (
+        "t1", 1, "ValueError: x", "tb")
+    assert [(j.job_id, j.state, j.submitted_at) for j in back.jobs()] == [
+        ("a", JobState.RUNNING, 1.0), ("b", JobState.CANCELLED, 2.0)]
+    # specs and policy survive: the next lease carries the refs and the job's lease_s
+    back.handle(WorkerJoined("w2", "n1", Resources(8, 0), 8), 10.0)
+    again = leases(back.handle(RequestTask("w2", 2), 10.0))
+    assert [g.task_id for g in again] == ["t3", "t2"]
+    assert again[0].refs == {"scene": "cas://3"} and again[0].seed == 103
+    assert again[0].deadline == 17.0 and again[0].attempt == 1
+    assert min(g.lease_id for g in again) > max(g.lease_id for g in granted)
+
+
+def test_old_lease_completing_after_a_restart_is_accepted_once(tmp_path: Path) -> None:
+    """A worker's Complete for a lease issued before the restart commits the task, once."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    journal = Journal.open(path, create=True)
+    drive(book, journal, SubmitJob("j", [TaskSpec("t", "k", 0)]), 0.0)
+    drive(book, journal, WorkerJoined("w", "n", Resources(1, 0), 1), 0.0)
+    (old,) = leases(drive(book, journal, RequestTask("w", 1), 0.0))
+    journal.close()
+
+    journal = Journal.open(path)
+    back = journal.replay()
+    out = drive(back, journal, Complete("w", "t", old.lease_id, "ref"), 5.0)
+    assert out[0] == Ack("w", "t", old.lease_id, AckOutcome.COMMITTED)
+    out = drive(back, journal, Complete("w", "t", old.lease_id, "ref"), 6.0)
+    assert out == [Ack("w", "t", old.lease_id, AckOutcome.DUPLICATE)]
+    journal.close()
+    assert Journal.open(path).replay().task("t").state is TaskState.DONE
+
+
+def test_dropping_the_journal_without_close_loses_nothing(tmp_path: Path) -> None:
+    """A journal object dropped without close keeps every appended record."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    journal = Journal.open(path, create=True)
+    drive(book, journal, SubmitJob("j", [TaskSpec(f"t{i}", "k", i) for i in range(5)]), 0.0)
+    drive(book, journal, WorkerJoined("w", "n", Resources(4, 0), 4), 0.0)
+    granted = leases(drive(book, journal, RequestTask("w", 4), 0.0))
+    drive(book, journal, Complete("w", "t0", granted[0].lease_id, "r"), 1.0)
+    del journal
+    gc.collect()
+    stats = Journal.open(path).replay().statistics()
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (1, 4)
+    assert stats.tasks[TaskState.LEASED] == 0
+
+
+KILLED_MASTER = """
+import os, signal, sys
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.book import TaskBook, split_commands
+from troupe.runtime.tasks.state import *
+
+book, journal = TaskBook(), Journal.open(sys.argv[1], create=True)
+def drive(event, now):
+    records, others = split_commands(book.handle(event, now))
+    journal.append(records)
+    return others
+drive(SubmitJob("j", [TaskSpec(f"t{i:02d}", "k", i) for i in range(50)]), 0.0)
+drive(WorkerJoined("w", "n", Resources(10, 0), 10), 0.0)
+granted = [c for c in drive(RequestTask("w", 10), 1.0) if isinstance(c, Lease)]
+for lease in granted[:5]:
+    drive(Complete("w", lease.task_id, lease.lease_id, "r"), 2.0)
+print("RUNNING", " ".join(f"{c.task_id}:{c.lease_id}" for c in granted[5:]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
+    """A master killed by SIGKILL leaves a journal that replays done tasks and requeues leased."""
+    path = tmp_path / "journal.db"
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED_MASTER), str(path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert child.returncode == -9, child.stderr
+    (line,) = [line for line in child.stdout.splitlines() if line.startswith("RUNNING ")]
+    running = dict(pair.split(":") for pair in line.split()[1:])
+    assert len(running) == 5
+    journal = Journal.open(path)
+    book = journal.replay()
+    stats = book.statistics()
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (5, 45)
+    task_id, lease_id = next(iter(running.items()))
+    out = drive(book, journal, Complete("w", task_id, int(lease_id), "r"), 3.0)
+    assert out[0] == Ack("w", task_id, int(lease_id), AckOutcome.COMMITTED)
+    journal.close()
+
+
+def test_missing_file_raises_and_is_not_created(tmp_path: Path) -> None:
+    """Opening a journal that does not exist, without create, raises and creates nothing."""
+    path = tmp_path / "nope.db"
+    with pytest.raises(JournalError, match="does not exist; .*create=True"):
+        Journal.open(path)
+    assert not path.exists()
+    with pytest.raises(JournalError, match="directory"):
+        Journal.open(tmp_path / "no" / "such" / "dir.db", create=True)
+
+
+def test_random_bytes_raise_and_are_never_overwritten(tmp_path: Path) -> None:
+    """A file of random bytes is refused, even with create=True, and left as it was."""
+    path = tmp_path / "junk.db"
+    junk = os.urandom(16384)
+    path.write_bytes(junk)
+    for create in (False, True):
+        with pytest.raises(JournalError, match="not a"):
+            Journal.open(path, create=create)
+    assert path.read_bytes() == junk
+
+
+def test_empty_file_is_refused_without_create(tmp_path: Path) -> None:
+    """An empty file is no journal unless the caller asks to create one there."""
+    path = tmp_path / "empty.db"
+    path.touch()
+    with pytest.raises(JournalError, match="empty file"):
+        Journal.open(path)
+    with Journal.open(path, create=True) as journal:
+        assert journal.replay().jobs() == []
+
+
+def test_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:
+    """A healthy SQLite database that is not a troupe journal is refused."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(JournalError, match="another program"):
+        Journal.open(path, create=True)
+
+
+def test_other_schema_version_is_refused(tmp_path: Path) -> None:
+    """A journal written with another schema version is refused with the versions named."""
+    path = tmp_path / "journal.db"
+    Journal.open(path, create=True).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(JournalError, match="schema version 99, this troupe reads versions 1 to 2"):
+        Journal.open(path)
+
+
+def test_corrupt_pages_are_refused(tmp_path: Path) -> None:
+    """A journal whose pages were overwritten fails its check and is refused."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        tasks = [TaskSpec(f"task-{i:05d}", "k", i) for i in range(3000)]
+        drive(book, journal, SubmitJob("j", tasks), 0.0)
+    data = bytearray(path.read_bytes())
+    assert len(data) > 16 * 4096
+    data[4096 * 2: 4096 * 12] = b"\xa5" * (4096 * 10)  # page 1 intact: still looks like SQLite
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalError, match="is corrupt .PRAGMA quick_check: .*restore it"):
+        Journal.open(path)
+
+
+def test_append_is_one_transaction(tmp_path: Path) -> None:
+    """An append that fails part-way keeps none of its records."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        records, _ = split_commands(book.handle(SubmitJob("j", [TaskSpec("t", "k", 0)]), 0.0))
+        stray = Record(TaskRecord("ghost", "j", TaskState.DONE, 0, 0.0, 0, None, None, None))
+        with pytest.raises(JournalError, match="tasks the journal does not hold"):
+            journal.append([*records, stray])
+        assert journal.replay().jobs() == []
+        journal.append(records)
+        assert [j.job_id for j in journal.replay().jobs()] == ["j"]
+
+
+def test_journal_is_in_wal_mode_and_refuses_use_after_close(tmp_path: Path) -> None:
+    """The file is a WAL-mode troupe journal; a closed journal raises instead of failing later."""
+    path = tmp_path / "journal.db"
+    journal = Journal.open(path, create=True)
+    journal.close()
+    journal.close()
+    with pytest.raises(JournalError, match="closed"):
+        journal.append([])
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    policy = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    conn.close()
+    assert policy == 0
+
+
+def test_policy_is_stored_as_readable_json(tmp_path: Path) -> None:
+    """A job row keeps its whole policy, readable by other tools."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        drive(book, journal, SubmitJob("j", [TaskSpec("t", "k", 0)], JobPolicy(priority=4)), 0.0)
+    conn = sqlite3.connect(path)
+    (text,) = conn.execute("SELECT policy FROM jobs").fetchone()
+    conn.close()
+    assert json.loads(text)["priority"] == 4
+
+
+def test_100k_tasks_submit_and_replay(tmp_path: Path) -> None:
+    """100,000 tasks are submitted, journaled and replayed with every state intact."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    tasks = [TaskSpec(f"big-{i:06d}", "k", i) for i in range(100_000)]
+    with Journal.open(path, create=True) as journal:
+        drive(book, journal, SubmitJob("big", tasks), 0.0)
+        drive(book, journal, WorkerJoined("w", "n", Resources(1000, 0), 1000), 0.0)
+        granted = leases(drive(book, journal, RequestTask("w", 1000), 0.0))
+        for lease in granted[:500]:
+            drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 1.0)
+    with Journal.open(path) as journal:
+        stats = journal.replay().statistics()
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (500, 99_500)
+
+
+# ---------------------------------------------------------------- one master per journal
+
+
+def test_a_held_journal_is_refused_until_it_is_closed(tmp_path: Path) -> None:
+    """A second open of a journal in use is refused, naming the holder's pid; close frees it."""
+    path = tmp_path / "journal.db"
+    first = Journal.open(path, create=True)
+    with pytest.raises(JournalBusy, match=f"journal {path} is held by another master "
+                       rf"\(pid {os.getpid()}\)"):
+        Journal.open(path)
+    with pytest.raises(JournalBusy):
+        open_journal(path, new=True)
+    first.close()
+    with Journal.open(path) as again:
+        assert again.replay().jobs() == []
+
+
+def test_a_dropped_journal_frees_its_lock(tmp_path: Path) -> None:
+    """A journal object dropped without close does not keep its journal locked."""
+    path = tmp_path / "journal.db"
+    journal = Journal.open(path, create=True)
+    del journal
+    gc.collect()
+    Journal.open(path).close()
+
+
+# ---------------------------------------------------------------- replay checks every row
+
+
+def _submit_and_finish(path: Path) -> None:
+    """A journal with one job of three tasks: one done, two pending."""
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        drive(book, journal, SubmitJob("j", [TaskSpec(f"t{i}", "k", i, {"scene": "cas://x"})
+                                             for i in range(3)]), 0.0)
+        drive(book, journal, WorkerJoined("w", "n", Resources(1, 0), 1), 0.0)
+        (lease,) = leases(drive(book, journal, RequestTask("w", 1), 0.0))
+        drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 1.0)
+
+
+def _dump(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = [("jobs", *r) for r in conn.execute("SELECT rowid, * FROM jobs ORDER BY rowid")]
+        return rows + [("tasks", *r) for r in conn.execute("SELECT * FROM tasks ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("sql", "message"), [
+    ("UPDATE tasks SET seed = 'abc' WHERE seq = 2",
+     "tasks row 2: seed is 'abc' (text), expected an integer"),
+    ("UPDATE tasks SET attempts = 1.5 WHERE seq = 3",
+     "tasks row 3: attempts is 1.5 (real), expected an integer >= 0"),
+    ("UPDATE tasks SET attempts = -1 WHERE seq = 1",
+     "tasks row 1: attempts is -1 (integer), expected an integer >= 0"),
+    ("UPDATE tasks SET state = 'zombie' WHERE seq = 1",
+     "tasks row 1: state is 'zombie' (text), expected one of pending, "),
+    ("UPDATE tasks SET refs = '{not json' WHERE seq = 3",
+     "tasks row 3: refs is '{not json' (text), expected a JSON object of texts"),
+    ("UPDATE tasks SET refs = '{\"scene\": 7}' WHERE seq = 1",
+     "tasks row 1: refs is '{\"scene\": 7}' (text), expected a JSON object of texts"),
+    ("UPDATE tasks SET cpu = x'00' WHERE seq = 2",
+     "tasks row 2: cpu is b'\\x00' (blob), expected a number >= 0"),
+    ("UPDATE jobs SET submitted_at = 'yesterday'",
+     "jobs row 1: submitted_at is 'yesterday' (text), expected a number"),
+    ("UPDATE jobs SET policy = '{\"priority\": 1}'",
+     "jobs row 1: policy is '{\"priority\": 1}' (text), expected a job policy"),
+])
+def test_a_row_of_the_wrong_type_is_refused_naming_it(
+    tmp_path: Path, sql: str, message: str
+) -> None:
+    """Replay checks every row: a bad value is named (table, row, column, value); no change."""
+    path = tmp_path / "journal.db"
+    _submit_and_finish(path)
+    conn = sqlite3.connect(path)
+    conn.execute(sql)
+    conn.commit()
+    conn.close()
+    before = _dump(path)
+    with Journal.open(path) as journal:
+        with pytest.raises(JournalError) as info:
+            journal.replay()
+        with pytest.raises(JournalError, match="row"):
+            journal.compact(time.time())  # compaction refuses it too, before writing anything
+    assert f"journal {path}: {message}" in str(info.value)
+    assert "\n" not in str(info.value)
+    with pytest.raises(JournalError, match=re.escape(message)):
+        open_journal(path)  # the master's path: refused before compacting or replaying
+    assert _dump(path) == before
+
+
+def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
+    """A journal of schema version 1 opens: it gains the version-2 columns, its rows replay."""
+    path = tmp_path / "journal.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(V1_SCHEMA)
+    conn.execute("INSERT INTO jobs VALUES ('old', 'old', 0, 'done', ?, 5.0)",
+                 (json.dumps(dataclasses.asdict(JobPolicy())),))
+    conn.execute("INSERT INTO tasks VALUES (0, 't0', 'old', 'k', 3, '{}', 1.0, 0, NULL, 'done',"
+                 " 1, 0.0, 1, 'r', NULL, NULL)")
+    conn.commit()
+    conn.close()
+    with Journal.open(path) as journal:
+        book = journal.replay()
+        assert book.task("t0").state is TaskState.DONE
+        assert journal.compact(time.time() - 60).jobs == 0  # "finished" counts from the upgrade
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT finished_at FROM jobs").fetchone()[0] is not None
+    conn.close()
+
+
+V1_SCHEMA = """
+PRAGMA application_id = 1414681936;
+PRAGMA user_version = 1;
+PRAGMA journal_mode = WAL;
+CREATE TABLE jobs (job_id TEXT PRIMARY KEY, name TEXT NOT NULL, seq INTEGER NOT NULL,
+    state TEXT NOT NULL, policy TEXT NOT NULL, submitted_at REAL NOT NULL);
+CREATE TABLE tasks (seq INTEGER PRIMARY KEY, task_id TEXT NOT NULL UNIQUE,
+    job_id TEXT NOT NULL REFERENCES jobs (job_id), kind TEXT NOT NULL, seed INTEGER NOT NULL,
+    refs TEXT NOT NULL, cpu REAL NOT NULL, gpu INTEGER NOT NULL, locality TEXT,
+    state TEXT NOT NULL, attempts INTEGER NOT NULL, not_before REAL NOT NULL,
+    last_lease_id INTEGER NOT NULL, result_ref TEXT, error TEXT, traceback TEXT);
+"""
+
+
+# ---------------------------------------------------------------- compaction
+
+
+def _three_jobs(journal: Journal) -> TaskBook:
+    """'mixed' ends failed (8 done, 2 dead), 'stopped' is cancelled, 'live' still runs."""
+    book = TaskBook()
+    drive(book, journal, SubmitJob("mixed", [TaskSpec(f"m{i}", "k", i) for i in range(10)],
+                                   JobPolicy(max_attempts=1)), 0.0)
+    drive(book, journal, SubmitJob("stopped", [TaskSpec(f"s{i}", "k", i) for i in range(5)]),
+          0.0)
+    drive(book, journal, CancelJob("stopped"), 0.0)
+    drive(book, journal, WorkerJoined("w", "n", Resources(10, 0), 10), 0.0)
+    for lease in leases(drive(book, journal, RequestTask("w", 10), 1.0)):
+        if lease.task_id in ("m3", "m7"):
+            drive(book, journal, Fail("w", lease.task_id, lease.lease_id, "boom", "tb"), 2.0)
+        else:
+            drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 2.0)
+    drive(book, journal, SubmitJob("live", [TaskSpec(f"l{i}", "k", i) for i in range(4)]), 3.0)
+    return book
+
+
+def _summaries(book: TaskBook) -> list[tuple[object, ...]]:
+    return [(j.job_id, j.state, j.total, dict(j.counts)) for j in book.jobs()]
+
+
+def test_compaction_keeps_counts_and_dead_letters_and_replays_only_summaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finished jobs fold into counts: same jobs, counts and dead letters; far fewer rows read."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path, create=True) as journal:
+        live_book = _three_jobs(journal)
+        assert [j.state for j in live_book.jobs()] == [
+            JobState.FAILED, JobState.CANCELLED, JobState.RUNNING]
+        assert journal.compact(time.time()) == Compaction(jobs=2, task_rows=13)
+        assert journal.compact(time.time()) == Compaction(jobs=0, task_rows=0)  # idempotent
+
+    read: list[str] = []
+    real_rows = journal_mod._task_rows
+
+    def counting(rows: Any) -> Any:
+        for spec, record in real_rows(rows):
+            read.append(spec.task_id)
+            yield spec, record
+
+    monkeypatch.setattr(journal_mod, "_task_rows", counting)
+    with Journal.open(path) as journal:
+        book = journal.replay()
+    # only the dead letters of the finished jobs are still task rows; the running job is whole
+    assert sorted(read) == ["l0", "l1", "l2", "l3", "m3", "m7"]
+    assert _summaries(book) == _summaries(live_book)
+    assert book.statistics().tasks == live_book.statistics().tasks
+    assert [(d.task_id, d.error, d.traceback) for d in book.dead_letters("mixed")] == [
+        ("m3", "boom", "tb"), ("m7", "boom", "tb")]
+    # a compacted done task is forgotten: a late report of it is rejected, nothing changes
+    out = book.handle(Complete("w", "m0", 1, "r"), 5.0)
+    assert [type(c).__name__ for c in out] == ["Reject"]
+    with pytest.raises(TaskError, match="unknown task 'm0'"):
+        book.task("m0")
+    # the running job is untouched; its leases go on above every id issued (m0..m9: 1..10)
+    book.handle(WorkerJoined("w2", "n", Resources(4, 0), 4), 6.0)
+    granted = leases(book.handle(RequestTask("w2", 4), 6.0))
+    assert sorted(g.task_id for g in granted) == ["l0", "l1", "l2", "l3"]
+    assert min(g.lease_id for g in granted) == 11
+
+
+def test_compaction_spares_jobs_finished_recently_and_running_ones(tmp_path: Path) -> None:
+    """Only jobs finished at or before the given time are compacted; running ones never."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path, create=True) as journal:
+        _three_jobs(journal)
+        assert journal.compact(time.time() - 3600) == Compaction(jobs=0, task_rows=0)
+    journal, book = open_journal(path)  # the master's default: an hour
+    journal.close()
+    assert len(book.jobs()) == 3 and book.task("m0").state is TaskState.DONE
+    journal, book = open_journal(path, compact_after_s=0.0)
+    journal.close()
+    with pytest.raises(TaskError):
+        book.task("m0")
+    assert [(j.job_id, j.total) for j in book.jobs()] == [("mixed", 10), ("stopped", 5),
+                                                          ("live", 4)]

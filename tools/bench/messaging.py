@@ -1,0 +1,171 @@
+"""``troupe bench messaging``: troupe's messaging against raw pyzmq, in one run.
+
+Every troupe figure is printed as a ratio to its raw ceiling measured in the same run, with
+the same payloads, process boundary and TCP loopback transport.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import anyio
+import psutil
+from troupe.cli.commands.run import start_local_node
+from troupe.runtime.core.client import connect
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+
+from .raw import raw_echo_round_trips, raw_one_way, run_apart
+
+__all__ = ["measure_messaging", "measure_startup"]
+
+# Round trips with one outstanding, --quick or not. On this project's VMs the first ~0.1 s of
+# any ping-pong runs about twice as fast (the idle vCPU still polls before it halts), so a
+# shorter run measures that window rather than the steady state: raw 22k/s over 1,600 round
+# trips, 11k/s over 8,000.
+N_ASK1 = 8_000
+
+
+def free_endpoint() -> str:
+    """A loopback TCP endpoint on a port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _bench_workers() -> tuple[WorkerSpec, ...]:
+    return (
+        WorkerSpec(name="src", actors=(
+            ActorSpec(name="source", cls="troupe.cli.bench.actors:Source"),
+            ActorSpec(name="sink_local", cls="troupe.cli.bench.actors:Sink"),
+        )),
+        WorkerSpec(name="dst", actors=(ActorSpec(name="sink", cls="troupe.cli.bench.actors:Sink"),)),
+    )
+
+
+def _plan(n_small: int, n_large: int, n_ask: int) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
+    """Each figure: its key, the raw measurement, and the Source request that measures troupe."""
+    return [
+        ("tell_small", partial(raw_one_way, n_small, "small"), "tells", {"n": n_small, "kind": "small"}),
+        ("tell_large", partial(raw_one_way, n_large, "large"), "tells", {"n": n_large, "kind": "large"}),
+        ("ask1", partial(raw_echo_round_trips, N_ASK1, 1, "small"), "asks",
+         {"n": N_ASK1, "window": 1, "kind": "small"}),
+        ("ask64", partial(raw_echo_round_trips, n_ask, 64, "small"), "asks",
+         {"n": n_ask, "window": 64, "kind": "small"}),
+    ]
+
+
+async def _figures(n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path, say: Any) -> dict[str, float]:
+    """Raw and troupe runs of each figure, taken in turn (raw, troupe, raw, troupe, ...) so that
+    a slow spell of the machine falls on both sides of a ratio; medians of ``runs`` each."""
+    cfg = NodeConfig(name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning",
+                     workers=_bench_workers())
+    out: dict[str, float] = {}
+    async with anyio.create_task_group() as tg:
+        node = await start_local_node(tg, cfg)
+        async with connect(cfg.endpoint, "bench") as rt:
+            source = rt.ref("src/source")
+
+            async def troupe_run(request: str, spec: dict[str, Any]) -> float:
+                return float(await source.ask(request, spec, timeout=600))
+
+            async def warm_up(request: str, spec: dict[str, Any]) -> None:
+                # A tenth-size run first, unmeasured: the processes stay up between runs, and the
+                # first run of a new payload size pays for growing their allocator's pools.
+                await troupe_run(request, {**spec, "n": max(64, spec["n"] // 10)})
+
+            for key, raw_run, request, spec in _plan(n_small, n_large, n_ask):
+                # 1 MiB messages are bound by memory copies, and both sides' runs scatter about
+                # twice as widely as the others' (raw from 5k to 9k/s here): twice the runs.
+                n_runs = 2 * runs - 1 if key == "tell_large" else runs
+                say(f"{key}: raw pyzmq and troupe in turn, {n_runs} runs each")
+                two_processes = {**spec, "target": "dst/sink"}
+                await warm_up(request, two_processes)
+                raw, troupe = [], []
+                for _ in range(n_runs):
+                    raw.append(await anyio.to_thread.run_sync(run_apart, raw_run))
+                    troupe.append(await troupe_run(request, two_processes))
+                out[f"raw_{key}_per_s"] = median(raw)
+                out[f"troupe_{key}_per_s"] = median(troupe)
+            for key, _, request, spec in _plan(n_small, n_large, n_ask):
+                say(f"{key}: troupe, both actors in one process")
+                one_process = {**spec, "target": "sink_local"}
+                await warm_up(request, one_process)
+                out[f"troupe_local_{key}_per_s"] = median([await troupe_run(request, one_process) for _ in range(runs)])
+        node.stopping.set()
+    return out
+
+
+async def measure_startup(log_dir: Path) -> dict[str, float]:
+    """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all."""
+    endpoint = free_endpoint()
+    config = log_dir / "startup-node.toml"
+    config.write_text(
+        '[node]\nname = "startup"\n\n[[workers]]\nname = "w0"\n'
+        'actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]\n'
+    )
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
+         "--endpoint", endpoint, "--logs", str(log_dir), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with connect(endpoint, "startup") as rt:
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        await rt.ref("echo").ask("echo", 1, timeout=0.5)
+                        break
+                    except Exception:  # not up yet: the node or its worker is still starting
+                        await anyio.sleep(0.01)
+            startup = time.perf_counter() - t0
+            await anyio.sleep(1.0)  # let start-up garbage settle before calling it idle
+            root = psutil.Process(proc.pid)
+            procs = [root, *root.children(recursive=True)]
+            mem = [p.memory_full_info() for p in procs]
+            rss = sum(m.rss for m in mem) / 2**20
+            # RSS counts the pages of shared libraries once per process; PSS splits them between
+            # the processes sharing them, so its sum is the memory the processes really hold.
+            pss = sum(m.pss for m in mem) / 2**20
+            await rt.control(endpoint, "shutdown")
+    finally:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    return {"startup_s": startup, "idle_rss_mib": rss, "idle_pss_mib": pss, "idle_processes": float(len(procs))}
+
+
+def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) -> dict[str, float]:
+    """Run every measurement and return one flat dict of figures and ratios.
+
+    Each throughput, raw and troupe alike, is the median of ``runs`` runs, taken in turn, so
+    that one run slowed (or sped up) by the rest of a shared machine does not decide a ratio.
+    """
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    scale = 0.2 if quick else 1.0
+    n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
+    say = progress or (lambda _msg: None)
+    fig: dict[str, float] = {"runs": float(runs)}
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+        configure_logging("bench", "bench", None, console=False, level="warning")
+        fig.update(anyio.run(_figures, n_small, n_large, n_ask, runs, Path(tmp), say,
+                             backend="asyncio", backend_options={"use_uvloop": True}))
+        say("startup and idle memory")
+        fig.update(anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True}))
+    for key in ("tell_small", "tell_large", "ask1", "ask64"):
+        fig[f"{key}_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"raw_{key}_per_s"]
+        fig[f"local_{key}_ratio"] = fig[f"troupe_local_{key}_per_s"] / fig[f"raw_{key}_per_s"]
+    return fig

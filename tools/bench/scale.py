@@ -1,0 +1,236 @@
+"""``troupe bench scale``: one real master, many simulated workers, heavy-tailed tasks.
+
+The master is a real ``troupe master start`` process with a real journal. The workers are
+real :class:`~troupe.runtime.tasks.getter.TaskGetter` objects speaking the real protocol over
+loopback, hundreds per process (one runtime per process, one asyncio task per worker), so a
+thousand of them fit on two cores. A simulated worker "runs" a task by sleeping its duration.
+
+Durations: lognormal with median ``median_ms`` and sigma 0.5, and 5% stragglers that take 10x
+as long. The first copy of a task has a duration fixed by its seed, the same in every run; a
+backup copy draws its own straggler chance (a straggler is a slow host, not a slow task).
+
+Figures, each for a job with speculative tails (the default) and one without:
+makespan (job submitted -> last task done, on the master's clock), ideal makespan (the first
+copies' total work / workers), efficiency (ideal / makespan), dispatches per second (leases
+granted, backups included, / makespan), and master CPU seconds per 1,000 tasks (psutil).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+from rich.table import Table
+from troupe.cli.master_client import master_call
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ActorStopped, Unreachable
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.task_actor import LeasedTask
+from troupe.runtime.transports.zmq import ZmqTransport
+
+from .messaging import free_endpoint
+
+__all__ = ["measure_scale", "scale_table", "task_duration"]
+
+SIGMA = 0.5
+STRAGGLER_P = 0.05
+STRAGGLER_X = 10.0
+SIM_ENV = "TROUPE_SIM_SPEC"
+PER_PROCESS = 250  # simulated workers per process
+
+
+def task_duration(seed: int, backup: bool, lease_id: int, median_s: float) -> float:
+    """Seconds a copy of task ``seed`` runs: lognormal base, 5% chance of 10x.
+
+    The first copy's straggler draw depends on the seed only (the same in every run); a
+    backup copy draws again, keyed by its lease.
+    """
+    base = random.Random(seed).lognormvariate(math.log(median_s), SIGMA)
+    key = seed * 1_000_003 + (lease_id * 7 + 1 if backup else 0)
+    return base * (STRAGGLER_X if random.Random(key).random() < STRAGGLER_P else 1.0)
+
+
+# --------------------------------------------------------------------------- simulated workers
+
+
+async def _simulate(spec: dict[str, Any]) -> None:
+    median_s = float(spec["median_s"])
+
+    async def runner(task: LeasedTask) -> str | None:
+        await anyio.sleep(task_duration(task.seed, task.backup, task.lease_id, median_s))
+        return None
+
+    runtime = Runtime(spec["node"], spec["process"], ZmqTransport(hwm=1_000_000), drain_timeout=0.1)
+    getters: dict[str, TaskGetter] = {}
+    async with runtime:
+        install_task_control(runtime, getters)
+        for worker_id in spec["workers"]:
+            config = GetterConfig(worker_id, spec["node"], wait_s=2.0, call_timeout_s=60.0)
+            getters[worker_id] = TaskGetter(runtime, spec["master"], config, runner)
+            runtime.start_soon(getters[worker_id].run)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                break
+
+
+def _sim_main() -> None:
+    spec = json.loads(os.environ[SIM_ENV])
+    configure_logging(spec["node"], spec["process"], None, console=False, level="error")
+    anyio.run(_simulate, spec, backend="asyncio", backend_options={"use_uvloop": True})
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def _job(name: str, tasks: int, speculation: bool) -> dict[str, Any]:
+    return {"source": "bench scale", "job": {"job": {
+        "name": name, "kind": "sim", "count": tasks, "lease_s": 600, "max_attempts": 3,
+        "speculation": {"enabled": speculation, "factor": 1.5, "min_runtime_s": 0.0,
+                        "max_copies": 2},
+    }}}
+
+
+async def _wait_workers(master: str, n: int, timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while True:  # a bounded poll: the master starts, then the workers register
+            try:
+                if len((await master_call(master, "status", None, 30.0))["workers"]) >= n:
+                    return
+            except (Unreachable, ActorStopped):  # not bound yet, or still starting
+                pass
+            await anyio.sleep(0.2)
+
+
+async def _run_job(master: str, master_pid: int, name: str, tasks: int, speculation: bool,
+                   timeout: float) -> dict[str, Any]:
+    proc = psutil.Process(master_pid)
+    before = await master_call(master, "status", None, 30.0)
+    cpu0 = sum(proc.cpu_times()[:2])
+    await master_call(master, "submit", _job(name, tasks, speculation), 120.0)
+    job = await master_call(master, "wait_job", {"job_id": name, "timeout_s": timeout}, timeout + 30)
+    cpu = sum(proc.cpu_times()[:2]) - cpu0
+    after = await master_call(master, "status", None, 30.0)
+    if job["state"] != "done":
+        raise RuntimeError(f"bench job {name} ended {job['state']}: {job['counts']}")
+    makespan = job["finished_at"] - job["started_at"]
+    backups = after["speculative"]["launched"] - before["speculative"]["launched"]
+    return {
+        "makespan_s": makespan,
+        "dispatch_per_s": (tasks + backups) / makespan,
+        "master_cpu_s_per_1k": cpu / tasks * 1000.0,
+        "backups_launched": backups,
+        "backups_won": after["speculative"]["won"] - before["speculative"]["won"],
+    }
+
+
+def _start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
+         str(tmp / "journal.db"), "--new", "--endpoint", endpoint, "--logs", str(tmp / "logs"),
+         "--log-level", "warning", "--node-timeout", "3600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def _start_sims(endpoint: str, workers: int, median_s: float) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    count = max(1, math.ceil(workers / PER_PROCESS))
+    for k in range(count):
+        ids = [f"sim{k}/w{i}" for i in range(k, workers, count)]
+        spec = {"master": endpoint, "node": f"sim{k}", "process": f"sim{k}", "workers": ids,
+                "median_s": median_s}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "troupe.cli.bench.scale"],
+            env={**os.environ, SIM_ENV: json.dumps(spec)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+    return procs
+
+
+def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def measure_scale(
+    workers: int, tasks_per_worker: int, median_ms: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark and return its figures (see the module docstring).
+
+    Args:
+        workers: simulated workers, one slot each.
+        tasks_per_worker: tasks per worker; the job has ``workers * tasks_per_worker``.
+        median_ms: median task duration; default 500 ms up to 256 workers and 100 ms above,
+            so that a thousand workers ask for more dispatches than the master can give.
+        progress: called with a line before each phase.
+    """
+    say = progress or (lambda _msg: None)
+    median_ms = median_ms or (500.0 if workers <= 256 else 100.0)
+    median_s = median_ms / 1000.0
+    tasks = workers * tasks_per_worker
+    ideal = sum(task_duration(seed, False, 0, median_s) for seed in range(tasks)) / workers
+    fig: dict[str, Any] = {"workers": workers, "tasks": tasks, "tasks_per_worker": tasks_per_worker,
+                           "median_ms": median_ms, "ideal_makespan_s": ideal}
+    endpoint = free_endpoint()
+    with tempfile.TemporaryDirectory(prefix="troupe-scale-") as tmp:
+        master = _start_master(Path(tmp), endpoint)
+        sims: list[subprocess.Popen[bytes]] = []
+        try:
+            sims = _start_sims(endpoint, workers, median_s)
+            say(f"{len(sims)} processes of simulated workers registering")
+            anyio.run(_wait_workers, endpoint, workers, 120.0, backend="asyncio",
+                      backend_options={"use_uvloop": True})
+            for label, spec in (("", True), ("_no_speculation", False)):
+                say(f"job of {tasks:,} tasks, speculation {'on' if spec else 'off'}")
+                timeout = ideal * 6 + 120
+                out = anyio.run(_run_job, endpoint, master.pid, f"scale{label or '_spec'}", tasks,
+                                spec, timeout, backend="asyncio", backend_options={"use_uvloop": True})
+                for key, value in out.items():
+                    fig[key + label] = value
+                fig["efficiency" + label] = ideal / out["makespan_s"]
+        finally:
+            _reap([*sims, master])
+    return fig
+
+
+def scale_table(fig: dict[str, Any]) -> Table:
+    """Render the figures: one row with speculative tails, one without."""
+    table = Table(title=(f"troupe bench scale: {fig['workers']:,} workers x "
+                         f"{fig['tasks_per_worker']} tasks ({fig['tasks']:,}); lognormal median "
+                         f"{fig['median_ms']:.0f} ms, sigma {SIGMA}, {STRAGGLER_P:.0%} stragglers "
+                         f"x{STRAGGLER_X:.0f}"))
+    for col in ("tails", "makespan s", "ideal s", "efficiency", "dispatch/s", "master CPU/1k",
+                "backups (won)"):
+        table.add_column(col, justify="right")
+    for label, name in (("", "speculative"), ("_no_speculation", "none")):
+        table.add_row(name, f"{fig['makespan_s' + label]:.2f}", f"{fig['ideal_makespan_s']:.2f}",
+                      f"{fig['efficiency' + label]:.3f}", f"{fig['dispatch_per_s' + label]:,.0f}",
+                      f"{fig['master_cpu_s_per_1k' + label]:.3f}",
+                      f"{fig['backups_launched' + label]} ({fig['backups_won' + label]})")
+    return table
+
+
+if __name__ == "__main__":
+    _sim_main()

@@ -1,0 +1,85 @@
+"""``troupe ctl chaos`` and ``troupe ctl heal``: inject faults into a running node's workers.
+
+Importing this module adds both commands to ``troupe ctl`` (``main.py`` imports it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from troupe.cli.client import control, fail, run_async
+from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
+
+from .ctl import NodeOption, ctl_app
+
+__all__ = ["chaos", "heal"]
+
+console = Console()
+
+KINDS = ("kill", "crash", "hang_with_gil", "stall", "slow", "drop", "partition")
+
+TargetOption = Annotated[
+    str, typer.Option("--target", "-t", help="WORKER, WORKER/ACTOR, '*' (every worker), or "
+                                              "'supervisor' (kill only).")
+]
+
+
+@ctl_app.command("chaos")
+def chaos(
+    kind: Annotated[str, typer.Argument(metavar="KIND", help=f"One of: {', '.join(KINDS)}.")],
+    target: TargetOption,
+    seconds: Annotated[float | None, typer.Option(help="Duration of hang_with_gil, stall (none = until "
+                                                        "healed or killed) and slow (per message).")] = None,
+    probability: Annotated[float | None, typer.Option(help="Chance of firing on each message.")] = None,
+    count: Annotated[int | None, typer.Option(help="Fire at most this many times.")] = None,
+    after: Annotated[int | None, typer.Option(help="Let this many matching messages through first.")] = None,
+    message_type: Annotated[str | None, typer.Option("--message-type", help="Only messages of this type.")] = None,
+    peers: Annotated[list[str] | None, typer.Option("--peers", help="partition: endpoints, worker names "
+                                                                     "or WORKER/ACTOR; repeat the option.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the probability draws, to replay a run.")] = None,
+    node: NodeOption = DEFAULT_NODE_ENDPOINT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
+) -> None:
+    """Inject a fault: kill at once, or arm a fault that fires on the next matching message."""
+    if kind not in KINDS:
+        raise fail(f"unknown fault kind {kind!r}; use one of {', '.join(KINDS)}", 2)
+    payload: dict[str, Any] = {
+        "kind": kind, "target": target, "seconds": seconds, "probability": probability,
+        "count": count, "after": after, "message_type": message_type,
+        "peers": list(peers or []), "seed": seed,
+    }
+    reply = run_async(control, node, "chaos", payload, 10.0)
+    if as_json:
+        typer.echo(json.dumps(reply, indent=2, default=str))
+        return
+    if kind == "kill":
+        for name, pid in reply["killed"].items():
+            console.print(f"SIGKILL sent to [bold]{escape(name)}[/] (pid {pid})")
+        return
+    for name, result in reply["workers"].items():
+        if isinstance(result, dict) and "error" in result:
+            console.print(f"[red]{escape(name)}[/]: not armed: {escape(str(result['error']))}")
+        else:
+            console.print(f"{escape(str(kind))} armed in [bold]{escape(name)}[/]: {escape(str(reply['spec']))}")
+
+
+@ctl_app.command("heal")
+def heal(
+    target: Annotated[str, typer.Option("--target", "-t", help="WORKER or '*' (every worker).")] = "*",
+    node: NodeOption = DEFAULT_NODE_ENDPOINT,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
+) -> None:
+    """Clear every fault of the target workers (partitions end, stalls open) and show what fired."""
+    reply = run_async(control, node, "heal", {"target": target}, 10.0)
+    if as_json:
+        typer.echo(json.dumps(reply, indent=2, default=str))
+        return
+    for name, result in reply["workers"].items():
+        if isinstance(result, dict) and "error" in result:
+            console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
+        else:
+            console.print(f"{escape(name)}: healed; fired {escape(str(result.get('fired', {})))}")

@@ -1,0 +1,47 @@
+"""``troupe master compact``: fold the tasks of finished jobs into counts, so restarts stay fast.
+
+A master replays every task row of its journal when it starts; compaction replaces the done and
+cancelled task rows of finished jobs by one row of counts per job (dead tasks keep their rows
+and errors, for ``ctl dead``). A master does this by itself at start for jobs finished an hour
+ago or more; this command does it now, for a journal no master is serving (it takes the
+journal's lock, so it is refused while a master runs on it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from troupe.cli.client import fail
+from troupe.runtime.errors import JournalError
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.tasks.journal import Journal
+
+from .master import DEFAULT_JOURNAL, JournalOption, master_app
+
+__all__ = ["compact"]
+
+console = Console()
+
+
+@master_app.command("compact")
+def compact(
+    journal: JournalOption = DEFAULT_JOURNAL,
+    older_than: Annotated[float, typer.Option(
+        "--older-than", min=0.0,
+        help="Compact only jobs that finished at least this many seconds ago.")] = 0.0,
+) -> None:
+    """Fold the task rows of finished jobs into per-job counts (dead letters are kept)."""
+    configure_logging("master", "compact", None, console=True, level="warning")
+    if not journal.exists():
+        raise fail(f"journal {journal} does not exist; give the path of an existing journal", 2)
+    try:
+        with Journal.open(journal) as opened:
+            done = opened.compact(time.time() - older_than)
+    except JournalError as exc:
+        raise fail(str(exc), 2) from None
+    console.print(f"compacted {done.jobs} finished job(s) of {escape(str(journal))}: "
+                  f"{done.task_rows} task rows folded into counts", highlight=False, soft_wrap=True)

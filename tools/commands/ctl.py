@@ -1,0 +1,191 @@
+"""``troupe ctl``: control messages to a running node (and, through it, the cluster)."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import anyio
+import typer
+from rich.console import Console
+from rich.markup import escape
+from troupe.cli.client import control, err_console, fail, run_async
+from troupe.cli.master_client import (
+    jobs_table,
+    master_call,
+    master_tables,
+    reachable,
+    submit_job,
+)
+from troupe.cli.tables import status_tables
+from troupe.runtime.errors import ConfigError, TroupeError
+from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
+from troupe.runtime.tasks.jobspec import load_job
+from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+
+__all__ = ["MasterOption", "NodeOption", "ctl_app"]
+
+ctl_app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+NodeOption = Annotated[
+    str, typer.Option("--node", envvar="TROUPE_NODE", help="Endpoint of the node to talk to.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the reply.")]
+MasterOption = Annotated[
+    str, typer.Option("--master", envvar="TROUPE_MASTER", help="Endpoint of the master to talk to.")
+]
+
+
+@ctl_app.command("ping")
+def ping(node: NodeOption = DEFAULT_NODE_ENDPOINT, timeout: TimeoutOption = 5.0) -> None:
+    """Check that a node answers, and how fast."""
+    start = time.perf_counter()
+    reply: dict[str, Any] = run_async(control, node, "ping", None, timeout)
+    ms = (time.perf_counter() - start) * 1000
+    console.print(f"node [bold]{reply['node']}[/] (pid {reply['pid']}) answered in {ms:.1f} ms")
+
+
+@ctl_app.command("status")
+def status(
+    node: NodeOption = DEFAULT_NODE_ENDPOINT, master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    as_json: JsonOption = False, timeout: TimeoutOption = 5.0,
+) -> None:
+    """Show the node, its workers and their actors; and the master's view when one answers."""
+    node_reply, master_reply, node_error = run_async(_both_status, node, master, timeout)
+    if as_json:
+        reply = dict(node_reply) if node_reply is not None else {"node_error": node_error}
+        if master_reply is not None:
+            reply["master"] = master_reply
+        typer.echo(json.dumps(reply, indent=2, default=str))
+        return
+    if node_reply is not None:
+        for table in status_tables(node_reply):
+            console.print(table)
+    else:
+        err_console.print(f"[yellow]note:[/] {escape(node_error)}", highlight=False, soft_wrap=True)
+    if master_reply is not None:
+        for table in master_tables(master_reply):
+            console.print(table)
+
+
+async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, str]:
+    """The node's status and the master's (None where nothing answers); fail if neither does."""
+    replies: dict[str, Any] = {}
+    errors: dict[str, TroupeError] = {}
+
+    async def ask(key: str, call: Any, endpoint: str) -> None:
+        try:
+            replies[key] = await call(endpoint, "status", None, timeout)
+        except TroupeError as exc:
+            errors[key] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, "node", control, node)
+        if reachable(master):
+            tg.start_soon(ask, "master", master_call, master)
+    if "node" not in replies and "master" not in replies:
+        raise errors["node"]
+    return replies.get("node"), replies.get("master"), str(errors.get("node", ""))
+
+
+# --------------------------------------------------------------------------- the master's jobs
+
+
+def _job_payload(job_file: Path, job_id: str | None) -> dict[str, Any]:
+    try:
+        load_job(job_file)  # every mistake is named here, with the file and the field
+        data = tomllib.loads(job_file.read_text(encoding="utf-8"))
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    return {"job": data, "source": str(job_file), "job_id": job_id}
+
+
+@ctl_app.command("submit")
+def submit(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.toml", help="The job's TOML file (see configs/job-example.toml).")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    job_id: Annotated[Optional[str], typer.Option("--id", help="Job id (default: the job's name).")] = None,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 60.0,
+) -> None:
+    """Submit a job file to the master; it is journaled before this returns.
+
+    Submitting the same file (same id, same content) again is safe: the master says it has the
+    job already. The same id with other content is refused.
+    """
+    reply = run_async(submit_job, master, _job_payload(job_file, job_id), timeout)
+    if as_json:
+        typer.echo(json.dumps(reply))
+        return
+    job = escape(str(reply["job_id"]))
+    if reply.get("already"):
+        console.print(f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
+                      "content); see `troupe ctl jobs`")
+        return
+    console.print(f"submitted job [bold]{job}[/]: {reply['tasks']} tasks")
+
+
+@ctl_app.command("jobs")
+def jobs(master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False,
+         timeout: TimeoutOption = 10.0) -> None:
+    """List the master's jobs with their tasks by state."""
+    reply = run_async(master_call, master, "jobs", None, timeout)
+    if as_json:
+        typer.echo(json.dumps(reply, indent=2))
+        return
+    console.print(jobs_table(reply))
+
+
+@ctl_app.command("cancel")
+def cancel(job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
+           master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+    """Cancel a job: its unfinished tasks are cancelled and running copies stopped."""
+    run_async(master_call, master, "cancel", {"job_id": job}, timeout)
+    console.print(f"job [bold]{escape(job)}[/] cancelled")
+
+
+@ctl_app.command("drain")
+def drain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
+          master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+    """Drain a node: no new tasks; once its running tasks end, the node stops its workers."""
+    run_async(master_call, master, "drain", {"node": node_name}, timeout)
+    console.print(f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
+                  "workers once the tasks it holds are done (`troupe ctl undrain` resumes it)")
+
+
+@ctl_app.command("undrain")
+def undrain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
+            master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+    """Resume a drained node: it takes tasks again; the workers the drain stopped start again."""
+    reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
+    started = ", ".join(reply["restarted"])
+    console.print(f"node [bold]{escape(node_name)}[/] takes tasks again"
+                  + (f"; workers started again: {escape(started)}" if started else ""))
+
+
+@ctl_app.command("dead")
+def dead(
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False,
+    traceback: Annotated[bool, typer.Option("--traceback", help="Also print each traceback.")] = False,
+    timeout: TimeoutOption = 10.0,
+) -> None:
+    """List a job's dead-lettered tasks with their last error."""
+    letters = run_async(master_call, master, "dead", {"job_id": job}, timeout)
+    if as_json:
+        typer.echo(json.dumps(letters, indent=2))
+        return
+    if not letters:
+        console.print(f"job {escape(job)} has no dead-lettered task")
+        return
+    # Plain lines, not a table: errors are long and get copied into bug reports whole.
+    typer.echo(f"dead letters of job {job}: {len(letters)}")
+    for d in letters:
+        typer.echo(f"{d['task_id']}  after {d['attempts']} attempts: {d['error']}")
+        if traceback:
+            typer.echo(d["traceback"] or "(no traceback)")

@@ -1,0 +1,130 @@
+"""``troupe master start``: run the cluster's master in the foreground.
+
+The journal is required to exist unless ``--new`` is given: a master that quietly started on
+an empty queue after a typo in the path would forget every job of the real journal. ``--new``
+creates the journal when the file does not exist and resumes it when it does; a file that is
+not a healthy troupe journal is refused either way (exit status 2, with the reason).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from troupe.cli.client import fail, run_async
+from troupe.cli.preflight import check_master_start
+from troupe.runtime.errors import JournalError, TroupeError
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.node.node import Node
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.master.master import (
+    DEFAULT_MASTER_ENDPOINT,
+    Master,
+    MasterConfig,
+    open_journal,
+)
+
+__all__ = ["DEFAULT_JOURNAL", "load_journal", "master_app", "run_node_with_master", "serve_master"]
+
+master_app = typer.Typer(no_args_is_help=True)
+
+DEFAULT_JOURNAL = Path("troupe-journal.db")
+
+JournalOption = Annotated[Path, typer.Option("--journal", help="The master's journal (SQLite).")]
+NewOption = Annotated[bool, typer.Option("--new", help="Create the journal if it does not exist.")]
+
+
+def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
+    """Open and replay the journal, or exit 2 with the reason (missing, corrupt, foreign)."""
+    try:
+        return open_journal(path, new)
+    except JournalError as exc:
+        raise fail(str(exc), 2) from None
+
+
+@master_app.command("start")
+def start(
+    journal: JournalOption = DEFAULT_JOURNAL,
+    new: NewOption = False,
+    endpoint: Annotated[str, typer.Option(help="Where the master listens (loopback only).")] = DEFAULT_MASTER_ENDPOINT,
+    log_dir: Annotated[Path, typer.Option("--logs", help="Directory of the JSON-lines logs.")] = Path("logs"),
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    name: Annotated[str, typer.Option(help="The master's name in logs and status.")] = "master",
+    node_timeout: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 10.0,
+) -> None:
+    """Start the master: jobs, leases, retries and the journal, until SIGTERM or Ctrl-C."""
+    check_master_start(endpoint, log_dir)
+    config = MasterConfig(endpoint=endpoint, name=name, node_timeout_s=node_timeout)
+    configure_logging(name, "master", log_dir, console=True, level=log_level)
+    opened, book = load_journal(journal, new)
+
+    async def main() -> None:
+        try:
+            await serve_master(Master(config, opened, book))
+        finally:
+            opened.close()
+
+    run_async(main)  # SIGINT or SIGTERM: the master stops, the journal is closed, exit 130 / 143
+
+
+async def serve_master(master: Master) -> None:
+    """Run ``master`` until it stops by itself or this call is cancelled (the command's Ctrl-C).
+
+    Cancelled, it stops the way :meth:`Master.stop` does, shielded: the batch in hand is
+    journaled and answered, then the master shuts down.
+    """
+    async with anyio.create_task_group() as tg:
+
+        async def serve() -> None:
+            with anyio.CancelScope(shield=True):
+                await master.run()
+            tg.cancel_scope.cancel()  # it stopped by itself (a shutdown message)
+
+        tg.start_soon(serve)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            master.stop()
+
+
+async def run_node_with_master(node: Node, master: Master) -> None:
+    """Run a node and a master in one process; the master stops when the node does.
+
+    Raises:
+        TroupeError: the master failed (bind, journal); the node is stopped first.
+
+    Cancelled (the command's Ctrl-C), the node stops its workers first, then the master stops.
+    """
+    failure: list[TroupeError] = []
+    settled = anyio.Event()  # the master is serving, or has failed
+
+    async def run_master() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # it outlives the node; master.stop() ends it
+                await master.run()
+        except TroupeError as exc:
+            failure.append(exc)
+            node.stopping.set()
+        finally:
+            settled.set()
+
+    async def wait_ready() -> None:
+        await master.ready.wait()
+        settled.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_master)
+        tg.start_soon(wait_ready)
+        try:
+            await settled.wait()
+            if not failure:
+                await node.run()
+        finally:
+            master.stop()  # after the node: its workers' last reports have reached the master
+            if failure:
+                tg.cancel_scope.cancel()  # wait_ready would wait forever
+    if failure:
+        raise failure[0]

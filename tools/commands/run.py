@@ -1,0 +1,111 @@
+"""``troupe run`` (the main job) and ``troupe demo`` (actors exchanging messages)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import anyio
+import typer
+from rich.console import Console
+from rich.markup import escape
+from troupe.cli.client import run_async
+from troupe.runtime.core.client import connect
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.node.node import Node
+
+__all__ = ["demo", "run", "start_local_node"]
+
+console = Console()
+
+
+def demo_workers() -> tuple[WorkerSpec, ...]:
+    """Three worker processes: an echo, a greeter with a counter, and a relay."""
+    return (
+        WorkerSpec(name="w-echo", actors=(ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo"),)),
+        WorkerSpec(
+            name="w-greet",
+            actors=(
+                ActorSpec(name="greeter", cls="troupe.actors.demo.actors:Greeter", kwargs={"greeting": "hello"}),
+                ActorSpec(name="counter", cls="troupe.actors.demo.actors:Counter"),
+            ),
+        ),
+        WorkerSpec(name="w-relay", actors=(ActorSpec(name="relay", cls="troupe.actors.demo.actors:Relay"),)),
+    )
+
+
+async def start_local_node(tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0) -> Node:
+    """Run a node inside this process and wait until all its workers have registered.
+
+    The command owns the stop signals (``client.run_async``): cancelling the group stops the
+    node gracefully, workers first.
+    """
+    node = Node(cfg, handle_signals=False)
+    tg.start_soon(node.run)
+    with anyio.fail_after(timeout):
+        await node.ready.wait()
+        for handle in list(node.workers.values()):
+            await handle.ready_event.wait()
+    return node
+
+
+async def _demo(log_dir: Path, endpoint: str) -> None:
+    cfg = NodeConfig(name="local", endpoint=endpoint, log_dir=log_dir, workers=demo_workers())
+    configure_logging(cfg.name, "node", cfg.log_dir, console=False)
+    async with anyio.create_task_group() as tg:
+        t0 = time.perf_counter()
+        node = await start_local_node(tg, cfg)
+        console.print(f"node [bold]local[/] up with {len(node.workers)} worker processes "
+                      f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)")
+        async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
+            greeting = await rt.ref("greeter").ask("greet", "troupe")
+            console.print(f"ask greeter/greet -> {greeting!r}")
+            counter = rt.ref("counter")
+            for _ in range(100):
+                await counter.tell("add", 1)
+            console.print(f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}")
+            import numpy as np
+
+            arr = np.arange(1_000_000, dtype=np.float64)
+            console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {await rt.ref('echo').ask('sum', arr)}")
+            console.print(f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}")
+            try:
+                await rt.ref("echo").ask("fail", "on purpose")
+            except Exception as exc:  # the demo shows what a remote error looks like
+                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}")
+        node.stopping.set()
+    console.print("node stopped; every worker exited")
+
+
+def demo(
+    log_dir: Annotated[Path, typer.Option("--logs", help="Logs directory.")] = Path("logs"),
+    endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
+) -> None:
+    """Start a one-host node with a few actors and show them exchanging messages."""
+    from troupe.cli.preflight import check_demo
+
+    check_demo(log_dir, endpoint)
+    run_async(_demo, log_dir, endpoint)
+
+
+def run(
+    config: Annotated[Optional[Path], typer.Argument(metavar="PIPELINE.toml", help="Pipeline TOML (default: the embedded data generation pipeline).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
+    scenes: Annotated[Optional[int], typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")] = None,
+    endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
+    master: Annotated[str, typer.Option(help="Endpoint of the master this run starts.")] = "tcp://127.0.0.1:7478",
+    fresh: Annotated[bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")] = False,
+) -> None:
+    """Run the main job: the data generation pipeline on a one-host cluster, into --out.
+
+    Run again into the same --out, it resumes: committed episodes are kept, the missing ones
+    made, and the dataset finalised once; a finished run says so and exits 0.
+    """
+    from troupe.cli.preflight import check_run
+
+    from .run_pipeline import finish_run
+
+    check_run(config, out, scenes, endpoint, master)
+    finish_run(config, out, scenes, endpoint, master, fresh)

@@ -1,0 +1,203 @@
+"""A ``troupe run`` output directory: what it was made with, so that a rerun resumes it.
+
+``out/.troupe/run.json`` records the pipeline the directory was made with, in the terms that
+decide what its episodes hold: the pipeline's name, items and seed_start, and each stage's
+actor class and constructor kwargs (with ``{out}`` unresolved, so a moved directory still
+matches). Replicas, batches, queues, slots and retries only change how fast the same episodes
+come, so they may differ between runs. The record also says when the dataset was finalised.
+
+Rules, checked before anything runs:
+
+- a new or empty directory (or one holding only ``logs/``) starts a run;
+- a directory with a record resumes it when the pipeline is the same, and is refused, naming
+  the first field that differs, when it is not;
+- a directory with ``.troupe/`` but no record (an older troupe's run) is refused: what it was
+  made with is unknown;
+- anything else is someone else's directory (troupe would write ``data/``, ``videos/`` and
+  ``meta/`` there and remove files under them it did not write): refused.
+
+``--fresh`` deletes what troupe wrote (``.troupe/``, ``data/``, ``videos/``, ``meta/``,
+``logs/``, and the committed and staged outputs of the pipeline's store, wherever it is) in a
+directory troupe made (it has ``.troupe/``), leaves every other file alone, and starts anew;
+in any other directory it deletes nothing and the rules above apply.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.config import PipelineConfig
+from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
+from troupe.runtime.tasks.output_store import atomic_file
+
+__all__ = ["TROUPE_ENTRIES", "RunDir", "fingerprint", "first_difference"]
+
+TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
+"""The entries of an output directory that troupe writes; nothing else is ever deleted."""
+
+_FORMAT = 1
+
+
+def fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
+    """What decides a run's episodes, from the pipeline before ``{out}`` is resolved."""
+    stages: dict[str, Any] = {}
+    for stage in cfg.stages:
+        entry: dict[str, Any] = {"actor": stage.actor, "kwargs": dict(stage.kwargs)}
+        if stage.after is not None:
+            entry["after"] = stage.after
+        stages[stage.name] = entry
+    data = {"name": cfg.name, "items": cfg.items, "seed_start": cfg.seed_start,
+            "stages": ",".join(s.name for s in cfg.stages), "stage": stages}
+    return json.loads(json.dumps(data))  # tuples and lists alike, as read back from the file
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def _shown(key: str, flat: dict[str, Any]) -> str:
+    if key not in flat:
+        return f"no {key}"
+    value = flat[key]
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, str] | None:
+    """The first field that differs, as (``key=made``, ``key=asked``); None when none does."""
+    a, b = _flat(made), _flat(asked)
+    for key in [*a, *(k for k in b if k not in a)]:
+        if a.get(key, _MISSING) != b.get(key, _MISSING):
+            return _shown(key, a), _shown(key, b)
+    return None
+
+
+_MISSING = object()
+
+
+class RunDir:
+    """The output directory of ``troupe run``.
+
+    Args:
+        out: the directory (``--out``); it need not exist yet.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.state_dir = out / ".troupe"
+        self.record_path = self.state_dir / "run.json"
+        self.journal_path = self.state_dir / "journal.db"
+
+    def prepare(self, made_with: dict[str, Any], fresh: bool, stores: list[Path]) -> dict[str, Any] | None:
+        """Check the directory against this run, start it anew or record it.
+
+        Args:
+            made_with: this run's :func:`fingerprint`.
+            fresh: ``--fresh``: delete what troupe wrote here first.
+            stores: the OutputStore roots of this run (wiped by ``fresh`` too).
+
+        Returns:
+            The record's ``complete`` entry (``{episodes, frames}``) when the directory holds a
+            finished run of this pipeline, else None.
+
+        Raises:
+            ConfigError: the directory was made with another pipeline, by an older troupe, or
+                holds someone else's files; or a run is using it right now.
+        """
+        self._not_in_use()
+        wiped = fresh and self.state_dir.is_dir()  # only a directory troupe made is wiped
+        if wiped:
+            self._wipe(stores)
+        record = self._read()
+        if record is None:
+            if not wiped:  # what --fresh left is the user's own: it stays, and troupe's goes on
+                self._check_new()
+            self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+            return None
+        diff = first_difference(record.get("pipeline", {}), made_with)
+        if diff is not None:
+            raise ConfigError(f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
+                              "(use --fresh to start anew)")
+        complete = record.get("complete")
+        return complete if isinstance(complete, dict) else None
+
+    def mark_complete(self, episodes: int, frames: int) -> None:
+        """Record that the dataset holds every item's outcome, finalised."""
+        record = self._read() or {}
+        record["complete"] = {"episodes": episodes, "frames": frames}
+        self._write(record)
+
+    def dataset_episodes(self) -> int | None:
+        """``total_episodes`` of the finalised dataset, None when there is none (or unreadable)."""
+        try:
+            info = json.loads((self.out / "meta" / "info.json").read_text(encoding="utf-8"))
+            return int(info["total_episodes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    # -- private ----------------------------------------------------------------------------
+
+    def _not_in_use(self) -> None:
+        if not self.journal_path.exists():
+            return
+        try:
+            JournalLock.acquire(self.journal_path).release()
+        except JournalBusy:
+            holder = lock_path(self.journal_path).read_text(encoding="utf-8", errors="replace").strip()
+            raise ConfigError(f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
+                              "wait for it to end, or pick another --out") from None
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            text = self.record_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"--out {self.out}: cannot read {self.record_path}: {exc.strerror}") from None
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or record.get("format") != _FORMAT:
+            raise ConfigError(f"--out {self.out}: {self.record_path} is not a run record this troupe "
+                              "reads (use --fresh to start anew)")
+        return record
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with atomic_file(self.record_path) as tmp:
+            tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _check_new(self) -> None:
+        try:
+            entries = sorted(p.name for p in self.out.iterdir())
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            raise ConfigError(f"--out {self.out} is a file; give a directory") from None
+        if set(entries) <= {"logs"}:
+            return
+        if ".troupe" in entries and set(entries) <= TROUPE_ENTRIES:
+            raise ConfigError(f"--out {self.out} holds a run with no record of what it was made "
+                              "with (an older troupe); use --fresh to start anew")
+        foreign = [e for e in entries if e not in TROUPE_ENTRIES] or [e for e in entries if e != "logs"]
+        raise ConfigError(f"--out {self.out} holds {foreign[0]!r}, which no troupe run wrote; give a "
+                          "new or empty directory (troupe owns data/, videos/ and meta/ there)")
+
+    def _wipe(self, stores: list[Path]) -> None:
+        for store in stores:  # wherever the pipeline keeps it, inside --out or not
+            for sub in ("committed", ".staging"):  # an OutputStore's own layout
+                shutil.rmtree(store / sub, ignore_errors=True)
+        for name in sorted(TROUPE_ENTRIES):
+            path = self.out / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
