@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ConfigError,
         ContentStore,
         DeliveryError,
+        ItemFailed,
         LeasedTask,
         MailboxFull,
         MessageContext,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
         connect,
         handles,
     )
-    from .runtime.errors import ItemFailed
 
 __all__ = [
     "Actor",
@@ -64,12 +64,9 @@ __all__ = [
 ]
 
 
-_HOMES = {"ItemFailed": ".runtime.errors"}  # the rest come from troupe.runtime
-
-
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        value = getattr(importlib.import_module(_HOMES.get(name, ".runtime"), __name__), name)
+        value = getattr(importlib.import_module(".runtime", __name__), name)
         globals()[name] = value  # once loaded, a plain attribute
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

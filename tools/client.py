@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.runtime import AskTimeout, ConfigError, Runtime, TroupeError, Unreachable
-from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime import AskTimeout, ConfigError, TroupeError, Unreachable
+from troupe.runtime.core.runtime import process_runtime
 
 from .master_client import reachable
 from .stop_signals import StopSignals, exit_status
@@ -101,9 +101,10 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         TroupeError: with a message that says what to do when no node answers.
     """
     if not await anyio.to_thread.run_sync(reachable, endpoint, _PROBE_S):
-        raise Unreachable(f"no node answers at {endpoint}: start one with `troupe node start` "
-                          "or pass --node ENDPOINT")
-    async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
+        raise Unreachable(
+            f"no node answers at {endpoint}: start one with `troupe node start` or pass --node ENDPOINT"
+        )
+    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout:

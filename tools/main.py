@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import metadata
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
+
 from troupe.cli.bench.command import bench_app
 from troupe.cli.commands import (
     chaos,  # noqa: F401  (adds `ctl chaos` and `ctl heal`)
@@ -16,25 +19,30 @@ from troupe.cli.commands.logs import logs_app
 from troupe.cli.commands.master import master_app
 from troupe.cli.commands.node import node_app
 from troupe.cli.commands.run import demo, run
-from typer.core import TyperOption
 
 __all__ = ["app", "version"]
 
 
-def _flag_type_hidden(display_type_rich: object) -> object:
+_DisplayType = Callable[[TyperOption, Any], str | None]  # Any: the context of typer's own click
+
+
+def _flag_type_hidden(display_type_rich: _DisplayType) -> _DisplayType:
     """Typer 0.29's rich help prints an option's type even for flags (``--help <bool>``); its
     plain help and earlier releases print none. A flag takes no value, so it shows no type."""
 
-    def display(self: TyperOption, ctx: typer.Context) -> str | None:
+    def display(self: TyperOption, ctx: Any) -> str | None:
         if self.is_flag or self.count:
             return None
-        return display_type_rich(self, ctx)  # type: ignore[operator]
+        return display_type_rich(self, ctx)
 
     return display
 
 
 if hasattr(TyperOption, "display_type_rich"):
-    TyperOption.display_type_rich = _flag_type_hidden(TyperOption.display_type_rich)  # type: ignore[method-assign]
+    # A patch of typer's class: mypy refuses assigning to a method, and types the one read from
+    # the class with its ``self`` twice.
+    _display = _flag_type_hidden(TyperOption.display_type_rich)
+    TyperOption.display_type_rich = _display  # type: ignore[method-assign,assignment]
 
 
 def version() -> str:
@@ -63,8 +71,10 @@ app = typer.Typer(
 @app.callback()
 def main(
     _version: Annotated[
-        Optional[bool],
-        typer.Option("--version", callback=_print_version, is_eager=True, help="Print troupe's version and exit."),
+        bool | None,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print troupe's version and exit."
+        ),
     ] = None,
 ) -> None:
     """An actor runtime for embodied-AI data and training pipelines."""

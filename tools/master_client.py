@@ -9,8 +9,9 @@ from urllib.parse import urlsplit
 
 from rich.markup import escape
 from rich.table import Table
-from troupe.runtime import AskTimeout, Runtime, Unreachable
-from troupe.runtime.transports.zmq import ZmqTransport
+
+from troupe.runtime import AskTimeout, Unreachable
+from troupe.runtime.core.runtime import process_runtime
 
 __all__ = ["jobs_table", "master_call", "master_tables", "reachable", "submit_job"]
 
@@ -34,8 +35,10 @@ def reachable(endpoint: str, timeout: float = 0.5) -> bool:
 
 
 def _no_master(endpoint: str, why: str) -> str:
-    return (f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
-            "(or `troupe node start --with-master`), or pass --master ENDPOINT")
+    return (
+        f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
+        "(or `troupe node start --with-master`), or pass --master ENDPOINT"
+    )
 
 
 async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:
@@ -48,7 +51,7 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
     """
     if not reachable(endpoint):
         raise Unreachable(_no_master(endpoint, "connection refused"))
-    async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
+    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout:
@@ -70,7 +73,7 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
     """
     if not reachable(endpoint):
         raise Unreachable(_no_master(endpoint, "connection refused"))
-    async with Runtime("cli", f"cli-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as runtime:
+    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         ping_s = min(timeout, 5.0)
         try:
             await runtime.control(endpoint, "ping", None, timeout=ping_s)
@@ -83,7 +86,8 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             raise AskTimeout(
                 f"the master at {endpoint} answers, but is still writing job {job!r} after "
                 f"{timeout}s; check with `troupe ctl jobs` (submitting the same file again is "
-                "safe: the master says when it already has it)") from None
+                "safe: the master says when it already has it)"
+            ) from None
 
 
 def _counts(tasks: dict[str, int]) -> str:
@@ -99,42 +103,65 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
     head.add_row("journal", str(status["journal"]))
     head.add_row("tasks", _counts(status["tasks"]))
     thr = status["throughput"]
-    head.add_row("throughput", f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
-                               f"({thr['done_since_start']} since start)")
+    head.add_row(
+        "throughput",
+        f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
+        f"({thr['done_since_start']} since start)",
+    )
     spec = status["speculative"]
-    head.add_row("leases", f"{status['leases_outstanding']} outstanding; backups "
-                           f"{spec['launched']} launched, {spec['won']} won")
+    head.add_row(
+        "leases",
+        f"{status['leases_outstanding']} outstanding; backups {spec['launched']} launched, {spec['won']} won",
+    )
     nodes = Table(title="nodes (master's view)")
     for col in ("node", "alive", "workers", "cpus", "load", "mem free MiB", "gpus", "last beat"):
         nodes.add_column(col)
     for n in status["nodes"]:
         r = n.get("resources") or {}
-        nodes.add_row(n["node"], "yes" if n["alive"] else "[red]dead[/]", str(n["workers"]),
-                      str(r.get("cpus", "-")), str(r.get("load1", "-")),
-                      str(r.get("mem_available_mib", "-")), str(r.get("gpus", "-")),
-                      f"{n['last_beat_age_s']:.1f} s ago")
+        nodes.add_row(
+            n["node"],
+            "yes" if n["alive"] else "[red]dead[/]",
+            str(n["workers"]),
+            str(r.get("cpus", "-")),
+            str(r.get("load1", "-")),
+            str(r.get("mem_available_mib", "-")),
+            str(r.get("gpus", "-")),
+            f"{n['last_beat_age_s']:.1f} s ago",
+        )
     workers = Table(title=f"workers ({len(status['workers'])} registered)")
     for col in ("worker", "node", "used/slots", "gpu", "draining", "kinds"):
         workers.add_column(col)
     busiest = sorted(status["workers"], key=lambda w: (-w["used"], w["worker_id"]))
     for w in busiest[:_WORKER_ROWS]:
-        workers.add_row(w["worker_id"], w["node"], f"{w['used']}/{w['slots']}", str(w["gpu"]),
-                        "yes" if w["draining"] else "no", ",".join(w["kinds"]) or "any")
+        workers.add_row(
+            w["worker_id"],
+            w["node"],
+            f"{w['used']}/{w['slots']}",
+            str(w["gpu"]),
+            "yes" if w["draining"] else "no",
+            ",".join(w["kinds"]) or "any",
+        )
     return [head, nodes, workers, jobs_table(status["jobs"])]
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     """Render the master's jobs: state, progress by task state, rate, what stuck tasks wait for."""
     table = Table(title="jobs")
-    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s",
-                "waiting"):
+    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s", "waiting"):
         table.add_column(col)
     for j in jobs:
         c = j["counts"]
         rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job
         waiting = "\n".join(f"{w['tasks']} {escape(w['reason'])}" for w in j.get("waiting", ()))
-        table.add_row(escape(j["job_id"]), j["state"], f"{c.get('done', 0)}/{j['total']}",
-                      str(c.get("pending", 0)), str(c.get("leased", 0)), str(c.get("failed", 0)),
-                      str(c.get("dead", 0)), f"{rate:.1f}" if rate is not None else "-",
-                      waiting or "-")
+        table.add_row(
+            escape(j["job_id"]),
+            j["state"],
+            f"{c.get('done', 0)}/{j['total']}",
+            str(c.get("pending", 0)),
+            str(c.get("leased", 0)),
+            str(c.get("failed", 0)),
+            str(c.get("dead", 0)),
+            f"{rate:.1f}" if rate is not None else "-",
+            waiting or "-",
+        )
     return table

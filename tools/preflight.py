@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
+
 from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.loading import check_node_actors, check_stage_actors
 from troupe.runtime.errors import ConfigError
@@ -110,8 +111,11 @@ def check_run(config: Path | None, out: Path, scenes: int | None, endpoint: str,
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    _check(writable_problem(out, "--out"), endpoint_problem(endpoint, "--endpoint"),
-           endpoint_problem(master, "--master", "master"))
+    _check(
+        writable_problem(out, "--out"),
+        endpoint_problem(endpoint, "--endpoint"),
+        endpoint_problem(master, "--master", "master"),
+    )
 
 
 def check_demo(log_dir: Path, endpoint: str) -> None:
@@ -135,8 +139,11 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     if with_master and master is None:
         master = DEFAULT_MASTER_ENDPOINT
     option = "--endpoint" if options.get("endpoint") else "--endpoint (or [node] endpoint)"
-    _check(writable_problem(cfg.log_dir, "logs directory"), endpoint_problem(cfg.endpoint, option),
-           endpoint_problem(master, "--master", "master") if with_master and master else None)
+    _check(
+        writable_problem(cfg.log_dir, "logs directory"),
+        endpoint_problem(cfg.endpoint, option),
+        endpoint_problem(master, "--master", "master") if with_master and master else None,
+    )
     return master
 
 

@@ -76,8 +76,11 @@ class StopSignals:
                 async for signum in signals:
                     if self.signum is None:
                         self.signum = signum
-                        _err.print(f"{signal.Signals(signum).name}: stopping gracefully "
-                                   "(Ctrl-C again to stop at once)", highlight=False)
+                        _err.print(
+                            f"{signal.Signals(signum).name}: stopping gracefully "
+                            "(Ctrl-C again to stop at once)",
+                            highlight=False,
+                        )
                         work.cancel()
                         continue
                     self.force()

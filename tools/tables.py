@@ -29,16 +29,26 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
         actors.add_column(col)
     for w in status["workers"]:
         workers.add_row(
-            escape(w["name"]), escape(w["kind"]), w["state"], str(w["pid"]), str(w.get("rss_mib", "")),
-            str(w["restarts"]), escape(w["exit"] or "-"),
+            escape(w["name"]),
+            escape(w["kind"]),
+            w["state"],
+            str(w["pid"]),
+            str(w.get("rss_mib", "")),
+            str(w["restarts"]),
+            escape(w["exit"] or "-"),
         )
         if w.get("last_error"):
             errors.add_row(escape(w["name"]), escape(w["last_error"]))
         counted = (w.get("runtime") or {}).get("actors", {})
         for name, a in counted.items():
             actors.add_row(
-                escape(name), escape(w["name"]), escape(a["kind"]), str(a["handled"]), str(a["failed"]),
-                f"{a['mailbox_depth']}/{a['mailbox_capacity']}", "yes" if a["busy"] else "no",
+                escape(name),
+                escape(w["name"]),
+                escape(a["kind"]),
+                str(a["handled"]),
+                str(a["failed"]),
+                f"{a['mailbox_depth']}/{a['mailbox_capacity']}",
+                "yes" if a["busy"] else "no",
             )
         # A worker that did not answer (hung, restarting, stopped) still hosts its actors: list
         # them, with no counters, and say why there are none.
@@ -61,13 +71,26 @@ def _no_counters(worker: dict[str, Any]) -> str:
 
 def pipeline_table(p: dict[str, Any]) -> Table:
     """The live metrics of a pipeline driven beside the node (``troupe run``)."""
-    table = Table(title=(f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
-                         f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
-                         f"bottleneck {p['bottleneck'] or '-'}"))
+    table = Table(
+        title=(
+            f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
+            f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
+            f"bottleneck {p['bottleneck'] or '-'}"
+        )
+    )
     for col in ("stage", "in", "out", "failed", "l_s (s)", "N_s", "mu_s (/s)", "queue", "busy", "replicas"):
         table.add_column(col, justify="right")
     for s in p["stages"]:
-        table.add_row(s["name"], str(s["items_in"]), str(s["items_out"]), str(s["failed"]),
-                      f"{s['latency_s']:.3f}", f"{s['concurrency']:.2f}", f"{s['throughput']:.2f}",
-                      f"{s['queue_depth']}/{s['queue_bound']}", f"{s['busy_fraction']:.0%}", str(s["replicas"]))
+        table.add_row(
+            s["name"],
+            str(s["items_in"]),
+            str(s["items_out"]),
+            str(s["failed"]),
+            f"{s['latency_s']:.3f}",
+            f"{s['concurrency']:.2f}",
+            f"{s['throughput']:.2f}",
+            f"{s['queue_depth']}/{s['queue_bound']}",
+            f"{s['busy_fraction']:.0%}",
+            str(s["replicas"]),
+        )
     return table

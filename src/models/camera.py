@@ -90,7 +90,5 @@ def camera_rays(intrinsics: Intrinsics, rotations: torch.Tensor) -> torch.Tensor
     d = pixel_directions(intrinsics, rotations.device, rotations.dtype)
     r = rotations[:, None, None, :, :]  # (T, 1, 1, 3, 3)
     return (
-        r[..., :, 0] * d[None, ..., 0:1]
-        + r[..., :, 1] * d[None, ..., 1:2]
-        + r[..., :, 2] * d[None, ..., 2:3]
+        r[..., :, 0] * d[None, ..., 0:1] + r[..., :, 1] * d[None, ..., 1:2] + r[..., :, 2] * d[None, ..., 2:3]
     )

@@ -167,9 +167,7 @@ def _shade(
     checker = torch.remainder(torch.floor(u) + torch.floor(v), 2.0)
     stripes = torch.remainder(torch.floor(w), 2.0)
     tex = textures[k, 0].round()
-    dark = torch.where(
-        tex == TEXTURE_CHECKER, checker, torch.where(tex == TEXTURE_STRIPES, stripes, 0.0)
-    )
+    dark = torch.where(tex == TEXTURE_CHECKER, checker, torch.where(tex == TEXTURE_STRIPES, stripes, 0.0))
     pattern = 1.0 - config.texture_contrast * dark
 
     rgb = (colors[k] * (pattern * shade)[:, None]).clamp(0.0, 1.0)
@@ -185,9 +183,7 @@ def _chunks(frames: int, pixels: int, boxes: int, max_pairs: int) -> list[tuple[
         step = max_pairs // (pixels * boxes)
         return [(f, min(f + step, frames), 0, pixels) for f in range(0, frames, step)]
     step = max(1, max_pairs // boxes)
-    return [
-        (f, f + 1, p, min(p + step, pixels)) for f in range(frames) for p in range(0, pixels, step)
-    ]
+    return [(f, f + 1, p, min(p + step, pixels)) for f in range(frames) for p in range(0, pixels, step)]
 
 
 @torch.no_grad()
@@ -233,8 +229,7 @@ def render(
     rot = _tensor(rotations, (3, 3), "rotations", dev)
     if not len(b) == len(c) == len(tx) or len(pos) != len(rot):
         raise ValueError(
-            "bounds, colors and textures need one row per box, "
-            "positions and rotations one row per frame"
+            "bounds, colors and textures need one row per box, positions and rotations one row per frame"
         )
     l_dir = torch.tensor(lighting.direction, dtype=torch.float32, device=dev)
     l_dir = l_dir / l_dir.norm().clamp(min=1e-12)
@@ -260,9 +255,7 @@ def render(
         d = dirs[f0:f1, p0:p1]
         t, k = _nearest(pos[f0:f1], (1.0 / d).permute(2, 0, 1), lo, hi, config.near)
         o = pos[f0:f1, None, :].expand_as(d).reshape(-1, 3)
-        col, dep = _shade(
-            o, d.reshape(-1, 3), t.reshape(-1), k.reshape(-1), (lo, hi, c, tx), light, config
-        )
+        col, dep = _shade(o, d.reshape(-1, 3), t.reshape(-1), k.reshape(-1), (lo, hi, c, tx), light, config)
         rgb[f0:f1, p0:p1] = (col * 255.0).round().to(torch.uint8).reshape(f1 - f0, p1 - p0, 3)
         depth[f0:f1, p0:p1] = dep.reshape(f1 - f0, p1 - p0)
     return rgb.reshape(n_frames, h, w, 3), depth.reshape(n_frames, h, w)

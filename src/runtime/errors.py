@@ -5,23 +5,36 @@
     TroupeError
     ├── ConfigError(ValueError)            a config file or option is wrong
     ├── ProtocolError                      a frame broke the wire protocol
-    │   ├── EncodeError(TypeError)         a payload value has no wire encoding
     │   ├── BadFrame(ValueError)           truncated, garbage, wrong shape or types
     │   ├── VersionMismatch                another protocol version
     │   ├── MessageTooLarge                over the receiver's size limit
-    │   └── BadRequest(ValueError)         a control payload lacks a field or mistypes one
+    │   ├── BadRequest(ValueError)         a control payload lacks a field or mistypes one
+    │   └── EncodeError(TypeError)         a payload value has no wire encoding
     ├── DeliveryError                      a message could not be handled
     │   ├── UnknownActor(LookupError)      no such actor at the target
     │   ├── UnknownMessageType(LookupError) the actor has no handler for that type
     │   ├── MailboxFull                    the target's mailbox is full and the sender asked not to wait
     │   ├── ActorStopped                   the actor stopped before it answered
     │   └── Unreachable(ConnectionError)   no peer answers at that address
+    │       └── Partitioned                a partition fault refuses the traffic on purpose
     ├── AskTimeout(TimeoutError)           no reply before the deadline
     ├── RemoteError                        the handler raised; carries type, message, traceback
     ├── TaskError                          task bookkeeping refused an operation
     │   ├── JournalError                   the journal cannot be opened or is corrupt
-    │   └── CommitError(OSError)           a task output could not be committed
-    └── FaultInjected                      raised on purpose by fault injection
+    │   │   └── JournalBusy                another process holds the journal (tasks.journal_lock)
+    │   ├── CommitError(OSError)           a task output could not be committed
+    │   ├── InvalidTaskId(ValueError)      a task id cannot name an output
+    │   ├── ContentError                   a task's context is missing or damaged in the store
+    │   ├── UnknownWorker(LookupError)     the master does not know the worker: register again
+    │   └── KindNotRun                     a runner does not run that task kind (tasks.getter)
+    ├── FaultInjected                      raised on purpose by fault injection
+    └── ItemFailed                         one pipeline item failed and is pruned (not retried)
+
+Classes are defined here unless the tree names their module (under ``troupe.runtime``); a test
+(tests/runtime/test_error_tree.py) parses this tree and fails on a TroupeError subclass of the
+runtime that it does not draw. Domain errors live with the actors that raise them
+(``troupe.actors.lerobot.errors.InvalidData``, ``troupe.actors.datagen.errors.PlanFailed``
+under ItemFailed); their wire codes resolve once those modules are imported.
 
 Errors from third-party libraries (pyzmq, msgpack, sqlite3) are translated into these at the
 module that talks to them; nothing above that boundary sees a foreign exception type.
@@ -36,18 +49,23 @@ __all__ = [
     "BadRequest",
     "CommitError",
     "ConfigError",
-    "EncodeError",
+    "ContentError",
     "DeliveryError",
+    "EncodeError",
     "FaultInjected",
+    "InvalidTaskId",
+    "ItemFailed",
     "JournalError",
     "MailboxFull",
     "MessageTooLarge",
+    "Partitioned",
     "ProtocolError",
     "RemoteError",
     "TaskError",
     "TroupeError",
     "UnknownActor",
     "UnknownMessageType",
+    "UnknownWorker",
     "Unreachable",
     "VersionMismatch",
 ]
@@ -143,9 +161,7 @@ class RemoteError(TroupeError):
 
     code = "remote_error"
 
-    def __init__(
-        self, remote_type: str, message: str, remote_traceback: str = "", actor: str = ""
-    ) -> None:
+    def __init__(self, remote_type: str, message: str, remote_traceback: str = "", actor: str = "") -> None:
         super().__init__(f"{remote_type}: {message}" + (f" (in actor {actor})" if actor else ""))
         self.remote_type = remote_type
         self.remote_message = message
@@ -212,22 +228,10 @@ class InvalidTaskId(TaskError, ValueError):
     code = "invalid_task_id"
 
 
-class InvalidData(TroupeError, ValueError):
-    """Data handed to (or read back by) a writer has the wrong shape, dtype or values."""
-
-    code = "invalid_data"
-
-
 class ItemFailed(TroupeError):
     """One pipeline item failed and is pruned; the job goes on without it (not retried)."""
 
     code = "item_failed"
-
-
-class PlanFailed(ItemFailed):
-    """No usable trajectory for this item: goal unreachable, path too short, no free cells."""
-
-    code = "plan_failed"
 
 
 class Partitioned(Unreachable):

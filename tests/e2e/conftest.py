@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from support.chaos import TaskMaster, start_master
 from support.cluster import DEMO_CONFIG, NodeProc, running_node
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from support.chaos import TaskMaster, node_config
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import ChaosEvent, Cluster, random_schedule
@@ -50,9 +51,9 @@ POLICY = {"lease_s": LEASE_S, "max_attempts": 10, "backoff_base_s": 0}
 HOLD_S = 0.8  # a slow fault that keeps w1 inside a task while it is killed (< PROGRESS_S)
 
 
-
-async def _serving(master: TaskMaster, start: Callable[..., Cluster], workers: list[str],
-                   actor: str = SLEEP) -> Cluster:
+async def _serving(
+    master: TaskMaster, start: Callable[..., Cluster], workers: list[str], actor: str = SLEEP
+) -> Cluster:
     cluster = start(node_config(master, workers, actor, TABLES), NODE)
     await master.wait_workers({f"{NODE}/{w}" for w in workers})
     await cluster.wait_for(_beating)
@@ -101,7 +102,8 @@ async def _unharmed(cluster: Cluster, worker: str, pid: int) -> None:
 async def test_kill_is_reaped_at_once_and_the_held_task_requeued_at_once(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A worker SIGKILLed while it holds a lease is seen by waitpid, restarted, and its task redone long before the lease ends."""
+    """A worker SIGKILLed while it holds a lease is seen by waitpid, restarted, and its task redone long
+    before the lease ends."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("slow", "w1", seconds=HOLD_S, count=1)  # holds w1 inside its first task
@@ -123,7 +125,8 @@ async def test_kill_is_reaped_at_once_and_the_held_task_requeued_at_once(
 async def test_crash_fails_the_attempt_and_the_task_is_retried(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A crash raised in the task path fails that attempt only: the worker lives on and the task is retried once more."""
+    """A crash raised in the task path fails that attempt only: the worker lives on and the task is retried
+    once more."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("crash", "w1", count=2)
@@ -138,7 +141,8 @@ async def test_crash_fails_the_attempt_and_the_task_is_retried(
 async def test_hang_with_gil_is_killed_by_the_heartbeat_timeout(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A task stuck in a C call holding the GIL stops the beats: killed within the heartbeat timeout plus one beat (+2 s CI margin), its task redone."""
+    """A task stuck in a C call holding the GIL stops the beats: killed within the heartbeat timeout plus one
+    beat (+2 s CI margin), its task redone."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("hang_with_gil", "w1", seconds=30, count=1)
@@ -152,10 +156,9 @@ async def test_hang_with_gil_is_killed_by_the_heartbeat_timeout(
     assert _retried(master, "hang-")
 
 
-async def test_stall_is_killed_by_the_progress_timeout(
-    master: TaskMaster, troupe_cluster: Any
-) -> None:
-    """A task blocked on a lock keeps beating but shows no progress: killed within the progress timeout plus one beat (+2 s CI margin), its task redone."""
+async def test_stall_is_killed_by_the_progress_timeout(master: TaskMaster, troupe_cluster: Any) -> None:
+    """A task blocked on a lock keeps beating but shows no progress: killed within the progress timeout plus
+    one beat (+2 s CI margin), its task redone."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("stall", "w1", count=1)
@@ -186,13 +189,13 @@ async def test_slow_tasks_are_not_killed(master: TaskMaster, troupe_cluster: Any
 async def test_a_dropped_task_comes_back_when_its_lease_expires(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A dropped task is neither run nor reported; its lease expires and it is done once elsewhere or later."""
+    """A dropped task is neither run nor reported; its lease expires and it is done once elsewhere or
+    later."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("drop", "w1", count=1)
     t0 = time.monotonic()
-    job_id = await master.submit("drop", "sleep", TASKS, PARAMS,
-                                 **{**POLICY, "lease_s": SHORT_LEASE_S})
+    job_id = await master.submit("drop", "sleep", TASKS, PARAMS, **{**POLICY, "lease_s": SHORT_LEASE_S})
     job = await master.wait_job(job_id, 60)
     master.check_exactly_once(job, "drop-", TASKS)
     assert time.monotonic() - t0 >= SHORT_LEASE_S  # the dropped lease had to expire first
@@ -205,7 +208,8 @@ async def test_a_dropped_task_comes_back_when_its_lease_expires(
 async def test_a_worker_cut_off_from_the_master_loses_its_lease_not_the_task(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A worker partitioned from the master mid-job is not killed; its lease expires and its task is done once elsewhere."""
+    """A worker partitioned from the master mid-job is not killed; its lease expires and its task is done once
+    elsewhere."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     job_id = await master.submit("cut", "sleep", 60, PARAMS, **{**POLICY, "lease_s": SHORT_LEASE_S})
@@ -225,7 +229,8 @@ async def test_a_worker_cut_off_from_the_master_loses_its_lease_not_the_task(
 async def test_a_long_task_that_reports_progress_is_not_killed(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """Pure-Python task work longer than the progress timeout survives when it calls progress(); a quiet attempt is killed and redone."""
+    """Pure-Python task work longer than the progress timeout survives when it calls progress(); a quiet
+    attempt is killed and redone."""
     cluster = await _serving(master, troupe_cluster, ["w1"], CRUNCH)
     before = await cluster.worker("w1")
     params = {"seconds": 2.5 * PROGRESS_S}
@@ -250,24 +255,38 @@ SOAK_HEAL_AFTER_S = 1.5  # a partition lasts this long
 
 
 def _soak_schedule(master: TaskMaster) -> list[ChaosEvent]:
-    options = {"crash": {"count": 1}, "hang_with_gil": {"seconds": 30, "count": 1},
-               "stall": {"count": 1}, "slow": {"seconds": 0.2, "count": 2},
-               "drop": {"count": 1}, "partition": {"peers": [master.endpoint]}}
+    options = {
+        "crash": {"count": 1},
+        "hang_with_gil": {"seconds": 30, "count": 1},
+        "stall": {"count": 1},
+        "slow": {"seconds": 0.2, "count": 2},
+        "drop": {"count": 1},
+        "partition": {"peers": [master.endpoint]},
+    }
     events = random_schedule(SOAK_KINDS, SOAK_WORKERS, SOAK_S, SOAK_EVERY_S, SOAK_SEED, options)
-    heals = [ChaosEvent(e.at_s + SOAK_HEAL_AFTER_S, "heal", e.target)
-             for e in events if e.kind == "partition"]
+    heals = [
+        ChaosEvent(e.at_s + SOAK_HEAL_AFTER_S, "heal", e.target) for e in events if e.kind == "partition"
+    ]
     return events + heals
 
 
 @pytest.mark.timeout(240)
 async def test_chaos_soak_every_task_done_exactly_once(master: TaskMaster, troupe_cluster: Any) -> None:
-    """Faults of every kind at random for 30 s under a 300-task load: every task is done exactly once, none dead."""
+    """Faults of every kind at random for 30 s under a 300-task load: every task is done exactly once, none
+    dead."""
     cluster = await _serving(master, troupe_cluster, SOAK_WORKERS)
     events = _soak_schedule(master)
     assert {e.kind for e in events} >= set(SOAK_KINDS)  # the seed draws every kind
     # ~200 ms tasks keep the three workers busy for the whole schedule.
-    job_id = await master.submit("soak", "sleep", SOAK_TASKS, {"min_ms": 150, "max_ms": 350},
-                                 lease_s=3, max_attempts=50, backoff_base_s=0)
+    job_id = await master.submit(
+        "soak",
+        "sleep",
+        SOAK_TASKS,
+        {"min_ms": 150, "max_ms": 350},
+        lease_s=3,
+        max_attempts=50,
+        backoff_base_s=0,
+    )
     async with cluster.scheduled(events) as done:
         with anyio.fail_after(SOAK_S + 30):
             while len(done) < len(events):
@@ -277,7 +296,6 @@ async def test_chaos_soak_every_task_done_exactly_once(master: TaskMaster, troup
     master.check_exactly_once(job, "soak-", SOAK_TASKS)
     accepted = [e for e, reply in done if not isinstance(reply, Exception)]
     assert len(accepted) >= len(events) // 2, [(e.kind, e.target, r) for e, r in done]
-    status = await cluster.wait_for(
-        lambda s: all(w["state"] == "running" for w in s["workers"]), timeout=30)
+    status = await cluster.wait_for(lambda s: all(w["state"] == "running" for w in s["workers"]), timeout=30)
     assert sum(w["restarts"] for w in status["workers"]) >= 1
     assert status["supervision"]["give_ups"] == 0

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support.cluster import ctl, free_endpoint
 
 pytestmark = pytest.mark.e2e
@@ -27,15 +28,21 @@ def test_demo_runs_actors_across_processes_and_exits_cleanly(tmp_path: Path) -> 
     processes = {r["process"] for r in records}
     assert {"node", "w-echo", "w-greet", "w-relay"} <= processes
     assert all({"node", "pid", "level", "timestamp", "event"} <= set(r) for r in records)
-    assert any(r.get("actor") == "echo" and "msg_id" in r for r in records), "handler lines carry actor and msg_id"
+    assert any(r.get("actor") == "echo" and "msg_id" in r for r in records), (
+        "handler lines carry actor and msg_id"
+    )
 
 
 def test_logs_tail_renders_every_node_file(tmp_path: Path) -> None:
-    """`troupe logs tail --no-follow` shows the last lines of each node's JSON log, readable, and passes non-JSON through."""
+    """`troupe logs tail --no-follow` shows the last lines of each node's JSON log, readable, and passes
+    non-JSON through."""
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "a.jsonl").write_text(
-        json.dumps({"timestamp": "t1", "level": "info", "node": "a", "process": "w0", "event": "hello", "k": 1}) + "\n"
+        json.dumps(
+            {"timestamp": "t1", "level": "info", "node": "a", "process": "w0", "event": "hello", "k": 1}
+        )
+        + "\n"
     )
     (logs / "b.jsonl").write_text("not json at all\n")
     out = ctl("logs", "tail", "--logs", str(logs), "--no-follow")
@@ -59,7 +66,8 @@ def test_bad_node_config_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_ctl_status_shows_the_running_pipeline_live(tmp_path: Path) -> None:
-    """While `troupe run` works, `ctl status` against its node shows the stage metrics; the run then exits 0."""
+    """While `troupe run` works, `ctl status` against its node shows the stage metrics; the run
+    then exits 0."""
     import subprocess
     import sys
     import time
@@ -68,9 +76,22 @@ def test_ctl_status_shows_the_running_pipeline_live(tmp_path: Path) -> None:
     errors = tmp_path / "run-stderr.txt"
     with errors.open("wb") as err:
         run = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "run", "--scenes", "24", "--out", str(tmp_path / "out"),
-             "--endpoint", endpoint, "--master", free_endpoint()],
-            stdout=subprocess.DEVNULL, stderr=err,
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "run",
+                "--scenes",
+                "24",
+                "--out",
+                str(tmp_path / "out"),
+                "--endpoint",
+                endpoint,
+                "--master",
+                free_endpoint(),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
         )
     try:
         seen = None
@@ -96,7 +117,10 @@ def test_bench_messaging_json_reports_every_figure_against_its_ceiling() -> None
     # A session of its own: on a timeout the whole group goes, raw peers and workers included.
     proc = subprocess.Popen(
         [sys.executable, "-m", "troupe.cli.main", "bench", "messaging", "--quick", "--repeat", "1", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         stdout, stderr = proc.communicate(timeout=240)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from troupe.runtime.testing.plugin import free_endpoint, reap
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +30,10 @@ def troupe(*args: str, cwd: Path, prefix: Sequence[str] = ()) -> subprocess.Comp
     """Run ``troupe ARGS`` in ``cwd`` and capture its output."""
     return subprocess.run(
         [*prefix, sys.executable, "-m", "troupe.cli.main", *args],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=cwd,
         env={**os.environ, "COLUMNS": "60"},  # a narrow terminal must not wrap the line either
     )
 
@@ -104,8 +108,12 @@ def test_scenes_below_one(tmp_path: Path, scenes: str) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    [("run", "--out", "{tmp}/out"), ("demo", "--logs", "{tmp}/out"), ("node", "start", "--logs", "{tmp}/out"),
-     ("master", "start", "--logs", "{tmp}/out", "--new", "--journal", "{tmp}/out/j.db")],
+    [
+        ("run", "--out", "{tmp}/out"),
+        ("demo", "--logs", "{tmp}/out"),
+        ("node", "start", "--logs", "{tmp}/out"),
+        ("master", "start", "--logs", "{tmp}/out", "--new", "--journal", "{tmp}/out/j.db"),
+    ],
     ids=["run", "demo", "node start", "master start"],
 )
 def test_endpoint_in_use(tmp_path: Path, command: tuple[str, ...]) -> None:
@@ -122,12 +130,16 @@ def test_endpoint_in_use(tmp_path: Path, command: tuple[str, ...]) -> None:
 def test_node_actor_class_that_does_not_import(tmp_path: Path) -> None:
     """A node config naming a class that does not import: one line at its field, no worker, no log."""
     config = tmp_path / "node.toml"
-    config.write_text(f'[node]\nendpoint = "{free_endpoint()}"\n[[workers]]\nname = "w-render"\n'
-                      'actors = [{ name = "render", class = "troupe_no_such_pkg.actors:Renderer" }]\n')
+    config.write_text(
+        f'[node]\nendpoint = "{free_endpoint()}"\n[[workers]]\nname = "w-render"\n'
+        'actors = [{ name = "render", class = "troupe_no_such_pkg.actors:Renderer" }]\n'
+    )
     out = troupe("node", "start", "--config", str(config), "--logs", str(tmp_path / "logs"), cwd=tmp_path)
     line = one_line_error(out)
-    assert (f"{config}: workers.w-render.actors.render.class: cannot import "
-            "'troupe_no_such_pkg.actors:Renderer': No module named 'troupe_no_such_pkg'") in line
+    assert (
+        f"{config}: workers.w-render.actors.render.class: cannot import "
+        "'troupe_no_such_pkg.actors:Renderer': No module named 'troupe_no_such_pkg'"
+    ) in line
     assert not (tmp_path / "logs").exists(), "the node never started"
 
 
@@ -135,8 +147,18 @@ def test_run_master_endpoint_in_use(tmp_path: Path) -> None:
     """`troupe run` starts a master too: its port in use is named with --master."""
     master = free_endpoint()
     with listening(master):
-        line = one_line_error(troupe("run", "--out", str(tmp_path / "out"), "--endpoint", free_endpoint(),
-                                     "--master", master, cwd=tmp_path))
+        line = one_line_error(
+            troupe(
+                "run",
+                "--out",
+                str(tmp_path / "out"),
+                "--endpoint",
+                free_endpoint(),
+                "--master",
+                master,
+                cwd=tmp_path,
+            )
+        )
     assert f"endpoint {master} is in use (another troupe master?); pass --master" in line
     assert not (tmp_path / "out").exists(), "nothing was started"
 
@@ -145,8 +167,17 @@ def test_pipeline_actor_class_that_does_not_import(tmp_path: Path) -> None:
     """A pipeline stage whose class does not import: one line at the stage's field, no run."""
     pipeline = tmp_path / "pipe.toml"
     pipeline.write_text('[[stages]]\nname = "render"\nactor = "troupe_no_such_pkg.stages:Render"\n')
-    out = troupe("run", str(pipeline), "--out", str(tmp_path / "out"), "--endpoint", free_endpoint(),
-                 "--master", free_endpoint(), cwd=tmp_path)
+    out = troupe(
+        "run",
+        str(pipeline),
+        "--out",
+        str(tmp_path / "out"),
+        "--endpoint",
+        free_endpoint(),
+        "--master",
+        free_endpoint(),
+        cwd=tmp_path,
+    )
     line = one_line_error(out)
     assert f"{pipeline}: stages.render.actor: cannot import 'troupe_no_such_pkg.stages:Render'" in line
     assert not (tmp_path / "out").exists(), "the run never started"
@@ -177,8 +208,10 @@ def test_toml_key_that_looks_like_markup(tmp_path: Path) -> None:
 def test_bad_config_value_is_one_line_with_field_and_value(tmp_path: Path) -> None:
     """Several bad fields of a pipeline: one line naming each by path, the stage by its name."""
     pipeline = tmp_path / "pipe.toml"
-    pipeline.write_text('[pipeline]\nitem = 3\n[[stages]]\nname = "render"\n'
-                        'actor = "troupe.actors.bench.synthetic:CostStage"\nreplicas = -1\n')
+    pipeline.write_text(
+        '[pipeline]\nitem = 3\n[[stages]]\nname = "render"\n'
+        'actor = "troupe.actors.bench.synthetic:CostStage"\nreplicas = -1\n'
+    )
     line = one_line_error(troupe("run", str(pipeline), "--out", str(tmp_path / "out"), cwd=tmp_path))
     assert "stages.render.replicas: must be >= 1 (got -1)" in line
     assert "pipeline.item: unknown key; did you mean 'items'?" in line
@@ -190,9 +223,24 @@ def test_with_master_takes_the_master_endpoint_from_the_config(tmp_path: Path) -
     config = tmp_path / "node.toml"
     config.write_text(f'[node]\nendpoint = "{free_endpoint()}"\nmaster = "{master}"\n')
     proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config), "--with-master",
-         "--new", "--journal", str(tmp_path / "journal.db"), "--logs", str(tmp_path / "logs")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "node",
+            "start",
+            "--config",
+            str(config),
+            "--with-master",
+            "--new",
+            "--journal",
+            str(tmp_path / "journal.db"),
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
     )
     try:
         deadline = time.monotonic() + HANG_GUARD_S

@@ -27,8 +27,13 @@ ALL = sorted(_commands(typer.main.get_command(app)))
 
 def test_version_prints_the_installed_version() -> None:
     """`troupe --version` prints the package metadata's version and exits 0."""
-    done = subprocess.run([sys.executable, "-m", "troupe.cli.main", "--version"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"troupe {metadata.version('troupe')}"
 
@@ -36,8 +41,13 @@ def test_version_prints_the_installed_version() -> None:
 def test_node_start_help_shows_no_type_after_a_flag() -> None:
     """The flags of `troupe node start --help` (--with-master, --new, --help) take no value and
     show no `<bool>`; options that take one still show its type."""
-    done = subprocess.run([sys.executable, "-m", "troupe.cli.main", "node", "start", "--help"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "--with-master" in done.stdout and "--help" in done.stdout
     assert "<bool>" not in done.stdout
@@ -60,15 +70,18 @@ def test_ctl_lists_undrain_beside_drain() -> None:
     assert "NODE" in result.output and "Resume a drained node" in result.output
 
 
-@pytest.mark.parametrize(("argv", "usage"), [
-    (("run",), "troupe run [OPTIONS] [PIPELINE.toml]"),
-    (("ctl", "submit"), "troupe ctl submit [OPTIONS] {JOB.toml}"),
-    (("ctl", "cancel"), "troupe ctl cancel [OPTIONS] {JOB}"),
-    (("ctl", "dead"), "troupe ctl dead [OPTIONS] {JOB}"),
-    (("ctl", "drain"), "troupe ctl drain [OPTIONS] {NODE}"),
-    (("ctl", "undrain"), "troupe ctl undrain [OPTIONS] {NODE}"),
-    (("ctl", "chaos"), "troupe ctl chaos [OPTIONS] {KIND}"),
-])
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (("run",), "troupe run [OPTIONS] [PIPELINE.toml]"),
+        (("ctl", "submit"), "troupe ctl submit [OPTIONS] {JOB.toml}"),
+        (("ctl", "cancel"), "troupe ctl cancel [OPTIONS] {JOB}"),
+        (("ctl", "dead"), "troupe ctl dead [OPTIONS] {JOB}"),
+        (("ctl", "drain"), "troupe ctl drain [OPTIONS] {NODE}"),
+        (("ctl", "undrain"), "troupe ctl undrain [OPTIONS] {NODE}"),
+        (("ctl", "chaos"), "troupe ctl chaos [OPTIONS] {KIND}"),
+    ],
+)
 def test_usage_names_arguments_as_the_readme_does(argv: tuple[str, ...], usage: str) -> None:
     """Arguments are named in capitals, as the README's command table writes them."""
     result = CliRunner().invoke(app, [*argv, "--help"], terminal_width=200)

@@ -29,14 +29,34 @@ def rows(tables: list[Table]) -> dict[str, list[str]]:
     return out
 
 
-def worker(name: str, actors: list[str], runtime: dict[str, Any] | None, state: str = "running") -> dict[str, Any]:
-    return {"name": name, "kind": "default", "state": state, "pid": 4242, "endpoint": "tcp://127.0.0.1:1",
-            "actors": actors, "actor_endpoints": {}, "incarnation": 1, "restarts": 0, "exit": "",
-            "rss_mib": 30.0, "runtime": runtime}
+def worker(
+    name: str, actors: list[str], runtime: dict[str, Any] | None, state: str = "running"
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": "default",
+        "state": state,
+        "pid": 4242,
+        "endpoint": "tcp://127.0.0.1:1",
+        "actors": actors,
+        "actor_endpoints": {},
+        "incarnation": 1,
+        "restarts": 0,
+        "exit": "",
+        "rss_mib": 30.0,
+        "runtime": runtime,
+    }
 
 
 def counters(kind: str) -> dict[str, Any]:
-    return {"kind": kind, "handled": 7, "failed": 1, "mailbox_depth": 0, "mailbox_capacity": 100, "busy": False}
+    return {
+        "kind": kind,
+        "handled": 7,
+        "failed": 1,
+        "mailbox_depth": 0,
+        "mailbox_capacity": 100,
+        "busy": False,
+    }
 
 
 NODE = {"node": "n1", "pid": 1, "endpoint": "tcp://127.0.0.1:2", "uptime_s": 3.0, "rss_mib": 40.0}
@@ -44,11 +64,14 @@ NODE = {"node": "n1", "pid": 1, "endpoint": "tcp://127.0.0.1:2", "uptime_s": 3.0
 
 def test_a_hung_worker_s_actors_are_listed_without_counters() -> None:
     """A worker that did not answer the status ask still shows its actors, marked so."""
-    reply = {**NODE, "workers": [
-        worker("w-ok", ["echo"], {"actors": {"echo": counters("Echo")}}),
-        worker("w-hung", ["render", "encode"], {"error": "AskTimeout('no reply within 1.0s')"}),
-        worker("w-off", ["store"], None, state="stopped"),
-    ]}
+    reply = {
+        **NODE,
+        "workers": [
+            worker("w-ok", ["echo"], {"actors": {"echo": counters("Echo")}}),
+            worker("w-hung", ["render", "encode"], {"error": "AskTimeout('no reply within 1.0s')"}),
+            worker("w-off", ["store"], None, state="stopped"),
+        ],
+    }
     actors = rows(status_tables(reply))
     assert actors["echo"] == ["echo", "w-ok", "Echo", "7", "1", "0/100", "no"]
     assert actors["render"] == ["render", "w-hung", "-", "-", "-", "-", "(no answer)"]
@@ -57,10 +80,19 @@ def test_a_hung_worker_s_actors_are_listed_without_counters() -> None:
 
 
 def master_reply(name: str) -> dict[str, Any]:
-    return {"master": name, "endpoint": "tcp://127.0.0.1:3", "pid": 2, "journal": "j.db",
-            "tasks": {"done": 3}, "throughput": {"done_per_s": 1.0, "window_s": 30, "done_since_start": 3},
-            "speculative": {"launched": 0, "won": 0}, "leases_outstanding": 0,
-            "nodes": [], "workers": [], "jobs": []}
+    return {
+        "master": name,
+        "endpoint": "tcp://127.0.0.1:3",
+        "pid": 2,
+        "journal": "j.db",
+        "tasks": {"done": 3},
+        "throughput": {"done_per_s": 1.0, "window_s": 30, "done_since_start": 3},
+        "speculative": {"launched": 0, "won": 0},
+        "leases_outstanding": 0,
+        "nodes": [],
+        "workers": [],
+        "jobs": [],
+    }
 
 
 def test_the_master_section_is_titled_once() -> None:
@@ -70,8 +102,13 @@ def test_the_master_section_is_titled_once() -> None:
 
 
 def job(state: str) -> dict[str, Any]:
-    return {"job_id": f"job-{state}", "state": state, "total": 10, "counts": {"done": 4, "cancelled": 6},
-            "done_per_s": 2.0}
+    return {
+        "job_id": f"job-{state}",
+        "state": state,
+        "total": 10,
+        "counts": {"done": 4, "cancelled": 6},
+        "done_per_s": 2.0,
+    }
 
 
 def test_a_cancelled_job_shows_no_rate() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from support.cluster import NodeProc, running_node
 from troupe.runtime.core.client import connect
 
@@ -43,6 +44,8 @@ async def test_a_sender_blocked_at_the_high_water_mark_always_resumes(pair_node:
         source = rt.ref("src/source")
         for _ in range(4):
             with anyio.fail_after(60):
-                rate = await source.ask("tells", {"target": "dst/sink", "n": 100_000, "kind": "small"}, timeout=60)
+                rate = await source.ask(
+                    "tells", {"target": "dst/sink", "n": 100_000, "kind": "small"}, timeout=60
+                )
             assert rate > 0
             assert await rt.ref("dst/sink").ask("count") == 100_000

@@ -22,6 +22,7 @@ import msgpack
 import psutil
 import pytest
 import zmq
+
 from support.cluster import ctl
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster
@@ -49,7 +50,9 @@ actors = [
 
 
 def _header(kind: int, msg_id: int, target: str, msg_type: str, payload: Any = None) -> bytes:
-    return msgpack.packb([1, kind, msg_id, 0, "hostile/py", target, msg_type, time.time() + 60, None, None, payload])
+    return msgpack.packb(
+        [1, kind, msg_id, 0, "hostile/py", target, msg_type, time.time() + 60, None, None, payload]
+    )
 
 
 def _control(endpoint: str, msg_type: str, payload: Any = None) -> Any:
@@ -106,8 +109,13 @@ async def test_a_flood_to_an_actor_that_reads_nothing_leaves_every_peer_served(t
             deaf.send(_header(ASK, i + 1, "echo", "echo", "x" * 2000))  # 20 MB of replies
         # Served while the flood is read, and once it is all in; then the peers vanish.
         await _served(cluster)
-        await _until(cluster, lambda s: Cluster.worker_in(s, "w-echo")["runtime"]["bad_frames"] >= FLOOD
-                     and Cluster.worker_in(s, "w-echo")["runtime"]["actors"]["echo"]["handled"] >= FLOOD)
+        await _until(
+            cluster,
+            lambda s: (
+                Cluster.worker_in(s, "w-echo")["runtime"]["bad_frames"] >= FLOOD
+                and Cluster.worker_in(s, "w-echo")["runtime"]["actors"]["echo"]["handled"] >= FLOOD
+            ),
+        )
     await _served(cluster)
 
     # The counters a user sees, through the command line.
@@ -173,7 +181,9 @@ actors = [
 """
 
 
-async def test_a_worker_whose_messages_wait_unhandled_is_killed_as_hung_and_restarted(troupe_cluster: Any) -> None:
+async def test_a_worker_whose_messages_wait_unhandled_is_killed_as_hung_and_restarted(
+    troupe_cluster: Any,
+) -> None:
     """The gate's handler awaits an event nobody sets, two messages queue behind it, and the
     echo of the same worker finishes its last message: the worker reports idle while its loop
     and beats go on. Messages wait and none is handled: it is hung, killed, restarted."""

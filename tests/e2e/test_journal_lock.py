@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from support.cluster import ctl, free_endpoint, reap
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
@@ -38,9 +39,23 @@ def start_master(journal: Path, endpoint: str, logs: Path, *extra: str) -> subpr
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"console-{endpoint.rsplit(':', 1)[1]}.txt", "w") as console:
         return subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
-             str(journal), "--endpoint", endpoint, "--logs", str(logs), *extra],
-            stdout=console, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "master",
+                "start",
+                "--journal",
+                str(journal),
+                "--endpoint",
+                endpoint,
+                "--logs",
+                str(logs),
+                *extra,
+            ],
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
 
@@ -70,8 +85,18 @@ def test_a_second_master_on_a_journal_is_refused_until_the_first_dies(tmp_path: 
     third: subprocess.Popen[str] | None = None
     try:
         serving(endpoint, first)
-        second = ctl("master", "start", "--journal", str(journal), "--endpoint", free_endpoint(),
-                     "--logs", str(logs), "--new", timeout=60)
+        second = ctl(
+            "master",
+            "start",
+            "--journal",
+            str(journal),
+            "--endpoint",
+            free_endpoint(),
+            "--logs",
+            str(logs),
+            "--new",
+            timeout=60,
+        )
         assert f"journal {journal} is held by another master (pid {first.pid})" in refusal(second)
         compacted = ctl("master", "compact", "--journal", str(journal), timeout=60)
         assert f"(pid {first.pid})" in refusal(compacted)
@@ -97,8 +122,7 @@ def _journal_with_a_finished_job(path: Path) -> None:
         return others
 
     with Journal.open(path, create=True) as journal:
-        drive(SubmitJob("old", [TaskSpec(f"o{i}", "k", i) for i in range(20)],
-                        JobPolicy(max_attempts=1)))
+        drive(SubmitJob("old", [TaskSpec(f"o{i}", "k", i) for i in range(20)], JobPolicy(max_attempts=1)))
         drive(WorkerJoined("w", "n", Resources(20, 0), 20))
         for lease in [c for c in drive(RequestTask("w", 20)) if isinstance(c, Lease)]:
             if lease.task_id == "o5":
@@ -143,7 +167,15 @@ def test_a_journal_row_of_the_wrong_type_is_refused_at_start(tmp_path: Path) -> 
     conn.commit()
     seq = conn.execute("SELECT seq FROM tasks WHERE task_id = 'o7'").fetchone()[0]
     conn.close()
-    out = ctl("master", "start", "--journal", str(journal), "--endpoint", free_endpoint(),
-              "--logs", str(tmp_path / "logs"), timeout=60)
-    assert (f"journal {journal}: tasks row {seq}: seed is 'abc' (text), expected an integer"
-            in refusal(out))
+    out = ctl(
+        "master",
+        "start",
+        "--journal",
+        str(journal),
+        "--endpoint",
+        free_endpoint(),
+        "--logs",
+        str(tmp_path / "logs"),
+        timeout=60,
+    )
+    assert f"journal {journal}: tasks row {seq}: seed is 'abc' (text), expected an integer" in refusal(out)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from support.cluster import ctl
 
 pytestmark = pytest.mark.e2e
@@ -21,8 +22,18 @@ WAIT_S = 30.0  # a bound on waiting for the other process, not on its speed
 
 
 def _line(stamp: str, node: str, event: str) -> str:
-    return json.dumps({"timestamp": f"2026-01-01T00:00:{stamp}Z", "level": "info", "node": node,
-                       "process": "node", "event": event}) + "\n"
+    return (
+        json.dumps(
+            {
+                "timestamp": f"2026-01-01T00:00:{stamp}Z",
+                "level": "info",
+                "node": node,
+                "process": "node",
+                "event": event,
+            }
+        )
+        + "\n"
+    )
 
 
 @pytest.fixture
@@ -40,7 +51,8 @@ def _events(stdout: str) -> list[str]:
 
 
 def test_history_is_the_last_lines_of_all_files_in_time_order(logs: Path) -> None:
-    """-n N shows the N latest lines across every file, interleaved by timestamp; unstamped lines keep their place."""
+    """-n N shows the N latest lines across every file, interleaved by timestamp; unstamped lines keep their
+    place."""
     out = ctl("logs", "tail", "--logs", str(logs), "--no-follow", "-n", "3")
     assert out.returncode == 0, out.stderr
     assert _events(out.stdout) == ["a3", "b4", "a5"]
@@ -67,7 +79,9 @@ class _Follower:
     def __init__(self, logs: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "troupe.cli.main", "logs", "tail", "--logs", str(logs), "-n", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self._buffer = b""
 
@@ -117,7 +131,8 @@ def _following(follower: _Follower, logs: Path) -> None:
 def test_following_prints_new_complete_lines_and_a_stop_signal_ends_it(
     follower: _Follower, logs: Path, signum: int, status: int
 ) -> None:
-    """New lines are followed (a half-written line only once complete); SIGTERM/SIGINT exit 143/130 at once."""
+    """New lines are followed (a half-written line only once complete); SIGTERM/SIGINT exit 143/130 at
+    once."""
     _following(follower, logs)
     full = _line("07", "a", "a7")
     with (logs / "a.jsonl").open("a") as f:

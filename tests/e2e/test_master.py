@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+
 from support.cluster import ctl, free_endpoint, reap
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
@@ -75,23 +76,53 @@ class TaskCluster:
     def start_master(self, new: bool) -> None:
         args = ["--new"] if new else []
         self.master = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
-             str(self.journal), "--endpoint", self.master_endpoint, "--logs",
-             str(self.tmp / "logs"), "--node-timeout", "30", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "master",
+                "start",
+                "--journal",
+                str(self.journal),
+                "--endpoint",
+                self.master_endpoint,
+                "--logs",
+                str(self.tmp / "logs"),
+                "--node-timeout",
+                "30",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_for("the master", lambda: call(self.master_endpoint, "ping", timeout=2.0))
 
     def start_node(self, name: str, slowdown: float) -> None:
-        kwargs = (f'{{ outputs = "{self.outputs}", content = "{self.content}", '
-                  f"durable = false, slowdown = {slowdown} }}")
+        kwargs = (
+            f'{{ outputs = "{self.outputs}", content = "{self.content}", '
+            f"durable = false, slowdown = {slowdown} }}"
+        )
         config = self.tmp / f"{name}.toml"
         config.write_text(NODE.format(master=self.master_endpoint, kwargs=kwargs))
         endpoint = free_endpoint()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-             "--name", name, "--endpoint", endpoint, "--logs", str(self.tmp / "logs")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "node",
+                "start",
+                "--config",
+                str(config),
+                "--name",
+                name,
+                "--endpoint",
+                endpoint,
+                "--logs",
+                str(self.tmp / "logs"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self.nodes[name] = (proc, endpoint)
 
@@ -99,8 +130,7 @@ class TaskCluster:
         return call(self.master_endpoint, "status")["workers"]  # type: ignore[no-any-return]
 
     def wait_job(self, job_id: str, timeout: float = 90.0) -> dict[str, Any]:
-        job = call(self.master_endpoint, "wait_job", {"job_id": job_id, "timeout_s": timeout},
-                   timeout + 10)
+        job = call(self.master_endpoint, "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout + 10)
         assert job["state"] != "running", f"job {job_id} still running: {job['counts']}"
         return job  # type: ignore[no-any-return]
 
@@ -120,8 +150,11 @@ class TaskCluster:
 
     def results(self, prefix: str) -> list[dict[str, Any]]:
         store = OutputStore(self.outputs, durable=False)
-        return [json.loads((store.committed_path(t) / "result.json").read_text())
-                for t in store.committed() if t.startswith(prefix)]
+        return [
+            json.loads((store.committed_path(t) / "result.json").read_text())
+            for t in store.committed()
+            if t.startswith(prefix)
+        ]
 
     def commit_lines(self, prefix: str) -> list[str]:
         lines = []
@@ -146,8 +179,9 @@ def task_cluster(tmp_path: Path) -> Iterator[Callable[..., TaskCluster]]:
     started: list[TaskCluster] = []
 
     def start(slowdown: dict[str, float]) -> TaskCluster:
-        cluster = TaskCluster(tmp_path, free_endpoint(), tmp_path / "journal.db",
-                              tmp_path / "out", tmp_path / "cas")
+        cluster = TaskCluster(
+            tmp_path, free_endpoint(), tmp_path / "journal.db", tmp_path / "out", tmp_path / "cas"
+        )
         started.append(cluster)
         cluster.start_master(new=True)
         for name, factor in slowdown.items():
@@ -180,8 +214,7 @@ def test_500_mixed_tasks_are_each_done_once_and_the_slow_node_does_fewer(
     assert sum(per_node.values()) == 500
     fast = min(per_node["n1"], per_node["n2"])
     assert per_node[SLOW_NODE] < 0.6 * fast, per_node
-    status = ctl("ctl", "status", "--node", tasks.nodes["n1"][1], "--master",
-                 tasks.master_endpoint, "--json")
+    status = ctl("ctl", "status", "--node", tasks.nodes["n1"][1], "--master", tasks.master_endpoint, "--json")
     assert status.returncode == 0, status.stderr
     view = json.loads(status.stdout)["master"]
     assert {n["node"] for n in view["nodes"] if n["alive"]} == {"n1", "n2", SLOW_NODE}
@@ -209,8 +242,7 @@ def test_a_killed_worker_s_tasks_run_elsewhere_long_before_their_lease_ends(
     """SIGKILL a worker holding a lease: its task is requeued at once, not after lease_s."""
     tasks = task_cluster({"n1": 1.0, "n2": 1.0})
     lease_s = 300
-    tasks.submit("held", f'kind = "sleep"\ncount = 6\nlease_s = {lease_s}',
-                 {"min_ms": 2000, "max_ms": 2000})
+    tasks.submit("held", f'kind = "sleep"\ncount = 6\nlease_s = {lease_s}', {"min_ms": 2000, "max_ms": 2000})
     started = time.monotonic()
     busy = wait_for("a worker holding a lease", lambda: [w for w in tasks.workers() if w["used"]])
     node, worker = busy[0]["worker_id"].split("/")
@@ -252,8 +284,17 @@ def test_a_missing_or_corrupt_journal_is_a_clear_error_at_start(tmp_path: Path, 
     journal = tmp_path / "journal.db"
     if case == "corrupt":
         journal.write_bytes(os.urandom(8192))
-    out = ctl("master", "start", "--journal", str(journal), "--endpoint", free_endpoint(),
-              "--logs", str(tmp_path / "logs"), timeout=60)
+    out = ctl(
+        "master",
+        "start",
+        "--journal",
+        str(journal),
+        "--endpoint",
+        free_endpoint(),
+        "--logs",
+        str(tmp_path / "logs"),
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     expected = "does not exist; pass --new" if case == "missing" else "not a (healthy) journal"
@@ -265,12 +306,31 @@ def test_a_node_with_the_master_inside_runs_a_job(tmp_path: Path) -> None:
     master, endpoint = free_endpoint(), free_endpoint()
     config = tmp_path / "solo.toml"
     kwargs = f'{{ outputs = "{tmp_path / "out"}", durable = false }}'
-    config.write_text(NODE.format(master=master, kwargs=kwargs).split("[[workers]]\nname = \"w2\"")[0])
+    config.write_text(NODE.format(master=master, kwargs=kwargs).split('[[workers]]\nname = "w2"')[0])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-         "--name", "solo", "--endpoint", endpoint, "--logs", str(tmp_path / "logs"),
-         "--with-master", "--master", master, "--journal", str(tmp_path / "j.db"), "--new"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "node",
+            "start",
+            "--config",
+            str(config),
+            "--name",
+            "solo",
+            "--endpoint",
+            endpoint,
+            "--logs",
+            str(tmp_path / "logs"),
+            "--with-master",
+            "--master",
+            master,
+            "--journal",
+            str(tmp_path / "j.db"),
+            "--new",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_for("the worker", lambda: len(call(master, "status", timeout=2.0)["workers"]) == 1)

@@ -11,6 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import zmq
+
 from support.cluster import NodeProc, ctl
 from troupe.runtime import (
     AskTimeout,
@@ -71,7 +72,8 @@ async def test_tell_ask_errors_and_timeouts(demo_node: NodeProc) -> None:
 
 
 async def test_backpressure_full_mailbox_loses_nothing(demo_node: NodeProc) -> None:
-    """A closed gate fills its mailbox; block=False then raises MailboxFull, and every accepted message is handled."""
+    """A closed gate fills its mailbox; block=False then raises MailboxFull, and every accepted message is
+    handled."""
     payload = b"p" * 10_000
     async with connect(demo_node.endpoint, demo_node.name) as rt:
         gate = rt.ref("gate")
@@ -90,7 +92,8 @@ async def test_backpressure_full_mailbox_loses_nothing(demo_node: NodeProc) -> N
 
 
 async def test_flood_of_bad_frames_keeps_serving(demo_node: NodeProc) -> None:
-    """Garbage from a raw pyzmq socket is answered with errors while good traffic flows and no process dies."""
+    """Garbage from a raw pyzmq socket is answered with errors while good traffic flows and no process
+    dies."""
     async with connect(demo_node.endpoint, demo_node.name) as rt:
         echo = rt.ref("echo")
         pid = await echo.ask("pid")
@@ -148,5 +151,5 @@ def test_sigterm_stops_node_and_workers_cleanly(demo_node: NodeProc) -> None:
     assert len(children) >= 3
     demo_node.proc.send_signal(signal.SIGTERM)
     assert demo_node.proc.wait(timeout=30) == 128 + signal.SIGTERM
-    gone, alive = psutil.wait_procs(children, timeout=10)
+    _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive

@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+
 from troupe.runtime import AskTimeout
 from troupe.runtime.node.leftovers import pids_file
 from troupe.runtime.testing import plugin as troupe_testing
@@ -44,7 +45,9 @@ heartbeat_timeout_s = 120
 progress_timeout_s = 120
 """
 
-STUCK = PATIENT + """
+STUCK = (
+    PATIENT
+    + """
 [[workers]]
 name = "w-stall"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
@@ -57,12 +60,16 @@ actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 name = "w-idle"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
+)
 
-ONE = PATIENT + """
+ONE = (
+    PATIENT
+    + """
 [[workers]]
 name = "w-one"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
+)
 
 
 def _alive(pid: int, create_time: float) -> bool:
@@ -115,7 +122,8 @@ async def _stuck(cluster: Cluster, worker: str) -> None:
 async def test_a_sigkilled_node_takes_stalled_and_hung_workers_and_its_supervisor_with_it(
     troupe_cluster: Callable[..., Cluster], stray: dict[int, float]
 ) -> None:
-    """SIGKILL of a node whose workers are stalled, hung with the GIL, or idle: every worker and the supervisor are gone."""
+    """SIGKILL of a node whose workers are stalled, hung with the GIL, or idle: every worker and the
+    supervisor are gone."""
     cluster = troupe_cluster(STUCK)
     await cluster.chaos("stall", "w-stall")
     await cluster.chaos("hang_with_gil", "w-hang", seconds=120)
@@ -142,7 +150,8 @@ async def test_a_sigkilled_node_takes_stalled_and_hung_workers_and_its_superviso
 async def test_a_restarted_node_reaps_what_a_dead_predecessor_left_and_nothing_else(
     tmp_path: Path, troupe_cluster: Callable[..., Cluster], stray: dict[int, float]
 ) -> None:
-    """A recorded process of a dead predecessor is SIGKILLed at start; a reused pid (other start time) is left alone."""
+    """A recorded process of a dead predecessor is SIGKILLed at start; a reused pid (other start time) is left
+    alone."""
     log_dir = tmp_path / "t" / "logs"  # where troupe_cluster(..., "t") puts the node's logs
     log_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -213,11 +222,20 @@ def test_a_child_whose_parent_death_signal_did_not_fire_still_dies(stray: dict[i
 
 
 def test_a_child_started_after_its_node_died_exits_at_once() -> None:
-    """A child whose recorded node is not its parent (the node died before the guard) exits with a clear message."""
+    """A child whose recorded node is not its parent (the node died before the guard) exits with a clear
+    message."""
     env = {**os.environ, "TROUPE_PARENT_PID": "1"}  # init: certainly not the parent of this child
     out = subprocess.run(
-        [sys.executable, "-c", "from troupe.runtime.node.child import die_with_parent; die_with_parent('worker'); print('ran on')"],
-        env=env, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "from troupe.runtime.node.child import die_with_parent; "
+            "die_with_parent('worker'); print('ran on')",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 1
     assert "ran on" not in out.stdout

@@ -25,6 +25,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from support.cluster import free_endpoint
 from troupe.actors.datagen.config import DEFAULT_PIPELINE, resolve_out
 from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
@@ -63,7 +64,7 @@ def no_leaked_processes() -> Iterator[None]:
 async def pipeline_node(log_dir: Path) -> AsyncIterator[tuple[Runtime, str]]:
     """A node in this process and a client runtime connected to it; the node stops on exit.
 
-    Like ``troupe.cli.commands.run.start_local_node``, but it also knows when the node has finished
+    Like ``troupe.cli.local_node.start_local_node``, but it also knows when the node has finished
     stopping its workers, so a failing test still waits for them (shielded, bounded).
     """
     endpoint = free_endpoint()
@@ -90,8 +91,11 @@ async def pipeline_node(log_dir: Path) -> AsyncIterator[tuple[Runtime, str]]:
 
 
 def _cost_stage(name: str, **kwargs: Any) -> dict[str, Any]:
-    fields = {k: kwargs.pop(k) for k in ("replicas", "min_replicas", "max_replicas", "queue", "batch")
-              if k in kwargs}
+    fields = {
+        k: kwargs.pop(k)
+        for k in ("replicas", "min_replicas", "max_replicas", "queue", "batch")
+        if k in kwargs
+    }
     return {"name": name, "actor": COST, **fields, "kwargs": kwargs}
 
 
@@ -123,7 +127,8 @@ def _task_seed(task_id: str) -> int:
 
 
 async def test_pruned_items_never_reach_the_next_stage(tmp_path: Path) -> None:
-    """Items a stage prunes are counted as failed there, end "pruned", and the next stage sees only the survivors."""
+    """Items a stage prunes are counted as failed there, end "pruned", and the next stage sees only the
+    survivors."""
     cfg = _pipeline(20, _cost_stage("a", cost_s=0.005, prune_every=4), _cost_stage("b", cost_s=0.005))
     result, _ = await _run(cfg, tmp_path / "logs")
     a, b = _stages(result.metrics)["a"], _stages(result.metrics)["b"]
@@ -141,9 +146,12 @@ async def test_pruned_items_never_reach_the_next_stage(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("max_attempts", [3, 1])
 async def test_erring_item_is_retried_or_dead(tmp_path: Path, max_attempts: int) -> None:
-    """An item whose stage errs on its first attempt is retried to "ok" exactly once; with one attempt it ends "dead" with its error."""
+    """An item whose stage errs on its first attempt is retried to "ok" exactly once; with one attempt it ends
+    "dead" with its error."""
     cfg = _pipeline(
-        15, _cost_stage("a", cost_s=0.005), _cost_stage("b", cost_s=0.005, fail_first=3),
+        15,
+        _cost_stage("a", cost_s=0.005),
+        _cost_stage("b", cost_s=0.005, fail_first=3),
         max_attempts=max_attempts,
     )
     result, _ = await _run(cfg, tmp_path / "logs")
@@ -163,10 +171,13 @@ async def test_erring_item_is_retried_or_dead(tmp_path: Path, max_attempts: int)
 
 
 async def test_slow_last_stage_bounds_every_queue(tmp_path: Path) -> None:
-    """Behind a slow last stage, no queue ever exceeds its bound and the items inside the pipeline stay bounded."""
+    """Behind a slow last stage, no queue ever exceeds its bound and the items inside the pipeline stay
+    bounded."""
     bound = 3
     cfg = _pipeline(
-        20, _cost_stage("a", cost_s=0.005, queue=bound), _cost_stage("b", cost_s=0.005, queue=bound),
+        20,
+        _cost_stage("a", cost_s=0.005, queue=bound),
+        _cost_stage("b", cost_s=0.005, queue=bound),
         _cost_stage("c", cost_s=0.05, queue=bound),
     )
     samples: list[PipelineMetrics] = []
@@ -187,7 +198,8 @@ async def test_slow_last_stage_bounds_every_queue(tmp_path: Path) -> None:
 
 
 async def test_drained_stage_slots_go_to_the_bottleneck(tmp_path: Path) -> None:
-    """Once the fast first stage drains, its replicas are retired and the slow stage grows into their slots."""
+    """Once the fast first stage drains, its replicas are retired and the slow stage grows into their
+    slots."""
     cfg = _pipeline(
         40,
         _cost_stage("fast", cost_s=0.005, replicas=2, max_replicas=2),
@@ -229,8 +241,11 @@ async def test_scale_log_times_never_go_backwards(tmp_path: Path) -> None:
 def _small_datagen_toml() -> str:
     text = (Path(__file__).resolve().parents[2] / "configs" / "datagen.toml").read_text(encoding="utf-8")
     small = text.replace("width = 96, height = 72", "width = 48, height = 36").replace(
-        "max_frames = 60", "max_frames = 20")
-    assert "width = 48, height = 36" in small and "max_frames = 20" in small, "configs/datagen.toml changed shape"
+        "max_frames = 60", "max_frames = 20"
+    )
+    assert "width = 48, height = 36" in small and "max_frames = 20" in small, (
+        "configs/datagen.toml changed shape"
+    )
     return small
 
 
@@ -275,14 +290,30 @@ def _read_dataset(root: Path) -> dict[str, Any]:
 
 
 def test_troupe_run_writes_a_readable_lerobot_dataset(tmp_path: Path) -> None:
-    """`troupe run CONFIG --scenes 6 --out DIR` exits 0 and leaves a LeRobot v3.0 dataset that reads back whole."""
+    """`troupe run CONFIG --scenes 6 --out DIR` exits 0 and leaves a LeRobot v3.0 dataset that reads back
+    whole."""
     config = tmp_path / "datagen-small.toml"
     config.write_text(_small_datagen_toml(), encoding="utf-8")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "troupe.cli.main", "run", str(config), "--scenes", "6", "--out", str(out),
-         "--endpoint", free_endpoint()],
-        capture_output=True, text=True, timeout=100, check=False, env={**os.environ, "COLUMNS": "200"},
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "run",
+            str(config),
+            "--scenes",
+            "6",
+            "--out",
+            str(out),
+            "--endpoint",
+            free_endpoint(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = re.search(r"(\d+)\s+ok,\s+(\d+)\s+pruned,\s+(\d+)\s+dead", " ".join(proc.stdout.split()))
@@ -304,14 +335,18 @@ def test_troupe_run_writes_a_readable_lerobot_dataset(tmp_path: Path) -> None:
 
 
 async def test_writer_disk_failure_is_retried_without_partial_episodes(tmp_path: Path) -> None:
-    """A writer whose disk write fails on the first try at every third seed retries it; each episode is stored once, nothing partial."""
+    """A writer whose disk write fails on the first try at every third seed retries it; each episode is stored
+    once, nothing partial."""
     out = tmp_path / "out"
     data = {**DEFAULT_PIPELINE, "items": 6, "scale_interval_s": 0.1}
     stages = [dict(s) for s in DEFAULT_PIPELINE["stages"]]
     stages[0]["kwargs"] = {"width": 48, "height": 36}
     stages[1]["kwargs"] = {"fps": 10, "max_frames": 20}
-    stages[3] = {**stages[3], "actor": "troupe.actors.lerobot.flaky_writer:FlakyLeRobotWriter",
-                 "kwargs": {"store": "{out}/.troupe/episodes", "fault_dir": "{out}/.troupe/faults"}}
+    stages[3] = {
+        **stages[3],
+        "actor": "troupe.actors.lerobot.flaky_writer:FlakyLeRobotWriter",
+        "kwargs": {"store": "{out}/.troupe/episodes", "fault_dir": "{out}/.troupe/faults"},
+    }
     cfg = resolve_out(PipelineConfig.model_validate({**data, "stages": stages}), out)
     result, _ = await _run(cfg, tmp_path / "logs")
 

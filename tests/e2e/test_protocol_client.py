@@ -17,6 +17,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+
 from support.cluster import NodeProc, running_node
 
 TELL, ASK, REPLY, ERROR, CONTROL = 1, 2, 3, 4, 5
@@ -67,17 +68,31 @@ class RawClient:
         sock = self._sock(endpoint)
         assert sock.poll(int(timeout_s * 1000)), f"no answer from {endpoint} within {timeout_s} s"
         frames = sock.recv_multipart()
-        header = msgpack.unpackb(frames[0], raw=False, strict_map_key=False,
-                                 ext_hook=lambda code, data: msgpack.ExtType(code, data))
+        header = msgpack.unpackb(
+            frames[0],
+            raw=False,
+            strict_map_key=False,
+            ext_hook=lambda code, data: msgpack.ExtType(code, data),
+        )
         assert len(header) == 11 and header[0] == 1, header
         return header, frames[1:]
 
-    def request(self, endpoint: str, kind: int, target: str, msg_type: str, payload: Any,
-                buffers: list[bytes] | None = None) -> tuple[int, Any, list[bytes]]:
+    def request(
+        self,
+        endpoint: str,
+        kind: int,
+        target: str,
+        msg_type: str,
+        payload: Any,
+        buffers: list[bytes] | None = None,
+    ) -> tuple[int, Any, list[bytes]]:
         """Send an ASK or CONTROL and return (kind, payload, buffer frames) of its answer."""
         msg_id = next(self.ids)
-        self.send(endpoint, [1, kind, msg_id, 0, "client/py", target, msg_type, time.time() + 30,
-                             None, None, payload], buffers)
+        self.send(
+            endpoint,
+            [1, kind, msg_id, 0, "client/py", target, msg_type, time.time() + 30, None, None, payload],
+            buffers,
+        )
         header, rest = self.receive(endpoint)
         assert header[2] == 0 and header[3] == msg_id, header  # a reply names what it answers
         return header[1], header[10], rest
@@ -124,7 +139,9 @@ def _worker_endpoint(client: RawClient, node: NodeProc, name: str) -> str:
 
 
 @pytest.mark.parametrize("kind", [ASK, CONTROL])
-def test_msg_id_zero_on_an_ask_or_control_is_a_bad_frame(client: RawClient, node: NodeProc, kind: int) -> None:
+def test_msg_id_zero_on_an_ask_or_control_is_a_bad_frame(
+    client: RawClient, node: NodeProc, kind: int
+) -> None:
     """msg_id 0 answers nothing (section 4): an ASK or CONTROL carrying it is refused as a bad
     frame, answered with corr_id 0; the receiver serves on."""
     endpoint = _resolve(client, node, "echo")
@@ -178,7 +195,9 @@ def test_received_arrays_are_read_only(client: RawClient, node: NodeProc) -> Non
     assert "read-only" in error["message"]
 
 
-def test_torch_codec_is_loaded_at_start_only_where_actors_import_torch(client: RawClient, node: NodeProc) -> None:
+def test_torch_codec_is_loaded_at_start_only_where_actors_import_torch(
+    client: RawClient, node: NodeProc
+) -> None:
     """A worker whose actors imported torch has its codec before the first tensor; one whose
     actors did not is not made to import torch."""
     plain = client.request(_resolve(client, node, "probe"), ASK, "probe", "codecs", None)[1]
@@ -194,11 +213,19 @@ def test_torch_codec_is_loaded_at_start_only_where_actors_import_torch(client: R
 # -- control messages ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("address", "expect"), [
-    ("echo", "w-probe/echo"), ("w-probe/echo", "w-probe/echo"), ("t/w-probe/echo", "w-probe/echo"),
-    ("node", "node"), ("t/node", "node"),
-])
-def test_resolve_accepts_the_documented_forms(client: RawClient, node: NodeProc, address: str, expect: str) -> None:
+@pytest.mark.parametrize(
+    ("address", "expect"),
+    [
+        ("echo", "w-probe/echo"),
+        ("w-probe/echo", "w-probe/echo"),
+        ("t/w-probe/echo", "w-probe/echo"),
+        ("node", "node"),
+        ("t/node", "node"),
+    ],
+)
+def test_resolve_accepts_the_documented_forms(
+    client: RawClient, node: NodeProc, address: str, expect: str
+) -> None:
     kind, reply = client.control(node.endpoint, "resolve", {"address": address})
     assert kind == REPLY, reply
     assert reply["address"] == f"t/{expect}"
@@ -208,11 +235,20 @@ def test_resolve_accepts_the_documented_forms(client: RawClient, node: NodeProc,
         assert reply["endpoint"].startswith("tcp://127.0.0.1:")
 
 
-@pytest.mark.parametrize(("address", "code"), [
-    ("other/w-probe/echo", "unreachable"), ("node/echo", "unknown_actor"), ("nobody", "unknown_actor"),
-    ("t/node/echo", "unknown_actor"), ("a/b/c/d", "bad_request"), ("a//b", "bad_request"),
-])
-def test_resolve_refuses_what_the_text_does_not_give(client: RawClient, node: NodeProc, address: str, code: str) -> None:
+@pytest.mark.parametrize(
+    ("address", "code"),
+    [
+        ("other/w-probe/echo", "unreachable"),
+        ("node/echo", "unknown_actor"),
+        ("nobody", "unknown_actor"),
+        ("t/node/echo", "unknown_actor"),
+        ("a/b/c/d", "bad_request"),
+        ("a//b", "bad_request"),
+    ],
+)
+def test_resolve_refuses_what_the_text_does_not_give(
+    client: RawClient, node: NodeProc, address: str, code: str
+) -> None:
     kind, error = client.control(node.endpoint, "resolve", {"address": address})
     assert (kind, error["code"]) == (ERROR, code), error
 
@@ -221,7 +257,11 @@ NODE_BAD = [
     ("register", "not a map", "payload"),
     ("register", {"endpoint": "tcp://127.0.0.1:1", "pid": 1, "actors": {}}, "process"),
     ("register", {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1", "pid": "1", "actors": {}}, "pid"),
-    ("register", {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1", "pid": 1, "actors": {"a": 1}}, "actors"),
+    (
+        "register",
+        {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1", "pid": 1, "actors": {"a": 1}},
+        "actors",
+    ),
     ("actor_spawned", {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1"}, "actor"),
     ("actor_spawned", {"process": "w-probe", "endpoint": "e", "actor": {"name": "x"}}, "actor.class"),
     ("resolve", {}, "address"),
@@ -261,7 +301,9 @@ def test_malformed_node_control_payload_is_a_bad_request(
     assert client.control(node.endpoint, "ping")[0] == REPLY
 
 
-@pytest.mark.parametrize(("msg_type", "payload", "field"), WORKER_BAD, ids=[f"{t}-{f}" for t, _, f in WORKER_BAD])
+@pytest.mark.parametrize(
+    ("msg_type", "payload", "field"), WORKER_BAD, ids=[f"{t}-{f}" for t, _, f in WORKER_BAD]
+)
 def test_malformed_worker_control_payload_is_a_bad_request(
     client: RawClient, node: NodeProc, msg_type: str, payload: Any, field: str
 ) -> None:
@@ -275,20 +317,59 @@ def test_malformed_worker_control_payload_is_a_bad_request(
 def test_status_reply_has_the_documented_keys(client: RawClient, node: NodeProc) -> None:
     kind, status = client.control(node.endpoint, "status")
     assert kind == REPLY
-    assert {"node", "pid", "endpoint", "uptime_s", "rss_mib", "workers", "runtime", "supervision"} <= set(status)
+    assert {"node", "pid", "endpoint", "uptime_s", "rss_mib", "workers", "runtime", "supervision"} <= set(
+        status
+    )
     worker = next(w for w in status["workers"] if w["name"] == "w-probe")
-    assert {"name", "kind", "state", "pid", "endpoint", "actors", "actor_endpoints", "incarnation",
-            "restarts", "exit", "rss_mib", "runtime"} <= set(worker)
+    assert {
+        "name",
+        "kind",
+        "state",
+        "pid",
+        "endpoint",
+        "actors",
+        "actor_endpoints",
+        "incarnation",
+        "restarts",
+        "exit",
+        "rss_mib",
+        "runtime",
+    } <= set(worker)
     assert {"address", "actors", "pending_asks", "bad_frames", "late_replies"} <= set(worker["runtime"])
 
 
 def test_unknown_control_lists_every_documented_type(client: RawClient, node: NodeProc) -> None:
     """The node and worker control tables of docs/PROTOCOL.md section 10 are what they answer."""
-    node_types = {"ping", "status", "register", "actor_spawned", "resolve", "spawn_worker", "stop_worker",
-                  "shutdown", "supervisor_ready", "worker_killed", "supervision", "chaos", "heal"}
-    worker_types = {"ping", "status", "stop", "directory_update", "spawn", "chaos", "heal", "faults",
-                    "heartbeat_to"}
-    for endpoint, documented in ((node.endpoint, node_types), (_worker_endpoint(client, node, "w-probe"), worker_types)):
+    node_types = {
+        "ping",
+        "status",
+        "register",
+        "actor_spawned",
+        "resolve",
+        "spawn_worker",
+        "stop_worker",
+        "shutdown",
+        "supervisor_ready",
+        "worker_killed",
+        "supervision",
+        "chaos",
+        "heal",
+    }
+    worker_types = {
+        "ping",
+        "status",
+        "stop",
+        "directory_update",
+        "spawn",
+        "chaos",
+        "heal",
+        "faults",
+        "heartbeat_to",
+    }
+    for endpoint, documented in (
+        (node.endpoint, node_types),
+        (_worker_endpoint(client, node, "w-probe"), worker_types),
+    ):
         kind, error = client.control(endpoint, "no_such_control")
         assert (kind, error["code"]) == (ERROR, "unknown_message_type")
         known = error["message"].split("known: ", 1)[1]

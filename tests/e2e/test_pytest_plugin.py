@@ -56,7 +56,7 @@ def guide_files() -> dict[str, str]:
 def readme_example() -> str:
     """The first Python block of the README's section on testing actors, verbatim."""
     text = README.read_text()
-    section = text[text.index("\n## Testing your actors"):]
+    section = text[text.index("\n## Testing your actors") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None, "the README's testing section has no Python example"
     return match.group(1)
@@ -78,15 +78,27 @@ def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=540, check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
     )
 
 
 def test_the_guide_names_every_file_the_examples_need() -> None:
     """The guide's file blocks make a whole project: the package, its actors and its tests."""
-    assert {"mypkg/__init__.py", "mypkg/actors.py", "mypkg/client.py", "mypkg/tasks.py",
-            "mypkg/stages.py", "jobs/squares.toml", "pipelines/tokens.toml",
-            "tests/test_mypkg.py"} <= set(guide_files())
+    assert {
+        "mypkg/__init__.py",
+        "mypkg/actors.py",
+        "mypkg/client.py",
+        "mypkg/tasks.py",
+        "mypkg/stages.py",
+        "jobs/squares.toml",
+        "pipelines/tokens.toml",
+        "tests/test_mypkg.py",
+    } <= set(guide_files())
 
 
 def test_the_documented_examples_pass_in_a_fresh_project(tmp_path: Path) -> None:
@@ -131,9 +143,25 @@ def test_the_documented_pipeline_runs_with_troupe_run(tmp_path: Path) -> None:
     project = fresh_project(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONPATH")}
     done = subprocess.run(
-        [sys.executable, "-m", "troupe.cli.main", "run", "pipelines/tokens.toml", "--out", str(tmp_path / "out"),
-         "--endpoint", free_endpoint(), "--master", free_endpoint()],
-        cwd=project, env={**env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "run",
+            "pipelines/tokens.toml",
+            "--out",
+            str(tmp_path / "out"),
+            "--endpoint",
+            free_endpoint(),
+            "--master",
+            free_endpoint(),
+        ],
+        cwd=project,
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "8 ok, 4 pruned, 0 dead" in done.stdout, done.stdout

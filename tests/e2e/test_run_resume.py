@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from support.cluster import ctl
 from support.run_resume_helpers import dataset_task_ids, run_args, running, small_pipeline, summary_counts
 
@@ -30,7 +31,9 @@ def _committed(out: Path) -> list[str]:
 
 
 @pytest.mark.timeout(400)
-def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_complete(tmp_path: Path) -> None:
+def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_complete(
+    tmp_path: Path,
+) -> None:
     """Ctrl-C at a random moment: exit 130, no process left. The rerun keeps what was committed,
     makes the rest and finalises every episode exactly once; a third run says it is complete
     and starts nothing; another --scenes is refused in one line."""

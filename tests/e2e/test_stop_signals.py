@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from support.run_resume_helpers import (
     dataset_task_ids,
     run_args,
@@ -47,11 +48,14 @@ def _after(delay: float) -> Callable[[], bool]:
     return lambda: time.monotonic() >= deadline
 
 
-@pytest.mark.parametrize(("command", "signum", "group"), [
-    ("node", signal.SIGTERM, False),
-    ("node-with-master", signal.SIGINT, True),
-    ("master", signal.SIGTERM, False),
-])
+@pytest.mark.parametrize(
+    ("command", "signum", "group"),
+    [
+        ("node", signal.SIGTERM, False),
+        ("node-with-master", signal.SIGINT, True),
+        ("master", signal.SIGTERM, False),
+    ],
+)
 def test_a_long_running_command_stops_on_a_signal_and_leaves_no_process(
     tmp_path: Path, command: str, signum: int, group: bool
 ) -> None:
@@ -61,13 +65,43 @@ def test_a_long_running_command_stops_on_a_signal_and_leaves_no_process(
     config.write_text(NODE_TOML)
     logs, journal = tmp_path / "logs", tmp_path / "journal.db"
     args, ready = {
-        "node": (["node", "start", "--config", str(config), "--endpoint", free_endpoint(), "--logs", str(logs)],
-                 "worker_registered"),
-        "node-with-master": (["node", "start", "--config", str(config), "--endpoint", free_endpoint(),
-                              "--logs", str(logs), "--with-master", "--master", free_endpoint(),
-                              "--journal", str(journal), "--new"], "worker_registered"),
-        "master": (["master", "start", "--endpoint", free_endpoint(), "--logs", str(logs),
-                    "--journal", str(journal), "--new"], "master_started"),
+        "node": (
+            ["node", "start", "--config", str(config), "--endpoint", free_endpoint(), "--logs", str(logs)],
+            "worker_registered",
+        ),
+        "node-with-master": (
+            [
+                "node",
+                "start",
+                "--config",
+                str(config),
+                "--endpoint",
+                free_endpoint(),
+                "--logs",
+                str(logs),
+                "--with-master",
+                "--master",
+                free_endpoint(),
+                "--journal",
+                str(journal),
+                "--new",
+            ],
+            "worker_registered",
+        ),
+        "master": (
+            [
+                "master",
+                "start",
+                "--endpoint",
+                free_endpoint(),
+                "--logs",
+                str(logs),
+                "--journal",
+                str(journal),
+                "--new",
+            ],
+            "master_started",
+        ),
     }[command]
     delay = random.Random(f"{SEED}-{command}").uniform(0.0, 1.0)
     with running(args, tmp_path, command) as cmd:
@@ -103,6 +137,8 @@ def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path
         assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"
     if "every item was done by an earlier run" not in rerun.text():  # else the stop came after the last
         counts = summary_counts(rerun.text())
-        assert counts["dead"] == 0 and counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == 8
+        assert (
+            counts["dead"] == 0 and counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == 8
+        )
     total, ids = dataset_task_ids(out)
     assert total == len(set(ids)) == len(ids) == len(list(committed.iterdir()))

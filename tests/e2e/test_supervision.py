@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from support.cluster import ctl
 from troupe.runtime import AskTimeout, RemoteError
 from troupe.runtime.testing import plugin as troupe_testing
@@ -35,7 +36,9 @@ heartbeat_timeout_s = {TIMEOUT_S}
 progress_timeout_s = {PROGRESS_S}
 """
 
-SHARED = SUPERVISION + """
+SHARED = (
+    SUPERVISION
+    + """
 [[workers]]
 name = "w-echo"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
@@ -44,8 +47,11 @@ actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 name = "w-relay"
 actors = [{ name = "relay", class = "troupe.actors.demo.actors:Relay", kwargs = { target = "w-echo/echo" } }]
 """
+)
 
-ONE = SUPERVISION + """
+ONE = (
+    SUPERVISION
+    + """
 [restart]
 backoff_base_s = 0.05
 backoff_max_s = 0.2
@@ -54,6 +60,7 @@ backoff_max_s = 0.2
 name = "w-one"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,9 @@ def _watched(status: dict[str, Any]) -> bool:
     sup = status["supervision"].get("supervisor") or {}
     watched = sup.get("workers", {})
     return all(
-        w["state"] == "running" and w["name"] in watched and watched[w["name"]]["pid"] == w["pid"]
+        w["state"] == "running"
+        and w["name"] in watched
+        and watched[w["name"]]["pid"] == w["pid"]
         and not watched[w["name"]]["killed"]
         for w in status["workers"]
     )
@@ -112,12 +121,16 @@ async def test_kill_is_detected_restarted_and_serves_again(one: Cluster) -> None
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]
 
 
-async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_its_worker(one: Cluster) -> None:
+async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_its_worker(
+    one: Cluster,
+) -> None:
     """A worker's `spawn` control tells the node: the new actor resolves by its bare name, and a
     restart of its worker brings it back."""
     before = Cluster.worker_in(await _settled(one), "w-one")
     async with one.client() as rt:
-        address = await rt.control(before["endpoint"], "spawn", {"name": "late", "class": "troupe.actors.demo.actors:Echo"})
+        address = await rt.control(
+            before["endpoint"], "spawn", {"name": "late", "class": "troupe.actors.demo.actors:Echo"}
+        )
         assert address.endswith("/w-one/late")
         assert await rt.ref("late").ask("echo", "first") == "first"  # resolved through the node
     status = await one.wait_for(lambda s: "late" in Cluster.worker_in(s, "w-one")["actors"], timeout=5)
@@ -165,7 +178,8 @@ async def test_dead_supervisor_is_restarted_and_watches_again(one: Cluster) -> N
     old = status["supervision"]["supervisor_pid"]
     await one.chaos("kill", "supervisor")
     status = await one.wait_for(
-        lambda s: s["supervision"]["supervisor_starts"] == 2 and _watched(s), timeout=15)
+        lambda s: s["supervision"]["supervisor_starts"] == 2 and _watched(s), timeout=15
+    )
     assert status["supervision"]["supervisor_pid"] != old
     before = Cluster.worker_in(status, "w-one")
     await one.chaos("hang_with_gil", "w-one", seconds=30)
@@ -175,11 +189,14 @@ async def test_dead_supervisor_is_restarted_and_watches_again(one: Cluster) -> N
     assert (await one.supervision())["supervision"]["kills"]["w-one"]["reason"] == "no_heartbeat"
 
 
-CRUNCH = SUPERVISION + """
+CRUNCH = (
+    SUPERVISION
+    + """
 [[workers]]
 name = "w-crunch"
 actors = [{ name = "cruncher", class = "support.cluster:Cruncher" }]
 """
+)
 
 
 async def test_progress_reports_keep_a_long_computation_alive(troupe_cluster: Any) -> None:
@@ -187,7 +204,9 @@ async def test_progress_reports_keep_a_long_computation_alive(troupe_cluster: An
     crunch: Cluster = troupe_cluster(CRUNCH, "crunch", env={"PYTHONPATH": TESTS_DIR})
     before = Cluster.worker_in(await _settled(crunch), "w-crunch")
     async with crunch.client() as rt:
-        rounds = await rt.ref("w-crunch/cruncher").ask("crunch", {"seconds": 2.5 * PROGRESS_S, "progress": True})
+        rounds = await rt.ref("w-crunch/cruncher").ask(
+            "crunch", {"seconds": 2.5 * PROGRESS_S, "progress": True}
+        )
         assert rounds > 0
         assert (await crunch.worker("w-crunch"))["pid"] == before["pid"]
         await rt.ref("w-crunch/cruncher").tell("crunch", {"seconds": 30, "progress": False})
@@ -258,7 +277,10 @@ async def test_partition_refuses_traffic_until_healed(cluster: Cluster) -> None:
 async def test_faults_by_schedule(cluster: Cluster) -> None:
     """A schedule injects a crash, then heals: the asks in between see the crash, the ones after do not."""
     await _settled(cluster)
-    events = [ChaosEvent(0.0, "crash", "w-echo/echo", {"message_type": "echo"}), ChaosEvent(0.3, "heal", "w-echo")]
+    events = [
+        ChaosEvent(0.0, "crash", "w-echo/echo", {"message_type": "echo"}),
+        ChaosEvent(0.3, "heal", "w-echo"),
+    ]
     async with cluster.client() as rt, cluster.scheduled(events) as done:
         echo = rt.ref("w-echo/echo")
         with anyio.fail_after(5):
@@ -275,8 +297,19 @@ async def test_faults_by_schedule(cluster: Cluster) -> None:
 
 def test_ctl_chaos_and_heal_commands(cluster: Cluster) -> None:
     """`troupe ctl chaos` arms a fault through the node, `ctl heal` clears it, a bad kind exits 2."""
-    armed = ctl("ctl", "chaos", "slow", "--target", "w-echo/echo", "--seconds", "0.01", "--count", "1",
-                "--node", cluster.endpoint)
+    armed = ctl(
+        "ctl",
+        "chaos",
+        "slow",
+        "--target",
+        "w-echo/echo",
+        "--seconds",
+        "0.01",
+        "--count",
+        "1",
+        "--node",
+        cluster.endpoint,
+    )
     assert armed.returncode == 0, armed.stderr
     assert "slow armed in w-echo" in armed.stdout
     healed = ctl("ctl", "heal", "--target", "w-echo", "--json", "--node", cluster.endpoint)
@@ -286,7 +319,9 @@ def test_ctl_chaos_and_heal_commands(cluster: Cluster) -> None:
     assert bad.returncode == 2 and "unknown fault kind" in bad.stderr
 
 
-INTENSITY = SUPERVISION + """
+INTENSITY = (
+    SUPERVISION
+    + """
 [restart]
 max_restarts = 1
 period_s = 60
@@ -300,6 +335,7 @@ actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 name = "w-steady"
 actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
+)
 
 
 async def test_restart_intensity_exceeded_fails_the_worker_not_the_node(troupe_cluster: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from support.chaos import TaskMaster, node_config
 from support.cluster import running_node
 from troupe.runtime.tasks.output_store import OutputStore
@@ -39,9 +40,13 @@ troupe_cluster = troupe_testing.troupe_cluster
 
 def troupe(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run the troupe command on a wide terminal, so that table cells are not wrapped."""
-    return subprocess.run([sys.executable, "-m", "troupe.cli.main", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "COLUMNS": "400"})
-
+    return subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 def job_file(tmp_path: Path, name: str, body: str) -> Path:
@@ -52,8 +57,10 @@ def job_file(tmp_path: Path, name: str, body: str) -> Path:
 
 def mixed_job(tmp_path: Path) -> Path:
     """Half the tasks of kind sleep (the job's), half of kind nap; one attempt each."""
-    tasks = "".join(f'\n[[tasks]]\nid = "mix-{i:06d}"\nseed = {i}\n'
-                    + ('kind = "nap"\n' if i % 2 else "") for i in range(TASKS))
+    tasks = "".join(
+        f'\n[[tasks]]\nid = "mix-{i:06d}"\nseed = {i}\n' + ('kind = "nap"\n' if i % 2 else "")
+        for i in range(TASKS)
+    )
     return job_file(tmp_path, "mix", f'kind = "sleep"\nmax_attempts = 1\n{tasks}')
 
 
@@ -76,7 +83,8 @@ def wait_jobs(master: TaskMaster, ready: Any, timeout: float = 60.0) -> dict[str
 
 
 def test_each_kind_runs_on_its_node_and_a_missing_kind_waits_visibly_until_its_node_joins(
-    master: TaskMaster, tmp_path: Path,
+    master: TaskMaster,
+    tmp_path: Path,
 ) -> None:
     """Two nodes with different task actors: every task done with one attempt; waits are explained."""
     with running_node(tmp_path, node_config(master, ["w1"], SLEEP, ""), "a"):
@@ -90,9 +98,9 @@ def test_each_kind_runs_on_its_node_and_a_missing_kind_waits_visibly_until_its_n
         view = wait_jobs(master, lambda v: v["mix"]["counts"].get("done") == TASKS // 2)
         assert view["mix"]["counts"]["pending"] == TASKS // 2 and not view["mix"]["counts"]["dead"]
         assert [w["reason"] for w in view["mix"]["waiting"]] == [
-            "waiting for kind nap: no live worker runs it"]
-        assert [w["reason"] for w in view["gpu"]["waiting"]] == [
-            "waiting for gpu=1: no worker has it"]
+            "waiting for kind nap: no live worker runs it"
+        ]
+        assert [w["reason"] for w in view["gpu"]["waiting"]] == ["waiting for gpu=1: no worker has it"]
         table = troupe("ctl", "jobs", "--master", master.endpoint)
         assert table.returncode == 0, table.stderr
         assert "6 waiting for kind nap: no live worker runs it" in table.stdout
@@ -110,20 +118,27 @@ def test_each_kind_runs_on_its_node_and_a_missing_kind_waits_visibly_until_its_n
     master.check_exactly_once(job, "mix-", TASKS)
     results = {r["task_id"]: r for r in master.results("mix-")}
     assert all(r["attempt"] == 1 for r in results.values())
-    assert {t for t, r in results.items() if r["node"] == "b"} == {
-        f"mix-{i:06d}" for i in range(1, TASKS, 2)}
+    assert {t for t, r in results.items() if r["node"] == "b"} == {f"mix-{i:06d}" for i in range(1, TASKS, 2)}
 
 
 async def test_a_commit_made_while_cut_off_from_the_master_is_the_truth_after_the_heal(
-    master: TaskMaster, troupe_cluster: Any, tmp_path: Path,
+    master: TaskMaster,
+    troupe_cluster: Any,
+    tmp_path: Path,
 ) -> None:
-    """max_attempts = 1, a partition longer than the lease: dead, job failed; the heal's Complete makes both done."""
+    """max_attempts = 1, a partition longer than the lease: dead, job failed; the heal's Complete makes both
+    done."""
     cluster = troupe_cluster(node_config(master, ["w1"], SLEEP, ""), "p")
     await master.wait_workers({"p/w1"})
     gate = tmp_path / "gate"
-    job_id = await master.submit("cut", "sleep", 1, {"min_ms": 0, "max_ms": 0,
-                                                     "wait_for": str(gate)},
-                                 lease_s=CUT_LEASE_S, max_attempts=1)
+    job_id = await master.submit(
+        "cut",
+        "sleep",
+        1,
+        {"min_ms": 0, "max_ms": 0, "wait_for": str(gate)},
+        lease_s=CUT_LEASE_S,
+        max_attempts=1,
+    )
     with anyio.fail_after(30):
         while not await master.used("p/w1"):
             await anyio.sleep(0.02)

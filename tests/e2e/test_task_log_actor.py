@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from support.chaos import TaskMaster, node_config
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster
@@ -25,16 +26,17 @@ troupe_cluster = troupe_testing.troupe_cluster
 TASKS = 8
 
 
-
 async def test_every_output_committed_line_names_the_actor_that_ran_the_task(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
     """A job's commits are logged by the worker with actor=task, its process and its own pid."""
     cluster: Cluster = troupe_cluster(
-        node_config(master, ["w1"], "troupe.actors.demo.tasks:SleepTask", ""), "n1")
+        node_config(master, ["w1"], "troupe.actors.demo.tasks:SleepTask", ""), "n1"
+    )
     await master.wait_workers({"n1/w1"})
-    job_id = await master.submit("logged", "sleep", TASKS, {"min_ms": 1, "max_ms": 5},
-                                 lease_s=30, max_attempts=3)
+    job_id = await master.submit(
+        "logged", "sleep", TASKS, {"min_ms": 1, "max_ms": 5}, lease_s=30, max_attempts=3
+    )
     job = await master.wait_job(job_id, 60)
     master.check_exactly_once(job, "logged-", TASKS)
     pid = (await cluster.worker("w1"))["pid"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from troupe.runtime import OutputStore
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster
@@ -28,14 +29,22 @@ stop_grace_s = 2
 
 [[workers]]
 name = "w1"
-actors = [{{ name = "task", class = "troupe.actors.demo.tasks:SleepTask", kwargs = {{ outputs = "{out}", durable = false }} }}]
+[[workers.actors]]
+name = "task"
+class = "troupe.actors.demo.tasks:SleepTask"
+kwargs = {{ outputs = "{out}", durable = false }}
 """
 JOB = '[job]\nname = "after-undrain"\nkind = "sleep"\ncount = 6\n'
 
 
 def troupe(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "troupe.cli.main", *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:

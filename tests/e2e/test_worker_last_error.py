@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from troupe.runtime import RemoteError
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster
@@ -39,10 +40,14 @@ actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
 """
 
 BROKEN = {
-    "w-import": ({"name": "a", "class": "mypkg_not_installed.actors:Renderer"},
-                 "No module named 'mypkg_not_installed'"),
-    "w-ctor": ({"name": "a", "class": "troupe.actors.demo.actors:Echo", "kwargs": {"bogus": 1}},
-               "TypeError: Echo() takes no arguments"),
+    "w-import": (
+        {"name": "a", "class": "mypkg_not_installed.actors:Renderer"},
+        "No module named 'mypkg_not_installed'",
+    ),
+    "w-ctor": (
+        {"name": "a", "class": "troupe.actors.demo.actors:Echo", "kwargs": {"bogus": 1}},
+        "TypeError: Echo() takes no arguments",
+    ),
 }
 
 
@@ -54,11 +59,14 @@ def _has_errors(status: dict[str, Any]) -> bool:
 async def test_a_worker_that_cannot_start_shows_its_error_in_status(
     troupe_cluster: Callable[..., Cluster],
 ) -> None:
-    """An import failure and a raising constructor each show their one-line cause as last_error, in JSON and in ctl status."""
+    """An import failure and a raising constructor each show their one-line cause as last_error, in JSON and
+    in ctl status."""
     cluster = troupe_cluster(CONFIG)
     for name, (actor, _) in BROKEN.items():
         with pytest.raises(RemoteError):  # it never registers
-            await cluster.control("spawn_worker", {"name": name, "actors": [actor], "timeout_s": 2}, timeout=10)
+            await cluster.control(
+                "spawn_worker", {"name": name, "actors": [actor], "timeout_s": 2}, timeout=10
+            )
     status = await cluster.wait_for(_has_errors, timeout=30)
     workers = {w["name"]: w for w in status["workers"]}
     for name, (_, cause) in BROKEN.items():
@@ -73,7 +81,10 @@ async def test_a_worker_that_cannot_start_shows_its_error_in_status(
     env = {**os.environ, "COLUMNS": "400"}
     shown = subprocess.run(
         [sys.executable, "-m", "troupe.cli.main", "ctl", "status", "--node", cluster.endpoint],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert shown.returncode == 0, shown.stderr
     assert "last error" in shown.stdout
@@ -81,7 +92,10 @@ async def test_a_worker_that_cannot_start_shows_its_error_in_status(
         assert cause in shown.stdout
     as_json = subprocess.run(
         [sys.executable, "-m", "troupe.cli.main", "ctl", "status", "--json", "--node", cluster.endpoint],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     by_name = {w["name"]: w for w in json.loads(as_json.stdout)["workers"]}
     assert BROKEN["w-ctor"][1] in by_name["w-ctor"]["last_error"]

@@ -9,6 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 import torch
+
 from troupe.models.camera import Intrinsics, camera_rays
 from troupe.models.raycast import (
     TEXTURE_CHECKER,
@@ -90,7 +91,7 @@ def test_hit_colour_follows_the_shading_formula() -> None:
 
 def test_checker_texture_darkens_alternate_tiles() -> None:
     """A checker face shows exactly two shades, the darker one scaled by 1 - contrast."""
-    bounds, colors, _ = _wall_facing_x(2.0)
+    bounds, _colors, _ = _wall_facing_x(2.0)
     textures = np.array([[TEXTURE_CHECKER, 0.3]])
     light = Lighting(direction=(-1.0, 0.0, 0.0), intensity=0.5, ambient=0.5)
     rgb, _ = _render(bounds, [[1.0, 1.0, 1.0]], textures, [[0.0, 0.0, 1.0]], [_yaw(0.0)], lighting=light)
@@ -108,7 +109,7 @@ def test_nearest_box_wins_and_a_box_around_the_camera_is_unseen() -> None:
         ]
     )
     colors = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
-    rgb, depth = _render(bounds, colors, np.zeros((3, 2)) + [0, 1], [[0.0, 0.0, 1.0]], [_yaw(0.0)])
+    rgb, depth = _render(bounds, colors, np.zeros((3, 2)) + np.array([0, 1]), [[0.0, 0.0, 1.0]], [_yaw(0.0)])
     assert np.allclose(depth, 2.0, rtol=1e-4)
     assert np.all(rgb[..., 1] > 0) and np.all(rgb[..., 0] == 0) and np.all(rgb[..., 2] == 0)
 

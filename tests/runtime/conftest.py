@@ -16,8 +16,6 @@ def _debug_asyncio_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], Any]]:
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
     """Every async test in tests/runtime runs once per loop implementation."""
     return {"asyncio": _debug_asyncio_loop, "uvloop": uvloop.new_event_loop}

@@ -8,18 +8,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROBE = '''
+PROBE = """
 import json, sys
 import structlog.dev
 import rich  # importable again once structlog is in
 print(json.dumps({"name": __name__, "argv": sys.argv, "structlog_rich": structlog.dev.rich is not None}))
-'''
+"""
 
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "troupe.lean_start", *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "troupe.lean_start", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_runs_the_module_as_main_with_its_arguments_and_structlog_without_rich(tmp_path: Path) -> None:

@@ -82,11 +82,19 @@ def _lines(tmp_path: Path) -> tuple[dict[str, dict[str, Any]], int, int]:
 
 
 def test_identity_wins_and_a_colliding_event_field_is_kept_aside() -> None:
-    """An event's pid, node or actor moves to event_<name>; equal values and unknown identities change nothing."""
+    """An event's pid, node or actor moves to event_<name>; equal values and unknown identities change
+    nothing."""
     event = {"event": "worker_spawned", "pid": 7, "node": "n1", "actor": "x", "worker": "w"}
     out = identify(event, {"node": "n1", "process": "node", "pid": 100, "actor": None})
-    assert out == {"event": "worker_spawned", "pid": 100, "event_pid": 7, "node": "n1",
-                   "process": "node", "actor": "x", "worker": "w"}
+    assert out == {
+        "event": "worker_spawned",
+        "pid": 100,
+        "event_pid": 7,
+        "node": "n1",
+        "process": "node",
+        "actor": "x",
+        "worker": "w",
+    }
     out = identify({"event": "e", "actor": "x"}, {"actor": "teller"})
     assert out == {"event": "e", "actor": "teller", "event_actor": "x"}
 
@@ -94,7 +102,8 @@ def test_identity_wins_and_a_colliding_event_field_is_kept_aside() -> None:
 def test_lines_logged_in_a_handler_and_code_it_calls_carry_the_actor_and_the_logger_s_pid(
     tmp_path: Path,
 ) -> None:
-    """Handler lines (sync at once and async), a helper's and a to_thread thread's carry the actor; event fields do not overwrite who logged."""
+    """Handler lines (sync at once and async), a helper's and a to_thread thread's carry the actor; event
+    fields do not overwrite who logged."""
     lines, pid, at_once = _lines(tmp_path)
     assert at_once >= 1  # the sync handler took the handle-at-once path
     for event in ("in_sync_handler", "in_helper_sync", "in_async_handler", "in_helper_async", "in_thread"):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
 from troupe.runtime.tasks.content_store import ContentStore
@@ -62,8 +63,7 @@ class TaskMaster:
         workers = (await self.call("status"))["workers"]
         return next((int(w["used"]) for w in workers if w["worker_id"] == worker_id), 0)
 
-    async def submit(self, name: str, kind: str, count: int, params: dict[str, Any],
-                     **policy: Any) -> str:
+    async def submit(self, name: str, kind: str, count: int, params: dict[str, Any], **policy: Any) -> str:
         """Submit a job of ``count`` tasks whose parameters go to the content store.
 
         Args:
@@ -81,7 +81,8 @@ class TaskMaster:
     async def wait_job(self, job_id: str, timeout: float) -> dict[str, Any]:
         """Wait (the master's own long poll, bounded) until the job is final; return its view."""
         job: dict[str, Any] = await self.call(
-            "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout + 10)
+            "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout + 10
+        )
         assert job["state"] != "running", f"job {job_id} still running after {timeout}s: {job}"
         return job
 
@@ -95,8 +96,11 @@ class TaskMaster:
     def results(self, prefix: str) -> list[dict[str, Any]]:
         """The committed ``result.json`` of every task whose id starts with ``prefix``."""
         store = OutputStore(self.outputs, durable=False)
-        return [json.loads((store.committed_path(t) / "result.json").read_text())
-                for t in store.committed() if t.startswith(prefix)]
+        return [
+            json.loads((store.committed_path(t) / "result.json").read_text())
+            for t in store.committed()
+            if t.startswith(prefix)
+        ]
 
     def check_exactly_once(self, job: dict[str, Any], prefix: str, count: int) -> None:
         """Assert the invariants: the job is done, nothing dead, each task committed once."""
@@ -126,10 +130,25 @@ def start_master(directory: Path, timeout: float = 60.0) -> TaskMaster:
     logs.mkdir(exist_ok=True)
     with open(logs / "master.out", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
-             str(directory / "journal.db"), "--new", "--endpoint", endpoint, "--logs", str(logs),
-             "--node-timeout", "30"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "master",
+                "start",
+                "--journal",
+                str(directory / "journal.db"),
+                "--new",
+                "--endpoint",
+                endpoint,
+                "--logs",
+                str(logs),
+                "--node-timeout",
+                "30",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     master = TaskMaster(proc, endpoint, directory / "out", directory / "cas")
     deadline = time.monotonic() + timeout
@@ -150,10 +169,11 @@ def node_config(master: TaskMaster, workers: list[str], actor_class: str, tables
 
     Each worker hosts one task actor ``task`` of ``actor_class`` on the master's shared stores.
     """
-    kwargs = (f'{{ outputs = "{master.outputs}", content = "{master.content}", '
-              "durable = false }")
+    kwargs = f'{{ outputs = "{master.outputs}", content = "{master.content}", durable = false }}'
     lines = [f'[node]\nmaster = "{master.endpoint}"\nask_timeout_s = 5\nstop_grace_s = 2\n', tables]
     for name in workers:
-        lines.append(f'[[workers]]\nname = "{name}"\n'
-                     f'actors = [{{ name = "task", class = "{actor_class}", kwargs = {kwargs} }}]\n')
+        lines.append(
+            f'[[workers]]\nname = "{name}"\n'
+            f'actors = [{{ name = "task", class = "{actor_class}", kwargs = {kwargs} }}]\n'
+        )
     return "\n".join(lines)

@@ -51,8 +51,13 @@ class CrunchTask(SleepTask):
         rounds = _crunch(float(params.get("seconds", 1.0)), None if quiet else self.progress)
         where = self.address
         result: dict[str, Any] = {
-            "task_id": task.task_id, "node": where.node, "worker": where.process,
-            "pid": os.getpid(), "attempt": task.attempt, "rounds": rounds, "quiet": quiet,
+            "task_id": task.task_id,
+            "node": where.node,
+            "worker": where.process,
+            "pid": os.getpid(),
+            "attempt": task.attempt,
+            "rounds": rounds,
+            "quiet": quiet,
         }
         with self.outputs.stage(task.task_id) as staged:
             (staged.path / "result.json").write_text(json.dumps(result), encoding="utf-8")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
 from troupe.runtime import Actor, handles
 from troupe.runtime.testing.plugin import free_endpoint, reap
 
@@ -45,7 +46,9 @@ def ctl(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run the troupe command and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "troupe.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -67,9 +70,23 @@ def start_node(tmp_path: Path, config_text: str, name: str = "t") -> NodeProc:
     config.write_text(config_text)
     log_dir = tmp_path / "logs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-         "--name", name, "--endpoint", endpoint, "--logs", str(log_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "node",
+            "start",
+            "--config",
+            str(config),
+            "--name",
+            name,
+            "--endpoint",
+            endpoint,
+            "--logs",
+            str(log_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     node = NodeProc(proc, endpoint, name, log_dir)

@@ -20,8 +20,11 @@ class ArrayProbe(Actor):
 
     @handles("describe")
     def describe(self, payload: Any) -> dict[str, Any]:
-        return {"type": type(payload).__name__, "dtype": str(getattr(payload, "dtype", "")),
-                "writeable": bool(payload.flags.writeable) if hasattr(payload, "flags") else None}
+        return {
+            "type": type(payload).__name__,
+            "dtype": str(getattr(payload, "dtype", "")),
+            "writeable": bool(payload.flags.writeable) if hasattr(payload, "flags") else None,
+        }
 
     @handles("write")
     def write(self, payload: Any) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
+
 from troupe.runtime.testing.plugin import free_endpoint
 
 __all__ = ["Command", "dataset_task_ids", "run_args", "running", "small_pipeline", "summary_counts"]
@@ -29,8 +30,11 @@ def small_pipeline(tmp_path: Path) -> Path:
     """configs/datagen.toml at a quarter of the pixels and a third of the frames (quick)."""
     text = (ROOT / "configs" / "datagen.toml").read_text(encoding="utf-8")
     small = text.replace("width = 96, height = 72", "width = 48, height = 36").replace(
-        "max_frames = 60", "max_frames = 20")
-    assert "width = 48, height = 36" in small and "max_frames = 20" in small, "configs/datagen.toml changed shape"
+        "max_frames = 60", "max_frames = 20"
+    )
+    assert "width = 48, height = 36" in small and "max_frames = 20" in small, (
+        "configs/datagen.toml changed shape"
+    )
     path = tmp_path / "datagen-small.toml"
     path.write_text(small, encoding="utf-8")
     return path
@@ -38,8 +42,19 @@ def small_pipeline(tmp_path: Path) -> Path:
 
 def run_args(config: Path, out: Path, scenes: int, *extra: str) -> list[str]:
     """``troupe run`` arguments on free loopback ports."""
-    return ["run", str(config), "--scenes", str(scenes), "--out", str(out),
-            "--endpoint", free_endpoint(), "--master", free_endpoint(), *extra]
+    return [
+        "run",
+        str(config),
+        "--scenes",
+        str(scenes),
+        "--out",
+        str(out),
+        "--endpoint",
+        free_endpoint(),
+        "--master",
+        free_endpoint(),
+        *extra,
+    ]
 
 
 @dataclass
@@ -63,7 +78,9 @@ class Command:
         deadline = time.monotonic() + timeout
         while not done():
             self.track()
-            assert self.proc.poll() is None, f"exited {self.proc.returncode} before {what}:\n{self.text()[-3000:]}"
+            assert self.proc.poll() is None, (
+                f"exited {self.proc.returncode} before {what}:\n{self.text()[-3000:]}"
+            )
             assert time.monotonic() < deadline, f"no {what} within {timeout}s:\n{self.text()[-3000:]}"
             time.sleep(0.05)
         self.track()
@@ -105,8 +122,11 @@ def running(args: list[str], tmp_path: Path, name: str = "cmd") -> Iterator[Comm
     output = tmp_path / f"{name}-{time.monotonic_ns()}.out"
     with output.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", *args], stdin=subprocess.DEVNULL, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "troupe.cli.main", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         )
     cmd = Command(proc, output)
@@ -141,5 +161,10 @@ def summary_counts(text: str) -> dict[str, int]:
     kept = re.search(r"(\d+) committed before, kept", flat)
     before = re.search(r"\((\d+) done before\)", flat)
     ok, pruned, dead = map(int, found.groups())
-    return {"ok": ok, "pruned": pruned, "dead": dead, "kept": int(kept.group(1)) if kept else 0,
-            "before": int(before.group(1)) if before else 0}
+    return {
+        "ok": ok,
+        "pruned": pruned,
+        "dead": dead,
+        "kept": int(kept.group(1)) if kept else 0,
+        "before": int(before.group(1)) if before else 0,
+    }

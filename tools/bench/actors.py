@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+
 from troupe.runtime import Actor, handles
 
 __all__ = ["Sink", "Source"]

@@ -22,7 +22,9 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messa
 def messaging(
     as_json: JsonOption = False,
     quick: QuickOption = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")] = 5,
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")
+    ] = 5,
 ) -> None:
     """Tell and ask throughput, startup time and idle memory, against raw pyzmq."""
     from .messaging import measure_messaging  # imported here: `troupe` starts fast
@@ -34,16 +36,27 @@ def messaging(
     table = Table(title=f"troupe messaging vs raw pyzmq (same run, medians of {repeat} runs each)")
     for col in ("figure", "raw ceiling", "troupe 2 processes", "ratio", "troupe 1 process", "ratio"):
         table.add_column(col, justify="right")
-    names = {"tell_small": "tell 100 B msgs/s", "tell_large": "tell 1 MiB msgs/s",
-             "ask1": "ask, 1 outstanding, rt/s", "ask64": "ask, 64 outstanding, rt/s"}
+    names = {
+        "tell_small": "tell 100 B msgs/s",
+        "tell_large": "tell 1 MiB msgs/s",
+        "ask1": "ask, 1 outstanding, rt/s",
+        "ask64": "ask, 64 outstanding, rt/s",
+    }
     for key, label in names.items():
-        table.add_row(label, f"{fig[f'raw_{key}_per_s']:,.0f}", f"{fig[f'troupe_{key}_per_s']:,.0f}",
-                      f"{fig[f'{key}_ratio']:.2f}", f"{fig[f'troupe_local_{key}_per_s']:,.0f}",
-                      f"{fig[f'local_{key}_ratio']:.2f}")
+        table.add_row(
+            label,
+            f"{fig[f'raw_{key}_per_s']:,.0f}",
+            f"{fig[f'troupe_{key}_per_s']:,.0f}",
+            f"{fig[f'{key}_ratio']:.2f}",
+            f"{fig[f'troupe_local_{key}_per_s']:,.0f}",
+            f"{fig[f'local_{key}_ratio']:.2f}",
+        )
     Console().print(table)
-    Console().print(f"startup (node start -> first ask answered): {fig['startup_s']:.2f} s; "
-                    f"idle memory of {fig['idle_processes']:.0f} processes (node, supervisor, worker): "
-                    f"RSS {fig['idle_rss_mib']:.0f} MiB summed, PSS {fig['idle_pss_mib']:.0f} MiB")
+    Console().print(
+        f"startup (node start -> first ask answered): {fig['startup_s']:.2f} s; "
+        f"idle memory of {fig['idle_processes']:.0f} processes (node, supervisor, worker): "
+        f"RSS {fig['idle_rss_mib']:.0f} MiB summed, PSS {fig['idle_pss_mib']:.0f} MiB"
+    )
 
 
 @bench_app.command("pipeline")
@@ -60,30 +73,43 @@ def pipeline(
         typer.echo(json.dumps(fig, indent=2))
         return
     out = Console()
-    out.print(f"sequential baseline: {fig['baseline_s']:.2f} s for {fig['items']:.0f} scenes "
-              f"({fig['baseline_items_per_s']:.2f} items/s)")
-    out.print(f"troupe pipeline:     {fig['pipeline_s']:.2f} s from first item in "
-              f"({fig['pipeline_wall_s']:.2f} s with start-up)")
-    out.print(f"speedup {fig['speedup']:.2f}x ({fig['speedup_wall']:.2f}x with start-up); "
-              f"lambda {fig['lambda']:.2f}/s, lambda_theory {fig['lambda_theory']:.2f}/s, "
-              f"lambda/lambda_theory {fig['efficiency']:.2f}, lambda_succ {fig['lambda_succ']:.2f}/s")
-    out.print(f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
-              f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
-              f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})")
+    out.print(
+        f"sequential baseline: {fig['baseline_s']:.2f} s for {fig['items']:.0f} scenes "
+        f"({fig['baseline_items_per_s']:.2f} items/s)"
+    )
+    out.print(
+        f"troupe pipeline:     {fig['pipeline_s']:.2f} s from first item in "
+        f"({fig['pipeline_wall_s']:.2f} s with start-up)"
+    )
+    out.print(
+        f"speedup {fig['speedup']:.2f}x ({fig['speedup_wall']:.2f}x with start-up); "
+        f"lambda {fig['lambda']:.2f}/s, lambda_theory {fig['lambda_theory']:.2f}/s, "
+        f"lambda/lambda_theory {fig['efficiency']:.2f}, lambda_succ {fig['lambda_succ']:.2f}/s"
+    )
+    out.print(
+        f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
+        f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
+        f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})"
+    )
 
 
 @bench_app.command("scale")
 def scale(
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Simulated workers (one slot each).")] = 128,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Simulated workers (one slot each).")
+    ] = 128,
     tasks: Annotated[int, typer.Option("--tasks", min=1, help="Tasks PER WORKER.")] = 20,
-    median_ms: Annotated[float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")] = 0.0,
+    median_ms: Annotated[
+        float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")
+    ] = 0.0,
     as_json: JsonOption = False,
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
     from .scale import measure_scale, scale_table
 
-    fig = measure_scale(workers, tasks, median_ms or None,
-                        progress=lambda m: console.print(f"[dim]{m}...[/]"))
+    fig = measure_scale(
+        workers, tasks, median_ms or None, progress=lambda m: console.print(f"[dim]{m}...[/]")
+    )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
@@ -93,23 +119,39 @@ def scale(
 @bench_app.command("recovery")
 def recovery(
     as_json: JsonOption = False,
-    interval: Annotated[float, typer.Option("--interval", help="Heartbeat interval of the bench node, s.")] = 0.1,
-    timeout: Annotated[float, typer.Option("--timeout", help="Heartbeat timeout of the bench node, s.")] = 0.6,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Heartbeat interval of the bench node, s.")
+    ] = 0.1,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Heartbeat timeout of the bench node, s.")
+    ] = 0.6,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds per figure (medians).")] = 3,
 ) -> None:
     """Kill-to-detect, hang-to-kill and kill-to-serving-again, against a bare process spawn."""
     from .recovery import measure_recovery
 
-    fig = measure_recovery(interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
+    fig = measure_recovery(
+        interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]")
+    )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
-    table = Table(title=f"troupe recovery (heartbeat every {interval} s, timeout {timeout} s; medians of {repeat})")
+    table = Table(
+        title=f"troupe recovery (heartbeat every {interval} s, timeout {timeout} s; medians of {repeat})"
+    )
     for col in ("figure", "troupe", "floor / bound", "ratio"):
         table.add_column(col, justify="right")
     table.add_row("kill -> detected (waitpid)", f"{fig['kill_detect_s'] * 1000:.1f} ms", "0", "-")
-    table.add_row("hang -> killed and reaped", f"{fig['hang_kill_s']:.3f} s",
-                  f"<= {fig['hang_kill_bound_s']:.3f} s", f"{fig['hang_kill_s'] / fig['hang_kill_bound_s']:.2f}")
-    table.add_row("kill -> serving again", f"{fig['restart_serving_s']:.3f} s",
-                  f"{fig['spawn_floor_s']:.3f} s (bare spawn)", f"{fig['restart_serving_over_floor']:.2f}")
+    table.add_row(
+        "hang -> killed and reaped",
+        f"{fig['hang_kill_s']:.3f} s",
+        f"<= {fig['hang_kill_bound_s']:.3f} s",
+        f"{fig['hang_kill_s'] / fig['hang_kill_bound_s']:.2f}",
+    )
+    table.add_row(
+        "kill -> serving again",
+        f"{fig['restart_serving_s']:.3f} s",
+        f"{fig['spawn_floor_s']:.3f} s (bare spawn)",
+        f"{fig['restart_serving_over_floor']:.2f}",
+    )
     Console().print(table)

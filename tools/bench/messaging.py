@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 import psutil
-from troupe.cli.commands.run import start_local_node
+
+from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
@@ -44,31 +45,47 @@ def free_endpoint() -> str:
 
 def _bench_workers() -> tuple[WorkerSpec, ...]:
     return (
-        WorkerSpec(name="src", actors=(
-            ActorSpec(name="source", cls="troupe.cli.bench.actors:Source"),
-            ActorSpec(name="sink_local", cls="troupe.cli.bench.actors:Sink"),
-        )),
+        WorkerSpec(
+            name="src",
+            actors=(
+                ActorSpec(name="source", cls="troupe.cli.bench.actors:Source"),
+                ActorSpec(name="sink_local", cls="troupe.cli.bench.actors:Sink"),
+            ),
+        ),
         WorkerSpec(name="dst", actors=(ActorSpec(name="sink", cls="troupe.cli.bench.actors:Sink"),)),
     )
 
 
-def _plan(n_small: int, n_large: int, n_ask: int) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
+def _plan(
+    n_small: int, n_large: int, n_ask: int
+) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
     """Each figure: its key, the raw measurement, and the Source request that measures troupe."""
     return [
         ("tell_small", partial(raw_one_way, n_small, "small"), "tells", {"n": n_small, "kind": "small"}),
         ("tell_large", partial(raw_one_way, n_large, "large"), "tells", {"n": n_large, "kind": "large"}),
-        ("ask1", partial(raw_echo_round_trips, N_ASK1, 1, "small"), "asks",
-         {"n": N_ASK1, "window": 1, "kind": "small"}),
-        ("ask64", partial(raw_echo_round_trips, n_ask, 64, "small"), "asks",
-         {"n": n_ask, "window": 64, "kind": "small"}),
+        (
+            "ask1",
+            partial(raw_echo_round_trips, N_ASK1, 1, "small"),
+            "asks",
+            {"n": N_ASK1, "window": 1, "kind": "small"},
+        ),
+        (
+            "ask64",
+            partial(raw_echo_round_trips, n_ask, 64, "small"),
+            "asks",
+            {"n": n_ask, "window": 64, "kind": "small"},
+        ),
     ]
 
 
-async def _figures(n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path, say: Any) -> dict[str, float]:
+async def _figures(
+    n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path, say: Any
+) -> dict[str, float]:
     """Raw and troupe runs of each figure, taken in turn (raw, troupe, raw, troupe, ...) so that
     a slow spell of the machine falls on both sides of a ratio; medians of ``runs`` each."""
-    cfg = NodeConfig(name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning",
-                     workers=_bench_workers())
+    cfg = NodeConfig(
+        name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning", workers=_bench_workers()
+    )
     out: dict[str, float] = {}
     async with anyio.create_task_group() as tg:
         node = await start_local_node(tg, cfg)
@@ -100,7 +117,9 @@ async def _figures(n_small: int, n_large: int, n_ask: int, runs: int, log_dir: P
                 say(f"{key}: troupe, both actors in one process")
                 one_process = {**spec, "target": "sink_local"}
                 await warm_up(request, one_process)
-                out[f"troupe_local_{key}_per_s"] = median([await troupe_run(request, one_process) for _ in range(runs)])
+                out[f"troupe_local_{key}_per_s"] = median(
+                    [await troupe_run(request, one_process) for _ in range(runs)]
+                )
         node.stopping.set()
     return out
 
@@ -115,9 +134,23 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
     )
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-         "--endpoint", endpoint, "--logs", str(log_dir), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "node",
+            "start",
+            "--config",
+            str(config),
+            "--endpoint",
+            endpoint,
+            "--logs",
+            str(log_dir),
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         async with connect(endpoint, "startup") as rt:
@@ -144,7 +177,12 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
-    return {"startup_s": startup, "idle_rss_mib": rss, "idle_pss_mib": pss, "idle_processes": float(len(procs))}
+    return {
+        "startup_s": startup,
+        "idle_rss_mib": rss,
+        "idle_pss_mib": pss,
+        "idle_processes": float(len(procs)),
+    }
 
 
 def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) -> dict[str, float]:
@@ -161,10 +199,23 @@ def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) 
     fig: dict[str, float] = {"runs": float(runs)}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
         configure_logging("bench", "bench", None, console=False, level="warning")
-        fig.update(anyio.run(_figures, n_small, n_large, n_ask, runs, Path(tmp), say,
-                             backend="asyncio", backend_options={"use_uvloop": True}))
+        fig.update(
+            anyio.run(
+                _figures,
+                n_small,
+                n_large,
+                n_ask,
+                runs,
+                Path(tmp),
+                say,
+                backend="asyncio",
+                backend_options={"use_uvloop": True},
+            )
+        )
         say("startup and idle memory")
-        fig.update(anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True}))
+        fig.update(
+            anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True})
+        )
     for key in ("tell_small", "tell_large", "ask1", "ask64"):
         fig[f"{key}_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"raw_{key}_per_s"]
         fig[f"local_{key}_ratio"] = fig[f"troupe_local_{key}_per_s"] / fig[f"raw_{key}_per_s"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from troupe.actors.datagen.config import default_pipeline, resolve_out
 from troupe.actors.datagen.lifecycle import (
     LeRobotWriter,
@@ -58,11 +59,24 @@ def _sequential(cfg: PipelineConfig, out: Path) -> tuple[float, int]:
 def synthetic_config(items: int) -> PipelineConfig:
     """Three stages of 10, 30 and 20 ms per item with 1, 3 and 2 replicas: 100 items/s each."""
     stages = [("a", 0.01, 1), ("b", 0.03, 3), ("c", 0.02, 2)]
-    return PipelineConfig.model_validate({
-        "name": "synthetic", "items": items, "scale_interval_s": 1.0,
-        "stages": [{"name": n, "actor": "troupe.actors.bench.synthetic:CostStage", "replicas": r,
-                    "max_replicas": r, "queue": 16, "kwargs": {"cost_s": c}} for n, c, r in stages],
-    })
+    return PipelineConfig.model_validate(
+        {
+            "name": "synthetic",
+            "items": items,
+            "scale_interval_s": 1.0,
+            "stages": [
+                {
+                    "name": n,
+                    "actor": "troupe.actors.bench.synthetic:CostStage",
+                    "replicas": r,
+                    "max_replicas": r,
+                    "queue": 16,
+                    "kwargs": {"cost_s": c},
+                }
+                for n, c, r in stages
+            ],
+        }
+    )
 
 
 def measure_pipeline(items: int = 64, synthetic_items: int = 300, progress: Any = None) -> dict[str, float]:
@@ -79,17 +93,43 @@ def measure_pipeline(items: int = 64, synthetic_items: int = 300, progress: Any 
         fig["baseline_items_per_s"] = base_ok / base_s
         say(f"troupe pipeline, {items} scenes")
         t0 = time.perf_counter()
-        result = anyio.run(run_pipeline, cfg, out / "pipeline", free_endpoint(), True, free_endpoint(),
-                           backend="asyncio", backend_options={"use_uvloop": True})
+        result = anyio.run(
+            run_pipeline,
+            cfg,
+            out / "pipeline",
+            free_endpoint(),
+            True,
+            free_endpoint(),
+            backend="asyncio",
+            backend_options={"use_uvloop": True},
+        )
         wall = time.perf_counter() - t0
         m = result.metrics
-        fig.update(pipeline_s=m.elapsed_s, pipeline_wall_s=wall, speedup=base_s / m.elapsed_s,
-                   speedup_wall=base_s / wall, **{"lambda": m.lambda_measured}, lambda_theory=m.lambda_theory,
-                   lambda_succ=m.lambda_succ, efficiency=m.efficiency)
+        fig.update(
+            pipeline_s=m.elapsed_s,
+            pipeline_wall_s=wall,
+            speedup=base_s / m.elapsed_s,
+            speedup_wall=base_s / wall,
+            **{"lambda": m.lambda_measured},
+            lambda_theory=m.lambda_theory,
+            lambda_succ=m.lambda_succ,
+            efficiency=m.efficiency,
+        )
         say(f"synthetic workload, {synthetic_items} items")
-        syn = anyio.run(run_pipeline, synthetic_config(synthetic_items), out / "synthetic", free_endpoint(), True,
-                        backend="asyncio", backend_options={"use_uvloop": True}).metrics
-        fig.update(synthetic_lambda=syn.lambda_measured, synthetic_lambda_theory=syn.lambda_theory,
-                   synthetic_efficiency=syn.efficiency, synthetic_configured_theory=100.0,
-                   synthetic_vs_configured=syn.lambda_measured / 100.0)
+        syn = anyio.run(
+            run_pipeline,
+            synthetic_config(synthetic_items),
+            out / "synthetic",
+            free_endpoint(),
+            True,
+            backend="asyncio",
+            backend_options={"use_uvloop": True},
+        ).metrics
+        fig.update(
+            synthetic_lambda=syn.lambda_measured,
+            synthetic_lambda_theory=syn.lambda_theory,
+            synthetic_efficiency=syn.efficiency,
+            synthetic_configured_theory=100.0,
+            synthetic_vs_configured=syn.lambda_measured / 100.0,
+        )
     return fig

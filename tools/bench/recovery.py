@@ -29,7 +29,8 @@ from typing import Any
 
 import anyio
 import zmq
-from troupe.cli.commands.run import start_local_node
+
+from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import (
@@ -40,7 +41,7 @@ from troupe.runtime.node.config import (
     WorkerSpec,
 )
 from troupe.runtime.node.node import Node
-from troupe.runtime.node.worker_handles import WorkerHandle, WorkerState
+from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 from .messaging import free_endpoint
 
@@ -104,7 +105,7 @@ class _Exits:
 
 
 async def _running(handle: WorkerHandle, old_pid: int) -> None:
-    while not (handle.state is WorkerState.RUNNING and handle.pid != old_pid):
+    while not (handle.state is HandleState.RUNNING and handle.pid != old_pid):
         await anyio.sleep(0.001)  # a tight poll of in-process state; the caller bounds it
 
 
@@ -149,7 +150,9 @@ async def _rounds(cfg: NodeConfig, repeat: int) -> dict[str, list[float]]:
 
                 pid = handle.pid or 0
                 await _watched(node, pid)
-                await node.supervision.chaos._chaos({"kind": "hang_with_gil", "target": _WORKER, "seconds": 60})
+                await node.supervision.chaos.inject(
+                    {"kind": "hang_with_gil", "target": _WORKER, "seconds": 60}
+                )
                 async with connect(cfg.endpoint, cfg.name) as rt:  # open: closing drops an unsent tell
                     t0 = time.perf_counter()
                     await rt.ref(f"{_WORKER}/echo").tell("echo", "freeze")
@@ -176,8 +179,15 @@ def measure_recovery(
         # The kills are on purpose: only errors would be news.
         configure_logging("bench", "bench", None, console=False, level="error")
         cfg = NodeConfig(
-            name="bench", endpoint=free_endpoint(), log_dir=Path(tmp), log_level="warning",
-            workers=(WorkerSpec(name=_WORKER, actors=(ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo"),)),),
+            name="bench",
+            endpoint=free_endpoint(),
+            log_dir=Path(tmp),
+            log_level="warning",
+            workers=(
+                WorkerSpec(
+                    name=_WORKER, actors=(ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo"),)
+                ),
+            ),
             supervision=SupervisionConfig(interval_s=interval_s, heartbeat_timeout_s=timeout_s),
             restart=RestartConfig(max_restarts=10 * repeat + 10, backoff_base_s=0.0, backoff_max_s=0.0),
         )

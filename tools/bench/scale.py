@@ -33,13 +33,13 @@ from typing import Any
 import anyio
 import psutil
 from rich.table import Table
+
 from troupe.cli.master_client import master_call
-from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import ActorStopped, Unreachable
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
 from troupe.runtime.tasks.task_actor import LeasedTask
-from troupe.runtime.transports.zmq import ZmqTransport
 
 from .messaging import free_endpoint
 
@@ -73,7 +73,7 @@ async def _simulate(spec: dict[str, Any]) -> None:
         await anyio.sleep(task_duration(task.seed, task.backup, task.lease_id, median_s))
         return None
 
-    runtime = Runtime(spec["node"], spec["process"], ZmqTransport(hwm=1_000_000), drain_timeout=0.1)
+    runtime = process_runtime(spec["node"], spec["process"], hwm=1_000_000, drain_timeout=0.1)
     getters: dict[str, TaskGetter] = {}
     async with runtime:
         install_task_control(runtime, getters)
@@ -96,11 +96,19 @@ def _sim_main() -> None:
 
 
 def _job(name: str, tasks: int, speculation: bool) -> dict[str, Any]:
-    return {"source": "bench scale", "job": {"job": {
-        "name": name, "kind": "sim", "count": tasks, "lease_s": 600, "max_attempts": 3,
-        "speculation": {"enabled": speculation, "factor": 1.5, "min_runtime_s": 0.0,
-                        "max_copies": 2},
-    }}}
+    return {
+        "source": "bench scale",
+        "job": {
+            "job": {
+                "name": name,
+                "kind": "sim",
+                "count": tasks,
+                "lease_s": 600,
+                "max_attempts": 3,
+                "speculation": {"enabled": speculation, "factor": 1.5, "min_runtime_s": 0.0, "max_copies": 2},
+            }
+        },
+    }
 
 
 async def _wait_workers(master: str, n: int, timeout: float) -> None:
@@ -114,8 +122,9 @@ async def _wait_workers(master: str, n: int, timeout: float) -> None:
             await anyio.sleep(0.2)
 
 
-async def _run_job(master: str, master_pid: int, name: str, tasks: int, speculation: bool,
-                   timeout: float) -> dict[str, Any]:
+async def _run_job(
+    master: str, master_pid: int, name: str, tasks: int, speculation: bool, timeout: float
+) -> dict[str, Any]:
     proc = psutil.Process(master_pid)
     before = await master_call(master, "status", None, 30.0)
     cpu0 = sum(proc.cpu_times()[:2])
@@ -138,10 +147,26 @@ async def _run_job(master: str, master_pid: int, name: str, tasks: int, speculat
 
 def _start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "master", "start", "--journal",
-         str(tmp / "journal.db"), "--new", "--endpoint", endpoint, "--logs", str(tmp / "logs"),
-         "--log-level", "warning", "--node-timeout", "3600"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "troupe.cli.main",
+            "master",
+            "start",
+            "--journal",
+            str(tmp / "journal.db"),
+            "--new",
+            "--endpoint",
+            endpoint,
+            "--logs",
+            str(tmp / "logs"),
+            "--log-level",
+            "warning",
+            "--node-timeout",
+            "3600",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -150,13 +175,21 @@ def _start_sims(endpoint: str, workers: int, median_s: float) -> list[subprocess
     count = max(1, math.ceil(workers / PER_PROCESS))
     for k in range(count):
         ids = [f"sim{k}/w{i}" for i in range(k, workers, count)]
-        spec = {"master": endpoint, "node": f"sim{k}", "process": f"sim{k}", "workers": ids,
-                "median_s": median_s}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.bench.scale"],
-            env={**os.environ, SIM_ENV: json.dumps(spec)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
+        spec = {
+            "master": endpoint,
+            "node": f"sim{k}",
+            "process": f"sim{k}",
+            "workers": ids,
+            "median_s": median_s,
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "troupe.cli.bench.scale"],
+                env={**os.environ, SIM_ENV: json.dumps(spec)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return procs
 
 
@@ -174,7 +207,9 @@ def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def measure_scale(
-    workers: int, tasks_per_worker: int, median_ms: float | None = None,
+    workers: int,
+    tasks_per_worker: int,
+    median_ms: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures (see the module docstring).
@@ -191,8 +226,13 @@ def measure_scale(
     median_s = median_ms / 1000.0
     tasks = workers * tasks_per_worker
     ideal = sum(task_duration(seed, False, 0, median_s) for seed in range(tasks)) / workers
-    fig: dict[str, Any] = {"workers": workers, "tasks": tasks, "tasks_per_worker": tasks_per_worker,
-                           "median_ms": median_ms, "ideal_makespan_s": ideal}
+    fig: dict[str, Any] = {
+        "workers": workers,
+        "tasks": tasks,
+        "tasks_per_worker": tasks_per_worker,
+        "median_ms": median_ms,
+        "ideal_makespan_s": ideal,
+    }
     endpoint = free_endpoint()
     with tempfile.TemporaryDirectory(prefix="troupe-scale-") as tmp:
         master = _start_master(Path(tmp), endpoint)
@@ -200,13 +240,28 @@ def measure_scale(
         try:
             sims = _start_sims(endpoint, workers, median_s)
             say(f"{len(sims)} processes of simulated workers registering")
-            anyio.run(_wait_workers, endpoint, workers, 120.0, backend="asyncio",
-                      backend_options={"use_uvloop": True})
+            anyio.run(
+                _wait_workers,
+                endpoint,
+                workers,
+                120.0,
+                backend="asyncio",
+                backend_options={"use_uvloop": True},
+            )
             for label, spec in (("", True), ("_no_speculation", False)):
                 say(f"job of {tasks:,} tasks, speculation {'on' if spec else 'off'}")
                 timeout = ideal * 6 + 120
-                out = anyio.run(_run_job, endpoint, master.pid, f"scale{label or '_spec'}", tasks,
-                                spec, timeout, backend="asyncio", backend_options={"use_uvloop": True})
+                out = anyio.run(
+                    _run_job,
+                    endpoint,
+                    master.pid,
+                    f"scale{label or '_spec'}",
+                    tasks,
+                    spec,
+                    timeout,
+                    backend="asyncio",
+                    backend_options={"use_uvloop": True},
+                )
                 for key, value in out.items():
                     fig[key + label] = value
                 fig["efficiency" + label] = ideal / out["makespan_s"]
@@ -217,18 +272,34 @@ def measure_scale(
 
 def scale_table(fig: dict[str, Any]) -> Table:
     """Render the figures: one row with speculative tails, one without."""
-    table = Table(title=(f"troupe bench scale: {fig['workers']:,} workers x "
-                         f"{fig['tasks_per_worker']} tasks ({fig['tasks']:,}); lognormal median "
-                         f"{fig['median_ms']:.0f} ms, sigma {SIGMA}, {STRAGGLER_P:.0%} stragglers "
-                         f"x{STRAGGLER_X:.0f}"))
-    for col in ("tails", "makespan s", "ideal s", "efficiency", "dispatch/s", "master CPU/1k",
-                "backups (won)"):
+    table = Table(
+        title=(
+            f"troupe bench scale: {fig['workers']:,} workers x "
+            f"{fig['tasks_per_worker']} tasks ({fig['tasks']:,}); lognormal median "
+            f"{fig['median_ms']:.0f} ms, sigma {SIGMA}, {STRAGGLER_P:.0%} stragglers "
+            f"x{STRAGGLER_X:.0f}"
+        )
+    )
+    for col in (
+        "tails",
+        "makespan s",
+        "ideal s",
+        "efficiency",
+        "dispatch/s",
+        "master CPU/1k",
+        "backups (won)",
+    ):
         table.add_column(col, justify="right")
     for label, name in (("", "speculative"), ("_no_speculation", "none")):
-        table.add_row(name, f"{fig['makespan_s' + label]:.2f}", f"{fig['ideal_makespan_s']:.2f}",
-                      f"{fig['efficiency' + label]:.3f}", f"{fig['dispatch_per_s' + label]:,.0f}",
-                      f"{fig['master_cpu_s_per_1k' + label]:.3f}",
-                      f"{fig['backups_launched' + label]} ({fig['backups_won' + label]})")
+        table.add_row(
+            name,
+            f"{fig['makespan_s' + label]:.2f}",
+            f"{fig['ideal_makespan_s']:.2f}",
+            f"{fig['efficiency' + label]:.3f}",
+            f"{fig['dispatch_per_s' + label]:,.0f}",
+            f"{fig['master_cpu_s_per_1k' + label]:.3f}",
+            f"{fig['backups_launched' + label]} ({fig['backups_won' + label]})",
+        )
     return table
 
 

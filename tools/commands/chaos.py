@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+
 from troupe.cli.client import control, fail, run_async
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
@@ -23,8 +24,10 @@ console = Console()
 KINDS = ("kill", "crash", "hang_with_gil", "stall", "slow", "drop", "partition")
 
 TargetOption = Annotated[
-    str, typer.Option("--target", "-t", help="WORKER, WORKER/ACTOR, '*' (every worker), or "
-                                              "'supervisor' (kill only).")
+    str,
+    typer.Option(
+        "--target", "-t", help="WORKER, WORKER/ACTOR, '*' (every worker), or 'supervisor' (kill only)."
+    ),
 ]
 
 
@@ -32,14 +35,24 @@ TargetOption = Annotated[
 def chaos(
     kind: Annotated[str, typer.Argument(metavar="KIND", help=f"One of: {', '.join(KINDS)}.")],
     target: TargetOption,
-    seconds: Annotated[float | None, typer.Option(help="Duration of hang_with_gil, stall (none = until "
-                                                        "healed or killed) and slow (per message).")] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option(
+            help="Duration of hang_with_gil, stall (none = until healed or killed) and slow (per message)."
+        ),
+    ] = None,
     probability: Annotated[float | None, typer.Option(help="Chance of firing on each message.")] = None,
     count: Annotated[int | None, typer.Option(help="Fire at most this many times.")] = None,
     after: Annotated[int | None, typer.Option(help="Let this many matching messages through first.")] = None,
-    message_type: Annotated[str | None, typer.Option("--message-type", help="Only messages of this type.")] = None,
-    peers: Annotated[list[str] | None, typer.Option("--peers", help="partition: endpoints, worker names "
-                                                                     "or WORKER/ACTOR; repeat the option.")] = None,
+    message_type: Annotated[
+        str | None, typer.Option("--message-type", help="Only messages of this type.")
+    ] = None,
+    peers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--peers", help="partition: endpoints, worker names or WORKER/ACTOR; repeat the option."
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the probability draws, to replay a run.")] = None,
     node: NodeOption = DEFAULT_NODE_ENDPOINT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
@@ -48,9 +61,15 @@ def chaos(
     if kind not in KINDS:
         raise fail(f"unknown fault kind {kind!r}; use one of {', '.join(KINDS)}", 2)
     payload: dict[str, Any] = {
-        "kind": kind, "target": target, "seconds": seconds, "probability": probability,
-        "count": count, "after": after, "message_type": message_type,
-        "peers": list(peers or []), "seed": seed,
+        "kind": kind,
+        "target": target,
+        "seconds": seconds,
+        "probability": probability,
+        "count": count,
+        "after": after,
+        "message_type": message_type,
+        "peers": list(peers or []),
+        "seed": seed,
     }
     reply = run_async(control, node, "chaos", payload, 10.0)
     if as_json:
@@ -64,7 +83,9 @@ def chaos(
         if isinstance(result, dict) and "error" in result:
             console.print(f"[red]{escape(name)}[/]: not armed: {escape(str(result['error']))}")
         else:
-            console.print(f"{escape(str(kind))} armed in [bold]{escape(name)}[/]: {escape(str(reply['spec']))}")
+            console.print(
+                f"{escape(str(kind))} armed in [bold]{escape(name)}[/]: {escape(str(reply['spec']))}"
+            )
 
 
 @ctl_app.command("heal")

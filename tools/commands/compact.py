@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+
 from troupe.cli.client import fail
 from troupe.runtime.errors import JournalError
 from troupe.runtime.logs import configure_logging
@@ -30,9 +31,12 @@ console = Console()
 @master_app.command("compact")
 def compact(
     journal: JournalOption = DEFAULT_JOURNAL,
-    older_than: Annotated[float, typer.Option(
-        "--older-than", min=0.0,
-        help="Compact only jobs that finished at least this many seconds ago.")] = 0.0,
+    older_than: Annotated[
+        float,
+        typer.Option(
+            "--older-than", min=0.0, help="Compact only jobs that finished at least this many seconds ago."
+        ),
+    ] = 0.0,
 ) -> None:
     """Fold the task rows of finished jobs into per-job counts (dead letters are kept)."""
     configure_logging("master", "compact", None, console=True, level="warning")
@@ -43,5 +47,9 @@ def compact(
             done = opened.compact(time.time() - older_than)
     except JournalError as exc:
         raise fail(str(exc), 2) from None
-    console.print(f"compacted {done.jobs} finished job(s) of {escape(str(journal))}: "
-                  f"{done.task_rows} task rows folded into counts", highlight=False, soft_wrap=True)
+    console.print(
+        f"compacted {done.jobs} finished job(s) of {escape(str(journal))}: "
+        f"{done.task_rows} task rows folded into counts",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -6,12 +6,13 @@ import json
 import time
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import anyio
 import typer
 from rich.console import Console
 from rich.markup import escape
+
 from troupe.cli.client import control, err_console, fail, run_async
 from troupe.cli.master_client import (
     jobs_table,
@@ -52,8 +53,10 @@ def ping(node: NodeOption = DEFAULT_NODE_ENDPOINT, timeout: TimeoutOption = 5.0)
 
 @ctl_app.command("status")
 def status(
-    node: NodeOption = DEFAULT_NODE_ENDPOINT, master: MasterOption = DEFAULT_MASTER_ENDPOINT,
-    as_json: JsonOption = False, timeout: TimeoutOption = 5.0,
+    node: NodeOption = DEFAULT_NODE_ENDPOINT,
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 5.0,
 ) -> None:
     """Show the node, its workers and their actors; and the master's view when one answers."""
     node_reply, master_reply, node_error = run_async(_both_status, node, master, timeout)
@@ -107,9 +110,11 @@ def _job_payload(job_file: Path, job_id: str | None) -> dict[str, Any]:
 
 @ctl_app.command("submit")
 def submit(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.toml", help="The job's TOML file (see configs/job-example.toml).")],
+    job_file: Annotated[
+        Path, typer.Argument(metavar="JOB.toml", help="The job's TOML file (see configs/job-example.toml).")
+    ],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
-    job_id: Annotated[Optional[str], typer.Option("--id", help="Job id (default: the job's name).")] = None,
+    job_id: Annotated[str | None, typer.Option("--id", help="Job id (default: the job's name).")] = None,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 60.0,
 ) -> None:
@@ -124,15 +129,18 @@ def submit(
         return
     job = escape(str(reply["job_id"]))
     if reply.get("already"):
-        console.print(f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
-                      "content); see `troupe ctl jobs`")
+        console.print(
+            f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
+            "content); see `troupe ctl jobs`"
+        )
         return
     console.print(f"submitted job [bold]{job}[/]: {reply['tasks']} tasks")
 
 
 @ctl_app.command("jobs")
-def jobs(master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False,
-         timeout: TimeoutOption = 10.0) -> None:
+def jobs(
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False, timeout: TimeoutOption = 10.0
+) -> None:
     """List the master's jobs with their tasks by state."""
     reply = run_async(master_call, master, "jobs", None, timeout)
     if as_json:
@@ -142,36 +150,50 @@ def jobs(master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = F
 
 
 @ctl_app.command("cancel")
-def cancel(job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
-           master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+def cancel(
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    timeout: TimeoutOption = 10.0,
+) -> None:
     """Cancel a job: its unfinished tasks are cancelled and running copies stopped."""
     run_async(master_call, master, "cancel", {"job_id": job}, timeout)
     console.print(f"job [bold]{escape(job)}[/] cancelled")
 
 
 @ctl_app.command("drain")
-def drain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
-          master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+def drain(
+    node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    timeout: TimeoutOption = 10.0,
+) -> None:
     """Drain a node: no new tasks; once its running tasks end, the node stops its workers."""
     run_async(master_call, master, "drain", {"node": node_name}, timeout)
-    console.print(f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
-                  "workers once the tasks it holds are done (`troupe ctl undrain` resumes it)")
+    console.print(
+        f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
+        "workers once the tasks it holds are done (`troupe ctl undrain` resumes it)"
+    )
 
 
 @ctl_app.command("undrain")
-def undrain(node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
-            master: MasterOption = DEFAULT_MASTER_ENDPOINT, timeout: TimeoutOption = 10.0) -> None:
+def undrain(
+    node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    timeout: TimeoutOption = 10.0,
+) -> None:
     """Resume a drained node: it takes tasks again; the workers the drain stopped start again."""
     reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
     started = ", ".join(reply["restarted"])
-    console.print(f"node [bold]{escape(node_name)}[/] takes tasks again"
-                  + (f"; workers started again: {escape(started)}" if started else ""))
+    console.print(
+        f"node [bold]{escape(node_name)}[/] takes tasks again"
+        + (f"; workers started again: {escape(started)}" if started else "")
+    )
 
 
 @ctl_app.command("dead")
 def dead(
     job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
-    master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False,
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    as_json: JsonOption = False,
     traceback: Annotated[bool, typer.Option("--traceback", help="Also print each traceback.")] = False,
     timeout: TimeoutOption = 10.0,
 ) -> None:

@@ -104,16 +104,21 @@ def _stop(signum: int, _: FrameType | None) -> None:
 @logs_app.command("tail")
 def tail(
     log_dir: Annotated[Path, typer.Option("--logs", help="The nodes' logs directory.")] = Path("logs"),
-    follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new lines.")] = True,
-    lines: Annotated[int, typer.Option("-n", help="Lines of history to show first, from all files, in time order.")] = 20,
+    follow: Annotated[
+        bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new lines.")
+    ] = True,
+    lines: Annotated[
+        int, typer.Option("-n", help="Lines of history to show first, from all files, in time order.")
+    ] = 20,
     raw: Annotated[bool, typer.Option("--raw", help="Print the JSON lines unchanged.")] = False,
 ) -> None:
     """Show the last lines of every node's log, then follow them all (Ctrl-C to stop)."""
     if lines < 0:
         raise typer.BadParameter(f"{lines} is negative; give 0 or more lines", param_hint="'-n'")
     if not log_dir.is_dir():
-        raise typer.BadParameter(f"{log_dir} is not a directory; pass the node's --logs directory",
-                                 param_hint="'--logs'")
+        raise typer.BadParameter(
+            f"{log_dir} is not a directory; pass the node's --logs directory", param_hint="'--logs'"
+        )
     show = (lambda s: s.rstrip("\n")) if raw else format_line
     sources: dict[Path, _Source] = {}
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -123,7 +128,7 @@ def tail(
         # A stable sort, not a merge: lines of one file written by several processes may be
         # a little out of time order themselves.
         history = sorted((sl for src in sources.values() for sl in src.last(lines)), key=lambda sl: sl[0])
-        for _, line in history[len(history) - lines:]:
+        for _, line in history[len(history) - lines :]:
             typer.echo(show(line))
         while follow:
             for path in log_dir.glob("*.jsonl"):

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import anyio
 import typer
+
 from troupe.cli.client import fail, run_async
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import JournalError, TroupeError
@@ -49,7 +50,9 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
 def start(
     journal: JournalOption = DEFAULT_JOURNAL,
     new: NewOption = False,
-    endpoint: Annotated[str, typer.Option(help="Where the master listens (loopback only).")] = DEFAULT_MASTER_ENDPOINT,
+    endpoint: Annotated[
+        str, typer.Option(help="Where the master listens (loopback only).")
+    ] = DEFAULT_MASTER_ENDPOINT,
     log_dir: Annotated[Path, typer.Option("--logs", help="Directory of the JSON-lines logs.")] = Path("logs"),
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     name: Annotated[str, typer.Option(help="The master's name in logs and status.")] = "master",

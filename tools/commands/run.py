@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import anyio
 import typer
 from rich.console import Console
 from rich.markup import escape
+
 from troupe.cli.client import run_async
+from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
-from troupe.runtime.node.node import Node
 
-__all__ = ["demo", "run", "start_local_node"]
+__all__ = ["demo", "run"]
 
 console = Console()
 
@@ -28,27 +29,14 @@ def demo_workers() -> tuple[WorkerSpec, ...]:
         WorkerSpec(
             name="w-greet",
             actors=(
-                ActorSpec(name="greeter", cls="troupe.actors.demo.actors:Greeter", kwargs={"greeting": "hello"}),
+                ActorSpec(
+                    name="greeter", cls="troupe.actors.demo.actors:Greeter", kwargs={"greeting": "hello"}
+                ),
                 ActorSpec(name="counter", cls="troupe.actors.demo.actors:Counter"),
             ),
         ),
         WorkerSpec(name="w-relay", actors=(ActorSpec(name="relay", cls="troupe.actors.demo.actors:Relay"),)),
     )
-
-
-async def start_local_node(tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0) -> Node:
-    """Run a node inside this process and wait until all its workers have registered.
-
-    The command owns the stop signals (``client.run_async``): cancelling the group stops the
-    node gracefully, workers first.
-    """
-    node = Node(cfg, handle_signals=False)
-    tg.start_soon(node.run)
-    with anyio.fail_after(timeout):
-        await node.ready.wait()
-        for handle in list(node.workers.values()):
-            await handle.ready_event.wait()
-    return node
 
 
 async def _demo(log_dir: Path, endpoint: str) -> None:
@@ -57,8 +45,10 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
     async with anyio.create_task_group() as tg:
         t0 = time.perf_counter()
         node = await start_local_node(tg, cfg)
-        console.print(f"node [bold]local[/] up with {len(node.workers)} worker processes "
-                      f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)")
+        console.print(
+            f"node [bold]local[/] up with {len(node.workers)} worker processes "
+            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)"
+        )
         async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
             console.print(f"ask greeter/greet -> {greeting!r}")
@@ -69,8 +59,12 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
             import numpy as np
 
             arr = np.arange(1_000_000, dtype=np.float64)
-            console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {await rt.ref('echo').ask('sum', arr)}")
-            console.print(f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}")
+            console.print(
+                f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {await rt.ref('echo').ask('sum', arr)}"
+            )
+            console.print(
+                f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}"
+            )
             try:
                 await rt.ref("echo").ask("fail", "on purpose")
             except Exception as exc:  # the demo shows what a remote error looks like
@@ -91,12 +85,23 @@ def demo(
 
 
 def run(
-    config: Annotated[Optional[Path], typer.Argument(metavar="PIPELINE.toml", help="Pipeline TOML (default: the embedded data generation pipeline).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="PIPELINE.toml", help="Pipeline TOML (default: the embedded data generation pipeline)."
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
-    scenes: Annotated[Optional[int], typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")] = None,
+    scenes: Annotated[
+        int | None, typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")
+    ] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
-    master: Annotated[str, typer.Option(help="Endpoint of the master this run starts.")] = "tcp://127.0.0.1:7478",
-    fresh: Annotated[bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")] = False,
+    master: Annotated[
+        str, typer.Option(help="Endpoint of the master this run starts.")
+    ] = "tcp://127.0.0.1:7478",
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")
+    ] = False,
 ) -> None:
     """Run the main job: the data generation pipeline on a one-host cluster, into --out.
 

@@ -50,8 +50,13 @@ def fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
         if stage.after is not None:
             entry["after"] = stage.after
         stages[stage.name] = entry
-    data = {"name": cfg.name, "items": cfg.items, "seed_start": cfg.seed_start,
-            "stages": ",".join(s.name for s in cfg.stages), "stage": stages}
+    data = {
+        "name": cfg.name,
+        "items": cfg.items,
+        "seed_start": cfg.seed_start,
+        "stages": ",".join(s.name for s in cfg.stages),
+        "stage": stages,
+    }
     return json.loads(json.dumps(data))  # tuples and lists alike, as read back from the file
 
 
@@ -124,8 +129,10 @@ class RunDir:
             return None
         diff = first_difference(record.get("pipeline", {}), made_with)
         if diff is not None:
-            raise ConfigError(f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
-                              "(use --fresh to start anew)")
+            raise ConfigError(
+                f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
+                "(use --fresh to start anew)"
+            )
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
 
@@ -152,8 +159,10 @@ class RunDir:
             JournalLock.acquire(self.journal_path).release()
         except JournalBusy:
             holder = lock_path(self.journal_path).read_text(encoding="utf-8", errors="replace").strip()
-            raise ConfigError(f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
-                              "wait for it to end, or pick another --out") from None
+            raise ConfigError(
+                f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
+                "wait for it to end, or pick another --out"
+            ) from None
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -167,8 +176,10 @@ class RunDir:
         except ValueError:
             record = None
         if not isinstance(record, dict) or record.get("format") != _FORMAT:
-            raise ConfigError(f"--out {self.out}: {self.record_path} is not a run record this troupe "
-                              "reads (use --fresh to start anew)")
+            raise ConfigError(
+                f"--out {self.out}: {self.record_path} is not a run record this troupe "
+                "reads (use --fresh to start anew)"
+            )
         return record
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -185,11 +196,15 @@ class RunDir:
         if set(entries) <= {"logs"}:
             return
         if ".troupe" in entries and set(entries) <= TROUPE_ENTRIES:
-            raise ConfigError(f"--out {self.out} holds a run with no record of what it was made "
-                              "with (an older troupe); use --fresh to start anew")
+            raise ConfigError(
+                f"--out {self.out} holds a run with no record of what it was made "
+                "with (an older troupe); use --fresh to start anew"
+            )
         foreign = [e for e in entries if e not in TROUPE_ENTRIES] or [e for e in entries if e != "logs"]
-        raise ConfigError(f"--out {self.out} holds {foreign[0]!r}, which no troupe run wrote; give a "
-                          "new or empty directory (troupe owns data/, videos/ and meta/ there)")
+        raise ConfigError(
+            f"--out {self.out} holds {foreign[0]!r}, which no troupe run wrote; give a "
+            "new or empty directory (troupe owns data/, videos/ and meta/ there)"
+        )
 
     def _wipe(self, stores: list[Path]) -> None:
         for store in stores:  # wherever the pipeline keeps it, inside --out or not

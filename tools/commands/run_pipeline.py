@@ -22,8 +22,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+
 from troupe.actors.datagen.config import default_pipeline, resolve_out
 from troupe.actors.lerobot.finalize import DatasetConfig
+from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import NodeConfig
@@ -38,7 +40,6 @@ from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journa
 from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.tasks.state import FINAL_STATES, JobState
 
-from .run import start_local_node
 from .run_dir import RunDir, fingerprint
 
 __all__ = ["metrics_table", "run_pipeline"]
@@ -49,12 +50,32 @@ console = Console()
 def metrics_table(m: PipelineMetrics) -> Table:
     """The stage metrics and the throughput model, as a table."""
     table = Table(title=f"stages (bottleneck: {m.bottleneck or '-'})")
-    for col in ("stage", "in", "out", "failed", "errors", "l_s (s)", "N_s", "mu_s (/s)", "queue max/bound", "busy"):
+    for col in (
+        "stage",
+        "in",
+        "out",
+        "failed",
+        "errors",
+        "l_s (s)",
+        "N_s",
+        "mu_s (/s)",
+        "queue max/bound",
+        "busy",
+    ):
         table.add_column(col, justify="right")
     for s in m.stages:
-        table.add_row(s.name, str(s.items_in), str(s.items_out), str(s.failed), str(s.errors),
-                      f"{s.latency_s:.3f}", f"{s.concurrency:.2f}", f"{s.throughput:.2f}",
-                      f"{s.queue_max}/{s.queue_bound}", f"{s.busy_fraction:.0%}")
+        table.add_row(
+            s.name,
+            str(s.items_in),
+            str(s.items_out),
+            str(s.failed),
+            str(s.errors),
+            f"{s.latency_s:.3f}",
+            f"{s.concurrency:.2f}",
+            f"{s.throughput:.2f}",
+            f"{s.queue_max}/{s.queue_bound}",
+            f"{s.busy_fraction:.0%}",
+        )
     return table
 
 
@@ -69,7 +90,11 @@ def declared_config(config: Path | None, items: int | None) -> PipelineConfig:
 
 
 async def run_pipeline(
-    cfg: PipelineConfig, out: Path, endpoint: str, quiet: bool = False, master_endpoint: str | None = None,
+    cfg: PipelineConfig,
+    out: Path,
+    endpoint: str,
+    quiet: bool = False,
+    master_endpoint: str | None = None,
     done: Callable[[str], bool] | None = None,
 ) -> PipelineResult:
     """Run ``cfg`` on a one-host cluster started in this process, and stop it again.
@@ -87,10 +112,18 @@ async def run_pipeline(
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / "logs"
     configure_logging("local", "run", log_dir, console=False)
-    node_cfg = NodeConfig(name="local", endpoint=endpoint, log_dir=log_dir, stop_grace_s=10, master=master_endpoint)
-    progress = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
-                        disable=quiet)
+    node_cfg = NodeConfig(
+        name="local", endpoint=endpoint, log_dir=log_dir, stop_grace_s=10, master=master_endpoint
+    )
+    progress = Progress(
+        TextColumn("{task.description:>8}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
     bars = {s.name: progress.add_task(s.name, total=cfg.items, note="") for s in cfg.stages}
     journal: Journal | None = None
     engine: PipelineEngine | None = None
@@ -99,8 +132,11 @@ async def run_pipeline(
     def show(m: PipelineMetrics) -> None:
         kept = before + (engine.kept if engine is not None else 0)
         for s in m.stages:
-            progress.update(bars[s.name], completed=kept + s.items_out + s.failed,
-                            note=f"q {s.queue_depth}/{s.queue_bound} x{s.replicas}")
+            progress.update(
+                bars[s.name],
+                completed=kept + s.items_out + s.failed,
+                note=f"q {s.queue_depth}/{s.queue_bound} x{s.replicas}",
+            )
 
     try:
         async with anyio.create_task_group() as tg:
@@ -112,13 +148,17 @@ async def run_pipeline(
                     (out / ".troupe").mkdir(exist_ok=True)
                     journal, book = open_journal(out / ".troupe" / "journal.db", new=True)
                     before = _ended_tasks(book, cfg.name)
-                    master = Master(MasterConfig(endpoint=master_endpoint, name="local-master"), journal, book)
+                    master = Master(
+                        MasterConfig(endpoint=master_endpoint, name="local-master"), journal, book
+                    )
                     await _start_master(tg, master)
                 node = await start_local_node(tg, node_cfg)
                 if not quiet:
                     again = f" ({before} done before)" if before else ""
-                    console.print(f"node up in {time.perf_counter() - t0:.2f} s; running {cfg.items} items{again} "
-                                  f"through {len(cfg.stages)} stages into {escape(str(out))}")
+                    console.print(
+                        f"node up in {time.perf_counter() - t0:.2f} s; running {cfg.items} items{again} "
+                        f"through {len(cfg.stages)} stages into {escape(str(out))}"
+                    )
                 async with connect(endpoint, "local") as rt:
                     source = await _master_source(rt, master_endpoint, cfg, book) if master_endpoint else None
                     engine = PipelineEngine(cfg, rt, endpoint, on_change=show, source=source, done=done)
@@ -159,9 +199,19 @@ async def _master_source(rt: Any, master_endpoint: str, cfg: PipelineConfig, boo
     """Submit the pipeline's items as a job, unless the journal has it, and lease them."""
     job_id = cfg.name
     if all(j.job_id != job_id for j in book.jobs()):
-        job = {"job": {"name": cfg.name, "kind": cfg.name, "count": cfg.items, "seed_start": cfg.seed_start,
-                       "max_attempts": cfg.max_attempts, "lease_s": 120, "backoff_base_s": 0.2,
-                       "backoff_max_s": 5.0, "speculation": {"enabled": False}}}
+        job = {
+            "job": {
+                "name": cfg.name,
+                "kind": cfg.name,
+                "count": cfg.items,
+                "seed_start": cfg.seed_start,
+                "max_attempts": cfg.max_attempts,
+                "lease_s": 120,
+                "backoff_base_s": 0.2,
+                "backoff_max_s": 5.0,
+                "speculation": {"enabled": False},
+            }
+        }
         await rt.control(master_endpoint, "submit", {"job": job, "source": "troupe run", "job_id": job_id})
     first = cfg.stages[0]
     return MasterSource(rt, master_endpoint, job_id, slots=first.queue + first.most * first.batch)
@@ -175,16 +225,23 @@ def _pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
     return {**asdict(m), "efficiency": m.efficiency}
 
 
-def finish_run(config: Path | None, out: Path, items: int | None, endpoint: str, master_endpoint: str,
-               fresh: bool = False) -> None:
+def finish_run(
+    config: Path | None,
+    out: Path,
+    items: int | None,
+    endpoint: str,
+    master_endpoint: str,
+    fresh: bool = False,
+) -> None:
     """The body of ``troupe run``: check or start --out, run what is missing, finalise, report."""
     from troupe.cli.client import run_async
 
     run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh)
 
 
-async def _finish_run(config: Path | None, out: Path, items: int | None, endpoint: str, master_endpoint: str,
-                      fresh: bool) -> None:
+async def _finish_run(
+    config: Path | None, out: Path, items: int | None, endpoint: str, master_endpoint: str, fresh: bool
+) -> None:
     from troupe.actors.lerobot.finalize import finalize_dataset
 
     declared = declared_config(config, items)
@@ -202,15 +259,18 @@ async def _finish_run(config: Path | None, out: Path, items: int | None, endpoin
     else:
         if store is not None:
             store.sweep_staging()  # what writers killed mid-episode left; none runs now
-        result = await run_pipeline(cfg, out, endpoint, False, master_endpoint,
-                                    done=store.is_committed if store else None)
+        result = await run_pipeline(
+            cfg, out, endpoint, False, master_endpoint, done=store.is_committed if store else None
+        )
         _report(result)
     if store is None:
         return
     summary = await anyio.to_thread.run_sync(finalize_dataset, store, out, _dataset_config(cfg))
     run_dir.mark_complete(summary.total_episodes, summary.total_frames)
-    console.print(f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
-                  f"LeRobot v3.0 at {escape(str(out.resolve()))}")
+    console.print(
+        f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
+        f"LeRobot v3.0 at {escape(str(out.resolve()))}"
+    )
 
 
 def _report(result: PipelineResult) -> None:

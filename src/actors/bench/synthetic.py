@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import numpy as np
+
 from troupe.runtime.errors import ItemFailed
 from troupe.runtime.pipeline.stage import StageActor
 
@@ -24,8 +25,14 @@ class CostStage(StageActor):
             this (0: never); the engine's retry then succeeds.
     """
 
-    def __init__(self, cost_s: float = 0.01, busy: bool = False, payload_kb: int = 0,
-                 prune_every: int = 0, fail_first: int = 0) -> None:
+    def __init__(
+        self,
+        cost_s: float = 0.01,
+        busy: bool = False,
+        payload_kb: int = 0,
+        prune_every: int = 0,
+        fail_first: int = 0,
+    ) -> None:
         self.cost_s = cost_s
         self.busy = busy
         self.payload = np.zeros(payload_kb * 128, dtype=np.float64) if payload_kb else None

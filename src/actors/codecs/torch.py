@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 import torch
+
 from troupe.runtime.lowlevel import BufferExtension
 
 __all__ = ["TORCH_EXTENSION"]
@@ -49,4 +50,3 @@ def _from_buffer(meta: Any, buf: memoryview) -> torch.Tensor:
 
 
 TORCH_EXTENSION = BufferExtension("torch", torch.Tensor, _to_buffer, _from_buffer)
-

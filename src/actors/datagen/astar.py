@@ -9,6 +9,7 @@ first time the goal is popped its cost is optimal.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -35,7 +36,7 @@ def octile_cost(path: Sequence[Cell]) -> float:
         ValueError: two consecutive cells are not 8-neighbours.
     """
     total = 0.0
-    for (i0, j0), (i1, j1) in zip(path, path[1:], strict=False):
+    for (i0, j0), (i1, j1) in itertools.pairwise(path):
         di, dj = abs(i1 - i0), abs(j1 - j0)
         if max(di, dj) != 1:
             raise ValueError(f"cells {(i0, j0)} and {(i1, j1)} are not neighbours")

@@ -17,14 +17,38 @@ DEFAULT_PIPELINE: dict[str, Any] = {
     "max_attempts": 3,
     "scale_interval_s": 0.5,
     "stages": [
-        {"name": "load", "actor": "troupe.actors.datagen.lifecycle:SceneLoader", "replicas": 1, "max_replicas": 1,
-         "queue": 4, "kwargs": {"width": 96, "height": 72}},
-        {"name": "plan", "actor": "troupe.actors.datagen.lifecycle:NavPlanner", "replicas": 1, "max_replicas": 1,
-         "queue": 4, "kwargs": {"fps": 10, "max_frames": 60}},
-        {"name": "render", "actor": "troupe.actors.datagen.lifecycle:RaycastRenderer", "replicas": 1, "max_replicas": 2,
-         "queue": 4, "resources": {"cpu": 1, "gpu": 0}},
-        {"name": "store", "actor": "troupe.actors.datagen.lifecycle:LeRobotWriter", "replicas": 1, "max_replicas": 2,
-         "queue": 4, "kwargs": {"store": "{out}/.troupe/episodes"}},
+        {
+            "name": "load",
+            "actor": "troupe.actors.datagen.lifecycle:SceneLoader",
+            "replicas": 1,
+            "max_replicas": 1,
+            "queue": 4,
+            "kwargs": {"width": 96, "height": 72},
+        },
+        {
+            "name": "plan",
+            "actor": "troupe.actors.datagen.lifecycle:NavPlanner",
+            "replicas": 1,
+            "max_replicas": 1,
+            "queue": 4,
+            "kwargs": {"fps": 10, "max_frames": 60},
+        },
+        {
+            "name": "render",
+            "actor": "troupe.actors.datagen.lifecycle:RaycastRenderer",
+            "replicas": 1,
+            "max_replicas": 2,
+            "queue": 4,
+            "resources": {"cpu": 1, "gpu": 0},
+        },
+        {
+            "name": "store",
+            "actor": "troupe.actors.datagen.lifecycle:LeRobotWriter",
+            "replicas": 1,
+            "max_replicas": 2,
+            "queue": 4,
+            "kwargs": {"store": "{out}/.troupe/episodes"},
+        },
     ],
 }
 
@@ -39,6 +63,8 @@ def resolve_out(config: PipelineConfig, out: Path) -> PipelineConfig:
     """Replace ``{out}`` in every string kwarg with the output directory."""
     stages = []
     for stage in config.stages:
-        kwargs = {k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()}
+        kwargs = {
+            k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()
+        }
         stages.append(stage.model_copy(update={"kwargs": kwargs}))
     return config.model_copy(update={"stages": tuple(stages)})

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
 from troupe.actors.lerobot.writer import AsyncWriter
 from troupe.runtime.pipeline.stage import StageActor
@@ -91,7 +92,13 @@ class BaseRenderer(StageActor):
 
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         rgb, depth = self.render(scene_from_wire(item["scene"]), item["plan"])
-        return {"task_id": item["task_id"], "seed": item["seed"], "plan": item["plan"], "rgb": rgb, "depth": depth}
+        return {
+            "task_id": item["task_id"],
+            "seed": item["seed"],
+            "plan": item["plan"],
+            "rgb": rgb,
+            "depth": depth,
+        }
 
 
 class BaseWriter(StageActor):
@@ -169,17 +176,25 @@ class LeRobotWriter(BaseWriter):
 
     def __init__(self, store: str, max_pending: int = 2, threads: int = 1) -> None:
         self.store = OutputStore(Path(store))
-        self.writer = AsyncWriter(self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig())
+        self.writer = AsyncWriter(
+            self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig()
+        )
 
     async def process(self, item: dict[str, Any]) -> dict[str, Any]:
         plan = item["plan"]
         episode = EpisodeData(
-            task_id=item["task_id"], task=TASK_TEXT, fps=int(plan["fps"]),
-            rgb=np.asarray(item["rgb"]), depth=np.asarray(item["depth"], dtype=np.float32),
-            ego=np.asarray(plan["actions"], dtype=np.float32), extra={"seed": int(item["seed"])},
+            task_id=item["task_id"],
+            task=TASK_TEXT,
+            fps=int(plan["fps"]),
+            rgb=np.asarray(item["rgb"]),
+            depth=np.asarray(item["depth"], dtype=np.float32),
+            ego=np.asarray(plan["actions"], dtype=np.float32),
+            extra={"seed": int(item["seed"])},
         )
         future = await self.writer.submit_async(episode)
-        committed = await asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else await future
+        committed = (
+            await asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else await future
+        )
         return {"task_id": item["task_id"], "frames": int(episode.rgb.shape[0]), "committed": bool(committed)}
 
     async def stopping(self) -> None:

@@ -94,9 +94,7 @@ def obstacle_footprints(
         z_band: ``(zlo, zhi)``; a box is an obstacle when its z-range overlaps it.
     """
     rows = [
-        (b.lo[0], b.lo[1], b.hi[0], b.hi[1])
-        for b in boxes
-        if b.lo[2] < z_band[1] and b.hi[2] > z_band[0]
+        (b.lo[0], b.lo[1], b.hi[0], b.hi[1]) for b in boxes if b.lo[2] < z_band[1] and b.hi[2] > z_band[0]
     ]
     return np.asarray(rows, np.float64).reshape(-1, 4)
 

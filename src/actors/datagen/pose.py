@@ -26,9 +26,7 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 
-def rotation_from_yaw_pitch(
-    yaw: float | npt.ArrayLike, pitch: float | npt.ArrayLike = 0.0
-) -> FloatArray:
+def rotation_from_yaw_pitch(yaw: float | npt.ArrayLike, pitch: float | npt.ArrayLike = 0.0) -> FloatArray:
     """Camera-to-world rotation for a yaw and a pitch, in radians.
 
     Args:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 from troupe.runtime.errors import ConfigError
 
 from .scene import (

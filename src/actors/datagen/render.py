@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from troupe.models.camera import Intrinsics
 from troupe.models.raycast import Lighting, render
 
@@ -13,7 +14,9 @@ from .trajectory import Plan
 __all__ = ["render_plan"]
 
 
-def render_plan(scene: Scene, plan: Plan, device: str | torch.device | None = None) -> tuple[np.ndarray, np.ndarray]:
+def render_plan(
+    scene: Scene, plan: Plan, device: str | torch.device | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Render every frame of ``plan`` in one batched call.
 
     Returns:
@@ -24,7 +27,11 @@ def render_plan(scene: Scene, plan: Plan, device: str | torch.device | None = No
     bounds, colors, textures = scene_boxes_tensor(scene)
     with torch.inference_mode():
         rgb, depth = render(
-            bounds, colors, textures, plan.positions, plan.rotations,
+            bounds,
+            colors,
+            textures,
+            plan.positions,
+            plan.rotations,
             intrinsics=Intrinsics.from_fov(r.width, r.height, r.fov_deg),
             lighting=Lighting(r.light_dir, r.light_intensity, r.ambient),
             device=device,

@@ -14,10 +14,12 @@ serialises as is. :func:`scene_boxes_tensor` turns it into the arrays the render
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
 from troupe.runtime.errors import ConfigError
 
 from .occupancy import DEFAULT_Z_BAND, footprint_mask, is_connected
@@ -242,9 +244,7 @@ def scene_boxes_tensor(
     """
     bounds = np.array([b.lo + b.hi for b in scene.boxes], np.float32).reshape(-1, 6)
     colors = np.array([b.color for b in scene.boxes], np.float32).reshape(-1, 3)
-    textures = np.array(
-        [(float(b.texture), b.texture_scale) for b in scene.boxes], np.float32
-    ).reshape(-1, 2)
+    textures = np.array([(float(b.texture), b.texture_scale) for b in scene.boxes], np.float32).reshape(-1, 2)
     return bounds, colors, textures
 
 
@@ -267,9 +267,7 @@ class FurnitureRules:
         config: the config the layout was generated with.
     """
 
-    def __init__(
-        self, size: Vec2, structure: list[Box], doors: list[Door], config: SceneConfig
-    ) -> None:
+    def __init__(self, size: Vec2, structure: list[Box], doors: list[Door], config: SceneConfig) -> None:
         t = config.wall_thickness
         self.config = config
         self.origin = (-t, -t)
@@ -289,7 +287,7 @@ class FurnitureRules:
             for d in doors
         ]
 
-    def _mask(self, footprints: list[tuple[float, ...]]) -> npt.NDArray[np.bool_]:
+    def _mask(self, footprints: Sequence[tuple[float, ...]]) -> npt.NDArray[np.bool_]:
         return footprint_mask(
             np.asarray(footprints, np.float64).reshape(-1, 4),
             self.origin,
@@ -324,9 +322,7 @@ class FurnitureRules:
         return None
 
 
-def _split(
-    rng: np.random.Generator, rooms: list[Room], walls: list[_Wall], config: SceneConfig
-) -> bool:
+def _split(rng: np.random.Generator, rooms: list[Room], walls: list[_Wall], config: SceneConfig) -> bool:
     """Split the largest room that can take a wall; record the new wall. False if none can."""
     m = config.min_room
     margin = _JAMB + config.wall_thickness
@@ -411,7 +407,8 @@ def generate_scene(seed: int, config: SceneConfig | None = None) -> Scene:
     config = config or SceneConfig()
     rng = np.random.Generator(np.random.PCG64(seed))
     size = (_r(rng.uniform(*config.footprint)), _r(rng.uniform(*config.footprint)))
-    rooms, walls = [Room((0.0, 0.0), size)], []
+    rooms: list[Room] = [Room((0.0, 0.0), size)]
+    walls: list[_Wall] = []
     target = int(rng.integers(config.rooms[0], config.rooms[1] + 1))
     while len(rooms) < target and _split(rng, rooms, walls, config):
         pass

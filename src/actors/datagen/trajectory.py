@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from troupe.runtime.errors import ConfigError, PlanFailed
+
+from troupe.actors.datagen.errors import PlanFailed
+from troupe.runtime.errors import ConfigError
 
 from .astar import Cell, astar
 from .occupancy import DEFAULT_Z_BAND, Grid, occupancy_grid
@@ -74,8 +76,7 @@ class PlanConfig:
             raise ConfigError("PlanConfig needs cell, speed and fps > 0 and robot_radius >= 0")
         if not 1 <= self.min_frames <= self.max_frames:
             raise ConfigError(
-                f"PlanConfig needs 1 <= min_frames <= max_frames, got "
-                f"{self.min_frames} and {self.max_frames}"
+                f"PlanConfig needs 1 <= min_frames <= max_frames, got {self.min_frames} and {self.max_frames}"
             )
         if self.max_yaw_rate_deg is not None and self.max_yaw_rate_deg <= 0:
             raise ConfigError("PlanConfig.max_yaw_rate_deg must be positive, or None")
@@ -146,10 +147,7 @@ def supercover(a: Cell, b: Cell) -> list[Cell]:
 def line_of_sight(occupied: npt.NDArray[np.bool_], a: Cell, b: Cell) -> bool:
     """Whether every cell of the supercover from ``a`` to ``b`` is inside the grid and free."""
     nx, ny = occupied.shape
-    for i, j in supercover(a, b):
-        if not (0 <= i < nx and 0 <= j < ny) or occupied[i, j]:
-            return False
-    return True
+    return all(0 <= i < nx and 0 <= j < ny and not occupied[i, j] for i, j in supercover(a, b))
 
 
 def shorten_path(occupied: npt.NDArray[np.bool_], path: Sequence[Cell]) -> list[Cell]:
@@ -172,16 +170,14 @@ def shorten_path(occupied: npt.NDArray[np.bool_], path: Sequence[Cell]) -> list[
     return kept
 
 
-def _poses(
-    xy: FloatArray, config: PlanConfig
-) -> tuple[FloatArray, FloatArray, float, bool]:
+def _poses(xy: FloatArray, config: PlanConfig) -> tuple[FloatArray, FloatArray, float, bool]:
     """Positions ``(T, 2)`` and yaws ``(T,)`` at fixed speed along a polyline ``(K, 2)``."""
     seg = np.diff(xy, axis=0)
     seg_len = np.hypot(seg[:, 0], seg[:, 1])
     cum = np.concatenate([[0.0], np.cumsum(seg_len)])
     length = float(cum[-1])
     step = config.speed / config.fps
-    n = int(math.floor(length / step + 1e-6)) + 1  # a rounding error must not drop a frame
+    n = math.floor(length / step + 1e-6) + 1  # a rounding error must not drop a frame
     truncated = n > config.max_frames
     n = min(n, config.max_frames)
     s = np.arange(n) * step

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import anyio
+
 from troupe.runtime import Actor, handles
 
 __all__ = ["Counter", "Echo", "Gate", "Greeter", "Opener", "Relay"]

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
+
 from troupe.runtime.tasks.content_store import ContentStore
 from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.tasks.task_actor import LeasedTask, TaskActor
@@ -42,7 +43,7 @@ class SleepTask(TaskActor):
         durable: fsync outputs (off for fast tests).
     """
 
-    task_kinds = ("sleep", "fail")
+    task_kinds: ClassVar[tuple[str, ...]] = ("sleep", "fail")
     slots = 1
 
     def __init__(
@@ -66,13 +67,19 @@ class SleepTask(TaskActor):
         ms = low + (task.seed * 7919) % (max(high - low, 0) + 1)
         await anyio.sleep(ms / 1000.0 * self.slowdown)
         gate = params.get("wait_for")
-        while gate is not None and not os.path.exists(str(gate)):
+        while gate is not None and not os.path.exists(str(gate)):  # noqa: ASYNC240 - a stat, polled
             await anyio.sleep(0.02)  # cancellable: a cancelled copy stops here
         where = self.address
         result: dict[str, Any] = {
-            "task_id": task.task_id, "seed": task.seed, "node": where.node,
-            "worker": where.process, "pid": os.getpid(), "attempt": task.attempt,
-            "lease_id": task.lease_id, "backup": task.backup, "ms": ms,
+            "task_id": task.task_id,
+            "seed": task.seed,
+            "node": where.node,
+            "worker": where.process,
+            "pid": os.getpid(),
+            "attempt": task.attempt,
+            "lease_id": task.lease_id,
+            "backup": task.backup,
+            "ms": ms,
         }
         with self.outputs.stage(task.task_id) as staged:
             (staged.path / "result.json").write_text(json.dumps(result), encoding="utf-8")
@@ -80,7 +87,7 @@ class SleepTask(TaskActor):
         if committed:
             line = f"{task.task_id} {where.node} {where.process}\n"
             log_file = self.commit_log / f"{where.node}-{where.process}-{os.getpid()}.log"
-            with open(log_file, "a", encoding="utf-8") as f:
+            with open(log_file, "a", encoding="utf-8") as f:  # noqa: ASYNC230 - one short local append
                 f.write(line)
         return ref
 

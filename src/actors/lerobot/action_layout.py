@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from troupe.runtime.errors import InvalidData
+
+from troupe.actors.lerobot.errors import InvalidData
 
 __all__ = [
     "ACTION_DIM",
@@ -139,9 +140,7 @@ def set_part(
     mask[:, part] = True
 
 
-def set_ego(
-    actions: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], ego9: npt.ArrayLike
-) -> None:
+def set_ego(actions: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], ego9: npt.ArrayLike) -> None:
     """Write the ego pose (position + 6D rotation, (T, 9)) into [0:9], in place, marked valid.
 
     Raises:
@@ -171,9 +170,7 @@ def masked_mse(pred: npt.ArrayLike, target: npt.ArrayLike, mask: npt.ArrayLike) 
     t = np.asarray(target, dtype=np.float64)
     m = np.asarray(mask, dtype=np.bool_)
     if not (p.shape == t.shape == m.shape):
-        raise InvalidData(
-            f"pred {p.shape}, target {t.shape} and mask {m.shape} must have one shape"
-        )
+        raise InvalidData(f"pred {p.shape}, target {t.shape} and mask {m.shape} must have one shape")
     count = int(m.sum())
     if count == 0:
         return 0.0

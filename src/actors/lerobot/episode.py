@@ -27,7 +27,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
-from troupe.runtime.errors import InvalidData
+
+from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.tasks.output_store import OutputStore
 
 from .action_layout import ACTION_DIM, empty_actions, set_ego
@@ -115,8 +116,7 @@ class EpisodeData:
         if depth.shape != (length, height, width) or not np.issubdtype(depth.dtype, np.floating):
             raise _fail(
                 tid,
-                f"depth is {depth.dtype} {depth.shape}; pass float metres, shape "
-                f"{(length, height, width)}",
+                f"depth is {depth.dtype} {depth.shape}; pass float metres, shape {(length, height, width)}",
             )
         ego = np.asarray(self.ego, dtype=np.float32)
         if ego.shape != (length, STATE_DIM) or not np.isfinite(ego).all():
@@ -134,9 +134,7 @@ class EpisodeData:
         try:
             json.dumps(dict(self.extra or {}), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise _fail(
-                tid, f"extra is not JSON-serialisable ({exc}); keep it to plain types"
-            ) from exc
+            raise _fail(tid, f"extra is not JSON-serialisable ({exc}); keep it to plain types") from exc
         object.__setattr__(self, "rgb", rgb)
         object.__setattr__(self, "depth", depth.astype(np.float32, copy=False))
         object.__setattr__(self, "ego", ego)
@@ -189,9 +187,7 @@ def _stats(ep: EpisodeData, gray: npt.NDArray[np.uint8]) -> dict[str, Any]:
     )
 
 
-def write_episode(
-    store: OutputStore, episode: EpisodeData, config: EpisodeConfig = EpisodeConfig()
-) -> bool:
+def write_episode(store: OutputStore, episode: EpisodeData, config: EpisodeConfig = EpisodeConfig()) -> bool:
     """Write one episode aside and commit it under its task id, exactly once.
 
     A task that is already committed is skipped before any encoding.

@@ -37,7 +37,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import structlog
-from troupe.runtime.errors import CommitError, InvalidData
+
+from troupe.actors.lerobot.errors import InvalidData
+from troupe.runtime.errors import CommitError
 from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file
 
 from .format import (
@@ -370,9 +372,7 @@ def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> D
     try:
         episodes, tasks, skipped = _load(store, config.fps)
         if not episodes:
-            raise InvalidData(
-                f"no committed episodes in {store.root}; write some with write_episode first"
-            )
+            raise InvalidData(f"no committed episodes in {store.root}; write some with write_episode first")
         videos = _check_uniform(episodes)
         data_files, data_where = _write_data(root, episodes, config)
         video_files, video_columns = _write_videos(root, episodes, config)

@@ -69,14 +69,16 @@ class FlakyLeRobotWriter(LeRobotWriter):
         threads: writer threads.
     """
 
-    def __init__(self, store: str, fault_dir: str, fail_every: int = 3, max_pending: int = 2,
-                 threads: int = 1) -> None:
+    def __init__(
+        self, store: str, fault_dir: str, fail_every: int = 3, max_pending: int = 2, threads: int = 1
+    ) -> None:
         super().__init__(store, max_pending=max_pending, threads=threads)
         self.writer.close(timeout=0)  # nothing was submitted to it; replaced by a flaky one
         self.flaky_store = FlakyOutputStore(Path(store))
         self.store = self.flaky_store
-        self.writer = AsyncWriter(self.store, max_pending=max_pending, threads=threads,
-                                  config=EpisodeConfig())
+        self.writer = AsyncWriter(
+            self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig()
+        )
         self.fault_dir = Path(fault_dir)
         self.fault_dir.mkdir(parents=True, exist_ok=True)
         self.fail_every = fail_every

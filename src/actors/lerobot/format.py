@@ -27,8 +27,8 @@ __all__ = [
     "DATA_PATH",
     "DEFAULT_DEPTH_MAX_M",
     "DEPTH_KEY",
-    "EPISODE_FILE",
     "EPISODES_PATH",
+    "EPISODE_FILE",
     "EPISODE_FORMAT",
     "FRAMES_FILE",
     "MASK_KEY",
@@ -94,14 +94,12 @@ def data_schema() -> pa.Schema:
     return schema
 
 
-def depth_to_gray(
-    depth: npt.NDArray[np.floating[Any]], depth_max_m: float
-) -> npt.NDArray[np.uint8]:
+def depth_to_gray(depth: npt.NDArray[np.floating[Any]], depth_max_m: float) -> npt.NDArray[np.uint8]:
     """Quantise metres to 8-bit levels over ``[0, depth_max_m]`` (see the module docstring)."""
     d = np.nan_to_num(depth.astype(np.float32), nan=0.0, posinf=depth_max_m, neginf=0.0)
-    levels: npt.NDArray[np.uint8] = np.rint(
-        np.clip(d, 0.0, depth_max_m) * (255.0 / depth_max_m)
-    ).astype(np.uint8)
+    levels: npt.NDArray[np.uint8] = np.rint(np.clip(d, 0.0, depth_max_m) * (255.0 / depth_max_m)).astype(
+        np.uint8
+    )
     return levels
 
 

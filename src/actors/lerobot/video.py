@@ -10,7 +10,7 @@ edge, and :class:`VideoInfo` reports both the encoded and the source size.
 
 ffmpeg's errors that are OS errors (disk full, permissions) are PyAV ``OSError`` subclasses and
 pass through unchanged, so a caller's storage boundary translates them; every other ffmpeg
-error becomes :class:`~troupe.runtime.errors.InvalidData`.
+error becomes :class:`~troupe.actors.lerobot.errors.InvalidData`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pathlib import Path
 import av
 import numpy as np
 import numpy.typing as npt
-from troupe.runtime.errors import InvalidData
+
+from troupe.actors.lerobot.errors import InvalidData
 
 __all__ = [
     "VideoConfig",

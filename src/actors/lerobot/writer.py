@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
+
 from troupe.runtime.errors import ActorStopped, ConfigError, MailboxFull
 from troupe.runtime.tasks.output_store import OutputStore
 
@@ -140,9 +141,7 @@ class AsyncWriter:
     def statistics(self) -> WriterStats:
         """Return the writer's counters."""
         with self._cond:
-            return WriterStats(
-                self._pending, self._written, self._duplicates, self._failed, self._bytes
-            )
+            return WriterStats(self._pending, self._written, self._duplicates, self._failed, self._bytes)
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop accepting episodes and wait for the held ones to finish.

@@ -45,6 +45,8 @@ from types import MappingProxyType
 from typing import NoReturn
 
 import structlog
+
+from troupe.runtime.core.cell import DROP, PROCEED, Verdict
 from troupe.runtime.errors import ConfigError, FaultInjected
 
 __all__ = [
@@ -77,16 +79,6 @@ class FaultKind(enum.StrEnum):
     DROP = "drop"
     PARTITION = "partition"
 
-
-class Verdict(enum.Enum):
-    """What the runtime does with a message after :func:`apply_before_handle`."""
-
-    PROCEED = "proceed"
-    DROP = "drop"
-
-
-PROCEED = Verdict.PROCEED
-DROP = Verdict.DROP
 
 _TIMED = {FaultKind.HANG_WITH_GIL, FaultKind.STALL, FaultKind.SLOW}
 _COMMON = {"kind", "actor", "message_type", "after", "count", "probability"}
@@ -241,7 +233,7 @@ class FaultSpec:
             ):
                 raise ConfigError(
                     f"{where}: a partition needs 'peers', a non-empty list of peer addresses, "
-                    f"e.g. [\"tcp://127.0.0.1:5601\"]; got {peers!r}"
+                    f'e.g. ["tcp://127.0.0.1:5601"]; got {peers!r}'
                 )
             return cls(kind=kind, peers=frozenset(peers))
         return cls(
@@ -277,7 +269,7 @@ def _seconds(spec: Mapping[str, object], kind: FaultKind, where: str) -> float |
     try:
         _check_seconds(value, f"{where} (kind {kind.value!r})")
     except ConfigError as exc:
-        raise ConfigError(f"{exc}; e.g. \"seconds\": 0.5") from None
+        raise ConfigError(f'{exc}; e.g. "seconds": 0.5') from None
     assert isinstance(value, int | float)
     return float(value)
 
@@ -293,11 +285,7 @@ def _int(spec: Mapping[str, object], key: str, default: int | None, where: str) 
 
 def _probability(spec: Mapping[str, object], where: str) -> float:
     value = spec.get("probability", 1.0)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0.0 <= value <= 1.0
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise ConfigError(f"{where}: 'probability' must be a number in [0, 1], got {value!r}")
     return float(value)
 
@@ -322,9 +310,7 @@ class FaultPlan:
     def __init__(self, specs: Iterable[FaultSpec] = (), seed: int | None = None) -> None:
         self.specs: tuple[FaultSpec, ...] = tuple(specs)
         self._handled = tuple(s for s in self.specs if s.kind is not FaultKind.PARTITION)
-        self._partitioned = frozenset(
-            p for s in self.specs if s.kind is FaultKind.PARTITION for p in s.peers
-        )
+        self._partitioned = frozenset(p for s in self.specs if s.kind is FaultKind.PARTITION for p in s.peers)
         self._rng = random.Random(seed)
         self._seen = [0] * len(self._handled)
         self._fired = [0] * len(self._handled)

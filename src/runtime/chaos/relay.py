@@ -25,21 +25,21 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
+
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import ConfigError, UnknownActor
-from troupe.runtime.node.worker_handles import WorkerHandle, WorkerState
+from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 from .faults import FaultKind, FaultSpec
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
-    from troupe.runtime.node.node import Node
-    from troupe.runtime.supervision.node_side import NodeSupervision
+    from troupe.runtime.node.ports import NodeView
 
-__all__ = ["ChaosRelay"]
+__all__ = ["ChaosRelay", "KillNotes"]
 
 log = structlog.get_logger(__name__)
 
@@ -47,23 +47,34 @@ _SPEC_KEYS = ("seconds", "probability", "count", "after", "message_type")
 _RELAY_TIMEOUT_S = 2.0
 
 
+class KillNotes(Protocol):
+    """What the relay needs of the node's supervision (``NodeSupervision``): the supervisor's
+    pid, and a note of why a worker is about to be killed, so that its exit carries the reason."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def note_kill(self, pid: int | None, reason: str) -> None: ...
+
+
 class ChaosRelay:
     """Answers ``chaos`` and ``heal`` for a node.
 
     Args:
-        node: the node whose workers are targets.
+        node: the node whose workers are targets (its name, workers and runtime).
         supervision: told of the node's own kills, so the exit carries the reason.
     """
 
-    def __init__(self, node: Node, supervision: NodeSupervision) -> None:
+    def __init__(self, node: NodeView, supervision: KillNotes) -> None:
         self._node = node
         self._supervision = supervision
 
     def install(self, runtime: Runtime) -> None:
         """Add the ``chaos`` and ``heal`` control handlers to the node's runtime."""
-        runtime.control_handlers.update(chaos=self._chaos, heal=self._heal)
+        runtime.register_controls({"chaos": self.inject, "heal": self.heal})
 
-    async def _chaos(self, payload: Any) -> dict[str, Any]:
+    async def inject(self, payload: Any) -> dict[str, Any]:
+        """The ``chaos`` control: inject the fault ``payload`` describes (see the module)."""
         p = ControlPayload("chaos", payload)  # e.g. {"kind": "kill", "target": "w-echo"}
         kind, target, seed = p.require("kind", str), p.optional("target", str, ""), p.optional("seed", int)
         if kind == FaultKind.KILL.value:
@@ -79,12 +90,12 @@ class ChaosRelay:
         results: dict[str, Any] = {}
         for handle, actor in targets:
             one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
-            results[handle.spec.name] = await self._relay(
-                handle, "chaos", {"faults": [one], "seed": seed})
+            results[handle.spec.name] = await self._relay(handle, "chaos", {"faults": [one], "seed": seed})
         log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
         return {"kind": kind, "spec": spec, "workers": results}
 
-    async def _heal(self, payload: Any) -> dict[str, Any]:
+    async def heal(self, payload: Any) -> dict[str, Any]:
+        """The ``heal`` control: clear every fault of the target workers."""
         target = ControlPayload("heal", payload).optional("target", str) or "*"
         results = {h.spec.name: await self._relay(h, "heal", None) for h, _ in self._targets(target)}
         log.info("chaos_healed", target=target, workers=sorted(results))
@@ -114,19 +125,27 @@ class ChaosRelay:
         node = self._node
         names = sorted(node.workers)
         if target in ("*", node.name):
-            return [(h, None) for h in node.workers.values()
-                    if not running or (h.state is WorkerState.RUNNING and h.endpoint)]
+            return [
+                (h, None)
+                for h in node.workers.values()
+                if not running or (h.state is HandleState.RUNNING and h.endpoint)
+            ]
         worker, _, actor = target.partition("/")
         handle = node.workers.get(worker)
         if handle is None:
-            raise UnknownActor(f"no worker {worker!r} on node {node.name}; workers: {names} "
-                               "(target is WORKER, WORKER/ACTOR or '*')")
-        if running and (handle.state is not WorkerState.RUNNING or not handle.endpoint):
-            raise UnknownActor(f"worker {worker!r} is {handle.state.value}, not running; "
-                               "see `troupe ctl status` and retry when it runs")
+            raise UnknownActor(
+                f"no worker {worker!r} on node {node.name}; workers: {names} "
+                "(target is WORKER, WORKER/ACTOR or '*')"
+            )
+        if running and (handle.state is not HandleState.RUNNING or not handle.endpoint):
+            raise UnknownActor(
+                f"worker {worker!r} is {handle.state.value}, not running; "
+                "see `troupe ctl status` and retry when it runs"
+            )
         if actor and actor not in handle.actors and actor not in {a.name for a in handle.spec.actors}:
-            raise UnknownActor(f"worker {worker!r} hosts no actor {actor!r}; "
-                               f"it hosts {sorted(handle.actors)}")
+            raise UnknownActor(
+                f"worker {worker!r} hosts no actor {actor!r}; it hosts {sorted(handle.actors)}"
+            )
         return [(handle, actor or None)]
 
     def _peer_endpoints(self, peer: str) -> list[str]:
@@ -144,8 +163,10 @@ class ChaosRelay:
             )
         if actor:
             if actor not in handle.actors:
-                raise ConfigError(f"partition peer {peer!r}: worker {worker!r} hosts no actor "
-                                  f"{actor!r}; it hosts {sorted(handle.actors)}")
+                raise ConfigError(
+                    f"partition peer {peer!r}: worker {worker!r} hosts no actor "
+                    f"{actor!r}; it hosts {sorted(handle.actors)}"
+                )
             return [handle.actors[actor]]
         return [handle.endpoint, *handle.actors.values()]
 

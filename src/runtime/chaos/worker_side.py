@@ -28,7 +28,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from troupe.runtime.core.cell import DROP as CELL_DROP
+
 from troupe.runtime.core.control_payloads import ControlPayload
 
 from .faults import DROP, FaultPlan, apply_before_handle
@@ -52,7 +52,7 @@ class WorkerChaos:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._plans: list[FaultPlan] = []
-        runtime.control_handlers.update(chaos=self._chaos, heal=self._heal, faults=self._faults)
+        runtime.register_controls({"chaos": self._chaos, "heal": self._heal, "faults": self._faults})
 
     def add(self, plan: FaultPlan) -> None:
         """Put ``plan`` in force, next to the plans already in force."""
@@ -101,7 +101,7 @@ class WorkerChaos:
         # Plans are walked in order; the first drop wins, as within one plan.
         for plan in tuple(self._plans):
             if apply_before_handle(plan, actor, msg_type) is DROP:
-                return CELL_DROP
+                return DROP
         return None
 
     def _refuses(self, peer: str) -> bool:

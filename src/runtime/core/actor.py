@@ -15,20 +15,25 @@ Example::
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
+    from .cell import Cell
     from .ref import ActorAddress, ActorRef
     from .runtime import Runtime
 
-__all__ = ["Actor", "MessageContext", "handles"]
+__all__ = ["Actor", "Handler", "MessageContext", "handles"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _HANDLES_ATTR = "__troupe_handles__"
+
+CURRENT_CELL: contextvars.ContextVar[Cell | None] = contextvars.ContextVar("troupe_cell", default=None)
+"""The cell whose actor runs now (``Cell.current``); here so that an actor need not import its cell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +108,15 @@ class Actor:
         """Return the message types this actor handles."""
         return sorted(cls._handlers)
 
+    @classmethod
+    def handler_table(cls) -> dict[str, Handler]:
+        """Return this actor class's handlers, by message type (what its cell dispatches on)."""
+        return cls._handlers
+
     @property
     def context(self) -> MessageContext | None:
         """The message being handled now, or None outside a handler."""
-        from .cell import Cell
-
-        cell = Cell.current.get()
+        cell = CURRENT_CELL.get()
         return cell.context() if cell is not None else None
 
     def ref(self, address: str) -> ActorRef:

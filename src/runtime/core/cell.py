@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import enum
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -18,7 +19,7 @@ from troupe.runtime.errors import ActorStopped, UnknownMessageType
 from troupe.runtime.wire.codec import Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
-from .actor import Actor, Handler, MessageContext
+from .actor import CURRENT_CELL, Actor, Handler, MessageContext
 from .mailbox import Mailbox
 
 if TYPE_CHECKING:
@@ -26,18 +27,38 @@ if TYPE_CHECKING:
 
     from .runtime import Runtime
 
-__all__ = ["DROP", "Cell", "Msg"]
+__all__ = ["DROP", "PROCEED", "Cell", "Msg", "Verdict"]
 
 log = structlog.get_logger(__name__)
 
-DROP = object()
+
+class Verdict(enum.Enum):
+    """What a before-handle hook tells the cell to do with a message (the one ``DROP``)."""
+
+    PROCEED = "proceed"
+    DROP = "drop"
+
+
+PROCEED = Verdict.PROCEED
+DROP = Verdict.DROP
 """Returned by a before-handle hook to lose the message on purpose (fault injection)."""
 
 
 class Msg:
     """A message inside a process, whether it came off the wire or from a local sender."""
 
-    __slots__ = ("kind", "msg_id", "sender", "type", "deadline", "trace", "headers", "payload", "route", "future")
+    __slots__ = (
+        "deadline",
+        "future",
+        "headers",
+        "kind",
+        "msg_id",
+        "payload",
+        "route",
+        "sender",
+        "trace",
+        "type",
+    )
 
     def __init__(
         self,
@@ -67,13 +88,13 @@ class Msg:
 class Cell:
     """Runs one actor: takes messages from its mailbox one at a time and handles them."""
 
-    current: ClassVar[contextvars.ContextVar[Cell | None]] = contextvars.ContextVar("troupe_cell", default=None)
+    current: ClassVar[contextvars.ContextVar[Cell | None]] = CURRENT_CELL
 
     def __init__(self, runtime: Runtime, actor: Actor, name: str) -> None:
         self.runtime = runtime
         self.actor = actor
         self.name = name
-        self.handlers = type(actor)._handlers
+        self.handlers = type(actor).handler_table()
         self.mailbox: Mailbox[Msg] = Mailbox(type(actor).mailbox_capacity, name)
         self.handling: Msg | None = None
         self.endpoint = ""  # the actor's own mailbox socket, set by the runtime
@@ -218,7 +239,7 @@ class Cell:
                     msg.future.set_exception(stopped)
             elif msg.kind is Kind.ASK:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                    await self.runtime._reply_error(msg.route, msg.msg_id, self.name, stopped)
+                    await self.runtime.reply_error(msg.route, msg.msg_id, self.name, stopped)
             raise
         else:
             if msg.kind is Kind.ASK:
@@ -236,8 +257,14 @@ class Cell:
     async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
         payload = error_payload(exc, str(self.actor.address), from_handler=True)
         if msg.kind is not Kind.ASK:
-            log.error("handler_failed", type=msg.type, msg_id=msg.msg_id, error=payload["message"],
-                      exc_type=payload["type"], traceback=payload["traceback"])
+            log.error(
+                "handler_failed",
+                type=msg.type,
+                msg_id=msg.msg_id,
+                error=payload["message"],
+                exc_type=payload["type"],
+                traceback=payload["traceback"],
+            )
             return
         log.info("handler_raised", type=msg.type, msg_id=msg.msg_id, error=payload["message"])
         if msg.future is not None:
@@ -247,7 +274,7 @@ class Cell:
                 except Exception as remote:
                     msg.future.set_exception(remote)
             return
-        await self.runtime._reply_error_payload(msg.route, msg.msg_id, payload)
+        await self.runtime.reply_error_payload(msg.route, msg.msg_id, payload)
 
     async def stop_hook(self) -> None:
         """Run the actor's ``stopping`` hook, logging (not raising) its failure."""

@@ -10,11 +10,9 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from troupe.runtime.transports.zmq import ZmqTransport
-
 from .directory import Directory
 from .ref import ActorAddress
-from .runtime import Runtime
+from .runtime import Runtime, process_runtime
 
 __all__ = ["connect"]
 
@@ -34,8 +32,12 @@ async def connect(node_endpoint: str, node: str = "", name: str | None = None) -
         reply = await box[0].control(node_endpoint, "resolve", {"address": str(address)})
         return ActorAddress.parse(reply["address"]), reply["endpoint"]
 
-    runtime = Runtime(node or "client", name or f"client-{os.getpid()}", ZmqTransport(), Directory(node, lookup),
-                      drain_timeout=0.5)
+    runtime = process_runtime(
+        node or "client",
+        name or f"client-{os.getpid()}",
+        directory=Directory(node, lookup),
+        drain_timeout=0.5,
+    )
     box.append(runtime)
     async with runtime:
         yield runtime

@@ -78,9 +78,7 @@ def field_path(loc: Sequence[int | str], data: Any, rename: Mapping[str, str] | 
     return ".".join(parts) or "(top level)"
 
 
-def known_keys(
-    model: type[BaseModel], loc: Sequence[int | str], hidden: Iterable[str] = ()
-) -> list[str]:
+def known_keys(model: type[BaseModel], loc: Sequence[int | str], hidden: Iterable[str] = ()) -> list[str]:
     """The keys the table at ``loc`` (a path into ``model``'s input) may hold; [] if unknown.
 
     ``hidden``: top-level fields not to offer (a loader fills them from other tables).
@@ -98,8 +96,12 @@ def known_keys(
 
 
 def validation_message(
-    source: str, exc: ValidationError, data: Any = None, model: type[BaseModel] | None = None,
-    rename: Mapping[str, str] | None = None, hidden: Iterable[str] = (),
+    source: str,
+    exc: ValidationError,
+    data: Any = None,
+    model: type[BaseModel] | None = None,
+    rename: Mapping[str, str] | None = None,
+    hidden: Iterable[str] = (),
 ) -> str:
     """Render pydantic errors as one line: ``source: path: what is wrong (got value)``.
 
@@ -117,8 +119,11 @@ def validation_message(
 
 
 def _one(
-    err: Mapping[str, Any], data: Any, model: type[BaseModel] | None,
-    rename: Mapping[str, str] | None, hidden: tuple[str, ...],
+    err: Mapping[str, Any],
+    data: Any,
+    model: type[BaseModel] | None,
+    rename: Mapping[str, str] | None,
+    hidden: tuple[str, ...],
 ) -> str:
     loc = tuple(err["loc"])
     where = field_path(loc, data, rename)
@@ -128,7 +133,9 @@ def _one(
     if kind == "value_error":  # our own validators: the message says it all
         return f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
     ctx = err.get("ctx") or {}
-    rule = "must not be empty" if kind == "string_too_short" and ctx.get("min_length") == 1 else _RULES.get(kind)
+    rule = (
+        "must not be empty" if kind == "string_too_short" and ctx.get("min_length") == 1 else _RULES.get(kind)
+    )
     what = rule.format(**ctx) if rule is not None and _formats(rule, ctx) else err["msg"]
     value = err.get("input")
     if kind == "missing" or isinstance(value, Mapping | list | tuple):

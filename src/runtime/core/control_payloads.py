@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
 from troupe.runtime.errors import BadRequest
 
 from .ref import ActorAddress
@@ -54,8 +55,10 @@ class ControlPayload:
         if payload is None:
             payload = {}
         if not isinstance(payload, dict):
-            raise BadRequest(f"control {control!r}: the payload must be a map, got {_clip(payload)} "
-                             f"({type(payload).__name__})")
+            raise BadRequest(
+                f"control {control!r}: the payload must be a map, got {_clip(payload)} "
+                f"({type(payload).__name__})"
+            )
         self.control = control
         self.fields: Mapping[str, Any] = payload
 
@@ -68,8 +71,10 @@ class ControlPayload:
             BadRequest: the field is missing or of another type.
         """
         if key not in self.fields:
-            raise BadRequest(f"control {self.control!r}: missing field {key!r} "
-                             f"({_TYPE_NAMES.get(kind, kind.__name__)}); fields sent: {sorted(map(str, self.fields))}")
+            raise BadRequest(
+                f"control {self.control!r}: missing field {key!r} "
+                f"({_TYPE_NAMES.get(kind, kind.__name__)}); fields sent: {sorted(map(str, self.fields))}"
+            )
         return self._checked(key, self.fields[key], kind)
 
     def optional(self, key: str, kind: type, default: Any = None) -> Any:
@@ -92,8 +97,9 @@ class ControlPayload:
         value = self.require(key, dict) if required else self.optional(key, dict, {})
         for k, v in value.items():
             if type(k) is not str or type(v) is not str:
-                raise BadRequest(f"control {self.control!r}: field {key!r} must map str to str, "
-                                 f"has {_clip(k)}: {_clip(v)}")
+                raise BadRequest(
+                    f"control {self.control!r}: field {key!r} must map str to str, has {_clip(k)}: {_clip(v)}"
+                )
         return dict(value)
 
     def host_port(self, key: str) -> tuple[str, int]:
@@ -104,14 +110,18 @@ class ControlPayload:
         """
         value = self.require(key, list)
         if len(value) != 2 or type(value[0]) is not str or type(value[1]) is not int:
-            raise BadRequest(f"control {self.control!r}: field {key!r} must be [host, port], got {_clip(value)}")
+            raise BadRequest(
+                f"control {self.control!r}: field {key!r} must be [host, port], got {_clip(value)}"
+            )
         return value[0], value[1]
 
     def _checked(self, key: str, value: Any, kind: type) -> Any:
         if not _matches(value, kind):
-            raise BadRequest(f"control {self.control!r}: field {key!r} must be "
-                             f"{_TYPE_NAMES.get(kind, kind.__name__)}, got {_clip(value)} "
-                             f"({type(value).__name__})")
+            raise BadRequest(
+                f"control {self.control!r}: field {key!r} must be "
+                f"{_TYPE_NAMES.get(kind, kind.__name__)}, got {_clip(value)} "
+                f"({type(value).__name__})"
+            )
         return value
 
 
@@ -133,8 +143,9 @@ def validated(model: type[M], value: Any, control: str, field: str | None = None
         first = exc.errors()[0]
         where = ".".join(str(p) for p in ((field,) if field else ()) + tuple(first["loc"])) or "payload"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise BadRequest(f"control {control!r}: field {where!r}: {first['msg']}, got "
-                         f"{_clip(first.get('input'))}{more}") from None
+        raise BadRequest(
+            f"control {control!r}: field {where!r}: {first['msg']}, got {_clip(first.get('input'))}{more}"
+        ) from None
 
 
 def address_field(payload: ControlPayload, key: str) -> ActorAddress:

@@ -71,8 +71,10 @@ class AskDeadlines:
             _, _, fut, target, msg_type, timeout = heapq.heappop(heap)
             if not fut.done():
                 fut.set_exception(
-                    AskTimeout(f"no reply to {msg_type!r} from {target} within {timeout}s; "
-                               "the target may be busy, hung or gone (see `troupe ctl status`)")
+                    AskTimeout(
+                        f"no reply to {msg_type!r} from {target} within {timeout}s; "
+                        "the target may be busy, hung or gone (see `troupe ctl status`)"
+                    )
                 )
         while heap and heap[0][2].done():
             heapq.heappop(heap)  # answered long ago: no reason to wake up for it

@@ -1,10 +1,10 @@
 """Name resolution: from an actor address to the mailbox endpoint of its process.
 
 Each runtime keeps a cache of ``node/process/actor -> endpoint`` (every actor has a mailbox
-socket of its own) and ``node/process -> endpoint`` (the process's control mailbox). What it does not know it asks a
-lookup function, normally a control ask to the node (``resolve``), which knows every process
-of its host. The node pushes ``directory_update`` to its processes when one (re)registers, so
-caches follow restarts without waiting for a timeout.
+socket of its own) and ``node/process -> endpoint`` (the process's control mailbox). What it
+does not know it asks a lookup function, normally a control ask to the node (``resolve``),
+which knows every process of its host. The node pushes ``directory_update`` to its processes
+when one (re)registers, so caches follow restarts without waiting for a timeout.
 """
 
 from __future__ import annotations

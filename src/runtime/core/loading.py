@@ -67,8 +67,10 @@ def check_node_actors(cfg: NodeConfig, source: str) -> None:
     Raises:
         ConfigError: one line naming ``source``, the field (``workers.W.actors.A.class``) and why.
     """
-    _check_in_child(source, [(f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor")
-                             for w in cfg.workers for a in w.actors])
+    _check_in_child(
+        source,
+        [(f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor") for w in cfg.workers for a in w.actors],
+    )
 
 
 def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
@@ -88,11 +90,16 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
         done = subprocess.run(
             [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.core.loading"],
             env=dict(os.environ, **{CHECK_ENV: json.dumps(list(checks))}),
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_IMPORT_GUARD_S,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=_IMPORT_GUARD_S,
         )
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"{source}: importing the actor classes took over {_IMPORT_GUARD_S} s; "
-                          "a module that hangs while importing would hang every worker") from None
+        raise ConfigError(
+            f"{source}: importing the actor classes took over {_IMPORT_GUARD_S} s; "
+            "a module that hangs while importing would hang every worker"
+        ) from None
     where, error = "", ""
     for line in done.stdout.splitlines():
         try:
@@ -107,8 +114,10 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
         raise ConfigError(f"{source}: {where}: {error}")
     if done.returncode != 0:  # the import killed the interpreter (sys.exit, a crash)
         last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), "no message")
-        raise ConfigError(f"{source}: {where or 'actor classes'}: importing it ended the process "
-                          f"(exit status {done.returncode}): {short_repr(last.strip())}")
+        raise ConfigError(
+            f"{source}: {where or 'actor classes'}: importing it ended the process "
+            f"(exit status {done.returncode}): {short_repr(last.strip())}"
+        )
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-__all__ = ["PeerRateLimiter", "PeerLogGate"]
+__all__ = ["PeerLogGate", "PeerRateLimiter"]
 
 Clock = Callable[[], float]
 
@@ -77,7 +77,9 @@ class PeerLogGate:
         clock: monotonic seconds (tests pass a fake one).
     """
 
-    def __init__(self, interval_s: float = 10.0, max_peers: int = 1024, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, interval_s: float = 10.0, max_peers: int = 1024, clock: Clock = time.monotonic
+    ) -> None:
         self.interval_s = interval_s
         self.max_peers = max_peers
         self._clock = clock

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
-
-__all__ = ["ActorAddress", "ActorRef"]
+__all__ = ["ActorAddress", "ActorRef", "RefSender"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +32,7 @@ class ActorAddress:
         """
         parts = text.split("/")
         if len(parts) > 3 or not all(parts):
-            raise ValueError(
-                f"bad actor address {text!r}: use node/process/actor, process/actor or actor"
-            )
+            raise ValueError(f"bad actor address {text!r}: use node/process/actor, process/actor or actor")
         while len(parts) < 3:
             parts.insert(0, "")
         return cls(parts[0], parts[1], parts[2])
@@ -51,19 +46,37 @@ class ActorAddress:
         return "/".join(p for p in (self.node, self.process, self.actor) if p)
 
 
+class RefSender(Protocol):
+    """What a reference needs of its runtime (``Runtime``): sending a tell and an ask to it."""
+
+    def tell_ref(
+        self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
+    ) -> Coroutine[Any, Any, None]: ...
+
+    def ask_ref(
+        self,
+        ref: ActorRef,
+        msg_type: str,
+        payload: Any,
+        timeout: float | None,
+        headers: dict[str, Any] | None,
+    ) -> Coroutine[Any, Any, Any]: ...
+
+
 class ActorRef:
     """A handle to send messages to one actor, wherever it lives.
 
     Obtain one with ``runtime.ref(address)`` or ``actor.ref(address)``; it is cheap to keep.
+    ``cell`` and ``endpoint`` are what the runtime resolved (set and read by the runtime only).
     """
 
-    __slots__ = ("_runtime", "address", "_cell", "_endpoint")
+    __slots__ = ("_runtime", "address", "cell", "endpoint")
 
-    def __init__(self, runtime: Runtime, address: ActorAddress) -> None:
+    def __init__(self, runtime: RefSender, address: ActorAddress) -> None:
         self._runtime = runtime
         self.address = address
-        self._cell: Any = None  # the local cell, when the actor lives in this process
-        self._endpoint: str | None = None  # the peer's mailbox, when it does not
+        self.cell: Any = None  # the local cell, when the actor lives in this process
+        self.endpoint: str | None = None  # the peer's mailbox, when it does not
 
     def __repr__(self) -> str:
         return f"ActorRef({str(self.address)!r})"
@@ -90,7 +103,7 @@ class ActorRef:
             Unreachable: the target process does not answer.
         """
         # The runtime's coroutine itself, not one wrapping it: a level less on every message.
-        return self._runtime._tell(self, msg_type, payload, block, headers)
+        return self._runtime.tell_ref(self, msg_type, payload, block, headers)
 
     def ask(
         self,
@@ -113,9 +126,9 @@ class ActorRef:
             RemoteError: the handler raised; type, message and traceback are attached.
             UnknownActor, UnknownMessageType, ActorStopped: delivery failed.
         """
-        return self._runtime._ask(self, msg_type, payload, timeout, headers)
+        return self._runtime.ask_ref(self, msg_type, payload, timeout, headers)
 
     def invalidate(self) -> None:
         """Forget what was resolved; the next send resolves the name again."""
-        self._cell = None
-        self._endpoint = None
+        self.cell = None
+        self.endpoint = None

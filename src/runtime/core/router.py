@@ -9,9 +9,11 @@ actor's mailbox, whose bound pushes back on the sender's socket when full.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
 from troupe.runtime.errors import (
     ActorStopped,
     DeliveryError,
@@ -45,7 +47,7 @@ class Inbound:
     codec: Codec
     transport: Transport
     cells: dict[str, Cell]
-    control_handlers: dict[str, ControlHandler]
+    control_handlers: Mapping[str, ControlHandler]  # read-only; Runtime.register_control adds
     _pending: dict[int, asyncio.Future[Any]]
     _accepting: bool
     _bad_frames: int
@@ -89,7 +91,18 @@ class Inbound:
         handler = cell.handlers.get(env.type)
         if handler is None or cell.mailbox.full():
             return False
-        msg = Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
+        msg = Msg(
+            kind,
+            env.msg_id,
+            env.sender,
+            env.type,
+            env.deadline,
+            env.trace,
+            env.headers,
+            env.payload,
+            route,
+            None,
+        )
         if not handler.is_async and not self.before_handle and cell.idle():
             cell.handle_now(msg, handler)
         else:
@@ -105,19 +118,25 @@ class Inbound:
             if not self._error_limiter.allow(route):
                 self._errors_suppressed += 1
                 if self._suppressed_log.should_log(route):
-                    log.warning("bad_frames_unanswered", reason=str(exc), code=exc.code,
-                                unanswered=self._errors_suppressed,
-                                rate_per_s=self._error_limiter.rate_per_s)
+                    log.warning(
+                        "bad_frames_unanswered",
+                        reason=str(exc),
+                        code=exc.code,
+                        unanswered=self._errors_suppressed,
+                        rate_per_s=self._error_limiter.rate_per_s,
+                    )
                 return
             log.warning("bad_frame_dropped", reason=str(exc), code=exc.code, frames=len(frames))
-            await self._reply_error(route, 0, "", exc)
+            await self.reply_error(route, 0, "", exc)
             return
         kind = env.kind
         if kind is Kind.REPLY or kind is Kind.ERROR:
             self._settle_reply(env)
             return
         if not self._accepting:
-            await self._reply_error(route, env.msg_id, env.target, ActorStopped("the process is shutting down"))
+            await self.reply_error(
+                route, env.msg_id, env.target, ActorStopped("the process is shutting down")
+            )
             return
         if kind is Kind.CONTROL:
             self.start_soon(self._run_control, route, env)
@@ -125,39 +144,62 @@ class Inbound:
         cell = self.cells.get(env.target)
         if cell is None:
             log.warning("unknown_actor", target=env.target, type=env.type, sender=env.sender)
-            await self._reply_error(
-                route, env.msg_id, env.target,
-                UnknownActor(f"no actor named {env.target!r} in {self.node}/{self.process}; "
-                             f"actors here: {sorted(self.cells)}"),
+            await self.reply_error(
+                route,
+                env.msg_id,
+                env.target,
+                UnknownActor(
+                    f"no actor named {env.target!r} in {self.node}/{self.process}; "
+                    f"actors here: {sorted(self.cells)}"
+                ),
             )
             return
         if env.type not in cell.handlers:
             log.warning("unknown_message_type", actor=env.target, type=env.type)
-            await self._reply_error(
-                route, env.msg_id, env.target,
-                UnknownMessageType(f"actor {env.target!r} has no handler for {env.type!r}; "
-                                   f"it handles {sorted(cell.handlers)}"),
+            await self.reply_error(
+                route,
+                env.msg_id,
+                env.target,
+                UnknownMessageType(
+                    f"actor {env.target!r} has no handler for {env.type!r}; "
+                    f"it handles {sorted(cell.handlers)}"
+                ),
             )
             return
-        msg = Msg(kind, env.msg_id, env.sender, env.type, env.deadline, env.trace, env.headers, env.payload, route, None)
+        msg = Msg(
+            kind,
+            env.msg_id,
+            env.sender,
+            env.type,
+            env.deadline,
+            env.trace,
+            env.headers,
+            env.payload,
+            route,
+            None,
+        )
         try:
             await cell.deliver(msg, True)
         except ActorStopped as exc:
-            await self._reply_error(route, env.msg_id, env.target, exc)
+            await self.reply_error(route, env.msg_id, env.target, exc)
 
     async def _run_control(self, route: Any, env: Envelope) -> None:
         handler = self.control_handlers.get(env.type)
         if handler is None:
-            await self._reply_error(
-                route, env.msg_id, "",
-                UnknownMessageType(f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"),
+            await self.reply_error(
+                route,
+                env.msg_id,
+                "",
+                UnknownMessageType(
+                    f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"
+                ),
             )
             return
         try:
             result = await handler(env.payload)
         except Exception as exc:
             log.warning("control_failed", type=env.type, error=repr(exc))
-            await self._reply_error(route, env.msg_id, "", exc)
+            await self.reply_error(route, env.msg_id, "", exc)
             return
         await self.reply(route, env.msg_id, result)
 
@@ -166,7 +208,7 @@ class Inbound:
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            await self._reply_error(route, msg_id, "", exc)
+            await self.reply_error(route, msg_id, "", exc)
             return
         await self.transport.reply(route, frames)
 
@@ -177,17 +219,19 @@ class Inbound:
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            self.start_soon(self._reply_error, route, msg_id, "", exc)
+            self.start_soon(self.reply_error, route, msg_id, "", exc)
             return
         self.transport.try_reply(route, frames)
 
-    async def _reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
+    async def reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
+        """Answer ``msg_id`` through ``route`` with an ERROR for ``exc`` (nothing when no route)."""
         if route is None:
             return
         payload = error_payload(exc, f"{self.node}/{self.process}/{actor}" if actor else "")
-        await self._reply_error_payload(route, msg_id, payload)
+        await self.reply_error_payload(route, msg_id, payload)
 
-    async def _reply_error_payload(self, route: Any, msg_id: int, payload: dict[str, Any]) -> None:
+    async def reply_error_payload(self, route: Any, msg_id: int, payload: dict[str, Any]) -> None:
+        """Answer ``msg_id`` through ``route`` with an ERROR carrying ``payload`` as it is."""
         if route is None:
             return
         env = Envelope(Kind.ERROR, 0, msg_id, self._process_key, "", "", None, None, None, payload)
@@ -199,9 +243,7 @@ class Inbound:
             if not msg.future.done():
                 msg.future.set_exception(exc)
         elif msg.kind is Kind.ASK:
-            await self._reply_error(msg.route, msg.msg_id, "", exc)
-
-
+            await self.reply_error(msg.route, msg.msg_id, "", exc)
 
 
 def _error_from(payload: Any) -> TroupeError:

@@ -7,6 +7,11 @@ it (or ``stop``) shuts down gracefully: stop accepting, drain mailboxes up to a 
 
 Messages to actors of this same process take a local fast path: no codec, no socket, the
 same mailbox bound and the same error semantics.
+
+Two rules keep the seams few. A process starts its own runtime one way,
+:func:`process_runtime` (a ZeroMQ transport, bound where given); ``Runtime(...)`` with another
+transport is for tests. Control handlers are added one way, :meth:`Runtime.register_control`,
+which refuses a name that is taken: two parts of a process cannot silently answer one control.
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
 import structlog
+
 from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
@@ -28,6 +35,7 @@ from troupe.runtime.errors import (
     Unreachable,
 )
 from troupe.runtime.transports.base import Transport
+from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import Codec, Envelope, Kind
 
 from .actor import Actor
@@ -39,7 +47,7 @@ from .peer_limits import PeerLogGate, PeerRateLimiter
 from .ref import ActorAddress, ActorRef
 from .router import Inbound
 
-__all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats"]
+__all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats", "process_runtime"]
 
 log = structlog.get_logger(__name__)
 
@@ -107,7 +115,9 @@ class Runtime(Inbound):
         self.ask_timeout = ask_timeout
         self.drain_timeout = drain_timeout
         self.cells: dict[str, Cell] = {}
-        self.control_handlers: dict[str, ControlHandler] = {}
+        self._controls: dict[str, ControlHandler] = {}
+        # Read-only: handlers are added with register_control, never written here.
+        self.control_handlers: Mapping[str, ControlHandler] = MappingProxyType(self._controls)
         self.progress_hooks: list[Callable[[int, str | None], None]] = []
         self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
         self.observer: HandleObserver | None = None
@@ -129,6 +139,50 @@ class Runtime(Inbound):
     def address(self) -> str:
         """The mailbox endpoint of this process."""
         return self.transport.address
+
+    # -- control handlers ----------------------------------------------------------------------
+
+    def register_control(self, name: str, handler: ControlHandler) -> None:
+        """Answer the control message ``name`` with ``handler`` (payload in, reply out).
+
+        Raises:
+            ValueError: ``name`` has a handler already (two parts of the process would
+                answer the same control), or is empty.
+        """
+        if not name:
+            raise ValueError("a control message needs a name")
+        if name in self._controls:
+            raise ValueError(
+                f"the control {name!r} is registered already in {self._process_key}: "
+                f"{self._controls[name]!r}; unregister it first to replace it"
+            )
+        self._controls[name] = handler
+
+    def register_controls(self, handlers: Mapping[str, ControlHandler]) -> None:
+        """:meth:`register_control` for each of ``handlers``, by name (all checked first).
+
+        Raises:
+            ValueError: a name has a handler already; none of ``handlers`` is then added.
+        """
+        taken = sorted(set(handlers) & set(self._controls))
+        if taken:
+            raise ValueError(
+                f"the controls {taken} are registered already in {self._process_key}; "
+                "unregister them first to replace them"
+            )
+        for name, handler in handlers.items():
+            self.register_control(name, handler)
+
+    def unregister_control(self, name: str) -> ControlHandler:
+        """Stop answering the control ``name``; return its handler.
+
+        Raises:
+            KeyError: no handler is registered under ``name``.
+        """
+        try:
+            return self._controls.pop(name)
+        except KeyError:
+            raise KeyError(f"no control {name!r} is registered in {self._process_key}") from None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -180,7 +234,7 @@ class Runtime(Inbound):
         """Wait until the runtime has shut down."""
         await self._stopped.wait()
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run a background task owned by this runtime (cancelled at shutdown)."""
         if self._tg is None:
             raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
@@ -238,7 +292,7 @@ class Runtime(Inbound):
         addr = address if isinstance(address, ActorAddress) else ActorAddress.parse(address)
         ref = ActorRef(self, addr)
         if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
-            ref._cell = self.cells[addr.actor]
+            ref.cell = self.cells[addr.actor]
         return ref
 
     def progress(self, n: int = 1, note: str | None = None) -> None:
@@ -251,8 +305,10 @@ class Runtime(Inbound):
         dropped = self.transport.replies_dropped()
         return RuntimeStats(
             self.address,
-            {name: {**cell.statistics(), "replies_dropped": dropped.get(cell.endpoint, 0)}
-             for name, cell in self.cells.items()},
+            {
+                name: {**cell.statistics(), "replies_dropped": dropped.get(cell.endpoint, 0)}
+                for name, cell in self.cells.items()
+            },
             len(self._pending),
             self._bad_frames,
             self._late_replies,
@@ -272,7 +328,7 @@ class Runtime(Inbound):
     async def _resolve(self, ref: ActorRef) -> None:
         addr = ref.address
         if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
-            ref._cell = self.cells[addr.actor]
+            ref.cell = self.cells[addr.actor]
             return
         if not addr.process and self.directory.lookup is None:
             raise UnknownActor(f"no actor named {addr.actor!r} in {self.node}/{self.process}")
@@ -282,27 +338,30 @@ class Runtime(Inbound):
             cell = self.cells.get(full.actor)
             if cell is None:
                 raise UnknownActor(f"no actor named {full.actor!r} in {self.node}/{self.process}")
-            ref._cell = cell
+            ref.cell = cell
         else:
-            ref._endpoint = endpoint
+            ref.endpoint = endpoint
 
-    async def _tell(
+    async def tell_ref(
         self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
     ) -> None:
-        if ref._cell is None and ref._endpoint is None:
+        """Send a tell through ``ref`` (``ActorRef.tell`` calls this; resolves ``ref`` first)."""
+        if ref.cell is None and ref.endpoint is None:
             await self._resolve(ref)
         sender, trace = self._context()
         msg_id = next(self._ids)
-        cell = ref._cell
+        cell = ref.cell
         if cell is not None:
             msg = Msg(Kind.TELL, msg_id, sender, msg_type, None, trace, headers, payload, None, None)
             await cell.deliver(msg, block)
             return
-        env = Envelope(Kind.TELL, msg_id, 0, sender, ref.address.actor, msg_type, None, trace, headers, payload)
+        env = Envelope(
+            Kind.TELL, msg_id, 0, sender, ref.address.actor, msg_type, None, trace, headers, payload
+        )
         await self._send(ref, env, block)
 
     async def _send(self, ref: ActorRef, env: Envelope, block: bool) -> None:
-        endpoint = ref._endpoint
+        endpoint = ref.endpoint
         assert endpoint is not None
         frames = self.codec.encode(env)
         try:
@@ -313,12 +372,12 @@ class Runtime(Inbound):
             raise
 
     def _peer_gone(self, ref: ActorRef) -> None:
-        if ref._endpoint is not None:
-            self.transport.forget(ref._endpoint)
+        if ref.endpoint is not None:
+            self.transport.forget(ref.endpoint)
         self.directory.forget(str(ref.address))
         ref.invalidate()
 
-    async def _ask(
+    async def ask_ref(
         self,
         ref: ActorRef,
         msg_type: str,
@@ -326,7 +385,8 @@ class Runtime(Inbound):
         timeout: float | None,
         headers: dict[str, Any] | None,
     ) -> Any:
-        if ref._cell is None and ref._endpoint is None:
+        """Send an ask through ``ref`` and await its reply (``ActorRef.ask`` calls this)."""
+        if ref.cell is None and ref.endpoint is None:
             await self._resolve(ref)
         timeout = self.ask_timeout if timeout is None else timeout
         fut = self._watched_future(timeout, ref.address, msg_type)
@@ -334,14 +394,23 @@ class Runtime(Inbound):
         sender, trace = self._context()
         deadline = time.time() + timeout
         try:
-            cell = ref._cell
+            cell = ref.cell
             if cell is not None:
                 msg = Msg(Kind.ASK, msg_id, sender, msg_type, deadline, trace, headers, payload, None, fut)
                 await cell.deliver(msg, True)
             else:
                 self._pending[msg_id] = fut
                 env = Envelope(
-                    Kind.ASK, msg_id, 0, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
+                    Kind.ASK,
+                    msg_id,
+                    0,
+                    sender,
+                    ref.address.actor,
+                    msg_type,
+                    deadline,
+                    trace,
+                    headers,
+                    payload,
                 )
                 try:
                     await self._send(ref, env, False)
@@ -351,8 +420,10 @@ class Runtime(Inbound):
             return await fut
         except TimeoutError as exc:
             if not isinstance(exc, AskTimeout):
-                raise AskTimeout(f"ask {msg_type!r} to {ref.address}: mailbox stayed full for {timeout}s") from None
-            if ref._endpoint is not None and self.directory.lookup is not None:
+                raise AskTimeout(
+                    f"ask {msg_type!r} to {ref.address}: mailbox stayed full for {timeout}s"
+                ) from None
+            if ref.endpoint is not None and self.directory.lookup is not None:
                 self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
             raise
         finally:
@@ -375,7 +446,9 @@ class Runtime(Inbound):
         else:
             fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
 
-    async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+    async def control(
+        self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0
+    ) -> Any:
         """Send a control message to the process listening at ``endpoint`` and await the reply.
 
         Raises:
@@ -386,9 +459,50 @@ class Runtime(Inbound):
         msg_id = next(self._ids)
         self._pending[msg_id] = fut
         sender, trace = self._context()
-        env = Envelope(Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload)
+        env = Envelope(
+            Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload
+        )
         try:
             await self.transport.send(endpoint, self.codec.encode(env), block=False)
             return await fut
         finally:
             self._settled(msg_id, fut)
+
+
+def process_runtime(
+    node: str,
+    process: str,
+    *,
+    bind: str = "tcp://127.0.0.1:*",
+    hwm: int = 1000,
+    transport: Transport | None = None,
+    directory: Directory | None = None,
+    codec: Codec | None = None,
+    ask_timeout: float = 30.0,
+    drain_timeout: float = 5.0,
+) -> Runtime:
+    """The runtime a process starts for itself (node, worker, supervisor, master, a client).
+
+    The one place a process's own runtime and its ZeroMQ transport are built; enter the result
+    with ``async with``.
+
+    Args:
+        node: the node (host) name.
+        process: this process's name, unique on its node.
+        bind: the endpoint its control socket binds (a free loopback port by default).
+        hwm: the ZeroMQ high-water mark of its sockets.
+        transport: a transport to use instead of ZeroMQ (a test's memory transport);
+            ``bind`` and ``hwm`` are then unused.
+        directory: name resolution (defaults to a cache with no lookup).
+        codec: wire codec (defaults to 64 MiB message limit).
+        ask_timeout: default seconds an ask waits for its reply.
+        drain_timeout: seconds shutdown waits for mailboxes to drain.
+
+    Raises:
+        Unreachable: ``bind`` cannot be bound (callers say what to do: pick another endpoint).
+    """
+    if transport is None:
+        transport = ZmqTransport(bind=bind, hwm=hwm)
+    return Runtime(
+        node, process, transport, directory, codec, ask_timeout=ask_timeout, drain_timeout=drain_timeout
+    )

@@ -1,6 +1,7 @@
 """node: one per host. The node process, its worker processes (the handles it keeps, the worker
-process itself, what every child does first), its config, its link to the master, and what a
-dead node leaves behind.
+process itself, what every child does first), its config, its link to the master, what a dead
+node leaves behind, and its ports (``ports``: the protocols its collaborators, the master link,
+supervision's node side and the chaos relay, are typed with instead of ``Node``).
 
 Imports core, wire, transports, logs; supervision (the node's side, the worker's health, the
 policies its config holds), chaos (the worker's side) and tasks' getter (a worker runs task

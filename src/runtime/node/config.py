@@ -37,6 +37,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
 from troupe.runtime.core.config_messages import short_repr, validation_message
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.supervision.liveness import LivenessPolicy
@@ -159,8 +160,12 @@ class RestartConfig(_Frozen):
 class NodeConfig(_Frozen):
     """Everything a node needs to start."""
 
-    name: str = Field(default_factory=lambda: socket.gethostname().split(".")[0] or "node",
-                      min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    name: str = Field(
+        default_factory=lambda: socket.gethostname().split(".")[0] or "node",
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
+    )
     endpoint: str = DEFAULT_NODE_ENDPOINT
     log_dir: Path = Path("logs")
     log_level: str = "info"
@@ -226,9 +231,7 @@ def check_loopback(endpoint: str) -> None:
         )
 
 
-def read_toml(
-    path: Path, what: str, tables: set[str], arrays: set[str], expected: str
-) -> dict[str, Any]:
+def read_toml(path: Path, what: str, tables: set[str], arrays: set[str], expected: str) -> dict[str, Any]:
     """Read a TOML file whose top level may hold only the ``tables`` and arrays of tables.
 
     Raises:
@@ -275,14 +278,18 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     rename: dict[str, str] = {}  # the [node] table's keys sit at the model's top level
     source = str(path) if path else "defaults"
     if path is not None:
-        raw = read_toml(path, "config", {"node", "supervision", "restart"}, {"workers"},
-                        "[node], [[workers]], [supervision] and [restart]")
+        raw = read_toml(
+            path,
+            "config",
+            {"node", "supervision", "restart"},
+            {"workers"},
+            "[node], [[workers]], [supervision] and [restart]",
+        )
         node = raw.get("node", {})
         misplaced = sorted(set(node) & _SECTIONS)
         if misplaced:
             table = "[[workers]]" if misplaced[0] == "workers" else f"[{misplaced[0]}]"
-            raise ConfigError(f"{path}: node.{misplaced[0]}: belongs in its own {table} table, "
-                              "not in [node]")
+            raise ConfigError(f"{path}: node.{misplaced[0]}: belongs in its own {table} table, not in [node]")
         data.update(node)
         rename.update({key: f"node.{key}" for key in node})
         data["workers"] = raw.get("workers", [])

@@ -113,8 +113,9 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
         try:
             data = json.loads(path.read_text())
             owner = data["owner"]
-            children = [(int(c["pid"]), float(c["create_time"]), str(c.get("role", "")))
-                        for c in data["children"]]
+            children = [
+                (int(c["pid"]), float(c["create_time"]), str(c.get("role", ""))) for c in data["children"]
+            ]
             owner_alive = _alive(int(owner["pid"]), float(owner["create_time"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("child_record_unreadable", path=str(path), error=str(exc))

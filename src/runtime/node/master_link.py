@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import psutil
 import structlog
+
 from troupe.runtime.core.runtime import Runtime
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .ports import LinkedNode
     from .worker_handles import WorkerHandle
 
 __all__ = ["MasterLink", "count_gpus", "host_resources"]
@@ -97,12 +98,13 @@ class MasterLink:
     """Keeps one node joined to the master.
 
     Args:
-        node: the node (its runtime must be running when :meth:`run` starts).
+        node: the node (what :class:`~.ports.LinkedNode` lists of it); its runtime must be
+            running when :meth:`run` starts.
         master: the master's endpoint.
         beat_s: seconds between beats; the master's node timeout should be several beats.
     """
 
-    def __init__(self, node: Node, master: str, beat_s: float = 1.0) -> None:
+    def __init__(self, node: LinkedNode, master: str, beat_s: float = 1.0) -> None:
         self.node = node
         self.master = master
         self.beat_s = beat_s
@@ -113,8 +115,7 @@ class MasterLink:
     async def run(self) -> None:
         """Install the hooks, then beat until cancelled."""
         runtime = self._runtime()
-        runtime.control_handlers["master_drained"] = self._drained
-        runtime.control_handlers["master_undrained"] = self._undrained
+        runtime.register_controls({"master_drained": self._drained, "master_undrained": self._undrained})
         self.node.worker_exit_listeners.append(self._worker_exited)
         log.info("master_link_started", master=self.master, beat_s=self.beat_s)
         while True:
@@ -134,8 +135,9 @@ class MasterLink:
         except Exception as exc:  # the master is down or restarting: keep beating
             self.failed_beats += 1
             if self.failed_beats == 1 or self.failed_beats % 30 == 0:
-                log.warning("master_beat_failed", master=self.master, error=repr(exc),
-                            failed=self.failed_beats)
+                log.warning(
+                    "master_beat_failed", master=self.master, error=repr(exc), failed=self.failed_beats
+                )
             return
         if self.failed_beats:
             log.info("master_beat_restored", master=self.master, after=self.failed_beats)
@@ -143,8 +145,7 @@ class MasterLink:
         self.beats += 1
 
     def _worker_exited(self, handle: WorkerHandle, reason: str) -> None:
-        payload = {"worker_id": f"{self.node.name}/{handle.spec.name}", "pid": handle.pid,
-                   "reason": reason}
+        payload = {"worker_id": f"{self.node.name}/{handle.spec.name}", "pid": handle.pid, "reason": reason}
         self._runtime().start_soon(self._tell, "worker_left", payload)
 
     async def _tell(self, msg_type: str, payload: Any) -> None:
@@ -156,8 +157,9 @@ class MasterLink:
     async def _drained(self, payload: Any) -> list[str]:
         """The master says this node runs no task any more: stop its workers."""
         runtime = self._runtime()
-        names = [name for name, h in self.node.workers.items()
-                 if h.process is not None and h.returncode is None]
+        names = [
+            name for name, h in self.node.workers.items() if h.process is not None and h.returncode is None
+        ]
         log.info("node_drained_stopping_workers", workers=names)
         self.drained.update(names)
         grace = self.node.config.stop_grace_s + 10.0

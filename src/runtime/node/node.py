@@ -19,22 +19,21 @@ from typing import Any
 import anyio
 import psutil
 import structlog
+
 from troupe.runtime.core.control_payloads import (
     ControlPayload,
     address_field,
     validated,
 )
-from troupe.runtime.core.directory import Directory
-from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ActorStopped, ConfigError, UnknownActor, Unreachable
 from troupe.runtime.supervision.node_side import NodeSupervision
-from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import Codec
 
 from .config import ActorSpec, NodeConfig, WorkerSpec
 from .leftovers import ChildRecord, reap_predecessors
 from .master_link import MasterLink
-from .worker_handles import WorkerHandle, WorkerState, launch_worker
+from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
 __all__ = ["Node"]
@@ -100,14 +99,17 @@ class Node:
     async def _serve(self) -> None:
         cfg = self.config
         try:
-            transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
+            runtime = process_runtime(
+                self.name,
+                "node",
+                bind=cfg.endpoint,
+                hwm=cfg.hwm,
+                codec=Codec(int(cfg.max_message_mb * 1024 * 1024)),
+                ask_timeout=cfg.ask_timeout_s,
+                drain_timeout=cfg.drain_timeout_s,
+            )
         except Unreachable as exc:
             raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
-        runtime = Runtime(
-            self.name, "node", transport, Directory(self.name),
-            Codec(int(cfg.max_message_mb * 1024 * 1024)),
-            ask_timeout=cfg.ask_timeout_s, drain_timeout=cfg.drain_timeout_s,
-        )
         self.runtime = runtime
         self._install_controls(runtime)
         # A predecessor that died hard may have left processes behind: they go before ours start.
@@ -123,7 +125,7 @@ class Node:
                         if cfg.master:  # task dispatch: beat to the master, report worker exits
                             tg.start_soon(MasterLink(self, cfg.master).run)
                         for spec in cfg.workers:
-                            self._start(tg, spec)
+                            self.start_worker(tg, spec)
                         self._tg = tg
                         self.ready.set()
                         await self.stopping.wait()
@@ -139,7 +141,11 @@ class Node:
 
     # -- workers ------------------------------------------------------------------------------
 
-    def _start(self, tg: anyio.abc.TaskGroup, spec: WorkerSpec, restart_reason: str | None = None) -> WorkerHandle:
+    def start_worker(
+        self, tg: anyio.abc.TaskGroup, spec: WorkerSpec, restart_reason: str | None = None
+    ) -> WorkerHandle:
+        """Start the worker ``spec`` in ``tg``, reusing its handle if the node has one (a restart
+        passes the reason its actors get in ``restarted``); the node then supervises it."""
         handle = self.workers.get(spec.name)
         if handle is None:
             handle = WorkerHandle(spec)
@@ -150,15 +156,27 @@ class Node:
     async def _supervise(self, handle: WorkerHandle, restart_reason: str | None) -> None:
         assert self.runtime is not None
         cfg = self.config
-        proc = await launch_worker(handle, self.name, self.runtime.address, cfg, restart_reason,
-                                   self.supervision.launch_options(handle))
+        proc = await launch_worker(
+            handle,
+            self.name,
+            self.runtime.address,
+            cfg,
+            restart_reason,
+            self.supervision.launch_options(handle),
+        )
         self.children.add(proc.pid, f"worker {handle.spec.name}")
-        log.info("worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation)
+        log.info(
+            "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
+        )
         code = await handle.wait()  # also passes its stderr on and keeps its last error
         handle.exited(code)
         log.log(
-            20 if handle.state is WorkerState.STOPPED else 30,
-            "worker_exited", worker=handle.spec.name, worker_pid=proc.pid, returncode=code, reason=handle.exit_reason,
+            20 if handle.state is HandleState.STOPPED else 30,
+            "worker_exited",
+            worker=handle.spec.name,
+            worker_pid=proc.pid,
+            returncode=code,
+            reason=handle.exit_reason,
             **({"error": handle.exit_error} if handle.exit_error else {}),
         )
         self.on_worker_exit(handle)
@@ -177,7 +195,7 @@ class Node:
 
     async def _stop_these(self, live: list[WorkerHandle]) -> None:
         for handle in live:
-            handle.state = WorkerState.STOPPING
+            handle.state = HandleState.STOPPING
             _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):
             for handle in live:
@@ -193,10 +211,17 @@ class Node:
     # -- control messages ---------------------------------------------------------------------
 
     def _install_controls(self, runtime: Runtime) -> None:
-        runtime.control_handlers.update(
-            ping=self._ping, status=self._status, register=self._register, resolve=self._resolve,
-            actor_spawned=self._actor_spawned,
-            spawn_worker=self._spawn_worker, stop_worker=self._stop_worker, shutdown=self._shutdown,
+        runtime.register_controls(
+            dict(
+                ping=self._ping,
+                status=self._status,
+                register=self._register,
+                resolve=self._resolve,
+                actor_spawned=self._actor_spawned,
+                spawn_worker=self._spawn_worker,
+                stop_worker=self._stop_worker,
+                shutdown=self._shutdown,
+            )
         )
         self.supervision.install(runtime)
 
@@ -211,7 +236,9 @@ class Node:
         if handle is None:
             raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
         handle.registered(endpoint, pid, actors)
-        log.info("worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, worker_pid=handle.pid)
+        log.info(
+            "worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, worker_pid=handle.pid
+        )
         self.supervision.worker_registered(handle)
         assert self.runtime is not None
         key = f"{self.name}/{handle.spec.name}"
@@ -243,9 +270,13 @@ class Node:
     def _announce(self, handle: WorkerHandle) -> None:
         """Push a worker's endpoints to the other running workers (``directory_update``)."""
         assert self.runtime is not None
-        update = {"key": f"{self.name}/{handle.spec.name}", "endpoint": handle.endpoint, "actors": handle.actors}
+        update = {
+            "key": f"{self.name}/{handle.spec.name}",
+            "endpoint": handle.endpoint,
+            "actors": handle.actors,
+        }
         for other in self.workers.values():
-            if other is not handle and other.state is WorkerState.RUNNING and other.endpoint:
+            if other is not handle and other.state is HandleState.RUNNING and other.endpoint:
                 self.runtime.start_soon(self._notify, other.endpoint, update)
 
     async def _notify(self, endpoint: str, update: dict[str, Any]) -> None:
@@ -267,15 +298,19 @@ class Node:
         if addr.process == "node":
             cell = self.runtime.cells.get(addr.actor)
             if cell is None:
-                raise UnknownActor(f"the node process of {self.name} hosts no actor {addr.actor!r}; "
-                                   "resolve `node` for the node's own mailbox")
+                raise UnknownActor(
+                    f"the node process of {self.name} hosts no actor {addr.actor!r}; "
+                    "resolve `node` for the node's own mailbox"
+                )
             return {"address": f"{self.name}/node/{addr.actor}", "endpoint": cell.endpoint}
         for handle in self.workers.values():
-            if handle.state is not WorkerState.RUNNING or not handle.endpoint:
+            if handle.state is not HandleState.RUNNING or not handle.endpoint:
                 continue
             if (addr.process == handle.spec.name or not addr.process) and addr.actor in handle.actors:
-                return {"address": f"{self.name}/{handle.spec.name}/{addr.actor}",
-                        "endpoint": handle.actors[addr.actor]}
+                return {
+                    "address": f"{self.name}/{handle.spec.name}/{addr.actor}",
+                    "endpoint": handle.actors[addr.actor],
+                }
         raise UnknownActor(f"no running actor {addr} on node {self.name}; see `troupe ctl status`")
 
     async def _status(self, payload: Any) -> dict[str, Any]:
@@ -284,7 +319,7 @@ class Node:
         for handle in self.workers.values():
             info = handle.describe()
             info["rss_mib"] = _rss_mib(handle.pid) if handle.returncode is None else 0.0
-            if handle.state is WorkerState.RUNNING and handle.endpoint:
+            if handle.state is HandleState.RUNNING and handle.endpoint:
                 try:
                     info["runtime"] = await self.runtime.control(handle.endpoint, "status", timeout=1.0)
                 except Exception as exc:
@@ -313,7 +348,7 @@ class Node:
             raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
         if existing is not None:
             del self.workers[spec.name]
-        handle = self._start(self._tg, spec)
+        handle = self.start_worker(self._tg, spec)
         with anyio.fail_after(timeout_s):
             await handle.ready_event.wait()
         return handle.describe()
@@ -323,7 +358,7 @@ class Node:
         handle = self.workers.get(name)
         if handle is None or handle.returncode is not None:
             raise UnknownActor(f"no running worker {name!r} on node {self.name}")
-        handle.state = WorkerState.STOPPING
+        handle.state = HandleState.STOPPING
         _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):
             await handle.exited_event.wait()
@@ -345,7 +380,7 @@ class Node:
         ignore_stop_signals()
 
 
-def _signal(handle: WorkerHandle, signum: int) -> None:
+def _signal(handle: WorkerHandle, signum: signal.Signals) -> None:
     if handle.process is not None and handle.returncode is None:
         try:
             handle.process.send_signal(signum)

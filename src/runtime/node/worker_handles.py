@@ -25,7 +25,7 @@ from anyio.abc import ByteReceiveStream, Process
 from .child import child_env
 from .config import NodeConfig, WorkerSpec
 
-__all__ = ["StderrTail", "WorkerHandle", "WorkerState", "exit_reason", "launch_worker"]
+__all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
 
 _TAIL_BYTES = 8192
 _DRAIN_S = 1.0  # after the exit: a grandchild holding the pipe open must not hold up the node
@@ -34,8 +34,12 @@ _MAX_ERROR_CHARS = 300
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Failed|Injected|Interrupt)\b(: .*)?")
 
 
-class WorkerState(enum.Enum):
-    """Where a worker process is in its life."""
+class HandleState(enum.Enum):
+    """Where a worker process is in its life, as its node's handle sees it.
+
+    Not what the worker is doing while it lives: that is
+    :class:`troupe.runtime.supervision.status.WorkerState` (idle, busy, stopping).
+    """
 
     STARTING = "starting"
     RUNNING = "running"
@@ -60,7 +64,7 @@ class WorkerHandle:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
-        self.state = WorkerState.STARTING
+        self.state = HandleState.STARTING
         self.process: Process | None = None
         self.pid: int | None = None
         self.endpoint: str | None = None
@@ -81,7 +85,7 @@ class WorkerHandle:
         self.pid = process.pid
         self.returncode = None
         self.endpoint = None
-        self.state = WorkerState.STARTING
+        self.state = HandleState.STARTING
         self.started_at = time.time()
         # Replace the events only once used, so that a waiter on the first launch is not lost.
         if self.ready_event.is_set():
@@ -94,15 +98,15 @@ class WorkerHandle:
         self.endpoint = endpoint
         self.pid = pid
         self.actors = actors
-        if self.state is WorkerState.STARTING:
-            self.state = WorkerState.RUNNING
+        if self.state is HandleState.STARTING:
+            self.state = HandleState.RUNNING
         self.ready_event.set()
 
     def exited(self, returncode: int) -> None:
         """The process was reaped with ``returncode``."""
         self.returncode = returncode
         self.exit_reason = exit_reason(returncode)
-        self.state = WorkerState.STOPPED if self.state is WorkerState.STOPPING else WorkerState.EXITED
+        self.state = HandleState.STOPPED if self.state is HandleState.STOPPING else HandleState.EXITED
         self.endpoint = None
         self.exited_event.set()
 
@@ -190,13 +194,17 @@ def _write_stderr(chunk: bytes) -> None:
     try:
         view = memoryview(chunk)
         while view:
-            view = view[os.write(2, view):]
+            view = view[os.write(2, view) :]
     except OSError:
         pass  # no stderr to write to: the tail is still kept
 
 
 async def launch_worker(
-    handle: WorkerHandle, node: str, node_endpoint: str, cfg: NodeConfig, restart_reason: str | None,
+    handle: WorkerHandle,
+    node: str,
+    node_endpoint: str,
+    cfg: NodeConfig,
+    restart_reason: str | None,
     supervision: dict[str, Any] | None = None,
 ) -> Process:
     """Start the worker process of ``handle`` and record it.
@@ -224,7 +232,12 @@ async def launch_worker(
     }
     env = child_env({"TROUPE_WORKER_SPEC": json.dumps(spec)})
     process = await anyio.open_process(
-        [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.worker_process"],  # lean_start: no rich
+        [
+            sys.executable,
+            "-m",
+            "troupe.lean_start",
+            "troupe.runtime.node.worker_process",
+        ],  # lean_start: no rich
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=None,

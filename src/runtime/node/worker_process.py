@@ -20,16 +20,16 @@ from typing import Any
 import anyio
 import structlog
 from pydantic import Field
+
 from troupe.runtime.chaos.worker_side import WorkerChaos
 from troupe.runtime.core.control_payloads import ControlPayload, validated
 from troupe.runtime.core.directory import Directory
 from troupe.runtime.core.ref import ActorAddress
-from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter import start_task_getter
-from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import load_imported_extensions
 
 from .child import die_with_parent, load_launch_spec
@@ -80,15 +80,14 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     from troupe.runtime.wire.codec import Codec
 
     box: list[Runtime] = []
-    transport = ZmqTransport(hwm=spec.hwm)
     directory = Directory(spec.node, node_lookup(box, spec.node_endpoint))
     directory.learn(f"{spec.node}/node", spec.node_endpoint)
-    runtime = Runtime(
+    runtime = process_runtime(
         spec.node,
         spec.process,
-        transport,
-        directory,
-        Codec(int(spec.max_message_mb * 1024 * 1024)),
+        hwm=spec.hwm,
+        directory=directory,
+        codec=Codec(int(spec.max_message_mb * 1024 * 1024)),
         ask_timeout=spec.ask_timeout_s,
         drain_timeout=spec.drain_timeout_s,
     )
@@ -97,7 +96,8 @@ async def serve_worker(spec: WorkerLaunch) -> None:
 
     async def tell_node(actor: ActorSpec, endpoint: str) -> None:
         await runtime.control(
-            spec.node_endpoint, "actor_spawned",
+            spec.node_endpoint,
+            "actor_spawned",
             {"process": spec.process, "actor": actor.model_dump(by_alias=True), "endpoint": endpoint},
             timeout=10.0,
         )
@@ -107,7 +107,9 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     WorkerChaos(runtime)
     async with runtime:
         for actor in spec.actors:
-            await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason)
+            await runtime.spawn(
+                actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason
+            )
         # Actors that imported torch get its codec now, not as a stall on their first tensor.
         load_imported_extensions()
         await runtime.control(
@@ -157,7 +159,11 @@ def install_worker_controls(
     async def directory_update(payload: Any) -> bool:
         # The peer process restarted: its mailboxes moved. Drop what we knew, learn the new.
         p = ControlPayload("directory_update", payload)
-        key, endpoint, actors = p.require("key", str), p.require("endpoint", str), p.map_of_str("actors", False)
+        key, endpoint, actors = (
+            p.require("key", str),
+            p.require("endpoint", str),
+            p.map_of_str("actors", False),
+        )
         current = {endpoint, *actors.values()}
         for old in runtime.directory.forget_process(key):
             if old not in current:  # a connection to a live endpoint keeps what it has queued
@@ -177,8 +183,8 @@ def install_worker_controls(
             log.warning("spawned_actor_not_announced", actor=spec.name, error=repr(exc))
         return str(ActorAddress(runtime.node, runtime.process, spec.name))
 
-    runtime.control_handlers.update(
-        ping=ping, status=status, stop=stop_worker, directory_update=directory_update, spawn=spawn
+    runtime.register_controls(
+        dict(ping=ping, status=status, stop=stop_worker, directory_update=directory_update, spawn=spawn)
     )
 
 
@@ -199,7 +205,9 @@ def ignore_stop_signals() -> None:
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.node.worker_process``."""
     die_with_parent("worker")
-    spec = load_launch_spec(WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`")
+    spec = load_launch_spec(
+        WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`"
+    )
     configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})

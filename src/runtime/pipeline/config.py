@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
+
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import MAX_NAME, _Frozen, read_toml, validation_message
 from troupe.runtime.tasks.jobspec import MAX_COUNT
@@ -77,8 +78,9 @@ class PipelineConfig(_Frozen):
     """A whole pipeline: its stages, the items to run and the replica budget."""
 
     # The name is also the job name the master knows the items by (jobspec's rule for names).
-    name: str = Field(default="pipeline", min_length=1, max_length=MAX_NAME,
-                      pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
+    name: str = Field(
+        default="pipeline", min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
+    )
     items: StrictInt = Field(default=64, ge=1, le=MAX_COUNT)
     seed_start: StrictInt = Field(default=0, ge=-(2**63), le=2**63 - 1 - MAX_COUNT)
     slots: StrictInt | None = Field(default=None, ge=1)
@@ -95,9 +97,7 @@ class PipelineConfig(_Frozen):
             raise ValueError(f"stage names must be unique, got {names}")
         for i, stage in enumerate(self.stages):
             if stage.after is not None and stage.after not in names[:i]:
-                raise ValueError(
-                    f"stage {stage.name!r}: after = {stage.after!r} must name an earlier stage"
-                )
+                raise ValueError(f"stage {stage.name!r}: after = {stage.after!r} must name an earlier stage")
         return self
 
     @property

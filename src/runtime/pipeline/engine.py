@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import structlog
+
 from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
@@ -141,8 +142,12 @@ class PipelineEngine:
         # Once every item has its outcome, time stops at the last one (not at shutdown).
         now = self._last_done if self._last_done is not None and self._finished() else time.monotonic()
         return pipeline_metrics(
-            [s.meter for s in self.stages if s.meter], counts["ok"], counts["pruned"], counts["dead"],
-            self._start, now,
+            [s.meter for s in self.stages if s.meter],
+            counts["ok"],
+            counts["pruned"],
+            counts["dead"],
+            self._start,
+            now,
         )
 
     async def run(self) -> PipelineResult:
@@ -216,7 +221,9 @@ class PipelineEngine:
                 if self.done is not None and self.done(it.task_id):
                     self._keep(it.task_id)
                     continue
-                first.queue.append(Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt))
+                first.queue.append(
+                    Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt)
+                )
                 assert first.meter is not None
                 first.meter.queued(len(first.queue), now)
 
@@ -249,7 +256,9 @@ class PipelineEngine:
         try:
             results = await replica.ref.ask("process", {"items": [it.data for it in batch]}, timeout=600)
             if not isinstance(results, list) or len(results) != len(batch):
-                raise TroupeError(f"stage {stage.cfg.name} answered {len(results)} outcomes for {len(batch)} items")
+                raise TroupeError(
+                    f"stage {stage.cfg.name} answered {len(results)} outcomes for {len(batch)} items"
+                )
         except TroupeError as exc:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(exc))
             results = [{"error": f"{type(exc).__name__}: {exc}", "traceback": ""}] * len(batch)
@@ -292,7 +301,9 @@ class PipelineEngine:
             self._settle(item, "dead", error, tb)
             log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
             return
-        log.warning("item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error)
+        log.warning(
+            "item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error
+        )
         stage.queue.appendleft(item)
 
     def _notify(self) -> None:
@@ -308,8 +319,11 @@ class PipelineEngine:
         self._tg.start_soon(self._start_replica, stage, name)
 
     async def _start_replica(self, stage: _Stage, name: str) -> None:
-        spec = {"name": name, "kind": stage.cfg.name,
-                "actors": [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}]}
+        spec = {
+            "name": name,
+            "kind": stage.cfg.name,
+            "actors": [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}],
+        }
         try:
             await self.runtime.control(self.node_endpoint, "spawn_worker", spec, timeout=120)
             ref = self.runtime.ref(f"{name}/stage")
@@ -323,7 +337,9 @@ class PipelineEngine:
         stage.replicas.append(_Replica(name, ref))
         assert stage.meter is not None
         stage.meter.set_replicas(len(stage.ready()), time.monotonic())
-        self.scale_log.append((time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started"))
+        self.scale_log.append(
+            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started")
+        )
         self._changed.set()
 
     def _replace(self, stage: _Stage, replica: _Replica) -> None:
@@ -346,7 +362,9 @@ class PipelineEngine:
                 await anyio.sleep(0.02)
         if replica in stage.replicas:
             stage.replicas.remove(replica)
-        self.scale_log.append((time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired"))
+        self.scale_log.append(
+            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
+        )
         try:
             await self.runtime.control(self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30)
         except TroupeError as exc:
@@ -360,15 +378,22 @@ class PipelineEngine:
 
     def _drained(self, stage: _Stage) -> bool:
         up = self.config.upstream(stage.index)
-        upstream_done = not self._source_left() if up is None else (
-            self._drained(self.stages[up]))
+        upstream_done = not self._source_left() if up is None else (self._drained(self.stages[up]))
         return upstream_done and not stage.queue and all(r.busy == 0 for r in stage.replicas)
 
     def _scale_once(self) -> None:
         assert self._tg is not None
         inputs = [
-            ScaleInput(s.cfg.name, len(s.ready()), s.starting, s.cfg.min_replicas, s.cfg.most,
-                       len(s.queue), sum(r.busy for r in s.replicas), self._drained(s))
+            ScaleInput(
+                s.cfg.name,
+                len(s.ready()),
+                s.starting,
+                s.cfg.min_replicas,
+                s.cfg.most,
+                len(s.queue),
+                sum(r.busy for r in s.replicas),
+                self._drained(s),
+            )
             for s in self.stages
         ]
         decisions = decide_scaling(inputs, self.config.slot_budget)
@@ -396,7 +421,9 @@ class PipelineEngine:
             for stage in self.stages:
                 for replica in list(stage.replicas):
                     try:
-                        await self.runtime.control(self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30)
+                        await self.runtime.control(
+                            self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30
+                        )
                     except TroupeError as exc:
                         log.warning("replica_stop_failed", replica=replica.name, error=str(exc))
                 stage.replicas.clear()

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PipelineMetrics", "Scale", "ScaleInput", "StageMeter", "StageMetrics", "decide_scaling", "pipeline_metrics"]
+__all__ = [
+    "PipelineMetrics",
+    "Scale",
+    "ScaleInput",
+    "StageMeter",
+    "StageMetrics",
+    "decide_scaling",
+    "pipeline_metrics",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +121,18 @@ class StageMeter:
         throughput = concurrency / latency if latency > 0 else 0.0
         busy = busy_area / area if area > 0 else 0.0
         return StageMetrics(
-            self.name, self.items_in, self.items_out, self.failed, self.errors, latency,
-            concurrency, throughput, self.queue_depth, self.queue_max, self.queue_bound, min(busy, 1.0),
+            self.name,
+            self.items_in,
+            self.items_out,
+            self.failed,
+            self.errors,
+            latency,
+            concurrency,
+            throughput,
+            self.queue_depth,
+            self.queue_max,
+            self.queue_bound,
+            min(busy, 1.0),
             self.replicas,
         )
 
@@ -150,8 +168,16 @@ def pipeline_metrics(
     rated = [s for s in snaps if s.throughput > 0]
     slowest = min(rated, key=lambda s: s.throughput) if rated else None
     return PipelineMetrics(
-        snaps, elapsed, done, ok, pruned, dead, done / elapsed, ok / elapsed,
-        slowest.throughput if slowest else 0.0, slowest.name if slowest else "",
+        snaps,
+        elapsed,
+        done,
+        ok,
+        pruned,
+        dead,
+        done / elapsed,
+        ok / elapsed,
+        slowest.throughput if slowest else 0.0,
+        slowest.name if slowest else "",
     )
 
 
@@ -201,7 +227,8 @@ def decide_scaling(stages: list[ScaleInput], budget: int) -> list[Scale]:
 
     wanting = sorted(
         (s for s in stages if not s.drained and s.queue_depth > 0 and live[s.name] < s.max_replicas),
-        key=pressure, reverse=True,
+        key=pressure,
+        reverse=True,
     )
     if wanting and free > 0:
         target = wanting[0]
@@ -209,8 +236,12 @@ def decide_scaling(stages: list[ScaleInput], budget: int) -> list[Scale]:
         return out
     if wanting and pressure(wanting[0]) >= 2:
         donors = [
-            s for s in stages
-            if s is not wanting[0] and not s.drained and s.queue_depth == 0 and s.starting == 0
+            s
+            for s in stages
+            if s is not wanting[0]
+            and not s.drained
+            and s.queue_depth == 0
+            and s.starting == 0
             and live[s.name] > max(s.min_replicas, 1)
         ]
         if donors:

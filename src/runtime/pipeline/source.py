@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import anyio
 import structlog
+
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError, UnknownWorker
 
@@ -101,8 +102,15 @@ class MasterSource:
 
     retries_locally = False
 
-    def __init__(self, runtime: Runtime, master: str, job_id: str, slots: int,
-                 worker_id: str | None = None, poll_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        master: str,
+        job_id: str,
+        slots: int,
+        worker_id: str | None = None,
+        poll_s: float = 1.0,
+    ) -> None:
         self.runtime = runtime
         self.master = master
         self.job_id = job_id
@@ -140,10 +148,19 @@ class MasterSource:
         self._kick.set()
 
     async def run(self, wake: Callable[[], None]) -> None:
-        await self._call("register_worker", {
-            "worker_id": self.worker_id, "node": self.runtime.node, "endpoint": self.runtime.address,
-            "pid": os.getpid(), "slots": self.slots, "cpu": float(self.slots), "gpu": 0, "kinds": [],
-        })
+        await self._call(
+            "register_worker",
+            {
+                "worker_id": self.worker_id,
+                "node": self.runtime.node,
+                "endpoint": self.runtime.address,
+                "pid": os.getpid(),
+                "slots": self.slots,
+                "cpu": float(self.slots),
+                "gpu": 0,
+                "kinds": [],
+            },
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew_loop)
             while not self._done:
@@ -153,12 +170,16 @@ class MasterSource:
                     break
                 free = self.slots - len(self._leases)
                 if free > 0:
-                    reply = await self._call("request_task", {"worker_id": self.worker_id, "free_slots": free,
-                                                              "wait_s": self.poll_s})
+                    reply = await self._call(
+                        "request_task",
+                        {"worker_id": self.worker_id, "free_slots": free, "wait_s": self.poll_s},
+                    )
                     leases = (reply or {}).get("leases", [])
                     for lease in leases:
                         self._leases[lease["task_id"]] = lease
-                        self._ready.append(SourceItem(lease["task_id"], int(lease["seed"]), int(lease["attempt"])))
+                        self._ready.append(
+                            SourceItem(lease["task_id"], int(lease["seed"]), int(lease["attempt"]))
+                        )
                     if leases:
                         wake()
                 else:
@@ -177,7 +198,9 @@ class MasterSource:
             self._done = True
             for task in await self._call("dead", {"job_id": self.job_id}) or []:
                 self.dead[str(task.get("task_id"))] = str(task.get("error", ""))
-            log.info("pipeline_job_finished", job_id=self.job_id, state=view.get("state"), dead=len(self.dead))
+            log.info(
+                "pipeline_job_finished", job_id=self.job_id, state=view.get("state"), dead=len(self.dead)
+            )
 
     async def _flush_reports(self) -> None:
         while self._reports:
@@ -189,19 +212,33 @@ class MasterSource:
             ttl = min((float(lease.get("ttl", 60.0)) for lease in self._leases.values()), default=60.0)
             await anyio.sleep(max(ttl / 3, 0.5))
             for task_id, lease in list(self._leases.items()):
-                reply = await self._call("renew", {"worker_id": self.worker_id, "task_id": task_id,
-                                                   "lease_id": lease["lease_id"]})
+                reply = await self._call(
+                    "renew", {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
+                )
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
         try:
-            return await self.runtime.control(self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0))
+            return await self.runtime.control(
+                self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0)
+            )
         except UnknownWorker:
             log.warning("pipeline_source_unknown_worker", hint="the master restarted; registering again")
-            await self.runtime.control(self.master, "register_worker", {
-                "worker_id": self.worker_id, "node": self.runtime.node, "endpoint": self.runtime.address,
-                "pid": os.getpid(), "slots": self.slots, "cpu": float(self.slots), "gpu": 0, "kinds": []})
+            await self.runtime.control(
+                self.master,
+                "register_worker",
+                {
+                    "worker_id": self.worker_id,
+                    "node": self.runtime.node,
+                    "endpoint": self.runtime.address,
+                    "pid": os.getpid(),
+                    "slots": self.slots,
+                    "cpu": float(self.slots),
+                    "gpu": 0,
+                    "kinds": [],
+                },
+            )
             return None
         except TroupeError as exc:
             log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgpack
 import structlog
+
 from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
 
 from .liveness import Beat
@@ -67,7 +68,7 @@ def encode_beat(snapshot: StatusSnapshot) -> bytes:
     fits in one datagram.
     """
     s = snapshot
-    return msgpack.packb(
+    beat: bytes = msgpack.packb(
         [
             BEAT_MAGIC,
             BEAT_VERSION,
@@ -83,6 +84,7 @@ def encode_beat(snapshot: StatusSnapshot) -> bytes:
         ],
         use_bin_type=True,
     )
+    return beat
 
 
 def decode_beat(data: bytes) -> Beat:
@@ -110,8 +112,13 @@ def decode_beat(data: bytes) -> Beat:
     _, _, worker_id, pid, state, current, handled, progress, note, seq, backlog = items
     if not isinstance(worker_id, str) or not worker_id:
         raise BadFrame("heartbeat worker_id must be a non-empty string")
-    for name, value in (("pid", pid), ("messages_handled", handled), ("progress_count", progress),
-                        ("seq", seq), ("backlog", backlog)):
+    for name, value in (
+        ("pid", pid),
+        ("messages_handled", handled),
+        ("progress_count", progress),
+        ("seq", seq),
+        ("backlog", backlog),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise BadFrame(f"heartbeat {name} must be an integer >= 0, got {value!r}")
     if state not in _STATES:
@@ -147,12 +154,8 @@ class HeartbeatSender:
         interval_s: seconds between beats.
     """
 
-    def __init__(
-        self, status: WorkerStatus, addr: tuple[str, int], interval_s: float = 0.5
-    ) -> None:
-        if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) or not (
-            interval_s > 0
-        ):
+    def __init__(self, status: WorkerStatus, addr: tuple[str, int], interval_s: float = 0.5) -> None:
+        if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) or not (interval_s > 0):
             raise ConfigError(f"heartbeat interval_s must be a number > 0, got {interval_s!r}")
         self._status = status
         self._addr = addr
@@ -193,8 +196,7 @@ class HeartbeatSender:
             return
         thread.join(timeout_s)
         if thread.is_alive():
-            log.warning("heartbeat_thread_stuck", worker_id=self._status.worker_id,
-                        timeout_s=timeout_s)
+            log.warning("heartbeat_thread_stuck", worker_id=self._status.worker_id, timeout_s=timeout_s)
 
     def __enter__(self) -> HeartbeatSender:
         self.start()

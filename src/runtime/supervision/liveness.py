@@ -83,8 +83,7 @@ class LivenessPolicy:
             )
         if self.progress_timeout_s is not None and not _positive(self.progress_timeout_s):
             raise ConfigError(
-                f"progress_timeout_s must be a number > 0 or None (disabled), got "
-                f"{self.progress_timeout_s!r}"
+                f"progress_timeout_s must be a number > 0 or None (disabled), got {self.progress_timeout_s!r}"
             )
         if self.startup_timeout_s is not None and not _positive(self.startup_timeout_s):
             raise ConfigError(
@@ -95,10 +94,7 @@ class LivenessPolicy:
 
 def _positive(value: object) -> bool:
     return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     )
 
 
@@ -317,9 +313,7 @@ class LivenessMonitor:
                 kind=w.kind,
                 state=None if w.last_status is None else w.last_status.state,
                 last_beat_age_s=None if w.last_beat_at is None else now - w.last_beat_at,
-                last_progress_age_s=(
-                    None if w.last_progress_at is None else now - w.last_progress_at
-                ),
+                last_progress_age_s=(None if w.last_progress_at is None else now - w.last_progress_at),
                 killed=w.killed,
                 backlog=None if w.last_status is None else w.last_status.backlog,
             )

@@ -1,6 +1,7 @@
 """The node's side of supervision: it owns the supervisor process and restarts workers.
 
-:class:`NodeSupervision` is the glue between a :class:`~.node.Node` and the pieces that decide:
+:class:`NodeSupervision` is the glue between a node (seen through
+:class:`~troupe.runtime.node.ports.SupervisedNode`) and the pieces that decide:
 
 - it spawns the supervisor (``python -m troupe.runtime.supervision.supervisor``) before any worker, waits
   for its ``supervisor_ready``, and gives every worker the supervisor's UDP address;
@@ -40,10 +41,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 from anyio.abc import Process, TaskGroup
+
 from troupe.runtime.chaos.relay import ChaosRelay
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.node.child import child_env
-from troupe.runtime.node.worker_handles import WorkerHandle, WorkerState
+from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 from .restart import (
     Exited,
@@ -59,7 +61,7 @@ from .supervisor import SPEC_ENV
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
-    from troupe.runtime.node.node import Node
+    from troupe.runtime.node.ports import SupervisedNode
 
 __all__ = ["NodeSupervision"]
 
@@ -75,10 +77,11 @@ class NodeSupervision:
     """Supervision for one node: its supervisor process, watches, and worker restarts.
 
     Args:
-        node: the node; its config's ``[supervision]`` and ``[restart]`` tables apply.
+        node: the node (what :class:`~troupe.runtime.node.ports.SupervisedNode` lists of it);
+            its config's ``[supervision]`` and ``[restart]`` tables apply.
     """
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: SupervisedNode) -> None:
         self._node = node
         self._cfg = node.config.supervision
         self._restart_cfg = node.config.restart
@@ -101,9 +104,12 @@ class NodeSupervision:
 
     def install(self, runtime: Runtime) -> None:
         """Add the node's supervision control messages (and ``chaos`` / ``heal``)."""
-        runtime.control_handlers.update(
-            supervisor_ready=self._supervisor_ready, worker_killed=self._worker_killed,
-            supervision=self._supervision_status,
+        runtime.register_controls(
+            {
+                "supervisor_ready": self._supervisor_ready,
+                "worker_killed": self._worker_killed,
+                "supervision": self._supervision_status,
+            }
         )
         self.chaos.install(runtime)
 
@@ -128,8 +134,11 @@ class NodeSupervision:
         with anyio.move_on_after(_READY_TIMEOUT_S) as scope:
             await self._ready.wait()
         if scope.cancelled_caught:
-            log.error("supervisor_not_ready", timeout_s=_READY_TIMEOUT_S,
-                      hint="workers run unwatched until it comes up; see the node log")
+            log.error(
+                "supervisor_not_ready",
+                timeout_s=_READY_TIMEOUT_S,
+                hint="workers run unwatched until it comes up; see the node log",
+            )
 
     def launch_options(self, handle: WorkerHandle) -> dict[str, Any]:
         """The supervision fields of a worker's launch spec (``WorkerLaunch``)."""
@@ -152,8 +161,9 @@ class NodeSupervision:
             return
         self._tg.start_soon(self._healthy_later, handle, handle.incarnation)
         if self.endpoint is not None and handle.pid:
-            self._tg.start_soon(self._send_watch, self.endpoint, handle.spec.name, handle.pid,
-                                handle.spec.kind)
+            self._tg.start_soon(
+                self._send_watch, self.endpoint, handle.spec.name, handle.pid, handle.spec.kind
+            )
 
     def worker_exited(self, handle: WorkerHandle) -> None:
         """A worker was reaped: unwatch it, tell the listeners, restart it or give up."""
@@ -163,32 +173,47 @@ class NodeSupervision:
             handle.exit_reason = f"{reason} ({handle.exit_reason})"
         reason = reason or handle.exit_reason
         if self._tg is not None and self.endpoint is not None:
-            self._tg.start_soon(self._control, self.endpoint, "unwatch",
-                                {"worker_id": name, "pid": handle.pid})
+            self._tg.start_soon(
+                self._control, self.endpoint, "unwatch", {"worker_id": name, "pid": handle.pid}
+            )
         for listener in list(node.worker_exit_listeners):
             try:
                 listener(handle, reason)
             except Exception as exc:  # one bad listener must not stop the restart
                 log.error("worker_exit_listener_failed", worker=name, error=repr(exc))
-        if handle.state is WorkerState.STOPPED or node.stopping.is_set():
+        if handle.state is HandleState.STOPPED or node.stopping.is_set():
             self.tracker.handle(Removed(name), now)
             return
         code = handle.returncode
-        event = Exited(name, reason, exit_code=code if code is not None and code >= 0 else None,
-                       signal=-code if code is not None and code < 0 else None)
+        event = Exited(
+            name,
+            reason,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+        )
         for cmd in self.tracker.handle(event, now):
             if isinstance(cmd, Restart):
                 handle.restarts += 1
-                log.warning("worker_restart_scheduled", worker=name, reason=reason,
-                            attempt=cmd.attempt, delay_s=round(cmd.delay_s, 3))
+                log.warning(
+                    "worker_restart_scheduled",
+                    worker=name,
+                    reason=reason,
+                    attempt=cmd.attempt,
+                    delay_s=round(cmd.delay_s, 3),
+                )
                 if self._tg is not None:
                     self._tg.start_soon(self._restart_later, handle, cmd.delay_s, reason)
             elif isinstance(cmd, GiveUp):
-                handle.state = WorkerState.FAILED
-                log.error("worker_failed", worker=name, reason=reason, restarts=cmd.restarts,
-                          period_s=cmd.period_s,
-                          hint="restart intensity exceeded; find the cause in this worker's log "
-                               "lines, fix it, then restart the node (troupe node start)")
+                handle.state = HandleState.FAILED
+                log.error(
+                    "worker_failed",
+                    worker=name,
+                    reason=reason,
+                    restarts=cmd.restarts,
+                    period_s=cmd.period_s,
+                    hint="restart intensity exceeded; find the cause in this worker's log "
+                    "lines, fix it, then restart the node (troupe node start)",
+                )
 
     async def _restart_later(self, handle: WorkerHandle, delay_s: float, reason: str) -> None:
         await anyio.sleep(delay_s)
@@ -196,13 +221,13 @@ class NodeSupervision:
         # Stopped, replaced or shutting down meanwhile: the restart is moot.
         if node.stopping.is_set() or node.workers.get(handle.spec.name) is not handle:
             return
-        if handle.state is not WorkerState.EXITED or self._tg is None:
+        if handle.state is not HandleState.EXITED or self._tg is None:
             return
-        node._start(self._tg, handle.spec, restart_reason=reason)
+        node.start_worker(self._tg, handle.spec, restart_reason=reason)
 
     async def _healthy_later(self, handle: WorkerHandle, incarnation: int) -> None:
         await anyio.sleep(self._restart_cfg.healthy_after_s)
-        if handle.incarnation == incarnation and handle.state is WorkerState.RUNNING:
+        if handle.incarnation == incarnation and handle.state is HandleState.RUNNING:
             self.tracker.handle(Healthy(handle.spec.name), time.monotonic())
 
     # -- the supervisor process -------------------------------------------------------------
@@ -237,9 +262,16 @@ class NodeSupervision:
             "log_level": cfg.log_level,
         }
         proc = await anyio.open_process(
-            [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.supervision.supervisor"],  # lean_start: no rich
+            [
+                sys.executable,
+                "-m",
+                "troupe.lean_start",
+                "troupe.runtime.supervision.supervisor",
+            ],  # lean_start: no rich
             env=child_env({SPEC_ENV: json.dumps(spec)}),
-            stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+            stdin=subprocess.DEVNULL,
+            stdout=None,
+            stderr=None,
         )
         self._proc = proc
         self.pid = proc.pid
@@ -269,13 +301,19 @@ class NodeSupervision:
         udp = p.host_port("udp")
         moved = self.udp is not None and udp != self.udp
         self.endpoint, self.udp = p.require("endpoint", str), udp
-        running = [h for h in self._node.workers.values()
-                   if h.state is WorkerState.RUNNING and h.endpoint and h.pid]
+        running = [
+            h for h in self._node.workers.values() if h.state is HandleState.RUNNING and h.endpoint and h.pid
+        ]
         for handle in running:
             if self._tg is not None:
                 self._tg.start_soon(self._rewatch, handle, moved)
-        log.info("supervisor_registered", endpoint=self.endpoint, udp=f"{udp[0]}:{udp[1]}",
-                 rewatched=len(running), moved=moved)
+        log.info(
+            "supervisor_registered",
+            endpoint=self.endpoint,
+            udp=f"{udp[0]}:{udp[1]}",
+            rewatched=len(running),
+            moved=moved,
+        )
         self._ready.set()
         return True
 
@@ -295,8 +333,14 @@ class NodeSupervision:
             return False  # an old incarnation: its exit was handled already
         self.note_kill(pid, reason)
         self.kills[handle.spec.name] = dict(payload)
-        log.warning("worker_killed", worker=handle.spec.name, worker_pid=pid, reason=reason,
-                    silent_s=payload.get("silent_s"), last_status=payload.get("last_status"))
+        log.warning(
+            "worker_killed",
+            worker=handle.spec.name,
+            worker_pid=pid,
+            reason=reason,
+            silent_s=payload.get("silent_s"),
+            last_status=payload.get("last_status"),
+        )
         return True
 
     async def _rewatch(self, handle: WorkerHandle, moved: bool) -> None:
@@ -308,8 +352,9 @@ class NodeSupervision:
     async def _send_watch(self, endpoint: str, worker: str, pid: int, kind: str) -> None:
         await self._control(endpoint, "watch", {"worker_id": worker, "pid": pid, "kind": kind})
 
-    async def _control(self, endpoint: str, msg_type: str, payload: Any,
-                       timeout: float = _CONTROL_TIMEOUT_S) -> Any:
+    async def _control(
+        self, endpoint: str, msg_type: str, payload: Any, timeout: float = _CONTROL_TIMEOUT_S
+    ) -> Any:
         runtime = self._node.runtime
         if runtime is None:
             return None
@@ -332,8 +377,14 @@ class NodeSupervision:
             "restarts_total": restarts.total_restarts,
             "give_ups": restarts.give_ups,
             "kills": dict(self.kills),
-            "workers": {w: {"state": r.state.value, "restarts_in_window": r.restarts_in_window,
-                            "last_reason": r.last_reason} for w, r in restarts.workers.items()},
+            "workers": {
+                w: {
+                    "state": r.state.value,
+                    "restarts_in_window": r.restarts_in_window,
+                    "last_reason": r.last_reason,
+                }
+                for w, r in restarts.workers.items()
+            },
         }
         if self.endpoint is not None:
             info["supervisor"] = await self._control(self.endpoint, "status", None, timeout=1.0)

@@ -66,8 +66,7 @@ class RestartPolicy:
             or self.max_restarts < 0
         ):
             raise ConfigError(
-                f"max_restarts must be an integer >= 0 (0 = never restart), "
-                f"got {self.max_restarts!r}"
+                f"max_restarts must be an integer >= 0 (0 = never restart), got {self.max_restarts!r}"
             )
         if not _number(self.period_s) or self.period_s <= 0:
             raise ConfigError(f"period_s must be a number > 0, got {self.period_s!r}")

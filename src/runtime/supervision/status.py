@@ -163,7 +163,7 @@ class WorkerStatus:
         if probe is not None:
             try:
                 self._backlog = probe()
-            except Exception:  # noqa: BLE001 - a queue changed under the read: report the last count
+            except Exception:  # a queue changed under the read: report the last count
                 pass
         return StatusSnapshot(
             worker_id=self.worker_id,

@@ -48,13 +48,13 @@ from typing import Any
 import anyio
 import psutil
 import structlog
+
 from troupe.runtime.core.control_payloads import ControlPayload
-from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
-from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import Codec
 
 from .heartbeat import HeartbeatReceiver
@@ -139,7 +139,7 @@ class Supervisor:
         )
         self._procs: dict[str, tuple[psutil.Process, str]] = {}  # worker -> (process, kind)
         self._kills = 0
-        runtime.control_handlers.update(watch=self._watch, unwatch=self._unwatch, status=self._status)
+        runtime.register_controls({"watch": self._watch, "unwatch": self._unwatch, "status": self._status})
 
     async def run(self, stop: anyio.Event) -> None:
         """Report ready to the node, then judge workers until ``stop`` is set."""
@@ -150,7 +150,8 @@ class Supervisor:
                 tg.start_soon(self._ticks)
                 host, port = self._receiver.address
                 await self._runtime.control(
-                    self._spec.node_endpoint, "supervisor_ready",
+                    self._spec.node_endpoint,
+                    "supervisor_ready",
                     {"endpoint": self._runtime.address, "udp": [host, port], "pid": os.getpid()},
                     timeout=10.0,
                 )
@@ -180,23 +181,39 @@ class Supervisor:
         last = None if kill.last_status is None else asdict(kill.last_status)
         # Kept until the node's unwatch: the killed record stays visible in ``status``.
         proc, kind = self._procs.get(kill.worker_id, (None, "default"))
-        report = {"worker": kill.worker_id, "pid": kill.pid, "reason": kill.reason.value,
-                  "last_status": last, "silent_s": round(kill.silent_s, 3)}
+        report = {
+            "worker": kill.worker_id,
+            "pid": kill.pid,
+            "reason": kill.reason.value,
+            "last_status": last,
+            "silent_s": round(kill.silent_s, 3),
+        }
         interval = self._monitor.policy_for(kind).interval_s
         try:
-            await self._runtime.control(self._spec.node_endpoint, "worker_killed", report,
-                                        timeout=max(interval / 2, 0.01))
+            await self._runtime.control(
+                self._spec.node_endpoint, "worker_killed", report, timeout=max(interval / 2, 0.01)
+            )
         except Exception as exc:  # the kill must not wait on a node that does not answer
             log.warning("kill_report_failed", worker=kill.worker_id, error=repr(exc))
         survivors: list[psutil.Process] = []
         if proc is not None:
             survivors = await anyio.to_thread.run_sync(kill_tree, proc, self._spec.reap_timeout_s)
         self._kills += 1
-        log.warning("worker_killed", worker=kill.worker_id, worker_pid=kill.pid, reason=kill.reason.value,
-                    silent_s=round(kill.silent_s, 3), last_status=last)
+        log.warning(
+            "worker_killed",
+            worker=kill.worker_id,
+            worker_pid=kill.pid,
+            reason=kill.reason.value,
+            silent_s=round(kill.silent_s, 3),
+            last_status=last,
+        )
         if survivors:
-            log.error("kill_survivors", worker=kill.worker_id, pids=[p.pid for p in survivors],
-                      reap_timeout_s=self._spec.reap_timeout_s)
+            log.error(
+                "kill_survivors",
+                worker=kill.worker_id,
+                pids=[p.pid for p in survivors],
+                reap_timeout_s=self._spec.reap_timeout_s,
+            )
 
     async def _watch(self, payload: Any) -> bool:
         p = ControlPayload("watch", payload)
@@ -229,8 +246,10 @@ class Supervisor:
         return {
             "pid": os.getpid(),
             "udp": f"{host}:{port}",
-            "workers": {wid: {**asdict(w), "state": None if w.state is None else w.state.value}
-                        for wid, w in stats.workers.items()},
+            "workers": {
+                wid: {**asdict(w), "state": None if w.state is None else w.state.value}
+                for wid, w in stats.workers.items()
+            },
             "kills_by_reason": dict(stats.kills_by_reason),
             "ignored_beats": stats.ignored_beats,
             "beats_received": received.received,
@@ -253,7 +272,7 @@ async def serve_supervisor(spec: SupervisorLaunch) -> None:
     """Run the supervisor until SIGTERM or Ctrl-C."""
     receiver = _bind_receiver(spec.udp_port)
     try:
-        runtime = Runtime(spec.node, "supervisor", ZmqTransport(), codec=Codec(), drain_timeout=0.5)
+        runtime = process_runtime(spec.node, "supervisor", codec=Codec(), drain_timeout=0.5)
         stop = anyio.Event()
         async with runtime:
             supervisor = Supervisor(spec, runtime, receiver)
@@ -276,7 +295,12 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.supervision.supervisor``."""
     die_with_parent("supervisor")
-    spec = load_launch_spec(SupervisorLaunch, SPEC_ENV, "supervisor", "the supervisor is started by its node (`troupe node start`)")
+    spec = load_launch_spec(
+        SupervisorLaunch,
+        SPEC_ENV,
+        "supervisor",
+        "the supervisor is started by its node (`troupe node start`)",
+    )
     configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
     try:
         anyio.run(serve_supervisor, spec, backend="asyncio", backend_options={"use_uvloop": True})

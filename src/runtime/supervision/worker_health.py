@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
 from troupe.runtime.core.control_payloads import ControlPayload
 
 from .heartbeat import HeartbeatSender
@@ -65,7 +66,7 @@ class WorkerHealth:
         self._sender: HeartbeatSender | None = None
         runtime.observer = self.status  # it keeps the status record current
         runtime.progress_hooks.append(self.status.progress)
-        runtime.control_handlers["heartbeat_to"] = self._heartbeat_to
+        runtime.register_control("heartbeat_to", self._heartbeat_to)
         self.status.backlog_probe = _backlog_probe(runtime)
         if supervisor_addr is not None:
             self._start_sender(supervisor_addr)

@@ -72,10 +72,10 @@ from .state import (
     Reject,
     Renew,
     RequestTask,
+    SchedulerTick,
     SubmitJob,
     TaskRecord,
     TaskState,
-    Tick,
     UndrainNode,
     WorkerJoined,
     WorkerLeft,
@@ -143,7 +143,7 @@ class TaskBook(TaskTables):
                 self._fail(event, now, out)
             case Decline():
                 self._decline(event, out)
-            case Tick():
+            case SchedulerTick():
                 self._release_backoffs(now, out)
                 self._expire(now, out)
             case SubmitJob():
@@ -179,11 +179,13 @@ class TaskBook(TaskTables):
         seen: set[str] = set()
         for spec in specs:
             if spec.task_id in seen or spec.task_id in self._tasks:
-                return self._reject(ev, f"task id {spec.task_id!r} is used twice; ids must be "
-                                    "unique across jobs", out)
+                return self._reject(
+                    ev, f"task id {spec.task_id!r} is used twice; ids must be unique across jobs", out
+                )
             if spec.needs.cpu < 0 or spec.needs.gpu < 0:
-                return self._reject(ev, f"task {spec.task_id!r} needs {spec.needs}; "
-                                    "resources must be >= 0", out)
+                return self._reject(
+                    ev, f"task {spec.task_id!r} needs {spec.needs}; resources must be >= 0", out
+                )
             seen.add(spec.task_id)
         job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, now)
         for spec in specs:
@@ -228,8 +230,9 @@ class TaskBook(TaskTables):
             return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
         if ev.worker_id in self._workers:
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
-        self._workers[ev.worker_id] = Worker(ev.worker_id, ev.node_id, ev.resources, ev.slots,
-                                             frozenset(ev.kinds))
+        self._workers[ev.worker_id] = Worker(
+            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds)
+        )
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
 
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
@@ -279,9 +282,7 @@ class TaskBook(TaskTables):
                     break
             self._lease(task, worker, now, backup, out)
 
-    def _lease(
-        self, task: Task, worker: Worker, now: float, backup: bool, out: list[Command]
-    ) -> None:
+    def _lease(self, task: Task, worker: Worker, now: float, backup: bool, out: list[Command]) -> None:
         job = task.job
         lease = LeaseSlot(self._next_lease, task, worker, now, now + job.policy.lease_s, backup)
         self._next_lease += 1
@@ -294,8 +295,20 @@ class TaskBook(TaskTables):
         self._spec_launched += backup
         spec = task.spec
         out.append(self._record(task))
-        out.append(Lease(worker.worker_id, spec.task_id, lease.lease_id, job.job_id, spec.kind,
-                         spec.seed, spec.refs, lease.deadline, task.attempts + 1, backup))
+        out.append(
+            Lease(
+                worker.worker_id,
+                spec.task_id,
+                lease.lease_id,
+                job.job_id,
+                spec.kind,
+                spec.seed,
+                spec.refs,
+                lease.deadline,
+                task.attempts + 1,
+                backup,
+            )
+        )
 
     def _drop_lease(self, lease: LeaseSlot) -> None:
         del lease.task.copies[lease.lease_id]
@@ -307,11 +320,18 @@ class TaskBook(TaskTables):
     def _renew(self, ev: Renew, now: float, out: list[Command]) -> None:
         lease = self._leases.get(ev.lease_id)
         if lease is None or lease.task.spec.task_id != ev.task_id:
-            return self._reject(ev, f"lease {ev.lease_id} of task {ev.task_id!r} is no longer "
-                                "valid (expired, requeued or finished); drop the task", out)
+            return self._reject(
+                ev,
+                f"lease {ev.lease_id} of task {ev.task_id!r} is no longer "
+                "valid (expired, requeued or finished); drop the task",
+                out,
+            )
         if lease.worker.worker_id != ev.worker_id:
-            return self._reject(ev, f"lease {ev.lease_id} belongs to worker "
-                                f"{lease.worker.worker_id!r}, not {ev.worker_id!r}", out)
+            return self._reject(
+                ev,
+                f"lease {ev.lease_id} belongs to worker {lease.worker.worker_id!r}, not {ev.worker_id!r}",
+                out,
+            )
         lease.deadline = now + lease.task.job.policy.lease_s
         heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RENEWED, lease.deadline))
@@ -324,8 +344,7 @@ class TaskBook(TaskTables):
         if task is None:
             self._reject(ev, f"unknown task {ev.task_id!r}", out)
             return None
-        if (task.state is DEAD and isinstance(ev, Complete)
-                and 1 <= ev.lease_id <= task.last_lease_id):
+        if task.state is DEAD and isinstance(ev, Complete) and 1 <= ev.lease_id <= task.last_lease_id:
             return task, None  # its output is committed: the dead letter is overturned
         if task.state in FINAL_STATES:
             outcome = AckOutcome.DUPLICATE if task.state is DONE else AckOutcome.IGNORED
@@ -336,8 +355,11 @@ class TaskBook(TaskTables):
             self._reject(ev, f"lease {ev.lease_id} was never issued for task {ev.task_id!r}", out)
             return None
         if lease is not None and lease.worker.worker_id != ev.worker_id:
-            self._reject(ev, f"lease {ev.lease_id} belongs to worker "
-                         f"{lease.worker.worker_id!r}, not {ev.worker_id!r}", out)
+            self._reject(
+                ev,
+                f"lease {ev.lease_id} belongs to worker {lease.worker.worker_id!r}, not {ev.worker_id!r}",
+                out,
+            )
             return None
         return task, lease
 
@@ -370,8 +392,7 @@ class TaskBook(TaskTables):
         self._set_state(task, DONE)
         out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
-        log.warning("dead_letter_overturned", task_id=ev.task_id, lease_id=ev.lease_id,
-                    job_id=job.job_id)
+        log.warning("dead_letter_overturned", task_id=ev.task_id, lease_id=ev.lease_id, job_id=job.job_id)
         if job.state is JobState.FAILED and not job.counts[DEAD]:
             job.state = JobState.DONE  # it is no longer among the running: nothing to remove
             out.append(Record(self._job_record(job)))
@@ -394,8 +415,9 @@ class TaskBook(TaskTables):
             self._enqueue(task)
             out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
-        log.warning("task_declined", task_id=ev.task_id, worker=ev.worker_id,
-                    kind=task.spec.kind, reason=ev.reason)
+        log.warning(
+            "task_declined", task_id=ev.task_id, worker=ev.worker_id, kind=task.spec.kind, reason=ev.reason
+        )
 
     def _fail(self, ev: Fail, now: float, out: list[Command]) -> None:
         checked = self._check_report(ev, out)
@@ -419,8 +441,10 @@ class TaskBook(TaskTables):
                 continue  # ended or renewed since
             self._drop_lease(lease)
             out.append(self._cancel_lease(lease, "lease expired"))
-            error = (f"lease {lease_id} expired on worker {lease.worker.worker_id} "
-                     f"(no Renew within {lease.task.job.policy.lease_s}s)")
+            error = (
+                f"lease {lease_id} expired on worker {lease.worker.worker_id} "
+                f"(no Renew within {lease.task.job.policy.lease_s}s)"
+            )
             self._copy_lost(lease.task, now, error, "", False, out)
 
     def _release_backoffs(self, now: float, out: list[Command]) -> None:
@@ -434,7 +458,12 @@ class TaskBook(TaskTables):
     # ------------------------------------------------------------------ transitions
 
     def _copy_lost(
-        self, task: Task, now: float, error: str, traceback: str, backoff: bool,
+        self,
+        task: Task,
+        now: float,
+        error: str,
+        traceback: str,
+        backoff: bool,
         out: list[Command],
     ) -> None:
         """A copy ended without a result; count the attempt if no other copy still runs."""
@@ -446,8 +475,7 @@ class TaskBook(TaskTables):
         if task.attempts >= policy.max_attempts:
             self._set_state(task, DEAD)
             out.append(self._record(task))
-            log.warning("task_dead_lettered", task_id=task.spec.task_id, attempts=task.attempts,
-                        error=error)
+            log.warning("task_dead_lettered", task_id=task.spec.task_id, attempts=task.attempts, error=error)
             self._maybe_finish(task.job, out)
         elif backoff and policy.backoff(task.attempts) > 0:
             task.not_before = now + policy.backoff(task.attempts)
@@ -470,10 +498,19 @@ class TaskBook(TaskTables):
 
     @staticmethod
     def _record(task: Task) -> Record:
-        return Record(TaskRecord(
-            task.spec.task_id, task.job.job_id, task.state, task.attempts, task.not_before,
-            task.last_lease_id, task.result_ref, task.error, task.traceback,
-        ))
+        return Record(
+            TaskRecord(
+                task.spec.task_id,
+                task.job.job_id,
+                task.state,
+                task.attempts,
+                task.not_before,
+                task.last_lease_id,
+                task.result_ref,
+                task.error,
+                task.traceback,
+            )
+        )
 
     @staticmethod
     def _cancel_lease(lease: LeaseSlot, reason: str) -> CancelLease:

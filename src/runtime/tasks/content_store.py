@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+
 from troupe.runtime.errors import ContentError
 
 from .output_store import atomic_file
@@ -72,8 +73,10 @@ class ContentStore:
         try:
             (self.root / "sha256").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ContentError(f"content store {self.root}: cannot create it ({exc.strerror}); "
-                               "check the path and its permissions") from exc
+            raise ContentError(
+                f"content store {self.root}: cannot create it ({exc.strerror}); "
+                "check the path and its permissions"
+            ) from exc
         self._puts = self._existing = self._gets = self._bytes = 0
 
     @staticmethod
@@ -105,9 +108,11 @@ class ContentStore:
             with atomic_file(path, durable=self.durable) as tmp:
                 tmp.write_bytes(data)
         except OSError as exc:
-            raise ContentError(f"content store {self.root}: writing {ref} failed "
-                               f"({exc.strerror or exc}); check the volume's space and "
-                               "permissions") from exc
+            raise ContentError(
+                f"content store {self.root}: writing {ref} failed "
+                f"({exc.strerror or exc}); check the volume's space and "
+                "permissions"
+            ) from exc
         self._puts += 1
         log.debug("content_put", ref=ref, size=len(data))
         return ref
@@ -131,14 +136,19 @@ class ContentStore:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise ContentError(f"content {ref} is not in the store at {self.root}; put it "
-                               "there before submitting tasks that refer to it") from None
+            raise ContentError(
+                f"content {ref} is not in the store at {self.root}; put it "
+                "there before submitting tasks that refer to it"
+            ) from None
         except OSError as exc:
-            raise ContentError(f"content store {self.root}: reading {ref} failed "
-                               f"({exc.strerror or exc}); check the volume") from exc
+            raise ContentError(
+                f"content store {self.root}: reading {ref} failed ({exc.strerror or exc}); check the volume"
+            ) from exc
         if self.ref_of(data) != ref:
-            raise ContentError(f"content {ref} at {path} is damaged (its sha256 differs); "
-                               "delete the file and put the object again")
+            raise ContentError(
+                f"content {ref} at {path} is damaged (its sha256 differs); "
+                "delete the file and put the object again"
+            )
         self._gets += 1
         self._bytes += len(data)
         return data
@@ -151,7 +161,7 @@ class ContentStore:
 def _digest(ref: str) -> str:
     if not isinstance(ref, str) or not ref.startswith(REF_PREFIX):
         raise ContentError(f"content reference {ref!r} must look like {REF_PREFIX}<64 hex digits>")
-    digest = ref[len(REF_PREFIX):]
+    digest = ref[len(REF_PREFIX) :]
     if not _DIGEST.fullmatch(digest):
         raise ContentError(f"content reference {ref!r} must look like {REF_PREFIX}<64 hex digits>")
     return digest

@@ -42,6 +42,7 @@ from typing import Any
 
 import anyio
 import structlog
+
 from troupe.runtime.core.cell import DROP
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
@@ -167,8 +168,18 @@ class TaskGetter:
         self._registered = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._counts = dict.fromkeys(
-            ("started", "completed", "failed", "declined", "cancelled", "registrations",
-             "requests", "lost_reports"), 0)
+            (
+                "started",
+                "completed",
+                "failed",
+                "declined",
+                "cancelled",
+                "registrations",
+                "requests",
+                "lost_reports",
+            ),
+            0,
+        )
 
     # ------------------------------------------------------------------ life
 
@@ -187,9 +198,15 @@ class TaskGetter:
                 if not self._registered:
                     await self._register()
                     continue
-                reply = await self._call("request_task", {
-                    "worker_id": self.worker_id, "free_slots": free, "wait_s": self.config.wait_s,
-                }, self.config.wait_s + self.config.call_timeout_s)
+                reply = await self._call(
+                    "request_task",
+                    {
+                        "worker_id": self.worker_id,
+                        "free_slots": free,
+                        "wait_s": self.config.wait_s,
+                    },
+                    self.config.wait_s + self.config.call_timeout_s,
+                )
                 self._counts["requests"] += 1
                 leases = reply.get("leases", ()) if reply is not None else ()
                 self._start(leases)
@@ -210,9 +227,17 @@ class TaskGetter:
     def statistics(self) -> GetterStats:
         """Return a snapshot of the counters."""
         c = self._counts
-        return GetterStats(len(self._running), c["started"], c["completed"], c["failed"],
-                           c["declined"], c["cancelled"], c["registrations"], c["requests"],
-                           c["lost_reports"])
+        return GetterStats(
+            len(self._running),
+            c["started"],
+            c["completed"],
+            c["failed"],
+            c["declined"],
+            c["cancelled"],
+            c["registrations"],
+            c["requests"],
+            c["lost_reports"],
+        )
 
     # ------------------------------------------------------------------ master calls
 
@@ -221,12 +246,20 @@ class TaskGetter:
 
     async def _register(self) -> None:
         cfg = self.config
-        reply = await self._call("register_worker", {
-            "worker_id": cfg.worker_id, "node": cfg.node_id, "endpoint": self.runtime.address,
-            "pid": os.getpid(),
-            "slots": cfg.slots, "cpu": float(cfg.slots if cfg.cpu is None else cfg.cpu),
-            "gpu": cfg.gpu, "kinds": list(cfg.kinds),
-        }, cfg.call_timeout_s)
+        reply = await self._call(
+            "register_worker",
+            {
+                "worker_id": cfg.worker_id,
+                "node": cfg.node_id,
+                "endpoint": self.runtime.address,
+                "pid": os.getpid(),
+                "slots": cfg.slots,
+                "cpu": float(cfg.slots if cfg.cpu is None else cfg.cpu),
+                "gpu": cfg.gpu,
+                "kinds": list(cfg.kinds),
+            },
+            cfg.call_timeout_s,
+        )
         if reply is None:
             await anyio.sleep(cfg.retry_s)
         else:
@@ -275,8 +308,10 @@ class TaskGetter:
                     tg.start_soon(self._renew, run)
                     try:
                         if self.config.kinds and task.kind not in self.config.kinds:
-                            raise KindNotRun(f"worker {self.worker_id} runs kinds "
-                                             f"{list(self.config.kinds)}, not {task.kind!r}")
+                            raise KindNotRun(
+                                f"worker {self.worker_id} runs kinds "
+                                f"{list(self.config.kinds)}, not {task.kind!r}"
+                            )
                         result = await self._runner(task)
                         report = ("complete", {"result_ref": result or ""})
                     except KindNotRun as exc:  # not an attempt: the master leases it elsewhere
@@ -284,10 +319,13 @@ class TaskGetter:
                     except _Dropped as exc:  # lost on purpose: no report, the lease expires
                         run.cancel_reason = str(exc)
                     except Exception as exc:
-                        report = ("fail", {
-                            "error": f"{type(exc).__qualname__}: {exc}",
-                            "traceback": "".join(traceback.format_exception(exc)),
-                        })
+                        report = (
+                            "fail",
+                            {
+                                "error": f"{type(exc).__qualname__}: {exc}",
+                                "traceback": "".join(traceback.format_exception(exc)),
+                            },
+                        )
                     tg.cancel_scope.cancel()
             if report is None:  # cancelled by the master or by a refused renewal
                 self._counts["cancelled"] += 1
@@ -306,8 +344,9 @@ class TaskGetter:
         while True:
             await anyio.sleep(max(ttl / 3.0, 0.01))
             try:
-                reply = await self.runtime.control(self.master, "renew", payload,
-                                                   timeout=self.config.call_timeout_s)
+                reply = await self.runtime.control(
+                    self.master, "renew", payload, timeout=self.config.call_timeout_s
+                )
             except TaskError as exc:  # unknown worker included: the lease is gone either way
                 reply = {"outcome": "rejected", "reason": str(exc)}
             except TroupeError as exc:  # down, restarting, or a passing fault: try next period
@@ -322,15 +361,13 @@ class TaskGetter:
     async def _report(self, run: _Run, kind: str, fields: dict[str, Any]) -> None:
         task = run.task
         cfg = self.config
-        payload = {"worker_id": self.worker_id, "task_id": task.task_id,
-                   "lease_id": task.lease_id, **fields}
+        payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id, **fields}
         deadline = time.monotonic() + cfg.report_for_s
         while True:
             # The slot of this copy is free once the report is in: ask for the next task with it.
             payload["request"] = self._free() + 1 if self._registered else 0
             try:
-                reply = await self.runtime.control(self.master, kind, payload,
-                                                   timeout=cfg.call_timeout_s)
+                reply = await self.runtime.control(self.master, kind, payload, timeout=cfg.call_timeout_s)
                 break
             except UnknownWorker:
                 self._registered = False
@@ -372,7 +409,7 @@ def install_task_control(runtime: Runtime, getters: Mapping[str, TaskGetter]) ->
             return False
         return getter.cancel(lease_id, reason)
 
-    runtime.control_handlers["cancel_lease"] = cancel_lease
+    runtime.register_control("cancel_lease", cancel_lease)
 
 
 class KindNotRun(TaskError):
@@ -400,8 +437,7 @@ class _ActorRunner:
         able = [(a, s) for a, s in self._actors if type(a).runs(task.kind)]
         if not able:
             kinds = sorted({k for a, _ in self._actors for k in type(a).task_kinds})
-            raise KindNotRun(f"no actor in this worker runs task kind {task.kind!r} (it runs "
-                             f"{kinds})")
+            raise KindNotRun(f"no actor in this worker runs task kind {task.kind!r} (it runs {kinds})")
         actor, slots = max(able, key=lambda pair: pair[1].value)
         async with slots:
             runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
@@ -443,12 +479,20 @@ def start_task_getter(runtime: Runtime, master: str, node: str, process: str) ->
     every = any(not type(a).task_kinds for a in actors)
     kinds = () if every else tuple(sorted({k for a in actors for k in type(a).task_kinds}))
     config = GetterConfig(
-        worker_id=f"{node}/{process}", node_id=node, slots=sum(type(a).slots for a in actors),
-        gpu=sum(type(a).gpus for a in actors), kinds=kinds,
+        worker_id=f"{node}/{process}",
+        node_id=node,
+        slots=sum(type(a).slots for a in actors),
+        gpu=sum(type(a).gpus for a in actors),
+        kinds=kinds,
     )
     getter = TaskGetter(runtime, master, config, _ActorRunner(actors))
     install_task_control(runtime, {getter.worker_id: getter})
     runtime.start_soon(getter.run)
-    log.info("task_getter_started", master=master, worker=getter.worker_id, slots=config.slots,
-             kinds=list(kinds) or "any")
+    log.info(
+        "task_getter_started",
+        master=master,
+        worker=getter.worker_id,
+        slots=config.slots,
+        kinds=list(kinds) or "any",
+    )
     return getter

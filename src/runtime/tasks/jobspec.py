@@ -62,10 +62,22 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RULE = "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"
 _INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers
 
-_JOB_KEYS = frozenset({
-    "name", "kind", "max_attempts", "lease_s", "priority", "backoff_base_s", "backoff_max_s",
-    "count", "seed_start", "needs", "refs", "speculation",
-})
+_JOB_KEYS = frozenset(
+    {
+        "name",
+        "kind",
+        "max_attempts",
+        "lease_s",
+        "priority",
+        "backoff_base_s",
+        "backoff_max_s",
+        "count",
+        "seed_start",
+        "needs",
+        "refs",
+        "speculation",
+    }
+)
 _TASK_KEYS = frozenset({"id", "seed", "refs", "needs", "locality", "kind"})
 _NEEDS_KEYS = frozenset({"cpu", "gpu"})
 _SPECULATION_KEYS = frozenset({"enabled", "factor", "min_runtime_s", "max_copies"})
@@ -114,10 +126,10 @@ class JobSpec:
         kind = self.kind
         if self.count is not None:
             refs, needs, name, start = dict(self.refs), self.needs, self.name, self.seed_start
-            return [TaskSpec(f"{name}-{i:06d}", kind, start + i, refs, needs)
-                    for i in range(self.count)]
-        return [TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality)
-                for e in self.entries]
+            return [TaskSpec(f"{name}-{i:06d}", kind, start + i, refs, needs) for i in range(self.count)]
+        return [
+            TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality) for e in self.entries
+        ]
 
     def submit(self, job_id: str | None = None) -> SubmitJob:
         """Return the event that submits this job to a task book (under ``name`` by default)."""
@@ -145,15 +157,18 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text ({exc}); save the file as UTF-8") from None
     except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the job file ({exc.strerror}); check that it "
-                          "is a readable file") from None
+        raise ConfigError(
+            f"{source}: cannot read the job file ({exc.strerror}); check that it is a readable file"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}; fix the syntax there") from None
     if not data:
-        raise ConfigError(f"{source}: the job file is empty; add a [job] table with at least "
-                          "name, kind and count (see configs/job-example.toml)")
+        raise ConfigError(
+            f"{source}: the job file is empty; add a [job] table with at least "
+            "name, kind and count (see configs/job-example.toml)"
+        )
     return parse_job(data, source)
 
 
@@ -191,13 +206,21 @@ def parse_job(data: Mapping[str, Any], source: str = "<job>") -> JobSpec:
     )
     has_count, has_tasks = "count" in job, "tasks" in data
     if has_count == has_tasks:
-        p.fail("give either [job].count (with [job].seed_start) or a [[tasks]] list; "
-               + ("not both" if has_count else "there is neither"))
+        p.fail(
+            "give either [job].count (with [job].seed_start) or a [[tasks]] list; "
+            + ("not both" if has_count else "there is neither")
+        )
     if has_count:
-        count = p.integer(job, "count", "[job]", 0, minimum=1, maximum=MAX_COUNT,
-                          what=f"a positive integer (at most {MAX_COUNT}; split bigger runs)")
-        start = p.integer(job, "seed_start", "[job]", 0, minimum=_INT64[0],
-                          maximum=_INT64[1] - count + 1)
+        count = p.integer(
+            job,
+            "count",
+            "[job]",
+            0,
+            minimum=1,
+            maximum=MAX_COUNT,
+            what=f"a positive integer (at most {MAX_COUNT}; split bigger runs)",
+        )
+        start = p.integer(job, "seed_start", "[job]", 0, minimum=_INT64[0], maximum=_INT64[1] - count + 1)
         return JobSpec(source, name, kind, policy, needs, refs, count, start)
     if "seed_start" in job:
         p.fail("[job].seed_start only goes with [job].count; give each [[tasks]] entry a seed")
@@ -219,8 +242,9 @@ class _Parser:
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                self.fail(f"unknown key {short_repr(key)} in {where}; {hint}known keys: "
-                          f"{', '.join(sorted(known))}")
+                self.fail(
+                    f"unknown key {short_repr(key)} in {where}; {hint}known keys: {', '.join(sorted(known))}"
+                )
 
     def table(self, parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
         value = parent.get(key, {})
@@ -231,7 +255,7 @@ class _Parser:
     def string(self, table: Mapping[str, Any], key: str, where: str) -> str:
         value = table.get(key)
         if value is None:
-            self.fail(f"{where}.{key} is missing; add {key} = \"...\"")
+            self.fail(f'{where}.{key} is missing; add {key} = "..."')
         if not isinstance(value, str) or not value.strip():
             self.fail(f"{where}.{key} must be a non-empty string, got {short_repr(value)}")
         return value
@@ -243,21 +267,32 @@ class _Parser:
         return value
 
     def integer(
-        self, table: Mapping[str, Any], key: str, where: str, default: int, *,
-        minimum: int | None = None, maximum: int | None = None, what: str | None = None,
+        self,
+        table: Mapping[str, Any],
+        key: str,
+        where: str,
+        default: int,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        what: str | None = None,
     ) -> int:
         value = table.get(key, default)
         bad = not isinstance(value, int) or isinstance(value, bool)
-        if bad or (minimum is not None and value < minimum) or (
-            maximum is not None and value > maximum
-        ):
+        if bad or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             what = what or "an integer" + _bounds(minimum, maximum)
             self.fail(f"{where}.{key} must be {what}, got {short_repr(value)}")
         return int(value)
 
     def number(
-        self, table: Mapping[str, Any], key: str, where: str, default: float, *,
-        minimum: float, positive: bool = False,
+        self,
+        table: Mapping[str, Any],
+        key: str,
+        where: str,
+        default: float,
+        *,
+        minimum: float,
+        positive: bool = False,
     ) -> float:
         value = table.get(key, default)
         ok = isinstance(value, int | float) and not isinstance(value, bool)
@@ -277,15 +312,15 @@ class _Parser:
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
-            self.fail(f"{where} must be a table of strings, like {{ scene = \"cas://...\" }}, "
-                      f"got {short_repr(value)}")
+            self.fail(
+                f'{where} must be a table of strings, like {{ scene = "cas://..." }}, got {short_repr(value)}'
+            )
         return dict(value)
 
     def needs(self, table: Mapping[str, Any], where: str, default: Resources) -> Resources:
         self.keys(table, _NEEDS_KEYS, where)
         cpu = self.number(table, "cpu", where, default.cpu, minimum=0.0)
-        gpu = self.integer(table, "gpu", where, default.gpu, minimum=0,
-                           what="a whole number of GPUs >= 0")
+        gpu = self.integer(table, "gpu", where, default.gpu, minimum=0, what="a whole number of GPUs >= 0")
         return Resources(cpu, gpu)
 
     def speculation(self, table: Mapping[str, Any]) -> Speculation:
@@ -294,8 +329,7 @@ class _Parser:
         return Speculation(
             enabled=self.boolean(table, "enabled", where, d.enabled),
             factor=self.number(table, "factor", where, d.factor, minimum=1.0),
-            min_runtime_s=self.number(table, "min_runtime_s", where, d.min_runtime_s,
-                                      minimum=0.0),
+            min_runtime_s=self.number(table, "min_runtime_s", where, d.min_runtime_s, minimum=0.0),
             max_copies=self.integer(table, "max_copies", where, d.max_copies, minimum=0),
         )
 
@@ -303,8 +337,9 @@ class _Parser:
         self, value: Any, name: str, needs: Resources, refs: Mapping[str, str]
     ) -> tuple[TaskEntry, ...]:
         if not isinstance(value, list) or not value:
-            self.fail("[[tasks]] must be a non-empty list of tables; add [[tasks]] entries or "
-                      "use [job].count")
+            self.fail(
+                "[[tasks]] must be a non-empty list of tables; add [[tasks]] entries or use [job].count"
+            )
         if len(value) > MAX_COUNT:
             self.fail(f"[[tasks]] has {len(value)} entries, at most {MAX_COUNT}; split the job")
         entries: list[TaskEntry] = []
@@ -316,8 +351,10 @@ class _Parser:
             self.keys(item, _TASK_KEYS, where)
             task_id = self.ident(item, "id", where) if "id" in item else f"{name}-{i:06d}"
             if task_id in seen:
-                self.fail(f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "
-                          "give every task its own id")
+                self.fail(
+                    f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "
+                    "give every task its own id"
+                )
             seen[task_id] = i
             if "seed" not in item:
                 self.fail(f"{where}.seed is missing; add seed = <integer>")

@@ -52,6 +52,7 @@ from types import TracebackType
 from typing import Any
 
 import structlog
+
 from troupe.runtime.errors import JournalError, TaskError
 
 from .book import TaskBook
@@ -172,9 +173,7 @@ class Journal:
         lock: the journal's lock, held by this object and released by :meth:`close`.
     """
 
-    def __init__(
-        self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = lock
@@ -200,11 +199,12 @@ class Journal:
         """
         path = Path(path)
         if not path.exists() and not create:
-            raise JournalError(f"journal {path} does not exist; give the path of the existing "
-                               "journal, or pass create=True to start a new, empty one")
+            raise JournalError(
+                f"journal {path} does not exist; give the path of the existing "
+                "journal, or pass create=True to start a new, empty one"
+            )
         if not path.parent.is_dir():
-            raise JournalError(f"journal {path}: directory {path.parent} does not exist; "
-                               "create it first")
+            raise JournalError(f"journal {path}: directory {path.parent} does not exist; create it first")
         lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
         try:
             with _translated(path, "opening"):
@@ -277,10 +277,8 @@ class Journal:
             ):
                 compacted[job_id] = {TaskState.DONE: done, TaskState.CANCELLED: cancelled}
                 lease_floor = max(lease_floor, last_lease_id)
-            book = TaskBook.restore(jobs, _task_rows(conn.execute(_SELECT_TASKS)), compacted,
-                                    lease_floor)
-        log.info("journal_replayed", path=str(self._path), jobs=len(jobs),
-                 compacted_jobs=len(compacted))
+            book = TaskBook.restore(jobs, _task_rows(conn.execute(_SELECT_TASKS)), compacted, lease_floor)
+        log.info("journal_replayed", path=str(self._path), jobs=len(jobs), compacted_jobs=len(compacted))
         return book
 
     def compact(self, finished_before: float) -> Compaction:
@@ -307,12 +305,12 @@ class Journal:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 now = time.time()
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS compacting "
-                              "(job_id TEXT PRIMARY KEY)")
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS compacting (job_id TEXT PRIMARY KEY)")
                 conn.execute("DELETE FROM compacting")
                 conn.execute(f"INSERT INTO compacting {_COMPACTABLE}", {"before": finished_before})
                 counts = dict.fromkeys(
-                    (row[0] for row in conn.execute("SELECT job_id FROM compacting")), (0, 0, 0))
+                    (row[0] for row in conn.execute("SELECT job_id FROM compacting")), (0, 0, 0)
+                )
                 for job_id, done, cancelled, last_lease_id in conn.execute(
                     "SELECT job_id, sum(state = 'done'), sum(state = 'cancelled'), "
                     f"max(last_lease_id) FROM tasks WHERE state IN {_FOLDED} "
@@ -335,8 +333,7 @@ class Journal:
                     conn.execute("ROLLBACK")
                 raise
         if counts:
-            log.info("journal_compacted", path=str(self._path), jobs=len(counts),
-                     task_rows=removed)
+            log.info("journal_compacted", path=str(self._path), jobs=len(counts), task_rows=removed)
         return Compaction(len(counts), removed)
 
     def close(self) -> None:
@@ -376,8 +373,7 @@ class Journal:
             try:
                 _policy(policy)
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                raise bad_row(conn, self._path, "jobs", rowid, "policy",
-                              f"a job policy ({exc})") from None
+                raise bad_row(conn, self._path, "jobs", rowid, "policy", f"a job policy ({exc})") from None
         self._checked = True
 
     @staticmethod
@@ -386,10 +382,18 @@ class Journal:
         for record in records:
             entry = record.entry if isinstance(record, Record) else record
             if isinstance(entry, TaskRecord):
-                updates.append((
-                    entry.state.value, entry.attempts, entry.not_before, entry.last_lease_id,
-                    entry.result_ref, entry.error, entry.traceback, entry.task_id,
-                ))
+                updates.append(
+                    (
+                        entry.state.value,
+                        entry.attempts,
+                        entry.not_before,
+                        entry.last_lease_id,
+                        entry.result_ref,
+                        entry.error,
+                        entry.traceback,
+                        entry.task_id,
+                    )
+                )
                 continue
             _update_tasks(conn, updates)  # keep the book's order: a job's row before its tasks
             updates = []
@@ -411,8 +415,10 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
     created = False
     if app_id == 0 and version == 0 and tables == 0:
         if not create:
-            raise JournalError(f"journal {path} is an empty file, not a troupe journal; pass "
-                               "create=True to start a journal there")
+            raise JournalError(
+                f"journal {path} is an empty file, not a troupe journal; pass "
+                "create=True to start a journal there"
+            )
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:
@@ -422,28 +428,34 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
         conn.execute("COMMIT")
         created = True
     elif app_id != APPLICATION_ID:
-        raise JournalError(f"journal {path} is a SQLite database of another program "
-                           f"(application_id {app_id:#x}), not a troupe journal; check the path")
+        raise JournalError(
+            f"journal {path} is a SQLite database of another program "
+            f"(application_id {app_id:#x}), not a troupe journal; check the path"
+        )
     elif version in _UPGRADABLE:
         conn.execute("BEGIN IMMEDIATE")
         for statement in _UPGRADE_FROM_1:
             conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
-        log.info("journal_upgraded", path=str(path), from_version=version,
-                 to_version=SCHEMA_VERSION)
+        log.info("journal_upgraded", path=str(path), from_version=version, to_version=SCHEMA_VERSION)
     elif version != SCHEMA_VERSION:
-        raise JournalError(f"journal {path} has schema version {version}, this troupe reads "
-                           f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
-                           "troupe release that wrote it, or start a new journal")
+        raise JournalError(
+            f"journal {path} has schema version {version}, this troupe reads "
+            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
+            "troupe release that wrote it, or start a new journal"
+        )
     problems = [str(row[0]).replace("\n", "; ") for row in conn.execute("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
-        raise JournalError(f"journal {path} is corrupt (PRAGMA quick_check: "
-                           f"{'; '.join(problems)}); restore it from a backup or start a new one")
+        raise JournalError(
+            f"journal {path} is corrupt (PRAGMA quick_check: "
+            f"{'; '.join(problems)}); restore it from a backup or start a new one"
+        )
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
-        raise JournalError(f"journal {path} cannot use WAL mode (got {mode!r}); put it on a "
-                           "local file system")
+        raise JournalError(
+            f"journal {path} cannot use WAL mode (got {mode!r}); put it on a local file system"
+        )
     return created
 
 
@@ -468,8 +480,9 @@ def _translated(path: Path, action: str) -> Iterator[None]:
             fix = "restore the journal from a backup or start a new one"
         raise JournalError(f"journal {path}: {action} failed: {text}; {fix}") from exc
     except (TaskError, ValueError, TypeError, KeyError, OverflowError) as exc:
-        raise JournalError(f"journal {path}: {action} failed: {exc}; the journal and this "
-                           "troupe disagree about its contents") from exc
+        raise JournalError(
+            f"journal {path}: {action} failed: {exc}; the journal and this troupe disagree about its contents"
+        ) from exc
 
 
 def _update_tasks(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
@@ -477,15 +490,16 @@ def _update_tasks(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> N
         return
     cursor = conn.executemany(_UPDATE_TASK, rows)
     if cursor.rowcount != len(rows):
-        raise JournalError(f"{len(rows) - cursor.rowcount} task record(s) name tasks the "
-                           "journal does not hold; the journal belongs to another master")
+        raise JournalError(
+            f"{len(rows) - cursor.rowcount} task record(s) name tasks the "
+            "journal does not hold; the journal belongs to another master"
+        )
 
 
 def _job_row(job: JobRecord) -> tuple[object, ...]:
     policy = json.dumps(dataclasses.asdict(job.policy), sort_keys=True)
     finished_at = None if job.state is JobState.RUNNING else time.time()
-    return (job.job_id, job.name, job.seq, job.state.value, policy, job.submitted_at,
-            finished_at)
+    return (job.job_id, job.name, job.seq, job.state.value, policy, job.submitted_at, finished_at)
 
 
 def _spec_rows(job_id: str, specs: Iterable[TaskSpec]) -> Iterator[tuple[object, ...]]:
@@ -502,12 +516,38 @@ def _policy(text: str) -> JobPolicy:
 def _task_rows(rows: Iterable[Any]) -> Iterator[tuple[TaskSpec, TaskRecord]]:
     needs_seen: dict[tuple[float, int], Resources] = {}  # one shared object per distinct need
     states = {state.value: state for state in TaskState}  # a dict is 5x faster than TaskState()
-    for (task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, not_before,
-         last_lease_id, result_ref, error, traceback) in rows:
+    for (
+        task_id,
+        job_id,
+        kind,
+        seed,
+        refs,
+        cpu,
+        gpu,
+        locality,
+        state,
+        attempts,
+        not_before,
+        last_lease_id,
+        result_ref,
+        error,
+        traceback,
+    ) in rows:
         needs = needs_seen.get((cpu, gpu))
         if needs is None:
             needs = needs_seen[(cpu, gpu)] = Resources(cpu, gpu)
-        spec = TaskSpec(task_id, kind, seed, json.loads(refs) if refs != "{}" else {}, needs,
-                        locality)
-        yield spec, TaskRecord(task_id, job_id, states[state], attempts, not_before,
-                               last_lease_id, result_ref, error, traceback)
+        spec = TaskSpec(task_id, kind, seed, json.loads(refs) if refs != "{}" else {}, needs, locality)
+        yield (
+            spec,
+            TaskRecord(
+                task_id,
+                job_id,
+                states[state],
+                attempts,
+                not_before,
+                last_lease_id,
+                result_ref,
+                error,
+                traceback,
+            ),
+        )

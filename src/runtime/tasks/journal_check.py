@@ -32,9 +32,11 @@ def _one_of(column: str, values: list[str]) -> str:
 
 def _json_object(column: str, and_then: str) -> str:
     # CASE, not AND: SQLite may evaluate json_type() before json_valid() and fail on bad JSON
-    return (f"CASE WHEN typeof({column}) != 'text' THEN 0 WHEN {column} = '{{}}' THEN 1 "
-            f"WHEN NOT json_valid({column}) THEN 0 WHEN json_type({column}) != 'object' THEN 0 "
-            f"ELSE {and_then} END")
+    return (
+        f"CASE WHEN typeof({column}) != 'text' THEN 0 WHEN {column} = '{{}}' THEN 1 "
+        f"WHEN NOT json_valid({column}) THEN 0 WHEN json_type({column}) != 'object' THEN 0 "
+        f"ELSE {and_then} END"
+    )
 
 
 _TEXT = "a text"
@@ -49,8 +51,11 @@ _TASK_CHECKS: list[Check] = [
     ("job_id", "typeof(job_id) = 'text'", _TEXT),
     ("kind", "typeof(kind) = 'text'", _TEXT),
     ("seed", "typeof(seed) = 'integer'", "an integer"),
-    ("refs", _json_object("refs", "NOT EXISTS (SELECT 1 FROM json_each(refs) "
-                          "WHERE json_each.type != 'text')"), "a JSON object of texts"),
+    (
+        "refs",
+        _json_object("refs", "NOT EXISTS (SELECT 1 FROM json_each(refs) WHERE json_each.type != 'text')"),
+        "a JSON object of texts",
+    ),
     ("cpu", _NUMBER.format("cpu") + " AND cpu >= 0", "a number >= 0"),
     ("gpu", _COUNT.format("gpu"), "an integer >= 0"),
     ("locality", "typeof(locality) IN ('text', 'null')", _OPTIONAL_TEXT),
@@ -72,8 +77,11 @@ _JOB_CHECKS: list[Check] = [
     ("finished_at", "typeof(finished_at) IN ('integer', 'real', 'null')", "a number or null"),
 ]
 _COMPACTED_CHECKS: list[Check] = [
-    ("job_id", "typeof(job_id) = 'text' AND job_id IN (SELECT job_id FROM jobs)",
-     "the id of a job in the jobs table"),
+    (
+        "job_id",
+        "typeof(job_id) = 'text' AND job_id IN (SELECT job_id FROM jobs)",
+        "the id of a job in the jobs table",
+    ),
     ("done", _COUNT.format("done"), "an integer >= 0"),
     ("cancelled", _COUNT.format("cancelled"), "an integer >= 0"),
     ("last_lease_id", _COUNT.format("last_lease_id"), "an integer >= 0"),
@@ -102,14 +110,20 @@ def check_rows(conn: sqlite3.Connection, path: Path, tables: list[str]) -> None:
         key, checks = _TABLES[table]
         good = " AND ".join(f"coalesce(({condition}), 0)" for _, condition, _ in checks)
         found = conn.execute(
-            f"SELECT {key} FROM {table} WHERE NOT ({good}) ORDER BY {key} LIMIT 1"  # noqa: S608
+            f"SELECT {key} FROM {table} WHERE NOT ({good}) ORDER BY {key} LIMIT 1"
         ).fetchone()
         if found is not None:
             raise bad_row(conn, path, table, found[0])
 
 
-def bad_row(conn: sqlite3.Connection, path: Path, table: str, row_id: int,
-            column: str | None = None, expected: str | None = None) -> JournalError:
+def bad_row(
+    conn: sqlite3.Connection,
+    path: Path,
+    table: str,
+    row_id: int,
+    column: str | None = None,
+    expected: str | None = None,
+) -> JournalError:
     """Build the refusal for one row: the first failing check, or the ``column`` given.
 
     Args:
@@ -123,16 +137,18 @@ def bad_row(conn: sqlite3.Connection, path: Path, table: str, row_id: int,
     key, checks = _TABLES[table]
     if column is None:
         verdicts = conn.execute(
-            f"SELECT {', '.join(f'coalesce(({c}), 0)' for _, c, _ in checks)} "  # noqa: S608
-            f"FROM {table} WHERE {key} = ?", (row_id,)
+            f"SELECT {', '.join(f'coalesce(({c}), 0)' for _, c, _ in checks)} FROM {table} WHERE {key} = ?",
+            (row_id,),
         ).fetchone()
-        column, _, expected = next(check for check, ok in zip(checks, verdicts) if not ok)
+        column, _, expected = next(check for check, ok in zip(checks, verdicts, strict=True) if not ok)
     value, kind = conn.execute(
-        f"SELECT {column}, typeof({column}) FROM {table} WHERE {key} = ?", (row_id,)  # noqa: S608
+        f"SELECT {column}, typeof({column}) FROM {table} WHERE {key} = ?", (row_id,)
     ).fetchone()
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return JournalError(f"journal {path}: {table} row {row_id}: {column} is {shown} ({kind}), "
-                        f"expected {expected}; the row was not written by troupe: fix or delete "
-                        "it, or restore the journal from a backup (nothing was changed)")
+    return JournalError(
+        f"journal {path}: {table} row {row_id}: {column} is {shown} ({kind}), "
+        f"expected {expected}; the row was not written by troupe: fix or delete "
+        "it, or restore the journal from a backup (nothing was changed)"
+    )

@@ -61,21 +61,27 @@ class JournalLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise JournalError(f"journal {journal}: cannot create its lock file {path} "
-                               f"({exc.strerror or exc}); check that the directory is "
-                               "writable") from exc
+            raise JournalError(
+                f"journal {journal}: cannot create its lock file {path} "
+                f"({exc.strerror or exc}); check that the directory is "
+                "writable"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_pid(fd)
             os.close(fd)
-            raise JournalBusy(f"journal {journal} is held by another master (pid {holder}); "
-                              "stop that master first, or give another --journal") from None
+            raise JournalBusy(
+                f"journal {journal} is held by another master (pid {holder}); "
+                "stop that master first, or give another --journal"
+            ) from None
         except OSError as exc:
             os.close(fd)
-            raise JournalError(f"journal {journal}: cannot lock {path} "
-                               f"({exc.strerror or exc}); put the journal on a local file "
-                               "system") from exc
+            raise JournalError(
+                f"journal {journal}: cannot lock {path} "
+                f"({exc.strerror or exc}); put the journal on a local file "
+                "system"
+            ) from exc
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -50,13 +50,14 @@ from types import TracebackType
 
 import psutil
 import structlog
+
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
 
 __all__ = [
     "COMMIT_MARKER",
+    "STALE_AFTER_S",
     "OutputStore",
     "OutputStoreStats",
-    "STALE_AFTER_S",
     "Staged",
     "as_commit_error",
     "atomic_file",
@@ -213,13 +214,10 @@ class Staged:
         if self._finished:
             return
         self._finished = True
-        self._store._drop(self)
         if isinstance(exc, OSError) and not isinstance(exc, CommitError):
-            self._store._count("failed")
-            raise _commit_error(
-                self.task_id, "writing the output aside", exc, self._store.root
-            ) from exc
-        self._store._count("aborted")
+            self._store.discard(self, "failed")
+            raise _commit_error(self.task_id, "writing the output aside", exc, self._store.root) from exc
+        self._store.discard(self, "aborted")
         log.info("output_aborted", task_id=self.task_id, error=repr(exc) if exc else None)
 
     def commit(self) -> bool:
@@ -258,18 +256,15 @@ class Staged:
                 _fsync_path(store.committed_dir)
                 _fsync_path(store.staging_dir)
         except OSError as exc:
-            store._drop(self)
-            store._count("failed")
+            store.discard(self, "failed")
             log.warning("output_commit_failed", task_id=self.task_id, error=str(exc))
             raise _commit_error(self.task_id, "committing the output", exc, store.root) from exc
-        store._forget(self)
-        store._count("commits")
+        store.settle(self, "commits")
         log.info("output_committed", task_id=self.task_id)
         return True
 
     def _duplicate(self) -> bool:
-        self._store._drop(self)
-        self._store._count("duplicate_commits")
+        self._store.discard(self, "duplicate_commits")
         log.info("output_duplicate", task_id=self.task_id)
         return False
 
@@ -294,7 +289,11 @@ class OutputStore:
     """
 
     def __init__(
-        self, root: Path, *, durable: bool = True, sweep: bool = True,
+        self,
+        root: Path,
+        *,
+        durable: bool = True,
+        sweep: bool = True,
         stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self.root = Path(root)
@@ -421,8 +420,7 @@ class OutputStore:
                 if entry.is_dir() and not entry.is_symlink():
                     # Claim it first, so that of two sweepers one removes it and the other
                     # skips it; the claimed name carries this writer, should it die meanwhile.
-                    claimed = self.staging_dir / (
-                        f"swept.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}")
+                    claimed = self.staging_dir / (f"swept.{secrets.token_hex(8)}.{_writer_tag(os.getpid())}")
                     os.rename(entry, claimed)
                     shutil.rmtree(claimed)
                 else:
@@ -430,8 +428,7 @@ class OutputStore:
             except FileNotFoundError:
                 continue  # another sweeper took it
             except OSError as exc:
-                log.warning("staging_sweep_failed", root=str(self.root), entry=entry.name,
-                            error=str(exc))
+                log.warning("staging_sweep_failed", root=str(self.root), entry=entry.name, error=str(exc))
                 continue
             removed += 1
         if removed:
@@ -447,13 +444,18 @@ class OutputStore:
         with self._lock:
             self._counts[name] += 1
 
-    def _forget(self, staged: Staged) -> None:
+    def settle(self, staged: Staged, outcome: str) -> None:
+        """A staging area ended as ``outcome`` (a counter of :class:`OutputStoreStats`) with its
+        directory gone (renamed into place): stop tracking it, count the outcome."""
         with self._lock:
             self._live.discard(staged.path)
+        self._count(outcome)
 
-    def _drop(self, staged: Staged) -> None:
+    def discard(self, staged: Staged, outcome: str) -> None:
+        """A staging area ended as ``outcome`` without being published: remove its directory,
+        stop tracking it, count the outcome."""
         shutil.rmtree(staged.path, ignore_errors=True)
-        self._forget(staged)
+        self.settle(staged, outcome)
 
 
 @contextmanager

@@ -145,8 +145,17 @@ class Task:
     """One task's live row. ``copies`` are its running leases, by lease id."""
 
     __slots__ = (
-        "attempts", "copies", "error", "job", "last_lease_id", "not_before", "result_ref",
-        "seq", "spec", "state", "traceback",
+        "attempts",
+        "copies",
+        "error",
+        "job",
+        "last_lease_id",
+        "not_before",
+        "result_ref",
+        "seq",
+        "spec",
+        "state",
+        "traceback",
     )
 
     def __init__(self, spec: TaskSpec, job: Job, seq: int) -> None:
@@ -169,7 +178,12 @@ class LeaseSlot:
     __slots__ = ("backup", "deadline", "lease_id", "start", "task", "worker")
 
     def __init__(
-        self, lease_id: int, task: Task, worker: Worker, start: float, deadline: float,
+        self,
+        lease_id: int,
+        task: Task,
+        worker: Worker,
+        start: float,
+        deadline: float,
         backup: bool,
     ) -> None:
         self.lease_id = lease_id
@@ -184,13 +198,22 @@ class Job:
     """One job's live row: its tasks, counts by state, pending queue and done durations."""
 
     __slots__ = (
-        "compacted", "counts", "durations", "job_id", "leased", "name", "pending_by", "policy",
-        "queue", "seq", "state", "submitted_at", "tasks",
+        "compacted",
+        "counts",
+        "durations",
+        "job_id",
+        "leased",
+        "name",
+        "pending_by",
+        "policy",
+        "queue",
+        "seq",
+        "state",
+        "submitted_at",
+        "tasks",
     )
 
-    def __init__(
-        self, job_id: str, name: str, seq: int, policy: JobPolicy, submitted_at: float
-    ) -> None:
+    def __init__(self, job_id: str, name: str, seq: int, policy: JobPolicy, submitted_at: float) -> None:
         self.job_id = job_id
         self.name = name
         self.seq = seq
@@ -215,12 +238,23 @@ class Worker:
     """
 
     __slots__ = (
-        "declined", "kinds", "leases", "node_id", "resources", "slots", "used_cpu", "used_gpu",
+        "declined",
+        "kinds",
+        "leases",
+        "node_id",
+        "resources",
+        "slots",
+        "used_cpu",
+        "used_gpu",
         "worker_id",
     )
 
     def __init__(
-        self, worker_id: str, node_id: str, resources: Resources, slots: int,
+        self,
+        worker_id: str,
+        node_id: str,
+        resources: Resources,
+        slots: int,
         kinds: frozenset[str] = frozenset(),
     ) -> None:
         self.worker_id = worker_id
@@ -249,8 +283,7 @@ class Worker:
 
     def can_take(self, needs: Resources, kind: str) -> bool:
         """Return whether a task of this kind and needs fits now (a free slot, the resources)."""
-        return (len(self.leases) < self.slots and fits(needs, self.free_cpu, self.free_gpu)
-                and self.runs(kind))
+        return len(self.leases) < self.slots and fits(needs, self.free_cpu, self.free_gpu) and self.runs(kind)
 
     def hold(self, lease: LeaseSlot) -> None:
         """Account for a new lease."""
@@ -357,8 +390,11 @@ class TaskTables:
 
     @classmethod
     def restore(
-        cls, jobs: Iterable[JobRecord], tasks: Iterable[tuple[TaskSpec, TaskRecord]],
-        compacted: Mapping[str, Mapping[TaskState, int]] | None = None, lease_floor: int = 0,
+        cls,
+        jobs: Iterable[JobRecord],
+        tasks: Iterable[tuple[TaskSpec, TaskRecord]],
+        compacted: Mapping[str, Mapping[TaskState, int]] | None = None,
+        lease_floor: int = 0,
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
@@ -381,10 +417,11 @@ class TaskTables:
             TaskError: a task row (or a compacted count) names a job that has no row.
         """
         book = cls()
-        for rec in sorted(jobs, key=lambda r: r.seq):
-            job = book._add_job(rec.job_id, rec.name, rec.seq, rec.policy, rec.submitted_at)
-            if rec.state is not JobState.RUNNING:
-                job.state = rec.state
+        job: Job | None  # each loop below looks its jobs up
+        for row in sorted(jobs, key=lambda r: r.seq):
+            job = book._add_job(row.job_id, row.name, row.seq, row.policy, row.submitted_at)
+            if row.state is not JobState.RUNNING:
+                job.state = row.state
                 book._running.remove(job)
         last_lease = 0
         for spec, rec in tasks:
@@ -453,16 +490,21 @@ class TaskTables:
                 reason = reasons[kind, needs]
                 if reason is not None:
                     waiting.append(Waiting(kind, needs, n, reason))
-            summaries.append(JobSummary(
-                j.job_id, j.name, j.state, j.policy.priority, j.submitted_at,
-                len(j.tasks) + j.compacted,
-                MappingProxyType(dict(j.counts)), tuple(waiting),
-            ))
+            summaries.append(
+                JobSummary(
+                    j.job_id,
+                    j.name,
+                    j.state,
+                    j.policy.priority,
+                    j.submitted_at,
+                    len(j.tasks) + j.compacted,
+                    MappingProxyType(dict(j.counts)),
+                    tuple(waiting),
+                )
+            )
         return summaries
 
-    def same_job(
-        self, job_id: str, tasks: Iterable[TaskSpec], policy: JobPolicy, name: str
-    ) -> bool:
+    def same_job(self, job_id: str, tasks: Iterable[TaskSpec], policy: JobPolicy, name: str) -> bool:
         """Return whether job ``job_id`` exists with exactly these tasks, policy and name.
 
         A submit repeated after a lost reply is recognized by this, and answered as already
@@ -473,7 +515,8 @@ class TaskTables:
             return False
         specs = list(tasks)
         return len(specs) == len(job.tasks) and all(
-            t.spec == spec for t, spec in zip(job.tasks, specs, strict=True))
+            t.spec == spec for t, spec in zip(job.tasks, specs, strict=True)
+        )
 
     def dead_letters(self, job_id: str) -> list[DeadLetter]:
         """Return the dead-lettered tasks of a job, in submit order, with their last error.
@@ -500,8 +543,14 @@ class TaskTables:
         if t is None:
             raise TaskError(f"unknown task {task_id!r}")
         return TaskInfo(
-            task_id, t.job.job_id, t.state, t.attempts, len(t.copies), t.not_before,
-            t.result_ref, t.error,
+            task_id,
+            t.job.job_id,
+            t.state,
+            t.attempts,
+            len(t.copies),
+            t.not_before,
+            t.result_ref,
+            t.error,
         )
 
     def _add_job(

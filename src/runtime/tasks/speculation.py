@@ -71,9 +71,7 @@ def straggler_threshold(policy: Speculation, median: float | None) -> float | No
     return max(policy.min_runtime_s, policy.factor * median)
 
 
-def pick_straggler(
-    running: Iterable[tuple[str, float]], now: float, threshold: float
-) -> str | None:
+def pick_straggler(running: Iterable[tuple[str, float]], now: float, threshold: float) -> str | None:
     """Return the task that has run longest, if it has run longer than ``threshold``.
 
     Args:

@@ -4,7 +4,7 @@ Everything here is a frozen value. :class:`~troupe.runtime.tasks.book.TaskBook` 
 events, returns the commands, and a driver performs them::
 
     events   SubmitJob  WorkerJoined  WorkerLeft  NodeDead  RequestTask  Renew
-             Complete  Fail  Decline  Tick  CancelJob  DrainNode  UndrainNode
+             Complete  Fail  Decline  SchedulerTick  CancelJob  DrainNode  UndrainNode
     commands Record (persist first!)  Lease  CancelLease  Ack  Reject  NodeDrained  JobFinished
     records  JobSubmitted  JobRecord  TaskRecord      (the payload of a Record command)
 
@@ -56,6 +56,7 @@ __all__ = [
     "Renew",
     "RequestTask",
     "Resources",
+    "SchedulerTick",
     "Speculation",
     "SubmitJob",
     "TaskBookStats",
@@ -63,7 +64,6 @@ __all__ = [
     "TaskRecord",
     "TaskSpec",
     "TaskState",
-    "Tick",
     "UndrainNode",
     "Waiting",
     "WorkerJoined",
@@ -294,7 +294,7 @@ class Decline:
 
 
 @dataclass(frozen=True, slots=True)
-class Tick:
+class SchedulerTick:
     """Time passed (the ``now`` given to ``handle``): expire leases, end backoffs."""
 
 
@@ -329,7 +329,7 @@ Event = (
     | Complete
     | Fail
     | Decline
-    | Tick
+    | SchedulerTick
     | CancelJob
     | DrainNode
     | UndrainNode

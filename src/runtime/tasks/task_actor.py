@@ -83,10 +83,17 @@ class LeasedTask:
         """
         try:
             refs = data.get("refs") or {}
-            task = cls(str(data["task_id"]), str(data["job_id"]), str(data["kind"]),
-                       int(data["seed"]), {str(k): str(v) for k, v in refs.items()},
-                       int(data["attempt"]), int(data["lease_id"]), bool(data["backup"]),
-                       float(data["ttl"]))
+            task = cls(
+                str(data["task_id"]),
+                str(data["job_id"]),
+                str(data["kind"]),
+                int(data["seed"]),
+                {str(k): str(v) for k, v in refs.items()},
+                int(data["attempt"]),
+                int(data["lease_id"]),
+                bool(data["backup"]),
+                float(data["ttl"]),
+            )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BadFrame(f"malformed lease from the master ({exc!r}): {data!r}") from None
         return task

@@ -20,10 +20,10 @@ from typing import Any
 
 import anyio
 import psutil
+
 from troupe.runtime.core.client import connect
-from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import AskTimeout
-from troupe.runtime.transports.zmq import ZmqTransport
 
 __all__ = ["ChaosEvent", "Cluster", "random_schedule"]
 
@@ -80,8 +80,14 @@ class Cluster:
         master_endpoint: the master's endpoint, when the node runs one (``master=True``).
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], endpoint: str, name: str, log_dir: Path,
-                 master_endpoint: str | None = None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        endpoint: str,
+        name: str,
+        log_dir: Path,
+        master_endpoint: str | None = None,
+    ) -> None:
         self.proc = proc
         self.endpoint = endpoint
         self.name = name
@@ -98,7 +104,7 @@ class Cluster:
 
     async def control(self, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
         """Send one control message to the node and return its reply."""
-        async with Runtime("test", f"test-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as rt:
+        async with process_runtime("test", f"test-{os.getpid()}", drain_timeout=0.1) as rt:
             return await rt.control(self.endpoint, msg_type, payload, timeout=timeout)
 
     async def status(self, timeout: float = 5.0) -> dict[str, Any]:
@@ -168,8 +174,10 @@ class Cluster:
             RuntimeError: the cluster was started without ``master=True``.
         """
         if self.master_endpoint is None:
-            raise RuntimeError(f"cluster {self.name!r} runs no master; start it with troupe_cluster(..., master=True)")
-        async with Runtime("test", f"test-{os.getpid()}", ZmqTransport(), drain_timeout=0.1) as rt:
+            raise RuntimeError(
+                f"cluster {self.name!r} runs no master; start it with troupe_cluster(..., master=True)"
+            )
+        async with process_runtime("test", f"test-{os.getpid()}", drain_timeout=0.1) as rt:
             return await rt.control(self.master_endpoint, msg_type, payload, timeout=timeout)
 
     async def submit(self, job: str | Mapping[str, Any], job_id: str | None = None) -> str:
@@ -190,13 +198,15 @@ class Cluster:
             TimeoutError: the job was still running after ``timeout`` seconds.
         """
         job: dict[str, Any] = await self.master_control(
-            "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout=timeout + 10.0)
+            "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout=timeout + 10.0
+        )
         if job["state"] == "running":
             raise TimeoutError(f"job {job_id!r} still running after {timeout}s: {job['counts']}")
         return job
 
-    async def run_job(self, job: str | Mapping[str, Any], job_id: str | None = None,
-                      timeout: float = 60.0) -> dict[str, Any]:
+    async def run_job(
+        self, job: str | Mapping[str, Any], job_id: str | None = None, timeout: float = 60.0
+    ) -> dict[str, Any]:
         """Submit a job and wait for it to finish (see :meth:`submit` and :meth:`wait_job`)."""
         return await self.wait_job(await self.submit(job, job_id), timeout)
 

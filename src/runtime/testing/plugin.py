@@ -57,6 +57,7 @@ from typing import Any
 import anyio
 import psutil
 import pytest
+
 from troupe.runtime.errors import AskTimeout, Unreachable
 
 from .cluster import ChaosEvent, Cluster, random_schedule
@@ -164,7 +165,7 @@ def _worker_error(cluster: Cluster, worker: dict[str, Any]) -> str:
     starts = [i for i, line in enumerate(tail) if line.startswith("Traceback (most recent call last)")]
     if starts:  # the worker's traceback, up to the node's next log line
         block: list[str] = []
-        for line in tail[starts[-1]:]:
+        for line in tail[starts[-1] :]:
             if _CONSOLE_LOG_LINE.match(line):
                 break
             block.append(line)
@@ -180,7 +181,8 @@ async def _wait_started(cluster: Cluster, timeout: float) -> None:
             if cluster.proc.poll() is not None:
                 raise ClusterStartError(
                     f"troupe node {cluster.name!r} exited ({cluster.proc.returncode}) while starting:\n"
-                    f"{_output_tail(cluster.log_dir, cluster.name)}")
+                    f"{_output_tail(cluster.log_dir, cluster.name)}"
+                )
             try:
                 status = await cluster.supervision(timeout=1.0)
             except (AskTimeout, Unreachable):
@@ -192,7 +194,8 @@ async def _wait_started(cluster: Cluster, timeout: float) -> None:
                 if w["exit"].startswith("exit ") or w["state"] == "failed":
                     raise ClusterStartError(
                         f"worker {w['name']!r} of troupe node {cluster.name!r} could not start "
-                        f"({w['exit'] or w['state']}): {_worker_error(cluster, w)}")
+                        f"({w['exit'] or w['state']}): {_worker_error(cluster, w)}"
+                    )
             if _ready(status):
                 return
             await anyio.sleep(0.05)
@@ -230,17 +233,43 @@ def start_cluster(
     log_dir.mkdir(parents=True, exist_ok=True)
     extra = dict(env or {})
     paths = [extra.pop("PYTHONPATH", ""), import_path()]
-    command = [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
-               "--name", name, "--endpoint", endpoint, "--logs", str(log_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "troupe.cli.main",
+        "node",
+        "start",
+        "--config",
+        str(config),
+        "--name",
+        name,
+        "--endpoint",
+        endpoint,
+        "--logs",
+        str(log_dir),
+    ]
     master_endpoint = free_endpoint() if master else None
     if master_endpoint is not None:
-        command += ["--with-master", "--master", master_endpoint,
-                    "--journal", str(directory / "journal.db"), "--new"]
+        command += [
+            "--with-master",
+            "--master",
+            master_endpoint,
+            "--journal",
+            str(directory / "journal.db"),
+            "--new",
+        ]
     with open(log_dir / f"{name}.out", "ab") as out:
         proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **extra,
-                 "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                **extra,
+                "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+            },
         )
     cluster = Cluster(proc, endpoint, name, log_dir, master_endpoint)
     try:
@@ -271,7 +300,10 @@ def troupe_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[C
     test_path = import_path(request.config.rootpath, request.path.parent)
 
     def factory(
-        config_text: str, name: str = "t", timeout: float = 60.0, env: dict[str, str] | None = None,
+        config_text: str,
+        name: str = "t",
+        timeout: float = 60.0,
+        env: dict[str, str] | None = None,
         master: bool = False,
     ) -> Cluster:
         extra = dict(env or {})

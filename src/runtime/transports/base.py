@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+
 from troupe.runtime.core.mailbox import Mailbox
 from troupe.runtime.errors import MailboxFull, Unreachable
 
@@ -196,7 +197,7 @@ class MemoryTransport:
 
     def _inbox(self, address: str) -> Mailbox[tuple[Any, list[Any]]]:
         entry = self.hub.mailboxes.get(address)
-        if entry is None or entry[0]._closed:
+        if entry is None or entry[0].closed:
             raise Unreachable(f"no process listens at {address}")
         return entry[1]
 
@@ -214,9 +215,20 @@ class MemoryTransport:
         return {}
 
     def _queue_reply(self, route: Any, frames: list[Any]) -> None:
-        if isinstance(route, MemoryTransport) and not route._closed:
-            route._replies.put_nowait([bytes(f) for f in frames])
+        if isinstance(route, MemoryTransport) and route.take_reply(frames):
             self._sent += 1
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: nothing reaches this transport any more."""
+        return self._closed
+
+    def take_reply(self, frames: list[Any]) -> bool:
+        """Queue a reply another memory transport sends back to this one; False once closed."""
+        if self._closed:
+            return False
+        self._replies.put_nowait([bytes(f) for f in frames])
+        return True
 
     async def send_raw(self, address: str, frames: list[Any]) -> None:
         """Send arbitrary frames (tests use this to inject bad input)."""

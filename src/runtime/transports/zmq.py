@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 import structlog
 import zmq
+
 from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
 
@@ -38,7 +39,6 @@ from .base import OnMessage, TransportStats
 from .zmq_outbox import ReplyOutbox
 from .zmq_socket import (
     COPY_BELOW,
-    EVENTS,
     NOBLOCK,
     POLLIN,
     POLLOUT,
@@ -47,6 +47,7 @@ from .zmq_socket import (
     private_context,
     recv_one,
     send_frame,
+    socket_events,
 )
 
 __all__ = ["ZmqTransport"]
@@ -61,6 +62,7 @@ REPLY_LINGER_S = 5.0
 # for all together. They bound memory while an asker does not read; bursts must fit.
 HELD_PER_ASKER = 1000
 HELD_IN_ALL = 10_000
+
 
 class ZmqTransport:
     """A transport over ZeroMQ TCP (or ipc) sockets.
@@ -102,8 +104,13 @@ class ZmqTransport:
         self._refused: dict[str, int] = {}
         self._replies_dropped = 0
         self._drop_log = PeerLogGate(DROP_LOG_INTERVAL_S)
-        self._outbox = ReplyOutbox(self._write, self._reply_dropped, max(hwm, HELD_PER_ASKER),
-                                   max(4 * hwm, HELD_IN_ALL), REPLY_LINGER_S)
+        self._outbox = ReplyOutbox(
+            self._write,
+            self._reply_dropped,
+            max(hwm, HELD_PER_ASKER),
+            max(4 * hwm, HELD_IN_ALL),
+            REPLY_LINGER_S,
+        )
         self._sent = 0
         self._received = 0
         self._closed = False
@@ -138,7 +145,9 @@ class ZmqTransport:
 
     def statistics(self) -> TransportStats:
         """Return counters."""
-        return TransportStats(self.address, self._sent, self._received, len(self._dealers), self._replies_dropped)
+        return TransportStats(
+            self.address, self._sent, self._received, len(self._dealers), self._replies_dropped
+        )
 
     async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Receive on the mailbox and on every peer connection until cancelled."""
@@ -260,7 +269,7 @@ class ZmqTransport:
                 await asyncio.sleep(0)  # let other tasks run between batches
                 continue
             w.wake.clear()
-            events = sock.getsockopt(EVENTS)
+            events = socket_events(sock)
             if events & POLLIN:
                 continue
             if w.senders and events & POLLOUT:
@@ -377,9 +386,13 @@ class ZmqTransport:
         # Else: the mailbox closed under it at shutdown.
         not_reading = isinstance(exc, zmq.Again)
         (log.warning if not_reading else log.info)(
-            "reply_dropped", mailbox=mailbox.peer, peer=identity.hex(),
-            reason="asker_not_reading" if not_reading else exc.strerror, dropped=n,
-            unlogged_drops=self._drop_log.take_quiet(key), total=mailbox.replies_dropped,
+            "reply_dropped",
+            mailbox=mailbox.peer,
+            peer=identity.hex(),
+            reason="asker_not_reading" if not_reading else exc.strerror,
+            dropped=n,
+            unlogged_drops=self._drop_log.take_quiet(key),
+            total=mailbox.replies_dropped,
         )
 
     def waiting(self) -> int:
@@ -401,7 +414,7 @@ class ZmqTransport:
                     f"{self.hwm}); send with block=True to wait"
                 )
             w.writable.clear()
-            if w.sock.getsockopt(EVENTS) & POLLOUT:
+            if socket_events(w.sock) & POLLOUT:
                 continue
             w.senders += 1
             try:
@@ -462,7 +475,7 @@ class ZmqTransport:
     def _recheck(self, w: Watched) -> None:
         w.recheck = False
         try:
-            events = w.sock.getsockopt(EVENTS)
+            events = socket_events(w.sock)
         except zmq.ZMQError:  # closed meanwhile (forget, close): its pump has been told
             return
         if w.senders and events & POLLOUT:

@@ -32,7 +32,7 @@ _MAX_RETRY_S = 0.05
 
 
 class _Held:
-    __slots__ = ("mailbox", "identity", "replies", "since")
+    __slots__ = ("identity", "mailbox", "replies", "since")
 
     def __init__(self, mailbox: Watched, identity: bytes, now: float) -> None:
         self.mailbox = mailbox
@@ -79,7 +79,9 @@ class ReplyOutbox:
         """Whether replies wait for this asker (a new one must queue behind them)."""
         return (mailbox, identity) in self._held
 
-    def hold(self, mailbox: Watched, identity: bytes, frames: list[Any], loop: asyncio.AbstractEventLoop) -> bool:
+    def hold(
+        self, mailbox: Watched, identity: bytes, frames: list[Any], loop: asyncio.AbstractEventLoop
+    ) -> bool:
         """Hold one reply (frames without the identity) for a retry; False if it was dropped."""
         key = (mailbox, identity)
         held = self._held.get(key)

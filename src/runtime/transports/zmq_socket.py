@@ -8,12 +8,25 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import structlog
 import zmq
 
-__all__ = ["COPY_BELOW", "EVENTS", "NOBLOCK", "POLLIN", "POLLOUT", "SNDMORE", "Watched", "private_context", "recv_frame", "recv_one", "send_frame"]
+__all__ = [
+    "COPY_BELOW",
+    "EVENTS",
+    "NOBLOCK",
+    "POLLIN",
+    "POLLOUT",
+    "SNDMORE",
+    "Watched",
+    "private_context",
+    "recv_frame",
+    "recv_one",
+    "send_frame",
+    "socket_events",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -56,12 +69,24 @@ def private_context(batch_io_thread: bool) -> zmq.Context[Any]:
 class Watched:
     """A socket with its readiness flag, fed by the loop's reader callback."""
 
-    __slots__ = ("sock", "fd", "wake", "writable", "peer", "waiting", "is_router", "backlog", "senders",
-                 "recheck", "draining", "replies_dropped")
+    __slots__ = (
+        "backlog",
+        "draining",
+        "fd",
+        "is_router",
+        "peer",
+        "recheck",
+        "replies_dropped",
+        "senders",
+        "sock",
+        "waiting",
+        "wake",
+        "writable",
+    )
 
     def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
         self.sock = sock
-        self.fd = sock.getsockopt(zmq.FD)
+        self.fd = sock.fileno()  # the FD option, as an int
         self.wake = asyncio.Event()  # the reader (pump) waits on this
         self.writable = asyncio.Event()  # senders blocked at the high-water mark wait on this
         self.peer = peer
@@ -76,6 +101,12 @@ class Watched:
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
         self.replies_dropped = 0  # a mailbox's replies its askers could not take (never waited on)
+
+
+def socket_events(sock: zmq.Socket[bytes]) -> int:
+    """The socket's ``EVENTS`` bits (``POLLIN``, ``POLLOUT``); pyzmq types every option's value
+    as ``int | bytes``, and this one is an int."""
+    return cast(int, sock.getsockopt(EVENTS))
 
 
 def recv_one(w: Watched) -> tuple[Any, list[Any]]:
@@ -96,4 +127,3 @@ def recv_one(w: Watched) -> tuple[Any, list[Any]]:
         frame = recv_frame(sock, NOBLOCK, False)
         frames.append(frame)
     return route, frames
-

@@ -17,6 +17,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 import msgpack
+
 from troupe.runtime.errors import (
     BadFrame,
     EncodeError,
@@ -26,6 +27,7 @@ from troupe.runtime.errors import (
 
 if TYPE_CHECKING:
     import numpy as np
+    from numpy import ndarray
 
 
 def _np() -> Any:
@@ -34,6 +36,7 @@ def _np() -> Any:
     import numpy
 
     return numpy
+
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -189,18 +192,32 @@ class Codec:
             EncodeError: the payload or headers hold a value with no wire encoding.
         """
         return self._frames(
-            [PROTOCOL_VERSION, int(env.kind), env.msg_id, env.corr_id, env.sender, env.target, env.type,
-             env.deadline, env.trace, env.headers, env.payload],
+            [
+                PROTOCOL_VERSION,
+                int(env.kind),
+                env.msg_id,
+                env.corr_id,
+                env.sender,
+                env.target,
+                env.type,
+                env.deadline,
+                env.trace,
+                env.headers,
+                env.payload,
+            ],
             env.type,
         )
 
     def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
         """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
         building it (a reply is sent for every ask). Raises like ``encode``."""
-        return self._frames([PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], "")
+        return self._frames(
+            [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], ""
+        )
 
     def _frames(self, fields: list[Any], msg_type: str) -> list[Any]:
-        self._buffers = buffers = []
+        buffers: list[Any] = []
+        self._buffers = buffers
         try:
             header = self._packer.pack(fields)
         except EncodeError:
@@ -295,8 +312,7 @@ class Codec:
         env = _validate(_unpack_header(header, _ExtHook(frames, used)))
         if len(used) != len(frames) - 1:
             raise BadFrame(
-                f"message has {len(frames) - 1} buffer frames but the header references "
-                f"{len(used)}"
+                f"message has {len(frames) - 1} buffer frames but the header references {len(used)}"
             )
         return env
 
@@ -329,7 +345,11 @@ def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
     hook.used.clear()  # the first pass may have claimed buffer frames before it failed
     try:
         return msgpack.unpackb(
-            header, ext_hook=hook, raw=False, use_list=True, strict_map_key=False,
+            header,
+            ext_hook=hook,
+            raw=False,
+            use_list=True,
+            strict_map_key=False,
             object_pairs_hook=_checked_map,
         )
     except (BadFrame, VersionMismatch):
@@ -404,7 +424,9 @@ class _ExtHook:
             )
         # A view of the received frame, not a copy: read-only, so that no handler writes into
         # message memory by mistake (docs/PROTOCOL.md 6.1); copy it to write.
-        arr = np.empty(shape, dtype=dtype) if count == 0 else np.frombuffer(buf, dtype=dtype).reshape(shape)
+        arr: ndarray = (
+            np.empty(shape, dtype=dtype) if count == 0 else np.frombuffer(buf, dtype=dtype).reshape(shape)
+        )
         arr.flags.writeable = False
         return arr
 
@@ -484,15 +506,13 @@ def _explain(fields: Any) -> None:
     if len(fields) != _FIELDS:
         if fields and type(fields[0]) is int and fields[0] != PROTOCOL_VERSION:
             raise VersionMismatch(
-                f"protocol version {fields[0]} is not supported (this process speaks "
-                f"{PROTOCOL_VERSION})"
+                f"protocol version {fields[0]} is not supported (this process speaks {PROTOCOL_VERSION})"
             )
         raise BadFrame(f"envelope must have {_FIELDS} fields, got {len(fields)}")
     version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, _ = fields
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch(
-            f"protocol version {version!r} is not supported (this process speaks "
-            f"{PROTOCOL_VERSION})"
+            f"protocol version {version!r} is not supported (this process speaks {PROTOCOL_VERSION})"
         )
     k = _KINDS.get(kind) if type(kind) is int else None
     if k is None:
@@ -511,5 +531,7 @@ def _explain(fields: Any) -> None:
     if k in (Kind.TELL, Kind.ASK) and not mtype:
         raise BadFrame("tell and ask messages need a non-empty type")
     if k in _ANSWERED and not msg_id:
-        raise BadFrame(f"{k.name} with msg_id 0: an ask or control message needs a msg_id >= 1 "
-                       "for its reply to name (0 answers nothing)")
+        raise BadFrame(
+            f"{k.name} with msg_id 0: an ask or control message needs a msg_id >= 1 "
+            "for its reply to name (0 answers nothing)"
+        )

@@ -52,8 +52,12 @@ def raise_error_payload(payload: Any) -> NoReturn:
     message = str(payload.get("message", ""))
     actor = str(payload.get("actor", ""))
     if code == "remote_error":
-        raise RemoteError(str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor)
+        raise RemoteError(
+            str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor
+        )
     cls = error_class(code)
     if cls is RemoteError:
-        raise RemoteError(str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor)
+        raise RemoteError(
+            str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor
+        )
     raise cls(message)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 
 import numpy as np
 import pytest
+
 from troupe.actors.datagen.astar import astar, octile_cost, octile_distance
+from troupe.actors.datagen.errors import PlanFailed
 from troupe.actors.datagen.occupancy import Grid, component_labels, occupancy_grid
 from troupe.actors.datagen.pose import (
     ego_action,
@@ -24,7 +27,7 @@ from troupe.actors.datagen.trajectory import (
     shorten_path,
     supercover,
 )
-from troupe.runtime.errors import ItemFailed, PlanFailed, error_class
+from troupe.runtime.errors import ItemFailed, error_class
 
 T = 0.1  # wall thickness of the hand-built scenes
 
@@ -218,7 +221,7 @@ def test_supercover_takes_both_cells_at_a_corner() -> None:
         cells = supercover(a, b)
         assert cells[0] == a and cells[-1] == b
         # Every step moves to a 4-neighbour (or the corner's pair): no cell is skipped.
-        assert all(abs(p[0] - q[0]) + abs(p[1] - q[1]) <= 2 for p, q in zip(cells, cells[1:]))
+        assert all(abs(p[0] - q[0]) + abs(p[1] - q[1]) <= 2 for p, q in itertools.pairwise(cells))
 
 
 def test_shortened_path_keeps_line_of_sight_around_obstacles() -> None:
@@ -229,7 +232,7 @@ def test_shortened_path_keeps_line_of_sight_around_obstacles() -> None:
     assert path is not None
     short = shorten_path(occ, path)
     assert short[0] == (0, 0) and short[-1] == (9, 0) and 3 <= len(short) < len(path)
-    assert all(line_of_sight(occ, a, b) for a, b in zip(short, short[1:]))
+    assert all(line_of_sight(occ, a, b) for a, b in itertools.pairwise(short))
 
 
 # --- episodes ---------------------------------------------------------------------------------
@@ -238,7 +241,7 @@ def test_shortened_path_keeps_line_of_sight_around_obstacles() -> None:
 def _assert_poses_free(grid: Grid, positions: np.ndarray) -> None:
     """Every point on every segment between consecutive poses lies in a free cell."""
     xy = positions[:, :2]
-    for a, b in zip(xy, xy[1:], strict=False):
+    for a, b in itertools.pairwise(xy):
         n = max(2, int(np.ceil(np.linalg.norm(b - a) / (grid.cell / 10))) + 1)
         pts = a + np.linspace(0.0, 1.0, n)[:, None] * (b - a)
         cells = grid.world_to_cell(pts)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+
 from troupe.actors.datagen.occupancy import component_labels, occupancy_grid
 from troupe.actors.datagen.randomize import RandomizeConfig, randomize
 from troupe.actors.datagen.scene import (
@@ -66,7 +67,7 @@ def test_scene_respects_config_ranges(seed: int) -> None:
     for room in scene.rooms:
         assert min(room.hi[0] - room.lo[0], room.hi[1] - room.lo[1]) >= config.min_room - 1e-9
     for box in scene.furniture:
-        assert 0 <= box.lo[0] and box.hi[0] <= w and 0 <= box.lo[1] and box.hi[1] <= d
+        assert box.lo[0] >= 0 and box.hi[0] <= w and box.lo[1] >= 0 and box.hi[1] <= d
         assert box.lo[2] == 0.0 and box.hi[2] < scene.ceiling
     kinds = [b.kind for b in scene.boxes]
     assert kinds.count(BoxKind.FLOOR) == 1 and kinds.count(BoxKind.CEILING) == 1

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from troupe.actors.lerobot import action_layout as al
-from troupe.runtime.errors import InvalidData
+from troupe.actors.lerobot.errors import InvalidData
 
 
 def test_parts_tile_the_layout() -> None:

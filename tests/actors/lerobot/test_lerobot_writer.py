@@ -12,9 +12,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from troupe.actors.lerobot import episode as lerobot_episode
 from troupe.actors.lerobot import writer as lerobot_writer
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData, write_episode
+from troupe.actors.lerobot.errors import InvalidData
 from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
 from troupe.actors.lerobot.format import DEPTH_KEY, RGB_KEY, gray_to_depth, video_file
 from troupe.actors.lerobot.video import (
@@ -24,7 +26,7 @@ from troupe.actors.lerobot.video import (
     encode_video,
 )
 from troupe.actors.lerobot.writer import AsyncWriter
-from troupe.runtime.errors import ActorStopped, CommitError, InvalidData, MailboxFull
+from troupe.runtime.errors import ActorStopped, CommitError, MailboxFull
 from troupe.runtime.tasks import output_store as commit_mod
 from troupe.runtime.tasks.output_store import OutputStore
 
@@ -181,9 +183,7 @@ def test_submit_blocks_at_max_pending(store: OutputStore, monkeypatch: pytest.Mo
     assert writer.close(timeout=10)
 
 
-async def test_submit_async_awaits_room(
-    store: OutputStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_submit_async_awaits_room(store: OutputStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """submit_async waits for room without blocking the loop, and reports write failures."""
     gate = _Gate(fail=True)
     monkeypatch.setattr(lerobot_writer, "write_episode", gate)
@@ -213,9 +213,7 @@ def test_finalize_reads_back(store: OutputStore, tmp_path: Path) -> None:
     info = json.loads((root / "meta/info.json").read_text())
     assert info["codebase_version"] == "v3.0" and info["fps"] == FPS
     assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (4, total, 2)
-    assert info["features"]["action"]["shape"] == [59] and info["features"]["timestamp"][
-        "shape"
-    ] == [1]
+    assert info["features"]["action"]["shape"] == [59] and info["features"]["timestamp"]["shape"] == [1]
     assert info["features"][DEPTH_KEY]["info"]["video.is_depth_map"] is True
     assert info["features"][DEPTH_KEY]["info"]["depth.max_m"] == 10.0
 
@@ -254,9 +252,7 @@ def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_pa
     """Re-running finalize writes identical bytes; a run with fewer files removes the extra ones."""
     _write_all(store)
     root = tmp_path / "ds"
-    small = DatasetConfig(
-        fps=FPS, chunks_size=2, data_files_size_in_mb=1e-6, video_files_size_in_mb=1e-6
-    )
+    small = DatasetConfig(fps=FPS, chunks_size=2, data_files_size_in_mb=1e-6, video_files_size_in_mb=1e-6)
     summary = finalize_dataset(store, root, small)
     assert (summary.data_files, summary.video_files) == (4, 8)
     assert (root / "data/chunk-001/file-001.parquet").is_file()
@@ -269,14 +265,10 @@ def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_pa
     assert finalize_dataset(store, root, DatasetConfig(fps=FPS)) == first
     assert _digest(root) == before
     assert not (root / "data/chunk-001").exists()
-    assert sorted(p.name for p in (root / "videos" / RGB_KEY / "chunk-000").iterdir()) == [
-        "file-000.mp4"
-    ]
+    assert sorted(p.name for p in (root / "videos" / RGB_KEY / "chunk-000").iterdir()) == ["file-000.mp4"]
 
 
-def test_finalize_without_remux_gives_one_video_per_episode(
-    store: OutputStore, tmp_path: Path
-) -> None:
+def test_finalize_without_remux_gives_one_video_per_episode(store: OutputStore, tmp_path: Path) -> None:
     """remux_videos=False writes one mp4 per episode, each from timestamp 0."""
     _write_all(store)
     summary = finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS, remux_videos=False))

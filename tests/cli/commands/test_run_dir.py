@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.commands.run_dir import RunDir, fingerprint, first_difference
 from troupe.runtime.errors import ConfigError
@@ -20,21 +21,42 @@ def _made_with(**overrides: object) -> dict[str, object]:
 def test_only_what_decides_the_episodes_is_compared() -> None:
     """Items, seeds and stage kwargs count; replicas, queues and slots do not."""
     base = default_pipeline(items=8)
-    faster = base.model_copy(update={"slots": 9, "stages": tuple(
-        s.model_copy(update={"queue": 16, "max_replicas": 4}) for s in base.stages)})
+    faster = base.model_copy(
+        update={
+            "slots": 9,
+            "stages": tuple(s.model_copy(update={"queue": 16, "max_replicas": 4}) for s in base.stages),
+        }
+    )
     assert first_difference(fingerprint(base), fingerprint(faster)) is None
     assert first_difference(_made_with(items=32), _made_with(items=8)) == ("items=32", "items=8")
-    assert first_difference(_made_with(seed_start=0), _made_with(seed_start=5)) == ("seed_start=0", "seed_start=5")
-    wider = base.model_copy(update={"stages": tuple(
-        s.model_copy(update={"kwargs": {**s.kwargs, "width": 128}}) if s.name == "load" else s
-        for s in base.stages)})
+    assert first_difference(_made_with(seed_start=0), _made_with(seed_start=5)) == (
+        "seed_start=0",
+        "seed_start=5",
+    )
+    wider = base.model_copy(
+        update={
+            "stages": tuple(
+                s.model_copy(update={"kwargs": {**s.kwargs, "width": 128}}) if s.name == "load" else s
+                for s in base.stages
+            )
+        }
+    )
     assert first_difference(fingerprint(base), fingerprint(wider)) == (
-        "stage.load.kwargs.width=96", "stage.load.kwargs.width=128")
-    on_gpu = base.model_copy(update={"stages": tuple(
-        s.model_copy(update={"kwargs": {"device": "cuda"}}) if s.name == "render" else s
-        for s in base.stages)})
+        "stage.load.kwargs.width=96",
+        "stage.load.kwargs.width=128",
+    )
+    on_gpu = base.model_copy(
+        update={
+            "stages": tuple(
+                s.model_copy(update={"kwargs": {"device": "cuda"}}) if s.name == "render" else s
+                for s in base.stages
+            )
+        }
+    )
     assert first_difference(fingerprint(base), fingerprint(on_gpu)) == (
-        "no stage.render.kwargs.device", "stage.render.kwargs.device=cuda")
+        "no stage.render.kwargs.device",
+        "stage.render.kwargs.device=cuda",
+    )
 
 
 def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) -> None:
@@ -51,8 +73,9 @@ def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
     run.prepare(_made_with(items=32), fresh=False, stores=[])
     with pytest.raises(ConfigError) as err:
         run.prepare(_made_with(items=8), fresh=False, stores=[])
-    assert str(err.value) == (f"--out {tmp_path / 'out'} was made with items=32, this run asks items=8 "
-                              "(use --fresh to start anew)")
+    assert str(err.value) == (
+        f"--out {tmp_path / 'out'} was made with items=32, this run asks items=8 (use --fresh to start anew)"
+    )
 
 
 def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> None:
@@ -61,7 +84,7 @@ def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> N
     (out / "data" / "table.csv").write_text("1,2\n")
     (out / "report.pdf").write_text("%PDF")
     for fresh in (False, True):
-        with pytest.raises(ConfigError, match="'report.pdf', which no troupe run wrote"):
+        with pytest.raises(ConfigError, match=r"'report\.pdf', which no troupe run wrote"):
             RunDir(out).prepare(_made_with(), fresh=fresh, stores=[])
     assert (out / "data" / "table.csv").read_text() == "1,2\n"
 
@@ -70,7 +93,7 @@ def test_an_unrecorded_troupe_run_needs_fresh(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / ".troupe" / "episodes").mkdir(parents=True)
     (out / "meta").mkdir()
-    with pytest.raises(ConfigError, match="no record of what it was made with.*--fresh"):
+    with pytest.raises(ConfigError, match=r"no record of what it was made with.*--fresh"):
         RunDir(out).prepare(_made_with(), fresh=False, stores=[])
 
 

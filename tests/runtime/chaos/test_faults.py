@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 from structlog.testing import capture_logs
+
 from troupe.runtime.chaos.faults import (
     DROP,
     PROCEED,
@@ -65,7 +66,7 @@ def test_spec_from_dict_fills_defaults() -> None:
         ({"kind": "explode"}, "'kind' must be one of kill, crash, hang_with_gil"),
         ({}, "'kind' must be one of"),
         ({"kind": ["slow"]}, "'kind' must be one of"),
-        ({"kind": "slow"}, "seconds must be a finite number >= 0.*e.g. \"seconds\": 0.5"),
+        ({"kind": "slow"}, 'seconds must be a finite number >= 0.*e.g. "seconds": 0.5'),
         ({"kind": "slow", "seconds": -1}, "seconds must be"),
         ({"kind": "hang_with_gil", "seconds": "1"}, "seconds must be"),
         ({"kind": "crash", "seconds": 1}, "field\\(s\\) seconds not allowed for kind 'crash'"),
@@ -79,9 +80,7 @@ def test_spec_from_dict_fills_defaults() -> None:
         ({"kind": "partition", "peers": ["a"], "actor": "x"}, "actor not allowed"),
     ],
 )
-def test_bad_specs_are_refused_with_a_clear_config_error(
-    spec: dict[str, object], message: str
-) -> None:
+def test_bad_specs_are_refused_with_a_clear_config_error(spec: dict[str, object], message: str) -> None:
     """Each malformed spec raises ConfigError naming the spec, the field and the fix."""
     with pytest.raises(ConfigError, match=message) as info:
         FaultPlan.from_dicts([{"kind": "crash"}, spec])
@@ -220,8 +219,6 @@ def test_kill_fault_sigkills_the_process() -> None:
         print("survived second", flush=True)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
-    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert result.returncode == -signal.SIGKILL
     assert "survived first" in result.stdout and "survived second" not in result.stdout

@@ -18,6 +18,7 @@ import msgpack
 import numpy as np
 import pytest
 import structlog
+
 from troupe.runtime import (
     Actor,
     ActorRef,
@@ -148,8 +149,12 @@ async def _pair(b_capacity: int = 1000, **b_options: Any) -> AsyncIterator[Pair]
 
 
 async def _collector(
-    transport: MemoryTransport, out: list[Envelope], got: anyio.Event, want: list[int],
-    *, task_status: Any = anyio.TASK_STATUS_IGNORED,
+    transport: MemoryTransport,
+    out: list[Envelope],
+    got: anyio.Event,
+    want: list[int],
+    *,
+    task_status: Any = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a bare transport (a foreign client) and decode what comes back to it."""
     codec = Codec()
@@ -309,7 +314,7 @@ async def test_unknown_message_type(path: str) -> None:
         async with _pair() as pair:
             await pair.b.spawn(Recorder, "rec")
             ref = pair.ref(path, "rec")
-            with pytest.raises(UnknownMessageType, match="'dance'.*echo"):
+            with pytest.raises(UnknownMessageType, match=r"'dance'.*echo"):
                 await ref.ask("dance")
             assert await ref.ask("echo", 1) == 1
 
@@ -346,7 +351,8 @@ async def test_fast_path_and_remote_agree() -> None:
 
 
 async def test_fast_path_passes_payloads_by_reference() -> None:
-    """As the README says, the local fast path skips the codec: the payload object itself arrives (a set too), while the wire refuses a set."""
+    """As the README says, the local fast path skips the codec: the payload object itself arrives (a set too),
+    while the wire refuses a set."""
     with anyio.fail_after(BOUND):
         async with _pair() as pair:
             await pair.b.spawn(Recorder, "rec")
@@ -499,13 +505,12 @@ async def test_shutdown_fails_queued_asks_with_actor_stopped() -> None:
             results.append(exc)
 
     with anyio.fail_after(BOUND):
-        async with anyio.create_task_group() as tg:
-            async with _pair(drain_timeout=0.01) as pair:
-                actor = Recorder()
-                ref = await pair.b.spawn(actor, "rec")
-                await ref.tell("block", "stuck")
-                await actor.entered.wait()
-                await tg.start(asker, ref)
+        async with anyio.create_task_group() as tg, _pair(drain_timeout=0.01) as pair:
+            actor = Recorder()
+            ref = await pair.b.spawn(actor, "rec")
+            await ref.tell("block", "stuck")
+            await actor.entered.wait()
+            await tg.start(asker, ref)
     assert len(results) == 1 and isinstance(results[0], ActorStopped)
 
 
@@ -526,12 +531,11 @@ async def test_stopping_runtime_fails_its_pending_remote_asks() -> None:
     with anyio.fail_after(BOUND):
         async with Runtime(NODE, "b", tb) as b:
             await b.spawn(actor, "rec")
-            async with anyio.create_task_group() as tg:
-                async with Runtime(NODE, "a", hub.transport(name="a")) as a:
-                    a.directory.learn(f"{NODE}/b/rec", b.cells["rec"].endpoint)
-                    await tg.start(asker, a.ref(f"{NODE}/b/rec"))
-                    await actor.entered.wait()
-                    assert a.statistics().pending_asks == 1
+            async with anyio.create_task_group() as tg, Runtime(NODE, "a", hub.transport(name="a")) as a:
+                a.directory.learn(f"{NODE}/b/rec", b.cells["rec"].endpoint)
+                await tg.start(asker, a.ref(f"{NODE}/b/rec"))
+                await actor.entered.wait()
+                assert a.statistics().pending_asks == 1
             actor.release.set()
     assert len(results) == 1 and isinstance(results[0], ActorStopped)
 
@@ -560,12 +564,11 @@ async def test_in_flight_local_ask_fails_with_actor_stopped() -> None:
             results.append(exc)
 
     with anyio.fail_after(BOUND):
-        async with anyio.create_task_group() as tg:
-            async with _pair(drain_timeout=0.01) as pair:
-                actor = Recorder()
-                ref = await pair.b.spawn(actor, "rec")
-                await tg.start(asker, ref)
-                await actor.entered.wait()
+        async with anyio.create_task_group() as tg, _pair(drain_timeout=0.01) as pair:
+            actor = Recorder()
+            ref = await pair.b.spawn(actor, "rec")
+            await tg.start(asker, ref)
+            await actor.entered.wait()
     assert len(results) == 1 and isinstance(results[0], ActorStopped), results
 
 
@@ -583,21 +586,24 @@ async def test_in_flight_remote_ask_fails_with_actor_stopped() -> None:
             results.append(exc)
 
     with anyio.fail_after(BOUND):
-        async with Runtime(NODE, "a", hub.transport(name="a")) as a:
-            async with anyio.create_task_group() as tg:
-                async with Runtime(NODE, "b", hub.transport(name="b"), drain_timeout=0.01) as b:
-                    await b.spawn(actor, "rec")
-                    a.directory.learn(f"{NODE}/b/rec", b.cells["rec"].endpoint)
-                    await tg.start(asker, a.ref(f"{NODE}/b/rec"))
-                    await actor.entered.wait()
+        async with (
+            Runtime(NODE, "a", hub.transport(name="a")) as a,
+            anyio.create_task_group() as tg,
+            Runtime(NODE, "b", hub.transport(name="b"), drain_timeout=0.01) as b,
+        ):
+            await b.spawn(actor, "rec")
+            a.directory.learn(f"{NODE}/b/rec", b.cells["rec"].endpoint)
+            await tg.start(asker, a.ref(f"{NODE}/b/rec"))
+            await actor.entered.wait()
     assert len(results) == 1 and isinstance(results[0], ActorStopped), results
 
 
 # -- bad input ------------------------------------------------------------------------------
 
 
-def _raw(kind: Kind, msg_id: int, target: str, msg_type: str, payload: Any = None,
-         deadline: float | None = None) -> list[Any]:
+def _raw(
+    kind: Kind, msg_id: int, target: str, msg_type: str, payload: Any = None, deadline: float | None = None
+) -> list[Any]:
     env = Envelope(kind, msg_id, 0, "probe", target, msg_type, deadline, None, None, payload)
     return Codec().encode(env)
 
@@ -615,7 +621,12 @@ async def test_bad_frames_are_counted_answered_and_survived() -> None:
         [b"x" * 5000],
     ]
     expected_codes = [
-        "bad_frame", "bad_frame", "bad_frame", "version_mismatch", "bad_frame", "bad_frame",
+        "bad_frame",
+        "bad_frame",
+        "bad_frame",
+        "version_mismatch",
+        "bad_frame",
+        "bad_frame",
         "message_too_large",
     ]
     replies: list[Envelope] = []

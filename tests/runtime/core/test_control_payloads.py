@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from troupe.runtime.core.control_payloads import (
     ControlPayload,
     address_field,
@@ -28,18 +29,23 @@ def test_nil_payload_is_an_empty_map() -> None:
         p.require("x", str)
 
 
-@pytest.mark.parametrize(("payload", "read", "match"), [
-    ("text", lambda p: None, "payload must be a map, got 'text'"),
-    ({}, lambda p: p.require("name", str), "control 'c': missing field 'name' \\(str\\)"),
-    ({"n": True}, lambda p: p.require("n", int), "field 'n' must be int, got True \\(bool\\)"),
-    ({"n": 1.5}, lambda p: p.require("n", int), "field 'n' must be int, got 1.5"),
-    ({"f": "1"}, lambda p: p.require("f", float), "field 'f' must be number, got '1'"),
-    ({"o": 3}, lambda p: p.optional("o", str), "field 'o' must be str, got 3"),
-    ({"m": {"a": 1}}, lambda p: p.map_of_str("m"), "field 'm' must map str to str, has 'a': 1"),
-    ({"a": ["h"]}, lambda p: p.host_port("a"), "field 'a' must be \\[host, port\\]"),
-    ({"a": ["h", "1"]}, lambda p: p.host_port("a"), "field 'a' must be \\[host, port\\]"),
-])
-def test_malformed_fields_are_bad_requests_naming_field_and_value(payload: Any, read: Any, match: str) -> None:
+@pytest.mark.parametrize(
+    ("payload", "read", "match"),
+    [
+        ("text", lambda p: None, "payload must be a map, got 'text'"),
+        ({}, lambda p: p.require("name", str), "control 'c': missing field 'name' \\(str\\)"),
+        ({"n": True}, lambda p: p.require("n", int), "field 'n' must be int, got True \\(bool\\)"),
+        ({"n": 1.5}, lambda p: p.require("n", int), "field 'n' must be int, got 1.5"),
+        ({"f": "1"}, lambda p: p.require("f", float), "field 'f' must be number, got '1'"),
+        ({"o": 3}, lambda p: p.optional("o", str), "field 'o' must be str, got 3"),
+        ({"m": {"a": 1}}, lambda p: p.map_of_str("m"), "field 'm' must map str to str, has 'a': 1"),
+        ({"a": ["h"]}, lambda p: p.host_port("a"), "field 'a' must be \\[host, port\\]"),
+        ({"a": ["h", "1"]}, lambda p: p.host_port("a"), "field 'a' must be \\[host, port\\]"),
+    ],
+)
+def test_malformed_fields_are_bad_requests_naming_field_and_value(
+    payload: Any, read: Any, match: str
+) -> None:
     with pytest.raises(BadRequest, match=match) as info:
         read(ControlPayload("c", payload))
     assert info.value.code == "bad_request" and isinstance(info.value, ProtocolError)
@@ -47,7 +53,7 @@ def test_malformed_fields_are_bad_requests_naming_field_and_value(payload: Any, 
 
 def test_validated_names_the_failing_field() -> None:
     assert validated(ActorSpec, {"name": "a", "class": "m:C"}, "spawn").name == "a"
-    with pytest.raises(BadRequest, match="control 'actor_spawned': field 'actor.class': Field required"):
+    with pytest.raises(BadRequest, match=r"control 'actor_spawned': field 'actor.class': Field required"):
         validated(ActorSpec, {"name": "a"}, "actor_spawned", "actor")
 
 

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from troupe.runtime.core.deadlines import AskDeadlines
 from troupe.runtime.errors import AskTimeout
 
@@ -53,7 +54,9 @@ def _future() -> asyncio.Future[Any]:
     return asyncio.get_running_loop().create_future()
 
 
-async def test_an_unanswered_ask_fails_at_its_deadline_and_an_answered_one_is_left_alone(clock: FakeClock) -> None:
+async def test_an_unanswered_ask_fails_at_its_deadline_and_an_answered_one_is_left_alone(
+    clock: FakeClock,
+) -> None:
     deadlines = AskDeadlines(clock)  # type: ignore[arg-type]
     answered, late = _future(), _future()
     deadlines.watch(answered, 1.0, "n/p/a", "echo")
@@ -62,7 +65,7 @@ async def test_an_unanswered_ask_fails_at_its_deadline_and_an_answered_one_is_le
     clock.advance(1.5)
     assert not late.done()
     clock.advance(1.0)
-    with pytest.raises(AskTimeout, match="'work' from n/p/b within 2.0s"):
+    with pytest.raises(AskTimeout, match=r"'work' from n/p/b within 2.0s"):
         late.result()
     assert answered.result() == "ok"
     assert clock.armed() == []  # nothing left to wait for: no timer

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from troupe import Actor, RemoteError, handles
 from troupe.runtime import Runtime
 from troupe.runtime.lowlevel import MemoryHub

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgpack
 import zmq
+
 from troupe.runtime import Actor, Runtime, handles
 from troupe.runtime.core.runtime import ERROR_BURST
 from troupe.runtime.transports.zmq import ZmqTransport
@@ -52,7 +53,9 @@ def deaf_dealer(ctx: zmq.Context[Any], endpoint: str) -> zmq.Socket[bytes]:
 
 
 def ask_frame(msg_id: int, payload: Any) -> bytes:
-    return msgpack.packb([1, ASK, msg_id, 0, "evil/py", "echo", "echo", time.time() + 60, None, None, payload])
+    return msgpack.packb(
+        [1, ASK, msg_id, 0, "evil/py", "echo", "echo", time.time() + 60, None, None, payload]
+    )
 
 
 async def wait_until(predicate: Any, what: str) -> None:
@@ -144,10 +147,18 @@ class FakeSocket:
         self.sent.append(frames)
 
 
-def outbox(sock: FakeSocket, clock: Any, per_asker: int = 3, total: int = 5) -> tuple[ReplyOutbox, list[tuple[bytes, str, int]]]:
+def outbox(
+    sock: FakeSocket, clock: Any, per_asker: int = 3, total: int = 5
+) -> tuple[ReplyOutbox, list[tuple[bytes, str, int]]]:
     drops: list[tuple[bytes, str, int]] = []
-    box = ReplyOutbox(sock.write, lambda _m, ident, exc, n: drops.append((ident, type(exc).__name__, n)),
-                      per_asker, total, linger_s=5.0, clock=clock)
+    box = ReplyOutbox(
+        sock.write,
+        lambda _m, ident, exc, n: drops.append((ident, type(exc).__name__, n)),
+        per_asker,
+        total,
+        linger_s=5.0,
+        clock=clock,
+    )
     return box, drops
 
 

@@ -19,6 +19,7 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 import structlog
+
 from troupe.runtime import Actor, ActorRef, AskTimeout, RemoteError, Runtime, handles
 from troupe.runtime.core.cell import DROP
 from troupe.runtime.lowlevel import MemoryHub

@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 
 import anyio
 import pytest
+
 from troupe.runtime.core.mailbox import Mailbox, MailboxStats
 from troupe.runtime.errors import ActorStopped, DeliveryError, MailboxFull
 
@@ -21,9 +22,7 @@ async def _put(mb: Mailbox[T], item: T, *, task_status: Any = anyio.TASK_STATUS_
     await mb.put(item)
 
 
-async def _get_into(
-    mb: Mailbox[T], out: list[T], *, task_status: Any = anyio.TASK_STATUS_IGNORED
-) -> None:
+async def _get_into(mb: Mailbox[T], out: list[T], *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
     task_status.started()
     out.append(await mb.get())
 
@@ -58,7 +57,7 @@ async def test_put_nowait_raises_mailbox_full_at_capacity() -> None:
     mb: Mailbox[str] = Mailbox(2, "worker-a")
     mb.put_nowait("a")
     mb.put_nowait("b")
-    with pytest.raises(MailboxFull, match="worker-a.*full") as info:
+    with pytest.raises(MailboxFull, match=r"worker-a.*full") as info:
         mb.put_nowait("c")
     assert isinstance(info.value, DeliveryError)
     stats = mb.statistics()

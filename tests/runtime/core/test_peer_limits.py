@@ -4,6 +4,7 @@ driven by a fake clock."""
 from __future__ import annotations
 
 import pytest
+
 from troupe.runtime.core.peer_limits import PeerLogGate, PeerRateLimiter
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from troupe.runtime.core.loading import check_node_actors
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import MAX_HWM, MAX_NAME, load_node_config
@@ -38,14 +39,20 @@ BAD = [
     ('[node]\nstop_grace_s = "5"\n', "node.stop_grace_s: must be a number (got '5')"),
     ("[supervision]\nenabled = 1\n", "supervision.enabled: must be true or false (got 1)"),
     ("[node]\nhwmm = 3\n", "node.hwmm: unknown key; did you mean 'hwm'?"),
-    ("[supervision.kinds.gpu]\ninterval_sx = 1\n",
-     "supervision.kinds.gpu.interval_sx: unknown key; did you mean 'interval_s'?"),
+    (
+        "[supervision.kinds.gpu]\ninterval_sx = 1\n",
+        "supervision.kinds.gpu.interval_sx: unknown key; did you mean 'interval_s'?",
+    ),
     ('[node]\nname = "a/b"\n', "node.name: may hold only letters, digits, '.', '_' and '-' (got 'a/b')"),
     (f'[node]\nname = "{"n" * 300}"\n', f"node.name: must have at most {MAX_NAME} characters"),
-    ('[[workers]]\nname = "w-a"\nactors = [{ name = "echo" }]\n',
-     "workers.w-a.actors.echo.class: is missing"),
-    ('[[workers]]\nname = "w-a"\nactors = [{ name = "echo", class = "x:Y", kwarg = {} }]\n',
-     "workers.w-a.actors.echo.kwarg: unknown key; did you mean 'kwargs'?"),
+    (
+        '[[workers]]\nname = "w-a"\nactors = [{ name = "echo" }]\n',
+        "workers.w-a.actors.echo.class: is missing",
+    ),
+    (
+        '[[workers]]\nname = "w-a"\nactors = [{ name = "echo", class = "x:Y", kwarg = {} }]\n',
+        "workers.w-a.actors.echo.kwarg: unknown key; did you mean 'kwargs'?",
+    ),
     ('[[workers]]\nname = "w-a"\nkind = ""\n', "workers.w-a.kind: must not be empty (got '')"),
     ("", "the config file is empty"),
     ("# only a comment\n", "the config file is empty"),
@@ -57,9 +64,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD, ids=[b[1][:40] for b in BAD])
-def test_bad_node_config_is_one_line_naming_field_and_value(
-    tmp_path: Path, text: str, expected: str
-) -> None:
+def test_bad_node_config_is_one_line_naming_field_and_value(tmp_path: Path, text: str, expected: str) -> None:
     """Each mistake is refused in one line with the file, the field path and the bad value."""
     assert expected in _error(tmp_path, text)
 
@@ -112,7 +117,9 @@ def _node_with(tmp_path: Path, cls: str) -> str:
 def test_actor_module_that_does_not_import(tmp_path: Path) -> None:
     """A missing module is named with the class path and Python's reason."""
     message = _node_with(tmp_path, "troupe_no_such_pkg.actors:Renderer")
-    assert "cannot import 'troupe_no_such_pkg.actors:Renderer': No module named 'troupe_no_such_pkg'" in message
+    assert (
+        "cannot import 'troupe_no_such_pkg.actors:Renderer': No module named 'troupe_no_such_pkg'" in message
+    )
 
 
 def test_actor_module_that_raises_while_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +132,9 @@ def test_actor_module_that_raises_while_importing(tmp_path: Path, monkeypatch: p
 
 def test_missing_class_and_non_actor(tmp_path: Path) -> None:
     """A name the module lacks, and a class that is no Actor, are both refused with the reason."""
-    assert "module 'troupe.actors.demo.actors' has no 'Nope'" in _node_with(tmp_path, "troupe.actors.demo.actors:Nope")
+    assert "module 'troupe.actors.demo.actors' has no 'Nope'" in _node_with(
+        tmp_path, "troupe.actors.demo.actors:Nope"
+    )
     assert "is not a subclass of troupe.runtime.core.actor.Actor" in _node_with(tmp_path, "pathlib:Path")
 
 
@@ -139,7 +148,9 @@ def test_actor_classes_import_from_the_current_directory(
     )
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "node.toml"
-    path.write_text('[[workers]]\nname = "w"\nactors = [{ name = "m", class = "troupe_test_cwd_actor:Mine" }]\n')
+    path.write_text(
+        '[[workers]]\nname = "w"\nactors = [{ name = "m", class = "troupe_test_cwd_actor:Mine" }]\n'
+    )
     check_node_actors(load_node_config(path), str(path))
     assert "troupe_test_cwd_actor" not in sys.modules, "imported in a child, not here"
 

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import anyio
+
 from troupe.runtime.node.worker_handles import StderrTail
 
 
@@ -53,7 +54,9 @@ async def test_pump_passes_a_child_s_stderr_on_and_keeps_it() -> None:
     """pump() reads a real child's stderr to its end, then the tail holds the child's error."""
     proc = await anyio.open_process(
         [sys.executable, "-c", "raise SystemExit('worker w: constructor failed')"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     tail = StderrTail()
     assert proc.stderr is not None

@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from troupe.actors.datagen.config import DEFAULT_PIPELINE, default_pipeline
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
@@ -126,7 +127,11 @@ def test_replica_bounds_out_of_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("extra", "field"),
-    [("queue = 0", "stages.a.queue"), ("batch = -1", "stages.a.batch"), ("colour = 'red'", "stages.a.colour")],
+    [
+        ("queue = 0", "stages.a.queue"),
+        ("batch = -1", "stages.a.batch"),
+        ("colour = 'red'", "stages.a.colour"),
+    ],
 )
 def test_bad_stage_field_is_named(tmp_path: Path, extra: str, field: str) -> None:
     """An out-of-range or unknown stage field is refused with its path."""
@@ -170,18 +175,36 @@ def test_shipped_datagen_config_equals_embedded_default() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (ONE_STAGE.format(name="render") + 'replicas = "2"\n', "stages.render.replicas: must be an integer (got '2')"),
-        (ONE_STAGE.format(name="render") + "queue = 4.0\n", "stages.render.queue: must be an integer (got 4.0)"),
-        (ONE_STAGE.format(name="a") + ONE_STAGE.format(name="b") + ONE_STAGE.format(name="render") + "replicas = -1\n",
-         "stages.render.replicas: must be >= 1 (got -1)"),
-        ("[pipeline]\nscale_interval_s = nan\n" + ONE_STAGE.format(name="a"),
-         "pipeline.scale_interval_s: must be a finite number (got nan)"),
-        ("[pipeline]\nitem = 3\n" + ONE_STAGE.format(name="a"), "pipeline.item: unknown key; did you mean 'items'?"),
+        (
+            ONE_STAGE.format(name="render") + 'replicas = "2"\n',
+            "stages.render.replicas: must be an integer (got '2')",
+        ),
+        (
+            ONE_STAGE.format(name="render") + "queue = 4.0\n",
+            "stages.render.queue: must be an integer (got 4.0)",
+        ),
+        (
+            ONE_STAGE.format(name="a")
+            + ONE_STAGE.format(name="b")
+            + ONE_STAGE.format(name="render")
+            + "replicas = -1\n",
+            "stages.render.replicas: must be >= 1 (got -1)",
+        ),
+        (
+            "[pipeline]\nscale_interval_s = nan\n" + ONE_STAGE.format(name="a"),
+            "pipeline.scale_interval_s: must be a finite number (got nan)",
+        ),
+        (
+            "[pipeline]\nitem = 3\n" + ONE_STAGE.format(name="a"),
+            "pipeline.item: unknown key; did you mean 'items'?",
+        ),
         ("[pipeline]\nitems = 0\n" + ONE_STAGE.format(name="a"), "pipeline.items: must be >= 1 (got 0)"),
         ('[pipeline]\nname = "[/x]"\n' + ONE_STAGE.format(name="a"), "pipeline.name: may hold only"),
         (ONE_STAGE.format(name="s" * 300), "stages.0.name: must have at most 100 characters"),
-        (ONE_STAGE.format(name="a") + "resources = { cpu = 1, gpus = 1 }\n",
-         "stages.a.resources.gpus: unknown key; did you mean 'gpu'?"),
+        (
+            ONE_STAGE.format(name="a") + "resources = { cpu = 1, gpus = 1 }\n",
+            "stages.a.resources.gpus: unknown key; did you mean 'gpu'?",
+        ),
         ("", "the pipeline file is empty"),
         ("stages = 3\n", "stages must be [[stages]] tables, got 3"),
     ],
@@ -197,11 +220,15 @@ def test_stage_actor_classes_are_checked(tmp_path: Path) -> None:
     from troupe.runtime.core.loading import check_stage_actors
 
     for actor, reason in [
-        ("troupe_no_such_pkg.stages:Render", "cannot import 'troupe_no_such_pkg.stages:Render': No module named"),
+        (
+            "troupe_no_such_pkg.stages:Render",
+            "cannot import 'troupe_no_such_pkg.stages:Render': No module named",
+        ),
         ("troupe.actors.demo.actors:Echo", "is not a subclass of troupe.runtime.pipeline.stage.StageActor"),
     ]:
         text = ONE_STAGE.format(name="ok") + ONE_STAGE.format(name="render").replace(
-            "troupe.actors.bench.synthetic:CostStage", actor)
+            "troupe.actors.bench.synthetic:CostStage", actor
+        )
         with pytest.raises(ConfigError) as info:
             check_stage_actors(load_pipeline(_write(tmp_path, text)), "pipe.toml")
         assert str(info.value).startswith("pipe.toml: stages.render.actor: ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from troupe.runtime.pipeline.model import (
     Scale,
     ScaleInput,
@@ -25,8 +26,17 @@ def _meter_two_replicas() -> StageMeter:
     return m
 
 
-def _stage(name: str, *, replicas: int = 1, starting: int = 0, lo: int = 1, hi: int = 3,
-           queue: int = 0, inflight: int = 0, drained: bool = False) -> ScaleInput:
+def _stage(
+    name: str,
+    *,
+    replicas: int = 1,
+    starting: int = 0,
+    lo: int = 1,
+    hi: int = 3,
+    queue: int = 0,
+    inflight: int = 0,
+    drained: bool = False,
+) -> ScaleInput:
     return ScaleInput(name, replicas, starting, lo, hi, queue, inflight, drained)
 
 
@@ -187,7 +197,8 @@ def test_free_slot_skips_stage_at_its_maximum() -> None:
 
 
 def test_idle_stage_above_minimum_lends_a_slot() -> None:
-    """With no free slot, an idle stage above its minimum retires one replica for a backlog >= 2 per replica."""
+    """With no free slot, an idle stage above its minimum retires one replica for a backlog >= 2 per
+    replica."""
     stages = [
         _stage("plan", replicas=2, lo=1, queue=0, inflight=1),
         _stage("render", replicas=1, hi=3, queue=2),

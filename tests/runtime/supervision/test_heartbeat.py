@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import select
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 import msgpack
 import pytest
 from structlog.testing import capture_logs
+
 from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
 from troupe.runtime.supervision.heartbeat import (
     BEAT_MAGIC,
@@ -189,7 +191,8 @@ def test_sender_refuses_bad_interval_and_double_start() -> None:
 
 
 def test_beats_keep_flowing_during_a_pure_python_busy_loop(receiver: HeartbeatReceiver) -> None:
-    """A worker thread spinning in Python does not silence 50 ms heartbeats: five busy beats arrive while it spins."""
+    """A worker thread spinning in Python does not silence 50 ms heartbeats: five busy beats arrive while it
+    spins."""
     status = WorkerStatus("w1")
     enough = threading.Event()
 
@@ -254,8 +257,10 @@ def test_no_beat_goes_out_while_a_c_call_holds_the_gil(receiver: HeartbeatReceiv
             proc.stdin.flush()
             after = collect(
                 receiver,
-                lambda g: sum(b.snapshot.state is WorkerState.IDLE for _, b in g) >= 3
-                and g[-1][1].snapshot.messages_handled == 1,
+                lambda g: (
+                    sum(b.snapshot.state is WorkerState.IDLE for _, b in g) >= 3
+                    and g[-1][1].snapshot.messages_handled == 1
+                ),
                 timeout_s=10.0,
             )
             proc.stdin.write("done\n")
@@ -265,7 +270,7 @@ def test_no_beat_goes_out_while_a_c_call_holds_the_gil(receiver: HeartbeatReceiv
             proc.kill()
             proc.wait(10.0)
     times = [t for t, _ in before + after]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert max(gaps) >= 0.4
     # The beats either side of the gap show the worker went in busy and came out having handled
     # the message: the silence is the hang, not a slow start.

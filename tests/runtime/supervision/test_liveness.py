@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.supervision.liveness import (
     Beat,
@@ -31,7 +32,9 @@ class Worker:
         self.handled = 0
         self.progress = 0
 
-    def beat(self, state: WorkerState = WorkerState.BUSY, *, pid: int | None = None, backlog: int = 0) -> Beat:
+    def beat(
+        self, state: WorkerState = WorkerState.BUSY, *, pid: int | None = None, backlog: int = 0
+    ) -> Beat:
         self.seq += 1
         return Beat(
             StatusSnapshot(
@@ -227,7 +230,7 @@ def test_killed_worker_is_killed_once_and_not_resurrected_by_late_beats() -> Non
     w = Worker()
     monitor = registered(w)
     assert len(run(monitor, ticks(0.0, 4.0))) == 1
-    assert run(monitor, [(4.1, w.beat())] + ticks(4.5, 20.0)) == []
+    assert run(monitor, [(4.1, w.beat()), *ticks(4.5, 20.0)]) == []
     stats = monitor.statistics(20.0)
     assert stats.workers["w1"].killed
     assert stats.workers["w1"].last_beat_age_s is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.supervision.restart import (
     Exited,
@@ -120,9 +121,7 @@ def test_removed_worker_is_forgotten() -> None:
 
 def test_workers_are_tracked_independently_with_their_own_policies() -> None:
     """One worker's crash loop does not use up another's restarts."""
-    tracker = RestartTracker(
-        RestartPolicy(max_restarts=1), policies={"b": RestartPolicy(max_restarts=3)}
-    )
+    tracker = RestartTracker(RestartPolicy(max_restarts=1), policies={"b": RestartPolicy(max_restarts=3)})
     a = crash_loop(tracker, [0.0, 1.0], worker="a")
     b = crash_loop(tracker, [0.0, 1.0, 2.0], worker="b")
     assert [type(c) for c in a] == [Restart, GiveUp]

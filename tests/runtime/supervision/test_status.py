@@ -7,6 +7,7 @@ import os
 import threading
 
 import pytest
+
 from troupe.runtime.supervision.status import StatusSnapshot, WorkerState, WorkerStatus
 
 

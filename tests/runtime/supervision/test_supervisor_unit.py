@@ -14,6 +14,7 @@ import anyio
 import psutil
 import pytest
 from structlog.testing import capture_logs
+
 from troupe.runtime import Actor, RemoteError, Runtime, handles
 from troupe.runtime.chaos.worker_side import WorkerChaos
 from troupe.runtime.errors import ConfigError, Partitioned
@@ -53,7 +54,7 @@ class _Node:
         self.kills: list[tuple[dict[str, Any], bool]] = []  # (report, process alive when told)
         self.got_ready = anyio.Event()
         self.got_kill = anyio.Event()
-        runtime.control_handlers.update(supervisor_ready=self._ready, worker_killed=self._killed)
+        runtime.register_controls({"supervisor_ready": self._ready, "worker_killed": self._killed})
 
     async def _ready(self, payload: Any) -> bool:
         self.ready = payload
@@ -67,8 +68,13 @@ class _Node:
 
 
 async def _run_supervisor(hub: MemoryHub, body: Any) -> None:
-    cfg = SupervisionConfig(interval_s=INTERVAL_S, heartbeat_timeout_s=TIMEOUT_S, progress_timeout_s=PROGRESS_S)
-    async with Runtime("n", "node", hub.transport()) as node_rt, Runtime("n", "supervisor", hub.transport()) as rt:
+    cfg = SupervisionConfig(
+        interval_s=INTERVAL_S, heartbeat_timeout_s=TIMEOUT_S, progress_timeout_s=PROGRESS_S
+    )
+    async with (
+        Runtime("n", "node", hub.transport()) as node_rt,
+        Runtime("n", "supervisor", hub.transport()) as rt,
+    ):
         node = _Node(node_rt)
         spec = SupervisorLaunch(node="n", node_endpoint=node_rt.address, supervision=cfg, reap_timeout_s=2.0)
         with HeartbeatReceiver() as receiver:
@@ -85,13 +91,16 @@ async def _run_supervisor(hub: MemoryHub, body: Any) -> None:
 async def test_silent_worker_is_reported_then_killed_within_timeout_plus_one_beat(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
-    """Once beats stop, the node hears why while the worker still lives, then the worker is SIGKILLed in time."""
+    """Once beats stop, the node hears why while the worker still lives, then the worker is SIGKILLed in
+    time."""
 
     async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
         assert node.ready is not None and node.ready["udp"][1] == receiver.address[1]
         status = WorkerStatus("w1", pid=sleeper.pid)
         sender = HeartbeatSender(status, receiver.address, INTERVAL_S)
-        assert await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
+        assert await node_rt.control(
+            rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"}
+        )
         sender.start()
         with anyio.fail_after(BOUND):
             while (await node_rt.control(rt.address, "status"))["workers"]["w1"]["last_beat_age_s"] is None:
@@ -149,7 +158,9 @@ async def test_unwatch_of_an_old_incarnation_keeps_the_new_watch(sleeper: subpro
 
     async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
         await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
-        assert not await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid + 99999})
+        assert not await node_rt.control(
+            rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid + 99999}
+        )
         assert "w1" in (await node_rt.control(rt.address, "status"))["workers"]
         assert await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid})
         assert "w1" not in (await node_rt.control(rt.address, "status"))["workers"]
@@ -218,10 +229,11 @@ async def test_heartbeat_to_moves_the_beats_to_a_new_supervisor_port() -> None:
 
 
 async def test_worker_chaos_crash_and_drop_then_heal() -> None:
-    """Chaos control messages arm a crash and a drop in a live runtime; heal clears them and reports what fired."""
+    """Chaos control messages arm a crash and a drop in a live runtime; heal clears them and reports what
+    fired."""
     hub = MemoryHub()
     async with Runtime("n", "w", hub.transport()) as rt, Runtime("n", "ctl", hub.transport()) as ctl:
-        WorkerChaos(rt)
+        chaos = WorkerChaos(rt)
         ref = await rt.spawn(_Echo, "echo")
         await ctl.control(rt.address, "chaos", {"faults": [{"kind": "crash", "count": 1}]})
         with pytest.raises(RemoteError):
@@ -234,7 +246,7 @@ async def test_worker_chaos_crash_and_drop_then_heal() -> None:
         assert healed["fired"] == {"crash": 1, "drop": 1} and healed["dropped"] == {"echo": 1}
         assert rt.before_handle == []  # the hot path is back to no hook at all
         with pytest.raises(ConfigError):
-            await WorkerChaos(rt)._chaos({"faults": [{"kind": "melt"}]})
+            await chaos._chaos({"faults": [{"kind": "melt"}]})
 
 
 async def test_partitioned_transport_refuses_sends_and_logs_once_per_peer() -> None:
@@ -254,7 +266,8 @@ async def test_partitioned_transport_refuses_sends_and_logs_once_per_peer() -> N
 
 
 def test_supervision_and_restart_tables_load_with_per_kind_overrides(tmp_path: Path) -> None:
-    """[supervision] with a per-kind table and [restart] load into policies; a kind inherits what it leaves out."""
+    """[supervision] with a per-kind table and [restart] load into policies; a kind inherits what it leaves
+    out."""
     path = tmp_path / "node.toml"
     path.write_text(
         "[supervision]\ninterval_s = 0.2\nheartbeat_timeout_s = 2\nprogress_timeout_s = 10\n"
@@ -273,7 +286,9 @@ def test_inconsistent_supervision_is_one_clear_config_error(tmp_path: Path) -> N
     """A heartbeat timeout not above its interval is refused at load time, naming the table and the fix."""
     path = tmp_path / "node.toml"
     path.write_text("[supervision]\ninterval_s = 1\n[supervision.kinds.gpu]\nheartbeat_timeout_s = 0.5\n")
-    with pytest.raises(ConfigError, match="supervision.*heartbeat_timeout_s must be greater than interval_s"):
+    with pytest.raises(
+        ConfigError, match=r"supervision.*heartbeat_timeout_s must be greater than interval_s"
+    ):
         load_node_config(path)
     path.write_text("[supervision]\ninterval_s = 1\n[restarts]\n")
     with pytest.raises(ConfigError, match="unknown sections"):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
 from troupe.runtime.tasks import output_store as commit_mod
 from troupe.runtime.tasks.output_store import (
@@ -39,9 +40,7 @@ def test_commit_publishes_whole_output(tmp_path: Path) -> None:
     assert (out / "sub" / "b.txt").read_text() == "x"
     assert (out / COMMIT_MARKER).read_text().strip() == "t1"
     assert _visible(store) == (["t1"], [])
-    assert store.statistics() == OutputStoreStats(
-        commits=1, duplicate_commits=0, aborted=0, failed=0
-    )
+    assert store.statistics() == OutputStoreStats(commits=1, duplicate_commits=0, aborted=0, failed=0)
 
 
 def test_second_commit_is_noop(tmp_path: Path) -> None:
@@ -99,9 +98,7 @@ def test_bad_task_ids_rejected(tmp_path: Path, task_id: str) -> None:
         store.is_committed(task_id)
 
 
-def test_disk_full_on_rename_leaves_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_disk_full_on_rename_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC at the rename raises CommitError naming task and fix, and leaves nothing visible."""
     store = OutputStore(tmp_path)
 
@@ -130,9 +127,7 @@ def test_disk_full_while_writing_becomes_commit_error(tmp_path: Path) -> None:
     assert store.statistics().failed == 1
 
 
-def test_fsync_failure_becomes_commit_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_fsync_failure_becomes_commit_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An fsync failure during commit raises CommitError and publishes nothing."""
     store = OutputStore(tmp_path)
 
@@ -198,8 +193,7 @@ def test_processes_commit_same_task_once(tmp_path: Path) -> None:
     barrier = ctx.Barrier(2, timeout=30)
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=_commit_in_child, args=(str(tmp_path), barrier, results, i))
-        for i in range(2)
+        ctx.Process(target=_commit_in_child, args=(str(tmp_path), barrier, results, i)) for i in range(2)
     ]
     for p in procs:
         p.start()
@@ -251,7 +245,9 @@ sys.stdin.readline()  # a live writer: staging until told to stop
 def _writer(root: Path, task_id: str, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", STAGING_WRITER, str(root), task_id, mode],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 

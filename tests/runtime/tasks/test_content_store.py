@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+
 from troupe.runtime.errors import ContentError
 from troupe.runtime.tasks.content_store import REF_PREFIX, ContentStore
 

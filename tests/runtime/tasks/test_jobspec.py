@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.jobspec import JobSpec, load_job, parse_job
@@ -76,8 +77,7 @@ def test_counted_job_generates_ids_seeds_and_policy(tmp_path: Path) -> None:
     assert (policy.backoff_base_s, policy.backoff_max_s) == (0.5, 8.0)
     assert policy.speculation == Speculation(False, 2.0, 12.0, 2)
     assert job.tasks() == [
-        TaskSpec(f"render-0001-00000{i}", "render", 100 + i, {"scenes": "cas://scenes"},
-                 Resources(2.0, 1))
+        TaskSpec(f"render-0001-00000{i}", "render", 100 + i, {"scenes": "cas://scenes"}, Resources(2.0, 1))
         for i in range(3)
     ]
 
@@ -86,10 +86,10 @@ def test_listed_tasks_get_default_ids_and_merge_job_defaults(tmp_path: Path) -> 
     """Explicit tasks keep their ids (or get <name>-<index>) and override needs and refs per key."""
     job = load_job(write(tmp_path, LISTED))
     first, second = job.tasks()
-    assert first == TaskSpec("plan-000000", "plan", 7, {"robot": "cas://robot"},
-                             Resources(0.5, 0), None)
-    assert second == TaskSpec("special", "plan", 8, {"robot": "cas://robot", "scene": "cas://s8"},
-                              Resources(0.5, 1), "node-3")
+    assert first == TaskSpec("plan-000000", "plan", 7, {"robot": "cas://robot"}, Resources(0.5, 0), None)
+    assert second == TaskSpec(
+        "special", "plan", 8, {"robot": "cas://robot", "scene": "cas://s8"}, Resources(0.5, 1), "node-3"
+    )
 
 
 def test_defaults_apply_when_fields_are_left_out() -> None:
@@ -119,52 +119,84 @@ BAD = [
     ('[jobs]\nname = "j"\n', "unknown key 'jobs' in the top level", "did you mean 'job'"),
     ("tasks = []\n", "[job] is missing", "add a [job] table"),
     ('[job]\nkind = "k"\ncount = 1\n', "[job].name is missing", 'add name = "..."'),
-    ('[job]\nname = "a/b"\nkind = "k"\ncount = 1\n', "[job].name 'a/b' cannot name outputs",
-     "letters, digits"),
+    (
+        '[job]\nname = "a/b"\nkind = "k"\ncount = 1\n',
+        "[job].name 'a/b' cannot name outputs",
+        "letters, digits",
+    ),
     ('[job]\nname = "j"\nkind = ""\ncount = 1\n', "[job].kind must be a non-empty string", ""),
-    (BASE + "count = 1\nlease_sec = 5\n", "unknown key 'lease_sec' in [job]",
-     "did you mean 'lease_s'"),
+    (BASE + "count = 1\nlease_sec = 5\n", "unknown key 'lease_sec' in [job]", "did you mean 'lease_s'"),
     (BASE + "count = 1\n[[tasks]]\nseed = 1\n", "either [job].count", "not both"),
     (BASE, "either [job].count", "there is neither"),
     (BASE + "count = 1\nlease_s = 0\n", "[job].lease_s must be a number > 0", "got 0"),
-    (BASE + "count = 1\nmax_attempts = 0\n", "[job].max_attempts must be an integer >= 1",
-     "got 0"),
-    (BASE + "count = 1\nmax_attempts = true\n", "[job].max_attempts must be an integer",
-     "got True"),
-    (BASE + "count = 1\nbackoff_base_s = 10\nbackoff_max_s = 5\n",
-     "[job].backoff_max_s must be a number >= 10", "got 5"),
-    (BASE + "count = 1\n[job.needs]\ngpu = 1.5\n",
-     "[job.needs].gpu must be a whole number of GPUs >= 0", "got 1.5"),
+    (BASE + "count = 1\nmax_attempts = 0\n", "[job].max_attempts must be an integer >= 1", "got 0"),
+    (BASE + "count = 1\nmax_attempts = true\n", "[job].max_attempts must be an integer", "got True"),
+    (
+        BASE + "count = 1\nbackoff_base_s = 10\nbackoff_max_s = 5\n",
+        "[job].backoff_max_s must be a number >= 10",
+        "got 5",
+    ),
+    (
+        BASE + "count = 1\n[job.needs]\ngpu = 1.5\n",
+        "[job.needs].gpu must be a whole number of GPUs >= 0",
+        "got 1.5",
+    ),
     (BASE + "count = 1\n[job.needs]\ncpu = -1\n", "[job.needs].cpu must be a number >= 0", ""),
-    (BASE + "count = 1\n[job.needs]\nmemory = 4\n", "unknown key 'memory' in [job.needs]",
-     "known keys: cpu, gpu"),
-    (BASE + "count = 1\n[job.speculation]\nfactor = 0.5\n",
-     "[job.speculation].factor must be a number >= 1", "got 0.5"),
-    (BASE + "count = 1\n[job.speculation]\nenabled = 1\n",
-     "[job.speculation].enabled must be true or false", ""),
+    (
+        BASE + "count = 1\n[job.needs]\nmemory = 4\n",
+        "unknown key 'memory' in [job.needs]",
+        "known keys: cpu, gpu",
+    ),
+    (
+        BASE + "count = 1\n[job.speculation]\nfactor = 0.5\n",
+        "[job.speculation].factor must be a number >= 1",
+        "got 0.5",
+    ),
+    (
+        BASE + "count = 1\n[job.speculation]\nenabled = 1\n",
+        "[job.speculation].enabled must be true or false",
+        "",
+    ),
     (BASE + "count = 1\nrefs = { a = 1 }\n", "[job].refs must be a table of strings", ""),
-    (BASE + "[[tasks]]\nid = \"x\"\n", "[[tasks]] #1.seed is missing", "add seed = <integer>"),
-    (BASE + '[[tasks]]\nid = "x"\nseed = 1\n[[tasks]]\nid = "x"\nseed = 2\n',
-     "[[tasks]] #2.id 'x' repeats [[tasks]] #1", "its own id"),
-    (BASE + '[[tasks]]\nseed = 1\nlocality = ""\n', "[[tasks]] #1.locality must be a non-empty",
-     ""),
-    (BASE + "[[tasks]]\nseed = 1\nnedds = { gpu = 1 }\n", "unknown key 'nedds' in [[tasks]] #1",
-     "did you mean 'needs'"),
-    (BASE + "seed_start = 4\n[[tasks]]\nseed = 1\n", "[job].seed_start only goes with",
-     "give each [[tasks]] entry a seed"),
+    (BASE + '[[tasks]]\nid = "x"\n', "[[tasks]] #1.seed is missing", "add seed = <integer>"),
+    (
+        BASE + '[[tasks]]\nid = "x"\nseed = 1\n[[tasks]]\nid = "x"\nseed = 2\n',
+        "[[tasks]] #2.id 'x' repeats [[tasks]] #1",
+        "its own id",
+    ),
+    (BASE + '[[tasks]]\nseed = 1\nlocality = ""\n', "[[tasks]] #1.locality must be a non-empty", ""),
+    (
+        BASE + "[[tasks]]\nseed = 1\nnedds = { gpu = 1 }\n",
+        "unknown key 'nedds' in [[tasks]] #1",
+        "did you mean 'needs'",
+    ),
+    (
+        BASE + "seed_start = 4\n[[tasks]]\nseed = 1\n",
+        "[job].seed_start only goes with",
+        "give each [[tasks]] entry a seed",
+    ),
     (BASE + "tasks = 3\n", "unknown key 'tasks' in [job]", ""),
-    (BASE + "count = 1\n[job.speculation]\nmax_copies = -1\n",
-     "[job.speculation].max_copies must be an integer >= 0", ""),
-    (BASE + "count = 2\nseed_start = 9223372036854775807\n",
-     "[job].seed_start must be an integer between", "got 9223372036854775807"),
+    (
+        BASE + "count = 1\n[job.speculation]\nmax_copies = -1\n",
+        "[job.speculation].max_copies must be an integer >= 0",
+        "",
+    ),
+    (
+        BASE + "count = 2\nseed_start = 9223372036854775807\n",
+        "[job].seed_start must be an integer between",
+        "got 9223372036854775807",
+    ),
     ('[job]\nname = "j"\nkind = "k\n', "not valid TOML", "fix the syntax"),
     ("", "the job file is empty", "add a [job] table"),
     (BASE + "count = 1\nlease_s = nan\n", "[job].lease_s must be a finite number > 0", "got nan"),
     (BASE + "count = 1\nlease_s = inf\n", "[job].lease_s must be a finite number > 0", "got inf"),
     (BASE + "count = 1\nmax_attempts = 2.5\n", "[job].max_attempts must be an integer", "got 2.5"),
     ('[job]\nname = "j"\ncount = 1\n', "[job].kind is missing", 'add kind = "..."'),
-    ('[job]\nname = "' + "n" * 300 + '"\nkind = "k"\ncount = 1\n', "[job].name 'nnnn",
-     "cannot name outputs; use 1-200"),
+    (
+        '[job]\nname = "' + "n" * 300 + '"\nkind = "k"\ncount = 1\n',
+        "[job].name 'nnnn",
+        "cannot name outputs; use 1-200",
+    ),
     (BASE + 'count = 1\n"[/x]" = 2\n', "unknown key '[/x]' in [job]", "known keys"),
 ]
 

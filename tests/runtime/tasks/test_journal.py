@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
@@ -60,8 +61,17 @@ def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path)
     path = tmp_path / "journal.db"
     book = TaskBook()
     with Journal.open(path, create=True) as journal:
-        tasks = [TaskSpec(f"t{i}", "render", 100 + i, {"scene": f"cas://{i}"},
-                          Resources(0.5, 0), "n1" if i == 3 else None) for i in range(4)]
+        tasks = [
+            TaskSpec(
+                f"t{i}",
+                "render",
+                100 + i,
+                {"scene": f"cas://{i}"},
+                Resources(0.5, 0),
+                "n1" if i == 3 else None,
+            )
+            for i in range(4)
+        ]
         drive(book, journal, SubmitJob("a", tasks, JobPolicy(max_attempts=1, lease_s=7)), 1.0)
         drive(book, journal, SubmitJob("b", [TaskSpec("b0", "k", 0)]), 2.0)
         drive(book, journal, WorkerJoined("w", "n1", Resources(8, 0), 8), 3.0)
@@ -74,15 +84,19 @@ def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path)
     with Journal.open(path) as journal:
         back = journal.replay()
     assert [(t, back.task(t).state) for t in ("t0", "t1", "t2", "t3", "b0")] == [
-        ("t0", TaskState.DONE), ("t1", TaskState.DEAD), ("t2", TaskState.PENDING),
-        ("t3", TaskState.PENDING), ("b0", TaskState.CANCELLED),
+        ("t0", TaskState.DONE),
+        ("t1", TaskState.DEAD),
+        ("t2", TaskState.PENDING),
+        ("t3", TaskState.PENDING),
+        ("b0", TaskState.CANCELLED),
     ]
     assert back.task("t0").result_ref == "out/t0"
     (dead,) = back.dead_letters("a")
-    assert (dead.task_id, dead.attempts, dead.error, dead.traceback) == (
-        "t1", 1, "ValueError: x", "tb")
+    assert (dead.task_id, dead.attempts, dead.error, dead.traceback) == ("t1", 1, "ValueError: x", "tb")
     assert [(j.job_id, j.state, j.submitted_at) for j in back.jobs()] == [
-        ("a", JobState.RUNNING, 1.0), ("b", JobState.CANCELLED, 2.0)]
+        ("a", JobState.RUNNING, 1.0),
+        ("b", JobState.CANCELLED, 2.0),
+    ]
     # specs and policy survive: the next lease carries the refs and the job's lease_s
     back.handle(WorkerJoined("w2", "n1", Resources(8, 0), 8), 10.0)
     again = leases(back.handle(RequestTask("w2", 2), 10.0))
@@ -154,7 +168,10 @@ def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     child = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(KILLED_MASTER), str(path)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert child.returncode == -9, child.stderr
     (line,) = [line for line in child.stdout.splitlines() if line.startswith("RUNNING ")]
@@ -173,7 +190,7 @@ def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
 def test_missing_file_raises_and_is_not_created(tmp_path: Path) -> None:
     """Opening a journal that does not exist, without create, raises and creates nothing."""
     path = tmp_path / "nope.db"
-    with pytest.raises(JournalError, match="does not exist; .*create=True"):
+    with pytest.raises(JournalError, match=r"does not exist; .*create=True"):
         Journal.open(path)
     assert not path.exists()
     with pytest.raises(JournalError, match="directory"):
@@ -230,9 +247,9 @@ def test_corrupt_pages_are_refused(tmp_path: Path) -> None:
         drive(book, journal, SubmitJob("j", tasks), 0.0)
     data = bytearray(path.read_bytes())
     assert len(data) > 16 * 4096
-    data[4096 * 2: 4096 * 12] = b"\xa5" * (4096 * 10)  # page 1 intact: still looks like SQLite
+    data[4096 * 2 : 4096 * 12] = b"\xa5" * (4096 * 10)  # page 1 intact: still looks like SQLite
     path.write_bytes(bytes(data))
-    with pytest.raises(JournalError, match="is corrupt .PRAGMA quick_check: .*restore it"):
+    with pytest.raises(JournalError, match=r"is corrupt .PRAGMA quick_check: .*restore it"):
         Journal.open(path)
 
 
@@ -300,8 +317,11 @@ def test_a_held_journal_is_refused_until_it_is_closed(tmp_path: Path) -> None:
     """A second open of a journal in use is refused, naming the holder's pid; close frees it."""
     path = tmp_path / "journal.db"
     first = Journal.open(path, create=True)
-    with pytest.raises(JournalBusy, match=f"journal {path} is held by another master "
-                       rf"\(pid {os.getpid()}\)"):
+    with pytest.raises(
+        JournalBusy,
+        match=f"journal {path} is held by another master "
+        rf"\(pid {os.getpid()}\)",
+    ):
         Journal.open(path)
     with pytest.raises(JournalBusy):
         open_journal(path, new=True)
@@ -326,8 +346,12 @@ def _submit_and_finish(path: Path) -> None:
     """A journal with one job of three tasks: one done, two pending."""
     book = TaskBook()
     with Journal.open(path, create=True) as journal:
-        drive(book, journal, SubmitJob("j", [TaskSpec(f"t{i}", "k", i, {"scene": "cas://x"})
-                                             for i in range(3)]), 0.0)
+        drive(
+            book,
+            journal,
+            SubmitJob("j", [TaskSpec(f"t{i}", "k", i, {"scene": "cas://x"}) for i in range(3)]),
+            0.0,
+        )
         drive(book, journal, WorkerJoined("w", "n", Resources(1, 0), 1), 0.0)
         (lease,) = leases(drive(book, journal, RequestTask("w", 1), 0.0))
         drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 1.0)
@@ -342,29 +366,48 @@ def _dump(path: Path) -> list[tuple[object, ...]]:
         conn.close()
 
 
-@pytest.mark.parametrize(("sql", "message"), [
-    ("UPDATE tasks SET seed = 'abc' WHERE seq = 2",
-     "tasks row 2: seed is 'abc' (text), expected an integer"),
-    ("UPDATE tasks SET attempts = 1.5 WHERE seq = 3",
-     "tasks row 3: attempts is 1.5 (real), expected an integer >= 0"),
-    ("UPDATE tasks SET attempts = -1 WHERE seq = 1",
-     "tasks row 1: attempts is -1 (integer), expected an integer >= 0"),
-    ("UPDATE tasks SET state = 'zombie' WHERE seq = 1",
-     "tasks row 1: state is 'zombie' (text), expected one of pending, "),
-    ("UPDATE tasks SET refs = '{not json' WHERE seq = 3",
-     "tasks row 3: refs is '{not json' (text), expected a JSON object of texts"),
-    ("UPDATE tasks SET refs = '{\"scene\": 7}' WHERE seq = 1",
-     "tasks row 1: refs is '{\"scene\": 7}' (text), expected a JSON object of texts"),
-    ("UPDATE tasks SET cpu = x'00' WHERE seq = 2",
-     "tasks row 2: cpu is b'\\x00' (blob), expected a number >= 0"),
-    ("UPDATE jobs SET submitted_at = 'yesterday'",
-     "jobs row 1: submitted_at is 'yesterday' (text), expected a number"),
-    ("UPDATE jobs SET policy = '{\"priority\": 1}'",
-     "jobs row 1: policy is '{\"priority\": 1}' (text), expected a job policy"),
-])
-def test_a_row_of_the_wrong_type_is_refused_naming_it(
-    tmp_path: Path, sql: str, message: str
-) -> None:
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "UPDATE tasks SET seed = 'abc' WHERE seq = 2",
+            "tasks row 2: seed is 'abc' (text), expected an integer",
+        ),
+        (
+            "UPDATE tasks SET attempts = 1.5 WHERE seq = 3",
+            "tasks row 3: attempts is 1.5 (real), expected an integer >= 0",
+        ),
+        (
+            "UPDATE tasks SET attempts = -1 WHERE seq = 1",
+            "tasks row 1: attempts is -1 (integer), expected an integer >= 0",
+        ),
+        (
+            "UPDATE tasks SET state = 'zombie' WHERE seq = 1",
+            "tasks row 1: state is 'zombie' (text), expected one of pending, ",
+        ),
+        (
+            "UPDATE tasks SET refs = '{not json' WHERE seq = 3",
+            "tasks row 3: refs is '{not json' (text), expected a JSON object of texts",
+        ),
+        (
+            "UPDATE tasks SET refs = '{\"scene\": 7}' WHERE seq = 1",
+            "tasks row 1: refs is '{\"scene\": 7}' (text), expected a JSON object of texts",
+        ),
+        (
+            "UPDATE tasks SET cpu = x'00' WHERE seq = 2",
+            "tasks row 2: cpu is b'\\x00' (blob), expected a number >= 0",
+        ),
+        (
+            "UPDATE jobs SET submitted_at = 'yesterday'",
+            "jobs row 1: submitted_at is 'yesterday' (text), expected a number",
+        ),
+        (
+            "UPDATE jobs SET policy = '{\"priority\": 1}'",
+            "jobs row 1: policy is '{\"priority\": 1}' (text), expected a job policy",
+        ),
+    ],
+)
+def test_a_row_of_the_wrong_type_is_refused_naming_it(tmp_path: Path, sql: str, message: str) -> None:
     """Replay checks every row: a bad value is named (table, row, column, value); no change."""
     path = tmp_path / "journal.db"
     _submit_and_finish(path)
@@ -390,10 +433,14 @@ def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     conn = sqlite3.connect(path)
     conn.executescript(V1_SCHEMA)
-    conn.execute("INSERT INTO jobs VALUES ('old', 'old', 0, 'done', ?, 5.0)",
-                 (json.dumps(dataclasses.asdict(JobPolicy())),))
-    conn.execute("INSERT INTO tasks VALUES (0, 't0', 'old', 'k', 3, '{}', 1.0, 0, NULL, 'done',"
-                 " 1, 0.0, 1, 'r', NULL, NULL)")
+    conn.execute(
+        "INSERT INTO jobs VALUES ('old', 'old', 0, 'done', ?, 5.0)",
+        (json.dumps(dataclasses.asdict(JobPolicy())),),
+    )
+    conn.execute(
+        "INSERT INTO tasks VALUES (0, 't0', 'old', 'k', 3, '{}', 1.0, 0, NULL, 'done',"
+        " 1, 0.0, 1, 'r', NULL, NULL)"
+    )
     conn.commit()
     conn.close()
     with Journal.open(path) as journal:
@@ -426,10 +473,13 @@ CREATE TABLE tasks (seq INTEGER PRIMARY KEY, task_id TEXT NOT NULL UNIQUE,
 def _three_jobs(journal: Journal) -> TaskBook:
     """'mixed' ends failed (8 done, 2 dead), 'stopped' is cancelled, 'live' still runs."""
     book = TaskBook()
-    drive(book, journal, SubmitJob("mixed", [TaskSpec(f"m{i}", "k", i) for i in range(10)],
-                                   JobPolicy(max_attempts=1)), 0.0)
-    drive(book, journal, SubmitJob("stopped", [TaskSpec(f"s{i}", "k", i) for i in range(5)]),
-          0.0)
+    drive(
+        book,
+        journal,
+        SubmitJob("mixed", [TaskSpec(f"m{i}", "k", i) for i in range(10)], JobPolicy(max_attempts=1)),
+        0.0,
+    )
+    drive(book, journal, SubmitJob("stopped", [TaskSpec(f"s{i}", "k", i) for i in range(5)]), 0.0)
     drive(book, journal, CancelJob("stopped"), 0.0)
     drive(book, journal, WorkerJoined("w", "n", Resources(10, 0), 10), 0.0)
     for lease in leases(drive(book, journal, RequestTask("w", 10), 1.0)):
@@ -452,8 +502,7 @@ def test_compaction_keeps_counts_and_dead_letters_and_replays_only_summaries(
     path = tmp_path / "journal.db"
     with Journal.open(path, create=True) as journal:
         live_book = _three_jobs(journal)
-        assert [j.state for j in live_book.jobs()] == [
-            JobState.FAILED, JobState.CANCELLED, JobState.RUNNING]
+        assert [j.state for j in live_book.jobs()] == [JobState.FAILED, JobState.CANCELLED, JobState.RUNNING]
         assert journal.compact(time.time()) == Compaction(jobs=2, task_rows=13)
         assert journal.compact(time.time()) == Compaction(jobs=0, task_rows=0)  # idempotent
 
@@ -473,7 +522,9 @@ def test_compaction_keeps_counts_and_dead_letters_and_replays_only_summaries(
     assert _summaries(book) == _summaries(live_book)
     assert book.statistics().tasks == live_book.statistics().tasks
     assert [(d.task_id, d.error, d.traceback) for d in book.dead_letters("mixed")] == [
-        ("m3", "boom", "tb"), ("m7", "boom", "tb")]
+        ("m3", "boom", "tb"),
+        ("m7", "boom", "tb"),
+    ]
     # a compacted done task is forgotten: a late report of it is rejected, nothing changes
     out = book.handle(Complete("w", "m0", 1, "r"), 5.0)
     assert [type(c).__name__ for c in out] == ["Reject"]
@@ -499,5 +550,4 @@ def test_compaction_spares_jobs_finished_recently_and_running_ones(tmp_path: Pat
     journal.close()
     with pytest.raises(TaskError):
         book.task("m0")
-    assert [(j.job_id, j.total) for j in book.jobs()] == [("mixed", 10), ("stopped", 5),
-                                                          ("live", 4)]
+    assert [(j.job_id, j.total) for j in book.jobs()] == [("mixed", 10), ("stopped", 5), ("live", 4)]

@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from troupe.actors.demo.tasks import SleepTask
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadFrame, TaskError
@@ -20,8 +21,17 @@ from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.tasks.task_actor import LeasedTask, TaskActor
 from troupe.runtime.transports.base import MemoryHub
 
-WIRE = {"task_id": "t-1", "lease_id": 7, "job_id": "j", "kind": "sleep", "seed": 3,
-        "refs": {"params": "cas://x"}, "attempt": 2, "backup": True, "ttl": 9.5}
+WIRE = {
+    "task_id": "t-1",
+    "lease_id": 7,
+    "job_id": "j",
+    "kind": "sleep",
+    "seed": 3,
+    "refs": {"params": "cas://x"},
+    "attempt": 2,
+    "backup": True,
+    "ttl": 9.5,
+}
 
 
 class Render(TaskActor):
@@ -67,7 +77,7 @@ async def test_a_kind_no_hosted_actor_runs_fails_the_attempt_clearly() -> None:
 
     runner = _ActorRunner([Render()])
     assert await runner(LeasedTask("a", "j", "render", 1)) == "out/a"
-    with pytest.raises(TaskError, match="runs task kind 'encode'.*'render'"):
+    with pytest.raises(TaskError, match=r"runs task kind 'encode'.*'render'"):
         await runner(LeasedTask("b", "j", "encode", 1))
 
 
@@ -77,8 +87,11 @@ async def test_sleep_task_commits_once_and_reads_its_params_lazily(tmp_path: Pat
     ref = content.put(json.dumps({"min_ms": 1, "max_ms": 2}).encode())
     hub = MemoryHub()
     async with Runtime("n", "w", hub.transport()) as rt:
-        await rt.spawn(SleepTask, "t", kwargs={"outputs": str(tmp_path / "out"),
-                                              "content": str(tmp_path / "cas"), "durable": False})
+        await rt.spawn(
+            SleepTask,
+            "t",
+            kwargs={"outputs": str(tmp_path / "out"), "content": str(tmp_path / "cas"), "durable": False},
+        )
         actor: Any = rt.cells["t"].actor
         task = LeasedTask("t-1", "j", "sleep", 5, {"params": ref}, lease_id=1)
         assert await actor.run_task(task) == "out://t-1"

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 import pytest
+
 from troupe.runtime.errors import ConfigError, TaskError
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.state import (
@@ -34,12 +35,12 @@ from troupe.runtime.tasks.state import (
     Renew,
     RequestTask,
     Resources,
+    SchedulerTick,
     Speculation,
     SubmitJob,
     TaskRecord,
     TaskSpec,
     TaskState,
-    Tick,
     WorkerJoined,
     WorkerLeft,
 )
@@ -74,9 +75,7 @@ def complete(book: TaskBook, lease: Lease, now: float) -> list[Command]:
 
 
 def fail(book: TaskBook, lease: Lease, now: float, error: str = "boom") -> list[Command]:
-    return book.handle(
-        Fail(lease.worker_id, lease.task_id, lease.lease_id, error, f"tb:{error}"), now
-    )
+    return book.handle(Fail(lease.worker_id, lease.task_id, lease.lease_id, error, f"tb:{error}"), now)
 
 
 # ------------------------------------------------------------------ placement
@@ -106,8 +105,11 @@ def test_higher_priority_job_goes_first() -> None:
 def test_gpu_task_only_goes_to_a_worker_with_a_free_gpu() -> None:
     """A CPU-only worker never gets a GPU task; a GPU worker gets one per free GPU."""
     book = make_book(("cpu", "n1", CPU, 4), ("gpu", "n2", GPU, 4))
-    tasks = [TaskSpec("g1", "k", 1, needs=Resources(1, 1)), TaskSpec("g2", "k", 2,
-             needs=Resources(1, 1)), TaskSpec("c", "k", 3)]
+    tasks = [
+        TaskSpec("g1", "k", 1, needs=Resources(1, 1)),
+        TaskSpec("g2", "k", 2, needs=Resources(1, 1)),
+        TaskSpec("c", "k", 3),
+    ]
     book.handle(SubmitJob("j", tasks, NO_SPEC), 0.0)
     assert lease_ids(book.handle(RequestTask("cpu", 4), 1.0)) == ["c"]
     assert lease_ids(book.handle(RequestTask("gpu", 4), 1.0)) == ["g1"]  # one GPU, held
@@ -126,8 +128,11 @@ def test_locality_is_preferred_over_fifo() -> None:
 def test_locality_hint_never_starves_a_task() -> None:
     """A task goes elsewhere when its node is unknown or full, but waits for a node with room."""
     book = make_book(("w1", "n1", CPU, 2), ("w2", "n2", CPU, 1))
-    tasks = [TaskSpec("ghost", "k", 0, locality="nowhere"), TaskSpec("n2a", "k", 1, locality="n2"),
-             TaskSpec("n2b", "k", 2, locality="n2")]
+    tasks = [
+        TaskSpec("ghost", "k", 0, locality="nowhere"),
+        TaskSpec("n2a", "k", 1, locality="n2"),
+        TaskSpec("n2b", "k", 2, locality="n2"),
+    ]
     book.handle(SubmitJob("j", tasks, NO_SPEC), 0.0)
     # n2 has a free slot: its tasks wait for it, the task of an unknown node does not
     assert lease_ids(book.handle(RequestTask("w1", 2), 1.0)) == ["ghost"]
@@ -175,8 +180,8 @@ def test_expired_lease_requeues_the_task_and_counts_an_attempt() -> None:
     book = make_book(("w", "n", CPU, 1), ("v", "n", CPU, 1))
     book.handle(SubmitJob("j", specs("t", 1), JobPolicy(lease_s=10)), 0.0)
     (lease,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
-    assert book.handle(Tick(), 9.9) == []
-    out = book.handle(Tick(), 10.0)
+    assert book.handle(SchedulerTick(), 9.9) == []
+    out = book.handle(SchedulerTick(), 10.0)
     assert only(out, CancelLease) == [CancelLease("w", "t-0", lease.lease_id, "lease expired")]
     assert book.task("t-0").state is TaskState.PENDING and book.task("t-0").attempts == 1
     (again,) = only(book.handle(RequestTask("v", 1), 10.0), Lease)
@@ -190,8 +195,8 @@ def test_renew_extends_the_lease_and_a_stale_lease_is_refused() -> None:
     (lease,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
     (ack,) = book.handle(Renew("w", "t-0", lease.lease_id), 8.0)
     assert ack == Ack("w", "t-0", lease.lease_id, AckOutcome.RENEWED, 18.0)
-    assert book.handle(Tick(), 12.0) == []
-    assert only(book.handle(Tick(), 18.0), CancelLease)
+    assert book.handle(SchedulerTick(), 12.0) == []
+    assert only(book.handle(SchedulerTick(), 18.0), CancelLease)
     (reject,) = book.handle(Renew("w", "t-0", lease.lease_id), 19.0)
     assert isinstance(reject, Reject) and "no longer valid" in reject.reason
 
@@ -213,7 +218,9 @@ def test_worker_death_requeues_its_tasks_at_once() -> None:
     out = book.handle(WorkerLeft("w", "killed"), 1.0)
     rows = [r.entry for r in only(out, Record)]
     assert [(r.task_id, r.state) for r in rows if isinstance(r, TaskRecord)] == [
-        ("t-0", TaskState.PENDING), ("t-1", TaskState.PENDING)]
+        ("t-0", TaskState.PENDING),
+        ("t-1", TaskState.PENDING),
+    ]
     assert book.task("t-0").attempts == 1 and "killed" in (book.task("t-0").error or "")
     assert lease_ids(book.handle(RequestTask("v", 2), 1.0)) == ["t-0", "t-1"]
 
@@ -235,8 +242,9 @@ def test_node_dead_removes_all_its_workers() -> None:
 
 def test_failures_back_off_exponentially_then_dead_letter() -> None:
     """Fail waits base * 2**(n-1) before a retry; the max_attempts-th failure dead-letters."""
-    policy = JobPolicy(max_attempts=3, backoff_base_s=1.0, backoff_max_s=100.0,
-                       speculation=Speculation(enabled=False))
+    policy = JobPolicy(
+        max_attempts=3, backoff_base_s=1.0, backoff_max_s=100.0, speculation=Speculation(enabled=False)
+    )
     book = make_book(("w", "n", CPU, 1))
     book.handle(SubmitJob("j", specs("t", 1), policy), 0.0)
     (lease,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
@@ -248,7 +256,7 @@ def test_failures_back_off_exponentially_then_dead_letter() -> None:
     assert lease.attempt == 2
     fail(book, lease, 20.0, "e2")
     assert book.task("t-0").not_before == 22.0  # 1 * 2**1
-    assert only(book.handle(Tick(), 22.0), Record)  # Tick ends the backoff too
+    assert only(book.handle(SchedulerTick(), 22.0), Record)  # SchedulerTick ends the backoff too
     (lease,) = only(book.handle(RequestTask("w", 1), 22.0), Lease)
     out = fail(book, lease, 30.0, "e3")
     assert book.task("t-0").state is TaskState.DEAD
@@ -277,7 +285,7 @@ def test_lease_expiry_can_dead_letter_a_hanging_task() -> None:
     book.handle(SubmitJob("j", specs("t", 1), JobPolicy(max_attempts=2, lease_s=5)), 0.0)
     for now in (0.0, 5.0):
         book.handle(RequestTask("w", 1), now)
-        book.handle(Tick(), now + 5.0)
+        book.handle(SchedulerTick(), now + 5.0)
     (dead,) = book.dead_letters("j")
     assert dead.attempts == 2 and "expired" in dead.error
 
@@ -303,7 +311,7 @@ def test_late_complete_from_an_expired_lease_is_accepted() -> None:
     book = make_book(("w", "n", CPU, 1), ("v", "n", CPU, 1))
     book.handle(SubmitJob("j", specs("t", 1), JobPolicy(lease_s=5)), 0.0)
     (old,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
-    book.handle(Tick(), 5.0)
+    book.handle(SchedulerTick(), 5.0)
     (new,) = only(book.handle(RequestTask("v", 1), 5.0), Lease)
     out = complete(book, old, 6.0)
     assert only(out, Ack)[0].outcome is AckOutcome.COMMITTED
@@ -316,7 +324,7 @@ def test_late_fail_from_an_ended_lease_changes_nothing() -> None:
     book = make_book(("w", "n", CPU, 1))
     book.handle(SubmitJob("j", specs("t", 1), JobPolicy(lease_s=5)), 0.0)
     (old,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
-    book.handle(Tick(), 5.0)
+    book.handle(SchedulerTick(), 5.0)
     assert fail(book, old, 6.0) == [Ack("w", "t-0", old.lease_id, AckOutcome.IGNORED)]
     assert book.task("t-0").attempts == 1
 
@@ -358,15 +366,19 @@ def test_drain_node_stops_new_work_and_reports_once_idle() -> None:
     assert book.worker_load("w").draining
     out = complete(book, lease, 2.0)
     assert only(out, NodeDrained) == [NodeDrained("n")]
-    assert not only(book.handle(Tick(), 3.0), NodeDrained)  # reported once
+    assert not only(book.handle(SchedulerTick(), 3.0), NodeDrained)  # reported once
 
 
 def test_submit_is_rejected_for_taken_ids_and_empty_jobs() -> None:
     """A job id or task id already used, or a job without tasks, is rejected unchanged."""
     book = TaskBook()
     book.handle(SubmitJob("j", specs("t", 1)), 0.0)
-    for event in (SubmitJob("j", specs("u", 1)), SubmitJob("k", specs("t", 1)),
-                  SubmitJob("k", []), SubmitJob("k", [specs("u", 1)[0]] * 2)):
+    for event in (
+        SubmitJob("j", specs("u", 1)),
+        SubmitJob("k", specs("t", 1)),
+        SubmitJob("k", []),
+        SubmitJob("k", [specs("u", 1)[0]] * 2),
+    ):
         (reject,) = book.handle(event, 1.0)
         assert isinstance(reject, Reject)
     assert [j.job_id for j in book.jobs()] == ["j"]
@@ -375,8 +387,7 @@ def test_submit_is_rejected_for_taken_ids_and_empty_jobs() -> None:
 def test_read_outs_of_unknown_ids_raise_task_error() -> None:
     """Asking about a job, task or worker the book does not know raises TaskError."""
     book = TaskBook()
-    for call in (lambda: book.dead_letters("x"), lambda: book.task("x"),
-                 lambda: book.worker_load("x")):
+    for call in (lambda: book.dead_letters("x"), lambda: book.task("x"), lambda: book.worker_load("x")):
         with pytest.raises(TaskError):
             call()
 
@@ -418,7 +429,7 @@ def test_no_backup_before_the_tail() -> None:
     """While a job still has pending tasks, its slow tasks get no backup."""
     policy = JobPolicy(speculation=Speculation(factor=1.0, min_runtime_s=1))
     book = make_book(("w", "n", CPU, 2), ("idle", "n2", CPU, 1))
-    tasks = specs("t", 3) + [TaskSpec("gpu", "k", 9, needs=Resources(1, 1))]
+    tasks = [*specs("t", 3), TaskSpec("gpu", "k", 9, needs=Resources(1, 1))]
     book.handle(SubmitJob("j", tasks, policy), 0.0)
     leases = only(book.handle(RequestTask("w", 2), 0.0), Lease)
     complete(book, leases[0], 1.0)
@@ -446,14 +457,14 @@ def test_first_completion_wins_and_other_copies_are_cancelled() -> None:
     (backup,) = only(book.handle(RequestTask("w1", 1), 16.0), Lease)
     out = complete(book, backup, 20.0)
     assert only(out, CancelLease) == [
-        CancelLease("w2", straggler.task_id, straggler.lease_id,
-                    "another copy of the task finished first")
+        CancelLease("w2", straggler.task_id, straggler.lease_id, "another copy of the task finished first")
     ]
     assert only(out, JobFinished) == [JobFinished("j", JobState.DONE)]
     stats = book.statistics()
     assert (stats.speculative_won, stats.leases_outstanding) == (1, 0)
     assert complete(book, straggler, 21.0) == [
-        Ack("w2", straggler.task_id, straggler.lease_id, AckOutcome.DUPLICATE)]
+        Ack("w2", straggler.task_id, straggler.lease_id, AckOutcome.DUPLICATE)
+    ]
 
 
 def test_fail_of_one_copy_is_not_an_attempt_while_another_runs() -> None:
@@ -521,8 +532,9 @@ class Model:
         if isinstance(entry, JobSubmitted):
             self.jobs[entry.job.job_id] = entry.job
             for spec in entry.tasks:
-                row = TaskRecord(spec.task_id, entry.job.job_id, TaskState.PENDING, 0, 0.0, 0,
-                                 None, None, None)
+                row = TaskRecord(
+                    spec.task_id, entry.job.job_id, TaskState.PENDING, 0, 0.0, 0, None, None, None
+                )
                 self.rows[spec.task_id] = (spec, row)
         elif isinstance(entry, JobRecord):
             self.jobs[entry.job_id] = entry
@@ -572,30 +584,42 @@ def test_random_events_keep_the_invariants_and_every_task_ends(seed: int) -> Non
     total = 0
     for j in range(4):
         policy = JobPolicy(
-            max_attempts=rng.randint(1, 4), lease_s=rng.uniform(3, 15),
-            backoff_base_s=rng.choice([0.0, 0.5, 2.0]), backoff_max_s=5.0,
+            max_attempts=rng.randint(1, 4),
+            lease_s=rng.uniform(3, 15),
+            backoff_base_s=rng.choice([0.0, 0.5, 2.0]),
+            backoff_max_s=5.0,
             priority=rng.randint(0, 1),
-            speculation=Speculation(enabled=rng.random() < 0.7, factor=1.2, min_runtime_s=1,
-                                    max_copies=rng.randint(0, 2)),
+            speculation=Speculation(
+                enabled=rng.random() < 0.7, factor=1.2, min_runtime_s=1, max_copies=rng.randint(0, 2)
+            ),
         )
         tasks = [
-            TaskSpec(f"j{j}-{i}", "k", i, needs=Resources(rng.choice([0.5, 1, 2]),
-                     1 if rng.random() < 0.2 else 0),
-                     locality=rng.choice([None, None, "n0", "n1", "gone"]))
+            TaskSpec(
+                f"j{j}-{i}",
+                "k",
+                i,
+                needs=Resources(rng.choice([0.5, 1, 2]), 1 if rng.random() < 0.2 else 0),
+                locality=rng.choice([None, None, "n0", "n1", "gone"]),
+            )
             for i in range(rng.randint(60, 150))
         ]
         send(SubmitJob(f"job{j}", tasks, policy))
         total += len(tasks)
 
-    actions = ["join", "leave", "node_dead", "drain", "request", "report", "stale", "renew",
-               "cancel", "tick"]
+    actions = ["join", "leave", "node_dead", "drain", "request", "report", "stale", "renew", "cancel", "tick"]
     weights = [8, 3, 0.3, 0.1, 28, 25, 7, 8, 0.02, 20]
     for step in range(2000):
         action = rng.choices(actions, weights)[0]
         if action == "join":
             gpus = rng.choice([0, 0, 1, 2])
-            send(WorkerJoined(f"w{rng.randint(0, 7)}", rng.choice(nodes),
-                              Resources(rng.choice([2, 4]), gpus), rng.randint(1, 3)))
+            send(
+                WorkerJoined(
+                    f"w{rng.randint(0, 7)}",
+                    rng.choice(nodes),
+                    Resources(rng.choice([2, 4]), gpus),
+                    rng.randint(1, 3),
+                )
+            )
         elif action == "leave" and model.workers:
             send(WorkerLeft(rng.choice(sorted(model.workers)), "killed"))
         elif action == "node_dead":
@@ -626,7 +650,7 @@ def test_random_events_keep_the_invariants_and_every_task_ends(seed: int) -> Non
             send(CancelJob(f"job{rng.randint(0, 3)}"))
         else:
             now += rng.uniform(0, 1)
-            send(Tick())
+            send(SchedulerTick())
         check_invariants(book, model, total)
         if step % 500 == 0:
             check_restore_matches(book, model)
@@ -640,7 +664,7 @@ def test_random_events_keep_the_invariants_and_every_task_ends(seed: int) -> Non
         if all(j.state is not JobState.RUNNING for j in book.jobs()):
             break
         now += 1.0
-        send(Tick())
+        send(SchedulerTick())
         send(RequestTask(rng.choice(["final-a", "final-b"]), rng.randint(1, 16)))
         for lease in sorted(model.leases.values(), key=lambda c: c.lease_id):
             if lease.lease_id not in model.leases:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 import pytest
+
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.jobspec import parse_job
@@ -25,12 +26,12 @@ from troupe.runtime.tasks.state import (
     Record,
     RequestTask,
     Resources,
+    SchedulerTick,
     Speculation,
     SubmitJob,
     TaskRecord,
     TaskSpec,
     TaskState,
-    Tick,
     WorkerJoined,
 )
 
@@ -43,8 +44,9 @@ def only(commands: Iterable[Command], kind: type[C]) -> list[C]:
     return [c for c in commands if isinstance(c, kind)]
 
 
-def join(book: TaskBook, worker_id: str, node: str, *kinds: str, resources: Resources = CPU,
-         slots: int = 4) -> None:
+def join(
+    book: TaskBook, worker_id: str, node: str, *kinds: str, resources: Resources = CPU, slots: int = 4
+) -> None:
     assert book.handle(WorkerJoined(worker_id, node, resources, slots, frozenset(kinds)), 0.0) == []
 
 
@@ -82,14 +84,15 @@ def test_a_worker_with_no_kinds_runs_every_kind() -> None:
 
 
 def test_a_kind_nobody_runs_waits_and_says_so_until_a_worker_of_that_kind_joins() -> None:
-    """Tasks of a kind no worker runs stay pending with the reason, cost no attempt, and run once one joins."""
+    """Tasks of a kind no worker runs stay pending with the reason, cost no attempt, and run once one
+    joins."""
     book = TaskBook()
     join(book, "planner", "n1", "plan")
     book.handle(SubmitJob("j", mixed(4), NO_SPEC), 0.0)
     plans = only(book.handle(RequestTask("planner", 4), 1.0), Lease)
     assert [lease.kind for lease in plans] == ["plan", "plan"]
     assert waiting(book, "j") == [("render", 2, "waiting for kind render: no live worker runs it")]
-    book.handle(Tick(), 1000.0)  # time passing changes nothing for them
+    book.handle(SchedulerTick(), 1000.0)  # time passing changes nothing for them
     assert [book.task(t).state for t in ("t-1", "t-3")] == [TaskState.PENDING] * 2
     join(book, "renderer", "n2", "render")
     assert waiting(book, "j") == []
@@ -111,13 +114,16 @@ def test_a_task_needing_a_gpu_no_worker_has_says_what_it_waits_for() -> None:
     """gpu = 1 on a CPU-only cluster: pending, with "waiting for gpu=1: no worker has it"."""
     book = TaskBook()
     join(book, "cpu", "n1", "render")
-    book.handle(SubmitJob("j", [TaskSpec("g", "render", 0, needs=Resources(1, 1)),
-                                TaskSpec("c", "render", 1)], NO_SPEC), 0.0)
+    book.handle(
+        SubmitJob(
+            "j", [TaskSpec("g", "render", 0, needs=Resources(1, 1)), TaskSpec("c", "render", 1)], NO_SPEC
+        ),
+        0.0,
+    )
     assert [lease.task_id for lease in only(book.handle(RequestTask("cpu", 4), 1.0), Lease)] == ["c"]
     assert waiting(book, "j") == [("render", 1, "waiting for gpu=1: no worker has it")]
     join(book, "gpu-other-kind", "n2", "plan", resources=Resources(8, 1))
-    assert waiting(book, "j") == [
-        ("render", 1, "waiting for gpu=1: no worker that runs kind render has it")]
+    assert waiting(book, "j") == [("render", 1, "waiting for gpu=1: no worker that runs kind render has it")]
     join(book, "gpu", "n3", "render", resources=Resources(8, 1))
     assert waiting(book, "j") == []
     assert [lease.task_id for lease in only(book.handle(RequestTask("gpu", 4), 2.0), Lease)] == ["g"]
@@ -127,8 +133,9 @@ def test_a_declined_copy_goes_back_without_an_attempt_and_the_worker_gets_no_mor
     """A worker that declines a kind (it advertised it wrongly) costs no attempt and is not asked again."""
     book = TaskBook()
     join(book, "liar", "n1", "plan", "render")
-    book.handle(SubmitJob("j", [TaskSpec("r", "render", 0), TaskSpec("p", "plan", 1)],
-                          JobPolicy(max_attempts=1)), 0.0)
+    book.handle(
+        SubmitJob("j", [TaskSpec("r", "render", 0), TaskSpec("p", "plan", 1)], JobPolicy(max_attempts=1)), 0.0
+    )
     leases = {c.kind: c for c in only(book.handle(RequestTask("liar", 1), 1.0), Lease)}
     lease = leases["render"]
     out = book.handle(Decline("liar", "r", lease.lease_id, "no actor runs render"), 2.0)
@@ -142,15 +149,21 @@ def test_a_declined_copy_goes_back_without_an_attempt_and_the_worker_gets_no_mor
 
 
 def test_a_late_complete_overturns_a_dead_letter_and_the_job_ends_done() -> None:
-    """max_attempts = 1, the lease expires (a partition): dead, job failed; the late Complete makes both done."""
+    """max_attempts = 1, the lease expires (a partition): dead, job failed; the late Complete makes both
+    done."""
     book = TaskBook()
     join(book, "w", "n1")
-    book.handle(SubmitJob("j", [TaskSpec("a", "k", 0), TaskSpec("b", "k", 1)],
-                          JobPolicy(max_attempts=1, lease_s=5, speculation=Speculation(False))),
-                0.0)
+    book.handle(
+        SubmitJob(
+            "j",
+            [TaskSpec("a", "k", 0), TaskSpec("b", "k", 1)],
+            JobPolicy(max_attempts=1, lease_s=5, speculation=Speculation(False)),
+        ),
+        0.0,
+    )
     leases = {c.task_id: c for c in only(book.handle(RequestTask("w", 2), 0.0), Lease)}
     book.handle(Complete("w", "b", leases["b"].lease_id, "out://b"), 1.0)
-    expired = book.handle(Tick(), 6.0)
+    expired = book.handle(SchedulerTick(), 6.0)
     assert only(expired, JobFinished) == [JobFinished("j", JobState.FAILED)]
     assert book.task("a").state is TaskState.DEAD
     out = book.handle(Complete("w", "a", leases["a"].lease_id, "out://a"), 7.0)
@@ -171,10 +184,12 @@ def test_a_job_with_another_real_failure_stays_failed_after_one_overturn() -> No
     """Only a job whose every failure was overturned ends done."""
     book = TaskBook()
     join(book, "w", "n1")
-    book.handle(SubmitJob("j", [TaskSpec("a", "k", 0), TaskSpec("b", "k", 1)],
-                          JobPolicy(max_attempts=1, lease_s=5)), 0.0)
+    book.handle(
+        SubmitJob("j", [TaskSpec("a", "k", 0), TaskSpec("b", "k", 1)], JobPolicy(max_attempts=1, lease_s=5)),
+        0.0,
+    )
     leases = {c.task_id: c for c in only(book.handle(RequestTask("w", 2), 0.0), Lease)}
-    book.handle(Tick(), 6.0)
+    book.handle(SchedulerTick(), 6.0)
     out = book.handle(Complete("w", "a", leases["a"].lease_id, "out://a"), 7.0)
     assert only(out, JobFinished) == []
     assert next(iter(book.jobs())).state is JobState.FAILED
@@ -188,7 +203,7 @@ def test_a_late_complete_of_a_requeued_task_wins_and_cancels_the_new_copy() -> N
     join(book, "v", "n2")
     book.handle(SubmitJob("j", [TaskSpec("a", "k", 0)], JobPolicy(lease_s=5)), 0.0)
     (old,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
-    book.handle(Tick(), 6.0)
+    book.handle(SchedulerTick(), 6.0)
     (new,) = only(book.handle(RequestTask("v", 1), 6.0), Lease)
     out = book.handle(Complete("w", "a", old.lease_id, "out://a"), 7.0)
     assert only(out, Ack)[0].outcome is AckOutcome.COMMITTED
@@ -201,7 +216,7 @@ def test_a_complete_for_a_lease_never_issued_does_not_overturn_a_dead_letter() -
     join(book, "w", "n1")
     book.handle(SubmitJob("j", [TaskSpec("a", "k", 0)], JobPolicy(max_attempts=1, lease_s=5)), 0.0)
     (lease,) = only(book.handle(RequestTask("w", 1), 0.0), Lease)
-    book.handle(Tick(), 6.0)
+    book.handle(SchedulerTick(), 6.0)
     (ack,) = book.handle(Complete("w", "a", lease.lease_id + 7, "x"), 7.0)
     assert isinstance(ack, Ack) and ack.outcome is AckOutcome.IGNORED
     assert book.task("a").state is TaskState.DEAD
@@ -229,7 +244,7 @@ def test_restore_keeps_an_overturned_task_done() -> None:
 
     send(SubmitJob("j", specs, JobPolicy(max_attempts=1, lease_s=5)), 0.0)
     (lease,) = only(send(RequestTask("w", 1), 0.0), Lease)
-    send(Tick(), 6.0)
+    send(SchedulerTick(), 6.0)
     send(Complete("w", "a", lease.lease_id, "out://a"), 7.0)
     back = TaskBook.restore(jobs.values(), [(specs[0], rows["a"])])
     assert back.task("a").state is TaskState.DONE
@@ -250,9 +265,10 @@ def test_same_job_recognizes_a_repeated_submit() -> None:
 
 def test_a_job_file_may_give_a_task_its_own_kind() -> None:
     """[[tasks]] kind overrides [job].kind for that task; an empty one is a one-line error."""
-    spec = parse_job({"job": {"name": "mix", "kind": "plan"},
-                      "tasks": [{"seed": 0}, {"seed": 1, "kind": "render"}]}, "mix.toml")
+    spec = parse_job(
+        {"job": {"name": "mix", "kind": "plan"}, "tasks": [{"seed": 0}, {"seed": 1, "kind": "render"}]},
+        "mix.toml",
+    )
     assert [t.kind for t in spec.tasks()] == ["plan", "render"]
     with pytest.raises(ConfigError, match=r"mix.toml: \[\[tasks\]\] #1.kind must be a non-empty"):
-        parse_job({"job": {"name": "mix", "kind": "plan"}, "tasks": [{"seed": 0, "kind": ""}]},
-                  "mix.toml")
+        parse_job({"job": {"name": "mix", "kind": "plan"}, "tasks": [{"seed": 0, "kind": ""}]}, "mix.toml")

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from troupe.runtime.chaos.faults import FaultPlan
 from troupe.runtime.chaos.worker_side import WorkerChaos
 from troupe.runtime.core.runtime import Runtime
@@ -95,16 +96,33 @@ class FakeMaster:
     def __init__(self, rt: Runtime, tasks: list[str]) -> None:
         self.todo = list(tasks)
         self.reports: list[tuple[str, str]] = []
-        rt.control_handlers.update(register_worker=self._ok, request_task=self._request,
-                                   renew=self._renew, complete=self._complete, fail=self._fail)
+        rt.register_controls(
+            {
+                "register_worker": self._ok,
+                "request_task": self._request,
+                "renew": self._renew,
+                "complete": self._complete,
+                "fail": self._fail,
+            }
+        )
 
     def _lease(self, n: int) -> list[dict[str, Any]]:
         leases = []
         for _ in range(min(n, len(self.todo))):
             task_id = self.todo.pop(0)
-            leases.append({"task_id": task_id, "lease_id": len(self.todo) + 1, "job_id": "j",
-                           "kind": "probe", "seed": 1, "refs": {}, "attempt": 1,
-                           "backup": False, "ttl": 30.0})
+            leases.append(
+                {
+                    "task_id": task_id,
+                    "lease_id": len(self.todo) + 1,
+                    "job_id": "j",
+                    "kind": "probe",
+                    "seed": 1,
+                    "refs": {},
+                    "attempt": 1,
+                    "backup": False,
+                    "ttl": 30.0,
+                }
+            )
         return leases
 
     async def _ok(self, _: Any) -> dict[str, Any]:
@@ -132,13 +150,16 @@ class FakeMaster:
 async def test_a_dropped_task_is_neither_run_nor_reported() -> None:
     """A drop fault loses the first task (no run, no report, counted cancelled); the next one completes."""
     hub = MemoryHub()
-    async with Runtime("m", "master", hub.transport(name="master")) as master_rt, \
-            Runtime("n", "w", hub.transport()) as rt:
+    async with (
+        Runtime("m", "master", hub.transport(name="master")) as master_rt,
+        Runtime("n", "w", hub.transport()) as rt,
+    ):
         master = FakeMaster(master_rt, ["t-1", "t-2"])
         actor, _ = await _probe(rt)
         WorkerChaos(rt).add(FaultPlan.from_dicts({"kind": "drop", "count": 1}))
-        getter = TaskGetter(rt, MASTER, GetterConfig("n/w", "n", wait_s=0.05, retry_s=0.01),
-                            _ActorRunner([actor]))
+        getter = TaskGetter(
+            rt, MASTER, GetterConfig("n/w", "n", wait_s=0.05, retry_s=0.01), _ActorRunner([actor])
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(getter.run)
             with anyio.fail_after(5):  # a bounded poll: the getter counts once the reply is in

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+
 from troupe.runtime.transports.zmq_socket import private_context
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread policies are Linux's")
@@ -31,8 +32,13 @@ def test_the_private_context_threads_run_under_the_chosen_policy(batch: bool, po
         b.send(b"ping")
         assert a.poll(5000), "no message through the context's I/O thread within 5 s"
         assert a.recv() == b"ping"
-        new = {tid: (Path(f"/proc/{os.getpid()}/task/{tid}/comm").read_text().strip(), os.sched_getscheduler(tid))
-               for tid in _threads() - before}
+        new = {
+            tid: (
+                Path(f"/proc/{os.getpid()}/task/{tid}/comm").read_text().strip(),
+                os.sched_getscheduler(tid),
+            )
+            for tid in _threads() - before
+        }
         io = {name: pol for name, pol in new.values() if name.startswith("ZMQbg/IO")}
         assert io and set(io.values()) == {policy}, new
     finally:

@@ -9,6 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 import torch
+
 from troupe.runtime.errors import (
     BadFrame,
     EncodeError,
@@ -35,8 +36,12 @@ def _roundtrip(env: Envelope, codec: Codec | None = None) -> tuple[Envelope, lis
 
 def _tell(payload: Any = None, **fields: Any) -> Envelope:
     base: dict[str, Any] = {
-        "kind": Kind.TELL, "msg_id": 7, "corr_id": 0, "sender": "n1/client",
-        "target": "counter", "type": "add",
+        "kind": Kind.TELL,
+        "msg_id": 7,
+        "corr_id": 0,
+        "sender": "n1/client",
+        "target": "counter",
+        "type": "add",
     }
     base.update(fields)
     return Envelope(**base, payload=payload)
@@ -45,8 +50,16 @@ def _tell(payload: Any = None, **fields: Any) -> Envelope:
 def _header(**overrides: Any) -> list[Any]:
     """A valid header as a list of the 11 wire fields, with some replaced."""
     fields: dict[str, Any] = {
-        "version": PROTOCOL_VERSION, "kind": 1, "msg_id": 1, "corr_id": 0, "sender": "a",
-        "target": "b", "type": "t", "deadline": None, "trace": None, "headers": None,
+        "version": PROTOCOL_VERSION,
+        "kind": 1,
+        "msg_id": 1,
+        "corr_id": 0,
+        "sender": "a",
+        "target": "b",
+        "type": "t",
+        "deadline": None,
+        "trace": None,
+        "headers": None,
         "payload": None,
     }
     fields.update(overrides)
@@ -77,9 +90,16 @@ def _base_address(buf: bytes) -> tuple[int, int]:
 def test_every_kind_round_trips_with_all_fields(kind: Kind) -> None:
     """An envelope of each kind comes back with every field equal."""
     env = Envelope(
-        kind, 12, 11 if kind in (Kind.REPLY, Kind.ERROR) else 0, "n/p/a", "actor",
-        "work" if kind is not Kind.REPLY else "", 1.7e9 + 0.25, "trace-1",
-        {"credits": 3, "hint": "x"}, {"k": [1, 2]},
+        kind,
+        12,
+        11 if kind in (Kind.REPLY, Kind.ERROR) else 0,
+        "n/p/a",
+        "actor",
+        "work" if kind is not Kind.REPLY else "",
+        1.7e9 + 0.25,
+        "trace-1",
+        {"credits": 3, "hint": "x"},
+        {"k": [1, 2]},
     )
     out, frames = _roundtrip(env)
     assert out == env
@@ -90,8 +110,24 @@ def test_every_kind_round_trips_with_all_fields(kind: Kind) -> None:
 @pytest.mark.parametrize(
     "payload",
     [
-        None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 1.5, -0.0, float("inf"), "",
-        "héllo ✓", b"", b"\x00\xffraw", [], {}, [1, "a", None, [2.5, {"x": b"y"}]],
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**63 - 1,
+        -(2**63),
+        2**64 - 1,
+        1.5,
+        -0.0,
+        float("inf"),
+        "",
+        "héllo ✓",
+        b"",
+        b"\x00\xffraw",
+        [],
+        {},
+        [1, "a", None, [2.5, {"x": b"y"}]],
         {"a": {"b": {"c": [True, None]}}, "": 1},
     ],
     ids=repr,
@@ -184,7 +220,9 @@ def test_datetime_fields_of_a_structured_dtype_travel() -> None:
 
 def test_datetime64_scalar_travels_as_a_0d_array_keeping_its_unit() -> None:
     """A datetime64 scalar as a number would lose its unit: it travels as a 0-d array."""
-    out, frames = _roundtrip(_tell({"t": np.datetime64("2020-01-01T00:00", "m"), "dt": np.timedelta64(5, "h")}))
+    out, frames = _roundtrip(
+        _tell({"t": np.datetime64("2020-01-01T00:00", "m"), "dt": np.timedelta64(5, "h")})
+    )
     assert out.payload["t"].shape == () and out.payload["t"].dtype == np.dtype("M8[m]")
     assert out.payload["t"] == np.datetime64("2020-01-01T00:00", "m")
     assert out.payload["dt"] == np.timedelta64(5, "h") and out.payload["dt"].dtype == np.dtype("m8[h]")
@@ -383,7 +421,7 @@ def test_wrong_field_count_is_bad(count: int) -> None:
 
 @pytest.mark.parametrize(
     "fields",
-    [_header(version=2), _header(version=0), _header(version="1"), [2, 1, 1], _header() + [2]],
+    [_header(version=2), _header(version=0), _header(version="1"), [2, 1, 1], [*_header(), 2]],
     ids=["v2", "v0", "v-str", "v2-short", "v1-long"],
 )
 def test_wrong_protocol_version(fields: list[Any]) -> None:
@@ -500,9 +538,11 @@ def test_msg_id_zero_is_fine_where_nothing_answers(kind: Kind) -> None:
 def test_map_keys_other_than_str_int_bin_are_bad(key: Any, where: str) -> None:
     """Only str, int and bin map keys are accepted (docs/PROTOCOL.md 6), at any depth."""
     bad = {"ok": 1, key: 2}
-    fields = {"payload": {"headers": None, "payload": bad},
-              "nested": {"headers": None, "payload": [{"a": bad}]},
-              "headers": {"headers": bad, "payload": None}}[where]
+    fields = {
+        "payload": {"headers": None, "payload": bad},
+        "nested": {"headers": None, "payload": [{"a": bad}]},
+        "headers": {"headers": bad, "payload": None},
+    }[where]
     with pytest.raises(BadFrame, match="map key"):
         Codec().decode([_pack(_header(**fields))])
 
@@ -536,7 +576,7 @@ def test_unhashable_map_key_is_bad() -> None:
     header = bytearray(_pack(_header(payload={"k": 1})))
     # replace the fixstr key "k" (a1 6b) by a one-element array [1] (91 01)
     at = header.index(b"\x81\xa1k") + 1
-    header[at:at + 2] = b"\x91\x01"
+    header[at : at + 2] = b"\x91\x01"
     with pytest.raises(BadFrame):
         Codec().decode([bytes(header)])
 
@@ -651,5 +691,5 @@ def test_every_error_code_is_documented_in_the_protocol() -> None:
         return {cls.code}.union(*(codes(sub) for sub in cls.__subclasses__()))
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "PROTOCOL.md").read_text()
-    section = text[text.index("## 8."):text.index("## 9.")]
+    section = text[text.index("## 8.") : text.index("## 9.")]
     assert sorted(c for c in codes(TroupeError) if f"`{c}`" not in section) == []

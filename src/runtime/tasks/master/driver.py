@@ -9,12 +9,12 @@ command of that call is performed (the book's rule), and one fsync covers every 
 arrived while the previous one ran: a busy master pays one fsync per batch, not per task.
 
 Commands go two ways. Those that answer the event (Lease, Ack, Reject) return to its caller.
-The rest (CancelLease, NodeDrained, JobFinished) may come from any event, the clock's Tick
+The rest (CancelLease, NodeDrained, JobFinished) may come from any event, the clock's SchedulerTick
 included, and go to the ``side`` callback that the master performs them with.
 
 Long polls: a worker that asks for tasks when none is pending may wait up to its deadline. Its
 request is parked, and after every batch that made a task pending (a submit, a requeue, a
-backoff ending) and after every Tick (a straggler may now deserve a backup copy) parked
+backoff ending) and after every SchedulerTick (a straggler may now deserve a backup copy) parked
 requests are tried again in arrival order. A pass tries at most one fruitless request per
 worker signature (node and resources): a worker just like one that got nothing would get
 nothing too, and trying every parked worker would cost O(workers x running tasks) a pass.
@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 import structlog
+
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
@@ -47,9 +48,9 @@ from troupe.runtime.tasks.state import (
     Record,
     Reject,
     RequestTask,
+    SchedulerTick,
     TaskRecord,
     TaskState,
-    Tick,
 )
 
 __all__ = ["Dispatcher", "DispatcherStats", "SideCommands"]
@@ -91,7 +92,10 @@ class _Parked:
     __slots__ = ("deadline", "free_slots", "future", "signature")
 
     def __init__(
-        self, future: asyncio.Future[list[Command]], free_slots: int, deadline: float,
+        self,
+        future: asyncio.Future[list[Command]],
+        free_slots: int,
+        deadline: float,
         signature: Hashable,
     ) -> None:
         self.future = future
@@ -112,8 +116,12 @@ class Dispatcher:
     """
 
     def __init__(
-        self, book: TaskBook, journal: Journal, side: SideCommands,
-        clock: Callable[[], float] = time.time, max_batch: int = 4096,
+        self,
+        book: TaskBook,
+        journal: Journal,
+        side: SideCommands,
+        clock: Callable[[], float] = time.time,
+        max_batch: int = 4096,
     ) -> None:
         self.book = book
         self.journal = journal
@@ -174,8 +182,9 @@ class Dispatcher:
         old = self._parked.pop(worker_id, None)
         if old is not None and not old.future.done():
             old.future.set_result([])  # superseded by this newer request
-        return self._enqueue(RequestTask(worker_id, free_slots),
-                             (self._clock() + max(wait_s, 0.0), signature))
+        return self._enqueue(
+            RequestTask(worker_id, free_slots), (self._clock() + max(wait_s, 0.0), signature)
+        )
 
     def unpark(self, worker_id: str) -> None:
         """Answer a parked request of the worker with nothing (it left or re-registered)."""
@@ -185,8 +194,15 @@ class Dispatcher:
 
     def statistics(self) -> DispatcherStats:
         """Return a snapshot of the counters."""
-        return DispatcherStats(self._events, self._batches, self._records, self._largest,
-                               round(self._append_s, 6), len(self._parked), self._retries)
+        return DispatcherStats(
+            self._events,
+            self._batches,
+            self._records,
+            self._largest,
+            round(self._append_s, 6),
+            len(self._parked),
+            self._retries,
+        )
 
     def _enqueue(self, event: Event, park: Any) -> asyncio.Future[list[Command]]:
         if self._fatal is not None:
@@ -229,10 +245,15 @@ class Dispatcher:
                     future.set_exception(exc)
                 continue
             reply = self._apply(commands, records, side)
-            if isinstance(event, Tick):
+            if isinstance(event, SchedulerTick):
                 self._retry = True
-            if (park is not None and isinstance(event, RequestTask) and not reply
-                    and park[0] > now and not future.done()):
+            if (
+                park is not None
+                and isinstance(event, RequestTask)
+                and not reply
+                and park[0] > now
+                and not future.done()
+            ):
                 self._parked[event.worker_id] = _Parked(future, event.free_slots, park[0], park[1])
             else:
                 replies.append((future, reply))
@@ -267,8 +288,11 @@ class Dispatcher:
         return reply
 
     def _retry_parked(
-        self, now: float, records: list[Record],
-        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]], side: list[Command],
+        self,
+        now: float,
+        records: list[Record],
+        replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
+        side: list[Command],
     ) -> None:
         fruitless: set[Hashable] = set()
         for worker_id, parked in list(self._parked.items()):
@@ -278,8 +302,9 @@ class Dispatcher:
                 del self._parked[worker_id]
                 continue
             self._retries += 1
-            reply = self._apply(self.book.handle(RequestTask(worker_id, parked.free_slots), now),
-                                records, side)
+            reply = self._apply(
+                self.book.handle(RequestTask(worker_id, parked.free_slots), now), records, side
+            )
             if reply:
                 del self._parked[worker_id]
                 replies.append((parked.future, reply))
@@ -295,7 +320,8 @@ class Dispatcher:
                 replies.append((parked.future, []))
 
     async def _append(
-        self, records: list[Record],
+        self,
+        records: list[Record],
         replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
     ) -> None:
         started = time.perf_counter()
@@ -304,8 +330,13 @@ class Dispatcher:
             # that will form the next batch.
             await anyio.to_thread.run_sync(self.journal.append, records)
         except (JournalError, TaskError, OSError) as exc:
-            fatal = exc if isinstance(exc, JournalError) else JournalError(
-                f"journal {self.journal.path}: append failed: {exc}; restart the master on it")
+            fatal = (
+                exc
+                if isinstance(exc, JournalError)
+                else JournalError(
+                    f"journal {self.journal.path}: append failed: {exc}; restart the master on it"
+                )
+            )
             self._stop(fatal, replies)
             raise fatal from None
         self._append_s += time.perf_counter() - started
@@ -313,7 +344,8 @@ class Dispatcher:
         self._records += len(records)
 
     def _stop(
-        self, fatal: JournalError,
+        self,
+        fatal: JournalError,
         replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
     ) -> None:
         self._fatal = fatal

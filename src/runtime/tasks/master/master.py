@@ -34,6 +34,10 @@ Control messages (payloads are maps; ``->`` is the reply)::
 tasks of those kinds. ``decline`` returns a copy the worker does not run after all: the task
 goes back without an attempt counted, and the worker gets no more tasks of that kind.
 
+Every payload is decoded at the boundary into a typed message
+(:mod:`troupe.runtime.tasks.master.controls`): a payload that lacks a field or mistypes one is
+answered with ``bad_request``, naming the control, the field and the value.
+
 ``request`` piggybacks the worker's next request on its report (its free slots, 0 for none),
 so a busy worker costs one message per task. ``ttl`` is the lease's remaining life in seconds:
 deadlines are kept in the master's clock only. A request from a worker the master does not
@@ -41,6 +45,10 @@ know (it restarted) fails with ``unknown_worker``; the worker registers again.
 
 The master sends ``cancel_lease {worker_id, task_id, lease_id, reason}`` to a worker's process
 when a copy must stop, and ``master_drained {node}`` to a node whose drain has finished.
+
+Time comes from two injected clocks (tests drive them instead of sleeping): ``clock``, monotonic
+seconds, for node silence and throughput; ``wall_clock``, for what is journaled or shown as a
+timestamp (lease deadlines, backoffs, submit and finish times).
 
 Nodes beat every second or so; a node silent for ``node_timeout_s`` is declared dead and the
 tasks its workers held are requeued at once. A restarted master knows no node and no worker
@@ -51,13 +59,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
-from troupe.runtime.core.directory import Directory
-from troupe.runtime.core.runtime import Runtime
+
+from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
 from troupe.runtime.node.config import check_loopback
 from troupe.runtime.tasks.book import TaskBook
@@ -76,14 +85,22 @@ from troupe.runtime.tasks.state import (
     Reject,
     Renew,
     Resources,
-    Tick,
+    SchedulerTick,
     WorkerJoined,
     WorkerLeft,
 )
 from troupe.runtime.transports.base import Transport
-from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import Codec
 
+from .controls import (
+    NodeBeatControl,
+    NodeControl,
+    RegisterWorkerControl,
+    RenewControl,
+    ReportControl,
+    RequestTaskControl,
+    WorkerLeftControl,
+)
 from .driver import Dispatcher
 from .nodes import NodeTable
 from .operations import Operations, raise_rejected
@@ -131,7 +148,8 @@ COMPACT_AFTER_S = 3600.0
 
 
 def open_journal(
-    path: str | os.PathLike[str], new: bool = False,
+    path: str | os.PathLike[str],
+    new: bool = False,
     compact_after_s: float | None = COMPACT_AFTER_S,
 ) -> tuple[Journal, TaskBook]:
     """Open the master's journal (taking its lock), compact old finished jobs, replay it.
@@ -148,8 +166,10 @@ def open_journal(
             the wrong type (named).
     """
     if not new and not os.path.exists(path):
-        raise JournalError(f"journal {path} does not exist; pass --new to start a new journal "
-                           "there, or give the path of the existing journal")
+        raise JournalError(
+            f"journal {path} does not exist; pass --new to start a new journal "
+            "there, or give the path of the existing journal"
+        )
     journal = Journal.open(path, create=new)
     try:
         if compact_after_s is not None:
@@ -184,15 +204,26 @@ class Master:
         journal: the open journal.
         book: the book replayed from ``journal`` (see :func:`open_journal`).
         transport: defaults to ZeroMQ bound at ``config.endpoint``; tests pass a memory one.
+        clock: monotonic seconds (node silence, throughput); tests pass a fake one.
+        wall_clock: wall seconds, for everything journaled or shown as a timestamp (the task
+            book's ``now``: lease deadlines, backoffs); tests pass a fake one.
     """
 
     def __init__(
-        self, config: MasterConfig, journal: Journal, book: TaskBook,
+        self,
+        config: MasterConfig,
+        journal: Journal,
+        book: TaskBook,
         transport: Transport | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.journal = journal
-        self.dispatcher = Dispatcher(book, journal, self._perform)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.dispatcher = Dispatcher(book, journal, self._perform, clock=wall_clock)
         self.book = book
         self.nodes = NodeTable(config.node_timeout_s)
         self.runtime: Runtime | None = None
@@ -215,22 +246,30 @@ class Master:
             JournalError: the journal failed while serving; the master stopped.
         """
         cfg = self.config
-        transport = self._transport
-        if transport is None:
-            try:
-                transport = ZmqTransport(bind=cfg.endpoint, hwm=cfg.hwm)
-            except Unreachable as exc:
-                raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
-        runtime = Runtime(cfg.name, "master", transport, Directory(cfg.name), Codec(256 * 2**20),
-                          drain_timeout=0.5)
+        try:
+            runtime = process_runtime(
+                cfg.name,
+                "master",
+                bind=cfg.endpoint,
+                hwm=cfg.hwm,
+                transport=self._transport,
+                codec=Codec(256 * 2**20),
+                drain_timeout=0.5,
+            )
+        except Unreachable as exc:
+            raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
         self.runtime = runtime
         self._install_controls(runtime)
         async with runtime, anyio.create_task_group() as tg:
             tg.start_soon(self._drive)
             tg.start_soon(self._tick)
             self.ready.set()
-            log.info("master_started", endpoint=runtime.address, journal=str(self.journal.path),
-                     jobs=len(self.book.jobs()))
+            log.info(
+                "master_started",
+                endpoint=runtime.address,
+                journal=str(self.journal.path),
+                jobs=len(self.book.jobs()),
+            )
             await self._stopping.wait()
             tg.cancel_scope.cancel()
         log.info("master_stopped")
@@ -248,12 +287,21 @@ class Master:
         while True:
             await anyio.sleep(self.config.tick_s)
             try:
-                await self.dispatcher.handle(Tick())
-                for node in self.nodes.expired(time.time()):
-                    log.warning("node_dead", node=node, silent_for_s=self.config.node_timeout_s)
-                    await self._node_gone(node)
+                await self.tick()
             except JournalError:
                 return
+
+    async def tick(self) -> None:
+        """One look at the clocks (every ``tick_s``): expire leases, end backoffs, declare
+        silent nodes dead. Tests that drive a fake clock may call it to look at once.
+
+        Raises:
+            JournalError: the journal failed; the master is stopping.
+        """
+        await self.dispatcher.handle(SchedulerTick())
+        for node in self.nodes.expired(self.clock()):
+            log.warning("node_dead", node=node, silent_for_s=self.config.node_timeout_s)
+            await self._node_gone(node)
 
     async def _node_gone(self, node: str) -> None:
         for worker_id in [w for w, e in self._workers.items() if e.node == node]:
@@ -269,15 +317,22 @@ class Master:
             if isinstance(command, CancelLease):
                 entry = self._workers.get(command.worker_id)
                 if entry is not None:
-                    self.runtime.start_soon(self._send, entry.endpoint, "cancel_lease", {
-                        "worker_id": command.worker_id, "task_id": command.task_id,
-                        "lease_id": command.lease_id, "reason": command.reason})
+                    self.runtime.start_soon(
+                        self._send,
+                        entry.endpoint,
+                        "cancel_lease",
+                        {
+                            "worker_id": command.worker_id,
+                            "task_id": command.task_id,
+                            "lease_id": command.lease_id,
+                            "reason": command.reason,
+                        },
+                    )
             elif isinstance(command, NodeDrained):
                 endpoint = self.nodes.endpoint(command.node_id)
                 log.info("drained_node_told", node=command.node_id, endpoint=endpoint)
                 if endpoint:
-                    self.runtime.start_soon(self._send, endpoint, "master_drained",
-                                            {"node": command.node_id})
+                    self.runtime.start_soon(self._send, endpoint, "master_drained", {"node": command.node_id})
             elif isinstance(command, JobFinished):
                 self.ops.job_finished(command.job_id)
 
@@ -291,85 +346,97 @@ class Master:
     # ------------------------------------------------------------------ control messages
 
     def _install_controls(self, runtime: Runtime) -> None:
-        runtime.control_handlers.update(
-            ping=self._ping, register_worker=self._register_worker,
-            request_task=self._request_task, renew=self._renew, complete=self._complete,
-            fail=self._fail, decline=self._decline, node_beat=self._node_beat, worker_left=self._worker_left,
-            node_dead=self._node_dead, shutdown=self._shutdown, **self.ops.handlers(),
+        runtime.register_controls(
+            dict(
+                ping=self._ping,
+                register_worker=self._register_worker,
+                request_task=self._request_task,
+                renew=self._renew,
+                complete=self._complete,
+                fail=self._fail,
+                decline=self._decline,
+                node_beat=self._node_beat,
+                worker_left=self._worker_left,
+                node_dead=self._node_dead,
+                shutdown=self._shutdown,
+                **self.ops.handlers(),
+            )
         )
 
     async def _ping(self, _: Any) -> dict[str, Any]:
-        return {"master": self.config.name, "pid": os.getpid(), "time": time.time()}
+        return {"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()}
 
-    async def _register_worker(self, p: Any) -> dict[str, Any]:
-        worker_id, node = str(p["worker_id"]), str(p["node"])
-        slots = int(p.get("slots", 1))
-        resources = Resources(float(p.get("cpu", slots)), int(p.get("gpu", 0)))
-        kinds = sorted({str(k) for k in p.get("kinds") or ()})
+    async def _register_worker(self, payload: Any) -> dict[str, Any]:
+        m = RegisterWorkerControl.decode(payload)
+        worker_id, node, slots = m.worker_id, m.node, m.slots
+        resources = Resources(m.cpu, m.gpu)
+        kinds = sorted(set(m.kinds))
         self.dispatcher.unpark(worker_id)
         reply = await self.dispatcher.handle(
-            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds)))
+            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds))
+        )
         raise_rejected(reply)
-        self._workers[worker_id] = _WorkerEntry(node, str(p["endpoint"]), int(p.get("pid", 0)),
-                                                slots, resources, kinds)
-        log.info("worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
-                 kinds=kinds or "any")
+        self._workers[worker_id] = _WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds)
+        log.info(
+            "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu, kinds=kinds or "any"
+        )
         return {"ok": True, "master": self.config.name}
 
     def _entry(self, worker_id: str) -> _WorkerEntry:
         entry = self._workers.get(worker_id)
         if entry is None:
-            raise UnknownWorker(f"master {self.config.name} does not know worker {worker_id!r}; "
-                                "register it first (register_worker)")
+            raise UnknownWorker(
+                f"master {self.config.name} does not know worker {worker_id!r}; "
+                "register it first (register_worker)"
+            )
         return entry
 
-    async def _request_task(self, p: Any) -> dict[str, Any]:
-        worker_id = str(p["worker_id"])
-        entry = self._entry(worker_id)
-        wait_s = min(float(p.get("wait_s", 0.0)), self.config.max_wait_s)
-        reply = await self.dispatcher.request(worker_id, int(p["free_slots"]), wait_s,
-                                              entry.signature)
+    async def _request_task(self, payload: Any) -> dict[str, Any]:
+        m = RequestTaskControl.decode(payload)
+        entry = self._entry(m.worker_id)
+        wait_s = min(m.wait_s, self.config.max_wait_s)
+        reply = await self.dispatcher.request(m.worker_id, m.free_slots, wait_s, entry.signature)
         raise_rejected(reply)
-        return {"leases": _leases(reply)}
+        return {"leases": _leases(reply, self.wall_clock())}
 
-    async def _renew(self, p: Any) -> dict[str, Any]:
-        reply = await self.dispatcher.handle(
-            Renew(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"])))
+    async def _renew(self, payload: Any) -> dict[str, Any]:
+        m = RenewControl.decode(payload)
+        reply = await self.dispatcher.handle(Renew(m.worker_id, m.task_id, m.lease_id))
         for command in reply:
             if isinstance(command, Ack) and command.deadline is not None:
-                return {"outcome": str(command.outcome), "ttl": command.deadline - time.time()}
+                return {"outcome": str(command.outcome), "ttl": command.deadline - self.wall_clock()}
             if isinstance(command, Reject):
                 return {"outcome": "rejected", "reason": command.reason}
         return {"outcome": "rejected", "reason": "no answer from the task book"}
 
-    async def _complete(self, p: Any) -> dict[str, Any]:
-        event = Complete(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
-                         str(p.get("result_ref") or ""))
-        return await self._report(event, p)
+    async def _complete(self, payload: Any) -> dict[str, Any]:
+        m = ReportControl.decode("complete", payload)
+        return await self._report(Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref), m)
 
-    async def _fail(self, p: Any) -> dict[str, Any]:
-        event = Fail(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
-                     str(p.get("error", "")), str(p.get("traceback", "")))
-        return await self._report(event, p)
+    async def _fail(self, payload: Any) -> dict[str, Any]:
+        m = ReportControl.decode("fail", payload)
+        return await self._report(Fail(m.worker_id, m.task_id, m.lease_id, m.error, m.traceback), m)
 
-    async def _decline(self, p: Any) -> dict[str, Any]:
-        event = Decline(str(p["worker_id"]), str(p["task_id"]), int(p["lease_id"]),
-                        str(p.get("reason", "")))
+    async def _decline(self, payload: Any) -> dict[str, Any]:
+        m = ReportControl.decode("decline", payload)
+        event = Decline(m.worker_id, m.task_id, m.lease_id, m.reason)
         entry = self._workers.get(event.worker_id)
-        kind = str(p.get("kind", ""))
-        if entry is not None and kind:  # the book will not lease it that kind again either
-            entry.declined = entry.declined | {kind}
-        return await self._report(event, p)
+        if entry is not None and m.kind:  # the book will not lease it that kind again either
+            entry.declined = entry.declined | {m.kind}
+        return await self._report(event, m)
 
-    async def _report(self, event: Complete | Fail | Decline, p: Any) -> dict[str, Any]:
+    async def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> dict[str, Any]:
         entry = self._workers.get(event.worker_id)
-        request = int(p.get("request", 0))
+        request = m.request
         # Both events join the same batch: one fsync covers the report and the next lease.
         first = self.dispatcher.put(event)
-        second = (self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
-                  if entry is not None and request > 0 else None)
+        second = (
+            self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
+            if entry is not None and request > 0
+            else None
+        )
         reply = await first
-        leases = _leases(await second) if second is not None else []
+        leases = _leases(await second, self.wall_clock()) if second is not None else []
         out: dict[str, Any] = {"leases": leases, "known": entry is not None}
         for command in reply:
             if isinstance(command, Ack):
@@ -380,47 +447,62 @@ class Master:
                 out["outcome"], out["reason"] = "rejected", command.reason
         return out
 
-    async def _node_beat(self, p: Any) -> dict[str, Any]:
-        node = str(p["node"])
-        if self.nodes.beat(node, str(p.get("endpoint", "")), dict(p.get("resources") or {}),
-                           time.time()):
-            log.info("node_joined", node=node, endpoint=p.get("endpoint"))
+    async def _node_beat(self, payload: Any) -> dict[str, Any]:
+        m = NodeBeatControl.decode(payload)
+        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock()):
+            log.info("node_joined", node=m.node, endpoint=m.endpoint)
         return {"ok": True, "master": self.config.name}
 
-    async def _worker_left(self, p: Any) -> bool:
-        worker_id = str(p["worker_id"])
+    async def _worker_left(self, payload: Any) -> bool:
+        m = WorkerLeftControl.decode(payload)
+        worker_id, pid = m.worker_id, m.pid
         entry = self._workers.get(worker_id)
-        pid = int(p.get("pid") or 0)
         if entry is None or (pid and entry.pid and pid != entry.pid):
             return False  # unknown, or a newer incarnation registered already
         del self._workers[worker_id]
         self.dispatcher.unpark(worker_id)
-        await self.dispatcher.handle(WorkerLeft(worker_id, str(p.get("reason", ""))))
-        log.info("worker_left_master", worker=worker_id, reason=p.get("reason"))
+        await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))
+        log.info("worker_left_master", worker=worker_id, reason=m.reason)
         return True
 
-    async def _node_dead(self, p: Any) -> bool:
-        node = str(p["node"])
+    async def _node_dead(self, payload: Any) -> bool:
+        node = NodeControl.decode("node_dead", payload).node
         self.nodes.mark_dead(node)
         await self._node_gone(node)
         return True
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Return the registered workers as plain data (node, endpoint, slots, kinds)."""
-        return {w: {"node": e.node, "endpoint": e.endpoint, "slots": e.slots,
-                    "cpu": e.resources.cpu, "gpu": e.resources.gpu, "kinds": e.kinds}
-                for w, e in self._workers.items()}
+        return {
+            w: {
+                "node": e.node,
+                "endpoint": e.endpoint,
+                "slots": e.slots,
+                "cpu": e.resources.cpu,
+                "gpu": e.resources.gpu,
+                "kinds": e.kinds,
+            }
+            for w, e in self._workers.items()
+        }
 
     async def _shutdown(self, _: Any) -> bool:
         self.stop()
         return True
 
 
-def _leases(reply: list[Command]) -> list[dict[str, Any]]:
-    now = time.time()
+def _leases(reply: list[Command], now: float) -> list[dict[str, Any]]:
     return [
-        {"task_id": c.task_id, "lease_id": c.lease_id, "job_id": c.job_id, "kind": c.kind,
-         "seed": c.seed, "refs": dict(c.refs), "attempt": c.attempt, "backup": c.backup,
-         "ttl": round(c.deadline - now, 3)}
-        for c in reply if isinstance(c, Lease)
+        {
+            "task_id": c.task_id,
+            "lease_id": c.lease_id,
+            "job_id": c.job_id,
+            "kind": c.kind,
+            "seed": c.seed,
+            "refs": dict(c.refs),
+            "attempt": c.attempt,
+            "backup": c.backup,
+            "ttl": round(c.deadline - now, 3),
+        }
+        for c in reply
+        if isinstance(c, Lease)
     ]

@@ -1,10 +1,13 @@
 """The master's operator side: jobs in and out, and what ``troupe ctl`` shows.
 
 :class:`Operations` answers the operators' control messages (``submit``, ``jobs``, ``cancel``,
-``drain``, ``undrain``, ``dead``, ``wait_job``, ``status``) for a :class:`~troupe.runtime.tasks.master.master.Master`,
-and keeps what the book does not: when each job was submitted to this master and when it
-finished (for makespans and rates), and the done tasks of the last few seconds (throughput).
-Those are in memory only; after a restart they start afresh.
+``drain``, ``undrain``, ``dead``, ``wait_job``, ``status``) for a
+:class:`~troupe.runtime.tasks.master.master.Master`, and keeps what the book does not: when
+each job was submitted to this master and when it finished (for makespans and rates), and the
+done tasks of the last few seconds (throughput).
+Those are in memory only; after a restart they start afresh. Times come from the master's
+clocks: its ``wall_clock`` for the submit and finish times it shows, its monotonic ``clock``
+for throughput. Payloads are decoded by :mod:`troupe.runtime.tasks.master.controls`.
 
 A submit is idempotent: the same job id with the same content (tasks, policy, name) answers
 ``already: true`` with the job as it is, so a client whose reply was lost (a slow write of a
@@ -14,14 +17,14 @@ very large job) can simply submit again; the same id with other content is refus
 from __future__ import annotations
 
 import os
-import time
 from collections import deque
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import psutil
-from troupe.runtime.errors import ConfigError, TaskError
+
+from troupe.runtime.errors import TaskError
 from troupe.runtime.tasks.jobspec import parse_job
 from troupe.runtime.tasks.state import (
     CancelJob,
@@ -33,12 +36,20 @@ from troupe.runtime.tasks.state import (
     UndrainNode,
 )
 
+from .controls import CancelControl, DeadControl, NodeControl, SubmitControl, WaitJobControl
+
 if TYPE_CHECKING:
-    from troupe.runtime.core.runtime import ControlHandler
+    from collections.abc import Callable
 
-    from .master import Master
+    from troupe.runtime.core.runtime import ControlHandler, Runtime
+    from troupe.runtime.tasks.book import TaskBook
+    from troupe.runtime.tasks.journal import Journal
 
-__all__ = ["Operations", "raise_rejected"]
+    from .driver import Dispatcher
+    from .master import MasterConfig
+    from .nodes import NodeTable
+
+__all__ = ["OperatedMaster", "Operations", "raise_rejected"]
 
 
 def raise_rejected(reply: list[Command]) -> None:
@@ -52,6 +63,38 @@ def raise_rejected(reply: list[Command]) -> None:
             raise TaskError(command.reason)
 
 
+class OperatedMaster(Protocol):
+    """What the operator side uses of the master (``Master``): its config, clocks, book,
+    driver, node table, journal and runtime, and the registered workers. Read only: every
+    change goes through the driver (``dispatcher.handle``)."""
+
+    @property
+    def config(self) -> MasterConfig: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def wall_clock(self) -> Callable[[], float]: ...
+
+    @property
+    def book(self) -> TaskBook: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def nodes(self) -> NodeTable: ...
+
+    @property
+    def journal(self) -> Journal: ...
+
+    @property
+    def runtime(self) -> Runtime | None: ...
+
+    def workers(self) -> dict[str, dict[str, Any]]: ...
+
+
 class Operations:
     """Operator commands and read-outs of one master.
 
@@ -59,37 +102,44 @@ class Operations:
         master: the master they act on.
     """
 
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: OperatedMaster) -> None:
         self.master = master
         self._times: dict[str, list[float | None]] = {}  # job id -> [submitted, finished]
         self._finished: dict[str, anyio.Event] = {}
         self._done: deque[float] = deque()
         self._done_total = 0
-        self._started_at = time.time()
+        self._started_at = master.clock()
 
     def handlers(self) -> dict[str, ControlHandler]:
         """Return the control handlers, by message type."""
-        return {"submit": self._submit, "status": self._status, "jobs": self._jobs,
-                "cancel": self._cancel, "drain": self._drain, "undrain": self._undrain,
-                "dead": self._dead, "wait_job": self._wait_job}
+        return {
+            "submit": self._submit,
+            "status": self._status,
+            "jobs": self._jobs,
+            "cancel": self._cancel,
+            "drain": self._drain,
+            "undrain": self._undrain,
+            "dead": self._dead,
+            "wait_job": self._wait_job,
+        }
 
     # ------------------------------------------------------------------ bookkeeping
 
     def job_finished(self, job_id: str) -> None:
         """Note that a job ended (the book's JobFinished)."""
-        self._times.setdefault(job_id, [None, None])[1] = time.time()
+        self._times.setdefault(job_id, [None, None])[1] = self.master.wall_clock()
         self._finished.setdefault(job_id, anyio.Event()).set()
 
     def task_done(self) -> None:
         """Count one task made done (for throughput)."""
-        now = time.time()
+        now = self.master.clock()
         self._done.append(now)
         self._done_total += 1
         self._trim(now)
 
     def done_per_s(self) -> float:
         """Done tasks per second over the throughput window (shorter right after start)."""
-        now = time.time()
+        now = self.master.clock()
         self._trim(now)
         span = min(self.master.config.throughput_window_s, now - self._started_at)
         return len(self._done) / span if span > 0 else 0.0
@@ -103,60 +153,74 @@ class Operations:
         """Return one job as plain data: state, counts by state, timing."""
         started, finished = self._times.get(job.job_id, [None, None])
         counts = {str(state): n for state, n in job.counts.items()}
-        span = (finished or time.time()) - started if started else None
+        span = (finished or self.master.wall_clock()) - started if started else None
         return {
-            "job_id": job.job_id, "name": job.name, "state": str(job.state),
-            "priority": job.priority, "total": job.total, "counts": counts,
-            "submitted_at": job.submitted_at, "started_at": started, "finished_at": finished,
+            "job_id": job.job_id,
+            "name": job.name,
+            "state": str(job.state),
+            "priority": job.priority,
+            "total": job.total,
+            "counts": counts,
+            "submitted_at": job.submitted_at,
+            "started_at": started,
+            "finished_at": finished,
             "done_per_s": round(counts.get("done", 0) / span, 3) if span else None,
-            "waiting": [{"kind": w.kind, "needs": {"cpu": w.needs.cpu, "gpu": w.needs.gpu},
-                         "tasks": w.tasks, "reason": w.reason} for w in job.waiting],
+            "waiting": [
+                {
+                    "kind": w.kind,
+                    "needs": {"cpu": w.needs.cpu, "gpu": w.needs.gpu},
+                    "tasks": w.tasks,
+                    "reason": w.reason,
+                }
+                for w in job.waiting
+            ],
         }
 
     # ------------------------------------------------------------------ control messages
 
-    async def _submit(self, p: Any) -> dict[str, Any]:
-        if not isinstance(p, dict) or not isinstance(p.get("job"), dict):
-            raise ConfigError("submit needs {job: <the job file as a map>, source: <its name>}")
-        source = str(p.get("source") or "<submitted job>")
-        job_id = p.get("job_id") or None
+    async def _submit(self, payload: Any) -> dict[str, Any]:
+        m = SubmitControl.decode(payload)
         # A job of millions of tasks takes seconds to check: keep serving workers meanwhile.
-        event = await anyio.to_thread.run_sync(_submit_event, p["job"], source, job_id)
+        event = await anyio.to_thread.run_sync(_submit_event, m.job, m.source, m.job_id)
         reply = await self.master.dispatcher.handle(event)
         if any(isinstance(c, Reject) for c in reply) and self.master.book.same_job(
-                event.job_id, event.tasks, event.policy, event.name):
+            event.job_id, event.tasks, event.policy, event.name
+        ):
             # a repeat of a submit that got through (its reply was lost, or it timed out)
             return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True}
         raise_rejected(reply)
-        self._times[event.job_id] = [time.time(), None]
+        self._times[event.job_id] = [self.master.wall_clock(), None]
         return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
 
     async def _jobs(self, _: Any) -> list[dict[str, Any]]:
         return [self.job_view(j) for j in self.master.book.jobs()]
 
-    async def _cancel(self, p: Any) -> dict[str, Any]:
-        job_id = str(p["job_id"])
+    async def _cancel(self, payload: Any) -> dict[str, Any]:
+        job_id = CancelControl.decode(payload).job_id
         raise_rejected(await self.master.dispatcher.handle(CancelJob(job_id)))
         return {"job_id": job_id, "cancelled": True}
 
-    def _known_node(self, p: Any) -> str:
-        master, node = self.master, str(p["node"])
+    def _known_node(self, control: str, payload: Any) -> str:
+        master, node = self.master, NodeControl.decode(control, payload).node
         known = master.nodes.endpoint(node) is not None or any(
-            w["node"] == node for w in master.workers().values())
+            w["node"] == node for w in master.workers().values()
+        )
         if not known:
-            raise TaskError(f"no node {node!r} has joined master {master.config.name}; see "
-                            "`troupe ctl status` for the nodes")
+            raise TaskError(
+                f"no node {node!r} has joined master {master.config.name}; see "
+                "`troupe ctl status` for the nodes"
+            )
         return node
 
-    async def _drain(self, p: Any) -> dict[str, Any]:
-        node = self._known_node(p)
+    async def _drain(self, payload: Any) -> dict[str, Any]:
+        node = self._known_node("drain", payload)
         await self.master.dispatcher.handle(DrainNode(node))
         return {"node": node, "draining": True}
 
-    async def _undrain(self, p: Any) -> dict[str, Any]:
+    async def _undrain(self, payload: Any) -> dict[str, Any]:
         """End a drain: the book leases to the node again, and the node starts again the
         workers the drain stopped (``master_undrained``); they join and pull as at start."""
-        master, node = self.master, self._known_node(p)
+        master, node = self.master, self._known_node("undrain", payload)
         await master.dispatcher.handle(UndrainNode(node))
         endpoint, runtime = master.nodes.endpoint(node), master.runtime
         if endpoint is None or runtime is None:
@@ -164,15 +228,17 @@ class Operations:
         restarted = await runtime.control(endpoint, "master_undrained", {"node": node}, timeout=10.0)
         return {"node": node, "draining": False, "restarted": list(restarted)}
 
-    async def _dead(self, p: Any) -> list[dict[str, Any]]:
-        return [asdict(d) for d in self.master.book.dead_letters(str(p["job_id"]))]
+    async def _dead(self, payload: Any) -> list[dict[str, Any]]:
+        job_id = DeadControl.decode(payload).job_id
+        return [asdict(d) for d in self.master.book.dead_letters(job_id)]
 
-    async def _wait_job(self, p: Any) -> dict[str, Any]:
-        job_id = str(p["job_id"])
+    async def _wait_job(self, payload: Any) -> dict[str, Any]:
+        m = WaitJobControl.decode(payload)
+        job_id = m.job_id
         summary = self._summary(job_id)
         if str(summary.state) == "running":
             event = self._finished.setdefault(job_id, anyio.Event())
-            with anyio.move_on_after(float(p.get("timeout_s", 60.0))):
+            with anyio.move_on_after(m.timeout_s):
                 await event.wait()
             summary = self._summary(job_id)
         return self.job_view(summary)
@@ -186,22 +252,37 @@ class Operations:
     async def _status(self, _: Any) -> dict[str, Any]:
         master = self.master
         stats = master.book.statistics()
-        now = time.time()
+        now = master.clock()
         registered = master.workers()
         workers = []
         for worker_id, load in stats.workers.items():
             info = registered.get(worker_id, {})
-            workers.append({"worker_id": worker_id, "node": load.node_id, "slots": load.slots,
-                            "used": load.used, "draining": load.draining,
-                            "kinds": info.get("kinds", []), "gpu": info.get("gpu", 0),
-                            "endpoint": info.get("endpoint", "")})
+            workers.append(
+                {
+                    "worker_id": worker_id,
+                    "node": load.node_id,
+                    "slots": load.slots,
+                    "used": load.used,
+                    "draining": load.draining,
+                    "kinds": info.get("kinds", []),
+                    "gpu": info.get("gpu", 0),
+                    "endpoint": info.get("endpoint", ""),
+                }
+            )
         per_node: dict[str, int] = {}
         for w in workers:
             per_node[w["node"]] = per_node.get(w["node"], 0) + 1
-        nodes = [{"node": n.node, "endpoint": n.endpoint, "alive": n.alive,
-                  "last_beat_age_s": round(now - n.last_beat, 3),
-                  "workers": per_node.get(n.node, 0), "resources": n.resources}
-                 for n in master.nodes.nodes()]
+        nodes = [
+            {
+                "node": n.node,
+                "endpoint": n.endpoint,
+                "alive": n.alive,
+                "last_beat_age_s": round(now - n.last_beat, 3),
+                "workers": per_node.get(n.node, 0),
+                "resources": n.resources,
+            }
+            for n in master.nodes.nodes()
+        ]
         runtime = master.runtime
         return {
             "master": master.config.name,
@@ -213,11 +294,12 @@ class Operations:
             "workers": workers,
             "tasks": {str(state): n for state, n in stats.tasks.items()},
             "leases_outstanding": stats.leases_outstanding,
-            "speculative": {"launched": stats.speculative_launched,
-                            "won": stats.speculative_won},
-            "throughput": {"done_per_s": round(self.done_per_s(), 3),
-                           "window_s": master.config.throughput_window_s,
-                           "done_since_start": self._done_total},
+            "speculative": {"launched": stats.speculative_launched, "won": stats.speculative_won},
+            "throughput": {
+                "done_per_s": round(self.done_per_s(), 3),
+                "window_s": master.config.throughput_window_s,
+                "done_since_start": self._done_total,
+            },
             "jobs": [self.job_view(j) for j in master.book.jobs()],
             "driver": asdict(master.dispatcher.statistics()),
         }

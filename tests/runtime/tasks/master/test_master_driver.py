@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.master.driver import Dispatcher
@@ -21,10 +23,10 @@ from troupe.runtime.tasks.state import (
     Lease,
     Record,
     Resources,
+    SchedulerTick,
     SubmitJob,
     TaskRecord,
     TaskSpec,
-    Tick,
     WorkerJoined,
 )
 
@@ -60,7 +62,7 @@ class Clock:
 
 def make(journal: FakeJournal, side: list[Command] | None = None) -> tuple[Dispatcher, Clock]:
     clock = Clock()
-    sink: Callable[[list[Command]], None] = (side.extend if side is not None else lambda _: None)
+    sink: Callable[[list[Command]], None] = side.extend if side is not None else lambda _: None
     return Dispatcher(TaskBook(), journal, sink, clock), clock  # type: ignore[arg-type]
 
 
@@ -68,12 +70,11 @@ async def until(condition: Callable[[], Any]) -> None:
     """A bounded poll of a condition, yielding to the loop between looks."""
     with anyio.fail_after(5):
         while not condition():
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
 
 def job(n: int, job_id: str = "j") -> SubmitJob:
-    return SubmitJob(job_id, [TaskSpec(f"{job_id}-{i}", "k", i) for i in range(n)],
-                     JobPolicy(lease_s=30))
+    return SubmitJob(job_id, [TaskSpec(f"{job_id}-{i}", "k", i) for i in range(n)], JobPolicy(lease_s=30))
 
 
 async def test_records_are_journaled_in_one_append_before_any_reply() -> None:
@@ -121,10 +122,10 @@ async def test_a_parked_request_ends_empty_at_its_deadline() -> None:
         waiting = driver.put_request("w", 1, 2.0, "sig")
         await until(lambda: driver.statistics().parked == 1)
         clock.now += 1.0
-        await driver.handle(Tick())
+        await driver.handle(SchedulerTick())
         assert not waiting.done()
         clock.now += 1.5
-        await driver.handle(Tick())
+        await driver.handle(SchedulerTick())
         assert await waiting == []
         tg.cancel_scope.cancel()
 
@@ -139,7 +140,7 @@ async def test_one_fruitless_retry_per_signature() -> None:
         parked = [driver.put_request(w, 1, 30.0, "same") for w in ("a", "b", "c")]
         await until(lambda: driver.statistics().parked == 3)
         before = driver.statistics().retries
-        await driver.handle(Tick())
+        await driver.handle(SchedulerTick())
         assert driver.statistics().retries == before + 1
         await driver.handle(job(2))
         got = [await f for f in parked[:2]]

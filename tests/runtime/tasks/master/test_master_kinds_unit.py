@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+
 from troupe.cli.master_client import submit_job
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, TaskError
@@ -55,9 +57,14 @@ class Cluster:
         """One getter ``name/w`` in a runtime of its own, advertising ``kinds``."""
         async with Runtime(name, "w", self.hub.transport()) as rt:
             install_task_control(rt, self.getters)
-            getter = TaskGetter(rt, MASTER, GetterConfig(
-                f"{name}/w", name, slots=2, kinds=kinds, wait_s=0.3, call_timeout_s=1.0,
-                retry_s=0.02), runner)
+            getter = TaskGetter(
+                rt,
+                MASTER,
+                GetterConfig(
+                    f"{name}/w", name, slots=2, kinds=kinds, wait_s=0.3, call_timeout_s=1.0, retry_s=0.02
+                ),
+                runner,
+            )
             self.getters[getter.worker_id] = getter
             rt.start_soon(getter.run)
             await until(lambda: getter.worker_id in self.master.workers())
@@ -71,11 +78,27 @@ async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
             await anyio.sleep(0.005)
 
 
+class FakeWallClock:
+    """The master's wall clock (its leases' clock), driven by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, wall_clock: FakeWallClock | None = None) -> AsyncIterator[Cluster]:
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
-    master = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+    master = Master(
+        MasterConfig(tick_s=0.01),
+        journal,
+        book,
+        transport=hub.transport(name="master"),
+        **({"wall_clock": wall_clock} if wall_clock is not None else {}),
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(master.run)
         await master.ready.wait()
@@ -89,8 +112,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 def recorder(ran: list[tuple[str, str, int]], node: str) -> Runner:
     async def run(task: LeasedTask) -> str:
         ran.append((task.task_id, node, task.attempt))
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return f"out://{task.task_id}"
+
     return run
 
 
@@ -103,8 +127,11 @@ async def test_two_workers_of_different_kinds_share_a_job_of_both_without_wastin
 ) -> None:
     """A job of two kinds on two single-kind workers: each task runs once, on its kind's worker."""
     ran: list[tuple[str, str, int]] = []
-    async with (cluster(tmp_path) as c, c.worker("planner", recorder(ran, "planner"), "plan"),
-                c.worker("renderer", recorder(ran, "renderer"), "render")):
+    async with (
+        cluster(tmp_path) as c,
+        c.worker("planner", recorder(ran, "planner"), "plan"),
+        c.worker("renderer", recorder(ran, "renderer"), "render"),
+    ):
         await c.submit({"name": "mix", "kind": "plan", "max_attempts": 1}, both_kinds(40))
         job = await c.call("wait_job", {"job_id": "mix", "timeout_s": 10}, 15)
         status = await c.call("status")
@@ -113,7 +140,9 @@ async def test_two_workers_of_different_kinds_share_a_job_of_both_without_wastin
     assert all(attempt == 1 for _, _, attempt in ran)
     assert {t for t, node, _ in ran if node == "planner"} == {f"t{i}" for i in range(0, 40, 2)}
     assert {w["worker_id"]: w["kinds"] for w in status["workers"]} == {
-        "planner/w": ["plan"], "renderer/w": ["render"]}
+        "planner/w": ["plan"],
+        "renderer/w": ["render"],
+    }
 
 
 async def test_a_kind_nobody_runs_waits_visibly_then_runs_when_its_worker_joins(tmp_path: Path) -> None:
@@ -125,7 +154,8 @@ async def test_a_kind_nobody_runs_waits_visibly_then_runs_when_its_worker_joins(
         job = await c.job("later")
         assert job["state"] == "running" and job["counts"]["pending"] == 3
         assert [(w["kind"], w["tasks"], w["reason"]) for w in job["waiting"]] == [
-            ("render", 3, "waiting for kind render: no live worker runs it")]
+            ("render", 3, "waiting for kind render: no live worker runs it")
+        ]
         gpu = await c.job("gpu")
         assert [w["reason"] for w in gpu["waiting"]] == ["waiting for gpu=1: no worker has it"]
         assert gpu["waiting"][0]["needs"] == {"cpu": 1.0, "gpu": 1}
@@ -153,8 +183,7 @@ async def test_a_worker_that_cannot_run_a_kind_declines_it_without_costing_an_at
         await until(lambda: liar.statistics().declined == 1)
         job = await c.job("once")
         assert job["counts"]["pending"] == 1 and not job["counts"].get("dead")
-        assert [w["reason"] for w in job["waiting"]] == [
-            "waiting for kind render: no live worker runs it"]
+        assert [w["reason"] for w in job["waiting"]] == ["waiting for kind render: no live worker runs it"]
         async with c.worker("renderer", recorder(ran, "renderer"), "render"):
             job = await c.call("wait_job", {"job_id": "once", "timeout_s": 10}, 15)
     assert job["state"] == "done"
@@ -169,8 +198,20 @@ async def test_a_lease_given_to_a_worker_of_other_kinds_is_declined_by_the_gette
     ran: list[tuple[str, str, int]] = []
     async with cluster(tmp_path) as c, c.worker("planner", recorder(ran, "planner"), "plan") as g:
         # the master no longer sends such a lease: play one, as a confused master would
-        g._start([{"task_id": "x", "job_id": "j", "kind": "render", "seed": 0, "attempt": 1,
-                   "lease_id": 1, "backup": False, "ttl": 60.0}])
+        g._start(
+            [
+                {
+                    "task_id": "x",
+                    "job_id": "j",
+                    "kind": "render",
+                    "seed": 0,
+                    "attempt": 1,
+                    "lease_id": 1,
+                    "backup": False,
+                    "ttl": 60.0,
+                }
+            ]
+        )
         await until(lambda: g.statistics().declined == 1)
     assert ran == []
 
@@ -179,16 +220,18 @@ async def test_a_complete_after_a_partition_longer_than_the_lease_turns_the_dead
     tmp_path: Path,
 ) -> None:
     """max_attempts = 1: the lease expires while the worker is cut off and the job fails; the
-    Complete after the heal makes the task and the job done, and a restarted master agrees."""
+    Complete after the heal makes the task and the job done, and a restarted master agrees.
+    The master's wall clock is driven: the lease expires when the test moves it past the lease."""
     committed = anyio.Event()
     heal = anyio.Event()
+    wall = FakeWallClock()
 
     async def commits_then_waits(task: LeasedTask) -> str:
         committed.set()  # the output is committed before the report (the TaskActor contract)
         await heal.wait()
         return f"out://{task.task_id}"
 
-    async with cluster(tmp_path) as c, c.worker("cut", commits_then_waits) as g:
+    async with cluster(tmp_path, wall) as c, c.worker("cut", commits_then_waits) as g:
         runtime = g.runtime
         master_rt = c.master.runtime
         assert master_rt is not None
@@ -202,16 +245,21 @@ async def test_a_complete_after_a_partition_longer_than_the_lease_turns_the_dead
         async def unheard_cancel(payload: Any) -> bool:  # ...nor does the master's cancel
             return False
 
-        master_rt.control_handlers["renew"] = unheard_renew
-        runtime.control_handlers["cancel_lease"] = unheard_cancel
-        await c.submit({"name": "cut", "kind": "k", "count": 1, "max_attempts": 1,
-                        "lease_s": 0.2})
+        master_rt.unregister_control("renew")
+        master_rt.register_control("renew", unheard_renew)
+        runtime.unregister_control("cancel_lease")
+        runtime.register_control("cancel_lease", unheard_cancel)
+        await c.submit({"name": "cut", "kind": "k", "count": 1, "max_attempts": 1, "lease_s": 0.2})
         with anyio.fail_after(10):
             await committed.wait()
+        wall.now += 1.0  # the partition outlasts the lease (0.2 s)
+        await c.master.tick()
         failed = await c.call("wait_job", {"job_id": "cut", "timeout_s": 10}, 15)
         assert failed["state"] == "failed" and failed["counts"]["dead"] == 1
-        master_rt.control_handlers["renew"] = renew
-        runtime.control_handlers["cancel_lease"] = cancel
+        master_rt.unregister_control("renew")
+        master_rt.register_control("renew", renew)
+        runtime.unregister_control("cancel_lease")
+        runtime.register_control("cancel_lease", cancel)
         heal.set()
         await until(lambda: g.statistics().completed == 1)
         job = await c.job("cut")
@@ -256,7 +304,7 @@ async def fake_master(ping_answers: bool, submitted: anyio.Event) -> AsyncIterat
             await forever.wait()
             return {}
 
-        rt.control_handlers.update(ping=ping, submit=submit)
+        rt.register_controls({"ping": ping, "submit": submit})
         yield endpoint
         forever.set()
 

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import JournalError, TaskError, UnknownWorker
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
@@ -34,8 +36,9 @@ class Cluster:
         return await self.runtimes["client"].control(MASTER, msg_type, payload, timeout=timeout)
 
     async def submit(self, name: str, count: int, **job: Any) -> None:
-        await self.call("submit", {"job": {"job": {"name": name, "kind": "k", "count": count,
-                                                    **job}}, "source": "test"})
+        await self.call(
+            "submit", {"job": {"job": {"name": name, "kind": "k", "count": count, **job}}, "source": "test"}
+        )
 
     async def wait(self, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
         return await self.call("wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout + 5)
@@ -48,12 +51,36 @@ async def until(condition: Callable[[], Any]) -> None:
             await anyio.sleep(0.001)
 
 
+class FakeClock:
+    """The master's monotonic clock, driven by the test: time passes only when it says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @asynccontextmanager
-async def cluster(tmp_path: Path, node_timeout_s: float = 10.0) -> AsyncIterator[Cluster]:
+async def cluster(
+    tmp_path: Path,
+    node_timeout_s: float = 10.0,
+    clock: FakeClock | None = None,
+    wall_clock: FakeClock | None = None,
+) -> AsyncIterator[Cluster]:
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
-    master = Master(MasterConfig(tick_s=0.01, node_timeout_s=node_timeout_s), journal, book,
-                    transport=hub.transport(name="master"))
+    master = Master(
+        MasterConfig(tick_s=0.01, node_timeout_s=node_timeout_s),
+        journal,
+        book,
+        transport=hub.transport(name="master"),
+        **({"clock": clock} if clock is not None else {}),
+        **({"wall_clock": wall_clock} if wall_clock is not None else {}),
+    )
     c = Cluster(hub, tmp_path, master)
     async with anyio.create_task_group() as tg:
         tg.start_soon(master.run)
@@ -83,8 +110,9 @@ async def workers(c: Cluster, node: str, n: int, runner: Runner, **cfg: Any) -> 
 def quick(ran: Counter[str]) -> Runner:
     async def run(task: LeasedTask) -> str:
         ran[task.task_id] += 1
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return f"out/{task.task_id}"
+
     return run
 
 
@@ -93,6 +121,7 @@ def blocking(started: list[str], release: anyio.Event) -> Runner:
         started.append(task.task_id)
         await release.wait()
         return "out"
+
     return run
 
 
@@ -132,38 +161,48 @@ async def test_drain_gives_no_new_task_and_tells_the_node_when_idle(tmp_path: Pa
     started: list[str] = []
     release = anyio.Event()
     drained = anyio.Event()
-    async with cluster(tmp_path) as c:
-        async with Runtime("n1", "node", c.hub.transport()) as node_rt:
+    async with cluster(tmp_path) as c, Runtime("n1", "node", c.hub.transport()) as node_rt:
 
-            async def master_drained(payload: Any) -> bool:
-                drained.set()
-                return True
+        async def master_drained(payload: Any) -> bool:
+            drained.set()
+            return True
 
-            node_rt.control_handlers["master_drained"] = master_drained
-            await node_rt.control(MASTER, "node_beat", {"node": "n1", "endpoint": node_rt.address,
-                                                        "resources": {"cpus": 2}})
-            async with workers(c, "n1", 1, blocking(started, release)):
-                await c.submit("d", 3)
-                await until(lambda: len(started) == 1)
-                await c.call("drain", {"node": "n1"})
-                release.set()
-                with anyio.fail_after(5):
-                    await drained.wait()
-                status = await c.call("status")
+        node_rt.register_control("master_drained", master_drained)
+        await node_rt.control(
+            MASTER, "node_beat", {"node": "n1", "endpoint": node_rt.address, "resources": {"cpus": 2}}
+        )
+        async with workers(c, "n1", 1, blocking(started, release)):
+            await c.submit("d", 3)
+            await until(lambda: len(started) == 1)
+            await c.call("drain", {"node": "n1"})
+            release.set()
+            with anyio.fail_after(5):
+                await drained.wait()
+            status = await c.call("status")
     assert started == ["d-000000"]
     assert status["tasks"]["done"] == 1 and status["tasks"]["pending"] == 2
     assert [n["node"] for n in status["nodes"]] == ["n1"]
 
 
 async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
-    """When a node stops beating, the tasks its workers hold are requeued and done elsewhere."""
+    """When a node stops beating, the tasks its workers hold are requeued and done elsewhere.
+
+    The master's clock is driven: the node falls silent when the test moves time past the
+    node timeout, not after a real wait.
+    """
     stuck: list[str] = []
     ran: Counter[str] = Counter()
-    async with cluster(tmp_path, node_timeout_s=0.2) as c:
+    clock = FakeClock()
+    async with cluster(tmp_path, node_timeout_s=10.0, clock=clock) as c:
         await c.call("node_beat", {"node": "n1", "endpoint": "mem://gone", "resources": {}})
         async with workers(c, "n1", 1, blocking(stuck, anyio.Event())):
             await c.submit("x", 4)
             await until(lambda: len(stuck) == 1)
+            clock.advance(9.0)
+            await c.master.tick()
+            assert [n["alive"] for n in (await c.call("status"))["nodes"]] == [True]
+            clock.advance(1.5)  # silent for longer than node_timeout_s now
+            await c.master.tick()
             async with workers(c, "n2", 1, quick(ran)):
                 job = await c.wait("x")
                 status = await c.call("status")
@@ -177,29 +216,54 @@ async def test_worker_left_requeues_at_once_unless_a_newer_incarnation_registere
     """worker_left with the registered pid requeues that worker's task; a stale pid is ignored."""
     stuck: list[str] = []
     ran: Counter[str] = Counter()
-    async with cluster(tmp_path) as c:
-        async with workers(c, "n1", 1, blocking(stuck, anyio.Event()), report_for_s=0.1):
-            await c.submit("y", 1, lease_s=600)
-            await until(lambda: len(stuck) == 1)
-            assert await c.call("worker_left", {"worker_id": "n1/w0", "pid": 1, "reason": "x"}) is False
-            assert await c.call("worker_left", {"worker_id": "n1/w0", "reason": "killed"}) is True
-            async with workers(c, "n2", 1, quick(ran)):
-                job = await c.wait("y")
+    async with (
+        cluster(tmp_path) as c,
+        workers(c, "n1", 1, blocking(stuck, anyio.Event()), report_for_s=0.1),
+    ):
+        await c.submit("y", 1, lease_s=600)
+        await until(lambda: len(stuck) == 1)
+        assert await c.call("worker_left", {"worker_id": "n1/w0", "pid": 1, "reason": "x"}) is False
+        assert await c.call("worker_left", {"worker_id": "n1/w0", "reason": "killed"}) is True
+        async with workers(c, "n2", 1, quick(ran)):
+            job = await c.wait("y")
     assert job["state"] == "done" and ran == Counter({"y-000000": 1})
 
 
 async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> None:
-    """A task running three times its lease keeps it by renewing, and runs once."""
+    """A task running three times its lease keeps it by renewing, and runs once.
+
+    The master's wall clock (its leases' clock) is driven: the task's run moves it on by half a
+    lease after each renewal the master answers, six times, and the master looks at once.
+    """
     ran: Counter[str] = Counter()
+    wall = FakeClock()
+    renewals = 0
 
-    async def slow(task: LeasedTask) -> str:
-        ran[task.task_id] += 1
-        await anyio.sleep(0.6)
-        return "out"
+    async with cluster(tmp_path, wall_clock=wall) as c:
+        runtime = c.master.runtime
+        assert runtime is not None
+        renew = runtime.unregister_control("renew")
 
-    async with cluster(tmp_path) as c, workers(c, "n1", 1, slow):
-        await c.submit("r", 1, lease_s=0.2)
-        job = await c.wait("r")
+        async def counted(payload: Any) -> Any:
+            nonlocal renewals
+            reply = await renew(payload)
+            renewals += 1
+            return reply
+
+        runtime.register_control("renew", counted)
+
+        async def slow(task: LeasedTask) -> str:
+            ran[task.task_id] += 1
+            for _ in range(6):  # 6 x 0.1 s of the master's time: three times the lease
+                seen = renewals
+                await until(lambda seen=seen: renewals > seen)
+                wall.advance(0.1)
+                await c.master.tick()
+            return "out"
+
+        async with workers(c, "n1", 1, slow):
+            await c.submit("r", 1, lease_s=0.2)
+            job = await c.wait("r")
     assert job["state"] == "done" and ran == Counter({"r-000000": 1})
 
 
@@ -247,11 +311,15 @@ async def test_a_restarted_master_resumes_and_done_tasks_are_not_run_again(tmp_p
                 await until(lambda: first.runtime is not None and not hub.transports.get(MASTER))
                 journal.close()
                 with open_journal(path)[0] as peek:
-                    done_before = {t for t in (f"m-{i:06d}" for i in range(60))
-                                   if str(peek.replay().task(t).state) == "done"}
+                    done_before = {
+                        t
+                        for t in (f"m-{i:06d}" for i in range(60))
+                        if str(peek.replay().task(t).state) == "done"
+                    }
                 journal, book = open_journal(path)
-                second = Master(MasterConfig(tick_s=0.01), journal, book,
-                                transport=hub.transport(name="master"))
+                second = Master(
+                    MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master")
+                )
                 tg.start_soon(second.run)
                 await second.ready.wait()
                 gate.set()
@@ -282,7 +350,7 @@ def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite at all" * 100)
     for new in (False, True):
-        with pytest.raises(JournalError, match="not a database|not a \\(healthy\\) journal"):
+        with pytest.raises(JournalError, match=r"not a database|not a \(healthy\) journal"):
             open_journal(bad, new)
     journal, book = open_journal(tmp_path / "fresh.db", new=True)
     journal.close()

@@ -1,0 +1,244 @@
+"""The master's control payloads, decoded at the boundary into typed, frozen messages.
+
+Each control the master answers (see :mod:`troupe.runtime.tasks.master.master` for the list)
+has one class here; its ``decode`` reads the payload through
+:class:`~troupe.runtime.core.control_payloads.ControlPayload`, so a payload that is not a map,
+lacks a field or mistypes one is answered with the ``bad_request`` ERROR naming the control, the
+field and the value sent, never a ``remote_error`` wrapping a ``KeyError`` from deep inside.
+Handlers take what they need from these messages only.
+
+Numbers: a ``float`` field takes any number, an ``int`` field refuses booleans and floats. An
+optional field that is missing or nil takes its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.errors import BadRequest
+
+__all__ = [
+    "CancelControl",
+    "DeadControl",
+    "NodeBeatControl",
+    "NodeControl",
+    "RegisterWorkerControl",
+    "RenewControl",
+    "ReportControl",
+    "RequestTaskControl",
+    "SubmitControl",
+    "WaitJobControl",
+    "WorkerLeftControl",
+]
+
+
+def _str_list(p: ControlPayload, key: str) -> list[str]:
+    value = p.optional(key, list, [])
+    for item in value:
+        if type(item) is not str:
+            raise BadRequest(
+                f"control {p.control!r}: field {key!r} must be a list of str, "
+                f"has {item!r} ({type(item).__name__})"
+            )
+    return list(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterWorkerControl:
+    """``register_worker {worker_id, node, endpoint, pid?, slots?, cpu?, gpu?, kinds?}``."""
+
+    worker_id: str
+    node: str
+    endpoint: str
+    pid: int
+    slots: int
+    cpu: float
+    gpu: int
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def decode(cls, payload: Any) -> RegisterWorkerControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("register_worker", payload)
+        slots = p.optional("slots", int, 1)
+        return cls(
+            p.require("worker_id", str),
+            p.require("node", str),
+            p.require("endpoint", str),
+            p.optional("pid", int, 0),
+            slots,
+            float(p.optional("cpu", float, slots)),
+            p.optional("gpu", int, 0),
+            tuple(_str_list(p, "kinds")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTaskControl:
+    """``request_task {worker_id, free_slots, wait_s?}``."""
+
+    worker_id: str
+    free_slots: int
+    wait_s: float
+
+    @classmethod
+    def decode(cls, payload: Any) -> RequestTaskControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("request_task", payload)
+        return cls(
+            p.require("worker_id", str), p.require("free_slots", int), float(p.optional("wait_s", float, 0.0))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RenewControl:
+    """``renew {worker_id, task_id, lease_id}``."""
+
+    worker_id: str
+    task_id: str
+    lease_id: int
+
+    @classmethod
+    def decode(cls, payload: Any) -> RenewControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("renew", payload)
+        return cls(p.require("worker_id", str), p.require("task_id", str), p.require("lease_id", int))
+
+
+@dataclass(frozen=True, slots=True)
+class ReportControl:
+    """``complete``, ``fail`` and ``decline``: ``{worker_id, task_id, lease_id, request?, ...}``.
+
+    ``result_ref`` (complete), ``error`` and ``traceback`` (fail), ``reason`` and ``kind``
+    (decline) are optional strings, empty when missing.
+    """
+
+    control: str
+    worker_id: str
+    task_id: str
+    lease_id: int
+    request: int
+    result_ref: str = ""
+    error: str = ""
+    traceback: str = ""
+    reason: str = ""
+    kind: str = ""
+
+    @classmethod
+    def decode(cls, control: str, payload: Any) -> ReportControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload(control, payload)
+        text = {
+            key: p.optional(key, str, "") for key in ("result_ref", "error", "traceback", "reason", "kind")
+        }
+        return cls(
+            control,
+            p.require("worker_id", str),
+            p.require("task_id", str),
+            p.require("lease_id", int),
+            p.optional("request", int, 0),
+            **text,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeBeatControl:
+    """``node_beat {node, endpoint?, resources?}``."""
+
+    node: str
+    endpoint: str
+    resources: dict[str, Any]
+
+    @classmethod
+    def decode(cls, payload: Any) -> NodeBeatControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("node_beat", payload)
+        return cls(
+            p.require("node", str), p.optional("endpoint", str, ""), dict(p.optional("resources", dict, {}))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLeftControl:
+    """``worker_left {worker_id, pid?, reason?}``."""
+
+    worker_id: str
+    pid: int
+    reason: str
+
+    @classmethod
+    def decode(cls, payload: Any) -> WorkerLeftControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("worker_left", payload)
+        return cls(p.require("worker_id", str), p.optional("pid", int, 0), p.optional("reason", str, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeControl:
+    """``node_dead``, ``drain`` and ``undrain``: ``{node}``."""
+
+    node: str
+
+    @classmethod
+    def decode(cls, control: str, payload: Any) -> NodeControl:
+        """Raises: BadRequest: see the module."""
+        return cls(ControlPayload(control, payload).require("node", str))
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitControl:
+    """``submit {job: <job TOML as a map>, source?, job_id?}``."""
+
+    job: dict[str, Any]
+    source: str
+    job_id: str | None
+
+    @classmethod
+    def decode(cls, payload: Any) -> SubmitControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("submit", payload)
+        return cls(
+            p.require("job", dict),
+            p.optional("source", str, "") or "<submitted job>",
+            p.optional("job_id", str, "") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CancelControl:
+    """``cancel {job_id}``."""
+
+    job_id: str
+
+    @classmethod
+    def decode(cls, payload: Any) -> CancelControl:
+        """Raises: BadRequest: see the module."""
+        return cls(ControlPayload("cancel", payload).require("job_id", str))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadControl:
+    """``dead {job_id}``."""
+
+    job_id: str
+
+    @classmethod
+    def decode(cls, payload: Any) -> DeadControl:
+        """Raises: BadRequest: see the module."""
+        return cls(ControlPayload("dead", payload).require("job_id", str))
+
+
+@dataclass(frozen=True, slots=True)
+class WaitJobControl:
+    """``wait_job {job_id, timeout_s?}`` (60 s when missing)."""
+
+    job_id: str
+    timeout_s: float
+
+    @classmethod
+    def decode(cls, payload: Any) -> WaitJobControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("wait_job", payload)
+        return cls(p.require("job_id", str), float(p.optional("timeout_s", float, 60.0)))

@@ -1,0 +1,26 @@
+"""A node run inside the command's own process (``troupe demo``, ``troupe run``, the benchmarks)."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+
+from troupe.runtime.node.config import NodeConfig
+from troupe.runtime.node.node import Node
+
+__all__ = ["start_local_node"]
+
+
+async def start_local_node(tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0) -> Node:
+    """Run a node inside this process and wait until all its workers have registered.
+
+    The command owns the stop signals (``client.run_async``): cancelling the group stops the
+    node gracefully, workers first.
+    """
+    node = Node(cfg, handle_signals=False)
+    tg.start_soon(node.run)
+    with anyio.fail_after(timeout):
+        await node.ready.wait()
+        for handle in list(node.workers.values()):
+            await handle.ready_event.wait()
+    return node
