@@ -13,7 +13,8 @@ import structlog
 try:
     import sniffio
 except ModuleNotFoundError:  # anyio works without it, then by asking asyncio for a running loop
-    sniffio = None  # type: ignore[assignment]
+    # mypy sees an error here only where sniffio is installed (newer anyio does not require it).
+    sniffio = None  # type: ignore[assignment,unused-ignore]
 
 from troupe.runtime.errors import ActorStopped, UnknownMessageType
 from troupe.runtime.wire.codec import Kind
