@@ -23,6 +23,7 @@ from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
 from troupe.runtime.tasks.content_store import ContentStore
 from troupe.runtime.tasks.output_store import OutputStore
+from troupe.runtime.testing.plugin import node_start_command
 
 pytestmark = pytest.mark.e2e
 
@@ -106,21 +107,7 @@ class TaskCluster:
         config.write_text(NODE.format(master=self.master_endpoint, kwargs=kwargs))
         endpoint = free_endpoint()
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "troupe.cli.main",
-                "node",
-                "start",
-                "--config",
-                str(config),
-                "--name",
-                name,
-                "--endpoint",
-                endpoint,
-                "--logs",
-                str(self.tmp / "logs"),
-            ],
+            node_start_command(config, name, endpoint, self.tmp / "logs"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from troupe.runtime import Actor, handles
-from troupe.runtime.testing.plugin import free_endpoint, reap
+from troupe.runtime.testing.plugin import free_endpoint, node_start_command, reap
 
 __all__ = ["DEMO_CONFIG", "Cruncher", "NodeProc", "ctl", "free_endpoint", "reap", "start_node"]
 
@@ -70,21 +70,7 @@ def start_node(tmp_path: Path, config_text: str, name: str = "t") -> NodeProc:
     config.write_text(config_text)
     log_dir = tmp_path / "logs"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "troupe.cli.main",
-            "node",
-            "start",
-            "--config",
-            str(config),
-            "--name",
-            name,
-            "--endpoint",
-            endpoint,
-            "--logs",
-            str(log_dir),
-        ],
+        node_start_command(config, name, endpoint, log_dir),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

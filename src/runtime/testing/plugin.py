@@ -68,6 +68,7 @@ __all__ = [
     "ClusterStartError",
     "free_endpoint",
     "import_path",
+    "node_start_command",
     "random_schedule",
     "reap",
     "start_cluster",
@@ -84,6 +85,12 @@ def free_endpoint() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def node_start_command(config: Path, name: str, endpoint: str, log_dir: Path) -> list[str]:
+    """The ``troupe node start`` command line of a test node, run by this interpreter."""
+    return [sys.executable, "-m", "troupe.cli.main", "node", "start", "--config", str(config),
+            "--name", name, "--endpoint", endpoint, "--logs", str(log_dir)]  # fmt: skip
 
 
 def reap(proc: subprocess.Popen[bytes], extra: Sequence[psutil.Process], grace: float = 10.0) -> list[int]:
@@ -233,21 +240,7 @@ def start_cluster(
     log_dir.mkdir(parents=True, exist_ok=True)
     extra = dict(env or {})
     paths = [extra.pop("PYTHONPATH", ""), import_path()]
-    command = [
-        sys.executable,
-        "-m",
-        "troupe.cli.main",
-        "node",
-        "start",
-        "--config",
-        str(config),
-        "--name",
-        name,
-        "--endpoint",
-        endpoint,
-        "--logs",
-        str(log_dir),
-    ]
+    command = node_start_command(config, name, endpoint, log_dir)
     master_endpoint = free_endpoint() if master else None
     if master_endpoint is not None:
         command += [
