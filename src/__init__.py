@@ -3,6 +3,7 @@
 The names a user writes actors and clients with come from here::
 
     from troupe import Actor, handles, connect, TaskActor, StageActor, RemoteError
+    from troupe import run_pipeline_sync
 
 They are loaded on first use (PEP 562): ``import troupe`` alone stays light, because every
 worker process starts through ``troupe.lean_start``, which must import structlog before the
@@ -28,15 +29,22 @@ if TYPE_CHECKING:
         MailboxFull,
         MessageContext,
         OutputStore,
+        PipelineConfig,
+        PipelineResult,
         RemoteError,
         Runtime,
         StageActor,
+        StageFailed,
+        StageRun,
         TaskActor,
         TroupeError,
         UnknownActor,
         Unreachable,
         connect,
         handles,
+        load_pipeline,
+        run_pipeline,
+        run_pipeline_sync,
     )
 
 __all__ = [
@@ -52,15 +60,22 @@ __all__ = [
     "MailboxFull",
     "MessageContext",
     "OutputStore",
+    "PipelineConfig",
+    "PipelineResult",
     "RemoteError",
     "Runtime",
     "StageActor",
+    "StageFailed",
+    "StageRun",
     "TaskActor",
     "TroupeError",
     "UnknownActor",
     "Unreachable",
     "connect",
     "handles",
+    "load_pipeline",
+    "run_pipeline",
+    "run_pipeline_sync",
 ]
 
 

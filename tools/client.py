@@ -15,7 +15,7 @@ from rich.markup import escape
 from troupe.runtime import AskTimeout, ConfigError, TroupeError, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 
-from .master_client import reachable
+from .master_client import keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "err_console", "fail", "run_async"]
@@ -110,5 +110,5 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         except AskTimeout:
             raise AskTimeout(
                 f"no node answers at {endpoint} within {timeout}s; start one with "
-                "`troupe node start` or pass --node ENDPOINT"
+                f"`troupe node start` or pass --node ENDPOINT{keys_hint()}"
             ) from None

@@ -15,6 +15,7 @@ from troupe.cli.commands import (
     compact,  # noqa: F401  (adds `master compact`)
 )
 from troupe.cli.commands.ctl import ctl_app
+from troupe.cli.commands.keys import keys_app
 from troupe.cli.commands.logs import logs_app
 from troupe.cli.commands.master import master_app
 from troupe.cli.commands.node import node_app
@@ -85,6 +86,7 @@ app.add_typer(master_app, name="master", help="Start the cluster's master (jobs,
 app.add_typer(ctl_app, name="ctl", help="Send control messages to a running cluster.")
 app.add_typer(bench_app, name="bench", help="Measure troupe against its raw ceilings.")
 app.add_typer(logs_app, name="logs", help="Follow the structured logs of the nodes.")
+app.add_typer(keys_app, name="keys", help="Make CURVE key pairs (authenticate and encrypt).")
 app.command("run")(run)
 app.command("demo")(demo)
 

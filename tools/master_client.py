@@ -12,8 +12,11 @@ from rich.table import Table
 
 from troupe.runtime import AskTimeout, Unreachable
 from troupe.runtime.core.runtime import process_runtime
+from troupe.runtime.security.process import installed
 
-__all__ = ["jobs_table", "master_call", "master_tables", "reachable", "submit_job"]
+from .tables import security_cell
+
+__all__ = ["jobs_table", "keys_hint", "master_call", "master_tables", "reachable", "submit_job"]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
 
@@ -34,10 +37,18 @@ def reachable(endpoint: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def keys_hint() -> str:
+    """What to add to "nobody answers": a cluster with CURVE keys ignores a peer without them."""
+    if installed() is not None:
+        return " (or the keys given are not authorised there: see its log)"
+    return "; a cluster with CURVE keys answers only with --keys DIR"
+
+
 def _no_master(endpoint: str, why: str) -> str:
+    hint = keys_hint() if why != "connection refused" else ""
     return (
         f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
-        "(or `troupe node start --with-master`), or pass --master ENDPOINT"
+        f"(or `troupe node start --with-master`), or pass --master ENDPOINT{hint}"
     )
 
 
@@ -101,6 +112,8 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
     head.add_row("endpoint", str(status["endpoint"]))
     head.add_row("pid", str(status["pid"]))
     head.add_row("journal", str(status["journal"]))
+    if "security" in status:
+        head.add_row("security", security_cell(status["security"]))
     head.add_row("tasks", _counts(status["tasks"]))
     thr = status["throughput"]
     head.add_row(

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.loading import check_node_actors, check_stage_actors
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import NodeConfig, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
@@ -33,6 +34,7 @@ __all__ = [
     "check_node_start",
     "check_run",
     "endpoint_problem",
+    "metrics_problem",
     "writable_problem",
 ]
 
@@ -68,6 +70,18 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
     return None
 
 
+def metrics_problem(address: str | None, who: str = "node") -> str | None:
+    """Why the metrics ``HOST:PORT`` cannot be bound now (another process listens there), or None."""
+    if address is None:
+        return None
+    try:
+        endpoint = as_endpoint(*parse_host_port(address))
+    except ValueError as exc:
+        return f"--metrics {exc}"
+    problem = endpoint_problem(endpoint, "--metrics HOST:PORT", who)
+    return problem.replace(f"endpoint {endpoint}", f"metrics {address}") if problem else None
+
+
 def writable_problem(path: Path, what: str) -> str | None:
     """Why files cannot be written under directory ``path`` (made if missing), or None.
 
@@ -97,15 +111,17 @@ def writable_problem(path: Path, what: str) -> str | None:
     return None
 
 
-def check_run(config: Path | None, out: Path, scenes: int | None, endpoint: str, master: str) -> None:
-    """``troupe run``: --scenes, the pipeline file, its actor classes, --out, both endpoints."""
-    if scenes is not None and not 1 <= scenes <= MAX_COUNT:
-        raise fail(f"--scenes must be between 1 and {MAX_COUNT}, got {scenes}", 2)
-    from troupe.cli.commands.run_pipeline import load_config
+def check_run(
+    config: Path | None, out: Path, items: int | None, endpoint: str, master: str, flag: str = "--items"
+) -> None:
+    """``troupe run``: --items, the pipeline file, its actor classes, --out, both endpoints."""
+    if items is not None and not 1 <= items <= MAX_COUNT:
+        raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
+    from troupe.cli.commands.run_pipeline import declared_config
 
     source = str(config) if config else "the default pipeline"
     try:
-        cfg = load_config(config, scenes, out)
+        cfg = declared_config(config, items).with_out(out.resolve())
         check_stage_actors(cfg, source)
     except ValidationError as exc:  # the embedded default with an override
         raise fail(validation_message(source, exc), 2) from None
@@ -143,13 +159,19 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
         writable_problem(cfg.log_dir, "logs directory"),
         endpoint_problem(cfg.endpoint, option),
         endpoint_problem(master, "--master", "master") if with_master and master else None,
+        metrics_problem(cfg.metrics),
     )
     return master
 
 
-def check_master_start(endpoint: str, log_dir: Path) -> None:
-    """``troupe master start``: its endpoint and logs directory (the journal is checked apart)."""
-    _check(writable_problem(log_dir, "--logs"), endpoint_problem(endpoint, "--endpoint", "master"))
+def check_master_start(endpoint: str, log_dir: Path, metrics: str | None = None) -> None:
+    """``troupe master start``: its endpoint, metrics port and logs directory (the journal is
+    checked apart)."""
+    _check(
+        writable_problem(log_dir, "--logs"),
+        endpoint_problem(endpoint, "--endpoint", "master"),
+        metrics_problem(metrics, "master"),
+    )
 
 
 def _check(*problems: str | None) -> None:

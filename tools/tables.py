@@ -7,7 +7,17 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["status_tables"]
+__all__ = ["security_cell", "status_tables"]
+
+
+def security_cell(security: dict[str, Any]) -> str:
+    """A status reply's ``security`` section as one cell: CURVE, insecure (loud), or loopback."""
+    refused = f"refused peers: {security.get('refused_peers', 0)}"
+    if security.get("curve"):
+        return f"CURVE, as {escape(str(security.get('user')))}; {refused}"
+    if security.get("insecure"):
+        return "[bold red]insecure: true[/] (listening without keys; --insecure)"
+    return "no keys (loopback only)"
 
 
 def status_tables(status: dict[str, Any]) -> list[Table]:
@@ -17,6 +27,8 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
     node.add_row("pid", str(status["pid"]))
     node.add_row("uptime", f"{status['uptime_s']:.1f} s")
     node.add_row("rss", f"{status['rss_mib']} MiB")
+    if "security" in status:
+        node.add_row("security", security_cell(status["security"]))
     workers = Table(title="workers")
     for col in ("worker", "kind", "state", "pid", "rss MiB", "restarts", "last exit"):
         # Names and states are what a reader scans for: never cut them short on a narrow terminal.

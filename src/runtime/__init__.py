@@ -12,6 +12,9 @@ transports, node, supervision, chaos, tasks (and tasks.master), pipeline, testin
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .core.actor import Actor, MessageContext, handles
 from .core.client import connect
 from .core.ref import ActorAddress, ActorRef
@@ -35,6 +38,7 @@ from .errors import (
     Partitioned,
     ProtocolError,
     RemoteError,
+    StageFailed,
     TaskError,
     TroupeError,
     UnknownActor,
@@ -43,7 +47,9 @@ from .errors import (
     Unreachable,
     VersionMismatch,
 )
-from .pipeline.stage import StageActor
+from .pipeline.config import PipelineConfig, Resources, StageConfig, load_pipeline
+from .pipeline.result import PipelineMetrics, PipelineResult, StageMetrics
+from .pipeline.stage import StageActor, StageRun
 from .tasks.content_store import ContentStore, ContentStoreStats
 from .tasks.output_store import OutputStore, OutputStoreStats, Staged
 from .tasks.task_actor import LeasedTask, TaskActor
@@ -74,11 +80,20 @@ __all__ = [
     "OutputStore",
     "OutputStoreStats",
     "Partitioned",
+    "PipelineConfig",
+    "PipelineMetrics",
+    "PipelineResult",
     "ProtocolError",
     "RemoteError",
+    "Resources",
+    "RunStart",
     "Runtime",
     "RuntimeStats",
     "StageActor",
+    "StageConfig",
+    "StageFailed",
+    "StageMetrics",
+    "StageRun",
     "Staged",
     "TaskActor",
     "TaskError",
@@ -90,4 +105,26 @@ __all__ = [
     "VersionMismatch",
     "connect",
     "handles",
+    "load_pipeline",
+    "run_pipeline",
+    "run_pipeline_sync",
 ]
+
+if TYPE_CHECKING:
+    from .pipeline.runner import RunStart, run_pipeline, run_pipeline_sync
+
+# Loaded on first use: the runner brings the node and the master, which an actor's worker
+# process (it imports this package for Actor) never needs.
+_LAZY = {
+    "RunStart": ".pipeline.runner",
+    "run_pipeline": ".pipeline.runner",
+    "run_pipeline_sync": ".pipeline.runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

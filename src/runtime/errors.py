@@ -15,6 +15,7 @@
     │   ├── UnknownMessageType(LookupError) the actor has no handler for that type
     │   ├── MailboxFull                    the target's mailbox is full and the sender asked not to wait
     │   ├── ActorStopped                   the actor stopped before it answered
+    │   ├── NotPermitted(PermissionError)  the sender's key does not allow it (security.roles)
     │   └── Unreachable(ConnectionError)   no peer answers at that address
     │       └── Partitioned                a partition fault refuses the traffic on purpose
     ├── AskTimeout(TimeoutError)           no reply before the deadline
@@ -28,7 +29,8 @@
     │   ├── UnknownWorker(LookupError)     the master does not know the worker: register again
     │   └── KindNotRun                     a runner does not run that task kind (tasks.getter)
     ├── FaultInjected                      raised on purpose by fault injection
-    └── ItemFailed                         one pipeline item failed and is pruned (not retried)
+    ├── ItemFailed                         one pipeline item failed and is pruned (not retried)
+    └── StageFailed                        a stage could not start, or its start or finalize hook failed
 
 Classes are defined here unless the tree names their module (under ``troupe.runtime``); a test
 (tests/runtime/test_error_tree.py) parses this tree and fails on a TroupeError subclass of the
@@ -61,6 +63,7 @@ __all__ = [
     "Partitioned",
     "ProtocolError",
     "RemoteError",
+    "StageFailed",
     "TaskError",
     "TroupeError",
     "UnknownActor",
@@ -232,6 +235,14 @@ class ItemFailed(TroupeError):
     """One pipeline item failed and is pruned; the job goes on without it (not retried)."""
 
     code = "item_failed"
+
+
+class StageFailed(TroupeError):
+    """A pipeline stage could not start its first replicas, or its ``start`` or ``finalize`` hook
+    failed; the items' outcomes stand (what was committed stays committed), and a rerun runs the
+    hook again."""
+
+    code = "stage_failed"
 
 
 class Partitioned(Unreachable):

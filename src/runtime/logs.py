@@ -13,7 +13,10 @@ name such fields for what they are (``worker_pid``) in the first place.
 
 Every process of a node appends to the same file, ``<logs>/<node>.jsonl``: each record is one
 ``write`` on a file opened with O_APPEND, which Linux does not interleave for lines this short.
-``configure_logging`` is called only by entry points (the CLI, the worker main).
+The node process rotates that file by size and every process follows the rotation
+(:mod:`troupe.runtime.log_files`); the node also publishes each line on its log stream
+(:mod:`troupe.runtime.node.log_publisher`). ``configure_logging`` is called only by entry points
+(the CLI, the worker main).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from .log_files import ReopeningFileHandler
 
 __all__ = ["configure_logging", "identify", "log_file"]
 
@@ -81,6 +86,8 @@ def configure_logging(
     log_dir: Path | None = None,
     console: bool = True,
     level: str = "info",
+    rotate_at_bytes: int | None = None,
+    keep: int = 5,
 ) -> Path | None:
     """Configure structlog for this process.
 
@@ -90,6 +97,9 @@ def configure_logging(
         log_dir: where the node's JSON-lines file goes; None writes no file.
         console: also print readable lines to stderr.
         level: the lowest level written (debug, info, warning, error).
+        rotate_at_bytes: this process is the file's only writer and rotates it at this size
+            itself (the master); None (a node's processes) leaves rotating to the node process.
+        keep: rotated files kept when this process rotates.
 
     Returns:
         The log file path, or None.
@@ -124,7 +134,7 @@ def configure_logging(
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_file(log_dir, node)
-        file_handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+        file_handler = ReopeningFileHandler(path, rotate_at_bytes, keep)
         file_handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(
                 processors=[

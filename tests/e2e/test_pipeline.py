@@ -27,8 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from support.cluster import free_endpoint
-from troupe.actors.datagen.config import DEFAULT_PIPELINE, resolve_out
-from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
+from troupe.actors.datagen.config import DEFAULT_PIPELINE
 from troupe.actors.lerobot.flaky_writer import PARTIAL_FILE
 from troupe.actors.lerobot.format import VIDEO_KEYS
 from troupe.runtime.core.client import connect
@@ -36,8 +35,8 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.node import Node
 from troupe.runtime.pipeline.config import PipelineConfig
-from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
-from troupe.runtime.pipeline.model import PipelineMetrics
+from troupe.runtime.pipeline.engine import PipelineEngine
+from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.tasks.output_store import COMMIT_MARKER, OutputStore
 
 pytestmark = pytest.mark.e2e
@@ -106,10 +105,17 @@ def _pipeline(items: int, *stages: dict[str, Any], **fields: Any) -> PipelineCon
 
 
 async def _run(
-    cfg: PipelineConfig, log_dir: Path, samples: list[PipelineMetrics] | None = None
+    cfg: PipelineConfig, log_dir: Path, samples: list[PipelineMetrics] | None = None, out: Path | None = None
 ) -> tuple[PipelineResult, PipelineEngine]:
     async with pipeline_node(log_dir) as (rt, endpoint):
-        engine = PipelineEngine(cfg, rt, endpoint, on_change=samples.append if samples is not None else None)
+        engine = PipelineEngine(
+            cfg,
+            rt,
+            endpoint,
+            on_change=samples.append if samples is not None else None,
+            on_change_every_s=0.0,  # every change: the tests look at each queue depth
+            out=None if out is None else str(out),
+        )
         with anyio.fail_after(RUN_TIMEOUT_S):
             result = await engine.run()
     return result, engine
@@ -347,8 +353,8 @@ async def test_writer_disk_failure_is_retried_without_partial_episodes(tmp_path:
         "actor": "troupe.actors.lerobot.flaky_writer:FlakyLeRobotWriter",
         "kwargs": {"store": "{out}/.troupe/episodes", "fault_dir": "{out}/.troupe/faults"},
     }
-    cfg = resolve_out(PipelineConfig.model_validate({**data, "stages": stages}), out)
-    result, _ = await _run(cfg, tmp_path / "logs")
+    cfg = PipelineConfig.model_validate({**data, "stages": stages}).with_out(out)
+    result, _ = await _run(cfg, tmp_path / "logs", out=out)
 
     ok = sorted(tid for tid, o in result.outcomes.items() if o == "ok")
     assert len(result.outcomes) == 6 and "dead" not in result.outcomes.values()
@@ -365,8 +371,7 @@ async def test_writer_disk_failure_is_retried_without_partial_episodes(tmp_path:
         files = {p.name for p in store.committed_path(tid).iterdir()}
         assert COMMIT_MARKER in files and "episode.json" in files and PARTIAL_FILE not in files
 
-    summary = finalize_dataset(store, out, DatasetConfig(fps=10, robot_type="troupe_nav_camera"))
-    assert list(summary.task_ids) == ok  # each episode exactly once
+    assert result.finals["store"]["episodes"] == len(ok)  # the writer's finalize hook wrote it
     dataset = _read_dataset(out)
     assert dataset["info"]["total_episodes"] == len(ok)
     assert list(dataset["episodes"]["troupe/task_id"]) == ok

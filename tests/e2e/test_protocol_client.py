@@ -354,6 +354,7 @@ def test_unknown_control_lists_every_documented_type(client: RawClient, node: No
         "supervision",
         "chaos",
         "heal",
+        "log_recent",
     }
     worker_types = {
         "ping",

@@ -58,11 +58,17 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
     committed = _committed(out)
     assert set(kept_before) <= set(committed)  # kept, and not written again (exactly once)
     assert total == len(ids) == len(set(ids)) == len(committed) and sorted(ids) == committed
-    assert json.loads((out / ".troupe" / "run.json").read_text())["complete"]["episodes"] == total
+    assert (
+        json.loads((out / ".troupe" / "run.json").read_text())["complete"]["finals"]["store"]["episodes"]
+        == total
+    )
 
     done = ctl(*run_args(config, out, 8), timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"already complete: {total} episodes at {out.resolve()}" in " ".join(done.stdout.split())
+    said = " ".join(done.stdout.split())
+    assert (
+        f"already complete: dataset: {total} episodes," in said and f"LeRobot v3.0 at {out.resolve()}" in said
+    )
     assert "node up" not in done.stdout
 
     other = ctl(*run_args(config, out, 4), timeout=120)

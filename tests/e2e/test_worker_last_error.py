@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from troupe.runtime import RemoteError
+from troupe.runtime import ConfigError
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster
 
@@ -62,11 +62,12 @@ async def test_a_worker_that_cannot_start_shows_its_error_in_status(
     """An import failure and a raising constructor each show their one-line cause as last_error, in JSON and
     in ctl status."""
     cluster = troupe_cluster(CONFIG)
-    for name, (actor, _) in BROKEN.items():
-        with pytest.raises(RemoteError):  # it never registers
+    for name, (actor, cause) in BROKEN.items():
+        with pytest.raises(ConfigError) as refused:  # it exits before it registers: said at once
             await cluster.control(
-                "spawn_worker", {"name": name, "actors": [actor], "timeout_s": 2}, timeout=10
+                "spawn_worker", {"name": name, "actors": [actor], "timeout_s": 30}, timeout=40
             )
+        assert "exited while starting" in str(refused.value) and cause in str(refused.value)
     status = await cluster.wait_for(_has_errors, timeout=30)
     workers = {w["name"]: w for w in status["workers"]}
     for name, (_, cause) in BROKEN.items():

@@ -25,15 +25,21 @@ def messaging(
     repeat: Annotated[
         int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")
     ] = 5,
+    curve: Annotated[
+        bool, typer.Option("--curve", help="CURVE on every socket, troupe's and raw pyzmq's alike.")
+    ] = False,
 ) -> None:
     """Tell and ask throughput, startup time and idle memory, against raw pyzmq."""
     from .messaging import measure_messaging  # imported here: `troupe` starts fast
 
-    fig = measure_messaging(quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), runs=repeat)
+    fig = measure_messaging(
+        quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), runs=repeat, curve=curve
+    )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
-    table = Table(title=f"troupe messaging vs raw pyzmq (same run, medians of {repeat} runs each)")
+    both = " with CURVE" if curve else ""
+    table = Table(title=f"troupe messaging vs raw pyzmq{both} (same run, medians of {repeat} runs each)")
     for col in ("figure", "raw ceiling", "troupe 2 processes", "ratio", "troupe 1 process", "ratio"):
         table.add_column(col, justify="right")
     names = {
@@ -64,11 +70,15 @@ def pipeline(
     as_json: JsonOption = False,
     scenes: Annotated[int, typer.Option("--scenes", help="Scenes for the real workload.")] = 64,
     synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
+    cpu: Annotated[int, typer.Option("--cpu", min=1, help="Items for the CPU-bound workload.")] = 400,
 ) -> None:
-    """The sequential baseline against the troupe pipeline on the same scenes, plus engine overhead."""
+    """The sequential baseline against the troupe pipeline on the same scenes, the engine's overhead,
+    and a CPU-bound workload against the bound of its stages' costs."""
     from .pipeline import measure_pipeline
 
-    fig = measure_pipeline(scenes, synthetic, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"))
+    fig = measure_pipeline(
+        scenes, synthetic, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), cpu_items=cpu
+    )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
@@ -90,6 +100,12 @@ def pipeline(
         f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
         f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
         f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})"
+    )
+    out.print(
+        f"CPU-bound synthetic: lambda {fig['synthetic_cpu_lambda']:.1f}/s vs the "
+        f"{fig['synthetic_cpu_cores']:.0f}-core bound of its stages' isolated costs "
+        f"{fig['synthetic_cpu_bound']:.1f}/s: synthetic_cpu_vs_bound {fig['synthetic_cpu_vs_bound']:.2f}; "
+        f"engine per-item time / in-actor time, worst stage: {fig['synthetic_cpu_engine_vs_actor_max']:.3f}"
     )
 
 

@@ -1,7 +1,9 @@
 """``troupe bench messaging``: troupe's messaging against raw pyzmq, in one run.
 
 Every troupe figure is printed as a ratio to its raw ceiling measured in the same run, with
-the same payloads, process boundary and TCP loopback transport.
+the same payloads, process boundary and TCP loopback transport. With ``curve``, both sides
+authenticate and encrypt with CURVE: troupe with keys generated for the run (node, workers and
+this client), raw pyzmq with CURVE on its sockets.
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from typing import Any
 import anyio
 import psutil
 
-from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.node.local import start_local_node
+from troupe.runtime.security.keys import generate_keys, load_keys
 
-from .raw import raw_echo_round_trips, raw_one_way, run_apart
+from .raw import CurvePairs, raw_echo_round_trips, raw_one_way, run_apart
 
-__all__ = ["measure_messaging", "measure_startup"]
+__all__ = ["bench_keys", "measure_messaging", "measure_startup"]
 
 # Round trips with one outstanding, --quick or not. On this project's VMs the first ~0.1 s of
 # any ping-pong runs about twice as fast (the idle vCPU still polls before it halts), so a
@@ -57,35 +60,65 @@ def _bench_workers() -> tuple[WorkerSpec, ...]:
 
 
 def _plan(
-    n_small: int, n_large: int, n_ask: int
+    n_small: int, n_large: int, n_ask: int, curve: CurvePairs | None = None
 ) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
     """Each figure: its key, the raw measurement, and the Source request that measures troupe."""
     return [
-        ("tell_small", partial(raw_one_way, n_small, "small"), "tells", {"n": n_small, "kind": "small"}),
-        ("tell_large", partial(raw_one_way, n_large, "large"), "tells", {"n": n_large, "kind": "large"}),
+        (
+            "tell_small",
+            partial(raw_one_way, n_small, "small", curve),
+            "tells",
+            {"n": n_small, "kind": "small"},
+        ),
+        (
+            "tell_large",
+            partial(raw_one_way, n_large, "large", curve),
+            "tells",
+            {"n": n_large, "kind": "large"},
+        ),
         (
             "ask1",
-            partial(raw_echo_round_trips, N_ASK1, 1, "small"),
+            partial(raw_echo_round_trips, N_ASK1, 1, "small", curve),
             "asks",
             {"n": N_ASK1, "window": 1, "kind": "small"},
         ),
         (
             "ask64",
-            partial(raw_echo_round_trips, n_ask, 64, "small"),
+            partial(raw_echo_round_trips, n_ask, 64, "small", curve),
             "asks",
             {"n": n_ask, "window": 64, "kind": "small"},
         ),
     ]
 
 
+def bench_keys(directory: Path) -> tuple[Path, CurvePairs]:
+    """Keys for a CURVE run: a keys directory for troupe, and pairs for the raw sockets."""
+    keys = directory / "keys"
+    generate_keys(keys)
+    cluster, operator = load_keys(keys), load_keys(keys, "operator")
+    return keys, (cluster.public, cluster.secret, operator.public, operator.secret)
+
+
 async def _figures(
-    n_small: int, n_large: int, n_ask: int, runs: int, log_dir: Path, say: Any
+    n_small: int,
+    n_large: int,
+    n_ask: int,
+    runs: int,
+    log_dir: Path,
+    say: Any,
+    curve: tuple[Path, CurvePairs] | None = None,
 ) -> dict[str, float]:
     """Raw and troupe runs of each figure, taken in turn (raw, troupe, raw, troupe, ...) so that
     a slow spell of the machine falls on both sides of a ratio; medians of ``runs`` each."""
     cfg = NodeConfig(
-        name="bench", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning", workers=_bench_workers()
+        name="bench",
+        endpoint=free_endpoint(),
+        log_dir=log_dir,
+        log_level="warning",
+        workers=_bench_workers(),
+        keys=curve[0] if curve else None,  # the node installs them: this client uses them too
     )
+    raw_curve = curve[1] if curve else None
     out: dict[str, float] = {}
     async with anyio.create_task_group() as tg:
         node = await start_local_node(tg, cfg)
@@ -100,7 +133,7 @@ async def _figures(
                 # first run of a new payload size pays for growing their allocator's pools.
                 await troupe_run(request, {**spec, "n": max(64, spec["n"] // 10)})
 
-            for key, raw_run, request, spec in _plan(n_small, n_large, n_ask):
+            for key, raw_run, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
                 # 1 MiB messages are bound by memory copies, and both sides' runs scatter about
                 # twice as widely as the others' (raw from 5k to 9k/s here): twice the runs.
                 n_runs = 2 * runs - 1 if key == "tell_large" else runs
@@ -113,7 +146,7 @@ async def _figures(
                     troupe.append(await troupe_run(request, two_processes))
                 out[f"raw_{key}_per_s"] = median(raw)
                 out[f"troupe_{key}_per_s"] = median(troupe)
-            for key, _, request, spec in _plan(n_small, n_large, n_ask):
+            for key, _, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
                 say(f"{key}: troupe, both actors in one process")
                 one_process = {**spec, "target": "sink_local"}
                 await warm_up(request, one_process)
@@ -124,8 +157,9 @@ async def _figures(
     return out
 
 
-async def measure_startup(log_dir: Path) -> dict[str, float]:
-    """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all."""
+async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, float]:
+    """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all
+    (with ``keys``: a node with CURVE keys, asked by this process with the keys it installed)."""
     endpoint = free_endpoint()
     config = log_dir / "startup-node.toml"
     config.write_text(
@@ -148,6 +182,7 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
             str(log_dir),
             "--log-level",
             "warning",
+            *(["--keys", str(keys)] if keys else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -185,20 +220,24 @@ async def measure_startup(log_dir: Path) -> dict[str, float]:
     }
 
 
-def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) -> dict[str, float]:
+def measure_messaging(
+    quick: bool = False, progress: Any = None, runs: int = 5, curve: bool = False
+) -> dict[str, float]:
     """Run every measurement and return one flat dict of figures and ratios.
 
     Each throughput, raw and troupe alike, is the median of ``runs`` runs, taken in turn, so
     that one run slowed (or sped up) by the rest of a shared machine does not decide a ratio.
+    With ``curve``, every socket of both sides uses CURVE (``"curve": 1.0`` in the figures).
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     scale = 0.2 if quick else 1.0
     n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
     say = progress or (lambda _msg: None)
-    fig: dict[str, float] = {"runs": float(runs)}
+    fig: dict[str, float] = {"runs": float(runs), "curve": float(curve)}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
         configure_logging("bench", "bench", None, console=False, level="warning")
+        keys = bench_keys(Path(tmp)) if curve else None
         fig.update(
             anyio.run(
                 _figures,
@@ -208,13 +247,20 @@ def measure_messaging(quick: bool = False, progress: Any = None, runs: int = 5) 
                 runs,
                 Path(tmp),
                 say,
+                keys,
                 backend="asyncio",
                 backend_options={"use_uvloop": True},
             )
         )
         say("startup and idle memory")
         fig.update(
-            anyio.run(measure_startup, Path(tmp), backend="asyncio", backend_options={"use_uvloop": True})
+            anyio.run(
+                measure_startup,
+                Path(tmp),
+                keys[0] if keys else None,
+                backend="asyncio",
+                backend_options={"use_uvloop": True},
+            )
         )
     for key in ("tell_small", "tell_large", "ask1", "ask64"):
         fig[f"{key}_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"raw_{key}_per_s"]

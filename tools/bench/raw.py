@@ -1,7 +1,9 @@
 """The raw ceilings: plain blocking pyzmq, no runtime, in two processes.
 
 Each function runs in a child process (multiprocessing) and reports through a queue, so the
-ceiling pays the same process boundary and TCP loopback as troupe does.
+ceiling pays the same process boundary and TCP loopback as troupe does. Given ``curve`` keys
+(``bench messaging --curve``), every socket authenticates and encrypts with CURVE, as troupe's
+do with keys: the ceiling of the same work, encrypted.
 """
 
 from __future__ import annotations
@@ -14,7 +16,23 @@ from typing import Any
 import numpy as np
 import zmq
 
-__all__ = ["raw_echo_round_trips", "raw_one_way", "run_apart"]
+__all__ = ["CurvePairs", "raw_echo_round_trips", "raw_one_way", "run_apart"]
+
+CurvePairs = tuple[bytes, bytes, bytes, bytes]
+"""CURVE keys (Z85) for a raw pair of sockets: server public, server secret, client public,
+client secret. Plain bytes, so that they travel to the measuring processes."""
+
+
+def _serve_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+    if curve is not None:
+        sock.curve_publickey, sock.curve_secretkey = curve[0], curve[1]
+        sock.curve_server = True
+
+
+def _connect_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+    if curve is not None:
+        sock.curve_serverkey = curve[0]
+        sock.curve_publickey, sock.curve_secretkey = curve[2], curve[3]
 
 
 # Sent as a buffer. numpy declares an ndarray's ``__buffer__`` for Python 3.12 on only, so on 3.11
@@ -25,10 +43,11 @@ def _payload(kind: str) -> bytes | np.ndarray:
     return b"x" * 100
 
 
-def _sink(endpoint_q: Any, result_q: Any, n: int) -> None:
+def _sink(endpoint_q: Any, result_q: Any, n: int, curve: CurvePairs | None = None) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.RCVHWM, 1000)
+    _serve_curve(sock, curve)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     endpoint_q.put(f"tcp://127.0.0.1:{port}")
     sock.recv_multipart(copy=False)
@@ -40,10 +59,11 @@ def _sink(endpoint_q: Any, result_q: Any, n: int) -> None:
     ctx.term()
 
 
-def _source(endpoint: str, n: int, kind: str) -> None:
+def _source(endpoint: str, n: int, kind: str, curve: CurvePairs | None = None) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, 1000)
+    _connect_curve(sock, curve)
     sock.connect(endpoint)
     payload = _payload(kind)
     for _ in range(n):
@@ -52,15 +72,15 @@ def _source(endpoint: str, n: int, kind: str) -> None:
     ctx.term()
 
 
-def raw_one_way(n: int, kind: str) -> float:
+def raw_one_way(n: int, kind: str, curve: CurvePairs | None = None) -> float:
     """Messages per second from a blocking DEALER to a blocking ROUTER in another process."""
     mpctx = mp.get_context("spawn")
     endpoint_q, result_q = mpctx.Queue(), mpctx.Queue()
-    sink = mpctx.Process(target=_sink, args=(endpoint_q, result_q, n), daemon=True)
+    sink = mpctx.Process(target=_sink, args=(endpoint_q, result_q, n, curve), daemon=True)
     sink.start()
     try:
         endpoint = endpoint_q.get(timeout=30)
-        _source(endpoint, n, kind)
+        _source(endpoint, n, kind, curve)
         return float(result_q.get(timeout=120))
     finally:
         sink.join(5)
@@ -69,9 +89,10 @@ def raw_one_way(n: int, kind: str) -> float:
             sink.join(5)
 
 
-def _echo(endpoint_q: Any, stop_after: int) -> None:
+def _echo(endpoint_q: Any, stop_after: int, curve: CurvePairs | None = None) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
+    _serve_curve(sock, curve)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     endpoint_q.put(f"tcp://127.0.0.1:{port}")
     for _ in range(stop_after):
@@ -81,15 +102,16 @@ def _echo(endpoint_q: Any, stop_after: int) -> None:
     ctx.term()
 
 
-def raw_echo_round_trips(n: int, window: int, kind: str) -> float:
+def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | None = None) -> float:
     """Round trips per second through a blocking ROUTER echo, with ``window`` outstanding."""
     mpctx = mp.get_context("spawn")
     endpoint_q = mpctx.Queue()
-    echo = mpctx.Process(target=_echo, args=(endpoint_q, n), daemon=True)
+    echo = mpctx.Process(target=_echo, args=(endpoint_q, n, curve), daemon=True)
     echo.start()
     try:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
+        _connect_curve(sock, curve)
         sock.connect(endpoint_q.get(timeout=30))
         payload = _payload(kind)
         sent = got = 0

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 import zmq
 
-from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import (
@@ -40,6 +39,7 @@ from troupe.runtime.node.config import (
     SupervisionConfig,
     WorkerSpec,
 )
+from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 

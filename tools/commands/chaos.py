@@ -15,7 +15,7 @@ from rich.markup import escape
 from troupe.cli.client import control, fail, run_async
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
-from .ctl import NodeOption, ctl_app
+from .ctl import KeysOption, NodeOption, ctl_app, use_keys
 
 __all__ = ["chaos", "heal"]
 
@@ -56,8 +56,10 @@ def chaos(
     seed: Annotated[int | None, typer.Option(help="Seed of the probability draws, to replay a run.")] = None,
     node: NodeOption = DEFAULT_NODE_ENDPOINT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
+    keys: KeysOption = None,
 ) -> None:
     """Inject a fault: kill at once, or arm a fault that fires on the next matching message."""
+    use_keys(keys)
     if kind not in KINDS:
         raise fail(f"unknown fault kind {kind!r}; use one of {', '.join(KINDS)}", 2)
     payload: dict[str, Any] = {
@@ -93,8 +95,10 @@ def heal(
     target: Annotated[str, typer.Option("--target", "-t", help="WORKER or '*' (every worker).")] = "*",
     node: NodeOption = DEFAULT_NODE_ENDPOINT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
+    keys: KeysOption = None,
 ) -> None:
     """Clear every fault of the target workers (partitions end, stalls open) and show what fired."""
+    use_keys(keys)
     reply = run_async(control, node, "heal", {"target": target}, 10.0)
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))

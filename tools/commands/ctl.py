@@ -24,12 +24,16 @@ from troupe.cli.master_client import (
 from troupe.cli.tables import status_tables
 from troupe.runtime.errors import ConfigError, TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
+from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.jobspec import load_job
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 
-__all__ = ["MasterOption", "NodeOption", "ctl_app"]
+from .top import top
+
+__all__ = ["KeysOption", "MasterOption", "NodeOption", "ctl_app", "use_keys"]
 
 ctl_app = typer.Typer(no_args_is_help=True)
+ctl_app.command("top")(top)  # the live view (commands/top.py)
 console = Console()
 
 NodeOption = Annotated[
@@ -40,11 +44,39 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait
 MasterOption = Annotated[
     str, typer.Option("--master", envvar="TROUPE_MASTER", help="Endpoint of the master to talk to.")
 ]
+KeysOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys",
+        envvar="TROUPE_KEYS",
+        help="CURVE keys directory: presents its operator key (else reader, else cluster).",
+    ),
+]
+
+
+def use_keys(keys: Path | None) -> None:
+    """Talk to the cluster with the key found in ``keys`` (see ``load_keys``): every socket of
+    this command then authenticates and encrypts. Exits 2 with one line if the keys are bad."""
+    if keys is None:
+        return
+    try:
+        install(keys_for(keys, None))
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+
+
+@ctl_app.callback()
+def _ctl(keys: KeysOption = None) -> None:
+    """Send control messages to a running cluster."""
+    use_keys(keys)  # `troupe ctl --keys DIR COMMAND`: for every command, also those without --keys
 
 
 @ctl_app.command("ping")
-def ping(node: NodeOption = DEFAULT_NODE_ENDPOINT, timeout: TimeoutOption = 5.0) -> None:
+def ping(
+    node: NodeOption = DEFAULT_NODE_ENDPOINT, timeout: TimeoutOption = 5.0, keys: KeysOption = None
+) -> None:
     """Check that a node answers, and how fast."""
+    use_keys(keys)
     start = time.perf_counter()
     reply: dict[str, Any] = run_async(control, node, "ping", None, timeout)
     ms = (time.perf_counter() - start) * 1000
@@ -57,8 +89,10 @@ def status(
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 5.0,
+    keys: KeysOption = None,
 ) -> None:
     """Show the node, its workers and their actors; and the master's view when one answers."""
+    use_keys(keys)
     node_reply, master_reply, node_error = run_async(_both_status, node, master, timeout)
     if as_json:
         reply = dict(node_reply) if node_reply is not None else {"node_error": node_error}
@@ -117,12 +151,14 @@ def submit(
     job_id: Annotated[str | None, typer.Option("--id", help="Job id (default: the job's name).")] = None,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 60.0,
+    keys: KeysOption = None,
 ) -> None:
     """Submit a job file to the master; it is journaled before this returns.
 
     Submitting the same file (same id, same content) again is safe: the master says it has the
     job already. The same id with other content is refused.
     """
+    use_keys(keys)
     reply = run_async(submit_job, master, _job_payload(job_file, job_id), timeout)
     if as_json:
         typer.echo(json.dumps(reply))
@@ -139,9 +175,13 @@ def submit(
 
 @ctl_app.command("jobs")
 def jobs(
-    master: MasterOption = DEFAULT_MASTER_ENDPOINT, as_json: JsonOption = False, timeout: TimeoutOption = 10.0
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    as_json: JsonOption = False,
+    timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
 ) -> None:
     """List the master's jobs with their tasks by state."""
+    use_keys(keys)
     reply = run_async(master_call, master, "jobs", None, timeout)
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
@@ -154,8 +194,10 @@ def cancel(
     job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
 ) -> None:
     """Cancel a job: its unfinished tasks are cancelled and running copies stopped."""
+    use_keys(keys)
     run_async(master_call, master, "cancel", {"job_id": job}, timeout)
     console.print(f"job [bold]{escape(job)}[/] cancelled")
 
@@ -165,8 +207,10 @@ def drain(
     node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
 ) -> None:
     """Drain a node: no new tasks; once its running tasks end, the node stops its workers."""
+    use_keys(keys)
     run_async(master_call, master, "drain", {"node": node_name}, timeout)
     console.print(
         f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
@@ -179,8 +223,10 @@ def undrain(
     node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
 ) -> None:
     """Resume a drained node: it takes tasks again; the workers the drain stopped start again."""
+    use_keys(keys)
     reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
     started = ", ".join(reply["restarted"])
     console.print(
@@ -196,8 +242,10 @@ def dead(
     as_json: JsonOption = False,
     traceback: Annotated[bool, typer.Option("--traceback", help="Also print each traceback.")] = False,
     timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
 ) -> None:
     """List a job's dead-lettered tasks with their last error."""
+    use_keys(keys)
     letters = run_async(master_call, master, "dead", {"job_id": job}, timeout)
     if as_json:
         typer.echo(json.dumps(letters, indent=2))

@@ -1,92 +1,99 @@
-"""``troupe logs tail``: follow the JSON-lines logs of every node under a logs directory.
+"""``troupe logs tail``: follow the logs of every node, live through the master or from the files.
 
-The history (``-n``) is the last lines of all the files together, interleaved by their
-``timestamp`` as one log would be; following then prints new lines as they arrive, each poll's
-batch in timestamp order. A line that is not JSON (or has no timestamp) keeps its place after
-the line before it in its file. SIGINT and SIGTERM stop at once, with exit status 130 and 143.
+With ``--master`` (or ``TROUPE_MASTER``) it follows the log stream of every node of the cluster
+(:mod:`troupe.cli.log_stream`): the history (``-n``) is the last lines the nodes keep in memory,
+then new lines arrive as the nodes log them, interleaved by timestamp, a node that restarts or
+joins is picked up. The stream drops lines a reader cannot keep up with; the files are the
+complete record.
+
+Without it (or with ``--logs``) it reads the files under a logs directory, which is also how the
+logs of a stopped cluster are read: the history is the last lines of all the files together,
+rotated ones included (``<node>.jsonl.1`` ...), interleaved by their ``timestamp`` as one log
+would be; following then prints new lines as they arrive, each poll's batch in timestamp order,
+across rotations. A line that is not JSON (or has no timestamp) keeps its place after the line
+before it in its file.
+
+Filters (``--node``, ``--actor``, ``--task``, ``--level``, see :mod:`troupe.cli.log_filters`)
+apply in both modes; ``--json`` prints the lines unchanged. SIGINT and SIGTERM stop at once,
+with exit status 130 and 143.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import signal
+import sys
 import time
-from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import IO, Annotated
+from typing import Annotated
 
 import typer
+from rich.console import Console
+
+from troupe.cli.client import fail, run_async
+from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
+from troupe.cli.log_stream import ClusterLogs
+from troupe.cli.master_client import reachable
+from troupe.runtime.log_files import FileFollower, history_files, last_lines
+
+from .ctl import KeysOption, use_keys
 
 __all__ = ["format_line", "logs_app"]
 
 logs_app = typer.Typer(no_args_is_help=True)
 
-_KEYS_FIRST = ("timestamp", "level", "node", "process", "actor", "event")
 _POLL_S = 0.2
+_out = Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
+_err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 
-def format_line(line: str) -> str:
-    """Render one JSON log line compactly; a line that is not JSON is shown as it is."""
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return line.rstrip("\n")
-    if not isinstance(rec, dict):
-        return line.rstrip("\n")
-    head = " ".join(str(rec.pop(k)) for k in _KEYS_FIRST if k in rec)
-    rest = " ".join(f"{k}={v}" for k, v in rec.items())
-    return f"{head} {rest}".rstrip()
+class _Printer:
+    """Prints lines raw (``--json``) or readable; never reads log text as markup."""
+
+    def __init__(self, raw: bool) -> None:
+        self.raw = raw
+
+    def __call__(self, line: str) -> None:
+        if self.raw:
+            sys.stdout.write(line.rstrip("\n") + "\n")
+            sys.stdout.flush()
+        else:
+            _out.print(readable(line.rstrip("\n")))
 
 
-def _timestamp(line: str) -> str | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    stamp = rec.get("timestamp") if isinstance(rec, dict) else None
-    return stamp if isinstance(stamp, str) else None
+def _warn(message: str) -> None:
+    _err.print(f"note: {message}")
+
+
+def _node_of(path: Path) -> str:
+    """The node a log file belongs to (``n1.jsonl``, ``n1.jsonl.3`` -> ``n1``)."""
+    return path.name.split(".jsonl", 1)[0]
 
 
 class _Source:
-    """One log file being read; keeps a partly written last line until its newline arrives."""
+    """One node's log file being followed, with the stamp of its last stamped line."""
 
-    def __init__(self, path: Path) -> None:
-        self.file: IO[str] = path.open(encoding="utf-8", errors="replace")
-        self._partial = ""
+    def __init__(self, path: Path, at_end: bool) -> None:
+        self.path = path
+        self.node = _node_of(path)
+        self.follower = FileFollower(path, at_end=at_end)
         self._last_stamp = ""
 
     def stamped(self, line: str) -> tuple[str, str]:
         """``(timestamp, line)``; an unstamped line takes the stamp of the line before it."""
-        stamp = _timestamp(line)
-        if stamp is not None:
+        rec = parse_record(line)
+        stamp = rec.get("timestamp") if rec is not None else None
+        if isinstance(stamp, str):
             self._last_stamp = stamp
         return self._last_stamp, line
 
-    def last(self, n: int) -> list[tuple[str, str]]:
-        """The last ``n`` complete lines now in the file, stamped; reading stops at the end."""
-        if n == 0:
-            self.file.seek(0, 2)
-            return []
-        tail: deque[tuple[str, str]] = deque(maxlen=n)
-        for line in self.new_lines():
-            tail.append(self.stamped(line))
-        return list(tail)
-
-    def new_lines(self) -> Iterator[str]:
-        """Complete lines written since the last call."""
-        for chunk in iter(self.file.readline, ""):
-            if not chunk.endswith("\n"):
-                self._partial += chunk
-                return
-            yield self._partial + chunk
-            self._partial = ""
-
-    def close(self) -> None:
-        self.file.close()
+    def new_lines(self) -> list[str]:
+        """Complete lines written since the last call (all that is there, however much)."""
+        out = [b.decode("utf-8", "replace") for b in self.follower.read_lines()]
+        while self.follower.behind:
+            out.extend(b.decode("utf-8", "replace") for b in self.follower.read_lines())
+        return out
 
 
 class _Stopped(Exception):
@@ -101,43 +108,49 @@ def _stop(signum: int, _: FrameType | None) -> None:
     raise _Stopped(128 + signum)
 
 
-@logs_app.command("tail")
-def tail(
-    log_dir: Annotated[Path, typer.Option("--logs", help="The nodes' logs directory.")] = Path("logs"),
-    follow: Annotated[
-        bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new lines.")
-    ] = True,
-    lines: Annotated[
-        int, typer.Option("-n", help="Lines of history to show first, from all files, in time order.")
-    ] = 20,
-    raw: Annotated[bool, typer.Option("--raw", help="Print the JSON lines unchanged.")] = False,
-) -> None:
-    """Show the last lines of every node's log, then follow them all (Ctrl-C to stop)."""
-    if lines < 0:
-        raise typer.BadParameter(f"{lines} is negative; give 0 or more lines", param_hint="'-n'")
-    if not log_dir.is_dir():
-        raise typer.BadParameter(
-            f"{log_dir} is not a directory; pass the node's --logs directory", param_hint="'--logs'"
-        )
-    show = (lambda s: s.rstrip("\n")) if raw else format_line
+def _file_history(src: _Source, lines: int, keep: LogFilter) -> list[tuple[str, str]]:
+    """The last ``lines`` lines of ``src`` that ``keep`` accepts, stamped; the rotated files are
+    read, newest first, only when the live one holds too few."""
+    if lines == 0:
+        return []
+    current = [ln for ln in src.new_lines() if keep.accepts(ln, src.node)]
+    older: list[str] = []
+    if len(current) < lines:
+
+        def accepted(raw: bytes) -> bool:
+            return keep.accepts(raw.decode("utf-8", "replace"), src.node)
+
+        rotated = [p for p in history_files(src.path) if p != src.path]
+        older = [b.decode("utf-8", "replace") for b in last_lines(rotated, lines - len(current), accepted)]
+    return [src.stamped(ln) for ln in [*older, *current][-lines:]]
+
+
+def _tail_files(log_dir: Path, follow: bool, lines: int, keep: LogFilter, show: _Printer) -> None:
     sources: dict[Path, _Source] = {}
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        history: list[tuple[str, str]] = []
         for path in sorted(log_dir.glob("*.jsonl")):
-            sources[path] = _Source(path)
+            src = sources[path] = _Source(path, at_end=lines == 0)
+            history.extend(_file_history(src, lines, keep))
         # A stable sort, not a merge: lines of one file written by several processes may be
         # a little out of time order themselves.
-        history = sorted((sl for src in sources.values() for sl in src.last(lines)), key=lambda sl: sl[0])
-        for _, line in history[len(history) - lines :]:
-            typer.echo(show(line))
+        history.sort(key=lambda sl: sl[0])
+        for _, line in history[len(history) - lines :] if lines else []:
+            show(line)
         while follow:
             for path in log_dir.glob("*.jsonl"):
                 if path not in sources:
-                    sources[path] = _Source(path)  # a node that started since: from its start
-            batch = [src.stamped(line) for src in sources.values() for line in src.new_lines()]
+                    sources[path] = _Source(path, at_end=False)  # a node that started since
+            batch = [
+                src.stamped(line)
+                for src in sources.values()
+                for line in src.new_lines()
+                if keep.accepts(line, src.node)
+            ]
             batch.sort(key=lambda sl: sl[0])
             for _, line in batch:
-                typer.echo(show(line))
+                show(line)
             if not batch:
                 time.sleep(_POLL_S)
     except _Stopped as stopped:
@@ -146,4 +159,81 @@ def tail(
         for s, handler in previous.items():
             signal.signal(s, handler)
         for src in sources.values():
-            src.close()
+            src.follower.close()
+
+
+@logs_app.command("tail")
+def tail(
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "--master",
+            envvar="TROUPE_MASTER",
+            help="Follow every node of the cluster live, through this master.",
+            show_default=False,
+        ),
+    ] = None,
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--logs", help="Read the nodes' log files under this directory instead (default: logs)."
+        ),
+    ] = None,
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="Only these nodes (repeat or comma-separate).")
+    ] = None,
+    actor: Annotated[
+        list[str] | None,
+        typer.Option("--actor", help="Only these actors: a name, or a prefix ending in * (repeatable)."),
+    ] = None,
+    task: Annotated[
+        list[str] | None, typer.Option("--task", help="Only these task ids (repeatable).")
+    ] = None,
+    level: Annotated[
+        str, typer.Option("--level", help="Only this level and above: debug, info, warning, error, critical.")
+    ] = "",
+    as_json: Annotated[bool, typer.Option("--json", "--raw", help="Print the JSON lines unchanged.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new lines.")
+    ] = True,
+    lines: Annotated[
+        int, typer.Option("-n", help="Lines of history to show first, from all nodes, in time order.")
+    ] = 20,
+    keys: KeysOption = None,
+) -> None:
+    """Show the last lines of every node's log, then follow them all (Ctrl-C to stop)."""
+    if lines < 0:
+        raise typer.BadParameter(f"{lines} is negative; give 0 or more lines", param_hint="'-n'")
+    try:
+        keep = LogFilter.from_options(node or (), actor or (), task or (), level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--level'") from None
+    show = _Printer(as_json)
+    if master and log_dir is not None and master != os.environ.get("TROUPE_MASTER"):
+        raise typer.BadParameter(
+            f"--master {master} follows the cluster live, --logs {log_dir} reads files: give one",
+            param_hint="'--master' / '--logs'",
+        )
+    if master and log_dir is None:
+        use_keys(keys)  # a reader key is enough: the stream and log_recent only read
+        _tail_cluster(master, follow, lines, keep, show)
+        return
+    log_dir = log_dir if log_dir is not None else Path("logs")
+    if not log_dir.is_dir():
+        raise typer.BadParameter(
+            f"{log_dir} is not a directory; pass the node's --logs directory", param_hint="'--logs'"
+        )
+    _tail_files(log_dir, follow, lines, keep, show)
+
+
+def _tail_cluster(master: str, follow: bool, lines: int, keep: LogFilter, show: _Printer) -> None:
+    if not reachable(master):
+        raise fail(
+            f"no master answers at {master} (connection refused); pass --master ENDPOINT or --logs DIR"
+        )
+    stream = ClusterLogs(master, keep.nodes, lambda line, n: keep.accepts(line, n), lines, _warn)
+
+    async def main() -> None:
+        await stream.run(lambda _, line: show(line), follow)
+
+    run_async(main)

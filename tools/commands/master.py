@@ -16,9 +16,10 @@ import typer
 
 from troupe.cli.client import fail, run_async
 from troupe.cli.preflight import check_master_start
-from troupe.runtime.errors import JournalError, TroupeError
+from troupe.runtime.errors import ConfigError, JournalError, TroupeError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.node import Node
+from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.master.master import (
@@ -28,7 +29,16 @@ from troupe.runtime.tasks.master.master import (
     open_journal,
 )
 
-__all__ = ["DEFAULT_JOURNAL", "load_journal", "master_app", "run_node_with_master", "serve_master"]
+__all__ = [
+    "DEFAULT_JOURNAL",
+    "InsecureOption",
+    "KeysOption",
+    "MetricsOption",
+    "load_journal",
+    "master_app",
+    "run_node_with_master",
+    "serve_master",
+]
 
 master_app = typer.Typer(no_args_is_help=True)
 
@@ -36,6 +46,26 @@ DEFAULT_JOURNAL = Path("troupe-journal.db")
 
 JournalOption = Annotated[Path, typer.Option("--journal", help="The master's journal (SQLite).")]
 NewOption = Annotated[bool, typer.Option("--new", help="Create the journal if it does not exist.")]
+KeysOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys",
+        envvar="TROUPE_KEYS",
+        help="CURVE keys directory (troupe keys generate): authenticate and encrypt every socket.",
+    ),
+]
+MetricsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (docs/METRICS.md); default: none.",
+    ),
+]
+InsecureOption = Annotated[
+    bool | None,
+    typer.Option("--insecure", help="Listen off loopback without keys (unauthenticated; logged loudly)."),
+]
 
 
 def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
@@ -51,17 +81,33 @@ def start(
     journal: JournalOption = DEFAULT_JOURNAL,
     new: NewOption = False,
     endpoint: Annotated[
-        str, typer.Option(help="Where the master listens (loopback only).")
+        str, typer.Option(help="Where the master listens (off loopback: --keys or --insecure).")
     ] = DEFAULT_MASTER_ENDPOINT,
     log_dir: Annotated[Path, typer.Option("--logs", help="Directory of the JSON-lines logs.")] = Path("logs"),
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     name: Annotated[str, typer.Option(help="The master's name in logs and status.")] = "master",
     node_timeout: Annotated[float, typer.Option(help="Seconds of silence before a node is dead.")] = 10.0,
+    keys: KeysOption = None,
+    insecure: InsecureOption = None,
+    metrics: MetricsOption = None,
 ) -> None:
     """Start the master: jobs, leases, retries and the journal, until SIGTERM or Ctrl-C."""
-    check_master_start(endpoint, log_dir)
-    config = MasterConfig(endpoint=endpoint, name=name, node_timeout_s=node_timeout)
-    configure_logging(name, "master", log_dir, console=True, level=log_level)
+    try:
+        config = MasterConfig(
+            endpoint=endpoint,
+            name=name,
+            node_timeout_s=node_timeout,
+            keys=keys,
+            insecure=bool(insecure),
+            metrics=metrics,
+        )
+        if keys is not None:
+            keys_for(keys)  # bad keys are refused before the journal is touched
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    check_master_start(endpoint, log_dir, metrics)
+    # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
+    configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
     opened, book = load_journal(journal, new)
 
     async def main() -> None:

@@ -14,7 +14,14 @@ from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.node import Node
 from troupe.runtime.tasks.master.master import Master, MasterConfig
 
-from .master import DEFAULT_JOURNAL, load_journal, run_node_with_master
+from .master import (
+    DEFAULT_JOURNAL,
+    InsecureOption,
+    KeysOption,
+    MetricsOption,
+    load_journal,
+    run_node_with_master,
+)
 
 __all__ = ["node_app"]
 
@@ -25,7 +32,9 @@ node_app = typer.Typer(no_args_is_help=True)
 def start(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Node TOML file.")] = None,
     name: Annotated[str | None, typer.Option(help="Node name (default: host name).")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="Control endpoint, loopback only.")] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="Control endpoint (off loopback: --keys or --insecure).")
+    ] = None,
     log_dir: Annotated[Path | None, typer.Option("--logs", help="Directory of the JSON-lines logs.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.")] = None,
     master: Annotated[str | None, typer.Option(help="Join the master at this endpoint.")] = None,
@@ -38,15 +47,32 @@ def start(
     new: Annotated[
         bool, typer.Option("--new", help="With --with-master: create the journal if missing.")
     ] = False,
+    keys: KeysOption = None,
+    insecure: InsecureOption = None,
+    metrics: MetricsOption = None,
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
+    options = {"keys": keys, "insecure": insecure or None, "metrics": metrics}  # None: the file's value
     master = check_node_start(
-        config, with_master, name=name, endpoint=endpoint, log_dir=log_dir, log_level=log_level, master=master
+        config,
+        with_master,
+        name=name,
+        endpoint=endpoint,
+        log_dir=log_dir,
+        log_level=log_level,
+        master=master,
+        **options,
     )  # exits 2 on bad input
 
     async def main() -> None:
         cfg = load_node_config(
-            config, name=name, endpoint=endpoint, log_dir=log_dir, log_level=log_level, master=master
+            config,
+            name=name,
+            endpoint=endpoint,
+            log_dir=log_dir,
+            log_level=log_level,
+            master=master,
+            **options,
         )
         configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
         if not with_master:
@@ -55,9 +81,15 @@ def start(
         assert cfg.master is not None
         opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
         try:
-            await run_node_with_master(
-                Node(cfg, handle_signals=False), Master(MasterConfig(cfg.master), opened, book)
+            node = Node(cfg, handle_signals=False)
+            control_plane = Master(
+                MasterConfig(cfg.master, keys=cfg.keys, insecure=cfg.insecure), opened, book
             )
+            if cfg.metrics is not None:  # one process, one endpoint: the master's metrics join the node's
+                from troupe.runtime.metrics.master_metrics import MasterCollector
+
+                node.metrics_collectors.append(MasterCollector(control_plane))
+            await run_node_with_master(node, control_plane)
         finally:
             opened.close()
 

@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from troupe.cli.client import run_async
-from troupe.cli.local_node import start_local_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.node.local import start_local_node
 
 __all__ = ["demo", "run"]
 
@@ -92,8 +92,12 @@ def run(
         ),
     ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
+    items: Annotated[
+        int | None,
+        typer.Option("--items", "-n", help="Items to run (default: the pipeline's `items`; 64 by default)."),
+    ] = None,
     scenes: Annotated[
-        int | None, typer.Option("--scenes", "-n", help="Items (scenes) to generate; default 64.")
+        int | None, typer.Option("--scenes", help="The data generation word for --items.", hidden=True)
     ] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
     master: Annotated[
@@ -102,15 +106,23 @@ def run(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the run's metrics as one JSON object, no progress.")
+    ] = False,
 ) -> None:
-    """Run the main job: the data generation pipeline on a one-host cluster, into --out.
+    """Run a pipeline to the end on a one-host cluster, into --out (default: the data generation
+    pipeline, which writes a LeRobot dataset).
 
-    Run again into the same --out, it resumes: committed episodes are kept, the missing ones
-    made, and the dataset finalised once; a finished run says so and exits 0.
+    Run again into the same --out, it resumes: committed outputs are kept, the missing items
+    run, and the stages finalise once; a finished run says so and exits 0.
     """
+    from troupe.cli.client import fail
     from troupe.cli.preflight import check_run
 
     from .run_pipeline import finish_run
 
-    check_run(config, out, scenes, endpoint, master)
-    finish_run(config, out, scenes, endpoint, master, fresh)
+    if items is not None and scenes is not None and items != scenes:
+        raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
+    count = items if items is not None else scenes
+    check_run(config, out, count, endpoint, master, "--items" if items is not None else "--scenes")
+    finish_run(config, out, count, endpoint, master, fresh, as_json)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from troupe.runtime.pipeline.config import PipelineConfig
 
-__all__ = ["DEFAULT_PIPELINE", "default_pipeline", "resolve_out"]
+__all__ = ["DEFAULT_PIPELINE", "default_pipeline"]
 
 DEFAULT_PIPELINE: dict[str, Any] = {
     "name": "indoor-nav",
@@ -57,14 +56,3 @@ def default_pipeline(**overrides: Any) -> PipelineConfig:
     """The default pipeline, with [pipeline] fields replaced by ``overrides``."""
     data = {**DEFAULT_PIPELINE, **{k: v for k, v in overrides.items() if v is not None}}
     return PipelineConfig.model_validate(data)
-
-
-def resolve_out(config: PipelineConfig, out: Path) -> PipelineConfig:
-    """Replace ``{out}`` in every string kwarg with the output directory."""
-    stages = []
-    for stage in config.stages:
-        kwargs = {
-            k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()
-        }
-        stages.append(stage.model_copy(update={"kwargs": kwargs}))
-    return config.model_copy(update={"stages": tuple(stages)})

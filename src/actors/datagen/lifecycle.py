@@ -23,7 +23,8 @@ import numpy as np
 
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
 from troupe.actors.lerobot.writer import AsyncWriter
-from troupe.runtime.pipeline.stage import StageActor
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.stage import StageActor, StageRun
 from troupe.runtime.tasks.output_store import OutputStore
 
 from .randomize import RandomizeConfig, randomize
@@ -164,21 +165,70 @@ class RaycastRenderer(BaseRenderer):
 
 
 class LeRobotWriter(BaseWriter):
-    """Writes episodes on background threads, committed exactly once per task id.
+    """Writes episodes on background threads, committed exactly once per task id; at the end
+    of the run, writes every committed episode as one LeRobot v3.0 dataset.
+
+    Its hooks: ``start`` clears what a writer killed mid-episode left (and, for a fresh run,
+    every episode) and names the episodes committed already, which the run keeps;
+    ``finalize`` writes the dataset (``finalize_dataset``) into ``dataset`` or the run's out.
 
     Args:
         store: directory of the OutputStore the episodes are committed to.
         max_pending: episodes queued to the writer threads before ``process`` waits.
         threads: writer threads.
+        dataset: where the dataset is written (default: the run's output directory).
+        fps: the dataset's frame rate (default: that of the episodes).
+        robot_type: recorded in the dataset's info.json.
     """
 
     mailbox_capacity = 4
 
-    def __init__(self, store: str, max_pending: int = 2, threads: int = 1) -> None:
+    def __init__(
+        self,
+        store: str,
+        max_pending: int = 2,
+        threads: int = 1,
+        dataset: str | None = None,
+        fps: int | None = None,
+        robot_type: str = "troupe_nav_camera",
+    ) -> None:
         self.store = OutputStore(Path(store))
         self.writer = AsyncWriter(
             self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig()
         )
+        self.dataset = dataset
+        self.fps = fps
+        self.robot_type = robot_type
+
+    def start(self, run: StageRun) -> list[str]:
+        """Before any item: no writer is writing, so what is staged is a dead writer's."""
+        if run.fresh:
+            self.store.clear()
+        self.store.sweep_staging()
+        return self.store.committed()
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        """Write the dataset over every committed episode; say what it holds."""
+        from troupe.actors.lerobot.finalize import DatasetConfig, episode_fps, finalize_dataset
+
+        root = self.dataset or run.out
+        if root is None:
+            raise ConfigError(
+                f"stage {run.stage}: LeRobotWriter has nowhere to write the dataset; give the run "
+                "an out directory or the stage a dataset kwarg"
+            )
+        fps = self.fps or episode_fps(self.store) or 10
+        summary = finalize_dataset(self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type))
+        return {
+            "episodes": summary.total_episodes,
+            "frames": summary.total_frames,
+            "root": str(summary.root),
+            "outputs": [str(Path(summary.root) / "meta" / "info.json")],
+            "summary": (
+                f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
+                f"LeRobot v3.0 at {summary.root}"
+            ),
+        }
 
     async def process(self, item: dict[str, Any]) -> dict[str, Any]:
         plan = item["plan"]

@@ -64,7 +64,7 @@ from .stats import (
 )
 from .video import concat_videos, video_signature
 
-__all__ = ["DatasetConfig", "DatasetSummary", "finalize_dataset"]
+__all__ = ["DatasetConfig", "DatasetSummary", "episode_fps", "finalize_dataset"]
 
 log = structlog.get_logger(__name__)
 
@@ -349,6 +349,17 @@ def _remove_stale(root: Path, keep: set[Path]) -> None:
         for path in sorted((root / top).rglob("*"), reverse=True):
             if path.is_dir() and not any(path.iterdir()):
                 shutil.rmtree(path)
+
+
+def episode_fps(store: OutputStore) -> int | None:
+    """The frame rate of the first committed episode (None when there is none or it is unreadable)."""
+    for task_id in store.committed():
+        try:
+            meta = json.loads((store.committed_path(task_id) / EPISODE_FILE).read_text(encoding="utf-8"))
+            return int(meta["fps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> DatasetSummary:

@@ -10,6 +10,8 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from troupe.runtime.security.process import KEYS_ENV, installed, keys_for
+
 from .directory import Directory
 from .ref import ActorAddress
 from .runtime import Runtime, process_runtime
@@ -18,14 +20,28 @@ __all__ = ["connect"]
 
 
 @asynccontextmanager
-async def connect(node_endpoint: str, node: str = "", name: str | None = None) -> AsyncIterator[Runtime]:
+async def connect(
+    node_endpoint: str,
+    node: str = "",
+    name: str | None = None,
+    keys: str | os.PathLike[str] | None = None,
+) -> AsyncIterator[Runtime]:
     """Open a client runtime that resolves names through the node at ``node_endpoint``.
 
     Args:
         node_endpoint: the node's control endpoint.
         node: the node's name, when known (fills in ``process/actor`` addresses).
         name: this client's process name (default ``client-<pid>``).
+        keys: a CURVE keys directory, for a cluster with keys: the client presents its
+            operator key (else its reader key, else the cluster's). Default: the process's
+            keys if it installed some, else ``$TROUPE_KEYS`` if set, else no CURVE.
+
+    Raises:
+        ConfigError: the keys cannot be loaded (or libzmq lacks CURVE).
     """
+    if keys is None and installed() is None:
+        keys = os.environ.get(KEYS_ENV) or None
+    security = keys_for(keys, None) if keys is not None else None
     box: list[Runtime] = []
 
     async def lookup(address: ActorAddress) -> tuple[ActorAddress, str]:
@@ -37,6 +53,7 @@ async def connect(node_endpoint: str, node: str = "", name: str | None = None) -
         name or f"client-{os.getpid()}",
         directory=Directory(node, lookup),
         drain_timeout=0.5,
+        security=security,
     )
     box.append(runtime)
     async with runtime:

@@ -49,7 +49,10 @@ _RULES: dict[str, str] = {
 
 def short_repr(value: Any) -> str:
     """``repr(value)``, cut to a length that fits in a one-line message."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # nested deeper than repr goes (a control payload may be)
+        text = f"<{type(value).__name__} nested too deep to show>"
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
 
 

@@ -34,7 +34,10 @@ def _matches(value: Any, kind: type) -> bool:
 
 
 def _clip(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a payload nested near msgpack's depth limit: deeper than repr goes
+        text = f"<{type(value).__name__} nested too deep to show>"
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -1,6 +1,7 @@
 """Per-peer limits that keep one hostile or broken peer from costing the others: a token bucket
-per peer (how many ERROR replies a peer's bad frames earn) and a once-per-interval gate for log
-lines about a peer (so a flood makes one line, not thousands).
+per peer (how many bad frames a peer may send, answered, before core/throttle.py throttles it)
+and a once-per-interval gate for log lines about a peer (so a flood makes one line, not
+thousands).
 
 Both remember a bounded number of peers: the least recently seen is forgotten first, so a peer
 that reconnects again and again (a new ZeroMQ identity each time) cannot grow them without

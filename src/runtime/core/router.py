@@ -1,9 +1,11 @@
 """What a runtime does with what arrives: decode, validate, route, answer.
 
 Every received message is decoded and validated first. A bad frame is logged with its reason,
-counted, answered with an ERROR where the sender can be reached, and dropped. Replies settle
-pending asks; control messages run as tasks of their own; tells and asks go to the target
-actor's mailbox, whose bound pushes back on the sender's socket when full.
+counted, answered with an ERROR where the sender can be reached, and dropped; a peer that sends
+more bad frames than its allowance is throttled (core/throttle.py): its messages are dropped
+unread for a while. Replies settle pending asks; control messages run as tasks of their own;
+tells and asks go to the target actor's mailbox, whose bound pushes back on the sender's socket
+when full.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from troupe.runtime.errors import (
     UnknownActor,
     UnknownMessageType,
 )
+from troupe.runtime.security.roles import actor_message_refusal, control_refusal
 from troupe.runtime.wire.codec import Codec, Envelope, Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
 from .cell import Cell, Msg
-from .peer_limits import PeerLogGate, PeerRateLimiter
+from .peer_limits import PeerLogGate
+from .throttle import PeerThrottle, describe_peer
 
 if TYPE_CHECKING:
     from troupe.runtime.transports.base import Transport
@@ -52,10 +56,12 @@ class Inbound:
     _accepting: bool
     _bad_frames: int
     _late_replies: int
-    _error_limiter: PeerRateLimiter  # ERROR replies to bad frames, per peer
-    _suppressed_log: PeerLogGate
+    _throttle: PeerThrottle  # the allowance of bad frames per peer
+    _reply_junk_log: PeerLogGate  # bad frames on our own connections to peers
     _errors_suppressed: int
     before_handle: list[Any]
+    # CURVE is on: routes carry the sender's user id, and a reader's may be refused (roles).
+    _guarded: bool = False
 
     start_soon: Any  # Runtime.start_soon: run a task owned by the runtime
 
@@ -75,6 +81,9 @@ class Inbound:
         """Handle a message at once when that needs no waiting: a reply, or a tell or ask for
         a known actor whose mailbox has room. Return False, having changed nothing, otherwise:
         the message then takes the full path (``_on_frames``), errors and waiting included."""
+        throttle = self._throttle
+        if throttle.active and throttle.blocked(route):
+            return True  # dropped unread, counted by the throttle
         try:
             env = self.codec.decode(frames)
         except ProtocolError:
@@ -85,6 +94,8 @@ class Inbound:
             return True
         if kind is Kind.CONTROL or not self._accepting:
             return False
+        if self._guarded and actor_message_refusal(route, env.target) is not None:
+            return False  # refused with its reason on the full path
         cell = self.cells.get(env.target)
         if cell is None:
             return False
@@ -110,23 +121,28 @@ class Inbound:
         return True
 
     async def _on_frames(self, route: Any, frames: list[Any]) -> None:
+        throttle = self._throttle
+        if throttle.active and throttle.blocked(route):
+            return
         try:
             env = self.codec.decode(frames)
         except ProtocolError as exc:
             self._bad_frames += 1
-            # A peer flooding bad frames earns a few answers (and log lines), not one each.
-            if not self._error_limiter.allow(route):
-                self._errors_suppressed += 1
-                if self._suppressed_log.should_log(route):
-                    log.warning(
-                        "bad_frames_unanswered",
-                        reason=str(exc),
-                        code=exc.code,
-                        unanswered=self._errors_suppressed,
-                        rate_per_s=self._error_limiter.rate_per_s,
-                    )
+            if route is None:  # a peer we connected to: nobody to answer, nor to throttle
+                if self._reply_junk_log.should_log(None):
+                    log.warning("bad_reply_dropped", reason=str(exc), code=exc.code)
                 return
-            log.warning("bad_frame_dropped", reason=str(exc), code=exc.code, frames=len(frames))
+            # A peer flooding bad frames earns a few answers (and log lines), then is throttled.
+            if not throttle.bad_frame(route, str(exc)):
+                self._errors_suppressed += 1
+                return
+            log.warning(
+                "bad_frame_dropped",
+                reason=str(exc),
+                code=exc.code,
+                frames=len(frames),
+                peer=describe_peer(route),
+            )
             await self.reply_error(route, 0, "", exc)
             return
         kind = env.kind
@@ -140,6 +156,11 @@ class Inbound:
             return
         if kind is Kind.CONTROL:
             self.start_soon(self._run_control, route, env)
+            return
+        refused = actor_message_refusal(route, env.target) if self._guarded else None
+        if refused is not None:
+            log.warning("message_refused", target=env.target, type=env.type, reason=str(refused))
+            await self.reply_error(route, env.msg_id, env.target, refused)
             return
         cell = self.cells.get(env.target)
         if cell is None:
@@ -184,6 +205,11 @@ class Inbound:
             await self.reply_error(route, env.msg_id, env.target, exc)
 
     async def _run_control(self, route: Any, env: Envelope) -> None:
+        refused = control_refusal(route, env.type) if self._guarded else None
+        if refused is not None:
+            log.warning("control_refused", type=env.type, reason=str(refused))
+            await self.reply_error(route, env.msg_id, "", refused)
+            return
         handler = self.control_handlers.get(env.type)
         if handler is None:
             await self.reply_error(
@@ -251,4 +277,6 @@ def _error_from(payload: Any) -> TroupeError:
         raise_error_payload(payload)
     except TroupeError as exc:
         return exc
+    except RecursionError:  # a peer's error nested deeper than str() goes
+        return DeliveryError("malformed error reply: nested too deep to read")
     return DeliveryError(f"malformed error reply: {payload!r}")

@@ -34,6 +34,8 @@ from troupe.runtime.errors import (
     UnknownActor,
     Unreachable,
 )
+from troupe.runtime.security.keys import CurveKeys
+from troupe.runtime.security.process import installed
 from troupe.runtime.transports.base import Transport
 from troupe.runtime.transports.zmq import ZmqTransport
 from troupe.runtime.wire.codec import Codec, Envelope, Kind
@@ -43,9 +45,10 @@ from .cell import Cell, Msg
 from .deadlines import AskDeadlines
 from .directory import Directory
 from .loading import load_actor_class
-from .peer_limits import PeerLogGate, PeerRateLimiter
+from .peer_limits import PeerLogGate
 from .ref import ActorAddress, ActorRef
 from .router import Inbound
+from .throttle import PeerThrottle
 
 __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats", "process_runtime"]
 
@@ -53,10 +56,9 @@ log = structlog.get_logger(__name__)
 
 ControlHandler = Callable[[Any], Awaitable[Any]]
 
-# ERROR replies to bad frames, per peer connection: a burst, then a steady rate (invariant 7).
-ERROR_BURST = 20
-ERROR_RATE_PER_S = 10.0
-SUPPRESSED_LOG_INTERVAL_S = 10.0
+# Bad frames that come back on our own connections (nobody to answer or throttle): one log line
+# per this many seconds.
+JUNK_LOG_INTERVAL_S = 10.0
 
 
 class HandleObserver(Protocol):
@@ -80,8 +82,13 @@ class RuntimeStats:
     # read for the transport's linger, or is gone), over every mailbox of the process; per actor
     # in ``actors``.
     replies_dropped: int = 0
-    # Bad frames left unanswered beyond a peer's allowance (ERROR_RATE_PER_S, ERROR_BURST).
+    # Bad frames left unanswered: each one took a peer past its allowance and throttled it.
     errors_suppressed: int = 0
+    # The throttle of peers that send bad frames (core/throttle.py): peers throttled now, times
+    # a peer was throttled, and messages dropped unread because their peer was throttled.
+    throttled_peers: int = 0
+    throttles: int = 0
+    dropped_from_throttled: int = 0
 
 
 class Runtime(Inbound):
@@ -95,6 +102,7 @@ class Runtime(Inbound):
         codec: wire codec (defaults to 64 MiB message limit).
         ask_timeout: default seconds an ask waits for its reply.
         drain_timeout: seconds shutdown waits for mailboxes to drain.
+        throttle: the allowance of bad frames per peer (defaults to PeerThrottle's).
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class Runtime(Inbound):
         codec: Codec | None = None,
         ask_timeout: float = 30.0,
         drain_timeout: float = 5.0,
+        throttle: PeerThrottle | None = None,
     ) -> None:
         self.node = node
         self.process = process
@@ -129,10 +138,11 @@ class Runtime(Inbound):
         self._stopped = anyio.Event()
         self._bad_frames = 0
         self._late_replies = 0
-        self._error_limiter = PeerRateLimiter(ERROR_RATE_PER_S, ERROR_BURST)
-        self._suppressed_log = PeerLogGate(SUPPRESSED_LOG_INTERVAL_S)
+        self._throttle = throttle or PeerThrottle()
+        self._reply_junk_log = PeerLogGate(JUNK_LOG_INTERVAL_S)
         self._errors_suppressed = 0
         self._process_key = f"{node}/{process}"
+        self._guarded = getattr(transport, "security", None) is not None  # roles apply (router)
         self.directory.learn(self._process_key, transport.address)
 
     @property
@@ -314,6 +324,9 @@ class Runtime(Inbound):
             self._late_replies,
             sum(dropped.values()),
             self._errors_suppressed,
+            self._throttle.throttled_now(),
+            self._throttle.throttles,
+            self._throttle.dropped,
         )
 
     # -- sending ------------------------------------------------------------------------------
@@ -480,6 +493,8 @@ def process_runtime(
     codec: Codec | None = None,
     ask_timeout: float = 30.0,
     drain_timeout: float = 5.0,
+    throttle: PeerThrottle | None = None,
+    security: CurveKeys | None = None,
 ) -> Runtime:
     """The runtime a process starts for itself (node, worker, supervisor, master, a client).
 
@@ -497,12 +512,29 @@ def process_runtime(
         codec: wire codec (defaults to 64 MiB message limit).
         ask_timeout: default seconds an ask waits for its reply.
         drain_timeout: seconds shutdown waits for mailboxes to drain.
+        throttle: the allowance of bad frames per peer (defaults to PeerThrottle's).
+        security: CURVE keys for every socket; defaults to the process's keys
+            (security.process.install), None there meaning no CURVE.
 
     Raises:
         Unreachable: ``bind`` cannot be bound (callers say what to do: pick another endpoint).
     """
+    codec = codec or Codec()
     if transport is None:
-        transport = ZmqTransport(bind=bind, hwm=hwm)
+        # libzmq drops a connection that sends a frame over the limit before Python sees it.
+        transport = ZmqTransport(
+            bind=bind,
+            hwm=hwm,
+            max_message_bytes=codec.max_message_bytes,
+            security=security or installed(),
+        )
     return Runtime(
-        node, process, transport, directory, codec, ask_timeout=ask_timeout, drain_timeout=drain_timeout
+        node,
+        process,
+        transport,
+        directory,
+        codec,
+        ask_timeout=ask_timeout,
+        drain_timeout=drain_timeout,
+        throttle=throttle,
     )

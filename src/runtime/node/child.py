@@ -27,6 +27,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from troupe.runtime.security.process import KEYS_ENV, child_env_entry
+
 from .config import validation_message
 
 __all__ = ["PARENT_PID_ENV", "child_env", "die_with_parent", "load_launch_spec"]
@@ -39,8 +41,11 @@ _WATCH_INTERVAL_S = 0.5
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment for a child that the calling process (the node) starts: ours, plus
-    ``extra``, plus this process's pid for the child's parent watchdog."""
-    return {**os.environ, **extra, PARENT_PID_ENV: str(os.getpid())}
+    ``extra``, plus this process's pid for the child's parent watchdog, plus this process's keys
+    directory (``TROUPE_KEYS``; removed when this process has no keys)."""
+    env = {**os.environ, **extra, PARENT_PID_ENV: str(os.getpid())}
+    env.pop(KEYS_ENV, None)
+    return {**env, **child_env_entry()}
 
 
 def die_with_parent(who: str) -> None:

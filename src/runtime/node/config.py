@@ -34,12 +34,14 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from troupe.runtime.core.config_messages import short_repr, validation_message
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.supervision.liveness import LivenessPolicy
 from troupe.runtime.supervision.restart import RestartPolicy
 
@@ -53,7 +55,9 @@ __all__ = [
     "RestartConfig",
     "SupervisionConfig",
     "WorkerSpec",
+    "check_bind",
     "check_loopback",
+    "is_loopback",
     "load_node_config",
     "read_toml",
     "validation_message",
@@ -166,11 +170,25 @@ class NodeConfig(_Frozen):
         max_length=MAX_NAME,
         pattern=NAME_PATTERN,
     )
+    # Security (DESIGN.md): the CURVE keys directory (``troupe keys generate``); None = no CURVE.
+    # Declared before the endpoints, whose validator reads them.
+    keys: Path | None = None
+    # Listen off loopback without keys: allowed only when asked for, and said loudly.
+    insecure: StrictBool = False
     endpoint: str = DEFAULT_NODE_ENDPOINT
     log_dir: Path = Path("logs")
     log_level: str = "info"
+    # The node rotates <log_dir>/<name>.jsonl at this size, keeping log_keep rotated files.
+    log_max_mb: StrictFloat = Field(default=64.0, gt=0)
+    log_keep: StrictInt = Field(default=5, ge=1, le=1000)
     hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
     max_message_mb: StrictFloat = Field(default=64.0, gt=0)
+    # Input limits (core/throttle.py, wire/codec.py): frames per message; bad frames a peer may
+    # send at once and per second before its messages are dropped unread for throttle_s.
+    max_frames: StrictInt = Field(default=1024, ge=2, le=1_000_000)
+    bad_frames_burst: StrictInt = Field(default=20, ge=1, le=1_000_000)
+    bad_frames_per_s: StrictFloat = Field(default=10.0, gt=0)
+    throttle_s: StrictFloat = Field(default=10.0, gt=0)
     ask_timeout_s: StrictFloat = Field(default=30.0, gt=0)
     drain_timeout_s: StrictFloat = Field(default=5.0, ge=0)
     stop_grace_s: StrictFloat = Field(default=5.0, ge=0)
@@ -179,18 +197,28 @@ class NodeConfig(_Frozen):
     restart: RestartConfig = Field(default_factory=RestartConfig)
     # Task dispatch (master.py): the master this node joins; None = no master.
     master: str | None = None
+    # The host other hosts reach this node and its workers at, when the endpoint binds every
+    # interface (tcp://0.0.0.0:PORT); see reach.py. None: the endpoint's own host.
+    advertise: str | None = Field(default=None, min_length=1, max_length=253)
+    # Prometheus endpoint (docs/METRICS.md): HOST:PORT of GET /metrics; None = none opened.
+    metrics: str | None = None
 
-    @field_validator("endpoint")
+    @field_validator("metrics")
     @classmethod
-    def _loopback_only(cls, value: str) -> str:
-        check_loopback(value)
+    def _metrics_address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            endpoint = as_endpoint(*parse_host_port(value))
+            try:
+                check_bind(endpoint, keys=info.data.get("keys"), insecure=bool(info.data.get("insecure")))
+            except ValueError as exc:  # named as written, HOST:PORT
+                raise ValueError(str(exc).replace("tcp://", "")) from None
         return value
 
-    @field_validator("master")
+    @field_validator("endpoint", "master")
     @classmethod
-    def _master_loopback_only(cls, value: str | None) -> str | None:
+    def _safe_off_loopback(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
-            check_loopback(value)
+            check_bind(value, keys=info.data.get("keys"), insecure=bool(info.data.get("insecure")))
         return value
 
     @field_validator("workers")
@@ -203,32 +231,53 @@ class NodeConfig(_Frozen):
         return value
 
 
-def check_loopback(endpoint: str) -> None:
-    """Refuse endpoints off the loopback interface.
-
-    Binding another address needs CURVE keys (DESIGN.md, Security), which this version does
-    not configure yet; refusing is safer than listening unauthenticated.
+def is_loopback(endpoint: str) -> bool:
+    """Whether ``endpoint`` stays on this host: tcp on 127.0.0.0/8, ::1 or localhost, ipc, inproc.
 
     Raises:
-        ValueError: the endpoint is not tcp on 127.0.0.0/8 or ::1 (nor ipc/inproc).
+        ValueError: the endpoint is not tcp://HOST:PORT, ipc:// or inproc://.
     """
     parts = urlsplit(endpoint)
     if parts.scheme in ("ipc", "inproc"):
-        return
+        return True
     if parts.scheme != "tcp":
         raise ValueError(f"endpoint {endpoint!r} must be tcp://HOST:PORT, ipc:// or inproc://")
     host = parts.hostname or ""
     if host == "localhost":
-        return
+        return True
     try:
-        loop = ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loop = False
-    if not loop:
-        raise ValueError(
-            f"endpoint {endpoint!r} is not on loopback; troupe binds 127.0.0.1 unless CURVE "
-            "keys are configured, which this version does not support yet"
-        )
+        return False  # a host name or a wildcard (*): reachable from elsewhere
+
+
+def check_bind(endpoint: str, *, keys: Path | str | None, insecure: bool) -> None:
+    """Refuse an endpoint off loopback unless CURVE keys are configured or ``insecure`` is set.
+
+    Without keys, nothing authenticates peers, so a socket reachable from other hosts would
+    take orders from anyone; ``insecure`` is the user's explicit override (logged loudly at
+    start, and shown by ``troupe ctl status``).
+
+    Raises:
+        ValueError: malformed, or off loopback with neither keys nor ``insecure``; one line
+            naming the endpoint and both ways out.
+    """
+    if is_loopback(endpoint) or keys is not None or insecure:
+        return
+    raise ValueError(
+        f"endpoint {endpoint!r} is not on loopback and no CURVE keys are configured; pass "
+        "--keys DIR (made by `troupe keys generate DIR`) to authenticate and encrypt, or "
+        "--insecure to listen unauthenticated"
+    )
+
+
+def check_loopback(endpoint: str) -> None:
+    """Refuse endpoints off the loopback interface (:func:`check_bind` without keys).
+
+    Raises:
+        ValueError: the endpoint is not tcp on 127.0.0.0/8 or ::1 (nor ipc/inproc).
+    """
+    check_bind(endpoint, keys=None, insecure=False)
 
 
 def read_toml(path: Path, what: str, tables: set[str], arrays: set[str], expected: str) -> dict[str, Any]:

@@ -3,9 +3,14 @@
 When a node's config names a master (``[node] master = "tcp://..."`` or ``--master``), the node
 runs a :class:`MasterLink`. It
 
-- beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`), so
-  the master knows the node is alive and where to reach it; a node that stops beating is
-  declared dead by the master and its tasks are requeued;
+- beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`) and
+  its running processes with their mailboxes, so the master knows the node is alive, where to
+  reach it, and where its actors listen (the cluster's directory of names: a node resolves an
+  actor of another host through :func:`resolve_through_master`); a node that stops beating is
+  declared dead by the master and its tasks are requeued. When its link comes back (a cut
+  network, a restarted master), the next beat makes it alive again: nothing to re-register,
+  and its workers' getters register again by themselves when the master answers them
+  ``unknown_worker``, under the same names;
 - tells the master ``worker_left`` the moment one of its worker processes exits (from the
   node's ``worker_exit_listeners``), so that worker's leases are requeued at once instead of
   when they expire;
@@ -29,13 +34,17 @@ import anyio
 import psutil
 import structlog
 
+from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
+
+from .reach import advertised_endpoint
+from .worker_handles import HandleState
 
 if TYPE_CHECKING:
     from .ports import LinkedNode
     from .worker_handles import WorkerHandle
 
-__all__ = ["MasterLink", "count_gpus", "host_resources"]
+__all__ = ["MasterLink", "count_gpus", "host_resources", "resolve_through_master"]
 
 log = structlog.get_logger(__name__)
 
@@ -102,11 +111,13 @@ class MasterLink:
             running when :meth:`run` starts.
         master: the master's endpoint.
         beat_s: seconds between beats; the master's node timeout should be several beats.
+        log_endpoint: where the node publishes its log stream, told to the master in each beat.
     """
 
-    def __init__(self, node: LinkedNode, master: str, beat_s: float = 1.0) -> None:
+    def __init__(self, node: LinkedNode, master: str, beat_s: float = 1.0, log_endpoint: str = "") -> None:
         self.node = node
         self.master = master
+        self.log_endpoint = log_endpoint
         self.beat_s = beat_s
         self.beats = 0
         self.failed_beats = 0
@@ -128,8 +139,23 @@ class MasterLink:
             raise RuntimeError("the node's runtime is not running; start the link inside Node.run")
         return runtime
 
+    def processes(self) -> dict[str, dict[str, Any]]:
+        """The node's running worker processes: ``name -> {endpoint, actors}`` (their mailboxes)."""
+        return {
+            name: {"endpoint": h.endpoint, "actors": dict(h.actors)}
+            for name, h in self.node.workers.items()
+            if h.endpoint and h.returncode is None and h.state is HandleState.RUNNING
+        }
+
     async def _beat(self, runtime: Runtime) -> None:
-        payload = {"node": self.node.name, "endpoint": runtime.address, "resources": host_resources()}
+        payload = {
+            "node": self.node.name,
+            "endpoint": advertised_endpoint(runtime.address, self.node.config.advertise),
+            "resources": host_resources(),
+            "processes": self.processes(),
+        }
+        if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
+            payload["log_endpoint"] = self.log_endpoint
         try:
             await runtime.control(self.master, "node_beat", payload, timeout=max(self.beat_s, 1.0))
         except Exception as exc:  # the master is down or restarting: keep beating
@@ -196,3 +222,19 @@ class MasterLink:
             await runtime.control(runtime.address, "stop_worker", {"name": name}, timeout=grace)
         except Exception as exc:
             log.warning("drained_worker_stop_failed", worker=name, error=repr(exc))
+
+
+async def resolve_through_master(
+    runtime: Runtime, master: str, address: ActorAddress, timeout: float = 5.0
+) -> dict[str, str]:
+    """Ask the master (the cluster's directory) where an actor of another node listens.
+
+    Returns:
+        ``{address, endpoint}``, as a node's own ``resolve`` answers.
+
+    Raises:
+        UnknownActor: no live node of the cluster runs it.
+        AskTimeout, Unreachable: the master does not answer.
+    """
+    reply = await runtime.control(master, "resolve", {"address": str(address)}, timeout=timeout)
+    return {"address": str(reply["address"]), "endpoint": str(reply["endpoint"])}

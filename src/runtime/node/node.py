@@ -9,6 +9,7 @@ SIGKILL what is left, reap everything, exit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -25,14 +26,21 @@ from troupe.runtime.core.control_payloads import (
     address_field,
     validated,
 )
+from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
-from troupe.runtime.errors import ActorStopped, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.core.throttle import PeerThrottle
+from troupe.runtime.errors import ActorStopped, AskTimeout, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.logs import log_file
+from troupe.runtime.metrics.serving import serving
+from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.wire.codec import Codec
 
 from .config import ActorSpec, NodeConfig, WorkerSpec
 from .leftovers import ChildRecord, reap_predecessors
-from .master_link import MasterLink
+from .log_publisher import LogPublisher, decode_log_recent
+from .master_link import MasterLink, resolve_through_master
+from .reach import worker_bind
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
@@ -56,6 +64,9 @@ class Node:
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
         self.runtime: Runtime | None = None
+        self.log_publisher: LogPublisher | None = None  # the node's log stream, once it serves
+        # More Prometheus collectors for the node's metrics endpoint: a master in this process.
+        self.metrics_collectors: list[Any] = []
         self.started_at = time.time()
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
@@ -98,32 +109,56 @@ class Node:
 
     async def _serve(self) -> None:
         cfg = self.config
+        # Keys first: every socket of this process and of its children uses them (or none does).
+        install(keys_for(cfg.keys) if cfg.keys is not None else None)
+        worker_bind(cfg.endpoint, cfg.advertise)  # a wildcard endpoint needs advertise: say so now
+        metrics = None
+        if cfg.metrics is not None:  # bound first: a port in use stops the start, as the endpoint's
+            from troupe.runtime.metrics.endpoints import node_endpoint  # prometheus-client: only now
+
+            metrics = node_endpoint(self, cfg.metrics, self.metrics_collectors)
         try:
             runtime = process_runtime(
                 self.name,
                 "node",
                 bind=cfg.endpoint,
                 hwm=cfg.hwm,
-                codec=Codec(int(cfg.max_message_mb * 1024 * 1024)),
+                codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames),
+                throttle=PeerThrottle(cfg.bad_frames_burst, cfg.bad_frames_per_s, cfg.throttle_s),
                 ask_timeout=cfg.ask_timeout_s,
                 drain_timeout=cfg.drain_timeout_s,
             )
         except Unreachable as exc:
+            if metrics is not None:
+                metrics.close()
             raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
         self.runtime = runtime
         self._install_controls(runtime)
         # A predecessor that died hard may have left processes behind: they go before ours start.
         await anyio.to_thread.run_sync(reap_predecessors, cfg.log_dir, self.name)
+        # The log stream starts before the node logs that it started: from here on every line
+        # of the node's processes is streamed (the file has what came before).
+        self.log_publisher = LogPublisher(
+            self.name,
+            log_file(cfg.log_dir, self.name),
+            cfg.endpoint,
+            cfg.advertise,
+            int(cfg.log_max_mb * 2**20),
+            cfg.log_keep,
+        )
         try:
-            async with runtime:
+            async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
+                warn_if_insecure(cfg.endpoint, cfg.insecure)
                 async with anyio.create_task_group() as tg:
+                    tg.start_soon(self.log_publisher.run)  # closes its socket when cancelled
                     if self.handle_signals:
                         tg.start_soon(self._stop_on_signal)
                     try:
                         await self.supervision.start(tg)
                         if cfg.master:  # task dispatch: beat to the master, report worker exits
-                            tg.start_soon(MasterLink(self, cfg.master).run)
+                            link = MasterLink(self, cfg.master, log_endpoint=self.log_publisher.endpoint)
+                            tg.start_soon(link.run)
                         for spec in cfg.workers:
                             self.start_worker(tg, spec)
                         self._tg = tg
@@ -135,6 +170,7 @@ class Node:
                         await self.supervision.stop()
                         tg.cancel_scope.cancel()
         finally:
+            self.log_publisher.close()
             self.children.close()
             self.stopped.set()
         log.info("node_stopped")
@@ -221,9 +257,16 @@ class Node:
                 spawn_worker=self._spawn_worker,
                 stop_worker=self._stop_worker,
                 shutdown=self._shutdown,
+                log_recent=self._log_recent,
             )
         )
         self.supervision.install(runtime)
+
+    async def _log_recent(self, payload: Any) -> dict[str, Any]:
+        after, limit = decode_log_recent(payload)
+        if self.log_publisher is None:
+            raise ActorStopped(f"node {self.name} is not streaming its log yet")
+        return self.log_publisher.recent(after, limit)
 
     async def _ping(self, _: Any) -> dict[str, Any]:
         return {"node": self.name, "pid": os.getpid(), "time": time.time()}
@@ -291,6 +334,20 @@ class Node:
         # The forms of docs/PROTOCOL.md section 10: ACTOR, PROCESS/ACTOR, NODE/PROCESS/ACTOR;
         # `node` and NODE/node name the node process itself, node/ACTOR an actor it hosts.
         addr = address_field(ControlPayload("resolve", payload), "address")
+        try:
+            return self._resolve_here(addr)
+        except (UnknownActor, Unreachable) as here:
+            if not self.config.master:
+                raise
+            local = here
+        # Another host's actor: the master is the cluster's directory (its nodes' beats).
+        try:
+            return await resolve_through_master(self.runtime, self.config.master, addr, timeout=3.0)
+        except (AskTimeout, Unreachable, ActorStopped) as exc:
+            raise type(local)(f"{local}; nor can the master at {self.config.master} say ({exc})") from None
+
+    def _resolve_here(self, addr: ActorAddress) -> dict[str, str]:
+        assert self.runtime is not None
         if addr.node and addr.node != self.name:
             raise Unreachable(f"node {self.name} cannot resolve {addr}: node {addr.node!r} is not this one")
         if addr.actor == "node" and not addr.node and addr.process in ("", self.name):
@@ -329,6 +386,8 @@ class Node:
             "node": self.name,
             "pid": os.getpid(),
             "endpoint": self.runtime.address,
+            "log_endpoint": self.log_publisher.endpoint if self.log_publisher is not None else None,
+            "security": security_status(self.config.insecure),
             "uptime_s": round(time.time() - self.started_at, 3),
             "rss_mib": _rss_mib(os.getpid()),
             "workers": workers,
@@ -349,9 +408,29 @@ class Node:
         if existing is not None:
             del self.workers[spec.name]
         handle = self.start_worker(self._tg, spec)
-        with anyio.fail_after(timeout_s):
-            await handle.ready_event.wait()
-        return handle.describe()
+        handle.fail_fast = True
+        with anyio.move_on_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+
+                async def first(event: anyio.Event) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(first, handle.ready_event)
+                tg.start_soon(first, handle.exited_event)
+        if handle.ready_event.is_set():
+            return handle.describe()
+        if not handle.exited_event.is_set():  # neither: stop it, or it would start unasked later
+            with contextlib.suppress(UnknownActor):  # it exited meanwhile
+                await self._stop_worker({"name": spec.name})
+            raise AskTimeout(
+                f"worker {spec.name!r} did not start within {timeout_s:g} s on node {self.name}; "
+                f"see the node's log ({handle.last_error or 'it wrote no error'})"
+            )
+        raise ConfigError(
+            f"worker {spec.name!r} exited while starting ({handle.exit_reason}): "
+            f"{handle.last_error or 'it wrote no error; see the node log'}"
+        )
 
     async def _stop_worker(self, payload: Any) -> bool:
         name = ControlPayload("stop_worker", payload).require("name", str)

@@ -24,6 +24,7 @@ from anyio.abc import ByteReceiveStream, Process
 
 from .child import child_env
 from .config import NodeConfig, WorkerSpec
+from .reach import worker_bind
 
 __all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
 
@@ -78,6 +79,9 @@ class WorkerHandle:
         self.started_at = 0.0
         self.ready_event = anyio.Event()
         self.exited_event = anyio.Event()
+        # Spawned on request (``spawn_worker``): an exit before it registers is reported to the
+        # requester and not restarted; once it has run, it is restarted like any worker.
+        self.fail_fast = False
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""
@@ -100,13 +104,16 @@ class WorkerHandle:
         self.actors = actors
         if self.state is HandleState.STARTING:
             self.state = HandleState.RUNNING
+        self.fail_fast = False
         self.ready_event.set()
 
     def exited(self, returncode: int) -> None:
         """The process was reaped with ``returncode``."""
         self.returncode = returncode
         self.exit_reason = exit_reason(returncode)
-        self.state = HandleState.STOPPED if self.state is HandleState.STOPPING else HandleState.EXITED
+        never_ran = self.fail_fast and self.state is HandleState.STARTING
+        gave_up = self.state is HandleState.STOPPING or never_ran
+        self.state = HandleState.STOPPED if gave_up else HandleState.EXITED
         self.endpoint = None
         self.exited_event.set()
 
@@ -225,9 +232,14 @@ async def launch_worker(
         "log_level": cfg.log_level,
         "hwm": cfg.hwm,
         "max_message_mb": cfg.max_message_mb,
+        "max_frames": cfg.max_frames,
+        "bad_frames_burst": cfg.bad_frames_burst,
+        "bad_frames_per_s": cfg.bad_frames_per_s,
+        "throttle_s": cfg.throttle_s,
         "ask_timeout_s": cfg.ask_timeout_s,
         "drain_timeout_s": cfg.drain_timeout_s,
         "master": cfg.master,  # task dispatch: the worker's TaskGetter pulls from it
+        "bind": worker_bind(cfg.endpoint, cfg.advertise),  # the node's host: other hosts reach it
         **(supervision or {}),
     }
     env = child_env({"TROUPE_WORKER_SPEC": json.dumps(spec)})

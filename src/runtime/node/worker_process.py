@@ -2,9 +2,10 @@
 
 Started by its node as ``python -m troupe.lean_start troupe.runtime.node.worker_process`` (``-m``, lighter:
 see lean_start) with its launch spec in the environment variable ``TROUPE_WORKER_SPEC`` (JSON).
-It binds a mailbox on a free loopback port, starts its actors, registers with the node, and
-serves until SIGTERM, Ctrl-C or a ``stop`` control message; then it shuts down gracefully and
-exits 0.
+It binds its mailboxes on free ports of the node's own host address (``bind``: loopback for a
+loopback node, the host's address for a node other hosts reach; see reach.py), starts its
+actors, registers with the node, and serves until SIGTERM, Ctrl-C or a ``stop`` control
+message; then it shuts down gracefully and exits 0.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from troupe.runtime.core.control_payloads import ControlPayload, validated
 from troupe.runtime.core.directory import Directory
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
+from troupe.runtime.core.throttle import PeerThrottle
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
+from troupe.runtime.security.process import install_from_env, security_status
 from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter import start_task_getter
 from troupe.runtime.wire.codec import load_imported_extensions
 
 from .child import die_with_parent, load_launch_spec
 from .config import ActorSpec, _Frozen
+from .reach import LOOPBACK_ANY_PORT
 
 __all__ = ["WorkerLaunch", "main", "serve_worker"]
 
@@ -48,6 +52,8 @@ class WorkerLaunch(_Frozen):
     node: str
     process: str
     node_endpoint: str
+    # Where its mailboxes listen (a free port each): the node's host, so other hosts reach them.
+    bind: str = LOOPBACK_ANY_PORT
     actors: tuple[ActorSpec, ...] = ()
     kind: str = "default"
     incarnation: int = Field(default=0, ge=0)
@@ -56,6 +62,10 @@ class WorkerLaunch(_Frozen):
     log_level: str = "info"
     hwm: int = 1000
     max_message_mb: float = 64.0
+    max_frames: int = 1024
+    bad_frames_burst: int = 20
+    bad_frames_per_s: float = 10.0
+    throttle_s: float = 10.0
     ask_timeout_s: float = 30.0
     drain_timeout_s: float = 5.0
     # Supervision (worker_health.py): where heartbeats go, None = no supervisor.
@@ -85,9 +95,11 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     runtime = process_runtime(
         spec.node,
         spec.process,
+        bind=spec.bind,
         hwm=spec.hwm,
         directory=directory,
-        codec=Codec(int(spec.max_message_mb * 1024 * 1024)),
+        codec=Codec(int(spec.max_message_mb * 1024 * 1024), spec.max_frames),
+        throttle=PeerThrottle(spec.bad_frames_burst, spec.bad_frames_per_s, spec.throttle_s),
         ask_timeout=spec.ask_timeout_s,
         drain_timeout=spec.drain_timeout_s,
     )
@@ -150,7 +162,7 @@ def install_worker_controls(
         return {"process": runtime.process, "pid": os.getpid()}
 
     async def status(_: Any) -> dict[str, Any]:
-        return asdict(runtime.statistics())
+        return {**asdict(runtime.statistics()), "security": security_status(False)}
 
     async def stop_worker(_: Any) -> bool:
         stop.set()
@@ -210,6 +222,7 @@ def main() -> None:
     )
     configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
+        install_from_env()  # the node's keys, if it has any
         anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})
     except ConfigError as exc:
         log.error("worker_config_error", error=str(exc))

@@ -15,11 +15,13 @@
     min_replicas = 1
     max_replicas = 3
     batch = 1             # items per call
+    inflight = 2          # calls in flight per replica: the next is waiting when one ends
     queue = 8             # bound of this stage's input queue
     resources = { cpu = 1, gpu = 0 }
     kwargs = { }          # constructor arguments
 
-Stages form a chain in file order unless a stage names its input with ``after``.
+Stages form a chain in file order unless a stage names its input with ``after``. ``{out}`` in a
+string kwarg stands for the run's output directory (:meth:`PipelineConfig.with_out`).
 Counts are strict integers (``replicas = "2"`` is refused, not read as 2).
 """
 
@@ -53,6 +55,7 @@ class StageConfig(_Frozen):
     min_replicas: StrictInt = Field(default=1, ge=0)
     max_replicas: StrictInt | None = Field(default=None, ge=1)
     batch: StrictInt = Field(default=1, ge=1)
+    inflight: StrictInt = Field(default=2, ge=1, le=64)
     queue: StrictInt = Field(default=8, ge=1)
     resources: Resources = Resources()
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -104,6 +107,16 @@ class PipelineConfig(_Frozen):
     def slot_budget(self) -> int:
         """Replicas the scheduler may run at once (default: the starting replicas)."""
         return self.slots if self.slots is not None else sum(s.replicas for s in self.stages)
+
+    def with_out(self, out: Path | str) -> PipelineConfig:
+        """This pipeline with ``{out}`` in every string kwarg replaced by ``out``."""
+        stages = []
+        for stage in self.stages:
+            kwargs = {
+                k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()
+            }
+            stages.append(stage.model_copy(update={"kwargs": kwargs}))
+        return self.model_copy(update={"stages": tuple(stages)})
 
     def upstream(self, index: int) -> int | None:
         """Index of the stage feeding stage ``index`` (None for the first)."""

@@ -6,16 +6,21 @@ The engine runs beside a node (it talks to it with control messages) and owns:
   have room for its results, counting what is already in flight: a producer with no credit
   waits, so no queue ever holds more than its bound and memory is bounded by construction;
 - the replicas: worker processes with one stage actor each, started and stopped through the
-  node (``spawn_worker`` / ``stop_worker``);
+  node (``spawn_worker`` / ``stop_worker``). Each replica has up to its stage's ``inflight``
+  calls outstanding: the actor takes them one at a time, so its next item is already in its
+  mailbox when it finishes one and it never idles waiting for the engine;
+- the stage hooks (``stage``): ``start`` once before the first item, ``finalize`` once after
+  the last;
 - the scaler: when a stage has drained, its slots go to the bottleneck; replicas also follow
   the backlog within each stage's bounds (``pipeline_model.decide_scaling``);
 - the meters behind the throughput model (``pipeline_model``).
 
-Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}``; every stage's
+Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}`` (attempt counts
+from 0); every stage's
 ``ok`` output is the next stage's input. An item pruned by a stage is counted and never passed
 on; an item whose stage call errs is retried there up to ``max_attempts``, then dead. An item
 whose output is already there (``done``: committed by an earlier, interrupted run) is kept as
-it is: settled ok at once, no stage runs it again.
+it is: settled ok at once, no stage runs it again. A stage's ``start`` hook may name such items.
 """
 
 from __future__ import annotations
@@ -32,21 +37,24 @@ import structlog
 
 from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import TroupeError
+from troupe.runtime.errors import StageFailed, TroupeError, UnknownMessageType
 
 from .config import PipelineConfig, StageConfig
 from .model import (
-    PipelineMetrics,
     ScaleInput,
     StageMeter,
     decide_scaling,
     pipeline_metrics,
 )
+from .result import PipelineMetrics, PipelineResult
 from .source import ItemSource, LocalSource
+from .stage import StageRun
 
-__all__ = ["Item", "PipelineEngine", "PipelineResult"]
+__all__ = ["Item", "PipelineEngine"]
 
 log = structlog.get_logger(__name__)
+
+_START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
 
 
 @dataclass(slots=True)
@@ -63,7 +71,9 @@ class Item:
 class _Replica:
     name: str
     ref: ActorRef | None = None
-    busy: int = 0
+    busy: int = 0  # items in its outstanding calls
+    calls: int = 0  # outstanding calls (at most the stage's inflight)
+    last_reply: float = 0.0  # when its last call answered: the next one's service starts then
     retiring: bool = False
 
 
@@ -75,18 +85,10 @@ class _Stage:
     replicas: list[_Replica] = field(default_factory=list)
     starting: int = 0
     meter: StageMeter | None = None
+    hooks: tuple[str, ...] = ()
 
     def ready(self) -> list[_Replica]:
         return [r for r in self.replicas if r.ref is not None and not r.retiring]
-
-
-@dataclass(frozen=True)
-class PipelineResult:
-    """The end of a run: the metrics and what became of every item."""
-
-    metrics: PipelineMetrics
-    outcomes: dict[str, str]
-    errors: dict[str, str]
 
 
 class PipelineEngine:
@@ -96,10 +98,15 @@ class PipelineEngine:
         config: the pipeline declaration.
         runtime: a runtime that can reach the node (``client.connect``).
         node_endpoint: the node that hosts the replicas' worker processes.
-        on_change: called with fresh metrics whenever items move (progress display).
+        on_change: called with fresh metrics when items move, at most every ``on_change_every_s``
+            (and once every item has its outcome): a progress display.
         source: where items come from (default: the config's seed range).
         done: says whether an item's output is already committed (a rerun); such an item is
-            settled ok with its source and counted in :attr:`kept`, not in the metrics.
+            settled ok with its source and counted in :attr:`kept`, not in the metrics. The
+            stages' ``start`` hooks add to it.
+        keep_outputs: keep the last stage's output of every ok item for the result.
+        out: the run's output directory, told to the stage hooks.
+        fresh: the run starts anew, told to the stage hooks.
     """
 
     def __init__(
@@ -110,9 +117,20 @@ class PipelineEngine:
         on_change: Callable[[PipelineMetrics], None] | None = None,
         source: ItemSource | None = None,
         done: Callable[[str], bool] | None = None,
+        keep_outputs: bool = False,
+        out: str | None = None,
+        fresh: bool = False,
+        on_change_every_s: float = 0.05,
     ) -> None:
         self.config = config
         self.done = done
+        self.keep_outputs = keep_outputs
+        self.out = out
+        self.fresh = fresh
+        self.on_change_every_s = on_change_every_s
+        self._committed: set[str] = set()  # named by stages' start hooks
+        self._outputs: dict[str, Any] = {}
+        self._finals: dict[str, dict[str, Any]] = {}
         self.kept = 0  # items whose output an earlier run committed
         self.runtime = runtime
         self.node_endpoint = node_endpoint
@@ -130,6 +148,9 @@ class PipelineEngine:
         self._tg: anyio.abc.TaskGroup | None = None
         self.scale_log: list[tuple[float, str, int, str]] = []
         self._wanted_before: set[str] = set()
+        self._finishing = False
+        self._notified = 0.0  # when on_change was last called
+        self._fatal: StageFailed | None = None  # a stage lost every replica and cannot get one
 
     # -- public -------------------------------------------------------------------------------
 
@@ -151,25 +172,101 @@ class PipelineEngine:
         )
 
     async def run(self) -> PipelineResult:
-        """Start the replicas, run every item to an outcome, stop the replicas."""
+        """Start the replicas, run the start hooks, run every item to an outcome, run the
+        finalize hooks, stop the replicas.
+
+        Raises:
+            StageFailed: a stage's start or finalize hook failed (nothing is lost: the
+                items committed stay committed, and a rerun runs the hook again).
+        """
+        failed: StageFailed | None = None
+        metrics: PipelineMetrics | None = None
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            for stage in self.stages:
-                for _ in range(stage.cfg.replicas):
-                    self._spawn(stage)
-            with anyio.fail_after(300):
-                while any(s.starting for s in self.stages):  # every first replica up, or failed
-                    await self._changed.wait()
-                    self._changed = anyio.Event()
-            tg.start_soon(self._scale_loop)
-            tg.start_soon(self.source.run, self._changed_set)
-            await self._dispatch_loop()
+            try:
+                for stage in self.stages:
+                    for _ in range(stage.cfg.replicas):
+                        self._spawn(stage)
+                await self._wait_started()
+                await self._start_hooks()
+                tg.start_soon(self._scale_loop)
+                tg.start_soon(self.source.run, self._changed_set)
+                await self._dispatch_loop()
+                for task_id, error in getattr(self.source, "dead", {}).items():  # dead-lettered by the master
+                    self._outcomes[task_id] = "dead"
+                    self._errors[task_id] = error
+                metrics = self.metrics()  # the items' figures, before finalize's time
+                self._finishing = True  # the scaler rests: finalize's replica must stay
+                await self._finalize_hooks()
+            except StageFailed as exc:  # raised below, not wrapped in the group's ExceptionGroup
+                failed = exc
             tg.cancel_scope.cancel()
-        await self._stop_all()
-        for task_id, error in getattr(self.source, "dead", {}).items():  # dead-lettered by the master
-            self._outcomes[task_id] = "dead"
-            self._errors[task_id] = error
-        return PipelineResult(self.metrics(), dict(self._outcomes), dict(self._errors))
+        await self._stop_all()  # cancelled (Ctrl-C), the node stops the workers itself
+        if failed is not None:
+            raise failed
+        assert metrics is not None
+        return PipelineResult(
+            metrics,
+            dict(self._outcomes),
+            dict(self._errors),
+            dict(self._outputs),
+            dict(self._finals),
+            tuple(self.scale_log),
+            self.kept,
+        )
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    async def _wait_started(self) -> None:
+        with anyio.fail_after(300):
+            while any(s.starting for s in self.stages):  # every first replica up, or failed
+                await self._changed.wait()
+                self._changed = anyio.Event()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _stage_run(self, stage: _Stage) -> dict[str, Any]:
+        return StageRun(
+            self.config.name, stage.cfg.name, self.config.items, self.config.seed_start, self.out, self.fresh
+        ).to_wire()
+
+    async def _start_hooks(self) -> None:
+        """Each stage's ``start``, before any item moves; what they name as committed is kept."""
+        for stage in self.stages:
+            if "start" not in stage.hooks:
+                continue
+            replica = stage.ready()[0]
+            assert replica.ref is not None
+            try:
+                reply = await replica.ref.ask("stage_start", self._stage_run(stage), timeout=3600)
+            except TroupeError as exc:
+                raise StageFailed(f"stage {stage.cfg.name}: start failed: {exc}") from exc
+            committed = reply.get("committed", []) if isinstance(reply, dict) else []
+            self._committed.update(str(t) for t in committed)
+            log.info("stage_started", stage=stage.cfg.name, committed=len(committed))
+
+    async def _finalize_hooks(self) -> None:
+        """Each stage's ``finalize``, in stage order, once every item has its outcome."""
+        for stage in self.stages:
+            if "finalize" not in stage.hooks:
+                continue
+            if not stage.ready():  # the scaler gave back a drained stage's replicas
+                self._spawn(stage)
+                await self._wait_started()
+            ready = stage.ready()
+            if not ready:
+                raise StageFailed(f"stage {stage.cfg.name}: no replica could start to finalize")
+            replica = ready[0]
+            assert replica.ref is not None
+            log.info("stage_finalizing", stage=stage.cfg.name, replica=replica.name)
+            replica.busy += 1  # nothing retires it meanwhile
+            try:
+                summary = await replica.ref.ask("stage_finalize", self._stage_run(stage), timeout=24 * 3600)
+            except TroupeError as exc:
+                raise StageFailed(f"stage {stage.cfg.name}: finalize failed: {exc}") from exc
+            finally:
+                replica.busy -= 1
+            self._finals[stage.cfg.name] = dict(summary) if isinstance(summary, dict) else {}
 
     # -- items --------------------------------------------------------------------------------
 
@@ -203,6 +300,8 @@ class PipelineEngine:
 
     async def _dispatch_loop(self) -> None:
         while not self._finished():
+            if self._fatal is not None:
+                raise self._fatal
             self._fill_source()
             for stage in reversed(self.stages):  # downstream first frees credit upstream
                 self._dispatch(stage)
@@ -218,12 +317,11 @@ class PipelineEngine:
             if not taken:
                 return
             for it in taken:
-                if self.done is not None and self.done(it.task_id):
+                if it.task_id in self._committed or (self.done is not None and self.done(it.task_id)):
                     self._keep(it.task_id)
                     continue
-                first.queue.append(
-                    Item(it.task_id, it.seed, {"task_id": it.task_id, "seed": it.seed}, it.attempt)
-                )
+                data = {"task_id": it.task_id, "seed": it.seed, "attempt": it.attempt}
+                first.queue.append(Item(it.task_id, it.seed, data, it.attempt))
                 assert first.meter is not None
                 first.meter.queued(len(first.queue), now)
 
@@ -235,35 +333,46 @@ class PipelineEngine:
         log.info("item_kept", task_id=task_id)
 
     def _dispatch(self, stage: _Stage) -> None:
+        # Round by round, so that every replica has a call before any has a second.
+        for depth in range(stage.cfg.inflight):
+            for replica in stage.ready():
+                if replica.calls > depth or not stage.queue:
+                    continue
+                n = min(stage.cfg.batch, len(stage.queue), self._credit(stage))
+                if n <= 0:
+                    return
+                self._send(stage, replica, [stage.queue.popleft() for _ in range(n)])
+
+    def _send(self, stage: _Stage, replica: _Replica, batch: list[Item]) -> None:
         assert self._tg is not None and stage.meter is not None
-        for replica in stage.ready():
-            if replica.busy or not stage.queue:
-                continue
-            n = min(stage.cfg.batch, len(stage.queue), self._credit(stage))
-            if n <= 0:
-                return
-            batch = [stage.queue.popleft() for _ in range(n)]
-            if not self._started:  # lambda is measured from the first item in, not from spawning
-                self._started = True
-                self._start = time.monotonic()
-            replica.busy = n
-            stage.meter.dispatched(n, len(stage.queue), time.monotonic())
-            self._tg.start_soon(self._call, stage, replica, batch)
+        now = time.monotonic()
+        if not self._started:  # lambda is measured from the first item in, not from spawning
+            self._started = True
+            self._start = now
+        if replica.calls == 0:
+            replica.last_reply = now  # it was idle: its service starts now, not at its last reply
+        replica.busy += len(batch)
+        replica.calls += 1
+        stage.meter.dispatched(len(batch), len(stage.queue), now)
+        self._tg.start_soon(self._call, stage, replica, batch)
 
     async def _call(self, stage: _Stage, replica: _Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
         t0 = time.monotonic()
+        actor_s: float | None = None
         try:
-            results = await replica.ref.ask("process", {"items": [it.data for it in batch]}, timeout=600)
-            if not isinstance(results, list) or len(results) != len(batch):
-                raise TroupeError(
-                    f"stage {stage.cfg.name} answered {len(results)} outcomes for {len(batch)} items"
-                )
+            reply = await replica.ref.ask("process", {"items": [it.data for it in batch]}, timeout=600)
+            results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
         except TroupeError as exc:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(exc))
             results = [{"error": f"{type(exc).__name__}: {exc}", "traceback": ""}] * len(batch)
             self._replace(stage, replica)
         now = time.monotonic()
+        # The actor takes calls one at a time: this one's service began when the one before it
+        # answered (or when it was sent, if the replica was idle). Time queued behind it is not
+        # the stage's latency.
+        begun = max(t0, replica.last_reply)
+        replica.last_reply = now
         ok = pruned = errors = 0
         for item, result in zip(batch, results, strict=True):
             if "ok" in result:
@@ -276,13 +385,19 @@ class PipelineEngine:
                 errors += 1
                 self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
         # A batch call handles its items together: the latency per item is amortised over them.
-        stage.meter.finished(ok, pruned, errors, (now - t0) / len(batch), now)
-        replica.busy = 0
+        n = len(batch)
+        stage.meter.finished(
+            ok, pruned, errors, (now - begun) / n, now, None if actor_s is None else actor_s / n
+        )
+        replica.busy -= n
+        replica.calls -= 1
         self._changed.set()
 
     def _forward(self, stage: _Stage, item: Item, data: Any, now: float) -> None:
         downstream = self.config.downstream(stage.index)
         if not downstream:
+            if self.keep_outputs:
+                self._outputs[item.task_id] = data
             self._settle(item, "ok")
             return
         for d in downstream:
@@ -297,6 +412,8 @@ class PipelineEngine:
             self._settle(item, "error", error, tb)
             return
         item.attempt += 1
+        if stage.index == 0 and isinstance(item.data, dict):  # the first stage is told the attempt
+            item.data = {**item.data, "attempt": item.attempt}
         if item.attempt >= self.config.max_attempts:
             self._settle(item, "dead", error, tb)
             log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
@@ -307,7 +424,13 @@ class PipelineEngine:
         stage.queue.appendleft(item)
 
     def _notify(self) -> None:
-        if self.on_change is not None:
+        # A display needs no more than a few frames a second; the figures cost a snapshot of
+        # every stage, which at hundreds of items a second is the engine's largest cost.
+        if self.on_change is None:
+            return
+        now = time.monotonic()
+        if now - self._notified >= self.on_change_every_s or self._finished():
+            self._notified = now
             self.on_change(self.metrics())
 
     # -- replicas -----------------------------------------------------------------------------
@@ -324,15 +447,28 @@ class PipelineEngine:
             "kind": stage.cfg.name,
             "actors": [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}],
         }
+        spawned = False
         try:
-            await self.runtime.control(self.node_endpoint, "spawn_worker", spec, timeout=120)
+            # A worker that exits while starting (its class does not import) is answered at once.
+            await self.runtime.control(
+                self.node_endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
+            )
+            spawned = True
             ref = self.runtime.ref(f"{name}/stage")
-            await ref.ask("process", {"items": []}, timeout=60)  # resolves and connects
+            info = await ref.ask("stage_info", None, timeout=60)  # resolves and connects
+            stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
         except TroupeError as exc:
             stage.starting -= 1
+            why = str(exc)
+            if isinstance(exc, UnknownMessageType):
+                why = f"{stage.cfg.actor} is not a StageActor ({exc})"
+            log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
+            if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
+                await self._stop_worker(name)
+            if not stage.ready() and not stage.starting:  # nothing left to run the stage's items
+                self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {name} could not start: {why}")
             self._changed.set()
-            log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=str(exc))
-            raise
+            return
         stage.starting -= 1
         stage.replicas.append(_Replica(name, ref))
         assert stage.meter is not None
@@ -365,10 +501,7 @@ class PipelineEngine:
         self.scale_log.append(
             (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
         )
-        try:
-            await self.runtime.control(self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30)
-        except TroupeError as exc:
-            log.warning("replica_stop_failed", replica=replica.name, error=str(exc))
+        await self._stop_worker(replica.name)
         self._changed.set()
 
     async def _scale_loop(self) -> None:
@@ -383,6 +516,8 @@ class PipelineEngine:
 
     def _scale_once(self) -> None:
         assert self._tg is not None
+        if self._finishing:
+            return
         inputs = [
             ScaleInput(
                 s.cfg.name,
@@ -420,10 +555,26 @@ class PipelineEngine:
         with anyio.CancelScope(shield=True):
             for stage in self.stages:
                 for replica in list(stage.replicas):
-                    try:
-                        await self.runtime.control(
-                            self.node_endpoint, "stop_worker", {"name": replica.name}, timeout=30
-                        )
-                    except TroupeError as exc:
-                        log.warning("replica_stop_failed", replica=replica.name, error=str(exc))
+                    await self._stop_worker(replica.name)
                 stage.replicas.clear()
+
+    async def _stop_worker(self, name: str) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.runtime.control(self.node_endpoint, "stop_worker", {"name": name}, timeout=30)
+            except TroupeError as exc:
+                log.warning("replica_stop_failed", replica=name, error=str(exc))
+
+
+def _outcomes(reply: Any, n: int, stage: str) -> tuple[list[dict[str, Any]], float | None]:
+    """The outcomes of a ``process`` call and the time it took inside the actor (if told)."""
+    actor_s: float | None = None
+    results = reply
+    if isinstance(reply, dict):
+        results = reply.get("outcomes")
+        told = reply.get("actor_s")
+        actor_s = float(told) if isinstance(told, (int, float)) and told >= 0 else None
+    if not isinstance(results, list) or len(results) != n or not all(isinstance(r, dict) for r in results):
+        size = len(results) if isinstance(results, list) else type(results).__name__
+        raise TroupeError(f"stage {stage} answered {size} outcomes for {n} items")
+    return results, actor_s

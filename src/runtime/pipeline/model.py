@@ -5,40 +5,26 @@ Throughput model (Nimbus): each stage s has a latency per item ``l_s``, a mean c
 ``mu_s = N_s / l_s``. The pipeline can go no faster than its slowest stage:
 ``lambda_theory = min(mu_s)``. ``lambda`` is what was measured (items out of the pipeline per
 second), ``lambda_succ`` counts only successful items. Time is always passed in.
+
+``l_s`` is the engine's view: per item, from the moment a replica could start the item (its
+call arrived, or its previous call ended, whichever is later) to the reply. ``actor_s`` is the
+time the same items spent inside the stage's code; the gap between the two is what the engine
+and the messaging cost per item.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .result import PipelineMetrics, StageMetrics
+
 __all__ = [
-    "PipelineMetrics",
     "Scale",
     "ScaleInput",
     "StageMeter",
-    "StageMetrics",
     "decide_scaling",
     "pipeline_metrics",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class StageMetrics:
-    """What one stage did (frozen snapshot)."""
-
-    name: str
-    items_in: int
-    items_out: int
-    failed: int
-    errors: int
-    latency_s: float
-    concurrency: float
-    throughput: float
-    queue_depth: int
-    queue_max: int
-    queue_bound: int
-    busy_fraction: float
-    replicas: int
 
 
 @dataclass
@@ -57,6 +43,7 @@ class StageMeter:
     inflight: int = 0
     _latency_sum: float = 0.0
     _latency_n: int = 0
+    _actor_sum: float = 0.0
     _replica_area: float = 0.0
     _busy_area: float = 0.0
     _last: float | None = None
@@ -92,8 +79,11 @@ class StageMeter:
         self.inflight += n
         self.queue_depth = depth
 
-    def finished(self, ok: int, failed: int, errors: int, latency_s: float, now: float) -> None:
-        """A call returned: ``ok`` items out, ``failed`` pruned, ``errors`` to retry."""
+    def finished(
+        self, ok: int, failed: int, errors: int, latency_s: float, now: float, actor_s: float | None = None
+    ) -> None:
+        """A call returned: ``ok`` items out, ``failed`` pruned, ``errors`` to retry; ``latency_s``
+        and ``actor_s`` (default: the same) per item, seen by the engine and inside the actor."""
         self._advance(now)
         n = ok + failed + errors
         self.inflight -= n
@@ -101,6 +91,7 @@ class StageMeter:
         self.failed += failed
         self.errors += errors
         self._latency_sum += latency_s * n
+        self._actor_sum += (latency_s if actor_s is None else actor_s) * n
         self._latency_n += n
         self._end = now
         self._area_at_end = (self._replica_area, self._busy_area)
@@ -134,28 +125,8 @@ class StageMeter:
             self.queue_bound,
             min(busy, 1.0),
             self.replicas,
+            self._actor_sum / self._latency_n if self._latency_n else 0.0,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineMetrics:
-    """The whole pipeline: its stages and the throughput model's figures."""
-
-    stages: tuple[StageMetrics, ...]
-    elapsed_s: float
-    items_done: int
-    items_ok: int
-    items_pruned: int
-    items_dead: int
-    lambda_measured: float
-    lambda_succ: float
-    lambda_theory: float
-    bottleneck: str
-
-    @property
-    def efficiency(self) -> float:
-        """lambda / lambda_theory."""
-        return self.lambda_measured / self.lambda_theory if self.lambda_theory > 0 else 0.0
 
 
 def pipeline_metrics(

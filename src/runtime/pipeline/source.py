@@ -98,6 +98,7 @@ class MasterSource:
         slots: how many leases to hold at once (items queued or in flight).
         worker_id: the id this consumer registers under.
         poll_s: how long one request for tasks may be held by the master.
+        report_window_s: how long an item's end waits for others to be reported with it.
     """
 
     retries_locally = False
@@ -110,6 +111,7 @@ class MasterSource:
         slots: int,
         worker_id: str | None = None,
         poll_s: float = 1.0,
+        report_window_s: float = 0.1,
     ) -> None:
         self.runtime = runtime
         self.master = master
@@ -117,6 +119,7 @@ class MasterSource:
         self.slots = slots
         self.worker_id = worker_id or f"{runtime.node}/pipeline-{os.getpid()}"
         self.poll_s = poll_s
+        self.report_window_s = report_window_s
         self._ready: deque[SourceItem] = deque()
         self._leases: dict[str, dict[str, Any]] = {}  # task_id -> lease, while in the pipeline
         self._reports: deque[tuple[str, dict[str, Any]]] = deque()
@@ -164,6 +167,10 @@ class MasterSource:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew_loop)
             while not self._done:
+                if self._reports and self.report_window_s > 0:
+                    # Let a few reports gather: the master journals what arrives together in
+                    # one transaction, and the freed slots go in one request.
+                    await anyio.sleep(self.report_window_s)
                 await self._flush_reports()
                 await self._check_finished()  # cheap; ends the run as soon as the job is over
                 if self._done:
@@ -203,9 +210,14 @@ class MasterSource:
             )
 
     async def _flush_reports(self) -> None:
+        # All at once: the master journals what arrives together in one transaction (one fsync),
+        # where one report after another would cost a commit each.
         while self._reports:
-            kind, payload = self._reports.popleft()
-            await self._call(kind, payload)
+            batch = list(self._reports)
+            self._reports.clear()
+            async with anyio.create_task_group() as tg:
+                for kind, payload in batch:
+                    tg.start_soon(self._call, kind, payload)
 
     async def _renew_loop(self) -> None:
         while True:

@@ -1,25 +1,45 @@
-"""The actor side of a pipeline stage: items in, items out, failures per item.
+"""The actor side of a pipeline stage: items in, items out, failures per item, and its lifecycle.
 
 A stage replica is an actor that answers ``process`` asks carrying a batch of items. It handles
 each item with ``process`` (or the whole batch with ``process_batch``) and answers one outcome
-per item, in order:
+per item, in order, with the time the batch took inside the actor:
 
 - ``{"ok": item}``: the item goes on to the next stage;
 - ``{"pruned": reason}``: the item failed for good (ItemFailed) and is dropped, counted;
 - ``{"error": message, "traceback": text}``: something broke (a full disk, a bug); the engine
   retries the item up to the pipeline's ``max_attempts``.
+
+The lifecycle of a stage in one pipeline run (each hook optional, plain or async):
+
+1. the constructor, in every replica, with the stage's ``kwargs``;
+2. ``start(run)``, once per run, on the first replica, before any item moves: it may return
+   the ids of items whose output is committed already (an earlier, interrupted run), which
+   the engine then keeps without running any stage on them;
+3. ``process(item)`` per item, in any replica (several replicas of a stage run at once);
+4. ``finalize(run)``, once per run, after every item has its outcome, on one replica (started
+   for it if the stage has none left): end-of-run work such as writing a dataset's index. What
+   it returns (a msgpack-able dict) is the run's ``finals[stage]``; a ``"summary"`` string in it
+   is what ``troupe run`` prints.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 import traceback
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from troupe.runtime.core.actor import Actor, handles
+import anyio
+
+from troupe.runtime.core.actor import Actor, Handler, handles
 from troupe.runtime.errors import ItemFailed
 
-__all__ = ["StageActor", "outcome_error", "outcome_ok", "outcome_pruned"]
+__all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
+
+HOOKS = ("start", "finalize")
+"""The run-wide hooks a stage class may define."""
 
 
 def outcome_ok(item: Any) -> dict[str, Any]:
@@ -40,14 +60,70 @@ def outcome_error(exc: BaseException) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class StageRun:
+    """What a stage's ``start`` and ``finalize`` hooks are told about the run.
+
+    Attributes:
+        pipeline: the pipeline's name (also its job's id).
+        stage: this stage's name.
+        items: the items of the run.
+        seed_start: the first item's seed.
+        out: the run's output directory (what ``{out}`` in kwargs became), or None.
+        fresh: the run starts anew (``--fresh``): ``start`` drops what earlier runs left
+            wherever the stage keeps it, and names nothing as committed.
+    """
+
+    pipeline: str
+    stage: str
+    items: int
+    seed_start: int
+    out: str | None = None
+    fresh: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        """As a msgpack-able dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> StageRun:
+        """From :meth:`to_wire`'s form."""
+        out = data.get("out")
+        return cls(
+            str(data["pipeline"]),
+            str(data["stage"]),
+            int(data["items"]),
+            int(data["seed_start"]),
+            None if out is None else str(out),
+            bool(data.get("fresh", False)),
+        )
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    """Run a hook: an async one on the loop, a plain one on a thread (it may take minutes, and
+    the replica's mailbox and supervision must stay live meanwhile)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
 class StageActor(Actor):
     """Base of every stage replica. Override ``process`` (or ``process_batch``).
 
     ``process(item)`` may be a plain or an async method; raise ItemFailed (or a subclass) to
-    prune the item, any other exception to have it retried.
+    prune the item, any other exception to have it retried. Define ``start(run)`` and
+    ``finalize(run)`` for run-wide work (see the module docstring).
     """
 
     mailbox_capacity = 16
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A plain ``process`` under the default batch loop needs no task: a synchronous handler
+        # is run as the message arrives when the actor is idle, which saves waking the actor's
+        # task for every call (most of what a small item costs besides its work).
+        if cls.process_batch is StageActor.process_batch and not inspect.iscoroutinefunction(cls.process):
+            cls._handlers = {**cls._handlers, "process": Handler(cls.process_plain, False)}
 
     def process(self, item: Any) -> Any:
         """Handle one item and return the item for the next stage."""
@@ -69,12 +145,53 @@ class StageActor(Actor):
             self.progress()
         return out
 
+    @classmethod
+    def hooks(cls) -> list[str]:
+        """The run-wide hooks this class defines."""
+        return [name for name in HOOKS if callable(getattr(cls, name, None))]
+
     @handles("process")
-    async def _process(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _process(self, payload: dict[str, Any]) -> dict[str, Any]:
         items = payload["items"]
+        t0 = time.perf_counter()
         try:
-            return await self.process_batch(items)
+            outcomes = await self.process_batch(items)
         except ItemFailed as exc:
-            return [outcome_pruned(str(exc))] * len(items)
+            outcomes = [outcome_pruned(str(exc))] * len(items)
         except Exception as exc:
-            return [outcome_error(exc)] * len(items)
+            outcomes = [outcome_error(exc)] * len(items)
+        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    def process_plain(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The ``process`` message's handler for a plain ``process`` method under the default
+        batch loop: the same outcomes as the async handler, without awaiting."""
+        items = payload["items"]
+        t0 = time.perf_counter()
+        outcomes: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                outcomes.append(outcome_ok(self.process(item)))
+            except ItemFailed as exc:
+                outcomes.append(outcome_pruned(str(exc)))
+            except Exception as exc:
+                outcomes.append(outcome_error(exc))
+            self.progress()
+        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    @handles("stage_info")
+    async def _stage_info(self, payload: Any) -> dict[str, Any]:
+        return {"hooks": self.hooks()}
+
+    @handles("stage_start")
+    async def _stage_start(self, payload: dict[str, Any]) -> dict[str, Any]:
+        hook = getattr(self, "start", None)
+        committed: Iterable[str] | None = None
+        if callable(hook):
+            committed = await _call(hook, StageRun.from_wire(payload))
+        return {"committed": sorted(str(t) for t in committed or ())}
+
+    @handles("stage_finalize")
+    async def _stage_finalize(self, payload: dict[str, Any]) -> dict[str, Any]:
+        hook = getattr(self, "finalize", None)
+        summary = await _call(hook, StageRun.from_wire(payload)) if callable(hook) else None
+        return dict(summary or {})

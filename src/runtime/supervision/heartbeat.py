@@ -17,11 +17,20 @@ place besides the codec allowed to import msgpack: the datagram is a separate, t
 never travels over ZeroMQ.
 
 The receiver never raises on garbage: a malformed datagram is logged and dropped.
+
+With CURVE keys (DESIGN.md, Security), each datagram is the beat followed by its 32-byte
+HMAC-SHA256, keyed with a key derived from the cluster's secret key (``CurveKeys.heartbeat_key``):
+only a process of the cluster can sign a beat, so no other local process can keep a hung worker
+alive, nor get a healthy one killed by beating for it wrongly. A receiver with a key drops (and
+counts, ``bad_mac``) every datagram whose MAC is missing or wrong; without keys, beats carry no
+MAC, as before. Sender and receiver take the process's keys unless told otherwise.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import hmac
 import socket
 import threading
 from dataclasses import dataclass
@@ -31,7 +40,9 @@ from typing import Any
 import msgpack
 import structlog
 
+from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
+from troupe.runtime.security.process import installed
 
 from .liveness import Beat
 from .status import StatusSnapshot, WorkerState, WorkerStatus
@@ -39,11 +50,16 @@ from .status import StatusSnapshot, WorkerState, WorkerStatus
 __all__ = [
     "BEAT_MAGIC",
     "BEAT_VERSION",
+    "FROM_PROCESS",
+    "MAC_SIZE",
     "HeartbeatReceiver",
     "HeartbeatSender",
     "ReceiverStatistics",
     "decode_beat",
     "encode_beat",
+    "process_mac_key",
+    "sign_beat",
+    "verify_beat",
 ]
 
 log = structlog.get_logger(__name__)
@@ -55,6 +71,30 @@ _FIELDS = 11
 _FIELDS_WITHOUT_BACKLOG = 10
 _MAX_DATAGRAM = 65535
 _STATES = {s.value: s for s in WorkerState}
+MAC_SIZE = 32  # HMAC-SHA256
+# One log line per sender per this many seconds for beats with a bad MAC, however many come.
+BAD_MAC_LOG_INTERVAL_S = 10.0
+
+
+def process_mac_key() -> bytes | None:
+    """The heartbeat MAC key of this process's keys (None without keys)."""
+    keys = installed()
+    return keys.heartbeat_key() if keys is not None else None
+
+
+def sign_beat(beat: bytes, key: bytes) -> bytes:
+    """``beat`` followed by its MAC under ``key``."""
+    return beat + hmac.new(key, beat, hashlib.sha256).digest()
+
+
+def verify_beat(datagram: bytes, key: bytes) -> bytes | None:
+    """The beat inside a signed ``datagram``, or None when its MAC is missing or wrong."""
+    if len(datagram) <= MAC_SIZE:
+        return None
+    beat, mac = datagram[:-MAC_SIZE], datagram[-MAC_SIZE:]
+    if not hmac.compare_digest(mac, hmac.new(key, beat, hashlib.sha256).digest()):
+        return None
+    return beat
 
 
 def _clip(text: str | None) -> str | None:
@@ -141,6 +181,13 @@ def decode_beat(data: bytes) -> Beat:
     )
 
 
+class _FromProcess:
+    """The default of ``mac_key``: the process's keys decide (see ``process_mac_key``)."""
+
+
+FROM_PROCESS = _FromProcess()
+
+
 class HeartbeatSender:
     """A daemon thread that sends the worker's status to the supervisor every interval.
 
@@ -152,9 +199,17 @@ class HeartbeatSender:
         status: the worker's status record.
         addr: the supervisor's ``(host, port)``, normally on 127.0.0.1.
         interval_s: seconds between beats.
+        mac_key: sign every beat with this key (``process_mac_key()`` by default: the
+            process's keys, None without them: unsigned).
     """
 
-    def __init__(self, status: WorkerStatus, addr: tuple[str, int], interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        status: WorkerStatus,
+        addr: tuple[str, int],
+        interval_s: float = 0.5,
+        mac_key: bytes | _FromProcess | None = FROM_PROCESS,
+    ) -> None:
         if isinstance(interval_s, bool) or not isinstance(interval_s, int | float) or not (interval_s > 0):
             raise ConfigError(f"heartbeat interval_s must be a number > 0, got {interval_s!r}")
         self._status = status
@@ -164,6 +219,7 @@ class HeartbeatSender:
         self._thread: threading.Thread | None = None
         self._sent = 0
         self._failed = 0
+        self._mac_key = process_mac_key() if isinstance(mac_key, _FromProcess) else mac_key
 
     @property
     def beats_sent(self) -> int:
@@ -221,7 +277,10 @@ class HeartbeatSender:
             sock.setblocking(False)
             while True:
                 try:
-                    sock.sendto(encode_beat(self._status.snapshot()), self._addr)
+                    beat = encode_beat(self._status.snapshot())
+                    if self._mac_key is not None:
+                        beat = sign_beat(beat, self._mac_key)
+                    sock.sendto(beat, self._addr)
                     self._sent += 1
                     if failing:
                         failing = False
@@ -246,6 +305,7 @@ class ReceiverStatistics:
 
     received: int
     dropped: int
+    bad_mac: int = 0  # of ``dropped``: unsigned, or signed with another key
 
 
 class HeartbeatReceiver:
@@ -259,9 +319,17 @@ class HeartbeatReceiver:
         port: the port to bind; 0 picks a free one (see ``address``).
         max_batch: the most datagrams one ``recv_all()`` reads, so a flood cannot starve the
             caller's loop; the rest wait for the next call.
+        mac_key: accept only beats signed with this key (``process_mac_key()`` by default: the
+            process's keys; None without them: unsigned beats, as before).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, max_batch: int = 4096) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_batch: int = 4096,
+        mac_key: bytes | _FromProcess | None = FROM_PROCESS,
+    ) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._sock.setblocking(False)
@@ -273,6 +341,9 @@ class HeartbeatReceiver:
         self._max_batch = max_batch
         self._received = 0
         self._dropped = 0
+        self._bad_mac = 0
+        self._mac_key = process_mac_key() if isinstance(mac_key, _FromProcess) else mac_key
+        self._bad_mac_log = PeerLogGate(BAD_MAC_LOG_INTERVAL_S)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -303,6 +374,12 @@ class HeartbeatReceiver:
                     continue
                 log.warning("heartbeat_recv_failed", error=str(exc))
                 break
+            if self._mac_key is not None:
+                signed = verify_beat(data, self._mac_key)
+                if signed is None:
+                    self._bad_mac_dropped(sender, len(data))
+                    continue
+                data = signed
             try:
                 beats.append(decode_beat(data))
             except (BadFrame, VersionMismatch) as exc:
@@ -318,9 +395,24 @@ class HeartbeatReceiver:
             self._received += 1
         return beats
 
+    def _bad_mac_dropped(self, sender: tuple[str, int], size: int) -> None:
+        self._dropped += 1
+        self._bad_mac += 1
+        peer = f"{sender[0]}:{sender[1]}"
+        if self._bad_mac_log.should_log(peer):
+            log.warning(
+                "heartbeat_dropped",
+                sender=peer,
+                size=size,
+                error_code="bad_mac",
+                error="heartbeat MAC missing or wrong: not signed with this cluster's keys",
+                bad_mac=self._bad_mac,
+                unlogged=self._bad_mac_log.take_quiet(peer),
+            )
+
     def statistics(self) -> ReceiverStatistics:
         """Return the receiver's counts."""
-        return ReceiverStatistics(received=self._received, dropped=self._dropped)
+        return ReceiverStatistics(received=self._received, dropped=self._dropped, bad_mac=self._bad_mac)
 
     def close(self) -> None:
         """Close the socket; idempotent."""

@@ -55,6 +55,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
+from troupe.runtime.security.process import install_from_env
 from troupe.runtime.wire.codec import Codec
 
 from .heartbeat import HeartbeatReceiver
@@ -254,6 +255,7 @@ class Supervisor:
             "ignored_beats": stats.ignored_beats,
             "beats_received": received.received,
             "beats_dropped": received.dropped,
+            "beats_bad_mac": received.bad_mac,  # of the dropped: unsigned or not this cluster's
         }
 
 
@@ -303,6 +305,7 @@ def main() -> None:
     )
     configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
     try:
+        install_from_env()  # the node's keys, if it has any
         anyio.run(serve_supervisor, spec, backend="asyncio", backend_options={"use_uvloop": True})
     except ConfigError as exc:
         log.error("supervisor_config_error", error=str(exc))

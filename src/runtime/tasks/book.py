@@ -410,13 +410,18 @@ class TaskBook(TaskTables):
             out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
             return
         self._drop_lease(lease)
-        lease.worker.declined.add(task.spec.kind)
+        if not ev.unseen:
+            lease.worker.declined.add(task.spec.kind)
         if not task.copies and task.state is LEASED:
             self._enqueue(task)
             out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
         log.warning(
-            "task_declined", task_id=ev.task_id, worker=ev.worker_id, kind=task.spec.kind, reason=ev.reason
+            "lease_unseen_returned" if ev.unseen else "task_declined",
+            task_id=ev.task_id,
+            worker=ev.worker_id,
+            kind=task.spec.kind,
+            reason=ev.reason,
         )
 
     def _fail(self, ev: Fail, now: float, out: list[Command]) -> None:

@@ -8,6 +8,14 @@ every ``ttl / 3`` while the task runs, and reports ``complete`` (with the result
 worker costs the master one message per task. When nothing is pending the master holds the
 request (a long poll of up to ``wait_s``) instead of making the worker poll.
 
+A request names the leases the worker holds (``held``: those it runs, and those the previous
+request's reply carried). A lease the master sent in reply to an earlier request that is not
+among them never arrived: the reply was lost, or came after the worker stopped waiting (its
+host's link was cut while the request was held). The master then puts that task back at once,
+without an attempt counted, instead of leaving it, and the worker's slot, to the lease's expiry.
+After a longer cut the master has declared the node dead and forgotten the worker: it answers
+``unknown_worker`` and the getter registers again, under the same name.
+
 The worker advertises the task kinds it runs when it registers (``GetterConfig.kinds``, empty
 for every kind), and the master leases it only those. Should a lease of another kind arrive
 anyway, the getter does not run it: it declines it (``decline``), and the master puts the
@@ -166,6 +174,10 @@ class TaskGetter:
         self._running: dict[int, _Run] = {}
         self._want = asyncio.Event()
         self._registered = False
+        # The leases the last request_task's reply carried, run or not since (reported, or
+        # dropped by a fault): the next request names them held, so the master knows they
+        # arrived and lets a dropped one expire as before.
+        self._received: set[int] = set()
         self._tg: anyio.abc.TaskGroup | None = None
         self._counts = dict.fromkeys(
             (
@@ -204,11 +216,19 @@ class TaskGetter:
                         "worker_id": self.worker_id,
                         "free_slots": free,
                         "wait_s": self.config.wait_s,
+                        # a lease the last request's reply carried that is not here never
+                        # arrived: the master puts its task back (see _received)
+                        "held": sorted(self._running.keys() | self._received),
                     },
                     self.config.wait_s + self.config.call_timeout_s,
                 )
                 self._counts["requests"] += 1
                 leases = reply.get("leases", ()) if reply is not None else ()
+                self._received = {
+                    lease["lease_id"]
+                    for lease in leases
+                    if isinstance(lease, dict) and type(lease.get("lease_id")) is int
+                }
                 self._start(leases)
                 if self._free() > 0:
                     if reply is None or not leases:

@@ -352,6 +352,24 @@ class OutputStore:
         """Return the ids of every committed task, sorted."""
         return sorted(p.name for p in self.committed_dir.iterdir() if p.is_dir())
 
+    def clear(self) -> int:
+        """Remove every committed output and every staged one not open here (a fresh start).
+
+        Returns:
+            The number of committed outputs removed.
+        """
+        removed = 0
+        for entry in list(self.committed_dir.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed += 1
+        self.sweep_staging()
+        if removed:
+            log.info("store_cleared", removed=removed, root=str(self.root))
+        return removed
+
     def sweep_staging(self, *, older_than: float | None = None) -> int:
         """Remove staging directories left by crashed writers.
 

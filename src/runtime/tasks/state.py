@@ -285,12 +285,18 @@ class Fail:
 class Decline:
     """A copy was not run: the worker does not run the task's kind (its advertised kinds were
     wrong). The task goes back to pending without an attempt counted, and the worker is not
-    given that kind again."""
+    given that kind again.
+
+    ``unseen``: the worker never received the lease (the reply that carried it was lost, say
+    while its host's link was cut; the master tells from the leases the worker says it holds).
+    The task goes back the same way, and the worker may be given its kind again.
+    """
 
     worker_id: str
     task_id: str
     lease_id: int
     reason: str = ""
+    unseen: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,6 +215,16 @@ class Cluster:
         letters: list[dict[str, Any]] = await self.master_control("dead", {"job_id": job_id})
         return letters
 
+    async def run_pipeline(self, pipeline: Any, out: Any = None, **options: Any) -> Any:
+        """Run a pipeline with this node's workers as its replicas (:func:`run_pipeline` with
+        ``node`` set, and ``master`` when the node runs one); return its PipelineResult."""
+        from troupe.runtime.pipeline.runner import run_pipeline
+
+        options.setdefault("node", self.endpoint)
+        if self.master_endpoint is not None:
+            options.setdefault("master", self.master_endpoint)
+        return await run_pipeline(pipeline, out, **options)
+
     @asynccontextmanager
     async def client(self, name: str | None = None) -> AsyncIterator[Runtime]:
         """A client runtime whose names resolve through this node."""

@@ -220,7 +220,8 @@ def start_cluster(
 
     Args:
         directory: where the config, the logs, the journal and the node's output go.
-        config_text: a node TOML config (``[node]`` endpoint and name are set here).
+        config_text: a node TOML config (``[node]`` endpoint and name are set here); blank for
+            a node with no workers of its own.
         name: the node's name.
         timeout: seconds to wait for readiness.
         env: extra environment for the node and its workers. Its ``PYTHONPATH`` goes first; the
@@ -235,7 +236,8 @@ def start_cluster(
     endpoint = free_endpoint()
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / f"{name}.toml"
-    config.write_text(config_text)
+    # Blank: a node with no workers of its own (a pipeline's replicas are spawned on it).
+    config.write_text(config_text if config_text.strip() else "[node]\n")
     log_dir = directory / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     extra = dict(env or {})

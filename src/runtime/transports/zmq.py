@@ -19,7 +19,13 @@ Performance matters here and shapes the code:
   mailbox wait as before (backpressure).
 - Replies and deliveries are sent with the compiled ``send`` and received as ``zmq.Frame`` (its
   ``more`` flag saves a getsockopt); buffer frames stay uncopied, header frames are copied.
-Only this module, ``zmq_socket`` (the socket level) and ``zmq_outbox`` (held replies) import zmq.
+- With keys (``security``), every socket authenticates and encrypts with CURVE: mailboxes are
+  CURVE servers in the context that the process's authenticator guards (security.auth), and
+  connections present the process's key pair and expect the cluster's server key. A mailbox's
+  routes then carry the sender's user id (security.roles). Peers that fail the handshake are
+  counted and logged (``zmq_handshakes``).
+Only this module, ``zmq_socket`` (the socket level), ``zmq_outbox`` (held replies) and
+``zmq_handshakes`` (failed handshakes) import zmq.
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ import zmq
 
 from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
+from troupe.runtime.security.auth import Gate, curve_client, curve_server, gate_for
+from troupe.runtime.security.keys import CurveKeys
 
 from .base import OnMessage, TransportStats
+from .zmq_handshakes import HandshakeWatch
 from .zmq_outbox import ReplyOutbox
 from .zmq_socket import (
     COPY_BELOW,
@@ -64,6 +73,13 @@ HELD_PER_ASKER = 1000
 HELD_IN_ALL = 10_000
 
 
+def _any_port(bind: str) -> str:
+    """``bind``'s tcp interface with a free port (``tcp://10.0.0.2:*``); loopback otherwise."""
+    if not bind.startswith("tcp://") or ":" not in bind[6:]:
+        return "tcp://127.0.0.1:*"
+    return bind.rsplit(":", 1)[0] + ":*"
+
+
 class ZmqTransport:
     """A transport over ZeroMQ TCP (or ipc) sockets.
 
@@ -75,6 +91,11 @@ class ZmqTransport:
         context: a zmq Context to share; a private one is made otherwise.
         batch_io_thread: run the private context's I/O thread under SCHED_BATCH (Linux); see
             ``zmq_socket.private_context``.
+        max_message_bytes: the largest frame any socket takes (ZeroMQ's MAXMSGSIZE): libzmq
+            drops the connection of a peer that sends a bigger one, before it is read into
+            memory (the codec bounds whole messages). None: no limit.
+        security: CURVE keys: every socket authenticates and encrypts, in the context of the
+            process's authenticator for these keys (``context`` is then unused).
     """
 
     def __init__(
@@ -84,15 +105,26 @@ class ZmqTransport:
         batch: int = 256,
         context: zmq.Context[Any] | None = None,
         batch_io_thread: bool = True,
+        max_message_bytes: int | None = None,
+        security: CurveKeys | None = None,
     ) -> None:
+        self.security = security
+        self._gate: Gate | None = gate_for(security) if security is not None else None
+        if self._gate is not None:
+            context = self._gate.context  # shared by the process; never terminated here
         self._own_ctx = context is None
         self._ctx = context or private_context(batch_io_thread)
+        self._handshakes = HandshakeWatch(self._gate)
         self.hwm = hwm
         self.batch = batch
+        self.max_message_bytes = -1 if max_message_bytes is None else max_message_bytes
         self._mailboxes: list[Watched] = []
         self._dealers: dict[str, Watched] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        # Actors' mailboxes listen on the interface the process's own mailbox binds: a worker
+        # that other hosts reach has actors they reach too.
+        self._mailbox_bind = _any_port(bind)
         self.address: str = self.open_mailbox(bind)
         self._on_message: OnMessage | None = None
         # Set by the runtime: handles a message at once if it can do so without waiting
@@ -115,8 +147,9 @@ class ZmqTransport:
         self._received = 0
         self._closed = False
 
-    def open_mailbox(self, bind: str = "tcp://127.0.0.1:*") -> str:
-        """Bind one more ROUTER mailbox (one per actor) and return its endpoint.
+    def open_mailbox(self, bind: str | None = None) -> str:
+        """Bind one more ROUTER mailbox (one per actor) and return its endpoint; ``bind``
+        defaults to a free port on the interface of the transport's own mailbox.
 
         Each actor gets a mailbox socket of its own so that an actor whose mailbox is full
         pushes back on its own senders only (through the socket's high-water mark) and never
@@ -128,12 +161,17 @@ class ZmqTransport:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._tune(sock)
+        keys = self.security
+        if keys is not None:
+            curve_server(sock, keys)
         try:
-            sock.bind(bind)
+            sock.bind(bind or self._mailbox_bind)
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
-        w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True)
+        w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True, curve=keys is not None)
+        if keys is not None:
+            self._handshakes.watch(sock, w.peer)
         self._mailboxes.append(w)
         self._serve_socket(w)
         return w.peer
@@ -142,6 +180,7 @@ class ZmqTransport:
         sock.setsockopt(zmq.SNDHWM, self.hwm)
         sock.setsockopt(zmq.RCVHWM, self.hwm)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
 
     def statistics(self) -> TransportStats:
         """Return counters."""
@@ -153,6 +192,7 @@ class ZmqTransport:
         """Receive on the mailbox and on every peer connection until cancelled."""
         self._loop = asyncio.get_running_loop()
         self._on_message = on_message
+        self._handshakes.serve(self._loop)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -232,6 +272,7 @@ class ZmqTransport:
         return True
 
     def _unwatch_all(self) -> None:
+        self._handshakes.unwatch()
         if self._loop is None or self._loop.is_closed():
             return
         for w in [*self._mailboxes, *self._dealers.values()]:
@@ -290,6 +331,9 @@ class ZmqTransport:
             raise Unreachable("transport is closed")
         sock = self._ctx.socket(zmq.DEALER)
         self._tune(sock)
+        keys = self.security
+        if keys is not None:
+            curve_client(sock, keys)
         try:
             sock.connect(address)
         except zmq.ZMQError as exc:
@@ -356,7 +400,7 @@ class ZmqTransport:
         """
         if route is None:
             return True
-        mailbox, identity = route
+        mailbox, identity = route[0], route[1]  # with CURVE, the sender's user id follows
         outbox = self._outbox
         if outbox.pending and outbox.holds(mailbox, identity):
             return self._hold(mailbox, identity, frames)  # behind the ones already held
@@ -504,6 +548,7 @@ class ZmqTransport:
         self._closed = True
         self._outbox.close()
         self._unwatch_all()
+        self._handshakes.close()
         for w in self._dealers.values():
             w.sock.close(0)
         self._dealers.clear()

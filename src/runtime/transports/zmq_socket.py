@@ -26,6 +26,7 @@ __all__ = [
     "recv_one",
     "send_frame",
     "socket_events",
+    "user_id",
 ]
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,7 @@ class Watched:
 
     __slots__ = (
         "backlog",
+        "curve",
         "draining",
         "fd",
         "is_router",
@@ -84,7 +86,7 @@ class Watched:
         "writable",
     )
 
-    def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool) -> None:
+    def __init__(self, sock: zmq.Socket[bytes], peer: str, is_router: bool, curve: bool = False) -> None:
         self.sock = sock
         self.fd = sock.fileno()  # the FD option, as an int
         self.wake = asyncio.Event()  # the reader (pump) waits on this
@@ -101,6 +103,8 @@ class Watched:
         # the pump handles them first, in order, before it reads the socket again.
         self.backlog: deque[tuple[Any, list[Any]]] = deque()
         self.replies_dropped = 0  # a mailbox's replies its askers could not take (never waited on)
+        # A CURVE server socket: each message's route also carries the sender's User-Id.
+        self.curve = curve and is_router
 
 
 def socket_events(sock: zmq.Socket[bytes]) -> int:
@@ -109,10 +113,19 @@ def socket_events(sock: zmq.Socket[bytes]) -> int:
     return cast(int, sock.getsockopt(EVENTS))
 
 
+def user_id(frame: zmq.Frame) -> str:
+    """The ``User-Id`` the authenticator gave the sender of ``frame`` (CURVE server sockets)."""
+    try:
+        return str(frame.get("User-Id"))
+    except zmq.ZMQError:  # not set: only a handshake ZAP approved lets a message through
+        return "unknown"
+
+
 def recv_one(w: Watched) -> tuple[Any, list[Any]]:
     """Take one message off the socket: ``(route, frames)``; zmq.Again when there is none.
 
-    A mailbox's route is ``(socket, asker identity)``; a peer connection's is None.
+    A mailbox's route is ``(socket, asker identity)``, with CURVE ``(socket, asker identity,
+    asker's User-Id)`` (security.roles reads it); a peer connection's is None.
     """
     sock = w.sock
     if w.is_router:
@@ -122,6 +135,8 @@ def recv_one(w: Watched) -> tuple[Any, list[Any]]:
     # A zmq.Frame knows whether more frames follow, which is cheaper than asking the socket
     # (getsockopt); the header is copied out of it, buffer frames are kept without copies.
     frame = recv_frame(sock, NOBLOCK, False)
+    if w.curve:
+        route = (w, route[1], user_id(frame))
     frames: list[Any] = [frame.bytes]
     while frame.more:
         frame = recv_frame(sock, NOBLOCK, False)

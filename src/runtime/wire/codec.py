@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgpack
 
@@ -39,6 +39,7 @@ def _np() -> Any:
 
 
 __all__ = [
+    "DEFAULT_MAX_FRAMES",
     "PROTOCOL_VERSION",
     "BufferExtension",
     "Codec",
@@ -54,6 +55,10 @@ EXT_NDARRAY = 1
 EXT_CUSTOM = 2
 
 _FIELDS = 11
+# The most frames of a message, by default: the header and 1023 arrays or tensors. A frame
+# costs the receiver a Python object however small it is, so their count is bounded apart from
+# their bytes; legitimate messages (a batch of a few items of a few arrays each) stay far below.
+DEFAULT_MAX_FRAMES = 1024
 _SYS_LITTLE = sys.byteorder == "little"
 
 
@@ -174,12 +179,25 @@ class Codec:
 
     One instance per thread: the packer is reused between calls.
 
+    Both limits hold both ways: a message over them is refused on receipt before it is decoded,
+    and refused when encoded (MessageTooLarge at the sender, rather than a refusal that the
+    receiver may not be able to answer: libzmq drops the connection of a frame over the limit).
+
     Args:
         max_message_bytes: the largest message (all frames together) this process accepts.
+        max_frames: the most frames a message may have: the header and one per array or
+            tensor it carries (node option ``max_frames``).
     """
 
-    def __init__(self, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self, max_message_bytes: int = 64 * 1024 * 1024, max_frames: int = DEFAULT_MAX_FRAMES
+    ) -> None:
+        if max_message_bytes < 1 or max_frames < 1:
+            raise ValueError(
+                f"max_message_bytes and max_frames must be >= 1, got {max_message_bytes!r}, {max_frames!r}"
+            )
         self.max_message_bytes = max_message_bytes
+        self.max_frames = max_frames
         self._buffers: list[Any] = []
         self._packer = msgpack.Packer(default=self._default, use_bin_type=True)
 
@@ -190,6 +208,7 @@ class Codec:
 
         Raises:
             EncodeError: the payload or headers hold a value with no wire encoding.
+            MessageTooLarge: the message is over this codec's size or frame limit.
         """
         return self._frames(
             [
@@ -231,8 +250,27 @@ class Codec:
                 "buffer types"
             ) from exc
         if not buffers:
+            if len(header) > self.max_message_bytes:
+                self._too_large(len(header), msg_type)
             return [header]
+        if len(buffers) >= self.max_frames:
+            raise MessageTooLarge(
+                f"message {msg_type!r} would have {len(buffers) + 1} frames (one per array or "
+                f"tensor, and the header); the limit is {self.max_frames}: raise the node option "
+                "max_frames or send fewer, larger arrays"
+            )
+        total = len(header)
+        for buf in buffers:
+            total += memoryview(buf).nbytes
+        if total > self.max_message_bytes:
+            self._too_large(total, msg_type)
         return [header, *buffers]
+
+    def _too_large(self, size: int, msg_type: str) -> NoReturn:
+        raise MessageTooLarge(
+            f"message {msg_type!r} of {size} bytes exceeds the limit of {self.max_message_bytes}; "
+            "raise the node option max_message_mb or send the data by reference"
+        )
 
     def _default(self, obj: Any) -> Any:
         np = sys.modules.get("numpy")  # no numpy imported: the value cannot be a numpy one
@@ -304,6 +342,11 @@ class Codec:
             return _validate(_unpack_header(header, _NO_BUFFERS))
         if not frames:
             raise BadFrame("empty message: expected a header frame")
+        if len(frames) > self.max_frames:
+            raise MessageTooLarge(
+                f"message of {len(frames)} frames exceeds the limit of {self.max_frames}; "
+                "raise the node option max_frames or send fewer, larger arrays"
+            )
         self.check_size(frames)
         header = frames[0]
         if not isinstance(header, bytes):

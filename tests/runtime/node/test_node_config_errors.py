@@ -78,7 +78,7 @@ def test_a_long_value_is_shortened(tmp_path: Path) -> None:
 def test_unknown_key_lists_only_keys_of_that_table(tmp_path: Path) -> None:
     """The known keys offered for [node] are [node]'s own, not the tables loaded beside it."""
     message = _error(tmp_path, "[node]\ncolour = 1\n")
-    assert "known keys: ask_timeout_s" in message and "workers" not in message
+    assert "known keys: advertise, ask_timeout_s" in message and "workers" not in message
 
 
 def test_several_mistakes_share_one_line(tmp_path: Path) -> None:

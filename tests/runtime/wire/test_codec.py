@@ -625,9 +625,11 @@ def test_bad_buffer_references(payload: Any, buffers: list[bytes], match: str) -
 def test_oversized_message_is_refused() -> None:
     """A message whose frames add up to more than the limit raises MessageTooLarge."""
     codec = Codec(max_message_bytes=1000)
-    frames = _wire(codec.encode(_tell(np.zeros(1000, dtype=np.uint8))))
+    frames = _wire(Codec().encode(_tell(np.zeros(1000, dtype=np.uint8))))
     with pytest.raises(MessageTooLarge, match="max_message_mb"):
         codec.decode(frames)
+    with pytest.raises(MessageTooLarge, match="max_message_mb"):  # and the sender refuses it too
+        codec.encode(_tell(np.zeros(1000, dtype=np.uint8)))
     exact = Codec(max_message_bytes=sum(len(f) for f in frames))
     assert exact.decode(frames).payload.shape == (1000,)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.core.control_payloads import ControlPayload, address_field
+from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import BadRequest
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "RenewControl",
     "ReportControl",
     "RequestTaskControl",
+    "ResolveControl",
     "SubmitControl",
     "WaitJobControl",
     "WorkerLeftControl",
@@ -77,18 +79,29 @@ class RegisterWorkerControl:
 
 @dataclass(frozen=True, slots=True)
 class RequestTaskControl:
-    """``request_task {worker_id, free_slots, wait_s?}``."""
+    """``request_task {worker_id, free_slots, wait_s?, held?}``.
+
+    ``held``: the lease ids the worker runs (None from a worker that does not say).
+    """
 
     worker_id: str
     free_slots: int
     wait_s: float
+    held: frozenset[int] | None = None
 
     @classmethod
     def decode(cls, payload: Any) -> RequestTaskControl:
         """Raises: BadRequest: see the module."""
         p = ControlPayload("request_task", payload)
+        held = p.optional("held", list, None)
+        if held is not None and any(type(lease) is not int for lease in held):
+            bad = next(lease for lease in held if type(lease) is not int)
+            raise BadRequest(f"control 'request_task': field 'held' must be a list of int, has {bad!r}")
         return cls(
-            p.require("worker_id", str), p.require("free_slots", int), float(p.optional("wait_s", float, 0.0))
+            p.require("worker_id", str),
+            p.require("free_slots", int),
+            float(p.optional("wait_s", float, 0.0)),
+            None if held is None else frozenset(held),
         )
 
 
@@ -145,19 +158,53 @@ class ReportControl:
 
 @dataclass(frozen=True, slots=True)
 class NodeBeatControl:
-    """``node_beat {node, endpoint?, resources?}``."""
+    """``node_beat {node, endpoint?, resources?, processes?}``.
+
+    ``processes`` maps each running process of the node to ``{endpoint, actors: {actor:
+    endpoint}}`` (the cluster's directory of names); None when the beat does not list them.
+    """
 
     node: str
     endpoint: str
     resources: dict[str, Any]
+    processes: dict[str, tuple[str, dict[str, str]]] | None = None
+    log_endpoint: str = ""  # where the node publishes its log stream; "" from older nodes
 
     @classmethod
     def decode(cls, payload: Any) -> NodeBeatControl:
         """Raises: BadRequest: see the module."""
         p = ControlPayload("node_beat", payload)
+        raw = p.optional("processes", dict, None)
+        processes = None
+        if raw is not None:
+            processes = {}
+            for name, entry in raw.items():
+                if type(name) is not str or not isinstance(entry, dict):
+                    raise BadRequest(
+                        f"control 'node_beat': field 'processes' must map a process name to "
+                        f"{{endpoint, actors}}, has {name!r}: {type(entry).__name__}"
+                    )
+                e = ControlPayload("node_beat", entry)
+                processes[name] = (e.require("endpoint", str), e.map_of_str("actors", False))
         return cls(
-            p.require("node", str), p.optional("endpoint", str, ""), dict(p.optional("resources", dict, {}))
+            p.require("node", str),
+            p.optional("endpoint", str, ""),
+            dict(p.optional("resources", dict, {})),
+            processes,
+            p.optional("log_endpoint", str, ""),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveControl:
+    """``resolve {address}``: an actor address (``actor``, ``process/actor``, ``node/process/actor``)."""
+
+    address: ActorAddress
+
+    @classmethod
+    def decode(cls, payload: Any) -> ResolveControl:
+        """Raises: BadRequest: see the module."""
+        return cls(address_field(ControlPayload("resolve", payload), "address"))
 
 
 @dataclass(frozen=True, slots=True)

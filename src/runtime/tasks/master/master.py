@@ -9,7 +9,8 @@ Control messages (payloads are maps; ``->`` is the reply)::
 
     from workers (their TaskGetter)
       register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds} -> {ok}
-      request_task    {worker_id, free_slots, wait_s}  -> {leases: [lease]}   (long poll)
+      request_task    {worker_id, free_slots, wait_s, held?}
+                                                       -> {leases: [lease]}   (long poll)
       renew           {worker_id, task_id, lease_id}   -> {outcome: renewed, ttl} | {outcome:
                                                           rejected, reason}: drop the task
       complete        {worker_id, task_id, lease_id, result_ref, request}
@@ -19,7 +20,10 @@ Control messages (payloads are maps; ``->`` is the reply)::
       decline         {worker_id, task_id, lease_id, reason, request}
                                                        -> {outcome, leases, known}
     from nodes (their MasterLink)
-      node_beat       {node, endpoint, resources}      -> {ok}
+      node_beat       {node, endpoint, resources, processes, log_endpoint?}
+                                                       -> {ok}
+      resolve         {address}                        -> {address, endpoint}  (any live node's
+                                                          actors: the cluster's directory)
       worker_left     {worker_id, pid, reason}         -> bool
       node_dead       {node}                           -> bool
     from operators (``troupe ctl``)
@@ -37,6 +41,10 @@ goes back without an attempt counted, and the worker gets no more tasks of that 
 Every payload is decoded at the boundary into a typed message
 (:mod:`troupe.runtime.tasks.master.controls`): a payload that lacks a field or mistypes one is
 answered with ``bad_request``, naming the control, the field and the value.
+
+``held`` (request_task) names the leases the worker holds: one granted in reply to an earlier
+request_task and not held never reached it, and its task goes back at once, no attempt counted
+(``stale_reports`` counts it as ``lease_unseen``).
 
 ``request`` piggybacks the worker's next request on its report (its free slots, 0 for none),
 so a busy worker costs one message per task. ``ttl`` is the lease's remaining life in seconds:
@@ -60,7 +68,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -68,7 +77,10 @@ import structlog
 
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
-from troupe.runtime.node.config import check_loopback
+from troupe.runtime.metrics.address import as_endpoint, parse_host_port
+from troupe.runtime.metrics.serving import serving
+from troupe.runtime.node.config import check_bind
+from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.state import (
@@ -99,10 +111,11 @@ from .controls import (
     RenewControl,
     ReportControl,
     RequestTaskControl,
+    ResolveControl,
     WorkerLeftControl,
 )
 from .driver import Dispatcher
-from .nodes import NodeTable
+from .nodes import NodeTable, ProcessEntry
 from .operations import Operations, raise_rejected
 
 __all__ = ["COMPACT_AFTER_S", "DEFAULT_MASTER_ENDPOINT", "Master", "MasterConfig", "open_journal"]
@@ -124,6 +137,9 @@ class MasterConfig:
         max_wait_s: the longest a worker's request may be held (long poll).
         hwm: ZeroMQ high-water mark of the master's sockets.
         throughput_window_s: done tasks per second are measured over this window.
+        keys: the CURVE keys directory (``troupe keys generate``); None = no CURVE.
+        insecure: listen off loopback without keys (logged loudly, shown in status).
+        metrics: ``HOST:PORT`` of its Prometheus endpoint (docs/METRICS.md); None = none.
     """
 
     endpoint: str = DEFAULT_MASTER_ENDPOINT
@@ -133,10 +149,19 @@ class MasterConfig:
     max_wait_s: float = 10.0
     hwm: int = 100_000
     throughput_window_s: float = 10.0
+    keys: Path | None = None
+    insecure: bool = False
+    metrics: str | None = None
 
     def __post_init__(self) -> None:
+        if self.metrics is not None:
+            try:
+                metrics = as_endpoint(*parse_host_port(self.metrics))
+                check_bind(metrics, keys=self.keys, insecure=self.insecure)
+            except ValueError as exc:  # named as written, HOST:PORT
+                raise ConfigError(f"master metrics: {exc}".replace("tcp://", "")) from None
         try:
-            check_loopback(self.endpoint)
+            check_bind(self.endpoint, keys=self.keys, insecure=self.insecure)
         except ValueError as exc:
             raise ConfigError(f"master endpoint: {exc}") from None
         if not (self.tick_s > 0 and self.node_timeout_s > 0 and self.max_wait_s >= 0):
@@ -189,6 +214,9 @@ class _WorkerEntry:
     resources: Resources
     kinds: list[str]
     declined: frozenset[str] = frozenset()
+    # Leases sent in replies to its request_task that it has not yet said it holds: one it
+    # still does not hold at its next request never reached it (see _return_unseen).
+    granted: dict[int, str] = field(default_factory=dict)
 
     @property
     def signature(self) -> tuple[str, int, Resources, tuple[str, ...], frozenset[str]]:
@@ -232,7 +260,13 @@ class Master:
         self._transport = transport
         self._stopping = anyio.Event()
         self._workers: dict[str, _WorkerEntry] = {}
+        # Reports and renewals the book turned away: stale lease ids (a copy requeued while
+        # its host was cut off, or superseded), a task already done. Dropped, never applied.
+        self._stale: dict[str, int] = {}
         self.ops = Operations(self)
+        # Counted for the metrics endpoint (docs/METRICS.md); nothing else keeps these totals.
+        self.dispatched = 0  # leases granted
+        self.lease_expiries = 0  # leases that ran out unrenewed
 
     def stop(self) -> None:
         """Ask the master to stop (it finishes the batch in hand, then shuts down)."""
@@ -246,6 +280,13 @@ class Master:
             JournalError: the journal failed while serving; the master stopped.
         """
         cfg = self.config
+        if cfg.keys is not None:  # a master in a node's process shares the node's keys
+            install(keys_for(cfg.keys))
+        metrics = None
+        if cfg.metrics is not None:  # bound first: a port in use stops the start, as the endpoint's
+            from troupe.runtime.metrics.endpoints import master_endpoint  # prometheus-client: only now
+
+            metrics = master_endpoint(self, cfg.metrics)
         try:
             runtime = process_runtime(
                 cfg.name,
@@ -257,10 +298,12 @@ class Master:
                 drain_timeout=0.5,
             )
         except Unreachable as exc:
+            if metrics is not None:
+                metrics.close()
             raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
         self.runtime = runtime
         self._install_controls(runtime)
-        async with runtime, anyio.create_task_group() as tg:
+        async with serving(metrics), runtime, anyio.create_task_group() as tg:
             tg.start_soon(self._drive)
             tg.start_soon(self._tick)
             self.ready.set()
@@ -270,6 +313,7 @@ class Master:
                 journal=str(self.journal.path),
                 jobs=len(self.book.jobs()),
             )
+            warn_if_insecure(cfg.endpoint, cfg.insecure)
             await self._stopping.wait()
             tg.cancel_scope.cancel()
         log.info("master_stopped")
@@ -315,6 +359,8 @@ class Master:
         assert self.runtime is not None
         for command in commands:
             if isinstance(command, CancelLease):
+                if command.reason == "lease expired":  # the book's reason for an expiry
+                    self.lease_expiries += 1
                 entry = self._workers.get(command.worker_id)
                 if entry is not None:
                     self.runtime.start_soon(
@@ -356,6 +402,7 @@ class Master:
                 fail=self._fail,
                 decline=self._decline,
                 node_beat=self._node_beat,
+                resolve=self._resolve,
                 worker_left=self._worker_left,
                 node_dead=self._node_dead,
                 shutdown=self._shutdown,
@@ -394,10 +441,37 @@ class Master:
     async def _request_task(self, payload: Any) -> dict[str, Any]:
         m = RequestTaskControl.decode(payload)
         entry = self._entry(m.worker_id)
+        if m.held is not None:
+            await self._return_unseen(m.worker_id, entry, m.held)
         wait_s = min(m.wait_s, self.config.max_wait_s)
         reply = await self.dispatcher.request(m.worker_id, m.free_slots, wait_s, entry.signature)
         raise_rejected(reply)
-        return {"leases": _leases(reply, self.wall_clock())}
+        leases = _leases(reply, self.wall_clock())
+        self.dispatched += len(leases)
+        if m.held is not None:
+            entry.granted.update((lease["lease_id"], lease["task_id"]) for lease in leases)
+        return {"leases": leases}
+
+    async def _return_unseen(self, worker_id: str, entry: _WorkerEntry, held: frozenset[int]) -> None:
+        """Put back the tasks of leases whose reply never reached the worker.
+
+        A worker asks for tasks one request at a time, and runs what a reply leases it before
+        asking again; so a lease granted in reply to an earlier request that it does not hold
+        now was never received: the reply was lost or came after the worker gave up waiting
+        (a link cut while the request was held). Without this the task would wait for the
+        lease to expire, and the worker, its slot taken in the book, would idle as long. The
+        task goes back without an attempt counted; a lease the worker ran and reported since
+        is ignored by the book.
+        """
+        for lease_id, task_id in list(entry.granted.items()):
+            del entry.granted[lease_id]
+            if lease_id in held:
+                continue
+            reply = await self.dispatcher.handle(
+                Decline(worker_id, task_id, lease_id, "the lease never reached the worker", unseen=True)
+            )
+            if any(isinstance(c, Ack) and str(c.outcome) == "returned" for c in reply):
+                self._count_stale("lease", "unseen", worker_id, task_id, lease_id)
 
     async def _renew(self, payload: Any) -> dict[str, Any]:
         m = RenewControl.decode(payload)
@@ -406,8 +480,20 @@ class Master:
             if isinstance(command, Ack) and command.deadline is not None:
                 return {"outcome": str(command.outcome), "ttl": command.deadline - self.wall_clock()}
             if isinstance(command, Reject):
+                self._count_stale("renew", "rejected", m.worker_id, m.task_id, m.lease_id)
                 return {"outcome": "rejected", "reason": command.reason}
         return {"outcome": "rejected", "reason": "no answer from the task book"}
+
+    def _count_stale(self, report: str, outcome: str, worker_id: str, task_id: str, lease_id: int) -> None:
+        key = f"{report}_{outcome}"
+        self._stale[key] = self._stale.get(key, 0) + 1
+        log.info("stale_report_dropped", report=report, outcome=outcome, worker=worker_id,
+                 task_id=task_id, lease_id=lease_id)  # fmt: skip
+
+    def stale_reports(self) -> dict[str, int]:
+        """Reports and renewals dropped as stale, by ``<report>_<outcome>`` (e.g.
+        ``complete_duplicate``: a copy cut off from the master finished a task done since)."""
+        return dict(self._stale)
 
     async def _complete(self, payload: Any) -> dict[str, Any]:
         m = ReportControl.decode("complete", payload)
@@ -437,6 +523,7 @@ class Master:
         )
         reply = await first
         leases = _leases(await second, self.wall_clock()) if second is not None else []
+        self.dispatched += len(leases)
         out: dict[str, Any] = {"leases": leases, "known": entry is not None}
         for command in reply:
             if isinstance(command, Ack):
@@ -445,20 +532,39 @@ class Master:
                     self.ops.task_done()
             elif isinstance(command, Reject):
                 out["outcome"], out["reason"] = "rejected", command.reason
+        if out.get("outcome") in ("duplicate", "ignored", "rejected"):
+            self._count_stale(m.control, out["outcome"], event.worker_id, event.task_id, event.lease_id)
         return out
 
     async def _node_beat(self, payload: Any) -> dict[str, Any]:
         m = NodeBeatControl.decode(payload)
-        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock()):
+        processes = (
+            None
+            if m.processes is None
+            else {name: ProcessEntry(endpoint, actors) for name, (endpoint, actors) in m.processes.items()}
+        )
+        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes):
             log.info("node_joined", node=m.node, endpoint=m.endpoint)
+        self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         return {"ok": True, "master": self.config.name}
+
+    async def _resolve(self, payload: Any) -> dict[str, str]:
+        """The cluster's directory: a node asks where an actor of another node listens."""
+        full, endpoint = self.nodes.resolve(ResolveControl.decode(payload).address)
+        return {"address": str(full), "endpoint": endpoint}
 
     async def _worker_left(self, payload: Any) -> bool:
         m = WorkerLeftControl.decode(payload)
         worker_id, pid = m.worker_id, m.pid
         entry = self._workers.get(worker_id)
-        if entry is None or (pid and entry.pid and pid != entry.pid):
-            return False  # unknown, or a newer incarnation registered already
+        if entry is None:
+            return False
+        if pid and entry.pid and pid != entry.pid:  # a newer incarnation registered already
+            self._stale["worker_left_stale"] = self._stale.get("worker_left_stale", 0) + 1
+            log.info(
+                "stale_report_dropped", report="worker_left", worker=worker_id, pid=pid, current_pid=entry.pid
+            )
+            return False
         del self._workers[worker_id]
         self.dispatcher.unpark(worker_id)
         await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))

@@ -1,10 +1,16 @@
 """What the master knows about nodes: where they listen, their resources, whether alive.
 
 :class:`NodeTable` is the master's node directory: the endpoint and resources each node last
-reported, and whether it is alive. A node is alive from its first beat until it stays silent
-for ``timeout_s``; :meth:`NodeTable.expired` (called on the master's clock tick, with ``now``
-passed in) names the nodes that just died, once each. A dead node that beats again is alive
-again; its workers register anew when the master answers them ``unknown_worker``.
+reported, the processes it runs with their mailboxes, and whether it is alive. A node is alive
+from its first beat until it stays silent for ``timeout_s``; :meth:`NodeTable.expired` (called
+on the master's clock tick, with ``now`` passed in) names the nodes that just died, once each.
+A dead node that beats again is alive again; its workers register anew when the master answers
+them ``unknown_worker``.
+
+It is also the cluster's directory of names: every beat carries the node's processes (``name
+-> {endpoint, actors: {actor: endpoint}}``), and :meth:`NodeTable.resolve` answers a node's
+``resolve`` of an actor on another host, so actors on host A ask actors on host B by name. A
+dead node's actors are not resolved (its workers may be gone or unreachable).
 """
 
 from __future__ import annotations
@@ -12,7 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NodeInfo", "NodeTable"]
+from troupe.runtime.core.ref import ActorAddress
+from troupe.runtime.errors import UnknownActor
+
+__all__ = ["NodeInfo", "NodeTable", "ProcessEntry"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEntry:
+    """One process of a node as its beat reported it: its control mailbox and its actors'."""
+
+    endpoint: str
+    actors: dict[str, str]
 
 
 @dataclass(slots=True)
@@ -25,6 +42,9 @@ class NodeInfo:
     last_beat: float
     alive: bool = True
     resources: dict[str, Any] = field(default_factory=dict)
+    processes: dict[str, ProcessEntry] = field(default_factory=dict)
+    revivals: int = 0  # times it came back after being declared dead (a link that was cut)
+    log_endpoint: str = ""  # the node's log stream (``troupe logs tail --master``); "" if none
 
 
 class NodeTable:
@@ -38,17 +58,64 @@ class NodeTable:
         self.timeout_s = timeout_s
         self._nodes: dict[str, NodeInfo] = {}
 
-    def beat(self, node: str, endpoint: str, resources: dict[str, Any], now: float) -> bool:
-        """Record a beat; return True when the node is new or was dead."""
+    def beat(
+        self,
+        node: str,
+        endpoint: str,
+        resources: dict[str, Any],
+        now: float,
+        processes: dict[str, ProcessEntry] | None = None,
+    ) -> bool:
+        """Record a beat; return True when the node is new or was dead.
+
+        ``processes`` None (a beat that does not list them) keeps what the node said last.
+        """
         info = self._nodes.get(node)
         if info is None:
-            self._nodes[node] = NodeInfo(node, endpoint, now, now, True, resources)
+            self._nodes[node] = NodeInfo(node, endpoint, now, now, True, resources, processes or {})
             return True
         revived = not info.alive
         info.endpoint, info.last_beat, info.alive = endpoint or info.endpoint, now, True
+        info.revivals += revived
         if resources:
             info.resources = resources
+        if processes is not None:
+            info.processes = processes
         return revived
+
+    def resolve(self, address: ActorAddress) -> tuple[ActorAddress, str]:
+        """The full address and mailbox endpoint of an actor on a live node.
+
+        ``node/process/actor`` looks at that node only; ``process/actor`` and ``actor`` at
+        every live node, by name, the first match winning. ``NODE/node`` is that node's own
+        control mailbox.
+
+        Raises:
+            UnknownActor: no live node reports such an actor.
+        """
+        named = self._nodes.get(address.process)
+        if not address.node and address.actor == "node" and named is not None and named.alive:
+            return ActorAddress("", named.node, "node"), named.endpoint
+        if address.node:
+            info = self._nodes.get(address.node)
+            candidates = [info] if info is not None and info.alive else []
+        else:
+            candidates = [n for n in self.nodes() if n.alive]
+        for info in candidates:
+            for process, entry in sorted(info.processes.items()):
+                if address.process not in ("", process):
+                    continue
+                endpoint = entry.actors.get(address.actor)
+                if endpoint is not None:
+                    return ActorAddress(info.node, process, address.actor), endpoint
+        where = f"node {address.node!r}" if address.node else "any live node"
+        raise UnknownActor(f"no running actor {address} on {where} of the cluster; see `troupe ctl status`")
+
+    def set_log_endpoint(self, node: str, log_endpoint: str) -> None:
+        """Record where ``node`` publishes its log stream (its beat says; a restart changes it)."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.log_endpoint = log_endpoint
 
     def expired(self, now: float) -> list[str]:
         """Mark dead, and return, the alive nodes silent for longer than ``timeout_s``."""

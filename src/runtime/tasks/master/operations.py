@@ -25,6 +25,7 @@ import anyio
 import psutil
 
 from troupe.runtime.errors import TaskError
+from troupe.runtime.security.process import security_status
 from troupe.runtime.tasks.jobspec import parse_job
 from troupe.runtime.tasks.state import (
     CancelJob,
@@ -93,6 +94,8 @@ class OperatedMaster(Protocol):
     def runtime(self) -> Runtime | None: ...
 
     def workers(self) -> dict[str, dict[str, Any]]: ...
+
+    def stale_reports(self) -> dict[str, int]: ...
 
 
 class Operations:
@@ -276,10 +279,12 @@ class Operations:
             {
                 "node": n.node,
                 "endpoint": n.endpoint,
+                "log_endpoint": n.log_endpoint,
                 "alive": n.alive,
                 "last_beat_age_s": round(now - n.last_beat, 3),
                 "workers": per_node.get(n.node, 0),
                 "resources": n.resources,
+                "revivals": n.revivals,
             }
             for n in master.nodes.nodes()
         ]
@@ -302,6 +307,8 @@ class Operations:
             },
             "jobs": [self.job_view(j) for j in master.book.jobs()],
             "driver": asdict(master.dispatcher.statistics()),
+            "stale_reports": master.stale_reports(),
+            "security": security_status(master.config.insecure),
         }
 
 

@@ -1,4 +1,4 @@
-"""A node run inside the command's own process (``troupe demo``, ``troupe run``, the benchmarks)."""
+"""A node run inside the calling process (``troupe run``, ``troupe demo``, the benchmarks, the API)."""
 
 from __future__ import annotations
 

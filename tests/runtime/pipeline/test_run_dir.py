@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from troupe.actors.datagen.config import default_pipeline
-from troupe.cli.commands.run_dir import RunDir, fingerprint, first_difference
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.run_dir import RunDir, fingerprint, first_difference
 from troupe.runtime.tasks.journal_lock import JournalLock
 
 
@@ -61,18 +61,21 @@ def test_only_what_decides_the_episodes_is_compared() -> None:
 
 def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
-    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) is None
+    assert run.prepare(_made_with(items=8), fresh=False) is None
     assert run.record_path.is_file()
-    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) is None  # resumed: not complete yet
-    run.mark_complete(7, 300)
-    assert run.prepare(_made_with(items=8), fresh=False, stores=[]) == {"episodes": 7, "frames": 300}
+    assert run.prepare(_made_with(items=8), fresh=False) is None  # resumed: not complete yet
+    run.mark_complete({"store": {"episodes": 7, "outputs": [str(run.record_path)]}})
+    complete = run.prepare(_made_with(items=8), fresh=False)
+    assert complete == {"finals": {"store": {"episodes": 7, "outputs": [str(run.record_path)]}}}
+    assert RunDir.still_there(complete)
+    assert not RunDir.still_there({"finals": {"store": {"outputs": [str(tmp_path / "gone")]}}})
 
 
 def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
-    run.prepare(_made_with(items=32), fresh=False, stores=[])
+    run.prepare(_made_with(items=32), fresh=False)
     with pytest.raises(ConfigError) as err:
-        run.prepare(_made_with(items=8), fresh=False, stores=[])
+        run.prepare(_made_with(items=8), fresh=False)
     assert str(err.value) == (
         f"--out {tmp_path / 'out'} was made with items=32, this run asks items=8 (use --fresh to start anew)"
     )
@@ -85,7 +88,7 @@ def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> N
     (out / "report.pdf").write_text("%PDF")
     for fresh in (False, True):
         with pytest.raises(ConfigError, match=r"'report\.pdf', which no troupe run wrote"):
-            RunDir(out).prepare(_made_with(), fresh=fresh, stores=[])
+            RunDir(out).prepare(_made_with(), fresh=fresh)
     assert (out / "data" / "table.csv").read_text() == "1,2\n"
 
 
@@ -94,34 +97,31 @@ def test_an_unrecorded_troupe_run_needs_fresh(tmp_path: Path) -> None:
     (out / ".troupe" / "episodes").mkdir(parents=True)
     (out / "meta").mkdir()
     with pytest.raises(ConfigError, match=r"no record of what it was made with.*--fresh"):
-        RunDir(out).prepare(_made_with(), fresh=False, stores=[])
+        RunDir(out).prepare(_made_with(), fresh=False)
 
 
 def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
-    out, store = tmp_path / "out", tmp_path / "elsewhere-store"
+    out = tmp_path / "out"
     run = RunDir(out)
-    run.prepare(_made_with(items=32), fresh=False, stores=[store])
+    run.prepare(_made_with(items=32), fresh=False)
     for sub in ("data/chunk-000", "meta/episodes", "videos/x", "logs", ".troupe/episodes/committed/t-1"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    (store / "committed" / "t-1").mkdir(parents=True)
-    (store / "keep.txt").write_text("mine\n")
     (out / "NOTES.md").write_text("mine\n")
-    run.mark_complete(32, 1000)
-    assert run.prepare(_made_with(items=8), fresh=True, stores=[store]) is None
+    run.mark_complete({})
+    assert run.prepare(_made_with(items=8), fresh=True) is None
     assert sorted(p.name for p in out.iterdir()) == [".troupe", "NOTES.md"]
     assert sorted(p.name for p in (out / ".troupe").iterdir()) == ["run.json"]
-    assert sorted(p.name for p in store.iterdir()) == ["keep.txt"]
-    assert run.prepare(_made_with(items=8), fresh=False, stores=[store]) is None
+    assert run.prepare(_made_with(items=8), fresh=False) is None
 
 
 def test_a_directory_in_use_by_another_run_is_refused_and_left_alone(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
-    run.prepare(_made_with(), fresh=False, stores=[])
+    run.prepare(_made_with(), fresh=False)
     run.journal_path.write_bytes(b"")
     held = JournalLock.acquire(run.journal_path)  # what a running `troupe run` holds
     try:
         with pytest.raises(ConfigError, match=f"in use by another troupe run \\(pid {os.getpid()}\\)"):
-            run.prepare(_made_with(), fresh=True, stores=[])
+            run.prepare(_made_with(), fresh=True)
         assert run.record_path.is_file()
     finally:
         held.release()

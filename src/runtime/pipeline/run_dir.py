@@ -1,10 +1,11 @@
-"""A ``troupe run`` output directory: what it was made with, so that a rerun resumes it.
+"""A pipeline run's output directory: what it was made with, so that a rerun resumes it.
 
 ``out/.troupe/run.json`` records the pipeline the directory was made with, in the terms that
 decide what its episodes hold: the pipeline's name, items and seed_start, and each stage's
 actor class and constructor kwargs (with ``{out}`` unresolved, so a moved directory still
 matches). Replicas, batches, queues, slots and retries only change how fast the same episodes
-come, so they may differ between runs. The record also says when the dataset was finalised.
+come, so they may differ between runs. The record also keeps what the stages' ``finalize``
+hooks returned once the run is complete.
 
 Rules, checked before anything runs:
 
@@ -16,10 +17,11 @@ Rules, checked before anything runs:
 - anything else is someone else's directory (troupe would write ``data/``, ``videos/`` and
   ``meta/`` there and remove files under them it did not write): refused.
 
-``--fresh`` deletes what troupe wrote (``.troupe/``, ``data/``, ``videos/``, ``meta/``,
-``logs/``, and the committed and staged outputs of the pipeline's store, wherever it is) in a
-directory troupe made (it has ``.troupe/``), leaves every other file alone, and starts anew;
-in any other directory it deletes nothing and the rules above apply.
+``--fresh`` deletes what troupe wrote (``.troupe/``, ``logs/``, and the dataset entries
+``data/``, ``videos/``, ``meta/``) in a directory troupe made (it has ``.troupe/``), leaves every
+other file alone, and starts anew; in any other directory it deletes nothing and the rules
+above apply. Outputs a stage keeps elsewhere are the stage's own: its ``start`` hook is told
+``fresh`` and drops them.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
         "stages": ",".join(s.name for s in cfg.stages),
         "stage": stages,
     }
-    return json.loads(json.dumps(data))  # tuples and lists alike, as read back from the file
+    made: dict[str, Any] = json.loads(json.dumps(data))  # tuples and lists alike, as read back
+    return made
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -101,17 +104,16 @@ class RunDir:
         self.record_path = self.state_dir / "run.json"
         self.journal_path = self.state_dir / "journal.db"
 
-    def prepare(self, made_with: dict[str, Any], fresh: bool, stores: list[Path]) -> dict[str, Any] | None:
+    def prepare(self, made_with: dict[str, Any], fresh: bool) -> dict[str, Any] | None:
         """Check the directory against this run, start it anew or record it.
 
         Args:
             made_with: this run's :func:`fingerprint`.
             fresh: ``--fresh``: delete what troupe wrote here first.
-            stores: the OutputStore roots of this run (wiped by ``fresh`` too).
 
         Returns:
-            The record's ``complete`` entry (``{episodes, frames}``) when the directory holds a
-            finished run of this pipeline, else None.
+            The record's ``complete`` entry (``{"finals": {stage: summary}}``) when the
+            directory holds a finished run of this pipeline, else None.
 
         Raises:
             ConfigError: the directory was made with another pipeline, by an older troupe, or
@@ -120,35 +122,50 @@ class RunDir:
         self._not_in_use()
         wiped = fresh and self.state_dir.is_dir()  # only a directory troupe made is wiped
         if wiped:
-            self._wipe(stores)
+            self._wipe()
         record = self._read()
         if record is None:
             if not wiped:  # what --fresh left is the user's own: it stays, and troupe's goes on
                 self._check_new()
             self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
             return None
-        diff = first_difference(record.get("pipeline", {}), made_with)
-        if diff is not None:
-            raise ConfigError(
-                f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
-                "(use --fresh to start anew)"
-            )
+        self._check_same(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
 
-    def mark_complete(self, episodes: int, frames: int) -> None:
-        """Record that the dataset holds every item's outcome, finalised."""
+    def check(self, made_with: dict[str, Any], fresh: bool) -> None:
+        """What :meth:`prepare` would refuse, refused without changing anything.
+
+        Raises:
+            ConfigError: as :meth:`prepare`.
+        """
+        self._not_in_use()
+        if fresh and self.state_dir.is_dir():
+            return  # it will be wiped
+        record = self._read()
+        if record is None:
+            self._check_new()
+            return
+        self._check_same(record, made_with)
+
+    def mark_complete(self, finals: dict[str, Any]) -> None:
+        """Record that every item has its outcome and the stages finalised (``finals``: what
+        their ``finalize`` hooks returned)."""
         record = self._read() or {}
-        record["complete"] = {"episodes": episodes, "frames": frames}
+        record["complete"] = {"finals": finals}
         self._write(record)
 
-    def dataset_episodes(self) -> int | None:
-        """``total_episodes`` of the finalised dataset, None when there is none (or unreadable)."""
-        try:
-            info = json.loads((self.out / "meta" / "info.json").read_text(encoding="utf-8"))
-            return int(info["total_episodes"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+    @staticmethod
+    def still_there(complete: dict[str, Any]) -> bool:
+        """Every file the finalize hooks said they wrote (their ``outputs``) still exists."""
+        finals = complete.get("finals")
+        if not isinstance(finals, dict):
+            return False
+        for summary in finals.values():
+            outputs = summary.get("outputs", []) if isinstance(summary, dict) else []
+            if not all(isinstance(p, str) and Path(p).exists() for p in outputs):
+                return False
+        return True
 
     # -- private ----------------------------------------------------------------------------
 
@@ -163,6 +180,14 @@ class RunDir:
                 f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
                 "wait for it to end, or pick another --out"
             ) from None
+
+    def _check_same(self, record: dict[str, Any], made_with: dict[str, Any]) -> None:
+        diff = first_difference(record.get("pipeline", {}), made_with)
+        if diff is not None:
+            raise ConfigError(
+                f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
+                "(use --fresh to start anew)"
+            )
 
     def _read(self) -> dict[str, Any] | None:
         try:
@@ -206,10 +231,7 @@ class RunDir:
             "new or empty directory (troupe owns data/, videos/ and meta/ there)"
         )
 
-    def _wipe(self, stores: list[Path]) -> None:
-        for store in stores:  # wherever the pipeline keeps it, inside --out or not
-            for sub in ("committed", ".staging"):  # an OutputStore's own layout
-                shutil.rmtree(store / sub, ignore_errors=True)
+    def _wipe(self) -> None:
         for name in sorted(TROUPE_ENTRIES):
             path = self.out / name
             if path.is_dir() and not path.is_symlink():

@@ -1,0 +1,267 @@
+"""A node's log files on disk: rotation by size, writers that follow it, readers that follow it.
+
+Every process of a node appends to ``<logs>/<node>.jsonl`` (O_APPEND: one ``write`` per line,
+never interleaved). Rotation is safe across those processes because exactly one process renames
+and every other one only reopens:
+
+- The node process alone rotates (:func:`rotate_if_larger`, from its log publisher's poll): it
+  renames ``.jsonl`` to ``.jsonl.1`` (``.1`` to ``.2`` ..., the oldest beyond ``keep`` deleted).
+  A rename never loses a line: a process that still has the old file open keeps appending to
+  it, now under the name ``.1``.
+- Every writer (:class:`ReopeningFileHandler`) looks at most once per :data:`REOPEN_CHECK_S`
+  whether the path still names the file it has open (device and inode) and reopens the path
+  when it does not; a ``stat`` per line would cost more than the line. So for up to about a
+  second after a rotation some lines still land at the end of ``.1``.
+- A reader (:class:`FileFollower`) that sees the path name a new file reads that one from its
+  start, and keeps reading the old one for :data:`RETIRED_READ_S` as well, for those late
+  lines; nothing is lost or read twice (unless a file rotates twice within one read, which at
+  megabytes per rotation does not happen).
+
+A single-process writer with no node (the master) rotates in its own handler instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "MAX_LINE",
+    "REOPEN_CHECK_S",
+    "RETIRED_READ_S",
+    "FileFollower",
+    "ReopeningFileHandler",
+    "history_files",
+    "last_lines",
+    "rotate",
+    "rotate_if_larger",
+    "rotated_path",
+]
+
+REOPEN_CHECK_S = 1.0  # a writer notices a rotation within this long
+RETIRED_READ_S = 10.0  # a reader keeps reading a rotated file this long for late lines
+_READ_CHUNK = 1 << 20
+MAX_LINE = 1 << 20  # a "line" that grows past this without a newline is passed on in pieces
+
+
+def rotated_path(path: Path, k: int) -> Path:
+    """The ``k``-th rotated file of ``path`` (``node.jsonl.k``; 1 is the newest)."""
+    return path.with_name(f"{path.name}.{k}")
+
+
+def rotate(path: Path, keep: int) -> None:
+    """Roll ``path`` to ``path.1``, ``path.1`` to ``path.2``..., deleting what is beyond ``keep``.
+
+    The next write by any process (re)creates ``path``. Only one process may call this for a
+    given path (the node process for its node's file).
+
+    Raises:
+        ValueError: ``keep`` is below 1.
+        OSError: a rename failed (the files are left as consistent as the failure allows).
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be 1 or more, got {keep}")
+    rotated_path(path, keep).unlink(missing_ok=True)
+    for k in range(keep - 1, 0, -1):
+        older = rotated_path(path, k)
+        if older.exists():
+            os.replace(older, rotated_path(path, k + 1))
+    os.replace(path, rotated_path(path, 1))
+
+
+def rotate_if_larger(path: Path, max_bytes: int, keep: int) -> bool:
+    """Rotate ``path`` when it holds ``max_bytes`` or more; return whether it rotated."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    if size < max_bytes:
+        return False
+    rotate(path, keep)
+    return True
+
+
+def history_files(path: Path) -> list[Path]:
+    """``path``'s rotated files and then ``path`` itself, oldest first; only those that exist."""
+    rotated: list[tuple[int, Path]] = []
+    for candidate in path.parent.glob(f"{path.name}.*"):
+        suffix = candidate.name[len(path.name) + 1 :]
+        if suffix.isdigit():
+            rotated.append((int(suffix), candidate))
+    files = [p for _, p in sorted(rotated, reverse=True)]
+    return [*files, path] if path.exists() else files
+
+
+def last_lines(files: list[Path], n: int, keep: Callable[[bytes], bool] = lambda _: True) -> list[bytes]:
+    """The last ``n`` complete lines of ``files`` (oldest first) that ``keep`` accepts.
+
+    Reads newest file first and stops as soon as it has ``n``: the rotated files of a long run
+    are only read when the newer ones hold too few matching lines.
+    """
+    if n <= 0:
+        return []
+    found: list[bytes] = []
+    for path in reversed(files):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # rotated away between listing and reading
+            continue
+        complete = data[: data.rfind(b"\n") + 1] if path is files[-1] else data
+        lines = [ln for ln in complete.split(b"\n") if ln and keep(ln)]
+        found = lines[-(n - len(found)) :] + found
+        if len(found) >= n:
+            break
+    return found
+
+
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+class ReopeningFileHandler(logging.FileHandler):
+    """A file handler that follows the rotation of its file by another process (or by itself).
+
+    Args:
+        path: the file, opened for appending (created when missing).
+        max_bytes: with a value, this handler rotates the file itself at that size (for a
+            process that is the file's only writer); None leaves rotating to the node.
+        keep: rotated files kept when this handler rotates.
+    """
+
+    def __init__(self, path: Path, max_bytes: int | None = None, keep: int = 5) -> None:
+        super().__init__(path, mode="a", encoding="utf-8")
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._next_check = time.monotonic() + REOPEN_CHECK_S
+        self._opened = self._stream_ident()
+
+    def _stream_ident(self) -> tuple[int, int] | None:
+        return None if self.stream is None else _ident(os.fstat(self.stream.fileno()))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + REOPEN_CHECK_S
+            try:
+                self._follow_rotation()
+            except OSError:  # a full or vanished disk: the write below reports it as usual
+                pass
+        super().emit(record)
+
+    def _follow_rotation(self) -> None:
+        path = Path(self.baseFilename)
+        if self.max_bytes is not None and self.stream is not None:
+            self.stream.flush()
+            if os.fstat(self.stream.fileno()).st_size >= self.max_bytes:
+                rotate(path, self.keep)
+        try:
+            current: tuple[int, int] | None = _ident(path.stat())
+        except FileNotFoundError:
+            current = None
+        if current != self._opened and self.stream is not None:
+            self.stream.close()
+            self.stream = self._open()
+            self._opened = self._stream_ident()
+
+
+class _OpenFile:
+    """One file being read: its descriptor, identity and a partly written last line."""
+
+    def __init__(self, path: Path, at_end: bool) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.ident = _ident(os.fstat(self.fd))
+        if at_end:
+            os.lseek(self.fd, 0, os.SEEK_END)
+        self.partial = b""
+
+    def read(self, budget: int) -> tuple[list[bytes], int]:
+        """Complete lines read within ``budget`` bytes, and the bytes read."""
+        lines: list[bytes] = []
+        used = 0
+        while used < budget:
+            chunk = os.read(self.fd, min(_READ_CHUNK, budget - used))
+            if not chunk:
+                break
+            used += len(chunk)
+            *done, self.partial = (self.partial + chunk).split(b"\n")
+            lines.extend(done)
+            if len(self.partial) > MAX_LINE:  # memory stays bounded whatever a writer does
+                lines.append(self.partial)
+                self.partial = b""
+        return lines, used
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class FileFollower:
+    """The complete lines appended to a log file, across its rotations (see the module).
+
+    Args:
+        path: the file; it may not exist yet.
+        at_end: start at the current end (only new lines), else at the start of the file.
+        budget: bytes read per :meth:`read_lines` call at most, so that a burst is taken in
+            parts; :attr:`behind` says that more is waiting.
+    """
+
+    def __init__(self, path: Path, at_end: bool = False, budget: int = 8 << 20) -> None:
+        self.path = path
+        self.budget = budget
+        self.behind = False
+        self._current: _OpenFile | None = None
+        self._retired: list[tuple[_OpenFile, float]] = []
+        self._open(at_end)
+
+    def _open(self, at_end: bool) -> None:
+        try:
+            self._current = _OpenFile(self.path, at_end)
+        except FileNotFoundError:
+            self._current = None
+
+    def read_lines(self) -> list[bytes]:
+        """The complete lines written since the last call (without their newlines); lines of
+        a rotated file come before those of its successor."""
+        out: list[bytes] = []
+        budget = self.budget
+        now = time.monotonic()
+        for entry in list(self._retired):
+            old, until = entry
+            lines, used = old.read(budget)
+            out.extend(lines)
+            budget -= used
+            if now >= until and used == 0:
+                old.close()
+                self._retired.remove(entry)
+        if self._current is not None:
+            lines, used = self._current.read(budget)
+            out.extend(lines)
+            budget -= used
+        if budget > 0 and self._moved():
+            if self._current is not None:
+                self._retired.append((self._current, now + RETIRED_READ_S))
+            self._open(at_end=False)
+            if self._current is not None:
+                lines, used = self._current.read(budget)
+                out.extend(lines)
+                budget -= used
+        self.behind = budget <= 0
+        return out
+
+    def _moved(self) -> bool:
+        try:
+            ident = _ident(self.path.stat())
+        except FileNotFoundError:
+            return False
+        return self._current is None or ident != self._current.ident
+
+    def close(self) -> None:
+        """Close every file this follower reads."""
+        for old, _ in self._retired:
+            old.close()
+        self._retired.clear()
+        if self._current is not None:
+            self._current.close()
+            self._current = None

@@ -1,0 +1,190 @@
+"""The HTTP endpoint Prometheus scrapes: ``GET /metrics`` on the process's own event loop.
+
+Not prometheus-client's own server: that one answers from a thread of its own, which would read
+the node's and the master's state while the event loop changes it. Here a scrape is a task of
+the loop: it refreshes what the collectors fetch from other processes, then renders the
+process's private registry (never the global default one: tests run several nodes in one
+process).
+
+The socket is bound when the server is made, so a port in use is an error at start (one line,
+:class:`~troupe.runtime.errors.ConfigError`), not a surprise later. A request is read up to
+``MAX_REQUEST_BYTES`` within ``READ_TIMEOUT_S``; anything else (another method, another path, a
+request too large or too slow, a client gone) is answered with its HTTP status or dropped,
+logged once per kind, and never stops the server.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from troupe.runtime.errors import ConfigError
+
+from .address import parse_host_port
+
+__all__ = ["MAX_REQUEST_BYTES", "READ_TIMEOUT_S", "MetricsServer"]
+
+log = structlog.get_logger(__name__)
+
+MAX_REQUEST_BYTES = 8192
+READ_TIMEOUT_S = 5.0
+REFRESH_TIMEOUT_S = 3.0  # a scrape never waits longer than this on the node's other processes
+_MAX_CONNECTIONS = 16
+
+Refresh = Callable[[], Awaitable[None]]
+
+
+class MetricsServer:
+    """Serves ``registry`` at ``http://ADDRESS/metrics``.
+
+    Args:
+        address: ``HOST:PORT`` to listen on (port 0: any free port; see :attr:`address`).
+        registry: the collectors to render.
+        refreshers: called (concurrently) before each scrape renders, to fetch what the
+            collectors read from other processes; bounded by ``REFRESH_TIMEOUT_S``.
+        who: what serves (``node``, ``master``), for messages.
+
+    Raises:
+        ConfigError: ``address`` is malformed or cannot be bound (in use, not an address here).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        refreshers: Sequence[Refresh] = (),
+        who: str = "node",
+    ) -> None:
+        try:
+            host, port = parse_host_port(address)
+        except ValueError as exc:
+            raise ConfigError(f"metrics: {exc}") from None
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # A port whose last scrape lingers in TIME_WAIT is free; one with a listener is not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(
+                f"metrics {address}: cannot listen there ({exc.strerror or exc}); is another troupe "
+                f"{who} using it? pass another --metrics HOST:PORT"
+            ) from None
+        sock.setblocking(False)
+        self._sock: socket.socket | None = sock
+        self._registry = registry
+        self._refreshers = list(refreshers)
+        self._refreshing = anyio.Lock()
+        self._limit = anyio.CapacityLimiter(_MAX_CONNECTIONS)
+        bound = sock.getsockname()[1]
+        self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        self.scrapes = 0
+
+    @property
+    def url(self) -> str:
+        """Where Prometheus scrapes: ``http://HOST:PORT/metrics``."""
+        return f"http://{self.address}/metrics"
+
+    async def serve(self) -> None:
+        """Answer scrapes until cancelled; the socket is closed on the way out."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            raise RuntimeError("MetricsServer.serve() called twice, or after close()")
+        listener = await anyio.abc.SocketListener.from_socket(sock)
+        log.info("metrics_serving", url=self.url)
+        async with listener:
+            await listener.serve(self._connection)
+
+    def close(self) -> None:
+        """Close the socket if :meth:`serve` never took it; idempotent."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    async def _connection(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream, self._limit:
+            try:
+                await self._answer(stream)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
+                pass  # the client went away: nothing to answer
+            except Exception as exc:  # a bug here must cost one scrape, not the endpoint
+                log.error("metrics_request_failed", error=repr(exc))
+
+    async def _answer(self, stream: anyio.abc.SocketStream) -> None:
+        head = b""
+        with anyio.move_on_after(READ_TIMEOUT_S):
+            while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) <= MAX_REQUEST_BYTES:
+                head += await stream.receive(4096)
+        if len(head) > MAX_REQUEST_BYTES:
+            await _send(stream, 431, "text/plain", b"request header too large\n")
+            return
+        request = head.split(b"\n", 1)[0].decode("latin-1").split()
+        if len(request) != 3 or not request[2].startswith("HTTP/"):
+            await _send(stream, 400, "text/plain", b"expected an HTTP request: GET /metrics\n")
+            return
+        method, target = request[0], request[1].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            await _send(stream, 405, "text/plain", b"only GET /metrics\n", {"Allow": "GET, HEAD"})
+            return
+        if target not in ("/metrics", "/"):
+            await _send(stream, 404, "text/plain", b"not found; the metrics are at /metrics\n")
+            return
+        if target == "/":
+            await _send(
+                stream, 200, "text/plain", b"troupe metrics: GET /metrics\n", head_only=method == "HEAD"
+            )
+            return
+        body = await self.render()
+        await _send(stream, 200, CONTENT_TYPE_LATEST, body, head_only=method == "HEAD")
+
+    async def render(self) -> bytes:
+        """Refresh the collectors (bounded), then render the registry as Prometheus text."""
+        async with self._refreshing:
+            with anyio.move_on_after(REFRESH_TIMEOUT_S):
+                async with anyio.create_task_group() as tg:
+                    for refresh in self._refreshers:
+                        tg.start_soon(_refresh_quietly, refresh)
+            self.scrapes += 1
+            return generate_latest(self._registry)
+
+
+async def _refresh_quietly(refresh: Refresh) -> None:
+    try:
+        await refresh()
+    except Exception as exc:  # the scrape goes on with what the collectors had
+        log.warning("metrics_refresh_failed", error=repr(exc))
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+}
+
+
+async def _send(
+    stream: anyio.abc.SocketStream,
+    status: int,
+    content_type: str,
+    body: bytes,
+    headers: dict[str, Any] | None = None,
+    head_only: bool = False,
+) -> None:
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
+    await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body))

@@ -1,0 +1,203 @@
+"""A node's log stream: every line its processes log, published on a ZeroMQ PUB socket.
+
+Every process of a node (the node, its supervisor, its workers) already appends its JSON lines
+to ``<logs>/<node>.jsonl``. The node process follows that file and publishes each complete line
+(:class:`LogPublisher`), rather than each process publishing its own: the file is the one place
+all of them write to already, a worker that crashes mid-line publishes nothing half-written,
+and no worker needs a socket or a connection for its logs. The cost is a poll's delay
+(:data:`POLL_S`). The same poll rotates the file by size (:mod:`troupe.runtime.log_files`):
+the node is the one process that renames it.
+
+The socket binds the node's host on a free port (where its workers bind, see ``reach``) and
+its endpoint goes to the master in the node's beat (``log_endpoint``), so ``troupe logs tail
+--master`` finds every node through the master. A message is four frames:
+
+    node name (utf-8, the topic) | incarnation (ascii: new each time the node starts) |
+    sequence number (decimal ascii, 1 for the first line of the incarnation) | the JSON line
+    (utf-8, no newline)
+
+The stream never blocks the node and never grows without bound: past ``SNDHWM`` lines queued
+for a subscriber, ZeroMQ drops that subscriber's lines. The node keeps its last
+:data:`RECENT_LINES` lines (at most :data:`RECENT_BYTES`) in memory, and its ``log_recent
+{after?, limit?}`` control answers ``{incarnation, seq, lines: [[seq, line], ...]}`` (the kept
+lines numbered above ``after``, the last ``limit`` of them): a reader fetches its history
+there, and the lines that a gap in the numbers cost it (a slow reader, a restart, the moment
+before its subscription took). The files are the complete record; the stream is for watching.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+import zmq
+
+from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.errors import BadRequest
+from troupe.runtime.log_files import FileFollower, rotate_if_larger
+from troupe.runtime.security.auth import gate_for
+from troupe.runtime.security.process import installed
+
+from .reach import advertised_endpoint, worker_bind
+
+__all__ = [
+    "POLL_S",
+    "RECENT_BYTES",
+    "RECENT_LINES",
+    "SNDHWM",
+    "LogPublisher",
+    "decode_log_recent",
+    "log_socket",
+]
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 0.2
+SNDHWM = 10_000  # lines queued per subscriber before ZeroMQ drops that subscriber's lines
+RECENT_LINES = 1000  # lines kept in memory for log_recent (a few hundred kB)
+RECENT_BYTES = 4 << 20  # and at most this much of them, however long the lines
+
+
+def log_socket(context: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
+    """A socket of the log stream (PUB on the node, SUB in ``troupe logs tail``).
+
+    The one place where the log stream's socket options are set. With the process's CURVE keys
+    installed (``security.process``) the PUB is a CURVE server, in the context of the process's
+    gate (its authenticator admits only authorised keys, reader keys included), and a SUB
+    presents the process's key to the cluster's server key, as every other socket does.
+    """
+    sock: zmq.Socket[Any] = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    keys = installed()
+    if kind == zmq.PUB:
+        sock.setsockopt(zmq.SNDHWM, SNDHWM)
+        if keys is not None:
+            sock.curve_secretkey = keys.secret
+            sock.curve_publickey = keys.public
+            sock.curve_server = True
+    else:
+        sock.setsockopt(zmq.RCVHWM, SNDHWM)
+        if keys is not None:
+            sock.curve_serverkey = keys.server_public
+            sock.curve_publickey = keys.public
+            sock.curve_secretkey = keys.secret
+    return sock
+
+
+def decode_log_recent(payload: Any) -> tuple[int, int]:
+    """``(after, limit)`` of a ``log_recent {after?, limit?}`` control.
+
+    Raises:
+        BadRequest: not a map, or ``after`` or ``limit`` is not a count.
+    """
+    p = ControlPayload("log_recent", payload if payload is not None else {})
+    after, limit = p.optional("after", int, 0), p.optional("limit", int, RECENT_LINES)
+    if after < 0 or limit < 0:
+        raise BadRequest(f"control 'log_recent': after and limit must be 0 or more, got {after}, {limit}")
+    return after, limit
+
+
+class LogPublisher:
+    """Follows a node's log file, publishes its lines, and rotates it by size.
+
+    Args:
+        node: the node's name (the topic of every message).
+        path: the node's log file (``<logs>/<node>.jsonl``).
+        endpoint: the node's endpoint; the stream binds its host on a free port.
+        advertise: the host other hosts reach the node at (``[node] advertise``), if any.
+        max_bytes: rotate the file at this size.
+        keep: rotated files kept.
+    """
+
+    def __init__(
+        self, node: str, path: Path, endpoint: str, advertise: str | None, max_bytes: int, keep: int
+    ) -> None:
+        self.node = node
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.published = 0
+        self.rotations = 0
+        self.incarnation = secrets.token_hex(4)
+        self._recent: deque[tuple[int, bytes]] = deque()
+        self._recent_bytes = 0
+        self._closed = False
+        self._topic = node.encode()
+        keys = installed()
+        # With keys, the gate's context: its authenticator vets every subscriber.
+        self._own_context = keys is None
+        self._context: zmq.Context[Any] = zmq.Context() if keys is None else gate_for(keys).context
+        self._socket = log_socket(self._context, zmq.PUB)
+        try:
+            self._socket.bind(worker_bind(endpoint, advertise))
+            bound = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            self.close()
+            raise
+        self.endpoint = advertised_endpoint(bound, advertise)
+        # Only what is logged from now on is streamed; what came before is in the files.
+        self._follower = FileFollower(path, at_end=True)
+
+    async def run(self) -> None:
+        """Publish and rotate every :data:`POLL_S` until cancelled; then close the socket."""
+        log.info("log_stream_started", log_endpoint=self.endpoint)
+        try:
+            while True:
+                await self.poll()
+                if not self._follower.behind:
+                    await anyio.sleep(POLL_S)
+        finally:
+            self.close()
+
+    async def poll(self) -> None:
+        """Publish what was appended since the last poll; rotate the file if it is too large."""
+        self._publish(await anyio.to_thread.run_sync(self._follower.read_lines))
+        try:
+            rotated = rotate_if_larger(self.path, self.max_bytes, self.keep)
+        except OSError as exc:
+            log.warning("log_rotation_failed", path=str(self.path), error=str(exc))
+            return
+        if rotated:
+            self.rotations += 1
+            log.info("log_rotated", path=str(self.path), keep=self.keep)
+
+    def _publish(self, lines: list[bytes]) -> None:
+        incarnation = self.incarnation.encode()
+        for line in lines:
+            self.published += 1
+            self._keep(line)
+            # PUB never blocks: at SNDHWM, ZeroMQ drops the line for that subscriber.
+            self._socket.send_multipart(
+                [self._topic, incarnation, str(self.published).encode(), line], zmq.NOBLOCK
+            )
+
+    def _keep(self, line: bytes) -> None:
+        self._recent.append((self.published, line))
+        self._recent_bytes += len(line)
+        while len(self._recent) > RECENT_LINES or self._recent_bytes > RECENT_BYTES:
+            self._recent_bytes -= len(self._recent.popleft()[1])
+
+    def recent(self, after: int = 0, limit: int = RECENT_LINES) -> dict[str, Any]:
+        """The reply to ``log_recent`` (see the module): the kept lines numbered above ``after``,
+        the last ``limit`` of them."""
+        lines = [[seq, line.decode("utf-8", "replace")] for seq, line in self._recent if seq > after]
+        return {
+            "incarnation": self.incarnation,
+            "seq": self.published,
+            "lines": lines[len(lines) - limit :] if limit else [],
+        }
+
+    def close(self) -> None:
+        """Close the socket and the files (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._socket.close(linger=0)
+        if self._own_context:
+            self._context.term()
+        if hasattr(self, "_follower"):
+            self._follower.close()

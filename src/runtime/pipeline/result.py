@@ -1,0 +1,84 @@
+"""What a pipeline run returns: its outcomes, outputs and finals, and the throughput model's
+figures (``model`` explains them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PipelineMetrics", "PipelineResult", "StageMetrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageMetrics:
+    """What one stage did (frozen snapshot)."""
+
+    name: str
+    items_in: int
+    items_out: int
+    failed: int
+    errors: int
+    latency_s: float
+    concurrency: float
+    throughput: float
+    queue_depth: int
+    queue_max: int
+    queue_bound: int
+    busy_fraction: float
+    replicas: int
+    actor_latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineMetrics:
+    """The whole pipeline: its stages and the throughput model's figures."""
+
+    stages: tuple[StageMetrics, ...]
+    elapsed_s: float
+    items_done: int
+    items_ok: int
+    items_pruned: int
+    items_dead: int
+    lambda_measured: float
+    lambda_succ: float
+    lambda_theory: float
+    bottleneck: str
+
+    @property
+    def efficiency(self) -> float:
+        """lambda / lambda_theory."""
+        return self.lambda_measured / self.lambda_theory if self.lambda_theory > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """The end of a run.
+
+    Attributes:
+        metrics: the figures of the run (the stages' counts among them).
+        outcomes: each item's end: ``ok``, ``pruned``, ``dead``, or ``kept`` (an earlier run
+            committed its output).
+        errors: the last error of each pruned or dead item.
+        outputs: the last stage's output per ok item (empty unless kept: ``keep_outputs``).
+        finals: what each stage's ``finalize`` hook returned, by stage.
+        scale_log: the scaler's decisions: (seconds since start, stage, replicas, what).
+        kept: how many items an earlier run had committed.
+        already_complete: ``out`` held a finished run of this pipeline: nothing ran, and
+            ``finals`` are the recorded ones.
+    """
+
+    metrics: PipelineMetrics
+    outcomes: dict[str, str]
+    errors: dict[str, str]
+    outputs: dict[str, Any] = field(default_factory=dict)
+    finals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scale_log: tuple[tuple[float, str, int, str], ...] = ()
+    kept: int = 0
+    already_complete: bool = False
+
+    def counts(self) -> dict[str, int]:
+        """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``)."""
+        out = {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}
+        for outcome in self.outcomes.values():
+            out[outcome] = out.get(outcome, 0) + 1
+        return out

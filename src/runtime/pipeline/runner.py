@@ -1,0 +1,356 @@
+"""Run a pipeline from Python: the API behind ``troupe run``.
+
+::
+
+    from troupe import run_pipeline_sync
+
+    result = run_pipeline_sync("stages.toml", out="out", items=100)
+    print(result.metrics.lambda_measured, result.counts(), result.outputs)
+
+Where the replicas run:
+
+- by default on a one-host cluster started in this process and stopped at the end: a node on
+  a free loopback port, whose worker processes are the stages' replicas;
+- ``node=ENDPOINT``: on that running node (``troupe node start``), which starts and stops the
+  replicas as the engine asks.
+
+Where the items come from:
+
+- with an ``out`` directory and no ``master``: a master started here whose journal is
+  ``out/.troupe/journal.db``. The run owns ``out`` (``run_dir``'s rules): a rerun with the
+  same pipeline resumes (what an earlier run ended stays ended; what its stages committed is
+  kept), another pipeline is refused, ``fresh=True`` starts anew, and a finished run is
+  answered at once with ``already_complete``;
+- ``master=ENDPOINT``: a running master; the items are the job named like the pipeline,
+  submitted unless the master has it, and leased as a worker leases tasks;
+- with neither: the config's seed range, in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from troupe.runtime.core.client import connect
+from troupe.runtime.core.loading import check_stage_actors
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError, StageFailed
+from troupe.runtime.node.config import NodeConfig
+from troupe.runtime.node.local import start_local_node
+from troupe.runtime.node.node import Node
+from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.state import FINAL_STATES
+
+from .config import PipelineConfig, load_pipeline
+from .engine import PipelineEngine
+from .result import PipelineMetrics, PipelineResult
+from .run_dir import RunDir, fingerprint
+from .source import ItemSource, MasterSource
+
+__all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What ``on_start`` is told once the cluster is up, before the first item moves.
+
+    Attributes:
+        startup_s: seconds from the call to a running cluster.
+        items: the pipeline's items.
+        before: items an earlier run into the same ``out`` had ended already.
+        stages: the number of stages.
+        out: the output directory, or None.
+    """
+
+    startup_s: float
+    items: int
+    before: int
+    stages: int
+    out: Path | None
+
+
+async def run_pipeline(
+    pipeline: PipelineConfig | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    items: int | None = None,
+    node: str | None = None,
+    master: str | None = None,
+    fresh: bool = False,
+    keep_outputs: bool = True,
+    on_progress: Callable[[PipelineMetrics], None] | None = None,
+    on_start: Callable[[RunStart], None] | None = None,
+    node_endpoint: str | None = None,
+    master_endpoint: str | None = None,
+) -> PipelineResult:
+    """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
+
+    Args:
+        pipeline: a :class:`PipelineConfig`, or the path of a pipeline TOML file.
+        out: the run's output directory: ``{out}`` in stage kwargs, the logs, and (without
+            ``master``) the journal that makes a rerun resume. None: no directory.
+        items: overrides the pipeline's ``items``.
+        node: a running node's endpoint to start the replicas on (default: a node started
+            in this process).
+        master: a running master's endpoint to take the items from as a job.
+        fresh: start anew in ``out``: delete what troupe wrote there (and the stages' ``start``
+            hooks drop their outputs) instead of resuming.
+        keep_outputs: keep the last stage's output of every ok item in ``result.outputs``.
+        on_progress: called with fresh metrics whenever items move.
+        on_start: called once the cluster is up (:class:`RunStart`).
+        node_endpoint: where the node started here listens (default: a free loopback port).
+        master_endpoint: where the master started here listens (default: a free loopback port).
+
+    Returns:
+        The run's :class:`PipelineResult`.
+
+    Raises:
+        ConfigError: the pipeline is invalid, uses ``{out}`` without ``out``, or ``out`` was
+            made with another pipeline (or by someone else).
+        StageFailed: a stage's ``start`` or ``finalize`` hook failed.
+    """
+    t0 = time.perf_counter()
+    plan = await anyio.to_thread.run_sync(_plan, pipeline, out, items, node, master, fresh)
+    cfg, resolved, out_dir, run_dir, log_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir, plan.log_dir
+    if plan.complete is not None:
+        return _already_complete(plan.complete)
+    failed: StageFailed | None = None
+    async with _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint) as cluster:
+        if on_start is not None:
+            on_start(RunStart(time.perf_counter() - t0, cfg.items, cluster.before, len(cfg.stages), out_dir))
+        engine = PipelineEngine(
+            resolved,
+            cluster.runtime,
+            cluster.node_endpoint,
+            on_change=on_progress,
+            source=cluster.source,
+            keep_outputs=keep_outputs,
+            out=None if out_dir is None else str(out_dir),
+            fresh=fresh,
+        )
+        if cluster.node is not None:
+            cluster.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
+        try:
+            result = await engine.run()
+        except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
+            failed = exc
+    if failed is not None:
+        raise failed
+    if run_dir is not None:
+        run_dir.mark_complete(result.finals)
+    return result
+
+
+def run_pipeline_sync(
+    pipeline: PipelineConfig | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> PipelineResult:
+    """:func:`run_pipeline` from synchronous code (its own event loop: uvloop when installed)."""
+
+    async def main() -> PipelineResult:
+        return await run_pipeline(pipeline, out, **kwargs)
+
+    try:
+        import uvloop  # noqa: F401
+
+        options: dict[str, Any] = {"use_uvloop": True}
+    except ImportError:
+        options = {}
+    return anyio.run(main, backend="asyncio", backend_options=options)
+
+
+def pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
+    """The live stage metrics, for the node's status reply (``troupe ctl status``)."""
+    from dataclasses import asdict
+
+    m = engine.metrics()
+    return {**asdict(m), "efficiency": m.efficiency}
+
+
+# -- the pieces ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    cfg: PipelineConfig  # as declared ({out} unresolved: what the run directory records)
+    resolved: PipelineConfig
+    out: Path | None
+    run_dir: RunDir | None
+    log_dir: Path
+    complete: dict[str, Any] | None  # the record of a finished run whose outputs are all there
+
+
+def _plan(
+    pipeline: PipelineConfig | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    items: int | None,
+    node: str | None,
+    master: str | None,
+    fresh: bool,
+) -> _Plan:
+    """Everything checked and prepared before anything starts."""
+    cfg = _as_config(pipeline, items)
+    if node is None:  # a running node's import path is its own; it reports a bad class itself
+        source = str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
+        check_stage_actors(cfg, source)
+    out_dir = None if out is None else Path(out).resolve()
+    if out_dir is None:
+        _check_no_out(cfg)
+    resolved = cfg if out_dir is None else cfg.with_out(out_dir)
+    run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
+    complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
+    if complete is not None and not RunDir.still_there(complete):
+        complete = None  # finalised once, but its outputs are gone: finalise again
+    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return _Plan(cfg, resolved, out_dir, run_dir, log_dir, complete)
+
+
+def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | None) -> PipelineConfig:
+    if isinstance(pipeline, PipelineConfig):
+        if items is None:
+            return pipeline
+        data = pipeline.model_dump()
+        data["items"] = items
+        try:
+            return PipelineConfig.model_validate(data)
+        except ValueError as exc:
+            raise ConfigError(f"items={items!r}: {exc}") from None
+    return load_pipeline(Path(pipeline), items=items)
+
+
+def _check_no_out(cfg: PipelineConfig) -> None:
+    for stage in cfg.stages:
+        for key, value in stage.kwargs.items():
+            if isinstance(value, str) and "{out}" in value:
+                raise ConfigError(
+                    f"stages.{stage.name}.kwargs.{key} uses {{out}}, but the run was given no out "
+                    "directory; pass out=DIR (troupe run: --out DIR)"
+                )
+
+
+def _already_complete(complete: dict[str, Any]) -> PipelineResult:
+    finals = complete.get("finals")
+    metrics = PipelineMetrics((), 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, "")
+    return PipelineResult(
+        metrics,
+        {},
+        {},
+        finals=dict(finals) if isinstance(finals, dict) else {},
+        already_complete=True,
+    )
+
+
+def _free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+@dataclass
+class _Cluster:
+    runtime: Runtime
+    node_endpoint: str
+    node: Node | None
+    source: ItemSource | None
+    before: int
+
+
+@asynccontextmanager
+async def _cluster(
+    cfg: PipelineConfig,
+    run_dir: RunDir | None,
+    log_dir: Path,
+    node: str | None,
+    master: str | None,
+    node_endpoint: str | None,
+    master_endpoint: str | None,
+) -> AsyncIterator[_Cluster]:
+    """The node and the item source of a run; what was started here is stopped on the way out
+    (done, failed or cancelled): the node first (its workers within its stop grace), then the
+    master, then its journal."""
+    journal = None
+    try:
+        async with anyio.create_task_group() as tg:
+            local_node: Node | None = None
+            local_master: Master | None = None
+            try:
+                if run_dir is not None:
+                    run_dir.state_dir.mkdir(parents=True, exist_ok=True)
+                    journal, book = open_journal(run_dir.journal_path, new=True)
+                    master = master_endpoint or _free_endpoint()
+                    local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
+                    await _start_master(tg, local_master)
+                if node is None:
+                    node_cfg = NodeConfig(
+                        name="local",
+                        endpoint=node_endpoint or _free_endpoint(),
+                        log_dir=log_dir,
+                        stop_grace_s=10,
+                        master=master,
+                    )
+                    local_node = await start_local_node(tg, node_cfg)
+                    node = node_cfg.endpoint
+                async with connect(node, "local" if local_node is not None else "") as rt:
+                    source, before = await _master_source(rt, master, cfg) if master else (None, 0)
+                    yield _Cluster(rt, node, local_node, source, before)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if local_node is not None:
+                        local_node.stopping.set()
+                        with anyio.move_on_after(local_node.config.stop_grace_s + 30):
+                            await local_node.stopped.wait()
+                    if local_master is not None:
+                        local_master.stop()
+    finally:
+        if journal is not None:
+            journal.close()
+
+
+async def _start_master(tg: anyio.abc.TaskGroup, master: Master) -> None:
+    async def serve() -> None:
+        with anyio.CancelScope(shield=True):  # it outlives the node's stop; master.stop() ends it
+            await master.run()
+
+    tg.start_soon(serve)
+    with anyio.fail_after(30):
+        await master.ready.wait()
+
+
+async def _master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple[MasterSource, int]:
+    """Submit the pipeline's items as a job, unless the master has it, and lease them; also
+    say how many of its tasks an earlier run ended."""
+    job_id = cfg.name
+    jobs = await rt.control(master, "jobs", None, timeout=30)
+    known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    ended = {str(state) for state in FINAL_STATES}
+    before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
+    if known is None:
+        job = {
+            "job": {
+                "name": cfg.name,
+                "kind": cfg.name,
+                "count": cfg.items,
+                "seed_start": cfg.seed_start,
+                "max_attempts": cfg.max_attempts,
+                "lease_s": 120,
+                "backoff_base_s": 0.2,
+                "backoff_max_s": 5.0,
+                "speculation": {"enabled": False},
+            }
+        }
+        await rt.control(master, "submit", {"job": job, "source": "run_pipeline", "job_id": job_id})
+    # Enough leases for every item the stages can hold at once, queued or in flight.
+    slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
+    return MasterSource(rt, master, job_id, slots=slots), before

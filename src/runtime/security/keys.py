@@ -1,0 +1,228 @@
+"""CURVE key pairs on disk: ``troupe keys generate`` writes them, every process loads them.
+
+A keys directory (mode 0700) holds pyzmq certificate files, as ``zmq.auth.create_certificates``
+writes them: ``NAME.key`` (the public key) and ``NAME.key_secret`` (both keys, mode 0600).
+
+- ``cluster``: the one pair of master, nodes and workers. Every mailbox (server socket) of
+  those processes uses it, and every connection between them presents it.
+- ``operator`` and ``operator-NAME``: people or programs allowed every control message.
+- ``reader`` and ``reader-NAME``: allowed the read-only control messages only (``roles``).
+
+The public keys in the directory (``*.key``) are the authorised set, and a key's role is its
+file name's prefix. Distribution: every host gets ``cluster.key``, ``cluster.key_secret`` and
+the public keys of the operators and readers; an operator gets ``cluster.key`` (the servers'
+key) and their own pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+import zmq.auth
+
+from troupe.runtime.errors import ConfigError
+
+__all__ = [
+    "CLUSTER",
+    "OPERATOR",
+    "READER",
+    "CurveKeys",
+    "check_curve",
+    "generate_keys",
+    "load_keys",
+    "role_of",
+    "user_id",
+]
+
+CLUSTER = "cluster"
+OPERATOR = "operator"
+READER = "reader"
+_NAME = re.compile(r"^(cluster|operator|reader)(?:-([A-Za-z0-9_.]+))?$")
+_PERSON = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+_Z85_KEY_LEN = 40
+
+
+def role_of(name: str) -> str | None:
+    """The role a key file's name gives (``operator-alice`` -> ``operator``); None if none."""
+    m = _NAME.match(name)
+    if m is None or (m.group(1) == CLUSTER and m.group(2)):
+        return None
+    return m.group(1)
+
+
+def user_id(name: str) -> str:
+    """What a peer with the key ``name`` is called in logs and in its messages' ``User-Id``:
+    ``cluster``, ``operator``, ``operator:alice``, ``reader:bob``."""
+    role, _, person = name.partition("-")
+    return f"{role}:{person}" if person else role
+
+
+@dataclass(frozen=True, eq=False)
+class CurveKeys:
+    """The keys one process uses: its own pair, the servers' public key, the authorised set.
+
+    Attributes:
+        directory: where they were loaded from (children of a node load them again there).
+        name: the pair this process presents (``cluster``, ``operator-alice``, ...).
+        public: its public key (Z85).
+        secret: its secret key (Z85).
+        server_public: the public key every server socket presents (the cluster's, Z85).
+        authorised: every authorised public key (Z85) and the user id of its holder.
+        cluster_secret: the cluster's secret key where this process has it (the heartbeat MAC
+            key is derived from it); None for an operator's or reader's process.
+    """
+
+    directory: Path
+    name: str
+    public: bytes
+    secret: bytes
+    server_public: bytes
+    authorised: Mapping[bytes, str] = field(repr=False)
+    cluster_secret: bytes | None = field(default=None, repr=False)
+
+    @property
+    def role(self) -> str:
+        """``cluster``, ``operator`` or ``reader``."""
+        return role_of(self.name) or CLUSTER
+
+    @property
+    def user_id(self) -> str:
+        """How peers see this process (``operator:alice``)."""
+        return user_id(self.name)
+
+    def heartbeat_key(self) -> bytes | None:
+        """The key of the heartbeats' MAC: derived from the cluster secret, so only processes
+        of the cluster can sign a beat; None without it."""
+        if self.cluster_secret is None:
+            return None
+        return hashlib.blake2b(self.cluster_secret, digest_size=32, person=b"troupe-hb").digest()
+
+
+def check_curve() -> None:
+    """Refuse to start with keys when the installed libzmq cannot do CURVE.
+
+    Raises:
+        ConfigError: one line saying so and how to get a libzmq that can.
+    """
+    if not zmq.has("curve"):
+        raise ConfigError(
+            f"the installed libzmq {zmq.zmq_version()} lacks CURVE, which --keys needs; reinstall "
+            "pyzmq from its wheels (pip install --force-reinstall pyzmq), which bundle a libzmq "
+            "with CURVE"
+        )
+
+
+def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Iterable[str] = ()) -> list[Path]:
+    """Write new key pairs into ``directory`` (made with mode 0700 if missing).
+
+    Without ``operators`` and ``readers``: the ``cluster``, ``operator`` and ``reader`` pairs.
+    With them: ``operator-NAME`` and ``reader-NAME`` for each name given, and nothing else.
+    Nothing is written unless every pair is new.
+
+    Returns:
+        The secret key files written.
+
+    Raises:
+        ConfigError: a name is not ``[A-Za-z0-9_.]``, a pair exists already, or the directory
+            cannot be written; one line, naming it.
+    """
+    operators, readers = list(operators), list(readers)
+    for option, people in (("--operator", operators), ("--reader", readers)):
+        for person in people:
+            if not _PERSON.match(person):
+                raise ConfigError(f"{option} {person!r}: use letters, digits, '_' and '.' (1 to 64 of them)")
+    names = [f"{OPERATOR}-{p}" for p in operators] + [f"{READER}-{p}" for p in readers]
+    if not names:
+        names = [CLUSTER, OPERATOR, READER]
+    taken = [
+        n for n in names if (directory / f"{n}.key").exists() or (directory / f"{n}.key_secret").exists()
+    ]
+    if taken:
+        raise ConfigError(
+            f"keys {directory}: the {taken[0]} pair exists already; it is not overwritten (remove "
+            f"{taken[0]}.key and {taken[0]}.key_secret first to replace it)"
+        )
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        written = []
+        for name in names:
+            old = os.umask(0o077)  # the secret file is never readable by others, not even briefly
+            try:
+                public, secret = zmq.auth.create_certificates(directory, name)
+            finally:
+                os.umask(old)
+            os.chmod(secret, 0o600)
+            os.chmod(public, 0o644)
+            written.append(Path(secret))
+    except OSError as exc:
+        raise ConfigError(f"keys {directory}: cannot write ({exc.strerror})") from None
+    return written
+
+
+def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKeys:
+    """Load the keys of one process from ``directory``.
+
+    Args:
+        directory: a keys directory (``troupe keys generate``).
+        identity: the pair to present: ``cluster`` (master, nodes, workers), a name such as
+            ``operator-alice``, or None for a client's choice: the first ``operator*`` pair
+            whose secret is there, else the first ``reader*`` one, else ``cluster``.
+
+    Raises:
+        ConfigError: the directory or a needed file is missing, unreadable, not a key, or a
+            secret key file is readable by others; one line, naming the file.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(
+            f"keys {directory}: no such directory; make one with `troupe keys generate {directory}`"
+        )
+    publics: dict[str, bytes] = {}
+    for path in sorted(directory.glob("*.key")):
+        if role_of(path.stem) is not None:
+            publics[path.stem] = _read(path)[0]
+    if CLUSTER not in publics:
+        raise ConfigError(
+            f"keys {directory}: no cluster.key; copy it from the directory `troupe keys generate` made"
+        )
+    name = identity or _client_identity(directory)
+    own_public, own_secret = _read(directory / f"{name}.key_secret", secret=True)
+    cluster_secret = own_secret if name == CLUSTER else None
+    authorised = {key: user_id(n) for n, key in publics.items()}
+    authorised.setdefault(own_public, user_id(name))
+    return CurveKeys(directory, name, own_public, own_secret, publics[CLUSTER], authorised, cluster_secret)
+
+
+def _client_identity(directory: Path) -> str:
+    for role in (OPERATOR, READER):
+        found = sorted(p.name[: -len(".key_secret")] for p in directory.glob(f"{role}*.key_secret"))
+        found = [n for n in found if role_of(n) == role]
+        if found:
+            return found[0]
+    return CLUSTER
+
+
+def _read(path: Path, secret: bool = False) -> tuple[bytes, bytes]:
+    if not path.is_file():
+        what = "secret key" if secret else "public key"
+        raise ConfigError(f"keys {path.parent}: no {path.name} ({what})")
+    if secret:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise ConfigError(
+                f"secret key {path} is readable by others (mode {mode:04o}); run chmod 600 {path}"
+            )
+    try:
+        public, secret_key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"key file {path}: not a CURVE certificate ({exc})") from None
+    if len(public) != _Z85_KEY_LEN or (secret and (secret_key is None or len(secret_key) != _Z85_KEY_LEN)):
+        raise ConfigError(f"key file {path}: not a CURVE certificate (keys are 40 Z85 characters)")
+    return public, secret_key or b""

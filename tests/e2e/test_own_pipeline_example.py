@@ -1,0 +1,72 @@
+"""The README's "Your own pipeline" example is the one in docs/examples/own_pipeline, and it works
+as the README says: its own test passes, and `troupe run` runs it from its folder."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "own_pipeline"
+
+
+def _readme_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Your own pipeline")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+@pytest.mark.parametrize(
+    ("lang", "name"), [("python", "stages.py"), ("toml", "pipeline.toml"), ("python", "test_stages.py")]
+)
+def test_the_readme_shows_the_example_files_as_they_are(lang: str, name: str) -> None:
+    blocks = re.findall(rf"```{lang}\n(.*?)```", _readme_section(), re.S)
+    assert (EXAMPLE / name).read_text(encoding="utf-8") in blocks
+
+
+@pytest.mark.timeout(300)
+def test_the_examples_own_test_passes_with_the_plugin(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_stages.py",
+            "--basetemp",
+            str(tmp_path / "t"),
+        ],
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_troupe_run_runs_the_example_from_its_folder_and_reports_json(tmp_path: Path) -> None:
+    work = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("__pycache__", "test_*"))
+    run = [sys.executable, "-m", "troupe.cli.main", "run", "pipeline.toml", "--items", "12", "--out", "out"]
+    done = subprocess.run([*run, "--json"], cwd=work, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures = json.loads(done.stdout)
+    assert figures["items"]["ok"] + figures["items"]["pruned"] == 12
+    assert set(figures["stages"]) == {"generate", "smooth", "store"}
+    assert figures["finals"]["store"]["summary"].startswith(f"{figures['items']['ok']} signals in ")
+    index = json.loads((work / "out" / "signals" / "index.json").read_text())
+    assert len(index["items"]) == figures["items"]["ok"]
+
+    again = subprocess.run(run, cwd=work, capture_output=True, text=True, timeout=280)
+    assert again.returncode == 0, again.stderr
+    assert "already complete:" in again.stdout and "signals in" in again.stdout

@@ -1,0 +1,370 @@
+"""The engine's calls per replica, without processes: a fake node and fake replicas whose
+``process`` calls wait until the test answers them, so every interleaving is the test's choice.
+
+What a user relies on: with ``inflight = 2`` a replica's next item is already sent while it
+works on one (it never idles waiting for the engine), with ``inflight = 1`` never; credits still
+bound every queue; the latency the engine reports is service time, not time queued behind the
+call before; and a replica that answers in the old list form, or answers nonsense, does not
+crash the run.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from troupe.runtime.pipeline import engine as engine_module
+from troupe.runtime.pipeline.config import PipelineConfig
+from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
+from troupe.runtime.pipeline.model import PipelineMetrics
+
+WAIT_S = 10  # bound on every wait for the engine to do something; never an upper bound on speed
+DEFAULT = object()
+
+
+@dataclass
+class Call:
+    """One outstanding ``process`` call: its replica, its items, and how the test answers it."""
+
+    replica: str
+    items: list[Any]
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    reply: Any = None
+
+    @property
+    def stage(self) -> str:
+        return self.replica.split("-")[1]  # "{pipeline}-{stage}-{n}"
+
+    def answer(self, reply: Any = DEFAULT, actor_s: float | None = None) -> None:
+        """Answer with ``reply``; by default every item ok as it came, in the current form."""
+        if reply is DEFAULT:
+            reply = {"outcomes": [{"ok": it} for it in self.items]}
+            if actor_s is not None:
+                reply["actor_s"] = actor_s
+        self.reply = reply
+        self.answered.set()
+
+
+class FakeNode:
+    """A runtime whose node starts and stops replicas at once, and whose replicas hand every
+    ``process`` call to the test (``calls``), counting the outstanding ones per replica."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self.outstanding: dict[str, int] = defaultdict(int)
+        self.most_outstanding: dict[str, int] = defaultdict(int)
+        self.spawned: list[str] = []
+        self.stopped: list[str] = []
+        self.arrived = anyio.Event()
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "spawn_worker":
+            self.spawned.append(payload["name"])
+        elif kind == "stop_worker":
+            self.stopped.append(payload["name"])
+        else:
+            raise AssertionError(f"unexpected control {kind!r}")
+        return {}
+
+    def ref(self, path: str) -> FakeRef:
+        return FakeRef(self, path.split("/")[0])
+
+    def pending(self, stage: str | None = None) -> list[Call]:
+        return [c for c in self.calls if not c.answered.is_set() and stage in (None, c.stage)]
+
+    async def wait_for(self, what: str, done: Callable[[], bool]) -> None:
+        """Until ``done()`` holds, woken by each new call (bounded)."""
+        with anyio.fail_after(WAIT_S):
+            while not done():
+                await self.arrived.wait()
+                self.arrived = anyio.Event()
+        assert done(), what
+
+
+class FakeRef:
+    def __init__(self, node: FakeNode, replica: str) -> None:
+        self.node = node
+        self.replica = replica
+
+    async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "stage_info":
+            return {"hooks": []}
+        assert kind == "process", kind
+        node = self.node
+        call = Call(self.replica, list(payload["items"]))
+        node.outstanding[self.replica] += 1
+        node.most_outstanding[self.replica] = max(
+            node.most_outstanding[self.replica], node.outstanding[self.replica]
+        )
+        node.calls.append(call)
+        node.arrived.set()
+        try:
+            await call.answered.wait()
+        finally:
+            node.outstanding[self.replica] -= 1
+        return call.reply
+
+
+def _pipeline(items: int, *stages: dict[str, Any]) -> PipelineConfig:
+    # The scaler looks once an hour: replicas stay as declared, only failures replace them.
+    return PipelineConfig.model_validate(
+        {"name": "p", "items": items, "scale_interval_s": 3600.0, "stages": list(stages)}
+    )
+
+
+def _stage(name: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "actor": "fake.module:Stage", **fields}
+
+
+class FakeClock:
+    """Stands in for the engine's ``time.monotonic`` (only the engine's: the event loop keeps its own)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
+    fake = FakeClock()
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    yield fake
+
+
+async def _run(
+    cfg: PipelineConfig,
+    node: FakeNode,
+    drive: Callable[[], Awaitable[None]],
+    samples: list[PipelineMetrics] | None = None,
+) -> PipelineResult:
+    """Run the engine on ``node`` while ``drive()`` answers its calls; stop ``drive`` once the
+    run ends; both bounded."""
+    engine = PipelineEngine(
+        cfg,
+        node,  # type: ignore[arg-type]
+        "tcp://fake:1",
+        on_change=samples.append if samples is not None else None,
+        on_change_every_s=0.0,  # every change: the tests look at each queue depth
+    )
+    with anyio.fail_after(WAIT_S * 3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            result = await engine.run()
+            tg.cancel_scope.cancel()
+    return result
+
+
+async def _answer_every_call(node: FakeNode) -> None:
+    """Answer every call, oldest first, until cancelled (the run ended)."""
+    while True:
+        await node.wait_for("a call to answer", lambda: bool(node.pending()))
+        node.pending()[0].answer()
+
+
+# -- calls in flight per replica --------------------------------------------------------------
+
+
+async def test_with_inflight_2_the_next_call_is_sent_before_the_first_answers() -> None:
+    """A replica with inflight = 2 gets its second item while the first is still unanswered,
+    and never has more than two calls outstanding."""
+    node = FakeNode()
+    cfg = _pipeline(6, _stage("a", inflight=2))
+
+    async def drive() -> None:
+        await node.wait_for("two calls to one replica", lambda: len(node.pending()) == 2)
+        first, second = node.pending()
+        assert first.replica == second.replica
+        assert not first.answered.is_set()  # the second went out before the first answered
+        await anyio.wait_all_tasks_blocked()
+        assert len(node.pending()) == 2, "a third call went out while two were outstanding"
+        await _answer_every_call(node)
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}
+    assert dict(node.most_outstanding) == {node.spawned[0]: 2}
+
+
+async def test_with_inflight_1_a_replica_never_has_two_calls() -> None:
+    """inflight = 1: the next call goes out only once the previous one answered."""
+    node = FakeNode()
+    cfg = _pipeline(4, _stage("a", inflight=1))
+
+    async def drive() -> None:
+        for _ in range(4):
+            await node.wait_for("a call", lambda: len(node.pending()) == 1)
+            await anyio.wait_all_tasks_blocked()  # the engine had every chance to send another
+            assert len(node.pending()) == 1
+            node.pending()[0].answer()
+
+    result = await _run(cfg, node, drive)
+    assert result.counts()["ok"] == 4
+    assert max(node.most_outstanding.values()) == 1
+
+
+async def test_two_replicas_each_get_a_call_before_either_gets_a_second() -> None:
+    """With two replicas and two items, each replica works (no replica hoards both)."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", replicas=2, inflight=2))
+
+    async def drive() -> None:
+        await node.wait_for("two calls", lambda: len(node.pending()) == 2)
+        assert {c.replica for c in node.pending()} == set(node.spawned)
+        await _answer_every_call(node)
+
+    result = await _run(cfg, node, drive)
+    assert result.counts()["ok"] == 2
+
+
+async def test_credits_bound_the_downstream_queue_with_calls_in_flight() -> None:
+    """Behind a stuck stage, what its producer has in flight counts against its queue: no queue
+    ever holds more than its bound, and the producer is given nothing more."""
+    node = FakeNode()
+    bound = 1  # below a's inflight: a's calls alone could overfill it if credit ignored them
+    cfg = _pipeline(12, _stage("a", inflight=3, queue=4), _stage("b", inflight=2, queue=bound))
+    samples: list[PipelineMetrics] = []
+
+    async def drive() -> None:
+        # "a"'s calls are answered together; "b" is stuck until the pipeline stops moving.
+        with anyio.fail_after(WAIT_S):
+            while True:
+                for call in node.pending("a"):
+                    call.answer()
+                await anyio.wait_all_tasks_blocked()
+                if not node.pending("a"):
+                    break
+        stuck_b = node.pending("b")
+        assert len(stuck_b) == 2  # b's replica has its inflight calls
+        b_queue = samples[-1].stages[1].queue_depth
+        assert b_queue <= bound
+        passed_a = sum(len(c.items) for c in node.calls if c.stage == "a")
+        assert passed_a == len(stuck_b) + b_queue  # a got only what b's queue had room for
+        await _answer_every_call(node)
+
+    result = await _run(cfg, node, drive, samples)
+    assert result.counts()["ok"] == 12
+    samples.append(result.metrics)
+    for m in samples:
+        for s in m.stages:
+            assert s.queue_depth <= s.queue_bound and s.queue_max <= s.queue_bound, s
+
+
+# -- what the engine measures -----------------------------------------------------------------
+
+
+async def test_latency_of_a_saturated_replica_excludes_time_queued_behind_the_previous_call(
+    clock: FakeClock,
+) -> None:
+    """Both calls go out at t; the first answers at t+1, the second at t+3. The second's
+    service began when the first answered: l_s = (1 + 2) / 2, not (1 + 3) / 2; the in-actor
+    time is what the actor said."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", inflight=2))
+
+    async def drive() -> None:
+        await node.wait_for("both calls", lambda: len(node.pending()) == 2)
+        first, second = node.pending()
+        clock.now += 1.0
+        first.answer(actor_s=0.9)
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 2.0
+        second.answer(actor_s=1.9)
+
+    result = await _run(cfg, node, drive)
+    (stage,) = result.metrics.stages
+    assert stage.latency_s == pytest.approx(1.5)
+    assert stage.actor_latency_s == pytest.approx(1.4)
+    assert result.metrics.elapsed_s == pytest.approx(3.0)
+
+
+async def test_latency_of_an_idle_replica_starts_when_its_call_is_sent(clock: FakeClock) -> None:
+    """A replica idle since its last answer: its next call's service starts when it is sent,
+    not at its last answer (idle time is not latency either). "b" answers its first item after
+    1 s, waits 3 s idle for "a", then answers its second 0.5 s after it came: l_s = 0.75."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", inflight=1, queue=1), _stage("b", inflight=1))
+
+    async def next_call(stage: str) -> Call:
+        await node.wait_for(f"a call to {stage}", lambda: bool(node.pending(stage)))
+        (call,) = node.pending(stage)
+        return call
+
+    async def drive() -> None:
+        (await next_call("a")).answer()
+        b1 = await next_call("b")
+        clock.now += 1.0
+        b1.answer()
+        a2 = await next_call("a")
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 3.0  # b is idle meanwhile
+        a2.answer()
+        b2 = await next_call("b")
+        clock.now += 0.5
+        b2.answer()
+
+    result = await _run(cfg, node, drive)
+    assert result.counts()["ok"] == 2
+    assert result.metrics.stages[1].latency_s == pytest.approx(0.75)
+
+
+# -- replies old and bad ----------------------------------------------------------------------
+
+
+async def test_a_reply_in_the_old_list_form_still_works() -> None:
+    """A replica answering a bare list of outcomes (before ``actor_s``) passes its items; its
+    in-actor time is taken as the engine's."""
+    node = FakeNode()
+    cfg = _pipeline(3, _stage("a", inflight=1))
+
+    async def drive() -> None:
+        for _ in range(3):
+            await node.wait_for("a call", lambda: bool(node.pending()))
+            call = node.pending()[0]
+            call.answer([{"ok": it} for it in call.items])
+
+    result = await _run(cfg, node, drive)
+    assert result.counts()["ok"] == 3
+    (stage,) = result.metrics.stages
+    assert stage.actor_latency_s == pytest.approx(stage.latency_s)
+    assert stage.errors == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda items: [], id="too-few-outcomes"),
+        pytest.param(lambda items: [{"ok": 1}] * (len(items) + 1), id="too-many-outcomes"),
+        pytest.param(lambda items: ["ok"] * len(items), id="outcomes-not-dicts"),
+        pytest.param(lambda items: {"outcomes": "ok", "actor_s": 0.1}, id="outcomes-not-a-list"),
+        pytest.param(lambda items: None, id="nothing"),
+    ],
+)
+async def test_a_malformed_reply_retries_its_items_on_a_new_replica(bad: Callable[[list[Any]], Any]) -> None:
+    """A replica that answers nonsense is replaced and its items retried: the run ends ok,
+    the stage counts the errors, and the replica's worker is stopped."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", inflight=1, batch=2))
+
+    async def drive() -> None:
+        await node.wait_for("the first call", lambda: bool(node.pending()))
+        first = node.pending()[0]
+        first.answer(bad(first.items))
+        await node.wait_for("the retry", lambda: bool(node.pending()))
+        retry = node.pending()[0]
+        assert retry.replica != first.replica
+        assert sorted(it["task_id"] for it in retry.items) == sorted(it["task_id"] for it in first.items)
+        retry.answer()
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}
+    assert result.metrics.stages[0].errors == 2
+    assert node.stopped[0] == node.spawned[0]  # the nonsense replica's worker was stopped first
+    assert len(node.spawned) == 2

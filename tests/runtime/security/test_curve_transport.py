@@ -1,0 +1,133 @@
+"""CURVE between runtimes of one process: who gets in, and what each role may send.
+
+Every runtime here is a real ZeroMQ transport on loopback with keys generated into tmp_path;
+the server's runtime and each client's use separate key objects, hence separate contexts and
+authenticators, as separate processes would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import zmq
+from structlog.testing import capture_logs
+
+from troupe.runtime import Actor, AskTimeout, handles
+from troupe.runtime.core.runtime import process_runtime
+from troupe.runtime.security.auth import gate_for
+from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
+from troupe.runtime.security.roles import NotPermitted
+
+WAIT_S = 30.0  # bound of every poll; never a bound on how fast anything is
+
+
+class Echo(Actor):
+    @handles("echo")
+    def echo(self, value: Any) -> Any:
+        return value
+
+
+@dataclasses.dataclass
+class Keys:
+    cluster: CurveKeys
+    operator: CurveKeys
+    reader: CurveKeys
+    stranger: CurveKeys  # a pair of another cluster, presented to this cluster's server key
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Iterator[Keys]:
+    generate_keys(tmp_path / "k")
+    generate_keys(tmp_path / "other")
+    cluster = load_keys(tmp_path / "k")
+    stranger = dataclasses.replace(load_keys(tmp_path / "other"), server_public=cluster.public)
+    yield Keys(cluster, load_keys(tmp_path / "k", "operator"), load_keys(tmp_path / "k", "reader"), stranger)
+
+
+async def _mutate(_: Any) -> str:
+    return "changed"
+
+
+async def _until(predicate: Any) -> None:
+    with anyio.fail_after(WAIT_S):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+async def test_cluster_and_operator_keys_may_send_anything(keys: Keys) -> None:
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        await server.spawn(Echo, "echo")
+        server.register_control("mutate", _mutate)
+        echo = server.cells["echo"].endpoint
+        for who in (keys.cluster, keys.operator):
+            async with process_runtime("n", f"client-{who.name}", security=who) as client:
+                assert await client.control(server.address, "mutate", timeout=WAIT_S) == "changed"
+                ref = client.ref("n/server/echo")
+                client.directory.learn("n/server/echo", echo)
+                assert await ref.ask("echo", {"x": [1, 2]}, timeout=WAIT_S) == {"x": [1, 2]}
+    assert gate_for(keys.cluster).refused == 0
+
+
+async def test_a_reader_key_may_read_but_not_change_anything(keys: Keys) -> None:
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        await server.spawn(Echo, "echo")
+        server.register_control("mutate", _mutate)
+        server.register_control("status", _mutate)  # read-only by name (security.roles)
+        async with process_runtime("n", "reader", security=keys.reader) as client:
+            assert await client.control(server.address, "status", timeout=WAIT_S) == "changed"
+            with capture_logs() as logs, pytest.raises(NotPermitted) as refused:
+                await client.control(server.address, "mutate", timeout=WAIT_S)
+            assert str(refused.value) == "mutate needs an operator key; this peer has a reader key (reader)"
+            assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["control_refused"]
+            client.directory.learn("n/server/echo", server.cells["echo"].endpoint)
+            with pytest.raises(NotPermitted, match="messages to actors need an operator key"):
+                await client.ref("n/server/echo").ask("echo", 1, timeout=WAIT_S)
+            assert server.cells["echo"].statistics()["handled"] == 0  # nothing delivered
+
+
+async def test_an_unauthorised_key_gets_nothing_delivered_and_is_counted_and_logged(keys: Keys) -> None:
+    gate = gate_for(keys.cluster)
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        await server.spawn(Echo, "echo")
+        calls: list[Any] = []
+
+        async def mutate(payload: Any) -> str:
+            calls.append(payload)
+            return "changed"
+
+        server.register_control("mutate", mutate)
+        with capture_logs() as logs:
+            async with process_runtime("n", "stranger", security=keys.stranger) as client:
+                with pytest.raises(AskTimeout):
+                    await client.control(server.address, "mutate", timeout=0.5)
+                client.directory.learn("n/server/echo", server.cells["echo"].endpoint)
+                with pytest.raises(AskTimeout):
+                    await client.ref("n/server/echo").ask("echo", 1, timeout=0.5)
+            await _until(lambda: gate.gatekeeper.refused >= 2)  # the mailbox and the actor's
+        assert calls == [] and server.cells["echo"].statistics()["handled"] == 0
+        refused = [e for e in logs if e["event"] == "peer_refused"]
+        assert refused and refused[0]["peer_key"] == keys.stranger.public.decode()
+        assert refused[0]["peer_address"] == "127.0.0.1"
+        assert gate.refused >= 2
+
+
+async def test_a_peer_without_curve_fails_the_handshake_and_is_counted(keys: Keys) -> None:
+    gate = gate_for(keys.cluster)
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        server.register_control("mutate", _mutate)
+        with zmq.Context() as ctx, ctx.socket(zmq.DEALER) as raw:
+            raw.setsockopt(zmq.LINGER, 0)
+            raw.connect(server.address)
+            raw.send(b"\xc1 junk")
+            # Which side sees the mismatch first is a race: refused, or hung up during it.
+            await _until(lambda: gate.handshakes_failed + gate.handshakes_incomplete >= 1)
+            assert not raw.poll(0)
+        async with process_runtime("n", "plain") as plain:  # a troupe client without keys
+            with pytest.raises(AskTimeout):
+                await plain.control(server.address, "mutate", timeout=0.5)
+        assert server.statistics().bad_frames == 0  # nothing of it was even read

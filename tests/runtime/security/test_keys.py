@@ -1,0 +1,143 @@
+"""Key pairs on disk: what ``troupe keys generate`` writes, and what every process loads."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zmq.auth
+
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.security.keys import generate_keys, load_keys, role_of, user_id
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _troupe(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_generate_writes_the_three_pairs_with_private_secrets(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    written = generate_keys(keys)
+    assert sorted(p.name for p in written) == [
+        "cluster.key_secret",
+        "operator.key_secret",
+        "reader.key_secret",
+    ]
+    assert sorted(p.name for p in keys.iterdir()) == sorted(
+        [f"{n}.key" for n in ("cluster", "operator", "reader")] + [p.name for p in written]
+    )
+    assert _mode(keys) == 0o700
+    for name in ("cluster", "operator", "reader"):
+        assert _mode(keys / f"{name}.key_secret") == 0o600
+        public, secret = zmq.auth.load_certificate(keys / f"{name}.key_secret")
+        assert secret is not None and len(secret) == 40
+        assert zmq.auth.load_certificate(keys / f"{name}.key") == (public, None)  # pyzmq's format
+
+
+def test_generate_refuses_to_overwrite_and_writes_nothing(tmp_path: Path) -> None:
+    generate_keys(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ConfigError, match="the cluster pair exists already; it is not overwritten"):
+        generate_keys(tmp_path)
+    generate_keys(tmp_path, operators=["alice"])
+    with pytest.raises(ConfigError, match="operator-alice pair exists already"):
+        generate_keys(tmp_path, operators=["bob", "alice"])
+    assert not (tmp_path / "operator-bob.key").exists()  # all checked before any is written
+    assert all((tmp_path / name).read_bytes() == data for name, data in before.items())
+
+
+def test_named_operators_and_readers_are_added_beside_the_cluster(tmp_path: Path) -> None:
+    generate_keys(tmp_path)
+    written = generate_keys(tmp_path, operators=["alice"], readers=["bob"])
+    assert [p.name for p in written] == ["operator-alice.key_secret", "reader-bob.key_secret"]
+    assert _mode(tmp_path / "reader-bob.key_secret") == 0o600
+    keys = load_keys(tmp_path)
+    assert sorted(keys.authorised.values()) == [
+        "cluster",
+        "operator",
+        "operator:alice",
+        "reader",
+        "reader:bob",
+    ]
+
+
+def test_the_role_is_the_file_names_prefix() -> None:
+    assert role_of("cluster") == "cluster"
+    assert role_of("operator") == role_of("operator-alice") == "operator"
+    assert role_of("reader-bob") == "reader"
+    assert role_of("cluster-x") is None and role_of("admin") is None and role_of("operators") is None
+    assert user_id("operator-alice") == "operator:alice" and user_id("cluster") == "cluster"
+
+
+def test_a_process_loads_its_pair_and_a_client_prefers_an_operator_key(tmp_path: Path) -> None:
+    generate_keys(tmp_path)
+    cluster = load_keys(tmp_path)
+    assert cluster.name == "cluster" and cluster.server_public == cluster.public
+    assert cluster.heartbeat_key() is not None and len(cluster.heartbeat_key() or b"") == 32
+    client = load_keys(tmp_path, None)
+    assert client.name == "operator" and client.server_public == cluster.public
+    assert client.heartbeat_key() is None  # only the cluster's processes sign heartbeats
+
+    # An operator's own directory: the cluster's public key and their pair only.
+    mine = tmp_path / "alice"
+    mine.mkdir()
+    generate_keys(mine, readers=["alice"])
+    (mine / "cluster.key").write_bytes((tmp_path / "cluster.key").read_bytes())
+    reader = load_keys(mine, None)
+    assert reader.name == "reader-alice" and reader.user_id == "reader:alice"
+    assert reader.server_public == cluster.public
+
+
+def test_bad_key_directories_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such directory; make one with `troupe keys generate"):
+        load_keys(tmp_path / "missing")
+    generate_keys(tmp_path)
+    (tmp_path / "cluster.key_secret").chmod(0o644)
+    with pytest.raises(ConfigError, match=r"readable by others \(mode 0644\); run chmod 600"):
+        load_keys(tmp_path)
+    (tmp_path / "cluster.key_secret").chmod(0o600)
+    (tmp_path / "cluster.key").write_text("garbage\n")
+    with pytest.raises(ConfigError, match=r"cluster\.key: not a CURVE certificate"):
+        load_keys(tmp_path)
+    (tmp_path / "cluster.key").unlink()
+    with pytest.raises(ConfigError, match=r"no cluster\.key"):
+        load_keys(tmp_path)
+
+
+def test_the_command_generates_and_refuses_with_exit_status_2(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    out = _troupe("keys", "generate", str(keys))
+    assert out.returncode == 0, out.stderr
+    assert "cluster.key_secret" in out.stdout
+    again = _troupe("keys", "generate", str(keys))
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"error: keys {keys}: the cluster pair exists already; it is not overwritten (remove "
+        "cluster.key and cluster.key_secret first to replace it)"
+    ]
+    bad = _troupe("keys", "generate", str(keys), "--operator", "a b")
+    assert bad.returncode == 2 and "--operator 'a b'" in bad.stderr
+    added = _troupe("keys", "generate", str(keys), "--operator", "alice", "--reader", "bob")
+    assert added.returncode == 0, added.stderr
+    assert (keys / "operator-alice.key_secret").exists() and (keys / "reader-bob.key").exists()
+
+
+def test_keys_without_curve_in_libzmq_are_refused_saying_how_to_fix_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from troupe.runtime.security import keys as keys_module
+    from troupe.runtime.security.process import keys_for
+
+    generate_keys(tmp_path)
+    monkeypatch.setattr(keys_module.zmq, "has", lambda capability: capability != "curve")
+    with pytest.raises(ConfigError, match=r"lacks CURVE, which --keys needs; reinstall pyzmq"):
+        keys_for(tmp_path)

@@ -1,0 +1,156 @@
+"""Stage classes for the tests of the stage lifecycle hooks and the ``run_pipeline`` API.
+
+Worker processes load them as ``support.hook_stages:RecordingStage`` (``tests/`` on
+``PYTHONPATH``). What they see goes to a JSON-lines file (``log``) shared by every replica of
+every stage of a run: each record is one ``os.write`` on an ``O_APPEND`` descriptor, so lines
+from several processes never interleave, and the file's order is the order of the writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from troupe.runtime.core.actor import Actor
+from troupe.runtime.errors import ItemFailed
+from troupe.runtime.pipeline.stage import StageActor, StageRun
+
+__all__ = [
+    "AttemptStage",
+    "CommittedStage",
+    "EchoStage",
+    "FailingFinalizeStage",
+    "NotAStage",
+    "RecordingStage",
+    "read_records",
+]
+
+
+def _append(log: str, record: dict[str, Any]) -> None:
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_records(log: Path) -> list[dict[str, Any]]:
+    """Every record written to ``log`` so far, in order (none if it does not exist)."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class RecordingStage(StageActor):
+    """Records each ``start``, ``process`` and ``finalize`` call, then passes the item on.
+
+    Args:
+        log: the JSON-lines file to append to.
+        label: names this stage in the records of ``process`` (hooks name it via StageRun).
+        cost_s: seconds each item takes (a sleep).
+        prune_every: prune items whose seed is divisible by this (0: never).
+    """
+
+    def __init__(self, log: str, label: str = "", cost_s: float = 0.0, prune_every: int = 0) -> None:
+        self.log = log
+        self.label = label
+        self.cost_s = cost_s
+        self.prune_every = prune_every
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        _append(self.log, {"hook": kind, "pid": os.getpid(), "ppid": os.getppid(), **fields})
+
+    def start(self, run: StageRun) -> list[str]:
+        self._record("start", **run.to_wire())
+        return []
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        self._record("process", stage=self.label, task_id=item["task_id"], seed=item["seed"])
+        if self.cost_s:
+            time.sleep(self.cost_s)
+        if self.prune_every and int(item["seed"]) % self.prune_every == 0:
+            raise ItemFailed(f"seed {item['seed']} pruned by the test")
+        return {"task_id": item["task_id"], "seed": item["seed"]}
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        self._record("finalize", **run.to_wire())
+        return {"summary": f"{run.stage} finalised {run.items} items", "stage": run.stage, "pid": os.getpid()}
+
+
+class CommittedStage(RecordingStage):
+    """A :class:`RecordingStage` whose ``start`` names ``committed`` as committed already.
+
+    Args:
+        committed: task ids whose output an earlier run committed.
+    """
+
+    def __init__(self, log: str, committed: list[str], label: str = "", cost_s: float = 0.0) -> None:
+        super().__init__(log, label, cost_s)
+        self.committed = list(committed)
+
+    def start(self, run: StageRun) -> list[str]:
+        super().start(run)
+        return self.committed
+
+
+class FailingFinalizeStage(RecordingStage):
+    """A :class:`RecordingStage` whose ``finalize`` raises.
+
+    Args:
+        fail_while: raise only while this file exists (default: always).
+    """
+
+    MESSAGE = "finalize broke on purpose"
+
+    def __init__(self, log: str, label: str = "", fail_while: str = "") -> None:
+        super().__init__(log, label)
+        self.fail_while = fail_while
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        if self.fail_while and not Path(self.fail_while).exists():
+            return super().finalize(run)
+        self._record("finalize", **run.to_wire())
+        raise RuntimeError(self.MESSAGE)
+
+
+class AttemptStage(StageActor):
+    """Records the ``attempt`` each item carries; errs (retryably) on attempt 0 of some seeds.
+
+    Stateless on purpose: whichever replica gets the retry, it passes, because the item says it
+    is attempt 1.
+
+    Args:
+        log: the JSON-lines file to append to.
+        fail_every: err on the first attempt at seeds divisible by this (0: never).
+    """
+
+    def __init__(self, log: str, fail_every: int = 0) -> None:
+        self.log = log
+        self.fail_every = fail_every
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        seed, attempt = int(item["seed"]), item.get("attempt")
+        _append(self.log, {"hook": "process", "task_id": item["task_id"], "seed": seed, "attempt": attempt})
+        if self.fail_every and seed % self.fail_every == 0 and attempt == 0:
+            raise OSError(f"first attempt at seed {seed} fails on purpose")
+        return {"task_id": item["task_id"], "seed": seed}
+
+
+class EchoStage(StageActor):
+    """Returns its input as its output."""
+
+    def process(self, item: Any) -> Any:
+        return item
+
+
+class NotAStage(Actor):
+    """An actor that is no stage: it starts (any kwargs) but answers no stage message."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs

@@ -1,0 +1,255 @@
+"""``troupe ctl top``: a live terminal view of the cluster (nodes, workers, stages and queues),
+refreshing in place.
+
+Built from the ``status`` replies of a node and of the master, asked together every
+``--interval`` seconds; rates (messages handled per second, tasks done per second) are the
+difference between two looks. A look that fails (a node restarting) shows as a line in the
+frame, and the next look tries again. With a stdout that is not a terminal, or with ``--once``,
+it prints one frame and exits 0, so it can be scripted; when neither the node nor the master
+answers the first look, it says so in one line and exits 1. Ctrl-C or SIGTERM end it at once
+(exit 130 / 143), the terminal restored.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from troupe.cli.client import control, fail, run_async
+from troupe.cli.master_client import master_call, reachable
+from troupe.cli.tables import pipeline_table
+from troupe.runtime.errors import TroupeError
+from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
+from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+
+__all__ = ["Look", "frame", "top"]
+
+_PIPED_WIDTH = 160
+_MAILBOX_ROWS = 12  # the deepest mailboxes; `ctl status --json` has them all
+
+
+@dataclass
+class Look:
+    """One look at the cluster: the replies that came, and why the others did not."""
+
+    at: float
+    node: dict[str, Any] | None = None
+    master: dict[str, Any] | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+async def look(node: str, master: str, timeout: float) -> Look:
+    """Ask the node and the master for their status, together."""
+    seen = Look(time.monotonic())
+
+    async def ask(key: str, endpoint: str) -> None:
+        call = control if key == "node" else master_call
+        try:
+            reply = await call(endpoint, "status", None, timeout)
+        except TroupeError as exc:
+            seen.errors[key] = str(exc)
+            return
+        setattr(seen, key, reply)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, "node", node)
+        if reachable(master):
+            tg.start_soon(ask, "master", master)
+    return seen
+
+
+def top(
+    node: Annotated[
+        str, typer.Option("--node", envvar="TROUPE_NODE", help="Endpoint of the node to watch.")
+    ] = DEFAULT_NODE_ENDPOINT,
+    master: Annotated[
+        str, typer.Option("--master", envvar="TROUPE_MASTER", help="Endpoint of the master to watch.")
+    ] = DEFAULT_MASTER_ENDPOINT,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes.")] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (as when piped).")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")] = 5.0,
+) -> None:
+    """A live view of nodes, workers, stages and queues, refreshing in place until Ctrl-C."""
+    for option, given in (("--interval", interval), ("--timeout", timeout)):
+        if not (math.isfinite(given) and given > 0):
+            raise fail(f"{option} must be a number of seconds > 0, got {given}", 2)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: no terminal to fit
+        console = Console(width=_PIPED_WIDTH)
+    run_async(_watch, console, node, master, interval, timeout, once or not console.is_terminal)
+
+
+async def _watch(
+    console: Console, node: str, master: str, interval: float, timeout: float, once: bool
+) -> None:
+    first = await look(node, master, timeout)
+    if first.node is None and first.master is None:
+        raise fail(first.errors.get("node") or f"no node answers at {node}")
+    if once:
+        console.print(frame(first, None, node, master, interval))
+        return
+    with Live(frame(first, None, node, master, interval), console=console, auto_refresh=False) as view:
+        before = first
+        while True:
+            await anyio.sleep(interval)
+            now = await look(node, master, timeout)
+            view.update(frame(now, before, node, master, interval), refresh=True)
+            before = now
+
+
+def frame(now: Look, before: Look | None, node: str, master: str, interval: float) -> RenderableType:
+    """The view of one look; rates against ``before`` (none on the first frame)."""
+    parts: list[RenderableType] = [_header(now, node, master, interval)]
+    for key, endpoint in (("node", node), ("master", master)):
+        if key in now.errors:
+            parts.append(Text(f"{key} {endpoint}: {now.errors[key]}", style="yellow"))
+    parts.append(_nodes(now))
+    if now.node is not None:
+        parts.append(_workers(now, before))
+        if isinstance(now.node.get("pipeline"), dict):
+            parts.append(pipeline_table(now.node["pipeline"]))
+    queues = _queues(now)
+    if queues.row_count:
+        parts.append(queues)
+    return Group(*parts)
+
+
+def _header(now: Look, node: str, master: str, interval: float) -> Text:
+    who = []
+    if now.node is not None:
+        who.append(f"node {now.node.get('node', '?')} at {node}")
+    if now.master is not None:
+        who.append(f"master {now.master.get('master', '?')} at {master}")
+    clock = time.strftime("%H:%M:%S")
+    return Text(
+        f"troupe top  {clock}  {' · '.join(who)}  (every {interval:g} s; Ctrl-C to quit)", style="bold"
+    )
+
+
+def _nodes(now: Look) -> Table:
+    table = Table(title="nodes")
+    for col in ("node", "alive", "task workers", "uptime", "rss MiB", "load", "mem free MiB", "last beat"):
+        table.add_column(col, no_wrap=col == "node")
+    mine = now.node or {}
+    listed = set()
+    for n in (now.master or {}).get("nodes", ()):
+        r = n.get("resources") or {}
+        here = n.get("node") == mine.get("node")
+        listed.add(n.get("node"))
+        table.add_row(
+            escape(str(n.get("node"))),
+            "yes" if n.get("alive") else "[red]dead[/]",
+            str(n.get("workers", "-")),
+            f"{mine['uptime_s']:.0f} s" if here and "uptime_s" in mine else "-",
+            str(mine.get("rss_mib", "-")) if here else "-",
+            str(r.get("load1", "-")),
+            str(r.get("mem_available_mib", "-")),
+            f"{n.get('last_beat_age_s', 0):.1f} s ago",
+        )
+    if mine and mine.get("node") not in listed:  # no master, or this node has not joined it
+        table.add_row(
+            escape(str(mine.get("node"))),
+            "yes",
+            "-",
+            f"{mine.get('uptime_s', 0):.0f} s",
+            str(mine.get("rss_mib", "-")),
+            "-",
+            "-",
+            "-",
+        )
+    return table
+
+
+def _handled(look: Look | None) -> dict[str, int]:
+    """Messages handled so far, per worker (summed over its actors)."""
+    out: dict[str, int] = {}
+    for w in ((look.node if look else None) or {}).get("workers", ()):
+        actors = (w.get("runtime") or {}).get("actors") or {}
+        out[str(w.get("name"))] = sum(int(a.get("handled", 0)) for a in actors.values())
+    return out
+
+
+def _workers(now: Look, before: Look | None) -> Table:
+    assert now.node is not None
+    table = Table(title="workers")
+    for col in (
+        "worker",
+        "kind",
+        "state",
+        "pid",
+        "rss MiB",
+        "restarts",
+        "handled",
+        "msg/s",
+        "mailbox",
+        "busy",
+    ):
+        table.add_column(
+            col, no_wrap=col in ("worker", "state"), justify="right" if col == "msg/s" else "left"
+        )
+    was, is_ = _handled(before), _handled(now)
+    span = now.at - before.at if before is not None else 0.0
+    for w in now.node.get("workers", ()):
+        name = str(w.get("name"))
+        runtime = w.get("runtime") or {}
+        actors = runtime.get("actors") or {}
+        state = str(w.get("state"))
+        colour = {"running": "green", "failed": "red", "exited": "yellow"}.get(state)
+        rate = "-"
+        if name in was and name in is_ and span > 0 and is_[name] >= was[name]:
+            rate = f"{(is_[name] - was[name]) / span:.1f}"
+        depth = sum(int(a.get("mailbox_depth", 0)) for a in actors.values())
+        capacity = sum(int(a.get("mailbox_capacity", 0)) for a in actors.values())
+        table.add_row(
+            escape(name),
+            escape(str(w.get("kind"))),
+            f"[{colour}]{state}[/]" if colour else escape(state),
+            str(w.get("pid") or "-"),
+            str(w.get("rss_mib", "-")),
+            str(w.get("restarts", 0)),
+            str(is_.get(name, "-")) if actors else ("[yellow]no answer[/]" if runtime.get("error") else "-"),
+            rate,
+            f"{depth}/{capacity}" if actors else "-",
+            "yes" if any(a.get("busy") for a in actors.values()) else "no",
+        )
+    return table
+
+
+def _queues(now: Look) -> Table:
+    """The deepest actor mailboxes, and the master's task queue per job."""
+    table = Table(title="queues")
+    for col in ("queue", "waiting", "bound / total", "in work"):
+        table.add_column(col)
+    boxes = []
+    for w in (now.node or {}).get("workers", ()):
+        for actor, a in ((w.get("runtime") or {}).get("actors") or {}).items():
+            boxes.append((int(a.get("mailbox_depth", 0)), str(w.get("name")), str(actor), a))
+    for depth, worker, actor, a in sorted(boxes, key=lambda b: (-b[0], b[1], b[2]))[:_MAILBOX_ROWS]:
+        table.add_row(
+            f"mailbox {escape(worker)}/{escape(actor)}",
+            str(depth),
+            str(a.get("mailbox_capacity", "-")),
+            "yes" if a.get("busy") else "no",
+        )
+    for job in (now.master or {}).get("jobs", ()):
+        if job.get("state") != "running":
+            continue
+        counts = job.get("counts") or {}
+        table.add_row(
+            f"tasks of job {escape(str(job.get('job_id')))}",
+            str(counts.get("pending", 0)),
+            f"{counts.get('done', 0)}/{job.get('total', '?')} done",
+            str(counts.get("leased", 0)),
+        )
+    return table

@@ -1,0 +1,288 @@
+"""``troupe logs tail --master``: the live log streams of a cluster's nodes, in time order.
+
+The master's ``status`` lists the nodes and where each publishes its log stream
+(``log_endpoint``, see :mod:`troupe.runtime.node.log_publisher`); one SUB socket connects to
+every one of them. The master is asked again every :data:`REASK_S`: a node that joins is
+connected, and a node that restarted on another port is connected there (ZeroMQ reconnects by
+itself to an endpoint that comes back).
+
+Each node's lines are numbered within its incarnation. The first line from an incarnation,
+and a gap in the numbers (lines the stream dropped for a slow reader, or sent before the
+subscription took), make the reader fetch what it missed from the node's ``log_recent``
+control (its last lines, in memory); live lines of that node wait meanwhile. Lines from every
+node wait :data:`WINDOW_S` in a reorder buffer and leave it in timestamp order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anyio
+import zmq
+import zmq.asyncio
+
+from troupe.runtime.core.runtime import Runtime, process_runtime
+from troupe.runtime.node.log_publisher import RECENT_LINES, log_socket
+
+from .log_filters import parse_record
+
+__all__ = ["REASK_S", "WINDOW_S", "ClusterLogs", "ReorderBuffer"]
+
+REASK_S = 1.0
+WINDOW_S = 0.3
+_CALL_S = 5.0
+
+Accept = Callable[[str, str], bool]  # (line, node) -> shown?
+Emit = Callable[[str, str], None]  # (node, line)
+
+
+@dataclass(order=True)
+class _Held:
+    stamp: str
+    order: int
+    arrived: float = field(compare=False)
+    node: str = field(compare=False)
+    line: str = field(compare=False)
+
+
+class ReorderBuffer:
+    """Lines of several streams, each released once it has waited ``window_s``, in timestamp
+    order (a line waits as well for any earlier-stamped line that arrived after it).
+
+    A line without a timestamp (not JSON) takes the stamp of the line before it from its node.
+    """
+
+    def __init__(self, window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.clock = clock
+        self._heap: list[_Held] = []
+        self._order = 0
+        self._last_stamp: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, node: str, line: str) -> None:
+        """Hold ``line`` of ``node``."""
+        rec = parse_record(line)
+        stamp = rec.get("timestamp") if rec is not None else None
+        if isinstance(stamp, str):
+            self._last_stamp[node] = stamp
+        else:
+            stamp = self._last_stamp.get(node, "")
+        self._order += 1
+        heapq.heappush(self._heap, _Held(stamp, self._order, self.clock(), node, line))
+
+    def release(self, everything: bool = False) -> list[tuple[str, str]]:
+        """The lines whose wait is over (all with ``everything``), in timestamp order."""
+        cutoff = self.clock() - self.window_s
+        out = []
+        while self._heap and (everything or self._heap[0].arrived <= cutoff):
+            held = heapq.heappop(self._heap)
+            out.append((held.node, held.line))
+        return out
+
+
+@dataclass
+class _NodeStream:
+    endpoint: str = ""
+    incarnation: str = ""
+    last: int = 0
+    catching_up: bool = False
+    # Its recent lines could not be fetched at the start: its first live line starts it, rather
+    # than a catch-up that would print old lines as new.
+    unfetched: bool = False
+    waiting: list[tuple[int, str]] = field(default_factory=list)  # live lines during a catch-up
+
+
+class ClusterLogs:
+    """Follows the log streams of a cluster's nodes through its master.
+
+    Args:
+        master: the master's endpoint.
+        nodes: only these nodes (empty: every node).
+        accept: which lines to show, as ``accept(line, node)``.
+        history: lines of recent history to show first, from all the nodes together.
+        warn: where notes for the user go (a node that is not there, a master that went away).
+    """
+
+    def __init__(
+        self, master: str, nodes: frozenset[str], accept: Accept, history: int, warn: Callable[[str], None]
+    ) -> None:
+        self.master = master
+        self.nodes = nodes
+        self.accept = accept
+        self.history = history
+        self.warn = warn
+        self.buffer = ReorderBuffer()
+        self.bad_messages = 0
+        self._streams: dict[str, _NodeStream] = {}
+        self._node_endpoints: dict[str, str] = {}
+        self._master_down = False
+        self._warned_missing: set[str] = set()
+
+    async def run(self, emit: Emit, follow: bool = True) -> None:
+        """Print (through ``emit``) the history, then, with ``follow``, every new line until
+        cancelled."""
+        context = zmq.asyncio.Context()
+        sub = cast(zmq.asyncio.Socket, log_socket(context, zmq.SUB))
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            async with process_runtime("cli", f"cli-logs-{os.getpid()}", drain_timeout=0.1) as runtime:
+                await self._start(runtime, sub, emit)
+                if not follow:
+                    return
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._rediscover, runtime, sub)
+                    tg.start_soon(self._flush, emit)
+                    await self._receive(runtime, sub, tg)
+        finally:
+            sub.close(linger=0)
+            context.term()
+
+    async def _start(self, runtime: Runtime, sub: zmq.Socket[Any], emit: Emit) -> None:
+        """Connect to every node the master knows, and print their history, in time order."""
+        status = await runtime.control(self.master, "status", None, timeout=_CALL_S)
+        self._connect(sub, status)
+        found: list[tuple[str, str]] = []
+        async with anyio.create_task_group() as tg:
+            for node, stream in self._streams.items():
+                tg.start_soon(self._fetch_history, runtime, node, stream, found)
+        history = ReorderBuffer()
+        for node, line in found:
+            history.add(node, line)
+        for node, line in (
+            history.release(everything=True)[len(found) - self.history :] if self.history else []
+        ):
+            emit(node, line)
+
+    async def _fetch_history(
+        self, runtime: Runtime, node: str, stream: _NodeStream, found: list[tuple[str, str]]
+    ) -> None:
+        reply = await self._recent(runtime, node, 0, RECENT_LINES if self.history else 0)
+        if reply is None:
+            stream.unfetched = True
+            return
+        stream.incarnation, stream.last = str(reply["incarnation"]), int(reply["seq"])
+        lines = [line for _, line in reply["lines"] if self.accept(line, node)]
+        found.extend((node, line) for line in lines[len(lines) - self.history :] if self.history)
+
+    async def _recent(self, runtime: Runtime, node: str, after: int, limit: int) -> dict[str, Any] | None:
+        endpoint = self._node_endpoints.get(node)
+        if not endpoint:
+            return None
+        try:
+            reply = await runtime.control(
+                endpoint, "log_recent", {"after": after, "limit": limit}, timeout=_CALL_S
+            )
+        except Exception as exc:  # gone, or an older node: the live stream still flows
+            self.warn(f"node {node}: its recent lines could not be fetched ({exc}); the files have them")
+            return None
+        return reply if isinstance(reply, dict) else None
+
+    def _connect(self, sub: zmq.Socket[Any], status: dict[str, Any]) -> None:
+        known = set()
+        for info in status.get("nodes", []):
+            node, log_endpoint = str(info.get("node", "")), str(info.get("log_endpoint") or "")
+            known.add(node)
+            if self.nodes and node not in self.nodes:
+                continue
+            self._node_endpoints[node] = str(info.get("endpoint", ""))
+            stream = self._streams.setdefault(node, _NodeStream())
+            if not log_endpoint or log_endpoint == stream.endpoint:
+                continue
+            if stream.endpoint:
+                sub.disconnect(stream.endpoint)
+            sub.connect(log_endpoint)
+            stream.endpoint = log_endpoint
+        for node in sorted(self.nodes - known - self._warned_missing):
+            self._warned_missing.add(node)
+            self.warn(f"--node {node}: the master knows no such node (yet); waiting for it")
+
+    async def _rediscover(self, runtime: Runtime, sub: zmq.Socket[Any]) -> None:
+        while True:
+            await anyio.sleep(REASK_S)
+            try:
+                status = await runtime.control(self.master, "status", None, timeout=_CALL_S)
+            except Exception as exc:
+                if not self._master_down:
+                    self.warn(
+                        f"the master at {self.master} does not answer ({exc}); following the nodes known"
+                    )
+                self._master_down = True
+                continue
+            if self._master_down:
+                self.warn(f"the master at {self.master} answers again")
+            self._master_down = False
+            self._connect(sub, status)
+
+    async def _flush(self, emit: Emit) -> None:
+        while True:
+            for node, line in self.buffer.release():
+                emit(node, line)
+            await anyio.sleep(0.05)
+
+    async def _receive(self, runtime: Runtime, sub: zmq.asyncio.Socket, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            missed = self.arrived(await sub.recv_multipart())
+            if missed is not None:
+                tg.start_soon(self.catch_up, runtime, *missed)
+
+    def arrived(self, frames: list[bytes]) -> tuple[str, int] | None:
+        """Take one message of a stream: hold its line, or keep it while the lines before it are
+        fetched. Returns ``(node, after)`` when that node's lines numbered above ``after`` must
+        be fetched first (:meth:`catch_up`)."""
+        try:
+            node, incarnation, seq = (f.decode() for f in frames[:3])
+            number, line = int(seq), frames[3].decode("utf-8", "replace")
+            if len(frames) != 4:
+                raise ValueError(f"{len(frames)} frames")
+        except (ValueError, IndexError, UnicodeDecodeError):
+            self.bad_messages += 1
+            return None
+        stream = self._streams.get(node)
+        if stream is None:  # not one we asked for (a port another node had before)
+            return None
+        if stream.catching_up:
+            stream.waiting.append((number, line))
+        elif stream.unfetched:
+            stream.unfetched = False
+            stream.incarnation, stream.last = incarnation, number
+            self._hold(node, line)
+        elif incarnation != stream.incarnation or number > stream.last + 1:
+            after = stream.last if incarnation == stream.incarnation else 0
+            stream.incarnation, stream.catching_up = incarnation, True
+            stream.waiting.append((number, line))
+            return node, after
+        elif number == stream.last + 1:
+            stream.last = number
+            self._hold(node, line)
+        # else: a line already had from log_recent
+        return None
+
+    async def catch_up(self, runtime: Runtime, node: str, after: int) -> None:
+        """Fetch ``node``'s lines numbered above ``after`` (its ``log_recent``), then release the
+        live lines that waited for them, each line once."""
+        stream = self._streams[node]
+        reply = await self._recent(runtime, node, after, RECENT_LINES)
+        last = after
+        if reply is not None and str(reply["incarnation"]) == stream.incarnation:
+            for number, line in reply["lines"]:
+                if number > last:
+                    last = number
+                    self._hold(node, line)
+        for number, line in sorted(stream.waiting):
+            if number > last:
+                last = number
+                self._hold(node, line)
+        stream.waiting.clear()
+        stream.last, stream.catching_up = last, False
+
+    def _hold(self, node: str, line: str) -> None:
+        if self.accept(line, node):
+            self.buffer.add(node, line)
