@@ -1,0 +1,228 @@
+"""The encoder actor: a stateless host of one frozen video encoder, with the latent cache.
+
+Each ``encode`` ask carries one sample group and is answered as soon as that group is encoded
+(or found in the cache), so a trainer keeps many asks in flight and reassembles its batches by
+tag, never waiting for a whole batch. Config::
+
+    [[workers]]
+    name = "w-encode-0"
+
+    [[workers.actors]]
+    name = "encode-0"
+    class = "troupe.actors.encoders.encoder_actor:EncoderActor"
+    kwargs = { weights = "vae.pt", memory_mb = 512, disk_mb = 8192, cache_dir = "/var/cache/latents" }
+
+``encode`` payload: ``{"tag": any, "video": tensor or ndarray (B, C, T, H, W), "params": {...}}``:
+uint8 frames are mapped to [-1, 1] here (4x fewer bytes on the wire than float32), float ones
+are taken as they are; ``params`` (optional, JSON data) names the preprocessing the sender did
+and is part of the cache key. Reply: ``{"tag", "latents" (float32, CPU), "cached": bool}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import torch
+from torch import nn
+
+from troupe.runtime import Actor, ConfigError, handles
+
+from .latent_cache import LatentCache, cache_key
+
+__all__ = ["DEFAULT_ENCODER", "EncoderActor", "load_encoder", "video_vae_encoder"]
+
+DEFAULT_ENCODER = "troupe.actors.encoders.encoder_actor:video_vae_encoder"
+
+
+def video_vae_encoder(weights: str | None = None, seed: int = 0, **config: Any) -> nn.Module:
+    """troupe's VAE encoder: from a file ``VideoVAE.save`` wrote, else a new VAE of ``config``
+    (``VideoVAEConfig`` fields) whose weights ``seed`` fixes, the same in every process."""
+    from troupe.models.video_vae import VideoVAE, VideoVAEConfig
+
+    if weights is not None:
+        return VideoVAE.load(weights).frozen_encoder()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return VideoVAE(VideoVAEConfig(**config)).frozen_encoder()
+
+
+def _source_hash(obj: object) -> str:
+    """sha256 of the source file that defines ``obj``'s class: the code part of a fingerprint."""
+    try:
+        path = inspect.getsourcefile(type(obj))
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else "no-source"
+    except (OSError, TypeError):
+        return "no-source"
+
+
+def _weights_hash(module: nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def load_encoder(path: str, kwargs: dict[str, Any], weights: str | None) -> tuple[nn.Module, str]:
+    """The module that ``path`` ("package.module:factory_or_class") builds, and its fingerprint.
+
+    A factory that takes ``weights`` gets the file itself; otherwise the file is a state dict
+    (or ``{"state_dict": ...}``) loaded into the module. The fingerprint covers the weights, the
+    code (the module's own ``fingerprint()`` where it has one, and its source file) and ``path``.
+
+    Raises:
+        ConfigError: ``path`` does not import, or does not build a torch module.
+    """
+    module_name, _, attr = path.partition(":")
+    try:
+        factory: Any = importlib.import_module(module_name)
+        for part in attr.split(".") if attr else ():
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"encoder: cannot import {path!r}: {exc}") from exc
+    if not attr or not callable(factory):
+        raise ConfigError(f"encoder: {path!r} must name a class or factory as 'package.module:name'")
+    takes_weights = "weights" in inspect.signature(factory).parameters
+    try:
+        module = factory(**kwargs, **({"weights": weights} if takes_weights and weights else {}))
+    except TypeError as exc:  # encoder_kwargs that do not fit its signature
+        raise ConfigError(f"encoder: cannot build {path!r} with encoder_kwargs {kwargs}: {exc}") from exc
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"encoder: {path!r} built a {type(module).__name__}, not a torch module")
+    if weights is not None and not takes_weights:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+        module.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
+    own = getattr(module, "fingerprint", None)
+    weights_part = str(own()) if callable(own) else _weights_hash(module)
+    parts = [path, json.dumps(kwargs, sort_keys=True, default=str), weights_part, _source_hash(module)]
+    return module, hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _video_tensor(video: Any) -> torch.Tensor:
+    if isinstance(video, np.ndarray):
+        video = torch.from_numpy(video if video.flags.writeable else video.copy())
+    if not isinstance(video, torch.Tensor):
+        raise ValueError(f"encode: 'video' must be a tensor or ndarray, got {type(video).__name__}")
+    if video.ndim != 5:
+        raise ValueError(f"encode: 'video' must be (B, C, T, H, W), got shape {tuple(video.shape)}")
+    if video.dtype != torch.uint8 and not video.dtype.is_floating_point:
+        raise ValueError(f"encode: 'video' must be uint8 or floating point, got {video.dtype}")
+    return video
+
+
+class EncoderActor(Actor):
+    """Encodes sample groups with one frozen encoder, through a two-level latent cache.
+
+    Args:
+        encoder: "package.module:factory_or_class" of a torch module mapping a video batch to
+            latents (its ``encode`` method where it has one, else its forward); troupe's VAE
+            encoder by default.
+        encoder_kwargs: keyword arguments of that factory.
+        weights: a weights file (see :func:`load_encoder`).
+        device: "cpu", "cuda", "cuda:1"...; None: the GPU where there is one.
+        compile, cudnn_benchmark, bf16: torch.compile of the encoder, cuDNN autotuning, bf16
+            autocast; each applies on a GPU only (on CPU they are off).
+        memory_mb, disk_mb, cache_dir: the latent cache's bounds in MiB, and its disk tier's folder
+            (shared by the encoder processes of a host that name it); no ``cache_dir`` or
+            ``disk_mb = 0``: no disk tier.
+        threads: torch's CPU threads in this process (several encoder processes share a host's
+            cores); None: torch's default.
+    """
+
+    mailbox_capacity = 256  # many groups of many trainer ranks in flight
+
+    def __init__(
+        self,
+        encoder: str = DEFAULT_ENCODER,
+        encoder_kwargs: dict[str, Any] | None = None,
+        weights: str | None = None,
+        device: str | None = None,
+        compile: bool = False,
+        cudnn_benchmark: bool = True,
+        bf16: bool = False,
+        memory_mb: float = 256,
+        disk_mb: float = 1024,
+        cache_dir: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if memory_mb < 0 or disk_mb < 0:
+            raise ConfigError(f"memory_mb and disk_mb must be >= 0, got {memory_mb} and {disk_mb}")
+        if threads is not None:
+            if threads < 1:
+                raise ConfigError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        on_gpu = self.device.type == "cuda"
+        self.switches = {"compile": compile and on_gpu, "cudnn_benchmark": cudnn_benchmark and on_gpu,
+                         "bf16": bf16 and on_gpu}  # fmt: skip
+        module, fingerprint = load_encoder(encoder, dict(encoder_kwargs or {}), weights)
+        self.module = module.to(self.device).eval().requires_grad_(False)
+        self.fingerprint = fingerprint
+        if self.switches["cudnn_benchmark"]:
+            torch.backends.cudnn.benchmark = True
+        fn = getattr(self.module, "encode", None)
+        self._encode_fn = fn if callable(fn) else self.module
+        if self.switches["compile"]:
+            self._encode_fn = torch.compile(self._encode_fn, dynamic=False)
+        # What changes the numbers beyond the input and the weights: part of every cache key.
+        self._params = {"device": self.device.type, **self.switches}
+        self.cache = LatentCache(int(memory_mb * 2**20), int(disk_mb * 2**20), cache_dir)
+        self.counts = {"groups": 0, "samples": 0, "encoded": 0, "encode_s": 0.0}
+
+    def _encode(self, video: torch.Tensor) -> torch.Tensor:
+        x = video.to(self.device)
+        x = x.float() / 127.5 - 1.0 if x.dtype == torch.uint8 else x.float()
+        with torch.no_grad(), torch.autocast(self.device.type, torch.bfloat16, enabled=self.switches["bf16"]):
+            latents = self._encode_fn(x)
+        if not isinstance(latents, torch.Tensor):
+            raise TypeError(f"the encoder returned a {type(latents).__name__}, not a tensor")
+        return latents.float().cpu()
+
+    def _encode_group(self, video: torch.Tensor, params: dict[str, Any]) -> tuple[torch.Tensor, bool]:
+        key = cache_key(video, {**params, **self._params}, self.fingerprint)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit, True
+        start = time.perf_counter()
+        latents = self._encode(video)
+        self.counts["encode_s"] += time.perf_counter() - start
+        self.counts["encoded"] += 1
+        self.cache.put(key, latents)
+        return latents, False
+
+    @handles("encode")
+    async def encode(self, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict):
+            raise ValueError(f"encode: the payload must be a map, got {type(payload).__name__}")
+        if "video" not in payload:
+            raise ValueError(f"encode: the payload has no 'video' (keys: {sorted(map(str, payload))})")
+        video = _video_tensor(payload["video"])
+        params = payload.get("params") or {}
+        if not isinstance(params, dict):
+            raise ValueError(f"encode: 'params' must be a map, got {type(params).__name__}")
+        try:
+            json.dumps(params)  # the cache key holds it as JSON
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"encode: 'params' must be JSON data: {exc}") from None
+        # On a thread: the event loop keeps answering heartbeats and stats while it encodes.
+        latents, cached = await anyio.to_thread.run_sync(self._encode_group, video, params)
+        self.counts["groups"] += 1
+        self.counts["samples"] += int(video.shape[0])
+        return {"tag": payload.get("tag"), "latents": latents, "cached": cached}
+
+    @handles("stats")
+    def stats(self, _: Any) -> dict[str, Any]:
+        return {**self.counts, "device": str(self.device), "switches": dict(self.switches),
+                "fingerprint": self.fingerprint, "cache": self.cache.stats()}  # fmt: skip
+
+    async def stopping(self) -> None:
+        self.cache.close()

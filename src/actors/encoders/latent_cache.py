@@ -1,0 +1,273 @@
+"""A two-level cache of encoder outputs: memory (LRU, bounded in bytes), then local disk (LRU,
+bounded in bytes, shared by every process of a host that opens the same folder).
+
+The key is a sha256 of the input's content (bytes, dtype, shape), the preprocessing parameters
+(canonical JSON) and the encoder's fingerprint (weights and code version, given by the caller),
+so a hit is always what encoding again would give. Every disk entry carries a checksum of its
+bytes: an entry that fails it, or cannot be read, is deleted, counted and treated as a miss,
+never returned.
+
+Writes go to memory at once and to disk through a background thread with a bounded queue
+(write-through, so other processes of the host see an entry as soon as it is written): culling
+the disk tier happens on that thread, and when the queue is full the disk write is skipped and
+counted, so eviction never blocks encoding.
+
+Example::
+
+    cache = LatentCache(memory_bytes=256 << 20, disk_bytes=4 << 30, directory="/var/cache/latents")
+    latents = cache.get_or_compute(video, {"fps": 10}, encoder_fingerprint, lambda: encode(video))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import struct
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import cachetools
+import diskcache  # type: ignore[import-untyped]  # no types shipped
+import numpy as np
+import torch
+
+__all__ = ["LatentCache", "cache_key", "decode_entry", "encode_entry"]
+
+_AS_INT = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+_MAGIC = b"TLC1"
+_PREFIX = struct.Struct("<4s32sI")  # magic, sha256 of (header + payload), header length
+
+
+def _raw(t: torch.Tensor) -> np.ndarray:
+    """The tensor's bytes as a contiguous CPU array (bf16 and fp8 through an integer view)."""
+    t = t.detach().cpu().contiguous()
+    return (t.view(_AS_INT[t.dtype]) if t.dtype in _AS_INT else t).numpy()
+
+
+def cache_key(content: torch.Tensor | np.ndarray, params: Mapping[str, Any], fingerprint: str) -> str:
+    """The cache key of ``content`` preprocessed with ``params`` and encoded by ``fingerprint``.
+
+    Raises:
+        TypeError: ``params`` is not JSON data (the key must not depend on object identity).
+    """
+    if isinstance(content, torch.Tensor):
+        dtype, shape, arr = str(content.dtype), tuple(content.shape), _raw(content)
+    else:
+        arr = np.ascontiguousarray(content)
+        dtype, shape = f"numpy.{arr.dtype.str}", arr.shape
+    h = hashlib.sha256()
+    head = {"dtype": dtype, "shape": list(shape), "params": dict(params), "encoder": fingerprint}
+    h.update(json.dumps(head, sort_keys=True, separators=(",", ":")).encode())
+    h.update(arr.data.cast("B") if arr.size else b"")
+    return h.hexdigest()
+
+
+def encode_entry(key: str, value: torch.Tensor) -> bytes:
+    """A disk entry: a prefix with a checksum, a JSON header (key, dtype, shape), the raw bytes."""
+    header = json.dumps({"key": key, "dtype": str(value.dtype).removeprefix("torch."),
+                         "shape": list(value.shape)}).encode()  # fmt: skip
+    payload = _raw(value).tobytes()
+    digest = hashlib.sha256(header + payload).digest()
+    return _PREFIX.pack(_MAGIC, digest, len(header)) + header + payload
+
+
+def decode_entry(key: str, blob: bytes) -> torch.Tensor:
+    """The tensor of a disk entry written by ``encode_entry`` for ``key``.
+
+    Raises:
+        ValueError: the entry is truncated, fails its checksum, or belongs to another key.
+    """
+    if len(blob) < _PREFIX.size:
+        raise ValueError("truncated entry")
+    magic, digest, header_len = _PREFIX.unpack_from(blob)
+    body = blob[_PREFIX.size :]
+    if magic != _MAGIC or header_len > len(body) or hashlib.sha256(body).digest() != digest:
+        raise ValueError("checksum mismatch")
+    header = json.loads(body[:header_len])
+    if header["key"] != key:
+        raise ValueError("entry of another key")
+    dtype = getattr(torch, header["dtype"])
+    carrier = _AS_INT.get(dtype, dtype)
+    payload = bytearray(body[header_len:])  # writable: the tensor owns its memory
+    flat = torch.frombuffer(payload, dtype=carrier) if payload else torch.empty(0, dtype=carrier)
+    return flat.view(dtype).reshape(header["shape"])
+
+
+def _nbytes(value: torch.Tensor) -> int:
+    return max(1, value.numel() * value.element_size())
+
+
+class LatentCache:
+    """Memory (LRU, ``memory_bytes``) over local disk (LRU, ``disk_bytes`` under ``directory``).
+
+    ``directory=None`` or ``disk_bytes=0`` means no disk tier. Thread-safe; processes of a host
+    that open the same ``directory`` share its disk tier (diskcache's SQLite index and files).
+    Tensors returned are copies: writing to them does not change the cache.
+    """
+
+    def __init__(
+        self,
+        memory_bytes: int,
+        disk_bytes: int = 0,
+        directory: str | Path | None = None,
+        write_queue: int = 64,
+    ) -> None:
+        if memory_bytes < 0 or disk_bytes < 0:
+            raise ValueError(f"cache bounds must be >= 0, got memory_bytes={memory_bytes}, "
+                             f"disk_bytes={disk_bytes}")  # fmt: skip
+        self.memory_limit = memory_bytes
+        self.disk_limit = disk_bytes if directory is not None else 0
+        self._lock = threading.Lock()
+        self._memory: cachetools.LRUCache[str, torch.Tensor] = cachetools.LRUCache(
+            maxsize=max(1, memory_bytes), getsizeof=_nbytes
+        )
+        self._counts = dict.fromkeys(
+            ("memory_hits", "disk_hits", "misses", "corrupt", "disk_writes", "disk_writes_skipped",
+             "disk_errors"), 0,
+        )  # fmt: skip
+        self._disk: diskcache.Cache | None = None
+        self._queue: queue.Queue[tuple[str, torch.Tensor] | None] = queue.Queue(maxsize=max(1, write_queue))
+        self._writer: threading.Thread | None = None
+        if self.disk_limit > 0:
+            # Every value a file of its own (min file size 0): the index stays small and the
+            # byte bound counts what the entries weigh.
+            self._disk = diskcache.Cache(
+                str(directory), size_limit=self.disk_limit, eviction_policy="least-recently-used",
+                disk_min_file_size=0,
+            )  # fmt: skip
+            self._writer = threading.Thread(target=self._write_loop, name="latent-cache-writer", daemon=True)
+            self._writer.start()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def get(self, key: str) -> torch.Tensor | None:
+        """The cached value of ``key`` (memory, else disk, promoted to memory), or None."""
+        with self._lock:
+            hit = self._memory.get(key)
+            if hit is not None:
+                self._counts["memory_hits"] += 1
+                return hit.clone()
+        value = self._disk_get(key)
+        if value is None:
+            self._count("misses")
+            return None
+        self._count("disk_hits")
+        self._remember(key, value)
+        return value.clone()
+
+    def _disk_get(self, key: str) -> torch.Tensor | None:
+        if self._disk is None:
+            return None
+        try:
+            blob = self._disk.get(key, default=None, retry=True)
+        except Exception:  # an unreadable entry (its file gone or damaged): a miss, counted
+            blob, unreadable = None, True
+        else:
+            unreadable = False
+        if blob is None and not unreadable:
+            return None
+        try:
+            if not isinstance(blob, bytes):
+                raise ValueError(f"not an entry: {type(blob).__name__}")
+            return decode_entry(key, blob)
+        except Exception:
+            self._count("corrupt")
+            try:
+                self._disk.delete(key, retry=True)
+            except Exception:
+                self._count("disk_errors")
+            return None
+
+    def _remember(self, key: str, value: torch.Tensor) -> None:
+        if _nbytes(value) > self.memory_limit:
+            return  # larger than the whole tier: disk only
+        with self._lock:
+            self._memory[key] = value
+
+    def put(self, key: str, value: torch.Tensor) -> None:
+        """Cache ``value`` (a copy) in memory now and on disk in the background."""
+        value = value.detach().cpu().clone()
+        self._remember(key, value)
+        if self._disk is None:
+            return
+        try:
+            self._queue.put_nowait((key, value))
+        except queue.Full:
+            self._count("disk_writes_skipped")
+
+    def get_or_compute(
+        self,
+        content: torch.Tensor | np.ndarray,
+        params: Mapping[str, Any],
+        fingerprint: str,
+        compute: Callable[[], torch.Tensor],
+    ) -> torch.Tensor:
+        """The cached value for these key parts, else ``compute()``'s, cached."""
+        key = cache_key(content, params, fingerprint)
+        hit = self.get(key)
+        if hit is not None:
+            return hit
+        value = compute()
+        self.put(key, value)
+        return value
+
+    def _write_loop(self) -> None:
+        assert self._disk is not None
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                key, value = item
+                self._disk.set(key, encode_entry(key, value), retry=True)
+                if self._disk.volume() > self.disk_limit:
+                    self._disk.cull(retry=True)
+                self._count("disk_writes")
+            except Exception:  # a full or failing disk loses the entry, never the encoding
+                self._count("disk_errors")
+            finally:
+                self._queue.task_done()
+
+    def flush(self) -> None:
+        """Wait until every queued disk write is done."""
+        self._queue.join()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and bytes per tier, and hit rates (of all lookups) per tier."""
+        with self._lock:
+            counts = dict(self._counts)
+            memory = {"items": len(self._memory), "bytes": int(self._memory.currsize),
+                      "limit_bytes": self.memory_limit}  # fmt: skip
+        lookups = counts["memory_hits"] + counts["disk_hits"] + counts["misses"]
+        disk: dict[str, Any] = {"enabled": self._disk is not None, "limit_bytes": self.disk_limit}
+        if self._disk is not None:
+            disk |= {"items": len(self._disk), "bytes": int(self._disk.volume())}
+        return {
+            **counts,
+            "lookups": lookups,
+            "memory_hit_rate": counts["memory_hits"] / lookups if lookups else 0.0,
+            "disk_hit_rate": counts["disk_hits"] / lookups if lookups else 0.0,
+            "memory": memory,
+            "disk": disk,
+        }
+
+    def close(self) -> None:
+        """Finish the queued disk writes and close the disk tier."""
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=30)
+            self._writer = None
+        if self._disk is not None:
+            self._disk.close()
+            self._disk = None
+
+    def __enter__(self) -> LatentCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

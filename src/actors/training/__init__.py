@@ -1,0 +1,7 @@
+"""training: the trainer side of encoder offload (``inflight``: one rank's pipeline of bounded
+in-flight batches, their sample groups encoded by encoder actors and reassembled by tag).
+
+Imports the runtime's public API and torch; never the models (a train step is given).
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,246 @@
+"""The two-level latent cache: memory then disk, byte bounds, checksums, keys, sharing by processes."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from pathlib import Path
+from typing import Any
+
+import diskcache
+import numpy as np
+import pytest
+import torch
+
+from troupe.actors.encoders.latent_cache import LatentCache, cache_key, encode_entry
+
+FP = "encoder-v1"
+PARAMS = {"fps": 10, "size": [8, 8]}
+
+
+def _video(seed: int, shape: tuple[int, ...] = (1, 3, 2, 8, 8)) -> torch.Tensor:
+    return torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+
+
+def _latents(seed: int, numel: int = 256) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(seed))  # float32: 4 bytes each
+
+
+class Encoder:
+    """Counts its calls: a hit must not call it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, video: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return video.float().mean(dim=(1, 2)).flatten() * 0.5
+
+
+def test_a_second_lookup_hits_memory(tmp_path: Path) -> None:
+    enc, video = Encoder(), _video(0)
+    with LatentCache(memory_bytes=1 << 20, disk_bytes=1 << 20, directory=tmp_path) as cache:
+        first = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
+        second = cache.get_or_compute(video.clone(), PARAMS, FP, lambda: enc(video))
+        stats = cache.stats()
+    assert enc.calls == 1 and torch.equal(first, second)
+    assert (stats["memory_hits"], stats["disk_hits"], stats["misses"]) == (1, 0, 1)
+    assert stats["memory_hit_rate"] == 0.5
+
+
+def test_after_memory_eviction_the_disk_returns_the_same_tensor(tmp_path: Path) -> None:
+    enc = Encoder()
+    videos = [_video(i) for i in range(3)]
+    entry = 8 * 8 * 4  # bytes of one result (64 float32)
+    with LatentCache(memory_bytes=entry, disk_bytes=1 << 20, directory=tmp_path) as cache:
+        firsts = [cache.get_or_compute(v, PARAMS, FP, lambda v=v: enc(v)) for v in videos]
+        cache.flush()
+        assert cache.stats()["memory"]["items"] == 1  # only the last one fits in memory
+        again = cache.get_or_compute(videos[0], PARAMS, FP, lambda: enc(videos[0]))
+        stats = cache.stats()
+    assert enc.calls == 3
+    assert torch.equal(again, firsts[0]) and again.dtype == firsts[0].dtype
+    assert stats["disk_hits"] == 1 and stats["disk_hit_rate"] == 0.25
+
+
+def test_both_tiers_stay_within_their_byte_bounds(tmp_path: Path) -> None:
+    memory_bytes, disk_bytes = 10_000, 400_000
+    with LatentCache(memory_bytes, disk_bytes, tmp_path / "disk", write_queue=1000) as cache:
+        for i in range(200):
+            cache.put(f"k{i}", _latents(i, numel=1024))  # 4 KiB each: 800 KiB in all
+            assert cache.stats()["memory"]["bytes"] <= memory_bytes
+        cache.flush()
+        stats = cache.stats()
+        disk_files = sum(p.stat().st_size for p in (tmp_path / "disk").rglob("*.val"))
+    assert stats["memory"]["bytes"] <= memory_bytes and stats["memory"]["items"] == 2
+    assert 0 < stats["disk"]["bytes"] <= disk_bytes
+    assert 0 < disk_files <= disk_bytes
+    assert stats["disk_writes"] == 200 and stats["disk"]["items"] < 200  # the oldest were culled
+
+
+def test_the_disk_tier_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    # diskcache culls the least recently used entries, several at a time, when over the bound.
+    with LatentCache(0, 160_000, tmp_path) as cache:
+        for i in range(60):  # 4 KiB each: about 240 KiB in all
+            cache.put(f"k{i}", _latents(i, numel=1024))
+            cache.flush()
+            assert cache.get("k0") is not None  # kept the most recently used of the old ones
+        stats = cache.stats()
+        assert cache.get("k1") is None and cache.get("k59") is not None
+    assert stats["disk"]["items"] < 60 and stats["disk"]["bytes"] <= 160_000
+
+
+def _damage(directory: Path, how: str) -> int:
+    files = list(directory.rglob("*.val"))
+    for f in files:
+        raw = bytearray(f.read_bytes())
+        if how == "flip":
+            raw[-1] ^= 0xFF  # one flipped byte in the payload
+            f.write_bytes(bytes(raw))
+        elif how == "truncate":
+            f.write_bytes(bytes(raw[:20]))
+        else:
+            f.unlink()
+    return len(files)
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "remove"])
+def test_a_damaged_disk_file_is_encoded_again_never_returned(tmp_path: Path, how: str) -> None:
+    enc, video = Encoder(), _video(1)
+    with LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=tmp_path) as cache:
+        good = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
+        cache.flush()
+        assert _damage(tmp_path, how) == 1
+        again = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
+        cache.flush()
+        stats = cache.stats()
+        third = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))  # the rewritten entry
+    assert enc.calls == 2 and torch.equal(again, good) and torch.equal(third, good)
+    assert stats["disk_hits"] == 0 and stats["misses"] == 2
+    assert stats["corrupt"] == (0 if how == "remove" else 1)  # a vanished file is a plain miss
+
+
+@pytest.mark.parametrize("memory_bytes", [1 << 20, 256])
+def test_the_second_epoch_hits_every_group(tmp_path: Path, memory_bytes: int) -> None:
+    enc = Encoder()
+    videos = [_video(i) for i in range(8)]  # a fixed order, deterministic preprocessing
+    with LatentCache(memory_bytes, 1 << 20, tmp_path) as cache:
+        first = [cache.get_or_compute(v, PARAMS, FP, lambda v=v: enc(v)) for v in videos]
+        cache.flush()
+        before = cache.stats()
+        second = [cache.get_or_compute(v, PARAMS, FP, lambda v=v: enc(v)) for v in videos]
+        after = cache.stats()
+    assert enc.calls == 8 and all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    hits = after["memory_hits"] + after["disk_hits"] - before["memory_hits"] - before["disk_hits"]
+    assert hits == 8 and after["misses"] == before["misses"] == 8
+    # All in memory when it holds them; else (one entry of 256 bytes) from disk.
+    assert after["disk_hits"] == (0 if memory_bytes > 256 else 8)
+
+
+def test_an_entry_with_a_wrong_checksum_or_key_is_a_miss(tmp_path: Path) -> None:
+    with LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=tmp_path) as cache:
+        blob = bytearray(encode_entry("a", _latents(0)))
+        blob[8] ^= 0x01  # inside the stored checksum
+        with diskcache.Cache(str(tmp_path)) as raw:
+            raw.set("a", bytes(blob))
+            raw.set("b", encode_entry("a", _latents(1)))  # a valid entry, filed under another key
+            raw.set("c", "not an entry")
+        assert cache.get("a") is None and cache.get("b") is None and cache.get("c") is None
+        assert cache.stats()["corrupt"] == 3
+        with diskcache.Cache(str(tmp_path)) as raw:
+            assert len(raw) == 0  # deleted, not left to fail again
+
+
+def test_other_fingerprint_params_content_or_dtype_is_another_key() -> None:
+    video = _video(2)
+    key = cache_key(video, PARAMS, FP)
+    assert key == cache_key(video.clone(), dict(reversed(PARAMS.items())), FP)
+    others = [
+        cache_key(video, PARAMS, "encoder-v2"),
+        cache_key(video, {**PARAMS, "fps": 5}, FP),
+        cache_key(_video(3), PARAMS, FP),
+        cache_key(video.to(torch.int16), PARAMS, FP),
+        cache_key(video.reshape(1, 3, 2, 4, 16), PARAMS, FP),
+    ]
+    assert key not in others and len(set(others)) == len(others)
+
+
+def test_a_different_fingerprint_is_a_miss() -> None:
+    enc, video = Encoder(), _video(4)
+    with LatentCache(memory_bytes=1 << 20) as cache:
+        cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
+        cache.get_or_compute(video, PARAMS, "encoder-v2", lambda: enc(video))
+        cache.get_or_compute(video, {**PARAMS, "fps": 5}, FP, lambda: enc(video))
+        assert cache.stats()["misses"] == 3
+    assert enc.calls == 3
+
+
+def test_a_returned_tensor_is_a_copy() -> None:
+    with LatentCache(memory_bytes=1 << 20) as cache:
+        cache.put("k", _latents(0))
+        got = cache.get("k")
+        assert got is not None
+        got.zero_()
+        again = cache.get("k")
+    assert again is not None and torch.equal(again, _latents(0))
+
+
+def test_a_full_write_queue_skips_the_disk_write(tmp_path: Path) -> None:
+    gate, writing = threading.Event(), threading.Event()
+    with LatentCache(1 << 20, 1 << 20, tmp_path, write_queue=1) as cache:
+        disk = cache._disk
+        real_set = disk.set
+
+        def stalled_set(*args: Any, **kwargs: Any) -> Any:  # a disk slower than encoding
+            writing.set()
+            assert gate.wait(30)
+            return real_set(*args, **kwargs)
+
+        disk.set = stalled_set
+        cache.put("k0", _latents(0))
+        assert writing.wait(30)  # the writer holds k0
+        for i in range(1, 5):
+            cache.put(f"k{i}", _latents(i))  # k1 waits in the queue; k2..k4 do not fit
+        gate.set()
+        cache.flush()
+        stats = cache.stats()
+    assert stats["disk_writes_skipped"] == 3 and stats["disk_writes"] == 2
+    assert stats["memory"]["items"] == 5  # nothing lost from memory
+
+
+def test_bad_bounds_name_the_argument() -> None:
+    with pytest.raises(ValueError, match="memory_bytes=-1"):
+        LatentCache(memory_bytes=-1)
+
+
+def _writer(directory: str, seed: int) -> None:
+    with LatentCache(0, 1 << 20, directory) as cache:
+        cache.put(cache_key(_video(seed), PARAMS, FP), _latents(seed))
+
+
+def test_two_processes_share_the_disk_tier(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), seed)) for seed in (10, 11)]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    enc = Encoder()
+    with LatentCache(0, 1 << 20, tmp_path) as cache:
+        got = [cache.get_or_compute(_video(s), PARAMS, FP, lambda: enc(_video(0))) for s in (10, 11)]
+        stats = cache.stats()
+    assert enc.calls == 0 and stats["disk_hits"] == 2
+    assert all(torch.equal(g, _latents(s)) for g, s in zip(got, (10, 11), strict=True))
+
+
+def test_numpy_content_keys_like_its_bytes() -> None:
+    arr = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert cache_key(arr, PARAMS, FP) == cache_key(arr.copy(order="F"), PARAMS, FP)
+    assert cache_key(arr, PARAMS, FP) != cache_key(arr.astype(np.float64), PARAMS, FP)
