@@ -109,6 +109,53 @@ def pipeline(
     )
 
 
+@bench_app.command("train")
+def train(
+    as_json: JsonOption = False,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured train steps per mode.")] = 16,
+    inflight: Annotated[
+        int | None,
+        typer.Option("--inflight", min=1, help="In-flight depth K (default: try 1, 2 and 4, keep the best)."),
+    ] = None,
+    actors: Annotated[
+        int | None,
+        typer.Option("--actors", min=1, help="Encoder actors (default: one per core the trainer leaves)."),
+    ] = None,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds of every figure (medians).")] = 3,
+) -> None:
+    """Training with encoding inside the trainer against encoder actors, and the bound of
+    encoding alone and training alone on the same cores."""
+    from .train import measure_train
+
+    fig = measure_train(
+        steps, inflight, actors, progress=lambda m: console.print(f"[dim]{m}...[/]"), repeat=repeat
+    )
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    table = Table(
+        title=f"troupe train: {fig['steps']} steps of {fig['batch_size']} samples, {fig['cores']} cores, "
+        f"medians of {fig['repeat']} rounds "
+        f"(trainer {fig['trainer_threads']} threads, {fig['actors']} encoder actors of "
+        f"{fig['encoder_threads']})"
+    )
+    for col in ("figure", "samples/s", "vs bound"):
+        table.add_column(col, justify="right")
+    bound = fig["bound_samples_per_s"]
+    table.add_row("encoding inside the trainer", f"{fig['local_samples_per_s']:.1f}",
+                  f"{fig['local_samples_per_s'] / bound:.2f}")  # fmt: skip
+    for k, rate in fig["remote_samples_per_s_by_inflight"].items():
+        table.add_row(f"encoder actors, K={k}", f"{rate:.1f}", f"{rate / bound:.2f}")
+    table.add_row("encoding alone", f"{fig['encode_alone_samples_per_s']:.1f}", "-")
+    table.add_row("training alone", f"{fig['train_alone_samples_per_s']:.1f}", "-")
+    table.add_row("bound (the slower)", f"{bound:.1f}", "1.00")
+    Console().print(table)
+    Console().print(
+        f"remote_vs_bound {fig['remote_vs_bound']:.2f} at K={fig['inflight']}; "
+        f"remote_vs_local {fig['remote_vs_local']:.2f}"
+    )
+
+
 @bench_app.command("scale")
 def scale(
     workers: Annotated[

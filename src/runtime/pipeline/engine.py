@@ -463,11 +463,12 @@ class PipelineEngine:
             if isinstance(exc, UnknownMessageType):
                 why = f"{stage.cfg.actor} is not a StageActor ({exc})"
             log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
-            if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
-                await self._stop_worker(name)
+            # Said before the stop below is awaited: no item may move while it runs.
             if not stage.ready() and not stage.starting:  # nothing left to run the stage's items
                 self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {name} could not start: {why}")
             self._changed.set()
+            if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
+                await self._stop_worker(name)
             return
         stage.starting -= 1
         stage.replicas.append(_Replica(name, ref))

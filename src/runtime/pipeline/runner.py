@@ -40,11 +40,13 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import structlog
 
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.loading import check_stage_actors
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed
+from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
@@ -122,6 +124,8 @@ async def run_pipeline(
     t0 = time.perf_counter()
     plan = await anyio.to_thread.run_sync(_plan, pipeline, out, items, node, master, fresh)
     cfg, resolved, out_dir, run_dir, log_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir, plan.log_dir
+    if not structlog.is_configured():  # a program that set up no logging: the run's lines go to
+        configure_logging("local", "run", log_dir, console=False)  # its log file, not the terminal
     if plan.complete is not None:
         return _already_complete(plan.complete)
     failed: StageFailed | None = None

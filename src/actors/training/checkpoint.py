@@ -1,0 +1,254 @@
+"""Asynchronous training checkpoints with torch.distributed.checkpoint (DCP).
+
+A checkpoint is a folder ``step-<step, 9 digits>`` under the run's checkpoint folder. Saving is
+asynchronous: :meth:`Checkpointer.save` snapshots the state (model, optimizer, LR scheduler, RNG
+states, the sampler's position) and returns while DCP writes it in the background; when the write
+completes, rank 0 commits it by writing a ``COMMITTED`` marker (atomically: written to a temporary
+name, then renamed). DCP writes its ``.metadata`` only after every rank has written its part, so
+the marker means the whole checkpoint is on disk; a folder without it (a run killed while
+writing) is ignored by :func:`latest`.
+
+Model and optimizer states go through ``get_state_dict``/``set_state_dict`` (keys are parameter
+names, without DDP's prefix), so a checkpoint saved by W ranks loads on any other number (DCP
+reshards). RNG states are per rank (key ``rng.rank<r>``); a rank that has none in the checkpoint
+(more ranks than saved it) keeps its own. Without an initialised process group everything runs as
+one process (DCP's ``no_dist``).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
+
+__all__ = [
+    "COMMITTED",
+    "Checkpointer",
+    "Restored",
+    "capture_rng",
+    "checkpoint_path",
+    "latest",
+    "load",
+    "restore_rng",
+]
+
+COMMITTED = "COMMITTED"
+"""Marker file of a checkpoint whose every part is written."""
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def checkpoint_path(directory: str | os.PathLike[str], step: int) -> Path:
+    """The folder of the checkpoint of ``step`` under ``directory``."""
+    return Path(directory) / f"step-{step:09d}"
+
+
+def latest(directory: str | os.PathLike[str]) -> Path | None:
+    """The committed checkpoint of the highest step under ``directory``; None when there is none.
+
+    Folders without the ``COMMITTED`` marker (half-written) are ignored.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        return None
+    found = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := _STEP_DIR.fullmatch(p.name)) and (p / COMMITTED).is_file()
+    ]
+    return max(found)[1] if found else None
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _rank() -> int:
+    return dist.get_rank() if _distributed() else 0
+
+
+def capture_rng() -> dict[str, Any]:
+    """This process's RNG states: torch (CPU and, where present, CUDA), numpy, python."""
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    """Set this process's RNG states to those :func:`capture_rng` returned."""
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def _scheduler_state(scheduler: Any) -> dict[str, Any]:
+    # Pickled as one value: its lists and floats must come back as they were, not as DCP entries.
+    return {"scheduler": pickle.dumps(scheduler.state_dict())} if scheduler is not None else {}
+
+
+class Checkpointer:
+    """Saves a checkpoint every ``every`` steps, in the background, one save at a time.
+
+    Call :meth:`maybe_save` after each train step and :meth:`close` at the end (it waits for the
+    last save). Every rank makes one, at the same point (after :func:`init_ranks`).
+    A background write's failure is raised by the next call.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], every: int) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"Checkpointer every={every!r}: expected a positive integer of steps")
+        self.directory = Path(directory)
+        self.every = every
+        self._pending: Future[Any] | None = None
+        # The background write's collectives get a group of their own: on the default group they
+        # could interleave with the training loop's (DDP's all-reduce) in another order per rank.
+        # Creating it is collective: every rank makes its Checkpointer at the same point.
+        self._group = dist.new_group(backend="gloo") if _distributed() else None
+        self.committed: list[int] = []
+        """Steps committed by this checkpointer, in order (rank 0)."""
+
+    def maybe_save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any = None,
+        progress: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Save when ``step`` is a multiple of ``every``; True when a save was started."""
+        if step % self.every:
+            return False
+        self.save(step, model, optimizer, scheduler, progress)
+        return True
+
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any = None,
+        progress: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Snapshot the state of ``step`` now, write and commit it in the background.
+
+        ``progress`` is the sampler's position (for instance step, epoch and offset), returned as
+        is by :func:`load`. Every rank calls this (DCP is collective).
+        """
+        self.wait()  # one save in flight: DCP's collectives must not interleave
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state: dict[str, Any] = {
+            "model": model_sd,
+            "optim": optim_sd,
+            "progress": pickle.dumps({"step": step, **(progress or {})}),
+            "rng": {f"rank{_rank()}": pickle.dumps(capture_rng())},
+            **_scheduler_state(scheduler),
+        }
+        path = checkpoint_path(self.directory, step)
+        result = async_save(
+            state, checkpoint_id=str(path), process_group=self._group, no_dist=self._group is None
+        )
+        # torch returns a bare future, or (with a staging stager) a response holding the upload's.
+        future: Future[Any] = result.upload_completion if isinstance(result, AsyncSaveResponse) else result
+        commit = _rank() == 0
+
+        committed: Future[None] = Future()
+
+        def done(f: Future[Any]) -> None:
+            try:
+                f.result()
+                if commit:
+                    marker = path / COMMITTED
+                    partial = path / f".{COMMITTED}.partial"
+                    partial.write_text(f"{step}\n")
+                    partial.replace(marker)
+                    self.committed.append(step)
+            except BaseException as e:  # raised to the trainer by the next call
+                committed.set_exception(e)
+            else:
+                committed.set_result(None)
+
+        # Waiters wake before a future's callbacks run: wait on the commit, not on the write.
+        self._pending = committed
+        future.add_done_callback(done)
+
+    def wait(self) -> None:
+        """Block until the save in flight is written and committed; raise its error if it failed."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except Exception as e:
+            raise RuntimeError(f"checkpoint save failed: {e}") from e
+
+    def close(self) -> None:
+        """Wait for the last save (see :meth:`wait`)."""
+        self.wait()
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`load` restored besides the objects it was given.
+
+    Attributes:
+        path: the checkpoint folder.
+        progress: the sampler's position saved with it (always holds ``"step"``).
+        rng_restored: whether this rank's RNG states were in the checkpoint (and are now set).
+    """
+
+    path: Path
+    progress: dict[str, Any]
+    rng_restored: bool
+
+
+def load(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any = None,
+) -> Restored:
+    """Restore model, optimizer, scheduler and this rank's RNG states from the checkpoint ``path``.
+
+    Every rank calls it, on any number of ranks. Raises FileNotFoundError when ``path`` is not a
+    committed checkpoint.
+    """
+    path = Path(path)
+    if not (path / COMMITTED).is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r}: not a committed checkpoint")
+    saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    rng_key = f"rank{_rank()}"
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "progress": b""}
+    if f"rng.{rng_key}" in saved:
+        state["rng"] = {rng_key: b""}
+    if scheduler is not None:
+        if "scheduler" not in saved:
+            raise ValueError(f"checkpoint {str(path)!r}: holds no LR scheduler state")
+        state["scheduler"] = b""
+    dcp_load(state, checkpoint_id=str(path), no_dist=not _distributed())
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if scheduler is not None:
+        scheduler.load_state_dict(pickle.loads(state["scheduler"]))
+    if "rng" in state:
+        restore_rng(pickle.loads(state["rng"][rng_key]))
+    return Restored(path, pickle.loads(state["progress"]), "rng" in state)

@@ -1,0 +1,183 @@
+"""Rendezvous of trainer ranks for torch.distributed.
+
+A rank joins a group given explicitly (:class:`Rendezvous`) or by torchrun's environment
+variables (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), so a
+trainer started by torchrun works as one started by troupe. The backend is gloo on CPU and nccl
+where CUDA is present (with gloo for CPU tensors too: asynchronous checkpoints need it).
+
+:func:`rendezvous_from` takes the rendezvous from troupe's directory instead, so no launcher is
+needed: rank 0 picks a port and publishes it as an actor under an agreed name; the other ranks ask
+that actor (retrying until it exists) where to connect.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import anyio
+import torch
+import torch.distributed as dist
+
+from troupe.runtime import (
+    Actor,
+    ActorStopped,
+    AskTimeout,
+    MailboxFull,
+    Runtime,
+    UnknownActor,
+    Unreachable,
+    handles,
+)
+
+__all__ = [
+    "Rendezvous",
+    "RendezvousActor",
+    "close_ranks",
+    "default_backend",
+    "init_ranks",
+    "rendezvous_from",
+]
+
+_NOT_YET = (ActorStopped, AskTimeout, MailboxFull, UnknownActor, Unreachable)
+"""Errors of asking rank 0's actor that mean "not published yet": ask again."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where and as whom a rank joins: rank 0 listens on ``addr:port``, the others connect."""
+
+    addr: str
+    port: int
+    rank: int
+    world_size: int
+    local_rank: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"Rendezvous.port={self.port!r}: expected 1..65535")
+        if self.world_size < 1:
+            raise ValueError(f"Rendezvous.world_size={self.world_size!r}: expected >= 1")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"Rendezvous.rank={self.rank!r}: expected 0..{self.world_size - 1} (world_size)")
+        if self.local_rank < 0:
+            raise ValueError(f"Rendezvous.local_rank={self.local_rank!r}: expected >= 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Rendezvous:
+        """Read torchrun's variables (``LOCAL_RANK`` defaults to 0).
+
+        Raises ValueError naming a missing or non-integer variable.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, int] = {}
+        for name in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            raw = env.get(name, "0" if name == "LOCAL_RANK" else None)
+            if raw is None:
+                raise ValueError(f"environment variable {name} is not set (torchrun sets it)")
+            try:
+                values[name] = int(raw)
+            except ValueError:
+                raise ValueError(f"environment variable {name}={raw!r}: expected an integer") from None
+        addr = env.get("MASTER_ADDR")
+        if not addr:
+            raise ValueError("environment variable MASTER_ADDR is not set (torchrun sets it)")
+        return cls(addr, values["MASTER_PORT"], values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
+
+
+def default_backend() -> str:
+    """``cpu:gloo,cuda:nccl`` where CUDA is present, else ``gloo``."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_ranks(
+    rendezvous: Rendezvous | None = None,
+    *,
+    backend: str | None = None,
+    timeout_s: float = 300.0,
+) -> Rendezvous:
+    """Join the default process group (from the environment when ``rendezvous`` is None).
+
+    Where CUDA is present the rank uses GPU ``local_rank``. Returns the rendezvous used. Raises
+    RuntimeError when a group is already initialised in this process.
+    """
+    if dist.is_initialized():
+        raise RuntimeError("init_ranks: a torch.distributed process group is already initialised")
+    rdv = Rendezvous.from_env() if rendezvous is None else rendezvous
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rdv.local_rank % torch.cuda.device_count())
+    dist.init_process_group(
+        backend=backend or default_backend(),
+        init_method=f"tcp://{rdv.addr}:{rdv.port}",
+        rank=rdv.rank,
+        world_size=rdv.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return rdv
+
+
+def close_ranks() -> None:
+    """Leave the process group (nothing when none is initialised)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class RendezvousActor(Actor):
+    """Rank 0's answer to ``rendezvous``: where the group's store listens, and its size."""
+
+    def __init__(self, addr: str, port: int, world_size: int) -> None:
+        self.where = {"addr": addr, "port": port, "world_size": world_size}
+
+    @handles("rendezvous")
+    def rendezvous(self, _: object) -> dict[str, object]:
+        return dict(self.where)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def rendezvous_from(
+    runtime: Runtime,
+    name: str,
+    rank: int,
+    world_size: int,
+    *,
+    host: str = "127.0.0.1",
+    local_rank: int = 0,
+    timeout_s: float = 300.0,
+    poll_s: float = 0.2,
+) -> Rendezvous:
+    """The rendezvous of ``rank`` through troupe's directory (then call :func:`init_ranks`).
+
+    Rank 0 picks a free port on ``host`` (an address the other ranks reach) and spawns a
+    :class:`RendezvousActor` named ``name`` in ``runtime``; every other rank asks ``name`` until it
+    answers or ``timeout_s`` passes (TimeoutError). A published world size other than
+    ``world_size`` is a ValueError.
+    """
+    if rank == 0:
+        rdv = Rendezvous(host, _free_port(host), 0, world_size, local_rank)
+        await runtime.spawn(RendezvousActor(rdv.addr, rdv.port, world_size), name)
+        return rdv
+    Rendezvous(host, 1, rank, world_size, local_rank)  # check the arguments before waiting
+    ref = runtime.ref(name)
+    attempts = max(1, math.ceil(timeout_s / poll_s))
+    for _ in range(attempts):
+        try:
+            where = await ref.ask("rendezvous", None, timeout=max(poll_s, 1.0))
+        except _NOT_YET:
+            await anyio.sleep(poll_s)
+            continue
+        if where["world_size"] != world_size:
+            raise ValueError(
+                f"rendezvous_from world_size={world_size}: rank 0 of {name!r} published {where['world_size']}"
+            )
+        return Rendezvous(str(where["addr"]), int(where["port"]), rank, world_size, local_rank)
+    raise TimeoutError(f"rendezvous_from: no answer from {name!r} within {timeout_s} s")

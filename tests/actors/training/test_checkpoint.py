@@ -1,0 +1,187 @@
+"""Asynchronous DCP checkpoints: resume equals an uninterrupted run; uncommitted ones are ignored.
+
+Run as a script (``python test_checkpoint.py DIR STEPS EVERY HANG_AFTER``) it is the trainer
+the SIGKILL test starts: it trains, prints each step, and hangs after ``HANG_AFTER`` steps.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from troupe.actors.training.checkpoint import COMMITTED, Checkpointer, checkpoint_path, latest, load
+from troupe.models.world_model import FlowBatch, WorldModel, WorldModelConfig
+
+# One process without a process group: DCP says it assumes that, on every save and load.
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+CONFIG = WorldModelConfig(latent_channels=2, patch_size=1, d_model=16, layers=1, heads=2)
+
+
+def make_batch(step: int) -> FlowBatch:
+    """The batch of ``step``: the sampler's position alone decides it."""
+    g = torch.Generator().manual_seed(1000 + step)
+    b, tl, ta = 2, 2, 4
+    cond = torch.tensor([True, False]).expand(b, tl)
+    act_cond = torch.tensor([True, True, False, False]).expand(b, ta)
+    return FlowBatch(
+        latents=torch.randn(b, 2, tl, 2, 2, generator=g),
+        latent_condition=cond,
+        latent_target=~cond,
+        actions=torch.randn(b, ta, 59, generator=g),
+        action_valid=torch.rand(b, ta, 59, generator=g) > 0.3,
+        action_condition=act_cond,
+        action_target=~act_cond,
+    )
+
+
+def make_trainer(seed: int) -> tuple[WorldModel, torch.optim.Optimizer, Any]:
+    torch.manual_seed(seed)
+    model = WorldModel(CONFIG)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+def seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def train(
+    directory: Path | None,
+    steps: int,
+    every: int = 2,
+    stop_after: int | None = None,
+    resume: bool = False,
+    on_step: Any = None,
+) -> tuple[WorldModel, dict[str, Any] | None]:
+    """Train ``steps`` steps (noise, and a python/numpy-drawn jitter, from the global RNGs)."""
+    model, optimizer, scheduler = make_trainer(0)
+    seed_all(1)
+    start, progress = 1, None
+    if resume:
+        assert directory is not None
+        found = latest(directory)
+        assert found is not None
+        restored = load(found, model, optimizer, scheduler)
+        assert restored.rng_restored
+        progress = restored.progress
+        start = progress["step"] + 1
+    saver = Checkpointer(directory, every) if directory is not None else None
+    try:
+        for step in range(start, steps + 1):
+            jitter = random.random() + float(np.random.rand())  # python and numpy RNGs matter
+            loss = model.loss(make_batch(step)).loss * (1 + jitter)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            if saver is not None:
+                saver.maybe_save(step, model, optimizer, scheduler, {"epoch": 0, "offset": step})
+            if on_step is not None:
+                on_step(step)
+            if step == stop_after:
+                break
+    finally:
+        if saver is not None:
+            saver.close()
+    return model, progress
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+def test_resume_after_stop_equals_uninterrupted(tmp_path: Path) -> None:
+    reference, _ = train(None, steps=7)
+    train(tmp_path, steps=7, every=2, stop_after=5)
+    assert latest(tmp_path) == checkpoint_path(tmp_path, 4)
+    resumed, progress = train(tmp_path, steps=7, every=2, resume=True)
+    assert progress == {"step": 4, "epoch": 0, "offset": 4}
+    assert_same_weights(resumed, reference)
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tmp_path: Path) -> None:
+    reference, _ = train(None, steps=6)
+    cmd = [sys.executable, __file__, str(tmp_path), "6", "1", "4"]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True)
+    reader.start()
+    try:
+        # bounded poll of the child's progress: it hangs after step 4 until killed
+        for _ in range(1200):
+            if "step 4\n" in lines or child.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert "step 4\n" in lines, f"child printed {lines!r}, exit {child.poll()}"
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+        reader.join(timeout=60)
+        if child.stdout is not None:
+            child.stdout.close()
+    assert latest(tmp_path) is not None  # at least one save committed before the kill
+    resumed, progress = train(tmp_path, steps=6, every=1, resume=True)
+    assert progress is not None and 1 <= progress["step"] <= 4
+    assert_same_weights(resumed, reference)
+
+
+def test_uncommitted_checkpoint_is_ignored(tmp_path: Path) -> None:
+    train(tmp_path, steps=2, every=2)
+    half = checkpoint_path(tmp_path, 3)
+    half.mkdir()
+    (half / "__0_0.distcp").write_bytes(b"half-written")
+    assert latest(tmp_path) == checkpoint_path(tmp_path, 2)
+    assert (checkpoint_path(tmp_path, 2) / COMMITTED).is_file()
+    model, optimizer, scheduler = make_trainer(0)
+    with pytest.raises(FileNotFoundError, match="step-000000003"):
+        load(half, model, optimizer, scheduler)
+    assert latest(tmp_path / "absent") is None
+
+
+def test_save_snapshots_the_state_before_it_returns(tmp_path: Path) -> None:
+    model, optimizer, scheduler = make_trainer(0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, model, optimizer, scheduler)
+    with torch.no_grad():  # training goes on while the checkpoint is written
+        for p in model.parameters():
+            p.fill_(7.0)
+    saver.close()
+    assert saver.committed == [1]
+    fresh, fresh_optimizer, fresh_scheduler = make_trainer(5)
+    load(checkpoint_path(tmp_path, 1), fresh, fresh_optimizer, fresh_scheduler)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_every_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="every=0"):
+        Checkpointer(tmp_path, 0)
+
+
+if __name__ == "__main__":
+    folder, total, every, hang_after = sys.argv[1], *map(int, sys.argv[2:5])
+
+    def report(step: int) -> None:
+        print(f"step {step}", flush=True)
+        if step == hang_after:
+            threading.Event().wait()  # killed here, a save perhaps still being written
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    train(Path(folder), total, every, on_step=report)

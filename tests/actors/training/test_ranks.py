@@ -1,0 +1,163 @@
+"""Trainer ranks with torch.distributed (gloo on loopback): rendezvous from torchrun's variables,
+and a checkpoint saved by 2 ranks loaded by 1.
+
+Run as a script (``python test_ranks.py DIR``, with torchrun's variables set) it is one rank: it
+trains 2 DDP steps, checkpoints step 2, and writes its state to ``DIR/rank<r>.pt``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+import pytest
+import torch
+
+from troupe.actors.training.checkpoint import Checkpointer, checkpoint_path, latest, load
+from troupe.actors.training.ranks import Rendezvous, close_ranks, init_ranks, rendezvous_from
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.testing.plugin import free_endpoint
+from troupe.runtime.transports.base import MemoryHub
+
+CHILD_TIMEOUT_S = 90  # under pytest-timeout's 120 s, so the ranks' logs are reported
+
+
+def make_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def test_rendezvous_from_torchrun_variables() -> None:
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "1", "WORLD_SIZE": "2"}
+    assert Rendezvous.from_env(env) == Rendezvous("127.0.0.1", 29500, 1, 2, 0)
+    with pytest.raises(ValueError, match="RANK='x'"):
+        Rendezvous.from_env({**env, "RANK": "x"})
+    with pytest.raises(ValueError, match="WORLD_SIZE is not set"):
+        Rendezvous.from_env({k: v for k, v in env.items() if k != "WORLD_SIZE"})
+    with pytest.raises(ValueError, match="rank=2"):
+        Rendezvous("127.0.0.1", 29500, 2, 2)
+
+
+def test_single_rank_group_joins_and_leaves() -> None:
+    port = urlsplit(free_endpoint()).port
+    assert port is not None
+    init_ranks(Rendezvous("127.0.0.1", port, 0, 1), timeout_s=60)
+    try:
+        assert torch.distributed.get_world_size() == 1
+        with pytest.raises(RuntimeError, match="already initialised"):
+            init_ranks(Rendezvous("127.0.0.1", port, 0, 1))
+    finally:
+        close_ranks()
+    assert not torch.distributed.is_initialized()
+
+
+async def test_ranks_find_rank_0_through_the_directory() -> None:
+    hub = MemoryHub()
+    found: dict[int, Rendezvous] = {}
+    async with Runtime("node", "trainer", hub.transport()) as runtime:
+
+        async def join(rank: int) -> None:
+            found[rank] = await rendezvous_from(runtime, "train-rdv", rank, 3, timeout_s=60, poll_s=0.01)
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(join, 2)  # asks before rank 0 has published: it asks again
+                tg.start_soon(join, 1)
+                await anyio.sleep(0.05)
+                tg.start_soon(join, 0)
+        with pytest.raises(ValueError, match="world_size=4"):
+            await rendezvous_from(runtime, "train-rdv", 1, 4, timeout_s=60)
+        with pytest.raises(TimeoutError, match="absent-rdv"):
+            await rendezvous_from(runtime, "absent-rdv", 1, 2, timeout_s=0.05, poll_s=0.01)
+    assert {r: (v.addr, v.port, v.rank, v.world_size) for r, v in found.items()} == {
+        r: ("127.0.0.1", found[0].port, r, 3) for r in range(3)
+    }
+
+
+async def test_a_group_starts_from_the_published_rendezvous() -> None:
+    async with Runtime("node", "trainer", MemoryHub().transport()) as runtime:
+        rdv = await rendezvous_from(runtime, "solo-rdv", 0, 1)
+    init_ranks(rdv, timeout_s=60)
+    try:
+        assert torch.distributed.get_rank() == 0 and torch.distributed.get_world_size() == 1
+    finally:
+        close_ranks()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_checkpoint_of_two_ranks_loads_on_one(tmp_path: Path) -> None:
+    port = urlsplit(free_endpoint()).port
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    base["OMP_NUM_THREADS"] = "1"
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]
+    children = []
+    try:
+        for r, log in enumerate(logs):
+            with log.open("w") as out:
+                cmd = [sys.executable, __file__, str(tmp_path)]
+                env = {**base, "RANK": str(r)}
+                children.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+        # bounded poll: a rank that fails ends the wait at once (its peer would wait for it)
+        for _ in range(CHILD_TIMEOUT_S * 10):
+            codes = [child.poll() for child in children]
+            if all(code == 0 for code in codes) or any(code not in (None, 0) for code in codes):
+                break
+            threading.Event().wait(0.1)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait(timeout=60)
+    assert codes == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
+    assert latest(tmp_path) == checkpoint_path(tmp_path, 2)
+
+    model, optimizer = make_model()
+    restored = load(checkpoint_path(tmp_path, 2), model, optimizer)
+    assert restored.progress == {"step": 2, "epoch": 0, "offset": 4}
+    saved = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, saved["model"][name]), name
+    state = optimizer.state_dict()["state"]
+    for index, param_state in saved["optim"].items():
+        for key, value in param_state.items():
+            assert torch.equal(torch.as_tensor(state[index][key]), torch.as_tensor(value)), (index, key)
+    assert torch.equal(torch.get_rng_state(), saved["rng"])  # rank 0's RNG goes to rank 0
+
+
+def _rank_main(folder: Path) -> None:
+    rdv = init_ranks(timeout_s=CHILD_TIMEOUT_S)
+    try:
+        model, optimizer = make_model()
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        saver = Checkpointer(folder, every=2)
+        g = torch.Generator().manual_seed(rdv.rank)  # each rank its own data
+        state: dict[str, object] = {}
+        for step in (1, 2, 3):  # step 3's all-reduce runs while step 2's checkpoint is written
+            loss = ddp(torch.randn(4, 6, generator=g)).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if saver.maybe_save(step, ddp, optimizer, progress={"epoch": 0, "offset": 2 * step}):
+                optim_state = optimizer.state_dict()["state"]
+                state = {
+                    "model": {k: v.clone() for k, v in model.state_dict().items()},
+                    "optim": {
+                        i: {k: torch.as_tensor(v).clone() for k, v in st.items()}
+                        for i, st in optim_state.items()
+                    },
+                    "rng": torch.get_rng_state(),
+                }
+        saver.close()
+        torch.save(state, folder / f"rank{rdv.rank}.pt")
+    finally:
+        close_ranks()
+
+
+if __name__ == "__main__":
+    _rank_main(Path(sys.argv[1]))

@@ -1,0 +1,94 @@
+"""``troupe bench train --json``: one JSON object with the figures issue 13 names, every process
+it started gone when it exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from troupe.cli.bench.train import split_threads
+
+
+def test_bench_train_json_reports_local_remote_and_bound(tmp_path: Path) -> None:
+    """A tiny run: this checks the command and its figures, not the machine's speed."""
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    seen: set[psutil.Process] = set()
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "troupe.cli.main",
+                "bench",
+                "train",
+                "--json",
+                "--steps",
+                "4",
+                "--repeat",
+                "1",
+            ],
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # its own group: on a failure the node and its workers go too
+        )
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            # Bounded poll of the bench's descendants (its node's workers, the encoding-alone
+            # processes), to check afterwards that each of them is gone.
+            try:
+                seen.update(psutil.Process(proc.pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.1)
+        proc.wait(timeout=1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        survivors = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for p in survivors:
+            p.kill()
+    assert proc.returncode == 0, err.read_text()
+    assert seen, "the bench started no process: no encoder actors ran"
+    assert not survivors, f"processes outlived the bench: {[p.pid for p in survivors]}"
+    fig = json.loads(out.read_text())
+    for key in ("local_samples_per_s", "remote_samples_per_s", "bound_samples_per_s", "remote_vs_bound"):
+        assert fig[key] > 0, key
+    assert fig["remote_vs_bound"] == pytest.approx(fig["remote_samples_per_s"] / fig["bound_samples_per_s"])
+    assert fig["bound_samples_per_s"] == pytest.approx(
+        min(fig["encode_alone_samples_per_s"], fig["train_alone_samples_per_s"])
+    )
+    by_k = fig["remote_samples_per_s_by_inflight"]
+    assert set(by_k) == {"1", "2", "4"} and fig["inflight"] in (1, 2, 4)
+    assert fig["remote_samples_per_s"] == max(by_k.values()) == by_k[str(fig["inflight"])]
+    assert fig["steps"] == 4 and fig["repeat"] == 1
+    # The same seeds and batches through the actors as inside the trainer: the same losses.
+    assert fig["max_loss_diff"] < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("cores", "actors", "expected"), [(2, 1, (1, 1)), (1, 1, (1, 1)), (8, 2, (4, 2)), (16, 40, (8, 1))]
+)
+def test_the_cores_are_split_between_trainer_and_encoders(
+    cores: int, actors: int, expected: tuple[int, int]
+) -> None:
+    assert split_threads(cores, actors) == expected
+
+
+def test_bad_options_exit_2_naming_the_option() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", "bench", "train", "--inflight", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "--inflight" in done.stderr

@@ -1,0 +1,417 @@
+"""``troupe bench train``: training with encoding inside the trainer against encoder actors.
+
+In one run, on this machine's cores, the same steps of the world model (troupe.models) on
+latents of troupe's video VAE (frozen), over seeded synthetic batches (uint8 video, 59-dim
+actions and their validity mask):
+
+- ``local_samples_per_s``: :func:`~troupe.actors.training.inflight.train_local`, the trainer
+  encoding each batch itself before its step;
+- ``remote_samples_per_s``: :func:`~troupe.actors.training.inflight.train_remote`, the groups
+  encoded by ``actors`` EncoderActor worker processes of a local node, at most K batches in
+  flight (the best of the K tried, each K's figure beside it);
+- ``bound_samples_per_s``: the slower of encoding alone (the same groups, in ``actors`` fresh
+  processes with the encoder actors' threads, started together) and training alone (the same
+  steps on precomputed latents with the trainer's threads): what perfect hiding of one behind
+  the other would reach.
+
+Threads: the cores are split between the two sides, as a deployment splits its hosts. The
+trainer (this process) gets ``cores // 2`` torch threads (at least 1), the encoder actors share
+the rest, ``(cores - trainer) // actors`` each (at least 1), so that on 2 cores the trainer and
+one encoder each own one core and neither steals from the other. The local baseline runs with
+the trainer's threads and with every core, and the faster counts (on a busy 2-core machine two
+torch threads can be slower than one), so the comparison favours it, if anything. Each mode starts
+from the same initial weights; the encoder actors' cache is off (a benchmark that hit it would
+measure the cache, not the overlap), and every measured run follows unmeasured warm-up steps.
+
+Every figure is taken ``repeat`` times, in turn (local, encoding alone, training alone, remote
+at each K, then again), and the medians are reported, so a slow spell of a shared machine falls
+on all of them. The node runs in this process (as ``troupe run`` does); the encoding-alone
+processes stay up between rounds, idle while the other figures are taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import anyio
+import torch
+
+from troupe.actors.encoders.encoder_actor import video_vae_encoder
+from troupe.actors.training.inflight import (
+    InflightConfig,
+    actor_encoder,
+    encode_video,
+    split_groups,
+    train_local,
+    train_remote,
+)
+from troupe.models.world_model import ACTION_DIM, FlowBatch, WorldModel, WorldModelConfig
+from troupe.runtime.core.client import connect
+from troupe.runtime.logs import configure_logging
+from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.node.local import start_local_node
+
+from .messaging import free_endpoint
+
+__all__ = [
+    "DEFAULT_INFLIGHT",
+    "EncodeAlone",
+    "TrainBench",
+    "encode_share",
+    "make_batches",
+    "make_train_step",
+    "measure_train",
+    "split_threads",
+]
+
+DEFAULT_INFLIGHT = (1, 2, 4)
+"""In-flight depths tried when none is given."""
+
+WARMUP_STEPS = 2
+SEED = 0
+
+
+@dataclass(frozen=True)
+class TrainBench:
+    """Sizes of the workload: tiny, but the real VAE and world model."""
+
+    batch_size: int = 8
+    frames: int = 8
+    side: int = 32
+    action_steps: int = 8
+    group_size: int = 2
+    vae_channels: int = 8
+    d_model: int = 96
+    layers: int = 3
+
+    def vae_kwargs(self) -> dict[str, Any]:
+        return {"base_channels": self.vae_channels, "frames": self.frames, "seed": SEED}
+
+    def world_model(self) -> WorldModel:
+        torch.manual_seed(SEED)
+        return WorldModel(WorldModelConfig(d_model=self.d_model, layers=self.layers, heads=4))
+
+
+def make_batches(bench: TrainBench, count: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """``count`` seeded batches: uint8 video, actions with their validity mask, and their index."""
+    gen = torch.Generator().manual_seed(seed)
+    b, t = bench.batch_size, bench.action_steps
+    return [
+        {
+            "video": torch.randint(
+                0, 256, (b, 3, bench.frames, bench.side, bench.side), generator=gen, dtype=torch.uint8
+            ),
+            "actions": torch.randn((b, t, ACTION_DIM), generator=gen),
+            "action_valid": torch.rand((b, t, ACTION_DIM), generator=gen) > 0.3,
+            "index": i,
+        }
+        for i in range(count)
+    ]
+
+
+def make_train_step(
+    model: WorldModel, threads: int | None = None
+) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """One AdamW step of the flow-matching loss: the first half of the latent frames is given,
+    the rest and every action predicted; noise and flow times seeded by the batch's index.
+
+    ``threads``: torch threads of the step, set in the thread that runs it (``train_remote``
+    runs steps on worker threads, where the main thread's setting may not hold)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(batch: dict[str, Any]) -> torch.Tensor:
+        if threads is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        latents = batch["latents"]
+        b, frames = latents.shape[0], latents.shape[2]
+        given = torch.zeros((b, frames), dtype=torch.bool)
+        given[:, : frames // 2] = True
+        steps = batch["actions"].shape[1]
+        flow = FlowBatch(
+            latents,
+            given,
+            ~given,
+            batch["actions"],
+            batch["action_valid"],
+            torch.zeros((b, steps), dtype=torch.bool),
+            torch.ones((b, steps), dtype=torch.bool),
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss = model.loss(flow, generator=torch.Generator().manual_seed(int(batch["index"]))).loss
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def split_threads(cores: int, actors: int) -> tuple[int, int]:
+    """``(trainer threads, threads of each encoder actor)`` sharing ``cores`` (see the module)."""
+    trainer = max(1, cores // 2)
+    return trainer, max(1, (cores - trainer) // actors)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _samples(batches: Sequence[dict[str, Any]]) -> int:
+    return sum(int(b["video"].shape[0]) for b in batches)
+
+
+def encode_share(bench: TrainBench, steps: int, actors: int, share: int, threads: int) -> None:
+    """Encoding alone, as encoder actor ``share`` of ``actors`` would (round-robin over the
+    groups): warm up and print "ready"; then for each line on stdin, encode and print the seconds."""
+    torch.set_num_threads(threads)
+    encoder = video_vae_encoder(**bench.vae_kwargs())
+    batches = make_batches(bench, steps + WARMUP_STEPS)
+    groups = [
+        g for i, b in enumerate(batches[WARMUP_STEPS:]) for g in split_groups(i, b["video"], bench.group_size)
+    ]
+    mine = groups[share::actors]
+    encode_video(encoder, batches[0]["video"][: bench.group_size])
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        start = time.perf_counter()
+        for group in mine:
+            encode_video(encoder, group.video)
+        print(json.dumps(time.perf_counter() - start), flush=True)
+
+
+class EncodeAlone:
+    """``actors`` processes encoding the run's groups together, as the encoder actors would
+    without messaging: :meth:`measure` is one round; :meth:`close` ends and reaps them."""
+
+    CODE = (
+        "import json, sys; from troupe.cli.bench.train import TrainBench, encode_share; "
+        "a = json.loads(sys.argv[1]); encode_share(TrainBench(**a.pop('bench')), **a)"
+    )
+
+    def __init__(self, bench: TrainBench, steps: int, actors: int, threads: int) -> None:
+        self.samples = _samples(make_batches(bench, steps))
+        self.procs: list[subprocess.Popen[str]] = []
+        try:
+            for share in range(actors):
+                arg = {"bench": asdict(bench), "steps": steps, "actors": actors, "share": share,
+                       "threads": threads}  # fmt: skip
+                self.procs.append(
+                    subprocess.Popen([sys.executable, "-c", self.CODE, json.dumps(arg)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                )  # fmt: skip
+            for proc in self.procs:
+                if (line := self._line(proc, "start")) != "ready":
+                    raise RuntimeError(f"encoding-alone process {proc.pid} said {line!r}, not 'ready'")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _line(proc: subprocess.Popen[str], what: str) -> str:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line:
+            raise RuntimeError(f"encoding-alone process {proc.pid} exited before its {what}")
+        return line
+
+    def measure(self) -> float:
+        """Samples/s of one round: every process starts at once; the slowest sets the time."""
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        seconds = [float(self._line(proc, "figure")) for proc in self.procs]
+        return self.samples / max(seconds)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None:
+                proc.stdin.close()  # end of input: the process returns
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _with_latents(bench: TrainBench, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    encoder = video_vae_encoder(**bench.vae_kwargs())
+    return [{**b, "latents": encode_video(encoder, b["video"])} for b in batches]
+
+
+def _train_alone(bench: TrainBench, with_latents: list[dict[str, Any]], threads: int) -> float:
+    """Samples/s of the train steps alone, on latents computed beforehand."""
+    torch.set_num_threads(threads)
+    step = make_train_step(bench.world_model(), threads)
+    for batch in with_latents[:WARMUP_STEPS]:
+        step(batch)
+    start = time.perf_counter()
+    for batch in with_latents[WARMUP_STEPS:]:
+        step(batch)
+    return _samples(with_latents[WARMUP_STEPS:]) / (time.perf_counter() - start)
+
+
+def _local(bench: TrainBench, batches: list[dict[str, Any]], threads: int) -> tuple[float, list[float]]:
+    torch.set_num_threads(threads)
+    encoder = video_vae_encoder(**bench.vae_kwargs())
+    step = make_train_step(bench.world_model(), threads)
+    config = InflightConfig(group_size=bench.group_size)
+    train_local(batches[:WARMUP_STEPS], step, encoder, config)
+    result = train_local(batches[WARMUP_STEPS:], step, encoder, config)
+    return result.timings.samples_per_s, result.losses
+
+
+def _node_config(bench: TrainBench, actors: int, threads: int, log_dir: Path) -> NodeConfig:
+    kwargs = {"encoder_kwargs": bench.vae_kwargs(), "device": "cpu", "memory_mb": 0, "disk_mb": 0,
+              "threads": threads}  # fmt: skip
+    workers = tuple(
+        WorkerSpec(
+            name=f"w-encode-{i}",
+            actors=(
+                ActorSpec(
+                    name=f"encode-{i}", cls="troupe.actors.encoders.encoder_actor:EncoderActor", kwargs=kwargs
+                ),
+            ),
+        )
+        for i in range(actors)
+    )
+    return NodeConfig(name="bench-train", endpoint=free_endpoint(), log_dir=log_dir, log_level="warning",
+                      workers=workers)  # fmt: skip
+
+
+@dataclass
+class _Rounds:
+    """Each round's figures, medians taken at the end; losses of the first round."""
+
+    local: dict[int, list[float]]
+    remote: dict[int, list[float]]
+    encode: list[float]
+    train: list[float]
+    losses: dict[str, list[float]]
+
+
+async def _rounds(
+    bench: TrainBench,
+    batches: list[dict[str, Any]],
+    actors: int,
+    threads: tuple[int, int],
+    depths: Sequence[int],
+    repeat: int,
+    log_dir: Path,
+    say: Callable[[str], None],
+) -> _Rounds:
+    """Every figure ``repeat`` times, in turn, so a slow spell of a shared machine falls on all
+    of them; CPU-bound parts run on a worker thread, so the in-process node goes on answering."""
+    cores = _cores()
+    local_threads = sorted({threads[0], cores})
+    out = _Rounds({n: [] for n in local_threads}, {k: [] for k in depths}, [], [], {})
+    cfg = _node_config(bench, actors, threads[1], log_dir)
+    names = [f"encode-{i}" for i in range(actors)]
+    say(f"starting {actors} encoder actors and {actors} encoding-alone processes")
+    precomputed = await anyio.to_thread.run_sync(_with_latents, bench, batches)
+    alone = await anyio.to_thread.run_sync(
+        EncodeAlone, bench, len(batches) - WARMUP_STEPS, actors, threads[1]
+    )
+    try:
+        async with anyio.create_task_group() as tg:
+            node = await start_local_node(tg, cfg)
+            try:
+                async with connect(cfg.endpoint, "bench-train") as rt:
+                    encode = actor_encoder(rt, names, timeout=120)
+                    for r in range(repeat):
+                        say(f"round {r + 1} of {repeat}")
+                        for n in local_threads:
+                            rate, losses = await anyio.to_thread.run_sync(_local, bench, batches, n)
+                            out.local[n].append(rate)
+                            out.losses.setdefault(f"local-{n}", losses)
+                        out.encode.append(await anyio.to_thread.run_sync(alone.measure))
+                        out.train.append(
+                            await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads[0])
+                        )
+                        for k in depths:
+                            step = make_train_step(bench.world_model(), threads[0])
+                            config = InflightConfig(inflight=k, group_size=bench.group_size, deadline_s=120)
+                            await train_remote(batches[:WARMUP_STEPS], step, encode, actors, config)
+                            result = await train_remote(batches[WARMUP_STEPS:], step, encode, actors, config)
+                            out.remote[k].append(result.timings.samples_per_s)
+                            out.losses.setdefault(f"remote-{k}", result.losses)
+            finally:
+                node.stopping.set()
+    finally:
+        await anyio.to_thread.run_sync(alone.close)
+    return out
+
+
+def measure_train(
+    steps: int = 16,
+    inflight: int | None = None,
+    actors: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    bench: TrainBench | None = None,
+    repeat: int = 3,
+) -> dict[str, Any]:
+    """Run the local, remote and alone measurements ``repeat`` times; return every figure
+    (medians; see the module)."""
+    say = progress or (lambda _m: None)
+    bench = bench or TrainBench()
+    for name, value in (("steps", steps), ("repeat", repeat), ("inflight", inflight), ("actors", actors)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value!r}: expected at least 1")
+    cores = _cores()
+    # One actor per core the trainer leaves free, by default.
+    actors = actors if actors is not None else max(1, cores - split_threads(cores, 1)[0])
+    depths = (inflight,) if inflight is not None else DEFAULT_INFLIGHT
+    threads = split_threads(cores, actors)
+    configure_logging("bench", "bench", None, console=False, level="warning")  # stdout stays JSON
+    batches = make_batches(bench, steps + WARMUP_STEPS)
+    initial_threads = torch.get_num_threads()
+    try:
+        with tempfile.TemporaryDirectory(prefix="troupe-bench-train-") as tmp:
+            rounds = anyio.run(_rounds, bench, batches, actors, threads, depths, repeat, Path(tmp), say)
+    finally:
+        torch.set_num_threads(initial_threads)
+    local_by = {n: median(v) for n, v in rounds.local.items()}
+    remote_by = {k: median(v) for k, v in rounds.remote.items()}
+    local_threads = max(local_by, key=lambda n: local_by[n])
+    best = max(remote_by, key=lambda k: remote_by[k])
+    encode_rate, train_rate = median(rounds.encode), median(rounds.train)
+    bound = min(encode_rate, train_rate)
+    reference = rounds.losses[f"local-{local_threads}"]
+    return {
+        "local_samples_per_s": local_by[local_threads],
+        "remote_samples_per_s": remote_by[best],
+        "bound_samples_per_s": bound,
+        "remote_vs_bound": remote_by[best] / bound,
+        "inflight": best,
+        "remote_vs_local": remote_by[best] / local_by[local_threads],
+        "encode_alone_samples_per_s": encode_rate,
+        "train_alone_samples_per_s": train_rate,
+        "remote_samples_per_s_by_inflight": {str(k): rate for k, rate in remote_by.items()},
+        "local_samples_per_s_by_threads": {str(n): rate for n, rate in local_by.items()},
+        "max_loss_diff": max(
+            abs(a - b) for losses in rounds.losses.values() for a, b in zip(reference, losses, strict=True)
+        ),
+        "steps": steps,
+        "repeat": repeat,
+        "batch_size": bench.batch_size,
+        "actors": actors,
+        "local_threads": local_threads,
+        "trainer_threads": threads[0],
+        "encoder_threads": threads[1],
+        "cores": cores,
+    }
