@@ -118,7 +118,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
     def started() -> bool:
         assert node.poll() is None and master.poll() is None, "the node or the master exited"
-        return total(scrape(node_metrics), "troupe_workers", state="running") == 2
+        found = scrape(node_metrics)  # the workers run, and the supervisor watches them
+        return (
+            total(found, "troupe_workers", state="running") == 2 and total(found, "troupe_supervisor_up") == 1
+        )
 
     try:
         poll("both workers running", started)
