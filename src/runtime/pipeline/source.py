@@ -151,19 +151,7 @@ class MasterSource:
         self._kick.set()
 
     async def run(self, wake: Callable[[], None]) -> None:
-        await self._call(
-            "register_worker",
-            {
-                "worker_id": self.worker_id,
-                "node": self.runtime.node,
-                "endpoint": self.runtime.address,
-                "pid": os.getpid(),
-                "slots": self.slots,
-                "cpu": float(self.slots),
-                "gpu": 0,
-                "kinds": [],
-            },
-        )
+        await self._call("register_worker", self._registration())
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew_loop)
             while not self._done:
@@ -196,6 +184,19 @@ class MasterSource:
             await self._flush_reports()
             tg.cancel_scope.cancel()
         wake()
+
+    def _registration(self) -> dict[str, Any]:
+        """What this source registers with the master as, a worker with ``slots`` slots."""
+        return {
+            "worker_id": self.worker_id,
+            "node": self.runtime.node,
+            "endpoint": self.runtime.address,
+            "pid": os.getpid(),
+            "slots": self.slots,
+            "cpu": float(self.slots),
+            "gpu": 0,
+            "kinds": [],
+        }
 
     async def _check_finished(self) -> None:
         if self._leases or self._reports:
@@ -237,20 +238,7 @@ class MasterSource:
             )
         except UnknownWorker:
             log.warning("pipeline_source_unknown_worker", hint="the master restarted; registering again")
-            await self.runtime.control(
-                self.master,
-                "register_worker",
-                {
-                    "worker_id": self.worker_id,
-                    "node": self.runtime.node,
-                    "endpoint": self.runtime.address,
-                    "pid": os.getpid(),
-                    "slots": self.slots,
-                    "cpu": float(self.slots),
-                    "gpu": 0,
-                    "kinds": [],
-                },
-            )
+            await self.runtime.control(self.master, "register_worker", self._registration())
             return None
         except TroupeError as exc:
             log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))

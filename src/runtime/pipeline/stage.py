@@ -60,6 +60,11 @@ def outcome_error(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def _outcome_of_failure(exc: Exception) -> dict[str, Any]:
+    """ItemFailed prunes the item; any other error has it retried."""
+    return outcome_pruned(str(exc)) if isinstance(exc, ItemFailed) else outcome_error(exc)
+
+
 @dataclass(frozen=True, slots=True)
 class StageRun:
     """What a stage's ``start`` and ``finalize`` hooks are told about the run.
@@ -138,10 +143,8 @@ class StageActor(Actor):
                 if inspect.isawaitable(result):
                     result = await result
                 out.append(outcome_ok(result))
-            except ItemFailed as exc:
-                out.append(outcome_pruned(str(exc)))
             except Exception as exc:
-                out.append(outcome_error(exc))
+                out.append(_outcome_of_failure(exc))
             self.progress()
         return out
 
@@ -171,10 +174,8 @@ class StageActor(Actor):
         for item in items:
             try:
                 outcomes.append(outcome_ok(self.process(item)))
-            except ItemFailed as exc:
-                outcomes.append(outcome_pruned(str(exc)))
             except Exception as exc:
-                outcomes.append(outcome_error(exc))
+                outcomes.append(_outcome_of_failure(exc))
             self.progress()
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
 
