@@ -18,6 +18,7 @@ from troupe.cli.commands.ctl import ctl_app
 from troupe.cli.commands.keys import keys_app
 from troupe.cli.commands.logs import logs_app
 from troupe.cli.commands.master import master_app
+from troupe.cli.commands.models import models_app
 from troupe.cli.commands.node import node_app
 from troupe.cli.commands.run import demo, run
 
@@ -87,6 +88,7 @@ app.add_typer(ctl_app, name="ctl", help="Send control messages to a running clus
 app.add_typer(bench_app, name="bench", help="Measure troupe against its raw ceilings.")
 app.add_typer(logs_app, name="logs", help="Follow the structured logs of the nodes.")
 app.add_typer(keys_app, name="keys", help="Make CURVE key pairs (authenticate and encrypt).")
+app.add_typer(models_app, name="models", help="Train and inspect troupe's models (the video VAE).")
 app.command("run")(run)
 app.command("demo")(demo)
 

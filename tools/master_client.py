@@ -127,7 +127,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         f"{status['leases_outstanding']} outstanding; backups {spec['launched']} launched, {spec['won']} won",
     )
     nodes = Table(title="nodes (master's view)")
-    for col in ("node", "alive", "workers", "cpus", "load", "mem free MiB", "gpus", "last beat"):
+    for col in ("node", "alive", "workers", "cpus", "load", "mem free MiB", "gpus", "tags", "last beat"):
         nodes.add_column(col)
     for n in status["nodes"]:
         r = n.get("resources") or {}
@@ -139,6 +139,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
             str(r.get("load1", "-")),
             str(r.get("mem_available_mib", "-")),
             str(r.get("gpus", "-")),
+            escape(",".join(map(str, n.get("tags") or ()))) or "-",
             f"{n['last_beat_age_s']:.1f} s ago",
         )
     workers = Table(title=f"workers ({len(status['workers'])} registered)")

@@ -27,6 +27,8 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
     node.add_row("pid", str(status["pid"]))
     node.add_row("uptime", f"{status['uptime_s']:.1f} s")
     node.add_row("rss", f"{status['rss_mib']} MiB")
+    if "tags" in status:
+        node.add_row("tags", escape(", ".join(map(str, status["tags"]))) or "-")
     if "security" in status:
         node.add_row("security", security_cell(status["security"]))
     workers = Table(title="workers")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
-from troupe.cli.bench.train import split_threads
+from troupe.cli.bench.train import GPU_SWITCHES, TrainBench, measure_switches, split_threads
 
 
 def test_bench_train_json_reports_local_remote_and_bound(tmp_path: Path) -> None:
@@ -68,11 +69,25 @@ def test_bench_train_json_reports_local_remote_and_bound(tmp_path: Path) -> None
         min(fig["encode_alone_samples_per_s"], fig["train_alone_samples_per_s"])
     )
     by_k = fig["remote_samples_per_s_by_inflight"]
-    assert set(by_k) == {"1", "2", "4"} and fig["inflight"] in (1, 2, 4)
+    assert set(by_k) == {"1", "2", "4", "8"} and fig["inflight"] in (1, 2, 4, 8)
     assert fig["remote_samples_per_s"] == max(by_k.values()) == by_k[str(fig["inflight"])]
     assert fig["steps"] == 4 and fig["repeat"] == 1
+    stages = fig["remote_stages"]
+    assert stages["steps"] == 4 and stages["samples_per_s"] == pytest.approx(fig["remote_samples_per_s"])
     # The same seeds and batches through the actors as inside the trainer: the same losses.
     assert fig["max_loss_diff"] < 1e-4
+    if not torch.cuda.is_available():
+        assert fig["gpu_switches"] is None and "no CUDA device" in fig["gpu_switches_note"]
+    else:
+        assert set(fig["gpu_switches"]) == {"baseline", "compile", "cudnn_benchmark", "bf16"}
+
+
+def test_the_gpu_switch_figures_take_the_encoder_actors_path() -> None:
+    """On CPU the actor turns each switch off, so this checks the loop and its keys, not speed."""
+    bench = TrainBench(batch_size=2, frames=8, side=16, vae_channels=4, group_size=1)
+    figures, errors = measure_switches(bench, "cpu", rounds=1)
+    assert errors == {} and set(figures) == {"baseline", *GPU_SWITCHES}
+    assert all(rate is not None and rate > 0 for rate in figures.values())
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,12 @@ from support.cluster import NodeProc, running_node
 TELL, ASK, REPLY, ERROR, CONTROL = 1, 2, 3, 4, 5
 TESTS_DIR = str(Path(__file__).resolve().parents[1])  # workers import support.protocol_probe
 
+# Spawned workers: the torch-codec test is about what a worker's own actors import, and a worker
+# forked from the node's template has whatever the template imported for every worker.
 PROBE_CONFIG = """
+[node]
+fast_start = false
+
 [[workers]]
 name = "w-probe"
 actors = [
@@ -199,7 +204,7 @@ def test_torch_codec_is_loaded_at_start_only_where_actors_import_torch(
     client: RawClient, node: NodeProc
 ) -> None:
     """A worker whose actors imported torch has its codec before the first tensor; one whose
-    actors did not is not made to import torch."""
+    actors did not is not made to import torch (spawned workers: fast_start is off here)."""
     plain = client.request(_resolve(client, node, "probe"), ASK, "probe", "codecs", None)[1]
     assert plain == {"torch_imported": False, "extensions": []}
     torch_worker = client.request(_resolve(client, node, "tprobe"), ASK, "tprobe", "codecs", None)[1]

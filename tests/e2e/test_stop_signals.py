@@ -125,11 +125,12 @@ def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path
     with running(run_args(config, out, 8), tmp_path, "run") as run:
         run.wait_until("a committed episode", lambda: committed.is_dir() and any(committed.iterdir()))
         run.wait_until("the random moment", _after(delay))
+        # Back to back: a graceful stop of a run this small can end before a second signal sent
+        # after its message would arrive; the second is handled after the first all the same.
         run.signal(signal.SIGTERM)
-        run.wait_until("the graceful stop", lambda: "stopping gracefully" in run.text(), timeout=60)
         run.signal(signal.SIGTERM)
         assert run.wait(timeout=60) == 143, f"seed {SEED}:\n{run.text()[-3000:]}"
-        assert "stopped at once" in run.text()
+        assert "stopping gracefully" in run.text() and "stopped at once" in run.text(), run.text()[-3000:]
         assert not run.survivors(), f"seed {SEED}: processes of the run left behind"
         assert len(run.seen) >= 5  # the supervisor and a replica per stage were tracked
 

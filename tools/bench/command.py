@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 __all__ = ["bench_app"]
@@ -40,7 +41,16 @@ def messaging(
         return
     both = " with CURVE" if curve else ""
     table = Table(title=f"troupe messaging vs raw pyzmq{both} (same run, medians of {repeat} runs each)")
-    for col in ("figure", "raw ceiling", "troupe 2 processes", "ratio", "troupe 1 process", "ratio"):
+    for col in (
+        "figure",
+        "raw ceiling",
+        "troupe 2 processes",
+        "ratio",
+        "troupe 1 process",
+        "ratio",
+        "asyncio floor",
+        "troupe 2 proc. / floor",
+    ):
         table.add_column(col, justify="right")
     names = {
         "tell_small": "tell 100 B msgs/s",
@@ -56,6 +66,9 @@ def messaging(
             f"{fig[f'{key}_ratio']:.2f}",
             f"{fig[f'troupe_local_{key}_per_s']:,.0f}",
             f"{fig[f'local_{key}_ratio']:.2f}",
+            # Asks only: the floor is an event loop's ask (floor.py); tells have none.
+            f"{fig[f'floor_{key}_per_s']:,.0f}" if f"floor_{key}_per_s" in fig else "-",
+            f"{fig[f'{key}_floor_ratio']:.2f}" if f"{key}_floor_ratio" in fig else "-",
         )
     Console().print(table)
     Console().print(
@@ -112,10 +125,10 @@ def pipeline(
 @bench_app.command("train")
 def train(
     as_json: JsonOption = False,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured train steps per mode.")] = 16,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured train steps per mode.")] = 64,
     inflight: Annotated[
         int | None,
-        typer.Option("--inflight", min=1, help="In-flight depth K (default: try 1, 2 and 4, keep the best)."),
+        typer.Option("--inflight", min=1, help="In-flight depth K (default: try 1, 2, 4, 8, keep the best)."),
     ] = None,
     actors: Annotated[
         int | None,
@@ -154,6 +167,14 @@ def train(
         f"remote_vs_bound {fig['remote_vs_bound']:.2f} at K={fig['inflight']}; "
         f"remote_vs_local {fig['remote_vs_local']:.2f}"
     )
+    switches = fig["gpu_switches"]
+    Console().print(
+        "encoder GPU switches, samples/s: "
+        + ", ".join(f"{k} {'failed' if v is None else f'{v:.1f}'}" for k, v in switches.items())
+        + f" ({escape(fig['gpu_switches_note'])})"
+        if switches
+        else f"encoder GPU switches: not measured ({escape(fig['gpu_switches_note'])})"
+    )
 
 
 @bench_app.command("scale")
@@ -165,13 +186,20 @@ def scale(
     median_ms: Annotated[
         float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")
     ] = 0.0,
+    prefetch: Annotated[
+        int, typer.Option("--prefetch", min=0, max=64, help="Leases each worker holds ahead (0: none).")
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
     from .scale import measure_scale, scale_table
 
     fig = measure_scale(
-        workers, tasks, median_ms or None, progress=lambda m: console.print(f"[dim]{m}...[/]")
+        workers,
+        tasks,
+        median_ms or None,
+        progress=lambda m: console.print(f"[dim]{m}...[/]"),
+        prefetch=prefetch,
     )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
@@ -216,5 +244,17 @@ def recovery(
         f"{fig['restart_serving_s']:.3f} s",
         f"{fig['spawn_floor_s']:.3f} s (bare spawn)",
         f"{fig['restart_serving_over_floor']:.2f}",
+    )
+    table.add_row(
+        "torch worker: kill -> serving (template fork)",
+        f"{fig['torch_restart_serving_s']:.3f} s",
+        f"{fig['spawn_floor_s']:.3f} s (bare spawn)",
+        f"{fig['torch_restart_over_floor']:.2f}",
+    )
+    table.add_row(
+        "torch worker: kill -> serving (spawn)",
+        f"{fig['torch_restart_serving_spawn_s']:.3f} s",
+        f"{fig['torch_spawn_floor_s']:.3f} s (spawn + torch)",
+        f"{fig['torch_restart_serving_spawn_s'] / fig['torch_spawn_floor_s']:.2f}",
     )
     Console().print(table)

@@ -1,9 +1,12 @@
 """``troupe bench messaging``: troupe's messaging against raw pyzmq, in one run.
 
 Every troupe figure is printed as a ratio to its raw ceiling measured in the same run, with
-the same payloads, process boundary and TCP loopback transport. With ``curve``, both sides
-authenticate and encrypt with CURVE: troupe with keys generated for the run (node, workers and
-this client), raw pyzmq with CURVE on its sockets.
+the same payloads, process boundary and TCP loopback transport. The asks are also measured
+against the asyncio floor (floor.py: a bare uvloop + pyzmq ask, which pays an event loop's
+wake-ups as troupe does and blocking pyzmq does not): ``ask1_floor_ratio`` and
+``ask64_floor_ratio``. With ``curve``, every side authenticates and encrypts with CURVE: troupe
+with keys generated for the run (node, workers and this client), raw pyzmq and the floor with
+CURVE on their sockets.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.security.keys import generate_keys, load_keys
 
+from .floor import floor_echo_round_trips
 from .raw import CurvePairs, raw_echo_round_trips, raw_one_way, run_apart
 
 __all__ = ["bench_keys", "measure_messaging", "measure_startup"]
@@ -59,32 +63,40 @@ def _bench_workers() -> tuple[WorkerSpec, ...]:
     )
 
 
+Measure = Callable[[], float]
+
+
 def _plan(
     n_small: int, n_large: int, n_ask: int, curve: CurvePairs | None = None
-) -> list[tuple[str, Callable[[], float], str, dict[str, Any]]]:
-    """Each figure: its key, the raw measurement, and the Source request that measures troupe."""
+) -> list[tuple[str, Measure, Measure | None, str, dict[str, Any]]]:
+    """Each figure: its key, the raw measurement, the asyncio floor's (asks only), and the
+    Source request that measures troupe."""
     return [
         (
             "tell_small",
             partial(raw_one_way, n_small, "small", curve),
+            None,
             "tells",
             {"n": n_small, "kind": "small"},
         ),
         (
             "tell_large",
             partial(raw_one_way, n_large, "large", curve),
+            None,
             "tells",
             {"n": n_large, "kind": "large"},
         ),
         (
             "ask1",
             partial(raw_echo_round_trips, N_ASK1, 1, "small", curve),
+            partial(floor_echo_round_trips, N_ASK1, 1, "small", curve),
             "asks",
             {"n": N_ASK1, "window": 1, "kind": "small"},
         ),
         (
             "ask64",
             partial(raw_echo_round_trips, n_ask, 64, "small", curve),
+            partial(floor_echo_round_trips, n_ask, 64, "small", curve),
             "asks",
             {"n": n_ask, "window": 64, "kind": "small"},
         ),
@@ -108,8 +120,9 @@ async def _figures(
     say: Any,
     curve: tuple[Path, CurvePairs] | None = None,
 ) -> dict[str, float]:
-    """Raw and troupe runs of each figure, taken in turn (raw, troupe, raw, troupe, ...) so that
-    a slow spell of the machine falls on both sides of a ratio; medians of ``runs`` each."""
+    """Raw (and floor) and troupe runs of each figure, taken in turn (raw, floor, troupe, raw,
+    ...) so that a slow spell of the machine falls on every side of a ratio; medians of
+    ``runs`` each."""
     cfg = NodeConfig(
         name="bench",
         endpoint=free_endpoint(),
@@ -133,20 +146,25 @@ async def _figures(
                 # first run of a new payload size pays for growing their allocator's pools.
                 await troupe_run(request, {**spec, "n": max(64, spec["n"] // 10)})
 
-            for key, raw_run, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
+            for key, raw_run, floor_run, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
                 # 1 MiB messages are bound by memory copies, and both sides' runs scatter about
                 # twice as widely as the others' (raw from 5k to 9k/s here): twice the runs.
                 n_runs = 2 * runs - 1 if key == "tell_large" else runs
-                say(f"{key}: raw pyzmq and troupe in turn, {n_runs} runs each")
+                sides = "raw pyzmq, the asyncio floor and troupe" if floor_run else "raw pyzmq and troupe"
+                say(f"{key}: {sides} in turn, {n_runs} runs each")
                 two_processes = {**spec, "target": "dst/sink"}
                 await warm_up(request, two_processes)
-                raw, troupe = [], []
+                raw, floor, troupe = [], [], []
                 for _ in range(n_runs):
                     raw.append(await anyio.to_thread.run_sync(run_apart, raw_run))
+                    if floor_run is not None:
+                        floor.append(await anyio.to_thread.run_sync(run_apart, floor_run))
                     troupe.append(await troupe_run(request, two_processes))
                 out[f"raw_{key}_per_s"] = median(raw)
+                if floor:
+                    out[f"floor_{key}_per_s"] = median(floor)
                 out[f"troupe_{key}_per_s"] = median(troupe)
-            for key, _, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
+            for key, _, _, request, spec in _plan(n_small, n_large, n_ask, raw_curve):
                 say(f"{key}: troupe, both actors in one process")
                 one_process = {**spec, "target": "sink_local"}
                 await warm_up(request, one_process)
@@ -265,4 +283,6 @@ def measure_messaging(
     for key in ("tell_small", "tell_large", "ask1", "ask64"):
         fig[f"{key}_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"raw_{key}_per_s"]
         fig[f"local_{key}_ratio"] = fig[f"troupe_local_{key}_per_s"] / fig[f"raw_{key}_per_s"]
+    for key in ("ask1", "ask64"):
+        fig[f"{key}_floor_ratio"] = fig[f"troupe_{key}_per_s"] / fig[f"floor_{key}_per_s"]
     return fig

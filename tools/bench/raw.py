@@ -16,20 +16,22 @@ from typing import Any
 import numpy as np
 import zmq
 
-__all__ = ["CurvePairs", "raw_echo_round_trips", "raw_one_way", "run_apart"]
+__all__ = ["CurvePairs", "connect_curve", "raw_echo_round_trips", "raw_one_way", "run_apart", "serve_curve"]
 
 CurvePairs = tuple[bytes, bytes, bytes, bytes]
 """CURVE keys (Z85) for a raw pair of sockets: server public, server secret, client public,
 client secret. Plain bytes, so that they travel to the measuring processes."""
 
 
-def _serve_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+def serve_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+    """Make ``sock`` a CURVE server with the pairs' server keys (nothing without ``curve``)."""
     if curve is not None:
         sock.curve_publickey, sock.curve_secretkey = curve[0], curve[1]
         sock.curve_server = True
 
 
-def _connect_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+def connect_curve(sock: zmq.Socket[bytes], curve: CurvePairs | None) -> None:
+    """Make ``sock`` a CURVE client of the pairs' server (nothing without ``curve``)."""
     if curve is not None:
         sock.curve_serverkey = curve[0]
         sock.curve_publickey, sock.curve_secretkey = curve[2], curve[3]
@@ -47,7 +49,7 @@ def _sink(endpoint_q: Any, result_q: Any, n: int, curve: CurvePairs | None = Non
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.RCVHWM, 1000)
-    _serve_curve(sock, curve)
+    serve_curve(sock, curve)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     endpoint_q.put(f"tcp://127.0.0.1:{port}")
     sock.recv_multipart(copy=False)
@@ -63,7 +65,7 @@ def _source(endpoint: str, n: int, kind: str, curve: CurvePairs | None = None) -
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.SNDHWM, 1000)
-    _connect_curve(sock, curve)
+    connect_curve(sock, curve)
     sock.connect(endpoint)
     payload = _payload(kind)
     for _ in range(n):
@@ -92,7 +94,7 @@ def raw_one_way(n: int, kind: str, curve: CurvePairs | None = None) -> float:
 def _echo(endpoint_q: Any, stop_after: int, curve: CurvePairs | None = None) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
-    _serve_curve(sock, curve)
+    serve_curve(sock, curve)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     endpoint_q.put(f"tcp://127.0.0.1:{port}")
     for _ in range(stop_after):
@@ -111,7 +113,7 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
     try:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
-        _connect_curve(sock, curve)
+        connect_curve(sock, curve)
         sock.connect(endpoint_q.get(timeout=30))
         payload = _payload(kind)
         sent = got = 0

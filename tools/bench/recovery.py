@@ -10,6 +10,11 @@ Figures (medians over ``repeat`` rounds, each against a floor measured in the sa
 - ``restart_serving_s``: SIGKILL a worker -> its restarted actor answers an ask. Floor:
   ``spawn_floor_s``, a bare Python process that imports the same modules (troupe.runtime, zmq,
   msgpack, numpy) and answers one message; the rest is troupe's restart overhead.
+- ``torch_restart_serving_s``: the same for a worker whose actor module imports torch, forked
+  from the node's template (``fast_start``, the default); ``torch_restart_serving_spawn_s``:
+  with ``fast_start = false``, a fresh interpreter that imports torch again. Against
+  ``spawn_floor_s`` (``torch_restart_over_floor``) and ``torch_spawn_floor_s`` (the bare
+  process importing torch too).
 
 The node runs inside this process (its workers and supervisor are real processes), so exits
 are timed by a ``worker_exit_listeners`` hook, not by polling.
@@ -48,6 +53,7 @@ from .messaging import free_endpoint
 __all__ = ["measure_recovery", "spawn_floor"]
 
 _WORKER = "w-echo"
+_TORCH_WORKER = "w-torch"
 _FLOOR_CODE = """
 import sys
 import msgpack, numpy, zmq
@@ -62,14 +68,16 @@ ctx.term()
 """
 
 
-def spawn_floor() -> float:
-    """Seconds to spawn a bare Python process that imports troupe's modules and answers once."""
+def spawn_floor(extra_imports: str = "") -> float:
+    """Seconds to spawn a bare Python process that imports troupe's modules (and
+    ``extra_imports``, a line of Python) and answers once."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", _FLOOR_CODE, f"tcp://127.0.0.1:{port}"])
+    code = f"{extra_imports}\n{_FLOOR_CODE}"
+    proc = subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"])
     try:
         if not sock.poll(60_000):
             raise RuntimeError("the floor process did not start within 60 s")
@@ -119,12 +127,12 @@ async def _watched(node: Node, pid: int) -> None:
         await anyio.sleep(0.005)
 
 
-async def _serves(endpoint: str, node_name: str) -> float:
+async def _serves(endpoint: str, node_name: str, worker: str = _WORKER) -> float:
     """Ask the restarted actor until it answers; returns the time of the answer."""
     async with connect(endpoint, node_name) as rt:
         while True:
             try:
-                await rt.ref(f"{_WORKER}/echo").ask("echo", 1, timeout=0.5)
+                await rt.ref(f"{worker}/echo").ask("echo", 1, timeout=0.5)
                 return time.perf_counter()
             except Exception:  # not registered yet, or a stale route: resolve afresh and retry
                 await anyio.sleep(0.001)
@@ -157,6 +165,31 @@ async def _rounds(cfg: NodeConfig, repeat: int) -> dict[str, list[float]]:
                     t0 = time.perf_counter()
                     await rt.ref(f"{_WORKER}/echo").tell("echo", "freeze")
                     out["hang_kill_s"].append(await exits.wait(pid) - t0)
+            out["torch_restart_serving_s"] = await _torch_restarts(node, cfg, repeat)
+        node.stopping.set()
+    return out
+
+
+async def _torch_restarts(node: Node, cfg: NodeConfig, repeat: int) -> list[float]:
+    """SIGKILL the torch-importing worker ``repeat`` times, timing each kill -> serving."""
+    handle = node.workers[_TORCH_WORKER]
+    out = []
+    for _ in range(repeat):
+        await _running(handle, 0)
+        pid = handle.pid or 0
+        t0 = time.perf_counter()
+        os.kill(pid, signal.SIGKILL)
+        await _running(handle, pid)
+        out.append(await _serves(cfg.endpoint, cfg.name, _TORCH_WORKER) - t0)
+    return out
+
+
+async def _torch_spawn_rounds(cfg: NodeConfig, repeat: int) -> list[float]:
+    """The torch worker's restarts on a node without a template (``fast_start = false``)."""
+    async with anyio.create_task_group() as tg:
+        node: Node = await start_local_node(tg, cfg)
+        with anyio.fail_after(60 * repeat):
+            out = await _torch_restarts(node, cfg, repeat)
         node.stopping.set()
     return out
 
@@ -175,9 +208,15 @@ def measure_recovery(
     say = progress or (lambda _msg: None)
     say("spawn floor (bare process importing troupe.runtime, zmq, msgpack, numpy)")
     floors = [spawn_floor() for _ in range(repeat)]
+    say("spawn floor importing torch too")
+    torch_floors = [spawn_floor("import torch") for _ in range(repeat)]
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
         # The kills are on purpose: only errors would be news.
         configure_logging("bench", "bench", None, console=False, level="error")
+        torch_worker = WorkerSpec(
+            name=_TORCH_WORKER,
+            actors=(ActorSpec(name="echo", cls="troupe.actors.bench.torch_echo:TorchEcho"),),
+        )
         cfg = NodeConfig(
             name="bench",
             endpoint=free_endpoint(),
@@ -187,22 +226,33 @@ def measure_recovery(
                 WorkerSpec(
                     name=_WORKER, actors=(ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo"),)
                 ),
+                torch_worker,
             ),
             supervision=SupervisionConfig(interval_s=interval_s, heartbeat_timeout_s=timeout_s),
             restart=RestartConfig(max_restarts=10 * repeat + 10, backoff_base_s=0.0, backoff_max_s=0.0),
         )
-        say(f"kill -> detect, kill -> serving, hang -> kill ({repeat} rounds)")
-        rounds = anyio.run(_rounds, cfg, repeat, backend="asyncio", backend_options={"use_uvloop": True})
+        say(f"kill -> detect, kill -> serving, hang -> kill, torch kill -> serving ({repeat} rounds)")
+        uv = {"use_uvloop": True}
+        rounds = anyio.run(_rounds, cfg, repeat, backend="asyncio", backend_options=uv)
+        say(f"torch kill -> serving without the template ({repeat} rounds)")
+        spawn_cfg = cfg.model_copy(
+            update={"endpoint": free_endpoint(), "workers": (torch_worker,), "fast_start": False}
+        )
+        rounds["torch_restart_serving_spawn_s"] = anyio.run(
+            _torch_spawn_rounds, spawn_cfg, repeat, backend="asyncio", backend_options=uv
+        )
     fig: dict[str, Any] = {
         "heartbeat_interval_s": interval_s,
         "heartbeat_timeout_s": timeout_s,
         "hang_kill_bound_s": timeout_s + interval_s,
         "restart_backoff_s": 0.0,
         "spawn_floor_s": statistics.median(floors),
+        "torch_spawn_floor_s": statistics.median(torch_floors),
         "repeat": repeat,
     }
     for key, values in rounds.items():
         fig[key] = statistics.median(values)
         fig[f"{key.removesuffix('_s')}_all_s"] = [round(v, 4) for v in values]
     fig["restart_serving_over_floor"] = fig["restart_serving_s"] / fig["spawn_floor_s"]
+    fig["torch_restart_over_floor"] = fig["torch_restart_serving_s"] / fig["spawn_floor_s"]
     return fig

@@ -13,14 +13,20 @@ Figures, each for a job with speculative tails (the default) and one without:
 makespan (job submitted -> last task done, on the master's clock), ideal makespan (the first
 copies' total work / workers), efficiency (ideal / makespan), dispatches per second (leases
 granted, backups included, / makespan), and master CPU seconds per 1,000 tasks (psutil).
+
+Each simulated worker holds ``prefetch`` leases ahead of its slot (``--prefetch``, default 0:
+one lease per slot, as a worker's default ``GetterConfig``): the figure ``prefetch`` says which. The workers'
+own counters, summed over both jobs, come as ``worker_*``: requests they made on their own,
+copies started, leases ahead given back, renew messages, and the CPU milliseconds their
+processes used (``worker_cpu_ms``: on a two-core machine they share the CPU with the master).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -28,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import anyio
@@ -52,15 +59,30 @@ SIM_ENV = "TROUPE_SIM_SPEC"
 PER_PROCESS = 250  # simulated workers per process
 
 
+_NORMAL = NormalDist()
+_MASK64 = (1 << 64) - 1
+
+
+def _uniform(key: int) -> float:
+    """A number in (0, 1) fixed by ``key`` (splitmix64): a tenth of the cost of seeding a
+    ``random.Random``, which the simulated workers would otherwise pay for every task, on the
+    CPU they share with the master."""
+    x = (key + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x ^= x >> 31
+    return ((x >> 11) + 0.5) / float(1 << 53)
+
+
 def task_duration(seed: int, backup: bool, lease_id: int, median_s: float) -> float:
     """Seconds a copy of task ``seed`` runs: lognormal base, 5% chance of 10x.
 
     The first copy's straggler draw depends on the seed only (the same in every run); a
     backup copy draws again, keyed by its lease.
     """
-    base = random.Random(seed).lognormvariate(math.log(median_s), SIGMA)
+    base = median_s * math.exp(SIGMA * _NORMAL.inv_cdf(_uniform(seed * 2)))
     key = seed * 1_000_003 + (lease_id * 7 + 1 if backup else 0)
-    return base * (STRAGGLER_X if random.Random(key).random() < STRAGGLER_P else 1.0)
+    return base * (STRAGGLER_X if _uniform(key * 2 + 1) < STRAGGLER_P else 1.0)
 
 
 # --------------------------------------------------------------------------- simulated workers
@@ -78,12 +100,20 @@ async def _simulate(spec: dict[str, Any]) -> None:
     async with runtime:
         install_task_control(runtime, getters)
         for worker_id in spec["workers"]:
-            config = GetterConfig(worker_id, spec["node"], wait_s=2.0, call_timeout_s=60.0)
+            config = GetterConfig(
+                worker_id, spec["node"], wait_s=2.0, call_timeout_s=60.0, prefetch=spec["prefetch"]
+            )
             getters[worker_id] = TaskGetter(runtime, spec["master"], config, runner)
             runtime.start_soon(getters[worker_id].run)
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 break
+        totals: dict[str, int] = {}
+        for getter in getters.values():
+            for key, value in dataclasses.asdict(getter.statistics()).items():
+                totals[key] = totals.get(key, 0) + value
+        totals["cpu_ms"] = round(time.process_time() * 1000)
+        Path(spec["stats"]).write_text(json.dumps(totals))
 
 
 def _sim_main() -> None:
@@ -170,7 +200,9 @@ def _start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _start_sims(endpoint: str, workers: int, median_s: float) -> list[subprocess.Popen[bytes]]:
+def _start_sims(
+    endpoint: str, workers: int, median_s: float, prefetch: int, tmp: Path
+) -> list[subprocess.Popen[bytes]]:
     procs = []
     count = max(1, math.ceil(workers / PER_PROCESS))
     for k in range(count):
@@ -181,6 +213,8 @@ def _start_sims(endpoint: str, workers: int, median_s: float) -> list[subprocess
             "process": f"sim{k}",
             "workers": ids,
             "median_s": median_s,
+            "prefetch": prefetch,
+            "stats": str(tmp / f"sim{k}.json"),
         }
         procs.append(
             subprocess.Popen(
@@ -211,6 +245,7 @@ def measure_scale(
     tasks_per_worker: int,
     median_ms: float | None = None,
     progress: Callable[[str], None] | None = None,
+    prefetch: int = 0,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures (see the module docstring).
 
@@ -220,6 +255,7 @@ def measure_scale(
         median_ms: median task duration; default 500 ms up to 256 workers and 100 ms above,
             so that a thousand workers ask for more dispatches than the master can give.
         progress: called with a line before each phase.
+        prefetch: leases each simulated worker holds ahead of its slot (``GetterConfig``).
     """
     say = progress or (lambda _msg: None)
     median_ms = median_ms or (500.0 if workers <= 256 else 100.0)
@@ -231,6 +267,7 @@ def measure_scale(
         "tasks": tasks,
         "tasks_per_worker": tasks_per_worker,
         "median_ms": median_ms,
+        "prefetch": prefetch,
         "ideal_makespan_s": ideal,
     }
     endpoint = free_endpoint()
@@ -238,7 +275,7 @@ def measure_scale(
         master = _start_master(Path(tmp), endpoint)
         sims: list[subprocess.Popen[bytes]] = []
         try:
-            sims = _start_sims(endpoint, workers, median_s)
+            sims = _start_sims(endpoint, workers, median_s, prefetch, Path(tmp))
             say(f"{len(sims)} processes of simulated workers registering")
             anyio.run(
                 _wait_workers,
@@ -267,7 +304,21 @@ def measure_scale(
                 fig["efficiency" + label] = ideal / out["makespan_s"]
         finally:
             _reap([*sims, master])
+        fig.update(_worker_totals(Path(tmp), len(sims)))
     return fig
+
+
+def _worker_totals(tmp: Path, sims: int) -> dict[str, int]:
+    """The simulated workers' own counters, summed over both jobs (``worker_`` figures)."""
+    totals: dict[str, int] = {}
+    for k in range(sims):
+        try:
+            counts = json.loads((tmp / f"sim{k}.json").read_text())
+        except (OSError, ValueError):  # a process that did not stop cleanly: its counts are lost
+            continue
+        for key in ("requests", "started", "given_back", "withdrawn", "cancelled", "renewals", "cpu_ms"):
+            totals["worker_" + key] = totals.get("worker_" + key, 0) + int(counts.get(key, 0))
+    return totals
 
 
 def scale_table(fig: dict[str, Any]) -> Table:
@@ -277,7 +328,7 @@ def scale_table(fig: dict[str, Any]) -> Table:
             f"troupe bench scale: {fig['workers']:,} workers x "
             f"{fig['tasks_per_worker']} tasks ({fig['tasks']:,}); lognormal median "
             f"{fig['median_ms']:.0f} ms, sigma {SIGMA}, {STRAGGLER_P:.0%} stragglers "
-            f"x{STRAGGLER_X:.0f}"
+            f"x{STRAGGLER_X:.0f}; prefetch {fig.get('prefetch', 0)}"
         )
     )
     for col in (

@@ -23,6 +23,15 @@ torch threads can be slower than one), so the comparison favours it, if anything
 from the same initial weights; the encoder actors' cache is off (a benchmark that hit it would
 measure the cache, not the overlap), and every measured run follows unmeasured warm-up steps.
 
+Where CUDA is present, ``gpu_switches`` adds the encoder's samples/s on the GPU with all of
+EncoderActor's GPU switches off (``baseline``) and with each one on alone (``compile``,
+``cudnn_benchmark``, ``bf16``), through the actor's own encode path (:func:`measure_switches`);
+elsewhere it is null and ``gpu_switches_note`` says why.
+
+The pipeline's fill (the first batch waits for its latents with nothing to overlap) is a fixed
+cost of a run, about one step's encoding; the measured runs are long enough (64 steps by
+default) that it weighs little against the steady state the bound describes.
+
 Every figure is taken ``repeat`` times, in turn (local, encoding alone, training alone, remote
 at each K, then again), and the medians are reported, so a slow spell of a shared machine falls
 on all of them. The node runs in this process (as ``troupe run`` does); the encoding-alone
@@ -65,16 +74,18 @@ from .messaging import free_endpoint
 
 __all__ = [
     "DEFAULT_INFLIGHT",
+    "GPU_SWITCHES",
     "EncodeAlone",
     "TrainBench",
     "encode_share",
     "make_batches",
     "make_train_step",
+    "measure_switches",
     "measure_train",
     "split_threads",
 ]
 
-DEFAULT_INFLIGHT = (1, 2, 4)
+DEFAULT_INFLIGHT = (1, 2, 4, 8)
 """In-flight depths tried when none is given."""
 
 WARMUP_STEPS = 2
@@ -276,6 +287,65 @@ def _local(bench: TrainBench, batches: list[dict[str, Any]], threads: int) -> tu
     return result.timings.samples_per_s, result.losses
 
 
+GPU_SWITCHES = ("compile", "cudnn_benchmark", "bf16")
+"""EncoderActor's GPU switches, each measured on its own against all of them off."""
+
+
+def measure_switches(
+    bench: TrainBench, device: str = "cuda", rounds: int = 3
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Encoder samples/s of ``EncoderActor.encode_frames`` (the actor's own path, cache aside) on
+    ``device``: ``baseline`` with every switch off, then each switch on alone; the median of
+    ``rounds`` passes over the run's groups, after warm-up passes (compiling, autotuning).
+
+    Returns the figures and, for a switch that failed (torch.compile without a compiler, say),
+    its error; that figure is None and the others are still taken. On a CPU device the actor turns
+    the switches off, so every figure measures the same path.
+    """
+    from troupe.actors.encoders.encoder_actor import EncoderActor
+
+    batches = make_batches(bench, 4)
+    groups = [g.video for i, b in enumerate(batches) for g in split_groups(i, b["video"], bench.group_size)]
+    figures: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    for name in ("baseline", *GPU_SWITCHES):
+        torch.backends.cudnn.benchmark = False  # a global flag: a switch measured before keeps it
+        try:
+            actor = EncoderActor(encoder_kwargs=bench.vae_kwargs(), device=device, memory_mb=0, disk_mb=0,
+                                 compile=name == "compile", cudnn_benchmark=name == "cudnn_benchmark",
+                                 bf16=name == "bf16")  # fmt: skip
+            try:
+                for _ in range(2):
+                    for video in groups:
+                        actor.encode_frames(video)  # .cpu() inside waits for the device
+                rates = []
+                for _ in range(rounds):
+                    start = time.perf_counter()
+                    for video in groups:
+                        actor.encode_frames(video)
+                    rates.append(sum(int(v.shape[0]) for v in groups) / (time.perf_counter() - start))
+                figures[name] = median(rates)
+            finally:
+                actor.cache.close()
+        except Exception as exc:  # one switch's failure is its figure, not the bench's end
+            figures[name] = None
+            errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    torch.backends.cudnn.benchmark = False
+    return figures, errors
+
+
+def _gpu_switches(
+    bench: TrainBench, say: Callable[[str], None]
+) -> tuple[dict[str, float | None] | None, str]:
+    """The switches' figures where CUDA is present, else None; and what to know about them."""
+    if not torch.cuda.is_available():
+        return None, "no CUDA device: the GPU switches apply on a GPU only (on CPU they are off)"
+    say("measuring the encoder's GPU switches")
+    figures, errors = measure_switches(bench, "cuda")
+    failed = "; ".join(f"{name} failed: {error}" for name, error in errors.items())
+    return figures, f"measured on {torch.cuda.get_device_name()}" + (f"; {failed}" if failed else "")
+
+
 def _node_config(bench: TrainBench, actors: int, threads: int, log_dir: Path) -> NodeConfig:
     kwargs = {"encoder_kwargs": bench.vae_kwargs(), "device": "cpu", "memory_mb": 0, "disk_mb": 0,
               "threads": threads}  # fmt: skip
@@ -303,6 +373,8 @@ class _Rounds:
     encode: list[float]
     train: list[float]
     losses: dict[str, list[float]]
+    stages: dict[int, list[dict[str, float]]]
+    """Each remote run's stage timings (read, wait for latents, train step), by K."""
 
 
 async def _rounds(
@@ -319,7 +391,9 @@ async def _rounds(
     of them; CPU-bound parts run on a worker thread, so the in-process node goes on answering."""
     cores = _cores()
     local_threads = sorted({threads[0], cores})
-    out = _Rounds({n: [] for n in local_threads}, {k: [] for k in depths}, [], [], {})
+    out = _Rounds(
+        {n: [] for n in local_threads}, {k: [] for k in depths}, [], [], {}, {k: [] for k in depths}
+    )
     cfg = _node_config(bench, actors, threads[1], log_dir)
     names = [f"encode-{i}" for i in range(actors)]
     say(f"starting {actors} encoder actors and {actors} encoding-alone processes")
@@ -349,6 +423,7 @@ async def _rounds(
                             await train_remote(batches[:WARMUP_STEPS], step, encode, actors, config)
                             result = await train_remote(batches[WARMUP_STEPS:], step, encode, actors, config)
                             out.remote[k].append(result.timings.samples_per_s)
+                            out.stages[k].append(result.timings.as_dict())
                             out.losses.setdefault(f"remote-{k}", result.losses)
             finally:
                 node.stopping.set()
@@ -358,7 +433,7 @@ async def _rounds(
 
 
 def measure_train(
-    steps: int = 16,
+    steps: int = 64,
     inflight: int | None = None,
     actors: int | None = None,
     progress: Callable[[str], None] | None = None,
@@ -382,7 +457,11 @@ def measure_train(
     initial_threads = torch.get_num_threads()
     try:
         with tempfile.TemporaryDirectory(prefix="troupe-bench-train-") as tmp:
-            rounds = anyio.run(_rounds, bench, batches, actors, threads, depths, repeat, Path(tmp), say)
+            # uvloop, as in the worker processes: the trainer's event loop takes less of its core.
+            rounds = anyio.run(_rounds, bench, batches, actors, threads, depths, repeat, Path(tmp), say,
+                               backend_options={"use_uvloop": True})  # fmt: skip
+        torch.set_num_threads(initial_threads)
+        switches, switches_note = _gpu_switches(bench, say)
     finally:
         torch.set_num_threads(initial_threads)
     local_by = {n: median(v) for n, v in rounds.local.items()}
@@ -402,7 +481,11 @@ def measure_train(
         "encode_alone_samples_per_s": encode_rate,
         "train_alone_samples_per_s": train_rate,
         "remote_samples_per_s_by_inflight": {str(k): rate for k, rate in remote_by.items()},
+        # Where the best K's median run spent its time: with encoding hidden, wait_s stays small.
+        "remote_stages": sorted(rounds.stages[best], key=lambda st: st["samples_per_s"])[repeat // 2],
         "local_samples_per_s_by_threads": {str(n): rate for n, rate in local_by.items()},
+        "gpu_switches": switches,
+        "gpu_switches_note": switches_note,
         "max_loss_diff": max(
             abs(a - b) for losses in rounds.losses.values() for a, b in zip(reference, losses, strict=True)
         ),

@@ -50,9 +50,16 @@ def start(
     keys: KeysOption = None,
     insecure: InsecureOption = None,
     metrics: MetricsOption = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag", help="A resource tag this node offers; repeat for more (replaces [node] tags)."
+        ),
+    ] = None,
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
-    options = {"keys": keys, "insecure": insecure or None, "metrics": metrics}  # None: the file's value
+    # None: the file's value
+    options = {"keys": keys, "insecure": insecure or None, "metrics": metrics, "tags": tag or None}
     master = check_node_start(
         config,
         with_master,

@@ -88,7 +88,8 @@ def run(
     config: Annotated[
         Path | None,
         typer.Argument(
-            metavar="PIPELINE.toml", help="Pipeline TOML (default: the embedded data generation pipeline)."
+            metavar="PIPELINE.toml",
+            help="Pipeline TOML (default: the embedded data generation pipeline), or a training TOML.",
         ),
     ] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("troupe-out"),
@@ -101,8 +102,16 @@ def run(
     ] = None,
     endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
     master: Annotated[
-        str, typer.Option(help="Endpoint of the master this run starts.")
-    ] = "tcp://127.0.0.1:7478",
+        str | None,
+        typer.Option(
+            help="Endpoint of the master this run starts (default tcp://127.0.0.1:7478); with a "
+            "training config: a running master whose nodes run the training."
+        ),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", help="Training steps (a training config only; default: its train.steps)."),
+    ] = None,
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")
     ] = False,
@@ -111,7 +120,7 @@ def run(
     ] = False,
 ) -> None:
     """Run a pipeline to the end on a one-host cluster, into --out (default: the data generation
-    pipeline, which writes a LeRobot dataset).
+    pipeline, which writes a LeRobot dataset); a training config (configs/train.toml) trains.
 
     Run again into the same --out, it resumes: committed outputs are kept, the missing items
     run, and the stages finalise once; a finished run says so and exits 0.
@@ -120,7 +129,15 @@ def run(
     from troupe.cli.preflight import check_run
 
     from .run_pipeline import finish_run
+    from .run_train import finish_train, is_train_config
 
+    if config is not None and is_train_config(config):
+        count = items if items is not None else scenes
+        finish_train(config, out, steps, count, endpoint, master, fresh, as_json)
+        return
+    if steps is not None:
+        raise fail(f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
+    master = master or "tcp://127.0.0.1:7478"
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
     count = items if items is not None else scenes

@@ -74,6 +74,11 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
         "efficiency": m.efficiency,
         "bottleneck": m.bottleneck,
         "elapsed_s": m.elapsed_s,
+        "wall_s": result.wall_s,
+        "startup_s": result.startup_s,
+        "steady_s": result.steady_s,
+        "finalize_s": result.finalize_s,
+        "startup_share": result.startup_share,
         "items": result.counts(),
         "stages": {
             s.name: {
@@ -209,4 +214,8 @@ def _report(result: PipelineResult) -> None:
         f"lambda_succ {m.lambda_succ:.2f}; efficiency {m.efficiency:.2f}; "
         f"{m.items_ok} ok, {m.items_pruned} pruned, {m.items_dead} dead in {m.elapsed_s:.1f} s"
         + (f"; {result.kept} committed before, kept" if result.kept else "")
+    )
+    console.print(
+        f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
+        f"finalisation {result.finalize_s:.1f} s; start-up share {result.startup_share:.0%}"
     )

@@ -149,6 +149,10 @@ class RaycastRenderer(BaseRenderer):
         threads: torch CPU threads for this replica (None leaves torch's default).
     """
 
+    # Imported lazily here (the other stages never pay for torch); a node's template imports
+    # them ahead, once, for every replica it forks (``[node] fast_start``).
+    preload_modules = ("torch", "troupe.actors.datagen.render")
+
     def __init__(self, device: str | None = None, threads: int | None = 1) -> None:
         import torch
 

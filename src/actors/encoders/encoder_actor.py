@@ -16,6 +16,11 @@ tag, never waiting for a whole batch. Config::
 uint8 frames are mapped to [-1, 1] here (4x fewer bytes on the wire than float32), float ones
 are taken as they are; ``params`` (optional, JSON data) names the preprocessing the sender did
 and is part of the cache key. Reply: ``{"tag", "latents" (float32, CPU), "cached": bool}``.
+
+The default encoder is troupe's VAE with the weights troupe ships (:data:`PRETRAINED_VAE`,
+trained by ``troupe models train-vae`` on generated data; nothing is downloaded): an actor
+configured with nothing encodes with trained weights. ``encoder_kwargs`` with a ``seed`` or
+VAE config fields build an untrained VAE instead (tests and benchmarks of their own size).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import importlib
 import inspect
 import json
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +43,33 @@ from troupe.runtime import Actor, ConfigError, handles
 
 from .latent_cache import LatentCache, cache_key
 
-__all__ = ["DEFAULT_ENCODER", "EncoderActor", "load_encoder", "video_vae_encoder"]
+__all__ = ["DEFAULT_ENCODER", "PRETRAINED_VAE", "EncoderActor", "load_encoder", "video_vae_encoder"]
 
 DEFAULT_ENCODER = "troupe.actors.encoders.encoder_actor:video_vae_encoder"
 
+PRETRAINED_VAE = Path(str(resources.files("troupe.models").joinpath("weights", "video_vae.pt")))
+"""The VAE checkpoint shipped with troupe (``troupe models train-vae`` on generated data; how it
+was made: src/models/weights/README.md): the default encoder's weights."""
 
-def video_vae_encoder(weights: str | None = None, seed: int = 0, **config: Any) -> nn.Module:
-    """troupe's VAE encoder: from a file ``VideoVAE.save`` wrote, else a new VAE of ``config``
-    (``VideoVAEConfig`` fields) whose weights ``seed`` fixes, the same in every process."""
+
+def video_vae_encoder(weights: str | None = None, seed: int | None = None, **config: Any) -> nn.Module:
+    """troupe's VAE encoder, frozen.
+
+    - No arguments: the pretrained VAE troupe ships (:data:`PRETRAINED_VAE`), so an encoder
+      actor's default encodes with trained weights, not noise;
+    - ``weights``: the file ``VideoVAE.save`` wrote;
+    - a ``seed`` or ``config`` (``VideoVAEConfig`` fields): a new, untrained VAE of ``config``
+      whose weights ``seed`` (default 0) fixes, the same in every process (tests and ``troupe
+      bench train`` use this: a size of their own, no file).
+    """
     from troupe.models.video_vae import VideoVAE, VideoVAEConfig
 
+    if weights is None and seed is None and not config:
+        weights = str(PRETRAINED_VAE)
     if weights is not None:
         return VideoVAE.load(weights).frozen_encoder()
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed or 0)
         return VideoVAE(VideoVAEConfig(**config)).frozen_encoder()
 
 
@@ -178,7 +197,9 @@ class EncoderActor(Actor):
         self.cache = LatentCache(int(memory_mb * 2**20), int(disk_mb * 2**20), cache_dir)
         self.counts = {"groups": 0, "samples": 0, "encoded": 0, "encode_s": 0.0}
 
-    def _encode(self, video: torch.Tensor) -> torch.Tensor:
+    def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
+        """Latents of one group as the ``encode`` handler computes them, cache aside (benchmarks
+        time this path)."""
         x = video.to(self.device)
         x = x.float() / 127.5 - 1.0 if x.dtype == torch.uint8 else x.float()
         with torch.no_grad(), torch.autocast(self.device.type, torch.bfloat16, enabled=self.switches["bf16"]):
@@ -193,7 +214,7 @@ class EncoderActor(Actor):
         if hit is not None:
             return hit, True
         start = time.perf_counter()
-        latents = self._encode(video)
+        latents = self.encode_frames(video)
         self.counts["encode_s"] += time.perf_counter() - start
         self.counts["encoded"] += 1
         self.cache.put(key, latents)
@@ -223,6 +244,37 @@ class EncoderActor(Actor):
     def stats(self, _: Any) -> dict[str, Any]:
         return {**self.counts, "device": str(self.device), "switches": dict(self.switches),
                 "fingerprint": self.fingerprint, "cache": self.cache.stats()}  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        """The node exports these (docs/METRICS.md): the latent cache per tier, and the encoding.
+
+        A lookup goes to memory first, then to disk: a memory miss is a disk lookup when there
+        is a disk tier. Hit rates are of all lookups, as in :meth:`LatentCache.stats`.
+        """
+        c = self.cache.stats()
+        disk = c["disk"]
+        return {
+            "cache_lookups_total": c["lookups"],
+            "cache_memory_hits_total": c["memory_hits"],
+            "cache_memory_misses_total": c["disk_hits"] + c["misses"],
+            "cache_disk_hits_total": c["disk_hits"],
+            "cache_disk_misses_total": c["misses"] if disk["enabled"] else 0,
+            "cache_misses_total": c["misses"],
+            "cache_memory_hit_rate": c["memory_hit_rate"],
+            "cache_disk_hit_rate": c["disk_hit_rate"],
+            "cache_corrupt_total": c["corrupt"],
+            "cache_disk_writes_total": c["disk_writes"],
+            "cache_disk_writes_skipped_total": c["disk_writes_skipped"],
+            "cache_disk_errors_total": c["disk_errors"],
+            "cache_memory_bytes": c["memory"]["bytes"],
+            "cache_memory_limit_bytes": c["memory"]["limit_bytes"],
+            "cache_disk_bytes": disk.get("bytes", 0),
+            "cache_disk_limit_bytes": disk["limit_bytes"],
+            "groups_total": self.counts["groups"],
+            "samples_total": self.counts["samples"],
+            "groups_encoded_total": self.counts["encoded"],
+            "encode_seconds_total": self.counts["encode_s"],
+        }
 
     async def stopping(self) -> None:
         self.cache.close()

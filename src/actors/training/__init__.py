@@ -2,7 +2,13 @@
 in-flight batches, their sample groups encoded by encoder actors and reassembled by tag), ranks
 joining a torch.distributed group (``ranks``) and asynchronous checkpoints (``checkpoint``).
 
-Imports the runtime's public API and torch; never the models (a train step is given).
+The rank itself (``trainer``: the actor a run driver starts per rank, with its config in
+``train_config``), its data (``dataset``: clips of a LeRobot dataset or of a run still writing
+one, and a sampler that resumes on any number of ranks), the run driver behind ``troupe run
+configs/train.toml`` (``train_run``) and the VAE's own training (``vae_training``).
+
+Imports the runtime's public API, torch and troupe.models; ``inflight``, ``ranks`` and
+``checkpoint`` stay model-agnostic (a train step is given).
 """
 
 __all__: list[str] = []

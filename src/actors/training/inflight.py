@@ -21,6 +21,14 @@ on every actor fails the run (:class:`GroupFailed`), so no batch is ever trained
 The handler's own error (``RemoteError``: the encoder refused the input) fails the run at once:
 another actor would refuse it too.
 
+Each rank keeps its own view of the actors' health, so a dead actor does not cost every later
+group a failure (or a whole deadline, when it hangs): after a failure the round robin passes over
+the actor for a back-off (``retry_after_s``, doubling up to ``retry_after_max_s``), then sends it
+one group, the probe: a success makes it healthy again, a failure doubles the back-off. The
+healthy actors share the skipped actor's turns evenly, since the round robin moves on over them
+alone. When every actor a group may still try is backed off, it goes to the one whose back-off
+ends first rather than failing.
+
 :func:`train_local` encodes inside the trainer, in the same groups with the same mapping of
 frames as ``EncoderActor``, so its losses equal the remote ones (the baseline of ``troupe bench
 train`` and of the loss-parity test).
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +111,8 @@ class InflightConfig:
         rank: this rank; the round-robin over the actors starts at ``rank % n_actors``.
         deadline_s: seconds one group may take on one actor before it goes to the next.
         max_steps: stop after this many train steps (None: when the batches run out).
+        retry_after_s: seconds an actor is passed over after a failure before a group probes it.
+        retry_after_max_s: the most that back-off grows to, doubling after each failed probe.
     """
 
     inflight: int = 2
@@ -110,6 +120,8 @@ class InflightConfig:
     rank: int = 0
     deadline_s: float = 60.0
     max_steps: int | None = None
+    retry_after_s: float = 1.0
+    retry_after_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("inflight", "group_size"):
@@ -122,6 +134,13 @@ class InflightConfig:
             raise ValueError(f"InflightConfig.deadline_s={self.deadline_s!r}: expected a positive time")
         if self.max_steps is not None and self.max_steps < 0:
             raise ValueError(f"InflightConfig.max_steps={self.max_steps!r}: expected None or >= 0")
+        if not self.retry_after_s > 0:
+            raise ValueError(f"InflightConfig.retry_after_s={self.retry_after_s!r}: expected a positive time")
+        if not self.retry_after_max_s >= self.retry_after_s:
+            raise ValueError(
+                f"InflightConfig.retry_after_max_s={self.retry_after_max_s!r}: expected a time >= "
+                f"retry_after_s ({self.retry_after_s!r})"
+            )
 
 
 @dataclass
@@ -160,6 +179,9 @@ class TrainResult:
     """Asks sent to each actor (retries included); empty in local mode."""
     retries: int = 0
     """Groups sent again after an actor failed them."""
+    skipped: list[int] = field(default_factory=list)
+    """Groups the round robin did not send to each actor because it was backed off after a
+    failure; empty in local mode."""
 
 
 class RoundRobin:
@@ -178,6 +200,70 @@ class RoundRobin:
 
     def __iter__(self) -> Iterator[int]:
         return self
+
+
+@dataclass
+class _Health:
+    """One actor as a rank sees it: healthy (``backoff == 0``), or passed over until ``until``."""
+
+    backoff: float = 0.0
+    until: float = 0.0
+    probing: bool = False
+    """A probe is out: no other group goes to the actor before its answer."""
+
+
+class _Dispatch:
+    """The rank's round robin (:class:`RoundRobin`'s order) over the actors that are not backed
+    off, and their health (see the module)."""
+
+    def __init__(
+        self, n_actors: int, config: InflightConfig, clock: Callable[[], float], skipped: list[int]
+    ) -> None:
+        if n_actors < 1:
+            raise ValueError(f"n_actors={n_actors!r}: expected at least one encoder actor")
+        self.n_actors = n_actors
+        self.config = config
+        self.clock = clock
+        self.skipped = skipped
+        self.health = [_Health() for _ in range(n_actors)]
+        self._next = config.rank % n_actors
+
+    def _open(self, actor: int, now: float) -> bool:
+        h = self.health[actor]
+        return h.backoff == 0 or (now >= h.until and not h.probing)
+
+    def pick(self, tried: Collection[int] = ()) -> tuple[int, bool]:
+        """The next actor for a group that ``tried`` already failed, and whether the ask probes
+        it. Actors passed over because they are backed off count as ``skipped``."""
+        now = self.clock()
+        n = self.n_actors
+        order = [(self._next + i) % n for i in range(n) if (self._next + i) % n not in tried]
+        if not order:
+            raise ValueError("pick: every actor was tried")
+        chosen = next((a for a in order if self._open(a, now)), None)
+        if chosen is None:  # every actor left is backed off: the one free soonest, probes last
+            chosen = min(order, key=lambda a: (self.health[a].probing, self.health[a].until))
+        for actor in order[: order.index(chosen)]:
+            self.skipped[actor] += 1
+        self._next = (chosen + 1) % n
+        h = self.health[chosen]
+        probe = h.backoff > 0 and not h.probing
+        h.probing = h.probing or probe
+        return chosen, probe
+
+    def succeeded(self, actor: int) -> None:
+        self.health[actor] = _Health()
+
+    def failed(self, actor: int, probe: bool) -> None:
+        h = self.health[actor]
+        if probe:
+            h.probing = False
+            h.backoff = min(max(2 * h.backoff, self.config.retry_after_s), self.config.retry_after_max_s)
+        elif h.backoff == 0:
+            h.backoff = self.config.retry_after_s
+        else:
+            return  # an ask sent before the actor was known to fail: its back-off already runs
+        h.until = self.clock() + h.backoff
 
 
 def _video_of(batch: Any, index: int) -> torch.Tensor:
@@ -259,11 +345,13 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
 class _Rank:
     """The state the three parts share during one :func:`train_remote` run."""
 
-    def __init__(self, encode: EncodeFn, n_actors: int, config: InflightConfig) -> None:
+    def __init__(
+        self, encode: EncodeFn, n_actors: int, config: InflightConfig, clock: Callable[[], float]
+    ) -> None:
         self.encode = encode
         self.config = config
-        self.dispatch = RoundRobin(n_actors, config.rank)
-        self.result = TrainResult(requests=[0] * n_actors)
+        self.result = TrainResult(requests=[0] * max(n_actors, 0), skipped=[0] * max(n_actors, 0))
+        self.dispatch = _Dispatch(n_actors, config, clock, self.result.skipped)
         self.slots = anyio.Semaphore(config.inflight)
         # The producer's batches, the groups' latents and the final count share one stream, so the
         # receiver sees a batch before its groups. Unbounded: the slots bound what is out (K
@@ -273,11 +361,13 @@ class _Rank:
             config.inflight
         )
 
-    async def encode_group(self, group: SampleGroup, first: int) -> None:
+    async def encode_group(self, group: SampleGroup) -> None:
         n = self.dispatch.n_actors
         errors: list[str] = []
+        tried: list[int] = []
         for attempt in range(n):
-            actor = (first + attempt) % n
+            actor, probe = self.dispatch.pick(tried)
+            tried.append(actor)
             self.result.requests[actor] += 1
             if attempt:
                 self.result.retries += 1
@@ -285,8 +375,14 @@ class _Rank:
                 with anyio.fail_after(self.config.deadline_s):
                     latents = await self.encode(actor, group)
             except RETRYABLE as exc:
+                self.dispatch.failed(actor, probe)
                 errors.append(f"actor {actor}: {type(exc).__name__}: {exc}")
                 continue
+            except BaseException:
+                if probe:  # cancelled, or a failure that ends the run: no answer is coming
+                    self.dispatch.health[actor].probing = False
+                raise
+            self.dispatch.succeeded(actor)
             await self.returns_in.send(("group", group.batch, group.index, latents))
             return
         raise GroupFailed(
@@ -308,7 +404,7 @@ class _Rank:
             groups = split_groups(count, _video_of(batch, count), self.config.group_size)
             await self.returns_in.send(("batch", count, batch, len(groups)))
             for group in groups:
-                tg.start_soon(self.encode_group, group, next(self.dispatch))
+                tg.start_soon(self.encode_group, group)
             count += 1
         await self.returns_in.send(("end", count))
 
@@ -359,8 +455,12 @@ async def train_remote(
     encode: EncodeFn,
     n_actors: int,
     config: InflightConfig | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TrainResult:
     """Train on ``batches`` with their video encoded by ``n_actors`` encoder actors (see the module).
+
+    ``clock``: the seconds the actors' back-offs are measured in (a test's fake clock).
 
     Raises:
         GroupFailed: a group failed on every actor; nothing was trained on its batch.
@@ -368,7 +468,7 @@ async def train_remote(
         Whatever ``train_step``, the encoder's handler (``RemoteError``) or the reading raised.
     """
     config = config or InflightConfig()
-    rank = _Rank(encode, n_actors, config)
+    rank = _Rank(encode, n_actors, config, clock)
     start = time.perf_counter()
     try:
         async with rank.returns_in, rank.returns_out, anyio.create_task_group() as tg:

@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # anyio works without it, then by asking asyncio fo
     sniffio = None  # type: ignore[assignment,unused-ignore]
 
 from troupe.runtime.errors import ActorStopped, UnknownMessageType
-from troupe.runtime.wire.codec import Kind
+from troupe.runtime.wire.codec import K_ASK, Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
 from .actor import CURRENT_CELL, Actor, Handler, MessageContext
@@ -115,7 +115,7 @@ class Cell:
         msg = self.handling
         if msg is None:
             return None
-        return MessageContext(msg.type, msg.msg_id, msg.sender, msg.trace, msg.headers, msg.kind is Kind.ASK)
+        return MessageContext(msg.type, msg.msg_id, msg.sender, msg.trace, msg.headers, msg.kind is K_ASK)
 
     def statistics(self) -> dict[str, Any]:
         """Counters and mailbox state, as plain data for status replies."""
@@ -183,7 +183,8 @@ class Cell:
         self._context.run(self._handle_sync, msg, handler)
 
     def _handle_sync(self, msg: Msg, handler: Handler) -> None:
-        if self._expired(msg):
+        deadline = msg.deadline
+        if deadline is not None and deadline < time.time() and self._expired(msg):
             return
         self.handled_at_once += 1
         self.handling = msg
@@ -196,7 +197,7 @@ class Cell:
             self.failed += 1
             self.runtime.start_soon(self._answer_failure, msg, exc)
         else:
-            if msg.kind is Kind.ASK:
+            if msg.kind is K_ASK:
                 self.runtime.reply_now(msg.route, msg.msg_id, result)
         finally:
             self.handling = None
@@ -238,12 +239,12 @@ class Cell:
             if msg.future is not None:
                 if not msg.future.done():
                     msg.future.set_exception(stopped)
-            elif msg.kind is Kind.ASK:
+            elif msg.kind is K_ASK:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                     await self.runtime.reply_error(msg.route, msg.msg_id, self.name, stopped)
             raise
         else:
-            if msg.kind is Kind.ASK:
+            if msg.kind is K_ASK:
                 if msg.future is not None:
                     if not msg.future.done():
                         msg.future.set_result(result)
@@ -257,7 +258,7 @@ class Cell:
 
     async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
         payload = error_payload(exc, str(self.actor.address), from_handler=True)
-        if msg.kind is not Kind.ASK:
+        if msg.kind is not K_ASK:
             log.error(
                 "handler_failed",
                 type=msg.type,

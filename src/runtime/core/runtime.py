@@ -38,7 +38,7 @@ from troupe.runtime.security.keys import CurveKeys
 from troupe.runtime.security.process import installed
 from troupe.runtime.transports.base import Transport
 from troupe.runtime.transports.zmq import ZmqTransport
-from troupe.runtime.wire.codec import Codec, Envelope, Kind
+from troupe.runtime.wire.codec import K_ASK, K_TELL, Codec, Envelope, Kind
 
 from .actor import Actor
 from .cell import Cell, Msg
@@ -365,18 +365,28 @@ class Runtime(Inbound):
         msg_id = next(self._ids)
         cell = ref.cell
         if cell is not None:
-            msg = Msg(Kind.TELL, msg_id, sender, msg_type, None, trace, headers, payload, None, None)
+            msg = Msg(K_TELL, msg_id, sender, msg_type, None, trace, headers, payload, None, None)
             await cell.deliver(msg, block)
             return
-        env = Envelope(
-            Kind.TELL, msg_id, 0, sender, ref.address.actor, msg_type, None, trace, headers, payload
+        frames = self.codec.encode_message(
+            K_TELL, msg_id, sender, ref.address.actor, msg_type, None, trace, headers, payload
         )
-        await self._send(ref, env, block)
+        if not self._try_send(ref, frames):  # most sends need no waiting, nor a coroutine
+            await self._send(ref, frames, block)
 
-    async def _send(self, ref: ActorRef, env: Envelope, block: bool) -> None:
+    def _try_send(self, ref: ActorRef, frames: list[Any]) -> bool:
+        """Send if the peer's queue has room now; False, having sent nothing, otherwise."""
         endpoint = ref.endpoint
         assert endpoint is not None
-        frames = self.codec.encode(env)
+        try:
+            return self.transport.try_send(endpoint, frames)
+        except Unreachable:
+            self._peer_gone(ref)
+            raise
+
+    async def _send(self, ref: ActorRef, frames: list[Any], block: bool) -> None:
+        endpoint = ref.endpoint
+        assert endpoint is not None
         try:
             if not self.transport.try_send(endpoint, frames):  # most sends need no waiting
                 await self.transport.send(endpoint, frames, block=block)
@@ -409,27 +419,19 @@ class Runtime(Inbound):
         try:
             cell = ref.cell
             if cell is not None:
-                msg = Msg(Kind.ASK, msg_id, sender, msg_type, deadline, trace, headers, payload, None, fut)
+                msg = Msg(K_ASK, msg_id, sender, msg_type, deadline, trace, headers, payload, None, fut)
                 await cell.deliver(msg, True)
             else:
                 self._pending[msg_id] = fut
-                env = Envelope(
-                    Kind.ASK,
-                    msg_id,
-                    0,
-                    sender,
-                    ref.address.actor,
-                    msg_type,
-                    deadline,
-                    trace,
-                    headers,
-                    payload,
+                frames = self.codec.encode_message(
+                    K_ASK, msg_id, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
                 )
                 try:
-                    await self._send(ref, env, False)
+                    if not self._try_send(ref, frames):
+                        await self._send(ref, frames, False)
                 except MailboxFull:
                     with anyio.fail_after(max(0.0, deadline - time.time())):
-                        await self._send(ref, env, True)
+                        await self._send(ref, frames, True)
             return await fut
         except TimeoutError as exc:
             if not isinstance(exc, AskTimeout):

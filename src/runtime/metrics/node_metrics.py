@@ -26,6 +26,7 @@ import anyio
 import psutil
 import structlog
 
+from .actor_metrics import actor_metric_families
 from .families import Families, Family, number, reason_label
 from .pipeline_metrics import pipeline_families
 from .security_metrics import security_families
@@ -185,6 +186,7 @@ class NodeCollector:
             )
             if reply is not None:
                 _runtime_families(f, name, reply)
+                actor_metric_families(f, name, reply)
 
     def _supervision(self, f: Families) -> None:
         sup = self._node.supervision

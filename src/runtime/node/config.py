@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import re
 import socket
 import tomllib
 from pathlib import Path
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_NODE_ENDPOINT",
     "MAX_HWM",
     "MAX_NAME",
+    "MAX_TAGS",
     "ActorSpec",
     "KindSupervision",
     "NodeConfig",
@@ -57,6 +59,7 @@ __all__ = [
     "WorkerSpec",
     "check_bind",
     "check_loopback",
+    "check_tag",
     "is_loopback",
     "load_node_config",
     "read_toml",
@@ -67,6 +70,7 @@ DEFAULT_NODE_ENDPOINT = "tcp://127.0.0.1:7470"
 # ZeroMQ takes the high-water mark as a C int; far below that, a queue this long is a mistake.
 MAX_HWM = 1_000_000
 MAX_NAME = 100  # names end up in file names and log lines
+MAX_TAGS = 32
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 
 
@@ -192,6 +196,11 @@ class NodeConfig(_Frozen):
     ask_timeout_s: StrictFloat = Field(default=30.0, gt=0)
     drain_timeout_s: StrictFloat = Field(default=5.0, ge=0)
     stop_grace_s: StrictFloat = Field(default=5.0, ge=0)
+    # Workers forked from a template process that has done their imports (template.py);
+    # false: every worker is a fresh interpreter. preload: more modules (or pkg.mod:Class
+    # actor classes) the template imports.
+    fast_start: StrictBool = True
+    preload: tuple[str, ...] = ()
     workers: tuple[WorkerSpec, ...] = ()
     supervision: SupervisionConfig = Field(default_factory=SupervisionConfig)
     restart: RestartConfig = Field(default_factory=RestartConfig)
@@ -202,6 +211,20 @@ class NodeConfig(_Frozen):
     advertise: str | None = Field(default=None, min_length=1, max_length=253)
     # Prometheus endpoint (docs/METRICS.md): HOST:PORT of GET /metrics; None = none opened.
     metrics: str | None = None
+    # What this host offers replicas (placement.py): a replica that names tags runs only on
+    # nodes that carry them all. Told to the master in every beat.
+    tags: tuple[str, ...] = ()
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _valid_tags(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            for tag in value:
+                check_tag(tag)
+            if len(value) > MAX_TAGS:
+                raise ValueError(f"at most {MAX_TAGS} tags, got {len(value)}")
+            return tuple(dict.fromkeys(value))  # a tag said twice is one tag
+        return value
 
     @field_validator("metrics")
     @classmethod
@@ -229,6 +252,17 @@ class NodeConfig(_Frozen):
         if dupes:
             raise ValueError(f"worker names must be unique, repeated: {dupes}")
         return value
+
+
+def check_tag(tag: Any) -> str:
+    """A node tag as given, if it is a name (letters, digits, ``_ . -``; at most MAX_NAME).
+
+    Raises:
+        ValueError: it is not; the message names the tag.
+    """
+    if not isinstance(tag, str) or not re.fullmatch(NAME_PATTERN, tag) or len(tag) > MAX_NAME:
+        raise ValueError(f"tag {short_repr(tag)} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'")
+    return tag
 
 
 def is_loopback(endpoint: str) -> bool:

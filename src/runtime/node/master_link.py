@@ -3,7 +3,8 @@
 When a node's config names a master (``[node] master = "tcp://..."`` or ``--master``), the node
 runs a :class:`MasterLink`. It
 
-- beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`) and
+- beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`), its
+  tags (``[node] tags``, what it offers replicas: :mod:`troupe.runtime.placement`) and
   its running processes with their mailboxes, so the master knows the node is alive, where to
   reach it, and where its actors listen (the cluster's directory of names: a node resolves an
   actor of another host through :func:`resolve_through_master`); a node that stops beating is
@@ -153,6 +154,7 @@ class MasterLink:
             "endpoint": advertised_endpoint(runtime.address, self.node.config.advertise),
             "resources": host_resources(),
             "processes": self.processes(),
+            "tags": list(self.node.config.tags),  # what it offers replicas; older masters ignore it
         }
         if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
             payload["log_endpoint"] = self.log_endpoint

@@ -41,6 +41,7 @@ from .leftovers import ChildRecord, reap_predecessors
 from .log_publisher import LogPublisher, decode_log_recent
 from .master_link import MasterLink, resolve_through_master
 from .reach import worker_bind
+from .template_link import TemplateLink, spec_classes
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
@@ -78,6 +79,8 @@ class Node:
         self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
         self.supervision = NodeSupervision(self)
         self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
+        # Workers start as forks of it (fast_start); None: each is spawned.
+        self.template: TemplateLink | None = None
 
     async def run(self) -> None:
         """Serve until SIGTERM, Ctrl-C, a ``shutdown`` control message or cancellation.
@@ -156,6 +159,11 @@ class Node:
                         tg.start_soon(self._stop_on_signal)
                     try:
                         await self.supervision.start(tg)
+                        if cfg.fast_start:
+                            self.template = TemplateLink(
+                                self.name, [*cfg.preload, *spec_classes(cfg.workers)], self.children.add
+                            )
+                            await self.template.start(tg)
                         if cfg.master:  # task dispatch: beat to the master, report worker exits
                             link = MasterLink(self, cfg.master, log_endpoint=self.log_publisher.endpoint)
                             tg.start_soon(link.run)
@@ -167,6 +175,8 @@ class Node:
                     finally:  # asked to stop, or failed: the workers go first, either way
                         self.stopping.set()  # from here on nothing is restarted
                         await self._stop_workers()
+                        if self.template is not None:
+                            await self.template.stop()
                         await self.supervision.stop()
                         tg.cancel_scope.cancel()
         finally:
@@ -199,6 +209,7 @@ class Node:
             cfg,
             restart_reason,
             self.supervision.launch_options(handle),
+            self.template,
         )
         self.children.add(proc.pid, f"worker {handle.spec.name}")
         log.info(
@@ -386,6 +397,7 @@ class Node:
             "node": self.name,
             "pid": os.getpid(),
             "endpoint": self.runtime.address,
+            "tags": list(self.config.tags),
             "log_endpoint": self.log_publisher.endpoint if self.log_publisher is not None else None,
             "security": security_status(self.config.insecure),
             "uptime_s": round(time.time() - self.started_at, 3),
@@ -393,6 +405,7 @@ class Node:
             "workers": workers,
             "runtime": asdict(self.runtime.statistics()),
             "supervision": await self.supervision.describe(),
+            "template": self.template.describe() if self.template is not None else None,
             **{name: extra() for name, extra in self.status_extras.items()},
         }
 

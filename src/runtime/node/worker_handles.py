@@ -25,6 +25,7 @@ from anyio.abc import ByteReceiveStream, Process
 from .child import child_env
 from .config import NodeConfig, WorkerSpec
 from .reach import worker_bind
+from .template_link import TemplateLink, spec_classes
 
 __all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
 
@@ -77,6 +78,7 @@ class WorkerHandle:
         self.last_error: str | None = None  # the last error a failed incarnation wrote to stderr
         self.exit_error: str | None = None  # the error of the incarnation that exited last, if any
         self.started_at = 0.0
+        self.start_mode = ""  # how the current incarnation was started: "fork" (template) or "spawn"
         self.ready_event = anyio.Event()
         self.exited_event = anyio.Event()
         # Spawned on request (``spawn_worker``): an exit before it registers is reported to the
@@ -129,6 +131,7 @@ class WorkerHandle:
             "actor_endpoints": dict(self.actors),
             "incarnation": self.incarnation,
             "restarts": self.restarts,
+            "start": self.start_mode,
             "exit": self.exit_reason,
             "last_error": self.last_error,
         }
@@ -213,11 +216,14 @@ async def launch_worker(
     cfg: NodeConfig,
     restart_reason: str | None,
     supervision: dict[str, Any] | None = None,
+    template: TemplateLink | None = None,
 ) -> Process:
     """Start the worker process of ``handle`` and record it.
 
     ``supervision`` adds the launch fields of supervision (``supervisor_addr``,
-    ``heartbeat_interval_s``; see ``NodeSupervision.launch_options``).
+    ``heartbeat_interval_s``; see ``NodeSupervision.launch_options``). With a ``template``
+    (``fast_start``), the worker is forked from it, its imports done; without one, or when it
+    cannot, the worker is spawned as a fresh interpreter.
     """
     handle.incarnation += 1
     spec = {
@@ -243,6 +249,11 @@ async def launch_worker(
         **(supervision or {}),
     }
     env = child_env({"TROUPE_WORKER_SPEC": json.dumps(spec)})
+    forked = None if template is None else await template.launch(env, spec_classes([handle.spec]))
+    if forked is not None:
+        handle.start_mode = "fork"
+        handle.launched(forked)
+        return forked
     process = await anyio.open_process(
         [
             sys.executable,
@@ -255,5 +266,6 @@ async def launch_worker(
         stdout=None,
         stderr=subprocess.PIPE,  # passed on by WorkerHandle.wait, which keeps its tail
     )
+    handle.start_mode = "spawn"
     handle.launched(process)
     return process

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 from pydantic import Field
 
 from troupe.runtime.chaos.worker_side import WorkerChaos
@@ -30,6 +31,7 @@ from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
+from troupe.runtime.metrics.actor_metrics import read_actor_metrics
 from troupe.runtime.security.process import install_from_env, security_status
 from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter import start_task_getter
@@ -117,13 +119,16 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     install_worker_controls(runtime, stop, tell_node)
     health = WorkerHealth(runtime, spec.process, spec.supervisor_addr, spec.heartbeat_interval_s)
     WorkerChaos(runtime)
-    async with runtime:
+    async with runtime, anyio.create_task_group() as tg:
         for actor in spec.actors:
             await runtime.spawn(
                 actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason
             )
         # Actors that imported torch get its codec now, not as a stall on their first tensor.
         load_imported_extensions()
+        # Before it registers: the node may stop it as soon as it knows it (a SIGTERM then
+        # must be a graceful stop, not the default signal's death).
+        await tg.start(_stop_on_signal, stop)
         await runtime.control(
             spec.node_endpoint,
             "register",
@@ -139,10 +144,8 @@ async def serve_worker(spec: WorkerLaunch) -> None:
         log.info("worker_ready", endpoint=runtime.address, actors=sorted(runtime.cells))
         if spec.master:  # task dispatch: pull tasks for the hosted TaskActors, if any
             start_task_getter(runtime, spec.master, spec.node, spec.process)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, stop)
-            await stop.wait()
-            tg.cancel_scope.cancel()
+        await stop.wait()
+        tg.cancel_scope.cancel()
         log.info("worker_stopping")
         health.stopping()
     health.close()
@@ -162,7 +165,9 @@ def install_worker_controls(
         return {"process": runtime.process, "pid": os.getpid()}
 
     async def status(_: Any) -> dict[str, Any]:
-        return {**asdict(runtime.statistics()), "security": security_status(False)}
+        # Each actor's own figures (its metrics(), if it defines one): the node exports them.
+        figures = read_actor_metrics({name: cell.actor for name, cell in runtime.cells.items()})
+        return {**asdict(runtime.statistics()), "security": security_status(False), "actor_metrics": figures}
 
     async def stop_worker(_: Any) -> bool:
         stop.set()
@@ -200,8 +205,11 @@ def install_worker_controls(
     )
 
 
-async def _stop_on_signal(stop: anyio.Event) -> None:
+async def _stop_on_signal(
+    stop: anyio.Event, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for _ in signals:
             stop.set()
             break

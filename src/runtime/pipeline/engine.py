@@ -171,6 +171,11 @@ class PipelineEngine:
             now,
         )
 
+    @property
+    def last_done(self) -> float | None:
+        """When (``time.monotonic()``) an item last got its outcome; None before the first."""
+        return self._last_done
+
     async def run(self) -> PipelineResult:
         """Start the replicas, run the start hooks, run every item to an outcome, run the
         finalize hooks, stop the replicas.
@@ -553,11 +558,14 @@ class PipelineEngine:
                     self._tg.start_soon(self._retire, stage, replica)
 
     async def _stop_all(self) -> None:
+        # All at once: a replica's exit (a torch interpreter's teardown: seconds) need not wait
+        # for the one before it.
         with anyio.CancelScope(shield=True):
-            for stage in self.stages:
-                for replica in list(stage.replicas):
-                    await self._stop_worker(replica.name)
-                stage.replicas.clear()
+            async with anyio.create_task_group() as tg:
+                for stage in self.stages:
+                    for replica in list(stage.replicas):
+                        tg.start_soon(self._stop_worker, replica.name)
+                    stage.replicas.clear()
 
     async def _stop_worker(self, name: str) -> None:
         with anyio.CancelScope(shield=True):

@@ -65,6 +65,12 @@ class PipelineResult:
         kept: how many items an earlier run had committed.
         already_complete: ``out`` held a finished run of this pipeline: nothing ran, and
             ``finals`` are the recorded ones.
+        wall_s: seconds from the call of ``run_pipeline`` to its return.
+        startup_s: of them, until every stage's first replica served (the cluster started, the
+            replicas spawned and answered).
+        finalize_s: from the last item's outcome to the return (the finalize hooks, stopping
+            the replicas, the node and the master).
+        steady_s: the rest: items moving (the stages' start hooks among them).
     """
 
     metrics: PipelineMetrics
@@ -75,6 +81,15 @@ class PipelineResult:
     scale_log: tuple[tuple[float, str, int, str], ...] = ()
     kept: int = 0
     already_complete: bool = False
+    wall_s: float = 0.0
+    startup_s: float = 0.0
+    steady_s: float = 0.0
+    finalize_s: float = 0.0
+
+    @property
+    def startup_share(self) -> float:
+        """The share of the wall time not spent running items: (start-up + finalisation) / wall."""
+        return (self.startup_s + self.finalize_s) / self.wall_s if self.wall_s > 0 else 0.0
 
     def counts(self) -> dict[str, int]:
         """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``)."""

@@ -34,7 +34,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,7 @@ async def run_pipeline(
         StageFailed: a stage's ``start`` or ``finalize`` hook failed.
     """
     t0 = time.perf_counter()
+    m0 = time.monotonic()  # the wall-time split's marks (the engine's clock)
     plan = await anyio.to_thread.run_sync(_plan, pipeline, out, items, node, master, fresh)
     cfg, resolved, out_dir, run_dir, log_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir, plan.log_dir
     if not structlog.is_configured():  # a program that set up no logging: the run's lines go to
@@ -132,6 +133,7 @@ async def run_pipeline(
     async with _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint) as cluster:
         if on_start is not None:
             on_start(RunStart(time.perf_counter() - t0, cfg.items, cluster.before, len(cfg.stages), out_dir))
+        engine_created = time.monotonic()
         engine = PipelineEngine(
             resolved,
             cluster.runtime,
@@ -152,7 +154,30 @@ async def run_pipeline(
         raise failed
     if run_dir is not None:
         run_dir.mark_complete(result.finals)
-    return result
+    return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
+
+
+def _with_split(
+    result: PipelineResult, start: float, engine_created: float, last_done: float | None, end: float
+) -> PipelineResult:
+    """``result`` with its wall time split into start-up, steady state and finalisation.
+
+    Start-up ends when the last stage's first replica served (the scale log's first
+    ``started`` of each stage); finalisation begins at the last item's outcome.
+    """
+    first: dict[str, float] = {}
+    for at, stage, _replicas, what in result.scale_log:
+        if what == "started":
+            first.setdefault(stage, at)
+    serving = min(engine_created + max(first.values(), default=0.0), end)
+    finishing = min(max(last_done if last_done is not None else serving, serving), end)
+    return replace(
+        result,
+        wall_s=end - start,
+        startup_s=serving - start,
+        steady_s=finishing - serving,
+        finalize_s=end - finishing,
+    )
 
 
 def run_pipeline_sync(
@@ -303,6 +328,8 @@ async def _cluster(
                         log_dir=log_dir,
                         stop_grace_s=10,
                         master=master,
+                        # The template imports the stages' classes (torch...) once for every replica.
+                        preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
                     )
                     local_node = await start_local_node(tg, node_cfg)
                     node = node_cfg.endpoint
@@ -357,4 +384,6 @@ async def _master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple
         await rt.control(master, "submit", {"job": job, "source": "run_pipeline", "job_id": job_id})
     # Enough leases for every item the stages can hold at once, queued or in flight.
     slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
-    return MasterSource(rt, master, job_id, slots=slots), before
+    # A short poll: once every item is leased, the last one's report waits for the pending
+    # request to come back empty, and the run's finalisation with it.
+    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.2), before

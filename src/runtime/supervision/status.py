@@ -35,6 +35,11 @@ class WorkerState(enum.StrEnum):
     STOPPING = "stopping"
 
 
+# As module names for the per-message begin/end: on Python 3.11 reading a member off its Enum
+# class costs about 0.2 us, a global a few ns.
+_IDLE, _BUSY = WorkerState.IDLE, WorkerState.BUSY
+
+
 @dataclass(frozen=True, slots=True)
 class StatusSnapshot:
     """One reading of a worker's status, as carried by a heartbeat.
@@ -121,13 +126,13 @@ class WorkerStatus:
         # current is written before state so that a torn read shows busy only with a name.
         self._current = message_type if task_id is None else f"{message_type}:{task_id}"
         self._note = None
-        self._state = WorkerState.BUSY
+        self._state = _BUSY
 
     def end_message(self) -> None:
         """Count one message as handled and mark the worker idle (unless it is stopping)."""
         self._handled += 1
-        if self._state is WorkerState.BUSY:
-            self._state = WorkerState.IDLE
+        if self._state is _BUSY:
+            self._state = _IDLE
         self._current = None
 
     def begin(self, actor: str, msg_type: str) -> None:
@@ -138,7 +143,7 @@ class WorkerStatus:
         """
         self._current = f"{actor}/{msg_type}"
         self._note = None
-        self._state = WorkerState.BUSY
+        self._state = _BUSY
 
     end = end_message
 

@@ -34,7 +34,17 @@ Decisions the driver and the workers rely on:
   counting an attempt, and that worker is never given that kind again.
 - A Fail or Renew from a lease that has ended changes nothing (its attempt was counted when
   the lease ended): Fail is acked IGNORED, Renew rejected so the worker drops the task.
-- ``RequestTask.free_slots`` is capped by the slots the book itself sees free.
+- ``RequestTask.free_slots`` is capped by the slots the book itself sees free, plus the
+  worker's ``prefetch`` (``WorkerJoined.prefetch``) when the request allows leases ahead.
+- Prefetch: a worker whose slots are all leased may hold up to ``prefetch`` more leases, each
+  waiting in the worker for a slot. A lease ahead is an ordinary lease (journaled, renewed,
+  requeued when its worker leaves or it expires; the Complete commit rule alone decides what
+  is done), must fit the worker's whole resources, and is never a backup copy: a backup exists
+  to overtake a straggler, and one queued behind a running copy would overtake nothing. A
+  worker gives back a lease ahead that waited too long (``Decline.given_back``): the task goes
+  back without an attempt counted, as an unseen one does. When a worker leaves, its leases
+  beyond its oldest ``slots`` (by lease id: a worker starts them in the order granted) never
+  started, and go back without an attempt counted too.
 - A task fits a worker when the worker has a free slot and enough un-leased CPU and GPUs
   (``WorkerJoined.resources`` is the worker's whole share; a GPU task never goes to a worker
   without a GPU).
@@ -231,7 +241,7 @@ class TaskBook(TaskTables):
         if ev.worker_id in self._workers:
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
         self._workers[ev.worker_id] = Worker(
-            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds)
+            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds), max(ev.prefetch, 0)
         )
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
 
@@ -239,11 +249,17 @@ class TaskBook(TaskTables):
         worker = self._workers.pop(ev.worker_id, None)
         if worker is None:
             return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
-        leases = list(worker.leases.values())
+        # A worker starts its leases in the order granted: beyond its oldest ``slots`` they are
+        # leases ahead that never started, and their loss is not the task's attempt.
+        leases = sorted(worker.leases.values(), key=lambda lease: lease.lease_id)
         error = f"worker {ev.worker_id} on node {worker.node_id} left: {ev.reason or 'no reason'}"
-        for lease in leases:
+        for n, lease in enumerate(leases):
             self._drop_lease(lease)
-            self._copy_lost(lease.task, now, error, "", False, out)
+            if n < worker.slots:
+                self._copy_lost(lease.task, now, error, "", False, out)
+            elif not lease.task.copies and lease.task.state is LEASED:
+                self._enqueue(lease.task)
+                out.append(self._record(lease.task))
         node = self._nodes[worker.node_id]
         node.discard(ev.worker_id)
         if not node:
@@ -274,7 +290,14 @@ class TaskBook(TaskTables):
         self._release_backoffs(now, out)
         if worker.node_id in self._draining:
             return
-        for _ in range(min(ev.free_slots, worker.slots - len(worker.leases))):
+        ahead = worker.prefetch if ev.prefetch else 0
+        for _ in range(min(ev.free_slots, worker.slots + ahead - len(worker.leases))):
+            if len(worker.leases) >= worker.slots:  # a lease ahead: never a backup (see module)
+                task = pick_task(worker, self._running, self._node_can_take, ahead=True)
+                if task is None:
+                    break
+                self._lease(task, worker, now, False, out)
+                continue
             task, backup = pick_task(worker, self._running, self._node_can_take), False
             if task is None:
                 task, backup = pick_backup(worker, self._running, now), True
@@ -373,7 +396,8 @@ class TaskBook(TaskTables):
         if winner is None:
             log.info("late_complete_accepted", task_id=ev.task_id, lease_id=ev.lease_id)
         else:
-            task.job.durations.add(now - winner.start)
+            # the copy's own run time: a lease ahead waited for a slot before it ran
+            task.job.durations.add(now - winner.start if ev.run_s is None else ev.run_s)
             self._spec_won += winner.backup
         for lease in list(task.copies.values()):
             self._drop_lease(lease)
@@ -410,14 +434,18 @@ class TaskBook(TaskTables):
             out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
             return
         self._drop_lease(lease)
-        if not ev.unseen:
+        if not (ev.unseen or ev.given_back):
             lease.worker.declined.add(task.spec.kind)
         if not task.copies and task.state is LEASED:
             self._enqueue(task)
             out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
         log.warning(
-            "lease_unseen_returned" if ev.unseen else "task_declined",
+            "lease_unseen_returned"
+            if ev.unseen
+            else "prefetched_lease_given_back"
+            if ev.given_back
+            else "task_declined",
             task_id=ev.task_id,
             worker=ev.worker_id,
             kind=task.spec.kind,

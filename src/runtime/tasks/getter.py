@@ -2,11 +2,30 @@
 
 A :class:`TaskGetter` speaks for one worker (``node/process``). It registers the worker with
 the master, asks for tasks whenever it has a free slot, runs each leased task through its
-runner (normally the worker's :class:`~troupe.runtime.tasks.task_actor.TaskActor`), renews the lease
-every ``ttl / 3`` while the task runs, and reports ``complete`` (with the result reference) or
-``fail`` (with the error text and traceback). Each report carries the next request, so a busy
-worker costs the master one message per task. When nothing is pending the master holds the
-request (a long poll of up to ``wait_s``) instead of making the worker poll.
+runner (normally the worker's :class:`~troupe.runtime.tasks.task_actor.TaskActor`), renews its
+leases every ``ttl / 3``, and reports ``complete`` (with the result reference) or ``fail``
+(with the error text and traceback). Each report carries the next request, so a busy worker
+costs the master one message per task. When nothing is pending the master holds the request (a
+long poll of up to ``wait_s``) instead of making the worker poll.
+
+Prefetch (``GetterConfig.prefetch``, default 0: off): the worker may hold that many leases
+beyond its slots, waiting in the worker for a slot, so the next task starts the moment one
+ends instead of one round trip (and one master batch) later. It pays where that round trip is
+what leaves workers idle (a master and workers on separate machines, short tasks). Measured on
+a two-core machine running the master and a thousand simulated workers (``bench scale``), it
+does not: there the CPU is the limit, and workers that wait for their replies arrive at the
+master in step, in larger batches, which costs less per task than leases ahead do.
+
+A worker with leases ahead asks on its own (``request_task``) only for empty slots; the leases
+ahead come with the replies to its reports. One ``renew`` message renews every lease held,
+running or waiting, whenever the first of them is due. A lease ahead that waited
+``prefetch_wait_s`` for a slot is given back (``decline`` with ``given_back``: no attempt
+counted) so that a worker stuck behind a slow task never sits on work others could do,
+and the worker asks for no lease ahead again until one of its running copies ends. A worker
+whose last task ran ``prefetch_wait_s`` or longer asks for none either: for long tasks the
+round trip is small beside the task, and a lease ahead would only wait, then go back. A worker
+that dies holding leases ahead loses nothing: they are leases like any other, requeued when
+the worker leaves or they expire, and the master's commit rule still decides what is done.
 
 A request names the leases the worker holds (``held``: those it runs, and those the previous
 request's reply carried). A lease the master sent in reply to an earlier request that is not
@@ -44,6 +63,7 @@ import asyncio
 import os
 import time
 import traceback
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +84,7 @@ from troupe.runtime.errors import (
     Unreachable,
 )
 
+from .state import MAX_PREFETCH
 from .task_actor import LeasedTask, TaskActor
 
 __all__ = [
@@ -99,6 +120,11 @@ class GetterConfig:
         call_timeout_s: added to ``wait_s`` before a call to the master counts as lost.
         retry_s: pause after a failed call before trying again.
         report_for_s: how long a complete or fail report is retried before it is dropped.
+        prefetch: leases held ahead of the slots, each waiting in the worker for a slot (0:
+            none, today's one lease per slot). They hide the round trip to the master between
+            two tasks; see the module docstring.
+        prefetch_wait_s: a lease ahead that waited this long for a slot is given back, and a
+            worker whose last task ran this long asks for no lease ahead.
     """
 
     worker_id: str
@@ -111,10 +137,20 @@ class GetterConfig:
     call_timeout_s: float = 5.0
     retry_s: float = 0.5
     report_for_s: float = 60.0
+    prefetch: int = 0
+    prefetch_wait_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise TaskError(f"worker {self.worker_id}: slots must be >= 1, got {self.slots}")
+        if not 0 <= self.prefetch <= MAX_PREFETCH:
+            raise TaskError(
+                f"worker {self.worker_id}: prefetch must be 0..{MAX_PREFETCH}, got {self.prefetch}"
+            )
+        if not self.prefetch_wait_s > 0:
+            raise TaskError(
+                f"worker {self.worker_id}: prefetch_wait_s must be > 0, got {self.prefetch_wait_s}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +167,11 @@ class GetterStats:
         registrations: times the worker registered (more than one: the master restarted).
         requests: request_task calls made (reports with a piggybacked request not counted).
         lost_reports: reports dropped after ``report_for_s``.
+        waiting: leases held ahead now, waiting for a slot.
+        given_back: leases ahead given back after waiting ``prefetch_wait_s``.
+        withdrawn: leases ahead the master ended before they started (cancelled, renewal
+            refused); never run, so not among ``cancelled``.
+        renewals: renew messages sent (each renews every lease held).
     """
 
     running: int
@@ -142,17 +183,29 @@ class GetterStats:
     registrations: int
     requests: int
     lost_reports: int
+    waiting: int = 0
+    given_back: int = 0
+    withdrawn: int = 0
+    renewals: int = 0
 
 
 class _Run:
-    """One running copy: its lease and the scope that cancels it."""
+    """One held lease: waiting for a slot, running, or reporting; the scope that cancels it."""
 
-    __slots__ = ("cancel_reason", "scope", "task")
+    __slots__ = ("cancel_reason", "ended", "received", "renew_at", "scope", "task", "ttl")
 
-    def __init__(self, task: LeasedTask) -> None:
+    def __init__(self, task: LeasedTask, now: float) -> None:
         self.task = task
         self.scope = anyio.CancelScope()
         self.cancel_reason = ""
+        self.received = now
+        self.ttl = task.ttl
+        self.renew_at = now + _renew_period(task.ttl)
+        self.ended = False  # the runner returned: no more renewals, the report is on its way
+
+
+def _renew_period(ttl: float) -> float:
+    return max(ttl / 3.0, 0.01)
 
 
 class TaskGetter:
@@ -171,8 +224,20 @@ class TaskGetter:
         self.config = config
         self.worker_id = config.worker_id
         self._runner = runner
-        self._running: dict[int, _Run] = {}
+        # Every lease held, by id: waiting in _queue, running (_active of them), or reporting.
+        self._held: dict[int, _Run] = {}
+        self._queue: deque[_Run] = deque()
+        self._active = 0
+        # Leases ahead are asked for only while tasks are short: the last copy to end ran for
+        # less than prefetch_wait_s (a longer one means a lease ahead would wait about as long,
+        # then be given back), and no lease ahead was given back since it ended.
+        self._ahead_ok = True
         self._want = asyncio.Event()
+        self._keeper_wake = asyncio.Event()
+        self._keeper_until = 0.0  # when the lease keeper looks next, if not woken (monotonic)
+        # Waiting leases are looked at this often: one given back has waited between
+        # prefetch_wait_s and 1.5 times that, at one wake-up per look, not one per lease.
+        self._look_s = config.prefetch_wait_s / 2.0
         self._registered = False
         # The leases the last request_task's reply carried, run or not since (reported, or
         # dropped by a fault): the next request names them held, so the master knows they
@@ -189,6 +254,9 @@ class TaskGetter:
                 "registrations",
                 "requests",
                 "lost_reports",
+                "given_back",
+                "withdrawn",
+                "renewals",
             ),
             0,
         )
@@ -200,11 +268,14 @@ class TaskGetter:
         structlog.contextvars.bind_contextvars(worker=self.worker_id)
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self._keep_leases)
             self._want.set()
             while True:
                 await self._want.wait()
                 self._want.clear()
-                free = self._free()
+                # Only a worker with a slot that nothing held will fill asks on its own, and
+                # for those slots only: leases ahead come with the replies to its reports.
+                free = self.config.slots - len(self._held)
                 if free <= 0:
                     continue
                 if not self._registered:
@@ -218,7 +289,7 @@ class TaskGetter:
                         "wait_s": self.config.wait_s,
                         # a lease the last request's reply carried that is not here never
                         # arrived: the master puts its task back (see _received)
-                        "held": sorted(self._running.keys() | self._received),
+                        "held": sorted(self._held.keys() | self._received),
                     },
                     self.config.wait_s + self.config.call_timeout_s,
                 )
@@ -230,25 +301,28 @@ class TaskGetter:
                     if isinstance(lease, dict) and type(lease.get("lease_id")) is int
                 }
                 self._start(leases)
-                if self._free() > 0:
+                if self._hungry():
                     if reply is None or not leases:
                         await anyio.sleep(self.config.retry_s if reply is None else 0.01)
                     self._want.set()
 
     def cancel(self, lease_id: int, reason: str) -> bool:
-        """Stop the running copy under ``lease_id``; return whether one was running."""
-        run = self._running.get(lease_id)
+        """Stop the copy under ``lease_id``, running or waiting; return whether one was held."""
+        run = self._held.get(lease_id)
         if run is None:
             return False
         run.cancel_reason = reason
-        run.scope.cancel()
+        if run in self._queue:  # never started: nothing runs, nothing to report
+            self._drop_waiting(run, reason)
+        else:
+            run.scope.cancel()
         return True
 
     def statistics(self) -> GetterStats:
         """Return a snapshot of the counters."""
         c = self._counts
         return GetterStats(
-            len(self._running),
+            self._active,
             c["started"],
             c["completed"],
             c["failed"],
@@ -257,12 +331,22 @@ class TaskGetter:
             c["registrations"],
             c["requests"],
             c["lost_reports"],
+            len(self._queue),
+            c["given_back"],
+            c["withdrawn"],
+            c["renewals"],
         )
 
     # ------------------------------------------------------------------ master calls
 
     def _free(self) -> int:
-        return self.config.slots - len(self._running)
+        """Leases the worker may take now: its slots and the leases ahead, less those held."""
+        ahead = self.config.prefetch if self._ahead_ok else 0
+        return self.config.slots + ahead - len(self._held)
+
+    def _hungry(self) -> bool:
+        """Whether a slot is free with no lease held to fill it (reports ask for the rest)."""
+        return len(self._held) < self.config.slots
 
     async def _register(self) -> None:
         cfg = self.config
@@ -277,6 +361,7 @@ class TaskGetter:
                 "cpu": float(cfg.slots if cfg.cpu is None else cfg.cpu),
                 "gpu": cfg.gpu,
                 "kinds": list(cfg.kinds),
+                "prefetch": cfg.prefetch,
             },
             cfg.call_timeout_s,
         )
@@ -305,27 +390,46 @@ class TaskGetter:
     # ------------------------------------------------------------------ running copies
 
     def _start(self, leases: Any) -> None:
-        assert self._tg is not None
+        """Hold the leases a reply carried and start as many as slots are free."""
+        now = time.monotonic()
         for raw in leases or ():
             try:
                 task = LeasedTask.from_wire(raw)
             except BadFrame as exc:  # the lease will expire on the master and be retried
                 log.error("lease_malformed", error=str(exc))
                 continue
-            run = _Run(task)
-            self._running[task.lease_id] = run
+            run = _Run(task, now)
+            self._held[task.lease_id] = run
+            self._queue.append(run)
+            # the keeper sleeps until its next look is due: wake it only to look sooner
+            if min(run.renew_at, now + self._look_s) < self._keeper_until:
+                self._keeper_wake.set()
+        self._fill()
+
+    def _fill(self) -> None:
+        assert self._tg is not None
+        while self._queue and self._active < self.config.slots:
+            run = self._queue.popleft()
+            self._active += 1
             self._counts["started"] += 1
             self._tg.start_soon(self._execute, run)
+
+    def _drop_waiting(self, run: _Run, reason: str) -> None:
+        self._queue.remove(run)
+        self._held.pop(run.task.lease_id, None)
+        self._counts["withdrawn"] += 1
+        log.info("waiting_lease_dropped", task_id=run.task.task_id, lease_id=run.task.lease_id, reason=reason)
+        self._want.set()
 
     async def _execute(self, run: _Run) -> None:
         task = run.task
         structlog.contextvars.bind_contextvars(task_id=task.task_id, lease_id=task.lease_id)
         self.runtime.progress(1, f"task {task.task_id} started")
         report: tuple[str, dict[str, Any]] | None = None
+        began = time.monotonic()
         try:
-            with run.scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._renew, run)
+            try:
+                with run.scope:
                     try:
                         if self.config.kinds and task.kind not in self.config.kinds:
                             raise KindNotRun(
@@ -333,7 +437,8 @@ class TaskGetter:
                                 f"{list(self.config.kinds)}, not {task.kind!r}"
                             )
                         result = await self._runner(task)
-                        report = ("complete", {"result_ref": result or ""})
+                        run_s = round(time.monotonic() - began, 6)
+                        report = ("complete", {"result_ref": result or "", "run_s": run_s})
                     except KindNotRun as exc:  # not an attempt: the master leases it elsewhere
                         report = ("decline", {"reason": str(exc), "kind": task.kind})
                     except _Dropped as exc:  # lost on purpose: no report, the lease expires
@@ -346,37 +451,132 @@ class TaskGetter:
                                 "traceback": "".join(traceback.format_exception(exc)),
                             },
                         )
-                    tg.cancel_scope.cancel()
+            finally:
+                # The slot is free once the runner returns: the next lease held starts now,
+                # while this copy's report is on its way.
+                run.ended = True
+                self._active -= 1
+                self._ahead_ok = time.monotonic() - began < self.config.prefetch_wait_s
+                self._fill()
             if report is None:  # cancelled by the master or by a refused renewal
                 self._counts["cancelled"] += 1
                 log.info("task_cancelled", reason=run.cancel_reason)
                 return
             await self._report(run, *report)
         finally:
-            self._running.pop(task.lease_id, None)
+            self._held.pop(task.lease_id, None)
             self.runtime.progress(1, f"task {task.task_id} ended")
             self._want.set()
 
-    async def _renew(self, run: _Run) -> None:
-        task = run.task
-        ttl = task.ttl
-        payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id}
+    # ------------------------------------------------------------------ held leases
+
+    async def _keep_leases(self) -> None:
+        """Renew every held lease together, and give back leases ahead that waited too long.
+
+        One renew message covers every lease held (running or waiting) whenever the first of
+        them is due (a third of its TTL since it was received or last renewed).
+        """
         while True:
-            await anyio.sleep(max(ttl / 3.0, 0.01))
-            try:
-                reply = await self.runtime.control(
-                    self.master, "renew", payload, timeout=self.config.call_timeout_s
-                )
-            except TaskError as exc:  # unknown worker included: the lease is gone either way
-                reply = {"outcome": "rejected", "reason": str(exc)}
-            except TroupeError as exc:  # down, restarting, or a passing fault: try next period
-                log.info("renew_failed", error=str(exc))
+            now = time.monotonic()
+            for run in [r for r in self._queue if now - r.received >= self.config.prefetch_wait_s]:
+                self._give_back(run)
+            live = [r for r in self._held.values() if not r.ended]
+            if any(r.renew_at <= now for r in live):
+                await self._renew(live)
                 continue
-            if reply.get("outcome") != "renewed":
-                run.cancel_reason = f"renewal refused: {reply.get('reason', reply)}"
-                run.scope.cancel()
-                return
-            ttl = float(reply.get("ttl", ttl))
+            until = min((r.renew_at for r in live), default=now + 3600.0)
+            if self._queue:
+                until = min(until, now + self._look_s)
+            self._keeper_until = until
+            self._keeper_wake.clear()
+            # a bare loop timer, not a cancel scope: a thousand getters in one process look
+            # about once a second each, and a scope that times out costs an exception
+            timer = asyncio.get_running_loop().call_later(until - now, self._keeper_wake.set)
+            try:
+                await self._keeper_wake.wait()
+            finally:
+                timer.cancel()
+
+    async def _renew(self, runs: list[_Run]) -> None:
+        now = time.monotonic()
+        for run in runs:  # answered or not, the next try is a period away
+            run.renew_at = now + _renew_period(run.ttl)
+        first, *more = runs
+        payload: dict[str, Any] = {
+            "worker_id": self.worker_id,
+            "task_id": first.task.task_id,
+            "lease_id": first.task.lease_id,
+        }
+        if more:
+            payload["more"] = [[r.task.task_id, r.task.lease_id] for r in more]
+        self._counts["renewals"] += 1
+        try:
+            reply = await self.runtime.control(
+                self.master, "renew", payload, timeout=self.config.call_timeout_s
+            )
+        except TaskError as exc:  # unknown worker included: the leases are gone either way
+            reply = {
+                "outcome": "rejected",
+                "reason": str(exc),
+                "more": [
+                    {"lease_id": r.task.lease_id, "outcome": "rejected", "reason": str(exc)} for r in more
+                ],
+            }
+        except TroupeError as exc:  # down, restarting, or a passing fault: try next period
+            log.info("renew_failed", error=str(exc))
+            return
+        answers = {first.task.lease_id: reply}
+        for answer in reply.get("more", ()):
+            if isinstance(answer, dict) and type(answer.get("lease_id")) is int:
+                answers[answer["lease_id"]] = answer
+        for run in runs:
+            answer = answers.get(run.task.lease_id)
+            if answer is None or run.task.lease_id not in self._held:
+                continue  # not answered (try next period), or ended meanwhile
+            if answer.get("outcome") != "renewed":
+                reason = f"renewal refused: {answer.get('reason', answer)}"
+                run.cancel_reason = reason
+                if run in self._queue:
+                    self._drop_waiting(run, reason)
+                elif not run.ended:
+                    run.scope.cancel()
+                continue
+            run.ttl = float(answer.get("ttl", run.ttl))
+            run.renew_at = time.monotonic() + _renew_period(run.ttl)
+
+    def _give_back(self, run: _Run) -> None:
+        """Return a lease ahead that waited ``prefetch_wait_s``: another worker may run it now."""
+        assert self._tg is not None
+        self._queue.remove(run)
+        run.ended = True
+        self._ahead_ok = False
+        self._counts["given_back"] += 1
+        log.info(
+            "prefetched_lease_given_back",
+            task_id=run.task.task_id,
+            lease_id=run.task.lease_id,
+            waited_s=round(time.monotonic() - run.received, 3),
+        )
+        self._tg.start_soon(self._return_lease, run)
+
+    async def _return_lease(self, run: _Run) -> None:
+        task = run.task
+        payload = {
+            "worker_id": self.worker_id,
+            "task_id": task.task_id,
+            "lease_id": task.lease_id,
+            "reason": f"waited {self.config.prefetch_wait_s}s in the worker for a slot",
+            "given_back": True,
+            "request": 0,
+        }
+        try:
+            # one try: a lease the master never hears of expires there and is leased again
+            await self.runtime.control(self.master, "decline", payload, timeout=self.config.call_timeout_s)
+        except TroupeError as exc:
+            log.info("give_back_failed", task_id=task.task_id, error=str(exc))
+        finally:
+            self._held.pop(task.lease_id, None)
+            self._want.set()
 
     async def _report(self, run: _Run, kind: str, fields: dict[str, Any]) -> None:
         task = run.task
@@ -408,7 +608,7 @@ class TaskGetter:
             log.warning("report_rejected", report=kind, reason=reply.get("reason"))
         if not reply.get("known", True):
             self._registered = False
-        self._running.pop(task.lease_id, None)
+        self._held.pop(task.lease_id, None)
         self._start(reply.get("leases", ()))
 
 

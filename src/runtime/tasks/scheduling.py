@@ -234,7 +234,9 @@ class Worker:
 
     ``kinds`` are the task kinds it said it runs (empty: every kind); ``declined`` the kinds it
     returned a task of anyway (see :class:`~troupe.runtime.tasks.state.Decline`), never leased to
-    it again.
+    it again. ``prefetch`` leases beyond its ``slots`` may wait in the worker for a slot: such a
+    lease must fit the worker's whole resources (it runs once a running copy has ended), so
+    ``used_cpu`` may exceed ``resources.cpu`` while the worker holds leases ahead.
     """
 
     __slots__ = (
@@ -242,6 +244,7 @@ class Worker:
         "kinds",
         "leases",
         "node_id",
+        "prefetch",
         "resources",
         "slots",
         "used_cpu",
@@ -256,12 +259,14 @@ class Worker:
         resources: Resources,
         slots: int,
         kinds: frozenset[str] = frozenset(),
+        prefetch: int = 0,
     ) -> None:
         self.worker_id = worker_id
         self.node_id = node_id
         self.resources = resources
         self.slots = slots
         self.kinds = kinds
+        self.prefetch = prefetch
         self.declined: set[str] = set()
         self.leases: dict[int, LeaseSlot] = {}
         self.used_cpu = 0.0
@@ -303,7 +308,10 @@ class Worker:
 
 
 def pick_task(
-    worker: Worker, jobs: list[Job], node_can_take: Callable[[str, Resources, str], bool]
+    worker: Worker,
+    jobs: list[Job],
+    node_can_take: Callable[[str, Resources, str], bool],
+    ahead: bool = False,
 ) -> Task | None:
     """Remove and return the pending task the worker should run next, or None.
 
@@ -311,11 +319,17 @@ def pick_task(
         worker: the asking worker; the task must be of a kind it runs and fit what it has free.
         jobs: running jobs in service order (priority, then submit order).
         node_can_take: whether a node could run a task with these needs and kind now.
+        ahead: a lease ahead (prefetch): the task must fit the worker's whole resources, since
+            it starts only once a running copy has ended.
 
     Returns:
         The task, already out of its job's queue; the caller leases it.
     """
-    node, free_cpu, free_gpu = worker.node_id, worker.free_cpu, worker.free_gpu
+    node = worker.node_id
+    if ahead:
+        free_cpu, free_gpu = worker.resources.cpu, worker.resources.gpu
+    else:
+        free_cpu, free_gpu = worker.free_cpu, worker.free_gpu
 
     def local(key: BucketKey) -> bool:
         return key[0] == node and fits(key[1], free_cpu, free_gpu) and worker.runs(key[2])

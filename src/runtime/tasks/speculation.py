@@ -7,6 +7,15 @@ its tail (nothing pending or backing off) whose slowest running task has run lon
 ``max(min_runtime_s, factor x median duration of the job's done tasks)``; that task gets a
 backup copy on the asking worker, at most ``max_copies`` backups per task, never two copies on
 one worker. The median is kept by :class:`RunningMedian` in O(log n) per done task.
+
+Prefetch (leases held ahead of a worker's slots, see :mod:`troupe.runtime.tasks.book`): a
+backup is never leased ahead, since one queued behind a running copy would overtake nothing;
+it goes only to a free slot. The median is of the copies' own run times (``Complete.run_s``,
+as the worker measured them), not of the time since the lease, which for a lease ahead
+includes its wait for a slot. A running time here is still the time since the lease: a lease
+ahead waiting behind a slow copy may look like a straggler and get a backup on an idle worker,
+which at a job's tail is what should happen (work queued behind a slow worker moves to an idle
+one, and whichever copy ends first wins as always).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from troupe.runtime.errors import ConfigError
 
 __all__ = [
     "FINAL_STATES",
+    "MAX_PREFETCH",
     "Ack",
     "AckOutcome",
     "CancelJob",
@@ -84,6 +85,9 @@ class TaskState(enum.StrEnum):
 
 
 FINAL_STATES = frozenset({TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED})
+
+MAX_PREFETCH = 64
+"""The most leases a worker may hold ahead of its slots (``WorkerJoined.prefetch``)."""
 
 
 class JobState(enum.StrEnum):
@@ -226,6 +230,8 @@ class WorkerJoined:
     resources: Resources
     slots: int
     kinds: frozenset[str] = frozenset()  # the task kinds it runs; empty: every kind
+    # leases it may hold beyond its slots, waiting in the worker for a slot to free
+    prefetch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +251,15 @@ class NodeDead:
 
 @dataclass(frozen=True, slots=True)
 class RequestTask:
-    """A worker pulls: lease it up to ``free_slots`` tasks."""
+    """A worker pulls: lease it up to ``free_slots`` tasks.
+
+    ``prefetch``: it may be leased tasks beyond its slots (up to the ``prefetch`` it joined
+    with); the driver says False while another worker waits idle for a task.
+    """
 
     worker_id: str
     free_slots: int
+    prefetch: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,12 +273,17 @@ class Renew:
 
 @dataclass(frozen=True, slots=True)
 class Complete:
-    """A copy finished and committed its output under ``result_ref``."""
+    """A copy finished and committed its output under ``result_ref``.
+
+    ``run_s``: how long the copy ran, as the worker measured it (None: unknown, and the book
+    takes the time since the lease was granted; a lease ahead waited for a slot first).
+    """
 
     worker_id: str
     task_id: str
     lease_id: int
     result_ref: str
+    run_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +306,9 @@ class Decline:
     ``unseen``: the worker never received the lease (the reply that carried it was lost, say
     while its host's link was cut; the master tells from the leases the worker says it holds).
     The task goes back the same way, and the worker may be given its kind again.
+
+    ``given_back``: a prefetched copy waited in the worker too long for a slot and was never
+    started; it goes back the same way as an unseen one.
     """
 
     worker_id: str
@@ -297,6 +316,7 @@ class Decline:
     lease_id: int
     reason: str = ""
     unseen: bool = False
+    given_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)

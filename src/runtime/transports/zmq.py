@@ -356,7 +356,9 @@ class ZmqTransport:
     def try_send(self, address: str, frames: list[Any]) -> bool:
         """Send to the mailbox at ``address`` if its queue has room; False, having sent nothing,
         when it is at its high-water mark. Raises like ``send``."""
-        return self._put(self._peer(address), frames, address)
+        # The connection is made already but for a message or so per peer: look it up here.
+        w = self._dealers.get(address) if self.refuse is None else None
+        return self._put(self._peer(address) if w is None else w, frames, address)
 
     def _peer(self, address: str) -> Watched:
         if self.refuse is not None and self.refuse(address):
@@ -405,7 +407,10 @@ class ZmqTransport:
         if outbox.pending and outbox.holds(mailbox, identity):
             return self._hold(mailbox, identity, frames)  # behind the ones already held
         try:
-            self._write(mailbox, [identity, *frames])
+            if len(frames) == 1:  # a header alone, as most replies are: no list, no loop
+                self._write_reply(mailbox, identity, frames[0])
+            else:
+                self._write(mailbox, [identity, *frames])
         except zmq.Again:
             return self._hold(mailbox, identity, frames)
         except zmq.ZMQError as exc:
@@ -505,6 +510,23 @@ class ZmqTransport:
         # parked re-check EVENTS themselves before they park. One look after a run of sends is
         # enough (the parked ones need waking, not waking at once), so it is scheduled once
         # per loop turn rather than made after every send.
+        if (w.waiting or w.senders) and not w.recheck and not w.draining:
+            self._look_later(w)
+
+    def _write_reply(self, w: Watched, identity: bytes, header: Any) -> None:
+        """``_write`` of ``[identity, header]`` on a mailbox, unrolled: a reply of one frame."""
+        sock = w.sock
+        try:
+            send_frame(sock, identity, NOBLOCK | SNDMORE)  # only this one can fail with EAGAIN
+            if type(header) is bytes and len(header) < COPY_BELOW:
+                send_frame(sock, header, NOBLOCK)
+            else:
+                send_frame(sock, header, NOBLOCK, copy=False)
+        except zmq.ZMQError:
+            if (w.waiting or w.senders) and not w.recheck and not w.draining:
+                self._look_later(w)
+            raise
+        self._sent += 1
         if (w.waiting or w.senders) and not w.recheck and not w.draining:
             self._look_later(w)
 

@@ -19,6 +19,8 @@ from typing import Any
 from troupe.runtime.core.control_payloads import ControlPayload, address_field
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import BadRequest
+from troupe.runtime.node.config import MAX_TAGS, check_tag
+from troupe.runtime.tasks.state import MAX_PREFETCH
 
 __all__ = [
     "CancelControl",
@@ -47,9 +49,19 @@ def _str_list(p: ControlPayload, key: str) -> list[str]:
     return list(value)
 
 
+def _prefetch(p: ControlPayload) -> int:
+    value: int = p.optional("prefetch", int, 0)
+    if not 0 <= value <= MAX_PREFETCH:
+        raise BadRequest(f"control {p.control!r}: field 'prefetch' must be 0..{MAX_PREFETCH}, has {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class RegisterWorkerControl:
-    """``register_worker {worker_id, node, endpoint, pid?, slots?, cpu?, gpu?, kinds?}``."""
+    """``register_worker {worker_id, node, endpoint, pid?, slots?, cpu?, gpu?, kinds?, prefetch?}``.
+
+    ``prefetch``: leases the worker may hold beyond its slots (0, the default: none).
+    """
 
     worker_id: str
     node: str
@@ -59,6 +71,7 @@ class RegisterWorkerControl:
     cpu: float
     gpu: int
     kinds: tuple[str, ...]
+    prefetch: int = 0
 
     @classmethod
     def decode(cls, payload: Any) -> RegisterWorkerControl:
@@ -74,6 +87,7 @@ class RegisterWorkerControl:
             float(p.optional("cpu", float, slots)),
             p.optional("gpu", int, 0),
             tuple(_str_list(p, "kinds")),
+            _prefetch(p),
         )
 
 
@@ -107,17 +121,39 @@ class RequestTaskControl:
 
 @dataclass(frozen=True, slots=True)
 class RenewControl:
-    """``renew {worker_id, task_id, lease_id}``."""
+    """``renew {worker_id, task_id, lease_id, more?}``.
+
+    ``more``: further ``[task_id, lease_id]`` pairs the worker holds, renewed by the same
+    message (a worker holding leases ahead renews them all at once).
+    """
 
     worker_id: str
     task_id: str
     lease_id: int
+    more: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def decode(cls, payload: Any) -> RenewControl:
         """Raises: BadRequest: see the module."""
         p = ControlPayload("renew", payload)
-        return cls(p.require("worker_id", str), p.require("task_id", str), p.require("lease_id", int))
+        more = []
+        for pair in p.optional("more", list, []):
+            if not (
+                isinstance(pair, list | tuple)
+                and len(pair) == 2
+                and type(pair[0]) is str
+                and type(pair[1]) is int
+            ):
+                raise BadRequest(
+                    f"control 'renew': field 'more' must be a list of [task_id, lease_id], has {pair!r}"
+                )
+            more.append((pair[0], pair[1]))
+        return cls(
+            p.require("worker_id", str),
+            p.require("task_id", str),
+            p.require("lease_id", int),
+            tuple(more),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +161,8 @@ class ReportControl:
     """``complete``, ``fail`` and ``decline``: ``{worker_id, task_id, lease_id, request?, ...}``.
 
     ``result_ref`` (complete), ``error`` and ``traceback`` (fail), ``reason`` and ``kind``
-    (decline) are optional strings, empty when missing.
+    (decline) are optional strings, empty when missing. ``given_back`` (decline): a prefetched
+    lease that waited too long, returned unrun. ``run_s`` (complete): how long the copy ran.
     """
 
     control: str
@@ -138,6 +175,8 @@ class ReportControl:
     traceback: str = ""
     reason: str = ""
     kind: str = ""
+    given_back: bool = False
+    run_s: float | None = None
 
     @classmethod
     def decode(cls, control: str, payload: Any) -> ReportControl:
@@ -153,15 +192,27 @@ class ReportControl:
             p.require("lease_id", int),
             p.optional("request", int, 0),
             **text,
+            given_back=p.optional("given_back", bool, False),
+            run_s=_run_s(p),
         )
+
+
+def _run_s(p: ControlPayload) -> float | None:
+    value = p.optional("run_s", float, None)
+    if value is None:
+        return None
+    if not 0.0 <= value < float("inf"):
+        raise BadRequest(f"control {p.control!r}: field 'run_s' must be a number >= 0, has {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeBeatControl:
-    """``node_beat {node, endpoint?, resources?, processes?}``.
+    """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?}``.
 
     ``processes`` maps each running process of the node to ``{endpoint, actors: {actor:
     endpoint}}`` (the cluster's directory of names); None when the beat does not list them.
+    ``tags``: what the node offers replicas; none from older nodes.
     """
 
     node: str
@@ -169,6 +220,7 @@ class NodeBeatControl:
     resources: dict[str, Any]
     processes: dict[str, tuple[str, dict[str, str]]] | None = None
     log_endpoint: str = ""  # where the node publishes its log stream; "" from older nodes
+    tags: tuple[str, ...] = ()
 
     @classmethod
     def decode(cls, payload: Any) -> NodeBeatControl:
@@ -192,7 +244,19 @@ class NodeBeatControl:
             dict(p.optional("resources", dict, {})),
             processes,
             p.optional("log_endpoint", str, ""),
+            _tags(p),
         )
+
+
+def _tags(p: ControlPayload) -> tuple[str, ...]:
+    """A beat's tags: names, as ``[node] tags`` allows (a label of every node's row)."""
+    tags = _str_list(p, "tags")
+    try:
+        if len(tags) > MAX_TAGS:
+            raise ValueError(f"at most {MAX_TAGS} tags, got {len(tags)}")
+        return tuple(check_tag(tag) for tag in tags)
+    except ValueError as exc:
+        raise BadRequest(f"control {p.control!r}: field 'tags': {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,13 @@ Commands go two ways. Those that answer the event (Lease, Ack, Reject) return to
 The rest (CancelLease, NodeDrained, JobFinished) may come from any event, the clock's SchedulerTick
 included, and go to the ``side`` callback that the master performs them with.
 
+Prefetch: a worker may hold leases ahead of its slots (see :mod:`troupe.runtime.tasks.book`),
+and one request or report is answered with several leases, all journaled in the batch's one
+transaction. While any request is parked (a worker waits idle for a task), no lease ahead is
+granted: an idle worker comes before a busy worker's queue, and at a job's tail the last tasks
+go to idle workers instead of waiting behind running ones. Parked requests, when tried
+again, get no lease ahead either.
+
 Long polls: a worker that asks for tasks when none is pending may wait up to its deadline. Its
 request is parked, and after every batch that made a task pending (a submit, a requeue, a
 backoff ending) and after every SchedulerTick (a straggler may now deserve a backup copy) parked
@@ -113,6 +120,7 @@ class Dispatcher:
         side: performs side commands, after their records are durable.
         clock: the wall clock (``now`` of every event).
         max_batch: most events per batch (bounds one transaction and the latency behind it).
+        linger_s: after the first event of a batch arrives, wait this long for more (0: none).
     """
 
     def __init__(
@@ -122,12 +130,14 @@ class Dispatcher:
         side: SideCommands,
         clock: Callable[[], float] = time.time,
         max_batch: int = 4096,
+        linger_s: float = 0.0,
     ) -> None:
         self.book = book
         self.journal = journal
         self._side = side
         self._clock = clock
         self._max_batch = max_batch
+        self._linger_s = linger_s
         self._queue: deque[tuple[Event, asyncio.Future[list[Command]], Any]] = deque()
         self._wake = asyncio.Event()
         self._parked: dict[str, _Parked] = {}  # worker id -> its request, in arrival order
@@ -224,6 +234,10 @@ class Dispatcher:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._linger_s > 0 and len(self._queue) < self._max_batch:
+                # Let the batch fill: one transaction, one thread hop for more events. Workers
+                # holding leases ahead do not wait on this; the rest wait linger_s at most.
+                await anyio.sleep(self._linger_s)
             while self._queue:
                 await self._batch()
 
@@ -237,6 +251,8 @@ class Dispatcher:
             event, future, park = queue.popleft()
             count += 1
             now = clock()
+            if self._parked and isinstance(event, RequestTask) and event.prefetch:
+                event = RequestTask(event.worker_id, event.free_slots, prefetch=False)
             try:
                 commands = book.handle(event, now)
             except Exception as exc:  # a bug, not bad input (handlers check it): refuse the one
@@ -303,7 +319,9 @@ class Dispatcher:
                 continue
             self._retries += 1
             reply = self._apply(
-                self.book.handle(RequestTask(worker_id, parked.free_slots), now), records, side
+                self.book.handle(RequestTask(worker_id, parked.free_slots, prefetch=False), now),
+                records,
+                side,
             )
             if reply:
                 del self._parked[worker_id]

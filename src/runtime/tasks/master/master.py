@@ -8,16 +8,18 @@ messages; the decisions are the task book's, the durability the journal's, and t
 Control messages (payloads are maps; ``->`` is the reply)::
 
     from workers (their TaskGetter)
-      register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds} -> {ok}
+      register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds, prefetch?} -> {ok}
       request_task    {worker_id, free_slots, wait_s, held?}
                                                        -> {leases: [lease]}   (long poll)
-      renew           {worker_id, task_id, lease_id}   -> {outcome: renewed, ttl} | {outcome:
-                                                          rejected, reason}: drop the task
+      renew           {worker_id, task_id, lease_id, more?}
+                                                       -> {outcome: renewed, ttl} | {outcome:
+                                                          rejected, reason}: drop the task;
+                                                          more?: [{lease_id, outcome, ...}]
       complete        {worker_id, task_id, lease_id, result_ref, request}
                                                        -> {outcome, leases, known}
       fail            {worker_id, task_id, lease_id, error, traceback, request}
                                                        -> {outcome, leases, known}
-      decline         {worker_id, task_id, lease_id, reason, request}
+      decline         {worker_id, task_id, lease_id, reason, request, given_back?}
                                                        -> {outcome, leases, known}
     from nodes (their MasterLink)
       node_beat       {node, endpoint, resources, processes, log_endpoint?}
@@ -45,6 +47,12 @@ answered with ``bad_request``, naming the control, the field and the value.
 ``held`` (request_task) names the leases the worker holds: one granted in reply to an earlier
 request_task and not held never reached it, and its task goes back at once, no attempt counted
 (``stale_reports`` counts it as ``lease_unseen``).
+
+``prefetch``: the worker may hold that many leases beyond its slots, waiting in it for a slot
+(see :mod:`troupe.runtime.tasks.getter`); one reply may then carry several leases, journaled in
+one batch. ``more`` (renew) lists the other ``[task_id, lease_id]`` it holds, all renewed by
+the one message. ``given_back`` (decline): a lease ahead returned unrun after waiting too long;
+no attempt counted, and the worker may get that kind again.
 
 ``request`` piggybacks the worker's next request on its report (its free slots, 0 for none),
 so a busy worker costs one message per task. ``ttl`` is the lease's remaining life in seconds:
@@ -140,6 +148,9 @@ class MasterConfig:
         keys: the CURVE keys directory (``troupe keys generate``); None = no CURVE.
         insecure: listen off loopback without keys (logged loudly, shown in status).
         metrics: ``HOST:PORT`` of its Prometheus endpoint (docs/METRICS.md); None = none.
+        batch_linger_s: how long the driver lets a batch fill before it journals it: a busy
+            master then pays its per-batch costs (a transaction, a thread hop) over more
+            events, for at most this much more latency per reply.
     """
 
     endpoint: str = DEFAULT_MASTER_ENDPOINT
@@ -152,6 +163,7 @@ class MasterConfig:
     keys: Path | None = None
     insecure: bool = False
     metrics: str | None = None
+    batch_linger_s: float = 0.002
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -166,6 +178,8 @@ class MasterConfig:
             raise ConfigError(f"master endpoint: {exc}") from None
         if not (self.tick_s > 0 and self.node_timeout_s > 0 and self.max_wait_s >= 0):
             raise ConfigError("master: tick_s and node_timeout_s must be > 0, max_wait_s >= 0")
+        if not 0 <= self.batch_linger_s <= 1.0:
+            raise ConfigError(f"master: batch_linger_s must be 0..1, got {self.batch_linger_s}")
 
 
 COMPACT_AFTER_S = 3600.0
@@ -251,7 +265,9 @@ class Master:
         self.journal = journal
         self.clock = clock
         self.wall_clock = wall_clock
-        self.dispatcher = Dispatcher(book, journal, self._perform, clock=wall_clock)
+        self.dispatcher = Dispatcher(
+            book, journal, self._perform, clock=wall_clock, linger_s=config.batch_linger_s
+        )
         self.book = book
         self.nodes = NodeTable(config.node_timeout_s)
         self.runtime: Runtime | None = None
@@ -420,7 +436,7 @@ class Master:
         kinds = sorted(set(m.kinds))
         self.dispatcher.unpark(worker_id)
         reply = await self.dispatcher.handle(
-            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds))
+            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds), m.prefetch)
         )
         raise_rejected(reply)
         self._workers[worker_id] = _WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds)
@@ -475,12 +491,27 @@ class Master:
 
     async def _renew(self, payload: Any) -> dict[str, Any]:
         m = RenewControl.decode(payload)
-        reply = await self.dispatcher.handle(Renew(m.worker_id, m.task_id, m.lease_id))
+        # queued back to back: one batch, one journal transaction for all the worker holds
+        futures = [
+            (task_id, lease_id, self.dispatcher.put(Renew(m.worker_id, task_id, lease_id)))
+            for task_id, lease_id in ((m.task_id, m.lease_id), *m.more)
+        ]
+        answers = [
+            {"lease_id": lease_id, **self._renewed(m.worker_id, task_id, lease_id, await future)}
+            for task_id, lease_id, future in futures
+        ]
+        first = answers[0]
+        del first["lease_id"]
+        if m.more:
+            first["more"] = answers[1:]
+        return first
+
+    def _renewed(self, worker_id: str, task_id: str, lease_id: int, reply: list[Command]) -> dict[str, Any]:
         for command in reply:
             if isinstance(command, Ack) and command.deadline is not None:
                 return {"outcome": str(command.outcome), "ttl": command.deadline - self.wall_clock()}
             if isinstance(command, Reject):
-                self._count_stale("renew", "rejected", m.worker_id, m.task_id, m.lease_id)
+                self._count_stale("renew", "rejected", worker_id, task_id, lease_id)
                 return {"outcome": "rejected", "reason": command.reason}
         return {"outcome": "rejected", "reason": "no answer from the task book"}
 
@@ -497,7 +528,8 @@ class Master:
 
     async def _complete(self, payload: Any) -> dict[str, Any]:
         m = ReportControl.decode("complete", payload)
-        return await self._report(Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref), m)
+        event = Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref, m.run_s)
+        return await self._report(event, m)
 
     async def _fail(self, payload: Any) -> dict[str, Any]:
         m = ReportControl.decode("fail", payload)
@@ -505,9 +537,9 @@ class Master:
 
     async def _decline(self, payload: Any) -> dict[str, Any]:
         m = ReportControl.decode("decline", payload)
-        event = Decline(m.worker_id, m.task_id, m.lease_id, m.reason)
+        event = Decline(m.worker_id, m.task_id, m.lease_id, m.reason, given_back=m.given_back)
         entry = self._workers.get(event.worker_id)
-        if entry is not None and m.kind:  # the book will not lease it that kind again either
+        if entry is not None and m.kind and not m.given_back:  # nor will the book lease it that kind
             entry.declined = entry.declined | {m.kind}
         return await self._report(event, m)
 
@@ -546,6 +578,7 @@ class Master:
         if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes):
             log.info("node_joined", node=m.node, endpoint=m.endpoint)
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
+        self.nodes.set_tags(m.node, m.tags)
         return {"ok": True, "master": self.config.name}
 
     async def _resolve(self, payload: Any) -> dict[str, str]:

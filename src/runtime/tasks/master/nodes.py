@@ -45,6 +45,7 @@ class NodeInfo:
     processes: dict[str, ProcessEntry] = field(default_factory=dict)
     revivals: int = 0  # times it came back after being declared dead (a link that was cut)
     log_endpoint: str = ""  # the node's log stream (``troupe logs tail --master``); "" if none
+    tags: tuple[str, ...] = ()  # what it offers replicas (``[node] tags``; placement.py)
 
 
 class NodeTable:
@@ -110,6 +111,12 @@ class NodeTable:
                     return ActorAddress(info.node, process, address.actor), endpoint
         where = f"node {address.node!r}" if address.node else "any live node"
         raise UnknownActor(f"no running actor {address} on {where} of the cluster; see `troupe ctl status`")
+
+    def set_tags(self, node: str, tags: tuple[str, ...]) -> None:
+        """Record the tags ``node`` offers (its beat says; a restart may change them)."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.tags = tags
 
     def set_log_endpoint(self, node: str, log_endpoint: str) -> None:
         """Record where ``node`` publishes its log stream (its beat says; a restart changes it)."""

@@ -284,6 +284,7 @@ class Operations:
                 "last_beat_age_s": round(now - n.last_beat, 3),
                 "workers": per_node.get(n.node, 0),
                 "resources": n.resources,
+                "tags": list(n.tags),
                 "revivals": n.revivals,
             }
             for n in master.nodes.nodes()

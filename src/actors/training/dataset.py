@@ -1,0 +1,533 @@
+"""Training clips from a LeRobot dataset, and a sampler that resumes exactly on any rank count.
+
+:class:`LeRobotClips` reads either a finalized LeRobot v3.0 dataset (``meta/info.json``) or a
+``troupe run`` output folder while the run is still going: its committed episodes in
+``<root>/.troupe/episodes`` (the store the LeRobotWriter commits each episode to), re-scanned by
+:meth:`LeRobotClips.refresh`. A clip is ``clip_frames`` consecutive frames of one episode with
+the actions (and their 59-dim validity mask) of the same span. Frames are decoded per clip with
+PyAV, seeking to the span (in a finalized dataset, inside the shared mp4 from the episode's
+``from_timestamp``); only a few episodes' action rows are cached (LRU), never frames.
+
+In store mode episodes are listed in the order they are first seen (sorted by task id within one
+scan), so the episodes of a finished run, all seen in the first scan, get the same indices as in
+the dataset finalize writes; a later scan only appends, so a clip's index never changes.
+
+:class:`ResumableSampler` draws an infinite stream of seeded epochs and shards each step's
+``world_size * batch_size`` positions across ranks; its state (:meth:`ResumableSampler.state_at`)
+is global, so a run saved by W ranks resumes on any other number. :func:`clip_batches` builds the
+DataLoader; it hands workers the clip's location with its index, so DataLoader worker processes
+(forked before the dataset grew) read the same clip the main process listed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+
+from troupe.actors.lerobot.format import (
+    ACTION_KEY,
+    EPISODE_FILE,
+    FRAMES_FILE,
+    MASK_KEY,
+    RGB_KEY,
+    VIDEO_PATH,
+    video_file,
+)
+from troupe.actors.lerobot.video import decode_video
+from troupe.runtime.tasks.output_store import COMMIT_MARKER
+
+__all__ = [
+    "ClipSource",
+    "LeRobotClips",
+    "NotEnoughEpisodes",
+    "ResumableSampler",
+    "clip_batches",
+    "committed_episodes",
+    "store_dir",
+]
+
+ACTION_CACHE_EPISODES = 32
+"""Episodes whose action rows a process keeps (LRU): bounded, whatever the dataset's size."""
+
+
+class NotEnoughEpisodes(ValueError):
+    """The dataset has fewer usable episodes than ``min_episodes`` (a growing run: try later)."""
+
+
+def store_dir(root: str | os.PathLike[str]) -> Path:
+    """Where a ``troupe run`` output folder keeps its committed episodes."""
+    return Path(root) / ".troupe" / "episodes"
+
+
+def _committed(store: Path) -> list[Path]:
+    committed = store / "committed"
+    if not committed.is_dir():
+        return []
+    return sorted(
+        p
+        for p in committed.iterdir()
+        if p.is_dir() and (p / COMMIT_MARKER).exists() and (p / EPISODE_FILE).is_file()
+    )
+
+
+def committed_episodes(root: str | os.PathLike[str]) -> int:
+    """How many episodes a run folder (or a finalized dataset) holds now: cheap, for polling."""
+    info = Path(root) / "meta" / "info.json"
+    if info.is_file():
+        return int(json.loads(info.read_text(encoding="utf-8"))["total_episodes"])
+    return len(_committed(store_dir(root)))
+
+
+@dataclass(frozen=True)
+class ClipSource:
+    """Where one episode's frames and actions are: everything a worker needs to read a clip.
+
+    Attributes:
+        episode_index: the episode's index in the dataset.
+        length: frames in the episode.
+        fps: frame rate.
+        video: the mp4 holding the episode's frames.
+        video_from_s: the episode's first frame's timestamp in ``video``.
+        frames: the parquet holding its rows (``frames.parquet`` of a committed episode, or a
+            finalized dataset's data file with many episodes).
+        shared: ``frames`` holds other episodes too (rows filtered by ``episode_index``).
+    """
+
+    episode_index: int
+    length: int
+    fps: int
+    video: str
+    video_from_s: float
+    frames: str
+    shared: bool
+
+
+@lru_cache(maxsize=ACTION_CACHE_EPISODES)
+def _actions(frames: str, episode_index: int, shared: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (T, 59) actions and validity mask of one episode, in frame order."""
+    columns = [ACTION_KEY, MASK_KEY, "frame_index"]
+    if shared:
+        table = pq.read_table(frames, columns=columns, filters=[("episode_index", "=", episode_index)])
+    else:
+        table = pq.read_table(frames, columns=columns)
+    table = table.take(pc.sort_indices(table, [("frame_index", "ascending")]))
+    n = table.num_rows
+    actions = table.column(ACTION_KEY).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    mask = table.column(MASK_KEY).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return (
+        np.asarray(actions, dtype=np.float32).reshape(n, -1),
+        np.asarray(mask, dtype=np.bool_).reshape(n, -1),
+    )
+
+
+def _finalized_sources(root: Path, video_key: str) -> list[ClipSource]:
+    info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
+    if video_key not in info.get("features", {}):
+        raise ValueError(f"dataset {root}: no video feature {video_key!r} (has {sorted(info['features'])})")
+    files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        rows += pq.read_table(f).to_pylist()
+    rows.sort(key=lambda r: int(r["episode_index"]))
+    fps = int(info["fps"])
+    video_template = info.get("video_path") or VIDEO_PATH
+    sources = []
+    for r in rows:
+        video = video_template.format(
+            video_key=video_key,
+            chunk_index=r[f"videos/{video_key}/chunk_index"],
+            file_index=r[f"videos/{video_key}/file_index"],
+        )
+        data = info["data_path"].format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
+        sources.append(
+            ClipSource(
+                episode_index=int(r["episode_index"]),
+                length=int(r["length"]),
+                fps=fps,
+                video=str(root / video),
+                video_from_s=float(r[f"videos/{video_key}/from_timestamp"]),
+                frames=str(root / data),
+                shared=True,
+            )
+        )
+    return sources
+
+
+def _store_source(path: Path, episode_index: int, video_key: str) -> ClipSource:
+    meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+    return ClipSource(
+        episode_index=episode_index,
+        length=int(meta["length"]),
+        fps=int(meta["fps"]),
+        video=str(path / video_file(video_key)),
+        video_from_s=0.0,
+        frames=str(path / FRAMES_FILE),
+        shared=False,
+    )
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"LeRobotClips {name}={value!r}: expected a positive integer")
+
+
+def load_clip(
+    source: ClipSource,
+    frame: int,
+    clip_frames: int,
+    action_steps: int,
+    size: tuple[int, int] | None,
+) -> dict[str, Any]:
+    """Read one clip: uint8 video (3, T, H, W), actions and their mask (Ta, 59)."""
+    t0 = source.video_from_s + frame / source.fps
+    frames = decode_video(Path(source.video), t0, t0 + clip_frames / source.fps, fps=source.fps)
+    if len(frames) != clip_frames:
+        raise ValueError(
+            f"episode {source.episode_index}: {source.video} gave {len(frames)} frames at "
+            f"{frame}..{frame + clip_frames - 1}, expected {clip_frames}; the video is damaged"
+        )
+    video = torch.from_numpy(frames).permute(0, 3, 1, 2)  # (T, 3, H, W)
+    if size is not None and tuple(video.shape[-2:]) != tuple(size):
+        # Fixed settings (antialiased bilinear, rounded): the same bytes on every run and host.
+        resized = F.interpolate(
+            video.float(), size=size, mode="bilinear", antialias=True, align_corners=False
+        )
+        video = resized.round().clamp(0, 255).to(torch.uint8)
+    actions, mask = _actions(source.frames, source.episode_index, source.shared)
+    if len(actions) != source.length:
+        raise ValueError(
+            f"episode {source.episode_index}: {source.frames} has {len(actions)} rows, "
+            f"expected {source.length}; the dataset is damaged"
+        )
+    span = slice(frame, frame + action_steps)
+    return {
+        "video": video.permute(1, 0, 2, 3).contiguous(),
+        "actions": torch.from_numpy(actions[span].copy()),
+        "action_valid": torch.from_numpy(mask[span].copy()),
+        "episode_index": source.episode_index,
+        "frame_index": frame,
+    }
+
+
+class LeRobotClips(torch.utils.data.Dataset[dict[str, Any]]):
+    """Fixed-length clips of a LeRobot dataset or of a running troupe run's committed episodes.
+
+    Args:
+        root: a finalized LeRobot v3.0 dataset (has ``meta/info.json``) or a ``troupe run``
+            output folder (committed episodes under ``.troupe/episodes``); auto-detected.
+        clip_frames: frames per clip.
+        action_steps: action rows per clip, from the clip's first frame (default ``clip_frames``).
+        size: ``(H, W)`` to resize frames to; None keeps the stored size.
+        stride: frames between the starts of consecutive clips of an episode (default
+            ``clip_frames``: clips do not overlap).
+        video_key: the video feature to read.
+        min_episodes: fewer usable episodes (long enough for one clip) raise
+            :class:`NotEnoughEpisodes`.
+
+    Raises:
+        ValueError: ``root`` is neither kind of folder, or an argument is out of range.
+        NotEnoughEpisodes: fewer than ``min_episodes`` usable episodes.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        clip_frames: int = 8,
+        action_steps: int | None = None,
+        size: tuple[int, int] | None = None,
+        stride: int | None = None,
+        video_key: str = RGB_KEY,
+        min_episodes: int = 1,
+    ) -> None:
+        for name, value in (("clip_frames", clip_frames), ("action_steps", action_steps), ("stride", stride)):
+            _positive(name, value)
+        if size is not None:
+            if len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size):
+                raise ValueError(f"LeRobotClips size={size!r}: expected (height, width), positive integers")
+            size = (int(size[0]), int(size[1]))
+        self.root = Path(root)
+        self.clip_frames = clip_frames
+        self.action_steps = action_steps or clip_frames
+        self.size = size
+        self.stride = stride or clip_frames
+        self.video_key = video_key
+        self.skipped = 0
+        self._sources: list[ClipSource] = []
+        self._seen: set[str] = set()
+        self._clip_starts: list[int] = []  # first clip index of each listed source with clips
+        self._clip_sources: list[int] = []  # the source behind each entry of _clip_starts
+        self._total = 0
+        if (self.root / "meta" / "info.json").is_file():
+            self.mode = "finalized"
+            for source in _finalized_sources(self.root, video_key):
+                self._add(source)
+        elif store_dir(self.root).is_dir():
+            self.mode = "store"
+            self.refresh()
+        else:
+            raise ValueError(
+                f"dataset root {str(self.root)!r}: neither a LeRobot dataset (no meta/info.json) "
+                "nor a troupe run folder (no .troupe/episodes); pass the folder `troupe run --out` wrote"
+            )
+        usable = len(self._sources) - self.skipped
+        if usable < min_episodes:
+            raise NotEnoughEpisodes(
+                f"dataset {str(self.root)!r} has {usable} episodes of at least "
+                f"{self._span} frames, fewer than min_episodes={min_episodes}"
+            )
+
+    @property
+    def _span(self) -> int:
+        return max(self.clip_frames, self.action_steps)
+
+    def _add(self, source: ClipSource) -> None:
+        self._sources.append(source)
+        count = (source.length - self._span) // self.stride + 1 if source.length >= self._span else 0
+        if count == 0:
+            self.skipped += 1
+            return
+        self._clip_starts.append(self._total)
+        self._clip_sources.append(len(self._sources) - 1)
+        self._total += count
+
+    def refresh(self) -> int:
+        """List episodes committed since the last scan (store mode); return ``len(self)`` now.
+
+        Clips already listed keep their indices: new episodes are only appended.
+        """
+        if self.mode == "store":
+            for path in _committed(store_dir(self.root)):
+                if path.name not in self._seen:
+                    self._seen.add(path.name)
+                    self._add(_store_source(path, len(self._sources), self.video_key))
+        return self._total
+
+    def __len__(self) -> int:
+        return self._total
+
+    @property
+    def episodes(self) -> int:
+        """Episodes listed, including those too short for a clip (counted in ``skipped``)."""
+        return len(self._sources)
+
+    def params(self) -> dict[str, Any]:
+        """The preprocessing, as JSON data: part of the latent cache's key."""
+        return {
+            "clip_frames": self.clip_frames,
+            "size": list(self.size) if self.size else None,
+            "stride": self.stride,
+            "video_key": self.video_key,
+        }
+
+    def locate(self, i: int) -> tuple[ClipSource, int]:
+        """The episode of clip ``i`` and the clip's first frame.
+
+        Raises:
+            IndexError: ``i`` is not a clip index.
+        """
+        if isinstance(i, bool) or not 0 <= int(i) < self._total:
+            raise IndexError(f"clip index {i} out of range: the dataset has {self._total} clips")
+        k = bisect.bisect_right(self._clip_starts, int(i)) - 1
+        source = self._sources[self._clip_sources[k]]
+        return source, (int(i) - self._clip_starts[k]) * self.stride
+
+    def read(self, i: int, source: ClipSource, frame: int) -> dict[str, Any]:
+        """Clip ``i`` from its location (what :meth:`locate` gave, maybe in another process)."""
+        item = load_clip(source, frame, self.clip_frames, self.action_steps, self.size)
+        item["index"] = int(i)
+        return item
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.read(i, *self.locate(i))
+
+
+def _epoch_perm(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _EpochMark:
+    step: int  # steps generated (since the iterator started) when this epoch's first step came
+    epoch: int
+    offset: int  # the epoch's position at that step
+    size: int  # clips in this epoch's permutation
+    base: int  # global position of the epoch's position 0
+
+
+class ResumableSampler(torch.utils.data.Sampler[int]):
+    """An infinite stream of seeded epochs of clip indices, sharded over ranks, resumable.
+
+    Epoch ``e`` is a permutation of ``range(n_e)`` seeded by ``(seed, e)`` (``0..n_e-1`` without
+    shuffle), ``n_e`` the dataset's length when the epoch starts (``dataset.refresh()`` is called
+    then, so a growing store is picked up). Positions are global: a step consumes ``world_size *
+    batch_size`` positions and rank ``r`` takes ``perm[pos + r*B : pos + (r+1)*B]``; an epoch's
+    tail shorter than a step is skipped (every step has full batches on every rank).
+
+    Args:
+        dataset: a :class:`LeRobotClips` (anything with ``__len__`` and ``refresh()``).
+        batch_size: clips per rank per step.
+        seed: seeds every epoch's permutation.
+        shuffle: permute each epoch (else in order).
+        rank, world_size: this rank and the number of ranks.
+        start: where to resume: the dict :meth:`state_at` returned (exact in every case), or its
+            ``"start"`` alone (the global position; exact when the dataset has not grown since).
+
+    Raises:
+        ValueError: bad batch_size, rank or world_size, or a state of another seed.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        start: int | Mapping[str, Any] = 0,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"ResumableSampler batch_size={batch_size!r}: expected a positive integer")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(
+                f"ResumableSampler rank={rank}, world_size={world_size}: need 0 <= rank < world_size"
+            )
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        if isinstance(start, Mapping):
+            if int(start.get("seed", seed)) != seed:
+                raise ValueError(f"ResumableSampler: the state is of seed {start['seed']}, not {seed}")
+            self._resume: dict[str, int] | int = {
+                k: int(start[k]) for k in ("start", "epoch", "offset", "epoch_size", "epoch_base")
+            }
+        else:
+            if isinstance(start, bool) or int(start) < 0:
+                raise ValueError(f"ResumableSampler start={start!r}: expected a position >= 0")
+            self._resume = int(start)
+        self._marks: list[_EpochMark] = []
+
+    @property
+    def step_size(self) -> int:
+        """Global positions one step consumes: ``world_size * batch_size``."""
+        return self.world_size * self.batch_size
+
+    def _first_epoch(self) -> tuple[int, int, int, int]:
+        """(epoch, offset, size, base) where the stream resumes."""
+        n = self.dataset.refresh()
+        if isinstance(self._resume, dict):
+            r = self._resume
+            return r["epoch"], r["offset"], r["epoch_size"], r["epoch_base"]
+        if n < self.step_size:
+            return 0, 0, n, 0
+        epoch, offset = divmod(self._resume, n)
+        return epoch, offset, n, epoch * n
+
+    def __iter__(self) -> Iterator[int]:
+        self._marks = []
+        step = 0
+        epoch, offset, size, base = self._first_epoch()
+        first = True
+        while True:
+            if not first:
+                size = self.dataset.refresh()
+            first = False
+            if size < self.step_size:
+                raise ValueError(
+                    f"the dataset has {size} clips, fewer than one step needs "
+                    f"(world_size {self.world_size} x batch_size {self.batch_size})"
+                )
+            perm = _epoch_perm(size, self.seed, epoch, self.shuffle)
+            self._marks.append(_EpochMark(step, epoch, offset, size, base))
+            while offset + self.step_size <= size:
+                lo = offset + self.rank * self.batch_size
+                yield from perm[lo : lo + self.batch_size].tolist()
+                offset += self.step_size
+                step += 1
+            epoch, offset, base = epoch + 1, 0, base + size
+
+    def state_at(self, steps_done: int) -> dict[str, int]:
+        """What a checkpoint stores after ``steps_done`` steps of this iterator were trained on.
+
+        The DataLoader reads ahead, so pass the steps trained, not how far iteration went.
+        """
+        if not self._marks:
+            epoch, offset, size, base = self._first_epoch()
+            mark = _EpochMark(0, epoch, offset, size, base)
+            if steps_done:
+                raise ValueError(f"state_at({steps_done}): the sampler has not been iterated")
+        else:
+            k = bisect.bisect_right([m.step for m in self._marks], steps_done) - 1
+            mark = self._marks[max(k, 0)]
+        offset = mark.offset + (steps_done - mark.step) * self.step_size
+        epoch, base, size = mark.epoch, mark.base, mark.size
+        if offset + self.step_size > size:
+            # The steps filled the epoch: the next step starts the next one.
+            epoch, offset, base, size = epoch + 1, 0, base + size, max(size, len(self.dataset))
+        return {
+            "start": base + offset,
+            "seed": self.seed,
+            "epoch": epoch,
+            "offset": offset,
+            "epoch_size": size,
+            "epoch_base": base,
+        }
+
+
+class _Located(torch.utils.data.Dataset[dict[str, Any]]):
+    """Reads clips by location, so a worker process never needs the (grown) clip list."""
+
+    def __init__(self, dataset: LeRobotClips) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, ref: tuple[int, ClipSource, int]) -> dict[str, Any]:
+        return self.dataset.read(*ref)
+
+
+class _LocatingSampler(torch.utils.data.Sampler[tuple[int, ClipSource, int]]):
+    def __init__(self, sampler: torch.utils.data.Sampler[int], dataset: LeRobotClips) -> None:
+        self.sampler = sampler
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[tuple[int, ClipSource, int]]:
+        for i in self.sampler:
+            yield (i, *self.dataset.locate(i))
+
+
+def clip_batches(
+    dataset: LeRobotClips,
+    batch_size: int,
+    sampler: torch.utils.data.Sampler[int],
+    num_workers: int = 0,
+) -> torch.utils.data.DataLoader[dict[str, Any]]:
+    """A DataLoader of batches: ``video`` uint8 (B, 3, T, H, W), ``actions`` (B, Ta, 59),
+    ``action_valid`` bool (B, Ta, 59), ``index`` and ``episode_index`` int64 (B,), ``frame_index``.
+
+    The sampler's indices are resolved to clip locations in this process (where ``refresh``
+    runs), so workers read exactly the clips listed here.
+    """
+    return torch.utils.data.DataLoader(
+        _Located(dataset),
+        batch_size=batch_size,
+        sampler=_LocatingSampler(sampler, dataset),
+        num_workers=num_workers,
+        drop_last=False,
+        persistent_workers=num_workers > 0,
+    )

@@ -1,0 +1,246 @@
+"""The template process: a fork server that starts a node's workers without their imports.
+
+Started by the node (``template_link.py``) as ``python -m troupe.lean_start
+troupe.runtime.node.template`` with one end of a ``SOCK_SEQPACKET`` socket pair as fd
+``$TROUPE_TEMPLATE_FD``. It imports what a worker imports (``worker_process`` and its
+dependencies, uvloop, anyio's asyncio backend) and the modules the node names (its actor
+classes', and with them numpy or torch): imports only, so no thread pool, CUDA context or
+ZeroMQ context exists here, and forking stays safe. It stays single-threaded: it watches its
+node by polling, not with the watchdog thread a worker has.
+
+A fork request carries the worker's environment and cwd, and its stderr pipe as an
+``SCM_RIGHTS`` file descriptor. The template forks an intermediate process which forks the
+worker and exits at once; the node is a child subreaper, so the worker is reparented to the
+node: it is the node's own child (``waitpid``, the parent-death signal and the watchdog work
+as for a spawned worker), and it outlives this template. The reply is the worker's pid, sent
+once the intermediate is reaped (the worker is the node's child by then).
+
+Then the worker becomes what a spawned worker is: stderr on the pipe, stdin on /dev/null,
+the node's environment and cwd, fresh random seeds, and ``worker_process.main()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+__all__ = ["BASE_MODULES", "FD_ENV", "MAX_MESSAGE", "MODULES_ENV", "main"]
+
+FD_ENV = "TROUPE_TEMPLATE_FD"
+MODULES_ENV = "TROUPE_TEMPLATE_MODULES"  # JSON list of modules or classes to import at start
+MAX_MESSAGE = 1 << 20
+# What every worker imports before it serves (the asyncio backend is imported by anyio.run).
+BASE_MODULES = ("troupe.runtime.node.worker_process", "uvloop", "anyio._backends._asyncio")
+_PARENT_POLL_S = 0.5
+_REPARENT_WAIT_S = 5.0
+
+
+def main() -> None:
+    """Entry point: preload, then serve fork requests until the node goes; returns only in a
+    forked worker, which then runs as a worker process."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    # Its node stops it (SIGTERM, or the socket's end); Ctrl-C at the terminal is the node's.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
+    wanted = json.loads(os.environ.pop(MODULES_ENV, "[]"))
+    imported, skipped = _preload([*BASE_MODULES, *wanted])
+    _send(sock, {"ready": True, "pid": os.getpid(), "imported": imported, "skipped": skipped})
+    job = _serve(sock, parent)
+    if job is None:
+        return
+    _become_worker(job)
+    _run_worker()
+
+
+def _run_worker() -> None:
+    """Run the worker, then exit as a forked child of multiprocessing does: atexit hooks and
+    non-daemon threads as at any exit, but no teardown of the modules, which are the
+    template's (torch's teardown alone takes seconds, in workers that never used it)."""
+    from troupe.runtime.node import worker_process
+
+    sys.argv = [worker_process.__file__ or "worker_process"]
+    code = 0
+    try:
+        worker_process.main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)  # as the interpreter says a sys.exit message
+            code = 1
+    except KeyboardInterrupt:
+        code = -1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit runs
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if code == -1:  # killed by Ctrl-C, as an interpreter reports an unhandled one
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(code & 0xFF)
+
+
+def _preload(names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Import ``names``: modules, or classes (``pkg.mod:Class``) whose module is imported and
+    then what the class names in ``preload_modules`` (what it imports lazily: torch, say).
+    One that fails is skipped (its worker imports it as a spawned one would, and reports the
+    error there)."""
+    imported: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in dict.fromkeys(names):
+        module, _, cls_name = name.partition(":")
+        try:
+            loaded = importlib.import_module(module)
+            imported.append(module)
+            cls = getattr(loaded, cls_name, None) if cls_name else None
+            extra = getattr(cls, "preload_modules", ())
+            if isinstance(extra, tuple | list) and extra:
+                more, failed = _preload([str(m).partition(":")[0] for m in extra])
+                imported += more
+                skipped.update(failed)
+        except BaseException as exc:  # a module's import may even sys.exit
+            skipped[name] = f"{type(exc).__name__}: {exc}"[:300]
+    return imported, skipped
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode())
+
+
+def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
+    """Answer fork requests; returns a request's job in the forked worker, None in the template
+    once the node is gone or closed the socket."""
+    # Its sys.path was made from these: a worker started elsewhere is spawned, as before.
+    start_cwd, start_path = os.getcwd(), os.environ.get("PYTHONPATH")
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    while True:
+        if os.getppid() != parent:
+            return None
+        if not poller.poll(int(_PARENT_POLL_S * 1000)):
+            continue
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
+        except OSError:
+            return None
+        if not data:
+            return None
+        job: dict[str, Any] = json.loads(data)
+        job["stderr_fd"] = fds[0] if fds else None
+        if job["cwd"] != start_cwd or job["env"].get("PYTHONPATH") != start_path:
+            _close(job["stderr_fd"])
+            _send(sock, {"error": "the worker's cwd or PYTHONPATH differs from the template's"})
+            continue
+        if _threads() > 1:  # a module started a thread: a fork would copy its locks mid-use
+            _close(job["stderr_fd"])
+            _send(sock, {"error": f"the template runs {_threads()} threads; forking is unsafe"})
+            continue
+        try:
+            pid = _fork(job, sock)
+        except OSError as exc:
+            _close(job["stderr_fd"])
+            _send(sock, {"error": f"fork failed: {exc}"})
+            continue
+        if pid == 0:
+            return job  # the worker
+        _close(job["stderr_fd"])
+        _send(sock, {"pid": pid})
+        # Learnt for the next fork (a restart, another replica), after this one is under way.
+        _preload(list(job.get("modules", ())))
+
+
+def _fork(job: dict[str, Any], sock: socket.socket) -> int:
+    """Fork the worker through an intermediate process; returns its pid (0 in the worker)."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the intermediate: fork the worker, tell the template its pid, and go
+        try:
+            os.close(read_end)
+            me = os.getpid()
+            worker = os.fork()
+            if worker == 0:
+                os.close(write_end)
+                sock.close()
+                _wait_reparented(me)
+                return 0
+            os.write(write_end, str(worker).encode())
+        except BaseException:  # the template sees no pid and says so
+            pass
+        os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            said = pipe.read()
+    finally:
+        os.waitpid(middle, 0)  # once reaped, the worker is the node's child
+    if not said:
+        raise OSError("the intermediate process died before forking the worker")
+    return int(said)
+
+
+def _wait_reparented(middle: int) -> None:
+    """Wait until the intermediate process has exited (a bounded poll of our own parent)."""
+    deadline = time.monotonic() + _REPARENT_WAIT_S
+    while os.getppid() == middle and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+def _become_worker(job: dict[str, Any]) -> None:
+    """Turn this fork of the template into what a spawned worker starts as."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored by the template only
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stderr_fd = job["stderr_fd"]
+    if stderr_fd is not None:
+        os.dup2(stderr_fd, 2)
+        os.close(stderr_fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(job["env"])
+    os.chdir(job["cwd"])
+    # A forked worker would otherwise share the template's random state with its siblings.
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+
+
+def _threads() -> int:
+    """Python threads of the template. A native helper thread that a module starts on import
+    (torch starts one, pyarrow's jemalloc one) is left to its fork handlers, as torch's own
+    DataLoader fork does; a Python thread could hold an interpreter-level lock mid-fork."""
+    return threading.active_count()
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    main()

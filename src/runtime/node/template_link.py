@@ -1,0 +1,341 @@
+"""The node's side of its template process (``template.py``): start it, ask it for workers,
+replace it when it dies.
+
+A forked worker is reparented to the node (the node is a child subreaper while its template
+runs), so the node waits for it and signals it like a worker it spawned; :class:`ForkedProcess`
+gives it the interface of the spawned one's process. The template is a shortcut, never a
+dependency: while it starts anew, is unusable or was switched off (``[node] fast_start =
+false``), :meth:`TemplateLink.launch` answers None and the node spawns the worker as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from .child import child_env
+from .config import WorkerSpec
+from .template import FD_ENV, MAX_MESSAGE, MODULES_ENV
+
+__all__ = ["ForkedProcess", "TemplateLink", "spec_classes"]
+
+log = structlog.get_logger(__name__)
+
+_PR_SET_CHILD_SUBREAPER = 36
+_READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk
+_REPLY_S = 10.0  # a fork: milliseconds; longer means the template is stuck
+_RESTART_BACKOFF_S = 1.0
+_MAX_RESTARTS = 5  # a template that keeps dying (a module crashes its import): spawn for good
+
+
+def spec_classes(specs: Iterable[WorkerSpec]) -> list[str]:
+    """The actor classes of ``specs`` (``pkg.mod:Class``), each once: what the template imports."""
+    return list(dict.fromkeys(actor.cls for spec in specs for actor in spec.actors))
+
+
+def _set_subreaper(on: bool) -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on))
+
+
+class TemplateLink:
+    """One node's template process, kept running while the node serves.
+
+    Args:
+        node: the node's name (for the log).
+        modules: what the template imports at start besides what every worker imports:
+            modules, or actor classes (``pkg.mod:Class``: its module, and the modules the class
+            names in ``preload_modules``).
+        record: told ``(pid, role)`` of each template started (the node's child record).
+    """
+
+    def __init__(
+        self, node: str, modules: Iterable[str], record: Callable[[int, str], None] | None = None
+    ) -> None:
+        self.node = node
+        self.record = record
+        self.modules = list(dict.fromkeys(modules))
+        self.process: Process | None = None
+        self.pid: int | None = None
+        self.forks = 0
+        self.restarts = 0
+        self._sock: socket.socket | None = None
+        self._ready = anyio.Event()
+        self._lock = anyio.Lock()
+        self._stopping = False
+        # Set once the first template is ready or gone: launches wait for the first one (it
+        # does the imports a spawned worker would do), never for a replacement.
+        self._settled = anyio.Event()
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the template (in ``tg``) and keep it running until :meth:`stop`."""
+        _set_subreaper(True)
+        tg.start_soon(self._keep_running)
+
+    async def _keep_running(self) -> None:
+        while not self._stopping:
+            try:
+                await self._run_one()
+            except Exception as exc:  # could not even start it: the node spawns meanwhile
+                log.warning("template_failed", node=self.node, error=repr(exc))
+            if self._stopping or self.restarts >= _MAX_RESTARTS:
+                break
+            self.restarts += 1
+            await anyio.sleep(_RESTART_BACKOFF_S)
+        self._settled.set()
+        if not self._stopping:
+            log.warning("template_given_up", node=self.node, restarts=self.restarts)
+
+    async def _run_one(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            env = child_env({FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(self.modules)})
+            process = await anyio.open_process(
+                [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.template"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=None,
+                stderr=None,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self.process, self.pid, self._sock = process, process.pid, ours
+        if self.record is not None:
+            self.record(process.pid, "template")
+        log.info("template_started", node=self.node, template_pid=process.pid)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._await_ready, ours)
+                code = await process.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self._ready = anyio.Event()
+            self._settled.set()
+            self.process, self._sock = None, None
+            ours.close()
+        if not self._stopping:
+            log.warning("template_exited", node=self.node, template_pid=self.pid, returncode=code)
+
+    async def _await_ready(self, sock: socket.socket) -> None:
+        try:
+            with anyio.fail_after(_READY_S):
+                hello = await _receive(sock)
+        except (TimeoutError, OSError, ValueError) as exc:
+            log.warning("template_not_ready", node=self.node, error=repr(exc))
+            self._kill()
+            return
+        if hello.get("skipped"):  # their workers import them as spawned ones would, and say why
+            log.info("template_skipped_modules", node=self.node, skipped=hello["skipped"])
+        log.info(
+            "template_ready", node=self.node, template_pid=self.pid, imported=len(hello.get("imported", ()))
+        )
+        self._ready.set()
+        self._settled.set()
+
+    async def launch(self, env: dict[str, str], modules: Iterable[str]) -> ForkedProcess | None:
+        """Fork a worker with ``env`` (and the node's cwd) from the template; None when the
+        template cannot (the caller spawns the worker instead). ``modules`` are imported by
+        the template afterwards (modules or classes), for the next worker that needs them."""
+        if self._stopping:
+            return None
+        if not self._settled.is_set():
+            with anyio.move_on_after(_READY_S):
+                await self._settled.wait()
+        async with self._lock:
+            sock = self._sock
+            if sock is None or not self._ready.is_set():
+                return None
+            read_end, write_end = os.pipe()
+            request = {"env": env, "cwd": os.getcwd(), "modules": list(modules)}
+            try:
+                with anyio.fail_after(_REPLY_S):
+                    await _send_fds(sock, json.dumps(request).encode(), write_end)
+                    os.close(write_end)
+                    write_end = -1
+                    reply = await _receive(sock)
+            except (TimeoutError, OSError, ValueError) as exc:
+                _close(read_end, write_end)
+                log.warning("template_fork_failed", node=self.node, error=repr(exc))
+                self._kill()  # it is stuck or broken: a new one starts
+                return None
+            if "pid" not in reply:
+                _close(read_end)
+                log.info("template_fork_refused", node=self.node, error=reply.get("error"))
+                return None
+            self.forks += 1
+            return ForkedProcess(int(reply["pid"]), read_end)
+
+    async def stop(self) -> None:
+        """Stop the template (its workers are not its children: they stay, for the node to stop)."""
+        self._stopping = True
+        self._settled.set()
+        self._kill(signal.SIGTERM)
+        process = self.process
+        if process is not None:
+            with anyio.move_on_after(5.0):
+                await process.wait()
+            if process.returncode is None:
+                self._kill()
+        _set_subreaper(False)
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data for the node's status reply."""
+        return {
+            "pid": self.pid if self.process else None,
+            "ready": self._ready.is_set(),
+            "forks": self.forks,
+            "restarts": self.restarts,
+        }
+
+    def _kill(self, signum: signal.Signals = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signum)
+
+
+async def _send_fds(sock: socket.socket, data: bytes, fd: int) -> None:
+    while True:
+        try:
+            socket.send_fds(sock, [data], [fd])
+            return
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+
+
+async def _receive(sock: socket.socket) -> dict[str, Any]:
+    while True:
+        try:
+            data = sock.recv(MAX_MESSAGE)
+            break
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+    if not data:
+        raise OSError("the template closed its socket")
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise ValueError(f"the template said {message!r}")
+    return message
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _PipeReader(ByteReceiveStream):
+    """The read end of a worker's stderr pipe, as a byte stream."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            if self._fd < 0:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, -1
+        _close(fd)
+
+
+class ForkedProcess(Process):
+    """A worker the template forked and the node adopted: waited for with a pidfd."""
+
+    def __init__(self, pid: int, stderr_fd: int) -> None:
+        self._pid = pid
+        self._returncode: int | None = None
+        self._stderr = _PipeReader(stderr_fd)
+        self._reaped = anyio.Event()
+        self._waiting = False
+
+    async def wait(self) -> int:
+        if self._waiting:
+            await self._reaped.wait()
+        else:
+            self._waiting = True
+            try:
+                self._returncode = await _reap(self._pid)
+            finally:
+                self._waiting = False
+            self._reaped.set()
+        assert self._returncode is not None
+        return self._returncode
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, signal: int) -> None:
+        if self._returncode is None:  # reaped: its pid may be someone else's now
+            os.kill(self._pid, signal)
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    @property
+    def stdin(self) -> ByteSendStream | None:
+        return None
+
+    @property
+    def stdout(self) -> ByteReceiveStream | None:
+        return None
+
+    @property
+    def stderr(self) -> ByteReceiveStream | None:
+        return self._stderr
+
+    async def aclose(self) -> None:
+        await self._stderr.aclose()
+        if self._returncode is None:
+            await self.wait()
+
+
+async def _reap(pid: int) -> int:
+    """Wait for our child ``pid`` to exit and reap it; its exit status as asyncio gives it."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfds (an old kernel): a thread waits instead
+        _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0, abandon_on_cancel=True)
+        return os.waitstatus_to_exitcode(status)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: never blocks
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            await anyio.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)

@@ -1,0 +1,124 @@
+"""Placement of replicas on the cluster's hosts by the resource tags they declare.
+
+A node says what it offers in its config (``[node] tags = ["encoder", "gpu-small"]``); a
+replica says what it needs (``tags = ["encoder"]``, ``gpus = 1``). A host fits a replica when it
+carries every tag the replica names and at least the GPUs it asks for. Replicas are spread
+round-robin over the hosts that fit, in the order the hosts are given, so ``count`` replicas on
+``n`` fitting hosts land ``ceil(count / n)`` or ``floor(count / n)`` on each.
+
+A one-host cluster started by ``troupe run`` carries every tag (:meth:`Host.anything`): a config
+written for a cluster runs unchanged on a laptop. On a cluster, :func:`cluster_hosts` asks the
+master for its live nodes (each node tells its tags and GPUs in every beat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from troupe.runtime.errors import AskTimeout, ConfigError, Unreachable
+
+if TYPE_CHECKING:
+    from troupe.runtime.core.runtime import Runtime
+
+__all__ = ["Host", "cluster_hosts", "fits", "hosts_of_status", "place"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """A node replicas can be started on.
+
+    Attributes:
+        name: the node's name.
+        endpoint: its control endpoint (where ``spawn_worker`` goes).
+        tags: what it offers; None: everything (the one-host cluster).
+        gpus: its GPUs.
+    """
+
+    name: str
+    endpoint: str
+    tags: frozenset[str] | None = field(default=frozenset())
+    gpus: int = 0
+
+    @classmethod
+    def anything(cls, name: str, endpoint: str, gpus: int = 0) -> Host:
+        """A host that carries every tag: the node of a one-host run."""
+        return cls(name, endpoint, None, gpus)
+
+
+def fits(host: Host, tags: Iterable[str] = (), gpus: int = 0) -> bool:
+    """Whether ``host`` carries every tag of ``tags`` and at least ``gpus`` GPUs."""
+    wanted = frozenset(tags)
+    return host.gpus >= gpus and (host.tags is None or wanted <= host.tags)
+
+
+def place(
+    count: int, hosts: Sequence[Host], tags: Iterable[str] = (), gpus: int = 0, what: str = "replica"
+) -> list[Host]:
+    """The host of each of ``count`` replicas that need ``tags`` and ``gpus``, round-robin.
+
+    Raises:
+        ConfigError: no host fits (names what was asked and what each host offers).
+    """
+    wanted = sorted(set(tags))
+    candidates = [h for h in hosts if fits(h, wanted, gpus)]
+    if count <= 0:
+        return []
+    if not candidates:
+        offered = ", ".join(
+            f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})" for h in hosts
+        )
+        raise ConfigError(
+            f"{what}: no node has tags {wanted} and {gpus} GPU(s); "
+            f"the cluster offers: {offered or 'no nodes'}"
+        )
+    return [candidates[i % len(candidates)] for i in range(count)]
+
+
+async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> list[Host]:
+    """The master's live nodes as hosts, sorted by name (see :func:`hosts_of_status`).
+
+    Args:
+        runtime: a running runtime to ask from (its keys, if any, are those the cluster takes).
+        master: the master's endpoint.
+        timeout: seconds to wait for the master's answer.
+
+    Raises:
+        Unreachable: the master did not answer in time, or nothing listens at ``master``; the
+            message names the endpoint.
+    """
+    try:
+        status = await runtime.control(master, "status", None, timeout=timeout)
+    except (AskTimeout, Unreachable) as exc:
+        raise Unreachable(
+            f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "
+            "`troupe master start` or pass the endpoint of the running one"
+        ) from exc
+    return hosts_of_status(status)
+
+
+def hosts_of_status(status: Any) -> list[Host]:
+    """The live nodes of a master's ``status`` reply as hosts, sorted by name.
+
+    Each host is named as its node, reached at the control endpoint its beats advertise (what
+    other hosts reach it at), with the tags and the GPUs it reported; a node without tags (an
+    older one) offers none. Dead nodes are left out.
+    """
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    hosts = []
+    for n in nodes if isinstance(nodes, list) else []:
+        if not isinstance(n, dict) or not n.get("alive") or not n.get("endpoint"):
+            continue
+        resources = n.get("resources")
+        gpus = resources.get("gpus", 0) if isinstance(resources, dict) else 0
+        tags = n.get("tags")
+        hosts.append(
+            Host(
+                str(n["node"]),
+                str(n["endpoint"]),
+                frozenset(map(str, tags)) if isinstance(tags, list) else frozenset(),
+                gpus if type(gpus) is int and gpus > 0 else 0,
+            )
+        )
+    return sorted(hosts, key=lambda h: h.name)

@@ -1,0 +1,55 @@
+"""``troupe bench scale --prefetch``: a tiny run, to check the command and its figures, not speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from troupe.cli.bench.scale import STRAGGLER_P, task_duration
+
+pytestmark = pytest.mark.e2e
+
+
+def _bench_scale(*args: str) -> dict[str, float]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "bench", "scale", "--json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # on a timeout the whole group goes: the master and the workers
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    fig: dict[str, float] = json.loads(stdout)
+    return fig
+
+
+def test_bench_scale_reports_prefetch_and_the_workers_own_counts() -> None:
+    fig = _bench_scale("--workers", "6", "--tasks", "5", "--median-ms", "20", "--prefetch", "1")
+    assert fig["prefetch"] == 1 and fig["tasks"] == 30
+    for label in ("", "_no_speculation"):
+        assert fig["makespan_s" + label] > 0 and fig["efficiency" + label] > 0
+        assert fig["dispatch_per_s" + label] > 0
+    # both jobs' tasks were started by the workers (backups and given-back leases add to it)
+    assert fig["worker_started"] >= 60 and fig["worker_given_back"] >= 0
+
+
+def test_task_durations_are_fixed_by_the_seed_and_heavy_tailed() -> None:
+    first = [task_duration(seed, False, 0, 0.1) for seed in range(20_000)]
+    assert first == [task_duration(seed, False, 7, 0.1) for seed in range(20_000)]  # lease unused
+    ordered = sorted(first)
+    assert ordered[len(ordered) // 2] == pytest.approx(0.1, rel=0.05)  # the median, with stragglers
+    stragglers = sum(d > 0.1 * 4 for d in first) / len(first)  # 10x: far beyond sigma 0.5's spread
+    assert stragglers == pytest.approx(STRAGGLER_P, abs=0.01)
+    backups = [task_duration(seed, True, 3, 0.1) for seed in range(1000)]
+    assert backups != first[:1000]  # a backup draws its own straggler chance

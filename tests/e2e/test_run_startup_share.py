@@ -1,0 +1,86 @@
+"""``troupe run`` splits its wall time into start-up, steady state and finalisation, and says
+what share of it was not spent running items (``startup_share``, issue 14's target).
+
+The pipeline is the synthetic CostStage one at a millisecond per item, so a run is quick; the
+checks are on the split's arithmetic and order, never on how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from troupe.runtime.pipeline.runner import run_pipeline_sync
+from troupe.runtime.testing.plugin import free_endpoint
+
+pytestmark = pytest.mark.e2e
+
+PIPELINE = """\
+[pipeline]
+name = "split"
+items = 6
+
+[[stages]]
+name = "plan"
+actor = "troupe.actors.bench.synthetic:CostStage"
+kwargs = { cost_s = 0.001 }
+
+[[stages]]
+name = "store"
+actor = "troupe.actors.bench.synthetic:CostStage"
+kwargs = { cost_s = 0.001 }
+"""
+SPLIT = ("startup_s", "steady_s", "finalize_s")
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    toml = tmp_path / "split.toml"
+    toml.write_text(PIPELINE, encoding="utf-8")
+    command = [sys.executable, "-m", "troupe.cli.main", "run", str(toml), "--out", str(tmp_path / "out")]
+    command += ["--endpoint", free_endpoint(), "--master", free_endpoint(), *args]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_json_has_the_wall_time_split_and_the_startup_share(tmp_path: Path) -> None:
+    proc = _run(tmp_path, "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["items"]["ok"] == 6
+    assert all(report[key] >= 0 for key in SPLIT)
+    assert report["startup_s"] > 0 and report["finalize_s"] > 0  # a cluster starts and stops
+    total = sum(report[key] for key in SPLIT)
+    assert total == pytest.approx(report["wall_s"], abs=1e-6)
+    share = (report["startup_s"] + report["finalize_s"]) / report["wall_s"]
+    assert report["startup_share"] == pytest.approx(share)
+    assert 0 < report["startup_share"] <= 1
+
+
+def test_the_table_says_the_startup_share(tmp_path: Path) -> None:
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "start-up share" in proc.stdout
+
+
+def test_the_api_result_has_the_split(tmp_path: Path) -> None:
+    """Start-up ends once every stage serves, before the items' time; the three parts make the wall time."""
+    toml = tmp_path / "split.toml"
+    toml.write_text(PIPELINE, encoding="utf-8")
+    result = run_pipeline_sync(
+        toml, tmp_path / "out", node_endpoint=free_endpoint(), master_endpoint=free_endpoint()
+    )
+    assert result.counts()["ok"] == 6
+    assert result.startup_s + result.steady_s + result.finalize_s == pytest.approx(result.wall_s, abs=1e-6)
+    assert result.startup_s > 0 and result.steady_s >= 0 and result.finalize_s > 0
+    assert result.metrics.elapsed_s <= result.steady_s + result.finalize_s + 1e-6

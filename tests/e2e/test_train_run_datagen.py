@@ -1,0 +1,26 @@
+"""``troupe run configs/datagen-train.toml``: the data generation pipeline and training on one
+cluster, the ranks starting once ``min_episodes`` are committed; the report has both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.train_run_cli import config_copy, run_cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+def test_generation_and_training_together(tmp_path: Path) -> None:
+    changes = {"train": {"steps": 4, "min_episodes": 2}}
+    config = config_copy(tmp_path / "datagen-train.toml", "datagen-train.toml", changes)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--items", "4", "--json")
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    report = json.loads(stdout)
+    assert report["steps"] == 4 and len(report["losses"]) == 4
+    assert report["datagen"]["items"]["ok"] >= 2, report["datagen"]
+    assert (out / "data" / "meta" / "info.json").is_file()  # the pipeline finalised its dataset
+    assert [Path(c).name for c in report["checkpoints"]][-1] == "step-000000004"

@@ -1,0 +1,75 @@
+"""A trainer rank's worker SIGKILLed mid-run, after a checkpoint: ``troupe run TRAIN.toml``
+stops and starts the ranks again, they resume from the last committed checkpoint, the run
+finishes, and its report counts one restart and losses that continue from the checkpoint. Ctrl-C
+stops every process the run started, and the command exits 130."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from support.clip_data import write_run
+from support.cluster import ctl
+from support.train_run_cli import config_copy, finish, troupe
+from troupe.actors.training.checkpoint import COMMITTED
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+STEPS = 60
+EVERY = 3
+
+
+def test_a_killed_rank_restarts_every_rank_from_the_last_checkpoint(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset"
+    write_run(dataset, {f"ep{i}": 24 for i in range(4)})
+    config = config_copy(
+        tmp_path / "train.toml",
+        "train.toml",
+        {"train": {"dataset": str(dataset), "steps": STEPS, "checkpoint_every": EVERY, "max_restarts": 2}},
+    )
+    out = tmp_path / "out"
+    with troupe("run", str(config), "--out", str(out), "--json") as (proc, node):
+        deadline = time.monotonic() + 300
+        while not any((p / COMMITTED).is_file() for p in (out / "checkpoints").glob("step-*")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no checkpoint was committed"
+            time.sleep(0.05)
+        killed = ctl("ctl", "chaos", "kill", "--target", "w-train-rank-0", "--node", node)
+        assert killed.returncode == 0, killed.stdout + killed.stderr
+        code, stdout, stderr = finish(proc)
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    report = json.loads(stdout)
+    assert report["restarts"] == 1, report
+    assert report["steps"] == STEPS
+    # The last start resumed from a committed checkpoint, and the losses go on from there.
+    first = report["first_step"]
+    assert 0 < first < STEPS and first % EVERY == 0, report
+    assert len(report["losses"]) == STEPS - first
+    assert report["loss"] == report["losses"][-1]
+    assert Path(report["checkpoints"][-1]).name == f"step-{STEPS:09d}"
+
+
+def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset"
+    write_run(dataset, {f"ep{i}": 24 for i in range(4)})
+    changes = {"train": {"dataset": str(dataset), "steps": STEPS, "checkpoint_every": EVERY}}
+    config = config_copy(tmp_path / "train.toml", "train.toml", changes)
+    out = tmp_path / "out"
+    with troupe("run", str(config), "--out", str(out)) as (proc, _):
+        deadline = time.monotonic() + 300
+        while not any((p / COMMITTED).is_file() for p in (out / "checkpoints").glob("step-*")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no checkpoint was committed"
+            time.sleep(0.05)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert len(started) >= 3  # the encoder and trainer workers, at least
+        proc.send_signal(signal.SIGINT)
+        code, stdout, stderr = finish(proc, timeout=120)
+        _, alive = psutil.wait_procs(started, timeout=30)
+    assert code == 130, stdout[-3000:] + stderr[-3000:]
+    assert not alive, [p.pid for p in alive]

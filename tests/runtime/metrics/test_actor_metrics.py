@@ -1,0 +1,59 @@
+"""Actors' own figures: read from each actor's ``metrics()`` in the worker, exported by the node
+as ``troupe_actor_counter_total`` (names ending in ``_total``) and ``troupe_actor_gauge``; bad
+names and values dropped, a raising or async ``metrics`` skipped without hiding the others."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from troupe.runtime.metrics.actor_metrics import MAX_FIGURES, actor_metric_families, read_actor_metrics
+from troupe.runtime.metrics.families import Families
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.hits = 3
+
+    def metrics(self) -> Mapping[str, float]:
+        return {"hits_total": self.hits, "hit_rate": 0.75, "bad name": 1, "nan": math.nan, "flag": True}
+
+
+class Broken:
+    def metrics(self) -> Mapping[str, float]:
+        raise RuntimeError("oops")
+
+
+class AsyncOne:
+    async def metrics(self) -> Mapping[str, float]:  # a message handler, not figures
+        return {"x": 1}
+
+
+class Many:
+    def metrics(self) -> Mapping[str, float]:
+        return {f"m{i}": i for i in range(MAX_FIGURES + 10)}
+
+
+def test_read_keeps_valid_figures_and_skips_what_cannot_be_read() -> None:
+    actors: dict[str, Any] = {"c": Counting(), "b": Broken(), "a": AsyncOne(), "plain": object(), "m": Many()}
+    found = read_actor_metrics(actors)
+    assert found["c"] == {"hits_total": 3.0, "hit_rate": 0.75}
+    assert "b" not in found and "a" not in found and "plain" not in found
+    assert len(found["m"]) == MAX_FIGURES
+
+
+def test_families_split_counters_from_gauges() -> None:
+    f = Families({"node": "n1"})
+    actor_metric_families(f, "w-1", {"actor_metrics": read_actor_metrics({"c": Counting()})})
+    actor_metric_families(f, "w-2", {})  # an older worker says nothing: nothing added
+    by_name = {family.name: family for family in f.all()}
+    counter, gauge = by_name["troupe_actor_counter"], by_name["troupe_actor_gauge"]
+    assert isinstance(counter, CounterMetricFamily) and isinstance(gauge, GaugeMetricFamily)
+    labels = {"node": "n1", "worker": "w-1", "actor": "c"}
+    assert [(s.name, s.labels, s.value) for s in counter.samples] == [
+        ("troupe_actor_counter_total", {**labels, "name": "hits"}, 3.0)
+    ]
+    assert [(s.labels, s.value) for s in gauge.samples] == [({**labels, "name": "hit_rate"}, 0.75)]

@@ -1,0 +1,179 @@
+"""``troupe run TRAIN.toml``: training with encoder actors and trainer ranks, with progress.
+
+The work is :func:`troupe.actors.training.train_run.run_training`'s; this module shows its
+progress and events, and at the end a table of its figures, or one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from troupe.runtime.errors import ConfigError
+
+__all__ = ["finish_train", "is_train_config", "result_json", "result_table"]
+
+console = Console()
+
+
+def is_train_config(path: Path) -> bool:
+    """Whether the TOML at ``path`` declares a training run (it has a ``[train]`` table).
+
+    A file that cannot be read or parsed is not one: the pipeline loader reports it.
+    """
+    try:
+        with path.open("rb") as f:
+            return isinstance(tomllib.load(f).get("train"), dict)
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
+def result_json(result: Any) -> dict[str, Any]:
+    """The run's figures as one JSON object (``troupe run TRAIN.toml --json``)."""
+    data: dict[str, Any] = result.as_json()
+    return {
+        "steps": data["steps"],
+        "loss": data["loss"],
+        "losses": data["losses"],
+        "samples_per_s": data["samples_per_s"],
+        "timings": data["timings"],
+        "requests": data["requests"],
+        "restarts": data["restarts"],
+        "checkpoints": data["checkpoints"],
+        "placement": data["placement"],
+        "wall_s": data["wall_s"],
+        "first_step": data["first_step"],
+        "resumed_from": data["resumed_from"],
+        "datagen": data["datagen"],
+    }
+
+
+def result_table(result: Any) -> Table:
+    """Loss first and last, samples/s, stage seconds per rank, requests per encoder, checkpoints."""
+    table = Table(title="training", box=box.SIMPLE_HEAD, pad_edge=False, show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value")
+    losses = result.losses
+    first = f"{losses[0]:.4f}" if losses else "-"
+    last = f"{losses[-1]:.4f}" if losses else "-"
+    table.add_row("steps", str(result.steps))
+    table.add_row("loss first / last", f"{first} / {last}")
+    table.add_row("samples/s", f"{result.samples_per_s:.2f}")
+    for rank, t in result.timings.items():
+        table.add_row(
+            f"rank {escape(rank)} read / wait / train s",
+            f"{t['read_s']:.2f} / {t['wait_s']:.2f} / {t['train_s']:.2f}",
+        )
+    for actor, n in result.requests.items():
+        table.add_row(f"requests {escape(actor)}", str(n) if n >= 0 else "no answer")
+    table.add_row("restarts", str(result.restarts))
+    table.add_row("checkpoints", escape(", ".join(Path(c).name for c in result.checkpoints) or "-"))
+    table.add_row("placement", escape(", ".join(f"{a} on {n}" for a, n in result.placement.items())))
+    table.add_row("wall s", f"{result.wall_s:.1f}")
+    return table
+
+
+def check_train(config: Path, out: Path, steps: int | None, items: int | None) -> Any:
+    """The config loaded and the options checked before anything starts (ConfigError: exit 2)."""
+    from troupe.actors.training.train_config import load_train_config
+
+    if steps is not None and steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {steps}")
+    cfg = load_train_config(config)
+    if items is not None:
+        if cfg.datagen is None:
+            raise ConfigError(f"--items {items}: {config} has no [datagen] table; --items sets its items")
+        cfg = cfg.model_copy(update={"datagen": cfg.datagen.model_copy(update={"items": items})})
+    dataset = Path(cfg.with_out(out.resolve()).train.dataset).resolve()
+    if dataset == out.resolve():
+        raise ConfigError(
+            f"--out {out}: it is the dataset's folder (train.dataset); give the training its own --out"
+        )
+    return cfg
+
+
+def finish_train(
+    config: Path,
+    out: Path,
+    steps: int | None,
+    items: int | None,
+    endpoint: str,
+    master: str | None,
+    fresh: bool,
+    as_json: bool,
+) -> None:
+    """The body of ``troupe run TRAIN.toml``."""
+    from troupe.cli.client import fail, run_async
+    from troupe.cli.preflight import endpoint_problem, writable_problem
+
+    try:
+        cfg = check_train(config, out, steps, items)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    problem = writable_problem(out, "--out") or (None if master else endpoint_problem(endpoint, "--endpoint"))
+    if problem:
+        raise fail(problem, 2)
+    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json)
+
+
+async def _train(
+    cfg: Any, out: Path, steps: int | None, endpoint: str, master: str | None, fresh: bool, as_json: bool
+) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from troupe.actors.training.train_run import TrainProgress, run_training
+
+    progress = Progress(
+        TextColumn("train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json,
+    )
+    bar = progress.add_task("train", total=cfg.train.steps if steps is None else steps, note="")
+
+    def show(p: TrainProgress) -> None:
+        loss = "-" if p.loss is None else f"{p.loss:.4f}"
+        note = f"loss {loss}  {p.samples_per_s:.1f} samples/s"
+        if p.checkpoint is not None:
+            note += f"  checkpoint @ {p.checkpoint}"
+        if p.restarts:
+            note += f"  restarts {p.restarts}"
+        progress.update(bar, completed=p.step, total=p.steps, note=escape(note))
+
+    def event(line: str) -> None:
+        if not as_json:
+            progress.console.print(escape(line))
+
+    progress.start()
+    try:
+        result = await run_training(
+            cfg,
+            out,
+            steps=steps,
+            master=master,
+            on_progress=show,
+            on_event=event,
+            fresh=fresh,
+            node_endpoint=endpoint,
+        )
+    finally:
+        progress.stop()
+    if as_json:
+        print(json.dumps(result_json(result), indent=2))
+        return
+    console.print(result_table(result))
+    loss = "-" if result.loss is None else f"{result.loss:.4f}"
+    console.print(
+        f"trained {result.steps} steps: loss {loss}, {result.samples_per_s:.2f} samples/s, "
+        f"{len(result.checkpoints)} checkpoint(s) in {escape(str(out))}"
+    )
