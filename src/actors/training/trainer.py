@@ -444,7 +444,7 @@ class TrainerActor(Actor):
 
     async def _join(self, request: StartRequest) -> None:
         """Join the ranks' process group, rank 0 publishing where through the directory."""
-        controls = getattr(self.runtime, "_controls", {})
+        controls = self.runtime.control_handlers
         cells = getattr(self.runtime, "cells", {})
         if request.rank == 0 and (request.rendezvous in cells or "spawn" in controls):
             rdv = Rendezvous(request.host, _free_port(request.host), 0, request.world_size)
