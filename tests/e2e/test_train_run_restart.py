@@ -1,7 +1,8 @@
 """A trainer rank's worker SIGKILLed mid-run, after a checkpoint: ``troupe run TRAIN.toml``
 stops and starts the ranks again, they resume from the last committed checkpoint, the run
 finishes, and its report counts one restart and losses that continue from the checkpoint. Ctrl-C
-stops every process the run started, and the command exits 130."""
+stops every process the run started, after the rank checkpointed the step it stopped at, and the
+command exits 130."""
 
 from __future__ import annotations
 
@@ -73,3 +74,15 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:
         _, alive = psutil.wait_procs(started, timeout=30)
     assert code == 130, stdout[-3000:] + stderr[-3000:]
     assert not alive, [p.pid for p in alive]
+    # Nothing trained is lost: the rank checkpointed the step it stopped at (or found it saved).
+    stopped = [
+        json.loads(line)
+        for log_file in (out / "logs").glob("*.jsonl")
+        for line in log_file.read_text(encoding="utf-8").splitlines()
+        if '"train stopped"' in line
+    ]
+    assert len(stopped) == 1, stopped
+    newest = max(
+        int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*") if (p / COMMITTED).is_file()
+    )
+    assert newest == stopped[0]["step"], (newest, stopped)

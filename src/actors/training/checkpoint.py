@@ -21,6 +21,7 @@ import os
 import pickle
 import random
 import re
+import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ __all__ = [
     "load",
     "restore_rng",
 ]
+
+# One process without a process group is a case this module means (no_dist): torch still warns on
+# every save and load, from DCP's background thread, onto the run's terminal.
+warnings.filterwarnings(
+    "ignore", message="torch.distributed is disabled, unavailable or uninitialized", category=UserWarning
+)
 
 COMMITTED = "COMMITTED"
 """Marker file of a checkpoint whose every part is written."""

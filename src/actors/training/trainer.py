@@ -69,6 +69,9 @@ log = structlog.get_logger(__name__)
 RENDEZVOUS_CLASS = "troupe.actors.training.ranks:RendezvousActor"
 
 LOG_EVERY = 10
+STOP_WAIT_S = 4.0
+"""Seconds a stopping worker waits for its run to end and checkpoint: under a node's default
+stop grace (5 s), after which the node kills the worker."""
 """Steps between progress log lines."""
 
 
@@ -167,6 +170,7 @@ class RankRun:
     stop: threading.Event = field(default_factory=threading.Event)
     scope: anyio.CancelScope | None = None
     started_at: float = field(default_factory=time.perf_counter)
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
 
 def _committed_step(directory: str) -> int | None:
@@ -316,6 +320,18 @@ class _Session:
                      samples_per_s=round(run.timings.samples_per_s, 3))  # fmt: skip
         return loss.detach()
 
+    def checkpoint_stopped(self) -> int | None:
+        """A checkpoint of the last step trained when a stop ends the run between periodic ones
+        (a stopped run resumes where it stopped); the step saved, None when there was nothing new."""
+        self.checkpointer.wait()  # a periodic save of this very step may be in flight
+        step = self.run.step
+        if step <= self.run.start_step or step in self.checkpointer.committed:
+            return None
+        progress = {"sampler": self.sampler.state_at(step - self.run.start_step)}
+        self.checkpointer.save(step, self.model, self.optimizer, self.scheduler, progress)
+        self.checkpointer.wait()
+        return step
+
     def _checkpoint(self, step: int) -> None:
         train = self.run.request.config.train
         progress = {"sampler": self.sampler.state_at(step - self.run.start_step)}
@@ -398,6 +414,18 @@ class TrainerActor(Actor):
             reply["result"] = run.final
         return reply
 
+    async def stopping(self) -> None:
+        """The worker stops (the run's Ctrl-C, a node's stop): end the run after its step in
+        progress and let it checkpoint that step, within the node's stop grace."""
+        run = self.run
+        if run is None or run.state not in ("starting", "running"):
+            return
+        run.stop.set()
+        if run.scope is not None:
+            run.scope.cancel()
+        with anyio.move_on_after(STOP_WAIT_S):
+            await run.ended.wait()
+
     @handles("stop")
     def stop(self, _: Any) -> dict[str, Any]:
         run = self.run
@@ -436,11 +464,22 @@ class TrainerActor(Actor):
             run.error = "stopped" if isinstance(exc, _Stopped) else f"{type(exc).__name__}: {exc}"
             log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
         finally:
-            with anyio.CancelScope(shield=True):
-                if session is not None:
-                    await anyio.to_thread.run_sync(session.close)
-                if joined:
-                    await anyio.to_thread.run_sync(close_ranks)
+            try:
+                with anyio.CancelScope(shield=True):
+                    # One rank only: with several, a checkpoint is a collective every rank must join
+                    # at the same step, and a stop reaches them between different steps.
+                    if session is not None and run.error == "stopped" and run.request.world_size == 1:
+                        try:
+                            saved = await anyio.to_thread.run_sync(session.checkpoint_stopped)
+                            log.info("train stopped", rank=run.request.rank, step=run.step, checkpoint=saved)
+                        except Exception as exc:
+                            log.warning("stop checkpoint failed", rank=run.request.rank, error=repr(exc))
+                    if session is not None:
+                        await anyio.to_thread.run_sync(session.close)
+                    if joined:
+                        await anyio.to_thread.run_sync(close_ranks)
+            finally:
+                run.ended.set()
 
     async def _join(self, request: StartRequest) -> None:
         """Join the ranks' process group, rank 0 publishing where through the directory."""
