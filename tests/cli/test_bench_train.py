@@ -68,6 +68,10 @@ def test_bench_train_json_reports_local_remote_and_bound(tmp_path: Path) -> None
     assert fig["bound_samples_per_s"] == pytest.approx(
         min(fig["encode_alone_samples_per_s"], fig["train_alone_samples_per_s"])
     )
+    assert fig["together_bound_samples_per_s"] > 0
+    assert fig["remote_vs_together_bound"] == pytest.approx(
+        fig["remote_samples_per_s"] / fig["together_bound_samples_per_s"]
+    )
     by_k = fig["remote_samples_per_s_by_inflight"]
     assert set(by_k) == {"1", "2", "4", "8"} and fig["inflight"] in (1, 2, 4, 8)
     assert fig["remote_samples_per_s"] == max(by_k.values()) == by_k[str(fig["inflight"])]

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -375,6 +375,28 @@ class _Rounds:
     losses: dict[str, list[float]]
     stages: dict[int, list[dict[str, float]]]
     """Each remote run's stage timings (read, wait for latents, train step), by K."""
+    together: list[tuple[float, float]] = field(default_factory=list)
+    """Encoding alone and training alone run at the same time: (encode, train) samples/s."""
+
+
+async def _together(
+    alone: EncodeAlone, bench: TrainBench, precomputed: list[dict[str, Any]], threads: int
+) -> tuple[float, float]:
+    """Encoding alone and training alone at the same time, nothing passed between them: what
+    the two sides cost each other on shared cores (caches, memory, sibling hyperthreads)
+    without any messaging. A diagnostic beside the bound, not the bound."""
+    rates: dict[str, float] = {}
+
+    async def encode() -> None:
+        rates["encode"] = await anyio.to_thread.run_sync(alone.measure)
+
+    async def train() -> None:
+        rates["train"] = await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(encode)
+        tg.start_soon(train)
+    return rates["encode"], rates["train"]
 
 
 async def _rounds(
@@ -417,6 +439,7 @@ async def _rounds(
                         out.train.append(
                             await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads[0])
                         )
+                        out.together.append(await _together(alone, bench, precomputed, threads[0]))
                         for k in depths:
                             step = make_train_step(bench.world_model(), threads[0])
                             config = InflightConfig(inflight=k, group_size=bench.group_size, deadline_s=120)
@@ -470,6 +493,7 @@ def measure_train(
     best = max(remote_by, key=lambda k: remote_by[k])
     encode_rate, train_rate = median(rounds.encode), median(rounds.train)
     bound = min(encode_rate, train_rate)
+    together = median(min(pair) for pair in rounds.together)
     reference = rounds.losses[f"local-{local_threads}"]
     return {
         "local_samples_per_s": local_by[local_threads],
@@ -480,6 +504,9 @@ def measure_train(
         "remote_vs_local": remote_by[best] / local_by[local_threads],
         "encode_alone_samples_per_s": encode_rate,
         "train_alone_samples_per_s": train_rate,
+        # Both sides at once without messaging: the share of the gap the cores themselves cost.
+        "together_bound_samples_per_s": together,
+        "remote_vs_together_bound": remote_by[best] / together,
         "remote_samples_per_s_by_inflight": {str(k): rate for k, rate in remote_by.items()},
         # Where the best K's median run spent its time: with encoding hidden, wait_s stays small.
         "remote_stages": sorted(rounds.stages[best], key=lambda st: st["samples_per_s"])[repeat // 2],
