@@ -30,6 +30,11 @@ def _committed(out: Path) -> list[str]:
     return sorted(p.name for p in store.iterdir()) if store.is_dir() else []
 
 
+# Enough items that the Ctrl-C lands while the run still works: a run of 8 small items can end
+# inside the random delay now that workers start from the template.
+ITEMS = 32
+
+
 @pytest.mark.timeout(400)
 def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_complete(
     tmp_path: Path,
@@ -39,7 +44,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
     and starts nothing; another --scenes is refused in one line."""
     config, out = small_pipeline(tmp_path), tmp_path / "out"
     delay = random.Random(SEED).uniform(0.0, 0.5)
-    with running(run_args(config, out, 8), tmp_path, "first") as first:
+    with running(run_args(config, out, ITEMS), tmp_path, "first") as first:
         first.wait_until("a committed episode", lambda: bool(_committed(out)))
         first.wait_until("the random moment", _after(delay))
         first.signal(signal.SIGINT, group=True)  # what a terminal's Ctrl-C does
@@ -48,12 +53,12 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
     kept_before = _committed(out)
     assert kept_before
 
-    with running(run_args(config, out, 8), tmp_path, "rerun") as rerun:
+    with running(run_args(config, out, ITEMS), tmp_path, "rerun") as rerun:
         assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"
     if "every item was done by an earlier run" not in rerun.text():  # else the stop came after the last
         counts = summary_counts(rerun.text())
         assert counts["dead"] == 0
-        assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == 8, counts
+        assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == ITEMS, counts
     total, ids = dataset_task_ids(out)
     committed = _committed(out)
     assert set(kept_before) <= set(committed)  # kept, and not written again (exactly once)
@@ -63,7 +68,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
         == total
     )
 
-    done = ctl(*run_args(config, out, 8), timeout=120)
+    done = ctl(*run_args(config, out, ITEMS), timeout=120)
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stdout.split())
     assert (
@@ -74,7 +79,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
     other = ctl(*run_args(config, out, 4), timeout=120)
     assert other.returncode == 2
     assert other.stderr.count("\n") == 1 and "Traceback" not in other.stderr
-    assert "items=8" in other.stderr and "items=4" in other.stderr and "--fresh" in other.stderr
+    assert f"items={ITEMS}" in other.stderr and "items=4" in other.stderr and "--fresh" in other.stderr
 
 
 @pytest.mark.timeout(300)
