@@ -29,6 +29,7 @@ from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 from .client import fail
 
 __all__ = [
+    "check_cluster_run",
     "check_demo",
     "check_master_start",
     "check_node_start",
@@ -68,6 +69,18 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
                 return f"endpoint {endpoint} is in use (another troupe {who}?); pass {option}"
             return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass {option}"
     return None
+
+
+def _connect_problem(endpoint: str, option: str) -> str | None:
+    """Why ``endpoint`` is no endpoint to connect to (tcp://HOST:PORT, ipc://, inproc://), or None."""
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme in ("ipc", "inproc") or (parts.scheme == "tcp" and parts.hostname and port):
+        return None
+    return f"{option} {endpoint!r}: not an endpoint to connect to; expected tcp://HOST:PORT"
 
 
 def metrics_problem(address: str | None, who: str = "node") -> str | None:
@@ -132,6 +145,23 @@ def check_run(
         endpoint_problem(endpoint, "--endpoint"),
         endpoint_problem(master, "--master", "master"),
     )
+
+
+def check_cluster_run(config: Path | None, out: Path, items: int | None, master: str, flag: str) -> None:
+    """``troupe run --cluster``: --items, the pipeline file, --out and the master's endpoint
+    (its nodes import the actor classes themselves, and say so if one does not)."""
+    if items is not None and not 1 <= items <= MAX_COUNT:
+        raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
+    from troupe.cli.commands.run_pipeline import declared_config
+
+    source = str(config) if config else "the default pipeline"
+    try:
+        declared_config(config, items)
+    except ValidationError as exc:
+        raise fail(validation_message(source, exc), 2) from None
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    _check(writable_problem(out, "--out"), _connect_problem(master, "--cluster"))
 
 
 def check_demo(log_dir: Path, endpoint: str) -> None:

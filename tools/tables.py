@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from rich.markup import escape
@@ -83,6 +84,10 @@ def _no_counters(worker: dict[str, Any]) -> str:
     return "[yellow](no answer)[/]" if (worker.get("runtime") or {}).get("error") else "[dim](unknown)[/]"
 
 
+def _nodes(names: list[str]) -> str:
+    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in Counter(names).items())
+
+
 def pipeline_table(p: dict[str, Any]) -> Table:
     """The live metrics of a pipeline driven beside the node (``troupe run``)."""
     table = Table(
@@ -94,6 +99,11 @@ def pipeline_table(p: dict[str, Any]) -> Table:
     )
     for col in ("stage", "in", "out", "failed", "l_s (s)", "N_s", "mu_s (/s)", "queue", "busy", "replicas"):
         table.add_column(col, justify="right")
+    table.add_column("on nodes")
+    where: dict[str, list[str]] = {}
+    for r in p.get("replicas") or ():  # where each replica runs (a cluster run spreads them)
+        if isinstance(r, dict):
+            where.setdefault(str(r.get("stage")), []).append(str(r.get("node")))
     for s in p["stages"]:
         table.add_row(
             s["name"],
@@ -106,5 +116,6 @@ def pipeline_table(p: dict[str, Any]) -> Table:
             f"{s['queue_depth']}/{s['queue_bound']}",
             f"{s['busy_fraction']:.0%}",
             str(s["replicas"]),
+            escape(_nodes(where.get(s["name"], []))),
         )
     return table

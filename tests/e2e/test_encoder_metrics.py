@@ -13,28 +13,18 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.encoder_workers import encoder_worker
 from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-[node]
-metrics = "{metrics}"
 
-[[workers]]
-name = "w-encode"
+def _config(metrics: str, cache: Path) -> str:
+    """A node serving ``/metrics`` at ``metrics``, with the encoder actor ``encode`` caching in
+    4 MB of memory and 4 MB of disk under ``cache``."""
+    node = f'[node]\nmetrics = "{metrics}"\n'
+    return node + encoder_worker("encode", memory_mb=4, disk_mb=4, cache_dir=str(cache))
 
-[[workers.actors]]
-name = "encode"
-class = "troupe.actors.encoders.encoder_actor:EncoderActor"
-
-[workers.actors.kwargs]
-encoder = "troupe.actors.encoders.light:LightEncoder"
-encoder_kwargs = {{ seed = 3 }}
-memory_mb = 4
-disk_mb = 4
-cache_dir = "{cache}"
-"""
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -77,7 +67,7 @@ def _scrape_until(address: str, wanted: dict[str, float], timeout: float = 30.0)
 
 async def test_cache_hits_per_tier_on_the_nodes_metrics(troupe_cluster: Any, tmp_path: Path) -> None:
     metrics = free_endpoint().removeprefix("tcp://")
-    cluster = troupe_cluster(CONFIG.format(metrics=metrics, cache=tmp_path / "latents"))
+    cluster = troupe_cluster(_config(metrics, tmp_path / "latents"))
     video = torch.randint(
         0, 256, (2, 3, 4, 16, 16), generator=torch.Generator().manual_seed(1), dtype=torch.uint8
     )

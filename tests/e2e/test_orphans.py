@@ -240,3 +240,32 @@ def test_a_child_started_after_its_node_died_exits_at_once() -> None:
     assert out.returncode == 1
     assert "ran on" not in out.stdout
     assert "worker: the node that started it (pid 1) is gone" in out.stderr
+
+
+ORPHAN_MAKER = (
+    PATIENT
+    + """
+[[workers]]
+name = "w-orph"
+actors = [{ name = "maker", class = "support.orphan_maker:OrphanMaker" }]
+"""
+)
+
+
+async def test_a_process_a_dead_worker_left_behind_is_reaped_when_it_exits(
+    troupe_cluster: Callable[..., Cluster], stray: dict[int, float]
+) -> None:
+    """The node adopts (as a child subreaper) what a SIGKILLed worker had started; once that
+    process exits, the node reaps it: no zombie stays in the process table."""
+    cluster = troupe_cluster(ORPHAN_MAKER)
+    async with cluster.client() as rt:
+        orphan = await rt.ref("w-orph/maker").ask("spawn", 2.0, timeout=30)
+    stray[orphan] = psutil.Process(orphan).create_time()
+    worker = (await cluster.worker("w-orph"))["pid"]
+    os.kill(worker, signal.SIGKILL)
+    with anyio.fail_after(GONE_WITHIN_S):  # adopted by the node once its worker is gone
+        while psutil.Process(orphan).ppid() != cluster.proc.pid:
+            await anyio.sleep(0.05)
+    with anyio.fail_after(GONE_WITHIN_S + 10):  # it exits after 2 s, then is reaped
+        while psutil.pid_exists(orphan):
+            await anyio.sleep(0.1)

@@ -83,12 +83,12 @@ def start(
         )
         configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
         if not with_master:
-            await Node(cfg, handle_signals=False).run()
+            await Node(cfg, handle_signals=False, reap_orphans=True).run()
             return
         assert cfg.master is not None
         opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
         try:
-            node = Node(cfg, handle_signals=False)
+            node = Node(cfg, handle_signals=False, reap_orphans=True)
             control_plane = Master(
                 MasterConfig(cfg.master, keys=cfg.keys, insecure=cfg.insecure), opened, book
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -115,6 +116,22 @@ def run(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")
     ] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="A running master: its live nodes run the replicas, placed by the stages' resources "
+            "(no node or master is started here); the items are its job named like the pipeline.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option("--nodes", help="With --cluster: wait up to a minute until this many nodes are alive."),
+    ] = 0,
+    keys: Annotated[
+        Path | None,
+        typer.Option("--keys", help="With --cluster: the cluster's CURVE keys directory (or $TROUPE_KEYS)."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run's metrics as one JSON object, no progress.")
     ] = False,
@@ -126,9 +143,9 @@ def run(
     run, and the stages finalise once; a finished run says so and exits 0.
     """
     from troupe.cli.client import fail
-    from troupe.cli.preflight import check_run
+    from troupe.cli.preflight import check_cluster_run, check_run
 
-    from .run_pipeline import finish_run
+    from .run_pipeline import Cluster, finish_run
     from .run_train import finish_train, is_train_config
 
     if config is not None and is_train_config(config):
@@ -137,9 +154,21 @@ def run(
         return
     if steps is not None:
         raise fail(f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
-    master = master or "tcp://127.0.0.1:7478"
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
     count = items if items is not None else scenes
-    check_run(config, out, count, endpoint, master, "--items" if items is not None else "--scenes")
+    flag = "--items" if items is not None else "--scenes"
+    if cluster is None and (nodes or keys is not None):
+        raise fail(f"{'--nodes' if nodes else '--keys'} goes with --cluster MASTER", 2)
+    if cluster is not None:
+        if master is not None:
+            raise fail("--cluster runs on that master: give it without --master", 2)
+        if nodes < 0:
+            raise fail(f"--nodes must be >= 0, got {nodes}", 2)
+        check_cluster_run(config, out, count, cluster, flag)
+        keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
+        finish_run(config, out, count, endpoint, "", fresh, as_json, Cluster(cluster, nodes, keys))
+        return
+    master = master or "tcp://127.0.0.1:7478"
+    check_run(config, out, count, endpoint, master, flag)
     finish_run(config, out, count, endpoint, master, fresh, as_json)

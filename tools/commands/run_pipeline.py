@@ -7,6 +7,7 @@ shows its progress, its metrics table and its summary, or the metrics as one JSO
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 
-__all__ = ["declared_config", "finish_run", "metrics_json", "metrics_table"]
+__all__ = ["Cluster", "declared_config", "finish_run", "metrics_json", "metrics_table"]
 
 console = Console()
 
@@ -80,6 +81,10 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
         "finalize_s": result.finalize_s,
         "startup_share": result.startup_share,
         "items": result.counts(),
+        "placement": result.placement,
+        "engine_bytes": result.engine_bytes,
+        "engine_bytes_per_item": result.engine_bytes_per_item,
+        "restarted": result.restarted,
         "stages": {
             s.name: {
                 "l_s": s.latency_s,
@@ -116,11 +121,21 @@ def finish_run(
     master_endpoint: str,
     fresh: bool = False,
     as_json: bool = False,
+    cluster: Cluster | None = None,
 ) -> None:
     """The body of ``troupe run``: run what is missing in --out, finalise, report."""
     from troupe.cli.client import run_async
 
-    run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json)
+    run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``troupe run --cluster``: the running master whose nodes run the replicas."""
+
+    master: str
+    nodes: int = 0
+    keys: Path | None = None
 
 
 async def _finish_run(
@@ -131,9 +146,11 @@ async def _finish_run(
     master_endpoint: str,
     fresh: bool,
     as_json: bool,
+    cluster: Cluster | None,
 ) -> None:
     declared = declared_config(config, items)
-    RunDir(out).check(fingerprint(declared), fresh)  # before the logs directory is made there
+    if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
+        RunDir(out).check(fingerprint(declared), fresh)  # before the logs directory is made there
     out.mkdir(parents=True, exist_ok=True)
     configure_logging("local", "run", out / "logs", console=False)
     progress = Progress(
@@ -157,8 +174,9 @@ async def _finish_run(
             console.print("every item was done by an earlier run; finalising")
             return
         again = f" ({start.before} done before)" if start.before else ""
+        up = "cluster joined" if cluster is not None else "node up"
         console.print(
-            f"node up in {start.startup_s:.2f} s; running {start.items} items{again} "
+            f"{up} in {start.startup_s:.2f} s; running {start.items} items{again} "
             f"through {start.stages} stages into {escape(str(out))}"
         )
         progress.start()
@@ -179,8 +197,11 @@ async def _finish_run(
             keep_outputs=False,
             on_progress=show,
             on_start=started,
-            node_endpoint=endpoint,
-            master_endpoint=master_endpoint,
+            node_endpoint=None if cluster is not None else endpoint,
+            master_endpoint=None if cluster is not None else master_endpoint,
+            cluster=None if cluster is None else cluster.master,
+            nodes=0 if cluster is None else cluster.nodes,
+            keys=None if cluster is None else cluster.keys,
         )
     finally:
         progress.stop()
@@ -219,3 +240,10 @@ def _report(result: PipelineResult) -> None:
         f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
         f"finalisation {result.finalize_s:.1f} s; start-up share {result.startup_share:.0%}"
     )
+    nodes = sorted(set(result.placement.values()))
+    if len(nodes) > 1 or result.restarted:
+        console.print(
+            f"replicas on {len(nodes)} nodes ({escape(', '.join(nodes))}); "
+            f"{result.engine_bytes_per_item / 1024:.1f} KiB through the engine per item"
+            + (f"; {result.restarted} items restarted (their holder was lost)" if result.restarted else "")
+        )

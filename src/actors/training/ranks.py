@@ -7,7 +7,10 @@ where CUDA is present (with gloo for CPU tensors too: asynchronous checkpoints n
 
 :func:`rendezvous_from` takes the rendezvous from troupe's directory instead, so no launcher is
 needed: rank 0 picks a port and publishes it as an actor under an agreed name; the other ranks ask
-that actor (retrying until it exists) where to connect.
+that actor (retrying until it exists) where to connect. In a node's worker, rank 0 publishes
+through the worker's own ``spawn`` control, so the node names the actor in the directory the other
+ranks' processes read; a run started again in the same process publishes its new port under the
+same actor.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ __all__ = [
     "close_ranks",
     "default_backend",
     "init_ranks",
+    "publish_rendezvous",
     "rendezvous_from",
 ]
 
 _NOT_YET = (ActorStopped, AskTimeout, MailboxFull, UnknownActor, Unreachable)
 """Errors of asking rank 0's actor that mean "not published yet": ask again."""
+
+RENDEZVOUS_CLASS = "troupe.actors.training.ranks:RendezvousActor"
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,30 @@ class RendezvousActor(Actor):
         return dict(self.where)
 
 
+async def publish_rendezvous(runtime: Runtime, name: str, rdv: Rendezvous) -> None:
+    """Publish rank 0's ``rdv`` as the :class:`RendezvousActor` ``name`` in ``runtime``.
+
+    An actor ``name`` of an earlier run of this process answers the new address from now on. In a
+    node's worker the actor is started through the worker's own ``spawn`` control, so the node
+    names it in its directory and the other ranks' processes find it (``runtime.spawn`` alone
+    stays known to this process only); elsewhere (a runtime of its own) ``runtime.spawn`` does.
+
+    Raises ValueError when ``name`` is taken by an actor that is no rendezvous.
+    """
+    where = {"addr": rdv.addr, "port": rdv.port, "world_size": rdv.world_size}
+    cell = runtime.cells.get(name)
+    if cell is not None:
+        if not isinstance(cell.actor, RendezvousActor):
+            raise ValueError(f"rendezvous name {name!r} is taken by a {type(cell.actor).__name__}")
+        cell.actor.where = where
+        return
+    spawn = runtime.control_handlers.get("spawn")
+    if spawn is not None:
+        await spawn({"name": name, "class": RENDEZVOUS_CLASS, "kwargs": where})
+    else:
+        await runtime.spawn(RendezvousActor(rdv.addr, rdv.port, rdv.world_size), name)
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -157,14 +187,14 @@ async def rendezvous_from(
 ) -> Rendezvous:
     """The rendezvous of ``rank`` through troupe's directory (then call :func:`init_ranks`).
 
-    Rank 0 picks a free port on ``host`` (an address the other ranks reach) and spawns a
-    :class:`RendezvousActor` named ``name`` in ``runtime``; every other rank asks ``name`` until it
-    answers or ``timeout_s`` passes (TimeoutError). A published world size other than
-    ``world_size`` is a ValueError.
+    Rank 0 picks a free port on ``host`` (an address the other ranks reach) and publishes it as a
+    :class:`RendezvousActor` named ``name`` (:func:`publish_rendezvous`); every other rank asks
+    ``name`` until it answers or ``timeout_s`` passes (TimeoutError). A published world size
+    other than ``world_size`` is a ValueError.
     """
     if rank == 0:
         rdv = Rendezvous(host, _free_port(host), 0, world_size, local_rank)
-        await runtime.spawn(RendezvousActor(rdv.addr, rdv.port, world_size), name)
+        await publish_rendezvous(runtime, name, rdv)
         return rdv
     Rendezvous(host, 1, rank, world_size, local_rank)  # check the arguments before waiting
     ref = runtime.ref(name)

@@ -57,11 +57,15 @@ class Node:
         config: the validated node config.
         handle_signals: stop on SIGTERM or Ctrl-C. False where the program owns the signals
             (the ``troupe`` command): it cancels :meth:`run` instead, which stops the same way.
+        reap_orphans: the process is the node's alone (``troupe node start``): reap the zombies
+            it adopts from dead workers (``orphans``). Off where the process has children of its
+            own to wait for (a test, a program running a node inside it).
     """
 
-    def __init__(self, config: NodeConfig, handle_signals: bool = True) -> None:
+    def __init__(self, config: NodeConfig, handle_signals: bool = True, reap_orphans: bool = False) -> None:
         self.config = config
         self.handle_signals = handle_signals
+        self.reap_orphans = reap_orphans
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
         self.runtime: Runtime | None = None
@@ -161,7 +165,10 @@ class Node:
                         await self.supervision.start(tg)
                         if cfg.fast_start:
                             self.template = TemplateLink(
-                                self.name, [*cfg.preload, *spec_classes(cfg.workers)], self.children.add
+                                self.name,
+                                [*cfg.preload, *spec_classes(cfg.workers)],
+                                self.children.add,
+                                reap_orphans=self.reap_orphans,
                             )
                             await self.template.start(tg)
                         if cfg.master:  # task dispatch: beat to the master, report worker exits

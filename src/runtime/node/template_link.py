@@ -27,6 +27,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from .child import child_env
 from .config import WorkerSpec
+from .orphans import reap_orphans
 from .template import FD_ENV, MAX_MESSAGE, MODULES_ENV
 
 __all__ = ["ForkedProcess", "TemplateLink", "spec_classes"]
@@ -61,12 +62,18 @@ class TemplateLink:
             modules, or actor classes (``pkg.mod:Class``: its module, and the modules the class
             names in ``preload_modules``).
         record: told ``(pid, role)`` of each template started (the node's child record).
+        reap_orphans: reap the zombies the node adopts as a subreaper (``orphans``).
     """
 
     def __init__(
-        self, node: str, modules: Iterable[str], record: Callable[[int, str], None] | None = None
+        self,
+        node: str,
+        modules: Iterable[str],
+        record: Callable[[int, str], None] | None = None,
+        reap_orphans: bool = False,
     ) -> None:
         self.node = node
+        self.reap_orphans = reap_orphans
         self.record = record
         self.modules = list(dict.fromkeys(modules))
         self.process: Process | None = None
@@ -85,6 +92,8 @@ class TemplateLink:
         """Start the template (in ``tg``) and keep it running until :meth:`stop`."""
         _set_subreaper(True)
         tg.start_soon(self._keep_running)
+        if self.reap_orphans:  # a subreaper adopts what dead workers left running
+            tg.start_soon(reap_orphans)
 
     async def _keep_running(self) -> None:
         while not self._stopping:

@@ -7,6 +7,8 @@
     items = 64            # tasks: seeds seed_start .. seed_start + items - 1
     seed_start = 0
     slots = 4             # replica budget the scheduler may distribute (default: sum of replicas)
+    data_plane = "direct" # outputs go replica to replica ("engine": through the engine process)
+    inline_below = 4096   # outputs smaller than this many bytes still go inline through the engine
 
     [[stages]]
     name = "plan"
@@ -17,7 +19,7 @@
     batch = 1             # items per call
     inflight = 2          # calls in flight per replica: the next is waiting when one ends
     queue = 8             # bound of this stage's input queue
-    resources = { cpu = 1, gpu = 0 }
+    resources = { cpu = 1, gpu = 0, tags = [] }  # tags: on a cluster, nodes carrying them
     kwargs = { }          # constructor arguments
 
 Stages form a chain in file order unless a stage names its input with ``after``. ``{out}`` in a
@@ -28,13 +30,15 @@ Counts are strict integers (``replicas = "2"`` is refused, not read as 2).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import MAX_NAME, _Frozen, read_toml, validation_message
 from troupe.runtime.tasks.jobspec import MAX_COUNT
+
+from .handoff import INLINE_BELOW
 
 __all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
 
@@ -44,6 +48,8 @@ class Resources(_Frozen):
 
     cpu: StrictFloat = Field(default=1.0, ge=0)
     gpu: StrictInt = Field(default=0, ge=0)
+    # On a cluster run, only nodes carrying every one of these tags ([node] tags) run the stage.
+    tags: tuple[str, ...] = ()
 
 
 class StageConfig(_Frozen):
@@ -89,6 +95,10 @@ class PipelineConfig(_Frozen):
     slots: StrictInt | None = Field(default=None, ge=1)
     max_attempts: StrictInt = Field(default=3, ge=1)
     scale_interval_s: StrictFloat = Field(default=0.5, gt=0)
+    # "direct": a stage's outputs go from its replica straight to the next stage's (handoff);
+    # "engine": every output passes through the engine, as before the direct data plane.
+    data_plane: Literal["direct", "engine"] = "direct"
+    inline_below: StrictInt = Field(default=INLINE_BELOW, ge=0)  # smaller outputs go inline
     stages: tuple[StageConfig, ...]
 
     @model_validator(mode="after")

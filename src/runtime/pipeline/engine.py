@@ -13,7 +13,14 @@ The engine runs beside a node (it talks to it with control messages) and owns:
   the last;
 - the scaler: when a stage has drained, its slots go to the bottleneck; replicas also follow
   the backlog within each stage's bounds (``pipeline_model.decide_scaling``);
-- the meters behind the throughput model (``pipeline_model``).
+- the meters behind the throughput model (``pipeline_model``);
+- where each replica runs (``hosts``): the node of a one-node run, or the live nodes of a
+  cluster, by the stage's resources; a node that dies takes its replicas with it, and their
+  items run again elsewhere;
+- the data plane (``handoff``): by default a stage's outputs stay with the replica that made
+  them and the next stage's replica pulls them from there, so the engine moves ids, sizes and
+  outcomes, not frames. An item whose held payload is lost with its replica runs again from
+  the first stage.
 
 Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}`` (attempt counts
 from 0); every stage's
@@ -29,23 +36,23 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import structlog
 
-from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import StageFailed, TroupeError, UnknownMessageType
+from troupe.runtime.errors import StageFailed, TroupeError, Unreachable
+from troupe.runtime.placement import Host
 
-from .config import PipelineConfig, StageConfig
+from .config import PipelineConfig
+from .hosts import EngineHosts
 from .model import (
-    ScaleInput,
     StageMeter,
-    decide_scaling,
     pipeline_metrics,
 )
+from .records import Handle, Item, Replica, StageState, node_of
+from .replicas import ReplicaPool
 from .result import PipelineMetrics, PipelineResult
 from .source import ItemSource, LocalSource
 from .stage import StageRun
@@ -54,44 +61,9 @@ __all__ = ["Item", "PipelineEngine"]
 
 log = structlog.get_logger(__name__)
 
-_START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
 
 
-@dataclass(slots=True)
-class Item:
-    """One task on its way through the stages."""
-
-    task_id: str
-    seed: int
-    data: Any
-    attempt: int = 0
-
-
-@dataclass
-class _Replica:
-    name: str
-    ref: ActorRef | None = None
-    busy: int = 0  # items in its outstanding calls
-    calls: int = 0  # outstanding calls (at most the stage's inflight)
-    last_reply: float = 0.0  # when its last call answered: the next one's service starts then
-    retiring: bool = False
-
-
-@dataclass
-class _Stage:
-    index: int
-    cfg: StageConfig
-    queue: deque[Item] = field(default_factory=deque)
-    replicas: list[_Replica] = field(default_factory=list)
-    starting: int = 0
-    meter: StageMeter | None = None
-    hooks: tuple[str, ...] = ()
-
-    def ready(self) -> list[_Replica]:
-        return [r for r in self.replicas if r.ref is not None and not r.retiring]
-
-
-class PipelineEngine:
+class PipelineEngine(ReplicaPool):
     """Runs a pipeline's items through its stages on one node.
 
     Args:
@@ -121,8 +93,16 @@ class PipelineEngine:
         out: str | None = None,
         fresh: bool = False,
         on_change_every_s: float = 0.05,
+        hosts: EngineHosts | None = None,
     ) -> None:
         self.config = config
+        self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])
+        self._direct = config.data_plane == "direct"
+        self._keys = itertools.count()
+        self._releases: dict[str, tuple[Replica, list[str]]] = {}  # holder name -> keys to release
+        self.placement: dict[str, str] = {}
+        self.restarted = 0
+        self._restarts: dict[str, int] = {}
         self.done = done
         self.keep_outputs = keep_outputs
         self.out = out
@@ -135,7 +115,9 @@ class PipelineEngine:
         self.runtime = runtime
         self.node_endpoint = node_endpoint
         self.on_change = on_change
-        self.stages = [_Stage(i, s, meter=StageMeter(s.name, s.queue)) for i, s in enumerate(config.stages)]
+        self.stages = [
+            StageState(i, s, meter=StageMeter(s.name, s.queue)) for i, s in enumerate(config.stages)
+        ]
         self.source = source or LocalSource(config.name, config.items, config.seed_start)
         self._outcomes: dict[str, str] = {}
         self._errors: dict[str, str] = {}
@@ -186,9 +168,12 @@ class PipelineEngine:
         """
         failed: StageFailed | None = None
         metrics: PipelineMetrics | None = None
+        wire = self._count_wire_bytes()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                tg.start_soon(self.hosts.watch)
+                tg.start_soon(self._node_loop)
                 for stage in self.stages:
                     for _ in range(stage.cfg.replicas):
                         self._spawn(stage)
@@ -201,6 +186,7 @@ class PipelineEngine:
                     self._outcomes[task_id] = "dead"
                     self._errors[task_id] = error
                 metrics = self.metrics()  # the items' figures, before finalize's time
+                self._flush_releases()
                 self._finishing = True  # the scaler rests: finalize's replica must stay
                 await self._finalize_hooks()
             except StageFailed as exc:  # raised below, not wrapped in the group's ExceptionGroup
@@ -218,7 +204,20 @@ class PipelineEngine:
             dict(self._finals),
             tuple(self.scale_log),
             self.kept,
+            placement=dict(self.placement),
+            engine_bytes=0 if wire is None else sum(wire),
+            restarted=self.restarted,
         )
+
+    def _count_wire_bytes(self) -> list[int] | None:
+        """Start counting the bytes the engine's runtime sends and receives (what passes
+        through the engine's process); None where its transport cannot count."""
+        transport = getattr(self.runtime, "transport", None)
+        if transport is None or not hasattr(transport, "wire_bytes"):
+            return None
+        transport.wire_bytes = [0, 0]
+        counted: list[int] = transport.wire_bytes
+        return counted
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -230,7 +229,7 @@ class PipelineEngine:
         if self._fatal is not None:
             raise self._fatal
 
-    def _stage_run(self, stage: _Stage) -> dict[str, Any]:
+    def _stage_run(self, stage: StageState) -> dict[str, Any]:
         return StageRun(
             self.config.name, stage.cfg.name, self.config.items, self.config.seed_start, self.out, self.fresh
         ).to_wire()
@@ -294,7 +293,7 @@ class PipelineEngine:
             not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages
         )
 
-    def _credit(self, stage: _Stage) -> int:
+    def _credit(self, stage: StageState) -> int:
         """How many more items ``stage`` may take on without overfilling a downstream queue."""
         room = 1 << 30
         for d in self.config.downstream(stage.index):
@@ -337,7 +336,7 @@ class PipelineEngine:
         self.source.settle(task_id, "ok")
         log.info("item_kept", task_id=task_id)
 
-    def _dispatch(self, stage: _Stage) -> None:
+    def _dispatch(self, stage: StageState) -> None:
         # Round by round, so that every replica has a call before any has a second.
         for depth in range(stage.cfg.inflight):
             for replica in stage.ready():
@@ -348,7 +347,7 @@ class PipelineEngine:
                     return
                 self._send(stage, replica, [stage.queue.popleft() for _ in range(n)])
 
-    def _send(self, stage: _Stage, replica: _Replica, batch: list[Item]) -> None:
+    def _send(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert self._tg is not None and stage.meter is not None
         now = time.monotonic()
         if not self._started:  # lambda is measured from the first item in, not from spawning
@@ -361,16 +360,48 @@ class PipelineEngine:
         stage.meter.dispatched(len(batch), len(stage.queue), now)
         self._tg.start_soon(self._call, stage, replica, batch)
 
-    async def _call(self, stage: _Stage, replica: _Replica, batch: list[Item]) -> None:
+    def _request(self, stage: StageState, batch: list[Item]) -> tuple[str, dict[str, Any]]:
+        """The call for ``batch``: ``process`` with the items inline, or, on the direct data
+        plane, ``process_direct`` naming where held inputs are and asking to hold outputs."""
+        if not self._direct:
+            return "process", {"items": [it.data for it in batch]}
+        items: list[Any] = []
+        sources: list[list[str] | None] = []
+        for it in batch:
+            if isinstance(it.data, Handle):
+                items.append(None)
+                sources.append([it.data.holder.outbox, it.data.key])
+            else:
+                items.append(it.data)
+                sources.append(None)
+        payload: dict[str, Any] = {"items": items}
+        if any(sources):
+            payload["from"] = sources
+        if self.config.downstream(stage.index):
+            payload["hold"] = [f"{it.task_id}/{stage.cfg.name}/{next(self._keys)}" for it in batch]
+            payload["inline_below"] = self.config.inline_below
+        return ("process_direct" if len(payload) > 1 else "process"), payload
+
+    async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
         t0 = time.monotonic()
         actor_s: float | None = None
-        try:
-            reply = await replica.ref.ask("process", {"items": [it.data for it in batch]}, timeout=600)
-            results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
-        except TroupeError as exc:  # the replica died, hung or answered nonsense: retry the items
-            log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(exc))
-            results = [{"error": f"{type(exc).__name__}: {exc}", "traceback": ""}] * len(batch)
+        failure: TroupeError | None = None
+        msg_type, payload = self._request(stage, batch)
+        with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
+            replica.scopes.add(scope)
+            try:
+                reply = await replica.ref.ask(msg_type, payload, timeout=600)
+                results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
+            except TroupeError as exc:
+                failure = exc
+            finally:
+                replica.scopes.discard(scope)
+        if scope.cancelled_caught:
+            failure = Unreachable(f"replica {replica.name}'s node {node_of(replica)} is gone")
+        if failure is not None:  # the replica died, hung or answered nonsense: retry the items
+            log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
+            results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
             self._replace(stage, replica)
         now = time.monotonic()
         # The actor takes calls one at a time: this one's service began when the one before it
@@ -382,10 +413,24 @@ class PipelineEngine:
         for item, result in zip(batch, results, strict=True):
             if "ok" in result:
                 ok += 1
+                self._consumed(item)
                 self._forward(stage, item, result["ok"], now)
+            elif "held" in result and not replica.lost:
+                ok += 1
+                self._consumed(item)
+                replica.held += 1
+                self._forward(
+                    stage, item, Handle(replica, str(result["held"]), _int(result.get("bytes"))), now
+                )
             elif "pruned" in result:
                 pruned += 1
+                self._consumed(item)
                 self._settle(item, "pruned", str(result["pruned"]))
+            elif "lost" in result or "held" in result:  # its input, or its output, is gone
+                errors += 1
+                if "lost" in result:
+                    self._holder_gone(item)
+                self._restart(item, str(result.get("lost", f"replica {replica.name} is gone")))
             else:
                 errors += 1
                 self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
@@ -396,30 +441,63 @@ class PipelineEngine:
         )
         replica.busy -= n
         replica.calls -= 1
+        self._flush_releases()
         self._changed.set()
 
-    def _forward(self, stage: _Stage, item: Item, data: Any, now: float) -> None:
+    def _forward(self, stage: StageState, item: Item, data: Any, now: float) -> None:
         downstream = self.config.downstream(stage.index)
         if not downstream:
             if self.keep_outputs:
                 self._outputs[item.task_id] = data
             self._settle(item, "ok")
             return
+        if isinstance(data, Handle):
+            data.refs = len(downstream)
         for d in downstream:
             down = self.stages[d]
             down.queue.append(Item(item.task_id, item.seed, data, 0))
             assert down.meter is not None
             down.meter.queued(len(down.queue), now)
 
-    def _retry(self, stage: _Stage, item: Item, error: str, tb: str) -> None:
+    def _consumed(self, item: Item) -> None:
+        """``item``'s stage settled it: its input, if held upstream, may go once every stage
+        it feeds has."""
+        handle = item.data
+        if not isinstance(handle, Handle):
+            return
+        handle.refs -= 1
+        if handle.refs > 0:
+            return
+        holder = handle.holder
+        holder.held = max(0, holder.held - 1)
+        if not holder.lost:
+            self._releases.setdefault(holder.name, (holder, []))[1].append(handle.key)
+
+    def _flush_releases(self) -> None:
+        """Tell each holder the outputs it may forget (one message per holder)."""
+        if not self._releases or self._tg is None:
+            return
+        releases, self._releases = self._releases, {}
+        for holder, keys in releases.values():
+            self._tg.start_soon(self._release, holder, keys)
+
+    async def _release(self, holder: Replica, keys: list[str]) -> None:
+        try:
+            await self.runtime.ref(holder.outbox).tell("stage_release", {"keys": keys})
+        except TroupeError as exc:  # gone with its node: nothing left to free
+            log.info("release_failed", replica=holder.name, error=str(exc))
+
+    def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
         if not self.source.retries_locally:  # the master decides: retry later, or dead letter
             log.warning("item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error)
+            self._consumed(item)
             self._settle(item, "error", error, tb)
             return
         item.attempt += 1
         if stage.index == 0 and isinstance(item.data, dict):  # the first stage is told the attempt
             item.data = {**item.data, "attempt": item.attempt}
         if item.attempt >= self.config.max_attempts:
+            self._consumed(item)
             self._settle(item, "dead", error, tb)
             log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
             return
@@ -427,6 +505,57 @@ class PipelineEngine:
             "item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error
         )
         stage.queue.appendleft(item)
+
+    def _restart(self, item: Item, why: str) -> None:
+        """``item``'s payload is gone with the replica that held it: run it from the first stage
+        again (an attempt, so that a run that keeps losing nodes still ends)."""
+        self._consumed(item)
+        self.restarted += 1
+        n = self._restarts[item.task_id] = self._restarts.get(item.task_id, 0) + 1
+        error = f"restarted from the first stage: {why}"
+        log.warning("item_restarted", task_id=item.task_id, restarts=n, why=why)
+        if not self.source.retries_locally:  # the master runs it again, as any failed task
+            self._settle(item, "error", error)
+        elif n >= self.config.max_attempts:
+            self._settle(item, "dead", error)
+        else:
+            first = self.stages[0]
+            data = {"task_id": item.task_id, "seed": item.seed, "attempt": n}
+            first.queue.appendleft(Item(item.task_id, item.seed, data, n))
+            assert first.meter is not None
+            first.meter.queued(len(first.queue), time.monotonic())
+
+    def _lose_outputs(self, replica: Replica) -> None:
+        """``replica`` is gone: the items queued for a next stage with their payload held there
+        run again from the first stage."""
+        replica.lost = True
+        lost: list[Item] = []
+        for stage in self.stages:
+            kept: deque[Item] = deque()
+            for it in stage.queue:
+                is_lost = isinstance(it.data, Handle) and it.data.holder is replica
+                (lost if is_lost else kept).append(it)
+            stage.queue = kept
+        for it in lost:
+            self._restart(it, f"replica {replica.name} holding its payload is gone")
+        replica.held = 0
+
+    def _holder_gone(self, item: Item) -> None:
+        """The replica holding ``item``'s input no longer has it: its process died (and its node
+        may have restarted it, empty, at another endpoint than this engine's ref knows), or it
+        cannot be reached. Replace it: its calls end as failed (retried), what else it held runs
+        again, and a new replica serves its stage."""
+        handle = item.data
+        if not isinstance(handle, Handle) or handle.holder.retiring:
+            return
+        holder = handle.holder
+        stage = next((s for s in self.stages if holder in s.replicas), None)
+        if stage is None:
+            return
+        log.warning("replica_lost_outputs", stage=stage.cfg.name, replica=holder.name)
+        for scope in list(holder.scopes):
+            scope.cancel()
+        self._replace(stage, holder)
 
     def _notify(self) -> None:
         # A display needs no more than a few frames a second; the figures cost a snapshot of
@@ -438,141 +567,9 @@ class PipelineEngine:
             self._notified = now
             self.on_change(self.metrics())
 
-    # -- replicas -----------------------------------------------------------------------------
 
-    def _spawn(self, stage: _Stage) -> None:
-        assert self._tg is not None
-        stage.starting += 1
-        name = f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
-        self._tg.start_soon(self._start_replica, stage, name)
-
-    async def _start_replica(self, stage: _Stage, name: str) -> None:
-        spec = {
-            "name": name,
-            "kind": stage.cfg.name,
-            "actors": [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}],
-        }
-        spawned = False
-        try:
-            # A worker that exits while starting (its class does not import) is answered at once.
-            await self.runtime.control(
-                self.node_endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
-            )
-            spawned = True
-            ref = self.runtime.ref(f"{name}/stage")
-            info = await ref.ask("stage_info", None, timeout=60)  # resolves and connects
-            stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
-        except TroupeError as exc:
-            stage.starting -= 1
-            why = str(exc)
-            if isinstance(exc, UnknownMessageType):
-                why = f"{stage.cfg.actor} is not a StageActor ({exc})"
-            log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
-            # Said before the stop below is awaited: no item may move while it runs.
-            if not stage.ready() and not stage.starting:  # nothing left to run the stage's items
-                self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {name} could not start: {why}")
-            self._changed.set()
-            if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
-                await self._stop_worker(name)
-            return
-        stage.starting -= 1
-        stage.replicas.append(_Replica(name, ref))
-        assert stage.meter is not None
-        stage.meter.set_replicas(len(stage.ready()), time.monotonic())
-        self.scale_log.append(
-            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started")
-        )
-        self._changed.set()
-
-    def _replace(self, stage: _Stage, replica: _Replica) -> None:
-        """A replica failed under a call: stop using it, stop its worker, start another."""
-        assert self._tg is not None
-        if replica.retiring:
-            return
-        self._mark_retiring(stage, replica)
-        self._tg.start_soon(self._retire, stage, replica)
-        self._spawn(stage)
-
-    def _mark_retiring(self, stage: _Stage, replica: _Replica) -> None:
-        replica.retiring = True  # from now on it is given no work
-        assert stage.meter is not None
-        stage.meter.set_replicas(len(stage.ready()), time.monotonic())
-
-    async def _retire(self, stage: _Stage, replica: _Replica) -> None:
-        with anyio.fail_after(600):
-            while replica.busy:  # its last call is still running; it ends on its own
-                await anyio.sleep(0.02)
-        if replica in stage.replicas:
-            stage.replicas.remove(replica)
-        self.scale_log.append(
-            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
-        )
-        await self._stop_worker(replica.name)
-        self._changed.set()
-
-    async def _scale_loop(self) -> None:
-        while True:
-            await anyio.sleep(self.config.scale_interval_s)
-            self._scale_once()
-
-    def _drained(self, stage: _Stage) -> bool:
-        up = self.config.upstream(stage.index)
-        upstream_done = not self._source_left() if up is None else (self._drained(self.stages[up]))
-        return upstream_done and not stage.queue and all(r.busy == 0 for r in stage.replicas)
-
-    def _scale_once(self) -> None:
-        assert self._tg is not None
-        if self._finishing:
-            return
-        inputs = [
-            ScaleInput(
-                s.cfg.name,
-                len(s.ready()),
-                s.starting,
-                s.cfg.min_replicas,
-                s.cfg.most,
-                len(s.queue),
-                sum(r.busy for r in s.replicas),
-                self._drained(s),
-            )
-            for s in self.stages
-        ]
-        decisions = decide_scaling(inputs, self.config.slot_budget)
-        # Growing costs a process start (seconds of CPU for torch): only grow for a backlog
-        # seen on two looks in a row. Giving back drained slots needs no such patience.
-        wanted = {d.stage for d in decisions if d.delta > 0}
-        confirmed = wanted & self._wanted_before
-        self._wanted_before = wanted
-        for decision in decisions:
-            if decision.delta > 0 and decision.stage not in confirmed:
-                continue
-            stage = next(s for s in self.stages if s.cfg.name == decision.stage)
-            log.info("stage_scaled", stage=decision.stage, delta=decision.delta, reason=decision.reason)
-            if decision.delta > 0:
-                for _ in range(decision.delta):
-                    self._spawn(stage)
-            else:
-                idle = sorted(stage.ready(), key=lambda r: r.busy)[: -decision.delta]
-                for replica in idle:
-                    self._mark_retiring(stage, replica)
-                    self._tg.start_soon(self._retire, stage, replica)
-
-    async def _stop_all(self) -> None:
-        # All at once: a replica's exit (a torch interpreter's teardown: seconds) need not wait
-        # for the one before it.
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for stage in self.stages:
-                    for replica in list(stage.replicas):
-                        tg.start_soon(self._stop_worker, replica.name)
-                    stage.replicas.clear()
-
-    async def _stop_worker(self, name: str) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.runtime.control(self.node_endpoint, "stop_worker", {"name": name}, timeout=30)
-            except TroupeError as exc:
-                log.warning("replica_stop_failed", replica=name, error=str(exc))
+def _int(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _outcomes(reply: Any, n: int, stage: str) -> tuple[list[dict[str, Any]], float | None]:

@@ -71,6 +71,11 @@ class PipelineResult:
         finalize_s: from the last item's outcome to the return (the finalize hooks, stopping
             the replicas, the node and the master).
         steady_s: the rest: items moving (the stages' start hooks among them).
+        placement: the node each replica the run started ran on, by replica name.
+        engine_bytes: the bytes the engine's process sent and received while items moved
+            (calls, replies, leases): with the direct data plane, about the metadata's size.
+        restarted: items run again from the first stage because the replica holding their
+            payload was lost (its node died).
     """
 
     metrics: PipelineMetrics
@@ -85,11 +90,20 @@ class PipelineResult:
     startup_s: float = 0.0
     steady_s: float = 0.0
     finalize_s: float = 0.0
+    placement: dict[str, str] = field(default_factory=dict)
+    engine_bytes: int = 0
+    restarted: int = 0
 
     @property
     def startup_share(self) -> float:
         """The share of the wall time not spent running items: (start-up + finalisation) / wall."""
         return (self.startup_s + self.finalize_s) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def engine_bytes_per_item(self) -> float:
+        """Bytes through the engine's process per item that ran."""
+        ran = sum(1 for o in self.outcomes.values() if o != "kept")
+        return self.engine_bytes / ran if ran else 0.0
 
     def counts(self) -> dict[str, int]:
         """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``)."""

@@ -12,7 +12,11 @@ Where the replicas run:
 - by default on a one-host cluster started in this process and stopped at the end: a node on
   a free loopback port, whose worker processes are the stages' replicas;
 - ``node=ENDPOINT``: on that running node (``troupe node start``), which starts and stops the
-  replicas as the engine asks.
+  replicas as the engine asks;
+- ``cluster=MASTER``: on the live nodes of the running master's cluster (``troupe node start
+  --master MASTER`` on each host), placed by the stages' resources (``hosts``); the items are
+  the master's job named like the pipeline (resumable as any job), and no node or master is
+  started here. ``nodes=N`` waits until N nodes are alive first.
 
 Where the items come from:
 
@@ -50,11 +54,13 @@ from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
+from troupe.runtime.placement import place
 from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
 from troupe.runtime.tasks.state import FINAL_STATES
 
 from .config import PipelineConfig, load_pipeline
 from .engine import PipelineEngine
+from .hosts import EngineHosts, wait_for_nodes
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
 from .source import ItemSource, MasterSource
@@ -94,6 +100,9 @@ async def run_pipeline(
     on_start: Callable[[RunStart], None] | None = None,
     node_endpoint: str | None = None,
     master_endpoint: str | None = None,
+    cluster: str | None = None,
+    nodes: int = 0,
+    keys: str | os.PathLike[str] | None = None,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -112,40 +121,56 @@ async def run_pipeline(
         on_start: called once the cluster is up (:class:`RunStart`).
         node_endpoint: where the node started here listens (default: a free loopback port).
         master_endpoint: where the master started here listens (default: a free loopback port).
+        cluster: a running master whose live nodes run the replicas (see the module docstring).
+        nodes: with ``cluster``, wait (up to a minute) until this many nodes are alive.
+        keys: with ``cluster``, the CURVE keys directory the cluster takes.
 
     Returns:
         The run's :class:`PipelineResult`.
 
     Raises:
         ConfigError: the pipeline is invalid, uses ``{out}`` without ``out``, or ``out`` was
-            made with another pipeline (or by someone else).
+            made with another pipeline (or by someone else); ``cluster`` with ``node`` or
+            ``master``; fewer than ``nodes`` nodes alive.
         StageFailed: a stage's ``start`` or ``finalize`` hook failed.
     """
     t0 = time.perf_counter()
     m0 = time.monotonic()  # the wall-time split's marks (the engine's clock)
-    plan = await anyio.to_thread.run_sync(_plan, pipeline, out, items, node, master, fresh)
+    if cluster is not None and (node is not None or master is not None):
+        raise ConfigError(
+            "cluster= runs on the cluster's own nodes and master: give it without node= or master="
+        )
+    plan = await anyio.to_thread.run_sync(
+        _plan, pipeline, out, items, node or cluster, master or cluster, fresh
+    )
     cfg, resolved, out_dir, run_dir, log_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir, plan.log_dir
     if not structlog.is_configured():  # a program that set up no logging: the run's lines go to
         configure_logging("local", "run", log_dir, console=False)  # its log file, not the terminal
     if plan.complete is not None:
         return _already_complete(plan.complete)
     failed: StageFailed | None = None
-    async with _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint) as cluster:
+    where = (
+        _on_cluster(resolved, cluster, nodes, keys)
+        if cluster is not None
+        else _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint)
+    )
+    async with where as running:
         if on_start is not None:
-            on_start(RunStart(time.perf_counter() - t0, cfg.items, cluster.before, len(cfg.stages), out_dir))
+            on_start(RunStart(time.perf_counter() - t0, cfg.items, running.before, len(cfg.stages), out_dir))
         engine_created = time.monotonic()
         engine = PipelineEngine(
             resolved,
-            cluster.runtime,
-            cluster.node_endpoint,
+            running.runtime,
+            running.node_endpoint,
             on_change=on_progress,
-            source=cluster.source,
+            source=running.source,
             keep_outputs=keep_outputs,
             out=None if out_dir is None else str(out_dir),
             fresh=fresh,
+            hosts=running.hosts,
         )
-        if cluster.node is not None:
-            cluster.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
+        if running.node is not None:
+            running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
         try:
             result = await engine.run()
         except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
@@ -204,7 +229,7 @@ def pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
     from dataclasses import asdict
 
     m = engine.metrics()
-    return {**asdict(m), "efficiency": m.efficiency}
+    return {**asdict(m), "efficiency": m.efficiency, "replicas": engine.replica_status()}
 
 
 # -- the pieces ---------------------------------------------------------------------------------
@@ -294,6 +319,22 @@ class _Cluster:
     node: Node | None
     source: ItemSource | None
     before: int
+    hosts: EngineHosts | None = None
+
+
+@asynccontextmanager
+async def _on_cluster(
+    cfg: PipelineConfig, master: str, nodes: int, keys: str | os.PathLike[str] | None
+) -> AsyncIterator[_Cluster]:
+    """A client of the running master at ``master``: its job is the items, its live nodes run
+    the replicas; nothing is started here, so nothing is stopped but the replicas."""
+    async with connect(master, keys=keys) as rt:
+        live = await wait_for_nodes(rt, master, nodes)
+        for stage in cfg.stages:  # every stage has a node before anything starts
+            res = stage.resources
+            place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
+        source, before = await _master_source(rt, master, cfg)
+        yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
 @asynccontextmanager

@@ -36,6 +36,8 @@ import anyio
 from troupe.runtime.core.actor import Actor, Handler, handles
 from troupe.runtime.errors import ItemFailed
 
+from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
+
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
 
 HOOKS = ("start", "finalize")
@@ -178,6 +180,44 @@ class StageActor(Actor):
                 outcomes.append(_outcome_of_failure(exc))
             self.progress()
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    @handles("process_direct")
+    async def _process_direct(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``process`` on the direct data plane (see ``handoff``): inputs pulled from the
+        replicas that hold them (``from``: ``[holder, key]`` per item, or None where the item
+        came inline), and, with ``hold`` (a key per item), each output of at least
+        ``inline_below`` bytes kept here for the next stage and answered by its size."""
+        t0 = time.perf_counter()
+        items: list[Any] = list(payload["items"])
+        sources = payload.get("from")
+        hold = payload.get("hold")
+        lost: dict[int, str] = {}
+        if sources:
+            items, lost = await pull_inputs(self._ask, items, list(sources))
+        run = [item for i, item in enumerate(items) if i not in lost]
+        if not run:
+            done: list[dict[str, Any]] = []
+        elif hold and self._handlers["process"].fn is StageActor.process_plain:
+            # Off the loop: the Outbox beside this actor hands over earlier outputs meanwhile.
+            done = await anyio.to_thread.run_sync(self._plain_outcomes, run)
+        else:
+            done = (await self._process({"items": run}))["outcomes"]
+        ran = iter(done)
+        outcomes = [outcome_lost(lost[i]) if i in lost else next(ran) for i in range(len(items))]
+        if hold:
+            below = int(payload.get("inline_below", INLINE_BELOW))
+            for i, outcome in enumerate(outcomes):
+                if "ok" in outcome and (size := payload_bytes(outcome["ok"])) >= below:
+                    HELD.put(str(hold[i]), outcome["ok"], size)
+                    outcomes[i] = {"held": str(hold[i]), "bytes": size}
+        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    async def _ask(self, actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        return await self.ref(actor).ask(msg_type, payload, timeout=timeout)
+
+    def _plain_outcomes(self, items: list[Any]) -> list[dict[str, Any]]:
+        outcomes: list[dict[str, Any]] = self.process_plain({"items": items})["outcomes"]
+        return outcomes
 
     @handles("stage_info")
     async def _stage_info(self, payload: Any) -> dict[str, Any]:

@@ -73,6 +73,15 @@ HELD_PER_ASKER = 1000
 HELD_IN_ALL = 10_000
 
 
+def frames_bytes(frames: list[Any]) -> int:
+    """The bytes of a message's frames (bytes, zmq frames, buffers of arrays or tensors)."""
+    total = 0
+    for frame in frames:
+        nbytes = getattr(frame, "nbytes", None)
+        total += nbytes if isinstance(nbytes, int) else len(frame)
+    return total
+
+
 def _any_port(bind: str) -> str:
     """``bind``'s tcp interface with a free port (``tcp://10.0.0.2:*``); loopback otherwise."""
     if not bind.startswith("tcp://") or ":" not in bind[6:]:
@@ -145,6 +154,9 @@ class ZmqTransport:
         )
         self._sent = 0
         self._received = 0
+        # [sent, received] bytes of every frame, when someone asked (count_bytes); None costs
+        # one attribute test per message.
+        self.wire_bytes: list[int] | None = None
         self._closed = False
 
     def open_mailbox(self, bind: str | None = None) -> str:
@@ -262,6 +274,8 @@ class ZmqTransport:
                 w.wake.set()  # the pump reports it (or sees the socket closed)
                 return False
             self._received += 1
+            if self.wire_bytes is not None:
+                self.wire_bytes[1] += frames_bytes(frames)
             if not w.is_router and self.refuse is not None and self.refuse(w.peer):
                 self._count_refused(w.peer, "receive")
                 continue
@@ -302,6 +316,8 @@ class ZmqTransport:
                     break
                 handled += 1
                 self._received += 1
+                if self.wire_bytes is not None:
+                    self.wire_bytes[1] += frames_bytes(frames)
                 if not w.is_router and self.refuse is not None and self.refuse(w.peer):
                     self._count_refused(w.peer, "receive")
                     continue
@@ -505,6 +521,8 @@ class ZmqTransport:
                 self._look_later(w)
             raise
         self._sent += 1
+        if self.wire_bytes is not None:
+            self.wire_bytes[0] += frames_bytes(frames)
         # The send may have consumed the descriptor's signal: pass it on to whoever is parked
         # (the reader, if input waits; other senders, if the socket takes messages). Those not
         # parked re-check EVENTS themselves before they park. One look after a run of sends is

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from trainer_testdata import (
-    ENCODER_WORKER,
     TRAINER_WORKER,
     node_config,
     train_data,
+    trainer_encoder,
     wait_progress,
     write_clips,
 )
@@ -32,9 +32,7 @@ async def test_remote_encoding_gives_the_losses_and_weights_of_local_encoding(
     troupe_cluster: Any, tmp_path: Path
 ) -> None:
     data = write_clips(tmp_path / "data")
-    workers = [TRAINER_WORKER.format(name="trainer")] + [
-        ENCODER_WORKER.format(name=n) for n in ("enc-a", "enc-b")
-    ]
+    workers = [TRAINER_WORKER.format(name="trainer")] + [trainer_encoder(n) for n in ("enc-a", "enc-b")]
     cluster = troupe_cluster(node_config(*workers))
     async with cluster.client() as rt:
         trainer = rt.ref("trainer")

@@ -18,11 +18,11 @@ from typing import Any
 import anyio
 import numpy as np
 
+from support.encoder_workers import LIGHT_ENCODER, encoder_worker
 from troupe.actors.lerobot.episode import EpisodeData, write_episode
 from troupe.actors.training.dataset import LeRobotClips, store_dir
 from troupe.runtime.tasks.output_store import OutputStore
 
-LIGHT = "troupe.actors.encoders.light:LightEncoder"
 GATED = "trainer_testdata:GatedClips"
 WAIT_S = 90.0
 EPISODES, LENGTH, SIDE, FPS = 3, 16, 32, 10
@@ -62,7 +62,7 @@ def train_data(dataset: Path, steps: int, **train: Any) -> dict[str, Any]:
             "group_size": 1, "checkpoint_every": 2, "deadline_s": 60.0, **train,
         },
         "model": {"d_model": 32, "layers": 1, "heads": 2, "latent_channels": 4, "patch_size": 2},
-        "encoders": {"encoder": LIGHT, "encoder_kwargs": {"seed": 3}},
+        "encoders": {"encoder": LIGHT_ENCODER, "encoder_kwargs": {"seed": 3}},
         "trainers": {"threads": 1},
     }  # fmt: skip
 
@@ -79,20 +79,10 @@ def node_config(*workers: str) -> str:
     return SUPERVISION + "".join(workers)
 
 
-ENCODER_WORKER = """
-[[workers]]
-name = "w-{name}"
+def trainer_encoder(name: str) -> str:
+    """A worker table of the encoder actor ``name`` for the trainer tests: no disk cache, 1 thread."""
+    return encoder_worker(name, disk_mb=0, threads=1)
 
-[[workers.actors]]
-name = "{name}"
-class = "troupe.actors.encoders.encoder_actor:EncoderActor"
-
-[workers.actors.kwargs]
-encoder = "troupe.actors.encoders.light:LightEncoder"
-encoder_kwargs = {{ seed = 3 }}
-disk_mb = 0
-threads = 1
-"""
 
 TRAINER_WORKER = """
 [[workers]]

@@ -21,6 +21,7 @@ import anyio.abc
 import pytest
 
 from troupe.runtime.pipeline import engine as engine_module
+from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
 from troupe.runtime.pipeline.model import PipelineMetrics
@@ -96,7 +97,7 @@ class FakeRef:
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
             return {"hooks": []}
-        assert kind == "process", kind
+        assert kind in ("process", "process_direct"), kind
         node = self.node
         call = Call(self.replica, list(payload["items"]))
         node.outstanding[self.replica] += 1
@@ -137,6 +138,7 @@ class FakeClock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
     monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    monkeypatch.setattr(replicas_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
     yield fake
 
 

@@ -1,0 +1,310 @@
+"""One training run's workers on the cluster: the encoder actors and trainer ranks placed on
+their hosts and spawned through each host's node, the ranks started and polled to the end, and
+all of them started again from the latest committed checkpoint when one is lost (at most
+``train.max_restarts`` times)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import structlog
+
+from troupe.runtime import TroupeError, UnknownActor
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.placement import Host, place
+
+from .train_cluster import stop_worker
+from .train_datagen import run_datagen, wait_episodes
+from .train_result import (
+    TrainingFailed,
+    TrainProgress,
+    TrainRunResult,
+    committed_checkpoints,
+    rank_timings,
+)
+
+__all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver"]
+
+log = structlog.get_logger(__name__)
+
+ENCODER_CLASS = "troupe.actors.encoders.encoder_actor:EncoderActor"
+TRAINER_CLASS = "troupe.actors.training.trainer:TrainerActor"
+
+_POLL_S = 0.5
+_ASK_S = 20.0
+_SPAWN_S = 120.0
+_LOST_AFTER_S = 120.0  # a rank that answers nothing this long is restarted as if it answered idle
+
+
+@dataclass
+class Rank:
+    """One trainer rank: its worker, actor, host, and its last ``progress`` answer."""
+
+    index: int
+    worker: str
+    actor: str
+    host: Host
+    last: dict[str, Any] = field(default_factory=dict)
+    silent_since: float | None = None
+
+
+class TrainDriver:
+    """The workers of one training run, their starts, polls and restarts."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        cfg: Any,
+        out: Path,
+        hosts: list[Host],
+        say: Callable[[str], None],
+        on_progress: Callable[[TrainProgress], None] | None,
+    ) -> None:
+        self.rt, self.cfg, self.out, self.say, self.on_progress = rt, cfg, out, say, on_progress
+        enc, tr = cfg.encoders, cfg.trainers
+        local = cfg.train.local_encoding  # the ranks encode themselves: no encoder actors
+        enc_hosts = [] if local else place(enc.count, hosts, enc.tags, enc.gpus, what="encoders")
+        rank_hosts = place(tr.ranks, hosts, tr.tags, tr.gpus, what="trainers")
+        self.encoders = [(f"train-encode-{i}", f"w-train-encode-{i}", h) for i, h in enumerate(enc_hosts)]
+        self.ranks = [Rank(r, f"w-train-rank-{r}", f"train-rank-{r}", h) for r, h in enumerate(rank_hosts)]
+        self.spawned: list[tuple[str, Host]] = []
+        self.restarts = 0
+        self.resumed_from: int | None = None
+        self.first_step = 0
+        self.datagen: dict[str, Any] | None = None
+
+    @property
+    def placement(self) -> dict[str, str]:
+        return {**{a: h.name for a, _, h in self.encoders}, **{r.actor: r.host.name for r in self.ranks}}
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    async def _spawn(
+        self, worker: str, kind: str, actor: str, cls: str, kwargs: dict[str, Any], host: Host
+    ) -> None:
+        spec = {"name": worker, "kind": kind, "actors": [{"name": actor, "class": cls, "kwargs": kwargs}]}
+        await self.rt.control(
+            host.endpoint, "spawn_worker", {**spec, "timeout_s": _SPAWN_S}, timeout=_SPAWN_S + 10
+        )
+        self.spawned.append((worker, host))
+        log.info("train_worker_spawned", worker=worker, kind=kind, node=host.name)
+
+    async def _stop_worker(self, worker: str, host: Host) -> None:
+        await stop_worker(self.rt, worker, host)
+        with contextlib.suppress(ValueError):
+            self.spawned.remove((worker, host))
+
+    def _encoder_kwargs(self) -> dict[str, Any]:
+        enc = self.cfg.encoders
+        kwargs = {
+            "encoder": enc.encoder,
+            "encoder_kwargs": dict(enc.encoder_kwargs),
+            "weights": enc.weights,
+            "memory_mb": enc.memory_mb,
+            "disk_mb": enc.disk_mb,
+            "cache_dir": enc.cache_dir,
+            "threads": enc.threads,
+        }
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+    def _trainer_kwargs(self) -> dict[str, Any]:
+        threads = self.cfg.trainers.threads
+        return {} if threads is None else {"threads": threads}
+
+    async def _spawn_encoders(self) -> None:
+        kwargs = self._encoder_kwargs()
+        async with anyio.create_task_group() as tg:
+            for actor, worker, host in self.encoders:
+                tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
+
+    async def _spawn_rank(self, rank: Rank) -> None:
+        await self._spawn(
+            rank.worker, "trainer", rank.actor, TRAINER_CLASS, self._trainer_kwargs(), rank.host
+        )
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    async def main(self, fresh: bool) -> TrainRunResult:
+        self.say(
+            f"placing {len(self.encoders)} encoder actor(s) and {len(self.ranks)} rank(s): "
+            + ", ".join(f"{a} on {n}" for a, n in self.placement.items())
+        )
+        async with anyio.create_task_group() as tg:
+            datagen_done = anyio.Event()
+            if self.cfg.datagen is not None:
+                tg.start_soon(self._datagen, fresh, datagen_done)
+            await self._spawn_encoders()
+            async with anyio.create_task_group() as spawn:
+                for rank in self.ranks:
+                    spawn.start_soon(self._spawn_rank, rank)
+            if self.cfg.datagen is not None:
+                await wait_episodes(self.cfg, datagen_done, self.say, _POLL_S)
+            final = await self._train()
+        return await self._result(final)
+
+    async def _start_ranks(self, attempt: int) -> None:
+        payload = {
+            "config": self.cfg.to_data(),
+            "out": str(self.out),
+            "world_size": len(self.ranks),
+            "encoders": [a for a, _, _ in self.encoders],
+            "rendezvous": f"train-rendezvous-{attempt}",
+            "host": _reachable_host(self.ranks[0].host.endpoint),
+        }
+        replies = [
+            await self._ask_new(rank.actor, "start", {**payload, "rank": rank.index}) for rank in self.ranks
+        ]
+        resumed = replies[0].get("resumed_from") if isinstance(replies[0], dict) else None
+        self.first_step = int(resumed or 0)
+        where = f"step {resumed} (checkpoints in {self.cfg.train.checkpoint_dir})"
+        if attempt == 0 and resumed is not None:
+            self.resumed_from = int(resumed)
+            self.say(f"resuming from {where}")
+        elif attempt > 0:
+            self.say(f"ranks started again from {where if resumed is not None else 'the start'}")
+        for rank in self.ranks:
+            rank.last, rank.silent_since = {}, None
+
+    async def _ask_new(self, actor: str, msg_type: str, payload: Any) -> Any:
+        """Ask an actor just spawned: a master learns of it from its node's next beat, so an
+        unknown name is asked again for a while."""
+        deadline = time.monotonic() + _SPAWN_S
+        while True:
+            try:
+                return await self.rt.ref(actor).ask(msg_type, payload, timeout=_ASK_S * 3)
+            except UnknownActor:
+                if time.monotonic() > deadline:
+                    raise
+                await anyio.sleep(0.2)
+
+    async def _train(self) -> list[dict[str, Any]]:
+        """Start the ranks and poll them to the end; restart them all when one is lost."""
+        limit = int(self.cfg.train.max_restarts)
+        attempt = 0
+        await self._start_ranks(attempt)
+        while True:
+            await anyio.sleep(_POLL_S)
+            lost = await self._poll()
+            if lost is None:
+                if all(r.last.get("state") == "done" for r in self.ranks):
+                    return [r.last for r in self.ranks]
+                continue
+            errors = "; ".join(
+                f"rank {r.index}: {r.last.get('error') or r.last.get('state') or 'no answer'}"
+                for r in self.ranks
+                if r.last.get("state") != "running"
+            )
+            if self.restarts >= limit:
+                raise TrainingFailed(
+                    f"training failed after {self.restarts} restart(s) "
+                    f"(train.max_restarts = {limit}): {lost}; {errors}"
+                )
+            self.restarts += 1
+            attempt += 1
+            log.warning(
+                "train_restart", restart=self.restarts, max_restarts=limit, reason=lost, errors=errors
+            )
+            self.say(f"{lost}; restarting every rank from the last checkpoint ({self.restarts}/{limit})")
+            await self._respawn_ranks()
+            await self._start_ranks(attempt)
+
+    async def _poll(self) -> str | None:
+        """Ask every rank for its progress; the reason to restart, or None."""
+        now = time.monotonic()
+        for rank in self.ranks:
+            try:
+                reply = await self.rt.ref(rank.actor).ask("progress", None, timeout=_ASK_S)
+            except TroupeError:
+                rank.silent_since = rank.silent_since or now
+                if now - rank.silent_since > _LOST_AFTER_S:
+                    return f"rank {rank.index} answered nothing for {_LOST_AFTER_S:g} s"
+                continue
+            rank.silent_since = None
+            rank.last = dict(reply) if isinstance(reply, dict) else {}
+            state = rank.last.get("state")
+            if state == "failed":
+                return f"rank {rank.index} failed: {rank.last.get('error')}"
+            if state == "idle":
+                return f"rank {rank.index} lost its worker (restarted by its node)"
+        self._record()
+        return None
+
+    def _record(self) -> None:
+        head = self.ranks[0].last
+        step, loss = int(head.get("step") or 0), head.get("loss")
+        if self.on_progress is not None and head:
+            self.on_progress(
+                TrainProgress(
+                    step=step,
+                    steps=int(head.get("steps") or self.cfg.train.steps),
+                    loss=None if loss is None else float(loss),
+                    samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
+                    checkpoint=None if head.get("checkpoint") is None else int(head["checkpoint"]),
+                    restarts=self.restarts,
+                    states=tuple(str(r.last.get("state", "?")) for r in self.ranks),
+                )
+            )
+
+    async def _respawn_ranks(self) -> None:
+        """Every rank's worker stopped (a rank left in a collective would hang) and started again."""
+        async with anyio.create_task_group() as tg:
+            for rank in self.ranks:
+                tg.start_soon(self._stop_worker, rank.worker, rank.host)
+        async with anyio.create_task_group() as tg:
+            for rank in self.ranks:
+                tg.start_soon(self._spawn_rank, rank)
+
+    # -- data generation beside ---------------------------------------------------------------
+
+    async def _datagen(self, fresh: bool, done: anyio.Event) -> None:
+        try:
+            self.datagen = await run_datagen(self.cfg, self.ranks[0].host.endpoint, fresh, self.say)
+        finally:
+            done.set()
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    async def _result(self, final: list[dict[str, Any]]) -> TrainRunResult:
+        head = final[0]
+        result: dict[str, Any] = head["result"] if isinstance(head.get("result"), dict) else {}
+        losses = self._losses(result)
+        timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
+        requests: dict[str, int] = {}
+        for actor, _, _ in self.encoders:
+            try:
+                stats = await self.rt.ref(actor).ask("stats", None, timeout=_ASK_S)
+                requests[actor] = int(stats.get("groups", 0))
+            except TroupeError:
+                requests[actor] = -1
+        return TrainRunResult(
+            steps=int(head.get("step") or 0),
+            losses=losses,
+            loss=losses[-1] if losses else None,
+            samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
+            timings=timings,
+            requests=requests,
+            restarts=self.restarts,
+            checkpoints=committed_checkpoints(Path(self.cfg.train.checkpoint_dir)),
+            placement=self.placement,
+            wall_s=0.0,
+            resumed_from=self.resumed_from,
+            first_step=self.first_step,
+            datagen=self.datagen,
+        )
+
+    def _losses(self, result: dict[str, Any]) -> list[float]:
+        """Rank 0's losses of the last (re)start: steps ``first_step + 1`` to the end."""
+        return [float(x) for x in result.get("losses") or []]
+
+
+def _reachable_host(endpoint: str) -> str:
+    """The address other hosts reach a node at, from its endpoint (loopback for a wildcard)."""
+    host = urlsplit(endpoint).hostname or "127.0.0.1"
+    return "127.0.0.1" if host in ("0.0.0.0", "*", "::") else host

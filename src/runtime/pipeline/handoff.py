@@ -1,0 +1,168 @@
+"""The direct data plane: a stage's outputs go from replica to replica, not through the engine.
+
+A replica whose stage feeds another keeps each output it makes (``HeldOutputs``) and answers the
+engine with its size only (``{"held": key, "bytes": n}``). The engine queues that handle for the
+next stage, and the replica it picks there fetches the payload itself, with one ``stage_take``
+ask per holder (``pull_inputs``): the frames go mailbox to mailbox, zero-copy as any message,
+and the engine sees ids, sizes, timings and outcomes. The holder keeps the output until the
+engine says the item is settled downstream (``stage_release``), so a downstream failure retries
+from the same output; a holder that is gone (its node died) makes the item ``lost``, and the
+engine runs it again from the first stage.
+
+Small outputs (under ``inline_below`` bytes, counted by :func:`payload_bytes`) still travel
+inline through the engine: an extra round trip would cost them more than their bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from troupe.runtime.core.actor import Actor, handles
+from troupe.runtime.errors import TroupeError
+
+__all__ = [
+    "HELD",
+    "INLINE_BELOW",
+    "OUTBOX_CLASS",
+    "PULL_TIMEOUT_S",
+    "HeldOutputs",
+    "Outbox",
+    "outcome_lost",
+    "payload_bytes",
+    "pull_inputs",
+]
+
+INLINE_BELOW = 4096
+"""Outputs smaller than this (bytes) go inline through the engine by default."""
+
+PULL_TIMEOUT_S = 300.0
+"""How long a replica waits for a holder to hand over a batch's inputs (a few large frames)."""
+
+_SCALAR_BYTES = 9  # msgpack's largest fixed-size scalar
+
+
+def payload_bytes(obj: Any, limit: int = 1 << 62) -> int:
+    """About what ``obj`` weighs on the wire: buffers (arrays, tensors, bytes) by their size,
+    strings by their length, containers by their contents. Stops counting past ``limit``."""
+    total = 0
+    stack = [obj]
+    while stack and total < limit:
+        o = stack.pop()
+        nbytes = getattr(o, "nbytes", None)
+        if isinstance(nbytes, int):
+            total += nbytes
+        elif isinstance(o, (bytes, bytearray, str)):
+            total += len(o)
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        else:
+            total += _SCALAR_BYTES
+    return total
+
+
+def outcome_lost(why: str) -> dict[str, Any]:
+    """The item's input is gone with its holder: it must run again from the first stage."""
+    return {"lost": why}
+
+
+class HeldOutputs:
+    """The outputs a replica keeps for the next stage, by key, until released."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+        self.bytes = 0
+        self._sizes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, key: str, item: Any, size: int) -> None:
+        self.release([key])  # a retried call makes the same key again
+        self._items[key] = item
+        self._sizes[key] = size
+        self.bytes += size
+
+    def take(self, keys: list[str]) -> dict[str, Any]:
+        """The held items of ``keys`` (those still held); they stay held."""
+        return {k: self._items[k] for k in keys if k in self._items}
+
+    def release(self, keys: list[str]) -> None:
+        """Forget ``keys`` (those not held are ignored: a release may follow a restart)."""
+        for key in keys:
+            if key in self._items:
+                del self._items[key]
+                self.bytes -= self._sizes.pop(key)
+
+
+async def pull_inputs(
+    ask: Callable[[str, str, Any, float], Any], items: list[Any], sources: list[Any]
+) -> tuple[list[Any], dict[int, str]]:
+    """The batch's items with each pulled one filled in from its holder, and the indexes whose
+    holder is gone or no longer has it (with why).
+
+    Args:
+        ask: ``ask(actor, msg_type, payload, timeout)``, an awaitable (the actor's runtime).
+        items: the batch as the engine sent it (None where the item is pulled).
+        sources: per item, ``[holder actor, key]`` or None (the item came inline).
+    """
+    by_holder: dict[str, list[tuple[int, str]]] = {}
+    for i, source in enumerate(sources):
+        if source is not None:
+            by_holder.setdefault(str(source[0]), []).append((i, str(source[1])))
+    filled = list(items)
+    lost: dict[int, str] = {}
+
+    async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
+        try:
+            reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
+            got = reply.get("items", {}) if isinstance(reply, dict) else {}
+        except TroupeError as exc:
+            got, why = {}, f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
+        else:
+            why = f"holder {holder} no longer holds it"
+        for i, key in wanted:
+            if key in got:
+                filled[i] = got[key]
+            else:
+                lost[i] = why
+
+    async with anyio.create_task_group() as tg:
+        for holder, wanted in by_holder.items():
+            tg.start_soon(fetch, holder, wanted)
+    return filled, lost
+
+
+HELD = HeldOutputs()
+"""This process's held outputs: a replica's worker process hosts one stage actor, which puts
+them here, and one :class:`Outbox`, which hands them over."""
+
+OUTBOX_CLASS = "troupe.runtime.pipeline.handoff:Outbox"
+
+
+class Outbox(Actor):
+    """Hands a replica's held outputs to the replicas of the next stage.
+
+    An actor of its own beside the stage actor: the stage's mailbox takes one call at a time,
+    and a render that takes seconds must not keep the next stage waiting for the frames it
+    finished before.
+    """
+
+    mailbox_capacity = 256
+
+    @handles("stage_take")
+    def _take(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"items": HELD.take([str(k) for k in payload.get("keys", ())])}
+
+    @handles("stage_release")
+    def _release(self, payload: dict[str, Any]) -> None:
+        HELD.release([str(k) for k in payload.get("keys", ())])
+
+    @handles("stage_held")
+    def _held(self, payload: Any) -> dict[str, int]:
+        return {"items": len(HELD), "bytes": HELD.bytes}

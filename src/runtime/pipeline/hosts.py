@@ -1,0 +1,121 @@
+"""Where the engine starts a stage's replicas: one node, or the live nodes of a master's cluster.
+
+A run on one node (the node ``troupe run`` starts, or ``--node``) has one host that carries every
+tag. A run on a cluster (``troupe run --cluster MASTER``) asks the master for its live nodes
+(:func:`~troupe.runtime.placement.cluster_hosts`) when it starts and every ``refresh_s`` after:
+a node that stops beating leaves the list, and the engine then treats the replicas it ran as
+lost; a node that joins is used for the next replicas started.
+
+Each new replica goes to the node, among those that fit the stage's resources (tags, GPUs),
+that runs the fewest replicas of that stage, then the fewest in all: a stage's replicas spread
+over the nodes before any node gets a second one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import anyio
+
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError, TroupeError
+from troupe.runtime.placement import Host, cluster_hosts, fits
+
+__all__ = ["EngineHosts", "wait_for_nodes"]
+
+
+class EngineHosts:
+    """The nodes replicas may run on, and how many each runs.
+
+    Args:
+        hosts: the nodes to start with.
+        master: the master to ask for live nodes again (a cluster run); None: ``hosts`` is fixed.
+        runtime: the runtime to ask the master from.
+        refresh_s: how often a cluster run asks.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        master: str | None = None,
+        runtime: Runtime | None = None,
+        refresh_s: float = 1.0,
+    ) -> None:
+        self.hosts = list(hosts)
+        self.master = master
+        self.runtime = runtime
+        self.refresh_s = refresh_s
+        self.changed = anyio.Event()  # set when a node leaves (or comes back)
+        self._stage_load: dict[str, Counter[str]] = {}
+        self._load: Counter[str] = Counter()
+
+    @property
+    def alive(self) -> frozenset[str]:
+        """The names of the nodes that may run replicas now."""
+        return frozenset(h.name for h in self.hosts)
+
+    def pick(self, stage: str, tags: Sequence[str] = (), gpus: int = 0) -> Host:
+        """The node for a new replica of ``stage`` (counted as running there from now on).
+
+        Raises:
+            ConfigError: no live node fits (names what was asked and what the nodes offer).
+        """
+        fitting = [h for h in self.hosts if fits(h, tags, gpus)]
+        if not fitting:
+            offered = ", ".join(
+                f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})"
+                for h in self.hosts
+            )
+            raise ConfigError(
+                f"stages.{stage}: no live node has tags {sorted(set(tags))} and {gpus} GPU(s); "
+                f"the cluster offers: {offered or 'no nodes'}"
+            )
+        per_stage = self._stage_load.setdefault(stage, Counter())
+        host = min(fitting, key=lambda h: (per_stage[h.name], self._load[h.name]))
+        per_stage[host.name] += 1
+        self._load[host.name] += 1
+        return host
+
+    def gone(self, stage: str, host: Host) -> None:
+        """A replica of ``stage`` on ``host`` stopped (or never started)."""
+        per_stage = self._stage_load.setdefault(stage, Counter())
+        per_stage[host.name] = max(0, per_stage[host.name] - 1)
+        self._load[host.name] = max(0, self._load[host.name] - 1)
+
+    async def watch(self) -> None:
+        """Keep the list of live nodes fresh (a cluster run; returns at once otherwise)."""
+        if self.master is None or self.runtime is None:
+            return
+        while True:
+            await anyio.sleep(self.refresh_s)
+            try:
+                hosts = await cluster_hosts(self.runtime, self.master, timeout=max(5.0, self.refresh_s))
+            except TroupeError:  # the master is busy or restarting: keep the last list
+                continue
+            if {h.name for h in hosts} != self.alive:
+                self.hosts = hosts
+                self.changed.set()
+                self.changed = anyio.Event()
+            else:
+                self.hosts = hosts
+
+
+async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: float = 60.0) -> list[Host]:
+    """The master's live nodes, once at least ``count`` are alive.
+
+    Raises:
+        ConfigError: fewer than ``count`` nodes are alive after ``timeout_s`` (names them).
+    """
+    hosts = await cluster_hosts(runtime, master)
+    with anyio.move_on_after(timeout_s):
+        while len(hosts) < count:
+            await anyio.sleep(0.2)
+            hosts = await cluster_hosts(runtime, master)
+    if len(hosts) < max(count, 1):
+        names = ", ".join(h.name for h in hosts) or "none"
+        raise ConfigError(
+            f"--nodes {count}: {len(hosts)} node(s) alive on the master at {master} after "
+            f"{timeout_s:g}s ({names}); start them with `troupe node start --master {master}`"
+        )
+    return hosts

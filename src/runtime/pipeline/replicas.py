@@ -1,0 +1,259 @@
+"""The engine's replicas: where each starts (``hosts``), when it is replaced or retired, how the
+scaler moves slots between stages, and what a node's death does to the replicas it ran.
+
+:class:`ReplicaPool` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
+manages them; the engine's item flow calls into it and it into that flow (``_lose_outputs``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from troupe.runtime.core.ref import ActorRef
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, UnknownActor, UnknownMessageType
+from troupe.runtime.placement import Host
+
+from .config import PipelineConfig
+from .handoff import OUTBOX_CLASS
+from .hosts import EngineHosts
+from .model import ScaleInput, decide_scaling
+from .records import Replica, StageState, node_of
+
+__all__ = ["ReplicaPool"]
+
+log = structlog.get_logger(__name__)
+
+_START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
+_KNOWN_S = 10.0  # a cluster's directory (the master) learns of a new worker with its node's next beat
+
+
+class ReplicaPool:
+    """Starts, replaces, scales and stops a pipeline's replicas (a part of the engine)."""
+
+    config: PipelineConfig
+    runtime: Runtime
+    hosts: EngineHosts
+    stages: list[StageState]
+    placement: dict[str, str]
+    scale_log: list[tuple[float, str, int, str]]
+    _direct: bool
+    _tg: anyio.abc.TaskGroup | None
+    _changed: anyio.Event
+    _ids: itertools.count[int]
+    _created: float
+    _fatal: StageFailed | None
+    _wanted_before: set[str]
+    _finishing: bool
+
+    def _source_left(self) -> bool:
+        raise NotImplementedError
+
+    def _lose_outputs(self, replica: Replica) -> None:
+        raise NotImplementedError
+
+    def replica_status(self) -> list[dict[str, Any]]:
+        """Each replica: its stage, its node, the items it has in calls and the outputs it holds."""
+        return [
+            {
+                "stage": stage.cfg.name,
+                "replica": r.name,
+                "node": node_of(r),
+                "busy": r.busy,
+                "held": r.held,
+                "state": "lost" if r.lost else "retiring" if r.retiring else "serving",
+            }
+            for stage in self.stages
+            for r in stage.replicas
+        ]
+
+    def _spawn(self, stage: StageState) -> None:
+        assert self._tg is not None
+        stage.starting += 1
+        name = f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
+        self._tg.start_soon(self._start_replica, stage, name)
+
+    async def _start_replica(self, stage: StageState, name: str) -> None:
+        actors = [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}]
+        if self._direct and self.config.downstream(stage.index):
+            actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
+        spec = {"name": name, "kind": stage.cfg.name, "actors": actors}
+        spawned = False
+        host: Host | None = None
+        try:
+            res = stage.cfg.resources
+            host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
+            # A worker that exits while starting (its class does not import) is answered at once.
+            await self.runtime.control(
+                host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
+            )
+            spawned = True
+            ref = self.runtime.ref(f"{name}/stage")
+            info = await _stage_info(ref)  # resolves and connects
+            stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
+        except (TroupeError, ConfigError) as exc:
+            stage.starting -= 1
+            if host is not None:
+                self.hosts.gone(stage.cfg.name, host)
+            why = str(exc)
+            if isinstance(exc, UnknownMessageType):
+                why = f"{stage.cfg.actor} is not a StageActor ({exc})"
+            log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
+            # Said before the stop below is awaited: no item may move while it runs.
+            if not stage.ready() and not stage.starting:  # nothing left to run the stage's items
+                self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {name} could not start: {why}")
+            self._changed.set()
+            if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
+                await self._stop_worker(name, host)
+            return
+        stage.starting -= 1
+        stage.replicas.append(Replica(name, ref, host=host))
+        self.placement[name] = host.name
+        log.info("replica_placed", stage=stage.cfg.name, replica=name, node=host.name)
+        assert stage.meter is not None
+        stage.meter.set_replicas(len(stage.ready()), time.monotonic())
+        self.scale_log.append(
+            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started")
+        )
+        self._changed.set()
+
+    def _replace(self, stage: StageState, replica: Replica) -> None:
+        """A replica failed under a call: stop using it, stop its worker, start another."""
+        assert self._tg is not None
+        if replica.retiring:
+            return
+        self._mark_retiring(stage, replica)
+        self._lose_outputs(replica)  # stopped, it takes what it held with it
+        self._tg.start_soon(self._retire, stage, replica)
+        self._spawn(stage)
+
+    async def _node_loop(self) -> None:
+        """A node that left the cluster took its replicas: their calls end as failed (their
+        items are retried), what they held runs again, and others start on live nodes."""
+        while True:
+            await self.hosts.changed.wait()
+            alive = self.hosts.alive
+            for stage in self.stages:
+                for replica in list(stage.replicas):
+                    if replica.host is None or replica.host.name in alive or replica.retiring:
+                        continue
+                    log.warning(
+                        "replica_node_lost",
+                        stage=stage.cfg.name,
+                        replica=replica.name,
+                        node=replica.host.name,
+                    )
+                    for scope in list(replica.scopes):
+                        scope.cancel()
+                    self._replace(stage, replica)
+            self._changed.set()
+
+    def _mark_retiring(self, stage: StageState, replica: Replica) -> None:
+        replica.retiring = True  # from now on it is given no work
+        assert stage.meter is not None
+        stage.meter.set_replicas(len(stage.ready()), time.monotonic())
+
+    async def _retire(self, stage: StageState, replica: Replica) -> None:
+        with anyio.fail_after(600):
+            while replica.busy:  # its last call is still running; it ends on its own
+                await anyio.sleep(0.02)
+        if replica in stage.replicas:
+            stage.replicas.remove(replica)
+        self.scale_log.append(
+            (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
+        )
+        await self._stop_worker(replica.name, replica.host)
+        if replica.host is not None:
+            self.hosts.gone(stage.cfg.name, replica.host)
+        self._changed.set()
+
+    async def _scale_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.scale_interval_s)
+            self._scale_once()
+
+    def _drained(self, stage: StageState) -> bool:
+        up = self.config.upstream(stage.index)
+        upstream_done = not self._source_left() if up is None else (self._drained(self.stages[up]))
+        return upstream_done and not stage.queue and all(r.busy == 0 for r in stage.replicas)
+
+    def _scale_once(self) -> None:
+        assert self._tg is not None
+        if self._finishing:
+            return
+        inputs = [
+            ScaleInput(
+                s.cfg.name,
+                len(s.ready()),
+                s.starting,
+                s.cfg.min_replicas,
+                s.cfg.most,
+                len(s.queue),
+                sum(r.busy for r in s.replicas),
+                self._drained(s),
+            )
+            for s in self.stages
+        ]
+        decisions = decide_scaling(inputs, self.config.slot_budget)
+        # Growing costs a process start (seconds of CPU for torch): only grow for a backlog
+        # seen on two looks in a row. Giving back drained slots needs no such patience.
+        wanted = {d.stage for d in decisions if d.delta > 0}
+        confirmed = wanted & self._wanted_before
+        self._wanted_before = wanted
+        for decision in decisions:
+            if decision.delta > 0 and decision.stage not in confirmed:
+                continue
+            stage = next(s for s in self.stages if s.cfg.name == decision.stage)
+            if decision.delta > 0:
+                log.info("stage_scaled", stage=decision.stage, delta=decision.delta, reason=decision.reason)
+                for _ in range(decision.delta):
+                    self._spawn(stage)
+            else:
+                # One that holds outputs for the next stage stays until they are taken (logged
+                # only when one goes: a drained stage that holds is asked again every look).
+                free = [r for r in stage.ready() if not r.held]
+                idle = sorted(free, key=lambda r: r.busy)[: -decision.delta]
+                if idle:
+                    log.info("stage_scaled", stage=decision.stage, delta=-len(idle), reason=decision.reason)
+                for replica in idle:
+                    self._mark_retiring(stage, replica)
+                    self._tg.start_soon(self._retire, stage, replica)
+
+    async def _stop_all(self) -> None:
+        # All at once: a replica's exit (a torch interpreter's teardown: seconds) need not wait
+        # for the one before it.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for stage in self.stages:
+                    for replica in list(stage.replicas):
+                        tg.start_soon(self._stop_worker, replica.name, replica.host)
+                    stage.replicas.clear()
+
+    async def _stop_worker(self, name: str, host: Host | None) -> None:
+        if host is None or host.name not in self.hosts.alive:
+            return  # its node is gone, and its processes with it
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
+            except TroupeError as exc:
+                log.warning("replica_stop_failed", replica=name, error=str(exc))
+
+
+async def _stage_info(ref: ActorRef) -> Any:
+    """A new replica's ``stage_info``. On a cluster the engine resolves names through the
+    master, which hears of a worker with its node's next beat (a second later): a name not
+    known yet is asked for again, for a few beats."""
+    deadline = time.monotonic() + _KNOWN_S
+    while True:
+        try:
+            return await ref.ask("stage_info", None, timeout=60)
+        except UnknownActor:
+            if time.monotonic() >= deadline:
+                raise
+            await anyio.sleep(0.1)

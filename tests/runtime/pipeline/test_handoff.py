@@ -1,0 +1,61 @@
+"""The replica's side of the direct data plane: what an output weighs, what a replica holds,
+and how a batch's inputs are pulled from their holders (a holder that fails, or no longer holds
+an item, makes that item lost, never the batch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from troupe.runtime.errors import AskTimeout
+from troupe.runtime.pipeline.handoff import HeldOutputs, payload_bytes, pull_inputs
+
+
+def test_payload_bytes_counts_buffers_by_size_and_strings_by_length() -> None:
+    frames = np.zeros((4, 8, 8, 3), dtype=np.uint8)  # 768 bytes
+    item = {"task_id": "t-1", "frames": frames, "depth": [np.zeros(10, dtype=np.float32)], "n": 3}
+    size = payload_bytes(item)
+    assert frames.nbytes + 40 <= size < frames.nbytes + 40 + 200
+    assert payload_bytes(b"x" * 5000) == 5000
+
+
+def test_held_outputs_keep_until_released_and_count_their_bytes() -> None:
+    held = HeldOutputs()
+    held.put("a", {"x": 1}, 100)
+    held.put("b", {"x": 2}, 50)
+    assert held.take(["a", "missing"]) == {"a": {"x": 1}}
+    assert len(held) == 2 and held.bytes == 150  # taking does not release
+    held.put("a", {"x": 3}, 10)  # a retried call makes the same key again
+    assert held.bytes == 60
+    held.release(["a", "a", "never-held"])
+    assert len(held) == 1 and held.bytes == 50
+
+
+async def test_pull_fills_each_item_from_its_holder_and_marks_what_cannot_be_had() -> None:
+    stores = {"up-0/outbox": {"k0": "zero", "k2": "two"}}
+    asked: list[tuple[str, list[str]]] = []
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        assert msg_type == "stage_take"
+        asked.append((actor, payload["keys"]))
+        if actor not in stores:
+            raise AskTimeout(f"no reply from {actor}")
+        return {"items": {k: v for k, v in stores[actor].items() if k in payload["keys"]}}
+
+    items = [None, "inline", None, None, None]
+    sources = [
+        ["up-0/outbox", "k0"],
+        None,
+        ["up-0/outbox", "k2"],
+        ["up-0/outbox", "k-gone"],
+        ["dead/outbox", "k4"],
+    ]
+    filled, lost = await pull_inputs(ask, items, sources)
+    assert filled[:3] == ["zero", "inline", "two"]
+    assert set(lost) == {3, 4}
+    assert "no longer holds" in lost[3] and "AskTimeout" in lost[4]
+    assert sorted(asked) == [
+        ("dead/outbox", ["k4"]),
+        ("up-0/outbox", ["k0", "k2", "k-gone"]),
+    ]  # one ask per holder
