@@ -391,7 +391,7 @@ class Node:
     async def _status(self, payload: Any) -> dict[str, Any]:
         assert self.runtime is not None
         workers = []
-        for handle in self.workers.values():
+        for handle in list(self.workers.values()):  # workers may start while it awaits
             info = handle.describe()
             info["rss_mib"] = _rss_mib(handle.pid) if handle.returncode is None else 0.0
             if handle.state is HandleState.RUNNING and handle.endpoint:

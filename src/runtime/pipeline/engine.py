@@ -62,7 +62,6 @@ __all__ = ["Item", "PipelineEngine"]
 log = structlog.get_logger(__name__)
 
 
-
 class PipelineEngine(ReplicaPool):
     """Runs a pipeline's items through its stages on one node.
 
@@ -174,6 +173,7 @@ class PipelineEngine(ReplicaPool):
             try:
                 tg.start_soon(self.hosts.watch)
                 tg.start_soon(self._node_loop)
+                tg.start_soon(self._worker_loop)
                 for stage in self.stages:
                     for _ in range(stage.cfg.replicas):
                         self._spawn(stage)
@@ -539,6 +539,17 @@ class PipelineEngine(ReplicaPool):
         for it in lost:
             self._restart(it, f"replica {replica.name} holding its payload is gone")
         replica.held = 0
+        if self._direct and self._tg is not None:  # replicas pulling from it stop waiting for it
+            for stage in self.stages:
+                for other in stage.replicas:
+                    if other is not replica and other.busy and not other.lost:
+                        self._tg.start_soon(self._tell_gone, other, replica.outbox)
+
+    async def _tell_gone(self, replica: Replica, holder: str) -> None:
+        try:
+            await self.runtime.ref(replica.outbox).tell("stage_holder_gone", {"holder": holder})
+        except TroupeError as exc:
+            log.info("holder_gone_not_told", replica=replica.name, error=str(exc))
 
     def _holder_gone(self, item: Item) -> None:
         """The replica holding ``item``'s input no longer has it: its process died (and its node

@@ -27,6 +27,7 @@ __all__ = [
     "HELD",
     "INLINE_BELOW",
     "OUTBOX_CLASS",
+    "PULLS",
     "PULL_TIMEOUT_S",
     "HeldOutputs",
     "Outbox",
@@ -38,8 +39,9 @@ __all__ = [
 INLINE_BELOW = 4096
 """Outputs smaller than this (bytes) go inline through the engine by default."""
 
-PULL_TIMEOUT_S = 300.0
-"""How long a replica waits for a holder to hand over a batch's inputs (a few large frames)."""
+PULL_TIMEOUT_S = 60.0
+"""How long a replica waits for a holder to hand over a batch's inputs: a few large frames take
+a second; a holder whose node died never answers (its items then run again)."""
 
 _SCALAR_BYTES = 9  # msgpack's largest fixed-size scalar
 
@@ -119,13 +121,21 @@ async def pull_inputs(
     lost: dict[int, str] = {}
 
     async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
-        try:
-            reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
-            got = reply.get("items", {}) if isinstance(reply, dict) else {}
-        except TroupeError as exc:
-            got, why = {}, f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
-        else:
-            why = f"holder {holder} no longer holds it"
+        got: dict[str, Any] = {}
+        why = f"holder {holder} no longer holds it"
+        with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
+            PULLS.setdefault(holder, set()).add(scope)
+            try:
+                reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
+                got = reply.get("items", {}) if isinstance(reply, dict) else {}
+            except TroupeError as exc:
+                why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
+            finally:
+                PULLS[holder].discard(scope)
+                if not PULLS[holder]:
+                    del PULLS[holder]
+        if scope.cancelled_caught:
+            why = f"holder {holder} is gone (the engine lost its replica)"
         for i, key in wanted:
             if key in got:
                 filled[i] = got[key]
@@ -144,9 +154,14 @@ them here, and one :class:`Outbox`, which hands them over."""
 
 OUTBOX_CLASS = "troupe.runtime.pipeline.handoff:Outbox"
 
+PULLS: dict[str, set[anyio.CancelScope]] = {}
+"""This process's pulls in progress, by holder: the engine ends those from a holder it lost
+(``stage_holder_gone``) rather than leave them waiting ``PULL_TIMEOUT_S`` for a dead process."""
+
 
 class Outbox(Actor):
-    """Hands a replica's held outputs to the replicas of the next stage.
+    """Hands a replica's held outputs to the replicas of the next stage, and ends its pulls from
+    a holder the engine lost.
 
     An actor of its own beside the stage actor: the stage's mailbox takes one call at a time,
     and a render that takes seconds must not keep the next stage waiting for the frames it
@@ -162,6 +177,11 @@ class Outbox(Actor):
     @handles("stage_release")
     def _release(self, payload: dict[str, Any]) -> None:
         HELD.release([str(k) for k in payload.get("keys", ())])
+
+    @handles("stage_holder_gone")
+    def _holder_gone(self, payload: dict[str, Any]) -> None:
+        for scope in list(PULLS.get(str(payload.get("holder")), ())):
+            scope.cancel()
 
     @handles("stage_held")
     def _held(self, payload: Any) -> dict[str, int]:

@@ -42,6 +42,7 @@ class Replica:
     held: int = 0  # outputs it holds for the next stage, not yet released
     lost: bool = False  # its node died, or it failed: what it held is gone
     scopes: set[anyio.CancelScope] = field(default_factory=set)  # its outstanding calls
+    incarnation: int | None = None  # its worker's, as its node told at the start
 
     @property
     def outbox(self) -> str:

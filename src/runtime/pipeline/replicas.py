@@ -31,6 +31,7 @@ __all__ = ["ReplicaPool"]
 log = structlog.get_logger(__name__)
 
 _START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
+_WATCH_S = 1.0  # how often each node is asked whether the replicas' workers still run
 _KNOWN_S = 10.0  # a cluster's directory (the master) learns of a new worker with its node's next beat
 
 
@@ -81,7 +82,7 @@ class ReplicaPool:
 
     async def _start_replica(self, stage: StageState, name: str) -> None:
         actors = [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}]
-        if self._direct and self.config.downstream(stage.index):
+        if self._direct:  # it hands over what it holds, and hears of holders that are gone
             actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
         spec = {"name": name, "kind": stage.cfg.name, "actors": actors}
         spawned = False
@@ -90,10 +91,11 @@ class ReplicaPool:
             res = stage.cfg.resources
             host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
             # A worker that exits while starting (its class does not import) is answered at once.
-            await self.runtime.control(
+            record = await self.runtime.control(
                 host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
             )
             spawned = True
+            incarnation = record.get("incarnation") if isinstance(record, dict) else None
             ref = self.runtime.ref(f"{name}/stage")
             info = await _stage_info(ref)  # resolves and connects
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
@@ -113,7 +115,9 @@ class ReplicaPool:
                 await self._stop_worker(name, host)
             return
         stage.starting -= 1
-        stage.replicas.append(Replica(name, ref, host=host))
+        stage.replicas.append(
+            Replica(name, ref, host=host, incarnation=incarnation if type(incarnation) is int else None)
+        )
         self.placement[name] = host.name
         log.info("replica_placed", stage=stage.cfg.name, replica=name, node=host.name)
         assert stage.meter is not None
@@ -132,6 +136,38 @@ class ReplicaPool:
         self._lose_outputs(replica)  # stopped, it takes what it held with it
         self._tg.start_soon(self._retire, stage, replica)
         self._spawn(stage)
+
+    async def _worker_loop(self) -> None:
+        """A replica whose worker died (and maybe was restarted by its node, empty, at another
+        endpoint) is replaced: each node is asked every ``_WATCH_S`` for its workers' records,
+        without asking any worker (``supervision``: a hung one does not slow it)."""
+        while True:
+            await anyio.sleep(_WATCH_S)
+            by_host: dict[str, tuple[Host, list[tuple[StageState, Replica]]]] = {}
+            for stage in self.stages:
+                for replica in stage.replicas:
+                    host = replica.host
+                    if host is not None and not replica.retiring and host.name in self.hosts.alive:
+                        by_host.setdefault(host.name, (host, []))[1].append((stage, replica))
+            for host, replicas in by_host.values():
+                await self._check_workers(host, replicas)
+
+    async def _check_workers(self, host: Host, replicas: list[tuple[StageState, Replica]]) -> None:
+        try:
+            reply = await self.runtime.control(host.endpoint, "supervision", None, timeout=_WATCH_S * 5)
+        except TroupeError:
+            return  # its node is busy, or dying: the master's view of its nodes decides that
+        workers = reply.get("workers", ()) if isinstance(reply, dict) else ()
+        records = {str(w.get("name")): w for w in workers if isinstance(w, dict)}
+        for stage, replica in replicas:
+            why = _worker_gone(records.get(replica.name), replica.incarnation)
+            if why is None or replica.retiring:
+                continue
+            log.warning("replica_worker_lost", stage=stage.cfg.name, replica=replica.name, why=why)
+            for scope in list(replica.scopes):
+                scope.cancel()
+            self._replace(stage, replica)
+            self._changed.set()
 
     async def _node_loop(self) -> None:
         """A node that left the cluster took its replicas: their calls end as failed (their
@@ -243,6 +279,17 @@ class ReplicaPool:
                 await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
+
+
+def _worker_gone(record: Any, incarnation: int | None) -> str | None:
+    """Why the worker of a replica no longer serves it (None: it does)."""
+    if not isinstance(record, dict):
+        return "its node no longer knows its worker"
+    if record.get("state") != "running":
+        return f"its worker is {record.get('state')} ({record.get('exit') or 'no exit recorded'})"
+    if incarnation is not None and record.get("incarnation") != incarnation:
+        return f"its worker was restarted (incarnation {record.get('incarnation')}), without what it held"
+    return None
 
 
 async def _stage_info(ref: ActorRef) -> Any:

@@ -56,6 +56,7 @@ class FakeCluster:
         self.tells: list[tuple[str, str, Any]] = []
         self.spawned: dict[str, str] = {}  # replica -> node endpoint
         self.stopped: list[str] = []
+        self.states: dict[str, str] = {}  # a worker's state as its node tells (default running)
         self.arrived = anyio.Event()
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
@@ -63,6 +64,9 @@ class FakeCluster:
             self.spawned[payload["name"]] = endpoint
         elif kind == "stop_worker":
             self.stopped.append(payload["name"])
+        elif kind == "supervision":  # the engine's look at its replicas' workers
+            running = [n for n in self.spawned if n not in self.stopped]
+            return {"workers": [{"name": n, "state": self.states.get(n, "running")} for n in running]}
         else:
             raise AssertionError(f"unexpected control {kind!r}")
         return {}
@@ -268,3 +272,22 @@ async def test_what_a_dead_node_held_runs_again_and_nothing_is_lost() -> None:
     assert result.counts()["ok"] == 3  # nothing lost
     assert result.restarted == 1  # the item n2 held ran again from the first stage
     assert list(cluster.spawned.values()).count("tcp://n1:1") == 3  # a-0, b, and a's replacement
+
+
+async def test_a_replica_whose_worker_died_is_replaced_and_its_call_retried() -> None:
+    """The node tells (its workers' records) that a replica's worker exited: the engine stops
+    waiting for the call it had there and runs the item on a new replica."""
+    cluster = FakeCluster()
+    cfg = _pipeline(1, _stage("a"))
+
+    async def drive() -> None:
+        call = await cluster.next_call("a")
+        cluster.states[call.replica] = "exited"  # killed; its node may restart it, empty
+        await cluster.wait_for("the call given up", lambda: call.cancelled)
+        again = await cluster.next_call("a")
+        assert again.replica != call.replica
+        again.ok()
+
+    result = await _run(cfg, cluster, drive)
+    assert result.counts()["ok"] == 1
+    assert len(result.placement) == 2

@@ -70,6 +70,10 @@ class FakeNode:
             self.spawned.append(payload["name"])
         elif kind == "stop_worker":
             self.stopped.append(payload["name"])
+        elif kind == "supervision":  # the engine's look at its replicas' workers: all run
+            return {
+                "workers": [{"name": n, "state": "running"} for n in self.spawned if n not in self.stopped]
+            }
         else:
             raise AssertionError(f"unexpected control {kind!r}")
         return {}

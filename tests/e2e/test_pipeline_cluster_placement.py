@@ -1,0 +1,216 @@
+"""A pipeline placed on a cluster's nodes (issue 14): two nodes joined to one master on loopback
+(127.0.0.2, tagged ``store``; 127.0.0.3, tagged ``plain``), no namespaces.
+
+``run_pipeline(cfg, cluster=MASTER, nodes=2)`` puts a stage's replicas on both nodes and a stage
+that asks for the ``store`` tag only on the node that has it; the frames go from replica to
+replica across the nodes, each arrives intact, and the engine sees only metadata. The CLI
+refuses, with exit status 2 and a line naming the cause: a stage whose tags no node offers,
+``--nodes`` without ``--cluster``, and a ``--cluster`` that is no endpoint; too few nodes
+alive is refused naming how many answered (``wait_for_nodes``, with a short wait).
+
+The replicas import ``tests/support/direct_plane_stages.py`` (``tests/`` on the nodes'
+``PYTHONPATH``). Every process is reaped by its pid, the nodes' workers too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from support.chaos import TaskMaster
+from troupe.runtime.core.client import connect
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.config import PipelineConfig
+from troupe.runtime.pipeline.hosts import wait_for_nodes
+from troupe.runtime.pipeline.runner import run_pipeline
+from troupe.runtime.testing.plugin import import_path, node_start_command, reap
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+STAGES = "support.direct_plane_stages"
+NODES = {"na": ("127.0.0.2", "store"), "nb": ("127.0.0.3", "plain")}
+ITEMS = 8
+PAYLOAD = 1 << 20
+RUN_TIMEOUT_S = 240
+CLI_TIMEOUT_S = 240
+METADATA_MOST = 64 << 10
+
+NODE = """
+[node]
+master = "{master}"
+tags = ["{tag}"]
+stop_grace_s = 5
+"""
+
+
+def _endpoint_on(host: str) -> str:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return f"tcp://{host}:{s.getsockname()[1]}"
+
+
+async def _wait_joined(master: TaskMaster, nodes: set[str]) -> None:
+    """Until every node beats with its tags (a bounded poll)."""
+    with anyio.fail_after(60):
+        while True:
+            status = await master.call("status")
+            if {n["node"] for n in status["nodes"] if n["alive"] and n.get("tags")} >= nodes:
+                return
+            await anyio.sleep(0.1)
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path, master: TaskMaster) -> Iterator[TaskMaster]:
+    """The master with both nodes joined; the nodes and their workers reaped after the test."""
+    procs: list[subprocess.Popen[bytes]] = []
+    children: list[psutil.Process] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": import_path()}
+    try:
+        for name, (host, tag) in NODES.items():
+            config = tmp_path / f"{name}.toml"
+            config.write_text(NODE.format(master=master.endpoint, tag=tag), encoding="utf-8")
+            procs.append(
+                subprocess.Popen(
+                    node_start_command(config, name, _endpoint_on(host), tmp_path / "logs"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                )
+            )
+        anyio.run(_wait_joined, master, set(NODES))
+        yield master
+    finally:
+        for proc in procs:
+            try:
+                children += psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        survivors = [pid for proc in procs for pid in reap(proc, children)]
+        assert not survivors
+
+
+def _stages(store_tags: list[str]) -> list[dict[str, Any]]:
+    return [
+        {"name": "make", "actor": f"{STAGES}:MakePayload", "replicas": 2, "kwargs": {"nbytes": PAYLOAD}},
+        {
+            "name": "store",
+            "actor": f"{STAGES}:CheckPayload",
+            "replicas": 2,
+            "resources": {"tags": store_tags},
+            "kwargs": {"nbytes": PAYLOAD},
+        },
+    ]
+
+
+def _replicas_of(placement: dict[str, str], stage: str) -> dict[str, str]:
+    # A replica is named PIPELINE-STAGE-N (a stage's name holds no dash).
+    return {replica: node for replica, node in placement.items() if replica.rsplit("-", 2)[-2] == stage}
+
+
+def test_replicas_run_on_both_nodes_and_a_tagged_stage_only_where_its_tag_is(
+    tmp_path: Path, two_nodes: TaskMaster
+) -> None:
+    """make's two replicas go one to each node; store's two (tag ``store``) both to na; every
+    frame crosses to store intact, and the engine sees under 64 KiB per item."""
+    cfg = PipelineConfig.model_validate(
+        {"name": "placed", "items": ITEMS, "scale_interval_s": 0.1, "stages": _stages(["store"])}
+    )
+
+    async def run() -> Any:
+        with anyio.fail_after(RUN_TIMEOUT_S):
+            return await run_pipeline(cfg, tmp_path / "out", cluster=two_nodes.endpoint, nodes=2)
+
+    result = anyio.run(run)
+
+    assert result.counts() == {"ok": ITEMS, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert all(out["intact"] for out in result.outputs.values()), result.outputs
+    assert len(result.outputs) == ITEMS
+    make, store = _replicas_of(result.placement, "make"), _replicas_of(result.placement, "store")
+    assert set(make.values()) == {"na", "nb"}, result.placement  # one on each node
+    assert store and set(store.values()) == {"na"}, result.placement
+    assert set(result.placement.values()) == {"na", "nb"}
+    assert 0 < result.engine_bytes_per_item < METADATA_MOST, result.engine_bytes_per_item
+
+
+def _troupe(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "troupe.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": import_path(), "COLUMNS": "200"},
+    )
+
+
+def _pipeline_toml(path: Path, name: str, store_tags: list[str]) -> Path:
+    lines = [f'[pipeline]\nname = "{name}"\nitems = {ITEMS}\nscale_interval_s = 0.1\n']
+    for stage in _stages(store_tags):
+        kwargs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in stage["kwargs"].items())
+        lines.append(
+            f'[[stages]]\nname = "{stage["name"]}"\nactor = "{stage["actor"]}"\n'
+            f"replicas = {stage['replicas']}\nkwargs = {{ {kwargs} }}\n"
+        )
+        if "resources" in stage:
+            lines.append(f"resources = {{ tags = {json.dumps(stage['resources']['tags'])} }}\n")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
+    tmp_path: Path, two_nodes: TaskMaster
+) -> None:
+    """``troupe run --cluster --nodes 2 --json`` reports where each replica ran and the bytes
+    through the engine; a stage whose tags no node offers exits 2, naming the stage and the
+    tags, before any item runs; too few nodes is refused naming how many answered."""
+    good = _pipeline_toml(tmp_path / "good.toml", "cli-placed", ["store"])
+    done = _troupe("run", str(good), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint,
+                   "--nodes", "2", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["placement"].values()) == {"na", "nb"}, report["placement"]
+    assert set(_replicas_of(report["placement"], "store").values()) == {"na"}, report["placement"]
+    assert 0 < report["engine_bytes_per_item"] < METADATA_MOST
+    assert report["restarted"] == 0
+
+    nowhere = _pipeline_toml(tmp_path / "nowhere.toml", "cli-nowhere", ["gpu-box"])
+    refused = _troupe("run", str(nowhere), "--out", str(tmp_path / "out2"), "--cluster", two_nodes.endpoint)
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    said = refused.stdout + refused.stderr
+    assert "stages.store" in said and "gpu-box" in said, said
+    assert "Traceback" not in said
+
+    async def too_few() -> None:
+        async with connect(two_nodes.endpoint) as rt:
+            with pytest.raises(ConfigError, match=r"--nodes 5: 2 node\(s\) alive") as info:
+                await wait_for_nodes(rt, two_nodes.endpoint, 5, timeout_s=0.5)
+            assert "na" in str(info.value) and "nb" in str(info.value)
+            assert len(await wait_for_nodes(rt, two_nodes.endpoint, 2, timeout_s=0.5)) == 2
+
+    anyio.run(too_few)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--nodes", "2"], "--nodes"),
+        (["--cluster", "notanendpoint"], "--cluster"),
+    ],
+)
+def test_cli_refuses_cluster_options_given_wrong(tmp_path: Path, args: list[str], named: str) -> None:
+    """``--nodes`` without ``--cluster``, or a ``--cluster`` that is no endpoint: exit 2 and one
+    line naming the option, nothing started."""
+    pipeline = _pipeline_toml(tmp_path / "p.toml", "cli-bad", ["store"])
+    done = _troupe("run", str(pipeline), "--out", str(tmp_path / "out"), *args, timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    said = (done.stdout + done.stderr).strip()
+    assert named in said and "Traceback" not in said, said
