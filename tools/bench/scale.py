@@ -12,7 +12,9 @@ backup copy draws its own straggler chance (a straggler is a slow host, not a sl
 Figures, each for a job with speculative tails (the default) and one without:
 makespan (job submitted -> last task done, on the master's clock), ideal makespan (the first
 copies' total work / workers), efficiency (ideal / makespan), dispatches per second (leases
-granted, backups included, / makespan), and master CPU seconds per 1,000 tasks (psutil).
+granted, backups included, / makespan), master CPU seconds per 1,000 tasks (psutil), and the
+master's group commit: events per journal batch and milliseconds per append (its thread's
+wall time, the fsync included: the latency every reply of the batch waits).
 
 Each simulated worker holds ``prefetch`` leases ahead of its slot (``--prefetch``, default 0:
 one lease per slot, as a worker's default ``GetterConfig``): the figure ``prefetch`` says which. The workers'
@@ -166,12 +168,16 @@ async def _run_job(
         raise RuntimeError(f"bench job {name} ended {job['state']}: {job['counts']}")
     makespan = job["finished_at"] - job["started_at"]
     backups = after["speculative"]["launched"] - before["speculative"]["launched"]
+    driver = {key: after["driver"][key] - before["driver"][key] for key in ("events", "batches", "append_s")}
+    batches = max(driver["batches"], 1)
     return {
         "makespan_s": makespan,
         "dispatch_per_s": (tasks + backups) / makespan,
         "master_cpu_s_per_1k": cpu / tasks * 1000.0,
         "backups_launched": backups,
         "backups_won": after["speculative"]["won"] - before["speculative"]["won"],
+        "events_per_batch": driver["events"] / batches,
+        "append_ms_per_batch": driver["append_s"] / batches * 1000.0,
     }
 
 
@@ -339,6 +345,7 @@ def scale_table(fig: dict[str, Any]) -> Table:
         "dispatch/s",
         "master CPU/1k",
         "backups (won)",
+        "batch (ms)",
     ):
         table.add_column(col, justify="right")
     for label, name in (("", "speculative"), ("_no_speculation", "none")):
@@ -350,6 +357,7 @@ def scale_table(fig: dict[str, Any]) -> Table:
             f"{fig['dispatch_per_s' + label]:,.0f}",
             f"{fig['master_cpu_s_per_1k' + label]:.3f}",
             f"{fig['backups_launched' + label]} ({fig['backups_won' + label]})",
+            f"{fig['events_per_batch' + label]:.1f} ({fig['append_ms_per_batch' + label]:.1f})",
         )
     return table
 

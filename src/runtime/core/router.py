@@ -3,15 +3,21 @@
 Every received message is decoded and validated first. A bad frame is logged with its reason,
 counted, answered with an ERROR where the sender can be reached, and dropped; a peer that sends
 more bad frames than its allowance is throttled (core/throttle.py): its messages are dropped
-unread for a while. Replies settle pending asks; control messages run as tasks of their own;
-tells and asks go to the target actor's mailbox, whose bound pushes back on the sender's socket
-when full.
+unread for a while. Replies settle pending asks; tells and asks go to the target actor's
+mailbox, whose bound pushes back on the sender's socket when full.
+
+Control messages are handled where they are read. An ``async`` handler runs as a task of its
+own (a slow one holds up nobody). A plain handler must not block: it is called at once and
+returns an :class:`Answer`, the reply now or a future's result later, and costs no task: at a
+thousand workers a task per request was a quarter of the master's CPU.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from functools import partial
+from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -37,9 +43,43 @@ if TYPE_CHECKING:
 
     from .runtime import ControlHandler
 
-__all__ = ["Inbound"]
+__all__ = ["Answer", "Inbound"]
 
 log = structlog.get_logger(__name__)
+
+
+class Answer:
+    """What a plain (non-``async``) control handler returns: its reply, now or later.
+
+    ``Answer.now(value)``: the reply is ``value``. ``Answer(future, then)``: the reply is
+    ``then(future.result())`` once the future is done; ``then`` may return another Answer, or
+    raise (the asker then gets the error, as from any handler). The router sends the reply from
+    the future's done callback, without a task. An Answer is awaitable too, so whoever calls a
+    handler directly (a test, a wrapper) awaits it like an ``async`` handler's result.
+    """
+
+    __slots__ = ("future", "then", "value")
+
+    def __init__(self, future: asyncio.Future[Any] | None, then: Callable[[Any], Any] | None = None) -> None:
+        self.future = future
+        self.then = then
+        self.value: Any = None
+
+    @classmethod
+    def now(cls, value: Any) -> Answer:
+        """The reply, ready."""
+        answer = cls(None)
+        answer.value = value
+        return answer
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        answer: Any = self
+        while type(answer) is Answer:
+            if answer.future is None:
+                return answer.value
+            result = yield from answer.future.__await__()
+            answer = answer.then(result) if answer.then is not None else result
+        return answer
 
 
 class Inbound:
@@ -93,8 +133,16 @@ class Inbound:
         if kind is K_REPLY or kind is K_ERROR:
             self._settle_reply(kind, f[3], f[10])
             return True
-        if kind is K_CONTROL or not self._accepting:
+        if not self._accepting:
             return False
+        if kind is K_CONTROL:
+            control = self.control_handlers.get(f[6])
+            if control is None or _is_async(control):
+                return False  # an error, or a task of its own: both from the pump (a task)
+            if self._guarded and control_refusal(route, f[6]) is not None:
+                return False  # refused with its reason on the full path
+            self._run_control(route, f[2], f[6], control, f[10])
+            return True
         target = f[5]
         if self._guarded and actor_message_refusal(route, target) is not None:
             return False  # refused with its reason on the full path
@@ -148,7 +196,23 @@ class Inbound:
             )
             return
         if kind is K_CONTROL:
-            self.start_soon(self._run_control, route, env)
+            refused_control = control_refusal(route, env.type) if self._guarded else None
+            if refused_control is not None:
+                log.warning("control_refused", type=env.type, reason=str(refused_control))
+                await self.reply_error(route, env.msg_id, "", refused_control)
+                return
+            handler = self.control_handlers.get(env.type)
+            if handler is None:
+                await self.reply_error(
+                    route,
+                    env.msg_id,
+                    "",
+                    UnknownMessageType(
+                        f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"
+                    ),
+                )
+                return
+            self._run_control(route, env.msg_id, env.type, handler, env.payload)
             return
         refused = actor_message_refusal(route, env.target) if self._guarded else None
         if refused is not None:
@@ -197,30 +261,86 @@ class Inbound:
         except ActorStopped as exc:
             await self.reply_error(route, env.msg_id, env.target, exc)
 
-    async def _run_control(self, route: Any, env: Envelope) -> None:
-        refused = control_refusal(route, env.type) if self._guarded else None
-        if refused is not None:
-            log.warning("control_refused", type=env.type, reason=str(refused))
-            await self.reply_error(route, env.msg_id, "", refused)
-            return
-        handler = self.control_handlers.get(env.type)
-        if handler is None:
-            await self.reply_error(
-                route,
-                env.msg_id,
-                "",
-                UnknownMessageType(
-                    f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"
-                ),
-            )
-            return
+    def _run_control(
+        self, route: Any, msg_id: int, msg_type: str, handler: ControlHandler, payload: Any
+    ) -> None:
+        """Call a control's handler (its caller checked the roles) and see that it is answered:
+        at once, from a future's callback, or from a task of its own (see the module). An
+        ``async`` handler comes here from the pump only: a task may start there."""
         try:
-            result = await handler(env.payload)
+            answer = handler(payload)
         except Exception as exc:
-            log.warning("control_failed", type=env.type, error=repr(exc))
-            await self.reply_error(route, env.msg_id, "", exc)
+            self._control_failed(route, msg_id, msg_type, exc)
             return
-        await self.reply(route, env.msg_id, result)
+        if isinstance(answer, Coroutine) and _is_async(handler):  # a task of its own
+            try:
+                self.start_soon(self._await_control, route, msg_id, msg_type, answer)
+            except RuntimeError:  # the runtime stopped serving meanwhile: nobody will answer
+                answer.close()
+            return
+        self._answer(route, msg_id, msg_type, answer)
+
+    def _answer(self, route: Any, msg_id: int, msg_type: str, answer: Any) -> None:
+        while type(answer) is Answer:
+            future = answer.future
+            if future is None:
+                answer = answer.value
+                break
+            if not future.done():
+                future.add_done_callback(partial(self._answer_later, route, msg_id, msg_type, answer.then))
+                return
+            try:
+                answer = self._then(answer.then, future)
+            except asyncio.CancelledError:  # the runtime is stopping: nobody answers
+                return
+            except Exception as exc:
+                self._control_failed(route, msg_id, msg_type, exc)
+                return
+        if isinstance(answer, asyncio.Future):
+            self._answer(route, msg_id, msg_type, Answer(answer))
+            return
+        if isinstance(answer, Coroutine):  # where no task may start (a reader, a callback)
+            answer.close()
+            error = TypeError(f"control {msg_type!r}: a plain control handler returned a coroutine")
+            self._control_failed(route, msg_id, msg_type, error)
+            return
+        self.reply_now(route, msg_id, answer)
+
+    def _answer_later(
+        self,
+        route: Any,
+        msg_id: int,
+        msg_type: str,
+        then: Callable[[Any], Any] | None,
+        future: asyncio.Future[Any],
+    ) -> None:
+        try:
+            answer = self._then(then, future)
+        except asyncio.CancelledError:  # the runtime is stopping: its askers hear that from their side
+            return
+        except Exception as exc:
+            self._control_failed(route, msg_id, msg_type, exc)
+            return
+        self._answer(route, msg_id, msg_type, answer)
+
+    @staticmethod
+    def _then(then: Callable[[Any], Any] | None, future: asyncio.Future[Any]) -> Any:
+        result = future.result()
+        return then(result) if then is not None else result
+
+    async def _await_control(
+        self, route: Any, msg_id: int, msg_type: str, answer: Coroutine[Any, Any, Any]
+    ) -> None:
+        try:
+            result = await answer
+        except Exception as exc:
+            self._control_failed(route, msg_id, msg_type, exc)
+            return
+        self._answer(route, msg_id, msg_type, result)
+
+    def _control_failed(self, route: Any, msg_id: int, msg_type: str, exc: Exception) -> None:
+        log.warning("control_failed", type=msg_type, error=repr(exc))
+        self.reply_error_now(route, msg_id, exc)
 
     async def reply(self, route: Any, msg_id: int, result: Any) -> None:
         """Send a handler's result back through ``route``."""
@@ -238,9 +358,18 @@ class Inbound:
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            self.start_soon(self.reply_error, route, msg_id, "", exc)
+            self.reply_error_now(route, msg_id, exc)
             return
         self.transport.try_reply(route, frames)
+
+    def reply_error_now(self, route: Any, msg_id: int, exc: BaseException) -> None:
+        """Answer ``msg_id`` through ``route`` with an ERROR for ``exc``, without waiting (as
+        ``reply_now``); nothing when no route."""
+        if route is None:
+            return
+        payload = error_payload(exc, "")
+        env = Envelope(Kind.ERROR, 0, msg_id, self._process_key, "", "", None, None, None, payload)
+        self.transport.try_reply(route, self.codec.encode(env))
 
     async def reply_error(self, route: Any, msg_id: int, actor: str, exc: BaseException) -> None:
         """Answer ``msg_id`` through ``route`` with an ERROR for ``exc`` (nothing when no route)."""
@@ -263,6 +392,12 @@ class Inbound:
                 msg.future.set_exception(exc)
         elif msg.kind is K_ASK:
             await self.reply_error(msg.route, msg.msg_id, "", exc)
+
+
+def _is_async(handler: Any) -> bool:
+    """Whether calling ``handler`` makes a coroutine: an ``async`` function or method, a partial
+    of one, or an object whose ``__call__`` is one."""
+    return iscoroutinefunction(handler) or iscoroutinefunction(type(handler).__call__)
 
 
 def _error_from(payload: Any) -> TroupeError:

@@ -55,6 +55,9 @@ __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats", "proce
 log = structlog.get_logger(__name__)
 
 ControlHandler = Callable[[Any], Awaitable[Any]]
+"""A control's handler, payload in, reply out: an ``async`` function (run as a task of its own),
+or a plain one that must not block and returns a :class:`~troupe.runtime.core.router.Answer`
+(awaitable too: the router answers it from a callback, without a task)."""
 
 # Bad frames that come back on our own connections (nobody to answer or throttle): one log line
 # per this many seconds.

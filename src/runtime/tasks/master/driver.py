@@ -375,3 +375,6 @@ class Dispatcher:
         for future in futures:
             if not future.done():
                 future.set_exception(fatal)
+                # Logged once above: a caller that no longer waits (one answer waits for the
+                # last of its events only) must not log it again as "never retrieved".
+                future.exception()

@@ -73,6 +73,7 @@ until they beat and register again; the journal gives it back every job.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -83,6 +84,7 @@ from typing import Any
 import anyio
 import structlog
 
+from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
@@ -426,24 +428,34 @@ class Master:
             )
         )
 
-    async def _ping(self, _: Any) -> dict[str, Any]:
-        return {"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()}
+    # The workers' controls (and the nodes' beats) are plain handlers that return an Answer:
+    # they queue their events and the router replies when the batch is journaled, with no task
+    # per message (see troupe.runtime.core.router). Decoding errors raise before anything is
+    # queued, and are answered like any handler's.
 
-    async def _register_worker(self, payload: Any) -> dict[str, Any]:
+    def _ping(self, _: Any) -> Answer:
+        return Answer.now({"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()})
+
+    def _register_worker(self, payload: Any) -> Answer:
         m = RegisterWorkerControl.decode(payload)
         worker_id, node, slots = m.worker_id, m.node, m.slots
         resources = Resources(m.cpu, m.gpu)
         kinds = sorted(set(m.kinds))
         self.dispatcher.unpark(worker_id)
-        reply = await self.dispatcher.handle(
+        joined = self.dispatcher.put(
             WorkerJoined(worker_id, node, resources, slots, frozenset(kinds), m.prefetch)
         )
-        raise_rejected(reply)
-        self._workers[worker_id] = _WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds)
-        log.info(
-            "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu, kinds=kinds or "any"
-        )
-        return {"ok": True, "master": self.config.name}
+
+        def registered(reply: list[Command]) -> dict[str, Any]:
+            raise_rejected(reply)
+            self._workers[worker_id] = _WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds)
+            log.info(
+                "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
+                kinds=kinds or "any",
+            )  # fmt: skip
+            return {"ok": True, "master": self.config.name}
+
+        return Answer(joined, registered)
 
     def _entry(self, worker_id: str) -> _WorkerEntry:
         entry = self._workers.get(worker_id)
@@ -454,22 +466,39 @@ class Master:
             )
         return entry
 
-    async def _request_task(self, payload: Any) -> dict[str, Any]:
+    def _request_task(self, payload: Any) -> Answer:
         m = RequestTaskControl.decode(payload)
         entry = self._entry(m.worker_id)
-        if m.held is not None:
-            await self._return_unseen(m.worker_id, entry, m.held)
+        unseen = self._return_unseen(m.worker_id, entry, m.held) if m.held is not None else []
         wait_s = min(m.wait_s, self.config.max_wait_s)
-        reply = await self.dispatcher.request(m.worker_id, m.free_slots, wait_s, entry.signature)
-        raise_rejected(reply)
-        leases = _leases(reply, self.wall_clock())
-        self.dispatched += len(leases)
-        if m.held is not None:
-            entry.granted.update((lease["lease_id"], lease["task_id"]) for lease in leases)
-        return {"leases": leases}
+        # queued after the returns: the book has the tasks back before it answers the request
+        future = self.dispatcher.put_request(m.worker_id, m.free_slots, wait_s, entry.signature)
+        track = m.held is not None
 
-    async def _return_unseen(self, worker_id: str, entry: _WorkerEntry, held: frozenset[int]) -> None:
-        """Put back the tasks of leases whose reply never reached the worker.
+        def granted(reply: list[Command]) -> dict[str, Any]:
+            raise_rejected(reply)
+            leases = _leases(reply, self.wall_clock())
+            self.dispatched += len(leases)
+            if track:
+                entry.granted.update((lease["lease_id"], lease["task_id"]) for lease in leases)
+            return {"leases": leases}
+
+        if not unseen:
+            return Answer(future, granted)
+
+        def returned(replies: list[list[Command]]) -> dict[str, Any]:
+            for ((task_id, lease_id), _), reply in zip(unseen, replies, strict=False):
+                if any(isinstance(c, Ack) and str(c.outcome) == "returned" for c in reply):
+                    self._count_stale("lease", "unseen", m.worker_id, task_id, lease_id)
+            return granted(replies[-1])
+
+        return _after_all([*(f for _, f in unseen), future], returned)
+
+    def _return_unseen(
+        self, worker_id: str, entry: _WorkerEntry, held: frozenset[int]
+    ) -> list[tuple[tuple[str, int], asyncio.Future[list[Command]]]]:
+        """Put back the tasks of leases whose reply never reached the worker; return the
+        queued returns (their futures say whether each went back).
 
         A worker asks for tasks one request at a time, and runs what a reply leases it before
         asking again; so a lease granted in reply to an earlier request that it does not hold
@@ -479,32 +508,34 @@ class Master:
         task goes back without an attempt counted; a lease the worker ran and reported since
         is ignored by the book.
         """
-        for lease_id, task_id in list(entry.granted.items()):
-            del entry.granted[lease_id]
-            if lease_id in held:
-                continue
-            reply = await self.dispatcher.handle(
-                Decline(worker_id, task_id, lease_id, "the lease never reached the worker", unseen=True)
-            )
-            if any(isinstance(c, Ack) and str(c.outcome) == "returned" for c in reply):
-                self._count_stale("lease", "unseen", worker_id, task_id, lease_id)
+        unseen = []
+        for lease_id, task_id in entry.granted.items():
+            if lease_id not in held:
+                event = Decline(
+                    worker_id, task_id, lease_id, "the lease never reached the worker", unseen=True
+                )
+                unseen.append(((task_id, lease_id), self.dispatcher.put(event)))
+        entry.granted.clear()
+        return unseen
 
-    async def _renew(self, payload: Any) -> dict[str, Any]:
+    def _renew(self, payload: Any) -> Answer:
         m = RenewControl.decode(payload)
+        pairs = ((m.task_id, m.lease_id), *m.more)
         # queued back to back: one batch, one journal transaction for all the worker holds
-        futures = [
-            (task_id, lease_id, self.dispatcher.put(Renew(m.worker_id, task_id, lease_id)))
-            for task_id, lease_id in ((m.task_id, m.lease_id), *m.more)
-        ]
-        answers = [
-            {"lease_id": lease_id, **self._renewed(m.worker_id, task_id, lease_id, await future)}
-            for task_id, lease_id, future in futures
-        ]
-        first = answers[0]
-        del first["lease_id"]
-        if m.more:
-            first["more"] = answers[1:]
-        return first
+        futures = [self.dispatcher.put(Renew(m.worker_id, task_id, lease_id)) for task_id, lease_id in pairs]
+
+        def renewed(replies: list[list[Command]]) -> dict[str, Any]:
+            answers = [
+                {"lease_id": lease_id, **self._renewed(m.worker_id, task_id, lease_id, reply)}
+                for (task_id, lease_id), reply in zip(pairs, replies, strict=True)
+            ]
+            first = answers[0]
+            del first["lease_id"]
+            if m.more:
+                first["more"] = answers[1:]
+            return first
+
+        return _after_all(futures, renewed)
 
     def _renewed(self, worker_id: str, task_id: str, lease_id: int, reply: list[Command]) -> dict[str, Any]:
         for command in reply:
@@ -526,37 +557,44 @@ class Master:
         ``complete_duplicate``: a copy cut off from the master finished a task done since)."""
         return dict(self._stale)
 
-    async def _complete(self, payload: Any) -> dict[str, Any]:
+    def _complete(self, payload: Any) -> Answer:
         m = ReportControl.decode("complete", payload)
         event = Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref, m.run_s)
-        return await self._report(event, m)
+        return self._report(event, m)
 
-    async def _fail(self, payload: Any) -> dict[str, Any]:
+    def _fail(self, payload: Any) -> Answer:
         m = ReportControl.decode("fail", payload)
-        return await self._report(Fail(m.worker_id, m.task_id, m.lease_id, m.error, m.traceback), m)
+        return self._report(Fail(m.worker_id, m.task_id, m.lease_id, m.error, m.traceback), m)
 
-    async def _decline(self, payload: Any) -> dict[str, Any]:
+    def _decline(self, payload: Any) -> Answer:
         m = ReportControl.decode("decline", payload)
         event = Decline(m.worker_id, m.task_id, m.lease_id, m.reason, given_back=m.given_back)
         entry = self._workers.get(event.worker_id)
         if entry is not None and m.kind and not m.given_back:  # nor will the book lease it that kind
             entry.declined = entry.declined | {m.kind}
-        return await self._report(event, m)
+        return self._report(event, m)
 
-    async def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> dict[str, Any]:
+    def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> Answer:
         entry = self._workers.get(event.worker_id)
         request = m.request
         # Both events join the same batch: one fsync covers the report and the next lease.
         first = self.dispatcher.put(event)
-        second = (
-            self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
-            if entry is not None and request > 0
-            else None
-        )
-        reply = await first
-        leases = _leases(await second, self.wall_clock()) if second is not None else []
+        if entry is None or request <= 0:
+            return Answer(first, lambda reply: self._reported(event, m, entry is not None, reply, []))
+        second = self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
+        return _after_all([first, second], lambda both: self._reported(event, m, True, both[0], both[1]))
+
+    def _reported(
+        self,
+        event: Complete | Fail | Decline,
+        m: ReportControl,
+        known: bool,
+        reply: list[Command],
+        granted: list[Command],
+    ) -> dict[str, Any]:
+        leases = _leases(granted, self.wall_clock())
         self.dispatched += len(leases)
-        out: dict[str, Any] = {"leases": leases, "known": entry is not None}
+        out: dict[str, Any] = {"leases": leases, "known": known}
         for command in reply:
             if isinstance(command, Ack):
                 out["outcome"] = str(command.outcome)
@@ -568,7 +606,7 @@ class Master:
             self._count_stale(m.control, out["outcome"], event.worker_id, event.task_id, event.lease_id)
         return out
 
-    async def _node_beat(self, payload: Any) -> dict[str, Any]:
+    def _node_beat(self, payload: Any) -> Answer:
         m = NodeBeatControl.decode(payload)
         processes = (
             None
@@ -579,12 +617,12 @@ class Master:
             log.info("node_joined", node=m.node, endpoint=m.endpoint)
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         self.nodes.set_tags(m.node, m.tags)
-        return {"ok": True, "master": self.config.name}
+        return Answer.now({"ok": True, "master": self.config.name})
 
-    async def _resolve(self, payload: Any) -> dict[str, str]:
+    def _resolve(self, payload: Any) -> Answer:
         """The cluster's directory: a node asks where an actor of another node listens."""
         full, endpoint = self.nodes.resolve(ResolveControl.decode(payload).address)
-        return {"address": str(full), "endpoint": endpoint}
+        return Answer.now({"address": str(full), "endpoint": endpoint})
 
     async def _worker_left(self, payload: Any) -> bool:
         m = WorkerLeftControl.decode(payload)
@@ -627,6 +665,30 @@ class Master:
     async def _shutdown(self, _: Any) -> bool:
         self.stop()
         return True
+
+
+def _after_all(futures: list[asyncio.Future[list[Command]]], then: Callable[[list[Any]], Any]) -> Answer:
+    """The Answer ``then(results)``, once every future is done (results in their order).
+
+    The driver finishes the events of one control in the order they were queued, so waiting
+    for the last future is nearly always enough: one callback, where ``asyncio.gather`` pays
+    a future of its own and a callback per event. An earlier one still running is waited for.
+    """
+
+    def done(_: Any) -> Any:
+        for future in futures:
+            if not future.done():
+                return Answer(future, done)
+        try:
+            results = [future.result() for future in futures]
+        except BaseException:
+            for future in futures:  # the others' errors are seen too: none logged as lost
+                if not future.cancelled():
+                    future.exception()
+            raise
+        return then(results)
+
+    return Answer(futures[-1], done)
 
 
 def _leases(reply: list[Command], now: float) -> list[dict[str, Any]]:
