@@ -51,7 +51,7 @@ from .model import (
     StageMeter,
     pipeline_metrics,
 )
-from .records import Handle, Item, Replica, StageState, node_of
+from .records import Handle, Item, Replica, StageState
 from .replicas import ReplicaPool
 from .result import PipelineMetrics, PipelineResult
 from .source import ItemSource, LocalSource
@@ -398,7 +398,7 @@ class PipelineEngine(ReplicaPool):
             finally:
                 replica.scopes.discard(scope)
         if scope.cancelled_caught:
-            failure = Unreachable(f"replica {replica.name}'s node {node_of(replica)} is gone")
+            failure = Unreachable(f"replica {replica.name}: {replica.gone_why or 'gone'}")
         if failure is not None:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
             results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
@@ -564,8 +564,7 @@ class PipelineEngine(ReplicaPool):
         if stage is None:
             return
         log.warning("replica_lost_outputs", stage=stage.cfg.name, replica=holder.name)
-        for scope in list(holder.scopes):
-            scope.cancel()
+        holder.give_up("it no longer has the outputs it held")
         self._replace(stage, holder)
 
     def _notify(self) -> None:

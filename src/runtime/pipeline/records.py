@@ -43,6 +43,13 @@ class Replica:
     lost: bool = False  # its node died, or it failed: what it held is gone
     scopes: set[anyio.CancelScope] = field(default_factory=set)  # its outstanding calls
     incarnation: int | None = None  # its worker's, as its node told at the start
+    gone_why: str = ""  # why the engine gave up its calls
+
+    def give_up(self, why: str) -> None:
+        """End the calls outstanding here: they fail with ``why`` (and their items are retried)."""
+        self.gone_why = why
+        for scope in list(self.scopes):
+            scope.cancel()
 
     @property
     def outbox(self) -> str:

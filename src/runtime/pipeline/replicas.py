@@ -164,8 +164,7 @@ class ReplicaPool:
             if why is None or replica.retiring:
                 continue
             log.warning("replica_worker_lost", stage=stage.cfg.name, replica=replica.name, why=why)
-            for scope in list(replica.scopes):
-                scope.cancel()
+            replica.give_up(why)
             self._replace(stage, replica)
             self._changed.set()
 
@@ -185,8 +184,7 @@ class ReplicaPool:
                         replica=replica.name,
                         node=replica.host.name,
                     )
-                    for scope in list(replica.scopes):
-                        scope.cancel()
+                    replica.give_up(f"its node {replica.host.name} left the cluster")
                     self._replace(stage, replica)
             self._changed.set()
 

@@ -40,6 +40,8 @@ from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_input
 
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
 
+_PULL_TICK_S = 5.0  # well under any progress timeout a supervision config would set
+
 HOOKS = ("start", "finalize")
 """The run-wide hooks a stage class may define."""
 
@@ -193,7 +195,10 @@ class StageActor(Actor):
         hold = payload.get("hold")
         lost: dict[int, str] = {}
         if sources:
-            items, lost = await pull_inputs(self._ask, items, list(sources))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._alive_while_pulling)
+                items, lost = await pull_inputs(self._ask, items, list(sources))
+                tg.cancel_scope.cancel()
         run = [item for i, item in enumerate(items) if i not in lost]
         if not run:
             done: list[dict[str, Any]] = []
@@ -211,6 +216,13 @@ class StageActor(Actor):
                     HELD.put(str(hold[i]), outcome["ok"], size)
                     outcomes[i] = {"held": str(hold[i]), "bytes": size}
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    async def _alive_while_pulling(self) -> None:
+        """A pull waits on another process (a holder whose node may have just died, until the
+        engine hears of it): that is no hang, and the supervisor must not take it for one."""
+        while True:
+            await anyio.sleep(_PULL_TICK_S)
+            self.progress(1, "waiting for inputs")
 
     async def _ask(self, actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
         return await self.ref(actor).ask(msg_type, payload, timeout=timeout)
