@@ -75,7 +75,17 @@ def test_bench_train_json_reports_local_remote_and_bound(tmp_path: Path) -> None
     by_k = fig["remote_samples_per_s_by_inflight"]
     assert set(by_k) == {"1", "2", "4", "8"} and fig["inflight"] in (1, 2, 4, 8)
     assert fig["remote_samples_per_s"] == max(by_k.values()) == by_k[str(fig["inflight"])]
-    assert fig["steps"] == 4 and fig["repeat"] == 1
+    assert fig["steps"] == 4 and fig["repeat"] == 1 and fig["group_size"] == 4
+    cpu = fig["cpu_ms_per_sample"]
+    assert set(cpu) == {
+        "encode_alone",
+        "train_alone",
+        "encode_together",
+        "train_together",
+        "remote_trainer",
+        "remote_encoders",
+    }
+    assert all(value > 0 for value in cpu.values()), cpu
     stages = fig["remote_stages"]
     assert stages["steps"] == 4 and stages["samples_per_s"] == pytest.approx(fig["remote_samples_per_s"])
     # The same seeds and batches through the actors as inside the trainer: the same losses.
@@ -103,11 +113,12 @@ def test_the_cores_are_split_between_trainer_and_encoders(
     assert split_threads(cores, actors) == expected
 
 
-def test_bad_options_exit_2_naming_the_option() -> None:
+@pytest.mark.parametrize("option", ["--inflight", "--group-size"])
+def test_bad_options_exit_2_naming_the_option(option: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "troupe.cli.main", "bench", "train", "--inflight", "0"],
+        [sys.executable, "-m", "troupe.cli.main", "bench", "train", option, "0"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2 and "--inflight" in done.stderr
+    assert done.returncode == 2 and option in done.stderr

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 
 from support.chaos import TaskMaster
+from support.tagged_nodes import tagged_nodes
 from troupe.runtime.core.client import connect
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.hosts import wait_for_nodes
 from troupe.runtime.pipeline.runner import run_pipeline
-from troupe.runtime.testing.plugin import import_path, node_start_command, reap
+from troupe.runtime.testing.plugin import import_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -45,58 +44,12 @@ RUN_TIMEOUT_S = 240
 CLI_TIMEOUT_S = 240
 METADATA_MOST = 64 << 10
 
-NODE = """
-[node]
-master = "{master}"
-tags = ["{tag}"]
-stop_grace_s = 5
-"""
-
-
-def _endpoint_on(host: str) -> str:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return f"tcp://{host}:{s.getsockname()[1]}"
-
-
-async def _wait_joined(master: TaskMaster, nodes: set[str]) -> None:
-    """Until every node beats with its tags (a bounded poll)."""
-    with anyio.fail_after(60):
-        while True:
-            status = await master.call("status")
-            if {n["node"] for n in status["nodes"] if n["alive"] and n.get("tags")} >= nodes:
-                return
-            await anyio.sleep(0.1)
-
 
 @pytest.fixture
 def two_nodes(tmp_path: Path, master: TaskMaster) -> Iterator[TaskMaster]:
     """The master with both nodes joined; the nodes and their workers reaped after the test."""
-    procs: list[subprocess.Popen[bytes]] = []
-    children: list[psutil.Process] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": import_path()}
-    try:
-        for name, (host, tag) in NODES.items():
-            config = tmp_path / f"{name}.toml"
-            config.write_text(NODE.format(master=master.endpoint, tag=tag), encoding="utf-8")
-            procs.append(
-                subprocess.Popen(
-                    node_start_command(config, name, _endpoint_on(host), tmp_path / "logs"),
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    env=env,
-                )
-            )
-        anyio.run(_wait_joined, master, set(NODES))
+    with tagged_nodes(master, tmp_path, NODES, env={"PYTHONPATH": import_path()}):
         yield master
-    finally:
-        for proc in procs:
-            try:
-                children += psutil.Process(proc.pid).children(recursive=True)
-            except psutil.NoSuchProcess:
-                pass
-        survivors = [pid for proc in procs for pid in reap(proc, children)]
-        assert not survivors
 
 
 def _stages(store_tags: list[str]) -> list[dict[str, Any]]:

@@ -216,3 +216,21 @@ async def test_a_replica_killed_in_the_middle_of_a_call_costs_no_item(tmp_path: 
     assert result.counts() == {"ok": ITEMS, "pruned": 0, "dead": 0, "kept": 0}, result.errors
     checked = Counter(r["task_id"] for r in read_records(log) if r["stage"] == "check")
     assert checked == Counter({f"plane-{i:06d}": 1 for i in range(ITEMS)}), checked
+
+
+async def test_items_over_the_nodes_message_bound_pass_with_the_pipelines_own_bound() -> None:
+    """An 80 MiB frame is over a node's default 64 MiB message bound: handed on as one message,
+    it is refused, and the items end dead with an error that says so (nothing hangs). With
+    ``[pipeline] max_message_mb = 200`` the same run hands every frame over intact."""
+    nbytes = 80 << 20
+    two = {"items": 2, "max_attempts": 1}
+    refused = await _run(_pipeline(nbytes, **two))
+    assert refused.counts()["dead"] == 2, refused.counts()
+    for error in refused.errors.values():
+        assert "MessageTooLarge" in error and "max_message_mb" in error, refused.errors
+
+    result = await _run(_pipeline(nbytes, max_message_mb=200.0, **two))
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    for task_id, out in result.outputs.items():
+        seed = int(task_id.rsplit("-", 1)[1])
+        assert out["sha256"] == hashlib.sha256(expected_payload(seed, nbytes).tobytes()).hexdigest()

@@ -15,14 +15,13 @@ kill it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 
+from support.hook_stages import append_record, read_records
 from troupe.runtime.pipeline.stage import StageActor
 
 __all__ = ["CheckPayload", "MakePayload", "PassPayload", "expected_payload", "read_records"]
@@ -37,23 +36,8 @@ def expected_payload(seed: int, nbytes: int) -> np.ndarray:
 
 
 def _append(log: str, record: dict[str, Any]) -> None:
-    if not log:
-        return
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
-def read_records(log: Path) -> list[dict[str, Any]]:
-    """Every record written to ``log`` so far, in order (none if it does not exist)."""
-    try:
-        text = log.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    if log:
+        append_record(log, record)
 
 
 class MakePayload(StageActor):

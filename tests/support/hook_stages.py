@@ -25,11 +25,13 @@ __all__ = [
     "FailingFinalizeStage",
     "NotAStage",
     "RecordingStage",
+    "append_record",
     "read_records",
 ]
 
 
-def _append(log: str, record: dict[str, Any]) -> None:
+def append_record(log: str, record: dict[str, Any]) -> None:
+    """Append ``record`` to the JSON-lines file ``log`` in one write (processes never interleave)."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -64,7 +66,7 @@ class RecordingStage(StageActor):
         self.prune_every = prune_every
 
     def _record(self, kind: str, **fields: Any) -> None:
-        _append(self.log, {"hook": kind, "pid": os.getpid(), "ppid": os.getppid(), **fields})
+        append_record(self.log, {"hook": kind, "pid": os.getpid(), "ppid": os.getppid(), **fields})
 
     def start(self, run: StageRun) -> list[str]:
         self._record("start", **run.to_wire())
@@ -136,7 +138,9 @@ class AttemptStage(StageActor):
 
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         seed, attempt = int(item["seed"]), item.get("attempt")
-        _append(self.log, {"hook": "process", "task_id": item["task_id"], "seed": seed, "attempt": attempt})
+        append_record(
+            self.log, {"hook": "process", "task_id": item["task_id"], "seed": seed, "attempt": attempt}
+        )
         if self.fail_every and seed % self.fail_every == 0 and attempt == 0:
             raise OSError(f"first attempt at seed {seed} fails on purpose")
         return {"task_id": item["task_id"], "seed": seed}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -81,17 +81,32 @@ def messaging(
 @bench_app.command("pipeline")
 def pipeline(
     as_json: JsonOption = False,
-    scenes: Annotated[int, typer.Option("--scenes", help="Scenes for the real workload.")] = 64,
+    scenes: Annotated[
+        int | None,
+        typer.Option(
+            "--scenes", min=1, help="Scenes for the real workload (default 64; with --resolution, by size)."
+        ),
+    ] = None,
     synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
     cpu: Annotated[int, typer.Option("--cpu", min=1, help="Items for the CPU-bound workload.")] = 400,
+    resolution: Annotated[
+        str | None,
+        typer.Option(
+            "--resolution",
+            metavar="WxH",
+            help="Render at this size (e.g. 640x480): the real workload only, with bytes and frames/s.",
+        ),
+    ] = None,
 ) -> None:
     """The sequential baseline against the troupe pipeline on the same scenes, the engine's overhead,
     and a CPU-bound workload against the bound of its stages' costs."""
+    progress = lambda m: console.print(f"[dim]measuring {escape(m)}...[/]")  # noqa: E731
+    if resolution is not None:
+        _pipeline_at(resolution, scenes, as_json, progress)
+        return
     from .pipeline import measure_pipeline
 
-    fig = measure_pipeline(
-        scenes, synthetic, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), cpu_items=cpu
-    )
+    fig = measure_pipeline(scenes or 64, synthetic, progress=progress, cpu_items=cpu)
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
@@ -122,6 +137,27 @@ def pipeline(
     )
 
 
+def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: Any) -> None:
+    """``bench pipeline --resolution``: the real workload alone, at that size."""
+    from troupe.cli.client import fail
+
+    from .pipeline_resolution import IncompleteRun, measure_resolution, parse_resolution, resolution_lines
+
+    try:
+        width, height = parse_resolution(resolution)
+    except ValueError as exc:
+        raise fail(str(exc), 2) from None
+    try:
+        fig = measure_resolution(width, height, scenes, progress=progress)
+    except IncompleteRun as exc:
+        raise fail(f"bench pipeline --resolution {resolution}: {exc}", 1) from None
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    for line in resolution_lines(fig):
+        Console().print(escape(line), highlight=False)
+
+
 @bench_app.command("train")
 def train(
     as_json: JsonOption = False,
@@ -135,13 +171,22 @@ def train(
         typer.Option("--actors", min=1, help="Encoder actors (default: one per core the trainer leaves)."),
     ] = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds of every figure (medians).")] = 3,
+    group_size: Annotated[
+        int | None,
+        typer.Option("--group-size", min=1, help="Samples per group sent to an encoder actor (default 4)."),
+    ] = None,
 ) -> None:
     """Training with encoding inside the trainer against encoder actors, and the bound of
     encoding alone and training alone on the same cores."""
     from .train import measure_train
 
     fig = measure_train(
-        steps, inflight, actors, progress=lambda m: console.print(f"[dim]{m}...[/]"), repeat=repeat
+        steps,
+        inflight,
+        actors,
+        progress=lambda m: console.print(f"[dim]{m}...[/]"),
+        repeat=repeat,
+        group_size=group_size,
     )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
@@ -166,6 +211,13 @@ def train(
     Console().print(
         f"remote_vs_bound {fig['remote_vs_bound']:.2f} at K={fig['inflight']}; "
         f"remote_vs_local {fig['remote_vs_local']:.2f}"
+    )
+    cpu = fig["cpu_ms_per_sample"]
+    Console().print(
+        f"CPU ms per sample (groups of {fig['group_size']}): trainer {cpu['remote_trainer']:.2f} "
+        f"(training alone {cpu['train_alone']:.2f}, beside encoding {cpu['train_together']:.2f}), "
+        f"encoder actors {cpu['remote_encoders']:.2f} (encoding alone {cpu['encode_alone']:.2f}, "
+        f"beside training {cpu['encode_together']:.2f})"
     )
     switches = fig["gpu_switches"]
     Console().print(

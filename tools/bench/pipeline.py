@@ -34,7 +34,7 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
 
-__all__ = ["cpu_bound", "cpu_config", "measure_pipeline", "synthetic_config"]
+__all__ = ["cpu_bound", "cpu_config", "measure_pipeline", "run_timed", "synthetic_config"]
 
 CPU_REPLICAS = {"plan": 1, "render": 2, "store": 1}
 """Replicas of the CPU-bound stages, in proportion to their costs (about 8, 16 and 4 ms)."""
@@ -138,7 +138,8 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _run(cfg: PipelineConfig, out: Path) -> tuple[PipelineResult, float]:
+def run_timed(cfg: PipelineConfig, out: Path) -> tuple[PipelineResult, float]:
+    """Run ``cfg`` on uvloop into ``out``; its result and the call's whole wall time."""
     t0 = time.perf_counter()
     result = anyio.run(
         lambda: run_pipeline(cfg, out, keep_outputs=False),
@@ -156,7 +157,7 @@ def measure_cpu_bound(items: int, directory: Path, say: Any) -> dict[str, float]
     cores = _cores()
     bound = cpu_bound(costs, cores)
     say(f"CPU-bound synthetic workload, {items} items on {cores} cores")
-    result, _ = _run(cpu_config(items, directory / "store"), directory / "run")
+    result, _ = run_timed(cpu_config(items, directory / "store"), directory / "run")
     m = result.metrics
     fig = {
         "synthetic_cpu_lambda": m.lambda_measured,
@@ -193,7 +194,7 @@ def measure_pipeline(
         fig["baseline_s"] = base_s
         fig["baseline_items_per_s"] = base_ok / base_s
         say(f"troupe pipeline, {items} scenes")
-        result, wall = _run(cfg, out / "pipeline")
+        result, wall = run_timed(cfg, out / "pipeline")
         m = result.metrics
         fig.update(
             pipeline_s=m.elapsed_s,
@@ -206,7 +207,7 @@ def measure_pipeline(
             efficiency=m.efficiency,
         )
         say(f"synthetic workload, {synthetic_items} items")
-        syn = _run(synthetic_config(synthetic_items), out / "synthetic")[0].metrics
+        syn = run_timed(synthetic_config(synthetic_items), out / "synthetic")[0].metrics
         fig.update(
             synthetic_lambda=syn.lambda_measured,
             synthetic_lambda_theory=syn.lambda_theory,

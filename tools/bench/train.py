@@ -32,6 +32,15 @@ The pipeline's fill (the first batch waits for its latents with nothing to overl
 cost of a run, about one step's encoding; the measured runs are long enough (64 steps by
 default) that it weighs little against the steady state the bound describes.
 
+Groups: each batch of 8 goes out in groups of ``group_size`` samples (4 by default, ``--group-size``):
+every group is one ask and one reply, with its wake-ups on both sides, so two asks per step
+rather than four halve what messaging costs the trainer and the encoders per sample.
+
+``cpu_ms_per_sample`` explains the figure where rates are noisy (a shared machine): the CPU time
+per sample of the trainer process and of the encoder actors' processes in the best K's remote run,
+beside that of training and encoding alone, and of each beside the other with nothing passed
+between them (``*_together``); remote minus together is what troupe's messaging costs each side.
+
 Every figure is taken ``repeat`` times, in turn (local, encoding alone, training alone, remote
 at each K, then again), and the medians are reported, so a slow spell of a shared machine falls
 on all of them. The node runs in this process (as ``troupe run`` does); the encoding-alone
@@ -47,17 +56,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import anyio
+import psutil
 import torch
 
 from troupe.actors.encoders.encoder_actor import video_vae_encoder
 from troupe.actors.training.inflight import (
     InflightConfig,
+    TrainResult,
     actor_encoder,
     encode_video,
     split_groups,
@@ -100,7 +112,7 @@ class TrainBench:
     frames: int = 8
     side: int = 32
     action_steps: int = 8
-    group_size: int = 2
+    group_size: int = 4
     vae_channels: int = 8
     d_model: int = 96
     layers: int = 3
@@ -183,6 +195,18 @@ def _samples(batches: Sequence[dict[str, Any]]) -> int:
     return sum(int(b["video"].shape[0]) for b in batches)
 
 
+def _cpu_s(procs: Sequence[psutil.Process]) -> float:
+    """CPU seconds (user and system, every thread) the processes have used; a gone one counts 0."""
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def encode_share(bench: TrainBench, steps: int, actors: int, share: int, threads: int) -> None:
     """Encoding alone, as encoder actor ``share`` of ``actors`` would (round-robin over the
     groups): warm up and print "ready"; then for each line on stdin, encode and print the seconds."""
@@ -213,6 +237,7 @@ class EncodeAlone:
 
     def __init__(self, bench: TrainBench, steps: int, actors: int, threads: int) -> None:
         self.samples = _samples(make_batches(bench, steps))
+        self.cpu_ms_per_sample = 0.0
         self.procs: list[subprocess.Popen[str]] = []
         try:
             for share in range(actors):
@@ -238,12 +263,16 @@ class EncodeAlone:
         return line
 
     def measure(self) -> float:
-        """Samples/s of one round: every process starts at once; the slowest sets the time."""
+        """Samples/s of one round: every process starts at once; the slowest sets the time.
+        ``cpu_ms_per_sample`` is what the round cost the processes together."""
+        watched = [psutil.Process(proc.pid) for proc in self.procs]
+        cpu = _cpu_s(watched)
         for proc in self.procs:
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
         seconds = [float(self._line(proc, "figure")) for proc in self.procs]
+        self.cpu_ms_per_sample = 1000 * (_cpu_s(watched) - cpu) / self.samples
         return self.samples / max(seconds)
 
     def close(self) -> None:
@@ -265,16 +294,20 @@ def _with_latents(bench: TrainBench, batches: list[dict[str, Any]]) -> list[dict
     return [{**b, "latents": encode_video(encoder, b["video"])} for b in batches]
 
 
-def _train_alone(bench: TrainBench, with_latents: list[dict[str, Any]], threads: int) -> float:
-    """Samples/s of the train steps alone, on latents computed beforehand."""
+def _train_alone(bench: TrainBench, with_latents: list[dict[str, Any]], threads: int) -> tuple[float, float]:
+    """Samples/s of the train steps alone, on latents computed beforehand, and the CPU ms per
+    sample this process spent meanwhile."""
     torch.set_num_threads(threads)
     step = make_train_step(bench.world_model(), threads)
     for batch in with_latents[:WARMUP_STEPS]:
         step(batch)
-    start = time.perf_counter()
+    me = [psutil.Process()]
+    cpu, start = _cpu_s(me), time.perf_counter()
     for batch in with_latents[WARMUP_STEPS:]:
         step(batch)
-    return _samples(with_latents[WARMUP_STEPS:]) / (time.perf_counter() - start)
+    seconds, cpu = time.perf_counter() - start, _cpu_s(me) - cpu
+    samples = _samples(with_latents[WARMUP_STEPS:])
+    return samples / seconds, 1000 * cpu / samples
 
 
 def _local(bench: TrainBench, batches: list[dict[str, Any]], threads: int) -> tuple[float, list[float]]:
@@ -377,26 +410,60 @@ class _Rounds:
     """Each remote run's stage timings (read, wait for latents, train step), by K."""
     together: list[tuple[float, float]] = field(default_factory=list)
     """Encoding alone and training alone run at the same time: (encode, train) samples/s."""
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    """CPU ms per sample, each round's: ``encode_alone``, ``train_alone``, ``encode_together``,
+    ``train_together``, and ``remote_trainer`` / ``remote_encoders`` by K (``remote_trainer-4``...)."""
 
 
 async def _together(
-    alone: EncodeAlone, bench: TrainBench, precomputed: list[dict[str, Any]], threads: int
+    alone: EncodeAlone, bench: TrainBench, precomputed: list[dict[str, Any]], threads: int, out: _Rounds
 ) -> tuple[float, float]:
     """Encoding alone and training alone at the same time, nothing passed between them: what
     the two sides cost each other on shared cores (caches, memory, sibling hyperthreads)
-    without any messaging. A diagnostic beside the bound, not the bound."""
+    without any messaging. A diagnostic beside the bound, not the bound. Their CPU ms per
+    sample go to ``out.cpu`` (``encode_together``, ``train_together``)."""
     rates: dict[str, float] = {}
 
     async def encode() -> None:
         rates["encode"] = await anyio.to_thread.run_sync(alone.measure)
+        out.cpu.setdefault("encode_together", []).append(alone.cpu_ms_per_sample)
 
     async def train() -> None:
-        rates["train"] = await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads)
+        rates["train"], cpu = await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads)
+        out.cpu.setdefault("train_together", []).append(cpu)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(encode)
         tg.start_soon(train)
     return rates["encode"], rates["train"]
+
+
+async def _remote(
+    bench: TrainBench,
+    batches: list[dict[str, Any]],
+    encode: Any,
+    actors: int,
+    threads: int,
+    k: int,
+    alone: EncodeAlone,
+    out: _Rounds,
+) -> TrainResult:
+    """One remote run at depth ``k`` after warm-up steps, with the CPU time it cost this process
+    (the trainer, and the node's idle loop) and the encoder actors' processes."""
+    step = make_train_step(bench.world_model(), threads)
+    config = InflightConfig(inflight=k, group_size=bench.group_size, deadline_s=120)
+    await train_remote(batches[:WARMUP_STEPS], step, encode, actors, config)
+    # The node's processes but the encoding-alone ones: the encoder actors (and the node's
+    # supervisor and template, idle meanwhile).
+    me = psutil.Process()
+    others = {proc.pid for proc in alone.procs}
+    workers = [proc for proc in me.children(recursive=True) if proc.pid not in others]
+    cpu_me, cpu_workers = _cpu_s([me]), _cpu_s(workers)
+    result = await train_remote(batches[WARMUP_STEPS:], step, encode, actors, config)
+    samples = max(1, result.timings.samples)
+    out.cpu.setdefault(f"remote_trainer-{k}", []).append(1000 * (_cpu_s([me]) - cpu_me) / samples)
+    out.cpu.setdefault(f"remote_encoders-{k}", []).append(1000 * (_cpu_s(workers) - cpu_workers) / samples)
+    return result
 
 
 async def _rounds(
@@ -436,15 +503,14 @@ async def _rounds(
                             out.local[n].append(rate)
                             out.losses.setdefault(f"local-{n}", losses)
                         out.encode.append(await anyio.to_thread.run_sync(alone.measure))
-                        out.train.append(
-                            await anyio.to_thread.run_sync(_train_alone, bench, precomputed, threads[0])
-                        )
-                        out.together.append(await _together(alone, bench, precomputed, threads[0]))
+                        out.cpu.setdefault("encode_alone", []).append(alone.cpu_ms_per_sample)
+                        train_alone = partial(_train_alone, bench, precomputed, threads[0])
+                        rate, cpu = await anyio.to_thread.run_sync(train_alone)
+                        out.train.append(rate)
+                        out.cpu.setdefault("train_alone", []).append(cpu)
+                        out.together.append(await _together(alone, bench, precomputed, threads[0], out))
                         for k in depths:
-                            step = make_train_step(bench.world_model(), threads[0])
-                            config = InflightConfig(inflight=k, group_size=bench.group_size, deadline_s=120)
-                            await train_remote(batches[:WARMUP_STEPS], step, encode, actors, config)
-                            result = await train_remote(batches[WARMUP_STEPS:], step, encode, actors, config)
+                            result = await _remote(bench, batches, encode, actors, threads[0], k, alone, out)
                             out.remote[k].append(result.timings.samples_per_s)
                             out.stages[k].append(result.timings.as_dict())
                             out.losses.setdefault(f"remote-{k}", result.losses)
@@ -462,14 +528,19 @@ def measure_train(
     progress: Callable[[str], None] | None = None,
     bench: TrainBench | None = None,
     repeat: int = 3,
+    group_size: int | None = None,
 ) -> dict[str, Any]:
     """Run the local, remote and alone measurements ``repeat`` times; return every figure
-    (medians; see the module)."""
+    (medians; see the module). ``group_size``: samples per group, else ``bench``'s."""
     say = progress or (lambda _m: None)
     bench = bench or TrainBench()
-    for name, value in (("steps", steps), ("repeat", repeat), ("inflight", inflight), ("actors", actors)):
+    checked = (("steps", steps), ("repeat", repeat), ("inflight", inflight), ("actors", actors),
+               ("group_size", group_size))  # fmt: skip
+    for name, value in checked:
         if value is not None and value < 1:
             raise ValueError(f"{name}={value!r}: expected at least 1")
+    if group_size is not None:
+        bench = replace(bench, group_size=group_size)
     cores = _cores()
     # One actor per core the trainer leaves free, by default.
     actors = actors if actors is not None else max(1, cores - split_threads(cores, 1)[0])
@@ -508,6 +579,17 @@ def measure_train(
         "together_bound_samples_per_s": together,
         "remote_vs_together_bound": remote_by[best] / together,
         "remote_samples_per_s_by_inflight": {str(k): rate for k, rate in remote_by.items()},
+        # CPU time per sample (medians), steadier than rates on a busy machine: remote minus
+        # together (both sides at once, nothing passed), per side, is what the messaging costs
+        # the trainer and the encoders; together minus alone, what the sides cost each other.
+        "cpu_ms_per_sample": {
+            "encode_alone": median(rounds.cpu["encode_alone"]),
+            "train_alone": median(rounds.cpu["train_alone"]),
+            "encode_together": median(rounds.cpu["encode_together"]),
+            "train_together": median(rounds.cpu["train_together"]),
+            "remote_trainer": median(rounds.cpu[f"remote_trainer-{best}"]),
+            "remote_encoders": median(rounds.cpu[f"remote_encoders-{best}"]),
+        },
         # Where the best K's median run spent its time: with encoding hidden, wait_s stays small.
         "remote_stages": sorted(rounds.stages[best], key=lambda st: st["samples_per_s"])[repeat // 2],
         "local_samples_per_s_by_threads": {str(n): rate for n, rate in local_by.items()},
@@ -519,6 +601,7 @@ def measure_train(
         "steps": steps,
         "repeat": repeat,
         "batch_size": bench.batch_size,
+        "group_size": bench.group_size,
         "actors": actors,
         "local_threads": local_threads,
         "trainer_threads": threads[0],

@@ -165,7 +165,11 @@ class RaycastRenderer(BaseRenderer):
     def render(self, scene: Scene, plan: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         from .render import render_plan
 
-        return render_plan(scene, plan_from_wire(plan), self.device)
+        # Under a runtime (a replica), each batch of frames is progress: a long episode at a
+        # real size must not read as a hang to the supervisor.
+        runtime = getattr(self, "runtime", None)
+        on_frames = None if runtime is None else (lambda n: runtime.progress(n, "frames rendered"))
+        return render_plan(scene, plan_from_wire(plan), self.device, on_frames=on_frames)
 
 
 class LeRobotWriter(BaseWriter):

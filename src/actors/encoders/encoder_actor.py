@@ -12,6 +12,10 @@ tag, never waiting for a whole batch. Config::
     class = "troupe.actors.encoders.encoder_actor:EncoderActor"
     kwargs = { weights = "vae.pt", memory_mb = 512, disk_mb = 8192, cache_dir = "/var/cache/latents" }
 
+Short encodes (under ``inline_below_ms``, the last one's time) run on the actor's event loop,
+longer ones on a worker thread, so the loop keeps serving meanwhile; with no cache tier
+(``memory_mb = 0`` and no disk tier), no cache key is computed.
+
 ``encode`` payload: ``{"tag": any, "video": tensor or ndarray (B, C, T, H, W), "params": {...}}``:
 uint8 frames are mapped to [-1, 1] here (4x fewer bytes on the wire than float32), float ones
 are taken as they are; ``params`` (optional, JSON data) names the preprocessing the sender did
@@ -29,6 +33,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import math
 import time
 from importlib import resources
 from pathlib import Path
@@ -155,6 +160,11 @@ class EncoderActor(Actor):
             ``disk_mb = 0``: no disk tier.
         threads: torch's CPU threads in this process (several encoder processes share a host's
             cores); None: torch's default.
+        inline_below_ms: while encoding a group takes less than this (the last one encoded),
+            groups are encoded on the event loop, saving the hop to a worker thread and
+            back, two thread wake-ups per group that cost as much as a small group's messaging;
+            a longer one goes to a worker thread, so that the loop keeps serving (control
+            messages, replies) meanwhile. The first group goes to a thread. 0: always a thread.
     """
 
     mailbox_capacity = 256  # many groups of many trainer ranks in flight
@@ -172,9 +182,14 @@ class EncoderActor(Actor):
         disk_mb: float = 1024,
         cache_dir: str | None = None,
         threads: int | None = None,
+        inline_below_ms: float = 50.0,
     ) -> None:
         if memory_mb < 0 or disk_mb < 0:
             raise ConfigError(f"memory_mb and disk_mb must be >= 0, got {memory_mb} and {disk_mb}")
+        if not inline_below_ms >= 0:
+            raise ConfigError(f"inline_below_ms must be >= 0, got {inline_below_ms!r}")
+        self.inline_below_s = inline_below_ms / 1000
+        self._last_encode_s = math.inf  # none yet: the first group goes to a thread
         if threads is not None:
             if threads < 1:
                 raise ConfigError(f"threads must be >= 1, got {threads}")
@@ -195,7 +210,7 @@ class EncoderActor(Actor):
         # What changes the numbers beyond the input and the weights: part of every cache key.
         self._params = {"device": self.device.type, **self.switches}
         self.cache = LatentCache(int(memory_mb * 2**20), int(disk_mb * 2**20), cache_dir)
-        self.counts = {"groups": 0, "samples": 0, "encoded": 0, "encode_s": 0.0}
+        self.counts = {"groups": 0, "samples": 0, "encoded": 0, "encode_s": 0.0, "inline": 0}
 
     def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
         """Latents of one group as the ``encode`` handler computes them, cache aside (benchmarks
@@ -209,15 +224,21 @@ class EncoderActor(Actor):
         return latents.float().cpu()
 
     def _encode_group(self, video: torch.Tensor, params: dict[str, Any]) -> tuple[torch.Tensor, bool]:
-        key = cache_key(video, {**params, **self._params}, self.fingerprint)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit, True
+        key = None
+        if self.cache.enabled:  # with no tier to look in, no key to hash
+            key = cache_key(video, {**params, **self._params}, self.fingerprint)
+            hit = self.cache.get(key)
+            if hit is not None:
+                return hit, True
         start = time.perf_counter()
-        latents = self.encode_frames(video)
-        self.counts["encode_s"] += time.perf_counter() - start
+        try:
+            latents = self.encode_frames(video)
+        finally:
+            self._last_encode_s = time.perf_counter() - start
+        self.counts["encode_s"] += self._last_encode_s
         self.counts["encoded"] += 1
-        self.cache.put(key, latents)
+        if key is not None:
+            self.cache.put(key, latents)
         return latents, False
 
     @handles("encode")
@@ -234,8 +255,11 @@ class EncoderActor(Actor):
             json.dumps(params)  # the cache key holds it as JSON
         except (TypeError, ValueError) as exc:
             raise ValueError(f"encode: 'params' must be JSON data: {exc}") from None
-        # On a thread: the event loop keeps answering heartbeats and stats while it encodes.
-        latents, cached = await anyio.to_thread.run_sync(self._encode_group, video, params)
+        if self._last_encode_s < self.inline_below_s:
+            self.counts["inline"] += 1
+            latents, cached = self._encode_group(video, params)
+        else:  # on a thread: the event loop goes on serving while it encodes
+            latents, cached = await anyio.to_thread.run_sync(self._encode_group, video, params)
         self.counts["groups"] += 1
         self.counts["samples"] += int(video.shape[0])
         return {"tag": payload.get("tag"), "latents": latents, "cached": cached}

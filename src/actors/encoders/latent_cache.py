@@ -141,6 +141,11 @@ class LatentCache:
             self._writer = threading.Thread(target=self._write_loop, name="latent-cache-writer", daemon=True)
             self._writer.start()
 
+    @property
+    def enabled(self) -> bool:
+        """Whether any tier can hold an entry (a cache of no bytes looks nothing up)."""
+        return self.memory_limit > 0 or self._disk is not None
+
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1

@@ -25,6 +25,7 @@
     count = 2
     memory_mb = 256
     disk_mb = 1024
+    inline_below_ms = 50         # shorter encodes run on the actor's event loop; 0: on a thread
 
     [trainers]
     ranks = 1
@@ -117,6 +118,7 @@ class EncodersSection(_Frozen):
     disk_mb: StrictFloat = Field(default=1024.0, ge=0)
     cache_dir: str = Field(default="{out}/latent-cache", min_length=1)
     threads: StrictInt | None = Field(default=None, ge=1)
+    inline_below_ms: StrictFloat = Field(default=50.0, ge=0)
     tags: tuple[str, ...] = ()
     gpus: StrictInt = Field(default=0, ge=0)
 

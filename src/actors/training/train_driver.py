@@ -111,6 +111,7 @@ class TrainDriver:
             "disk_mb": enc.disk_mb,
             "cache_dir": enc.cache_dir,
             "threads": enc.threads,
+            "inline_below_ms": enc.inline_below_ms,
         }
         return {k: v for k, v in kwargs.items() if v is not None}
 

@@ -71,6 +71,7 @@ DEFAULT_NODE_ENDPOINT = "tcp://127.0.0.1:7470"
 MAX_HWM = 1_000_000
 MAX_NAME = 100  # names end up in file names and log lines
 MAX_TAGS = 32
+MAX_MESSAGE_MB = 4096.0  # a worker's own bound: a 640x480 episode of RGB-D is ~130 MB
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 
 
@@ -92,6 +93,8 @@ class WorkerSpec(_Frozen):
     name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     actors: tuple[ActorSpec, ...] = ()
     kind: str = Field(default="default", min_length=1, max_length=MAX_NAME)
+    # This worker's message size bound, over the node's (a pipeline stage whose items are large).
+    max_message_mb: StrictFloat | None = Field(default=None, gt=0, le=MAX_MESSAGE_MB)
 
 
 class KindSupervision(_Frozen):

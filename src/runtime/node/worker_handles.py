@@ -237,7 +237,7 @@ async def launch_worker(
         "log_dir": str(cfg.log_dir.resolve()),
         "log_level": cfg.log_level,
         "hwm": cfg.hwm,
-        "max_message_mb": cfg.max_message_mb,
+        "max_message_mb": handle.spec.max_message_mb or cfg.max_message_mb,
         "max_frames": cfg.max_frames,
         "bad_frames_burst": cfg.bad_frames_burst,
         "bad_frames_per_s": cfg.bad_frames_per_s,

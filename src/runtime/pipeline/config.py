@@ -9,6 +9,7 @@
     slots = 4             # replica budget the scheduler may distribute (default: sum of replicas)
     data_plane = "direct" # outputs go replica to replica ("engine": through the engine process)
     inline_below = 4096   # outputs smaller than this many bytes still go inline through the engine
+    max_message_mb = 256  # the replicas' message bound (default: their nodes'), for large items
 
     [[stages]]
     name = "plan"
@@ -35,7 +36,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.config import MAX_NAME, _Frozen, read_toml, validation_message
+from troupe.runtime.node.config import MAX_MESSAGE_MB, MAX_NAME, _Frozen, read_toml, validation_message
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 
 from .handoff import INLINE_BELOW
@@ -99,6 +100,9 @@ class PipelineConfig(_Frozen):
     # "engine": every output passes through the engine, as before the direct data plane.
     data_plane: Literal["direct", "engine"] = "direct"
     inline_below: StrictInt = Field(default=INLINE_BELOW, ge=0)  # smaller outputs go inline
+    # The replicas' message size bound (MB), over their nodes' max_message_mb: an output handed
+    # to the next stage travels as one message (640x480 RGB-D, 60 frames: ~130 MB).
+    max_message_mb: StrictFloat | None = Field(default=None, gt=0, le=MAX_MESSAGE_MB)
     stages: tuple[StageConfig, ...]
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.actor import Actor, handles
-from troupe.runtime.errors import TroupeError
+from troupe.runtime.errors import AskTimeout, DeliveryError, TroupeError
 
 __all__ = [
     "HELD",
@@ -104,9 +104,11 @@ class HeldOutputs:
 
 async def pull_inputs(
     ask: Callable[[str, str, Any, float], Any], items: list[Any], sources: list[Any]
-) -> tuple[list[Any], dict[int, str]]:
-    """The batch's items with each pulled one filled in from its holder, and the indexes whose
-    holder is gone or no longer has it (with why).
+) -> tuple[list[Any], dict[int, str], dict[int, str]]:
+    """The batch's items with each pulled one filled in from its holder; the indexes whose
+    holder is gone or no longer has it (lost: the engine runs them again from the first stage);
+    and those whose holder answered with an error (failed: an item error, retried here, such as
+    an output over the message bound), each with why.
 
     Args:
         ask: ``ask(actor, msg_type, payload, timeout)``, an awaitable (the actor's runtime).
@@ -119,17 +121,21 @@ async def pull_inputs(
             by_holder.setdefault(str(source[0]), []).append((i, str(source[1])))
     filled = list(items)
     lost: dict[int, str] = {}
+    failed: dict[int, str] = {}
 
     async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
         got: dict[str, Any] = {}
         why = f"holder {holder} no longer holds it"
+        error = ""
         with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
             PULLS.setdefault(holder, set()).add(scope)
             try:
                 reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
                 got = reply.get("items", {}) if isinstance(reply, dict) else {}
-            except TroupeError as exc:
+            except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
                 why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
+            except TroupeError as exc:  # it answered, with an error (the outputs stay held)
+                error = f"holder {holder} could not hand over its outputs: {type(exc).__name__}: {exc}"
             finally:
                 PULLS[holder].discard(scope)
                 if not PULLS[holder]:
@@ -139,13 +145,15 @@ async def pull_inputs(
         for i, key in wanted:
             if key in got:
                 filled[i] = got[key]
+            elif error:
+                failed[i] = error
             else:
                 lost[i] = why
 
     async with anyio.create_task_group() as tg:
         for holder, wanted in by_holder.items():
             tg.start_soon(fetch, holder, wanted)
-    return filled, lost
+    return filled, lost, failed
 
 
 HELD = HeldOutputs()

@@ -84,7 +84,9 @@ class ReplicaPool:
         actors = [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}]
         if self._direct:  # it hands over what it holds, and hears of holders that are gone
             actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
-        spec = {"name": name, "kind": stage.cfg.name, "actors": actors}
+        spec: dict[str, Any] = {"name": name, "kind": stage.cfg.name, "actors": actors}
+        if self.config.max_message_mb is not None:
+            spec["max_message_mb"] = self.config.max_message_mb
         spawned = False
         host: Host | None = None
         try:

@@ -194,12 +194,13 @@ class StageActor(Actor):
         sources = payload.get("from")
         hold = payload.get("hold")
         lost: dict[int, str] = {}
+        failed: dict[int, str] = {}
         if sources:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._alive_while_pulling)
-                items, lost = await pull_inputs(self._ask, items, list(sources))
+                items, lost, failed = await pull_inputs(self._ask, items, list(sources))
                 tg.cancel_scope.cancel()
-        run = [item for i, item in enumerate(items) if i not in lost]
+        run = [item for i, item in enumerate(items) if i not in lost and i not in failed]
         if not run:
             done: list[dict[str, Any]] = []
         elif hold and self._handlers["process"].fn is StageActor.process_plain:
@@ -208,7 +209,14 @@ class StageActor(Actor):
         else:
             done = (await self._process({"items": run}))["outcomes"]
         ran = iter(done)
-        outcomes = [outcome_lost(lost[i]) if i in lost else next(ran) for i in range(len(items))]
+        outcomes = [
+            outcome_lost(lost[i])
+            if i in lost
+            else {"error": failed[i], "traceback": ""}
+            if i in failed
+            else next(ran)
+            for i in range(len(items))
+        ]
         if hold:
             below = int(payload.get("inline_below", INLINE_BELOW))
             for i, outcome in enumerate(outcomes):

@@ -169,7 +169,12 @@ def test_a_bad_encoder_path_is_a_config_error(encoder: str, message: str) -> Non
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"memory_mb": -1}, "memory_mb"), ({"disk_mb": -2}, "-2"), ({"threads": 0}, "threads")],
+    [
+        ({"memory_mb": -1}, "memory_mb"),
+        ({"disk_mb": -2}, "-2"),
+        ({"threads": 0}, "threads"),
+        ({"inline_below_ms": -1}, "inline_below_ms must be >= 0, got -1"),
+    ],
 )
 def test_bad_bounds_are_config_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

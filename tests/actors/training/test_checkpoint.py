@@ -1,12 +1,11 @@
 """Asynchronous DCP checkpoints: resume equals an uninterrupted run; uncommitted ones are ignored.
 
-Run as a script (``python test_checkpoint.py DIR STEPS EVERY HANG_AFTER``) it is the trainer
+Run as a script (``python test_checkpoint.py DIR STEPS EVERY HANG_AFTER THREADS``) it is the trainer
 the SIGKILL test starts: it trains, prints each step, and hangs after ``HANG_AFTER`` steps.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -117,7 +116,9 @@ def test_resume_after_stop_equals_uninterrupted(tmp_path: Path) -> None:
 
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path: Path) -> None:
     reference, _ = train(None, steps=6)
-    cmd = [sys.executable, __file__, str(tmp_path), "6", "1", "4"]
+    # The child computes with this process's torch threads: a float sum split over another
+    # number of threads rounds differently, and an earlier test may have changed ours.
+    cmd = [sys.executable, __file__, str(tmp_path), "6", "1", "4", str(torch.get_num_threads())]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True)
@@ -176,12 +177,12 @@ def test_every_must_be_positive(tmp_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    folder, total, every, hang_after = sys.argv[1], *map(int, sys.argv[2:5])
+    folder, total, every, hang_after, threads = sys.argv[1], *map(int, sys.argv[2:6])
+    torch.set_num_threads(threads)
 
     def report(step: int) -> None:
         print(f"step {step}", flush=True)
         if step == hang_after:
             threading.Event().wait()  # killed here, a save perhaps still being written
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     train(Path(folder), total, every, on_step=report)

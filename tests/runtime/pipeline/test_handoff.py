@@ -51,10 +51,11 @@ async def test_pull_fills_each_item_from_its_holder_and_marks_what_cannot_be_had
         ["up-0/outbox", "k-gone"],
         ["dead/outbox", "k4"],
     ]
-    filled, lost = await pull_inputs(ask, items, sources)
+    filled, lost, failed = await pull_inputs(ask, items, sources)
     assert filled[:3] == ["zero", "inline", "two"]
     assert set(lost) == {3, 4}
     assert "no longer holds" in lost[3] and "AskTimeout" in lost[4]
+    assert not failed
     assert sorted(asked) == [
         ("dead/outbox", ["k4"]),
         ("up-0/outbox", ["k0", "k2", "k-gone"]),

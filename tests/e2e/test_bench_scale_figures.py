@@ -1,4 +1,5 @@
-"""``troupe bench scale --prefetch``: a tiny run, to check the command and its figures, not speed."""
+"""``troupe bench scale``: tiny runs, to check the command and its figures (prefetch, the
+journal's batches), not speed."""
 
 from __future__ import annotations
 
@@ -53,3 +54,12 @@ def test_task_durations_are_fixed_by_the_seed_and_heavy_tailed() -> None:
     assert stragglers == pytest.approx(STRAGGLER_P, abs=0.01)
     backups = [task_duration(seed, True, 3, 0.1) for seed in range(1000)]
     assert backups != first[:1000]  # a backup draws its own straggler chance
+
+
+def test_bench_scale_reports_events_per_batch_and_append_time() -> None:
+    """The master's group commit: every task was journaled (leased, then done) in batches."""
+    fig = _bench_scale("--workers", "5", "--tasks", "4", "--median-ms", "20")
+    for label in ("", "_no_speculation"):
+        assert fig["events_per_batch" + label] >= 1.0
+        assert fig["append_ms_per_batch" + label] > 0.0
+        assert fig["master_cpu_s_per_1k" + label] > 0.0
