@@ -33,6 +33,7 @@ __all__ = ["check_node_actors", "check_stage_actors", "load_actor_class", "main"
 
 CHECK_ENV = "TROUPE_CHECK_CLASSES"
 _IMPORT_GUARD_S = 600  # a module whose import hangs would hang every worker; say so, do not wait forever
+_PASSED: set[tuple[object, ...]] = set()  # the checks that passed in this process (see _check_in_child)
 _BASES = {"actor": "troupe.runtime.core.actor:Actor", "stage": "troupe.runtime.pipeline.stage:StageActor"}
 
 
@@ -83,8 +84,16 @@ def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
 
 
 def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None:
-    """Run ``checks`` (field, class path, base) in a worker-like child; raise the first failure."""
+    """Run ``checks`` (field, class path, base) in a worker-like child; raise the first failure.
+
+    A set of classes that passed is not checked again by this process for the same import path
+    and working directory (``troupe run`` checks before it starts anything, and the run it
+    starts would check again: a child importing torch, half a second of its start-up).
+    """
     if not checks:
+        return
+    key = (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
+    if key in _PASSED:
         return
     try:
         done = subprocess.run(
@@ -118,6 +127,7 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
             f"{source}: {where or 'actor classes'}: importing it ended the process "
             f"(exit status {done.returncode}): {short_repr(last.strip())}"
         )
+    _PASSED.add(key)
 
 
 def main() -> None:
