@@ -22,7 +22,7 @@ from troupe.runtime.errors import AskTimeout, ConfigError, Unreachable
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
 
-__all__ = ["Host", "cluster_hosts", "fits", "hosts_of_status", "place"]
+__all__ = ["Host", "cluster_hosts", "fits", "hosts_of_status", "nothing_fits", "place"]
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,23 @@ def place(
     Raises:
         ConfigError: no host fits (names what was asked and what each host offers).
     """
-    wanted = sorted(set(tags))
-    candidates = [h for h in hosts if fits(h, wanted, gpus)]
+    candidates = [h for h in hosts if fits(h, tags, gpus)]
     if count <= 0:
         return []
     if not candidates:
-        offered = ", ".join(
-            f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})" for h in hosts
-        )
-        raise ConfigError(
-            f"{what}: no node has tags {wanted} and {gpus} GPU(s); "
-            f"the cluster offers: {offered or 'no nodes'}"
-        )
+        raise nothing_fits(what, hosts, tags, gpus)
     return [candidates[i % len(candidates)] for i in range(count)]
+
+
+def nothing_fits(what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: int) -> ConfigError:
+    """The error for ``what``, which needs ``tags`` and ``gpus`` that none of ``hosts`` offers."""
+    offered = ", ".join(
+        f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})" for h in hosts
+    )
+    return ConfigError(
+        f"{what}: no node has tags {sorted(set(tags))} and {gpus} GPU(s); "
+        f"the cluster offers: {offered or 'no nodes'}"
+    )
 
 
 async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> list[Host]:

@@ -3,36 +3,16 @@ journal's batches), not speed."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
 
+from support.bench_cli import bench_json
 from troupe.cli.bench.scale import STRAGGLER_P, task_duration
 
 pytestmark = pytest.mark.e2e
 
 
 def _bench_scale(*args: str) -> dict[str, float]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "bench", "scale", "--json", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # on a timeout the whole group goes: the master and the workers
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, stderr
-    fig: dict[str, float] = json.loads(stdout)
-    return fig
+    return bench_json("scale", *args)
 
 
 def test_bench_scale_reports_prefetch_and_the_workers_own_counts() -> None:

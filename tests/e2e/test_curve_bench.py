@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
+
+from support.bench_cli import bench_json
 
 pytestmark = pytest.mark.e2e
 
 
 def test_bench_messaging_with_curve_reports_every_figure_against_its_curve_ceiling() -> None:
     """A quick, single-run pass: this checks the command, not the machine's speed."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "bench", "messaging", "--quick", "--repeat", "1",
-         "--json", "--curve"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # on a timeout the whole group goes, raw peers and workers included
-    )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, stderr
-    fig = json.loads(stdout)
+    fig = bench_json("messaging", "--quick", "--repeat", "1", "--curve", timeout=300)
     assert fig["curve"] == 1.0 and fig["runs"] == 1
     for key in ("tell_small", "tell_large", "ask1", "ask64"):
         raw, troupe = fig[f"raw_{key}_per_s"], fig[f"troupe_{key}_per_s"]

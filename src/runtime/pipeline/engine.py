@@ -277,9 +277,6 @@ class PipelineEngine(ReplicaPool):
     def _changed_set(self) -> None:
         self._changed.set()
 
-    def _source_left(self) -> bool:
-        return not self.source.exhausted()
-
     def _settle(self, item: Item, outcome: str, error: str = "", tb: str = "") -> None:
         if outcome != "error":
             self._last_done = time.monotonic()
@@ -289,7 +286,7 @@ class PipelineEngine(ReplicaPool):
         self.source.settle(item.task_id, outcome, error, tb)
 
     def _finished(self) -> bool:
-        return not self._source_left() and all(
+        return self.source.exhausted() and all(
             not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages
         )
 
@@ -554,18 +551,13 @@ class PipelineEngine(ReplicaPool):
     def _holder_gone(self, item: Item) -> None:
         """The replica holding ``item``'s input no longer has it: its process died (and its node
         may have restarted it, empty, at another endpoint than this engine's ref knows), or it
-        cannot be reached. Replace it: its calls end as failed (retried), what else it held runs
-        again, and a new replica serves its stage."""
+        cannot be reached."""
         handle = item.data
-        if not isinstance(handle, Handle) or handle.holder.retiring:
+        if not isinstance(handle, Handle):
             return
-        holder = handle.holder
-        stage = next((s for s in self.stages if holder in s.replicas), None)
-        if stage is None:
-            return
-        log.warning("replica_lost_outputs", stage=stage.cfg.name, replica=holder.name)
-        holder.give_up("it no longer has the outputs it held")
-        self._replace(stage, holder)
+        stage = next((s for s in self.stages if handle.holder in s.replicas), None)
+        if stage is not None:
+            self._lose(stage, handle.holder, "replica_lost_outputs", "it no longer has the outputs it held")
 
     def _notify(self) -> None:
         # A display needs no more than a few frames a second; the figures cost a snapshot of

@@ -77,29 +77,27 @@ class HeldOutputs:
     """The outputs a replica keeps for the next stage, by key, until released."""
 
     def __init__(self) -> None:
-        self._items: dict[str, Any] = {}
+        self._items: dict[str, tuple[Any, int]] = {}  # key -> (output, its size)
         self.bytes = 0
-        self._sizes: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._items)
 
     def put(self, key: str, item: Any, size: int) -> None:
         self.release([key])  # a retried call makes the same key again
-        self._items[key] = item
-        self._sizes[key] = size
+        self._items[key] = (item, size)
         self.bytes += size
 
     def take(self, keys: list[str]) -> dict[str, Any]:
         """The held items of ``keys`` (those still held); they stay held."""
-        return {k: self._items[k] for k in keys if k in self._items}
+        return {k: self._items[k][0] for k in keys if k in self._items}
 
     def release(self, keys: list[str]) -> None:
         """Forget ``keys`` (those not held are ignored: a release may follow a restart)."""
         for key in keys:
-            if key in self._items:
-                del self._items[key]
-                self.bytes -= self._sizes.pop(key)
+            held = self._items.pop(key, None)
+            if held is not None:
+                self.bytes -= held[1]
 
 
 async def pull_inputs(

@@ -20,7 +20,7 @@ import anyio
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TroupeError
-from troupe.runtime.placement import Host, cluster_hosts, fits
+from troupe.runtime.placement import Host, cluster_hosts, fits, nothing_fits
 
 __all__ = ["EngineHosts", "wait_for_nodes"]
 
@@ -63,14 +63,7 @@ class EngineHosts:
         """
         fitting = [h for h in self.hosts if fits(h, tags, gpus)]
         if not fitting:
-            offered = ", ".join(
-                f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})"
-                for h in self.hosts
-            )
-            raise ConfigError(
-                f"stages.{stage}: no live node has tags {sorted(set(tags))} and {gpus} GPU(s); "
-                f"the cluster offers: {offered or 'no nodes'}"
-            )
+            raise nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
         per_stage = self._stage_load.setdefault(stage, Counter())
         host = min(fitting, key=lambda h: (per_stage[h.name], self._load[h.name]))
         per_stage[host.name] += 1

@@ -25,6 +25,7 @@ from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts
 from .model import ScaleInput, decide_scaling
 from .records import Replica, StageState, node_of
+from .source import ItemSource
 
 __all__ = ["ReplicaPool"]
 
@@ -52,12 +53,10 @@ class ReplicaPool:
     _fatal: StageFailed | None
     _wanted_before: set[str]
     _finishing: bool
-
-    def _source_left(self) -> bool:
-        raise NotImplementedError
+    source: ItemSource
 
     def _lose_outputs(self, replica: Replica) -> None:
-        raise NotImplementedError
+        """What ``replica`` held is gone: the engine's item flow restarts those items."""
 
     def replica_status(self) -> list[dict[str, Any]]:
         """Each replica: its stage, its node, the items it has in calls and the outputs it holds."""
@@ -139,6 +138,15 @@ class ReplicaPool:
         self._tg.start_soon(self._retire, stage, replica)
         self._spawn(stage)
 
+    def _lose(self, stage: StageState, replica: Replica, event: str, why: str, **fields: Any) -> None:
+        """``replica`` no longer serves (``why``): its calls end as failed (their items are
+        retried), what it held runs again, and another replica starts on a live node."""
+        if replica.retiring:
+            return
+        log.warning(event, stage=stage.cfg.name, replica=replica.name, why=why, **fields)
+        replica.give_up(why)
+        self._replace(stage, replica)
+
     async def _worker_loop(self) -> None:
         """A replica whose worker died (and maybe was restarted by its node, empty, at another
         endpoint) is replaced: each node is asked every ``_WATCH_S`` for its workers' records,
@@ -163,12 +171,9 @@ class ReplicaPool:
         records = {str(w.get("name")): w for w in workers if isinstance(w, dict)}
         for stage, replica in replicas:
             why = _worker_gone(records.get(replica.name), replica.incarnation)
-            if why is None or replica.retiring:
-                continue
-            log.warning("replica_worker_lost", stage=stage.cfg.name, replica=replica.name, why=why)
-            replica.give_up(why)
-            self._replace(stage, replica)
-            self._changed.set()
+            if why is not None:
+                self._lose(stage, replica, "replica_worker_lost", why)
+                self._changed.set()
 
     async def _node_loop(self) -> None:
         """A node that left the cluster took its replicas: their calls end as failed (their
@@ -178,16 +183,9 @@ class ReplicaPool:
             alive = self.hosts.alive
             for stage in self.stages:
                 for replica in list(stage.replicas):
-                    if replica.host is None or replica.host.name in alive or replica.retiring:
-                        continue
-                    log.warning(
-                        "replica_node_lost",
-                        stage=stage.cfg.name,
-                        replica=replica.name,
-                        node=replica.host.name,
-                    )
-                    replica.give_up(f"its node {replica.host.name} left the cluster")
-                    self._replace(stage, replica)
+                    if replica.host is not None and replica.host.name not in alive:
+                        why = f"its node {replica.host.name} left the cluster"
+                        self._lose(stage, replica, "replica_node_lost", why, node=replica.host.name)
             self._changed.set()
 
     def _mark_retiring(self, stage: StageState, replica: Replica) -> None:
@@ -216,7 +214,7 @@ class ReplicaPool:
 
     def _drained(self, stage: StageState) -> bool:
         up = self.config.upstream(stage.index)
-        upstream_done = not self._source_left() if up is None else (self._drained(self.stages[up]))
+        upstream_done = self.source.exhausted() if up is None else (self._drained(self.stages[up]))
         return upstream_done and not stage.queue and all(r.busy == 0 for r in stage.replicas)
 
     def _scale_once(self) -> None:

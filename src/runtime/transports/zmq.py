@@ -545,6 +545,8 @@ class ZmqTransport:
                 self._look_later(w)
             raise
         self._sent += 1
+        if self.wire_bytes is not None:
+            self.wire_bytes[0] += len(identity) + frames_bytes([header])
         if (w.waiting or w.senders) and not w.recheck and not w.draining:
             self._look_later(w)
 

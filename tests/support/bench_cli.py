@@ -1,0 +1,36 @@
+"""Running a ``troupe bench`` command from a test: its JSON figures, the process always reaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["bench_json"]
+
+
+def bench_json(*args: str, timeout: float = 300) -> dict[str, Any]:
+    """``troupe bench ARGS --json``'s figures; it must exit 0 (its stderr is the message if not).
+
+    It runs in a session of its own: on a timeout the whole group goes, the raw peers, masters and
+    workers a benchmark starts included.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "bench", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    figures: dict[str, Any] = json.loads(stdout)
+    return figures
