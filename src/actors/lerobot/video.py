@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -29,6 +30,7 @@ import numpy.typing as npt
 from troupe.actors.lerobot.errors import InvalidData
 
 __all__ = [
+    "SignatureMismatch",
     "VideoConfig",
     "VideoInfo",
     "best_codec",
@@ -94,6 +96,10 @@ def best_codec() -> str:
         except av.FFmpegError:
             pass
     return "mpeg4"
+
+
+class SignatureMismatch(InvalidData):
+    """Videos given to :func:`concat_videos` differ in codec, size or headers."""
 
 
 @contextmanager
@@ -218,8 +224,12 @@ def video_signature(path: Path) -> tuple[object, ...]:
         OSError: the file cannot be read.
     """
     with _translated(f"reading {path}"), av.open(str(path)) as container:
-        cc = container.streams.video[0].codec_context
-        return (cc.name, cc.width, cc.height, cc.pix_fmt, bytes(cc.extradata or b""))
+        return _stream_signature(container.streams.video[0])
+
+
+def _stream_signature(stream: Any) -> tuple[object, ...]:
+    cc = stream.codec_context
+    return (cc.name, cc.width, cc.height, cc.pix_fmt, bytes(cc.extradata or b""))
 
 
 def concat_videos(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[float, float]]:
@@ -243,19 +253,33 @@ def concat_videos(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[f
     """
     if not sources:
         raise InvalidData("concat_videos needs at least one source video")
-    signatures = {video_signature(p) for p in sources}
-    if len(signatures) != 1:
-        raise InvalidData(
-            f"cannot remux {len(sources)} videos into {dest}: codec, size or headers differ; "
-            "group sources by video_signature() first"
-        )
+    try:
+        return _remux(sources, dest, fps)
+    except InvalidData:
+        dest.unlink(missing_ok=True)  # half a remux is no video
+        raise
+
+
+def _remux(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[float, float]]:
     spans: list[tuple[float, float]] = []
     frames_before = 0
     with _translated(f"remuxing into {dest}"), av.open(str(dest), "w", format="mp4") as out:
         out_stream = None
+        first: tuple[object, ...] | None = None
         for src in sources:
             with av.open(str(src)) as container:
                 stream = container.streams.video[0]
+                # Checked on the container opened for its packets: opening every source once
+                # more for its signature was a third of a dataset's finalisation.
+                signature = _stream_signature(stream)
+                if first is None:
+                    first = signature
+                elif signature != first:
+                    raise SignatureMismatch(
+                        f"cannot remux {len(sources)} videos into {dest}: {src} differs from "
+                        f"{sources[0]} in codec, size or headers; group sources by "
+                        "video_signature() first"
+                    )
                 if out_stream is None:
                     out_stream = out.add_stream_from_template(stream)
                 shift = Fraction(frames_before, fps) / (stream.time_base or Fraction(1, fps))
@@ -265,11 +289,12 @@ def concat_videos(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[f
                         "re-encode it with encode_video"
                     )
                 count = 0
+                offset = int(shift)  # once, not a Fraction's __int__ per packet
                 for packet in container.demux(stream):
                     if packet.dts is None or packet.pts is None:  # the end-of-stream flush packet
                         continue
-                    packet.pts += int(shift)
-                    packet.dts += int(shift)
+                    packet.pts += offset
+                    packet.dts += offset
                     packet.stream = out_stream
                     out.mux(packet)
                     count += 1

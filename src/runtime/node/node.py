@@ -181,10 +181,14 @@ class Node:
                         await self.stopping.wait()
                     finally:  # asked to stop, or failed: the workers go first, either way
                         self.stopping.set()  # from here on nothing is restarted
-                        await self._stop_workers()
-                        if self.template is not None:
-                            await self.template.stop()
-                        await self.supervision.stop()
+                        async with anyio.create_task_group() as stops:
+                            # Both go while the workers do, their exits off the stop's critical
+                            # path: the template forks nothing more (a launch now spawns), and
+                            # the node's own grace and SIGKILL end a worker that hangs now.
+                            if self.template is not None:
+                                stops.start_soon(self.template.stop)
+                            stops.start_soon(self.supervision.stop)
+                            await self._stop_workers()
                         tg.cancel_scope.cancel()
         finally:
             self.log_publisher.close()

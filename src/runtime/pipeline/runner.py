@@ -426,5 +426,6 @@ async def _master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple
     # Enough leases for every item the stages can hold at once, queued or in flight.
     slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
     # A short poll: once every item is leased, the last one's report waits for the pending
-    # request to come back empty, and the run's finalisation with it.
-    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.2), before
+    # request to come back empty, and the run's finalisation with it. Polls are held only
+    # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
+    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.05), before

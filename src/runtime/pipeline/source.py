@@ -155,9 +155,10 @@ class MasterSource:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew_loop)
             while not self._done:
-                if self._reports and self.report_window_s > 0:
+                if self._reports and self._leases and self.report_window_s > 0:
                     # Let a few reports gather: the master journals what arrives together in
-                    # one transaction, and the freed slots go in one request.
+                    # one transaction, and the freed slots go in one request. With no lease
+                    # left, no report can join them: the job's end is told at once.
                     await anyio.sleep(self.report_window_s)
                 await self._flush_reports()
                 await self._check_finished()  # cheap; ends the run as soon as the job is over

@@ -345,3 +345,34 @@ def test_concat_videos_spans(tmp_path: Path) -> None:
     assert spans == [(0.0, 0.3), (0.3, 0.8)]
     assert len(decode_video(tmp_path / "all.mp4", *spans[1], fps=FPS)) == 5
     assert len(decode_video(tmp_path / "all.mp4")) == 8
+
+
+def test_concat_videos_refuses_mismatched_sources_and_leaves_no_file(tmp_path: Path) -> None:
+    small = tmp_path / "small.mp4"
+    large = tmp_path / "large.mp4"
+    rng = np.random.default_rng(0)
+    encode_video(small, rng.integers(0, 255, (4, 16, 16, 3), dtype=np.uint8), FPS)
+    encode_video(large, rng.integers(0, 255, (4, 32, 32, 3), dtype=np.uint8), FPS)
+    dest = tmp_path / "all.mp4"
+    with pytest.raises(InvalidData, match="differs from"):
+        concat_videos([small, large], dest, FPS)
+    assert not dest.exists()
+
+
+def test_finalize_splits_videos_an_episode_json_misdeclares(store: OutputStore, tmp_path: Path) -> None:
+    """Videos are grouped by what episode.json declares, but the remux checks the files: an
+    episode whose codec differs from what it declares still gets a file of its own."""
+    write_episode(store, _episode("task-a"))
+    write_episode(store, _episode("task-b"), EpisodeConfig(video=VideoConfig(codec="mpeg4")))
+    meta_path = store.committed_path("task-b") / "episode.json"
+    meta = json.loads(meta_path.read_text())
+    for info in meta["videos"].values():
+        info["codec"] = "libx264"  # declares what task-a has: grouping alone would mix them
+    meta_path.write_text(json.dumps(meta))
+    root = tmp_path / "ds"
+    summary = finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    assert summary.total_episodes == 2
+    assert summary.video_files == 4  # two keys, a file per codec each
+    episodes = pd.read_parquet(root / "meta" / "episodes")
+    assert sorted(episodes[f"videos/{RGB_KEY}/file_index"]) == [0, 1]
+    assert list(episodes[f"videos/{RGB_KEY}/from_timestamp"]) == [0.0, 0.0]

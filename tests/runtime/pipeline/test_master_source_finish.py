@@ -1,0 +1,60 @@
+"""MasterSource tells the master of a job's last items at once, not after its report window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime.pipeline.source import MasterSource
+
+pytestmark = pytest.mark.anyio
+
+
+class _FakeMaster:
+    """Answers a MasterSource's control calls as a master with one job of ``tasks`` tasks."""
+
+    node = "n"
+    address = "tcp://127.0.0.1:1"
+
+    def __init__(self, tasks: int) -> None:
+        self.todo = [
+            {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0}
+            for i in range(tasks)
+        ]
+        self.completed: list[str] = []
+        self.tasks = tasks
+
+    async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        if msg_type == "request_task":
+            if not self.todo:
+                await anyio.sleep(float(payload["wait_s"]))  # held, as the master holds it
+                return {"leases": []}
+            granted, self.todo = self.todo[: payload["free_slots"]], self.todo[payload["free_slots"] :]
+            return {"leases": granted}
+        if msg_type == "complete":
+            self.completed.append(payload["task_id"])
+            return {"outcome": "completed"}
+        if msg_type == "wait_job":
+            return {"state": "done" if len(self.completed) == self.tasks else "running"}
+        if msg_type == "dead":
+            return []
+        return {}
+
+
+async def test_the_last_reports_go_at_once_and_the_run_ends() -> None:
+    master = _FakeMaster(tasks=2)
+    # A report window far longer than the test's bound: waiting it out would fail the test.
+    source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.run, lambda: None)
+            items: list[Any] = []
+            while len(items) < 2:
+                await anyio.sleep(0.01)  # a bounded poll: the whole test is under fail_after
+                items += source.take(2)
+            for item in items:
+                source.settle(item.task_id, "ok")
+    assert sorted(master.completed) == ["t0", "t1"]
+    assert source.exhausted()
