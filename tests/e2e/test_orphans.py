@@ -253,19 +253,21 @@ actors = [{ name = "maker", class = "support.orphan_maker:OrphanMaker" }]
 
 
 async def test_a_process_a_dead_worker_left_behind_is_reaped_when_it_exits(
-    troupe_cluster: Callable[..., Cluster], stray: dict[int, float]
+    troupe_cluster: Callable[..., Cluster], stray: dict[int, float], tmp_path: Path
 ) -> None:
     """The node adopts (as a child subreaper) what a SIGKILLed worker had started; once that
     process exits, the node reaps it: no zombie stays in the process table."""
     cluster = troupe_cluster(ORPHAN_MAKER)
+    gate = tmp_path / "orphan-may-exit"
     async with cluster.client() as rt:
-        orphan = await rt.ref("w-orph/maker").ask("spawn", 2.0, timeout=30)
+        orphan = await rt.ref("w-orph/maker").ask("spawn", str(gate), timeout=30)
     stray[orphan] = psutil.Process(orphan).create_time()
     worker = (await cluster.worker("w-orph"))["pid"]
     os.kill(worker, signal.SIGKILL)
     with anyio.fail_after(GONE_WITHIN_S):  # adopted by the node once its worker is gone
         while psutil.Process(orphan).ppid() != cluster.proc.pid:
             await anyio.sleep(0.05)
-    with anyio.fail_after(GONE_WITHIN_S + 10):  # it exits after 2 s, then is reaped
+    gate.touch()  # only now, adopted: it exits, then is reaped
+    with anyio.fail_after(GONE_WITHIN_S):
         while psutil.pid_exists(orphan):
             await anyio.sleep(0.1)

@@ -233,7 +233,8 @@ async def test_drained_stage_slots_go_to_the_bottleneck(tmp_path: Path) -> None:
 
 async def test_scale_log_times_never_go_backwards(tmp_path: Path) -> None:
     """engine.scale_log is in time order: t never decreases from one entry to the next."""
-    cfg = _pipeline(10, _cost_stage("a", cost_s=0.005), _cost_stage("b", cost_s=0.03))
+    # "b" works ~1 s after "a" drains: ten of the scaler's looks (0.1 s apart) to retire "a".
+    cfg = _pipeline(10, _cost_stage("a", cost_s=0.005), _cost_stage("b", cost_s=0.1))
     _, engine = await _run(cfg, tmp_path / "logs")
     kinds = [(stage, what) for _, stage, _, what in engine.scale_log]
     assert ("a", "retired") in kinds, engine.scale_log  # "a" drains while "b" still works

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -57,20 +58,45 @@ def test_single_rank_group_joins_and_leaves() -> None:
     assert not torch.distributed.is_initialized()
 
 
-async def test_ranks_find_rank_0_through_the_directory() -> None:
+class _NotedAsks:
+    """``runtime.ref`` whose refs note the task of each ask that failed (rank 0 not published)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.ref = runtime.ref
+        self.failed_in: set[int] = set()
+
+    def __call__(self, name: str) -> Any:
+        ref, failed_in = self.ref(name), self.failed_in
+
+        class Noted:
+            async def ask(self, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await ref.ask(*args, **kwargs)
+                except Exception:
+                    failed_in.add(anyio.get_current_task().id)
+                    raise
+
+        return Noted()
+
+
+async def test_ranks_find_rank_0_through_the_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     hub = MemoryHub()
     found: dict[int, Rendezvous] = {}
     async with Runtime("node", "trainer", hub.transport()) as runtime:
+        noted = _NotedAsks(runtime)
+        monkeypatch.setattr(runtime, "ref", noted)
 
         async def join(rank: int) -> None:
             found[rank] = await rendezvous_from(runtime, "train-rdv", rank, 3, timeout_s=60, poll_s=0.01)
 
         with anyio.fail_after(120):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(join, 2)  # asks before rank 0 has published: it asks again
+                tg.start_soon(join, 2)  # they ask before rank 0 has published: they ask again
                 tg.start_soon(join, 1)
-                await anyio.sleep(0.05)
+                while len(noted.failed_in) < 2:  # a bounded poll: each has been told "not yet"
+                    await anyio.sleep(0.01)
                 tg.start_soon(join, 0)
+        monkeypatch.undo()
         with pytest.raises(ValueError, match="world_size=4"):
             await rendezvous_from(runtime, "train-rdv", 1, 4, timeout_s=60)
         with pytest.raises(TimeoutError, match="absent-rdv"):
