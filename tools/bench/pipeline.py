@@ -34,7 +34,7 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
 
-__all__ = ["cpu_bound", "cpu_config", "measure_pipeline", "run_timed", "synthetic_config"]
+__all__ = ["cpu_bound", "cpu_config", "measure_pipeline", "run_timed", "synthetic_config", "usable_cores"]
 
 CPU_REPLICAS = {"plan": 1, "render": 2, "store": 1}
 """Replicas of the CPU-bound stages, in proportion to their costs (about 8, 16 and 4 ms)."""
@@ -131,7 +131,8 @@ def cpu_bound(costs: dict[str, float], cores: int) -> float:
     return min(per_core, per_stage)
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The CPUs this process may run on: its affinity mask's size (os.cpu_count() elsewhere)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -154,7 +155,7 @@ def measure_cpu_bound(items: int, directory: Path, say: Any) -> dict[str, float]
     say("isolated stage costs of the CPU-bound workload")
     # In a fresh process, as a replica is: this one has imported torch and run other workloads.
     costs = _isolated_costs_apart(directory / "iso")
-    cores = _cores()
+    cores = usable_cores()
     bound = cpu_bound(costs, cores)
     say(f"CPU-bound synthetic workload, {items} items on {cores} cores")
     result, _ = run_timed(cpu_config(items, directory / "store"), directory / "run")
