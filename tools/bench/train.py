@@ -50,7 +50,6 @@ processes stay up between rounds, idle while the other figures are taken.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -83,6 +82,7 @@ from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.local import start_local_node
 
 from .messaging import free_endpoint
+from .pipeline import usable_cores
 
 __all__ = [
     "DEFAULT_INFLIGHT",
@@ -182,13 +182,6 @@ def split_threads(cores: int, actors: int) -> tuple[int, int]:
     """``(trainer threads, threads of each encoder actor)`` sharing ``cores`` (see the module)."""
     trainer = max(1, cores // 2)
     return trainer, max(1, (cores - trainer) // actors)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _samples(batches: Sequence[dict[str, Any]]) -> int:
@@ -478,7 +471,7 @@ async def _rounds(
 ) -> _Rounds:
     """Every figure ``repeat`` times, in turn, so a slow spell of a shared machine falls on all
     of them; CPU-bound parts run on a worker thread, so the in-process node goes on answering."""
-    cores = _cores()
+    cores = usable_cores()
     local_threads = sorted({threads[0], cores})
     out = _Rounds(
         {n: [] for n in local_threads}, {k: [] for k in depths}, [], [], {}, {k: [] for k in depths}
@@ -541,7 +534,7 @@ def measure_train(
             raise ValueError(f"{name}={value!r}: expected at least 1")
     if group_size is not None:
         bench = replace(bench, group_size=group_size)
-    cores = _cores()
+    cores = usable_cores()
     # One actor per core the trainer leaves free, by default.
     actors = actors if actors is not None else max(1, cores - split_threads(cores, 1)[0])
     depths = (inflight,) if inflight is not None else DEFAULT_INFLIGHT
