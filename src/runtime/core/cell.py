@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # anyio works without it, then by asking asyncio fo
     # mypy sees an error here only where sniffio is installed (newer anyio does not require it).
     sniffio = None  # type: ignore[assignment,unused-ignore]
 
-from troupe.runtime.errors import ActorStopped, UnknownMessageType
+from troupe.runtime.errors import ActorStopped, ProtocolError, UnknownMessageType
 from troupe.runtime.wire.codec import K_ASK, Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
@@ -171,16 +171,20 @@ class Cell:
         """True when the actor's task waits for its next message and none is queued."""
         return self.handling is None and self._context is not None and self.mailbox.consumer_parked()
 
-    def handle_now(self, msg: Msg, handler: Handler) -> None:
-        """Handle a message whose handler is synchronous right here, outside the actor's task.
+    def handle_now(self, msg: Msg, handler: Handler) -> bool:
+        """Handle a message whose handler is synchronous right here, outside the actor's task,
+        if the actor is idle (see ``idle``); return whether it was handled.
 
-        Only for an idle actor (see ``idle``), so one message at a time and arrival order still
-        hold. The transport's reader callback calls this: it saves waking the actor's task,
-        which is most of what a small message costs. The handler runs in the task's context, so
+        Only an idle actor, so one message at a time and arrival order still hold. The
+        transport's reader callback calls this: it saves waking the actor's task, which is most
+        of what a small message costs. The handler runs in the task's context, so
         ``Actor.context`` and the log binding are what they would be in the task.
         """
-        assert self._context is not None
-        self._context.run(self._handle_sync, msg, handler)
+        context = self._context  # ``idle``, inline: this runs for every message
+        if self.handling is not None or context is None or not self.mailbox.consumer_parked():
+            return False
+        context.run(self._handle_sync, msg, handler)
+        return True
 
     def _handle_sync(self, msg: Msg, handler: Handler) -> None:
         deadline = msg.deadline
@@ -198,7 +202,14 @@ class Cell:
             self.runtime.start_soon(self._answer_failure, msg, exc)
         else:
             if msg.kind is K_ASK:
-                self.runtime.reply_now(msg.route, msg.msg_id, result)
+                # Runtime.reply_now, inline (one reply per ask handled here).
+                runtime = self.runtime
+                try:
+                    frames = runtime.codec.encode_reply(msg.msg_id, runtime.reply_sender, result)
+                except ProtocolError as exc:
+                    runtime.reply_error_now(msg.route, msg.msg_id, exc)
+                else:
+                    runtime.transport.try_reply(msg.route, frames)
         finally:
             self.handling = None
             self.handled += 1

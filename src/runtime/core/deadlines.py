@@ -18,9 +18,15 @@ from troupe.runtime.errors import AskTimeout
 
 __all__ = ["AskDeadlines"]
 
+_heappush = heapq.heappush
+
 # The heap is rebuilt when it reaches twice its live size after the last rebuild plus this
-# many entries: amortized, a rebuild costs at most two entry checks per ask.
-_SLACK = 1024
+# many entries: amortized, a rebuild costs at most two entry checks per ask. Small, so that an
+# answered ask's entry (and its future, and the reply that holds) dies young: entries that
+# outlive a collection of the youngest GC generation are promoted, and enough of them set off
+# full collections, which in a worker (numpy, torch imported) cost far more than the rebuilds.
+# With 1024, 64 asks outstanding spent about twice the GC time per ask.
+_SLACK = 64
 
 
 class AskDeadlines:
@@ -45,11 +51,24 @@ class AskDeadlines:
         """Fail ``fut`` with AskTimeout ``timeout`` seconds from now unless it is done by then."""
         at = self.loop.time() + timeout
         heap = self._heap
-        heapq.heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
+        _heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
         if len(heap) >= self._compact_at:
             self._compact()
         if at < self._armed_at:
             self._arm(at)
+
+    def future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
+        """A new future of the loop, watched as ``watch`` does (one call per ask, not two)."""
+        loop = self.loop
+        fut: asyncio.Future[Any] = loop.create_future()
+        at = loop.time() + timeout
+        heap = self._heap
+        _heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
+        if len(heap) >= self._compact_at:
+            self._compact()
+        if at < self._armed_at:
+            self._arm(at)
+        return fut
 
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if not e[2].done()]

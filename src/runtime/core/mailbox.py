@@ -80,9 +80,16 @@ class Mailbox(Generic[T]):
 
     def consumer_parked(self) -> bool:
         """True when the consumer waits in ``get`` on an empty mailbox, with nothing handed to it
-        yet: an item handled elsewhere now cannot overtake one it holds."""
+        yet and no putter woken with a slot: an item handled elsewhere now cannot overtake one
+        it holds or one on its way in. (Then ``full`` is False too: room, open, no putters.)"""
         getter = self._getter
-        return getter is not None and not getter.done() and not self._items
+        return (
+            getter is not None
+            and not getter.done()
+            and not self._items
+            and not self._reserved
+            and not self._putters
+        )
 
     def put_nowait(self, item: T) -> None:
         """Append ``item`` or raise MailboxFull (ActorStopped once closed)."""

@@ -130,7 +130,15 @@ class Inbound:
         except ProtocolError:
             return False
         kind = f[1]
-        if kind is K_REPLY or kind is K_ERROR:
+        if kind is K_REPLY:
+            # _settle_reply's common case, inline: one reply per ask.
+            fut = self._pending.pop(f[3], None)
+            if fut is not None and not fut.done():
+                fut.set_result(f[10])
+            else:
+                self._late_replies += 1
+            return True
+        if kind is K_ERROR:
             self._settle_reply(kind, f[3], f[10])
             return True
         if not self._accepting:
@@ -151,14 +159,17 @@ class Inbound:
             return False
         msg_type = f[6]
         handler = cell.handlers.get(msg_type)
-        if handler is None or cell.mailbox.full():
+        if handler is None:
             return False
         # kind, msg_id, sender, type, deadline, trace, headers, payload
         msg = Msg(kind, f[2], f[4], msg_type, f[7], f[8], f[9], f[10], route, None)
-        if not handler.is_async and not self.before_handle and cell.idle():
-            cell.handle_now(msg, handler)
-        else:
-            cell.mailbox.put_nowait(msg)
+        # An idle actor's mailbox has room (Mailbox.consumer_parked): only a queued message
+        # needs the look at ``full``.
+        if not handler.is_async and not self.before_handle and cell.handle_now(msg, handler):
+            return True
+        if cell.mailbox.full():
+            return False
+        cell.mailbox.put_nowait(msg)
         return True
 
     async def _on_frames(self, route: Any, frames: list[Any]) -> None:

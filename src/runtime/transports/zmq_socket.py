@@ -24,6 +24,7 @@ __all__ = [
     "private_context",
     "recv_frame",
     "recv_one",
+    "recv_rest",
     "send_frame",
     "socket_events",
     "user_id",
@@ -138,7 +139,16 @@ def recv_one(w: Watched) -> tuple[Any, list[Any]]:
     if w.curve:
         route = (w, route[1], user_id(frame))
     frames: list[Any] = [frame.bytes]
-    while frame.more:
+    if frame.more:
+        recv_rest(sock, frames)
+    return route, frames
+
+
+def recv_rest(sock: zmq.Socket[bytes], frames: list[Any]) -> None:
+    """Append to ``frames`` the buffer frames that follow a header, as ``zmq.Frame`` objects
+    (uncopied) until the last."""
+    while True:
         frame = recv_frame(sock, NOBLOCK, False)
         frames.append(frame)
-    return route, frames
+        if not frame.more:
+            return
