@@ -16,14 +16,16 @@ A node that dies anyway leaves a record for its successor to reap (``leftovers.p
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import TypeVar
+import traceback
+from collections.abc import Callable, Mapping
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,7 +33,7 @@ from troupe.runtime.security.process import KEYS_ENV, child_env_entry
 
 from .config import validation_message
 
-__all__ = ["PARENT_PID_ENV", "child_env", "die_with_parent", "load_launch_spec"]
+__all__ = ["PARENT_PID_ENV", "child_env", "die_with_parent", "load_launch_spec", "run_and_exit"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,3 +84,39 @@ def load_launch_spec(model: type[M], env: str, who: str, hint: str) -> M:
     except (ValueError, ValidationError) as exc:
         msg = validation_message(env, exc) if isinstance(exc, ValidationError) else str(exc)
         sys.exit(f"bad {who} spec: {msg}")
+
+
+def run_and_exit(main: Callable[[], None]) -> NoReturn:
+    """Run a child's ``main``, then exit as a forked child of multiprocessing does: non-daemon
+    threads joined and atexit hooks run as at any exit, but no teardown of the modules.
+
+    The teardown frees every module's objects one by one: tens of milliseconds in a plain
+    child, seconds with torch imported, all of it spent after the child's work is done and
+    while its node, stopping, waits for it. Exit statuses are the interpreter's: a
+    ``sys.exit`` message goes to stderr with status 1, an uncaught exception's traceback too,
+    and Ctrl-C ends the process by SIGINT.
+    """
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)  # as the interpreter says a sys.exit message
+            code = 1
+    except KeyboardInterrupt:
+        code = -1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit runs
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if code == -1:  # killed by Ctrl-C, as an interpreter reports an unhandled one
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        os._exit(code & 0xFF)

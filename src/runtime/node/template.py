@@ -21,7 +21,6 @@ the node's environment and cwd, fresh random seeds, and ``worker_process.main()`
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
@@ -32,8 +31,7 @@ import socket
 import sys
 import threading
 import time
-import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["BASE_MODULES", "FD_ENV", "MAX_MESSAGE", "MODULES_ENV", "main"]
 
@@ -67,37 +65,14 @@ def main() -> None:
     _run_worker()
 
 
-def _run_worker() -> None:
-    """Run the worker, then exit as a forked child of multiprocessing does: atexit hooks and
-    non-daemon threads as at any exit, but no teardown of the modules, which are the
-    template's (torch's teardown alone takes seconds, in workers that never used it)."""
+def _run_worker() -> NoReturn:
+    """Run the worker, then exit without tearing down the modules, which are the template's
+    (torch's teardown alone takes seconds, in workers that never used it)."""
     from troupe.runtime.node import worker_process
+    from troupe.runtime.node.child import run_and_exit
 
     sys.argv = [worker_process.__file__ or "worker_process"]
-    code = 0
-    try:
-        worker_process.main()
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            code = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)  # as the interpreter says a sys.exit message
-            code = 1
-    except KeyboardInterrupt:
-        code = -1
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit runs
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        if code == -1:  # killed by Ctrl-C, as an interpreter reports an unhandled one
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        os._exit(code & 0xFF)
+    run_and_exit(worker_process.main)
 
 
 def _preload(names: list[str]) -> tuple[list[str], dict[str, str]]:

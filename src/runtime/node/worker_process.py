@@ -37,7 +37,7 @@ from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter import start_task_getter
 from troupe.runtime.wire.codec import load_imported_extensions
 
-from .child import die_with_parent, load_launch_spec
+from .child import die_with_parent, load_launch_spec, run_and_exit
 from .config import ActorSpec, _Frozen
 from .reach import LOOPBACK_ANY_PORT
 
@@ -238,4 +238,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)  # no module teardown: its node, stopping, waits for this exit

@@ -53,7 +53,7 @@ from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
-from troupe.runtime.node.child import die_with_parent, load_launch_spec
+from troupe.runtime.node.child import die_with_parent, load_launch_spec, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
 from troupe.runtime.security.process import install_from_env
 from troupe.runtime.wire.codec import Codec
@@ -313,4 +313,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)  # no module teardown: its node, stopping, waits for this exit
