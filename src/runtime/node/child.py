@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping
 from typing import NoReturn, TypeVar
 
@@ -112,6 +113,7 @@ def run_and_exit(main: Callable[[], None]) -> NoReturn:
         code = 1
     try:
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit runs
+        _skip_torch_library_release()
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -120,3 +122,17 @@ def run_and_exit(main: Callable[[], None]) -> NoReturn:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         os._exit(code & 0xFF)
+
+
+def _skip_torch_library_release() -> None:
+    """torch keeps a finalizer per operator library it registered (over a hundred) that takes
+    the library out of its dispatcher at exit: work for a process about to end, 25 ms in a
+    worker forked from a template that imported torch. Those finalizers no longer run at exit;
+    every other one does."""
+    release = getattr(sys.modules.get("torch.library"), "_del_library", None)
+    registry = getattr(weakref.finalize, "_registry", None)
+    if release is None or not isinstance(registry, dict):
+        return
+    for finalizer, info in list(registry.items()):
+        if getattr(info, "func", None) is release:
+            finalizer.atexit = False

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import weakref
 
 import pytest
 
+from troupe.runtime.node import child
+
 PROGRAM = """
-import atexit, sys
+import atexit, sys, weakref
 from troupe.runtime.node.child import run_and_exit
+
+class Kept:
+    pass
 
 def main():
     atexit.register(lambda: print("atexit ran"))
+    global kept
+    kept = Kept()
+    weakref.finalize(kept, print, "finalizer ran")
     print("buffered, never flushed by main")
     {body}
 
@@ -39,7 +48,26 @@ def _run(body: str) -> subprocess.CompletedProcess[str]:
 def test_exit_status_output_and_atexit_hooks_are_the_interpreters(body: str, code: int, stderr: str) -> None:
     done = _run(body)
     assert done.returncode == code
-    assert done.stdout.splitlines() == ["buffered, never flushed by main", "atexit ran"]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "buffered, never flushed by main"
+    assert sorted(lines[1:]) == ["atexit ran", "finalizer ran"]  # in atexit's order
     assert stderr in done.stderr
     if not stderr:
         assert done.stderr == ""
+
+
+class _Kept:
+    pass
+
+
+def test_only_torchs_library_finalizers_are_skipped_at_exit() -> None:
+    torch_library = pytest.importorskip("torch.library")
+    kept = _Kept()
+    ours = weakref.finalize(kept, print, "ours")
+    child._skip_torch_library_release()
+    registry = weakref.finalize._registry  # type: ignore[attr-defined]
+    torchs = [f for f, info in registry.items() if info.func is torch_library._del_library]
+    assert torchs, "torch registers a finalizer per operator library: none found"
+    assert not any(f.atexit for f in torchs)
+    assert ours.atexit
+    ours.detach()
