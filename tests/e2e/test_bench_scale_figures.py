@@ -7,6 +7,7 @@ import pytest
 
 from support.bench_cli import bench_json
 from troupe.cli.bench.scale import STRAGGLER_P, task_duration
+from troupe.runtime.tasks.getter import GetterConfig
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +40,7 @@ def test_task_durations_are_fixed_by_the_seed_and_heavy_tailed() -> None:
 def test_bench_scale_reports_events_per_batch_and_append_time() -> None:
     """The master's group commit: every task was journaled (leased, then done) in batches."""
     fig = _bench_scale("--workers", "5", "--tasks", "4", "--median-ms", "20")
+    assert fig["prefetch"] == GetterConfig("w", "n").prefetch == 1  # a real worker's default
     for label in ("", "_no_speculation"):
         assert fig["events_per_batch" + label] >= 1.0
         assert fig["append_ms_per_batch" + label] > 0.0

@@ -239,8 +239,14 @@ def scale(
         float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")
     ] = 0.0,
     prefetch: Annotated[
-        int, typer.Option("--prefetch", min=0, max=64, help="Leases each worker holds ahead (0: none).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--prefetch",
+            min=0,
+            max=64,
+            help="Leases each worker holds ahead (default: a worker's, 1; 0: none).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""

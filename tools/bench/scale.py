@@ -16,8 +16,8 @@ granted, backups included, / makespan), master CPU seconds per 1,000 tasks (psut
 master's group commit: events per journal batch and milliseconds per append (its thread's
 wall time, the fsync included: the latency every reply of the batch waits).
 
-Each simulated worker holds ``prefetch`` leases ahead of its slot (``--prefetch``, default 0:
-one lease per slot, as a worker's default ``GetterConfig``): the figure ``prefetch`` says which. The workers'
+Each simulated worker holds ``prefetch`` leases ahead of its slot (``--prefetch``; by default
+a worker's own default, ``GetterConfig.prefetch``, 1): the figure ``prefetch`` says which. The workers'
 own counters, summed over both jobs, come as ``worker_*``: requests they made on their own,
 copies started, leases ahead given back, renew messages, and the CPU milliseconds their
 processes used (``worker_cpu_ms``: on a two-core machine they share the CPU with the master).
@@ -25,6 +25,7 @@ processes used (``worker_cpu_ms``: on a two-core machine they share the CPU with
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -61,6 +62,7 @@ SIM_ENV = "TROUPE_SIM_SPEC"
 PER_PROCESS = 250  # simulated workers per process
 
 
+_DEFAULT_PREFETCH = GetterConfig("", "").prefetch  # what a real worker holds ahead unless told
 _NORMAL = NormalDist()
 _MASK64 = (1 << 64) - 1
 
@@ -94,7 +96,9 @@ async def _simulate(spec: dict[str, Any]) -> None:
     median_s = float(spec["median_s"])
 
     async def runner(task: LeasedTask) -> str | None:
-        await anyio.sleep(task_duration(task.seed, task.backup, task.lease_id, median_s))
+        # asyncio's own sleep: anyio's looks the backend up on every call, CPU the simulated
+        # workers would take from the master they share the machine with
+        await asyncio.sleep(task_duration(task.seed, task.backup, task.lease_id, median_s))
         return None
 
     runtime = process_runtime(spec["node"], spec["process"], hwm=1_000_000, drain_timeout=0.1)
@@ -251,7 +255,7 @@ def measure_scale(
     tasks_per_worker: int,
     median_ms: float | None = None,
     progress: Callable[[str], None] | None = None,
-    prefetch: int = 0,
+    prefetch: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures (see the module docstring).
 
@@ -261,9 +265,12 @@ def measure_scale(
         median_ms: median task duration; default 500 ms up to 256 workers and 100 ms above,
             so that a thousand workers ask for more dispatches than the master can give.
         progress: called with a line before each phase.
-        prefetch: leases each simulated worker holds ahead of its slot (``GetterConfig``).
+        prefetch: leases each simulated worker holds ahead of its slot; None: a worker's
+            default (``GetterConfig.prefetch``).
     """
     say = progress or (lambda _msg: None)
+    if prefetch is None:
+        prefetch = _DEFAULT_PREFETCH
     median_ms = median_ms or (500.0 if workers <= 256 else 100.0)
     median_s = median_ms / 1000.0
     tasks = workers * tasks_per_worker

@@ -314,7 +314,9 @@ class TaskBook(TaskTables):
         worker.hold(lease)
         self._leases[lease.lease_id] = lease
         heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
-        self._set_state(task, LEASED)
+        if task.state is not LEASED:  # it joins job.leased now (see pick_backup)
+            task.leased_at = now
+            self._set_state(task, LEASED)
         self._spec_launched += backup
         spec = task.spec
         out.append(self._record(task))

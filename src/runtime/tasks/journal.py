@@ -34,8 +34,9 @@ the output store still holds the old output under that id, so a task actor that 
 ``OutputStore.is_committed`` first answers it without running again. Schema version 2 adds
 ``jobs.finished_at`` and ``compacted_jobs``; a version-1 journal is upgraded when opened.
 
-A journal object is not safe for concurrent use, but may be handed between threads (the driver
-may run :meth:`Journal.append` in a worker thread so the fsync does not block its event loop).
+A journal object is not safe for concurrent use, but may be handed between threads: the master's
+driver writes a batch's rows with :meth:`Journal.stage` on its event loop and runs
+:meth:`Journal.commit` (the fsync) in a worker thread, so the fsync does not block the loop.
 """
 
 from __future__ import annotations
@@ -238,19 +239,62 @@ class Journal:
             JournalError: the write failed (nothing of it is kept), or a record names a task
                 the journal does not hold.
         """
+        if self.stage(records):
+            self.commit()
+
+    def stage(self, records: Iterable[JournalEntry]) -> bool:
+        """Write the records of one batch in a transaction left open: :meth:`commit` makes
+        them durable, :meth:`rollback` drops them; until then nothing else may use the journal.
+
+        The master's driver stages a batch on its event loop (rows are cheap) and commits in a
+        thread (the fsync releases the GIL): a thread that wrote row by row would take the GIL
+        back from the busy loop for each row, and a batch's replies would wait for every hand-over.
+
+        Args:
+            records: Record commands (or their entries), in the order the book returned them.
+
+        Returns:
+            Whether a transaction was opened (False: no records, nothing to commit).
+
+        Raises:
+            JournalError: the write failed (nothing of it is kept), or a record names a task
+                the journal does not hold.
+        """
         conn = self._connection()
         records = list(records)
         if not records:
-            return
+            return False
         with _translated(self._path, "appending"):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._write(conn, records)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return True
+
+    def commit(self) -> None:
+        """Make the staged records durable, in one fsync (see :meth:`stage`).
+
+        Raises:
+            JournalError: the commit failed; nothing of the staged records is kept.
+        """
+        conn = self._connection()
+        with _translated(self._path, "appending"):
+            try:
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    def rollback(self) -> None:
+        """Drop the staged records, if a transaction is open."""
+        conn = self._connection()
+        if conn.in_transaction:
+            with _translated(self._path, "rolling back"):
+                conn.execute("ROLLBACK")
 
     def replay(self) -> TaskBook:
         """Rebuild the task book from the journal, as it was at the last append.

@@ -150,6 +150,7 @@ class Task:
         "error",
         "job",
         "last_lease_id",
+        "leased_at",
         "not_before",
         "result_ref",
         "seq",
@@ -166,6 +167,7 @@ class Task:
         self.attempts = 0
         self.not_before = 0.0
         self.last_lease_id = 0
+        self.leased_at = 0.0  # when it last became LEASED (its first running copy's start)
         self.result_ref: str | None = None
         self.error: str | None = None
         self.traceback: str | None = None

@@ -29,7 +29,7 @@ from .state import Speculation, TaskState
 if TYPE_CHECKING:  # scheduling keeps a RunningMedian per job, so import its rows lazily
     from .scheduling import Job, Task, Worker
 
-__all__ = ["RunningMedian", "pick_backup", "pick_straggler", "straggler_threshold"]
+__all__ = ["RunningMedian", "pick_backup", "straggler_threshold"]
 
 
 class RunningMedian:
@@ -80,27 +80,6 @@ def straggler_threshold(policy: Speculation, median: float | None) -> float | No
     return max(policy.min_runtime_s, policy.factor * median)
 
 
-def pick_straggler(running: Iterable[tuple[str, float]], now: float, threshold: float) -> str | None:
-    """Return the task that has run longest, if it has run longer than ``threshold``.
-
-    Args:
-        running: ``(task id, start of its first running copy)`` of the tasks that may get
-            another copy on the asking worker.
-        now: the current time.
-        threshold: from :func:`straggler_threshold`.
-
-    Returns:
-        The slowest such task id, or None.
-    """
-    slowest: str | None = None
-    earliest = now - threshold  # strictly "longer than": started before this instant
-    for task_id, started in running:
-        if started < earliest:
-            earliest = started
-            slowest = task_id
-    return slowest
-
-
 def pick_backup(worker: Worker, jobs: Iterable[Job], now: float) -> Task | None:
     """Return the running task that should get a backup copy on ``worker``, or None.
 
@@ -120,14 +99,23 @@ def pick_backup(worker: Worker, jobs: Iterable[Job], now: float) -> Task | None:
         threshold = straggler_threshold(policy, job.durations.median)
         if threshold is None:
             continue
-        running = (
-            (task.spec.task_id, min(copy.start for copy in task.copies.values()))
-            for task in job.leased.values()
-            if len(task.copies) <= policy.max_copies
-            and worker.can_take(task.spec.needs, task.spec.kind)
-            and all(copy.worker is not worker for copy in task.copies.values())
-        )
-        task_id = pick_straggler(running, now, threshold)
-        if task_id is not None:
-            return job.leased[task_id]
+        # job.leased is in the order tasks were leased, and no copy of a task started before
+        # it was leased: once a task was leased after the cut-off (or after the slowest found
+        # so far) no later one can be slower, so a scan looks at the oldest few, not them all.
+        earliest = now - threshold  # strictly "longer than": started before this instant
+        slowest: Task | None = None
+        for task in job.leased.values():
+            if task.leased_at >= earliest:
+                break
+            copies = task.copies.values()
+            if (
+                len(copies) <= policy.max_copies
+                and worker.can_take(task.spec.needs, task.spec.kind)
+                and all(copy.worker is not worker for copy in copies)
+            ):
+                started = min(copy.start for copy in copies)
+                if started < earliest:
+                    earliest, slowest = started, task
+        if slowest is not None:
+            return slowest
     return None

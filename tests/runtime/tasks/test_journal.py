@@ -551,3 +551,40 @@ def test_compaction_spares_jobs_finished_recently_and_running_ones(tmp_path: Pat
     with pytest.raises(TaskError):
         book.task("m0")
     assert [(j.job_id, j.total) for j in book.jobs()] == [("mixed", 10), ("stopped", 5), ("live", 4)]
+
+
+def test_staged_records_are_durable_only_once_committed(tmp_path: Path) -> None:
+    """The driver's two halves of an append: rows staged (no fsync yet) are not in the journal
+    until ``commit``; ``rollback`` drops them; a stage that fails keeps nothing and leaves the
+    journal usable."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    journal = Journal.open(path, create=True)
+    try:
+        drive(book, journal, WorkerJoined("w", "n", Resources(), 1), 0.0)
+        drive(book, journal, SubmitJob("j", [TaskSpec("j-0", "k", 0), TaskSpec("j-1", "k", 1)]), 0.0)
+        leased, _ = split_commands(book.handle(RequestTask("w", 1), 1.0))
+        reader = sqlite3.connect(path)
+
+        def state() -> str:
+            return str(reader.execute("SELECT state FROM tasks WHERE task_id = 'j-0'").fetchone()[0])
+
+        assert journal.stage(leased) and state() == "pending"  # staged: not in the journal yet
+        journal.rollback()
+        assert not journal.stage([]) and state() == "pending"
+        assert journal.stage(leased)
+        journal.commit()
+        assert state() == "leased"
+        reader.close()
+        with pytest.raises(JournalError, match="journal does not hold"):
+            journal.stage([TaskRecord("nope", "j", TaskState.DONE, 1, 0.0, 1, None, None, None)])
+        assert journal.stage(leased)  # nothing of the failed stage stays open
+        journal.commit()
+    finally:
+        journal.close()
+    with Journal.open(path) as reopened:
+        states = {t: reopened.replay().task(t).attempts for t in ("j-0", "j-1")}
+        rows = dict(
+            sqlite3.connect(path).execute("SELECT task_id, state FROM tasks ORDER BY task_id").fetchall()
+        )
+    assert rows == {"j-0": "leased", "j-1": "pending"} and states == {"j-0": 0, "j-1": 0}

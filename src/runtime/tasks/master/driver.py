@@ -3,14 +3,18 @@
 The :class:`~troupe.runtime.tasks.book.TaskBook` decides; this module performs its contract with
 group commit. Callers (the master's control handlers, its clock) queue events; one loop takes
 every queued event, calls ``book.handle(event, now)`` for each in arrival order, writes all
-their Record commands with ONE ``journal.append`` (one SQLite transaction, fsynced), and only
-then hands out the other commands. So every record of a ``handle`` call is durable before any
-command of that call is performed (the book's rule), and one fsync covers every event that
-arrived while the previous one ran: a busy master pays one fsync per batch, not per task.
+their Record commands in ONE transaction (``journal.stage`` on the loop, then
+``journal.commit`` in a thread: one fsync), and only then hands out the other commands. So
+every record of a ``handle`` call is durable before any command of that call is performed (the
+book's rule), and one fsync covers every event that arrived while the previous one ran: a busy
+master pays one fsync per batch, not per task.
 
 Commands go two ways. Those that answer the event (Lease, Ack, Reject) return to its caller.
 The rest (CancelLease, NodeDrained, JobFinished) may come from any event, the clock's SchedulerTick
 included, and go to the ``side`` callback that the master performs them with.
+
+A report and the request it carries (see :meth:`Dispatcher.put_report`) are one entry of
+the queue, handled back to back.
 
 Prefetch: a worker may hold leases ahead of its slots (see :mod:`troupe.runtime.tasks.book`),
 and one request or report is answered with several leases, all journaled in the batch's one
@@ -26,7 +30,7 @@ requests are tried again in arrival order. A pass tries at most one fruitless re
 worker signature (node and resources): a worker just like one that got nothing would get
 nothing too, and trying every parked worker would cost O(workers x running tasks) a pass.
 
-If ``journal.append`` raises, the book has moved on in memory and only a restart from the
+If the journal fails, the book has moved on in memory and only a restart from the
 journal is consistent again: the driver stops, every waiting caller gets the JournalError and
 :meth:`Dispatcher.run` raises it, which stops the master.
 """
@@ -79,7 +83,7 @@ class DispatcherStats:
         batches: journal transactions written (one per batch that had records).
         records: records written.
         largest_batch: most events handled in one batch.
-        append_s: seconds spent in ``journal.append``.
+        append_s: seconds spent journaling batches (stage and commit).
         parked: long-poll requests waiting now.
         retries: parked requests tried again.
     """
@@ -109,6 +113,15 @@ class _Parked:
         self.free_slots = free_slots
         self.deadline = deadline
         self.signature = signature
+
+
+class _Then:
+    """The request that follows a report in the same entry (see :meth:`Dispatcher.put_report`)."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: RequestTask) -> None:
+        self.request = request
 
 
 class Dispatcher:
@@ -196,6 +209,18 @@ class Dispatcher:
             RequestTask(worker_id, free_slots), (self._clock() + max(wait_s, 0.0), signature)
         )
 
+    def put_report(self, event: Event, worker_id: str, free_slots: int) -> asyncio.Future[list[Command]]:
+        """Queue a worker's report and its next request (up to ``free_slots`` leases, never
+        parked) as one entry: handled back to back in one batch, answered by one future with
+        the report's commands followed by the leases granted (a refused request grants none).
+
+        One entry where two would cost a future, a queue slot and a callback more per task.
+        """
+        old = self._parked.pop(worker_id, None)
+        if old is not None and not old.future.done():
+            old.future.set_result([])  # superseded by this newer request
+        return self._enqueue(event, _Then(RequestTask(worker_id, free_slots)))
+
     def unpark(self, worker_id: str) -> None:
         """Answer a parked request of the worker with nothing (it left or re-registered)."""
         parked = self._parked.pop(worker_id, None)
@@ -261,6 +286,11 @@ class Dispatcher:
                     future.set_exception(exc)
                 continue
             reply = self._apply(commands, records, side)
+            if type(park) is _Then:
+                count += 1
+                reply += self._then(park.request, now, records, side)
+                replies.append((future, reply))
+                continue
             if isinstance(event, SchedulerTick):
                 self._retry = True
             if (
@@ -286,6 +316,19 @@ class Dispatcher:
                 future.set_result(reply)
         if side:
             self._side(side)
+
+    def _then(
+        self, request: RequestTask, now: float, records: list[Record], side: list[Command]
+    ) -> list[Command]:
+        """The leases a report's piggybacked request is granted (none if the book refused it)."""
+        if self._parked and request.prefetch:
+            request = RequestTask(request.worker_id, request.free_slots, prefetch=False)
+        try:
+            commands = self.book.handle(request, now)
+        except Exception as exc:  # a bug, as in _batch: the report stands, no lease is granted
+            log.error("task_book_failed", event_type="RequestTask", error=repr(exc))
+            return []
+        return [c for c in self._apply(commands, records, side) if isinstance(c, Lease)]
 
     def _apply(self, commands: list[Command], records: list[Record], side: list[Command]) -> list[Command]:
         reply: list[Command] = []
@@ -344,9 +387,14 @@ class Dispatcher:
     ) -> None:
         started = time.perf_counter()
         try:
-            # In a thread: the fsync releases the GIL, and the loop keeps taking in messages
-            # that will form the next batch.
-            await anyio.to_thread.run_sync(self.journal.append, records)
+            # Rows here, the commit in a thread: the fsync releases the GIL, and the loop keeps
+            # taking in messages that will form the next batch (see Journal.stage).
+            if self.journal.stage(records):
+                try:
+                    await anyio.to_thread.run_sync(self.journal.commit)
+                except BaseException:
+                    self.journal.rollback()  # cancelled before the commit ran: nothing was kept
+                    raise
         except (JournalError, TaskError, OSError) as exc:
             fatal = (
                 exc

@@ -576,23 +576,20 @@ class Master:
 
     def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> Answer:
         entry = self._workers.get(event.worker_id)
-        request = m.request
-        # Both events join the same batch: one fsync covers the report and the next lease.
-        first = self.dispatcher.put(event)
-        if entry is None or request <= 0:
-            return Answer(first, lambda reply: self._reported(event, m, entry is not None, reply, []))
-        second = self.dispatcher.put_request(event.worker_id, request, 0.0, entry.signature)
-        return _after_all([first, second], lambda both: self._reported(event, m, True, both[0], both[1]))
+        if entry is None or m.request <= 0:
+            future = self.dispatcher.put(event)
+        else:
+            # The report and the next request in one entry of one batch: one fsync covers the
+            # report and the next lease, and the reply carries both.
+            future = self.dispatcher.put_report(event, event.worker_id, m.request)
+        known = entry is not None
+        return Answer(future, lambda reply: self._reported(event, m, known, reply))
 
     def _reported(
-        self,
-        event: Complete | Fail | Decline,
-        m: ReportControl,
-        known: bool,
-        reply: list[Command],
-        granted: list[Command],
+        self, event: Complete | Fail | Decline, m: ReportControl, known: bool, reply: list[Command]
     ) -> dict[str, Any]:
-        leases = _leases(granted, self.wall_clock())
+        """The reply to a report: its outcome, and the leases its piggybacked request got."""
+        leases = _leases(reply, self.wall_clock())
         self.dispatched += len(leases)
         out: dict[str, Any] = {"leases": leases, "known": known}
         for command in reply:

@@ -163,8 +163,14 @@ async def test_an_answer_on_several_futures_gives_every_result_in_their_order() 
 class _FailingJournal:
     path = Path("failing.db")
 
-    def append(self, records: Any) -> None:
+    def stage(self, records: Any) -> bool:
+        return True
+
+    def commit(self) -> None:
         raise JournalError("journal failing.db: append failed: disk full")
+
+    def rollback(self) -> None:
+        pass
 
 
 async def test_an_answer_on_events_of_a_failed_journal_raises_and_logs_nothing_lost(

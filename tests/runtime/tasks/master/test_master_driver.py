@@ -15,6 +15,8 @@ from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.master.driver import Dispatcher
 from troupe.runtime.tasks.state import (
+    Ack,
+    AckOutcome,
     CancelLease,
     Command,
     Complete,
@@ -22,6 +24,7 @@ from troupe.runtime.tasks.state import (
     JobSubmitted,
     Lease,
     Record,
+    Reject,
     Resources,
     SchedulerTick,
     SubmitJob,
@@ -38,18 +41,26 @@ class FakeJournal:
 
     def __init__(self, fail: bool = False, hold: bool = False) -> None:
         self.appends: list[list[Record]] = []
+        self._staged: list[Record] = []
         self.fail = fail
         self.entered = threading.Event()
         self.gate = threading.Event()
         if not hold:
             self.gate.set()
 
-    def append(self, records: Iterable[Record]) -> None:
+    def stage(self, records: Iterable[Record]) -> bool:
+        self._staged = list(records)
+        return bool(self._staged)
+
+    def commit(self) -> None:  # the driver commits in a thread: the window a test looks inside
         self.entered.set()
         assert self.gate.wait(10), "the test never opened the gate"
         if self.fail:
             raise JournalError("journal fake.db: appending failed: disk I/O error")
-        self.appends.append(list(records))
+        self.appends.append(self._staged)
+
+    def rollback(self) -> None:
+        self._staged = []
 
 
 class Clock:
@@ -193,3 +204,25 @@ async def test_a_failing_append_stops_the_driver_and_every_caller() -> None:
     assert len(raised) == 1
     with pytest.raises(JournalError):
         driver.put(job(1, "k"))
+
+
+async def test_a_report_and_the_request_it_carries_are_one_entry_answered_together() -> None:
+    """``put_report``: the report's Ack, then the leases its request got, in one reply and one
+    append; a request the book refuses grants nothing and the report still stands."""
+    journal = FakeJournal()
+    driver, _ = make(journal)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await driver.handle(WorkerJoined("w", "n", Resources(1, 0), 1, prefetch=1))
+        await driver.handle(job(4))
+        (first,) = [c for c in await driver.request("w", 1, 0.0, "sig") if isinstance(c, Lease)]
+        appends = len(journal.appends)
+        reply = await driver.put_report(Complete("w", first.task_id, first.lease_id, "out"), "w", 2)
+        in_one = len(journal.appends) == appends + 1
+        # a worker the book does not know: its request is refused, not its report's answer
+        stray = await driver.put_report(Complete("x", "j-1", 99, "out"), "x", 1)
+        tg.cancel_scope.cancel()
+    ack, *leases = reply
+    assert isinstance(ack, Ack) and ack.outcome is AckOutcome.COMMITTED and in_one
+    assert [(c.task_id, type(c)) for c in leases] == [("j-1", Lease), ("j-2", Lease)]  # one ahead
+    assert len(stray) == 1 and isinstance(stray[0], Reject)  # lease 99 was never issued
