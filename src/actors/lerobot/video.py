@@ -101,6 +101,8 @@ def best_codec() -> str:
 class SignatureMismatch(InvalidData):
     """Videos given to :func:`concat_videos` differ in codec, size or headers."""
 
+    code = "video_signature_mismatch"
+
 
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
