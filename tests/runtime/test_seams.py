@@ -39,9 +39,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tools/stop_signals.py", "os._exit"): "stdlib",
     # the template's intermediate fork ends without the template's cleanup (it is a copy of it).
     ("src/runtime/node/template.py", "os._exit"): "stdlib",
-    # a forked worker's exit: what the interpreter's own exit runs, without the modules' teardown.
-    ("src/runtime/node/template.py", "threading._shutdown"): "stdlib",
-    ("src/runtime/node/template.py", "atexit._run_exitfuncs"): "stdlib",
+    # a node's child's exit: what the interpreter's own exit runs, without the modules' teardown.
+    ("src/runtime/node/child.py", "threading._shutdown"): "stdlib",
+    ("src/runtime/node/child.py", "atexit._run_exitfuncs"): "stdlib",
+    ("src/runtime/node/child.py", "os._exit"): "stdlib",
 }
 
 
