@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from support.bench_cli import run_bench
 from troupe.cli.bench.pipeline_resolution import (
     default_scenes,
     parse_resolution,
@@ -26,21 +24,7 @@ from troupe.cli.main import app
 
 
 def _bench(*args: str, timeout_s: float = 300) -> tuple[int, str, str]:
-    # A session of its own: on a timeout the whole group goes, node and replicas included.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", "bench", "pipeline", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    return proc.returncode, stdout, stderr
+    return run_bench("pipeline", *args, timeout=timeout_s)
 
 
 def test_quick_resolution_run_reports_every_key() -> None:

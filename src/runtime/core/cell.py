@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # anyio works without it, then by asking asyncio fo
     # mypy sees an error here only where sniffio is installed (newer anyio does not require it).
     sniffio = None  # type: ignore[assignment,unused-ignore]
 
-from troupe.runtime.errors import ActorStopped, ProtocolError, UnknownMessageType
+from troupe.runtime.errors import ActorStopped, UnknownMessageType
 from troupe.runtime.wire.codec import K_ASK, Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
@@ -202,14 +202,7 @@ class Cell:
             self.runtime.start_soon(self._answer_failure, msg, exc)
         else:
             if msg.kind is K_ASK:
-                # Runtime.reply_now, inline (one reply per ask handled here).
-                runtime = self.runtime
-                try:
-                    frames = runtime.codec.encode_reply(msg.msg_id, runtime.reply_sender, result)
-                except ProtocolError as exc:
-                    runtime.reply_error_now(msg.route, msg.msg_id, exc)
-                else:
-                    runtime.transport.try_reply(msg.route, frames)
+                self.runtime.reply_now(msg.route, msg.msg_id, result)
         finally:
             self.handling = None
             self.handled += 1

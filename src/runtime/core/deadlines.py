@@ -18,8 +18,6 @@ from troupe.runtime.errors import AskTimeout
 
 __all__ = ["AskDeadlines"]
 
-_heappush = heapq.heappush
-
 # The heap is rebuilt when it reaches twice its live size after the last rebuild plus this
 # many entries: amortized, a rebuild costs at most two entry checks per ask. Small, so that an
 # answered ask's entry (and its future, and the reply that holds) dies young: entries that
@@ -51,23 +49,16 @@ class AskDeadlines:
         """Fail ``fut`` with AskTimeout ``timeout`` seconds from now unless it is done by then."""
         at = self.loop.time() + timeout
         heap = self._heap
-        _heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
+        heapq.heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
         if len(heap) >= self._compact_at:
             self._compact()
         if at < self._armed_at:
             self._arm(at)
 
     def future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
-        """A new future of the loop, watched as ``watch`` does (one call per ask, not two)."""
-        loop = self.loop
-        fut: asyncio.Future[Any] = loop.create_future()
-        at = loop.time() + timeout
-        heap = self._heap
-        _heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
-        if len(heap) >= self._compact_at:
-            self._compact()
-        if at < self._armed_at:
-            self._arm(at)
+        """A new future of the loop, watched (``watch``)."""
+        fut: asyncio.Future[Any] = self.loop.create_future()
+        self.watch(fut, timeout, target, msg_type)
         return fut
 
     def _compact(self) -> None:

@@ -54,8 +54,6 @@ __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats", "proce
 
 log = structlog.get_logger(__name__)
 
-_current_cell = Cell.current  # the ContextVar itself: a class attribute lookup less per ask
-
 ControlHandler = Callable[[Any], Awaitable[Any]]
 """A control's handler, payload in, reply out: an ``async`` function (run as a task of its own),
 or a plain one that must not block and returns a :class:`~troupe.runtime.core.router.Answer`
@@ -147,7 +145,6 @@ class Runtime(Inbound):
         self._reply_junk_log = PeerLogGate(JUNK_LOG_INTERVAL_S)
         self._errors_suppressed = 0
         self._process_key = f"{node}/{process}"
-        self.reply_sender = self._process_key  # the sender of this process's replies (read-only)
         self._guarded = getattr(transport, "security", None) is not None  # roles apply (router)
         self.directory.learn(self._process_key, transport.address)
 
@@ -415,23 +412,12 @@ class Runtime(Inbound):
         headers: dict[str, Any] | None,
     ) -> Any:
         """Send an ask through ``ref`` and await its reply (``ActorRef.ask`` calls this)."""
-        # Every ask of every actor comes through here: the helpers it would call (_context,
-        # _watched_future, _try_send, _settled) are written out inline, a Python frame each.
         if ref.cell is None and ref.endpoint is None:
             await self._resolve(ref)
-        if timeout is None:
-            timeout = self.ask_timeout
-        deadlines = self._deadlines
-        if deadlines is None:
-            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
-        fut = deadlines.future(timeout, ref.address, msg_type)
+        timeout = self.ask_timeout if timeout is None else timeout
+        fut = self._watched_future(timeout, ref.address, msg_type)
         msg_id = next(self._ids)
-        current = _current_cell.get()
-        if current is None:
-            sender, trace = self._process_key, None
-        else:
-            handling = current.handling
-            sender, trace = current.sender, handling.trace if handling is not None else None
+        sender, trace = self._context()
         deadline = time.time() + timeout
         try:
             cell = ref.cell
@@ -444,12 +430,7 @@ class Runtime(Inbound):
                     K_ASK, msg_id, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
                 )
                 try:
-                    try:
-                        sent = self.transport.try_send(ref.endpoint, frames)  # type: ignore[arg-type]
-                    except Unreachable:
-                        self._peer_gone(ref)
-                        raise
-                    if not sent:
+                    if not self._try_send(ref, frames):
                         await self._send(ref, frames, False)
                 except MailboxFull:
                     with anyio.fail_after(max(0.0, deadline - time.time())):
@@ -464,14 +445,7 @@ class Runtime(Inbound):
                 self._peer_gone(ref)  # it may have restarted elsewhere: resolve afresh next time
             raise
         finally:
-            # _settled, inline; a reply took its entry from _pending already.
-            if not fut.done():
-                fut.cancel()  # the asker was cancelled: the deadline no longer concerns anyone
-                self._pending.pop(msg_id, None)
-            elif fut.cancelled() or fut.exception() is not None:
-                # An error reply, a timeout (which may have fired while the send still waited:
-                # seen here), or a runtime that stopped.
-                self._pending.pop(msg_id, None)
+            self._settled(msg_id, fut)
 
     def _watched_future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
         """A future for a reply, failed with AskTimeout ``timeout`` seconds from now."""

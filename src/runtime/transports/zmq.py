@@ -54,9 +54,7 @@ from .zmq_socket import (
     SNDMORE,
     Watched,
     private_context,
-    recv_frame,
     recv_one,
-    recv_rest,
     send_frame,
     socket_events,
 )
@@ -265,20 +263,10 @@ class ZmqTransport:
 
     def _drain(self, w: Watched, handler: Callable[[Any, list[Any]], bool], limit: int) -> bool:
         """Read up to ``limit`` messages; True when the limit stopped it (more may wait)."""
-        sock = w.sock
-        # recv_one, inline where no CURVE user id joins the route: a frame less per message.
-        plain = not w.curve
         is_router = w.is_router
         for _ in range(limit):
             try:
-                if plain:
-                    route: Any = (w, recv_frame(sock, NOBLOCK)) if is_router else None
-                    frame = recv_frame(sock, NOBLOCK, False)
-                    frames: list[Any] = [frame.bytes]
-                    if frame.more:
-                        recv_rest(sock, frames)
-                else:
-                    route, frames = recv_one(w)
+                route, frames = recv_one(w)
             except zmq.Again:
                 if w.senders:
                     w.writable.set()  # our reads may have taken their signal: they look again
@@ -387,28 +375,7 @@ class ZmqTransport:
         when it is at its high-water mark. Raises like ``send``."""
         # The connection is made already but for a message or so per peer: look it up here.
         w = self._dealers.get(address) if self.refuse is None else None
-        if w is None:
-            w = self._peer(address)
-        header = frames[0] if len(frames) == 1 else None
-        if type(header) is not bytes or len(header) >= COPY_BELOW:
-            return self._put(w, frames, address)
-        # _put and _write of a lone small header, inline: most tells and asks are one.
-        try:
-            send_frame(w.sock, header, NOBLOCK)
-        except zmq.ZMQError as exc:
-            if (w.waiting or w.senders) and not w.recheck and not w.draining:
-                self._look_later(w)  # a refused send may have taken the signal too
-            if isinstance(exc, zmq.Again):
-                return False
-            if exc.errno == zmq.EHOSTUNREACH:
-                raise
-            raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
-        self._sent += 1
-        if self.wire_bytes is not None:
-            self.wire_bytes[0] += len(header)
-        if (w.waiting or w.senders) and not w.recheck and not w.draining:
-            self._look_later(w)  # see _write
-        return True
+        return self._put(self._peer(address) if w is None else w, frames, address)
 
     def _peer(self, address: str) -> Watched:
         if self.refuse is not None and self.refuse(address):
@@ -456,37 +423,13 @@ class ZmqTransport:
         outbox = self._outbox
         if outbox.pending and outbox.holds(mailbox, identity):
             return self._hold(mailbox, identity, frames)  # behind the ones already held
-        if len(frames) != 1:
-            try:
-                self._write(mailbox, [identity, *frames])
-            except zmq.Again:
-                return self._hold(mailbox, identity, frames)
-            except zmq.ZMQError as exc:
-                self._reply_dropped(mailbox, identity, exc, 1)
-                return False
-            return True
-        # A header alone, as most replies are: ``_write`` of [identity, header] unrolled here
-        # (no list, no loop, no call): one reply per ask.
-        sock = mailbox.sock
-        header = frames[0]
         try:
-            send_frame(sock, identity, NOBLOCK | SNDMORE)  # only this one can fail with EAGAIN
-            if type(header) is bytes and len(header) < COPY_BELOW:
-                send_frame(sock, header, NOBLOCK)
-            else:
-                send_frame(sock, header, NOBLOCK, copy=False)
+            self._write(mailbox, [identity, *frames])
+        except zmq.Again:
+            return self._hold(mailbox, identity, frames)
         except zmq.ZMQError as exc:
-            if (mailbox.waiting or mailbox.senders) and not mailbox.recheck and not mailbox.draining:
-                self._look_later(mailbox)  # the refused send may have taken the signal too
-            if isinstance(exc, zmq.Again):
-                return self._hold(mailbox, identity, frames)
             self._reply_dropped(mailbox, identity, exc, 1)
             return False
-        self._sent += 1
-        if self.wire_bytes is not None:
-            self.wire_bytes[0] += len(identity) + frames_bytes(frames)
-        if (mailbox.waiting or mailbox.senders) and not mailbox.recheck and not mailbox.draining:
-            self._look_later(mailbox)
         return True
 
     def _hold(self, mailbox: Watched, identity: bytes, frames: list[Any]) -> bool:
@@ -562,20 +505,13 @@ class ZmqTransport:
         # atomically, so after it the rest is accepted.
         more = len(frames) - 1
         try:
-            if not more:  # a header alone, as most messages are: no loop
-                frame = frames[0]
+            for frame in frames:
+                flags = NOBLOCK | SNDMORE if more else NOBLOCK
+                more -= 1
                 if type(frame) is bytes and len(frame) < COPY_BELOW:
-                    send_frame(sock, frame, NOBLOCK)
+                    send_frame(sock, frame, flags)
                 else:
-                    send_frame(sock, frame, NOBLOCK, copy=False)
-            else:
-                for frame in frames:
-                    flags = NOBLOCK | SNDMORE if more else NOBLOCK
-                    more -= 1
-                    if type(frame) is bytes and len(frame) < COPY_BELOW:
-                        send_frame(sock, frame, flags)
-                    else:
-                        send_frame(sock, frame, flags, copy=False)
+                    send_frame(sock, frame, flags, copy=False)
         except zmq.ZMQError:
             # A refused send may have consumed the signal just the same (and the outbox's
             # retries are made outside any read): the parked reader must still hear of input.

@@ -122,8 +122,6 @@ class BufferExtension:
     from_buffer: Callable[[Any, memoryview], Any]
 
 
-_unpackb = msgpack.unpackb
-
 _EXTENSIONS: dict[str, BufferExtension] = {}
 _EXT_BY_TYPE: dict[type, BufferExtension] = {}
 
@@ -252,45 +250,17 @@ class Codec:
         """The frames of a message that answers none (corr_id 0: a tell, an ask): ``encode`` of
         that envelope, without building it (the runtime sends one per tell and ask). Raises
         like ``encode``."""
-        # _frames unrolled: a frame less on every tell and ask.
-        try:
-            header = self._packer.pack(
-                [
-                    PROTOCOL_VERSION,
-                    kind,
-                    msg_id,
-                    0,
-                    sender,
-                    target,
-                    msg_type,
-                    deadline,
-                    trace,
-                    headers,
-                    payload,
-                ]
-            )
-        except Exception as exc:
-            self._pack_failed(exc, msg_type)
-        if self._buffers:
-            return self._with_buffers(header, msg_type)
-        if len(header) > self.max_message_bytes:
-            self._too_large(len(header), msg_type)
-        return [header]
+        return self._frames(
+            [PROTOCOL_VERSION, kind, msg_id, 0, sender, target, msg_type, deadline, trace, headers, payload],
+            msg_type,
+        )
 
     def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
         """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
         building it (a reply is sent for every ask). Raises like ``encode``."""
-        try:
-            header = self._packer.pack(
-                [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload]
-            )
-        except Exception as exc:
-            self._pack_failed(exc, "")
-        if self._buffers:
-            return self._with_buffers(header, "")
-        if len(header) > self.max_message_bytes:
-            self._too_large(len(header), "")
-        return [header]
+        return self._frames(
+            [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], ""
+        )
 
     def _frames(self, fields: list[Any], msg_type: str) -> list[Any]:
         # ``_buffers`` is empty between calls (``_with_buffers`` and ``_pack_failed`` leave it
@@ -416,37 +386,7 @@ class Codec:
                 header = bytes(header)
             if len(header) > self.max_message_bytes:
                 self.check_size(frames)
-            # _unpack_header's first pass, inline (a frame less per message); anything it
-            # refuses is decoded again there, to be admitted or explained.
-            try:
-                fields = _unpackb(header, ext_hook=_NO_BUFFERS, raw=False, use_list=True)
-            except Exception:
-                fields = _unpack_header(header, _NO_BUFFERS)
-            # _checked's fast path, inline (the same test, kept in step with it): a frame less
-            # per message. What it does not admit, _checked explains.
-            if type(fields) is list and len(fields) == _FIELDS:
-                version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, _ = fields
-                k = _KINDS.get(kind) if type(kind) is int else None
-                if (
-                    type(version) is int
-                    and version == PROTOCOL_VERSION
-                    and k is not None
-                    and type(msg_id) is int
-                    and type(corr_id) is int
-                    and msg_id >= 0
-                    and corr_id >= 0
-                    and type(sender) is str
-                    and type(target) is str
-                    and type(mtype) is str
-                    and (deadline is None or type(deadline) is float or type(deadline) is int)
-                    and (trace is None or type(trace) is str)
-                    and (headers is None or type(headers) is dict)
-                    and (mtype or k > K_ASK)
-                    and (msg_id or k not in _ANSWERED)
-                ):
-                    fields[1] = k
-                    return fields
-            return _checked(fields)
+            return _checked(_unpack_header(header, _NO_BUFFERS))
         if not frames:
             raise BadFrame("empty message: expected a header frame")
         if len(frames) > self.max_frames:

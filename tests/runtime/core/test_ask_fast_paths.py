@@ -9,53 +9,15 @@ an idle actor that never overtakes a message on its way in, and byte counters th
 from __future__ import annotations
 
 import asyncio
-import gc
-import weakref
 from typing import Any
 
 import numpy as np
 import pytest
 
-from troupe.runtime.core.deadlines import _SLACK, AskDeadlines
 from troupe.runtime.core.mailbox import Mailbox
 from troupe.runtime.core.runtime import process_runtime
-from troupe.runtime.errors import AskTimeout, BadFrame, EncodeError, VersionMismatch
+from troupe.runtime.errors import BadFrame, EncodeError, VersionMismatch
 from troupe.runtime.wire.codec import K_ASK, K_TELL, Codec, Envelope, Kind
-
-
-class FakeTimer:
-    def __init__(self, at: float, fn: Any) -> None:
-        self.at, self.fn, self.cancelled = at, fn, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeLoop:
-    """The loop methods AskDeadlines uses, with time moved by hand; futures of the real loop."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.timers: list[FakeTimer] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def create_future(self) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().create_future()
-
-    def call_at(self, at: float, fn: Any) -> FakeTimer:
-        timer = FakeTimer(at, fn)
-        self.timers.append(timer)
-        return timer
-
-    def advance(self, dt: float) -> None:
-        self.now += dt
-        for timer in list(self.timers):
-            if not timer.cancelled and timer.at <= self.now:
-                self.timers.remove(timer)
-                timer.fn()
-
 
 # -- codec -----------------------------------------------------------------------------------
 
@@ -113,40 +75,6 @@ def test_a_header_alone_is_validated_as_every_message_is(
 
     with pytest.raises(error, match=match):
         Codec().decode_fields([msgpack.packb(fields)])
-
-
-# -- deadlines -------------------------------------------------------------------------------
-
-
-async def test_a_deadline_future_fails_at_its_deadline_unless_answered() -> None:
-    loop = FakeLoop()
-    deadlines = AskDeadlines(loop)  # type: ignore[arg-type]
-    answered = deadlines.future(1.0, "n/p/a", "echo")
-    late = deadlines.future(2.0, "n/p/b", "work")
-    answered.set_result("fine")
-    loop.advance(2.0)
-    assert answered.result() == "fine"
-    with pytest.raises(AskTimeout, match=r"'work' from n/p/b within 2\.0s"):
-        late.result()
-
-
-async def test_an_answered_ask_is_let_go_after_a_bounded_number_of_asks() -> None:
-    """Its entry (the future, the reply it holds) goes within 2 x in-flight + slack asks: it
-    must not live long enough to be promoted by the garbage collector."""
-    loop = FakeLoop()
-    deadlines = AskDeadlines(loop)  # type: ignore[arg-type]
-    in_flight = [deadlines.future(60.0, "x", "t") for _ in range(64)]
-    answered = deadlines.future(60.0, "x", "t")
-    answered.set_result(b"reply")
-    gone = weakref.ref(answered)
-    del answered
-    for _ in range(2 * len(in_flight) + _SLACK + 1):
-        deadlines.future(60.0, "x", "t").set_result(None)
-    gc.collect()  # only to rule out a cycle keeping it: the heap must not hold it
-    assert gone() is None
-    assert len(deadlines) <= 2 * len(in_flight) + _SLACK
-    for fut in in_flight:
-        fut.cancel()
 
 
 # -- mailbox ---------------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import pytest
 
-from troupe.runtime.core.deadlines import AskDeadlines
+from troupe.runtime.core.deadlines import _SLACK, AskDeadlines
 from troupe.runtime.errors import AskTimeout
 
 
@@ -20,7 +22,7 @@ class FakeTimer:
 
 
 class FakeClock:
-    """The two loop methods AskDeadlines uses, with time moved by hand."""
+    """The loop methods AskDeadlines uses, with time moved by hand; futures of the real loop."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -28,6 +30,9 @@ class FakeClock:
 
     def time(self) -> float:
         return self.now
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
 
     def call_at(self, at: float, fn: Any) -> FakeTimer:
         timer = FakeTimer(at, fn)
@@ -112,3 +117,32 @@ async def test_close_stops_the_timer(clock: FakeClock) -> None:
     clock.advance(2.0)
     assert not fut.done() and clock.armed() == [] and len(deadlines) == 0
     fut.cancel()
+
+
+async def test_a_deadline_future_fails_at_its_deadline_unless_answered(clock: FakeClock) -> None:
+    deadlines = AskDeadlines(clock)  # type: ignore[arg-type]
+    answered = deadlines.future(1.0, "n/p/a", "echo")
+    late = deadlines.future(2.0, "n/p/b", "work")
+    answered.set_result("fine")
+    clock.advance(2.0)
+    assert answered.result() == "fine"
+    with pytest.raises(AskTimeout, match=r"'work' from n/p/b within 2\.0s"):
+        late.result()
+
+
+async def test_an_answered_ask_is_let_go_after_a_bounded_number_of_asks(clock: FakeClock) -> None:
+    """Its entry (the future, the reply it holds) goes within 2 x in-flight + slack asks: it
+    must not live long enough to be promoted by the garbage collector."""
+    deadlines = AskDeadlines(clock)  # type: ignore[arg-type]
+    in_flight = [deadlines.future(60.0, "x", "t") for _ in range(64)]
+    answered = deadlines.future(60.0, "x", "t")
+    answered.set_result(b"reply")
+    gone = weakref.ref(answered)
+    del answered
+    for _ in range(2 * len(in_flight) + _SLACK + 1):
+        deadlines.future(60.0, "x", "t").set_result(None)
+    gc.collect()  # only to rule out a cycle keeping it: the heap must not hold it
+    assert gone() is None
+    assert len(deadlines) <= 2 * len(in_flight) + _SLACK
+    for fut in in_flight:
+        fut.cancel()
