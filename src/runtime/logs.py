@@ -22,6 +22,7 @@ The node process rotates that file by size and every process follows the rotatio
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ import structlog
 
 from .log_files import ReopeningFileHandler
 
-__all__ = ["configure_logging", "identify", "log_file"]
+__all__ = ["HeldLog", "configure_logging", "identify", "log_file"]
 
 
 def log_file(log_dir: Path, node: str) -> Path:
@@ -129,6 +130,7 @@ def configure_logging(
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
+        handler.close()  # an earlier configuration's file
     root.setLevel(numeric)
     path = None
     if log_dir is not None:
@@ -159,3 +161,42 @@ def configure_logging(
         )
         root.addHandler(console_handler)
     return path
+
+
+class HeldLog:
+    """This process's log lines, held in memory until the directory of their file may be made.
+
+    A run checks its config before it makes anything in ``out``, the log directory included,
+    and logs meanwhile. :meth:`write_to` configures logging with the file and writes what was
+    held into it first; :meth:`drop` forgets the lines and leaves logging unconfigured again,
+    as it was (the check failed: nothing was made).
+
+    Args:
+        node: node name stamped on every line.
+        process: process name stamped on every line.
+    """
+
+    def __init__(self, node: str, process: str) -> None:
+        self.node, self.process = node, process
+        configure_logging(node, process, None, console=False)
+        # No target: it never writes, whatever it holds (a check's few dozen lines).
+        self._held: logging.handlers.MemoryHandler | None = logging.handlers.MemoryHandler(
+            capacity=1 << 30, flushLevel=logging.CRITICAL + 1
+        )
+        logging.getLogger().addHandler(self._held)
+
+    def write_to(self, log_dir: Path) -> None:
+        """Log to ``log_dir`` (made now) from here on, the held lines first."""
+        held, self._held = self._held, None
+        configure_logging(self.node, self.process, log_dir, console=False)
+        root = logging.getLogger()
+        for record in held.buffer if held is not None else ():
+            root.handle(record)
+
+    def drop(self) -> None:
+        """Forget the held lines and unconfigure logging (a no-op once written)."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        logging.getLogger().removeHandler(held)
+        structlog.reset_defaults()

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from support.bench_cli import run_bench
+from support.bench_pipeline_figures import check_cpu_bounds, check_whole_run
 from troupe.cli.bench.pipeline_resolution import (
     default_scenes,
     parse_resolution,
@@ -42,14 +41,13 @@ def test_quick_resolution_run_reports_every_key() -> None:
         "pipeline_wall_s",
     ):
         assert math.isfinite(fig[key]) and fig[key] > 0, (key, fig[key])
-    assert fig["speedup_wall"] == pytest.approx(fig["baseline_s"] / fig["pipeline_wall_s"])
-    _check_cpu_bounds(fig)
+    check_whole_run(fig)
+    check_cpu_bounds(fig)
     # The human lines (the same figures, without --json) show the bounds beside speedup_wall.
     text = "\n".join(resolution_lines(fig))
     assert f"speedup_wall_bound {fig['speedup_wall_bound']:.2f}x" in text
     assert f"speedup_cpu_bound {fig['speedup_cpu_bound']:.2f}x" in text
     assert f"({fig['pipeline_cores_used']:.2f} of {fig['cores']} cores busy" in text
-    assert 0 < fig["startup_share"] < 1
     # One item's frames: uint8 RGB and float32 depth at 64x48, for the frames it holds.
     assert fig["item_bytes"] == round(fig["frames_per_item"] * 64 * 48 * 7)
     assert fig["pipeline_ok"] == fig["baseline_ok"] > 0
@@ -59,45 +57,6 @@ def test_quick_resolution_run_reports_every_key() -> None:
         assert "cuda" in fig["render_fps_gpu_note"].lower()
     else:
         assert fig["render_fps_gpu"] > 0
-
-
-def _check_cpu_bounds(fig: dict[str, Any]) -> None:
-    """The CPU time figures are measured, consistent with their definitions, and complete."""
-    for key in (
-        "baseline_cpu_s",
-        "pipeline_cpu_s",
-        "baseline_cores_used",
-        "pipeline_cores_used",
-        "speedup_wall_bound",
-        "speedup_cpu_bound",
-    ):
-        value = fig[key]
-        assert isinstance(value, float) and math.isfinite(value) and value > 0, (key, value)
-    cores = fig["cores"]
-    assert isinstance(cores, int) and 1 <= cores <= (os.cpu_count() or 1)
-    b_s, b_cpu, p_s, p_cpu = (
-        float(fig[k]) for k in ("baseline_s", "baseline_cpu_s", "pipeline_wall_s", "pipeline_cpu_s")
-    )
-    assert fig["baseline_cores_used"] == pytest.approx(b_cpu / b_s)
-    assert fig["pipeline_cores_used"] == pytest.approx(p_cpu / p_s)
-    assert fig["speedup_wall_bound"] == pytest.approx(b_s / (b_cpu / cores))
-    assert fig["speedup_cpu_bound"] == pytest.approx(b_s / (p_cpu / cores))
-    # No process can keep more cores busy than there are (slack: the clocks' granularity).
-    assert float(fig["baseline_cores_used"]) <= cores + 0.1
-    assert float(fig["pipeline_cores_used"]) <= cores + 0.1
-    # Every process the run started was reaped within it, so its CPU time is in the count.
-    assert fig["pipeline_children_left"] == 0
-    # The JSON says what each figure is.
-    assert set(fig["definitions"]) == {
-        "cores",
-        "baseline_cpu_s",
-        "pipeline_cpu_s",
-        "pipeline_children_left",
-        "baseline_cores_used",
-        "pipeline_cores_used",
-        "speedup_wall_bound",
-        "speedup_cpu_bound",
-    }
 
 
 @pytest.mark.parametrize("bad", ["640x", "0x480", "abc", "640x480x3", "-640x480", "640x5000"])

@@ -104,37 +104,14 @@ def pipeline(
     if resolution is not None:
         _pipeline_at(resolution, scenes, as_json, progress)
         return
-    from .pipeline import measure_pipeline
+    from .pipeline import measure_pipeline, pipeline_lines
 
     fig = measure_pipeline(scenes or 64, synthetic, progress=progress, cpu_items=cpu)
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
-    out = Console()
-    out.print(
-        f"sequential baseline: {fig['baseline_s']:.2f} s for {fig['items']:.0f} scenes "
-        f"({fig['baseline_items_per_s']:.2f} items/s)"
-    )
-    out.print(
-        f"troupe pipeline:     {fig['pipeline_s']:.2f} s from first item in "
-        f"({fig['pipeline_wall_s']:.2f} s with start-up)"
-    )
-    out.print(
-        f"speedup {fig['speedup']:.2f}x ({fig['speedup_wall']:.2f}x with start-up); "
-        f"lambda {fig['lambda']:.2f}/s, lambda_theory {fig['lambda_theory']:.2f}/s, "
-        f"lambda/lambda_theory {fig['efficiency']:.2f}, lambda_succ {fig['lambda_succ']:.2f}/s"
-    )
-    out.print(
-        f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
-        f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
-        f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})"
-    )
-    out.print(
-        f"CPU-bound synthetic: lambda {fig['synthetic_cpu_lambda']:.1f}/s vs the "
-        f"{fig['synthetic_cpu_cores']:.0f}-core bound of its stages' isolated costs "
-        f"{fig['synthetic_cpu_bound']:.1f}/s: synthetic_cpu_vs_bound {fig['synthetic_cpu_vs_bound']:.2f}; "
-        f"engine per-item time / in-actor time, worst stage: {fig['synthetic_cpu_engine_vs_actor_max']:.3f}"
-    )
+    for line in pipeline_lines(fig):
+        Console().print(escape(line), highlight=False)
 
 
 def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: Any) -> None:

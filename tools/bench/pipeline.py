@@ -1,12 +1,29 @@
 """``troupe bench pipeline``: the sequential baseline against the troupe pipeline, same scenes.
 
-The baseline runs Load, Plan, Render and Store in lockstep in one process, as a monolithic
-script does (torch with its default threads). The troupe pipeline runs the same stage code in
-worker processes joined by bounded queues. Two synthetic workloads follow: one with configured
-stage costs (sleeps, so the CPU is free) isolates the engine's own overhead; a CPU-bound one
-(``troupe.actors.bench.cpu_work``: Python plan, numpy render, checksum + fsync store) is
-compared with the bound its stages' costs, each measured alone in this run, allow on this
-machine's cores: ``synthetic_cpu_vs_bound``.
+The baseline (:func:`~troupe.cli.bench.baseline.sequential_baseline`) runs Load, Plan, Render
+and Store in lockstep in one process, as a monolithic script does (torch with its default
+threads), then writes the dataset. The troupe pipeline runs the same stage code in worker
+processes joined by bounded queues, and writes the same dataset. Their figures:
+
+- ``baseline_s``: the whole baseline, from the stages' construction to the dataset written;
+  ``baseline_loop_s``: of it, from the first item in until the last was handed to the writer.
+- ``pipeline_s``: the pipeline from the first item in to the last item's outcome;
+  ``pipeline_wall_s``: the whole ``run_pipeline`` call, split in ``startup_s``, ``steady_s``
+  and ``finalize_s``; ``startup_share`` = (start-up + finalisation) / the whole call.
+- ``speedup`` = ``baseline_loop_s / pipeline_s`` (steady against steady);
+  ``speedup_wall`` = ``baseline_s / pipeline_wall_s`` (whole against whole, as with
+  ``--resolution``).
+- ``cores``, ``baseline_cpu_s``, ``pipeline_cpu_s``, ``pipeline_children_left``,
+  ``baseline_cores_used``, ``pipeline_cores_used``, ``speedup_wall_bound`` and
+  ``speedup_cpu_bound``: how far any schedule could go on these cores, from CPU time measured in
+  the same run; :mod:`troupe.cli.bench.baseline` defines each (the JSON under ``definitions``).
+- ``lambda``, ``lambda_theory``, ``efficiency`` (their ratio), ``lambda_succ``: the
+  pipeline's throughput model (:mod:`troupe.runtime.pipeline.model`).
+
+Two synthetic workloads follow: one with configured stage costs (sleeps, so the CPU is free)
+isolates the engine's own overhead; a CPU-bound one (``troupe.actors.bench.cpu_work``: Python
+plan, numpy render, checksum + fsync store) is compared with the bound its stages' costs, each
+measured alone in this run, allow on this machine's cores: ``synthetic_cpu_vs_bound``.
 """
 
 from __future__ import annotations
@@ -23,46 +40,25 @@ from typing import Any
 import anyio
 
 from troupe.actors.datagen.config import default_pipeline
-from troupe.actors.datagen.lifecycle import (
-    LeRobotWriter,
-    NavPlanner,
-    RaycastRenderer,
-    SceneLoader,
-)
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
 
-__all__ = ["cpu_bound", "cpu_config", "measure_pipeline", "run_timed", "synthetic_config", "usable_cores"]
+from .baseline import children_left, cpu_figures, cpu_seconds, sequential_baseline, whole_run_lines
+
+__all__ = [
+    "cpu_bound",
+    "cpu_config",
+    "measure_pipeline",
+    "pipeline_lines",
+    "run_timed",
+    "synthetic_config",
+    "usable_cores",
+]
 
 CPU_REPLICAS = {"plan": 1, "render": 2, "store": 1}
 """Replicas of the CPU-bound stages, in proportion to their costs (about 8, 16 and 4 ms)."""
-
-
-def _sequential(cfg: PipelineConfig, out: Path) -> tuple[float, int]:
-    kw = {s.name: dict(s.kwargs) for s in cfg.stages}
-    loader = SceneLoader(**kw["load"])
-    planner = NavPlanner(**kw["plan"])
-    renderer = RaycastRenderer(threads=None)  # a monolithic script leaves torch's threads alone
-    writer = LeRobotWriter(str(out / "baseline-store"))
-    ok = 0
-
-    async def store(item: dict[str, Any]) -> None:
-        await writer.process(item)
-
-    t0 = time.perf_counter()
-    for i in range(cfg.items):
-        item: dict[str, Any] = {"task_id": f"base-{i:06d}", "seed": cfg.seed_start + i}
-        try:
-            item = planner.process(loader.process(item))
-        except Exception:  # a pruned plan: the baseline skips the item as the pipeline does
-            continue
-        anyio.run(store, renderer.process(item))
-        ok += 1
-    elapsed = time.perf_counter() - t0
-    writer.writer.close(timeout=60)
-    return elapsed, ok
 
 
 def synthetic_config(items: int) -> PipelineConfig:
@@ -182,26 +178,36 @@ def measure_cpu_bound(items: int, directory: Path, say: Any) -> dict[str, float]
 
 def measure_pipeline(
     items: int = 64, synthetic_items: int = 300, progress: Any = None, cpu_items: int = 400
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Run the baseline, the pipeline and the synthetic workloads; return every figure."""
     say = progress or (lambda _m: None)
     configure_logging("bench", "bench", None, console=False, level="warning")  # stdout stays JSON
-    fig: dict[str, float] = {"items": float(items)}
+    fig: dict[str, Any] = {"items": float(items)}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-pipe-") as tmp:
         out = Path(tmp)
         cfg = default_pipeline(items=items).with_out(out / "pipeline")
         say(f"sequential baseline, {items} scenes")
-        base_s, base_ok = _sequential(cfg, out)
-        fig["baseline_s"] = base_s
-        fig["baseline_items_per_s"] = base_ok / base_s
+        base = sequential_baseline(cfg, out / "baseline")
         say(f"troupe pipeline, {items} scenes")
+        c0 = cpu_seconds()
         result, wall = run_timed(cfg, out / "pipeline")
+        pipeline_cpu_s = cpu_seconds() - c0
+        left = children_left()
         m = result.metrics
         fig.update(
+            baseline_s=base.seconds,
+            baseline_loop_s=base.loop_s,
+            baseline_items_per_s=base.ok / base.seconds,
+            baseline_ok=base.ok,
             pipeline_s=m.elapsed_s,
             pipeline_wall_s=wall,
-            speedup=base_s / m.elapsed_s,
-            speedup_wall=base_s / wall,
+            pipeline_ok=result.counts()["ok"],
+            speedup=base.loop_s / m.elapsed_s,
+            **cpu_figures(base, wall, pipeline_cpu_s, left, usable_cores()),
+            startup_share=result.startup_share,
+            startup_s=result.startup_s,
+            steady_s=result.steady_s,
+            finalize_s=result.finalize_s,
             **{"lambda": m.lambda_measured},
             lambda_theory=m.lambda_theory,
             lambda_succ=m.lambda_succ,
@@ -218,3 +224,24 @@ def measure_pipeline(
         )
         fig.update(measure_cpu_bound(cpu_items, out / "cpu", say))
     return fig
+
+
+def pipeline_lines(fig: dict[str, Any]) -> list[str]:
+    """The figures of :func:`measure_pipeline` as lines for a person."""
+    return [
+        f"sequential baseline: {fig['baseline_s']:.2f} s for {fig['items']:.0f} scenes, the whole run "
+        f"({fig['baseline_items_per_s']:.2f} items/s; {fig['baseline_loop_s']:.2f} s until the last "
+        "item was handed to the writer)",
+        *whole_run_lines(fig),
+        f"steady: pipeline {fig['pipeline_s']:.2f} s from first item in; speedup {fig['speedup']:.2f}x "
+        f"(baseline_loop_s / pipeline_s); "
+        f"lambda {fig['lambda']:.2f}/s, lambda_theory {fig['lambda_theory']:.2f}/s, "
+        f"lambda/lambda_theory {fig['efficiency']:.2f}, lambda_succ {fig['lambda_succ']:.2f}/s",
+        f"synthetic: lambda {fig['synthetic_lambda']:.1f}/s vs lambda_theory "
+        f"{fig['synthetic_lambda_theory']:.1f}/s: efficiency {fig['synthetic_efficiency']:.2f} "
+        f"(configured ceiling 100/s: {fig['synthetic_vs_configured']:.2f})",
+        f"CPU-bound synthetic: lambda {fig['synthetic_cpu_lambda']:.1f}/s vs the "
+        f"{fig['synthetic_cpu_cores']:.0f}-core bound of its stages' isolated costs "
+        f"{fig['synthetic_cpu_bound']:.1f}/s: synthetic_cpu_vs_bound {fig['synthetic_cpu_vs_bound']:.2f}; "
+        f"engine per-item time / in-actor time, worst stage: {fig['synthetic_cpu_engine_vs_actor_max']:.3f}",
+    ]

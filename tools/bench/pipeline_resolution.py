@@ -7,73 +7,41 @@ Beside the speedup it reports what a real size costs: the bytes of one item's fr
 that passed through the engine's process per item, and the render stage's frames/s on the CPU
 (and on CUDA where torch sees a device).
 
-It also reports how far any schedule could go on these cores, from CPU time measured in the
-same run (user + system seconds of every thread of every process involved):
-
-- ``cores``: the CPUs this process may run on (its affinity mask's size).
-- ``baseline_cpu_s``: CPU seconds the sequential baseline used (this process, where it runs,
-  over the span of ``baseline_s``; plus any child it reaped, of which it has none today).
-- ``pipeline_cpu_s``: CPU seconds of the whole troupe run over the span of ``pipeline_wall_s``:
-  this process (engine, master and node run in it) plus every process the run started and
-  reaped (template, its forked workers, spawned workers, supervisor), from ``RUSAGE_CHILDREN``.
-  The node is a child subreaper for its template's forks and reaps every worker and the
-  supervisor before the run returns; the template reaps its intermediate forks. So nothing
-  the run started escapes the count: ``pipeline_children_left`` (processes of ours still there
-  after the run, whose CPU time would be missing) says so: 0, as the tests check.
-- ``baseline_cores_used`` = ``baseline_cpu_s / baseline_s``; ``pipeline_cores_used`` =
-  ``pipeline_cpu_s / pipeline_wall_s``: the cores each kept busy on average.
-- ``speedup_wall_bound`` = ``baseline_s / (baseline_cpu_s / cores)`` (= ``cores /
-  baseline_cores_used``): the speedup over the baseline that a perfect schedule of the
-  baseline's own CPU work on these cores could reach, since that work cannot finish before its
-  CPU seconds spread over every core. It leaves out every other limit (one item's stages run
-  in order, start-up, the dataset's final write), each of which can only lower it; a schedule
-  that does less CPU work than the baseline (torch without its threads' waiting) can pass it.
-- ``speedup_cpu_bound`` = ``baseline_s / (pipeline_cpu_s / cores)``: the speedup troupe's run
-  would reach doing the CPU work it did, with its cores never idle.
-
-``speedup_wall`` close to ``speedup_wall_bound`` means the baseline already kept the cores busy
-(torch renders on all of them) and no schedule of that work can do much better here. Both bounds
-mean that on a quiet machine only: where other processes take the cores, each run gets less than
-``cores`` of them (``*_cores_used`` drop, the bounds rise), and torch's threads burn CPU time
-waiting for each other, which swells ``baseline_cpu_s``. The JSON repeats these definitions
-under ``definitions``.
+Beside ``speedup_wall`` (``baseline_s / pipeline_wall_s``, the whole baseline against the whole
+``run_pipeline`` call) it reports the pipeline's ``startup_s``, ``steady_s``, ``finalize_s`` and
+``startup_share``, and how far any schedule could go on these cores, from CPU time measured in
+the same run: ``cores``, ``baseline_cpu_s``, ``pipeline_cpu_s``, ``pipeline_children_left``,
+``baseline_cores_used``, ``pipeline_cores_used``, ``speedup_wall_bound`` and
+``speedup_cpu_bound``, as the default mode does; :mod:`troupe.cli.bench.baseline` defines each
+(and the JSON under ``definitions``).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import resource
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
-import psutil
-
 from troupe.actors.datagen.config import default_pipeline
-from troupe.actors.datagen.lifecycle import LeRobotWriter, NavPlanner, RaycastRenderer, SceneLoader
+from troupe.actors.datagen.lifecycle import NavPlanner, RaycastRenderer, SceneLoader
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import MAX_MESSAGE_MB
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
-from troupe.runtime.pipeline.stage import StageRun
 
+from .baseline import children_left, cpu_figures, cpu_seconds, sequential_baseline, whole_run_lines
 from .pipeline import run_timed, usable_cores
 
 __all__ = [
-    "DEFINITIONS",
-    "BaselineRun",
     "IncompleteRun",
-    "cpu_seconds",
     "default_scenes",
     "measure_resolution",
     "parse_resolution",
+    "resolution_lines",
     "resolution_pipeline",
-    "sequential_baseline",
 ]
 
 MAX_SIDE = 4096
@@ -142,100 +110,9 @@ def resolution_pipeline(width: int, height: int, scenes: int) -> PipelineConfig:
     return cfg.model_copy(update={"stages": tuple(stages), "slots": slots, "max_message_mb": bound})
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds of this process (every thread) and of every child it has reaped
-    (with theirs: a process's reaped children count in its own ``RUSAGE_CHILDREN``)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
-
-
-def _children_left() -> int:
-    """Processes this one started (at any depth) that are still there: live, or unreaped."""
-    return len(psutil.Process(os.getpid()).children(recursive=True))
-
-
-DEFINITIONS = {
-    "cores": "CPUs this process may run on (its affinity mask's size)",
-    "baseline_cpu_s": "user + system CPU seconds of the sequential baseline over baseline_s",
-    "pipeline_cpu_s": "user + system CPU seconds over pipeline_wall_s of this process and of every "
-    "process the run started (reaped within it: RUSAGE_CHILDREN)",
-    "pipeline_children_left": "processes of this one still there after the run (their CPU time is "
-    "not counted)",
-    "baseline_cores_used": "baseline_cpu_s / baseline_s",
-    "pipeline_cores_used": "pipeline_cpu_s / pipeline_wall_s",
-    "speedup_wall_bound": "baseline_s / (baseline_cpu_s / cores): the most a perfect schedule of the "
-    "baseline's CPU work on these cores could reach",
-    "speedup_cpu_bound": "baseline_s / (pipeline_cpu_s / cores): what troupe's run would reach doing "
-    "its CPU work with no core ever idle",
-}
-"""The CPU time figures of :func:`measure_resolution`, as its JSON gives them (``definitions``)."""
-
-
 class IncompleteRun(RuntimeError):
     """Nothing to compare: no scene could be planned, or the pipeline stored fewer items than
     the baseline."""
-
-
-@dataclass(frozen=True)
-class BaselineRun:
-    """What the sequential baseline did.
-
-    Attributes:
-        seconds: wall time from the stages' construction to the dataset written.
-        cpu_s: CPU seconds (user + system, every thread, and any child reaped) over ``seconds``.
-        ok: items stored.
-        frames: frames rendered (over every stored item).
-        render_s: seconds in the render stage alone.
-        device: where the renderer ran.
-    """
-
-    seconds: float
-    cpu_s: float
-    ok: int
-    frames: int
-    render_s: float
-    device: str
-
-
-def sequential_baseline(cfg: PipelineConfig, out: Path) -> BaselineRun:
-    """Load, plan, render and store each scene in turn, then write the dataset, in this process.
-
-    The same stage classes and kwargs as the pipeline's, except the renderer keeps torch's
-    default threads (as a monolithic script does) and the stages run one item at a time.
-    """
-    kw = {s.name: dict(s.kwargs) for s in cfg.stages}
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    loader = SceneLoader(**kw["load"])
-    planner = NavPlanner(**kw["plan"])
-    renderer = RaycastRenderer(threads=None)
-    writer = LeRobotWriter(str(out / "store"))
-    run = StageRun(cfg.name, "store", cfg.items, cfg.seed_start, out=str(out / "dataset"), fresh=True)
-    writer.start(run)
-    ok = frames = 0
-    render_s = 0.0
-
-    async def store(item: dict[str, Any]) -> None:
-        await writer.process(item)
-
-    for i in range(cfg.items):
-        item: dict[str, Any] = {"task_id": f"{i:06d}", "seed": cfg.seed_start + i}
-        try:
-            item = planner.process(loader.process(item))
-        except Exception:  # a pruned plan: skipped, as the pipeline prunes it
-            continue
-        r0 = time.perf_counter()
-        item = renderer.process(item)
-        render_s += time.perf_counter() - r0
-        frames += int(item["rgb"].shape[0])
-        anyio.run(store, item)
-        ok += 1
-    writer.writer.close(timeout=600)
-    writer.finalize(run)
-    seconds, cpu_s = time.perf_counter() - t0, cpu_seconds() - c0
-    return BaselineRun(seconds, cpu_s, ok, frames, render_s, str(renderer.device))
 
 
 def render_fps(cfg: PipelineConfig, device: str, items: int = RENDER_PROBE_ITEMS) -> float:
@@ -292,7 +169,7 @@ def measure_resolution(
         c0 = cpu_seconds()
         result, wall = run_timed(cfg.with_out(out / "pipeline"), out / "pipeline")
         pipeline_cpu_s = cpu_seconds() - c0
-        children_left = _children_left()
+        left = children_left()
         stored = result.counts()["ok"]
         if stored != base.ok:
             why = next(iter(result.errors.values()), "no error recorded")
@@ -303,7 +180,6 @@ def measure_resolution(
         frames_per_item = base.frames / base.ok
         engine_bytes = getattr(result, "engine_bytes", None)
         ran = _ran(result)
-        cores = usable_cores()
         fig.update(
             baseline_s=base.seconds,
             baseline_items_per_s=base.ok / base.seconds,
@@ -311,16 +187,7 @@ def measure_resolution(
             baseline_render_device=base.device,
             pipeline_wall_s=wall,
             pipeline_ok=stored,
-            speedup_wall=base.seconds / wall,
-            cores=cores,
-            baseline_cpu_s=base.cpu_s,
-            pipeline_cpu_s=pipeline_cpu_s,
-            pipeline_children_left=children_left,
-            baseline_cores_used=base.cpu_s / base.seconds,
-            pipeline_cores_used=pipeline_cpu_s / wall,
-            speedup_wall_bound=base.seconds / (base.cpu_s / cores),
-            speedup_cpu_bound=base.seconds / (pipeline_cpu_s / cores),
-            definitions=DEFINITIONS,
+            **cpu_figures(base, wall, pipeline_cpu_s, left, usable_cores()),
             startup_share=result.startup_share,
             startup_s=result.startup_s,
             steady_s=result.steady_s,
@@ -370,21 +237,7 @@ def resolution_lines(fig: dict[str, Any]) -> list[str]:
         f"({fig['item_bytes'] / 2**20:.1f} MiB of RGB + depth per item)",
         f"sequential baseline: {fig['baseline_s']:.2f} s ({fig['baseline_items_per_s']:.3f} items/s, "
         f"render on {fig['baseline_render_device']})",
-        f"troupe pipeline:     {fig['pipeline_wall_s']:.2f} s, the whole run "
-        f"(start-up {fig['startup_s']:.2f} s, "
-        f"steady {fig['steady_s']:.2f} s, finalisation {fig['finalize_s']:.2f} s; "
-        f"start-up share {fig['startup_share']:.0%})",
-        f"speedup_wall {fig['speedup_wall']:.2f}x; speedup_wall_bound {fig['speedup_wall_bound']:.2f}x "
-        f"(the baseline's CPU work spread over all {fig['cores']} cores); "
-        f"speedup_cpu_bound {fig['speedup_cpu_bound']:.2f}x (troupe's CPU work, no core ever idle)",
-        f"CPU time: baseline {fig['baseline_cpu_s']:.2f} s ({fig['baseline_cores_used']:.2f} of "
-        f"{fig['cores']} cores busy), troupe {fig['pipeline_cpu_s']:.2f} s "
-        f"({fig['pipeline_cores_used']:.2f} of {fig['cores']} cores busy, every process of the run)"
-        + (
-            ""
-            if not fig["pipeline_children_left"]
-            else f"; {fig['pipeline_children_left']} of its processes still ran after it: not counted"
-        ),
+        *whole_run_lines(fig),
         "bytes through the engine per item: "
         + ("not reported by this runtime" if ebpi is None else f"{ebpi:,.0f} B"),
         f"render alone: {fig['render_fps_cpu']:.2f} frames/s on the CPU "

@@ -150,9 +150,12 @@ async def _finish_run(
 ) -> None:
     declared = declared_config(config, items)
     if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
-        RunDir(out).check(fingerprint(declared), fresh)  # before the logs directory is made there
-    out.mkdir(parents=True, exist_ok=True)
-    configure_logging("local", "run", out / "logs", console=False)
+        RunDir(out).check(fingerprint(declared), fresh)
+        # The run logs to --out/logs itself once its checks pass (the stage classes, in the
+        # template it starts first): a class that does not import leaves --out as it was.
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        configure_logging("local", "run", out / "logs", console=False)
     progress = Progress(
         TextColumn("{task.description:>8}"),
         BarColumn(),
@@ -191,8 +194,9 @@ async def _finish_run(
 
     try:
         result = await run_pipeline(
-            declared,
+            config or declared,  # its path: an error about a stage names the file
             out,
+            items=items if config else None,
             fresh=fresh,
             keep_outputs=False,
             on_progress=show,

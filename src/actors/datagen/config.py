@@ -12,7 +12,7 @@ DEFAULT_PIPELINE: dict[str, Any] = {
     "name": "indoor-nav",
     "items": 64,
     "seed_start": 0,
-    "slots": 4,
+    "slots": 5,  # one replica per stage and a second render (configs/datagen.toml says why)
     "max_attempts": 3,
     "scale_interval_s": 0.5,
     "stages": [

@@ -80,10 +80,50 @@ def image_stats(frames: npt.NDArray[np.uint8]) -> Stats:
     picks = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), MAX_SAMPLED_FRAMES)).round())
     stride = max(1, max(frames.shape[1:3]) // MAX_SAMPLED_SIDE)
     sample = frames[picks.astype(np.int64), ::stride, ::stride, :]
-    # (T, H, W, C) -> (C, T*H*W): one row per channel, reduced along the pixels.
-    per_channel = sample.reshape(-1, sample.shape[-1]).T.astype(np.float64) / 255.0
-    stats = _reduce(per_channel, (1,), len(sample))
+    stats = _level_stats(_channel_histograms(sample))
+    stats["count"] = np.array([len(sample)], dtype=np.int64)
     return {k: v if k == "count" else v.reshape(-1, 1, 1) for k, v in stats.items()}
+
+
+_LEVELS = np.arange(256, dtype=np.float64) / 255.0
+
+
+def _channel_histograms(sample: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """(C, 256) counts of each level per channel of (..., C) uint8 pixels, in one pass."""
+    channels = sample.shape[-1]
+    offsets = np.arange(channels, dtype=np.intp) * 256
+    keys = sample.reshape(-1, channels).astype(np.intp) + offsets
+    return np.bincount(keys.ravel(), minlength=256 * channels).reshape(channels, 256).astype(np.int64)
+
+
+def _level_stats(hist: npt.NDArray[np.int64]) -> Stats:
+    """What :func:`_reduce` gives for pixels levels / 255, from their (C, 256) histograms.
+
+    Exact, and about twenty times cheaper than reducing the pixels as floats (a sort for the
+    quantiles, five passes over eight bytes a pixel for the rest), which was most of an
+    episode's write. The quantiles interpolate as ``np.quantile``'s default ("linear") does.
+    """
+    n = int(hist[0].sum())
+    seen = hist > 0
+    mean = (hist @ _LEVELS) / n
+    var = (hist * (_LEVELS[None, :] - mean[:, None]) ** 2).sum(axis=1) / n
+    out: Stats = {
+        "min": _LEVELS[seen.argmax(axis=1)],
+        "max": _LEVELS[255 - seen[:, ::-1].argmax(axis=1)],
+        "mean": mean,
+        "std": np.sqrt(var),
+    }
+    cum = hist.cumsum(axis=1)
+    position = (n - 1) * _QS
+    below = np.floor(position)
+    t = position - below
+    lo, hi = below.astype(np.int64), np.minimum(below.astype(np.int64) + 1, n - 1)
+    for name, ranks_lo, ranks_hi, frac in zip(QUANTILES, lo, hi, t, strict=True):
+        a = _LEVELS[[np.searchsorted(c, ranks_lo, side="right") for c in cum]]
+        b = _LEVELS[[np.searchsorted(c, ranks_hi, side="right") for c in cum]]
+        # np.quantile's lerp: from the nearer end, so that t = 1 gives b exactly.
+        out[name] = b - (b - a) * (1 - frac) if frac >= 0.5 else a + (b - a) * frac
+    return out
 
 
 def aggregate_stats(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, Stats]:

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from troupe.runtime.node.config import NodeConfig
     from troupe.runtime.pipeline.config import PipelineConfig
 
-__all__ = ["check_node_actors", "check_stage_actors", "load_actor_class", "main"]
+__all__ = [
+    "check_node_actors",
+    "check_stage_actors",
+    "first_failure",
+    "load_actor_class",
+    "main",
+    "mark_passed",
+    "stage_checks",
+]
 
 CHECK_ENV = "TROUPE_CHECK_CLASSES"
 _IMPORT_GUARD_S = 600  # a module whose import hangs would hang every worker; say so, do not wait forever
@@ -80,7 +88,36 @@ def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
     Raises:
         ConfigError: one line naming ``source``, the field (``stages.S.actor``) and why.
     """
-    _check_in_child(source, [(f"stages.{s.name}.actor", s.actor, "stage") for s in cfg.stages])
+    _check_in_child(source, stage_checks(cfg))
+
+
+def stage_checks(cfg: PipelineConfig) -> list[tuple[str, str, str]]:
+    """The checks of :func:`check_stage_actors`: (field, class path, kind) for each stage."""
+    return [(f"stages.{s.name}.actor", s.actor, "stage") for s in cfg.stages]
+
+
+def first_failure(checks: Sequence[Sequence[str]]) -> tuple[str, str] | None:
+    """Run ``checks`` (field, class path, kind) in this process: the first failure's field and
+    error, None if every class passed. A node's template does, having imported the classes for
+    its workers anyway, where the command would start a child to import them once more."""
+    bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
+    for where, path, kind in checks:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                load_actor_class(path, bases[kind])
+        except ConfigError as exc:
+            return where, str(exc)
+    return None
+
+
+def mark_passed(checks: Sequence[tuple[str, str, str]]) -> None:
+    """Record ``checks`` as passed for this process's import path: a check of the same classes
+    here (:func:`check_stage_actors`) is then answered at once."""
+    _PASSED.add(_key(checks))
+
+
+def _key(checks: Sequence[tuple[str, str, str]]) -> tuple[object, ...]:
+    return (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
 
 
 def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None:
@@ -92,7 +129,7 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
     """
     if not checks:
         return
-    key = (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
+    key = _key(checks)
     if key in _PASSED:
         return
     try:

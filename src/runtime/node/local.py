@@ -7,17 +7,21 @@ import anyio.abc
 
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.node import Node
+from troupe.runtime.node.template_link import TemplateLink
 
 __all__ = ["start_local_node"]
 
 
-async def start_local_node(tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0) -> Node:
+async def start_local_node(
+    tg: anyio.abc.TaskGroup, cfg: NodeConfig, timeout: float = 60.0, template: TemplateLink | None = None
+) -> Node:
     """Run a node inside this process and wait until all its workers have registered.
 
     The command owns the stop signals (``client.run_async``): cancelling the group stops the
-    node gracefully, workers first.
+    node gracefully, workers first. ``template``: one started already, for the node to fork
+    its workers from (see :class:`Node`).
     """
-    node = Node(cfg, handle_signals=False)
+    node = Node(cfg, handle_signals=False, template=template)
     tg.start_soon(node.run)
     with anyio.fail_after(timeout):
         await node.ready.wait()

@@ -60,10 +60,20 @@ class Node:
         reap_orphans: the process is the node's alone (``troupe node start``): reap the zombies
             it adopts from dead workers (``orphans``). Off where the process has children of its
             own to wait for (a test, a program running a node inside it).
+        template: a template already started for this node's workers (a run starts its own
+            first, to check the stage classes while it imports them): the node forks from it
+            and stops it, whatever ``fast_start`` says.
     """
 
-    def __init__(self, config: NodeConfig, handle_signals: bool = True, reap_orphans: bool = False) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        handle_signals: bool = True,
+        reap_orphans: bool = False,
+        template: TemplateLink | None = None,
+    ) -> None:
         self.config = config
+        self._given_template = template
         self.handle_signals = handle_signals
         self.reap_orphans = reap_orphans
         self.name = config.name
@@ -163,7 +173,10 @@ class Node:
                         tg.start_soon(self._stop_on_signal)
                     try:
                         await self.supervision.start(tg)
-                        if cfg.fast_start:
+                        if self._given_template is not None:
+                            self.template = self._given_template
+                            self.template.adopt(self.children.add)
+                        elif cfg.fast_start:
                             self.template = TemplateLink(
                                 self.name,
                                 [*cfg.preload, *spec_classes(cfg.workers)],

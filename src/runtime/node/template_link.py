@@ -17,7 +17,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,9 +29,9 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from .child import child_env
 from .config import WorkerSpec
 from .orphans import reap_orphans
-from .template import FD_ENV, MAX_MESSAGE, MODULES_ENV
+from .template import CHECKS_ENV, FD_ENV, MAX_MESSAGE, MODULES_ENV
 
-__all__ = ["ForkedProcess", "TemplateLink", "spec_classes"]
+__all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +54,14 @@ def _set_subreaper(on: bool) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on))
 
 
+@dataclass(frozen=True)
+class ClassCheck:
+    """What the template found checking the classes it was given: ``failure`` is the first
+    one's ``(field, error)`` (``loading.first_failure``), None when every class passed."""
+
+    failure: tuple[str, str] | None
+
+
 class TemplateLink:
     """One node's template process, kept running while the node serves.
 
@@ -63,6 +72,9 @@ class TemplateLink:
             names in ``preload_modules``).
         record: told ``(pid, role)`` of each template started (the node's child record).
         reap_orphans: reap the zombies the node adopts as a subreaper (``orphans``).
+        checks: ``(field, class, kind)`` to check once imported (``loading.first_failure``),
+            answered by :meth:`checked`: a run that starts its template before anything else
+            checks its stage classes there, in the time the imports take anyway.
     """
 
     def __init__(
@@ -71,11 +83,14 @@ class TemplateLink:
         modules: Iterable[str],
         record: Callable[[int, str], None] | None = None,
         reap_orphans: bool = False,
+        checks: Sequence[tuple[str, str, str]] = (),
     ) -> None:
         self.node = node
         self.reap_orphans = reap_orphans
         self.record = record
         self.modules = list(dict.fromkeys(modules))
+        self.checks = [list(c) for c in checks]
+        self._check: ClassCheck | None = None
         self.process: Process | None = None
         self.pid: int | None = None
         self.forks = 0
@@ -112,7 +127,10 @@ class TemplateLink:
     async def _run_one(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            env = child_env({FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(self.modules)})
+            extra = {FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(self.modules)}
+            if self.checks:
+                extra[CHECKS_ENV] = json.dumps(self.checks)
+            env = child_env(extra)
             process = await anyio.open_process(
                 [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.template"],
                 env=env,
@@ -154,8 +172,25 @@ class TemplateLink:
         log.info(
             "template_ready", node=self.node, template_pid=self.pid, imported=len(hello.get("imported", ()))
         )
+        failure = hello.get("check_failure", False)  # absent: the template could not check
+        if self.checks and self._check is None and failure is not False:
+            self._check = ClassCheck(None if failure is None else (str(failure[0]), str(failure[1])))
         self._ready.set()
         self._settled.set()
+
+    async def checked(self) -> ClassCheck | None:
+        """The first template's check of ``checks`` once it is ready; None when it could not
+        say (it failed to start, died, or a module ended it as it imported): check elsewhere."""
+        if not self._settled.is_set():
+            with anyio.move_on_after(_READY_S):
+                await self._settled.wait()
+        return self._check
+
+    def adopt(self, record: Callable[[int, str], None]) -> None:
+        """Hand this running template to a node: ``record`` is told its pid, and any later one's."""
+        self.record = record
+        if self.process is not None and self.pid is not None:
+            record(self.pid, "template")
 
     async def launch(self, env: dict[str, str], modules: Iterable[str]) -> ForkedProcess | None:
         """Fork a worker with ``env`` (and the node's cwd) from the template; None when the

@@ -148,6 +148,14 @@ class RunDir:
             return
         self._check_same(record, made_with)
 
+    def finished(self, made_with: dict[str, Any], fresh: bool) -> bool:
+        """Whether :meth:`prepare` would answer with a finished run whose outputs are all there;
+        what it would refuse, refused (:meth:`check`). Changes nothing."""
+        self.check(made_with, fresh)
+        record = None if fresh else self._read()
+        complete = record.get("complete") if record is not None else None
+        return isinstance(complete, dict) and self.still_there(complete)
+
     def mark_complete(self, finals: dict[str, Any]) -> None:
         """Record that every item has its outcome and the stages finalised (``finals``: what
         their ``finalize`` hooks returned)."""

@@ -32,11 +32,12 @@ Where the items come from:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,15 +51,17 @@ from troupe.runtime.core.client import connect
 from troupe.runtime.core.loading import check_stage_actors
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed
-from troupe.runtime.logs import configure_logging
+from troupe.runtime.logs import HeldLog
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
+from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
 from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
 from troupe.runtime.tasks.state import FINAL_STATES
 
 from .config import PipelineConfig, load_pipeline
+from .early_template import early_template
 from .engine import PipelineEngine
 from .hosts import EngineHosts, wait_for_nodes
 from .result import PipelineMetrics, PipelineResult
@@ -66,6 +69,8 @@ from .run_dir import RunDir, fingerprint
 from .source import ItemSource, MasterSource
 
 __all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
+
+_NODE = "local"  # the name of the node a one-host run starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,46 +145,59 @@ async def run_pipeline(
         raise ConfigError(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
         )
-    plan = await anyio.to_thread.run_sync(
-        _plan, pipeline, out, items, node or cluster, master or cluster, fresh
-    )
-    cfg, resolved, out_dir, run_dir, log_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir, plan.log_dir
-    if not structlog.is_configured():  # a program that set up no logging: the run's lines go to
-        configure_logging("local", "run", log_dir, console=False)  # its log file, not the terminal
-    if plan.complete is not None:
-        return _already_complete(plan.complete)
-    failed: StageFailed | None = None
-    where = (
-        _on_cluster(resolved, cluster, nodes, keys)
-        if cluster is not None
-        else _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint)
-    )
-    async with where as running:
-        if on_start is not None:
-            on_start(RunStart(time.perf_counter() - t0, cfg.items, running.before, len(cfg.stages), out_dir))
-        engine_created = time.monotonic()
-        engine = PipelineEngine(
-            resolved,
-            running.runtime,
-            running.node_endpoint,
-            on_change=on_progress,
-            source=running.source,
-            keep_outputs=keep_outputs,
-            out=None if out_dir is None else str(out_dir),
-            fresh=fresh,
-            hosts=running.hosts,
+    local = node is None and cluster is None
+    early = await anyio.to_thread.run_sync(_early, pipeline, out, items, master, fresh) if local else None
+    async with contextlib.AsyncExitStack() as stack:
+        # A program that set up no logging: the run's lines go to its log file, not the terminal;
+        # those before the checks are held, as nothing is made in ``out`` before them.
+        held = stack.enter_context(_held_log()) if not structlog.is_configured() else None
+        # A one-host run starts its node's template first: it checks the stage classes while
+        # it imports them for the replicas (early_template.py); a finished run needs neither.
+        template = None
+        if early is not None and not early.finished:
+            template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source))
+        plan = await anyio.to_thread.run_sync(
+            _plan, pipeline, out, items, node or cluster, master or cluster, fresh, template is None
         )
-        if running.node is not None:
-            running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
-        try:
-            result = await engine.run()
-        except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
-            failed = exc
-    if failed is not None:
-        raise failed
-    if run_dir is not None:
-        run_dir.mark_complete(result.finals)
-    return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
+        cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
+        log_dir = plan.log_dir
+        if held is not None:
+            held.write_to(log_dir)
+        if plan.complete is not None:
+            return _already_complete(plan.complete)
+        failed: StageFailed | None = None
+        where = (
+            _on_cluster(resolved, cluster, nodes, keys)
+            if cluster is not None
+            else _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint, template)
+        )
+        async with where as running:
+            if on_start is not None:
+                up = time.perf_counter() - t0
+                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir))
+            engine_created = time.monotonic()
+            engine = PipelineEngine(
+                resolved,
+                running.runtime,
+                running.node_endpoint,
+                on_change=on_progress,
+                source=running.source,
+                keep_outputs=keep_outputs,
+                out=None if out_dir is None else str(out_dir),
+                fresh=fresh,
+                hosts=running.hosts,
+            )
+            if running.node is not None:
+                running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
+            try:
+                result = await engine.run()
+            except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
+                failed = exc
+        if failed is not None:
+            raise failed
+        if run_dir is not None:
+            run_dir.mark_complete(result.finals)
+        return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
 
 
 def _with_split(
@@ -245,6 +263,41 @@ class _Plan:
     complete: dict[str, Any] | None  # the record of a finished run whose outputs are all there
 
 
+@dataclass(frozen=True, slots=True)
+class _Early:
+    cfg: PipelineConfig
+    source: str  # where the pipeline came from, for errors
+    finished: bool  # out holds a finished run of it: nothing will start
+
+
+def _early(
+    pipeline: PipelineConfig | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    items: int | None,
+    master: str | None,
+    fresh: bool,
+) -> _Early:
+    """What a one-host run checks before it starts its template: the config, and (changing
+    nothing) what ``out`` holds."""
+    cfg = _as_config(pipeline, items)
+    out_dir = None if out is None else Path(out).resolve()
+    if out_dir is None:
+        _check_no_out(cfg)
+    finished = out_dir is not None and master is None and RunDir(out_dir).finished(fingerprint(cfg), fresh)
+    return _Early(cfg, _source(pipeline, cfg), finished)
+
+
+@contextlib.contextmanager
+def _held_log() -> Iterator[HeldLog]:
+    """The run's log lines held until ``out`` may be written to; forgotten if it fails first."""
+    held = HeldLog(_NODE, "run")
+    try:
+        yield held
+    except BaseException:
+        held.drop()
+        raise
+
+
 def _plan(
     pipeline: PipelineConfig | str | os.PathLike[str],
     out: str | os.PathLike[str] | None,
@@ -252,12 +305,13 @@ def _plan(
     node: str | None,
     master: str | None,
     fresh: bool,
+    check: bool = True,
 ) -> _Plan:
-    """Everything checked and prepared before anything starts."""
+    """Everything checked and prepared before anything starts (the stage classes too, unless
+    ``check`` is False: the run's template checked them)."""
     cfg = _as_config(pipeline, items)
-    if node is None:  # a running node's import path is its own; it reports a bad class itself
-        source = str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
-        check_stage_actors(cfg, source)
+    if check and node is None:  # a running node's import path is its own; it reports a bad class itself
+        check_stage_actors(cfg, _source(pipeline, cfg))
     out_dir = None if out is None else Path(out).resolve()
     if out_dir is None:
         _check_no_out(cfg)
@@ -266,9 +320,17 @@ def _plan(
     complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
     if complete is not None and not RunDir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
-    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
+    log_dir = _log_dir(out_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     return _Plan(cfg, resolved, out_dir, run_dir, log_dir, complete)
+
+
+def _source(pipeline: PipelineConfig | str | os.PathLike[str], cfg: PipelineConfig) -> str:
+    return str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
+
+
+def _log_dir(out_dir: Path | None) -> Path:
+    return out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
 
 
 def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | None) -> PipelineConfig:
@@ -346,10 +408,11 @@ async def _cluster(
     master: str | None,
     node_endpoint: str | None,
     master_endpoint: str | None,
+    template: TemplateLink | None = None,
 ) -> AsyncIterator[_Cluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
-    master, then its journal."""
+    master, then its journal. ``template``: the node's, started already (``early_template``)."""
     journal = None
     try:
         async with anyio.create_task_group() as tg:
@@ -364,7 +427,7 @@ async def _cluster(
                     await _start_master(tg, local_master)
                 if node is None:
                     node_cfg = NodeConfig(
-                        name="local",
+                        name=_NODE,
                         endpoint=node_endpoint or _free_endpoint(),
                         log_dir=log_dir,
                         stop_grace_s=10,
@@ -372,7 +435,7 @@ async def _cluster(
                         # The template imports the stages' classes (torch...) once for every replica.
                         preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
                     )
-                    local_node = await start_local_node(tg, node_cfg)
+                    local_node = await start_local_node(tg, node_cfg, template=template)
                     node = node_cfg.endpoint
                 async with connect(node, "local" if local_node is not None else "") as rt:
                     source, before = await _master_source(rt, master, cfg) if master else (None, 0)

@@ -32,6 +32,8 @@ from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import Cluster, free_endpoint
 
 ECHO = ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo")
+GC_PROBE = ActorSpec(name="gc", cls="support.gc_probe:GcProbe")
+TESTS_DIR = Path(__file__).resolve().parents[2]
 # The plugin's fixture, also when the `troupe` pytest11 entry point is not installed.
 troupe_cluster = troupe_testing.troupe_cluster
 GONE_WITHIN_S = 15.0  # a bound on a poll of the process table, not on speed
@@ -177,6 +179,26 @@ async def test_fast_start_off_spawns_every_worker(tmp_path: Path) -> None:
         handle = node.workers["w1"]
         assert handle.describe()["start"] == "spawn"
         assert await _echo(cfg, "w1", "spawned") == "spawned"
+
+
+@pytest.mark.parametrize("fast_start", [True, False], ids=["forked", "spawned"])
+async def test_a_worker_collects_its_own_garbage_and_leaves_the_templates_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast_start: bool
+) -> None:
+    """The template imports with the collector off and freezes what it made: a forked worker
+    collects (its own objects) and never scans the template's; a spawned one has nothing frozen."""
+    path = os.pathsep.join(filter(None, (str(TESTS_DIR), os.environ.get("PYTHONPATH"))))
+    monkeypatch.setenv("PYTHONPATH", path)
+    workers = (WorkerSpec(name="w1", actors=(GC_PROBE,)),)
+    cfg = _config(tmp_path, fast_start=fast_start, workers=workers)
+    async with _node(cfg) as node, connect(cfg.endpoint, cfg.name) as rt:
+        assert node.workers["w1"].describe()["start"] == ("fork" if fast_start else "spawn")
+        state = await rt.ref("w1/gc").ask("state", None, timeout=30)
+    assert state["enabled"] is True
+    if fast_start:
+        assert state["frozen"] > 10_000  # the worker runtime's modules, imported by the template
+    else:
+        assert state["frozen"] == 0
 
 
 def test_the_template_imports_what_a_class_names_in_preload_modules() -> None:

@@ -1,0 +1,132 @@
+"""A one-host run checks its stage classes in the template it starts first, then forks every
+replica from that template.
+
+What a user relies on: a class that cannot run is refused with the same one line as before,
+naming the file and the stage, before anything is made in ``out``; a module that ends the
+interpreter as it imports is still reported with its last words; a good pipeline's replicas are
+forked from the template that checked them, not from a second one, and no child process is
+started just to import the classes once more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from troupe import ConfigError, run_pipeline_sync
+from troupe.runtime.core import loading
+from troupe.runtime.testing.plugin import import_path
+
+PIPELINE = """
+[pipeline]
+name = "early"
+items = 3
+
+[[stages]]
+name = "a"
+actor = "{actor}"
+"""
+
+
+def _toml(tmp_path: Path, actor: str) -> Path:
+    path = tmp_path / "early.toml"
+    path.write_text(PIPELINE.format(actor=actor), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _tests_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", import_path())  # the template imports support.* as workers do
+
+
+@pytest.fixture
+def child_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The checks this process ran in a child of its own (the template's answer spares them)."""
+    calls: list[Any] = []
+    real = loading._check_in_child
+
+    def spy(source: str, checks: Any) -> None:
+        calls.append(checks)
+        real(source, checks)
+
+    monkeypatch.setattr(loading, "_check_in_child", spy)
+    return calls
+
+
+@pytest.fixture
+def run_logs_to_out() -> Iterator[None]:
+    """Logging as a program that set none up has it: the run then logs to ``out/logs``."""
+    structlog.reset_defaults()
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+        for handler in list(logging.getLogger().handlers):  # the file under this test's tmp_path
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _events(out: Path) -> list[dict[str, Any]]:
+    lines = (out / "logs" / "local.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.usefixtures("run_logs_to_out")
+def test_replicas_are_forked_from_the_template_that_checked_their_classes(
+    tmp_path: Path, child_checks: list[Any]
+) -> None:
+    out = tmp_path / "out"
+    result = run_pipeline_sync(_toml(tmp_path, "support.gc_probe:FrozenStage"), out=out)
+
+    assert result.counts()["ok"] == 3
+    assert all(o["frozen"] > 10_000 for o in result.outputs.values()), result.outputs  # forked
+    assert child_checks == []
+    events = [e["event"] for e in _events(out)]
+    assert events.count("template_started") == 1, "the node forked from the run's template"
+    assert events.index("template_ready") < events.index("journal_opened"), "checked before out was used"
+
+
+@pytest.mark.parametrize(
+    ("actor", "why"),
+    [
+        pytest.param(
+            "support.no_such_early:Stage",
+            "cannot import 'support.no_such_early:Stage': No module named 'support.no_such_early'",
+            id="module-missing",
+        ),
+        pytest.param(
+            "support.hook_stages:NotAStage",
+            "'support.hook_stages:NotAStage' is not a subclass of troupe.runtime.pipeline.stage.StageActor",
+            id="not-a-stage",
+        ),
+    ],
+)
+def test_a_class_the_template_refuses_is_one_line_and_nothing_is_made(
+    tmp_path: Path, child_checks: list[Any], actor: str, why: str
+) -> None:
+    toml, out = _toml(tmp_path, actor), tmp_path / "out"
+    with pytest.raises(ConfigError) as refused:
+        run_pipeline_sync(toml, out=out)
+    assert str(refused.value) == f"{toml}: stages.a.actor: {why}"
+    assert child_checks == [], "the template said why"
+    assert not out.exists()
+
+
+def test_a_module_that_ends_the_template_is_reported_by_the_child_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_checks: list[Any]
+) -> None:
+    (tmp_path / "troupe_test_early_exits.py").write_text("import sys\nsys.exit('no GPU here')\n")
+    monkeypatch.chdir(tmp_path)
+    toml, out = _toml(tmp_path, "troupe_test_early_exits:Stage"), tmp_path / "out"
+    with pytest.raises(ConfigError) as refused:
+        run_pipeline_sync(toml, out=out)
+    said = "stages.a.actor: importing it ended the process (exit status 1): 'no GPU here'"
+    assert said in str(refused.value)
+    assert len(child_checks) == 1, "the template could not say, the child did"
+    assert not out.exists()
