@@ -181,6 +181,7 @@ def test_pipeline_actor_class_that_does_not_import(tmp_path: Path) -> None:
     line = one_line_error(out)
     assert f"{pipeline}: stages.render.actor: cannot import 'troupe_no_such_pkg.stages:Render'" in line
     assert not (tmp_path / "out").exists(), "the run never started"
+    assert out.stdout == "", "nothing but the error is printed"
 
 
 @pytest.mark.parametrize("command", [("ctl", "ping"), ("ctl", "status", "--master", "{free}")])

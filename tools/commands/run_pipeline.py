@@ -208,7 +208,8 @@ async def _finish_run(
             keys=None if cluster is None else cluster.keys,
         )
     finally:
-        progress.stop()
+        if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
+            progress.stop()
     if as_json:
         print(json.dumps(metrics_json(result), indent=2))
         return
