@@ -29,6 +29,8 @@ import torch
 from troupe.models.camera import Intrinsics, camera_rays
 
 __all__ = [
+    "CPU_PAIRS_PER_THREAD",
+    "CUDA_PAIRS",
     "TEXTURE_CHECKER",
     "TEXTURE_NONE",
     "TEXTURE_STRIPES",
@@ -70,18 +72,38 @@ class RaycastConfig:
         background: RGB in [0, 1] written where a ray hits nothing.
         texture_contrast: how much darker a texture's dark tiles are (0 disables textures).
         max_pairs: ray-box pairs evaluated at once; bounds memory at about
-            ``max_pairs * 40`` bytes whatever the number of frames, pixels and boxes.
+            ``max_pairs * 40`` bytes whatever the number of frames, pixels and boxes. None:
+            :data:`CPU_PAIRS_PER_THREAD` per torch thread on the CPU, :data:`CUDA_PAIRS` on CUDA.
     """
 
     near: float = 1e-4
     miss_depth: float = math.inf
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     texture_contrast: float = 0.35
-    max_pairs: int = 1 << 20
+    max_pairs: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_pairs < 1 or self.near < 0 or not 0 <= self.texture_contrast <= 1:
+        pairs_ok = self.max_pairs is None or self.max_pairs >= 1
+        if not pairs_ok or self.near < 0 or not 0 <= self.texture_contrast <= 1:
             raise ValueError(f"need max_pairs >= 1, near >= 0, contrast in [0, 1]: {self}")
+
+    def pairs_on(self, device: torch.device) -> int:
+        """The ray-box pairs of one chunk on ``device``."""
+        if self.max_pairs is not None:
+            return self.max_pairs
+        if device.type == "cpu":
+            return CPU_PAIRS_PER_THREAD * torch.get_num_threads()
+        return CUDA_PAIRS
+
+
+CPU_PAIRS_PER_THREAD = 1 << 18
+"""A CPU chunk's pairs per torch thread: each temporary of the slab test is then about 1 MiB a
+thread, within a core's cache. With 2**20 pairs at once, one thread rendered a 96x72 frame in
+3.0-3.2 ms of CPU against 2.2 ms now, and a 640x480 frame beside another renderer in 84 ms
+against 81-83; two threads lose less to waiting for each other with 2**19 than with either."""
+
+CUDA_PAIRS = 1 << 20
+"""A CUDA chunk's pairs: large, as each op is a kernel launch."""
 
 
 def default_device() -> torch.device:
@@ -251,7 +273,7 @@ def render(
     dirs = torch.where(dirs.abs() < 1e-12, 1e-12, dirs)
     rgb = rgb.reshape(n_frames, h * w, 3)
     depth = depth.reshape(n_frames, h * w)
-    for f0, f1, p0, p1 in _chunks(n_frames, h * w, len(b), config.max_pairs):
+    for f0, f1, p0, p1 in _chunks(n_frames, h * w, len(b), config.pairs_on(dev)):
         d = dirs[f0:f1, p0:p1]
         t, k = _nearest(pos[f0:f1], (1.0 / d).permute(2, 0, 1), lo, hi, config.near)
         o = pos[f0:f1, None, :].expand_as(d).reshape(-1, 3)

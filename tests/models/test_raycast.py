@@ -12,6 +12,8 @@ import torch
 
 from troupe.models.camera import Intrinsics, camera_rays
 from troupe.models.raycast import (
+    CPU_PAIRS_PER_THREAD,
+    CUDA_PAIRS,
     TEXTURE_CHECKER,
     Lighting,
     RaycastConfig,
@@ -234,3 +236,19 @@ def test_generated_episodes_render_end_to_end() -> None:
         assert rgb.shape == (frames, 36, 48, 3)
         assert np.isfinite(depth).all() and depth.min() > 0  # closed rooms: every ray hits
         assert rgb.std() > 5  # an image, not a flat colour
+
+
+def test_a_cpu_chunk_grows_with_torch_threads_and_a_given_size_wins() -> None:
+    """By default a CPU chunk holds CPU_PAIRS_PER_THREAD pairs per torch thread (a chunk's
+    temporaries stay within the cores' caches), CUDA_PAIRS on CUDA; max_pairs overrides both."""
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert RaycastConfig().pairs_on(torch.device("cpu")) == CPU_PAIRS_PER_THREAD * n
+    finally:
+        torch.set_num_threads(threads)
+    assert RaycastConfig().pairs_on(torch.device("cuda")) == CUDA_PAIRS
+    assert RaycastConfig(max_pairs=500).pairs_on(torch.device("cpu")) == 500
+    with pytest.raises(ValueError, match="max_pairs >= 1"):
+        RaycastConfig(max_pairs=0)
