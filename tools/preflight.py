@@ -1,7 +1,8 @@
 """Checks a command makes before it starts anything: bad input is one line and exit status 2.
 
 Each ``check_*`` function reads the options and config a command was given, imports every
-actor class its workers will import, and makes sure its endpoints are free and its output
+actor class its workers will import (except ``troupe run``'s stage classes: the run checks them
+itself, in the template it starts first), and makes sure its endpoints are free and its output
 directories writable; the first problem exits 2 with one line naming the option or field and
 what is wrong. Nothing is created on the way (no directory, no log file, no process).
 """

@@ -3,6 +3,8 @@ journal's batches), not speed."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from support.bench_cli import bench_json
@@ -44,4 +46,5 @@ def test_bench_scale_reports_events_per_batch_and_append_time() -> None:
     for label in ("", "_no_speculation"):
         assert fig["events_per_batch" + label] >= 1.0
         assert fig["append_ms_per_batch" + label] > 0.0
-        assert fig["master_cpu_s_per_1k" + label] > 0.0
+        # 20 tasks can take the master less than the CPU clock's tick: measured, not rounded away.
+        assert math.isfinite(fig["master_cpu_s_per_1k" + label]) and fig["master_cpu_s_per_1k" + label] >= 0.0

@@ -10,12 +10,19 @@ started just to import the classes once more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import structlog
 
@@ -92,6 +99,15 @@ def test_replicas_are_forked_from_the_template_that_checked_their_classes(
     assert events.index("template_ready") < events.index("journal_opened"), "checked before out was used"
 
 
+def test_a_finished_run_is_answered_without_importing_its_classes(
+    tmp_path: Path, child_checks: list[Any]
+) -> None:
+    toml, out = _toml(tmp_path, "support.gc_probe:FrozenStage"), tmp_path / "out"
+    run_pipeline_sync(toml, out=out)
+    assert run_pipeline_sync(toml, out=out).already_complete
+    assert child_checks == [], "nothing will run: neither a template nor a child imports the classes"
+
+
 @pytest.mark.parametrize(
     ("actor", "why"),
     [
@@ -130,3 +146,49 @@ def test_a_module_that_ends_the_template_is_reported_by_the_child_check(
     assert said in str(refused.value)
     assert len(child_checks) == 1, "the template could not say, the child did"
     assert not out.exists()
+
+
+def test_a_sigkilled_run_takes_its_early_template_with_it(tmp_path: Path) -> None:
+    """The template a run starts before its node is the run's child with the node's guarantee:
+    it dies with the run, whatever state the run is in (here: killed while it waits for it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "run", "--out", str(tmp_path / "out"), "--items", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        template = _wait_for_template(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert _gone_within(template, GONE_WITHIN_S), "the template outlived its run"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+GONE_WITHIN_S = 15.0  # a bound on a poll of the process table, not on speed
+
+
+def _wait_for_template(pid: int) -> psutil.Process:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for child in psutil.Process(pid).children():
+            with contextlib.suppress(psutil.Error):
+                if "troupe.runtime.node.template" in child.cmdline():
+                    return child
+        time.sleep(0.01)
+    raise AssertionError("the run started no template within 60 s")
+
+
+def _gone_within(process: psutil.Process, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

@@ -156,8 +156,10 @@ async def run_pipeline(
         template = None
         if early is not None and not early.finished:
             template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source))
+        # The classes are checked here only where no template did and something will run.
+        check = template is None and not (early is not None and early.finished)
         plan = await anyio.to_thread.run_sync(
-            _plan, pipeline, out, items, node or cluster, master or cluster, fresh, template is None
+            _plan, pipeline, out, items, node or cluster, master or cluster, fresh, check
         )
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         log_dir = plan.log_dir
