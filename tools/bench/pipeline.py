@@ -45,13 +45,21 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
 
-from .baseline import children_left, cpu_figures, cpu_seconds, sequential_baseline, whole_run_lines
+from .baseline import (
+    BaselineRun,
+    children_left,
+    cpu_figures,
+    cpu_seconds,
+    sequential_baseline,
+    whole_run_lines,
+)
 
 __all__ = [
     "cpu_bound",
     "cpu_config",
     "measure_pipeline",
     "pipeline_lines",
+    "run_against",
     "run_timed",
     "synthetic_config",
     "usable_cores",
@@ -146,6 +154,26 @@ def run_timed(cfg: PipelineConfig, out: Path) -> tuple[PipelineResult, float]:
     return result, time.perf_counter() - t0
 
 
+def run_against(base: BaselineRun, cfg: PipelineConfig, out: Path) -> tuple[PipelineResult, dict[str, Any]]:
+    """Run ``cfg`` into ``out`` with its CPU time counted; its result, and the figures both modes
+    report of it against the baseline ``base`` (the whole runs and their CPU time bounds)."""
+    c0 = cpu_seconds()
+    result, wall = run_timed(cfg, out)
+    pipeline_cpu_s = cpu_seconds() - c0
+    return result, {
+        "baseline_s": base.seconds,
+        "baseline_items_per_s": base.ok / base.seconds,
+        "baseline_ok": base.ok,
+        "pipeline_wall_s": wall,
+        "pipeline_ok": result.counts()["ok"],
+        **cpu_figures(base, wall, pipeline_cpu_s, children_left(), usable_cores()),
+        "startup_share": result.startup_share,
+        "startup_s": result.startup_s,
+        "steady_s": result.steady_s,
+        "finalize_s": result.finalize_s,
+    }
+
+
 def measure_cpu_bound(items: int, directory: Path, say: Any) -> dict[str, float]:
     """The CPU-bound workload through troupe against the bound of its isolated costs."""
     say("isolated stage costs of the CPU-bound workload")
@@ -189,25 +217,13 @@ def measure_pipeline(
         say(f"sequential baseline, {items} scenes")
         base = sequential_baseline(cfg, out / "baseline")
         say(f"troupe pipeline, {items} scenes")
-        c0 = cpu_seconds()
-        result, wall = run_timed(cfg, out / "pipeline")
-        pipeline_cpu_s = cpu_seconds() - c0
-        left = children_left()
+        result, whole = run_against(base, cfg, out / "pipeline")
         m = result.metrics
         fig.update(
-            baseline_s=base.seconds,
+            whole,
             baseline_loop_s=base.loop_s,
-            baseline_items_per_s=base.ok / base.seconds,
-            baseline_ok=base.ok,
             pipeline_s=m.elapsed_s,
-            pipeline_wall_s=wall,
-            pipeline_ok=result.counts()["ok"],
             speedup=base.loop_s / m.elapsed_s,
-            **cpu_figures(base, wall, pipeline_cpu_s, left, usable_cores()),
-            startup_share=result.startup_share,
-            startup_s=result.startup_s,
-            steady_s=result.steady_s,
-            finalize_s=result.finalize_s,
             **{"lambda": m.lambda_measured},
             lambda_theory=m.lambda_theory,
             lambda_succ=m.lambda_succ,

@@ -32,8 +32,8 @@ from troupe.runtime.node.config import MAX_MESSAGE_MB
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 
-from .baseline import children_left, cpu_figures, cpu_seconds, sequential_baseline, whole_run_lines
-from .pipeline import run_timed, usable_cores
+from .baseline import sequential_baseline, whole_run_lines
+from .pipeline import run_against
 
 __all__ = [
     "IncompleteRun",
@@ -166,10 +166,7 @@ def measure_resolution(
         if base.ok == 0:
             raise IncompleteRun(f"no scene of {scenes} could be planned; give more --scenes")
         say(f"troupe pipeline, {scenes} scenes at {width}x{height}")
-        c0 = cpu_seconds()
-        result, wall = run_timed(cfg.with_out(out / "pipeline"), out / "pipeline")
-        pipeline_cpu_s = cpu_seconds() - c0
-        left = children_left()
+        result, whole = run_against(base, cfg.with_out(out / "pipeline"), out / "pipeline")
         stored = result.counts()["ok"]
         if stored != base.ok:
             why = next(iter(result.errors.values()), "no error recorded")
@@ -181,17 +178,8 @@ def measure_resolution(
         engine_bytes = getattr(result, "engine_bytes", None)
         ran = _ran(result)
         fig.update(
-            baseline_s=base.seconds,
-            baseline_items_per_s=base.ok / base.seconds,
-            baseline_ok=base.ok,
+            whole,
             baseline_render_device=base.device,
-            pipeline_wall_s=wall,
-            pipeline_ok=stored,
-            **cpu_figures(base, wall, pipeline_cpu_s, left, usable_cores()),
-            startup_share=result.startup_share,
-            startup_s=result.startup_s,
-            steady_s=result.steady_s,
-            finalize_s=result.finalize_s,
             frames_per_item=frames_per_item,
             item_bytes=round(frames_per_item * width * height * (3 + 4)),  # uint8 RGB + float32 depth
             engine_bytes_per_item=None if engine_bytes is None or not ran else engine_bytes / ran,

@@ -130,7 +130,9 @@ class Checkpointer:
         # The background write's collectives get a group of their own: on the default group they
         # could interleave with the training loop's (DDP's all-reduce) in another order per rank.
         # Creating it is collective: every rank makes its Checkpointer at the same point.
-        self._group = dist.new_group(backend="gloo") if _distributed() else None
+        group = dist.new_group(backend="gloo") if _distributed() else None
+        # Every rank is a member, so a group comes back (newer torch types the non-member marker too).
+        self._group = group if isinstance(group, dist.ProcessGroup) else None
         self.committed: list[int] = []
         """Steps committed by this checkpointer, in order (rank 0)."""
 

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from troupe.runtime.errors import ConfigError
@@ -35,7 +35,6 @@ __all__ = [
     "first_failure",
     "load_actor_class",
     "main",
-    "mark_passed",
     "stage_checks",
 ]
 
@@ -96,28 +95,23 @@ def stage_checks(cfg: PipelineConfig) -> list[tuple[str, str, str]]:
     return [(f"stages.{s.name}.actor", s.actor, "stage") for s in cfg.stages]
 
 
-def first_failure(checks: Sequence[Sequence[str]]) -> tuple[str, str] | None:
+def first_failure(
+    checks: Sequence[Sequence[str]], before: Callable[[str], None] | None = None
+) -> tuple[str, str] | None:
     """Run ``checks`` (field, class path, kind) in this process: the first failure's field and
-    error, None if every class passed. A node's template does, having imported the classes for
-    its workers anyway, where the command would start a child to import them once more."""
+    error, None if every class passed. ``before`` is told each field before its import (the
+    child reports it, so that an import that ends the process is placed). A node's template
+    calls this too, having imported the classes for its workers anyway."""
     bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
     for where, path, kind in checks:
+        if before is not None:
+            before(where)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()):  # stdout carries the child's reports
                 load_actor_class(path, bases[kind])
         except ConfigError as exc:
             return where, str(exc)
     return None
-
-
-def mark_passed(checks: Sequence[tuple[str, str, str]]) -> None:
-    """Record ``checks`` as passed for this process's import path: a check of the same classes
-    here (:func:`check_stage_actors`) is then answered at once."""
-    _PASSED.add(_key(checks))
-
-
-def _key(checks: Sequence[tuple[str, str, str]]) -> tuple[object, ...]:
-    return (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
 
 
 def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None:
@@ -129,7 +123,7 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
     """
     if not checks:
         return
-    key = _key(checks)
+    key = (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
     if key in _PASSED:
         return
     try:
@@ -173,15 +167,12 @@ def main() -> None:
     Whatever the imported modules print is kept off stdout, which carries only the reports.
     """
     out = sys.stdout
-    bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
-    for where, path, kind in json.loads(os.environ[CHECK_ENV]):
-        print(json.dumps({"checking": where}), file=out, flush=True)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                load_actor_class(path, bases[kind])
-        except ConfigError as exc:
-            print(json.dumps({"error": str(exc)}), file=out, flush=True)
-            return
+    checks = json.loads(os.environ[CHECK_ENV])
+    failure = first_failure(
+        checks, lambda where: print(json.dumps({"checking": where}), file=out, flush=True)
+    )
+    if failure is not None:
+        print(json.dumps({"error": failure[1]}), file=out, flush=True)
 
 
 def _reason(exc: BaseException) -> str:

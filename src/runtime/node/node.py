@@ -73,7 +73,6 @@ class Node:
         template: TemplateLink | None = None,
     ) -> None:
         self.config = config
-        self._given_template = template
         self.handle_signals = handle_signals
         self.reap_orphans = reap_orphans
         self.name = config.name
@@ -93,8 +92,8 @@ class Node:
         self.worker_exit_listeners: list[Callable[[WorkerHandle, str], None]] = []
         self.supervision = NodeSupervision(self)
         self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
-        # Workers start as forks of it (fast_start); None: each is spawned.
-        self.template: TemplateLink | None = None
+        # Workers start as forks of it (fast_start, or one given); None: each is spawned.
+        self.template: TemplateLink | None = template
 
     async def run(self) -> None:
         """Serve until SIGTERM, Ctrl-C, a ``shutdown`` control message or cancellation.
@@ -173,8 +172,7 @@ class Node:
                         tg.start_soon(self._stop_on_signal)
                     try:
                         await self.supervision.start(tg)
-                        if self._given_template is not None:
-                            self.template = self._given_template
+                        if self.template is not None:
                             self.template.adopt(self.children.add)
                         elif cfg.fast_start:
                             self.template = TemplateLink(

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from troupe.runtime.core.loading import check_stage_actors, mark_passed, stage_checks
+from troupe.runtime.core.loading import check_stage_actors, stage_checks
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.template_link import TemplateLink
 
@@ -50,8 +50,6 @@ async def early_template(cfg: PipelineConfig, node: str, source: str) -> AsyncIt
             elif found.failure is not None:
                 where, error = found.failure
                 raise ConfigError(f"{source}: {where}: {error}")
-            else:
-                mark_passed(checks)
             yield link
         except BaseException as exc:  # raised below as it is, not wrapped in this group's
             failure = exc

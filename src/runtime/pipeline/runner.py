@@ -48,7 +48,6 @@ import anyio.abc
 import structlog
 
 from troupe.runtime.core.client import connect
-from troupe.runtime.core.loading import check_stage_actors
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.logs import HeldLog
@@ -145,8 +144,8 @@ async def run_pipeline(
         raise ConfigError(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
         )
-    local = node is None and cluster is None
-    early = await anyio.to_thread.run_sync(_early, pipeline, out, items, master, fresh) if local else None
+    items_from = master or cluster  # a master's job: then ``out`` holds no run record
+    early = await anyio.to_thread.run_sync(_early, pipeline, out, items, items_from, fresh)
     async with contextlib.AsyncExitStack() as stack:
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
@@ -154,13 +153,9 @@ async def run_pipeline(
         # A one-host run starts its node's template first: it checks the stage classes while
         # it imports them for the replicas (early_template.py); a finished run needs neither.
         template = None
-        if early is not None and not early.finished:
+        if node is None and cluster is None and not early.finished:
             template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source))
-        # The classes are checked here only where no template did and something will run.
-        check = template is None and not (early is not None and early.finished)
-        plan = await anyio.to_thread.run_sync(
-            _plan, pipeline, out, items, node or cluster, master or cluster, fresh, check
-        )
+        plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         log_dir = plan.log_dir
         if held is not None:
@@ -279,8 +274,8 @@ def _early(
     master: str | None,
     fresh: bool,
 ) -> _Early:
-    """What a one-host run checks before it starts its template: the config, and (changing
-    nothing) what ``out`` holds."""
+    """What is checked before anything starts (a one-host run's template included): the config,
+    and, changing nothing, what ``out`` holds."""
     cfg = _as_config(pipeline, items)
     out_dir = None if out is None else Path(out).resolve()
     if out_dir is None:
@@ -300,39 +295,23 @@ def _held_log() -> Iterator[HeldLog]:
         raise
 
 
-def _plan(
-    pipeline: PipelineConfig | str | os.PathLike[str],
-    out: str | os.PathLike[str] | None,
-    items: int | None,
-    node: str | None,
-    master: str | None,
-    fresh: bool,
-    check: bool = True,
-) -> _Plan:
-    """Everything checked and prepared before anything starts (the stage classes too, unless
-    ``check`` is False: the run's template checked them)."""
-    cfg = _as_config(pipeline, items)
-    if check and node is None:  # a running node's import path is its own; it reports a bad class itself
-        check_stage_actors(cfg, _source(pipeline, cfg))
+def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool) -> _Plan:
+    """Everything prepared before anything starts, once :func:`_early` passed and the stage
+    classes were checked: by a one-host run's template (``early_template``); a running node or
+    cluster imports them itself and reports a bad one as the stage's failure."""
     out_dir = None if out is None else Path(out).resolve()
-    if out_dir is None:
-        _check_no_out(cfg)
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
     complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
     if complete is not None and not RunDir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
-    log_dir = _log_dir(out_dir)
+    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     return _Plan(cfg, resolved, out_dir, run_dir, log_dir, complete)
 
 
 def _source(pipeline: PipelineConfig | str | os.PathLike[str], cfg: PipelineConfig) -> str:
     return str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
-
-
-def _log_dir(out_dir: Path | None) -> Path:
-    return out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
 
 
 def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | None) -> PipelineConfig:
