@@ -158,13 +158,17 @@ def summary_counts(text: str) -> dict[str, int]:
     flat = " ".join(text.split())
     found = re.search(r"(\d+) ok, (\d+) pruned, (\d+) dead", flat)
     assert found, text[-3000:]
-    kept = re.search(r"(\d+) committed before, kept", flat)
+    kept = re.search(r"(\d+) found committed", flat)
     before = re.search(r"\((\d+) done before\)", flat)
     ok, pruned, dead = map(int, found.groups())
+    earlier = re.search(r"(\d+) done by earlier runs", flat)
+    kept_n, before_n = int(kept.group(1)) if kept else 0, int(before.group(1)) if before else 0
+    # The closing line counts what earlier runs did, so that it adds up to the items.
+    assert (int(earlier.group(1)) if earlier else 0) == kept_n + before_n, text[-3000:]
     return {
         "ok": ok,
         "pruned": pruned,
         "dead": dead,
-        "kept": int(kept.group(1)) if kept else 0,
-        "before": int(before.group(1)) if before else 0,
+        "kept": kept_n,
+        "before": before_n,
     }

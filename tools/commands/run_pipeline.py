@@ -218,7 +218,7 @@ async def _finish_run(
         console.print(f"already complete: {escape(done)}")
         return
     if result.outcomes or result.kept:
-        _report(result)
+        _report(result, before)
     for line in _finals(result):
         console.print(escape(line))
 
@@ -232,14 +232,19 @@ def _finals(result: PipelineResult) -> list[str]:
     return lines
 
 
-def _report(result: PipelineResult) -> None:
+def _report(result: PipelineResult, before: int) -> None:
+    """The stage table and the run's lines; ``before``: items the run record had as done."""
     m = result.metrics
+    # Items of this run plus those done earlier add up to the pipeline's items: an interrupted
+    # run's record misses those committed after its last journal write (the stages kept them).
+    earlier = before + result.kept
+    found = f", {result.kept} found committed" if result.kept else ""
     console.print(metrics_table(m))
     console.print(
         f"lambda {m.lambda_measured:.2f} items/s, lambda_theory {m.lambda_theory:.2f}, "
         f"lambda_succ {m.lambda_succ:.2f}; efficiency {m.efficiency:.2f}; "
         f"{m.items_ok} ok, {m.items_pruned} pruned, {m.items_dead} dead in {m.elapsed_s:.1f} s"
-        + (f"; {result.kept} committed before, kept" if result.kept else "")
+        + (f"; {earlier} done by earlier runs ({before} recorded{found})" if earlier else "")
     )
     console.print(
         f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
