@@ -43,9 +43,29 @@ async def test_missing_module(troupe_cluster):
     troupe_cluster(MISSING)
 
 
+RAISES = """
+[[workers]]
+name = "w-broken"
+actors = [{ name = "raises", class = "mypkg.raising:Raises" }]
+"""
+
+
 async def test_bad_kwargs(troupe_cluster):
     troupe_cluster(BAD_KWARGS)
+
+
+async def test_constructor_raises(troupe_cluster):
+    troupe_cluster(RAISES)
 '''
+
+RAISING_ACTOR = """
+from troupe.runtime import Actor
+
+
+class Raises(Actor):
+    def __init__(self) -> None:
+        raise RuntimeError("no renderer on this host")
+"""
 
 
 def guide_files() -> dict[str, str]:
@@ -122,16 +142,20 @@ def test_workers_import_the_project_wherever_pytest_runs_and_without_pytest_asyn
 
 
 def test_a_worker_that_cannot_start_fails_the_fixture_at_once_with_its_error(tmp_path: Path) -> None:
-    """A class that does not import, or a constructor that raises: the fixture fails as soon as
-    the node or the worker exits, with its error in the test's failure, not after a timeout."""
+    """A class that does not import, a kwarg its constructor does not take, or a constructor
+    that raises: the fixture fails as soon as the node or the worker exits, with its error in
+    the test's failure, not after a timeout."""
     project = fresh_project(tmp_path)
     (project / "tests" / "test_broken.py").write_text(BROKEN_TEST)
+    (project / "mypkg" / "raising.py").write_text(RAISING_ACTOR)
     done = run_pytest(project, "tests/test_broken.py")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "2 failed" in done.stdout, done.stdout
+    assert "3 failed" in done.stdout, done.stdout
     assert "No module named 'mypkg.missing'" in done.stdout, done.stdout
+    said = " ".join(done.stdout.split())
+    assert "actors.render.kwargs: mypkg.actors:Renderer: takes no argument 'colour'" in said, said
     assert "worker 'w-broken' of troupe node 't' could not start" in done.stdout, done.stdout
-    assert "unexpected keyword argument 'colour'" in done.stdout, done.stdout
+    assert "RuntimeError: no renderer on this host" in done.stdout, done.stdout
     assert "not ready within" not in done.stdout
 
 

@@ -134,6 +134,23 @@ def test_a_class_the_template_refuses_is_one_line_and_nothing_is_made(
     assert not out.exists()
 
 
+def test_a_kwarg_the_class_does_not_take_is_refused_by_the_template_and_nothing_is_made(
+    tmp_path: Path, child_checks: list[Any]
+) -> None:
+    toml, out = tmp_path / "typo.toml", tmp_path / "out"
+    toml.write_text(
+        PIPELINE.format(actor="troupe.actors.bench.synthetic:CostStage") + "kwargs = { cost = 0.01 }\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as refused:
+        run_pipeline_sync(toml, out=out)
+    said = str(refused.value)
+    assert said.startswith(f"{toml}: stages.a.kwargs: troupe.actors.bench.synthetic:CostStage: "), said
+    assert "takes no argument 'cost' (did you mean 'cost_s'?)" in said and "\n" not in said
+    assert child_checks == [], "the template said why"
+    assert not out.exists()
+
+
 def test_a_module_that_ends_the_template_is_reported_by_the_child_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_checks: list[Any]
 ) -> None:

@@ -11,14 +11,16 @@ module may pull in torch or initialise a GPU, which has no business in a node).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
+import inspect
 import io
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import ConfigError
 
@@ -33,6 +35,7 @@ __all__ = [
     "check_node_actors",
     "check_stage_actors",
     "first_failure",
+    "kwargs_problem",
     "load_actor_class",
     "main",
     "stage_checks",
@@ -77,7 +80,11 @@ def check_node_actors(cfg: NodeConfig, source: str) -> None:
     """
     _check_in_child(
         source,
-        [(f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor") for w in cfg.workers for a in w.actors],
+        [
+            (f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor", sorted(a.kwargs))
+            for w in cfg.workers
+            for a in w.actors
+        ],
     )
 
 
@@ -90,32 +97,65 @@ def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
     _check_in_child(source, stage_checks(cfg))
 
 
-def stage_checks(cfg: PipelineConfig) -> list[tuple[str, str, str]]:
-    """The checks of :func:`check_stage_actors`: (field, class path, kind) for each stage."""
-    return [(f"stages.{s.name}.actor", s.actor, "stage") for s in cfg.stages]
+Check = tuple[str, str, str, list[str]]  # field, class path, kind, the names of its kwargs
+
+
+def stage_checks(cfg: PipelineConfig) -> list[Check]:
+    """The checks of :func:`check_stage_actors`: (field, class path, kind, kwarg names) for
+    each stage."""
+    return [(f"stages.{s.name}.actor", s.actor, "stage", sorted(s.kwargs)) for s in cfg.stages]
 
 
 def first_failure(
-    checks: Sequence[Sequence[str]], before: Callable[[str], None] | None = None
+    checks: Sequence[Sequence[Any]], before: Callable[[str], None] | None = None
 ) -> tuple[str, str] | None:
-    """Run ``checks`` (field, class path, kind) in this process: the first failure's field and
-    error, None if every class passed. ``before`` is told each field before its import (the
-    child reports it, so that an import that ends the process is placed). A node's template
-    calls this too, having imported the classes for its workers anyway."""
+    """Run ``checks`` (field, class path, kind, kwarg names) in this process: the first
+    failure's field and error, None if every class passed. Each class must import, be of its
+    kind, and take the names as its constructor's keyword arguments (a typo there would
+    otherwise stop every replica as it starts). ``before`` is told each field before its
+    import (the child reports it, so that an import that ends the process is placed). A node's
+    template calls this too, having imported the classes for its workers anyway."""
     bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
-    for where, path, kind in checks:
+    for where, path, kind, names in checks:
         if before is not None:
             before(where)
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # stdout carries the child's reports
-                load_actor_class(path, bases[kind])
+                cls = load_actor_class(path, bases[kind])
         except ConfigError as exc:
             return where, str(exc)
+        problem = kwargs_problem(cls, names)
+        if problem is not None:
+            return f"{where.rpartition('.')[0]}.kwargs", f"{path}: {problem}"
     return None
 
 
-def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None:
-    """Run ``checks`` (field, class path, base) in a worker-like child; raise the first failure.
+def kwargs_problem(cls: type, names: Sequence[str]) -> str | None:
+    """Why ``cls(**kwargs)`` with these keyword names would fail to bind; None if it binds (or
+    the constructor's signature cannot be read: the replica will say)."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    listed = ", ".join(takes) or "none"
+    for name in names:
+        if name not in takes:
+            close = difflib.get_close_matches(name, takes, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"takes no argument {name!r}{hint}; its arguments: {listed}"
+    required = [p.name for p in params if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
+    missing = [name for name in required if name not in names]
+    if missing:
+        return f"needs {', '.join(map(repr, missing))} in kwargs; its arguments: {listed}"
+    return None
+
+
+def _check_in_child(source: str, checks: Sequence[Check]) -> None:
+    """Run ``checks`` (field, class path, kind, kwarg names) in a worker-like child; raise the
+    first failure.
 
     A set of classes that passed is not checked again by this process for the same import path
     and working directory (``troupe run`` checks before it starts anything, and the run it
@@ -123,7 +163,7 @@ def _check_in_child(source: str, checks: Sequence[tuple[str, str, str]]) -> None
     """
     if not checks:
         return
-    key = (tuple(map(tuple, checks)), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
+    key = (json.dumps(checks), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
     if key in _PASSED:
         return
     try:
@@ -172,7 +212,7 @@ def main() -> None:
         checks, lambda where: print(json.dumps({"checking": where}), file=out, flush=True)
     )
     if failure is not None:
-        print(json.dumps({"error": failure[1]}), file=out, flush=True)
+        print(json.dumps({"checking": failure[0], "error": failure[1]}), file=out, flush=True)
 
 
 def _reason(exc: BaseException) -> str:

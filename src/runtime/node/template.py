@@ -44,7 +44,7 @@ __all__ = ["BASE_MODULES", "CHECKS_ENV", "FD_ENV", "MAX_MESSAGE", "MODULES_ENV",
 
 FD_ENV = "TROUPE_TEMPLATE_FD"
 MODULES_ENV = "TROUPE_TEMPLATE_MODULES"  # JSON list of modules or classes to import at start
-CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind]: loading.first_failure
+CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg names]: loading.first_failure
 MAX_MESSAGE = 1 << 20
 # What every worker imports before it serves (the asyncio backend is imported by anyio.run).
 BASE_MODULES = ("troupe.runtime.node.worker_process", "uvloop", "anyio._backends._asyncio")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -30,6 +30,9 @@ from .child import child_env
 from .config import WorkerSpec
 from .orphans import reap_orphans
 from .template import CHECKS_ENV, FD_ENV, MAX_MESSAGE, MODULES_ENV
+
+if TYPE_CHECKING:
+    from troupe.runtime.core.loading import Check
 
 __all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes"]
 
@@ -72,7 +75,7 @@ class TemplateLink:
             names in ``preload_modules``).
         record: told ``(pid, role)`` of each template started (the node's child record).
         reap_orphans: reap the zombies the node adopts as a subreaper (``orphans``).
-        checks: ``(field, class, kind)`` to check once imported (``loading.first_failure``),
+        checks: ``(field, class, kind, kwarg names)`` to check once imported (``loading.first_failure``),
             answered by :meth:`checked`: a run that starts its template before anything else
             checks its stage classes there, in the time the imports take anyway.
     """
@@ -83,7 +86,7 @@ class TemplateLink:
         modules: Iterable[str],
         record: Callable[[int, str], None] | None = None,
         reap_orphans: bool = False,
-        checks: Sequence[tuple[str, str, str]] = (),
+        checks: Sequence[Check] = (),
     ) -> None:
         self.node = node
         self.reap_orphans = reap_orphans

@@ -155,6 +155,20 @@ def test_actor_classes_import_from_the_current_directory(
     assert "troupe_test_cwd_actor" not in sys.modules, "imported in a child, not here"
 
 
+def test_an_actor_kwarg_its_class_does_not_take(tmp_path: Path) -> None:
+    """A node actor's kwargs are checked against its constructor as its class is imported."""
+    path = tmp_path / "node.toml"
+    path.write_text(
+        '[[workers]]\nname = "w"\nactors = [{ name = "e", class = "troupe.actors.demo.actors:Echo",'
+        " kwargs = { delay = 1 } }]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        check_node_actors(load_node_config(path), "node.toml")
+    message = str(info.value)
+    assert message.startswith("node.toml: workers.w.actors.e.kwargs: troupe.actors.demo.actors:Echo: ")
+    assert "takes no argument 'delay'" in message, message
+
+
 def test_actor_module_that_exits_while_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A module that ends the interpreter is still reported at its field, with its last words."""
     (tmp_path / "troupe_test_exits.py").write_text("import sys\nsys.exit('no GPU here')\n")

@@ -235,6 +235,42 @@ def test_stage_actor_classes_are_checked(tmp_path: Path) -> None:
         assert actor in str(info.value) and reason in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ("{ cost = 0.01 }", "takes no argument 'cost' (did you mean 'cost_s'?); its arguments: cost_s, busy"),
+        ("{ speed = 2 }", "takes no argument 'speed'; its arguments: cost_s, busy"),
+    ],
+)
+def test_stage_kwargs_the_constructor_does_not_take_are_named(
+    tmp_path: Path, kwargs: str, reason: str
+) -> None:
+    """A kwarg the stage's class does not take is refused before a replica starts."""
+    from troupe.runtime.core.loading import check_stage_actors
+
+    text = ONE_STAGE.format(name="render") + f"kwargs = {kwargs}\n"
+    with pytest.raises(ConfigError) as info:
+        check_stage_actors(load_pipeline(_write(tmp_path, text)), "pipe.toml")
+    message = str(info.value)
+    assert message.startswith("pipe.toml: stages.render.kwargs: troupe.actors.bench.synthetic:CostStage: ")
+    assert reason in message and "\n" not in message, message
+
+
+def test_a_constructor_argument_without_a_default_must_be_given() -> None:
+    """A required argument missing from kwargs is named; a constructor taking **kwargs takes any."""
+    from troupe.runtime.core.loading import kwargs_problem
+
+    class Needs:
+        def __init__(self, root: str, fps: int = 10) -> None: ...
+
+    class Open:
+        def __init__(self, **options: object) -> None: ...
+
+    assert kwargs_problem(Needs, ["fps"]) == "needs 'root' in kwargs; its arguments: root, fps"
+    assert kwargs_problem(Needs, ["root"]) is None
+    assert kwargs_problem(Open, ["anything"]) is None
+
+
 def test_default_pipeline_actors_import() -> None:
     """The embedded pipeline that `troupe run` uses passes the actor check."""
     from troupe.runtime.core.loading import check_stage_actors
