@@ -18,12 +18,17 @@ and every other one only reopens:
   megabytes per rotation does not happen).
 
 A single-process writer with no node (the master) rotates in its own handler instead.
+
+A log file that cannot be written (a full disk) costs its lines, not the terminal: the writer
+says so once on stderr, in one line, and again only after a write has succeeded in between
+(logging's default prints a traceback for every line, which buried the run's own error).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -137,6 +142,9 @@ class ReopeningFileHandler(logging.FileHandler):
         self.keep = keep
         self._next_check = time.monotonic() + REOPEN_CHECK_S
         self._opened = self._stream_ident()
+        self.dropped = 0  # lines this handler could not write
+        self._failing = False  # the last write failed, and stderr has been told
+        self._write_failed = False  # this emit's write failed
 
     def _stream_ident(self) -> tuple[int, int] | None:
         return None if self.stream is None else _ident(os.fstat(self.stream.fileno()))
@@ -147,9 +155,31 @@ class ReopeningFileHandler(logging.FileHandler):
             self._next_check = now + REOPEN_CHECK_S
             try:
                 self._follow_rotation()
-            except OSError:  # a full or vanished disk: the write below reports it as usual
+            except OSError:  # a full or vanished disk: the write below reports it
                 pass
-        super().emit(record)
+        self._write_failed = False
+        super().emit(record)  # a failed write ends in handleError
+        if not self._write_failed:
+            self._failing = False  # written again: a later failure is told again
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A line that cannot be written is dropped and counted; stderr hears of it once."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self.dropped += 1
+        self._write_failed = True
+        if self._failing:
+            return
+        self._failing = True
+        try:
+            sys.stderr.write(
+                f"troupe: cannot write the log file {self.baseFilename} ({exc.strerror or exc}); "
+                "its lines are dropped until it can be written\n"
+            )
+        except (OSError, ValueError):  # stderr gone too: nothing left to tell
+            pass
 
     def _follow_rotation(self) -> None:
         path = Path(self.baseFilename)
