@@ -35,6 +35,7 @@ __all__ = [
     "check_master_start",
     "check_node_start",
     "check_run",
+    "default_or_free",
     "endpoint_problem",
     "metrics_problem",
     "writable_problem",
@@ -70,6 +71,20 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
                 return f"endpoint {endpoint} is in use (another troupe {who}?); pass {option}"
             return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass {option}"
     return None
+
+
+def default_or_free(endpoint: str | None, default: str) -> tuple[str, bool]:
+    """``endpoint`` when given; else ``default`` if it is free, or a free loopback port (True:
+    the default was taken, by another troupe run most likely, and the caller says where it went).
+
+    A given endpoint is checked by the caller as usual: in use, it is refused."""
+    if endpoint is not None:
+        return endpoint, False
+    if endpoint_problem(default, "") is None:
+        return default, False
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{probe.getsockname()[1]}", True
 
 
 def _connect_problem(endpoint: str, option: str) -> str | None:
@@ -142,8 +157,12 @@ def check_run(
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+    from troupe.runtime.pipeline.run_dir import RunDir
+
+    # The run that holds --out is named first: its node would hold the default endpoints too.
     _check(
         writable_problem(out, "--out"),
+        RunDir(out).in_use_problem(),
         endpoint_problem(endpoint, "--endpoint"),
         endpoint_problem(master, "--master", "master"),
     )

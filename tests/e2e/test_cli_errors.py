@@ -6,6 +6,7 @@ command would have made first (the output or logs directory, the journal), not b
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -19,6 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from troupe.cli.preflight import default_or_free
+from troupe.runtime.tasks.journal_lock import JournalLock
 from troupe.runtime.testing.plugin import free_endpoint, reap
 
 pytestmark = pytest.mark.e2e
@@ -257,3 +260,59 @@ def test_with_master_takes_the_master_endpoint_from_the_config(tmp_path: Path) -
     finally:
         children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
         assert reap(proc, children) == []
+
+
+def test_an_out_another_run_holds_is_named_before_the_endpoints(tmp_path: Path) -> None:
+    """A second `troupe run` into the same --out is told that, not that the first run's node
+    holds the endpoint it would also take."""
+
+    out = tmp_path / "out"
+    journal = out / ".troupe" / "journal.db"
+    journal.parent.mkdir(parents=True)
+    journal.touch()
+    endpoint = free_endpoint()
+    lock = JournalLock.acquire(journal)  # as the first run holds it
+    try:
+        with listening(endpoint):  # and its node listens where the second would
+            line = one_line_error(troupe("run", "--out", str(out), "--endpoint", endpoint, cwd=tmp_path))
+    finally:
+        lock.release()
+    assert f"--out {out} is in use by another troupe run (pid {os.getpid()})" in line, line
+
+
+@contextmanager
+def _held(port: int) -> Iterator[None]:
+    """The loopback port held, by this test or by whoever holds it already: taken either way."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError:
+            pass
+        yield
+
+
+def test_a_second_run_takes_free_ports_when_the_defaults_are_taken(tmp_path: Path) -> None:
+    """Two runs at once into two directories: the second's node and master listen on free
+    ports and it says where, on stderr; stdout stays the JSON it was asked for."""
+    with _held(7479), _held(7478):
+        done = troupe("run", "--out", str(tmp_path / "out"), "--items", "2", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join(done.stderr.split())
+    assert (
+        "the default endpoints are taken (another troupe run?): this run's node listens on tcp://127.0.0.1:"
+        in said
+    )
+    assert json.loads(done.stdout)["items"]["ok"] == 2
+
+
+def test_given_endpoints_stay_where_they_were_given() -> None:
+    """Only a default gives way: an endpoint the user gave is kept (and refused when taken)."""
+    given = free_endpoint()
+    assert default_or_free(given, "tcp://127.0.0.1:7479") == (given, False)
+    taken = free_endpoint()
+    with listening(taken):
+        moved, was_taken = default_or_free(None, taken)
+    assert was_taken and moved != taken and moved.startswith("tcp://127.0.0.1:")
+    free = free_endpoint()
+    assert default_or_free(None, free) == (free, False)

@@ -22,6 +22,10 @@ __all__ = ["demo", "run"]
 
 console = Console()
 
+# Where `troupe run` starts its node and master unless told (`--endpoint`, `--master`).
+RUN_NODE_ENDPOINT = "tcp://127.0.0.1:7479"
+RUN_MASTER_ENDPOINT = "tcp://127.0.0.1:7478"
+
 
 def demo_workers() -> tuple[WorkerSpec, ...]:
     """Three worker processes: an echo, a greeter with a counter, and a relay."""
@@ -76,7 +80,7 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
 
 def demo(
     log_dir: Annotated[Path, typer.Option("--logs", help="Logs directory.")] = Path("logs"),
-    endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
+    endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = RUN_NODE_ENDPOINT,
 ) -> None:
     """Start a one-host node with a few actors and show them exchanging messages."""
     from troupe.cli.preflight import check_demo
@@ -101,12 +105,19 @@ def run(
     scenes: Annotated[
         int | None, typer.Option("--scenes", help="The data generation word for --items.", hidden=True)
     ] = None,
-    endpoint: Annotated[str, typer.Option(help="Node endpoint.")] = "tcp://127.0.0.1:7479",
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Node endpoint (default {RUN_NODE_ENDPOINT}, or a free port when another "
+            "troupe holds that one)."
+        ),
+    ] = None,
     master: Annotated[
         str | None,
         typer.Option(
-            help="Endpoint of the master this run starts (default tcp://127.0.0.1:7478); with a "
-            "training config: a running master whose nodes run the training."
+            help=f"Endpoint of the master this run starts (default {RUN_MASTER_ENDPOINT}, or a free "
+            "port when another troupe holds that one); with a training config: a running master "
+            "whose nodes run the training."
         ),
     ] = None,
     steps: Annotated[
@@ -143,14 +154,14 @@ def run(
     run, and the stages finalise once; a finished run says so and exits 0.
     """
     from troupe.cli.client import fail
-    from troupe.cli.preflight import check_cluster_run, check_run
+    from troupe.cli.preflight import check_cluster_run, check_run, default_or_free
 
     from .run_pipeline import Cluster, finish_run
     from .run_train import finish_train, is_train_config
 
     if config is not None and is_train_config(config):
         count = items if items is not None else scenes
-        finish_train(config, out, steps, count, endpoint, master, fresh, as_json)
+        finish_train(config, out, steps, count, endpoint or RUN_NODE_ENDPOINT, master, fresh, as_json)
         return
     if steps is not None:
         raise fail(f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
@@ -167,8 +178,18 @@ def run(
             raise fail(f"--nodes must be >= 0, got {nodes}", 2)
         check_cluster_run(config, out, count, cluster, flag)
         keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
-        finish_run(config, out, count, endpoint, "", fresh, as_json, Cluster(cluster, nodes, keys))
+        finish_run(config, out, count, "", "", fresh, as_json, Cluster(cluster, nodes, keys))
         return
-    master = master or "tcp://127.0.0.1:7478"
-    check_run(config, out, count, endpoint, master, flag)
-    finish_run(config, out, count, endpoint, master, fresh, as_json)
+    # Defaults another troupe holds (a second run at once) give way to free ports, said on
+    # stderr (stdout may carry --json); an endpoint that was given and is taken is refused.
+    node_endpoint, node_moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
+    master_endpoint, master_moved = default_or_free(master, RUN_MASTER_ENDPOINT)
+    check_run(config, out, count, node_endpoint, master_endpoint, flag)
+    if node_moved or master_moved:
+        Console(stderr=True).print(
+            "the default endpoints are taken (another troupe run?): this run's node listens on "
+            f"{escape(node_endpoint)}, its master on {escape(master_endpoint)} "
+            f"(troupe ctl status --node {escape(node_endpoint)})",
+            soft_wrap=True,
+        )
+    finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json)

@@ -177,17 +177,24 @@ class RunDir:
 
     # -- private ----------------------------------------------------------------------------
 
-    def _not_in_use(self) -> None:
+    def in_use_problem(self) -> str | None:
+        """Why this directory cannot be run into now (another run holds it), or None."""
         if not self.journal_path.exists():
-            return
+            return None
         try:
             JournalLock.acquire(self.journal_path).release()
         except JournalBusy:
             holder = lock_path(self.journal_path).read_text(encoding="utf-8", errors="replace").strip()
-            raise ConfigError(
+            return (
                 f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
                 "wait for it to end, or pick another --out"
-            ) from None
+            )
+        return None
+
+    def _not_in_use(self) -> None:
+        problem = self.in_use_problem()
+        if problem is not None:
+            raise ConfigError(problem)
 
     def _check_same(self, record: dict[str, Any], made_with: dict[str, Any]) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
