@@ -1,0 +1,35 @@
+"""A Ctrl-C while the `troupe` command still imports ends it with status 130 and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+
+# The interrupt is raised where a Ctrl-C would land: while the command's modules import.
+INTERRUPTED_IMPORT = """
+import importlib.abc, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "troupe.cli.main":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from troupe.cli.entry import main
+main()
+"""
+
+
+def test_an_interrupt_while_importing_exits_130_quietly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stdout == "" and done.stderr == ""
+
+
+def test_the_console_script_goes_through_the_entry() -> None:
+    (script,) = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "troupe"]
+    assert script.value == "troupe.cli.entry:main"
