@@ -1,11 +1,12 @@
 """Import actor classes by path (``package.module:Class``), with errors that say the fix.
 
 :func:`check_node_actors` and :func:`check_stage_actors` import every class a config names
-before anything starts, so that a typo is one line at the command instead of a worker that
-restarts until it is given up on. They import in a child process started the way a worker is
-(``python -m troupe.lean_start``, same environment and directory, so the same ``sys.path``):
-what imports there imports in the workers, and the command's own process stays lean (an actor
-module may pull in torch or initialise a GPU, which has no business in a node).
+before anything starts, and check that its constructor takes the config's kwargs, so that a
+typo is one line at the command instead of a worker that restarts until it is given up on.
+They import in a child process started the way a worker is (``python -m troupe.lean_start``,
+same environment and directory, so the same ``sys.path``): what imports there imports in the
+workers, and the command's own process stays lean (an actor module may pull in torch or
+initialise a GPU, which has no business in a node).
 """
 
 from __future__ import annotations
