@@ -26,6 +26,7 @@ from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import NodeConfig, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.transports.loopback import free_endpoint
 
 from .client import fail
 
@@ -82,9 +83,7 @@ def default_or_free(endpoint: str | None, default: str) -> tuple[str, bool]:
         return endpoint, False
     if endpoint_problem(default, "") is None:
         return default, False
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}", True
+    return free_endpoint(), True
 
 
 def _connect_problem(endpoint: str, option: str) -> str | None:

@@ -144,7 +144,6 @@ class ReopeningFileHandler(logging.FileHandler):
         self._opened = self._stream_ident()
         self.dropped = 0  # lines this handler could not write
         self._failing = False  # the last write failed, and stderr has been told
-        self._write_failed = False  # this emit's write failed
 
     def _stream_ident(self) -> tuple[int, int] | None:
         return None if self.stream is None else _ident(os.fstat(self.stream.fileno()))
@@ -157,9 +156,9 @@ class ReopeningFileHandler(logging.FileHandler):
                 self._follow_rotation()
             except OSError:  # a full or vanished disk: the write below reports it
                 pass
-        self._write_failed = False
-        super().emit(record)  # a failed write ends in handleError
-        if not self._write_failed:
+        dropped = self.dropped
+        super().emit(record)  # a failed write ends in handleError, which counts it
+        if self.dropped == dropped:
             self._failing = False  # written again: a later failure is told again
 
     def handleError(self, record: logging.LogRecord) -> None:
@@ -169,7 +168,6 @@ class ReopeningFileHandler(logging.FileHandler):
             super().handleError(record)
             return
         self.dropped += 1
-        self._write_failed = True
         if self._failing:
             return
         self._failing = True

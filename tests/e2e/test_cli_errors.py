@@ -52,12 +52,17 @@ def one_line_error(out: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 
 @contextmanager
-def listening(endpoint: str) -> Iterator[None]:
-    """Another process's socket listening on ``endpoint``'s port."""
+def listening(endpoint: str, taken_already_ok: bool = False) -> Iterator[None]:
+    """Another process's socket listening on ``endpoint``'s port (with ``taken_already_ok``,
+    a port someone else holds already counts: it is taken either way)."""
     host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
     with socket.socket() as sock:
-        sock.bind((host, int(port)))
-        sock.listen()
+        try:
+            sock.bind((host, int(port)))
+            sock.listen()
+        except OSError:
+            if not taken_already_ok:
+                raise
         yield
 
 
@@ -280,22 +285,10 @@ def test_an_out_another_run_holds_is_named_before_the_endpoints(tmp_path: Path) 
     assert f"--out {out} is in use by another troupe run (pid {os.getpid()})" in line, line
 
 
-@contextmanager
-def _held(port: int) -> Iterator[None]:
-    """The loopback port held, by this test or by whoever holds it already: taken either way."""
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen()
-        except OSError:
-            pass
-        yield
-
-
 def test_a_second_run_takes_free_ports_when_the_defaults_are_taken(tmp_path: Path) -> None:
     """Two runs at once into two directories: the second's node and master listen on free
     ports and it says where, on stderr; stdout stays the JSON it was asked for."""
-    with _held(7479), _held(7478):
+    with listening("tcp://127.0.0.1:7479", True), listening("tcp://127.0.0.1:7478", True):
         done = troupe("run", "--out", str(tmp_path / "out"), "--items", "2", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     said = " ".join(done.stderr.split())

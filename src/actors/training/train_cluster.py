@@ -17,6 +17,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.placement import Host, cluster_hosts
+from troupe.runtime.transports.loopback import free_endpoint
 
 __all__ = ["TRAINING_KINDS", "local_gpus", "stop_remote", "stop_worker", "training_cluster"]
 
@@ -26,12 +27,6 @@ TRAINING_KINDS = {
     "encoder": KindSupervision(progress_timeout_s=300.0, heartbeat_timeout_s=30.0),
 }
 """The local node's supervision of the training kinds (a cluster's nodes should set the same)."""
-
-
-def _free_endpoint() -> str:
-    from troupe.runtime.pipeline.runner import _free_endpoint as free
-
-    return free()
 
 
 @asynccontextmanager
@@ -46,7 +41,7 @@ async def training_cluster(
     async with anyio.create_task_group() as tg:
         node_cfg = NodeConfig(
             name="local",
-            endpoint=node_endpoint or _free_endpoint(),
+            endpoint=node_endpoint or free_endpoint(),
             log_dir=log_dir,
             stop_grace_s=10,
             supervision=SupervisionConfig(kinds=TRAINING_KINDS),

@@ -175,8 +175,6 @@ class RunDir:
                 return False
         return True
 
-    # -- private ----------------------------------------------------------------------------
-
     def in_use_problem(self) -> str | None:
         """Why this directory cannot be run into now (another run holds it), or None."""
         if not self.journal_path.exists():
@@ -190,6 +188,8 @@ class RunDir:
                 "wait for it to end, or pick another --out"
             )
         return None
+
+    # -- private ----------------------------------------------------------------------------
 
     def _not_in_use(self) -> None:
         problem = self.in_use_problem()

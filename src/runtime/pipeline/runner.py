@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -58,6 +57,7 @@ from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
 from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
 from troupe.runtime.tasks.state import FINAL_STATES
+from troupe.runtime.transports.loopback import free_endpoint
 
 from .config import PipelineConfig, load_pipeline
 from .early_template import early_template
@@ -349,12 +349,6 @@ def _already_complete(complete: dict[str, Any]) -> PipelineResult:
     )
 
 
-def _free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
 @dataclass
 class _Cluster:
     runtime: Runtime
@@ -403,13 +397,13 @@ async def _cluster(
                 if run_dir is not None:
                     run_dir.state_dir.mkdir(parents=True, exist_ok=True)
                     journal, book = open_journal(run_dir.journal_path, new=True)
-                    master = master_endpoint or _free_endpoint()
+                    master = master_endpoint or free_endpoint()
                     local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
                     await _start_master(tg, local_master)
                 if node is None:
                     node_cfg = NodeConfig(
                         name=_NODE,
-                        endpoint=node_endpoint or _free_endpoint(),
+                        endpoint=node_endpoint or free_endpoint(),
                         log_dir=log_dir,
                         stop_grace_s=10,
                         master=master,

@@ -45,13 +45,10 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +58,7 @@ import psutil
 import pytest
 
 from troupe.runtime.errors import AskTimeout, Unreachable
+from troupe.runtime.transports.loopback import free_endpoint
 
 from .cluster import ChaosEvent, Cluster, random_schedule
 
@@ -80,43 +78,6 @@ __all__ = [
 
 class ClusterStartError(RuntimeError):
     """The node or one of its workers could not start; the message carries its error."""
-
-
-def free_endpoint() -> str:
-    """A loopback TCP endpoint on a port that was free a moment ago.
-
-    Drawn below the kernel's ephemeral range where there is room: a port the kernel hands out
-    (``bind`` to 0) may go to any outgoing connection on the machine before the process it is
-    meant for binds it, seconds later; one below that range is never handed out.
-    """
-    low = _ephemeral_low()
-    if low > _LOWEST_PORT + 1000:
-        for _ in range(100):
-            port = random.randrange(_LOWEST_PORT, low)
-            if port in _HANDED:  # handed out already, perhaps not yet bound by its process
-                continue
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:  # taken, or in TIME_WAIT: draw again
-                    continue
-                _HANDED.append(port)
-                return f"tcp://127.0.0.1:{port}"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
-_LOWEST_PORT = 10000  # above the well-known and most registered services' ports
-_HANDED: deque[int] = deque(maxlen=1024)  # this process's recent draws: two never coincide
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):  # not Linux: the kernel's choice, as before
-        return 0
 
 
 def node_start_command(config: Path, name: str, endpoint: str, log_dir: Path) -> list[str]:

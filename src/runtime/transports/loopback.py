@@ -1,0 +1,45 @@
+"""Free loopback endpoints, for processes that listen on a port nobody chose for them."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections import deque
+
+__all__ = ["free_endpoint"]
+
+_LOWEST_PORT = 10000  # above the well-known and most registered services' ports
+_HANDED: deque[int] = deque(maxlen=1024)  # this process's recent draws: two never coincide
+
+
+def free_endpoint() -> str:
+    """A loopback TCP endpoint on a port that was free a moment ago.
+
+    Drawn below the kernel's ephemeral range where there is room: a port the kernel hands out
+    (``bind`` to 0) may go to any outgoing connection on the machine before the process it is
+    meant for binds it, seconds later; one below that range is never handed out.
+    """
+    low = _ephemeral_low()
+    if low > _LOWEST_PORT + 1000:
+        for _ in range(100):
+            port = random.randrange(_LOWEST_PORT, low)
+            if port in _HANDED:  # handed out already, perhaps not yet bound by its process
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:  # taken, or in TIME_WAIT: draw again
+                    continue
+                _HANDED.append(port)
+                return f"tcp://127.0.0.1:{port}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux: the kernel's choice, as before
+        return 0
