@@ -95,6 +95,8 @@ def test_missing_dataset_says_to_generate_it_first(tmp_path: Path) -> None:
     assert code == 2, stdout + stderr
     assert "train.dataset" in stderr and "troupe run configs/datagen.toml --out" in stderr, stderr
     assert len(stderr.strip().splitlines()) == 1, stderr
+    assert stdout == "", stdout  # refused before the progress bar showed
+    assert not (tmp_path / "out").exists()
 
 
 def test_bad_field_is_one_line_naming_it(tmp_path: Path, dataset: Path) -> None:

@@ -155,9 +155,10 @@ def submit(
 ) -> None:
     """Submit a job file to the master; it is journaled before this returns.
 
-    Submitting the same file (same id, same content) again is safe: the master says it has the
-    job already. The same id with other content is refused.
-    """
+    Submitting the same file (same id, same content) again is safe: the
+    master says it has the job already. The same id with other content is
+    refused.
+    """  # later paragraphs keep their line breaks in typer's help: lines fit 80 columns
     use_keys(keys)
     reply = run_async(submit_job, master, _job_payload(job_file, job_id), timeout)
     if as_json:

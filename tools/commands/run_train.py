@@ -83,6 +83,7 @@ def result_table(result: Any) -> Table:
 def check_train(config: Path, out: Path, steps: int | None, items: int | None) -> Any:
     """The config loaded and the options checked before anything starts (ConfigError: exit 2)."""
     from troupe.actors.training.train_config import load_train_config
+    from troupe.actors.training.train_prepare import check_dataset
 
     if steps is not None and steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
@@ -96,6 +97,8 @@ def check_train(config: Path, out: Path, steps: int | None, items: int | None) -
         raise ConfigError(
             f"--out {out}: it is the dataset's folder (train.dataset); give the training its own --out"
         )
+    if cfg.datagen is None:  # before the progress bar and the imports of the run: one line only
+        check_dataset(dataset)
     return cfg
 
 

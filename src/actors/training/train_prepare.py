@@ -11,7 +11,7 @@ from typing import Any
 
 from troupe.runtime.errors import ConfigError
 
-__all__ = ["prepare_run"]
+__all__ = ["check_dataset", "prepare_run"]
 
 
 def prepare_run(config: Any, out: str | os.PathLike[str], steps: int | None, fresh: bool) -> tuple[Any, Path]:
@@ -36,7 +36,7 @@ def prepare_run(config: Any, out: str | os.PathLike[str], steps: int | None, fre
     if fresh:
         _delete_written(cfg, out_dir)
     if cfg.datagen is None:
-        _check_dataset(Path(cfg.train.dataset))
+        check_dataset(Path(cfg.train.dataset))
     else:  # refused now, not after the workers started
         from troupe.runtime.pipeline.config import load_pipeline
 
@@ -58,7 +58,8 @@ def _delete_written(cfg: Any, out_dir: Path) -> None:
             shutil.rmtree(path)
 
 
-def _check_dataset(path: Path) -> None:
+def check_dataset(path: Path) -> None:
+    """ConfigError unless ``path`` holds a LeRobot dataset or a troupe run's folder."""
     if not path.exists():
         raise ConfigError(
             f"train.dataset: no dataset at {path}; make one first: "
