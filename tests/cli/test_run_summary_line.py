@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ def _result(ok: int, kept: int) -> PipelineResult:
 
 
 def _printed(capsys: pytest.CaptureFixture[str], result: PipelineResult, before: int) -> str:
-    command._report(result, before)
+    command._report(result, before, Path("out"))
     return " ".join(capsys.readouterr().out.split())
 
 

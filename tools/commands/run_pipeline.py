@@ -30,7 +30,7 @@ from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 
-__all__ = ["Cluster", "declared_config", "finish_run", "metrics_json", "metrics_table"]
+__all__ = ["Cluster", "dead_lines", "declared_config", "finish_run", "metrics_json", "metrics_table"]
 
 console = Console()
 
@@ -103,6 +103,7 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
             }
             for s in m.stages
         },
+        "errors": result.errors,
         "finals": result.finals,
         "scale_log": [list(entry) for entry in result.scale_log],
     }
@@ -188,7 +189,8 @@ async def _finish_run(
         for s in m.stages:
             progress.update(
                 bars[s.name],
-                completed=before + s.items_out + s.failed,
+                # A retried item passes a stage again: its bar counts items, not attempts.
+                completed=min(declared.items, before + s.items_out + s.failed),
                 note=f"q {s.queue_depth}/{s.queue_bound} x{s.replicas}",
             )
 
@@ -207,6 +209,8 @@ async def _finish_run(
             nodes=0 if cluster is None else cluster.nodes,
             keys=None if cluster is None else cluster.keys,
         )
+        if progress.live.is_started:
+            show(result.metrics)  # the bars end where the table below starts
     finally:
         if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
             progress.stop()
@@ -218,7 +222,7 @@ async def _finish_run(
         console.print(f"already complete: {escape(done)}")
         return
     if result.outcomes or result.kept:
-        _report(result, before)
+        _report(result, before, out)
     for line in _finals(result):
         console.print(escape(line))
 
@@ -232,7 +236,7 @@ def _finals(result: PipelineResult) -> list[str]:
     return lines
 
 
-def _report(result: PipelineResult, before: int) -> None:
+def _report(result: PipelineResult, before: int, out: Path) -> None:
     """The stage table and the run's lines; ``before``: items the run record had as done."""
     m = result.metrics
     # Items of this run plus those done earlier add up to the pipeline's items: an interrupted
@@ -250,6 +254,8 @@ def _report(result: PipelineResult, before: int) -> None:
         f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
         f"finalisation {result.finalize_s:.1f} s; start-up share {result.startup_share:.0%}"
     )
+    for line in dead_lines(result, out / "logs" / "local.jsonl"):
+        console.print(escape(line))
     nodes = sorted(set(result.placement.values()))
     if len(nodes) > 1 or result.restarted:
         console.print(
@@ -257,3 +263,24 @@ def _report(result: PipelineResult, before: int) -> None:
             f"{result.engine_bytes_per_item / 1024:.1f} KiB through the engine per item"
             + (f"; {result.restarted} items restarted (their holder was lost)" if result.restarted else "")
         )
+
+
+def dead_lines(result: PipelineResult, log: Path, groups: int = 3, ids: int = 3) -> list[str]:
+    """The dead items' errors, the same error once with the items it killed: the ``groups``
+    most frequent errors, ``ids`` task ids each; then where every item's error is kept (the
+    run's ``log`` has their tracebacks)."""
+    by_error: dict[str, list[str]] = {}
+    for task_id, outcome in sorted(result.outcomes.items()):
+        if outcome == "dead":
+            by_error.setdefault(result.errors.get(task_id) or "no error recorded", []).append(task_id)
+    if not by_error:
+        return []
+    lines = []
+    ranked = sorted(by_error.items(), key=lambda kv: -len(kv[1]))
+    for error, task_ids in ranked[:groups]:
+        more = f" and {len(task_ids) - ids} more" if len(task_ids) > ids else ""
+        lines.append(f"dead {len(task_ids)}: {error} ({', '.join(task_ids[:ids])}{more})")
+    if len(ranked) > groups:
+        lines.append(f"dead: {len(ranked) - groups} other errors")
+    lines.append(f"every item's error: --json (its errors); their tracebacks: {log}")
+    return lines

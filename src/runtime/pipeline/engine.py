@@ -486,7 +486,9 @@ class PipelineEngine(ReplicaPool):
 
     def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
         if not self.source.retries_locally:  # the master decides: retry later, or dead letter
-            log.warning("item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error)
+            log.warning(
+                "item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb
+            )
             self._consumed(item)
             self._settle(item, "error", error, tb)
             return
