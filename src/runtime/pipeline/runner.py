@@ -56,16 +56,16 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
 from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
-from troupe.runtime.tasks.state import FINAL_STATES
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .config import PipelineConfig, load_pipeline
 from .early_template import early_template
 from .engine import PipelineEngine
 from .hosts import EngineHosts, wait_for_nodes
+from .master_job import master_source
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
-from .source import ItemSource, MasterSource
+from .source import ItemSource
 
 __all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
 
@@ -370,7 +370,7 @@ async def _on_cluster(
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await _master_source(rt, master, cfg)
+        source, before = await master_source(rt, master, cfg)
         yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
@@ -413,7 +413,7 @@ async def _cluster(
                     local_node = await start_local_node(tg, node_cfg, template=template)
                     node = node_cfg.endpoint
                 async with connect(node, "local" if local_node is not None else "") as rt:
-                    source, before = await _master_source(rt, master, cfg) if master else (None, 0)
+                    source, before = await master_source(rt, master, cfg) if master else (None, 0)
                     yield _Cluster(rt, node, local_node, source, before)
             finally:
                 with anyio.CancelScope(shield=True):
@@ -436,34 +436,3 @@ async def _start_master(tg: anyio.abc.TaskGroup, master: Master) -> None:
     tg.start_soon(serve)
     with anyio.fail_after(30):
         await master.ready.wait()
-
-
-async def _master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple[MasterSource, int]:
-    """Submit the pipeline's items as a job, unless the master has it, and lease them; also
-    say how many of its tasks an earlier run ended."""
-    job_id = cfg.name
-    jobs = await rt.control(master, "jobs", None, timeout=30)
-    known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
-    ended = {str(state) for state in FINAL_STATES}
-    before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
-    if known is None:
-        job = {
-            "job": {
-                "name": cfg.name,
-                "kind": cfg.name,
-                "count": cfg.items,
-                "seed_start": cfg.seed_start,
-                "max_attempts": cfg.max_attempts,
-                "lease_s": 120,
-                "backoff_base_s": 0.2,
-                "backoff_max_s": 5.0,
-                "speculation": {"enabled": False},
-            }
-        }
-        await rt.control(master, "submit", {"job": job, "source": "run_pipeline", "job_id": job_id})
-    # Enough leases for every item the stages can hold at once, queued or in flight.
-    slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
-    # A short poll: once every item is leased, the last one's report waits for the pending
-    # request to come back empty, and the run's finalisation with it. Polls are held only
-    # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
-    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.05), before

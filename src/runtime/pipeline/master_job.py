@@ -1,0 +1,77 @@
+"""A pipeline's items as a job of a master: submitted once under the pipeline's name, then
+leased by the engine (``MasterSource``).
+
+A rerun submits the same job again: the master answers that it has it (same tasks, same
+policy), and the run goes on with what the job has left. A job of that name made with other
+items (``--items``, ``seed_start``, ``max_attempts``) is refused before anything moves: its
+tasks are not this run's, and running them would quietly give the user another dataset than
+the one asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ConfigError, TaskError
+from troupe.runtime.tasks.state import FINAL_STATES
+
+from .config import PipelineConfig
+from .source import MasterSource
+
+__all__ = ["master_source"]
+
+
+def _job(cfg: PipelineConfig) -> dict[str, Any]:
+    return {
+        "job": {
+            "name": cfg.name,
+            "kind": cfg.name,
+            "count": cfg.items,
+            "seed_start": cfg.seed_start,
+            "max_attempts": cfg.max_attempts,
+            "lease_s": 120,
+            "backoff_base_s": 0.2,
+            "backoff_max_s": 5.0,
+            "speculation": {"enabled": False},
+        }
+    }
+
+
+def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str) -> ConfigError:
+    return ConfigError(
+        f"the master's job {job_id!r} was made with other items ({known.get('total')} tasks; this "
+        f"run asks items={cfg.items}, seed_start={cfg.seed_start}, max_attempts={cfg.max_attempts}"
+        f"{': ' + why if why else ''}): run it as it was made, or give the pipeline another "
+        "[pipeline] name for a new job"
+    )
+
+
+async def master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple[MasterSource, int]:
+    """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
+    say how many of its tasks an earlier run ended.
+
+    Raises:
+        ConfigError: the master has a job of the pipeline's name with other items.
+    """
+    job_id = cfg.name
+    jobs = await rt.control(master, "jobs", None, timeout=30)
+    known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    if known is not None and known.get("total") != cfg.items:
+        raise _other_job(job_id, known, cfg, "")
+    try:
+        await rt.control(
+            master, "submit", {"job": _job(cfg), "source": "run_pipeline", "job_id": job_id}, timeout=60
+        )
+    except TaskError as exc:  # the book's refusal: the same name and count, another seed or policy
+        if known is None:
+            raise
+        raise _other_job(job_id, known, cfg, str(exc)) from None
+    ended = {str(state) for state in FINAL_STATES}
+    before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
+    # Enough leases for every item the stages can hold at once, queued or in flight.
+    slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
+    # A short poll: once every item is leased, the last one's report waits for the pending
+    # request to come back empty, and the run's finalisation with it. Polls are held only
+    # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
+    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.05), before
