@@ -62,7 +62,7 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a module that raises while importing is as broken as a missing one
-        raise ConfigError(f"cannot import {path!r}: {_reason(exc)}") from exc
+        raise ConfigError(f"cannot import {path!r}: {_reason(exc)}{_where_hint(exc, module_name)}") from exc
     cls = getattr(module, attr, None)
     if cls is None:
         raise ConfigError(f"cannot import {path!r}: module {module_name!r} has no {attr!r}")
@@ -214,6 +214,19 @@ def main() -> None:
     )
     if failure is not None:
         print(json.dumps({"checking": failure[0], "error": failure[1]}), file=out, flush=True)
+
+
+def _where_hint(exc: BaseException, module_name: str) -> str:
+    """Where modules are looked for, when the class's own module (or its package) is missing
+    rather than something it imports: most often, a run started from another folder."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or missing != module_name.split(".")[0]:
+        return ""
+    holds = f"{missing}.py" if missing == module_name else f"{missing}/"
+    return (
+        f" (looked for in the current folder {os.getcwd()} and the Python path: run from the folder "
+        f"that holds {holds}, or add that folder to PYTHONPATH)"
+    )
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,0 +1,41 @@
+"""A class whose own module is missing says where modules were looked for; one whose module
+is found but fails on its own import says only what failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from troupe.runtime.core.loading import load_actor_class
+from troupe.runtime.errors import ConfigError
+
+
+def test_a_missing_module_names_the_folder_it_was_looked_for_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        load_actor_class("troupe_absent_stages:Generate")
+    message = str(refused.value)
+    assert "No module named 'troupe_absent_stages'" in message
+    assert f"the current folder {tmp_path}" in message and "holds troupe_absent_stages.py" in message
+
+
+def test_a_missing_package_is_named_as_a_folder() -> None:
+    with pytest.raises(ConfigError, match=r"holds troupe_absent_pkg/, or add that folder to PYTHONPATH"):
+        load_actor_class("troupe_absent_pkg.stages:Generate")
+
+
+def test_what_a_found_module_fails_to_import_gets_no_folder_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "troupe_needs_dep.py").write_text("import troupe_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as refused:
+        load_actor_class("troupe_needs_dep:Stage")
+    message = str(refused.value)
+    assert "No module named 'troupe_absent_dependency'" in message and "current folder" not in message
+    with pytest.raises(ConfigError) as inside:
+        load_actor_class("troupe.absent_module:Stage")  # the package is found, not the module
+    assert "current folder" not in str(inside.value)
