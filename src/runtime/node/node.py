@@ -438,6 +438,11 @@ class Node:
         if self.stopping.is_set():  # a worker started now could outlive the stop's last look
             raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
         existing = self.workers.get(spec.name)
+        if existing is not None and existing.state is HandleState.STOPPING and existing.returncode is None:
+            # Being stopped (a cancelled run's replica, say): its name is free once it exited,
+            # within the stop's grace and kill.
+            with anyio.move_on_after(timeout_s):
+                await existing.exited_event.wait()
         if existing is not None and existing.returncode is None and existing.process is not None:
             raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
         if existing is not None:

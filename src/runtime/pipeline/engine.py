@@ -78,6 +78,11 @@ class PipelineEngine(ReplicaPool):
         keep_outputs: keep the last stage's output of every ok item for the result.
         out: the run's output directory, told to the stage hooks.
         fresh: the run starts anew, told to the stage hooks.
+        hosts: the nodes the replicas may run on (default: the node at ``node_endpoint``).
+        nodes_outlive_run: the nodes are not stopped with the run (a cluster's, a running
+            node's): a cancelled run stops its replicas there itself. False when the caller
+            stops the run's own node right after (it stops its workers; asked, a node whose
+            task group is being cancelled would not answer).
     """
 
     def __init__(
@@ -93,8 +98,10 @@ class PipelineEngine(ReplicaPool):
         fresh: bool = False,
         on_change_every_s: float = 0.05,
         hosts: EngineHosts | None = None,
+        nodes_outlive_run: bool = True,
     ) -> None:
         self.config = config
+        self.nodes_outlive_run = nodes_outlive_run
         self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])
         self._direct = config.data_plane == "direct"
         self._keys = itertools.count()
@@ -130,6 +137,7 @@ class PipelineEngine(ReplicaPool):
         self.scale_log: list[tuple[float, str, int, str]] = []
         self._wanted_before: set[str] = set()
         self._finishing = False
+        self._launched: dict[str, Host] = {}  # every worker this run started and has not stopped
         self._notified = 0.0  # when on_change was last called
         self._fatal: StageFailed | None = None  # a stage lost every replica and cannot get one
 
@@ -165,9 +173,37 @@ class PipelineEngine(ReplicaPool):
             StageFailed: a stage's start or finalize hook failed (nothing is lost: the
                 items committed stay committed, and a rerun runs the hook again).
         """
+        wire = self._count_wire_bytes()
+        try:
+            failed, metrics = await self._run_items()
+        except BaseException:
+            # Cancelled (Ctrl-C) or failed: nodes that stay up would keep the replicas running.
+            if self.nodes_outlive_run:
+                await self._stop_all(cancelled=True)
+            await self.source.release()  # a rerun leases the items held now at once
+            raise
+        await self._stop_all()
+        if failed is not None:
+            raise failed
+        assert metrics is not None
+        return PipelineResult(
+            metrics,
+            dict(self._outcomes),
+            dict(self._errors),
+            dict(self._outputs),
+            dict(self._finals),
+            tuple(self.scale_log),
+            self.kept,
+            placement=dict(self.placement),
+            engine_bytes=0 if wire is None else sum(wire),
+            restarted=self.restarted,
+        )
+
+    async def _run_items(self) -> tuple[StageFailed | None, PipelineMetrics | None]:
+        """Everything ``run`` does but the replicas' stop: a start or finalize hook's failure,
+        and the items' figures (None when it failed first)."""
         failed: StageFailed | None = None
         metrics: PipelineMetrics | None = None
-        wire = self._count_wire_bytes()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -189,25 +225,10 @@ class PipelineEngine(ReplicaPool):
                 self._flush_releases()
                 self._finishing = True  # the scaler rests: finalize's replica must stay
                 await self._finalize_hooks()
-            except StageFailed as exc:  # raised below, not wrapped in the group's ExceptionGroup
+            except StageFailed as exc:  # raised by run, not wrapped in the group's ExceptionGroup
                 failed = exc
             tg.cancel_scope.cancel()
-        await self._stop_all()  # cancelled (Ctrl-C), the node stops the workers itself
-        if failed is not None:
-            raise failed
-        assert metrics is not None
-        return PipelineResult(
-            metrics,
-            dict(self._outcomes),
-            dict(self._errors),
-            dict(self._outputs),
-            dict(self._finals),
-            tuple(self.scale_log),
-            self.kept,
-            placement=dict(self.placement),
-            engine_bytes=0 if wire is None else sum(wire),
-            restarted=self.restarted,
-        )
+        return failed, metrics
 
     def _count_wire_bytes(self) -> list[int] | None:
         """Start counting the bytes the engine's runtime sends and receives (what passes

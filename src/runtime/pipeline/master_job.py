@@ -47,9 +47,11 @@ def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str
     )
 
 
-async def master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple[MasterSource, int]:
+async def master_source(
+    rt: Runtime, master: str, cfg: PipelineConfig, master_outlives_run: bool = True
+) -> tuple[MasterSource, int]:
     """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
-    say how many of its tasks an earlier run ended.
+    say how many of its tasks an earlier run ended (``master_outlives_run``: see MasterSource).
 
     Raises:
         ConfigError: the master has a job of the pipeline's name with other items.
@@ -74,4 +76,5 @@ async def master_source(rt: Runtime, master: str, cfg: PipelineConfig) -> tuple[
     # A short poll: once every item is leased, the last one's report waits for the pending
     # request to come back empty, and the run's finalisation with it. Polls are held only
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
-    return MasterSource(rt, master, job_id, slots=slots, poll_s=0.05), before
+    source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
+    return source, before

@@ -17,7 +17,14 @@ import structlog
 
 from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, UnknownActor, UnknownMessageType
+from troupe.runtime.errors import (
+    AskTimeout,
+    ConfigError,
+    StageFailed,
+    TroupeError,
+    UnknownActor,
+    UnknownMessageType,
+)
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -25,7 +32,7 @@ from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts
 from .model import ScaleInput, decide_scaling
 from .records import Replica, StageState, node_of
-from .source import ItemSource
+from .source import STOP_TELL_S, ItemSource
 
 __all__ = ["ReplicaPool"]
 
@@ -53,6 +60,7 @@ class ReplicaPool:
     _fatal: StageFailed | None
     _wanted_before: set[str]
     _finishing: bool
+    _launched: dict[str, Host]
     source: ItemSource
 
     def _lose_outputs(self, replica: Replica) -> None:
@@ -92,10 +100,13 @@ class ReplicaPool:
             res = stage.cfg.resources
             host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
             # A worker that exits while starting (its class does not import) is answered at once.
-            record = await self.runtime.control(
-                host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
-            )
+            # Shielded: a run cancelled meanwhile must know whether the worker started, to stop it.
+            with anyio.CancelScope(shield=True):
+                record = await self.runtime.control(
+                    host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
+                )
             spawned = True
+            self._launched[name] = host
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
             ref = self.runtime.ref(f"{name}/stage")
             info = await _stage_info(ref)  # resolves and connects
@@ -259,22 +270,34 @@ class ReplicaPool:
                     self._mark_retiring(stage, replica)
                     self._tg.start_soon(self._retire, stage, replica)
 
-    async def _stop_all(self) -> None:
+    async def _stop_all(self, cancelled: bool = False) -> None:
+        """Stop every worker the run started and has not stopped: the replicas, and those a
+        cancelled run left between their start and their place in a stage or being retired.
+
+        ``cancelled``: the run is being cancelled, and its runtime reads no more replies (its
+        tasks are cancelled with it): each node is told, and nobody waits for its answer.
+        """
         # All at once: a replica's exit (a torch interpreter's teardown: seconds) need not wait
         # for the one before it.
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
+                for name, host in list(self._launched.items()):
+                    tg.start_soon(self._stop_worker, name, host, cancelled)
                 for stage in self.stages:
-                    for replica in list(stage.replicas):
-                        tg.start_soon(self._stop_worker, replica.name, replica.host)
                     stage.replicas.clear()
 
-    async def _stop_worker(self, name: str, host: Host | None) -> None:
+    async def _stop_worker(self, name: str, host: Host | None, unanswered: bool = False) -> None:
+        self._launched.pop(name, None)
         if host is None or host.name not in self.hosts.alive:
             return  # its node is gone, and its processes with it
         with anyio.CancelScope(shield=True):
             try:
-                await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
+                await self.runtime.control(
+                    host.endpoint, "stop_worker", {"name": name}, timeout=STOP_TELL_S if unanswered else 30
+                )
+            except AskTimeout as exc:
+                if not unanswered:  # else: sent; the node stops the worker without us
+                    log.warning("replica_stop_failed", replica=name, error=str(exc))
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
 

@@ -183,6 +183,7 @@ async def run_pipeline(
                 out=None if out_dir is None else str(out_dir),
                 fresh=fresh,
                 hosts=running.hosts,
+                nodes_outlive_run=running.node is None,  # a node started here stops its workers
             )
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
@@ -413,7 +414,8 @@ async def _cluster(
                     local_node = await start_local_node(tg, node_cfg, template=template)
                     node = node_cfg.endpoint
                 async with connect(node, "local" if local_node is not None else "") as rt:
-                    source, before = await master_source(rt, master, cfg) if master else (None, 0)
+                    outlives = local_master is None  # one started here replays its journal
+                    source, before = await master_source(rt, master, cfg, outlives) if master else (None, 0)
                     yield _Cluster(rt, node, local_node, source, before)
             finally:
                 with anyio.CancelScope(shield=True):

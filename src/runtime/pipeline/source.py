@@ -22,9 +22,13 @@ import structlog
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError, UnknownWorker
 
-__all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem"]
+__all__ = ["STOP_TELL_S", "ItemSource", "LocalSource", "MasterSource", "SourceItem"]
 
 log = structlog.get_logger(__name__)
+
+# How long a stopping run's last messages (to the master, to the replicas' nodes) wait: enough
+# to leave this process (its sockets close without lingering), not for the answers nobody reads.
+STOP_TELL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,11 @@ class ItemSource(Protocol):
         """Background work (leasing, renewing); calls ``wake`` when items arrive or it ends."""
         ...
 
+    async def release(self) -> None:
+        """The run stops before its items ended (cancelled): give back what it holds, without
+        waiting for answers (a cancelled runtime reads none)."""
+        ...
+
 
 class LocalSource:
     """Items for seeds ``seed_start .. seed_start + count - 1``, ids ``{name}-{i:06d}``."""
@@ -87,6 +96,9 @@ class LocalSource:
     async def run(self, wake: Callable[[], None]) -> None:
         """Nothing to do in the background."""
 
+    async def release(self) -> None:
+        """Nothing held: the engine's outcomes are the whole record."""
+
 
 class MasterSource:
     """A job's tasks, leased from the master like a worker with ``slots`` slots.
@@ -96,6 +108,11 @@ class MasterSource:
         master: the master endpoint.
         job_id: the submitted job whose tasks to run.
         slots: how many leases to hold at once (items queued or in flight).
+        kind: the task kind it runs (default: ``job_id``, as the pipeline's job is submitted):
+            the master leases it tasks of that kind only, never another job's.
+        master_outlives_run: the master goes on after the run (a cluster's): a cancelled run
+            gives its leases back (``release``). False for a master started for the run alone,
+            which takes them back itself when it next starts on its journal.
         worker_id: the id this consumer registers under.
         poll_s: how long one request for tasks may be held by the master.
         report_window_s: how long an item's end waits for others to be reported with it.
@@ -112,10 +129,14 @@ class MasterSource:
         worker_id: str | None = None,
         poll_s: float = 1.0,
         report_window_s: float = 0.1,
+        kind: str | None = None,
+        master_outlives_run: bool = True,
     ) -> None:
         self.runtime = runtime
         self.master = master
         self.job_id = job_id
+        self.kind = job_id if kind is None else kind
+        self.master_outlives_run = master_outlives_run
         self.slots = slots
         self.worker_id = worker_id or f"{runtime.node}/pipeline-{os.getpid()}"
         self.poll_s = poll_s
@@ -196,7 +217,7 @@ class MasterSource:
             "slots": self.slots,
             "cpu": float(self.slots),
             "gpu": 0,
-            "kinds": [],
+            "kinds": [self.kind],  # empty would be every kind: other jobs' tasks too
         }
 
     async def _check_finished(self) -> None:
@@ -231,6 +252,42 @@ class MasterSource:
                 )
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
+
+    async def release(self) -> None:
+        """Tell the master the ends already known, and give back every other lease (``decline``:
+        no attempt counted), so that a rerun leases those tasks at once instead of after their
+        leases expire (minutes). Each message is sent and not waited for: the run is cancelled,
+        and its runtime reads no replies any more."""
+        if not self.master_outlives_run:
+            return
+        messages = [
+            *self._reports,
+            *(("decline", self._declined(tid, lease)) for tid, lease in self._leases.items()),
+        ]
+        self._reports.clear()
+        self._leases.clear()
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for kind, payload in messages:
+                    tg.start_soon(self._tell, kind, payload)
+        if messages:
+            log.info("pipeline_leases_released", job_id=self.job_id, messages=len(messages))
+
+    def _declined(self, task_id: str, lease: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "task_id": task_id,
+            "lease_id": lease["lease_id"],
+            "reason": "the pipeline run stopped",
+            "request": 0,
+            "given_back": True,  # the worker may lease the kind again: the next run is another
+        }
+
+    async def _tell(self, msg_type: str, payload: Any) -> None:
+        try:
+            await self.runtime.control(self.master, msg_type, payload, timeout=STOP_TELL_S)
+        except TroupeError:
+            pass  # sent; the answer is not read (or the master is gone: its leases expire)
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
         try:

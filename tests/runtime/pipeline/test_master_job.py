@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from support.memory_master import MASTER, master_in_memory
@@ -47,3 +48,22 @@ async def test_other_items_under_the_same_name_are_refused(
         assert named in message and "another [pipeline] name" in message
         jobs = await m.call("jobs")
         assert [(j["job_id"], j["total"]) for j in jobs] == [(cfg.name, 8)]  # left as it was
+
+
+async def test_the_run_leases_its_own_jobs_tasks_only(tmp_path: Path) -> None:
+    """Another job on the same master (a user's, another pipeline's) is never the run's."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        await m.submit("other", 4)
+        source, _ = await master_source(m.client, MASTER, cfg)
+        taken: list[str] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.run, lambda: None)
+            with anyio.fail_after(15):
+                while len(taken) < cfg.items:
+                    taken += [item.task_id for item in source.take(cfg.items)]
+                    await anyio.sleep(0.01)
+            jobs = {j["job_id"]: j for j in await m.call("jobs")}
+            tg.cancel_scope.cancel()
+        assert len(taken) == cfg.items and all(t.startswith(f"{cfg.name}-") for t in taken), taken
+        assert jobs["other"]["counts"].get("leased", 0) == 0, jobs["other"]
