@@ -194,6 +194,12 @@ async def _finish_run(
                 note=f"q {s.queue_depth}/{s.queue_bound} x{s.replicas}",
             )
 
+    def told(line: str) -> None:
+        if as_json:  # stdout is the JSON object's
+            Console(stderr=True).print(escape(line), soft_wrap=True)
+        else:
+            progress.console.print(escape(line))
+
     try:
         result = await run_pipeline(
             config or declared,  # its path: an error about a stage names the file
@@ -203,6 +209,7 @@ async def _finish_run(
             keep_outputs=False,
             on_progress=show,
             on_start=started,
+            on_event=told,
             node_endpoint=None if cluster is not None else endpoint,
             master_endpoint=None if cluster is not None else master_endpoint,
             cluster=None if cluster is None else cluster.master,

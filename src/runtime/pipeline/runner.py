@@ -65,7 +65,7 @@ from .hosts import EngineHosts, wait_for_nodes
 from .master_job import master_source
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
-from .source import ItemSource
+from .source import ItemSource, MasterSource
 
 __all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
 
@@ -102,6 +102,7 @@ async def run_pipeline(
     keep_outputs: bool = True,
     on_progress: Callable[[PipelineMetrics], None] | None = None,
     on_start: Callable[[RunStart], None] | None = None,
+    on_event: Callable[[str], None] | None = None,
     node_endpoint: str | None = None,
     master_endpoint: str | None = None,
     cluster: str | None = None,
@@ -123,6 +124,8 @@ async def run_pipeline(
         keep_outputs: keep the last stage's output of every ok item in ``result.outputs``.
         on_progress: called with fresh metrics whenever items move.
         on_start: called once the cluster is up (:class:`RunStart`).
+        on_event: called with a line for people when something the run waits on changes: the
+            master stops answering (the run waits for it), and answers again.
         node_endpoint: where the node started here listens (default: a free loopback port).
         master_endpoint: where the master started here listens (default: a free loopback port).
         cluster: a running master whose live nodes run the replicas (see the module docstring).
@@ -169,6 +172,8 @@ async def run_pipeline(
             else _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint, template)
         )
         async with where as running:
+            if on_event is not None and isinstance(running.source, MasterSource):
+                running.source.on_event = on_event
             if on_start is not None:
                 up = time.perf_counter() - t0
                 on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir))

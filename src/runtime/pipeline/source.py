@@ -11,6 +11,7 @@ master, which leases it again later or dead-letters it).
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import anyio
 import structlog
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import TroupeError, UnknownWorker
+from troupe.runtime.errors import AskTimeout, TroupeError, UnknownWorker, Unreachable
 
 __all__ = ["STOP_TELL_S", "ItemSource", "LocalSource", "MasterSource", "SourceItem"]
 
@@ -29,6 +30,7 @@ log = structlog.get_logger(__name__)
 # How long a stopping run's last messages (to the master, to the replicas' nodes) wait: enough
 # to leave this process (its sockets close without lingering), not for the answers nobody reads.
 STOP_TELL_S = 0.5
+_SILENT_RETRY_S = 0.5  # the pause after a call the master did not answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,10 @@ class MasterSource:
         self.job_id = job_id
         self.kind = job_id if kind is None else kind
         self.master_outlives_run = master_outlives_run
+        # Told, as a line for people, when the master stops answering and when it answers again
+        # (the run waits for it meanwhile: without a word, it would look hung).
+        self.on_event: Callable[[str], None] | None = None
+        self._unanswered_since: float | None = None
         self.slots = slots
         self.worker_id = worker_id or f"{runtime.node}/pipeline-{os.getpid()}"
         self.poll_s = poll_s
@@ -291,13 +297,42 @@ class MasterSource:
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
         try:
-            return await self.runtime.control(
+            reply = await self.runtime.control(
                 self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0)
             )
         except UnknownWorker:
+            self._answered()
             log.warning("pipeline_source_unknown_worker", hint="the master restarted; registering again")
             await self.runtime.control(self.master, "register_worker", self._registration())
+            return None
+        except (AskTimeout, Unreachable) as exc:
+            self._unanswered(msg_type, exc)
+            await anyio.sleep(_SILENT_RETRY_S)  # an error that came at once must not spin the loop
             return None
         except TroupeError as exc:
             log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
             return None
+        self._answered()
+        return reply
+
+    def _unanswered(self, msg_type: str, exc: TroupeError) -> None:
+        log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
+        if self._unanswered_since is not None:
+            return
+        self._unanswered_since = time.monotonic()
+        self._tell_people(
+            f"the master at {self.master} does not answer ({type(exc).__name__}): the run waits for "
+            "it and goes on once it is back (Ctrl-C stops the run; the same command resumes it)"
+        )
+
+    def _answered(self) -> None:
+        if self._unanswered_since is None:
+            return
+        silent = time.monotonic() - self._unanswered_since
+        self._unanswered_since = None
+        self._tell_people(f"the master at {self.master} answers again after {silent:.0f} s; the run goes on")
+
+    def _tell_people(self, line: str) -> None:
+        log.info("pipeline_master_link", line=line)
+        if self.on_event is not None:
+            self.on_event(line)

@@ -1,0 +1,66 @@
+"""A master that stops answering mid-run is said once, and its return once: the run waits for
+it (a cluster's master restarts on its journal) and must not look hung meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime.errors import AskTimeout
+from troupe.runtime.pipeline.source import MasterSource
+
+pytestmark = pytest.mark.anyio
+
+
+class _SilentThenBack:
+    """Answers a MasterSource as a master with one job of two tasks, after ``silent`` calls that
+    time out (whatever they ask: a master that is down answers nothing)."""
+
+    node = "n"
+    address = "tcp://127.0.0.1:1"
+
+    def __init__(self, silent: int) -> None:
+        self.silent = silent
+        self.todo = [
+            {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0} for i in range(2)
+        ]
+        self.completed: list[str] = []
+
+    async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        if self.silent:
+            self.silent -= 1
+            raise AskTimeout(f"no reply to {msg_type!r} from {master} within {timeout}s")
+        if msg_type == "request_task":
+            granted, self.todo = self.todo, []
+            return {"leases": granted}
+        if msg_type == "complete":
+            self.completed.append(payload["task_id"])
+            return {"outcome": "completed"}
+        if msg_type == "wait_job":
+            return {"state": "done" if len(self.completed) == 2 else "running"}
+        if msg_type == "dead":
+            return []
+        return {}
+
+
+async def test_a_silent_master_is_said_once_and_its_return_once() -> None:
+    master = _SilentThenBack(silent=3)
+    source = MasterSource(master, "tcp://m:1", "job", slots=2, poll_s=0.05)  # type: ignore[arg-type]
+    told: list[str] = []
+    source.on_event = told.append
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.run, lambda: None)
+            items: list[Any] = []
+            while len(items) < 2:
+                await anyio.sleep(0.01)  # a bounded poll: the whole test is under fail_after
+                items += source.take(2)
+            for item in items:
+                source.settle(item.task_id, "ok")
+    assert len(told) == 2, told
+    assert told[0].startswith("the master at tcp://m:1 does not answer (AskTimeout)")
+    assert "the same command resumes" in told[0]
+    assert told[1].startswith("the master at tcp://m:1 answers again after")
+    assert sorted(master.completed) == ["t0", "t1"]
