@@ -7,6 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
+from support.master_source_run import take_and_settle
 from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
@@ -47,14 +48,6 @@ async def test_the_last_reports_go_at_once_and_the_run_ends() -> None:
     master = _FakeMaster(tasks=2)
     # A report window far longer than the test's bound: waiting it out would fail the test.
     source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(source.run, lambda: None)
-            items: list[Any] = []
-            while len(items) < 2:
-                await anyio.sleep(0.01)  # a bounded poll: the whole test is under fail_after
-                items += source.take(2)
-            for item in items:
-                source.settle(item.task_id, "ok")
+    await take_and_settle(source, 2)
     assert sorted(master.completed) == ["t0", "t1"]
     assert source.exhausted()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
 
+from support.master_source_run import take_and_settle
 from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline.source import MasterSource
 
@@ -50,15 +50,7 @@ async def test_a_silent_master_is_said_once_and_its_return_once() -> None:
     source = MasterSource(master, "tcp://m:1", "job", slots=2, poll_s=0.05)  # type: ignore[arg-type]
     told: list[str] = []
     source.on_event = told.append
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(source.run, lambda: None)
-            items: list[Any] = []
-            while len(items) < 2:
-                await anyio.sleep(0.01)  # a bounded poll: the whole test is under fail_after
-                items += source.take(2)
-            for item in items:
-                source.settle(item.task_id, "ok")
+    await take_and_settle(source, 2)
     assert len(told) == 2, told
     assert told[0].startswith("the master at tcp://m:1 does not answer (AskTimeout)")
     assert "the same command resumes" in told[0]
