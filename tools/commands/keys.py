@@ -62,3 +62,12 @@ def generate(
         highlight=False,
         soft_wrap=True,
     )
+    if not (directory / "cluster.key").exists():
+        # Named pairs alone make no cluster: a new cluster's pair comes without options.
+        console.print(
+            f"{escape(str(directory))} has no cluster.key: for a new cluster, run `troupe keys generate "
+            f"{escape(str(directory))}` (no --operator or --reader) for its pair; in an operator's own "
+            "directory, copy the cluster's cluster.key in",
+            highlight=False,
+            soft_wrap=True,
+        )

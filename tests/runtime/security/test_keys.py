@@ -129,6 +129,18 @@ def test_the_command_generates_and_refuses_with_exit_status_2(tmp_path: Path) ->
     added = _troupe("keys", "generate", str(keys), "--operator", "alice", "--reader", "bob")
     assert added.returncode == 0, added.stderr
     assert (keys / "operator-alice.key_secret").exists() and (keys / "reader-bob.key").exists()
+    assert "no cluster.key" not in added.stdout
+
+
+def test_named_pairs_in_a_directory_without_the_cluster_pair_say_how_to_get_it(tmp_path: Path) -> None:
+    """Named pairs make no cluster: the command says how to make its pair, or where it comes from."""
+    mine = tmp_path / "alice"
+    out = _troupe("keys", "generate", str(mine), "--operator", "alice")
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stdout.split())
+    assert f"{mine} has no cluster.key: for a new cluster, run `troupe keys generate {mine}`" in said
+    assert "copy the cluster's cluster.key in" in said
+    assert not (mine / "cluster.key").exists()  # an operator's own directory stays theirs
 
 
 def test_keys_without_curve_in_libzmq_are_refused_saying_how_to_fix_it(
