@@ -28,7 +28,7 @@ import pytest
 from support.chaos import TaskMaster
 from support.tagged_nodes import tagged_nodes
 from troupe.runtime.core.client import connect
-from troupe.runtime.errors import ConfigError
+from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.hosts import wait_for_nodes
 from troupe.runtime.pipeline.runner import run_pipeline
@@ -167,3 +167,31 @@ def test_cli_refuses_cluster_options_given_wrong(tmp_path: Path, args: list[str]
     assert done.returncode == 2, (done.stdout, done.stderr)
     said = (done.stdout + done.stderr).strip()
     assert named in said and "Traceback" not in said, said
+
+
+def test_a_stage_no_node_can_import_fails_naming_the_node(tmp_path: Path, two_nodes: TaskMaster) -> None:
+    """The nodes import the stage classes themselves: one they cannot import fails the run at
+    once, naming the node that tried and where it looked."""
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "unimportable",
+            "items": 2,
+            "stages": [
+                {
+                    "name": "only",
+                    "actor": "troupe_absent_stage_module:Stage",
+                    "resources": {"tags": ["store"]},
+                }
+            ],
+        }
+    )
+
+    async def run() -> Any:
+        with anyio.fail_after(RUN_TIMEOUT_S):
+            return await run_pipeline(cfg, tmp_path / "out", cluster=two_nodes.endpoint, nodes=2)
+
+    with pytest.raises(StageFailed) as failed:
+        anyio.run(run)
+    said = str(failed.value)
+    assert "stage only: replica unimportable-only-0 on node na could not start" in said, said
+    assert "No module named 'troupe_absent_stage_module'" in said and "current folder" in said, said

@@ -121,7 +121,8 @@ class ReplicaPool:
             log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
             # Said before the stop below is awaited: no item may move while it runs.
             if not stage.ready() and not stage.starting:  # nothing left to run the stage's items
-                self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {name} could not start: {why}")
+                where = f"{name} on node {host.name}" if host is not None and self.hosts.master else name
+                self._fatal = StageFailed(f"stage {stage.cfg.name}: replica {where} could not start: {why}")
             self._changed.set()
             if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
                 await self._stop_worker(name, host)
