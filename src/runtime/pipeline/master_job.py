@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, TaskError
+from troupe.runtime.errors import AskTimeout, ConfigError, TaskError, TroupeError, Unreachable
 from troupe.runtime.tasks.state import FINAL_STATES
 
 from .config import PipelineConfig
 from .source import MasterSource
 
 __all__ = ["master_source"]
+
+_ALIVE_S = 2.0  # how long another run's registration is given to answer before it counts as gone
 
 
 def _job(cfg: PipelineConfig) -> dict[str, Any]:
@@ -77,4 +81,46 @@ async def master_source(
     # request to come back empty, and the run's finalisation with it. Polls are held only
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
+    other = await _another_run(rt, master, job_id, source.worker_id)
+    if other is not None:
+        raise ConfigError(
+            f"the master's job {job_id!r} is being run by another troupe run ({other}): two runs "
+            "would each write part of it; wait for that one to end, or stop it first"
+        )
     return source, before
+
+
+async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | None:
+    """The worker id and endpoint of another live run of the job (a worker registered for its
+    kind that still answers), or None. One that does not answer is a run that was killed: its
+    registration outlives it, and it is no reason to refuse."""
+    status = await rt.control(master, "status", None, timeout=30)
+    workers = status.get("workers", []) if isinstance(status, dict) else []
+    others = [
+        w
+        for w in workers
+        if isinstance(w, dict)
+        and job_id in (w.get("kinds") or [])
+        and w.get("worker_id") != me
+        and w.get("endpoint")
+    ]
+    alive: list[str] = []
+
+    async def look(worker: dict[str, Any]) -> None:
+        if await _answers(rt, str(worker["endpoint"])):
+            alive.append(f"{worker.get('worker_id')} at {worker['endpoint']}")
+
+    async with anyio.create_task_group() as tg:
+        for worker in others:
+            tg.start_soon(look, worker)
+    return alive[0] if alive else None
+
+
+async def _answers(rt: Runtime, endpoint: str) -> bool:
+    try:
+        await rt.control(endpoint, "ping", None, timeout=_ALIVE_S)
+    except (AskTimeout, Unreachable):
+        return False
+    except TroupeError:
+        return True  # an answer, if an error one (a run's runtime has no ping): it is there
+    return True

@@ -211,6 +211,10 @@ class MasterSource:
                         await self._kick.wait()
             await self._flush_reports()
             tg.cancel_scope.cancel()
+        if self.master_outlives_run:  # off the master's list: the next run need not ask after it
+            await self._call(
+                "worker_left", {"worker_id": self.worker_id, "pid": os.getpid(), "reason": "run ended"}
+            )
         wake()
 
     def _registration(self) -> dict[str, Any]:

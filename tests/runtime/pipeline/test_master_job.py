@@ -10,6 +10,7 @@ import pytest
 
 from support.memory_master import MASTER, master_in_memory
 from troupe.actors.datagen.config import default_pipeline
+from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.master_job import master_source
 
@@ -67,3 +68,18 @@ async def test_the_run_leases_its_own_jobs_tasks_only(tmp_path: Path) -> None:
             tg.cancel_scope.cancel()
         assert len(taken) == cfg.items and all(t.startswith(f"{cfg.name}-") for t in taken), taken
         assert jobs["other"]["counts"].get("leased", 0) == 0, jobs["other"]
+
+
+async def test_a_second_live_run_of_the_job_is_refused_and_a_dead_ones_record_is_not(tmp_path: Path) -> None:
+    """Two runs of one job at once would each write part of it; a killed run's registration
+    (it outlives the run) does not block the next."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        async with Runtime("elsewhere", "run", m.hub.transport()) as other:
+            registration = {"node": "elsewhere", "endpoint": other.address, "slots": 4, "kinds": [cfg.name]}
+            await m.call("register_worker", {"worker_id": "elsewhere/pipeline-1", **registration})
+            with pytest.raises(ConfigError) as refused:
+                await master_source(m.client, MASTER, cfg)
+            assert "is being run by another troupe run (elsewhere/pipeline-1 at" in str(refused.value)
+        _, before = await master_source(m.client, MASTER, cfg)  # that run is gone: its record stays
+        assert before == 0
