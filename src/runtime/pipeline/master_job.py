@@ -52,17 +52,25 @@ def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str
 
 
 async def master_source(
-    rt: Runtime, master: str, cfg: PipelineConfig, master_outlives_run: bool = True
+    rt: Runtime, master: str, cfg: PipelineConfig, master_outlives_run: bool = True, fresh: bool = False
 ) -> tuple[MasterSource, int]:
     """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
     say how many of its tasks an earlier run ended (``master_outlives_run``: see MasterSource).
 
     Raises:
-        ConfigError: the master has a job of the pipeline's name with other items.
+        ConfigError: the master has a job of the pipeline's name with other items, or any job of
+            that name when the run is to start anew (``fresh``), or another live run runs it.
     """
     job_id = cfg.name
     jobs = await rt.control(master, "jobs", None, timeout=30)
     known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    if fresh and known is not None:
+        # Its tasks ran once and stay run: starting anew would drop the outputs and run nothing.
+        raise ConfigError(
+            f"--fresh: the master has the job {job_id!r} already ({known.get('total')} tasks, "
+            f"{known.get('state')}); a job's tasks run once, so it cannot start anew on this master: "
+            "give the pipeline another [pipeline] name for a new job, or run without --fresh to resume"
+        )
     if known is not None and known.get("total") != cfg.items:
         raise _other_job(job_id, known, cfg, "")
     try:

@@ -167,9 +167,11 @@ async def run_pipeline(
             return _already_complete(plan.complete)
         failed: StageFailed | None = None
         where = (
-            _on_cluster(resolved, cluster, nodes, keys)
+            _on_cluster(resolved, cluster, nodes, keys, fresh)
             if cluster is not None
-            else _cluster(resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint, template)
+            else _cluster(
+                resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint, template, fresh
+            )
         )
         async with where as running:
             if on_event is not None and isinstance(running.source, MasterSource):
@@ -367,7 +369,7 @@ class _Cluster:
 
 @asynccontextmanager
 async def _on_cluster(
-    cfg: PipelineConfig, master: str, nodes: int, keys: str | os.PathLike[str] | None
+    cfg: PipelineConfig, master: str, nodes: int, keys: str | os.PathLike[str] | None, fresh: bool
 ) -> AsyncIterator[_Cluster]:
     """A client of the running master at ``master``: its job is the items, its live nodes run
     the replicas; nothing is started here, so nothing is stopped but the replicas."""
@@ -376,7 +378,7 @@ async def _on_cluster(
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await master_source(rt, master, cfg)
+        source, before = await master_source(rt, master, cfg, fresh=fresh)
         yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
@@ -390,6 +392,7 @@ async def _cluster(
     node_endpoint: str | None,
     master_endpoint: str | None,
     template: TemplateLink | None = None,
+    fresh: bool = False,
 ) -> AsyncIterator[_Cluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
@@ -420,7 +423,9 @@ async def _cluster(
                     node = node_cfg.endpoint
                 async with connect(node, "local" if local_node is not None else "") as rt:
                     outlives = local_master is None  # one started here replays its journal
-                    source, before = await master_source(rt, master, cfg, outlives) if master else (None, 0)
+                    source, before = (
+                        await master_source(rt, master, cfg, outlives, fresh) if master else (None, 0)
+                    )
                     yield _Cluster(rt, node, local_node, source, before)
             finally:
                 with anyio.CancelScope(shield=True):

@@ -83,3 +83,14 @@ async def test_a_second_live_run_of_the_job_is_refused_and_a_dead_ones_record_is
             assert "is being run by another troupe run (elsewhere/pipeline-1 at" in str(refused.value)
         _, before = await master_source(m.client, MASTER, cfg)  # that run is gone: its record stays
         assert before == 0
+
+
+async def test_starting_anew_is_refused_once_the_master_has_the_job(tmp_path: Path) -> None:
+    """A job's tasks run once: a fresh run would drop the outputs and then run nothing."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        await master_source(m.client, MASTER, cfg, fresh=True)  # no such job yet: it is made
+        with pytest.raises(
+            ConfigError, match=r"--fresh: the master has the job 'indoor-nav' already \(4 tasks"
+        ):
+            await master_source(m.client, MASTER, cfg, fresh=True)
