@@ -133,5 +133,9 @@ class Actor:
     async def restarted(self, reason: str) -> None:
         """Called instead of ``started`` after a restart; ``reason`` says what failed."""
 
+    def stop_requested(self) -> None:
+        """Called at shutdown before the mailbox is drained: the moment to end waits that would
+        hold the drain up to its deadline (a wait on a peer that may be stopping too)."""
+
     async def stopping(self) -> None:
         """Called at shutdown after the mailbox has been drained."""

@@ -282,6 +282,13 @@ class Cell:
             return
         await self.runtime.reply_error_payload(msg.route, msg.msg_id, payload)
 
+    def stop_requested_hook(self) -> None:
+        """Run the actor's ``stop_requested`` hook, logging (not raising) its failure."""
+        try:
+            self.actor.stop_requested()
+        except Exception as exc:
+            log.error("stop_requested_hook_failed", actor=self.name, error=repr(exc))
+
     async def stop_hook(self) -> None:
         """Run the actor's ``stopping`` hook, logging (not raising) its failure."""
         try:

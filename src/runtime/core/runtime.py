@@ -231,6 +231,8 @@ class Runtime(Inbound):
         cells = list(self.cells.values())
         for cell in cells:
             cell.mailbox.close()
+        for cell in cells:
+            cell.stop_requested_hook()
         with anyio.move_on_after(self.drain_timeout):
             for cell in cells:
                 await cell.done.wait()

@@ -126,6 +126,8 @@ async def pull_inputs(
         why = f"holder {holder} no longer holds it"
         error = ""
         with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
+            if _STOPPING[0]:
+                scope.cancel()  # nothing is pulled: the items count as lost (run again)
             PULLS.setdefault(holder, set()).add(scope)
             try:
                 reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
@@ -139,7 +141,11 @@ async def pull_inputs(
                 if not PULLS[holder]:
                     del PULLS[holder]
         if scope.cancelled_caught:
-            why = f"holder {holder} is gone (the engine lost its replica)"
+            why = (
+                "this replica is stopping"
+                if _STOPPING[0]
+                else f"holder {holder} is gone (the engine lost its replica)"
+            )
         for i, key in wanted:
             if key in got:
                 filled[i] = got[key]
@@ -163,6 +169,10 @@ OUTBOX_CLASS = "troupe.runtime.pipeline.handoff:Outbox"
 PULLS: dict[str, set[anyio.CancelScope]] = {}
 """This process's pulls in progress, by holder: the engine ends those from a holder it lost
 (``stage_holder_gone``) rather than leave them waiting ``PULL_TIMEOUT_S`` for a dead process."""
+
+_STOPPING: list[bool] = [False]
+"""This process stops (``Outbox.stop_requested``): the calls its stage still drains pull nothing;
+their holders may be stopping too, and waiting on them would hold the stop up to its deadline."""
 
 
 class Outbox(Actor):
@@ -192,3 +202,14 @@ class Outbox(Actor):
     @handles("stage_held")
     def _held(self, payload: Any) -> dict[str, int]:
         return {"items": len(HELD), "bytes": HELD.bytes}
+
+    async def started(self) -> None:
+        _STOPPING[0] = False  # a process's new replica (tests host several in one process)
+
+    def stop_requested(self) -> None:
+        """The worker stops: pulls in progress end now, and later ones pull nothing; their
+        items count as lost, and the engine, if it still runs, runs them again elsewhere."""
+        _STOPPING[0] = True
+        for scopes in list(PULLS.values()):
+            for scope in list(scopes):
+                scope.cancel()

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import numpy as np
 
 from troupe.runtime.errors import AskTimeout
-from troupe.runtime.pipeline.handoff import HeldOutputs, payload_bytes, pull_inputs
+from troupe.runtime.pipeline.handoff import HeldOutputs, Outbox, payload_bytes, pull_inputs
 
 
 def test_payload_bytes_counts_buffers_by_size_and_strings_by_length() -> None:
@@ -60,3 +61,41 @@ async def test_pull_fills_each_item_from_its_holder_and_marks_what_cannot_be_had
         ("dead/outbox", ["k4"]),
         ("up-0/outbox", ["k0", "k2", "k-gone"]),
     ]  # one ask per holder
+
+
+async def test_a_stopping_replica_ends_its_pulls_and_starts_none() -> None:
+    """Stopping, a replica's drain must not wait on holders that may be stopping too: the pull
+    under way ends at once, a later one pulls nothing, and both items count as lost."""
+    asking = anyio.Event()
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        asking.set()
+        await anyio.sleep_forever()  # a holder that never answers (it is gone)
+
+    outbox = Outbox()
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                pulled: list[Any] = []
+
+                async def pull() -> None:
+                    pulled.append(await pull_inputs(ask, [None], [["up-0/outbox", "k0"]]))
+
+                tg.start_soon(pull)
+                await asking.wait()
+                outbox.stop_requested()
+            _, lost, _ = pulled[0]
+            assert lost == {0: "this replica is stopping"}
+            _, later, _ = await pull_inputs(ask, [None], [["up-0/outbox", "k1"]])
+            assert later == {0: "this replica is stopping"}
+    finally:
+        await outbox.started()  # this process's next replica pulls again
+    _, fresh_lost, _ = await pull_inputs(_holder_with("k2"), [None], [["up-0/outbox", "k2"]])
+    assert fresh_lost == {}
+
+
+def _holder_with(key: str) -> Any:
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        return {"items": {key: "value"}}
+
+    return ask
