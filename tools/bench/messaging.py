@@ -11,7 +11,6 @@ CURVE on their sockets.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.security.keys import generate_keys, load_keys
+from troupe.runtime.transports.loopback import free_endpoint
 
 from .floor import floor_echo_round_trips
 from .raw import CurvePairs, raw_echo_round_trips, raw_one_way, run_apart
@@ -41,13 +41,6 @@ __all__ = ["bench_keys", "measure_messaging", "measure_startup"]
 # shorter run measures that window rather than the steady state: raw 22k/s over 1,600 round
 # trips, 11k/s over 8,000.
 N_ASK1 = 8_000
-
-
-def free_endpoint() -> str:
-    """A loopback TCP endpoint on a port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def _bench_workers() -> tuple[WorkerSpec, ...]:

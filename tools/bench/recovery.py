@@ -47,8 +47,7 @@ from troupe.runtime.node.config import (
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
-
-from .messaging import free_endpoint
+from troupe.runtime.transports.loopback import free_endpoint
 
 __all__ = ["measure_recovery", "spawn_floor"]
 

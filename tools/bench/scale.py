@@ -50,8 +50,7 @@ from troupe.runtime.errors import ActorStopped, Unreachable
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
 from troupe.runtime.tasks.task_actor import LeasedTask
-
-from .messaging import free_endpoint
+from troupe.runtime.transports.loopback import free_endpoint
 
 __all__ = ["measure_scale", "scale_table", "task_duration"]
 

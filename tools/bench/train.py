@@ -80,8 +80,8 @@ from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.local import start_local_node
+from troupe.runtime.transports.loopback import free_endpoint
 
-from .messaging import free_endpoint
 from .pipeline import usable_cores
 
 __all__ = [

@@ -17,14 +17,7 @@ import structlog
 
 from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import (
-    AskTimeout,
-    ConfigError,
-    StageFailed,
-    TroupeError,
-    UnknownActor,
-    UnknownMessageType,
-)
+from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, UnknownActor, UnknownMessageType
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -32,7 +25,7 @@ from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts
 from .model import ScaleInput, decide_scaling
 from .records import Replica, StageState, node_of
-from .source import STOP_TELL_S, ItemSource
+from .source import ItemSource, send_unanswered
 
 __all__ = ["ReplicaPool"]
 
@@ -291,14 +284,12 @@ class ReplicaPool:
         self._launched.pop(name, None)
         if host is None or host.name not in self.hosts.alive:
             return  # its node is gone, and its processes with it
+        if unanswered:  # the node stops the worker without us
+            await send_unanswered(self.runtime, host.endpoint, "stop_worker", {"name": name})
+            return
         with anyio.CancelScope(shield=True):
             try:
-                await self.runtime.control(
-                    host.endpoint, "stop_worker", {"name": name}, timeout=STOP_TELL_S if unanswered else 30
-                )
-            except AskTimeout as exc:
-                if not unanswered:  # else: sent; the node stops the worker without us
-                    log.warning("replica_stop_failed", replica=name, error=str(exc))
+                await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
 

@@ -23,14 +23,24 @@ import structlog
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, TroupeError, UnknownWorker, Unreachable
 
-__all__ = ["STOP_TELL_S", "ItemSource", "LocalSource", "MasterSource", "SourceItem"]
+__all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
 
 log = structlog.get_logger(__name__)
 
 # How long a stopping run's last messages (to the master, to the replicas' nodes) wait: enough
 # to leave this process (its sockets close without lingering), not for the answers nobody reads.
-STOP_TELL_S = 0.5
+_STOP_TELL_S = 0.5
 _SILENT_RETRY_S = 0.5  # the pause after a call the master did not answer
+
+
+async def send_unanswered(runtime: Runtime, endpoint: str, msg_type: str, payload: Any) -> None:
+    """Send a control message from a run being cancelled, whose runtime reads no more replies:
+    it leaves, and nobody waits for the answer (nor hears of a peer that is gone)."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await runtime.control(endpoint, msg_type, payload, timeout=_STOP_TELL_S)
+        except TroupeError:
+            pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +289,7 @@ class MasterSource:
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for kind, payload in messages:
-                    tg.start_soon(self._tell, kind, payload)
+                    tg.start_soon(send_unanswered, self.runtime, self.master, kind, payload)
         if messages:
             log.info("pipeline_leases_released", job_id=self.job_id, messages=len(messages))
 
@@ -292,12 +302,6 @@ class MasterSource:
             "request": 0,
             "given_back": True,  # the worker may lease the kind again: the next run is another
         }
-
-    async def _tell(self, msg_type: str, payload: Any) -> None:
-        try:
-            await self.runtime.control(self.master, msg_type, payload, timeout=STOP_TELL_S)
-        except TroupeError:
-            pass  # sent; the answer is not read (or the master is gone: its leases expire)
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
         try:
