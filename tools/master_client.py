@@ -132,7 +132,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
     for n in status["nodes"]:
         r = n.get("resources") or {}
         nodes.add_row(
-            n["node"],
+            escape(str(n["node"])),
             "yes" if n["alive"] else "[red]dead[/]",
             str(n["workers"]),
             str(r.get("cpus", "-")),
@@ -147,13 +147,14 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         workers.add_column(col)
     busiest = sorted(status["workers"], key=lambda w: (-w["used"], w["worker_id"]))
     for w in busiest[:_WORKER_ROWS]:
+        # A worker registers its id, node and kinds itself: text from a peer, not markup.
         workers.add_row(
-            w["worker_id"],
-            w["node"],
+            escape(str(w["worker_id"])),
+            escape(str(w["node"])),
             f"{w['used']}/{w['slots']}",
             str(w["gpu"]),
             "yes" if w["draining"] else "no",
-            ",".join(w["kinds"]) or "any",
+            escape(",".join(map(str, w["kinds"]))) or "any",
         )
     return [head, nodes, workers, jobs_table(status["jobs"])]
 
@@ -162,7 +163,8 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     """Render the master's jobs: state, progress by task state, rate, what stuck tasks wait for."""
     table = Table(title="jobs")
     for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s", "waiting"):
-        table.add_column(col)
+        # The job id is what `troupe ctl cancel` and `dead` take: never cut (see print_whole).
+        table.add_column(col, no_wrap=col != "waiting")
     for j in jobs:
         c = j["counts"]
         rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job

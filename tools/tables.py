@@ -5,10 +5,31 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
-__all__ = ["security_cell", "status_tables"]
+__all__ = ["print_whole", "security_cell", "status_tables"]
+
+
+def print_whole(console: Console, table: RenderableType) -> None:
+    """Print ``table`` at least as wide as its narrowest rendering without cut cells.
+
+    At the console's width (80 columns when the output is a pipe), rich shortens cells with an
+    ellipsis: a job id ``indoor-nav`` became ``indoo…``, which ``troupe ctl cancel`` cannot
+    take. Wider than the terminal, the lines wrap there, and a pipe gets them whole.
+    """
+    needed = Measurement.get(console, console.options.update_width(10_000), table).minimum
+    width = console.width
+    if needed <= width:
+        console.print(table)
+        return
+    console.width = needed
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 def security_cell(security: dict[str, Any]) -> str:

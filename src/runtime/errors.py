@@ -30,7 +30,8 @@
     │   └── KindNotRun                     a runner does not run that task kind (tasks.getter)
     ├── FaultInjected                      raised on purpose by fault injection
     ├── ItemFailed                         one pipeline item failed and is pruned (not retried)
-    └── StageFailed                        a stage could not start, or its start or finalize hook failed
+    ├── StageFailed                        a stage could not start, or its start or finalize hook failed
+    └── JobCancelled                       a pipeline's job was cancelled at the master mid-run
 
 Classes are defined here unless the tree names their module (under ``troupe.runtime``); a test
 (tests/runtime/test_error_tree.py) parses this tree and fails on a TroupeError subclass of the
@@ -57,6 +58,7 @@ __all__ = [
     "FaultInjected",
     "InvalidTaskId",
     "ItemFailed",
+    "JobCancelled",
     "JournalError",
     "MailboxFull",
     "MessageTooLarge",
@@ -243,6 +245,13 @@ class StageFailed(TroupeError):
     hook again."""
 
     code = "stage_failed"
+
+
+class JobCancelled(TroupeError):
+    """A pipeline run's job was cancelled at the master (``troupe ctl cancel``) while it ran: the
+    run stops as a stopped run does, and what its stages committed stays committed."""
+
+    code = "job_cancelled"
 
 
 class Partitioned(Unreachable):

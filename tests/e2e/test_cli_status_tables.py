@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from troupe.cli.master_client import jobs_table, master_tables
-from troupe.cli.tables import status_tables
+from troupe.cli.tables import print_whole, status_tables
 
 
 def text(tables: list[Table]) -> str:
@@ -116,3 +116,36 @@ def test_a_cancelled_job_shows_no_rate() -> None:
     table = rows([jobs_table([job("running"), job("cancelled")])])
     assert table["job-running"][7] == "2.0"
     assert table["job-cancelled"][7] == "-"
+
+
+def test_a_job_id_is_printed_whole_on_a_narrow_terminal() -> None:
+    """`troupe ctl cancel` takes the id `ctl jobs` shows: at 80 columns (a pipe's width) the
+    table had cut ``indoor-nav`` to ``indoo…``. It is printed as wide as its cells need."""
+    long_id = "indoor-nav-from-the-second-building-2026"
+    console = Console(record=True, width=80, color_system=None)
+    print_whole(console, jobs_table([{**job("running"), "job_id": long_id}]))
+    printed = console.export_text()
+    assert long_id in printed
+    assert "…" not in printed
+    assert console.width == 80  # the console itself is left as it was
+
+
+def test_what_workers_registered_is_shown_as_text_not_markup() -> None:
+    """A worker's id, node and kinds come from its registration: rich markup in them is
+    printed as written, not interpreted (nor an error that hides the table)."""
+    reply = master_reply("master")
+    reply["workers"] = [
+        {
+            "worker_id": "[red]w1[/]",
+            "node": "[bold]n1",
+            "used": 0,
+            "slots": 1,
+            "gpu": 0,
+            "draining": False,
+            "kinds": ["[blink]k"],
+        }
+    ]
+    printed = text(master_tables(reply))
+    assert "[red]w1[/]" in printed
+    assert "[bold]n1" in printed
+    assert "[blink]k" in printed

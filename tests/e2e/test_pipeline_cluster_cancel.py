@@ -19,17 +19,14 @@ import anyio
 import pytest
 
 from support.chaos import TaskMaster
+from support.gated_pipeline import gated_config, running_replicas
 from support.hook_stages import read_records
 from support.tagged_nodes import tagged_nodes
-from troupe.runtime.core.client import connect
-from troupe.runtime.pipeline.config import PipelineConfig
-from troupe.runtime.pipeline.hosts import wait_for_nodes
 from troupe.runtime.pipeline.runner import run_pipeline
 from troupe.runtime.testing.plugin import import_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-STAGES = "support.direct_plane_stages"
 NODES = {"na": ("127.0.0.2", "store"), "nb": ("127.0.0.3", "plain")}
 ITEMS = 6
 RUN_TIMEOUT_S = 240
@@ -42,34 +39,6 @@ def two_nodes(tmp_path: Path, master: TaskMaster) -> Iterator[TaskMaster]:
         yield master
 
 
-def _config(log: Path, gate: Path) -> PipelineConfig:
-    kwargs = {"nbytes": 1024, "log": str(log)}
-    return PipelineConfig.model_validate(
-        {
-            "name": "cancelled",
-            "items": ITEMS,
-            "scale_interval_s": 0.1,
-            "stages": [
-                {"name": "make", "actor": f"{STAGES}:MakePayload", "kwargs": kwargs},
-                {"name": "check", "actor": f"{STAGES}:CheckPayload", "kwargs": {**kwargs, "gate": str(gate)}},
-            ],
-        }
-    )
-
-
-async def _running_replicas(master: str) -> list[str]:
-    async with connect(master) as rt:
-        names = []
-        for host in await wait_for_nodes(rt, master, len(NODES), timeout_s=30):
-            reply = await rt.control(host.endpoint, "supervision", None, timeout=30)
-            names += [
-                str(w["name"])
-                for w in reply["workers"]
-                if str(w.get("name", "")).startswith("cancelled-") and w.get("state") == "running"
-            ]
-        return names
-
-
 async def _leased(master: TaskMaster) -> int:
     jobs = {j["job_id"]: j for j in await master.call("jobs")}
     counts: dict[str, Any] = jobs["cancelled"]["counts"]
@@ -80,7 +49,7 @@ def test_a_cancelled_run_stops_its_replicas_and_gives_its_leases_back(
     tmp_path: Path, two_nodes: TaskMaster
 ) -> None:
     log, gate = tmp_path / "seen.jsonl", tmp_path / "gate"
-    cfg = _config(log, gate)
+    cfg = gated_config("cancelled", ITEMS, log, gate)
 
     async def cancelled_mid_run() -> None:
         async with anyio.create_task_group() as tg:
@@ -91,7 +60,7 @@ def test_a_cancelled_run_stops_its_replicas_and_gives_its_leases_back(
             tg.cancel_scope.cancel()
 
     anyio.run(cancelled_mid_run)
-    assert anyio.run(_running_replicas, two_nodes.endpoint) == []
+    assert anyio.run(running_replicas, two_nodes.endpoint, "cancelled", len(NODES)) == []
 
     async def leases_given_back() -> None:
         with anyio.fail_after(LEASED_WAIT_S):
@@ -110,4 +79,4 @@ def test_a_cancelled_run_stops_its_replicas_and_gives_its_leases_back(
     assert result.counts()["dead"] == 0, result.errors
     checked = {r["task_id"] for r in read_records(log) if r["stage"] == "check"}
     assert checked == {f"cancelled-{i:06d}" for i in range(ITEMS)}
-    assert anyio.run(_running_replicas, two_nodes.endpoint) == []
+    assert anyio.run(running_replicas, two_nodes.endpoint, "cancelled", len(NODES)) == []

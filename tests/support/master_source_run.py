@@ -8,7 +8,22 @@ import anyio
 
 from troupe.runtime.pipeline.source import MasterSource
 
-__all__ = ["take_and_settle"]
+__all__ = ["RuntimeControls", "take_and_settle"]
+
+
+class RuntimeControls:
+    """The control handlers of a fake runtime: a MasterSource registers ``cancel_lease`` on
+    the runtime it is given while it runs, and unregisters it after."""
+
+    def __init__(self) -> None:
+        self.control_handlers: dict[str, Any] = {}
+
+    def register_control(self, name: str, handler: Any) -> None:
+        assert name not in self.control_handlers, f"{name} registered twice"
+        self.control_handlers[name] = handler
+
+    def unregister_control(self, name: str) -> Any:
+        return self.control_handlers.pop(name)
 
 
 async def take_and_settle(source: MasterSource, n: int, timeout: float = 20.0) -> None:

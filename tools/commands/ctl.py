@@ -21,7 +21,7 @@ from troupe.cli.master_client import (
     reachable,
     submit_job,
 )
-from troupe.cli.tables import status_tables
+from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.security.process import install, keys_for
@@ -80,7 +80,7 @@ def ping(
     start = time.perf_counter()
     reply: dict[str, Any] = run_async(control, node, "ping", None, timeout)
     ms = (time.perf_counter() - start) * 1000
-    console.print(f"node [bold]{reply['node']}[/] (pid {reply['pid']}) answered in {ms:.1f} ms")
+    console.print(f"node [bold]{escape(str(reply['node']))}[/] (pid {reply['pid']}) answered in {ms:.1f} ms")
 
 
 @ctl_app.command("status")
@@ -102,12 +102,12 @@ def status(
         return
     if node_reply is not None:
         for table in status_tables(node_reply):
-            console.print(table)
+            print_whole(console, table)
     else:
         err_console.print(f"[yellow]note:[/] {escape(node_error)}", highlight=False, soft_wrap=True)
     if master_reply is not None:
         for table in master_tables(master_reply):
-            console.print(table)
+            print_whole(console, table)
 
 
 async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, str]:
@@ -187,7 +187,7 @@ def jobs(
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
         return
-    console.print(jobs_table(reply))
+    print_whole(console, jobs_table(reply))
 
 
 @ctl_app.command("cancel")

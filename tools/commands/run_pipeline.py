@@ -174,6 +174,12 @@ async def _finish_run(
         before = start.before
         if as_json:
             return
+        if start.job_cancelled:
+            console.print(
+                "the master's job was cancelled (`troupe ctl cancel`): nothing more runs; "
+                "finalising what earlier runs committed (a new job needs another \\[pipeline] name)"
+            )
+            return
         if start.before >= start.items:
             console.print("every item was done by an earlier run; finalising")
             return

@@ -42,7 +42,7 @@ import anyio
 import structlog
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import StageFailed, TroupeError, Unreachable
+from troupe.runtime.errors import JobCancelled, StageFailed, TroupeError, Unreachable
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -172,6 +172,8 @@ class PipelineEngine(ReplicaPool):
         Raises:
             StageFailed: a stage's start or finalize hook failed (nothing is lost: the
                 items committed stay committed, and a rerun runs the hook again).
+            JobCancelled: the source's job was cancelled at the master mid-run; the replicas
+                are stopped, and nothing is finalised.
         """
         wire = self._count_wire_bytes()
         try:
@@ -199,10 +201,10 @@ class PipelineEngine(ReplicaPool):
             restarted=self.restarted,
         )
 
-    async def _run_items(self) -> tuple[StageFailed | None, PipelineMetrics | None]:
+    async def _run_items(self) -> tuple[StageFailed | JobCancelled | None, PipelineMetrics | None]:
         """Everything ``run`` does but the replicas' stop: a start or finalize hook's failure,
         and the items' figures (None when it failed first)."""
-        failed: StageFailed | None = None
+        failed: StageFailed | JobCancelled | None = None
         metrics: PipelineMetrics | None = None
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -225,7 +227,7 @@ class PipelineEngine(ReplicaPool):
                 self._flush_releases()
                 self._finishing = True  # the scaler rests: finalize's replica must stay
                 await self._finalize_hooks()
-            except StageFailed as exc:  # raised by run, not wrapped in the group's ExceptionGroup
+            except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
                 failed = exc
             tg.cancel_scope.cancel()
         return failed, metrics
@@ -321,7 +323,12 @@ class PipelineEngine(ReplicaPool):
         return room
 
     async def _dispatch_loop(self) -> None:
-        while not self._finished():
+        while True:
+            halted = self.source.halted()  # before the finish: a halted source has no more items
+            if halted is not None:
+                raise JobCancelled(halted)
+            if self._finished():
+                return
             if self._fatal is not None:
                 raise self._fatal
             self._fill_source()

@@ -89,6 +89,7 @@ async def master_source(
     # request to come back empty, and the run's finalisation with it. Polls are held only
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
+    source.cancelled_before = known is not None and known.get("state") == "cancelled"
     other = await _another_run(rt, master, job_id, source.worker_id)
     if other is not None:
         raise ConfigError(

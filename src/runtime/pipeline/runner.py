@@ -82,6 +82,8 @@ class RunStart:
         before: items an earlier run into the same ``out`` had ended already.
         stages: the number of stages.
         out: the output directory, or None.
+        job_cancelled: the master's job was cancelled before this run (``troupe ctl cancel``):
+            nothing more runs, and the run finalises what earlier runs committed.
     """
 
     startup_s: float
@@ -89,6 +91,7 @@ class RunStart:
     before: int
     stages: int
     out: Path | None
+    job_cancelled: bool = False
 
 
 async def run_pipeline(
@@ -178,7 +181,8 @@ async def run_pipeline(
                 running.source.on_event = on_event
             if on_start is not None:
                 up = time.perf_counter() - t0
-                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir))
+                cancelled = isinstance(running.source, MasterSource) and running.source.cancelled_before
+                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled))
             engine_created = time.monotonic()
             engine = PipelineEngine(
                 resolved,

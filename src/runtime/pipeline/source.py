@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
+from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, TroupeError, UnknownWorker, Unreachable
 
@@ -79,6 +80,11 @@ class ItemSource(Protocol):
         waiting for answers (a cancelled runtime reads none)."""
         ...
 
+    def halted(self) -> str | None:
+        """Why the run must stop now with its items unfinished (the job was cancelled where the
+        items come from), as a line for people; None while it may go on."""
+        ...
+
 
 class LocalSource:
     """Items for seeds ``seed_start .. seed_start + count - 1``, ids ``{name}-{i:06d}``."""
@@ -110,6 +116,10 @@ class LocalSource:
 
     async def release(self) -> None:
         """Nothing held: the engine's outcomes are the whole record."""
+
+    def halted(self) -> str | None:
+        """Never: nobody else can cancel a seed range."""
+        return None
 
 
 class MasterSource:
@@ -163,6 +173,11 @@ class MasterSource:
         self._kick = anyio.Event()
         self._done = False
         self.dead: dict[str, str] = {}
+        # A lease the master took back, or a renewal it refused: the job may have been
+        # cancelled, and the loop asks the master for its state (``_look_at_job``).
+        self._suspect = False
+        self._halted: str | None = None
+        self.cancelled_before = False  # the job was cancelled before the run (master_job sets it)
 
     def take(self, n: int) -> list[SourceItem]:
         out = []
@@ -187,8 +202,28 @@ class MasterSource:
             self._reports.append(("fail", {**base, "error": error or outcome, "traceback": traceback}))
         self._kick.set()
 
+    def halted(self) -> str | None:
+        return self._halted
+
     async def run(self, wake: Callable[[], None]) -> None:
         await self._call("register_worker", self._registration())
+        # The master tells a worker whose lease it takes back (``cancel_lease``); the run's
+        # runtime answers for this source, unless another part of the process does already.
+        answers = "cancel_lease" not in self.runtime.control_handlers
+        if answers:
+            self.runtime.register_control("cancel_lease", self._lease_taken_back)
+        try:
+            await self._lease_loop(wake)
+        finally:
+            if answers:
+                self.runtime.unregister_control("cancel_lease")
+        if self.master_outlives_run and self._halted is None:  # off the master's list
+            await self._call(
+                "worker_left", {"worker_id": self.worker_id, "pid": os.getpid(), "reason": "run ended"}
+            )
+        wake()
+
+    async def _lease_loop(self, wake: Callable[[], None]) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew_loop)
             while not self._done:
@@ -197,6 +232,10 @@ class MasterSource:
                     # one transaction, and the freed slots go in one request. With no lease
                     # left, no report can join them: the job's end is told at once.
                     await anyio.sleep(self.report_window_s)
+                if self._suspect:
+                    await self._look_at_job()
+                    if self._halted is not None:
+                        break
                 await self._flush_reports()
                 await self._check_finished()  # cheap; ends the run as soon as the job is over
                 if self._done:
@@ -219,13 +258,40 @@ class MasterSource:
                     self._kick = anyio.Event()
                     with anyio.move_on_after(self.poll_s):
                         await self._kick.wait()
-            await self._flush_reports()
+            if self._halted is None:
+                await self._flush_reports()
             tg.cancel_scope.cancel()
-        if self.master_outlives_run:  # off the master's list: the next run need not ask after it
-            await self._call(
-                "worker_left", {"worker_id": self.worker_id, "pid": os.getpid(), "reason": "run ended"}
-            )
-        wake()
+
+    async def _lease_taken_back(self, payload: Any) -> bool:
+        """The master's ``cancel_lease``: the job was cancelled, or the lease expired or went to
+        another copy. Which one, the loop asks the master (a control handler must not wait)."""
+        p = ControlPayload("cancel_lease", payload)
+        if p.require("worker_id", str) != self.worker_id:
+            return False
+        if p.optional("task_id", str, "") not in self._leases:
+            return False
+        self._suspect = True
+        self._kick.set()
+        return True
+
+    async def _look_at_job(self) -> None:
+        """Halt the run if its job was cancelled at the master: it leases nothing more, and the
+        engine stops the items in flight (their leases are the master's again already)."""
+        self._suspect = False
+        view = await self._call("wait_job", {"job_id": self.job_id, "timeout_s": 0})
+        if not isinstance(view, dict) or view.get("state") != "cancelled":
+            return
+        done = (view.get("counts") or {}).get("done", 0)
+        self._halted = (
+            f"the master's job {self.job_id!r} was cancelled (`troupe ctl cancel`) with {done} of "
+            f"{view.get('total')} items done: the run stopped, and its replicas with it; what the "
+            "stages committed stays (the same command run again finalises the output with it)"
+        )
+        log.warning("pipeline_job_cancelled", job_id=self.job_id, done=done)
+        self._done = True
+        self._ready.clear()
+        self._leases.clear()  # nothing to give back: the master took them
+        self._reports.clear()  # ends the master ignores: the tasks are cancelled
 
     def _registration(self) -> dict[str, Any]:
         """What this source registers with the master as, a worker with ``slots`` slots."""
@@ -272,6 +338,9 @@ class MasterSource:
                 )
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
+                elif reply:  # refused: the job may have been cancelled (a missed cancel_lease)
+                    self._suspect = True
+                    self._kick.set()
 
     async def release(self) -> None:
         """Tell the master the ends already known, and give back every other lease (``decline``:

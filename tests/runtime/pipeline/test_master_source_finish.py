@@ -7,19 +7,20 @@ from typing import Any
 import anyio
 import pytest
 
-from support.master_source_run import take_and_settle
+from support.master_source_run import RuntimeControls, take_and_settle
 from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
 
 
-class _FakeMaster:
+class _FakeMaster(RuntimeControls):
     """Answers a MasterSource's control calls as a master with one job of ``tasks`` tasks."""
 
     node = "n"
     address = "tcp://127.0.0.1:1"
 
     def __init__(self, tasks: int) -> None:
+        super().__init__()
         self.todo = [
             {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0}
             for i in range(tasks)

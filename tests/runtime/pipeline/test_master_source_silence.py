@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from support.master_source_run import take_and_settle
+from support.master_source_run import RuntimeControls, take_and_settle
 from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
 
 
-class _SilentThenBack:
+class _SilentThenBack(RuntimeControls):
     """Answers a MasterSource as a master with one job of two tasks, after ``silent`` calls that
     time out (whatever they ask: a master that is down answers nothing)."""
 
@@ -22,6 +22,7 @@ class _SilentThenBack:
     address = "tcp://127.0.0.1:1"
 
     def __init__(self, silent: int) -> None:
+        super().__init__()
         self.silent = silent
         self.todo = [
             {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0} for i in range(2)
