@@ -182,6 +182,14 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _check(writable_problem(out, "--out"), _connect_problem(master, "--cluster"))
+    from troupe.cli.master_client import reachable
+
+    if not reachable(master):  # before --out gets its logs: a typo in the endpoint leaves nothing
+        raise fail(
+            f"--cluster: no master at {master} (connection refused); start one with "
+            "`troupe master start`, or give the endpoint of the running one",
+            1,
+        )
 
 
 def check_demo(log_dir: Path, endpoint: str) -> None:

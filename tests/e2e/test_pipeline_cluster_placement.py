@@ -33,6 +33,7 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.hosts import wait_for_nodes
 from troupe.runtime.pipeline.runner import run_pipeline
 from troupe.runtime.testing.plugin import import_path
+from troupe.runtime.transports.loopback import free_endpoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -167,6 +168,18 @@ def test_cli_refuses_cluster_options_given_wrong(tmp_path: Path, args: list[str]
     assert done.returncode == 2, (done.stdout, done.stderr)
     said = (done.stdout + done.stderr).strip()
     assert named in said and "Traceback" not in said, said
+
+
+def test_cli_refuses_a_cluster_with_no_master_and_makes_no_out(tmp_path: Path) -> None:
+    """``--cluster`` at an endpoint where nothing listens (a typo): exit 1 at once, one line
+    naming the endpoint, and --out is not made (it had got a logs folder)."""
+    pipeline = _pipeline_toml(tmp_path / "p.toml", "cli-none", ["store"])
+    nobody = free_endpoint()
+    done = _troupe("run", str(pipeline), "--out", str(tmp_path / "out"), "--cluster", nobody, timeout=120)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    said = (done.stdout + done.stderr).strip()
+    assert f"no master at {nobody}" in said and "Traceback" not in said, said
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_stage_no_node_can_import_fails_naming_the_node(tmp_path: Path, two_nodes: TaskMaster) -> None:
