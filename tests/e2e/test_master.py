@@ -232,16 +232,15 @@ def test_a_killed_worker_s_tasks_run_elsewhere_long_before_their_lease_ends(
     tasks = task_cluster({"n1": 1.0, "n2": 1.0})
     lease_s = 300
     tasks.submit("held", f'kind = "sleep"\ncount = 6\nlease_s = {lease_s}', {"min_ms": 2000, "max_ms": 2000})
-    started = time.monotonic()
     busy = wait_for("a worker holding a lease", lambda: [w for w in tasks.workers() if w["used"]])
     node, worker = busy[0]["worker_id"].split("/")
     node_status = anyio.run(master_call, tasks.nodes[node][1], "status", None, 5.0)
     pid = next(w["pid"] for w in node_status["workers"] if w["name"] == worker)
     os.kill(pid, signal.SIGKILL)
+    # A wait far shorter than the lease: had the killed worker's lease been waited out, the job
+    # would not be done when it ends.
     job = tasks.wait_job("held", timeout=60)
-    elapsed = time.monotonic() - started
     assert job["state"] == "done" and job["counts"]["done"] == 6
-    assert elapsed < lease_s, elapsed  # the killed worker's lease was not waited out
     rerun = [r for r in tasks.results("held-") if r["attempt"] == 2]
     assert rerun and all(r["pid"] != pid for r in rerun)
 
