@@ -1,9 +1,11 @@
-"""The ``troupe`` console script: a Ctrl-C while the command still imports ends it quietly.
+"""The ``troupe`` console script: a Ctrl-C before the command handles stop signals itself ends
+it quietly.
 
-The command's modules take most of a second to import on a small machine, and its own handling
-of stop signals (``stop_signals``) begins only after that; an interrupt before then printed
-Python's traceback of whichever module was loading. Nothing has started by then, so the command
-exits 130, as it does for a Ctrl-C anywhere else.
+The command's modules take most of a second to import on a small machine, and typer builds the
+command line from every command's signature after that (another fraction of a second); the
+command's own handling of stop signals (``stop_signals``) begins only then. An interrupt before
+it printed Python's traceback of whichever module was loading, or of typer's signature parsing.
+Nothing has started by then, so the command exits 130, as it does for a Ctrl-C anywhere else.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def main() -> None:
     """Import the command, then run it."""
     try:
         from troupe.cli.main import app
+
+        app()
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
-    app()
