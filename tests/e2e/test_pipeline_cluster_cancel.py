@@ -22,6 +22,7 @@ from support.chaos import TaskMaster
 from support.gated_pipeline import gated_config, running_replicas
 from support.hook_stages import read_records
 from support.tagged_nodes import tagged_nodes
+from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.runner import run_pipeline
 from troupe.runtime.testing.plugin import import_path
 
@@ -30,6 +31,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 NODES = {"na": ("127.0.0.2", "store"), "nb": ("127.0.0.3", "plain")}
 ITEMS = 6
 RUN_TIMEOUT_S = 240
+SUPPORT = "support.direct_plane_stages"
+STOPPED_WAIT_S = 60  # a bound on the stop of a cancelled run's replicas
 LEASED_WAIT_S = 30  # a bound on the poll for the given-back leases (they would hold for 120 s)
 
 
@@ -80,3 +83,42 @@ def test_a_cancelled_run_stops_its_replicas_and_gives_its_leases_back(
     checked = {r["task_id"] for r in read_records(log) if r["stage"] == "check"}
     assert checked == {f"cancelled-{i:06d}" for i in range(ITEMS)}
     assert anyio.run(running_replicas, two_nodes.endpoint, "cancelled", len(NODES)) == []
+
+
+def test_a_run_cancelled_while_a_replica_starts_leaves_no_worker(
+    tmp_path: Path, two_nodes: TaskMaster
+) -> None:
+    """Cancelled while a node still starts a replica: the run had waited, shielded, for the
+    node's answer, which its cancelled runtime no longer read; after 130 s it gave up and left
+    the replica running on the node for good. Now the run ends at once and tells the node to
+    stop it, which the node does once the worker has started."""
+    log, gate = tmp_path / "seen.jsonl", tmp_path / "gate"
+    kwargs = {"nbytes": 1024, "log": str(log), "gate": str(gate)}
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "unstarted",
+            "items": ITEMS,
+            "stages": [{"name": "slow", "actor": f"{SUPPORT}:SlowToStart", "kwargs": kwargs}],
+        }
+    )
+
+    async def run() -> None:
+        await run_pipeline(cfg, tmp_path / "out", cluster=two_nodes.endpoint, nodes=2)
+
+    async def cancelled_while_starting() -> None:
+        with anyio.fail_after(RUN_TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                while not any(r["stage"] == "starting" for r in read_records(log)):
+                    await anyio.sleep(0.05)  # until the replica's worker runs its started hook
+                tg.cancel_scope.cancel()
+                gate.touch()  # the worker may register now: it must be stopped all the same
+
+    anyio.run(cancelled_while_starting)
+
+    async def no_replica_left() -> None:
+        with anyio.fail_after(STOPPED_WAIT_S):
+            while await running_replicas(two_nodes.endpoint, "unstarted", len(NODES)):
+                await anyio.sleep(0.2)
+
+    anyio.run(no_replica_left)

@@ -24,7 +24,7 @@ import numpy as np
 from support.hook_stages import append_record, read_records
 from troupe.runtime.pipeline.stage import StageActor
 
-__all__ = ["CheckPayload", "MakePayload", "PassPayload", "expected_payload", "read_records"]
+__all__ = ["CheckPayload", "MakePayload", "PassPayload", "SlowToStart", "expected_payload", "read_records"]
 
 _GATE_POLL_S = 0.02
 _GATE_MOST_S = 300.0  # a gate never opened errs the item rather than hang the run
@@ -104,3 +104,20 @@ class CheckPayload(StageActor):
         record = {"task_id": item["task_id"], "seed": int(item["seed"]), "intact": intact, "sha256": digest}
         _append(self.log, {"stage": "check", "pid": os.getpid(), **record})
         return record
+
+
+class SlowToStart(MakePayload):
+    """:class:`MakePayload` whose replica stays starting until ``gate`` exists (its ``started``
+    hook waits there, so its worker does not register): a test acts while the node is still
+    starting it. It records ``starting`` in ``log`` first.
+    """
+
+    def __init__(self, nbytes: int, log: str = "", gate: str = "") -> None:
+        super().__init__(nbytes, log)
+        self.gate = gate
+
+    async def started(self) -> None:
+        _append(self.log, {"stage": "starting", "pid": os.getpid()})
+        with anyio.fail_after(_GATE_MOST_S):
+            while self.gate and not os.path.exists(self.gate):
+                await anyio.sleep(_GATE_POLL_S)

@@ -31,7 +31,8 @@ def gated_config(name: str, items: int, log: Path, gate: Path) -> PipelineConfig
 
 
 async def running_replicas(master: str, pipeline: str, nodes: int) -> list[str]:
-    """The names of the pipeline's replicas still running on the master's ``nodes`` live nodes."""
+    """The names of the pipeline's replicas still running (or starting) on the master's ``nodes``
+    live nodes."""
     async with connect(master) as rt:
         names = []
         for host in await wait_for_nodes(rt, master, nodes, timeout_s=30):
@@ -39,6 +40,7 @@ async def running_replicas(master: str, pipeline: str, nodes: int) -> list[str]:
             names += [
                 str(w["name"])
                 for w in reply["workers"]
-                if str(w.get("name", "")).startswith(f"{pipeline}-") and w.get("state") == "running"
+                if str(w.get("name", "")).startswith(f"{pipeline}-")
+                and w.get("state") in ("running", "starting")
             ]
         return names

@@ -218,6 +218,7 @@ class Node:
         if handle is None:
             handle = WorkerHandle(spec)
             self.workers[spec.name] = handle
+        handle.stop_asked = False
         tg.start_soon(self._supervise, handle, restart_reason)
         return handle
 
@@ -234,6 +235,8 @@ class Node:
             self.template,
         )
         self.children.add(proc.pid, f"worker {handle.spec.name}")
+        if handle.stop_asked:  # stopped while it was being started: the stop's signal, now
+            _signal(handle, signal.SIGTERM)
         log.info(
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
         )
@@ -478,6 +481,7 @@ class Node:
         if handle is None or handle.returncode is not None:
             raise UnknownActor(f"no running worker {name!r} on node {self.name}")
         handle.state = HandleState.STOPPING
+        handle.stop_asked = True  # not launched yet (a run cancelled while it started it): once it is
         _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):
             await handle.exited_event.wait()

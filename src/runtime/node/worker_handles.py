@@ -84,6 +84,9 @@ class WorkerHandle:
         # Spawned on request (``spawn_worker``): an exit before it registers is reported to the
         # requester and not restarted; once it has run, it is restarted like any worker.
         self.fail_fast = False
+        # ``stop_worker`` came while the worker was being started, before its process existed:
+        # it is stopped as soon as it does (``launched`` keeps it STOPPING).
+        self.stop_asked = False
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""
@@ -91,7 +94,7 @@ class WorkerHandle:
         self.pid = process.pid
         self.returncode = None
         self.endpoint = None
-        self.state = HandleState.STARTING
+        self.state = HandleState.STOPPING if self.stop_asked else HandleState.STARTING
         self.started_at = time.time()
         # Replace the events only once used, so that a waiter on the first launch is not lost.
         if self.ready_event.is_set():

@@ -92,14 +92,15 @@ class ReplicaPool:
         try:
             res = stage.cfg.resources
             host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
-            # A worker that exits while starting (its class does not import) is answered at once.
-            # Shielded: a run cancelled meanwhile must know whether the worker started, to stop it.
-            with anyio.CancelScope(shield=True):
-                record = await self.runtime.control(
-                    host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
-                )
-            spawned = True
+            # Counted as launched from the request on: a run cancelled while the node starts it
+            # tells the node to stop it (``_stop_all``), which the node does once it has started.
+            # Not a shielded wait for the answer: a cancelled run's runtime reads no answers.
             self._launched[name] = host
+            # A worker that exits while starting (its class does not import) is answered at once.
+            record = await self.runtime.control(
+                host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
+            )
+            spawned = True
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
             ref = self.runtime.ref(f"{name}/stage")
             info = await _stage_info(ref)  # resolves and connects
@@ -119,6 +120,8 @@ class ReplicaPool:
             self._changed.set()
             if spawned:  # its process runs but cannot serve the stage: stop it, it is no replica
                 await self._stop_worker(name, host)
+            else:  # the node started nothing (or stopped it itself, past its start timeout)
+                self._launched.pop(name, None)
             return
         stage.starting -= 1
         stage.replicas.append(
