@@ -14,11 +14,12 @@ from rich.markup import escape
 
 from troupe.runtime import AskTimeout, ConfigError, TroupeError, Unreachable
 from troupe.runtime.core.runtime import process_runtime
+from troupe.runtime.node.config import check_endpoint
 
 from .master_client import keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
-__all__ = ["control", "err_console", "fail", "run_async"]
+__all__ = ["control", "endpoint_option", "err_console", "fail", "run_async"]
 
 T = TypeVar("T")
 
@@ -35,6 +36,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     """
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def endpoint_option(param: typer.CallbackParam, value: str | None) -> str | None:
+    """The callback of an endpoint option (``--node``, ``--master``): one that is not
+    tcp://HOST:PORT (a port past 65535, a missing slash) is refused in one line, exit 2, before
+    anything connects (it crashed the connect with a traceback)."""
+    if value is None:
+        return None
+    try:
+        return check_endpoint(value)
+    except ValueError as exc:
+        raise fail(f"{param.opts[0] if param.opts else param.name}: {exc}", 2) from None
 
 
 def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

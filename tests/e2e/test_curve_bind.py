@@ -53,7 +53,7 @@ def test_node_and_master_refuse_to_listen_off_loopback_without_keys(tmp_path: Pa
     endpoint = _off_loopback_endpoint()
     node = troupe("node", "start", "--endpoint", endpoint, "--logs", str(tmp_path / "logs"))
     assert node.returncode == 2
-    assert node.stderr.strip().splitlines() == [f"error: defaults: endpoint: {_ways_out(endpoint)}"]
+    assert node.stderr.strip().splitlines() == [f"error: command line: --endpoint: {_ways_out(endpoint)}"]
     master = troupe(
         "master", "start", "--endpoint", endpoint, "--new", "--journal", str(tmp_path / "j.db"),
         "--logs", str(tmp_path / "logs"),

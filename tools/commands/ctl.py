@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.cli.client import control, err_console, fail, run_async
+from troupe.cli.client import control, endpoint_option, err_console, fail, run_async
 from troupe.cli.master_client import (
     jobs_table,
     master_call,
@@ -37,12 +37,21 @@ ctl_app.command("top")(top)  # the live view (commands/top.py)
 console = Console()
 
 NodeOption = Annotated[
-    str, typer.Option("--node", envvar="TROUPE_NODE", help="Endpoint of the node to talk to.")
+    str,
+    typer.Option(
+        "--node", envvar="TROUPE_NODE", help="Endpoint of the node to talk to.", callback=endpoint_option
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the reply.")]
 MasterOption = Annotated[
-    str, typer.Option("--master", envvar="TROUPE_MASTER", help="Endpoint of the master to talk to.")
+    str,
+    typer.Option(
+        "--master",
+        envvar="TROUPE_MASTER",
+        help="Endpoint of the master to talk to.",
+        callback=endpoint_option,
+    ),
 ]
 KeysOption = Annotated[
     Path | None,

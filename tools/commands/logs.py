@@ -31,7 +31,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from troupe.cli.client import fail, run_async
+from troupe.cli.client import endpoint_option, fail, run_async
 from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
 from troupe.cli.log_stream import ClusterLogs
 from troupe.cli.master_client import reachable
@@ -171,6 +171,7 @@ def tail(
             envvar="TROUPE_MASTER",
             help="Follow every node of the cluster live, through this master.",
             show_default=False,
+            callback=endpoint_option,
         ),
     ] = None,
     log_dir: Annotated[

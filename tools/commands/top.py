@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from troupe.cli.client import control, fail, run_async
+from troupe.cli.client import control, endpoint_option, fail, run_async
 from troupe.cli.master_client import master_call, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
@@ -71,10 +71,19 @@ async def look(node: str, master: str, timeout: float) -> Look:
 
 def top(
     node: Annotated[
-        str, typer.Option("--node", envvar="TROUPE_NODE", help="Endpoint of the node to watch.")
+        str,
+        typer.Option(
+            "--node", envvar="TROUPE_NODE", help="Endpoint of the node to watch.", callback=endpoint_option
+        ),
     ] = DEFAULT_NODE_ENDPOINT,
     master: Annotated[
-        str, typer.Option("--master", envvar="TROUPE_MASTER", help="Endpoint of the master to watch.")
+        str,
+        typer.Option(
+            "--master",
+            envvar="TROUPE_MASTER",
+            help="Endpoint of the master to watch.",
+            callback=endpoint_option,
+        ),
     ] = DEFAULT_MASTER_ENDPOINT,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes.")] = 2.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (as when piped).")] = False,

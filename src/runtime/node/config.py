@@ -58,6 +58,7 @@ __all__ = [
     "SupervisionConfig",
     "WorkerSpec",
     "check_bind",
+    "check_endpoint",
     "check_loopback",
     "check_tag",
     "is_loopback",
@@ -268,17 +269,40 @@ def check_tag(tag: Any) -> str:
     return tag
 
 
+def check_endpoint(endpoint: str) -> str:
+    """``endpoint`` as given, if it is ``tcp://HOST:PORT`` (PORT 1-65535, or ``*`` to bind any),
+    ``ipc://PATH`` or ``inproc://NAME``.
+
+    Raises:
+        ValueError: it is not; the message names it and the expected form. A port past 65535
+            had been taken modulo 65536 by the bind (99999 bound 34463), and crashed a connect.
+    """
+    parts = urlsplit(endpoint)
+    if parts.scheme in ("ipc", "inproc") and (parts.netloc or parts.path):
+        return endpoint
+    expected = f"endpoint {endpoint!r} must be tcp://HOST:PORT (PORT 1-65535), ipc://PATH or inproc://NAME"
+    if parts.scheme != "tcp" or not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError(expected)
+    if parts.netloc.rpartition(":")[2] == "*":
+        return endpoint
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(expected) from None
+    if not port:  # missing, or 0
+        raise ValueError(expected)
+    return endpoint
+
+
 def is_loopback(endpoint: str) -> bool:
     """Whether ``endpoint`` stays on this host: tcp on 127.0.0.0/8, ::1 or localhost, ipc, inproc.
 
     Raises:
-        ValueError: the endpoint is not tcp://HOST:PORT, ipc:// or inproc://.
+        ValueError: the endpoint is not tcp://HOST:PORT, ipc:// or inproc:// (``check_endpoint``).
     """
-    parts = urlsplit(endpoint)
+    parts = urlsplit(check_endpoint(endpoint))
     if parts.scheme in ("ipc", "inproc"):
         return True
-    if parts.scheme != "tcp":
-        raise ValueError(f"endpoint {endpoint!r} must be tcp://HOST:PORT, ipc:// or inproc://")
     host = parts.hostname or ""
     if host == "localhost":
         return True
@@ -362,7 +386,7 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     """
     data: dict[str, Any] = {}
     rename: dict[str, str] = {}  # the [node] table's keys sit at the model's top level
-    source = str(path) if path else "defaults"
+    source = str(path) if path else "command line"
     if path is not None:
         raw = read_toml(
             path,
@@ -384,8 +408,8 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
                 data[table] = raw[table]
     given = {k: v for k, v in overrides.items() if v is not None}
     data.update(given)
-    for key in given:
-        rename.pop(key, None)
+    for key in given:  # named as the user gave it: the option, not a key of the file
+        rename[key] = f"--{key.replace('_', '-')}"
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:

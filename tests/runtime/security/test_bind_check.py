@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.config import check_bind, check_loopback, load_node_config
+from troupe.runtime.node.config import check_bind, check_endpoint, check_loopback, load_node_config
 from troupe.runtime.tasks.master.master import MasterConfig
 
 OFF = "tcp://10.1.2.3:7470"
@@ -44,7 +44,7 @@ def test_a_malformed_endpoint_is_still_refused_whatever_the_keys() -> None:
 def test_the_node_config_applies_it_to_its_endpoint_and_its_master(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         load_node_config(None, endpoint=OFF)
-    assert str(refused.value) == f"defaults: endpoint: {WAYS_OUT}"
+    assert str(refused.value) == f"command line: --endpoint: {WAYS_OUT}"
     with pytest.raises(ConfigError, match=r"master: endpoint 'tcp://10\.9\.9\.9:7480' is not on loopback"):
         load_node_config(None, master="tcp://10.9.9.9:7480")
     path = tmp_path / "node.toml"
@@ -62,3 +62,32 @@ def test_the_master_config_too() -> None:
     assert str(refused.value) == f"master endpoint: {WAYS_OUT}"
     assert MasterConfig(endpoint=OFF, insecure=True).insecure
     assert MasterConfig(endpoint=OFF, keys=Path("k")).keys == Path("k")
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://127.0.0.1:99999",  # the bind took it modulo 65536: 34463
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1",
+        "tcp:/127.0.0.1:7710",  # a slash short
+        "tcp://:7480",
+        "tcp://127.0.0.1:7480/x",
+    ],
+)
+def test_an_endpoint_that_is_no_tcp_host_and_port_is_refused_naming_the_option(endpoint: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_node_config(None, endpoint=endpoint)
+    assert str(refused.value) == (
+        f"command line: --endpoint: endpoint {endpoint!r} must be tcp://HOST:PORT (PORT 1-65535), "
+        "ipc://PATH or inproc://NAME"
+    )
+    with pytest.raises(ValueError, match="PORT 1-65535"):
+        check_endpoint(endpoint)
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["tcp://127.0.0.1:7480", "tcp://127.0.0.1:*", "tcp://[::1]:1", "ipc:///tmp/n", "inproc://n"]
+)
+def test_well_formed_endpoints_pass(endpoint: str) -> None:
+    assert check_endpoint(endpoint) == endpoint
