@@ -32,7 +32,20 @@ import structlog
 
 from .log_files import ReopeningFileHandler
 
-__all__ = ["HeldLog", "configure_logging", "identify", "log_file"]
+__all__ = ["LOG_LEVELS", "HeldLog", "check_log_level", "configure_logging", "identify", "log_file"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def check_log_level(level: str) -> str:
+    """``level`` as given, if it is one of ``LOG_LEVELS`` (any case).
+
+    Raises:
+        ValueError: it is not; the message lists the levels.
+    """
+    if not isinstance(level, str) or level.lower() not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
+    return level
 
 
 def log_file(log_dir: Path, node: str) -> Path:
@@ -105,9 +118,7 @@ def configure_logging(
     Returns:
         The log file path, or None.
     """
-    numeric = logging.getLevelName(level.upper())
-    if not isinstance(numeric, int):
-        raise ValueError(f"unknown log level {level!r}: use debug, info, warning or error")
+    numeric = logging.getLevelName(check_log_level(level).upper())
     pid = os.getpid()
 
     def add_who(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import typer
 from troupe.cli.client import fail, run_async
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
-from troupe.runtime.logs import configure_logging
+from troupe.runtime.logs import check_log_level, configure_logging
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
@@ -105,6 +105,10 @@ def start(
             keys_for(keys)  # bad keys are refused before the journal is touched
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+    try:
+        check_log_level(log_level)
+    except ValueError as exc:
+        raise fail(f"--log-level: {exc}", 2) from None
     check_master_start(endpoint, log_dir, metrics)
     # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
     configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)

@@ -42,6 +42,7 @@ from pydantic import (
 
 from troupe.runtime.core.config_messages import short_repr, validation_message
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.logs import check_log_level
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.supervision.liveness import LivenessPolicy
 from troupe.runtime.supervision.restart import RestartPolicy
@@ -247,6 +248,11 @@ class NodeConfig(_Frozen):
         if value is not None:
             check_bind(value, keys=info.data.get("keys"), insecure=bool(info.data.get("insecure")))
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        return check_log_level(value)
 
     @field_validator("workers")
     @classmethod

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.metrics.serving import serving
-from troupe.runtime.node.config import check_bind
+from troupe.runtime.node.config import MAX_NAME, NAME_PATTERN, check_bind
 from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
@@ -178,8 +179,17 @@ class MasterConfig:
             check_bind(self.endpoint, keys=self.keys, insecure=self.insecure)
         except ValueError as exc:
             raise ConfigError(f"master endpoint: {exc}") from None
-        if not (self.tick_s > 0 and self.node_timeout_s > 0 and self.max_wait_s >= 0):
-            raise ConfigError("master: tick_s and node_timeout_s must be > 0, max_wait_s >= 0")
+        named = isinstance(self.name, str) and re.fullmatch(NAME_PATTERN, self.name)
+        if not named or len(self.name) > MAX_NAME:  # it names the log file: no markup, no path
+            raise ConfigError(
+                f"master name {self.name!r} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'"
+            )
+        if not self.node_timeout_s > 0:
+            raise ConfigError(
+                f"master: node_timeout_s (--node-timeout) must be > 0, got {self.node_timeout_s:g}"
+            )
+        if not (self.tick_s > 0 and self.max_wait_s >= 0):
+            raise ConfigError("master: tick_s must be > 0, max_wait_s >= 0")
         if not 0 <= self.batch_linger_s <= 1.0:
             raise ConfigError(f"master: batch_linger_s must be 0..1, got {self.batch_linger_s}")
 

@@ -1,0 +1,99 @@
+"""`troupe master start` and `troupe node start` refuse a bad option in one line, exit 2, before
+anything is made: an unknown --log-level (a traceback before), a master --name that is markup
+or a path (a traceback, or a log file written outside --logs), a --node-timeout that is not
+positive (its message named internal fields), an endpoint past port 65535 (it bound the port
+modulo 65536)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from troupe.runtime.transports.loopback import free_endpoint
+
+REFUSAL_S = 60  # a refusal comes before anything starts; a bound only, should it start after all
+
+
+def troupe(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the command in its own session; a command that started after all is killed with
+    everything it started."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        out, err = proc.communicate(timeout=REFUSAL_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (
+            ["--log-level", "loud"],
+            "error: --log-level: unknown log level 'loud': use debug, info, warning or error",
+        ),
+        (["--name", "[red]m[/] x"], "error: master name '[red]m[/] x' must be 1 to 100 letters"),
+        (["--name", "../escaped"], "error: master name '../escaped' must be 1 to 100 letters"),
+        (["--node-timeout", "-1"], "error: master: node_timeout_s (--node-timeout) must be > 0, got -1"),
+        (
+            ["--endpoint", "tcp://127.0.0.1:99999"],
+            "error: master endpoint: endpoint 'tcp://127.0.0.1:99999' must be",
+        ),
+    ],
+)
+def test_master_start_refuses_a_bad_option(tmp_path: Path, option: list[str], said: str) -> None:
+    args = ["--journal", str(tmp_path / "j.db"), "--new", "--logs", str(tmp_path / "logs")]
+    if "--endpoint" not in option:
+        args += ["--endpoint", free_endpoint()]
+    done = troupe("master", "start", *args, *option)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "j.db").exists()
+    assert not (tmp_path / "escaped.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--log-level", "loud"], "error: command line: --log-level: unknown log level 'loud'"),
+        (
+            ["--endpoint", "tcp://127.0.0.1:99999"],
+            "error: command line: --endpoint: endpoint 'tcp://127.0.0.1:99999'",
+        ),
+        (
+            ["--master", "tcp:/127.0.0.1:7480"],
+            "error: command line: --master: endpoint 'tcp:/127.0.0.1:7480'",
+        ),
+    ],
+)
+def test_node_start_refuses_a_bad_option(tmp_path: Path, option: list[str], said: str) -> None:
+    args = ["--name", "n1", "--logs", str(tmp_path / "logs")]
+    if "--endpoint" not in option:
+        args += ["--endpoint", free_endpoint()]
+    done = troupe("node", "start", *args, *option)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["ctl", "ping", "--node"], ["ctl", "jobs", "--master"], ["logs", "tail", "--master"]]
+)
+def test_ctl_refuses_an_endpoint_past_port_65535(command: list[str]) -> None:
+    done = troupe(*command, "tcp://127.0.0.1:99999")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "must be tcp://HOST:PORT (PORT 1-65535)" in done.stderr and "Traceback" not in done.stderr
