@@ -19,7 +19,7 @@ from troupe.runtime.node.config import check_endpoint
 from .master_client import keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
-__all__ = ["control", "endpoint_option", "err_console", "fail", "run_async"]
+__all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async"]
 
 T = TypeVar("T")
 
@@ -125,3 +125,22 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 f"no node answers at {endpoint} within {timeout}s; start one with "
                 f"`troupe node start` or pass --node ENDPOINT{keys_hint()}"
             ) from None
+
+
+async def node_status(endpoint: str, timeout: float) -> dict[str, Any]:
+    """The node's ``status`` reply.
+
+    Raises:
+        TroupeError: as ``control``; or what answered is no node (a master given as --node):
+            said in one line, where the reply's missing fields made a KeyError.
+    """
+    reply = await control(endpoint, "status", None, timeout)
+    if not (isinstance(reply, dict) and "node" in reply and "workers" in reply):
+        raise TroupeError(f"{endpoint} answered, but not as a node{_as_master(reply)}")
+    return reply
+
+
+def _as_master(reply: Any) -> str:
+    if isinstance(reply, dict) and "master" in reply:
+        return ": it is a master (give it as --master; --node takes a node's endpoint)"
+    return " (--node takes a node's endpoint)"

@@ -10,13 +10,21 @@ from urllib.parse import urlsplit
 from rich.markup import escape
 from rich.table import Table
 
-from troupe.runtime import AskTimeout, Unreachable
+from troupe.runtime import AskTimeout, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.process import installed
 
 from .tables import security_cell
 
-__all__ = ["jobs_table", "keys_hint", "master_call", "master_tables", "reachable", "submit_job"]
+__all__ = [
+    "jobs_table",
+    "keys_hint",
+    "master_call",
+    "master_status",
+    "master_tables",
+    "reachable",
+    "submit_job",
+]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
 
@@ -67,6 +75,26 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout:
             raise AskTimeout(_no_master(endpoint, f"no reply within {timeout}s")) from None
+        except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
+            raise UnknownMessageType(
+                f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
+                "master's endpoint, --node a node's)"
+            ) from None
+
+
+async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:
+    """The master's ``status`` reply.
+
+    Raises:
+        TroupeError: as ``master_call``; or what answered is no master (a node given as
+            --master), said in one line.
+    """
+    reply = await master_call(endpoint, "status", None, timeout)
+    if not (isinstance(reply, dict) and "master" in reply and "jobs" in reply):
+        raise TroupeError(
+            f"{endpoint} answered, but not as a master (a node? --master takes the master's endpoint)"
+        )
+    return reply
 
 
 async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> Any:

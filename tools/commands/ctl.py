@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 import tomllib
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,10 +15,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.cli.client import control, endpoint_option, err_console, fail, run_async
+from troupe.cli.client import control, endpoint_option, err_console, fail, node_status, run_async
 from troupe.cli.master_client import (
     jobs_table,
     master_call,
+    master_status,
     master_tables,
     reachable,
     submit_job,
@@ -87,8 +90,10 @@ def ping(
     """Check that a node answers, and how fast."""
     use_keys(keys)
     start = time.perf_counter()
-    reply: dict[str, Any] = run_async(control, node, "ping", None, timeout)
+    reply: Any = run_async(control, node, "ping", None, timeout)
     ms = (time.perf_counter() - start) * 1000
+    if not (isinstance(reply, dict) and "node" in reply):
+        raise fail(f"{node} answered in {ms:.1f} ms, but not as a node (--node takes a node's endpoint)")
     console.print(f"node [bold]{escape(str(reply['node']))}[/] (pid {reply['pid']}) answered in {ms:.1f} ms")
 
 
@@ -102,41 +107,45 @@ def status(
 ) -> None:
     """Show the node, its workers and their actors; and the master's view when one answers."""
     use_keys(keys)
-    node_reply, master_reply, node_error = run_async(_both_status, node, master, timeout)
+    node_reply, master_reply, errors = run_async(_both_status, node, master, timeout)
     if as_json:
-        reply = dict(node_reply) if node_reply is not None else {"node_error": node_error}
+        reply = dict(node_reply) if node_reply is not None else {"node_error": errors.get("node", "")}
         if master_reply is not None:
             reply["master"] = master_reply
+        elif "master" in errors:
+            reply["master_error"] = errors["master"]
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
     if node_reply is not None:
         for table in status_tables(node_reply):
             print_whole(console, table)
-    else:
-        err_console.print(f"[yellow]note:[/] {escape(node_error)}", highlight=False, soft_wrap=True)
+    # A master that is not there is no news (nodes run without one); one that answered wrong is.
+    for error in errors.values():
+        err_console.print(f"[yellow]note:[/] {escape(error)}", highlight=False, soft_wrap=True)
     if master_reply is not None:
         for table in master_tables(master_reply):
             print_whole(console, table)
 
 
-async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, str]:
-    """The node's status and the master's (None where nothing answers); fail if neither does."""
+async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, dict[str, str]]:
+    """The node's status and the master's (None where nothing answers), and why one did not
+    answer (the master's only where something listens there); fail if neither does."""
     replies: dict[str, Any] = {}
     errors: dict[str, TroupeError] = {}
 
-    async def ask(key: str, call: Any, endpoint: str) -> None:
+    async def ask(key: str, call: Callable[[], Awaitable[Any]]) -> None:
         try:
-            replies[key] = await call(endpoint, "status", None, timeout)
+            replies[key] = await call()
         except TroupeError as exc:
             errors[key] = exc
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(ask, "node", control, node)
+        tg.start_soon(ask, "node", partial(node_status, node, timeout))
         if reachable(master):
-            tg.start_soon(ask, "master", master_call, master)
+            tg.start_soon(ask, "master", partial(master_status, master, timeout))
     if "node" not in replies and "master" not in replies:
         raise errors["node"]
-    return replies.get("node"), replies.get("master"), str(errors.get("node", ""))
+    return replies.get("node"), replies.get("master"), {key: str(exc) for key, exc in errors.items()}
 
 
 # --------------------------------------------------------------------------- the master's jobs

@@ -26,8 +26,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from troupe.cli.client import control, endpoint_option, fail, run_async
-from troupe.cli.master_client import master_call, reachable
+from troupe.cli.client import endpoint_option, fail, node_status, run_async
+from troupe.cli.master_client import master_status, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -54,9 +54,9 @@ async def look(node: str, master: str, timeout: float) -> Look:
     seen = Look(time.monotonic())
 
     async def ask(key: str, endpoint: str) -> None:
-        call = control if key == "node" else master_call
+        call = node_status if key == "node" else master_status
         try:
-            reply = await call(endpoint, "status", None, timeout)
+            reply = await call(endpoint, timeout)
         except TroupeError as exc:
             seen.errors[key] = str(exc)
             return
