@@ -157,3 +157,27 @@ async def test_a_commit_made_while_cut_off_from_the_master_is_the_truth_after_th
             await anyio.sleep(0.1)
     master.check_exactly_once(job, "cut-", 1)
     assert await master.call("dead", {"job_id": job_id}) == []
+
+
+def test_submit_id_names_a_new_job_and_its_tasks(master: TaskMaster, tmp_path: Path) -> None:
+    """The same file under another --id is another job (its generated tasks had kept the file's
+    name and were refused as used twice); an --id that is no name is refused in one line; a
+    cancelled job submitted again says that it does not run again."""
+    job = job_file(tmp_path, "demo", 'kind = "nap"\ncount = 3\n')
+    first = troupe("ctl", "submit", str(job), "--master", master.endpoint)
+    assert first.returncode == 0 and "submitted job demo: 3 tasks" in first.stdout, first.stderr
+    second = troupe("ctl", "submit", str(job), "--id", "demo-2", "--master", master.endpoint)
+    assert second.returncode == 0 and "submitted job demo-2: 3 tasks" in second.stdout, second.stderr
+    assert {"demo", "demo-2"} <= set(jobs(master))
+
+    bad = troupe("ctl", "submit", str(job), "--id", "a b/../x", "--master", master.endpoint)
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "error: job id 'a b/../x' cannot name outputs; use 1-200 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit"
+    ]
+
+    assert troupe("ctl", "cancel", "demo-2", "--master", master.endpoint).returncode == 0
+    again = troupe("ctl", "submit", str(job), "--id", "demo-2", "--master", master.endpoint)
+    assert again.returncode == 0, again.stderr
+    assert "was submitted before and cancelled: its tasks do not run again" in again.stdout

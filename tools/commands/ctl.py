@@ -28,7 +28,7 @@ from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.security.process import install, keys_for
-from troupe.runtime.tasks.jobspec import load_job
+from troupe.runtime.tasks.jobspec import check_job_id, load_job
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 
 from .top import top
@@ -154,6 +154,8 @@ async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any
 def _job_payload(job_file: Path, job_id: str | None) -> dict[str, Any]:
     try:
         load_job(job_file)  # every mistake is named here, with the file and the field
+        if job_id is not None:
+            check_job_id(job_id)
         data = tomllib.loads(job_file.read_text(encoding="utf-8"))
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
@@ -184,9 +186,16 @@ def submit(
         return
     job = escape(str(reply["job_id"]))
     if reply.get("already"):
+        state = reply.get("state", "running")
+        if state == "cancelled":  # its tasks never run again: saying "submitted" hid that
+            console.print(
+                f"job [bold]{job}[/] was submitted before and cancelled: its tasks do not run "
+                f"again; submit the file under a new id to run it (--id {job}-2)"
+            )
+            return
         console.print(
             f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
-            "content); see `troupe ctl jobs`"
+            f"content, {escape(str(state))}); see `troupe ctl jobs`"
         )
         return
     console.print(f"submitted job [bold]{job}[/]: {reply['tasks']} tasks")

@@ -55,7 +55,7 @@ from troupe.runtime.errors import ConfigError
 
 from .state import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
 
-__all__ = ["JobSpec", "TaskEntry", "load_job", "parse_job"]
+__all__ = ["JobSpec", "TaskEntry", "check_job_id", "load_job", "parse_job"]
 
 MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -121,19 +121,42 @@ class JobSpec:
     seed_start: int = 0
     entries: tuple[TaskEntry, ...] = ()
 
-    def tasks(self) -> list[TaskSpec]:
-        """Return the job's tasks in order: generated ones, or the explicit entries."""
+    def tasks(self, job_id: str | None = None) -> list[TaskSpec]:
+        """Return the job's tasks in order: generated ones (``JOB_ID-000000``...; the job id is
+        ``name`` unless given), or the explicit entries."""
         kind = self.kind
         if self.count is not None:
-            refs, needs, name, start = dict(self.refs), self.needs, self.name, self.seed_start
-            return [TaskSpec(f"{name}-{i:06d}", kind, start + i, refs, needs) for i in range(self.count)]
+            refs, needs, start = dict(self.refs), self.needs, self.seed_start
+            prefix = job_id or self.name
+            return [TaskSpec(f"{prefix}-{i:06d}", kind, start + i, refs, needs) for i in range(self.count)]
         return [
             TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality) for e in self.entries
         ]
 
     def submit(self, job_id: str | None = None) -> SubmitJob:
-        """Return the event that submits this job to a task book (under ``name`` by default)."""
-        return SubmitJob(job_id or self.name, self.tasks(), self.policy, self.name)
+        """Return the event that submits this job to a task book (under ``name`` by default).
+
+        A job id given (``troupe ctl submit --id``) follows the rule of names, and names the
+        generated tasks: the same file submitted again under another id is another job, where
+        its tasks had kept the name's ids and were refused as used twice.
+
+        Raises:
+            ConfigError: ``job_id`` is no name.
+        """
+        if job_id is not None:
+            check_job_id(job_id)
+        return SubmitJob(job_id or self.name, self.tasks(job_id), self.policy, self.name)
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` as given, if it follows the rule of names (it names outputs and tasks).
+
+    Raises:
+        ConfigError: it does not; the message says the rule.
+    """
+    if not (isinstance(job_id, str) and _ID.fullmatch(job_id)):
+        raise ConfigError(f"job id {short_repr(job_id)} cannot name outputs; {_ID_RULE}")
+    return job_id
 
 
 def load_job(path: str | os.PathLike[str]) -> JobSpec:

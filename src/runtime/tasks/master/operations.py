@@ -190,7 +190,8 @@ class Operations:
             event.job_id, event.tasks, event.policy, event.name
         ):
             # a repeat of a submit that got through (its reply was lost, or it timed out)
-            return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True}
+            state = str(self._summary(event.job_id).state)
+            return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True, "state": state}
         raise_rejected(reply)
         self._times[event.job_id] = [self.master.wall_clock(), None]
         return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
