@@ -27,9 +27,11 @@ import zmq
 import zmq.asyncio
 
 from troupe.runtime.core.runtime import Runtime, process_runtime
+from troupe.runtime.errors import AskTimeout, TroupeError
 from troupe.runtime.node.log_publisher import RECENT_LINES, log_socket
 
 from .log_filters import parse_record
+from .master_client import keys_hint
 
 __all__ = ["REASK_S", "WINDOW_S", "ClusterLogs", "ReorderBuffer"]
 
@@ -147,7 +149,15 @@ class ClusterLogs:
 
     async def _start(self, runtime: Runtime, sub: zmq.Socket[Any], emit: Emit) -> None:
         """Connect to every node the master knows, and print their history, in time order."""
-        status = await runtime.control(self.master, "status", None, timeout=_CALL_S)
+        try:
+            status = await runtime.control(self.master, "status", None, timeout=_CALL_S)
+        except AskTimeout as exc:  # as ctl says it: a keyed cluster ignores a peer without keys
+            raise AskTimeout(f"{exc}{keys_hint()}") from None
+        if not (isinstance(status, dict) and "master" in status):  # a node given as --master
+            raise TroupeError(
+                f"{self.master} answered, but not as a master (a node? --master takes the "
+                "master's endpoint; a node's log is followed with --logs DIR on its host)"
+            )
         self._connect(sub, status)
         found: list[tuple[str, str]] = []
         async with anyio.create_task_group() as tg:

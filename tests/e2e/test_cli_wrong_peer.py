@@ -1,6 +1,6 @@
 """A master's endpoint given as --node, or a node's as --master, is named in one line: `ctl ping`
 and `ctl status` had crashed with a KeyError, `ctl top` printed rows of None, and `ctl jobs`
-listed the node's control messages."""
+listed the node's control messages, `logs tail` followed nothing and exited 0."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def test_each_endpoint_given_as_the_other_kind_is_named(node_and_master: tuple[s
         "ping": troupe("ctl", "ping", "--node", master),
         "top": troupe("ctl", "top", "--once", "--node", master, "--master", node),
         "jobs": troupe("ctl", "jobs", "--master", node),
+        "logs": troupe("logs", "tail", "--master", node),
     }
     for command, done in refused.items():
         assert done.returncode == 1, (command, done.stdout, done.stderr)
@@ -56,6 +57,7 @@ def test_each_endpoint_given_as_the_other_kind_is_named(node_and_master: tuple[s
     assert top.returncode == 0, top.stderr
     assert "it is a master" in " ".join(top.stdout.split()), top.stdout
     assert f"{node} is not a master" in refused["jobs"].stderr
+    assert f"{node} answered, but not as a master" in refused["logs"].stderr  # it exited 0, silent
 
     # status shows what did answer as asked, and notes the other.
     status = troupe("ctl", "status", "--node", node, "--master", node)

@@ -37,6 +37,7 @@ import structlog
 
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.security.process import installed
 
 from .reach import advertised_endpoint
 from .worker_handles import HandleState
@@ -163,8 +164,16 @@ class MasterLink:
         except Exception as exc:  # the master is down or restarting: keep beating
             self.failed_beats += 1
             if self.failed_beats == 1 or self.failed_beats % 30 == 0:
+                hint = {}
+                if self.beats == 0 and installed() is None:
+                    # Never answered: a master with CURVE keys ignores a node without them.
+                    hint["hint"] = "if the master runs with CURVE keys, start this node with --keys DIR"
                 log.warning(
-                    "master_beat_failed", master=self.master, error=repr(exc), failed=self.failed_beats
+                    "master_beat_failed",
+                    master=self.master,
+                    error=repr(exc),
+                    failed=self.failed_beats,
+                    **hint,
                 )
             return
         if self.failed_beats:
