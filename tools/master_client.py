@@ -22,6 +22,7 @@ __all__ = [
     "master_call",
     "master_status",
     "master_tables",
+    "node_name_problem",
     "reachable",
     "submit_job",
 ]
@@ -80,6 +81,35 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
                 f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
                 "master's endpoint, --node a node's)"
             ) from None
+
+
+async def node_name_problem(master: str, name: str, endpoint: str, timeout: float = 2.0) -> str | None:
+    """Why a node named ``name`` at ``endpoint`` must not join ``master``: another node answers
+    under that name, and the master has it alive (the second node of a name took the first
+    one's workers at the master, and both wrote one log file). None when no other does, or
+    when the master cannot say now (the node waits for it then, as it does anyway)."""
+    if not reachable(master):
+        return None
+    try:
+        async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
+            status = await runtime.control(master, "status", None, timeout=timeout)
+            nodes = status.get("nodes", []) if isinstance(status, dict) else []
+            for node in nodes:
+                other = node.get("endpoint") if isinstance(node, dict) else None
+                if node.get("node") != name or not node.get("alive") or not other or other == endpoint:
+                    continue
+                try:
+                    reply = await runtime.control(other, "ping", None, timeout=timeout)
+                except TroupeError:
+                    return None  # it is gone: the master will have it dead soon
+                if isinstance(reply, dict) and reply.get("node") == name:
+                    return (
+                        f"node name {name!r} is taken: the node at {other} (pid {reply.get('pid')}) runs "
+                        f"under it, joined to {master}; give this node another --name"
+                    )
+    except TroupeError:
+        return None
+    return None
 
 
 async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:

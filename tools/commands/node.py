@@ -8,10 +8,13 @@ from typing import Annotated
 import typer
 
 from troupe.cli.client import run_async
+from troupe.cli.master_client import node_name_problem
 from troupe.cli.preflight import check_node_start
+from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.node import Node
+from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.master.master import Master, MasterConfig
 
 from .master import (
@@ -81,6 +84,11 @@ def start(
             master=master,
             **options,
         )
+        if cfg.master is not None and not with_master:
+            install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
+            taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
+            if taken is not None:
+                raise ConfigError(taken)
         configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
         if not with_master:
             await Node(cfg, handle_signals=False, reap_orphans=True).run()
