@@ -116,3 +116,9 @@ def test_steps_only_for_training_and_out_not_the_dataset(tmp_path: Path, dataset
     config = config_copy(tmp_path / "train.toml", "train.toml", {"train": {"dataset": str(dataset)}})
     code, _, stderr = run_cli("run", str(config), "--out", str(dataset))
     assert code == 2 and "--out" in stderr and "dataset" in stderr, stderr
+    # A broken file is reported as such, --steps or not: it may be the training config meant.
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[train]\ndataset = "x"\nsteps = = 3\n', encoding="utf-8")
+    code, _, stderr = run_cli("run", str(broken), "--out", str(tmp_path / "o"), "--steps", "3")
+    assert code == 2 and "not valid TOML" in stderr and "line 3" in stderr, stderr
+    assert "--steps" not in stderr, stderr

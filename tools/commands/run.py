@@ -158,14 +158,15 @@ def run(
     from troupe.cli.preflight import check_cluster_run, check_run, default_or_free
 
     from .run_pipeline import Cluster, finish_run
-    from .run_train import finish_train, is_train_config
+    from .run_train import config_problem, finish_train, is_train_config
 
     if config is not None and is_train_config(config):
         count = items if items is not None else scenes
         finish_train(config, out, steps, count, endpoint or RUN_NODE_ENDPOINT, master, fresh, as_json)
         return
     if steps is not None:
-        raise fail(f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
+        problem = config_problem(config) if config is not None else None
+        raise fail(problem or f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
     count = items if items is not None else scenes

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from troupe.runtime.errors import ConfigError
 
-__all__ = ["finish_train", "is_train_config", "result_json", "result_table"]
+__all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table"]
 
 console = Console()
 
@@ -33,6 +33,22 @@ def is_train_config(path: Path) -> bool:
             return isinstance(tomllib.load(f).get("train"), dict)
     except (OSError, tomllib.TOMLDecodeError):
         return False
+
+
+def config_problem(path: Path) -> str | None:
+    """Why the TOML at ``path`` cannot be read as a config at all (unreadable, not TOML, empty),
+    or None: said before ``--steps`` is refused for a pipeline config, since a broken file may
+    be the training config the user meant (it was reported as a pipeline's misplaced --steps)."""
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        return f"{path}: cannot read it ({exc.strerror or exc})"
+    except tomllib.TOMLDecodeError as exc:
+        return f"{path}: not valid TOML: {exc}"
+    if not data:
+        return f"{path}: the file is empty; expected a pipeline or a training config"
+    return None
 
 
 def result_json(result: Any) -> dict[str, Any]:
@@ -80,10 +96,11 @@ def result_table(result: Any) -> Table:
     return table
 
 
-def check_train(config: Path, out: Path, steps: int | None, items: int | None) -> Any:
+def check_train(config: Path, out: Path, steps: int | None, items: int | None, fresh: bool = False) -> Any:
     """The config loaded and the options checked before anything starts (ConfigError: exit 2)."""
     from troupe.actors.training.train_config import load_train_config
-    from troupe.actors.training.train_prepare import check_dataset
+    from troupe.actors.training.train_dir import made_with
+    from troupe.actors.training.train_prepare import check_dataset, train_dir
 
     if steps is not None and steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
@@ -99,6 +116,8 @@ def check_train(config: Path, out: Path, steps: int | None, items: int | None) -
         )
     if cfg.datagen is None:  # before the progress bar and the imports of the run: one line only
         check_dataset(dataset)
+    resolved = cfg.with_out(out.resolve())
+    train_dir(resolved, out.resolve()).check(made_with(resolved), fresh)
     return cfg
 
 
@@ -117,7 +136,7 @@ def finish_train(
     from troupe.cli.preflight import endpoint_problem, writable_problem
 
     try:
-        cfg = check_train(config, out, steps, items)
+        cfg = check_train(config, out, steps, items, fresh)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     problem = writable_problem(out, "--out") or (None if master else endpoint_problem(endpoint, "--endpoint"))

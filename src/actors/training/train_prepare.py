@@ -1,23 +1,30 @@
 """Before a training run starts anything: its config loaded and made absolute (``steps`` applied,
-paths this folder's), the output folder made (emptied of what a run wrote with ``fresh``), and
-the dataset, or the data generation pipeline beside, checked."""
+paths this folder's), the dataset, or the data generation pipeline beside, checked, and the
+output folder checked, made and held (``train_dir``: emptied of what a run wrote with
+``fresh``)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.tasks.journal_lock import JournalLock
 
-__all__ = ["check_dataset", "prepare_run"]
+from .train_dir import TrainDir, made_with
+
+__all__ = ["check_dataset", "prepare_run", "train_dir"]
 
 
-def prepare_run(config: Any, out: str | os.PathLike[str], steps: int | None, fresh: bool) -> tuple[Any, Path]:
-    """The run's config (a ``TrainConfig``) and its output folder, made, with ``logs`` inside.
+def prepare_run(
+    config: Any, out: str | os.PathLike[str], steps: int | None, fresh: bool
+) -> tuple[Any, Path, JournalLock]:
+    """The run's config (a ``TrainConfig``), its output folder, made, with ``logs`` inside, and
+    the folder's lock, held (``TrainDir``: release it when the run ends).
 
-    Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline.
+    Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline,
+    an ``out`` another run uses, made with another model, or holding someone else's files.
     """
     from .train_config import TrainConfig, load_train_config
 
@@ -33,29 +40,29 @@ def prepare_run(config: Any, out: str | os.PathLike[str], steps: int | None, fre
         update={k: str(Path(getattr(cfg.train, k)).resolve()) for k in ("dataset", "checkpoint_dir")}
     )
     cfg = cfg.model_copy(update={"train": train})
-    if fresh:
-        _delete_written(cfg, out_dir)
     if cfg.datagen is None:
         check_dataset(Path(cfg.train.dataset))
     else:  # refused now, not after the workers started
         from troupe.runtime.pipeline.config import load_pipeline
 
         load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = train_dir(cfg, out_dir).prepare(made_with(cfg), fresh)
     (out_dir / "logs").mkdir(exist_ok=True)
-    return cfg, out_dir
+    return cfg, out_dir, lock
+
+
+def train_dir(cfg: Any, out_dir: Path) -> TrainDir:
+    """The output folder of a run of ``cfg`` (paths resolved against ``out_dir``), with the
+    folders the run writes there."""
+    written = [Path(cfg.train.checkpoint_dir), Path(cfg.encoders.cache_dir)]
+    if cfg.datagen is not None:  # its dataset is the run's; a dataset given is the user's
+        written.append(Path(cfg.train.dataset))
+    return TrainDir(out_dir, [p.resolve() for p in written])
 
 
 def _with_steps(cfg: Any, steps: int) -> Any:
     train = cfg.train.model_copy(update={"steps": steps})
     return cfg.model_copy(update={"train": train})
-
-
-def _delete_written(cfg: Any, out_dir: Path) -> None:
-    """Checkpoints, logs, and the latent cache where it lies inside ``out``: what a run wrote."""
-    for path in (Path(cfg.train.checkpoint_dir), out_dir / "logs", Path(cfg.encoders.cache_dir)):
-        if path.is_dir() and (path == out_dir / "logs" or out_dir in path.resolve().parents):
-            shutil.rmtree(path)
 
 
 def check_dataset(path: Path) -> None:

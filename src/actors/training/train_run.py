@@ -94,23 +94,27 @@ async def run_training(
         node_endpoint: where the node started here listens (default: a free loopback port).
 
     Raises:
-        ConfigError: the config is invalid, the dataset is missing, or no host fits.
+        ConfigError: the config is invalid, the dataset is missing, no host fits, or ``out`` is
+            another run's now, holds checkpoints of another model, or someone else's files.
         TrainingFailed: the ranks failed more than ``train.max_restarts`` times.
     """
     t0 = time.perf_counter()
     say = on_event or (lambda _line: None)
-    cfg, out_dir = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
-    log_dir = out_dir / "logs"
-    if not structlog.is_configured():
-        configure_logging("local", "train", log_dir, console=False)
-    async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
-        run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress)
-        try:
-            result = await run.main(fresh)
-        finally:
-            if master is not None:  # a node started here stops its workers itself, then stops
-                with anyio.CancelScope(shield=True):
-                    await stop_remote(master, run.spawned)
+    cfg, out_dir, held = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
+    try:
+        log_dir = out_dir / "logs"
+        if not structlog.is_configured():
+            configure_logging("local", "train", log_dir, console=False)
+        async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
+            run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress)
+            try:
+                result = await run.main(fresh)
+            finally:
+                if master is not None:  # a node started here stops its workers itself, then stops
+                    with anyio.CancelScope(shield=True):
+                        await stop_remote(master, run.spawned)
+    finally:
+        held.release()  # out is free for the next run (the kernel frees it too, if this dies)
     result.wall_s = time.perf_counter() - t0
     return result
 
