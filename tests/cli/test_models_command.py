@@ -108,7 +108,7 @@ def test_info_of_a_bad_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not torch")
     result = CliRunner().invoke(app, ["models", "info", str(bad)])
-    assert result.exit_code == 2 and "not a VideoVAE checkpoint" in result.output
+    assert result.exit_code == 2 and "not a troupe VAE checkpoint" in result.output
 
 
 def test_parse_size() -> None:

@@ -6,36 +6,19 @@ modulo 65536)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli_session import troupe_in_session
 from troupe.runtime.transports.loopback import free_endpoint
 
 REFUSAL_S = 60  # a refusal comes before anything starts; a bound only, should it start after all
 
 
 def troupe(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the command in its own session; a command that started after all is killed with
-    everything it started."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "troupe.cli.main", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    try:
-        out, err = proc.communicate(timeout=REFUSAL_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return troupe_in_session(*args, timeout=REFUSAL_S)
 
 
 @pytest.mark.parametrize(

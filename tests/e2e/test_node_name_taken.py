@@ -4,15 +4,12 @@ master (``worker_left reason=rejoined``) and written into the same log file."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support.chaos import TaskMaster
+from support.cli_session import troupe_in_session
 from support.tagged_nodes import tagged_nodes
 from troupe.runtime.transports.loopback import free_endpoint
 
@@ -23,33 +20,21 @@ REFUSAL_S = 60  # a bound only: the refusal comes before the node starts anythin
 
 def test_a_second_node_of_a_live_node_s_name_is_refused(tmp_path: Path, master: TaskMaster) -> None:
     with tagged_nodes(master, tmp_path, {"n1": ("127.0.0.2", "plain")}):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "troupe.cli.main",
-                "node",
-                "start",
-                "--name",
-                "n1",
-                "--master",
-                master.endpoint,
-                "--endpoint",
-                free_endpoint(),
-                "--logs",
-                str(tmp_path / "second"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        done = troupe_in_session(
+            "node",
+            "start",
+            "--name",
+            "n1",
+            "--master",
+            master.endpoint,
+            "--endpoint",
+            free_endpoint(),
+            "--logs",
+            str(tmp_path / "second"),
+            timeout=REFUSAL_S,
         )
-        try:
-            _, err = proc.communicate(timeout=REFUSAL_S)
-        except subprocess.TimeoutExpired:  # it started after all: it and its children go
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, err = proc.communicate()
-        assert proc.returncode == 2, err
+        err = done.stderr
+        assert done.returncode == 2, err
         assert err.startswith("error: node name 'n1' is taken: the node at tcp://127.0.0.2:"), err
         assert len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "second").exists()

@@ -9,10 +9,12 @@ test copy of the shipped config, shrunk to run in seconds.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
+from support.cli_session import troupe_in_session
 from support.clip_data import write_run
 from support.train_run_cli import CONFIGS, config_copy, run_cli
 from troupe.actors.training.checkpoint import COMMITTED
@@ -122,3 +124,27 @@ def test_steps_only_for_training_and_out_not_the_dataset(tmp_path: Path, dataset
     code, _, stderr = run_cli("run", str(broken), "--out", str(tmp_path / "o"), "--steps", "3")
     assert code == 2 and "not valid TOML" in stderr and "line 3" in stderr, stderr
     assert "--steps" not in stderr, stderr
+
+
+def test_a_second_run_at_once_takes_a_free_port_when_the_default_is_taken(
+    tmp_path: Path, dataset: Path
+) -> None:
+    """The default node endpoint held (by another troupe run, here a bare socket): the run takes
+    a free port and says so on stderr, as a pipeline's run does; it was refused, exit 2."""
+    config = config_copy(tmp_path / "train.toml", "train.toml", {"train": {"dataset": str(dataset)}})
+    holder = socket.socket()
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 7479))  # RUN_NODE_ENDPOINT's port
+        holder.listen()
+    except OSError:
+        pass  # held already: the case under test all the same
+    try:
+        done = troupe_in_session(
+            "run", str(config), "--out", str(tmp_path / "out"), "--steps", "1", timeout=600
+        )
+    finally:
+        holder.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "the default endpoint is taken" in done.stderr, done.stderr
+    assert "trained 1 steps" in done.stdout, done.stdout

@@ -6,22 +6,41 @@ held-out reconstruction error against the untrained VAE's, seconds), and writes 
 atomically (a temporary sibling renamed into place) with ``VideoVAE.save``. An existing
 ``--out`` is refused unless ``--force``. ``troupe models info PATH`` prints a checkpoint's config
 and fingerprint.
+
+Bad input is one line and exit status 2, before anything is trained or written (the checks are
+in ``vae_checks``), and so is a batch larger than the training clips.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from troupe.cli.client import fail
+
+from .vae_checks import (
+    MAX_CHANNELS,
+    MAX_LR,
+    MAX_SIDE,
+    MAX_THREADS,
+    NotCheckpoint,
+    check_fit,
+    check_memory,
+    check_numbers,
+    check_out,
+    load_checkpoint,
+    tmp_path,
+)
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["models_app", "parse_size"]
 
@@ -64,18 +83,35 @@ def train_vae_command(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="The checkpoint file to write.")],
     steps: Annotated[int, typer.Option("--steps", min=1, help="Optimiser steps.")] = 300,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Clips per step.")] = 8,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Clips per step, drawn at random (with repeats) from the training clips; "
+            "at most their number (a larger batch only repeats clips), else refused.",
+        ),
+    ] = 8,
     clip_frames: Annotated[int, typer.Option("--clip-frames", min=1, help="Frames per clip.")] = 8,
     size: Annotated[
-        str | None, typer.Option("--size", metavar="HxW", help="Resize frames (default: as stored).")
+        str | None,
+        typer.Option(
+            "--size", metavar="HxW", help=f"Resize frames, each side at most {MAX_SIDE} (default: as stored)."
+        ),
     ] = None,
     stride: Annotated[
         int | None, typer.Option("--stride", min=1, help="Frames between clip starts (default: clip frames).")
     ] = None,
-    lr: Annotated[float, typer.Option("--lr", min=0.0, help="AdamW learning rate.")] = 1e-3,
+    lr: Annotated[
+        float, typer.Option("--lr", help=f"AdamW learning rate, > 0 and at most {MAX_LR:g}.")
+    ] = 1e-3,
     seed: Annotated[int, typer.Option("--seed", help="Seeds weights, clip order and noise.")] = 0,
-    base_channels: Annotated[int, typer.Option("--base-channels", min=1, help="VAE width.")] = 16,
-    latent_channels: Annotated[int, typer.Option("--latent-channels", min=1, help="Latent channels.")] = 4,
+    base_channels: Annotated[
+        int, typer.Option("--base-channels", min=1, help=f"VAE width (at most {MAX_CHANNELS}).")
+    ] = 16,
+    latent_channels: Annotated[
+        int, typer.Option("--latent-channels", min=1, help=f"Latent channels (at most {MAX_CHANNELS}).")
+    ] = 4,
     spatial_compression: Annotated[
         int, typer.Option("--spatial-compression", help="Height and width divided by this (power of 2).")
     ] = 4,
@@ -83,7 +119,10 @@ def train_vae_command(
         int, typer.Option("--temporal-compression", help="Time divided by this (1, 2 or 4).")
     ] = 2,
     threads: Annotated[
-        int | None, typer.Option("--threads", min=1, help="torch CPU threads (default: torch's choice).")
+        int | None,
+        typer.Option(
+            "--threads", min=1, help=f"torch CPU threads, at most {MAX_THREADS} (default: torch's choice)."
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as one JSON object.")] = False,
@@ -92,15 +131,15 @@ def train_vae_command(
     import torch
 
     from troupe.actors.training.dataset import LeRobotClips, NotEnoughEpisodes
-    from troupe.actors.training.vae_training import train_vae
+    from troupe.actors.training.vae_training import held_out_split, train_vae
     from troupe.models.video_vae import VideoVAEConfig
 
-    if out.exists() and not force:
-        raise fail(f"--out {out}: already exists; pass --force to overwrite it", 2)
-    if out.is_dir():
-        raise fail(f"--out {out}: is a directory; give a file path such as vae.pt", 2)
+    check_out(out, force)
+    check_numbers(lr, seed, threads, base_channels, latent_channels)
     try:
         hw = parse_size(size) if size is not None else None
+        if hw is not None and max(hw) > MAX_SIDE:
+            raise ValueError(f"--size {size}: each side must be at most {MAX_SIDE}")
         config = VideoVAEConfig(
             latent_channels=latent_channels,
             base_channels=base_channels,
@@ -108,7 +147,21 @@ def train_vae_command(
             temporal_compression=temporal_compression,
             frames=clip_frames,
         )
+        if hw is not None:
+            check_fit(config, clip_frames, hw)
+            check_memory(config, batch_size, clip_frames, hw)
         dataset = LeRobotClips(data, clip_frames=clip_frames, size=hw, stride=stride)
+        train_clips = len(held_out_split(len(dataset))[0])
+        if batch_size > train_clips:
+            raise ValueError(
+                f"--batch-size {batch_size}: more than the {train_clips} clips DATA has for training "
+                f"({len(dataset)} in all, some held out); pass at most {train_clips}, or a smaller "
+                "--stride or --clip-frames for more clips"
+            )
+        if hw is None:  # the stored frame size: read one clip (training reads it first anyway)
+            stored = tuple(dataset[0]["video"].shape[2:])
+            check_fit(config, clip_frames, (stored[0], stored[1]))
+            check_memory(config, batch_size, clip_frames, (stored[0], stored[1]))
     except NotEnoughEpisodes as exc:
         raise fail(f"{exc}; generate more data or lower --clip-frames {clip_frames}", 2) from None
     except ValueError as exc:
@@ -135,11 +188,14 @@ def train_vae_command(
         vae, figures = train_vae(dataset, config, steps, batch_size, lr=lr, seed=seed, on_progress=progress)
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp = tmp_path(out)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         vae.save(tmp)
         os.replace(tmp, out)
+    except (OSError, RuntimeError) as exc:  # checked before training; changed since, or disk full
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise fail(f"--out {out}: could not write the checkpoint ({first})", 1) from None
     finally:
         tmp.unlink(missing_ok=True)
     figures = {**figures, "out": str(out), "fingerprint": vae.fingerprint(), "bytes": out.stat().st_size}
@@ -155,13 +211,10 @@ def info(
     path: Annotated[Path, typer.Argument(metavar="PATH", help="A checkpoint VideoVAE.save wrote.")],
 ) -> None:
     """Print a VAE checkpoint's config and fingerprint."""
-    from troupe.models.video_vae import VideoVAE
-
     try:
-        vae = VideoVAE.load(path)
-    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise fail(f"PATH {path}: not a VideoVAE checkpoint ({first})", 2) from None
+        vae = load_checkpoint(path)
+    except NotCheckpoint as exc:
+        raise fail(f"PATH {path}: {exc}", 2) from None
     for key, value in vae.config.__dict__.items():
         console.print(f"{key} = {value}", highlight=False)
     params = sum(p.numel() for p in vae.parameters())

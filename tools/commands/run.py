@@ -162,7 +162,17 @@ def run(
 
     if config is not None and is_train_config(config):
         count = items if items is not None else scenes
-        finish_train(config, out, steps, count, endpoint or RUN_NODE_ENDPOINT, master, fresh, as_json)
+        if master is None:  # a second run at once takes a free port, as a pipeline's does
+            node_endpoint, moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
+            if moved:
+                Console(stderr=True).print(
+                    "the default endpoint is taken (another troupe run?): this run's node listens on "
+                    f"{escape(node_endpoint)}",
+                    soft_wrap=True,
+                )
+        else:
+            node_endpoint = endpoint or RUN_NODE_ENDPOINT
+        finish_train(config, out, steps, count, node_endpoint, master, fresh, as_json)
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None
