@@ -81,6 +81,12 @@ def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Pat
     assert "trained 6 steps" in stdout, stdout
     assert _committed(out) == ["step-000000003", "step-000000006"]
 
+    # Trained that far already: said, and nothing starts (it printed "0.00 samples/s", or 12/3).
+    for n in ("6", "4"):
+        code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--steps", n)
+        assert code == 0, stdout[-3000:] + stderr[-3000:]
+        assert "already complete:" in stdout and "step-000000006 is step 6" in stdout, stdout
+
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--json", "--steps", "3", "--fresh")
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     again = json.loads(stdout)

@@ -142,7 +142,33 @@ def finish_train(
     problem = writable_problem(out, "--out") or (None if master else endpoint_problem(endpoint, "--endpoint"))
     if problem:
         raise fail(problem, 2)
+    done = None if fresh else _trained_already(cfg, out, steps)
+    if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
+        if as_json:
+            print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
+        else:
+            target = steps or cfg.train.steps
+            console.print(
+                f"already complete: {escape(str(done[1]))} is step {done[0]}, as far as {target} steps "
+                "go; give more --steps to train on, or --fresh to start over",
+                soft_wrap=True,
+            )
+        return
     run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json)
+
+
+def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
+    """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
+    steps (and no data generation runs beside), else None."""
+    from troupe.actors.training.checkpoint import latest
+
+    if cfg.datagen is not None:
+        return None
+    last = latest(Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve())
+    if last is None:
+        return None
+    step = int(last.name.removeprefix("step-"))
+    return (step, last) if step >= (steps or cfg.train.steps) else None
 
 
 async def _train(
