@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from troupe.runtime.node.config import check_endpoint
 from .master_client import keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
-__all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async"]
+__all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,16 @@ def endpoint_option(param: typer.CallbackParam, value: str | None) -> str | None
         return check_endpoint(value)
     except ValueError as exc:
         raise fail(f"{param.opts[0] if param.opts else param.name}: {exc}", 2) from None
+
+
+def seconds_option(param: typer.CallbackParam, value: float | None) -> float | None:
+    """The callback of a seconds option (``--timeout``): finite and > 0, else one line, exit 2
+    (``--timeout -1`` waited no time and blamed the node for not answering)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise fail(
+            f"{param.opts[0] if param.opts else param.name} must be a number of seconds > 0, got {value}", 2
+        )
+    return value
 
 
 def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

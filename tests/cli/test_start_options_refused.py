@@ -1,4 +1,4 @@
-"""`troupe master start` and `troupe node start` refuse a bad option in one line, exit 2, before
+"""`troupe master start`, `troupe node start` and `troupe ctl` refuse a bad option in one line, exit 2, before
 anything is made: an unknown --log-level (a traceback before), a master --name that is markup
 or a path (a traceback, or a log file written outside --logs), a --node-timeout that is not
 positive (its message named internal fields), an endpoint past port 65535 (it bound the port
@@ -80,3 +80,10 @@ def test_ctl_refuses_an_endpoint_past_port_65535(command: list[str]) -> None:
     done = troupe(*command, "tcp://127.0.0.1:99999")
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "must be tcp://HOST:PORT (PORT 1-65535)" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan"])
+def test_ctl_refuses_a_timeout_that_is_no_time(timeout: str) -> None:
+    done = troupe("ctl", "ping", "--timeout", timeout)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip() == f"error: --timeout must be a number of seconds > 0, got {float(timeout)}"

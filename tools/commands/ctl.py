@@ -15,7 +15,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.cli.client import control, endpoint_option, err_console, fail, node_status, run_async
+from troupe.cli.client import (
+    control,
+    endpoint_option,
+    err_console,
+    fail,
+    node_status,
+    run_async,
+    seconds_option,
+)
 from troupe.cli.master_client import (
     jobs_table,
     master_call,
@@ -46,7 +54,9 @@ NodeOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds to wait for the reply.")]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait for the reply.", callback=seconds_option)
+]
 MasterOption = Annotated[
     str,
     typer.Option(
