@@ -342,7 +342,11 @@ class Inbound:
         self._answer(route, msg_id, msg_type, result)
 
     def _control_failed(self, route: Any, msg_id: int, msg_type: str, exc: Exception) -> None:
-        log.warning("control_failed", type=msg_type, error=repr(exc))
+        # A troupe error is the handler's answer to the asker (an unknown job, a refused
+        # option): the asker is told, and it is no warning here. Anything else is a fault.
+        (log.info if isinstance(exc, TroupeError) else log.warning)(
+            "control_failed", type=msg_type, error=repr(exc)
+        )
         self.reply_error_now(route, msg_id, exc)
 
     async def reply(self, route: Any, msg_id: int, result: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from structlog.testing import capture_logs
 
 from troupe.runtime import AskTimeout, RemoteError, Runtime
 from troupe.runtime.core.router import Answer
@@ -262,3 +263,26 @@ async def test_any_handler_that_makes_a_coroutine_runs_as_a_task(kind: str) -> N
             )
             for control in ("object", "partial", "function"):
                 assert await pair.call(control, control) == {"awaited": control}
+
+
+async def test_a_refusal_is_logged_as_information_and_a_fault_as_a_warning() -> None:
+    """A troupe error from a control handler is its answer to the asker (an unknown job, a
+    drain of an unknown node): logged at info on the server, where every one had been a
+    warning. Any other exception is a fault of the handler: a warning."""
+
+    def refuses(_: Any) -> Answer:
+        raise BadRequest("unknown job 'x'")
+
+    def breaks(_: Any) -> Answer:
+        raise KeyError("node")
+
+    with anyio.fail_after(BOUND):
+        async with _pair("memory") as pair:
+            pair.server.register_controls({"refuses": refuses, "breaks": breaks})
+            with capture_logs() as logs:
+                with pytest.raises(BadRequest):
+                    await pair.call("refuses")
+                with pytest.raises(RemoteError):
+                    await pair.call("breaks")
+    levels = {e["type"]: e["log_level"] for e in logs if e["event"] == "control_failed"}
+    assert levels == {"refuses": "info", "breaks": "warning"}
