@@ -37,6 +37,7 @@ import structlog
 
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import ActorStopped
 from troupe.runtime.security.process import installed
 
 from .reach import advertised_endpoint
@@ -188,6 +189,8 @@ class MasterLink:
     async def _tell(self, msg_type: str, payload: Any) -> None:
         try:
             await self._runtime().control(self.master, msg_type, payload, timeout=5.0)
+        except ActorStopped:  # the node is stopping: its runtime reads no more replies
+            log.info("master_report_unanswered", type=msg_type, reason="the node stops")
         except Exception as exc:  # the lease then runs out instead: later, never lost
             log.warning("master_report_failed", type=msg_type, error=repr(exc))
 

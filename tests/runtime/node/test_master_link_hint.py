@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from troupe.runtime.errors import AskTimeout
+from troupe.runtime.errors import ActorStopped, AskTimeout
 from troupe.runtime.node.master_link import MasterLink
 
 pytestmark = pytest.mark.anyio
@@ -49,3 +49,18 @@ async def test_a_master_that_answered_before_and_stopped_gets_no_hint() -> None:
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "hint" not in failed  # it was down or restarting: keys were not the matter
+
+
+async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning() -> None:
+    """Every clean node stop logged `master_report_failed ActorStopped` as a warning: its
+    workers' exits are told as the runtime stops reading replies."""
+
+    class _Stopping(_Runtime):
+        async def control(self, endpoint: str, msg_type: str, payload: Any = None, **_: Any) -> Any:
+            raise ActorStopped("the runtime stopped before the reply came")
+
+    link = _link()
+    link.node.runtime = _Stopping()  # type: ignore[attr-defined]
+    with capture_logs() as logs:
+        await link._tell("worker_left", {"worker_id": "n1/w1"})
+    assert [(e["event"], e["log_level"]) for e in logs] == [("master_report_unanswered", "info")]
