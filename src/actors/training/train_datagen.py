@@ -26,7 +26,14 @@ async def run_datagen(cfg: Any, node: str, fresh: bool, say: Callable[[str], Non
         fresh=fresh,
         keep_outputs=False,
     )
-    say(f"data generation done: {result.counts()}")
+    counts = result.counts()
+    if result.already_complete:  # nothing ran: the counts would all read 0
+        say(f"data generation: already complete in {cfg.train.dataset} (an earlier run)")
+    else:
+        kept = f", {counts['kept']} kept from an earlier run" if counts["kept"] else ""
+        say(
+            f"data generation done: {counts['ok']} ok, {counts['pruned']} pruned, {counts['dead']} dead{kept}"
+        )
     return {
         "items": result.counts(),
         "elapsed_s": result.metrics.elapsed_s,
