@@ -42,6 +42,7 @@ encoder, the latents' geometry is checked against the world model before anythin
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -154,7 +155,9 @@ class TrainConfig(_Frozen):
         known = [f.name for f in dataclasses.fields(WorldModelConfig)]
         unknown = sorted(set(value) - set(known))
         if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r}; expected some of {', '.join(known)}")
+            close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown key {unknown[0]!r}{hint}; expected some of {', '.join(known)}")
         try:
             WorldModelConfig(**value)
         except (TypeError, ValueError) as exc:

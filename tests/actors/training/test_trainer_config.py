@@ -99,7 +99,7 @@ def test_the_default_encoder_is_troupes_vae() -> None:
         ("train", "local_encoding", "yes", "train.local_encoding"),
         ("train", "bogus", 1, "train.bogus"),
         ("model", "d_model", 31, "d_model=31"),
-        ("model", "dmodel", 32, "'dmodel'"),
+        ("model", "dmodel", 32, "'dmodel' (did you mean 'd_model'?)"),
         ("encoders", "count", 0, "encoders.count"),
         ("encoders", "memory_mb", -1, "encoders.memory_mb"),
         ("trainers", "ranks", 0, "trainers.ranks"),
