@@ -21,9 +21,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from structlog.testing import capture_logs
 
+from support.log_capture import module_logs
 from troupe.runtime import AskTimeout, RemoteError, Runtime
+from troupe.runtime.core import router
 from troupe.runtime.core.router import Answer
 from troupe.runtime.errors import BadRequest, UnknownMessageType
 from troupe.runtime.lowlevel import MemoryHub
@@ -265,7 +266,9 @@ async def test_any_handler_that_makes_a_coroutine_runs_as_a_task(kind: str) -> N
                 assert await pair.call(control, control) == {"awaited": control}
 
 
-async def test_a_refusal_is_logged_as_information_and_a_fault_as_a_warning() -> None:
+async def test_a_refusal_is_logged_as_information_and_a_fault_as_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A troupe error from a control handler is its answer to the asker (an unknown job, a
     drain of an unknown node): logged at info on the server, where every one had been a
     warning. Any other exception is a fault of the handler: a warning."""
@@ -279,7 +282,7 @@ async def test_a_refusal_is_logged_as_information_and_a_fault_as_a_warning() -> 
     with anyio.fail_after(BOUND):
         async with _pair("memory") as pair:
             pair.server.register_controls({"refuses": refuses, "breaks": breaks})
-            with capture_logs() as logs:
+            with module_logs(monkeypatch, router) as logs:
                 with pytest.raises(BadRequest):
                     await pair.call("refuses")
                 with pytest.raises(RemoteError):

@@ -7,9 +7,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
+from support.log_capture import module_logs
 from troupe.runtime.errors import ActorStopped, AskTimeout
+from troupe.runtime.node import master_link
 from troupe.runtime.node.master_link import MasterLink
 
 pytestmark = pytest.mark.anyio
@@ -32,26 +33,30 @@ def _link() -> MasterLink:
     return MasterLink(node, "tcp://127.0.0.1:7480")  # type: ignore[arg-type]
 
 
-async def test_a_master_that_never_answered_gets_the_keys_hint() -> None:
+async def test_a_master_that_never_answered_gets_the_keys_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     link, runtime = _link(), _Runtime()
-    with capture_logs() as logs:
+    with module_logs(monkeypatch, master_link) as logs:
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "--keys DIR" in failed["hint"]
 
 
-async def test_a_master_that_answered_before_and_stopped_gets_no_hint() -> None:
+async def test_a_master_that_answered_before_and_stopped_gets_no_hint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     link, runtime = _link(), _Runtime()
     runtime.answer = True
     await link._beat(runtime)  # type: ignore[arg-type]
     runtime.answer = False
-    with capture_logs() as logs:
+    with module_logs(monkeypatch, master_link) as logs:
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "hint" not in failed  # it was down or restarting: keys were not the matter
 
 
-async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning() -> None:
+async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Every clean node stop logged `master_report_failed ActorStopped` as a warning: its
     workers' exits are told as the runtime stops reading replies."""
 
@@ -61,6 +66,6 @@ async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning() -
 
     link = _link()
     link.node.runtime = _Stopping()  # type: ignore[attr-defined]
-    with capture_logs() as logs:
+    with module_logs(monkeypatch, master_link) as logs:
         await link._tell("worker_left", {"worker_id": "n1/w1"})
     assert [(e["event"], e["log_level"]) for e in logs] == [("master_report_unanswered", "info")]
