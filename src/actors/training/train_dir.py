@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.pipeline.run_dir import first_difference
+from troupe.runtime.pipeline.run_dir import first_difference, read_record, write_record
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
-from troupe.runtime.tasks.output_store import atomic_file
 
 __all__ = ["TrainDir", "made_with"]
 
@@ -148,26 +147,10 @@ class TrainDir:
             )
 
     def _read(self) -> dict[str, Any] | None:
-        try:
-            text = self.record_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ConfigError(f"--out {self.out}: cannot read {self.record_path}: {exc.strerror}") from None
-        try:
-            record = json.loads(text)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or record.get("format") != _FORMAT:
-            raise ConfigError(
-                f"--out {self.out}: {self.record_path} is not a training record this troupe reads "
-                "(use --fresh to start anew)"
-            )
-        return record
+        return read_record(self.record_path, self.out, _FORMAT, "training record")
 
     def _write(self, record: dict[str, Any]) -> None:
-        with atomic_file(self.record_path) as tmp:
-            tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_record(self.record_path, record)
 
     def _check_new(self) -> None:
         try:

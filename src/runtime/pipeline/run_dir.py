@@ -36,7 +36,7 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
 from troupe.runtime.tasks.output_store import atomic_file
 
-__all__ = ["TROUPE_ENTRIES", "RunDir", "fingerprint", "first_difference"]
+__all__ = ["TROUPE_ENTRIES", "RunDir", "fingerprint", "first_difference", "read_record", "write_record"]
 
 TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 """The entries of an output directory that troupe writes; nothing else is ever deleted."""
@@ -89,6 +89,36 @@ def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, 
 
 
 _MISSING = object()
+
+
+def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any] | None:
+    """The JSON record at ``path`` of the output folder ``out``; None when there is none.
+
+    Raises:
+        ConfigError: it cannot be read, or is not a record of format ``version`` (``what`` names
+            it in the message, which says to start anew with --fresh).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot read {path}: {exc.strerror}") from None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or record.get("format") != version:
+        raise ConfigError(
+            f"--out {out}: {path} is not a {what} this troupe reads (use --fresh to start anew)"
+        )
+    return record
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` to ``path`` as JSON, atomically (a reader sees the old or the new one)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 class RunDir:
@@ -205,26 +235,10 @@ class RunDir:
             )
 
     def _read(self) -> dict[str, Any] | None:
-        try:
-            text = self.record_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ConfigError(f"--out {self.out}: cannot read {self.record_path}: {exc.strerror}") from None
-        try:
-            record = json.loads(text)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or record.get("format") != _FORMAT:
-            raise ConfigError(
-                f"--out {self.out}: {self.record_path} is not a run record this troupe "
-                "reads (use --fresh to start anew)"
-            )
-        return record
+        return read_record(self.record_path, self.out, _FORMAT, "run record")
 
     def _write(self, record: dict[str, Any]) -> None:
-        with atomic_file(self.record_path) as tmp:
-            tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_record(self.record_path, record)
 
     def _check_new(self) -> None:
         try:
