@@ -56,6 +56,14 @@ def test_a_killed_rank_restarts_every_rank_from_the_last_checkpoint(tmp_path: Pa
     assert len(report["losses"]) == STEPS - first
     assert report["loss"] == report["losses"][-1]
     assert Path(report["checkpoints"][-1]).name == f"step-{STEPS:09d}"
+    # The restart says how the worker ended, as its node saw it (it said only "lost its worker").
+    restarts = [
+        json.loads(line)
+        for line in (out / "logs" / "local.jsonl").read_text(encoding="utf-8").splitlines()
+        if '"train_restart"' in line
+    ]
+    assert [r["event"] for r in restarts] == ["train_restart"], restarts
+    assert "lost its worker (" in restarts[0]["reason"] and "SIGKILL" in restarts[0]["reason"], restarts
 
 
 def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:

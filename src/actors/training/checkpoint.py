@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -39,6 +40,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, asy
 
 __all__ = [
     "COMMITTED",
+    "CheckpointUnreadable",
     "Checkpointer",
     "Restored",
     "capture_rng",
@@ -244,6 +246,25 @@ def load(
     path = Path(path)
     if not (path / COMMITTED).is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r}: not a committed checkpoint")
+    try:
+        return _load(path, model, optimizer, scheduler)
+    except (Exception, CheckpointException) as exc:  # damaged, another model (a BaseException)
+        cause: BaseException = exc
+        if isinstance(exc, CheckpointException) and exc.failures:  # what failed, on the first rank
+            cause = next(iter(exc.failures.values()))[0]
+        first = (str(cause).strip().splitlines() or [""])[0][:200]
+        why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+        raise CheckpointUnreadable(
+            f"checkpoint {str(path)!r} cannot be loaded ({why}); move it away to resume from the one "
+            "before, or run with --fresh"
+        ) from exc
+
+
+class CheckpointUnreadable(ValueError):
+    """A committed checkpoint that does not load (damaged, or made with another model)."""
+
+
+def _load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> Restored:
     saved = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     model_sd, optim_sd = get_state_dict(model, optimizer)
     rng_key = f"rank{_rank()}"

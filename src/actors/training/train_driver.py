@@ -233,9 +233,24 @@ class TrainDriver:
             if state == "failed":
                 return f"rank {rank.index} failed: {rank.last.get('error')}"
             if state == "idle":
-                return f"rank {rank.index} lost its worker (restarted by its node)"
+                why = await self._worker_end(rank)
+                return f"rank {rank.index} lost its worker ({why}restarted by its node)"
         self._record()
         return None
+
+    async def _worker_end(self, rank: Rank) -> str:
+        """How the rank's worker ended, as its node tells it (``killed by SIGKILL; ``, or the
+        last error it wrote: a checkpoint that does not load), or "" when the node cannot say."""
+        try:
+            reply = await self.rt.control(rank.host.endpoint, "supervision", None, timeout=_ASK_S)
+        except TroupeError:
+            return ""
+        workers = reply.get("workers", []) if isinstance(reply, dict) else []
+        for worker in workers:
+            if isinstance(worker, dict) and worker.get("name") == rank.worker:
+                said = [str(worker[k]) for k in ("exit", "last_error") if worker.get(k)]
+                return "".join(f"{part}; " for part in said)
+        return ""
 
     def _record(self) -> None:
         head = self.ranks[0].last

@@ -17,7 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from troupe.actors.training.checkpoint import COMMITTED, Checkpointer, checkpoint_path, latest, load
+from troupe.actors.training.checkpoint import (
+    COMMITTED,
+    Checkpointer,
+    CheckpointUnreadable,
+    checkpoint_path,
+    latest,
+    load,
+)
 from troupe.models.world_model import FlowBatch, WorldModel, WorldModelConfig
 
 # One process without a process group: DCP says it assumes that, on every save and load.
@@ -169,6 +176,23 @@ def test_save_snapshots_the_state_before_it_returns(tmp_path: Path) -> None:
     load(checkpoint_path(tmp_path, 1), fresh, fresh_optimizer, fresh_scheduler)
     for name, value in fresh.state_dict().items():
         assert torch.equal(value, before[name]), name
+
+
+def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:
+    """A committed checkpoint whose data is damaged: one line naming it and what to do (a
+    torch CheckpointException, a BaseException with a traceback in its text, had gone past the
+    rank's error handling and killed its worker three times, 350 lines of stderr)."""
+    model, optimizer, scheduler = make_trainer(0)
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, model, optimizer, scheduler)
+    saver.close()
+    for part in checkpoint_path(tmp_path, 1).glob("*.distcp"):
+        part.write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointUnreadable) as info:
+        load(checkpoint_path(tmp_path, 1), *make_trainer(1))
+    message = str(info.value)
+    assert "step-000000001' cannot be loaded (" in message and "--fresh" in message
+    assert "\n" not in message and "CheckpointException" not in message
 
 
 def test_every_must_be_positive(tmp_path: Path) -> None:
