@@ -23,7 +23,7 @@ from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.loading import check_node_actors
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
-from troupe.runtime.node.config import NodeConfig, load_node_config
+from troupe.runtime.node.config import NodeConfig, check_endpoint, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.transports.loopback import free_endpoint
@@ -38,6 +38,7 @@ __all__ = [
     "check_run",
     "default_or_free",
     "endpoint_problem",
+    "endpoint_shape_problem",
     "metrics_problem",
     "writable_problem",
 ]
@@ -46,13 +47,29 @@ __all__ = [
 _VIRTUAL = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
+def endpoint_shape_problem(endpoint: str | None, option: str) -> str | None:
+    """Why ``endpoint`` is no endpoint at all (``check_endpoint``: a port past 65535, a missing
+    slash), naming ``option``; None when it is one, or not given."""
+    if endpoint is None:
+        return None
+    try:
+        check_endpoint(endpoint)
+    except ValueError as exc:
+        return f"{option}: {exc}"
+    return None
+
+
 def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | None:
-    """Why ``endpoint`` cannot be bound now (another process listens there), or None.
+    """Why ``endpoint`` cannot be bound now (it is no endpoint, or another process listens
+    there), or None.
 
     ``who`` is what usually holds such a port (``node``, ``master``), for the message.
 
     Only ``tcp://HOST:PORT`` is probed; a wildcard port, ipc and inproc are left to the bind.
     """
+    shape = endpoint_shape_problem(endpoint, option)
+    if shape is not None:
+        return shape
     parts = urlsplit(endpoint)
     try:
         port = parts.port

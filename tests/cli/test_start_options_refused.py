@@ -87,3 +87,24 @@ def test_ctl_refuses_a_timeout_that_is_no_time(timeout: str) -> None:
     done = troupe("ctl", "ping", "--timeout", timeout)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.strip() == f"error: --timeout must be a number of seconds > 0, got {float(timeout)}"
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["run", "--endpoint", "tcp://127.0.0.1:99999"], "--endpoint"),
+        (["run", "--master", "tcp:/127.0.0.1:7480"], "--master"),
+        (["demo", "--endpoint", "tcp://127.0.0.1:99999"], "--endpoint"),
+    ],
+)
+def test_run_and_demo_refuse_an_endpoint_that_is_none(
+    tmp_path: Path, command: list[str], option: str
+) -> None:
+    """Checking endpoints' shape made these a pydantic traceback (they had bound port 34463)."""
+    out = tmp_path / "out"
+    place = ["--out", str(out)] if command[0] == "run" else ["--logs", str(out)]
+    done = troupe(*command, *place)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(f"error: {option}: endpoint '"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()

@@ -133,13 +133,17 @@ def finish_train(
 ) -> None:
     """The body of ``troupe run TRAIN.toml``."""
     from troupe.cli.client import fail, run_async
-    from troupe.cli.preflight import endpoint_problem, writable_problem
+    from troupe.cli.preflight import endpoint_problem, endpoint_shape_problem, writable_problem
 
     try:
         cfg = check_train(config, out, steps, items, fresh)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    problem = writable_problem(out, "--out") or (None if master else endpoint_problem(endpoint, "--endpoint"))
+    problem = (
+        endpoint_shape_problem(master, "--master")
+        or writable_problem(out, "--out")
+        or (None if master else endpoint_problem(endpoint, "--endpoint"))
+    )
     if problem:
         raise fail(problem, 2)
     done = None if fresh else _trained_already(cfg, out, steps)
