@@ -4,18 +4,18 @@ and bad data with one line and exit status 2; ``troupe models info`` shows it.""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from support.clip_data import write_run
 from troupe.actors.training.dataset import LeRobotClips
 from troupe.cli.commands.models import parse_size
 from troupe.cli.main import app
 from troupe.models.video_vae import VideoVAE
+
+pytestmark = pytest.mark.usefixtures("restore_threads")  # tests/cli/conftest.py
 
 TINY = [
     "--clip-frames",
@@ -29,20 +29,6 @@ TINY = [
     "--threads",
     "1",
 ]
-
-
-@pytest.fixture(autouse=True)
-def restore_threads() -> Iterator[None]:
-    before = torch.get_num_threads()  # --threads sets this process's torch threads
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("models") / "run"
-    write_run(root, {"ep-a": 12, "ep-b": 10})
-    return root
 
 
 def test_train_vae_writes_a_checkpoint_that_encodes(run: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,9 @@ import torch
 from typer.testing import CliRunner
 
 from support.cli_session import troupe_in_session
-from support.clip_data import write_run
 from troupe.cli.main import app
+
+pytestmark = pytest.mark.usefixtures("restore_threads")  # tests/cli/conftest.py
 
 HANG_S = 120  # a guard against a hang only: every refusal here comes before training starts
 
@@ -42,21 +43,6 @@ def assert_refused(code: int, stdout: str, stderr: str, said: str) -> None:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("error: ") and said in lines[0], lines[0]
     assert stdout == "", stdout  # refused before training: not even the "training on" line
-
-
-@pytest.fixture(autouse=True)
-def restore_threads() -> Iterator[None]:
-    before = torch.get_num_threads()  # an in-process --threads sets this process's torch threads
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """5 clips of 4 frames (4 for training, 1 held out)."""
-    root = tmp_path_factory.mktemp("models-refusals") / "run"
-    write_run(root, {"ep-a": 12, "ep-b": 10})
-    return root
 
 
 # --- train-vae --out: checked before the training (it trained, then failed with a traceback) ---

@@ -30,8 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.pipeline.run_dir import first_difference, read_record, write_record
-from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
+from troupe.runtime.pipeline.run_dir import (
+    first_difference,
+    held_by_another,
+    in_use_message,
+    read_record,
+    write_record,
+)
+from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
 
 __all__ = ["TrainDir", "made_with"]
 
@@ -104,7 +110,7 @@ class TrainDir:
         try:
             lock = JournalLock.acquire(self._lock_target)
         except JournalBusy:
-            raise ConfigError(self._in_use()) from None
+            raise ConfigError(in_use_message(self._lock_target, self.out, "training run")) from None
         try:
             wiped = fresh and self.record_path.exists()
             if wiped:
@@ -123,20 +129,12 @@ class TrainDir:
 
     # -- private ----------------------------------------------------------------------------
 
-    def _in_use(self) -> str:
-        holder = lock_path(self._lock_target).read_text(encoding="utf-8", errors="replace").strip()
-        return (
-            f"--out {self.out} is in use by another training run (pid {holder or '?'}); wait for it "
-            "to end, or pick another --out"
-        )
-
     def _not_in_use(self) -> None:
-        if not self.state_dir.is_dir():
-            return
-        try:
-            JournalLock.acquire(self._lock_target).release()
-        except JournalBusy:
-            raise ConfigError(self._in_use()) from None
+        problem = (
+            held_by_another(self._lock_target, self.out, "training run") if self.state_dir.is_dir() else None
+        )
+        if problem is not None:
+            raise ConfigError(problem)
 
     def _check_same(self, record: dict[str, Any], made: dict[str, Any]) -> None:
         diff = first_difference(record.get("made_with", {}), made)

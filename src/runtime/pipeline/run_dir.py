@@ -36,7 +36,16 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
 from troupe.runtime.tasks.output_store import atomic_file
 
-__all__ = ["TROUPE_ENTRIES", "RunDir", "fingerprint", "first_difference", "read_record", "write_record"]
+__all__ = [
+    "TROUPE_ENTRIES",
+    "RunDir",
+    "fingerprint",
+    "first_difference",
+    "held_by_another",
+    "in_use_message",
+    "read_record",
+    "write_record",
+]
 
 TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 """The entries of an output directory that troupe writes; nothing else is ever deleted."""
@@ -113,6 +122,25 @@ def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any
             f"--out {out}: {path} is not a {what} this troupe reads (use --fresh to start anew)"
         )
     return record
+
+
+def held_by_another(target: Path, out: Path, who: str) -> str | None:
+    """Why the output folder ``out`` cannot be used now: another ``who`` holds the lock of
+    ``target`` (``JournalLock``), named by its pid; None when nobody does."""
+    try:
+        JournalLock.acquire(target).release()
+    except JournalBusy:
+        return in_use_message(target, out, who)
+    return None
+
+
+def in_use_message(target: Path, out: Path, who: str) -> str:
+    """The refusal of ``out`` while another ``who`` holds the lock of ``target``."""
+    holder = lock_path(target).read_text(encoding="utf-8", errors="replace").strip()
+    return (
+        f"--out {out} is in use by another {who} (pid {holder or '?'}); wait for it to end, "
+        "or pick another --out"
+    )
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
@@ -209,15 +237,7 @@ class RunDir:
         """Why this directory cannot be run into now (another run holds it), or None."""
         if not self.journal_path.exists():
             return None
-        try:
-            JournalLock.acquire(self.journal_path).release()
-        except JournalBusy:
-            holder = lock_path(self.journal_path).read_text(encoding="utf-8", errors="replace").strip()
-            return (
-                f"--out {self.out} is in use by another troupe run (pid {holder or '?'}); "
-                "wait for it to end, or pick another --out"
-            )
-        return None
+        return held_by_another(self.journal_path, self.out, "troupe run")
 
     # -- private ----------------------------------------------------------------------------
 
