@@ -74,6 +74,9 @@ MAX_HWM = 1_000_000
 MAX_NAME = 100  # names end up in file names and log lines
 MAX_TAGS = 32
 MAX_MESSAGE_MB = 4096.0  # a worker's own bound: a 640x480 episode of RGB-D is ~130 MB
+# The least message bound: 64 KiB, four batch frames (wire/batch_frames.py), which every peer
+# must take whole: ZeroMQ drops the connection of a peer that sends a frame over the bound.
+MIN_MESSAGE_MB = 1 / 16
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 
 
@@ -96,7 +99,7 @@ class WorkerSpec(_Frozen):
     actors: tuple[ActorSpec, ...] = ()
     kind: str = Field(default="default", min_length=1, max_length=MAX_NAME)
     # This worker's message size bound, over the node's (a pipeline stage whose items are large).
-    max_message_mb: StrictFloat | None = Field(default=None, gt=0, le=MAX_MESSAGE_MB)
+    max_message_mb: StrictFloat | None = Field(default=None, ge=MIN_MESSAGE_MB, le=MAX_MESSAGE_MB)
 
 
 class KindSupervision(_Frozen):
@@ -191,7 +194,7 @@ class NodeConfig(_Frozen):
     log_max_mb: StrictFloat = Field(default=64.0, gt=0)
     log_keep: StrictInt = Field(default=5, ge=1, le=1000)
     hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
-    max_message_mb: StrictFloat = Field(default=64.0, gt=0)
+    max_message_mb: StrictFloat = Field(default=64.0, ge=MIN_MESSAGE_MB)
     # Input limits (core/throttle.py, wire/codec.py): frames per message; bad frames a peer may
     # send at once and per second before its messages are dropped unread for throttle_s.
     max_frames: StrictInt = Field(default=1024, ge=2, le=1_000_000)

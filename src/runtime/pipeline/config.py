@@ -36,7 +36,14 @@ from typing import Any, Literal
 from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.config import MAX_MESSAGE_MB, MAX_NAME, _Frozen, read_toml, validation_message
+from troupe.runtime.node.config import (
+    MAX_MESSAGE_MB,
+    MAX_NAME,
+    MIN_MESSAGE_MB,
+    _Frozen,
+    read_toml,
+    validation_message,
+)
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 
 from .handoff import INLINE_BELOW
@@ -102,7 +109,7 @@ class PipelineConfig(_Frozen):
     inline_below: StrictInt = Field(default=INLINE_BELOW, ge=0)  # smaller outputs go inline
     # The replicas' message size bound (MB), over their nodes' max_message_mb: an output handed
     # to the next stage travels as one message (640x480 RGB-D, 60 frames: ~130 MB).
-    max_message_mb: StrictFloat | None = Field(default=None, gt=0, le=MAX_MESSAGE_MB)
+    max_message_mb: StrictFloat | None = Field(default=None, ge=MIN_MESSAGE_MB, le=MAX_MESSAGE_MB)
     stages: tuple[StageConfig, ...]
 
     @model_validator(mode="after")

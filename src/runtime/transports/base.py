@@ -37,6 +37,11 @@ class TransportStats:
     received: int
     peers: int
     replies_dropped: int = 0
+    # Batch frames (several messages to one peer in one ZeroMQ message; wire/batch_frames.py).
+    batches_sent: int = 0
+    batches_received: int = 0
+    # Messages sent but held in a batch for a peer that could not take it yet.
+    batched_waiting: int = 0
 
 
 class Transport(Protocol):

@@ -42,6 +42,14 @@ from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
 from troupe.runtime.security.auth import Gate, curve_client, curve_server, gate_for
 from troupe.runtime.security.keys import CurveKeys
+from troupe.runtime.wire.batch_frames import (
+    BATCH_MARK,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_MESSAGES,
+    batch_frames,
+    pack_batch,
+    unpack_batch,
+)
 
 from .base import OnMessage, TransportStats
 from .zmq_handshakes import HandshakeWatch
@@ -67,6 +75,12 @@ log = structlog.get_logger(__name__)
 DROP_LOG_INTERVAL_S = 10.0
 # How long replies an asker's connection cannot take are retried before they are dropped.
 REPLY_LINGER_S = 5.0
+# The first and the longest wait before a batch the peer could not take is sent again.
+OUT_RETRY_FIRST_S = 0.0005
+OUT_RETRY_MAX_S = 0.05
+# Askers a mailbox remembers as reading batches; past this it forgets them all (they batch
+# again, and are remembered again, at their next batch).
+MAX_BATCHERS = 65_536
 # Replies held for retries, at least (the high-water mark may be set lower): for one asker, and
 # for all together. They bound memory while an asker does not read; bursts must fit.
 HELD_PER_ASKER = 1000
@@ -154,6 +168,8 @@ class ZmqTransport:
         )
         self._sent = 0
         self._received = 0
+        self._batches_sent = 0
+        self._batches_received = 0
         # [sent, received] bytes of every frame, when someone asked (count_bytes); None costs
         # one attribute test per message.
         self.wire_bytes: list[int] | None = None
@@ -197,7 +213,14 @@ class ZmqTransport:
     def statistics(self) -> TransportStats:
         """Return counters."""
         return TransportStats(
-            self.address, self._sent, self._received, len(self._dealers), self._replies_dropped
+            self.address,
+            self._sent,
+            self._received,
+            len(self._dealers),
+            self._replies_dropped,
+            self._batches_sent,
+            self._batches_received,
+            sum(len(w.out) for w in self._dealers.values()),
         )
 
     async def serve(self, on_message: OnMessage, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
@@ -238,6 +261,7 @@ class ZmqTransport:
         empty, or up to ``limit`` messages and then looks again after the tasks they woke; that
         look also serves the sends made meanwhile (see ``_write``)."""
         w.recheck = False
+        w.sent_before_look = False
         if w.senders:
             w.writable.set()  # any activity: a parked sender re-checks whether it may send
         handler = self.sync_handler
@@ -245,10 +269,18 @@ class ZmqTransport:
             w.wake.set()
             return
         w.draining = True
+        replied = False
         try:
             more = self._drain(w, handler, limit)
         finally:
+            if w.replies:  # the replies made meanwhile, batched per asker
+                replied = True
+                self._flush_replies(w)
             w.draining = False
+        if replied and not more:
+            # Sent after the read that found the socket empty, they may have taken the signal
+            # of input that came meanwhile: look, as the drain's own reads would have.
+            more = bool(socket_events(w.sock) & POLLIN)
         if not more:
             return
         # Whether more is waiting, EVENTS says for less than a read that finds nothing. A
@@ -280,11 +312,36 @@ class ZmqTransport:
             if not is_router and self.refuse is not None and self.refuse(w.peer):
                 self._count_refused(w.peer, "receive")
                 continue
+            if len(frames) == 1 and frames[0][:1] == BATCH_MARK:
+                headers = self._unbatch(w, route, frames[0])
+                if headers is not None:
+                    for i, header in enumerate(headers):
+                        if not handler(route, [header]):
+                            w.backlog.extend((route, [rest]) for rest in headers[i:])
+                            w.wake.set()
+                            return False
+                    continue
             if not handler(route, frames):
                 w.backlog.append((route, frames))
                 w.wake.set()
                 return False
         return True
+
+    def _unbatch(self, w: Watched, route: Any, frame: bytes) -> list[bytes] | None:
+        """The messages of a batch frame, counted; None when it is malformed (it then goes on
+        as one message, which the codec refuses as a bad frame). A mailbox remembers that the
+        asker reads batches."""
+        headers = unpack_batch(frame)
+        if headers is None:
+            return None
+        self._received += len(headers) - 1
+        self._batches_received += 1
+        if route is not None:
+            batchers = w.batchers
+            if len(batchers) >= MAX_BATCHERS:
+                batchers.clear()
+            batchers.add(route[1])
+        return headers
 
     def _unwatch_all(self) -> None:
         self._handshakes.unwatch()
@@ -322,6 +379,12 @@ class ZmqTransport:
                 if not w.is_router and self.refuse is not None and self.refuse(w.peer):
                     self._count_refused(w.peer, "receive")
                     continue
+                if len(frames) == 1 and frames[0][:1] == BATCH_MARK:
+                    headers = self._unbatch(w, route, frames[0])
+                    if headers is not None:
+                        for header in headers:
+                            await on_message(route, [header])
+                        continue
                 await on_message(route, frames)
             if handled == self.batch:
                 await asyncio.sleep(0)  # let other tasks run between batches
@@ -420,6 +483,33 @@ class ZmqTransport:
         if route is None:
             return True
         mailbox, identity = route[0], route[1]  # with CURVE, the sender's user id follows
+        replies = mailbox.replies
+        if mailbox.draining and len(frames) == 1 and identity in mailbox.batchers:
+            # Made while the reader drains: it leaves with the asker's others when the drain ends.
+            held = replies.get(identity)
+            if held is None:
+                replies[identity] = [frames[0]]
+            else:
+                held.append(frames[0])
+                if len(held) >= MAX_BATCH_MESSAGES:  # the asker starts on these meanwhile
+                    self._send_replies(mailbox, identity, replies.pop(identity))
+            return True
+        if replies and identity in replies:  # the ones made before it leave first
+            self._send_replies(mailbox, identity, replies.pop(identity))
+        return self._reply_frames(mailbox, identity, frames, 1)
+
+    def _flush_replies(self, mailbox: Watched) -> None:
+        """Send the replies made while the mailbox's reader drained, batched per asker."""
+        replies, mailbox.replies = mailbox.replies, {}
+        for identity, headers in replies.items():
+            self._send_replies(mailbox, identity, headers)
+
+    def _send_replies(self, mailbox: Watched, identity: bytes, headers: list[bytes]) -> None:
+        for frame, count in batch_frames(headers):
+            self._reply_frames(mailbox, identity, [frame], count)
+
+    def _reply_frames(self, mailbox: Watched, identity: bytes, frames: list[Any], count: int) -> bool:
+        """``try_reply`` of one message, or of one batch frame holding ``count`` replies."""
         outbox = self._outbox
         if outbox.pending and outbox.holds(mailbox, identity):
             return self._hold(mailbox, identity, frames)  # behind the ones already held
@@ -428,8 +518,11 @@ class ZmqTransport:
         except zmq.Again:
             return self._hold(mailbox, identity, frames)
         except zmq.ZMQError as exc:
-            self._reply_dropped(mailbox, identity, exc, 1)
+            self._reply_dropped(mailbox, identity, exc, count)
             return False
+        if count > 1:
+            self._sent += count - 1
+            self._batches_sent += 1
         return True
 
     def _hold(self, mailbox: Watched, identity: bytes, frames: list[Any]) -> bool:
@@ -487,7 +580,20 @@ class ZmqTransport:
 
     def _put(self, w: Watched, frames: list[Any], address: str) -> bool:
         """``_write``: False when the socket is full; EHOSTUNREACH as it is, other errors as
-        Unreachable."""
+        Unreachable. A header alone sent while a look at the socket is due this turn (after
+        an earlier send) waits for that look, and leaves with the others sent meanwhile; the
+        first goes at once, so that a lone ask pays no wait."""
+        if len(frames) == 1 and (w.out or (w.recheck and w.sent_before_look)):
+            header = frames[0]
+            if type(header) is bytes and w.out_bytes + len(header) + 4 < MAX_BATCH_BYTES:
+                out = w.out
+                out.append(header)
+                w.out_bytes += len(header) + 4
+                if len(out) >= MAX_BATCH_MESSAGES:
+                    self._flush_out(w)  # the peer starts on these while more are made
+                return True
+        if w.out and not self._flush_out(w):
+            return False
         try:
             self._write(w, frames)
         except zmq.Again:
@@ -496,6 +602,7 @@ class ZmqTransport:
             if exc.errno == zmq.EHOSTUNREACH:
                 raise
             raise Unreachable(f"send to {address} failed: {exc.strerror}") from exc
+        w.sent_before_look = w.recheck
         return True
 
     def _write(self, w: Watched, frames: list[Any]) -> None:
@@ -529,6 +636,41 @@ class ZmqTransport:
         if (w.waiting or w.senders) and not w.recheck and not w.draining:
             self._look_later(w)
 
+    def _flush_out(self, w: Watched) -> bool:
+        """Send the headers held for a peer connection (``_put``) as one frame; False when the
+        peer cannot take it now (it is sent again shortly, and by the next sender to find room)."""
+        out = w.out
+        frame = out[0] if len(out) == 1 else pack_batch(out)
+        try:
+            self._write(w, [frame])
+        except zmq.Again:
+            self._retry_out_later(w)
+            return False
+        except zmq.ZMQError as exc:  # the connection closed under them (forget, close)
+            log.info("batch_dropped", peer=w.peer, messages=len(out), reason=exc.strerror)
+        else:
+            if len(out) > 1:
+                self._sent += len(out) - 1
+                self._batches_sent += 1
+        w.out = []
+        w.out_bytes = 0
+        w.out_delay = 0.0
+        return True
+
+    def _retry_out_later(self, w: Watched) -> None:
+        if w.out_retry is not None or self._loop is None or self._loop.is_closed():
+            return
+        w.out_delay = min(max(w.out_delay * 2, OUT_RETRY_FIRST_S), OUT_RETRY_MAX_S)
+        w.out_retry = self._loop.call_later(w.out_delay, self._retry_out, w)
+
+    def _retry_out(self, w: Watched) -> None:
+        w.out_retry = None
+        if w.sock.closed:
+            w.out = []
+            return
+        if w.out and self._flush_out(w) and w.senders:
+            w.writable.set()  # parked senders wait behind the batch: it left
+
     def _look_later(self, w: Watched) -> None:
         """Schedule one look at the socket's EVENTS (``_recheck``) for whoever is parked."""
         w.recheck = True
@@ -539,6 +681,13 @@ class ZmqTransport:
 
     def _recheck(self, w: Watched) -> None:
         w.recheck = False
+        w.sent_before_look = False
+        if w.out:
+            # The look below follows this send: none other is scheduled (a peer that cannot
+            # take the batch would make that a look every turn; its retries back off instead).
+            w.recheck = True
+            self._flush_out(w)
+            w.recheck = False
         try:
             events = socket_events(w.sock)
         except zmq.ZMQError:  # closed meanwhile (forget, close): its pump has been told
@@ -553,6 +702,9 @@ class ZmqTransport:
         w = self._dealers.pop(address, None)
         if w is None:
             return
+        if w.out_retry is not None:
+            w.out_retry.cancel()
+        w.out = []
         if self._loop is not None and not self._loop.is_closed():
             try:
                 self._loop.remove_reader(w.fd)
@@ -567,6 +719,11 @@ class ZmqTransport:
         if self._closed:
             return
         self._closed = True
+        for w in self._dealers.values():  # what this turn's sends left for its end, if it can
+            if w.out_retry is not None:
+                w.out_retry.cancel()
+            if w.out:
+                self._flush_out(w)
         self._outbox.close()
         self._unwatch_all()
         self._handshakes.close()

@@ -73,14 +73,21 @@ class Watched:
 
     __slots__ = (
         "backlog",
+        "batchers",
         "curve",
         "draining",
         "fd",
         "is_router",
+        "out",
+        "out_bytes",
+        "out_delay",
+        "out_retry",
         "peer",
         "recheck",
+        "replies",
         "replies_dropped",
         "senders",
+        "sent_before_look",
         "sock",
         "waiting",
         "wake",
@@ -106,6 +113,18 @@ class Watched:
         self.replies_dropped = 0  # a mailbox's replies its askers could not take (never waited on)
         # A CURVE server socket: each message's route also carries the sender's User-Id.
         self.curve = curve and is_router
+        # Headers sent in this turn of the loop after its first send, leaving together as one
+        # batch frame (wire/batch_frames.py) when the look at EVENTS scheduled after that send runs; and
+        # the retry of a batch the peer could not take.
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self.out_retry: asyncio.TimerHandle | None = None
+        self.out_delay = 0.0
+        self.sent_before_look = False  # a send went at once since the look was scheduled
+        # A mailbox's replies made while its reader drains, per asker that sent it batches
+        # (``batchers``; only those read batches), sent together when the drain ends.
+        self.replies: dict[bytes, list[bytes]] = {}
+        self.batchers: set[bytes] = set()
 
 
 def socket_events(sock: zmq.Socket[bytes]) -> int:

@@ -1,5 +1,5 @@
-"""wire: the codec (envelopes to frames and back, every received frame validated) and error
-replies.
+"""wire: the codec (envelopes to frames and back, every received frame validated), batch
+frames (several messages in one) and error replies.
 
 Imports troupe.runtime.errors only.
 """

@@ -25,6 +25,8 @@ from troupe.runtime.errors import (
     VersionMismatch,
 )
 
+from .batch_frames import BATCH_MARK, MAX_BATCH_BYTES
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy import ndarray
@@ -419,6 +421,15 @@ def _raw_buffer(arr: np.ndarray) -> Any:
         return arr.reshape(-1).view(_np().uint8).data
 
 
+def _not_an_envelope(header: bytes, exc: Exception) -> BadFrame:
+    if header[:1] == BATCH_MARK:  # a batch the transport could not take apart
+        return BadFrame(
+            f"a batch frame (first byte 0xC1) that is malformed, over {MAX_BATCH_BYTES} bytes, "
+            "or inside another batch (docs/PROTOCOL.md, section 2.1)"
+        )
+    return BadFrame(f"header is not a valid msgpack envelope: {exc}")
+
+
 def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
     # Map keys are str, int or bin (docs/PROTOCOL.md 6). msgpack's strict_map_key admits str
     # and bin only, at no cost: the usual header decodes in one pass. A header it refuses (an
@@ -429,9 +440,9 @@ def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
         raise
     except ValueError as exc:
         if "map key" not in str(exc):
-            raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+            raise _not_an_envelope(header, exc) from exc
     except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
-        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+        raise _not_an_envelope(header, exc) from exc
     hook.used.clear()  # the first pass may have claimed buffer frames before it failed
     try:
         return msgpack.unpackb(

@@ -33,6 +33,8 @@ BAD = [
     ('[node]\nhwm = "8"\n', "node.hwm: must be an integer (got '8')"),
     ("[node]\nhwm = 2147483648\n", f"node.hwm: must be <= {MAX_HWM} (got 2147483648)"),
     ("[node]\nhwm = 0\n", "node.hwm: must be >= 1 (got 0)"),
+    # Below four batch frames (wire/batch_frames.py), a peer's batch would cost the connection.
+    ("[node]\nmax_message_mb = 0.01\n", "node.max_message_mb: must be >= 0.0625 (got 0.01)"),
     ("[restart]\nmax_restarts = 2.5\n", "restart.max_restarts: must be an integer (got 2.5)"),
     ("[node]\nask_timeout_s = nan\n", "node.ask_timeout_s: must be a finite number (got nan)"),
     ("[node]\nstop_grace_s = inf\n", "node.stop_grace_s: must be a finite number (got inf)"),
