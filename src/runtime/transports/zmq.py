@@ -585,7 +585,9 @@ class ZmqTransport:
         first goes at once, so that a lone ask pays no wait."""
         if len(frames) == 1 and (w.out or (w.recheck and w.sent_before_look)):
             header = frames[0]
-            if type(header) is bytes and w.out_bytes + len(header) + 4 < MAX_BATCH_BYTES:
+            if type(header) is bytes and len(header) + 5 <= MAX_BATCH_BYTES:
+                if w.out_bytes + len(header) + 5 > MAX_BATCH_BYTES and not self._flush_out(w):
+                    return False  # a full batch the peer cannot take yet: this one waits
                 out = w.out
                 out.append(header)
                 w.out_bytes += len(header) + 4
