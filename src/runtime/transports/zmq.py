@@ -53,7 +53,7 @@ from troupe.runtime.wire.batch_frames import (
 
 from .base import OnMessage, TransportStats
 from .zmq_handshakes import HandshakeWatch
-from .zmq_outbox import ReplyOutbox
+from .zmq_outbox import FIRST_RETRY_S, MAX_RETRY_S, ReplyOutbox
 from .zmq_socket import (
     COPY_BELOW,
     NOBLOCK,
@@ -75,9 +75,6 @@ log = structlog.get_logger(__name__)
 DROP_LOG_INTERVAL_S = 10.0
 # How long replies an asker's connection cannot take are retried before they are dropped.
 REPLY_LINGER_S = 5.0
-# The first and the longest wait before a batch the peer could not take is sent again.
-OUT_RETRY_FIRST_S = 0.0005
-OUT_RETRY_MAX_S = 0.05
 # Askers a mailbox remembers as reading batches; past this it forgets them all (they batch
 # again, and are remembered again, at their next batch).
 MAX_BATCHERS = 65_536
@@ -662,7 +659,7 @@ class ZmqTransport:
     def _retry_out_later(self, w: Watched) -> None:
         if w.out_retry is not None or self._loop is None or self._loop.is_closed():
             return
-        w.out_delay = min(max(w.out_delay * 2, OUT_RETRY_FIRST_S), OUT_RETRY_MAX_S)
+        w.out_delay = min(max(w.out_delay * 2, FIRST_RETRY_S), MAX_RETRY_S)
         w.out_retry = self._loop.call_later(w.out_delay, self._retry_out, w)
 
     def _retry_out(self, w: Watched) -> None:

@@ -22,13 +22,15 @@ import zmq
 
 from .zmq_socket import Watched
 
-__all__ = ["ReplyOutbox"]
+__all__ = ["FIRST_RETRY_S", "MAX_RETRY_S", "ReplyOutbox"]
 
 Write = Callable[[Watched, list[Any]], None]
 Dropped = Callable[[Watched, bytes, zmq.ZMQError, int], None]
 
-_FIRST_RETRY_S = 0.0005
-_MAX_RETRY_S = 0.05
+# The first and the longest wait before a send the peer could not take is tried again (held
+# replies here; held batches in zmq.py back off alike).
+FIRST_RETRY_S = 0.0005
+MAX_RETRY_S = 0.05
 
 
 class _Held:
@@ -72,7 +74,7 @@ class ReplyOutbox:
         self._held: dict[tuple[Watched, bytes], _Held] = {}
         self.pending = 0  # replies held now, for all askers
         self._timer: asyncio.TimerHandle | None = None
-        self._delay = _FIRST_RETRY_S
+        self._delay = FIRST_RETRY_S
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def holds(self, mailbox: Watched, identity: bytes) -> bool:
@@ -128,7 +130,7 @@ class ReplyOutbox:
                 del self._held[key]
         # Soon again while replies move (a burst the I/O thread is catching up with); slower
         # while they do not (an asker that does not read), up to a few retries a second.
-        self._delay = _FIRST_RETRY_S if moved else min(self._delay * 2, _MAX_RETRY_S)
+        self._delay = FIRST_RETRY_S if moved else min(self._delay * 2, MAX_RETRY_S)
         if self._held:
             self._schedule()
 
