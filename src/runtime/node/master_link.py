@@ -124,7 +124,7 @@ class MasterLink:
         self.beat_s = beat_s
         self.beats = 0
         self.failed_beats = 0
-        self.drained: set[str] = set()  # workers a drain stopped; an undrain starts them again
+        self.drained = node.drained  # workers a drain stopped; an undrain starts them again
 
     async def run(self) -> None:
         """Install the hooks, then beat until cancelled."""

@@ -49,6 +49,10 @@ __all__ = ["Node"]
 
 log = structlog.get_logger(__name__)
 
+# Records of workers started on request (``spawn_worker``: a pipeline's replicas) and stopped
+# since, that a node keeps for ``ctl status``: a node serving run after run forgets the oldest.
+KEEP_STOPPED_SPAWNED = 64
+
 
 class Node:
     """A host's node process.
@@ -77,6 +81,8 @@ class Node:
         self.reap_orphans = reap_orphans
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
+        # Workers a master's drain stopped: their records stay, an undrain starts them again.
+        self.drained: set[str] = set()
         self.runtime: Runtime | None = None
         self.log_publisher: LogPublisher | None = None  # the node's log stream, once it serves
         # More Prometheus collectors for the node's metrics endpoint: a master in this process.
@@ -450,8 +456,10 @@ class Node:
             raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
         if existing is not None:
             del self.workers[spec.name]
+        self._forget_stopped_spawned(KEEP_STOPPED_SPAWNED - 1)
         handle = self.start_worker(self._tg, spec)
         handle.fail_fast = True
+        handle.spawned = True
         with anyio.move_on_after(timeout_s):
             async with anyio.create_task_group() as tg:
 
@@ -474,6 +482,17 @@ class Node:
             f"worker {spec.name!r} exited while starting ({handle.exit_reason}): "
             f"{handle.last_error or 'it wrote no error; see the node log'}"
         )
+
+    def _forget_stopped_spawned(self, keep: int) -> None:
+        """Forget the oldest records of spawned workers stopped on purpose beyond ``keep``: each
+        run of a long-lived node spawns replicas anew, and the status would list them all."""
+        stopped = [
+            name
+            for name, h in self.workers.items()
+            if h.spawned and h.state is HandleState.STOPPED and name not in self.drained
+        ]
+        for name in stopped[: max(0, len(stopped) - keep)]:  # oldest first: dicts keep order
+            del self.workers[name]
 
     async def _stop_worker(self, payload: Any) -> bool:
         name = ControlPayload("stop_worker", payload).require("name", str)

@@ -45,11 +45,15 @@ class NodeView(Protocol):
 
 @runtime_checkable
 class LinkedNode(NodeView, Protocol):
-    """The node as the master link sees it: also its config and the worker-exit listeners
-    (called as ``listener(handle, reason)`` after every worker exit)."""
+    """The node as the master link sees it: also its config, the worker-exit listeners
+    (called as ``listener(handle, reason)`` after every worker exit), and the names of the
+    workers a drain stopped (their records stay while drained)."""
 
     @property
     def config(self) -> NodeConfig: ...
+
+    @property
+    def drained(self) -> set[str]: ...
 
     @property
     def worker_exit_listeners(self) -> list[Callable[[WorkerHandle, str], None]]: ...

@@ -84,6 +84,7 @@ class WorkerHandle:
         # Spawned on request (``spawn_worker``): an exit before it registers is reported to the
         # requester and not restarted; once it has run, it is restarted like any worker.
         self.fail_fast = False
+        self.spawned = False  # started by ``spawn_worker`` rather than named in the node's config
         # ``stop_worker`` came while the worker was being started, before its process existed:
         # it is stopped as soon as it does (``launched`` keeps it STOPPING).
         self.stop_asked = False

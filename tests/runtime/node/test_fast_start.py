@@ -14,18 +14,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 import psutil
 import pytest
 
+from support.local_node import running_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import ActorSpec, NodeConfig, RestartConfig, WorkerSpec
-from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.testing import plugin as troupe_testing
@@ -53,17 +53,9 @@ def _config(tmp_path: Path, **extra: object) -> NodeConfig:
     return NodeConfig.model_validate(fields)
 
 
-@asynccontextmanager
-async def _node(cfg: NodeConfig) -> AsyncIterator[Node]:
+def _node(cfg: NodeConfig) -> AbstractAsyncContextManager[Node]:
     """A node in this process; stopped (workers and template reaped) on the way out."""
-    async with anyio.create_task_group() as tg:
-        node = await start_local_node(tg, cfg)
-        try:
-            yield node
-        finally:
-            node.stopping.set()
-            with anyio.fail_after(60):
-                await node.stopped.wait()
+    return running_node(cfg)
 
 
 def _gone(pid: int) -> bool:

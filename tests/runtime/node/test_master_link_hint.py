@@ -29,7 +29,9 @@ class _Runtime:
 
 
 def _link() -> MasterLink:
-    node = SimpleNamespace(name="n1", config=SimpleNamespace(advertise=None, tags=()), workers={})
+    node = SimpleNamespace(
+        name="n1", config=SimpleNamespace(advertise=None, tags=()), workers={}, drained=set()
+    )
     return MasterLink(node, "tcp://127.0.0.1:7480")  # type: ignore[arg-type]
 
 
