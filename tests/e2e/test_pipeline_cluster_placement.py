@@ -4,7 +4,8 @@
 ``run_pipeline(cfg, cluster=MASTER, nodes=2)`` puts a stage's replicas on both nodes and a stage
 that asks for the ``store`` tag only on the node that has it; the frames go from replica to
 replica across the nodes, each arrives intact, and the engine sees only metadata. The CLI
-refuses, with exit status 2 and a line naming the cause: a stage whose tags no node offers,
+refuses, with exit status 2 and a line naming the cause: a rerun of the job into another
+``--out`` than it was made with, a stage whose tags no node offers,
 ``--nodes`` without ``--cluster``, and a ``--cluster`` that is no endpoint; too few nodes
 alive is refused naming how many answered (``wait_for_nodes``, with a short wait).
 
@@ -135,6 +136,13 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     assert set(_replicas_of(report["placement"], "store").values()) == {"na"}, report["placement"]
     assert 0 < report["engine_bytes_per_item"] < METADATA_MOST
     assert report["restarted"] == 0
+
+    # The job keeps its --out: run again into another, it would finish a second, partial dataset.
+    elsewhere = _troupe("run", str(good), "--out", str(tmp_path / "out3"), "--cluster", two_nodes.endpoint)
+    assert elsewhere.returncode == 2, (elsewhere.stdout, elsewhere.stderr)
+    said = elsewhere.stdout + elsewhere.stderr
+    assert f"writes to --out {tmp_path / 'out'} (8 of 8 tasks ended there)" in said, said
+    assert "Traceback" not in said
 
     nowhere = _pipeline_toml(tmp_path / "nowhere.toml", "cli-nowhere", ["gpu-box"])
     refused = _troupe("run", str(nowhere), "--out", str(tmp_path / "out2"), "--cluster", two_nodes.endpoint)

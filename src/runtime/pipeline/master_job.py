@@ -10,6 +10,7 @@ the one asked for.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,9 +27,15 @@ __all__ = ["master_source"]
 _ALIVE_S = 2.0  # how long another run's registration is given to answer before it counts as gone
 
 
-def _job(cfg: PipelineConfig) -> dict[str, Any]:
+# The job's reference naming the run's --out: a later run of the job given another one would
+# finish the dataset there, with the episodes of the earlier runs in the first.
+OUT_REF = "out"
+
+
+def _job(cfg: PipelineConfig, out: Path | None) -> dict[str, Any]:
     return {
         "job": {
+            **({"refs": {OUT_REF: str(out)}} if out is not None else {}),
             "name": cfg.name,
             "kind": cfg.name,
             "count": cfg.items,
@@ -52,14 +59,22 @@ def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str
 
 
 async def master_source(
-    rt: Runtime, master: str, cfg: PipelineConfig, master_outlives_run: bool = True, fresh: bool = False
+    rt: Runtime,
+    master: str,
+    cfg: PipelineConfig,
+    master_outlives_run: bool = True,
+    fresh: bool = False,
+    out: Path | None = None,
 ) -> tuple[MasterSource, int]:
     """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
     say how many of its tasks an earlier run ended (``master_outlives_run``: see MasterSource).
+    ``out``: the run's output directory, kept with a new job (``OUT_REF``) and compared with a
+    job's that the master has.
 
     Raises:
-        ConfigError: the master has a job of the pipeline's name with other items, or any job of
-            that name when the run is to start anew (``fresh``), or another live run runs it.
+        ConfigError: the master has a job of the pipeline's name with other items, or made with
+            another ``out``, or any job of that name when the run is to start anew (``fresh``),
+            or another live run runs it.
     """
     job_id = cfg.name
     jobs = await rt.control(master, "jobs", None, timeout=30)
@@ -73,16 +88,18 @@ async def master_source(
         )
     if known is not None and known.get("total") != cfg.items:
         raise _other_job(job_id, known, cfg, "")
+    ended = {str(state) for state in FINAL_STATES}
+    before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
+    if known is not None:
+        out = _same_out(job_id, known, out, before)
     try:
         await rt.control(
-            master, "submit", {"job": _job(cfg), "source": "run_pipeline", "job_id": job_id}, timeout=60
+            master, "submit", {"job": _job(cfg, out), "source": "run_pipeline", "job_id": job_id}, timeout=60
         )
     except TaskError as exc:  # the book's refusal: the same name and count, another seed or policy
         if known is None:
             raise
         raise _other_job(job_id, known, cfg, str(exc)) from None
-    ended = {str(state) for state in FINAL_STATES}
-    before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
     # Enough leases for every item the stages can hold at once, queued or in flight.
     slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
     # A short poll: once every item is leased, the last one's report waits for the pending
@@ -97,6 +114,29 @@ async def master_source(
             "would each write part of it; wait for that one to end, or stop it first"
         )
     return source, before
+
+
+def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int) -> Path | None:
+    """``out`` as the master's job has it: None when the job keeps none (made before jobs kept
+    theirs, or its tasks compacted away: nothing to compare).
+
+    Raises:
+        ConfigError: the job was made with another ``out``.
+    """
+    refs = known.get("refs")
+    made_with = refs.get(OUT_REF) if isinstance(refs, dict) else None
+    if not isinstance(made_with, str):
+        return None
+    if out is None:  # a run that writes no files: the job stays as it was made
+        return Path(made_with)
+    if made_with != str(out):
+        raise ConfigError(
+            f"the master's job {job_id!r} writes to --out {made_with} ({before} of "
+            f"{known.get('total')} tasks ended there); this run was given {out}: run with that "
+            "--out to resume or finalise it, or give the pipeline another [pipeline] name for a "
+            "new job"
+        )
+    return out
 
 
 async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | None:

@@ -170,10 +170,19 @@ async def run_pipeline(
             return _already_complete(plan.complete)
         failed: StageFailed | None = None
         where = (
-            _on_cluster(resolved, cluster, nodes, keys, fresh)
+            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir)
             if cluster is not None
             else _cluster(
-                resolved, run_dir, log_dir, node, master, node_endpoint, master_endpoint, template, fresh
+                resolved,
+                run_dir,
+                log_dir,
+                node,
+                master,
+                node_endpoint,
+                master_endpoint,
+                template,
+                fresh,
+                out_dir,
             )
         )
         async with where as running:
@@ -373,16 +382,22 @@ class _Cluster:
 
 @asynccontextmanager
 async def _on_cluster(
-    cfg: PipelineConfig, master: str, nodes: int, keys: str | os.PathLike[str] | None, fresh: bool
+    cfg: PipelineConfig,
+    master: str,
+    nodes: int,
+    keys: str | os.PathLike[str] | None,
+    fresh: bool,
+    out: Path | None,
 ) -> AsyncIterator[_Cluster]:
-    """A client of the running master at ``master``: its job is the items, its live nodes run
-    the replicas; nothing is started here, so nothing is stopped but the replicas."""
+    """A client of the running master at ``master``: its job is the items (made with ``out``),
+    its live nodes run the replicas; nothing is started here, so nothing is stopped but the
+    replicas."""
     async with connect(master, keys=keys) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await master_source(rt, master, cfg, fresh=fresh)
+        source, before = await master_source(rt, master, cfg, fresh=fresh, out=out)
         yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
@@ -397,10 +412,12 @@ async def _cluster(
     master_endpoint: str | None,
     template: TemplateLink | None = None,
     fresh: bool = False,
+    out: Path | None = None,
 ) -> AsyncIterator[_Cluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
-    master, then its journal. ``template``: the node's, started already (``early_template``)."""
+    master, then its journal. ``template``: the node's, started already (``early_template``).
+    ``out``: the run's output directory, which a master's job is made with."""
     journal = None
     try:
         async with anyio.create_task_group() as tg:
@@ -427,8 +444,12 @@ async def _cluster(
                     node = node_cfg.endpoint
                 async with connect(node, "local" if local_node is not None else "") as rt:
                     outlives = local_master is None  # one started here replays its journal
+                    # A master started here keeps its journal in ``out``: they cannot part.
+                    job_out = out if outlives else None
                     source, before = (
-                        await master_source(rt, master, cfg, outlives, fresh) if master else (None, 0)
+                        await master_source(rt, master, cfg, outlives, fresh, job_out)
+                        if master
+                        else (None, 0)
                     )
                     yield _Cluster(rt, node, local_node, source, before)
             finally:

@@ -516,6 +516,7 @@ class TaskTables:
                     len(j.tasks) + j.compacted,
                     MappingProxyType(dict(j.counts)),
                     tuple(waiting),
+                    MappingProxyType(dict(j.tasks[0].spec.refs)) if j.tasks else MappingProxyType({}),
                 )
             )
         return summaries

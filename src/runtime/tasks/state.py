@@ -524,6 +524,8 @@ class JobSummary:
     total: int
     counts: Mapping[TaskState, int]
     waiting: tuple[Waiting, ...] = ()
+    # The references its first task got ([job.refs]); none once compaction dropped its tasks.
+    refs: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

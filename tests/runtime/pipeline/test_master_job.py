@@ -94,3 +94,32 @@ async def test_starting_anew_is_refused_once_the_master_has_the_job(tmp_path: Pa
             ConfigError, match=r"--fresh: the master has the job 'indoor-nav' already \(4 tasks"
         ):
             await master_source(m.client, MASTER, cfg, fresh=True)
+
+
+async def test_another_out_for_a_job_is_refused_naming_the_one_it_writes_to(tmp_path: Path) -> None:
+    """A rerun given another --out would finish the dataset there, the episodes of the earlier
+    runs left in the first: two incomplete datasets. The job keeps its --out; the same one goes on."""
+    cfg = default_pipeline(items=4)
+    first, second = tmp_path / "out1", tmp_path / "out2"
+    async with master_in_memory(tmp_path) as m:
+        await master_source(m.client, MASTER, cfg, out=first)
+        with pytest.raises(ConfigError) as refused:
+            await master_source(m.client, MASTER, cfg, out=second)
+        message = str(refused.value)
+        assert f"the master's job 'indoor-nav' writes to --out {first} (0 of 4 tasks ended there)" in message
+        assert f"this run was given {second}" in message and "another [pipeline] name" in message
+        _, before = await master_source(m.client, MASTER, cfg, out=first)  # the same --out goes on
+        assert before == 0
+        (job,) = await m.call("jobs")
+        assert job["refs"] == {"out": str(first)}
+
+
+async def test_a_job_made_without_an_out_goes_on_with_any(tmp_path: Path) -> None:
+    """A job from before jobs kept their --out (or submitted without one): nothing to compare."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        await master_source(m.client, MASTER, cfg)
+        _, before = await master_source(m.client, MASTER, cfg, out=tmp_path / "out")
+        assert before == 0
+        (job,) = await m.call("jobs")
+        assert job["refs"] == {}

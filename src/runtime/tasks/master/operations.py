@@ -168,6 +168,7 @@ class Operations:
             "started_at": started,
             "finished_at": finished,
             "done_per_s": round(counts.get("done", 0) / span, 3) if span else None,
+            "refs": dict(job.refs),
             "waiting": [
                 {
                     "kind": w.kind,
