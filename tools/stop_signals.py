@@ -76,9 +76,10 @@ class StopSignals:
                 async for signum in signals:
                     if self.signum is None:
                         self.signum = signum
+                        again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
                         _err.print(
                             f"{signal.Signals(signum).name}: stopping gracefully "
-                            "(Ctrl-C again to stop at once)",
+                            f"({again} again to stop at once)",
                             highlight=False,
                         )
                         work.cancel()

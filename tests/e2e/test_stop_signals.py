@@ -138,6 +138,8 @@ def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path
         text = run.text()
         first = "SIGTERM" if "SIGTERM: stopping gracefully" in text else "SIGINT"
         assert f"{first}: stopping gracefully" in text and "stopped at once" in text, text[-3000:]
+        again = "Ctrl-C" if first == "SIGINT" else "SIGTERM"  # how the one who stopped it stops it at once
+        assert f"({again} again to stop at once)" in text, text[-3000:]
         assert status == 128 + signal.Signals[first].value, f"seed {SEED}:\n{text[-3000:]}"
         assert not run.survivors(), f"seed {SEED}: processes of the run left behind"
         assert len(run.seen) >= 5  # the supervisor and a replica per stage were tracked
