@@ -218,14 +218,16 @@ class RunDir:
         """Record that every item has its outcome and the stages finalised (``finals``: what
         their ``finalize`` hooks returned)."""
         record = self._read() or {}
-        record["complete"] = {"finals": finals}
+        record["complete"] = {"finals": finals, "out": str(self.out)}
         self._write(record)
 
-    @staticmethod
-    def still_there(complete: dict[str, Any]) -> bool:
-        """Every file the finalize hooks said they wrote (their ``outputs``) still exists."""
+    def still_there(self, complete: dict[str, Any]) -> bool:
+        """Every file the finalize hooks said they wrote (their ``outputs``) still exists, and
+        the run finished in this directory: one copied or moved since names the outputs (and
+        says it is complete) where it was, so it is finalised again here."""
         finals = complete.get("finals")
-        if not isinstance(finals, dict):
+        made_in = complete.get("out", str(self.out))  # absent: recorded before runs kept it
+        if not isinstance(finals, dict) or made_in != str(self.out):
             return False
         for summary in finals.values():
             outputs = summary.get("outputs", []) if isinstance(summary, dict) else []

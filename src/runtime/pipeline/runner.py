@@ -324,7 +324,7 @@ def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str |
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
     complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
-    if complete is not None and not RunDir.still_there(complete):
+    if complete is not None and run_dir is not None and not run_dir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
     log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ on tmp_path, no processes)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,24 @@ def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) 
     assert run.prepare(_made_with(items=8), fresh=False) is None  # resumed: not complete yet
     run.mark_complete({"store": {"episodes": 7, "outputs": [str(run.record_path)]}})
     complete = run.prepare(_made_with(items=8), fresh=False)
-    assert complete == {"finals": {"store": {"episodes": 7, "outputs": [str(run.record_path)]}}}
-    assert RunDir.still_there(complete)
-    assert not RunDir.still_there({"finals": {"store": {"outputs": [str(tmp_path / "gone")]}}})
+    assert complete == {
+        "finals": {"store": {"episodes": 7, "outputs": [str(run.record_path)]}},
+        "out": str(tmp_path / "out"),
+    }
+    assert run.still_there(complete)
+    assert not run.still_there({"finals": {"store": {"outputs": [str(tmp_path / "gone")]}}})
+
+
+def test_a_copied_or_moved_directory_is_finalised_again_where_it_is_now(tmp_path: Path) -> None:
+    """Its record names the outputs where it finished: complete there is not complete here."""
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(items=8), fresh=False)
+    run.mark_complete({"store": {"episodes": 8, "outputs": [str(run.record_path)]}})
+    shutil.copytree(tmp_path / "out", tmp_path / "copy")
+    copy = RunDir(tmp_path / "copy")
+    assert copy.prepare(_made_with(items=8), fresh=False) is not None  # the record came along
+    assert not copy.finished(_made_with(items=8), fresh=False)
+    assert run.finished(_made_with(items=8), fresh=False)
 
 
 def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
