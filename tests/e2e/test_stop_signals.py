@@ -152,3 +152,25 @@ def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path
         assert counts["dead"] == 0 and done == ITEMS_TWICE
     total, ids = dataset_task_ids(out)
     assert total == len(set(ids)) == len(ids) == len(list(committed.iterdir()))
+
+
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_at_the_terminal_while_the_children_start_shows_no_traceback(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to its whole foreground process group. The processes a command
+    starts run in sessions of their own, so it reaches the command only, which stops them:
+    none dies of a KeyboardInterrupt in the middle of its imports, printing its traceback."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    with running(run_args(config, out, 8), tmp_path, "run") as run:
+        run.wait_until("the first child process", lambda: bool(run.seen))
+        group = os.getpgid(run.proc.pid)
+        for child in list(run.seen.values()):
+            try:
+                assert os.getpgid(child.pid) != group, f"{child.cmdline()} is in the command's group"
+            except ProcessLookupError:
+                pass  # gone already (the class check's child, say)
+        run.signal(signal.SIGINT, group=True)  # as the terminal does, while the children import
+        status = run.wait(timeout=120)
+        text = run.text()
+        assert status == 128 + signal.SIGINT, text[-3000:]
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+        assert not run.survivors(), "processes of the run left behind"

@@ -175,6 +175,7 @@ def _check_in_child(source: str, checks: Sequence[Check]) -> None:
             capture_output=True,
             text=True,
             timeout=_IMPORT_GUARD_S,
+            start_new_session=True,  # a Ctrl-C at the terminal stops the command, not its check
         )
     except subprocess.TimeoutExpired:
         raise ConfigError(

@@ -12,6 +12,11 @@ independent guards, set up before anything else runs:
   forked is not the one whose exit ends the node.
 
 A node that dies anyway leaves a record for its successor to reap (``leftovers.py``).
+
+Every child starts in a session of its own (``start_new_session``): a Ctrl-C at the terminal
+goes to the foreground process group, and a child in it would die of a KeyboardInterrupt (a
+traceback on the terminal) if it came while it still imported, before it could ignore SIGINT.
+The command that started it stops it, in order (SIGTERM, then SIGKILL), as it does on SIGTERM.
 """
 
 from __future__ import annotations

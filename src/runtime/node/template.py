@@ -124,6 +124,15 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message).encode())
 
 
+def _answer(sock: socket.socket, message: dict[str, Any]) -> bool:
+    """Answer a fork request; False when the node is gone (it closed the socket as it stopped)."""
+    try:
+        _send(sock, message)
+    except OSError:
+        return False
+    return True
+
+
 def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
     """Answer fork requests; returns a request's job in the forked worker, None in the template
     once the node is gone or closed the socket."""
@@ -146,22 +155,29 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
         job["stderr_fd"] = fds[0] if fds else None
         if job["cwd"] != start_cwd or job["env"].get("PYTHONPATH") != start_path:
             _close(job["stderr_fd"])
-            _send(sock, {"error": "the worker's cwd or PYTHONPATH differs from the template's"})
+            if not _answer(sock, {"error": "the worker's cwd or PYTHONPATH differs from the template's"}):
+                return None
             continue
         if _threads() > 1:  # a module started a thread: a fork would copy its locks mid-use
             _close(job["stderr_fd"])
-            _send(sock, {"error": f"the template runs {_threads()} threads; forking is unsafe"})
+            if not _answer(sock, {"error": f"the template runs {_threads()} threads; forking is unsafe"}):
+                return None
             continue
         try:
             pid = _fork(job, sock)
         except OSError as exc:
             _close(job["stderr_fd"])
-            _send(sock, {"error": f"fork failed: {exc}"})
+            if not _answer(sock, {"error": f"fork failed: {exc}"}):
+                return None
             continue
         if pid == 0:
             return job  # the worker
         _close(job["stderr_fd"])
-        _send(sock, {"pid": pid})
+        if not _answer(sock, {"pid": pid}):
+            # The node stopped while this one was forked, and will never know its pid: it goes
+            # now, rather than start a worker for nobody.
+            _kill(pid)
+            return None
         # Learnt for the next fork (a restart, another replica), after this one is under way.
         _preload(list(job.get("modules", ())))
         gc.freeze()
@@ -231,6 +247,13 @@ def _threads() -> int:
     (torch starts one, pyarrow's jemalloc one) is left to its fork handlers, as torch's own
     DataLoader fork does; a Python thread could hold an interpreter-level lock mid-fork."""
     return threading.active_count()
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:  # gone already
+        pass
 
 
 def _close(fd: int | None) -> None:

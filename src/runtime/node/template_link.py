@@ -141,6 +141,7 @@ class TemplateLink:
                 stdout=None,
                 stderr=None,
                 pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
             )
         finally:
             theirs.close()

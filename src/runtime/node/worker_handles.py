@@ -269,6 +269,7 @@ async def launch_worker(
         stdin=subprocess.DEVNULL,
         stdout=None,
         stderr=subprocess.PIPE,  # passed on by WorkerHandle.wait, which keeps its tail
+        start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
     )
     handle.start_mode = "spawn"
     handle.launched(process)

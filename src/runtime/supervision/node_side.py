@@ -272,6 +272,7 @@ class NodeSupervision:
             stdin=subprocess.DEVNULL,
             stdout=None,
             stderr=None,
+            start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
         )
         self._proc = proc
         self.pid = proc.pid
