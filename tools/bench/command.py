@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from troupe.cli.client import fail, seconds_option
 
 __all__ = ["bench_app"]
 
@@ -87,7 +90,9 @@ def pipeline(
             "--scenes", min=1, help="Scenes for the real workload (default 64; with --resolution, by size)."
         ),
     ] = None,
-    synthetic: Annotated[int, typer.Option("--synthetic", help="Items for the synthetic workload.")] = 300,
+    synthetic: Annotated[
+        int, typer.Option("--synthetic", min=1, help="Items for the synthetic workload.")
+    ] = 300,
     cpu: Annotated[int, typer.Option("--cpu", min=1, help="Items for the CPU-bound workload.")] = 400,
     resolution: Annotated[
         str | None,
@@ -116,8 +121,6 @@ def pipeline(
 
 def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: Any) -> None:
     """``bench pipeline --resolution``: the real workload alone, at that size."""
-    from troupe.cli.client import fail
-
     from .pipeline_resolution import IncompleteRun, measure_resolution, parse_resolution, resolution_lines
 
     try:
@@ -206,6 +209,12 @@ def train(
     )
 
 
+def _positive_ms(param: typer.CallbackParam, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise fail(f"--median-ms must be a number of milliseconds > 0, got {value}", 2)
+    return value
+
+
 @bench_app.command("scale")
 def scale(
     workers: Annotated[
@@ -213,8 +222,13 @@ def scale(
     ] = 128,
     tasks: Annotated[int, typer.Option("--tasks", min=1, help="Tasks PER WORKER.")] = 20,
     median_ms: Annotated[
-        float, typer.Option("--median-ms", help="Median task duration (default 500, 100 above 256 workers).")
-    ] = 0.0,
+        float | None,
+        typer.Option(
+            "--median-ms",
+            callback=_positive_ms,
+            help="Median task duration (default 500, 100 above 256 workers).",
+        ),
+    ] = None,
     prefetch: Annotated[
         int | None,
         typer.Option(
@@ -232,7 +246,7 @@ def scale(
     fig = measure_scale(
         workers,
         tasks,
-        median_ms or None,
+        median_ms,
         progress=lambda m: console.print(f"[dim]{m}...[/]"),
         prefetch=prefetch,
     )
@@ -246,15 +260,27 @@ def scale(
 def recovery(
     as_json: JsonOption = False,
     interval: Annotated[
-        float, typer.Option("--interval", help="Heartbeat interval of the bench node, s.")
+        float,
+        typer.Option("--interval", callback=seconds_option, help="Heartbeat interval of the bench node, s."),
     ] = 0.1,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Heartbeat timeout of the bench node, s.")
+        float,
+        typer.Option("--timeout", callback=seconds_option, help="Heartbeat timeout of the bench node, s."),
     ] = 0.6,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds per figure (medians).")] = 3,
 ) -> None:
     """Kill-to-detect, hang-to-kill and kill-to-serving-again, against a bare process spawn."""
+    from pydantic import ValidationError
+
+    from troupe.runtime.node.config import SupervisionConfig
+
     from .recovery import measure_recovery
+
+    try:  # the bench node's: refused here in one line, not after the first measurement
+        SupervisionConfig(interval_s=interval, heartbeat_timeout_s=timeout)
+    except ValidationError as exc:
+        reason = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise fail(f"--interval {interval:g} / --timeout {timeout:g}: {reason}", 2) from None
 
     fig = measure_recovery(
         interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]")
