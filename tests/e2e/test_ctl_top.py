@@ -56,6 +56,7 @@ def test_once_prints_nodes_workers_and_queues(joined: tuple[NodeProc, TaskMaster
         for expected in ("nodes", "workers", "queues", "top-node", "w-echo", "w-relay", "running"):
             assert expected in text, (expected, text)
         assert "mailbox w-echo/echo" in text and "tasks of job idle" in text, text
+        assert "Ctrl-C to quit" not in text, text  # one frame, and the command has ended
 
 
 def test_nothing_answering_is_one_line_and_exit_1() -> None:

@@ -76,7 +76,7 @@ def messaging(
     Console().print(table)
     Console().print(
         f"startup (node start -> first ask answered): {fig['startup_s']:.2f} s; "
-        f"idle memory of {fig['idle_processes']:.0f} processes (node, supervisor, worker): "
+        f"idle memory of {fig['idle_processes']:.0f} processes (node, supervisor, template, worker): "
         f"RSS {fig['idle_rss_mib']:.0f} MiB summed, PSS {fig['idle_pss_mib']:.0f} MiB"
     )
 

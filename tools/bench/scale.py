@@ -11,7 +11,9 @@ backup copy draws its own straggler chance (a straggler is a slow host, not a sl
 
 Figures, each for a job with speculative tails (the default) and one without:
 makespan (job submitted -> last task done, on the master's clock), ideal makespan (the first
-copies' total work / workers), efficiency (ideal / makespan), dispatches per second (leases
+copies' total work / workers), efficiency (ideal / makespan; with speculation it can pass 1
+on a small job, where a backup copy ends a straggler sooner than the first copy whose time the
+ideal counts), dispatches per second (leases
 granted, backups included, / makespan), master CPU seconds per 1,000 tasks (psutil), and the
 master's group commit: events per journal batch and milliseconds per append (its thread's
 wall time, the fsync included: the latency every reply of the batch waits).

@@ -106,7 +106,7 @@ async def _watch(
     if first.node is None and first.master is None:
         raise fail(first.errors.get("node") or f"no node answers at {node}")
     if once:
-        console.print(frame(first, None, node, master, interval))
+        console.print(frame(first, None, node, master, None))  # one frame: no "every", no Ctrl-C
         return
     with Live(frame(first, None, node, master, interval), console=console, auto_refresh=False) as view:
         before = first
@@ -117,8 +117,9 @@ async def _watch(
             before = now
 
 
-def frame(now: Look, before: Look | None, node: str, master: str, interval: float) -> RenderableType:
-    """The view of one look; rates against ``before`` (none on the first frame)."""
+def frame(now: Look, before: Look | None, node: str, master: str, interval: float | None) -> RenderableType:
+    """The view of one look; rates against ``before`` (none on the first frame). ``interval``:
+    how often the view is redrawn, None for a single frame."""
     parts: list[RenderableType] = [_header(now, node, master, interval)]
     for key, endpoint in (("node", node), ("master", master)):
         if key in now.errors:
@@ -134,16 +135,15 @@ def frame(now: Look, before: Look | None, node: str, master: str, interval: floa
     return Group(*parts)
 
 
-def _header(now: Look, node: str, master: str, interval: float) -> Text:
+def _header(now: Look, node: str, master: str, interval: float | None) -> Text:
     who = []
     if now.node is not None:
         who.append(f"node {now.node.get('node', '?')} at {node}")
     if now.master is not None:
         who.append(f"master {now.master.get('master', '?')} at {master}")
     clock = time.strftime("%H:%M:%S")
-    return Text(
-        f"troupe top  {clock}  {' · '.join(who)}  (every {interval:g} s; Ctrl-C to quit)", style="bold"
-    )
+    redrawn = f"  (every {interval:g} s; Ctrl-C to quit)" if interval is not None else ""
+    return Text(f"troupe top  {clock}  {' · '.join(who)}{redrawn}", style="bold")
 
 
 def _nodes(now: Look) -> Table:
