@@ -27,6 +27,7 @@ from troupe.runtime.testing.plugin import free_endpoint, reap
 pytestmark = pytest.mark.e2e
 
 HANG_GUARD_S = 120  # only so a regression cannot hang the suite; no test measures speed
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def troupe(*args: str, cwd: Path, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
@@ -309,3 +310,33 @@ def test_given_endpoints_stay_where_they_were_given() -> None:
     assert was_taken and moved != taken and moved.startswith("tcp://127.0.0.1:")
     free = free_endpoint()
     assert default_or_free(None, free) == (free, False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        (
+            'kwargs = { fps = 10, max_frames = "sixty" }',
+            "stages.plan.kwargs: troupe.actors.datagen.lifecycle:NavPlanner: kwargs.max_frames = 'sixty': "
+            "Input should be a valid integer",
+        ),
+        (
+            "kwargs = { fps = 10, max_frames = 0 }",
+            "stages.plan.kwargs: troupe.actors.datagen.lifecycle:NavPlanner: kwargs.max_frames must be at "
+            "least 1, got 0",
+        ),
+    ],
+)
+def test_a_stage_kwarg_of_the_wrong_value_is_refused_before_anything_starts(
+    tmp_path: Path, kwargs: str, said: str
+) -> None:
+    """Its name is right, its value is not: one line, exit 2, nothing made in --out (it used to
+    start the run and fail each replica as it started, with a worker's traceback)."""
+    text = (ROOT / "configs" / "datagen.toml").read_text(encoding="utf-8")
+    assert "kwargs = { fps = 10, max_frames = 60 }" in text, "configs/datagen.toml changed shape"
+    pipeline = tmp_path / "pipe.toml"
+    pipeline.write_text(text.replace("kwargs = { fps = 10, max_frames = 60 }", kwargs), encoding="utf-8")
+    out = tmp_path / "out"
+    line = one_line_error(troupe("run", str(pipeline), "--out", str(out), cwd=tmp_path))
+    assert said in line, line
+    assert not out.exists()

@@ -114,6 +114,11 @@ class SceneLoader(BaseRandomizer):
         height: image height.
     """
 
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+        """An image size that is not positive, before any replica starts."""
+        RandomizeConfig(**{k: kwargs[k] for k in ("width", "height") if k in kwargs})
+
     def __init__(self, width: int = 96, height: int = 72) -> None:
         self.scene_config = SceneConfig()
         self.randomize_config = RandomizeConfig(width=width, height=height)
@@ -134,6 +139,14 @@ class NavPlanner(BasePlanner):
         speed: metres per second.
     """
 
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+        """A rate, length or speed that is not positive, before any replica starts."""
+        _at_least(kwargs, "max_frames", 1)
+        for name in ("fps", "speed"):
+            if name in kwargs and not kwargs[name] > 0:
+                raise ConfigError(f"kwargs.{name} must be > 0, got {kwargs[name]!r}")
+
     def __init__(self, fps: int = 10, max_frames: int = 60, speed: float = 1.0) -> None:
         self.config = PlanConfig(fps=fps, max_frames=max_frames, speed=speed)
 
@@ -152,6 +165,20 @@ class RaycastRenderer(BaseRenderer):
     # Imported lazily here (the other stages never pay for torch); a node's template imports
     # them ahead, once, for every replica it forks (``[node] fast_start``).
     preload_modules = ("torch", "troupe.actors.datagen.render")
+
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+        """A device torch does not know, or a negative thread count, before any replica starts."""
+        if kwargs.get("threads") is not None:
+            _at_least(kwargs, "threads", 0)  # 0: torch's default, as None
+        device = kwargs.get("device")
+        if device is not None:
+            import torch  # the template has it already (preload_modules)
+
+            try:
+                torch.device(device)
+            except RuntimeError as exc:
+                raise ConfigError(f"kwargs.device = {device!r}: {exc}") from None
 
     def __init__(self, device: str | None = None, threads: int | None = 1) -> None:
         import torch
@@ -190,6 +217,14 @@ class LeRobotWriter(BaseWriter):
     """
 
     mailbox_capacity = 4
+
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+        """No room for an episode, no thread to write it, or no frame rate, before any replica starts."""
+        _at_least(kwargs, "max_pending", 1)
+        _at_least(kwargs, "threads", 1)
+        if kwargs.get("fps") is not None:
+            _at_least(kwargs, "fps", 1)
 
     def __init__(
         self,
@@ -257,3 +292,8 @@ class LeRobotWriter(BaseWriter):
 
     async def stopping(self) -> None:
         self.writer.close(timeout=60)
+
+
+def _at_least(kwargs: dict[str, Any], name: str, least: int) -> None:
+    if name in kwargs and not kwargs[name] >= least:
+        raise ConfigError(f"kwargs.{name} must be at least {least}, got {kwargs[name]!r}")

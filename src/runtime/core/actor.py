@@ -82,6 +82,11 @@ class Actor:
     Class attributes:
         mailbox_capacity: the bound of the actor's mailbox.
         kind: the actor kind that supervision policies are keyed by (default: class name).
+
+    A class may also check the values of its constructor's keyword arguments before any of its
+    processes starts: ``check_kwargs(kwargs)``, a classmethod given the config's kwargs (those
+    given, not the defaults), raising ``ValueError`` (``ConfigError``) with the reason. A config
+    is checked against the constructor's annotations too (``kwargs_values``).
     """
 
     mailbox_capacity: ClassVar[int] = 1000
@@ -102,6 +107,14 @@ class Actor:
         cls._handlers = table
         if not cls.__dict__.get("kind"):
             cls.kind = cls.__name__
+
+    @classmethod
+    def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
+        """Refuse kwargs whose values the constructor would refuse (see the class docstring).
+
+        Raises:
+            ValueError: a value is wrong; the message says which and why.
+        """
 
     @classmethod
     def message_types(cls) -> list[str]:

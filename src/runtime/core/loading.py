@@ -27,6 +27,7 @@ from troupe.runtime.errors import ConfigError
 
 from .actor import Actor
 from .config_messages import short_repr
+from .kwargs_values import json_safe, kwargs_values_problem
 
 if TYPE_CHECKING:
     from troupe.runtime.node.config import NodeConfig
@@ -82,7 +83,7 @@ def check_node_actors(cfg: NodeConfig, source: str) -> None:
     _check_in_child(
         source,
         [
-            (f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor", sorted(a.kwargs))
+            (f"workers.{w.name}.actors.{a.name}.class", a.cls, "actor", sorted(a.kwargs), json_safe(a.kwargs))
             for w in cfg.workers
             for a in w.actors
         ],
@@ -98,26 +99,31 @@ def check_stage_actors(cfg: PipelineConfig, source: str) -> None:
     _check_in_child(source, stage_checks(cfg))
 
 
-Check = tuple[str, str, str, list[str]]  # field, class path, kind, the names of its kwargs
+# field, class path, kind, the names of its kwargs, their values (those that travel as JSON)
+Check = tuple[str, str, str, list[str], dict[str, Any]]
 
 
 def stage_checks(cfg: PipelineConfig) -> list[Check]:
-    """The checks of :func:`check_stage_actors`: (field, class path, kind, kwarg names) for
-    each stage."""
-    return [(f"stages.{s.name}.actor", s.actor, "stage", sorted(s.kwargs)) for s in cfg.stages]
+    """The checks of :func:`check_stage_actors`: (field, class path, kind, kwarg names, kwargs)
+    for each stage."""
+    return [
+        (f"stages.{s.name}.actor", s.actor, "stage", sorted(s.kwargs), json_safe(s.kwargs))
+        for s in cfg.stages
+    ]
 
 
 def first_failure(
     checks: Sequence[Sequence[Any]], before: Callable[[str], None] | None = None
 ) -> tuple[str, str] | None:
-    """Run ``checks`` (field, class path, kind, kwarg names) in this process: the first
+    """Run ``checks`` (field, class path, kind, kwarg names, kwargs) in this process: the first
     failure's field and error, None if every class passed. Each class must import, be of its
-    kind, and take the names as its constructor's keyword arguments (a typo there would
-    otherwise stop every replica as it starts). ``before`` is told each field before its
-    import (the child reports it, so that an import that ends the process is placed). A node's
-    template calls this too, having imported the classes for its workers anyway."""
+    kind, take the names as its constructor's keyword arguments, and take their values
+    (``kwargs_values``): a typo or a wrong value there would otherwise stop every replica as it
+    starts. ``before`` is told each field before its import (the child reports it, so that an
+    import that ends the process is placed). A node's template calls this too, having imported
+    the classes for its workers anyway."""
     bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
-    for where, path, kind, names in checks:
+    for where, path, kind, names, *values in checks:
         if before is not None:
             before(where)
         try:
@@ -126,6 +132,8 @@ def first_failure(
         except ConfigError as exc:
             return where, str(exc)
         problem = kwargs_problem(cls, names)
+        if problem is None and values:
+            problem = kwargs_values_problem(cls, values[0])
         if problem is not None:
             return f"{where.rpartition('.')[0]}.kwargs", f"{path}: {problem}"
     return None
