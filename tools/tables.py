@@ -42,6 +42,11 @@ def security_cell(security: dict[str, Any]) -> str:
     return "no keys (loopback only)"
 
 
+def _with_tasks(messages: int, tasks: int | None) -> str:
+    """A count of messages, and of tasks for a task actor (which handles few messages)."""
+    return str(messages) if tasks is None else f"{messages} + {tasks} tasks"
+
+
 def status_tables(status: dict[str, Any]) -> list[Table]:
     """Render a node status reply as tables: the node, its workers, their actors."""
     node = Table(title=f"node {escape(status['node'])}", show_header=False)
@@ -81,8 +86,8 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
                 escape(name),
                 escape(w["name"]),
                 escape(a["kind"]),
-                str(a["handled"]),
-                str(a["failed"]),
+                _with_tasks(a["handled"], a.get("tasks_done")),
+                _with_tasks(a["failed"], a.get("tasks_failed")),
                 f"{a['mailbox_depth']}/{a['mailbox_capacity']}",
                 "yes" if a["busy"] else "no",
             )

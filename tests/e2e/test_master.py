@@ -328,6 +328,13 @@ def test_a_node_with_the_master_inside_runs_a_job(tmp_path: Path) -> None:
         job = call(master, "wait_job", {"job_id": "solo", "timeout_s": 60}, 70)
         assert job["state"] == "done"
         assert len(OutputStore(tmp_path / "out").committed()) == 20
+        # A task actor handles no message here: its status counts the tasks it ran.
+        status = ctl("ctl", "status", "--node", endpoint, "--json")
+        (worker,) = json.loads(status.stdout)["workers"]
+        task = worker["runtime"]["actors"]["task"]
+        assert task["tasks_done"] >= 20 and task["tasks_failed"] == 0, task
+        table = ctl("ctl", "status", "--node", endpoint)
+        assert f"+ {task['tasks_done']} tasks" in table.stdout, table.stdout
     finally:
         children = psutil.Process(proc.pid).children(recursive=True)
         reap(proc, children)

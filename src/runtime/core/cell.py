@@ -109,6 +109,8 @@ class Cell:
         self.failed = 0
         self.expired = 0
         self.dropped = 0
+        # Counters a layer above adds to the status (a task actor's tasks: tasks/getter.py).
+        self.more_counts: dict[str, int] = {}
 
     def context(self) -> MessageContext | None:
         """Describe the message being handled now."""
@@ -132,6 +134,7 @@ class Cell:
             "mailbox_capacity": mb.capacity,
             "mailbox_high_water": mb.high_water,
             "busy": self.handling is not None,
+            **self.more_counts,
         }
 
     async def deliver(self, msg: Msg, block: bool) -> None:

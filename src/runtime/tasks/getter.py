@@ -763,11 +763,21 @@ class _ActorRunner:
             self._busy += 1
             if observer is not None:
                 observer.begin(name, task.kind)
+            counts = runtime.cells[name].more_counts if name in runtime.cells else {}
             try:
                 for hook in tuple(runtime.before_handle):
                     if await hook(name, task.kind) is DROP:
                         raise _Dropped(f"task {task.task_id} dropped by an injected fault")
-                return await actor.run_task(task)
+                ref = await actor.run_task(task)
+            except _Dropped:
+                raise
+            except Exception:
+                counts["tasks_failed"] = counts.get("tasks_failed", 0) + 1
+                raise
+            else:
+                # A task actor handles few messages: its status counts the tasks it ran.
+                counts["tasks_done"] = counts.get("tasks_done", 0) + 1
+                return ref
             finally:
                 self._busy -= 1
                 if observer is not None and self._busy == 0:
@@ -789,6 +799,9 @@ def start_task_getter(runtime: Runtime, master: str, node: str, process: str) ->
     actors = [cell.actor for cell in runtime.cells.values() if isinstance(cell.actor, TaskActor)]
     if not actors:
         return None
+    for cell in runtime.cells.values():
+        if isinstance(cell.actor, TaskActor):  # counted from the start: "0 tasks" says it runs them
+            cell.more_counts.update(tasks_done=0, tasks_failed=0)
     # an actor that names no kind runs every kind, and so does its worker
     every = any(not type(a).task_kinds for a in actors)
     kinds = () if every else tuple(sorted({k for a in actors for k in type(a).task_kinds}))
