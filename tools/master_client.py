@@ -18,6 +18,7 @@ from .tables import security_cell
 
 __all__ = [
     "jobs_table",
+    "jobs_tables",
     "keys_hint",
     "master_call",
     "master_status",
@@ -25,6 +26,7 @@ __all__ = [
     "node_name_problem",
     "reachable",
     "submit_job",
+    "waiting_table",
 ]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
@@ -214,19 +216,40 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
             "yes" if w["draining"] else "no",
             escape(",".join(map(str, w["kinds"]))) or "any",
         )
-    return [head, nodes, workers, jobs_table(status["jobs"])]
+    return [head, nodes, workers, *jobs_tables(status["jobs"])]
+
+
+def jobs_tables(jobs: list[dict[str, Any]]) -> list[Table]:
+    """The jobs table, and the waiting table below it when some job's tasks wait."""
+    waiting = waiting_table(jobs)
+    return [jobs_table(jobs), *([waiting] if waiting.row_count else [])]
+
+
+def waiting_table(jobs: list[dict[str, Any]]) -> Table:
+    """What the jobs' stuck pending tasks wait for, a row per reason. A table of its own: as a
+    column of the jobs table, a reason had the width the other columns left, a word per line
+    at 80 columns."""
+    table = Table(title="waiting tasks")
+    table.add_column("job", no_wrap=True)
+    table.add_column("tasks", justify="right")
+    table.add_column("waiting for")
+    for j in jobs:
+        for w in j.get("waiting", ()):
+            table.add_row(escape(j["job_id"]), str(w["tasks"]), escape(w["reason"]))
+    return table
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    """Render the master's jobs: state, progress by task state, rate, what stuck tasks wait for."""
+    """Render the master's jobs: state, progress by task state, rate, how many tasks are stuck
+    (``waiting_table`` says on what)."""
     table = Table(title="jobs")
     for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s", "waiting"):
         # The job id is what `troupe ctl cancel` and `dead` take: never cut (see print_whole).
-        table.add_column(col, no_wrap=col != "waiting")
+        table.add_column(col, no_wrap=True)
     for j in jobs:
         c = j["counts"]
         rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job
-        waiting = "\n".join(f"{w['tasks']} {escape(w['reason'])}" for w in j.get("waiting", ()))
+        waiting = sum(int(w["tasks"]) for w in j.get("waiting", ()))
         table.add_row(
             escape(j["job_id"]),
             j["state"],
@@ -236,6 +259,6 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             str(c.get("failed", 0)),
             str(c.get("dead", 0)),
             f"{rate:.1f}" if rate is not None else "-",
-            waiting or "-",
+            str(waiting) if waiting else "-",
         )
     return table

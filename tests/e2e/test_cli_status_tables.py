@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from troupe.cli.master_client import jobs_table, master_tables
+from troupe.cli.master_client import jobs_table, jobs_tables, master_tables
 from troupe.cli.tables import print_whole, status_tables
 
 
@@ -149,3 +149,17 @@ def test_what_workers_registered_is_shown_as_text_not_markup() -> None:
     assert "[red]w1[/]" in printed
     assert "[bold]n1" in printed
     assert "[blink]k" in printed
+
+
+def test_what_stuck_tasks_wait_for_keeps_its_words_together_at_80_columns() -> None:
+    """The reasons have a table of their own: as a column of the jobs table they had the width
+    the other columns left, one word per line at a pipe's 80 columns."""
+    reason = "waiting for kind nap: no live worker runs it"
+    stuck = {**job("running"), "counts": {"pending": 12}, "waiting": [{"tasks": 12, "reason": reason}]}
+    console = Console(record=True, width=80, color_system=None)
+    for table in jobs_tables([stuck, job("done")]):
+        print_whole(console, table)
+    printed = console.export_text()
+    assert reason in printed, printed
+    assert rows([jobs_table([stuck])])["job-running"][8] == "12"  # the jobs table counts them
+    assert len(jobs_tables([job("done")])) == 1  # no waiting table when nothing waits

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,8 +104,11 @@ def test_each_kind_runs_on_its_node_and_a_missing_kind_waits_visibly_until_its_n
         assert [w["reason"] for w in view["gpu"]["waiting"]] == ["waiting for gpu=1: no worker has it"]
         table = troupe("ctl", "jobs", "--master", master.endpoint)
         assert table.returncode == 0, table.stderr
-        assert "6 waiting for kind nap: no live worker runs it" in table.stdout
-        assert "1 waiting for gpu=1: no worker has it" in table.stdout
+        # The waiting tasks' table: job, how many, on what (a row per reason).
+        assert re.search(r"mix\s+│\s+6\s+│\s+waiting for kind nap: no live worker runs it", table.stdout), (
+            table.stdout
+        )
+        assert re.search(r"gpu\s+│\s+1\s+│\s+waiting for gpu=1: no worker has it", table.stdout), table.stdout
 
         again = troupe("ctl", "submit", str(mix), "--master", master.endpoint)
         assert again.returncode == 0 and "already submitted" in again.stdout, again.stderr

@@ -25,7 +25,7 @@ from troupe.cli.client import (
     seconds_option,
 )
 from troupe.cli.master_client import (
-    jobs_table,
+    jobs_tables,
     master_call,
     master_status,
     master_tables,
@@ -224,7 +224,8 @@ def jobs(
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
         return
-    print_whole(console, jobs_table(reply))
+    for table in jobs_tables(reply):
+        print_whole(console, table)
 
 
 @ctl_app.command("cancel")
