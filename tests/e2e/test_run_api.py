@@ -12,6 +12,7 @@ The suite's conftest fails a test that leaves a process behind.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from support.hook_stages import read_records
 from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline_sync
 from troupe.runtime.testing.cluster import Cluster
-from troupe.runtime.testing.plugin import import_path
+from troupe.runtime.testing.plugin import free_endpoint, import_path
 
 pytestmark = pytest.mark.e2e
 
@@ -255,3 +256,35 @@ async def test_the_plugin_cluster_runs_a_pipeline_with_its_node_and_master(
     assert {r["ppid"] for r in read_records(log)} == {cluster.proc.pid}
     jobs = await cluster.master_control("jobs")
     assert [j["job_id"] for j in jobs] == ["api"], jobs
+
+
+def _held(endpoint: str) -> socket.socket:
+    """A listening socket on ``endpoint``'s port: another process's, as far as troupe can tell."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])))
+    sock.listen()
+    return sock
+
+
+def test_default_endpoints_taken_as_the_run_starts_give_way_to_free_ports(tmp_path: Path) -> None:
+    """`troupe run` finds its default ports free, then imports for a second or two before it
+    binds them: a second run started at once took them meanwhile and failed ("Address already
+    in use"). Defaults that may move bind a free port instead, and say so; given ones do not."""
+    node, master = free_endpoint(), free_endpoint()
+    told: list[str] = []
+    with _held(node), _held(master):
+        result = run_pipeline_sync(
+            _toml(tmp_path),
+            out=tmp_path / "out",
+            node_endpoint=node,
+            master_endpoint=master,
+            endpoints_may_move=True,
+            on_event=told.append,
+        )
+        assert result.counts()["ok"] + result.counts()["pruned"] == 10
+        assert [line for line in told if line.startswith(f"{node} was taken as the run started")], told
+        with pytest.raises(ConfigError, match=r"is another (master|node)"):  # given: refused, not moved
+            run_pipeline_sync(
+                _toml(tmp_path), out=tmp_path / "given", node_endpoint=node, master_endpoint=master
+            )

@@ -204,4 +204,6 @@ def run(
             f"(troupe ctl status --node {escape(node_endpoint)})",
             soft_wrap=True,
         )
-    finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json)
+    # Found free just now; one taken by the time the run binds it moves too (two runs at once).
+    defaults = endpoint is None and master is None
+    finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json, defaults=defaults)

@@ -123,11 +123,13 @@ def finish_run(
     fresh: bool = False,
     as_json: bool = False,
     cluster: Cluster | None = None,
+    defaults: bool = False,
 ) -> None:
-    """The body of ``troupe run``: run what is missing in --out, finalise, report."""
+    """The body of ``troupe run``: run what is missing in --out, finalise, report. ``defaults``:
+    the endpoints are defaults found free, which may give way to free ports if taken meanwhile."""
     from troupe.cli.client import run_async
 
-    run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster)
+    run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster, defaults)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ async def _finish_run(
     fresh: bool,
     as_json: bool,
     cluster: Cluster | None,
+    defaults: bool = False,
 ) -> None:
     declared = declared_config(config, items)
     if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
@@ -221,6 +224,7 @@ async def _finish_run(
             cluster=None if cluster is None else cluster.master,
             nodes=0 if cluster is None else cluster.nodes,
             keys=None if cluster is None else cluster.keys,
+            endpoints_may_move=defaults,
         )
         if progress.live.is_started:
             show(result.metrics)  # the bars end where the table below starts

@@ -34,6 +34,7 @@ from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
 from troupe.runtime.supervision.node_side import NodeSupervision
+from troupe.runtime.transports.loopback import any_port
 from troupe.runtime.wire.codec import Codec
 
 from .config import ActorSpec, NodeConfig, WorkerSpec
@@ -100,6 +101,9 @@ class Node:
         self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
         # Workers start as forks of it (fast_start, or one given); None: each is spawned.
         self.template: TemplateLink | None = template
+        # The endpoint is a default found free a moment ago: taken meanwhile, the node binds a
+        # free port of the same host instead (``config.endpoint`` then says which).
+        self.endpoint_may_move = False
 
     async def run(self) -> None:
         """Serve until SIGTERM, Ctrl-C, a ``shutdown`` control message or cancellation.
@@ -129,6 +133,18 @@ class Node:
         if failure:
             raise failure[0]
 
+    def _bind(self, cfg: NodeConfig) -> Runtime:
+        return process_runtime(
+            self.name,
+            "node",
+            bind=cfg.endpoint,
+            hwm=cfg.hwm,
+            codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames),
+            throttle=PeerThrottle(cfg.bad_frames_burst, cfg.bad_frames_per_s, cfg.throttle_s),
+            ask_timeout=cfg.ask_timeout_s,
+            drain_timeout=cfg.drain_timeout_s,
+        )
+
     async def _serve(self) -> None:
         cfg = self.config
         # Keys first: every socket of this process and of its children uses them (or none does).
@@ -140,20 +156,16 @@ class Node:
 
             metrics = node_endpoint(self, cfg.metrics, self.metrics_collectors)
         try:
-            runtime = process_runtime(
-                self.name,
-                "node",
-                bind=cfg.endpoint,
-                hwm=cfg.hwm,
-                codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames),
-                throttle=PeerThrottle(cfg.bad_frames_burst, cfg.bad_frames_per_s, cfg.throttle_s),
-                ask_timeout=cfg.ask_timeout_s,
-                drain_timeout=cfg.drain_timeout_s,
-            )
+            runtime = self._bind(cfg)
         except Unreachable as exc:
-            if metrics is not None:
-                metrics.close()
-            raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+            if not self.endpoint_may_move:
+                if metrics is not None:
+                    metrics.close()
+                raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+            # A default another process took since it was found free (a second run at once).
+            runtime = self._bind(cfg.model_copy(update={"endpoint": any_port(cfg.endpoint)}))
+            log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
+            self.config = cfg = cfg.model_copy(update={"endpoint": runtime.address})
         self.runtime = runtime
         self._install_controls(runtime)
         # A predecessor that died hard may have left processes behind: they go before ours start.

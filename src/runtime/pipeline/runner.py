@@ -48,7 +48,7 @@ import structlog
 
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, StageFailed
+from troupe.runtime.errors import ConfigError, StageFailed, TroupeError
 from troupe.runtime.logs import HeldLog
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.local import start_local_node
@@ -111,6 +111,7 @@ async def run_pipeline(
     cluster: str | None = None,
     nodes: int = 0,
     keys: str | os.PathLike[str] | None = None,
+    endpoints_may_move: bool = False,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -134,6 +135,9 @@ async def run_pipeline(
         cluster: a running master whose live nodes run the replicas (see the module docstring).
         nodes: with ``cluster``, wait (up to a minute) until this many nodes are alive.
         keys: with ``cluster``, the CURVE keys directory the cluster takes.
+        endpoints_may_move: ``node_endpoint`` and ``master_endpoint`` are defaults found free
+            before the run: one taken since (another run started at once) gives way to a free
+            port of its host, said through ``on_event``, rather than failing the run.
 
     Returns:
         The run's :class:`PipelineResult`.
@@ -183,9 +187,16 @@ async def run_pipeline(
                 template,
                 fresh,
                 out_dir,
+                endpoints_may_move,
             )
         )
-        async with where as running:
+        async with _lone_error_raised(), where as running:
+            if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
+                on_event(
+                    f"{node_endpoint} was taken as the run started (another troupe run?): this run's "
+                    f"node listens on {running.node_endpoint} (troupe ctl status --node "
+                    f"{running.node_endpoint})"
+                )
             if on_event is not None and isinstance(running.source, MasterSource):
                 running.source.on_event = on_event
             if on_start is not None:
@@ -216,6 +227,25 @@ async def run_pipeline(
         if run_dir is not None:
             run_dir.mark_complete(result.finals)
         return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
+
+
+@contextlib.asynccontextmanager
+async def _lone_error_raised() -> AsyncIterator[None]:
+    """A troupe error alone in the cluster's task groups (a port taken, say) raised as itself:
+    the caller catches a ConfigError, not an ExceptionGroup holding one."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], TroupeError):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
 
 
 def _with_split(
@@ -413,6 +443,7 @@ async def _cluster(
     template: TemplateLink | None = None,
     fresh: bool = False,
     out: Path | None = None,
+    endpoints_may_move: bool = False,
 ) -> AsyncIterator[_Cluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
@@ -429,7 +460,9 @@ async def _cluster(
                     journal, book = open_journal(run_dir.journal_path, new=True)
                     master = master_endpoint or free_endpoint()
                     local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
+                    local_master.endpoint_may_move = endpoints_may_move
                     await _start_master(tg, local_master)
+                    master = local_master.config.endpoint  # another, if it had to move
                 if node is None:
                     node_cfg = NodeConfig(
                         name=_NODE,
@@ -440,8 +473,10 @@ async def _cluster(
                         # The template imports the stages' classes (torch...) once for every replica.
                         preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
                     )
-                    local_node = await start_local_node(tg, node_cfg, template=template)
-                    node = node_cfg.endpoint
+                    local_node = await start_local_node(
+                        tg, node_cfg, template=template, endpoint_may_move=endpoints_may_move
+                    )
+                    node = local_node.config.endpoint  # another, if it had to move
                 async with connect(node, "local" if local_node is not None else "") as rt:
                     outlives = local_master is None  # one started here replays its journal
                     # A master started here keeps its journal in ``out``: they cannot part.

@@ -1,4 +1,4 @@
-"""Free loopback endpoints, for processes that listen on a port nobody chose for them."""
+"""Free endpoints, for processes that listen on a port nobody chose for them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 import socket
 from collections import deque
 
-__all__ = ["free_endpoint"]
+__all__ = ["any_port", "free_endpoint"]
 
 _LOWEST_PORT = 10000  # above the well-known and most registered services' ports
 _HANDED: deque[int] = deque(maxlen=1024)  # this process's recent draws: two never coincide
@@ -35,6 +35,14 @@ def free_endpoint() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def any_port(bind: str) -> str:
+    """``bind``'s tcp interface with a port the kernel picks (``tcp://10.0.0.2:*``); loopback
+    otherwise."""
+    if not bind.startswith("tcp://") or ":" not in bind[6:]:
+        return "tcp://127.0.0.1:*"
+    return bind.rsplit(":", 1)[0] + ":*"
 
 
 def _ephemeral_low() -> int:

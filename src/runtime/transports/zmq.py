@@ -52,6 +52,7 @@ from troupe.runtime.wire.batch_frames import (
 )
 
 from .base import OnMessage, TransportStats
+from .loopback import any_port
 from .zmq_handshakes import HandshakeWatch
 from .zmq_outbox import FIRST_RETRY_S, MAX_RETRY_S, ReplyOutbox
 from .zmq_socket import (
@@ -91,13 +92,6 @@ def frames_bytes(frames: list[Any]) -> int:
         nbytes = getattr(frame, "nbytes", None)
         total += nbytes if isinstance(nbytes, int) else len(frame)
     return total
-
-
-def _any_port(bind: str) -> str:
-    """``bind``'s tcp interface with a free port (``tcp://10.0.0.2:*``); loopback otherwise."""
-    if not bind.startswith("tcp://") or ":" not in bind[6:]:
-        return "tcp://127.0.0.1:*"
-    return bind.rsplit(":", 1)[0] + ":*"
 
 
 class ZmqTransport:
@@ -144,8 +138,13 @@ class ZmqTransport:
         self._tg: anyio.abc.TaskGroup | None = None
         # Actors' mailboxes listen on the interface the process's own mailbox binds: a worker
         # that other hosts reach has actors they reach too.
-        self._mailbox_bind = _any_port(bind)
-        self.address: str = self.open_mailbox(bind)
+        self._mailbox_bind = any_port(bind)
+        try:
+            self.address: str = self.open_mailbox(bind)
+        except Unreachable:
+            if self._own_ctx:  # nobody else will: a transport that never was
+                self._ctx.term()
+            raise
         self._on_message: OnMessage | None = None
         # Set by the runtime: handles a message at once if it can do so without waiting
         # (a reply, a message to a mailbox with room) and returns whether it did.

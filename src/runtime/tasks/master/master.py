@@ -74,6 +74,7 @@ until they beat and register again; the journal gives it back every job.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import time
@@ -113,6 +114,7 @@ from troupe.runtime.tasks.state import (
     WorkerLeft,
 )
 from troupe.runtime.transports.base import Transport
+from troupe.runtime.transports.loopback import any_port
 from troupe.runtime.wire.codec import Codec
 
 from .controls import (
@@ -284,6 +286,9 @@ class Master:
         self.nodes = NodeTable(config.node_timeout_s)
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
+        # The endpoint is a default found free a moment ago: taken meanwhile, the master binds a
+        # free port of the same host instead (``config.endpoint`` then says which).
+        self.endpoint_may_move = False
         self.failure: JournalError | None = None
         self._transport = transport
         self._stopping = anyio.Event()
@@ -299,6 +304,17 @@ class Master:
     def stop(self) -> None:
         """Ask the master to stop (it finishes the batch in hand, then shuts down)."""
         self._stopping.set()
+
+    def _bind(self, cfg: MasterConfig) -> Runtime:
+        return process_runtime(
+            cfg.name,
+            "master",
+            bind=cfg.endpoint,
+            hwm=cfg.hwm,
+            transport=self._transport,
+            codec=Codec(256 * 2**20),
+            drain_timeout=0.5,
+        )
 
     async def run(self) -> None:
         """Serve until :meth:`stop` or a ``shutdown`` message.
@@ -316,19 +332,16 @@ class Master:
 
             metrics = master_endpoint(self, cfg.metrics)
         try:
-            runtime = process_runtime(
-                cfg.name,
-                "master",
-                bind=cfg.endpoint,
-                hwm=cfg.hwm,
-                transport=self._transport,
-                codec=Codec(256 * 2**20),
-                drain_timeout=0.5,
-            )
+            runtime = self._bind(cfg)
         except Unreachable as exc:
-            if metrics is not None:
-                metrics.close()
-            raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
+            if not self.endpoint_may_move:
+                if metrics is not None:
+                    metrics.close()
+                raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
+            # A default another process took since it was found free (a second run at once).
+            runtime = self._bind(dataclasses.replace(cfg, endpoint=any_port(cfg.endpoint)))
+            log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
+            self.config = cfg = dataclasses.replace(cfg, endpoint=runtime.address)
         self.runtime = runtime
         self._install_controls(runtime)
         async with serving(metrics), runtime, anyio.create_task_group() as tg:
