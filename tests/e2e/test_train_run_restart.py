@@ -19,6 +19,7 @@ from support.clip_data import write_run
 from support.train_run_cli import config_copy, finish, troupe
 from troupe.actors.training.checkpoint import COMMITTED
 from troupe.cli.master_client import master_call
+from troupe.runtime.testing.plugin import import_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -97,3 +98,25 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:
         int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*") if (p / COMMITTED).is_file()
     )
     assert newest == stopped[0]["step"], (newest, stopped)
+
+
+def test_a_diverging_run_fails_at_once_without_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loss that is nan (here: nan actions, from the first step) fails the run at that step,
+    not restarted (it would diverge again), exit 1, naming the step and the learning rate; no
+    checkpoint holds nan weights (``tests/actors/training/test_loss_not_finite.py``: the earlier
+    ones stay)."""
+    monkeypatch.setenv("PYTHONPATH", import_path())  # the ranks and encoders import NanClips
+    dataset = tmp_path / "dataset"
+    write_run(dataset, {f"ep{i}": 24 for i in range(4)})
+    train = {"dataset": str(dataset), "dataset_class": "support.nan_clips:NanClips", "steps": STEPS}
+    config = config_copy(tmp_path / "train.toml", "train.toml", {"train": {**train, "checkpoint_every": 1}})
+    out = tmp_path / "out"
+    with troupe("run", str(config), "--out", str(out)) as (proc, _):
+        code, stdout, stderr = finish(proc)
+    assert code == 1, stdout[-3000:] + stderr[-3000:]
+    assert "LossNotFinite: step 1: the loss is nan (train.lr = 0.001)" in stderr, stderr[-3000:]
+    assert "(not restarted: every restart would fail the same way)" in stderr
+    assert "restarting every rank" not in stdout + stderr
+    assert not list((out / "checkpoints").glob("step-*/" + COMMITTED))

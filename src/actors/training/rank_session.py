@@ -27,7 +27,7 @@ from .rank_run import RankRun
 from .sampler import ResumableSampler
 from .train_config import TrainConfig
 
-__all__ = ["RankSession", "Stopped", "lr_lambda", "sample_seed", "weights_sha256"]
+__all__ = ["LossNotFinite", "RankSession", "Stopped", "lr_lambda", "sample_seed", "weights_sha256"]
 
 log = structlog.get_logger(__name__)
 
@@ -80,6 +80,12 @@ def _import(path: str) -> Any:
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(f"train.dataset_class: cannot import {path!r}: {exc}") from exc
     return obj
+
+
+class LossNotFinite(ValueError):
+    """The loss of a step is nan or infinite: training diverged (a learning rate too high, or
+    bad data). Every rank restarted from the last checkpoint would diverge again: the run ends
+    (``final`` in the rank's progress)."""
 
 
 class _LossOf(nn.Module):
@@ -189,10 +195,16 @@ class RankSession:
                 f"{exc} (check [model] latent_channels / patch_size / max_patches against the "
                 "encoder and train.size, train.clip_frames)"
             ) from None
+        value = float(loss.detach())
+        if not math.isfinite(value):  # checked before the step changes the model: nothing is lost
+            raise LossNotFinite(
+                f"step {step}: the loss is {value} (train.lr = {train.lr:g}); the run stops before "
+                "this step changes the model, and the checkpoints of the steps before it stay: "
+                "lower train.lr (or look at the data) and run again"
+            )
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
-        value = float(loss.detach())
         run.step = step
         run.losses.append(value)
         run.recent.append(value)

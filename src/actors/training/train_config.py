@@ -84,7 +84,7 @@ class TrainSection(_Frozen):
     action_steps: StrictInt | None = Field(default=None, ge=1)
     size: tuple[StrictInt, StrictInt] | None = None
     stride: StrictInt | None = Field(default=None, ge=1)
-    lr: StrictFloat = Field(default=3e-4, gt=0)
+    lr: StrictFloat = Field(default=3e-4, gt=0, le=10.0)  # above: divergence only (as train-vae's --lr)
     weight_decay: StrictFloat = Field(default=0.01, ge=0)
     warmup_steps: StrictInt = Field(default=0, ge=0)
     schedule: Literal["cosine", "constant"] = "cosine"

@@ -202,6 +202,12 @@ class TrainDriver:
                 for r in self.ranks
                 if r.last.get("state") != "running"
             )
+            final = [r for r in self.ranks if r.last.get("state") == "failed" and r.last.get("final")]
+            if final:
+                raise TrainingFailed(
+                    f"training failed: rank {final[0].index}: {final[0].last.get('error')} "
+                    "(not restarted: every restart would fail the same way)"
+                )
             if self.restarts >= limit:
                 raise TrainingFailed(
                     f"training failed after {self.restarts} restart(s) "

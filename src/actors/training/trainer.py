@@ -45,7 +45,7 @@ from .inflight import (
     train_remote,
 )
 from .rank_run import RankRun, StartRequest, committed_step
-from .rank_session import RankSession, Stopped, lr_lambda, sample_seed, weights_sha256
+from .rank_session import LossNotFinite, RankSession, Stopped, lr_lambda, sample_seed, weights_sha256
 from .ranks import close_ranks, init_ranks, rendezvous_from
 
 __all__ = ["RankRun", "StartRequest", "TrainerActor", "lr_lambda", "sample_seed", "weights_sha256"]
@@ -102,6 +102,7 @@ class TrainerActor(Actor):
             "retries": result.retries if result is not None else 0,
             "checkpoint": committed_step(run.request.config.train.checkpoint_dir),
             "error": run.error,
+            "final": run.error_final,
         }
         if run.state == "done" and run.final is not None:
             reply["result"] = run.final
@@ -155,6 +156,7 @@ class TrainerActor(Actor):
         except Exception as exc:  # reported by progress; the driver decides about a restart
             run.state = "failed"
             run.error = "stopped" if isinstance(exc, Stopped) else f"{type(exc).__name__}: {exc}"
+            run.error_final = isinstance(exc, LossNotFinite)
             log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
         finally:
             try:

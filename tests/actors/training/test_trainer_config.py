@@ -96,6 +96,7 @@ def test_the_default_encoder_is_troupes_vae() -> None:
         ("train", "schedule", "linear", "train.schedule"),
         ("train", "size", [16], "train.size"),
         ("train", "lr", 0, "train.lr"),
+        ("train", "lr", 1e6, "train.lr"),
         ("train", "local_encoding", "yes", "train.local_encoding"),
         ("train", "bogus", 1, "train.bogus"),
         ("model", "d_model", 31, "d_model=31"),
