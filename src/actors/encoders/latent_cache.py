@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
+import shutil
+import sqlite3
 import struct
 import threading
 from collections.abc import Callable, Mapping
@@ -32,9 +34,12 @@ from typing import Any
 import cachetools
 import diskcache  # type: ignore[import-untyped]  # no types shipped
 import numpy as np
+import structlog
 import torch
 
 __all__ = ["LatentCache", "cache_key", "decode_entry", "encode_entry"]
+
+log = structlog.get_logger(__name__)
 
 _AS_INT = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
 _MAGIC = b"TLC1"
@@ -134,10 +139,7 @@ class LatentCache:
         if self.disk_limit > 0:
             # Every value a file of its own (min file size 0): the index stays small and the
             # byte bound counts what the entries weigh.
-            self._disk = diskcache.Cache(
-                str(directory), size_limit=self.disk_limit, eviction_policy="least-recently-used",
-                disk_min_file_size=0,
-            )  # fmt: skip
+            self._disk = _open_disk(Path(str(directory)), self.disk_limit)
             self._writer = threading.Thread(target=self._write_loop, name="latent-cache-writer", daemon=True)
             self._writer.start()
 
@@ -276,3 +278,26 @@ class LatentCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
+    """The disk tier at ``directory``. One whose index is damaged (not a database) is moved
+    aside to ``<directory>.damaged`` and started empty: it is a cache, what it held is encoded
+    again (the damaged copy stays for a look, replacing an older one)."""
+
+    def opened() -> diskcache.Cache:
+        # Every value a file of its own (min file size 0): the index stays small and the
+        # byte bound counts what the entries weigh.
+        return diskcache.Cache(
+            str(directory), size_limit=size_limit, eviction_policy="least-recently-used",
+            disk_min_file_size=0,
+        )  # fmt: skip
+
+    try:
+        return opened()
+    except sqlite3.DatabaseError as exc:
+        aside = directory.with_name(directory.name + ".damaged")
+        shutil.rmtree(aside, ignore_errors=True)
+        directory.rename(aside)
+        log.warning("latent_cache_damaged", directory=str(directory), moved_to=str(aside), error=str(exc))
+        return opened()
