@@ -203,9 +203,20 @@ def _vae_config(encoders: EncodersSection) -> dict[str, Any] | None:
         weights = getattr(encoder_actor, "PRETRAINED_VAE", None)
         weights = str(weights) if weights is not None else None
     if weights is not None:
-        if "{out}" in weights or not os.path.isfile(weights):
+        if "{out}" in weights:
             return None  # known only at start
-        blob = torch.load(weights, map_location="cpu", weights_only=True)
+        if not os.path.isfile(weights):
+            if encoders.weights is None:
+                return None  # the shipped VAE is not installed: the actors' start says so
+            raise ConfigError(f"encoders.weights = {weights!r}: no such file (from {os.getcwd()})")
+        try:
+            blob = torch.load(weights, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for a file that is no checkpoint
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise ConfigError(
+                f"encoders.weights = {weights!r}: not a checkpoint torch can read ({reason}); "
+                "`troupe models info FILE` says what a file holds"
+            ) from None
         config = blob.get("config") if isinstance(blob, dict) else None
         return dict(config) if isinstance(config, dict) else None
     try:
@@ -242,7 +253,10 @@ def check_geometry(config: TrainConfig, source: str = "config") -> None:
     Raises:
         ConfigError: latent channels, temporal compression, clip length or frame size mismatch.
     """
-    geo = encoder_geometry(config.encoders)
+    try:
+        geo = encoder_geometry(config.encoders)
+    except ConfigError as exc:  # the weights named cannot be read
+        raise ConfigError(f"{source}: {exc}") from None
     if geo is None:
         return
     model = config.world_model()

@@ -179,3 +179,21 @@ def test_the_lr_warms_up_then_follows_the_cosine_to_zero() -> None:
 def test_a_samples_noise_seed_depends_on_its_clip_and_step_only() -> None:
     assert sample_seed(3, 5, 7) == sample_seed(3, 5, 7)
     assert len({sample_seed(3, 5, 7), sample_seed(3, 5, 8), sample_seed(3, 6, 7), sample_seed(4, 5, 7)}) == 4
+
+
+def test_vae_weights_that_are_missing_or_no_checkpoint_are_refused_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing file started the cluster and failed each encoder worker with a traceback; a
+    damaged one was a traceback from the command itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trunc.pt").write_bytes(b"PK\x03\x04" + bytes(996))  # the start of a zip, cut
+    data = _valid()
+    for weights, said in (
+        ("nope.pt", f"train config: encoders.weights = 'nope.pt': no such file (from {tmp_path})"),
+        ("trunc.pt", "train config: encoders.weights = 'trunc.pt': not a checkpoint torch can read ("),
+    ):
+        data["encoders"] = {"weights": weights}
+        with pytest.raises(ConfigError) as info:
+            load_train_config(data)
+        assert str(info.value).startswith(said), info.value
