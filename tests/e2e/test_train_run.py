@@ -124,6 +124,10 @@ def test_steps_only_for_training_and_out_not_the_dataset(tmp_path: Path, dataset
     config = config_copy(tmp_path / "train.toml", "train.toml", {"train": {"dataset": str(dataset)}})
     code, _, stderr = run_cli("run", str(config), "--out", str(dataset))
     assert code == 2 and "--out" in stderr and "dataset" in stderr, stderr
+    # The pipeline's cluster options are refused, not ignored (it trained locally).
+    for option in (["--cluster", "tcp://127.0.0.1:9"], ["--nodes", "2"]):
+        code, _, stderr = run_cli("run", str(config), "--out", str(tmp_path / "o"), *option, timeout=120)
+        assert code == 2 and f"{option[0]}: a training run does not take it" in stderr, stderr
     # A broken file is reported as such, --steps or not: it may be the training config meant.
     broken = tmp_path / "broken.toml"
     broken.write_text('[train]\ndataset = "x"\nsteps = = 3\n', encoding="utf-8")

@@ -161,6 +161,13 @@ def run(
     from .run_train import config_problem, finish_train, is_train_config
 
     if config is not None and is_train_config(config):
+        if cluster is not None or nodes or keys is not None:
+            given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"
+            raise fail(
+                f"{given}: a training run does not take it (it runs pipelines on a cluster); "
+                "train on a running cluster with --master MASTER",
+                2,
+            )
         count = items if items is not None else scenes
         if master is None:  # a second run at once takes a free port, as a pipeline's does
             node_endpoint, moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
