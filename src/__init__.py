@@ -88,4 +88,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    # The public names once each, loaded or not, and the module's own dunders: not its imports.
+    return sorted({*__all__, *(n for n in globals() if n.startswith("__") and n.endswith("__"))})

@@ -106,6 +106,9 @@ def test_user_facing_names_come_from_troupe_itself() -> None:
         home = importlib.import_module(member.__module__)
         assert getattr(home, name) is member, f"troupe.{name} is not {home.__name__}.{name}"
         assert name in dir(troupe)
+    # Once each, loaded or not, and none of the module's own imports.
+    listed = dir(troupe)
+    assert len(listed) == len(set(listed)) and not {"Any", "importlib", "annotations"} & set(listed)
 
 
 def test_importing_troupe_alone_loads_no_runtime() -> None:

@@ -22,8 +22,9 @@ The engine runs beside a node (it talks to it with control messages) and owns:
   outcomes, not frames. An item whose held payload is lost with its replica runs again from
   the first stage.
 
-Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}`` (attempt counts
-from 0); every stage's
+Items are dicts. The first stage receives ``{"task_id", "seed", "attempt"}`` (the try: from 1
+for an item of a master's job, whose attempts the master counts, as under ``troupe run``; from 0
+from a source of its own); every stage's
 ``ok`` output is the next stage's input. An item pruned by a stage is counted and never passed
 on; an item whose stage call errs is retried there up to ``max_attempts``, then dead. An item
 whose output is already there (``done``: committed by an earlier, interrupted run) is kept as
