@@ -117,7 +117,7 @@ def check_train(config: Path, out: Path, steps: int | None, items: int | None, f
     if cfg.datagen is None:  # before the progress bar and the imports of the run: one line only
         check_dataset(dataset)
     resolved = cfg.with_out(out.resolve())
-    train_dir(resolved, out.resolve()).check(made_with(resolved), fresh)
+    train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
     return cfg
 
 

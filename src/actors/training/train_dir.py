@@ -1,8 +1,9 @@
 """A training run's output folder: what its checkpoints were made with, and who uses it now.
 
 ``out/.troupe-train/run.json`` records what decides whether a checkpoint can be resumed: the
-``[model]`` table, the clip geometry (``train.size``, ``train.clip_frames``) and the encoder
-(class, kwargs, weights) whose latents the model learns from. The lock beside it
+``[model]`` table, the clip geometry (``train.size``, ``train.clip_frames``), the dataset
+(``train.dataset``; under ``{out}`` when it lies there) and the encoder (class, kwargs, weights)
+whose latents the model learns from. The lock beside it
 (``run.lock``, an OS lock the kernel drops with its holder) is held while a run trains there.
 
 Rules, checked before anything starts (``troupe run TRAIN.toml`` checks them before its progress
@@ -45,12 +46,21 @@ _FORMAT = 1
 _STATE = ".troupe-train"
 
 
-def made_with(cfg: Any) -> dict[str, Any]:
-    """What decides whether ``cfg`` (a ``TrainConfig``) can resume a folder's checkpoints."""
+def made_with(cfg: Any, out: Path) -> dict[str, Any]:
+    """What decides whether ``cfg`` (a ``TrainConfig``) can resume the checkpoints of ``out``:
+    the model, the clips, the encoder, and the dataset (relative to ``out`` when it lies there,
+    as with ``[datagen]``: a copied ``out`` still resumes)."""
     encoders = cfg.encoders
+    dataset = Path(cfg.train.dataset).resolve()
+    if dataset.is_relative_to(out.resolve()):
+        dataset = Path("{out}") / dataset.relative_to(out.resolve())
     data = {
         "model": dict(cfg.model),
-        "train": {"size": list(cfg.train.size), "clip_frames": cfg.train.clip_frames},
+        "train": {
+            "size": list(cfg.train.size),
+            "clip_frames": cfg.train.clip_frames,
+            "dataset": str(dataset),
+        },
         "encoder": {
             "class": encoders.encoder,
             "kwargs": dict(encoders.encoder_kwargs),
@@ -137,7 +147,10 @@ class TrainDir:
             raise ConfigError(problem)
 
     def _check_same(self, record: dict[str, Any], made: dict[str, Any]) -> None:
-        diff = first_difference(record.get("made_with", {}), made)
+        recorded = record.get("made_with", {})
+        if "dataset" not in (recorded.get("train") or {}):  # recorded before runs kept it
+            made = {**made, "train": {k: v for k, v in made.get("train", {}).items() if k != "dataset"}}
+        diff = first_difference(recorded, made)
         if diff is not None:
             raise ConfigError(
                 f"--out {self.out} holds checkpoints made with {diff[0]}, this run asks {diff[1]}: "

@@ -46,7 +46,7 @@ def prepare_run(
         from troupe.runtime.pipeline.config import load_pipeline
 
         load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
-    lock = train_dir(cfg, out_dir).prepare(made_with(cfg), fresh)
+    lock = train_dir(cfg, out_dir).prepare(made_with(cfg, out_dir), fresh)
     (out_dir / "logs").mkdir(exist_ok=True)
     return cfg, out_dir, lock
 

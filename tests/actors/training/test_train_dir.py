@@ -88,3 +88,39 @@ def test_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
     for refuse in (lambda: _dir(out).check(MADE, False), lambda: _dir(out).prepare(MADE, False)):
         with pytest.raises(ConfigError, match="is a file"):
             refuse()
+
+
+def test_checkpoints_made_on_another_dataset_are_refused_and_a_record_without_one_resumes(
+    tmp_path: Path,
+) -> None:
+    """Resumed on other data, a run failed three restarts later on a clip index out of range,
+    or (on a bigger dataset) went on silently on other clips. A record from before runs kept
+    the dataset has nothing to compare: it resumes as it did."""
+    out = tmp_path / "out"
+    made = {**MADE, "train": {**MADE["train"], "dataset": "/data/a"}}
+    _dir(out).prepare(made, fresh=False).release()
+    other = {**MADE, "train": {**MADE["train"], "dataset": "/data/b"}}
+    with pytest.raises(
+        ConfigError, match=r"with train\.dataset=/data/a, this run asks train\.dataset=/data/b"
+    ):
+        _dir(out).check(other, fresh=False)
+    old = tmp_path / "old"
+    _dir(old).prepare(MADE, fresh=False).release()  # no dataset recorded
+    _dir(old).check(made, fresh=False)
+
+
+def test_the_dataset_of_a_datagen_run_is_recorded_under_its_out(tmp_path: Path) -> None:
+    """A run's own dataset ({out}/data) is recorded as such: the folder copied elsewhere resumes."""
+    from types import SimpleNamespace
+
+    from troupe.actors.training.train_dir import made_with
+
+    def cfg(dataset: Path) -> Any:
+        train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(dataset))
+        encoders = SimpleNamespace(encoder="e", encoder_kwargs={}, weights=None)
+        return SimpleNamespace(model={"d_model": 96}, train=train, encoders=encoders)
+
+    here, there = tmp_path / "here", tmp_path / "there"
+    assert made_with(cfg(here / "data"), here) == made_with(cfg(there / "data"), there)
+    assert made_with(cfg(here / "data"), here)["train"]["dataset"] == "{out}/data"
+    assert made_with(cfg(tmp_path / "given"), here)["train"]["dataset"] == str(tmp_path / "given")
