@@ -4,9 +4,10 @@ A checkpoint is a folder ``step-<step, 9 digits>`` under the run's checkpoint fo
 asynchronous: :meth:`Checkpointer.save` snapshots the state (model, optimizer, LR scheduler, RNG
 states, the sampler's position) and returns while DCP writes it in the background; when the write
 completes, rank 0 commits it by writing a ``COMMITTED`` marker (atomically: written to a temporary
-name, then renamed). DCP writes its ``.metadata`` only after every rank has written its part, so
-the marker means the whole checkpoint is on disk; a folder without it (a run killed while
-writing) is ignored by :func:`latest`.
+name, then renamed) that holds the step and the sha256 of every file, checked before a load.
+DCP writes its ``.metadata`` only after every rank has written its part, so the marker means the
+whole checkpoint is on disk; a folder without it (a run killed while writing) is ignored by
+:func:`latest`.
 
 Model and optimizer states go through ``get_state_dict``/``set_state_dict`` (keys are parameter
 names, without DDP's prefix), so a checkpoint saved by W ranks loads on any other number (DCP
@@ -17,6 +18,7 @@ one process (DCP's ``no_dist``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import random
@@ -190,7 +192,7 @@ class Checkpointer:
                 if commit:
                     marker = path / COMMITTED
                     partial = path / f".{COMMITTED}.partial"
-                    partial.write_text(f"{step}\n")
+                    partial.write_text(f"{step}\n{_manifest(path)}")
                     partial.replace(marker)
                     self.committed.append(step)
             except BaseException as e:  # raised to the trainer by the next call
@@ -247,6 +249,7 @@ def load(
     if not (path / COMMITTED).is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r}: not a committed checkpoint")
     try:
+        _verify(path)
         return _load(path, model, optimizer, scheduler)
     except (Exception, CheckpointException) as exc:  # damaged, another model (a BaseException)
         cause: BaseException = exc
@@ -262,6 +265,40 @@ def load(
 
 class CheckpointUnreadable(ValueError):
     """A committed checkpoint that does not load (damaged, or made with another model)."""
+
+
+def _manifest(path: Path) -> str:
+    """``sha256  name`` of every file of the checkpoint, a line each: the commit marker's body,
+    so that a file damaged since (bytes changed, not only cut short) is found before it loads."""
+    lines = []
+    for file in sorted(p for p in path.iterdir() if p.is_file()):
+        if file.name not in (COMMITTED, f".{COMMITTED}.partial"):
+            lines.append(f"{_sha256(file)}  {file.name}\n")
+    return "".join(lines)
+
+
+def _verify(path: Path) -> None:
+    """Check the checkpoint's files against its commit marker's manifest (one committed before
+    markers held it has none: nothing to check).
+
+    Raises:
+        ValueError: a file is missing or its bytes changed since the commit.
+    """
+    for line in (path / COMMITTED).read_text().splitlines()[1:]:
+        digest, _, name = line.partition("  ")
+        file = path / name
+        if not file.is_file():
+            raise ValueError(f"{name} is missing")
+        if _sha256(file) != digest:
+            raise ValueError(f"{name} changed since it was written (its sha256 differs)")
+
+
+def _sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with file.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> Restored:
