@@ -184,6 +184,10 @@ def load_imported_extensions() -> list[str]:
 _declared: tuple[str, ...] | None = None  # the extension names the entry points declare
 
 
+# Where the bound is set: a node's config for its actors, a pipeline's for its replicas.
+_RAISE_MESSAGE_MB = "raise max_message_mb ([node] of the node's config, or [pipeline] of a pipeline's)"
+
+
 class Codec:
     """Encodes envelopes to frames and decodes frames to envelopes, validating on the way.
 
@@ -308,9 +312,10 @@ class Codec:
         return [header, *buffers]
 
     def _too_large(self, size: int, msg_type: str) -> NoReturn:
+        what = f"message {msg_type!r}" if msg_type else "a reply"  # a reply has no type
         raise MessageTooLarge(
-            f"message {msg_type!r} of {size} bytes exceeds the limit of {self.max_message_bytes}; "
-            "raise the node option max_message_mb or send the data by reference"
+            f"{what} of {size} bytes exceeds the limit of {self.max_message_bytes}; "
+            f"{_RAISE_MESSAGE_MB} or send the data by reference"
         )
 
     def _default(self, obj: Any) -> Any:
@@ -362,7 +367,7 @@ class Codec:
         if total > self.max_message_bytes:
             raise MessageTooLarge(
                 f"message of {total} bytes exceeds the limit of {self.max_message_bytes}; "
-                "raise the node option max_message_mb or send the data by reference"
+                f"{_RAISE_MESSAGE_MB} or send the data by reference"
             )
 
     def decode(self, frames: Sequence[Any]) -> Envelope:

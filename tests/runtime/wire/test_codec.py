@@ -634,6 +634,15 @@ def test_oversized_message_is_refused() -> None:
     assert exact.decode(frames).payload.shape == (1000,)
 
 
+def test_an_oversized_reply_says_it_is_a_reply_and_where_the_bound_is_set() -> None:
+    """It said "message ''" and named the node's option only; a pipeline's replica sets it in
+    its [pipeline] table."""
+    with pytest.raises(MessageTooLarge) as info:
+        Codec(max_message_bytes=100).encode_reply(7, "node/w/a", "x" * 200)
+    said = str(info.value)
+    assert said.startswith("a reply of ") and "[node]" in said and "[pipeline]" in said, said
+
+
 def test_oversized_header_alone_is_refused() -> None:
     """The limit also applies to a message that is only a header."""
     with pytest.raises(MessageTooLarge):
