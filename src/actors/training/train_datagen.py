@@ -18,6 +18,7 @@ async def run_datagen(cfg: Any, node: str, fresh: bool, say: Callable[[str], Non
     from troupe.runtime.pipeline.runner import run_pipeline
 
     dg = cfg.datagen
+    starts: list[Any] = []
     result = await run_pipeline(
         dg.pipeline,
         cfg.train.dataset,
@@ -25,14 +26,23 @@ async def run_datagen(cfg: Any, node: str, fresh: bool, say: Callable[[str], Non
         node=node,
         fresh=fresh,
         keep_outputs=False,
+        on_start=starts.append,
     )
     counts = result.counts()
     if result.already_complete:  # nothing ran: the counts would all read 0
         say(f"data generation: already complete in {cfg.train.dataset} (an earlier run)")
     else:
-        kept = f", {counts['kept']} kept from an earlier run" if counts["kept"] else ""
+        # As troupe run's closing line: what earlier runs did adds up to the items with the rest.
+        recorded = starts[0].before if starts else 0
+        earlier = recorded + counts["kept"]
+        before = (
+            f"; {earlier} done by earlier runs ({recorded} recorded, {counts['kept']} found committed)"
+            if earlier
+            else ""
+        )
         say(
-            f"data generation done: {counts['ok']} ok, {counts['pruned']} pruned, {counts['dead']} dead{kept}"
+            f"data generation done: {counts['ok']} ok, {counts['pruned']} pruned, "
+            f"{counts['dead']} dead{before}"
         )
     return {
         "items": result.counts(),

@@ -1,5 +1,6 @@
 """The line a training run with ``[datagen]`` says when its data generation ends: counts in
-words (it printed a Python dict), and an earlier, complete run said as such (its counts all
+words (it printed a Python dict) that add up to the items with what earlier runs did (it left
+out the ones the journal recorded), and an earlier, complete run said as such (its counts all
 read 0)."""
 
 from __future__ import annotations
@@ -26,19 +27,24 @@ def _result(outcomes: dict[str, str], complete: bool = False) -> PipelineResult:
 
 
 @pytest.mark.parametrize(
-    ("result", "said"),
+    ("result", "before", "said"),
     [
         (
             _result({"a": "ok", "b": "ok", "c": "kept"}),
-            "data generation done: 2 ok, 0 pruned, 0 dead, 1 kept from an earlier run",
+            3,
+            "data generation done: 2 ok, 0 pruned, 0 dead; 4 done by earlier runs (3 recorded, "
+            "1 found committed)",
         ),
-        (_result({}, complete=True), "data generation: already complete in /out/data (an earlier run)"),
+        (_result({"a": "ok"}), 0, "data generation done: 1 ok, 0 pruned, 0 dead"),
+        (_result({}, complete=True), 0, "data generation: already complete in /out/data (an earlier run)"),
     ],
 )
 async def test_the_datagen_line_says_what_ran(
-    monkeypatch: pytest.MonkeyPatch, result: PipelineResult, said: str
+    monkeypatch: pytest.MonkeyPatch, result: PipelineResult, before: int, said: str
 ) -> None:
-    async def fake_run(*_: Any, **__: Any) -> PipelineResult:
+    async def fake_run(*_: Any, on_start: Any = None, **__: Any) -> PipelineResult:
+        if on_start is not None and not result.already_complete:
+            on_start(SimpleNamespace(before=before))
         return result
 
     monkeypatch.setattr(runner, "run_pipeline", fake_run)
