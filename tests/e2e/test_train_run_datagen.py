@@ -24,3 +24,14 @@ def test_generation_and_training_together(tmp_path: Path) -> None:
     assert report["datagen"]["items"]["ok"] >= 2, report["datagen"]
     assert (out / "data" / "meta" / "info.json").is_file()  # the pipeline finalised its dataset
     assert [Path(c).name for c in report["checkpoints"]][-1] == "step-000000004"
+
+
+def test_fewer_items_than_the_episodes_training_waits_for_is_refused_before_start(tmp_path: Path) -> None:
+    """It generated all its items, then said the ranks never got their min_episodes."""
+    changes = {"train": {"steps": 4, "min_episodes": 50}}
+    config = config_copy(tmp_path / "datagen-train.toml", "datagen-train.toml", changes)
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--items", "6", timeout=300)
+    assert code == 2, stdout[-3000:] + stderr[-3000:]
+    assert "[datagen] makes 6 episode(s) at most (its items), fewer than train.min_episodes = 50" in stderr
+    assert not (out / "data").exists()

@@ -45,7 +45,13 @@ def prepare_run(
     else:  # refused now, not after the workers started
         from troupe.runtime.pipeline.config import load_pipeline
 
-        load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
+        pipeline = load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
+        if pipeline.items < cfg.train.min_episodes:  # the ranks would wait for ever, then fail
+            raise ConfigError(
+                f"[datagen] makes {pipeline.items} episode(s) at most (its items), fewer than "
+                f"train.min_episodes = {cfg.train.min_episodes}: raise the items (--items) or lower "
+                "train.min_episodes"
+            )
     lock = train_dir(cfg, out_dir).prepare(made_with(cfg, out_dir), fresh)
     (out_dir / "logs").mkdir(exist_ok=True)
     return cfg, out_dir, lock
