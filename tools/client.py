@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from troupe.runtime import AskTimeout, ConfigError, TroupeError, Unreachable
 from troupe.runtime.core.runtime import process_runtime
+from troupe.runtime.errors import leaf_errors
 from troupe.runtime.node.config import check_endpoint
 
 from .master_client import keys_hint, reachable
@@ -93,7 +94,7 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     except BaseException as exc:
         if signals.exit_status is not None:  # a failure of the stop itself: the signal says why
             signals.exit()
-        leaves = _leaves(exc)
+        leaves = leaf_errors(exc)
         exits = [e for e in leaves if isinstance(e, typer.Exit)]
         if exits:  # a command's own fail(...) from inside a task group
             raise exits[0] from None
@@ -104,13 +105,6 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     if signals.exit_status is not None:
         signals.exit()
     return box[0]
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
-    return [exc]
 
 
 async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:

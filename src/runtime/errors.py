@@ -207,6 +207,13 @@ def _index(cls: type[TroupeError]) -> None:
         _index(sub)
 
 
+def leaf_errors(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in leaf_errors(e)]
+    return [exc]
+
+
 def error_class(code: str) -> type[TroupeError]:
     """Return the error class for a wire ``code``, or ``TroupeError`` for an unknown one."""
     if code not in _BY_CODE:

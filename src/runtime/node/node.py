@@ -34,7 +34,7 @@ from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
 from troupe.runtime.supervision.node_side import NodeSupervision
-from troupe.runtime.transports.loopback import any_port
+from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
 
 from .config import ActorSpec, NodeConfig, WorkerSpec
@@ -133,11 +133,12 @@ class Node:
         if failure:
             raise failure[0]
 
-    def _bind(self, cfg: NodeConfig) -> Runtime:
+    def _bind(self, endpoint: str) -> Runtime:
+        cfg = self.config
         return process_runtime(
             self.name,
             "node",
-            bind=cfg.endpoint,
+            bind=endpoint,
             hwm=cfg.hwm,
             codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames),
             throttle=PeerThrottle(cfg.bad_frames_burst, cfg.bad_frames_per_s, cfg.throttle_s),
@@ -156,14 +157,12 @@ class Node:
 
             metrics = node_endpoint(self, cfg.metrics, self.metrics_collectors)
         try:
-            runtime = self._bind(cfg)
+            runtime, moved = bind_or_move(self._bind, cfg.endpoint, self.endpoint_may_move)
         except Unreachable as exc:
-            if not self.endpoint_may_move:
-                if metrics is not None:
-                    metrics.close()
-                raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
-            # A default another process took since it was found free (a second run at once).
-            runtime = self._bind(cfg.model_copy(update={"endpoint": any_port(cfg.endpoint)}))
+            if metrics is not None:
+                metrics.close()
+            raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+        if moved:
             log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
             self.config = cfg = cfg.model_copy(update={"endpoint": runtime.address})
         self.runtime = runtime

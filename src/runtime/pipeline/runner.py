@@ -48,7 +48,7 @@ import structlog
 
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, StageFailed, TroupeError
+from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
 from troupe.runtime.logs import HeldLog
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.local import start_local_node
@@ -236,16 +236,10 @@ async def _lone_error_raised() -> AsyncIterator[None]:
     try:
         yield
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
+        leaves = leaf_errors(group)
         if len(leaves) == 1 and isinstance(leaves[0], TroupeError):
             raise leaves[0] from None
         raise
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
-    return [exc]
 
 
 def _with_split(

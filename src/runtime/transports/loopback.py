@@ -5,8 +5,14 @@ from __future__ import annotations
 import random
 import socket
 from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["any_port", "free_endpoint"]
+from troupe.runtime.errors import Unreachable
+
+T = TypeVar("T")
+
+__all__ = ["any_port", "bind_or_move", "free_endpoint"]
 
 _LOWEST_PORT = 10000  # above the well-known and most registered services' ports
 _HANDED: deque[int] = deque(maxlen=1024)  # this process's recent draws: two never coincide
@@ -43,6 +49,22 @@ def any_port(bind: str) -> str:
     if not bind.startswith("tcp://") or ":" not in bind[6:]:
         return "tcp://127.0.0.1:*"
     return bind.rsplit(":", 1)[0] + ":*"
+
+
+def bind_or_move(bind: Callable[[str], T], endpoint: str, may_move: bool) -> tuple[T, bool]:
+    """``bind(endpoint)``, and whether it moved: an endpoint taken, that ``may_move`` (a default
+    found free a moment ago, taken since by a second run started at once), is bound on a port
+    of the same host that the kernel picks instead.
+
+    Raises:
+        Unreachable: ``endpoint`` cannot be bound, and may not move.
+    """
+    try:
+        return bind(endpoint), False
+    except Unreachable:
+        if not may_move:
+            raise
+    return bind(any_port(endpoint)), True
 
 
 def _ephemeral_low() -> int:

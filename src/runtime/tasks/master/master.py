@@ -114,7 +114,7 @@ from troupe.runtime.tasks.state import (
     WorkerLeft,
 )
 from troupe.runtime.transports.base import Transport
-from troupe.runtime.transports.loopback import any_port
+from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
 
 from .controls import (
@@ -305,12 +305,12 @@ class Master:
         """Ask the master to stop (it finishes the batch in hand, then shuts down)."""
         self._stopping.set()
 
-    def _bind(self, cfg: MasterConfig) -> Runtime:
+    def _bind(self, endpoint: str) -> Runtime:
         return process_runtime(
-            cfg.name,
+            self.config.name,
             "master",
-            bind=cfg.endpoint,
-            hwm=cfg.hwm,
+            bind=endpoint,
+            hwm=self.config.hwm,
             transport=self._transport,
             codec=Codec(256 * 2**20),
             drain_timeout=0.5,
@@ -332,14 +332,12 @@ class Master:
 
             metrics = master_endpoint(self, cfg.metrics)
         try:
-            runtime = self._bind(cfg)
+            runtime, moved = bind_or_move(self._bind, cfg.endpoint, self.endpoint_may_move)
         except Unreachable as exc:
-            if not self.endpoint_may_move:
-                if metrics is not None:
-                    metrics.close()
-                raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
-            # A default another process took since it was found free (a second run at once).
-            runtime = self._bind(dataclasses.replace(cfg, endpoint=any_port(cfg.endpoint)))
+            if metrics is not None:
+                metrics.close()
+            raise ConfigError(f"{exc}; is another master running there? pick --endpoint") from None
+        if moved:
             log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
             self.config = cfg = dataclasses.replace(cfg, endpoint=runtime.address)
         self.runtime = runtime
