@@ -66,7 +66,15 @@ ACTION_CACHE_EPISODES = 32
 
 
 class NotEnoughEpisodes(ValueError):
-    """The dataset has fewer usable episodes than ``min_episodes`` (a growing run: try later)."""
+    """The dataset has fewer usable episodes than ``min_episodes``.
+
+    ``final``: the dataset is finalized, so it cannot grow and a retry would fail the same way;
+    otherwise it is a run's folder that may still be growing: try later.
+    """
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 def store_dir(root: str | os.PathLike[str]) -> Path:
@@ -288,7 +296,8 @@ class LeRobotClips(torch.utils.data.Dataset[dict[str, Any]]):
         if usable < min_episodes:
             raise NotEnoughEpisodes(
                 f"dataset {str(self.root)!r} has {usable} episodes of at least "
-                f"{self._span} frames, fewer than min_episodes={min_episodes}"
+                f"{self._span} frames, fewer than min_episodes={min_episodes}",
+                final=self.mode == "finalized",
             )
 
     @property

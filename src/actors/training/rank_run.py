@@ -75,7 +75,9 @@ class RankRun:
     timings: StageTimings = field(default_factory=StageTimings)
     result: TrainResult | None = None
     error: str | None = None
-    error_final: bool = False  # the error would come back after any restart (LossNotFinite)
+    error_final: bool = (
+        False  # the error would come back after any restart (LossNotFinite, a finalized dataset too short)
+    )
     final: dict[str, Any] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     scope: anyio.CancelScope | None = None

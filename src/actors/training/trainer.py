@@ -35,6 +35,7 @@ import structlog
 from troupe.runtime import Actor, ConfigError, handles
 
 from .checkpoint import checkpoint_path
+from .dataset import NotEnoughEpisodes
 from .inflight import (
     GroupFailed,
     InflightConfig,
@@ -156,7 +157,9 @@ class TrainerActor(Actor):
         except Exception as exc:  # reported by progress; the driver decides about a restart
             run.state = "failed"
             run.error = "stopped" if isinstance(exc, Stopped) else f"{type(exc).__name__}: {exc}"
-            run.error_final = isinstance(exc, LossNotFinite)
+            run.error_final = isinstance(exc, LossNotFinite) or (
+                isinstance(exc, NotEnoughEpisodes) and exc.final
+            )
             log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
         finally:
             try:

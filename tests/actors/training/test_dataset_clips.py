@@ -134,6 +134,18 @@ def test_bad_root_is_a_clear_error(tmp_path: Path) -> None:
         LeRobotClips(tmp_path, clip_frames=0)
 
 
+def test_too_short_episodes_are_final_only_in_a_finalized_dataset(data: dict[str, Any]) -> None:
+    """A finalized dataset cannot grow: its shortage is final, and the trainer does not restart
+    for it. A run's folder may still be growing: a later try may find enough."""
+    longest = max(LENGTHS.values())
+    with pytest.raises(NotEnoughEpisodes, match=f"0 episodes of at least {longest + 1} frames") as finalized:
+        LeRobotClips(data["dataset"], clip_frames=longest + 1)
+    assert finalized.value.final is True
+    with pytest.raises(NotEnoughEpisodes) as growing:
+        LeRobotClips(data["run"], clip_frames=longest + 1)
+    assert growing.value.final is False
+
+
 # -- the sampler, over a dataset of n clips that may grow --------------------------------------
 
 
