@@ -76,7 +76,7 @@ class RankRun:
     result: TrainResult | None = None
     error: str | None = None
     error_final: bool = (
-        False  # the error would come back after any restart (LossNotFinite, a finalized dataset too short)
+        False  # the error would come back after any restart (LossNotFinite, a finalized dataset too small)
     )
     final: dict[str, Any] | None = None
     stop: threading.Event = field(default_factory=threading.Event)

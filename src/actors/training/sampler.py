@@ -16,13 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ResumableSampler"]
+__all__ = ["ResumableSampler", "TooFewClips"]
 
 
 def _epoch_perm(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     if not shuffle:
         return np.arange(n, dtype=np.int64)
     return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64)
+
+
+class TooFewClips(ValueError):
+    """The dataset holds fewer clips than one step of every rank needs."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ class ResumableSampler(torch.utils.data.Sampler[int]):
                 size = self.dataset.refresh()
             first = False
             if size < self.step_size:
-                raise ValueError(
+                raise TooFewClips(
                     f"the dataset has {size} clips, fewer than one step needs "
                     f"(world_size {self.world_size} x batch_size {self.batch_size})"
                 )

@@ -48,6 +48,7 @@ from .inflight import (
 from .rank_run import RankRun, StartRequest, committed_step
 from .rank_session import LossNotFinite, RankSession, Stopped, lr_lambda, sample_seed, weights_sha256
 from .ranks import close_ranks, init_ranks, rendezvous_from
+from .sampler import TooFewClips
 
 __all__ = ["RankRun", "StartRequest", "TrainerActor", "lr_lambda", "sample_seed", "weights_sha256"]
 
@@ -157,9 +158,7 @@ class TrainerActor(Actor):
         except Exception as exc:  # reported by progress; the driver decides about a restart
             run.state = "failed"
             run.error = "stopped" if isinstance(exc, Stopped) else f"{type(exc).__name__}: {exc}"
-            run.error_final = isinstance(exc, LossNotFinite) or (
-                isinstance(exc, NotEnoughEpisodes) and exc.final
-            )
+            run.error_final = _fails_again(exc, session)
             log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
         finally:
             try:
@@ -209,3 +208,15 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
     config = request.config.model_copy(update={"trainers": trainers})
     return StartRequest(config, request.out, request.rank, request.world_size, request.encoders,
                         request.rendezvous, request.host)  # fmt: skip
+
+
+def _fails_again(exc: Exception, session: RankSession | None) -> bool:
+    """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
+    or a dataset too small for the run that cannot grow (finalized)."""
+    if isinstance(exc, LossNotFinite):
+        return True
+    if isinstance(exc, NotEnoughEpisodes):
+        return exc.final
+    if isinstance(exc, TooFewClips):
+        return session is not None and getattr(session.dataset, "mode", None) == "finalized"
+    return False

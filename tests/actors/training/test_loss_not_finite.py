@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from trainer_testdata import train_data, wait_progress, write_clips
 
-from support.clip_data import finalize
 from troupe.actors.training import rank_session
 from troupe.actors.training.checkpoint import checkpoint_path
 from troupe.actors.training.trainer import TrainerActor
@@ -46,18 +45,3 @@ async def test_a_nan_loss_fails_the_rank_for_good_and_keeps_the_earlier_checkpoi
     assert failed["step"] == DIVERGES_AT - 1 and failed["checkpoint"] == 2
     checkpoints = tmp_path / "out" / "checkpoints"
     assert checkpoint_path(checkpoints, 2).exists() and not checkpoint_path(checkpoints, DIVERGES_AT).exists()
-
-
-async def test_a_finalized_dataset_too_short_for_a_clip_fails_the_rank_for_good(tmp_path: Path) -> None:
-    """Episodes shorter than a clip in a dataset that cannot grow: every restart would fail the
-    same way, so the failure is final (it used up train.max_restarts before)."""
-    write_clips(tmp_path / "run", length=6)
-    finalize(tmp_path / "run", tmp_path / "dataset")
-    config = train_data(tmp_path / "dataset", 2, local_encoding=True)
-    config["train"]["clip_frames"] = 8
-    async with Runtime("node", "trainer", MemoryHub().transport()) as runtime:
-        rank = await runtime.spawn(TrainerActor(threads=1), "trainer")
-        await rank.ask("start", {"config": config, "out": str(tmp_path / "out"), "rank": 0, "world_size": 1})
-        failed = await wait_progress(rank, lambda p: p["state"] == "failed")
-    assert failed["final"] is True
-    assert "NotEnoughEpisodes" in failed["error"] and "0 episodes of at least 8 frames" in failed["error"]
