@@ -259,12 +259,21 @@ def load(
         why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
         raise CheckpointUnreadable(
             f"checkpoint {str(path)!r} cannot be loaded ({why}); move it away to resume from the one "
-            "before, or run with --fresh"
+            "before, or run with --fresh",
+            final=not isinstance(cause, OSError),
         ) from exc
 
 
 class CheckpointUnreadable(ValueError):
-    """A committed checkpoint that does not load (damaged, or made with another model)."""
+    """A committed checkpoint that does not load (damaged, or made with another model).
+
+    ``final``: its bytes or its model are wrong, so every load fails the same way; an error
+    reading it (an OSError: a network file system's hiccup, say) may pass.
+    """
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 def _manifest(path: Path) -> str:

@@ -34,7 +34,7 @@ import structlog
 
 from troupe.runtime import Actor, ConfigError, handles
 
-from .checkpoint import checkpoint_path
+from .checkpoint import CheckpointUnreadable, checkpoint_path
 from .dataset import NotEnoughEpisodes
 from .inflight import (
     GroupFailed,
@@ -212,10 +212,10 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
 
 def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
-    or a dataset too small for the run that cannot grow (finalized)."""
+    a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint."""
     if isinstance(exc, LossNotFinite):
         return True
-    if isinstance(exc, NotEnoughEpisodes):
+    if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable)):
         return exc.final
     if isinstance(exc, TooFewClips):
         return session is not None and getattr(session.dataset, "mode", None) == "finalized"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from troupe.actors.training import checkpoint
 from troupe.actors.training.checkpoint import (
     COMMITTED,
     Checkpointer,
@@ -193,6 +194,26 @@ def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:
     message = str(info.value)
     assert "step-000000001' cannot be loaded (" in message and "--fresh" in message
     assert "\n" not in message and "CheckpointException" not in message
+    assert info.value.final  # every load would fail the same way: the trainer does not restart
+
+
+def test_a_checkpoint_that_could_not_be_read_may_load_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error reading the files (a network file system's hiccup) is not final: a restart
+    tries again."""
+    model, optimizer, scheduler = make_trainer(0)
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, model, optimizer, scheduler)
+    saver.close()
+
+    def unreadable(path: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(checkpoint, "_verify", unreadable)
+    with pytest.raises(CheckpointUnreadable, match="OSError") as info:
+        load(checkpoint_path(tmp_path, 1), *make_trainer(1))
+    assert not info.value.final
 
 
 def test_bytes_changed_in_a_checkpoint_are_found_before_it_loads(tmp_path: Path) -> None:

@@ -1,0 +1,58 @@
+"""Failures that every restart would repeat are final: the driver does not restart for them (it
+used up train.max_restarts, three by default, failing the same way each time). A dataset too
+small for the run once it is finalized (it cannot grow; a run's folder that may still grow keeps
+its retries: ``test_dataset_clips.py``), and a last checkpoint that is damaged. A loss that is not
+finite: ``test_loss_not_finite.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_testdata import train_data, wait_progress, write_clips
+
+from support.clip_data import finalize
+from troupe.actors.training.checkpoint import checkpoint_path
+from troupe.actors.training.trainer import TrainerActor
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.transports.base import MemoryHub
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+async def _rank_until(tmp_path: Path, config: dict[str, Any], state: str) -> dict[str, Any]:
+    async with Runtime("node", "trainer", MemoryHub().transport()) as runtime:
+        rank = await runtime.spawn(TrainerActor(threads=1), "trainer")
+        await rank.ask("start", {"config": config, "out": str(tmp_path / "out"), "rank": 0, "world_size": 1})
+        return await wait_progress(rank, lambda p: p["state"] == state)
+
+
+def _dataset(tmp_path: Path, length: int) -> Path:
+    write_clips(tmp_path / "run", length=length)
+    finalize(tmp_path / "run", tmp_path / "dataset")
+    return tmp_path / "dataset"
+
+
+async def test_episodes_shorter_than_a_clip_fail_the_rank_for_good(tmp_path: Path) -> None:
+    config = train_data(_dataset(tmp_path, 6), 2, local_encoding=True, clip_frames=8)
+    failed = await _rank_until(tmp_path, config, "failed")
+    assert failed["final"] is True
+    assert "NotEnoughEpisodes" in failed["error"] and "0 episodes of at least 8 frames" in failed["error"]
+
+
+async def test_a_batch_bigger_than_the_dataset_fails_the_rank_for_good(tmp_path: Path) -> None:
+    config = train_data(_dataset(tmp_path, 8), 2, local_encoding=True, batch_size=64)
+    failed = await _rank_until(tmp_path, config, "failed")
+    assert failed["final"] is True
+    assert "TooFewClips: the dataset has 6 clips, fewer than one step needs" in failed["error"]
+
+
+async def test_a_damaged_last_checkpoint_fails_the_rank_for_good(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path, 8)
+    await _rank_until(tmp_path, train_data(dataset, 2, local_encoding=True), "done")
+    for part in checkpoint_path(tmp_path / "out" / "checkpoints", 2).glob("*.distcp"):
+        part.write_bytes(b"\x00" * 64)
+    failed = await _rank_until(tmp_path, train_data(dataset, 4, local_encoding=True), "failed")
+    assert failed["final"] is True
+    assert "CheckpointUnreadable" in failed["error"] and "step-000000002' cannot be loaded" in failed["error"]
