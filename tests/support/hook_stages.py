@@ -146,6 +146,13 @@ class AttemptStage(StageActor):
         return {"task_id": item["task_id"], "seed": seed}
 
 
+class DoomedStage(StageActor):
+    """Raises on every item: every item of a run through it dies."""
+
+    def process(self, item: Any) -> Any:
+        raise KeyError("no such scene")
+
+
 class EchoStage(StageActor):
     """Returns its input as its output."""
 

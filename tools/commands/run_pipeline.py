@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from troupe.actors.datagen.config import default_pipeline
+from troupe.cli.client import fail
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -69,6 +70,7 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
     m = result.metrics
     return {
         "already_complete": result.already_complete,
+        "made_nothing": result.made_nothing,
         "lambda": m.lambda_measured,
         "lambda_theory": m.lambda_theory,
         "lambda_succ": m.lambda_succ,
@@ -233,15 +235,22 @@ async def _finish_run(
             progress.stop()
     if as_json:
         print(json.dumps(metrics_json(result), indent=2))
-        return
-    if result.already_complete:
+    elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
         console.print(f"already complete: {escape(done)}")
-        return
-    if result.outcomes or result.kept:
-        _report(result, before, out)
-    for line in _finals(result):
-        console.print(escape(line))
+    else:
+        if result.outcomes or result.kept:
+            _report(result, before, out)
+        for line in _finals(result):
+            console.print(escape(line))
+    if result.made_nothing:
+        log = out / "logs" / "local.jsonl"
+        head = (
+            "already complete, but every item died there: nothing was made"
+            if result.already_complete
+            else "every item died: the run made nothing"
+        )
+        raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
 
 
 def _finals(result: PipelineResult) -> list[str]:

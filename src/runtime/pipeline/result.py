@@ -76,6 +76,8 @@ class PipelineResult:
             (calls, replies, leases): with the direct data plane, about the metadata's size.
         restarted: items run again from the first stage because the replica holding their
             payload was lost (its node died).
+        made_nothing: every item died and no earlier run into ``out`` had done one: the run
+            made nothing (recorded with the run, so a rerun that finds it complete says so too).
     """
 
     metrics: PipelineMetrics
@@ -93,6 +95,7 @@ class PipelineResult:
     placement: dict[str, str] = field(default_factory=dict)
     engine_bytes: int = 0
     restarted: int = 0
+    made_nothing: bool = False
 
     @property
     def startup_share(self) -> float:

@@ -214,11 +214,11 @@ class RunDir:
         complete = record.get("complete") if record is not None else None
         return isinstance(complete, dict) and self.still_there(complete)
 
-    def mark_complete(self, finals: dict[str, Any]) -> None:
+    def mark_complete(self, finals: dict[str, Any], made_nothing: bool = False) -> None:
         """Record that every item has its outcome and the stages finalised (``finals``: what
-        their ``finalize`` hooks returned)."""
+        their ``finalize`` hooks returned; ``made_nothing``: every item died)."""
         record = self._read() or {}
-        record["complete"] = {"finals": finals, "out": str(self.out)}
+        record["complete"] = {"finals": finals, "out": str(self.out), "made_nothing": made_nothing}
         self._write(record)
 
     def still_there(self, complete: dict[str, Any]) -> bool:

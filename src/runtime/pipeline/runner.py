@@ -224,8 +224,12 @@ async def run_pipeline(
                 failed = exc
         if failed is not None:
             raise failed
+        counts = result.counts()
+        result = replace(
+            result, made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values())
+        )
         if run_dir is not None:
-            run_dir.mark_complete(result.finals)
+            run_dir.mark_complete(result.finals, result.made_nothing)
         return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
 
 
@@ -391,6 +395,7 @@ def _already_complete(complete: dict[str, Any]) -> PipelineResult:
         {},
         finals=dict(finals) if isinstance(finals, dict) else {},
         already_complete=True,
+        made_nothing=complete.get("made_nothing") is True,
     )
 
 

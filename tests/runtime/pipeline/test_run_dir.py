@@ -70,6 +70,7 @@ def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) 
     assert complete == {
         "finals": {"store": {"episodes": 7, "outputs": [str(run.record_path)]}},
         "out": str(tmp_path / "out"),
+        "made_nothing": False,
     }
     assert run.still_there(complete)
     assert not run.still_there({"finals": {"store": {"outputs": [str(tmp_path / "gone")]}}})

@@ -1,0 +1,62 @@
+"""A `troupe run` whose every item died made nothing: it exits 1 in one line that says so (it
+exited 0, and a script went on to train on nothing), and so does a rerun that finds it complete.
+A run with some dead items among others made something: it still exits 0
+(``tests/cli/test_run_dead_items.py`` names their errors)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.train_run_cli import finish, troupe
+from troupe.runtime.testing.plugin import import_path
+
+pytestmark = pytest.mark.e2e
+
+PIPELINE = """
+[pipeline]
+name = "doomed"
+items = 3
+max_attempts = 1
+
+[[stages]]
+name = "only"
+actor = "support.hook_stages:{cls}"
+"""
+
+
+@pytest.fixture(autouse=True)
+def replicas_import_the_test_stages(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("PYTHONPATH", import_path())
+    yield
+
+
+def _run(config: Path, out: Path, *flags: str) -> tuple[int, str, str]:
+    with troupe("run", str(config), "--out", str(out), *flags) as (proc, _):
+        return finish(proc)
+
+
+def test_a_run_whose_every_item_died_exits_1_and_so_does_its_rerun(tmp_path: Path) -> None:
+    config = tmp_path / "doomed.toml"
+    config.write_text(PIPELINE.format(cls="DoomedStage"), encoding="utf-8")
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(config, out)
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    assert "dead 3: KeyError: 'no such scene'" in " ".join(stdout.split())
+    assert "error: every item died: the run made nothing;" in stderr and "--fresh" in stderr
+    code, stdout, stderr = _run(config, out, "--json")
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    figures = json.loads(stdout)
+    assert figures["already_complete"] is True and figures["made_nothing"] is True
+    assert "already complete, but every item died there: nothing was made" in stderr
+
+
+def test_a_run_that_made_something_exits_0(tmp_path: Path) -> None:
+    config = tmp_path / "echo.toml"
+    config.write_text(PIPELINE.format(cls="EchoStage"), encoding="utf-8")
+    code, stdout, stderr = _run(config, tmp_path / "out", "--json")
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    assert json.loads(stdout)["made_nothing"] is False
