@@ -45,6 +45,8 @@ module that talks to them; nothing above that boundary sees a foreign exception 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ActorStopped",
     "AskTimeout",
@@ -95,9 +97,15 @@ class ProtocolError(TroupeError):
 
 
 class BadFrame(ProtocolError, ValueError):
-    """A frame is truncated, is not msgpack, or has fields of the wrong shape or type."""
+    """A frame is truncated, is not msgpack, or has fields of the wrong shape or type.
+
+    ``envelope``: where the envelope itself was sound (a payload map with a refused key), its
+    kind, msg_id, corr_id and target, so the receiver can answer the ask or settle the reply it
+    came in; None otherwise.
+    """
 
     code = "bad_frame"
+    envelope: tuple[Any, int, int, str] | None = None
 
 
 class VersionMismatch(ProtocolError):

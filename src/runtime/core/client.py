@@ -10,13 +10,14 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from troupe.runtime.errors import AskTimeout, TroupeError, Unreachable
 from troupe.runtime.security.process import KEYS_ENV, installed, keys_for
 
 from .directory import Directory
 from .ref import ActorAddress
 from .runtime import Runtime, process_runtime
 
-__all__ = ["connect"]
+__all__ = ["answers", "connect"]
 
 
 @asynccontextmanager
@@ -58,3 +59,15 @@ async def connect(
     box.append(runtime)
     async with runtime:
         yield runtime
+
+
+async def answers(runtime: Runtime, endpoint: str, timeout: float) -> bool:
+    """Whether a process listens at ``endpoint``: it answers a ``ping`` within ``timeout``. An
+    error reply is an answer too (a run's runtime has no ``ping``): it is there."""
+    try:
+        await runtime.control(endpoint, "ping", None, timeout=timeout)
+    except (AskTimeout, Unreachable):
+        return False
+    except TroupeError:
+        return True
+    return True

@@ -24,6 +24,7 @@ import structlog
 
 from troupe.runtime.errors import (
     ActorStopped,
+    BadFrame,
     DeliveryError,
     ProtocolError,
     TroupeError,
@@ -117,6 +118,11 @@ class Inbound:
         else:
             fut.set_exception(_error_from(payload))
 
+    def _settle_unreadable(self, corr_id: int, exc: ProtocolError) -> None:
+        fut = self._pending.pop(corr_id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(BadFrame(f"the reply could not be read: {exc}"))
+
     def _on_frames_now(self, route: Any, frames: list[Any]) -> bool:
         """Handle a message at once when that needs no waiting: a reply, or a tell or ask for
         a known actor whose mailbox has room. Return False, having changed nothing, otherwise:
@@ -172,9 +178,12 @@ class Inbound:
             env = self.codec.decode(frames)
         except ProtocolError as exc:
             self._bad_frames += 1
+            ids = exc.envelope if isinstance(exc, BadFrame) else None
             if route is None:  # a peer we connected to: nobody to answer, nor to throttle
                 if self._reply_junk_log.should_log(None):
                     log.warning("bad_reply_dropped", reason=str(exc), code=exc.code)
+                if ids is not None and (ids[0] is K_REPLY or ids[0] is K_ERROR):
+                    self._settle_unreadable(ids[2], exc)  # the ask fails now, not at its deadline
                 return
             # A peer flooding bad frames earns a few answers (and log lines), then is throttled.
             if not throttle.bad_frame(route, str(exc)):
@@ -187,7 +196,10 @@ class Inbound:
                 frames=len(frames),
                 peer=describe_peer(route),
             )
-            await self.reply_error(route, 0, "", exc)
+            if ids is not None and (ids[0] is K_ASK or ids[0] is K_CONTROL):  # the asker hears why at once
+                await self.reply_error(route, ids[1], ids[3], exc)
+            else:
+                await self.reply_error(route, 0, "", exc)
             return
         kind = env.kind
         if kind is K_REPLY or kind is K_ERROR:

@@ -42,6 +42,7 @@ from .leftovers import ChildRecord, reap_predecessors
 from .log_publisher import LogPublisher, decode_log_recent
 from .master_link import MasterLink, resolve_through_master
 from .reach import worker_bind
+from .spawn_owners import OwnerWatch
 from .template_link import TemplateLink, spec_classes
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
@@ -166,6 +167,7 @@ class Node:
             log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
             self.config = cfg = cfg.model_copy(update={"endpoint": runtime.address})
         self.runtime = runtime
+        self.owners = OwnerWatch(runtime, self.workers, self._stop_named)
         self._install_controls(runtime)
         # A predecessor that died hard may have left processes behind: they go before ours start.
         await anyio.to_thread.run_sync(reap_predecessors, cfg.log_dir, self.name)
@@ -205,6 +207,7 @@ class Node:
                         for spec in cfg.workers:
                             self.start_worker(tg, spec)
                         self._tg = tg
+                        tg.start_soon(self.owners.run)
                         self.ready.set()
                         await self.stopping.wait()
                     finally:  # asked to stop, or failed: the workers go first, either way
@@ -454,10 +457,21 @@ class Node:
     async def _spawn_worker(self, payload: Any) -> dict[str, Any]:
         p = ControlPayload("spawn_worker", payload)
         timeout_s = float(p.optional("timeout_s", float, 30.0))
-        spec = validated(WorkerSpec, {k: v for k, v in p.fields.items() if k != "timeout_s"}, "spawn_worker")
+        owner = p.optional("owner", str, None)
+        fields = {k: v for k, v in p.fields.items() if k not in ("timeout_s", "owner")}
+        spec = validated(WorkerSpec, fields, "spawn_worker")
         if self.stopping.is_set():  # a worker started now could outlive the stop's last look
             raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
         existing = self.workers.get(spec.name)
+        if (
+            existing is not None
+            and existing.returncode is None
+            and existing.owner not in (None, owner)
+            and await self.owners.gone(existing.owner)
+        ):  # the replica of a run that was killed: its rerun takes the name
+            log.warning("spawned_worker_owner_gone", worker=spec.name, owner=existing.owner)
+            with contextlib.suppress(UnknownActor):
+                await self._stop_worker({"name": spec.name})
         if existing is not None and existing.state is HandleState.STOPPING and existing.returncode is None:
             # Being stopped (a cancelled run's replica, say): its name is free once it exited,
             # within the stop's grace and kill.
@@ -471,6 +485,7 @@ class Node:
         handle = self.start_worker(self._tg, spec)
         handle.fail_fast = True
         handle.spawned = True
+        handle.owner = owner
         with anyio.move_on_after(timeout_s):
             async with anyio.create_task_group() as tg:
 
@@ -508,6 +523,11 @@ class Node:
     async def _stop_worker(self, payload: Any) -> bool:
         name = ControlPayload("stop_worker", payload).require("name", str)
         handle = self.workers.get(name)
+        if name in self.drained and handle is not None and handle.returncode is not None:
+            # Stopped by a drain, now by its owner (the run that spawned it, which replaced it
+            # elsewhere): an undrain must not start it again.
+            self.drained.discard(name)
+            return True
         if handle is None or handle.returncode is not None:
             raise UnknownActor(f"no running worker {name!r} on node {self.name}")
         handle.state = HandleState.STOPPING
@@ -519,6 +539,9 @@ class Node:
             _signal(handle, signal.SIGKILL)
             await handle.exited_event.wait()
         return True
+
+    async def _stop_named(self, name: str) -> bool:
+        return await self._stop_worker({"name": name})
 
     async def _shutdown(self, _: Any) -> bool:
         self.stopping.set()

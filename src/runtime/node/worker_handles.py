@@ -88,6 +88,8 @@ class WorkerHandle:
         # ``stop_worker`` came while the worker was being started, before its process existed:
         # it is stopped as soon as it does (``launched`` keeps it STOPPING).
         self.stop_asked = False
+        # The runtime that asked for it (``spawn_worker``'s ``owner``): gone, the node stops it.
+        self.owner: str | None = None
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""

@@ -43,7 +43,7 @@ import anyio
 import structlog
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import JobCancelled, StageFailed, TroupeError, Unreachable
+from troupe.runtime.errors import JobCancelled, ProtocolError, StageFailed, TroupeError, Unreachable
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -84,6 +84,8 @@ class PipelineEngine(ReplicaPool):
             node's): a cancelled run stops its replicas there itself. False when the caller
             stops the run's own node right after (it stops its workers; asked, a node whose
             task group is being cancelled would not answer).
+        on_event: called with a line for people when the run waits on something (a replica
+            whose start failed in a way that may pass, tried again).
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class PipelineEngine(ReplicaPool):
         on_change_every_s: float = 0.05,
         hosts: EngineHosts | None = None,
         nodes_outlive_run: bool = True,
+        on_event: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        self.on_event = on_event
         self.nodes_outlive_run = nodes_outlive_run
         self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])
         self._direct = config.data_plane == "direct"
@@ -221,9 +225,12 @@ class PipelineEngine(ReplicaPool):
                 tg.start_soon(self._scale_loop)
                 tg.start_soon(self.source.run, self._changed_set)
                 await self._dispatch_loop()
-                for task_id, error in getattr(self.source, "dead", {}).items():  # dead-lettered by the master
+                dead = getattr(self.source, "dead", {})
+                for task_id, error in dead.items():  # dead-lettered by the master
                     self._outcomes[task_id] = "dead"
                     self._errors[task_id] = error
+                if dead:  # the last of them died just now: the run's items ended here, not before
+                    self._last_done = time.monotonic()
                 metrics = self.metrics()  # the items' figures, before finalize's time
                 self._flush_releases()
                 self._finishing = True  # the scaler rests: finalize's replica must stay
@@ -428,7 +435,8 @@ class PipelineEngine(ReplicaPool):
         if failure is not None:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
             results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
-            self._replace(stage, replica)
+            if not isinstance(failure, ProtocolError):  # a reply it made that cannot travel: it is well
+                self._replace(stage, replica)
         now = time.monotonic()
         # The actor takes calls one at a time: this one's service began when the one before it
         # answered (or when it was sent, if the replica was idle). Time queued behind it is not

@@ -13,6 +13,7 @@ over the nodes before any node gets a second one.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -49,6 +50,7 @@ class EngineHosts:
         self.changed = anyio.Event()  # set when a node leaves (or comes back)
         self._stage_load: dict[str, Counter[str]] = {}
         self._load: Counter[str] = Counter()
+        self._avoid: dict[str, float] = {}  # node name -> until when (monotonic) it gets no replica
 
     @property
     def alive(self) -> frozenset[str]:
@@ -64,11 +66,19 @@ class EngineHosts:
         fitting = [h for h in self.hosts if fits(h, tags, gpus)]
         if not fitting:
             raise nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
+        now = time.monotonic()
+        # A node that just failed to start one is skipped while another fits (one that
+        # stops gracefully stays in the master's list until its last beat).
+        fitting = [h for h in fitting if self._avoid.get(h.name, 0.0) <= now] or fitting
         per_stage = self._stage_load.setdefault(stage, Counter())
         host = min(fitting, key=lambda h: (per_stage[h.name], self._load[h.name]))
         per_stage[host.name] += 1
         self._load[host.name] += 1
         return host
+
+    def avoid(self, host: Host, for_s: float) -> None:
+        """Start no replica on ``host`` for ``for_s`` seconds while another node fits."""
+        self._avoid[host.name] = time.monotonic() + for_s
 
     def gone(self, stage: str, host: Host) -> None:
         """A replica of ``stage`` on ``host`` stopped (or never started)."""

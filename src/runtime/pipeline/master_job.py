@@ -15,8 +15,9 @@ from typing import Any
 
 import anyio
 
+from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import AskTimeout, ConfigError, TaskError, TroupeError, Unreachable
+from troupe.runtime.errors import ConfigError, TaskError
 from troupe.runtime.tasks.state import FINAL_STATES
 
 from .config import PipelineConfig
@@ -156,20 +157,10 @@ async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | 
     alive: list[str] = []
 
     async def look(worker: dict[str, Any]) -> None:
-        if await _answers(rt, str(worker["endpoint"])):
+        if await answers(rt, str(worker["endpoint"]), _ALIVE_S):
             alive.append(f"{worker.get('worker_id')} at {worker['endpoint']}")
 
     async with anyio.create_task_group() as tg:
         for worker in others:
             tg.start_soon(look, worker)
     return alive[0] if alive else None
-
-
-async def _answers(rt: Runtime, endpoint: str) -> bool:
-    try:
-        await rt.control(endpoint, "ping", None, timeout=_ALIVE_S)
-    except (AskTimeout, Unreachable):
-        return False
-    except TroupeError:
-        return True  # an answer, if an error one (a run's runtime has no ping): it is there
-    return True

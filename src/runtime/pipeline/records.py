@@ -76,6 +76,7 @@ class StageState:
     queue: deque[Item] = field(default_factory=deque)
     replicas: list[Replica] = field(default_factory=list)
     starting: int = 0
+    start_failures: int = 0  # replica starts in a row that failed in a way that may pass
     meter: StageMeter | None = None
     hooks: tuple[str, ...] = ()
 

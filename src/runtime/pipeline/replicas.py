@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -17,7 +18,17 @@ import structlog
 
 from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, UnknownActor, UnknownMessageType
+from troupe.runtime.errors import (
+    ActorStopped,
+    AskTimeout,
+    ConfigError,
+    MailboxFull,
+    StageFailed,
+    TroupeError,
+    UnknownActor,
+    UnknownMessageType,
+    Unreachable,
+)
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -34,6 +45,17 @@ log = structlog.get_logger(__name__)
 _START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
 _WATCH_S = 1.0  # how often each node is asked whether the replicas' workers still run
 _KNOWN_S = 10.0  # a cluster's directory (the master) learns of a new worker with its node's next beat
+_START_RETRIES = 12  # starts in a row that may pass (below) a stage tries before the run fails
+_RETRY_FIRST_S = 0.5  # the pause before the first try again; it doubles each time, up to
+_RETRY_MAX_S = 8.0  # about 70 s in all: time for a master or a node to restart
+_AVOID_S = 10.0  # a node that failed to start one gets no replica that long while another fits
+
+
+def _may_pass(exc: BaseException) -> bool:
+    """A replica's start failed in a way a later try may not: its node stopping (ActorStopped),
+    a node or the master not answering (a restart, a busy machine). A worker that exits while
+    starting, a class that is no stage, a name taken: the same every time."""
+    return isinstance(exc, (ActorStopped, AskTimeout, Unreachable, MailboxFull))
 
 
 class ReplicaPool:
@@ -55,6 +77,8 @@ class ReplicaPool:
     _finishing: bool
     _launched: dict[str, Host]
     source: ItemSource
+    on_event: Callable[[str], None] | None
+    nodes_outlive_run: bool
 
     def _lose_outputs(self, replica: Replica) -> None:
         """What ``replica`` held is gone: the engine's item flow restarts those items."""
@@ -85,6 +109,9 @@ class ReplicaPool:
         if self._direct:  # it hands over what it holds, and hears of holders that are gone
             actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
         spec: dict[str, Any] = {"name": name, "kind": stage.cfg.name, "actors": actors}
+        owner = getattr(self.runtime, "address", None)
+        if self.nodes_outlive_run and isinstance(owner, str):
+            spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
         if self.config.max_message_mb is not None:
             spec["max_message_mb"] = self.config.max_message_mb
         spawned = False
@@ -106,9 +133,12 @@ class ReplicaPool:
             info = await _stage_info(ref)  # resolves and connects
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
         except (TroupeError, ConfigError) as exc:
-            stage.starting -= 1
             if host is not None:
                 self.hosts.gone(stage.cfg.name, host)
+            if _may_pass(exc) and stage.start_failures < _START_RETRIES:
+                await self._start_again(stage, name, host, exc, spawned)
+                return
+            stage.starting -= 1
             why = str(exc)
             if isinstance(exc, UnknownMessageType):
                 why = f"{stage.cfg.actor} is not a StageActor ({exc})"
@@ -124,6 +154,7 @@ class ReplicaPool:
                 self._launched.pop(name, None)
             return
         stage.starting -= 1
+        stage.start_failures = 0
         stage.replicas.append(
             Replica(name, ref, host=host, incarnation=incarnation if type(incarnation) is int else None)
         )
@@ -135,6 +166,35 @@ class ReplicaPool:
             (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started")
         )
         self._changed.set()
+
+    async def _start_again(
+        self, stage: StageState, name: str, host: Host | None, exc: TroupeError, spawned: bool
+    ) -> None:
+        """A start that failed in a way that may pass (a node stopping, a master restarting, a
+        node too busy to answer) is tried again, elsewhere if another node fits, after a pause
+        that doubles each time; the stage counts it as starting meanwhile, so the run goes on."""
+        stage.start_failures += 1
+        delay = min(_RETRY_MAX_S, _RETRY_FIRST_S * 2 ** (stage.start_failures - 1))
+        where = f" on node {host.name}" if host is not None and self.hosts.master else ""
+        line = (
+            f"replica {name} of stage {stage.cfg.name} could not start{where} ({type(exc).__name__}: "
+            f"{exc}); trying again in {delay:g} s ({stage.start_failures}/{_START_RETRIES})"
+        )
+        log.warning("replica_start_retried", stage=stage.cfg.name, replica=name, error=str(exc), in_s=delay)
+        if self.on_event is not None:
+            self.on_event(line)
+        if host is not None:
+            self.hosts.avoid(host, _AVOID_S)
+        if spawned:  # its process runs but did not come up as a replica: stop it
+            await self._stop_worker(name, host)
+        else:
+            self._launched.pop(name, None)
+        assert self._tg is not None
+        self._tg.start_soon(self._start_later, stage, delay)
+
+    async def _start_later(self, stage: StageState, delay: float) -> None:
+        await anyio.sleep(delay)
+        await self._start_replica(stage, f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}")
 
     def _replace(self, stage: StageState, replica: Replica) -> None:
         """A replica failed under a call: stop using it, stop its worker, start another."""

@@ -215,6 +215,7 @@ async def run_pipeline(
                 fresh=fresh,
                 hosts=running.hosts,
                 nodes_outlive_run=running.node is None,  # a node started here stops its workers
+                on_event=on_event,
             )
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)

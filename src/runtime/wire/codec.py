@@ -10,6 +10,7 @@ only module that imports msgpack (besides the heartbeat datagram format).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from troupe.runtime.errors import (
     BadFrame,
     EncodeError,
     MessageTooLarge,
+    ProtocolError,
     VersionMismatch,
 )
 
@@ -449,27 +451,44 @@ def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
     except Exception as exc:  # msgpack raises many types for garbage; all mean "bad frame"
         raise _not_an_envelope(header, exc) from exc
     hook.used.clear()  # the first pass may have claimed buffer frames before it failed
+    refused: list[Any] = []
+
+    def checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        for key, _ in pairs:
+            kt = type(key)
+            if kt is not str and kt is not int and kt is not bytes:  # type(): a bool is no int key
+                refused.append(key)
+                return {}
+        return dict(pairs)
+
     try:
-        return msgpack.unpackb(
+        fields = msgpack.unpackb(
             header,
             ext_hook=hook,
             raw=False,
             use_list=True,
             strict_map_key=False,
-            object_pairs_hook=_checked_map,
+            object_pairs_hook=checked_map,
         )
     except (BadFrame, VersionMismatch):
         raise
     except Exception as exc:
         raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+    if refused:
+        raise _refused_key(fields, refused[0])
+    return fields
 
 
-def _checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
-    for key, _ in pairs:
-        kt = type(key)
-        if kt is not str and kt is not int and kt is not bytes:  # type(): a bool is no int key
-            raise BadFrame(f"map key {key!r} of type {kt.__name__} refused: keys are str, int or bin")
-    return dict(pairs)
+def _refused_key(fields: Any, key: Any) -> BadFrame:
+    """The BadFrame of a header whose only fault may be a map key that is not str, int or bin
+    (the sender's msgpack packs any): it names the envelope it came in where that envelope is
+    sound, so that the ask it was, or the ask it answers, gets the error at once rather than
+    waiting out its deadline."""
+    exc = BadFrame(f"map key {key!r} of type {type(key).__name__} refused: keys are str, int or bin")
+    with contextlib.suppress(ProtocolError):
+        checked = _checked(fields)
+        exc.envelope = (checked[1], checked[2], checked[3], checked[5])
+    return exc
 
 
 class _ExtHook:

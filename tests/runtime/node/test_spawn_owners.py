@@ -1,0 +1,89 @@
+"""A node stops the workers it spawned for an owner that is gone: the replicas of a `troupe run
+--cluster` killed with SIGKILL ran on for ever on the cluster's nodes, and its rerun failed ("a
+worker named 'nav-plan-1' already runs"). Real node and workers in this process, on loopback;
+the owners are the node's own endpoint (it answers) and an endpoint nobody listens on.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from support.local_node import running_node
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.node import spawn_owners
+from troupe.runtime.node.config import ActorSpec, NodeConfig
+from troupe.runtime.node.node import Node
+from troupe.runtime.testing.plugin import free_endpoint
+
+pytestmark = pytest.mark.anyio
+
+ECHO = ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo")
+WAIT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def short_pings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spawn_owners, "PING_TIMEOUT_S", 0.3)
+
+
+def _node(tmp_path: Path) -> AbstractAsyncContextManager[Node]:
+    cfg = NodeConfig(
+        name="own", endpoint=free_endpoint(), log_dir=tmp_path, log_level="warning", stop_grace_s=5.0
+    )
+    return running_node(cfg)
+
+
+async def _spawn(node: Node, name: str, owner: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": name, "actors": [ECHO.model_dump(by_alias=True)]}
+    if owner is not None:
+        spec["owner"] = owner
+    with anyio.fail_after(WAIT_S):
+        return await node._spawn_worker(spec)
+
+
+def _running(node: Node, name: str) -> bool:
+    return node.workers[name].describe()["state"] == "running"
+
+
+async def test_the_workers_of_an_owner_gone_are_stopped_after_its_misses(tmp_path: Path) -> None:
+    gone = free_endpoint()
+    async with _node(tmp_path) as node:
+        assert node.runtime is not None
+        await _spawn(node, "orphan", gone)
+        await _spawn(node, "owned", node.runtime.address)
+        await _spawn(node, "operators", None)
+        node.owners.misses = 2
+        with anyio.fail_after(WAIT_S):
+            await node.owners.look()
+            assert _running(node, "orphan")  # one miss: maybe a busy owner
+            await node.owners.look()
+        assert not _running(node, "orphan") and node.workers["orphan"].returncode is not None
+        assert _running(node, "owned") and _running(node, "operators")
+
+
+async def test_a_spawn_takes_the_name_of_a_worker_whose_owner_is_gone(tmp_path: Path) -> None:
+    async with _node(tmp_path) as node:
+        assert node.runtime is not None
+        await _spawn(node, "nav-plan-1", free_endpoint())  # the run killed
+        first_pid = node.workers["nav-plan-1"].pid
+        await _spawn(node, "nav-plan-1", node.runtime.address)  # its rerun
+        assert _running(node, "nav-plan-1") and node.workers["nav-plan-1"].pid != first_pid
+        with pytest.raises(ConfigError, match="a worker named 'nav-plan-1' already runs"):
+            await _spawn(node, "nav-plan-1", free_endpoint())  # its owner answers: a live run's
+
+
+async def test_a_drained_replica_its_run_stopped_is_not_started_again_by_an_undrain(tmp_path: Path) -> None:
+    async with _node(tmp_path) as node:
+        assert node.runtime is not None
+        await _spawn(node, "nav-render-4", node.runtime.address)
+        with anyio.fail_after(WAIT_S):
+            await node._stop_worker({"name": "nav-render-4"})  # as a drain does
+        node.drained.add("nav-render-4")
+        with anyio.fail_after(WAIT_S):
+            assert await node._stop_worker({"name": "nav-render-4"}) is True  # its run, at its end
+        assert "nav-render-4" not in node.drained

@@ -1,0 +1,111 @@
+"""A replica whose start fails in a way that may pass is started again; one that fails the same
+way every time fails the run at once. Without processes: a fake node whose ``spawn_worker``
+fails as the test says.
+
+What a user relies on: a node stopping gracefully, or a master restarting, while a run starts a
+replica (a first one, or one replacing a lost one) no longer ends the run ("could not start"); the
+run says it tries again, and goes on. A stage class that does not import still fails it at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime.errors import ActorStopped, AskTimeout, ConfigError, StageFailed, TroupeError
+from troupe.runtime.pipeline import replicas as replicas_module
+from troupe.runtime.pipeline.config import PipelineConfig
+from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
+from troupe.runtime.pipeline.hosts import EngineHosts
+from troupe.runtime.placement import Host
+
+WAIT_S = 30  # bound on the whole run; never an upper bound on speed
+
+
+class FlakyNode:
+    """A runtime whose node fails the first spawns with ``failures`` (in order), then starts
+    replicas at once; each replica answers every item ok."""
+
+    def __init__(self, failures: list[TroupeError]) -> None:
+        self.failures = list(failures)
+        self.spawns: list[str] = []
+        self.stopped: list[str] = []
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "spawn_worker":
+            self.spawns.append(payload["name"])
+            if self.failures:
+                raise self.failures.pop(0)
+        elif kind == "stop_worker":
+            self.stopped.append(payload["name"])
+        elif kind == "supervision":
+            running = [n for n in self.spawns if n not in self.stopped]
+            return {"workers": [{"name": n, "state": "running"} for n in running]}
+        return {}
+
+    def ref(self, path: str) -> Any:
+        return _Replica()
+
+
+class _Replica:
+    async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "stage_info":
+            return {"hooks": []}
+        return {"outcomes": [{"ok": it} for it in payload["items"]]}
+
+
+@pytest.fixture(autouse=True)
+def short_pauses(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(replicas_module, "_RETRY_FIRST_S", 0.001)
+    monkeypatch.setattr(replicas_module, "_RETRY_MAX_S", 0.002)
+    yield
+
+
+async def _run(node: FlakyNode, said: list[str]) -> PipelineResult:
+    cfg = PipelineConfig.model_validate(
+        {"name": "p", "items": 4, "scale_interval_s": 3600.0, "stages": [{"name": "a", "actor": "m:Stage"}]}
+    )
+    engine = PipelineEngine(cfg, node, "tcp://fake:1", on_event=said.append)  # type: ignore[arg-type]
+    with anyio.fail_after(WAIT_S):
+        return await engine.run()
+
+
+async def test_a_node_stopping_and_a_master_not_answering_are_tried_again() -> None:
+    node = FlakyNode([ActorStopped("node n is stopping; it starts no worker"), AskTimeout("no reply")])
+    said: list[str] = []
+    result = await _run(node, said)
+    assert result.counts()["ok"] == 4
+    assert node.spawns == ["p-a-0", "p-a-1", "p-a-2"]
+    assert "replica p-a-0 of stage a could not start (ActorStopped: node n is stopping" in said[0], said
+    assert "trying again in" in said[0] and "(1/12)" in said[0] and "(2/12)" in said[1], said
+
+
+async def test_a_start_that_keeps_failing_ends_the_run_after_its_tries() -> None:
+    node = FlakyNode([AskTimeout("no reply")] * 13)
+    said: list[str] = []
+    with pytest.raises(StageFailed, match="stage a: replica p-a-12 could not start: no reply"):
+        await _run(node, said)
+    assert len(node.spawns) == 13 and len(said) == 12
+
+
+async def test_a_start_that_fails_the_same_way_every_time_ends_the_run_at_once() -> None:
+    node = FlakyNode([ConfigError("a worker named 'p-a-0' already runs on node n")])
+    said: list[str] = []
+    with pytest.raises(StageFailed, match="already runs"):
+        await _run(node, said)
+    assert node.spawns == ["p-a-0"] and said == []
+
+
+def test_a_node_that_failed_a_start_is_skipped_while_another_fits() -> None:
+    a, b = Host("a", "tcp://a:1"), Host("b", "tcp://b:1", frozenset({"gpu-less"}))
+    hosts = EngineHosts([a, b])
+    assert hosts.pick("s").name == "a"
+    hosts.gone("s", a)
+    hosts.avoid(a, 60.0)
+    assert hosts.pick("s").name == "b"  # a, the least loaded, is skipped
+    only_a = EngineHosts([a])
+    only_a.avoid(a, 60.0)
+    assert only_a.pick("s").name == "a"  # the only node that fits is tried again all the same
