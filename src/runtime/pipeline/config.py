@@ -74,6 +74,10 @@ class StageConfig(_Frozen):
     resources: Resources = Resources()
     kwargs: dict[str, Any] = Field(default_factory=dict)
     after: str | None = None
+    # Seconds a replica may work on one call without reporting progress before its node's
+    # supervisor kills it as hung (None: the node's own, 30 s; 0: never). The run's own node
+    # only: on a cluster, or with --node, that node's [supervision.kinds.STAGE] decides.
+    progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> StageConfig:

@@ -364,7 +364,11 @@ def _worker_gone(record: Any, incarnation: int | None) -> str | None:
     if record.get("state") != "running":
         return f"its worker is {record.get('state')} ({record.get('exit') or 'no exit recorded'})"
     if incarnation is not None and record.get("incarnation") != incarnation:
-        return f"its worker was restarted (incarnation {record.get('incarnation')}), without what it held"
+        exit_was = f" after it exited ({record['exit']})" if record.get("exit") else ""
+        return (
+            f"its worker was restarted{exit_was} (incarnation {record.get('incarnation')}), "
+            "without what it held"
+        )
     return None
 
 

@@ -50,7 +50,7 @@ from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
 from troupe.runtime.logs import HeldLog
-from troupe.runtime.node.config import NodeConfig
+from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
@@ -197,6 +197,12 @@ async def run_pipeline(
                     f"node listens on {running.node_endpoint} (troupe ctl status --node "
                     f"{running.node_endpoint})"
                 )
+            if on_event is not None and (cluster is not None or node is not None):
+                for stage in (s for s in cfg.stages if s.progress_timeout_s is not None):
+                    on_event(
+                        f"stage {stage.name}: progress_timeout_s applies to a run's own node; the "
+                        f"nodes of this run decide with their [supervision.kinds.{stage.name}]"
+                    )
             if on_event is not None and isinstance(running.source, MasterSource):
                 running.source.on_event = on_event
             if on_start is not None:
@@ -245,6 +251,17 @@ async def _lone_error_raised() -> AsyncIterator[None]:
         if len(leaves) == 1 and isinstance(leaves[0], TroupeError):
             raise leaves[0] from None
         raise
+
+
+def _stage_supervision(cfg: PipelineConfig) -> SupervisionConfig:
+    """The run's own node's supervision: a stage's ``progress_timeout_s`` for its replicas (their
+    kind is the stage's name)."""
+    kinds = {
+        s.name: KindSupervision(progress_timeout_s=s.progress_timeout_s)
+        for s in cfg.stages
+        if s.progress_timeout_s is not None
+    }
+    return SupervisionConfig(kinds=kinds)
 
 
 def _with_split(
@@ -472,6 +489,7 @@ async def _cluster(
                         master=master,
                         # The template imports the stages' classes (torch...) once for every replica.
                         preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
+                        supervision=_stage_supervision(cfg),
                     )
                     local_node = await start_local_node(
                         tg, node_cfg, template=template, endpoint_may_move=endpoints_may_move
