@@ -118,6 +118,6 @@ class StopSignals:
         killed = kill_descendants()
         for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
             console.show_cursor(True)
-        _err.print(f"stopped at once: {killed} processes killed", highlight=False)
+        _err.print(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed", highlight=False)
         _err.file.flush()
         os._exit(exit_status(self.signum))

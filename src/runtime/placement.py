@@ -97,7 +97,8 @@ async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> 
     except (AskTimeout, Unreachable) as exc:
         raise Unreachable(
             f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "
-            "`troupe master start` or pass the endpoint of the running one"
+            "`troupe master start` or pass the endpoint of the running one (a master with CURVE keys "
+            "answers only --keys DIR of its cluster)"
         ) from exc
     return hosts_of_status(status)
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from troupe.cli.client import control, fail, run_async
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
-from .ctl import KeysOption, NodeOption, ctl_app, use_keys
+from .ctl import KeysOption, NodeOption, TimeoutOption, ctl_app, use_keys
 
 __all__ = ["chaos", "heal"]
 
@@ -57,6 +57,7 @@ def chaos(
     node: NodeOption = DEFAULT_NODE_ENDPOINT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
     keys: KeysOption = None,
+    timeout: TimeoutOption = 10.0,
 ) -> None:
     """Inject a fault: kill at once, or arm a fault that fires on the next matching message."""
     use_keys(keys)
@@ -73,7 +74,7 @@ def chaos(
         "peers": list(peers or []),
         "seed": seed,
     }
-    reply = run_async(control, node, "chaos", payload, 10.0)
+    reply = run_async(control, node, "chaos", payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
@@ -96,10 +97,11 @@ def heal(
     node: NodeOption = DEFAULT_NODE_ENDPOINT,
     as_json: Annotated[bool, typer.Option("--json", help="Print the node's reply as JSON.")] = False,
     keys: KeysOption = None,
+    timeout: TimeoutOption = 10.0,
 ) -> None:
     """Clear every fault of the target workers (partitions end, stalls open) and show what fired."""
     use_keys(keys)
-    reply = run_async(control, node, "heal", {"target": target}, 10.0)
+    reply = run_async(control, node, "heal", {"target": target}, timeout)
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))
         return

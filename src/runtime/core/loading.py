@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import importlib.util
 import inspect
 import io
 import json
@@ -49,6 +50,13 @@ _PASSED: set[tuple[object, ...]] = set()  # the checks that passed in this proce
 _BASES = {"actor": "troupe.runtime.core.actor:Actor", "stage": "troupe.runtime.pipeline.stage:StageActor"}
 
 
+def _is_module(path: str) -> bool:
+    try:
+        return importlib.util.find_spec(path) is not None
+    except (ImportError, ValueError):  # its parent is a module, not a package
+        return False
+
+
 def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
     """Import ``module:Class`` (or ``module.Class``) and check it is a subclass of ``base``.
 
@@ -66,6 +74,10 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
         raise ConfigError(f"cannot import {path!r}: {_reason(exc)}{_where_hint(exc, module_name)}") from exc
     cls = getattr(module, attr, None)
     if cls is None:
+        if not sep and _is_module(path):  # "pkg.module": no class named
+            raise ConfigError(
+                f"actor class {path!r} names a module, not a class: write it as '{path}:ClassName'"
+            )
         raise ConfigError(f"cannot import {path!r}: module {module_name!r} has no {attr!r}")
     if not isinstance(cls, type):
         raise ConfigError(f"{path!r} is not a class (found {short_repr(cls)})")

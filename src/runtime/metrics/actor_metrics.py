@@ -12,7 +12,8 @@ actor's figures (:func:`read_actor_metrics`), and the node's collector exports t
 A figure is kept only if its name is a Prometheus-style name (``[a-zA-Z_][a-zA-Z0-9_]*``, at
 most 64 characters) and its value a finite number; an actor gives at most 64 figures. An actor
 whose ``metrics()`` raises gives none in that scrape (logged once per actor and error type), so
-one broken actor never hides another's.
+one broken actor never hides another's; figures left out are logged once per actor
+(``actor_metrics_dropped``).
 
 No prometheus-client here at import: the worker side runs in every worker process.
 """
@@ -40,6 +41,7 @@ _COUNTER = "troupe_actor_counter_total"
 _COUNTER_DOC = "An actor's own counter (its metrics() names ending in _total), by name."
 _GAUGE = "troupe_actor_gauge"
 _GAUGE_DOC = "An actor's own gauge (its metrics() names), by name."
+_RULE = f"names [a-zA-Z_][a-zA-Z0-9_]*, at most 64 characters; finite numbers; at most {MAX_FIGURES}"
 _warned: set[tuple[str, str]] = set()
 
 
@@ -71,12 +73,23 @@ def read_actor_metrics(actors: Mapping[str, Any]) -> dict[str, dict[str, float]]
         if not callable(method) or inspect.iscoroutinefunction(method):
             continue
         try:
-            figures = _figures(method())
+            raw = method()
+            figures = _figures(raw)
         except Exception as exc:  # one actor's bug must not hide the others' figures
             if (name, type(exc).__name__) not in _warned:
                 _warned.add((name, type(exc).__name__))
                 log.warning("actor_metrics_failed", actor=name, error=repr(exc))
             continue
+        dropped = [str(k) for k in raw if k not in figures] if isinstance(raw, Mapping) else []
+        if dropped and (name, "dropped") not in _warned:  # once per actor: a scrape runs often
+            _warned.add((name, "dropped"))
+            log.warning(
+                "actor_metrics_dropped",
+                actor=name,
+                figures=dropped[:5],
+                dropped=len(dropped),
+                rule=_RULE,
+            )
         found[name] = figures
     return found
 

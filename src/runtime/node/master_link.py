@@ -169,6 +169,11 @@ class MasterLink:
                 if self.beats == 0 and installed() is None:
                     # Never answered: a master with CURVE keys ignores a node without them.
                     hint["hint"] = "if the master runs with CURVE keys, start this node with --keys DIR"
+                elif self.beats == 0:  # keys of another cluster fail the same, silently
+                    hint["hint"] = (
+                        "if the master is up, this node's --keys DIR may not be its cluster's: both "
+                        "must hold the same cluster key pair (the master logs peer_refused)"
+                    )
                 log.warning(
                     "master_beat_failed",
                     master=self.master,

@@ -191,6 +191,7 @@ class PipelineEngine(ReplicaPool):
             raise
         await self._stop_all()
         if failed is not None:
+            await self.source.release()  # a rerun leases the items held now at once
             raise failed
         assert metrics is not None
         return PipelineResult(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
@@ -24,6 +25,8 @@ from .config import PipelineConfig
 from .source import MasterSource
 
 __all__ = ["master_source"]
+
+log = structlog.get_logger(__name__)
 
 _ALIVE_S = 2.0  # how long another run's registration is given to answer before it counts as gone
 
@@ -155,12 +158,21 @@ async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | 
         and w.get("endpoint")
     ]
     alive: list[str] = []
+    gone: list[str] = []
 
     async def look(worker: dict[str, Any]) -> None:
         if await answers(rt, str(worker["endpoint"]), _ALIVE_S):
             alive.append(f"{worker.get('worker_id')} at {worker['endpoint']}")
+        else:
+            gone.append(str(worker.get("worker_id")))
 
     async with anyio.create_task_group() as tg:
         for worker in others:
             tg.start_soon(look, worker)
-    return alive[0] if alive else None
+    if alive:
+        return alive[0]
+    for worker_id in gone:  # a killed run's leases come back now, not when they expire (minutes)
+        reason = "its troupe run is gone (it does not answer); a new run of the job took over"
+        await rt.control(master, "worker_left", {"worker_id": worker_id, "reason": reason}, timeout=30)
+        log.info("pipeline_dead_run_left", job_id=job_id, worker=worker_id)
+    return None

@@ -205,6 +205,8 @@ class Journal:
                 "journal, or pass create=True to start a new, empty one"
             )
         if not path.parent.is_dir():
+            if path.parent.exists():
+                raise JournalError(f"journal {path}: {path.parent} is a file, not a directory")
             raise JournalError(f"journal {path}: directory {path.parent} does not exist; create it first")
         lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
         try:

@@ -39,3 +39,14 @@ def test_what_a_found_module_fails_to_import_gets_no_folder_hint(
     with pytest.raises(ConfigError) as inside:
         load_actor_class("troupe.absent_module:Stage")  # the package is found, not the module
     assert "current folder" not in str(inside.value)
+
+
+def test_a_module_named_without_its_class_says_how_to_write_it() -> None:
+    """``class = "mypkg.actors"`` read as class ``actors`` of ``mypkg``: 'has no actors' sent the
+    user looking for a file that was there."""
+    with pytest.raises(
+        ConfigError, match=r"'troupe.actors.demo.actors' names a module, not a class: write it as "
+    ):
+        load_actor_class("troupe.actors.demo.actors")
+    with pytest.raises(ConfigError, match=r"module 'os\.path' has no 'Nope'"):  # a module's parent
+        load_actor_class("os.path.Nope")

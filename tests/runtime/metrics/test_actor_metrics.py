@@ -8,8 +8,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from support.log_capture import module_logs
+from troupe.runtime.metrics import actor_metrics
 from troupe.runtime.metrics.actor_metrics import MAX_FIGURES, actor_metric_families, read_actor_metrics
 from troupe.runtime.metrics.families import Families
 
@@ -57,3 +60,14 @@ def test_families_split_counters_from_gauges() -> None:
         ("troupe_actor_counter_total", {**labels, "name": "hits"}, 3.0)
     ]
     assert [(s.labels, s.value) for s in gauge.samples] == [({**labels, "name": "hit_rate"}, 0.75)]
+
+
+def test_figures_left_out_are_said_once_per_actor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They were dropped without a word: an actor's author saw nothing in Prometheus, and no why."""
+    monkeypatch.setattr(actor_metrics, "_warned", set())
+    with module_logs(monkeypatch, actor_metrics) as logs:
+        read_actor_metrics({"c": Counting(), "m": Many()})
+        read_actor_metrics({"c": Counting(), "m": Many()})  # the next scrape: said already
+    dropped = {e["actor"]: e for e in logs if e["event"] == "actor_metrics_dropped"}
+    assert sorted(dropped) == ["c", "m"] and len(logs) == 2
+    assert dropped["c"]["figures"] == ["bad name", "nan", "flag"] and dropped["m"]["dropped"] == 10

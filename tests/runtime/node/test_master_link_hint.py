@@ -71,3 +71,14 @@ async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
     with module_logs(monkeypatch, master_link) as logs:
         await link._tell("worker_left", {"worker_id": "n1/w1"})
     assert [(e["event"], e["log_level"]) for e in logs] == [("master_report_unanswered", "info")]
+
+
+async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_another_clusters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    link, runtime = _link(), _Runtime()
+    monkeypatch.setattr(master_link, "installed", lambda: object())  # this node runs with keys
+    with module_logs(monkeypatch, master_link) as logs:
+        await link._beat(runtime)  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
+    assert "may not be its cluster's" in failed["hint"]

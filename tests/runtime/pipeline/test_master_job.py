@@ -13,8 +13,22 @@ from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.master_job import master_source
+from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
+
+
+async def _lease_every_item(source: MasterSource, items: int) -> list[str]:
+    """Run ``source`` until it leased ``items`` items (bounded); their task ids."""
+    taken: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(source.run, lambda: None)
+        with anyio.fail_after(15):
+            while len(taken) < items:
+                taken += [item.task_id for item in source.take(items)]
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    return taken
 
 
 async def test_a_rerun_goes_on_with_the_same_job(tmp_path: Path) -> None:
@@ -57,15 +71,8 @@ async def test_the_run_leases_its_own_jobs_tasks_only(tmp_path: Path) -> None:
     async with master_in_memory(tmp_path) as m:
         await m.submit("other", 4)
         source, _ = await master_source(m.client, MASTER, cfg)
-        taken: list[str] = []
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(source.run, lambda: None)
-            with anyio.fail_after(15):
-                while len(taken) < cfg.items:
-                    taken += [item.task_id for item in source.take(cfg.items)]
-                    await anyio.sleep(0.01)
-            jobs = {j["job_id"]: j for j in await m.call("jobs")}
-            tg.cancel_scope.cancel()
+        taken = await _lease_every_item(source, cfg.items)
+        jobs = {j["job_id"]: j for j in await m.call("jobs")}
         assert len(taken) == cfg.items and all(t.startswith(f"{cfg.name}-") for t in taken), taken
         assert jobs["other"]["counts"].get("leased", 0) == 0, jobs["other"]
 
@@ -83,6 +90,22 @@ async def test_a_second_live_run_of_the_job_is_refused_and_a_dead_ones_record_is
             assert "is being run by another troupe run (elsewhere/pipeline-1 at" in str(refused.value)
         _, before = await master_source(m.client, MASTER, cfg)  # that run is gone: its record stays
         assert before == 0
+
+
+async def test_a_killed_runs_leases_come_back_when_the_next_run_starts(tmp_path: Path) -> None:
+    """A run killed with SIGKILL gives nothing back: its leases held the items for their 120 s,
+    and the next run stood still that long, saying nothing. The next run finds it gone (it does
+    not answer) and has the master requeue them at once (``worker_left``)."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        async with Runtime("elsewhere", "run", m.hub.transport()) as killed:
+            first, _ = await master_source(killed, MASTER, cfg)
+            await _lease_every_item(first, cfg.items)  # then no release: as if killed
+        (job,) = await m.call("jobs")
+        assert job["counts"].get("leased") == cfg.items, job
+        await master_source(m.client, MASTER, cfg)
+        (job,) = await m.call("jobs")
+        assert job["counts"].get("leased", 0) == 0 and job["counts"].get("pending") == cfg.items, job
 
 
 async def test_starting_anew_is_refused_once_the_master_has_the_job(tmp_path: Path) -> None:

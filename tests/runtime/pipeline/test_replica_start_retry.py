@@ -20,6 +20,7 @@ from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
 from troupe.runtime.pipeline.hosts import EngineHosts
+from troupe.runtime.pipeline.source import LocalSource
 from troupe.runtime.placement import Host
 
 WAIT_S = 30  # bound on the whole run; never an upper bound on speed
@@ -64,11 +65,26 @@ def short_pauses(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-async def _run(node: FlakyNode, said: list[str]) -> PipelineResult:
+class _Source(LocalSource):
+    """Counts the times the run gave its items back."""
+
+    released = 0
+
+    async def release(self) -> None:
+        self.released += 1
+
+
+async def _run(node: FlakyNode, said: list[str], source: _Source | None = None) -> PipelineResult:
     cfg = PipelineConfig.model_validate(
         {"name": "p", "items": 4, "scale_interval_s": 3600.0, "stages": [{"name": "a", "actor": "m:Stage"}]}
     )
-    engine = PipelineEngine(cfg, node, "tcp://fake:1", on_event=said.append)  # type: ignore[arg-type]
+    engine = PipelineEngine(
+        cfg,
+        node,  # type: ignore[arg-type]
+        "tcp://fake:1",
+        on_event=said.append,
+        source=source or _Source(cfg.name, cfg.items),
+    )
     with anyio.fail_after(WAIT_S):
         return await engine.run()
 
@@ -94,9 +110,11 @@ async def test_a_start_that_keeps_failing_ends_the_run_after_its_tries() -> None
 async def test_a_start_that_fails_the_same_way_every_time_ends_the_run_at_once() -> None:
     node = FlakyNode([ConfigError("a worker named 'p-a-0' already runs on node n")])
     said: list[str] = []
+    source = _Source("p", 4)
     with pytest.raises(StageFailed, match="already runs"):
-        await _run(node, said)
+        await _run(node, said, source)
     assert node.spawns == ["p-a-0"] and said == []
+    assert source.released == 1  # what it held goes back to the master: a rerun takes it at once
 
 
 def test_a_node_that_failed_a_start_is_skipped_while_another_fits() -> None:

@@ -588,3 +588,12 @@ def test_staged_records_are_durable_only_once_committed(tmp_path: Path) -> None:
             sqlite3.connect(path).execute("SELECT task_id, state FROM tasks ORDER BY task_id").fetchall()
         )
     assert rows == {"j-0": "leased", "j-1": "pending"} and states == {"j-0": 0, "j-1": 0}
+
+
+def test_a_journal_whose_folder_is_a_file_says_so(tmp_path: Path) -> None:
+    """It said the folder "does not exist; create it first", of a path that existed."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(JournalError, match=r"afile is a file, not a directory"):
+        Journal.open(tmp_path / "afile" / "j.db", create=True)
+    with pytest.raises(JournalError, match=r"nowhere does not exist; create it first"):
+        Journal.open(tmp_path / "nowhere" / "j.db", create=True)
