@@ -423,15 +423,18 @@ class PipelineEngine(ReplicaPool):
         failure: TroupeError | None = None
         msg_type, payload = self._request(stage, batch)
         with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
-            replica.scopes.add(scope)
+            replica.scopes.append(scope)
             try:
                 reply = await replica.ref.ask(msg_type, payload, timeout=600)
                 results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
             except TroupeError as exc:
                 failure = exc
             finally:
-                replica.scopes.discard(scope)
+                replica.scopes.remove(scope)
         if scope.cancelled_caught:
+            if replica.working_on is not None and replica.working_on is not scope:
+                self._waited_behind(stage, replica, batch)
+                return
             failure = Unreachable(f"replica {replica.name}: {replica.gone_why or 'gone'}")
         if failure is not None:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
@@ -477,6 +480,25 @@ class PipelineEngine(ReplicaPool):
         replica.busy -= n
         replica.calls -= 1
         self._flush_releases()
+        self._changed.set()
+
+    def _waited_behind(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
+        """A lost replica's call that only waited in its mailbox behind the one it was working
+        on: its items go back to the stage's queue with no attempt counted (a hung item took
+        the innocent ones behind it down with it, attempt after attempt)."""
+        log.info(
+            "stage_call_requeued",
+            stage=stage.cfg.name,
+            replica=replica.name,
+            task_ids=[item.task_id for item in batch],
+            why=replica.gone_why,
+        )
+        for item in reversed(batch):
+            stage.queue.appendleft(item)
+        assert stage.meter is not None
+        stage.meter.queued(len(stage.queue), time.monotonic())
+        replica.busy -= len(batch)
+        replica.calls -= 1
         self._changed.set()
 
     def _forward(self, stage: StageState, item: Item, data: Any, now: float) -> None:

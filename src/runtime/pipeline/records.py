@@ -41,13 +41,17 @@ class Replica:
     host: Host | None = None
     held: int = 0  # outputs it holds for the next stage, not yet released
     lost: bool = False  # its node died, or it failed: what it held is gone
-    scopes: set[anyio.CancelScope] = field(default_factory=set)  # its outstanding calls
+    scopes: list[anyio.CancelScope] = field(default_factory=list)  # its outstanding calls, as sent
     incarnation: int | None = None  # its worker's, as its node told at the start
     gone_why: str = ""  # why the engine gave up its calls
+    # The call it was working on when it was lost: its actor takes calls one at a time, in
+    # order, so the others only waited in its mailbox (None: it had none).
+    working_on: anyio.CancelScope | None = None
 
     def give_up(self, why: str) -> None:
         """End the calls outstanding here: they fail with ``why`` (and their items are retried)."""
         self.gone_why = why
+        self.working_on = self.scopes[0] if self.scopes else None
         for scope in list(self.scopes):
             scope.cancel()
 

@@ -374,3 +374,31 @@ async def test_a_malformed_reply_retries_its_items_on_a_new_replica(bad: Callabl
     assert result.metrics.stages[0].errors == 2
     assert node.stopped[0] == node.spawned[0]  # the nonsense replica's worker was stopped first
     assert len(node.spawned) == 2
+
+
+async def test_a_lost_replicas_call_that_only_waited_behind_another_costs_no_attempt() -> None:
+    """With inflight 2 a replica has the item it works on and the next in its mailbox. When it
+    is lost (killed as hung by its node), the item it worked on is retried as an attempt; the one
+    that waited behind it goes back to the queue with none (it had used its attempts up on the
+    hung item's account, and died with it)."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", inflight=2))
+    attempts: dict[str, list[Any]] = {}
+
+    async def drive() -> None:
+        await node.wait_for("two calls to one replica", lambda: len(node.pending()) == 2)
+        lost = node.spawned[0]
+        node.stopped.append(lost)  # its worker is gone: the engine's next look at the node sees it
+
+        def again() -> list[Call]:  # the lost replica's cancelled calls stay unanswered
+            return [c for c in node.pending() if c.replica != lost]
+
+        await node.wait_for("both items again, on a new replica", lambda: len(again()) == 2)
+        for call in again():
+            for it in call.items:
+                attempts.setdefault(it["task_id"], []).append(it.get("attempt"))
+        await _answer_every_call(node)
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}
+    assert attempts == {"p-000000": [1], "p-000001": [0]}, attempts
