@@ -478,7 +478,8 @@ class Node:
             with anyio.move_on_after(timeout_s):
                 await existing.exited_event.wait()
         if existing is not None and existing.returncode is None and existing.process is not None:
-            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}")
+            by = f", started by {existing.owner} (another run of this pipeline?)" if existing.owner else ""
+            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}{by}")
         if existing is not None:
             del self.workers[spec.name]
         self._forget_stopped_spawned(KEEP_STOPPED_SPAWNED - 1)

@@ -73,8 +73,9 @@ async def test_a_spawn_takes_the_name_of_a_worker_whose_owner_is_gone(tmp_path: 
         first_pid = node.workers["nav-plan-1"].pid
         await _spawn(node, "nav-plan-1", node.runtime.address)  # its rerun
         assert _running(node, "nav-plan-1") and node.workers["nav-plan-1"].pid != first_pid
-        with pytest.raises(ConfigError, match="a worker named 'nav-plan-1' already runs"):
+        with pytest.raises(ConfigError, match="a worker named 'nav-plan-1' already runs") as taken:
             await _spawn(node, "nav-plan-1", free_endpoint())  # its owner answers: a live run's
+        assert f"started by {node.runtime.address} (another run of this pipeline?)" in str(taken.value)
 
 
 async def test_a_drained_replica_its_run_stopped_is_not_started_again_by_an_undrain(tmp_path: Path) -> None:
