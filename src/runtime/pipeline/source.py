@@ -279,8 +279,10 @@ class MasterSource:
         engine stops the items in flight (their leases are the master's again already)."""
         self._suspect = False
         view = await self._call("wait_job", {"job_id": self.job_id, "timeout_s": 0})
-        if not isinstance(view, dict) or view.get("state") != "cancelled":
-            return
+        if isinstance(view, dict) and view.get("state") == "cancelled":
+            self._halt(view)
+
+    def _halt(self, view: dict[str, Any]) -> None:
         done = (view.get("counts") or {}).get("done", 0)
         self._halted = (
             f"the master's job {self.job_id!r} was cancelled (`troupe ctl cancel`) with {done} of "
@@ -310,6 +312,9 @@ class MasterSource:
         if self._leases or self._reports:
             return
         view = await self._call("wait_job", {"job_id": self.job_id, "timeout_s": 0})
+        if isinstance(view, dict) and view.get("state") == "cancelled" and not self.cancelled_before:
+            self._halt(view)  # cancelled while the run held no lease (starting): no cancel_lease came
+            return
         if view is not None and view.get("state") != "running":
             self._done = True
             for task in await self._call("dead", {"job_id": self.job_id}) or []:

@@ -146,3 +146,18 @@ async def test_a_job_made_without_an_out_goes_on_with_any(tmp_path: Path) -> Non
         assert before == 0
         (job,) = await m.call("jobs")
         assert job["refs"] == {}
+
+
+async def test_a_job_cancelled_before_the_run_leased_anything_halts_the_run(tmp_path: Path) -> None:
+    """Cancelled while the run started its replicas: no lease was taken back, so no cancel_lease
+    came, and the run read the job's end as its finish: it finalised nothing ("no committed
+    episodes") rather than saying the job was cancelled."""
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        source, _ = await master_source(m.client, MASTER, cfg)
+        await m.call("cancel", {"job_id": cfg.name})
+        with anyio.fail_after(15):
+            await source.run(lambda: None)
+        halted = source.halted()
+        assert halted is not None and f"the master's job {cfg.name!r} was cancelled" in halted
+        assert source.exhausted()
