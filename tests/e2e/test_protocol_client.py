@@ -160,11 +160,12 @@ def test_msg_id_zero_on_an_ask_or_control_is_a_bad_frame(
 
 @pytest.mark.parametrize("key", [None, True, 1.5], ids=["nil", "bool", "float"])
 def test_map_keys_other_than_str_int_bin_are_bad_frames(client: RawClient, node: NodeProc, key: Any) -> None:
-    """A map key of another type than str, int or bin is a bad frame (section 6)."""
+    """A map key of another type than str, int or bin is a bad frame (section 6). The envelope
+    around it is sound: the error answers the ask (its msg_id), so the asker fails at once."""
     endpoint = _resolve(client, node, "echo")
     client.send(endpoint, [1, ASK, 5, 0, "client/py", "echo", "echo", None, None, None, {"ok": {key: 1}}])
     header, _ = client.receive(endpoint)
-    assert (header[1], header[3], header[10]["code"]) == (ERROR, 0, "bad_frame")
+    assert (header[1], header[3], header[10]["code"]) == (ERROR, 5, "bad_frame")
     assert "map key" in header[10]["message"]
 
 
