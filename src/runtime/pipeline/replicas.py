@@ -29,6 +29,7 @@ from troupe.runtime.errors import (
     UnknownMessageType,
     Unreachable,
 )
+from troupe.runtime.node.config import is_loopback
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -49,6 +50,17 @@ _START_RETRIES = 12  # starts in a row that may pass (below) a stage tries befor
 _RETRY_FIRST_S = 0.5  # the pause before the first try again; it doubles each time, up to
 _RETRY_MAX_S = 8.0  # about 70 s in all: time for a master or a node to restart
 _AVOID_S = 10.0  # a node that failed to start one gets no replica that long while another fits
+
+
+def _can_ping_back(node: str, owner: str) -> bool:
+    """Whether the node at ``node`` can reach the run at ``owner``. A run binds loopback by
+    default: a node it reaches off loopback (another host, another network namespace) would ping
+    its own loopback, find nobody, and stop the replicas of a run that is well. Such a run's
+    replicas are not watched (a SIGKILLed one leaves them, as before)."""
+    try:
+        return not is_loopback(owner) or is_loopback(node)
+    except ValueError:
+        return False
 
 
 def _may_pass(exc: BaseException) -> bool:
@@ -110,8 +122,6 @@ class ReplicaPool:
             actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
         spec: dict[str, Any] = {"name": name, "kind": stage.cfg.name, "actors": actors}
         owner = getattr(self.runtime, "address", None)
-        if self.nodes_outlive_run and isinstance(owner, str):
-            spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
         if self.config.max_message_mb is not None:
             spec["max_message_mb"] = self.config.max_message_mb
         spawned = False
@@ -123,6 +133,8 @@ class ReplicaPool:
             # tells the node to stop it (``_stop_all``), which the node does once it has started.
             # Not a shielded wait for the answer: a cancelled run's runtime reads no answers.
             self._launched[name] = host
+            if self.nodes_outlive_run and isinstance(owner, str) and _can_ping_back(host.endpoint, owner):
+                spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
             # A worker that exits while starting (its class does not import) is answered at once.
             record = await self.runtime.control(
                 host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10

@@ -18,6 +18,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
+from troupe.runtime.pipeline.replicas import _can_ping_back
 from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.anyio
@@ -88,3 +89,20 @@ async def test_a_drained_replica_its_run_stopped_is_not_started_again_by_an_undr
         with anyio.fail_after(WAIT_S):
             assert await node._stop_worker({"name": "nav-render-4"}) is True  # its run, at its end
         assert "nav-render-4" not in node.drained
+
+
+@pytest.mark.parametrize(
+    ("node", "owner", "watched"),
+    [
+        ("tcp://127.0.0.2:7470", "tcp://127.0.0.1:40000", True),  # one host (loopback "hosts")
+        ("tcp://10.0.0.2:7470", "tcp://10.0.0.1:40000", True),  # hosts that reach each other
+        ("tcp://127.0.0.1:7470", "tcp://10.0.0.1:40000", True),
+        ("tcp://10.0.0.2:7470", "tcp://127.0.0.1:40000", False),  # it would ping its own loopback
+    ],
+)
+def test_a_run_names_itself_owner_only_where_the_node_can_ping_it_back(
+    node: str, owner: str, watched: bool
+) -> None:
+    """A run binds loopback by default. A node on another host (or network namespace) pinging
+    that address finds nobody on its own loopback and would stop a healthy run's replicas."""
+    assert _can_ping_back(node, owner) is watched
