@@ -126,6 +126,7 @@ class ReplicaPool:
             spec["max_message_mb"] = self.config.max_message_mb
         spawned = False
         host: Host | None = None
+        asked: float | None = None
         try:
             res = stage.cfg.resources
             host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
@@ -136,6 +137,7 @@ class ReplicaPool:
             if self.nodes_outlive_run and isinstance(owner, str) and _can_ping_back(host.endpoint, owner):
                 spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
             # A worker that exits while starting (its class does not import) is answered at once.
+            asked = time.monotonic()
             record = await self.runtime.control(
                 host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
             )
@@ -147,7 +149,9 @@ class ReplicaPool:
         except (TroupeError, ConfigError) as exc:
             if host is not None:
                 self.hosts.gone(stage.cfg.name, host)
-            if _may_pass(exc) and stage.start_failures < _START_RETRIES:
+            # A worker that took its whole start time (an import that hangs) would take it again.
+            hung = not spawned and asked is not None and time.monotonic() - asked >= _START_S
+            if _may_pass(exc) and not hung and stage.start_failures < _START_RETRIES:
                 await self._start_again(stage, name, host, exc, spawned)
                 return
             stage.starting -= 1

@@ -127,3 +127,16 @@ def test_a_node_that_failed_a_start_is_skipped_while_another_fits() -> None:
     only_a = EngineHosts([a])
     only_a.avoid(a, 60.0)
     assert only_a.pick("s").name == "a"  # the only node that fits is tried again all the same
+
+
+async def test_a_worker_that_took_its_whole_start_time_is_not_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node that waited the whole start time for the worker (an import that hangs) would wait
+    as long again, twelve times over: that ends the run, as before."""
+    monkeypatch.setattr(replicas_module, "_START_S", 0.0)  # every spawn "took" its whole time
+    node = FlakyNode([AskTimeout("worker 'p-a-0' did not start within 120 s on node n")])
+    said: list[str] = []
+    with pytest.raises(StageFailed, match="did not start within"):
+        await _run(node, said)
+    assert node.spawns == ["p-a-0"] and said == []
