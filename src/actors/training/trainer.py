@@ -135,6 +135,7 @@ class TrainerActor(Actor):
     async def _run(self, run: RankRun) -> None:
         session: RankSession | None = None
         joined = False
+        failed = False
         try:
             with anyio.CancelScope() as scope:
                 run.scope = scope
@@ -154,9 +155,9 @@ class TrainerActor(Actor):
                 run.state = "done"
                 log.info("train done", rank=run.request.rank, step=run.step, loss=run.losses[-1:] or None)
             if run.state != "done":  # cancelled by stop
-                run.state, run.error = "failed", "stopped"
+                run.error, failed = "stopped", True
         except Exception as exc:  # reported by progress; the driver decides about a restart
-            run.state = "failed"
+            failed = True
             run.error = "stopped" if isinstance(exc, Stopped) else f"{type(exc).__name__}: {exc}"
             run.error_final = _fails_again(exc, session)
             log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
@@ -176,6 +177,10 @@ class TrainerActor(Actor):
                     if joined:
                         await anyio.to_thread.run_sync(close_ranks)
             finally:
+                # Failed only once a checkpoint in flight has committed (session.close): the
+                # driver restarts from the last one, and progress names it.
+                if failed:
+                    run.state = "failed"
                 run.ended.set()
 
     async def _join(self, request: StartRequest) -> None:
