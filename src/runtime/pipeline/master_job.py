@@ -111,12 +111,16 @@ async def master_source(
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
     source.cancelled_before = known is not None and known.get("state") == "cancelled"
-    other = await _another_run(rt, master, job_id, source.worker_id)
-    if other is not None:
+    alive, gone = await _other_runs(rt, master, job_id, source.worker_id)
+    if alive:
         raise ConfigError(
-            f"the master's job {job_id!r} is being run by another troupe run ({other}): two runs "
+            f"the master's job {job_id!r} is being run by another troupe run ({alive[0]}): two runs "
             "would each write part of it; wait for that one to end, or stop it first"
         )
+    for worker_id in gone:  # a killed run's leases come back now, not when they expire (minutes)
+        reason = "its troupe run is gone (it does not answer); a new run of the job took over"
+        await rt.control(master, "worker_left", {"worker_id": worker_id, "reason": reason}, timeout=30)
+        log.info("pipeline_dead_run_left", job_id=job_id, worker=worker_id)
     return source, before
 
 
@@ -143,10 +147,10 @@ def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int)
     return out
 
 
-async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | None:
-    """The worker id and endpoint of another live run of the job (a worker registered for its
-    kind that still answers), or None. One that does not answer is a run that was killed: its
-    registration outlives it, and it is no reason to refuse."""
+async def _other_runs(rt: Runtime, master: str, job_id: str, me: str) -> tuple[list[str], list[str]]:
+    """The other runs registered for the job (workers of its kind): those that still answer
+    (worker id and endpoint), and the worker ids of those that do not. One that does not answer
+    is a run that was killed: its registration outlives it, and it is no reason to refuse."""
     status = await rt.control(master, "status", None, timeout=30)
     workers = status.get("workers", []) if isinstance(status, dict) else []
     others = [
@@ -169,10 +173,4 @@ async def _another_run(rt: Runtime, master: str, job_id: str, me: str) -> str | 
     async with anyio.create_task_group() as tg:
         for worker in others:
             tg.start_soon(look, worker)
-    if alive:
-        return alive[0]
-    for worker_id in gone:  # a killed run's leases come back now, not when they expire (minutes)
-        reason = "its troupe run is gone (it does not answer); a new run of the job took over"
-        await rt.control(master, "worker_left", {"worker_id": worker_id, "reason": reason}, timeout=30)
-        log.info("pipeline_dead_run_left", job_id=job_id, worker=worker_id)
-    return None
+    return alive, gone

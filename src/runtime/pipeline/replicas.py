@@ -113,8 +113,10 @@ class ReplicaPool:
     def _spawn(self, stage: StageState) -> None:
         assert self._tg is not None
         stage.starting += 1
-        name = f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
-        self._tg.start_soon(self._start_replica, stage, name)
+        self._tg.start_soon(self._start_replica, stage, self._replica_name(stage))
+
+    def _replica_name(self, stage: StageState) -> str:
+        return f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
 
     async def _start_replica(self, stage: StageState, name: str) -> None:
         actors = [{"name": "stage", "class": stage.cfg.actor, "kwargs": dict(stage.cfg.kwargs)}]
@@ -210,7 +212,7 @@ class ReplicaPool:
 
     async def _start_later(self, stage: StageState, delay: float) -> None:
         await anyio.sleep(delay)
-        await self._start_replica(stage, f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}")
+        await self._start_replica(stage, self._replica_name(stage))
 
     def _replace(self, stage: StageState, replica: Replica) -> None:
         """A replica failed under a call: stop using it, stop its worker, start another."""
