@@ -203,6 +203,13 @@ class Cell:
         except Exception as exc:
             self.failed += 1
             self.runtime.start_soon(self._answer_failure, msg, exc)
+        except BaseException:
+            # SystemExit from the handler (sys.exit): the process ends, and the asker learns at
+            # once, as from an async handler, rather than waiting out its deadline.
+            if msg.kind is K_ASK:
+                stopped = ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
+                self.runtime.reply_error_now(msg.route, msg.msg_id, stopped)
+            raise
         else:
             if msg.kind is K_ASK:
                 self.runtime.reply_now(msg.route, msg.msg_id, result)
