@@ -12,6 +12,8 @@ from rich.table import Table
 
 __all__ = ["print_whole", "security_cell", "status_tables"]
 
+_PROCESS_GONE = ("stopped", "exited", "failed")  # a worker's states with no process running
+
 
 def print_whole(console: Console, table: RenderableType) -> None:
     """Print ``table`` at least as wide as its narrowest rendering without cut cells.
@@ -69,12 +71,15 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
     for col in ("actor", "worker", "kind", "handled", "failed", "mailbox", "busy"):
         actors.add_column(col)
     for w in status["workers"]:
+        # One whose process is gone keeps its last pid in the reply; a pid and an rss of 0 on
+        # screen would read as a live process.
+        gone = w["state"] in _PROCESS_GONE
         workers.add_row(
             escape(w["name"]),
             escape(w["kind"]),
             w["state"],
-            str(w["pid"]),
-            str(w.get("rss_mib", "")),
+            "-" if gone else str(w["pid"]),
+            "-" if gone else str(w.get("rss_mib", "")),
             str(w["restarts"]),
             escape(w["exit"] or "-"),
         )

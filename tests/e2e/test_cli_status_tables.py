@@ -163,3 +163,20 @@ def test_what_stuck_tasks_wait_for_keeps_its_words_together_at_80_columns() -> N
     assert reason in printed, printed
     assert rows([jobs_table([stuck])])["job-running"][8] == "12"  # the jobs table counts them
     assert len(jobs_tables([job("done")])) == 1  # no waiting table when nothing waits
+
+
+def test_a_worker_whose_process_is_gone_shows_no_pid_or_rss() -> None:
+    """A failed or stopped worker's reply keeps its last pid (and an rss of 0): the table shows
+    "-" for both, so that it does not read as a live process."""
+    reply = {
+        **NODE,
+        "workers": [
+            worker("w-live", [], None),
+            {**worker("w-failed", [], None, state="failed"), "rss_mib": 0.0},
+            {**worker("w-stopped", [], None, state="stopped"), "rss_mib": 0.0},
+        ],
+    }
+    table = rows(status_tables(reply))
+    assert table["w-live"][3:5] == ["4242", "30.0"]
+    assert table["w-failed"][3:5] == ["-", "-"]
+    assert table["w-stopped"][3:5] == ["-", "-"]
