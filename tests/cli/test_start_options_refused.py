@@ -108,3 +108,14 @@ def test_run_and_demo_refuse_an_endpoint_that_is_none(
     assert done.stderr.startswith(f"error: {option}: endpoint '"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
+
+
+def test_node_start_blames_the_option_not_the_config_file(tmp_path: Path) -> None:
+    """A bad --name with a sound --config names the command line, not the file (it did)."""
+    config = tmp_path / "node.toml"
+    config.write_text('[node]\nname = "n1"\n')
+    endpoint = free_endpoint()
+    done = troupe("node", "start", "--config", str(config), "--name", "bad name!", "--endpoint", endpoint)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: command line: --name: may hold only letters"), done.stderr
+    assert str(config) not in done.stderr

@@ -422,4 +422,7 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:
+        # Only options wrong: the file is not to blame, so the line does not name it.
+        if given and all(err["loc"] and err["loc"][0] in given for err in exc.errors()):
+            source = "command line"
         raise ConfigError(validation_message(source, exc, data, NodeConfig, rename, _SECTIONS)) from None
