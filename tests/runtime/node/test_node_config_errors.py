@@ -92,10 +92,13 @@ def test_several_mistakes_share_one_line(tmp_path: Path) -> None:
 
 def test_a_cli_option_is_named_as_the_option(tmp_path: Path) -> None:
     """A bad override (a command option) is not blamed on the file's [node] table: it is named
-    as the user gave it."""
+    as the user gave it, on the command line; a bad key of the file beside it names the file."""
     path = tmp_path / "node.toml"
     path.write_text('[node]\nendpoint = "tcp://127.0.0.1:7470"\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"node.toml: --endpoint: endpoint 'ipc' must be"):
+    with pytest.raises(ConfigError, match=r"^command line: --endpoint: endpoint 'ipc' must be"):
+        load_node_config(path, endpoint="ipc")
+    path.write_text('[node]\nlog_level = "loud"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"node.toml: --endpoint: .*; node.log_level: unknown log level"):
         load_node_config(path, endpoint="ipc")
 
 
