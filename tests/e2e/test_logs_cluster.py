@@ -60,7 +60,10 @@ class _Node:
 
     def append(self, event: str) -> None:
         """Log one line as one of the node's processes would."""
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z"
+        # One reading of the clock: seconds from one and nanoseconds from another went back a
+        # second at a second's turn, and the tail rightly printed those lines first.
+        now = time.time_ns()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z"
         rec = {"timestamp": stamp, "level": "info", "node": self.name, "process": "test", "event": event}
         with self.file.open("a") as f:
             f.write(json.dumps(rec) + "\n")
