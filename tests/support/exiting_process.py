@@ -1,19 +1,16 @@
-"""An actor whose handlers call ``sys.exit``, in a process of its own (the exit ends it)."""
+"""An actor whose handlers call ``sys.exit``, for a process of its own (``actor_process``)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
-from troupe.runtime import Actor, Runtime, handles
-from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime import Actor, handles
 
-__all__ = ["Quitter", "quitter_process"]
+__all__ = ["Quitter"]
 
 
 class Quitter(Actor):
@@ -28,31 +25,3 @@ class Quitter(Actor):
     async def exit_async(self, code: Any) -> None:
         await anyio.lowlevel.checkpoint()
         sys.exit(code)
-
-
-def _serve(endpoint_q: Any) -> None:
-    async def main() -> None:
-        async with Runtime("n", "quitter", ZmqTransport("tcp://127.0.0.1:*")) as rt:
-            await rt.spawn(Quitter, "quitter")
-            endpoint_q.put(rt.cells["quitter"].endpoint)
-            await anyio.sleep_forever()
-
-    anyio.run(main, backend_options={"use_uvloop": True})
-
-
-@contextmanager
-def quitter_process(timeout: float = 30.0) -> Iterator[tuple[str, mp.process.BaseProcess]]:
-    """Start the process; yield its quitter's mailbox endpoint and the process; reap it on the
-    way out, killed if it is still running."""
-    ctx = mp.get_context("spawn")
-    endpoint_q = ctx.Queue()
-    proc = ctx.Process(target=_serve, args=(endpoint_q,), daemon=True)
-    proc.start()
-    try:
-        yield endpoint_q.get(timeout=timeout), proc
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(timeout)
-        endpoint_q.close()
-        endpoint_q.join_thread()

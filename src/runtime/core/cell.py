@@ -207,8 +207,7 @@ class Cell:
             # SystemExit from the handler (sys.exit): the process ends, and the asker learns at
             # once, as from an async handler, rather than waiting out its deadline.
             if msg.kind is K_ASK:
-                stopped = ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
-                self.runtime.reply_error_now(msg.route, msg.msg_id, stopped)
+                self.runtime.reply_error_now(msg.route, msg.msg_id, self._stopped_while(msg))
             raise
         else:
             if msg.kind is K_ASK:
@@ -249,7 +248,7 @@ class Cell:
         except BaseException:
             # Cancelled (shutdown past its drain deadline): the asker learns at once, a local
             # one through its future, a remote one through an ERROR sent while shielded.
-            stopped = ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
+            stopped = self._stopped_while(msg)
             if msg.future is not None:
                 if not msg.future.done():
                     msg.future.set_exception(stopped)
@@ -269,6 +268,11 @@ class Cell:
             self.handled += 1
             if observer is not None:
                 observer.end()
+
+    def _stopped_while(self, msg: Msg) -> ActorStopped:
+        """What the asker of ``msg`` learns when its handler ended the actor (cancelled, or
+        ``sys.exit``)."""
+        return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
 
     async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
         payload = error_payload(exc, str(self.actor.address), from_handler=True)

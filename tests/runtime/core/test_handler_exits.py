@@ -10,7 +10,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from support.exiting_process import quitter_process
+from support.actor_process import actor_process
+from support.exiting_process import Quitter
 from troupe.runtime import ActorStopped, Runtime
 from troupe.runtime.transports.zmq import ZmqTransport
 
@@ -20,7 +21,7 @@ DEADLINE_S = 60.0
 
 @pytest.mark.parametrize("handler", ["exit_sync", "exit_async"])
 async def test_an_ask_whose_handler_exits_is_answered_actor_stopped(handler: str) -> None:
-    with quitter_process() as (endpoint, proc), anyio.fail_after(DEADLINE_S * 2):
+    with actor_process(Quitter, "quitter", "quitter") as (endpoint, proc), anyio.fail_after(DEADLINE_S * 2):
         async with Runtime("n", "asker", ZmqTransport("tcp://127.0.0.1:*")) as rt:
             rt.directory.learn("n/quitter/quitter", endpoint)
             with pytest.raises(ActorStopped, match=f"stopped while handling '{handler}'"):
