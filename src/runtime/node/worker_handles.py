@@ -93,17 +93,25 @@ class WorkerHandle:
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""
+        # A worker forked from the template can register before the template's reply with its
+        # pid reaches the node: that registration stands (it was reset to "starting" for good).
+        early = self.endpoint is not None and self.pid == process.pid
         self.process = process
         self.pid = process.pid
         self.returncode = None
-        self.endpoint = None
-        self.state = HandleState.STOPPING if self.stop_asked else HandleState.STARTING
+        if self.stop_asked:
+            self.state = HandleState.STOPPING
+        else:
+            self.state = HandleState.RUNNING if early else HandleState.STARTING
         self.started_at = time.time()
         # Replace the events only once used, so that a waiter on the first launch is not lost.
-        if self.ready_event.is_set():
-            self.ready_event = anyio.Event()
         if self.exited_event.is_set():
             self.exited_event = anyio.Event()
+        if early:
+            return
+        self.endpoint = None
+        if self.ready_event.is_set():
+            self.ready_event = anyio.Event()
 
     def registered(self, endpoint: str, pid: int, actors: dict[str, str]) -> None:
         """The worker bound its mailbox and its actors have started."""
