@@ -209,3 +209,44 @@ def _gone_within(process: psutil.Process, seconds: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_sigkilled_run_takes_the_supervisor_its_template_forked_with_it(tmp_path: Path) -> None:
+    """The run's node forks its supervisor from the template, ready by then: that supervisor,
+    like every replica, dies with the run however the run ends (here: SIGKILLed mid-run)."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", "run", "--out", str(out), "--items", "200"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        supervisor = _wait_for_event(out, "supervisor_spawned")
+        assert supervisor["how"] == "fork"
+        _wait_for_event(out, "stage_started")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert supervisor["supervisor_pid"] in {c.pid for c in children}
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = [c.pid for c in children if not _gone_within(c, GONE_WITHIN_S)]
+        assert not left, f"outlived their SIGKILLed run: {left}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _wait_for_event(out: Path, event: str) -> dict[str, Any]:
+    """The first ``event`` line of the run's log, polled for up to a minute."""
+    log_file = out / "logs" / "local.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if log_file.exists():
+            for line in log_file.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if record.get("event") == event:
+                        return dict(record)
+        time.sleep(0.05)
+    raise AssertionError(f"the run logged no {event} within 60 s")

@@ -191,6 +191,9 @@ async def test_dead_supervisor_is_restarted_and_watches_again(one: Cluster) -> N
         lambda s: s["supervision"]["supervisor_starts"] == 2 and _watched(s), timeout=15
     )
     assert status["supervision"]["supervisor_pid"] != old
+    # The node's template was ready (its workers are forks of it): the new one is a fork too,
+    # and the hang below shows that it judges as a spawned one did.
+    assert status["supervision"]["supervisor_start"] == "fork"
     before = Cluster.worker_in(status, "w-one")
     await one.chaos("hang_with_gil", "w-one", seconds=30)
     async with one.client() as rt:  # open while waiting: closing drops an unsent tell (linger 0)

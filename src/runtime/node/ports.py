@@ -8,7 +8,8 @@ public, so the seam stays visible; none of them calls a private method of the no
 - :class:`NodeView` (the chaos relay): the node's name, its worker handles, its runtime.
 - :class:`LinkedNode` (the master link): that, plus the config and the worker-exit listeners.
 - :class:`SupervisedNode` (the node's side of supervision): that, plus the stop flag, the
-  record of its children and :meth:`~SupervisedNode.start_worker`.
+  record of its children, its template (which forks the supervisor when ready) and
+  :meth:`~SupervisedNode.start_worker`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from .config import NodeConfig, WorkerSpec
     from .leftovers import ChildRecord
+    from .template_link import TemplateLink
     from .worker_handles import WorkerHandle
 
 __all__ = ["LinkedNode", "NodeView", "SupervisedNode"]
@@ -61,14 +63,17 @@ class LinkedNode(NodeView, Protocol):
 
 @runtime_checkable
 class SupervisedNode(LinkedNode, Protocol):
-    """The node as its supervision sees it: also the stop flag, the record of its children, and
-    starting (or restarting) a worker."""
+    """The node as its supervision sees it: also the stop flag, the record of its children, its
+    template (None without one), and starting (or restarting) a worker."""
 
     @property
     def stopping(self) -> anyio.Event: ...
 
     @property
     def children(self) -> ChildRecord: ...
+
+    @property
+    def template(self) -> TemplateLink | None: ...
 
     def start_worker(
         self, tg: TaskGroup, spec: WorkerSpec, restart_reason: str | None = None

@@ -14,8 +14,9 @@ collector had been scanning the imports' long-lived objects again and again (a s
 template's start), and a forked worker, whose collector is on again, never scans those objects
 nor writes to their pages.
 
-A fork request carries the worker's environment and cwd, and its stderr pipe as an
-``SCM_RIGHTS`` file descriptor. The template forks an intermediate process which forks the
+A fork request carries the worker's environment and cwd, its stderr (a pipe, or the node's
+own stderr for the supervisor) as an ``SCM_RIGHTS`` file descriptor, and what the fork runs
+(``main``: a worker, or the node's supervisor). The template forks an intermediate process which forks the
 worker and exits at once; the node is a child subreaper, so the worker is reparented to the
 node: it is the node's own child (``waitpid``, the parent-death signal and the watchdog work
 as for a spawned worker), and it outlives this template. The reply is the worker's pid, sent
@@ -40,7 +41,7 @@ import threading
 import time
 from typing import Any, NoReturn
 
-__all__ = ["BASE_MODULES", "CHECKS_ENV", "FD_ENV", "MAX_MESSAGE", "MODULES_ENV", "main"]
+__all__ = ["BASE_MODULES", "CHECKS_ENV", "FD_ENV", "MAINS", "MAX_MESSAGE", "MODULES_ENV", "main"]
 
 FD_ENV = "TROUPE_TEMPLATE_FD"
 MODULES_ENV = "TROUPE_TEMPLATE_MODULES"  # JSON list of modules or classes to import at start
@@ -48,6 +49,12 @@ CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg
 MAX_MESSAGE = 1 << 20
 # What every worker imports before it serves (the asyncio backend is imported by anyio.run).
 BASE_MODULES = ("troupe.runtime.node.worker_process", "uvloop", "anyio._backends._asyncio")
+# What a fork may become (a request's ``main``): a worker, or the node's supervisor, which
+# imports little beyond a worker's modules and so starts in milliseconds here too.
+MAINS = {
+    "worker": "troupe.runtime.node.worker_process",
+    "supervisor": "troupe.runtime.supervision.supervisor",
+}
 _PARENT_POLL_S = 0.5
 _REPARENT_WAIT_S = 5.0
 
@@ -84,17 +91,17 @@ def main() -> None:
     if job is None:
         return
     _become_worker(job)
-    _run_worker()
+    _run_main(MAINS[job.get("main", "worker")])
 
 
-def _run_worker() -> NoReturn:
-    """Run the worker, then exit without tearing down the modules, which are the template's
-    (torch's teardown alone takes seconds, in workers that never used it)."""
-    from troupe.runtime.node import worker_process
+def _run_main(module_name: str) -> NoReturn:
+    """Run the worker (or supervisor), then exit without tearing down the modules, which are
+    the template's (torch's teardown alone takes seconds, in workers that never used it)."""
     from troupe.runtime.node.child import run_and_exit
 
-    sys.argv = [worker_process.__file__ or "worker_process"]
-    run_and_exit(worker_process.main)
+    module = importlib.import_module(module_name)
+    sys.argv = [module.__file__ or module_name]
+    run_and_exit(module.main)
 
 
 def _preload(names: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -153,6 +160,11 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
             return None
         job: dict[str, Any] = json.loads(data)
         job["stderr_fd"] = fds[0] if fds else None
+        if job.get("main", "worker") not in MAINS:
+            _close(job["stderr_fd"])
+            if not _answer(sock, {"error": f"no such main {job.get('main')!r}: one of {sorted(MAINS)}"}):
+                return None
+            continue
         if job["cwd"] != start_cwd or job["env"].get("PYTHONPATH") != start_path:
             _close(job["stderr_fd"])
             if not _answer(sock, {"error": "the worker's cwd or PYTHONPATH differs from the template's"}):

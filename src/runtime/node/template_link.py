@@ -196,21 +196,29 @@ class TemplateLink:
         if self.process is not None and self.pid is not None:
             record(self.pid, "template")
 
-    async def launch(self, env: dict[str, str], modules: Iterable[str]) -> ForkedProcess | None:
+    async def launch(
+        self, env: dict[str, str], modules: Iterable[str], main: str = "worker"
+    ) -> ForkedProcess | None:
         """Fork a worker with ``env`` (and the node's cwd) from the template; None when the
         template cannot (the caller spawns the worker instead). ``modules`` are imported by
-        the template afterwards (modules or classes), for the next worker that needs them."""
+        the template afterwards (modules or classes), for the next worker that needs them.
+
+        With ``main="supervisor"`` the fork is the node's supervisor, on the node's own
+        stderr (as a spawned one is), and only a template ready now forks it: while the first
+        one still imports, a spawned supervisor imports alongside it, on another core.
+        """
         if self._stopping:
             return None
-        if not self._settled.is_set():
+        worker = main == "worker"
+        if worker and not self._settled.is_set():
             with anyio.move_on_after(_READY_S):
                 await self._settled.wait()
         async with self._lock:
             sock = self._sock
             if sock is None or not self._ready.is_set():
                 return None
-            read_end, write_end = os.pipe()
-            request = {"env": env, "cwd": os.getcwd(), "modules": list(modules)}
+            read_end, write_end = os.pipe() if worker else (-1, _own_stderr())
+            request = {"env": env, "cwd": os.getcwd(), "modules": list(modules), "main": main}
             try:
                 with anyio.fail_after(_REPLY_S):
                     await _send_fds(sock, json.dumps(request).encode(), write_end)
@@ -227,7 +235,7 @@ class TemplateLink:
                 log.info("template_fork_refused", node=self.node, error=reply.get("error"))
                 return None
             self.forks += 1
-            return ForkedProcess(int(reply["pid"]), read_end)
+            return ForkedProcess(int(reply["pid"]), read_end if worker else None)
 
     async def stop(self) -> None:
         """Stop the template (its workers are not its children: they stay, for the node to stop)."""
@@ -255,6 +263,14 @@ class TemplateLink:
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signum)
+
+
+def _own_stderr() -> int:
+    """A copy of this process's stderr descriptor (of /dev/null where it has none)."""
+    try:
+        return os.dup(2)
+    except OSError:
+        return os.open(os.devnull, os.O_WRONLY)
 
 
 async def _send_fds(sock: socket.socket, data: bytes, fd: int) -> None:
@@ -314,12 +330,13 @@ class _PipeReader(ByteReceiveStream):
 
 
 class ForkedProcess(Process):
-    """A worker the template forked and the node adopted: waited for with a pidfd."""
+    """A worker the template forked and the node adopted: waited for with a pidfd. Its stderr
+    is the read end of its pipe, or None where it writes to the node's own (the supervisor)."""
 
-    def __init__(self, pid: int, stderr_fd: int) -> None:
+    def __init__(self, pid: int, stderr_fd: int | None) -> None:
         self._pid = pid
         self._returncode: int | None = None
-        self._stderr = _PipeReader(stderr_fd)
+        self._stderr = _PipeReader(stderr_fd) if stderr_fd is not None else None
         self._reaped = anyio.Event()
         self._waiting = False
 
@@ -367,7 +384,8 @@ class ForkedProcess(Process):
         return self._stderr
 
     async def aclose(self) -> None:
-        await self._stderr.aclose()
+        if self._stderr is not None:
+            await self._stderr.aclose()
         if self._returncode is None:
             await self.wait()
 

@@ -93,6 +93,7 @@ class NodeSupervision:
         self.udp: tuple[str, int] | None = None
         self.pid: int | None = None
         self.starts = 0
+        self.start_kind: str | None = None  # "fork" (from the node's template) or "spawn"
         self.failed = False
         self._proc: Process | None = None
         self._ready = anyio.Event()
@@ -261,24 +262,34 @@ class NodeSupervision:
             "log_dir": str(cfg.log_dir.resolve()),
             "log_level": cfg.log_level,
         }
-        proc = await anyio.open_process(
-            [
-                sys.executable,
-                "-m",
-                "troupe.lean_start",
-                "troupe.runtime.supervision.supervisor",
-            ],  # lean_start: no rich
-            env=child_env({SPEC_ENV: json.dumps(spec)}),
-            stdin=subprocess.DEVNULL,
-            stdout=None,
-            stderr=None,
-            start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
-        )
+        env = child_env({SPEC_ENV: json.dumps(spec)})
+        # A template that is ready forks it in milliseconds; a spawned one imports for most of
+        # a second, on the cores the node's first workers start on.
+        template = self._node.template
+        proc: Process | None = None
+        if template is not None:
+            proc = await template.launch(env, (), main="supervisor")
+        forked = proc is not None
+        if proc is None:
+            proc = await anyio.open_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "troupe.lean_start",
+                    "troupe.runtime.supervision.supervisor",
+                ],  # lean_start: no rich
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=None,
+                stderr=None,
+                start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
+            )
         self._proc = proc
         self.pid = proc.pid
+        self.start_kind = "fork" if forked else "spawn"
         self._node.children.add(proc.pid, "supervisor")
         self.starts += 1
-        log.info("supervisor_spawned", supervisor_pid=proc.pid, start=self.starts)
+        log.info("supervisor_spawned", supervisor_pid=proc.pid, start=self.starts, how=self.start_kind)
         return proc
 
     async def stop(self) -> None:
@@ -374,6 +385,7 @@ class NodeSupervision:
             "supervisor_endpoint": self.endpoint,
             "supervisor_udp": None if self.udp is None else f"{self.udp[0]}:{self.udp[1]}",
             "supervisor_starts": self.starts,
+            "supervisor_start": self.start_kind,
             "supervisor_failed": self.failed,
             "restarts_total": restarts.total_restarts,
             "give_ups": restarts.give_ups,

@@ -22,16 +22,15 @@ import anyio
 import psutil
 import pytest
 
-from support.local_node import running_node
+from support.local_node import ECHO, echo_node_config, running_node
 from troupe.runtime.core.client import connect
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.config import ActorSpec, NodeConfig, RestartConfig, WorkerSpec
+from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.testing import plugin as troupe_testing
-from troupe.runtime.testing.plugin import Cluster, free_endpoint
+from troupe.runtime.testing.plugin import Cluster
 
-ECHO = ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo")
 GC_PROBE = ActorSpec(name="gc", cls="support.gc_probe:GcProbe")
 TESTS_DIR = Path(__file__).resolve().parents[2]
 # The plugin's fixture, also when the `troupe` pytest11 entry point is not installed.
@@ -40,17 +39,7 @@ GONE_WITHIN_S = 15.0  # a bound on a poll of the process table, not on speed
 
 
 def _config(tmp_path: Path, **extra: object) -> NodeConfig:
-    fields: dict[str, object] = {
-        "name": "fs",
-        "endpoint": free_endpoint(),
-        "log_dir": tmp_path,
-        "log_level": "warning",
-        "stop_grace_s": 5.0,
-        "workers": (WorkerSpec(name="w1", actors=(ECHO,)),),
-        "restart": RestartConfig(backoff_base_s=0.0, backoff_max_s=0.0),
-        **extra,
-    }
-    return NodeConfig.model_validate(fields)
+    return echo_node_config(tmp_path, "fs", **extra)
 
 
 def _node(cfg: NodeConfig) -> AbstractAsyncContextManager[Node]:
