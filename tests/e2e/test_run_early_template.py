@@ -193,7 +193,8 @@ def _wait_for_template(pid: int) -> psutil.Process:
     while time.monotonic() < deadline:
         for child in psutil.Process(pid).children():
             with contextlib.suppress(psutil.Error):
-                if "troupe.runtime.node.template" in child.cmdline():
+                cmd = " ".join(child.cmdline())  # its title, once it has named itself
+                if "troupe.runtime.node.template" in cmd or "troupe template" in cmd:
                     return child
         time.sleep(0.01)
     raise AssertionError("the run started no template within 60 s")

@@ -1,4 +1,5 @@
-"""What every child process of a node does first: tie its life to the node, read its spec.
+"""What every child process of a node does first: tie its life to the node, read its spec,
+name itself.
 
 A child of a node must die with the node, whatever state it is in (DESIGN.md invariant 6). Two
 independent guards, set up before anything else runs:
@@ -17,6 +18,10 @@ Every child starts in a session of its own (``start_new_session``): a Ctrl-C at 
 goes to the foreground process group, and a child in it would die of a KeyboardInterrupt (a
 traceback on the terminal) if it came while it still imported, before it could ignore SIGINT.
 The command that started it stops it, in order (SIGTERM, then SIGKILL), as it does on SIGTERM.
+
+Every child names itself for ``ps`` and ``top`` (``name_process``): a worker forked from the
+template would otherwise show the template's command line, and every child the same
+interpreter running a troupe module.
 """
 
 from __future__ import annotations
@@ -33,13 +38,21 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import NoReturn, TypeVar
 
+import setproctitle
 from pydantic import BaseModel, ValidationError
 
 from troupe.runtime.security.process import KEYS_ENV, child_env_entry
 
 from .config import validation_message
 
-__all__ = ["PARENT_PID_ENV", "child_env", "die_with_parent", "load_launch_spec", "run_and_exit"]
+__all__ = [
+    "PARENT_PID_ENV",
+    "child_env",
+    "die_with_parent",
+    "load_launch_spec",
+    "name_process",
+    "run_and_exit",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,6 +67,13 @@ def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     env = {**os.environ, **extra, PARENT_PID_ENV: str(os.getpid())}
     env.pop(KEYS_ENV, None)
     return {**env, **child_env_entry()}
+
+
+def name_process(title: str, short: str) -> None:
+    """Show this process as ``title`` where its command line shows (``ps``, ``top -c``, psutil's
+    ``cmdline``) and as ``short`` where its name does (``top``; the kernel keeps 15 characters)."""
+    setproctitle.setproctitle(title)
+    setproctitle.setthreadtitle(short)  # the main thread's name is the process's name
 
 
 def die_with_parent(who: str) -> None:

@@ -41,10 +41,20 @@ import threading
 import time
 from typing import Any, NoReturn
 
-__all__ = ["BASE_MODULES", "CHECKS_ENV", "FD_ENV", "MAINS", "MAX_MESSAGE", "MODULES_ENV", "main"]
+__all__ = [
+    "BASE_MODULES",
+    "CHECKS_ENV",
+    "FD_ENV",
+    "MAINS",
+    "MAX_MESSAGE",
+    "MODULES_ENV",
+    "NODE_ENV",
+    "main",
+]
 
 FD_ENV = "TROUPE_TEMPLATE_FD"
 MODULES_ENV = "TROUPE_TEMPLATE_MODULES"  # JSON list of modules or classes to import at start
+NODE_ENV = "TROUPE_TEMPLATE_NODE"  # the node's name, for the process title
 CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg names]: loading.first_failure
 MAX_MESSAGE = 1 << 20
 # What every worker imports before it serves (the asyncio backend is imported by anyio.run).
@@ -76,6 +86,9 @@ def main() -> None:
     # over: during torch's import alone, about a sixth of the start-up. Frozen, the forked
     # workers' collections skip it, and never write to its pages (no copy-on-write).
     gc.disable()
+    from troupe.runtime.node.child import name_process  # a worker imports it anyway
+
+    name_process(f"troupe template (node {os.environ.pop(NODE_ENV, '?')})", "troupe-template")
     imported, skipped = _preload([*BASE_MODULES, *wanted])
     hello: dict[str, Any] = {"ready": True, "pid": os.getpid(), "imported": imported, "skipped": skipped}
     if checks:  # the classes are imported now: checking them costs the run no child of its own

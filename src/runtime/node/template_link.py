@@ -29,7 +29,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from .child import child_env
 from .config import WorkerSpec
 from .orphans import reap_orphans
-from .template import CHECKS_ENV, FD_ENV, MAX_MESSAGE, MODULES_ENV
+from .template import CHECKS_ENV, FD_ENV, MAX_MESSAGE, MODULES_ENV, NODE_ENV
 
 if TYPE_CHECKING:
     from troupe.runtime.core.loading import Check
@@ -130,7 +130,11 @@ class TemplateLink:
     async def _run_one(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            extra = {FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(self.modules)}
+            extra = {
+                FD_ENV: str(theirs.fileno()),
+                MODULES_ENV: json.dumps(self.modules),
+                NODE_ENV: self.node,
+            }
             if self.checks:
                 extra[CHECKS_ENV] = json.dumps(self.checks)
             env = child_env(extra)

@@ -37,7 +37,7 @@ from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter import start_task_getter
 from troupe.runtime.wire.codec import load_imported_extensions
 
-from .child import die_with_parent, load_launch_spec, run_and_exit
+from .child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from .config import ActorSpec, _Frozen
 from .reach import LOOPBACK_ANY_PORT
 
@@ -228,6 +228,7 @@ def main() -> None:
     spec = load_launch_spec(
         WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`"
     )
+    name_process(f"troupe worker {spec.process} (node {spec.node})", spec.process)
     configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any

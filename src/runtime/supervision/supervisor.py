@@ -53,7 +53,7 @@ from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
-from troupe.runtime.node.child import die_with_parent, load_launch_spec, run_and_exit
+from troupe.runtime.node.child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
 from troupe.runtime.security.process import install_from_env
 from troupe.runtime.wire.codec import Codec
@@ -303,6 +303,7 @@ def main() -> None:
         "supervisor",
         "the supervisor is started by its node (`troupe node start`)",
     )
+    name_process(f"troupe supervisor (node {spec.node})", "troupe-sup")
     configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any
