@@ -21,10 +21,13 @@ as :class:`~troupe.runtime.errors.CommitError`, naming the task and the fix, aft
 directory has been removed; nothing becomes visible and the task can simply be retried.
 
 A writer killed while staging cannot clean up: so each staging directory's name carries its
-writer (pid, process start time, and a tag of the host and pid namespace), and every store
+writer (pid, process start tick, and a tag of the host and pid namespace), and every store
 opened sweeps the staging directories whose writer on this host is dead
-(:meth:`OutputStore.sweep_abandoned`). Entries it cannot judge (written from another host or
-container, or by an older troupe) are removed only once untouched for ``stale_after_s``.
+(:meth:`OutputStore.sweep_abandoned`). The start is a tick count since boot, not a time: a
+clock step changes every process's start time as psutil reads it, and a live writer's staging
+directory was then swept from under it (``process_start.py``). Entries it cannot judge (written
+from another host or container, or by an older troupe, whose names carry a time) are removed
+only once untouched for ``stale_after_s``.
 
 :func:`atomic_file` is the same promise for one file: written to a temporary sibling, then
 ``os.replace``-d over the destination, so a crash never leaves half a file.
@@ -52,6 +55,7 @@ import psutil
 import structlog
 
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
+from troupe.runtime.process_start import start_ticks
 
 __all__ = [
     "COMMIT_MARKER",
@@ -69,8 +73,8 @@ COMMIT_MARKER = ".troupe-commit"
 """File written into every committed output; it holds the task id and keeps the dir non-empty."""
 
 _TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
-# <task_id>.<16 hex>.<pid>-<start>-<scope>: the writer of a staging directory
-_WRITER = re.compile(r"\.[0-9a-f]{16}\.(\d+)-(\d+)-([0-9a-f]{8})$")
+# <task_id>.<16 hex>.<pid>-t<start tick>-<scope>: the writer of a staging directory
+_WRITER = re.compile(r"\.[0-9a-f]{16}\.(\d+)-t(\d+)-([0-9a-f]{8})$")
 STALE_AFTER_S = 24 * 3600.0
 """Staging entries whose writer cannot be checked are removed once untouched this long."""
 
@@ -87,17 +91,16 @@ def _scope() -> str:
 
 @functools.cache
 def _writer_tag(pid: int) -> str:
-    """``<pid>-<start>-<scope>`` of this process (cached per pid: a fork gets its own)."""
-    return f"{pid}-{int(psutil.Process(pid).create_time())}-{_scope()}"
+    """``<pid>-t<start tick>-<scope>`` of this process (cached per pid: a fork gets its own)."""
+    return f"{pid}-t{start_ticks(pid)}-{_scope()}"
 
 
 def _writer_alive(pid: int, start: int) -> bool:
     """Whether the process that wrote a staging entry on this host still runs."""
+    if start_ticks(pid) != start:
+        return False  # gone, or the pid was reused by another process
     try:
-        process = psutil.Process(pid)
-        if abs(int(process.create_time()) - start) > 1:
-            return False  # the pid was reused by another process
-        return process.status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:

@@ -4,7 +4,7 @@ process still answers a valid request afterwards.
 
 The handlers are called in-process, so that hundreds of payloads take seconds: those of a
 node serving for real on loopback (joined to a master, so that its master link's controls are
-there too; no supervisor, and no worker process is started), and those a worker process
+there too; no supervisor, no template, and no worker process is started), and those a worker process
 installs, on a runtime over the in-memory transport. The control names come from the running
 processes themselves: a control added later is fuzzed without a change here.
 """
@@ -70,6 +70,9 @@ def _node(tmp: Path, master: str) -> Node:
         log_dir=tmp,
         master=master,
         supervision=SupervisionConfig(enabled=False),  # no supervisor process to start
+        # Nor a template: it would start after the node reports ready, so within a test (which
+        # then finds it left running), and there is no worker for it to fork.
+        fast_start=False,
     )
     return Node(config, handle_signals=False)
 

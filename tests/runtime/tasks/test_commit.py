@@ -281,17 +281,46 @@ def test_opening_a_store_sweeps_what_killed_writers_left_and_keeps_live_ones(
 
 
 def test_a_reused_pid_does_not_keep_a_dead_writer_s_staging(tmp_path: Path) -> None:
-    """A staging dir named for a live pid but another start time belongs to a dead writer."""
+    """A staging dir named for a live pid but another start tick belongs to a dead writer."""
     store = OutputStore(tmp_path)
     with store.stage("mine") as staged:
         pid, start, scope = staged.path.name.rsplit(".", 1)[1].split("-")
-        assert int(pid) == os.getpid()
-        reused = store.staging_dir / f"t.{'a' * 16}.{pid}-{int(start) - 1000}-{scope}"
+        assert int(pid) == os.getpid() and start.startswith("t")
+        reused = store.staging_dir / f"t.{'a' * 16}.{pid}-t{int(start[1:]) - 1000}-{scope}"
         reused.mkdir()
         other = OutputStore(tmp_path)
         assert not reused.exists() and staged.path.is_dir()  # the open one's writer is alive
         assert other.sweep_abandoned() == 0
         assert staged.commit() is True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="psutil's boot time is Linux's here")
+def test_a_clock_step_does_not_make_a_live_writer_look_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux derives the boot time from the wall clock at each read, so an NTP step moves every
+    process's start *time*: a live writer's staging dir must not be swept from under it."""
+    import psutil._pslinux as pslinux
+
+    store = OutputStore(tmp_path)
+    with store.stage("mine") as staged:
+        (staged.path / "half.bin").write_bytes(b"x")
+        stepped = pslinux.boot_time() + 30.0
+        monkeypatch.setattr(pslinux, "boot_time", lambda: stepped)
+        assert OutputStore(tmp_path).sweep_abandoned() == 0
+        assert (staged.path / "half.bin").is_file()
+        assert staged.commit() is True
+
+
+def test_an_older_troupe_s_staging_named_with_a_time_goes_only_when_stale(tmp_path: Path) -> None:
+    """Names that carry a start time (an older troupe's) cannot be judged by tick: kept while
+    fresh, removed once untouched for ``stale_after_s``, as another host's are."""
+    store = OutputStore(tmp_path, stale_after_s=3600)
+    older = store.staging_dir / f"t.{'c' * 16}.{os.getpid()}-{int(time.time())}-{commit_mod._scope()}"
+    older.mkdir()
+    assert store.sweep_abandoned() == 0 and older.is_dir()
+    os.utime(older, (time.time() - 7200, time.time() - 7200))
+    assert store.sweep_abandoned() == 1 and not older.exists()
 
 
 def test_entries_whose_writer_cannot_be_checked_go_only_when_stale(tmp_path: Path) -> None:

@@ -1,0 +1,38 @@
+"""When a process started, as a number no clock adjustment moves: what tells a live process
+from a later one that was given its pid.
+
+psutil's ``create_time`` adds the boot time to the start tick, and Linux derives the boot time
+from the wall clock each time it is read (``btime`` in /proc/stat): a clock step (NTP, a VM
+resumed) moves the start time of every process, so a live writer's recorded start no longer
+matches and it is taken for a dead one whose pid was reused. The start tick itself (field 22
+of /proc/PID/stat, clock ticks since boot) never changes; elsewhere the creation time in
+hundredths of a second stands in for it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+
+__all__ = ["start_ticks"]
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start of process ``pid`` in clock ticks since boot; None when there is no such process."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return None
+        # The command name (field 2) may hold spaces and parentheses: count after its last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        try:
+            return int(fields[19])  # field 22; the first after the name is field 3
+        except (IndexError, ValueError):
+            return None
+    try:
+        return round(psutil.Process(pid).create_time() * 100)
+    except psutil.Error:
+        return None
