@@ -5,9 +5,11 @@ and a watchdog on the parent pid). This is the last line: the node records every
 starts in ``<log_dir>/<node>.<node pid>.pids`` (JSON, rewritten atomically), and a node that
 starts under the same name and log directory reaps what a dead predecessor recorded.
 
-A recorded process is killed only if its pid *and* its start time still match the record, so
-a pid reused by an unrelated process is never touched; and a file whose owner node is still
-alive (another node of the same name sharing the log directory) is left alone.
+A recorded process is killed only if its pid *and* its start still match the record, so a pid
+reused by an unrelated process is never touched; and a file whose owner node is still alive
+(another node of the same name sharing the log directory) is left alone. The start is the
+process's start tick since boot (``process_start.py``), which no clock step moves; a record an
+older troupe wrote holds a start time (``create_time``) and is judged by it, as it was.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from typing import Any
 import psutil
 import structlog
 
+from troupe.runtime.process_start import start_ticks
+
 __all__ = ["ChildRecord", "pids_file", "reap_predecessors"]
 
 log = structlog.get_logger(__name__)
 
-# psutil derives a start time from the boot time and the start tick: the same process reads
-# the same value; a pid reused later starts at least a tick (10 ms) later.
+# An older troupe's records hold psutil's start time (the boot time plus the start tick): the
+# same process reads the same value while the clock is not stepped; a pid reused later starts
+# at least a tick (10 ms) later.
 _SAME_START_S = 0.005
 _REAP_WAIT_S = 5.0
 
@@ -39,20 +44,29 @@ def pids_file(log_dir: Path, node: str, node_pid: int) -> Path:
     return log_dir / f"{node}.{node_pid}.pids"
 
 
-def _started_at(pid: int) -> float | None:
-    """The start time of the live process ``pid``, or None if there is none (a zombie is none)."""
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is dead)."""
     try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return float(proc.create_time())
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
-        return None
+        return False
 
 
-def _alive(pid: int, create_time: float) -> bool:
-    started = _started_at(pid)
-    return started is not None and abs(started - create_time) < _SAME_START_S
+def _started(pid: int) -> int | None:
+    """The start tick of the live process ``pid``, or None if there is none."""
+    return start_ticks(pid) if _running(pid) else None
+
+
+def _alive(pid: int, record: dict[str, Any]) -> bool:
+    """Whether the process ``record`` names (its ``pid`` and start) still runs."""
+    if "start_ticks" in record:
+        return _started(pid) == int(record["start_ticks"])
+    try:  # an older troupe's record: its start time
+        proc = psutil.Process(pid)
+        started = float(proc.create_time()) if proc.status() != psutil.STATUS_ZOMBIE else None
+    except psutil.Error:
+        return False
+    return started is not None and abs(started - float(record["create_time"])) < _SAME_START_S
 
 
 class ChildRecord:
@@ -66,7 +80,7 @@ class ChildRecord:
     def __init__(self, log_dir: Path, node: str) -> None:
         self.path = pids_file(log_dir, node, os.getpid())
         self._node = node
-        self._owner = {"pid": os.getpid(), "create_time": _started_at(os.getpid()) or 0.0}
+        self._owner = {"pid": os.getpid(), "start_ticks": _started(os.getpid()) or 0}
         self._children: dict[int, dict[str, Any]] = {}
 
     def add(self, pid: int, role: str) -> None:
@@ -74,15 +88,15 @@ class ChildRecord:
 
         Children that have exited since are dropped from the record at the same time.
         """
-        started = _started_at(pid)
+        started = _started(pid)
         if started is not None:
-            self._children[pid] = {"pid": pid, "create_time": started, "role": role}
-        self._children = {p: c for p, c in self._children.items() if _alive(p, c["create_time"])}
+            self._children[pid] = {"pid": pid, "start_ticks": started, "role": role}
+        self._children = {p: c for p, c in self._children.items() if _alive(p, c)}
         self._write()
 
     def close(self) -> None:
         """At a clean stop: remove the record, unless a child outlived the stop."""
-        self._children = {p: c for p, c in self._children.items() if _alive(p, c["create_time"])}
+        self._children = {p: c for p, c in self._children.items() if _alive(p, c)}
         if self._children:
             self._write()
             return
@@ -113,16 +127,14 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
         try:
             data = json.loads(path.read_text())
             owner = data["owner"]
-            children = [
-                (int(c["pid"]), float(c["create_time"]), str(c.get("role", ""))) for c in data["children"]
-            ]
-            owner_alive = _alive(int(owner["pid"]), float(owner["create_time"]))
+            children = [(int(c["pid"]), dict(c), str(c.get("role", ""))) for c in data["children"]]
+            owner_alive = _alive(int(owner["pid"]), owner)
+            mine = [(pid, c, role) for pid, c, role in children if _alive(pid, c)]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("child_record_unreadable", path=str(path), error=str(exc))
             continue
         if data.get("node") != node or (owner_alive and int(owner["pid"]) != os.getpid()):
             continue  # a live node of this name shares the directory: its children are its own
-        mine = [(pid, t, role) for pid, t, role in children if _alive(pid, t)]
         for pid, _, role in mine:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -130,16 +142,16 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
                 continue
             killed.append(pid)
             log.warning("leftover_reaped", leftover_pid=pid, role=role, predecessor_pid=owner["pid"])
-        _wait_gone([(pid, t) for pid, t, _ in mine])
+        _wait_gone([(pid, c) for pid, c, _ in mine])
         path.unlink(missing_ok=True)
     return killed
 
 
-def _wait_gone(procs: list[tuple[int, float]]) -> None:
+def _wait_gone(procs: list[tuple[int, dict[str, Any]]]) -> None:
     """Wait (bounded) until every process is gone; a zombie counts as gone (it is dead)."""
     deadline = time.monotonic() + _REAP_WAIT_S
     while procs and time.monotonic() < deadline:
-        procs = [(pid, t) for pid, t in procs if _alive(pid, t)]
+        procs = [(pid, c) for pid, c in procs if _alive(pid, c)]
         if procs:
             time.sleep(0.01)
     for pid, _ in procs:

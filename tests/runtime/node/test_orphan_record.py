@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from troupe.runtime.node.leftovers import ChildRecord, pids_file, reap_predecessors
+from troupe.runtime.process_start import start_ticks
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def test_the_record_lists_live_children_and_goes_away_at_a_clean_stop(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    """add() records pid and start time (dropping children gone since); close() removes the file once all are
+    """add() records pid and start tick (dropping children gone since); close() removes the file once all are
     gone."""
     record = ChildRecord(tmp_path, "n1")
     assert record.path == pids_file(tmp_path, "n1", os.getpid())
@@ -41,7 +42,7 @@ def test_the_record_lists_live_children_and_goes_away_at_a_clean_stop(
     data = json.loads(record.path.read_text())
     assert data["node"] == "n1" and data["owner"]["pid"] == os.getpid()
     assert data["children"] == [
-        {"pid": sleeper.pid, "create_time": psutil.Process(sleeper.pid).create_time(), "role": "worker w1"}
+        {"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid), "role": "worker w1"}
     ]
     record.close()
     assert record.path.exists()  # a child outlived the stop: the record stays for a successor
@@ -106,3 +107,28 @@ def test_a_dead_node_s_children_are_killed_unless_their_pid_was_reused(
     finally:
         other.kill()
         other.wait(timeout=30)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="psutil's boot time is Linux's here")
+def test_records_by_start_tick_hold_across_a_clock_step(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clock step moves every start *time* psutil reads (Linux derives the boot time from the
+    wall clock): a live node's record is still its own, a dead one's child is still reaped."""
+    import psutil._pslinux as pslinux
+
+    child = {"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid), "role": "worker w1"}
+    live = pids_file(tmp_path, "live", sleeper.pid)  # the sleeper stands for the other, live, node
+    owner = {"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid)}
+    live.write_text(json.dumps({"node": "live", "owner": owner, "children": [child]}))
+    dead = pids_file(tmp_path, "n1", 999_999_997)
+    dead.write_text(
+        json.dumps({"node": "n1", "owner": {"pid": 999_999_997, "start_ticks": 1}, "children": [child]})
+    )
+    stepped = pslinux.boot_time() + 30.0
+    monkeypatch.setattr(pslinux, "boot_time", lambda: stepped)
+
+    assert reap_predecessors(tmp_path, "live") == [] and live.exists()
+    assert sleeper.poll() is None
+    assert reap_predecessors(tmp_path, "n1") == [sleeper.pid]
+    assert sleeper.wait(timeout=30) == -signal.SIGKILL
