@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-__all__ = ["print_whole", "security_cell", "status_tables"]
+__all__ = ["print_whole", "security_cell", "status_tables", "supervisor_cell"]
 
 _PROCESS_GONE = ("stopped", "exited", "failed")  # a worker's states with no process running
 
@@ -44,6 +44,26 @@ def security_cell(security: dict[str, Any]) -> str:
     return "no keys (loopback only)"
 
 
+def supervisor_cell(supervision: dict[str, Any]) -> str:
+    """The node's supervisor in a few words: off, failed, starting, or its pid, how it started
+    (forked from the template or spawned) and how many times (more than once: it was restarted)."""
+    if supervision.get("enabled") is False:
+        return escape("off ([supervision] enabled = false): hung workers are not detected")
+    if supervision.get("supervisor_failed"):
+        return "[bold red]failed[/]: restarted too often; hung workers are not detected"
+    pid = supervision.get("supervisor_pid")
+    if pid is None:
+        return "starting"
+    how = supervision.get("supervisor_start")
+    starts = supervision.get("supervisor_starts", 1)
+    cell = f"pid {escape(str(pid))}" + (f", {escape(str(how))}ed" if how in ("fork", "spawn") else "")
+    if isinstance(starts, int) and starts > 1:
+        cell += f", started {starts} times"
+    if not supervision.get("supervisor"):
+        cell += " (no answer)"
+    return cell
+
+
 def _with_tasks(messages: int, tasks: int | None) -> str:
     """A count of messages, and of tasks for a task actor (which handles few messages)."""
     return str(messages) if tasks is None else f"{messages} + {tasks} tasks"
@@ -60,6 +80,8 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
         node.add_row("tags", escape(", ".join(map(str, status["tags"]))) or "-")
     if "security" in status:
         node.add_row("security", security_cell(status["security"]))
+    if isinstance(status.get("supervision"), dict):
+        node.add_row("supervisor", supervisor_cell(status["supervision"]))
     workers = Table(title="workers")
     for col in ("worker", "kind", "state", "pid", "rss MiB", "restarts", "last exit"):
         # Names and states are what a reader scans for: never cut them short on a narrow terminal.

@@ -180,3 +180,33 @@ def test_a_worker_whose_process_is_gone_shows_no_pid_or_rss() -> None:
     assert table["w-live"][3:5] == ["4242", "30.0"]
     assert table["w-failed"][3:5] == ["-", "-"]
     assert table["w-stopped"][3:5] == ["-", "-"]
+
+
+def supervision(**fields: Any) -> dict[str, Any]:
+    return {"enabled": True, "supervisor_failed": False, "supervisor_starts": 1, **fields}
+
+
+def test_the_node_table_says_how_its_supervisor_is() -> None:
+    """Running (forked or spawned, restarted, answering or not), starting, failed or off: the
+    operator sees whether hung workers are being watched."""
+    answering = {"pid": 77, "workers": {}}
+    cases = {
+        "pid 77, forked": supervision(supervisor_pid=77, supervisor_start="fork", supervisor=answering),
+        "pid 78, spawned, started 3 times (no answer)": supervision(
+            supervisor_pid=78, supervisor_start="spawn", supervisor_starts=3
+        ),
+        "starting": supervision(supervisor_pid=None),
+        "failed: restarted too often; hung workers are not detected": supervision(
+            supervisor_pid=None, supervisor_failed=True
+        ),
+        "off ([supervision] enabled = false): hung workers are not detected": supervision(enabled=False),
+    }
+    for said, sup in cases.items():
+        node = rows(status_tables({**NODE, "workers": [], "supervision": sup}))
+        assert node["supervisor"] == ["supervisor", said]
+
+
+def test_a_supervisor_pid_from_the_wire_is_shown_as_text_not_markup() -> None:
+    sup = supervision(supervisor_pid="[red]9[/]", supervisor_start="[bold]fork", supervisor={"x": 1})
+    node = rows(status_tables({**NODE, "workers": [], "supervision": sup}))
+    assert node["supervisor"] == ["supervisor", "pid [red]9[/]"]
