@@ -19,7 +19,8 @@ __all__ = ["start_ticks"]
 
 
 def start_ticks(pid: int) -> int | None:
-    """The start of process ``pid`` in clock ticks since boot; None when there is no such process."""
+    """The start of the live process ``pid`` in clock ticks since boot; None when there is no
+    such process or it is a zombie (it has exited: only its exit status waits to be read)."""
     if sys.platform.startswith("linux"):
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
@@ -29,10 +30,14 @@ def start_ticks(pid: int) -> int | None:
         # The command name (field 2) may hold spaces and parentheses: count after its last ')'.
         fields = stat[stat.rfind(b")") + 2 :].split()
         try:
-            return int(fields[19])  # field 22; the first after the name is field 3
+            # Field 3 is the state (Z: zombie, X: dead), field 22 the start tick.
+            return None if fields[0] in (b"Z", b"X") else int(fields[19])
         except (IndexError, ValueError):
             return None
     try:
-        return round(psutil.Process(pid).create_time() * 100)
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time() * 100)
     except psutil.Error:
         return None

@@ -44,29 +44,17 @@ def pids_file(log_dir: Path, node: str, node_pid: int) -> Path:
     return log_dir / f"{node}.{node_pid}.pids"
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie is dead)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _started(pid: int) -> int | None:
-    """The start tick of the live process ``pid``, or None if there is none."""
-    return start_ticks(pid) if _running(pid) else None
-
-
 def _alive(pid: int, record: dict[str, Any]) -> bool:
     """Whether the process ``record`` names (its ``pid`` and start) still runs."""
     if "start_ticks" in record:
-        return _started(pid) == int(record["start_ticks"])
+        return start_ticks(pid) == int(record["start_ticks"])
     try:  # an older troupe's record: its start time
         proc = psutil.Process(pid)
-        started = float(proc.create_time()) if proc.status() != psutil.STATUS_ZOMBIE else None
+        return proc.status() != psutil.STATUS_ZOMBIE and (
+            abs(proc.create_time() - float(record["create_time"])) < _SAME_START_S
+        )
     except psutil.Error:
         return False
-    return started is not None and abs(started - float(record["create_time"])) < _SAME_START_S
 
 
 class ChildRecord:
@@ -80,7 +68,7 @@ class ChildRecord:
     def __init__(self, log_dir: Path, node: str) -> None:
         self.path = pids_file(log_dir, node, os.getpid())
         self._node = node
-        self._owner = {"pid": os.getpid(), "start_ticks": _started(os.getpid()) or 0}
+        self._owner = {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()) or 0}
         self._children: dict[int, dict[str, Any]] = {}
 
     def add(self, pid: int, role: str) -> None:
@@ -88,7 +76,7 @@ class ChildRecord:
 
         Children that have exited since are dropped from the record at the same time.
         """
-        started = _started(pid)
+        started = start_ticks(pid)
         if started is not None:
             self._children[pid] = {"pid": pid, "start_ticks": started, "role": role}
         self._children = {p: c for p, c in self._children.items() if _alive(p, c)}

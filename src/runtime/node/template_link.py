@@ -29,12 +29,12 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from .child import child_env
 from .config import WorkerSpec
 from .orphans import reap_orphans
-from .template import CHECKS_ENV, FD_ENV, MAX_MESSAGE, MODULES_ENV, NODE_ENV
+from .template import CHECKS_ENV, FD_ENV, MAINS, MAX_MESSAGE, MODULES_ENV, NODE_ENV
 
 if TYPE_CHECKING:
     from troupe.runtime.core.loading import Check
 
-__all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes"]
+__all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes", "start_child"]
 
 log = structlog.get_logger(__name__)
 
@@ -267,6 +267,27 @@ class TemplateLink:
         if self.process is not None and self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signum)
+
+
+async def start_child(
+    template: TemplateLink | None, main: str, env: dict[str, str], modules: Iterable[str] = ()
+) -> tuple[Process, str]:
+    """Start a child of the node that runs ``main`` (a key of ``MAINS``): forked from
+    ``template`` when it can, else spawned as ``python -m troupe.lean_start`` (no rich); with
+    how it started, ``"fork"`` or ``"spawn"``. A worker's stderr is a pipe the node reads
+    (``WorkerHandle.wait`` keeps its tail); the supervisor writes to the node's own."""
+    forked = None if template is None else await template.launch(env, modules, main)
+    if forked is not None:
+        return forked, "fork"
+    process = await anyio.open_process(
+        [sys.executable, "-m", "troupe.lean_start", MAINS[main]],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=subprocess.PIPE if main == "worker" else None,
+        start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
+    )
+    return process, "spawn"
 
 
 def _own_stderr() -> int:

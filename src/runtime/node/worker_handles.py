@@ -13,8 +13,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections import deque
 from typing import Any
@@ -25,7 +23,7 @@ from anyio.abc import ByteReceiveStream, Process
 from .child import child_env
 from .config import NodeConfig, WorkerSpec
 from .reach import worker_bind
-from .template_link import TemplateLink, spec_classes
+from .template_link import TemplateLink, spec_classes, start_child
 
 __all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
 
@@ -263,24 +261,6 @@ async def launch_worker(
         **(supervision or {}),
     }
     env = child_env({"TROUPE_WORKER_SPEC": json.dumps(spec)})
-    forked = None if template is None else await template.launch(env, spec_classes([handle.spec]))
-    if forked is not None:
-        handle.start_mode = "fork"
-        handle.launched(forked)
-        return forked
-    process = await anyio.open_process(
-        [
-            sys.executable,
-            "-m",
-            "troupe.lean_start",
-            "troupe.runtime.node.worker_process",
-        ],  # lean_start: no rich
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=None,
-        stderr=subprocess.PIPE,  # passed on by WorkerHandle.wait, which keeps its tail
-        start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
-    )
-    handle.start_mode = "spawn"
+    process, handle.start_mode = await start_child(template, "worker", env, spec_classes([handle.spec]))
     handle.launched(process)
     return process

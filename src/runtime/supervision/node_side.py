@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +43,7 @@ from anyio.abc import Process, TaskGroup
 from troupe.runtime.chaos.relay import ChaosRelay
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.node.child import child_env
+from troupe.runtime.node.template_link import start_child
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 from .restart import (
@@ -265,28 +264,9 @@ class NodeSupervision:
         env = child_env({SPEC_ENV: json.dumps(spec)})
         # A template that is ready forks it in milliseconds; a spawned one imports for most of
         # a second, on the cores the node's first workers start on.
-        template = self._node.template
-        proc: Process | None = None
-        if template is not None:
-            proc = await template.launch(env, (), main="supervisor")
-        forked = proc is not None
-        if proc is None:
-            proc = await anyio.open_process(
-                [
-                    sys.executable,
-                    "-m",
-                    "troupe.lean_start",
-                    "troupe.runtime.supervision.supervisor",
-                ],  # lean_start: no rich
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=None,
-                stderr=None,
-                start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
-            )
+        proc, self.start_kind = await start_child(self._node.template, "supervisor", env)
         self._proc = proc
         self.pid = proc.pid
-        self.start_kind = "fork" if forked else "spawn"
         self._node.children.add(proc.pid, "supervisor")
         self.starts += 1
         log.info("supervisor_spawned", supervisor_pid=proc.pid, start=self.starts, how=self.start_kind)

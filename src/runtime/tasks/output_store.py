@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import psutil
 import structlog
 
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
@@ -96,15 +95,9 @@ def _writer_tag(pid: int) -> str:
 
 
 def _writer_alive(pid: int, start: int) -> bool:
-    """Whether the process that wrote a staging entry on this host still runs."""
-    if start_ticks(pid) != start:
-        return False  # gone, or the pid was reused by another process
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # cannot tell (permissions): keep it
+    """Whether the process that wrote a staging entry on this host still runs (a pid reused by
+    another process starts at another tick)."""
+    return start_ticks(pid) == start
 
 
 @dataclass(frozen=True)
