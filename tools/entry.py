@@ -6,6 +6,12 @@ command line from every command's signature after that (another fraction of a se
 command's own handling of stop signals (``stop_signals``) begins only then. An interrupt before
 it printed Python's traceback of whichever module was loading, or of typer's signature parsing.
 Nothing has started by then, so the command exits 130, as it does for a Ctrl-C anywhere else.
+
+``troupe run`` starts its node's template here, before those imports (``template_prestart``):
+the template imports the stage classes (torch among them) on the core the command's own
+imports leave idle, and the run's node takes it over. The classes are read from the pipeline
+file with the standard library (or the embedded default's data); a file that does not parse
+starts nothing here, and the command says what is wrong with it as before.
 """
 
 from __future__ import annotations
@@ -20,8 +26,49 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C sto
 def main() -> None:
     """Import the command, then run it."""
     try:
+        _start_template_ahead(sys.argv[1:])
         from troupe.cli.main import app
 
         app()
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
+
+
+def _start_template_ahead(args: list[str]) -> None:
+    """For ``troupe run`` on this host, start the node's template now (see the module's doc)."""
+    if not args or args[0] != "run" or any(_elsewhere(a) for a in args[1:]):
+        return
+    classes = stage_classes(args[1:])
+    if classes:
+        from troupe.template_prestart import prestart
+
+        prestart(classes)
+
+
+def _elsewhere(arg: str) -> bool:
+    """An option after which this command starts no template of its own (or runs nothing)."""
+    return arg in ("--help", "-h", "--cluster") or arg.startswith("--cluster=")
+
+
+def stage_classes(args: list[str]) -> list[str]:
+    """The stage classes of the pipeline that ``troupe run ARGS`` runs: the ``.toml`` file among
+    ``args``, or the embedded default; empty where that cannot be told (no such file, not a
+    pipeline, a training config, a file that does not parse)."""
+    files = [a for a in args if a.endswith(".toml") and not a.startswith("-")]
+    if len(files) > 1:
+        return []
+    if not files:
+        from troupe.actors.datagen.embedded_pipeline import DEFAULT_PIPELINE
+
+        return [str(s["actor"]) for s in DEFAULT_PIPELINE["stages"]]
+    import tomllib
+
+    try:
+        with open(files[0], "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, ValueError):
+        return []
+    stages = data.get("stages")
+    if "train" in data or not isinstance(stages, list):
+        return []
+    return [s["actor"] for s in stages if isinstance(s, dict) and isinstance(s.get("actor"), str)]

@@ -11,11 +11,13 @@ hundredths of a second stands in for it.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import psutil
 
-__all__ = ["start_ticks"]
+__all__ = ["age_s", "start_ticks"]
 
 
 def start_ticks(pid: int) -> int | None:
@@ -41,3 +43,13 @@ def start_ticks(pid: int) -> int | None:
         return round(process.create_time() * 100)
     except psutil.Error:
         return None
+
+
+def age_s() -> float | None:
+    """Seconds since this process started (to a clock tick), or None where that cannot be read."""
+    ticks = start_ticks(os.getpid())
+    if ticks is None:
+        return None
+    if sys.platform.startswith("linux"):
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - ticks / 100

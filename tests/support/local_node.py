@@ -15,11 +15,29 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.testing.plugin import free_endpoint
 
-__all__ = ["ECHO", "echo_node_config", "running_node"]
+__all__ = ["ECHO", "echo_node_config", "ready_template", "running_node"]
 
 ECHO = ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo")
 
 STOP_WITHIN_S = 60.0  # a bound on the stop's grace and reaping, not on speed
+READY_WITHIN_S = 60.0  # a bound on a template's imports on a loaded machine, not on speed
+
+
+@asynccontextmanager
+async def ready_template(link: TemplateLink) -> AsyncIterator[TemplateLink]:
+    """``link`` started and ready before any node, as a one-host run starts its own; stopped
+    when the block ends, however it ends."""
+    async with anyio.create_task_group() as tg:
+        await link.start(tg)
+        try:
+            with anyio.fail_after(READY_WITHIN_S):
+                while not link.describe()["ready"]:
+                    await anyio.sleep(0.01)  # a bounded poll of in-process state
+            yield link
+        finally:
+            with anyio.CancelScope(shield=True):
+                await link.stop()
+            tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.runtime.logs import configure_logging
@@ -30,8 +31,17 @@ from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
+from troupe.runtime.process_start import age_s
 
-__all__ = ["Cluster", "dead_lines", "declared_config", "finish_run", "metrics_json", "metrics_table"]
+__all__ = [
+    "Cluster",
+    "command_split",
+    "dead_lines",
+    "declared_config",
+    "finish_run",
+    "metrics_json",
+    "metrics_table",
+]
 
 console = Console()
 
@@ -65,6 +75,16 @@ def metrics_table(m: PipelineMetrics) -> Table:
     return table
 
 
+def command_split(result: PipelineResult) -> dict[str, float]:
+    """The whole command's wall time, from its process's start (its own imports and checks,
+    which come before ``run_pipeline``'s clock starts) to now, and the share of it outside the
+    run's steady state: ``command_s``, ``command_startup_share``. Empty where it cannot be read."""
+    age = age_s()
+    if age is None or age <= 0:
+        return {}
+    return {"command_s": age, "command_startup_share": max(age - result.steady_s, 0.0) / age}
+
+
 def metrics_json(result: PipelineResult) -> dict[str, Any]:
     """The run's figures as one JSON object (``troupe run --json``)."""
     m = result.metrics
@@ -82,6 +102,7 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
         "steady_s": result.steady_s,
         "finalize_s": result.finalize_s,
         "startup_share": result.startup_share,
+        **command_split(result),
         "items": result.counts(),
         "placement": result.placement,
         "engine_bytes": result.engine_bytes,
@@ -227,6 +248,7 @@ async def _finish_run(
             nodes=0 if cluster is None else cluster.nodes,
             keys=None if cluster is None else cluster.keys,
             endpoints_may_move=defaults,
+            template_ahead=template_prestart.take(),  # troupe.cli.entry started it
         )
         if progress.live.is_started:
             show(result.metrics)  # the bars end where the table below starts
@@ -279,6 +301,12 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
     console.print(
         f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
         f"finalisation {result.finalize_s:.1f} s; start-up share {result.startup_share:.0%}"
+        + (
+            f" (the whole command {split['command_s']:.1f} s, {split['command_startup_share']:.0%} "
+            "of it outside the steady state)"
+            if (split := command_split(result))
+            else ""
+        )
     )
     for line in dead_lines(result, out / "logs" / "local.jsonl"):
         console.print(escape(line))

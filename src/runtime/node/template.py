@@ -8,6 +8,10 @@ classes', and with them numpy or torch): imports only, so no thread pool, CUDA c
 ZeroMQ context exists here, and forking stays safe. It stays single-threaded: it watches its
 node by polling, not with the watchdog thread a worker has.
 
+A command may start it ahead, before its own imports (``template_prestart.py``, with
+``$TROUPE_TEMPLATE_LATER``): it imports what it was given, then waits for the node's first
+message, with the node's name, the classes to check and any modules the guess missed.
+
 It imports with the garbage collector off and freezes what it imported (``gc.freeze``) before it
 serves, as the gc module's documentation advises for a process that forks without exec: the
 collector had been scanning the imports' long-lived objects again and again (a sixth of the
@@ -41,10 +45,13 @@ import threading
 import time
 from typing import Any, NoReturn
 
+from troupe.template_prestart import CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
+
 __all__ = [
     "BASE_MODULES",
     "CHECKS_ENV",
     "FD_ENV",
+    "LATER_ENV",
     "MAINS",
     "MAX_MESSAGE",
     "MODULES_ENV",
@@ -52,10 +59,6 @@ __all__ = [
     "main",
 ]
 
-FD_ENV = "TROUPE_TEMPLATE_FD"
-MODULES_ENV = "TROUPE_TEMPLATE_MODULES"  # JSON list of modules or classes to import at start
-NODE_ENV = "TROUPE_TEMPLATE_NODE"  # the node's name, for the process title
-CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg names]: loading.first_failure
 MAX_MESSAGE = 1 << 20
 # What every worker imports before it serves (the asyncio backend is imported by anyio.run).
 BASE_MODULES = ("troupe.runtime.node.worker_process", "uvloop", "anyio._backends._asyncio")
@@ -88,8 +91,19 @@ def main() -> None:
     gc.disable()
     from troupe.runtime.node.child import name_process  # a worker imports it anyway
 
-    name_process(f"troupe template (node {os.environ.pop(NODE_ENV, '?')})", "troupe-template")
+    node = os.environ.pop(NODE_ENV, "?")
+    name_process(f"troupe template (node {node})", "troupe-template")
     imported, skipped = _preload([*BASE_MODULES, *wanted])
+    if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
+        later = _receive_later(sock)
+        if later is None:  # the command ended without a node for it
+            os._exit(0)  # no teardown of the imports: torch's alone takes seconds
+        node = str(later.get("node", node))
+        name_process(f"troupe template (node {node})", "troupe-template")
+        more, more_skipped = _preload([str(m) for m in later.get("modules", ())])
+        imported += [m for m in more if m not in imported]
+        skipped.update(more_skipped)
+        checks = later.get("checks", [])
     hello: dict[str, Any] = {"ready": True, "pid": os.getpid(), "imported": imported, "skipped": skipped}
     if checks:  # the classes are imported now: checking them costs the run no child of its own
         from troupe.runtime.core.loading import first_failure
@@ -105,6 +119,16 @@ def main() -> None:
         return
     _become_worker(job)
     _run_main(MAINS[job.get("main", "worker")])
+
+
+def _receive_later(sock: socket.socket) -> dict[str, Any] | None:
+    """The node's first message to a template started ahead; None once the socket ends."""
+    try:
+        data = sock.recv(MAX_MESSAGE)
+        message = json.loads(data) if data else None
+    except (OSError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def _run_main(module_name: str) -> NoReturn:

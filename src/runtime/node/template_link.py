@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from .template import CHECKS_ENV, FD_ENV, MAINS, MAX_MESSAGE, MODULES_ENV, NODE_
 
 if TYPE_CHECKING:
     from troupe.runtime.core.loading import Check
+    from troupe.template_prestart import Prestarted
 
 __all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes", "start_child"]
 
@@ -78,6 +80,8 @@ class TemplateLink:
         checks: ``(field, class, kind, kwarg names)`` to check once imported (``loading.first_failure``),
             answered by :meth:`checked`: a run that starts its template before anything else
             checks its stage classes there, in the time the imports take anyway.
+        ahead: a template the command started ahead (``template_prestart.prestart``): the
+            first one, told its node, ``modules`` and ``checks`` now; later ones start anew.
     """
 
     def __init__(
@@ -87,8 +91,10 @@ class TemplateLink:
         record: Callable[[int, str], None] | None = None,
         reap_orphans: bool = False,
         checks: Sequence[Check] = (),
+        ahead: Prestarted | None = None,
     ) -> None:
         self.node = node
+        self._ahead = ahead
         self.reap_orphans = reap_orphans
         self.record = record
         self.modules = list(dict.fromkeys(modules))
@@ -128,6 +134,41 @@ class TemplateLink:
             log.warning("template_given_up", node=self.node, restarts=self.restarts)
 
     async def _run_one(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        process, ours = self._take_over(ahead) if ahead is not None else await self._spawn()
+        self.process, self.pid, self._sock = process, process.pid, ours
+        if self.record is not None:
+            self.record(process.pid, "template")
+        log.info(
+            "template_started",
+            node=self.node,
+            template_pid=process.pid,
+            # Started by the command, this many seconds before its node took it over.
+            ahead_s=None if ahead is None else round(time.monotonic() - ahead.started, 3),
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._await_ready, ours)
+                code = await process.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self._ready = anyio.Event()
+            self._settled.set()
+            self.process, self._sock = None, None
+            ours.close()
+        if not self._stopping:
+            log.warning("template_exited", node=self.node, template_pid=self.pid, returncode=code)
+
+    def _take_over(self, ahead: Prestarted) -> tuple[Process, socket.socket]:
+        """The template started ahead, told what a spawned one is told in its environment. One
+        that died meanwhile is reaped as it would be, and the next one is spawned."""
+        later = {"node": self.node, "modules": self.modules, "checks": self.checks}
+        with contextlib.suppress(OSError):  # gone already: its exit is seen, and it is replaced
+            ahead.sock.send(json.dumps(later).encode())
+        ahead.sock.setblocking(False)
+        return ForkedProcess(ahead.pid, None), ahead.sock
+
+    async def _spawn(self) -> tuple[Process, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             extra = {
@@ -147,25 +188,13 @@ class TemplateLink:
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         ours.setblocking(False)
-        self.process, self.pid, self._sock = process, process.pid, ours
-        if self.record is not None:
-            self.record(process.pid, "template")
-        log.info("template_started", node=self.node, template_pid=process.pid)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._await_ready, ours)
-                code = await process.wait()
-                tg.cancel_scope.cancel()
-        finally:
-            self._ready = anyio.Event()
-            self._settled.set()
-            self.process, self._sock = None, None
-            ours.close()
-        if not self._stopping:
-            log.warning("template_exited", node=self.node, template_pid=self.pid, returncode=code)
+        return process, ours
 
     async def _await_ready(self, sock: socket.socket) -> None:
         try:
@@ -245,6 +274,9 @@ class TemplateLink:
         """Stop the template (its workers are not its children: they stay, for the node to stop)."""
         self._stopping = True
         self._settled.set()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # stopped before it took over the one started ahead
+            ahead.discard()
         self._kill(signal.SIGTERM)
         process = self.process
         if process is not None:

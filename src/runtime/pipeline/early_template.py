@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,11 +23,16 @@ from troupe.runtime.node.template_link import TemplateLink
 
 from .config import PipelineConfig
 
+if TYPE_CHECKING:
+    from troupe.template_prestart import Prestarted
+
 __all__ = ["early_template"]
 
 
 @asynccontextmanager
-async def early_template(cfg: PipelineConfig, node: str, source: str) -> AsyncIterator[TemplateLink]:
+async def early_template(
+    cfg: PipelineConfig, node: str, source: str, ahead: Prestarted | None = None
+) -> AsyncIterator[TemplateLink]:
     """A template for ``cfg``'s stage classes, started and their check passed; stopped on the
     way out unless a node stopped it first.
 
@@ -34,12 +40,13 @@ async def early_template(cfg: PipelineConfig, node: str, source: str) -> AsyncIt
         cfg: the pipeline; its stages' classes are imported and checked.
         node: the name of the node that will fork from it (its log lines say so).
         source: where the pipeline came from, for the error.
+        ahead: the template the command started ahead (``template_prestart``), taken over.
 
     Raises:
         ConfigError: as :func:`~troupe.runtime.core.loading.check_stage_actors`.
     """
     checks = stage_checks(cfg)
-    link = TemplateLink(node, [s.actor for s in cfg.stages], checks=checks)
+    link = TemplateLink(node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead)
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         await link.start(tg)

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -66,6 +66,9 @@ from .master_job import master_source
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
 from .source import ItemSource, MasterSource
+
+if TYPE_CHECKING:
+    from troupe.template_prestart import Prestarted
 
 __all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
 
@@ -112,6 +115,7 @@ async def run_pipeline(
     nodes: int = 0,
     keys: str | os.PathLike[str] | None = None,
     endpoints_may_move: bool = False,
+    template_ahead: Prestarted | None = None,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -138,6 +142,9 @@ async def run_pipeline(
         endpoints_may_move: ``node_endpoint`` and ``master_endpoint`` are defaults found free
             before the run: one taken since (another run started at once) gives way to a free
             port of its host, said through ``on_event``, rather than failing the run.
+        template_ahead: a node template the caller started ahead (``troupe.template_prestart``,
+            as ``troupe run`` does at its entry): a one-host run's node takes it over, any
+            other run stops it. The wall time still counts from this call.
 
     Returns:
         The run's :class:`PipelineResult`.
@@ -155,8 +162,10 @@ async def run_pipeline(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
         )
     items_from = master or cluster  # a master's job: then ``out`` holds no run record
-    early = await anyio.to_thread.run_sync(_early, pipeline, out, items, items_from, fresh)
     async with contextlib.AsyncExitStack() as stack:
+        ahead = [template_ahead] if template_ahead is not None else []
+        stack.callback(_discard_all, ahead)  # whatever happens before a node takes it over
+        early = await anyio.to_thread.run_sync(_early, pipeline, out, items, items_from, fresh)
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
         held = stack.enter_context(_held_log()) if not structlog.is_configured() else None
@@ -164,7 +173,8 @@ async def run_pipeline(
         # it imports them for the replicas (early_template.py); a finished run needs neither.
         template = None
         if node is None and cluster is None and not early.finished:
-            template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source))
+            taken = ahead.pop() if ahead else None
+            template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source, taken))
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         log_dir = plan.log_dir
@@ -251,6 +261,11 @@ async def _lone_error_raised() -> AsyncIterator[None]:
         if len(leaves) == 1 and isinstance(leaves[0], TroupeError):
             raise leaves[0] from None
         raise
+
+
+def _discard_all(unused: list[Prestarted]) -> None:
+    for ahead in unused:
+        ahead.discard()
 
 
 def _stage_supervision(cfg: PipelineConfig) -> SupervisionConfig:

@@ -11,15 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import psutil
 
-from support.local_node import ECHO, echo_node_config, running_node
+from support.local_node import ECHO, echo_node_config, ready_template, running_node
 from troupe.runtime.node.child import child_env
 from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.node.node import Node
@@ -32,21 +31,9 @@ def _config(tmp_path: Path, **extra: object) -> NodeConfig:
     return echo_node_config(tmp_path, "fsup", **extra)
 
 
-@asynccontextmanager
-async def _ready_template(modules: list[str]) -> AsyncIterator[TemplateLink]:
+def _ready_template(modules: list[str]) -> AbstractAsyncContextManager[TemplateLink]:
     """A template started and ready before any node, as a one-host run starts its own."""
-    link = TemplateLink("fsup", modules)
-    async with anyio.create_task_group() as tg:
-        await link.start(tg)
-        try:
-            with anyio.fail_after(WITHIN_S):
-                while not link.describe()["ready"]:
-                    await anyio.sleep(0.01)  # a bounded poll of in-process state
-            yield link
-        finally:
-            with anyio.CancelScope(shield=True):
-                await link.stop()
-            tg.cancel_scope.cancel()
+    return ready_template(TemplateLink("fsup", modules))
 
 
 async def _watching(node: Node, old_pid: int | None = None) -> dict[str, Any]:
