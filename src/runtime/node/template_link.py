@@ -44,6 +44,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk
 _REPLY_S = 10.0  # a fork: milliseconds; longer means the template is stuck
 _RESTART_BACKOFF_S = 1.0
+_STOP_S = 5.0  # a SIGKILLed template's exit; longer only on a machine that stalls
 _MAX_RESTARTS = 5  # a template that keeps dying (a module crashes its import): spawn for good
 
 
@@ -154,6 +155,11 @@ class TemplateLink:
         finally:
             self._ready = anyio.Event()
             self._settled.set()
+            if process.returncode is None:  # cancelled while it runs: it goes with this task
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_S):
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()  # reaped here: a forked one has no one else to reap it
             self.process, self._sock = None, None
             ours.close()
         if not self._stopping:
@@ -280,7 +286,7 @@ class TemplateLink:
         self._kill(signal.SIGTERM)
         process = self.process
         if process is not None:
-            with anyio.move_on_after(5.0):
+            with anyio.move_on_after(_STOP_S):
                 await process.wait()
             if process.returncode is None:
                 self._kill()

@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
 
@@ -89,3 +90,18 @@ def test_discard_kills_and_reaps_it() -> None:
     ahead.discard()
     with pytest.raises(ChildProcessError):
         os.waitpid(ahead.pid, os.WNOHANG)  # reaped already: no zombie left
+
+
+async def test_a_template_whose_link_is_cancelled_is_killed_and_reaped() -> None:
+    """A Ctrl-C cancels the run's tasks before anything stops the template: it must not be left
+    for the parent-death signal, and a zombie for init, once the command exits."""
+    ahead = _started_ahead([])
+    link = TemplateLink("fahead", [], ahead=ahead)
+    with anyio.fail_after(WITHIN_S):
+        async with anyio.create_task_group() as tg:
+            await link.start(tg)
+            while not link.describe()["ready"]:
+                await anyio.sleep(0.01)  # a bounded poll of in-process state
+            tg.cancel_scope.cancel()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(ahead.pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: killed and reaped already
