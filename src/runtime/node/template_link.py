@@ -136,7 +136,13 @@ class TemplateLink:
 
     async def _run_one(self) -> None:
         ahead, self._ahead = self._ahead, None
-        process, ours = self._take_over(ahead) if ahead is not None else await self._spawn()
+        process: Process
+        if ahead is not None:  # started by the command: told now what a spawned one is told at start
+            process, ours = ForkedProcess(ahead.pid, None), ahead.sock
+            ours.setblocking(False)
+            later = json.dumps({"node": self.node, "modules": self.modules, "checks": self.checks}).encode()
+        else:
+            (process, ours), later = await self._spawn(), None
         self.process, self.pid, self._sock = process, process.pid, ours
         if self.record is not None:
             self.record(process.pid, "template")
@@ -149,7 +155,7 @@ class TemplateLink:
         )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._await_ready, ours)
+                tg.start_soon(self._await_ready, ours, later)
                 code = await process.wait()
                 tg.cancel_scope.cancel()
         finally:
@@ -164,15 +170,6 @@ class TemplateLink:
             ours.close()
         if not self._stopping:
             log.warning("template_exited", node=self.node, template_pid=self.pid, returncode=code)
-
-    def _take_over(self, ahead: Prestarted) -> tuple[Process, socket.socket]:
-        """The template started ahead, told what a spawned one is told in its environment. One
-        that died meanwhile is reaped as it would be, and the next one is spawned."""
-        later = {"node": self.node, "modules": self.modules, "checks": self.checks}
-        with contextlib.suppress(OSError):  # gone already: its exit is seen, and it is replaced
-            ahead.sock.send(json.dumps(later).encode())
-        ahead.sock.setblocking(False)
-        return ForkedProcess(ahead.pid, None), ahead.sock
 
     async def _spawn(self) -> tuple[Process, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -202,9 +199,11 @@ class TemplateLink:
         ours.setblocking(False)
         return process, ours
 
-    async def _await_ready(self, sock: socket.socket) -> None:
+    async def _await_ready(self, sock: socket.socket, later: bytes | None) -> None:
         try:
             with anyio.fail_after(_READY_S):
+                if later is not None:  # read once the template's own imports are done
+                    await _send_fds(sock, later)
                 hello = await _receive(sock)
         except (TimeoutError, OSError, ValueError) as exc:
             log.warning("template_not_ready", node=self.node, error=repr(exc))
@@ -336,10 +335,10 @@ def _own_stderr() -> int:
         return os.open(os.devnull, os.O_WRONLY)
 
 
-async def _send_fds(sock: socket.socket, data: bytes, fd: int) -> None:
+async def _send_fds(sock: socket.socket, data: bytes, fd: int | None = None) -> None:
     while True:
         try:
-            socket.send_fds(sock, [data], [fd])
+            socket.send_fds(sock, [data], [] if fd is None else [fd])
             return
         except BlockingIOError:
             await anyio.wait_writable(sock)
