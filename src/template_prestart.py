@@ -78,7 +78,10 @@ def prestart(modules: Sequence[str]) -> Prestarted | None:
         return _ahead
     import json
 
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except (OSError, AttributeError):  # no SEQPACKET pairs here: the node spawns its workers
+        return None
     try:
         os.set_inheritable(theirs.fileno(), True)
         extra = {FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(list(modules)), LATER_ENV: "1"}
@@ -91,7 +94,7 @@ def prestart(modules: Sequence[str]) -> Prestarted | None:
             file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
             setsid=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
         )
-    except OSError:
+    except (OSError, NotImplementedError, AttributeError):  # no posix_spawn, or no setsid in it
         ours.close()
         return None
     finally:
