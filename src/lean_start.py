@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import runpy
 import sys
+import warnings
 
 __all__ = ["main"]
 
@@ -30,6 +31,12 @@ def main() -> None:
         finally:
             del sys.modules[_HIDDEN]
     sys.argv = [target, *sys.argv[2:]]
+    # A module its package imports (the class check's child, troupe.runtime.core.loading) is in
+    # sys.modules before it runs as __main__; runpy warns on stderr, where the child's last words
+    # belong (a module that ended the check's process without a word was reported by it).
+    warnings.filterwarnings(
+        "ignore", message=r".*found in sys\.modules after import of package", category=RuntimeWarning
+    )
     runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 

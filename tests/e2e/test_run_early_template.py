@@ -151,16 +151,24 @@ def test_a_kwarg_the_class_does_not_take_is_refused_by_the_template_and_nothing_
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        pytest.param(
+            "import sys\nsys.exit('no GPU here')\n", "(exit status 1): 'no GPU here'", id="its-words"
+        ),
+        pytest.param("import os\nos._exit(3)\n", "(exit status 3), without a word on stderr", id="silent"),
+    ],
+)
 def test_a_module_that_ends_the_template_is_reported_by_the_child_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_checks: list[Any]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_checks: list[Any], body: str, said: str
 ) -> None:
-    (tmp_path / "troupe_test_early_exits.py").write_text("import sys\nsys.exit('no GPU here')\n")
+    (tmp_path / "troupe_test_early_exits.py").write_text(body)
     monkeypatch.chdir(tmp_path)
     toml, out = _toml(tmp_path, "troupe_test_early_exits:Stage"), tmp_path / "out"
     with pytest.raises(ConfigError) as refused:
         run_pipeline_sync(toml, out=out)
-    said = "stages.a.actor: importing it ended the process (exit status 1): 'no GPU here'"
-    assert said in str(refused.value)
+    assert f"stages.a.actor: importing it ended the process {said}" in str(refused.value)
     assert len(child_checks) == 1, "the template could not say, the child did"
     assert not out.exists()
 

@@ -41,3 +41,15 @@ def test_without_a_module_it_says_how_to_call_it(tmp_path: Path) -> None:
     done = _run([], tmp_path)
     assert done.returncode == 1
     assert "usage: python -m troupe.lean_start MODULE" in done.stderr
+
+
+def test_a_module_its_package_imports_runs_without_runpy_s_warning_on_stderr(tmp_path: Path) -> None:
+    """The class check's child (troupe.runtime.core.loading, which its package imports) reports
+    a module that ended it by its stderr: runpy's warning was taken for those last words."""
+    package = tmp_path / "lean_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import child\n")
+    (package / "child.py").write_text("import sys\nif __name__ == '__main__':\n    sys.exit(3)\n")
+    done = _run(["lean_pkg.child"], tmp_path)
+    assert done.returncode == 3
+    assert done.stderr == ""

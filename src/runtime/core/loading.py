@@ -215,10 +215,11 @@ def _check_in_child(source: str, checks: Sequence[Check]) -> None:
     if error:
         raise ConfigError(f"{source}: {where}: {error}")
     if done.returncode != 0:  # the import killed the interpreter (sys.exit, a crash)
-        last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), "no message")
+        last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), None)
+        said = f": {short_repr(last.strip())}" if last is not None else ", without a word on stderr"
         raise ConfigError(
             f"{source}: {where or 'actor classes'}: importing it ended the process "
-            f"(exit status {done.returncode}): {short_repr(last.strip())}"
+            f"(exit status {done.returncode}){said}"
         )
     _PASSED.add(key)
 
