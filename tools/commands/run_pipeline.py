@@ -194,9 +194,19 @@ async def _finish_run(
     )
     bars = {s.name: progress.add_task(escape(s.name), total=declared.items, note="") for s in declared.stages}
     before = 0
+    # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them) that
+    # said nothing. A spinner on a terminal only: piped output stays the lines below.
+    starting = console.status(
+        "joining the cluster"
+        if cluster is not None
+        else "starting the node: its template imports the stages' classes"
+    )
+    if not as_json and console.is_terminal:
+        starting.start()
 
     def started(start: RunStart) -> None:
         nonlocal before
+        starting.stop()
         before = start.before
         if as_json:
             return
@@ -253,6 +263,7 @@ async def _finish_run(
         if progress.live.is_started:
             show(result.metrics)  # the bars end where the table below starts
     finally:
+        starting.stop()  # transient: a run refused before it started prints only its error
         if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
             progress.stop()
     if as_json:
