@@ -33,10 +33,10 @@ __all__ = [
     "LATER_ENV",
     "MODULES_ENV",
     "NODE_ENV",
-    "TEMPLATE_MODULE",
     "Prestarted",
     "prestart",
     "take",
+    "template_argv",
 ]
 
 FD_ENV = "TROUPE_TEMPLATE_FD"
@@ -45,7 +45,11 @@ NODE_ENV = "TROUPE_TEMPLATE_NODE"  # the node's name, for the process title
 CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg names]: loading.first_failure
 # "1": the node's name, the checks and more modules come as the socket's first message.
 LATER_ENV = "TROUPE_TEMPLATE_LATER"
-TEMPLATE_MODULE = "troupe.runtime.node.template"
+
+
+def template_argv() -> list[str]:
+    """How a template is started, by a node or ahead of it: without rich (``lean_start``)."""
+    return [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.template"]
 
 
 @dataclass
@@ -86,9 +90,9 @@ def prestart(modules: Sequence[str]) -> Prestarted | None:
         os.set_inheritable(theirs.fileno(), True)
         extra = {FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(list(modules)), LATER_ENV: "1"}
         env = {**os.environ, **extra}
-        argv = [sys.executable, "-m", "troupe.lean_start", TEMPLATE_MODULE]
+        argv = template_argv()
         pid = os.posix_spawn(
-            sys.executable,
+            argv[0],
             argv,
             env,
             file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],

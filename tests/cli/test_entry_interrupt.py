@@ -9,20 +9,16 @@ from importlib import metadata
 
 import pytest
 
+from support.cli_scripts import INTERRUPT_AT_COMMAND_IMPORT
+
 # The interrupt is raised where a Ctrl-C would land: while the command's modules import.
-INTERRUPTED_IMPORT = """
-import importlib.abc, sys
-
-class Interrupt(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "troupe.cli.main":
-            raise KeyboardInterrupt
-        return None
-
-sys.meta_path.insert(0, Interrupt())
+INTERRUPTED_IMPORT = (
+    INTERRUPT_AT_COMMAND_IMPORT
+    + """
 from troupe.cli.entry import main
 main()
 """
+)
 
 
 # ... and where a Ctrl-C 1 s after `troupe run` landed on this machine: typer reading the

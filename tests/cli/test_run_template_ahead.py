@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from support.cli_scripts import INTERRUPT_AT_COMMAND_IMPORT
 from support.processes import gone_within
 from troupe.actors.datagen.embedded_pipeline import DEFAULT_PIPELINE
 from troupe.cli.entry import stage_classes
@@ -40,19 +41,6 @@ ahead.prestart = told
 {before}
 from troupe.cli.entry import main
 main()
-"""
-
-# A Ctrl-C while the command's modules import, after the template was started.
-INTERRUPTED_IMPORT = """
-import importlib.abc
-
-class Interrupt(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "troupe.cli.main":
-            raise KeyboardInterrupt
-        return None
-
-sys.meta_path.insert(0, Interrupt())
 """
 
 
@@ -98,7 +86,7 @@ def test_a_refused_run_leaves_no_template(tmp_path: Path) -> None:
 
 def test_a_ctrl_c_while_the_command_imports_leaves_no_template(tmp_path: Path) -> None:
     done = subprocess.run(
-        _entry("run", "--out", str(tmp_path / "out"), before=INTERRUPTED_IMPORT),
+        _entry("run", "--out", str(tmp_path / "out"), before=INTERRUPT_AT_COMMAND_IMPORT),
         capture_output=True,
         text=True,
         timeout=WITHIN_S,

@@ -26,6 +26,7 @@ import psutil
 import pytest
 import structlog
 
+from support.processes import gone_within
 from troupe import ConfigError, run_pipeline_sync
 from troupe.runtime.core import loading
 from troupe.runtime.testing.plugin import import_path
@@ -186,7 +187,7 @@ def test_a_sigkilled_run_takes_its_early_template_with_it(tmp_path: Path) -> Non
         template = _wait_for_template(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        assert _gone_within(template, GONE_WITHIN_S), "the template outlived its run"
+        assert gone_within(template.pid, GONE_WITHIN_S), "the template outlived its run"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -208,18 +209,6 @@ def _wait_for_template(pid: int) -> psutil.Process:
     raise AssertionError("the run started no template within 60 s")
 
 
-def _gone_within(process: psutil.Process, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_sigkilled_run_takes_the_supervisor_its_template_forked_with_it(tmp_path: Path) -> None:
     """The run's node forks its supervisor from the template, ready by then: that supervisor,
     like every replica, dies with the run however the run ends (here: SIGKILLed mid-run)."""
@@ -238,7 +227,7 @@ def test_a_sigkilled_run_takes_the_supervisor_its_template_forked_with_it(tmp_pa
         assert supervisor["supervisor_pid"] in {c.pid for c in children}
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        left = [c.pid for c in children if not _gone_within(c, GONE_WITHIN_S)]
+        left = [c.pid for c in children if not gone_within(c.pid, GONE_WITHIN_S)]
         assert not left, f"outlived their SIGKILLed run: {left}"
     finally:
         if proc.poll() is None:

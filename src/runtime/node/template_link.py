@@ -25,10 +25,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import structlog
-from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+from anyio.abc import Process
+
+from troupe.template_prestart import template_argv
 
 from .child import child_env
 from .config import WorkerSpec
+from .forked_process import ForkedProcess
 from .orphans import reap_orphans
 from .template import CHECKS_ENV, FD_ENV, MAINS, MAX_MESSAGE, MODULES_ENV, NODE_ENV
 
@@ -44,7 +47,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk
 _REPLY_S = 10.0  # a fork: milliseconds; longer means the template is stuck
 _RESTART_BACKOFF_S = 1.0
-_STOP_S = 5.0  # a SIGKILLed template's exit; longer only on a machine that stalls
+_STOP_S = 5.0  # a stopped or killed template's exit; longer only on a machine that stalls
 _MAX_RESTARTS = 5  # a template that keeps dying (a module crashes its import): spawn for good
 
 
@@ -183,7 +186,7 @@ class TemplateLink:
                 extra[CHECKS_ENV] = json.dumps(self.checks)
             env = child_env(extra)
             process = await anyio.open_process(
-                [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.template"],
+                template_argv(),
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=None,
@@ -364,106 +367,3 @@ def _close(*fds: int) -> None:
         if fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-class _PipeReader(ByteReceiveStream):
-    """The read end of a worker's stderr pipe, as a byte stream."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        while True:
-            if self._fd < 0:
-                raise anyio.ClosedResourceError
-            try:
-                data = os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                await anyio.wait_readable(self._fd)
-                continue
-            if not data:
-                raise anyio.EndOfStream
-            return data
-
-    async def aclose(self) -> None:
-        fd, self._fd = self._fd, -1
-        _close(fd)
-
-
-class ForkedProcess(Process):
-    """A worker the template forked and the node adopted: waited for with a pidfd. Its stderr
-    is the read end of its pipe, or None where it writes to the node's own (the supervisor)."""
-
-    def __init__(self, pid: int, stderr_fd: int | None) -> None:
-        self._pid = pid
-        self._returncode: int | None = None
-        self._stderr = _PipeReader(stderr_fd) if stderr_fd is not None else None
-        self._reaped = anyio.Event()
-        self._waiting = False
-
-    async def wait(self) -> int:
-        if self._waiting:
-            await self._reaped.wait()
-        else:
-            self._waiting = True
-            try:
-                self._returncode = await _reap(self._pid)
-            finally:
-                self._waiting = False
-            self._reaped.set()
-        assert self._returncode is not None
-        return self._returncode
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def send_signal(self, signal: int) -> None:
-        if self._returncode is None:  # reaped: its pid may be someone else's now
-            os.kill(self._pid, signal)
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._returncode
-
-    @property
-    def stdin(self) -> ByteSendStream | None:
-        return None
-
-    @property
-    def stdout(self) -> ByteReceiveStream | None:
-        return None
-
-    @property
-    def stderr(self) -> ByteReceiveStream | None:
-        return self._stderr
-
-    async def aclose(self) -> None:
-        if self._stderr is not None:
-            await self._stderr.aclose()
-        if self._returncode is None:
-            await self.wait()
-
-
-async def _reap(pid: int) -> int:
-    """Wait for our child ``pid`` to exit and reap it; its exit status as asyncio gives it."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfds (an old kernel): a thread waits instead
-        _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0, abandon_on_cancel=True)
-        return os.waitstatus_to_exitcode(status)
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: never blocks
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            await anyio.wait_readable(pidfd)
-    finally:
-        os.close(pidfd)
