@@ -57,13 +57,13 @@ def _tests_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def child_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The checks this process ran in a child of its own (the template's answer spares them)."""
     calls: list[Any] = []
-    real = loading._check_in_child
+    real = loading._child_env  # what every check's child is started with, sync or async
 
-    def spy(source: str, checks: Any) -> None:
+    def spy(checks: Any) -> dict[str, str]:
         calls.append(checks)
-        real(source, checks)
+        return real(checks)
 
-    monkeypatch.setattr(loading, "_check_in_child", spy)
+    monkeypatch.setattr(loading, "_child_env", spy)
     return calls
 
 

@@ -33,6 +33,8 @@ from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 from troupe.runtime.process_start import age_s
 
+from .starting_status import StartingStatus
+
 __all__ = [
     "Cluster",
     "command_split",
@@ -194,15 +196,9 @@ async def _finish_run(
     )
     bars = {s.name: progress.add_task(escape(s.name), total=declared.items, note="") for s in declared.stages}
     before = 0
-    # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them) that
-    # said nothing. A spinner on a terminal only: piped output stays the lines below.
-    starting = console.status(
-        "joining the cluster"
-        if cluster is not None
-        else "starting the node: its template imports the stages' classes"
-    )
-    if not as_json and console.is_terminal:
-        starting.start()
+    # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them).
+    starting = StartingStatus(console, cluster is not None, as_json)
+    starting.start()
 
     def started(start: RunStart) -> None:
         nonlocal before
@@ -258,6 +254,7 @@ async def _finish_run(
             nodes=0 if cluster is None else cluster.nodes,
             keys=None if cluster is None else cluster.keys,
             endpoints_may_move=defaults,
+            on_importing=starting.importing,
             template_ahead=template_prestart.take(),  # troupe.cli.entry started it
         )
         if progress.live.is_started:

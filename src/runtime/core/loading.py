@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_node_actors",
     "check_stage_actors",
+    "check_stage_actors_async",
     "first_failure",
     "kwargs_problem",
     "load_actor_class",
@@ -182,28 +183,69 @@ def _check_in_child(source: str, checks: Sequence[Check]) -> None:
     and working directory (``troupe run`` checks before it starts anything, and the run it
     starts would check again: a child importing torch, half a second of its start-up).
     """
-    if not checks:
-        return
-    key = (json.dumps(checks), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
-    if key in _PASSED:
+    key = _passed_key(checks)
+    if key is None:
         return
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.core.loading"],
-            env=dict(os.environ, **{CHECK_ENV: json.dumps(list(checks))}),
+            _CHILD,
+            env=_child_env(checks),
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            text=True,
             timeout=_IMPORT_GUARD_S,
             start_new_session=True,  # a Ctrl-C at the terminal stops the command, not its check
         )
     except subprocess.TimeoutExpired:
-        raise ConfigError(
-            f"{source}: importing the actor classes took over {_IMPORT_GUARD_S} s; "
-            "a module that hangs while importing would hang every worker"
-        ) from None
+        raise _hangs(source) from None
+    _judge(source, done.stdout, done.stderr, done.returncode)
+    _PASSED.add(key)
+
+
+async def check_stage_actors_async(cfg: PipelineConfig, source: str) -> None:
+    """:func:`check_stage_actors` for an event loop: the child is killed (and reaped) when the
+    caller is cancelled, so a Ctrl-C stops a run whose class check hangs in an import."""
+    import anyio  # here: the check's child imports this module, and stays lean
+
+    checks = stage_checks(cfg)
+    key = _passed_key(checks)
+    if key is None:
+        return
+    with anyio.move_on_after(_IMPORT_GUARD_S) as guard:
+        done = await anyio.run_process(
+            _CHILD, env=_child_env(checks), stdin=subprocess.DEVNULL, check=False, start_new_session=True
+        )
+    if guard.cancelled_caught:
+        raise _hangs(source)
+    _judge(source, done.stdout, done.stderr, done.returncode)
+    _PASSED.add(key)
+
+
+_CHILD = (sys.executable, "-m", "troupe.lean_start", "troupe.runtime.core.loading")
+
+
+def _passed_key(checks: Sequence[Check]) -> tuple[object, ...] | None:
+    """What identifies ``checks`` run from here (see ``_PASSED``); None: nothing to check."""
+    if not checks:
+        return None
+    key = (json.dumps(checks), os.getcwd(), os.environ.get("PYTHONPATH", ""), sys.executable)
+    return None if key in _PASSED else key
+
+
+def _child_env(checks: Sequence[Check]) -> dict[str, str]:
+    return dict(os.environ, **{CHECK_ENV: json.dumps(list(checks))})
+
+
+def _hangs(source: str) -> ConfigError:
+    return ConfigError(
+        f"{source}: importing the actor classes took over {_IMPORT_GUARD_S} s; "
+        "a module that hangs while importing would hang every worker"
+    )
+
+
+def _judge(source: str, stdout: bytes, stderr: bytes, returncode: int) -> None:
+    """Raise what the check's child reported: the first failing class, or how it ended."""
     where, error = "", ""
-    for line in done.stdout.splitlines():
+    for line in stdout.decode(errors="replace").splitlines():
         try:
             report = json.loads(line)
         except json.JSONDecodeError:  # a module that wrote to fd 1 itself
@@ -214,14 +256,14 @@ def _check_in_child(source: str, checks: Sequence[Check]) -> None:
         error = report.get("error", error)
     if error:
         raise ConfigError(f"{source}: {where}: {error}")
-    if done.returncode != 0:  # the import killed the interpreter (sys.exit, a crash)
-        last = next((ln for ln in reversed(done.stderr.splitlines()) if ln.strip()), None)
+    if returncode != 0:  # the import killed the interpreter (sys.exit, a crash)
+        lines = stderr.decode(errors="replace").splitlines()
+        last = next((ln for ln in reversed(lines) if ln.strip()), None)
         said = f": {short_repr(last.strip())}" if last is not None else ", without a word on stderr"
         raise ConfigError(
             f"{source}: {where or 'actor classes'}: importing it ended the process "
-            f"(exit status {done.returncode}){said}"
+            f"(exit status {returncode}){said}"
         )
-    _PASSED.add(key)
 
 
 def main() -> None:

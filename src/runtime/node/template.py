@@ -5,7 +5,9 @@ troupe.runtime.node.template`` with one end of a ``SOCK_SEQPACKET`` socket pair 
 ``$TROUPE_TEMPLATE_FD``. It imports what a worker imports (``worker_process`` and its
 dependencies, uvloop, anyio's asyncio backend) and the modules the node names (its actor
 classes', and with them numpy or torch): imports only, so no thread pool, CUDA context or
-ZeroMQ context exists here, and forking stays safe. It stays single-threaded: it watches its
+ZeroMQ context exists here, and forking stays safe. Until it is ready it names each class or
+module before its import (``{"importing": name}``), so that one whose import hangs is named
+while the node waits. It stays single-threaded: it watches its
 node by polling, not with the watchdog thread a worker has.
 
 A command may start it ahead, before its own imports (``template_prestart.py``, with
@@ -43,6 +45,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from troupe.template_prestart import CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
@@ -93,14 +96,14 @@ def main() -> None:
 
     node = os.environ.pop(NODE_ENV, "?")
     name_process(f"troupe template (node {node})", "troupe-template")
-    imported, skipped = _preload([*BASE_MODULES, *wanted])
+    imported, skipped = _preload([*BASE_MODULES, *wanted], _telling(sock))
     if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
         later = _receive_later(sock)
         if later is None:  # the command ended without a node for it
             os._exit(0)  # no teardown of the imports: torch's alone takes seconds
         node = str(later.get("node", node))
         name_process(f"troupe template (node {node})", "troupe-template")
-        more, more_skipped = _preload([str(m) for m in later.get("modules", ())])
+        more, more_skipped = _preload([str(m) for m in later.get("modules", ())], _telling(sock))
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
         checks = later.get("checks", [])
@@ -141,22 +144,38 @@ def _run_main(module_name: str) -> NoReturn:
     run_and_exit(module.main)
 
 
-def _preload(names: list[str]) -> tuple[list[str], dict[str, str]]:
+def _telling(sock: socket.socket) -> Callable[[str], None]:
+    """Tell the node what is imported next (``{"importing": name}``, before the hello): a
+    module that hangs as it imports is named while the node waits, not after its timeout.
+    Never blocks: a message the socket has no room for is dropped (the next one says more)."""
+
+    def tell(name: str) -> None:
+        try:
+            sock.send(json.dumps({"importing": name}).encode(), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
+    return tell
+
+
+def _preload(names: list[str], tell: Callable[[str], None] | None = None) -> tuple[list[str], dict[str, str]]:
     """Import ``names``: modules, or classes (``pkg.mod:Class``) whose module is imported and
     then what the class names in ``preload_modules`` (what it imports lazily: torch, say).
     One that fails is skipped (its worker imports it as a spawned one would, and reports the
-    error there)."""
+    error there). ``tell`` is told each name before its import (``_telling``)."""
     imported: list[str] = []
     skipped: dict[str, str] = {}
     for name in dict.fromkeys(names):
         module, _, cls_name = name.partition(":")
+        if tell is not None and module not in sys.modules:
+            tell(name)
         try:
             loaded = importlib.import_module(module)
             imported.append(module)
             cls = getattr(loaded, cls_name, None) if cls_name else None
             extra = getattr(cls, "preload_modules", ())
             if isinstance(extra, tuple | list) and extra:
-                more, failed = _preload([str(m).partition(":")[0] for m in extra])
+                more, failed = _preload([str(m).partition(":")[0] for m in extra], tell)
                 imported += more
                 skipped.update(failed)
         except BaseException as exc:  # a module's import may even sys.exit

@@ -39,12 +39,20 @@ if TYPE_CHECKING:
     from troupe.runtime.core.loading import Check
     from troupe.template_prestart import Prestarted
 
-__all__ = ["ClassCheck", "ForkedProcess", "TemplateLink", "spec_classes", "start_child"]
+__all__ = [
+    "READY_S",
+    "ClassCheck",
+    "ForkedProcess",
+    "Importing",
+    "TemplateLink",
+    "spec_classes",
+    "start_child",
+]
 
 log = structlog.get_logger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
-_READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk
+READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk
 _REPLY_S = 10.0  # a fork: milliseconds; longer means the template is stuck
 _RESTART_BACKOFF_S = 1.0
 _STOP_S = 5.0  # a stopped or killed template's exit; longer only on a machine that stalls
@@ -61,6 +69,15 @@ def _set_subreaper(on: bool) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on))
+
+
+@dataclass(frozen=True)
+class Importing:
+    """What a template that is not ready yet imports now (a class or a module), since when
+    (``time.monotonic()``)."""
+
+    name: str
+    since: float
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,8 @@ class TemplateLink:
             checks its stage classes there, in the time the imports take anyway.
         ahead: a template the command started ahead (``template_prestart.prestart``): the
             first one, told its node, ``modules`` and ``checks`` now; later ones start anew.
+        ready_s: how long a template may import before it is given up on (killed; the node
+            spawns meanwhile, and starts another).
     """
 
     def __init__(
@@ -96,6 +115,7 @@ class TemplateLink:
         reap_orphans: bool = False,
         checks: Sequence[Check] = (),
         ahead: Prestarted | None = None,
+        ready_s: float = READY_S,
     ) -> None:
         self.node = node
         self._ahead = ahead
@@ -104,6 +124,9 @@ class TemplateLink:
         self.modules = list(dict.fromkeys(modules))
         self.checks = [list(c) for c in checks]
         self._check: ClassCheck | None = None
+        self.ready_s = ready_s
+        self.importing: Importing | None = None  # until ready: what the template imports now
+        self._stuck: Importing | None = None
         self.process: Process | None = None
         self.pid: int | None = None
         self.forks = 0
@@ -204,14 +227,25 @@ class TemplateLink:
 
     async def _await_ready(self, sock: socket.socket, later: bytes | None) -> None:
         try:
-            with anyio.fail_after(_READY_S):
+            with anyio.fail_after(self.ready_s):
                 if later is not None:  # read once the template's own imports are done
                     await _send_fds(sock, later)
                 hello = await _receive(sock)
+                while "importing" in hello:  # what it imports next, until its hello
+                    self.importing = Importing(str(hello["importing"]), time.monotonic())
+                    hello = await _receive(sock)
         except (TimeoutError, OSError, ValueError) as exc:
-            log.warning("template_not_ready", node=self.node, error=repr(exc))
+            if isinstance(exc, TimeoutError) and self.importing is not None and self._stuck is None:
+                self._stuck = self.importing  # the first template's: the run says so
+            log.warning(
+                "template_not_ready",
+                node=self.node,
+                error=repr(exc),
+                importing=None if self.importing is None else self.importing.name,
+            )
             self._kill()
             return
+        self.importing = None
         if hello.get("skipped"):  # their workers import them as spawned ones would, and say why
             log.info("template_skipped_modules", node=self.node, skipped=hello["skipped"])
         log.info(
@@ -225,11 +259,17 @@ class TemplateLink:
 
     async def checked(self) -> ClassCheck | None:
         """The first template's check of ``checks`` once it is ready; None when it could not
-        say (it failed to start, died, or a module ended it as it imported): check elsewhere."""
+        say (it failed to start, died, or a module ended it as it imported, or :attr:`stuck`
+        in an import): check elsewhere."""
         if not self._settled.is_set():
-            with anyio.move_on_after(_READY_S):
+            with anyio.move_on_after(self.ready_s):
                 await self._settled.wait()
         return self._check
+
+    @property
+    def stuck(self) -> Importing | None:
+        """The import a template was still in when its ``ready_s`` ran out (it was killed)."""
+        return self._stuck
 
     def adopt(self, record: Callable[[int, str], None]) -> None:
         """Hand this running template to a node: ``record`` is told its pid, and any later one's."""
@@ -252,7 +292,7 @@ class TemplateLink:
             return None
         worker = main == "worker"
         if worker and not self._settled.is_set():
-            with anyio.move_on_after(_READY_S):
+            with anyio.move_on_after(self.ready_s):
                 await self._settled.wait()
         async with self._lock:
             sock = self._sock

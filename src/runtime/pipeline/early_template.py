@@ -6,32 +6,46 @@ template imports them all again for the replicas a moment later: on the default 
 0.4 s and then 1 s, one after the other. Started first, the template does both: the run waits
 for its check, and the node started next forks the replicas from it (``Node(template=)``).
 Where the template cannot say (it did not start, or a module ended it while importing), the
-child check runs as before and says why.
+child check runs as before and says why; a Ctrl-C kills that child. A template still importing
+after its ``ready_s`` (two minutes) is the error itself, naming the class or module it was
+importing (the template names each before its import): a child would hang in it the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import anyio
 
-from troupe.runtime.core.loading import check_stage_actors, stage_checks
+from troupe.runtime.core.loading import check_stage_actors_async, stage_checks
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.template_link import TemplateLink
+from troupe.runtime.node.template_link import READY_S, Importing, TemplateLink
 
 from .config import PipelineConfig
 
 if TYPE_CHECKING:
+    from troupe.runtime.core.loading import Check
     from troupe.template_prestart import Prestarted
 
-__all__ = ["early_template"]
+__all__ = ["OnImporting", "early_template"]
+
+# Told, about every second until the classes are checked, what the template imports now (None
+# once it imports nothing more, or when it said nothing yet) and the seconds since it started.
+OnImporting = Callable[[Importing | None, float], None]
+_TICK_S = 1.0
 
 
 @asynccontextmanager
 async def early_template(
-    cfg: PipelineConfig, node: str, source: str, ahead: Prestarted | None = None
+    cfg: PipelineConfig,
+    node: str,
+    source: str,
+    ahead: Prestarted | None = None,
+    on_importing: OnImporting | None = None,
+    ready_s: float | None = None,
 ) -> AsyncIterator[TemplateLink]:
     """A template for ``cfg``'s stage classes, started and their check passed; stopped on the
     way out unless a node stopped it first.
@@ -41,19 +55,31 @@ async def early_template(
         node: the name of the node that will fork from it (its log lines say so).
         source: where the pipeline came from, for the error.
         ahead: the template the command started ahead (``template_prestart``), taken over.
+        on_importing: told what the template imports while the run waits for it (``OnImporting``).
+        ready_s: how long its imports may take (``TemplateLink``'s default when None).
 
     Raises:
-        ConfigError: as :func:`~troupe.runtime.core.loading.check_stage_actors`.
+        ConfigError: as :func:`~troupe.runtime.core.loading.check_stage_actors`, or an import
+            still going after ``ready_s`` (it would hang every replica the same way).
     """
     checks = stage_checks(cfg)
-    link = TemplateLink(node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead)
+    started = time.monotonic() if ahead is None else ahead.started
+    link = TemplateLink(
+        node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead, ready_s=ready_s or READY_S
+    )
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         await link.start(tg)
         try:
-            found = await link.checked()
+            async with anyio.create_task_group() as watching:
+                if on_importing is not None:
+                    watching.start_soon(_tell_importing, link, on_importing, started)
+                found = await link.checked()
+                watching.cancel_scope.cancel()
+            if found is None and link.stuck is not None:
+                raise ConfigError(_stuck_message(source, checks, link.stuck, link.ready_s))
             if found is None:  # the template could not check: the child says what went wrong
-                await anyio.to_thread.run_sync(check_stage_actors, cfg, source)
+                await check_stage_actors_async(cfg, source)
             elif found.failure is not None:
                 where, error = found.failure
                 raise ConfigError(f"{source}: {where}: {error}")
@@ -65,3 +91,20 @@ async def early_template(
                 await link.stop()
     if failure is not None:
         raise failure
+
+
+async def _tell_importing(link: TemplateLink, on_importing: OnImporting, started: float) -> None:
+    while True:
+        await anyio.sleep(_TICK_S)
+        on_importing(link.importing, time.monotonic() - started)
+
+
+def _stuck_message(source: str, checks: list[Check], stuck: Importing, ready_s: float) -> str:
+    """A template given up on in an import: which stage's class (or what a class preloads)."""
+    fields = [c[0] for c in checks if stuck.name in (c[1], c[1].partition(":")[0])]
+    where = fields[0] if fields else "stages' classes"
+    what = "" if fields else f" ({stuck.name!r} is a module a stage's class preloads)"
+    return (
+        f"{source}: {where}: importing {stuck.name!r} took over {ready_s:g} s{what}; a module that "
+        "hangs while it imports (a lock, a network call, input()) would hang every replica"
+    )

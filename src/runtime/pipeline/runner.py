@@ -59,7 +59,7 @@ from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journa
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .config import PipelineConfig, load_pipeline
-from .early_template import early_template
+from .early_template import OnImporting, early_template
 from .engine import PipelineEngine
 from .hosts import EngineHosts, wait_for_nodes
 from .master_job import master_source
@@ -116,6 +116,7 @@ async def run_pipeline(
     keys: str | os.PathLike[str] | None = None,
     endpoints_may_move: bool = False,
     template_ahead: Prestarted | None = None,
+    on_importing: OnImporting | None = None,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -145,6 +146,10 @@ async def run_pipeline(
         template_ahead: a node template the caller started ahead (``troupe.template_prestart``,
             as ``troupe run`` does at its entry): a one-host run's node takes it over, any
             other run stops it. The wall time still counts from this call.
+        on_importing: told about every second, while a one-host run's node template imports
+            the stage classes (before ``on_start``), what it imports now (an ``Importing``:
+            name and since when; None once done, or before it said) and the seconds since it
+            started: a slow or hanging import is named while the run waits.
 
     Returns:
         The run's :class:`PipelineResult`.
@@ -174,7 +179,9 @@ async def run_pipeline(
         template = None
         if node is None and cluster is None and not early.finished:
             taken = ahead.pop() if ahead else None
-            template = await stack.enter_async_context(early_template(early.cfg, _NODE, early.source, taken))
+            template = await stack.enter_async_context(
+                early_template(early.cfg, _NODE, early.source, taken, on_importing)
+            )
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         log_dir = plan.log_dir

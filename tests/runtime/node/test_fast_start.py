@@ -188,14 +188,23 @@ def test_the_template_imports_what_a_class_names_in_preload_modules() -> None:
     code = (
         "import json, sys\n"
         "from troupe.runtime.node.template import _preload\n"
-        "print(json.dumps(_preload(['troupe.actors.datagen.lifecycle:RaycastRenderer', 'no_such_fs:X'])))\n"
+        "told = []\n"
+        "names = ['troupe.actors.datagen.lifecycle:RaycastRenderer', 'no_such_fs:X']\n"
+        "print(json.dumps([*_preload(names, told.append), told]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
-    imported, skipped = json.loads(out.stdout)
+    imported, skipped, told = json.loads(out.stdout)
     assert {"troupe.actors.datagen.lifecycle", "torch", "troupe.actors.datagen.render"} <= set(imported)
     assert skipped == {"no_such_fs:X": "ModuleNotFoundError: No module named 'no_such_fs'"}
+    # Each named before its import, the node's waiting run shows the one that takes long.
+    assert told == [
+        "troupe.actors.datagen.lifecycle:RaycastRenderer",
+        "torch",
+        "troupe.actors.datagen.render",
+        "no_such_fs:X",
+    ]
 
 
 TWO_WORKERS = """

@@ -1,0 +1,116 @@
+"""A stage class whose module hangs as it imports: named while the run waits, given up on after
+the template's ``ready_s`` with one line naming the stage, and a Ctrl-C stops the run at once.
+
+Before, such a run said nothing for two minutes (the template's ready timeout), then checked
+the classes again in a child that hung for ten more, and a first Ctrl-C waited for that child.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from troupe import ConfigError
+from troupe.runtime.core.loading import check_stage_actors_async
+from troupe.runtime.node.template_link import Importing
+from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
+from troupe.runtime.pipeline.early_template import early_template
+from troupe.runtime.pipeline.runner import run_pipeline
+
+HANGS = """
+import os, pathlib, time
+pathlib.Path(os.environ["TROUPE_TEST_HANG_MARK"]).write_text(str(os.getpid()))
+time.sleep(600)
+"""
+PIPELINE = """
+[pipeline]
+name = "hangs"
+items = 2
+
+[[stages]]
+name = "a"
+actor = "troupe_test_hangs:Stage"
+"""
+CLASS = "troupe_test_hangs:Stage"
+WITHIN_S = 60.0  # a bound on a hang, not on speed
+
+
+@pytest.fixture
+def mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A pipeline whose one class hangs as it imports, having written its process's pid here."""
+    (tmp_path / "troupe_test_hangs.py").write_text(HANGS, encoding="utf-8")
+    (tmp_path / "hangs.toml").write_text(PIPELINE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "hanging.pid"
+    monkeypatch.setenv("TROUPE_TEST_HANG_MARK", str(path))
+    return path
+
+
+def _cfg(tmp_path: Path) -> PipelineConfig:
+    return load_pipeline(tmp_path / "hangs.toml")
+
+
+async def _pid_written(mark: Path) -> int:
+    with anyio.fail_after(WITHIN_S):
+        while not mark.exists() or not mark.read_text():
+            await anyio.sleep(0.05)
+    return int(mark.read_text())
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` is gone and reaped (no zombie left) within ``WITHIN_S``."""
+    deadline = time.monotonic() + WITHIN_S
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not psutil.pid_exists(pid)
+
+
+async def test_the_run_names_the_import_it_waits_on_and_a_cancel_takes_the_template(
+    tmp_path: Path, mark: Path
+) -> None:
+    seen: list[tuple[Importing | None, float]] = []
+    named = anyio.Event()
+
+    def importing(now: Importing | None, waited_s: float) -> None:
+        seen.append((now, waited_s))
+        if now is not None and now.name == CLASS:
+            named.set()
+
+    with anyio.fail_after(WITHIN_S):
+        async with anyio.create_task_group() as tg:
+            run = partial(run_pipeline, tmp_path / "hangs.toml", tmp_path / "out", on_importing=importing)
+            tg.start_soon(run)
+            await named.wait()
+            pid = await _pid_written(mark)
+            tg.cancel_scope.cancel()  # what a Ctrl-C does to the run
+    assert _gone(pid), "the template hanging in the import went with the run"
+    waits = [w for _, w in seen]
+    assert waits == sorted(waits) and waits[-1] > 0
+
+
+async def test_an_import_still_going_after_ready_s_fails_the_run_naming_the_stage(
+    tmp_path: Path, mark: Path
+) -> None:
+    with anyio.fail_after(WITHIN_S * 2), pytest.raises(ConfigError) as refused:
+        async with early_template(_cfg(tmp_path), "n", "hangs.toml", ready_s=15.0):
+            pass
+    said = str(refused.value)
+    assert said.startswith(f"hangs.toml: stages.a.actor: importing '{CLASS}' took over 15 s"), said
+    assert "would hang every replica" in said
+    assert _gone(int(mark.read_text()))
+
+
+async def test_a_cancel_kills_the_child_check_hanging_in_an_import(tmp_path: Path, mark: Path) -> None:
+    with anyio.fail_after(WITHIN_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(check_stage_actors_async, _cfg(tmp_path), "hangs.toml")
+            pid = await _pid_written(mark)
+            assert pid != os.getpid()
+            tg.cancel_scope.cancel()
+    assert _gone(pid), "the check's child went with the cancelled check"
