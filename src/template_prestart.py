@@ -95,7 +95,8 @@ def prestart(modules: Sequence[str]) -> Prestarted | None:
             argv[0],
             argv,
             env,
-            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)],
+            # stdout is the command's own (``troupe run --json``): what imports print goes to stderr
+            file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, 2, 1)],
             setsid=True,  # out of the terminal's Ctrl-C: the node stops it (child.py)
         )
     except (OSError, NotImplementedError, AttributeError):  # no posix_spawn, or no setsid in it

@@ -157,6 +157,7 @@ def run(
     from troupe.cli.client import fail
     from troupe.cli.preflight import check_cluster_run, check_run, default_or_free
 
+    from .own_stdout import own_stdout
     from .run_pipeline import Cluster, finish_run
     from .run_train import config_problem, finish_train, is_train_config
 
@@ -179,7 +180,8 @@ def run(
                 )
         else:
             node_endpoint = endpoint or RUN_NODE_ENDPOINT
-        finish_train(config, out, steps, count, node_endpoint, master, fresh, as_json)
+        with own_stdout():  # stdout is the report's (--json); what the processes print goes to stderr
+            finish_train(config, out, steps, count, node_endpoint, master, fresh, as_json)
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None
@@ -197,7 +199,8 @@ def run(
             raise fail(f"--nodes must be >= 0, got {nodes}", 2)
         check_cluster_run(config, out, count, cluster, flag)
         keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
-        finish_run(config, out, count, "", "", fresh, as_json, Cluster(cluster, nodes, keys))
+        with own_stdout():
+            finish_run(config, out, count, "", "", fresh, as_json, Cluster(cluster, nodes, keys))
         return
     # Defaults another troupe holds (a second run at once) give way to free ports, said on
     # stderr (stdout may carry --json); an endpoint that was given and is taken is refused.
@@ -213,4 +216,5 @@ def run(
         )
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).
     defaults = endpoint is None and master is None
-    finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json, defaults=defaults)
+    with own_stdout():
+        finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json, defaults=defaults)
