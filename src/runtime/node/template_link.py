@@ -262,7 +262,8 @@ class TemplateLink:
         say (it failed to start, died, or a module ended it as it imported, or :attr:`stuck`
         in an import): check elsewhere."""
         if not self._settled.is_set():
-            with anyio.move_on_after(self.ready_s):
+            # Past the template's own ready bound (and its kill): it settles first, ``stuck`` set.
+            with anyio.move_on_after(self.ready_s + _STOP_S):
                 await self._settled.wait()
         return self._check
 
