@@ -18,6 +18,16 @@ __all__ = ["bench_app"]
 bench_app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
 
+
+@bench_app.callback()
+def _figures_own_stdout(ctx: typer.Context) -> None:
+    """stdout carries the figures (``--json``): what the processes a benchmark starts print goes
+    to stderr (``own_stdout``), for every benchmark command, until it returns."""
+    from troupe.cli.commands.own_stdout import own_stdout
+
+    ctx.with_resource(own_stdout())
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object with every figure.")]
 QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messages: faster, noisier.")]
 
