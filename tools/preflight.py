@@ -223,7 +223,7 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     """
     try:
         cfg: NodeConfig = load_node_config(config, **options)
-        check_node_actors(cfg, str(config) if config else "defaults")
+        check_node_actors(cfg, str(config) if config else "defaults", on_slow=_say)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     master = cfg.master
@@ -253,3 +253,11 @@ def _check(*problems: str | None) -> None:
     for problem in problems:
         if problem is not None:
             raise fail(problem, 2)
+
+
+def _say(line: str) -> None:
+    """A line for the operator on stderr while a check waits (stdout may carry a report)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(escape(line), soft_wrap=True)

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ __all__ = [
 
 CHECK_ENV = "TROUPE_CHECK_CLASSES"
 _IMPORT_GUARD_S = 600  # a module whose import hangs would hang every worker; say so, do not wait forever
+_FIRST_NOTE_S = 30.0  # an import this long is said while it goes on (on_slow), then every minute
+_EVERY_NOTE_S = 60.0
 _PASSED: set[tuple[object, ...]] = set()  # the checks that passed in this process (see _check_in_child)
 _BASES = {"actor": "troupe.runtime.core.actor:Actor", "stage": "troupe.runtime.pipeline.stage:StageActor"}
 
@@ -87,8 +90,11 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
     return cls
 
 
-def check_node_actors(cfg: NodeConfig, source: str) -> None:
+def check_node_actors(cfg: NodeConfig, source: str, on_slow: Callable[[str], None] | None = None) -> None:
     """Import every actor class of a node config, as its workers will.
+
+    ``on_slow`` is told a line after 30 s of imports, and every minute after, naming the class
+    being imported (a slow disk, or a module that hangs as it imports: ten minutes at most).
 
     Raises:
         ConfigError: one line naming ``source``, the field (``workers.W.actors.A.class``) and why.
@@ -100,6 +106,7 @@ def check_node_actors(cfg: NodeConfig, source: str) -> None:
             for w in cfg.workers
             for a in w.actors
         ],
+        on_slow,
     )
 
 
@@ -175,9 +182,11 @@ def kwargs_problem(cls: type, names: Sequence[str]) -> str | None:
     return None
 
 
-def _check_in_child(source: str, checks: Sequence[Check]) -> None:
+def _check_in_child(
+    source: str, checks: Sequence[Check], on_slow: Callable[[str], None] | None = None
+) -> None:
     """Run ``checks`` (field, class path, kind, kwarg names) in a worker-like child; raise the
-    first failure.
+    first failure. ``on_slow``: told which class imports, after 30 s and every minute after.
 
     A set of classes that passed is not checked again by this process for the same import path
     and working directory (``troupe run`` checks before it starts anything, and the run it
@@ -186,19 +195,52 @@ def _check_in_child(source: str, checks: Sequence[Check]) -> None:
     key = _passed_key(checks)
     if key is None:
         return
+    child = subprocess.Popen(
+        _CHILD,
+        env=_child_env(checks),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C at the terminal stops the command, not its check
+    )
+    started = time.monotonic()
+    note_at = _FIRST_NOTE_S
     try:
-        done = subprocess.run(
-            _CHILD,
-            env=_child_env(checks),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=_IMPORT_GUARD_S,
-            start_new_session=True,  # a Ctrl-C at the terminal stops the command, not its check
-        )
-    except subprocess.TimeoutExpired:
-        raise _hangs(source) from None
-    _judge(source, done.stdout, done.stderr, done.returncode)
+        while True:
+            waited = time.monotonic() - started
+            try:
+                stdout, stderr = child.communicate(timeout=max(0.0, min(note_at, _IMPORT_GUARD_S) - waited))
+                break
+            except subprocess.TimeoutExpired as slow:  # nothing is lost: communicate goes on
+                waited = time.monotonic() - started
+                if waited >= _IMPORT_GUARD_S:
+                    raise _hangs(source) from None
+                if waited >= note_at:
+                    note_at = waited + _EVERY_NOTE_S
+                    if on_slow is not None:
+                        on_slow(_slow_note(source, slow.stdout, waited))
+    finally:
+        if child.returncode is None:  # the guard ran out, or a Ctrl-C: the child goes too
+            child.kill()
+            child.communicate()
+    _judge(source, stdout, stderr, child.returncode)
     _PASSED.add(key)
+
+
+def _slow_note(source: str, said: bytes | str | None, waited: float) -> str:
+    """Which class the check's child imports, from the fields it reported so far."""
+    text = said.decode(errors="replace") if isinstance(said, bytes) else said or ""
+    where = ""
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            report = json.loads(line)
+            if isinstance(report, dict) and isinstance(report.get("checking"), str):
+                where = report["checking"]
+    what = f"{where} is importing" if where else "the actor classes are importing"
+    return (
+        f"{source}: {what} for {waited:.0f} s (a module that hangs as it imports is given up on "
+        f"after {_IMPORT_GUARD_S} s; Ctrl-C stops)"
+    )
 
 
 async def check_stage_actors_async(cfg: PipelineConfig, source: str) -> None:

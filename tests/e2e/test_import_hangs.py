@@ -1,8 +1,10 @@
-"""A stage class whose module hangs as it imports: named while the run waits, given up on after
-the template's ``ready_s`` with one line naming the stage, and a Ctrl-C stops the run at once.
+"""An actor class whose module hangs as it imports.
 
-Before, such a run said nothing for two minutes (the template's ready timeout), then checked
-the classes again in a child that hung for ten more, and a first Ctrl-C waited for that child.
+A run names it while it waits, gives up after the template's ``ready_s`` with one line naming
+the stage, and a Ctrl-C stops it at once. Before, such a run said nothing for two minutes (the
+template's ready timeout), then checked the classes again in a child that hung for ten more,
+and a first Ctrl-C waited for that child. ``node start``'s own check names the class after 30 s
+and every minute, and its ten-minute guard kills the child.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import psutil
 import pytest
 
 from troupe import ConfigError
-from troupe.runtime.core.loading import check_stage_actors_async
+from troupe.runtime.core import loading
+from troupe.runtime.core.loading import check_node_actors, check_stage_actors_async
+from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.template_link import Importing
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.early_template import early_template
@@ -114,3 +118,26 @@ async def test_a_cancel_kills_the_child_check_hanging_in_an_import(tmp_path: Pat
             assert pid != os.getpid()
             tg.cancel_scope.cancel()
     assert _gone(pid), "the check's child went with the cancelled check"
+
+
+NODE = """
+[[workers]]
+name = "w"
+actors = [{ name = "h", class = "troupe_test_hangs:Stage" }]
+"""
+
+
+def test_a_node_s_class_check_names_the_hanging_class_then_gives_up_and_kills_its_child(
+    tmp_path: Path, mark: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loading, "_FIRST_NOTE_S", 1.0)
+    monkeypatch.setattr(loading, "_EVERY_NOTE_S", 1.0)
+    monkeypatch.setattr(loading, "_IMPORT_GUARD_S", 15)
+    (tmp_path / "node.toml").write_text(NODE, encoding="utf-8")
+    notes: list[str] = []
+    with pytest.raises(ConfigError) as refused:
+        check_node_actors(load_node_config(tmp_path / "node.toml"), "node.toml", on_slow=notes.append)
+    assert str(refused.value).startswith("node.toml: importing the actor classes took over 15 s")
+    # Said while it waited, once the child had named the class it imports.
+    assert notes[-1].startswith("node.toml: workers.w.actors.h.class is importing for "), notes
+    assert _gone(int(mark.read_text())), "the guard killed the child"
