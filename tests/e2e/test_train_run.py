@@ -134,6 +134,12 @@ def test_steps_only_for_training_and_out_not_the_dataset(tmp_path: Path, dataset
     code, _, stderr = run_cli("run", str(broken), "--out", str(tmp_path / "o"), "--steps", "3")
     assert code == 2 and "not valid TOML" in stderr and "line 3" in stderr, stderr
     assert "--steps" not in stderr, stderr
+    # Bytes that are not UTF-8 text: one line, with --steps or without (a traceback before).
+    broken.write_bytes(b'[train]\ndataset = "x"\n\xff\xfe\n')
+    for steps in ([], ["--steps", "3"]):
+        code, _, stderr = run_cli("run", str(broken), "--out", str(tmp_path / "o"), *steps)
+        assert code == 2 and stderr.startswith(f"error: {broken}: not UTF-8 text"), stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
 
 
 def test_a_second_run_at_once_takes_a_free_port_when_the_default_is_taken(

@@ -31,7 +31,7 @@ def is_train_config(path: Path) -> bool:
     try:
         with path.open("rb") as f:
             return isinstance(tomllib.load(f).get("train"), dict)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError):  # not TOML, or not UTF-8 text (UnicodeDecodeError)
         return False
 
 
@@ -44,6 +44,8 @@ def config_problem(path: Path) -> str | None:
             data = tomllib.load(f)
     except OSError as exc:
         return f"{path}: cannot read it ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        return f"{path}: not UTF-8 text; save the config as UTF-8"
     except tomllib.TOMLDecodeError as exc:
         return f"{path}: not valid TOML: {exc}"
     if not data:
