@@ -11,9 +11,8 @@ import io
 from rich.console import Console
 
 from troupe.cli.commands.starting_status import StartingStatus
-from troupe.runtime.node.template_link import Importing
 
-NOW = Importing("mypkg.stages:Render", 0.0)
+NOW = "mypkg.stages:Render"
 
 
 def _status(terminal: bool, quiet: bool = False) -> tuple[StartingStatus, io.StringIO, io.StringIO]:
@@ -58,7 +57,7 @@ def test_a_terminal_spinner_names_the_import_and_its_seconds() -> None:
     status, _screen, notes = _status(terminal=True)
     status.start()
     try:
-        status.importing(Importing("[bold]odd", 0.0), 7.2)
+        status.importing("[bold]odd", 7.2)
         text = status.text
     finally:
         status.stop()

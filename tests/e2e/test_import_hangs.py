@@ -10,19 +10,17 @@ and every minute, and its ten-minute guard kills the child.
 from __future__ import annotations
 
 import os
-import time
 from functools import partial
 from pathlib import Path
 
 import anyio
-import psutil
 import pytest
 
+from support.processes import gone_within
 from troupe import ConfigError
 from troupe.runtime.core import loading
 from troupe.runtime.core.loading import check_node_actors, check_stage_actors_async
 from troupe.runtime.node.config import load_node_config
-from troupe.runtime.node.template_link import Importing
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.early_template import early_template
 from troupe.runtime.pipeline.runner import run_pipeline
@@ -67,23 +65,15 @@ async def _pid_written(mark: Path) -> int:
     return int(mark.read_text())
 
 
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` is gone and reaped (no zombie left) within ``WITHIN_S``."""
-    deadline = time.monotonic() + WITHIN_S
-    while psutil.pid_exists(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not psutil.pid_exists(pid)
-
-
 async def test_the_run_names_the_import_it_waits_on_and_a_cancel_takes_the_template(
     tmp_path: Path, mark: Path
 ) -> None:
-    seen: list[tuple[Importing | None, float]] = []
+    seen: list[tuple[str | None, float]] = []
     named = anyio.Event()
 
-    def importing(now: Importing | None, waited_s: float) -> None:
+    def importing(now: str | None, waited_s: float) -> None:
         seen.append((now, waited_s))
-        if now is not None and now.name == CLASS:
+        if now == CLASS:
             named.set()
 
     with anyio.fail_after(WITHIN_S):
@@ -93,7 +83,7 @@ async def test_the_run_names_the_import_it_waits_on_and_a_cancel_takes_the_templ
             await named.wait()
             pid = await _pid_written(mark)
             tg.cancel_scope.cancel()  # what a Ctrl-C does to the run
-    assert _gone(pid), "the template hanging in the import went with the run"
+    assert gone_within(pid, WITHIN_S, reaped=True), "the template hanging in the import went with the run"
     waits = [w for _, w in seen]
     assert waits == sorted(waits) and waits[-1] > 0
 
@@ -107,7 +97,7 @@ async def test_an_import_still_going_after_ready_s_fails_the_run_naming_the_stag
     said = str(refused.value)
     assert said.startswith(f"hangs.toml: stages.a.actor: importing '{CLASS}' took over 15 s"), said
     assert "would hang every replica" in said
-    assert _gone(int(mark.read_text()))
+    assert gone_within(int(mark.read_text()), WITHIN_S, reaped=True)
 
 
 async def test_a_cancel_kills_the_child_check_hanging_in_an_import(tmp_path: Path, mark: Path) -> None:
@@ -117,7 +107,7 @@ async def test_a_cancel_kills_the_child_check_hanging_in_an_import(tmp_path: Pat
             pid = await _pid_written(mark)
             assert pid != os.getpid()
             tg.cancel_scope.cancel()
-    assert _gone(pid), "the check's child went with the cancelled check"
+    assert gone_within(pid, WITHIN_S, reaped=True), "the check's child went with the cancelled check"
 
 
 NODE = """
@@ -140,4 +130,4 @@ def test_a_node_s_class_check_names_the_hanging_class_then_gives_up_and_kills_it
     assert str(refused.value).startswith("node.toml: importing the actor classes took over 15 s")
     # Said while it waited, once the child had named the class it imports.
     assert notes[-1].startswith("node.toml: workers.w.actors.h.class is importing for "), notes
-    assert _gone(int(mark.read_text())), "the guard killed the child"
+    assert gone_within(int(mark.read_text()), WITHIN_S, reaped=True), "the guard killed the child"

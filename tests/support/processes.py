@@ -9,12 +9,14 @@ import psutil
 __all__ = ["gone_within"]
 
 
-def gone_within(pid: int, seconds: float) -> bool:
-    """Whether ``pid`` exits (or is a zombie, only its status left) within ``seconds``."""
+def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
+    """Whether ``pid`` exits (or is a zombie, only its status left, unless ``reaped`` is
+    asked: then its parent must have reaped it too) within ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            process = psutil.Process(pid)  # raises once it is gone and reaped
+            if not reaped and process.status() == psutil.STATUS_ZOMBIE:
                 return True
         except psutil.Error:
             return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.runtime.node.template_link import READY_S, Importing
+from troupe.runtime.node.template_link import READY_S
 
 __all__ = ["StartingStatus"]
 
@@ -62,9 +62,9 @@ class StartingStatus:
         """What the spinner says now (markup)."""
         return str(self._status.status)
 
-    def importing(self, now: Importing | None, waited_s: float) -> None:
+    def importing(self, now: str | None, waited_s: float) -> None:
         """``run_pipeline``'s ``on_importing``: the spinner's text, or a line now and then."""
-        what = escape(now.name) if now is not None else "the stages' classes"
+        what = escape(now) if now is not None else "the stages' classes"
         if self._spinning:
             self._status.update(f"starting the node: its template imports {what} ({waited_s:.0f} s)")
             return

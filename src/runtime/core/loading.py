@@ -229,13 +229,7 @@ def _check_in_child(
 
 def _slow_note(source: str, said: bytes | str | None, waited: float) -> str:
     """Which class the check's child imports, from the fields it reported so far."""
-    text = said.decode(errors="replace") if isinstance(said, bytes) else said or ""
-    where = ""
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            report = json.loads(line)
-            if isinstance(report, dict) and isinstance(report.get("checking"), str):
-                where = report["checking"]
+    where, _ = _reported(said.encode() if isinstance(said, str) else said or b"")
     what = f"{where} is importing" if where else "the actor classes are importing"
     return (
         f"{source}: {what} for {waited:.0f} s (a module that hangs as it imports is given up on "
@@ -284,8 +278,8 @@ def _hangs(source: str) -> ConfigError:
     )
 
 
-def _judge(source: str, stdout: bytes, stderr: bytes, returncode: int) -> None:
-    """Raise what the check's child reported: the first failing class, or how it ended."""
+def _reported(stdout: bytes) -> tuple[str, str]:
+    """The last field the check's child named (``checking``) and its error, from its reports."""
     where, error = "", ""
     for line in stdout.decode(errors="replace").splitlines():
         try:
@@ -294,8 +288,14 @@ def _judge(source: str, stdout: bytes, stderr: bytes, returncode: int) -> None:
             continue
         if not isinstance(report, dict):
             continue
-        where = report.get("checking", where)
-        error = report.get("error", error)
+        where = str(report.get("checking", where))
+        error = str(report.get("error", error))
+    return where, error
+
+
+def _judge(source: str, stdout: bytes, stderr: bytes, returncode: int) -> None:
+    """Raise what the check's child reported: the first failing class, or how it ended."""
+    where, error = _reported(stdout)
     if error:
         raise ConfigError(f"{source}: {where}: {error}")
     if returncode != 0:  # the import killed the interpreter (sys.exit, a crash)

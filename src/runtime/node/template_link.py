@@ -43,7 +43,6 @@ __all__ = [
     "READY_S",
     "ClassCheck",
     "ForkedProcess",
-    "Importing",
     "TemplateLink",
     "spec_classes",
     "start_child",
@@ -69,15 +68,6 @@ def _set_subreaper(on: bool) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on))
-
-
-@dataclass(frozen=True)
-class Importing:
-    """What a template that is not ready yet imports now (a class or a module), since when
-    (``time.monotonic()``)."""
-
-    name: str
-    since: float
 
 
 @dataclass(frozen=True)
@@ -125,8 +115,8 @@ class TemplateLink:
         self.checks = [list(c) for c in checks]
         self._check: ClassCheck | None = None
         self.ready_s = ready_s
-        self.importing: Importing | None = None  # until ready: what the template imports now
-        self._stuck: Importing | None = None
+        self.importing: str | None = None  # until ready: the class or module it imports now
+        self.stuck: str | None = None  # the import a template's ready_s ran out in (it was killed)
         self.process: Process | None = None
         self.pid: int | None = None
         self.forks = 0
@@ -232,16 +222,16 @@ class TemplateLink:
                     await _send_fds(sock, later)
                 hello = await _receive(sock)
                 while "importing" in hello:  # what it imports next, until its hello
-                    self.importing = Importing(str(hello["importing"]), time.monotonic())
+                    self.importing = str(hello["importing"])
                     hello = await _receive(sock)
         except (TimeoutError, OSError, ValueError) as exc:
-            if isinstance(exc, TimeoutError) and self.importing is not None and self._stuck is None:
-                self._stuck = self.importing  # the first template's: the run says so
+            if isinstance(exc, TimeoutError) and self.importing is not None and self.stuck is None:
+                self.stuck = self.importing  # the first template's: the run says so
             log.warning(
                 "template_not_ready",
                 node=self.node,
                 error=repr(exc),
-                importing=None if self.importing is None else self.importing.name,
+                importing=self.importing,
             )
             self._kill()
             return
@@ -259,18 +249,13 @@ class TemplateLink:
 
     async def checked(self) -> ClassCheck | None:
         """The first template's check of ``checks`` once it is ready; None when it could not
-        say (it failed to start, died, or a module ended it as it imported, or :attr:`stuck`
+        say (it failed to start, died, or a module ended it as it imported, or it is ``stuck``
         in an import): check elsewhere."""
         if not self._settled.is_set():
             # Past the template's own ready bound (and its kill): it settles first, ``stuck`` set.
             with anyio.move_on_after(self.ready_s + _STOP_S):
                 await self._settled.wait()
         return self._check
-
-    @property
-    def stuck(self) -> Importing | None:
-        """The import a template was still in when its ``ready_s`` ran out (it was killed)."""
-        return self._stuck
 
     def adopt(self, record: Callable[[int, str], None]) -> None:
         """Hand this running template to a node: ``record`` is told its pid, and any later one's."""

@@ -22,7 +22,7 @@ import anyio
 
 from troupe.runtime.core.loading import check_stage_actors_async, stage_checks
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.template_link import READY_S, Importing, TemplateLink
+from troupe.runtime.node.template_link import READY_S, TemplateLink
 
 from .config import PipelineConfig
 
@@ -34,7 +34,7 @@ __all__ = ["OnImporting", "early_template"]
 
 # Told, about every second until the classes are checked, what the template imports now (None
 # once it imports nothing more, or when it said nothing yet) and the seconds since it started.
-OnImporting = Callable[[Importing | None, float], None]
+OnImporting = Callable[[str | None, float], None]
 _TICK_S = 1.0
 
 
@@ -45,7 +45,7 @@ async def early_template(
     source: str,
     ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
-    ready_s: float | None = None,
+    ready_s: float = READY_S,
 ) -> AsyncIterator[TemplateLink]:
     """A template for ``cfg``'s stage classes, started and their check passed; stopped on the
     way out unless a node stopped it first.
@@ -56,7 +56,7 @@ async def early_template(
         source: where the pipeline came from, for the error.
         ahead: the template the command started ahead (``template_prestart``), taken over.
         on_importing: told what the template imports while the run waits for it (``OnImporting``).
-        ready_s: how long its imports may take (``TemplateLink``'s default when None).
+        ready_s: how long one template's imports may take.
 
     Raises:
         ConfigError: as :func:`~troupe.runtime.core.loading.check_stage_actors`, or an import
@@ -64,9 +64,7 @@ async def early_template(
     """
     checks = stage_checks(cfg)
     started = time.monotonic() if ahead is None else ahead.started
-    link = TemplateLink(
-        node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead, ready_s=ready_s or READY_S
-    )
+    link = TemplateLink(node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead, ready_s=ready_s)
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         await link.start(tg)
@@ -99,12 +97,12 @@ async def _tell_importing(link: TemplateLink, on_importing: OnImporting, started
         on_importing(link.importing, time.monotonic() - started)
 
 
-def _stuck_message(source: str, checks: list[Check], stuck: Importing, ready_s: float) -> str:
+def _stuck_message(source: str, checks: list[Check], stuck: str, ready_s: float) -> str:
     """A template given up on in an import: which stage's class (or what a class preloads)."""
-    fields = [c[0] for c in checks if stuck.name in (c[1], c[1].partition(":")[0])]
+    fields = [c[0] for c in checks if stuck in (c[1], c[1].partition(":")[0])]
     where = fields[0] if fields else "stages' classes"
-    what = "" if fields else f" ({stuck.name!r} is a module a stage's class preloads)"
+    what = "" if fields else f" ({stuck!r} is a module a stage's class preloads)"
     return (
-        f"{source}: {where}: importing {stuck.name!r} took over {ready_s:g} s{what}; a module that "
+        f"{source}: {where}: importing {stuck!r} took over {ready_s:g} s{what}; a module that "
         "hangs while it imports (a lock, a network call, input()) would hang every replica"
     )

@@ -147,9 +147,9 @@ async def run_pipeline(
             as ``troupe run`` does at its entry): a one-host run's node takes it over, any
             other run stops it. The wall time still counts from this call.
         on_importing: told about every second, while a one-host run's node template imports
-            the stage classes (before ``on_start``), what it imports now (an ``Importing``:
-            name and since when; None once done, or before it said) and the seconds since it
-            started: a slow or hanging import is named while the run waits.
+            the stage classes (before ``on_start``), the class or module it imports now (None
+            once done, or before it said) and the seconds since it started: a slow or hanging
+            import is named while the run waits.
 
     Returns:
         The run's :class:`PipelineResult`.
