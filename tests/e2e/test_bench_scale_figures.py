@@ -48,3 +48,6 @@ def test_bench_scale_reports_events_per_batch_and_append_time() -> None:
         assert fig["append_ms_per_batch" + label] > 0.0
         # 20 tasks can take the master less than the CPU clock's tick: measured, not rounded away.
         assert math.isfinite(fig["master_cpu_s_per_1k" + label]) and fig["master_cpu_s_per_1k" + label] >= 0.0
+        # The collector's pauses, from the master's status: none may have run in a job this small.
+        assert fig["master_gc_s_per_1k" + label] >= 0.0
+        assert fig["master_gc_longest_ms" + label] >= 0.0

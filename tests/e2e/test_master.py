@@ -21,6 +21,7 @@ import pytest
 from support.cluster import ctl, free_endpoint, reap
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
+from troupe.runtime.gc_pauses import MASTER_GC_THRESHOLDS
 from troupe.runtime.tasks.content_store import ContentStore
 from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.testing.plugin import node_start_command
@@ -327,6 +328,8 @@ def test_a_node_with_the_master_inside_runs_a_job(tmp_path: Path) -> None:
         assert ctl("ctl", "submit", str(job_file), "--master", master).returncode == 0
         job = call(master, "wait_job", {"job_id": "solo", "timeout_s": 60}, 70)
         assert job["state"] == "done"
+        # The master inside collects as `troupe master start` does (runtime/gc_pauses.py).
+        assert call(master, "status")["gc"]["thresholds"] == list(MASTER_GC_THRESHOLDS)
         assert len(OutputStore(tmp_path / "out").committed()) == 20
         # A task actor handles no message here: its status counts the tasks it ran.
         status = ctl("ctl", "status", "--node", endpoint, "--json")

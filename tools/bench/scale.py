@@ -13,10 +13,12 @@ Figures, each for a job with speculative tails (the default) and one without:
 makespan (job submitted -> last task done, on the master's clock), ideal makespan (the first
 copies' total work / workers), efficiency (ideal / makespan; with speculation it can pass 1
 on a small job, where a backup copy ends a straggler sooner than the first copy whose time the
-ideal counts), dispatches per second (leases
-granted, backups included, / makespan), master CPU seconds per 1,000 tasks (psutil), and the
-master's group commit: events per journal batch and milliseconds per append (its thread's
-wall time, the fsync included: the latency every reply of the batch waits).
+ideal counts), dispatches per second (leases granted, backups included, / makespan), master
+CPU seconds per 1,000 tasks (psutil), the seconds per 1,000 tasks its garbage collector stopped
+it (``master_gc_s_per_1k``, from its status; see runtime/gc_pauses.py) and its longest such pause
+since it started (``master_gc_longest_ms``), and the master's group commit: events per journal
+batch and milliseconds per append (its thread's wall time, the fsync included: the latency every
+reply of the batch waits).
 
 Each simulated worker holds ``prefetch`` leases ahead of its slot (``--prefetch``; by default
 a worker's own default, ``GetterConfig.prefetch``, 1): the figure ``prefetch`` says which. The workers'
@@ -179,6 +181,8 @@ async def _run_job(
         "makespan_s": makespan,
         "dispatch_per_s": (tasks + backups) / makespan,
         "master_cpu_s_per_1k": cpu / tasks * 1000.0,
+        "master_gc_s_per_1k": (after["gc"]["pause_s"] - before["gc"]["pause_s"]) / tasks * 1000.0,
+        "master_gc_longest_ms": after["gc"]["longest_pause_s"] * 1000.0,
         "backups_launched": backups,
         "backups_won": after["speculative"]["won"] - before["speculative"]["won"],
         "events_per_batch": driver["events"] / batches,
@@ -352,6 +356,7 @@ def scale_table(fig: dict[str, Any]) -> Table:
         "efficiency",
         "dispatch/s",
         "master CPU/1k",
+        "GC/1k",
         "backups (won)",
         "batch (ms)",
     ):
@@ -364,6 +369,7 @@ def scale_table(fig: dict[str, Any]) -> Table:
             f"{fig['efficiency' + label]:.3f}",
             f"{fig['dispatch_per_s' + label]:,.0f}",
             f"{fig['master_cpu_s_per_1k' + label]:.3f}",
+            f"{fig['master_gc_s_per_1k' + label]:.3f}",
             f"{fig['backups_launched' + label]} ({fig['backups_won' + label]})",
             f"{fig['events_per_batch' + label]:.1f} ({fig['append_ms_per_batch' + label]:.1f})",
         )

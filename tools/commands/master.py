@@ -17,6 +17,7 @@ import typer
 from troupe.cli.client import fail, run_async
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
+from troupe.runtime.gc_pauses import use_master_gc_thresholds
 from troupe.runtime.logs import check_log_level, configure_logging
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
@@ -112,6 +113,7 @@ def start(
     check_master_start(endpoint, log_dir, metrics)
     # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
     configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
+    use_master_gc_thresholds()  # the journal's replay builds the master's tables: from here on
     opened, book = load_journal(journal, new)
 
     async def main() -> None:

@@ -89,6 +89,7 @@ import structlog
 from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
+from troupe.runtime.gc_pauses import gc_pauses
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.config import MAX_NAME, NAME_PATTERN, check_bind
@@ -290,6 +291,7 @@ class Master:
         # free port of the same host instead (``config.endpoint`` then says which).
         self.endpoint_may_move = False
         self.failure: JournalError | None = None
+        self.gc = gc_pauses()  # the process's collector pauses, from now on: status shows them
         self._transport = transport
         self._stopping = anyio.Event()
         self._workers: dict[str, _WorkerEntry] = {}

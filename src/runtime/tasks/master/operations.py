@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from troupe.runtime.core.runtime import ControlHandler, Runtime
+    from troupe.runtime.gc_pauses import GcPauses
     from troupe.runtime.tasks.book import TaskBook
     from troupe.runtime.tasks.journal import Journal
 
@@ -66,7 +67,7 @@ def raise_rejected(reply: list[Command]) -> None:
 
 class OperatedMaster(Protocol):
     """What the operator side uses of the master (``Master``): its config, clocks, book,
-    driver, node table, journal and runtime, and the registered workers. Read only: every
+    driver, node table, journal, runtime and collector pauses, and the registered workers. Read only: every
     change goes through the driver (``dispatcher.handle``)."""
 
     @property
@@ -92,6 +93,9 @@ class OperatedMaster(Protocol):
 
     @property
     def runtime(self) -> Runtime | None: ...
+
+    @property
+    def gc(self) -> GcPauses: ...
 
     def workers(self) -> dict[str, dict[str, Any]]: ...
 
@@ -297,6 +301,7 @@ class Operations:
             "endpoint": runtime.address if runtime is not None else master.config.endpoint,
             "pid": os.getpid(),
             "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "gc": master.gc.figures(),
             "journal": str(master.journal.path),
             "nodes": nodes,
             "workers": workers,
