@@ -79,6 +79,7 @@ log = structlog.get_logger(__name__)
 JournalEntry = Record | JobSubmitted | JobRecord | TaskRecord  # what append() takes
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
+REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
 SCHEMA_VERSION = 2  # PRAGMA user_version; bump it with every schema change
 _UPGRADABLE = (1,)  # older versions opened and upgraded in place
 
@@ -172,12 +173,16 @@ class Journal:
         conn: an open, checked connection.
         path: where the journal lives.
         lock: the journal's lock, held by this object and released by :meth:`close`.
+
+    Attributes:
+        replay_note_s: seconds between the ``journal_replaying`` lines of a long replay.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = lock
+        self.replay_note_s = REPLAY_NOTE_S
         self._checked = False  # rows checked once: nothing but this object writes while locked
 
     @classmethod
@@ -323,8 +328,18 @@ class Journal:
             ):
                 compacted[job_id] = {TaskState.DONE: done, TaskState.CANCELLED: cancelled}
                 lease_floor = max(lease_floor, last_lease_id)
-            book = TaskBook.restore(jobs, _task_rows(conn.execute(_SELECT_TASKS)), compacted, lease_floor)
-        log.info("journal_replayed", path=str(self._path), jobs=len(jobs), compacted_jobs=len(compacted))
+            started = time.monotonic()
+            total = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
+            rows = _noted(_task_rows(conn.execute(_SELECT_TASKS)), total, self._path, self.replay_note_s)
+            book = TaskBook.restore(jobs, rows, compacted, lease_floor)
+        log.info(
+            "journal_replayed",
+            path=str(self._path),
+            jobs=len(jobs),
+            compacted_jobs=len(compacted),
+            tasks=total,
+            took_s=round(time.monotonic() - started, 3),
+        )
         return book
 
     def compact(self, finished_before: float) -> Compaction:
@@ -557,6 +572,19 @@ def _spec_rows(job_id: str, specs: Iterable[TaskSpec]) -> Iterator[tuple[object,
 def _policy(text: str) -> JobPolicy:
     fields = json.loads(text)
     return JobPolicy(**{**fields, "speculation": Speculation(**fields["speculation"])})
+
+
+def _noted(rows: Iterator[Any], total: int, path: Path, every_s: float) -> Iterator[Any]:
+    """``rows``, with a ``journal_replaying`` line every ``every_s`` seconds: a million tasks
+    take the master half a minute to read back, and its log would say nothing meanwhile."""
+    start = time.monotonic()
+    due = start + every_s
+    for n, row in enumerate(rows, 1):
+        yield row
+        if not n & 1023 and time.monotonic() >= due:  # the clock read once per 1,024 rows
+            now = time.monotonic()
+            log.info("journal_replaying", path=str(path), tasks=n, of=total, elapsed_s=round(now - start, 1))
+            due = now + every_s
 
 
 def _task_rows(rows: Iterable[Any]) -> Iterator[tuple[TaskSpec, TaskRecord]]:

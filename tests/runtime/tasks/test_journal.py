@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import journal as journal_mod
@@ -308,6 +309,21 @@ def test_100k_tasks_submit_and_replay(tmp_path: Path) -> None:
     with Journal.open(path) as journal:
         stats = journal.replay().statistics()
     assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (500, 99_500)
+
+
+def test_a_long_replay_says_how_far_it_got(tmp_path: Path) -> None:
+    """A replay past its note interval logs the tasks read so far, of how many, and the total."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path, create=True) as journal:
+        drive(TaskBook(), journal, SubmitJob("j", [TaskSpec(f"t{i:05d}", "k", i) for i in range(3000)]), 0.0)
+    with Journal.open(path) as journal:
+        journal.replay_note_s = 0.0  # every 1,024 rows: the note is due at each look
+        with structlog.testing.capture_logs() as logs:
+            journal.replay()
+    notes = [(e["tasks"], e["of"]) for e in logs if e["event"] == "journal_replaying"]
+    assert notes == [(1024, 3000), (2048, 3000)]
+    (done,) = [e for e in logs if e["event"] == "journal_replayed"]
+    assert done["tasks"] == 3000 and done["took_s"] >= 0.0
 
 
 # ---------------------------------------------------------------- one master per journal
