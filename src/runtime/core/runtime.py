@@ -469,6 +469,10 @@ class Runtime(Inbound):
     ) -> Any:
         """Send a control message to the process listening at ``endpoint`` and await the reply.
 
+        A message the connection cannot take at once (the peer's queue at its high-water mark,
+        or no connection up at this moment, as after a refused CURVE handshake) waits for room
+        until the deadline: the timeout bounds the whole call, the send included.
+
         Raises:
             AskTimeout: nothing answered in time (is a node running there?).
             RemoteError, DeliveryError: the control handler failed.
@@ -480,8 +484,13 @@ class Runtime(Inbound):
         env = Envelope(
             Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload
         )
+        frames = self.codec.encode(env)
         try:
-            await self.transport.send(endpoint, self.codec.encode(env), block=False)
+            try:
+                await self.transport.send(endpoint, frames, block=False)
+            except MailboxFull:
+                with anyio.move_on_after(timeout):  # past it, the deadline fails fut
+                    await self.transport.send(endpoint, frames, block=True)
             return await fut
         finally:
             self._settled(msg_id, fut)
