@@ -20,7 +20,6 @@ traceback does), and freeing it later holds memory longer.
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from typing import Any
 
@@ -68,15 +67,13 @@ class GcPauses:
         }
 
 
-_lock = threading.Lock()
 _pauses: GcPauses | None = None
 
 
 def gc_pauses() -> GcPauses:
     """This process's :class:`GcPauses`, hooked into the collector on the first call."""
     global _pauses
-    with _lock:
-        if _pauses is None:
-            _pauses = GcPauses()
-            gc.callbacks.append(_pauses.on_gc)
-        return _pauses
+    if _pauses is None:
+        _pauses = GcPauses()
+        gc.callbacks.append(_pauses.on_gc)
+    return _pauses

@@ -70,7 +70,11 @@ InsecureOption = Annotated[
 
 
 def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
-    """Open and replay the journal, or exit 2 with the reason (missing, corrupt, foreign)."""
+    """Open and replay the journal, or exit 2 with the reason (missing, corrupt, foreign).
+
+    The process is a master's from here on (``master start``, or a node ``--with-master``): it
+    collects garbage as one (runtime/gc_pauses.py) before the replay builds its tables."""
+    use_master_gc_thresholds()
     try:
         return open_journal(path, new)
     except JournalError as exc:
@@ -113,7 +117,6 @@ def start(
     check_master_start(endpoint, log_dir, metrics)
     # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
     configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
-    use_master_gc_thresholds()  # the journal's replay builds the master's tables: from here on
     opened, book = load_journal(journal, new)
 
     async def main() -> None:

@@ -11,7 +11,6 @@ from troupe.cli.client import run_async
 from troupe.cli.master_client import node_name_problem
 from troupe.cli.preflight import check_node_start
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.gc_pauses import use_master_gc_thresholds
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.node import Node
@@ -95,8 +94,7 @@ def start(
             await Node(cfg, handle_signals=False, reap_orphans=True).run()
             return
         assert cfg.master is not None
-        use_master_gc_thresholds()  # task dispatch: the master lives here too
-        opened, book = load_journal(journal, new)
+        opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
         try:
             node = Node(cfg, handle_signals=False, reap_orphans=True)
             control_plane = Master(

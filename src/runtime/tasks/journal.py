@@ -173,16 +173,12 @@ class Journal:
         conn: an open, checked connection.
         path: where the journal lives.
         lock: the journal's lock, held by this object and released by :meth:`close`.
-
-    Attributes:
-        replay_note_s: seconds between the ``journal_replaying`` lines of a long replay.
     """
 
     def __init__(self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = lock
-        self.replay_note_s = REPLAY_NOTE_S
         self._checked = False  # rows checked once: nothing but this object writes while locked
 
     @classmethod
@@ -303,8 +299,11 @@ class Journal:
             with _translated(self._path, "rolling back"):
                 conn.execute("ROLLBACK")
 
-    def replay(self) -> TaskBook:
+    def replay(self, note_s: float = REPLAY_NOTE_S) -> TaskBook:
         """Rebuild the task book from the journal, as it was at the last append.
+
+        Args:
+            note_s: seconds between the ``journal_replaying`` lines of a long replay.
 
         Returns:
             A book with every job and task; leased tasks are pending again, no workers.
@@ -330,7 +329,7 @@ class Journal:
                 lease_floor = max(lease_floor, last_lease_id)
             started = time.monotonic()
             total = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
-            rows = _noted(_task_rows(conn.execute(_SELECT_TASKS)), total, self._path, self.replay_note_s)
+            rows = _noted(_task_rows(conn.execute(_SELECT_TASKS)), total, self._path, note_s)
             book = TaskBook.restore(jobs, rows, compacted, lease_floor)
         log.info(
             "journal_replayed",

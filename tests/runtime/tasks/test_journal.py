@@ -316,10 +316,8 @@ def test_a_long_replay_says_how_far_it_got(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     with Journal.open(path, create=True) as journal:
         drive(TaskBook(), journal, SubmitJob("j", [TaskSpec(f"t{i:05d}", "k", i) for i in range(3000)]), 0.0)
-    with Journal.open(path) as journal:
-        journal.replay_note_s = 0.0  # every 1,024 rows: the note is due at each look
-        with structlog.testing.capture_logs() as logs:
-            journal.replay()
+    with Journal.open(path) as journal, structlog.testing.capture_logs() as logs:
+        journal.replay(note_s=0.0)  # every 1,024 rows: the note is due at each look
     notes = [(e["tasks"], e["of"]) for e in logs if e["event"] == "journal_replaying"]
     assert notes == [(1024, 3000), (2048, 3000)]
     (done,) = [e for e in logs if e["event"] == "journal_replayed"]
