@@ -13,6 +13,11 @@ master dispatching 5,000 tasks a second (some 90,000 allocations a second).
 Worker processes keep CPython's defaults: a cycle there may hold a tensor (an exception's
 traceback does), and freeing it later holds memory longer.
 
+:func:`collector_paused` holds the collector off while a big batch of long-lived objects is
+made (the master's book taking in a job of a million tasks): none of them is garbage, and the
+collections their allocations set off, each walking everything made so far, were half of that
+work (4.2 s per million tasks against 2.2 s, 2026-12-03).
+
 :class:`GcPauses` counts every collection of the process and the wall time it took (through
 ``gc.callbacks``); the master's ``status`` shows its figures (``gc``).
 """
@@ -21,9 +26,11 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["MASTER_GC_THRESHOLDS", "GcPauses", "gc_pauses", "use_master_gc_thresholds"]
+__all__ = ["MASTER_GC_THRESHOLDS", "GcPauses", "collector_paused", "gc_pauses", "use_master_gc_thresholds"]
 
 MASTER_GC_THRESHOLDS = (10_000, 10, 10)
 
@@ -31,6 +38,21 @@ MASTER_GC_THRESHOLDS = (10_000, 10, 10)
 def use_master_gc_thresholds() -> None:
     """Collect as a master should (see the module's doc): call once, in the master's process."""
     gc.set_threshold(*MASTER_GC_THRESHOLDS)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic collection inside (see the module's doc); the collector is as it was after.
+    Only for code that makes long-lived objects and no garbage cycles, and ends: a cycle made
+    inside waits for the next collection after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class GcPauses:

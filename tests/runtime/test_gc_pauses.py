@@ -7,7 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from troupe.runtime.gc_pauses import MASTER_GC_THRESHOLDS, GcPauses, gc_pauses, use_master_gc_thresholds
+from troupe.runtime.gc_pauses import (
+    MASTER_GC_THRESHOLDS,
+    GcPauses,
+    collector_paused,
+    gc_pauses,
+    use_master_gc_thresholds,
+)
 
 
 @pytest.fixture
@@ -51,3 +57,30 @@ def test_a_master_collects_less_often_than_cpython_s_default(thresholds: None) -
     # Fewer passes over a master's tables: every generation waits longer than the default's.
     assert all(ours >= default for ours, default in zip(MASTER_GC_THRESHOLDS, (700, 10, 10), strict=True))
     assert MASTER_GC_THRESHOLDS[0] > 700
+
+
+def test_no_collection_runs_while_paused_and_the_collector_is_as_it_was_after() -> None:
+    """A big batch of allocations inside the pause sets off no collection; the collector is on
+    again after (also when the block raises), and stays off if it was off."""
+    pauses = GcPauses()
+    gc.callbacks.append(pauses.on_gc)
+    try:
+        before = sum(pauses.figures()["collections"])
+        with collector_paused():
+            kept = [[i] for i in range(50_000)]  # five times the master's first threshold
+            inside = sum(pauses.figures()["collections"])
+            assert not gc.isenabled()
+        assert inside == before and len(kept) == 50_000  # (they run again from here)
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("inside")
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            with collector_paused():
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(pauses.on_gc)

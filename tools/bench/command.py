@@ -266,6 +266,23 @@ def scale(
     Console().print(scale_table(fig))
 
 
+@bench_app.command("submit")
+def submit(
+    tasks: Annotated[
+        int, typer.Option("--tasks", min=1, max=10_000_000, help="Tasks in the one job submitted.")
+    ] = 1_000_000,
+    as_json: JsonOption = False,
+) -> None:
+    """One big submit to a real master: its time, and how long the master answered nothing."""
+    from .submit import measure_submit, submit_table
+
+    fig = measure_submit(tasks, progress=lambda m: console.print(f"[dim]{m}...[/]"))
+    if as_json:
+        typer.echo(json.dumps(fig, indent=2))
+        return
+    Console().print(submit_table(fig))
+
+
 @bench_app.command("recovery")
 def recovery(
     as_json: JsonOption = False,

@@ -56,7 +56,7 @@ from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_c
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.loopback import free_endpoint
 
-__all__ = ["measure_scale", "scale_table", "task_duration"]
+__all__ = ["measure_scale", "reap", "scale_table", "start_master", "task_duration"]
 
 SIGMA = 0.5
 STRAGGLER_P = 0.05
@@ -190,7 +190,7 @@ async def _run_job(
     }
 
 
-def _start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
+def start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -242,7 +242,7 @@ def _start_sims(
     return procs
 
 
-def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
+def reap(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -290,7 +290,7 @@ def measure_scale(
     }
     endpoint = free_endpoint()
     with tempfile.TemporaryDirectory(prefix="troupe-scale-") as tmp:
-        master = _start_master(Path(tmp), endpoint)
+        master = start_master(Path(tmp), endpoint)
         sims: list[subprocess.Popen[bytes]] = []
         try:
             sims = _start_sims(endpoint, workers, median_s, prefetch, Path(tmp))
@@ -321,7 +321,7 @@ def measure_scale(
                     fig[key + label] = value
                 fig["efficiency" + label] = ideal / out["makespan_s"]
         finally:
-            _reap([*sims, master])
+            reap([*sims, master])
         fig.update(_worker_totals(Path(tmp), len(sims)))
     return fig
 

@@ -2,10 +2,11 @@
 
 The journal stores the book compactly: a ``jobs`` table and a ``tasks`` table, each row updated
 in place by the :class:`~troupe.runtime.tasks.state.Record` commands the task book returns
-(``JobSubmitted`` inserts a job and all its tasks with ``executemany``; ``JobRecord`` and
-``TaskRecord`` overwrite a row). :meth:`Journal.replay` reads both tables back into a
-:class:`~troupe.runtime.tasks.book.TaskBook` (see ``TaskTables.restore`` for what survives a
-restart: done stays done, dead stays dead, cancelled stays cancelled, leased comes back pending).
+(``JobSubmitted`` inserts a job and all its tasks, with ``executemany`` or, for a big job, in
+chunks: ``journal_bulk.py``; ``JobRecord`` and ``TaskRecord`` overwrite a row).
+:meth:`Journal.replay` reads both tables back into a :class:`~troupe.runtime.tasks.book.TaskBook`
+(see ``TaskTables.restore`` for what survives a restart: done stays done, dead stays dead,
+cancelled stays cancelled, leased comes back pending).
 
 Durability: ``journal_mode=WAL`` with ``synchronous=FULL``. Every commit fsyncs the WAL before
 :meth:`Journal.append` returns, so a record the driver has appended survives a killed master and
@@ -37,6 +38,10 @@ the output store still holds the old output under that id, so a task actor that 
 A journal object is not safe for concurrent use, but may be handed between threads: the master's
 driver writes a batch's rows with :meth:`Journal.stage` on its event loop and runs
 :meth:`Journal.commit` (the fsync) in a worker thread, so the fsync does not block the loop.
+A job of many tasks (``BULK_TASKS`` or more) is the exception: its task rows, and whatever
+follows them in the batch, are written by the commit, in the thread, a few thousand rows per
+statement (``journal_bulk.py``), so a submit of a million tasks does not hold the loop for the
+seconds its rows take.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ import structlog
 from troupe.runtime.errors import JournalError, TaskError
 
 from .book import TaskBook
+from .journal_bulk import BULK_TASKS, insert_tasks
 from .journal_check import bad_row, check_rows
 from .journal_lock import JournalLock
 from .state import (
@@ -180,6 +186,7 @@ class Journal:
         self._path = path
         self._lock = lock
         self._checked = False  # rows checked once: nothing but this object writes while locked
+        self._later: list[JournalEntry] = []  # staged records the commit writes (see stage)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], create: bool = False) -> Journal:
@@ -252,6 +259,9 @@ class Journal:
         The master's driver stages a batch on its event loop (rows are cheap) and commits in a
         thread (the fsync releases the GIL): a thread that wrote row by row would take the GIL
         back from the busy loop for each row, and a batch's replies would wait for every hand-over.
+        Rows are not cheap by the million: from the first job of ``BULK_TASKS`` or more tasks on,
+        the records are kept for :meth:`commit`, which inserts that job's tasks a few thousand
+        rows per statement, the GIL free while SQLite works (``journal_bulk.py``).
 
         Args:
             records: Record commands (or their entries), in the order the book returned them.
@@ -267,14 +277,16 @@ class Journal:
         records = list(records)
         if not records:
             return False
+        now, later = _split_at_bulk(records)
         with _translated(self._path, "appending"):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._write(conn, records)
+                self._write(conn, now)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        self._later = later
         return True
 
     def commit(self) -> None:
@@ -284,8 +296,10 @@ class Journal:
             JournalError: the commit failed; nothing of the staged records is kept.
         """
         conn = self._connection()
+        later, self._later = self._later, []
         with _translated(self._path, "appending"):
             try:
+                self._write(conn, later)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -295,6 +309,7 @@ class Journal:
     def rollback(self) -> None:
         """Drop the staged records, if a transaction is open."""
         conn = self._connection()
+        self._later = []
         if conn.in_transaction:
             with _translated(self._path, "rolling back"):
                 conn.execute("ROLLBACK")
@@ -459,7 +474,10 @@ class Journal:
             updates = []
             if isinstance(entry, JobSubmitted):
                 conn.execute(_UPSERT_JOB, _job_row(entry.job))
-                conn.executemany(_INSERT_TASK, _spec_rows(entry.job.job_id, entry.tasks))
+                if len(entry.tasks) >= BULK_TASKS:
+                    insert_tasks(conn, entry.job.job_id, entry.tasks)
+                else:
+                    conn.executemany(_INSERT_TASK, _spec_rows(entry.job.job_id, entry.tasks))
             elif isinstance(entry, JobRecord):
                 conn.execute(_UPSERT_JOB, _job_row(entry))
             else:
@@ -554,6 +572,16 @@ def _update_tasks(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> N
             f"{len(rows) - cursor.rowcount} task record(s) name tasks the "
             "journal does not hold; the journal belongs to another master"
         )
+
+
+def _split_at_bulk(records: list[JournalEntry]) -> tuple[list[JournalEntry], list[JournalEntry]]:
+    """The records before the first job of ``BULK_TASKS`` or more tasks, and the rest (that job
+    on, in order: a later record may name one of its tasks)."""
+    for i, record in enumerate(records):
+        entry = record.entry if isinstance(record, Record) else record
+        if isinstance(entry, JobSubmitted) and len(entry.tasks) >= BULK_TASKS:
+            return records[:i], records[i:]
+    return records, []
 
 
 def _job_row(job: JobRecord) -> tuple[object, ...]:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import groupby, repeat
 from types import MappingProxyType
 from typing import Self
 
@@ -118,6 +119,20 @@ class PendingQueue:
                 if seq is not None and (found is None or seq < best_seq):
                     best_seq, found = seq, key
         return found
+
+    def push_new(self, tasks: Iterable[Task]) -> None:
+        """Queue tasks newer than any queued (a job's submit, in seq order): each one's seq is
+        the largest of its bucket, so it goes at the heap's end without sifting."""
+        buckets = self._buckets
+        last_key: BucketKey | None = None
+        bucket: list[tuple[int, Task]] = []
+        for task in tasks:
+            spec = task.spec
+            key = (spec.locality, spec.needs, spec.kind)
+            if key != last_key:  # equal keys compare by identity first: no hashing in a run
+                bucket = buckets.setdefault(key, [])
+                last_key = key
+            bucket.append((task.seq, task))
 
     def pop(self, key: BucketKey) -> Task:
         """Remove and return the first pending task of a bucket that :meth:`best` named."""
@@ -591,6 +606,21 @@ class TaskTables:
         self._totals[TaskState.PENDING] += 1
         self._count_pending(task, 1)
         return task
+
+    def _add_new_tasks(self, specs: Sequence[TaskSpec], job: Job) -> None:
+        """Register a new job's tasks as PENDING and queue them: :meth:`_add_task` and
+        ``push`` for each, at a fraction of the cost (a million tasks in one submit)."""
+        first = self._next_task_seq
+        tasks = list(map(Task, specs, repeat(job), range(first, first + len(specs))))
+        self._next_task_seq = first + len(tasks)
+        self._tasks.update(zip([s.task_id for s in specs], tasks, strict=True))
+        job.tasks.extend(tasks)
+        job.counts[TaskState.PENDING] += len(tasks)
+        self._totals[TaskState.PENDING] += len(tasks)
+        by = job.pending_by
+        for key, run in groupby(specs, key=lambda s: (s.kind, s.needs)):
+            by[key] = by.get(key, 0) + sum(1 for _ in run)
+        job.queue.push_new(tasks)
 
     @staticmethod
     def _count_pending(task: Task, delta: int) -> None:

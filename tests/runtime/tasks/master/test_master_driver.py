@@ -13,6 +13,7 @@ import pytest
 
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal_bulk import BULK_TASKS
 from troupe.runtime.tasks.master.driver import Dispatcher
 from troupe.runtime.tasks.state import (
     Ack,
@@ -226,3 +227,50 @@ async def test_a_report_and_the_request_it_carries_are_one_entry_answered_togeth
     assert isinstance(ack, Ack) and ack.outcome is AckOutcome.COMMITTED and in_one
     assert [(c.task_id, type(c)) for c in leases] == [("j-1", Lease), ("j-2", Lease)]  # one ahead
     assert len(stray) == 1 and isinstance(stray[0], Reject)  # lease 99 was never issued
+
+
+async def test_a_big_submit_ends_its_batch_and_the_leases_of_its_tasks_come_in_the_next() -> None:
+    """The rows of a job of BULK_TASKS tasks are written by the commit (in its thread): no
+    lease of its tasks joins that commit; the request queued behind it, and a worker parked
+    before it, are answered in the next append, with no other event to wake the driver."""
+    journal = FakeJournal(hold=True)
+    driver, _ = make(journal)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        journal.gate.set()
+        for w in ("parked", "asking"):
+            await driver.handle(WorkerJoined(w, "n", Resources(1, 0), 1))
+        parked = driver.put_request("parked", 1, 30.0, "p")
+        await until(lambda: driver.statistics().parked == 1)
+        journal.gate.clear()
+        journal.entered.clear()
+        before = len(journal.appends)
+        submitted = driver.put(job(BULK_TASKS))
+        asked = driver.put_request("asking", 1, 0.0, "a")
+        await anyio.to_thread.run_sync(journal.entered.wait, 5)
+        assert not (submitted.done() or asked.done() or parked.done())
+        journal.gate.set()
+        got = {"asking": await asked, "parked": await parked}
+        await submitted
+        tg.cancel_scope.cancel()
+    bulk, after = journal.appends[before:]
+    assert [type(r.entry) for r in bulk] == [JobSubmitted]
+    leased = {w: [c.task_id for c in cmds if isinstance(c, Lease)] for w, cmds in got.items()}
+    assert sorted(leased["asking"] + leased["parked"]) == ["j-0", "j-1"]
+    assert sorted(r.entry.task_id for r in after if isinstance(r.entry, TaskRecord)) == ["j-0", "j-1"]
+
+
+async def test_a_worker_parked_before_a_big_submit_gets_a_task_with_no_other_event() -> None:
+    """The retry of parked requests that a big submit put off runs by itself after it."""
+    journal = FakeJournal()
+    driver, _ = make(journal)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await driver.handle(WorkerJoined("w", "n", Resources(1, 0), 1))
+        parked = driver.put_request("w", 1, 30.0, "p")
+        await until(lambda: driver.statistics().parked == 1)
+        await driver.handle(job(BULK_TASKS))
+        with anyio.fail_after(5):
+            (lease,) = await parked
+        tg.cancel_scope.cancel()
+    assert isinstance(lease, Lease) and lease.task_id == "j-0"
