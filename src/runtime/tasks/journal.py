@@ -60,6 +60,7 @@ from typing import Any
 import structlog
 
 from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.gc_pauses import collector_paused
 
 from .book import TaskBook
 from .journal_bulk import BULK_TASKS, insert_tasks
@@ -345,7 +346,8 @@ class Journal:
             started = time.monotonic()
             total = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
             rows = _noted(_task_rows(conn.execute(_SELECT_TASKS)), total, self._path, note_s)
-            book = TaskBook.restore(jobs, rows, compacted, lease_floor)
+            with collector_paused():  # a few objects a task, all kept (see gc_pauses)
+                book = TaskBook.restore(jobs, rows, compacted, lease_floor)
         log.info(
             "journal_replayed",
             path=str(self._path),

@@ -371,6 +371,18 @@ def pick_task(
     return None
 
 
+def _untouched(rec: TaskRecord) -> bool:
+    """A task row as its submit wrote it: pending, never leased, nothing recorded."""
+    return (
+        rec.state is TaskState.PENDING
+        and not rec.attempts
+        and not rec.last_lease_id
+        and rec.result_ref is None
+        and rec.error is None
+        and rec.traceback is None
+    )
+
+
 def waiting_reason(kind: str, needs: Resources, workers: Iterable[Worker]) -> str | None:
     """Say why no registered worker could ever take a task of ``kind`` needing ``needs``.
 
@@ -455,10 +467,22 @@ class TaskTables:
                 job.state = row.state
                 book._running.remove(job)
         last_lease = 0
+        run: list[TaskSpec] = []  # tasks never leased, of one job, back to back: added as a whole
+        run_job: Job | None = None
         for spec, rec in tasks:
             job = book._jobs.get(rec.job_id)
             if job is None:
                 raise TaskError(f"task {rec.task_id} names job {rec.job_id}, which has no row")
+            if _untouched(rec) and job.state is not JobState.CANCELLED:
+                if job is not run_job and run_job is not None:
+                    book._add_new_tasks(run, run_job)
+                    run = []
+                run_job = job
+                run.append(spec)
+                continue
+            if run_job is not None:
+                book._add_new_tasks(run, run_job)
+                run, run_job = [], None
             task = book._add_task(spec, job)
             task.attempts, task.last_lease_id = rec.attempts, rec.last_lease_id
             task.result_ref, task.error, task.traceback = rec.result_ref, rec.error, rec.traceback
@@ -471,6 +495,8 @@ class TaskTables:
             if state is TaskState.PENDING:
                 job.queue.push(task)
             last_lease = max(last_lease, rec.last_lease_id)
+        if run_job is not None:
+            book._add_new_tasks(run, run_job)
         book._next_lease = max(last_lease, lease_floor) + 1
         for job_id, counts in (compacted or {}).items():
             job = book._jobs.get(job_id)
