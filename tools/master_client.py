@@ -153,12 +153,24 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
         try:
             return await runtime.control(endpoint, "submit", payload, timeout=timeout)
         except AskTimeout:
-            job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
+            pass
+        job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
+        again = (
+            "submitting the same file again is safe: the master says when it already has it, "
+            "and its journal holds all of a job or none of it"
+        )
+        try:
+            await runtime.control(endpoint, "ping", None, timeout=ping_s)
+        except AskTimeout:
             raise AskTimeout(
-                f"the master at {endpoint} answers, but is still writing job {job!r} after "
-                f"{timeout}s; check with `troupe ctl jobs` (submitting the same file again is "
-                "safe: the master says when it already has it)"
+                f"the master at {endpoint} took job {job!r} but has not answered since, not even "
+                f"a ping, after {timeout}s: it may have stopped (see its log) or still be taking "
+                f"in a very large job; once it answers, check with `troupe ctl jobs` ({again})"
             ) from None
+        raise AskTimeout(
+            f"the master at {endpoint} answers, but is still writing job {job!r} after "
+            f"{timeout}s; check with `troupe ctl jobs` ({again})"
+        )
 
 
 def _counts(tasks: dict[str, int]) -> str:

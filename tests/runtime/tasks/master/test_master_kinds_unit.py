@@ -288,14 +288,17 @@ async def test_submitting_the_same_job_again_says_it_is_there_and_other_content_
 
 
 @asynccontextmanager
-async def fake_master(ping_answers: bool, submitted: anyio.Event) -> AsyncIterator[str]:
-    """A ZeroMQ endpoint whose ``submit`` never ends in time; ``ping`` answers if asked to."""
+async def fake_master(
+    ping_answers: bool, submitted: anyio.Event, dies_taking_it: bool = False
+) -> AsyncIterator[str]:
+    """A ZeroMQ endpoint whose ``submit`` never ends in time; ``ping`` answers if asked to (and,
+    with ``dies_taking_it``, no more once a submit came)."""
     endpoint = free_endpoint()
     async with Runtime("fake", "master", ZmqTransport(bind=endpoint), drain_timeout=0.1) as rt:
         forever = anyio.Event()
 
         async def ping(_: Any) -> dict[str, Any]:
-            if not ping_answers:
+            if not ping_answers or (dies_taking_it and submitted.is_set()):
                 await forever.wait()
             return {"master": "fake"}
 
@@ -327,3 +330,18 @@ async def test_a_slow_submit_says_the_master_is_still_writing_not_that_nobody_an
     else:
         assert not submitted.is_set()  # nothing was sent that could half-happen
         assert "no master answers" in message and "ping" in message
+
+
+async def test_a_master_that_stops_answering_during_a_submit_is_not_said_to_be_writing() -> None:
+    """The submit's reply and a second ping both fail: the CLI says the master went silent,
+    where to look, and that submitting again is safe; not that it is still writing."""
+    submitted = anyio.Event()
+    payload = {"job": {"job": {"name": "big"}}, "source": "big.toml", "job_id": None}
+    async with fake_master(True, submitted, dies_taking_it=True) as endpoint:
+        with pytest.raises(AskTimeout) as caught:
+            await submit_job(endpoint, payload, 0.5)
+    message = str(caught.value)
+    assert submitted.is_set()
+    assert "took job 'big' but has not answered since, not even a ping" in message
+    assert "see its log" in message and "all of a job or none of it" in message
+    assert "still writing" not in message
