@@ -605,7 +605,7 @@ def _policy(text: str) -> JobPolicy:
 
 def _noted(rows: Iterator[Any], total: int, path: Path, every_s: float) -> Iterator[Any]:
     """``rows``, with a ``journal_replaying`` line every ``every_s`` seconds: a million tasks
-    take the master half a minute to read back, and its log would say nothing meanwhile."""
+    take the master many seconds to read back, and its log would say nothing meanwhile."""
     start = time.monotonic()
     due = start + every_s
     for n, row in enumerate(rows, 1):
