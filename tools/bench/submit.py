@@ -11,10 +11,13 @@ back, each from its own connection, 20 ms apart:
   asking for its next task waits that long).
 
 Figures: ``tasks``, ``submit_s`` (the submit's round trip: the job checked, taken into the book
-and journaled), ``tasks_per_s``, ``ping_idle_ms`` (the median ping before the submit: the
-floor), ``ping_longest_ms`` and ``dispatch_longest_ms`` (the longest probe round trips that
-overlapped the submit), and their shares of the submit (``loop_held_share``,
-``dispatch_held_share``: 1.0 would be a master that answered nothing until the job was in).
+and journaled), ``tasks_per_s``, the master's CPU seconds over it (``master_cpu_s``), its
+resident memory after (``master_rss_mb``) and what the job added to it per task
+(``master_bytes_per_task``: the book's objects, and SQLite's page cache), ``ping_idle_ms``
+(the median ping before the submit: the floor), ``ping_longest_ms`` and
+``dispatch_longest_ms`` (the longest probe round trips that overlapped the submit), and their
+shares of the submit (``loop_held_share``, ``dispatch_held_share``: 1.0 would be a master that
+answered nothing until the job was in).
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ async def _measure(endpoint: str, master_pid: int, tasks: int) -> dict[str, Any]
             idle.append(time.monotonic() - sent)
         proc = psutil.Process(master_pid)
         cpu0 = sum(proc.cpu_times()[:2])
+        rss0 = proc.memory_info().rss
         pings: list[tuple[float, float]] = []
         cancels: list[tuple[float, float]] = []
         stop = anyio.Event()
@@ -99,6 +103,7 @@ async def _measure(endpoint: str, master_pid: int, tasks: int) -> dict[str, Any]
             end = time.monotonic()
             stop.set()
         cpu = sum(proc.cpu_times()[:2]) - cpu0
+        rss = proc.memory_info().rss
     if reply.get("tasks") != tasks:
         raise RuntimeError(f"the master took {reply!r}, not a job of {tasks} tasks")
     submit_s = end - start
@@ -109,6 +114,8 @@ async def _measure(endpoint: str, master_pid: int, tasks: int) -> dict[str, Any]
         "submit_s": submit_s,
         "tasks_per_s": tasks / submit_s,
         "master_cpu_s": cpu,
+        "master_rss_mb": rss / 2**20,
+        "master_bytes_per_task": (rss - rss0) / tasks,
         "ping_idle_ms": statistics.median(idle) * 1000.0,
         "ping_longest_ms": ping_longest * 1000.0,
         "dispatch_longest_ms": dispatch_longest * 1000.0,
@@ -147,6 +154,10 @@ def submit_table(fig: dict[str, Any]) -> Table:
     table.add_row("submit (checked, in the book, journaled)", f"{fig['submit_s']:.2f} s")
     table.add_row("tasks per second", f"{fig['tasks_per_s']:,.0f}")
     table.add_row("master CPU", f"{fig['master_cpu_s']:.2f} s")
+    table.add_row(
+        "master memory after (added per task)",
+        f"{fig['master_rss_mb']:,.0f} MiB ({fig['master_bytes_per_task']:,.0f} B)",
+    )
     table.add_row("ping, master idle (median)", f"{fig['ping_idle_ms']:.2f} ms")
     table.add_row(
         "longest ping during the submit (loop held)",
