@@ -46,6 +46,7 @@ __all__ = ["KeysOption", "MasterOption", "NodeOption", "ctl_app", "use_keys"]
 ctl_app = typer.Typer(no_args_is_help=True)
 ctl_app.command("top")(top)  # the live view (commands/top.py)
 console = Console()
+_SAYS_WAITING = 50_000  # tasks in a job from which `ctl submit` shows that it waits (a second or more)
 
 NodeOption = Annotated[
     str,
@@ -161,15 +162,17 @@ async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any
 # --------------------------------------------------------------------------- the master's jobs
 
 
-def _job_payload(job_file: Path, job_id: str | None) -> dict[str, Any]:
+def _job_payload(job_file: Path, job_id: str | None) -> tuple[dict[str, Any], int]:
+    """The submit's payload, and how many tasks the job has."""
     try:
-        load_job(job_file)  # every mistake is named here, with the file and the field
+        spec = load_job(job_file)  # every mistake is named here, with the file and the field
         if job_id is not None:
             check_job_id(job_id)
         data = tomllib.loads(job_file.read_text(encoding="utf-8"))
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    return {"job": data, "source": str(job_file), "job_id": job_id}
+    tasks = spec.count if spec.count is not None else len(spec.entries)
+    return {"job": data, "source": str(job_file), "job_id": job_id}, tasks
 
 
 @ctl_app.command("submit")
@@ -190,7 +193,13 @@ def submit(
     refused.
     """  # later paragraphs keep their line breaks in typer's help: lines fit 80 columns
     use_keys(keys)
-    reply = run_async(submit_job, master, _job_payload(job_file, job_id), timeout)
+    payload, tasks = _job_payload(job_file, job_id)
+    if tasks >= _SAYS_WAITING:  # seconds of checking and journaling: say what the wait is
+        name = escape(str(job_id or payload["job"]["job"]["name"]))
+        with err_console.status(f"the master is taking in job [bold]{name}[/]: {tasks:,} tasks"):
+            reply = run_async(submit_job, master, payload, timeout)
+    else:
+        reply = run_async(submit_job, master, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply))
         return
