@@ -131,6 +131,14 @@ class NodeTable:
             self._nodes[node].alive = False
         return dead
 
+    def forgive(self, held_s: float, now: float) -> None:
+        """The master was not listening for ``held_s`` seconds (its loop was held): that
+        silence is not the nodes'. Each live node's last beat moves on by it (never past
+        ``now``), so a node is judged on the time the master could hear it."""
+        for info in self._nodes.values():
+            if info.alive:
+                info.last_beat = min(now, info.last_beat + held_s)
+
     def mark_dead(self, node: str) -> None:
         """Declare a node dead now (an operator or its supervisor said so)."""
         info = self._nodes.get(node)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,11 +13,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import structlog.testing
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import JournalError, TaskError, UnknownWorker
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.master import HELD_S, Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.nodes import NodeTable
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.base import MemoryHub
 
@@ -355,3 +358,45 @@ def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
     journal, book = open_journal(tmp_path / "fresh.db", new=True)
     journal.close()
     assert book.jobs() == []
+
+
+# ---------------------------------------------------------------- a held loop
+
+
+def test_a_hold_moves_each_live_node_s_last_beat_on_never_past_now() -> None:
+    nodes = NodeTable(timeout_s=10.0)
+    nodes.beat("quiet", "tcp://a", {}, now=0.0)
+    nodes.beat("fresh", "tcp://b", {}, now=11.5)  # its beat was read just after the hold
+    nodes.forgive(12.0, now=12.0)  # "quiet" is moved on to 12.0; "fresh" too, not to 23.5
+    assert nodes.expired(12.0) == []
+    assert nodes.expired(21.9) == []  # silent 9.9 s of the time the master could hear
+    assert nodes.expired(22.1) == ["quiet", "fresh"]  # silent 10.1 s: the hold is forgiven once
+    assert nodes.expired(22.2) == []  # reported once
+
+
+async def test_a_master_held_past_the_node_timeout_keeps_the_node_then_judges_it(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with cluster(tmp_path, node_timeout_s=10.0, clock=clock) as c:
+        await c.call("node_beat", {"node": "n1", "endpoint": "mem://n1", "resources": {}})
+        clock.advance(12.0)  # the loop held 12 s: the node's beats waited unread
+        with structlog.testing.capture_logs() as logs:
+            c.master.loop_held(12.0)
+            await c.master.tick()
+        assert [n["alive"] for n in (await c.call("status"))["nodes"]] == [True]
+        assert [e["held_s"] for e in logs if e["event"] == "master_loop_held"] == [12.0]
+        clock.advance(10.5)  # silent past the timeout while the master listened: dead
+        await c.master.tick()
+        assert [n["alive"] for n in (await c.call("status"))["nodes"]] == [False]
+
+
+async def test_the_master_s_own_ticks_notice_a_held_loop(tmp_path: Path) -> None:
+    """The tick that comes late after the loop was held (here by the test, blocking it) reports
+    the hold: that is what forgives the nodes their unheard beats."""
+    async with cluster(tmp_path):
+        with structlog.testing.capture_logs() as logs:
+            time.sleep(HELD_S + 0.1)  # noqa: ASYNC251 - the point: hold the loop, as a big submit did
+            with anyio.fail_after(10):
+                while not any(e["event"] == "master_loop_held" for e in logs):
+                    await anyio.sleep(0.001)
+        (held,) = [e["held_s"] for e in logs if e["event"] == "master_loop_held"]
+        assert held >= HELD_S
