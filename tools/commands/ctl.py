@@ -6,6 +6,7 @@ import json
 import time
 import tomllib
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -194,11 +195,13 @@ def submit(
     """  # later paragraphs keep their line breaks in typer's help: lines fit 80 columns
     use_keys(keys)
     payload, tasks = _job_payload(job_file, job_id)
-    if tasks >= _SAYS_WAITING:  # seconds of checking and journaling: say what the wait is
-        name = escape(str(job_id or payload["job"]["job"]["name"]))
-        with err_console.status(f"the master is taking in job [bold]{name}[/]: {tasks:,} tasks"):
-            reply = run_async(submit_job, master, payload, timeout)
-    else:
+    name = escape(str(job_id or payload["job"]["job"]["name"]))
+    waiting = (  # seconds of checking and journaling: say what the wait is
+        err_console.status(f"the master is taking in job [bold]{name}[/]: {tasks:,} tasks")
+        if tasks >= _SAYS_WAITING
+        else nullcontext()
+    )
+    with waiting:
         reply = run_async(submit_job, master, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply))

@@ -63,7 +63,7 @@ from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.gc_pauses import collector_paused
 
 from .book import TaskBook
-from .journal_bulk import BULK_TASKS, insert_tasks
+from .journal_bulk import insert_tasks, is_bulk, refs_text
 from .journal_check import bad_row, check_rows
 from .journal_lock import JournalLock
 from .state import (
@@ -476,7 +476,7 @@ class Journal:
             updates = []
             if isinstance(entry, JobSubmitted):
                 conn.execute(_UPSERT_JOB, _job_row(entry.job))
-                if len(entry.tasks) >= BULK_TASKS:
+                if is_bulk(entry.tasks):
                     insert_tasks(conn, entry.job.job_id, entry.tasks)
                 else:
                     conn.executemany(_INSERT_TASK, _spec_rows(entry.job.job_id, entry.tasks))
@@ -581,7 +581,7 @@ def _split_at_bulk(records: list[JournalEntry]) -> tuple[list[JournalEntry], lis
     on, in order: a later record may name one of its tasks)."""
     for i, record in enumerate(records):
         entry = record.entry if isinstance(record, Record) else record
-        if isinstance(entry, JobSubmitted) and len(entry.tasks) >= BULK_TASKS:
+        if isinstance(entry, JobSubmitted) and is_bulk(entry.tasks):
             return records[:i], records[i:]
     return records, []
 
@@ -594,8 +594,7 @@ def _job_row(job: JobRecord) -> tuple[object, ...]:
 
 def _spec_rows(job_id: str, specs: Iterable[TaskSpec]) -> Iterator[tuple[object, ...]]:
     for s in specs:
-        refs = json.dumps(dict(s.refs), sort_keys=True) if s.refs else "{}"
-        yield (s.task_id, job_id, s.kind, s.seed, refs, s.needs.cpu, s.needs.gpu, s.locality)
+        yield (s.task_id, job_id, s.kind, s.seed, refs_text(s), s.needs.cpu, s.needs.gpu, s.locality)
 
 
 def _policy(text: str) -> JobPolicy:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from itertools import groupby
 
 from .state import TaskSpec
 
-__all__ = ["BULK_TASKS", "CHUNK_TASKS", "insert_tasks"]
+__all__ = ["BULK_TASKS", "CHUNK_TASKS", "insert_tasks", "is_bulk", "refs_text"]
 
 BULK_TASKS = 4096  # a job with at least this many tasks is inserted here (see journal.stage)
 CHUNK_TASKS = 8192  # tasks per statement: one chunk's JSON holds the GIL ~15 ms to build
@@ -44,6 +44,12 @@ _INSERT_ROWS = _COLUMNS + (
     "json_extract(value, '$[6]'), 'pending', 0, 0.0, 0 FROM json_each(?)"
 )
 _MIN_RUN = 64  # shorter runs go as rows: a statement each would cost more than it saves
+
+
+def is_bulk(tasks: Sized) -> bool:
+    """Whether a job of these tasks is big: its rows are written here, by the commit's thread
+    (``journal.stage``), and the master's dispatcher ends its batch with it."""
+    return len(tasks) >= BULK_TASKS
 
 
 def insert_tasks(conn: sqlite3.Connection, job_id: str, specs: Sequence[TaskSpec]) -> None:
@@ -67,7 +73,7 @@ def insert_tasks(conn: sqlite3.Connection, job_id: str, specs: Sequence[TaskSpec
             _insert_rows(conn, job_id, rows)
             rows = []
         first = run[0]
-        shared = (first.kind, _refs(first), float(first.needs.cpu), first.needs.gpu, first.locality)
+        shared = (first.kind, refs_text(first), float(first.needs.cpu), first.needs.gpu, first.locality)
         for start in range(0, len(run), CHUNK_TASKS):
             chunk = run[start : start + CHUNK_TASKS]
             seeds = {s.task_id: s.seed for s in chunk}
@@ -89,9 +95,10 @@ def _insert_rows(conn: sqlite3.Connection, job_id: str, rows: list[tuple[object,
         conn.execute(_INSERT_ROWS, (job_id, chunk))
 
 
-def _refs(s: TaskSpec) -> str:
+def refs_text(s: TaskSpec) -> str:
+    """A task's refs as the journal stores them: sorted JSON, ``{}`` for none."""
     return json.dumps(dict(s.refs), sort_keys=True) if s.refs else "{}"
 
 
 def _row(s: TaskSpec) -> tuple[object, ...]:
-    return (s.task_id, s.kind, s.seed, _refs(s), float(s.needs.cpu), s.needs.gpu, s.locality)
+    return (s.task_id, s.kind, s.seed, refs_text(s), float(s.needs.cpu), s.needs.gpu, s.locality)

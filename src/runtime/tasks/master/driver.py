@@ -33,9 +33,7 @@ nothing too, and trying every parked worker would cost O(workers x running tasks
 A big submit (a job of ``BULK_TASKS`` tasks or more) ends its batch: the journal writes its
 rows in the commit's thread (``Journal.stage``), and a lease of one of its tasks in the same
 batch would follow them there. Parked requests are tried again in the next batch, which runs at
-once without another event to wake the driver. The book takes such a job in with the garbage
-collector paused (``gc_pauses.collector_paused``): it makes a few objects per task, none of them
-garbage, and the collections they set off were half of its time.
+once without another event to wake the driver.
 
 If the journal fails, the book has moved on in memory and only a restart from the
 journal is consistent again: the driver stops, every waiting caller gets the JournalError and
@@ -48,7 +46,6 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +53,9 @@ import anyio
 import structlog
 
 from troupe.runtime.errors import JournalError, TaskError
-from troupe.runtime.gc_pauses import collector_paused
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.journal_bulk import BULK_TASKS
+from troupe.runtime.tasks.journal_bulk import is_bulk
 from troupe.runtime.tasks.state import (
     Ack,
     Command,
@@ -292,10 +288,9 @@ class Dispatcher:
                 event = RequestTask(event.worker_id, event.free_slots, prefetch=False)
             # A big job's rows are written in the commit's thread (Journal.stage): end the batch
             # with it, so that no lease of its tasks follows it into that thread's writes.
-            bulk = isinstance(event, SubmitJob) and len(event.tasks) >= BULK_TASKS
+            bulk = isinstance(event, SubmitJob) and is_bulk(event.tasks)
             try:
-                with collector_paused() if bulk else nullcontext():
-                    commands = book.handle(event, now)
+                commands = book.handle(event, now)
             except Exception as exc:  # a bug, not bad input (handlers check it): refuse the one
                 log.error("task_book_failed", event_type=type(event).__name__, error=repr(exc))
                 if not future.done():

@@ -201,8 +201,9 @@ class MasterConfig:
 
 
 COMPACT_AFTER_S = 3600.0
-HELD_S = 1.0  # a tick this late means the master's loop was held, deaf to every node meanwhile
 """A master starting on a journal compacts the jobs that finished at least this long ago."""
+HELD_S = 1.0
+"""A tick this late means the master's loop was held, deaf to every node meanwhile."""
 
 
 def open_journal(
