@@ -19,11 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 from troupe.runtime.core.actor import Actor, handles
 from troupe.runtime.errors import AskTimeout, DeliveryError, TroupeError
 
 __all__ = [
+    "GONE",
     "HELD",
     "INLINE_BELOW",
     "OUTBOX_CLASS",
@@ -126,10 +128,11 @@ async def pull_inputs(
         why = f"holder {holder} no longer holds it"
         error = ""
         with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
-            if _STOPPING[0]:
+            if _STOPPING[0] or holder in GONE:
                 scope.cancel()  # nothing is pulled: the items count as lost (run again)
             PULLS.setdefault(holder, set()).add(scope)
             try:
+                await checkpoint()  # where a scope cancelled above ends: no ask
                 reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
                 got = reply.get("items", {}) if isinstance(reply, dict) else {}
             except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
@@ -170,6 +173,13 @@ PULLS: dict[str, set[anyio.CancelScope]] = {}
 """This process's pulls in progress, by holder: the engine ends those from a holder it lost
 (``stage_holder_gone``) rather than leave them waiting ``PULL_TIMEOUT_S`` for a dead process."""
 
+GONE: set[str] = set()
+"""The holders the engine told this process it lost. A call already sent here that pulls from
+one later (queued behind the call in progress when the engine told) pulls nothing: the process
+behind that name is dead, or is its node's restart of it, empty, at an endpoint this process may
+not know; either way the ask would wait ``PULL_TIMEOUT_S`` for nothing. The engine names no
+lost replica again (a replacement gets a new name)."""
+
 _STOPPING: list[bool] = [False]
 """This process stops (``Outbox.stop_requested``): the calls its stage still drains pull nothing;
 their holders may be stopping too, and waiting on them would hold the stop up to its deadline."""
@@ -196,7 +206,9 @@ class Outbox(Actor):
 
     @handles("stage_holder_gone")
     def _holder_gone(self, payload: dict[str, Any]) -> None:
-        for scope in list(PULLS.get(str(payload.get("holder")), ())):
+        holder = str(payload.get("holder"))
+        GONE.add(holder)
+        for scope in list(PULLS.get(holder, ())):
             scope.cancel()
 
     @handles("stage_held")
@@ -205,6 +217,7 @@ class Outbox(Actor):
 
     async def started(self) -> None:
         _STOPPING[0] = False  # a process's new replica (tests host several in one process)
+        GONE.clear()
 
     def stop_requested(self) -> None:
         """The worker stops: pulls in progress end now, and later ones pull nothing; their

@@ -94,6 +94,36 @@ async def test_a_stopping_replica_ends_its_pulls_and_starts_none() -> None:
     assert fresh_lost == {}
 
 
+async def test_a_holder_the_engine_lost_is_asked_no_more_by_the_calls_queued_here() -> None:
+    """The engine tells a replica that a holder is gone while that replica's call in progress
+    pulls nothing from it (the calls behind it, already sent, pull later): those later pulls
+    must not ask the dead holder, which would keep them waiting ``PULL_TIMEOUT_S``; their
+    items count as lost at once. Other holders are still asked, and the process's next
+    replica starts with nothing gone."""
+    asked: list[str] = []
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        asked.append(actor)
+        if actor == "up-0/outbox":
+            await anyio.sleep_forever()  # what a dead holder's stale endpoint does
+        return {"items": dict.fromkeys(payload["keys"], "value")}
+
+    outbox = Outbox()
+    try:
+        with anyio.fail_after(30):
+            outbox._holder_gone({"holder": "up-0/outbox"})  # the engine's stage_holder_gone
+            _, lost, failed = await pull_inputs(
+                ask, [None, None], [["up-0/outbox", "k0"], ["up-1/outbox", "k1"]]
+            )
+        assert lost == {0: "holder up-0/outbox is gone (the engine lost its replica)"}
+        assert not failed
+        assert asked == ["up-1/outbox"]
+    finally:
+        await outbox.started()
+    _, fresh_lost, _ = await pull_inputs(_holder_with("k2"), [None], [["up-0/outbox", "k2"]])
+    assert fresh_lost == {}
+
+
 def _holder_with(key: str) -> Any:
     async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
         return {"items": {key: "value"}}
