@@ -72,7 +72,7 @@ async def _node_status(endpoint: str) -> dict[str, Any]:
 @pytest.fixture
 def two_hosts(tmp_path: Path, master: TaskMaster) -> Iterator[tuple[str, str]]:
     procs: list[subprocess.Popen[bytes]] = []
-    children: list[psutil.Process] = []
+    children: dict[int, list[psutil.Process]] = {}  # each node's own: reaped with it, not before
     endpoints = []
     try:
         for name, host, text in (("a", "127.0.0.2", RELAY), ("b", "127.0.0.3", ECHO)):
@@ -90,15 +90,15 @@ def two_hosts(tmp_path: Path, master: TaskMaster) -> Iterator[tuple[str, str]]:
             endpoints.append(endpoint)
         anyio.run(_wait_joined, master, {"a", "b"})
         for proc in procs:
-            children += psutil.Process(proc.pid).children(recursive=True)
+            children[proc.pid] = psutil.Process(proc.pid).children(recursive=True)
         yield endpoints[0], endpoints[1]
     finally:
         for proc in procs:
             try:
-                children += psutil.Process(proc.pid).children(recursive=True)
+                children.setdefault(proc.pid, []).extend(psutil.Process(proc.pid).children(recursive=True))
             except psutil.NoSuchProcess:
                 pass
-        survivors = [pid for proc in procs for pid in reap(proc, children)]
+        survivors = [pid for proc in procs for pid in reap(proc, children.get(proc.pid, []))]
         assert not survivors
 
 

@@ -55,7 +55,7 @@ def tagged_nodes(
     config under ``root`` (plus ``extra_config``), until all beat with their tags; on the way out,
     reap every node and their workers (and fail if one survives)."""
     procs: list[subprocess.Popen[bytes]] = []
-    children: list[psutil.Process] = []
+    children: dict[int, list[psutil.Process]] = {}  # each node's own: reaped with it, not before
     try:
         for name, (host, tag) in nodes.items():
             config = root / f"{name}.toml"
@@ -73,8 +73,8 @@ def tagged_nodes(
     finally:
         for proc in procs:
             try:
-                children += psutil.Process(proc.pid).children(recursive=True)
+                children[proc.pid] = psutil.Process(proc.pid).children(recursive=True)
             except psutil.NoSuchProcess:
                 pass
-        survivors = [pid for proc in procs for pid in reap(proc, children)]
+        survivors = [pid for proc in procs for pid in reap(proc, children.get(proc.pid, []))]
         assert not survivors, f"outlived their test: {survivors}"
