@@ -171,6 +171,7 @@ class MasterSource:
         self._leases: dict[str, dict[str, Any]] = {}  # task_id -> lease, while in the pipeline
         self._reports: deque[tuple[str, dict[str, Any]]] = deque()
         self._kick = anyio.Event()
+        self._window = anyio.Event()  # set when the last lease out settles: no report can join
         self._done = False
         self.dead: dict[str, str] = {}
         # A lease the master took back, or a renewal it refused: the job may have been
@@ -201,6 +202,8 @@ class MasterSource:
         else:
             self._reports.append(("fail", {**base, "error": error or outcome, "traceback": traceback}))
         self._kick.set()
+        if not self._leases:
+            self._window.set()
 
     def halted(self) -> str | None:
         return self._halted
@@ -230,8 +233,11 @@ class MasterSource:
                 if self._reports and self._leases and self.report_window_s > 0:
                     # Let a few reports gather: the master journals what arrives together in
                     # one transaction, and the freed slots go in one request. With no lease
-                    # left, no report can join them: the job's end is told at once.
-                    await anyio.sleep(self.report_window_s)
+                    # left, no report can join them: the job's end is told at once, also when
+                    # its last lease settles inside the window.
+                    self._window = anyio.Event()
+                    with anyio.move_on_after(self.report_window_s):
+                        await self._window.wait()
                 if self._suspect:
                     await self._look_at_job()
                     if self._halted is not None:

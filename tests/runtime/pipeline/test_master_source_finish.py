@@ -6,6 +6,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.lowlevel import checkpoint
 
 from support.master_source_run import RuntimeControls, take_and_settle
 from troupe.runtime.pipeline.source import MasterSource
@@ -50,5 +51,27 @@ async def test_the_last_reports_go_at_once_and_the_run_ends() -> None:
     # A report window far longer than the test's bound: waiting it out would fail the test.
     source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
     await take_and_settle(source, 2)
+    assert sorted(master.completed) == ["t0", "t1"]
+    assert source.exhausted()
+
+
+async def test_the_last_item_settled_during_a_report_window_closes_it() -> None:
+    """An item's end opens a window for others to join its report while a lease is still out;
+    when that last lease's item ends inside the window, nothing more can join: the reports go
+    at once (the run's finalisation waited out the window for them)."""
+    master = _FakeMaster(tasks=2)
+    source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.run, lambda: None)
+            items: list[Any] = []
+            while len(items) < 2:
+                await anyio.sleep(0.01)  # a bounded poll: the whole of it is under fail_after
+                items += source.take(2)
+            source.settle(items[0].task_id, "ok")
+            for _ in range(100):  # the source's loop wakes and opens the window (t1 still out)
+                await checkpoint()
+            assert master.completed == []  # held for the window
+            source.settle(items[1].task_id, "ok")
     assert sorted(master.completed) == ["t0", "t1"]
     assert source.exhausted()
