@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -52,6 +53,12 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
         assert not first.survivors(), f"seed {SEED}: processes of the run left behind"
     kept_before = _committed(out)
     assert kept_before
+    # Its last line says how far it got (no more than it committed) and how to go on.
+    said = re.search(r"stopped: at least (\d+) of (\d+) items done; (.*)", " ".join(first.text().split()))
+    assert said is not None, f"seed {SEED}:\n{first.text()[-3000:]}"
+    stopped_done = int(said[1])
+    assert stopped_done <= ITEMS and int(said[2]) == ITEMS, said[0]
+    assert "the same command run again goes on from there" in said[3], said[0]
 
     with running(run_args(config, out, ITEMS), tmp_path, "rerun") as rerun:
         assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"
@@ -59,6 +66,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_keeps_its_episodes_and_then_says_it_is_
         counts = summary_counts(rerun.text())
         assert counts["dead"] == 0
         assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == ITEMS, counts
+        assert stopped_done <= counts["before"] + counts["kept"], (stopped_done, counts)  # never more
     total, ids = dataset_task_ids(out)
     committed = _committed(out)
     assert set(kept_before) <= set(committed)  # kept, and not written again (exactly once)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -223,7 +224,10 @@ async def _finish_run(
         )
         progress.start()
 
+    shown: list[PipelineMetrics] = []
+
     def show(m: PipelineMetrics) -> None:
+        shown[:] = [m]
         for s in m.stages:
             progress.update(
                 bars[s.name],
@@ -259,6 +263,13 @@ async def _finish_run(
         )
         if progress.live.is_started:
             show(result.metrics)  # the bars end where the table below starts
+    except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the run stopped what it started
+        if progress.live.is_started:
+            progress.stop()
+            Console(stderr=True).print(
+                escape(stopped_line(shown, before, declared.items, out)), soft_wrap=True
+            )
+        raise
     finally:
         starting.stop()  # transient: a run refused before it started prints only its error
         if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
@@ -281,6 +292,16 @@ async def _finish_run(
             else "every item died: the run made nothing"
         )
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
+
+
+def stopped_line(shown: list[PipelineMetrics], before: int, items: int, out: Path) -> str:
+    """What a run stopped by a signal says last: how far it got (at least: an item may have
+    ended after the last progress it showed) and how to go on."""
+    done = before + (shown[0].items_done if shown else 0)
+    return (
+        f"stopped: at least {done} of {items} items done; what they committed stays in {out}, "
+        "and the same command run again goes on from there"
+    )
 
 
 def _finals(result: PipelineResult) -> list[str]:
