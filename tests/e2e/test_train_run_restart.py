@@ -98,6 +98,10 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:
         int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*") if (p / COMMITTED).is_file()
     )
     assert newest == stopped[0]["step"], (newest, stopped)
+    # Its last line names that checkpoint and how to go on.
+    said = " ".join(stderr.split())
+    assert f"stopped: checkpoint at step {newest} in " in said, stderr[-3000:]
+    assert "the same command run again resumes from it" in said, stderr[-3000:]
 
 
 def test_a_diverging_run_fails_at_once_without_a_restart(

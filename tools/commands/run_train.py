@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import anyio
 from rich import box
 from rich.console import Console
 from rich.markup import escape
@@ -163,6 +164,18 @@ def finish_train(
     run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json)
 
 
+def _stopped_line(cfg: Any, out: Path) -> str:
+    """What a training run stopped by a signal says last: its newest committed checkpoint, read
+    from the disk (the step each rank saved as it stopped), and how to go on."""
+    from troupe.actors.training.checkpoint import latest
+
+    last = latest(Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve())
+    if last is None:
+        return "stopped before any checkpoint was committed: the same command run again starts at step 0"
+    step = int(last.name.removeprefix("step-"))
+    return f"stopped: checkpoint at step {step} in {last}; the same command run again resumes from it"
+
+
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
     """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
     steps (and no data generation runs beside), else None."""
@@ -220,6 +233,10 @@ async def _train(
             fresh=fresh,
             node_endpoint=endpoint,
         )
+    except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
+        progress.stop()
+        Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
+        raise
     finally:
         progress.stop()
     if as_json:
