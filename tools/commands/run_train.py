@@ -169,7 +169,11 @@ def _stopped_line(cfg: Any, out: Path) -> str:
     from the disk (the step each rank saved as it stopped), and how to go on."""
     from troupe.actors.training.checkpoint import latest
 
-    last = latest(Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve())
+    directory = Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve()
+    try:
+        last = latest(directory)
+    except OSError as exc:  # the stop must still end with its status, not this
+        return f"stopped; its checkpoints in {directory} could not be read: {exc}"
     if last is None:
         return "stopped before any checkpoint was committed: the same command run again starts at step 0"
     step = int(last.name.removeprefix("step-"))
