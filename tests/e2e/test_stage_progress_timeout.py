@@ -60,6 +60,7 @@ def test_a_replica_past_its_stage_progress_timeout_is_killed_and_0_turns_it_off(
         with anyio.fail_after(RUN_TIMEOUT_S):
             result = await run_pipeline(_pipeline(tmp_path / "log", timeout_s), tmp_path / "out")
         if outcome == "dead":
+            assert result.errors, (result.outcomes, result.restarted, result.metrics)
             assert "no_progress" in next(iter(result.errors.values())), result.errors
         return result.outcomes
 

@@ -322,9 +322,11 @@ class MasterSource:
             self._halt(view)  # cancelled while the run held no lease (starting): no cancel_lease came
             return
         if view is not None and view.get("state") != "running":
-            self._done = True
+            # Done only once the dead letters are known: the engine ends its run as soon as this
+            # source is exhausted, and then reads them (it reported none dead while they came).
             for task in await self._call("dead", {"job_id": self.job_id}) or []:
                 self.dead[str(task.get("task_id"))] = str(task.get("error", ""))
+            self._done = True
             log.info(
                 "pipeline_job_finished", job_id=self.job_id, state=view.get("state"), dead=len(self.dead)
             )

@@ -75,3 +75,47 @@ async def test_the_last_item_settled_during_a_report_window_closes_it() -> None:
             source.settle(items[1].task_id, "ok")
     assert sorted(master.completed) == ["t0", "t1"]
     assert source.exhausted()
+
+
+class _DeadLetteringMaster(_FakeMaster):
+    """A master whose one task is dead-lettered at its first failure; its answer to ``dead``
+    waits for ``answer_dead`` (a master busy elsewhere)."""
+
+    def __init__(self) -> None:
+        super().__init__(tasks=1)
+        self.failed: list[str] = []
+        self.asked_dead = anyio.Event()
+        self.answer_dead = anyio.Event()
+
+    async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        if msg_type == "fail":
+            self.failed.append(payload["task_id"])
+            return {"outcome": "dead"}
+        if msg_type == "wait_job":
+            return {"state": "failed" if self.failed else "running"}
+        if msg_type == "dead":
+            self.asked_dead.set()
+            await self.answer_dead.wait()
+            return [{"task_id": t, "error": "OSError: disk full"} for t in self.failed]
+        return await super().control(master, msg_type, payload, timeout=timeout)
+
+
+async def test_the_job_is_over_for_the_engine_only_with_its_dead_letters_known() -> None:
+    """The engine ends its run once the source is exhausted and then reads the items the master
+    dead-lettered: exhausted before the master answered which, the run reported none of them
+    dead (the item had no outcome and no error)."""
+    master = _DeadLetteringMaster()
+    source = MasterSource(master, "m", "job", slots=1, poll_s=0.05)  # type: ignore[arg-type]
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.run, lambda: None)
+            items: list[Any] = []
+            while not items:
+                await anyio.sleep(0.01)  # a bounded poll: the whole of it is under fail_after
+                items += source.take(1)
+            source.settle(items[0].task_id, "error", "OSError: disk full")
+            await master.asked_dead.wait()
+            assert not source.exhausted()  # the dead letters are not known yet
+            master.answer_dead.set()
+    assert source.exhausted()
+    assert source.dead == {"t0": "OSError: disk full"}
