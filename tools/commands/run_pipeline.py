@@ -224,10 +224,11 @@ async def _finish_run(
         )
         progress.start()
 
-    shown: list[PipelineMetrics] = []
+    shown: PipelineMetrics | None = None  # the last progress shown: what a stopped run says
 
     def show(m: PipelineMetrics) -> None:
-        shown[:] = [m]
+        nonlocal shown
+        shown = m
         for s in m.stages:
             progress.update(
                 bars[s.name],
@@ -294,10 +295,10 @@ async def _finish_run(
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
 
 
-def stopped_line(shown: list[PipelineMetrics], before: int, items: int, out: Path) -> str:
+def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Path) -> str:
     """What a run stopped by a signal says last: how far it got (at least: an item may have
     ended after the last progress it showed) and how to go on."""
-    done = before + (shown[0].items_done if shown else 0)
+    done = before + (shown.items_done if shown is not None else 0)
     return (
         f"stopped: at least {done} of {items} items done; what they committed stays in {out}, "
         "and the same command run again goes on from there"

@@ -167,31 +167,35 @@ def finish_train(
 def _stopped_line(cfg: Any, out: Path) -> str:
     """What a training run stopped by a signal says last: its newest committed checkpoint, read
     from the disk (the step each rank saved as it stopped), and how to go on."""
-    from troupe.actors.training.checkpoint import latest
-
-    directory = Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve()
     try:
-        last = latest(directory)
+        newest = _newest_checkpoint(cfg, out)
     except OSError as exc:  # the stop must still end with its status, not this
-        return f"stopped; its checkpoints in {directory} could not be read: {exc}"
-    if last is None:
+        return f"stopped; its checkpoints in {_checkpoint_dir(cfg, out)} could not be read: {exc}"
+    if newest is None:
         return "stopped before any checkpoint was committed: the same command run again starts at step 0"
-    step = int(last.name.removeprefix("step-"))
+    step, last = newest
     return f"stopped: checkpoint at step {step} in {last}; the same command run again resumes from it"
 
 
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
     """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
     steps (and no data generation runs beside), else None."""
-    from troupe.actors.training.checkpoint import latest
-
     if cfg.datagen is not None:
         return None
-    last = latest(Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve())
-    if last is None:
-        return None
-    step = int(last.name.removeprefix("step-"))
-    return (step, last) if step >= (steps or cfg.train.steps) else None
+    newest = _newest_checkpoint(cfg, out)
+    return newest if newest is not None and newest[0] >= (steps or cfg.train.steps) else None
+
+
+def _checkpoint_dir(cfg: Any, out: Path) -> Path:
+    return Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve()
+
+
+def _newest_checkpoint(cfg: Any, out: Path) -> tuple[int, Path] | None:
+    """The step and folder of the run's newest committed checkpoint; None when there is none."""
+    from troupe.actors.training.checkpoint import latest
+
+    last = latest(_checkpoint_dir(cfg, out))
+    return None if last is None else (int(last.name.removeprefix("step-")), last)
 
 
 async def _train(

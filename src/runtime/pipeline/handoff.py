@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from anyio.lowlevel import checkpoint
 
 from troupe.runtime.core.actor import Actor, handles
 from troupe.runtime.errors import AskTimeout, DeliveryError, TroupeError
@@ -127,23 +126,25 @@ async def pull_inputs(
         got: dict[str, Any] = {}
         why = f"holder {holder} no longer holds it"
         error = ""
-        with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
-            if _STOPPING[0] or holder in GONE:
-                scope.cancel()  # nothing is pulled: the items count as lost (run again)
-            PULLS.setdefault(holder, set()).add(scope)
-            try:
-                await checkpoint()  # where a scope cancelled above ends: no ask
-                reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
-                got = reply.get("items", {}) if isinstance(reply, dict) else {}
-            except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
-                why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
-            except TroupeError as exc:  # it answered, with an error (the outputs stay held)
-                error = f"holder {holder} could not hand over its outputs: {type(exc).__name__}: {exc}"
-            finally:
-                PULLS[holder].discard(scope)
-                if not PULLS[holder]:
-                    del PULLS[holder]
-        if scope.cancelled_caught:
+        # Stopping, or from a holder the engine lost: nothing is pulled, and not asked either;
+        # the items count as lost (run again).
+        ended = _STOPPING[0] or holder in GONE
+        if not ended:
+            with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
+                PULLS.setdefault(holder, set()).add(scope)
+                try:
+                    reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
+                    got = reply.get("items", {}) if isinstance(reply, dict) else {}
+                except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
+                    why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
+                except TroupeError as exc:  # it answered, with an error (the outputs stay held)
+                    error = f"holder {holder} could not hand over its outputs: {type(exc).__name__}: {exc}"
+                finally:
+                    PULLS[holder].discard(scope)
+                    if not PULLS[holder]:
+                        del PULLS[holder]
+            ended = scope.cancelled_caught
+        if ended:
             why = (
                 "this replica is stopping"
                 if _STOPPING[0]
