@@ -19,6 +19,7 @@
     │   └── Unreachable(ConnectionError)   no peer answers at that address
     │       └── Partitioned                a partition fault refuses the traffic on purpose
     ├── AskTimeout(TimeoutError)           no reply before the deadline
+    │   └── PeerLost                       the asked process's connection ended first (it died)
     ├── RemoteError                        the handler raised; carries type, message, traceback
     ├── TaskError                          task bookkeeping refused an operation
     │   ├── JournalError                   the journal cannot be opened or is corrupt
@@ -65,6 +66,7 @@ __all__ = [
     "MailboxFull",
     "MessageTooLarge",
     "Partitioned",
+    "PeerLost",
     "ProtocolError",
     "RemoteError",
     "StageFailed",
@@ -160,6 +162,14 @@ class AskTimeout(TroupeError, TimeoutError):
     """No reply arrived before the ask's deadline; a reply that comes later is discarded."""
 
     code = "ask_timeout"
+
+
+class PeerLost(AskTimeout):
+    """The connection to the asked process ended before its reply came: the process died, was
+    killed, or stopped. The ask ends then, not at its deadline; as with any AskTimeout, whether
+    the request was handled is unknown (a reply that comes later is discarded)."""
+
+    code = "peer_lost"
 
 
 class RemoteError(TroupeError):

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from support.cluster import ctl
-from troupe.runtime import AskTimeout, RemoteError
+from troupe.runtime import AskTimeout, PeerLost, RemoteError
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import ChaosEvent, Cluster, reap, start_cluster
 
@@ -129,6 +129,26 @@ async def test_kill_is_detected_restarted_and_serves_again(one: Cluster) -> None
     async with one.client() as rt:
         assert await rt.ref("w-one/echo").ask("echo", "back") == "back"
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]
+
+
+async def test_an_ask_to_a_worker_killed_before_it_answered_ends_then_not_at_its_deadline(
+    one: Cluster,
+) -> None:
+    """A handler that makes no progress gets its worker killed by the supervisor; the asker
+    learns of it from its connection: PeerLost (an AskTimeout) then, where before it waited out
+    the ask's whole timeout (an hour here)."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    async with one.client() as rt:
+        echo = rt.ref("w-one/echo")
+        assert await echo.ask("pid") == before["pid"]  # connected, its handshake done
+        with anyio.fail_after(60), pytest.raises(PeerLost) as lost:  # a bound on a hang, not on speed
+            await echo.ask("sleep", 3600, timeout=3600)
+        assert "ended before the reply came" in str(lost.value), lost.value
+        assert isinstance(lost.value, AskTimeout)  # what code that catches timeouts already handles
+        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=10)
+        assert status["supervision"]["kills"]["w-one"]["reason"] == "no_progress"
+        after = await _restarted(one, "w-one", before["pid"])
+        assert await rt.ref("w-one/echo").ask("pid") == after["pid"]  # the next ask finds the new one
 
 
 async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_its_worker(

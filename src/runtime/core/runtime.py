@@ -31,6 +31,7 @@ from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
     MailboxFull,
+    PeerLost,
     UnknownActor,
     Unreachable,
 )
@@ -134,6 +135,9 @@ class Runtime(Inbound):
         self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
         self.observer: HandleObserver | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        # Where each pending remote ask went, and what it asked: ended at once (PeerLost) when
+        # the connection to that process ends (its transport's ``on_peer_lost``).
+        self._asked: dict[int, tuple[str, str, object]] = {}
         self._deadlines: AskDeadlines | None = None  # the timer of every ask, made on the running loop
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -208,6 +212,8 @@ class Runtime(Inbound):
         self._accepting = True
         if hasattr(self.transport, "sync_handler"):
             self.transport.sync_handler = self._on_frames_now
+        if hasattr(self.transport, "on_peer_lost"):
+            self.transport.on_peer_lost = self._peer_lost
         await self._tg.start(self.transport.serve, self._on_frames)
         return self
 
@@ -244,6 +250,7 @@ class Runtime(Inbound):
             if not fut.done():
                 fut.set_exception(ActorStopped("the runtime stopped before the reply came"))
         self._pending.clear()
+        self._asked.clear()
 
     async def wait_stopped(self) -> None:
         """Wait until the runtime has shut down."""
@@ -428,6 +435,7 @@ class Runtime(Inbound):
                 await cell.deliver(msg, True)
             else:
                 self._pending[msg_id] = fut
+                self._asked[msg_id] = (ref.endpoint or "", msg_type, ref.address)
                 frames = self.codec.encode_message(
                     K_ASK, msg_id, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
                 )
@@ -456,8 +464,23 @@ class Runtime(Inbound):
             raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
         return deadlines.future(timeout, target, msg_type)
 
+    def _peer_lost(self, endpoint: str) -> None:
+        """The connection to the process at ``endpoint`` ended (it died or stopped), and the
+        replies it sent first are in: the asks still waiting on it end now, not at their
+        deadlines."""
+        for msg_id, (peer, msg_type, target) in list(self._asked.items()):
+            fut = self._pending.get(msg_id) if peer == endpoint else None
+            if fut is not None and not fut.done():
+                fut.set_exception(
+                    PeerLost(
+                        f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
+                        "the reply came (its process died or stopped); whether it was handled is unknown"
+                    )
+                )
+
     def _settled(self, msg_id: int, fut: asyncio.Future[Any]) -> None:
         self._pending.pop(msg_id, None)
+        self._asked.pop(msg_id, None)
         if fut.done():
             if not fut.cancelled():
                 fut.exception()  # a timeout that fired while the send still waited: seen
@@ -480,6 +503,7 @@ class Runtime(Inbound):
         fut = self._watched_future(timeout, endpoint, msg_type)
         msg_id = next(self._ids)
         self._pending[msg_id] = fut
+        self._asked[msg_id] = (endpoint, msg_type, endpoint)
         sender, trace = self._context()
         env = Envelope(
             Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload

@@ -43,7 +43,7 @@ import anyio
 import structlog
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import JobCancelled, ProtocolError, StageFailed, TroupeError, Unreachable
+from troupe.runtime.errors import JobCancelled, PeerLost, ProtocolError, StageFailed, TroupeError, Unreachable
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -61,6 +61,8 @@ from .stage import StageRun
 __all__ = ["Item", "PipelineEngine"]
 
 log = structlog.get_logger(__name__)
+
+_CALL_S = 600.0  # how long one call to a replica may take before its items are retried
 
 
 class PipelineEngine(ReplicaPool):
@@ -425,8 +427,14 @@ class PipelineEngine(ReplicaPool):
         with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
             replica.scopes.append(scope)
             try:
-                reply = await replica.ref.ask(msg_type, payload, timeout=600)
+                reply = await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
                 results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
+            except PeerLost as exc:
+                failure = exc
+                # Its process went. The engine's watch of its node says why (killed as hung, say)
+                # and gives up its calls together, telling the one it was working on from those
+                # that only waited behind it: until then, this call waits, as it did before.
+                await anyio.sleep(max(0.0, t0 + _CALL_S - time.monotonic()))
             except TroupeError as exc:
                 failure = exc
             finally:

@@ -55,6 +55,7 @@ from .base import OnMessage, TransportStats
 from .loopback import any_port
 from .zmq_handshakes import HandshakeWatch
 from .zmq_outbox import FIRST_RETRY_S, MAX_RETRY_S, ReplyOutbox
+from .zmq_peer_loss import PeerLossWatch
 from .zmq_socket import (
     COPY_BELOW,
     NOBLOCK,
@@ -129,6 +130,10 @@ class ZmqTransport:
         self._own_ctx = context is None
         self._ctx = context or private_context(batch_io_thread)
         self._handshakes = HandshakeWatch(self._gate)
+        self._peer_loss = PeerLossWatch(self._connection_lost)
+        # Set by the runtime: told the address of a peer whose connection ended (its process
+        # died or stopped) once the replies it sent first were handled (zmq_peer_loss.py).
+        self.on_peer_lost: Callable[[str], None] | None = None
         self.hwm = hwm
         self.batch = batch
         self.max_message_bytes = -1 if max_message_bytes is None else max_message_bytes
@@ -224,6 +229,7 @@ class ZmqTransport:
         self._loop = asyncio.get_running_loop()
         self._on_message = on_message
         self._handshakes.serve(self._loop)
+        self._peer_loss.serve(self._loop)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -341,6 +347,7 @@ class ZmqTransport:
 
     def _unwatch_all(self) -> None:
         self._handshakes.unwatch()
+        self._peer_loss.unwatch()
         if self._loop is None or self._loop.is_closed():
             return
         for w in [*self._mailboxes, *self._dealers.values()]:
@@ -410,12 +417,14 @@ class ZmqTransport:
         keys = self.security
         if keys is not None:
             curve_client(sock, keys)
+        w = Watched(sock, address, is_router=False)
+        self._peer_loss.watch(w)  # before it connects: its handshake's event is not missed
         try:
             sock.connect(address)
         except zmq.ZMQError as exc:
+            self._peer_loss.forget(address)
             sock.close(0)
             raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
-        w = Watched(sock, address, is_router=False)
         self._dealers[address] = w
         self._serve_socket(w)
         return w
@@ -695,11 +704,33 @@ class ZmqTransport:
         if w.waiting and events & POLLIN:
             self._read(w, self.batch)  # what the descriptor would have said: read here, or wake the pump
 
+    def _connection_lost(self, w: Watched) -> None:
+        """The connection to ``w``'s peer ended after its handshake: the replies it sent before
+        it went are handled first (they wait on the socket, or in its backlog), then the
+        runtime is told (``on_peer_lost``)."""
+        if self._closed or self._dealers.get(w.peer) is not w or w.sock.closed:
+            return  # forgotten meanwhile: nothing waits on this connection any more
+        try:
+            unread = bool(w.backlog) or bool(socket_events(w.sock) & POLLIN)
+        except zmq.ZMQError:
+            return
+        if unread:
+            if w.waiting:
+                self._read(w, self.batch)
+            else:
+                w.wake.set()
+            assert self._loop is not None
+            self._loop.call_soon(self._connection_lost, w)
+            return
+        if self.on_peer_lost is not None:
+            self.on_peer_lost(w.peer)
+
     def forget(self, address: str) -> None:
         """Close the connection to a peer that is gone; the next send reconnects."""
         w = self._dealers.pop(address, None)
         if w is None:
             return
+        self._peer_loss.forget(address)
         if w.out_retry is not None:
             w.out_retry.cancel()
         w.out = []
@@ -725,6 +756,7 @@ class ZmqTransport:
         self._outbox.close()
         self._unwatch_all()
         self._handshakes.close()
+        self._peer_loss.close()
         for w in self._dealers.values():
             w.sock.close(0)
         self._dealers.clear()
