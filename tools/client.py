@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.runtime import AskTimeout, ConfigError, TroupeError, Unreachable
+from troupe.runtime import AskTimeout, ConfigError, PeerLost, TroupeError, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import leaf_errors
 from troupe.runtime.node.config import check_endpoint
@@ -125,6 +125,11 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
     async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
+        except PeerLost:  # it was there, and went before it answered
+            raise PeerLost(
+                f"the node at {endpoint} went away before it answered (it stopped or died); start "
+                "it again with `troupe node start` or pass --node ENDPOINT"
+            ) from None
         except AskTimeout:
             raise AskTimeout(
                 f"no node answers at {endpoint} within {timeout}s; start one with "

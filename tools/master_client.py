@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from rich.markup import escape
 from rich.table import Table
 
-from troupe.runtime import AskTimeout, TroupeError, UnknownMessageType, Unreachable
+from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.process import installed
 
@@ -55,8 +55,16 @@ def keys_hint() -> str:
     return "; a cluster with CURVE keys answers only with --keys DIR"
 
 
+_WENT = "it went away before it answered: it stopped or died"
+
+
+def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
+    """Why no reply came: the master went mid-call (PeerLost), or ``waited_s`` passed."""
+    return _WENT if isinstance(exc, PeerLost) else f"no {what} within {waited_s}s"
+
+
 def _no_master(endpoint: str, why: str) -> str:
-    hint = keys_hint() if why != "connection refused" else ""
+    hint = keys_hint() if why not in ("connection refused", _WENT) else ""  # keys: when it is silent
     return (
         f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
         f"(or `troupe node start --with-master`), or pass --master ENDPOINT{hint}"
@@ -76,8 +84,8 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
     async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
-        except AskTimeout:
-            raise AskTimeout(_no_master(endpoint, f"no reply within {timeout}s")) from None
+        except AskTimeout as exc:
+            raise type(exc)(_no_master(endpoint, _silent(exc, timeout))) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
             raise UnknownMessageType(
                 f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
@@ -148,8 +156,8 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
         ping_s = min(timeout, 5.0)
         try:
             await runtime.control(endpoint, "ping", None, timeout=ping_s)
-        except AskTimeout:
-            raise AskTimeout(_no_master(endpoint, f"no reply to a ping within {ping_s}s")) from None
+        except AskTimeout as exc:
+            raise type(exc)(_no_master(endpoint, _silent(exc, ping_s, "reply to a ping"))) from None
         try:
             return await runtime.control(endpoint, "submit", payload, timeout=timeout)
         except AskTimeout:
