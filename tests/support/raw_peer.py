@@ -3,8 +3,10 @@ when it answers and when its connection ends, as the process's death would end i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import zmq
 
 from troupe.runtime.wire.codec import Codec
@@ -40,3 +42,22 @@ class RawPeer:
 
     def __exit__(self, *exc: object) -> None:
         self.die()  # gone by the end of the test, whatever happened
+
+
+async def goes_mid_call(peer: RawPeer, call: Callable[[], Awaitable[Any]]) -> BaseException | None:
+    """Run ``call`` (an ask to ``peer``), end the peer's connection once the ask arrived, and
+    return what the call raised (None if it returned)."""
+    ended: list[BaseException] = []
+
+    async def ask() -> None:
+        try:
+            await call()
+        except Exception as exc:
+            ended.append(exc)
+
+    with anyio.fail_after(WITHIN_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            await anyio.to_thread.run_sync(peer.receive)
+            peer.die()
+    return ended[0] if ended else None
