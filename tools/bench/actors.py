@@ -12,6 +12,10 @@ from troupe.runtime import Actor, handles
 
 __all__ = ["Sink", "Source"]
 
+# A run is one message handler: it reports progress as it goes, so that a long run (a slow or
+# busy machine, CURVE) is not killed by its supervisor as making none.
+_PROGRESS_EVERY = 1024
+
 
 def bench_payload(kind: str) -> Any:
     """About 100 bytes for ``small``; a 1 MiB float64 array for ``large``."""
@@ -61,9 +65,12 @@ class Source(Actor):
         payload = bench_payload(spec["kind"])
         await sink.ask("expect", n)
         t0 = time.perf_counter()
-        for _ in range(n):
+        for i in range(n):
             await sink.tell("hit", payload)
+            if not i % _PROGRESS_EVERY:
+                self.progress(_PROGRESS_EVERY)
         while await sink.ask("count", timeout=60) < n:
+            self.progress()
             await anyio.sleep(0.001)
         return n / (time.perf_counter() - t0)
 
@@ -76,8 +83,10 @@ class Source(Actor):
         per = n // window
 
         async def loop() -> None:
-            for _ in range(per):
+            for i in range(per):
                 await sink.ask("echo", payload, timeout=60)
+                if not i % _PROGRESS_EVERY:
+                    self.progress(_PROGRESS_EVERY)
 
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:

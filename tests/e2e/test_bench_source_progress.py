@@ -1,0 +1,50 @@
+"""The messaging benchmark's Source runs a whole measurement in one handler: it reports
+progress as it goes, so a run longer than its worker's progress timeout (a slow or busy
+machine, CURVE) is not killed as hung mid-measurement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime.testing import plugin as troupe_testing
+from troupe.runtime.testing.plugin import Cluster
+
+pytestmark = pytest.mark.e2e
+
+troupe_cluster = troupe_testing.troupe_cluster
+
+PROGRESS_S = 0.5
+CONFIG = f"""
+[supervision]
+interval_s = 0.1
+heartbeat_timeout_s = 5
+progress_timeout_s = {PROGRESS_S}
+
+[[workers]]
+name = "src"
+actors = [{{ name = "source", class = "troupe.cli.bench.actors:Source" }}]
+
+[[workers]]
+name = "dst"
+actors = [{{ name = "sink", class = "troupe.cli.bench.actors:Sink" }}]
+"""
+RUN_S = 4 * PROGRESS_S  # the run lasts at least this long, however fast the machine
+
+
+@pytest.mark.parametrize("request_type", ["asks", "tells"])
+async def test_a_run_longer_than_the_progress_timeout_is_not_killed(
+    troupe_cluster: Any, request_type: str
+) -> None:
+    cluster: Cluster = troupe_cluster(CONFIG, "bench-progress")
+    async with cluster.client() as rt:
+        source = rt.ref("src/source")
+        spec = {"target": "dst/sink", "kind": "small", "window": 1}
+        with anyio.fail_after(120):  # a bound on a hang, not on speed
+            rate = await source.ask(request_type, {**spec, "n": 256}, timeout=60)
+            n = max(2048, int(rate * RUN_S))  # sized from this machine's own rate
+            assert await source.ask(request_type, {**spec, "n": n}, timeout=600) > 0
+    status = await cluster.status()
+    assert status["supervision"]["kills"] == {}, status["supervision"]["kills"]
