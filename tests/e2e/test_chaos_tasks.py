@@ -26,7 +26,6 @@ pytestmark = pytest.mark.e2e
 troupe_cluster = troupe_testing.troupe_cluster
 
 INTERVAL_S, TIMEOUT_S, PROGRESS_S = 0.1, 0.6, 1.0
-MARGIN_S = 2.0  # a loaded 2-core CI box: the supervisor's own loop may run late
 TABLES = f"""
 [supervision]
 interval_s = {INTERVAL_S}
@@ -139,15 +138,15 @@ async def test_crash_fails_the_attempt_and_the_task_is_retried(
 async def test_hang_with_gil_is_killed_by_the_heartbeat_timeout(
     master: TaskMaster, troupe_cluster: Any
 ) -> None:
-    """A task stuck in a C call holding the GIL stops the beats: killed within the heartbeat timeout plus one
-    beat (+2 s CI margin), its task redone."""
+    """A task stuck in a C call holding the GIL stops the beats: killed for no heartbeat, not before
+    its timeout (how soon after, on a virtual clock: test_liveness.py), its task redone."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("hang_with_gil", "w1", seconds=30, count=1)
     job_id = await master.submit("hang", "sleep", TASKS, PARAMS, **POLICY)
     kill = await _kill_record(cluster, "w1")
     assert kill["reason"] == "no_heartbeat" and kill["pid"] == before["pid"]
-    assert kill["silent_s"] <= TIMEOUT_S + INTERVAL_S + MARGIN_S
+    assert kill["silent_s"] >= TIMEOUT_S  # how soon after: on a virtual clock, test_liveness.py
     after = await _restarted(cluster, "w1", before["pid"])
     assert after["exit"].startswith("no_heartbeat")
     master.check_exactly_once(await master.wait_job(job_id, 60), "hang-", TASKS)
@@ -155,8 +154,8 @@ async def test_hang_with_gil_is_killed_by_the_heartbeat_timeout(
 
 
 async def test_stall_is_killed_by_the_progress_timeout(master: TaskMaster, troupe_cluster: Any) -> None:
-    """A task blocked on a lock keeps beating but shows no progress: killed within the progress timeout plus
-    one beat (+2 s CI margin), its task redone."""
+    """A task blocked on a lock keeps beating but shows no progress: killed for no progress, not
+    before its timeout (how soon after, on a virtual clock: test_liveness.py), its task redone."""
     cluster = await _serving(master, troupe_cluster, ["w1", "w2"])
     before = await cluster.worker("w1")
     await cluster.chaos("stall", "w1", count=1)
@@ -164,7 +163,7 @@ async def test_stall_is_killed_by_the_progress_timeout(master: TaskMaster, troup
     kill = await _kill_record(cluster, "w1")
     assert kill["reason"] == "no_progress" and kill["pid"] == before["pid"]
     assert kill["last_status"]["state"] == "busy" and kill["last_status"]["current"] == "task/sleep"
-    assert kill["silent_s"] <= PROGRESS_S + INTERVAL_S + MARGIN_S
+    assert kill["silent_s"] >= PROGRESS_S  # how soon after: on a virtual clock, test_liveness.py
     after = await _restarted(cluster, "w1", before["pid"])
     assert after["exit"].startswith("no_progress")
     master.check_exactly_once(await master.wait_job(job_id, 60), "stall-", TASKS)

@@ -162,7 +162,6 @@ async def test_a_flood_to_the_node_leaves_it_serving_and_it_still_obeys_sigterm(
 # -- the supervisor sees a backlog -------------------------------------------------------------
 
 INTERVAL_S, PROGRESS_S = 0.1, 5.0
-MARGIN_S = 2.0  # the supervisor's own loop may run late on a loaded box
 
 GATED = f"""
 [node]
@@ -211,7 +210,7 @@ async def test_a_worker_whose_messages_wait_unhandled_is_killed_as_hung_and_rest
     kill = status["supervision"]["kills"]["w-gate"]
     assert kill["reason"] == "no_progress" and kill["pid"] == before["pid"]
     assert kill["last_status"]["state"] == "idle" and kill["last_status"]["backlog"] == 2
-    assert PROGRESS_S <= kill["silent_s"] <= PROGRESS_S + INTERVAL_S + MARGIN_S  # the supervisor's measure
+    assert kill["silent_s"] >= PROGRESS_S  # how soon after: on a virtual clock, test_liveness.py
 
     def restarted(s: dict[str, Any]) -> bool:
         w = Cluster.worker_in(s, "w-gate")

@@ -23,7 +23,6 @@ troupe_cluster = troupe_testing.troupe_cluster
 
 TESTS_DIR = str(Path(__file__).resolve().parents[1])  # workers import support.cluster:Cruncher
 INTERVAL_S, TIMEOUT_S, PROGRESS_S = 0.1, 0.6, 0.5
-MARGIN_S = 2.0  # a loaded 2-core CI box: the supervisor's own loop may run late
 
 
 def _supervision(heartbeat_timeout_s: float, progress_timeout_s: float) -> str:
@@ -173,8 +172,8 @@ async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_i
         assert await rt.ref("late").ask("pid") == after["pid"]
 
 
-async def test_hang_with_gil_is_killed_within_timeout_plus_one_beat(one: Cluster) -> None:
-    """A C call holding the GIL stops the beats; the supervisor kills the worker in time and it restarts."""
+async def test_hang_with_gil_is_killed_for_no_heartbeat_and_restarted(one: Cluster) -> None:
+    """A C call holding the GIL stops the beats; the supervisor kills the worker and it restarts."""
     before = Cluster.worker_in(await _settled(one), "w-one")
     await one.chaos("hang_with_gil", "w-one", seconds=30)
     async with one.client() as rt:
@@ -182,7 +181,7 @@ async def test_hang_with_gil_is_killed_within_timeout_plus_one_beat(one: Cluster
         status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=10)
     kill = status["supervision"]["kills"]["w-one"]
     assert kill["reason"] == "no_heartbeat" and kill["pid"] == before["pid"]
-    assert kill["silent_s"] <= TIMEOUT_S + INTERVAL_S + MARGIN_S  # the supervisor's own measure
+    assert kill["silent_s"] >= TIMEOUT_S  # how soon after: on a virtual clock, test_liveness.py
     after = await _restarted(one, "w-one", before["pid"])
     assert after["exit"].startswith("no_heartbeat")
     async with one.client() as rt:

@@ -32,7 +32,6 @@ from troupe.runtime.transports.zmq import ZmqTransport
 
 INTERVAL_S, TIMEOUT_S, PROGRESS_S = 0.05, 0.3, 0.3
 BOUND = 10.0
-MARGIN_S = 2.0  # the supervisor's own loop may run late on a loaded box
 
 
 @pytest.fixture
@@ -91,11 +90,11 @@ async def _run_supervisor(
                 stop.set()
 
 
-async def test_silent_worker_is_reported_then_killed_within_timeout_plus_one_beat(
+async def test_silent_worker_is_reported_then_killed(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
-    """Once beats stop, the node hears why while the worker still lives, then the worker is SIGKILLed in
-    time."""
+    """Once beats stop, the node hears why while the worker still lives, then the worker is
+    SIGKILLed (how soon, on a virtual clock: test_liveness.py)."""
 
     async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
         assert node.ready is not None and node.ready["udp"][1] == receiver.address[1]
@@ -115,7 +114,7 @@ async def test_silent_worker_is_reported_then_killed_within_timeout_plus_one_bea
                 await anyio.sleep(0.01)
         report, alive_when_told = node.kills[0]
         assert report["worker"] == "w1" and report["reason"] == "no_heartbeat"
-        assert TIMEOUT_S <= report["silent_s"] <= TIMEOUT_S + INTERVAL_S + MARGIN_S
+        assert report["silent_s"] >= TIMEOUT_S  # how soon after: on a virtual clock, test_liveness.py
         assert report["last_status"]["pid"] == sleeper.pid
         assert alive_when_told  # reported before the kill: the node knows why when waitpid fires
         after = await node_rt.control(rt.address, "status")
