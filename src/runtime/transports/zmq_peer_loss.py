@@ -2,13 +2,14 @@
 
 An ask waits for its reply on the connection it was sent on. When the asked process dies (a
 crash, its supervisor's SIGKILL, a node stopping it), nothing else would end that wait before
-the ask's deadline: 30 s by default, 10 minutes for a pipeline stage's call. Each connection
-the transport makes to a peer therefore has a ZeroMQ socket monitor for two events, read on the
-event loop (the monitor's descriptor is edge-triggered, like a socket's: read until empty): the
-handshake that completed, and the disconnection. A connection whose handshake had completed
-and which then ended means the peer's process closed it; the transport reads the replies the
-peer sent before it went (they came first, on the connection's own socket), then says so, and
-the runtime ends the asks still waiting there with ``PeerLost``.
+the ask's deadline (30 s by default; an hour, for a long job). Each connection the transport
+makes to a peer therefore has a ZeroMQ socket monitor for two events, read on the event loop
+(the monitor's descriptor is edge-triggered, like a socket's: read until empty, and read once
+as it is watched, which arms it): the handshake that completed, and the disconnection. A
+connection whose handshake had completed and which then ended means the peer's process closed
+it; the transport reads the replies the peer sent before it went (they came first, on the
+connection's own socket), then says so, and the runtime ends the asks still waiting there with
+``PeerLost``.
 
 A connection that never completed a handshake (nobody listening yet, a peer that refuses this
 process's CURVE key) is no loss: its asks wait as before while ZeroMQ reconnects.
