@@ -17,7 +17,7 @@ import pytest
 import zmq
 from structlog.testing import capture_logs
 
-from troupe.runtime import Actor, AskTimeout, handles
+from troupe.runtime import Actor, AskTimeout, PeerLost, handles
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.auth import gate_for
 from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
@@ -103,11 +103,15 @@ async def test_an_unauthorised_key_gets_nothing_delivered_and_is_counted_and_log
         server.register_control("mutate", mutate)
         with capture_logs() as logs:
             async with process_runtime("n", "stranger", security=keys.stranger) as client:
-                with pytest.raises(AskTimeout):
+                with pytest.raises(AskTimeout) as refused_control:
                     await client.control(server.address, "mutate", timeout=0.5)
                 client.directory.learn("n/server/echo", server.cells["echo"].endpoint)
-                with pytest.raises(AskTimeout):
+                with pytest.raises(AskTimeout) as refused_ask:
                     await client.ref("n/server/echo").ask("echo", 1, timeout=0.5)
+                # A refused handshake ends the connection, but no connection was ever up: no
+                # peer was lost, and the asks wait out their deadlines (zmq_peer_loss.py).
+                assert not isinstance(refused_control.value, PeerLost)
+                assert not isinstance(refused_ask.value, PeerLost)
             await _until(lambda: gate.gatekeeper.refused >= 2)  # the mailbox and the actor's
         assert calls == [] and server.cells["echo"].statistics()["handled"] == 0
         refused = [e for e in logs if e["event"] == "peer_refused"]
@@ -131,3 +135,31 @@ async def test_a_peer_without_curve_fails_the_handshake_and_is_counted(keys: Key
             with pytest.raises(AskTimeout):
                 await plain.control(server.address, "mutate", timeout=0.5)
         assert server.statistics().bad_frames == 0  # nothing of it was even read
+
+
+class Hang(Actor):
+    @handles("hang")
+    async def hang(self, _: Any) -> None:
+        await anyio.sleep_forever()
+
+
+async def test_an_ask_to_a_keyed_process_that_goes_ends_with_peer_lost(keys: Keys) -> None:
+    """Over CURVE too, the end of a connection whose handshake had completed ends its asks."""
+    ended: list[BaseException] = []
+    async with process_runtime("n", "server", security=keys.cluster, drain_timeout=0.1) as server:
+        await server.spawn(Hang, "hang")
+        async with process_runtime("n", "client", security=keys.operator) as client:
+            client.directory.learn("n/server/hang", server.cells["hang"].endpoint)
+
+            async def ask() -> None:
+                try:
+                    await client.ref("n/server/hang").ask("hang", None, timeout=3600)
+                except AskTimeout as exc:
+                    ended.append(exc)
+
+            with anyio.fail_after(WAIT_S):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask)
+                    await _until(lambda: server.cells["hang"].statistics()["busy"])
+                    server.transport.close()  # what the process's death does to its sockets
+    assert len(ended) == 1 and isinstance(ended[0], PeerLost), ended
