@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from troupe.runtime.errors import AskTimeout, ConfigError, Unreachable
+from troupe.runtime.errors import AskTimeout, ConfigError, PeerLost, Unreachable
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
@@ -94,6 +94,11 @@ async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> 
     """
     try:
         status = await runtime.control(master, "status", None, timeout=timeout)
+    except PeerLost as exc:
+        raise Unreachable(
+            f"the master at {master} went away before it answered (it stopped or died); start it "
+            "again with `troupe master start` or pass the endpoint of the running one"
+        ) from exc
     except (AskTimeout, Unreachable) as exc:
         raise Unreachable(
             f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "

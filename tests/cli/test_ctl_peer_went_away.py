@@ -1,5 +1,6 @@
-"""`troupe ctl` to a node or master that goes while it asks: the error says it went away (it
-stopped or died), not that nothing answered within the timeout, and offers no key hint."""
+"""`troupe ctl` (and a cluster run's look at the master's nodes) to a node or master that goes
+while it asks: the error says it went away (it stopped or died), not that nothing answered
+within the timeout, and offers no key hint."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from support.raw_peer import RawPeer, goes_mid_call
 from troupe.cli.client import control
 from troupe.cli.master_client import master_call
-from troupe.runtime import PeerLost
+from troupe.runtime import PeerLost, Unreachable
+from troupe.runtime.core.runtime import process_runtime
+from troupe.runtime.placement import cluster_hosts
 
 Call = Callable[[str], Awaitable[Any]]
 
@@ -38,3 +41,10 @@ async def test_a_peer_that_goes_mid_call_is_said_to_have_gone(call: Call, said: 
     message = str(error)
     assert message.startswith(said.format(ep=endpoint)), message
     assert "within" not in message and "keys" not in message, message
+
+
+async def test_a_master_that_goes_while_a_run_asks_for_its_nodes_is_said_to_have_gone() -> None:
+    async with process_runtime("cli", "run") as rt:
+        error, endpoint = await _goes_while_asked(lambda ep: cluster_hosts(rt, ep, timeout=3600))
+    assert isinstance(error, Unreachable), error
+    assert str(error).startswith(f"the master at {endpoint} went away before it answered"), error
