@@ -16,6 +16,7 @@ let in either, and is counted by the transport's socket monitor, not here.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "curve_server",
     "gate_for",
     "incomplete_handshakes",
+    "raise_socket_limit",
     "refused_peers",
 ]
 
@@ -85,6 +87,21 @@ class Gatekeeper:
         return self.authorised.get(z85_key, "unknown")
 
 
+def raise_socket_limit(context: zmq.Context[Any]) -> None:
+    """Let ``context`` (before its first socket) open as many sockets as the process may open
+    files. ZeroMQ's default, 1,023, was a thousand peers' connections; each now takes three
+    sockets (the connection, and its monitor's two: transports/zmq_peer_loss.py), and a master
+    tells a thousand workers' processes about their leases. Past the file limit, each socket's
+    own descriptor would fail first anyway."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    most = int(context.get(zmq.SOCKET_LIMIT))
+    wanted = most if soft == resource.RLIM_INFINITY else min(most, max(soft, 1023))
+    try:
+        context.set(zmq.MAX_SOCKETS, wanted)
+    except zmq.ZMQError as exc:
+        log.debug("socket_limit_unset", reason=exc.strerror)
+
+
 class _Authenticator(ThreadAuthenticator):
     """pyzmq's thread authenticator, telling the gatekeeper whose handshake it judges and
     naming admitted peers by role rather than by key."""
@@ -113,6 +130,7 @@ class Gate:
     def __init__(self, keys: CurveKeys, batch_io_thread: bool = True) -> None:
         self.keys = keys
         self.context: zmq.Context[Any] = zmq.Context()
+        raise_socket_limit(self.context)
         policy = getattr(os, "SCHED_BATCH", None)
         if batch_io_thread and policy is not None:
             try:

@@ -31,6 +31,7 @@ Only this module, ``zmq_socket`` (the socket level), ``zmq_outbox`` (held replie
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +71,14 @@ from .zmq_socket import (
 )
 
 __all__ = ["ZmqTransport"]
+
+
+def _no_room(exc: zmq.ZMQError) -> str:
+    """Why a connection could not be opened, with what to do when descriptors ran out."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return f"{exc.strerror} (this process is out of file descriptors: raise its limit, ulimit -n)"
+    return str(exc.strerror)
+
 
 log = structlog.get_logger(__name__)
 
@@ -412,19 +421,22 @@ class ZmqTransport:
             return w
         if self._closed:
             raise Unreachable("transport is closed")
-        sock = self._ctx.socket(zmq.DEALER)
+        try:
+            sock = self._ctx.socket(zmq.DEALER)
+        except zmq.ZMQError as exc:  # out of sockets or descriptors
+            raise Unreachable(f"cannot open a connection to {address}: {_no_room(exc)}") from exc
         self._tune(sock)
         keys = self.security
         if keys is not None:
             curve_client(sock, keys)
         w = Watched(sock, address, is_router=False)
-        self._peer_loss.watch(w)  # before it connects: its handshake's event is not missed
         try:
+            self._peer_loss.watch(w)  # before it connects: its handshake's event is not missed
             sock.connect(address)
         except zmq.ZMQError as exc:
             self._peer_loss.forget(address)
             sock.close(0)
-            raise Unreachable(f"cannot connect to {address}: {exc.strerror}") from exc
+            raise Unreachable(f"cannot connect to {address}: {_no_room(exc)}") from exc
         self._dealers[address] = w
         self._serve_socket(w)
         return w

@@ -13,6 +13,8 @@ from typing import Any, cast
 import structlog
 import zmq
 
+from troupe.runtime.security.auth import raise_socket_limit
+
 __all__ = [
     "COPY_BELOW",
     "EVENTS",
@@ -59,6 +61,7 @@ def private_context(batch_io_thread: bool) -> zmq.Context[Any]:
     SCHED_BATCH needs no privileges; where it is missing (not Linux) the default stays.
     """
     ctx: zmq.Context[Any] = zmq.Context()
+    raise_socket_limit(ctx)
     policy = getattr(os, "SCHED_BATCH", None)
     if batch_io_thread and policy is not None:
         try:

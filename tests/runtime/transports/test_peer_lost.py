@@ -8,10 +8,12 @@ answers and when its connection ends.
 
 from __future__ import annotations
 
+import resource
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -101,3 +103,16 @@ async def test_a_connection_that_never_completed_its_handshake_is_no_loss() -> N
             with anyio.fail_after(WITHIN_S), pytest.raises(AskTimeout) as timed_out:
                 await rt.ref("n/peer/actor").ask("work", None, timeout=1.0)
             assert not isinstance(timed_out.value, PeerLost), timed_out.value
+
+
+async def test_a_transport_keeps_hundreds_of_watched_peer_connections(tmp_path: Path) -> None:
+    """Each connection takes three sockets with its monitor; ZeroMQ's default of 1,023 sockets a
+    context would have stopped a process at about 340 peers (a master tells each worker's
+    process of its leases)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    peers = min(400, (soft - 256) // 4)  # within this process's file limit, whatever it is
+    async with asker() as rt:
+        transport: Any = rt.transport
+        for i in range(peers):  # nobody listens there: each connection waits, as for a peer not up yet
+            assert transport.try_send(f"ipc://{tmp_path}/peer-{i}", [b"x"])
+        assert transport.statistics().peers == peers

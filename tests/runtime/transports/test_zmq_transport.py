@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,3 +46,34 @@ def test_the_private_context_threads_run_under_the_chosen_policy(batch: bool, po
         a.close(0)
         b.close(0)
         ctx.term()
+
+
+OUT_OF_FILES = """
+import resource, sys, anyio
+from troupe.runtime.errors import Unreachable
+from troupe.runtime.transports.zmq import ZmqTransport
+
+async def main() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (160, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    transport = ZmqTransport()
+    try:
+        for i in range(1000):
+            transport.try_send(f"ipc://{sys.argv[1]}/peer-{i}", [b"x"])
+    except Unreachable as exc:
+        print(type(exc).__name__, exc, flush=True)
+    finally:
+        transport.close()
+
+anyio.run(main)
+"""
+
+
+def test_a_process_out_of_file_descriptors_is_told_so_and_closes_cleanly(tmp_path: Path) -> None:
+    """Connections past the file limit: a troupe error that says what to do, not ZeroMQ's own,
+    and no half-made socket left to hang the context's end."""
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_FILES, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stdout.strip()
+    assert said.startswith("Unreachable cannot ") and "raise its limit, ulimit -n" in said, said
