@@ -30,6 +30,7 @@ from support.direct_plane_stages import expected_payload, read_records
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.pipeline import replicas
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
@@ -187,10 +188,16 @@ async def test_a_replica_killed_while_it_holds_outputs_costs_no_item(tmp_path: P
     assert len(made) == ITEMS + result.restarted, (made, result.restarted)
 
 
-async def test_a_replica_killed_in_the_middle_of_a_call_costs_no_item(tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch_s", [1.0, 3600.0], ids=["watched", "told-by-the-connection"])
+async def test_a_replica_killed_in_the_middle_of_a_call_costs_no_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watch_s: float
+) -> None:
     """``check`` waits at a gate inside its call; SIGKILL its process there. The engine hears
     from the node that the worker died (its node restarts it, empty), gives up the call,
-    and runs the item on a replica that serves: every item ends ok, each checked once."""
+    and runs the item on a replica that serves: every item ends ok, each checked once. With
+    the engine's every-second watch of its nodes an hour apart, the call's ended connection
+    (PeerLost) alone makes it ask the node."""
+    monkeypatch.setattr(replicas, "_WATCH_S", watch_s)
     log, gate, node = tmp_path / "seen.jsonl", tmp_path / "gate", free_endpoint()
     cfg = _pipeline(1 << 16, log=str(log), gate=str(gate))
     box: dict[str, PipelineResult] = {}

@@ -145,6 +145,8 @@ class PipelineEngine(ReplicaPool):
         self._wanted_before: set[str] = set()
         self._finishing = False
         self._launched: dict[str, Host] = {}  # every worker this run started and has not stopped
+        self._suspects: dict[Replica, float] = {}
+        self._look_now = anyio.Event()
         self._notified = 0.0  # when on_change was last called
         self._fatal: StageFailed | None = None  # a stage lost every replica and cannot get one
 
@@ -431,9 +433,10 @@ class PipelineEngine(ReplicaPool):
                 results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
             except PeerLost as exc:
                 failure = exc
-                # Its process went. The engine's watch of its node says why (killed as hung, say)
-                # and gives up its calls together, telling the one it was working on from those
-                # that only waited behind it: until then, this call waits, as it did before.
+                # Its process went. The engine's watch of its node, asked now, says why (killed
+                # as hung, say) and gives up its calls together, telling the one it was working
+                # on from those that only waited behind it: until then, this call waits.
+                self.suspect(replica)
                 await anyio.sleep(max(0.0, t0 + _CALL_S - time.monotonic()))
             except TroupeError as exc:
                 failure = exc

@@ -45,6 +45,11 @@ log = structlog.get_logger(__name__)
 
 _START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
 _WATCH_S = 1.0  # how often each node is asked whether the replicas' workers still run
+# A replica whose call's connection ended (PeerLost) is looked for at once, then this often, for
+# this long at most: its node may not have reaped the worker yet, and a process that still runs
+# after its connection dropped is no death.
+_SUSPECT_S = 0.1
+_SUSPECT_FOR_S = 5.0
 _KNOWN_S = 10.0  # a cluster's directory (the master) learns of a new worker with its node's next beat
 _START_RETRIES = 12  # starts in a row that may pass (below) a stage tries before the run fails
 _RETRY_FIRST_S = 0.5  # the pause before the first try again; it doubles each time, up to
@@ -88,6 +93,8 @@ class ReplicaPool:
     _wanted_before: set[str]
     _finishing: bool
     _launched: dict[str, Host]
+    _suspects: dict[Replica, float]  # replicas whose connection ended, and since when
+    _look_now: anyio.Event
     source: ItemSource
     on_event: Callable[[str], None] | None
     nodes_outlive_run: bool
@@ -233,12 +240,23 @@ class ReplicaPool:
         replica.give_up(why)
         self._replace(stage, replica)
 
+    def suspect(self, replica: Replica) -> None:
+        """The connection of a call to ``replica`` ended (PeerLost): its process died, most
+        likely. Its node is asked at once, and every ``_SUSPECT_S`` while in doubt."""
+        self._suspects.setdefault(replica, time.monotonic())
+        self._look_now.set()
+
     async def _worker_loop(self) -> None:
         """A replica whose worker died (and maybe was restarted by its node, empty, at another
         endpoint) is replaced: each node is asked every ``_WATCH_S`` for its workers' records,
-        without asking any worker (``supervision``: a hung one does not slow it)."""
+        without asking any worker (``supervision``: a hung one does not slow it); sooner for a
+        replica a call's ended connection made suspect (:meth:`suspect`)."""
         while True:
-            await anyio.sleep(_WATCH_S)
+            fresh = time.monotonic() - _SUSPECT_FOR_S
+            self._suspects = {r: t for r, t in self._suspects.items() if not r.retiring and t > fresh}
+            with anyio.move_on_after(_SUSPECT_S if self._suspects else _WATCH_S):
+                await self._look_now.wait()
+            self._look_now = anyio.Event()
             by_host: dict[str, tuple[Host, list[tuple[StageState, Replica]]]] = {}
             for stage in self.stages:
                 for replica in stage.replicas:
