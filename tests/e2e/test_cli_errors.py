@@ -54,16 +54,25 @@ def one_line_error(out: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 @contextmanager
 def listening(endpoint: str, taken_already_ok: bool = False) -> Iterator[None]:
-    """Another process's socket listening on ``endpoint``'s port (with ``taken_already_ok``,
-    a port someone else holds already counts: it is taken either way)."""
+    """Another process's socket listening on ``endpoint``'s port. With ``taken_already_ok`` (a
+    default port, which a run of another test may hold for a while): it waits until it holds the
+    port itself, as a holder that let go before the command looked would leave it free; past
+    ``HANG_GUARD_S``, a port still someone else's counts, taken either way."""
     host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
     with socket.socket() as sock:
-        try:
-            sock.bind((host, int(port)))
-            sock.listen()
-        except OSError:
-            if not taken_already_ok:
-                raise
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds: past TIME_WAIT
+        deadline = time.monotonic() + (HANG_GUARD_S if taken_already_ok else 0)
+        while True:
+            try:
+                sock.bind((host, int(port)))
+                sock.listen()
+                break
+            except OSError:
+                if not taken_already_ok:
+                    raise
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
         yield
 
 
