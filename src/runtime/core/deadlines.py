@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable, Collection
 from typing import Any
 
 from troupe.runtime.errors import AskTimeout
@@ -60,6 +61,15 @@ class AskDeadlines:
         fut: asyncio.Future[Any] = self.loop.create_future()
         self.watch(fut, timeout, target, msg_type)
         return fut
+
+    def fail(
+        self, futs: Collection[asyncio.Future[Any]], error: Callable[[object, str], BaseException]
+    ) -> None:
+        """Fail those of ``futs`` still pending now, before their deadlines, each with
+        ``error(target, msg_type)`` of its ask."""
+        for _, _, fut, target, msg_type, _ in self._heap:
+            if fut in futs and not fut.done():
+                fut.set_exception(error(target, msg_type))
 
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if not e[2].done()]

@@ -135,9 +135,9 @@ class Runtime(Inbound):
         self.before_handle: list[Callable[[str, str], Awaitable[Any]]] = []
         self.observer: HandleObserver | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        # Where each pending remote ask went, and what it asked: ended at once (PeerLost) when
-        # the connection to that process ends (its transport's ``on_peer_lost``).
-        self._asked: dict[int, tuple[str, str, object]] = {}
+        # The endpoint each pending remote ask went to: ended at once (PeerLost) when the
+        # connection to that process ends (its transport's ``on_peer_lost``).
+        self._asked: dict[int, str] = {}
         self._deadlines: AskDeadlines | None = None  # the timer of every ask, made on the running loop
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -435,7 +435,7 @@ class Runtime(Inbound):
                 await cell.deliver(msg, True)
             else:
                 self._pending[msg_id] = fut
-                self._asked[msg_id] = (ref.endpoint or "", msg_type, ref.address)
+                self._asked[msg_id] = ref.endpoint or ""
                 frames = self.codec.encode_message(
                     K_ASK, msg_id, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
                 )
@@ -468,15 +468,16 @@ class Runtime(Inbound):
         """The connection to the process at ``endpoint`` ended (it died or stopped), and the
         replies it sent first are in: the asks still waiting on it end now, not at their
         deadlines."""
-        for msg_id, (peer, msg_type, target) in list(self._asked.items()):
-            fut = self._pending.get(msg_id) if peer == endpoint else None
-            if fut is not None and not fut.done():
-                fut.set_exception(
-                    PeerLost(
-                        f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
-                        "the reply came (its process died or stopped); whether it was handled is unknown"
-                    )
-                )
+        pending = self._pending
+        lost = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
+        if lost and self._deadlines is not None:  # each ask's deadline knows what it asked of whom
+            self._deadlines.fail(
+                lost,
+                lambda target, msg_type: PeerLost(
+                    f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
+                    "the reply came (its process died or stopped); whether it was handled is unknown"
+                ),
+            )
 
     def _settled(self, msg_id: int, fut: asyncio.Future[Any]) -> None:
         self._pending.pop(msg_id, None)
@@ -503,7 +504,7 @@ class Runtime(Inbound):
         fut = self._watched_future(timeout, endpoint, msg_type)
         msg_id = next(self._ids)
         self._pending[msg_id] = fut
-        self._asked[msg_id] = (endpoint, msg_type, endpoint)
+        self._asked[msg_id] = endpoint
         sender, trace = self._context()
         env = Envelope(
             Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload
