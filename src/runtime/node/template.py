@@ -115,6 +115,7 @@ def main() -> None:
             hello["check_failure"] = first_failure(checks)
         except BaseException:  # a module that exits as it imports: the run's own child says so
             pass
+    _read_codec_entry_points()
     gc.freeze()
     _send(sock, hello)
     job = _serve(sock, parent)
@@ -181,6 +182,17 @@ def _preload(names: list[str], tell: Callable[[str], None] | None = None) -> tup
         except BaseException as exc:  # a module's import may even sys.exit
             skipped[name] = f"{type(exc).__name__}: {exc}"[:300]
     return imported, skipped
+
+
+def _read_codec_entry_points() -> None:
+    """Read the codec entry points here, once: each worker read them as it started (twice, when
+    its template had imported torch), 30 ms of a forked worker's 60."""
+    from troupe.runtime.wire.codec import declared_extensions
+
+    try:
+        declared_extensions()
+    except Exception:  # unreadable metadata: each worker reads it as before, and says so
+        pass
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:

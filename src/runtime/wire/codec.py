@@ -30,6 +30,8 @@ from troupe.runtime.errors import (
 from .batch_frames import BATCH_MARK, MAX_BATCH_BYTES
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     import numpy as np
     from numpy import ndarray
 
@@ -54,6 +56,7 @@ __all__ = [
     "Codec",
     "Envelope",
     "Kind",
+    "declared_extensions",
     "load_imported_extensions",
     "register_extension",
 ]
@@ -140,6 +143,25 @@ ENTRY_POINT_GROUP = "troupe.codecs"
 _loaded_entry_points: set[str] = set()
 
 
+def declared_extensions() -> list[str]:
+    """The extension names the ``troupe.codecs`` entry points declare, read once per process
+    (some 15 ms: every installed distribution's metadata). A node's template reads them before
+    it forks, so that its workers start without reading them again."""
+    return list(_declared_entry_points())
+
+
+def _declared_entry_points() -> dict[str, list[EntryPoint]]:
+    global _declared
+    if _declared is None:
+        from importlib.metadata import entry_points
+
+        declared: dict[str, list[EntryPoint]] = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            declared.setdefault(ep.name, []).append(ep)
+        _declared = declared
+    return _declared
+
+
 def _load_extension(name: str) -> BufferExtension | None:
     """Load the extension named ``name`` from the ``troupe.codecs`` entry points, once.
 
@@ -149,9 +171,7 @@ def _load_extension(name: str) -> BufferExtension | None:
     if name in _EXTENSIONS or name in _loaded_entry_points:
         return _EXTENSIONS.get(name)
     _loaded_entry_points.add(name)
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+    for ep in _declared_entry_points().get(name, ()):
         ext = ep.load()
         if isinstance(ext, BufferExtension):
             register_extension(ext)
@@ -166,24 +186,19 @@ def load_imported_extensions() -> list[str]:
     milliseconds here instead of stalling the first tensor that arrives; a worker whose actors
     never import torch is not made to import it (seconds and some 200 MiB).
 
-    Reading the entry points costs some 15 ms, once per process; later calls (a ``spawn``
-    control) reuse what was read.
+    The entry points are read once per process (``declared_extensions``; a worker forked from
+    a template inherits them); later calls (a ``spawn`` control) reuse what was read.
 
     Returns:
         The names of the extensions now registered.
     """
-    global _declared
-    if _declared is None:
-        from importlib.metadata import entry_points
-
-        _declared = tuple(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-    for name in _declared:
+    for name in _declared_entry_points():
         if name in sys.modules:
             _load_extension(name)
     return sorted(_EXTENSIONS)
 
 
-_declared: tuple[str, ...] | None = None  # the extension names the entry points declare
+_declared: dict[str, list[EntryPoint]] | None = None  # the entry points, by extension name
 
 
 # Where the bound is set: a node's config for its actors, a pipeline's for its replicas.

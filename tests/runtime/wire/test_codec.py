@@ -692,6 +692,36 @@ def test_imported_extensions_are_loaded_up_front() -> None:
     assert "torch" in load_imported_extensions()
 
 
+def test_the_entry_points_are_read_once_per_process_and_a_templates_forks_inherit_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading every distribution's metadata for the codec entry points was half of a forked
+    worker's start (twice, torch imported): a node's template reads them before it forks, and
+    loading the torch extension afterwards reads nothing again."""
+    import importlib.metadata
+
+    from troupe.runtime.node import template
+    from troupe.runtime.wire import codec
+
+    fresh: dict[str, Any] = {
+        "_declared": None,
+        "_loaded_entry_points": set(),
+        "_EXTENSIONS": {},
+        "_EXT_BY_TYPE": {},
+    }
+    for name, value in fresh.items():
+        monkeypatch.setattr(codec, name, value)
+    template._read_codec_entry_points()  # what the template does before it says it is ready
+
+    def read_again(**_: object) -> None:
+        raise AssertionError("the entry points were read again")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", read_again)
+    assert "torch" in codec.load_imported_extensions()
+    out, _ = _roundtrip(_tell({"t": torch.ones(3)}))
+    assert torch.equal(out.payload["t"], torch.ones(3))
+
+
 def test_every_error_code_is_documented_in_the_protocol() -> None:
     """A client reads error codes from docs/PROTOCOL.md section 8: every code troupe sends is there."""
     from pathlib import Path
