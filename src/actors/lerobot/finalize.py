@@ -321,11 +321,20 @@ def _write_video_files(
     return written
 
 
+_INDEX_COLUMNS = ("episode_index", "index", "task_index")
+
+
 def _episode_stats(ep: _Episode) -> dict[str, Stats]:
     stats = stats_from_json(ep.meta["stats"])
-    stats["episode_index"] = vector_stats(np.full(ep.length, ep.index))
-    stats["index"] = vector_stats(np.arange(ep.start, ep.start + ep.length))
-    stats["task_index"] = vector_stats(np.full(ep.length, ep.task_index))
+    # The three columns finalize adds, reduced together: one reduction, not three, per episode
+    # (their values are small integers, so each column's figures are those it has alone).
+    columns = np.empty((ep.length, 3), dtype=np.float64)
+    columns[:, 0] = ep.index
+    columns[:, 1] = np.arange(ep.start, ep.start + ep.length)
+    columns[:, 2] = ep.task_index
+    together = vector_stats(columns)
+    for i, name in enumerate(_INDEX_COLUMNS):
+        stats[name] = {k: v if k == "count" else v[i : i + 1] for k, v in together.items()}
     return stats
 
 

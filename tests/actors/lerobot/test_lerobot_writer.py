@@ -19,6 +19,7 @@ from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData, write_epis
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
 from troupe.actors.lerobot.format import DEPTH_KEY, RGB_KEY, gray_to_depth, video_file
+from troupe.actors.lerobot.stats import stats_to_json, vector_stats
 from troupe.actors.lerobot.video import (
     VideoConfig,
     concat_videos,
@@ -246,6 +247,23 @@ def test_finalize_reads_back(store: OutputStore, tmp_path: Path) -> None:
         assert len(frames) == LENGTHS[task_id]
         error = np.abs(frames[0].astype(int) - _rgb(1, seed)[0].astype(int)).mean()
         assert error < 3.0
+
+
+def test_the_index_columns_stats_are_those_of_the_episodes_rows(store: OutputStore, tmp_path: Path) -> None:
+    """What meta/episodes says of the columns finalize adds (episode, frame and task indices)
+    is what their rows hold: every statistic, exactly, as lerobot would compute it from them."""
+    _write_all(store)
+    root = tmp_path / "ds"
+    finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    data = pq.read_table(root / "data/chunk-000/file-000.parquet").to_pandas()
+    eps = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert len({e["task_index"] for e in data.to_dict("records")}) == 2  # both kinds of rows seen
+    for ep in eps:
+        rows = data[data["episode_index"] == ep["episode_index"]]
+        for column in ("episode_index", "index", "task_index"):
+            expected = stats_to_json({column: vector_stats(rows[column].to_numpy())})[column]
+            for name, value in expected.items():
+                assert ep[f"stats/{column}/{name}"] == value, (ep["episode_index"], column, name)
 
 
 def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_path: Path) -> None:
