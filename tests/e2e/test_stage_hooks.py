@@ -110,6 +110,22 @@ async def test_start_runs_once_before_any_item_and_finalize_once_after_the_last(
     assert a_seeds == list(range(5, 13))  # seed_start = 5
 
 
+async def test_stages_without_a_finalize_hook_stop_while_the_others_finalize(tmp_path: Path) -> None:
+    """Once every item has its outcome, the replicas of a stage with nothing to finalise stop
+    at once, while the stages that finalise do (a dataset's write), not after them: their
+    exits were most of a run's stop."""
+    log = str(tmp_path / "hooks.jsonl")
+    cfg = _pipeline(
+        4,
+        _stage("up", "UpstreamStage", replicas=2, kwargs={"log": log}),
+        _stage("last", "UpstreamGoneStage", kwargs={"log": log}),
+    )
+    result = await _run(cfg)
+    assert result.counts() == {"ok": 4, "pruned": 0, "dead": 0, "kept": 0}
+    assert result.finals["last"]["upstream"], result.finals  # the upstream replicas were seen
+    assert result.finals["last"]["gone"] is True, result.finals
+
+
 async def test_items_named_committed_by_start_are_kept_and_never_processed(tmp_path: Path) -> None:
     """What ``start`` names as committed ends "kept": no stage processes it, it is counted in
     ``result.kept`` and not in the run's own ok count; the rest run as usual."""

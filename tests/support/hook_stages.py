@@ -25,6 +25,8 @@ __all__ = [
     "FailingFinalizeStage",
     "NotAStage",
     "RecordingStage",
+    "UpstreamGoneStage",
+    "UpstreamStage",
     "append_record",
     "read_records",
 ]
@@ -158,6 +160,50 @@ class EchoStage(StageActor):
 
     def process(self, item: Any) -> Any:
         return item
+
+
+class UpstreamStage(StageActor):
+    """Records its pid with each item, and has no ``finalize`` hook.
+
+    Args:
+        log: the JSON-lines file to append to.
+    """
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        append_record(self.log, {"hook": "process", "stage": "upstream", "pid": os.getpid()})
+        return item
+
+
+class UpstreamGoneStage(EchoStage):
+    """Its ``finalize`` waits (up to ``wait_s``) for the processes of the :class:`UpstreamStage`
+    replicas to be gone, and says whether they went before it returned.
+
+    Args:
+        log: the JSON-lines file the upstream replicas wrote to.
+        wait_s: how long to wait for them.
+    """
+
+    def __init__(self, log: str, wait_s: float = 30.0) -> None:
+        self.log = Path(log)
+        self.wait_s = wait_s
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        pids = {r["pid"] for r in read_records(self.log) if r.get("stage") == "upstream"}
+        deadline = time.monotonic() + self.wait_s
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"upstream": sorted(pids), "gone": not any(_alive(pid) for pid in pids)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class NotAStage(Actor):

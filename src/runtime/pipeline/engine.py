@@ -239,6 +239,7 @@ class PipelineEngine(ReplicaPool):
                 metrics = self.metrics()  # the items' figures, before finalize's time
                 self._flush_releases()
                 self._finishing = True  # the scaler rests: finalize's replica must stay
+                self._stop_unhooked()
                 await self._finalize_hooks()
             except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
                 failed = exc

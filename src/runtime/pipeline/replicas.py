@@ -363,6 +363,19 @@ class ReplicaPool:
                     self._mark_retiring(stage, replica)
                     self._tg.start_soon(self._retire, stage, replica)
 
+    def _stop_unhooked(self) -> None:
+        """Every item has its outcome: the replicas of the stages without a ``finalize`` hook
+        stop now, while the hooks run, rather than after them (their exits, a torch
+        interpreter's among them, were most of a run's stop)."""
+        assert self._tg is not None
+        for stage in self.stages:
+            if "finalize" in stage.hooks:
+                continue
+            for replica in list(stage.replicas):
+                replica.retiring = True  # no watch takes its exit for a loss
+                stage.replicas.remove(replica)
+                self._tg.start_soon(self._stop_worker, replica.name, replica.host)
+
     async def _stop_all(self, cancelled: bool = False) -> None:
         """Stop every worker the run started and has not stopped: the replicas, and those a
         cancelled run left between their start and their place in a stage or being retired.
