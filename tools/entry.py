@@ -6,6 +6,7 @@ command line from every command's signature after that (another fraction of a se
 command's own handling of stop signals (``stop_signals``) begins only then. An interrupt before
 it printed Python's traceback of whichever module was loading, or of typer's signature parsing.
 Nothing has started by then, so the command exits 130, as it does for a Ctrl-C anywhere else.
+A command whose output's reader went away ends quietly with 141 (``closed_output``).
 
 ``troupe run`` starts its node's template here, before those imports (``template_prestart``):
 the template imports the stage classes (torch among them) on the core the command's own
@@ -27,11 +28,24 @@ def main() -> None:
     """Import the command, then run it."""
     try:
         _start_template_ahead(sys.argv[1:])
+        from troupe.cli import closed_output
         from troupe.cli.main import app
 
+        closed_output.install()
         app()
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
+    except BaseException as exc:  # SystemExit too: click and rich end a closed pipe with 1
+        code = _closed_output(exc)
+        if code is None:
+            raise
+        sys.exit(code)
+
+
+def _closed_output(exc: BaseException) -> int | None:
+    """The exit status of a command whose output's reader went away (``closed_output``)."""
+    closed = sys.modules.get("troupe.cli.closed_output")
+    return None if closed is None else closed.closed_output_code(exc)
 
 
 def _start_template_ahead(args: list[str]) -> None:

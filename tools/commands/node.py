@@ -56,7 +56,7 @@ def start(
     tag: Annotated[
         list[str] | None,
         typer.Option(
-            "--tag", help="A resource tag this node offers; repeat for more (replaces [node] tags)."
+            "--tag", help="A resource tag this node offers; repeat for more (replaces \\[node] tags)."
         ),
     ] = None,
 ) -> None:

@@ -52,30 +52,33 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
         node = await start_local_node(tg, cfg)
         console.print(
             f"node [bold]local[/] up with {len(node.workers)} worker processes "
-            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)"
+            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)",
+            soft_wrap=True,
         )
         async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
-            console.print(f"ask greeter/greet -> {greeting!r}")
+            console.print(f"ask greeter/greet -> {greeting!r}", soft_wrap=True)
             counter = rt.ref("counter")
             for _ in range(100):
                 await counter.tell("add", 1)
-            console.print(f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}")
+            console.print(
+                f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}", soft_wrap=True
+            )
             import numpy as np
 
             arr = np.arange(1_000_000, dtype=np.float64)
+            total = await rt.ref("echo").ask("sum", arr)
+            console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {total}", soft_wrap=True)
             console.print(
-                f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {await rt.ref('echo').ask('sum', arr)}"
-            )
-            console.print(
-                f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}"
+                f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}",
+                soft_wrap=True,
             )
             try:
                 await rt.ref("echo").ask("fail", "on purpose")
             except Exception as exc:  # the demo shows what a remote error looks like
-                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}")
+                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         node.stopping.set()
-    console.print("node stopped; every worker exited")
+    console.print("node stopped; every worker exited", soft_wrap=True)
 
 
 def demo(

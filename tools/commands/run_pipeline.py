@@ -210,17 +210,19 @@ async def _finish_run(
         if start.job_cancelled:
             console.print(
                 "the master's job was cancelled (`troupe ctl cancel`): nothing more runs; "
-                "finalising what earlier runs committed (a new job needs another \\[pipeline] name)"
+                "finalising what earlier runs committed (a new job needs another \\[pipeline] name)",
+                soft_wrap=True,
             )
             return
         if start.before >= start.items:
-            console.print("every item was done by an earlier run; finalising")
+            console.print("every item was done by an earlier run; finalising", soft_wrap=True)
             return
         again = f" ({start.before} done before)" if start.before else ""
         up = "cluster joined" if cluster is not None else "node up"
         console.print(
             f"{up} in {start.startup_s:.2f} s; running {start.items} items{again} "
-            f"through {start.stages} stages into {escape(str(out))}"
+            f"through {start.stages} stages into {escape(str(out))}",
+            soft_wrap=True,
         )
         progress.start()
 
@@ -241,7 +243,7 @@ async def _finish_run(
         if as_json:  # stdout is the JSON object's
             Console(stderr=True).print(escape(line), soft_wrap=True)
         else:
-            progress.console.print(escape(line))
+            progress.console.print(escape(line), soft_wrap=True)
 
     try:
         result = await run_pipeline(
@@ -279,12 +281,12 @@ async def _finish_run(
         print(json.dumps(metrics_json(result), indent=2))
     elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
-        console.print(f"already complete: {escape(done)}")
+        console.print(f"already complete: {escape(done)}", soft_wrap=True)
     else:
         if result.outcomes or result.kept:
             _report(result, before, out)
         for line in _finals(result):
-            console.print(escape(line))
+            console.print(escape(line), soft_wrap=True)
     if result.made_nothing:
         log = out / "logs" / "local.jsonl"
         head = (
@@ -326,7 +328,8 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
         f"lambda {m.lambda_measured:.2f} items/s, lambda_theory {m.lambda_theory:.2f}, "
         f"lambda_succ {m.lambda_succ:.2f}; efficiency {m.efficiency:.2f}; "
         f"{m.items_ok} ok, {m.items_pruned} pruned, {m.items_dead} dead in {m.elapsed_s:.1f} s"
-        + (f"; {earlier} done by earlier runs ({before} recorded{found})" if earlier else "")
+        + (f"; {earlier} done by earlier runs ({before} recorded{found})" if earlier else ""),
+        soft_wrap=True,
     )
     console.print(
         f"wall {result.wall_s:.1f} s: start-up {result.startup_s:.1f} s, steady {result.steady_s:.1f} s, "
@@ -336,16 +339,18 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
             "of it outside the steady state)"
             if (split := command_split(result))
             else ""
-        )
+        ),
+        soft_wrap=True,
     )
     for line in dead_lines(result, out / "logs" / "local.jsonl"):
-        console.print(escape(line))
+        console.print(escape(line), soft_wrap=True)
     nodes = sorted(set(result.placement.values()))
     if len(nodes) > 1 or result.restarted:
         console.print(
             f"replicas on {len(nodes)} nodes ({escape(', '.join(nodes))}); "
             f"{result.engine_bytes_per_item / 1024:.1f} KiB through the engine per item"
-            + (f"; {result.restarted} items restarted (their holder was lost)" if result.restarted else "")
+            + (f"; {result.restarted} items restarted (their holder was lost)" if result.restarted else ""),
+            soft_wrap=True,
         )
 
 

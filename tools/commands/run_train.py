@@ -227,7 +227,7 @@ async def _train(
 
     def event(line: str) -> None:
         if not as_json:
-            progress.console.print(escape(line))
+            progress.console.print(escape(line), soft_wrap=True)
 
     progress.start()
     try:
@@ -254,5 +254,6 @@ async def _train(
     loss = "-" if result.loss is None else f"{result.loss:.4f}"
     console.print(
         f"trained {result.steps} steps: loss {loss}, {result.samples_per_s:.2f} samples/s, "
-        f"{len(result.checkpoints)} checkpoint(s) in {escape(str(out))}"
+        f"{len(result.checkpoints)} checkpoint(s) in {escape(str(out))}",
+        soft_wrap=True,
     )

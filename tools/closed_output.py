@@ -1,0 +1,65 @@
+"""A command whose output's reader went away (``troupe run | head -1``) ends quietly with 141.
+
+A shell reports 141 (128 + SIGPIPE) for a command that a closed pipe stopped, which is what
+``head``'s writers are when they are coreutils; scripts under ``set -o pipefail`` expect it
+there. A Python program ignores SIGPIPE and gets ``BrokenPipeError`` instead, which rich (its
+consoles exit 1) and click (its echo: exit 1) each turned into a silent failure, and which,
+raised in an async command's task group, came out as a traceback of the group. SIGPIPE itself
+stays ignored: a node's sockets and pipes to its children must get errors, not kill it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+
+__all__ = ["OUTPUT_CLOSED", "closed_output_code", "install"]
+
+OUTPUT_CLOSED = 141  # 128 + SIGPIPE
+
+
+def install() -> None:
+    """Make every rich console of this process end the command with ``OUTPUT_CLOSED`` when
+    its stream's reader has gone (their ``on_broken_pipe``)."""
+    Console.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]
+
+
+def _on_broken_pipe(self: Console) -> None:
+    self.quiet = True
+    _silence_output()
+    raise SystemExit(OUTPUT_CLOSED)
+
+
+def _silence_output() -> None:
+    """Point stdout and stderr at /dev/null: what is still buffered for the closed pipe would
+    fail again as Python flushes it at exit, and say so on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError):
+                pass
+    os.close(devnull)
+
+
+def closed_output_code(exc: BaseException) -> int | None:
+    """``OUTPUT_CLOSED`` when ``exc`` (or every exception in a group of them) is how a closed
+    output ended the command; None otherwise."""
+    if isinstance(exc, BaseExceptionGroup):
+        codes = {closed_output_code(e) for e in exc.exceptions}
+        return OUTPUT_CLOSED if codes == {OUTPUT_CLOSED} else None
+    if isinstance(exc, BrokenPipeError):
+        _silence_output()
+        return OUTPUT_CLOSED
+    if isinstance(exc, SystemExit):
+        if exc.code == OUTPUT_CLOSED:
+            return OUTPUT_CLOSED
+        # click's own handling of a closed pipe (typer.echo; typer carries its own click):
+        # exit 1, with its streams wrapped to hush their flush at exit
+        if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            _silence_output()
+            return OUTPUT_CLOSED
+    return None
