@@ -44,3 +44,13 @@ def test_a_rerun_whose_record_had_everything_committed_omits_the_found_part(
 ) -> None:
     line = _printed(capsys, _result(ok=10, kept=0), before=54)
     assert "54 done by earlier runs (54 recorded)" in line and "found committed" not in line
+
+
+def test_the_summary_lines_are_whole_lines_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped (here: captured, at rich's 80 columns), each line is one line: a script that
+    greps the run's figures or the dataset's path gets them whole, not split at column 80."""
+    command._report(_result(ok=36, kept=2), 26, Path("out"))
+    lines = capsys.readouterr().out.splitlines()
+    summary = [line for line in lines if line.startswith("lambda ")]
+    assert len(summary) == 1 and "done by earlier runs" in summary[0], lines
+    assert any(line.startswith("wall ") and "start-up share" in line for line in lines), lines
