@@ -10,21 +10,52 @@ command exits at once with the same status. Committed outputs stay committed eit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 import anyio
 import psutil
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants"]
+__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants", "lines_above"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _err = Console(stderr=True)
+_displays: list[Console] = []  # consoles that may show a live display now (``lines_above``)
+
+
+@contextlib.contextmanager
+def lines_above(console: Console) -> Iterator[None]:
+    """While ``console`` may show a live display (a spinner, progress bars), a stop's lines go
+    through it, above the display: a console of their own wrote them beside it, and the
+    display's next redraw erased them. Where stderr is not that terminal (``2>file``), they go
+    to stderr as before."""
+    _displays.append(console)
+    try:
+        yield
+    finally:
+        _displays.remove(console)
+
+
+def _say(text: str) -> None:
+    display = _displays[-1] if _displays else None
+    if display is not None and display.is_terminal and _stderr_is_a_terminal():
+        display.print(text, highlight=False, soft_wrap=True)
+    else:
+        _err.print(text, highlight=False, soft_wrap=True)
+
+
+def _stderr_is_a_terminal() -> bool:
+    try:
+        return os.isatty(2)
+    except OSError:
+        return False
 
 
 def exit_status(signum: int) -> int:
@@ -77,10 +108,9 @@ class StopSignals:
                     if self.signum is None:
                         self.signum = signum
                         again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-                        _err.print(
+                        _say(
                             f"{signal.Signals(signum).name}: stopping gracefully "
-                            f"({again} again to stop at once)",
-                            highlight=False,
+                            f"({again} again to stop at once)"
                         )
                         work.cancel()
                         continue
@@ -118,6 +148,10 @@ class StopSignals:
         killed = kill_descendants()
         for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
             console.show_cursor(True)
-        _err.print(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed", highlight=False)
-        _err.file.flush()
+        _say(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         os._exit(exit_status(self.signum))

@@ -27,6 +27,7 @@ from rich.table import Table
 from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
+from troupe.cli.stop_signals import lines_above
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -199,7 +200,6 @@ async def _finish_run(
     before = 0
     # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them).
     starting = StartingStatus(console, cluster is not None, as_json)
-    starting.start()
 
     def started(start: RunStart) -> None:
         nonlocal before
@@ -245,38 +245,40 @@ async def _finish_run(
         else:
             progress.console.print(escape(line), soft_wrap=True)
 
-    try:
-        result = await run_pipeline(
-            config or declared,  # its path: an error about a stage names the file
-            out,
-            items=items if config else None,
-            fresh=fresh,
-            keep_outputs=False,
-            on_progress=show,
-            on_start=started,
-            on_event=told,
-            node_endpoint=None if cluster is not None else endpoint,
-            master_endpoint=None if cluster is not None else master_endpoint,
-            cluster=None if cluster is None else cluster.master,
-            nodes=0 if cluster is None else cluster.nodes,
-            keys=None if cluster is None else cluster.keys,
-            endpoints_may_move=defaults,
-            on_importing=starting.importing,
-            template_ahead=template_prestart.take(),  # troupe.cli.entry started it
-        )
-        if progress.live.is_started:
-            show(result.metrics)  # the bars end where the table below starts
-    except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the run stopped what it started
-        if progress.live.is_started:
-            progress.stop()
-            Console(stderr=True).print(
-                escape(stopped_line(shown, before, declared.items, out)), soft_wrap=True
+    with lines_above(console):  # a stop's lines above the spinner and the bars, not over them
+        starting.start()
+        try:
+            result = await run_pipeline(
+                config or declared,  # its path: an error about a stage names the file
+                out,
+                items=items if config else None,
+                fresh=fresh,
+                keep_outputs=False,
+                on_progress=show,
+                on_start=started,
+                on_event=told,
+                node_endpoint=None if cluster is not None else endpoint,
+                master_endpoint=None if cluster is not None else master_endpoint,
+                cluster=None if cluster is None else cluster.master,
+                nodes=0 if cluster is None else cluster.nodes,
+                keys=None if cluster is None else cluster.keys,
+                endpoints_may_move=defaults,
+                on_importing=starting.importing,
+                template_ahead=template_prestart.take(),  # troupe.cli.entry started it
             )
-        raise
-    finally:
-        starting.stop()  # transient: a run refused before it started prints only its error
-        if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
-            progress.stop()
+            if progress.live.is_started:
+                show(result.metrics)  # the bars end where the table below starts
+        except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the run stopped what it started
+            if progress.live.is_started:
+                progress.stop()
+                Console(stderr=True).print(
+                    escape(stopped_line(shown, before, declared.items, out)), soft_wrap=True
+                )
+            raise
+        finally:
+            starting.stop()  # transient: a run refused before it started prints only its error
+            if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
+                progress.stop()
     if as_json:
         print(json.dumps(metrics_json(result), indent=2))
     elif result.already_complete:

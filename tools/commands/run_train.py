@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from troupe.cli.stop_signals import lines_above
 from troupe.runtime.errors import ConfigError
 
 __all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table"]
@@ -229,24 +230,25 @@ async def _train(
         if not as_json:
             progress.console.print(escape(line), soft_wrap=True)
 
-    progress.start()
-    try:
-        result = await run_training(
-            cfg,
-            out,
-            steps=steps,
-            master=master,
-            on_progress=show,
-            on_event=event,
-            fresh=fresh,
-            node_endpoint=endpoint,
-        )
-    except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
-        progress.stop()
-        Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
-        raise
-    finally:
-        progress.stop()
+    with lines_above(console):  # a stop's lines above the bar, not over it
+        progress.start()
+        try:
+            result = await run_training(
+                cfg,
+                out,
+                steps=steps,
+                master=master,
+                on_progress=show,
+                on_event=event,
+                fresh=fresh,
+                node_endpoint=endpoint,
+            )
+        except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
+            progress.stop()
+            Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
+            raise
+        finally:
+            progress.stop()
     if as_json:
         print(json.dumps(result_json(result), indent=2))
         return
