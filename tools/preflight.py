@@ -86,8 +86,8 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return f"endpoint {endpoint} is in use (another troupe {who}?); pass {option}"
-            return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass {option}"
+                return f"endpoint {endpoint} is in use (another troupe {who}?); pass another {option}"
+            return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass another {option}"
     return None
 
 

@@ -141,7 +141,7 @@ def test_endpoint_in_use(tmp_path: Path, command: tuple[str, ...]) -> None:
     with listening(endpoint):
         line = one_line_error(troupe(*args, "--endpoint", endpoint, cwd=tmp_path))
     who = "master" if command[0] == "master" else "node"
-    assert f"endpoint {endpoint} is in use (another troupe {who}?); pass --endpoint" in line
+    assert f"endpoint {endpoint} is in use (another troupe {who}?); pass another --endpoint" in line
     assert not (tmp_path / "out").exists(), "nothing was started"
 
 
@@ -177,7 +177,7 @@ def test_run_master_endpoint_in_use(tmp_path: Path) -> None:
                 cwd=tmp_path,
             )
         )
-    assert f"endpoint {master} is in use (another troupe master?); pass --master" in line
+    assert f"endpoint {master} is in use (another troupe master?); pass another --master" in line
     assert not (tmp_path / "out").exists(), "nothing was started"
 
 
@@ -307,6 +307,17 @@ def test_a_second_run_takes_free_ports_when_the_defaults_are_taken(tmp_path: Pat
         in said
     )
     assert json.loads(done.stdout)["items"]["ok"] == 2
+
+
+def test_a_run_refused_by_a_stage_says_its_error_alone_when_the_defaults_are_taken(tmp_path: Path) -> None:
+    """Where the run's node would listen is said once it starts: a run refused before that (a
+    stage's kwarg, found as its classes are checked) prints its error alone."""
+    text = (ROOT / "configs" / "datagen.toml").read_text(encoding="utf-8")
+    pipeline = tmp_path / "pipe.toml"
+    pipeline.write_text(text.replace("max_frames = 60", "max_frames = 0"), encoding="utf-8")
+    with listening("tcp://127.0.0.1:7479", True), listening("tcp://127.0.0.1:7478", True):
+        line = one_line_error(troupe("run", str(pipeline), "--out", str(tmp_path / "out"), cwd=tmp_path))
+    assert "kwargs.max_frames must be at least 1, got 0" in line, line
 
 
 def test_given_endpoints_stay_where_they_were_given() -> None:

@@ -166,7 +166,7 @@ async def test_a_commit_made_while_cut_off_from_the_master_is_the_truth_after_th
 def test_submit_id_names_a_new_job_and_its_tasks(master: TaskMaster, tmp_path: Path) -> None:
     """The same file under another --id is another job (its generated tasks had kept the file's
     name and were refused as used twice); an --id that is no name is refused in one line; a
-    cancelled job submitted again says that it does not run again."""
+    cancelled job submitted again is refused: it does not run again."""
     job = job_file(tmp_path, "demo", 'kind = "nap"\ncount = 3\n')
     first = troupe("ctl", "submit", str(job), "--master", master.endpoint)
     assert first.returncode == 0 and "submitted job demo: 3 tasks" in first.stdout, first.stderr
@@ -183,5 +183,5 @@ def test_submit_id_names_a_new_job_and_its_tasks(master: TaskMaster, tmp_path: P
 
     assert troupe("ctl", "cancel", "demo-2", "--master", master.endpoint).returncode == 0
     again = troupe("ctl", "submit", str(job), "--id", "demo-2", "--master", master.endpoint)
-    assert again.returncode == 0, again.stderr
-    assert "was submitted before and cancelled: its tasks do not run again" in again.stdout
+    assert again.returncode == 1, again.stderr  # nothing was submitted: a script must not go on
+    assert "error: job demo-2 was submitted before and cancelled: its tasks do not run again" in again.stderr

@@ -209,12 +209,12 @@ def submit(
     job = escape(str(reply["job_id"]))
     if reply.get("already"):
         state = reply.get("state", "running")
-        if state == "cancelled":  # its tasks never run again: saying "submitted" hid that
-            console.print(
-                f"job [bold]{job}[/] was submitted before and cancelled: its tasks do not run "
-                f"again; submit the file under a new id to run it (--id {job}-2)"
+        if state == "cancelled":  # nothing was submitted: a script must not read it as done
+            plain = str(reply["job_id"])
+            raise fail(
+                f"job {plain} was submitted before and cancelled: its tasks do not run again; "
+                f"submit the file under a new id to run it (--id {plain}-2)"
             )
-            return
         console.print(
             f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
             f"content, {escape(str(state))}); see `troupe ctl jobs`"

@@ -210,14 +210,23 @@ def run(
     node_endpoint, node_moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
     master_endpoint, master_moved = default_or_free(master, RUN_MASTER_ENDPOINT)
     check_run(config, out, count, node_endpoint, master_endpoint, flag)
-    if node_moved or master_moved:
-        Console(stderr=True).print(
-            "the default endpoints are taken (another troupe run?): this run's node listens on "
-            f"{escape(node_endpoint)}, its master on {escape(master_endpoint)} "
-            f"(troupe ctl status --node {escape(node_endpoint)})",
-            soft_wrap=True,
-        )
+    taken_note = (
+        "the default endpoints are taken (another troupe run?): this run's node listens on "
+        f"{node_endpoint}, its master on {master_endpoint} (troupe ctl status --node {node_endpoint})"
+        if node_moved or master_moved
+        else None
+    )
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).
     defaults = endpoint is None and master is None
     with own_stdout():
-        finish_run(config, out, count, node_endpoint, master_endpoint, fresh, as_json, defaults=defaults)
+        finish_run(
+            config,
+            out,
+            count,
+            node_endpoint,
+            master_endpoint,
+            fresh,
+            as_json,
+            defaults=defaults,
+            moved=taken_note,
+        )

@@ -151,12 +151,17 @@ def finish_run(
     as_json: bool = False,
     cluster: Cluster | None = None,
     defaults: bool = False,
+    moved: str | None = None,
 ) -> None:
     """The body of ``troupe run``: run what is missing in --out, finalise, report. ``defaults``:
-    the endpoints are defaults found free, which may give way to free ports if taken meanwhile."""
+    the endpoints are defaults found free, which may give way to free ports if taken meanwhile;
+    ``moved``: the line that says the defaults were taken, said once the run starts (a run
+    refused before, a stage's bad kwarg, says its error alone)."""
     from troupe.cli.client import run_async
 
-    run_async(_finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster, defaults)
+    run_async(
+        _finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster, defaults, moved
+    )
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,7 @@ async def _finish_run(
     as_json: bool,
     cluster: Cluster | None,
     defaults: bool = False,
+    moved: str | None = None,
 ) -> None:
     declared = declared_config(config, items)
     if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
@@ -205,6 +211,8 @@ async def _finish_run(
         nonlocal before
         starting.stop()
         before = start.before
+        if moved is not None:  # on stderr: stdout may carry --json
+            Console(stderr=True).print(escape(moved), soft_wrap=True)
         if as_json:
             return
         if start.job_cancelled:

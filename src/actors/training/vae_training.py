@@ -23,6 +23,7 @@ __all__ = ["DEFAULT_KL_WEIGHT", "MAX_HELD_OUT", "held_out_split", "recon_mse", "
 
 DEFAULT_KL_WEIGHT = 1e-3
 MAX_HELD_OUT = 32
+_LOSS_WINDOW = 10  # steps each of first_loss and final_loss averages
 
 Progress = Callable[[int, dict[str, float]], None]
 
@@ -86,7 +87,8 @@ def train_vae(
 
     Returns:
         The trained VAE (on the CPU, in eval mode) and its figures: ``final_loss`` (mean of the
-        last 10 steps), ``first_loss`` (mean of the first 10), ``recon_mse`` and
+        last 10 steps), ``first_loss`` (mean of the first 10; of a run under 20 steps, each
+        mean takes half the steps, so that they never share one), ``recon_mse`` and
         ``recon_mse_untrained`` on the held-out clips, ``held_out``, ``clips``, ``steps``,
         ``seconds`` (training alone), ``device``.
 
@@ -130,12 +132,13 @@ def train_vae(
             on_progress(step, {"loss": losses[-1], "recon": recon.item(), "kl": out.kl.item()})
     seconds = time.perf_counter() - start
     vae.eval()
+    window = max(1, min(_LOSS_WINDOW, steps // 2))
     figures = {
         "steps": steps,
         "clips": len(dataset),
         "held_out": len(held_idx),
-        "first_loss": sum(losses[:10]) / len(losses[:10]),
-        "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+        "first_loss": sum(losses[:window]) / window,
+        "final_loss": sum(losses[-window:]) / window,
         "recon_mse": recon_mse(vae, dataset, held_idx, batch_size),
         "recon_mse_untrained": untrained,
         "seconds": seconds,

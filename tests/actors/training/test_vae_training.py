@@ -51,6 +51,18 @@ def test_a_few_steps_reduce_the_loss(clips: LeRobotClips) -> None:
     assert not vae.training and next(vae.parameters()).device.type == "cpu"
 
 
+def test_a_short_runs_first_and_final_loss_share_no_step(clips: LeRobotClips) -> None:
+    """Five steps: the first loss is the mean of steps 1-2, the final one of steps 4-5 (both
+    took the same ten-step window, and read as a loss that never moved)."""
+    seen: list[float] = []
+    _, figures = train_vae(
+        clips, TINY, steps=5, batch_size=2, seed=0, on_progress=lambda s, v: seen.append(v["loss"])
+    )
+    assert figures["first_loss"] == pytest.approx(sum(seen[:2]) / 2)
+    assert figures["final_loss"] == pytest.approx(sum(seen[-2:]) / 2)
+    assert figures["first_loss"] != figures["final_loss"]
+
+
 def test_training_is_seeded(clips: LeRobotClips) -> None:
     runs = [train_vae(clips, TINY, steps=3, batch_size=2, seed=s)[0] for s in (5, 5, 6)]
     assert runs[0].fingerprint() == runs[1].fingerprint() != runs[2].fingerprint()
