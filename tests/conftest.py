@@ -1,11 +1,36 @@
-"""Suite-wide guards: no test may leave a child process behind."""
+"""Suite-wide guards: no test may leave a child process behind; no logger of the test process
+is cached, so that a test's capture of log events sees them whatever ran before it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
+import structlog
+
+
+def _never_cached(configure: Callable[..., None]) -> Callable[..., None]:
+    """``structlog.configure`` without ``cache_logger_on_first_use`` in this process.
+
+    A run, a node or a bench started in the test process configures logging as a program does,
+    each module's logger cached on its first use with the processors of that configuration; a
+    run configures twice (its held lines, then its log file), and ``capture_logs``, which swaps
+    the processors of the configuration of the moment, no longer reaches a logger cached under
+    the first. A test that captured a module's events passed alone and failed after a pipeline
+    had run in the same worker (CI: the journal's replay notes, the master's held-loop
+    warnings). The processes the tests start are untouched.
+    """
+
+    def configure_uncached(*args: Any, **kwargs: Any) -> None:
+        kwargs["cache_logger_on_first_use"] = False
+        configure(*args, **kwargs)
+
+    return configure_uncached
+
+
+structlog.configure = _never_cached(structlog.configure)
 
 # multiprocessing keeps these helpers alive on purpose for the rest of the session.
 _SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")

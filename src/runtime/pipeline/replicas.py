@@ -375,6 +375,8 @@ class ReplicaPool:
                 replica.retiring = True  # no watch takes its exit for a loss
                 stage.replicas.remove(replica)
                 self._tg.start_soon(self._stop_worker, replica.name, replica.host)
+                if replica.host is not None:
+                    self.hosts.gone(stage.cfg.name, replica.host)  # a finalize replica may go there
 
     async def _stop_all(self, cancelled: bool = False) -> None:
         """Stop every worker the run started and has not stopped: the replicas, and those a
