@@ -12,12 +12,26 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from rich.console import Console
 
-__all__ = ["OUTPUT_CLOSED", "closed_output_code", "install"]
+__all__ = ["OUTPUT_CLOSED", "closed_output_code", "install", "run_app"]
 
 OUTPUT_CLOSED = 141  # 128 + SIGPIPE
+
+
+def run_app(app: Callable[[], object]) -> None:
+    """Run the command line ``app``; a closed output ends it with ``OUTPUT_CLOSED``, quietly
+    (the console script's entry and ``python -m troupe.cli.main`` both run it so)."""
+    install()
+    try:
+        app()
+    except BaseException as exc:  # SystemExit too: click and rich end a closed pipe with 1
+        code = closed_output_code(exc)
+        if code is None:
+            raise
+        sys.exit(code)
 
 
 def install() -> None:

@@ -28,24 +28,12 @@ def main() -> None:
     """Import the command, then run it."""
     try:
         _start_template_ahead(sys.argv[1:])
-        from troupe.cli import closed_output
+        from troupe.cli.closed_output import run_app
         from troupe.cli.main import app
 
-        closed_output.install()
-        app()
+        run_app(app)
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
-    except BaseException as exc:  # SystemExit too: click and rich end a closed pipe with 1
-        code = _closed_output(exc)
-        if code is None:
-            raise
-        sys.exit(code)
-
-
-def _closed_output(exc: BaseException) -> int | None:
-    """The exit status of a command whose output's reader went away (``closed_output``)."""
-    closed = sys.modules.get("troupe.cli.closed_output")
-    return None if closed is None else closed.closed_output_code(exc)
 
 
 def _start_template_ahead(args: list[str]) -> None:

@@ -93,4 +93,6 @@ app.command("run")(run)
 app.command("demo")(demo)
 
 if __name__ == "__main__":
-    app()
+    from troupe.cli.closed_output import run_app
+
+    run_app(app)

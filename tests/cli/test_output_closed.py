@@ -21,13 +21,15 @@ ENTRY = "from troupe.cli.entry import main; main()"
 BOUND_S = 120  # against a hang only
 
 
-def _with_closed_stdout(args: list[str], cwd: Path) -> tuple[int, str, set[int]]:
-    """``troupe ARGS`` through the console script's entry, stdout a pipe nobody reads: its
-    status, its stderr, and what it left running in its session."""
+def _with_closed_stdout(
+    args: list[str], cwd: Path, how: tuple[str, ...] = ("-c", ENTRY)
+) -> tuple[int, str, set[int]]:
+    """``troupe ARGS`` through the console script's entry (or ``how``), stdout a pipe nobody
+    reads: its status, its stderr, and what it left running in its session."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, *args],
+        [sys.executable, *how, *args],
         stdout=write_end,
         stderr=subprocess.PIPE,
         text=True,
@@ -63,6 +65,12 @@ def test_a_closed_output_ends_the_command_with_141_and_no_word(tmp_path: Path, a
     assert code == OUTPUT_CLOSED, err
     assert "Traceback" not in err and "Error" not in err, err
     assert left == set()  # a node it had started is gone with its workers
+
+
+def test_python_m_troupe_cli_main_ends_a_closed_output_the_same_way(tmp_path: Path) -> None:
+    code, err, left = _with_closed_stdout(["demo"], tmp_path, ("-m", "troupe.cli.main"))
+    assert code == OUTPUT_CLOSED and "Traceback" not in err, err
+    assert left == set()
 
 
 def test_a_run_stopped_by_its_closed_output_goes_on_when_run_again(tmp_path: Path) -> None:
