@@ -42,21 +42,24 @@ def install() -> None:
 
 def _on_broken_pipe(self: Console) -> None:
     self.quiet = True
-    _silence_output()
+    _silence(sys.__stderr__ if self.stderr else sys.__stdout__)
     raise SystemExit(OUTPUT_CLOSED)
 
 
-def _silence_output() -> None:
-    """Point stdout and stderr at /dev/null: what is still buffered for the closed pipe would
-    fail again as Python flushes it at exit, and say so on stderr."""
+def _silence(stream: object) -> None:
+    """Point the closed stream (stdout, unless told) at /dev/null: what is still buffered for
+    it would fail again as Python flushes it at exit, and say so on stderr. The other stream
+    still speaks."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
-    for stream in (sys.__stdout__, sys.__stderr__):
-        if stream is not None:
-            try:
-                os.dup2(devnull, stream.fileno())
-            except (OSError, ValueError):
-                pass
-    os.close(devnull)
+    try:
+        os.dup2(devnull, fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def closed_output_code(exc: BaseException) -> int | None:
@@ -66,7 +69,7 @@ def closed_output_code(exc: BaseException) -> int | None:
         codes = {closed_output_code(e) for e in exc.exceptions}
         return OUTPUT_CLOSED if codes == {OUTPUT_CLOSED} else None
     if isinstance(exc, BrokenPipeError):
-        _silence_output()
+        _silence(sys.__stdout__)
         return OUTPUT_CLOSED
     if isinstance(exc, SystemExit):
         if exc.code == OUTPUT_CLOSED:
@@ -74,6 +77,6 @@ def closed_output_code(exc: BaseException) -> int | None:
         # click's own handling of a closed pipe (typer.echo; typer carries its own click):
         # exit 1, with its streams wrapped to hush their flush at exit
         if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
-            _silence_output()
+            _silence(sys.__stdout__)
             return OUTPUT_CLOSED
     return None
