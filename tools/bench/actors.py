@@ -13,8 +13,10 @@ from troupe.runtime import Actor, handles
 __all__ = ["Sink", "Source"]
 
 # A run is one message handler: it reports progress as it goes, so that a long run (a slow or
-# busy machine, CURVE) is not killed by its supervisor as making none.
-_PROGRESS_EVERY = 1024
+# busy machine, CURVE) is not killed by its supervisor as making none. Every 256 messages: a
+# machine busy with other work ran 1,024 asks one at a time past a half-second progress
+# timeout (CI, beside another suite's runs); a report costs a counter's increment.
+_PROGRESS_EVERY = 256
 
 
 def bench_payload(kind: str) -> Any:
@@ -63,6 +65,7 @@ class Source(Actor):
         sink = self.ref(spec["target"])
         n = int(spec["n"])
         payload = bench_payload(spec["kind"])
+        self.progress()  # begun: the resolve and the connection may take a while on a busy machine
         await sink.ask("expect", n)
         t0 = time.perf_counter()
         for i in range(n):
@@ -79,6 +82,7 @@ class Source(Actor):
         sink = self.ref(spec["target"])
         n, window = int(spec["n"]), int(spec["window"])
         payload = bench_payload(spec["kind"])
+        self.progress()  # begun: the resolve and the connection may take a while on a busy machine
         await sink.ask("echo", payload)  # resolve and connect before timing
         per = n // window
 
