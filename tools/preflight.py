@@ -135,6 +135,12 @@ def writable_problem(path: Path, what: str) -> str | None:
     story (root, read-only mounts, /proc).
     """
     absolute = Path(os.path.abspath(path))
+    try:
+        absolute.resolve(strict=False)  # a loop of symlinks, a name over the file system's limit
+        absolute.exists()
+    except (OSError, RuntimeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"{what} {path}: not a usable path ({why})"
     for virtual in _VIRTUAL:
         if absolute == virtual or virtual in absolute.parents:
             return f"{what} {path}: {virtual} is a kernel file system, not a place for output"
@@ -166,6 +172,9 @@ def check_run(
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     from troupe.cli.commands.run_pipeline import declared_config
 
+    unusable = writable_problem(out, "--out")  # first: a path that cannot be resolved (a loop)
+    if unusable is not None:
+        raise fail(unusable, 2)
     source = str(config) if config else "the default pipeline"
     try:
         declared_config(config, items).with_out(out.resolve())
@@ -177,7 +186,6 @@ def check_run(
 
     # The run that holds --out is named first: its node would hold the default endpoints too.
     _check(
-        writable_problem(out, "--out"),
         RunDir(out).in_use_problem(),
         endpoint_problem(endpoint, "--endpoint"),
         endpoint_problem(master, "--master", "master"),

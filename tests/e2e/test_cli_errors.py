@@ -320,6 +320,19 @@ def test_a_run_refused_by_a_stage_says_its_error_alone_when_the_defaults_are_tak
     assert "kwargs.max_frames must be at least 1, got 0" in line, line
 
 
+@pytest.mark.parametrize("kind", ["symlink-loop", "name-too-long"])
+def test_an_out_that_is_no_usable_path_is_one_line(tmp_path: Path, kind: str) -> None:
+    """A loop of symlinks, a name over the file system's limit: one line, exit 2 (tracebacks)."""
+    if kind == "symlink-loop":
+        (tmp_path / "loop1").symlink_to("loop2")
+        (tmp_path / "loop2").symlink_to("loop1")
+        out = "loop1"
+    else:
+        out = "a" * 300
+    line = one_line_error(troupe("run", "--items", "2", "--out", out, cwd=tmp_path))
+    assert f"--out {out}: not a usable path" in line, line
+
+
 def test_given_endpoints_stay_where_they_were_given() -> None:
     """Only a default gives way: an endpoint the user gave is kept (and refused when taken)."""
     given = free_endpoint()

@@ -167,10 +167,18 @@ def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list
             skipped.append(task_id)
             log.warning("finalize_skipped_output", task_id=task_id, reason="no episode.json")
             continue
-        meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
-        if meta.get("format") != EPISODE_FORMAT:
+        try:
+            meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidData(
-                f"committed output {task_id!r} has format {meta.get('format')!r}, not "
+                f"committed episode {task_id!r} is damaged: {path / EPISODE_FILE} is not its JSON "
+                f"({exc}); its episode cannot go into the dataset: restore the file, or run "
+                "again with --fresh to make every episode anew"
+            ) from None
+        if not isinstance(meta, dict) or meta.get("format") != EPISODE_FORMAT:
+            raise InvalidData(
+                f"committed output {task_id!r} has format "
+                f"{meta.get('format') if isinstance(meta, dict) else None!r}, not "
                 f"{EPISODE_FORMAT!r}; rewrite it with this troupe version"
             )
         if meta["fps"] != fps:
@@ -468,7 +476,7 @@ def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> D
             exc,
             action=f"finalizing the dataset at {root}",
             root=root,
-            retry="run finalize_dataset again (it is idempotent)",
+            retry="run the same troupe run again, or finalize_dataset (it is idempotent)",
         ) from exc
     summary = DatasetSummary(
         root=root,

@@ -34,7 +34,7 @@ from typing import Any
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
-from troupe.runtime.tasks.output_store import atomic_file
+from troupe.runtime.tasks.output_store import as_commit_error, atomic_file
 
 __all__ = [
     "TROUPE_ENTRIES",
@@ -219,7 +219,15 @@ class RunDir:
         their ``finalize`` hooks returned; ``made_nothing``: every item died)."""
         record = self._read() or {}
         record["complete"] = {"finals": finals, "out": str(self.out), "made_nothing": made_nothing}
-        self._write(record)
+        try:
+            self._write(record)
+        except OSError as exc:
+            raise as_commit_error(
+                exc,
+                action=f"recording the finished run in {self.record_path}",
+                root=self.state_dir,
+                retry="run the same command again (what the run committed stays)",
+            ) from exc
 
     def still_there(self, complete: dict[str, Any]) -> bool:
         """Every file the finalize hooks said they wrote (their ``outputs``) still exists, and
@@ -283,9 +291,18 @@ class RunDir:
         )
 
     def _wipe(self) -> None:
-        for name in sorted(TROUPE_ENTRIES):
+        # The state directory last: a wipe stopped halfway (a file it may not remove, a kill)
+        # leaves a directory troupe still knows for its own, which --fresh wipes again.
+        for name in sorted(TROUPE_ENTRIES, key=lambda n: (n == self.state_dir.name, n)):
             path = self.out / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif path.exists() or path.is_symlink():
+                    path.unlink()
+            except OSError as exc:
+                where = exc.filename or path
+                raise ConfigError(
+                    f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
+                    "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
+                ) from None

@@ -549,7 +549,10 @@ def _translated(path: Path, action: str) -> Iterator[None]:
     except sqlite3.Error as exc:
         text = str(exc)
         if "not a database" in text or "malformed" in text:
-            fix = "the file is not a (healthy) journal; check the path or restore a backup"
+            fix = (
+                "the file is not a (healthy) journal; check the path or restore a backup (a troupe "
+                "run's own journal, in --out/.troupe: --fresh starts that run anew)"
+            )
         elif "locked" in text or "busy" in text:
             fix = "another process holds the journal; stop it first"
         elif "unable to open" in text or "readonly" in text:

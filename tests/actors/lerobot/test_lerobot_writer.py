@@ -266,6 +266,16 @@ def test_the_index_columns_stats_are_those_of_the_episodes_rows(store: OutputSto
                 assert ep[f"stats/{column}/{name}"] == value, (ep["episode_index"], column, name)
 
 
+def test_a_damaged_episode_json_is_named_with_the_way_out(store: OutputStore, tmp_path: Path) -> None:
+    _write_all(store)
+    damaged = store.committed_path("task-b") / "episode.json"
+    damaged.write_text(damaged.read_text()[:100])
+    with pytest.raises(
+        InvalidData, match=r"committed episode 'task-b' is damaged: .*episode\.json .*--fresh"
+    ):
+        finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
+
+
 def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_path: Path) -> None:
     """Re-running finalize writes identical bytes; a run with fewer files removes the extra ones."""
     _write_all(store)
@@ -312,7 +322,7 @@ def test_finalize_crash_leaves_whole_files_and_rerun_heals(
         real_replace(src, dst)  # type: ignore[arg-type]
 
     monkeypatch.setattr(commit_mod.os, "replace", flaky)
-    with pytest.raises(CommitError, match="finalize_dataset again"):
+    with pytest.raises(CommitError, match="run the same troupe run again, or finalize_dataset"):
         finalize_dataset(store, root, DatasetConfig(fps=FPS))
     assert not list(root.rglob("*.tmp")) and not (root / "meta/info.json").exists()
     monkeypatch.undo()

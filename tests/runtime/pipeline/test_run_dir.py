@@ -131,6 +131,53 @@ def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
     assert run.prepare(_made_with(items=8), fresh=False) is None
 
 
+def test_a_fresh_wipe_that_cannot_remove_a_file_says_which_and_leaves_the_directory_troupes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file --fresh may not remove (an immutable flag: root's permissions do not stop it):
+    one error naming it, and the state directory still there, so that the same --fresh, once
+    the file is freed, wipes the rest (it was removed first, and the directory was then
+    refused for good as someone else's)."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    (out / "meta").mkdir()
+    (out / "meta" / "info.json").write_text("{}")
+    real_rmtree = shutil.rmtree
+
+    def immutable_meta(path: Path, *args: object, **kwargs: object) -> None:
+        if Path(path).name == "meta":
+            raise PermissionError(1, "Operation not permitted", str(Path(path) / "info.json"))
+        real_rmtree(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shutil, "rmtree", immutable_meta)
+    with pytest.raises(
+        ConfigError, match=r"--fresh: cannot remove .*meta/info\.json .*Operation not permitted"
+    ):
+        run.prepare(_made_with(items=8), fresh=True)
+    assert run.state_dir.is_dir() and run.record_path.is_file()
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    assert run.prepare(_made_with(items=8), fresh=True) is None
+    assert not (out / "meta").exists()
+
+
+def test_a_finished_run_that_cannot_be_recorded_says_so_in_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from troupe.runtime.errors import CommitError
+    from troupe.runtime.pipeline import run_dir
+
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(items=8), fresh=False)
+
+    def refused(path: Path, record: dict[str, object]) -> None:
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(run_dir, "write_record", refused)
+    with pytest.raises(CommitError, match=r"recording the finished run in .*run\.json failed"):
+        run.mark_complete({})
+
+
 def test_a_directory_in_use_by_another_run_is_refused_and_left_alone(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(), fresh=False)
