@@ -193,10 +193,7 @@ class PipelineEngine(ReplicaPool):
                 await self._stop_all(cancelled=True)
             await self.source.release()  # a rerun leases the items held now at once
             raise
-        if self.nodes_outlive_run:
-            await self._stop_all()
-        # Else the node started for the run stops the replicas as it stops, its supervisor with
-        # them: stopped here first, the supervisor's stop waited for the last replica's exit.
+        await self._stop_all()
         if failed is not None:
             await self.source.release()  # a rerun leases the items held now at once
             raise failed
