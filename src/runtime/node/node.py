@@ -83,6 +83,7 @@ class Node:
         self.reap_orphans = reap_orphans
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
+        self._launching: set[WorkerHandle] = set()  # a launch under way: its process may come yet
         # Workers a master's drain stopped: their records stay, an undrain starts them again.
         self.drained: set[str] = set()
         self.runtime: Runtime | None = None
@@ -245,17 +246,21 @@ class Node:
     async def _supervise(self, handle: WorkerHandle, restart_reason: str | None) -> None:
         assert self.runtime is not None
         cfg = self.config
-        proc = await launch_worker(
-            handle,
-            self.name,
-            self.runtime.address,
-            cfg,
-            restart_reason,
-            self.supervision.launch_options(handle),
-            self.template,
-        )
+        self._launching.add(handle)
+        try:
+            proc = await launch_worker(
+                handle,
+                self.name,
+                self.runtime.address,
+                cfg,
+                restart_reason,
+                self.supervision.launch_options(handle),
+                self.template,
+            )
+        finally:
+            self._launching.discard(handle)
         self.children.add(proc.pid, f"worker {handle.spec.name}")
-        if handle.stop_asked:  # stopped while it was being started: the stop's signal, now
+        if handle.stop_asked or self.stopping.is_set():  # stopped while it was being started
             _signal(handle, signal.SIGTERM)
         log.info(
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
@@ -278,10 +283,19 @@ class Node:
         self.supervision.worker_exited(handle)
 
     async def _stop_workers(self) -> None:
-        # A worker whose restart was under way when the stop began shows up on a later pass.
+        # A worker whose restart was under way when the stop began shows up on a later pass:
+        # each pass first lets the launches under way end (they are told to stop as they do),
+        # so that none makes a process after the last pass looked (it outlived its node).
         for _ in range(3):
+            with anyio.move_on_after(self.config.stop_grace_s):
+                while self._launching:
+                    await anyio.sleep(0.01)
             live = [h for h in self.workers.values() if h.process is not None and h.returncode is None]
             if not live:
+                if self._launching:
+                    log.warning(
+                        "worker_launch_outlasted_stop", workers=sorted(h.spec.name for h in self._launching)
+                    )
                 return
             await self._stop_these(live)
 
