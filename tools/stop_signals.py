@@ -135,11 +135,7 @@ class StopSignals:
         """
         assert self.signum is not None
         logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass  # a closed pipe: nothing more to say
+        _flush_output()
         os._exit(exit_status(self.signum))
 
     def force(self) -> None:
@@ -149,9 +145,14 @@ class StopSignals:
         for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
             console.show_cursor(True)
         _say(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush_output()
         os._exit(exit_status(self.signum))
+
+
+def _flush_output() -> None:
+    """What the command printed, out before ``os._exit`` (which skips the interpreter's flush)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe: nothing more to say

@@ -20,7 +20,7 @@ from troupe.runtime.node.local import start_local_node
 
 __all__ = ["demo", "run"]
 
-console = Console()
+console = Console(soft_wrap=True)  # the demo's lines: whole when piped, never wrapped at column 80
 
 # Where `troupe run` starts its node and master unless told (`--endpoint`, `--master`).
 RUN_NODE_ENDPOINT = "tcp://127.0.0.1:7479"
@@ -52,33 +52,29 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
         node = await start_local_node(tg, cfg)
         console.print(
             f"node [bold]local[/] up with {len(node.workers)} worker processes "
-            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)",
-            soft_wrap=True,
+            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)"
         )
         async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
-            console.print(f"ask greeter/greet -> {greeting!r}", soft_wrap=True)
+            console.print(f"ask greeter/greet -> {greeting!r}")
             counter = rt.ref("counter")
             for _ in range(100):
                 await counter.tell("add", 1)
-            console.print(
-                f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}", soft_wrap=True
-            )
+            console.print(f"100 x tell counter/add, then ask counter/get -> {await counter.ask('get')}")
             import numpy as np
 
             arr = np.arange(1_000_000, dtype=np.float64)
             total = await rt.ref("echo").ask("sum", arr)
-            console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {total}", soft_wrap=True)
+            console.print(f"ask echo/sum of a {arr.nbytes // 2**20} MiB array -> {total}")
             console.print(
-                f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}",
-                soft_wrap=True,
+                f"ask relay/relay (relay asks echo) -> {await rt.ref('relay').ask('relay', {'hops': 2})!r}"
             )
             try:
                 await rt.ref("echo").ask("fail", "on purpose")
             except Exception as exc:  # the demo shows what a remote error looks like
-                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}")
         node.stopping.set()
-    console.print("node stopped; every worker exited", soft_wrap=True)
+    console.print("node stopped; every worker exited")
 
 
 def demo(
@@ -178,8 +174,7 @@ def run(
             if moved:
                 Console(stderr=True).print(
                     "the default endpoint is taken (another troupe run?): this run's node listens on "
-                    f"{escape(node_endpoint)}",
-                    soft_wrap=True,
+                    f"{escape(node_endpoint)}"
                 )
         else:
             node_endpoint = endpoint or RUN_NODE_ENDPOINT

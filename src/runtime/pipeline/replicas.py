@@ -301,14 +301,18 @@ class ReplicaPool:
         with anyio.fail_after(600):
             while replica.busy:  # its last call is still running; it ends on its own
                 await anyio.sleep(0.02)
-        if replica in stage.replicas:
-            stage.replicas.remove(replica)
         self.scale_log.append(
             (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
         )
+        await self._let_go(stage, replica)
+
+    async def _let_go(self, stage: StageState, replica: Replica) -> None:
+        """Stop a retiring replica's worker and give its place on its node back."""
+        if replica in stage.replicas:
+            stage.replicas.remove(replica)
         await self._stop_worker(replica.name, replica.host)
         if replica.host is not None:
-            self.hosts.gone(stage.cfg.name, replica.host)
+            self.hosts.gone(stage.cfg.name, replica.host)  # a finalize replica may go there
         self._changed.set()
 
     async def _scale_loop(self) -> None:
@@ -371,12 +375,9 @@ class ReplicaPool:
         for stage in self.stages:
             if "finalize" in stage.hooks:
                 continue
-            for replica in list(stage.replicas):
+            for replica in stage.replicas:
                 replica.retiring = True  # no watch takes its exit for a loss
-                stage.replicas.remove(replica)
-                self._tg.start_soon(self._stop_worker, replica.name, replica.host)
-                if replica.host is not None:
-                    self.hosts.gone(stage.cfg.name, replica.host)  # a finalize replica may go there
+                self._tg.start_soon(self._let_go, stage, replica)
 
     async def _stop_all(self, cancelled: bool = False) -> None:
         """Stop every worker the run started and has not stopped: the replicas, and those a

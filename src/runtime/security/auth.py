@@ -36,6 +36,7 @@ __all__ = [
     "curve_server",
     "gate_for",
     "incomplete_handshakes",
+    "private_context",
     "raise_socket_limit",
     "refused_peers",
 ]
@@ -102,6 +103,31 @@ def raise_socket_limit(context: zmq.Context[Any]) -> None:
         log.debug("socket_limit_unset", reason=exc.strerror)
 
 
+def private_context(batch_io_thread: bool) -> zmq.Context[Any]:
+    """A zmq Context whose I/O thread, with ``batch_io_thread``, runs under SCHED_BATCH.
+
+    Every send that finds the I/O thread asleep wakes it. Under the default policy the woken
+    thread preempts the event loop on its own core at once, two context switches in the middle
+    of the loop's work (costly on virtual machines); under SCHED_BATCH it never preempts on
+    wake-up: it runs on an idle core at once, or when the loop next waits. On this project's
+    2-core machines that lifts ask throughput with 64 outstanding by about a third (85k to
+    100-119k round trips/s); a plain blocking pyzmq program gains nothing from it, since it
+    waits right after each send anyway.
+    SCHED_BATCH needs no privileges; where it is missing (not Linux) the default stays. Its
+    sockets may be as many as the process's files (``raise_socket_limit``). The transports' and
+    the CURVE gate's contexts are made here: the gate's is its authenticator's too.
+    """
+    ctx: zmq.Context[Any] = zmq.Context()
+    raise_socket_limit(ctx)
+    policy = getattr(os, "SCHED_BATCH", None)
+    if batch_io_thread and policy is not None:
+        try:
+            ctx.set(zmq.THREAD_SCHED_POLICY, policy)  # before the first socket starts the thread
+        except zmq.ZMQError as exc:
+            log.debug("io_thread_policy_unset", reason=exc.strerror)
+    return ctx
+
+
 class _Authenticator(ThreadAuthenticator):
     """pyzmq's thread authenticator, telling the gatekeeper whose handshake it judges and
     naming admitted peers by role rather than by key."""
@@ -129,14 +155,7 @@ class Gate:
 
     def __init__(self, keys: CurveKeys, batch_io_thread: bool = True) -> None:
         self.keys = keys
-        self.context: zmq.Context[Any] = zmq.Context()
-        raise_socket_limit(self.context)
-        policy = getattr(os, "SCHED_BATCH", None)
-        if batch_io_thread and policy is not None:
-            try:
-                self.context.set(zmq.THREAD_SCHED_POLICY, policy)
-            except zmq.ZMQError:
-                pass
+        self.context = private_context(batch_io_thread)
         self.gatekeeper = Gatekeeper(dict(keys.authorised))
         self.authenticator = _Authenticator(self.context, self.gatekeeper)
         self.authenticator.start()  # before any socket binds: without it, libzmq admits anyone

@@ -41,7 +41,7 @@ import zmq
 
 from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
-from troupe.runtime.security.auth import Gate, curve_client, curve_server, gate_for
+from troupe.runtime.security.auth import Gate, curve_client, curve_server, gate_for, private_context
 from troupe.runtime.security.keys import CurveKeys
 from troupe.runtime.wire.batch_frames import (
     BATCH_MARK,
@@ -64,7 +64,6 @@ from .zmq_socket import (
     POLLOUT,
     SNDMORE,
     Watched,
-    private_context,
     recv_one,
     send_frame,
     socket_events,
@@ -114,7 +113,7 @@ class ZmqTransport:
         batch: messages handled per wake-up before yielding to other tasks.
         context: a zmq Context to share; a private one is made otherwise.
         batch_io_thread: run the private context's I/O thread under SCHED_BATCH (Linux); see
-            ``zmq_socket.private_context``.
+            ``security.auth.private_context``.
         max_message_bytes: the largest frame any socket takes (ZeroMQ's MAXMSGSIZE): libzmq
             drops the connection of a peer that sends a bigger one, before it is read into
             memory (the codec bounds whole messages). None: no limit.

@@ -1,19 +1,16 @@
-"""The socket level of the ZeroMQ transport: options, the I/O thread's policy, one socket
-with its readiness state, and taking one message off a socket. Only this module and
-``zmq_transport`` import zmq.
+"""The socket level of the ZeroMQ transport: options, one socket with its readiness state,
+and taking one message off a socket. Only this module and ``zmq_transport`` import zmq (the
+transport's context is made by ``security.auth.private_context``, the CURVE gate's with it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import deque
 from typing import Any, cast
 
 import structlog
 import zmq
-
-from troupe.runtime.security.auth import raise_socket_limit
 
 __all__ = [
     "COPY_BELOW",
@@ -23,7 +20,6 @@ __all__ = [
     "POLLOUT",
     "SNDMORE",
     "Watched",
-    "private_context",
     "recv_frame",
     "recv_one",
     "recv_rest",
@@ -46,29 +42,6 @@ COPY_BELOW = 64 * 1024
 # groups of draft sockets, which troupe does not use): a third of a microsecond per call.
 send_frame = zmq.backend.Socket.send
 recv_frame = zmq.backend.Socket.recv
-
-
-def private_context(batch_io_thread: bool) -> zmq.Context[Any]:
-    """A zmq Context whose I/O thread, with ``batch_io_thread``, runs under SCHED_BATCH.
-
-    Every send that finds the I/O thread asleep wakes it. Under the default policy the woken
-    thread preempts the event loop on its own core at once, two context switches in the middle
-    of the loop's work (costly on virtual machines); under SCHED_BATCH it never preempts on
-    wake-up: it runs on an idle core at once, or when the loop next waits. On this project's
-    2-core machines that lifts ask throughput with 64 outstanding by about a third (85k to
-    100-119k round trips/s); a plain blocking pyzmq program gains nothing from it, since it
-    waits right after each send anyway.
-    SCHED_BATCH needs no privileges; where it is missing (not Linux) the default stays.
-    """
-    ctx: zmq.Context[Any] = zmq.Context()
-    raise_socket_limit(ctx)
-    policy = getattr(os, "SCHED_BATCH", None)
-    if batch_io_thread and policy is not None:
-        try:
-            ctx.set(zmq.THREAD_SCHED_POLICY, policy)  # before the first socket starts the thread
-        except zmq.ZMQError as exc:
-            log.debug("io_thread_policy_unset", reason=exc.strerror)
-    return ctx
 
 
 class Watched:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from troupe.runtime.transports.zmq_socket import private_context
+from troupe.runtime.security.auth import private_context
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread policies are Linux's")
 
