@@ -196,6 +196,35 @@ async def test_a_failing_finalize_raises_stage_failed_and_reaps_every_process(tm
     assert not alive, f"processes left after the failed run: {alive}"
 
 
+async def test_an_output_deleted_after_its_item_ended_is_made_again_by_the_rerun(tmp_path: Path) -> None:
+    """A first run into ``out`` ends every item (its finalize fails, so the run is not
+    complete); one committed output is deleted; the rerun makes that item again, and only it,
+    and says so: the job's record had it done, but a committed output is the truth. Without
+    it the rerun finalised a dataset one episode short and exited 0."""
+    log, outputs, gate = str(tmp_path / "hooks.jsonl"), tmp_path / "outputs", tmp_path / "finalize-fails"
+    gate.touch()
+    cfg = _pipeline(
+        6,
+        _stage("w", "OutputFileStage", kwargs={"log": log, "outputs": str(outputs), "fail_while": str(gate)}),
+    )
+    with pytest.raises(StageFailed):
+        await _run(cfg, out=tmp_path / "out")
+    assert sorted(p.name for p in outputs.iterdir()) == [_task_id(i) for i in range(6)]
+    (outputs / _task_id(2)).unlink()
+    gate.unlink()
+    first = len(read_records(Path(log)))
+    events: list[str] = []
+
+    result = await _run(cfg, out=tmp_path / "out", on_event=events.append)
+
+    again = [r["task_id"] for r in read_records(Path(log))[first:] if r["hook"] == "process"]
+    assert again == [_task_id(2)]
+    assert sorted(p.name for p in outputs.iterdir()) == [_task_id(i) for i in range(6)]
+    assert result.remade == 1 and result.outcomes == {_task_id(2): "ok"}, result
+    assert "; 5 done by earlier runs (5 recorded); 1 made again" in result.earlier_runs(6)
+    assert any(_task_id(2) in line and "made again" in line for line in events), events
+
+
 async def test_the_first_stage_sees_attempt_0_and_1_on_a_retry(tmp_path: Path) -> None:
     """The first stage's items carry ``attempt``: 0 at first, 1 on the retry of an item whose
     first attempt erred; the retried items then end ok."""

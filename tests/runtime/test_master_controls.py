@@ -75,6 +75,10 @@ MALFORMED: dict[str, list[tuple[Any, str, str | None]]] = {
     "drain": [({}, "node", None), ({"node": None, "x": 1}, "node", None)],
     "undrain": [({}, "node", None), ({"node": ["n1"]}, "node", "['n1']")],
     "dead": [({}, "job_id", None), ({"job_id": 1.0}, "job_id", "1.0")],
+    "done_tasks": [
+        ({"task_ids": []}, "job_id", None),
+        ({"job_id": "j", "task_ids": ["a", 2]}, "task_ids", "2"),
+    ],
     "wait_job": [
         ({"timeout_s": 1}, "job_id", None),
         ({"job_id": "j", "timeout_s": "soon"}, "timeout_s", "'soon'"),

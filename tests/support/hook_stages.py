@@ -24,6 +24,7 @@ __all__ = [
     "EchoStage",
     "FailingFinalizeStage",
     "NotAStage",
+    "OutputFileStage",
     "RecordingStage",
     "UpstreamGoneStage",
     "UpstreamStage",
@@ -121,6 +122,34 @@ class FailingFinalizeStage(RecordingStage):
             return super().finalize(run)
         self._record("finalize", **run.to_wire())
         raise RuntimeError(self.MESSAGE)
+
+
+class OutputFileStage(FailingFinalizeStage):
+    """Commits one file per item in ``outputs`` (named by its task id) and names every file
+    there from ``start``, as the dataset writer does with its episodes; ``finalize`` fails
+    while ``fail_while`` exists.
+
+    Args:
+        outputs: the directory of the committed files.
+    """
+
+    start_lists_every_output = True
+
+    def __init__(self, log: str, outputs: str, fail_while: str) -> None:
+        super().__init__(log, "w", fail_while)
+        self.outputs = Path(outputs)
+
+    def start(self, run: StageRun) -> list[str]:
+        super().start(run)
+        self.outputs.mkdir(parents=True, exist_ok=True)
+        return sorted(p.name for p in self.outputs.iterdir())
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        out = super().process(item)
+        staged = self.outputs / f".{item['task_id']}.tmp"
+        staged.write_text(str(item["seed"]), encoding="utf-8")
+        staged.rename(self.outputs / item["task_id"])
+        return out
 
 
 class AttemptStage(StageActor):

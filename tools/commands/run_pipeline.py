@@ -331,14 +331,12 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
     m = result.metrics
     # Items of this run plus those done earlier add up to the pipeline's items: an interrupted
     # run's record misses those committed after its last journal write (the stages kept them).
-    earlier = before + result.kept
-    found = f", {result.kept} found committed" if result.kept else ""
     console.print(metrics_table(m))
     console.print(
         f"lambda {m.lambda_measured:.2f} items/s, lambda_theory {m.lambda_theory:.2f}, "
         f"lambda_succ {m.lambda_succ:.2f}; efficiency {m.efficiency:.2f}; "
         f"{m.items_ok} ok, {m.items_pruned} pruned, {m.items_dead} dead in {m.elapsed_s:.1f} s"
-        + (f"; {earlier} done by earlier runs ({before} recorded{found})" if earlier else ""),
+        + result.earlier_runs(before),
         soft_wrap=True,
     )
     console.print(

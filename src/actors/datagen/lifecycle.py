@@ -204,8 +204,9 @@ class LeRobotWriter(BaseWriter):
     of the run, writes every committed episode as one LeRobot v3.0 dataset.
 
     Its hooks: ``start`` clears what a writer killed mid-episode left (and, for a fresh run,
-    every episode) and names the episodes committed already, which the run keeps;
-    ``finalize`` writes the dataset (``finalize_dataset``) into ``dataset`` or the run's out.
+    every episode) and names the episodes committed already, which the run keeps (every one:
+    an episode that earlier runs made and is gone now is made again); ``finalize`` writes the
+    dataset (``finalize_dataset``) into ``dataset`` or the run's out.
 
     Args:
         store: directory of the OutputStore the episodes are committed to.
@@ -242,6 +243,8 @@ class LeRobotWriter(BaseWriter):
         self.dataset = dataset
         self.fps = fps
         self.robot_type = robot_type
+
+    start_lists_every_output = True
 
     def start(self, run: StageRun) -> list[str]:
         """Before any item: no writer is writing, so what is staged is a dead writer's."""

@@ -33,13 +33,7 @@ async def run_datagen(cfg: Any, node: str, fresh: bool, say: Callable[[str], Non
         say(f"data generation: already complete in {cfg.train.dataset} (an earlier run)")
     else:
         # As troupe run's closing line: what earlier runs did adds up to the items with the rest.
-        recorded = starts[0].before if starts else 0
-        earlier = recorded + counts["kept"]
-        before = (
-            f"; {earlier} done by earlier runs ({recorded} recorded, {counts['kept']} found committed)"
-            if earlier
-            else ""
-        )
+        before = result.earlier_runs(starts[0].before if starts else 0)
         say(
             f"data generation done: {counts['ok']} ok, {counts['pruned']} pruned, "
             f"{counts['dead']} dead{before}"

@@ -28,7 +28,9 @@ from a source of its own); every stage's
 ``ok`` output is the next stage's input. An item pruned by a stage is counted and never passed
 on; an item whose stage call errs is retried there up to ``max_attempts``, then dead. An item
 whose output is already there (``done``: committed by an earlier, interrupted run) is kept as
-it is: settled ok at once, no stage runs it again. A stage's ``start`` hook may name such items.
+it is: settled ok at once, no stage runs it again. A stage's ``start`` hook may name such items;
+an item that earlier runs ended ok whose output such a list lacks (deleted since) is made again,
+outside the source's count (its record says done; the output is the truth).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from .model import (
 from .records import Handle, Item, Replica, StageState
 from .replicas import ReplicaPool
 from .result import PipelineMetrics, PipelineResult
-from .source import ItemSource, LocalSource
+from .source import ItemSource, LocalSource, SourceItem
 from .stage import StageRun
 
 __all__ = ["Item", "PipelineEngine"]
@@ -122,6 +124,9 @@ class PipelineEngine(ReplicaPool):
         self.fresh = fresh
         self.on_change_every_s = on_change_every_s
         self._committed: set[str] = set()  # named by stages' start hooks
+        self._outputs_listed = False  # a start hook named every committed output (even none)
+        self._remakes: deque[SourceItem] = deque()  # ended ok before, output gone: made again
+        self.remade: set[str] = set()
         self._outputs: dict[str, Any] = {}
         self._finals: dict[str, dict[str, Any]] = {}
         self.kept = 0  # items whose output an earlier run committed
@@ -209,6 +214,7 @@ class PipelineEngine(ReplicaPool):
             placement=dict(self.placement),
             engine_bytes=0 if wire is None else sum(wire),
             restarted=self.restarted,
+            remade=len(self.remade),
         )
 
     async def _run_items(self) -> tuple[StageFailed | JobCancelled | None, PipelineMetrics | None]:
@@ -227,6 +233,7 @@ class PipelineEngine(ReplicaPool):
                         self._spawn(stage)
                 await self._wait_started()
                 await self._start_hooks()
+                await self._find_lost_outputs()
                 tg.start_soon(self._scale_loop)
                 tg.start_soon(self.source.run, self._changed_set)
                 await self._dispatch_loop()
@@ -284,7 +291,28 @@ class PipelineEngine(ReplicaPool):
                 raise StageFailed(f"stage {stage.cfg.name}: start failed: {exc}") from exc
             committed = reply.get("committed", []) if isinstance(reply, dict) else []
             self._committed.update(str(t) for t in committed)
+            self._outputs_listed |= isinstance(reply, dict) and reply.get("every") is True
             log.info("stage_started", stage=stage.cfg.name, committed=len(committed))
+
+    async def _find_lost_outputs(self) -> None:
+        """The items that earlier runs ended ok but whose outputs the start hooks do not name
+        (deleted since): they run again, or the run would end short of them."""
+        if not self._outputs_listed:
+            return
+        name, start = self.config.name, self.config.seed_start
+        missing = [t for i in range(self.config.items) if (t := f"{name}-{i:06d}") not in self._committed]
+        lost = sorted(await self.source.ended_ok(missing)) if missing else []
+        if not lost:
+            return
+        self.remade = set(lost)
+        self._remakes.extend(SourceItem(t, start + int(t.rpartition("-")[2])) for t in lost)
+        shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        log.warning("items_remade", count=len(lost), task_ids=lost[:20])
+        if self.on_event is not None:
+            self.on_event(
+                f"{len(lost)} item(s) that earlier runs made have no committed output (deleted since?): "
+                f"made again: {shown}"
+            )
 
     async def _finalize_hooks(self) -> None:
         """Each stage's ``finalize``, in stage order, once every item has its outcome."""
@@ -323,8 +351,10 @@ class PipelineEngine(ReplicaPool):
         self.source.settle(item.task_id, outcome, error, tb)
 
     def _finished(self) -> bool:
-        return self.source.exhausted() and all(
-            not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages
+        return (
+            not self._remakes
+            and self.source.exhausted()
+            and all(not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages)
         )
 
     def _credit(self, stage: StageState) -> int:
@@ -356,7 +386,8 @@ class PipelineEngine(ReplicaPool):
         first = self.stages[0]
         now = time.monotonic()
         while room := first.cfg.queue - len(first.queue):
-            taken = self.source.take(room)
+            taken = [self._remakes.popleft() for _ in range(min(room, len(self._remakes)))]
+            taken = taken or self.source.take(room)
             if not taken:
                 return
             for it in taken:
@@ -557,7 +588,7 @@ class PipelineEngine(ReplicaPool):
             log.info("release_failed", replica=holder.name, error=str(exc))
 
     def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
-        if not self.source.retries_locally:  # the master decides: retry later, or dead letter
+        if not self._retries_here(item):  # the master decides: retry later, or dead letter
             log.warning(
                 "item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb
             )
@@ -577,6 +608,11 @@ class PipelineEngine(ReplicaPool):
         )
         stage.queue.appendleft(item)
 
+    def _retries_here(self, item: Item) -> bool:
+        """The engine retries ``item`` itself: its source does not, or it is made again
+        outside the source (its source has it as done)."""
+        return self.source.retries_locally or item.task_id in self.remade
+
     def _restart(self, item: Item, why: str) -> None:
         """``item``'s payload is gone with the replica that held it: run it from the first stage
         again (an attempt, so that a run that keeps losing nodes still ends)."""
@@ -585,7 +621,7 @@ class PipelineEngine(ReplicaPool):
         n = self._restarts[item.task_id] = self._restarts.get(item.task_id, 0) + 1
         error = f"restarted from the first stage: {why}"
         log.warning("item_restarted", task_id=item.task_id, restarts=n, why=why)
-        if not self.source.retries_locally:  # the master runs it again, as any failed task
+        if not self._retries_here(item):  # the master runs it again, as any failed task
             self._settle(item, "error", error)
         elif n >= self.config.max_attempts:
             self._settle(item, "dead", error)

@@ -78,6 +78,8 @@ class PipelineResult:
             payload was lost (its node died).
         made_nothing: every item died and no earlier run into ``out`` had done one: the run
             made nothing (recorded with the run, so a rerun that finds it complete says so too).
+        remade: items that earlier runs had ended ok whose outputs were gone (deleted since):
+            this run made them again (among ``ok``).
     """
 
     metrics: PipelineMetrics
@@ -96,6 +98,16 @@ class PipelineResult:
     engine_bytes: int = 0
     restarted: int = 0
     made_nothing: bool = False
+    remade: int = 0
+
+    def earlier_runs(self, recorded: int) -> str:
+        """The closing line's words on earlier runs (empty when there were none): ``recorded``,
+        the items the job's record had as ended when the run began."""
+        recorded -= self.remade  # ended, but their outputs were gone: this run made them
+        earlier = recorded + self.kept
+        found = f", {self.kept} found committed" if self.kept else ""
+        said = f"; {earlier} done by earlier runs ({recorded} recorded{found})" if earlier else ""
+        return said + (f"; {self.remade} made again (their outputs were gone)" if self.remade else "")
 
     @property
     def startup_share(self) -> float:

@@ -32,6 +32,7 @@ log = structlog.get_logger(__name__)
 # to leave this process (its sockets close without lingering), not for the answers nobody reads.
 _STOP_TELL_S = 0.5
 _SILENT_RETRY_S = 0.5  # the pause after a call the master did not answer
+_DONE_CHUNK = 50_000  # task ids per done_tasks question: a few MB a message at most
 
 
 async def send_unanswered(runtime: Runtime, endpoint: str, msg_type: str, payload: Any) -> None:
@@ -85,6 +86,11 @@ class ItemSource(Protocol):
         items come from), as a line for people; None while it may go on."""
         ...
 
+    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+        """Those of ``task_ids`` that earlier runs ended ok (their outputs were made), which
+        this source will therefore never hand out again."""
+        ...
+
 
 class LocalSource:
     """Items for seeds ``seed_start .. seed_start + count - 1``, ids ``{name}-{i:06d}``."""
@@ -120,6 +126,10 @@ class LocalSource:
     def halted(self) -> str | None:
         """Never: nobody else can cancel a seed range."""
         return None
+
+    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+        """None: a seed range hands out every item again in each run."""
+        return set()
 
 
 class MasterSource:
@@ -207,6 +217,22 @@ class MasterSource:
 
     def halted(self) -> str | None:
         return self._halted
+
+    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+        """Asked of the master (``done_tasks``), a chunk at a time; a task pruned is done with
+        no output (``result_ref`` "pruned") and is not among them.
+
+        Raises:
+            TroupeError: the master did not answer.
+        """
+        ended: set[str] = set()
+        for at in range(0, len(task_ids), _DONE_CHUNK):
+            chunk = task_ids[at : at + _DONE_CHUNK]
+            done = await self.runtime.control(
+                self.master, "done_tasks", {"job_id": self.job_id, "task_ids": chunk}, timeout=60
+            )
+            ended.update(str(t) for t, ref in (done or {}).items() if ref != "pruned")
+        return ended
 
     async def run(self, wake: Callable[[], None]) -> None:
         await self._call("register_worker", self._registration())

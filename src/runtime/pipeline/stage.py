@@ -14,7 +14,9 @@ The lifecycle of a stage in one pipeline run (each hook optional, plain or async
 1. the constructor, in every replica, with the stage's ``kwargs``;
 2. ``start(run)``, once per run, on the first replica, before any item moves: it may return
    the ids of items whose output is committed already (an earlier, interrupted run), which
-   the engine then keeps without running any stage on them;
+   the engine then keeps without running any stage on them. A class whose
+   ``start_lists_every_output`` is True (the dataset writer) names every output it holds: an
+   item that earlier runs ended ok and the list lacks (its output deleted since) is made again;
 3. ``process(item)`` per item, in any replica (several replicas of a stage run at once);
 4. ``finalize(run)``, once per run, after every item has its outcome, on one replica (started
    for it if the stage has none left): end-of-run work such as writing a dataset's index. What
@@ -125,6 +127,8 @@ class StageActor(Actor):
     """
 
     mailbox_capacity = 16
+    start_lists_every_output = False
+    """``start`` names every output the stage holds (see the module docstring), not some."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -249,7 +253,7 @@ class StageActor(Actor):
         committed: Iterable[str] | None = None
         if callable(hook):
             committed = await _call(hook, StageRun.from_wire(payload))
-        return {"committed": sorted(str(t) for t in committed or ())}
+        return {"committed": sorted(str(t) for t in committed or ()), "every": self.start_lists_every_output}
 
     @handles("stage_finalize")
     async def _stage_finalize(self, payload: dict[str, Any]) -> dict[str, Any]:

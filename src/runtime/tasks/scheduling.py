@@ -595,6 +595,23 @@ class TaskTables:
             if t.state is TaskState.DEAD
         ]
 
+    def done_results(self, job_id: str, task_ids: Iterable[str]) -> dict[str, str]:
+        """Return the result ref of each of ``task_ids`` that is a done task of the job; the
+        others (not done, not the job's, compacted away) are left out.
+
+        Raises:
+            TaskError: no such job.
+        """
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise TaskError(f"unknown job {job_id!r}")
+        done: dict[str, str] = {}
+        for task_id in task_ids:
+            t = self._tasks.get(task_id)
+            if t is not None and t.job is job and t.state is TaskState.DONE:
+                done[task_id] = t.result_ref or ""
+        return done
+
     def task(self, task_id: str) -> TaskInfo:
         """Return one task as the book sees it now.
 

@@ -23,7 +23,8 @@ CFG = SimpleNamespace(
 
 def _result(outcomes: dict[str, str], complete: bool = False) -> PipelineResult:
     metrics = PipelineMetrics((), 1.0, 6, 6, 0, 0, 5.0, 5.0, 5.5, "render")
-    return PipelineResult(metrics, outcomes, {}, already_complete=complete)
+    kept = sum(1 for o in outcomes.values() if o == "kept")
+    return PipelineResult(metrics, outcomes, {}, kept=kept, already_complete=complete)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from troupe.runtime.tasks.state import MAX_PREFETCH
 __all__ = [
     "CancelControl",
     "DeadControl",
+    "DoneTasksControl",
     "NodeBeatControl",
     "NodeControl",
     "RegisterWorkerControl",
@@ -397,6 +398,20 @@ class DeadControl:
     def decode(cls, payload: Any) -> DeadControl:
         """Raises: BadRequest: see the module."""
         return cls(ControlPayload("dead", payload).require("job_id", str))
+
+
+@dataclass(frozen=True, slots=True)
+class DoneTasksControl:
+    """``done_tasks {job_id, task_ids}``: which of these tasks are done, with their result refs."""
+
+    job_id: str
+    task_ids: tuple[str, ...]
+
+    @classmethod
+    def decode(cls, payload: Any) -> DoneTasksControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload("done_tasks", payload)
+        return cls(p.require("job_id", str), tuple(_str_list(p, "task_ids")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The master's operator side: jobs in and out, and what ``troupe ctl`` shows.
 
 :class:`Operations` answers the operators' control messages (``submit``, ``jobs``, ``cancel``,
-``drain``, ``undrain``, ``dead``, ``wait_job``, ``status``) for a
+``drain``, ``undrain``, ``dead``, ``done_tasks``, ``wait_job``, ``status``) for a
 :class:`~troupe.runtime.tasks.master.master.Master`, and keeps what the book does not: when
 each job was submitted to this master and when it finished (for makespans and rates), and the
 done tasks of the last few seconds (throughput).
@@ -37,7 +37,7 @@ from troupe.runtime.tasks.state import (
     UndrainNode,
 )
 
-from .controls import CancelControl, DeadControl, NodeControl, SubmitControl, WaitJobControl
+from .controls import CancelControl, DeadControl, DoneTasksControl, NodeControl, SubmitControl, WaitJobControl
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,6 +127,7 @@ class Operations:
             "drain": self._drain,
             "undrain": self._undrain,
             "dead": self._dead,
+            "done_tasks": self._done_tasks,
             "wait_job": self._wait_job,
         }
 
@@ -240,6 +241,12 @@ class Operations:
     async def _dead(self, payload: Any) -> list[dict[str, Any]]:
         job_id = DeadControl.decode(payload).job_id
         return [asdict(d) for d in self.master.book.dead_letters(job_id)]
+
+    async def _done_tasks(self, payload: Any) -> dict[str, str]:
+        """Which of the given tasks are done, each with its result ref: a run that finds one's
+        output missing makes it again (a committed output is the truth, not the book)."""
+        m = DoneTasksControl.decode(payload)
+        return self.master.book.done_results(m.job_id, m.task_ids)
 
     async def _wait_job(self, payload: Any) -> dict[str, Any]:
         m = WaitJobControl.decode(payload)

@@ -286,6 +286,28 @@ async def test_a_task_that_always_raises_is_dead_lettered_with_its_traceback(tmp
     assert "Traceback" in dead[0]["traceback"] and "in boom" in dead[0]["traceback"]
 
 
+async def test_done_tasks_names_the_done_ones_of_those_asked_with_their_result_refs(tmp_path: Path) -> None:
+    """``done_tasks`` answers which of the given ids are done tasks of the job, with the result
+    ref each was completed with; dead, unknown and other jobs' ids are left out, and an
+    unknown job is an error that names it."""
+
+    async def run(task: LeasedTask) -> str:
+        if task.seed == 1:
+            raise ValueError("dies")
+        return f"ref-{task.seed}"
+
+    async with cluster(tmp_path) as c, workers(c, "n1", 2, run):
+        await c.submit("d", 3, max_attempts=1)
+        await c.submit("e", 1)
+        await c.wait("d")
+        await c.wait("e")
+        asked = ["d-000000", "d-000001", "d-000002", "e-000000", "nope"]
+        done = await c.call("done_tasks", {"job_id": "d", "task_ids": asked})
+        with pytest.raises(TaskError, match="unknown job 'x'"):
+            await c.call("done_tasks", {"job_id": "x", "task_ids": asked})
+    assert done == {"d-000000": "ref-0", "d-000002": "ref-2"}
+
+
 async def test_a_restarted_master_resumes_and_done_tasks_are_not_run_again(tmp_path: Path) -> None:
     """Stop the master mid-job, start another on its journal: workers re-register, nothing is lost."""
     ran: Counter[str] = Counter()
