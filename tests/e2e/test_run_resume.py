@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from support.cluster import ctl
@@ -119,6 +120,28 @@ def test_fresh_starts_anew_keeping_files_troupe_did_not_write(tmp_path: Path) ->
     refused = ctl(*run_args(config, foreign, 2, "--fresh"), timeout=120)
     assert refused.returncode == 2 and "thesis.tex" in refused.stderr and refused.stderr.count("\n") == 1
     assert sorted(p.name for p in foreign.iterdir()) == ["thesis.tex"]
+
+
+@pytest.mark.timeout(300)
+def test_a_dataset_file_damaged_after_the_run_finished_is_written_again(tmp_path: Path) -> None:
+    """A finished run's data file truncated afterwards: the rerun writes the dataset again from
+    the committed episodes (it said "already complete" over a dataset no reader could open),
+    and the run after that finds it complete."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    first = ctl(*run_args(config, out, 2), timeout=200)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr
+    (data,) = sorted((out / "data").rglob("*.parquet"))
+    frames = pq.read_table(data).num_rows
+    with data.open("r+b") as f:
+        f.truncate(100)
+
+    again = ctl(*run_args(config, out, 2), timeout=200)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert "already complete" not in again.stdout and "finalising" in again.stdout, again.stdout
+    assert pq.read_table(data).num_rows == frames
+    assert dataset_task_ids(out)[0] == 2
+    done = ctl(*run_args(config, out, 2), timeout=200)
+    assert done.returncode == 0 and "already complete" in done.stdout, done.stdout + done.stderr
 
 
 def _after(delay: float) -> Callable[[], bool]:

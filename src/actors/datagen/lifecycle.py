@@ -269,7 +269,7 @@ class LeRobotWriter(BaseWriter):
             "episodes": summary.total_episodes,
             "frames": summary.total_frames,
             "root": str(summary.root),
-            "outputs": [str(Path(summary.root) / "meta" / "info.json")],
+            "outputs": [str(path) for path in summary.files],
             "summary": (
                 f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
                 f"LeRobot v3.0 at {summary.root}"

@@ -108,6 +108,8 @@ class DatasetSummary:
         video_files: mp4 files under videos/, all keys together.
         task_ids: the committed task of each episode, by episode index.
         skipped: committed outputs that are not episodes (no episode.json), left out.
+        files: every file written, meta/info.json last (a rerun that finds one changed or gone
+            writes the dataset again).
     """
 
     root: Path
@@ -118,6 +120,7 @@ class DatasetSummary:
     video_files: int
     task_ids: tuple[str, ...]
     skipped: tuple[str, ...]
+    files: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -487,6 +490,12 @@ def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> D
         video_files=len(video_files),
         task_ids=tuple(ep.meta["task_id"] for ep in episodes),
         skipped=tuple(skipped),
+        files=(
+            *sorted(data_files | video_files | meta_files),
+            root / "meta" / "stats.json",
+            root / "meta" / "tasks.parquet",
+            root / "meta" / "info.json",
+        ),
     )
     log.info("dataset_finalized", root=str(root), episodes=len(episodes), frames=total_frames)
     return summary

@@ -27,6 +27,7 @@ above apply. Outputs a stage keeps elsewhere are the stage's own: its ``start`` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,12 @@ class RunDir:
         """Record that every item has its outcome and the stages finalised (``finals``: what
         their ``finalize`` hooks returned; ``made_nothing``: every item died)."""
         record = self._read() or {}
-        record["complete"] = {"finals": finals, "out": str(self.out), "made_nothing": made_nothing}
+        record["complete"] = {
+            "finals": finals,
+            "out": str(self.out),
+            "made_nothing": made_nothing,
+            "stats": _output_stats(finals),
+        }
         try:
             self._write(record)
         except OSError as exc:
@@ -230,18 +236,21 @@ class RunDir:
             ) from exc
 
     def still_there(self, complete: dict[str, Any]) -> bool:
-        """Every file the finalize hooks said they wrote (their ``outputs``) still exists, and
-        the run finished in this directory: one copied or moved since names the outputs (and
-        says it is complete) where it was, so it is finalised again here."""
+        """Every file the finalize hooks said they wrote (their ``outputs``) still exists as it
+        was written (its size and modification time: one damaged or edited since is written
+        again), and the run finished in this directory: one copied or moved since names the
+        outputs (and says it is complete) where it was, so it is finalised again here."""
         finals = complete.get("finals")
         made_in = complete.get("out", str(self.out))  # absent: recorded before runs kept it
         if not isinstance(finals, dict) or made_in != str(self.out):
             return False
-        for summary in finals.values():
-            outputs = summary.get("outputs", []) if isinstance(summary, dict) else []
-            if not all(isinstance(p, str) and Path(p).exists() for p in outputs):
-                return False
-        return True
+        outputs = _outputs(finals)
+        if outputs is None:  # a damaged record: finalising again is what is safe
+            return False
+        recorded = complete.get("stats")
+        recorded = recorded if isinstance(recorded, dict) else {}  # absent: recorded before stats
+        now = _output_stats(finals)
+        return all(p in now and recorded.get(p, now[p]) == now[p] for p in outputs)
 
     def in_use_problem(self) -> str | None:
         """Why this directory cannot be run into now (another run holds it), or None."""
@@ -306,3 +315,26 @@ class RunDir:
                     f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
                     "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
                 ) from None
+
+
+def _outputs(finals: dict[str, Any]) -> list[str] | None:
+    """The files the finalize hooks said they wrote; None if the record has something else."""
+    paths: list[str] = []
+    for summary in finals.values():
+        outputs = summary.get("outputs", []) if isinstance(summary, dict) else []
+        if not isinstance(outputs, list) or not all(isinstance(p, str) for p in outputs):
+            return None
+        paths.extend(outputs)
+    return paths
+
+
+def _output_stats(finals: dict[str, Any]) -> dict[str, list[int]]:
+    """Each output that exists, by path: [size, modification time in ns]."""
+    stats: dict[str, list[int]] = {}
+    for path in _outputs(finals) or []:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):  # gone, or a path no file can have
+            continue
+        stats[path] = [st.st_size, st.st_mtime_ns]
+    return stats

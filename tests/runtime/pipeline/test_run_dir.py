@@ -65,22 +65,46 @@ def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) 
     assert run.prepare(_made_with(items=8), fresh=False) is None
     assert run.record_path.is_file()
     assert run.prepare(_made_with(items=8), fresh=False) is None  # resumed: not complete yet
-    run.mark_complete({"store": {"episodes": 7, "outputs": [str(run.record_path)]}})
+    made = tmp_path / "out" / "made.bin"
+    made.write_bytes(b"12345")
+    run.mark_complete({"store": {"episodes": 7, "outputs": [str(made)]}})
     complete = run.prepare(_made_with(items=8), fresh=False)
+    st = made.stat()
     assert complete == {
-        "finals": {"store": {"episodes": 7, "outputs": [str(run.record_path)]}},
+        "finals": {"store": {"episodes": 7, "outputs": [str(made)]}},
         "out": str(tmp_path / "out"),
         "made_nothing": False,
+        "stats": {str(made): [5, st.st_mtime_ns]},
     }
     assert run.still_there(complete)
     assert not run.still_there({"finals": {"store": {"outputs": [str(tmp_path / "gone")]}}})
+
+
+def test_an_output_damaged_or_edited_since_the_run_finished_is_finalised_again(tmp_path: Path) -> None:
+    """A dataset file truncated (or written to) after the run finished: the rerun writes it
+    again rather than saying "already complete" over a damaged dataset; a record made before
+    runs kept the outputs' stats is judged on their presence alone."""
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(items=8), fresh=False)
+    made = tmp_path / "out" / "made.bin"
+    made.write_bytes(b"12345")
+    run.mark_complete({"store": {"outputs": [str(made)]}})
+    assert run.finished(_made_with(items=8), fresh=False)
+    with made.open("r+b") as f:
+        f.truncate(2)
+    assert not run.finished(_made_with(items=8), fresh=False)
+    older = {"finals": {"store": {"outputs": [str(made)]}}, "out": str(tmp_path / "out")}
+    assert run.still_there(older)
+    assert not run.still_there({"finals": {"store": {"outputs": "not a list"}}, "stats": []})
 
 
 def test_a_copied_or_moved_directory_is_finalised_again_where_it_is_now(tmp_path: Path) -> None:
     """Its record names the outputs where it finished: complete there is not complete here."""
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(items=8), fresh=False)
-    run.mark_complete({"store": {"episodes": 8, "outputs": [str(run.record_path)]}})
+    made = tmp_path / "out" / "made.bin"
+    made.write_bytes(b"12345")
+    run.mark_complete({"store": {"episodes": 8, "outputs": [str(made)]}})
     shutil.copytree(tmp_path / "out", tmp_path / "copy")
     copy = RunDir(tmp_path / "copy")
     assert copy.prepare(_made_with(items=8), fresh=False) is not None  # the record came along
