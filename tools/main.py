@@ -21,6 +21,7 @@ from troupe.cli.commands.master import master_app
 from troupe.cli.commands.models import models_app
 from troupe.cli.commands.node import node_app
 from troupe.cli.commands.run import demo, run
+from troupe.cli.stream_encoding import escape_unencodable
 
 __all__ = ["app", "version"]
 
@@ -80,6 +81,7 @@ def main(
     ] = None,
 ) -> None:
     """An actor runtime for embodied-AI data and training pipelines."""
+    escape_unencodable()
 
 
 app.add_typer(node_app, name="node", help="Start a node on this host.")
