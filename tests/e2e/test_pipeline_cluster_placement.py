@@ -3,7 +3,8 @@
 
 ``run_pipeline(cfg, cluster=MASTER, nodes=2)`` puts a stage's replicas on both nodes and a stage
 that asks for the ``store`` tag only on the node that has it; the frames go from replica to
-replica across the nodes, each arrives intact, and the engine sees only metadata. The CLI
+replica across the nodes, each arrives intact, and the engine sees only metadata; no replica
+waits for the cluster's directory to hear of it. The CLI
 refuses, with exit status 2 and a line naming the cause: a rerun of the job into another
 ``--out`` than it was made with, a stage whose tags no node offers,
 ``--nodes`` without ``--cluster``, and a ``--cluster`` that is no endpoint; too few nodes
@@ -95,6 +96,12 @@ def test_replicas_run_on_both_nodes_and_a_tagged_stage_only_where_its_tag_is(
     assert store and set(store.values()) == {"na"}, result.placement
     assert set(result.placement.values()) == {"na", "nb"}
     assert 0 < result.engine_bytes_per_item < METADATA_MOST, result.engine_bytes_per_item
+    # Nobody waited on the cluster's directory for a replica: it hears of a new worker with its
+    # node's next beat, up to a second after the start (the engine and the pulls asked it and
+    # were refused until then; a run's start-up on a warm cluster took a second for it).
+    master_log = (tmp_path / "master" / "logs" / "master.jsonl").read_text(encoding="utf-8")
+    refused = [line for line in master_log.splitlines() if '"resolve"' in line and "placed-" in line]
+    assert not refused, refused[:3]
 
 
 def _troupe(*args: str, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

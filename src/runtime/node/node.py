@@ -511,7 +511,7 @@ class Node:
                 tg.start_soon(first, handle.ready_event)
                 tg.start_soon(first, handle.exited_event)
         if handle.ready_event.is_set():
-            return handle.describe()
+            return {**handle.describe(), "node": self.name}
         if not handle.exited_event.is_set():  # neither: stop it, or it would start unasked later
             with contextlib.suppress(UnknownActor):  # it exited meanwhile
                 await self._stop_worker({"name": spec.name})

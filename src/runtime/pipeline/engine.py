@@ -440,7 +440,10 @@ class PipelineEngine(ReplicaPool):
         for it in batch:
             if isinstance(it.data, Handle):
                 items.append(None)
-                sources.append([it.data.holder.outbox, it.data.key])
+                holder = it.data.holder
+                sources.append(
+                    [holder.outbox, it.data.key, *([holder.outbox_at] if holder.outbox_at else [])]
+                )
             else:
                 items.append(it.data)
                 sources.append(None)

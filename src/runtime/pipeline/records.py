@@ -47,6 +47,8 @@ class Replica:
     # The call it was working on when it was lost: its actor takes calls one at a time, in
     # order, so the others only waited in its mailbox (None: it had none).
     working_on: anyio.CancelScope | None = None
+    node: str = ""  # its node's own name, as the node answered its start ("": not told)
+    outbox_at: str = ""  # its outbox's mailbox endpoint, as the node answered its start
 
     def give_up(self, why: str) -> None:
         """End the calls outstanding here: they fail with ``why`` (and their items are retried)."""
@@ -58,7 +60,7 @@ class Replica:
     @property
     def outbox(self) -> str:
         """The actor that hands over what this replica holds."""
-        return f"{self.name}/outbox"
+        return f"{self.node}/{self.name}/outbox" if self.node else f"{self.name}/outbox"
 
 
 @dataclass(eq=False)

@@ -152,7 +152,9 @@ class ReplicaPool:
             )
             spawned = True
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
-            ref = self.runtime.ref(f"{name}/stage")
+            node = _taught_node(self.runtime, name, record)
+            outbox_at = _actor_endpoint(record, "outbox") if node else ""
+            ref = self.runtime.ref(f"{node}/{name}/stage" if node else f"{name}/stage")
             info = await _stage_info(ref)  # resolves and connects
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
         except (TroupeError, ConfigError) as exc:
@@ -181,7 +183,14 @@ class ReplicaPool:
         stage.starting -= 1
         stage.start_failures = 0
         stage.replicas.append(
-            Replica(name, ref, host=host, incarnation=incarnation if type(incarnation) is int else None)
+            Replica(
+                name,
+                ref,
+                host=host,
+                incarnation=incarnation if type(incarnation) is int else None,
+                node=node,
+                outbox_at=outbox_at,
+            )
         )
         self.placement[name] = host.name
         log.info("replica_placed", stage=stage.cfg.name, replica=name, node=host.name)
@@ -436,3 +445,27 @@ async def _stage_info(ref: ActorRef) -> Any:
             if time.monotonic() >= deadline:
                 raise
             await anyio.sleep(0.1)
+
+
+def _taught_node(runtime: Runtime, name: str, record: Any) -> str:
+    """The node's name from its answer to ``spawn_worker``, with the worker's actors' endpoints
+    taught to ``runtime``'s directory; "" where the answer lacks them. A cluster's directory
+    (the master) hears of a new worker only with its node's next beat, up to a second later:
+    asked first, it made every replica a run started on a cluster wait for that beat."""
+    if not isinstance(record, dict):
+        return ""
+    node, endpoints = record.get("node"), record.get("actor_endpoints")
+    if not isinstance(node, str) or not node or not isinstance(endpoints, dict):
+        return ""
+    if not isinstance(endpoints.get("stage"), str):
+        return ""
+    for actor, endpoint in endpoints.items():
+        if isinstance(actor, str) and isinstance(endpoint, str):
+            runtime.directory.learn(f"{node}/{name}/{actor}", endpoint)
+    return node
+
+
+def _actor_endpoint(record: dict[str, Any], actor: str) -> str:
+    """The endpoint of the worker's ``actor`` in its node's answer to ``spawn_worker`` ("": none)."""
+    endpoint = record.get("actor_endpoints", {}).get(actor)
+    return endpoint if isinstance(endpoint, str) else ""

@@ -187,12 +187,26 @@ class StageActor(Actor):
             self.progress()
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
 
+    def _learn_holders(self, sources: list[Any]) -> None:
+        """Teach this process's directory the holders' mailboxes the engine named: a replica
+        started a moment ago on another node is not in the cluster's directory (the master)
+        until its node's next beat, and a pull from it would fail as from a holder gone."""
+        runtime = getattr(self, "runtime", None)
+        if runtime is None:
+            return
+        for source in sources:
+            named = isinstance(source, list) and len(source) == 3 and all(isinstance(x, str) for x in source)
+            if named and source[0].count("/") == 2:  # node/process/actor: the directory's own keys
+                runtime.directory.learn(source[0], source[2])
+
     @handles("process_direct")
     async def _process_direct(self, payload: dict[str, Any]) -> dict[str, Any]:
         """``process`` on the direct data plane (see ``handoff``): inputs pulled from the
         replicas that hold them (``from``: ``[holder, key]`` per item, or None where the item
-        came inline), and, with ``hold`` (a key per item), each output of at least
-        ``inline_below`` bytes kept here for the next stage and answered by its size."""
+        came inline; ``[holder, key, endpoint]`` where the engine knows the holder's mailbox,
+        which a cluster's directory may not know yet), and, with ``hold`` (a key per item), each
+        output of at least ``inline_below`` bytes kept here for the next stage and answered by
+        its size."""
         t0 = time.perf_counter()
         items: list[Any] = list(payload["items"])
         sources = payload.get("from")
@@ -200,6 +214,7 @@ class StageActor(Actor):
         lost: dict[int, str] = {}
         failed: dict[int, str] = {}
         if sources:
+            self._learn_holders(sources)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._alive_while_pulling)
                 items, lost, failed = await pull_inputs(self._ask, items, list(sources))
