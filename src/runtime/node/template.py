@@ -159,29 +159,50 @@ def _telling(sock: socket.socket) -> Callable[[str], None]:
     return tell
 
 
-def _preload(names: list[str], tell: Callable[[str], None] | None = None) -> tuple[list[str], dict[str, str]]:
+def _preload(
+    names: list[str], tell: Callable[[str], None] | None = None, seen: set[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """Import ``names``: modules, or classes (``pkg.mod:Class``) whose module is imported and
-    then what the class names in ``preload_modules`` (what it imports lazily: torch, say).
+    then what the class names in ``preload_modules`` (what it imports lazily: torch, say); a
+    module alone brings what each class defined in it names so (a node's ``preload`` of an
+    actors' module makes every actor there start fast, as naming each class would).
     One that fails is skipped (its worker imports it as a spawned one would, and reports the
     error there). ``tell`` is told each name before its import (``_telling``)."""
     imported: list[str] = []
     skipped: dict[str, str] = {}
+    seen = set() if seen is None else seen  # a class naming its own module is imported once
     for name in dict.fromkeys(names):
+        if name in seen:
+            continue
+        seen.add(name)
         module, _, cls_name = name.partition(":")
         if tell is not None and module not in sys.modules:
             tell(name)
         try:
             loaded = importlib.import_module(module)
             imported.append(module)
-            cls = getattr(loaded, cls_name, None) if cls_name else None
-            extra = getattr(cls, "preload_modules", ())
-            if isinstance(extra, tuple | list) and extra:
-                more, failed = _preload([str(m).partition(":")[0] for m in extra], tell)
+            classes = [getattr(loaded, cls_name, None)] if cls_name else _classes_of(loaded)
+            extra = [m for cls in classes for m in _lazy_imports(cls)]
+            if extra:
+                more, failed = _preload(extra, tell, seen)
                 imported += more
                 skipped.update(failed)
         except BaseException as exc:  # a module's import may even sys.exit
             skipped[name] = f"{type(exc).__name__}: {exc}"[:300]
     return imported, skipped
+
+
+def _classes_of(module: Any) -> list[type]:
+    """The classes ``module`` defines itself (not those it imports)."""
+    name = module.__name__
+    return [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == name]
+
+
+def _lazy_imports(cls: Any) -> list[str]:
+    """The modules a class names in ``preload_modules`` (none where it names none, or not as a
+    tuple or list)."""
+    extra = getattr(cls, "preload_modules", ())
+    return [str(m).partition(":")[0] for m in extra] if isinstance(extra, tuple | list) else []
 
 
 def _read_codec_entry_points() -> None:
