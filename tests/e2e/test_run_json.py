@@ -61,6 +61,7 @@ def test_json_prints_one_object_with_the_metrics(tmp_path: Path) -> None:
     assert isinstance(report, dict)
     assert {"lambda", "lambda_theory", "lambda_succ", "efficiency", "items", "stages"} <= set(report)
     assert report["items"] == {"ok": 4, "pruned": 2, "dead": 0, "kept": 0}  # seeds 0 and 4 pruned
+    assert report["remade"] == 0 and report["restarted"] == 0
     assert report["lambda"] > 0 and report["lambda_theory"] > 0
     assert report["lambda_succ"] == pytest.approx(report["lambda"] * 4 / 6)
     assert set(report["stages"]) == {"plan", "store"}

@@ -112,6 +112,7 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
         "engine_bytes": result.engine_bytes,
         "engine_bytes_per_item": result.engine_bytes_per_item,
         "restarted": result.restarted,
+        "remade": result.remade,
         "stages": {
             s.name: {
                 "l_s": s.latency_s,
