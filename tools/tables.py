@@ -15,14 +15,17 @@ __all__ = ["print_whole", "security_cell", "status_tables", "supervisor_cell"]
 _PROCESS_GONE = ("stopped", "exited", "failed")  # a worker's states with no process running
 
 
-def print_whole(console: Console, table: RenderableType) -> None:
-    """Print ``table`` at least as wide as its narrowest rendering without cut cells.
+def print_whole(console: Console, table: RenderableType, unwrapped: bool = False) -> None:
+    """Print ``table`` at least as wide as its narrowest rendering without cut cells (with
+    ``unwrapped``, as wide as it is with no cell wrapped: a table of figures, whose headers
+    rich would still shorten at the narrowest).
 
     At the console's width (80 columns when the output is a pipe), rich shortens cells with an
     ellipsis: a job id ``indoor-nav`` became ``indoo…``, which ``troupe ctl cancel`` cannot
     take. Wider than the terminal, the lines wrap there, and a pipe gets them whole.
     """
-    needed = Measurement.get(console, console.options.update_width(10_000), table).minimum
+    measured = Measurement.get(console, console.options.update_width(10_000), table)
+    needed = measured.maximum if unwrapped else measured.minimum
     width = console.width
     if needed <= width:
         console.print(table)

@@ -210,3 +210,18 @@ def test_a_supervisor_pid_from_the_wire_is_shown_as_text_not_markup() -> None:
     sup = supervision(supervisor_pid="[red]9[/]", supervisor_start="[bold]fork", supervisor={"x": 1})
     node = rows(status_tables({**NODE, "workers": [], "supervision": sup}))
     assert node["supervisor"] == ["supervisor", "pid [red]9[/]"]
+
+
+def test_the_stage_table_of_a_run_keeps_every_figure_on_a_narrow_terminal() -> None:
+    """``COLUMNS=20``: the stage table of ``troupe run`` was all ellipses, headers and figures
+    (``ret…``, ``10…`` for 100%); it is printed as wide as its figures, whole."""
+    from troupe.cli.commands.run_pipeline import metrics_table
+    from troupe.runtime.pipeline.result import PipelineMetrics, StageMetrics
+
+    stage = StageMetrics("render", 64, 64, 0, 3, 0.1294, 1.58, 12.2, 0, 4, 4, 0.95, 2, 0.1290)
+    metrics = PipelineMetrics((stage,), 6.0, 64, 64, 0, 0, 11.2, 11.2, 12.2, "render")
+    console = Console(record=True, width=20, color_system=None)
+    print_whole(console, metrics_table(metrics), unwrapped=True)
+    printed = console.export_text()
+    assert "…" not in printed
+    assert "retry" in printed and "129.4" in printed and "95%" in printed and "4/4" in printed

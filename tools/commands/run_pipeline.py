@@ -28,6 +28,7 @@ from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.cli.stop_signals import lines_above
+from troupe.cli.tables import print_whole
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -332,7 +333,7 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
     m = result.metrics
     # Items of this run plus those done earlier add up to the pipeline's items: an interrupted
     # run's record misses those committed after its last journal write (the stages kept them).
-    console.print(metrics_table(m))
+    print_whole(console, metrics_table(m), unwrapped=True)
     console.print(
         f"lambda {m.lambda_measured:.2f} items/s, lambda_theory {m.lambda_theory:.2f}, "
         f"lambda_succ {m.lambda_succ:.2f}; efficiency {m.efficiency:.2f}; "

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from troupe.cli.stop_signals import lines_above
+from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
 
 __all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table"]
@@ -252,7 +253,7 @@ async def _train(
     if as_json:
         print(json.dumps(result_json(result), indent=2))
         return
-    console.print(result_table(result))
+    print_whole(console, result_table(result), unwrapped=True)
     loss = "-" if result.loss is None else f"{result.loss:.4f}"
     console.print(
         f"trained {result.steps} steps: loss {loss}, {result.samples_per_s:.2f} samples/s, "
