@@ -22,7 +22,7 @@ import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import AskTimeout, TroupeError, UnknownWorker, Unreachable
+from troupe.runtime.errors import AskTimeout, TroupeError, UnknownMessageType, UnknownWorker, Unreachable
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
 
@@ -228,9 +228,13 @@ class MasterSource:
         ended: set[str] = set()
         for at in range(0, len(task_ids), _DONE_CHUNK):
             chunk = task_ids[at : at + _DONE_CHUNK]
-            done = await self.runtime.control(
-                self.master, "done_tasks", {"job_id": self.job_id, "task_ids": chunk}, timeout=60
-            )
+            try:
+                done = await self.runtime.control(
+                    self.master, "done_tasks", {"job_id": self.job_id, "task_ids": chunk}, timeout=60
+                )
+            except UnknownMessageType:  # a master older than the question: nothing to compare
+                log.warning("pipeline_outputs_unchecked", job_id=self.job_id, why="no done_tasks there")
+                return set()
             ended.update(str(t) for t, ref in (done or {}).items() if ref != "pruned")
         return ended
 
