@@ -300,8 +300,8 @@ class PipelineEngine(ReplicaPool):
         if not self._outputs_listed:
             return
         name, start = self.config.name, self.config.seed_start
-        missing = [t for i in range(self.config.items) if (t := f"{name}-{i:06d}") not in self._committed]
-        lost = sorted(await self.source.ended_ok(missing)) if missing else []
+        ids = (f"{name}-{i:06d}" for i in range(self.config.items))
+        lost = sorted(await self.source.ended_ok(t for t in ids if t not in self._committed))
         if not lost:
             return
         self.remade = set(lost)

@@ -111,6 +111,7 @@ async def master_source(
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
     source.cancelled_before = known is not None and known.get("state") == "cancelled"
+    source.ended_before = before
     alive, gone = await _other_runs(rt, master, job_id, source.worker_id)
     if alive:
         raise ConfigError(

@@ -10,10 +10,11 @@ master, which leases it again later or dead-letters it).
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,7 +87,7 @@ class ItemSource(Protocol):
         items come from), as a line for people; None while it may go on."""
         ...
 
-    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+    async def ended_ok(self, task_ids: Iterable[str]) -> set[str]:
         """Those of ``task_ids`` that earlier runs ended ok (their outputs were made), which
         this source will therefore never hand out again."""
         ...
@@ -127,7 +128,7 @@ class LocalSource:
         """Never: nobody else can cancel a seed range."""
         return None
 
-    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+    async def ended_ok(self, task_ids: Iterable[str]) -> set[str]:
         """None: a seed range hands out every item again in each run."""
         return set()
 
@@ -189,6 +190,7 @@ class MasterSource:
         self._suspect = False
         self._halted: str | None = None
         self.cancelled_before = False  # the job was cancelled before the run (master_job sets it)
+        self.ended_before: int | None = None  # its tasks ended as the run began (None: not told)
 
     def take(self, n: int) -> list[SourceItem]:
         out = []
@@ -218,16 +220,19 @@ class MasterSource:
     def halted(self) -> str | None:
         return self._halted
 
-    async def ended_ok(self, task_ids: list[str]) -> set[str]:
+    async def ended_ok(self, task_ids: Iterable[str]) -> set[str]:
         """Asked of the master (``done_tasks``), a chunk at a time; a task pruned is done with
-        no output (``result_ref`` "pruned") and is not among them.
+        no output (``result_ref`` "pruned") and is not among them. Nothing is asked (nor
+        ``task_ids`` read) where no task of the job had ended as the run began.
 
         Raises:
             TroupeError: the master did not answer.
         """
         ended: set[str] = set()
-        for at in range(0, len(task_ids), _DONE_CHUNK):
-            chunk = task_ids[at : at + _DONE_CHUNK]
+        if self.ended_before == 0:
+            return ended
+        ids = iter(task_ids)
+        while chunk := list(itertools.islice(ids, _DONE_CHUNK)):
             try:
                 done = await self.runtime.control(
                     self.master, "done_tasks", {"job_id": self.job_id, "task_ids": chunk}, timeout=60

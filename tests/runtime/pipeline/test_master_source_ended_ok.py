@@ -48,3 +48,18 @@ async def test_done_ones_with_an_output_are_named_and_pruned_ones_are_not(
 async def test_a_master_without_the_question_leaves_nothing_to_remake() -> None:
     source = MasterSource(_Book({"t0": "ok"}, knows=False), "tcp://m:1", "job", slots=2)  # type: ignore[arg-type]
     assert await source.ended_ok(["t0"]) == set()
+
+
+async def test_nothing_is_asked_when_no_task_had_ended_as_the_run_began() -> None:
+    """A job's first run (no task ended yet) asks nothing, and reads none of the ids: a job of
+    a million items would otherwise send them all to the master at every first start."""
+    book = _Book({"t0": "ok"})
+    source = MasterSource(book, "tcp://m:1", "job", slots=2)  # type: ignore[arg-type]
+    source.ended_before = 0
+
+    def ids() -> Any:
+        raise AssertionError("the ids were read")
+        yield "t0"
+
+    assert await source.ended_ok(ids()) == set()
+    assert book.asked == []
