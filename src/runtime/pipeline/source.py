@@ -191,6 +191,8 @@ class MasterSource:
         self._halted: str | None = None
         self.cancelled_before = False  # the job was cancelled before the run (master_job sets it)
         self.ended_before: int | None = None  # its tasks ended as the run began (None: not told)
+        # While the lease loop runs: its task group, and the engine's wake (``_report_last``).
+        self._ending: tuple[anyio.abc.TaskGroup, Callable[[], None]] | None = None
 
     def take(self, n: int) -> list[SourceItem]:
         out = []
@@ -216,6 +218,8 @@ class MasterSource:
         self._kick.set()
         if not self._leases:
             self._window.set()
+            if self._ending is not None and self._halted is None:
+                self._ending[0].start_soon(self._report_last, self._ending[1])
 
     def halted(self) -> str | None:
         return self._halted
@@ -261,8 +265,24 @@ class MasterSource:
             )
         wake()
 
+    async def _report_last(self, wake: Callable[[], None]) -> None:
+        """The last lease out settled: its report, and the job's end, go now, beside the loop's
+        request in flight (held by the master up to ``poll_s`` while no task waits), which
+        they waited for at every run's end."""
+        await self._flush_reports()
+        await self._check_finished()
+        if self._done:
+            wake()
+
     async def _lease_loop(self, wake: Callable[[], None]) -> None:
+        try:
+            await self._leasing(wake)
+        finally:
+            self._ending = None  # its task group is closed: nothing more starts there
+
+    async def _leasing(self, wake: Callable[[], None]) -> None:
         async with anyio.create_task_group() as tg:
+            self._ending = (tg, wake)
             tg.start_soon(self._renew_loop)
             while not self._done:
                 if self._reports and self._leases and self.report_window_s > 0:
