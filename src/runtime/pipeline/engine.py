@@ -415,7 +415,22 @@ class PipelineEngine(ReplicaPool):
                 n = min(stage.cfg.batch, len(stage.queue), self._credit(stage))
                 if n <= 0:
                     return
-                self._send(stage, replica, [stage.queue.popleft() for _ in range(n)])
+                batch = self._take(stage, n)
+                if batch:
+                    self._send(stage, replica, batch)
+
+    def _take(self, stage: StageState, n: int) -> list[Item]:
+        """Up to ``n`` items from the front of ``stage``'s queue; one whose input is held by a
+        replica lost since it was queued (put back behind a call of a replica lost with it, say)
+        runs again from the first stage instead: a pull from it would wait out its timeout."""
+        batch: list[Item] = []
+        while len(batch) < n and stage.queue:
+            item = stage.queue.popleft()
+            if isinstance(item.data, Handle) and item.data.holder.lost:
+                self._restart(item, f"replica {item.data.holder.name} holding its payload is gone")
+            else:
+                batch.append(item)
+        return batch
 
     def _send(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert self._tg is not None and stage.meter is not None

@@ -291,3 +291,37 @@ async def test_a_replica_whose_worker_died_is_replaced_and_its_call_retried() ->
     result = await _run(cfg, cluster, drive)
     assert result.counts()["ok"] == 1
     assert len(result.placement) == 2
+
+
+async def test_no_call_pulls_from_a_replica_lost_with_the_node_of_the_call_it_waited_behind() -> None:
+    """One node held both item payloads (stage a) and ran stage b, whose second call waited
+    behind its first: the node dies. The waiting call's item went back to b's queue naming its
+    lost holder, and b's new replica waited a minute for a pull that could not come; now both
+    items run again from the first stage."""
+    cluster = FakeCluster()
+    hosts = _hosts("n2", tags={"n2": ["x"]})
+    cfg = _pipeline(
+        2, _stage("a", resources={"tags": ["x"]}), _stage("b", inflight=2, resources={"tags": ["x"]})
+    )
+    lost_holder: list[str] = []
+
+    async def drive() -> None:
+        first = await cluster.next_call("a")
+        lost_holder.append(f"{first.replica}/outbox")
+        first.hold()
+        (await cluster.next_call("a")).hold()
+        await cluster.wait_for("both b calls", lambda: len(cluster.pending("b")) == 2)
+        on_n2 = cluster.pending("b")
+        hosts.hosts = [Host("n3", "tcp://n3:1", frozenset({"x"}))]  # n2 dies, n3 has joined
+        hosts.changed.set()
+        await cluster.wait_for("b's calls on n2 given up", lambda: all(c.cancelled for c in on_n2))
+        while True:
+            await cluster.wait_for("a call", lambda: bool(cluster.pending()))
+            call = cluster.pending()[0]
+            pulled_from = [source[0] for source in call.payload.get("from") or [] if source]
+            assert lost_holder[0] not in pulled_from, call.payload
+            call.hold() if "hold" in call.payload else call.ok()
+
+    result = await _run(cfg, cluster, drive, hosts)
+    assert result.counts()["ok"] == 2  # nothing lost
+    assert result.restarted == 2  # both payloads were on the dead node
