@@ -22,7 +22,16 @@ from troupe.runtime.errors import AskTimeout, ConfigError, PeerLost, Unreachable
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
 
-__all__ = ["Host", "cluster_hosts", "fits", "hosts_of_status", "nothing_fits", "place"]
+__all__ = [
+    "Host",
+    "cluster_hosts",
+    "cluster_status",
+    "fits",
+    "hosts_of_status",
+    "nodes_of_status",
+    "nothing_fits",
+    "place",
+]
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,11 @@ async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> 
         Unreachable: the master did not answer in time, or nothing listens at ``master``; the
             message names the endpoint.
     """
+    return hosts_of_status(await cluster_status(runtime, master, timeout))
+
+
+async def cluster_status(runtime: Runtime, master: str, timeout: float = 5.0) -> Any:
+    """The master's ``status`` reply (see :func:`cluster_hosts` for the arguments and errors)."""
     try:
         status = await runtime.control(master, "status", None, timeout=timeout)
     except PeerLost as exc:
@@ -105,7 +119,15 @@ async def cluster_hosts(runtime: Runtime, master: str, timeout: float = 5.0) -> 
             "`troupe master start` or pass the endpoint of the running one (a master with CURVE keys "
             "answers only --keys DIR of its cluster)"
         ) from exc
-    return hosts_of_status(status)
+    return status
+
+
+def nodes_of_status(status: Any) -> frozenset[str]:
+    """Every node a master's ``status`` reply lists, alive or dead: one it does not list, it has
+    not heard from (since it started: a master that restarted knows no node until they beat)."""
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    listed = (n.get("node") for n in nodes if isinstance(n, dict)) if isinstance(nodes, list) else ()
+    return frozenset(str(name) for name in listed if name)
 
 
 def hosts_of_status(status: Any) -> list[Host]:

@@ -3,8 +3,12 @@
 A run on one node (the node ``troupe run`` starts, or ``--node``) has one host that carries every
 tag. A run on a cluster (``troupe run --cluster MASTER``) asks the master for its live nodes
 (:func:`~troupe.runtime.placement.cluster_hosts`) when it starts and every ``refresh_s`` after:
-a node that stops beating leaves the list, and the engine then treats the replicas it ran as
-lost; a node that joins is used for the next replicas started.
+a node the master has as dead (it stopped beating, or stopped) leaves the list, and the engine
+then treats the replicas it ran as lost; a node that joins is used for the next replicas
+started. A node the master does not list at all has not beaten since the master (re)started:
+it stays for ``unheard_s``, the time a live node's beat takes to reach a master back up, and
+leaves only if it is still unheard of then (dropped at once, a restart of the master cost a
+run the replicas of every node, and failed it when a replica had to start meanwhile).
 
 Each new replica goes to the node, among those that fit the stage's resources (tags, GPUs),
 that runs the fewest replicas of that stage, then the fewest in all: a stage's replicas spread
@@ -21,7 +25,15 @@ import anyio
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TroupeError
-from troupe.runtime.placement import Host, cluster_hosts, fits, nothing_fits
+from troupe.runtime.placement import (
+    Host,
+    cluster_hosts,
+    cluster_status,
+    fits,
+    hosts_of_status,
+    nodes_of_status,
+    nothing_fits,
+)
 
 __all__ = ["EngineHosts", "wait_for_nodes"]
 
@@ -34,6 +46,7 @@ class EngineHosts:
         master: the master to ask for live nodes again (a cluster run); None: ``hosts`` is fixed.
         runtime: the runtime to ask the master from.
         refresh_s: how often a cluster run asks.
+        unheard_s: how long a node the master does not list at all is kept (see the module).
     """
 
     def __init__(
@@ -42,11 +55,14 @@ class EngineHosts:
         master: str | None = None,
         runtime: Runtime | None = None,
         refresh_s: float = 1.0,
+        unheard_s: float = 10.0,
     ) -> None:
         self.hosts = list(hosts)
         self.master = master
         self.runtime = runtime
         self.refresh_s = refresh_s
+        self.unheard_s = unheard_s
+        self._unheard_since: dict[str, float] = {}  # node name -> when the master first did not list it
         self.changed = anyio.Event()  # set when a node leaves (or comes back)
         self._stage_load: dict[str, Counter[str]] = {}
         self._load: Counter[str] = Counter()
@@ -93,15 +109,29 @@ class EngineHosts:
         while True:
             await anyio.sleep(self.refresh_s)
             try:
-                hosts = await cluster_hosts(self.runtime, self.master, timeout=max(5.0, self.refresh_s))
+                status = await cluster_status(self.runtime, self.master, timeout=max(5.0, self.refresh_s))
             except TroupeError:  # the master is busy or restarting: keep the last list
                 continue
+            hosts = self._with_unheard(hosts_of_status(status), nodes_of_status(status))
             if {h.name for h in hosts} != self.alive:
                 self.hosts = hosts
                 self.changed.set()
                 self.changed = anyio.Event()
             else:
                 self.hosts = hosts
+
+    def _with_unheard(self, live: list[Host], listed: frozenset[str]) -> list[Host]:
+        """``live`` and the hosts of this list that the master does not list at all, while it
+        has not listed them for less than ``unheard_s``."""
+        now = time.monotonic()
+        for name in listed:
+            self._unheard_since.pop(name, None)
+        kept = [
+            h
+            for h in self.hosts
+            if h.name not in listed and now - self._unheard_since.setdefault(h.name, now) < self.unheard_s
+        ]
+        return sorted(live + kept, key=lambda h: h.name)
 
 
 async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: float = 60.0) -> list[Host]:

@@ -1,0 +1,69 @@
+"""The nodes a cluster run keeps placing on (``EngineHosts.watch``) across a restart of the
+master: one that restarted knows no node until they beat again, and a run dropped every node
+then (their replicas abandoned, running on) and failed when a replica had to start meanwhile
+("the cluster offers: no nodes"). A node the master has as dead leaves at once; one it does not
+list at all stays for ``unheard_s``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from troupe.runtime.pipeline.hosts import EngineHosts
+from troupe.runtime.placement import Host
+
+pytestmark = pytest.mark.anyio
+
+BOUND_S = 10  # against a hang only
+
+
+def _node(name: str, alive: bool = True) -> dict[str, Any]:
+    return {"node": name, "endpoint": f"tcp://{name}:1", "alive": alive, "tags": [], "resources": {}}
+
+
+class _Master:
+    """Answers ``status`` with ``nodes``; counts the answers."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.answered = 0
+
+    async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+        assert msg_type == "status"
+        self.answered += 1
+        return {"nodes": list(self.nodes)}
+
+
+async def _watched(hosts: EngineHosts, master: _Master, nodes: list[dict[str, Any]]) -> frozenset[str]:
+    """The live nodes once the watch has read ``nodes`` from the master (twice, to be sure)."""
+    master.nodes = nodes
+    seen = master.answered
+    with anyio.fail_after(BOUND_S):
+        while master.answered < seen + 2:
+            await anyio.sleep(0.01)  # a bounded poll: the whole of it is under fail_after
+    return hosts.alive
+
+
+async def test_a_restarted_master_that_lists_no_node_yet_loses_none() -> None:
+    master = _Master()
+    start = [Host("n1", "tcp://n1:1"), Host("n2", "tcp://n2:1")]
+    hosts = EngineHosts(start, "tcp://m:1", master, refresh_s=0.01, unheard_s=3600)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hosts.watch)
+        assert await _watched(hosts, master, []) == {"n1", "n2"}  # restarted: nobody beat yet
+        assert await _watched(hosts, master, [_node("n1")]) == {"n1", "n2"}  # n2's beat still to come
+        assert await _watched(hosts, master, [_node("n1"), _node("n2", alive=False)]) == {"n1"}
+        tg.cancel_scope.cancel()
+
+
+async def test_a_node_the_master_never_lists_again_leaves_after_unheard_s() -> None:
+    master = _Master()
+    start = [Host("n1", "tcp://n1:1"), Host("n2", "tcp://n2:1")]
+    hosts = EngineHosts(start, "tcp://m:1", master, refresh_s=0.01, unheard_s=0)  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hosts.watch)
+        assert await _watched(hosts, master, [_node("n1")]) == {"n1"}
+        assert await _watched(hosts, master, [_node("n1"), _node("n3")]) == {"n1", "n3"}
+        tg.cancel_scope.cancel()
