@@ -207,14 +207,28 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         f"{status['leases_outstanding']} outstanding; backups {spec['launched']} launched, {spec['won']} won",
     )
     nodes = Table(title="nodes (master's view)")
-    for col in ("node", "alive", "workers", "cpus", "load", "mem free MiB", "gpus", "tags", "last beat"):
+    columns = (
+        "node",
+        "alive",
+        "workers",
+        "processes",
+        "cpus",
+        "load",
+        "mem free MiB",
+        "gpus",
+        "tags",
+        "last beat",
+    )
+    for col in columns:
         nodes.add_column(col)
     for n in status["nodes"]:
         r = n.get("resources") or {}
         nodes.add_row(
             escape(str(n["node"])),
-            "yes" if n["alive"] else "[red]dead[/]",
+            ("yes" if n["alive"] else "[red]dead[/]")
+            + (", [yellow]draining[/]" if n.get("draining") else ""),
             str(n["workers"]),
+            str(n.get("processes", "-")),
             str(r.get("cpus", "-")),
             str(r.get("load1", "-")),
             str(r.get("mem_available_mib", "-")),

@@ -43,12 +43,14 @@ class Host:
         endpoint: its control endpoint (where ``spawn_worker`` goes).
         tags: what it offers; None: everything (the one-host cluster).
         gpus: its GPUs.
+        draining: drained (``troupe ctl drain``): it runs what it runs, and takes nothing new.
     """
 
     name: str
     endpoint: str
     tags: frozenset[str] | None = field(default=frozenset())
     gpus: int = 0
+    draining: bool = False
 
     @classmethod
     def anything(cls, name: str, endpoint: str, gpus: int = 0) -> Host:
@@ -57,9 +59,10 @@ class Host:
 
 
 def fits(host: Host, tags: Iterable[str] = (), gpus: int = 0) -> bool:
-    """Whether ``host`` carries every tag of ``tags`` and at least ``gpus`` GPUs."""
+    """Whether ``host`` may take a new replica that needs ``tags`` and ``gpus``: it carries
+    every tag and at least that many GPUs, and it is not draining."""
     wanted = frozenset(tags)
-    return host.gpus >= gpus and (host.tags is None or wanted <= host.tags)
+    return not host.draining and host.gpus >= gpus and (host.tags is None or wanted <= host.tags)
 
 
 def place(
@@ -81,7 +84,9 @@ def place(
 def nothing_fits(what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: int) -> ConfigError:
     """The error for ``what``, which needs ``tags`` and ``gpus`` that none of ``hosts`` offers."""
     offered = ", ".join(
-        f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus})" for h in hosts
+        f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus}"
+        f"{', draining: troupe ctl undrain ' + h.name if h.draining else ''})"
+        for h in hosts
     )
     return ConfigError(
         f"{what}: no node has tags {sorted(set(tags))} and {gpus} GPU(s); "
@@ -151,6 +156,7 @@ def hosts_of_status(status: Any) -> list[Host]:
                 str(n["endpoint"]),
                 frozenset(map(str, tags)) if isinstance(tags, list) else frozenset(),
                 gpus if type(gpus) is int and gpus > 0 else 0,
+                n.get("draining") is True,
             )
         )
     return sorted(hosts, key=lambda h: h.name)

@@ -225,3 +225,18 @@ def test_the_stage_table_of_a_run_keeps_every_figure_on_a_narrow_terminal() -> N
     printed = console.export_text()
     assert "…" not in printed
     assert "retry" in printed and "129.4" in printed and "95%" in printed and "4/4" in printed
+
+
+def test_the_nodes_table_says_which_node_drains_and_how_many_processes_each_runs() -> None:
+    """``troupe ctl drain`` was visible nowhere in ``ctl status``; and a node running a
+    pipeline's replicas showed 0 workers (those are the task workers registered)."""
+    reply = master_reply("master")
+    reply["nodes"] = [
+        {"node": "n1", "alive": True, "draining": True, "processes": 3, "workers": 0, "resources": {},
+         "tags": [], "last_beat_age_s": 0.2},
+        {"node": "n2", "alive": True, "draining": False, "processes": 0, "workers": 0, "resources": {},
+         "tags": [], "last_beat_age_s": 0.4},
+    ]  # fmt: skip
+    body = rows(master_tables(reply))
+    assert body["n1"][1:4] == ["yes, draining", "0", "3"], body["n1"]
+    assert body["n2"][1:4] == ["yes", "0", "0"], body["n2"]

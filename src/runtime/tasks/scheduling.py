@@ -595,6 +595,10 @@ class TaskTables:
             if t.state is TaskState.DEAD
         ]
 
+    def draining_nodes(self) -> frozenset[str]:
+        """The nodes drained (``troupe ctl drain``) and not undrained since."""
+        return frozenset(self._draining)
+
     def done_results(self, job_id: str, task_ids: Iterable[str]) -> dict[str, str]:
         """Return the result ref of each of ``task_ids`` that is a done task of the job; the
         others (not done, not the job's, compacted away) are left out.

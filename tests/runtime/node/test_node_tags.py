@@ -100,3 +100,19 @@ def test_hosts_of_a_master_status() -> None:
     assert [h.name for h in place(2, hosts, gpus=1)] == ["b", "b"]
     with pytest.raises(ConfigError, match=r"no node has tags \['gpu-big'\]"):
         place(1, hosts, tags=["gpu-big"], what="encoders")
+
+
+def test_a_draining_node_stays_a_host_but_takes_no_new_replica() -> None:
+    """Drained (``troupe ctl drain``), a node keeps the replicas it runs (it is still listed,
+    so a run does not count them lost) and gets no new one: a stranger's drained node took a
+    pipeline's replicas. With only drained nodes fitting, the error names the undrain."""
+    status = _status(
+        {"node": "a", "endpoint": "tcp://10.0.0.1:7470", "alive": True, "resources": {}, "tags": ["x"],
+         "draining": True},
+        {"node": "b", "endpoint": "tcp://10.0.0.2:7470", "alive": True, "resources": {}, "tags": []},
+    )  # fmt: skip
+    hosts = hosts_of_status(status)
+    assert [(h.name, h.draining) for h in hosts] == [("a", True), ("b", False)]
+    assert [h.name for h in place(3, hosts)] == ["b"] * 3
+    with pytest.raises(ConfigError, match=r"a \(tags \['x'\], gpus 0, draining: troupe ctl undrain a\)"):
+        place(1, hosts, tags=["x"], what="stages.store")

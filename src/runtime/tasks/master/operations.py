@@ -288,12 +288,15 @@ class Operations:
         per_node: dict[str, int] = {}
         for w in workers:
             per_node[w["node"]] = per_node.get(w["node"], 0) + 1
+        draining = master.book.draining_nodes()
         nodes = [
             {
                 "node": n.node,
                 "endpoint": n.endpoint,
                 "log_endpoint": n.log_endpoint,
                 "alive": n.alive,
+                "draining": n.node in draining,  # takes no new task, nor a pipeline's new replica
+                "processes": len(n.processes),  # its running workers, a pipeline's replicas among them
                 "last_beat_age_s": round(now - n.last_beat, 3),
                 "workers": per_node.get(n.node, 0),
                 "resources": n.resources,

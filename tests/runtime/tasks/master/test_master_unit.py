@@ -184,7 +184,7 @@ async def test_drain_gives_no_new_task_and_tells_the_node_when_idle(tmp_path: Pa
             status = await c.call("status")
     assert started == ["d-000000"]
     assert status["tasks"]["done"] == 1 and status["tasks"]["pending"] == 2
-    assert [n["node"] for n in status["nodes"]] == ["n1"]
+    assert [(n["node"], n["draining"]) for n in status["nodes"]] == [("n1", True)]  # ctl status shows it
 
 
 async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
