@@ -225,6 +225,18 @@ async def test_an_output_deleted_after_its_item_ended_is_made_again_by_the_rerun
     assert any(_task_id(2) in line and "made again" in line for line in events), events
 
 
+async def test_a_stage_that_calls_sys_exit_kills_its_items_not_the_run(tmp_path: Path) -> None:
+    """``sys.exit(3)`` in ``process`` on every fifth item, two calls outstanding per replica:
+    those items die, each naming the sys.exit, and every other item passes. The call that
+    waited behind the exiting one waited for a reply that could not come: the run hung."""
+    cfg = _pipeline(10, _stage("x", "ExitingStage", inflight=2, kwargs={"exit_every": 5}), max_attempts=2)
+    result = await _run(cfg)
+    dead = sorted(t for t, outcome in result.outcomes.items() if outcome == "dead")
+    assert dead == [_task_id(4), _task_id(9)], result.outcomes
+    assert result.counts()["ok"] == 8
+    assert all("sys.exit(3)" in result.errors[t] for t in dead), result.errors
+
+
 async def test_the_first_stage_sees_attempt_0_and_1_on_a_retry(tmp_path: Path) -> None:
     """The first stage's items carry ``attempt``: 0 at first, 1 on the retry of an item whose
     first attempt erred; the retried items then end ok."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "AttemptStage",
     "CommittedStage",
     "EchoStage",
+    "ExitingStage",
     "FailingFinalizeStage",
     "NotAStage",
     "OutputFileStage",
@@ -150,6 +152,19 @@ class OutputFileStage(FailingFinalizeStage):
         staged.write_text(str(item["seed"]), encoding="utf-8")
         staged.rename(self.outputs / item["task_id"])
         return out
+
+
+class ExitingStage(StageActor):
+    """Calls ``sys.exit(3)`` on the items whose seed is divisible by ``exit_every``, as code that
+    gives up on the process does; passes the others on."""
+
+    def __init__(self, exit_every: int) -> None:
+        self.exit_every = exit_every
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        if int(item["seed"]) % self.exit_every == self.exit_every - 1:
+            sys.exit(3)
+        return {"task_id": item["task_id"], "seed": item["seed"]}
 
 
 class AttemptStage(StageActor):

@@ -203,11 +203,11 @@ class Cell:
         except Exception as exc:
             self.failed += 1
             self.runtime.start_soon(self._answer_failure, msg, exc)
-        except BaseException:
+        except BaseException as exc:
             # SystemExit from the handler (sys.exit): the process ends, and the asker learns at
             # once, as from an async handler, rather than waiting out its deadline.
             if msg.kind is K_ASK:
-                self.runtime.reply_error_now(msg.route, msg.msg_id, self._stopped_while(msg))
+                self.runtime.reply_error_now(msg.route, msg.msg_id, self._stopped_while(msg, exc))
             raise
         else:
             if msg.kind is K_ASK:
@@ -245,10 +245,10 @@ class Cell:
         except Exception as exc:
             self.failed += 1
             await self._answer_failure(msg, exc)
-        except BaseException:
+        except BaseException as exc:
             # Cancelled (shutdown past its drain deadline): the asker learns at once, a local
             # one through its future, a remote one through an ERROR sent while shielded.
-            stopped = self._stopped_while(msg)
+            stopped = self._stopped_while(msg, exc)
             if msg.future is not None:
                 if not msg.future.done():
                     msg.future.set_exception(stopped)
@@ -269,10 +269,11 @@ class Cell:
             if observer is not None:
                 observer.end()
 
-    def _stopped_while(self, msg: Msg) -> ActorStopped:
+    def _stopped_while(self, msg: Msg, exc: BaseException) -> ActorStopped:
         """What the asker of ``msg`` learns when its handler ended the actor (cancelled, or
-        ``sys.exit``)."""
-        return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}")
+        ``sys.exit``: said, with its code, as the handler's own doing)."""
+        why = f": its handler called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else ""
+        return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}{why}")
 
     async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
         payload = error_payload(exc, str(self.actor.address), from_handler=True)

@@ -472,6 +472,9 @@ class PipelineEngine(ReplicaPool):
 
     async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
+        if replica.gone_why:  # given up between its dispatch and now: nothing was sent to it
+            self._waited_behind(stage, replica, batch)
+            return
         t0 = time.monotonic()
         actor_s: float | None = None
         failure: TroupeError | None = None

@@ -28,6 +28,9 @@ class Item:
     attempt: int = 0
 
 
+_NO_CALL = object()  # ``working_on`` when none of a replica's calls is being worked on
+
+
 @dataclass(eq=False)
 class Replica:
     """A worker process with one stage actor (and, feeding a next stage, its outbox)."""
@@ -46,14 +49,17 @@ class Replica:
     gone_why: str = ""  # why the engine gave up its calls
     # The call it was working on when it was lost: its actor takes calls one at a time, in
     # order, so the others only waited in its mailbox (None: it had none).
-    working_on: anyio.CancelScope | None = None
+    working_on: anyio.CancelScope | object | None = None
     node: str = ""  # its node's own name, as the node answered its start ("": not told)
     outbox_at: str = ""  # its outbox's mailbox endpoint, as the node answered its start
 
-    def give_up(self, why: str) -> None:
-        """End the calls outstanding here: they fail with ``why`` (and their items are retried)."""
+    def give_up(self, why: str, working: bool = True) -> None:
+        """End the calls outstanding here: they fail with ``why`` (and their items are retried).
+        ``working`` False: none of them is being worked on (the one that was has ended, and
+        made the replica fail), so every one only waited behind it (its items go back to their
+        queue, no attempt counted)."""
         self.gone_why = why
-        self.working_on = self.scopes[0] if self.scopes else None
+        self.working_on = (self.scopes[0] if self.scopes else None) if working else _NO_CALL
         for scope in list(self.scopes):
             scope.cancel()
 

@@ -230,12 +230,17 @@ class ReplicaPool:
         await anyio.sleep(delay)
         await self._start_replica(stage, self._replica_name(stage))
 
-    def _replace(self, stage: StageState, replica: Replica) -> None:
-        """A replica failed under a call: stop using it, stop its worker, start another."""
+    def _replace(self, stage: StageState, replica: Replica, given_up: bool = False) -> None:
+        """A replica failed under a call: stop using it, stop its worker, start another.
+        ``given_up``: its calls were given up already (``_lose``)."""
         assert self._tg is not None
         if replica.retiring:
             return
         self._mark_retiring(stage, replica)
+        if not given_up:
+            # Its other calls only waited behind the one that failed: they would wait for a reply
+            # that cannot come (its process exited, as by sys.exit, or hangs) as long as a call may.
+            replica.give_up(f"it failed under an earlier call ({replica.name} is replaced)", working=False)
         self._lose_outputs(replica)  # stopped, it takes what it held with it
         self._tg.start_soon(self._retire, stage, replica)
         self._spawn(stage)
@@ -247,7 +252,7 @@ class ReplicaPool:
             return
         log.warning(event, stage=stage.cfg.name, replica=replica.name, why=why, **fields)
         replica.give_up(why)
-        self._replace(stage, replica)
+        self._replace(stage, replica, given_up=True)
 
     def suspect(self, replica: Replica) -> None:
         """The connection of a call to ``replica`` ended (PeerLost): its process died, most
