@@ -159,6 +159,33 @@ def test_a_worker_that_cannot_start_fails_the_fixture_at_once_with_its_error(tmp
     assert "not ready within" not in done.stdout
 
 
+WAITING_TEST = '''
+RENDER = """
+[[workers]]
+name = "w-render"
+actors = [{ name = "render", class = "mypkg.actors:Renderer" }]
+"""
+
+
+async def test_never(troupe_cluster):
+    cluster = troupe_cluster(RENDER)
+    await cluster.wait_for(lambda s: cluster.worker_in(s, "w-render")["restarts"] == 5, timeout=1)
+'''
+
+
+def test_a_wait_for_that_never_holds_says_what_it_waited_for_and_what_it_saw(tmp_path: Path) -> None:
+    """``cluster.wait_for`` past its timeout: the failure names the predicate and each worker
+    as last told (a bare ``TimeoutError`` left a user to guess which wait failed, and why)."""
+    project = fresh_project(tmp_path)
+    (project / "tests" / "test_waiting.py").write_text(WAITING_TEST)
+    done = run_pytest(project, "tests/test_waiting.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    assert "wait_for: still false after 1 s" in said, said
+    assert 'cluster.worker_in(s, "w-render")["restarts"] == 5' in said, said
+    assert "w-render: running, restarts 0" in said, said
+
+
 def test_the_documented_pipeline_runs_with_troupe_run(tmp_path: Path) -> None:
     """`troupe run pipelines/tokens.toml` in the project runs the guide's two stages: of 12
     seeds, the 4 divisible by 3 are pruned and 8 pass both stages."""

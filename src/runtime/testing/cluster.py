@@ -7,6 +7,7 @@ node runs a master, jobs.
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import subprocess
@@ -155,17 +156,21 @@ class Cluster:
         """Poll :meth:`supervision` until ``predicate(reply)`` holds; a bounded poll, not a sleep.
 
         Raises:
-            TimeoutError: it did not hold within ``timeout`` seconds.
+            TimeoutError: it did not hold within ``timeout`` seconds; the message names the
+                predicate and shows each worker as the last reply had it (a bare TimeoutError
+                left a failing test to guess what it waited for).
         """
-        with anyio.fail_after(timeout):
+        last: dict[str, Any] | None = None
+        with anyio.move_on_after(timeout):
             while True:
                 try:
-                    status = await self.supervision(timeout=1.0)
+                    last = await self.supervision(timeout=1.0)
                 except AskTimeout:
                     continue  # the node may be busy for a moment; the outer deadline bounds this
-                if predicate(status):
-                    return status
+                if predicate(last):
+                    return last
                 await anyio.sleep(poll_s)
+        raise TimeoutError(_not_held(predicate, timeout, last))
 
     async def master_control(self, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:
         """Send one control message to the cluster's master and return its reply.
@@ -258,3 +263,22 @@ class Cluster:
             tg.start_soon(run)
             yield done
             tg.cancel_scope.cancel()
+
+
+def _not_held(
+    predicate: Callable[[dict[str, Any]], bool], timeout: float, last: dict[str, Any] | None
+) -> str:
+    """Why ``wait_for`` gave up: the predicate (its source line, where it can be read) and each
+    worker as the node last told."""
+    try:
+        said = inspect.getsource(predicate).strip()
+    except (OSError, TypeError):
+        said = repr(predicate)
+    if last is None:
+        return f"wait_for: the node never answered within {timeout:g} s (waiting for {said})"
+    workers = "; ".join(
+        f"{w.get('name')}: {w.get('state')}, restarts {w.get('restarts')}, pid {w.get('pid')}"
+        for w in last.get("workers", [])
+        if isinstance(w, dict)
+    )
+    return f"wait_for: still false after {timeout:g} s: {said}; the workers as last told: {workers or 'none'}"
