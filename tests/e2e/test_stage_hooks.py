@@ -225,6 +225,28 @@ async def test_an_output_deleted_after_its_item_ended_is_made_again_by_the_rerun
     assert any(_task_id(2) in line and "made again" in line for line in events), events
 
 
+async def test_a_rerun_does_not_count_an_earlier_runs_dead_items_as_its_own(tmp_path: Path) -> None:
+    """Items dead-lettered by a first run (its finalize failed, so it was run again): the rerun
+    counts them with what earlier runs ended, not among its own dead as well (its closing line
+    added up to more items than the pipeline has)."""
+    log, gate = str(tmp_path / "hooks.jsonl"), tmp_path / "finalize-fails"
+    gate.touch()
+    cfg = _pipeline(
+        6,
+        _stage("a", "FailingSeedStage", kwargs={"every": 3}),
+        _stage("b", "FailingFinalizeStage", kwargs={"log": log, "fail_while": str(gate)}),
+        max_attempts=1,
+    )
+    with pytest.raises(StageFailed):
+        await _run(cfg, out=tmp_path / "out")
+    gate.unlink()
+    starts: list[Any] = []
+    result = await _run(cfg, out=tmp_path / "out", on_start=starts.append)
+    assert starts[0].before == 6
+    assert result.counts() == {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}, result.outcomes
+    assert result.earlier_runs(starts[0].before) == "; 6 done by earlier runs (6 recorded)"
+
+
 async def test_a_stage_that_calls_sys_exit_kills_its_items_not_the_run(tmp_path: Path) -> None:
     """``sys.exit(3)`` in ``process`` on every fifth item, two calls outstanding per replica:
     those items die, each naming the sys.exit, and every other item passes. The call that

@@ -25,6 +25,7 @@ __all__ = [
     "EchoStage",
     "ExitingStage",
     "FailingFinalizeStage",
+    "FailingSeedStage",
     "NotAStage",
     "OutputFileStage",
     "RecordingStage",
@@ -164,6 +165,18 @@ class ExitingStage(StageActor):
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         if int(item["seed"]) % self.exit_every == self.exit_every - 1:
             sys.exit(3)
+        return {"task_id": item["task_id"], "seed": item["seed"]}
+
+
+class FailingSeedStage(StageActor):
+    """Raises (a retryable error) on every attempt at the seeds divisible by ``every``."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        if int(item["seed"]) % self.every == 0:
+            raise OSError(f"seed {item['seed']} always fails")
         return {"task_id": item["task_id"], "seed": item["seed"]}
 
 

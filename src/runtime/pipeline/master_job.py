@@ -112,6 +112,9 @@ async def master_source(
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
     source.cancelled_before = known is not None and known.get("state") == "cancelled"
     source.ended_before = before
+    if int((known or {}).get("counts", {}).get("dead", 0)):  # an earlier run's dead: not this run's
+        dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
+        source.dead_before = {str(t.get("task_id")) for t in dead or [] if isinstance(t, dict)}
     alive, gone = await _other_runs(rt, master, job_id, source.worker_id)
     if alive:
         raise ConfigError(

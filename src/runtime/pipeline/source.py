@@ -191,6 +191,7 @@ class MasterSource:
         self._halted: str | None = None
         self.cancelled_before = False  # the job was cancelled before the run (master_job sets it)
         self.ended_before: int | None = None  # its tasks ended as the run began (None: not told)
+        self.dead_before: set[str] = set()  # of them, those dead-lettered (master_job sets it)
         # While the lease loop runs: its task group, and the engine's wake (``_report_last``).
         self._ending: tuple[anyio.abc.TaskGroup, Callable[[], None]] | None = None
 
@@ -380,7 +381,8 @@ class MasterSource:
             # Done only once the dead letters are known: the engine ends its run as soon as this
             # source is exhausted, and then reads them (it reported none dead while they came).
             for task in await self._call("dead", {"job_id": self.job_id}) or []:
-                self.dead[str(task.get("task_id"))] = str(task.get("error", ""))
+                if str(task.get("task_id")) not in self.dead_before:  # counted with the earlier runs
+                    self.dead[str(task.get("task_id"))] = str(task.get("error", ""))
             self._done = True
             log.info(
                 "pipeline_job_finished", job_id=self.job_id, state=view.get("state"), dead=len(self.dead)
