@@ -20,6 +20,7 @@ import pytest
 
 from support.hook_stages import FailingFinalizeStage, read_records
 from troupe.runtime.errors import StageFailed
+from troupe.runtime.pipeline import replicas
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
@@ -245,6 +246,21 @@ async def test_a_rerun_does_not_count_an_earlier_runs_dead_items_as_its_own(tmp_
     assert starts[0].before == 6
     assert result.counts() == {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}, result.outcomes
     assert result.earlier_runs(starts[0].before) == "; 6 done by earlier runs (6 recorded)"
+
+
+async def test_a_replica_that_starts_slowly_is_said_while_the_run_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A constructor that waits: the run says which replica it waits for and for how long (it
+    said nothing until the start was given up, two minutes on), then goes on once it serves."""
+    monkeypatch.setattr(replicas, "_SLOW_START_S", 0.1)
+    events: list[str] = []
+    result = await _run(
+        _pipeline(2, _stage("s", "SlowStartStage", kwargs={"wait_s": 1.5})), on_event=events.append
+    )
+    assert result.counts()["ok"] == 2
+    slow = [line for line in events if "has been starting for" in line]
+    assert slow and "replica hooks-s-0 of stage s" in slow[0] and "given up at 120 s" in slow[0], events
 
 
 async def test_a_stage_that_calls_sys_exit_kills_its_items_not_the_run(tmp_path: Path) -> None:

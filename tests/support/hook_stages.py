@@ -29,6 +29,7 @@ __all__ = [
     "NotAStage",
     "OutputFileStage",
     "RecordingStage",
+    "SlowStartStage",
     "UpstreamGoneStage",
     "UpstreamStage",
     "append_record",
@@ -177,6 +178,16 @@ class FailingSeedStage(StageActor):
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         if int(item["seed"]) % self.every == 0:
             raise OSError(f"seed {item['seed']} always fails")
+        return {"task_id": item["task_id"], "seed": item["seed"]}
+
+
+class SlowStartStage(StageActor):
+    """A constructor that waits ``wait_s`` (for a device, a licence server) before it returns."""
+
+    def __init__(self, wait_s: float) -> None:
+        time.sleep(wait_s)
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
         return {"task_id": item["task_id"], "seed": item["seed"]}
 
 

@@ -44,6 +44,7 @@ __all__ = ["ReplicaPool"]
 log = structlog.get_logger(__name__)
 
 _START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
+_SLOW_START_S = 30.0  # a start still going after this long is said, and again as often
 _WATCH_S = 1.0  # how often each node is asked whether the replicas' workers still run
 # A replica whose call's connection ended (PeerLost) is looked for at once, then this often, for
 # this long at most: its node may not have reaped the worker yet, and a process that still runs
@@ -147,9 +148,15 @@ class ReplicaPool:
                 spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
-            record = await self.runtime.control(
-                host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
-            )
+            slow = anyio.CancelScope()
+            assert self._tg is not None
+            self._tg.start_soon(self._say_slow_start, stage, name, asked, slow)
+            try:
+                record = await self.runtime.control(
+                    host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
+                )
+            finally:
+                slow.cancel()
             spawned = True
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
             node = _taught_node(self.runtime, name, record)
@@ -200,6 +207,29 @@ class ReplicaPool:
             (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "started")
         )
         self._changed.set()
+
+    async def _say_slow_start(
+        self, stage: StageState, name: str, asked: float, scope: anyio.CancelScope
+    ) -> None:
+        """Every ``_SLOW_START_S`` while a replica starts (until ``scope`` is cancelled), a line
+        for people: a constructor that waits (for a device, a licence server) looked like a run
+        that hangs, silently."""
+        with scope:
+            await self._say_slow_start_lines(stage, name, asked)
+
+    async def _say_slow_start_lines(self, stage: StageState, name: str, asked: float) -> None:
+        while True:
+            await anyio.sleep(_SLOW_START_S)
+            line = (
+                f"replica {name} of stage {stage.cfg.name} has been starting for "
+                f"{time.monotonic() - asked:.0f} s (its imports or its constructor); it is given up at "
+                f"{_START_S:.0f} s"
+            )
+            log.warning(
+                "replica_start_slow", stage=stage.cfg.name, replica=name, waited_s=time.monotonic() - asked
+            )
+            if self.on_event is not None:
+                self.on_event(line)
 
     async def _start_again(
         self, stage: StageState, name: str, host: Host | None, exc: TroupeError, spawned: bool
