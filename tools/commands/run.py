@@ -169,17 +169,8 @@ def run(
                 2,
             )
         count = items if items is not None else scenes
-        if master is None:  # a second run at once takes a free port, as a pipeline's does
-            node_endpoint, moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
-            if moved:
-                Console(stderr=True).print(
-                    "the default endpoint is taken (another troupe run?): this run's node listens on "
-                    f"{escape(node_endpoint)}"
-                )
-        else:
-            node_endpoint = endpoint or RUN_NODE_ENDPOINT
         with own_stdout():  # stdout is the report's (--json); what the processes print goes to stderr
-            finish_train(config, out, steps, count, node_endpoint, master, fresh, as_json)
+            finish_train(config, out, steps, count, endpoint, master, fresh, as_json)
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None

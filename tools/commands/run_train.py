@@ -131,14 +131,23 @@ def finish_train(
     out: Path,
     steps: int | None,
     items: int | None,
-    endpoint: str,
+    endpoint: str | None,
     master: str | None,
     fresh: bool,
     as_json: bool,
 ) -> None:
-    """The body of ``troupe run TRAIN.toml``."""
+    """The body of ``troupe run TRAIN.toml``; ``endpoint``: the one given (None: the default,
+    or a free port where it is taken, chosen once the config is checked: its check takes
+    seconds, in which another run may take the default)."""
     from troupe.cli.client import fail, run_async
-    from troupe.cli.preflight import endpoint_problem, endpoint_shape_problem, writable_problem
+    from troupe.cli.preflight import (
+        default_or_free,
+        endpoint_problem,
+        endpoint_shape_problem,
+        writable_problem,
+    )
+
+    from .run import RUN_NODE_ENDPOINT
 
     try:
         cfg = check_train(config, out, steps, items, fresh)
@@ -147,10 +156,19 @@ def finish_train(
     problem = (
         endpoint_shape_problem(master, "--master")
         or writable_problem(out, "--out")
-        or (None if master else endpoint_problem(endpoint, "--endpoint"))
+        or (None if master or endpoint is None else endpoint_problem(endpoint, "--endpoint"))
     )
     if problem:
         raise fail(problem, 2)
+    if master is None:  # a second run at once takes a free port, as a pipeline's does
+        endpoint, moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
+        if moved:
+            Console(stderr=True).print(
+                "the default endpoint is taken (another troupe run?): this run's node listens on "
+                f"{escape(endpoint)}"
+            )
+    else:
+        endpoint = endpoint or RUN_NODE_ENDPOINT
     done = None if fresh else _trained_already(cfg, out, steps)
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
         if as_json:

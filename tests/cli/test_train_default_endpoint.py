@@ -1,0 +1,44 @@
+"""A training run picks its node's default endpoint once its config is checked: the check
+takes seconds, and another run that took the default meanwhile refused this one ("endpoint
+... is in use; pass another --endpoint", an option the user never gave)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from troupe.cli.commands import run as run_command
+from troupe.cli.commands import run_train
+
+
+def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    taken.close()
+    default = f"tcp://127.0.0.1:{port}"
+    monkeypatch.setattr(run_command, "RUN_NODE_ENDPOINT", default)
+    other_run = socket.socket()
+    started: list[Any] = []
+
+    def check_while_another_run_starts(*_: Any, **__: Any) -> Any:
+        other_run.bind(("127.0.0.1", port))  # another troupe run takes the default meanwhile
+        other_run.listen()
+        return SimpleNamespace(train=SimpleNamespace(steps=1))
+
+    monkeypatch.setattr(run_train, "check_train", check_while_another_run_starts)
+    monkeypatch.setattr(run_train, "_trained_already", lambda *_: None)
+    monkeypatch.setattr("troupe.cli.client.run_async", lambda _fn, *args: started.append(args))
+    try:
+        run_train.finish_train(tmp_path / "t.toml", tmp_path / "out", None, None, None, None, False, True)
+    finally:
+        other_run.close()
+    (args,) = started
+    endpoint = args[3]
+    assert endpoint.startswith("tcp://127.0.0.1:") and endpoint != default
