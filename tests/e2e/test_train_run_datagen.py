@@ -25,6 +25,13 @@ def test_generation_and_training_together(tmp_path: Path) -> None:
     assert (out / "data" / "meta" / "info.json").is_file()  # the pipeline finalised its dataset
     assert [Path(c).name for c in report["checkpoints"]][-1] == "step-000000004"
 
+    # The same command again: complete, both halves, and nothing starts (it started a cluster
+    # and said "trained 4 steps: loss -, 0.00 samples/s").
+    code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--items", "4", "--json")
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    again = json.loads(stdout)
+    assert again["already_complete"] is True and again["step"] == 4, again
+
 
 def test_fewer_items_than_the_episodes_training_waits_for_is_refused_before_start(tmp_path: Path) -> None:
     """It generated all its items, then said the ranks never got their min_episodes."""

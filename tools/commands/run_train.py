@@ -199,8 +199,11 @@ def _stopped_line(cfg: Any, out: Path) -> str:
 
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
     """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
-    steps (and no data generation runs beside), else None."""
-    if cfg.datagen is not None:
+    steps (and its data generation, if it has one, finished too), else None."""
+    from troupe.runtime.pipeline.run_dir import RunDir
+
+    resolved = cfg.with_out(out.resolve())
+    if cfg.datagen is not None and not RunDir(Path(resolved.train.dataset).resolve()).is_complete():
         return None
     newest = _newest_checkpoint(cfg, out)
     return newest if newest is not None and newest[0] >= (steps or cfg.train.steps) else None

@@ -215,6 +215,12 @@ class RunDir:
         complete = record.get("complete") if record is not None else None
         return isinstance(complete, dict) and self.still_there(complete)
 
+    def is_complete(self) -> bool:
+        """A run finished here, its outputs still as it wrote them (whatever it was made with)."""
+        record = self._read()
+        complete = record.get("complete") if record is not None else None
+        return isinstance(complete, dict) and self.still_there(complete)
+
     def mark_complete(self, finals: dict[str, Any], made_nothing: bool = False) -> None:
         """Record that every item has its outcome and the stages finalised (``finals``: what
         their ``finalize`` hooks returned; ``made_nothing``: every item died)."""
