@@ -72,6 +72,15 @@ def test_a_cancelled_run_stops_its_replicas_and_gives_its_leases_back(
 
     anyio.run(leases_given_back)
 
+    async def off_the_list() -> None:  # ctl status listed a stopped run until the job's next run
+        with anyio.fail_after(LEASED_WAIT_S):
+            while any(
+                "cancelled" in (w.get("kinds") or []) for w in (await two_nodes.call("status"))["workers"]
+            ):
+                await anyio.sleep(0.1)
+
+    anyio.run(off_the_list)
+
     gate.touch()  # the rerun's items pass; its replicas take the names of the cancelled ones
 
     async def rerun() -> Any:

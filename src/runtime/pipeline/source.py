@@ -429,6 +429,10 @@ class MasterSource:
             async with anyio.create_task_group() as tg:
                 for kind, payload in messages:
                     tg.start_soon(send_unanswered, self.runtime, self.master, kind, payload)
+            # Off the master's list of workers, after its leases went back: a stopped run stayed
+            # listed (ctl status) until the job's next run found it gone.
+            left = {"worker_id": self.worker_id, "pid": os.getpid(), "reason": "run stopped"}
+            await send_unanswered(self.runtime, self.master, "worker_left", left)
         if messages:
             log.info("pipeline_leases_released", job_id=self.job_id, messages=len(messages))
 
