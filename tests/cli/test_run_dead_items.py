@@ -34,6 +34,8 @@ def test_past_three_errors_the_rest_are_counted() -> None:
     lines = command.dead_lines(_result(dead), Path("log"))
     assert sum(line.startswith("dead 1: ") for line in lines) == 3
     assert "dead: 2 other errors" in lines
+    one_more = {f"s-{n}": f"Error{n}: different" for n in range(4)}
+    assert "dead: 1 other error" in command.dead_lines(_result(one_more), Path("log"))
 
 
 def test_pruned_items_and_a_run_with_no_dead_print_nothing() -> None:

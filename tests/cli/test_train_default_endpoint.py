@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from troupe.cli.commands import run as run_command
 from troupe.cli.commands import run_train
 
 
@@ -23,7 +22,6 @@ def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
     port = taken.getsockname()[1]
     taken.close()
     default = f"tcp://127.0.0.1:{port}"
-    monkeypatch.setattr(run_command, "RUN_NODE_ENDPOINT", default)
     other_run = socket.socket()
     started: list[Any] = []
 
@@ -36,7 +34,9 @@ def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
     monkeypatch.setattr(run_train, "_trained_already", lambda *_: None)
     monkeypatch.setattr("troupe.cli.client.run_async", lambda _fn, *args: started.append(args))
     try:
-        run_train.finish_train(tmp_path / "t.toml", tmp_path / "out", None, None, None, None, False, True)
+        run_train.finish_train(
+            tmp_path / "t.toml", tmp_path / "out", None, None, None, None, False, True, default
+        )
     finally:
         other_run.close()
     (args,) = started

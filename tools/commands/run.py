@@ -170,7 +170,7 @@ def run(
             )
         count = items if items is not None else scenes
         with own_stdout():  # stdout is the report's (--json); what the processes print goes to stderr
-            finish_train(config, out, steps, count, endpoint, master, fresh, as_json)
+            finish_train(config, out, steps, count, endpoint, master, fresh, as_json, RUN_NODE_ENDPOINT)
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None

@@ -380,6 +380,7 @@ def dead_lines(result: PipelineResult, log: Path, groups: int = 3, ids: int = 3)
         more = f" and {len(task_ids) - ids} more" if len(task_ids) > ids else ""
         lines.append(f"dead {len(task_ids)}: {error} ({', '.join(task_ids[:ids])}{more})")
     if len(ranked) > groups:
-        lines.append(f"dead: {len(ranked) - groups} other errors")
+        others = len(ranked) - groups
+        lines.append(f"dead: {others} other error{'s' if others > 1 else ''}")
     lines.append(f"every item's error: --json (its errors); their tracebacks: {log}")
     return lines

@@ -135,10 +135,11 @@ def finish_train(
     master: str | None,
     fresh: bool,
     as_json: bool,
+    default_endpoint: str,
 ) -> None:
     """The body of ``troupe run TRAIN.toml``; ``endpoint``: the one given (None: the default,
-    or a free port where it is taken, chosen once the config is checked: its check takes
-    seconds, in which another run may take the default)."""
+    ``default_endpoint``, or a free port where it is taken, chosen once the config is checked:
+    its check takes seconds, in which another run may take the default)."""
     from troupe.cli.client import fail, run_async
     from troupe.cli.preflight import (
         default_or_free,
@@ -146,8 +147,6 @@ def finish_train(
         endpoint_shape_problem,
         writable_problem,
     )
-
-    from .run import RUN_NODE_ENDPOINT
 
     try:
         cfg = check_train(config, out, steps, items, fresh)
@@ -161,14 +160,14 @@ def finish_train(
     if problem:
         raise fail(problem, 2)
     if master is None:  # a second run at once takes a free port, as a pipeline's does
-        endpoint, moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
+        endpoint, moved = default_or_free(endpoint, default_endpoint)
         if moved:
             Console(stderr=True).print(
                 "the default endpoint is taken (another troupe run?): this run's node listens on "
                 f"{escape(endpoint)}"
             )
     else:
-        endpoint = endpoint or RUN_NODE_ENDPOINT
+        endpoint = endpoint or default_endpoint
     done = None if fresh else _trained_already(cfg, out, steps)
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
         if as_json:
