@@ -133,6 +133,10 @@ def test_json_prints_the_lines_unchanged_and_readable_shows_markup_as_text(logs:
 
 
 def test_bad_filter_options_exit_2_naming_them(logs: Path) -> None:
+    """Each in one line, as every other refusal (typer's were a boxed usage message)."""
     out = _tail(logs, "--level", "loud")
     assert out.returncode == 2 and "--level" in out.stderr and "loud" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    missing = _tail(logs.parent / "no-such-dir")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "--logs" in missing.stderr and "is not a directory" in missing.stderr

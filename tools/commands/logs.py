@@ -203,27 +203,23 @@ def tail(
     keys: KeysOption = None,
 ) -> None:
     """Show the last lines of every node's log, then follow them all (Ctrl-C to stop)."""
+    # Refusals are one line, exit 2, as everywhere else (typer's were a boxed usage message).
     if lines < 0:
-        raise typer.BadParameter(f"{lines} is negative; give 0 or more lines", param_hint="'-n'")
+        raise fail(f"-n: {lines} is negative; give 0 or more lines", 2)
     try:
         keep = LogFilter.from_options(node or (), actor or (), task or (), level)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--level'") from None
+        raise fail(f"--level: {exc}", 2) from None
     show = _Printer(as_json)
     if master and log_dir is not None and master != os.environ.get("TROUPE_MASTER"):
-        raise typer.BadParameter(
-            f"--master {master} follows the cluster live, --logs {log_dir} reads files: give one",
-            param_hint="'--master' / '--logs'",
-        )
+        raise fail(f"--master {master} follows the cluster live, --logs {log_dir} reads files: give one", 2)
     if master and log_dir is None:
         use_keys(keys)  # a reader key is enough: the stream and log_recent only read
         _tail_cluster(master, follow, lines, keep, show)
         return
     log_dir = log_dir if log_dir is not None else Path("logs")
     if not log_dir.is_dir():
-        raise typer.BadParameter(
-            f"{log_dir} is not a directory; pass the node's --logs directory", param_hint="'--logs'"
-        )
+        raise fail(f"--logs: {log_dir} is not a directory; pass the node's --logs directory", 2)
     _tail_files(log_dir, follow, lines, keep, show)
 
 
