@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -46,6 +47,28 @@ def test_train_vae_writes_a_checkpoint_that_encodes(run: Path, tmp_path: Path) -
     assert latents.shape == (1, 4, 2, 4, 4) and torch.isfinite(latents).all()
     info = CliRunner().invoke(app, ["models", "info", str(out)])
     assert info.exit_code == 0 and vae.fingerprint() in info.output and "base_channels = 4" in info.output
+
+
+def test_train_vae_stopped_says_where_and_writes_nothing(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C mid-training: exit 130 with a line naming the step reached and that nothing was
+    written (it exited 130 saying nothing, the steps done gone without a word)."""
+    from troupe.actors.training import vae_training
+
+    def interrupted(*_: object, on_progress: Any, **__: object) -> Any:
+        for step in (1, 2, 3):
+            on_progress(step, {"loss": 1.0, "recon": 1.0})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vae_training, "train_vae", interrupted)
+    out = tmp_path / "vae.pt"
+    result = CliRunner().invoke(
+        app, ["models", "train-vae", str(run), "--out", str(out), "--steps", "50", *TINY]
+    )
+    assert result.exit_code == 130, result.output
+    assert "stopped at step 3/50: nothing written" in " ".join(result.output.split())
+    assert not out.exists()
 
 
 def test_train_vae_json(run: Path, tmp_path: Path) -> None:

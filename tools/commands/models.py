@@ -170,8 +170,10 @@ def train_vae_command(
         torch.set_num_threads(threads)
 
     every = max(1, steps // 20)
+    reached = [0]  # the last step done, for a stop's line
 
     def progress(step: int, values: dict[str, float]) -> None:
+        reached[0] = step
         if not as_json and (step % every == 0 or step == steps):
             console.print(
                 f"step {step}/{steps}  loss {values['loss']:.5f}  recon {values['recon']:.5f}",
@@ -188,6 +190,14 @@ def train_vae_command(
         vae, figures = train_vae(dataset, config, steps, batch_size, lr=lr, seed=seed, on_progress=progress)
     except ValueError as exc:
         raise fail(str(exc), 2) from None
+    except KeyboardInterrupt:  # Ctrl-C: said, as every stopped command says what it left
+        Console(stderr=True).print(
+            f"stopped at step {reached[0]}/{steps}: nothing written (--out is written once, at the "
+            "end); the same command trains again from the start",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
     tmp = tmp_path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
