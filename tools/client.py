@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import typer
@@ -46,10 +49,32 @@ def endpoint_option(param: typer.CallbackParam, value: str | None) -> str | None
     anything connects (it crashed the connect with a traceback)."""
     if value is None:
         return None
+    option = param.opts[0] if param.opts else param.name
     try:
-        return check_endpoint(value)
+        check_endpoint(value)
     except ValueError as exc:
-        raise fail(f"{param.opts[0] if param.opts else param.name}: {exc}", 2) from None
+        raise fail(f"{option}: {exc}", 2) from None
+    unresolved = _unresolved_host(value)
+    if unresolved is not None:  # it said "no node answers", as if the host were down
+        raise fail(f"{option}: {value}: {unresolved}", 2)
+    return value
+
+
+def _unresolved_host(endpoint: str) -> str | None:
+    """Why the host of a tcp ``endpoint`` names no address (a typo in a host name), or None."""
+    host = urlsplit(endpoint).hostname
+    if not host or host in ("*", "localhost") or urlsplit(endpoint).scheme != "tcp":
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"the host name {host!r} does not resolve ({exc}); check its spelling"
+    return None
 
 
 def seconds_option(param: typer.CallbackParam, value: float | None) -> float | None:

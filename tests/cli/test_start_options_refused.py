@@ -82,6 +82,16 @@ def test_ctl_refuses_an_endpoint_past_port_65535(command: list[str]) -> None:
     assert "must be tcp://HOST:PORT (PORT 1-65535)" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("command", [["ctl", "ping", "--node"], ["ctl", "jobs", "--master"]])
+def test_ctl_says_a_host_name_that_does_not_resolve(command: list[str]) -> None:
+    """A typo in a host name (``.invalid`` never resolves): said as such, one line, exit 2; it
+    said no node answers there, as if the host were down."""
+    done = troupe(*command, "tcp://nosuchhost.invalid:17470")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "the host name 'nosuchhost.invalid' does not resolve" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 @pytest.mark.parametrize("timeout", ["-1", "0", "nan"])
 def test_ctl_refuses_a_timeout_that_is_no_time(timeout: str) -> None:
     done = troupe("ctl", "ping", "--timeout", timeout)
