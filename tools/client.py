@@ -62,8 +62,9 @@ def endpoint_option(param: typer.CallbackParam, value: str | None) -> str | None
 
 def _unresolved_host(endpoint: str) -> str | None:
     """Why the host of a tcp ``endpoint`` names no address (a typo in a host name), or None."""
-    host = urlsplit(endpoint).hostname
-    if not host or host in ("*", "localhost") or urlsplit(endpoint).scheme != "tcp":
+    parts = urlsplit(endpoint)
+    host = parts.hostname
+    if parts.scheme != "tcp" or not host or host in ("*", "localhost"):
         return None
     try:
         ipaddress.ip_address(host)

@@ -47,6 +47,7 @@ import structlog
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import JobCancelled, PeerLost, ProtocolError, StageFailed, TroupeError, Unreachable
 from troupe.runtime.placement import Host
+from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .config import PipelineConfig
 from .hosts import EngineHosts
@@ -300,7 +301,7 @@ class PipelineEngine(ReplicaPool):
         if not self._outputs_listed:
             return
         name, start = self.config.name, self.config.seed_start
-        ids = (f"{name}-{i:06d}" for i in range(self.config.items))
+        ids = (generated_task_id(name, i) for i in range(self.config.items))
         lost = sorted(await self.source.ended_ok(t for t in ids if t not in self._committed))
         if not lost:
             return

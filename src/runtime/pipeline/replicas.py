@@ -159,8 +159,7 @@ class ReplicaPool:
                 slow.cancel()
             spawned = True
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
-            node = _taught_node(self.runtime, name, record)
-            outbox_at = _actor_endpoint(record, "outbox") if node else ""
+            node, outbox_at = _taught(self.runtime, name, record)
             ref = self.runtime.ref(f"{node}/{name}/stage" if node else f"{name}/stage")
             info = await _stage_info(ref)  # resolves and connects
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
@@ -215,21 +214,15 @@ class ReplicaPool:
         for people: a constructor that waits (for a device, a licence server) looked like a run
         that hangs, silently."""
         with scope:
-            await self._say_slow_start_lines(stage, name, asked)
-
-    async def _say_slow_start_lines(self, stage: StageState, name: str, asked: float) -> None:
-        while True:
-            await anyio.sleep(_SLOW_START_S)
-            line = (
-                f"replica {name} of stage {stage.cfg.name} has been starting for "
-                f"{time.monotonic() - asked:.0f} s (its imports or its constructor); it is given up at "
-                f"{_START_S:.0f} s"
-            )
-            log.warning(
-                "replica_start_slow", stage=stage.cfg.name, replica=name, waited_s=time.monotonic() - asked
-            )
-            if self.on_event is not None:
-                self.on_event(line)
+            while True:
+                await anyio.sleep(_SLOW_START_S)
+                waited = time.monotonic() - asked
+                log.warning("replica_start_slow", stage=stage.cfg.name, replica=name, waited_s=waited)
+                if self.on_event is not None:
+                    self.on_event(
+                        f"replica {name} of stage {stage.cfg.name} has been starting for {waited:.0f} s "
+                        f"(its imports or its constructor); it is given up at {_START_S:.0f} s"
+                    )
 
     async def _start_again(
         self, stage: StageState, name: str, host: Host | None, exc: TroupeError, spawned: bool
@@ -482,25 +475,20 @@ async def _stage_info(ref: ActorRef) -> Any:
             await anyio.sleep(0.1)
 
 
-def _taught_node(runtime: Runtime, name: str, record: Any) -> str:
-    """The node's name from its answer to ``spawn_worker``, with the worker's actors' endpoints
-    taught to ``runtime``'s directory; "" where the answer lacks them. A cluster's directory
-    (the master) hears of a new worker only with its node's next beat, up to a second later:
-    asked first, it made every replica a run started on a cluster wait for that beat."""
-    if not isinstance(record, dict):
-        return ""
-    node, endpoints = record.get("node"), record.get("actor_endpoints")
+def _taught(runtime: Runtime, name: str, record: Any) -> tuple[str, str]:
+    """The node's name and the worker's outbox endpoint ("" for either it lacks) from the
+    node's answer to ``spawn_worker``, with the worker's actors' endpoints taught to
+    ``runtime``'s directory. A cluster's directory (the master) hears of a new worker only with
+    its node's next beat, up to a second later: asked first, it made every replica a run
+    started on a cluster wait for that beat."""
+    node = record.get("node") if isinstance(record, dict) else None
+    endpoints = record.get("actor_endpoints") if isinstance(record, dict) else None
     if not isinstance(node, str) or not node or not isinstance(endpoints, dict):
-        return ""
+        return "", ""
     if not isinstance(endpoints.get("stage"), str):
-        return ""
+        return "", ""
     for actor, endpoint in endpoints.items():
         if isinstance(actor, str) and isinstance(endpoint, str):
             runtime.directory.learn(f"{node}/{name}/{actor}", endpoint)
-    return node
-
-
-def _actor_endpoint(record: dict[str, Any], actor: str) -> str:
-    """The endpoint of the worker's ``actor`` in its node's answer to ``spawn_worker`` ("": none)."""
-    endpoint = record.get("actor_endpoints", {}).get(actor)
-    return endpoint if isinstance(endpoint, str) else ""
+    outbox = endpoints.get("outbox")
+    return node, outbox if isinstance(outbox, str) else ""

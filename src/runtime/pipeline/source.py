@@ -24,6 +24,7 @@ import structlog
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, TroupeError, UnknownMessageType, UnknownWorker, Unreachable
+from troupe.runtime.tasks.jobspec import generated_task_id
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
 
@@ -107,7 +108,7 @@ class LocalSource:
     def take(self, n: int) -> list[SourceItem]:
         out = []
         while n > 0 and self._next < self.count:
-            out.append(SourceItem(f"{self.name}-{self._next:06d}", self.seed_start + self._next))
+            out.append(SourceItem(generated_task_id(self.name, self._next), self.seed_start + self._next))
             self._next += 1
             n -= 1
         return out
@@ -258,6 +259,7 @@ class MasterSource:
         try:
             await self._lease_loop(wake)
         finally:
+            self._ending = None  # the lease loop's task group is closed: nothing more starts there
             if answers:
                 self.runtime.unregister_control("cancel_lease")
         if self.master_outlives_run and self._halted is None:  # off the master's list
@@ -276,12 +278,6 @@ class MasterSource:
             wake()
 
     async def _lease_loop(self, wake: Callable[[], None]) -> None:
-        try:
-            await self._leasing(wake)
-        finally:
-            self._ending = None  # its task group is closed: nothing more starts there
-
-    async def _leasing(self, wake: Callable[[], None]) -> None:
         async with anyio.create_task_group() as tg:
             self._ending = (tg, wake)
             tg.start_soon(self._renew_loop)

@@ -55,7 +55,13 @@ from troupe.runtime.errors import ConfigError
 
 from .state import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
 
-__all__ = ["JobSpec", "TaskEntry", "check_job_id", "load_job", "parse_job"]
+__all__ = ["JobSpec", "TaskEntry", "check_job_id", "generated_task_id", "load_job", "parse_job"]
+
+
+def generated_task_id(prefix: str, index: int) -> str:
+    """The id of the ``index``-th task of a job of ``count`` tasks (or of a pipeline's items)."""
+    return f"{prefix}-{index:06d}"
+
 
 MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -128,7 +134,10 @@ class JobSpec:
         if self.count is not None:
             refs, needs, start = dict(self.refs), self.needs, self.seed_start
             prefix = job_id or self.name
-            return [TaskSpec(f"{prefix}-{i:06d}", kind, start + i, refs, needs) for i in range(self.count)]
+            return [
+                TaskSpec(generated_task_id(prefix, i), kind, start + i, refs, needs)
+                for i in range(self.count)
+            ]
         return [
             TaskSpec(e.task_id, e.kind or kind, e.seed, e.refs, e.needs, e.locality) for e in self.entries
         ]
@@ -372,7 +381,7 @@ class _Parser:
             if not isinstance(item, dict):
                 self.fail(f"{where} must be a table, got {short_repr(item)}")
             self.keys(item, _TASK_KEYS, where)
-            task_id = self.ident(item, "id", where) if "id" in item else f"{name}-{i:06d}"
+            task_id = self.ident(item, "id", where) if "id" in item else generated_task_id(name, i)
             if task_id in seen:
                 self.fail(
                     f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "

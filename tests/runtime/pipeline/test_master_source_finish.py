@@ -8,46 +8,14 @@ import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
-from support.master_source_run import RuntimeControls, take_and_settle
+from support.master_source_run import JobMaster, take_and_settle
 from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
 
 
-class _FakeMaster(RuntimeControls):
-    """Answers a MasterSource's control calls as a master with one job of ``tasks`` tasks."""
-
-    node = "n"
-    address = "tcp://127.0.0.1:1"
-
-    def __init__(self, tasks: int) -> None:
-        super().__init__()
-        self.todo = [
-            {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0}
-            for i in range(tasks)
-        ]
-        self.completed: list[str] = []
-        self.tasks = tasks
-
-    async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
-        if msg_type == "request_task":
-            if not self.todo:
-                await anyio.sleep(float(payload["wait_s"]))  # held, as the master holds it
-                return {"leases": []}
-            granted, self.todo = self.todo[: payload["free_slots"]], self.todo[payload["free_slots"] :]
-            return {"leases": granted}
-        if msg_type == "complete":
-            self.completed.append(payload["task_id"])
-            return {"outcome": "completed"}
-        if msg_type == "wait_job":
-            return {"state": "done" if len(self.completed) == self.tasks else "running"}
-        if msg_type == "dead":
-            return []
-        return {}
-
-
 async def test_the_last_reports_go_at_once_and_the_run_ends() -> None:
-    master = _FakeMaster(tasks=2)
+    master = JobMaster(tasks=2)
     # A report window far longer than the test's bound: waiting it out would fail the test.
     source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
     await take_and_settle(source, 2)
@@ -59,7 +27,7 @@ async def test_the_last_item_settled_during_a_report_window_closes_it() -> None:
     """An item's end opens a window for others to join its report while a lease is still out;
     when that last lease's item ends inside the window, nothing more can join: the reports go
     at once (the run's finalisation waited out the window for them)."""
-    master = _FakeMaster(tasks=2)
+    master = JobMaster(tasks=2)
     source = MasterSource(master, "m", "job", slots=2, poll_s=0.05, report_window_s=3600.0)  # type: ignore[arg-type]
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -77,7 +45,7 @@ async def test_the_last_item_settled_during_a_report_window_closes_it() -> None:
     assert source.exhausted()
 
 
-class _DeadLetteringMaster(_FakeMaster):
+class _DeadLetteringMaster(JobMaster):
     """A master whose one task is dead-lettered at its first failure; its answer to ``dead``
     waits for ``answer_dead`` (a master busy elsewhere)."""
 

@@ -7,43 +7,26 @@ from typing import Any
 
 import pytest
 
-from support.master_source_run import RuntimeControls, take_and_settle
+from support.master_source_run import JobMaster, take_and_settle
 from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline.source import MasterSource
 
 pytestmark = pytest.mark.anyio
 
 
-class _SilentThenBack(RuntimeControls):
-    """Answers a MasterSource as a master with one job of two tasks, after ``silent`` calls that
-    time out (whatever they ask: a master that is down answers nothing)."""
-
-    node = "n"
-    address = "tcp://127.0.0.1:1"
+class _SilentThenBack(JobMaster):
+    """A master with one job of two tasks, after ``silent`` calls that time out (whatever they
+    ask: a master that is down answers nothing)."""
 
     def __init__(self, silent: int) -> None:
-        super().__init__()
+        super().__init__(tasks=2)
         self.silent = silent
-        self.todo = [
-            {"task_id": f"t{i}", "lease_id": i + 1, "seed": i, "attempt": 1, "ttl": 60.0} for i in range(2)
-        ]
-        self.completed: list[str] = []
 
     async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
         if self.silent:
             self.silent -= 1
             raise AskTimeout(f"no reply to {msg_type!r} from {master} within {timeout}s")
-        if msg_type == "request_task":
-            granted, self.todo = self.todo, []
-            return {"leases": granted}
-        if msg_type == "complete":
-            self.completed.append(payload["task_id"])
-            return {"outcome": "completed"}
-        if msg_type == "wait_job":
-            return {"state": "done" if len(self.completed) == 2 else "running"}
-        if msg_type == "dead":
-            return []
-        return {}
+        return await super().control(master, msg_type, payload, timeout=timeout)
 
 
 async def test_a_silent_master_is_said_once_and_its_return_once() -> None:
