@@ -133,7 +133,8 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
 ) -> None:
     """``troupe run --cluster --nodes 2 --json`` reports where each replica ran and the bytes
     through the engine; a stage whose tags no node offers exits 2, naming the stage and the
-    tags, before any item runs; too few nodes is refused naming how many answered."""
+    tags, before any item runs (neither refusal makes its --out); too few nodes is refused
+    naming how many answered."""
     good = _pipeline_toml(tmp_path / "good.toml", "cli-placed", ["store"])
     done = _troupe("run", str(good), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint,
                    "--nodes", "2", "--json")  # fmt: skip
@@ -143,6 +144,8 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     assert set(_replicas_of(report["placement"], "store").values()) == {"na"}, report["placement"]
     assert 0 < report["engine_bytes_per_item"] < METADATA_MOST
     assert report["restarted"] == 0
+    log = (tmp_path / "out" / "logs" / "local.jsonl").read_text(encoding="utf-8")
+    assert "pipeline_job_finished" in log, log[-2000:]  # the run's log, held until the master took it
 
     # The job keeps its --out: run again into another, it would finish a second, partial dataset.
     elsewhere = _troupe("run", str(good), "--out", str(tmp_path / "out3"), "--cluster", two_nodes.endpoint)
@@ -150,6 +153,7 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     said = elsewhere.stdout + elsewhere.stderr
     assert f"writes to --out {tmp_path / 'out'} (8 of 8 tasks ended there)" in said, said
     assert "Traceback" not in said
+    assert not (tmp_path / "out3").exists()  # refused: nothing made there (it had got a log)
 
     nowhere = _pipeline_toml(tmp_path / "nowhere.toml", "cli-nowhere", ["gpu-box"])
     refused = _troupe("run", str(nowhere), "--out", str(tmp_path / "out2"), "--cluster", two_nodes.endpoint)
@@ -157,6 +161,7 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     said = refused.stdout + refused.stderr
     assert "stages.store" in said and "gpu-box" in said, said
     assert "Traceback" not in said
+    assert not (tmp_path / "out2").exists()
 
     async def too_few() -> None:
         async with connect(two_nodes.endpoint) as rt:

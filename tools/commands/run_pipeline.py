@@ -29,7 +29,6 @@ from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.cli.stop_signals import lines_above
 from troupe.cli.tables import print_whole
-from troupe.runtime.logs import configure_logging
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
@@ -190,11 +189,9 @@ async def _finish_run(
     declared = declared_config(config, items)
     if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
         RunDir(out).check(fingerprint(declared), fresh)
-        # The run logs to --out/logs itself once its checks pass (the stage classes, in the
-        # template it starts first): a class that does not import leaves --out as it was.
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        configure_logging("local", "run", out / "logs", console=False)
+    # The run logs to --out/logs itself once its checks pass (the stage classes, in the
+    # template it starts first; on a cluster, the master's job and the stages' placement): a
+    # refused run leaves --out as it was.
     progress = Progress(
         TextColumn("{task.description:>8}"),
         BarColumn(),

@@ -185,8 +185,10 @@ async def run_pipeline(
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         log_dir = plan.log_dir
-        if held is not None:
-            held.write_to(log_dir)
+        if cluster is None:  # on a cluster: once the master took the run (below)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            if held is not None:
+                held.write_to(log_dir)
         if plan.complete is not None:
             return _already_complete(plan.complete)
         failed: StageFailed | None = None
@@ -208,6 +210,8 @@ async def run_pipeline(
             )
         )
         async with _lone_error_raised(), where as running:
+            if held is not None and cluster is not None:
+                held.write_to(log_dir)
             if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
                 on_event(
                     f"{node_endpoint} was taken as the run started (another troupe run?): this run's "
@@ -395,7 +399,6 @@ def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str |
     if complete is not None and run_dir is not None and not run_dir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
     log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
     return _Plan(cfg, resolved, out_dir, run_dir, log_dir, complete)
 
 
