@@ -63,3 +63,44 @@ def test_a_run_that_made_something_exits_0(tmp_path: Path) -> None:
     code, stdout, stderr = _run(config, tmp_path / "out", "--json")
     assert code == 0, stdout[-2000:] + stderr[-2000:]
     assert json.loads(stdout)["made_nothing"] is False
+
+
+MIXED = """
+[pipeline]
+name = "mixed"
+items = 8
+max_attempts = 1
+
+[[stages]]
+name = "first"
+actor = "support.hook_stages:RecordingStage"
+kwargs = {{ log = "{log}", prune_every = 4 }}
+
+[[stages]]
+name = "second"
+actor = "support.hook_stages:FailingSeedStage"
+kwargs = {{ every = 3 }}
+"""
+
+
+def test_a_rerun_that_finds_the_run_complete_counts_its_items(tmp_path: Path) -> None:
+    """Found complete, a rerun reports how the job's items ended (they were all 0 in --json)
+    and says how many died, where their errors are, and what runs them again."""
+    config = tmp_path / "mixed.toml"
+    config.write_text(MIXED.format(log=tmp_path / "first.jsonl"), encoding="utf-8")
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(config, out, "--json")
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    # Seeds 0 and 4 pruned by the first stage; 3 and 6 die in the second; 1, 2, 5, 7 ok.
+    expected = {"ok": 4, "pruned": 2, "dead": 2, "kept": 0}
+    assert json.loads(stdout)["items"] == expected
+    code, stdout, stderr = _run(config, out, "--json")
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    again = json.loads(stdout)
+    assert again["already_complete"] is True and again["items"] == expected
+    code, stdout, stderr = _run(config, out)
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    said = " ".join(stdout.split())
+    assert "already complete" in said
+    log = out / "logs" / "local.jsonl"
+    assert f"2 of its 8 items died (their errors: {log}); --fresh runs all again" in said

@@ -291,6 +291,11 @@ async def _finish_run(
     elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
         console.print(f"already complete: {escape(done)}", soft_wrap=True)
+        counts = result.counts()
+        if counts["dead"] and not result.made_nothing:  # which says it below
+            ended, log = sum(counts.values()), out / "logs" / "local.jsonl"
+            said = f"{counts['dead']} of its {ended} items died (their errors: {log}); --fresh runs all again"
+            console.print(escape(said), soft_wrap=True)
     else:
         if result.outcomes or result.kept:
             _report(result, before, out)

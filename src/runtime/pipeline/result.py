@@ -80,6 +80,8 @@ class PipelineResult:
             made nothing (recorded with the run, so a rerun that finds it complete says so too).
         remade: items that earlier runs had ended ok whose outputs were gone (deleted since):
             this run made them again (among ``ok``).
+        ended: with ``already_complete``, the job's items by how they ended (``ok``, ``pruned``,
+            ``dead``), every run's, as the run that finished it recorded them: ``counts``.
     """
 
     metrics: PipelineMetrics
@@ -99,6 +101,7 @@ class PipelineResult:
     restarted: int = 0
     made_nothing: bool = False
     remade: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
 
     def earlier_runs(self, recorded: int) -> str:
         """The closing line's words on earlier runs (empty when there were none): ``recorded``,
@@ -121,8 +124,11 @@ class PipelineResult:
         return self.engine_bytes / ran if ran else 0.0
 
     def counts(self) -> dict[str, int]:
-        """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``)."""
+        """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``): in this run,
+        or, found already complete, in every run of the job (``ended``)."""
         out = {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}
+        if self.already_complete:
+            return {**out, **{k: v for k, v in self.ended.items() if k in out}}
         for outcome in self.outcomes.values():
             out[outcome] = out.get(outcome, 0) + 1
         return out

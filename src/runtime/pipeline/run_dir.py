@@ -221,14 +221,18 @@ class RunDir:
         complete = record.get("complete") if record is not None else None
         return isinstance(complete, dict) and self.still_there(complete)
 
-    def mark_complete(self, finals: dict[str, Any], made_nothing: bool = False) -> None:
+    def mark_complete(
+        self, finals: dict[str, Any], made_nothing: bool = False, items: dict[str, int] | None = None
+    ) -> None:
         """Record that every item has its outcome and the stages finalised (``finals``: what
-        their ``finalize`` hooks returned; ``made_nothing``: every item died)."""
+        their ``finalize`` hooks returned; ``made_nothing``: every item died; ``items``: the
+        job's items by how they ended, every run's, for a rerun that finds it complete)."""
         record = self._read() or {}
         record["complete"] = {
             "finals": finals,
             "out": str(self.out),
             "made_nothing": made_nothing,
+            "items": items or {},
             "stats": _output_stats(finals),
         }
         try:

@@ -55,6 +55,7 @@ from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
+from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
 from troupe.runtime.transports.loopback import free_endpoint
 
@@ -250,6 +251,7 @@ async def run_pipeline(
                 result = await engine.run()
             except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
                 failed = exc
+            ended = _job_items(running.book, cfg.name) if running.book is not None and not failed else None
         if failed is not None:
             raise failed
         counts = result.counts()
@@ -257,7 +259,7 @@ async def run_pipeline(
             result, made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values())
         )
         if run_dir is not None:
-            run_dir.mark_complete(result.finals, result.made_nothing)
+            run_dir.mark_complete(result.finals, result.made_nothing, ended)
         return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
 
 
@@ -431,6 +433,8 @@ def _check_no_out(cfg: PipelineConfig) -> None:
 
 def _already_complete(complete: dict[str, Any]) -> PipelineResult:
     finals = complete.get("finals")
+    items = complete.get("items")
+    items = items if isinstance(items, dict) else {}  # a record written before runs kept them
     metrics = PipelineMetrics((), 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, "")
     return PipelineResult(
         metrics,
@@ -439,7 +443,19 @@ def _already_complete(complete: dict[str, Any]) -> PipelineResult:
         finals=dict(finals) if isinstance(finals, dict) else {},
         already_complete=True,
         made_nothing=complete.get("made_nothing") is True,
+        ended={k: v for k, v in items.items() if isinstance(v, int) and v >= 0},
     )
+
+
+def _job_items(book: TaskBook, job_id: str) -> dict[str, int]:
+    """The job's items by how they ended, every run's (the master's book): ``ok``, ``pruned``
+    (done, their result ref says which; those compacted away count as ok) and ``dead``."""
+    ends = book.result_counts(job_id)
+    return {
+        "ok": ends.get("ok", 0) + ends.get("compacted", 0),
+        "pruned": ends.get("pruned", 0),
+        "dead": ends.get("dead", 0),
+    }
 
 
 @dataclass
@@ -450,6 +466,7 @@ class _Cluster:
     source: ItemSource | None
     before: int
     hosts: EngineHosts | None = None
+    book: TaskBook | None = None  # the master's, where it runs here
 
 
 @asynccontextmanager
@@ -529,7 +546,8 @@ async def _cluster(
                         if master
                         else (None, 0)
                     )
-                    yield _Cluster(rt, node, local_node, source, before)
+                    here = local_master.book if local_master is not None else None
+                    yield _Cluster(rt, node, local_node, source, before, book=here)
             finally:
                 with anyio.CancelScope(shield=True):
                     if local_node is not None:

@@ -616,6 +616,28 @@ class TaskTables:
                 done[task_id] = t.result_ref or ""
         return done
 
+    def result_counts(self, job_id: str) -> dict[str, int]:
+        """How a job's tasks ended: ``dead`` and ``cancelled``, and the done ones by their result
+        ref (a pipeline's ``ok`` and ``pruned``); those the journal compacted away are counted
+        as ``compacted`` (their refs are gone). Tasks not ended are left out.
+
+        Raises:
+            TaskError: no such job.
+        """
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise TaskError(f"unknown job {job_id!r}")
+        counts: dict[str, int] = {"compacted": job.compacted} if job.compacted else {}
+        for t in job.tasks:
+            if t.state is TaskState.DONE:
+                end = t.result_ref or ""
+            elif t.state in (TaskState.DEAD, TaskState.CANCELLED):
+                end = str(t.state)
+            else:
+                continue
+            counts[end] = counts.get(end, 0) + 1
+        return counts
+
     def task(self, task_id: str) -> TaskInfo:
         """Return one task as the book sees it now.
 

@@ -67,13 +67,14 @@ def test_a_new_directory_is_recorded_then_resumed_then_complete(tmp_path: Path) 
     assert run.prepare(_made_with(items=8), fresh=False) is None  # resumed: not complete yet
     made = tmp_path / "out" / "made.bin"
     made.write_bytes(b"12345")
-    run.mark_complete({"store": {"episodes": 7, "outputs": [str(made)]}})
+    run.mark_complete({"store": {"episodes": 7, "outputs": [str(made)]}}, items={"ok": 7, "dead": 1})
     complete = run.prepare(_made_with(items=8), fresh=False)
     st = made.stat()
     assert complete == {
         "finals": {"store": {"episodes": 7, "outputs": [str(made)]}},
         "out": str(tmp_path / "out"),
         "made_nothing": False,
+        "items": {"ok": 7, "dead": 1},
         "stats": {str(made): [5, st.st_mtime_ns]},
     }
     assert run.still_there(complete)
