@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from support.cluster import ctl
-from troupe.runtime import AskTimeout, PeerLost, RemoteError
+from troupe.runtime import AskTimeout, ConfigError, PeerLost, RemoteError
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import ChaosEvent, Cluster, reap, start_cluster
 
@@ -304,6 +304,31 @@ async def test_partition_refuses_traffic_until_healed(cluster: Cluster) -> None:
         healed = await cluster.heal("w-relay")
         assert sum(healed["workers"]["w-relay"]["refused"].values()) >= 1
         assert await relay.ask("relay", "whole again") == "whole again"
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "named"),
+    [
+        ("crash", {"probabilty": 0.1}, "probabilty not allowed"),  # it fired on every message
+        ("drop", {"message_typ": "echo"}, "message_typ not allowed"),
+        ("slow", {"seconds": 0.1, "cnt": 1}, "cnt not allowed"),
+        ("crash", {"peers": ["w-relay"]}, "peers not allowed"),
+        ("kill", {"after": 3, "count": 1}, "after, count not allowed: kill is a SIGKILL"),  # killed at once
+    ],
+)
+async def test_a_fault_option_misspelled_or_not_the_kinds_is_refused(
+    cluster: Cluster, kind: str, options: dict[str, Any], named: str
+) -> None:
+    """An option a fault does not take is refused, naming it, and nothing is armed or killed:
+    dropped, a typo'd ``probabilty`` armed a crash that fired on every message."""
+    await _settled(cluster)
+    before = await cluster.worker("w-echo")
+    with pytest.raises(ConfigError, match=named):
+        await cluster.chaos(kind, "w-echo", **options)
+    async with cluster.client() as rt:
+        assert await rt.ref("w-echo/echo").ask("echo", "still") == "still"
+    assert (await cluster.worker("w-echo"))["pid"] == before["pid"]
+    assert (await cluster.heal("w-echo"))["workers"]["w-echo"]["fired"] == {}
 
 
 HEAL_AT_S = 2.0  # the crash's window: an ask made once the crash is in lands inside it

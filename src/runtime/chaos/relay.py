@@ -43,7 +43,7 @@ __all__ = ["ChaosRelay", "KillNotes"]
 
 log = structlog.get_logger(__name__)
 
-_SPEC_KEYS = ("seconds", "probability", "count", "after", "message_type")
+_ADDRESSING = ("kind", "target", "seed")  # what the fault is and where; the rest is its spec
 _RELAY_TIMEOUT_S = 2.0
 
 
@@ -77,15 +77,23 @@ class ChaosRelay:
         """The ``chaos`` control: inject the fault ``payload`` describes (see the module)."""
         p = ControlPayload("chaos", payload)  # e.g. {"kind": "kill", "target": "w-echo"}
         kind, target, seed = p.require("kind", str), p.optional("target", str, ""), p.optional("seed", int)
+        # Every option given goes to the spec's check: one dropped here (a typo, ``probabilty``)
+        # would arm the fault without it, to fire on every message.
+        given = {
+            str(k): v for k, v in p.fields.items() if k not in _ADDRESSING and v is not None and v != []
+        }
         if kind == FaultKind.KILL.value:
+            if given:
+                raise ConfigError(
+                    f"chaos kill: field(s) {', '.join(sorted(given))} not allowed: kill is a SIGKILL "
+                    "sent by the node at once; a fault that fires on a message is crash"
+                )
             return self._kill(target)
         targets = self._targets(target)
-        spec: dict[str, Any] = {"kind": kind}
+        spec: dict[str, Any] = {"kind": kind, **given}
         if kind == FaultKind.PARTITION.value:
             peers = p.optional("peers", list, [])
             spec["peers"] = sorted({e for peer in peers for e in self._peer_endpoints(str(peer))})
-        else:
-            spec.update({k: p.fields[k] for k in _SPEC_KEYS if p.fields.get(k) is not None})
         FaultSpec.from_dict(spec, f"chaos {kind}")  # refuse a bad spec before any worker sees it
         results: dict[str, Any] = {}
         for handle, actor in targets:
