@@ -79,9 +79,7 @@ class ChaosRelay:
         kind, target, seed = p.require("kind", str), p.optional("target", str, ""), p.optional("seed", int)
         # Every option given goes to the spec's check: one dropped here (a typo, ``probabilty``)
         # would arm the fault without it, to fire on every message.
-        given = {
-            str(k): v for k, v in p.fields.items() if k not in _ADDRESSING and v is not None and v != []
-        }
+        given = {str(k): v for k, v in p.fields.items() if k not in _ADDRESSING and v is not None and v != []}
         if kind == FaultKind.KILL.value:
             if given:
                 raise ConfigError(
