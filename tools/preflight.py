@@ -23,7 +23,7 @@ from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.loading import check_node_actors
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
-from troupe.runtime.node.config import NodeConfig, check_endpoint, load_node_config
+from troupe.runtime.node.config import NodeConfig, check_endpoint, is_loopback, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.transports.loopback import free_endpoint
@@ -39,6 +39,7 @@ __all__ = [
     "default_or_free",
     "endpoint_problem",
     "endpoint_shape_problem",
+    "loopback_problem",
     "metrics_problem",
     "writable_problem",
 ]
@@ -89,6 +90,22 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
                 return f"endpoint {endpoint} is in use (another troupe {who}?); pass another {option}"
             return f"endpoint {endpoint} cannot be bound ({exc.strerror}); pass another {option}"
     return None
+
+
+def loopback_problem(endpoint: str, option: str, what: str) -> str | None:
+    """Why ``what`` (a one-host run, the demo), which takes no CURVE keys, cannot listen at
+    ``endpoint``: off loopback, anyone who reaches it could give its node orders. None when it
+    may (a malformed endpoint is :func:`endpoint_problem`'s to say)."""
+    try:
+        if is_loopback(endpoint):
+            return None
+    except ValueError:
+        return None
+    return (
+        f"{option} {endpoint} is not on loopback: {what} listens on this host only (127.0.0.1, "
+        "::1), with no keys to authenticate peers; for other hosts start a master and nodes "
+        "with --keys (troupe master start, troupe node start) and run with --cluster"
+    )
 
 
 def default_or_free(endpoint: str | None, default: str) -> tuple[str, bool]:
@@ -189,6 +206,8 @@ def check_run(
         RunDir(out).in_use_problem(),
         endpoint_problem(endpoint, "--endpoint"),
         endpoint_problem(master, "--master", "master"),
+        loopback_problem(endpoint, "--endpoint", "troupe run"),
+        loopback_problem(master, "--master", "troupe run"),
     )
 
 
@@ -219,7 +238,11 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
 
 def check_demo(log_dir: Path, endpoint: str) -> None:
     """``troupe demo``: its logs directory and endpoint."""
-    _check(writable_problem(log_dir, "--logs"), endpoint_problem(endpoint, "--endpoint"))
+    _check(
+        writable_problem(log_dir, "--logs"),
+        endpoint_problem(endpoint, "--endpoint"),
+        loopback_problem(endpoint, "--endpoint", "troupe demo"),
+    )
 
 
 def check_node_start(config: Path | None, with_master: bool, **options: Any) -> str | None:

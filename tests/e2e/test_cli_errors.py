@@ -145,6 +145,28 @@ def test_endpoint_in_use(tmp_path: Path, command: tuple[str, ...]) -> None:
     assert not (tmp_path / "out").exists(), "nothing was started"
 
 
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (("run", "--out", "{tmp}/out", "--items", "2"), "--endpoint"),
+        (("run", "--out", "{tmp}/out", "--items", "2"), "--master"),
+        (("demo", "--logs", "{tmp}/out"), "--endpoint"),
+    ],
+    ids=["run endpoint", "run master", "demo"],
+)
+def test_an_endpoint_off_loopback_for_a_one_host_command(
+    tmp_path: Path, command: tuple[str, ...], option: str
+) -> None:
+    """``troupe run`` and ``troupe demo`` take no CURVE keys: an endpoint reachable from other
+    hosts is refused in one line that says how to serve them, and nothing is made (it was a
+    pydantic traceback from inside the run, after --out had a journal and a log)."""
+    endpoint = free_endpoint().replace("127.0.0.1", "0.0.0.0")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    line = one_line_error(troupe(*args, option, endpoint, cwd=tmp_path))
+    assert f"{option} {endpoint} is not on loopback" in line and "--cluster" in line, line
+    assert not (tmp_path / "out").exists(), "nothing was started"
+
+
 def test_node_actor_class_that_does_not_import(tmp_path: Path) -> None:
     """A node config naming a class that does not import: one line at its field, no worker, no log."""
     config = tmp_path / "node.toml"

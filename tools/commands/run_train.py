@@ -145,6 +145,7 @@ def finish_train(
         default_or_free,
         endpoint_problem,
         endpoint_shape_problem,
+        loopback_problem,
         writable_problem,
     )
 
@@ -156,6 +157,7 @@ def finish_train(
         endpoint_shape_problem(master, "--master")
         or writable_problem(out, "--out")
         or (None if master or endpoint is None else endpoint_problem(endpoint, "--endpoint"))
+        or (None if master or endpoint is None else loopback_problem(endpoint, "--endpoint", "troupe run"))
     )
     if problem:
         raise fail(problem, 2)
