@@ -13,6 +13,8 @@ from rich.table import Table
 
 from troupe.cli.client import fail, seconds_option
 
+from .stopping import stops_cleanly
+
 __all__ = ["bench_app"]
 
 bench_app = typer.Typer(no_args_is_help=True)
@@ -33,6 +35,7 @@ QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messa
 
 
 @bench_app.command("messaging")
+@stops_cleanly
 def messaging(
     as_json: JsonOption = False,
     quick: QuickOption = False,
@@ -92,6 +95,7 @@ def messaging(
 
 
 @bench_app.command("pipeline")
+@stops_cleanly
 def pipeline(
     as_json: JsonOption = False,
     scenes: Annotated[
@@ -149,6 +153,7 @@ def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: A
 
 
 @bench_app.command("train")
+@stops_cleanly
 def train(
     as_json: JsonOption = False,
     steps: Annotated[int, typer.Option("--steps", min=1, help="Measured train steps per mode.")] = 64,
@@ -226,6 +231,7 @@ def _positive_ms(param: typer.CallbackParam, value: float | None) -> float | Non
 
 
 @bench_app.command("scale")
+@stops_cleanly
 def scale(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Simulated workers (one slot each).")
@@ -267,6 +273,7 @@ def scale(
 
 
 @bench_app.command("submit")
+@stops_cleanly
 def submit(
     tasks: Annotated[
         int, typer.Option("--tasks", min=1, max=10_000_000, help="Tasks in the one job submitted.")
@@ -284,6 +291,7 @@ def submit(
 
 
 @bench_app.command("recovery")
+@stops_cleanly
 def recovery(
     as_json: JsonOption = False,
     interval: Annotated[

@@ -86,6 +86,9 @@ def spawn_floor(extra_imports: str = "") -> float:
             raise RuntimeError("the floor process did not answer within 60 s")
         sock.recv_multipart()
         return time.perf_counter() - t0
+    except BaseException:  # stopped (Ctrl-C) or failed: it would wait for its ping for good
+        proc.kill()
+        raise
     finally:
         proc.wait(timeout=30)
         sock.close(0)
