@@ -30,6 +30,7 @@ from troupe.runtime.errors import ConfigError
 from .actor import Actor
 from .config_messages import short_repr
 from .kwargs_values import json_safe, kwargs_values_problem
+from .process_role import set_role
 
 if TYPE_CHECKING:
     from troupe.runtime.node.config import NodeConfig
@@ -72,6 +73,12 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
         module_name, _, attr = path.rpartition(".")
     if not module_name or not attr:
         raise ConfigError(f"actor class {path!r} must be written as 'package.module:ClassName'")
+    if module_name == "__main__":  # each process has its own: the script is none of theirs
+        raise ConfigError(
+            f"actor class {path!r} is in the script being run (__main__), which the worker "
+            f"processes cannot import: move {attr} into a module on their PYTHONPATH and name "
+            f"it as 'module:{attr}'"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a module that raises while importing is as broken as a missing one
@@ -315,6 +322,7 @@ def main() -> None:
     """
     out = sys.stdout
     checks = json.loads(os.environ[CHECK_ENV])
+    set_role("class check")
     failure = first_failure(
         checks, lambda where: print(json.dumps({"checking": where}), file=out, flush=True)
     )

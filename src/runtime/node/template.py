@@ -92,7 +92,10 @@ def main() -> None:
     # over: during torch's import alone, about a sixth of the start-up. Frozen, the forked
     # workers' collections skip it, and never write to its pages (no copy-on-write).
     gc.disable()
+    from troupe.runtime.core.process_role import set_role
     from troupe.runtime.node.child import name_process  # a worker imports it anyway
+
+    set_role("template")
 
     node = os.environ.pop(NODE_ENV, "?")
     name_process(f"troupe template (node {node})", "troupe-template")

@@ -26,6 +26,7 @@ from pydantic import Field
 from troupe.runtime.chaos.worker_side import WorkerChaos
 from troupe.runtime.core.control_payloads import ControlPayload, validated
 from troupe.runtime.core.directory import Directory
+from troupe.runtime.core.process_role import set_role
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
@@ -229,6 +230,7 @@ def main() -> None:
         WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`"
     )
     name_process(f"troupe worker {spec.process} (node {spec.node})", spec.process)
+    set_role("worker")
     configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any

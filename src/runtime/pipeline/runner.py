@@ -46,6 +46,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from troupe.runtime.core import process_role
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
@@ -163,6 +164,7 @@ async def run_pipeline(
     """
     t0 = time.perf_counter()
     m0 = time.monotonic()  # the wall-time split's marks (the engine's clock)
+    _refuse_inside_an_import()
     if cluster is not None and (node is not None or master is not None):
         raise ConfigError(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
@@ -321,6 +323,7 @@ def run_pipeline_sync(
     **kwargs: Any,
 ) -> PipelineResult:
     """:func:`run_pipeline` from synchronous code (its own event loop: uvloop when installed)."""
+    _refuse_inside_an_import()
 
     async def main() -> PipelineResult:
         return await run_pipeline(pipeline, out, **kwargs)
@@ -429,6 +432,19 @@ def _check_no_out(cfg: PipelineConfig) -> None:
                     f"stages.{stage.name}.kwargs.{key} uses {{out}}, but the run was given no out "
                     "directory; pass out=DIR (troupe run: --out DIR)"
                 )
+
+
+def _refuse_inside_an_import() -> None:
+    """A run started by a module's top-level code as a process of troupe's imports it (see
+    ``core.process_role``): refused, before it starts processes that import the module again."""
+    role, module = process_role.role(), process_role.importing_module()
+    if role is not None and module is not None:
+        raise ConfigError(
+            f"a pipeline run was started as troupe's {role} process imported {module!r}: a "
+            "module that holds stage classes runs its top-level code in every process that "
+            "imports them, and each would start a run of its own; start the run under "
+            '`if __name__ == "__main__":`, or from another module'
+        )
 
 
 def _already_complete(complete: dict[str, Any]) -> PipelineResult:

@@ -50,3 +50,10 @@ def test_a_module_named_without_its_class_says_how_to_write_it() -> None:
         load_actor_class("troupe.actors.demo.actors")
     with pytest.raises(ConfigError, match=r"module 'os\.path' has no 'Nope'"):  # a module's parent
         load_actor_class("os.path.Nope")
+
+
+def test_a_class_in_the_script_being_run_says_to_move_it_into_a_module() -> None:
+    """``actor = "__main__:Double"``, the class defined in the user's script: each process has a
+    __main__ of its own, so 'module __main__ has no Double' sent the user looking for a typo."""
+    with pytest.raises(ConfigError, match=r"is in the script being run \(__main__\).*'module:Double'"):
+        load_actor_class("__main__:Double")

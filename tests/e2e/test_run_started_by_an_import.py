@@ -1,0 +1,73 @@
+"""A script that defines its stage class and starts the run at its top level, without ``if
+__name__ == "__main__":``: each process that imported the script for the class (the node's
+template, a worker) started a run of its own, whose template imported it again, without end,
+and the chain went on after Ctrl-C. Now the run started by the import is refused, naming the
+guard, and the script's run fails in one error; nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HANG_GUARD_S = 120  # only so a regression cannot hang the suite; nothing here measures speed
+
+SCRIPT = """
+from troupe.runtime import PipelineConfig, StageActor, StageConfig, run_pipeline_sync
+
+
+class Double(StageActor):
+    def process(self, item):
+        return {"task_id": item["task_id"], "x": item["seed"] * 2}
+
+
+stages = [StageConfig(name="d", actor="noguard:Double")]
+print(run_pipeline_sync(PipelineConfig(name="m", items=3, stages=stages), "out").counts())
+"""
+
+
+def _in(folder: Path) -> list[psutil.Process]:
+    """The processes working in ``folder`` (every process the script started works there)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd() == str(folder):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_run_started_by_importing_the_stages_module_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "noguard.py").write_text(SCRIPT, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "noguard.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        for left in [proc_ for proc_ in _in(tmp_path) if proc_.pid != proc.pid]:
+            left.kill()  # a regression's chain: stopped whatever the assertion below says
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err[-3000:]
+    assert "a pipeline run was started as troupe's template process imported 'noguard'" in err, err[-3000:]
+    assert 'if __name__ == "__main__":' in err
+    deadline = time.monotonic() + HANG_GUARD_S
+    while _in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _in(tmp_path) == []
