@@ -195,6 +195,7 @@ async def run_pipeline(
         if plan.complete is not None:
             return _already_complete(plan.complete)
         failed: StageFailed | None = None
+        result: PipelineResult | None = None
         where = (
             _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir)
             if cluster is not None
@@ -256,6 +257,11 @@ async def run_pipeline(
             ended = _job_items(running.book, cfg.name) if running.book is not None and not failed else None
         if failed is not None:
             raise failed
+        if result is None:
+            # Stopped (Ctrl-C in run_pipeline_sync: asyncio cancels the run's task), and a task
+            # group on the way out took the cancellation for its own: the stop goes on up, as
+            # KeyboardInterrupt from run_pipeline_sync, not as an UnboundLocalError.
+            raise anyio.get_cancelled_exc_class()("the pipeline run was stopped before it ended")
         counts = result.counts()
         result = replace(
             result, made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values())

@@ -1,0 +1,90 @@
+"""Ctrl-C while ``run_pipeline_sync`` runs items: the script gets KeyboardInterrupt (as
+``except KeyboardInterrupt`` expects), and every process of the run is gone. It got an
+UnboundLocalError from inside the runner, whenever a task group on the way out took the
+cancellation asyncio made of the SIGINT for its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HANG_GUARD_S = 120  # only so a regression cannot hang the suite; nothing here measures speed
+
+STAGES = """
+import time
+from troupe.runtime import StageActor
+
+
+class Slow(StageActor):
+    def process(self, item):
+        time.sleep(0.2)
+        return {"task_id": item["task_id"]}
+"""
+
+SCRIPT = """
+import sys
+from troupe.runtime import PipelineConfig, StageConfig, run_pipeline_sync
+
+if __name__ == "__main__":
+    cfg = PipelineConfig(name="s", items=200, stages=[StageConfig(name="a", actor="interrupted_stages:Slow")])
+    try:
+        run_pipeline_sync(cfg, "out")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+        sys.exit(130)
+"""
+
+
+def _in(folder: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd() == str(folder):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_ctrl_c_in_run_pipeline_sync_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    (tmp_path / "interrupted_stages.py").write_text(STAGES, encoding="utf-8")
+    (tmp_path / "script.py").write_text(SCRIPT, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "script.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # one SIGINT, to it alone, as a terminal's Ctrl-C sends one
+    )
+    try:
+        log = tmp_path / "out" / "logs" / "local.jsonl"
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not (log.is_file() and '"replica_placed"' in log.read_text(encoding="utf-8")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        for left in [p for p in _in(tmp_path) if p.pid != proc.pid]:
+            left.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "KeyboardInterrupt" in out, err[-3000:]
+    assert "UnboundLocalError" not in err, err[-3000:]
+    deadline = time.monotonic() + HANG_GUARD_S
+    while _in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _in(tmp_path) == []
