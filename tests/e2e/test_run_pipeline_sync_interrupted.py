@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from support.processes import left_working_in, working_in
 
 pytestmark = pytest.mark.e2e
 
@@ -44,17 +45,6 @@ if __name__ == "__main__":
 """
 
 
-def _in(folder: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.cwd() == str(folder):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_ctrl_c_in_run_pipeline_sync_is_a_keyboard_interrupt(tmp_path: Path) -> None:
     (tmp_path / "interrupted_stages.py").write_text(STAGES, encoding="utf-8")
     (tmp_path / "script.py").write_text(SCRIPT, encoding="utf-8")
@@ -77,14 +67,11 @@ def test_ctrl_c_in_run_pipeline_sync_is_a_keyboard_interrupt(tmp_path: Path) -> 
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
-        for left in [p for p in _in(tmp_path) if p.pid != proc.pid]:
+        for left in [p for p in working_in(tmp_path) if p.pid != proc.pid]:
             left.kill()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130 and "KeyboardInterrupt" in out, err[-3000:]
     assert "UnboundLocalError" not in err, err[-3000:]
-    deadline = time.monotonic() + HANG_GUARD_S
-    while _in(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _in(tmp_path) == []
+    assert left_working_in(tmp_path, HANG_GUARD_S) == []

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from support.processes import left_working_in, working_in
 
 pytestmark = pytest.mark.e2e
 
@@ -33,18 +33,6 @@ print(run_pipeline_sync(PipelineConfig(name="m", items=3, stages=stages), "out")
 """
 
 
-def _in(folder: Path) -> list[psutil.Process]:
-    """The processes working in ``folder`` (every process the script started works there)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.cwd() == str(folder):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_a_run_started_by_importing_the_stages_module_is_refused(tmp_path: Path) -> None:
     (tmp_path / "noguard.py").write_text(SCRIPT, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -59,7 +47,7 @@ def test_a_run_started_by_importing_the_stages_module_is_refused(tmp_path: Path)
     try:
         _, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
-        for left in [proc_ for proc_ in _in(tmp_path) if proc_.pid != proc.pid]:
+        for left in [proc_ for proc_ in working_in(tmp_path) if proc_.pid != proc.pid]:
             left.kill()  # a regression's chain: stopped whatever the assertion below says
         if proc.poll() is None:
             proc.kill()
@@ -67,7 +55,4 @@ def test_a_run_started_by_importing_the_stages_module_is_refused(tmp_path: Path)
     assert proc.returncode == 1, err[-3000:]
     assert "a pipeline run was started as troupe's template process imported 'noguard'" in err, err[-3000:]
     assert 'if __name__ == "__main__":' in err
-    deadline = time.monotonic() + HANG_GUARD_S
-    while _in(tmp_path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _in(tmp_path) == []
+    assert left_working_in(tmp_path, HANG_GUARD_S) == []

@@ -1,12 +1,13 @@
-"""Waiting for a process to be gone, in a bounded poll of the process table."""
+"""Waiting for processes to be gone, in a bounded poll of the process table."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
 
-__all__ = ["gone_within"]
+__all__ = ["gone_within", "left_working_in", "working_in"]
 
 
 def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
@@ -23,3 +24,24 @@ def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def working_in(folder: Path) -> list[psutil.Process]:
+    """The processes whose working directory is ``folder``: every process a script started
+    there, whatever session or parent it has since."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd() == str(folder):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def left_working_in(folder: Path, seconds: float) -> list[psutil.Process]:
+    """Those still working in ``folder`` after up to ``seconds`` (empty at once when none)."""
+    deadline = time.monotonic() + seconds
+    while (left := working_in(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
