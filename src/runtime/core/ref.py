@@ -102,6 +102,8 @@ class ActorRef:
             UnknownActor: the name cannot be resolved.
             Unreachable: the target process does not answer.
         """
+        if not isinstance(msg_type, str):
+            raise _not_a_type(msg_type)
         # The runtime's coroutine itself, not one wrapping it: a level less on every message.
         return self._runtime.tell_ref(self, msg_type, payload, block, headers)
 
@@ -126,9 +128,17 @@ class ActorRef:
             RemoteError: the handler raised; type, message and traceback are attached.
             UnknownActor, UnknownMessageType, ActorStopped: delivery failed.
         """
+        if not isinstance(msg_type, str):
+            raise _not_a_type(msg_type)
         return self._runtime.ask_ref(self, msg_type, payload, timeout, headers)
 
     def invalidate(self) -> None:
         """Forget what was resolved; the next send resolves the name again."""
         self.cell = None
         self.endpoint = None
+
+
+def _not_a_type(msg_type: object) -> TypeError:
+    """A message type that is no string: refused here, at the caller, at once (the receiver
+    refused it, and the ask waited out its deadline for a reply that never came)."""
+    return TypeError(f"msg_type must be a str (a handler's name), got {type(msg_type).__name__} {msg_type!r}")

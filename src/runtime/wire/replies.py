@@ -13,7 +13,10 @@ from typing import Any, NoReturn
 
 from troupe.runtime.errors import RemoteError, TroupeError, error_class
 
-__all__ = ["error_payload", "raise_error_payload"]
+__all__ = ["MESSAGE_MOST", "TRACEBACK_MOST", "error_payload", "raise_error_payload"]
+
+MESSAGE_MOST = 64 * 1024  # characters of an error's message an error reply carries
+TRACEBACK_MOST = 256 * 1024  # and of its traceback (which repeats the message)
 
 
 def error_payload(exc: BaseException, actor: str = "", from_handler: bool = False) -> dict[str, Any]:
@@ -38,10 +41,27 @@ def error_payload(exc: BaseException, actor: str = "", from_handler: bool = Fals
     return {
         "code": code,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "message": _cut(_message(exc), MESSAGE_MOST),
+        "traceback": _cut("".join(traceback.format_exception(exc)), TRACEBACK_MOST),
         "actor": actor,
     }
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or what says it failed: an exception whose ``__str__`` raises ended the
+    worker as its error reply was made, taking every actor of the process with it."""
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"<{type(exc).__qualname__}: its str() raised {type(failed).__qualname__}>"
+
+
+def _cut(text: str, most: int) -> str:
+    """``text`` up to ``most`` characters, and how much was cut: an error's message of 80 MB
+    made an error reply past the wire's bound, which ended the worker."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most]}... ({len(text) - most} more characters cut)"
 
 
 def raise_error_payload(payload: Any) -> NoReturn:

@@ -1,0 +1,45 @@
+"""A handler's exception becomes an error reply whatever it holds: one whose ``__str__`` raises,
+or whose message is 80 MB, ended the worker as its reply was made (every actor of the process
+gone, every ask in flight a PeerLost) instead of coming back as a RemoteError."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from troupe.runtime.errors import RemoteError
+from troupe.runtime.wire.replies import MESSAGE_MOST, TRACEBACK_MOST, error_payload, raise_error_payload
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str fails")
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as caught:
+        return caught
+
+
+def test_an_exception_whose_str_raises_is_still_an_error_reply() -> None:
+    payload = error_payload(_raised(Unprintable()), "w/a", from_handler=True)
+    assert payload["message"] == "<Unprintable: its str() raised RuntimeError>"
+    assert payload["type"].endswith("Unprintable")
+    with pytest.raises(RemoteError, match="its str\\(\\) raised RuntimeError"):
+        raise_error_payload(payload)
+
+
+def test_a_huge_message_is_cut_and_says_how_much() -> None:
+    big = "x" * (80 * 2**20)
+    payload = error_payload(_raised(ValueError(big)), "w/a", from_handler=True)
+    assert payload["message"].startswith("x" * 100)
+    assert payload["message"].endswith(f"... ({len(big) - MESSAGE_MOST} more characters cut)")
+    assert len(payload["traceback"]) < TRACEBACK_MOST + 100
+    assert len(msgpack.packb(payload)) < 2**20  # well within the wire's bound
+
+
+def test_a_plain_error_is_unchanged() -> None:
+    payload = error_payload(_raised(KeyError("boom")), "w/a", from_handler=True)
+    assert payload["message"] == "'boom'" and "KeyError: 'boom'" in payload["traceback"]
