@@ -147,3 +147,16 @@ def test_a_dataset_file_damaged_after_the_run_finished_is_written_again(tmp_path
 def _after(delay: float) -> Callable[[], bool]:
     deadline = time.monotonic() + delay
     return lambda: time.monotonic() >= deadline
+
+
+def test_a_json_run_stopped_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
+    """With --json, a stopped run printed only 'SIGINT: stopping gracefully': its stdout (the
+    JSON's) stays empty, and the line that says how far it got and how to go on comes on stderr."""
+    config, out = small_pipeline(tmp_path), tmp_path / "out"
+    with running(run_args(config, out, ITEMS, "--json"), tmp_path, "json") as first:
+        first.wait_until("a committed episode", lambda: bool(_committed(out)))
+        first.signal(signal.SIGINT, group=True)
+        assert first.wait() == 130, first.text()[-3000:]
+    text = " ".join(first.text().split())
+    assert re.search(r"stopped: at least \d+ of 32 items done; ", text), text[-3000:]
+    assert "{" not in first.text(), first.text()[-3000:]  # no JSON object: the run did not end

@@ -206,10 +206,12 @@ async def _finish_run(
     # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them).
     starting = StartingStatus(console, cluster is not None, as_json)
 
+    run_started = False
+
     def started(start: RunStart) -> None:
-        nonlocal before
+        nonlocal before, run_started
         starting.stop()
-        before = start.before
+        before, run_started = start.before, True
         if moved is not None:  # on stderr: stdout may carry --json
             Console(stderr=True).print(escape(moved), soft_wrap=True)
         if as_json:
@@ -278,6 +280,7 @@ async def _finish_run(
         except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the run stopped what it started
             if progress.live.is_started:
                 progress.stop()
+            if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
                 Console(stderr=True).print(
                     escape(stopped_line(shown, before, declared.items, out)), soft_wrap=True
                 )
