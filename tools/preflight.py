@@ -153,6 +153,14 @@ def writable_problem(path: Path, what: str) -> str | None:
     """
     absolute = Path(os.path.abspath(path))
     try:
+        str(absolute).encode("utf-8")
+    except UnicodeEncodeError:  # bytes no encoding names, kept as surrogates by the file system's
+        shown = os.fsencode(absolute).decode("utf-8", "backslashreplace")
+        return (
+            f"{what} {shown}: not valid UTF-8; troupe writes its paths into its journal, logs "
+            "and messages as UTF-8, so give a path whose name is"
+        )
+    try:
         absolute.resolve(strict=False)  # a loop of symlinks, a name over the file system's limit
         absolute.exists()
     except (OSError, RuntimeError) as exc:

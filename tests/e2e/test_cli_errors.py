@@ -355,6 +355,15 @@ def test_an_out_that_is_no_usable_path_is_one_line(tmp_path: Path, kind: str) ->
     assert f"--out {out}: not a usable path" in line, line
 
 
+def test_an_out_whose_name_is_not_utf8_is_refused_before_it_is_made(tmp_path: Path) -> None:
+    """A name of bytes no encoding reads (``o\\xff``): it failed late, in the run's first
+    message that carried the path, after --out had a journal and a log."""
+    out = str(tmp_path) + "/o" + os.fsdecode(b"\xff")
+    line = one_line_error(troupe("run", "--items", "2", "--out", out, cwd=tmp_path))
+    assert f"--out {tmp_path}/o\\xff: not valid UTF-8" in line, line
+    assert not os.path.exists(out)
+
+
 def test_given_endpoints_stay_where_they_were_given() -> None:
     """Only a default gives way: an endpoint the user gave is kept (and refused when taken)."""
     given = free_endpoint()

@@ -30,6 +30,10 @@ def _figures_own_stdout(ctx: typer.Context) -> None:
     ctx.with_resource(own_stdout())
 
 
+# bench scale: each 250 simulated workers are a process of their own, and their tasks one job.
+_MOST_WORKERS = 10_000
+_MOST_TASKS = 10_000_000
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object with every figure.")]
 QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messages: faster, noisier.")]
 
@@ -234,9 +238,12 @@ def _positive_ms(param: typer.CallbackParam, value: float | None) -> float | Non
 @stops_cleanly
 def scale(
     workers: Annotated[
-        int, typer.Option("--workers", min=1, help="Simulated workers (one slot each).")
+        int,
+        typer.Option(
+            "--workers", min=1, max=_MOST_WORKERS, help="Simulated workers (one slot each; 250 per process)."
+        ),
     ] = 128,
-    tasks: Annotated[int, typer.Option("--tasks", min=1, help="Tasks PER WORKER.")] = 20,
+    tasks: Annotated[int, typer.Option("--tasks", min=1, max=100_000, help="Tasks PER WORKER.")] = 20,
     median_ms: Annotated[
         float | None,
         typer.Option(
@@ -258,6 +265,13 @@ def scale(
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
     from .scale import measure_scale, scale_table
+
+    if workers * tasks > _MOST_TASKS:  # one job: the master's book holds every task
+        raise fail(
+            f"--workers {workers} x --tasks {tasks} is {workers * tasks:,} tasks; at most "
+            f"{_MOST_TASKS:,} in one job (as bench submit)",
+            2,
+        )
 
     fig = measure_scale(
         workers,
