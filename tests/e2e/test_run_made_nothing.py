@@ -84,20 +84,22 @@ kwargs = {{ every = 3 }}
 
 
 def test_a_rerun_that_finds_the_run_complete_counts_its_items(tmp_path: Path) -> None:
-    """Found complete, a rerun reports how the job's items ended (they were all 0 in --json)
-    and says how many died, where their errors are, and what runs them again."""
+    """Found complete, a rerun reports how the job's items ended (``job_items``: --json had only
+    this run's, all 0) and says how many died, where their errors are, and what runs them again."""
     config = tmp_path / "mixed.toml"
     config.write_text(MIXED.format(log=tmp_path / "first.jsonl"), encoding="utf-8")
     out = tmp_path / "out"
     code, stdout, stderr = _run(config, out, "--json")
     assert code == 0, stdout[-2000:] + stderr[-2000:]
     # Seeds 0 and 4 pruned by the first stage; 3 and 6 die in the second; 1, 2, 5, 7 ok.
-    expected = {"ok": 4, "pruned": 2, "dead": 2, "kept": 0}
-    assert json.loads(stdout)["items"] == expected
+    first = json.loads(stdout)
+    assert first["items"] == {"ok": 4, "pruned": 2, "dead": 2, "kept": 0}
+    assert first["job_items"] == {"ok": 4, "pruned": 2, "dead": 2}
     code, stdout, stderr = _run(config, out, "--json")
     assert code == 0, stdout[-2000:] + stderr[-2000:]
     again = json.loads(stdout)
-    assert again["already_complete"] is True and again["items"] == expected
+    assert again["already_complete"] is True and again["job_items"] == first["job_items"]
+    assert again["items"] == {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}  # this run ran nothing
     code, stdout, stderr = _run(config, out)
     assert code == 0, stdout[-2000:] + stderr[-2000:]
     said = " ".join(stdout.split())

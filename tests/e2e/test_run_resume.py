@@ -160,3 +160,11 @@ def test_a_json_run_stopped_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -> Non
     text = " ".join(first.text().split())
     assert re.search(r"stopped: at least \d+ of 32 items done; ", text), text[-3000:]
     assert "{" not in first.text(), first.text()[-3000:]  # no JSON object: the run did not end
+    with running(run_args(config, out, ITEMS, "--json"), tmp_path, "rerun") as rerun:
+        assert rerun.wait(timeout=300) == 0, rerun.text()[-3000:]
+    start = re.search(r"^\{", rerun.text(), re.MULTILINE)  # stdout's object, among stderr's lines
+    assert start is not None, rerun.text()[-3000:]
+    report, _ = json.JSONDecoder().raw_decode(rerun.text()[start.start() :])
+    # items: this run's; job_items: how every item of the job ended, the stopped run's too
+    assert sum(report["job_items"].values()) == ITEMS, report["job_items"]
+    assert sum(report["items"].values()) <= ITEMS

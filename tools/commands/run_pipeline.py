@@ -108,6 +108,7 @@ def metrics_json(result: PipelineResult) -> dict[str, Any]:
         "startup_share": result.startup_share,
         **command_split(result),
         "items": result.counts(),
+        "job_items": result.ended or None,
         "placement": result.placement,
         "engine_bytes": result.engine_bytes,
         "engine_bytes_per_item": result.engine_bytes_per_item,
@@ -294,10 +295,10 @@ async def _finish_run(
     elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
         console.print(f"already complete: {escape(done)}", soft_wrap=True)
-        counts = result.counts()
-        if counts["dead"] and not result.made_nothing:  # which says it below
-            ended, log = sum(counts.values()), out / "logs" / "local.jsonl"
-            said = f"{counts['dead']} of its {ended} items died (their errors: {log}); --fresh runs all again"
+        dead, ended = result.ended.get("dead", 0), sum(result.ended.values())
+        if dead and not result.made_nothing:  # which says it below
+            log = out / "logs" / "local.jsonl"
+            said = f"{dead} of its {ended} items died (their errors: {log}); --fresh runs all again"
             console.print(escape(said), soft_wrap=True)
     else:
         if result.outcomes or result.kept:

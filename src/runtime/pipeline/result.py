@@ -80,8 +80,10 @@ class PipelineResult:
             made nothing (recorded with the run, so a rerun that finds it complete says so too).
         remade: items that earlier runs had ended ok whose outputs were gone (deleted since):
             this run made them again (among ``ok``).
-        ended: with ``already_complete``, the job's items by how they ended (``ok``, ``pruned``,
-            ``dead``), every run's, as the run that finished it recorded them: ``counts``.
+        ended: the job's items by how they ended (``ok``, ``pruned``, ``dead``), every run's,
+            this one's among them: read from the master's book as the run ends (one that found
+            the job complete: as the run that finished it recorded them); empty where the
+            master is not the run's own (``cluster=``, ``master=``).
     """
 
     metrics: PipelineMetrics
@@ -124,11 +126,9 @@ class PipelineResult:
         return self.engine_bytes / ran if ran else 0.0
 
     def counts(self) -> dict[str, int]:
-        """How many items ended each way (``ok``, ``pruned``, ``dead``, ``kept``): in this run,
-        or, found already complete, in every run of the job (``ended``)."""
+        """How many items this run ended each way (``ok``, ``pruned``, ``dead``, ``kept``; every
+        run of the job: ``ended``)."""
         out = {"ok": 0, "pruned": 0, "dead": 0, "kept": 0}
-        if self.already_complete:
-            return {**out, **{k: v for k, v in self.ended.items() if k in out}}
         for outcome in self.outcomes.values():
             out[outcome] = out.get(outcome, 0) + 1
         return out

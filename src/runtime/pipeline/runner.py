@@ -264,7 +264,9 @@ async def run_pipeline(
             raise anyio.get_cancelled_exc_class()("the pipeline run was stopped before it ended")
         counts = result.counts()
         result = replace(
-            result, made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values())
+            result,
+            made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
+            ended=ended or {},
         )
         if run_dir is not None:
             run_dir.mark_complete(result.finals, result.made_nothing, ended)
