@@ -21,10 +21,12 @@ The node process rotates that file by size and every process follows the rotatio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,16 @@ import structlog
 
 from .log_files import ReopeningFileHandler
 
-__all__ = ["LOG_LEVELS", "HeldLog", "check_log_level", "configure_logging", "identify", "log_file"]
+__all__ = [
+    "LOG_LEVELS",
+    "HeldLog",
+    "check_log_level",
+    "configure_logging",
+    "identify",
+    "log_file",
+    "program_logs_itself",
+    "run_log",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -174,13 +185,39 @@ def configure_logging(
     return path
 
 
+# The processors a run configured structlog with as it ended, for the program (run_log): while
+# they are structlog's, no one has configured it since.
+_handed_back: list[Any] | None = None
+
+
+def program_logs_itself() -> bool:
+    """Whether the program configured structlog itself: a run then leaves its logging alone."""
+    return structlog.is_configured() and structlog.get_config()["processors"] is not _handed_back
+
+
+@contextlib.contextmanager
+def run_log(node: str, process: str) -> Iterator[HeldLog | None]:
+    """The logging of a run inside a program (``run_pipeline``, ``run_training``): None where
+    the program set up logging itself; else a :class:`HeldLog`, and as the run ends, however it
+    ends, the program's logging handed back (:meth:`HeldLog.hand_back`): the program's own lines,
+    and a later run's, went to the first run's file."""
+    if program_logs_itself():
+        yield None
+        return
+    held = HeldLog(node, process)
+    try:
+        yield held
+    finally:
+        held.hand_back()
+
+
 class HeldLog:
     """This process's log lines, held in memory until the directory of their file may be made.
 
     A run checks its config before it makes anything in ``out``, the log directory included,
     and logs meanwhile. :meth:`write_to` configures logging with the file and writes what was
-    held into it first; :meth:`drop` forgets the lines and leaves logging unconfigured again,
-    as it was (the check failed: nothing was made).
+    held into it first; :meth:`drop` forgets the lines (the check failed: nothing was made);
+    :meth:`hand_back` gives the program its logging back.
 
     Args:
         node: node name stamped on every line.
@@ -189,6 +226,11 @@ class HeldLog:
 
     def __init__(self, node: str, process: str) -> None:
         self.node, self.process = node, process
+        root = logging.getLogger()
+        # The program's handlers (logging.basicConfig's, say): set aside, not closed, for later.
+        self._program: tuple[list[logging.Handler], int] = (list(root.handlers), root.level)
+        for handler in self._program[0]:
+            root.removeHandler(handler)
         configure_logging(node, process, None, console=False)
         # No target: it never writes, whatever it holds (a check's few dozen lines).
         self._held: logging.handlers.MemoryHandler | None = logging.handlers.MemoryHandler(
@@ -205,9 +247,34 @@ class HeldLog:
             root.handle(record)
 
     def drop(self) -> None:
-        """Forget the held lines and unconfigure logging (a no-op once written)."""
+        """Forget the held lines (a no-op once written)."""
         held, self._held = self._held, None
-        if held is None:
-            return
-        logging.getLogger().removeHandler(held)
-        structlog.reset_defaults()
+        if held is not None:
+            logging.getLogger().removeHandler(held)
+
+    def hand_back(self) -> None:
+        """The run is over: the program's root handlers and level back as they were, and
+        structlog through the standard library, which they decide (none: warnings on stderr,
+        Python's last resort), rather than into the run's file."""
+        global _handed_back
+        self.drop()
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+            handler.close()  # the run's file
+        handlers, level = self._program
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+        _handed_back = [
+            structlog.stdlib.filter_by_level,
+            structlog.stdlib.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(),
+        ]
+        structlog.configure(
+            processors=_handed_back,
+            logger_factory=structlog.stdlib.LoggerFactory(),
+            wrapper_class=structlog.stdlib.BoundLogger,
+            cache_logger_on_first_use=False,
+        )

@@ -50,9 +50,8 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 
-from troupe.runtime.logs import configure_logging
+from troupe.runtime.logs import run_log
 
 from .train_cluster import stop_remote, training_cluster
 from .train_driver import ENCODER_CLASS, TRAINER_CLASS, TrainDriver
@@ -103,16 +102,17 @@ async def run_training(
     cfg, out_dir, held = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
     try:
         log_dir = out_dir / "logs"
-        if not structlog.is_configured():
-            configure_logging("local", "train", log_dir, console=False)
-        async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
-            run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress)
-            try:
-                result = await run.main(fresh)
-            finally:
-                if master is not None:  # a node started here stops its workers itself, then stops
-                    with anyio.CancelScope(shield=True):
-                        await stop_remote(master, run.spawned)
+        with run_log("local", "train") as logs:  # the program's logging back as it ends
+            if logs is not None:
+                logs.write_to(log_dir)
+            async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
+                run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress)
+                try:
+                    result = await run.main(fresh)
+                finally:
+                    if master is not None:  # a node started here stops its workers itself, then stops
+                        with anyio.CancelScope(shield=True):
+                            await stop_remote(master, run.spawned)
     finally:
         held.release()  # out is free for the next run (the kernel frees it too, if this dies)
     result.wall_s = time.perf_counter() - t0

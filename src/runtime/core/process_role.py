@@ -11,7 +11,7 @@ its child still bootstraps.
 
 from __future__ import annotations
 
-import sys
+import inspect
 from types import FrameType
 
 __all__ = ["importing_module", "role", "set_role"]
@@ -35,7 +35,8 @@ def importing_module() -> str | None:
     """The module whose top-level code calls this (through any frames), while it is being
     imported; None when no import is under way on this thread's stack (``__main__`` is run,
     not imported)."""
-    frame: FrameType | None = sys._getframe(1)
+    here = inspect.currentframe()
+    frame: FrameType | None = here.f_back if here is not None else None
     while frame is not None:
         if frame.f_code.co_name == "<module>":
             name = frame.f_globals.get("__name__")

@@ -36,7 +36,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,13 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import structlog
 
 from troupe.runtime.core import process_role
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
-from troupe.runtime.logs import HeldLog
+from troupe.runtime.logs import run_log
 from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
@@ -176,7 +175,7 @@ async def run_pipeline(
         early = await anyio.to_thread.run_sync(_early, pipeline, out, items, items_from, fresh)
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
-        held = stack.enter_context(_held_log()) if not structlog.is_configured() else None
+        held = stack.enter_context(run_log(_NODE, "run"))
         # A one-host run starts its node's template first: it checks the stage classes while
         # it imports them for the replicas (early_template.py); a finished run needs neither.
         template = None
@@ -388,17 +387,6 @@ def _early(
         _check_no_out(cfg)
     finished = out_dir is not None and master is None and RunDir(out_dir).finished(fingerprint(cfg), fresh)
     return _Early(cfg, _source(pipeline, cfg), finished)
-
-
-@contextlib.contextmanager
-def _held_log() -> Iterator[HeldLog]:
-    """The run's log lines held until ``out`` may be written to; forgotten if it fails first."""
-    held = HeldLog(_NODE, "run")
-    try:
-        yield held
-    except BaseException:
-        held.drop()
-        raise
 
 
 def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool) -> _Plan:
