@@ -130,6 +130,23 @@ async def test_kill_is_detected_restarted_and_serves_again(one: Cluster) -> None
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]
 
 
+async def test_a_ref_held_across_its_workers_restart_reaches_the_new_process(one: Cluster) -> None:
+    """A ref kept (as the README's client does) across its worker's kill and restart: its next
+    ask goes to the restarted process (it went to the dead one and waited out its deadline),
+    and so does a tell (it was lost without a word)."""
+    before = Cluster.worker_in(await _settled(one), "w-one")
+    async with one.client() as rt:
+        echo = rt.ref("w-one/echo")
+        assert await echo.ask("pid") == before["pid"]
+        await one.chaos("kill", "w-one")
+        after = await _restarted(one, "w-one", before["pid"])
+        assert await echo.ask("pid", timeout=10) == after["pid"]
+        await one.chaos("kill", "w-one")
+        again = await _restarted(one, "w-one", after["pid"])
+        await echo.tell("echo", "told")  # resolves afresh too: it reaches the new process
+        assert await echo.ask("pid", timeout=10) == again["pid"]
+
+
 async def test_an_ask_to_a_worker_killed_before_it_answered_ends_then_not_at_its_deadline(
     one: Cluster,
 ) -> None:

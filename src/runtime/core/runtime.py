@@ -65,6 +65,9 @@ or a plain one that must not block and returns a :class:`~troupe.runtime.core.ro
 JUNK_LOG_INTERVAL_S = 10.0
 
 
+_LOST_MOST = 4096  # ended endpoints remembered (a string each)
+
+
 class HandleObserver(Protocol):
     """Told when an actor starts and ends handling a message (the worker's status record)."""
 
@@ -138,6 +141,11 @@ class Runtime(Inbound):
         # The endpoint each pending remote ask went to: ended at once (PeerLost) when the
         # connection to that process ends (its transport's ``on_peer_lost``).
         self._asked: dict[int, str] = {}
+        # Endpoints whose connection ended (their process died, or was restarted elsewhere): a
+        # ref that still names one resolves afresh before it sends (oldest forgotten past the
+        # bound). A ref held across its worker's restart sent its next ask to the dead process
+        # and waited out the deadline, and a tell was lost without a word.
+        self._lost: dict[str, None] = {}
         self._deadlines: AskDeadlines | None = None  # the timer of every ask, made on the running loop
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -366,6 +374,15 @@ class Runtime(Inbound):
             ref.cell = cell
         else:
             ref.endpoint = endpoint
+            self._lost.pop(endpoint, None)  # answered for again: whoever listens there now
+
+    async def _resolve_again(self, ref: ActorRef) -> None:
+        """``ref`` names an endpoint whose connection ended: forget it and resolve afresh, where
+        there is a directory to ask (a route only taught, as the engine's replicas, stays)."""
+        if self.directory.lookup is None:
+            return
+        self._peer_gone(ref)
+        await self._resolve(ref)
 
     async def tell_ref(
         self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
@@ -373,6 +390,8 @@ class Runtime(Inbound):
         """Send a tell through ``ref`` (``ActorRef.tell`` calls this; resolves ``ref`` first)."""
         if ref.cell is None and ref.endpoint is None:
             await self._resolve(ref)
+        elif self._lost and ref.endpoint in self._lost:
+            await self._resolve_again(ref)
         sender, trace = self._context()
         msg_id = next(self._ids)
         cell = ref.cell
@@ -423,6 +442,8 @@ class Runtime(Inbound):
         """Send an ask through ``ref`` and await its reply (``ActorRef.ask`` calls this)."""
         if ref.cell is None and ref.endpoint is None:
             await self._resolve(ref)
+        elif self._lost and ref.endpoint in self._lost:
+            await self._resolve_again(ref)
         timeout = self.ask_timeout if timeout is None else timeout
         fut = self._watched_future(timeout, ref.address, msg_type)
         msg_id = next(self._ids)
@@ -467,7 +488,10 @@ class Runtime(Inbound):
     def _peer_lost(self, endpoint: str) -> None:
         """The connection to the process at ``endpoint`` ended (it died or stopped), and the
         replies it sent first are in: the asks still waiting on it end now, not at their
-        deadlines."""
+        deadlines, and a ref that names it resolves afresh before its next send."""
+        self._lost[endpoint] = None
+        if len(self._lost) > _LOST_MOST:
+            del self._lost[next(iter(self._lost))]
         pending = self._pending
         lost = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
         if lost and self._deadlines is not None:  # each ask's deadline knows what it asked of whom
