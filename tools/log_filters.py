@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.text import Text
 
-__all__ = ["LEVELS", "LogFilter", "format_line", "parse_record", "readable"]
+__all__ = ["LEVELS", "LogFilter", "format_line", "parse_record", "readable", "visible"]
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 _RANK = {name: rank for rank, name in enumerate(LEVELS)} | {
@@ -127,7 +127,7 @@ def format_line(line: str) -> str:
     return f"{head} {rest}".rstrip()
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     """``text`` with control characters (a terminal's escape codes) written out: ``\\x1b``."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
@@ -137,4 +137,4 @@ def readable(line: str) -> Text:
     rec = parse_record(line)
     level = rec.get("level") if rec is not None else None
     style = _STYLES.get(level.lower(), "") if isinstance(level, str) else ""
-    return Text(_visible(format_line(line)), style=style)
+    return Text(visible(format_line(line)), style=style)

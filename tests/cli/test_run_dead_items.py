@@ -49,3 +49,13 @@ def test_markup_in_an_error_is_printed_as_it_is(capsys: pytest.CaptureFixture[st
     printed = " ".join(capsys.readouterr().out.split())
     assert f"dead 1: {error} (s-7)" in printed, printed
     assert command.metrics_json(result)["errors"] == {"s-7": error}
+
+
+def test_a_terminal_escape_in_an_error_is_written_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error's text reaches the terminal: its escape codes (a colour, a cursor move, a title)
+    are shown as ``\\x1b``, never acted on."""
+    error = "ValueError: \x1b[2J\x1b]0;pwned\x07gone"
+    command._report(_result({"s-7": error}), 0, Path("out"))
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed
+    assert "dead 1: ValueError: \\x1b[2J\\x1b]0;pwned\\x07gone (s-7)" in " ".join(printed.split())

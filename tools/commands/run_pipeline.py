@@ -27,6 +27,7 @@ from rich.table import Table
 from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
+from troupe.cli.log_filters import visible
 from troupe.cli.stop_signals import lines_above
 from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
@@ -377,7 +378,9 @@ def dead_lines(result: PipelineResult, log: Path, groups: int = 3, ids: int = 3)
     by_error: dict[str, list[str]] = {}
     for task_id, outcome in sorted(result.outcomes.items()):
         if outcome == "dead":
-            by_error.setdefault(result.errors.get(task_id) or "no error recorded", []).append(task_id)
+            # A remote error's text is the user's code's: a terminal's escape codes are written out.
+            error = visible(result.errors.get(task_id) or "no error recorded")
+            by_error.setdefault(error, []).append(task_id)
     if not by_error:
         return []
     lines = []
