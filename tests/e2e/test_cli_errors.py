@@ -325,8 +325,8 @@ def test_a_second_run_takes_free_ports_when_the_defaults_are_taken(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     said = " ".join(done.stderr.split())
     assert (
-        "the default endpoints are taken (another troupe run?): this run's node listens on tcp://127.0.0.1:"
-        in said
+        "the default node's and master's endpoints are taken (another troupe run?): this run's node "
+        "listens on tcp://127.0.0.1:" in said
     )
     assert json.loads(done.stdout)["items"]["ok"] == 2
 

@@ -18,7 +18,7 @@ from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.local import start_local_node
 
-__all__ = ["demo", "run"]
+__all__ = ["demo", "moved_note", "run"]
 
 console = Console(soft_wrap=True)  # the demo's lines: whole when piped, never wrapped at column 80
 
@@ -196,12 +196,7 @@ def run(
     node_endpoint, node_moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
     master_endpoint, master_moved = default_or_free(master, RUN_MASTER_ENDPOINT)
     check_run(config, out, count, node_endpoint, master_endpoint, flag)
-    taken_note = (
-        "the default endpoints are taken (another troupe run?): this run's node listens on "
-        f"{node_endpoint}, its master on {master_endpoint} (troupe ctl status --node {node_endpoint})"
-        if node_moved or master_moved
-        else None
-    )
+    taken_note = moved_note(node_endpoint, node_moved, master_endpoint, master_moved)
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).
     defaults = endpoint is None and master is None
     with own_stdout():
@@ -216,3 +211,16 @@ def run(
             defaults=defaults,
             moved=taken_note,
         )
+
+
+def moved_note(node: str, node_moved: bool, master: str, master_moved: bool) -> str | None:
+    """The line that says which default endpoints were taken and where the run listens instead
+    (None when neither moved)."""
+    taken = " and ".join(w for w, moved in (("node's", node_moved), ("master's", master_moved)) if moved)
+    if not taken:
+        return None
+    verb = "endpoints are" if node_moved and master_moved else "endpoint is"
+    return (
+        f"the default {taken} {verb} taken (another troupe run?): this run's node listens on {node}, "
+        f"its master on {master} (troupe ctl status --node {node})"
+    )
