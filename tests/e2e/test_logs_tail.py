@@ -148,3 +148,11 @@ def test_following_prints_new_complete_lines_and_a_stop_signal_ends_it(
     assert follower.proc.wait(timeout=WAIT_S) == status
     assert follower.next_line(0.0) is None
     assert follower.proc.stderr is not None and b"Traceback" not in follower.proc.stderr.read()
+
+
+def test_a_folder_with_no_log_says_so(tmp_path: Path) -> None:
+    """--logs at a folder that holds no node's log (a wrong folder): a note on stderr, not
+    silence; stdout stays empty."""
+    out = ctl("logs", "tail", "--logs", str(tmp_path), "--no-follow")
+    assert out.returncode == 0 and out.stdout == "", out.stderr
+    assert f"no node's log (*.jsonl) in {tmp_path}" in " ".join(out.stderr.split())

@@ -220,6 +220,8 @@ def tail(
     log_dir = log_dir if log_dir is not None else Path("logs")
     if not log_dir.is_dir():
         raise fail(f"--logs: {log_dir} is not a directory; pass the node's --logs directory", 2)
+    if not any(log_dir.glob("*.jsonl")):  # a wrong folder said nothing at all, and exited 0
+        _warn(f"no node's log (*.jsonl) in {log_dir}" + ("; waiting for one" if follow else ""))
     _tail_files(log_dir, follow, lines, keep, show)
 
 
