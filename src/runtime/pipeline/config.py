@@ -30,6 +30,8 @@ Counts are strict integers (``replicas = "2"`` is refused, not read as 2).
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +122,8 @@ class PipelineConfig(_Frozen):
     def _graph(self) -> PipelineConfig:
         if not self.stages:
             raise ValueError("a pipeline needs at least one [[stages]] table")
+        for stage in self.stages:
+            _no_near_out(stage)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}")
@@ -173,3 +177,21 @@ def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(validation_message(str(path), exc, data, PipelineConfig, rename)) from None
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _no_near_out(stage: StageConfig) -> None:
+    """A string kwarg's ``{outt}`` (``{output}``, ``{ou}``) is a typo of ``{out}``, the one
+    placeholder: taken literally, it made a folder named ``{outt}`` in the current directory.
+    Other braces (a format string of the stage's own, ``frame_{index}.png``) pass."""
+    for key, value in stage.kwargs.items():
+        if not isinstance(value, str):
+            continue
+        for name in _PLACEHOLDER.findall(value):
+            if name != "out" and difflib.get_close_matches(name, ["out"], n=1, cutoff=0.6):
+                raise ValueError(
+                    f"stage {stage.name!r}: kwargs.{key} = {value!r}: {{{name}}} is no placeholder; "
+                    "did you mean {out} (the run's --out)?"
+                )

@@ -276,3 +276,21 @@ def test_default_pipeline_actors_import() -> None:
     from troupe.runtime.core.loading import check_stage_actors
 
     check_stage_actors(default_pipeline(), "the default pipeline")
+
+
+@pytest.mark.parametrize("typo", ["outt", "output", "ou", "Out"])
+def test_a_typo_of_the_out_placeholder_is_refused(typo: str) -> None:
+    """``{outt}/eps`` was taken literally: a folder named ``{outt}`` in the current directory."""
+    stage = {"name": "store", "actor": "m:S", "kwargs": {"store": f"{{{typo}}}/eps"}}
+    with pytest.raises(ValueError, match=f"{{{typo}}} is no placeholder; did you mean {{out}}"):
+        PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
+
+
+def test_a_stages_own_braces_pass() -> None:
+    stage = {
+        "name": "store",
+        "actor": "m:S",
+        "kwargs": {"name": "frame_{index:04d}_{seed}.png", "o": "{out}/x"},
+    }
+    cfg = PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
+    assert cfg.with_out("/d").stages[0].kwargs == {"name": "frame_{index:04d}_{seed}.png", "o": "/d/x"}
