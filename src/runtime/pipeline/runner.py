@@ -32,6 +32,7 @@ Where the items come from:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -329,8 +330,22 @@ def run_pipeline_sync(
     out: str | os.PathLike[str] | None = None,
     **kwargs: Any,
 ) -> PipelineResult:
-    """:func:`run_pipeline` from synchronous code (its own event loop: uvloop when installed)."""
+    """:func:`run_pipeline` from synchronous code (its own event loop: uvloop when installed).
+
+    Raises:
+        RuntimeError: called where an event loop runs already (an ``async def``, Jupyter):
+            ``await run_pipeline(...)`` there.
+    """
     _refuse_inside_an_import()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass  # none: this call runs its own
+    else:
+        raise RuntimeError(
+            "run_pipeline_sync was called where an event loop already runs (an async function, "
+            "Jupyter): use `await run_pipeline(...)` there"
+        )
 
     async def main() -> PipelineResult:
         return await run_pipeline(pipeline, out, **kwargs)
