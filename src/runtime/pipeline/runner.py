@@ -45,9 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+from pydantic import ValidationError
 
 from troupe.runtime.core import process_role
 from troupe.runtime.core.client import connect
+from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
 from troupe.runtime.logs import run_log
@@ -430,8 +432,9 @@ def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | N
         data["items"] = items
         try:
             return PipelineConfig.model_validate(data)
-        except ValueError as exc:
-            raise ConfigError(f"items={items!r}: {exc}") from None
+        except ValidationError as exc:  # one line, as a file's: pydantic's own ran to four
+            said = validation_message("run_pipeline(items=...)", exc, data, PipelineConfig)
+            raise ConfigError(said) from None
     return load_pipeline(Path(pipeline), items=items)
 
 
