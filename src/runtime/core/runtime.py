@@ -231,11 +231,16 @@ class Runtime(Inbound):
         finally:
             assert self._tg is not None
             self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
-            self.transport.close()
-            if self._deadlines is not None:
-                self._deadlines.close()
-            self._stopped.set()
+            try:
+                await self._tg.__aexit__(None, None, None)
+            finally:
+                # Also when a caller's cancellation (a move_on_after around the block) ends that
+                # wait with its exception: the transport was then never closed, and its ZeroMQ
+                # context, collected later with its sockets open, blocked the process in term().
+                self.transport.close()
+                if self._deadlines is not None:
+                    self._deadlines.close()
+                self._stopped.set()
 
     async def stop(self) -> None:
         """Stop accepting, drain every mailbox up to ``drain_timeout``, run stopping hooks."""
