@@ -67,3 +67,14 @@ def no_leaked_children() -> Iterator[None]:
     psutil.wait_procs(alive, timeout=5)
     if names:
         pytest.fail(f"test left child processes running: {names}")
+
+
+@pytest.fixture(autouse=True)
+def structlog_as_a_fresh_program_has_it() -> Iterator[None]:
+    """Each test starts with structlog unconfigured, as a program that set up no logging: a
+    run in the test process then holds its lines and writes them to its own file. structlog's
+    ``capture_logs``, which restores the processors by configuring them, left it "configured"
+    with its defaults (lines printed to stdout), and a later test's run took that for the
+    program's own logging and printed its lines into the test's --json output."""
+    structlog.reset_defaults()
+    yield

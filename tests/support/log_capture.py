@@ -27,7 +27,7 @@ def module_logs(
     monkeypatch: pytest.MonkeyPatch, module: ModuleType
 ) -> Iterator[list[MutableMapping[str, Any]]]:
     """The events ``module`` logs (through its ``log``) inside the block, at every level."""
-    before = structlog.get_config()
+    before, was_configured = structlog.get_config(), structlog.is_configured()
     capture = LogCapture()
     structlog.configure(
         processors=[capture],
@@ -39,4 +39,7 @@ def module_logs(
             patch.setattr(module, "log", structlog.get_logger(module.__name__))
             yield capture.entries
     finally:
-        structlog.configure(**before)
+        if was_configured:
+            structlog.configure(**before)
+        else:  # as it was: configure(**before) made structlog's defaults look like a program's own
+            structlog.reset_defaults()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from troupe.runtime.core.runtime import Runtime
@@ -48,6 +49,6 @@ async def test_an_exit_cancelled_midway_still_closes_the_transport() -> None:
             done_with_it.set()
             await transport.stopping.wait()  # the exit waits for the serve task now
             leaving.cancel()
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             transport.release.set()
     assert transport.closed
