@@ -51,7 +51,7 @@ import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
-from troupe.runtime.errors import ConfigError
+from troupe.runtime.errors import ConfigError, PeerLost
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
@@ -150,12 +150,17 @@ class Supervisor:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._ticks)
                 host, port = self._receiver.address
-                await self._runtime.control(
-                    self._spec.node_endpoint,
-                    "supervisor_ready",
-                    {"endpoint": self._runtime.address, "udp": [host, port], "pid": os.getpid()},
-                    timeout=10.0,
-                )
+                try:
+                    await self._runtime.control(
+                        self._spec.node_endpoint,
+                        "supervisor_ready",
+                        {"endpoint": self._runtime.address, "udp": [host, port], "pid": os.getpid()},
+                        timeout=10.0,
+                    )
+                except PeerLost:  # the node stopped as this one started (a run ended at once)
+                    log.info("supervisor_node_gone", node=self._spec.node_endpoint)
+                    tg.cancel_scope.cancel()
+                    return
                 log.info("supervisor_ready", udp=f"{host}:{port}", endpoint=self._runtime.address)
                 await stop.wait()
                 tg.cancel_scope.cancel()
