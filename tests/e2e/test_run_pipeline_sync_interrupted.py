@@ -5,16 +5,13 @@ cancellation asyncio made of the SIGINT for its own."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from support.processes import left_working_in, working_in
+from support.processes import kill_all_in, left_working_in, start_script
 
 pytestmark = pytest.mark.e2e
 
@@ -48,16 +45,7 @@ if __name__ == "__main__":
 def test_ctrl_c_in_run_pipeline_sync_is_a_keyboard_interrupt(tmp_path: Path) -> None:
     (tmp_path / "interrupted_stages.py").write_text(STAGES, encoding="utf-8")
     (tmp_path / "script.py").write_text(SCRIPT, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "script.py"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # one SIGINT, to it alone, as a terminal's Ctrl-C sends one
-    )
+    proc = start_script(tmp_path, "script.py", new_session=True)  # one SIGINT, to it alone, as Ctrl-C
     try:
         log = tmp_path / "out" / "logs" / "local.jsonl"
         deadline = time.monotonic() + HANG_GUARD_S
@@ -67,11 +55,7 @@ def test_ctrl_c_in_run_pipeline_sync_is_a_keyboard_interrupt(tmp_path: Path) -> 
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
-        for left in [p for p in working_in(tmp_path) if p.pid != proc.pid]:
-            left.kill()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_all_in(tmp_path, proc)
     assert proc.returncode == 130 and "KeyboardInterrupt" in out, err[-3000:]
     assert "UnboundLocalError" not in err, err[-3000:]
     assert left_working_in(tmp_path, HANG_GUARD_S) == []

@@ -6,14 +6,11 @@ guard, and the script's run fails in one error; nothing is left running."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from support.processes import left_working_in, working_in
+from support.processes import kill_all_in, left_working_in, start_script
 
 pytestmark = pytest.mark.e2e
 
@@ -35,23 +32,11 @@ print(run_pipeline_sync(PipelineConfig(name="m", items=3, stages=stages), "out")
 
 def test_a_run_started_by_importing_the_stages_module_is_refused(tmp_path: Path) -> None:
     (tmp_path / "noguard.py").write_text(SCRIPT, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "noguard.py"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_script(tmp_path, "noguard.py")
     try:
         _, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
-        for left in [proc_ for proc_ in working_in(tmp_path) if proc_.pid != proc.pid]:
-            left.kill()  # a regression's chain: stopped whatever the assertion below says
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_all_in(tmp_path, proc)  # a regression's chain: stopped whatever the assertion below says
     assert proc.returncode == 1, err[-3000:]
     assert "a pipeline run was started as troupe's template process imported 'noguard'" in err, err[-3000:]
     assert 'if __name__ == "__main__":' in err

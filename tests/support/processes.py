@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 
-__all__ = ["gone_within", "left_working_in", "working_in"]
+__all__ = ["gone_within", "kill_all_in", "left_working_in", "start_script", "working_in"]
 
 
 def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
@@ -45,3 +48,27 @@ def left_working_in(folder: Path, seconds: float) -> list[psutil.Process]:
     while (left := working_in(folder)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
+
+
+def start_script(folder: Path, script: str, new_session: bool = False) -> subprocess.Popen[str]:
+    """``python SCRIPT`` in ``folder``, with the folder on its import path, its output piped
+    (``new_session``: a session of its own, so a signal sent to it reaches it alone)."""
+    return subprocess.Popen(
+        [sys.executable, script],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(folder)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
+    )
+
+
+def kill_all_in(folder: Path, proc: subprocess.Popen[str]) -> None:
+    """Kill every process working in ``folder`` and ``proc`` itself (reaped): what a failed
+    test leaves, stopped whatever its assertions say."""
+    for left in [p for p in working_in(folder) if p.pid != proc.pid]:
+        left.kill()
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()

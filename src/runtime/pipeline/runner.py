@@ -338,7 +338,6 @@ def run_pipeline_sync(
         RuntimeError: called where an event loop runs already (an ``async def``, Jupyter):
             ``await run_pipeline(...)`` there.
     """
-    _refuse_inside_an_import()
     try:
         asyncio.get_running_loop()
     except RuntimeError:
