@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = ["WorkerLaunch", "main", "serve_worker"]
 log = structlog.get_logger(__name__)
 
 SPEC_ENV = "TROUPE_WORKER_SPEC"
+_MESSAGE_MOST = 500  # characters of a failed constructor's message on its one line
 
 
 class WorkerLaunch(_Frozen):
@@ -88,8 +90,12 @@ def node_lookup(runtime_box: list[Runtime], node_endpoint: str):  # type: ignore
     return lookup
 
 
-async def serve_worker(spec: WorkerLaunch) -> None:
-    """Run the worker until it is told to stop."""
+async def serve_worker(spec: WorkerLaunch, log_file: Path | None = None) -> None:
+    """Run the worker until it is told to stop (``log_file``: where its log lines go, if anywhere).
+
+    Raises:
+        ActorStartFailed: an actor's constructor raised.
+    """
     from troupe.runtime.wire.codec import Codec
 
     box: list[Runtime] = []
@@ -122,9 +128,7 @@ async def serve_worker(spec: WorkerLaunch) -> None:
     WorkerChaos(runtime)
     async with runtime, anyio.create_task_group() as tg:
         for actor in spec.actors:
-            await runtime.spawn(
-                actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=spec.restart_reason
-            )
+            await _start_actor(runtime, actor, spec.restart_reason, log_file)
         # Actors that imported torch get its codec now, not as a stall on their first tensor.
         load_imported_extensions()
         # Before it registers: the node may stop it as soon as it knows it (a SIGTERM then
@@ -151,6 +155,34 @@ async def serve_worker(spec: WorkerLaunch) -> None:
         health.stopping()
     health.close()
     log.info("worker_stopped")
+
+
+class ActorStartFailed(Exception):
+    """An actor's constructor raised: its message is one line (the exception, where it was
+    raised, where its traceback went), the worker's last on stderr, which its node reports."""
+
+
+async def _start_actor(runtime: Runtime, actor: ActorSpec, reason: str | None, log_file: Path | None) -> None:
+    """Start one of the worker's actors. A constructor that raises (a missing file, a bad
+    kwarg) is a user's error, not the worker's: one line on stderr, not the worker's own
+    traceback of forty lines before the run's error; the traceback goes to the log file."""
+    try:
+        await runtime.spawn(actor.cls, actor.name, kwargs=dict(actor.kwargs), restart_reason=reason)
+    except Exception as exc:
+        log.error("actor_start_failed", actor=actor.name, cls=actor.cls, exc_info=exc)
+        raise ActorStartFailed(start_failure_line(exc, actor.cls, log_file)) from exc
+
+
+def start_failure_line(exc: BaseException, cls: str, log_file: Path | None) -> str:
+    """``ValueError: no model at m.pt (raised in Encoder at actors.py:31; traceback in LOG)``:
+    the exception first, as the node's reading of a worker's stderr expects (``StderrTail``)."""
+    text = " ".join(str(exc).split())
+    cut = text if len(text) <= _MESSAGE_MOST else text[: _MESSAGE_MOST - 3] + "..."
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    logged = f"; traceback in {log_file}" if log_file is not None else ""
+    said = f"{type(exc).__name__}: {cut}" if cut else type(exc).__name__
+    return f"{said} (raised in {cls}{where}{logged})"
 
 
 def install_worker_controls(
@@ -231,10 +263,13 @@ def main() -> None:
     )
     name_process(f"troupe worker {spec.process} (node {spec.node})", spec.process)
     set_role("worker")
-    configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
+    log_file = configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any
-        anyio.run(serve_worker, spec, backend="asyncio", backend_options={"use_uvloop": True})
+        try:
+            anyio.run(serve_worker, spec, log_file, backend="asyncio", backend_options={"use_uvloop": True})
+        except* ActorStartFailed as group:
+            sys.exit(str(group.exceptions[0]))
     except ConfigError as exc:
         log.error("worker_config_error", error=str(exc))
         sys.exit(f"worker {spec.process}: {exc}")
