@@ -53,6 +53,7 @@ from types import TracebackType
 
 import structlog
 
+from troupe.runtime.core.config_messages import short_repr
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
 from troupe.runtime.process_start import start_ticks
 
@@ -74,6 +75,8 @@ COMMIT_MARKER = ".troupe-commit"
 _TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
 # <task_id>.<16 hex>.<pid>-t<start tick>-<scope>: the writer of a staging directory
 _WRITER = re.compile(r"\.[0-9a-f]{16}\.(\d+)-t(\d+)-([0-9a-f]{8})$")
+# A file name holds 255 bytes; a staging directory's adds up to ~55 to the id (``_WRITER``).
+TASK_ID_MOST_BYTES = 200
 STALE_AFTER_S = 24 * 3600.0
 """Staging entries whose writer cannot be checked are removed once untouched this long."""
 
@@ -122,6 +125,12 @@ def _validate_task_id(task_id: str) -> str:
         raise InvalidTaskId(f"task id {task_id!r} is empty or not a string; give a non-empty str")
     if task_id.startswith("."):
         raise InvalidTaskId(f"task id {task_id!r} starts with a dot; drop the leading dot")
+    size = len(task_id.encode("utf-8", "surrogatepass"))
+    if size > TASK_ID_MOST_BYTES:
+        raise InvalidTaskId(
+            f"task id {short_repr(task_id)} is {size} bytes long; it names a directory (its staging "
+            f"one with a suffix), so give at most {TASK_ID_MOST_BYTES}"
+        )
     bad = [c for c in ("/", "\\", os.sep, os.altsep or "/", "\0") if c in task_id]
     if bad:
         raise InvalidTaskId(

@@ -98,6 +98,20 @@ def test_bad_task_ids_rejected(tmp_path: Path, task_id: str) -> None:
         store.is_committed(task_id)
 
 
+def test_the_longest_task_id_commits_and_a_longer_one_is_refused(tmp_path: Path) -> None:
+    """An id of the most bytes a task id may have stages and commits (its staging directory's
+    name, with the suffix, still fits a file name); one byte more is InvalidTaskId saying the
+    bound, not an OS error on a file name too long."""
+    store = OutputStore(tmp_path)
+    longest = "é" * (commit_mod.TASK_ID_MOST_BYTES // 2)  # two bytes each in UTF-8
+    with store.stage(longest) as staged:
+        (staged.path / "out.txt").write_text("x")
+        staged.commit()
+    assert store.committed() == [longest]
+    with pytest.raises(InvalidTaskId, match=f"{commit_mod.TASK_ID_MOST_BYTES + 1} bytes long; .* at most"):
+        store.stage(longest + "a")
+
+
 def test_disk_full_on_rename_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC at the rename raises CommitError naming task and fix, and leaves nothing visible."""
     store = OutputStore(tmp_path)
