@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from support.processes import kill_all_in, left_working_in, working_in
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,3 +218,46 @@ def test_the_documented_pipeline_runs_with_troupe_run(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "8 ok, 4 pruned, 0 dead" in done.stdout, done.stdout
+
+
+KILLED_HOLDER = """
+import sys
+from pathlib import Path
+
+from troupe.runtime.testing.plugin import start_cluster
+
+CONFIG = '''
+[[workers]]
+name = "w"
+actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]
+'''
+
+cluster = start_cluster(Path("cluster"), CONFIG)
+print(cluster.proc.pid, [p.pid for p in cluster.descendants()], flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_node_the_plugin_started_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A pytest killed by SIGKILL (a CI's timeout) cannot reap its nodes: each dies with it,
+    and its workers with the node, rather than holding their ports until someone finds them."""
+    (tmp_path / "holder.py").write_text(KILLED_HOLDER, encoding="utf-8")
+    with subprocess.Popen(
+        [sys.executable, "holder.py"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            first = holder.stdout.readline()  # the node is up once this line comes
+            assert first.strip(), "the holder ended before its node was up"
+            node_pid = int(first.split()[0])
+            assert node_pid in {p.pid for p in working_in(tmp_path)}  # a node and its workers run there
+            holder.kill()
+            holder.wait(timeout=30)
+            assert left_working_in(tmp_path, 30) == []
+        finally:
+            kill_all_in(tmp_path, holder)

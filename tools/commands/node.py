@@ -1,7 +1,14 @@
-"""``troupe node start``: run this host's node in the foreground."""
+"""``troupe node start``: run this host's node in the foreground.
+
+A node started by another program for its own use (the pytest plugin's ``troupe_cluster``)
+dies with that program: the program passes its pid in ``TROUPE_PARENT_PID``, as a node does
+to its workers (``child.die_with_parent``). A pytest killed by SIGKILL (a CI timeout) left its
+nodes running, their workers and ports with them. A node started by hand has no such variable.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +19,7 @@ from troupe.cli.master_client import node_name_problem
 from troupe.cli.preflight import check_node_start
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
+from troupe.runtime.node.child import PARENT_PID_ENV, die_with_parent
 from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import install, keys_for
@@ -61,6 +69,8 @@ def start(
     ] = None,
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
+    if os.environ.get(PARENT_PID_ENV):  # started for a program's own use: it dies with it
+        die_with_parent("node", "the program")
     # None: the file's value
     options = {"keys": keys, "insecure": insecure or None, "metrics": metrics, "tags": tag or None}
     master = check_node_start(

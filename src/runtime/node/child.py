@@ -76,10 +76,11 @@ def name_process(title: str, short: str) -> None:
     setproctitle.setthreadtitle(short)  # the main thread's name is the process's name
 
 
-def die_with_parent(who: str) -> None:
-    """Make sure this process dies with the node that started it, whatever it is doing then.
+def die_with_parent(who: str, starter: str = "the node") -> None:
+    """Make sure this process dies with the node that started it (``starter``: what started
+    it, for the message), whatever it is doing then.
 
-    Exits at once (status 1, naming ``who``) if that node is already gone.
+    Exits at once (status 1, naming ``who``) if that process is already gone.
     """
     raw = os.environ.pop(PARENT_PID_ENV, "")  # popped: a grandchild has a parent of its own
     parent = int(raw) if raw.isdigit() else os.getppid()
@@ -89,7 +90,7 @@ def die_with_parent(who: str) -> None:
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     if os.getppid() != parent:  # the node died before the guard was in place
-        sys.exit(f"{who}: the node that started it (pid {parent}) is gone")
+        sys.exit(f"{who}: {starter} that started it (pid {parent}) is gone")
     threading.Thread(target=_watch_parent, args=(parent,), name="troupe-parent-watch", daemon=True).start()
 
 

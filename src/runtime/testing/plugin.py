@@ -58,6 +58,7 @@ import psutil
 import pytest
 
 from troupe.runtime.errors import AskTimeout, Unreachable
+from troupe.runtime.node.child import PARENT_PID_ENV
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .cluster import ChaosEvent, Cluster, random_schedule
@@ -257,6 +258,7 @@ def start_cluster(
                 "PYTHONUNBUFFERED": "1",
                 **extra,
                 "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+                PARENT_PID_ENV: str(os.getpid()),  # the node dies with this process (node start)
             },
         )
     cluster = Cluster(proc, endpoint, name, log_dir, master_endpoint)
