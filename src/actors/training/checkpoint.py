@@ -40,6 +40,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse, async_save
 
+from troupe.runtime.tasks.output_store import atomic_file
+
 __all__ = [
     "COMMITTED",
     "CheckpointUnreadable",
@@ -62,6 +64,7 @@ COMMITTED = "COMMITTED"
 """Marker file of a checkpoint whose every part is written."""
 
 _STEP_DIR = re.compile(r"step-(\d+)")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def checkpoint_path(directory: str | os.PathLike[str], step: int) -> Path:
@@ -190,10 +193,9 @@ class Checkpointer:
             try:
                 f.result()
                 if commit:
-                    marker = path / COMMITTED
-                    partial = path / f".{COMMITTED}.partial"
-                    partial.write_text(f"{step}\n{_manifest(path)}")
-                    partial.replace(marker)
+                    body = f"{step}\n{_manifest(path)}"
+                    with atomic_file(path / COMMITTED) as partial:  # synced: never found empty
+                        partial.write_text(body)
                     self.committed.append(step)
             except BaseException as e:  # raised to the trainer by the next call
                 committed.set_exception(e)
@@ -279,22 +281,44 @@ class CheckpointUnreadable(ValueError):
 def _manifest(path: Path) -> str:
     """``sha256  name`` of every file of the checkpoint, a line each: the commit marker's body,
     so that a file damaged since (bytes changed, not only cut short) is found before it loads."""
-    lines = []
-    for file in sorted(p for p in path.iterdir() if p.is_file()):
-        if file.name not in (COMMITTED, f".{COMMITTED}.partial"):
-            lines.append(f"{_sha256(file)}  {file.name}\n")
-    return "".join(lines)
+    return "".join(f"{_sha256(file)}  {file.name}\n" for file in _checkpoint_files(path))
+
+
+def _checkpoint_files(path: Path) -> list[Path]:
+    """The files DCP wrote into the checkpoint folder: all but the marker and its temporary."""
+    return sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file() and p.name != COMMITTED and not p.name.startswith(f".{COMMITTED}.")
+    )
 
 
 def _verify(path: Path) -> None:
-    """Check the checkpoint's files against its commit marker's manifest (one committed before
-    markers held it has none: nothing to check).
+    """Check the checkpoint's files against its commit marker: the step, then ``sha256  name``
+    of every file in the folder. A marker that lacks any of it (empty, cut short, or written by
+    a troupe before markers held a manifest) cannot vouch for the files: refused, not trusted.
 
     Raises:
-        ValueError: a file is missing or its bytes changed since the commit.
+        ValueError: the marker is damaged, or a file is missing or its bytes changed since.
     """
-    for line in (path / COMMITTED).read_text().splitlines()[1:]:
+    lines = (path / COMMITTED).read_text(errors="replace").splitlines()
+    step = _STEP_DIR.fullmatch(path.name)
+    if not lines or step is None or lines[0] != str(int(step.group(1))):
+        raise ValueError(f"its {COMMITTED} marker does not hold its step (empty or damaged)")
+    listed: dict[str, str] = {}
+    for line in lines[1:]:
         digest, _, name = line.partition("  ")
+        if not _DIGEST.fullmatch(digest) or not name:
+            raise ValueError(f"its {COMMITTED} marker is damaged (a line reads {line[:80]!r})")
+        listed[name] = digest
+    unlisted = [file.name for file in _checkpoint_files(path) if file.name not in listed]
+    if not listed or unlisted:
+        what = repr(unlisted[0]) if unlisted else "any file"
+        raise ValueError(
+            f"its {COMMITTED} marker has no sha256 of {what} (cut short, or written by a troupe "
+            "whose markers held none)"
+        )
+    for name, digest in listed.items():
         file = path / name
         if not file.is_file():
             raise ValueError(f"{name} is missing")

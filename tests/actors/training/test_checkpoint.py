@@ -218,8 +218,7 @@ def test_a_checkpoint_that_could_not_be_read_may_load_later(
 
 def test_bytes_changed_in_a_checkpoint_are_found_before_it_loads(tmp_path: Path) -> None:
     """A few bytes flipped inside the data loaded silently (no format error) and trained on from
-    damaged weights: the commit marker holds each file's sha256, checked first. A marker from
-    before markers held them has nothing to check: it loads as it did."""
+    damaged weights: the commit marker holds each file's sha256, checked first."""
     model, optimizer, scheduler = make_trainer(0)
     saver = Checkpointer(tmp_path, every=1)
     saver.save(1, model, optimizer, scheduler)
@@ -233,8 +232,35 @@ def test_bytes_changed_in_a_checkpoint_are_found_before_it_loads(tmp_path: Path)
     part.write_bytes(bytes(data))
     with pytest.raises(CheckpointUnreadable, match=rf"{part.name} changed since it was written"):
         load(path, *make_trainer(1))
-    (path / COMMITTED).write_text("1\n")  # an older marker: the step alone
-    load(path, *make_trainer(1))  # not found damaged: torch reads the flipped float as it is
+
+
+@pytest.mark.parametrize(
+    ("marker", "said"),
+    [
+        ("", "does not hold its step"),  # renamed before its bytes reached the disk
+        ("2\n", "does not hold its step"),  # another checkpoint's
+        ("1\n", "has no sha256 of '.metadata'"),  # the step alone: cut short, or an older troupe's
+        ("1\nnot a digest  x\n", "is damaged"),
+        (None, "has no sha256 of '"),  # the manifest cut short at a line's end: a file unlisted
+    ],
+)
+def test_a_marker_that_cannot_vouch_for_the_files_is_refused(
+    tmp_path: Path, marker: str | None, said: str
+) -> None:
+    """A damaged file under a marker that checks nothing loaded silently (an empty marker, after
+    a crash, passed as committed): a marker must hold the step and every file's sha256."""
+    model, optimizer, scheduler = make_trainer(0)
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, model, optimizer, scheduler)
+    saver.close()
+    path = checkpoint_path(tmp_path, 1)
+    full = (path / COMMITTED).read_text()
+    load(path, *make_trainer(1))  # as written, it loads
+    cut = "".join(full.splitlines(keepends=True)[:-1])
+    (path / COMMITTED).write_text(cut if marker is None else marker)
+    with pytest.raises(CheckpointUnreadable, match=said) as info:
+        load(path, *make_trainer(1))
+    assert info.value.final and "move it away" in str(info.value)
 
 
 def test_every_must_be_positive(tmp_path: Path) -> None:
