@@ -216,14 +216,18 @@ def test_a_checkpoint_that_could_not_be_read_may_load_later(
     assert not info.value.final
 
 
+def _saved_at_step_1(folder: Path) -> Path:
+    """A checkpoint of a fresh trainer, saved and committed as step 1 under ``folder``."""
+    saver = Checkpointer(folder, every=1)
+    saver.save(1, *make_trainer(0))
+    saver.close()
+    return checkpoint_path(folder, 1)
+
+
 def test_bytes_changed_in_a_checkpoint_are_found_before_it_loads(tmp_path: Path) -> None:
     """A few bytes flipped inside the data loaded silently (no format error) and trained on from
     damaged weights: the commit marker holds each file's sha256, checked first."""
-    model, optimizer, scheduler = make_trainer(0)
-    saver = Checkpointer(tmp_path, every=1)
-    saver.save(1, model, optimizer, scheduler)
-    saver.close()
-    path = checkpoint_path(tmp_path, 1)
+    path = _saved_at_step_1(tmp_path)
     marker = (path / COMMITTED).read_text()
     assert ".metadata" in marker and ".distcp" in marker
     part = next(path.glob("*.distcp"))
@@ -249,11 +253,7 @@ def test_a_marker_that_cannot_vouch_for_the_files_is_refused(
 ) -> None:
     """A damaged file under a marker that checks nothing loaded silently (an empty marker, after
     a crash, passed as committed): a marker must hold the step and every file's sha256."""
-    model, optimizer, scheduler = make_trainer(0)
-    saver = Checkpointer(tmp_path, every=1)
-    saver.save(1, model, optimizer, scheduler)
-    saver.close()
-    path = checkpoint_path(tmp_path, 1)
+    path = _saved_at_step_1(tmp_path)
     full = (path / COMMITTED).read_text()
     load(path, *make_trainer(1))  # as written, it loads
     cut = "".join(full.splitlines(keepends=True)[:-1])
