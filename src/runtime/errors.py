@@ -23,6 +23,7 @@
     ├── RemoteError                        the handler raised; carries type, message, traceback
     ├── TaskError                          task bookkeeping refused an operation
     │   ├── JournalError                   the journal cannot be opened or is corrupt
+    │   │   ├── JournalDamaged             its file is not a healthy SQLite database
     │   │   └── JournalBusy                another process holds the journal (tasks.journal_lock)
     │   ├── CommitError(OSError)           a task output could not be committed
     │   ├── InvalidTaskId(ValueError)      a task id cannot name an output
@@ -62,6 +63,7 @@ __all__ = [
     "InvalidTaskId",
     "ItemFailed",
     "JobCancelled",
+    "JournalDamaged",
     "JournalError",
     "MailboxFull",
     "MessageTooLarge",
@@ -202,6 +204,17 @@ class JournalError(TaskError):
     """The task journal is missing, unreadable or corrupt; the master refuses to start on it."""
 
     code = "journal_error"
+
+
+class JournalDamaged(JournalError):
+    """The journal's file is not a healthy SQLite database (cut short, bytes changed): what it
+    held is lost. A run's own journal can be set aside, its outputs being the truth."""
+
+    code = "journal_damaged"
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message  # the damage alone, in SQLite's words
 
 
 class CommitError(TaskError, OSError):

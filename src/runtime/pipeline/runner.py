@@ -59,7 +59,7 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
 from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.master import Master, MasterConfig
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .config import PipelineConfig, load_pipeline
@@ -69,6 +69,7 @@ from .hosts import EngineHosts, wait_for_nodes
 from .master_job import master_source
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
+from .run_journal import open_run_journal
 from .source import ItemSource, MasterSource
 
 if TYPE_CHECKING:
@@ -213,6 +214,7 @@ async def run_pipeline(
                 fresh,
                 out_dir,
                 endpoints_may_move,
+                on_event,
             )
         )
         async with _lone_error_raised(), where as running:
@@ -532,6 +534,7 @@ async def _cluster(
     fresh: bool = False,
     out: Path | None = None,
     endpoints_may_move: bool = False,
+    on_event: Callable[[str], None] | None = None,
 ) -> AsyncIterator[_Cluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
@@ -545,7 +548,7 @@ async def _cluster(
             try:
                 if run_dir is not None:
                     run_dir.state_dir.mkdir(parents=True, exist_ok=True)
-                    journal, book = open_journal(run_dir.journal_path, new=True)
+                    journal, book = open_run_journal(run_dir.journal_path, on_event)
                     master = master_endpoint or free_endpoint()
                     local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
                     local_master.endpoint_may_move = endpoints_may_move

@@ -59,7 +59,7 @@ from typing import Any
 
 import structlog
 
-from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.errors import JournalDamaged, JournalError, TaskError
 from troupe.runtime.gc_pauses import collector_paused
 
 from .book import TaskBook
@@ -527,9 +527,12 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
         )
     problems = [str(row[0]).replace("\n", "; ") for row in conn.execute("PRAGMA quick_check(5)")]
     if problems != ["ok"]:
-        raise JournalError(
-            f"journal {path} is corrupt (PRAGMA quick_check: "
-            f"{'; '.join(problems)}); restore it from a backup or start a new one"
+        first = problems[0] if len(problems[0]) <= 160 else problems[0][:157] + "..."
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise JournalDamaged(
+            f"journal {path} is corrupt (PRAGMA quick_check: {first}{more}); restore it from a "
+            "backup or start a new one",
+            reason=f"PRAGMA quick_check: {first}{more}",
         )
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
@@ -549,11 +552,12 @@ def _translated(path: Path, action: str) -> Iterator[None]:
     except sqlite3.Error as exc:
         text = str(exc)
         if "not a database" in text or "malformed" in text:
-            fix = (
-                "the file is not a (healthy) journal; check the path or restore a backup (a troupe "
-                "run's own journal, in --out/.troupe: --fresh starts that run anew)"
-            )
-        elif "locked" in text or "busy" in text:
+            raise JournalDamaged(
+                f"journal {path}: {action} failed: {text}; the file is not a (healthy) journal: "
+                "check the path or restore a backup",
+                reason=text,
+            ) from exc
+        if "locked" in text or "busy" in text:
             fix = "another process holds the journal; stop it first"
         elif "unable to open" in text or "readonly" in text:
             fix = "check that the path is a writable file"

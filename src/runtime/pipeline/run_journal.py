@@ -1,0 +1,59 @@
+"""A one-host run's own journal (``out/.troupe/journal.db``): opened, or set aside when damaged.
+
+The journal says which items a run leased, committed, pruned or gave up on; the outputs the
+stages committed in ``out`` say what was made, and they are the truth (a run that finds no
+journal starts from them: its stages' ``start`` lists what they hold). A journal whose file is
+not a healthy SQLite database (cut short, bytes changed: ``JournalDamaged``) held nothing that
+cannot be found again, so the run moves it aside, with its WAL files, as ``journal.db.damaged``
+and goes on from the outputs, saying so. What is lost: the items that died or were pruned run
+again, and attempts count from 1. It used to refuse, and its advice, ``--fresh``, made every
+committed item again. Any other journal error (held by another process, a newer schema) still
+refuses: nothing is wrong with the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from troupe.runtime.errors import JournalDamaged
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.master.master import open_journal
+
+__all__ = ["DAMAGED_SUFFIX", "open_run_journal"]
+
+log = structlog.get_logger(__name__)
+
+DAMAGED_SUFFIX = ".damaged"
+_SQLITE_SIDES = ("", "-wal", "-shm")  # the database and what SQLite keeps beside it
+
+
+def open_run_journal(path: Path, on_event: Callable[[str], None] | None = None) -> tuple[Journal, TaskBook]:
+    """The run's journal at ``path`` and its replayed book; a damaged one is set aside first
+    (``on_event`` is told, in a line for people).
+
+    Raises:
+        JournalError: as :func:`open_journal`, but for a damaged file.
+    """
+    try:
+        return open_journal(path, new=True)
+    except JournalDamaged as exc:
+        damage = exc.reason
+    aside = path.with_name(path.name + DAMAGED_SUFFIX)
+    for side in _SQLITE_SIDES:
+        if os.path.lexists(f"{path}{side}"):
+            os.replace(f"{path}{side}", f"{aside}{side}")
+        elif os.path.lexists(f"{aside}{side}"):  # an earlier damaged journal's: not this one's
+            os.unlink(f"{aside}{side}")
+    log.warning("run_journal_damaged", path=str(path), moved_to=str(aside), error=damage)
+    if on_event is not None:
+        on_event(
+            f"the run's journal {path} was damaged ({damage}): it is kept as {aside.name} beside it, "
+            "and the run goes on from the outputs committed in its folder (items that died or were "
+            "pruned run again)"
+        )
+    return open_journal(path, new=True)

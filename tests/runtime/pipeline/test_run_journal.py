@@ -1,0 +1,68 @@
+"""A one-host run's journal, damaged on disk, is set aside and the run goes on from its outputs.
+
+What a user relies on: a run whose ``out/.troupe/journal.db`` was cut short or overwritten is
+not refused with advice (``--fresh``) that would make every committed item again; the damaged
+file is kept beside it as ``journal.db.damaged``, the user is told in one line, and the run
+starts on an empty journal (its stages' ``start`` lists what is committed). A journal held by
+another process is not damaged: still refused, and left where it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from troupe.runtime.pipeline.run_journal import open_run_journal
+from troupe.runtime.tasks.book import TaskBook, split_commands
+from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.journal_lock import JournalBusy
+from troupe.runtime.tasks.state import SubmitJob, TaskSpec
+
+
+def _journal_with_a_job(path: Path) -> None:
+    tasks = [TaskSpec(f"t-{i}", "k", i) for i in range(100)]
+    records, _ = split_commands(TaskBook().handle(SubmitJob("j", tasks), 0.0))
+    with Journal.open(path, create=True) as journal:
+        journal.append(records)
+
+
+@pytest.mark.parametrize("damage", ["cut", "overwritten"])
+def test_a_damaged_journal_is_kept_aside_and_a_new_one_opened(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "journal.db"
+    _journal_with_a_job(path)
+    if damage == "cut":
+        with path.open("r+b") as f:
+            f.truncate(2000)
+    else:
+        path.write_bytes(b"not a database at all" * 100)
+    damaged = path.read_bytes()
+    said: list[str] = []
+    journal, book = open_run_journal(path, said.append)
+    try:
+        assert book.jobs() == []  # an empty journal: the outputs say what was made
+        assert (tmp_path / "journal.db.damaged").read_bytes() == damaged
+        assert len(said) == 1 and f"the run's journal {path} was damaged (" in said[0]
+        assert "kept as journal.db.damaged" in said[0] and "--fresh" not in said[0]
+    finally:
+        journal.close()
+    with Journal.open(path) as again:  # what was opened is a healthy journal, kept as such
+        assert again.replay().jobs() == []
+
+
+def test_a_healthy_journal_opens_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    _journal_with_a_job(path)
+    said: list[str] = []
+    journal, book = open_run_journal(path, said.append)
+    journal.close()
+    assert [j.job_id for j in book.jobs()] == ["j"] and said == []
+    assert not (tmp_path / "journal.db.damaged").exists()
+
+
+def test_a_journal_another_process_holds_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    _journal_with_a_job(path)
+    with Journal.open(path), pytest.raises(JournalBusy):
+        open_run_journal(path)
+    assert not (tmp_path / "journal.db.damaged").exists()
