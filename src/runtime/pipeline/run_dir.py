@@ -12,8 +12,11 @@ Rules, checked before anything runs:
 - a new or empty directory (or one holding only ``logs/``) starts a run;
 - a directory with a record resumes it when the pipeline is the same, and is refused, naming
   the first field that differs, when it is not;
-- a directory with ``.troupe/`` but no record (an older troupe's run) is refused: what it was
-  made with is unknown;
+- a directory with ``.troupe/`` but no record (deleted, as the message on a damaged one says
+  to) is taken for this run's: its pipeline is recorded, what was committed is kept, and the
+  run says so (``adopted``); a damaged record is refused, naming that way out and ``--fresh``;
+- a directory inside what another run's folder holds for troupe (its ``.troupe/``, ``data/``,
+  ``videos/``, ``meta/``, ``logs/``) is refused: that run's ``--fresh`` would delete it;
 - anything else is someone else's directory (troupe would write ``data/``, ``videos/`` and
   ``meta/`` there and remove files under them it did not write): refused.
 
@@ -120,7 +123,9 @@ def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any
         record = None
     if not isinstance(record, dict) or record.get("format") != version:
         raise ConfigError(
-            f"--out {out}: {path} is not a {what} this troupe reads (use --fresh to start anew)"
+            f"--out {out}: {path} is damaged or not a {what} this troupe reads; delete it and "
+            "run again to take the folder as this command's run (what was committed there is "
+            "kept), or use --fresh to start anew"
         )
     return record
 
@@ -162,6 +167,9 @@ class RunDir:
         self.state_dir = out / ".troupe"
         self.record_path = self.state_dir / "run.json"
         self.journal_path = self.state_dir / "journal.db"
+        # Set by prepare: the folder held a run but no record of it (deleted, say, as the
+        # message on a damaged one suggests): this run's pipeline is recorded as the folder's.
+        self.adopted = False
 
     def prepare(self, made_with: dict[str, Any], fresh: bool) -> dict[str, Any] | None:
         """Check the directory against this run, start it anew or record it.
@@ -271,9 +279,21 @@ class RunDir:
     # -- private ----------------------------------------------------------------------------
 
     def _not_in_use(self) -> None:
+        self._not_inside_a_run()
         problem = self.in_use_problem()
         if problem is not None:
             raise ConfigError(problem)
+
+    def _not_inside_a_run(self) -> None:
+        """An output folder inside one that troupe owns in another run's folder (its
+        ``.troupe/``, ``data/``...): that run's ``--fresh`` or finalize would delete it."""
+        for inner in (self.out, *self.out.parents):
+            outer = inner.parent
+            if inner.name in TROUPE_ENTRIES and _holds_a_run(outer):
+                raise ConfigError(
+                    f"--out {self.out} is inside {inner}, which the run in {outer} owns (its "
+                    "--fresh or finalize would delete it); give a folder outside it"
+                )
 
     def _check_same(self, record: dict[str, Any], made_with: dict[str, Any]) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
@@ -299,10 +319,8 @@ class RunDir:
         if set(entries) <= {"logs"}:
             return
         if ".troupe" in entries and set(entries) <= TROUPE_ENTRIES:
-            raise ConfigError(
-                f"--out {self.out} holds a run with no record of what it was made "
-                "with (an older troupe); use --fresh to start anew"
-            )
+            self.adopted = True  # its record deleted: this run's pipeline is taken for its own
+            return
         foreign = [e for e in entries if e not in TROUPE_ENTRIES] or [e for e in entries if e != "logs"]
         raise ConfigError(
             f"--out {self.out} holds {foreign[0]!r}, which no troupe run wrote; give a "
@@ -325,6 +343,11 @@ class RunDir:
                     f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
                     "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
                 ) from None
+
+
+def _holds_a_run(folder: Path) -> bool:
+    state = folder / ".troupe"
+    return (state / "run.json").is_file() or (state / "journal.db").is_file()
 
 
 def _outputs(finals: dict[str, Any]) -> list[str] | None:

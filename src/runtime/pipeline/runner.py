@@ -190,6 +190,12 @@ async def run_pipeline(
             )
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
+        if run_dir is not None and run_dir.adopted and on_event is not None:
+            on_event(
+                f"{run_dir.out} held a run but no record of what it was made with: it is taken "
+                "for this command's pipeline, and what was committed there is kept (--fresh "
+                "starts anew)"
+            )
         log_dir = plan.log_dir
         if cluster is None:  # on a cluster: once the master took the run (below)
             log_dir.mkdir(parents=True, exist_ok=True)

@@ -134,12 +134,46 @@ def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> N
     assert (out / "data" / "table.csv").read_text() == "1,2\n"
 
 
-def test_an_unrecorded_troupe_run_needs_fresh(tmp_path: Path) -> None:
+def test_a_run_whose_record_was_deleted_is_taken_for_this_ones(tmp_path: Path) -> None:
+    """The way out the damaged record's message names: deleted, the folder is this run's, and
+    what its stages committed stays."""
     out = tmp_path / "out"
-    (out / ".troupe" / "episodes").mkdir(parents=True)
+    (out / ".troupe" / "episodes" / "committed" / "t-1").mkdir(parents=True)
     (out / "meta").mkdir()
-    with pytest.raises(ConfigError, match=r"no record of what it was made with.*--fresh"):
-        RunDir(out).prepare(_made_with(), fresh=False)
+    run = RunDir(out)
+    assert run.prepare(_made_with(items=8), fresh=False) is None
+    assert run.adopted and run.record_path.is_file()
+    assert (out / ".troupe" / "episodes" / "committed" / "t-1").is_dir()
+    again = RunDir(out)  # recorded now: a rerun resumes as any other, and another pipeline is refused
+    assert again.prepare(_made_with(items=8), fresh=False) is None and not again.adopted
+    with pytest.raises(ConfigError, match="was made with"):
+        RunDir(out).prepare(_made_with(items=9), fresh=False)
+
+
+@pytest.mark.parametrize("damage", ["{ cut sh", "[]", '{"format": 99}', ""])
+def test_a_damaged_record_is_refused_naming_the_way_out(tmp_path: Path, damage: str) -> None:
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    run.record_path.write_text(damage)
+    with pytest.raises(
+        ConfigError, match=r"run\.json is damaged .*delete it .*committed there is kept.*--fresh"
+    ):
+        RunDir(out).prepare(_made_with(items=8), fresh=False)
+
+
+@pytest.mark.parametrize("inside", [".troupe/x", ".troupe", "data/x/y", "logs", "meta/runs"])
+def test_a_folder_inside_what_another_run_owns_is_refused(tmp_path: Path, inside: str) -> None:
+    """The outer run's --fresh (or its finalize, under data/, videos/, meta/) would delete it."""
+    outer = tmp_path / "outer"
+    RunDir(outer).prepare(_made_with(items=8), fresh=False)
+    nested = RunDir(outer / inside)
+    for call in (lambda: nested.check(_made_with(), False), lambda: nested.prepare(_made_with(), False)):
+        with pytest.raises(ConfigError, match=f"is inside {outer}/.*, which the run in {outer} owns"):
+            call()
+    assert not (outer / inside / ".troupe").exists()
+    RunDir(outer / "sub").prepare(_made_with(), fresh=False)  # beside troupe's entries: the user's own
+    RunDir(tmp_path / "data" / "x").prepare(_made_with(), fresh=False)  # a "data" that is no run's
 
 
 def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
