@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import structlog
 
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
 from troupe.actors.lerobot.writer import AsyncWriter
@@ -31,6 +32,8 @@ from .randomize import RandomizeConfig, randomize
 from .scene import Scene, SceneConfig, generate_scene
 from .scene_wire import plan_from_wire, plan_to_wire, scene_from_wire, scene_to_wire
 from .trajectory import Plan, PlanConfig, plan_episode
+
+log = structlog.get_logger(__name__)
 
 __all__ = [
     "BaseLoader",
@@ -247,11 +250,22 @@ class LeRobotWriter(BaseWriter):
     start_lists_every_output = True
 
     def start(self, run: StageRun) -> list[str]:
-        """Before any item: no writer is writing, so what is staged is a dead writer's."""
+        """Before any item: no writer is writing, so what is staged is a dead writer's. An
+        episode damaged since its commit (a file cut short or deleted) is set aside, under
+        the store's ``.damaged/``, and left out of the list: the run makes it again, and says
+        so, rather than every finalize failing on it."""
         if run.fresh:
             self.store.clear()
         self.store.sweep_staging()
-        return self.store.committed()
+        committed = []
+        for task_id in self.store.committed():
+            damage = self.store.damage(task_id)
+            if damage is None:
+                committed.append(task_id)
+                continue
+            aside = self.store.set_aside(task_id)
+            log.warning("episode_damaged", task_id=task_id, damage=damage, set_aside=str(aside))
+        return committed
 
     def finalize(self, run: StageRun) -> dict[str, Any]:
         """Write the dataset over every committed episode; say what it holds."""

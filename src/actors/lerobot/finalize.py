@@ -173,11 +173,8 @@ def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list
         try:
             meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidData(
-                f"committed episode {task_id!r} is damaged: {path / EPISODE_FILE} is not its JSON "
-                f"({exc}); its episode cannot go into the dataset: restore the file, or run "
-                "again with --fresh to make every episode anew"
-            ) from None
+            said = f"{path / EPISODE_FILE} is not its JSON ({exc})"
+            raise InvalidData(_damaged(task_id, path, said)) from None
         if not isinstance(meta, dict) or meta.get("format") != EPISODE_FORMAT:
             raise InvalidData(
                 f"committed output {task_id!r} has format "
@@ -193,6 +190,15 @@ def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list
         episodes.append(_Episode(len(episodes), path, meta, task_index, start))
         start += int(meta["length"])
     return episodes, list(tasks), skipped
+
+
+def _damaged(task_id: str, path: Path, what: str) -> str:
+    """The error of an episode damaged since its commit in a way its files' sizes do not show
+    (those are set aside as a run starts): which, what is wrong, and the way out."""
+    return (
+        f"committed episode {task_id!r} is damaged: {what}; delete {path} and run the same command "
+        "again, which makes that episode again (--fresh would make every episode anew)"
+    )
 
 
 def _check_uniform(episodes: list[_Episode]) -> dict[str, dict[str, Any]]:
@@ -232,7 +238,11 @@ def _write_data(
             for ep in group:
                 # ParquetFile.read, not read_table: a third of the CPU for one small file (no
                 # dataset discovery, no thread pool).
-                frames = pq.ParquetFile(ep.path / FRAMES_FILE).read(use_threads=False)
+                try:
+                    frames = pq.ParquetFile(ep.path / FRAMES_FILE).read(use_threads=False)
+                except (pa.ArrowException, OSError) as exc:
+                    said = f"{ep.path / FRAMES_FILE} cannot be read ({exc})"
+                    raise InvalidData(_damaged(ep.meta["task_id"], ep.path, said)) from None
                 n_rows = frames.num_rows
                 extra = {
                     "episode_index": np.full(n_rows, ep.index, dtype=np.int64),
@@ -317,10 +327,8 @@ def _write_video_files(
         for ep, (t0, t1) in zip(group, spans, strict=True):
             frames = round((t1 - t0) * cfg.fps)
             if frames != ep.length:
-                raise InvalidData(
-                    f"episode {ep.meta['task_id']!r}: {key} has {frames} frames but "
-                    f"{ep.length} rows; the committed output is damaged, rewrite that task"
-                )
+                said = f"its {key} video has {frames} frames but {ep.length} rows"
+                raise InvalidData(_damaged(ep.meta["task_id"], ep.path, said))
             columns[ep.index].update(
                 {
                     f"videos/{key}/chunk_index": slot["chunk_index"],

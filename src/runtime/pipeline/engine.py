@@ -311,7 +311,8 @@ class PipelineEngine(ReplicaPool):
         log.warning("items_remade", count=len(lost), task_ids=lost[:20])
         if self.on_event is not None:
             self.on_event(
-                f"{len(lost)} item(s) that earlier runs made have no committed output (deleted since?): "
+                f"{len(lost)} item(s) that earlier runs made have no committed output (deleted since, "
+                f"or found damaged and set aside): "
                 f"made again: {shown}"
             )
 

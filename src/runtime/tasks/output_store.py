@@ -29,6 +29,11 @@ directory was then swept from under it (``process_start.py``). Entries it cannot
 from another host or container, or by an older troupe, whose names carry a time) are removed
 only once untouched for ``stale_after_s``.
 
+A committed output can still be damaged later, on disk (a file cut short or deleted): the
+marker lists each committed file with its size, :meth:`OutputStore.damage` compares them, and
+:meth:`OutputStore.set_aside` moves a damaged output out of the committed ones, so that its
+task is made again rather than read as it is (the LeRobot writer does both as a run starts).
+
 :func:`atomic_file` is the same promise for one file: written to a temporary sibling, then
 ``os.replace``-d over the destination, so a crash never leaves half a file.
 """
@@ -59,6 +64,7 @@ from troupe.runtime.process_start import start_ticks
 
 __all__ = [
     "COMMIT_MARKER",
+    "DAMAGED_DIR",
     "STALE_AFTER_S",
     "OutputStore",
     "OutputStoreStats",
@@ -70,7 +76,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 COMMIT_MARKER = ".troupe-commit"
-"""File written into every committed output; it holds the task id and keeps the dir non-empty."""
+"""File written into every committed output; it keeps the dir non-empty and holds the task id,
+then ``SIZE PATH`` of each file committed with it (a later look finds one cut short or gone)."""
+DAMAGED_DIR = ".damaged"
+"""Where :meth:`OutputStore.set_aside` moves a committed output found damaged."""
 
 _TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
 # <task_id>.<16 hex>.<pid>-t<start tick>-<scope>: the writer of a staging directory
@@ -185,6 +194,14 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _marker(task_id: str, staged: Path) -> str:
+    """The commit marker's text: the task id, then ``SIZE PATH`` of every file staged."""
+    lines = [task_id]
+    for file in sorted(f for f in staged.rglob("*") if f.is_file() and not f.is_symlink()):
+        lines.append(f"{file.stat().st_size} {file.relative_to(staged).as_posix()}")
+    return "\n".join(lines) + "\n"
+
+
 def _fsync_tree(top: Path) -> None:
     # Files first, then their directories bottom-up, so the rename publishes durable content.
     for dirpath, _dirnames, filenames in os.walk(top, topdown=False):
@@ -248,7 +265,7 @@ class Staged:
         try:
             if target.exists():
                 return self._duplicate()
-            (self.path / COMMIT_MARKER).write_text(self.task_id + "\n", encoding="utf-8")
+            (self.path / COMMIT_MARKER).write_text(_marker(self.task_id, self.path), encoding="utf-8")
             if store.durable:
                 _fsync_tree(self.path)
             try:
@@ -357,6 +374,41 @@ class OutputStore:
         """Return the ids of every committed task, sorted."""
         return sorted(p.name for p in self.committed_dir.iterdir() if p.is_dir())
 
+    def damage(self, task_id: str) -> str | None:
+        """What is wrong with the committed output of ``task_id``, by its commit marker's list
+        of files and sizes: a file gone or of another size (cut short, say); None when nothing
+        is, or when the marker lists no file (written by an older troupe: nothing to compare).
+        Bytes changed in place, the size kept, are not seen: that would mean reading them all.
+        """
+        path = self.committed_path(task_id)
+        try:
+            lines = (path / COMMIT_MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return f"its {COMMIT_MARKER} marker is gone"
+        for line in lines[1:]:
+            size, _, name = line.partition(" ")
+            if not size.isdigit() or not name:
+                return f"its {COMMIT_MARKER} marker is damaged"
+            try:
+                now = (path / name).stat().st_size
+            except FileNotFoundError:
+                return f"{name} is gone"
+            if now != int(size):
+                return f"{name} is {now} bytes, {size} when it was committed"
+        return None
+
+    def set_aside(self, task_id: str) -> Path:
+        """Move the committed output of ``task_id`` out of the committed ones (to
+        ``root/.damaged/<task_id>``, replacing one set aside before): its task is no longer
+        committed, and may be made again. Returns where it went."""
+        aside = self.root / DAMAGED_DIR / _validate_task_id(task_id)
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.rename(self.committed_path(task_id), aside)
+        log.warning("output_set_aside", task_id=task_id, to=str(aside))
+        return aside
+
     def clear(self) -> int:
         """Remove every committed output and every staged one not open here (a fresh start).
 
@@ -370,6 +422,7 @@ class OutputStore:
             else:
                 entry.unlink(missing_ok=True)
             removed += 1
+        shutil.rmtree(self.root / DAMAGED_DIR, ignore_errors=True)
         self.sweep_staging()
         if removed:
             log.info("store_cleared", removed=removed, root=str(self.root))

@@ -38,7 +38,7 @@ def test_commit_publishes_whole_output(tmp_path: Path) -> None:
     out = store.committed_path("t1")
     assert (out / "a.bin").read_bytes() == b"abc"
     assert (out / "sub" / "b.txt").read_text() == "x"
-    assert (out / COMMIT_MARKER).read_text().strip() == "t1"
+    assert (out / COMMIT_MARKER).read_text().splitlines() == ["t1", "3 a.bin", "1 sub/b.txt"]
     assert _visible(store) == (["t1"], [])
     assert store.statistics() == OutputStoreStats(commits=1, duplicate_commits=0, aborted=0, failed=0)
 
@@ -96,6 +96,38 @@ def test_bad_task_ids_rejected(tmp_path: Path, task_id: str) -> None:
     assert isinstance(info.value, ValueError)
     with pytest.raises(InvalidTaskId):
         store.is_committed(task_id)
+
+
+def test_an_output_cut_short_or_gone_since_its_commit_is_found_and_set_aside(tmp_path: Path) -> None:
+    """The marker lists each committed file's size: a file cut short, grown or deleted since is
+    named; set aside, the output is no longer committed, so its task can be made again."""
+    store = OutputStore(tmp_path)
+    for task_id in ("a", "b", "c", "d"):
+        with store.stage(task_id) as staged:
+            (staged.path / "sub").mkdir()
+            (staged.path / "sub" / "frames.bin").write_bytes(b"x" * 100)
+            (staged.path / "meta.json").write_text("{}")
+            staged.commit()
+    assert [store.damage(t) for t in "abcd"] == [None] * 4
+    with (store.committed_path("b") / "sub" / "frames.bin").open("r+b") as f:
+        f.truncate(10)
+    (store.committed_path("c") / "meta.json").unlink()
+    marker = store.committed_path("d") / commit_mod.COMMIT_MARKER
+    marker.write_text("d\n")  # an older troupe's marker: the task id alone, nothing to compare
+    assert store.damage("a") is None and store.damage("d") is None
+    assert store.damage("b") == "sub/frames.bin is 10 bytes, 100 when it was committed"
+    assert store.damage("c") == "meta.json is gone"
+    aside = store.set_aside("b")
+    assert aside == tmp_path / commit_mod.DAMAGED_DIR / "b" and (aside / "sub" / "frames.bin").is_file()
+    assert store.committed() == ["a", "c", "d"] and not store.is_committed("b")
+    with store.stage("b") as staged:  # made again, then found damaged again: the older one goes
+        (staged.path / "frames.bin").write_bytes(b"y")
+        staged.commit()
+    (store.committed_path("b") / "frames.bin").unlink()
+    store.set_aside("b")
+    assert sorted(p.name for p in store.set_aside("c").parent.iterdir()) == ["b", "c"]
+    store.clear()
+    assert not (tmp_path / commit_mod.DAMAGED_DIR).exists() and store.committed() == []
 
 
 def test_the_longest_task_id_commits_and_a_longer_one_is_refused(tmp_path: Path) -> None:
