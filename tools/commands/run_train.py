@@ -149,13 +149,15 @@ def finish_train(
         writable_problem,
     )
 
+    unusable = writable_problem(out, "--out")  # first: the checks resolve it (a loop raised)
+    if unusable:
+        raise fail(unusable, 2)
     try:
         cfg = check_train(config, out, steps, items, fresh)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     problem = (
         endpoint_shape_problem(master, "--master")
-        or writable_problem(out, "--out")
         or (None if master or endpoint is None else endpoint_problem(endpoint, "--endpoint"))
         or (None if master or endpoint is None else loopback_problem(endpoint, "--endpoint", "troupe run"))
     )
