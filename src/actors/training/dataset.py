@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from troupe.actors.lerobot.errors import InvalidData
 from troupe.actors.lerobot.format import (
     ACTION_KEY,
     EPISODE_FILE,
@@ -53,6 +54,7 @@ from .sampler import ResumableSampler
 
 __all__ = [
     "ClipSource",
+    "DatasetDamaged",
     "LeRobotClips",
     "NotEnoughEpisodes",
     "ResumableSampler",
@@ -63,6 +65,16 @@ __all__ = [
 
 ACTION_CACHE_EPISODES = 32
 """Episodes whose action rows a process keeps (LRU): bounded, whatever the dataset's size."""
+
+
+class DatasetDamaged(ValueError):
+    """A file of the dataset does not read as it must (a video cut short, rows missing): every
+    restart would read it the same way, so the run ends rather than restarting on it."""
+
+
+# A finalized dataset that ``troupe run`` made is written again by the same command: the files
+# its finalize reported, changed since, are found and the dataset finalised again.
+_REMAKE = "; if troupe run made it, the same command run again on its --out writes it again"
 
 
 class NotEnoughEpisodes(ValueError):
@@ -203,11 +215,14 @@ def load_clip(
 ) -> dict[str, Any]:
     """Read one clip: uint8 video (3, T, H, W), actions and their mask (Ta, 59)."""
     t0 = source.video_from_s + frame / source.fps
-    frames = decode_video(Path(source.video), t0, t0 + clip_frames / source.fps, fps=source.fps)
+    try:
+        frames = decode_video(Path(source.video), t0, t0 + clip_frames / source.fps, fps=source.fps)
+    except InvalidData as exc:
+        raise DatasetDamaged(f"episode {source.episode_index}: {exc}{_REMAKE}") from None
     if len(frames) != clip_frames:
-        raise ValueError(
+        raise DatasetDamaged(
             f"episode {source.episode_index}: {source.video} gave {len(frames)} frames at "
-            f"{frame}..{frame + clip_frames - 1}, expected {clip_frames}; the video is damaged"
+            f"{frame}..{frame + clip_frames - 1}, expected {clip_frames}; the video is damaged{_REMAKE}"
         )
     video = torch.from_numpy(frames).permute(0, 3, 1, 2)  # (T, 3, H, W)
     if size is not None and tuple(video.shape[-2:]) != tuple(size):
@@ -218,9 +233,9 @@ def load_clip(
         video = resized.round().clamp(0, 255).to(torch.uint8)
     actions, mask = _actions(source.frames, source.episode_index, source.shared)
     if len(actions) != source.length:
-        raise ValueError(
+        raise DatasetDamaged(
             f"episode {source.episode_index}: {source.frames} has {len(actions)} rows, "
-            f"expected {source.length}; the dataset is damaged"
+            f"expected {source.length}; the dataset is damaged{_REMAKE}"
         )
     span = slice(frame, frame + action_steps)
     return {

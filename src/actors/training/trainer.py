@@ -35,7 +35,7 @@ import structlog
 from troupe.runtime import Actor, ConfigError, handles
 
 from .checkpoint import CheckpointUnreadable, checkpoint_path
-from .dataset import NotEnoughEpisodes
+from .dataset import DatasetDamaged, NotEnoughEpisodes
 from .inflight import (
     GroupFailed,
     InflightConfig,
@@ -217,8 +217,9 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
 
 def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
-    a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint."""
-    if isinstance(exc, LossNotFinite):
+    a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint, a
+    damaged file of the dataset."""
+    if isinstance(exc, (LossNotFinite, DatasetDamaged)):
         return True
     if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable)):
         return exc.final

@@ -1,7 +1,8 @@
 """Failures that every restart would repeat are final: the driver does not restart for them (it
 used up train.max_restarts, three by default, failing the same way each time). A dataset too
 small for the run once it is finalized (it cannot grow; a run's folder that may still grow keeps
-its retries: ``test_dataset_clips.py``), and a last checkpoint that is damaged. A loss that is not
+its retries: ``test_dataset_clips.py``), a last checkpoint that is damaged, and a file of the
+dataset that does not read (a video cut short). A loss that is not
 finite: ``test_loss_not_finite.py``."""
 
 from __future__ import annotations
@@ -56,3 +57,17 @@ async def test_a_damaged_last_checkpoint_fails_the_rank_for_good(tmp_path: Path)
     failed = await _rank_until(tmp_path, train_data(dataset, 4, local_encoding=True), "failed")
     assert failed["final"] is True
     assert "CheckpointUnreadable" in failed["error"] and "step-000000002' cannot be loaded" in failed["error"]
+
+
+async def test_a_video_of_the_dataset_cut_short_fails_the_rank_for_good(tmp_path: Path) -> None:
+    """Every restart read the same bytes and failed the same way, three times over."""
+    dataset = _dataset(tmp_path, 8)
+    videos = sorted((dataset / "videos").rglob("*.mp4"))
+    assert videos
+    for video in videos:
+        with video.open("r+b") as f:
+            f.truncate(video.stat().st_size // 3)
+    failed = await _rank_until(tmp_path, train_data(dataset, 2, local_encoding=True), "failed")
+    assert failed["final"] is True
+    assert "DatasetDamaged" in failed["error"], failed["error"]
+    assert "the same command run again on its --out writes it again" in failed["error"]
