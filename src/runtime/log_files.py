@@ -134,12 +134,15 @@ class ReopeningFileHandler(logging.FileHandler):
         max_bytes: with a value, this handler rotates the file itself at that size (for a
             process that is the file's only writer); None leaves rotating to the node.
         keep: rotated files kept when this handler rotates.
+        tell: say on stderr, once, when lines cannot be written (a node's workers write the
+            node's file and leave it to the node: seven processes said it seven times).
     """
 
-    def __init__(self, path: Path, max_bytes: int | None = None, keep: int = 5) -> None:
+    def __init__(self, path: Path, max_bytes: int | None = None, keep: int = 5, tell: bool = True) -> None:
         super().__init__(path, mode="a", encoding="utf-8")
         self.max_bytes = max_bytes
         self.keep = keep
+        self.tell = tell  # say on stderr when lines cannot be written (the node's processes: one says it)
         self._next_check = time.monotonic() + REOPEN_CHECK_S
         self._opened = self._stream_ident()
         self.dropped = 0  # lines this handler could not write
@@ -168,7 +171,26 @@ class ReopeningFileHandler(logging.FileHandler):
             super().handleError(record)
             return
         self.dropped += 1
-        if self._failing:
+        self._cannot_write(exc)
+
+    def flush(self) -> None:
+        """What is buffered, written; a full disk drops it, as :meth:`handleError` does a line
+        (it raised out of a run's last log line, its logging handed back, as a traceback)."""
+        try:
+            super().flush()
+        except OSError as exc:
+            self.dropped += 1  # the buffered lines (at least one): emit sees the write failed
+            self._cannot_write(exc)
+
+    def close(self) -> None:
+        try:
+            super().close()  # the stream's own close flushes once more, and is closed even so
+        except OSError as exc:
+            self.dropped += 1
+            self._cannot_write(exc)
+
+    def _cannot_write(self, exc: OSError) -> None:
+        if self._failing or not self.tell:
             return
         self._failing = True
         try:

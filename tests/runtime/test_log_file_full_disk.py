@@ -64,3 +64,47 @@ def test_an_error_that_is_not_the_disk_still_reaches_logging(
         handler.close()
     assert "--- Logging error ---" in capsys.readouterr().err
     assert handler.dropped == 0
+
+
+class _BufferingDisk(io.StringIO):
+    """A stream that takes writes and fails as it flushes them (a buffered file on a full disk)."""
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self) -> None:
+        try:
+            self.flush()  # as io's streams: a last flush, then closed even when it fails
+        finally:
+            super().close()
+
+
+def test_a_full_disk_found_as_the_file_is_flushed_or_closed_is_told_not_raised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Closing the run's file as a run ends (its logging handed back) raised ENOSPC out of the
+    run's error as a traceback of sixty lines; every line was told again, once per line."""
+    handler = ReopeningFileHandler(tmp_path / "n.jsonl")
+    real, handler.stream = handler.stream, _BufferingDisk()
+    real.close()
+    for n in range(3):
+        handler.emit(_record(f"lost {n}"))
+    handler.flush()
+    handler.close()  # no OSError
+    said = capsys.readouterr().err
+    assert said.count("cannot write the log file") == 1, said
+    assert handler.dropped >= 3
+
+
+def test_a_handler_told_not_to_tell_counts_but_says_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node's workers write the node's file: the node says it, not each of seven processes."""
+    handler = ReopeningFileHandler(tmp_path / "n.jsonl", tell=False)
+    real, handler.stream = handler.stream, _Disk()
+    try:
+        handler.emit(_record("lost"))
+    finally:
+        handler.stream = real
+        handler.close()
+    assert capsys.readouterr().err == "" and handler.dropped == 1

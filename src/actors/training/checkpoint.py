@@ -23,6 +23,7 @@ import os
 import pickle
 import random
 import re
+import shutil
 import warnings
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -214,11 +215,27 @@ class Checkpointer:
         try:
             pending.result()
         except Exception as e:
-            raise RuntimeError(f"checkpoint save failed: {e}") from e
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            raise RuntimeError(f"checkpoint save failed: {first}{_space_left(self.directory)}") from e
 
     def close(self) -> None:
         """Wait for the last save (see :meth:`wait`)."""
         self.wait()
+
+
+def _space_left(directory: Path) -> str:
+    """A note on the disk, where it is what failed the save: torch's writer says a full disk
+    as ``unexpected pos 704 vs 598``, not as ENOSPC."""
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return ""
+    if free >= _LOW_SPACE:
+        return ""
+    return f" (the disk holding {directory} has {free / 2**20:.1f} MiB free: free space, then run again)"
+
+
+_LOW_SPACE = 64 << 20
 
 
 @dataclass(frozen=True)

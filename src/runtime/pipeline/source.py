@@ -23,7 +23,14 @@ import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import AskTimeout, TroupeError, UnknownMessageType, UnknownWorker, Unreachable
+from troupe.runtime.errors import (
+    AskTimeout,
+    PeerLost,
+    TroupeError,
+    UnknownMessageType,
+    UnknownWorker,
+    Unreachable,
+)
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
@@ -466,6 +473,8 @@ class MasterSource:
         log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
         if self._unanswered_since is not None:
             return
+        if isinstance(exc, PeerLost) and not self.master_outlives_run:
+            return  # the run's own master stopped (failed): its error ends the run, it comes not back
         self._unanswered_since = time.monotonic()
         self._tell_people(
             f"the master at {self.master} does not answer ({type(exc).__name__}): the run waits for "

@@ -561,7 +561,12 @@ def _translated(path: Path, action: str) -> Iterator[None]:
             fix = "another process holds the journal; stop it first"
         elif "unable to open" in text or "readonly" in text:
             fix = "check that the path is a writable file"
-        elif "full" in text or "I/O" in text:
+        elif "full" in text:
+            fix = (
+                f"free space on the disk the journal is on (df {path.parent}), then start again: "
+                "what was recorded stays"
+            )
+        elif "I/O" in text:
             fix = "check the disk the journal is on"
         else:
             fix = "restore the journal from a backup or start a new one"
