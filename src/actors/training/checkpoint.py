@@ -214,8 +214,11 @@ class Checkpointer:
             return
         try:
             pending.result()
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        except (Exception, CheckpointException) as e:  # DCP's is a BaseException: it killed the worker
+            cause: BaseException = e
+            if isinstance(e, CheckpointException) and e.failures:  # what failed, on the first rank
+                cause = next(iter(e.failures.values()))[0]
+            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
             raise RuntimeError(f"checkpoint save failed: {first}{_space_left(self.directory)}") from e
 
     def close(self) -> None:
