@@ -85,7 +85,10 @@ class TrainDir:
         self.state_dir = out / _STATE
         self.record_path = self.state_dir / "run.json"
         self._lock_target = self.state_dir / "run"  # its lock file is run.lock
-        self.owned = {_STATE, "logs"} | {p.name for p in written if p.parent == out}
+        owned = {_STATE, "logs"} | {p.name for p in written if p.parent == out}
+        # A folder found damaged is kept beside itself (the latent cache's: ``<name>.damaged``):
+        # troupe's too, so --fresh removes it and a rerun does not take it for the user's.
+        self.owned = owned | {f"{name}.damaged" for name in owned}
 
     def check(self, made: dict[str, Any], fresh: bool) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.

@@ -73,7 +73,7 @@ def test_fresh_in_a_folder_no_run_recorded_deletes_nothing(tmp_path: Path) -> No
 def test_fresh_in_a_recorded_folder_deletes_what_a_run_wrote_only(tmp_path: Path) -> None:
     out = tmp_path / "out"
     _dir(out).prepare(MADE, fresh=False).release()
-    for name in ("checkpoints", "latent-cache", "logs"):
+    for name in ("checkpoints", "latent-cache", "logs", "latent-cache.damaged"):  # the last: set aside
         (out / name).mkdir()
         (out / name / "f").write_text("run")
     (out / "notes.txt").write_text("the user's")
