@@ -14,6 +14,7 @@ older troupe wrote holds a start time (``create_time``) and is judged by it, as 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -92,13 +93,15 @@ class ChildRecord:
 
     def _write(self) -> None:
         data = {"node": self._node, "owner": self._owner, "children": list(self._children.values())}
+        tmp = self.path.with_suffix(".pids.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".pids.tmp")
             tmp.write_text(json.dumps(data))
             os.replace(tmp, self.path)
         except OSError as exc:  # the node runs on; only the hard-death cleanup is weaker
             log.warning("child_record_not_written", path=str(self.path), error=str(exc))
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)  # half written (a full disk): it was left behind
 
 
 def reap_predecessors(log_dir: Path, node: str) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -132,3 +133,21 @@ def test_records_by_start_tick_hold_across_a_clock_step(
     assert sleeper.poll() is None
     assert reap_predecessors(tmp_path, "n1") == [sleeper.pid]
     assert sleeper.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_record_that_cannot_be_written_leaves_no_half_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the node runs on without its record, and the temporary file it began (an
+    empty ``local.<pid>.pids.tmp`` in the run's logs/) is not left behind."""
+    real_write = Path.write_text
+
+    def full(self: Path, text: str, *args: object, **kwargs: object) -> int:
+        real_write(self, "")  # created, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    record = ChildRecord(tmp_path, "local")
+    monkeypatch.setattr(Path, "write_text", full)
+    record.add(os.getpid(), "worker w")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
