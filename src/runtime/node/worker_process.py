@@ -43,7 +43,7 @@ from .child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from .config import ActorSpec, _Frozen
 from .reach import LOOPBACK_ANY_PORT
 
-__all__ = ["WorkerLaunch", "main", "serve_worker"]
+__all__ = ["ActorStartFailed", "WorkerLaunch", "main", "serve_worker", "start_failure_line"]
 
 log = structlog.get_logger(__name__)
 
