@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from support.netns import lan, netns_unavailable
@@ -195,6 +196,48 @@ def test_frames_asked_of_a_node_just_killed_are_made_again(netpipe: NetPipeline,
     assert "n3" in set(result["placement"].values()), result["placement"]
     assert result["restarted"] >= 1, {k: result[k] for k in ("restarted", "items", "placement")}
     _check_every_episode_once(out, result, items)
+
+
+def _replica_processes(pipeline: str) -> list[int]:
+    """The pids of the replicas of ``pipeline`` running on this machine (on any host)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if f"troupe worker {pipeline}-" in " ".join(proc.cmdline()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_killed_runs_replicas_are_stopped_by_their_nodes_and_its_rerun_finishes(
+    netpipe: NetPipeline, tmp_path: Path
+) -> None:
+    """A cluster run listens on its own host's loopback: the nodes, on other hosts, could not
+    ping it, and a run killed with SIGKILL left its replicas running for good, its rerun refused
+    (``a worker named ... already runs``). It beats to the master, which the nodes ask: they
+    stop its replicas once the master has not heard from it for 20 s, and the same command
+    finishes, every episode once."""
+    items, held_from = 12, 4
+    pipeline, out, gate = tmp_path / "datagen-killed.toml", tmp_path / "out", tmp_path / "gate"
+    gate.mkdir()
+    pipeline.write_text(pipeline_toml("netns-e", items, gate=gate, from_seed=held_from, hold_render_on=NODES))
+    run = netpipe.run(pipeline, out)
+    _wait_mid_run(
+        netpipe, run, out, gate, lambda: bool(markers(gate, "waiting-render")), "render holding an item"
+    )
+    assert _replica_processes("netns-e")
+    run.kill()
+    run.wait(timeout=WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while left := _replica_processes("netns-e"):
+        assert time.monotonic() < deadline, f"the killed run's replicas {left} still run after {WAIT_S}s"
+        time.sleep(0.5)
+    (gate / "open").touch()
+    result = netpipe.run_json(netpipe.run(pipeline, out), RUN_TIMEOUT_S)
+    assert not result["items"]["dead"] and not result["items"]["pruned"], result["items"]
+    episodes = dataset_episodes(out)  # the killed run's committed episodes, and the rerun's
+    assert len(episodes) == len(set(episodes)) == items and sorted(episodes) == committed(out)
 
 
 def _wait_mid_run(

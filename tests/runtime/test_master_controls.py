@@ -83,6 +83,8 @@ MALFORMED: dict[str, list[tuple[Any, str, str | None]]] = {
         ({"timeout_s": 1}, "job_id", None),
         ({"job_id": "j", "timeout_s": "soon"}, "timeout_s", "'soon'"),
     ],
+    "owner_beat": [({}, "owner", None), ({"owner": 5}, "owner", "5")],
+    "owner_seen": [({"x": 1}, "owner", None), ({"owner": ["m"]}, "owner", "['m']")],
 }
 
 

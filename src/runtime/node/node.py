@@ -168,7 +168,7 @@ class Node:
             log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
             self.config = cfg = cfg.model_copy(update={"endpoint": runtime.address})
         self.runtime = runtime
-        self.owners = OwnerWatch(runtime, self.workers, self._stop_named)
+        self.owners = OwnerWatch(runtime, self.workers, self._stop_named, master=cfg.master)
         self._install_controls(runtime)
         # A predecessor that died hard may have left processes behind: they go before ours start.
         await anyio.to_thread.run_sync(reap_predecessors, cfg.log_dir, self.name)

@@ -10,6 +10,14 @@ error reply included, is an owner that is there. A worker spawned without an own
 operator's ``troupe ctl``) is never stopped this way. A request for the name of a running worker
 whose owner (another one) does not answer now replaces it at once (``gone``): the rerun of a
 killed run need not wait for the watch.
+
+A run that the node cannot ping (a cluster run, listening on its own host's loopback) names
+itself ``master:<token>`` instead, and beats to the master while its replicas run: the node
+asks the master how long the run has been silent (``owner_seen``, ``tasks/master/run_owners.py``)
+and stops its workers once that passes ``OWNER_SILENT_S``. A master that does not answer says
+nothing: the workers run on (a master restarting must not stop every run's replicas). A rerun's
+request for the name waits for the verdict (at most ``OWNER_SILENT_S`` and a beat): a run that
+lives beats again within ``OWNER_BEAT_S``.
 """
 
 from __future__ import annotations
@@ -26,11 +34,15 @@ from troupe.runtime.errors import TroupeError
 
 from .worker_handles import WorkerHandle
 
-__all__ = ["OwnerWatch"]
+__all__ = ["MASTER_OWNER", "OWNER_BEAT_S", "OWNER_SILENT_S", "OwnerWatch"]
 
 log = structlog.get_logger(__name__)
 
 PING_TIMEOUT_S = 5.0  # a run's process on a loaded machine may answer late: not gone
+MASTER_OWNER = "master:"  # an owner the master vouches for: ``master:<token>``
+OWNER_BEAT_S = 5.0  # how often such a run beats to the master
+OWNER_SILENT_S = 20.0  # silent this long (four beats missed): the run is gone
+_VERDICT_POLL_S = 1.0
 
 
 class OwnerWatch:
@@ -42,6 +54,7 @@ class OwnerWatch:
         stop: stops a worker by name, as the node's ``stop_worker`` control does.
         interval_s: how often the owners are pinged.
         misses: pings in a row an owner may miss before its workers are stopped.
+        master: the master that vouches for ``master:`` owners (None: they are never gone).
     """
 
     def __init__(
@@ -51,8 +64,10 @@ class OwnerWatch:
         stop: Callable[[str], Awaitable[Any]],
         interval_s: float = 5.0,
         misses: int = 4,
+        master: str | None = None,
     ) -> None:
         self.runtime = runtime
+        self.master = master
         self.workers = workers
         self.stop = stop
         self.interval_s = interval_s
@@ -76,10 +91,40 @@ class OwnerWatch:
                 tg.start_soon(self._look_at, owner, names)
 
     async def gone(self, owner: str) -> bool:
-        """Whether ``owner`` does not answer a ping now."""
-        return not await answers(self.runtime, owner, PING_TIMEOUT_S)
+        """Whether ``owner`` does not answer a ping now; for a ``master:`` owner, whether the
+        master has not heard from it for ``OWNER_SILENT_S``, waiting for the verdict (a beat
+        that comes first: it is there)."""
+        if not owner.startswith(MASTER_OWNER):
+            return not await answers(self.runtime, owner, PING_TIMEOUT_S)
+        before = await self._silent_s(owner)
+        with anyio.move_on_after(OWNER_SILENT_S + OWNER_BEAT_S):
+            while before is not None and before <= OWNER_SILENT_S:
+                await anyio.sleep(_VERDICT_POLL_S)
+                now = await self._silent_s(owner)
+                if now is not None and now < before:
+                    return False  # it beat since
+                before = now
+        return before is not None and before > OWNER_SILENT_S
+
+    async def _silent_s(self, owner: str) -> float | None:
+        """How long the master has not heard from ``owner``; None when it cannot say."""
+        if self.master is None:
+            return None
+        try:
+            asked = {"owner": owner}
+            reply = await self.runtime.control(self.master, "owner_seen", asked, timeout=PING_TIMEOUT_S)
+        except TroupeError as exc:  # not answering (restarting), or a master of before owner_seen
+            log.info("spawn_owner_unknown", owner=owner, error=str(exc))
+            return None
+        silent = reply.get("silent_s") if isinstance(reply, dict) else None
+        return float(silent) if isinstance(silent, (int, float)) and not isinstance(silent, bool) else None
 
     async def _look_at(self, owner: str, names: list[str]) -> None:
+        if owner.startswith(MASTER_OWNER):
+            silent = await self._silent_s(owner)
+            if silent is not None and silent > OWNER_SILENT_S:
+                await self._stop_all(owner, names, f"the master has not heard from it for {silent:.0f} s")
+            return
         if await answers(self.runtime, owner, PING_TIMEOUT_S):
             self.missed.pop(owner, None)
             return
@@ -87,7 +132,10 @@ class OwnerWatch:
         if self.missed[owner] < self.misses:
             return
         del self.missed[owner]
-        log.warning("spawn_owner_gone_stopping_workers", owner=owner, workers=names, misses=self.misses)
+        await self._stop_all(owner, names, f"{self.misses} pings unanswered")
+
+    async def _stop_all(self, owner: str, names: list[str], why: str) -> None:
+        log.warning("spawn_owner_gone_stopping_workers", owner=owner, workers=names, why=why)
         for name in names:
             try:
                 await self.stop(name)

@@ -55,6 +55,7 @@ from .model import (
     StageMeter,
     pipeline_metrics,
 )
+from .owner_beat import OwnerBeat
 from .records import Handle, Item, Replica, StageState
 from .replicas import ReplicaPool
 from .result import PipelineMetrics, PipelineResult
@@ -155,6 +156,7 @@ class PipelineEngine(ReplicaPool):
         self._look_now = anyio.Event()
         self._notified = 0.0  # when on_change was last called
         self._fatal: StageFailed | None = None  # a stage lost every replica and cannot get one
+        self.owner_beat: OwnerBeat | None = None  # a cluster run's beat to the master (_run_items)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -229,6 +231,10 @@ class PipelineEngine(ReplicaPool):
                 tg.start_soon(self.hosts.watch)
                 tg.start_soon(self._node_loop)
                 tg.start_soon(self._worker_loop)
+                if self.nodes_outlive_run and self.hosts.master is not None:
+                    self.owner_beat = OwnerBeat(self.runtime, self.hosts.master)
+                    await self.owner_beat.first()
+                    tg.start_soon(self.owner_beat.run)
                 for stage in self.stages:
                     for _ in range(stage.cfg.replicas):
                         self._spawn(stage)

@@ -36,6 +36,7 @@ from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts
 from .model import ScaleInput, decide_scaling
+from .owner_beat import OwnerBeat
 from .records import Replica, StageState, node_of
 from .source import ItemSource, send_unanswered
 
@@ -62,7 +63,7 @@ def _can_ping_back(node: str, owner: str) -> bool:
     """Whether the node at ``node`` can reach the run at ``owner``. A run binds loopback by
     default: a node it reaches off loopback (another host, another network namespace) would ping
     its own loopback, find nobody, and stop the replicas of a run that is well. Such a run's
-    replicas are not watched (a SIGKILLed one leaves them, as before)."""
+    replicas are watched through the master it beats to instead (``owner_beat.py``)."""
     try:
         return not is_loopback(owner) or is_loopback(node)
     except ValueError:
@@ -99,6 +100,7 @@ class ReplicaPool:
     source: ItemSource
     on_event: Callable[[str], None] | None
     nodes_outlive_run: bool
+    owner_beat: OwnerBeat | None
 
     def _lose_outputs(self, replica: Replica) -> None:
         """What ``replica`` held is gone: the engine's item flow restarts those items."""
@@ -144,8 +146,12 @@ class ReplicaPool:
             # tells the node to stop it (``_stop_all``), which the node does once it has started.
             # Not a shielded wait for the answer: a cancelled run's runtime reads no answers.
             self._launched[name] = host
+            # The nodes stop the replicas of a run that is gone (killed): by pinging it, or,
+            # where they cannot reach it, by asking the master it beats to (owner_beat.py).
             if self.nodes_outlive_run and isinstance(owner, str) and _can_ping_back(host.endpoint, owner):
-                spec["owner"] = owner  # the nodes stop the replicas of a run that is gone (killed)
+                spec["owner"] = owner
+            elif self.owner_beat is not None and self.owner_beat.vouched:
+                spec["owner"] = self.owner_beat.token
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
             slow = anyio.CancelScope()

@@ -14,11 +14,13 @@ import anyio
 import pytest
 
 from support.local_node import running_node
-from troupe.runtime.errors import ConfigError
+from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
 from troupe.runtime.pipeline.replicas import _can_ping_back
+from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.run_owners import RunOwners
 from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.anyio
@@ -108,3 +110,103 @@ def test_a_run_names_itself_owner_only_where_the_node_can_ping_it_back(
     """A run binds loopback by default. A node on another host (or network namespace) pinging
     that address finds nobody on its own loopback and would stop a healthy run's replicas."""
     assert _can_ping_back(node, owner) is watched
+
+
+class _Master:
+    """The master as the node's watch asks it: ``owner_seen`` answers the next silence given
+    (an exception to raise instead: a master that does not answer)."""
+
+    def __init__(self, *answers: float | Exception) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    async def control(
+        self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0
+    ) -> Any:
+        assert msg_type == "owner_seen" and payload["owner"].startswith("master:")
+        self.asked += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return {"silent_s": answer}
+
+
+def _watch(master: _Master, stopped: list[str], with_master: bool = True) -> spawn_owners.OwnerWatch:
+    async def stop(name: str) -> None:
+        stopped.append(name)
+
+    return spawn_owners.OwnerWatch(master, {}, stop, master="tcp://m:1" if with_master else None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def quick_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spawn_owners, "_VERDICT_POLL_S", 0.0)
+
+
+@pytest.mark.usefixtures("quick_verdicts")
+async def test_a_run_the_master_vouches_for_is_gone_once_silent_past_the_bound() -> None:
+    """A cluster run listens on its own host's loopback: the node asks the master, and waits
+    for a verdict (a rerun's request for the name): a beat first is a run that lives."""
+    bound = spawn_owners.OWNER_SILENT_S
+    with anyio.fail_after(WAIT_S):
+        assert await _watch(_Master(bound - 1, bound + 1), []).gone("master:k")  # killed: silence grew
+        beat = _Master(bound - 1, bound - 0.5, 0.2)
+        assert not await _watch(beat, []).gone("master:l") and beat.asked == 3  # it beat since
+        assert not await _watch(_Master(AskTimeout("restarting")), []).gone("master:m")  # cannot say
+        assert not await _watch(_Master(bound + 5), [], with_master=False).gone("master:n")
+
+
+async def test_the_watch_stops_the_workers_of_a_run_the_master_has_not_heard_from() -> None:
+    bound = spawn_owners.OWNER_SILENT_S
+    for answer, expected in ((bound + 1, ["r-1", "r-2"]), (bound - 1, []), (AskTimeout("down"), [])):
+        stopped: list[str] = []
+        with anyio.fail_after(WAIT_S):
+            await _watch(_Master(answer), stopped)._look_at("master:k", ["r-1", "r-2"])
+        assert stopped == expected, answer
+
+
+async def test_a_real_master_vouches_and_the_node_stops_the_killed_runs_replicas(tmp_path: Path) -> None:
+    """Real master and node: a run's replica whose owner the master has not heard from past the
+    bound is stopped by the node's watch, and its rerun takes its name; a run that beats keeps
+    its replica, and an operator's worker (no owner) is never stopped."""
+    clock = _Clock()
+    journal, book = open_journal(tmp_path / "journal.db", new=True)
+    master = Master(MasterConfig(endpoint=free_endpoint(), tick_s=0.05), journal, book)
+    master.run_owners = RunOwners(clock)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(master.run)
+            with anyio.fail_after(WAIT_S):
+                await master.ready.wait()
+            cfg = NodeConfig(
+                name="own", endpoint=free_endpoint(), log_dir=tmp_path, log_level="warning",
+                stop_grace_s=5.0, master=master.config.endpoint,
+            )  # fmt: skip
+            async with running_node(cfg) as node:
+                assert node.runtime is not None
+                beat = {"owner": "master:killed"}
+                await node.runtime.control(master.config.endpoint, "owner_beat", beat)
+                await _spawn(node, "nav-plan-1", "master:killed")
+                await _spawn(node, "operators", None)
+                clock.now += spawn_owners.OWNER_SILENT_S + 5  # the run was killed: no beat since
+                await node.runtime.control(master.config.endpoint, "owner_beat", {"owner": "master:rerun"})
+                await _spawn(node, "nav-plan-2", "master:killed")
+                with anyio.fail_after(WAIT_S):
+                    await node.owners.look()
+                assert node.workers["nav-plan-2"].returncode is not None
+                await _spawn(node, "nav-plan-1", "master:rerun")  # the rerun takes the name
+                assert _running(node, "nav-plan-1") and node.workers["nav-plan-1"].owner == "master:rerun"
+                with anyio.fail_after(WAIT_S):
+                    await node.owners.look()
+                assert _running(node, "nav-plan-1") and _running(node, "operators")
+            master.stop()
+    finally:
+        journal.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

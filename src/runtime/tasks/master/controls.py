@@ -28,6 +28,7 @@ __all__ = [
     "DoneTasksControl",
     "NodeBeatControl",
     "NodeControl",
+    "OwnerControl",
     "RegisterWorkerControl",
     "RenewControl",
     "ReportControl",
@@ -343,6 +344,25 @@ class WorkerLeftControl:
         """Raises: BadRequest: see the module."""
         p = ControlPayload("worker_left", payload)
         return cls(p.require("worker_id", str), p.optional("pid", int, 0), p.optional("reason", str, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerControl:
+    """``owner_beat`` and ``owner_seen``: ``{owner}`` (a run's token, ``run_owners.py``)."""
+
+    owner: str
+
+    @classmethod
+    def decode(cls, msg_type: str, payload: Any) -> OwnerControl:
+        """Raises: BadRequest: see the module."""
+        p = ControlPayload(msg_type, payload)
+        owner = p.require("owner", str)
+        if not owner or len(owner) > _OWNER_MOST:
+            raise BadRequest(f"{msg_type}: owner must be 1 to {_OWNER_MOST} characters, got {len(owner)}")
+        return cls(owner)
+
+
+_OWNER_MOST = 200
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,7 @@ from troupe.runtime.wire.codec import Codec
 from .controls import (
     NodeBeatControl,
     NodeControl,
+    OwnerControl,
     RegisterWorkerControl,
     RenewControl,
     ReportControl,
@@ -135,6 +136,7 @@ from .controls import (
 from .driver import Dispatcher
 from .nodes import NodeTable, ProcessEntry
 from .operations import Operations, raise_rejected
+from .run_owners import RunOwners
 
 __all__ = ["COMPACT_AFTER_S", "DEFAULT_MASTER_ENDPOINT", "HELD_S", "Master", "MasterConfig", "open_journal"]
 
@@ -301,6 +303,7 @@ class Master:
         self._transport = transport
         self._stopping = anyio.Event()
         self._workers: dict[str, _WorkerEntry] = {}
+        self.run_owners = RunOwners()  # the runs that own replicas on the nodes: when last heard
         # Reports and renewals the book turned away: stale lease ids (a copy requeued while
         # its host was cut off, or superseded), a task already done. Dropped, never applied.
         self._stale: dict[str, int] = {}
@@ -465,6 +468,8 @@ class Master:
                 worker_left=self._worker_left,
                 node_dead=self._node_dead,
                 shutdown=self._shutdown,
+                owner_beat=self._owner_beat,
+                owner_seen=self._owner_seen,
                 **self.ops.handlers(),
             )
         )
@@ -473,6 +478,14 @@ class Master:
     # they queue their events and the router replies when the batch is journaled, with no task
     # per message (see troupe.runtime.core.router). Decoding errors raise before anything is
     # queued, and are answered like any handler's.
+
+    def _owner_beat(self, payload: Any) -> Answer:
+        self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
+        return Answer.now(True)
+
+    def _owner_seen(self, payload: Any) -> Answer:
+        owner = OwnerControl.decode("owner_seen", payload).owner
+        return Answer.now({"silent_s": self.run_owners.silent_s(owner)})
 
     def _ping(self, _: Any) -> Answer:
         return Answer.now({"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()})

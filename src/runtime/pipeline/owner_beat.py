@@ -1,0 +1,60 @@
+"""A cluster run's beat to the master, which vouches for the run to the nodes of its replicas.
+
+A node stops the replicas of a run that is gone (``node/spawn_owners.py``). It cannot ping a run
+that listens on another host's loopback (every cluster run off the node's host): such a run
+names itself ``master:<token>`` as its replicas' owner, and beats to the master every
+``OWNER_BEAT_S`` while its replicas run, so that a node asks the master instead. Only a run whose
+first beat the master took names itself so: a node would take an owner the master never heard of
+for one gone. A beat that fails (the master restarting) is logged and tried again next time.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import structlog
+
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import TroupeError
+from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_BEAT_S
+
+__all__ = ["OwnerBeat"]
+
+log = structlog.get_logger(__name__)
+
+_BEAT_TIMEOUT_S = 5.0
+
+
+class OwnerBeat:
+    """The run's token (``master:<hex>``) and its beat to ``master``.
+
+    Attributes:
+        token: what the run's spawn requests name as the replicas' owner.
+        vouched: the master took a beat: nodes may ask it about ``token``.
+    """
+
+    def __init__(self, runtime: Runtime, master: str) -> None:
+        self.runtime = runtime
+        self.master = master
+        self.token = f"{MASTER_OWNER}{uuid.uuid4().hex}"
+        self.vouched = False
+
+    async def first(self) -> None:
+        """Beat once, before the first replica is asked for."""
+        await self._beat()
+
+    async def run(self) -> None:
+        """Beat every ``OWNER_BEAT_S`` until cancelled (the run's replicas are stopped then)."""
+        while True:
+            await anyio.sleep(OWNER_BEAT_S)
+            await self._beat()
+
+    async def _beat(self) -> None:
+        try:
+            beat = {"owner": self.token}
+            await self.runtime.control(self.master, "owner_beat", beat, timeout=_BEAT_TIMEOUT_S)
+        except TroupeError as exc:  # restarting: the nodes give the run OWNER_SILENT_S
+            log.info("owner_beat_failed", master=self.master, error=str(exc))
+            return
+        self.vouched = True
