@@ -19,6 +19,7 @@ import structlog
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TaskError
+from troupe.runtime.security.roles import NotPermitted
 from troupe.runtime.tasks.state import FINAL_STATES
 
 from .config import PipelineConfig
@@ -104,6 +105,13 @@ async def master_source(
         if known is None:
             raise
         raise _other_job(job_id, known, cfg, str(exc)) from None
+    except NotPermitted as exc:  # said as the command's need, not as a control the user never sent
+        said = str(exc).partition("; ")[2] or str(exc)  # "this peer has a reader key (reader:bob)"
+        raise ConfigError(
+            f"a run on the cluster submits its job to the master and takes its items, which needs an "
+            f"operator key, and {said.replace('this peer has', 'its keys are')}; run it with an "
+            "operator's keys (`troupe keys generate DIR --operator NAME` adds one)"
+        ) from None
     # Enough leases for every item the stages can hold at once, queued or in flight.
     slots = sum(s.queue + s.most * s.batch * s.inflight for s in cfg.stages)
     # A short poll: once every item is leased, the last one's report waits for the pending

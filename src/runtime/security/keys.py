@@ -182,7 +182,9 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
     directory = Path(directory)
     if not directory.is_dir():
         raise ConfigError(
-            f"keys {directory}: no such directory; make one with `troupe keys generate {directory}`"
+            f"keys {directory.absolute()}: no such directory (a typo?); give the cluster's keys "
+            "directory: the one `troupe keys generate` made on its first host, or a copy of it (a "
+            "directory made anew holds another cluster's keys, which this cluster refuses)"
         )
     publics: dict[str, bytes] = {}
     for path in sorted(directory.glob("*.key")):

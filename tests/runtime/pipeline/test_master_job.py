@@ -14,6 +14,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.master_job import master_source
 from troupe.runtime.pipeline.source import MasterSource
+from troupe.runtime.security.roles import NotPermitted
 
 pytestmark = pytest.mark.anyio
 
@@ -161,3 +162,21 @@ async def test_a_job_cancelled_before_the_run_leased_anything_halts_the_run(tmp_
         halted = source.halted()
         assert halted is not None and f"the master's job {cfg.name!r} was cancelled" in halted
         assert source.exhausted()
+
+
+class _ReaderKeyed:
+    """A run's runtime whose keys are a reader's: the master lists its jobs, refuses the submit."""
+
+    async def control(self, master: str, msg_type: str, payload: object = None, **_: object) -> object:
+        if msg_type == "jobs":
+            return []
+        raise NotPermitted(f"{msg_type} needs an operator key; this peer has a reader key (reader:bob)")
+
+
+async def test_a_run_with_a_reader_key_says_what_the_run_needs(tmp_path: Path) -> None:
+    """It said ``submit needs an operator key``: a control the user never sent."""
+    with pytest.raises(ConfigError) as refused:
+        await master_source(_ReaderKeyed(), MASTER, default_pipeline(items=4))  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert said.startswith("a run on the cluster submits its job to the master and takes its items")
+    assert "its keys are a reader key (reader:bob)" in said and "--operator NAME" in said

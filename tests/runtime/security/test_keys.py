@@ -98,8 +98,10 @@ def test_a_process_loads_its_pair_and_a_client_prefers_an_operator_key(tmp_path:
 
 
 def test_bad_key_directories_are_one_line_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such directory; make one with `troupe keys generate"):
+    # A typo on a node's host: making a directory anew would make another cluster's keys.
+    with pytest.raises(ConfigError, match=r"no such directory \(a typo\?\); give the cluster's keys") as typo:
         load_keys(tmp_path / "missing")
+    assert f"keys {tmp_path / 'missing'}:" in str(typo.value) and "a copy of it" in str(typo.value)
     generate_keys(tmp_path)
     (tmp_path / "cluster.key_secret").chmod(0o644)
     with pytest.raises(ConfigError, match=r"readable by others \(mode 0644\); run chmod 600"):
