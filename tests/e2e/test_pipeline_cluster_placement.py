@@ -168,6 +168,7 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
             with pytest.raises(ConfigError, match=r"--nodes 5: 2 node\(s\) alive") as info:
                 await wait_for_nodes(rt, two_nodes.endpoint, 5, timeout_s=0.5)
             assert "na" in str(info.value) and "nb" in str(info.value)
+            assert str(info.value).endswith(f"`troupe node start --master {two_nodes.endpoint}`")  # no keys
             assert len(await wait_for_nodes(rt, two_nodes.endpoint, 2, timeout_s=0.5)) == 2
 
     anyio.run(too_few)

@@ -34,6 +34,7 @@ from troupe.runtime.placement import (
     nodes_of_status,
     nothing_fits,
 )
+from troupe.runtime.security.process import installed
 
 __all__ = ["EngineHosts", "wait_for_nodes"]
 
@@ -149,6 +150,7 @@ async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: f
         names = ", ".join(h.name for h in hosts) or "none"
         raise ConfigError(
             f"--nodes {count}: {len(hosts)} node(s) alive on the master at {master} after "
-            f"{timeout_s:g}s ({names}); start them with `troupe node start --master {master}`"
+            f"{timeout_s:g}s ({names}); start them with `troupe node start --master {master}"
+            f"{' --keys DIR' if installed() is not None else ''}`"
         )
     return hosts
