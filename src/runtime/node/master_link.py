@@ -183,7 +183,7 @@ class MasterLink:
                 )
             return
         if self.failed_beats:
-            log.info("master_beat_restored", master=self.master, after=self.failed_beats)
+            log.info("master_beat_restored", master=self.master, failed_beats=self.failed_beats)
         self.failed_beats = 0
         self.beats += 1
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -227,7 +228,8 @@ class TemplateLink:
         except (TimeoutError, OSError, ValueError) as exc:
             if isinstance(exc, TimeoutError) and self.importing is not None and self.stuck is None:
                 self.stuck = self.importing  # the first template's: the run says so
-            log.warning(
+            log.log(  # a node stopped as its template started: that is no fault
+                logging.INFO if self._stopping else logging.WARNING,
                 "template_not_ready",
                 node=self.node,
                 error=repr(exc),

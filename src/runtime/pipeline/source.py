@@ -450,6 +450,7 @@ class MasterSource:
         }
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
+        asked = time.monotonic()
         try:
             reply = await self.runtime.control(
                 self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0)
@@ -460,7 +461,7 @@ class MasterSource:
             await self.runtime.control(self.master, "register_worker", self._registration())
             return None
         except (AskTimeout, Unreachable) as exc:
-            self._unanswered(msg_type, exc)
+            self._unanswered(msg_type, exc, asked)
             await anyio.sleep(_SILENT_RETRY_S)  # an error that came at once must not spin the loop
             return None
         except TroupeError as exc:
@@ -469,13 +470,15 @@ class MasterSource:
         self._answered()
         return reply
 
-    def _unanswered(self, msg_type: str, exc: TroupeError) -> None:
+    def _unanswered(self, msg_type: str, exc: TroupeError, asked: float) -> None:
+        """``asked``: when the call that went unanswered was sent; the silence began by then
+        (the master back after a 15 s outage was said to answer again after 5 s)."""
         log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
         if self._unanswered_since is not None:
             return
         if isinstance(exc, PeerLost) and not self.master_outlives_run:
             return  # the run's own master stopped (failed): its error ends the run, it comes not back
-        self._unanswered_since = time.monotonic()
+        self._unanswered_since = asked
         self._tell_people(
             f"the master at {self.master} does not answer ({type(exc).__name__}): the run waits for "
             "it and goes on once it is back (Ctrl-C stops the run; the same command resumes it)"

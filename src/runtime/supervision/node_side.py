@@ -32,6 +32,7 @@ Node control messages added here (besides ``chaos`` and ``heal``, see ``chaos/re
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from typing import TYPE_CHECKING, Any
@@ -353,7 +354,8 @@ class NodeSupervision:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except Exception as exc:  # a restarting peer catches up when it registers again
-            log.warning("supervision_control_failed", type=msg_type, endpoint=endpoint, error=repr(exc))
+            level = logging.INFO if self._node.stopping.is_set() else logging.WARNING  # a stop's, no fault
+            log.log(level, "supervision_control_failed", type=msg_type, endpoint=endpoint, error=repr(exc))
             return None
 
     async def describe(self) -> dict[str, Any]:
