@@ -222,6 +222,8 @@ class Runtime(Inbound):
             self.transport.sync_handler = self._on_frames_now
         if hasattr(self.transport, "on_peer_lost"):
             self.transport.on_peer_lost = self._peer_lost
+        if hasattr(self.transport, "on_peer_refused"):
+            self.transport.on_peer_refused = self._peer_refused
         await self._tg.start(self.transport.serve, self._on_frames)
         return self
 
@@ -505,6 +507,20 @@ class Runtime(Inbound):
                 lambda target, msg_type: PeerLost(
                     f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
                     "the reply came (its process died or stopped); whether it was handled is unknown"
+                ),
+            )
+
+    def _peer_refused(self, endpoint: str) -> None:
+        """The process at ``endpoint`` refused this process's CURVE key: the asks waiting on it
+        end now, saying so, rather than at their deadlines (ZeroMQ tries again, refused again)."""
+        pending = self._pending
+        refused = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
+        if refused and self._deadlines is not None:
+            self._deadlines.fail(
+                refused,
+                lambda target, msg_type: Unreachable(
+                    f"ask {msg_type!r} to {target}: the process at {endpoint} refused this process's "
+                    "CURVE key (not authorised there: is its public key in that host's keys directory?)"
                 ),
             )
 

@@ -11,8 +11,11 @@ it; the transport reads the replies the peer sent before it went (they came firs
 connection's own socket), then says so, and the runtime ends the asks still waiting there with
 ``PeerLost``.
 
-A connection that never completed a handshake (nobody listening yet, a peer that refuses this
-process's CURVE key) is no loss: its asks wait as before while ZeroMQ reconnects.
+A connection that never completed a handshake (nobody listening yet) is no loss: its asks wait
+as before while ZeroMQ reconnects. One whose handshake the peer refused for this process's CURVE
+key (its authenticator said 400: the key is not in its keys directory) is told apart
+(``on_refused``): the asks waiting there cannot be answered until someone copies a key, and
+waited out their deadlines in silence (two minutes, for a replica a node would not start).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = ["PeerLossWatch"]
 
 _UP = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
 _DOWN = int(zmq.EVENT_DISCONNECTED)
+_REFUSED = int(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
 
 class PeerLossWatch:
@@ -36,17 +40,22 @@ class PeerLossWatch:
 
     Args:
         on_lost: told each connection that ended after its handshake had completed.
+        on_refused: told each connection whose handshake the peer refused for this process's
+            key (each try: ZeroMQ tries again).
     """
 
-    def __init__(self, on_lost: Callable[[Watched], None]) -> None:
+    def __init__(
+        self, on_lost: Callable[[Watched], None], on_refused: Callable[[Watched], None] | None = None
+    ) -> None:
         self._on_lost = on_lost
+        self._on_refused = on_refused
         self._monitors: dict[str, tuple[zmq.Socket[bytes], Watched]] = {}
         self._up: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self, w: Watched) -> None:
         """Monitor the peer connection ``w`` (before it connects: no event is missed)."""
-        monitor: zmq.Socket[bytes] = w.sock.get_monitor_socket(_UP | _DOWN)
+        monitor: zmq.Socket[bytes] = w.sock.get_monitor_socket(_UP | _DOWN | _REFUSED)
         self._monitors[w.peer] = (monitor, w)
         if self._loop is not None:
             self._loop.add_reader(monitor.fileno(), self._read, w.peer)
@@ -77,6 +86,8 @@ class PeerLossWatch:
             elif kind == _DOWN and peer in self._up:
                 self._up.discard(peer)
                 self._on_lost(w)
+            elif kind == _REFUSED and self._on_refused is not None:
+                self._on_refused(w)
 
     def forget(self, peer: str) -> None:
         """Stop monitoring the connection to ``peer`` (before its socket closes)."""
