@@ -36,7 +36,7 @@ from troupe.runtime.placement import (
 )
 from troupe.runtime.security.process import installed
 
-__all__ = ["EngineHosts", "wait_for_nodes"]
+__all__ = ["EngineHosts", "NoNodeNow", "wait_for_nodes"]
 
 
 class EngineHosts:
@@ -63,6 +63,7 @@ class EngineHosts:
         self.runtime = runtime
         self.refresh_s = refresh_s
         self.unheard_s = unheard_s
+        self._fitted: set[tuple[tuple[str, ...], int]] = set()  # what some node offered in this run
         self._unheard_since: dict[str, float] = {}  # node name -> when the master first did not list it
         self.changed = anyio.Event()  # set when a node leaves (or comes back)
         self._stage_load: dict[str, Counter[str]] = {}
@@ -81,8 +82,17 @@ class EngineHosts:
             ConfigError: no live node fits (names what was asked and what the nodes offer).
         """
         fitting = [h for h in self.hosts if fits(h, tags, gpus)]
+        wanted = (tuple(sorted(set(tags))), gpus)
         if not fitting:
-            raise nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
+            refusal = nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
+            if wanted in self._fitted:  # a node offered them in this run: it died, and may be back
+                raise NoNodeNow(
+                    f"{refusal}; the node that offered them is gone (start it again, or another "
+                    "that offers them: the run tries again meanwhile, and the same command "
+                    "resumes what it did)"
+                )
+            raise refusal
+        self._fitted.add(wanted)
         now = time.monotonic()
         # A node that just failed to start one is skipped while another fits (one that
         # stops gracefully stays in the master's list until its last beat).
@@ -133,6 +143,11 @@ class EngineHosts:
             if h.name not in listed and now - self._unheard_since.setdefault(h.name, now) < self.unheard_s
         ]
         return sorted(live + kept, key=lambda h: h.name)
+
+
+class NoNodeNow(ConfigError):
+    """No live node offers what a stage asks, though one did earlier in the run (it died): a
+    start that may pass, once a node that offers it is back."""
 
 
 async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: float = 60.0) -> list[Host]:

@@ -34,7 +34,7 @@ from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
-from .hosts import EngineHosts
+from .hosts import EngineHosts, NoNodeNow
 from .model import ScaleInput, decide_scaling
 from .owner_beat import OwnerBeat
 from .records import Replica, StageState, node_of
@@ -74,7 +74,7 @@ def _may_pass(exc: BaseException) -> bool:
     """A replica's start failed in a way a later try may not: its node stopping (ActorStopped),
     a node or the master not answering (a restart, a busy machine). A worker that exits while
     starting, a class that is no stage, a name taken: the same every time."""
-    return isinstance(exc, (ActorStopped, AskTimeout, Unreachable, MailboxFull))
+    return isinstance(exc, (ActorStopped, AskTimeout, Unreachable, MailboxFull, NoNodeNow))
 
 
 class ReplicaPool:

@@ -11,7 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
-from troupe.runtime.pipeline.hosts import EngineHosts
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.hosts import EngineHosts, NoNodeNow
+from troupe.runtime.pipeline.replicas import _may_pass
 from troupe.runtime.placement import Host
 
 pytestmark = pytest.mark.anyio
@@ -67,3 +69,19 @@ async def test_a_node_the_master_never_lists_again_leaves_after_unheard_s() -> N
         assert await _watched(hosts, master, [_node("n1")]) == {"n1"}
         assert await _watched(hosts, master, [_node("n1"), _node("n3")]) == {"n1", "n3"}
         tg.cancel_scope.cancel()
+
+
+def test_a_tag_no_live_node_offers_any_more_is_a_start_that_may_pass() -> None:
+    """The only node tagged store died mid-run: its replica's start is tried again (the node
+    may be back), saying how to bring it back; it ended the run at once, with no word on how to
+    resume. A tag no node offered in this run is refused as before."""
+    store = Host("n1", "tcp://n1:1", tags=frozenset({"store"}))
+    hosts = EngineHosts([store, Host("n2", "tcp://n2:1", tags=frozenset())])
+    assert hosts.pick("store", ["store"]) == store
+    hosts.hosts = [h for h in hosts.hosts if h.name != "n1"]  # the master no longer lists it
+    with pytest.raises(NoNodeNow, match=r"stages\.store: no node has tags \['store'\].*is gone") as gone:
+        hosts.pick("store", ["store"])
+    assert _may_pass(gone.value) and "the same command resumes" in str(gone.value)
+    with pytest.raises(ConfigError) as never:
+        hosts.pick("gpu", ["gpu-box"])
+    assert not isinstance(never.value, NoNodeNow) and not _may_pass(never.value)
