@@ -34,7 +34,7 @@ from troupe.runtime.errors import TroupeError
 
 from .worker_handles import WorkerHandle
 
-__all__ = ["MASTER_OWNER", "OWNER_BEAT_S", "OWNER_SILENT_S", "OwnerWatch"]
+__all__ = ["MASTER_OWNER", "OWNER_BEAT_S", "OWNER_SILENT_S", "OwnerWatch", "master_verdict", "silent_s"]
 
 log = structlog.get_logger(__name__)
 
@@ -92,36 +92,14 @@ class OwnerWatch:
 
     async def gone(self, owner: str) -> bool:
         """Whether ``owner`` does not answer a ping now; for a ``master:`` owner, whether the
-        master has not heard from it for ``OWNER_SILENT_S``, waiting for the verdict (a beat
-        that comes first: it is there)."""
+        master has not heard from it for ``OWNER_SILENT_S`` (:func:`master_verdict`)."""
         if not owner.startswith(MASTER_OWNER):
             return not await answers(self.runtime, owner, PING_TIMEOUT_S)
-        before = await self._silent_s(owner)
-        with anyio.move_on_after(OWNER_SILENT_S + OWNER_BEAT_S):
-            while before is not None and before <= OWNER_SILENT_S:
-                await anyio.sleep(_VERDICT_POLL_S)
-                now = await self._silent_s(owner)
-                if now is not None and now < before:
-                    return False  # it beat since
-                before = now
-        return before is not None and before > OWNER_SILENT_S
-
-    async def _silent_s(self, owner: str) -> float | None:
-        """How long the master has not heard from ``owner``; None when it cannot say."""
-        if self.master is None:
-            return None
-        try:
-            asked = {"owner": owner}
-            reply = await self.runtime.control(self.master, "owner_seen", asked, timeout=PING_TIMEOUT_S)
-        except TroupeError as exc:  # not answering (restarting), or a master of before owner_seen
-            log.info("spawn_owner_unknown", owner=owner, error=str(exc))
-            return None
-        silent = reply.get("silent_s") if isinstance(reply, dict) else None
-        return float(silent) if isinstance(silent, (int, float)) and not isinstance(silent, bool) else None
+        return self.master is not None and await master_verdict(self.runtime, self.master, owner) is True
 
     async def _look_at(self, owner: str, names: list[str]) -> None:
         if owner.startswith(MASTER_OWNER):
-            silent = await self._silent_s(owner)
+            silent = None if self.master is None else await silent_s(self.runtime, self.master, owner)
             if silent is not None and silent > OWNER_SILENT_S:
                 await self._stop_all(owner, names, f"the master has not heard from it for {silent:.0f} s")
             return
@@ -141,3 +119,45 @@ class OwnerWatch:
                 await self.stop(name)
             except TroupeError as exc:  # it exited meanwhile
                 log.info("spawn_owner_gone_stop_failed", worker=name, error=str(exc))
+
+
+async def master_verdict(
+    runtime: Runtime, master: str, owner: str, unheard_is_gone: bool = False
+) -> bool | None:
+    """Whether the run ``owner`` (``master:<token>``) is gone, as its master says: True once the
+    master has not heard from it for ``OWNER_SILENT_S``, False when a beat comes first (it
+    lives: within ``OWNER_BEAT_S``), None when the master cannot say. Waits for the verdict,
+    ``OWNER_SILENT_S`` and a beat at most. ``unheard_is_gone``: an owner that never beat since
+    the master started is gone at once (a run beats before it registers for a job's items; a
+    node must not take a master's restart for every run gone)."""
+    seen = await _seen(runtime, master, owner)
+    if seen is not None and unheard_is_gone and not seen[1]:
+        return True
+    before = None if seen is None else seen[0]
+    with anyio.move_on_after(OWNER_SILENT_S + OWNER_BEAT_S):
+        while before is not None and before <= OWNER_SILENT_S:
+            await anyio.sleep(_VERDICT_POLL_S)
+            now = await silent_s(runtime, master, owner)
+            if now is not None and now < before:
+                return False  # it beat since
+            before = now
+    return None if before is None else before > OWNER_SILENT_S
+
+
+async def silent_s(runtime: Runtime, master: str, owner: str) -> float | None:
+    """How long ``master`` has not heard from ``owner``; None when it cannot say (it does not
+    answer: restarting, or a master of before ``owner_seen``)."""
+    seen = await _seen(runtime, master, owner)
+    return None if seen is None else seen[0]
+
+
+async def _seen(runtime: Runtime, master: str, owner: str) -> tuple[float, bool] | None:
+    try:
+        reply = await runtime.control(master, "owner_seen", {"owner": owner}, timeout=PING_TIMEOUT_S)
+    except TroupeError as exc:
+        log.info("spawn_owner_unknown", owner=owner, error=str(exc))
+        return None
+    silent = reply.get("silent_s") if isinstance(reply, dict) else None
+    if not isinstance(silent, (int, float)) or isinstance(silent, bool):
+        return None
+    return float(silent), reply.get("heard") is not False

@@ -232,7 +232,8 @@ class PipelineEngine(ReplicaPool):
                 tg.start_soon(self._node_loop)
                 tg.start_soon(self._worker_loop)
                 if self.nodes_outlive_run and self.hosts.master is not None:
-                    self.owner_beat = OwnerBeat(self.runtime, self.hosts.master)
+                    worker_id = getattr(self.source, "worker_id", None)
+                    self.owner_beat = OwnerBeat(self.runtime, self.hosts.master, worker_id)
                     await self.owner_beat.first()
                     tg.start_soon(self.owner_beat.run)
                 for stage in self.stages:

@@ -19,6 +19,7 @@ import structlog
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TaskError
+from troupe.runtime.node.spawn_owners import MASTER_OWNER, master_verdict
 from troupe.runtime.security.roles import NotPermitted
 from troupe.runtime.tasks.state import FINAL_STATES
 
@@ -160,9 +161,10 @@ def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int)
 
 
 async def _other_runs(rt: Runtime, master: str, job_id: str, me: str) -> tuple[list[str], list[str]]:
-    """The other runs registered for the job (workers of its kind): those that still answer
-    (worker id and endpoint), and the worker ids of those that do not. One that does not answer
-    is a run that was killed: its registration outlives it, and it is no reason to refuse."""
+    """The other runs registered for the job (workers of its kind): those that still answer, or
+    that the master heard from (worker id and endpoint), and the worker ids of those that do
+    not. One that does not is a run that was killed: its registration outlives it, and it is no
+    reason to refuse (the master's verdict on one killed a moment ago takes up to 25 s)."""
     status = await rt.control(master, "status", None, timeout=30)
     workers = status.get("workers", []) if isinstance(status, dict) else []
     others = [
@@ -177,7 +179,11 @@ async def _other_runs(rt: Runtime, master: str, job_id: str, me: str) -> tuple[l
     gone: list[str] = []
 
     async def look(worker: dict[str, Any]) -> None:
-        if await answers(rt, str(worker["endpoint"]), _ALIVE_S):
+        # A run on another host (listening on its loopback), or one whose CURVE server key is
+        # its operator's, answers no ping: the master it beats to says (spawn_owners.py).
+        owner = f"{MASTER_OWNER}{worker.get('worker_id')}"
+        pinged = await answers(rt, str(worker["endpoint"]), _ALIVE_S)
+        if pinged or await master_verdict(rt, master, owner, unheard_is_gone=True) is False:
             alive.append(f"{worker.get('worker_id')} at {worker['endpoint']}")
         else:
             gone.append(str(worker.get("worker_id")))

@@ -34,10 +34,12 @@ class OwnerBeat:
         vouched: the master took a beat: nodes may ask it about ``token``.
     """
 
-    def __init__(self, runtime: Runtime, master: str) -> None:
+    def __init__(self, runtime: Runtime, master: str, worker_id: str | None = None) -> None:
         self.runtime = runtime
         self.master = master
-        self.token = f"{MASTER_OWNER}{uuid.uuid4().hex}"
+        # The run's worker id at the master where it has one (a job's run): another run of the
+        # job asks after it by that name too (master_job._other_runs).
+        self.token = f"{MASTER_OWNER}{worker_id or uuid.uuid4().hex}"
         self.vouched = False
 
     async def first(self) -> None:

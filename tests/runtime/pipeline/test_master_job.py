@@ -12,6 +12,8 @@ from support.memory_master import MASTER, master_in_memory
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.node import spawn_owners
+from troupe.runtime.pipeline import master_job
 from troupe.runtime.pipeline.master_job import master_source
 from troupe.runtime.pipeline.source import MasterSource
 from troupe.runtime.security.roles import NotPermitted
@@ -91,6 +93,39 @@ async def test_a_second_live_run_of_the_job_is_refused_and_a_dead_ones_record_is
             assert "is being run by another troupe run (elsewhere/pipeline-1 at" in str(refused.value)
         _, before = await master_source(m.client, MASTER, cfg)  # that run is gone: its record stays
         assert before == 0
+
+
+async def test_a_live_run_that_answers_no_ping_is_refused_by_what_the_master_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run on another host (its loopback), or one whose CURVE server key is its operator's,
+    answers no ping: it was taken for killed, and a second run of the job went ahead until its
+    replicas' names clashed. It beats to the master, which says it lives; one that never beat
+    since the master started (killed before, say) is gone at once."""
+    monkeypatch.setattr(master_job, "_ALIVE_S", 0.2)  # nobody answers the ping there: not waited out
+    monkeypatch.setattr(spawn_owners, "_VERDICT_POLL_S", 0.05)
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        registration = {"node": "far", "endpoint": "mem://nobody-answers", "slots": 4, "kinds": [cfg.name]}
+        await m.call("register_worker", {"worker_id": "far/pipeline-7", **registration})
+        await m.call("owner_beat", {"owner": "master:far/pipeline-7"})
+
+        async def beating() -> None:  # as its engine does, every OWNER_BEAT_S
+            while True:
+                await anyio.sleep(0.05)
+                await m.call("owner_beat", {"owner": "master:far/pipeline-7"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beating)
+            with anyio.fail_after(60), pytest.raises(ConfigError) as refused:
+                await master_source(m.client, MASTER, cfg)
+            tg.cancel_scope.cancel()
+        assert "another troupe run (far/pipeline-7 at mem://nobody-answers)" in str(refused.value)
+    (tmp_path / "again").mkdir()
+    async with master_in_memory(tmp_path / "again") as m:
+        await m.call("register_worker", {"worker_id": "far/pipeline-8", **registration})  # never beat
+        with anyio.fail_after(60):
+            await master_source(m.client, MASTER, cfg)
 
 
 async def test_a_killed_runs_leases_come_back_when_the_next_run_starts(tmp_path: Path) -> None:

@@ -485,7 +485,8 @@ class Master:
 
     def _owner_seen(self, payload: Any) -> Answer:
         owner = OwnerControl.decode("owner_seen", payload).owner
-        return Answer.now({"silent_s": self.run_owners.silent_s(owner)})
+        owners = self.run_owners
+        return Answer.now({"silent_s": owners.silent_s(owner), "heard": owners.heard(owner)})
 
     def _ping(self, _: Any) -> Answer:
         return Answer.now({"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()})

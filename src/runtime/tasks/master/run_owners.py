@@ -51,3 +51,7 @@ class RunOwners:
     def silent_s(self, owner: str) -> float:
         """Seconds since ``owner`` last beat (since the master started, if it has not)."""
         return self._clock() - self._heard.get(owner, self._started)
+
+    def heard(self, owner: str) -> bool:
+        """Whether ``owner`` beat since the master started (and is not forgotten)."""
+        return owner in self._heard
