@@ -127,6 +127,7 @@ class ClusterLogs:
         self._node_endpoints: dict[str, str] = {}
         self._master_down = False
         self._warned_missing: set[str] = set()
+        self._dead: set[str] = set()  # nodes the master has for dead: not asked for their lines
 
     async def run(self, emit: Emit, follow: bool = True) -> None:
         """Print (through ``emit``) the history, then, with ``follow``, every new line until
@@ -186,6 +187,9 @@ class ClusterLogs:
         endpoint = self._node_endpoints.get(node)
         if not endpoint:
             return None
+        if node in self._dead:  # asked anyway, each call waited out its 5 s for nothing
+            self.warn(f"node {node}: the master has it for dead: not asked; its files have its lines")
+            return None
         try:
             reply = await runtime.control(
                 endpoint, "log_recent", {"after": after, "limit": limit}, timeout=_CALL_S
@@ -200,6 +204,10 @@ class ClusterLogs:
         for info in status.get("nodes", []):
             node, log_endpoint = str(info.get("node", "")), str(info.get("log_endpoint") or "")
             known.add(node)
+            if info.get("alive") is False:
+                self._dead.add(node)
+            else:
+                self._dead.discard(node)
             if self.nodes and node not in self.nodes:
                 continue
             self._node_endpoints[node] = str(info.get("endpoint", ""))

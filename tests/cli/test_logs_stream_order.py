@@ -107,3 +107,22 @@ def test_a_first_line_a_gap_and_a_restart_fetch_what_was_missed_each_line_once()
 
     assert logs.arrived([b"n1", b"A"]) is None and logs.arrived([b"n1", b"A", b"x", b"{}"]) is None
     assert logs.bad_messages == 2 and notes == []
+
+
+def test_a_node_the_master_has_for_dead_is_not_asked_for_its_lines() -> None:
+    """Each tail waited 5 s on a node dead for minutes, then said its lines could not be
+    fetched; it says the node is dead, at once. Back alive, it is asked again."""
+    notes: list[str] = []
+    logs = ClusterLogs("tcp://master", frozenset(), lambda line, node: True, 0, notes.append)
+    sub = _Sub()
+    dead = {"node": "n1", "endpoint": "tcp://n1", "log_endpoint": "tcp://n1:9", "alive": False}
+    logs._connect(sub, {"nodes": [dead]})  # type: ignore[arg-type]
+    node = _Node()
+    node.kept = [[1, _line(1, "A1")]]
+    anyio.run(logs.catch_up, node, "n1", 0)  # type: ignore[arg-type]
+    assert node.asked == [] and notes == [
+        "node n1: the master has it for dead: not asked; its files have its lines"
+    ]
+    logs._connect(sub, {"nodes": [{**dead, "alive": True}]})  # type: ignore[arg-type]
+    anyio.run(logs.catch_up, node, "n1", 0)  # type: ignore[arg-type]
+    assert len(node.asked) == 1 and len(notes) == 1
