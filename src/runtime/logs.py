@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from .library_logging import by_troupe, route_through_stdlib
 from .log_files import ReopeningFileHandler
 
 __all__ = [
@@ -188,14 +189,11 @@ def configure_logging(
     return path
 
 
-# The processors a run configured structlog with as it ended, for the program (run_log): while
-# they are structlog's, no one has configured it since.
-_handed_back: list[Any] | None = None
-
-
 def program_logs_itself() -> bool:
-    """Whether the program configured structlog itself: a run then leaves its logging alone."""
-    return structlog.is_configured() and structlog.get_config()["processors"] is not _handed_back
+    """Whether the program configured structlog itself: a run then leaves its logging alone.
+    troupe's own routing through the standard library (``library_logging``) is not the
+    program's."""
+    return structlog.is_configured() and not by_troupe()
 
 
 @contextlib.contextmanager
@@ -259,7 +257,6 @@ class HeldLog:
         """The run is over: the program's root handlers and level back as they were, and
         structlog through the standard library, which they decide (none: warnings on stderr,
         Python's last resort), rather than into the run's file."""
-        global _handed_back
         self.drop()
         root = logging.getLogger()
         for handler in list(root.handlers):
@@ -269,15 +266,4 @@ class HeldLog:
         for handler in handlers:
             root.addHandler(handler)
         root.setLevel(level)
-        _handed_back = [
-            structlog.stdlib.filter_by_level,
-            structlog.stdlib.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ]
-        structlog.configure(
-            processors=_handed_back,
-            logger_factory=structlog.stdlib.LoggerFactory(),
-            wrapper_class=structlog.stdlib.BoundLogger,
-            cache_logger_on_first_use=False,
-        )
+        route_through_stdlib()
