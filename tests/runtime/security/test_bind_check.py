@@ -47,6 +47,9 @@ def test_the_node_config_applies_it_to_its_endpoint_and_its_master(tmp_path: Pat
     assert str(refused.value) == f"command line: --endpoint: {WAYS_OUT}"
     with pytest.raises(ConfigError, match=r"master: endpoint 'tcp://10\.9\.9\.9:7480' is not on loopback"):
         load_node_config(None, master="tcp://10.9.9.9:7480")
+    with pytest.raises(ConfigError) as both:  # the way out said once, not once for each
+        load_node_config(None, endpoint=OFF, master="tcp://10.9.9.9:7480")
+    assert str(both.value) == f"command line: --endpoint: {WAYS_OUT}"
     path = tmp_path / "node.toml"
     path.write_text(f'[node]\nendpoint = "{OFF}"\nkeys = "{tmp_path}"\n', encoding="utf-8")
     cfg = load_node_config(path)
