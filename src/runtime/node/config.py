@@ -47,6 +47,8 @@ from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.supervision.liveness import LivenessPolicy
 from troupe.runtime.supervision.restart import RestartPolicy
 
+from .reach import is_wildcard
+
 __all__ = [
     "DEFAULT_NODE_ENDPOINT",
     "MAX_HWM",
@@ -78,6 +80,7 @@ MAX_MESSAGE_MB = 4096.0  # a worker's own bound: a 640x480 episode of RGB-D is ~
 # must take whole: ZeroMQ drops the connection of a peer that sends a frame over the bound.
 MIN_MESSAGE_MB = 1 / 16
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")  # a DNS name: what advertise holds
 
 
 class _Frozen(BaseModel):
@@ -216,7 +219,7 @@ class NodeConfig(_Frozen):
     master: str | None = None
     # The host other hosts reach this node and its workers at, when the endpoint binds every
     # interface (tcp://0.0.0.0:PORT); see reach.py. None: the endpoint's own host.
-    advertise: str | None = Field(default=None, min_length=1, max_length=253)
+    advertise: str | None = Field(default=None, min_length=1, max_length=253, validate_default=True)
     # Prometheus endpoint (docs/METRICS.md): HOST:PORT of GET /metrics; None = none opened.
     metrics: str | None = None
     # What this host offers replicas (placement.py): a replica that names tags runs only on
@@ -259,6 +262,25 @@ class NodeConfig(_Frozen):
     @classmethod
     def _known_level(cls, value: str) -> str:
         return check_log_level(value)
+
+    @field_validator("advertise")
+    @classmethod
+    def _host_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Checked as the config loads, named with its file, rather than as the node starts.
+        endpoint = info.data.get("endpoint")
+        if value is None and isinstance(endpoint, str) and is_wildcard(endpoint):
+            raise ValueError(
+                f"required when node.endpoint binds every interface ({endpoint!r}); give the "
+                "address other hosts reach this one at"
+            )
+        if value is not None and not _HOST.fullmatch(value):
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is no host name or IP address (letters, digits, '-' and '.')"
+                ) from None
+        return value
 
     @field_validator("workers")
     @classmethod

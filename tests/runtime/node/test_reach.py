@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.reach import LOOPBACK_ANY_PORT, advertised_endpoint, is_wildcard, worker_bind
 from troupe.runtime.transports.zmq import ZmqTransport
 
@@ -63,3 +64,18 @@ def test_actor_mailboxes_listen_on_the_interface_of_their_process(tmp_path: Path
         assert loopback.open_mailbox().startswith("tcp://127.0.0.1:")
     finally:
         loopback.close()
+
+
+def test_the_config_refuses_a_wildcard_without_advertise_and_a_host_that_is_no_host(tmp_path: Path) -> None:
+    """As the file loads, named with it (it was found as the node started, with no file named;
+    a host name with a space was taken and never checked on a loopback node)."""
+    path = tmp_path / "node.toml"
+    path.write_text('[node]\nendpoint = "tcp://0.0.0.0:7470"\ninsecure = true\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{path}: .*advertise: required when node\.endpoint binds"):
+        load_node_config(path)
+    path.write_text('[node]\nadvertise = "bad host!"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"'bad host!' is no host name or IP address"):
+        load_node_config(path)
+    for good in ("gpu-07", "10.0.0.7", "::1", "node7.example.org"):
+        path.write_text(f'[node]\nadvertise = "{good}"\n', encoding="utf-8")
+        assert load_node_config(path).advertise == good
