@@ -25,6 +25,7 @@ import uvloop
 import zmq
 
 from .raw import CurvePairs, connect_curve, serve_curve
+from .stopping import start_deaf_to_ctrl_c
 
 __all__ = ["floor_echo_round_trips"]
 
@@ -154,8 +155,9 @@ def floor_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | N
     mpctx = mp.get_context("spawn")
     endpoint_q = mpctx.Queue()
     # The server stops after the warm-up ask and the timed ones.
-    echo = mpctx.Process(target=_echo, args=(endpoint_q, 1 + per * window, curve), daemon=True)
-    echo.start()
+    asks = 1 + per * window
+    echo = mpctx.Process(target=_echo, args=(endpoint_q, asks, curve), daemon=True)
+    start_deaf_to_ctrl_c(echo)
     try:
         ctx = _context()
         sock = ctx.socket(zmq.DEALER)

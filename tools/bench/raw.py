@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import zmq
 
+from .stopping import ignore_ctrl_c, start_deaf_to_ctrl_c
+
 __all__ = ["CurvePairs", "connect_curve", "raw_echo_round_trips", "raw_one_way", "run_apart", "serve_curve"]
 
 CurvePairs = tuple[bytes, bytes, bytes, bytes]
@@ -79,7 +81,7 @@ def raw_one_way(n: int, kind: str, curve: CurvePairs | None = None) -> float:
     mpctx = mp.get_context("spawn")
     endpoint_q, result_q = mpctx.Queue(), mpctx.Queue()
     sink = mpctx.Process(target=_sink, args=(endpoint_q, result_q, n, curve), daemon=True)
-    sink.start()
+    start_deaf_to_ctrl_c(sink)
     try:
         endpoint = endpoint_q.get(timeout=30)
         _source(endpoint, n, kind, curve)
@@ -109,7 +111,7 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
     mpctx = mp.get_context("spawn")
     endpoint_q = mpctx.Queue()
     echo = mpctx.Process(target=_echo, args=(endpoint_q, n, curve), daemon=True)
-    echo.start()
+    start_deaf_to_ctrl_c(echo)
     try:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
@@ -136,6 +138,7 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
 
 
 def _call_and_send(fn: Callable[[], float], conn: Any) -> None:
+    ignore_ctrl_c()  # started from a thread (run_apart): its parent kills it on a stop
     conn.send(fn())
     conn.close()
 
@@ -148,8 +151,9 @@ def run_apart(fn: Callable[[], float], timeout_s: float = 300.0) -> float:
     """
     mpctx = mp.get_context("spawn")
     receiver, sender = mpctx.Pipe(duplex=False)
-    proc = mpctx.Process(target=_call_and_send, args=(fn, sender))  # not daemonic: fn starts a peer
-    proc.start()
+    # Not daemonic: fn starts a peer.
+    proc = mpctx.Process(target=_call_and_send, args=(fn, sender))
+    start_deaf_to_ctrl_c(proc)
     sender.close()
     try:
         if not receiver.poll(timeout_s):

@@ -20,14 +20,16 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+import anyio.from_thread
 from rich.console import Console
 
 from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
 
-__all__ = ["stops_cleanly"]
+__all__ = ["ignore_ctrl_c", "start_deaf_to_ctrl_c", "stops_cleanly"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -76,3 +78,29 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
                 signal.signal(signum_, handler)
 
     return wrapper
+
+
+def start_deaf_to_ctrl_c(child: Any) -> None:
+    """Start a benchmark's child process (multiprocessing's) ignoring Ctrl-C from its first
+    instruction: the terminal sends it to the whole group, and a child took it in its start-up
+    imports or its loop and printed a traceback over the benchmark's one line (the benchmark
+    kills its children itself). The child inherits SIG_IGN, which Python keeps; a Ctrl-C in
+    that instant stays pending (blocked, not ignored, here) and reaches the benchmark after."""
+    if threading.current_thread() is not threading.main_thread():  # no handler is set here
+        try:  # a worker thread of the event loop on the main thread: started there
+            anyio.from_thread.run_sync(start_deaf_to_ctrl_c, child)
+        except RuntimeError:  # any other thread: the child's own first act (``ignore_ctrl_c``)
+            child.start()
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def ignore_ctrl_c() -> None:
+    """A benchmark's child started from a thread: ignore Ctrl-C from here on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -238,7 +238,8 @@ class EncodeAlone:
                        "threads": threads}  # fmt: skip
                 self.procs.append(
                     subprocess.Popen([sys.executable, "-c", self.CODE, json.dumps(arg)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)  # Ctrl-C is the bench's, not theirs
                 )  # fmt: skip
             for proc in self.procs:
                 if (line := self._line(proc, "start")) != "ready":
