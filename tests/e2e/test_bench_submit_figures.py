@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from support.bench_cli import bench_json
+from troupe.cli.bench.submit import longest_overlapping
 
 pytestmark = pytest.mark.e2e
 
@@ -22,3 +23,13 @@ def test_bench_submit_reports_the_submit_and_what_the_probes_waited() -> None:
         assert fig[f"{'loop' if probe == 'ping' else 'dispatch'}_held_share"] == pytest.approx(
             longest_s / fig["submit_s"]
         )
+        assert 0 < fig[f"{'loop' if probe == 'ping' else 'dispatch'}_held_share"] <= 1
+
+
+def test_a_probe_that_spans_the_submit_counts_only_the_time_within_it() -> None:
+    """Sent before the submit and answered after it, it held longer than the submit took:
+    a share above 1 (1.0122)."""
+    calls = [(9.0, 10.5), (10.2, 10.4), (12.5, 13.0)]  # before-and-into, inside, after
+    assert longest_overlapping(calls, 10.0, 12.0) == pytest.approx(0.5)
+    assert longest_overlapping([(9.0, 13.0)], 10.0, 12.0) == pytest.approx(2.0)  # the whole submit
+    assert longest_overlapping([], 10.0, 12.0) == 0.0

@@ -15,7 +15,8 @@ and journaled), ``tasks_per_s``, the master's CPU seconds over it (``master_cpu_
 resident memory after (``master_rss_mb``) and what the job added to it per task
 (``master_bytes_per_task``: the book's objects, and SQLite's page cache), ``ping_idle_ms``
 (the median ping before the submit: the floor), ``ping_longest_ms`` and
-``dispatch_longest_ms`` (the longest probe round trips that overlapped the submit), and their
+``dispatch_longest_ms`` (the longest waits of the probes that overlapped the submit, counted
+within it), and their
 shares of the submit (``loop_held_share``, ``dispatch_held_share``: 1.0 would be a master that
 answered nothing until the job was in).
 """
@@ -39,7 +40,7 @@ from troupe.runtime.transports.loopback import free_endpoint
 
 from .scale import reap, start_master
 
-__all__ = ["measure_submit", "submit_table"]
+__all__ = ["longest_overlapping", "measure_submit", "submit_table"]
 
 PROBE_GAP_S = 0.02
 IDLE_PINGS = 20
@@ -70,9 +71,11 @@ async def _probe(
         await anyio.sleep(PROBE_GAP_S)
 
 
-def _longest_overlapping(calls: list[tuple[float, float]], start: float, end: float) -> float:
-    """The longest round trip, in seconds, of the calls that overlapped [start, end]."""
-    return max((b - a for a, b in calls if b >= start and a <= end), default=0.0)
+def longest_overlapping(calls: list[tuple[float, float]], start: float, end: float) -> float:
+    """The longest wait, in seconds, of the calls that overlapped [start, end], counted within it:
+    a call sent just before the submit and answered after it held more than the submit took
+    (a share of 1.0122)."""
+    return max((min(b, end) - max(a, start) for a, b in calls if b >= start and a <= end), default=0.0)
 
 
 async def _measure(endpoint: str, master_pid: int, tasks: int) -> dict[str, Any]:
@@ -107,8 +110,8 @@ async def _measure(endpoint: str, master_pid: int, tasks: int) -> dict[str, Any]
     if reply.get("tasks") != tasks:
         raise RuntimeError(f"the master took {reply!r}, not a job of {tasks} tasks")
     submit_s = end - start
-    ping_longest = _longest_overlapping(pings, start, end)
-    dispatch_longest = _longest_overlapping(cancels, start, end)
+    ping_longest = longest_overlapping(pings, start, end)
+    dispatch_longest = longest_overlapping(cancels, start, end)
     return {
         "tasks": tasks,
         "submit_s": submit_s,
