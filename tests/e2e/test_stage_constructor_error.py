@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.worker_process import start_failure_line
 
 pytestmark = pytest.mark.e2e
@@ -98,3 +99,5 @@ def test_the_line_is_one_line_and_bounded_whatever_the_message() -> None:
     assert start_failure_line(_raised(RuntimeError()), "m:C", Path("/l.jsonl")).startswith(
         "RuntimeError (raised in m:C at "
     )
+    refusal = ConfigError("cannot import 'm:C': No module named 'm'")  # troupe's own, whole
+    assert start_failure_line(_raised(refusal), "m:C", None) == f"ConfigError: {refusal}"

@@ -182,6 +182,8 @@ def start_failure_line(exc: BaseException, cls: str, log_file: Path | None) -> s
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     logged = f"; traceback in {log_file}" if log_file is not None else ""
     said = f"{type(exc).__name__}: {cut}" if cut else type(exc).__name__
+    if isinstance(exc, ConfigError):  # troupe's own refusal (a class that does not import): whole
+        return said
     return f"{said} (raised in {cls}{where}{logged})"
 
 

@@ -149,6 +149,8 @@ class NoNodeNow(ConfigError):
     """No live node offers what a stage asks, though one did earlier in the run (it died): a
     start that may pass, once a node that offers it is back."""
 
+    code = "no_node_now"  # its own: a ConfigError from a peer must not come back as this one
+
 
 async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: float = 60.0) -> list[Host]:
     """The master's live nodes, once at least ``count`` are alive.
