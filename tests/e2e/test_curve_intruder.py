@@ -23,7 +23,7 @@ import anyio
 import pytest
 import zmq
 
-from troupe.runtime import AskTimeout, MailboxFull
+from troupe.runtime import AskTimeout, MailboxFull, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
 from troupe.runtime.security.process import install
@@ -104,9 +104,10 @@ async def _stranger_asks(keys: CurveKeys, node: str, echo: str, stop: anyio.Even
             # Never connected, its sends may wait for room that never comes: each try is bounded.
             with anyio.move_on_after(0.2), contextlib.suppress(MailboxFull):
                 await ref.tell("echo", "intruder")
-            with contextlib.suppress(AskTimeout, MailboxFull):
+            # Refused (Unreachable, said at once) or not answered in time: never delivered.
+            with contextlib.suppress(AskTimeout, MailboxFull, Unreachable):
                 await rt.control(node, "shutdown", timeout=0.2)
-            with contextlib.suppress(AskTimeout, MailboxFull):
+            with contextlib.suppress(AskTimeout, MailboxFull, Unreachable):
                 await ref.ask("echo", "intruder", timeout=0.2)
             tries[0] += 1
 
