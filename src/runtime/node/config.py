@@ -410,6 +410,7 @@ def read_toml(path: Path, what: str, tables: set[str], arrays: set[str], expecte
 
 
 _SECTIONS = frozenset({"workers", "supervision", "restart"})  # NodeConfig fields with own tables
+_OPTIONS = {"tags": "--tag", "log_dir": "--logs"}  # keys whose option is not --KEY (troupe node start)
 
 
 def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
@@ -443,7 +444,7 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     given = {k: v for k, v in overrides.items() if v is not None}
     data.update(given)
     for key in given:  # named as the user gave it: the option, not a key of the file
-        rename[key] = f"--{key.replace('_', '-')}"
+        rename[key] = _OPTIONS.get(key, f"--{key.replace('_', '-')}")
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:

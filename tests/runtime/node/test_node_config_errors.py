@@ -181,3 +181,9 @@ def test_actor_module_that_exits_while_importing(tmp_path: Path, monkeypatch: py
     monkeypatch.chdir(tmp_path)
     message = _node_with(tmp_path, "troupe_test_exits:A")
     assert "importing it ended the process (exit status 1): 'no GPU here'" in message
+
+
+def test_an_option_is_named_as_the_command_line_spells_it() -> None:
+    """``--tag`` (repeatable) and ``--logs``: the error said ``--tags``, an option that does not exist."""
+    with pytest.raises(ConfigError, match=r"^command line: --tag: tag 'bad tag!' must be"):
+        load_node_config(None, tags=("bad tag!",))
