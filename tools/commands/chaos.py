@@ -13,11 +13,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from troupe.cli.client import control, fail, run_async
+from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
 from .ctl import KeysOption, NodeOption, TimeoutOption, ctl_app, use_keys
 
-__all__ = ["chaos", "heal"]
+__all__ = ["as_options", "chaos", "heal"]
 
 console = Console()
 
@@ -74,7 +75,7 @@ def chaos(
         "peers": list(peers or []),
         "seed": seed,
     }
-    reply = run_async(control, node, "chaos", payload, timeout)
+    reply = run_async(_chaos, node, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
@@ -110,3 +111,34 @@ def heal(
             console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
         else:
             console.print(f"{escape(name)}: healed; fired {escape(str(result.get('fired', {})))}")
+
+
+async def _chaos(node: str, payload: dict[str, Any], timeout: float) -> Any:
+    """The node's reply; a fault it refuses is said in this command's words (its options)."""
+    try:
+        return await control(node, "chaos", payload, timeout)
+    except ConfigError as exc:
+        raise ConfigError(as_options(str(exc))) from None
+
+
+# The node names a fault's fields as a fault spec's keys (a JSON or TOML plan's); the command's
+# user typed options: ``seconds must be ...; e.g. "seconds": 0.5`` said as ``--seconds``.
+_AS_OPTIONS = (
+    ('; e.g. "seconds": 0.5', "; e.g. --seconds 0.5"),
+    ("): seconds must", "): --seconds must"),
+    (
+        """'peers', a non-empty list of peer addresses, e.g. ["tcp://127.0.0.1:5601"]""",
+        "--peers (repeated: endpoints, workers or WORKER/ACTOR), e.g. --peers tcp://127.0.0.1:5601",
+    ),
+    ("'probability'", "--probability"),
+    ("'count'", "--count"),
+    ("'after'", "--after"),
+    ("'message_type'", "--message-type"),
+)
+
+
+def as_options(message: str) -> str:
+    """A fault's refusal with its fields named as this command's options."""
+    for field, option in _AS_OPTIONS:
+        message = message.replace(field, option)
+    return message

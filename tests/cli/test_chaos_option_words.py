@@ -1,0 +1,33 @@
+"""``troupe ctl chaos``: a fault the node refuses is said with the command's options, not with
+a fault spec's JSON keys (``seconds must be ...; e.g. "seconds": 0.5`` for a missing
+``--seconds``; ``'peers', ... e.g. ["tcp://..."]`` for a missing ``--peers``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from troupe.cli.commands.chaos import as_options
+from troupe.runtime.chaos.faults import FaultSpec
+from troupe.runtime.errors import ConfigError
+
+
+def _refusal(spec: dict[str, object]) -> str:
+    with pytest.raises(ConfigError) as refused:
+        FaultSpec.from_dict(spec, where="chaos")
+    return as_options(str(refused.value))
+
+
+@pytest.mark.parametrize(
+    ("spec", "option"),
+    [
+        ({"kind": "slow"}, "--seconds must be a finite number >= 0, got None; e.g. --seconds 0.5"),
+        ({"kind": "partition", "peers": []}, "a partition needs --peers (repeated"),
+        ({"kind": "drop", "probability": 2}, "--probability must be a number in [0, 1], got 2"),
+        ({"kind": "drop", "count": -1}, "--count must be an integer >= 0, got -1"),
+        ({"kind": "drop", "after": -1}, "--after must be an integer >= 0, got -1"),
+    ],
+)
+def test_a_refused_fault_names_the_option_to_fix(spec: dict[str, object], option: str) -> None:
+    said = _refusal(spec)
+    assert option in said, said
+    assert '"seconds":' not in said and "'peers'" not in said and "'probability'" not in said
