@@ -212,10 +212,12 @@ def check_run(
     # The run that holds --out is named first: its node would hold the default endpoints too.
     _check(
         RunDir(out).in_use_problem(),
-        endpoint_problem(endpoint, "--endpoint"),
-        endpoint_problem(master, "--master", "master"),
+        # Off loopback first: an address of another host cannot be bound either, and "pass
+        # another --endpoint" did not say why none off loopback will do.
         loopback_problem(endpoint, "--endpoint", "troupe run"),
         loopback_problem(master, "--master", "troupe run"),
+        endpoint_problem(endpoint, "--endpoint"),
+        endpoint_problem(master, "--master", "master"),
     )
 
 
@@ -248,8 +250,8 @@ def check_demo(log_dir: Path, endpoint: str) -> None:
     """``troupe demo``: its logs directory and endpoint."""
     _check(
         writable_problem(log_dir, "--logs"),
+        loopback_problem(endpoint, "--endpoint", "troupe demo"),  # first: as troupe run's
         endpoint_problem(endpoint, "--endpoint"),
-        loopback_problem(endpoint, "--endpoint", "troupe demo"),
     )
 
 
