@@ -245,12 +245,18 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         workers.add_row(
             escape(str(w["worker_id"])),
             escape(str(w["node"])),
-            f"{w['used']}/{w['slots']}",
+            _used(int(w["used"]), int(w["slots"])),
             str(w["gpu"]),
             "yes" if w["draining"] else "no",
             escape(",".join(map(str, w["kinds"]))) or "any",
         )
     return [head, nodes, workers, *jobs_tables(status["jobs"])]
+
+
+def _used(used: int, slots: int) -> str:
+    """``2/1 (1 ahead)``: a worker holds leases beyond its slots (prefetch), waiting for one."""
+    ahead = f" ({used - slots} ahead)" if used > slots else ""
+    return f"{used}/{slots}{ahead}"
 
 
 def jobs_tables(jobs: list[dict[str, Any]]) -> list[Table]:

@@ -101,6 +101,18 @@ def test_the_master_section_is_titled_once() -> None:
     assert "master east-1" in text(master_tables(master_reply("east-1")))
 
 
+def test_a_worker_holding_leases_ahead_says_so_rather_than_more_used_than_slots() -> None:
+    """2/1 with no word looked like a bug: the second is a lease held ahead (prefetch)."""
+    reply = master_reply("master")
+    w = {"node": "n2", "gpu": 0, "draining": False, "kinds": ["sleep"]}
+    reply["workers"] = [
+        {"worker_id": "n2/w-sleep", "used": 2, "slots": 1, **w},
+        {"worker_id": "n2/w-idle", "used": 0, "slots": 1, **w},
+    ]
+    shown = rows(master_tables(reply))
+    assert "2/1 (1 ahead)" in shown["n2/w-sleep"] and "0/1" in shown["n2/w-idle"]
+
+
 def job(state: str) -> dict[str, Any]:
     return {
         "job_id": f"job-{state}",
