@@ -182,6 +182,9 @@ def test_submit_id_names_a_new_job_and_its_tasks(master: TaskMaster, tmp_path: P
     ]
 
     assert troupe("ctl", "cancel", "demo-2", "--master", master.endpoint).returncode == 0
+    twice = troupe("ctl", "cancel", "demo-2", "--master", master.endpoint)  # said again: it holds
+    assert twice.returncode == 0, twice.stderr
+    assert "job demo-2 ended already (cancelled): nothing to cancel" in twice.stdout
     again = troupe("ctl", "submit", str(job), "--id", "demo-2", "--master", master.endpoint)
     assert again.returncode == 1, again.stderr  # nothing was submitted: a script must not go on
     assert "error: job demo-2 was submitted before and cancelled: its tasks do not run again" in again.stderr

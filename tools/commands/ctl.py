@@ -39,6 +39,7 @@ from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.jobspec import check_job_id, load_job
 from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.tasks.state import JobState
 
 from .top import top
 
@@ -249,8 +250,21 @@ def cancel(
 ) -> None:
     """Cancel a job: its unfinished tasks are cancelled and running copies stopped."""
     use_keys(keys)
-    run_async(master_call, master, "cancel", {"job_id": job}, timeout)
-    console.print(f"job [bold]{escape(job)}[/] cancelled")
+    ended = run_async(_cancel, master, job, timeout)
+    if ended is None:
+        console.print(f"job [bold]{escape(job)}[/] cancelled")
+    else:  # said again, or after it ended: what was asked holds (exit 0, as a second drain)
+        console.print(f"job [bold]{escape(job)}[/] ended already ({escape(ended)}): nothing to cancel")
+
+
+async def _cancel(master: str, job: str, timeout: float) -> str | None:
+    """Cancel ``job``; the state it had ended in instead, when it had (a repeated cancel)."""
+    jobs = await master_call(master, "jobs", None, timeout)
+    known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job), None)
+    if known is not None and known.get("state") != JobState.RUNNING:
+        return str(known.get("state"))
+    await master_call(master, "cancel", {"job_id": job}, timeout)
+    return None
 
 
 @ctl_app.command("drain")
