@@ -18,7 +18,7 @@ from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
 from .ctl import KeysOption, NodeOption, TimeoutOption, ctl_app, use_keys
 
-__all__ = ["as_options", "chaos", "heal"]
+__all__ = ["as_options", "chaos", "fired_words", "heal"]
 
 console = Console()
 
@@ -106,11 +106,21 @@ def heal(
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
+    if not reply["workers"]:  # it printed nothing at all
+        console.print(f"no worker matches {escape(target)} on {escape(node)}: nothing to heal")
     for name, result in reply["workers"].items():
         if isinstance(result, dict) and "error" in result:
             console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
         else:
-            console.print(f"{escape(name)}: healed; fired {escape(str(result.get('fired', {})))}")
+            console.print(f"{escape(name)}: healed; {escape(fired_words(result.get('fired') or {}))}")
+
+
+def fired_words(fired: dict[str, Any]) -> str:
+    """``nothing had fired`` or ``fired: drop 3 times, slow once`` (a bare ``fired {}`` before)."""
+    if not fired:
+        return "nothing had fired"
+    said = [f"{kind} {'once' if n == 1 else f'{n} times'}" for kind, n in sorted(fired.items())]
+    return "fired: " + ", ".join(said)
 
 
 async def _chaos(node: str, payload: dict[str, Any], timeout: float) -> Any:

@@ -1,12 +1,12 @@
-"""``troupe ctl chaos``: a fault the node refuses is said with the command's options, not with
-a fault spec's JSON keys (``seconds must be ...; e.g. "seconds": 0.5`` for a missing
-``--seconds``; ``'peers', ... e.g. ["tcp://..."]`` for a missing ``--peers``)."""
+"""``troupe ctl chaos`` and ``heal`` in the command's words: a fault the node refuses is said with
+the command's options, not a fault spec's JSON keys (``seconds must be ...; e.g. "seconds":
+0.5`` for a missing ``--seconds``); what fired, in words, not ``fired {}``."""
 
 from __future__ import annotations
 
 import pytest
 
-from troupe.cli.commands.chaos import as_options
+from troupe.cli.commands.chaos import as_options, fired_words
 from troupe.runtime.chaos.faults import FaultSpec
 from troupe.runtime.errors import ConfigError
 
@@ -31,3 +31,8 @@ def test_a_refused_fault_names_the_option_to_fix(spec: dict[str, object], option
     said = _refusal(spec)
     assert option in said, said
     assert '"seconds":' not in said and "'peers'" not in said and "'probability'" not in said
+
+
+def test_what_fired_is_said_in_words() -> None:
+    assert fired_words({}) == "nothing had fired"
+    assert fired_words({"slow": 1, "drop": 3}) == "fired: drop 3 times, slow once"
