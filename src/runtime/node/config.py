@@ -436,7 +436,9 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
             table = "[[workers]]" if misplaced[0] == "workers" else f"[{misplaced[0]}]"
             raise ConfigError(f"{path}: node.{misplaced[0]}: belongs in its own {table} table, not in [node]")
         data.update(node)
-        rename.update({key: f"node.{key}" for key in node})
+        # Every [node] key, also one the file lacks (a default found wrong: advertise missing).
+        keys = [*node, *(key for key in NodeConfig.model_fields if key not in _SECTIONS)]
+        rename.update({key: f"node.{key}" for key in keys})
         data["workers"] = raw.get("workers", [])
         for table in ("supervision", "restart"):
             if table in raw:

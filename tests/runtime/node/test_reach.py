@@ -71,7 +71,7 @@ def test_the_config_refuses_a_wildcard_without_advertise_and_a_host_that_is_no_h
     a host name with a space was taken and never checked on a loopback node)."""
     path = tmp_path / "node.toml"
     path.write_text('[node]\nendpoint = "tcp://0.0.0.0:7470"\ninsecure = true\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=rf"^{path}: .*advertise: required when node\.endpoint binds"):
+    with pytest.raises(ConfigError, match=rf"^{path}: node\.advertise: required when node\.endpoint binds"):
         load_node_config(path)
     path.write_text('[node]\nadvertise = "bad host!"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"'bad host!' is no host name or IP address"):
