@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -79,14 +80,14 @@ def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
     ids=["messaging", "train", "recovery"],
 )
 def test_a_benchmark_stopped_midway_exits_130_and_leaves_nothing(
-    bench: list[subprocess.Popen[str]], args: list[str], phase: str, child: str
+    bench: list[subprocess.Popen[str]], args: list[str], phase: str, child: str, tmp_path: Path
 ) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "troupe.cli.main", "bench", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)},  # its folders, looked at after
         start_new_session=True,  # a group of its own, to get Ctrl-C as a terminal sends it
     )
     bench.append(proc)
@@ -108,3 +109,4 @@ def test_a_benchmark_stopped_midway_exits_130_and_leaves_nothing(
     assert "Traceback" not in output, output
     left = [p.pid for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert left == [], output
+    assert [f.name for f in tmp_path.glob("troupe-bench*")] == [], output  # its temporary folders

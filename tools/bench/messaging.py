@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -33,6 +32,7 @@ from troupe.runtime.transports.loopback import free_endpoint
 
 from .floor import floor_echo_round_trips
 from .raw import CurvePairs, raw_echo_round_trips, raw_one_way, run_apart
+from .stopping import bench_folder
 
 __all__ = ["bench_keys", "measure_messaging", "measure_startup"]
 
@@ -246,7 +246,7 @@ def measure_messaging(
     n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
     say = progress or (lambda _msg: None)
     fig: dict[str, float] = {"runs": float(runs), "curve": float(curve)}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+    with bench_folder("troupe-bench-") as tmp:
         configure_logging("bench", "bench", None, console=False, level="warning")
         keys = bench_keys(Path(tmp)) if curve else None
         fig.update(

@@ -32,7 +32,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from .baseline import (
     sequential_baseline,
     whole_run_lines,
 )
+from .stopping import bench_folder
 
 __all__ = [
     "cpu_bound",
@@ -211,7 +211,7 @@ def measure_pipeline(
     say = progress or (lambda _m: None)
     configure_logging("bench", "bench", None, console=False, level="warning")  # stdout stays JSON
     fig: dict[str, Any] = {"items": float(items)}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-pipe-") as tmp:
+    with bench_folder("troupe-bench-pipe-") as tmp:
         out = Path(tmp)
         cfg = default_pipeline(items=items).with_out(out / "pipeline")
         say(f"sequential baseline, {items} scenes")

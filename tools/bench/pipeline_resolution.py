@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from troupe.runtime.pipeline.result import PipelineResult
 
 from .baseline import sequential_baseline, whole_run_lines
 from .pipeline import run_against
+from .stopping import bench_folder
 
 __all__ = [
     "IncompleteRun",
@@ -159,7 +159,7 @@ def measure_resolution(
     scenes = scenes or default_scenes(width, height)
     cfg = resolution_pipeline(width, height, scenes)
     fig: dict[str, Any] = {"resolution": f"{width}x{height}", "items": scenes}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-res-") as tmp:
+    with bench_folder("troupe-bench-res-") as tmp:
         out = Path(tmp)
         say(f"sequential baseline, {scenes} scenes at {width}x{height}")
         base = sequential_baseline(cfg, out / "baseline")

@@ -27,7 +27,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,8 @@ from troupe.runtime.node.local import start_local_node
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.transports.loopback import free_endpoint
+
+from .stopping import bench_folder
 
 __all__ = ["measure_recovery", "spawn_floor"]
 
@@ -212,7 +213,7 @@ def measure_recovery(
     floors = [spawn_floor() for _ in range(repeat)]
     say("spawn floor importing torch too")
     torch_floors = [spawn_floor("import torch") for _ in range(repeat)]
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+    with bench_folder("troupe-bench-") as tmp:
         # The kills are on purpose: only errors would be news.
         configure_logging("bench", "bench", None, console=False, level="error")
         torch_worker = WorkerSpec(

@@ -18,10 +18,12 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import anyio.from_thread
@@ -29,7 +31,7 @@ from rich.console import Console
 
 from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
 
-__all__ = ["ignore_ctrl_c", "start_deaf_to_ctrl_c", "stops_cleanly"]
+__all__ = ["bench_folder", "ignore_ctrl_c", "start_deaf_to_ctrl_c", "stops_cleanly"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -62,6 +64,8 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
                     raise
                 signum = received[0] if received else signal.SIGINT
             killed = kill_descendants()
+            for folder in _folders:  # its children wrote there as it was removed: gone now
+                shutil.rmtree(folder, ignore_errors=True)
             left = f"; {killed} process{'' if killed == 1 else 'es'} it started killed" if killed else ""
             name = signal.Signals(signum).name
             _err.print(f"stopped ({name}): the benchmark prints no figures{left}", highlight=False)
@@ -104,3 +108,18 @@ def start_deaf_to_ctrl_c(child: Any) -> None:
 def ignore_ctrl_c() -> None:
     """A benchmark's child started from a thread: ignore Ctrl-C from here on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_folders: list[str] = []  # the temporary folders of the benchmark running in this process
+
+
+@contextlib.contextmanager
+def bench_folder(prefix: str) -> Iterator[str]:
+    """A temporary folder for a benchmark's files, removed as it ends, also when it is stopped:
+    a child still writing in it as the stop removed it left the folder behind."""
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
+        _folders.append(folder)
+        try:
+            yield folder
+        finally:
+            _folders.remove(folder)

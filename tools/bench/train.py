@@ -52,7 +52,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -83,6 +82,7 @@ from troupe.runtime.node.local import start_local_node
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .pipeline import usable_cores
+from .stopping import bench_folder
 
 __all__ = [
     "DEFAULT_INFLIGHT",
@@ -544,7 +544,7 @@ def measure_train(
     batches = make_batches(bench, steps + WARMUP_STEPS)
     initial_threads = torch.get_num_threads()
     try:
-        with tempfile.TemporaryDirectory(prefix="troupe-bench-train-") as tmp:
+        with bench_folder("troupe-bench-train-") as tmp:
             # uvloop, as in the worker processes: the trainer's event loop takes less of its core.
             rounds = anyio.run(_rounds, bench, batches, actors, threads, depths, repeat, Path(tmp), say,
                                backend_options={"use_uvloop": True})  # fmt: skip
