@@ -98,9 +98,7 @@ def test_a_benchmark_stopped_midway_exits_130_and_leaves_nothing(
         assert line is not None, f"it ended before {phase!r}: {''.join(said)}"
         said.append(line)
     started = _children_once_one_runs(proc, child, said)
-    # To the whole group, as a terminal's Ctrl-C: its children got it too, and printed their
-    # tracebacks over the one line (multiprocessing's "Process SpawnProcess-2:").
-    os.killpg(proc.pid, signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=HANG_GUARD_S) == 130, "".join(said)
     while (line := lines.get(timeout=HANG_GUARD_S)) is not None:
         said.append(line)

@@ -25,7 +25,7 @@ import uvloop
 import zmq
 
 from .raw import CurvePairs, connect_curve, serve_curve
-from .stopping import start_deaf_to_ctrl_c
+from .stopping import deaf_to_ctrl_c
 
 __all__ = ["floor_echo_round_trips"]
 
@@ -156,8 +156,8 @@ def floor_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | N
     endpoint_q = mpctx.Queue()
     # The server stops after the warm-up ask and the timed ones.
     asks = 1 + per * window
-    echo = mpctx.Process(target=_echo, args=(endpoint_q, asks, curve), daemon=True)
-    start_deaf_to_ctrl_c(echo)
+    echo = mpctx.Process(target=deaf_to_ctrl_c, args=(_echo, endpoint_q, asks, curve), daemon=True)
+    echo.start()
     try:
         ctx = _context()
         sock = ctx.socket(zmq.DEALER)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from .stopping import ignore_ctrl_c, start_deaf_to_ctrl_c
+from .stopping import deaf_to_ctrl_c, ignore_ctrl_c
 
 __all__ = ["CurvePairs", "connect_curve", "raw_echo_round_trips", "raw_one_way", "run_apart", "serve_curve"]
 
@@ -80,8 +80,8 @@ def raw_one_way(n: int, kind: str, curve: CurvePairs | None = None) -> float:
     """Messages per second from a blocking DEALER to a blocking ROUTER in another process."""
     mpctx = mp.get_context("spawn")
     endpoint_q, result_q = mpctx.Queue(), mpctx.Queue()
-    sink = mpctx.Process(target=_sink, args=(endpoint_q, result_q, n, curve), daemon=True)
-    start_deaf_to_ctrl_c(sink)
+    sink = mpctx.Process(target=deaf_to_ctrl_c, args=(_sink, endpoint_q, result_q, n, curve), daemon=True)
+    sink.start()
     try:
         endpoint = endpoint_q.get(timeout=30)
         _source(endpoint, n, kind, curve)
@@ -110,8 +110,8 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
     """Round trips per second through a blocking ROUTER echo, with ``window`` outstanding."""
     mpctx = mp.get_context("spawn")
     endpoint_q = mpctx.Queue()
-    echo = mpctx.Process(target=_echo, args=(endpoint_q, n, curve), daemon=True)
-    start_deaf_to_ctrl_c(echo)
+    echo = mpctx.Process(target=deaf_to_ctrl_c, args=(_echo, endpoint_q, n, curve), daemon=True)
+    echo.start()
     try:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
@@ -153,7 +153,7 @@ def run_apart(fn: Callable[[], float], timeout_s: float = 300.0) -> float:
     receiver, sender = mpctx.Pipe(duplex=False)
     # Not daemonic: fn starts a peer.
     proc = mpctx.Process(target=_call_and_send, args=(fn, sender))
-    start_deaf_to_ctrl_c(proc)
+    proc.start()
     sender.close()
     try:
         if not receiver.poll(timeout_s):

@@ -22,16 +22,14 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
-import anyio.from_thread
 from rich.console import Console
 
 from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
 
-__all__ = ["bench_folder", "ignore_ctrl_c", "start_deaf_to_ctrl_c", "stops_cleanly"]
+__all__ = ["bench_folder", "deaf_to_ctrl_c", "ignore_ctrl_c", "stops_cleanly"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -84,29 +82,18 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-def start_deaf_to_ctrl_c(child: Any) -> None:
-    """Start a benchmark's child process (multiprocessing's) ignoring Ctrl-C from its first
-    instruction: the terminal sends it to the whole group, and a child took it in its start-up
-    imports or its loop and printed a traceback over the benchmark's one line (the benchmark
-    kills its children itself). The child inherits SIG_IGN, which Python keeps; a Ctrl-C in
-    that instant stays pending (blocked, not ignored, here) and reaches the benchmark after."""
-    if threading.current_thread() is not threading.main_thread():  # no handler is set here
-        try:  # a worker thread of the event loop on the main thread: started there
-            anyio.from_thread.run_sync(start_deaf_to_ctrl_c, child)
-        except RuntimeError:  # any other thread: the child's own first act (``ignore_ctrl_c``)
-            child.start()
-        return
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        child.start()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+def deaf_to_ctrl_c(target: Callable[..., Any], *args: Any) -> Any:
+    """Run ``target(*args)`` in a benchmark's child process (multiprocessing's ``target``) with
+    Ctrl-C ignored from here on: the terminal sends it to the whole group, and a child printed
+    its traceback over the benchmark's one line (the benchmark kills its children itself). Not
+    set in the parent around the child's start: a Ctrl-C that came then went to another of the
+    benchmark's threads, found it ignored, and the benchmark ran on to its end."""
+    ignore_ctrl_c()
+    return target(*args)
 
 
 def ignore_ctrl_c() -> None:
-    """A benchmark's child started from a thread: ignore Ctrl-C from here on."""
+    """In a benchmark's child: ignore Ctrl-C from here on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
