@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from .stopping import deaf_to_ctrl_c, ignore_ctrl_c
+from .stopping import deaf_to_ctrl_c
 
 __all__ = ["CurvePairs", "connect_curve", "raw_echo_round_trips", "raw_one_way", "run_apart", "serve_curve"]
 
@@ -138,7 +138,6 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
 
 
 def _call_and_send(fn: Callable[[], float], conn: Any) -> None:
-    ignore_ctrl_c()  # started from a thread (run_apart): its parent kills it on a stop
     conn.send(fn())
     conn.close()
 
@@ -152,7 +151,7 @@ def run_apart(fn: Callable[[], float], timeout_s: float = 300.0) -> float:
     mpctx = mp.get_context("spawn")
     receiver, sender = mpctx.Pipe(duplex=False)
     # Not daemonic: fn starts a peer.
-    proc = mpctx.Process(target=_call_and_send, args=(fn, sender))
+    proc = mpctx.Process(target=deaf_to_ctrl_c, args=(_call_and_send, fn, sender))
     proc.start()
     sender.close()
     try:

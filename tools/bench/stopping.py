@@ -29,7 +29,7 @@ from rich.console import Console
 
 from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
 
-__all__ = ["bench_folder", "deaf_to_ctrl_c", "ignore_ctrl_c", "stops_cleanly"]
+__all__ = ["bench_folder", "deaf_to_ctrl_c", "stops_cleanly"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -88,13 +88,8 @@ def deaf_to_ctrl_c(target: Callable[..., Any], *args: Any) -> Any:
     its traceback over the benchmark's one line (the benchmark kills its children itself). Not
     set in the parent around the child's start: a Ctrl-C that came then went to another of the
     benchmark's threads, found it ignored, and the benchmark ran on to its end."""
-    ignore_ctrl_c()
-    return target(*args)
-
-
-def ignore_ctrl_c() -> None:
-    """In a benchmark's child: ignore Ctrl-C from here on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return target(*args)
 
 
 _folders: list[str] = []  # the temporary folders of the benchmark running in this process
@@ -106,7 +101,5 @@ def bench_folder(prefix: str) -> Iterator[str]:
     a child still writing in it as the stop removed it left the folder behind."""
     with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as folder:
         _folders.append(folder)
-        try:
-            yield folder
-        finally:
-            _folders.remove(folder)
+        yield folder  # stopped: it stays listed, for the stop to remove once the children are gone
+        _folders.remove(folder)

@@ -499,30 +499,31 @@ class Runtime(Inbound):
         self._lost[endpoint] = None
         if len(self._lost) > _LOST_MOST:
             del self._lost[next(iter(self._lost))]
-        pending = self._pending
-        lost = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
-        if lost and self._deadlines is not None:  # each ask's deadline knows what it asked of whom
-            self._deadlines.fail(
-                lost,
-                lambda target, msg_type: PeerLost(
-                    f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
-                    "the reply came (its process died or stopped); whether it was handled is unknown"
-                ),
-            )
+        self._fail_asks_to(
+            endpoint,
+            lambda target, msg_type: PeerLost(
+                f"ask {msg_type!r} to {target}: the connection to {endpoint} ended before "
+                "the reply came (its process died or stopped); whether it was handled is unknown"
+            ),
+        )
 
     def _peer_refused(self, endpoint: str) -> None:
         """The process at ``endpoint`` refused this process's CURVE key: the asks waiting on it
         end now, saying so, rather than at their deadlines (ZeroMQ tries again, refused again)."""
+        self._fail_asks_to(
+            endpoint,
+            lambda target, msg_type: Unreachable(
+                f"ask {msg_type!r} to {target}: the process at {endpoint} refused this process's "
+                "CURVE key (not authorised there: is its public key in that host's keys directory?)"
+            ),
+        )
+
+    def _fail_asks_to(self, endpoint: str, error: Callable[[object, str], BaseException]) -> None:
+        """End the asks waiting on ``endpoint`` now with ``error(target, msg_type)``."""
         pending = self._pending
-        refused = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
-        if refused and self._deadlines is not None:
-            self._deadlines.fail(
-                refused,
-                lambda target, msg_type: Unreachable(
-                    f"ask {msg_type!r} to {target}: the process at {endpoint} refused this process's "
-                    "CURVE key (not authorised there: is its public key in that host's keys directory?)"
-                ),
-            )
+        waiting = {pending[m] for m, peer in self._asked.items() if peer == endpoint and m in pending}
+        if waiting and self._deadlines is not None:  # each ask's deadline knows what it asked of whom
+            self._deadlines.fail(waiting, error)
 
     def _settled(self, msg_id: int, fut: asyncio.Future[Any]) -> None:
         self._pending.pop(msg_id, None)

@@ -234,7 +234,7 @@ class PipelineEngine(ReplicaPool):
                 if self.nodes_outlive_run and self.hosts.master is not None:
                     worker_id = getattr(self.source, "worker_id", None)
                     self.owner_beat = OwnerBeat(self.runtime, self.hosts.master, worker_id)
-                    await self.owner_beat.first()
+                    await self.owner_beat.beat()
                     tg.start_soon(self.owner_beat.run)
                 for stage in self.stages:
                     for _ in range(stage.cfg.replicas):

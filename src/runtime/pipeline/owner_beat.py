@@ -42,17 +42,15 @@ class OwnerBeat:
         self.token = f"{MASTER_OWNER}{worker_id or uuid.uuid4().hex}"
         self.vouched = False
 
-    async def first(self) -> None:
-        """Beat once, before the first replica is asked for."""
-        await self._beat()
-
     async def run(self) -> None:
-        """Beat every ``OWNER_BEAT_S`` until cancelled (the run's replicas are stopped then)."""
+        """Beat every ``OWNER_BEAT_S`` until cancelled (the run's replicas are stopped then);
+        the first, before the first replica is asked for, is :meth:`beat` itself."""
         while True:
             await anyio.sleep(OWNER_BEAT_S)
-            await self._beat()
+            await self.beat()
 
-    async def _beat(self) -> None:
+    async def beat(self) -> None:
+        """Tell the master the run is there (``vouched`` once it took one)."""
         try:
             beat = {"owner": self.token}
             await self.runtime.control(self.master, "owner_beat", beat, timeout=_BEAT_TIMEOUT_S)

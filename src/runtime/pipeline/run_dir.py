@@ -346,8 +346,8 @@ class RunDir:
 
 
 def _holds_a_run(folder: Path) -> bool:
-    state = folder / ".troupe"
-    return (state / "run.json").is_file() or (state / "journal.db").is_file()
+    run = RunDir(folder)
+    return run.record_path.is_file() or run.journal_path.is_file()
 
 
 def _outputs(finals: dict[str, Any]) -> list[str] | None:

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 import structlog
 
+from support.fake_clock import Clock
 from troupe.runtime.core.throttle import MAX_COOLDOWN_FACTOR, PeerThrottle, describe_peer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def throttle(clock: Clock, **kwargs: float) -> PeerThrottle:
@@ -22,7 +15,7 @@ def throttle(clock: Clock, **kwargs: float) -> PeerThrottle:
 
 
 def test_a_peer_past_its_allowance_is_throttled_and_others_are_not() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = throttle(clock)
     assert [t.bad_frame("evil", "junk") for _ in range(4)] == [True, True, True, False]
     assert t.active == 1 and t.throttles == 1 and t.throttled_now() == 1
@@ -32,7 +25,7 @@ def test_a_peer_past_its_allowance_is_throttled_and_others_are_not() -> None:
 
 
 def test_a_throttled_peer_is_released_after_its_cooldown() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = throttle(clock)
     for _ in range(4):
         t.bad_frame("evil", "junk")
@@ -46,7 +39,7 @@ def test_a_throttled_peer_is_released_after_its_cooldown() -> None:
 
 
 def test_a_peer_that_keeps_sending_junk_gets_doubled_cooldowns_up_to_a_cap() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = throttle(clock, burst=1, rate_per_s=0.001)
     cooldowns = []
     t.bad_frame("evil", "junk")
@@ -62,7 +55,7 @@ def test_a_peer_that_keeps_sending_junk_gets_doubled_cooldowns_up_to_a_cap() -> 
 
 
 def test_a_peer_that_behaved_for_its_cooldown_starts_again_from_the_base() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = throttle(clock, burst=1, rate_per_s=0.001)
     t.bad_frame("evil", "junk")
     t.bad_frame("evil", "junk")  # throttled for 10 s
@@ -78,7 +71,7 @@ def test_a_peer_that_behaved_for_its_cooldown_starts_again_from_the_base() -> No
 
 
 def test_a_throttled_peer_makes_one_log_line_per_interval_with_the_count() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = PeerThrottle(burst=1, rate_per_s=1.0, cooldown_s=100.0, log_interval_s=10.0, clock=clock)
     with structlog.testing.capture_logs() as logs:
         t.bad_frame("evil", "junk")
@@ -93,7 +86,7 @@ def test_a_throttled_peer_makes_one_log_line_per_interval_with_the_count() -> No
 
 
 def test_the_peer_table_is_bounded_and_forgets_throttled_peers_consistently() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     t = PeerThrottle(burst=1, rate_per_s=1.0, cooldown_s=10.0, max_peers=4, clock=clock)
     t.bad_frame("evil", "junk")
     t.bad_frame("evil", "junk")

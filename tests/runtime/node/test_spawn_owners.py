@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from support.fake_clock import Clock
 from support.local_node import running_node
 from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.node import spawn_owners
@@ -169,7 +170,7 @@ async def test_a_real_master_vouches_and_the_node_stops_the_killed_runs_replicas
     """Real master and node: a run's replica whose owner the master has not heard from past the
     bound is stopped by the node's watch, and its rerun takes its name; a run that beats keeps
     its replica, and an operator's worker (no owner) is never stopped."""
-    clock = _Clock()
+    clock = Clock()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
     master = Master(MasterConfig(endpoint=free_endpoint(), tick_s=0.05), journal, book)
     master.run_owners = RunOwners(clock)
@@ -202,11 +203,3 @@ async def test_a_real_master_vouches_and_the_node_stops_the_killed_runs_replicas
             master.stop()
     finally:
         journal.close()
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now

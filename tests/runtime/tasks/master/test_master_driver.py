@@ -11,6 +11,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from support.fake_clock import Clock
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal_bulk import BULK_TASKS
@@ -62,14 +63,6 @@ class FakeJournal:
 
     def rollback(self) -> None:
         self._staged = []
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(journal: FakeJournal, side: list[Command] | None = None) -> tuple[Dispatcher, Clock]:

@@ -10,16 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from support.fake_clock import Clock
 from troupe.runtime.tasks.master import run_owners
 from troupe.runtime.tasks.master.run_owners import RunOwners
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_silence_counts_from_the_last_beat_or_from_the_masters_start() -> None:
