@@ -289,7 +289,10 @@ class TemplateLink:
             read_end, write_end = os.pipe() if worker else (-1, _own_stderr())
             request = {"env": env, "cwd": os.getcwd(), "modules": list(modules), "main": main}
             try:
-                with anyio.fail_after(_REPLY_S):
+                # Shielded: once the request is out, the template forks whatever happens here,
+                # and a reply read by nobody left a worker no node knew of (a restart cancelled
+                # by its node's stop: the worker outlived the node).
+                with anyio.CancelScope(shield=True), anyio.fail_after(_REPLY_S):
                     await _send_fds(sock, json.dumps(request).encode(), write_end)
                     os.close(write_end)
                     write_end = -1
