@@ -25,7 +25,7 @@ import uvloop
 import zmq
 
 from .raw import CurvePairs, connect_curve, serve_curve
-from .stopping import deaf_to_ctrl_c
+from .stopping import deaf_to_ctrl_c, start_deaf
 
 __all__ = ["floor_echo_round_trips"]
 
@@ -157,7 +157,7 @@ def floor_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | N
     # The server stops after the warm-up ask and the timed ones.
     asks = 1 + per * window
     echo = mpctx.Process(target=deaf_to_ctrl_c, args=(_echo, endpoint_q, asks, curve), daemon=True)
-    echo.start()
+    start_deaf(echo)
     try:
         ctx = _context()
         sock = ctx.socket(zmq.DEALER)

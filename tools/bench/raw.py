@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from .stopping import deaf_to_ctrl_c
+from .stopping import deaf_to_ctrl_c, start_deaf
 
 __all__ = ["CurvePairs", "connect_curve", "raw_echo_round_trips", "raw_one_way", "run_apart", "serve_curve"]
 
@@ -81,7 +81,7 @@ def raw_one_way(n: int, kind: str, curve: CurvePairs | None = None) -> float:
     mpctx = mp.get_context("spawn")
     endpoint_q, result_q = mpctx.Queue(), mpctx.Queue()
     sink = mpctx.Process(target=deaf_to_ctrl_c, args=(_sink, endpoint_q, result_q, n, curve), daemon=True)
-    sink.start()
+    start_deaf(sink)
     try:
         endpoint = endpoint_q.get(timeout=30)
         _source(endpoint, n, kind, curve)
@@ -111,7 +111,7 @@ def raw_echo_round_trips(n: int, window: int, kind: str, curve: CurvePairs | Non
     mpctx = mp.get_context("spawn")
     endpoint_q = mpctx.Queue()
     echo = mpctx.Process(target=deaf_to_ctrl_c, args=(_echo, endpoint_q, n, curve), daemon=True)
-    echo.start()
+    start_deaf(echo)
     try:
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
@@ -152,7 +152,7 @@ def run_apart(fn: Callable[[], float], timeout_s: float = 300.0) -> float:
     receiver, sender = mpctx.Pipe(duplex=False)
     # Not daemonic: fn starts a peer.
     proc = mpctx.Process(target=deaf_to_ctrl_c, args=(_call_and_send, fn, sender))
-    proc.start()
+    start_deaf(proc)
     sender.close()
     try:
         if not receiver.poll(timeout_s):

@@ -77,7 +77,9 @@ def spawn_floor(extra_imports: str = "") -> float:
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     t0 = time.perf_counter()
     code = f"{extra_imports}\n{_FLOOR_CODE}"
-    proc = subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"])
+    # A session of its own: a Ctrl-C at the terminal is the benchmark's (it kills this process),
+    # and the floor printed the traceback of whichever import it was in.
+    proc = subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"], start_new_session=True)
     try:
         if not sock.poll(60_000):
             raise RuntimeError("the floor process did not start within 60 s")

@@ -23,13 +23,14 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
 from typing import Any, ParamSpec, TypeVar
 
 from rich.console import Console
 
 from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
 
-__all__ = ["bench_folder", "deaf_to_ctrl_c", "stops_cleanly"]
+__all__ = ["bench_folder", "deaf_to_ctrl_c", "start_deaf", "stops_cleanly"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -83,13 +84,31 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
 
 
 def deaf_to_ctrl_c(target: Callable[..., Any], *args: Any) -> Any:
-    """Run ``target(*args)`` in a benchmark's child process (multiprocessing's ``target``) with
-    Ctrl-C ignored from here on: the terminal sends it to the whole group, and a child printed
-    its traceback over the benchmark's one line (the benchmark kills its children itself). Not
-    set in the parent around the child's start: a Ctrl-C that came then went to another of the
-    benchmark's threads, found it ignored, and the benchmark ran on to its end."""
+    """Run ``target(*args)`` in a benchmark's child process (multiprocessing's ``target``, the
+    process started with :func:`start_deaf`) with Ctrl-C ignored: the terminal sends it to the
+    whole group, and a child printed its traceback over the benchmark's one line (the benchmark
+    kills its children itself). A Ctrl-C that came while the child's interpreter started waited,
+    blocked, and is dropped here, ignored, as it is unblocked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return target(*args)
+
+
+def start_deaf(process: Any) -> None:
+    """``process.start()`` (a multiprocessing process whose target is :func:`deaf_to_ctrl_c`)
+    with SIGINT blocked in this thread only: the child inherits the mask, so a Ctrl-C during its
+    interpreter's start and imports waits for ``deaf_to_ctrl_c`` instead of printing their
+    traceback. The benchmark itself still takes that Ctrl-C: on another of its threads, or
+    here once the mask is restored (ignoring it in the benchmark instead lost it).
+
+    multiprocessing's resource tracker is started first: starting it unblocks SIGINT in the
+    thread that starts it, which would be this one, between the mask and the child."""
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _folders: list[str] = []  # the temporary folders of the benchmark running in this process
