@@ -25,7 +25,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import NodeConfig, check_endpoint, is_loopback, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
-from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .client import fail

@@ -38,7 +38,7 @@ from troupe.runtime.errors import ConfigError, TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.jobspec import check_job_id, load_job
-from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.tasks.state import JobState
 
 from .top import top

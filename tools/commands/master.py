@@ -23,12 +23,9 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.master.master import (
-    DEFAULT_MASTER_ENDPOINT,
-    Master,
-    MasterConfig,
-    open_journal,
-)
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
 
 __all__ = [
     "DEFAULT_JOURNAL",

@@ -23,7 +23,8 @@ from troupe.runtime.node.child import PARENT_PID_ENV, die_with_parent
 from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import install, keys_for
-from troupe.runtime.tasks.master.master import Master, MasterConfig
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 
 from .master import (
     DEFAULT_JOURNAL,

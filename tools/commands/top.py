@@ -31,7 +31,7 @@ from troupe.cli.master_client import master_status, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
-from troupe.runtime.tasks.master.master import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
 __all__ = ["Look", "frame", "top"]
 

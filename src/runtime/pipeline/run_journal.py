@@ -22,7 +22,7 @@ import structlog
 from troupe.runtime.errors import JournalDamaged
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.master.master import open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
 
 __all__ = ["DAMAGED_SUFFIX", "open_run_journal"]
 

@@ -59,7 +59,8 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.template_link import TemplateLink
 from troupe.runtime.placement import place
 from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.master.master import Master, MasterConfig
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .config import PipelineConfig, load_pipeline

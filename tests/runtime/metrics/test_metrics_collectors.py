@@ -21,7 +21,9 @@ from troupe.runtime.metrics.families import reason_label
 from troupe.runtime.metrics.master_metrics import MasterCollector
 from troupe.runtime.metrics.node_metrics import NodeCollector
 from troupe.runtime.node.config import load_node_config
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.transports.base import MemoryHub
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

@@ -20,7 +20,9 @@ from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
 from troupe.runtime.pipeline.replicas import _can_ping_back
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.master.run_owners import RunOwners
 from troupe.runtime.testing.plugin import free_endpoint
 

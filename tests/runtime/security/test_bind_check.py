@@ -8,7 +8,7 @@ import pytest
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import check_bind, check_endpoint, check_loopback, load_node_config
-from troupe.runtime.tasks.master.master import MasterConfig
+from troupe.runtime.tasks.master.master_config import MasterConfig
 
 OFF = "tcp://10.1.2.3:7470"
 WAYS_OUT = (

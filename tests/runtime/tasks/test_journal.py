@@ -23,7 +23,7 @@ from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Compaction, Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy
-from troupe.runtime.tasks.master.master import open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.state import (
     Ack,
     AckOutcome,

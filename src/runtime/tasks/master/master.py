@@ -80,11 +80,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -94,9 +92,7 @@ from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
 from troupe.runtime.gc_pauses import gc_pauses
-from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.metrics.serving import serving
-from troupe.runtime.node.config import MAX_NAME, NAME_PATTERN, check_bind
 from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
@@ -134,112 +130,17 @@ from .controls import (
     WorkerLeftControl,
 )
 from .driver import Dispatcher
+from .master_config import MasterConfig
 from .nodes import NodeTable, ProcessEntry
 from .operations import Operations, raise_rejected
 from .run_owners import RunOwners
 
-__all__ = ["COMPACT_AFTER_S", "DEFAULT_MASTER_ENDPOINT", "HELD_S", "Master", "MasterConfig", "open_journal"]
+__all__ = ["HELD_S", "Master"]
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_MASTER_ENDPOINT = "tcp://127.0.0.1:7480"
-
-
-@dataclass(frozen=True, slots=True)
-class MasterConfig:
-    """How the master runs.
-
-    Attributes:
-        endpoint: where it listens (loopback only, like nodes).
-        name: its name in logs and status (the runtime's node name).
-        tick_s: how often leases are checked for expiry and backoffs released.
-        node_timeout_s: a node silent this long is dead; its tasks are requeued.
-        max_wait_s: the longest a worker's request may be held (long poll).
-        hwm: ZeroMQ high-water mark of the master's sockets.
-        throughput_window_s: done tasks per second are measured over this window.
-        keys: the CURVE keys directory (``troupe keys generate``); None = no CURVE.
-        insecure: listen off loopback without keys (logged loudly, shown in status).
-        metrics: ``HOST:PORT`` of its Prometheus endpoint (docs/METRICS.md); None = none.
-        batch_linger_s: how long the driver lets a batch fill before it journals it: a busy
-            master then pays its per-batch costs (a transaction, a thread hop) over more
-            events, for at most this much more latency per reply.
-    """
-
-    endpoint: str = DEFAULT_MASTER_ENDPOINT
-    name: str = "master"
-    tick_s: float = 0.05
-    node_timeout_s: float = 10.0
-    max_wait_s: float = 10.0
-    hwm: int = 100_000
-    throughput_window_s: float = 10.0
-    keys: Path | None = None
-    insecure: bool = False
-    metrics: str | None = None
-    batch_linger_s: float = 0.002
-
-    def __post_init__(self) -> None:
-        if self.metrics is not None:
-            try:
-                metrics = as_endpoint(*parse_host_port(self.metrics))
-                check_bind(metrics, keys=self.keys, insecure=self.insecure)
-            except ValueError as exc:  # named as written, HOST:PORT
-                raise ConfigError(f"master metrics: {exc}".replace("tcp://", "")) from None
-        try:
-            check_bind(self.endpoint, keys=self.keys, insecure=self.insecure)
-        except ValueError as exc:
-            raise ConfigError(f"master endpoint: {exc}") from None
-        named = isinstance(self.name, str) and re.fullmatch(NAME_PATTERN, self.name)
-        if not named or len(self.name) > MAX_NAME:  # it names the log file: no markup, no path
-            raise ConfigError(
-                f"master name {self.name!r} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'"
-            )
-        if not self.node_timeout_s > 0:
-            raise ConfigError(
-                f"master: node_timeout_s (--node-timeout) must be > 0, got {self.node_timeout_s:g}"
-            )
-        if not (self.tick_s > 0 and self.max_wait_s >= 0):
-            raise ConfigError("master: tick_s must be > 0, max_wait_s >= 0")
-        if not 0 <= self.batch_linger_s <= 1.0:
-            raise ConfigError(f"master: batch_linger_s must be 0..1, got {self.batch_linger_s}")
-
-
-COMPACT_AFTER_S = 3600.0
-"""A master starting on a journal compacts the jobs that finished at least this long ago."""
 HELD_S = 1.0
 """A tick this late means the master's loop was held, deaf to every node meanwhile."""
-
-
-def open_journal(
-    path: str | os.PathLike[str],
-    new: bool = False,
-    compact_after_s: float | None = COMPACT_AFTER_S,
-) -> tuple[Journal, TaskBook]:
-    """Open the master's journal (taking its lock), compact old finished jobs, replay it.
-
-    A missing journal is an error unless ``new`` (``--new``) is given: a master that silently
-    started on an empty queue would lose every job of the journal it was meant to resume.
-    With ``new``, a missing file is created; an existing journal is still opened as it is.
-    Jobs finished ``compact_after_s`` ago or more are compacted first (see
-    :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
-
-    Raises:
-        JournalBusy: another master holds the journal.
-        JournalError: missing (without ``new``), not a troupe journal, corrupt, or a row of
-            the wrong type (named).
-    """
-    if not new and not os.path.exists(path):
-        raise JournalError(
-            f"journal {path} does not exist; pass --new to start a new journal "
-            "there, or give the path of the existing journal"
-        )
-    journal = Journal.open(path, create=new)
-    try:
-        if compact_after_s is not None:
-            journal.compact(time.time() - compact_after_s)
-        return journal, journal.replay()
-    except BaseException:
-        journal.close()
-        raise
 
 
 @dataclass(slots=True)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from troupe.runtime.tasks.journal import Journal
 
     from .driver import Dispatcher
-    from .master import MasterConfig
+    from .master_config import MasterConfig
     from .nodes import NodeTable
 
 __all__ = ["OperatedMaster", "Operations", "raise_rejected"]

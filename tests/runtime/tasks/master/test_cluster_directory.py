@@ -19,7 +19,9 @@ import pytest
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadRequest, UnknownActor
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.master.nodes import NodeTable, ProcessEntry
 from troupe.runtime.transports.base import MemoryHub
 

@@ -16,7 +16,9 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.transports.base import MemoryHub
 
 MASTER = "mem://master"

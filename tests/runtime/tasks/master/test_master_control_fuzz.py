@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from support.control_fuzz import REGRESSIONS, answer, field_names, payloads
 from troupe.runtime.tasks.master import controls as master_controls
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.transports.base import MemoryHub
 
 FUZZ = settings(

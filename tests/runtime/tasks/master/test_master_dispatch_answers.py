@@ -31,7 +31,9 @@ from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
 from troupe.runtime.tasks.master.controls import ReportControl
 from troupe.runtime.tasks.master.driver import Dispatcher
-from troupe.runtime.tasks.master.master import Master, MasterConfig, _after_all, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master, _after_all
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.state import JobPolicy, SchedulerTick, SubmitJob, TaskSpec
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.base import MemoryHub

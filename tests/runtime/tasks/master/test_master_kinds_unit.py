@@ -21,7 +21,9 @@ from troupe.runtime.tasks.getter import (
     TaskGetter,
     install_task_control,
 )
-from troupe.runtime.tasks.master.master import Master, MasterConfig, open_journal
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.testing.plugin import free_endpoint
 from troupe.runtime.transports.base import MemoryHub

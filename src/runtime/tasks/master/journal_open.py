@@ -1,0 +1,49 @@
+"""Opening the master's journal: its lock taken, old finished jobs compacted, the task book
+replayed."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from troupe.runtime.errors import JournalError
+from troupe.runtime.tasks.book import TaskBook
+from troupe.runtime.tasks.journal import Journal
+
+__all__ = ["COMPACT_AFTER_S", "open_journal"]
+
+COMPACT_AFTER_S = 3600.0
+"""A master starting on a journal compacts the jobs that finished at least this long ago."""
+
+
+def open_journal(
+    path: str | os.PathLike[str],
+    new: bool = False,
+    compact_after_s: float | None = COMPACT_AFTER_S,
+) -> tuple[Journal, TaskBook]:
+    """Open the master's journal (taking its lock), compact old finished jobs, replay it.
+
+    A missing journal is an error unless ``new`` (``--new``) is given: a master that silently
+    started on an empty queue would lose every job of the journal it was meant to resume.
+    With ``new``, a missing file is created; an existing journal is still opened as it is.
+    Jobs finished ``compact_after_s`` ago or more are compacted first (see
+    :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
+
+    Raises:
+        JournalBusy: another master holds the journal.
+        JournalError: missing (without ``new``), not a troupe journal, corrupt, or a row of
+            the wrong type (named).
+    """
+    if not new and not os.path.exists(path):
+        raise JournalError(
+            f"journal {path} does not exist; pass --new to start a new journal "
+            "there, or give the path of the existing journal"
+        )
+    journal = Journal.open(path, create=new)
+    try:
+        if compact_after_s is not None:
+            journal.compact(time.time() - compact_after_s)
+        return journal, journal.replay()
+    except BaseException:
+        journal.close()
+        raise
