@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,6 +282,12 @@ NODE_BAD = [
     ("heal", {"target": ["w-probe"]}, "target"),
     ("worker_killed", {"worker": "w-probe", "pid": "12", "reason": "x"}, "pid"),
     ("supervisor_ready", {"endpoint": "tcp://127.0.0.1:1", "udp": "127.0.0.1:9"}, "udp"),
+    # A process the node did not start: its supervisor would have killed pid 1's whole tree,
+    # or every worker's heartbeats would have gone to the sender.
+    ("register", {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1", "pid": 1, "actors": {}}, "pid"),
+    ("supervisor_ready", {"endpoint": "tcp://127.0.0.1:1", "udp": ["127.0.0.1", 9], "pid": 1}, "pid"),
+    ("supervisor_ready", {"endpoint": "tcp://127.0.0.1:1", "udp": ["h", 9], "pid": 1}, "udp"),
+    ("supervisor_ready", {"endpoint": "tcp://127.0.0.1:1", "udp": ["127.0.0.1", -1], "pid": 1}, "udp"),
 ]
 
 WORKER_BAD = [
@@ -292,6 +299,8 @@ WORKER_BAD = [
     ("chaos", {"faults": [], "seed": "x"}, "seed"),
     ("heartbeat_to", {"addr": ["127.0.0.1"]}, "addr"),
     ("heartbeat_to", {}, "addr"),
+    ("heartbeat_to", {"addr": ["127.0.0.1", -1]}, "addr"),
+    ("heartbeat_to", {"addr": ["256.1.1.1", 99]}, "addr"),
 ]
 
 
@@ -305,6 +314,24 @@ def test_malformed_node_control_payload_is_a_bad_request(
     assert (kind, error["code"]) == (ERROR, "bad_request"), error
     assert repr(msg_type) in error["message"] and field in error["message"], error["message"]
     assert client.control(node.endpoint, "ping")[0] == REPLY
+
+
+def test_a_spoofed_register_leaves_the_worker_as_it_was(client: RawClient, node: NodeProc) -> None:
+    """A register naming another process (here this test's own) is refused, and the worker's
+    registration stands: its pid, its endpoint, and the supervision that watches it."""
+
+    def probe() -> dict[str, Any]:
+        kind, status = client.control(node.endpoint, "status")
+        assert kind == REPLY
+        return next(w for w in status["workers"] if w["name"] == "w-probe")
+
+    before = probe()
+    spoof = {"process": "w-probe", "endpoint": "tcp://127.0.0.1:1", "pid": os.getpid(), "actors": {}}
+    kind, error = client.control(node.endpoint, "register", spoof)
+    assert (kind, error["code"]) == (ERROR, "bad_request"), error
+    after = probe()
+    assert (after["pid"], after["endpoint"]) == (before["pid"], before["endpoint"])
+    assert client.control(after["endpoint"], "ping")[0] == REPLY
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import pytest
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadRequest, RemoteError
+from troupe.runtime.tasks.master import operations
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
@@ -84,6 +85,9 @@ MALFORMED: dict[str, list[tuple[Any, str, str | None]]] = {
     "wait_job": [
         ({"timeout_s": 1}, "job_id", None),
         ({"job_id": "j", "timeout_s": "soon"}, "timeout_s", "'soon'"),
+        ({"job_id": "j", "timeout_s": float("nan")}, "timeout_s", "nan"),
+        ({"job_id": "j", "timeout_s": -1}, "timeout_s", "-1"),
+        ({"job_id": "j", "timeout_s": 1e308}, "timeout_s", "1e+308"),
     ],
     "owner_beat": [({}, "owner", None), ({"owner": 5}, "owner", "5")],
     "owner_seen": [({"x": 1}, "owner", None), ({"owner": ["m"]}, "owner", "['m']")],
@@ -160,3 +164,23 @@ async def test_well_formed_payloads_still_work_after_the_bad_ones(tmp_path: Path
         assert done["outcome"] == "committed"
         view = await client.control(MASTER, "wait_job", {"job_id": "j", "timeout_s": 5})
         assert view["state"] == "done"
+
+
+async def test_waits_for_a_job_past_the_bound_are_answered_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that sends many long ``wait_job`` and leaves cannot hold the master's memory: past
+    ``MAX_JOB_WAITERS`` waiting at once, a wait is answered at once with the running job."""
+    monkeypatch.setattr(operations, "MAX_JOB_WAITERS", 2)
+    async with master(tmp_path) as client:
+        await client.control(
+            MASTER, "submit", {"job": {"job": {"name": "j", "kind": "k", "count": 1}}, "source": "t"}
+        )
+        with anyio.fail_after(30):  # a bound on a hang: the waits below last 600 s unanswered
+            async with anyio.create_task_group() as tg:
+                for _ in range(2):
+                    tg.start_soon(client.control, MASTER, "wait_job", {"job_id": "j", "timeout_s": 600})
+                await anyio.wait_all_tasks_blocked()
+                view = await client.control(MASTER, "wait_job", {"job_id": "j", "timeout_s": 600})
+                assert view["state"] == "running"
+                tg.cancel_scope.cancel()

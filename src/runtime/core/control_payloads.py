@@ -8,6 +8,7 @@ ERROR naming the control, the field and the value it sent, never the handler's o
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -109,14 +110,28 @@ class ControlPayload:
         """Field ``key`` as a UDP or TCP address ``[host, port]``.
 
         Raises:
-            BadRequest: missing, or not a list of a str and an int.
+            BadRequest: missing, not a list of a str and an int, not an IP address, or a port
+                outside 1..65535.
         """
         value = self.require(key, list)
         if len(value) != 2 or type(value[0]) is not str or type(value[1]) is not int:
             raise BadRequest(
                 f"control {self.control!r}: field {key!r} must be [host, port], got {_clip(value)}"
             )
-        return value[0], value[1]
+        host, port = value
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise BadRequest(
+                f"control {self.control!r}: field {key!r} must be [host, port] with an IP address "
+                f"for host, got {_clip(host)}"
+            ) from None
+        if not 0 < port < 65536:
+            raise BadRequest(
+                f"control {self.control!r}: field {key!r} must be [host, port] with a port from 1 "
+                f"to 65535, got {port}"
+            )
+        return host, port
 
     def _checked(self, key: str, value: Any, kind: type) -> Any:
         if not _matches(value, kind):

@@ -29,7 +29,7 @@ from troupe.runtime.core.control_payloads import (
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
-from troupe.runtime.errors import ActorStopped, AskTimeout, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigError, UnknownActor, Unreachable
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
@@ -41,6 +41,7 @@ from .config import ActorSpec, NodeConfig, WorkerSpec
 from .leftovers import ChildRecord, reap_predecessors
 from .log_publisher import LogPublisher, decode_log_recent
 from .master_link import MasterLink, resolve_through_master
+from .own_processes import is_own_descendant
 from .reach import worker_bind
 from .spawn_owners import OwnerWatch
 from .template_link import TemplateLink, spec_classes
@@ -348,6 +349,9 @@ class Node:
         handle = self.workers.get(process)
         if handle is None:
             raise UnknownActor(f"no worker named {process!r} was started by node {self.name}")
+        if not is_own_descendant(pid):  # its supervisor would kill whatever process it names
+            log.warning("register_refused", worker=process, worker_pid=pid, endpoint=endpoint)
+            raise BadRequest(f"control 'register': pid {pid} is not a process that node {self.name} started")
         handle.registered(endpoint, pid, actors)
         log.info(
             "worker_registered", worker=handle.spec.name, endpoint=handle.endpoint, worker_pid=handle.pid

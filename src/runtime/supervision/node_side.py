@@ -43,7 +43,9 @@ from anyio.abc import Process, TaskGroup
 
 from troupe.runtime.chaos.relay import ChaosRelay
 from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.errors import BadRequest
 from troupe.runtime.node.child import child_env
+from troupe.runtime.node.own_processes import is_own_descendant
 from troupe.runtime.node.template_link import start_child
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
@@ -291,7 +293,12 @@ class NodeSupervision:
 
     async def _supervisor_ready(self, payload: Any) -> bool:
         p = ControlPayload("supervisor_ready", payload)
-        udp = p.host_port("udp")
+        udp, pid = p.host_port("udp"), p.require("pid", int)
+        if not is_own_descendant(pid):  # it would send every worker's heartbeats elsewhere
+            log.warning("supervisor_ready_refused", supervisor_pid=pid, udp=f"{udp[0]}:{udp[1]}")
+            raise BadRequest(
+                f"control 'supervisor_ready': pid {pid} is not a process that node {self._node.name} started"
+            )
         moved = self.udp is not None and udp != self.udp
         self.endpoint, self.udp = p.require("endpoint", str), udp
         running = [

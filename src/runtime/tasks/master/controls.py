@@ -23,6 +23,7 @@ from troupe.runtime.node.config import MAX_TAGS, check_tag
 from troupe.runtime.tasks.state import MAX_PREFETCH
 
 __all__ = [
+    "MAX_WAIT_JOB_S",
     "CancelControl",
     "DeadControl",
     "DoneTasksControl",
@@ -38,6 +39,9 @@ __all__ = [
     "WaitJobControl",
     "WorkerLeftControl",
 ]
+
+MAX_WAIT_JOB_S = 86_400.0
+"""The longest a ``wait_job`` may wait: a day."""
 
 
 def _str_list(p: ControlPayload, key: str) -> list[str]:
@@ -445,4 +449,10 @@ class WaitJobControl:
     def decode(cls, payload: Any) -> WaitJobControl:
         """Raises: BadRequest: see the module."""
         p = ControlPayload("wait_job", payload)
-        return cls(p.require("job_id", str), float(p.optional("timeout_s", float, 60.0)))
+        timeout_s = float(p.optional("timeout_s", float, 60.0))
+        if not 0 <= timeout_s <= MAX_WAIT_JOB_S:  # NaN too
+            raise BadRequest(
+                f"control 'wait_job': field 'timeout_s' must be 0 to {MAX_WAIT_JOB_S:g} seconds, "
+                f"got {timeout_s}"
+            )
+        return cls(p.require("job_id", str), timeout_s)

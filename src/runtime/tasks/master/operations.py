@@ -51,7 +51,10 @@ if TYPE_CHECKING:
     from .master_config import MasterConfig
     from .nodes import NodeTable
 
-__all__ = ["OperatedMaster", "Operations", "raise_rejected"]
+__all__ = ["MAX_JOB_WAITERS", "OperatedMaster", "Operations", "raise_rejected"]
+
+MAX_JOB_WAITERS = 1024
+"""``wait_job`` controls that may wait at once; more are answered at once (see ``_wait_job``)."""
 
 
 def raise_rejected(reply: list[Command]) -> None:
@@ -113,6 +116,7 @@ class Operations:
         self.master = master
         self._times: dict[str, list[float | None]] = {}  # job id -> [submitted, finished]
         self._finished: dict[str, anyio.Event] = {}
+        self._waiting = 0  # wait_job controls waiting now
         self._done: deque[float] = deque()
         self._done_total = 0
         self._started_at = master.clock()
@@ -249,13 +253,21 @@ class Operations:
         return self.master.book.done_results(m.job_id, m.task_ids)
 
     async def _wait_job(self, payload: Any) -> dict[str, Any]:
+        """The job's view once it is final, or when ``timeout_s`` ends. Past ``MAX_JOB_WAITERS``
+        waits at once, a wait is answered at once, the job still running: a peer that sent
+        tens of thousands of long waits and left held the master's memory until the job ended
+        (a waiter cannot tell that its asker is gone)."""
         m = WaitJobControl.decode(payload)
         job_id = m.job_id
         summary = self._summary(job_id)
-        if str(summary.state) == "running":
+        if str(summary.state) == "running" and self._waiting < MAX_JOB_WAITERS:
             event = self._finished.setdefault(job_id, anyio.Event())
-            with anyio.move_on_after(m.timeout_s):
-                await event.wait()
+            self._waiting += 1
+            try:
+                with anyio.move_on_after(m.timeout_s):
+                    await event.wait()
+            finally:
+                self._waiting -= 1
             summary = self._summary(job_id)
         return self.job_view(summary)
 

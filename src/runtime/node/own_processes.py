@@ -1,0 +1,27 @@
+"""Whether a pid that a control message names is a process this node started.
+
+A worker's ``register`` and the supervisor's ``supervisor_ready`` name their pid, and the
+supervisor SIGKILLs the process tree of a worker whose heartbeats stop. Taken on trust, a
+spoofed ``register`` naming pid 1 had every process of the host killed. A process this node
+started is its descendant: its child (spawned, or forked and reparented to the node, a child
+subreaper), or, for a moment after a fork from the template, still under the template's
+intermediate process.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+__all__ = ["is_own_descendant"]
+
+
+def is_own_descendant(pid: int) -> bool:
+    """Whether ``pid`` is a live process below this one (never this process itself)."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        return any(parent.pid == os.getpid() for parent in psutil.Process(pid).parents())
+    except psutil.Error:  # gone, or not ours to look at
+        return False
