@@ -51,10 +51,11 @@ import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
-from troupe.runtime.errors import ConfigError, PeerLost
+from troupe.runtime.errors import BadRequest, ConfigError, PeerLost
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
+from troupe.runtime.node.own_processes import is_own_descendant
 from troupe.runtime.security.process import install_from_env
 from troupe.runtime.wire.codec import Codec
 
@@ -224,6 +225,11 @@ class Supervisor:
     async def _watch(self, payload: Any) -> bool:
         p = ControlPayload("watch", payload)
         worker_id, pid, kind = p.require("worker_id", str), p.require("pid", int), p.require("kind", str)
+        if not (is_own_descendant(pid, os.getppid()) or is_own_descendant(pid)):
+            # Its node's workers are its siblings (or, where it runs in its node's process, its
+            # children): a watch of any other process would have it killed on no heartbeats.
+            log.warning("watch_refused", worker=worker_id, worker_pid=pid)
+            raise BadRequest(f"control 'watch': pid {pid} is not a process of this supervisor's node")
         try:
             self._procs[worker_id] = (psutil.Process(pid), kind)
         except psutil.NoSuchProcess:

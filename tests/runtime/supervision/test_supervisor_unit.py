@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from troupe.runtime import Actor, RemoteError, Runtime, handles
 from troupe.runtime.chaos.worker_side import WorkerChaos
-from troupe.runtime.errors import ConfigError, Partitioned
+from troupe.runtime.errors import BadRequest, ConfigError, Partitioned
 from troupe.runtime.lowlevel import MemoryHub
 from troupe.runtime.node.config import NodeConfig, SupervisionConfig, load_node_config
 from troupe.runtime.supervision.heartbeat import HeartbeatReceiver, HeartbeatSender
@@ -299,3 +299,15 @@ def test_inconsistent_supervision_is_one_clear_config_error(tmp_path: Path) -> N
     path.write_text("[supervision]\ninterval_s = 1\n[restarts]\n")
     with pytest.raises(ConfigError, match="unknown sections"):
         load_node_config(path)
+
+
+async def test_a_watch_of_a_process_outside_the_node_is_refused() -> None:
+    """The supervisor SIGKILLs the tree of a watched process that stops beating: a watch naming
+    a process its node did not start (init, here) is refused, and nothing is watched."""
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        with pytest.raises(BadRequest, match="pid 1 is not a process of this supervisor's node"):
+            await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": 1, "kind": "default"})
+        assert "w1" not in (await node_rt.control(rt.address, "status"))["workers"]
+
+    await _run_supervisor(MemoryHub(), body)
