@@ -269,6 +269,10 @@ class TaskGetter:
         # dropped by a fault): the next request names them held, so the master knows they
         # arrived and lets a dropped one expire as before.
         self._received: set[int] = set()
+        # Reports sent and not yet answered (or given up), and whether a report's reply was
+        # lost since the last request that said so (``sync``: see the request loop).
+        self._reports_out = 0
+        self._lost_grants = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._counts = dict.fromkeys(
             (
@@ -309,18 +313,24 @@ class TaskGetter:
                 if not self._registered:
                     await self._register()
                     continue
+                request = {
+                    "worker_id": self.worker_id,
+                    "free_slots": free,
+                    "wait_s": self.config.wait_s,
+                    # a lease the last request's reply carried that is not here never
+                    # arrived: the master puts its task back (see _received)
+                    "held": sorted(self._held.keys() | self._received),
+                }
+                # A report's lost reply lost the leases its request got too: with no report
+                # out (whose reply may yet bring some), every lease not held goes back.
+                sync = self._lost_grants and not self._reports_out
+                if sync:
+                    request["sync"] = True
                 reply = await self._call(
-                    "request_task",
-                    {
-                        "worker_id": self.worker_id,
-                        "free_slots": free,
-                        "wait_s": self.config.wait_s,
-                        # a lease the last request's reply carried that is not here never
-                        # arrived: the master puts its task back (see _received)
-                        "held": sorted(self._held.keys() | self._received),
-                    },
-                    self.config.wait_s + self.config.call_timeout_s,
+                    "request_task", request, self.config.wait_s + self.config.call_timeout_s
                 )
+                if sync and reply is not None:
+                    self._lost_grants = False
                 self._counts["requests"] += 1
                 leases = reply.get("leases", ()) if reply is not None else ()
                 self._received = {
@@ -677,26 +687,34 @@ class TaskGetter:
         payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id, **fields}
         ids = {"task_id": task.task_id, "lease_id": task.lease_id}  # the reporter has no task context
         deadline = time.monotonic() + cfg.report_for_s
-        while True:
-            # The slot of this copy is free once the report is in: ask for the next task with it.
-            payload["request"] = self._free() + 1 if self._registered else 0
-            try:
-                reply = await self.runtime.control(self.master, kind, payload, timeout=cfg.call_timeout_s)
-                break
-            except UnknownWorker:
-                self._registered = False
-                payload["request"] = 0
-            except _TRANSIENT as exc:
-                log.info("report_failed", report=kind, error=str(exc), **ids)
-            except TroupeError as exc:  # refused outright: sending it again changes nothing
-                self._counts["lost_reports"] += 1
-                log.warning("report_refused", report=kind, error=str(exc), **ids)
-                return
-            if time.monotonic() >= deadline:
-                self._counts["lost_reports"] += 1
-                log.warning("report_dropped", report=kind, after_s=cfg.report_for_s, **ids)
-                return
-            await anyio.sleep(cfg.retry_s)
+        self._reports_out += 1
+        try:
+            while True:
+                # The slot of this copy is free once the report is in: ask for the next task
+                # with it.
+                payload["request"] = self._free() + 1 if self._registered else 0
+                try:
+                    reply = await self.runtime.control(self.master, kind, payload, timeout=cfg.call_timeout_s)
+                    break
+                except UnknownWorker:
+                    self._registered = False
+                    payload["request"] = 0
+                except _TRANSIENT as exc:
+                    log.info("report_failed", report=kind, error=str(exc), **ids)
+                    # its reply, lost, may have carried leases: they hold this worker's slots
+                    # at the master until they expire, unless a request says so (``sync``)
+                    self._lost_grants = self._lost_grants or payload["request"] > 0
+                except TroupeError as exc:  # refused outright: sending it again changes nothing
+                    self._counts["lost_reports"] += 1
+                    log.warning("report_refused", report=kind, error=str(exc), **ids)
+                    return
+                if time.monotonic() >= deadline:
+                    self._counts["lost_reports"] += 1
+                    log.warning("report_dropped", report=kind, after_s=cfg.report_for_s, **ids)
+                    return
+                await anyio.sleep(cfg.retry_s)
+        finally:
+            self._reports_out -= 1
         self._counts[{"complete": "completed", "fail": "failed"}.get(kind, "declined")] += 1
         if reply.get("outcome") == "rejected":
             log.warning("report_rejected", report=kind, reason=reply.get("reason"), **ids)

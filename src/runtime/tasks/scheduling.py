@@ -537,6 +537,11 @@ class TaskTables:
         draining = w.node_id in self._draining
         return WorkerLoad(w.worker_id, w.node_id, w.slots, len(w.leases), draining)
 
+    def leases_of(self, worker_id: str) -> dict[int, str]:
+        """The leases a worker holds, lease id -> task id (none for a worker not registered)."""
+        w = self._workers.get(worker_id)
+        return {} if w is None else {lease_id: slot.task.spec.task_id for lease_id, slot in w.leases.items()}
+
     def jobs(self) -> list[JobSummary]:
         """Return every job (running or ended) in submit order, and what stuck tasks wait for."""
         reasons: dict[tuple[str, Resources], str | None] = {}

@@ -99,15 +99,18 @@ class RegisterWorkerControl:
 
 @dataclass(frozen=True, slots=True)
 class RequestTaskControl:
-    """``request_task {worker_id, free_slots, wait_s?, held?}``.
+    """``request_task {worker_id, free_slots, wait_s?, held?, sync?}``.
 
-    ``held``: the lease ids the worker runs (None from a worker that does not say).
+    ``held``: the lease ids the worker runs (None from a worker that does not say). ``sync``
+    (with ``held``): a reply to one of its reports was lost, so any lease of the worker's not
+    in ``held`` never reached it, whatever granted it.
     """
 
     worker_id: str
     free_slots: int
     wait_s: float
     held: frozenset[int] | None = None
+    sync: bool = False
 
     @classmethod
     def decode(cls, payload: Any) -> RequestTaskControl:
@@ -122,6 +125,7 @@ class RequestTaskControl:
             p.require("free_slots", int),
             float(p.optional("wait_s", float, 0.0)),
             None if held is None else frozenset(held),
+            p.optional("sync", bool, False),
         )
 
 

@@ -425,7 +425,7 @@ class Master:
     def _request_task(self, payload: Any) -> Answer:
         m = RequestTaskControl.decode(payload)
         entry = self._entry(m.worker_id)
-        unseen = self._return_unseen(m.worker_id, entry, m.held) if m.held is not None else []
+        unseen = self._return_unseen(m.worker_id, entry, m.held, m.sync) if m.held is not None else []
         wait_s = min(m.wait_s, self.config.max_wait_s)
         # queued after the returns: the book has the tasks back before it answers the request
         future = self.dispatcher.put_request(m.worker_id, m.free_slots, wait_s, entry.signature)
@@ -451,7 +451,7 @@ class Master:
         return _after_all([*(f for _, f in unseen), future], returned)
 
     def _return_unseen(
-        self, worker_id: str, entry: _WorkerEntry, held: frozenset[int]
+        self, worker_id: str, entry: _WorkerEntry, held: frozenset[int], sync: bool = False
     ) -> list[tuple[tuple[str, int], asyncio.Future[list[Command]]]]:
         """Put back the tasks of leases whose reply never reached the worker; return the
         queued returns (their futures say whether each went back).
@@ -463,9 +463,17 @@ class Master:
         lease to expire, and the worker, its slot taken in the book, would idle as long. The
         task goes back without an attempt counted; a lease the worker ran and reported since
         is ignored by the book.
+
+        With ``sync`` the worker says a reply to one of its reports was lost, with the leases
+        its piggybacked request got (the master paused past the report's timeout, say): then
+        every lease the book has it hold and ``held`` lacks goes back. Not otherwise: a report's
+        reply may be on its way while the worker asks (it sends ``sync`` only with none out).
         """
+        lost = dict(entry.granted)
+        if sync:
+            lost.update(self.book.leases_of(worker_id))
         unseen = []
-        for lease_id, task_id in entry.granted.items():
+        for lease_id, task_id in lost.items():
             if lease_id not in held:
                 event = Decline(
                     worker_id, task_id, lease_id, "the lease never reached the worker", unseen=True
