@@ -61,3 +61,25 @@ def test_the_master_s_lines_about_a_node_say_the_master_logged_them(
     assert joined, "the master never logged node_joined"
     assert (joined[0]["node"], joined[0]["process"], joined[0]["event_node"]) == ("master", "master", "n1")
     assert joined[0]["pid"] == master.proc.pid
+
+
+async def test_a_failed_attempt_is_logged_by_the_worker_that_ran_it(
+    master: TaskMaster, troupe_cluster: Any
+) -> None:
+    """Each failed attempt is a warning in the worker's node's log, naming the task, its attempt
+    and the error, with the traceback: where `troupe logs tail --task` looks (only the master's
+    own log said a task failed, when it dead-lettered it)."""
+    cluster: Cluster = troupe_cluster(
+        node_config(master, ["w1"], "troupe.actors.demo.tasks:SleepTask", ""), "n1"
+    )
+    await master.wait_workers({"n1/w1"})
+    job_id = await master.submit("failing", "fail", 1, {}, lease_s=30, max_attempts=2, backoff_base_s=0.01)
+    job = await master.wait_job(job_id, 60)
+    assert job["counts"]["dead"] == 1, job
+    lines = [json.loads(ln) for ln in (cluster.log_dir / "n1.jsonl").read_text().splitlines()]
+    failed = [ln for ln in lines if ln["event"] == "task_failed"]
+    assert [(f["task_id"], f["attempt"], f["level"]) for f in failed] == [
+        ("failing-000000", 1, "warning"),
+        ("failing-000000", 2, "warning"),
+    ]
+    assert all("fails on purpose" in f["error"] and "Traceback" in f["traceback"] for f in failed)

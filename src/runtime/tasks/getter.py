@@ -500,13 +500,12 @@ class TaskGetter:
                     except _Dropped as exc:  # lost on purpose: no report, the lease expires
                         run.cancel_reason = str(exc)
                     except Exception as exc:  # the runner's own TimeoutError included
-                        report = (
-                            "fail",
-                            {
-                                "error": f"{type(exc).__qualname__}: {exc}",
-                                "traceback": "".join(traceback.format_exception(exc)),
-                            },
-                        )
+                        error = f"{type(exc).__qualname__}: {exc}"
+                        tb = "".join(traceback.format_exception(exc))
+                        report = ("fail", {"error": error, "traceback": tb})
+                        # In the worker's node's log too, where `troupe logs tail --task` looks:
+                        # the master's own log was the only one to say a task failed.
+                        log.warning("task_failed", error=error, attempt=task.attempt, traceback=tb)
                     finally:
                         run.stopper = None
             except TimeoutError:  # only _stop's: the runner's own were caught above
