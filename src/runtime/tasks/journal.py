@@ -67,10 +67,12 @@ from .journal_bulk import insert_tasks, is_bulk, refs_text
 from .journal_check import bad_row, check_rows
 from .journal_lock import JournalLock
 from .state import (
+    FINAL_STATES,
     JobPolicy,
     JobRecord,
     JobState,
     JobSubmitted,
+    JobTasksCancelled,
     Record,
     Resources,
     Speculation,
@@ -83,7 +85,7 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Compaction", "Journal", "Journal
 
 log = structlog.get_logger(__name__)
 
-JournalEntry = Record | JobSubmitted | JobRecord | TaskRecord  # what append() takes
+JournalEntry = Record | JobSubmitted | JobRecord | TaskRecord | JobTasksCancelled  # what append() takes
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
 REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
@@ -149,6 +151,11 @@ _COMPACTABLE = (
 _INSERT_TASK = (
     "INSERT INTO tasks (task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, "
     "not_before, last_lease_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0.0, 0)"
+)
+_CANCEL_TASKS = (
+    "UPDATE tasks SET state = ? WHERE job_id = ? AND seq BETWEEN "
+    "(SELECT seq FROM tasks WHERE task_id = ?) AND (SELECT seq FROM tasks WHERE task_id = ?) "
+    "AND state IN ({states})"
 )
 _UPDATE_TASK = (
     "UPDATE tasks SET state = ?, attempts = ?, not_before = ?, last_lease_id = ?, "
@@ -482,6 +489,8 @@ class Journal:
                     conn.executemany(_INSERT_TASK, _spec_rows(entry.job.job_id, entry.tasks))
             elif isinstance(entry, JobRecord):
                 conn.execute(_UPSERT_JOB, _job_row(entry))
+            elif isinstance(entry, JobTasksCancelled):
+                _cancel_tasks(conn, entry)
             else:
                 raise TypeError(f"not a journal record: {entry!r}")
         _update_tasks(conn, updates)
@@ -589,13 +598,29 @@ def _update_tasks(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> N
 
 
 def _split_at_bulk(records: list[JournalEntry]) -> tuple[list[JournalEntry], list[JournalEntry]]:
-    """The records before the first job of ``BULK_TASKS`` or more tasks, and the rest (that job
-    on, in order: a later record may name one of its tasks)."""
+    """The records before the first job of ``BULK_TASKS`` or more tasks, or the first big
+    job's cancelled tasks, and the rest (from that record on, in order: a later record may
+    name one of its tasks)."""
     for i, record in enumerate(records):
         entry = record.entry if isinstance(record, Record) else record
-        if isinstance(entry, JobSubmitted) and is_bulk(entry.tasks):
+        if (isinstance(entry, JobSubmitted) and is_bulk(entry.tasks)) or isinstance(entry, JobTasksCancelled):
             return records[:i], records[i:]
     return records, []
+
+
+def _cancel_tasks(conn: sqlite3.Connection, entry: JobTasksCancelled) -> None:
+    """One statement for a big job's cancelled tasks: its rows are contiguous (a job's tasks
+    are inserted together), found by their first and last ids."""
+    live = [s.value for s in TaskState if s not in FINAL_STATES]
+    cursor = conn.execute(
+        _CANCEL_TASKS.format(states=", ".join("?" * len(live))),
+        (TaskState.CANCELLED.value, entry.job_id, entry.first_task_id, entry.last_task_id, *live),
+    )
+    if cursor.rowcount != entry.count:
+        raise JournalError(
+            f"job {entry.job_id!r}: {entry.count} tasks were cancelled but the journal holds "
+            f"{cursor.rowcount} of them not final; the journal belongs to another master"
+        )
 
 
 def _job_row(job: JobRecord) -> tuple[object, ...]:

@@ -713,6 +713,19 @@ class TaskTables:
         else:
             del by[key]
 
+    def _cancel_all(self, job: Job, live: list[Task]) -> None:
+        """``_set_state(task, CANCELLED)`` for each of ``live``: every task of ``job`` not final
+        yet, none of them holding a lease any more."""
+        counts, totals = job.counts, self._totals
+        for task in live:
+            counts[task.state] -= 1
+            totals[task.state] -= 1
+            task.state = TaskState.CANCELLED
+        counts[TaskState.CANCELLED] += len(live)
+        totals[TaskState.CANCELLED] += len(live)
+        job.leased.clear()
+        job.pending_by.clear()
+
     def _set_state(self, task: Task, state: TaskState) -> None:
         old = task.state
         if old is state:

@@ -49,6 +49,7 @@ __all__ = [
     "JobState",
     "JobSubmitted",
     "JobSummary",
+    "JobTasksCancelled",
     "Lease",
     "NodeDead",
     "NodeDrained",
@@ -396,6 +397,18 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class JobTasksCancelled:
+    """Every task of a cancelled job that was not final yet is cancelled, nothing else of its
+    row changed: one record for a big job's tasks (their ids run ``first_task_id`` to
+    ``last_task_id`` in the journal's order) instead of one per task. ``count``: how many."""
+
+    job_id: str
+    first_task_id: str
+    last_task_id: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobSubmitted:
     """A new job and all its tasks, every task pending with no attempts."""
 
@@ -411,7 +424,7 @@ class Record:
     """A state change. The driver persists every Record of one ``handle`` call, in one
     transaction, BEFORE it performs any other command of that call."""
 
-    entry: JobSubmitted | JobRecord | TaskRecord
+    entry: JobSubmitted | JobRecord | TaskRecord | JobTasksCancelled
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import pytest
 import structlog.testing
 
 from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.tasks import book as book_mod
 from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Compaction, Journal
@@ -28,12 +29,15 @@ from troupe.runtime.tasks.state import (
     Ack,
     AckOutcome,
     CancelJob,
+    CancelLease,
     Command,
     Complete,
     Event,
     Fail,
     JobPolicy,
+    JobRecord,
     JobState,
+    JobTasksCancelled,
     Lease,
     Record,
     RequestTask,
@@ -611,3 +615,62 @@ def test_a_journal_whose_folder_is_a_file_says_so(tmp_path: Path) -> None:
         Journal.open(tmp_path / "afile" / "j.db", create=True)
     with pytest.raises(JournalError, match=r"nowhere does not exist; create it first"):
         Journal.open(tmp_path / "nowhere" / "j.db", create=True)
+
+
+def _cancel_a_job_among_others(
+    path: Path, bulk_from: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[TaskBook, list[Command]]:
+    """Jobs b, a, c; in a: one task done, one dead, one leased, three pending; then a is
+    cancelled, its live tasks in one record when there are ``bulk_from`` or more."""
+    monkeypatch.setattr(book_mod, "BULK_TASKS", bulk_from)
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        drive(book, journal, SubmitJob("b", [TaskSpec(f"b{i}", "k", i) for i in range(2)]), 1.0)
+        drive(
+            book,
+            journal,
+            SubmitJob("a", [TaskSpec(f"a{i}", "k", i) for i in range(6)], JobPolicy(max_attempts=1)),
+            1.0,
+        )
+        drive(book, journal, SubmitJob("c", [TaskSpec(f"c{i}", "k", i) for i in range(2)]), 1.0)
+        drive(book, journal, WorkerJoined("w", "n1", Resources(8, 0), 8), 2.0)
+        granted = {g.task_id: g for g in leases(drive(book, journal, RequestTask("w", 5), 2.0))}
+        drive(book, journal, Complete("w", "b0", granted["b0"].lease_id, "out/b0"), 3.0)
+        drive(book, journal, Complete("w", "a0", granted["a0"].lease_id, "out/a0"), 3.0)
+        drive(book, journal, Fail("w", "a1", granted["a1"].lease_id, "ValueError: x", "tb"), 3.0)
+        records, others = split_commands(book.handle(CancelJob("a"), 4.0))
+        journal.append(records)
+        return book, [*records, *others]
+
+
+@pytest.mark.parametrize("bulk_from", [4, 1000], ids=["one-record", "a-record-per-task"])
+def test_a_cancelled_job_s_tasks_replay_cancelled_and_no_other_job_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk_from: int
+) -> None:
+    """A big job's cancel is one journal record (a record per task held the master's loop for
+    seconds): after a restart its live tasks are cancelled, its done and dead ones stay so, and
+    the jobs around it are untouched, as with a record per task; the leased copy is stopped."""
+    path = tmp_path / "journal.db"
+    book, commands = _cancel_a_job_among_others(path, bulk_from, monkeypatch)
+    assert [c.task_id for c in commands if isinstance(c, CancelLease)] == ["a2"]
+    tasks_records = [
+        c.entry for c in commands if isinstance(c, Record) and not isinstance(c.entry, JobRecord)
+    ]
+    if bulk_from == 4:
+        assert tasks_records == [JobTasksCancelled("a", "a0", "a5", 4)]
+    else:
+        assert len(tasks_records) == 4
+    with Journal.open(path) as journal:
+        back = journal.replay()
+    states = {t: back.task(t).state for t in [*(f"a{i}" for i in range(6)), "b0", "b1", "c0", "c1"]}
+    assert states == {
+        "a0": TaskState.DONE,
+        "a1": TaskState.DEAD,
+        **{f"a{i}": TaskState.CANCELLED for i in range(2, 6)},
+        "b0": TaskState.DONE,
+        "b1": TaskState.PENDING,
+        "c0": TaskState.PENDING,
+        "c1": TaskState.PENDING,
+    }
+    assert back.statistics().jobs["a"] == book.statistics().jobs["a"]  # the live book's counts
+    assert {j.job_id: j.state for j in back.jobs()}["a"] is JobState.CANCELLED
