@@ -63,6 +63,13 @@ MALFORMED: dict[str, list[tuple[Any, str, str | None]]] = {
     "node_beat": [
         ({"endpoint": "mem://n1"}, "node", None),
         ({"node": "n1", "resources": [1, 2]}, "resources", "[1, 2]"),
+        # printed in `ctl status` as it is: a newline and terminal escapes came through
+        ({"node": "evil\n\x1b[31mRED"}, "node", "'evil\\n\\x1b[31mRED'"),
+        ({"node": "x" * 1000}, "node", "..."),
+        ({"node": "n1", "resources": {"cpus": -1}}, "resources", "-1"),
+        ({"node": "n1", "resources": {"load1": float("nan")}}, "resources", "nan"),
+        ({"node": "n1", "resources": {"mem_available_mib": float("inf")}}, "resources", "inf"),
+        ({"node": "n1", "resources": {"gpus": True}}, "resources", "True"),
     ],
     "worker_left": [
         ({"pid": 3}, "worker_id", None),

@@ -18,7 +18,7 @@ from troupe.runtime.errors import BadRequest
 
 from .ref import ActorAddress
 
-__all__ = ["ControlPayload", "address_field", "validated"]
+__all__ = ["ControlPayload", "address_field", "clipped", "validated"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,7 +34,8 @@ def _matches(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _clip(value: Any) -> str:
+def clipped(value: Any) -> str:
+    """``value``'s repr, cut to 80 characters: what a message shows of a value a peer sent."""
     try:
         text = repr(value)
     except RecursionError:  # a payload nested near msgpack's depth limit: deeper than repr goes
@@ -60,7 +61,7 @@ class ControlPayload:
             payload = {}
         if not isinstance(payload, dict):
             raise BadRequest(
-                f"control {control!r}: the payload must be a map, got {_clip(payload)} "
+                f"control {control!r}: the payload must be a map, got {clipped(payload)} "
                 f"({type(payload).__name__})"
             )
         self.control = control
@@ -102,7 +103,8 @@ class ControlPayload:
         for k, v in value.items():
             if type(k) is not str or type(v) is not str:
                 raise BadRequest(
-                    f"control {self.control!r}: field {key!r} must map str to str, has {_clip(k)}: {_clip(v)}"
+                    f"control {self.control!r}: field {key!r} must map str to str, has "
+                    f"{clipped(k)}: {clipped(v)}"
                 )
         return dict(value)
 
@@ -116,7 +118,7 @@ class ControlPayload:
         value = self.require(key, list)
         if len(value) != 2 or type(value[0]) is not str or type(value[1]) is not int:
             raise BadRequest(
-                f"control {self.control!r}: field {key!r} must be [host, port], got {_clip(value)}"
+                f"control {self.control!r}: field {key!r} must be [host, port], got {clipped(value)}"
             )
         host, port = value
         try:
@@ -124,7 +126,7 @@ class ControlPayload:
         except ValueError:
             raise BadRequest(
                 f"control {self.control!r}: field {key!r} must be [host, port] with an IP address "
-                f"for host, got {_clip(host)}"
+                f"for host, got {clipped(host)}"
             ) from None
         if not 0 < port < 65536:
             raise BadRequest(
@@ -137,7 +139,7 @@ class ControlPayload:
         if not _matches(value, kind):
             raise BadRequest(
                 f"control {self.control!r}: field {key!r} must be "
-                f"{_TYPE_NAMES.get(kind, kind.__name__)}, got {_clip(value)} "
+                f"{_TYPE_NAMES.get(kind, kind.__name__)}, got {clipped(value)} "
                 f"({type(value).__name__})"
             )
         return value
@@ -162,7 +164,7 @@ def validated(model: type[M], value: Any, control: str, field: str | None = None
         where = ".".join(str(p) for p in ((field,) if field else ()) + tuple(first["loc"])) or "payload"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise BadRequest(
-            f"control {control!r}: field {where!r}: {first['msg']}, got {_clip(first.get('input'))}{more}"
+            f"control {control!r}: field {where!r}: {first['msg']}, got {clipped(first.get('input'))}{more}"
         ) from None
 
 

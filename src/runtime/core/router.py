@@ -36,6 +36,7 @@ from troupe.runtime.wire.codec import K_ASK, K_CONTROL, K_ERROR, K_REPLY, Codec,
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
 from .cell import Cell, Msg
+from .control_payloads import clipped
 from .peer_limits import PeerLogGate
 from .throttle import PeerThrottle, describe_peer
 
@@ -213,7 +214,7 @@ class Inbound:
         if kind is K_CONTROL:
             refused_control = control_refusal(route, env.type) if self._guarded else None
             if refused_control is not None:
-                log.warning("control_refused", type=env.type, reason=str(refused_control))
+                log.warning("control_refused", type=clipped(env.type), reason=str(refused_control))
                 await self.reply_error(route, env.msg_id, "", refused_control)
                 return
             handler = self.control_handlers.get(env.type)
@@ -223,7 +224,7 @@ class Inbound:
                     env.msg_id,
                     "",
                     UnknownMessageType(
-                        f"no control message {env.type!r}; known: {sorted(self.control_handlers)}"
+                        f"no control message {clipped(env.type)}; known: {sorted(self.control_handlers)}"
                     ),
                 )
                 return
@@ -231,30 +232,37 @@ class Inbound:
             return
         refused = actor_message_refusal(route, env.target) if self._guarded else None
         if refused is not None:
-            log.warning("message_refused", target=env.target, type=env.type, reason=str(refused))
+            log.warning(
+                "message_refused", target=clipped(env.target), type=clipped(env.type), reason=str(refused)
+            )
             await self.reply_error(route, env.msg_id, env.target, refused)
             return
         cell = self.cells.get(env.target)
         if cell is None:
-            log.warning("unknown_actor", target=env.target, type=env.type, sender=env.sender)
+            log.warning(
+                "unknown_actor",
+                target=clipped(env.target),
+                type=clipped(env.type),
+                sender=clipped(env.sender),
+            )
             await self.reply_error(
                 route,
                 env.msg_id,
                 env.target,
                 UnknownActor(
-                    f"no actor named {env.target!r} in {self.node}/{self.process}; "
+                    f"no actor named {clipped(env.target)} in {self.node}/{self.process}; "
                     f"actors here: {sorted(self.cells)}"
                 ),
             )
             return
         if env.type not in cell.handlers:
-            log.warning("unknown_message_type", actor=env.target, type=env.type)
+            log.warning("unknown_message_type", actor=env.target, type=clipped(env.type))
             await self.reply_error(
                 route,
                 env.msg_id,
                 env.target,
                 UnknownMessageType(
-                    f"actor {env.target!r} has no handler for {env.type!r}; "
+                    f"actor {env.target!r} has no handler for {clipped(env.type)}; "
                     f"it handles {sorted(cell.handlers)}"
                 ),
             )

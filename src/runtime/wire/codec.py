@@ -443,13 +443,20 @@ def _raw_buffer(arr: np.ndarray) -> Any:
         return arr.reshape(-1).view(_np().uint8).data
 
 
+def _said(exc: Exception) -> str:
+    """What went wrong, also where the exception says nothing (msgpack's StackError)."""
+    if isinstance(exc, msgpack.StackError):
+        return "nested deeper than msgpack unpacks (StackError)"
+    return str(exc) or type(exc).__name__
+
+
 def _not_an_envelope(header: bytes, exc: Exception) -> BadFrame:
     if header[:1] == BATCH_MARK:  # a batch the transport could not take apart
         return BadFrame(
             f"a batch frame (first byte 0xC1) that is malformed, over {MAX_BATCH_BYTES} bytes, "
             "or inside another batch (docs/PROTOCOL.md, section 2.1)"
         )
-    return BadFrame(f"header is not a valid msgpack envelope: {exc}")
+    return BadFrame(f"header is not a valid msgpack envelope: {_said(exc)}")
 
 
 def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
@@ -488,7 +495,7 @@ def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
     except (BadFrame, VersionMismatch):
         raise
     except Exception as exc:
-        raise BadFrame(f"header is not a valid msgpack envelope: {exc}") from exc
+        raise BadFrame(f"header is not a valid msgpack envelope: {_said(exc)}") from exc
     if refused:
         raise _refused_key(fields, refused[0])
     return fields

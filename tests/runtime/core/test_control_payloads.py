@@ -16,9 +16,10 @@ from troupe.runtime.node.config import ActorSpec
 
 
 def test_fields_of_the_right_type_are_returned() -> None:
-    p = ControlPayload("x", {"s": "a", "i": 3, "f": 2, "m": {"k": "v"}, "l": [1], "hp": ["h", 9]})
+    p = ControlPayload("x", {"s": "a", "i": 3, "f": 2, "m": {"k": "v"}, "l": [1], "hp": ["127.0.0.1", 9]})
     assert (p.require("s", str), p.require("i", int), p.require("f", float)) == ("a", 3, 2)
-    assert p.map_of_str("m") == {"k": "v"} and p.require("l", list) == [1] and p.host_port("hp") == ("h", 9)
+    assert p.map_of_str("m") == {"k": "v"} and p.require("l", list) == [1]
+    assert p.host_port("hp") == ("127.0.0.1", 9)
     assert p.optional("absent", int, 5) == 5 and p.map_of_str("absent", required=False) == {}
 
 
@@ -61,3 +62,11 @@ def test_validated_names_the_failing_field() -> None:
 def test_address_field_refuses_what_is_no_address(text: str) -> None:
     with pytest.raises(BadRequest, match="field 'address'"):
         address_field(ControlPayload("resolve", {"address": text}), "address")
+
+
+def test_a_host_and_port_must_be_an_ip_address_and_a_port() -> None:
+    """A supervisor's heartbeat address: a name or an impossible port failed later, in every
+    heartbeat's sendto (OverflowError), instead of at the control."""
+    for bad in (["h", 9], ["127.0.0.1", 0], ["127.0.0.1", 65536], ["256.1.1.1", 9]):
+        with pytest.raises(BadRequest, match="'hp' must be \\[host, port\\] with"):
+            ControlPayload("x", {"hp": bad}).host_port("hp")

@@ -734,3 +734,9 @@ def test_every_error_code_is_documented_in_the_protocol() -> None:
     text = (Path(__file__).resolve().parents[3] / "docs" / "PROTOCOL.md").read_text()
     section = text[text.index("## 8.") : text.index("## 9.")]
     assert sorted(c for c in codes(TroupeError) if f"`{c}`" not in section) == []
+
+
+def test_a_header_nested_past_msgpack_s_depth_says_so() -> None:
+    """msgpack's StackError has no message: the bad frame's reason was empty."""
+    with pytest.raises(BadFrame, match="nested deeper than msgpack unpacks"):
+        Codec().decode([b"\x91" * 100_000 + b"\xc0"])

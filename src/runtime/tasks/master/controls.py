@@ -13,16 +13,19 @@ optional field that is missing or nil takes its default.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from troupe.runtime.core.control_payloads import ControlPayload, address_field
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import BadRequest
-from troupe.runtime.node.config import MAX_TAGS, check_tag
+from troupe.runtime.node.config import MAX_NAME, MAX_TAGS, NAME_PATTERN, check_tag
 from troupe.runtime.tasks.state import MAX_PREFETCH
 
 __all__ = [
+    "MAX_RESOURCES",
     "MAX_WAIT_JOB_S",
     "CancelControl",
     "DeadControl",
@@ -42,6 +45,8 @@ __all__ = [
 
 MAX_WAIT_JOB_S = 86_400.0
 """The longest a ``wait_job`` may wait: a day."""
+MAX_RESOURCES = 64
+"""Entries of a node beat's ``resources``."""
 
 
 def _str_list(p: ControlPayload, key: str) -> list[str]:
@@ -307,13 +312,45 @@ class NodeBeatControl:
                 e = ControlPayload("node_beat", entry)
                 processes[name] = (e.require("endpoint", str), e.map_of_str("actors", False))
         return cls(
-            p.require("node", str),
+            _node_name(p),
             p.optional("endpoint", str, ""),
-            dict(p.optional("resources", dict, {})),
+            _resources(p),
             processes,
             p.optional("log_endpoint", str, ""),
             _tags(p),
         )
+
+
+def _node_name(p: ControlPayload) -> str:
+    """A beat's node name, as ``[node] name`` allows: the master's status prints it in a table."""
+    name: str = p.require("node", str)
+    if len(name) > MAX_NAME or not re.fullmatch(NAME_PATTERN, name):
+        raise BadRequest(
+            f"control {p.control!r}: field 'node' must be 1 to {MAX_NAME} letters, digits, '_', "
+            f"'.' or '-', got {_shown(name)}"
+        )
+    return name
+
+
+def _resources(p: ControlPayload) -> dict[str, Any]:
+    """A beat's resources: counts and amounts, each a finite number >= 0 (``host_resources``)."""
+    resources = dict(p.optional("resources", dict, {}))
+    if len(resources) > MAX_RESOURCES:
+        raise BadRequest(f"control {p.control!r}: field 'resources' has more than {MAX_RESOURCES} entries")
+    for key, value in resources.items():
+        number = type(value) in (int, float) and math.isfinite(value) and value >= 0
+        if type(key) is not str or not number:
+            raise BadRequest(
+                f"control {p.control!r}: field 'resources' must map names to finite numbers >= 0, "
+                f"has {_shown(key)}: {_shown(value)}"
+            )
+    return resources
+
+
+def _shown(value: Any) -> str:
+    """``value``'s repr, cut short: a hostile payload's string is not sent back whole."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _tags(p: ControlPayload) -> tuple[str, ...]:
