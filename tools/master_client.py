@@ -13,10 +13,12 @@ from rich.table import Table
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.process import installed
+from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
 from .tables import security_cell
 
 __all__ = [
+    "absent_master",
     "jobs_table",
     "jobs_tables",
     "keys_hint",
@@ -30,6 +32,15 @@ __all__ = [
 ]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
+
+
+def absent_master(master: str) -> str | None:
+    """Why a view leaves the master out, where one was named (``--master`` or
+    ``$TROUPE_MASTER`` other than the default) and nothing listens there; None otherwise (no
+    master at the default endpoint is no news: nodes run without one)."""
+    if master == DEFAULT_MASTER_ENDPOINT or reachable(master):
+        return None
+    return f"no master answers at {master}: its view is left out"
 
 
 def reachable(endpoint: str, timeout: float = 0.5) -> bool:
@@ -87,10 +98,14 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         except AskTimeout as exc:
             raise type(exc)(_no_master(endpoint, _silent(exc, timeout))) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
-            raise UnknownMessageType(
-                f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
-                "master's endpoint, --node a node's)"
-            ) from None
+            raise _not_a_master(endpoint, msg_type) from None
+
+
+def _not_a_master(endpoint: str, msg_type: str) -> UnknownMessageType:
+    return UnknownMessageType(
+        f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
+        "master's endpoint, --node a node's)"
+    )
 
 
 async def node_name_problem(master: str, name: str, endpoint: str, timeout: float = 2.0) -> str | None:
@@ -155,9 +170,11 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
     async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         ping_s = min(timeout, 5.0)
         try:
-            await runtime.control(endpoint, "ping", None, timeout=ping_s)
+            pong = await runtime.control(endpoint, "ping", None, timeout=ping_s)
         except AskTimeout as exc:
             raise type(exc)(_no_master(endpoint, _silent(exc, ping_s, "reply to a ping"))) from None
+        if not (isinstance(pong, dict) and "master" in pong):  # a node answers a ping too
+            raise _not_a_master(endpoint, "submit")
         try:
             return await runtime.control(endpoint, "submit", payload, timeout=timeout)
         except AskTimeout:

@@ -16,6 +16,9 @@ from support.chaos import TaskMaster
 from support.tagged_nodes import tagged_nodes
 from troupe.runtime.core.client import connect
 from troupe.runtime.pipeline.hosts import wait_for_nodes
+from troupe.runtime.transports.loopback import free_endpoint
+
+JOB = Path(__file__).resolve().parents[2] / "configs" / "job-example.toml"
 
 pytestmark = pytest.mark.e2e
 
@@ -44,6 +47,7 @@ def test_each_endpoint_given_as_the_other_kind_is_named(node_and_master: tuple[s
         "ping": troupe("ctl", "ping", "--node", master),
         "top": troupe("ctl", "top", "--once", "--node", master, "--master", node),
         "jobs": troupe("ctl", "jobs", "--master", node),
+        "submit": troupe("ctl", "submit", str(JOB), "--master", node),
         "logs": troupe("logs", "tail", "--master", node),
     }
     for command, done in refused.items():
@@ -57,6 +61,7 @@ def test_each_endpoint_given_as_the_other_kind_is_named(node_and_master: tuple[s
     assert top.returncode == 0, top.stderr
     assert "it is a master" in " ".join(top.stdout.split()), top.stdout
     assert f"{node} is not a master" in refused["jobs"].stderr
+    assert f"{node} is not a master" in refused["submit"].stderr  # it listed the node's controls
     assert f"{node} answered, but not as a master" in refused["logs"].stderr  # it exited 0, silent
 
     # status shows what did answer as asked, and notes the other.
@@ -68,3 +73,17 @@ def test_each_endpoint_given_as_the_other_kind_is_named(node_and_master: tuple[s
     assert status.returncode == 0, status.stderr
     assert "jobs" in status.stdout
     assert f"note: {master} answered, but not as a node" in status.stderr
+
+
+def test_a_master_named_where_none_listens_is_said_not_left_out_silently(
+    node_and_master: tuple[str, str],
+) -> None:
+    """`--master` given and nothing there: status and top show the node and say the master's
+    view is left out (they said nothing; at the default endpoint, no master is no news)."""
+    node, _ = node_and_master
+    nowhere = free_endpoint()
+    for args in (("ctl", "status"), ("ctl", "top", "--once")):
+        done = troupe(*args, "--node", node, "--master", nowhere)
+        assert done.returncode == 0, done.stderr
+        said = " ".join((done.stdout + done.stderr).split())
+        assert f"no master answers at {nowhere}: its view is left out" in said, (args, said)

@@ -26,6 +26,7 @@ from troupe.cli.client import (
     seconds_option,
 )
 from troupe.cli.master_client import (
+    absent_master,
     jobs_tables,
     master_call,
     master_status,
@@ -34,7 +35,7 @@ from troupe.cli.master_client import (
     submit_job,
 )
 from troupe.cli.tables import print_whole, status_tables
-from troupe.runtime.errors import ConfigError, TroupeError
+from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.jobspec import check_job_id, load_job
@@ -156,6 +157,8 @@ async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any
         tg.start_soon(ask, "node", partial(node_status, node, timeout))
         if reachable(master):
             tg.start_soon(ask, "master", partial(master_status, master, timeout))
+        elif (absent := absent_master(master)) is not None:
+            errors["master"] = Unreachable(absent)
     if "node" not in replies and "master" not in replies:
         raise errors["node"]
     return replies.get("node"), replies.get("master"), {key: str(exc) for key, exc in errors.items()}

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from troupe.cli.client import endpoint_option, fail, node_status, run_async
-from troupe.cli.master_client import master_status, reachable
+from troupe.cli.master_client import absent_master, master_status, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -66,6 +66,8 @@ async def look(node: str, master: str, timeout: float) -> Look:
         tg.start_soon(ask, "node", node)
         if reachable(master):
             tg.start_soon(ask, "master", master)
+        elif (absent := absent_master(master)) is not None:
+            seen.errors["master"] = absent
     return seen
 
 
