@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from troupe.cli.commands.chaos import as_options, fired_words
+from troupe.cli.commands.chaos import as_options, fired_words, partition_words
 from troupe.runtime.chaos.faults import FaultSpec
 from troupe.runtime.errors import ConfigError
 
@@ -36,3 +36,10 @@ def test_a_refused_fault_names_the_option_to_fix(spec: dict[str, object], option
 def test_what_fired_is_said_in_words() -> None:
     assert fired_words({}) == "nothing had fired"
     assert fired_words({"slow": 1, "drop": 3}) == "fired: drop 3 times, slow once"
+
+
+def test_a_healed_partition_is_said_with_what_it_refused() -> None:
+    """A partition fires no handler: its heal said only `nothing had fired`."""
+    healed = {"partitioned_peers": ["tcp://127.0.0.1:9"], "refused": {"tcp://127.0.0.1:9": 12}}
+    assert partition_words(healed) == "; a partition from tcp://127.0.0.1:9 ended (12 messages refused)"
+    assert partition_words({"partitioned_peers": [], "refused": {}}) == ""

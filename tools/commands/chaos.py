@@ -18,7 +18,7 @@ from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
 from .ctl import KeysOption, NodeOption, TimeoutOption, ctl_app, use_keys
 
-__all__ = ["as_options", "chaos", "fired_words", "heal"]
+__all__ = ["as_options", "chaos", "fired_words", "heal", "partition_words"]
 
 console = Console()
 
@@ -112,7 +112,8 @@ def heal(
         if isinstance(result, dict) and "error" in result:
             console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
         else:
-            console.print(f"{escape(name)}: healed; {escape(fired_words(result.get('fired') or {}))}")
+            said = fired_words(result.get("fired") or {}) + partition_words(result)
+            console.print(f"{escape(name)}: healed; {escape(said)}")
 
 
 def fired_words(fired: dict[str, Any]) -> str:
@@ -121,6 +122,16 @@ def fired_words(fired: dict[str, Any]) -> str:
         return "nothing had fired"
     said = [f"{kind} {'once' if n == 1 else f'{n} times'}" for kind, n in sorted(fired.items())]
     return "fired: " + ", ".join(said)
+
+
+def partition_words(healed: dict[str, Any]) -> str:
+    """``; a partition from P, Q ended (12 messages refused)``, or nothing: a partition fires
+    no handler, so the heal of one that refused traffic for minutes said only what fired."""
+    peers = healed.get("partitioned_peers") or []
+    if not peers:
+        return ""
+    refused = sum(n for n in (healed.get("refused") or {}).values() if isinstance(n, int))
+    return f"; a partition from {', '.join(map(str, peers))} ended ({refused} messages refused)"
 
 
 async def _chaos(node: str, payload: dict[str, Any], timeout: float) -> Any:
