@@ -99,10 +99,14 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
         # One whose process is gone keeps its last pid in the reply; a pid and an rss of 0 on
         # screen would read as a live process.
         gone = w["state"] in _PROCESS_GONE
+        faults = (w.get("runtime") or {}).get("faults") or []
+        state = w["state"] + (
+            f" [yellow](faults: {escape(', '.join(map(str, faults)))})[/]" if faults else ""
+        )
         workers.add_row(
             escape(w["name"]),
             escape(w["kind"]),
-            w["state"],
+            state,
             "-" if gone else str(w["pid"]),
             "-" if gone else str(w.get("rss_mib", "")),
             str(w["restarts"]),

@@ -389,9 +389,14 @@ def test_ctl_chaos_and_heal_commands(cluster: Cluster) -> None:
     )
     assert armed.returncode == 0, armed.stderr
     assert "slow armed in w-echo" in armed.stdout
+    # status shows the armed fault beside the worker's state (only a heal had told of it)
+    shown = ctl("ctl", "status", "--node", cluster.endpoint)
+    assert "running (faults: slow)" in " ".join(shown.stdout.split()), shown.stdout
     healed = ctl("ctl", "heal", "--target", "w-echo", "--json", "--node", cluster.endpoint)
     assert healed.returncode == 0, healed.stderr
     assert json.loads(healed.stdout)["workers"]["w-echo"]["plans"] == 1
+    shown = ctl("ctl", "status", "--node", cluster.endpoint)
+    assert "faults:" not in shown.stdout, shown.stdout
     bad = ctl("ctl", "chaos", "melt", "--target", "w-echo", "--node", cluster.endpoint)
     assert bad.returncode == 2 and "unknown fault kind" in bad.stderr
 

@@ -80,6 +80,12 @@ class WorkerChaos:
         log.info("faults_healed", fired=stats["fired"])
         return stats
 
+    def armed(self) -> list[str]:
+        """The kinds of the faults installed and not healed (a worker's status shows them: an
+        operator saw them only by healing)."""
+        kinds = {spec.kind.value for plan in self._plans for spec in plan.specs}
+        return sorted(kinds)
+
     def statistics(self) -> dict[str, Any]:
         """Plain data: faults fired by kind, peers cut off, messages dropped and refused."""
         fired: Counter[str] = Counter()

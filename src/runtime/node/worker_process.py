@@ -123,9 +123,9 @@ async def serve_worker(spec: WorkerLaunch, log_file: Path | None = None) -> None
             timeout=10.0,
         )
 
-    install_worker_controls(runtime, stop, tell_node)
+    chaos = WorkerChaos(runtime)
+    install_worker_controls(runtime, stop, tell_node, chaos)
     health = WorkerHealth(runtime, spec.process, spec.supervisor_addr, spec.heartbeat_interval_s)
-    WorkerChaos(runtime)
     async with runtime, anyio.create_task_group() as tg:
         for actor in spec.actors:
             await _start_actor(runtime, actor, spec.restart_reason, log_file)
@@ -188,12 +188,16 @@ def start_failure_line(exc: BaseException, cls: str, log_file: Path | None) -> s
 
 
 def install_worker_controls(
-    runtime: Runtime, stop: anyio.Event, tell_node: Callable[[ActorSpec, str], Awaitable[None]]
+    runtime: Runtime,
+    stop: anyio.Event,
+    tell_node: Callable[[ActorSpec, str], Awaitable[None]],
+    chaos: WorkerChaos | None = None,
 ) -> None:
     """Register the control messages every worker answers.
 
     ``tell_node`` reports an actor started by a ``spawn`` control message to the node, which
-    names it in the directory and keeps it in the worker's spec for restarts.
+    names it in the directory and keeps it in the worker's spec for restarts. ``chaos``: the
+    worker's fault injection, whose armed faults its status names.
     """
 
     async def ping(_: Any) -> dict[str, Any]:
@@ -202,7 +206,13 @@ def install_worker_controls(
     async def status(_: Any) -> dict[str, Any]:
         # Each actor's own figures (its metrics(), if it defines one): the node exports them.
         figures = read_actor_metrics({name: cell.actor for name, cell in runtime.cells.items()})
-        return {**asdict(runtime.statistics()), "security": security_status(False), "actor_metrics": figures}
+        faults = chaos.armed() if chaos is not None else []
+        return {
+            **asdict(runtime.statistics()),
+            "security": security_status(False),
+            "actor_metrics": figures,
+            "faults": faults,
+        }
 
     async def stop_worker(_: Any) -> bool:
         stop.set()
