@@ -21,7 +21,7 @@ from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import leaf_errors
 from troupe.runtime.node.config import check_endpoint
 
-from .master_client import keys_hint, reachable
+from .master_client import SILENT, keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -158,8 +158,7 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
             ) from None
         except AskTimeout:
             raise AskTimeout(
-                f"no node answers at {endpoint} within {timeout}s; start one with "
-                f"`troupe node start` or pass --node ENDPOINT{keys_hint()}"
+                f"the node at {endpoint} did not answer within {timeout}s: {SILENT}{keys_hint()}"
             ) from None
 
 

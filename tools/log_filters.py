@@ -71,14 +71,22 @@ class LogFilter:
         """The filter of the command's options.
 
         Raises:
-            ValueError: ``level`` is not one of :data:`LEVELS` (the message names it).
+            ValueError: ``level`` is not one of :data:`LEVELS` (the message names it), or an
+                actor is a pattern other than a prefix ending in ``*`` (``*2``, ``t*k`` and
+                ``task?`` matched nothing, silently).
         """
         rank = 0
         if level:
             if level.lower() not in LEVELS:
-                raise ValueError(f"unknown level {level!r}; use one of {', '.join(LEVELS)}")
+                raise ValueError(f"--level: unknown level {level!r}; use one of {', '.join(LEVELS)}")
             rank = _RANK[level.lower()]
         actor_list = tuple(_values(actors))
+        for actor in actor_list:
+            if "*" in actor[:-1] or "?" in actor:
+                raise ValueError(
+                    f"--actor {actor!r}: give an actor's name, or the start of names ending in * "
+                    "(e.g. enc*); other patterns are not supported"
+                )
         return cls(
             nodes=frozenset(_values(nodes)),
             actors=actor_list,

@@ -75,11 +75,16 @@ def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
 
 
 def _no_master(endpoint: str, why: str) -> str:
-    hint = keys_hint() if why not in ("connection refused", _WENT) else ""  # keys: when it is silent
+    if why not in ("connection refused", _WENT):  # something listens there, and said nothing
+        return f"the master at {endpoint} did not answer ({why}): {SILENT}{keys_hint()}"
     return (
         f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
-        f"(or `troupe node start --with-master`), or pass --master ENDPOINT{hint}"
+        "(or `troupe node start --with-master`), or pass --master ENDPOINT"
     )
+
+
+SILENT = "it accepts connections, so it runs, but it is busy, paused (SIGSTOP) or hung; see its log"
+"""Why a process that listens did not answer: not a reason to start another."""
 
 
 async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:

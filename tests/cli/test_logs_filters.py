@@ -140,3 +140,11 @@ def test_bad_filter_options_exit_2_naming_them(logs: Path) -> None:
     missing = _tail(logs.parent / "no-such-dir")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert "--logs" in missing.stderr and "is not a directory" in missing.stderr
+
+
+@pytest.mark.parametrize("pattern", ["*2", "t*k", "task?"])
+def test_an_actor_pattern_other_than_a_prefix_is_refused(pattern: str) -> None:
+    """Only a name or a prefix ending in * is supported: the others matched nothing, silently."""
+    with pytest.raises(ValueError, match=r"--actor .*: give an actor.s name, or the start of names"):
+        LogFilter.from_options(actors=[pattern])
+    assert LogFilter.from_options(actors=["enc*", "task"]).actors == ("enc*", "task")

@@ -209,7 +209,7 @@ def tail(
     try:
         keep = LogFilter.from_options(node or (), actor or (), task or (), level)
     except ValueError as exc:
-        raise fail(f"--level: {exc}", 2) from None
+        raise fail(str(exc), 2) from None
     show = _Printer(as_json)
     if master and log_dir is not None and master != os.environ.get("TROUPE_MASTER"):
         raise fail(f"--master {master} follows the cluster live, --logs {log_dir} reads files: give one", 2)
