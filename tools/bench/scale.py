@@ -53,6 +53,7 @@ from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import ActorStopped, Unreachable
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.master.controls import MAX_WAIT_JOB_S
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.loopback import free_endpoint
 
@@ -168,7 +169,8 @@ async def _run_job(
     before = await master_call(master, "status", None, 30.0)
     cpu0 = sum(proc.cpu_times()[:2])
     await master_call(master, "submit", _job(name, tasks, speculation), 120.0)
-    job = await master_call(master, "wait_job", {"job_id": name, "timeout_s": timeout}, timeout + 30)
+    wait_s = min(timeout, MAX_WAIT_JOB_S)  # the master waits a day at most
+    job = await master_call(master, "wait_job", {"job_id": name, "timeout_s": wait_s}, wait_s + 30)
     cpu = sum(proc.cpu_times()[:2]) - cpu0
     after = await master_call(master, "status", None, 30.0)
     if job["state"] != "done":
