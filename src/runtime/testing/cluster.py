@@ -25,6 +25,7 @@ import psutil
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import AskTimeout
+from troupe.runtime.tasks.master.controls import MAX_WAIT_JOB_S
 
 __all__ = ["ChaosEvent", "Cluster", "random_schedule"]
 
@@ -202,8 +203,9 @@ class Cluster:
         Raises:
             TimeoutError: the job was still running after ``timeout`` seconds.
         """
+        wait_s = min(timeout, MAX_WAIT_JOB_S)  # the master waits a day at most
         job: dict[str, Any] = await self.master_control(
-            "wait_job", {"job_id": job_id, "timeout_s": timeout}, timeout=timeout + 10.0
+            "wait_job", {"job_id": job_id, "timeout_s": wait_s}, timeout=wait_s + 10.0
         )
         if job["state"] == "running":
             raise TimeoutError(f"job {job_id!r} still running after {timeout}s: {job['counts']}")
