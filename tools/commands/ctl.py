@@ -37,11 +37,11 @@ from troupe.cli.master_client import (
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
-from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.jobspec import check_job_id, load_job
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.tasks.state import JobState
 
+from .keys_option import KeysOption, use_keys
 from .top import top
 
 __all__ = ["KeysOption", "MasterOption", "NodeOption", "ctl_app", "use_keys"]
@@ -70,25 +70,6 @@ MasterOption = Annotated[
         callback=endpoint_option,
     ),
 ]
-KeysOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--keys",
-        envvar="TROUPE_KEYS",
-        help="CURVE keys directory: presents its operator key (else reader, else cluster).",
-    ),
-]
-
-
-def use_keys(keys: Path | None) -> None:
-    """Talk to the cluster with the key found in ``keys`` (see ``load_keys``): every socket of
-    this command then authenticates and encrypts. Exits 2 with one line if the keys are bad."""
-    if keys is None:
-        return
-    try:
-        install(keys_for(keys, None))
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
 
 
 @ctl_app.callback()

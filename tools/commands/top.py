@@ -33,6 +33,8 @@ from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
+from .keys_option import KeysOption, use_keys
+
 __all__ = ["Look", "frame", "top"]
 
 _PIPED_WIDTH = 160
@@ -90,8 +92,10 @@ def top(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes.")] = 2.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (as when piped).")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")] = 5.0,
+    keys: KeysOption = None,
 ) -> None:
     """A live view of nodes, workers, stages and queues, refreshing in place until Ctrl-C."""
+    use_keys(keys)
     for option, given in (("--interval", interval), ("--timeout", timeout)):
         if not (math.isfinite(given) and given > 0):
             raise fail(f"{option} must be a number of seconds > 0, got {given}", 2)
