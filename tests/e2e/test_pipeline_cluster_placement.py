@@ -34,6 +34,7 @@ from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.hosts import wait_for_nodes
 from troupe.runtime.pipeline.runner import run_pipeline
+from troupe.runtime.tasks.journal_lock import JournalLock
 from troupe.runtime.testing.plugin import import_path
 from troupe.runtime.transports.loopback import free_endpoint
 
@@ -154,6 +155,21 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     assert f"writes to --out {tmp_path / 'out'} (8 of 8 tasks ended there)" in said, said
     assert "Traceback" not in said
     assert not (tmp_path / "out3").exists()  # refused: nothing made there (it had got a log)
+
+    # Its --out records its pipeline: another one is refused before it makes a job (it wrote its
+    # episodes into this one's store, and neither could finalise the dataset again) ...
+    other = _pipeline_toml(tmp_path / "other.toml", "cli-other", ["store"])
+    mixed = _troupe("run", str(other), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint)
+    assert mixed.returncode == 2, (mixed.stdout, mixed.stderr)
+    assert f"--out {tmp_path / 'out'} was made with" in mixed.stderr, mixed.stderr
+    # ... and one run at a time uses it (two at once wrote one dataset of both).
+    held = JournalLock.acquire(tmp_path / "out" / ".troupe" / "run.json")
+    try:
+        again = _troupe("run", str(good), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint)
+    finally:
+        held.release()
+    assert again.returncode == 2, (again.stdout, again.stderr)
+    assert f"--out {tmp_path / 'out'} is in use by another troupe run (pid {os.getpid()})" in again.stderr
 
     nowhere = _pipeline_toml(tmp_path / "nowhere.toml", "cli-nowhere", ["gpu-box"])
     refused = _troupe("run", str(nowhere), "--out", str(tmp_path / "out2"), "--cluster", two_nodes.endpoint)

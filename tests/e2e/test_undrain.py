@@ -99,3 +99,38 @@ async def test_undrain_of_an_unknown_node_names_it_and_exits_1(
     done = troupe("ctl", "undrain", "nope", "--master", cluster.master_endpoint)
     assert done.returncode == 1
     assert "no node 'nope' has joined master" in done.stderr
+
+
+async def test_a_drain_leaves_the_workers_a_requester_owns_and_undrain_starts_only_its_own(
+    troupe_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """A pipeline's replicas (workers started for an owner) run on through a drain, as the
+    README says; they were stopped, their calls failing, and an undrain started them again
+    after their run had ended, with nothing left to stop them."""
+    cluster = troupe_cluster(CONFIG.format(out=tmp_path / "out"), "n1", master=True)
+    master = cluster.master_endpoint
+    assert master is not None
+
+    async def joined() -> bool:
+        return [w["worker_id"] for w in await master_workers(cluster)] == ["n1/w1"]
+
+    await until(joined)
+    async with cluster.client() as owner:  # a run's engine: it answers the node's pings
+        replica = {
+            "name": "run-stage-0",
+            "actors": [{"name": "echo", "class": "troupe.actors.demo.actors:Echo"}],
+            "owner": owner.address,
+            "timeout_s": 30.0,
+        }
+        await owner.control(cluster.endpoint, "spawn_worker", replica, timeout=40.0)
+        drained = troupe("ctl", "drain", "n1", "--master", master)
+        assert drained.returncode == 0, drained.stderr
+
+        async def own_worker_stopped() -> bool:
+            return (await cluster.worker("w1"))["state"] == "stopped"
+
+        await until(own_worker_stopped)
+        assert (await cluster.worker("run-stage-0"))["state"] == "running"
+        resumed = troupe("ctl", "undrain", "n1", "--master", master)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "w1" in resumed.stdout and "run-stage-0" not in resumed.stdout, resumed.stdout

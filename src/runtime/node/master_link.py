@@ -200,10 +200,17 @@ class MasterLink:
             log.warning("master_report_failed", type=msg_type, error=repr(exc))
 
     async def _drained(self, payload: Any) -> list[str]:
-        """The master says this node runs no task any more: stop its workers."""
+        """The master says this node runs no task any more: stop its workers, those of its own.
+
+        Not those started for a requester that owns them (a pipeline's replicas): they run on,
+        as a drain promises, and their run stops them. Stopped here, their calls failed at once,
+        and an undrain started them again after their run had ended, with nothing to stop them.
+        """
         runtime = self._runtime()
         names = [
-            name for name, h in self.node.workers.items() if h.process is not None and h.returncode is None
+            name
+            for name, h in self.node.workers.items()
+            if h.process is not None and h.returncode is None and h.owner is None
         ]
         log.info("node_drained_stopping_workers", workers=names)
         self.drained.update(names)

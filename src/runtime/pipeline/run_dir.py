@@ -272,9 +272,51 @@ class RunDir:
 
     def in_use_problem(self) -> str | None:
         """Why this directory cannot be run into now (another run holds it), or None."""
-        if not self.journal_path.exists():
-            return None
-        return held_by_another(self.journal_path, self.out, "troupe run")
+        if self.journal_path.exists():
+            problem = held_by_another(self.journal_path, self.out, "troupe run")
+            if problem is not None:
+                return problem
+        if lock_path(self.record_path).exists():  # a run whose items come from a master
+            return held_by_another(self.record_path, self.out, "troupe run")
+        return None
+
+    def check_shared(self, made_with: dict[str, Any]) -> None:
+        """For a run whose items come from a master (a cluster's, or ``master=``), which keeps
+        no journal here: what :meth:`take_shared` would refuse, refused without changing
+        anything. Such runs were not refused at all: another pipeline wrote its episodes into
+        this one's store, and neither could finalise the dataset again.
+
+        Raises:
+            ConfigError: as :meth:`check`: inside another run's folder, made with another
+                pipeline, or in use by another run.
+        """
+        self._not_in_use()
+        record = self._read()
+        if record is not None:
+            self._check_same(record, made_with)
+
+    def take_shared(self, made_with: dict[str, Any]) -> JournalLock:
+        """Hold this directory for a run whose items come from a master, one run at a time
+        (until the lock is released), and record its pipeline where none is recorded.
+
+        Raises:
+            ConfigError: another run holds it, or it was made with another pipeline.
+        """
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = JournalLock.acquire(self.record_path)
+        except JournalBusy:
+            raise ConfigError(in_use_message(self.record_path, self.out, "troupe run")) from None
+        try:
+            record = self._read()
+            if record is None:
+                self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+            else:
+                self._check_same(record, made_with)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
     # -- private ----------------------------------------------------------------------------
 

@@ -225,6 +225,9 @@ async def run_pipeline(
             )
         )
         async with _lone_error_raised(), where as running:
+            if out_dir is not None and items_from is not None:
+                shared = await anyio.to_thread.run_sync(RunDir(out_dir).take_shared, fingerprint(cfg))
+                stack.callback(shared.release)
             if held is not None and cluster is not None:
                 held.write_to(log_dir)
             if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
@@ -422,6 +425,8 @@ def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str |
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
     complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
+    if out_dir is not None and master is not None:  # held once the master took the run
+        RunDir(out_dir).check_shared(fingerprint(cfg))
     if complete is not None and run_dir is not None and not run_dir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
     log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
