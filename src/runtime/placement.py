@@ -14,7 +14,7 @@ master for its live nodes (each node tells its tags and GPUs in every beat).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import AskTimeout, ConfigError, PeerLost, Unreachable
@@ -26,6 +26,7 @@ __all__ = [
     "Host",
     "cluster_hosts",
     "cluster_status",
+    "draining_fits",
     "fits",
     "hosts_of_status",
     "nodes_of_status",
@@ -81,6 +82,12 @@ def place(
     return [candidates[i % len(candidates)] for i in range(count)]
 
 
+def draining_fits(hosts: Sequence[Host], tags: Iterable[str] = (), gpus: int = 0) -> list[str]:
+    """The names of the draining ``hosts`` that would fit but for their drain."""
+    wanted = list(tags)
+    return [h.name for h in hosts if h.draining and fits(replace(h, draining=False), wanted, gpus)]
+
+
 def nothing_fits(what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: int) -> ConfigError:
     """The error for ``what``, which needs ``tags`` and ``gpus`` that none of ``hosts`` offers."""
     offered = ", ".join(
@@ -88,6 +95,12 @@ def nothing_fits(what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: in
         f"{', draining: troupe ctl undrain ' + h.name if h.draining else ''})"
         for h in hosts
     )
+    draining = draining_fits(hosts, tags, gpus)
+    if draining:  # they fit but for their drain: not a question of tags
+        return ConfigError(
+            f"{what}: every node that could take it is draining ({', '.join(draining)}: "
+            f"troupe ctl undrain NODE); the cluster offers: {offered}"
+        )
     return ConfigError(
         f"{what}: no node has tags {sorted(set(tags))} and {gpus} GPU(s); "
         f"the cluster offers: {offered or 'no nodes'}"

@@ -29,6 +29,7 @@ from troupe.runtime.placement import (
     Host,
     cluster_hosts,
     cluster_status,
+    draining_fits,
     fits,
     hosts_of_status,
     nodes_of_status,
@@ -85,11 +86,17 @@ class EngineHosts:
         wanted = (tuple(sorted(set(tags))), gpus)
         if not fitting:
             refusal = nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
-            if wanted in self._fitted:  # a node offered them in this run: it died, and may be back
+            if wanted in self._fitted:  # a node offered them in this run: it died, or drains
+                gone = (
+                    ""
+                    if draining_fits(self.hosts, tags, gpus)
+                    else (
+                        "; the node that offered them is gone (start it again, or another that offers them)"
+                    )
+                )
                 raise NoNodeNow(
-                    f"{refusal}; the node that offered them is gone (start it again, or another "
-                    "that offers them: the run tries again meanwhile, and the same command "
-                    "resumes what it did)"
+                    f"{refusal}{gone}: the run tries again meanwhile, and the same command resumes "
+                    "what it did"
                 )
             raise refusal
         self._fitted.add(wanted)

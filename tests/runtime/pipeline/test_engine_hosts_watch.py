@@ -6,6 +6,7 @@ list at all stays for ``unheard_s``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -85,3 +86,17 @@ def test_a_tag_no_live_node_offers_any_more_is_a_start_that_may_pass() -> None:
     with pytest.raises(ConfigError) as never:
         hosts.pick("gpu", ["gpu-box"])
     assert not isinstance(never.value, NoNodeNow) and not _may_pass(never.value)
+
+
+def test_nodes_that_fit_but_drain_are_said_to_drain_not_to_be_gone() -> None:
+    """Every node drained mid-run: the start is tried again (an undrain brings them back) and
+    the error names the drain; it said the node that offered them was gone, and that no node
+    had tags [] for a stage that asks for none."""
+    hosts = EngineHosts([Host("n1", "tcp://n1:1"), Host("n2", "tcp://n2:1")])
+    hosts.pick("render")
+    hosts.hosts = [replace(h, draining=True) for h in hosts.hosts]
+    with pytest.raises(NoNodeNow) as drained:
+        hosts.pick("render")
+    said = str(drained.value)
+    assert "every node that could take it is draining (n1, n2: troupe ctl undrain NODE)" in said, said
+    assert "is gone" not in said and "no node has tags" not in said and _may_pass(drained.value)
