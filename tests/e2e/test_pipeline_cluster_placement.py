@@ -156,12 +156,15 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     assert "Traceback" not in said
     assert not (tmp_path / "out3").exists()  # refused: nothing made there (it had got a log)
 
-    # Its --out records its pipeline: another one is refused before it makes a job (it wrote its
-    # episodes into this one's store, and neither could finalise the dataset again) ...
+    # Its --out records its pipeline: another one is refused before it makes a job, once the
+    # folder holds outputs (it wrote its episodes into this one's store, and neither could
+    # finalise the dataset again) ...
+    (tmp_path / "out" / "data").mkdir()  # as a dataset's files: these stages write none
     other = _pipeline_toml(tmp_path / "other.toml", "cli-other", ["store"])
     mixed = _troupe("run", str(other), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint)
     assert mixed.returncode == 2, (mixed.stdout, mixed.stderr)
     assert f"--out {tmp_path / 'out'} was made with" in mixed.stderr, mixed.stderr
+    assert "give another --out, or delete the folder" in mixed.stderr  # --fresh cannot, here
     # ... and one run at a time uses it (two at once wrote one dataset of both).
     held = JournalLock.acquire(tmp_path / "out" / ".troupe" / "run.json")
     try:
@@ -245,3 +248,10 @@ def test_a_stage_no_node_can_import_fails_naming_the_node(tmp_path: Path, two_no
     said = str(failed.value)
     assert "stage only: replica unimportable-only-0 on node na could not start" in said, said
     assert "No module named 'troupe_absent_stage_module'" in said and "current folder" in said, said
+
+    # The failed run made nothing: its --out's record binds nothing, and the same pipeline with
+    # its class put right runs there (it was refused as made with the misspelt class).
+    only = {"name": "only", "actor": f"{STAGES}:MakePayload", "kwargs": {"nbytes": 16}}
+    fixed = PipelineConfig.model_validate({"name": "unimportable", "items": 2, "stages": [only]})
+    result = anyio.run(lambda: run_pipeline(fixed, tmp_path / "out", cluster=two_nodes.endpoint, nodes=2))
+    assert result.counts()["ok"] == 2, result.errors

@@ -55,6 +55,8 @@ TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 """The entries of an output directory that troupe writes; nothing else is ever deleted."""
 
 _FORMAT = 1
+# A master-fed run cannot start anew with --fresh (the master's job keeps its items' outcomes).
+_SHARED_ADVICE = "give another --out, or delete the folder to start anew"
 
 
 def fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
@@ -292,8 +294,8 @@ class RunDir:
         """
         self._not_in_use()
         record = self._read()
-        if record is not None:
-            self._check_same(record, made_with)
+        if record is not None and not self._made_nothing():
+            self._check_same(record, made_with, _SHARED_ADVICE)
 
     def take_shared(self, made_with: dict[str, Any]) -> JournalLock:
         """Hold this directory for a run whose items come from a master, one run at a time
@@ -309,10 +311,10 @@ class RunDir:
             raise ConfigError(in_use_message(self.record_path, self.out, "troupe run")) from None
         try:
             record = self._read()
-            if record is None:
+            if record is None or self._made_nothing():  # a run that failed at its start: no matter
                 self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
             else:
-                self._check_same(record, made_with)
+                self._check_same(record, made_with, _SHARED_ADVICE)
         except BaseException:
             lock.release()
             raise
@@ -337,13 +339,25 @@ class RunDir:
                     "--fresh or finalize would delete it); give a folder outside it"
                 )
 
-    def _check_same(self, record: dict[str, Any], made_with: dict[str, Any]) -> None:
+    def _check_same(
+        self, record: dict[str, Any], made_with: dict[str, Any], advice: str = "use --fresh to start anew"
+    ) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
         if diff is not None:
-            raise ConfigError(
-                f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} "
-                "(use --fresh to start anew)"
-            )
+            raise ConfigError(f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} ({advice})")
+
+    def _made_nothing(self) -> bool:
+        """Whether this directory holds only a run's record and logs (a master-fed run that
+        failed as it started, a stage class misspelt, say): its record binds nothing then."""
+        try:
+            outside = {p.name for p in self.out.iterdir()} - {self.state_dir.name, "logs"}
+            inside = {p.name for p in self.state_dir.iterdir()} - {
+                self.record_path.name,
+                lock_path(self.record_path).name,
+            }
+        except OSError:
+            return False
+        return not outside and not inside
 
     def _read(self) -> dict[str, Any] | None:
         return read_record(self.record_path, self.out, _FORMAT, "run record")
