@@ -7,6 +7,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 from rich.markup import escape
 from rich.table import Table
 
@@ -15,6 +16,7 @@ from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
+from .stop_signals import say_stopping
 from .tables import security_cell
 
 __all__ = [
@@ -184,6 +186,13 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             return await runtime.control(endpoint, "submit", payload, timeout=timeout)
         except AskTimeout:
             pass
+        except anyio.get_cancelled_exc_class():  # Ctrl-C: the submit is out, and may be taken
+            job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
+            say_stopping(
+                f"the submit of job {job} was sent: the master may have it (`troupe ctl jobs` "
+                "shows it); submitting the same file again is safe"
+            )
+            raise
         job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
         again = (
             "submitting the same file again is safe: the master says when it already has it, "

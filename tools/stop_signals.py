@@ -22,7 +22,7 @@ import psutil
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants", "lines_above"]
+__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants", "lines_above", "say_stopping"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -49,6 +49,12 @@ def _say(text: str) -> None:
         display.print(text, highlight=False, soft_wrap=True)
     else:
         _err.print(text, highlight=False, soft_wrap=True)
+
+
+def say_stopping(text: str) -> None:
+    """A line for a command being stopped (what its stop leaves behind), placed as the stop's
+    own lines are: above a live display, else on stderr."""
+    _say(text)
 
 
 def _stderr_is_a_terminal() -> bool:

@@ -34,6 +34,7 @@ from troupe.cli.master_client import (
     reachable,
     submit_job,
 )
+from troupe.cli.stop_signals import lines_above
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -186,7 +187,7 @@ def submit(
         if tasks >= _SAYS_WAITING
         else nullcontext()
     )
-    with waiting:
+    with waiting, lines_above(err_console):  # a stop's lines above the spinner, not beside it
         reply = run_async(submit_job, master, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply))

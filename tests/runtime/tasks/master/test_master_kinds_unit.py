@@ -348,3 +348,21 @@ async def test_a_master_that_stops_answering_during_a_submit_is_not_said_to_be_w
     assert "took job 'big' but has not answered since, not even a ping" in message
     assert "see its log" in message and "all of a job or none of it" in message
     assert "still writing" not in message
+
+
+async def test_a_submit_stopped_after_it_was_sent_says_the_master_may_have_the_job(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C while a big job is taken in: the stop says the job may be at the master already
+    and that submitting again is safe (it said only that it stopped, and the job was there)."""
+    submitted = anyio.Event()
+    payload = {"job": {"job": {"name": "big"}}, "source": "big.toml", "job_id": None}
+    async with fake_master(True, submitted) as endpoint:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(submit_job, endpoint, payload, 600.0)
+                await submitted.wait()
+                tg.cancel_scope.cancel()  # what the command's stop does on Ctrl-C
+    said = " ".join(capsys.readouterr().err.split())
+    assert "the submit of job big was sent: the master may have it (`troupe ctl jobs` shows it)" in said, said
+    assert "submitting the same file again is safe" in said
