@@ -174,6 +174,7 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
     """
     if not reachable(endpoint):
         raise Unreachable(_no_master(endpoint, "connection refused"))
+    job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
     async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
         ping_s = min(timeout, 5.0)
         try:
@@ -187,13 +188,11 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
         except AskTimeout:
             pass
         except anyio.get_cancelled_exc_class():  # Ctrl-C: the submit is out, and may be taken
-            job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
             say_stopping(
                 f"the submit of job {job} was sent: the master may have it (`troupe ctl jobs` "
                 "shows it); submitting the same file again is safe"
             )
             raise
-        job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
         again = (
             "submitting the same file again is safe: the master says when it already has it, "
             "and its journal holds all of a job or none of it"

@@ -43,18 +43,14 @@ def lines_above(console: Console) -> Iterator[None]:
         _displays.remove(console)
 
 
-def _say(text: str) -> None:
+def say_stopping(text: str) -> None:
+    """A line about a command's stop (the stop's own, or what it leaves behind): above a live
+    display, else on stderr."""
     display = _displays[-1] if _displays else None
     if display is not None and display.is_terminal and _stderr_is_a_terminal():
         display.print(text, highlight=False, soft_wrap=True)
     else:
         _err.print(text, highlight=False, soft_wrap=True)
-
-
-def say_stopping(text: str) -> None:
-    """A line for a command being stopped (what its stop leaves behind), placed as the stop's
-    own lines are: above a live display, else on stderr."""
-    _say(text)
 
 
 def _stderr_is_a_terminal() -> bool:
@@ -114,7 +110,7 @@ class StopSignals:
                     if self.signum is None:
                         self.signum = signum
                         again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-                        _say(
+                        say_stopping(
                             f"{signal.Signals(signum).name}: stopping gracefully "
                             f"({again} again to stop at once)"
                         )
@@ -150,7 +146,7 @@ class StopSignals:
         killed = kill_descendants()
         for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
             console.show_cursor(True)
-        _say(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
+        say_stopping(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
         _flush_output()
         os._exit(exit_status(self.signum))
 

@@ -16,7 +16,8 @@ from troupe.cli.client import control, fail, run_async
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
-from .ctl import KeysOption, NodeOption, TimeoutOption, ctl_app, use_keys
+from .ctl import NodeOption, TimeoutOption, ctl_app
+from .keys_option import KeysOption, use_keys
 
 __all__ = ["as_options", "chaos", "fired_words", "heal", "partition_words"]
 

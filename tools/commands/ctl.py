@@ -45,7 +45,7 @@ from troupe.runtime.tasks.state import JobState
 from .keys_option import KeysOption, use_keys
 from .top import top
 
-__all__ = ["KeysOption", "MasterOption", "NodeOption", "ctl_app", "use_keys"]
+__all__ = ["MasterOption", "NodeOption", "ctl_app"]
 
 ctl_app = typer.Typer(no_args_is_help=True)
 ctl_app.command("top")(top)  # the live view (commands/top.py)

@@ -37,7 +37,7 @@ from troupe.cli.log_stream import ClusterLogs
 from troupe.cli.master_client import reachable
 from troupe.runtime.log_files import FileFollower, history_files, last_lines
 
-from .ctl import KeysOption, use_keys
+from .keys_option import KeysOption, use_keys
 
 __all__ = ["format_line", "logs_app"]
 

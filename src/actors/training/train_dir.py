@@ -34,11 +34,11 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.run_dir import (
     first_difference,
     held_by_another,
-    in_use_message,
+    hold,
     read_record,
     write_record,
 )
-from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
+from troupe.runtime.tasks.journal_lock import JournalLock
 
 __all__ = ["TrainDir", "made_with"]
 
@@ -120,10 +120,7 @@ class TrainDir:
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"--out {self.out} is a file; give a directory")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            lock = JournalLock.acquire(self._lock_target)
-        except JournalBusy:
-            raise ConfigError(in_use_message(self._lock_target, self.out, "training run")) from None
+        lock = hold(self._lock_target, self.out, "training run")
         try:
             wiped = fresh and self.record_path.exists()
             if wiped:

@@ -47,13 +47,13 @@ _RULES: dict[str, str] = {
 }
 
 
-def short_repr(value: Any) -> str:
-    """``repr(value)``, cut to a length that fits in a one-line message."""
+def short_repr(value: Any, most: int = _MAX_VALUE) -> str:
+    """``repr(value)``, cut to ``most`` characters: it fits in a one-line message."""
     try:
         text = repr(value)
     except RecursionError:  # nested deeper than repr goes (a control payload may be)
         text = f"<{type(value).__name__} nested too deep to show>"
-    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def field_path(loc: Sequence[int | str], data: Any, rename: Mapping[str, str] | None = None) -> str:

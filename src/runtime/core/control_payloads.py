@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from troupe.runtime.errors import BadRequest
 
+from .config_messages import short_repr
 from .ref import ActorAddress
 
 __all__ = ["ControlPayload", "address_field", "clipped", "validated"]
@@ -36,11 +37,7 @@ def _matches(value: Any, kind: type) -> bool:
 
 def clipped(value: Any) -> str:
     """``value``'s repr, cut to 80 characters: what a message shows of a value a peer sent."""
-    try:
-        text = repr(value)
-    except RecursionError:  # a payload nested near msgpack's depth limit: deeper than repr goes
-        text = f"<{type(value).__name__} nested too deep to show>"
-    return text if len(text) <= 80 else text[:77] + "..."
+    return short_repr(value, 80)
 
 
 class ControlPayload:

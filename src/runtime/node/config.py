@@ -63,6 +63,7 @@ __all__ = [
     "check_bind",
     "check_endpoint",
     "check_loopback",
+    "check_name",
     "check_tag",
     "is_loopback",
     "load_node_config",
@@ -293,14 +294,26 @@ class NodeConfig(_Frozen):
 
 
 def check_tag(tag: Any) -> str:
-    """A node tag as given, if it is a name (letters, digits, ``_ . -``; at most MAX_NAME).
+    """A node tag as given, if it is a name (see :func:`check_name`).
 
     Raises:
         ValueError: it is not; the message names the tag.
     """
-    if not isinstance(tag, str) or not re.fullmatch(NAME_PATTERN, tag) or len(tag) > MAX_NAME:
-        raise ValueError(f"tag {short_repr(tag)} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'")
-    return tag
+    return check_name(tag, "tag")
+
+
+def check_name(value: Any, what: str, shown: int = 60) -> str:
+    """``value`` as given, if it is a name (letters, digits, ``_ . -``; at most MAX_NAME): what
+    names a node, a master, a tag, and ends up in a file name or a table.
+
+    Raises:
+        ValueError: it is not; the message says ``what`` and shows the value (cut to ``shown``).
+    """
+    if not isinstance(value, str) or not re.fullmatch(NAME_PATTERN, value) or len(value) > MAX_NAME:
+        raise ValueError(
+            f"{what} {short_repr(value, shown)} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'"
+        )
+    return value
 
 
 def check_endpoint(endpoint: str) -> str:

@@ -87,17 +87,8 @@ class EngineHosts:
         if not fitting:
             refusal = nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
             if wanted in self._fitted:  # a node offered them in this run: it died, or drains
-                gone = (
-                    ""
-                    if draining_fits(self.hosts, tags, gpus)
-                    else (
-                        "; the node that offered them is gone (start it again, or another that offers them)"
-                    )
-                )
-                raise NoNodeNow(
-                    f"{refusal}{gone}: the run tries again meanwhile, and the same command resumes "
-                    "what it did"
-                )
+                gone = "" if draining_fits(self.hosts, tags, gpus) else _GONE  # else undrain
+                raise NoNodeNow(f"{refusal}{gone}: {_AGAIN}")
             raise refusal
         self._fitted.add(wanted)
         now = time.monotonic()
@@ -150,6 +141,10 @@ class EngineHosts:
             if h.name not in listed and now - self._unheard_since.setdefault(h.name, now) < self.unheard_s
         ]
         return sorted(live + kept, key=lambda h: h.name)
+
+
+_GONE = "; the node that offered them is gone (start it again, or another that offers them)"
+_AGAIN = "the run tries again meanwhile, and the same command resumes what it did"
 
 
 class NoNodeNow(ConfigError):

@@ -46,6 +46,7 @@ __all__ = [
     "fingerprint",
     "first_difference",
     "held_by_another",
+    "hold",
     "in_use_message",
     "read_record",
     "write_record",
@@ -140,6 +141,18 @@ def held_by_another(target: Path, out: Path, who: str) -> str | None:
     except JournalBusy:
         return in_use_message(target, out, who)
     return None
+
+
+def hold(target: Path, out: Path, who: str) -> JournalLock:
+    """The lock of ``target`` (``JournalLock``), for this process to hold ``out`` while it runs.
+
+    Raises:
+        ConfigError: another ``who`` holds it, named by its pid.
+    """
+    try:
+        return JournalLock.acquire(target)
+    except JournalBusy:
+        raise ConfigError(in_use_message(target, out, who)) from None
 
 
 def in_use_message(target: Path, out: Path, who: str) -> str:
@@ -305,10 +318,7 @@ class RunDir:
             ConfigError: another run holds it, or it was made with another pipeline.
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            lock = JournalLock.acquire(self.record_path)
-        except JournalBusy:
-            raise ConfigError(in_use_message(self.record_path, self.out, "troupe run")) from None
+        lock = hold(self.record_path, self.out, "troupe run")
         try:
             record = self._read()
             if record is None or self._made_nothing():  # a run that failed at its start: no matter

@@ -152,10 +152,11 @@ _INSERT_TASK = (
     "INSERT INTO tasks (task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, "
     "not_before, last_lease_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, 0.0, 0)"
 )
+_LIVE = tuple(s.value for s in TaskState if s not in FINAL_STATES)  # a task's states until it ends
 _CANCEL_TASKS = (
     "UPDATE tasks SET state = ? WHERE job_id = ? AND seq BETWEEN "
     "(SELECT seq FROM tasks WHERE task_id = ?) AND (SELECT seq FROM tasks WHERE task_id = ?) "
-    "AND state IN ({states})"
+    f"AND state IN ({', '.join('?' * len(_LIVE))})"
 )
 _UPDATE_TASK = (
     "UPDATE tasks SET state = ?, attempts = ?, not_before = ?, last_lease_id = ?, "
@@ -611,10 +612,9 @@ def _split_at_bulk(records: list[JournalEntry]) -> tuple[list[JournalEntry], lis
 def _cancel_tasks(conn: sqlite3.Connection, entry: JobTasksCancelled) -> None:
     """One statement for a big job's cancelled tasks: its rows are contiguous (a job's tasks
     are inserted together), found by their first and last ids."""
-    live = [s.value for s in TaskState if s not in FINAL_STATES]
     cursor = conn.execute(
-        _CANCEL_TASKS.format(states=", ".join("?" * len(live))),
-        (TaskState.CANCELLED.value, entry.job_id, entry.first_task_id, entry.last_task_id, *live),
+        _CANCEL_TASKS,
+        (TaskState.CANCELLED.value, entry.job_id, entry.first_task_id, entry.last_task_id, *_LIVE),
     )
     if cursor.rowcount != entry.count:
         raise JournalError(

@@ -14,14 +14,13 @@ optional field that is missing or nil takes its default.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from troupe.runtime.core.control_payloads import ControlPayload, address_field
+from troupe.runtime.core.control_payloads import ControlPayload, address_field, clipped
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import BadRequest
-from troupe.runtime.node.config import MAX_NAME, MAX_TAGS, NAME_PATTERN, check_tag
+from troupe.runtime.node.config import MAX_TAGS, check_name, check_tag
 from troupe.runtime.tasks.state import MAX_PREFETCH
 
 __all__ = [
@@ -323,13 +322,10 @@ class NodeBeatControl:
 
 def _node_name(p: ControlPayload) -> str:
     """A beat's node name, as ``[node] name`` allows: the master's status prints it in a table."""
-    name: str = p.require("node", str)
-    if len(name) > MAX_NAME or not re.fullmatch(NAME_PATTERN, name):
-        raise BadRequest(
-            f"control {p.control!r}: field 'node' must be 1 to {MAX_NAME} letters, digits, '_', "
-            f"'.' or '-', got {_shown(name)}"
-        )
-    return name
+    try:
+        return check_name(p.require("node", str), "node name", shown=80)
+    except ValueError as exc:
+        raise BadRequest(f"control {p.control!r}: field 'node': {exc}") from None
 
 
 def _resources(p: ControlPayload) -> dict[str, Any]:
@@ -342,15 +338,9 @@ def _resources(p: ControlPayload) -> dict[str, Any]:
         if type(key) is not str or not number:
             raise BadRequest(
                 f"control {p.control!r}: field 'resources' must map names to finite numbers >= 0, "
-                f"has {_shown(key)}: {_shown(value)}"
+                f"has {clipped(key)}: {clipped(value)}"
             )
     return resources
-
-
-def _shown(value: Any) -> str:
-    """``value``'s repr, cut short: a hostile payload's string is not sent back whole."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _tags(p: ControlPayload) -> tuple[str, ...]:

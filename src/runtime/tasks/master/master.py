@@ -469,9 +469,7 @@ class Master:
         every lease the book has it hold and ``held`` lacks goes back. Not otherwise: a report's
         reply may be on its way while the worker asks (it sends ``sync`` only with none out).
         """
-        lost = dict(entry.granted)
-        if sync:
-            lost.update(self.book.leases_of(worker_id))
+        lost = {**entry.granted, **self.book.leases_of(worker_id)} if sync else entry.granted
         unseen = []
         for lease_id, task_id in lost.items():
             if lease_id not in held:

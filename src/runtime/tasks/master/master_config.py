@@ -3,13 +3,12 @@ default."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
-from troupe.runtime.node.config import MAX_NAME, NAME_PATTERN, check_bind
+from troupe.runtime.node.config import check_bind, check_name
 
 __all__ = ["DEFAULT_MASTER_ENDPOINT", "MasterConfig"]
 
@@ -59,11 +58,10 @@ class MasterConfig:
             check_bind(self.endpoint, keys=self.keys, insecure=self.insecure)
         except ValueError as exc:
             raise ConfigError(f"master endpoint: {exc}") from None
-        named = isinstance(self.name, str) and re.fullmatch(NAME_PATTERN, self.name)
-        if not named or len(self.name) > MAX_NAME:  # it names the log file: no markup, no path
-            raise ConfigError(
-                f"master name {self.name!r} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'"
-            )
+        try:  # it names the log file: no markup, no path
+            check_name(self.name, "master name", shown=200)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not self.node_timeout_s > 0:
             raise ConfigError(
                 f"master: node_timeout_s (--node-timeout) must be > 0, got {self.node_timeout_s:g}"
