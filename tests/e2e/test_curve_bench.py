@@ -17,7 +17,8 @@ def test_bench_messaging_with_curve_reports_every_figure_against_its_curve_ceili
         raw, troupe = fig[f"raw_{key}_per_s"], fig[f"troupe_{key}_per_s"]
         assert raw > 0 and troupe > 0
         assert fig[f"{key}_ratio"] == pytest.approx(troupe / raw)
-    assert 0 < fig["startup_s"] < 60 and fig["idle_processes"] == 4
+    # speed is the benchmark's figure, not a test's bound
+    assert fig["startup_s"] > 0 and fig["idle_processes"] == 4
 
 
 def test_the_raw_ceiling_really_uses_curve() -> None:
