@@ -159,7 +159,8 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
     # Its --out records its pipeline: another one is refused before it makes a job, once the
     # folder holds outputs (it wrote its episodes into this one's store, and neither could
     # finalise the dataset again) ...
-    (tmp_path / "out" / "data").mkdir()  # as a dataset's files: these stages write none
+    (tmp_path / "out" / "data").mkdir()  # as a dataset's files: these stages write none (an
+    (tmp_path / "out" / "data" / "file-000.parquet").write_bytes(b"PAR1")  # empty folder is none)
     other = _pipeline_toml(tmp_path / "other.toml", "cli-other", ["store"])
     mixed = _troupe("run", str(other), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint)
     assert mixed.returncode == 2, (mixed.stdout, mixed.stderr)
@@ -219,6 +220,32 @@ def test_cli_refuses_a_cluster_with_no_master_and_makes_no_out(tmp_path: Path) -
     assert done.returncode == 1, (done.stdout, done.stderr)
     said = (done.stdout + done.stderr).strip()
     assert f"no master at {nobody}" in said and "Traceback" not in said, said
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_misspelt_class_installed_here_is_refused_before_the_job_or_out_is_made(
+    tmp_path: Path, two_nodes: TaskMaster
+) -> None:
+    """A class whose package is installed where the run starts is checked there first: a typo
+    is one ConfigError naming the field, and neither the master's job nor --out exists (the job
+    had been made, 0 of N, and the run failed only once a node tried the class)."""
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "misspelt",
+            "items": 2,
+            "stages": [{"name": "load", "actor": "troupe.actors.datagen.lifecycle:SceneLoadr"}],
+        }
+    )
+
+    async def run() -> list[str]:
+        with anyio.fail_after(RUN_TIMEOUT_S):
+            with pytest.raises(ConfigError) as refused:
+                await run_pipeline(cfg, tmp_path / "out", cluster=two_nodes.endpoint, nodes=2)
+            said = str(refused.value)
+            assert "stages.load.actor" in said and "has no 'SceneLoadr'" in said, said
+            return [j["job_id"] for j in await two_nodes.call("jobs")]
+
+    assert "misspelt" not in anyio.run(run)
     assert not (tmp_path / "out").exists()
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "check_stage_actors",
     "check_stage_actors_async",
     "first_failure",
+    "installed_here",
     "kwargs_problem",
     "load_actor_class",
     "main",
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 CHECK_ENV = "TROUPE_CHECK_CLASSES"
+INSTALLED_ONLY_ENV = "TROUPE_CHECK_INSTALLED_ONLY"  # "1": installed_here's checks only
 _IMPORT_GUARD_S = 600  # a module whose import hangs would hang every worker; say so, do not wait forever
 _FIRST_NOTE_S = 30.0  # an import this long is said while it goes on (on_slow), then every minute
 _EVERY_NOTE_S = 60.0
@@ -137,6 +139,23 @@ def stage_checks(cfg: PipelineConfig) -> list[Check]:
         (f"stages.{s.name}.actor", s.actor, "stage", sorted(s.kwargs), json_safe(s.kwargs))
         for s in cfg.stages
     ]
+
+
+def installed_here(checks: Sequence[Check]) -> list[Check]:
+    """The checks whose class's top-level package this process finds (without importing it):
+    a run on running nodes checks those on its own host, before it submits anything, and
+    leaves a class installed only on the nodes' hosts to them."""
+    kept = []
+    for check in checks:
+        path = check[1]
+        module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
+        try:
+            found = importlib.util.find_spec(module.partition(".")[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            kept.append(check)
+    return kept
 
 
 def first_failure(
@@ -244,18 +263,26 @@ def _slow_note(source: str, said: bytes | str | None, waited: float) -> str:
     )
 
 
-async def check_stage_actors_async(cfg: PipelineConfig, source: str) -> None:
+async def check_stage_actors_async(cfg: PipelineConfig, source: str, installed_only: bool = False) -> None:
     """:func:`check_stage_actors` for an event loop: the child is killed (and reaped) when the
-    caller is cancelled, so a Ctrl-C stops a run whose class check hangs in an import."""
+    caller is cancelled, so a Ctrl-C stops a run whose class check hangs in an import.
+    ``installed_only``: a class whose top-level package the child does not find is left out
+    (:func:`installed_here`), for a run on other hosts' nodes."""
     import anyio  # here: the check's child imports this module, and stays lean
 
     checks = stage_checks(cfg)
-    key = _passed_key(checks)
+    key = _passed_key(checks)  # a full check that passed covers one of the installed only
     if key is None:
         return
+    env = _child_env(checks)
+    if installed_only:
+        env[INSTALLED_ONLY_ENV] = "1"
+        key = (*key, INSTALLED_ONLY_ENV)
+        if key in _PASSED:
+            return
     with anyio.move_on_after(_IMPORT_GUARD_S) as guard:
         done = await anyio.run_process(
-            _CHILD, env=_child_env(checks), stdin=subprocess.DEVNULL, check=False, start_new_session=True
+            _CHILD, env=env, stdin=subprocess.DEVNULL, check=False, start_new_session=True
         )
     if guard.cancelled_caught:
         raise _hangs(source)
@@ -322,6 +349,8 @@ def main() -> None:
     """
     out = sys.stdout
     checks = json.loads(os.environ[CHECK_ENV])
+    if os.environ.get(INSTALLED_ONLY_ENV) == "1":
+        checks = installed_here(checks)
     set_role("class check")
     failure = first_failure(
         checks, lambda where: print(json.dumps({"checking": where}), file=out, flush=True)

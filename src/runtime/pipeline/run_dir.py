@@ -358,16 +358,20 @@ class RunDir:
 
     def _made_nothing(self) -> bool:
         """Whether this directory holds only a run's record and logs (a master-fed run that
-        failed as it started, a stage class misspelt, say): its record binds nothing then."""
+        failed as it started, a stage class misspelt, say): its record binds nothing then. The
+        folders a store stage made as it started (``.troupe/episodes/committed``, empty) are
+        nothing: a file anywhere else is something."""
+        own = {self.record_path, lock_path(self.record_path)}
         try:
-            outside = {p.name for p in self.out.iterdir()} - {self.state_dir.name, "logs"}
-            inside = {p.name for p in self.state_dir.iterdir()} - {
-                self.record_path.name,
-                lock_path(self.record_path).name,
-            }
+            for path in self.out.rglob("*"):
+                if path.is_dir() and not path.is_symlink():
+                    continue
+                if path in own or path.relative_to(self.out).parts[0] == "logs":
+                    continue
+                return False
         except OSError:
             return False
-        return not outside and not inside
+        return True
 
     def _read(self) -> dict[str, Any] | None:
         return read_record(self.record_path, self.out, _FORMAT, "run record")

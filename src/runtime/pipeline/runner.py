@@ -50,6 +50,7 @@ from pydantic import ValidationError
 from troupe.runtime.core import process_role
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.config_messages import validation_message
+from troupe.runtime.core.loading import check_stage_actors_async
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
 from troupe.runtime.logs import run_log
@@ -189,6 +190,11 @@ async def run_pipeline(
             template = await stack.enter_async_context(
                 early_template(early.cfg, _NODE, early.source, taken, on_importing)
             )
+        elif not early.finished:
+            # On running nodes: the classes installed here are checked here as well, before
+            # anything is submitted or made in ``out`` (a misspelt class had made a master's
+            # job, then failed on the node). One installed only on the nodes' hosts is theirs.
+            await check_stage_actors_async(early.cfg, early.source, installed_only=True)
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         if run_dir is not None and run_dir.adopted and on_event is not None:
@@ -419,8 +425,9 @@ def _early(
 
 def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool) -> _Plan:
     """Everything prepared before anything starts, once :func:`_early` passed and the stage
-    classes were checked: by a one-host run's template (``early_template``); a running node or
-    cluster imports them itself and reports a bad one as the stage's failure."""
+    classes were checked: by a one-host run's template (``early_template``), or here for a run
+    on running nodes (those classes installed here); a node reports a bad one it imports as
+    the stage's failure."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None

@@ -248,3 +248,26 @@ def test_a_directory_in_use_by_another_run_is_refused_and_left_alone(tmp_path: P
         assert run.record_path.is_file()
     finally:
         held.release()
+
+
+def test_a_master_fed_run_that_made_only_empty_folders_binds_nothing(tmp_path: Path) -> None:
+    """A cluster run that failed as it started (a class the nodes could not import) left its
+    record, its log and the store's empty folders: the same job with its class put right takes
+    the folder over (it was refused as made with the misspelt class, and so was every other
+    --out, the master's job naming this one). One file committed there, and it binds."""
+    run = RunDir(tmp_path / "out")
+    run.take_shared(_made_with(items=32)).release()
+    (tmp_path / "out" / ".troupe" / "episodes" / "committed").mkdir(parents=True)
+    (tmp_path / "out" / "logs").mkdir()
+    (tmp_path / "out" / "logs" / "local.jsonl").write_text("{}\n")
+    run.check_shared(_made_with(items=8))
+    run.take_shared(_made_with(items=8)).release()
+    assert run.finished(_made_with(items=8), fresh=False) is False  # recorded as this run's
+
+    committed = tmp_path / "out" / ".troupe" / "episodes" / "committed" / "ep-000000"
+    committed.mkdir()
+    (committed / "episode.json").write_text("{}")
+    with pytest.raises(ConfigError, match="was made with items=8, this run asks items=32"):
+        run.check_shared(_made_with(items=32))
+    with pytest.raises(ConfigError, match="was made with items=8, this run asks items=32"):
+        run.take_shared(_made_with(items=32))
