@@ -23,6 +23,8 @@ import numpy as np
 import structlog
 
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
+from troupe.actors.lerobot.format import VIDEO_FILES_SIZE_IN_MB
+from troupe.actors.lerobot.video_drafts import DRAFTS_DIR, VideoDrafts, clear_stale
 from troupe.actors.lerobot.writer import AsyncWriter
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.stage import StageActor, StageRun
@@ -243,6 +245,8 @@ class LeRobotWriter(BaseWriter):
         self.writer = AsyncWriter(
             self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig()
         )
+        # The dataset's mp4s, remuxed as the episodes commit: finalize has less left to do.
+        self.drafts = VideoDrafts(self.store.root / DRAFTS_DIR, int(VIDEO_FILES_SIZE_IN_MB * 1024 * 1024))
         self.dataset = dataset
         self.fps = fps
         self.robot_type = robot_type
@@ -257,6 +261,7 @@ class LeRobotWriter(BaseWriter):
         if run.fresh:
             self.store.clear()
         self.store.sweep_staging()
+        clear_stale(self.drafts.folder)
         committed = []
         for task_id in self.store.committed():
             damage = self.store.damage(task_id)
@@ -278,7 +283,9 @@ class LeRobotWriter(BaseWriter):
                 "an out directory or the stage a dataset kwarg"
             )
         fps = self.fps or episode_fps(self.store) or 10
-        summary = finalize_dataset(self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type))
+        summary = finalize_dataset(
+            self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts
+        )
         return {
             "episodes": summary.total_episodes,
             "frames": summary.total_frames,
@@ -305,10 +312,13 @@ class LeRobotWriter(BaseWriter):
         committed = (
             await asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else await future
         )
+        if committed:
+            self.drafts.committed(item["task_id"], self.store.committed_path(item["task_id"]))
         return {"task_id": item["task_id"], "frames": int(episode.rgb.shape[0]), "committed": bool(committed)}
 
     async def stopping(self) -> None:
         self.writer.close(timeout=60)
+        self.drafts.close()
 
 
 def _at_least(kwargs: dict[str, Any], name: str, least: int) -> None:

@@ -25,7 +25,9 @@ episode's extra info as JSON); lerobot ignores them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +43,7 @@ import structlog
 
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.errors import CommitError
-from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file
+from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, fsync_path
 
 from .format import (
     CODEBASE_VERSION,
@@ -50,6 +52,7 @@ from .format import (
     EPISODE_FORMAT,
     EPISODES_PATH,
     FRAMES_FILE,
+    VIDEO_FILES_SIZE_IN_MB,
     VIDEO_KEYS,
     VIDEO_PATH,
     data_schema,
@@ -63,7 +66,8 @@ from .stats import (
     stats_to_json,
     vector_stats,
 )
-from .video import SignatureMismatch, concat_videos, video_signature
+from .video import SignatureMismatch, VideoConcat, concat_videos, video_signature
+from .video_drafts import VideoDrafts
 
 __all__ = ["DatasetConfig", "DatasetSummary", "episode_fps", "finalize_dataset"]
 
@@ -90,7 +94,7 @@ class DatasetConfig:
     robot_type: str = "unknown"
     chunks_size: int = 1000
     data_files_size_in_mb: float = 100.0
-    video_files_size_in_mb: float = 200.0
+    video_files_size_in_mb: float = VIDEO_FILES_SIZE_IN_MB
     remux_videos: bool = True
     episodes_per_meta_file: int = 1000
 
@@ -258,12 +262,14 @@ def _write_data(
 
 
 def _write_videos(
-    root: Path, episodes: list[_Episode], cfg: DatasetConfig
+    root: Path, episodes: list[_Episode], cfg: DatasetConfig, drafts: VideoDrafts | None
 ) -> tuple[set[Path], dict[int, dict[str, Any]]]:
     written: set[Path] = set()
     columns: dict[int, dict[str, Any]] = {ep.index: {} for ep in episodes}
+    if drafts is not None and cfg.remux_videos:
+        drafts.settle()
     for key in VIDEO_KEYS:
-        written |= _write_video_key(root, key, episodes, cfg, columns)
+        written |= _write_video_key(root, key, episodes, cfg, columns, drafts if cfg.remux_videos else None)
     return written, columns
 
 
@@ -273,6 +279,7 @@ def _write_video_key(
     episodes: list[_Episode],
     cfg: DatasetConfig,
     columns: dict[int, dict[str, Any]],
+    drafts: VideoDrafts | None = None,
 ) -> set[Path]:
     sources = {ep.index: ep.path / video_file(key) for ep in episodes}
     if not cfg.remux_videos:  # a file per episode
@@ -284,7 +291,7 @@ def _write_video_key(
     declared = _declared_signatures(episodes, key)
     if declared is not None:
         try:
-            return _write_video_files(root, key, episodes, cfg, columns, sources, declared.get)
+            return _write_video_files(root, key, episodes, cfg, columns, sources, declared.get, drafts)
         except SignatureMismatch:
             log.info("finalize_video_signatures_read", key=key)
     signatures = {i: video_signature(p) for i, p in sources.items()}
@@ -309,6 +316,7 @@ def _write_video_files(
     columns: dict[int, dict[str, Any]],
     sources: dict[int, Path],
     signature: Callable[[int], object],
+    drafts: VideoDrafts | None = None,
 ) -> set[Path]:
     written: set[Path] = set()
     limit = cfg.video_files_size_in_mb * _MB if cfg.remux_videos else 0
@@ -321,8 +329,12 @@ def _write_video_files(
     for n, group in enumerate(groups):
         slot = _file_slot(n, cfg.chunks_size)
         dest = root / VIDEO_PATH.format(video_key=key, **slot)
-        with atomic_file(dest) as tmp:
-            spans = concat_videos([sources[ep.index] for ep in group], tmp, cfg.fps)
+        paths = [sources[ep.index] for ep in group]
+        draft = drafts.take(key, n, paths, cfg.fps) if drafts is not None else None
+        spans = _finish_draft(draft, paths, dest) if draft is not None else None
+        if spans is None:
+            with atomic_file(dest) as tmp:
+                spans = concat_videos(paths, tmp, cfg.fps)
         written.add(dest)
         for ep, (t0, t1) in zip(group, spans, strict=True):
             frames = round((t1 - t0) * cfg.fps)
@@ -338,6 +350,27 @@ def _write_video_files(
                 }
             )
     return written
+
+
+def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[tuple[float, float]] | None:
+    """The draft with the rest of ``sources`` added, moved to ``dest`` (durably, as
+    ``atomic_file``): its spans; None, the draft deleted, where that failed (a source that
+    differs, another file system): the file is remuxed anew then."""
+    try:
+        for src in sources[len(draft.sources) :]:
+            draft.add(src)
+        draft.close()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fsync_path(draft.dest)
+        os.replace(draft.dest, dest)
+        fsync_path(dest.parent)
+    except (InvalidData, OSError) as exc:
+        log.info("video_draft_unused", dest=str(dest), why=f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(Exception):
+            draft.close()
+        draft.dest.unlink(missing_ok=True)
+        return None
+    return draft.spans
 
 
 _INDEX_COLUMNS = ("episode_index", "index", "task_index")
@@ -426,13 +459,17 @@ def episode_fps(store: OutputStore) -> int | None:
     return None
 
 
-def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> DatasetSummary:
+def finalize_dataset(
+    store: OutputStore, root: Path, config: DatasetConfig, drafts: VideoDrafts | None = None
+) -> DatasetSummary:
     """Write every committed episode of ``store`` as one LeRobot v3.0 dataset under ``root``.
 
     Args:
         store: the OutputStore the episodes were committed to.
         root: the dataset directory (``LeRobotDataset(repo_id, root=root)``); created if missing.
         config: frame rate, robot type and file sizes.
+        drafts: the videos remuxed as the episodes were written (``video_drafts``): a draft
+            that begins a video file is finished and moved into place, not remuxed anew.
 
     Returns:
         A summary of what was written.
@@ -454,7 +491,7 @@ def finalize_dataset(store: OutputStore, root: Path, config: DatasetConfig) -> D
         # cores are idle by the time its dataset is finalized.
         with ThreadPoolExecutor(1, thread_name_prefix="finalize-data") as pool:
             data = pool.submit(_write_data, root, episodes, config)
-            video_files, video_columns = _write_videos(root, episodes, config)
+            video_files, video_columns = _write_videos(root, episodes, config, drafts)
             stats = [_episode_stats(ep) for ep in episodes]
             data_files, data_where = data.result()
         meta_files = _write_episodes_meta(root, episodes, stats, data_where, video_columns, config)

@@ -35,6 +35,7 @@ __all__ = [
     "RGB_KEY",
     "STATE_DIM",
     "STATE_KEY",
+    "VIDEO_FILES_SIZE_IN_MB",
     "VIDEO_KEYS",
     "VIDEO_PATH",
     "data_schema",
@@ -52,6 +53,7 @@ STATE_KEY = "observation.state"
 ACTION_KEY = "action"
 MASK_KEY = "action_mask"
 VIDEO_KEYS = (RGB_KEY, DEPTH_KEY)
+VIDEO_FILES_SIZE_IN_MB = 200.0  # a dataset's video file is closed once it would pass this
 STATE_DIM = 9
 DEFAULT_DEPTH_MAX_M = 10.0
 

@@ -31,6 +31,7 @@ from troupe.actors.lerobot.errors import InvalidData
 
 __all__ = [
     "SignatureMismatch",
+    "VideoConcat",
     "VideoConfig",
     "VideoInfo",
     "best_codec",
@@ -263,43 +264,86 @@ def concat_videos(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[f
 
 
 def _remux(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[float, float]]:
-    spans: list[tuple[float, float]] = []
-    frames_before = 0
-    with _translated(f"remuxing into {dest}"), av.open(str(dest), "w", format="mp4") as out:
-        out_stream = None
-        first: tuple[object, ...] | None = None
+    with VideoConcat(dest, fps) as concat:
         for src in sources:
-            with av.open(str(src)) as container:
-                stream = container.streams.video[0]
-                # Checked on the container opened for its packets: opening every source once
-                # more for its signature was a third of a dataset's finalisation.
-                signature = _stream_signature(stream)
-                if first is None:
-                    first = signature
-                elif signature != first:
-                    raise SignatureMismatch(
-                        f"cannot remux {len(sources)} videos into {dest}: {src} differs from "
-                        f"{sources[0]} in codec, size or headers; group sources by "
-                        "video_signature() first"
-                    )
-                if out_stream is None:
-                    out_stream = out.add_stream_from_template(stream)
-                shift = Fraction(frames_before, fps) / (stream.time_base or Fraction(1, fps))
-                if shift.denominator != 1:
-                    raise InvalidData(
-                        f"{src}: time base {stream.time_base} cannot express {fps} fps exactly; "
-                        "re-encode it with encode_video"
-                    )
-                count = 0
-                offset = int(shift)  # once, not a Fraction's __int__ per packet
-                for packet in container.demux(stream):
-                    if packet.dts is None or packet.pts is None:  # the end-of-stream flush packet
-                        continue
-                    packet.pts += offset
-                    packet.dts += offset
-                    packet.stream = out_stream
-                    out.mux(packet)
-                    count += 1
-            spans.append((frames_before / fps, (frames_before + count) / fps))
-            frames_before += count
-    return spans
+            concat.add(src)
+    return concat.spans
+
+
+class VideoConcat:
+    """An mp4 being remuxed from whole videos, one :meth:`add` at a time (:func:`concat_videos`
+    at once; a dataset's video drafted while its episodes are written, ``video_drafts``). The
+    file is complete once closed (leaving the ``with``); ``spans`` are the sources' spans.
+
+    Raises (from :meth:`add`):
+        SignatureMismatch: the source differs from the first in codec, size or headers (the
+            file holds the sources before it, unchanged).
+        InvalidData: the source is not a video, or its time base cannot express ``fps``.
+        OSError: a file could not be read or written.
+    """
+
+    def __init__(self, dest: Path, fps: int) -> None:
+        self.dest = dest
+        self.fps = fps
+        self.sources: list[Path] = []
+        self.spans: list[tuple[float, float]] = []
+        self._frames = 0
+        self._first: tuple[object, ...] | None = None
+        with _translated(f"remuxing into {dest}"):
+            self._out: Any = av.open(str(dest), "w", format="mp4")
+        self._stream: Any = None
+        self.closed = False
+
+    def __enter__(self) -> VideoConcat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Write the file's index: it is a whole mp4 now (once; closing again does nothing)."""
+        if self.closed:
+            return
+        self.closed = True
+        with _translated(f"remuxing into {self.dest}"):
+            self._out.close()
+
+    def add(self, src: Path) -> tuple[float, float]:
+        """Append ``src``'s packets, shifted past the sources before it; its span in seconds."""
+        with _translated(f"remuxing into {self.dest}"), av.open(str(src)) as container:
+            stream = container.streams.video[0]
+            # Checked on the container opened for its packets: opening every source once
+            # more for its signature was a third of a dataset's finalisation.
+            signature = _stream_signature(stream)
+            if self._first is None:
+                self._first = signature
+            elif signature != self._first:
+                raise SignatureMismatch(
+                    f"cannot remux {src} into {self.dest}: it differs from "
+                    f"{self.sources[0]} in codec, size or headers; group sources by "
+                    "video_signature() first"
+                )
+            shift = Fraction(self._frames, self.fps) / (stream.time_base or Fraction(1, self.fps))
+            if shift.denominator != 1:
+                raise InvalidData(
+                    f"{src}: time base {stream.time_base} cannot express {self.fps} fps exactly; "
+                    "re-encode it with encode_video"
+                )
+            if self._stream is None:
+                self._stream = self._out.add_stream_from_template(stream)
+            count = 0
+            offset = int(shift)  # once, not a Fraction's __int__ per packet
+            out, out_stream = self._out, self._stream
+            for packet in container.demux(stream):
+                if packet.dts is None or packet.pts is None:  # the end-of-stream flush packet
+                    continue
+                packet.pts += offset
+                packet.dts += offset
+                packet.stream = out_stream
+                out.mux(packet)
+                count += 1
+        span = (self._frames / self.fps, (self._frames + count) / self.fps)
+        self.sources.append(src)
+        self.spans.append(span)
+        self._frames += count
+        return span

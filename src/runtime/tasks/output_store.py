@@ -71,6 +71,7 @@ __all__ = [
     "Staged",
     "as_commit_error",
     "atomic_file",
+    "fsync_path",
 ]
 
 log = structlog.get_logger(__name__)
@@ -186,7 +187,8 @@ def _commit_error(task_id: str, action: str, exc: OSError, root: Path) -> Commit
     return as_commit_error(exc, action=action, root=root, task_id=task_id)
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (its entries: a rename into it is then on disk)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -206,8 +208,8 @@ def _fsync_tree(top: Path) -> None:
     # Files first, then their directories bottom-up, so the rename publishes durable content.
     for dirpath, _dirnames, filenames in os.walk(top, topdown=False):
         for name in filenames:
-            _fsync_path(Path(dirpath) / name)
-        _fsync_path(Path(dirpath))
+            fsync_path(Path(dirpath) / name)
+        fsync_path(Path(dirpath))
 
 
 class Staged:
@@ -275,8 +277,8 @@ class Staged:
                     return self._duplicate()
                 raise
             if store.durable:
-                _fsync_path(store.committed_dir)
-                _fsync_path(store.staging_dir)
+                fsync_path(store.committed_dir)
+                fsync_path(store.staging_dir)
         except OSError as exc:
             store.discard(self, "failed")
             log.warning("output_commit_failed", task_id=self.task_id, error=str(exc))
@@ -553,10 +555,10 @@ def atomic_file(path: Path, *, durable: bool = True) -> Iterator[Path]:
     try:
         yield tmp
         if durable:
-            _fsync_path(tmp)
+            fsync_path(tmp)
         os.replace(tmp, path)
         if durable:
-            _fsync_path(path.parent)
+            fsync_path(path.parent)
     finally:
         if tmp.exists():
             tmp.unlink()

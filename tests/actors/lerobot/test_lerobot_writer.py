@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import json
 import threading
 from pathlib import Path
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from support.file_digests import file_digests
 from troupe.actors.lerobot import episode as lerobot_episode
 from troupe.actors.lerobot import writer as lerobot_writer
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData, write_episode
@@ -71,14 +71,6 @@ def _episode(task_id: str, length: int | None = None, seed: int = 0, **kw: objec
 def _write_all(store: OutputStore) -> None:
     for seed, task_id in enumerate(LENGTHS):
         assert write_episode(store, _episode(task_id, seed=seed)) is True
-
-
-def _digest(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -328,9 +320,9 @@ def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_pa
     assert list(eps[f"videos/{RGB_KEY}/from_timestamp"]) == [0.0] * 4
 
     first = finalize_dataset(store, root, DatasetConfig(fps=FPS))
-    before = _digest(root)
+    before = file_digests(root)
     assert finalize_dataset(store, root, DatasetConfig(fps=FPS)) == first
-    assert _digest(root) == before
+    assert file_digests(root) == before
     assert not (root / "data/chunk-001").exists()
     assert sorted(p.name for p in (root / "videos" / RGB_KEY / "chunk-000").iterdir()) == ["file-000.mp4"]
 
@@ -368,7 +360,7 @@ def test_finalize_crash_leaves_whole_files_and_rerun_heals(
     finalize_dataset(store, root, DatasetConfig(fps=FPS))
     clean = tmp_path / "clean"
     finalize_dataset(store, clean, DatasetConfig(fps=FPS))
-    assert _digest(root) == _digest(clean)
+    assert file_digests(root) == file_digests(clean)
 
 
 def test_finalize_refuses_mixed_or_empty_input(store: OutputStore, tmp_path: Path) -> None:
