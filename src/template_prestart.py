@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CHECKS_ENV",
+    "CHECK_ONLY_ENV",
     "FD_ENV",
     "LATER_ENV",
     "MODULES_ENV",
@@ -45,6 +46,9 @@ NODE_ENV = "TROUPE_TEMPLATE_NODE"  # the node's name, for the process title
 CHECKS_ENV = "TROUPE_TEMPLATE_CHECKS"  # JSON list of [field, class, kind, kwarg names]: loading.first_failure
 # "1": the node's name, the checks and more modules come as the socket's first message.
 LATER_ENV = "TROUPE_TEMPLATE_LATER"
+# "1": a template for the class check alone (a run on a cluster's nodes forks nothing here): the
+# classes' modules, without what they name in ``preload_modules`` (torch, say).
+CHECK_ONLY_ENV = "TROUPE_TEMPLATE_CHECK_ONLY"
 
 
 def template_argv() -> list[str]:
@@ -73,10 +77,11 @@ class Prestarted:
 _ahead: Prestarted | None = None
 
 
-def prestart(modules: Sequence[str]) -> Prestarted | None:
+def prestart(modules: Sequence[str], check_only: bool = False) -> Prestarted | None:
     """Start a template that imports what every worker imports and ``modules`` (modules or
     ``pkg.mod:Class``), then waits for its node (:func:`take` hands it over). None where it
-    could not be started: the run starts its own, as without this."""
+    could not be started: the run starts its own, as without this. ``check_only``: for the
+    class check of a run on a cluster's nodes (``CHECK_ONLY_ENV``)."""
     global _ahead
     if _ahead is not None:
         return _ahead
@@ -89,6 +94,8 @@ def prestart(modules: Sequence[str]) -> Prestarted | None:
     try:
         os.set_inheritable(theirs.fileno(), True)
         extra = {FD_ENV: str(theirs.fileno()), MODULES_ENV: json.dumps(list(modules)), LATER_ENV: "1"}
+        if check_only:
+            extra[CHECK_ONLY_ENV] = "1"
         env = {**os.environ, **extra}
         argv = template_argv()
         pid = os.posix_spawn(

@@ -10,7 +10,9 @@ A command whose output's reader went away ends quietly with 141 (``closed_output
 
 ``troupe run`` starts its node's template here, before those imports (``template_prestart``):
 the template imports the stage classes (torch among them) on the core the command's own
-imports leave idle, and the run's node takes it over. The classes are read from the pipeline
+imports leave idle, and the run's node takes it over (``troupe run --cluster``: a template that
+imports the classes' modules only, to check them before the run submits its job). The classes
+are read from the pipeline
 file with the standard library (or the embedded default's data); a file that does not parse
 starts nothing here, and the command says what is wrong with it as before.
 """
@@ -44,12 +46,13 @@ def _start_template_ahead(args: list[str]) -> None:
     if classes:
         from troupe.template_prestart import prestart
 
-        prestart(classes)
+        # On a cluster's nodes, the template only checks the classes (they fork nothing here).
+        prestart(classes, check_only=any(a == "--cluster" or a.startswith("--cluster=") for a in args))
 
 
 def _elsewhere(arg: str) -> bool:
-    """An option after which this command starts no template of its own (or runs nothing)."""
-    return arg in ("--help", "-h", "--cluster") or arg.startswith("--cluster=")
+    """An option after which this command runs nothing."""
+    return arg in ("--help", "-h")
 
 
 def stage_classes(args: list[str]) -> list[str]:

@@ -32,8 +32,8 @@ import troupe.template_prestart as ahead
 
 real = ahead.prestart
 
-def told(modules):
-    started = real(modules)
+def told(modules, check_only=False):
+    started = real(modules, check_only)
     print(started.pid if started else "none", flush=True)
     return started
 

@@ -248,6 +248,26 @@ def test_a_misspelt_class_installed_here_is_refused_before_the_job_or_out_is_mad
     assert "misspelt" not in anyio.run(run)
     assert not (tmp_path / "out").exists()
 
+    # The command: its template, started at its entry, checks the class (exit 2, one line).
+    toml = tmp_path / "misspelt.toml"
+    toml.write_text(
+        '[pipeline]\nname = "misspelt"\nitems = 2\n\n[[stages]]\nname = "load"\n'
+        'actor = "troupe.actors.datagen.lifecycle:SceneLoadr"\n',
+        encoding="utf-8",
+    )
+    entry = [sys.executable, "-c", "from troupe.cli.entry import main; main()"]
+    done = subprocess.run(
+        [*entry, "run", str(toml), "--out", str(tmp_path / "out"), "--cluster", two_nodes.endpoint],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        env={**os.environ, "PYTHONPATH": import_path(), "COLUMNS": "200"},
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "stages.load.actor" in done.stderr and "has no 'SceneLoadr'" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+    assert "misspelt" not in [j["job_id"] for j in anyio.run(lambda: two_nodes.call("jobs"))]
+
 
 def test_a_stage_no_node_can_import_fails_naming_the_node(tmp_path: Path, two_nodes: TaskMaster) -> None:
     """The nodes import the stage classes themselves: one they cannot import fails the run at

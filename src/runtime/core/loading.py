@@ -142,16 +142,16 @@ def stage_checks(cfg: PipelineConfig) -> list[Check]:
 
 
 def installed_here(checks: Sequence[Check]) -> list[Check]:
-    """The checks whose class's top-level package this process finds (without importing it):
-    a run on running nodes checks those on its own host, before it submits anything, and
-    leaves a class installed only on the nodes' hosts to them."""
+    """The checks whose class's module this process finds (importing its packages, not the
+    module): a run on a cluster's nodes checks those on its own host before it submits
+    anything, and leaves a module found only on the nodes' hosts to them."""
     kept = []
     for check in checks:
         path = check[1]
         module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
         try:
-            found = importlib.util.find_spec(module.partition(".")[0]) is not None
-        except (ImportError, ValueError):
+            found = bool(module) and importlib.util.find_spec(module) is not None
+        except Exception:  # a package that fails to import: the nodes' own import says why
             found = False
         if found:
             kept.append(check)
@@ -266,8 +266,8 @@ def _slow_note(source: str, said: bytes | str | None, waited: float) -> str:
 async def check_stage_actors_async(cfg: PipelineConfig, source: str, installed_only: bool = False) -> None:
     """:func:`check_stage_actors` for an event loop: the child is killed (and reaped) when the
     caller is cancelled, so a Ctrl-C stops a run whose class check hangs in an import.
-    ``installed_only``: a class whose top-level package the child does not find is left out
-    (:func:`installed_here`), for a run on other hosts' nodes."""
+    ``installed_only``: a class whose module the child does not find is left out
+    (:func:`installed_here`), for a run on a cluster's nodes."""
     import anyio  # here: the check's child imports this module, and stays lean
 
     checks = stage_checks(cfg)

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from troupe.template_prestart import CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
+from troupe.template_prestart import CHECK_ONLY_ENV, CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
 
 __all__ = [
     "BASE_MODULES",
@@ -88,6 +88,8 @@ def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
     wanted = json.loads(os.environ.pop(MODULES_ENV, "[]"))
     checks = json.loads(os.environ.pop(CHECKS_ENV, "[]"))
+    lazy = os.environ.pop(CHECK_ONLY_ENV, "") != "1"
+    installed_only = False
     # What the template makes lives until it exits, so the collector only scans it over and
     # over: during torch's import alone, about a sixth of the start-up. Frozen, the forked
     # workers' collections skip it, and never write to its pages (no copy-on-write).
@@ -99,23 +101,24 @@ def main() -> None:
 
     node = os.environ.pop(NODE_ENV, "?")
     name_process(f"troupe template (node {node})", "troupe-template")
-    imported, skipped = _preload([*BASE_MODULES, *wanted], _telling(sock))
+    imported, skipped = _preload([*BASE_MODULES, *wanted], _telling(sock), lazy=lazy)
     if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
         later = _receive_later(sock)
         if later is None:  # the command ended without a node for it
             os._exit(0)  # no teardown of the imports: torch's alone takes seconds
         node = str(later.get("node", node))
         name_process(f"troupe template (node {node})", "troupe-template")
-        more, more_skipped = _preload([str(m) for m in later.get("modules", ())], _telling(sock))
+        more, more_skipped = _preload([str(m) for m in later.get("modules", ())], _telling(sock), lazy=lazy)
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
         checks = later.get("checks", [])
+        installed_only = later.get("installed_only") is True
     hello: dict[str, Any] = {"ready": True, "pid": os.getpid(), "imported": imported, "skipped": skipped}
     if checks:  # the classes are imported now: checking them costs the run no child of its own
-        from troupe.runtime.core.loading import first_failure
+        from troupe.runtime.core.loading import first_failure, installed_here
 
         try:
-            hello["check_failure"] = first_failure(checks)
+            hello["check_failure"] = first_failure(installed_here(checks) if installed_only else checks)
         except BaseException:  # a module that exits as it imports: the run's own child says so
             pass
     _read_codec_entry_points()
@@ -163,14 +166,18 @@ def _telling(sock: socket.socket) -> Callable[[str], None]:
 
 
 def _preload(
-    names: list[str], tell: Callable[[str], None] | None = None, seen: set[str] | None = None
+    names: list[str],
+    tell: Callable[[str], None] | None = None,
+    seen: set[str] | None = None,
+    lazy: bool = True,
 ) -> tuple[list[str], dict[str, str]]:
     """Import ``names``: modules, or classes (``pkg.mod:Class``) whose module is imported and
     then what the class names in ``preload_modules`` (what it imports lazily: torch, say); a
     module alone brings what each class defined in it names so (a node's ``preload`` of an
     actors' module makes every actor there start fast, as naming each class would).
     One that fails is skipped (its worker imports it as a spawned one would, and reports the
-    error there). ``tell`` is told each name before its import (``_telling``)."""
+    error there). ``tell`` is told each name before its import (``_telling``); ``lazy``: False
+    leaves out what the classes name in ``preload_modules`` (a template for a check alone)."""
     imported: list[str] = []
     skipped: dict[str, str] = {}
     seen = set() if seen is None else seen  # a class naming its own module is imported once
@@ -185,7 +192,7 @@ def _preload(
             loaded = importlib.import_module(module)
             imported.append(module)
             classes = [getattr(loaded, cls_name, None)] if cls_name else _classes_of(loaded)
-            extra = [m for cls in classes for m in _lazy_imports(cls)]
+            extra = [m for cls in classes for m in _lazy_imports(cls)] if lazy else []
             if extra:
                 more, failed = _preload(extra, tell, seen)
                 imported += more

@@ -96,6 +96,8 @@ class TemplateLink:
             first one, told its node, ``modules`` and ``checks`` now; later ones start anew.
         ready_s: how long a template may import before it is given up on (killed; the node
             spawns meanwhile, and starts another).
+        installed_only: ``ahead`` checks only the classes whose package it finds
+            (``loading.installed_here``): a run on a cluster's nodes leaves the others to them.
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class TemplateLink:
         checks: Sequence[Check] = (),
         ahead: Prestarted | None = None,
         ready_s: float = READY_S,
+        installed_only: bool = False,
     ) -> None:
         self.node = node
         self._ahead = ahead
@@ -116,6 +119,7 @@ class TemplateLink:
         self.checks = [list(c) for c in checks]
         self._check: ClassCheck | None = None
         self.ready_s = ready_s
+        self.installed_only = installed_only
         self.importing: str | None = None  # until ready: the class or module it imports now
         self.stuck: str | None = None  # the import a template's ready_s ran out in (it was killed)
         self.process: Process | None = None
@@ -157,7 +161,10 @@ class TemplateLink:
         if ahead is not None:  # started by the command: told now what a spawned one is told at start
             process, ours = ForkedProcess(ahead.pid, None), ahead.sock
             ours.setblocking(False)
-            later = json.dumps({"node": self.node, "modules": self.modules, "checks": self.checks}).encode()
+            told: dict[str, object] = {"node": self.node, "modules": self.modules, "checks": self.checks}
+            if self.installed_only:
+                told["installed_only"] = True
+            later = json.dumps(told).encode()
         else:
             (process, ours), later = await self._spawn(), None
         self.process, self.pid, self._sock = process, process.pid, ours

@@ -46,6 +46,7 @@ async def early_template(
     ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
     ready_s: float = READY_S,
+    installed_only: bool = False,
 ) -> AsyncIterator[TemplateLink]:
     """A template for ``cfg``'s stage classes, started and their check passed; stopped on the
     way out unless a node stopped it first.
@@ -57,6 +58,8 @@ async def early_template(
         ahead: the template the command started ahead (``template_prestart``), taken over.
         on_importing: told what the template imports while the run waits for it (``OnImporting``).
         ready_s: how long one template's imports may take.
+        installed_only: check only the classes whose module is found here (a run on
+            a cluster's nodes, whose ``ahead`` template only checks: ``loading.installed_here``).
 
     Raises:
         ConfigError: as :func:`~troupe.runtime.core.loading.check_stage_actors`, or an import
@@ -64,7 +67,14 @@ async def early_template(
     """
     checks = stage_checks(cfg)
     started = time.monotonic() if ahead is None else ahead.started
-    link = TemplateLink(node, [s.actor for s in cfg.stages], checks=checks, ahead=ahead, ready_s=ready_s)
+    link = TemplateLink(
+        node,
+        [s.actor for s in cfg.stages],
+        checks=checks,
+        ahead=ahead,
+        ready_s=ready_s,
+        installed_only=installed_only,
+    )
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
         await link.start(tg)
@@ -77,7 +87,7 @@ async def early_template(
             if found is None and link.stuck is not None:
                 raise ConfigError(_stuck_message(source, checks, link.stuck, link.ready_s))
             if found is None:  # the template could not check: the child says what went wrong
-                await check_stage_actors_async(cfg, source)
+                await check_stage_actors_async(cfg, source, installed_only=installed_only)
             elif found.failure is not None:
                 where, error = found.failure
                 raise ConfigError(f"{source}: {where}: {error}")

@@ -10,6 +10,7 @@ the one asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import structlog
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TaskError
-from troupe.runtime.node.spawn_owners import MASTER_OWNER, master_verdict
+from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_SILENT_S, master_verdict
 from troupe.runtime.security.roles import NotPermitted
 from troupe.runtime.tasks.state import FINAL_STATES
 
@@ -71,11 +72,13 @@ async def master_source(
     master_outlives_run: bool = True,
     fresh: bool = False,
     out: Path | None = None,
+    on_event: Callable[[str], None] | None = None,
 ) -> tuple[MasterSource, int]:
     """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
     say how many of its tasks an earlier run ended (``master_outlives_run``: see MasterSource).
     ``out``: the run's output directory, kept with a new job (``OUT_REF``) and compared with a
-    job's that the master has.
+    job's that the master has. ``on_event``: told when the run waits for the master's word on an
+    earlier run of the job that does not answer (killed, most often: up to ``OWNER_SILENT_S``).
 
     Raises:
         ConfigError: the master has a job of the pipeline's name with other items, or made with
@@ -124,7 +127,7 @@ async def master_source(
     if int((known or {}).get("counts", {}).get("dead", 0)):  # an earlier run's dead: not this run's
         dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
         source.dead_before = {str(t.get("task_id")) for t in dead or [] if isinstance(t, dict)}
-    alive, gone = await _other_runs(rt, master, job_id, source.worker_id)
+    alive, gone = await _other_runs(rt, master, job_id, source.worker_id, on_event)
     if alive:
         raise ConfigError(
             f"the master's job {job_id!r} is being run by another troupe run ({alive[0]}): two runs "
@@ -160,7 +163,9 @@ def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int)
     return out
 
 
-async def _other_runs(rt: Runtime, master: str, job_id: str, me: str) -> tuple[list[str], list[str]]:
+async def _other_runs(
+    rt: Runtime, master: str, job_id: str, me: str, on_event: Callable[[str], None] | None = None
+) -> tuple[list[str], list[str]]:
     """The other runs registered for the job (workers of its kind): those that still answer, or
     that the master heard from (worker id and endpoint), and the worker ids of those that do
     not. One that does not is a run that was killed: its registration outlives it, and it is no
@@ -183,6 +188,13 @@ async def _other_runs(rt: Runtime, master: str, job_id: str, me: str) -> tuple[l
         # its operator's, answers no ping: the master it beats to says (spawn_owners.py).
         owner = f"{MASTER_OWNER}{worker.get('worker_id')}"
         pinged = await answers(rt, str(worker["endpoint"]), _ALIVE_S)
+        if not pinged and on_event is not None:  # the verdict may take OWNER_SILENT_S: say why
+            on_event(
+                f"an earlier run of the job {job_id!r} ({worker.get('worker_id')} at "
+                f"{worker['endpoint']}) does not answer: waiting for the master to count it gone "
+                f"(no beat from it for {OWNER_SILENT_S:g} s; it was killed, or runs on another "
+                "host); Ctrl-C stops"
+            )
         if pinged or await master_verdict(rt, master, owner, unheard_is_gone=True) is False:
             alive.append(f"{worker.get('worker_id')} at {worker['endpoint']}")
         else:

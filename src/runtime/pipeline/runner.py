@@ -151,8 +151,10 @@ async def run_pipeline(
             before the run: one taken since (another run started at once) gives way to a free
             port of its host, said through ``on_event``, rather than failing the run.
         template_ahead: a node template the caller started ahead (``troupe.template_prestart``,
-            as ``troupe run`` does at its entry): a one-host run's node takes it over, any
-            other run stops it. The wall time still counts from this call.
+            as ``troupe run`` does at its entry): a one-host run's node takes it over; a run on a
+            cluster has it check the stage classes, then stops it (started with
+            ``check_only``, it imports no more than the check needs); any other run stops it.
+            The wall time still counts from this call.
         on_importing: told about every second, while a one-host run's node template imports
             the stage classes (before ``on_start``), the class or module it imports now (None
             once done, or before it said) and the seconds since it started: a slow or hanging
@@ -190,11 +192,20 @@ async def run_pipeline(
             template = await stack.enter_async_context(
                 early_template(early.cfg, _NODE, early.source, taken, on_importing)
             )
-        elif not early.finished:
-            # On running nodes: the classes installed here are checked here as well, before
-            # anything is submitted or made in ``out`` (a misspelt class had made a master's
-            # job, then failed on the node). One installed only on the nodes' hosts is theirs.
-            await check_stage_actors_async(early.cfg, early.source, installed_only=True)
+        elif cluster is not None:
+            # On a cluster's nodes: the classes installed here are checked here as well, before
+            # anything is submitted or made in ``out`` (a misspelt class had made the master's
+            # job, then failed on a node). One whose module is only on the nodes' hosts is
+            # theirs, as every class is on a running node of ``node=`` (its import path).
+            # A template the command started ahead checks them as it imports (forking nothing).
+            taken = ahead.pop() if ahead else None
+            if taken is not None:
+                async with early_template(
+                    early.cfg, _NODE, early.source, taken, on_importing, installed_only=True
+                ):
+                    pass
+            else:
+                await check_stage_actors_async(early.cfg, early.source, installed_only=True)
         plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         if run_dir is not None and run_dir.adopted and on_event is not None:
@@ -213,7 +224,7 @@ async def run_pipeline(
         failed: StageFailed | None = None
         result: PipelineResult | None = None
         where = (
-            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir)
+            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event)
             if cluster is not None
             else _cluster(
                 resolved,
@@ -426,7 +437,7 @@ def _early(
 def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool) -> _Plan:
     """Everything prepared before anything starts, once :func:`_early` passed and the stage
     classes were checked: by a one-host run's template (``early_template``), or here for a run
-    on running nodes (those classes installed here); a node reports a bad one it imports as
+    on a cluster (the classes whose module is here); a node reports a bad one it imports as
     the stage's failure."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
@@ -527,16 +538,17 @@ async def _on_cluster(
     keys: str | os.PathLike[str] | None,
     fresh: bool,
     out: Path | None,
+    on_event: Callable[[str], None] | None = None,
 ) -> AsyncIterator[_Cluster]:
     """A client of the running master at ``master``: its job is the items (made with ``out``),
     its live nodes run the replicas; nothing is started here, so nothing is stopped but the
-    replicas."""
+    replicas. ``on_event``: told what the run waits for (``master_source``)."""
     async with connect(master, keys=keys) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await master_source(rt, master, cfg, fresh=fresh, out=out)
+        source, before = await master_source(rt, master, cfg, fresh=fresh, out=out, on_event=on_event)
         yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
@@ -593,7 +605,7 @@ async def _cluster(
                     # A master started here keeps its journal in ``out``: they cannot part.
                     job_out = out if outlives else None
                     source, before = (
-                        await master_source(rt, master, cfg, outlives, fresh, job_out)
+                        await master_source(rt, master, cfg, outlives, fresh, job_out, on_event)
                         if master
                         else (None, 0)
                     )

@@ -64,6 +64,32 @@ async def test_the_checks_told_later_are_answered() -> None:
     assert gone_within(ahead.pid, WITHIN_S)
 
 
+async def test_a_check_only_template_checks_the_classes_found_here_and_leaves_the_rest() -> None:
+    """``troupe run --cluster``'s template: told ``installed_only``, it checks a class whose
+    module it finds (a misspelt one is named) and leaves one whose module only the cluster's
+    hosts may have; it imports no class's ``preload_modules``."""
+    ahead = template_prestart.prestart(["support.hook_stages:NotAStage"], check_only=True)
+    assert ahead is not None and template_prestart.take() is ahead
+    checks = [
+        ("stages.a.actor", "support.no_such_stages:Stage", "stage", [], {}),
+        ("stages.b.actor", "support.hook_stages:NotAStage", "stage", [], {}),
+    ]
+    link = TemplateLink("fahead", [c[1] for c in checks], checks=checks, ahead=ahead, installed_only=True)
+    async with ready_template(link) as template:
+        found = await template.checked()
+    assert found is not None and found.failure is not None
+    where, error = found.failure
+    assert where == "stages.b.actor" and "is not a subclass of" in error  # a's module: not here
+    assert gone_within(ahead.pid, WITHIN_S)
+
+    ahead = template_prestart.prestart([], check_only=True)
+    assert ahead is not None and template_prestart.take() is ahead
+    link = TemplateLink("fahead", [checks[0][1]], checks=checks[:1], ahead=ahead, installed_only=True)
+    async with ready_template(link) as template:
+        found = await template.checked()
+    assert found is not None and found.failure is None
+
+
 async def test_a_template_ahead_that_no_node_took_over_goes_with_the_link_s_stop() -> None:
     ahead = _started_ahead([])
     link = TemplateLink("fahead", [], ahead=ahead)  # never started: the run stopped first
