@@ -152,6 +152,7 @@ class PipelineEngine(ReplicaPool):
         self._wanted_before: set[str] = set()
         self._finishing = False
         self._launched: dict[str, Host] = {}  # every worker this run started and has not stopped
+        self._stop_waits: set[anyio.CancelScope] = set()
         self._suspects: dict[Replica, float] = {}
         self._look_now = anyio.Event()
         self._notified = 0.0  # when on_change was last called
@@ -258,6 +259,11 @@ class PipelineEngine(ReplicaPool):
                 await self._finalize_hooks()
             except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
                 failed = exc
+            except BaseException:
+                # Stopped (Ctrl-C) or failed: the stops asked of nodes need no answer now, or
+                # this group would wait for each (30 s) from a node this run has stopped.
+                self._stop_waits_end()
+                raise
             tg.cancel_scope.cancel()
         return failed, metrics
 

@@ -95,6 +95,7 @@ class ReplicaPool:
     _wanted_before: set[str]
     _finishing: bool
     _launched: dict[str, Host]
+    _stop_waits: set[anyio.CancelScope]  # the stops asked of nodes, waiting for their answers
     _suspects: dict[Replica, float]  # replicas whose connection ended, and since when
     _look_now: anyio.Event
     source: ItemSource
@@ -445,11 +446,22 @@ class ReplicaPool:
         if unanswered:  # the node stops the worker without us
             await send_unanswered(self.runtime, host.endpoint, "stop_worker", {"name": name})
             return
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True) as waiting:
+            self._stop_waits.add(waiting)
             try:
                 await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
+            finally:
+                self._stop_waits.discard(waiting)
+        if waiting.cancelled_caught:
+            log.info("replica_stop_unanswered", replica=name, reason="the run stopped before its node said")
+
+    def _stop_waits_end(self) -> None:
+        """The run stops (Ctrl-C, a failure): the stops asked of nodes are not waited for any
+        more (each node stops the worker it was told to, or is gone with it)."""
+        for waiting in list(self._stop_waits):
+            waiting.cancel()
 
 
 def _worker_gone(record: Any, incarnation: int | None) -> str | None:
