@@ -19,7 +19,12 @@ from rich.markup import escape
 from troupe.runtime import AskTimeout, ConfigError, PeerLost, TroupeError, Unreachable
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import leaf_errors
-from troupe.runtime.node.config import check_endpoint
+from troupe.runtime.node.config import (
+    DEFAULT_NODE_ENDPOINT,
+    RUN_MASTER_ENDPOINT,
+    RUN_NODE_ENDPOINT,
+    check_endpoint,
+)
 
 from .master_client import SILENT, keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
@@ -145,6 +150,14 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         TroupeError: with a message that says what to do when no node answers.
     """
     if not await anyio.to_thread.run_sync(reachable, endpoint, _PROBE_S):
+        if endpoint == DEFAULT_NODE_ENDPOINT and await anyio.to_thread.run_sync(
+            reachable, RUN_NODE_ENDPOINT, _PROBE_S
+        ):  # no --node, and a `troupe run` started its own node: what a user who ran one looks for
+            raise Unreachable(
+                f"no node answers at {endpoint}; a node listens at {RUN_NODE_ENDPOINT}, where "
+                f"`troupe run` starts its own: pass --node {RUN_NODE_ENDPOINT} (and --master "
+                f"{RUN_MASTER_ENDPOINT} for its master's view)"
+            )
         raise Unreachable(
             f"no node answers at {endpoint}: start one with `troupe node start` or pass --node ENDPOINT"
         )

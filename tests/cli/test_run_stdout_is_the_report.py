@@ -9,6 +9,7 @@ still there, on stderr.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,5 +68,7 @@ def test_json_on_stdout_and_what_the_stages_print_on_stderr(tmp_path: Path, entr
 def test_the_report_without_json_is_on_stdout_and_the_prints_are_not(tmp_path: Path) -> None:
     done = _run(tmp_path, "console-script")
     assert "node up in" in done.stdout
+    # where its node listens, for `troupe ctl status --node` (ctl's own default is another port)
+    assert re.search(r"node up in [0-9.]+ s at tcp://127\.0\.0\.1:\d+; running 3 items", done.stdout)
     assert "processing" not in done.stdout and "imported:" not in done.stdout
     assert "processing" in done.stderr

@@ -129,3 +129,17 @@ def test_node_start_blames_the_option_not_the_config_file(tmp_path: Path) -> Non
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("error: command line: --name: may hold only letters"), done.stderr
     assert str(config) not in done.stderr
+
+
+def test_run_refuses_one_port_for_its_node_and_its_master(tmp_path: Path) -> None:
+    """`troupe run --endpoint E --master E`: one line, exit 2, nothing made in --out (the master
+    bound the port first, and the node's error blamed "another node")."""
+    endpoint = free_endpoint()
+    done = troupe(
+        "run", "--out", str(tmp_path / "out"), "--items", "2", "--endpoint", endpoint, "--master", endpoint
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"error: --endpoint {endpoint} is also --master: the run's node and master need a port each" in (
+        done.stderr
+    )
+    assert not (tmp_path / "out").exists()

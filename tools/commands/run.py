@@ -15,16 +15,18 @@ from rich.markup import escape
 from troupe.cli.client import run_async
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
-from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
+from troupe.runtime.node.config import (
+    RUN_MASTER_ENDPOINT,
+    RUN_NODE_ENDPOINT,
+    ActorSpec,
+    NodeConfig,
+    WorkerSpec,
+)
 from troupe.runtime.node.local import start_local_node
 
 __all__ = ["demo", "moved_note", "run"]
 
 console = Console(soft_wrap=True)  # the demo's lines: whole when piped, never wrapped at column 80
-
-# Where `troupe run` starts its node and master unless told (`--endpoint`, `--master`).
-RUN_NODE_ENDPOINT = "tcp://127.0.0.1:7479"
-RUN_MASTER_ENDPOINT = "tcp://127.0.0.1:7478"
 
 
 def demo_workers() -> tuple[WorkerSpec, ...]:
@@ -195,6 +197,13 @@ def run(
     # stderr (stdout may carry --json); an endpoint that was given and is taken is refused.
     node_endpoint, node_moved = default_or_free(endpoint, RUN_NODE_ENDPOINT)
     master_endpoint, master_moved = default_or_free(master, RUN_MASTER_ENDPOINT)
+    if node_endpoint == master_endpoint:  # the master bound it first: "another node" said the error
+        whose = "--master" if master is not None else f"the master's default ({RUN_MASTER_ENDPOINT})"
+        raise fail(
+            f"--endpoint {node_endpoint} is also {whose}: the run's node and master need a port each; "
+            "give --endpoint another port (or --master)",
+            2,
+        )
     check_run(config, out, count, node_endpoint, master_endpoint, flag)
     taken_note = moved_note(node_endpoint, node_moved, master_endpoint, master_moved)
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).

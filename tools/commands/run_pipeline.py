@@ -230,8 +230,9 @@ async def _finish_run(
             return
         again = f" ({start.before} done before)" if start.before else ""
         up = "cluster joined" if cluster is not None else "node up"
+        at = f" at {start.node_endpoint}" if start.node_endpoint else ""  # for `ctl status --node`
         console.print(
-            f"{up} in {start.startup_s:.2f} s; running {start.items} items{again} "
+            f"{up} in {start.startup_s:.2f} s{at}; running {start.items} items{again} "
             f"through {start.stages} stages into {escape(str(out))}",
             soft_wrap=True,
         )

@@ -54,6 +54,8 @@ __all__ = [
     "MAX_HWM",
     "MAX_NAME",
     "MAX_TAGS",
+    "RUN_MASTER_ENDPOINT",
+    "RUN_NODE_ENDPOINT",
     "ActorSpec",
     "KindSupervision",
     "NodeConfig",
@@ -72,6 +74,9 @@ __all__ = [
 ]
 
 DEFAULT_NODE_ENDPOINT = "tcp://127.0.0.1:7470"
+# Where `troupe run` starts its own node and master unless told (`--endpoint`, `--master`).
+RUN_NODE_ENDPOINT = "tcp://127.0.0.1:7479"
+RUN_MASTER_ENDPOINT = "tcp://127.0.0.1:7478"
 # ZeroMQ takes the high-water mark as a C int; far below that, a queue this long is a mistake.
 MAX_HWM = 1_000_000
 MAX_NAME = 100  # names end up in file names and log lines

@@ -211,6 +211,10 @@ class RunDir:
                 self._check_new()
             self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
             return None
+        if self._binds_nothing(record, made_with):
+            self._drop_journal()  # its items were the other pipeline's
+            self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+            return None
         self._check_same(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
@@ -228,7 +232,8 @@ class RunDir:
         if record is None:
             self._check_new()
             return
-        self._check_same(record, made_with)
+        if not self._binds_nothing(record, made_with):
+            self._check_same(record, made_with)
 
     def finished(self, made_with: dict[str, Any], fresh: bool) -> bool:
         """Whether :meth:`prepare` would answer with a finished run whose outputs are all there;
@@ -353,15 +358,35 @@ class RunDir:
         self, record: dict[str, Any], made_with: dict[str, Any], advice: str = "use --fresh to start anew"
     ) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
+        if diff is not None and diff[0].startswith("name="):  # another pipeline: its file forgotten?
+            advice = (
+                f"it holds the pipeline {diff[0][5:]!r}: give that pipeline's file, `troupe run "
+                "PIPELINE.toml`, to resume it, or another --out; --fresh would delete what it made"
+            )
         if diff is not None:
             raise ConfigError(f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} ({advice})")
 
+    def _binds_nothing(self, record: dict[str, Any], made_with: dict[str, Any]) -> bool:
+        """Whether a record of another pipeline is no reason to refuse this one: its run made
+        nothing (it failed as it started: a port taken, a stage's bad kwarg), so the same
+        command with its mistake put right takes the folder (it had been refused there as made
+        with the mistake)."""
+        return first_difference(record.get("pipeline", {}), made_with) is not None and self._made_nothing()
+
+    def _journal_files(self) -> list[Path]:
+        return [self.journal_path.with_name(self.journal_path.name + s) for s in ("", "-wal", "-shm")]
+
+    def _drop_journal(self) -> None:
+        for path in self._journal_files():
+            path.unlink(missing_ok=True)
+
     def _made_nothing(self) -> bool:
-        """Whether this directory holds only a run's record and logs (a master-fed run that
-        failed as it started, a stage class misspelt, say): its record binds nothing then. The
+        """Whether this directory holds only a run's record, journal and logs (a run that failed
+        as it started, a stage class misspelt, say): its record binds nothing then. The
         folders a store stage made as it started (``.troupe/episodes/committed``, empty) are
         nothing: a file anywhere else is something."""
-        own = {self.record_path, lock_path(self.record_path)}
+        own = {self.record_path, lock_path(self.record_path), lock_path(self.journal_path)}
+        own.update(self._journal_files())
         try:
             for path in self.out.rglob("*"):
                 if path.is_dir() and not path.is_symlink():

@@ -94,6 +94,8 @@ class RunStart:
         out: the output directory, or None.
         job_cancelled: the master's job was cancelled before this run (``troupe ctl cancel``):
             nothing more runs, and the run finalises what earlier runs committed.
+        node_endpoint: where the node the run started listens (None on running nodes): what
+            ``troupe ctl status --node`` is given to watch the run.
     """
 
     startup_s: float
@@ -102,6 +104,7 @@ class RunStart:
     stages: int
     out: Path | None
     job_cancelled: bool = False
+    node_endpoint: str | None = None
 
 
 async def run_pipeline(
@@ -264,7 +267,8 @@ async def run_pipeline(
             if on_start is not None:
                 up = time.perf_counter() - t0
                 cancelled = isinstance(running.source, MasterSource) and running.source.cancelled_before
-                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled))
+                own = running.node_endpoint if running.node is not None else None
+                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled, own))
             engine_created = time.monotonic()
             engine = PipelineEngine(
                 resolved,

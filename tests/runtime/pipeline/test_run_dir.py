@@ -116,6 +116,8 @@ def test_a_copied_or_moved_directory_is_finalised_again_where_it_is_now(tmp_path
 def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(items=32), fresh=False)
+    (tmp_path / "out" / "data").mkdir()
+    (tmp_path / "out" / "data" / "file-000.parquet").write_bytes(b"PAR1")  # it made something
     with pytest.raises(ConfigError) as err:
         run.prepare(_made_with(items=8), fresh=False)
     assert str(err.value) == (
@@ -139,6 +141,7 @@ def test_a_run_whose_record_was_deleted_is_taken_for_this_ones(tmp_path: Path) -
     what its stages committed stays."""
     out = tmp_path / "out"
     (out / ".troupe" / "episodes" / "committed" / "t-1").mkdir(parents=True)
+    (out / ".troupe" / "episodes" / "committed" / "t-1" / "episode.json").write_text("{}")
     (out / "meta").mkdir()
     run = RunDir(out)
     assert run.prepare(_made_with(items=8), fresh=False) is None
@@ -271,3 +274,38 @@ def test_a_master_fed_run_that_made_only_empty_folders_binds_nothing(tmp_path: P
         run.check_shared(_made_with(items=32))
     with pytest.raises(ConfigError, match="was made with items=8, this run asks items=32"):
         run.take_shared(_made_with(items=32))
+
+
+def test_a_run_that_failed_as_it_started_binds_nothing_and_its_journal_goes(tmp_path: Path) -> None:
+    """A one-host run refused once it had made its record and journal (a port taken, a stage's
+    bad kwarg): the same command with its mistake put right runs there (it was refused as made
+    with the mistake), the earlier journal's items gone with it. Made something, it binds."""
+    run = RunDir(tmp_path / "out")
+    run.prepare(_made_with(items=2), fresh=False)
+    for name in ("journal.db", "journal.db-wal", "journal.db-shm", "journal.db.lock"):
+        (run.state_dir / name).write_bytes(b"")
+    (tmp_path / "out" / "logs").mkdir()
+    (tmp_path / "out" / "logs" / "local.jsonl").write_text("{}\n")
+    run.check(_made_with(items=3), fresh=False)
+    assert run.prepare(_made_with(items=3), fresh=False) is None
+    assert not run.journal_path.exists() and not (run.state_dir / "journal.db-wal").exists()
+    assert (tmp_path / "out" / "logs" / "local.jsonl").exists()  # its log stays: it says what failed
+
+    (tmp_path / "out" / "data").mkdir()
+    (tmp_path / "out" / "data" / "file-000.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ConfigError, match="was made with items=3, this run asks items=2"):
+        run.prepare(_made_with(items=2), fresh=False)
+
+
+def test_another_pipeline_s_folder_says_to_give_its_file_not_fresh(tmp_path: Path) -> None:
+    """A folder of another pipeline (its file forgotten on the command line): the way out is
+    that file or another --out; --fresh would delete what it made."""
+    run = RunDir(tmp_path / "out")
+    run.prepare(fingerprint(default_pipeline().model_copy(update={"name": "signals"})), fresh=False)
+    (tmp_path / "out" / "signals").mkdir()
+    (tmp_path / "out" / "signals" / "part-0.npy").write_bytes(b"\x93NUMPY")
+    with pytest.raises(ConfigError) as err:
+        run.prepare(_made_with(), fresh=False)
+    said = str(err.value)
+    assert "was made with name=signals, this run asks name=indoor-nav" in said, said
+    assert "give that pipeline's file, `troupe run PIPELINE.toml`" in said and "--fresh would delete" in said
