@@ -38,6 +38,7 @@ from troupe.runtime.tasks.state import (
 )
 
 from .controls import CancelControl, DeadControl, DoneTasksControl, NodeControl, SubmitControl, WaitJobControl
+from .journal_room import check_room
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -195,6 +196,9 @@ class Operations:
         m = SubmitControl.decode(payload)
         # A job of millions of tasks takes seconds to check: keep serving workers meanwhile.
         event = await anyio.to_thread.run_sync(_submit_event, m.job, m.source, m.job_id)
+        if not self.master.book.same_job(event.job_id, event.tasks, event.policy, event.name):
+            # A write the disk cannot hold stops the master; counted off its loop, as the parse.
+            await anyio.to_thread.run_sync(check_room, self.master.journal.path, event.job_id, event.tasks)
         reply = await self.master.dispatcher.handle(event)
         if any(isinstance(c, Reject) for c in reply) and self.master.book.same_job(
             event.job_id, event.tasks, event.policy, event.name
