@@ -219,9 +219,11 @@ async def _finish_run(
         if as_json:
             return
         if start.job_cancelled:
+            # A one-host run's job is its own journal's: --fresh starts it anew; a cluster's is not.
+            anew = "--fresh starts anew" if cluster is None else "a new job needs another \\[pipeline] name"
             console.print(
                 "the master's job was cancelled (`troupe ctl cancel`): nothing more runs; "
-                "finalising what earlier runs committed (a new job needs another \\[pipeline] name)",
+                f"finalising what earlier runs committed ({anew})",
                 soft_wrap=True,
             )
             return
