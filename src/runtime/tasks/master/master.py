@@ -130,6 +130,7 @@ from .controls import (
     WorkerLeftControl,
 )
 from .driver import Dispatcher
+from .journal_watch import JournalFile, watch_journal
 from .master_config import MasterConfig
 from .nodes import NodeTable, ProcessEntry
 from .operations import Operations, raise_rejected
@@ -257,6 +258,7 @@ class Master:
         async with serving(metrics), runtime, anyio.create_task_group() as tg:
             tg.start_soon(self._drive)
             tg.start_soon(self._tick)
+            tg.start_soon(self._watch_journal)
             self.ready.set()
             log.info(
                 "master_started",
@@ -277,6 +279,15 @@ class Master:
         except JournalError as exc:
             self.failure = exc
             self._stopping.set()
+
+    async def _watch_journal(self) -> None:
+        opened = JournalFile.at(self.journal.path)
+        if opened is None:  # nothing on disk to watch
+            return
+        lost = await watch_journal(opened)
+        log.error("journal_lost", journal=str(self.journal.path), error=str(lost))
+        self.failure = lost
+        self._stopping.set()
 
     async def _tick(self) -> None:
         while True:
