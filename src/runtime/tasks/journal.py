@@ -63,6 +63,7 @@ from troupe.runtime.errors import JournalDamaged, JournalError, TaskError
 from troupe.runtime.gc_pauses import collector_paused
 
 from .book import TaskBook
+from .job_digest import job_digest
 from .journal_bulk import insert_tasks, is_bulk, refs_text
 from .journal_check import bad_row, check_rows
 from .journal_lock import JournalLock
@@ -89,15 +90,16 @@ JournalEntry = Record | JobSubmitted | JobRecord | TaskRecord | JobTasksCancelle
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
 REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
-SCHEMA_VERSION = 2  # PRAGMA user_version; bump it with every schema change
-_UPGRADABLE = (1,)  # older versions opened and upgraded in place
+SCHEMA_VERSION = 3  # PRAGMA user_version; bump it with every schema change
+_UPGRADABLE = (1, 2)  # older versions opened and upgraded in place
 
 _COMPACTED_TABLE = """CREATE TABLE compacted_jobs (
         job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
         done INTEGER NOT NULL,
         cancelled INTEGER NOT NULL,
         last_lease_id INTEGER NOT NULL,
-        compacted_at REAL NOT NULL
+        compacted_at REAL NOT NULL,
+        content TEXT
     )"""
 _SCHEMA = (
     """CREATE TABLE jobs (
@@ -135,6 +137,8 @@ _UPGRADE_FROM_1 = (
     # when they finished is unknown: count from the upgrade, so none is compacted at once
     "UPDATE jobs SET finished_at = :now WHERE state != 'running'",
 )
+# A compacted job's tasks' digest (job_digest), for a submit of it again; null: compacted before.
+_UPGRADE_FROM_2 = ("ALTER TABLE compacted_jobs ADD COLUMN content TEXT",)
 _UPSERT_JOB = (  # a job keeps the time it first finished
     "INSERT INTO jobs (job_id, name, seq, state, policy, submitted_at, finished_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) "
@@ -162,10 +166,12 @@ _UPDATE_TASK = (
     "UPDATE tasks SET state = ?, attempts = ?, not_before = ?, last_lease_id = ?, "
     "result_ref = ?, error = ?, traceback = ? WHERE task_id = ?"
 )
-_SELECT_TASKS = (
-    "SELECT task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, not_before, "
-    "last_lease_id, result_ref, error, traceback FROM tasks ORDER BY seq"
+_TASK_COLUMNS = (
+    "task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, not_before, "
+    "last_lease_id, result_ref, error, traceback"
 )
+_SELECT_TASKS = f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY seq"
+_SELECT_JOB_TASKS = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE job_id = ? ORDER BY seq"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -345,17 +351,19 @@ class Journal:
                     "SELECT job_id, name, seq, state, policy, submitted_at FROM jobs ORDER BY seq"
                 )
             ]
-            compacted, lease_floor = {}, 0
-            for job_id, done, cancelled, last_lease_id in conn.execute(
-                "SELECT job_id, done, cancelled, last_lease_id FROM compacted_jobs"
+            compacted, lease_floor, digests = {}, 0, {}
+            for job_id, done, cancelled, last_lease_id, content in conn.execute(
+                "SELECT job_id, done, cancelled, last_lease_id, content FROM compacted_jobs"
             ):
                 compacted[job_id] = {TaskState.DONE: done, TaskState.CANCELLED: cancelled}
                 lease_floor = max(lease_floor, last_lease_id)
+                if content is not None:
+                    digests[job_id] = content
             started = time.monotonic()
             total = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
             rows = _noted(_task_rows(conn.execute(_SELECT_TASKS)), total, self._path, note_s)
             with collector_paused():  # a few objects a task, all kept (see gc_pauses)
-                book = TaskBook.restore(jobs, rows, compacted, lease_floor)
+                book = TaskBook.restore(jobs, rows, compacted, lease_floor, digests)
         log.info(
             "journal_replayed",
             path=str(self._path),
@@ -402,10 +410,12 @@ class Journal:
                     "AND job_id IN (SELECT job_id FROM compacting) GROUP BY job_id"
                 ):
                     counts[job_id] = (done, cancelled, last_lease_id)
+                # Every task the job had, in submit order: a submit of it again is compared by this.
+                digests = {job_id: _job_digest(conn, job_id) for job_id in counts}
                 conn.executemany(  # the lease ids are kept: new leases go on above them
                     "INSERT INTO compacted_jobs (job_id, done, cancelled, last_lease_id, "
-                    "compacted_at) VALUES (?, ?, ?, ?, ?)",
-                    [(job_id, *row, now) for job_id, row in counts.items()],
+                    "compacted_at, content) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(job_id, *row, now, digests[job_id]) for job_id, row in counts.items()],
                 )
                 removed = conn.execute(
                     f"DELETE FROM tasks WHERE state IN {_FOLDED} AND job_id IN "
@@ -497,6 +507,10 @@ class Journal:
         _update_tasks(conn, updates)
 
 
+def _job_digest(conn: sqlite3.Connection, job_id: str) -> str:
+    return job_digest(spec for spec, _ in _task_rows(conn.execute(_SELECT_JOB_TASKS, (job_id,))))
+
+
 def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
     """Check an existing journal or start an empty one; return whether it was started."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -524,7 +538,7 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
         )
     elif version in _UPGRADABLE:
         conn.execute("BEGIN IMMEDIATE")
-        for statement in _UPGRADE_FROM_1:
+        for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
             conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")

@@ -86,6 +86,7 @@ _COMPACTED_CHECKS: list[Check] = [
     ("cancelled", _COUNT.format("cancelled"), "an integer >= 0"),
     ("last_lease_id", _COUNT.format("last_lease_id"), "an integer >= 0"),
     ("compacted_at", _NUMBER.format("compacted_at"), "a number"),
+    ("content", "typeof(content) IN ('text', 'null')", "a digest or null"),
 ]
 _TABLES: dict[str, tuple[str, list[Check]]] = {
     "jobs": ("rowid", _JOB_CHECKS),

@@ -30,6 +30,7 @@ from typing import Self
 from troupe.runtime.errors import TaskError
 from troupe.runtime.gc_pauses import collector_paused
 
+from .job_digest import job_digest
 from .speculation import RunningMedian
 from .state import (
     FINAL_STATES,
@@ -218,6 +219,7 @@ class Job:
     __slots__ = (
         "compacted",
         "counts",
+        "digest",
         "durations",
         "job_id",
         "leased",
@@ -245,6 +247,7 @@ class Job:
         self.leased: dict[str, Task] = {}  # tasks in LEASED, in the order they were leased
         self.pending_by: dict[tuple[str, Resources], int] = {}  # PENDING tasks by (kind, needs)
         self.compacted = 0  # tasks the journal folded into counts (no Task rows; see compact)
+        self.digest: str | None = None  # once compacted: its tasks' job_digest, to compare a submit
 
 
 class Worker:
@@ -439,6 +442,7 @@ class TaskTables:
         tasks: Iterable[tuple[TaskSpec, TaskRecord]],
         compacted: Mapping[str, Mapping[TaskState, int]] | None = None,
         lease_floor: int = 0,
+        digests: Mapping[str, str] | None = None,
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
@@ -453,6 +457,8 @@ class TaskTables:
             compacted: per job, counts by state of its tasks that the journal compacted away
                 (they are counted, but have no rows: ``task()`` does not know them).
             lease_floor: the highest lease id those compacted tasks had been issued.
+            digests: per compacted job, its tasks' ``job_digest`` (a submit of it again is
+                compared by it).
 
         Returns:
             The book, with no workers: they register again.
@@ -510,6 +516,9 @@ class TaskTables:
                 job.counts[state] += n
                 book._totals[state] += n
                 job.compacted += n
+        for job_id, digest in (digests or {}).items():
+            if job_id in book._jobs:
+                book._jobs[job_id].digest = digest
         return book
 
     def statistics(self) -> TaskBookStats:
@@ -581,6 +590,12 @@ class TaskTables:
         if job is None or job.policy != policy or job.name != (name or job_id):
             return False
         specs = list(tasks)
+        if job.compacted:  # its tasks' rows are folded: compared by what compaction kept
+            return (
+                job.digest is not None
+                and len(specs) == len(job.tasks) + job.compacted
+                and job_digest(specs) == job.digest
+            )
         return len(specs) == len(job.tasks) and all(
             t.spec == spec for t, spec in zip(job.tasks, specs, strict=True)
         )

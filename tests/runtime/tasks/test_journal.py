@@ -239,7 +239,7 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(JournalError, match="schema version 99, this troupe reads versions 1 to 2"):
+    with pytest.raises(JournalError, match="schema version 99, this troupe reads versions 1 to 3"):
         Journal.open(path)
 
 
@@ -466,7 +466,7 @@ def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
         assert book.task("t0").state is TaskState.DONE
         assert journal.compact(time.time() - 60).jobs == 0  # "finished" counts from the upgrade
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("SELECT finished_at FROM jobs").fetchone()[0] is not None
     conn.close()
 
