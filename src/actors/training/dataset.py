@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
@@ -77,6 +78,33 @@ class DatasetDamaged(ValueError):
 _REMAKE = "; if troupe run made it, the same command run again on its --out writes it again"
 
 
+# A committed episode of a run folder is made again by the run once it is gone.
+_REMAKE_EPISODE = (
+    "; delete {path} and run the same command again on its --out, which makes that episode again"
+)
+
+# What a file that does not read raises: pyarrow's errors (a truncated or garbled parquet is
+# ArrowInvalid or OSError), json's (ValueError), a key or a type missing from what parsed.
+_UNREADABLE = (pa.ArrowException, OSError, ValueError, KeyError, TypeError)
+
+
+def _unreadable(path: str | os.PathLike[str], exc: BaseException, way_out: str) -> DatasetDamaged:
+    """The file, what reading it raised (pyarrow's messages span lines: on one here) and the way out."""
+    said = " ".join(str(exc).split())[:200]
+    why = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    return DatasetDamaged(f"{path} cannot be read ({why}); the dataset is damaged{way_out}")
+
+
+def _read_json(path: Path, way_out: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except _UNREADABLE as exc:
+        raise _unreadable(path, exc, way_out) from None
+    if not isinstance(data, dict):
+        raise DatasetDamaged(f"{path} cannot be read (not a JSON object); the dataset is damaged{way_out}")
+    return data
+
+
 class NotEnoughEpisodes(ValueError):
     """The dataset has fewer usable episodes than ``min_episodes``.
 
@@ -109,7 +137,11 @@ def committed_episodes(root: str | os.PathLike[str]) -> int:
     """How many episodes a run folder (or a finalized dataset) holds now: cheap, for polling."""
     info = Path(root) / "meta" / "info.json"
     if info.is_file():
-        return int(json.loads(info.read_text(encoding="utf-8"))["total_episodes"])
+        data = _read_json(info, _REMAKE)
+        try:
+            return int(data["total_episodes"])
+        except _UNREADABLE as exc:
+            raise _unreadable(info, exc, _REMAKE) from None
     return len(_committed(store_dir(root)))
 
 
@@ -141,10 +173,14 @@ class ClipSource:
 def _actions(frames: str, episode_index: int, shared: bool) -> tuple[np.ndarray, np.ndarray]:
     """The (T, 59) actions and validity mask of one episode, in frame order."""
     columns = [ACTION_KEY, MASK_KEY, "frame_index"]
-    if shared:
-        table = pq.read_table(frames, columns=columns, filters=[("episode_index", "=", episode_index)])
-    else:
-        table = pq.read_table(frames, columns=columns)
+    way_out = _REMAKE if shared else _REMAKE_EPISODE.format(path=Path(frames).parent)
+    try:
+        if shared:
+            table = pq.read_table(frames, columns=columns, filters=[("episode_index", "=", episode_index)])
+        else:
+            table = pq.read_table(frames, columns=columns)
+    except _UNREADABLE as exc:
+        raise _unreadable(frames, exc, way_out) from None
     table = table.take(pc.sort_indices(table, [("frame_index", "ascending")]))
     n = table.num_rows
     actions = table.column(ACTION_KEY).combine_chunks().flatten().to_numpy(zero_copy_only=False)
@@ -156,26 +192,34 @@ def _actions(frames: str, episode_index: int, shared: bool) -> tuple[np.ndarray,
 
 
 def _finalized_sources(root: Path, video_key: str) -> list[ClipSource]:
-    info = json.loads((root / "meta" / "info.json").read_text(encoding="utf-8"))
-    if video_key not in info.get("features", {}):
-        raise ValueError(f"dataset {root}: no video feature {video_key!r} (has {sorted(info['features'])})")
+    info_path = root / "meta" / "info.json"
+    info = _read_json(info_path, _REMAKE)
+    try:
+        features = dict(info.get("features", {}))
+        fps = int(info["fps"])
+        video_template = str(info.get("video_path") or VIDEO_PATH)
+        data_template = str(info["data_path"])
+    except _UNREADABLE as exc:
+        raise _unreadable(info_path, exc, _REMAKE) from None
+    if video_key not in features:
+        raise ValueError(f"dataset {root}: no video feature {video_key!r} (has {sorted(features)})")
     files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Path, dict[str, Any]]] = []
     for f in files:
-        rows += pq.read_table(f).to_pylist()
-    rows.sort(key=lambda r: int(r["episode_index"]))
-    fps = int(info["fps"])
-    video_template = info.get("video_path") or VIDEO_PATH
+        try:
+            rows += [(f, row) for row in pq.read_table(f).to_pylist()]
+        except _UNREADABLE as exc:
+            raise _unreadable(f, exc, _REMAKE) from None
     sources = []
-    for r in rows:
-        video = video_template.format(
-            video_key=video_key,
-            chunk_index=r[f"videos/{video_key}/chunk_index"],
-            file_index=r[f"videos/{video_key}/file_index"],
-        )
-        data = info["data_path"].format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
-        sources.append(
-            ClipSource(
+    for f, r in rows:
+        try:
+            video = video_template.format(
+                video_key=video_key,
+                chunk_index=r[f"videos/{video_key}/chunk_index"],
+                file_index=r[f"videos/{video_key}/file_index"],
+            )
+            data = data_template.format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
+            source = ClipSource(
                 episode_index=int(r["episode_index"]),
                 length=int(r["length"]),
                 fps=fps,
@@ -184,16 +228,24 @@ def _finalized_sources(root: Path, video_key: str) -> list[ClipSource]:
                 frames=str(root / data),
                 shared=True,
             )
-        )
+        except _UNREADABLE as exc:  # a row missing a field, or holding nulls
+            raise _unreadable(f, exc, _REMAKE) from None
+        sources.append(source)
+    sources.sort(key=lambda s: s.episode_index)
     return sources
 
 
 def _store_source(path: Path, episode_index: int, video_key: str) -> ClipSource:
-    meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+    way_out = _REMAKE_EPISODE.format(path=path)
+    meta = _read_json(path / EPISODE_FILE, way_out)
+    try:
+        length, fps = int(meta["length"]), int(meta["fps"])
+    except _UNREADABLE as exc:
+        raise _unreadable(path / EPISODE_FILE, exc, way_out) from None
     return ClipSource(
         episode_index=episode_index,
-        length=int(meta["length"]),
-        fps=int(meta["fps"]),
+        length=length,
+        fps=fps,
         video=str(path / video_file(video_key)),
         video_from_s=0.0,
         frames=str(path / FRAMES_FILE),

@@ -17,6 +17,7 @@ from troupe.actors.lerobot.episode import write_episode
 from troupe.actors.lerobot.format import video_file
 from troupe.actors.lerobot.video import decode_video
 from troupe.actors.training.dataset import (
+    DatasetDamaged,
     LeRobotClips,
     NotEnoughEpisodes,
     ResumableSampler,
@@ -144,6 +145,52 @@ def test_too_short_episodes_are_final_only_in_a_finalized_dataset(data: dict[str
     with pytest.raises(NotEnoughEpisodes) as growing:
         LeRobotClips(data["run"], clip_frames=longest + 1)
     assert growing.value.final is False
+
+
+def _damage(file: Path, how: str) -> None:
+    if how == "truncate":
+        with file.open("r+b") as f:
+            f.truncate(file.stat().st_size // 2)
+    elif how == "garble":  # the same size, parquet's magic and footer length kept: thrift fails
+        raw = file.read_bytes()
+        file.write_bytes(raw[:4] + bytes(b ^ 0x5A for b in raw[4:-8]) + raw[-8:])
+    else:
+        file.write_text("{garbage")
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "how"),
+    [
+        ("dataset", "data/chunk-000/file-000.parquet", "truncate"),
+        ("dataset", "data/chunk-000/file-000.parquet", "garble"),
+        ("dataset", "meta/episodes/chunk-000/file-000.parquet", "truncate"),
+        ("dataset", "meta/episodes/chunk-000/file-000.parquet", "garble"),
+        ("dataset", "meta/info.json", "text"),
+        ("run", ".troupe/episodes/committed/ep-a/frames.parquet", "truncate"),
+        ("run", ".troupe/episodes/committed/ep-a/frames.parquet", "garble"),
+        ("run", ".troupe/episodes/committed/ep-a/episode.json", "text"),
+    ],
+)
+def test_a_dataset_file_that_does_not_read_is_damaged_named_on_one_line(
+    data: dict[str, Any], tmp_path: Path, kind: str, file: str, how: str
+) -> None:
+    """pyarrow's and json's own errors (ArrowInvalid, a thrift error spanning lines, a
+    JSONDecodeError naming no file) were restarted three times over, the same each time."""
+    root = tmp_path / kind
+    shutil.copytree(data[kind], root)
+    assert (root / file).is_file()
+    _damage(root / file, how)
+    with pytest.raises(DatasetDamaged) as info:
+        ds = LeRobotClips(root, clip_frames=4)
+        for i in range(len(ds)):
+            ds[i]
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{root / file} cannot be read (" in message
+    if kind == "dataset":
+        assert "the same command run again on its --out writes it again" in message
+    else:
+        assert f"delete {(root / file).parent} and run the same command again" in message
 
 
 # -- the sampler, over a dataset of n clips that may grow --------------------------------------

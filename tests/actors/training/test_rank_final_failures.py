@@ -2,7 +2,7 @@
 used up train.max_restarts, three by default, failing the same way each time). A dataset too
 small for the run once it is finalized (it cannot grow; a run's folder that may still grow keeps
 its retries: ``test_dataset_clips.py``), a last checkpoint that is damaged, and a file of the
-dataset that does not read (a video cut short). A loss that is not
+dataset that does not read (a video or a parquet cut short). A loss that is not
 finite: ``test_loss_not_finite.py``."""
 
 from __future__ import annotations
@@ -71,3 +71,14 @@ async def test_a_video_of_the_dataset_cut_short_fails_the_rank_for_good(tmp_path
     assert failed["final"] is True
     assert "DatasetDamaged" in failed["error"], failed["error"]
     assert "the same command run again on its --out writes it again" in failed["error"]
+
+
+async def test_a_parquet_of_the_dataset_cut_short_fails_the_rank_for_good(tmp_path: Path) -> None:
+    """pyarrow's ArrowInvalid was restarted train.max_restarts times, then ended the run."""
+    dataset = _dataset(tmp_path, 8)
+    data = dataset / "data" / "chunk-000" / "file-000.parquet"
+    with data.open("r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    failed = await _rank_until(tmp_path, train_data(dataset, 2, local_encoding=True), "failed")
+    assert failed["final"] is True
+    assert f"DatasetDamaged: {data} cannot be read" in failed["error"], failed["error"]
