@@ -21,11 +21,18 @@ bar, the run again as it takes the lock):
 latent-cache folders and the data generation's dataset where they lie in ``out``), in a folder
 with a record only; elsewhere it deletes nothing and the rules above apply. Before, it deleted
 those folders in any ``--out``, with whatever the user kept in them.
+
+A ``train.checkpoint_dir`` that does not lie directly in ``out`` is the user's folder: the run
+binds it to ``out`` (``.troupe-train-out.json`` in it names ``out``; the record lists it), and
+another ``--out`` naming it is refused, naming both (it had resumed from, and written over, the
+other run's checkpoints). ``--fresh`` deletes the ``step-<n>`` folders of the checkpoint folders
+bound to ``out``, nothing else in them (it had deleted none, and the run resumed at once).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -44,6 +51,8 @@ __all__ = ["TrainDir", "made_with"]
 
 _FORMAT = 1
 _STATE = ".troupe-train"
+_BOUND = ".troupe-train-out.json"  # in a checkpoint folder outside --out: the --out it is bound to
+_STEP_DIR = re.compile(r"step-\d+")  # a checkpoint's folder (checkpoint.checkpoint_path)
 
 
 def made_with(cfg: Any, out: Path) -> dict[str, Any]:
@@ -78,10 +87,15 @@ class TrainDir:
         out: the folder (``--out``), absolute; it need not exist yet.
         written: the folders a run writes in it (checkpoints, latent cache, the dataset of its
             data generation): those that lie directly in ``out`` are troupe's.
+        checkpoint_dir: the run's checkpoint folder, absolute; one that does not lie directly in
+            ``out`` is bound to ``out``.
     """
 
-    def __init__(self, out: Path, written: list[Path]) -> None:
+    def __init__(self, out: Path, written: list[Path], checkpoint_dir: Path | None = None) -> None:
         self.out = out
+        self.checkpoints = (
+            checkpoint_dir if checkpoint_dir is not None and checkpoint_dir.parent != out else None
+        )
         self.state_dir = out / _STATE
         self.record_path = self.state_dir / "run.json"
         self._lock_target = self.state_dir / "run"  # its lock file is run.lock
@@ -100,6 +114,7 @@ class TrainDir:
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"--out {self.out} is a file; give a directory")
         self._not_in_use()
+        self._check_checkpoints()
         if fresh and self.record_path.exists():
             return  # it will be wiped
         record = self._read()
@@ -122,6 +137,7 @@ class TrainDir:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lock = hold(self._lock_target, self.out, "training run")
         try:
+            self._check_checkpoints()
             wiped = fresh and self.record_path.exists()
             if wiped:
                 self._wipe()
@@ -129,9 +145,13 @@ class TrainDir:
             if record is None:
                 if not wiped:
                     self._check_new()
-                self._write({"format": _FORMAT, "made_with": made})
+                record = {"format": _FORMAT, "made_with": made}
+                self._write(self._binding(record))
             else:
                 self._check_same(record, made)
+                if self._binding(record) != record:
+                    self._write(self._binding(record))
+            self._bind()
         except BaseException:
             lock.release()
             raise
@@ -157,6 +177,38 @@ class TrainDir:
                 "they cannot be resumed (use --fresh to start anew, or another --out)"
             )
 
+    def _check_checkpoints(self) -> None:
+        """Refuse a checkpoint folder outside ``out`` that another ``--out`` is bound to, or that
+        holds checkpoints no run recorded (resumed, they would be another run's)."""
+        if self.checkpoints is None:
+            return
+        bound = _bound_to(self.checkpoints)
+        if bound is not None and bound != self.out:
+            raise ConfigError(
+                f"train.checkpoint_dir {self.checkpoints} holds the checkpoints of --out {bound}, "
+                f"not of --out {self.out}: run with --out {bound}, or give this run a "
+                f"train.checkpoint_dir of its own (or delete {self.checkpoints / _BOUND} to hand "
+                "them to this --out)"
+            )
+        if bound is None and not self.record_path.exists() and _step_dirs(self.checkpoints):
+            raise ConfigError(
+                f"train.checkpoint_dir {self.checkpoints} holds checkpoints no run of --out "
+                f"{self.out} made ({_step_dirs(self.checkpoints)[0].name}): give this run a "
+                "train.checkpoint_dir of its own, or move them away"
+            )
+
+    def _binding(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` listing this run's checkpoint folder outside ``out`` too."""
+        listed = [str(p) for p in record.get("checkpoint_dirs") or []]
+        if self.checkpoints is None or str(self.checkpoints) in listed:
+            return record
+        return {**record, "checkpoint_dirs": [*listed, str(self.checkpoints)]}
+
+    def _bind(self) -> None:
+        if self.checkpoints is not None and _bound_to(self.checkpoints) != self.out:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+            write_record(self.checkpoints / _BOUND, {"format": _FORMAT, "out": str(self.out)})
+
     def _read(self) -> dict[str, Any] | None:
         return read_record(self.record_path, self.out, _FORMAT, "training record")
 
@@ -178,6 +230,16 @@ class TrainDir:
             )
 
     def _wipe(self) -> None:
+        record = self._read() or {}
+        outside = {Path(p) for p in record.get("checkpoint_dirs") or []}
+        if self.checkpoints is not None:  # checked: bound to out, or to none while out has a record
+            outside.add(self.checkpoints)
+        for folder in sorted(outside):
+            if _bound_to(folder) not in (self.out, None):
+                continue  # bound to another --out since
+            for step in _step_dirs(folder):  # only troupe's: the folder is the user's
+                shutil.rmtree(step)
+            (folder / _BOUND).unlink(missing_ok=True)
         for name in sorted(self.owned - {_STATE}):
             path = self.out / name
             if path.is_dir() and not path.is_symlink():
@@ -185,3 +247,32 @@ class TrainDir:
             elif path.exists() or path.is_symlink():
                 path.unlink()
         self.record_path.unlink(missing_ok=True)
+
+
+def _bound_to(checkpoints: Path) -> Path | None:
+    """The ``--out`` a checkpoint folder outside it is bound to; None when it is bound to none."""
+    marker = checkpoints / _BOUND
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"train.checkpoint_dir {checkpoints}: {marker} cannot be read ({exc}); delete it to "
+            "bind the folder to this run's --out"
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != _FORMAT or not isinstance(data.get("out"), str):
+        raise ConfigError(
+            f"train.checkpoint_dir {checkpoints}: {marker} is damaged; delete it to bind the folder "
+            "to this run's --out"
+        )
+    return Path(data["out"])
+
+
+def _step_dirs(folder: Path) -> list[Path]:
+    """The checkpoints' folders in ``folder``, oldest first."""
+    try:
+        entries = list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(p for p in entries if _STEP_DIR.fullmatch(p.name) and p.is_dir() and not p.is_symlink())

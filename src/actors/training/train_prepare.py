@@ -63,7 +63,7 @@ def train_dir(cfg: Any, out_dir: Path) -> TrainDir:
     written = [Path(cfg.train.checkpoint_dir), Path(cfg.encoders.cache_dir)]
     if cfg.datagen is not None:  # its dataset is the run's; a dataset given is the user's
         written.append(Path(cfg.train.dataset))
-    return TrainDir(out_dir, [p.resolve() for p in written])
+    return TrainDir(out_dir, [p.resolve() for p in written], Path(cfg.train.checkpoint_dir).resolve())
 
 
 def _with_steps(cfg: Any, steps: int) -> Any:

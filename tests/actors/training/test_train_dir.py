@@ -5,6 +5,7 @@ checkpoints/ and logs/ of any folder)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +125,74 @@ def test_the_dataset_of_a_datagen_run_is_recorded_under_its_out(tmp_path: Path) 
     assert made_with(cfg(here / "data"), here) == made_with(cfg(there / "data"), there)
     assert made_with(cfg(here / "data"), here)["train"]["dataset"] == "{out}/data"
     assert made_with(cfg(tmp_path / "given"), here)["train"]["dataset"] == str(tmp_path / "given")
+
+
+def _outside(out: Path, checkpoints: Path) -> TrainDir:
+    return TrainDir(out, [checkpoints, out / "latent-cache"], checkpoints)
+
+
+def _step(checkpoints: Path, step: int) -> Path:
+    folder = checkpoints / f"step-{step:09d}"
+    folder.mkdir(parents=True)
+    (folder / "COMMITTED").write_text(f"{step}\n")
+    return folder
+
+
+def test_a_checkpoint_dir_outside_out_is_bound_to_the_out_that_made_it(tmp_path: Path) -> None:
+    """A second --out naming the same train.checkpoint_dir resumed from the first's checkpoints,
+    silently, and wrote its own over them."""
+    a, b, mine = tmp_path / "a", tmp_path / "b", tmp_path / "userdir"
+    _outside(a, mine).prepare(MADE, fresh=False).release()
+    _step(mine, 3)
+    both = rf"train\.checkpoint_dir {mine} holds the checkpoints of --out {a}, not of --out {b}"
+    for fresh in (False, True):
+        with pytest.raises(ConfigError, match=both):
+            _outside(b, mine).check(MADE, fresh)
+        with pytest.raises(ConfigError, match=both):
+            _outside(b, mine).prepare(MADE, fresh)
+    assert (mine / "step-000000003").is_dir() and not (b / ".troupe-train" / "run.json").exists()
+    _outside(a, mine).check(MADE, fresh=False)  # its own --out resumes
+    _outside(a, mine).prepare(MADE, fresh=False).release()
+    assert json.loads((a / ".troupe-train" / "run.json").read_text())["checkpoint_dirs"] == [str(mine)]
+
+
+def test_fresh_deletes_the_steps_of_a_checkpoint_dir_outside_out_and_nothing_else(tmp_path: Path) -> None:
+    """--fresh left them there: the run said "resuming from step 3" and trained nothing."""
+    out, mine = tmp_path / "out", tmp_path / "userdir"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's")
+    (mine / "step-notes").mkdir()
+    _outside(out, mine).prepare(MADE, fresh=False).release()
+    _step(mine, 3)
+    _outside(out, mine).prepare(MADE, fresh=True).release()
+    assert sorted(p.name for p in mine.iterdir()) == [".troupe-train-out.json", "notes.txt", "step-notes"]
+    with pytest.raises(ConfigError, match=rf"holds the checkpoints of --out {out}"):
+        _outside(tmp_path / "other", mine).check(MADE, fresh=False)  # still this --out's
+
+
+def test_checkpoints_no_run_of_this_out_made_are_refused(tmp_path: Path) -> None:
+    out, mine = tmp_path / "out", tmp_path / "userdir"
+    _step(mine, 7)
+    for fresh in (False, True):
+        with pytest.raises(
+            ConfigError, match=r"holds checkpoints no run of --out .* made \(step-000000007\)"
+        ):
+            _outside(out, mine).prepare(MADE, fresh)
+    assert (mine / "step-000000007").is_dir()
+
+
+def test_fresh_through_prepare_run_deletes_the_checkpoints_of_a_dir_outside_out(tmp_path: Path) -> None:
+    """The config's checkpoint_dir reaches the folder's rules (troupe run TRAIN.toml --fresh)."""
+    from trainer_testdata import train_data
+
+    from troupe.actors.training.train_prepare import prepare_run
+
+    dataset, mine = tmp_path / "data", tmp_path / "userdir"
+    (dataset / ".troupe" / "episodes").mkdir(parents=True)
+    config = train_data(dataset, 3, checkpoint_dir=str(mine))
+    prepare_run(config, tmp_path / "a", None, fresh=False)[2].release()
+    _step(mine, 3)
+    with pytest.raises(ConfigError, match=rf"holds the checkpoints of --out {tmp_path / 'a'}, not of --out"):
+        prepare_run(config, tmp_path / "b", None, fresh=False)
+    prepare_run(config, tmp_path / "a", None, fresh=True)[2].release()
+    assert not (mine / "step-000000003").exists()
