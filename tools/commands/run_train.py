@@ -172,7 +172,10 @@ def finish_train(
             )
     else:
         endpoint = endpoint or default_endpoint
-    done = None if fresh else _trained_already(cfg, out, steps)
+    try:
+        done = None if fresh else _trained_already(cfg, out, steps)
+    except _LastUnreadable as exc:  # the resume would refuse it too, once the cluster started
+        raise fail(str(exc), 1) from None
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
         if as_json:
             print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
@@ -200,28 +203,56 @@ def _stopped_line(cfg: Any, out: Path) -> str:
     return f"stopped: checkpoint at step {step} in {last}; the same command run again resumes from it"
 
 
+class _LastUnreadable(Exception):
+    """The run's newest checkpoint does not load (``CheckpointUnreadable``, final)."""
+
+
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
     """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
-    steps (and its data generation, if it has one, finished too), else None."""
+    steps (and its data generation, if it has one, finished too), else None.
+
+    Raises:
+        _LastUnreadable: that checkpoint does not hold what its marker says (a folder name and
+            an empty marker had said "already complete" over a damaged or stray checkpoint).
+    """
     from troupe.runtime.pipeline.run_dir import RunDir
 
     resolved = cfg.with_out(out.resolve())
     if cfg.datagen is not None and not RunDir(Path(resolved.train.dataset).resolve()).is_complete():
         return None
-    newest = _newest_checkpoint(cfg, out)
-    return newest if newest is not None and newest[0] >= (steps or cfg.train.steps) else None
+    return _newest_checkpoint(cfg, out, complete_at=steps or cfg.train.steps)
 
 
 def _checkpoint_dir(cfg: Any, out: Path) -> Path:
     return Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve()
 
 
-def _newest_checkpoint(cfg: Any, out: Path) -> tuple[int, Path] | None:
-    """The step and folder of the run's newest committed checkpoint; None when there is none."""
-    from troupe.actors.training.checkpoint import latest
+def _newest_checkpoint(cfg: Any, out: Path, complete_at: int | None = None) -> tuple[int, Path] | None:
+    """The step and folder of the run's newest committed checkpoint; None when there is none.
+
+    ``complete_at``: None unless it reaches that step and passes the check a resume applies
+    before it loads (also None where reading it failed: an OSError may pass, and the run tries it
+    as a resume does).
+
+    Raises:
+        _LastUnreadable: ``complete_at`` given, and it does not pass that check.
+    """
+    from troupe.actors.training.checkpoint import CheckpointUnreadable, latest, verify
 
     last = latest(_checkpoint_dir(cfg, out))
-    return None if last is None else (int(last.name.removeprefix("step-")), last)
+    if last is None:
+        return None
+    step = int(last.name.removeprefix("step-"))
+    if complete_at is not None:
+        if step < complete_at:
+            return None
+        try:
+            verify(last)
+        except CheckpointUnreadable as exc:
+            if exc.final:
+                raise _LastUnreadable(str(exc)) from None
+            return None
+    return step, last
 
 
 async def _train(

@@ -53,6 +53,7 @@ __all__ = [
     "latest",
     "load",
     "restore_rng",
+    "verify",
 ]
 
 # One process without a process group is a case this module means (no_dist): torch still warns on
@@ -274,16 +275,35 @@ def load(
         _verify(path)
         return _load(path, model, optimizer, scheduler)
     except (Exception, CheckpointException) as exc:  # damaged, another model (a BaseException)
-        cause: BaseException = exc
-        if isinstance(exc, CheckpointException) and exc.failures:  # what failed, on the first rank
-            cause = next(iter(exc.failures.values()))[0]
-        first = (str(cause).strip().splitlines() or [""])[0][:200]
-        why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
-        raise CheckpointUnreadable(
-            f"checkpoint {str(path)!r} cannot be loaded ({why}); move it away to resume from the one "
-            "before, or run with --fresh",
-            final=not isinstance(cause, OSError),
-        ) from exc
+        raise _unreadable(path, exc) from exc
+
+
+def verify(path: str | os.PathLike[str]) -> None:
+    """Check the committed checkpoint ``path`` as :func:`load` does before it loads (its
+    ``COMMITTED`` marker holds its step and the sha256 of every file), without loading it: what
+    says a run is complete must be what a resume would accept.
+
+    Raises:
+        CheckpointUnreadable: as :func:`load` raises it.
+    """
+    path = Path(path)
+    try:
+        _verify(path)
+    except Exception as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _unreadable(path: Path, exc: BaseException) -> CheckpointUnreadable:
+    cause: BaseException = exc
+    if isinstance(exc, CheckpointException) and exc.failures:  # what failed, on the first rank
+        cause = next(iter(exc.failures.values()))[0]
+    first = (str(cause).strip().splitlines() or [""])[0][:200]
+    why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+    return CheckpointUnreadable(
+        f"checkpoint {str(path)!r} cannot be loaded ({why}); move it away to resume from the one "
+        "before, or run with --fresh",
+        final=not isinstance(cause, OSError),
+    )
 
 
 class CheckpointUnreadable(ValueError):
