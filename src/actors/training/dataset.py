@@ -90,7 +90,7 @@ _UNREADABLE = (pa.ArrowException, OSError, ValueError, KeyError, TypeError)
 
 def _unreadable(path: str | os.PathLike[str], exc: BaseException, way_out: str) -> DatasetDamaged:
     """The file, what reading it raised (pyarrow's messages span lines: on one here) and the way out."""
-    said = " ".join(str(exc).split())[:200]
+    said = " ".join(str(exc).split())[:300].rstrip()
     why = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
     return DatasetDamaged(f"{path} cannot be read ({why}); the dataset is damaged{way_out}")
 
