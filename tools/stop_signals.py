@@ -146,6 +146,8 @@ class StopSignals:
         killed = kill_descendants()
         for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
             console.show_cursor(True)
+        if _err.is_terminal:  # the cursor may be at the end of a progress bar's line
+            _err.line()
         say_stopping(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
         _flush_output()
         os._exit(exit_status(self.signum))
