@@ -385,13 +385,15 @@ class RunDir:
         as it started, a stage class misspelt, say): its record binds nothing then. The
         folders a store stage made as it started (``.troupe/episodes/committed``, empty) are
         nothing: a file anywhere else is something."""
-        own = {self.record_path, lock_path(self.record_path), lock_path(self.journal_path)}
-        own.update(self._journal_files())
+        own = {self.record_path, *self._journal_files()}
+        locks = {lock_path(self.record_path), lock_path(self.journal_path)}  # real paths: symlinks resolved
         try:
             for path in self.out.rglob("*"):
                 if path.is_dir() and not path.is_symlink():
                     continue
-                if path in own or path.relative_to(self.out).parts[0] == "logs":
+                if path in own or Path(os.path.realpath(path)) in locks:
+                    continue
+                if path.relative_to(self.out).parts[0] == "logs":
                     continue
                 return False
         except OSError:

@@ -1,8 +1,9 @@
 """One master per journal: an exclusive OS lock on a sidecar file, held while the journal is open.
 
 Two masters serving one journal would both lease its tasks. :class:`JournalLock` takes
-``fcntl.flock`` on ``<journal>.lock`` (not on the SQLite file: SQLite takes and drops its own
-locks on that file). The kernel releases a flock when its holder dies, however it dies, so a
+``fcntl.flock`` on ``<journal>.lock`` beside the real file, symlinks resolved, so a symlink to the
+journal takes the same lock (not on the SQLite file: SQLite takes and drops its own locks on that
+file). The kernel releases a flock when its holder dies, however it dies, so a
 master killed with SIGKILL never leaves a stale lock behind and a rerun starts at once. The
 holder writes its pid into the file, only so that the refusal can name it; the file itself is
 never deleted (deleting it would let a third process lock a fresh file while the first still
@@ -27,8 +28,10 @@ class JournalBusy(JournalError):
 
 
 def lock_path(journal: Path) -> Path:
-    """Return the sidecar lock file of a journal."""
-    return journal.with_name(journal.name + ".lock")
+    """Return the sidecar lock file of a journal: beside the file itself, symlinks resolved, so
+    that a symlink to a journal (or to its folder) takes the same lock as the journal."""
+    real = Path(os.path.realpath(journal))
+    return real.with_name(real.name + ".lock")
 
 
 class JournalLock:

@@ -348,6 +348,23 @@ def test_a_held_journal_is_refused_until_it_is_closed(tmp_path: Path) -> None:
         assert again.replay().jobs() == []
 
 
+def test_a_symlink_to_a_held_journal_is_refused(tmp_path: Path) -> None:
+    """A symlink to a journal, or to its folder, takes the journal's own lock: it is refused too."""
+    path = tmp_path / "journal.db"
+    link = tmp_path / "jlink.db"
+    link.symlink_to(path)
+    folder_link = tmp_path / "folder"
+    folder_link.symlink_to(tmp_path)
+    with Journal.open(path, create=True):
+        for other in (link, folder_link / "journal.db"):
+            with pytest.raises(
+                JournalBusy, match=rf"journal {other} is held by another master \(pid {os.getpid()}\)"
+            ):
+                Journal.open(other)
+    with Journal.open(link) as again:
+        assert again.replay().jobs() == []
+
+
 def test_a_dropped_journal_frees_its_lock(tmp_path: Path) -> None:
     """A journal object dropped without close does not keep its journal locked."""
     path = tmp_path / "journal.db"
