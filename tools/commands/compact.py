@@ -43,7 +43,7 @@ def compact(
     if not journal.exists():
         raise fail(f"journal {journal} does not exist; give the path of an existing journal", 2)
     try:
-        with Journal.open(journal) as opened:
+        with Journal.open(journal, new_hint="give the path of an existing journal") as opened:
             done = opened.compact(time.time() - older_than)
     except JournalError as exc:
         raise fail(str(exc), 2) from None

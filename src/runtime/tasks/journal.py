@@ -204,13 +204,22 @@ class Journal:
         self._later: list[JournalEntry] = []  # staged records the commit writes (see stage)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], create: bool = False) -> Journal:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        create: bool = False,
+        new_hint: str = "pass create=True to start a new journal there",
+    ) -> Journal:
         """Open (or, with ``create``, start) the journal at ``path`` and check it.
+
+        A refused file is left as it was, its ``-wal`` and ``-shm`` files too.
 
         Args:
             path: the journal file.
             create: start an empty journal if the file does not exist (or is empty). An existing
                 journal is opened as it is, never overwritten.
+            new_hint: how the caller asks for ``create``, said when a missing or empty file is
+                refused without it (the CLI: ``pass --new ...``).
 
         Returns:
             The open journal.
@@ -224,15 +233,17 @@ class Journal:
         path = Path(path)
         if not path.exists() and not create:
             raise JournalError(
-                f"journal {path} does not exist; give the path of the existing "
-                "journal, or pass create=True to start a new, empty one"
+                f"journal {path} does not exist; give the path of the existing journal, or {new_hint}"
             )
         if not path.parent.is_dir():
             if path.parent.exists():
                 raise JournalError(f"journal {path}: {path.parent} is a file, not a directory")
             raise JournalError(f"journal {path}: directory {path.parent} does not exist; create it first")
+        if path.exists() and not path.is_file():
+            raise JournalError(f"journal {path} is not a regular file; give the path of a journal file")
         lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
         try:
+            _refuse_empty(path, create, new_hint)
             with _translated(path, "opening"):
                 conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except BaseException:
@@ -240,7 +251,7 @@ class Journal:
             raise
         try:
             with _translated(path, "opening"):
-                created = _check_or_init(conn, path, create)
+                created = _check_or_init(conn, path, create, new_hint)
                 conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
@@ -511,7 +522,32 @@ def _job_digest(conn: sqlite3.Connection, job_id: str) -> str:
     return job_digest(spec for spec, _ in _task_rows(conn.execute(_SELECT_JOB_TASKS, (job_id,))))
 
 
-def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
+def _refuse_empty(path: Path, create: bool, new_hint: str) -> None:
+    """Refuse an empty journal file before SQLite opens it: SQLite deletes the ``-wal`` file
+    beside an empty database as it opens it, and that WAL may hold every record of a journal
+    whose main file was truncated."""
+    try:
+        if path.stat().st_size != 0:
+            return
+    except FileNotFoundError:
+        return  # a journal to create: SQLite starts the file
+    except OSError as exc:
+        raise JournalError(f"journal {path}: cannot read it ({exc.strerror or exc}); check the path") from exc
+    try:
+        wal_size = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal_size = 0
+    if wal_size > 0:
+        raise JournalError(
+            f"journal {path} is an empty file beside a {wal_size}-byte {path.name}-wal that may hold its "
+            "records; restore the journal from a backup, or move both away to start a new one "
+            "(nothing was changed)"
+        )
+    if not create:
+        raise JournalError(f"journal {path} is an empty file, not a troupe journal; {new_hint}")
+
+
+def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: str) -> bool:
     """Check an existing journal or start an empty one; return whether it was started."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -519,10 +555,7 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool) -> bool:
     created = False
     if app_id == 0 and version == 0 and tables == 0:
         if not create:
-            raise JournalError(
-                f"journal {path} is an empty file, not a troupe journal; pass "
-                "create=True to start a journal there"
-            )
+            raise JournalError(f"journal {path} is an empty database, not a troupe journal; {new_hint}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:

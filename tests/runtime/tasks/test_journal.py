@@ -223,6 +223,42 @@ def test_empty_file_is_refused_without_create(tmp_path: Path) -> None:
         assert journal.replay().jobs() == []
 
 
+def test_an_emptied_journal_is_refused_and_its_wal_kept(tmp_path: Path) -> None:
+    """A journal emptied after its master was killed is refused, with or without --new, and its
+    -wal and -shm files (which may hold every record) are left as they were."""
+    path = tmp_path / "journal.db"
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED_MASTER), str(path)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -9, child.stderr
+    path.write_bytes(b"")
+    sidecars = [tmp_path / "journal.db-wal", tmp_path / "journal.db-shm"]
+    before = [side.read_bytes() for side in sidecars]
+    assert before[0]
+    for new in (False, True):
+        with pytest.raises(
+            JournalError, match=r"empty file beside a \d+-byte journal.db-wal .*nothing was changed"
+        ):
+            open_journal(path, new=new)
+    assert [side.read_bytes() for side in sidecars] == before
+    assert path.read_bytes() == b""
+
+
+def test_the_master_s_refusal_of_an_empty_file_names_new(tmp_path: Path) -> None:
+    """The master (the CLI) is told to pass --new, not the Python API's create=True; a device
+    such as /dev/null is refused as no regular file."""
+    path = tmp_path / "journal.db"
+    path.touch()
+    with pytest.raises(JournalError, match="is an empty file, not a troupe journal; pass --new") as refused:
+        open_journal(path)
+    assert "create=True" not in str(refused.value)
+    with pytest.raises(JournalError, match="journal /dev/null is not a regular file"):
+        open_journal("/dev/null", new=True)
+
+
 def test_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:
     """A healthy SQLite database that is not a troupe journal is refused."""
     path = tmp_path / "other.db"

@@ -39,7 +39,7 @@ def open_journal(
             f"journal {path} does not exist; pass --new to start a new journal "
             "there, or give the path of the existing journal"
         )
-    journal = Journal.open(path, create=new)
+    journal = Journal.open(path, create=new, new_hint="pass --new to start a new journal there")
     try:
         if compact_after_s is not None:
             journal.compact(time.time() - compact_after_s)
