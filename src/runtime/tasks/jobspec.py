@@ -4,7 +4,7 @@ A job file looks like this::
 
     [job]
     name = "render-0001"          # letters, digits, '.', '_', '-'; also the job id by default
-    kind = "render"               # which handler runs the tasks
+    kind = "render"               # which handler runs the tasks (the rule of names too)
     max_attempts = 3              # failed attempts before a task is dead-lettered
     lease_s = 60                  # a lease lasts this long unless the worker renews it
     priority = 0                  # higher runs first (optional)
@@ -224,7 +224,7 @@ def parse_job(data: Mapping[str, Any], source: str = "<job>") -> JobSpec:
     job = p.table(data, "job", "the top level")
     p.keys(job, _JOB_KEYS, "[job]")
     name = p.ident(job, "name", "[job]")
-    kind = p.string(job, "kind", "[job]")
+    kind = p.ident(job, "kind", "[job]", "is not a kind")
     needs = p.needs(p.table(job, "needs", "[job]"), "[job.needs]", Resources())
     refs = p.refs(job.get("refs", {}), "[job].refs")
     base = p.number(job, "backoff_base_s", "[job]", 1.0, minimum=0.0)
@@ -292,10 +292,10 @@ class _Parser:
             self.fail(f"{where}.{key} must be a non-empty string, got {short_repr(value)}")
         return value
 
-    def ident(self, table: Mapping[str, Any], key: str, where: str) -> str:
+    def ident(self, table: Mapping[str, Any], key: str, where: str, why: str = "cannot name outputs") -> str:
         value = self.string(table, key, where)
         if not _ID.fullmatch(value):
-            self.fail(f"{where}.{key} {short_repr(value)} cannot name outputs; {_ID_RULE}")
+            self.fail(f"{where}.{key} {short_repr(value)} {why}; {_ID_RULE}")
         return value
 
     def integer(
@@ -392,7 +392,7 @@ class _Parser:
                 self.fail(f"{where}.seed is missing; add seed = <integer>")
             seed = self.integer(item, "seed", where, 0, minimum=_INT64[0], maximum=_INT64[1])
             locality = self.string(item, "locality", where) if "locality" in item else None
-            task_kind = self.string(item, "kind", where) if "kind" in item else None
+            task_kind = self.ident(item, "kind", where, "is not a kind") if "kind" in item else None
             task_refs = {**refs, **self.refs(item.get("refs", {}), f"{where}.refs")}
             task_needs = self.needs(self.table(item, "needs", where), f"{where}.needs", needs)
             entries.append(TaskEntry(task_id, seed, task_refs, task_needs, locality, task_kind))

@@ -198,6 +198,12 @@ BAD = [
         "cannot name outputs; use 1-200",
     ),
     (BASE + 'count = 1\n"[/x]" = 2\n', "unknown key '[/x]' in [job]", "known keys"),
+    (
+        '[job]\nname = "j"\nkind = "sl\\u001b[2Jeep"\ncount = 1\n',
+        "[job].kind 'sl\\x1b[2Jeep' is not a kind",
+        "letters",
+    ),
+    (BASE + '[[tasks]]\nseed = 1\nkind = "a b"\n', "[[tasks]] #1.kind 'a b' is not a kind", "letters"),
 ]
 
 

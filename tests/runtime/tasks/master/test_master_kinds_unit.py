@@ -14,7 +14,7 @@ import pytest
 
 from troupe.cli.master_client import submit_job
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import AskTimeout, TaskError
+from troupe.runtime.errors import AskTimeout, ConfigError, TaskError
 from troupe.runtime.tasks.getter import (
     GetterConfig,
     KindNotRun,
@@ -287,6 +287,23 @@ async def test_submitting_the_same_job_again_says_it_is_there_and_other_content_
     assert first == {"job_id": "again", "tasks": 5, "already": False}
     assert second == {"job_id": "again", "tasks": 5, "already": True, "state": "running"}
     assert [j["job_id"] for j in jobs] == ["again"]
+
+
+HOSTILE_JOBS = [
+    ({"kind": "sl\x1b[2Jeep"}, "[job].kind 'sl\\x1b[2Jeep' is not a kind"),
+]
+
+
+@pytest.mark.parametrize(("fields", "refusal"), HOSTILE_JOBS, ids=[r for _, r in HOSTILE_JOBS])
+async def test_a_submit_control_a_job_file_would_refuse_is_refused_by_the_master(
+    tmp_path: Path, fields: dict[str, Any], refusal: str
+) -> None:
+    """A peer that sends the submit control itself gets the job file's checks: nothing is taken."""
+    async with cluster(tmp_path) as c:
+        with pytest.raises(ConfigError) as refused:
+            await c.submit({"name": "hostile", "kind": "k", "count": 1, **fields})
+        assert refusal in str(refused.value)
+        assert await c.call("jobs") == []
 
 
 @asynccontextmanager
