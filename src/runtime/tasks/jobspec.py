@@ -7,7 +7,7 @@ A job file looks like this::
     kind = "render"               # which handler runs the tasks (the rule of names too)
     max_attempts = 3              # failed attempts before a task is dead-lettered
     lease_s = 60                  # a lease lasts this long unless the worker renews it
-    priority = 0                  # higher runs first (optional)
+    priority = 0                  # higher runs first (optional; integers fit in 64 bits)
     backoff_base_s = 1.0          # retry n waits base * 2**(n-1) seconds... (optional)
     backoff_max_s = 60.0          # ...at most this long (optional)
     count = 1000                  # either: tasks render-0001-000000 .. -000999,
@@ -66,7 +66,7 @@ def generated_task_id(prefix: str, index: int) -> str:
 MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RULE = "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"
-_INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers
+_INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers, and every integer crosses the wire
 
 _JOB_KEYS = frozenset(
     {
@@ -314,6 +314,9 @@ class _Parser:
         if bad or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
             what = what or "an integer" + _bounds(minimum, maximum)
             self.fail(f"{where}.{key} must be {what}, got {short_repr(value)}")
+        if not _INT64[0] <= value <= _INT64[1]:
+            low = _INT64[0] if minimum is None else minimum
+            self.fail(f"{where}.{key} must be an integer{_bounds(low, _INT64[1])}, got {short_repr(value)}")
         return int(value)
 
     def number(

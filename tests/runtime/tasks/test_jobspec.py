@@ -204,6 +204,26 @@ BAD = [
         "letters",
     ),
     (BASE + '[[tasks]]\nseed = 1\nkind = "a b"\n', "[[tasks]] #1.kind 'a b' is not a kind", "letters"),
+    (
+        BASE + "count = 1\npriority = 99999999999999999999\n",
+        "[job].priority must be an integer between -9223372036854775808 and 9223372036854775807",
+        "got 99999999999999999999",
+    ),
+    (
+        BASE + "count = 1\npriority = 9223372036854775808\n",
+        "[job].priority must be",
+        "got 9223372036854775808",
+    ),
+    (
+        BASE + "count = 1\nmax_attempts = 99999999999999999999\n",
+        "[job].max_attempts must be an integer between 1 and 9223372036854775807",
+        "got 99999999999999999999",
+    ),
+    (
+        BASE + "count = 1\n[job.speculation]\nmax_copies = 99999999999999999999\n",
+        "[job.speculation].max_copies must be an integer between 0 and",
+        "got 99999999999999999999",
+    ),
 ]
 
 
