@@ -18,7 +18,7 @@ A job file looks like this::
     gpu = 0
 
     [job.refs]                    # content-store references every task gets (optional)
-    scenes = "cas://sha256/..."
+    scenes = "cas://sha256/..."   # cas://sha256/<64 hex digits>, or an absolute path
 
     [job.speculation]             # backup copies for the tail (optional)
     enabled = true
@@ -53,6 +53,7 @@ from typing import Any, NoReturn
 from troupe.runtime.core.config_messages import short_repr
 from troupe.runtime.errors import ConfigError
 
+from .content_store import REF_PREFIX
 from .state import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
 
 __all__ = ["JobSpec", "TaskEntry", "check_job_id", "generated_task_id", "load_job", "parse_job"]
@@ -67,6 +68,9 @@ MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split big
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _ID_RULE = "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"
 _INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers, and every integer crosses the wire
+# A task's handler reads a content reference from the store; a pipeline's job names its --out
+# folder (an absolute path) among its refs, for the runs that resume it.
+_CONTENT_REF = re.compile(re.escape(REF_PREFIX) + "[0-9a-f]{64}")
 
 _JOB_KEYS = frozenset(
     {
@@ -350,6 +354,14 @@ class _Parser:
             self.fail(
                 f'{where} must be a table of strings, like {{ scene = "cas://..." }}, got {short_repr(value)}'
             )
+        for key, ref in value.items():
+            if not (_CONTENT_REF.fullmatch(ref) or (os.path.isabs(ref) and ref.isprintable())):
+                shown = key if _ID.fullmatch(key) else short_repr(key)
+                self.fail(
+                    f"{where}.{shown} must be a content reference {REF_PREFIX}<64 hex digits> (or an "
+                    f"absolute path), got {short_repr(ref)}; put the object in the content store and "
+                    "give its reference"
+                )
         return dict(value)
 
     def needs(self, table: Mapping[str, Any], where: str, default: Resources) -> Resources:

@@ -12,6 +12,8 @@ from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.jobspec import JobSpec, load_job, parse_job
 from troupe.runtime.tasks.state import Reject, Resources, Speculation, TaskSpec
 
+SCENES, ROBOT, S8 = (f"cas://sha256/{c * 64}" for c in "abc")
+
 
 def write(tmp_path: Path, text: str, name: str = "job.toml") -> Path:
     path = tmp_path / name
@@ -19,7 +21,7 @@ def write(tmp_path: Path, text: str, name: str = "job.toml") -> Path:
     return path
 
 
-COUNTED = """
+COUNTED = f"""
     [job]
     name = "render-0001"
     kind = "render"
@@ -36,7 +38,7 @@ COUNTED = """
     gpu = 1
 
     [job.refs]
-    scenes = "cas://scenes"
+    scenes = "{SCENES}"
 
     [job.speculation]
     enabled = false
@@ -45,7 +47,7 @@ COUNTED = """
     max_copies = 2
 """
 
-LISTED = """
+LISTED = f"""
     [job]
     name = "plan"
     kind = "plan"
@@ -54,7 +56,7 @@ LISTED = """
     cpu = 0.5
 
     [job.refs]
-    robot = "cas://robot"
+    robot = "{ROBOT}"
 
     [[tasks]]
     seed = 7
@@ -62,8 +64,8 @@ LISTED = """
     [[tasks]]
     id = "special"
     seed = 8
-    refs = { scene = "cas://s8" }
-    needs = { gpu = 1 }
+    refs = {{ scene = "{S8}" }}
+    needs = {{ gpu = 1 }}
     locality = "node-3"
 """
 
@@ -77,7 +79,7 @@ def test_counted_job_generates_ids_seeds_and_policy(tmp_path: Path) -> None:
     assert (policy.backoff_base_s, policy.backoff_max_s) == (0.5, 8.0)
     assert policy.speculation == Speculation(False, 2.0, 12.0, 2)
     assert job.tasks() == [
-        TaskSpec(f"render-0001-00000{i}", "render", 100 + i, {"scenes": "cas://scenes"}, Resources(2.0, 1))
+        TaskSpec(f"render-0001-00000{i}", "render", 100 + i, {"scenes": SCENES}, Resources(2.0, 1))
         for i in range(3)
     ]
 
@@ -86,9 +88,9 @@ def test_listed_tasks_get_default_ids_and_merge_job_defaults(tmp_path: Path) -> 
     """Explicit tasks keep their ids (or get <name>-<index>) and override needs and refs per key."""
     job = load_job(write(tmp_path, LISTED))
     first, second = job.tasks()
-    assert first == TaskSpec("plan-000000", "plan", 7, {"robot": "cas://robot"}, Resources(0.5, 0), None)
+    assert first == TaskSpec("plan-000000", "plan", 7, {"robot": ROBOT}, Resources(0.5, 0), None)
     assert second == TaskSpec(
-        "special", "plan", 8, {"robot": "cas://robot", "scene": "cas://s8"}, Resources(0.5, 1), "node-3"
+        "special", "plan", 8, {"robot": ROBOT, "scene": S8}, Resources(0.5, 1), "node-3"
     )
 
 
@@ -224,6 +226,16 @@ BAD = [
         "[job.speculation].max_copies must be an integer between 0 and",
         "got 99999999999999999999",
     ),
+    (
+        BASE + 'count = 1\n[job.refs]\nparams = "not-a-ref"\n',
+        "[job].refs.params must be a content reference cas://sha256/<64 hex digits>",
+        "put the object in the content store",
+    ),
+    (
+        BASE + '[[tasks]]\nseed = 1\nrefs = { scene = "cas://sha256/ABC" }\n',
+        "[[tasks]] #1.refs.scene must be a content reference",
+        "got 'cas://sha256/ABC'",
+    ),
 ]
 
 
@@ -259,3 +271,9 @@ def test_unreadable_files_raise_config_error(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_job(binary)
+
+
+def test_a_ref_may_be_an_absolute_path_as_a_pipeline_s_job_names_its_out() -> None:
+    """A pipeline's job names its --out folder among its refs: an absolute path is a ref too."""
+    job = parse_job({"job": {"name": "j", "kind": "k", "count": 1, "refs": {"out": "/data/run 1"}}})
+    assert job.tasks()[0].refs == {"out": "/data/run 1"}

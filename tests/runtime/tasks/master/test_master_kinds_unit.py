@@ -292,6 +292,7 @@ async def test_submitting_the_same_job_again_says_it_is_there_and_other_content_
 HOSTILE_JOBS = [
     ({"kind": "sl\x1b[2Jeep"}, "[job].kind 'sl\\x1b[2Jeep' is not a kind"),
     ({"priority": 2**64 - 1}, "[job].priority must be an integer between"),
+    ({"refs": {"params": "not-a-ref"}}, "[job].refs.params must be a content reference"),
 ]
 
 
