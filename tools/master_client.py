@@ -183,8 +183,12 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             raise type(exc)(_no_master(endpoint, _silent(exc, ping_s, "reply to a ping"))) from None
         if not (isinstance(pong, dict) and "master" in pong):  # a node answers a ping too
             raise _not_a_master(endpoint, "submit")
+        sent_at = anyio.current_time()
+        lost = False
         try:
             return await runtime.control(endpoint, "submit", payload, timeout=timeout)
+        except PeerLost:
+            lost = True  # the connection ended before the reply: the master died, or restarted
         except AskTimeout:
             pass
         except anyio.get_cancelled_exc_class():  # Ctrl-C: the submit is out, and may be taken
@@ -197,17 +201,30 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             "submitting the same file again is safe: the master says when it already has it, "
             "and its journal holds all of a job or none of it"
         )
+        # Said as it is known: the seconds waited (a lost connection ends the wait early), and
+        # that the master may or may not have the job (it journals a job whole, or not at all).
+        waited = anyio.current_time() - sent_at
+        what = (
+            f"the connection to the master at {endpoint} ended {waited:.1f}s into the submit of job {job!r}"
+            if lost
+            else f"the master at {endpoint} has not answered the submit of job {job!r} in {waited:.1f}s"
+        )
         try:
             await runtime.control(endpoint, "ping", None, timeout=ping_s)
         except AskTimeout:
             raise AskTimeout(
-                f"the master at {endpoint} took job {job!r} but has not answered since, not even "
-                f"a ping, after {timeout}s: it may have stopped (see its log) or still be taking "
-                f"in a very large job; once it answers, check with `troupe ctl jobs` ({again})"
+                f"{what}, nor a ping since: it may have stopped (see its log) or still be taking in a "
+                f"very large job, and may or may not have the job; once it answers, check with "
+                f"`troupe ctl jobs` ({again})"
             ) from None
+        if lost:
+            raise AskTimeout(
+                f"{what}; it answers again (restarted?) and may or may not have the job: check with "
+                f"`troupe ctl jobs` ({again})"
+            )
         raise AskTimeout(
             f"the master at {endpoint} answers, but is still writing job {job!r} after "
-            f"{timeout}s; check with `troupe ctl jobs` ({again})"
+            f"{waited:.1f}s; check with `troupe ctl jobs` ({again})"
         )
 
 

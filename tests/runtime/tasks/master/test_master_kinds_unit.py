@@ -364,9 +364,50 @@ async def test_a_master_that_stops_answering_during_a_submit_is_not_said_to_be_w
             await submit_job(endpoint, payload, 0.5)
     message = str(caught.value)
     assert submitted.is_set()
-    assert "took job 'big' but has not answered since, not even a ping" in message
+    assert "has not answered the submit of job 'big' in " in message and "nor a ping since" in message
+    assert "may or may not have the job" in message
     assert "see its log" in message and "all of a job or none of it" in message
     assert "still writing" not in message
+
+
+async def test_a_master_gone_during_a_submit_is_said_to_be_gone_after_the_seconds_waited() -> None:
+    """The master's connection ends while it takes a job: the CLI says so when it happens,
+    with the seconds it waited, not its timeout, and that the master may or may not have the
+    job (it said the master took the job, after the whole timeout, and it had not)."""
+    submitted, outcome = anyio.Event(), []
+    payload = {"job": {"job": {"name": "big"}}, "source": "big.toml", "job_id": None}
+    endpoint = free_endpoint()
+
+    async def ping(_: Any) -> dict[str, Any]:
+        return {"master": "fake"}
+
+    async def submit_answered_never(_: Any) -> dict[str, Any]:
+        submitted.set()
+        await anyio.sleep_forever()
+        return {}
+
+    async def submit() -> None:
+        try:
+            await submit_job(endpoint, payload, 600.0)
+        except AskTimeout as exc:
+            outcome.append(exc)
+
+    with anyio.fail_after(60):
+        # the fake master goes (its runtime closes, the submit unanswered) before the group ends
+        async with (
+            anyio.create_task_group() as tg,
+            Runtime("fake", "master", ZmqTransport(bind=endpoint), drain_timeout=0.1) as rt,
+        ):
+            rt.register_controls({"ping": ping, "submit": submit_answered_never})
+            tg.start_soon(submit)
+            await submitted.wait()
+    (caught,) = outcome
+    message = str(caught)
+    assert isinstance(caught, AskTimeout)
+    assert f"the connection to the master at {endpoint} ended " in message, message
+    assert "s into the submit of job 'big'" in message and "600" not in message
+    assert "may or may not have the job" in message and "ctl jobs" in message
+    assert "took job" not in message
 
 
 async def test_a_submit_stopped_after_it_was_sent_says_the_master_may_have_the_job(
