@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import structlog
 
+from troupe.actors.lerobot.dataset_drafts import DRAFTS_DIR, DatasetDrafts, clear_stale
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
-from troupe.actors.lerobot.format import VIDEO_FILES_SIZE_IN_MB
-from troupe.actors.lerobot.video_drafts import DRAFTS_DIR, VideoDrafts, clear_stale
+from troupe.actors.lerobot.format import DATA_FILES_SIZE_IN_MB, VIDEO_FILES_SIZE_IN_MB
 from troupe.actors.lerobot.writer import AsyncWriter
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.stage import StageActor, StageRun
@@ -245,8 +245,11 @@ class LeRobotWriter(BaseWriter):
         self.writer = AsyncWriter(
             self.store, max_pending=max_pending, threads=threads, config=EpisodeConfig()
         )
-        # The dataset's mp4s, remuxed as the episodes commit: finalize has less left to do.
-        self.drafts = VideoDrafts(self.store.root / DRAFTS_DIR, int(VIDEO_FILES_SIZE_IN_MB * 1024 * 1024))
+        # The dataset's files, written as the episodes commit: finalize has less left to do.
+        mb = 1 << 20
+        self.drafts = DatasetDrafts(
+            self.store.root / DRAFTS_DIR, int(VIDEO_FILES_SIZE_IN_MB * mb), int(DATA_FILES_SIZE_IN_MB * mb)
+        )
         self.dataset = dataset
         self.fps = fps
         self.robot_type = robot_type

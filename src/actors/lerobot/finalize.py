@@ -45,8 +45,11 @@ from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.errors import CommitError
 from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, fsync_path
 
+from .dataset_drafts import DataDraft, DatasetDrafts
+from .episode_rows import episode_rows
 from .format import (
     CODEBASE_VERSION,
+    DATA_FILES_SIZE_IN_MB,
     DATA_PATH,
     EPISODE_FILE,
     EPISODE_FORMAT,
@@ -67,7 +70,6 @@ from .stats import (
     vector_stats,
 )
 from .video import SignatureMismatch, VideoConcat, concat_videos, video_signature
-from .video_drafts import VideoDrafts
 
 __all__ = ["DatasetConfig", "DatasetSummary", "episode_fps", "finalize_dataset"]
 
@@ -93,7 +95,7 @@ class DatasetConfig:
     fps: int
     robot_type: str = "unknown"
     chunks_size: int = 1000
-    data_files_size_in_mb: float = 100.0
+    data_files_size_in_mb: float = DATA_FILES_SIZE_IN_MB
     video_files_size_in_mb: float = VIDEO_FILES_SIZE_IN_MB
     remux_videos: bool = True
     episodes_per_meta_file: int = 1000
@@ -224,7 +226,7 @@ def _check_uniform(episodes: list[_Episode]) -> dict[str, dict[str, Any]]:
 
 
 def _write_data(
-    root: Path, episodes: list[_Episode], cfg: DatasetConfig
+    root: Path, episodes: list[_Episode], cfg: DatasetConfig, drafts: DatasetDrafts | None = None
 ) -> tuple[set[Path], dict[int, dict[str, int]]]:
     schema = data_schema()
     written: set[Path] = set()
@@ -238,36 +240,23 @@ def _write_data(
     for n, group in enumerate(groups):
         slot = _file_slot(n, cfg.chunks_size)
         dest = root / DATA_PATH.format(**slot)
-        with atomic_file(dest) as tmp, pq.ParquetWriter(tmp, schema) as writer:
-            for ep in group:
-                # ParquetFile.read, not read_table: a third of the CPU for one small file (no
-                # dataset discovery, no thread pool).
-                try:
-                    frames = pq.ParquetFile(ep.path / FRAMES_FILE).read(use_threads=False)
-                except (pa.ArrowException, OSError) as exc:
-                    said = f"{ep.path / FRAMES_FILE} cannot be read ({exc})"
-                    raise InvalidData(_damaged(ep.meta["task_id"], ep.path, said)) from None
-                n_rows = frames.num_rows
-                extra = {
-                    "episode_index": np.full(n_rows, ep.index, dtype=np.int64),
-                    "index": np.arange(ep.start, ep.start + n_rows, dtype=np.int64),
-                    "task_index": np.full(n_rows, ep.task_index, dtype=np.int64),
-                }
-                for name, values in extra.items():
-                    frames = frames.append_column(name, pa.array(values))
-                writer.write_table(frames.select(schema.names).cast(schema))
-                where[ep.index] = slot
+        paths = [ep.path for ep in group]
+        draft = drafts.take_data(n, paths) if drafts is not None else None
+        if draft is None or not _finish_data_draft(draft, group, schema, dest):
+            with atomic_file(dest) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+                for ep in group:
+                    writer.write_table(_rows(ep, schema))
+        for ep in group:
+            where[ep.index] = slot
         written.add(dest)
     return written, where
 
 
 def _write_videos(
-    root: Path, episodes: list[_Episode], cfg: DatasetConfig, drafts: VideoDrafts | None
+    root: Path, episodes: list[_Episode], cfg: DatasetConfig, drafts: DatasetDrafts | None
 ) -> tuple[set[Path], dict[int, dict[str, Any]]]:
     written: set[Path] = set()
     columns: dict[int, dict[str, Any]] = {ep.index: {} for ep in episodes}
-    if drafts is not None and cfg.remux_videos:
-        drafts.settle()
     for key in VIDEO_KEYS:
         written |= _write_video_key(root, key, episodes, cfg, columns, drafts if cfg.remux_videos else None)
     return written, columns
@@ -279,7 +268,7 @@ def _write_video_key(
     episodes: list[_Episode],
     cfg: DatasetConfig,
     columns: dict[int, dict[str, Any]],
-    drafts: VideoDrafts | None = None,
+    drafts: DatasetDrafts | None = None,
 ) -> set[Path]:
     sources = {ep.index: ep.path / video_file(key) for ep in episodes}
     if not cfg.remux_videos:  # a file per episode
@@ -316,7 +305,7 @@ def _write_video_files(
     columns: dict[int, dict[str, Any]],
     sources: dict[int, Path],
     signature: Callable[[int], object],
-    drafts: VideoDrafts | None = None,
+    drafts: DatasetDrafts | None = None,
 ) -> set[Path]:
     written: set[Path] = set()
     limit = cfg.video_files_size_in_mb * _MB if cfg.remux_videos else 0
@@ -352,6 +341,37 @@ def _write_video_files(
     return written
 
 
+def _rows(ep: _Episode, schema: pa.Schema) -> pa.Table:
+    try:
+        return episode_rows(ep.path, ep.index, ep.start, ep.task_index, schema)
+    except (pa.ArrowException, OSError) as exc:
+        said = f"{ep.path / FRAMES_FILE} cannot be read ({exc})"
+        raise InvalidData(_damaged(ep.meta["task_id"], ep.path, said)) from None
+
+
+def _finish_data_draft(draft: DataDraft, group: list[_Episode], schema: pa.Schema, dest: Path) -> bool:
+    """The data draft with the rest of ``group``'s rows written, moved to ``dest`` (durably);
+    False, the draft deleted, where that failed: the file is written anew then."""
+    try:
+        for ep in group[len(draft.episodes) :]:
+            draft.writer.write_table(_rows(ep, schema))
+        draft.writer.close()
+        _publish(draft.path, dest)
+    except (InvalidData, OSError, pa.ArrowException) as exc:
+        log.info("data_draft_unused", dest=str(dest), why=f"{type(exc).__name__}: {exc}")
+        draft.discard()
+        return False
+    return True
+
+
+def _publish(draft: Path, dest: Path) -> None:
+    """Move a finished draft into place, as ``atomic_file`` does a temporary file."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fsync_path(draft)
+    os.replace(draft, dest)
+    fsync_path(dest.parent)
+
+
 def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[tuple[float, float]] | None:
     """The draft with the rest of ``sources`` added, moved to ``dest`` (durably, as
     ``atomic_file``): its spans; None, the draft deleted, where that failed (a source that
@@ -360,10 +380,7 @@ def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[t
         for src in sources[len(draft.sources) :]:
             draft.add(src)
         draft.close()
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fsync_path(draft.dest)
-        os.replace(draft.dest, dest)
-        fsync_path(dest.parent)
+        _publish(draft.dest, dest)
     except (InvalidData, OSError) as exc:
         log.info("video_draft_unused", dest=str(dest), why=f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(Exception):
@@ -460,7 +477,7 @@ def episode_fps(store: OutputStore) -> int | None:
 
 
 def finalize_dataset(
-    store: OutputStore, root: Path, config: DatasetConfig, drafts: VideoDrafts | None = None
+    store: OutputStore, root: Path, config: DatasetConfig, drafts: DatasetDrafts | None = None
 ) -> DatasetSummary:
     """Write every committed episode of ``store`` as one LeRobot v3.0 dataset under ``root``.
 
@@ -468,8 +485,9 @@ def finalize_dataset(
         store: the OutputStore the episodes were committed to.
         root: the dataset directory (``LeRobotDataset(repo_id, root=root)``); created if missing.
         config: frame rate, robot type and file sizes.
-        drafts: the videos remuxed as the episodes were written (``video_drafts``): a draft
-            that begins a video file is finished and moved into place, not remuxed anew.
+        drafts: the files written as the episodes were committed (``dataset_drafts``): a
+            draft that begins a data or video file is finished and moved into place, not
+            written anew.
 
     Returns:
         A summary of what was written.
@@ -489,8 +507,10 @@ def finalize_dataset(
         # The data files on a thread of their own while the videos are remuxed here: both
         # spend much of their time in pyarrow and ffmpeg, outside the GIL, and a pipeline's
         # cores are idle by the time its dataset is finalized.
+        if drafts is not None:
+            drafts.settle()
         with ThreadPoolExecutor(1, thread_name_prefix="finalize-data") as pool:
-            data = pool.submit(_write_data, root, episodes, config)
+            data = pool.submit(_write_data, root, episodes, config, drafts)
             video_files, video_columns = _write_videos(root, episodes, config, drafts)
             stats = [_episode_stats(ep) for ep in episodes]
             data_files, data_where = data.result()

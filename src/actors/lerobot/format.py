@@ -24,6 +24,7 @@ from .action_layout import ACTION_DIM, ACTION_NAMES
 __all__ = [
     "ACTION_KEY",
     "CODEBASE_VERSION",
+    "DATA_FILES_SIZE_IN_MB",
     "DATA_PATH",
     "DEFAULT_DEPTH_MAX_M",
     "DEPTH_KEY",
@@ -54,6 +55,7 @@ ACTION_KEY = "action"
 MASK_KEY = "action_mask"
 VIDEO_KEYS = (RGB_KEY, DEPTH_KEY)
 VIDEO_FILES_SIZE_IN_MB = 200.0  # a dataset's video file is closed once it would pass this
+DATA_FILES_SIZE_IN_MB = 100.0  # and a data file
 STATE_DIM = 9
 DEFAULT_DEPTH_MAX_M = 10.0
 

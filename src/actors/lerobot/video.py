@@ -272,7 +272,7 @@ def _remux(sources: Sequence[Path], dest: Path, fps: int) -> list[tuple[float, f
 
 class VideoConcat:
     """An mp4 being remuxed from whole videos, one :meth:`add` at a time (:func:`concat_videos`
-    at once; a dataset's video drafted while its episodes are written, ``video_drafts``). The
+    at once; a dataset's video drafted while its episodes are written, ``dataset_drafts``). The
     file is complete once closed (leaving the ``with``); ``spans`` are the sources' spans.
 
     Raises (from :meth:`add`):
