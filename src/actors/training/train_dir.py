@@ -223,6 +223,11 @@ class TrainDir:
         except NotADirectoryError:
             raise ConfigError(f"--out {self.out} is a file; give a directory") from None
         foreign = [e for e in entries if e not in self.owned]
+        if ".troupe" in foreign:  # a pipeline run's (its record, journal): not foreign to troupe
+            raise ConfigError(
+                f"--out {self.out} is a pipeline run's folder (it holds '.troupe'); give a training "
+                "run a new or empty directory"
+            )
         if foreign:
             raise ConfigError(
                 f"--out {self.out} holds {foreign[0]!r}, which no training run wrote; give a new or "

@@ -419,6 +419,11 @@ class RunDir:
             self.adopted = True  # its record deleted: this run's pipeline is taken for its own
             return
         foreign = [e for e in entries if e not in TROUPE_ENTRIES] or [e for e in entries if e != "logs"]
+        if ".troupe-train" in entries:  # a training run's: the way out is the same, the words not
+            raise ConfigError(
+                f"--out {self.out} is a training run's folder (it holds '.troupe-train'); give a data "
+                "generation run a new or empty directory"
+            )
         raise ConfigError(
             f"--out {self.out} holds {foreign[0]!r}, which no troupe run wrote; give a "
             "new or empty directory (troupe owns data/, videos/ and meta/ there)"

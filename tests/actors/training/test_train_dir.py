@@ -196,3 +196,11 @@ def test_fresh_through_prepare_run_deletes_the_checkpoints_of_a_dir_outside_out(
         prepare_run(config, tmp_path / "b", None, fresh=False)
     prepare_run(config, tmp_path / "a", None, fresh=True)[2].release()
     assert not (mine / "step-000000003").exists()
+
+
+def test_a_pipeline_run_s_folder_is_named_so(tmp_path: Path) -> None:
+    """Not "holds '.troupe', which no training run wrote": a troupe pipeline run wrote it."""
+    out = tmp_path / "out"
+    (out / ".troupe").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"is a pipeline run's folder \(it holds '\.troupe'\)"):
+        _dir(out).prepare(MADE, fresh=False)

@@ -309,3 +309,11 @@ def test_another_pipeline_s_folder_says_to_give_its_file_not_fresh(tmp_path: Pat
     said = str(err.value)
     assert "was made with name=signals, this run asks name=indoor-nav" in said, said
     assert "give that pipeline's file, `troupe run PIPELINE.toml`" in said and "--fresh would delete" in said
+
+
+def test_a_training_run_s_folder_is_named_so(tmp_path: Path) -> None:
+    """Not "holds '.troupe-train', which no troupe run wrote": a troupe training run wrote it."""
+    out = tmp_path / "out"
+    (out / ".troupe-train").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"is a training run's folder \(it holds '\.troupe-train'\)"):
+        RunDir(out).prepare(_made_with(), fresh=False)
