@@ -10,7 +10,11 @@ never returned.
 Writes go to memory at once and to disk through a background thread with a bounded queue
 (write-through, so other processes of the host see an entry as soon as it is written): culling
 the disk tier happens on that thread, and when the queue is full the disk write is skipped and
-counted, so eviction never blocks encoding.
+counted, so eviction never blocks encoding. A write that would leave its disk with less than
+``DISK_RESERVE`` free is skipped and counted too (``disk_writes_skipped``): the checkpoints and the
+dataset on that disk matter more than a cache (a small disk had been filled by the cache, and the
+next checkpoint failed for want of space); the index's write-ahead log, which diskcache's byte
+bound does not count, is checkpointed at an eighth of the bound (a 1 MB cache had grown 4.8 MB).
 
 Example::
 
@@ -37,9 +41,11 @@ import numpy as np
 import structlog
 import torch
 
-__all__ = ["LatentCache", "cache_key", "decode_entry", "encode_entry"]
+__all__ = ["DISK_RESERVE", "LatentCache", "cache_key", "decode_entry", "encode_entry"]
 
 log = structlog.get_logger(__name__)
+
+DISK_RESERVE = 64 << 20  # left free on the disk tier's disk: checkpoints and datasets come first
 
 _AS_INT = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
 _MAGIC = b"TLC1"
@@ -134,6 +140,7 @@ class LatentCache:
              "disk_errors"), 0,
         )  # fmt: skip
         self._disk: diskcache.Cache | None = None
+        self._directory = Path(str(directory)) if directory is not None else None
         self._queue: queue.Queue[tuple[str, torch.Tensor] | None] = queue.Queue(maxsize=max(1, write_queue))
         self._writer: threading.Thread | None = None
         if self.disk_limit > 0:
@@ -231,7 +238,11 @@ class LatentCache:
                 if item is None:
                     return
                 key, value = item
-                self._disk.set(key, encode_entry(key, value), retry=True)
+                entry = encode_entry(key, value)
+                if not self._room_for(len(entry)):
+                    self._count("disk_writes_skipped")
+                    continue
+                self._disk.set(key, entry, retry=True)
                 if self._disk.volume() > self.disk_limit:
                     self._disk.cull(retry=True)
                 self._count("disk_writes")
@@ -239,6 +250,14 @@ class LatentCache:
                 self._count("disk_errors")
             finally:
                 self._queue.task_done()
+
+    def _room_for(self, nbytes: int) -> bool:
+        assert self._directory is not None
+        try:
+            free = shutil.disk_usage(self._directory).free
+        except OSError:
+            return False
+        return free - nbytes >= DISK_RESERVE
 
     def flush(self) -> None:
         """Wait until every queued disk write is done."""
@@ -280,6 +299,12 @@ class LatentCache:
         self.close()
 
 
+def _wal_pages(size_limit: int) -> int:
+    """Pages the index's write-ahead log grows to before SQLite checkpoints it: an eighth of
+    the cache's bound (diskcache's 1000, 4 MB, for bounds of 32 MB and more)."""
+    return max(16, min(1000, size_limit // 4096 // 8))
+
+
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
     """The disk tier at ``directory``. One whose index is damaged (not a database) is moved
     aside to ``<directory>.damaged`` and started empty: it is a cache, what it held is encoded
@@ -290,7 +315,7 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
         # byte bound counts what the entries weigh.
         return diskcache.Cache(
             str(directory), size_limit=size_limit, eviction_policy="least-recently-used",
-            disk_min_file_size=0,
+            disk_min_file_size=0, sqlite_wal_autocheckpoint=_wal_pages(size_limit),
         )  # fmt: skip
 
     try:

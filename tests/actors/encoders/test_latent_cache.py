@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from troupe.actors.encoders.latent_cache import LatentCache, cache_key, encode_entry
+from troupe.actors.encoders import latent_cache
+from troupe.actors.encoders.latent_cache import DISK_RESERVE, LatentCache, cache_key, encode_entry
 
 FP = "encoder-v1"
 PARAMS = {"fps": 10, "size": [8, 8]}
@@ -262,3 +264,17 @@ def test_a_damaged_index_is_moved_aside_and_the_cache_starts_empty(tmp_path: Pat
         stats = cache.stats()
     assert torch.equal(first, again) and enc.calls == 2 and stats["misses"] == 1
     assert (tmp_path / "latent-cache.damaged" / "cache.db").is_file()  # kept for a look
+
+
+def test_a_disk_short_of_its_reserve_gets_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints on that disk come first: a write that would leave it less than DISK_RESERVE
+    free is skipped and counted, the entry kept in memory (a small disk had been filled by the
+    cache, and the next checkpoint failed for want of space)."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(latent_cache.shutil, "disk_usage", lambda _: usage(1 << 30, 1 << 30, DISK_RESERVE))
+    with LatentCache(1 << 20, 1 << 20, tmp_path) as cache:
+        cache.put("k0", _latents(0))
+        cache.flush()
+        stats = cache.stats()
+    assert stats["disk_writes_skipped"] == 1 and stats["disk_writes"] == 0
+    assert stats["memory"]["items"] == 1
