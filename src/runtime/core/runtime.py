@@ -555,8 +555,8 @@ class Runtime(Inbound):
         env = Envelope(
             Kind.CONTROL, msg_id, 0, sender, "", msg_type, time.time() + timeout, trace, None, payload
         )
-        frames = self.codec.encode(env)
         try:
+            frames = self.codec.encode(env)  # a payload it cannot encode settles fut (finally)
             try:
                 await self.transport.send(endpoint, frames, block=False)
             except MailboxFull:
