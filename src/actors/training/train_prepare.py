@@ -78,6 +78,13 @@ def check_dataset(path: Path) -> None:
             f"train.dataset: no dataset at {path}; make one first: "
             f"troupe run configs/datagen.toml --out {path}"
         )
+    if not path.is_dir():
+        raise ConfigError(f"train.dataset: {path} is a file; give the folder of a LeRobot dataset")
+    if (path / ".troupe-train").is_dir():
+        raise ConfigError(
+            f"train.dataset: {path} is a training run's --out, not a dataset; give the dataset it "
+            "trained on (its train.dataset), or make one: troupe run configs/datagen.toml --out DIR"
+        )
     if not ((path / "meta" / "info.json").is_file() or (path / ".troupe" / "episodes").is_dir()):
         raise ConfigError(
             f"train.dataset: {path} is not a LeRobot dataset nor a troupe run's folder; "
