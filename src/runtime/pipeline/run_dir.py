@@ -57,6 +57,7 @@ TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 
 _FORMAT = 1
 # A master-fed run cannot start anew with --fresh (the master's job keeps its items' outcomes).
+_FRESH_ADVICE = "use --fresh to start anew"  # a one-host run's way out of another pipeline's folder
 _SHARED_ADVICE = "give another --out, or delete the folder to start anew"
 
 
@@ -355,13 +356,15 @@ class RunDir:
                 )
 
     def _check_same(
-        self, record: dict[str, Any], made_with: dict[str, Any], advice: str = "use --fresh to start anew"
+        self, record: dict[str, Any], made_with: dict[str, Any], advice: str = _FRESH_ADVICE
     ) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
         if diff is not None and diff[0].startswith("name="):  # another pipeline: its file forgotten?
+            held = f"it holds the pipeline {diff[0][5:]!r}: give its file, `troupe run PIPELINE.toml`"
             advice = (
-                f"it holds the pipeline {diff[0][5:]!r}: give that pipeline's file, `troupe run "
-                "PIPELINE.toml`, to resume it, or another --out; --fresh would delete what it made"
+                f"{held}, to resume it, or another --out; --fresh would delete what it made"
+                if advice == _FRESH_ADVICE
+                else f"{held}, to resume it; or {advice}"
             )
         if diff is not None:
             raise ConfigError(f"--out {self.out} was made with {diff[0]}, this run asks {diff[1]} ({advice})")

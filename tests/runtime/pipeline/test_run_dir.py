@@ -308,7 +308,8 @@ def test_another_pipeline_s_folder_says_to_give_its_file_not_fresh(tmp_path: Pat
         run.prepare(_made_with(), fresh=False)
     said = str(err.value)
     assert "was made with name=signals, this run asks name=indoor-nav" in said, said
-    assert "give that pipeline's file, `troupe run PIPELINE.toml`" in said and "--fresh would delete" in said
+    assert "give its file, `troupe run PIPELINE.toml`, to resume it, or another --out" in said
+    assert "--fresh would delete" in said
 
 
 def test_a_training_run_s_folder_is_named_so(tmp_path: Path) -> None:
