@@ -31,6 +31,7 @@ bound to ``out``, nothing else in them (it had deleted none, and the run resumed
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -57,8 +58,10 @@ _STEP_DIR = re.compile(r"step-\d+")  # a checkpoint's folder (checkpoint.checkpo
 
 def made_with(cfg: Any, out: Path) -> dict[str, Any]:
     """What decides whether ``cfg`` (a ``TrainConfig``) can resume the checkpoints of ``out``:
-    the model, the clips, the encoder, and the dataset (relative to ``out`` when it lies there,
-    as with ``[datagen]``: a copied ``out`` still resumes)."""
+    the model, the clips, the encoder (its weights file's sha256 too: another file at the same
+    path is another encoder, whose latents the checkpoints were not trained on), and the dataset
+    (relative to ``out`` when it lies there, as with ``[datagen]``: a copied ``out`` still
+    resumes)."""
     encoders = cfg.encoders
     dataset = Path(cfg.train.dataset).resolve()
     if dataset.is_relative_to(out.resolve()):
@@ -76,6 +79,9 @@ def made_with(cfg: Any, out: Path) -> dict[str, Any]:
             "weights": encoders.weights,
         },
     }
+    digest = _file_sha256(encoders.weights)
+    if digest is not None:
+        data["encoder"]["weights_sha256"] = digest
     made: dict[str, Any] = json.loads(json.dumps(data, default=str))  # as read back
     return made
 
@@ -168,8 +174,10 @@ class TrainDir:
 
     def _check_same(self, record: dict[str, Any], made: dict[str, Any]) -> None:
         recorded = record.get("made_with", {})
-        if "dataset" not in (recorded.get("train") or {}):  # recorded before runs kept it
-            made = {**made, "train": {k: v for k, v in made.get("train", {}).items() if k != "dataset"}}
+        # Recorded before runs kept them: not compared.
+        for section, key in (("train", "dataset"), ("encoder", "weights_sha256")):
+            if key not in (recorded.get(section) or {}):
+                made = {**made, section: {k: v for k, v in made.get(section, {}).items() if k != key}}
         diff = first_difference(recorded, made)
         if diff is not None:
             raise ConfigError(
@@ -252,6 +260,21 @@ class TrainDir:
             elif path.exists() or path.is_symlink():
                 path.unlink()
         self.record_path.unlink(missing_ok=True)
+
+
+def _file_sha256(path: str | None) -> str | None:
+    """The sha256 of the file at ``path``; None for none given, or one not readable (the run
+    says why it cannot load it)."""
+    if path is None or "{out}" in path:
+        return None
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _bound_to(checkpoints: Path) -> Path | None:

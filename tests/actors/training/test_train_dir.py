@@ -204,3 +204,30 @@ def test_a_pipeline_run_s_folder_is_named_so(tmp_path: Path) -> None:
     (out / ".troupe").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"is a pipeline run's folder \(it holds '\.troupe'\)"):
         _dir(out).prepare(MADE, fresh=False)
+
+
+def test_another_weights_file_at_the_same_path_is_another_encoder(tmp_path: Path) -> None:
+    """The encoder's weights replaced in place (`train-vae --force` to the same path): the run's
+    checkpoints were trained on the other encoder's latents, so resuming is refused, naming the
+    weights' sha256 (it had resumed silently). A record from before the sha256 was kept resumes."""
+    from types import SimpleNamespace
+
+    from troupe.actors.training.train_dir import made_with
+
+    weights = tmp_path / "vae.pt"
+    weights.write_bytes(b"weights one")
+    train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(tmp_path / "data"))
+    encoders = SimpleNamespace(encoder="e", encoder_kwargs={}, weights=str(weights))
+    cfg = SimpleNamespace(model={"d_model": 96}, train=train, encoders=encoders)
+    out = tmp_path / "out"
+    _dir(out).prepare(made_with(cfg, out), fresh=False).release()
+    _dir(out).check(made_with(cfg, out), fresh=False)
+    weights.write_bytes(b"weights two")
+    with pytest.raises(ConfigError, match=r"made with encoder\.weights_sha256=[0-9a-f]{64}, this run asks"):
+        _dir(out).check(made_with(cfg, out), fresh=False)
+
+    old = tmp_path / "old"
+    recorded = made_with(cfg, old)
+    del recorded["encoder"]["weights_sha256"]
+    _dir(old).prepare(recorded, fresh=False).release()
+    _dir(old).check(made_with(cfg, old), fresh=False)
