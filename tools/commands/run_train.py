@@ -172,10 +172,14 @@ def finish_train(
             )
     else:
         endpoint = endpoint or default_endpoint
-    try:
-        done = None if fresh else _trained_already(cfg, out, steps)
-    except _LastUnreadable as exc:  # the resume would refuse it too, once the cluster started
-        raise fail(str(exc), 1) from None
+    done = None
+    if not fresh:
+        from troupe.actors.training.checkpoint import CheckpointUnreadable  # torch: not for --fresh
+
+        try:
+            done = _trained_already(cfg, out, steps)
+        except CheckpointUnreadable as exc:  # the resume would refuse it too, once the cluster started
+            raise fail(str(exc), 1) from None
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
         if as_json:
             print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
@@ -203,17 +207,13 @@ def _stopped_line(cfg: Any, out: Path) -> str:
     return f"stopped: checkpoint at step {step} in {last}; the same command run again resumes from it"
 
 
-class _LastUnreadable(Exception):
-    """The run's newest checkpoint does not load (``CheckpointUnreadable``, final)."""
-
-
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
     """The step and folder of ``out``'s last committed checkpoint when it reaches the run's
     steps (and its data generation, if it has one, finished too), else None.
 
     Raises:
-        _LastUnreadable: that checkpoint does not hold what its marker says (a folder name and
-            an empty marker had said "already complete" over a damaged or stray checkpoint).
+        CheckpointUnreadable: that checkpoint does not hold what its marker says (a folder name
+            and an empty marker had said "already complete" over a damaged or stray checkpoint).
     """
     from troupe.runtime.pipeline.run_dir import RunDir
 
@@ -235,7 +235,7 @@ def _newest_checkpoint(cfg: Any, out: Path, complete_at: int | None = None) -> t
     as a resume does).
 
     Raises:
-        _LastUnreadable: ``complete_at`` given, and it does not pass that check.
+        CheckpointUnreadable: ``complete_at`` given, and it does not pass that check.
     """
     from troupe.actors.training.checkpoint import CheckpointUnreadable, latest, verify
 
@@ -250,7 +250,7 @@ def _newest_checkpoint(cfg: Any, out: Path, complete_at: int | None = None) -> t
             verify(last)
         except CheckpointUnreadable as exc:
             if exc.final:
-                raise _LastUnreadable(str(exc)) from None
+                raise
             return None
     return step, last
 

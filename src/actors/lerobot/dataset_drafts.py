@@ -99,6 +99,7 @@ class DatasetDrafts:
         self._count = 0  # episodes drafted: the next one's index
         self._frames = 0  # their frames: the next one's first global index
         self._tasks: dict[str, int] = {}  # task text -> index, in order of first appearance
+        self._schema = data_schema()
 
     def committed(self, task_id: str, path: Path) -> None:
         """An episode committed at ``path``: drafted on the drafts' own thread, later."""
@@ -148,7 +149,7 @@ class DatasetDrafts:
             for drafts in self._videos.values():
                 for draft in drafts:
                     if draft.concat is not None:
-                        _discard(draft.concat)
+                        draft.concat.discard()
                 drafts.clear()
             for data in self._data:
                 if not data.taken:
@@ -204,14 +205,13 @@ class DatasetDrafts:
             try:
                 last.concat.add(src)
             except BaseException:  # part of its packets may be in: the draft is no use
-                _discard(last.concat)
+                last.concat.discard()
                 last.concat = None
                 raise
             last.nbytes += size
 
     def _draft_data(self, path: Path, task_index: int) -> None:
         size = (path / FRAMES_FILE).stat().st_size
-        schema = data_schema()
         with self._lock:
             last = self._data[-1] if self._data else None
             if last is None or last.nbytes + size > self.data_limit_bytes:
@@ -219,12 +219,13 @@ class DatasetDrafts:
                     last.writer.close()  # finished: finalize takes it only whole
                 self.folder.mkdir(parents=True, exist_ok=True)
                 where = self._file(f"data-{len(self._data)}.parquet")
-                last = DataDraft(where, pq.ParquetWriter(where, schema))
+                last = DataDraft(where, pq.ParquetWriter(where, self._schema))
                 self._data.append(last)
             if last.taken:
                 raise ValueError(f"data draft {len(self._data) - 1} was given up")
             try:
-                last.writer.write_table(episode_rows(path, self._count, self._frames, task_index, schema))
+                rows = episode_rows(path, self._count, self._frames, task_index, self._schema)
+                last.writer.write_table(rows)
             except BaseException:  # part of its rows may be in: the draft is no use
                 last.taken = True
                 last.discard()
@@ -239,13 +240,6 @@ class DatasetDrafts:
         if self._stopped is None:
             self._stopped = why
             log.info("dataset_drafts_stopped", folder=str(self.folder), why=why)
-
-
-def _discard(concat: VideoConcat) -> None:
-    with contextlib.suppress(Exception):
-        concat.close()
-    with contextlib.suppress(OSError):
-        concat.dest.unlink()
 
 
 def clear_stale(folder: Path) -> None:

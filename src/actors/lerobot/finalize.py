@@ -25,9 +25,7 @@ episode's extra info as JSON); lerobot ignores them.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +41,7 @@ import structlog
 
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.errors import CommitError
-from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, fsync_path
+from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, replace_durably
 
 from .dataset_drafts import DataDraft, DatasetDrafts
 from .episode_rows import episode_rows
@@ -356,20 +354,13 @@ def _finish_data_draft(draft: DataDraft, group: list[_Episode], schema: pa.Schem
         for ep in group[len(draft.episodes) :]:
             draft.writer.write_table(_rows(ep, schema))
         draft.writer.close()
-        _publish(draft.path, dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        replace_durably(draft.path, dest)
     except (InvalidData, OSError, pa.ArrowException) as exc:
         log.info("data_draft_unused", dest=str(dest), why=f"{type(exc).__name__}: {exc}")
         draft.discard()
         return False
     return True
-
-
-def _publish(draft: Path, dest: Path) -> None:
-    """Move a finished draft into place, as ``atomic_file`` does a temporary file."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fsync_path(draft)
-    os.replace(draft, dest)
-    fsync_path(dest.parent)
 
 
 def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[tuple[float, float]] | None:
@@ -380,12 +371,11 @@ def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[t
         for src in sources[len(draft.sources) :]:
             draft.add(src)
         draft.close()
-        _publish(draft.dest, dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        replace_durably(draft.dest, dest)
     except (InvalidData, OSError) as exc:
         log.info("video_draft_unused", dest=str(dest), why=f"{type(exc).__name__}: {exc}")
-        with contextlib.suppress(Exception):
-            draft.close()
-        draft.dest.unlink(missing_ok=True)
+        draft.discard()
         return None
     return draft.spans
 

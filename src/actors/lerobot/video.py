@@ -15,6 +15,7 @@ error becomes :class:`~troupe.actors.lerobot.errors.InvalidData`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -307,6 +308,13 @@ class VideoConcat:
         self.closed = True
         with _translated(f"remuxing into {self.dest}"):
             self._out.close()
+
+    def discard(self) -> None:
+        """Close it (a partial file) and delete it."""
+        with contextlib.suppress(Exception):
+            self.close()
+        with contextlib.suppress(OSError):
+            self.dest.unlink()
 
     def add(self, src: Path) -> tuple[float, float]:
         """Append ``src``'s packets, shifted past the sources before it; its span in seconds."""

@@ -71,7 +71,7 @@ __all__ = [
     "Staged",
     "as_commit_error",
     "atomic_file",
-    "fsync_path",
+    "replace_durably",
 ]
 
 log = structlog.get_logger(__name__)
@@ -187,8 +187,7 @@ def _commit_error(task_id: str, action: str, exc: OSError, root: Path) -> Commit
     return as_commit_error(exc, action=action, root=root, task_id=task_id)
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory (its entries: a rename into it is then on disk)."""
+def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -208,8 +207,8 @@ def _fsync_tree(top: Path) -> None:
     # Files first, then their directories bottom-up, so the rename publishes durable content.
     for dirpath, _dirnames, filenames in os.walk(top, topdown=False):
         for name in filenames:
-            fsync_path(Path(dirpath) / name)
-        fsync_path(Path(dirpath))
+            _fsync_path(Path(dirpath) / name)
+        _fsync_path(Path(dirpath))
 
 
 class Staged:
@@ -277,8 +276,8 @@ class Staged:
                     return self._duplicate()
                 raise
             if store.durable:
-                fsync_path(store.committed_dir)
-                fsync_path(store.staging_dir)
+                _fsync_path(store.committed_dir)
+                _fsync_path(store.staging_dir)
         except OSError as exc:
             store.discard(self, "failed")
             log.warning("output_commit_failed", task_id=self.task_id, error=str(exc))
@@ -536,6 +535,20 @@ class OutputStore:
         self.settle(staged, outcome)
 
 
+def replace_durably(src: Path, dest: Path, *, durable: bool = True) -> None:
+    """Move the finished file ``src`` to ``dest`` (same file system) with ``os.replace``, the
+    file fsynced before and ``dest``'s directory after (``durable``): on disk once it returns.
+
+    Raises:
+        OSError: the replace failed (another file system: ``EXDEV``), or an fsync did.
+    """
+    if durable:
+        _fsync_path(src)
+    os.replace(src, dest)
+    if durable:
+        _fsync_path(dest.parent)
+
+
 @contextmanager
 def atomic_file(path: Path, *, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary sibling path to write; on success it replaces ``path`` atomically.
@@ -554,11 +567,7 @@ def atomic_file(path: Path, *, durable: bool = True) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         yield tmp
-        if durable:
-            fsync_path(tmp)
-        os.replace(tmp, path)
-        if durable:
-            fsync_path(path.parent)
+        replace_durably(tmp, path, durable=durable)
     finally:
         if tmp.exists():
             tmp.unlink()

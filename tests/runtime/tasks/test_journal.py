@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import structlog.testing
 
+from support.journal_drive import drive, leases
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import book as book_mod
 from troupe.runtime.tasks import journal as journal_mod
@@ -32,13 +33,11 @@ from troupe.runtime.tasks.state import (
     CancelLease,
     Command,
     Complete,
-    Event,
     Fail,
     JobPolicy,
     JobRecord,
     JobState,
     JobTasksCancelled,
-    Lease,
     Record,
     RequestTask,
     Resources,
@@ -48,17 +47,6 @@ from troupe.runtime.tasks.state import (
     TaskState,
     WorkerJoined,
 )
-
-
-def drive(book: TaskBook, journal: Journal, event: Event, now: float) -> list[Command]:
-    """What the master's driver does: persist the records first, then hand back the rest."""
-    records, others = split_commands(book.handle(event, now))
-    journal.append(records)
-    return others
-
-
-def leases(commands: list[Command]) -> list[Lease]:
-    return [c for c in commands if isinstance(c, Lease)]
 
 
 def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path) -> None:

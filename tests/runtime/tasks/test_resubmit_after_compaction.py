@@ -9,14 +9,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-from troupe.runtime.tasks.book import TaskBook, split_commands
+from support.journal_drive import drive, leases
+from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import SCHEMA_VERSION, Journal
 from troupe.runtime.tasks.state import (
-    Command,
     Complete,
-    Event,
     JobPolicy,
-    Lease,
     RequestTask,
     Resources,
     SubmitJob,
@@ -31,21 +29,14 @@ def _specs(seed_start: int = 0) -> list[TaskSpec]:
     return [TaskSpec(f"j-{i:06d}", "k", seed_start + i, {"p": "cas://sha256/" + "a" * 64}) for i in range(6)]
 
 
-def _drive(book: TaskBook, journal: Journal, event: Event, now: float) -> list[Command]:
-    """What the master's driver does: persist the records first, then hand back the rest."""
-    records, others = split_commands(book.handle(event, now))
-    journal.append(records)
-    return others
-
-
 def _done_job(path: Path) -> None:
     book = TaskBook()
     with Journal.open(path, create=True) as journal:
-        _drive(book, journal, SubmitJob("j", _specs(), POLICY), 0.0)
-        _drive(book, journal, WorkerJoined("w", "n", Resources(6, 0), 6), 0.0)
-        granted = [c for c in _drive(book, journal, RequestTask("w", 6), 1.0) if isinstance(c, Lease)]
+        drive(book, journal, SubmitJob("j", _specs(), POLICY), 0.0)
+        drive(book, journal, WorkerJoined("w", "n", Resources(6, 0), 6), 0.0)
+        granted = leases(drive(book, journal, RequestTask("w", 6), 1.0))
         for lease in granted:
-            _drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 2.0)
+            drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 2.0)
         assert journal.compact(time.time()).jobs == 1
 
 
