@@ -212,7 +212,8 @@ class Journal:
     ) -> Journal:
         """Open (or, with ``create``, start) the journal at ``path`` and check it.
 
-        A refused file is left as it was, its ``-wal`` and ``-shm`` files too.
+        A refused file is left as it was, its ``-wal`` too: it is checked through a read-only
+        connection first (which may rebuild the ``-shm``, the WAL's index, as any reader does).
 
         Args:
             path: the journal file.
@@ -241,10 +242,13 @@ class Journal:
             raise JournalError(f"journal {path}: directory {path.parent} does not exist; create it first")
         if path.exists() and not path.is_file():
             raise JournalError(f"journal {path} is not a regular file; give the path of a journal file")
+        with _translated(path, "opening"):
+            _refuse_foreign(path)  # before the lock: it leaves no lock file beside another's file
         lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
         try:
             _refuse_empty(path, create, new_hint)
             with _translated(path, "opening"):
+                _refuse_damaged(path)
                 conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except BaseException:
             lock.release()
@@ -547,11 +551,79 @@ def _refuse_empty(path: Path, create: bool, new_hint: str) -> None:
         raise JournalError(f"journal {path} is an empty file, not a troupe journal; {new_hint}")
 
 
-def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: str) -> bool:
-    """Check an existing journal or start an empty one; return whether it was started."""
+def _refuse_foreign(path: Path) -> None:
+    """Refuse, through a read-only connection, a database of another program or a journal of a
+    schema version this troupe does not read. A read-write connection refused them too, but its
+    close folded the file's ``-wal`` into the database and deleted it: the files of another
+    program, or of another troupe release, changed under them."""
+    with _read_only(path) as probe:
+        if probe is not None:
+            app_id, version, tables = _identity(probe)
+            if app_id or version or tables:  # an empty database: ``_check_or_init`` decides
+                _refuse_other(path, app_id, version)
+
+
+def _refuse_damaged(path: Path) -> None:
+    """Refuse, read-only as ``_refuse_foreign``, a journal that fails ``PRAGMA quick_check``."""
+    with _read_only(path) as probe:
+        if probe is None:
+            return
+        problems = [str(row[0]).replace("\n", "; ") for row in probe.execute("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        first = problems[0] if len(problems[0]) <= 160 else problems[0][:157] + "..."
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise JournalDamaged(
+            f"journal {path} is corrupt (PRAGMA quick_check: {first}{more}); restore it from a "
+            "backup or start a new one (nothing was changed)",
+            reason=f"PRAGMA quick_check: {first}{more}",
+        )
+
+
+@contextmanager
+def _read_only(path: Path) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection to the journal at ``path``; None where there is no database to
+    read (no file, or an empty one: ``_refuse_empty`` decides about those without SQLite,
+    which deletes the ``-wal`` beside an empty database as it opens it)."""
+    try:
+        if path.stat().st_size == 0:
+            yield None
+            return
+    except FileNotFoundError:
+        yield None
+        return
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _identity(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """The database's application id, schema version and count of schema objects."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    return int(app_id), int(version), int(tables)
+
+
+def _refuse_other(path: Path, app_id: int, version: int) -> None:
+    """Refuse a database of another program, or a journal of a schema version not read here."""
+    if app_id != APPLICATION_ID:
+        raise JournalError(
+            f"journal {path} is a SQLite database of another program "
+            f"(application_id {app_id:#x}), not a troupe journal; check the path (nothing was changed)"
+        )
+    if version not in _UPGRADABLE and version != SCHEMA_VERSION:
+        raise JournalError(
+            f"journal {path} has schema version {version}, this troupe reads "
+            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
+            "troupe release that wrote it, or start a new journal (nothing was changed)"
+        )
+
+
+def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: str) -> bool:
+    """Check an existing journal or start an empty one; return whether it was started."""
+    app_id, version, tables = _identity(conn)
     created = False
     if app_id == 0 and version == 0 and tables == 0:
         if not create:
@@ -564,33 +636,17 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
         created = True
-    elif app_id != APPLICATION_ID:
-        raise JournalError(
-            f"journal {path} is a SQLite database of another program "
-            f"(application_id {app_id:#x}), not a troupe journal; check the path"
-        )
-    elif version in _UPGRADABLE:
-        conn.execute("BEGIN IMMEDIATE")
-        for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
-            conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-        log.info("journal_upgraded", path=str(path), from_version=version, to_version=SCHEMA_VERSION)
-    elif version != SCHEMA_VERSION:
-        raise JournalError(
-            f"journal {path} has schema version {version}, this troupe reads "
-            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
-            "troupe release that wrote it, or start a new journal"
-        )
-    problems = [str(row[0]).replace("\n", "; ") for row in conn.execute("PRAGMA quick_check(5)")]
-    if problems != ["ok"]:
-        first = problems[0] if len(problems[0]) <= 160 else problems[0][:157] + "..."
-        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
-        raise JournalDamaged(
-            f"journal {path} is corrupt (PRAGMA quick_check: {first}{more}); restore it from a "
-            "backup or start a new one",
-            reason=f"PRAGMA quick_check: {first}{more}",
-        )
+    else:
+        # Checked read-only already (``_refuse_foreign``); again here, on what this connection
+        # sees, before it writes: the file may have been replaced in between.
+        _refuse_other(path, app_id, version)
+        if version in _UPGRADABLE:
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
+                conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+            log.info("journal_upgraded", path=str(path), from_version=version, to_version=SCHEMA_VERSION)
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise JournalError(

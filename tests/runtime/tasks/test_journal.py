@@ -267,6 +267,48 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
         Journal.open(path)
 
 
+def _written_then_killed(path: Path, statements: list[str]) -> None:
+    """Run ``statements`` on the database at ``path`` in WAL mode, in a process that then dies
+    without closing it: what they wrote stays in ``<path>-wal``, as a crashed program leaves it."""
+    code = textwrap.dedent(
+        f"""
+        import os, sqlite3
+        conn = sqlite3.connect({str(path)!r}, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        for statement in {statements!r}:
+            conn.execute(statement)
+        os._exit(0)
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _database_files(path: Path) -> dict[str, bytes]:
+    """Every file beside the database but its ``-shm`` (the WAL's index, which readers rebuild)."""
+    return {p.name: p.read_bytes() for p in sorted(path.parent.iterdir()) if not p.name.endswith("-shm")}
+
+
+@pytest.mark.parametrize("whose", ["another program's", "another schema version's"])
+def test_a_refused_database_is_left_as_it_was_its_wal_too(tmp_path: Path, whose: str) -> None:
+    """A database refused as no journal of this troupe keeps its files byte for byte: the
+    ``-wal`` its program left is neither folded into it nor deleted, and no lock file is left
+    beside it (a read-write open folded and deleted that WAL as it closed)."""
+    path = tmp_path / "some.db"
+    if whose == "another program's":
+        _written_then_killed(path, ["CREATE TABLE t (x)", "INSERT INTO t VALUES (1)"])
+        refusal = "another program"
+    else:
+        Journal.open(path, create=True).close()
+        _written_then_killed(path, ["PRAGMA user_version = 99"])
+        refusal = "schema version 99"
+    assert (tmp_path / "some.db-wal").stat().st_size > 0
+    before = _database_files(path)
+    with pytest.raises(JournalError, match=f"{refusal}.*nothing was changed"):
+        open_journal(path)
+    assert _database_files(path) == before
+
+
 def test_corrupt_pages_are_refused(tmp_path: Path) -> None:
     """A journal whose pages were overwritten fails its check and is refused."""
     path = tmp_path / "journal.db"
