@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from troupe.actors.encoders.encoder_actor import load_encoder
@@ -86,6 +87,32 @@ class LossNotFinite(ValueError):
     """The loss of a step is nan or infinite: training diverged (a learning rate too high, or
     bad data). Every rank restarted from the last checkpoint would diverge again: the run ends
     (``final`` in the rank's progress)."""
+
+
+def _agreed_loss(loss: torch.Tensor, rank: int, world_size: int) -> tuple[float, str]:
+    """The step's loss every rank records and checks (with several ranks the mean of theirs, by
+    one all-reduce), and what the error of a loss that is not finite says of the ranks.
+
+    Every rank takes this same value before ``backward``, so a loss that is not finite on one
+    rank stops them all at the same step: a rank that stopped alone left the others waiting in
+    ``backward``'s gradient all-reduce. The plain mean is the global batch's loss as DDP trains
+    on it (the gradients are averaged over ranks) and every rank's batch has the same size (the
+    sampler gives each rank ``batch_size`` clips every step). One rank: no collective at all.
+    """
+    if world_size == 1:
+        return float(loss.detach()), ""
+    # [the loss, one flag per rank]: a nan on one rank makes the sum nan, the flags say whose.
+    # On the loss's device: a CPU tensor goes through gloo, a CUDA one through nccl.
+    parts = torch.zeros(1 + world_size, dtype=torch.float64, device=loss.device)
+    parts[0] = loss.detach()
+    parts[1 + rank] = (~torch.isfinite(parts[0])).to(torch.float64)
+    dist.all_reduce(parts)
+    totals = parts.tolist()
+    value = totals[0] / world_size
+    bad = [r for r in range(world_size) if totals[1 + r] > 0]
+    on = f"rank {bad[0]}" if len(bad) == 1 else f"ranks {', '.join(map(str, bad))}"
+    where = f"not finite on {on} of {world_size}; " if bad else f"the mean over {world_size} ranks; "
+    return value, where
 
 
 class _LossOf(nn.Module):
@@ -195,12 +222,12 @@ class RankSession:
                 f"{exc} (check [model] latent_channels / patch_size / max_patches against the "
                 "encoder and train.size, train.clip_frames)"
             ) from None
-        value = float(loss.detach())
+        value, where = _agreed_loss(loss, run.request.rank, run.request.world_size)
         if not math.isfinite(value):  # checked before the step changes the model: nothing is lost
             raise LossNotFinite(
-                f"step {step}: the loss is {value} (train.lr = {train.lr:g}); the run stops before "
-                "this step changes the model, and the checkpoints of the steps before it stay: "
-                "lower train.lr (or look at the data) and run again"
+                f"step {step}: the loss is {value} ({where}train.lr = {train.lr:g}); the run stops "
+                "before this step changes the model, and the checkpoints of the steps before it "
+                "stay: lower train.lr (or look at the data) and run again"
             )
         loss.backward()
         self.optimizer.step()
@@ -216,7 +243,7 @@ class RankSession:
         if step % LOG_EVERY == 0 or step == train.steps:
             log.info("train step", rank=run.request.rank, step=step, steps=train.steps, loss=value,
                      samples_per_s=round(run.timings.samples_per_s, 3))  # fmt: skip
-        return loss.detach()
+        return torch.tensor(value, dtype=torch.float64)
 
     def checkpoint_stopped(self) -> int | None:
         """A checkpoint of the last step trained when a stop ends the run between periodic ones

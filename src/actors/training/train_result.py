@@ -42,8 +42,9 @@ class TrainRunResult:
 
     Attributes:
         steps: the steps trained (rank 0's last step).
-        losses: rank 0's loss per step of the last (re)start: steps ``first_step + 1`` on (a
-            restart or a rerun continues from the last committed checkpoint).
+        losses: the loss per step of the last (re)start, the mean of the ranks' (each records
+            it): steps ``first_step + 1`` on (a restart or a rerun continues from the last
+            committed checkpoint).
         loss: the last loss.
         samples_per_s: samples per second over all ranks.
         timings: per rank, ``read_s``, ``wait_s``, ``train_s``.
