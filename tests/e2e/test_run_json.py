@@ -93,3 +93,20 @@ def test_items_and_scenes_that_disagree_are_refused(tmp_path: Path) -> None:
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1 and "--items 3" in lines[0] and "--scenes 4" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag", ["--items", "--scenes"])
+def test_a_training_config_s_item_count_errors_name_the_flag_given(tmp_path: Path, flag: str) -> None:
+    """A training config without [datagen] refuses a count under the name it was given (--scenes
+    was refused as --items), and a training run refuses --items and --scenes that disagree."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "train.toml"
+    command = [sys.executable, "-m", "troupe.cli.main", "run", str(config), "--out", str(tmp_path / "out")]
+    env = {**os.environ, "COLUMNS": "200"}
+    refused = subprocess.run([*command, flag, "3"], capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"{flag} 3: " in refused.stderr and f"{flag} sets its items" in refused.stderr, refused.stderr
+    both = subprocess.run(
+        [*command, "--items", "3", "--scenes", "4"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert both.returncode == 2 and "--items 3 and --scenes 4 disagree" in both.stderr, both.stderr
+    assert not (tmp_path / "out").exists()

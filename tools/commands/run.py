@@ -162,6 +162,10 @@ def run(
     from .run_pipeline import Cluster, finish_run
     from .run_train import config_problem, finish_train, is_train_config
 
+    if items is not None and scenes is not None and items != scenes:
+        raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
+    count = items if items is not None else scenes
+    flag = "--items" if items is not None else "--scenes"
     if config is not None and is_train_config(config):
         if cluster is not None or nodes or keys is not None:
             given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"
@@ -170,17 +174,12 @@ def run(
                 "train on a running cluster with --master MASTER",
                 2,
             )
-        count = items if items is not None else scenes
         with own_stdout():  # stdout is the report's (--json); what the processes print goes to stderr
-            finish_train(config, out, steps, count, endpoint, master, fresh, as_json, RUN_NODE_ENDPOINT)
+            finish_train(config, out, steps, count, endpoint, master, fresh, as_json, RUN_NODE_ENDPOINT, flag)
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None
         raise fail(problem or f"--steps {steps}: only a training config (with a [train] table) takes it", 2)
-    if items is not None and scenes is not None and items != scenes:
-        raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
-    count = items if items is not None else scenes
-    flag = "--items" if items is not None else "--scenes"
     if cluster is None and (nodes or keys is not None):
         raise fail(f"{'--nodes' if nodes else '--keys'} goes with --cluster MASTER", 2)
     if cluster is not None:

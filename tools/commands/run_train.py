@@ -101,8 +101,11 @@ def result_table(result: Any) -> Table:
     return table
 
 
-def check_train(config: Path, out: Path, steps: int | None, items: int | None, fresh: bool = False) -> Any:
-    """The config loaded and the options checked before anything starts (ConfigError: exit 2)."""
+def check_train(
+    config: Path, out: Path, steps: int | None, items: int | None, fresh: bool = False, flag: str = "--items"
+) -> Any:
+    """The config loaded and the options checked before anything starts (ConfigError: exit 2);
+    ``flag``: the option that gave ``items`` (``--items`` or ``--scenes``), named in its errors."""
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
     from troupe.actors.training.train_prepare import check_dataset, train_dir
@@ -112,7 +115,7 @@ def check_train(config: Path, out: Path, steps: int | None, items: int | None, f
     cfg = load_train_config(config)
     if items is not None:
         if cfg.datagen is None:
-            raise ConfigError(f"--items {items}: {config} has no [datagen] table; --items sets its items")
+            raise ConfigError(f"{flag} {items}: {config} has no [datagen] table; {flag} sets its items")
         cfg = cfg.model_copy(update={"datagen": cfg.datagen.model_copy(update={"items": items})})
     dataset = Path(cfg.with_out(out.resolve()).train.dataset).resolve()
     if dataset == out.resolve():
@@ -136,6 +139,7 @@ def finish_train(
     fresh: bool,
     as_json: bool,
     default_endpoint: str,
+    flag: str = "--items",
 ) -> None:
     """The body of ``troupe run TRAIN.toml``; ``endpoint``: the one given (None: the default,
     ``default_endpoint``, or a free port where it is taken, chosen once the config is checked:
@@ -153,7 +157,7 @@ def finish_train(
     if unusable:
         raise fail(unusable, 2)
     try:
-        cfg = check_train(config, out, steps, items, fresh)
+        cfg = check_train(config, out, steps, items, fresh, flag)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     problem = (
