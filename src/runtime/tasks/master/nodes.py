@@ -5,7 +5,9 @@ reported, the processes it runs with their mailboxes, and whether it is alive. A
 from its first beat until it stays silent for ``timeout_s``; :meth:`NodeTable.expired` (called
 on the master's clock tick, with ``now`` passed in) names the nodes that just died, once each.
 A dead node that beats again is alive again; its workers register anew when the master answers
-them ``unknown_worker``.
+them ``unknown_worker``. A node dead for ``FORGET_DEAD_S`` is forgotten: ``ctl status`` lists
+it as dead for an hour, and a long-lived master whose hosts come and go (each a node of its own
+name) does not list every host it ever saw. A forgotten node that beats again is new again.
 
 It is also the cluster's directory of names: every beat carries the node's processes (``name
 -> {endpoint, actors: {actor: endpoint}}``), and :meth:`NodeTable.resolve` answers a node's
@@ -21,7 +23,10 @@ from typing import Any
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import UnknownActor
 
-__all__ = ["NodeInfo", "NodeTable", "ProcessEntry"]
+__all__ = ["FORGET_DEAD_S", "NodeInfo", "NodeTable", "ProcessEntry"]
+
+FORGET_DEAD_S = 3600.0
+"""A node silent this long after it was declared dead is forgotten (its last beat counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +130,14 @@ class NodeTable:
             info.log_endpoint = log_endpoint
 
     def expired(self, now: float) -> list[str]:
-        """Mark dead, and return, the alive nodes silent for longer than ``timeout_s``."""
+        """Mark dead, and return, the alive nodes silent for longer than ``timeout_s``; forget
+        the dead ones silent for longer than ``FORGET_DEAD_S`` more."""
         dead = [n.node for n in self._nodes.values() if n.alive and now - n.last_beat > self.timeout_s]
         for node in dead:
             self._nodes[node].alive = False
+        gone = self.timeout_s + FORGET_DEAD_S
+        for node in [n.node for n in self._nodes.values() if not n.alive and now - n.last_beat > gone]:
+            del self._nodes[node]
         return dead
 
     def forgive(self, held_s: float, now: float) -> None:
@@ -151,5 +160,5 @@ class NodeTable:
         return info.endpoint if info is not None else None
 
     def nodes(self) -> list[NodeInfo]:
-        """Return every node ever seen, by name."""
+        """Return every node seen but those dead for ``FORGET_DEAD_S``, by name."""
         return [self._nodes[n] for n in sorted(self._nodes)]

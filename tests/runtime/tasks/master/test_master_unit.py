@@ -21,7 +21,7 @@ from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_c
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import HELD_S, Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
-from troupe.runtime.tasks.master.nodes import NodeTable
+from troupe.runtime.tasks.master.nodes import FORGET_DEAD_S, NodeTable
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.base import MemoryHub
 
@@ -382,6 +382,24 @@ def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
     journal, book = open_journal(tmp_path / "fresh.db", new=True)
     journal.close()
     assert book.jobs() == []
+
+
+def test_a_node_dead_for_an_hour_is_forgotten_and_new_again_if_it_beats() -> None:
+    """A long-lived master whose hosts come and go lists a dead node for FORGET_DEAD_S, then
+    forgets it (it listed every node it ever saw); one that beats after that is new again."""
+    nodes = NodeTable(timeout_s=10.0)
+    nodes.beat("gone", "tcp://a", {}, now=0.0)
+    nodes.beat("stays", "tcp://b", {}, now=0.0)
+    assert nodes.expired(10.1) == ["gone", "stays"]
+    nodes.beat("stays", "tcp://b", {}, now=20.0)  # back: alive again, not forgotten
+    assert [(n.node, n.alive) for n in nodes.nodes()] == [("gone", False), ("stays", True)]
+    almost = 10.0 + FORGET_DEAD_S
+    nodes.beat("stays", "tcp://b", {}, now=almost)
+    assert nodes.expired(almost) == [] and [n.node for n in nodes.nodes()] == ["gone", "stays"]
+    assert nodes.expired(almost + 0.1) == [] and [n.node for n in nodes.nodes()] == ["stays"]
+    assert nodes.endpoint("gone") is None
+    assert nodes.beat("gone", "tcp://c", {}, now=almost + 1.0) is True  # new again
+    assert nodes.nodes()[0].endpoint == "tcp://c" and nodes.nodes()[0].revivals == 0
 
 
 # ---------------------------------------------------------------- a held loop
