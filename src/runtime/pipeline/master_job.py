@@ -19,8 +19,9 @@ import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, TaskError
+from troupe.runtime.errors import ConfigError, TaskError, TroupeError
 from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_SILENT_S, master_verdict
+from troupe.runtime.process_identity import gone_here
 from troupe.runtime.security.roles import NotPermitted
 from troupe.runtime.tasks.state import FINAL_STATES
 
@@ -127,7 +128,7 @@ async def master_source(
     if int((known or {}).get("counts", {}).get("dead", 0)):  # an earlier run's dead: not this run's
         dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
         source.dead_before = {str(t.get("task_id")) for t in dead or [] if isinstance(t, dict)}
-    alive, gone = await _other_runs(rt, master, job_id, source.worker_id, on_event)
+    alive, gone, killed_here = await _other_runs(rt, master, job_id, source.worker_id, on_event)
     if alive:
         raise ConfigError(
             f"the master's job {job_id!r} is being run by another troupe run ({alive[0]}): two runs "
@@ -137,6 +138,11 @@ async def master_source(
         reason = "its troupe run is gone (it does not answer); a new run of the job took over"
         await rt.control(master, "worker_left", {"worker_id": worker_id, "reason": reason}, timeout=30)
         log.info("pipeline_dead_run_left", job_id=job_id, worker=worker_id)
+    for worker_id in killed_here:  # the nodes free its replicas' names now, not after 20 s of silence
+        try:
+            await rt.control(master, "owner_gone", {"owner": f"{MASTER_OWNER}{worker_id}"}, timeout=30)
+        except TroupeError as exc:  # a master of before owner_gone: the nodes wait out the silence
+            log.info("pipeline_owner_gone_unsaid", worker=worker_id, error=str(exc))
     return source, before
 
 
@@ -165,11 +171,14 @@ def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int)
 
 async def _other_runs(
     rt: Runtime, master: str, job_id: str, me: str, on_event: Callable[[str], None] | None = None
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str]]:
     """The other runs registered for the job (workers of its kind): those that still answer, or
-    that the master heard from (worker id and endpoint), and the worker ids of those that do
-    not. One that does not is a run that was killed: its registration outlives it, and it is no
-    reason to refuse (the master's verdict on one killed a moment ago takes up to 25 s)."""
+    that the master heard from (worker id and endpoint), the worker ids of those that do not,
+    and of those the worker ids of the runs killed on this host. One that does not answer is a
+    run that was killed: its registration outlives it, and it is no reason to refuse. One that
+    ran on this host is judged at once by its process (its registration's ``process``:
+    ``process_identity.py``); for another host's, the master's verdict on one killed a moment
+    ago takes up to 25 s."""
     status = await rt.control(master, "status", None, timeout=30)
     workers = status.get("workers", []) if isinstance(status, dict) else []
     others = [
@@ -182,12 +191,17 @@ async def _other_runs(
     ]
     alive: list[str] = []
     gone: list[str] = []
+    killed_here: list[str] = []
 
     async def look(worker: dict[str, Any]) -> None:
         # A run on another host (listening on its loopback), or one whose CURVE server key is
         # its operator's, answers no ping: the master it beats to says (spawn_owners.py).
         owner = f"{MASTER_OWNER}{worker.get('worker_id')}"
         pinged = await answers(rt, str(worker["endpoint"]), _ALIVE_S)
+        if not pinged and gone_here(worker.get("process")):
+            gone.append(str(worker.get("worker_id")))  # killed on this host: its pid is free
+            killed_here.append(str(worker.get("worker_id")))
+            return
         if not pinged and on_event is not None:  # the verdict may take OWNER_SILENT_S: say why
             on_event(
                 f"an earlier run of the job {job_id!r} ({worker.get('worker_id')} at "
@@ -203,4 +217,4 @@ async def _other_runs(
     async with anyio.create_task_group() as tg:
         for worker in others:
             tg.start_soon(look, worker)
-    return alive, gone
+    return alive, gone, killed_here

@@ -91,6 +91,7 @@ from troupe.runtime.errors import (
     UnknownWorker,
     Unreachable,
 )
+from troupe.runtime.process_identity import process_identity
 
 from .state import MAX_PREFETCH
 from .task_actor import LeasedTask, TaskActor
@@ -395,6 +396,7 @@ class TaskGetter:
                 "node": cfg.node_id,
                 "endpoint": self.runtime.address,
                 "pid": os.getpid(),
+                "process": process_identity(),  # a rerun on this host tells at once that it died
                 "slots": cfg.slots,
                 "cpu": float(cfg.slots if cfg.cpu is None else cfg.cpu),
                 "gpu": cfg.gpu,

@@ -3,6 +3,8 @@ for other items than the job was made with is refused, before anything moves."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -16,6 +18,7 @@ from troupe.runtime.node import spawn_owners
 from troupe.runtime.pipeline import master_job
 from troupe.runtime.pipeline.master_job import master_source
 from troupe.runtime.pipeline.source import MasterSource
+from troupe.runtime.process_identity import gone_here, process_identity
 from troupe.runtime.security.roles import NotPermitted
 
 pytestmark = pytest.mark.anyio
@@ -126,6 +129,42 @@ async def test_a_live_run_that_answers_no_ping_is_refused_by_what_the_master_hea
         await m.call("register_worker", {"worker_id": "far/pipeline-8", **registration})  # never beat
         with anyio.fail_after(60):
             await master_source(m.client, MASTER, cfg)
+
+
+async def test_a_run_killed_on_this_host_is_gone_at_once_whatever_the_master_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun right after a cluster run was killed on the same host waited for the master's
+    verdict (20 s of silence and more: the killed run had beaten a moment before). Its
+    registration names its process (``process_identity``): the rerun sees that it is gone, and
+    goes on at once, even while the master still hears beats under its name."""
+    monkeypatch.setattr(master_job, "_ALIVE_S", 0.2)  # nobody answers the ping there: not waited out
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = process_identity(killed.pid)
+    killed.wait(timeout=60)
+    assert identity and gone_here(identity)
+    cfg = default_pipeline(items=4)
+    said: list[str] = []
+    async with master_in_memory(tmp_path) as m:
+        registration = {"node": "here", "endpoint": "mem://nobody-answers", "slots": 4, "kinds": [cfg.name]}
+        await m.call("register_worker", {"worker_id": "here/pipeline-3", "process": identity, **registration})
+        (worker,) = [w for w in (await m.call("status"))["workers"] if w["worker_id"] == "here/pipeline-3"]
+        assert worker["process"] == identity
+
+        async def beating() -> None:  # the master would say it lives for as long as this goes on
+            while True:
+                await m.call("owner_beat", {"owner": "master:here/pipeline-3"})
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beating)
+            with anyio.fail_after(60):
+                await master_source(m.client, MASTER, cfg, on_event=said.append)
+            tg.cancel_scope.cancel()
+        # The nodes holding its replicas' names ask the master: gone now, not 20 s from now.
+        seen = await m.call("owner_seen", {"owner": "master:here/pipeline-3"})
+        assert seen["silent_s"] > spawn_owners.OWNER_SILENT_S, seen
+    assert not any("waiting for the master" in line for line in said), said
 
 
 async def test_a_killed_runs_leases_come_back_when_the_next_run_starts(tmp_path: Path) -> None:

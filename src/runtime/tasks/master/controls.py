@@ -68,9 +68,12 @@ def _prefetch(p: ControlPayload) -> int:
 
 @dataclass(frozen=True, slots=True)
 class RegisterWorkerControl:
-    """``register_worker {worker_id, node, endpoint, pid?, slots?, cpu?, gpu?, kinds?, prefetch?}``.
+    """``register_worker {worker_id, node, endpoint, pid?, slots?, cpu?, gpu?, kinds?, prefetch?,
+    process?}``.
 
     ``prefetch``: leases the worker may hold beyond its slots (0, the default: none).
+    ``process``: the worker process's identity (``runtime/process_identity.py``; "" from older
+    workers), in ``status`` for whoever can check it on its host.
     """
 
     worker_id: str
@@ -82,6 +85,7 @@ class RegisterWorkerControl:
     gpu: int
     kinds: tuple[str, ...]
     prefetch: int = 0
+    process: str = ""
 
     @classmethod
     def decode(cls, payload: Any) -> RegisterWorkerControl:
@@ -98,6 +102,7 @@ class RegisterWorkerControl:
             p.optional("gpu", int, 0),
             tuple(_str_list(p, "kinds")),
             _prefetch(p),
+            p.optional("process", str, ""),
         )
 
 
@@ -383,7 +388,7 @@ class WorkerLeftControl:
 
 @dataclass(frozen=True, slots=True)
 class OwnerControl:
-    """``owner_beat`` and ``owner_seen``: ``{owner}`` (a run's token, ``run_owners.py``)."""
+    """``owner_beat``, ``owner_seen`` and ``owner_gone``: ``{owner}`` (a run's token, ``run_owners.py``)."""
 
     owner: str
 

@@ -153,6 +153,7 @@ class _WorkerEntry:
     resources: Resources
     kinds: list[str]
     declined: frozenset[str] = frozenset()
+    process: str = ""  # its identity (process_identity.py): a rerun on its host checks it
     # Leases sent in replies to its request_task that it has not yet said it holds: one it
     # still does not hold at its next request never reached it (see _return_unseen).
     granted: dict[int, str] = field(default_factory=dict)
@@ -382,6 +383,7 @@ class Master:
                 shutdown=self._shutdown,
                 owner_beat=self._owner_beat,
                 owner_seen=self._owner_seen,
+                owner_gone=self._owner_gone,
                 **self.ops.handlers(),
             )
         )
@@ -393,6 +395,10 @@ class Master:
 
     def _owner_beat(self, payload: Any) -> Answer:
         self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
+        return Answer.now(True)
+
+    def _owner_gone(self, payload: Any) -> Answer:
+        self.run_owners.gone(OwnerControl.decode("owner_gone", payload).owner)
         return Answer.now(True)
 
     def _owner_seen(self, payload: Any) -> Answer:
@@ -415,7 +421,9 @@ class Master:
 
         def registered(reply: list[Command]) -> dict[str, Any]:
             raise_rejected(reply)
-            self._workers[worker_id] = _WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds)
+            self._workers[worker_id] = _WorkerEntry(
+                node, m.endpoint, m.pid, slots, resources, kinds, process=m.process
+            )
             log.info(
                 "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
                 kinds=kinds or "any",
@@ -628,6 +636,7 @@ class Master:
                 "cpu": e.resources.cpu,
                 "gpu": e.resources.gpu,
                 "kinds": e.kinds,
+                "process": e.process,
             }
             for w, e in self._workers.items()
         }

@@ -299,6 +299,7 @@ class Operations:
                     "kinds": info.get("kinds", []),
                     "gpu": info.get("gpu", 0),
                     "endpoint": info.get("endpoint", ""),
+                    "process": info.get("process", ""),  # process_identity.py: "" if not said
                 }
             )
         per_node: dict[str, int] = {}

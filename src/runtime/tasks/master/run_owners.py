@@ -12,6 +12,11 @@ asks the master how long the run has been silent (``owner_seen {owner}``: ``sile
 An owner the master has not heard from since it started (it restarted, or the run never beat)
 counts as silent since the master started: a run that lives beats again within seconds. Owners
 silent an hour are forgotten, and at most ``MOST`` are kept (the longest silent go first).
+
+A rerun that finds the run killed on its own host (its process is gone: ``process_identity``)
+says so (``owner_gone {owner}``): the owner counts as silent for ``FORGET_AFTER_S`` at once, so
+the nodes free its replicas' names for the rerun without waiting out the silence. A beat from
+it after that (it was not gone after all) counts as ever.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ class RunOwners:
         self._clock = clock
         self._started = clock()
         self._heard: dict[str, float] = {}
+        self._gone: dict[str, None] = {}  # owners known gone (``gone``), oldest first
 
     def beat(self, owner: str) -> None:
         """``owner`` is there now."""
         now = self._clock()
+        self._gone.pop(owner, None)  # it was not gone after all
         self._heard.pop(owner, None)  # re-inserted last: the dict stays in order of last beat
         self._heard[owner] = now
         while self._heard:  # in order of last beat: the oldest first
@@ -48,8 +55,17 @@ class RunOwners:
                 break
             del self._heard[oldest]
 
+    def gone(self, owner: str) -> None:
+        """``owner`` is known to be gone: silent for ``FORGET_AFTER_S`` from now on, until it beats."""
+        self._heard.pop(owner, None)
+        self._gone[owner] = None
+        while len(self._gone) > MOST:
+            del self._gone[next(iter(self._gone))]
+
     def silent_s(self, owner: str) -> float:
         """Seconds since ``owner`` last beat (since the master started, if it has not)."""
+        if owner in self._gone:
+            return FORGET_AFTER_S
         return self._clock() - self._heard.get(owner, self._started)
 
     def heard(self, owner: str) -> bool:

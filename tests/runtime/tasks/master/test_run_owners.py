@@ -40,3 +40,26 @@ def test_the_record_forgets_the_longest_silent_past_its_bounds(monkeypatch: pyte
     owners.beat("master:e")  # the others, silent past an hour, go
     assert owners.silent_s("master:d") == clock.now - 1000.0
     assert owners.silent_s("master:e") == 0
+
+
+def test_an_owner_said_gone_is_silent_past_every_bound_until_it_beats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rerun that saw the run killed on its host says so: the nodes free its replicas' names
+    at once rather than after 20 s of silence; a beat after that (it lives) counts as ever. The
+    record of such owners is bounded too."""
+    monkeypatch.setattr(run_owners, "MOST", 2)
+    clock = Clock()
+    owners = RunOwners(clock)
+    owners.beat("master:killed")
+    owners.gone("master:killed")
+    assert owners.silent_s("master:killed") == run_owners.FORGET_AFTER_S
+    clock.now += 5
+    owners.beat("master:other")  # another owner's beat does not bring it back
+    assert owners.silent_s("master:killed") == run_owners.FORGET_AFTER_S
+    owners.beat("master:killed")
+    assert owners.silent_s("master:killed") == 0
+    for name in "abc":
+        owners.gone(f"master:{name}")
+    assert owners.silent_s("master:c") == run_owners.FORGET_AFTER_S
+    assert owners.silent_s("master:a") == clock.now - 1000.0  # forgotten: as if never heard
