@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 from functools import cache
 
+from .process_start import start_ticks
+
 __all__ = ["gone_here", "process_identity"]
 
 
 def process_identity(pid: int | None = None) -> str:
     """The identity of process ``pid`` (default: this one); "" where it cannot be told."""
     pid = os.getpid() if pid is None else pid
-    space, started = _pid_space(), _start_ticks(pid)
+    space, started = _pid_space(), start_ticks(pid)
     return f"{space}:{pid}:{started}" if space and started is not None else ""
 
 
@@ -42,7 +44,7 @@ def gone_here(identity: object) -> bool:
     space = f"{parts[0]}:{parts[1]}"
     if not space or space != _pid_space():
         return False
-    return _start_ticks(int(parts[2])) != int(parts[3])
+    return start_ticks(int(parts[2])) != int(parts[3])
 
 
 @cache
@@ -55,20 +57,3 @@ def _pid_space() -> str:
     except (OSError, ValueError):
         return ""
     return f"{boot}:{namespace}" if boot and ":" not in boot else ""
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot), None when there is no such process
-    or it is a zombie (it died; only its parent has not reaped it yet)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name, in parentheses, may hold spaces and parentheses itself: the fields
-    # after it are counted from its last closing one. The start time is field 22.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return None if fields[0] == b"Z" else int(fields[19])
-    except (IndexError, ValueError):
-        return None
