@@ -476,7 +476,8 @@ class Node:
         p = ControlPayload("spawn_worker", payload)
         timeout_s = float(p.optional("timeout_s", float, 30.0))
         owner = p.optional("owner", str, None)
-        fields = {k: v for k, v in p.fields.items() if k not in ("timeout_s", "owner")}
+        owner_process = p.optional("owner_process", str, "")
+        fields = {k: v for k, v in p.fields.items() if k not in ("timeout_s", "owner", "owner_process")}
         spec = validated(WorkerSpec, fields, "spawn_worker")
         if self.stopping.is_set():  # a worker started now could outlive the stop's last look
             raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
@@ -485,7 +486,7 @@ class Node:
             existing is not None
             and existing.returncode is None
             and existing.owner not in (None, owner)
-            and await self.owners.gone(existing.owner)
+            and await self.owners.gone(existing.owner, existing.owner_process)
         ):  # the replica of a run that was killed: its rerun takes the name
             log.warning("spawned_worker_owner_gone", worker=spec.name, owner=existing.owner)
             with contextlib.suppress(UnknownActor):
@@ -505,6 +506,7 @@ class Node:
         handle.fail_fast = True
         handle.spawned = True
         handle.owner = owner
+        handle.owner_process = owner_process
         with anyio.move_on_after(timeout_s):
             async with anyio.create_task_group() as tg:
 

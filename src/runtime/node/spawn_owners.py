@@ -11,6 +11,12 @@ operator's ``troupe ctl``) is never stopped this way. A request for the name of 
 whose owner (another one) does not answer now replaces it at once (``gone``): the rerun of a
 killed run need not wait for the watch.
 
+A request may also name its owner's process (``owner_process``: ``process_identity``). Where that
+is a process of the node's own host (or of its pid space: a network-namespace cluster on one
+machine) and it no longer runs, the owner is gone at once, whatever answers at its endpoint: the
+watch stops its workers at its next look rather than after ``misses`` of them, and a rerun takes
+their names without a ping's wait.
+
 A run that the node cannot ping (a cluster run, listening on its own host's loopback) names
 itself ``master:<token>`` instead, and beats to the master while its replicas run: the node
 asks the master how long the run has been silent (``owner_seen``, ``tasks/master/run_owners.py``)
@@ -31,6 +37,7 @@ import structlog
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.process_identity import gone_here
 
 from .worker_handles import WorkerHandle
 
@@ -82,17 +89,24 @@ class OwnerWatch:
     async def look(self) -> None:
         """Ping every owner of a running spawned worker once; stop the workers of those gone."""
         owned: dict[str, list[str]] = {}
+        killed: dict[str, list[str]] = {}  # owners whose process is gone here: no ping needed
         for name, handle in self.workers.items():
             if handle.owner is not None and handle.returncode is None and handle.process is not None:
-                owned.setdefault(handle.owner, []).append(name)
+                into = killed if gone_here(handle.owner_process) else owned
+                into.setdefault(handle.owner, []).append(name)
         self.missed = {owner: n for owner, n in self.missed.items() if owner in owned}
         async with anyio.create_task_group() as tg:
+            for owner, names in killed.items():
+                tg.start_soon(self._stop_all, owner, names, "its process is gone")
             for owner, names in owned.items():
                 tg.start_soon(self._look_at, owner, names)
 
-    async def gone(self, owner: str) -> bool:
-        """Whether ``owner`` does not answer a ping now; for a ``master:`` owner, whether the
+    async def gone(self, owner: str, process: str = "") -> bool:
+        """Whether ``owner`` is gone: its ``process`` (``process_identity``) no longer runs on
+        this host, or it does not answer a ping now; for a ``master:`` owner, whether the
         master has not heard from it for ``OWNER_SILENT_S`` (:func:`master_verdict`)."""
+        if gone_here(process):
+            return True
         if not owner.startswith(MASTER_OWNER):
             return not await answers(self.runtime, owner, PING_TIMEOUT_S)
         return self.master is not None and await master_verdict(self.runtime, self.master, owner) is True

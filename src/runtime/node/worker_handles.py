@@ -88,6 +88,7 @@ class WorkerHandle:
         self.stop_asked = False
         # The runtime that asked for it (``spawn_worker``'s ``owner``): gone, the node stops it.
         self.owner: str | None = None
+        self.owner_process = ""  # the owner's process (``process_identity``): "" if not said
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""

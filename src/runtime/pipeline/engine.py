@@ -152,6 +152,7 @@ class PipelineEngine(ReplicaPool):
         self._wanted_before: set[str] = set()
         self._finishing = False
         self._launched: dict[str, Host] = {}  # every worker this run started and has not stopped
+        self._older_nodes: set[str] = set()  # nodes that refuse spawn_worker's owner_process
         self._stop_waits: set[anyio.CancelScope] = set()
         self._suspects: dict[Replica, float] = {}
         self._look_now = anyio.Event()

@@ -197,11 +197,11 @@ async def _other_runs(
         # A run on another host (listening on its loopback), or one whose CURVE server key is
         # its operator's, answers no ping: the master it beats to says (spawn_owners.py).
         owner = f"{MASTER_OWNER}{worker.get('worker_id')}"
-        pinged = await answers(rt, str(worker["endpoint"]), _ALIVE_S)
-        if not pinged and gone_here(worker.get("process")):
-            gone.append(str(worker.get("worker_id")))  # killed on this host: its pid is free
+        if gone_here(worker.get("process")):  # killed on this host: no ping's wait for it
+            gone.append(str(worker.get("worker_id")))
             killed_here.append(str(worker.get("worker_id")))
             return
+        pinged = await answers(rt, str(worker["endpoint"]), _ALIVE_S)
         if not pinged and on_event is not None:  # the verdict may take OWNER_SILENT_S: say why
             on_event(
                 f"an earlier run of the job {job_id!r} ({worker.get('worker_id')} at "

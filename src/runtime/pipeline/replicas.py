@@ -21,6 +21,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
+    BadRequest,
     ConfigError,
     MailboxFull,
     StageFailed,
@@ -31,6 +32,7 @@ from troupe.runtime.errors import (
 )
 from troupe.runtime.node.config import is_loopback
 from troupe.runtime.placement import Host
+from troupe.runtime.process_identity import process_identity
 
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
@@ -95,6 +97,7 @@ class ReplicaPool:
     _wanted_before: set[str]
     _finishing: bool
     _launched: dict[str, Host]
+    _older_nodes: set[str]
     _stop_waits: set[anyio.CancelScope]  # the stops asked of nodes, waiting for their answers
     _suspects: dict[Replica, float]  # replicas whose connection ended, and since when
     _look_now: anyio.Event
@@ -126,6 +129,22 @@ class ReplicaPool:
         stage.starting += 1
         self._tg.start_soon(self._start_replica, stage, self._replica_name(stage))
 
+    async def _ask_spawn(self, endpoint: str, spec: dict[str, Any]) -> Any:
+        """``spawn_worker`` on the node at ``endpoint``. A node of before ``owner_process`` refuses
+        the field (its spec allows no other) before it starts anything: it is asked again
+        without it, and so from then on (it watches the owner as before: by pings, or the
+        master). A cluster's nodes and the runs on it are not upgraded at one instant."""
+        if endpoint in self._older_nodes:
+            spec = {k: v for k, v in spec.items() if k != "owner_process"}
+        try:
+            return await self.runtime.control(endpoint, "spawn_worker", spec, timeout=_START_S + 10)
+        except BadRequest as exc:
+            if "owner_process" not in spec or "'owner_process'" not in str(exc):
+                raise
+        self._older_nodes.add(endpoint)
+        log.info("node_without_owner_process", endpoint=endpoint)
+        return await self._ask_spawn(endpoint, spec)
+
     def _replica_name(self, stage: StageState) -> str:
         return f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
 
@@ -153,15 +172,15 @@ class ReplicaPool:
                 spec["owner"] = owner
             elif self.owner_beat is not None and self.owner_beat.vouched:
                 spec["owner"] = self.owner_beat.token
+            if "owner" in spec:  # a node of this host stops them at once once this process is gone
+                spec["owner_process"] = process_identity()
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
             slow = anyio.CancelScope()
             assert self._tg is not None
             self._tg.start_soon(self._say_slow_start, stage, name, asked, slow)
             try:
-                record = await self.runtime.control(
-                    host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, timeout=_START_S + 10
-                )
+                record = await self._ask_spawn(host.endpoint, {**spec, "timeout_s": _START_S})
             finally:
                 slow.cancel()
             spawned = True

@@ -31,6 +31,7 @@ from troupe.runtime.errors import (
     UnknownWorker,
     Unreachable,
 )
+from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
@@ -367,6 +368,7 @@ class MasterSource:
             "node": self.runtime.node,
             "endpoint": self.runtime.address,
             "pid": os.getpid(),
+            "process": process_identity(),  # a rerun on this host tells at once that it died
             "slots": self.slots,
             "cpu": float(self.slots),
             "gpu": 0,

@@ -6,6 +6,8 @@ the owners are the node's own endpoint (it answers) and an endpoint nobody liste
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
 from troupe.runtime.pipeline.replicas import _can_ping_back
+from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
@@ -46,10 +49,12 @@ def _node(tmp_path: Path) -> AbstractAsyncContextManager[Node]:
     return running_node(cfg)
 
 
-async def _spawn(node: Node, name: str, owner: str | None) -> dict[str, Any]:
+async def _spawn(node: Node, name: str, owner: str | None, owner_process: str = "") -> dict[str, Any]:
     spec: dict[str, Any] = {"name": name, "actors": [ECHO.model_dump(by_alias=True)]}
     if owner is not None:
         spec["owner"] = owner
+    if owner_process:
+        spec["owner_process"] = owner_process
     with anyio.fail_after(WAIT_S):
         return await node._spawn_worker(spec)
 
@@ -84,6 +89,34 @@ async def test_a_spawn_takes_the_name_of_a_worker_whose_owner_is_gone(tmp_path: 
         with pytest.raises(ConfigError, match="a worker named 'nav-plan-1' already runs") as taken:
             await _spawn(node, "nav-plan-1", free_endpoint())  # its owner answers: a live run's
         assert f"started by {node.runtime.address} (another run of this pipeline?)" in str(taken.value)
+
+
+def _dead_process() -> str:
+    """The identity of a process of this host that ran and was reaped (a run killed here)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = process_identity(child.pid)
+    child.wait(timeout=WAIT_S)
+    assert identity
+    return identity
+
+
+async def test_an_owner_whose_process_is_gone_on_this_host_is_gone_at_once(tmp_path: Path) -> None:
+    """A run killed on the node's host: its replicas are stopped at the watch's next look, not
+    after its misses (20 s), and its rerun takes their names without a ping's wait. Its
+    process decides, whatever answers at its endpoint now (here the node itself)."""
+    async with _node(tmp_path) as node:
+        assert node.runtime is not None
+        killed = _dead_process()
+        await _spawn(node, "nav-plan-1", node.runtime.address, killed)
+        first_pid = node.workers["nav-plan-1"].pid
+        await _spawn(node, "nav-plan-1", free_endpoint(), process_identity())  # its rerun
+        assert _running(node, "nav-plan-1") and node.workers["nav-plan-1"].pid != first_pid
+        await _spawn(node, "orphan", node.runtime.address, killed)
+        await _spawn(node, "owned", node.runtime.address, process_identity())  # this process lives
+        with anyio.fail_after(WAIT_S):
+            await node.owners.look()  # one look, where misses are 4
+        assert not _running(node, "orphan") and node.workers["orphan"].returncode is not None
+        assert _running(node, "owned") and _running(node, "nav-plan-1")
 
 
 async def test_a_drained_replica_its_run_stopped_is_not_started_again_by_an_undrain(tmp_path: Path) -> None:

@@ -131,6 +131,15 @@ async def test_a_live_run_that_answers_no_ping_is_refused_by_what_the_master_hea
             await master_source(m.client, MASTER, cfg)
 
 
+async def test_a_run_registers_its_process_for_a_rerun_on_its_host_to_check(tmp_path: Path) -> None:
+    cfg = default_pipeline(items=4)
+    async with master_in_memory(tmp_path) as m:
+        source, _ = await master_source(m.client, MASTER, cfg)
+        await _lease_every_item(source, cfg.items)  # it registers as it starts
+        (worker,) = [w for w in (await m.call("status"))["workers"] if w["worker_id"] == source.worker_id]
+        assert worker["process"] == process_identity() and not gone_here(worker["process"])
+
+
 async def test_a_run_killed_on_this_host_is_gone_at_once_whatever_the_master_heard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from troupe.runtime.errors import ActorStopped, AskTimeout, ConfigError, StageFailed, TroupeError
+from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigError, StageFailed, TroupeError
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
@@ -74,14 +74,16 @@ class _Source(LocalSource):
         self.released += 1
 
 
-async def _run(node: FlakyNode, said: list[str], source: _Source | None = None) -> PipelineResult:
+async def _run(
+    node: FlakyNode, said: list[str], source: _Source | None = None, endpoint: str = "tcp://fake:1"
+) -> PipelineResult:
     cfg = PipelineConfig.model_validate(
         {"name": "p", "items": 4, "scale_interval_s": 3600.0, "stages": [{"name": "a", "actor": "m:Stage"}]}
     )
     engine = PipelineEngine(
         cfg,
         node,  # type: ignore[arg-type]
-        "tcp://fake:1",
+        endpoint,
         on_event=said.append,
         source=source or _Source(cfg.name, cfg.items),
     )
@@ -140,3 +142,35 @@ async def test_a_worker_that_took_its_whole_start_time_is_not_tried_again(
     with pytest.raises(StageFailed, match="did not start within"):
         await _run(node, said)
     assert node.spawns == ["p-a-0"] and said == []
+
+
+class OlderNode(FlakyNode):
+    """A node of before ``owner_process``: its spawn spec refuses the field, as any unknown one."""
+
+    address = "tcp://127.0.0.1:9"  # the run's own endpoint: it names itself the owner
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.payloads: list[dict[str, Any]] = []
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "spawn_worker":
+            self.payloads.append(dict(payload))
+            if "owner_process" in payload:
+                raise BadRequest(
+                    "control 'spawn_worker': field 'owner_process': Extra inputs are not permitted, "
+                    f"got {payload['owner_process']!r}"
+                )
+        return await super().control(endpoint, kind, payload, timeout)
+
+
+async def test_a_node_of_before_owner_process_starts_the_replicas_without_it() -> None:
+    """A run upgraded before its cluster's nodes: every start failed ("Extra inputs are not
+    permitted"). The node is asked again without the field, and not sent it again."""
+    node = OlderNode()
+    said: list[str] = []
+    result = await _run(node, said, endpoint="tcp://127.0.0.1:1")  # a node the run can reach
+    assert result.counts()["ok"] == 4 and said == []
+    first, *rest = node.payloads
+    assert "owner_process" in first and first["owner"] == node.address
+    assert rest and all("owner_process" not in p and p["owner"] == node.address for p in rest)
