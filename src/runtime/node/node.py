@@ -5,6 +5,21 @@ spawns workers as child processes, learns their mailboxes when they register, re
 for them, relays control messages, and notices a worker's death from the process itself
 (``wait``), not from a missed heartbeat. Shutdown: SIGTERM every worker, wait ``stop_grace_s``,
 SIGKILL what is left, reap everything, exit.
+
+A ``stop_worker`` for a worker whose ``spawn_worker`` the node is still deciding on stops that
+start: the node may wait before it starts a requested worker (the name held by another run's
+replica, being stopped, or whose owner it asks the master about: up to 25 s), and a run that
+ended meanwhile (finished, failed, Ctrl-C) sent its stop then. The stop found no worker of its
+own (it stopped the other run's, or nothing), the start went on after the run had gone, and the
+replica ran until the owner watch (``spawn_owners.py``) found its run gone, 20 s and more later.
+Each request the node has not started yet is a :class:`PendingStart` until it does; a stop of its
+name ends its waits at once and the request answers ``actor_stopped``, starting nothing. A
+request it did start is a handle, which a stop stops as soon as its process exists
+(``stop_asked``). The stop is by name, as older runs send it (a request of the name's other
+owner, were one pending, would be cancelled too: a run asks again under another name), and a
+stop that cancelled a start answers ``true`` even with no worker to stop: the run's replica is
+stopped. No node-wide memory of ended runs is needed: a run's stop follows its spawn on the same
+connection, so it finds either the request pending or its worker.
 """
 
 from __future__ import annotations
@@ -13,9 +28,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psutil
@@ -48,13 +63,45 @@ from .template_link import TemplateLink, spec_classes
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
-__all__ = ["Node"]
+__all__ = ["Node", "PendingStart"]
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 # Records of workers started on request (``spawn_worker``: a pipeline's replicas) and stopped
 # since, that a node keeps for ``ctl status``: a node serving run after run forgets the oldest.
 KEEP_STOPPED_SPAWNED = 64
+
+
+class PendingStart:
+    """A ``spawn_worker`` request the node has not started yet: ``stopped`` once a
+    ``stop_worker`` of its name came meanwhile (its requester ended), and it starts nothing."""
+
+    def __init__(self, name: str, owner: str | None) -> None:
+        self.name = name
+        self.owner = owner
+        self.stopped = anyio.Event()
+
+    async def unless_stopped(self, waited: Callable[..., Awaitable[T]], *args: Any) -> T | None:
+        """What ``waited(*args)`` returns; None as soon as the request is stopped (the wait is
+        cancelled then), or was already."""
+        result: list[T] = []
+        if self.stopped.is_set():
+            return None
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                result.append(await waited(*args))
+                tg.cancel_scope.cancel()
+
+            async def stop() -> None:
+                await self.stopped.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(wait)
+            tg.start_soon(stop)
+        return result[0] if result else None
 
 
 class Node:
@@ -85,6 +132,7 @@ class Node:
         self.name = config.name
         self.workers: dict[str, WorkerHandle] = {}
         self._launching: set[WorkerHandle] = set()  # a launch under way: its process may come yet
+        self._pending_starts: set[PendingStart] = set()  # spawn requests not started yet (module)
         # Workers a master's drain stopped: their records stay, an undrain starts them again.
         self.drained: set[str] = set()
         self.runtime: Runtime | None = None
@@ -481,28 +529,22 @@ class Node:
         spec = validated(WorkerSpec, fields, "spawn_worker")
         if self.stopping.is_set():  # a worker started now could outlive the stop's last look
             raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
-        existing = self.workers.get(spec.name)
-        if (
-            existing is not None
-            and existing.returncode is None
-            and existing.owner not in (None, owner)
-            and await self.owners.gone(existing.owner, existing.owner_process)
-        ):  # the replica of a run that was killed: its rerun takes the name
-            log.warning("spawned_worker_owner_gone", worker=spec.name, owner=existing.owner)
-            with contextlib.suppress(UnknownActor):
-                await self._stop_worker({"name": spec.name})
-        if existing is not None and existing.state is HandleState.STOPPING and existing.returncode is None:
-            # Being stopped (a cancelled run's replica, say): its name is free once it exited,
-            # within the stop's grace and kill.
-            with anyio.move_on_after(timeout_s):
-                await existing.exited_event.wait()
-        if existing is not None and existing.returncode is None and existing.process is not None:
-            by = f", started by {existing.owner} (another run of this pipeline?)" if existing.owner else ""
-            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}{by}")
-        if existing is not None:
-            del self.workers[spec.name]
-        self._forget_stopped_spawned(KEEP_STOPPED_SPAWNED - 1)
-        handle = self.start_worker(self._tg, spec)
+        pending = PendingStart(spec.name, owner)
+        self._pending_starts.add(pending)
+        try:
+            await self._free_the_name(spec, owner, timeout_s, pending)
+            if pending.stopped.is_set():  # its requester ended while the node waited: not started
+                log.info("spawn_stopped_before_start", worker=spec.name, owner=owner)
+                raise ActorStopped(
+                    f"worker {spec.name!r} was stopped (stop_worker) before node {self.name} started it; "
+                    "it starts no worker"
+                )
+            if self.stopping.is_set():
+                raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
+            self._forget_stopped_spawned(KEEP_STOPPED_SPAWNED - 1)
+            handle = self.start_worker(self._tg, spec)  # from here on a stop finds its handle
+        finally:
+            self._pending_starts.discard(pending)
         handle.fail_fast = True
         handle.spawned = True
         handle.owner = owner
@@ -520,7 +562,7 @@ class Node:
             return {**handle.describe(), "node": self.name}
         if not handle.exited_event.is_set():  # neither: stop it, or it would start unasked later
             with contextlib.suppress(UnknownActor):  # it exited meanwhile
-                await self._stop_worker({"name": spec.name})
+                await self._stop_running(spec.name)
             raise AskTimeout(
                 f"worker {spec.name!r} did not start within {timeout_s:g} s on node {self.name}; "
                 f"see the node's log ({handle.last_error or 'it wrote no error'})"
@@ -529,6 +571,38 @@ class Node:
             f"worker {spec.name!r} exited while starting ({handle.exit_reason}): "
             f"{handle.last_error or 'it wrote no error; see the node log'}"
         )
+
+    async def _free_the_name(
+        self, spec: WorkerSpec, owner: str | None, timeout_s: float, pending: PendingStart
+    ) -> None:
+        """Make way for the requested worker ``spec``: stop the worker of the name whose owner
+        is gone, wait for one being stopped; raise ConfigError when another runs it. Returns at
+        once, having done nothing more, once ``pending`` is stopped."""
+        existing = self.workers.get(spec.name)
+        if (
+            existing is not None
+            and existing.returncode is None
+            and existing.owner is not None
+            and existing.owner != owner
+            and await pending.unless_stopped(self.owners.gone, existing.owner, existing.owner_process)
+        ):  # the replica of a run that was killed: its rerun takes the name
+            log.warning("spawned_worker_owner_gone", worker=spec.name, owner=existing.owner)
+            with contextlib.suppress(UnknownActor):
+                await self._stop_running(spec.name)
+        if pending.stopped.is_set():
+            return
+        if existing is not None and existing.state is HandleState.STOPPING and existing.returncode is None:
+            # Being stopped (a cancelled run's replica, say): its name is free once it exited,
+            # within the stop's grace and kill.
+            with anyio.move_on_after(timeout_s):
+                await pending.unless_stopped(existing.exited_event.wait)
+        if pending.stopped.is_set():
+            return
+        if existing is not None and existing.returncode is None and existing.process is not None:
+            by = f", started by {existing.owner} (another run of this pipeline?)" if existing.owner else ""
+            raise ConfigError(f"a worker named {spec.name!r} already runs on node {self.name}{by}")
+        if existing is not None and self.workers.get(spec.name) is existing:
+            del self.workers[spec.name]
 
     def _forget_stopped_spawned(self, keep: int) -> None:
         """Forget the oldest records of spawned workers stopped on purpose beyond ``keep``: each
@@ -542,7 +616,21 @@ class Node:
             del self.workers[name]
 
     async def _stop_worker(self, payload: Any) -> bool:
+        """The ``stop_worker`` control: a start of the name the node has not made yet starts
+        nothing now (see the module), and the running worker of the name is stopped."""
         name = ControlPayload("stop_worker", payload).require("name", str)
+        cancelled = [p for p in self._pending_starts if p.name == name]
+        for pending in cancelled:
+            pending.stopped.set()
+        try:
+            return await self._stop_running(name)
+        except UnknownActor:
+            if cancelled:  # the requester's worker is stopped: it never started
+                return True
+            raise
+
+    async def _stop_running(self, name: str) -> bool:
+        """Stop the worker ``name`` (one being launched: once its process exists)."""
         handle = self.workers.get(name)
         if name in self.drained and handle is not None and handle.returncode is not None:
             # Stopped by a drain, now by its owner (the run that spawned it, which replaced it
@@ -562,7 +650,9 @@ class Node:
         return True
 
     async def _stop_named(self, name: str) -> bool:
-        return await self._stop_worker({"name": name})
+        # The owner watch's stop of a gone owner's worker: a start of the name another owner
+        # asked for meanwhile is not that owner's, and goes on.
+        return await self._stop_running(name)
 
     async def _shutdown(self, _: Any) -> bool:
         self.stopping.set()
