@@ -124,6 +124,7 @@ class MasterLink:
         self.beat_s = beat_s
         self.beats = 0
         self.failed_beats = 0
+        self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
         self.drained = node.drained  # workers a drain stopped; an undrain starts them again
 
     async def run(self) -> None:
@@ -151,10 +152,14 @@ class MasterLink:
         }
 
     async def _beat(self, runtime: Runtime) -> None:
+        try:
+            self.resources = host_resources()
+        except OSError as exc:  # out of descriptors, /proc unreadable: beat on, with the last reading
+            log.warning("host_resources_failed", error=str(exc))  # it stopped the node (EMFILE)
         payload = {
             "node": self.node.name,
             "endpoint": advertised_endpoint(runtime.address, self.node.config.advertise),
-            "resources": host_resources(),
+            "resources": self.resources,  # none at first: the master keeps what it had
             "processes": self.processes(),
             "tags": list(self.node.config.tags),  # what it offers replicas; older masters ignore it
         }

@@ -315,7 +315,13 @@ class Node:
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
         )
         code = await handle.wait()  # also passes its stderr on and keeps its last error
+        mailboxes = {handle.endpoint, *handle.actors.values()} - {None}
         handle.exited(code)
+        # Nobody listens there now: a restart binds anew (and registers), a stopped replica is
+        # gone for good. Each connection holds a socket and its monitor's (three descriptors): a
+        # node serving run after run, each with replicas of new names, ran out of them.
+        for endpoint in mailboxes:
+            self.runtime.transport.forget(endpoint)
         log.log(
             20 if handle.state is HandleState.STOPPED else 30,
             "worker_exited",

@@ -82,3 +82,27 @@ async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_anot
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "may not be its cluster's" in failed["hint"]
+
+
+async def test_a_host_reading_that_fails_is_no_end_of_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node out of file descriptors failed to read /proc/meminfo in its beat, and the error
+    stopped the whole node. It beats on, with the last reading, and says why."""
+    link, runtime = _link(), _Runtime()
+    runtime.answer = True
+    beats: list[dict[str, Any]] = []
+
+    async def control(endpoint: str, msg_type: str, payload: Any = None, **_: Any) -> Any:
+        beats.append(payload)
+        return {}
+
+    monkeypatch.setattr(runtime, "control", control)
+    await link._beat(runtime)  # type: ignore[arg-type]
+
+    def out_of_descriptors() -> dict[str, Any]:
+        raise OSError(24, "Too many open files", "/proc/meminfo")
+
+    monkeypatch.setattr(master_link, "host_resources", out_of_descriptors)
+    with module_logs(monkeypatch, master_link) as logs:
+        await link._beat(runtime)  # type: ignore[arg-type]
+    assert [e["event"] for e in logs] == ["host_resources_failed"]
+    assert len(beats) == 2 and beats[1]["resources"] == beats[0]["resources"] and beats[0]["resources"]

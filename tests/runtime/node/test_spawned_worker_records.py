@@ -72,3 +72,23 @@ async def test_a_drained_spawned_worker_keeps_its_record(
         for name in ("later-a", "later-b"):
             await _spawn_and_stop(node, name)
         assert "drained" in node.workers and "later-a" not in node.workers
+
+
+async def test_a_stopped_spawned_worker_s_connections_are_closed(tmp_path: Path) -> None:
+    """Each connection the node made to a replica (its status asks, its directory updates)
+    holds three file descriptors, and a replica's endpoint is never used again once it stopped:
+    a node serving run after run, each with replicas of new names, ran out of descriptors."""
+    async with _node(tmp_path) as node:
+        runtime = node.runtime
+        assert runtime is not None
+        with anyio.fail_after(60):
+            await runtime.control(runtime.address, "status", timeout=30)  # its own connections
+        before = runtime.transport.statistics().peers
+        for i in range(3):
+            with anyio.fail_after(60):
+                await node._spawn_worker({"name": f"rep-{i}", "actors": [ECHO.model_dump(by_alias=True)]})
+                await runtime.control(runtime.address, "status", timeout=30)  # it asks each worker
+            assert runtime.transport.statistics().peers > before
+            with anyio.fail_after(60):
+                await node._stop_worker({"name": f"rep-{i}"})
+        assert runtime.transport.statistics().peers == before
