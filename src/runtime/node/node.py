@@ -315,7 +315,7 @@ class Node:
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
         )
         code = await handle.wait()  # also passes its stderr on and keeps its last error
-        mailboxes = {handle.endpoint, *handle.actors.values()} - {None}
+        mailboxes = {e for e in (handle.endpoint, *handle.actors.values()) if e}
         handle.exited(code)
         # Nobody listens there now: a restart binds anew (and registers), a stopped replica is
         # gone for good. Each connection holds a socket and its monitor's (three descriptors): a
