@@ -81,8 +81,14 @@ async def test_a_stopped_spawned_worker_s_connections_are_closed(tmp_path: Path)
     async with _node(tmp_path) as node:
         runtime = node.runtime
         assert runtime is not None
+        with anyio.fail_after(60):  # the node's own connections first: its supervisor's among them
+            while not (await runtime.control(runtime.address, "status", timeout=30))["supervision"].get(
+                "supervisor_endpoint"
+            ):
+                await anyio.sleep(0.05)
+        await _spawn_and_stop(node, "warm-up")  # the node tells the supervisor of it
         with anyio.fail_after(60):
-            await runtime.control(runtime.address, "status", timeout=30)  # its own connections
+            await runtime.control(runtime.address, "status", timeout=30)
         before = runtime.transport.statistics().peers
         for i in range(3):
             with anyio.fail_after(60):
