@@ -13,6 +13,13 @@ run the replicas of every node, and failed it when a replica had to start meanwh
 Each new replica goes to the node, among those that fit the stage's resources (tags, GPUs),
 that runs the fewest replicas of that stage, then the fewest in all: a stage's replicas spread
 over the nodes before any node gets a second one.
+
+On a cluster, a node that said it stops (``spawn_worker`` answered ActorStopped, or its
+connection ended under one) gets no replica while the master still lists it (it beats until its
+stop is done, and is declared dead only its node timeout later): the node it goes to is another,
+or none (:class:`NoNodeNow`). It gets replicas again once the master has dropped it and lists it
+again (a node that comes back joins anew), or hears it beat ``_STOPPING_S`` after it said it stops (it
+was restarted within the master's node timeout).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
@@ -38,6 +46,8 @@ from troupe.runtime.placement import (
 from troupe.runtime.security.process import installed
 
 __all__ = ["EngineHosts", "NoNodeNow", "wait_for_nodes"]
+
+_STOPPING_S = 10.0  # a node's stop takes its workers' grace (5 s by default); it beats meanwhile
 
 
 class EngineHosts:
@@ -70,6 +80,7 @@ class EngineHosts:
         self._stage_load: dict[str, Counter[str]] = {}
         self._load: Counter[str] = Counter()
         self._avoid: dict[str, float] = {}  # node name -> until when (monotonic) it gets no replica
+        self._stopping: dict[str, float] = {}  # node name -> when (monotonic) it said it stops
 
     @property
     def alive(self) -> frozenset[str]:
@@ -82,12 +93,14 @@ class EngineHosts:
         Raises:
             ConfigError: no live node fits (names what was asked and what the nodes offer).
         """
-        fitting = [h for h in self.hosts if fits(h, tags, gpus)]
+        live = [h for h in self.hosts if h.name not in self._stopping]
+        fitting = [h for h in live if fits(h, tags, gpus)]
         wanted = (tuple(sorted(set(tags))), gpus)
         if not fitting:
-            refusal = nothing_fits(f"stages.{stage}", self.hosts, tags, gpus)
-            if wanted in self._fitted:  # a node offered them in this run: it died, or drains
-                gone = "" if draining_fits(self.hosts, tags, gpus) else _GONE  # else undrain
+            refusal = nothing_fits(f"stages.{stage}", live, tags, gpus)
+            # A node offered them in this run (it died, stops or drains), or one that stops does.
+            if wanted in self._fitted or any(fits(h, tags, gpus) for h in self.hosts):
+                gone = "" if draining_fits(live, tags, gpus) else _GONE  # else undrain
                 raise NoNodeNow(f"{refusal}{gone}: {_AGAIN}")
             raise refusal
         self._fitted.add(wanted)
@@ -104,6 +117,20 @@ class EngineHosts:
     def avoid(self, host: Host, for_s: float) -> None:
         """Start no replica on ``host`` for ``for_s`` seconds while another node fits."""
         self._avoid[host.name] = time.monotonic() + for_s
+
+    def stopping(self, host: Host) -> None:
+        """``host`` said it stops (or its connection ended under a spawn): it gets no replica
+        until the master lists it again after dropping it, or hears it beat ``_STOPPING_S``
+        later (see the module). Avoided only (:meth:`avoid`), it was tried again as the only
+        node that fit, dead by then, and that spawn waited out its whole deadline. A fixed list
+        (no master) has nobody to say that the node is back: its node is tried again, as before."""
+        if self.master is not None:
+            self._stopping[host.name] = time.monotonic()
+
+    async def left(self, host: Host) -> None:
+        """Return once ``host`` is no longer among the live nodes (the master has it as dead)."""
+        while host.name in self.alive:
+            await self.changed.wait()
 
     def gone(self, stage: str, host: Host) -> None:
         """A replica of ``stage`` on ``host`` stopped (or never started)."""
@@ -122,6 +149,7 @@ class EngineHosts:
             except TroupeError:  # the master is busy or restarting: keep the last list
                 continue
             hosts = self._with_unheard(hosts_of_status(status), nodes_of_status(status))
+            self._still_stopping(hosts, _beat_ages(status))
             if {h.name for h in hosts} != self.alive:
                 self.hosts = hosts
                 self.changed.set()
@@ -141,6 +169,27 @@ class EngineHosts:
             if h.name not in listed and now - self._unheard_since.setdefault(h.name, now) < self.unheard_s
         ]
         return sorted(live + kept, key=lambda h: h.name)
+
+    def _still_stopping(self, hosts: list[Host], ages: dict[str, float]) -> None:
+        """Forget that a node said it stops once it left ``hosts`` (its return is a join), or
+        once its last beat (``ages``: seconds ago, by node) came ``_STOPPING_S`` after it said so."""
+        now = time.monotonic()
+        listed = {h.name for h in hosts}
+        for name, since in list(self._stopping.items()):
+            age = ages.get(name)
+            if name not in listed or (age is not None and now - age > since + _STOPPING_S):
+                del self._stopping[name]
+
+
+def _beat_ages(status: Any) -> dict[str, float]:
+    """How long ago the master heard each node it lists (``last_beat_age_s``), by name."""
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    listed = nodes if isinstance(nodes, list) else []
+    return {
+        str(n["node"]): float(n["last_beat_age_s"])
+        for n in listed
+        if isinstance(n, dict) and n.get("node") and type(n.get("last_beat_age_s")) in (int, float)
+    }
 
 
 _GONE = "; the node that offered them is gone (start it again, or another that offers them)"

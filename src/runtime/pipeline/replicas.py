@@ -24,6 +24,7 @@ from troupe.runtime.errors import (
     BadRequest,
     ConfigError,
     MailboxFull,
+    PeerLost,
     StageFailed,
     TroupeError,
     UnknownActor,
@@ -176,13 +177,19 @@ class ReplicaPool:
                 spec["owner_process"] = process_identity()
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
-            slow = anyio.CancelScope()
+            watch = anyio.CancelScope()
             assert self._tg is not None
-            self._tg.start_soon(self._say_slow_start, stage, name, asked, slow)
-            try:
-                record = await self._ask_spawn(host.endpoint, {**spec, "timeout_s": _START_S})
-            finally:
-                slow.cancel()
+            with anyio.CancelScope() as spawning:  # cancelled once the master has the node as dead
+                self._tg.start_soon(self._watch_start, stage, name, host, asked, watch, spawning)
+                try:
+                    record = await self._ask_spawn(host.endpoint, {**spec, "timeout_s": _START_S})
+                finally:
+                    watch.cancel()
+            if spawning.cancelled_caught:
+                raise Unreachable(
+                    f"node {host.name} left the cluster (the master has it as dead) before it "
+                    f"answered 'spawn_worker' for {name}"
+                )
             spawned = True
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
             node, outbox_at = _taught(self.runtime, name, record)
@@ -192,6 +199,8 @@ class ReplicaPool:
         except (TroupeError, ConfigError) as exc:
             if host is not None:
                 self.hosts.gone(stage.cfg.name, host)
+                if not spawned and isinstance(exc, (ActorStopped, PeerLost)):  # the node stops
+                    self.hosts.stopping(host)
             # A worker that took its whole start time (an import that hangs) would take it again.
             hung = not spawned and asked is not None and time.monotonic() - asked >= _START_S
             if _may_pass(exc) and not hung and stage.start_failures < _START_RETRIES:
@@ -233,22 +242,46 @@ class ReplicaPool:
         )
         self._changed.set()
 
-    async def _say_slow_start(
-        self, stage: StageState, name: str, asked: float, scope: anyio.CancelScope
+    async def _watch_start(
+        self,
+        stage: StageState,
+        name: str,
+        host: Host,
+        asked: float,
+        scope: anyio.CancelScope,
+        spawning: anyio.CancelScope,
     ) -> None:
-        """Every ``_SLOW_START_S`` while a replica starts (until ``scope`` is cancelled), a line
-        for people: a constructor that waits (for a device, a licence server) looked like a run
-        that hangs, silently."""
+        """While a replica starts on ``host`` (until ``scope`` is cancelled): its spawn
+        (``spawning``) ends once the master has the node as dead, and it is said every
+        ``_SLOW_START_S``. A node that stopped after its connection had ended answers nothing,
+        and the spawn sent to it waited out its whole deadline (130 s), said as slow imports."""
         with scope:
-            while True:
-                await anyio.sleep(_SLOW_START_S)
-                waited = time.monotonic() - asked
-                log.warning("replica_start_slow", stage=stage.cfg.name, replica=name, waited_s=waited)
-                if self.on_event is not None:
-                    self.on_event(
-                        f"replica {name} of stage {stage.cfg.name} has been starting for {waited:.0f} s "
-                        f"(its imports or its constructor); it is given up at {_START_S:.0f} s"
-                    )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._say_slow_start, stage, name, host, asked)
+                await self.hosts.left(host)
+                spawning.cancel()
+                tg.cancel_scope.cancel()
+
+    async def _say_slow_start(self, stage: StageState, name: str, host: Host, asked: float) -> None:
+        """Every ``_SLOW_START_S`` while a replica starts, a line for people: a constructor that
+        waits (for a device, a licence server) looked like a run that hangs, silently. Its node
+        is asked first: one that does not answer is said, not the replica's imports."""
+        while True:
+            await anyio.sleep(_SLOW_START_S)
+            starting = f"replica {name} of stage {stage.cfg.name} has been starting for"
+            try:
+                await self.runtime.control(host.endpoint, "supervision", None, timeout=_WATCH_S * 5)
+                why, until = "(its imports or its constructor);", ""
+            except TroupeError as exc:
+                why = (
+                    f"on node {host.name}, which does not answer at {host.endpoint} ({type(exc).__name__}): "
+                    "it stopped, or is unreachable from here;"
+                )
+                until = " once the master has the node as dead, or"
+            waited = time.monotonic() - asked
+            log.warning("replica_start_slow", stage=stage.cfg.name, replica=name, waited_s=waited, why=why)
+            if self.on_event is not None:
+                self.on_event(f"{starting} {waited:.0f} s {why} it is given up{until} at {_START_S:.0f} s")
 
     async def _start_again(
         self, stage: StageState, name: str, host: Host | None, exc: TroupeError, spawned: bool
