@@ -573,6 +573,8 @@ class Node:
                 f"worker {spec.name!r} did not start within {timeout_s:g} s on node {self.name}; "
                 f"see the node's log ({handle.last_error or 'it wrote no error'})"
             )
+        if self.stopping.is_set():  # the node's stop ended it: a start elsewhere may pass
+            raise ActorStopped(f"node {self.name} is stopping; it stopped worker {spec.name!r} as it started")
         raise ConfigError(
             f"worker {spec.name!r} exited while starting ({handle.exit_reason}): "
             f"{handle.last_error or 'it wrote no error; see the node log'}"
