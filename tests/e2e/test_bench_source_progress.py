@@ -17,7 +17,9 @@ pytestmark = pytest.mark.e2e
 
 troupe_cluster = troupe_testing.troupe_cluster
 
-PROGRESS_S = 0.5
+# Short enough that a measurement outlasts it soon; not so short that a worker starved of CPU
+# for half a second by a loaded machine (CI beside other runs) is taken for hung.
+PROGRESS_S = 1.5
 CONFIG = f"""
 [supervision]
 interval_s = 0.1

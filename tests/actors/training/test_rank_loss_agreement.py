@@ -80,7 +80,9 @@ def test_a_nan_loss_on_one_rank_stops_both_at_that_step(tmp_path: Path) -> None:
             f"LossNotFinite: step {DIVERGES_AT}: the loss is nan (not finite on rank 1 of 2; "
             "train.lr = 0.001)" in progress["error"]
         )
-        assert progress["step"] == DIVERGES_AT - 1 and progress["checkpoint"] == 2
+        # The step-2 checkpoint may still be committing as the failure is reported (a loaded
+        # machine): what stays on disk is checked below.
+        assert progress["step"] == DIVERGES_AT - 1 and progress["checkpoint"] in (2, None), progress
     checkpoints = tmp_path / "out" / "checkpoints"
     assert checkpoint_path(checkpoints, 2).exists() and not checkpoint_path(checkpoints, DIVERGES_AT).exists()
 
