@@ -97,9 +97,10 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1 (2 for bad
     input), also when a task group wrapped them.
 
-    SIGINT or SIGTERM cancels ``fn``, which stops what it started in its clean-up (so ``fn``
-    closes what it opened itself), then the process exits 130 or 143 at once; a second signal
-    kills this process's whole tree and exits at once (:mod:`troupe.cli.stop_signals`).
+    SIGINT, SIGTERM or SIGHUP cancels ``fn``, which stops what it started in its clean-up (so
+    ``fn`` closes what it opened itself), then the process exits 130, 143 or 129 at once; a
+    second Ctrl-C or SIGTERM kills this process's whole tree and exits at once
+    (:mod:`troupe.cli.stop_signals`).
     """
     signals = StopSignals()
     box: list[T] = []

@@ -1,11 +1,20 @@
-"""Ctrl-C and SIGTERM for the troupe command: the first stops gracefully, the second at once.
+"""Ctrl-C, SIGTERM and SIGHUP for the troupe command: the first stops gracefully, a second
+Ctrl-C or SIGTERM at once.
 
-Every command runs its work in a cancel scope (``client.run_async``). The first SIGINT or
-SIGTERM cancels that scope: the work stops the structured way, and what owns processes (the
+Every command runs its work in a cancel scope (``client.run_async``). The first SIGINT, SIGTERM
+or SIGHUP cancels that scope: the work stops the structured way, and what owns processes (the
 node) stops them in its shielded clean-up, workers first, within its ``stop_grace_s``. The
-command then exits 128 + the signal (130 for SIGINT, 143 for SIGTERM). A second signal during
-that stop does not wait: every process this one started (the whole tree) is SIGKILLed and the
-command exits at once with the same status. Committed outputs stay committed either way.
+command then exits 128 + the signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). A second
+SIGINT or SIGTERM during that stop does not wait: every process this one started (the whole
+tree) is SIGKILLed and the command exits at once with the first signal's status. Committed
+outputs stay committed either way.
+
+SIGHUP is what a command gets when its terminal goes (an ssh session that closes): it used to
+end the command at once, by the signal's default action, leaving its processes to find out
+alone and its journal unclosed. It is a stop like the others, never a second one: a hangup
+comes more than once (from the shell, and from the kernel as the session's leader exits), and
+nobody asked twice. With the terminal gone, the stop's lines cannot be written (EIO): they are
+dropped, and the stop goes on.
 """
 
 from __future__ import annotations
@@ -22,9 +31,25 @@ import psutil
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-__all__ = ["STOP_SIGNALS", "StopSignals", "exit_status", "kill_descendants", "lines_above", "say_stopping"]
+from .closed_output import OUTPUT_CLOSED
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+__all__ = [
+    "STOP_SIGNALS",
+    "StopSignals",
+    "exit_status",
+    "kill_descendants",
+    "lines_above",
+    "say_if_heard",
+    "say_stopping",
+]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What stops the command at once once a signal began its graceful stop (said with it).
+_AT_ONCE: dict[int, str] = {
+    signal.SIGINT: "Ctrl-C again",
+    signal.SIGTERM: "SIGTERM again",
+    signal.SIGHUP: "Ctrl-C or SIGTERM",
+}
 
 _err = Console(stderr=True)
 _displays: list[Console] = []  # consoles that may show a live display now (``lines_above``)
@@ -47,10 +72,21 @@ def say_stopping(text: str) -> None:
     """A line about a command's stop (the stop's own, or what it leaves behind): above a live
     display, else on stderr."""
     display = _displays[-1] if _displays else None
-    if display is not None and display.is_terminal and _stderr_is_a_terminal():
-        display.print(text, highlight=False, soft_wrap=True)
-    else:
-        _err.print(text, highlight=False, soft_wrap=True)
+    console = display if display is not None and display.is_terminal and _stderr_is_a_terminal() else _err
+    say_if_heard(console, text)
+
+
+def say_if_heard(console: Console, text: str) -> None:
+    """Print ``text`` on ``console``, or nothing where nobody can read it any more: a terminal
+    that hung up (EIO), a closed pipe. A command stopping must go on stopping, not fail on
+    the line that says so."""
+    try:
+        console.print(text, highlight=False, soft_wrap=True)
+    except OSError:  # EIO: the terminal is gone; what the console holds would fail again
+        console.quiet = True
+    except SystemExit as exc:  # a closed pipe (closed_output): its console is silenced already
+        if exc.code != OUTPUT_CLOSED:
+            raise
 
 
 def _stderr_is_a_terminal() -> bool:
@@ -61,7 +97,8 @@ def _stderr_is_a_terminal() -> bool:
 
 
 def exit_status(signum: int) -> int:
-    """The shell's status for a command stopped by ``signum`` (130 for SIGINT, 143 for SIGTERM)."""
+    """The shell's status for a command stopped by ``signum`` (130 for SIGINT, 143 for SIGTERM,
+    129 for SIGHUP)."""
     return 128 + int(signum)
 
 
@@ -85,7 +122,7 @@ def kill_descendants(wait_s: float = 2.0) -> int:
 
 
 class StopSignals:
-    """Watches SIGINT and SIGTERM for one command run.
+    """Watches SIGINT, SIGTERM and SIGHUP for one command run.
 
     Attributes:
         signum: the first stop signal received, None while none came.
@@ -109,14 +146,12 @@ class StopSignals:
                 async for signum in signals:
                     if self.signum is None:
                         self.signum = signum
-                        again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-                        say_stopping(
-                            f"{signal.Signals(signum).name}: stopping gracefully "
-                            f"({again} again to stop at once)"
-                        )
                         work.cancel()
+                        name = signal.Signals(signum).name
+                        say_stopping(f"{name}: stopping gracefully ({_AT_ONCE[signum]} to stop at once)")
                         continue
-                    self.force()
+                    if signum != signal.SIGHUP:  # a hangup again is the same hangup
+                        self.force()
         finally:
             # The work is over and the process winds down (threads, sockets): a signal now
             # ends it at once with the right status, not with a traceback or signal death.
@@ -124,6 +159,8 @@ class StopSignals:
                 signal.signal(signum, self._late)
 
     def _late(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            return  # the terminal went as the command ends: it ends as it would have
         if self.signum is None:
             self.signum = signum
         self.force()
@@ -144,10 +181,11 @@ class StopSignals:
         """Stop now: SIGKILL every process this one started, then exit with the first signal's status."""
         assert self.signum is not None
         killed = kill_descendants()
-        for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
-            console.show_cursor(True)
-        if _err.is_terminal:  # the cursor may be at the end of a progress bar's line
-            _err.line()
+        with contextlib.suppress(OSError, SystemExit):  # a terminal gone, a closed pipe: no matter
+            for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
+                console.show_cursor(True)
+            if _err.is_terminal:  # the cursor may be at the end of a progress bar's line
+                _err.line()
         say_stopping(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
         _flush_output()
         os._exit(exit_status(self.signum))

@@ -1,5 +1,6 @@
-"""SIGINT and SIGTERM stop the long-running troupe commands: gracefully, with exit status 130 or
-143 and no process of theirs left behind; a second signal stops them at once.
+"""SIGINT, SIGTERM and SIGHUP stop the long-running troupe commands: gracefully, with exit status
+130, 143 or 129 and no process of theirs left behind; a second Ctrl-C or SIGTERM stops them at
+once (a hangup again does not: it comes more than once as a terminal goes).
 
 Real processes on loopback. Each signal comes at a random moment after the command is up (a
 seeded delay; TROUPE_STOP_SEED replays it).
@@ -7,8 +8,10 @@ seeded delay; TROUPE_STOP_SEED replays it).
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from support.hook_stages import read_records
 from support.run_resume_helpers import (
     dataset_task_ids,
     run_args,
@@ -23,7 +27,7 @@ from support.run_resume_helpers import (
     small_pipeline,
     summary_counts,
 )
-from troupe.runtime.testing.plugin import free_endpoint
+from troupe.runtime.testing.plugin import free_endpoint, import_path
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +58,8 @@ def _after(delay: float) -> Callable[[], bool]:
         ("node", signal.SIGTERM, False),
         ("node-with-master", signal.SIGINT, True),
         ("master", signal.SIGTERM, False),
+        ("node", signal.SIGHUP, True),  # its ssh session closed: a hangup, to its process group
+        ("master", signal.SIGHUP, True),
     ],
 )
 def test_a_long_running_command_stops_on_a_signal_and_leaves_no_process(
@@ -103,7 +109,7 @@ def test_a_long_running_command_stops_on_a_signal_and_leaves_no_process(
             "master_started",
         ),
     }[command]
-    delay = random.Random(f"{SEED}-{command}").uniform(0.0, 1.0)
+    delay = random.Random(f"{SEED}-{command}-{signum}").uniform(0.0, 1.0)
     with running(args, tmp_path, command) as cmd:
         cmd.wait_until(ready, lambda: ready in cmd.text(), timeout=120)
         cmd.wait_until("the random moment", _after(delay))
@@ -174,3 +180,66 @@ def test_a_ctrl_c_at_the_terminal_while_the_children_start_shows_no_traceback(tm
         assert status == 128 + signal.SIGINT, text[-3000:]
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
         assert not run.survivors(), "processes of the run left behind"
+
+
+HUNG_UP_ITEMS = 64
+
+HUNG_UP_PIPELINE = """
+[pipeline]
+name = "hung-up"
+items = {items}
+
+[[stages]]
+name = "a"
+actor = "support.hook_stages:RecordingStage"
+max_replicas = 1
+kwargs = {{ log = {log}, label = "a", cost_s = 0.1 }}
+
+[[stages]]
+name = "b"
+actor = "support.hook_stages:RecordingStage"
+kwargs = {{ log = {log}, label = "b" }}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_hangup_stops_troupe_run_gracefully_and_a_rerun_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGHUP, as a terminal that goes (an ssh session closing) sends it to the command's
+    process group, stops `troupe run` as Ctrl-C does: its stop line, exit 129, its processes
+    stopped, its journal closed and its pids record gone; the rerun completes the items. It
+    used to die of the signal at once, saying nothing, leaving its template and workers to
+    find out alone. The hangup comes twice, as from the shell and from the kernel: the second
+    is no second stop."""
+    monkeypatch.setenv("PYTHONPATH", import_path())  # the replicas import the test's stages
+    log, out = tmp_path / "hooks.jsonl", tmp_path / "out"
+    config = tmp_path / "hung-up.toml"
+    config.write_text(HUNG_UP_PIPELINE.format(items=HUNG_UP_ITEMS, log=json.dumps(str(log))), "utf-8")
+    args = ["run", str(config), "--out", str(out), "--endpoint", free_endpoint(), "--master", free_endpoint()]
+
+    def processed() -> int:  # items through the last stage
+        return sum(1 for r in read_records(log) if r["hook"] == "process" and r["stage"] == "b")
+
+    with running(args, tmp_path, "run") as run:
+        run.wait_until("items through the last stage", lambda: processed() >= 4)
+        run.signal(signal.SIGHUP, group=True)
+        run.signal(signal.SIGHUP, group=True)
+        status = run.wait(timeout=120)
+        text = run.text()
+        assert status == 128 + signal.SIGHUP, text[-3000:]
+        flat = " ".join(text.split())
+        assert "SIGHUP: stopping gracefully" in flat and "stopped at once" not in flat, text[-3000:]
+        assert re.search(rf"stopped: at least \d+ of {HUNG_UP_ITEMS} items done", flat), text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+        assert not run.survivors(), "processes of the run left behind"
+        assert len(run.seen) >= 3  # the template and a replica per stage were tracked
+    assert processed() < HUNG_UP_ITEMS, "the run ended before the hangup: it tested nothing"
+    assert not (out / ".troupe" / "journal.db-wal").exists()  # the journal was closed
+    assert not list((out / "logs").glob("local.*.pids")), "the node's pids record was left"
+
+    with running(args, tmp_path, "rerun") as rerun:
+        assert rerun.wait(timeout=120) == 0, rerun.text()[-3000:]
+    counts = summary_counts(rerun.text())
+    assert counts["dead"] == 0
+    assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == HUNG_UP_ITEMS

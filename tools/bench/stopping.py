@@ -1,5 +1,5 @@
-"""Ctrl-C and SIGTERM for ``troupe bench``: a benchmark stopped midway prints no figures, kills
-what it started and exits 128 + the signal (130, 143).
+"""Ctrl-C, SIGTERM and SIGHUP for ``troupe bench``: a benchmark stopped midway prints no figures,
+kills what it started and exits 128 + the signal (130, 143, 129).
 
 A benchmark is synchronous code around several event loops, threads and child processes. Left
 to Python, a SIGINT became a cancellation that one of those loops absorbed (asyncio cancels its
@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from rich.console import Console
 
-from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants
+from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants, say_if_heard
 
 __all__ = ["bench_folder", "deaf_to_ctrl_c", "start_deaf", "stops_cleanly"]
 
@@ -67,7 +67,8 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
                 shutil.rmtree(folder, ignore_errors=True)
             left = f"; {killed} process{'' if killed == 1 else 'es'} it started killed" if killed else ""
             name = signal.Signals(signum).name
-            _err.print(f"stopped ({name}): the benchmark prints no figures{left}", highlight=False)
+            # A terminal gone (SIGHUP) hears nothing: the line is dropped, the stop goes on.
+            say_if_heard(_err, f"stopped ({name}): the benchmark prints no figures{left}")
             # Not through the interpreter's wind-down: it joins the worker threads the stop
             # left mid-call, and one collecting a ZeroMQ context whose sockets were never
             # closed blocks in its term() for good.

@@ -122,7 +122,7 @@ def start(
         finally:
             opened.close()
 
-    run_async(main)  # SIGINT or SIGTERM: the master stops, the journal is closed, exit 130 / 143
+    run_async(main)  # SIGINT, SIGTERM, SIGHUP: the master stops, the journal is closed, exit 130 / 143 / 129
 
 
 async def serve_master(master: Master) -> None:

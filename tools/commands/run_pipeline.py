@@ -6,6 +6,7 @@ shows its progress, its metrics table and its summary, or the metrics as one JSO
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.cli.log_filters import visible
-from troupe.cli.stop_signals import lines_above
+from troupe.cli.stop_signals import lines_above, say_if_heard
 from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -282,13 +283,13 @@ async def _finish_run(
             )
             if progress.live.is_started:
                 show(result.metrics)  # the bars end where the table below starts
-        except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the run stopped what it started
-            if progress.live.is_started:
-                progress.stop()
+        except anyio.get_cancelled_exc_class():  # a stop signal: the run stopped what it started
+            with contextlib.suppress(OSError):  # the terminal hung up (SIGHUP): nothing to redraw
+                if progress.live.is_started:
+                    progress.stop()
             if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
-                Console(stderr=True).print(
-                    escape(stopped_line(shown, before, declared.items, out)), soft_wrap=True
-                )
+                said = stopped_line(shown, before, declared.items, out)
+                say_if_heard(Console(stderr=True), escape(said))
             raise
         finally:
             starting.stop()  # transient: a run refused before it started prints only its error
