@@ -93,7 +93,11 @@ def seconds_option(param: typer.CallbackParam, value: float | None) -> float | N
     return value
 
 
-def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+def run_async(
+    fn: Callable[..., Awaitable[T]],
+    *args: Any,
+    done_if_returned: bool = False,
+) -> T:
     """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1 (2 for bad
     input), also when a task group wrapped them.
 
@@ -101,6 +105,11 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     ``fn`` closes what it opened itself), then the process exits 130, 143 or 129 at once; a
     second Ctrl-C or SIGTERM kills this process's whole tree and exits at once
     (:mod:`troupe.cli.stop_signals`).
+
+    ``done_if_returned``: ``fn`` returns a value only once its work is done (a stop that stops
+    it raises): where it returns although a signal came, the signal came too late to stop
+    anything (``troupe run`` whose dataset was complete when it came), and the command ends
+    as it would have without it.
     """
     signals = StopSignals()
     box: list[T] = []
@@ -134,7 +143,9 @@ def run_async(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
             raise
         error = next((e for e in leaves if isinstance(e, ConfigError)), leaves[0])
         raise fail(str(error), 2 if isinstance(error, ConfigError) else 1) from None
-    if signals.exit_status is not None:
+    # Stopped, ``fn`` returned nothing (its scope took the stop), unless it had done its work
+    # before the stop could stop it.
+    if signals.exit_status is not None and not (box and done_if_returned):
         signals.exit()
     return box[0]
 

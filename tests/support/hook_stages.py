@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from troupe.runtime.core.actor import Actor
 from troupe.runtime.errors import ItemFailed
 from troupe.runtime.pipeline.stage import StageActor, StageRun
@@ -26,6 +28,7 @@ __all__ = [
     "ExitingStage",
     "FailingFinalizeStage",
     "FailingSeedStage",
+    "HeldStopStage",
     "NotAStage",
     "OutputFileStage",
     "RecordingStage",
@@ -126,6 +129,36 @@ class FailingFinalizeStage(RecordingStage):
             return super().finalize(run)
         self._record("finalize", **run.to_wire())
         raise RuntimeError(self.MESSAGE)
+
+
+class HeldStopStage(RecordingStage):
+    """A :class:`RecordingStage` whose replica, stopped once its stage's ``finalize`` ran, writes
+    the file ``held`` and waits (``wait_s`` at most) for the file ``release``: it holds the run
+    between its finalisation and its end (the replicas' stop), for a test to stop it there.
+    A replica stopped before (the scaler's) holds nothing.
+
+    Args:
+        held: the file written as the stop is held.
+        release: the file that ends the hold.
+        wait_s: the hold's bound (under the run's node's stop grace, 10 s).
+    """
+
+    def __init__(self, log: str, held: str, release: str, label: str = "", wait_s: float = 9.0) -> None:
+        super().__init__(log, label)
+        self.held = Path(held)
+        self.release = Path(release)
+        self.wait_s = wait_s
+
+    async def stopping(self) -> None:
+        finalised = any(
+            r["hook"] == "finalize" and r.get("stage") == self.label for r in read_records(Path(self.log))
+        )
+        if not finalised:
+            return
+        self.held.write_text(str(os.getpid()), encoding="utf-8")
+        with anyio.move_on_after(self.wait_s):
+            while not self.release.exists():
+                await anyio.sleep(0.02)
 
 
 class OutputFileStage(FailingFinalizeStage):

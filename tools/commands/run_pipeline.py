@@ -34,7 +34,7 @@ from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
-from troupe.runtime.pipeline.runner import RunStart, run_pipeline
+from troupe.runtime.pipeline.runner import RunStart, completed_run, run_pipeline
 from troupe.runtime.process_start import age_s
 
 from .starting_status import StartingStatus
@@ -164,7 +164,18 @@ def finish_run(
     from troupe.cli.client import run_async
 
     run_async(
-        _finish_run, config, out, items, endpoint, master_endpoint, fresh, as_json, cluster, defaults, moved
+        _finish_run,
+        config,
+        out,
+        items,
+        endpoint,
+        master_endpoint,
+        fresh,
+        as_json,
+        cluster,
+        defaults,
+        moved,
+        done_if_returned=True,  # a stop that came once the run had finished: its report, exit 0
     )
 
 
@@ -189,6 +200,8 @@ async def _finish_run(
     defaults: bool = False,
     moved: str | None = None,
 ) -> None:
+    """The run and its report. It returns only where the run finished: a stop signal that came
+    after its finalisation (its record says complete) ends it with the dataset's lines."""
     declared = declared_config(config, items)
     if cluster is None:  # on a cluster, the master's journal is the run's state, not --out's
         RunDir(out).check(fingerprint(declared), fresh)
@@ -260,6 +273,7 @@ async def _finish_run(
         else:
             progress.console.print(escape(line), soft_wrap=True)
 
+    stopped_after_it = False  # a stop signal came once the run had finished
     with lines_above(console):  # a stop's lines above the spinner and the bars, not over them
         starting.start()
         try:
@@ -287,10 +301,16 @@ async def _finish_run(
             with contextlib.suppress(OSError):  # the terminal hung up (SIGHUP): nothing to redraw
                 if progress.live.is_started:
                     progress.stop()
-            if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
-                said = stopped_line(shown, before, declared.items, out)
-                say_if_heard(Console(stderr=True), escape(said))
-            raise
+            # The run's record, written as its finalize hooks returned, says whether the stop
+            # came after the run had finished (the dataset complete): then that is what is said.
+            # Once it started, the record is this run's (a --fresh run's wiped before).
+            finished = completed_run(out) if cluster is None and run_started else None
+            if finished is None:
+                if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
+                    said = stopped_line(shown, before, declared.items, out)
+                    say_if_heard(Console(stderr=True), escape(said))
+                raise
+            result, stopped_after_it = finished, True
         finally:
             starting.stop()  # transient: a run refused before it started prints only its error
             if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
@@ -299,7 +319,8 @@ async def _finish_run(
         print(json.dumps(metrics_json(result), indent=2))
     elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
-        console.print(f"already complete: {escape(done)}", soft_wrap=True)
+        lead = "complete when the stop came" if stopped_after_it else "already complete"
+        console.print(f"{lead}: {escape(done)}", soft_wrap=True)
         dead, ended = result.ended.get("dead", 0), sum(result.ended.values())
         if dead and not result.made_nothing:  # which says it below
             log = out / "logs" / "local.jsonl"

@@ -92,6 +92,10 @@ class PipelineEngine(ReplicaPool):
             task group is being cancelled would not answer).
         on_event: called with a line for people when the run waits on something (a replica
             whose start failed in a way that may pass, tried again).
+        on_finalized: called with the run's result as soon as every finalize hook has
+            returned, before the replicas are stopped: the moment the run's outputs are
+            complete, which its record keeps (``run_dir.mark_complete``) so that a stop that
+            lands after it (the replicas' or the node's stop) does not lose it.
     """
 
     def __init__(
@@ -109,9 +113,12 @@ class PipelineEngine(ReplicaPool):
         hosts: EngineHosts | None = None,
         nodes_outlive_run: bool = True,
         on_event: Callable[[str], None] | None = None,
+        on_finalized: Callable[[PipelineResult], None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
+        self.on_finalized = on_finalized
+        self._wire: list[int] | None = None  # the bytes counted through the engine (run)
         self.nodes_outlive_run = nodes_outlive_run
         self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])
         self._direct = config.data_plane == "direct"
@@ -194,7 +201,7 @@ class PipelineEngine(ReplicaPool):
             JobCancelled: the source's job was cancelled at the master mid-run; the replicas
                 are stopped, and nothing is finalised.
         """
-        wire = self._count_wire_bytes()
+        self._wire = self._count_wire_bytes()
         try:
             failed, metrics = await self._run_items()
         except BaseException:
@@ -208,6 +215,9 @@ class PipelineEngine(ReplicaPool):
             await self.source.release()  # a rerun leases the items held now at once
             raise failed
         assert metrics is not None
+        return self._result(metrics)
+
+    def _result(self, metrics: PipelineMetrics) -> PipelineResult:
         return PipelineResult(
             metrics,
             dict(self._outcomes),
@@ -217,7 +227,7 @@ class PipelineEngine(ReplicaPool):
             tuple(self.scale_log),
             self.kept,
             placement=dict(self.placement),
-            engine_bytes=0 if wire is None else sum(wire),
+            engine_bytes=0 if self._wire is None else sum(self._wire),
             restarted=self.restarted,
             remade=len(self.remade),
         )
@@ -258,6 +268,8 @@ class PipelineEngine(ReplicaPool):
                 self._finishing = True  # the scaler rests: finalize's replica must stay
                 self._stop_unhooked()
                 await self._finalize_hooks()
+                if self.on_finalized is not None:  # no await since the last hook returned
+                    self.on_finalized(self._result(metrics))
             except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
                 failed = exc
             except BaseException:

@@ -246,9 +246,16 @@ class RunDir:
 
     def is_complete(self) -> bool:
         """A run finished here, its outputs still as it wrote them (whatever it was made with)."""
+        return self.completed() is not None
+
+    def completed(self) -> dict[str, Any] | None:
+        """The record's ``complete`` entry (as :meth:`prepare` answers it) when a run finished
+        here and its outputs are still as it wrote them; None otherwise. The record is written
+        as the finalize hooks return, so this also tells whether a run stopped by a signal had
+        finished first."""
         record = self._read()
         complete = record.get("complete") if record is not None else None
-        return isinstance(complete, dict) and self.still_there(complete)
+        return complete if isinstance(complete, dict) and self.still_there(complete) else None
 
     def mark_complete(
         self, finals: dict[str, Any], made_nothing: bool = False, items: dict[str, int] | None = None

@@ -77,7 +77,7 @@ from .source import ItemSource, MasterSource
 if TYPE_CHECKING:
     from troupe.template_prestart import Prestarted
 
-__all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
+__all__ = ["RunStart", "completed_run", "run_pipeline", "run_pipeline_sync"]
 
 _NODE = "local"  # the name of the node a one-host run starts
 
@@ -270,6 +270,24 @@ async def run_pipeline(
                 own = running.node_endpoint if running.node is not None else None
                 on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled, own))
             engine_created = time.monotonic()
+
+            def finished(done: PipelineResult) -> PipelineResult:
+                """``done`` with what the job's record adds: every item died, its items by how
+                they ended (every run's)."""
+                counts = done.counts()
+                return replace(
+                    done,
+                    made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
+                    ended=(_job_items(running.book, cfg.name) if running.book is not None else None) or {},
+                )
+
+            def finalized(done: PipelineResult) -> None:
+                # The outputs are complete now: recorded at once, so that a stop landing after
+                # this (as the replicas and the node stop) leaves a run a rerun finds complete.
+                if run_dir is not None:
+                    done = finished(done)
+                    run_dir.mark_complete(done.finals, done.made_nothing, done.ended)
+
             engine = PipelineEngine(
                 resolved,
                 running.runtime,
@@ -282,14 +300,14 @@ async def run_pipeline(
                 hosts=running.hosts,
                 nodes_outlive_run=running.node is None,  # a node started here stops its workers
                 on_event=on_event,
+                on_finalized=finalized,
             )
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
             try:
-                result = await engine.run()
+                result = finished(await engine.run())
             except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
                 failed = exc
-            ended = _job_items(running.book, cfg.name) if running.book is not None and not failed else None
         if failed is not None:
             raise failed
         if result is None:
@@ -297,14 +315,6 @@ async def run_pipeline(
             # group on the way out took the cancellation for its own: the stop goes on up, as
             # KeyboardInterrupt from run_pipeline_sync, not as an UnboundLocalError.
             raise anyio.get_cancelled_exc_class()("the pipeline run was stopped before it ended")
-        counts = result.counts()
-        result = replace(
-            result,
-            made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
-            ended=ended or {},
-        )
-        if run_dir is not None:
-            run_dir.mark_complete(result.finals, result.made_nothing, ended)
         return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
 
 
@@ -494,6 +504,18 @@ def _refuse_inside_an_import() -> None:
             "imports them, and each would start a run of its own; start the run under "
             '`if __name__ == "__main__":`, or from another module'
         )
+
+
+def completed_run(out: str | os.PathLike[str]) -> PipelineResult | None:
+    """What a rerun into ``out`` would answer at once (``already_complete``) when a one-host run
+    finished there, its outputs still as it wrote them; None otherwise (nothing finished
+    there, or its record cannot be read). A run stopped by a signal after its finalize hooks
+    returned is such a run: its record is written then, before its processes stop."""
+    try:
+        complete = RunDir(Path(out).resolve()).completed()
+    except (TroupeError, OSError):
+        return None
+    return None if complete is None else _already_complete(complete)
 
 
 def _already_complete(complete: dict[str, Any]) -> PipelineResult:
