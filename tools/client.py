@@ -96,6 +96,7 @@ def seconds_option(param: typer.CallbackParam, value: float | None) -> float | N
 def run_async(
     fn: Callable[..., Awaitable[T]],
     *args: Any,
+    reader: bool = False,
     done_if_returned: bool = False,
 ) -> T:
     """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1 (2 for bad
@@ -106,12 +107,13 @@ def run_async(
     second Ctrl-C or SIGTERM kills this process's whole tree and exits at once
     (:mod:`troupe.cli.stop_signals`).
 
-    ``done_if_returned``: ``fn`` returns a value only once its work is done (a stop that stops
-    it raises): where it returns although a signal came, the signal came too late to stop
-    anything (``troupe run`` whose dataset was complete when it came), and the command ends
-    as it would have without it.
+    ``reader``: the command has nothing to stop (it follows or shows what others do): a signal
+    ends it without the "stopping gracefully" line. ``done_if_returned``: ``fn`` returns a value
+    only once its work is done (a stop that stops it raises): where it returns although a signal
+    came, the signal came too late to stop anything (``troupe run`` whose dataset was complete
+    when it came), and the command ends as it would have without it.
     """
-    signals = StopSignals()
+    signals = StopSignals(quiet=reader)
     box: list[T] = []
     failure: list[BaseException] = []
 

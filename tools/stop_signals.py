@@ -124,12 +124,17 @@ def kill_descendants(wait_s: float = 2.0) -> int:
 class StopSignals:
     """Watches SIGINT, SIGTERM and SIGHUP for one command run.
 
+    Args:
+        quiet: say nothing on the first signal: a command with nothing to stop (a reader, such
+            as ``logs tail``) ends at once, and "stopping gracefully" would be nonsense there.
+
     Attributes:
         signum: the first stop signal received, None while none came.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.signum: int | None = None
+        self.quiet = quiet
 
     @property
     def exit_status(self) -> int | None:
@@ -147,8 +152,9 @@ class StopSignals:
                     if self.signum is None:
                         self.signum = signum
                         work.cancel()
-                        name = signal.Signals(signum).name
-                        say_stopping(f"{name}: stopping gracefully ({_AT_ONCE[signum]} to stop at once)")
+                        if not self.quiet:
+                            name = signal.Signals(signum).name
+                            say_stopping(f"{name}: stopping gracefully ({_AT_ONCE[signum]} to stop at once)")
                         continue
                     if signum != signal.SIGHUP:  # a hangup again is the same hangup
                         self.force()

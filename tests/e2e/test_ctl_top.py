@@ -101,6 +101,15 @@ def test_on_a_terminal_it_refreshes_in_place_until_a_stop_signal(
         assert b"\x1b[1A\x1b[2K" in seen  # drawn over in place (cursor up, erase line), not appended
         proc.send_signal(signum)
         assert proc.wait(timeout=30) == status
+        while select.select([leader], [], [], 0.0)[0]:  # what it wrote as it ended
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # its end of the terminal is closed: all read
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert b"stopping gracefully" not in seen  # a view stops nothing: it ends quietly
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -204,6 +204,27 @@ def test_tail_follows_one_node_live_and_across_its_restart(
         tail.proc.communicate(timeout=WAIT_S)
 
 
+def test_a_ctrl_c_ends_the_tail_quietly(master: TaskMaster, tmp_path: Path) -> None:
+    """The tail stops nothing: Ctrl-C ends it with 130 and says nothing, where it said "SIGINT:
+    stopping gracefully (Ctrl-C again to stop at once)" as if it had something to stop."""
+    node = _Node(tmp_path, "n4", master.endpoint)
+    node.start()
+    try:
+        _wait_streaming(master, node)
+        tail = _Tail("--master", master.endpoint, "--json", "-n", "0")
+        try:
+            tail.wait_for(node, "live")  # it follows the stream: the stop signals are its own now
+            tail.proc.send_signal(signal.SIGINT)
+            assert tail.proc.wait(timeout=WAIT_S) == 130
+        finally:
+            if tail.proc.poll() is None:
+                tail.proc.kill()
+            _, err = tail.proc.communicate(timeout=WAIT_S)
+        assert b"stopping gracefully" not in err and b"Traceback" not in err, err
+    finally:
+        node.stop()
+
+
 def test_no_master_or_two_sources_are_one_line_errors(tmp_path: Path) -> None:
     """A master that is not there: exit 1 naming it; --master and --logs together: exit 2."""
     endpoint = free_endpoint()

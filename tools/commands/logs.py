@@ -14,8 +14,8 @@ across rotations. A line that is not JSON (or has no timestamp) keeps its place 
 before it in its file.
 
 Filters (``--node``, ``--actor``, ``--task``, ``--level``, see :mod:`troupe.cli.log_filters`)
-apply in both modes; ``--json`` prints the lines unchanged. SIGINT and SIGTERM stop at once,
-with exit status 130 and 143.
+apply in both modes; ``--json`` prints the lines unchanged. SIGINT, SIGTERM and SIGHUP stop at
+once, quietly (a reader has nothing to stop gracefully), with exit status 130, 143 and 129.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from troupe.cli.client import endpoint_option, fail, run_async
 from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
 from troupe.cli.log_stream import ClusterLogs
 from troupe.cli.master_client import reachable
+from troupe.cli.stop_signals import STOP_SIGNALS
 from troupe.runtime.log_files import FileFollower, history_files, last_lines
 
 from .keys_option import KeysOption, use_keys
@@ -127,7 +128,7 @@ def _file_history(src: _Source, lines: int, keep: LogFilter) -> list[tuple[str, 
 
 def _tail_files(log_dir: Path, follow: bool, lines: int, keep: LogFilter, show: _Printer) -> None:
     sources: dict[Path, _Source] = {}
-    previous = {s: signal.signal(s, _stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
     try:
         history: list[tuple[str, str]] = []
         for path in sorted(log_dir.glob("*.jsonl")):
@@ -235,4 +236,4 @@ def _tail_cluster(master: str, follow: bool, lines: int, keep: LogFilter, show: 
     async def main() -> None:
         await stream.run(lambda _, line: show(line), follow)
 
-    run_async(main)
+    run_async(main, reader=True)  # a stop signal ends it quietly: it has nothing to stop

@@ -6,8 +6,8 @@ Built from the ``status`` replies of a node and of the master, asked together ev
 difference between two looks. A look that fails (a node restarting) shows as a line in the
 frame, and the next look tries again. With a stdout that is not a terminal, or with ``--once``,
 it prints one frame and exits 0, so it can be scripted; when neither the node nor the master
-answers the first look, it says so in one line and exits 1. Ctrl-C or SIGTERM end it at once
-(exit 130 / 143), the terminal restored.
+answers the first look, it says so in one line and exits 1. Ctrl-C, SIGTERM or SIGHUP end it at
+once, quietly (exit 130 / 143 / 129), the terminal restored.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def top(
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: no terminal to fit
         console = Console(width=_PIPED_WIDTH)
-    run_async(_watch, console, node, master, interval, timeout, once or not console.is_terminal)
+    # A stop signal ends it quietly: a view has nothing to stop gracefully.
+    run_async(_watch, console, node, master, interval, timeout, once or not console.is_terminal, reader=True)
 
 
 async def _watch(
