@@ -149,6 +149,21 @@ def test_batched_render_equals_single_frame_renders() -> None:
         assert np.array_equal(depth[t], depth1[0])
 
 
+def test_torch_threads_do_not_change_the_result() -> None:
+    """One and two torch threads (and the chunk sizes that follow from them) render the same
+    bytes: a render replica's thread count never changes a dataset."""
+    args = _scene_arrays()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _render(*args)
+        torch.set_num_threads(2)
+        two = _render(*args)
+    finally:
+        torch.set_num_threads(threads)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
+
+
 def test_chunking_does_not_change_the_result() -> None:
     """A tiny max_pairs (pixel chunks inside a frame) renders the same images as one chunk."""
     bounds, colors, textures, positions, rotations = _scene_arrays()

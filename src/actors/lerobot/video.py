@@ -54,6 +54,13 @@ class VideoConfig:
         qscale: MPEG-4 quantiser (1 best .. 31 worst), used when the codec is mpeg4.
         gop: keyframe interval in frames; small keeps random access by timestamp cheap.
         threads: encoder threads per video (the writer already encodes episodes in parallel).
+        mbtree: libx264's macroblock-tree rate control. Off by default, so that the same frames
+            give the same bytes in every process: with it on, libx264 (core 165, on a CPU with
+            AVX-512) encoded the same frames into different bytes in 2 to 6 of 128 videos from one
+            process to the next (the frames near the bottom and right edges differ by a few
+            levels), and none in 2,000 with it off. Off costs no encoding time; at this GOP the
+            files are about 25 % (RGB) and 40 % (depth) larger, and 0.5-1.5 dB closer to the
+            source (PSNR).
     """
 
     codec: str | None = None
@@ -61,6 +68,7 @@ class VideoConfig:
     qscale: int = 2
     gop: int = 2
     threads: int = 1
+    mbtree: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,8 @@ def encode_video(
     height, width = padded.shape[1:3]
     options = {"g": str(config.gop), "bf": "0"}
     options.update({"crf": str(config.crf)} if "264" in codec else {"qscale": str(config.qscale)})
+    if codec == "libx264":
+        options["x264-params"] = f"mbtree={int(config.mbtree)}"
     time_base = Fraction(1, fps)
     with _translated(f"encoding {path}"), av.open(str(path), "w", format="mp4") as out:
         stream = out.add_stream(codec, rate=fps, options=options)

@@ -22,6 +22,7 @@ from troupe.actors.lerobot.format import DEPTH_KEY, RGB_KEY, gray_to_depth, vide
 from troupe.actors.lerobot.stats import stats_to_json, vector_stats
 from troupe.actors.lerobot.video import (
     VideoConfig,
+    best_codec,
     concat_videos,
     decode_video,
     encode_video,
@@ -392,6 +393,26 @@ def test_video_odd_size_mpeg4_and_depth_levels(tmp_path: Path) -> None:
     gray = decode_video(store.committed_path("task-a") / video_file(DEPTH_KEY))
     metres = gray_to_depth(gray[..., 0], 10.0)
     assert np.abs(metres - ep.depth).mean() < 2 * 10.0 / 255
+
+
+def _x264_options(path: Path) -> list[str]:
+    """The options libx264 wrote into the stream (its SEI user data), one ``key=value`` each."""
+    data = path.read_bytes()
+    start = data.index(b"options: ") + len(b"options: ")
+    return data[start : data.index(b"\x00", start)].decode("ascii", "replace").split()
+
+
+@pytest.mark.skipif(best_codec() != "libx264", reason="this PyAV's ffmpeg has no libx264")
+def test_libx264_runs_without_mbtree_so_the_same_frames_give_the_same_bytes(tmp_path: Path) -> None:
+    """libx264's macroblock tree (with its AVX-512 kernels) made the same frames encode into
+    other bytes from one process to the next: the default turns it off, and it reaches x264."""
+    frames = _rgb(6, 1)
+    encode_video(tmp_path / "a.mp4", frames, FPS)
+    assert "mbtree=0" in _x264_options(tmp_path / "a.mp4")
+    encode_video(tmp_path / "b.mp4", frames, FPS)
+    assert (tmp_path / "a.mp4").read_bytes() == (tmp_path / "b.mp4").read_bytes()
+    encode_video(tmp_path / "on.mp4", frames, FPS, VideoConfig(mbtree=True))
+    assert "mbtree=1" in _x264_options(tmp_path / "on.mp4")
 
 
 def test_concat_videos_spans(tmp_path: Path) -> None:
