@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +23,7 @@ import anyio
 import pytest
 from trainer_testdata import train_data, wait_progress, write_clips
 
+from support.rank_processes import run_ranks
 from troupe.actors.training import trainer
 from troupe.actors.training.checkpoint import checkpoint_path
 from troupe.actors.training.ranks import Rendezvous
@@ -48,25 +47,8 @@ def _run_ranks(folder: Path, steps: int, diverges_at: int) -> list[dict[str, Any
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     logs = [folder / f"rank{r}.log" for r in range(2)]
-    children = []
-    codes: list[int | None] = [None, None]
-    try:
-        for r, log in enumerate(logs):
-            with log.open("w") as out:
-                cmd = [sys.executable, __file__, str(folder), str(steps), str(diverges_at)]
-                children.append(
-                    subprocess.Popen(cmd, env={**env, "RANK": str(r)}, stdout=out, stderr=subprocess.STDOUT)
-                )
-        for _ in range(CHILD_TIMEOUT_S * 10):  # bounded poll
-            codes = [child.poll() for child in children]
-            if all(code is not None for code in codes):
-                break
-            threading.Event().wait(0.1)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait(timeout=60)
+    cmd = [sys.executable, __file__, str(folder), str(steps), str(diverges_at)]
+    codes = run_ranks(cmd, env, logs, CHILD_TIMEOUT_S)
     assert codes == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
 

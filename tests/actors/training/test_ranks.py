@@ -8,9 +8,7 @@ trains 2 DDP steps, checkpoints step 2, and writes its state to ``DIR/rank<r>.pt
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +17,7 @@ import anyio
 import pytest
 import torch
 
+from support.rank_processes import run_ranks
 from troupe.actors.training.checkpoint import Checkpointer, checkpoint_path, latest, load
 from troupe.actors.training.ranks import Rendezvous, close_ranks, init_ranks, rendezvous_from
 from troupe.runtime.core.runtime import Runtime
@@ -121,25 +120,10 @@ def test_checkpoint_of_two_ranks_loads_on_one(tmp_path: Path) -> None:
     port = urlsplit(free_endpoint()).port
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     base["OMP_NUM_THREADS"] = "1"
+    tests = Path(__file__).resolve().parents[2]  # the ranks run this file, which imports support
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tests), base.get("PYTHONPATH")]))
     logs = [tmp_path / f"rank{r}.log" for r in range(2)]
-    children = []
-    try:
-        for r, log in enumerate(logs):
-            with log.open("w") as out:
-                cmd = [sys.executable, __file__, str(tmp_path)]
-                env = {**base, "RANK": str(r)}
-                children.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
-        # bounded poll: a rank that fails ends the wait at once (its peer would wait for it)
-        for _ in range(CHILD_TIMEOUT_S * 10):
-            codes = [child.poll() for child in children]
-            if all(code == 0 for code in codes) or any(code not in (None, 0) for code in codes):
-                break
-            threading.Event().wait(0.1)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait(timeout=60)
+    codes = run_ranks([sys.executable, __file__, str(tmp_path)], base, logs, CHILD_TIMEOUT_S)
     assert codes == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
     assert latest(tmp_path) == checkpoint_path(tmp_path, 2)
 

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from support.ok_replica import OkReplica
 from troupe.runtime.errors import ActorStopped, AskTimeout, StageFailed
 from troupe.runtime.pipeline import hosts as hosts_module
 from troupe.runtime.pipeline import replicas as replicas_module
@@ -100,14 +101,7 @@ class Cluster:
         }
 
     def ref(self, path: str) -> Any:
-        return _Replica()
-
-
-class _Replica:
-    async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
-        if kind == "stage_info":
-            return {"hooks": []}
-        return {"outcomes": [{"ok": it} for it in payload["items"]]}
+        return OkReplica()
 
 
 async def _run(cluster: Cluster, on_event: Callable[[str], None]) -> tuple[PipelineResult, PipelineEngine]:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from support.ok_replica import OkReplica
 from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigError, StageFailed, TroupeError
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
@@ -48,14 +49,7 @@ class FlakyNode:
         return {}
 
     def ref(self, path: str) -> Any:
-        return _Replica()
-
-
-class _Replica:
-    async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
-        if kind == "stage_info":
-            return {"hooks": []}
-        return {"outcomes": [{"ok": it} for it in payload["items"]]}
+        return OkReplica()
 
 
 @pytest.fixture(autouse=True)
