@@ -86,7 +86,7 @@ def ping(
     """Check that a node answers, and how fast."""
     use_keys(keys)
     start = time.perf_counter()
-    reply: Any = run_async(control, node, "ping", None, timeout)
+    reply: Any = run_async(control, node, "ping", None, timeout, reader=True)
     ms = (time.perf_counter() - start) * 1000
     if not (isinstance(reply, dict) and "node" in reply):
         raise fail(f"{node} answered in {ms:.1f} ms, but not as a node (--node takes a node's endpoint)")
@@ -103,7 +103,7 @@ def status(
 ) -> None:
     """Show the node, its workers and their actors; and the master's view when one answers."""
     use_keys(keys)
-    node_reply, master_reply, errors = run_async(_both_status, node, master, timeout)
+    node_reply, master_reply, errors = run_async(_both_status, node, master, timeout, reader=True)
     if as_json:
         reply = dict(node_reply) if node_reply is not None else {"node_error": errors.get("node", "")}
         if master_reply is not None:
@@ -218,7 +218,7 @@ def jobs(
 ) -> None:
     """List the master's jobs with their tasks by state."""
     use_keys(keys)
-    reply = run_async(master_call, master, "jobs", None, timeout)
+    reply = run_async(master_call, master, "jobs", None, timeout, reader=True)
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
         return
@@ -296,7 +296,7 @@ def dead(
 ) -> None:
     """List a job's dead-lettered tasks with their last error."""
     use_keys(keys)
-    letters = run_async(master_call, master, "dead", {"job_id": job}, timeout)
+    letters = run_async(master_call, master, "dead", {"job_id": job}, timeout, reader=True)
     if as_json:
         typer.echo(json.dumps(letters, indent=2))
         return
