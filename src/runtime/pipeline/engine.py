@@ -413,7 +413,8 @@ class PipelineEngine(ReplicaPool):
     def _fill_source(self) -> None:
         first = self.stages[0]
         now = time.monotonic()
-        while room := first.cfg.queue - len(first.queue):
+        # Over its bound (a lost replica's items went back to its front): nothing new comes in.
+        while (room := first.cfg.queue - len(first.queue)) > 0:
             taken = [self._remakes.popleft() for _ in range(min(room, len(self._remakes)))]
             taken = taken or self.source.take(room)
             if not taken:
