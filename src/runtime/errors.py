@@ -30,7 +30,7 @@
     │   ├── InvalidTaskId(ValueError)      a task id cannot name an output
     │   ├── ContentError                   a task's context is missing or damaged in the store
     │   ├── UnknownWorker(LookupError)     the master does not know the worker: register again
-    │   └── KindNotRun                     a runner does not run that task kind (tasks.getter)
+    │   └── KindNotRun                     a runner does not run that task kind (tasks.task_runner)
     ├── FaultInjected                      raised on purpose by fault injection
     ├── ItemFailed                         one pipeline item failed and is pruned (not retried)
     ├── StageFailed                        a stage could not start, or its start or finalize hook failed

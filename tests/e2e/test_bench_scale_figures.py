@@ -9,7 +9,7 @@ import pytest
 
 from support.bench_cli import bench_json
 from troupe.cli.bench.scale import STRAGGLER_P, task_duration
-from troupe.runtime.tasks.getter import GetterConfig
+from troupe.runtime.tasks.getter_config import GetterConfig
 
 pytestmark = pytest.mark.e2e
 

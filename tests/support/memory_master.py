@@ -10,7 +10,9 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
+from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig

@@ -52,7 +52,9 @@ from troupe.cli.master_client import master_call
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import ActorStopped, Unreachable
 from troupe.runtime.logs import configure_logging
-from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
+from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.controls import MAX_WAIT_JOB_S
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.loopback import free_endpoint

@@ -109,7 +109,7 @@ class Cell:
         self.failed = 0
         self.expired = 0
         self.dropped = 0
-        # Counters a layer above adds to the status (a task actor's tasks: tasks/getter.py).
+        # Counters a layer above adds to the status (a task actor's tasks: tasks/task_runner.py).
         self.more_counts: dict[str, int] = {}
 
     def context(self) -> MessageContext | None:

@@ -36,7 +36,7 @@ from troupe.runtime.logs import configure_logging
 from troupe.runtime.metrics.actor_metrics import read_actor_metrics
 from troupe.runtime.security.process import install_from_env, security_status
 from troupe.runtime.supervision.worker_health import WorkerHealth
-from troupe.runtime.tasks.getter import start_task_getter
+from troupe.runtime.tasks.getter_start import start_task_getter
 from troupe.runtime.wire.codec import load_imported_extensions
 
 from .child import die_with_parent, load_launch_spec, name_process, run_and_exit
@@ -76,7 +76,8 @@ class WorkerLaunch(_Frozen):
     # Supervision (worker_health.py): where heartbeats go, None = no supervisor.
     supervisor_addr: tuple[str, int] | None = None
     heartbeat_interval_s: float = Field(default=0.5, gt=0)
-    # Task dispatch (tasks/getter.py): the master to pull tasks from, None = no master.
+    # Task dispatch (tasks/getter.py, started by tasks/getter_start.py): the master to pull
+    # tasks from, None = no master.
     master: str | None = None
 
 

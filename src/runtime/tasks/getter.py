@@ -55,14 +55,12 @@ while all are busy): it spawns no task per lease, which at hundreds of getters a
 their largest cost. A running copy is stopped through an asyncio timeout around its runner that
 never fires on its own; the runner's own ``TimeoutError`` is an ordinary failure.
 
-In a worker process, :func:`start_task_getter` builds the getter from the hosted task actors;
-the ``scale`` benchmark runs hundreds of getters with a sleeping runner in one process. In a
-worker process a task runs as a message would, for supervision and fault injection: the
-worker's status record shows it busy with ``ACTOR/KIND`` (the progress timeout judges it, so
-long work must call ``progress()``), and the runtime's before-handle hooks run first with the
-task kind as the message type, so an injected fault (``troupe ctl chaos``) reaches task code.
-A task that a ``drop`` fault loses is neither run nor reported, like a lost message: its lease
-expires at the master, which leases it again.
+The leases held are kept (renewed, given back, stopped when the master ends them) by the
+getter's base, :class:`~troupe.runtime.tasks.held_leases.HeldLeases`. What runs a lease is a
+runner (:mod:`troupe.runtime.tasks.task_runner`); in a worker process,
+:func:`~troupe.runtime.tasks.getter_start.start_task_getter` builds the getter from the hosted
+task actors, and the ``scale`` benchmark runs hundreds of getters with a sleeping runner in one
+process.
 """
 
 from __future__ import annotations
@@ -71,166 +69,36 @@ import asyncio
 import os
 import time
 import traceback
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 
-from troupe.runtime.core.cell import DROP
-from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
     BadFrame,
-    TaskError,
     TroupeError,
     UnknownWorker,
     Unreachable,
 )
 from troupe.runtime.process_identity import process_identity
 
-from .state import MAX_PREFETCH
-from .task_actor import LeasedTask, TaskActor
+from .getter_config import GetterConfig
+from .held_leases import HeldLease, HeldLeases
+from .task_actor import LeasedTask
+from .task_runner import KindNotRun, Runner, TaskDropped
 
-__all__ = [
-    "GetterConfig",
-    "GetterStats",
-    "KindNotRun",
-    "Runner",
-    "TaskGetter",
-    "install_task_control",
-    "start_task_getter",
-]
+# GetterConfig stays importable from here: the README documents it as the getter's settings.
+__all__ = ["GetterConfig", "TaskGetter"]
 
 log = structlog.get_logger(__name__)
-
-Runner = Callable[[LeasedTask], Awaitable[str | None]]
-"""Runs one leased task to the end and returns its result reference."""
 
 _TRANSIENT = (AskTimeout, Unreachable, ActorStopped)  # the master is down or restarting
 
 
-@dataclass(frozen=True, slots=True)
-class GetterConfig:
-    """How one worker asks for tasks.
-
-    Attributes:
-        worker_id: unique in the cluster; ``node/process`` for real workers.
-        node_id: the node the worker runs on (locality, drain, node death).
-        slots: tasks run at once.
-        cpu: CPU cores offered to tasks (default: one per slot).
-        gpu: GPUs offered to tasks.
-        kinds: task kinds the worker runs; the master leases it only these (empty: every kind).
-        wait_s: how long the master may hold a request while nothing is pending.
-        call_timeout_s: added to ``wait_s`` before a call to the master counts as lost.
-        retry_s: pause after a failed call before trying again.
-        report_for_s: how long a complete or fail report is retried before it is dropped.
-        prefetch: leases held ahead of the slots, each waiting in the worker for a slot (0:
-            none, one lease per slot). They hide the round trip to the master between two
-            tasks; see the module docstring for why the default is 1.
-        prefetch_wait_s: a lease ahead that waited this long for a slot is given back, and a
-            worker whose last task ran this long asks for no lease ahead.
-    """
-
-    worker_id: str
-    node_id: str
-    slots: int = 1
-    cpu: float | None = None
-    gpu: int = 0
-    kinds: tuple[str, ...] = ()
-    wait_s: float = 2.0
-    call_timeout_s: float = 5.0
-    retry_s: float = 0.5
-    report_for_s: float = 60.0
-    prefetch: int = 1
-    prefetch_wait_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.slots < 1:
-            raise TaskError(f"worker {self.worker_id}: slots must be >= 1, got {self.slots}")
-        if not 0 <= self.prefetch <= MAX_PREFETCH:
-            raise TaskError(
-                f"worker {self.worker_id}: prefetch must be 0..{MAX_PREFETCH}, got {self.prefetch}"
-            )
-        if not self.prefetch_wait_s > 0:
-            raise TaskError(
-                f"worker {self.worker_id}: prefetch_wait_s must be > 0, got {self.prefetch_wait_s}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class GetterStats:
-    """Counters of one getter.
-
-    Attributes:
-        running: copies running now.
-        started: copies started.
-        completed: copies reported complete.
-        failed: copies reported failed.
-        declined: copies returned unrun, of a kind this worker does not run.
-        cancelled: copies stopped by the master or by a refused renewal.
-        registrations: times the worker registered (more than one: the master restarted).
-        requests: request_task calls made (reports with a piggybacked request not counted).
-        lost_reports: reports dropped after ``report_for_s``.
-        waiting: leases held ahead now, waiting for a slot.
-        given_back: leases ahead given back after waiting ``prefetch_wait_s``.
-        withdrawn: leases ahead the master ended before they started (cancelled, renewal
-            refused); never run, so not among ``cancelled``.
-        renewals: renew messages sent (each renews every lease held).
-    """
-
-    running: int
-    started: int
-    completed: int
-    failed: int
-    declined: int
-    cancelled: int
-    registrations: int
-    requests: int
-    lost_reports: int
-    waiting: int = 0
-    given_back: int = 0
-    withdrawn: int = 0
-    renewals: int = 0
-
-
-class _Run:
-    """One held lease: waiting for a slot, running, or reporting; what cancels it while it runs."""
-
-    __slots__ = ("cancel_reason", "ended", "received", "renew_at", "stopper", "task", "ttl")
-
-    def __init__(self, task: LeasedTask, now: float) -> None:
-        self.task = task
-        # While the runner runs: an asyncio timeout that never fires unless the copy must stop
-        # (see TaskGetter._stop). A tenth of the cost of an anyio cancel scope per task.
-        self.stopper: asyncio.Timeout | None = None
-        self.cancel_reason = ""
-        self.received = now
-        self.ttl = task.ttl
-        self.renew_at = now + _renew_period(task.ttl)
-        self.ended = False  # the runner returned: no more renewals, the report is on its way
-
-
-def _stop(run: _Run) -> None:
-    """Stop a copy while its runner runs: its timeout fires now, the runner is cancelled and
-    the copy ends unreported (no-op once the runner has returned)."""
-    stopper = run.stopper
-    if stopper is not None and not stopper.expired():
-        stopper.reschedule(asyncio.get_running_loop().time())
-
-
-def _renew_period(ttl: float) -> float:
-    return max(ttl / 3.0, 0.01)
-
-
-_NEVER = float("inf")
-
-
-class TaskGetter:
+class TaskGetter(HeldLeases):
     """Pulls tasks for one worker from the master and runs them.
 
     Args:
@@ -241,30 +109,13 @@ class TaskGetter:
     """
 
     def __init__(self, runtime: Runtime, master: str, config: GetterConfig, runner: Runner) -> None:
-        self.runtime = runtime
-        self.master = master
-        self.config = config
-        self.worker_id = config.worker_id
+        super().__init__(runtime, master, config)
         self._runner = runner
-        # Every lease held, by id: waiting in _queue, running (_active of them), or reporting.
-        self._held: dict[int, _Run] = {}
-        self._queue: deque[_Run] = deque()
-        self._active = 0
-        # Leases ahead are asked for only while tasks are short: the last copy to end ran for
-        # less than prefetch_wait_s (a longer one means a lease ahead would wait about as long,
-        # then be given back), and no lease ahead was given back since it ended.
-        self._ahead_ok = True
-        self._want = asyncio.Event()
         # Each slot is one long-lived coroutine that runs the held leases in turn, and idle
         # reporters wait for the reports to send: no task is spawned per lease (anyio's spawn
         # was the largest cost of a simulated worker at a thousand workers a process).
         self._slot_wake = asyncio.Event()
-        self._idle_reporters: list[asyncio.Future[tuple[_Run, str, dict[str, Any]]]] = []
-        self._keeper_wake = asyncio.Event()
-        self._keeper_until = 0.0  # when the lease keeper looks next, if not woken (monotonic)
-        # Waiting leases are looked at this often: one given back has waited between
-        # prefetch_wait_s and 1.5 times that, at one wake-up per look, not one per lease.
-        self._look_s = config.prefetch_wait_s / 2.0
+        self._idle_reporters: list[asyncio.Future[tuple[HeldLease, str, dict[str, Any]]]] = []
         self._registered = False
         # The leases the last request_task's reply carried, run or not since (reported, or
         # dropped by a fault): the next request names them held, so the master knows they
@@ -274,23 +125,6 @@ class TaskGetter:
         # lost since the last request that said so (``sync``: see the request loop).
         self._reports_out = 0
         self._lost_grants = False
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._counts = dict.fromkeys(
-            (
-                "started",
-                "completed",
-                "failed",
-                "declined",
-                "cancelled",
-                "registrations",
-                "requests",
-                "lost_reports",
-                "given_back",
-                "withdrawn",
-                "renewals",
-            ),
-            0,
-        )
 
     # ------------------------------------------------------------------ life
 
@@ -344,37 +178,6 @@ class TaskGetter:
                     if reply is None or not leases:
                         await anyio.sleep(self.config.retry_s if reply is None else 0.01)
                     self._want.set()
-
-    def cancel(self, lease_id: int, reason: str) -> bool:
-        """Stop the copy under ``lease_id``, running or waiting; return whether one was held."""
-        run = self._held.get(lease_id)
-        if run is None:
-            return False
-        run.cancel_reason = reason
-        if run in self._queue:  # never started: nothing runs, nothing to report
-            self._drop_waiting(run, reason)
-        else:
-            _stop(run)
-        return True
-
-    def statistics(self) -> GetterStats:
-        """Return a snapshot of the counters."""
-        c = self._counts
-        return GetterStats(
-            self._active,
-            c["started"],
-            c["completed"],
-            c["failed"],
-            c["declined"],
-            c["cancelled"],
-            c["registrations"],
-            c["requests"],
-            c["lost_reports"],
-            len(self._queue),
-            c["given_back"],
-            c["withdrawn"],
-            c["renewals"],
-        )
 
     # ------------------------------------------------------------------ master calls
 
@@ -438,17 +241,13 @@ class TaskGetter:
             except BadFrame as exc:  # the lease will expire on the master and be retried
                 log.error("lease_malformed", error=str(exc))
                 continue
-            run = _Run(task, now)
+            run = HeldLease(task, now)
             self._held[task.lease_id] = run
             self._queue.append(run)
             # the keeper sleeps until its next look is due: wake it only to look sooner
             if self._next_look(run, now) < self._keeper_until:
                 self._keeper_wake.set()
         self._fill()
-
-    def _next_look(self, run: _Run, now: float) -> float:
-        """When the keeper must look at a lease just received (see _keep_leases)."""
-        return min(run.renew_at, now + self._look_s) if self.config.prefetch else run.renew_at
 
     def _fill(self) -> None:
         """Wake the idle slots when a lease waits for one."""
@@ -466,14 +265,7 @@ class TaskGetter:
             self._counts["started"] += 1
             await self._execute(run)
 
-    def _drop_waiting(self, run: _Run, reason: str) -> None:
-        self._queue.remove(run)
-        self._held.pop(run.task.lease_id, None)
-        self._counts["withdrawn"] += 1
-        log.info("waiting_lease_dropped", task_id=run.task.task_id, lease_id=run.task.lease_id, reason=reason)
-        self._want.set()
-
-    async def _execute(self, run: _Run) -> None:
+    async def _execute(self, run: HeldLease) -> None:
         """Run one copy in the calling slot; its report goes to the reporter."""
         task = run.task
         # the slot's context outlives the copy: the previous copy's actor is not this one's
@@ -499,7 +291,7 @@ class TaskGetter:
                         report = ("complete", {"result_ref": result or "", "run_s": run_s})
                     except KindNotRun as exc:  # not an attempt: the master leases it elsewhere
                         report = ("decline", {"reason": str(exc), "kind": task.kind})
-                    except _Dropped as exc:  # lost on purpose: no report, the lease expires
+                    except TaskDropped as exc:  # lost on purpose: no report, the lease expires
                         run.cancel_reason = str(exc)
                     except Exception as exc:  # the runner's own TimeoutError included
                         error = f"{type(exc).__qualname__}: {exc}"
@@ -510,7 +302,7 @@ class TaskGetter:
                         log.warning("task_failed", error=error, attempt=task.attempt, traceback=tb)
                     finally:
                         run.stopper = None
-            except TimeoutError:  # only _stop's: the runner's own were caught above
+            except TimeoutError:  # only HeldLeases' stop: the runner's own were caught above
                 report = None
             finally:
                 # The slot is free once the runner returns: the next lease held starts now,
@@ -528,7 +320,7 @@ class TaskGetter:
             if not handed:
                 self._ended(run)
 
-    def _ended(self, run: _Run) -> None:
+    def _ended(self, run: HeldLease) -> None:
         """A copy is over (reported, or never to be): forget its lease, ask for work."""
         self._held.pop(run.task.lease_id, None)
         if self.runtime.progress_hooks:
@@ -536,7 +328,9 @@ class TaskGetter:
         if self._hungry():  # otherwise the report's reply or a lease held fills the slot
             self._want.set()
 
-    def _hand_report(self, run: _Run, kind: str, fields: dict[str, Any]) -> None:
+    # ------------------------------------------------------------------ reports
+
+    def _hand_report(self, run: HeldLease, kind: str, fields: dict[str, Any]) -> None:
         """Send a report by an idle reporter, or by a new one when all are busy (one report
         retried while the master is away never holds up another). Reporters stay for the
         next reports: a worker pays for as many as it ever had reports in flight at once."""
@@ -548,7 +342,7 @@ class TaskGetter:
         assert self._tg is not None
         self._tg.start_soon(self._reporter, (run, kind, fields))
 
-    async def _reporter(self, first: tuple[_Run, str, dict[str, Any]]) -> None:
+    async def _reporter(self, first: tuple[HeldLease, str, dict[str, Any]]) -> None:
         # started from a slot, whose task the context names: a reporter's logs name each
         # report's task themselves (see _report)
         structlog.contextvars.unbind_contextvars("task_id", "lease_id", "actor")
@@ -556,133 +350,17 @@ class TaskGetter:
         loop = asyncio.get_running_loop()
         while True:
             await self._report_one(*item)
-            waiting: asyncio.Future[tuple[_Run, str, dict[str, Any]]] = loop.create_future()
+            waiting: asyncio.Future[tuple[HeldLease, str, dict[str, Any]]] = loop.create_future()
             self._idle_reporters.append(waiting)
             item = await waiting
 
-    async def _report_one(self, run: _Run, kind: str, fields: dict[str, Any]) -> None:
+    async def _report_one(self, run: HeldLease, kind: str, fields: dict[str, Any]) -> None:
         try:
             await self._report(run, kind, fields)
         finally:
             self._ended(run)
 
-    # ------------------------------------------------------------------ held leases
-
-    async def _keep_leases(self) -> None:
-        """Renew every held lease together, and give back leases ahead that waited too long.
-
-        One renew message covers every lease held (running or waiting) whenever the first of
-        them is due (a third of its TTL since it was received or last renewed).
-        """
-        while True:
-            now = time.monotonic()
-            for run in [r for r in self._queue if now - r.received >= self.config.prefetch_wait_s]:
-                self._give_back(run)
-            live = [r for r in self._held.values() if not r.ended]
-            if any(r.renew_at <= now for r in live):
-                await self._renew(live)
-                continue
-            until = min((r.renew_at for r in live), default=_NEVER)
-            if self._queue or (live and self.config.prefetch):
-                # a worker that may hold leases ahead looks every look_s while it holds
-                # any, so that a lease ahead arriving does not wake it each time
-                until = min(until, now + self._look_s)
-            self._keeper_until = until
-            if until == _NEVER:  # nothing held: a lease that comes wakes it (see _start)
-                self._keeper_wake.clear()
-                await self._keeper_wake.wait()
-                continue
-            self._keeper_wake.clear()
-            # a bare loop timer, not a cancel scope: a thousand getters in one process look
-            # about once a second each, and a scope that times out costs an exception
-            timer = asyncio.get_running_loop().call_later(until - now, self._keeper_wake.set)
-            try:
-                await self._keeper_wake.wait()
-            finally:
-                timer.cancel()
-
-    async def _renew(self, runs: list[_Run]) -> None:
-        now = time.monotonic()
-        for run in runs:  # answered or not, the next try is a period away
-            run.renew_at = now + _renew_period(run.ttl)
-        first, *more = runs
-        payload: dict[str, Any] = {
-            "worker_id": self.worker_id,
-            "task_id": first.task.task_id,
-            "lease_id": first.task.lease_id,
-        }
-        if more:
-            payload["more"] = [[r.task.task_id, r.task.lease_id] for r in more]
-        self._counts["renewals"] += 1
-        try:
-            reply = await self.runtime.control(
-                self.master, "renew", payload, timeout=self.config.call_timeout_s
-            )
-        except TaskError as exc:  # unknown worker included: the leases are gone either way
-            reply = {
-                "outcome": "rejected",
-                "reason": str(exc),
-                "more": [
-                    {"lease_id": r.task.lease_id, "outcome": "rejected", "reason": str(exc)} for r in more
-                ],
-            }
-        except TroupeError as exc:  # down, restarting, or a passing fault: try next period
-            log.info("renew_failed", error=str(exc))
-            return
-        answers = {first.task.lease_id: reply}
-        for answer in reply.get("more", ()):
-            if isinstance(answer, dict) and type(answer.get("lease_id")) is int:
-                answers[answer["lease_id"]] = answer
-        for run in runs:
-            answer = answers.get(run.task.lease_id)
-            if answer is None or run.task.lease_id not in self._held:
-                continue  # not answered (try next period), or ended meanwhile
-            if answer.get("outcome") != "renewed":
-                reason = f"renewal refused: {answer.get('reason', answer)}"
-                run.cancel_reason = reason
-                if run in self._queue:
-                    self._drop_waiting(run, reason)
-                elif not run.ended:
-                    _stop(run)
-                continue
-            run.ttl = float(answer.get("ttl", run.ttl))
-            run.renew_at = time.monotonic() + _renew_period(run.ttl)
-
-    def _give_back(self, run: _Run) -> None:
-        """Return a lease ahead that waited ``prefetch_wait_s``: another worker may run it now."""
-        assert self._tg is not None
-        self._queue.remove(run)
-        run.ended = True
-        self._ahead_ok = False
-        self._counts["given_back"] += 1
-        log.info(
-            "prefetched_lease_given_back",
-            task_id=run.task.task_id,
-            lease_id=run.task.lease_id,
-            waited_s=round(time.monotonic() - run.received, 3),
-        )
-        self._tg.start_soon(self._return_lease, run)
-
-    async def _return_lease(self, run: _Run) -> None:
-        task = run.task
-        payload = {
-            "worker_id": self.worker_id,
-            "task_id": task.task_id,
-            "lease_id": task.lease_id,
-            "reason": f"waited {self.config.prefetch_wait_s}s in the worker for a slot",
-            "given_back": True,
-            "request": 0,
-        }
-        try:
-            # one try: a lease the master never hears of expires there and is leased again
-            await self.runtime.control(self.master, "decline", payload, timeout=self.config.call_timeout_s)
-        except TroupeError as exc:
-            log.info("give_back_failed", task_id=task.task_id, error=str(exc))
-        finally:
-            self._held.pop(task.lease_id, None)
-            self._want.set()
-
-    async def _report(self, run: _Run, kind: str, fields: dict[str, Any]) -> None:
+    async def _report(self, run: HeldLease, kind: str, fields: dict[str, Any]) -> None:
         task = run.task
         cfg = self.config
         payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id, **fields}
@@ -723,122 +401,3 @@ class TaskGetter:
             self._registered = False
         self._held.pop(task.lease_id, None)
         self._start(reply.get("leases", ()))
-
-
-def install_task_control(runtime: Runtime, getters: Mapping[str, TaskGetter]) -> None:
-    """Answer the master's ``cancel_lease`` messages for the getters of this process.
-
-    Args:
-        runtime: the process's runtime.
-        getters: worker id -> its getter (looked up on every message, so it may grow).
-    """
-
-    async def cancel_lease(payload: Any) -> bool:
-        p = ControlPayload("cancel_lease", payload)
-        worker_id, lease_id = p.require("worker_id", str), p.require("lease_id", int)
-        reason = p.optional("reason", str, "")
-        getter = getters.get(worker_id)
-        if getter is None:
-            return False
-        return getter.cancel(lease_id, reason)
-
-    runtime.register_control("cancel_lease", cancel_lease)
-
-
-class KindNotRun(TaskError):
-    """A runner does not run the leased task's kind: the copy is declined, not failed."""
-
-
-class _Dropped(Exception):
-    """A before-handle hook (an injected ``drop`` fault) lost this task; never leaves this module."""
-
-
-class _ActorRunner:
-    """Runs a lease on the hosted task actor for its kind, within that actor's slots.
-
-    Around each task it marks the worker busy and runs the before-handle hooks (see the module
-    docstring). The status record has one current item: the worker shows idle only once its
-    last running task ends (a message ending meanwhile may show it idle early, which delays a
-    no-progress kill but never fakes one).
-    """
-
-    def __init__(self, actors: list[TaskActor]) -> None:
-        self._actors = [(a, anyio.Semaphore(type(a).slots)) for a in actors]
-        self._busy = 0
-
-    async def __call__(self, task: LeasedTask) -> str | None:
-        able = [(a, s) for a, s in self._actors if type(a).runs(task.kind)]
-        if not able:
-            kinds = sorted({k for a, _ in self._actors for k in type(a).task_kinds})
-            raise KindNotRun(f"no actor in this worker runs task kind {task.kind!r} (it runs {kinds})")
-        actor, slots = max(able, key=lambda pair: pair[1].value)
-        async with slots:
-            runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
-            if runtime is None:
-                return await actor.run_task(task)
-            name, observer = actor.address.actor, runtime.observer
-            # This task's own context: the task's log lines say which actor runs it.
-            structlog.contextvars.bind_contextvars(actor=name)
-            self._busy += 1
-            if observer is not None:
-                observer.begin(name, task.kind)
-            counts = runtime.cells[name].more_counts if name in runtime.cells else {}
-            try:
-                for hook in tuple(runtime.before_handle):
-                    if await hook(name, task.kind) is DROP:
-                        raise _Dropped(f"task {task.task_id} dropped by an injected fault")
-                ref = await actor.run_task(task)
-            except _Dropped:
-                raise
-            except Exception:
-                counts["tasks_failed"] = counts.get("tasks_failed", 0) + 1
-                raise
-            else:
-                # A task actor handles few messages: its status counts the tasks it ran.
-                counts["tasks_done"] = counts.get("tasks_done", 0) + 1
-                return ref
-            finally:
-                self._busy -= 1
-                if observer is not None and self._busy == 0:
-                    observer.end()
-
-
-def start_task_getter(runtime: Runtime, master: str, node: str, process: str) -> TaskGetter | None:
-    """Start pulling tasks for the task actors this worker process hosts, if any.
-
-    Args:
-        runtime: the worker's runtime, with its actors spawned.
-        master: the master's endpoint.
-        node: the node name; the worker id is ``node/process``.
-        process: the worker process's name.
-
-    Returns:
-        The running getter, or None when no hosted actor is a TaskActor.
-    """
-    actors = [cell.actor for cell in runtime.cells.values() if isinstance(cell.actor, TaskActor)]
-    if not actors:
-        return None
-    for cell in runtime.cells.values():
-        if isinstance(cell.actor, TaskActor):  # counted from the start: "0 tasks" says it runs them
-            cell.more_counts.update(tasks_done=0, tasks_failed=0)
-    # an actor that names no kind runs every kind, and so does its worker
-    every = any(not type(a).task_kinds for a in actors)
-    kinds = () if every else tuple(sorted({k for a in actors for k in type(a).task_kinds}))
-    config = GetterConfig(
-        worker_id=f"{node}/{process}",
-        node_id=node,
-        slots=sum(type(a).slots for a in actors),
-        gpu=sum(type(a).gpus for a in actors),
-        kinds=kinds,
-    )
-    getter = TaskGetter(runtime, master, config, _ActorRunner(actors))
-    install_task_control(runtime, {getter.worker_id: getter})
-    runtime.start_soon(getter.run)
-    log.info(
-        "task_getter_started",
-        master=master,
-        worker=getter.worker_id,
-        slots=config.slots,
-        kinds=list(kinds) or "any",
-    )
-    return getter

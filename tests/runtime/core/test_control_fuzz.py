@@ -30,7 +30,7 @@ from troupe.runtime.node.config import ActorSpec, NodeConfig, SupervisionConfig,
 from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_process import install_worker_controls
 from troupe.runtime.supervision.worker_health import WorkerHealth
-from troupe.runtime.tasks.getter import install_task_control
+from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig

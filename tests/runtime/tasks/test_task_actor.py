@@ -15,10 +15,11 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadFrame, TaskError
 from troupe.runtime.node import master_link as node_agent
 from troupe.runtime.tasks.content_store import ContentStore
-from troupe.runtime.tasks.getter import start_task_getter
+from troupe.runtime.tasks.getter_start import start_task_getter
 from troupe.runtime.tasks.master.nodes import NodeTable
 from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.tasks.task_actor import LeasedTask, TaskActor
+from troupe.runtime.tasks.task_runner import ActorRunner
 from troupe.runtime.transports.base import MemoryHub
 
 WIRE = {
@@ -73,9 +74,7 @@ async def test_the_worker_getter_offers_its_task_actors_slots_and_gpus() -> None
 
 async def test_a_kind_no_hosted_actor_runs_fails_the_attempt_clearly() -> None:
     """A lease of a kind the worker's actors do not run fails with an error naming the kinds."""
-    from troupe.runtime.tasks.getter import _ActorRunner
-
-    runner = _ActorRunner([Render()])
+    runner = ActorRunner([Render()])
     assert await runner(LeasedTask("a", "j", "render", 1)) == "out/a"
     with pytest.raises(TaskError, match=r"runs task kind 'encode'.*'render'"):
         await runner(LeasedTask("b", "j", "encode", 1))

@@ -14,8 +14,10 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import FaultInjected
 from troupe.runtime.supervision.status import WorkerState
 from troupe.runtime.supervision.worker_health import WorkerHealth
-from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, _ActorRunner
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
 from troupe.runtime.tasks.task_actor import LeasedTask, TaskActor
+from troupe.runtime.tasks.task_runner import ActorRunner
 from troupe.runtime.transports.base import MemoryHub
 
 MASTER = "mem://master"
@@ -51,7 +53,7 @@ async def test_a_running_task_shows_the_worker_busy_with_actor_and_kind() -> Non
     async with Runtime("n", "w", hub.transport()) as rt:
         actor, health = await _probe(rt)
         before = health.status.snapshot().progress_mark
-        assert await _ActorRunner([actor])(LeasedTask("t-1", "j", "probe", 1)) == "out://t-1"
+        assert await ActorRunner([actor])(LeasedTask("t-1", "j", "probe", 1)) == "out://t-1"
         after = health.status.snapshot()
     assert actor.seen == [("busy", "task/probe")]
     assert after.state is WorkerState.IDLE and after.progress_mark > before
@@ -69,7 +71,7 @@ async def test_an_injected_crash_fails_the_task_of_the_matching_kind(
     async with Runtime("n", "w", hub.transport()) as rt:
         actor, health = await _probe(rt)
         WorkerChaos(rt).add(FaultPlan.from_dicts(spec))
-        runner = _ActorRunner([actor])
+        runner = ActorRunner([actor])
         if expected is None:
             assert await runner(LeasedTask("t-1", "j", "probe", 1)) == "out://t-1"
         else:
@@ -86,7 +88,7 @@ async def test_a_slow_fault_delays_the_task() -> None:
         actor, _ = await _probe(rt)
         WorkerChaos(rt).add(FaultPlan.from_dicts({"kind": "slow", "seconds": 0.05}))
         t0 = time.monotonic()
-        await _ActorRunner([actor])(LeasedTask("t-1", "j", "probe", 1))
+        await ActorRunner([actor])(LeasedTask("t-1", "j", "probe", 1))
         assert time.monotonic() - t0 >= 0.05
 
 
@@ -158,7 +160,7 @@ async def test_a_dropped_task_is_neither_run_nor_reported() -> None:
         actor, _ = await _probe(rt)
         WorkerChaos(rt).add(FaultPlan.from_dicts({"kind": "drop", "count": 1}))
         getter = TaskGetter(
-            rt, MASTER, GetterConfig("n/w", "n", wait_s=0.05, retry_s=0.01), _ActorRunner([actor])
+            rt, MASTER, GetterConfig("n/w", "n", wait_s=0.05, retry_s=0.01), ActorRunner([actor])
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(getter.run)

@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadRequest, JournalError
 from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.getter import GetterConfig, TaskGetter, install_task_control
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
+from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.controls import ReportControl
 from troupe.runtime.tasks.master.driver import Dispatcher
 from troupe.runtime.tasks.master.journal_open import open_journal

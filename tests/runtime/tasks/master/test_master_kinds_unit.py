@@ -15,16 +15,14 @@ import pytest
 from troupe.cli.master_client import submit_job
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, ConfigError, TaskError
-from troupe.runtime.tasks.getter import (
-    GetterConfig,
-    KindNotRun,
-    TaskGetter,
-    install_task_control,
-)
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
+from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.task_actor import LeasedTask
+from troupe.runtime.tasks.task_runner import KindNotRun
 from troupe.runtime.testing.plugin import free_endpoint
 from troupe.runtime.transports.base import MemoryHub
 from troupe.runtime.transports.zmq import ZmqTransport

@@ -1,0 +1,92 @@
+"""What runs a leased task in a worker: the runner a getter calls, and the one over task actors.
+
+A :data:`Runner` runs one leased task to the end and returns its result reference; a runner that
+does not run the task's kind raises :class:`KindNotRun` and the getter declines the lease (no
+attempt counted). :class:`ActorRunner` is the runner of a worker process: it runs each lease on
+the hosted task actor for its kind, within that actor's slots. Tests and the ``scale`` benchmark
+give the getter runners of their own, hence the split from the getter itself.
+
+In a worker process a task runs as a message would, for supervision and fault injection: the
+worker's status record shows it busy with ``ACTOR/KIND`` (the progress timeout judges it, so
+long work must call ``progress()``), and the runtime's before-handle hooks run first with the
+task kind as the message type, so an injected fault (``troupe ctl chaos``) reaches task code.
+A task that a ``drop`` fault loses (:class:`TaskDropped`) is neither run nor reported, like a
+lost message: its lease expires at the master, which leases it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+
+from troupe.runtime.core.cell import DROP
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import TaskError
+
+from .task_actor import LeasedTask, TaskActor
+
+__all__ = ["ActorRunner", "KindNotRun", "Runner", "TaskDropped"]
+
+Runner = Callable[[LeasedTask], Awaitable[str | None]]
+"""Runs one leased task to the end and returns its result reference."""
+
+
+class KindNotRun(TaskError):
+    """A runner does not run the leased task's kind: the copy is declined, not failed."""
+
+
+class TaskDropped(Exception):
+    """A before-handle hook (an injected ``drop`` fault) lost this task: the getter neither runs
+    nor reports it; never raised out of the getter."""
+
+
+class ActorRunner:
+    """Runs a lease on the hosted task actor for its kind, within that actor's slots.
+
+    Around each task it marks the worker busy and runs the before-handle hooks (see the module
+    docstring). The status record has one current item: the worker shows idle only once its
+    last running task ends (a message ending meanwhile may show it idle early, which delays a
+    no-progress kill but never fakes one).
+    """
+
+    def __init__(self, actors: list[TaskActor]) -> None:
+        self._actors = [(a, anyio.Semaphore(type(a).slots)) for a in actors]
+        self._busy = 0
+
+    async def __call__(self, task: LeasedTask) -> str | None:
+        able = [(a, s) for a, s in self._actors if type(a).runs(task.kind)]
+        if not able:
+            kinds = sorted({k for a, _ in self._actors for k in type(a).task_kinds})
+            raise KindNotRun(f"no actor in this worker runs task kind {task.kind!r} (it runs {kinds})")
+        actor, slots = max(able, key=lambda pair: pair[1].value)
+        async with slots:
+            runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
+            if runtime is None:
+                return await actor.run_task(task)
+            name, observer = actor.address.actor, runtime.observer
+            # This task's own context: the task's log lines say which actor runs it.
+            structlog.contextvars.bind_contextvars(actor=name)
+            self._busy += 1
+            if observer is not None:
+                observer.begin(name, task.kind)
+            counts = runtime.cells[name].more_counts if name in runtime.cells else {}
+            try:
+                for hook in tuple(runtime.before_handle):
+                    if await hook(name, task.kind) is DROP:
+                        raise TaskDropped(f"task {task.task_id} dropped by an injected fault")
+                ref = await actor.run_task(task)
+            except TaskDropped:
+                raise
+            except Exception:
+                counts["tasks_failed"] = counts.get("tasks_failed", 0) + 1
+                raise
+            else:
+                # A task actor handles few messages: its status counts the tasks it ran.
+                counts["tasks_done"] = counts.get("tasks_done", 0) + 1
+                return ref
+            finally:
+                self._busy -= 1
+                if observer is not None and self._busy == 0:
+                    observer.end()
