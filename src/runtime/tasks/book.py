@@ -58,8 +58,9 @@ from collections.abc import Set as AbstractSet
 
 import structlog
 
+from .book_rows import Job, LeaseSlot, Task, Worker
 from .journal_bulk import BULK_TASKS
-from .scheduling import Job, LeaseSlot, Task, TaskTables, Worker, pick_task
+from .scheduling import pick_task
 from .speculation import pick_backup
 from .state import (
     FINAL_STATES,
@@ -94,6 +95,7 @@ from .state import (
     WorkerJoined,
     WorkerLeft,
 )
+from .task_tables import TaskTables
 
 __all__ = ["TaskBook", "split_commands"]
 
@@ -119,7 +121,7 @@ class TaskBook(TaskTables):
     """Jobs, tasks, workers and leases of one master; see the module docstring for the rules.
 
     The read-outs (``statistics``, ``worker_load``, ``jobs``, ``dead_letters``, ``task``) and
-    ``restore`` come from :class:`~troupe.runtime.tasks.scheduling.TaskTables`.
+    ``restore`` come from :class:`~troupe.runtime.tasks.task_tables.TaskTables`.
     """
 
     def __init__(self) -> None:

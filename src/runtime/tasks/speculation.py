@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from .state import Speculation, TaskState
 
-if TYPE_CHECKING:  # scheduling keeps a RunningMedian per job, so import its rows lazily
-    from .scheduling import Job, Task, Worker
+if TYPE_CHECKING:  # a job's row keeps a RunningMedian, so import the rows lazily
+    from .book_rows import Job, Task, Worker
 
 __all__ = ["RunningMedian", "pick_backup", "straggler_threshold"]
 
