@@ -6,7 +6,8 @@ for them, relays control messages, and notices a worker's death from the process
 (``wait``), not from a missed heartbeat. Shutdown: SIGTERM every worker, wait ``stop_grace_s``,
 SIGKILL what is left, reap everything, exit.
 
-A ``stop_worker`` of a worker the node has not started yet stops its start (``pending_starts.py``).
+A ``stop_worker`` of a worker the node has not started yet stops its start (``pending_starts.py``);
+one that names another process than the worker's owner stops nothing (``stop_owners.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from .own_processes import is_own_descendant
 from .pending_starts import PendingStart
 from .reach import worker_bind
 from .spawn_owners import OwnerWatch
+from .stop_owners import heeds, not_its_owner
 from .template_link import TemplateLink, spec_classes
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
@@ -491,7 +493,7 @@ class Node:
         spec = validated(WorkerSpec, fields, "spawn_worker")
         if self.stopping.is_set():  # a worker started now could outlive the stop's last look
             raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
-        pending = PendingStart(spec.name, owner)
+        pending = PendingStart(spec.name, owner, owner_process)
         self._pending_starts.add(pending)
         try:
             await self._free_the_name(spec, owner, timeout_s, pending)
@@ -582,10 +584,19 @@ class Node:
     async def _stop_worker(self, payload: Any) -> bool:
         """The ``stop_worker`` control: a start of the name the node has not made yet starts
         nothing now (see the module), and the running worker of the name is stopped."""
-        name = ControlPayload("stop_worker", payload).require("name", str)
-        cancelled = [p for p in self._pending_starts if p.name == name]
+        p = ControlPayload("stop_worker", payload)
+        name = p.require("name", str)
+        owner_process = p.optional("owner_process", str, "")
+        cancelled = [
+            s for s in self._pending_starts if s.name == name and heeds(s.owner_process, owner_process)
+        ]
         for pending in cancelled:
             pending.stopped.set()
+        handle = self.workers.get(name)
+        if handle is not None and not heeds(handle.owner_process, owner_process):
+            if cancelled:  # the sender's start, not made: that was its worker
+                return True
+            raise not_its_owner(name, self.name, handle.owner_process, owner_process)
         try:
             return await self._stop_running(name)
         except UnknownActor:

@@ -9,10 +9,11 @@ replica ran until the owner watch (``spawn_owners.py``) found its run gone, 20 s
 Each request the node has not started yet is a :class:`PendingStart` until it does; a stop of its
 name ends its waits at once and the request answers ``actor_stopped``, starting nothing. A
 request it did start is a handle, which a stop stops as soon as its process exists
-(``stop_asked``). The stop is by name, as older runs send it (a request of the name's other
-owner, were one pending, would be cancelled too: a run asks again under another name), and a
-stop that cancelled a start answers ``true`` even with no worker to stop: the run's replica is
-stopped. No node-wide memory of ended runs is needed: a run's stop follows its spawn on the same
+(``stop_asked``). A stop that names its sender's process (``owner_process``) cancels only the
+requests of that process, or of none said (``stop_owners.py``); one by name alone, as older runs
+send it, cancels every request of the name (a run asks again under another name). A stop that
+cancelled a start answers ``true`` even with no worker to stop: the run's replica is stopped.
+No node-wide memory of ended runs is needed: a run's stop follows its spawn on the same
 connection, so it finds either the request pending or its worker.
 """
 
@@ -32,9 +33,10 @@ class PendingStart:
     """A ``spawn_worker`` request the node has not started yet: ``stopped`` once a
     ``stop_worker`` of its name came meanwhile (its requester ended), and it starts nothing."""
 
-    def __init__(self, name: str, owner: str | None) -> None:
+    def __init__(self, name: str, owner: str | None, owner_process: str = "") -> None:
         self.name = name
         self.owner = owner
+        self.owner_process = owner_process  # the requester's process ("": not said)
         self.stopped = anyio.Event()
 
     async def unless_stopped(self, waited: Callable[..., Awaitable[T]], *args: Any) -> T | None:

@@ -55,6 +55,7 @@ from .model import (
     StageMeter,
     pipeline_metrics,
 )
+from .owned_controls import OwnedControls
 from .owner_beat import OwnerBeat
 from .records import Handle, Item, Replica, StageState
 from .replicas import ReplicaPool
@@ -159,7 +160,7 @@ class PipelineEngine(ReplicaPool):
         self._wanted_before: set[str] = set()
         self._finishing = False
         self._launched: dict[str, Host] = {}  # every worker this run started and has not stopped
-        self._older_nodes: set[str] = set()  # nodes that refuse spawn_worker's owner_process
+        self._controls = OwnedControls(runtime)
         self._stop_waits: set[anyio.CancelScope] = set()
         self._suspects: dict[Replica, float] = {}
         self._look_now = anyio.Event()

@@ -21,7 +21,6 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
-    BadRequest,
     ConfigError,
     MailboxFull,
     PeerLost,
@@ -33,12 +32,12 @@ from troupe.runtime.errors import (
 )
 from troupe.runtime.node.config import is_loopback
 from troupe.runtime.placement import Host
-from troupe.runtime.process_identity import process_identity
 
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts, NoNodeNow
 from .model import ScaleInput, decide_scaling
+from .owned_controls import OwnedControls
 from .owner_beat import OwnerBeat
 from .records import Replica, StageState, node_of
 from .source import ItemSource, send_unanswered
@@ -98,7 +97,7 @@ class ReplicaPool:
     _wanted_before: set[str]
     _finishing: bool
     _launched: dict[str, Host]
-    _older_nodes: set[str]
+    _controls: OwnedControls  # spawn_worker and stop_worker, naming this run's process
     _stop_waits: set[anyio.CancelScope]  # the stops asked of nodes, waiting for their answers
     _suspects: dict[Replica, float]  # replicas whose connection ended, and since when
     _look_now: anyio.Event
@@ -130,22 +129,6 @@ class ReplicaPool:
         stage.starting += 1
         self._tg.start_soon(self._start_replica, stage, self._replica_name(stage))
 
-    async def _ask_spawn(self, endpoint: str, spec: dict[str, Any]) -> Any:
-        """``spawn_worker`` on the node at ``endpoint``. A node of before ``owner_process`` refuses
-        the field (its spec allows no other) before it starts anything: it is asked again
-        without it, and so from then on (it watches the owner as before: by pings, or the
-        master). A cluster's nodes and the runs on it are not upgraded at one instant."""
-        if endpoint in self._older_nodes:
-            spec = {k: v for k, v in spec.items() if k != "owner_process"}
-        try:
-            return await self.runtime.control(endpoint, "spawn_worker", spec, timeout=_START_S + 10)
-        except BadRequest as exc:
-            if "owner_process" not in spec or "'owner_process'" not in str(exc):
-                raise
-        self._older_nodes.add(endpoint)
-        log.info("node_without_owner_process", endpoint=endpoint)
-        return await self._ask_spawn(endpoint, spec)
-
     def _replica_name(self, stage: StageState) -> str:
         return f"{self.config.name}-{stage.cfg.name}-{next(self._ids)}"
 
@@ -174,7 +157,7 @@ class ReplicaPool:
             elif self.owner_beat is not None and self.owner_beat.vouched:
                 spec["owner"] = self.owner_beat.token
             if "owner" in spec:  # a node of this host stops them at once once this process is gone
-                spec["owner_process"] = process_identity()
+                spec = self._controls.named(spec)
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
             watch = anyio.CancelScope()
@@ -182,7 +165,9 @@ class ReplicaPool:
             with anyio.CancelScope() as spawning:  # cancelled once the master has the node as dead
                 self._tg.start_soon(self._watch_start, stage, name, host, asked, watch, spawning)
                 try:
-                    record = await self._ask_spawn(host.endpoint, {**spec, "timeout_s": _START_S})
+                    record = await self._controls.ask(
+                        host.endpoint, "spawn_worker", {**spec, "timeout_s": _START_S}, _START_S + 10
+                    )
                 finally:
                     watch.cancel()
             if spawning.cancelled_caught:
@@ -492,16 +477,21 @@ class ReplicaPool:
                     stage.replicas.clear()
 
     async def _stop_worker(self, name: str, host: Host | None, unanswered: bool = False) -> None:
+        """Stop this run's worker ``name`` on ``host``. The stop names this run's process: one
+        that reached the node late, after another run there started a worker of the name,
+        leaves that one alone (``node/stop_owners.py``)."""
         self._launched.pop(name, None)
         if host is None or host.name not in self.hosts.alive:
             return  # its node is gone, and its processes with it
         if unanswered:  # the node stops the worker without us
-            await send_unanswered(self.runtime, host.endpoint, "stop_worker", {"name": name})
+            payload = self._controls.for_node(host.endpoint, self._controls.named({"name": name}))
+            await send_unanswered(self.runtime, host.endpoint, "stop_worker", payload)
             return
         with anyio.CancelScope(shield=True) as waiting:
             self._stop_waits.add(waiting)
             try:
-                await self.runtime.control(host.endpoint, "stop_worker", {"name": name}, timeout=30)
+                stop = self._controls.named({"name": name})
+                await self._controls.ask(host.endpoint, "stop_worker", stop, 30)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
             finally:
