@@ -40,6 +40,7 @@ from .model import ScaleInput, decide_scaling
 from .owned_controls import OwnedControls
 from .owner_beat import OwnerBeat
 from .records import Replica, StageState, node_of
+from .replica_stop import stop_on_node
 from .source import ItemSource, send_unanswered
 
 __all__ = ["ReplicaPool"]
@@ -487,15 +488,17 @@ class ReplicaPool:
             payload = self._controls.for_node(host.endpoint, self._controls.named({"name": name}))
             await send_unanswered(self.runtime, host.endpoint, "stop_worker", payload)
             return
+        given_up: str | None = None
         with anyio.CancelScope(shield=True) as waiting:
             self._stop_waits.add(waiting)
             try:
-                stop = self._controls.named({"name": name})
-                await self._controls.ask(host.endpoint, "stop_worker", stop, 30)
+                given_up = await stop_on_node(self._controls, self.hosts, name, host)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
             finally:
                 self._stop_waits.discard(waiting)
+        if given_up is not None:  # dead, or dying: it takes its workers with it
+            log.warning("replica_stop_given_up", replica=name, node=host.name, why=given_up)
         if waiting.cancelled_caught:
             log.info("replica_stop_unanswered", replica=name, reason="the run stopped before its node said")
 

@@ -1,0 +1,72 @@
+"""A replica's stop, asked of its node and waited for only while that node may still answer.
+
+A stop asked of a node that had died (killed, its host gone) while the master still listed it
+waited out its whole deadline (``STOP_S``) in the background, and the run's exit waited with it.
+It is given up at once, and said, once the master has the node as dead, or once the node does
+not answer a ping (``PROBE_S``), asked beside the stop and again every ``PROBE_S`` while the stop
+waits. A node that answers pings is stopping the worker (its grace, then SIGKILL): it is waited
+for, up to ``STOP_S``. Given up, the stop is not withdrawn: a node that was only slow still stops
+the worker; one that died took it with it.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from troupe.runtime.errors import TroupeError
+from troupe.runtime.placement import Host
+
+from .hosts import EngineHosts
+from .owned_controls import OwnedControls
+
+__all__ = ["PROBE_S", "STOP_S", "stop_on_node"]
+
+STOP_S = 30.0  # a node that answers: its worker's grace and kill, with room to spare
+PROBE_S = 5.0  # a ping a node that lives answers, however busy its workers keep it
+
+
+async def stop_on_node(
+    controls: OwnedControls, hosts: EngineHosts, name: str, host: Host, probe_s: float = PROBE_S
+) -> str | None:
+    """Ask the node ``host`` to stop this run's worker ``name``.
+
+    Returns:
+        None once the node answered; else why the stop was given up without its answer.
+
+    Raises:
+        TroupeError: the node answered with an error, or its answer did not come in ``STOP_S``.
+    """
+    given_up: list[str] = []
+    failed: list[TroupeError] = []
+    async with anyio.create_task_group() as tg:
+
+        async def stop() -> None:
+            try:
+                await controls.ask(host.endpoint, "stop_worker", controls.named({"name": name}), STOP_S)
+            except TroupeError as exc:
+                failed.append(exc)
+            tg.cancel_scope.cancel()
+
+        async def declared_dead() -> None:
+            await hosts.left(host)
+            given_up.append(f"the master has node {host.name} as dead")
+            tg.cancel_scope.cancel()
+
+        async def probe() -> None:
+            while True:
+                try:
+                    await controls.runtime.control(host.endpoint, "ping", None, timeout=probe_s)
+                except TroupeError as exc:
+                    given_up.append(
+                        f"node {host.name} does not answer a ping at {host.endpoint} ({type(exc).__name__})"
+                    )
+                    tg.cancel_scope.cancel()
+                    return
+                await anyio.sleep(probe_s)
+
+        tg.start_soon(stop)
+        tg.start_soon(declared_dead)
+        tg.start_soon(probe)
+    if failed:
+        raise failed[0]
+    return given_up[0] if given_up else None
