@@ -1,10 +1,13 @@
 """``troupe logs tail --master``: the live log streams of a cluster's nodes, in time order.
 
 The master's ``status`` lists the nodes and where each publishes its log stream
-(``log_endpoint``, see :mod:`troupe.runtime.node.log_publisher`); one SUB socket connects to
-every one of them. The master is asked again every :data:`REASK_S`: a node that joins is
-connected, and a node that restarted on another port is connected there (ZeroMQ reconnects by
-itself to an endpoint that comes back).
+(``log_endpoint``, see :mod:`troupe.runtime.log_publisher`), and says where the master publishes
+its own (``log_endpoint`` beside ``master``; an older master, or one inside a node, whose lines
+the node's stream has, says none): one SUB socket connects to every one of them. The master's
+stream is one more, named as its lines name it (the master's name), its ``log_recent`` asked
+at the master's endpoint. The master is asked again every :data:`REASK_S`: a node that joins
+is connected, and a node or master that restarted on another port is connected there (ZeroMQ
+reconnects by itself to an endpoint that comes back).
 
 Each node's lines are numbered within its incarnation. The first line from an incarnation,
 and a gap in the numbers (lines the stream dropped for a slow reader, or sent before the
@@ -28,7 +31,8 @@ import zmq.asyncio
 
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import AskTimeout, TroupeError
-from troupe.runtime.node.log_publisher import RECENT_LINES, log_socket
+from troupe.runtime.log_publisher import RECENT_LINES, log_socket
+from troupe.runtime.node.reach import advertised_endpoint, endpoint_host
 
 from .log_filters import parse_record
 from .master_client import keys_hint
@@ -211,16 +215,27 @@ class ClusterLogs:
             if self.nodes and node not in self.nodes:
                 continue
             self._node_endpoints[node] = str(info.get("endpoint", ""))
-            stream = self._streams.setdefault(node, _NodeStream())
-            if not log_endpoint or log_endpoint == stream.endpoint:
-                continue
-            if stream.endpoint:
-                sub.disconnect(stream.endpoint)
-            sub.connect(log_endpoint)
-            stream.endpoint = log_endpoint
+            self._follow(sub, node, log_endpoint)
+        master, log_endpoint = str(status.get("master", "")), str(status.get("log_endpoint") or "")
+        if log_endpoint:
+            known.add(master)
+            if not self.nodes or master in self.nodes:
+                self._node_endpoints[master] = self.master
+                # A master bound on every interface says a wildcard: it is where we reach it.
+                self._follow(sub, master, advertised_endpoint(log_endpoint, endpoint_host(self.master)))
         for node in sorted(self.nodes - known - self._warned_missing):
             self._warned_missing.add(node)
             self.warn(f"--node {node}: the master knows no such node (yet); waiting for it")
+
+    def _follow(self, sub: zmq.Socket[Any], name: str, log_endpoint: str) -> None:
+        """Follow the stream ``name`` at ``log_endpoint`` (its new one, after a restart)."""
+        stream = self._streams.setdefault(name, _NodeStream())
+        if not log_endpoint or log_endpoint == stream.endpoint:
+            return
+        if stream.endpoint:
+            sub.disconnect(stream.endpoint)
+        sub.connect(log_endpoint)
+        stream.endpoint = log_endpoint
 
     async def _rediscover(self, runtime: Runtime, sub: zmq.Socket[Any]) -> None:
         while True:

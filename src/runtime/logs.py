@@ -15,8 +15,8 @@ Every process of a node appends to the same file, ``<logs>/<node>.jsonl``: each 
 ``write`` on a file opened with O_APPEND, which Linux does not interleave for lines this short.
 The node process rotates that file by size and every process follows the rotation
 (:mod:`troupe.runtime.log_files`); the node also publishes each line on its log stream
-(:mod:`troupe.runtime.node.log_publisher`). ``configure_logging`` is called only by entry points
-(the CLI, the worker main).
+(:mod:`troupe.runtime.log_publisher`), as a master started on its own does its own file's.
+``configure_logging`` is called only by entry points (the CLI, the worker main).
 """
 
 from __future__ import annotations

@@ -54,15 +54,17 @@ class _Sub:
 
 
 class _Node:
-    """Stands in for the runtime the tail asks nodes' log_recent with: a node's kept lines."""
+    """Stands in for the runtime the tail asks nodes' log_recent with: a node's kept lines (or the
+    master's, at ``endpoint``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str = "tcp://n1") -> None:
+        self.endpoint = endpoint
         self.incarnation = "A"
         self.kept: list[list[object]] = []
         self.asked: list[dict[str, int]] = []
 
     async def control(self, endpoint: str, msg_type: str, payload: dict[str, int], timeout: float) -> object:
-        assert (endpoint, msg_type) == ("tcp://n1", "log_recent")
+        assert (endpoint, msg_type) == (self.endpoint, "log_recent")
         self.asked.append(payload)
         lines = [kept for kept in self.kept if int(str(kept[0])) > payload["after"]]
         return {"incarnation": self.incarnation, "seq": self.kept[-1][0], "lines": lines}
@@ -126,3 +128,29 @@ def test_a_node_the_master_has_for_dead_is_not_asked_for_its_lines() -> None:
     logs._connect(sub, {"nodes": [{**dead, "alive": True}]})  # type: ignore[arg-type]
     anyio.run(logs.catch_up, node, "n1", 0)  # type: ignore[arg-type]
     assert len(node.asked) == 1 and len(notes) == 1
+
+
+def test_the_master_s_own_stream_is_followed_where_its_status_says() -> None:
+    """A master that says its `log_endpoint` is one more stream, named as its lines name it and
+    asked for its lines at the master's endpoint; bound on every interface, it is reached at the
+    host the tail reached the master at. An older master (no field) leaves the tail as it was."""
+    notes: list[str] = []
+    logs = ClusterLogs("tcp://10.0.0.1:7480", frozenset({"m1"}), lambda line, node: True, 0, notes.append)
+    sub = _Sub()
+    logs._connect(sub, {"master": "m1", "nodes": []})  # type: ignore[arg-type]
+    assert sub.connected == [] and notes == ["--node m1: the master knows no such node (yet); waiting for it"]
+    status = {"master": "m1", "log_endpoint": "tcp://0.0.0.0:7999", "nodes": []}
+    logs._connect(sub, status)  # type: ignore[arg-type]
+    assert sub.connected == ["tcp://10.0.0.1:7999"]
+    logs._connect(sub, {**status, "log_endpoint": "tcp://0.0.0.0:8000"})  # type: ignore[arg-type]
+    assert sub.connected == ["tcp://10.0.0.1:8000"]  # restarted: its new stream, not both
+    master = _Node("tcp://10.0.0.1:7480")  # its log_recent is asked at the master's endpoint
+    master.kept = [[1, _line(1, "M1")]]
+    assert logs.arrived([b"m1", b"A", b"1", _line(1, "M1").encode()]) == ("m1", 0)
+    anyio.run(logs.catch_up, master, "m1", 0)  # type: ignore[arg-type]
+    assert len(master.asked) == 1
+    assert [json.loads(line)["event"] for _, line in logs.buffer.release(everything=True)] == ["M1"]
+
+    others = ClusterLogs("tcp://10.0.0.1:7480", frozenset({"n1"}), lambda line, node: True, 0, notes.append)
+    others._connect(sub, status)  # type: ignore[arg-type]
+    assert sub.connected == ["tcp://10.0.0.1:8000"]  # --node n1: the master's stream is not followed

@@ -1,7 +1,9 @@
-"""`troupe logs tail --master` follows the nodes of a live cluster: a master and two real nodes.
+"""`troupe logs tail --master` follows the nodes of a live cluster, and the master's own log: a
+master and two real nodes.
 
 Lines are made by appending JSON lines to a node's log file, as each process of a node does; the
-node streams what its file receives. Every wait is bounded; none bounds how fast anything is.
+node streams what its file receives. The master's own lines are made by asking it to do what it
+logs (a job submitted). Every wait is bounded; none bounds how fast anything is.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from support.chaos import TaskMaster
+from support.chaos import TaskMaster, start_master
 from troupe.cli.master_client import master_call
 from troupe.runtime.testing.plugin import free_endpoint, node_start_command, reap
 
@@ -143,6 +145,32 @@ class _Tail:
                 if str(rec.get("event", "")).startswith(prefix):
                     return str(rec["event"])
         raise AssertionError(f"the tail printed no {prefix} line within {WAIT_S}s")
+
+
+def _submit_until_printed(master: TaskMaster, tail: _Tail, jobs: list[str]) -> dict[str, Any]:
+    """Submit jobs (named on from ``jobs``) until the tail prints the master's ``job_submitted``
+    line of one of them; return that line. A line the master logs before the tail's
+    subscription takes is lost to it until a later line shows the gap, so it submits again;
+    lines of jobs submitted by an earlier call, printed late, are passed over."""
+    ours = len(jobs)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:  # a bounded poll of the other process's output
+        jobs.append(f"logjob-{len(jobs)}")
+        anyio.run(master.submit, jobs[-1], "nap", 1, {})  # no worker runs nap: it only waits
+        end = time.monotonic() + 0.3
+        while (rec := tail.next_line(max(end - time.monotonic(), 0.0))) is not None:
+            if rec.get("event") == "job_submitted" and rec.get("job_id") in jobs[ours:]:
+                return rec
+    raise AssertionError(f"the tail printed no job_submitted line within {WAIT_S}s")
+
+
+def _stop_tail(tail: _Tail) -> None:
+    """SIGINT ends the tail with 130; what it printed is read to the end."""
+    tail.proc.send_signal(signal.SIGINT)
+    assert tail.proc.wait(timeout=WAIT_S) == 130
+    while tail.next_line(0.0) is not None:
+        pass
+    assert tail.proc.stderr is not None and b"Traceback" not in tail.proc.stderr.read()
 
 
 @pytest.fixture
@@ -296,3 +324,57 @@ def test_a_node_rotates_its_file_and_the_stream_and_the_files_keep_every_line(
         assert sorted(on_disk) == streamed
     finally:
         node.stop()
+
+
+def test_the_master_s_own_lines_are_followed_beside_the_nodes(
+    master: TaskMaster, cluster: tuple[_Node, _Node]
+) -> None:
+    """What only the master logs (a job submitted) is printed among the nodes' lines, named as the
+    master's lines name it; the tail followed every node but never the master before."""
+    n1, _ = cluster
+    name = _status(master)["master"]
+    tail = _Tail("--master", master.endpoint, "--json", "-n", "0")
+    try:
+        tail.wait_for(n1, "live")  # it follows the nodes
+        submitted = _submit_until_printed(master, tail, [])
+        assert submitted["node"] == name == "master" and submitted["process"] == "master"
+        assert submitted["pid"] == master.proc.pid
+        _stop_tail(tail)
+        assert {"n1", name} <= {rec["node"] for rec in tail.printed}
+    finally:
+        if tail.proc.poll() is None:
+            tail.proc.kill()
+        tail.proc.communicate(timeout=WAIT_S)
+
+
+def test_the_master_s_stream_is_picked_up_again_when_the_master_restarts(
+    master: TaskMaster, tmp_path: Path
+) -> None:
+    """--node master follows the master alone: its recent lines first (-n), then its new ones;
+    after the master restarts at its endpoint (a new stream, on a new port) the tail prints the
+    new master's lines, its start among them, each line once."""
+    jobs: list[str] = []
+    tail = _Tail("--master", master.endpoint, "--node", "master", "--json", "-n", "50")
+    try:
+        first = tail.next_line(WAIT_S)
+        assert first is not None and first["event"] in ("log_stream_started", "master_started"), first
+        _submit_until_printed(master, tail, jobs)
+        before = _status(master)["log_endpoint"]
+
+        assert master.reap() == []
+        restarted = start_master(tmp_path / "master", endpoint=master.endpoint)
+        master.proc = restarted.proc  # the fixture reaps the master that runs
+        assert _status(master)["log_endpoint"] not in (None, before)
+        again = _submit_until_printed(master, tail, jobs)
+        assert again["pid"] == restarted.proc.pid
+
+        _stop_tail(tail)
+        assert {rec["node"] for rec in tail.printed} == {"master"}
+        started = [rec["pid"] for rec in tail.printed if rec["event"] == "master_started"]
+        assert started == [first["pid"], restarted.proc.pid]  # the history's, and the new one's
+        lines = [(rec["pid"], rec["event"], rec.get("job_id")) for rec in tail.printed]
+        assert len(lines) == len(set(lines))  # none printed twice (history, catch-up, live)
+    finally:
+        if tail.proc.poll() is None:
+            tail.proc.kill()
+        tail.proc.communicate(timeout=WAIT_S)

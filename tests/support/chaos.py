@@ -118,14 +118,24 @@ class TaskMaster:
         return reap(self.proc, [])
 
 
-def start_master(directory: Path, timeout: float = 60.0) -> TaskMaster:
-    """Start a master on a new journal under ``directory``; return once it answers.
+def start_master(
+    directory: Path, timeout: float = 60.0, endpoint: str | None = None, extra: tuple[str, ...] = ()
+) -> TaskMaster:
+    """Start a master on a new journal under ``directory`` (or on the one there, resumed); return
+    once it answers.
+
+    Args:
+        directory: its journal, logs and stores.
+        timeout: how long it may take to answer.
+        endpoint: where it listens (where it listened before: a restart); default a free port.
+        extra: more options of ``troupe master start`` (``--keys DIR``: the test process must
+            have keys installed for the master to answer it).
 
     Raises:
         RuntimeError: it exited or did not answer in time (it is reaped first).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    endpoint = free_endpoint()
+    endpoint = endpoint or free_endpoint()
     logs = directory / "logs"
     logs.mkdir(exist_ok=True)
     with open(logs / "master.out", "ab") as out:
@@ -145,6 +155,7 @@ def start_master(directory: Path, timeout: float = 60.0) -> TaskMaster:
                 str(logs),
                 "--node-timeout",
                 "30",
+                *extra,
             ],
             stdin=subprocess.DEVNULL,
             stdout=out,

@@ -1,10 +1,10 @@
 """``troupe logs tail``: follow the logs of every node, live through the master or from the files.
 
 With ``--master`` (or ``TROUPE_MASTER``) it follows the log stream of every node of the cluster
-(:mod:`troupe.cli.log_stream`): the history (``-n``) is the last lines the nodes keep in memory,
-then new lines arrive as the nodes log them, interleaved by timestamp, a node that restarts or
-joins is picked up. The stream drops lines a reader cannot keep up with; the files are the
-complete record.
+and the master's own (:mod:`troupe.cli.log_stream`): the history (``-n``) is the last lines they
+keep in memory, then new lines arrive as they log them, interleaved by timestamp, a node or
+master that restarts, or a node that joins, is picked up. The stream drops lines a reader cannot
+keep up with; the files are the complete record.
 
 Without it (or with ``--logs``) it reads the files under a logs directory, which is also how the
 logs of a stopped cluster are read: the history is the last lines of all the files together,
@@ -170,7 +170,7 @@ def tail(
         typer.Option(
             "--master",
             envvar="TROUPE_MASTER",
-            help="Follow every node of the cluster live, through this master.",
+            help="Follow every node of the cluster, and the master, live through this master.",
             show_default=False,
             callback=endpoint_option,
         ),

@@ -18,7 +18,7 @@ from troupe.cli.client import fail, run_async
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
 from troupe.runtime.gc_pauses import use_master_gc_thresholds
-from troupe.runtime.logs import check_log_level, configure_logging
+from troupe.runtime.logs import check_log_level, configure_logging, log_file
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
@@ -102,6 +102,7 @@ def start(
             keys=keys,
             insecure=bool(insecure),
             metrics=metrics,
+            log_file=log_file(log_dir, name),  # configure_logging's file: the master streams it
         )
         if keys is not None:
             keys_for(keys)  # bad keys are refused before the journal is touched

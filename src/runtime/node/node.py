@@ -33,6 +33,7 @@ from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
 from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
@@ -42,7 +43,6 @@ from troupe.runtime.wire.codec import Codec
 
 from .config import ActorSpec, NodeConfig, WorkerSpec
 from .leftovers import ChildRecord, reap_predecessors
-from .log_publisher import LogPublisher, decode_log_recent
 from .master_link import MasterLink, resolve_through_master
 from .own_processes import is_own_descendant
 from .pending_starts import PendingStart
@@ -184,10 +184,10 @@ class Node:
         self.log_publisher = LogPublisher(
             self.name,
             log_file(cfg.log_dir, self.name),
-            cfg.endpoint,
+            worker_bind(cfg.endpoint, cfg.advertise),
             cfg.advertise,
-            int(cfg.log_max_mb * 2**20),
-            cfg.log_keep,
+            max_bytes=int(cfg.log_max_mb * 2**20),
+            keep=cfg.log_keep,
         )
         try:
             async with serving(metrics), runtime:
@@ -346,10 +346,9 @@ class Node:
         self.supervision.install(runtime)
 
     async def _log_recent(self, payload: Any) -> dict[str, Any]:
-        after, limit = decode_log_recent(payload)
         if self.log_publisher is None:
             raise ActorStopped(f"node {self.name} is not streaming its log yet")
-        return self.log_publisher.recent(after, limit)
+        return self.log_publisher.answer(payload)
 
     async def _ping(self, _: Any) -> dict[str, Any]:
         return {"node": self.name, "pid": os.getpid(), "time": time.time()}

@@ -5,6 +5,10 @@ on other hosts can reach their mailboxes directly (the data plane never passes t
 node or the master). A node that binds every interface (``tcp://0.0.0.0:7470``) cannot tell
 other hosts a wildcard: its ``[node] advertise`` host names the address they reach it at, and
 its workers bind that address.
+
+A master started on its own binds its log stream the same way, on its endpoint's host
+(:func:`any_port`); it has no ``advertise``, so a master bound on every interface tells a
+wildcard, and ``troupe logs tail`` reaches it at the host it reached the master at.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ from urllib.parse import urlsplit
 
 from troupe.runtime.errors import ConfigError
 
-__all__ = ["LOOPBACK_ANY_PORT", "advertised_endpoint", "is_wildcard", "worker_bind"]
+__all__ = [
+    "LOOPBACK_ANY_PORT",
+    "advertised_endpoint",
+    "any_port",
+    "endpoint_host",
+    "is_wildcard",
+    "worker_bind",
+]
 
 LOOPBACK_ANY_PORT = "tcp://127.0.0.1:*"
 _WILDCARDS = frozenset({"*", "0.0.0.0", "::", ""})
 
 
-def _host(endpoint: str) -> str | None:
+def endpoint_host(endpoint: str) -> str | None:
     """The host of a tcp endpoint (brackets of an IPv6 address removed), None for ipc/inproc."""
     parts = urlsplit(endpoint)
     if parts.scheme != "tcp":
@@ -39,7 +50,7 @@ def _tcp(host: str, port: str) -> str:
 
 def is_wildcard(endpoint: str) -> bool:
     """Whether a tcp endpoint binds every interface (``*``, ``0.0.0.0``, ``::``)."""
-    host = _host(endpoint)
+    host = endpoint_host(endpoint)
     return host is not None and host in _WILDCARDS
 
 
@@ -71,7 +82,7 @@ def worker_bind(endpoint: str, advertise: str | None) -> str:
         ConfigError: the node binds every interface and no ``advertise`` host is given, or it
             does not resolve.
     """
-    host = _host(endpoint)
+    host = endpoint_host(endpoint)
     if host is None:
         return LOOPBACK_ANY_PORT
     if host in _WILDCARDS:
@@ -84,10 +95,16 @@ def worker_bind(endpoint: str, advertise: str | None) -> str:
     return _tcp(host, "*")
 
 
+def any_port(endpoint: str) -> str:
+    """``endpoint``'s host on a free port, a wildcard host kept; ipc and inproc: loopback."""
+    host = endpoint_host(endpoint)
+    return LOOPBACK_ANY_PORT if host is None else _tcp(host, "*")
+
+
 def advertised_endpoint(address: str, advertise: str | None) -> str:
     """``address`` (a socket's bound endpoint) as other hosts reach it: a wildcard host becomes
     ``advertise``; anything else is returned as it is."""
-    host = _host(address)
+    host = endpoint_host(address)
     if host is None or host not in _WILDCARDS or not advertise:
         return address
     return _tcp(advertise, address.rsplit(":", 1)[1])

@@ -3,8 +3,9 @@ the task book, records into the journal), what it knows of nodes, its operator s
 control payloads decoded into typed messages at the boundary (``controls``). It takes its clocks
 (monotonic and wall) as arguments, so tests drive time.
 
-Imports core, wire, transports, security (the keys), node's config (the bind check) and
-tasks; nothing from supervision, chaos, pipeline or testing.
+Imports core, wire, transports, security (the keys), node's config (the bind check) and reach
+(where its own log stream binds), log_publisher (that stream) and tasks; nothing from
+supervision, chaos, pipeline or testing.
 """
 
 __all__: list[str] = []

@@ -34,6 +34,10 @@ Control messages (payloads are maps; ``->`` is the reply)::
       done_tasks {job_id, task_ids} -> {task_id: result_ref}  (those of them that are done)
       undrain {node} -> {node, draining, restarted: [worker names the node started again]}
       wait_job {job_id, timeout_s} -> job   ping -> {master, pid}   shutdown -> true
+      log_recent {after?, limit?} -> {incarnation, seq, lines}  (its own log's last lines, see
+                                                          troupe.runtime.log_publisher; only a
+                                                          master with a log file of its own,
+                                                          whose ``status`` says ``log_endpoint``)
 
     lease = {task_id, lease_id, job_id, kind, seed, refs, attempt, backup, ttl}
 
@@ -92,7 +96,9 @@ from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
 from troupe.runtime.gc_pauses import gc_pauses
+from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
+from troupe.runtime.node.reach import any_port
 from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
@@ -203,6 +209,7 @@ class Master:
         self.endpoint_may_move = False
         self.failure: JournalError | None = None
         self.gc = gc_pauses()  # the process's collector pauses, from now on: status shows them
+        self.log_publisher: LogPublisher | None = None  # its own log stream, with config.log_file
         self._transport = transport
         self._stopping = anyio.Event()
         self._workers: dict[str, _WorkerEntry] = {}
@@ -256,23 +263,45 @@ class Master:
             self.config = cfg = dataclasses.replace(cfg, endpoint=runtime.address)
         self.runtime = runtime
         self._install_controls(runtime)
-        async with serving(metrics), runtime, anyio.create_task_group() as tg:
-            tg.start_soon(self._drive)
-            tg.start_soon(self._tick)
-            tg.start_soon(self._watch_journal)
-            self.ready.set()
-            log.info(
-                "master_started",
-                endpoint=runtime.address,
-                journal=str(self.journal.path),
-                jobs=len(self.book.jobs()),
-            )
-            warn_if_insecure(cfg.endpoint, cfg.insecure)
-            await self._stopping.wait()
-            tg.cancel_scope.cancel()
+        try:
+            async with serving(metrics), runtime, anyio.create_task_group() as tg:
+                self._stream_log(runtime, tg)
+                tg.start_soon(self._drive)
+                tg.start_soon(self._tick)
+                tg.start_soon(self._watch_journal)
+                self.ready.set()
+                log.info(
+                    "master_started",
+                    endpoint=runtime.address,
+                    journal=str(self.journal.path),
+                    jobs=len(self.book.jobs()),
+                )
+                warn_if_insecure(cfg.endpoint, cfg.insecure)
+                await self._stopping.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            if self.log_publisher is not None:  # its run closes it, if it got to run
+                self.log_publisher.close()
         log.info("master_stopped")
         if self.failure is not None:
             raise self.failure
+
+    def _stream_log(self, runtime: Runtime, tg: anyio.abc.TaskGroup) -> None:
+        """Publish the master's own log file, as a node publishes its (``log_publisher``), from
+        before it logs that it started, and answer ``log_recent`` from it. A master with no file
+        of its own (inside a node, whose stream has its lines) does neither: its ``status`` says
+        no ``log_endpoint``, and ``log_recent`` is an unknown type to it, as to an older one."""
+        if self.config.log_file is None:
+            return
+        publisher = LogPublisher(self.config.name, self.config.log_file, any_port(self.config.endpoint))
+        self.log_publisher = publisher
+        runtime.register_control("log_recent", lambda payload: Answer.now(publisher.answer(payload)))
+        tg.start_soon(publisher.run)  # closes its socket when cancelled
+
+    @property
+    def log_endpoint(self) -> str | None:
+        """Where the master publishes its own log (None: it does not)."""
+        return self.log_publisher.endpoint if self.log_publisher is not None else None
 
     async def _drive(self) -> None:
         try:

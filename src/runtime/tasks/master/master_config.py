@@ -30,6 +30,9 @@ class MasterConfig:
         keys: the CURVE keys directory (``troupe keys generate``); None = no CURVE.
         insecure: listen off loopback without keys (logged loudly, shown in status).
         metrics: ``HOST:PORT`` of its Prometheus endpoint (docs/METRICS.md); None = none.
+        log_file: its own JSON-lines log file, which it publishes on its log stream (``troupe
+            logs tail --master``); None = none (a master inside a node logs to the node's
+            file, which the node streams).
         batch_linger_s: how long the driver lets a batch fill before it journals it: a busy
             master then pays its per-batch costs (a transaction, a thread hop) over more
             events, for at most this much more latency per reply.
@@ -45,6 +48,7 @@ class MasterConfig:
     keys: Path | None = None
     insecure: bool = False
     metrics: str | None = None
+    log_file: Path | None = None
     batch_linger_s: float = 0.002
 
     def __post_init__(self) -> None:

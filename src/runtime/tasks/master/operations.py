@@ -71,8 +71,8 @@ def raise_rejected(reply: list[Command]) -> None:
 
 class OperatedMaster(Protocol):
     """What the operator side uses of the master (``Master``): its config, clocks, book,
-    driver, node table, journal, runtime and collector pauses, and the registered workers. Read only: every
-    change goes through the driver (``dispatcher.handle``)."""
+    driver, node table, journal, runtime, collector pauses and log stream's endpoint, and the
+    registered workers. Read only: every change goes through the driver (``dispatcher.handle``)."""
 
     @property
     def config(self) -> MasterConfig: ...
@@ -100,6 +100,9 @@ class OperatedMaster(Protocol):
 
     @property
     def gc(self) -> GcPauses: ...
+
+    @property
+    def log_endpoint(self) -> str | None: ...
 
     def workers(self) -> dict[str, dict[str, Any]]: ...
 
@@ -330,6 +333,7 @@ class Operations:
             "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
             "gc": master.gc.figures(),
             "journal": str(master.journal.path),
+            "log_endpoint": master.log_endpoint,  # its own log stream (``logs tail``); None: none
             "nodes": nodes,
             "workers": workers,
             "tasks": {str(state): n for state, n in stats.tasks.items()},

@@ -1,28 +1,33 @@
-"""A node's log stream: every line its processes log, published on a ZeroMQ PUB socket.
+"""A process's log stream: every line of its log file, published on a ZeroMQ PUB socket.
 
-Every process of a node (the node, its supervisor, its workers) already appends its JSON lines
-to ``<logs>/<node>.jsonl``. The node process follows that file and publishes each complete line
-(:class:`LogPublisher`), rather than each process publishing its own: the file is the one place
-all of them write to already, a worker that crashes mid-line publishes nothing half-written,
-and no worker needs a socket or a connection for its logs. The cost is a poll's delay
-(:data:`POLL_S`). The same poll rotates the file by size (:mod:`troupe.runtime.log_files`):
-the node is the one process that renames it.
+Two kinds of process publish one: a node, for every process of it, and a master started on its
+own (``troupe master start``; a master inside a node logs to the node's file, which the node
+streams). Every process of a node (the node, its supervisor, its workers) already appends its
+JSON lines to ``<logs>/<node>.jsonl``, the master to ``<logs>/<master>.jsonl``. The publishing
+process follows that file and publishes each complete line (:class:`LogPublisher`), rather than
+each process publishing its own: the file is the one place all of them write to already, a
+worker that crashes mid-line publishes nothing half-written, and no worker needs a socket or a
+connection for its logs. The cost is a poll's delay (:data:`POLL_S`). For a node the same poll
+rotates the file by size (:mod:`troupe.runtime.log_files`): the node is the one process that
+renames it; the master, its file's only writer, rotates it in its own handler.
 
-The socket binds the node's host on a free port (where its workers bind, see ``reach``) and
-its endpoint goes to the master in the node's beat (``log_endpoint``), so ``troupe logs tail
---master`` finds every node through the master. A message is four frames:
+The socket binds the process's host on a free port (a node's where its workers bind, see
+``node.reach``). A node's endpoint goes to the master in its beat (``log_endpoint``), the
+master's own is in its ``status`` (``log_endpoint``), so ``troupe logs tail --master`` finds
+every stream through the master. A message is four frames:
 
-    node name (utf-8, the topic) | incarnation (ascii: new each time the node starts) |
-    sequence number (decimal ascii, 1 for the first line of the incarnation) | the JSON line
-    (utf-8, no newline)
+    name (utf-8, the topic: the node's, or the master's, as its lines name it) | incarnation
+    (ascii: new each time the process starts) | sequence number (decimal ascii, 1 for the first
+    line of the incarnation) | the JSON line (utf-8, no newline)
 
-The stream never blocks the node and never grows without bound: past ``SNDHWM`` lines queued
-for a subscriber, ZeroMQ drops that subscriber's lines. The node keeps its last
+The stream never blocks the process and never grows without bound: past ``SNDHWM`` lines queued
+for a subscriber, ZeroMQ drops that subscriber's lines. The process keeps its last
 :data:`RECENT_LINES` lines (at most :data:`RECENT_BYTES`) in memory, and its ``log_recent
-{after?, limit?}`` control answers ``{incarnation, seq, lines: [[seq, line], ...]}`` (the kept
-lines numbered above ``after``, the last ``limit`` of them): a reader fetches its history
-there, and the lines that a gap in the numbers cost it (a slow reader, a restart, the moment
-before its subscription took). The files are the complete record; the stream is for watching.
+{after?, limit?}`` control (:meth:`LogPublisher.answer`) answers ``{incarnation, seq, lines:
+[[seq, line], ...]}`` (the kept lines numbered above ``after``, the last ``limit`` of them): a
+reader fetches its history there, and the lines that a gap in the numbers cost it (a slow
+reader, a restart, the moment before its subscription took). The files are the complete
+record; the stream is for watching.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from troupe.runtime.log_files import FileFollower, rotate_if_larger
 from troupe.runtime.security.auth import gate_for
 from troupe.runtime.security.process import installed
 
-from .reach import advertised_endpoint, worker_bind
+from .node.reach import advertised_endpoint
 
 __all__ = [
     "POLL_S",
@@ -63,7 +68,7 @@ RECENT_BYTES = 4 << 20  # and at most this much of them, however long the lines
 
 
 def log_socket(context: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
-    """A socket of the log stream (PUB on the node, SUB in ``troupe logs tail``).
+    """A socket of the log stream (PUB on a node or master, SUB in ``troupe logs tail``).
 
     The one place where the log stream's socket options are set. With the process's CURVE keys
     installed (``security.process``) the PUB is a CURVE server, in the context of the process's
@@ -102,21 +107,27 @@ def decode_log_recent(payload: Any) -> tuple[int, int]:
 
 
 class LogPublisher:
-    """Follows a node's log file, publishes its lines, and rotates it by size.
+    """Follows a log file, publishes its lines, and rotates it by size if asked to.
 
     Args:
-        node: the node's name (the topic of every message).
-        path: the node's log file (``<logs>/<node>.jsonl``).
-        endpoint: the node's endpoint; the stream binds its host on a free port.
-        advertise: the host other hosts reach the node at (``[node] advertise``), if any.
-        max_bytes: rotate the file at this size.
+        name: the stream's name (the topic of every message): the node's, or the master's.
+        path: the log file (``<logs>/<name>.jsonl``).
+        bind: where the stream binds: the process's host, port ``*``.
+        advertise: the host other hosts reach the process at (``[node] advertise``), if any.
+        max_bytes: rotate the file at this size; None: its writer rotates it (the master).
         keep: rotated files kept.
     """
 
     def __init__(
-        self, node: str, path: Path, endpoint: str, advertise: str | None, max_bytes: int, keep: int
+        self,
+        name: str,
+        path: Path,
+        bind: str,
+        advertise: str | None = None,
+        max_bytes: int | None = None,
+        keep: int = 5,
     ) -> None:
-        self.node = node
+        self.name = name
         self.path = path
         self.max_bytes = max_bytes
         self.keep = keep
@@ -126,14 +137,14 @@ class LogPublisher:
         self._recent: deque[tuple[int, bytes]] = deque()
         self._recent_bytes = 0
         self._closed = False
-        self._topic = node.encode()
+        self._topic = name.encode()
         keys = installed()
         # With keys, the gate's context: its authenticator vets every subscriber.
         self._own_context = keys is None
         self._context: zmq.Context[Any] = zmq.Context() if keys is None else gate_for(keys).context
         self._socket = log_socket(self._context, zmq.PUB)
         try:
-            self._socket.bind(worker_bind(endpoint, advertise))
+            self._socket.bind(bind)
             bound = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         except BaseException:
             self.close()
@@ -156,6 +167,8 @@ class LogPublisher:
     async def poll(self) -> None:
         """Publish what was appended since the last poll; rotate the file if it is too large."""
         self._publish(await anyio.to_thread.run_sync(self._follower.read_lines))
+        if self.max_bytes is None:
+            return
         try:
             rotated = rotate_if_larger(self.path, self.max_bytes, self.keep)
         except OSError as exc:
@@ -190,6 +203,14 @@ class LogPublisher:
             "seq": self.published,
             "lines": lines[len(lines) - limit :] if limit else [],
         }
+
+    def answer(self, payload: Any) -> dict[str, Any]:
+        """The reply to a ``log_recent {after?, limit?}`` control (its payload decoded).
+
+        Raises:
+            BadRequest: as :func:`decode_log_recent`.
+        """
+        return self.recent(*decode_log_recent(payload))
 
     def close(self) -> None:
         """Close the socket and the files (idempotent)."""

@@ -1,5 +1,5 @@
-"""A node's log stream: the lines its file receives are published, numbered, kept for log_recent, and
-the file rotates at its size."""
+"""A log stream (a node's, a master's): the lines its file receives are published, numbered, kept for
+log_recent, and the file rotates at its size where the publisher rotates it (a node's)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ import zmq
 
 from troupe.runtime.errors import BadRequest
 from troupe.runtime.log_files import history_files
-from troupe.runtime.node.log_publisher import LogPublisher, decode_log_recent, log_socket
+from troupe.runtime.log_publisher import LogPublisher, decode_log_recent, log_socket
 from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
 from troupe.runtime.security.process import install
 
 WAIT_S = 30.0  # a bound on waiting, not on speed
 
 
-def _publisher(tmp_path: Path, max_bytes: int = 1 << 20) -> LogPublisher:
+def _publisher(tmp_path: Path, max_bytes: int | None = 1 << 20) -> LogPublisher:
     path = tmp_path / "n1.jsonl"
     path.write_text('{"event": "before the start"}\n')
-    return LogPublisher("n1", path, "tcp://127.0.0.1:7470", None, max_bytes, keep=2)
+    return LogPublisher("n1", path, "tcp://127.0.0.1:*", None, max_bytes, keep=2)
 
 
 @pytest.mark.anyio
@@ -71,7 +71,7 @@ async def test_log_recent_answers_the_kept_lines_after_a_number(tmp_path: Path) 
         with pub.path.open("a") as f:
             f.writelines(f'{{"event": "e{i}"}}\n' for i in range(1, 6))
         await pub.poll()
-        reply = pub.recent(*decode_log_recent({"after": 2, "limit": 2}))
+        reply = pub.answer({"after": 2, "limit": 2})  # the control's reply, its payload decoded
         assert reply == {
             "incarnation": pub.incarnation,
             "seq": 5,
@@ -101,6 +101,21 @@ async def test_the_file_rotates_at_its_size_and_every_line_is_still_published(tm
         assert [p.name for p in history_files(pub.path)][:2] == ["n1.jsonl.2", "n1.jsonl.1"]
         events = [line for _, line in pub.recent()["lines"]]
         assert [e.split('"')[3] for e in events] == [f"line-{i:03d}" for i in range(30)]
+    finally:
+        pub.close()
+
+
+@pytest.mark.anyio
+async def test_without_a_size_the_publisher_leaves_the_rotating_to_the_writer(tmp_path: Path) -> None:
+    """The master's file: its own handler rotates it; the publisher only publishes."""
+    pub = _publisher(tmp_path, max_bytes=None)
+    try:
+        for i in range(30):
+            with pub.path.open("a") as f:
+                f.write(f'{{"event": "line-{i:03d}", "pad": "{"x" * 20}"}}\n')
+            await pub.poll()
+        assert pub.rotations == 0 and history_files(pub.path) == [pub.path]
+        assert pub.published == 30
     finally:
         pub.close()
 
