@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,20 +298,19 @@ async def _finish_run(
             )
             if progress.live.is_started:
                 show(result.metrics)  # the bars end where the table below starts
+            # A stop that came once the finalize hooks had returned stopped nothing (the run
+            # returned): what is said is the run's record, written then, as a rerun says it.
+            finished = completed_run(out) if _stop_came() else None
+            if finished is not None:
+                result, stopped_after_it = finished, True
         except anyio.get_cancelled_exc_class():  # a stop signal: the run stopped what it started
             with contextlib.suppress(OSError):  # the terminal hung up (SIGHUP): nothing to redraw
                 if progress.live.is_started:
                     progress.stop()
-            # The run's record, written as its finalize hooks returned, says whether the stop
-            # came after the run had finished (the dataset complete): then that is what is said.
-            # Once it started, the record is this run's (a --fresh run's wiped before).
-            finished = completed_run(out) if cluster is None and run_started else None
-            if finished is None:
-                if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
-                    said = stopped_line(shown, before, declared.items, out)
-                    say_if_heard(Console(stderr=True), escape(said))
-                raise
-            result, stopped_after_it = finished, True
+            if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
+                said = stopped_line(shown, before, declared.items, out)
+                say_if_heard(Console(stderr=True), escape(said))
+            raise
         finally:
             starting.stop()  # transient: a run refused before it started prints only its error
             if progress.live.is_started:  # a run refused before it started printed nothing: keep it so
@@ -339,6 +339,12 @@ async def _finish_run(
             else "every item died: the run made nothing"
         )
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
+
+
+def _stop_came() -> bool:
+    """Whether a stop signal cancelled this command's work (``run_async``'s scope), although
+    what it awaited returned: the cancelled scope says so at once, awaiting nothing."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Path) -> str:

@@ -87,8 +87,7 @@ async def master_source(
             or another live run runs it.
     """
     job_id = cfg.name
-    jobs = await rt.control(master, "jobs", None, timeout=30)
-    known = next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
+    known = await _job_view(rt, master, job_id)
     if fresh and known is not None:
         # Its tasks ran once and stay run: starting anew would drop the outputs and run nothing.
         raise ConfigError(
@@ -124,6 +123,7 @@ async def master_source(
     # then (while tasks wait, a request is answered at once): a few dozen a second, locally.
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
     source.cancelled_before = known is not None and known.get("state") == "cancelled"
+    source.made = _made(job_id, known if known is not None else await _job_view(rt, master, job_id))
     source.ended_before = before
     if int((known or {}).get("counts", {}).get("dead", 0)):  # an earlier run's dead: not this run's
         dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
@@ -144,6 +144,21 @@ async def master_source(
         except TroupeError as exc:  # a master of before owner_gone: the nodes wait out the silence
             log.info("pipeline_owner_gone_unsaid", worker=worker_id, error=str(exc))
     return source, before
+
+
+async def _job_view(rt: Runtime, master: str, job_id: str) -> dict[str, Any] | None:
+    """The master's view of the job ``job_id`` (``jobs``), or None where it has none."""
+    jobs = await rt.control(master, "jobs", None, timeout=30)
+    return next((j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == job_id), None)
+
+
+def _made(job_id: str, view: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What tells the job from another of its name: its id and submission time (journaled, so a
+    master that restarts on its journal keeps it); None where the master does not say."""
+    submitted = view.get("submitted_at") if view is not None else None
+    if not isinstance(submitted, (int, float)):
+        return None
+    return {"job_id": job_id, "submitted_at": submitted}
 
 
 def _same_out(job_id: str, known: dict[str, Any], out: Path | None, before: int) -> Path | None:

@@ -258,11 +258,17 @@ class RunDir:
         return complete if isinstance(complete, dict) and self.still_there(complete) else None
 
     def mark_complete(
-        self, finals: dict[str, Any], made_nothing: bool = False, items: dict[str, int] | None = None
+        self,
+        finals: dict[str, Any],
+        made_nothing: bool = False,
+        items: dict[str, int] | None = None,
+        job: dict[str, Any] | None = None,
     ) -> None:
         """Record that every item has its outcome and the stages finalised (``finals``: what
         their ``finalize`` hooks returned; ``made_nothing``: every item died; ``items``: the
-        job's items by how they ended, every run's, for a rerun that finds it complete)."""
+        job's items by how they ended, every run's, for a rerun that finds it complete;
+        ``job``: for a run whose items came from a master, the job it ran, as
+        :meth:`completed_job` is asked)."""
         record = self._read() or {}
         record["complete"] = {
             "finals": finals,
@@ -270,6 +276,7 @@ class RunDir:
             "made_nothing": made_nothing,
             "items": items or {},
             "stats": _output_stats(finals),
+            **({"job": job} if job is not None else {}),
         }
         try:
             self._write(record)
@@ -280,6 +287,24 @@ class RunDir:
                 root=self.state_dir,
                 retry="run the same command again (what the run committed stays)",
             ) from exc
+
+    def completed_job(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """For a run whose items come from a master: the record's ``complete`` entry when a run
+        of the master's job ``job`` (its id and submission time) finished here, its outputs
+        still as it wrote them; None otherwise. The job is the master's, so a record of another
+        job (one made anew under the same name, by a master that lost its journal) says nothing
+        of this one's items."""
+        complete = self.completed()
+        return complete if complete is not None and complete.get("job") == job else None
+
+    def forget_complete(self) -> None:
+        """Drop the record's word that a run finished here, as a run that will finalise again
+        begins: until it does, the directory is not complete (a stop meanwhile must not find a
+        completion that an earlier job's run recorded)."""
+        record = self._read()
+        if record is not None and record.get("complete") is not None:
+            record["complete"] = None
+            self._write(record)
 
     def still_there(self, complete: dict[str, Any]) -> bool:
         """Every file the finalize hooks said they wrote (their ``outputs``) still exists as it
@@ -334,7 +359,10 @@ class RunDir:
         lock = hold(self.record_path, self.out, "troupe run")
         try:
             record = self._read()
-            if record is None or self._made_nothing():  # a run that failed at its start: no matter
+            # Another pipeline's run that failed at its start: no matter. The same pipeline's
+            # record stays, its word that a run finished here with it (stages that write
+            # nothing here leave a folder as bare as a failed start's).
+            if record is None or self._binds_nothing(record, made_with):
                 self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
             else:
                 self._check_same(record, made_with, _SHARED_ADVICE)

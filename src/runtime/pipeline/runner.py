@@ -25,8 +25,10 @@ Where the items come from:
   same pipeline resumes (what an earlier run ended stays ended; what its stages committed is
   kept), another pipeline is refused, ``fresh=True`` starts anew, and a finished run is
   answered at once with ``already_complete``;
-- ``master=ENDPOINT``: a running master; the items are the job named like the pipeline,
-  submitted unless the master has it, and leased as a worker leases tasks;
+- ``master=ENDPOINT`` (or ``cluster=``): a running master; the items are the job named like
+  the pipeline, submitted unless the master has it, and leased as a worker leases tasks. An
+  ``out`` records the pipeline, and the job once a run of it finished there: a rerun of that
+  job (its items all ended on the master) is answered at once with ``already_complete``;
 - with neither: the config's seed range, in memory.
 """
 
@@ -164,7 +166,8 @@ async def run_pipeline(
             import is named while the run waits.
 
     Returns:
-        The run's :class:`PipelineResult`.
+        The run's :class:`PipelineResult`; also where the run was stopped (cancelled) once its
+        finalize hooks had returned, as its processes stopped: its outputs were complete.
 
     Raises:
         ConfigError: the pipeline is invalid, uses ``{out}`` without ``out``, or ``out`` was
@@ -226,6 +229,7 @@ async def run_pipeline(
             return _already_complete(plan.complete)
         failed: StageFailed | None = None
         result: PipelineResult | None = None
+        done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
         where = (
             _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event)
             if cluster is not None
@@ -244,12 +248,26 @@ async def run_pipeline(
                 on_event,
             )
         )
-        async with _lone_error_raised(), where as running:
-            if out_dir is not None and items_from is not None:
-                shared = await anyio.to_thread.run_sync(RunDir(out_dir).take_shared, fingerprint(cfg))
+        shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None
+        async with _kept_once_finalized(done), _lone_error_raised(), where as running:
+            made = running.source.made if isinstance(running.source, MasterSource) else None
+            if shared_dir is not None:
+                shared = await anyio.to_thread.run_sync(shared_dir.take_shared, fingerprint(cfg))
                 stack.callback(shared.release)
             if held is not None and cluster is not None:
                 held.write_to(log_dir)
+            if shared_dir is not None:
+                # The master's job had every item ended, and a run of that very job finished
+                # here: answered as a one-host run's record answers, nothing started.
+                ended = running.before >= cfg.items
+                complete = (
+                    await anyio.to_thread.run_sync(shared_dir.completed_job, made)
+                    if made is not None and ended
+                    else None
+                )
+                if complete is not None:
+                    return _already_complete(complete)
+                await anyio.to_thread.run_sync(shared_dir.forget_complete)
             if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
                 on_event(
                     f"{node_endpoint} was taken as the run started (another troupe run?): this run's "
@@ -271,22 +289,26 @@ async def run_pipeline(
                 on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled, own))
             engine_created = time.monotonic()
 
-            def finished(done: PipelineResult) -> PipelineResult:
-                """``done`` with what the job's record adds: every item died, its items by how
+            def finished(outcome: PipelineResult) -> PipelineResult:
+                """``outcome`` with what the job's record adds: every item died, its items by how
                 they ended (every run's)."""
-                counts = done.counts()
+                counts = outcome.counts()
                 return replace(
-                    done,
+                    outcome,
                     made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
                     ended=(_job_items(running.book, cfg.name) if running.book is not None else None) or {},
                 )
 
-            def finalized(done: PipelineResult) -> None:
+            def finalized(outcome: PipelineResult) -> None:
                 # The outputs are complete now: recorded at once, so that a stop landing after
-                # this (as the replicas and the node stop) leaves a run a rerun finds complete.
+                # this (as the replicas and the node stop) leaves a run a rerun finds complete,
+                # and kept for the return such a stop no longer prevents.
+                outcome = finished(outcome)
                 if run_dir is not None:
-                    done = finished(done)
-                    run_dir.mark_complete(done.finals, done.made_nothing, done.ended)
+                    run_dir.mark_complete(outcome.finals, outcome.made_nothing, outcome.ended)
+                elif shared_dir is not None:  # the job is the master's: the record names it
+                    shared_dir.mark_complete(outcome.finals, outcome.made_nothing, outcome.ended, made)
+                done.append(outcome)
 
             engine = PipelineEngine(
                 resolved,
@@ -310,12 +332,29 @@ async def run_pipeline(
                 failed = exc
         if failed is not None:
             raise failed
+        if result is None and done:  # stopped once the finalize hooks had returned: complete
+            result = done[0]
         if result is None:
             # Stopped (Ctrl-C in run_pipeline_sync: asyncio cancels the run's task), and a task
             # group on the way out took the cancellation for its own: the stop goes on up, as
             # KeyboardInterrupt from run_pipeline_sync, not as an UnboundLocalError.
             raise anyio.get_cancelled_exc_class()("the pipeline run was stopped before it ended")
         return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
+
+
+@contextlib.asynccontextmanager
+async def _kept_once_finalized(done: list[PipelineResult]) -> AsyncIterator[None]:
+    """A stop (the run's cancellation) that comes once ``done`` holds the run's result, its
+    finalize hooks returned, taken as stopping nothing: the outputs are complete (and recorded
+    so), so the run returns its result rather than raising. It lands as the replicas, the
+    node or the master stop, which see to their own stop all the same. The stop is the
+    caller's to see (its cancel scope stays cancelled): ``troupe run`` says the dataset was
+    complete when it came, ``run_pipeline_sync`` returns rather than raising KeyboardInterrupt."""
+    try:
+        yield
+    except anyio.get_cancelled_exc_class():
+        if not done:
+            raise
 
 
 @contextlib.asynccontextmanager

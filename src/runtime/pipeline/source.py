@@ -201,6 +201,9 @@ class MasterSource:
         self.cancelled_before = False  # the job was cancelled before the run (master_job sets it)
         self.ended_before: int | None = None  # its tasks ended as the run began (None: not told)
         self.dead_before: set[str] = set()  # of them, those dead-lettered (master_job sets it)
+        # The job as the master made it: its id and submission time, which tell it from a job
+        # made anew under the same name (a master that lost its journal); None: not told.
+        self.made: dict[str, Any] | None = None  # (master_job sets it)
         # While the lease loop runs: its task group, and the engine's wake (``_report_last``).
         self._ending: tuple[anyio.abc.TaskGroup, Callable[[], None]] | None = None
 

@@ -113,6 +113,28 @@ def test_a_copied_or_moved_directory_is_finalised_again_where_it_is_now(tmp_path
     assert run.finished(_made_with(items=8), fresh=False)
 
 
+def test_a_master_fed_run_s_completion_counts_for_its_own_job_only(tmp_path: Path) -> None:
+    """A run on a cluster records the master's job it finished (its id and submission time):
+    the same job's rerun finds it complete; a job made anew under the same name (a master that
+    lost its journal) does not, and its run drops the word before it finalises again. Stages
+    that write nothing under the folder leave it as bare as a run that failed as it started:
+    its record stays all the same."""
+    run = RunDir(tmp_path / "out")
+    run.take_shared(_made_with(items=8)).release()
+    made = tmp_path / "made.bin"  # outside the folder
+    made.write_bytes(b"12345")
+    job = {"job_id": "datagen", "submitted_at": 1765000000.125}
+    run.mark_complete({"store": {"outputs": [str(made)]}}, job=job)
+    run.take_shared(_made_with(items=8)).release()  # the rerun holds the folder: the word stays
+    assert run.completed_job(dict(job)) is not None
+    assert run.completed_job({**job, "submitted_at": 1765000999.5}) is None
+    assert run.completed() is not None  # what a stop once it finished reads: complete
+
+    run.forget_complete()
+    assert run.completed() is None and run.completed_job(job) is None
+    run.take_shared(_made_with(items=8)).release()  # the pipeline is still the folder's
+
+
 def test_another_pipeline_is_refused_naming_the_field(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(items=32), fresh=False)
