@@ -2,7 +2,9 @@
 one-host run is: `troupe run --cluster` says `complete when the stop came` and exits 0, and the
 same command run again says `already complete` without finalising again; ``run_pipeline``
 returns its result rather than raising. Such a run kept no record in --out: it said `stopped`,
-exited 130 and its rerun finalised again, and ``run_pipeline`` raised the cancellation.
+exited 130 and its rerun finalised again, and ``run_pipeline`` raised the cancellation. The
+stop also ends the run's waits for the node's answers to its replicas' stops, which it no
+longer reads: each was waited out (30 s) before the command exited.
 
 The moment is made, not raced: the last stage's replica (``HeldStopStage``), stopped once its
 ``finalize`` ran, holds its stop until the test has stopped the run. One node on loopback
@@ -15,6 +17,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -79,6 +82,13 @@ def _finalized(log: Path) -> int:
     return sum(1 for r in read_records(log) if r["hook"] == "finalize")
 
 
+def _stops_given_up(out: Path) -> list[dict[str, Any]]:
+    """The replica stops whose answer the run waited out (30 s each) in its log: once stopped,
+    its runtime reads no replies, so a wait the stop does not end ends only so."""
+    logs = sorted((out / "logs").glob("*.jsonl"))
+    return [r for path in logs for r in read_records(path) if r.get("event") == "replica_stop_failed"]
+
+
 def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun_finalises_nothing(
     tmp_path: Path, one_node: TaskMaster
 ) -> None:
@@ -97,6 +107,7 @@ def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun
         assert "stopped: at least" not in text, text[-3000:]
         assert not run.survivors(), "processes of the run left behind"
     assert _finalized(log) == 2  # each stage's finalize, once
+    assert _stops_given_up(out) == []  # the stop ended the waits for the node's answers
 
     with running(args, tmp_path, "rerun") as rerun:
         assert rerun.wait(timeout=WAIT_S) == 0, rerun.text()[-3000:]

@@ -469,13 +469,26 @@ class ReplicaPool:
         tasks are cancelled with it): each node is told, and nobody waits for its answer.
         """
         # All at once: a replica's exit (a torch interpreter's teardown: seconds) need not wait
-        # for the one before it.
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for name, host in list(self._launched.items()):
-                    tg.start_soon(self._stop_worker, name, host, cancelled)
-                for stage in self.stages:
-                    stage.replicas.clear()
+        # for the one before it. A stop of the run that comes meanwhile (Ctrl-C once the
+        # finalize hooks returned) ends the waits: the run's runtime reads no more replies, and
+        # each would have waited out its 30 s; the nodes stop the workers they were told to.
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(self._end_stop_waits_if_stopped)
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    for name, host in list(self._launched.items()):
+                        tg.start_soon(self._stop_worker, name, host, cancelled)
+                    for stage in self.stages:
+                        stage.replicas.clear()
+            watching.cancel_scope.cancel()
+
+    async def _end_stop_waits_if_stopped(self) -> None:
+        """Until cancelled: by the run's stop, which ends the waits for the nodes' answers, or
+        as the stops are all answered, when none is left to end."""
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self._stop_waits_end()
 
     async def _stop_worker(self, name: str, host: Host | None, unanswered: bool = False) -> None:
         """Stop this run's worker ``name`` on ``host``. The stop names this run's process: one

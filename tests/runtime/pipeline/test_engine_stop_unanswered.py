@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine
 from troupe.runtime.pipeline.source import LocalSource
@@ -88,3 +89,64 @@ async def test_a_run_stopped_while_a_replica_s_stop_is_unanswered_ends_at_once()
             tg.cancel_scope.cancel()  # Ctrl-C
         assert ended.is_set()
     assert not node.release.is_set()  # the finalize never went on: the stop ended the run
+
+
+class UnansweredOnceFinalized(SilentStops):
+    """A node that answers the stops asked before the finalize hooks returned, and not those
+    asked after (the replicas' stop as the run ends): each of those is given up after its
+    timeout, as a real runtime gives up (``AskTimeout``), unless the run ends the wait first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.set()  # the finalize hook returns at once
+        self.finalized = anyio.Event()
+        self.late_stop_asked = anyio.Event()
+        self.waits_ended = 0
+        self.waits_timed_out = 0
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind != "stop_worker":
+            return await super().control(endpoint, kind, payload, timeout)
+        if not self.finalized.is_set():
+            return {}  # a stop during the run (the finalize hook's replica stays): answered
+        self.late_stop_asked.set()
+        try:
+            await anyio.sleep(ANSWERED_STOP_S if timeout is None else timeout)
+        except anyio.get_cancelled_exc_class():
+            self.waits_ended += 1
+            raise
+        self.waits_timed_out += 1
+        raise AskTimeout(f"no reply to 'stop_worker' within {timeout}s")
+
+
+async def test_a_run_stopped_as_its_replicas_stop_after_its_finalisation_waits_for_no_answer() -> None:
+    """Ctrl-C once the finalize hooks returned, as the replicas stop: a run on a cluster's nodes
+    (its runtime reads no replies once stopped) waited out 30 s per replica stop before it
+    exited. The stop ends those waits; the nodes stop the workers they were told to."""
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "p",
+            "items": 3,
+            "scale_interval_s": 3600.0,
+            "stages": [{"name": "load", "actor": "m:Stage"}, {"name": "store", "actor": "m:Stage"}],
+        }
+    )
+    node = UnansweredOnceFinalized()
+    engine = PipelineEngine(
+        cfg,
+        node,  # type: ignore[arg-type]
+        "tcp://fake:1",
+        source=LocalSource(cfg.name, cfg.items),
+        on_finalized=lambda _: node.finalized.set(),
+    )
+
+    async def run() -> None:
+        await engine.run()
+
+    with anyio.fail_after(HANG_GUARD_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await node.late_stop_asked.wait()  # the finalize hooks returned; a replica is stopping
+            tg.cancel_scope.cancel()  # Ctrl-C
+    assert node.waits_timed_out == 0
+    assert node.waits_ended >= 1
