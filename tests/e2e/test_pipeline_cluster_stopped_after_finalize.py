@@ -1,21 +1,21 @@
 """A run on a cluster stopped after its finalisation (as its replicas stop) is complete, as a
 one-host run is: `troupe run --cluster` says `complete when the stop came` and exits 0, and the
 same command run again says `already complete` without finalising again; ``run_pipeline``
-returns its result rather than raising. Such a run kept no record in --out: it said `stopped`,
-exited 130 and its rerun finalised again, and ``run_pipeline`` raised the cancellation. The
-stop also ends the run's waits for the node's answers to its replicas' stops, which it no
-longer reads: each was waited out (30 s) before the command exited.
+returns its result, and its rerun is ``already_complete``. Such a run kept no record in --out:
+it was not said complete, and its rerun finalised again. The stop also ends the run's waits for
+the node's answers to its replicas' stops, which it no longer reads: each was waited out (30 s)
+before the command exited.
 
-The moment is made, not raced: the last stage's replica (``HeldStopStage``), stopped once its
-``finalize`` ran, holds its stop until the test has stopped the run. One node on loopback
+The moment is made, not raced: the last stage's replica (``support.held_stop``), stopped once
+its ``finalize`` ran, holds its stop until the test has stopped the run. One node on loopback
 (127.0.0.2) joined to a test's master; every process is reaped by its pid.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from support.chaos import TaskMaster
+from support.held_stop import HELD_FINALS, HELD_ITEMS, cancelled_once_held, finalized, held_pipeline
 from support.hook_stages import read_records
 from support.run_resume_helpers import running
 from support.tagged_nodes import tagged_nodes
@@ -34,9 +35,8 @@ from troupe.runtime.testing.plugin import import_path
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 NODES = {"na": ("127.0.0.2", "any")}
-ITEMS = 4
 WAIT_S = 120.0  # a bound on waiting for another process, not on its speed
-FINALS = f"a finalised {ITEMS} items; b finalised {ITEMS} items"
+HOLD_S = 4.0  # the replica's hold, should the test not end it: under the node's stop grace (5 s)
 
 
 @pytest.fixture
@@ -44,42 +44,6 @@ def one_node(tmp_path: Path, master: TaskMaster, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PYTHONPATH", import_path())  # the command and the replicas import the stages
     with tagged_nodes(master, tmp_path, NODES, env={"PYTHONPATH": import_path()}):
         yield master
-
-
-def _pipeline(tmp_path: Path, log: Path, held: Path, release: Path) -> Path:
-    # The hold ends by itself (wait_s) within the node's stop grace (5 s), should the test not.
-    path = tmp_path / "held.toml"
-    path.write_text(
-        f"""
-[pipeline]
-name = "held"
-items = {ITEMS}
-
-[[stages]]
-name = "a"
-actor = "support.hook_stages:RecordingStage"
-kwargs = {{ log = {json.dumps(str(log))}, label = "a" }}
-
-[[stages]]
-name = "b"
-actor = "support.hook_stages:HeldStopStage"
-replicas = 1
-max_replicas = 1
-
-[stages.kwargs]
-log = {json.dumps(str(log))}
-label = "b"
-held = {json.dumps(str(held))}
-release = {json.dumps(str(release))}
-wait_s = 4.0
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
-def _finalized(log: Path) -> int:
-    return sum(1 for r in read_records(log) if r["hook"] == "finalize")
 
 
 def _stops_given_up(out: Path) -> list[dict[str, Any]]:
@@ -93,7 +57,7 @@ def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun
     tmp_path: Path, one_node: TaskMaster
 ) -> None:
     log, held, release = tmp_path / "hooks.jsonl", tmp_path / "held", tmp_path / "release"
-    config, out = _pipeline(tmp_path, log, held, release), tmp_path / "out"
+    config, out = held_pipeline(tmp_path, log, held, release, HOLD_S), tmp_path / "out"
     args = ["run", str(config), "--out", str(out), "--cluster", one_node.endpoint]
     with running(args, tmp_path, "run") as run:
         run.wait_until("the finalisation's end (the last stage's replica stopping)", held.exists, WAIT_S)
@@ -103,47 +67,35 @@ def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun
         status = run.wait(timeout=WAIT_S)
         text = run.text()
         assert status == 0, text[-3000:]
-        assert f"complete when the stop came: {FINALS}" in " ".join(text.split()), text[-3000:]
+        assert f"complete when the stop came: {HELD_FINALS}" in " ".join(text.split()), text[-3000:]
         assert "stopped: at least" not in text, text[-3000:]
         assert not run.survivors(), "processes of the run left behind"
-    assert _finalized(log) == 2  # each stage's finalize, once
+    assert finalized(log) == 2  # each stage's finalize, once
     assert _stops_given_up(out) == []  # the stop ended the waits for the node's answers
 
     with running(args, tmp_path, "rerun") as rerun:
         assert rerun.wait(timeout=WAIT_S) == 0, rerun.text()[-3000:]
         flat = " ".join(rerun.text().split())
-    assert f"already complete: {FINALS}" in flat, flat[-3000:]
+    assert f"already complete: {HELD_FINALS}" in flat, flat[-3000:]
     assert "finalising" not in flat
-    assert _finalized(log) == 2  # the rerun finalised nothing again
+    assert finalized(log) == 2  # the rerun finalised nothing again
 
 
 def test_run_pipeline_stopped_after_a_cluster_run_s_finalisation_returns_its_result(
     tmp_path: Path, one_node: TaskMaster
 ) -> None:
     log, held, release = tmp_path / "hooks.jsonl", tmp_path / "held", tmp_path / "release"
-    cfg = load_pipeline(_pipeline(tmp_path, log, held, release))
+    cfg = load_pipeline(held_pipeline(tmp_path, log, held, release, HOLD_S))
     out = tmp_path / "out"
-    returned: list[PipelineResult] = []
 
-    async def stopped_once_finalised() -> None:
-        async def run() -> None:
-            returned.append(await run_pipeline(cfg, out, cluster=one_node.endpoint))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
-            with anyio.fail_after(WAIT_S):  # until the last stage's replica holds its stop
-                while not held.exists():
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
-            release.write_text("")
-
-    anyio.run(stopped_once_finalised)
+    run = partial(run_pipeline, cfg, out, cluster=one_node.endpoint)
+    returned = anyio.run(cancelled_once_held, run, held, release, WAIT_S)
     assert len(returned) == 1, "the stopped run raised rather than returning its result"
     (result,) = returned
     assert not result.already_complete
-    assert result.counts()["ok"] == ITEMS
-    assert [f["summary"] for f in result.finals.values()] == FINALS.split("; ")
-    assert _finalized(log) == 2
+    assert result.counts()["ok"] == HELD_ITEMS
+    assert [f["summary"] for f in result.finals.values()] == HELD_FINALS.split("; ")
+    assert finalized(log) == 2
 
     async def rerun() -> PipelineResult:
         with anyio.fail_after(WAIT_S):
@@ -152,4 +104,4 @@ def test_run_pipeline_stopped_after_a_cluster_run_s_finalisation_returns_its_res
     again = anyio.run(rerun)
     assert again.already_complete
     assert again.finals == result.finals
-    assert _finalized(log) == 2  # the rerun finalised nothing again
+    assert finalized(log) == 2  # the rerun finalised nothing again
