@@ -63,8 +63,8 @@ class PipelineResult:
         finals: what each stage's ``finalize`` hook returned, by stage.
         scale_log: the scaler's decisions: (seconds since start, stage, replicas, what).
         kept: how many items an earlier run had committed.
-        already_complete: ``out`` held a finished run of this pipeline: nothing ran, and
-            ``finals`` are the recorded ones.
+        already_complete: ``out`` held a finished run of this pipeline (on a cluster, of the
+            master's job as it is now): nothing ran, and ``finals`` are the recorded ones.
         wall_s: seconds from the call of ``run_pipeline`` to its return.
         startup_s: of them, until every stage's first replica served (the cluster started, the
             replicas spawned and answered).

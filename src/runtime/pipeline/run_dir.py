@@ -5,7 +5,8 @@ decide what its episodes hold: the pipeline's name, items and seed_start, and ea
 actor class and constructor kwargs (with ``{out}`` unresolved, so a moved directory still
 matches). Replicas, batches, queues, slots and retries only change how fast the same episodes
 come, so they may differ between runs. The record also keeps what the stages' ``finalize``
-hooks returned once the run is complete.
+hooks returned once the run is complete, and, for a run whose items are a master's job (a
+cluster's), which job it finished: the master's, so a rerun asks it (``completed_job``).
 
 Rules, checked before anything runs:
 

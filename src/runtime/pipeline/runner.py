@@ -546,10 +546,12 @@ def _refuse_inside_an_import() -> None:
 
 
 def completed_run(out: str | os.PathLike[str]) -> PipelineResult | None:
-    """What a rerun into ``out`` would answer at once (``already_complete``) when a one-host run
-    finished there, its outputs still as it wrote them; None otherwise (nothing finished
-    there, or its record cannot be read). A run stopped by a signal after its finalize hooks
-    returned is such a run: its record is written then, before its processes stop."""
+    """What a rerun into ``out`` would answer at once (``already_complete``) when a run finished
+    there, its outputs still as it wrote them; None otherwise (nothing finished there, or its
+    record cannot be read). A run stopped by a signal after its finalize hooks returned is such
+    a run: its record is written then, before its processes stop. On a cluster, a rerun also
+    asks the master whether its job is the one recorded (``RunDir.completed_job``); this reads
+    the record alone, as the run that just wrote it does."""
     try:
         complete = RunDir(Path(out).resolve()).completed()
     except (TroupeError, OSError):
