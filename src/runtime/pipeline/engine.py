@@ -31,6 +31,13 @@ whose output is already there (``done``: committed by an earlier, interrupted ru
 it is: settled ok at once, no stage runs it again. A stage's ``start`` hook may name such items;
 an item that earlier runs ended ok whose output such a list lacks (deleted since) is made again,
 outside the source's count (its record says done; the output is the truth).
+
+The engine is built of parts, each a base class that holds one of these ideas over the engine's
+state (set up here, in ``__init__``): the replicas (``replicas.py``), the hook calls
+(``hook_calls.py``), the queues' filling and credits (``dispatch.py``), a call to a replica
+(``replica_calls.py``), an item's outcome (``item_outcomes.py``), a lost holder's items
+(``lost_holders.py``) and the held outputs' releases (``handle_ledger.py``). This module keeps
+the run: its state, its loop, its figures and its result.
 """
 
 from __future__ import annotations
@@ -42,14 +49,14 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import JobCancelled, PeerLost, ProtocolError, StageFailed, TroupeError, Unreachable
+from troupe.runtime.errors import JobCancelled, StageFailed
 from troupe.runtime.placement import Host
-from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .config import PipelineConfig
+from .dispatch import ItemDispatch
+from .hook_calls import HookCalls
 from .hosts import EngineHosts
 from .model import (
     StageMeter,
@@ -57,20 +64,14 @@ from .model import (
 )
 from .owned_controls import OwnedControls
 from .owner_beat import OwnerBeat
-from .records import Handle, Item, Replica, StageState
-from .replicas import ReplicaPool
+from .records import Item, Replica, StageState
 from .result import PipelineMetrics, PipelineResult
 from .source import ItemSource, LocalSource, SourceItem
-from .stage import StageRun
 
 __all__ = ["Item", "PipelineEngine"]
 
-log = structlog.get_logger(__name__)
 
-_CALL_S = 600.0  # how long one call to a replica may take before its items are retried
-
-
-class PipelineEngine(ReplicaPool):
+class PipelineEngine(HookCalls, ItemDispatch):
     """Runs a pipeline's items through its stages on one node.
 
     Args:
@@ -291,93 +292,8 @@ class PipelineEngine(ReplicaPool):
         counted: list[int] = transport.wire_bytes
         return counted
 
-    # -- hooks --------------------------------------------------------------------------------
-
-    async def _wait_started(self) -> None:
-        with anyio.fail_after(300):
-            while any(s.starting for s in self.stages):  # every first replica up, or failed
-                await self._changed.wait()
-                self._changed = anyio.Event()
-        if self._fatal is not None:
-            raise self._fatal
-
-    def _stage_run(self, stage: StageState) -> dict[str, Any]:
-        return StageRun(
-            self.config.name, stage.cfg.name, self.config.items, self.config.seed_start, self.out, self.fresh
-        ).to_wire()
-
-    async def _start_hooks(self) -> None:
-        """Each stage's ``start``, before any item moves; what they name as committed is kept."""
-        for stage in self.stages:
-            if "start" not in stage.hooks:
-                continue
-            replica = stage.ready()[0]
-            assert replica.ref is not None
-            try:
-                reply = await replica.ref.ask("stage_start", self._stage_run(stage), timeout=3600)
-            except TroupeError as exc:
-                raise StageFailed(f"stage {stage.cfg.name}: start failed: {exc}") from exc
-            committed = reply.get("committed", []) if isinstance(reply, dict) else []
-            self._committed.update(str(t) for t in committed)
-            self._outputs_listed |= isinstance(reply, dict) and reply.get("every") is True
-            log.info("stage_started", stage=stage.cfg.name, committed=len(committed))
-
-    async def _find_lost_outputs(self) -> None:
-        """The items that earlier runs ended ok but whose outputs the start hooks do not name
-        (deleted since): they run again, or the run would end short of them."""
-        if not self._outputs_listed:
-            return
-        name, start = self.config.name, self.config.seed_start
-        ids = (generated_task_id(name, i) for i in range(self.config.items))
-        lost = sorted(await self.source.ended_ok(t for t in ids if t not in self._committed))
-        if not lost:
-            return
-        self.remade = set(lost)
-        self._remakes.extend(SourceItem(t, start + int(t.rpartition("-")[2])) for t in lost)
-        shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
-        log.warning("items_remade", count=len(lost), task_ids=lost[:20])
-        if self.on_event is not None:
-            self.on_event(
-                f"{len(lost)} item(s) that earlier runs made have no committed output (deleted since, "
-                f"or found damaged and set aside): "
-                f"made again: {shown}"
-            )
-
-    async def _finalize_hooks(self) -> None:
-        """Each stage's ``finalize``, in stage order, once every item has its outcome."""
-        for stage in self.stages:
-            if "finalize" not in stage.hooks:
-                continue
-            if not stage.ready():  # the scaler gave back a drained stage's replicas
-                self._spawn(stage)
-                await self._wait_started()
-            ready = stage.ready()
-            if not ready:
-                raise StageFailed(f"stage {stage.cfg.name}: no replica could start to finalize")
-            replica = ready[0]
-            assert replica.ref is not None
-            log.info("stage_finalizing", stage=stage.cfg.name, replica=replica.name)
-            replica.busy += 1  # nothing retires it meanwhile
-            try:
-                summary = await replica.ref.ask("stage_finalize", self._stage_run(stage), timeout=24 * 3600)
-            except TroupeError as exc:
-                raise StageFailed(f"stage {stage.cfg.name}: finalize failed: {exc}") from exc
-            finally:
-                replica.busy -= 1
-            self._finals[stage.cfg.name] = dict(summary) if isinstance(summary, dict) else {}
-
-    # -- items --------------------------------------------------------------------------------
-
     def _changed_set(self) -> None:
         self._changed.set()
-
-    def _settle(self, item: Item, outcome: str, error: str = "", tb: str = "") -> None:
-        if outcome != "error":
-            self._last_done = time.monotonic()
-            self._outcomes[item.task_id] = outcome
-            if error:
-                self._errors[item.task_id] = error
-        self.source.settle(item.task_id, outcome, error, tb)
 
     def _finished(self) -> bool:
         return (
@@ -385,15 +301,6 @@ class PipelineEngine(ReplicaPool):
             and self.source.exhausted()
             and all(not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages)
         )
-
-    def _credit(self, stage: StageState) -> int:
-        """How many more items ``stage`` may take on without overfilling a downstream queue."""
-        room = 1 << 30
-        for d in self.config.downstream(stage.index):
-            down = self.stages[d]
-            inflight = sum(r.busy for r in stage.replicas)
-            room = min(room, down.cfg.queue - len(down.queue) - inflight)
-        return room
 
     async def _dispatch_loop(self) -> None:
         while True:
@@ -411,315 +318,6 @@ class PipelineEngine(ReplicaPool):
             await self._changed.wait()
             self._changed = anyio.Event()
 
-    def _fill_source(self) -> None:
-        first = self.stages[0]
-        now = time.monotonic()
-        # Over its bound (a lost replica's items went back to its front): nothing new comes in.
-        while (room := first.cfg.queue - len(first.queue)) > 0:
-            taken = [self._remakes.popleft() for _ in range(min(room, len(self._remakes)))]
-            taken = taken or self.source.take(room)
-            if not taken:
-                return
-            for it in taken:
-                if it.task_id in self._committed or (self.done is not None and self.done(it.task_id)):
-                    self._keep(it.task_id)
-                    continue
-                data = {"task_id": it.task_id, "seed": it.seed, "attempt": it.attempt}
-                first.queue.append(Item(it.task_id, it.seed, data, it.attempt))
-                assert first.meter is not None
-                first.meter.queued(len(first.queue), now)
-
-    def _keep(self, task_id: str) -> None:
-        """Its output is committed already: the item is done (invariant 8), nothing runs it."""
-        self.kept += 1
-        self._outcomes[task_id] = "kept"
-        self.source.settle(task_id, "ok")
-        log.info("item_kept", task_id=task_id)
-
-    def _dispatch(self, stage: StageState) -> None:
-        # Round by round, so that every replica has a call before any has a second.
-        for depth in range(stage.cfg.inflight):
-            for replica in stage.ready():
-                if replica.calls > depth or not stage.queue:
-                    continue
-                n = min(stage.cfg.batch, len(stage.queue), self._credit(stage))
-                if n <= 0:
-                    return
-                batch = self._take(stage, n)
-                if batch:
-                    self._send(stage, replica, batch)
-
-    def _take(self, stage: StageState, n: int) -> list[Item]:
-        """Up to ``n`` items from the front of ``stage``'s queue; one whose input is held by a
-        replica lost since it was queued (put back behind a call of a replica lost with it, say)
-        runs again from the first stage instead: a pull from it would wait out its timeout."""
-        batch: list[Item] = []
-        while len(batch) < n and stage.queue:
-            item = stage.queue.popleft()
-            if isinstance(item.data, Handle) and item.data.holder.lost:
-                self._restart(item, f"replica {item.data.holder.name} holding its payload is gone")
-            else:
-                batch.append(item)
-        return batch
-
-    def _send(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
-        assert self._tg is not None and stage.meter is not None
-        now = time.monotonic()
-        if not self._started:  # lambda is measured from the first item in, not from spawning
-            self._started = True
-            self._start = now
-        if replica.calls == 0:
-            replica.last_reply = now  # it was idle: its service starts now, not at its last reply
-        replica.busy += len(batch)
-        replica.calls += 1
-        stage.meter.dispatched(len(batch), len(stage.queue), now)
-        self._tg.start_soon(self._call, stage, replica, batch)
-
-    def _request(self, stage: StageState, batch: list[Item]) -> tuple[str, dict[str, Any]]:
-        """The call for ``batch``: ``process`` with the items inline, or, on the direct data
-        plane, ``process_direct`` naming where held inputs are and asking to hold outputs."""
-        if not self._direct:
-            return "process", {"items": [it.data for it in batch]}
-        items: list[Any] = []
-        sources: list[list[str] | None] = []
-        for it in batch:
-            if isinstance(it.data, Handle):
-                items.append(None)
-                holder = it.data.holder
-                sources.append(
-                    [holder.outbox, it.data.key, *([holder.outbox_at] if holder.outbox_at else [])]
-                )
-            else:
-                items.append(it.data)
-                sources.append(None)
-        payload: dict[str, Any] = {"items": items}
-        if any(sources):
-            payload["from"] = sources
-        if self.config.downstream(stage.index):
-            payload["hold"] = [f"{it.task_id}/{stage.cfg.name}/{next(self._keys)}" for it in batch]
-            payload["inline_below"] = self.config.inline_below
-        return ("process_direct" if len(payload) > 1 else "process"), payload
-
-    async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
-        assert replica.ref is not None and stage.meter is not None
-        if replica.gone_why:  # given up between its dispatch and now: nothing was sent to it
-            self._waited_behind(stage, replica, batch)
-            return
-        t0 = time.monotonic()
-        actor_s: float | None = None
-        failure: TroupeError | None = None
-        msg_type, payload = self._request(stage, batch)
-        with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
-            replica.scopes.append(scope)
-            try:
-                reply = await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
-                results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
-            except PeerLost as exc:
-                failure = exc
-                # Its process went. The engine's watch of its node, asked now, says why (killed
-                # as hung, say) and gives up its calls together, telling the one it was working
-                # on from those that only waited behind it: until then, this call waits.
-                self.suspect(replica)
-                await anyio.sleep(max(0.0, t0 + _CALL_S - time.monotonic()))
-            except TroupeError as exc:
-                failure = exc
-            finally:
-                replica.scopes.remove(scope)
-        if scope.cancelled_caught:
-            if replica.working_on is not None and replica.working_on is not scope:
-                self._waited_behind(stage, replica, batch)
-                return
-            failure = Unreachable(f"replica {replica.name}: {replica.gone_why or 'gone'}")
-        if failure is not None:  # the replica died, hung or answered nonsense: retry the items
-            log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
-            results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
-            if not isinstance(failure, ProtocolError):  # a reply it made that cannot travel: it is well
-                self._replace(stage, replica)
-        now = time.monotonic()
-        # The actor takes calls one at a time: this one's service began when the one before it
-        # answered (or when it was sent, if the replica was idle). Time queued behind it is not
-        # the stage's latency.
-        begun = max(t0, replica.last_reply)
-        replica.last_reply = now
-        ok = pruned = errors = 0
-        for item, result in zip(batch, results, strict=True):
-            if "ok" in result:
-                ok += 1
-                self._consumed(item)
-                self._forward(stage, item, result["ok"], now)
-            elif "held" in result and not replica.lost:
-                ok += 1
-                self._consumed(item)
-                replica.held += 1
-                self._forward(
-                    stage, item, Handle(replica, str(result["held"]), _int(result.get("bytes"))), now
-                )
-            elif "pruned" in result:
-                pruned += 1
-                self._consumed(item)
-                self._settle(item, "pruned", str(result["pruned"]))
-            elif "lost" in result or "held" in result:  # its input, or its output, is gone
-                errors += 1
-                if "lost" in result:
-                    self._holder_gone(item)
-                self._restart(item, str(result.get("lost", f"replica {replica.name} is gone")))
-            else:
-                errors += 1
-                self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
-        # A batch call handles its items together: the latency per item is amortised over them.
-        n = len(batch)
-        stage.meter.finished(
-            ok, pruned, errors, (now - begun) / n, now, None if actor_s is None else actor_s / n
-        )
-        replica.busy -= n
-        replica.calls -= 1
-        self._flush_releases()
-        self._changed.set()
-
-    def _waited_behind(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
-        """A lost replica's call that only waited in its mailbox behind the one it was working
-        on: its items go back to the stage's queue with no attempt counted (a hung item took
-        the innocent ones behind it down with it, attempt after attempt)."""
-        log.info(
-            "stage_call_requeued",
-            stage=stage.cfg.name,
-            replica=replica.name,
-            task_ids=[item.task_id for item in batch],
-            why=replica.gone_why,
-        )
-        for item in reversed(batch):
-            stage.queue.appendleft(item)
-        assert stage.meter is not None
-        stage.meter.queued(len(stage.queue), time.monotonic())
-        replica.busy -= len(batch)
-        replica.calls -= 1
-        self._changed.set()
-
-    def _forward(self, stage: StageState, item: Item, data: Any, now: float) -> None:
-        downstream = self.config.downstream(stage.index)
-        if not downstream:
-            if self.keep_outputs:
-                self._outputs[item.task_id] = data
-            self._settle(item, "ok")
-            return
-        if isinstance(data, Handle):
-            data.refs = len(downstream)
-        for d in downstream:
-            down = self.stages[d]
-            down.queue.append(Item(item.task_id, item.seed, data, 0))
-            assert down.meter is not None
-            down.meter.queued(len(down.queue), now)
-
-    def _consumed(self, item: Item) -> None:
-        """``item``'s stage settled it: its input, if held upstream, may go once every stage
-        it feeds has."""
-        handle = item.data
-        if not isinstance(handle, Handle):
-            return
-        handle.refs -= 1
-        if handle.refs > 0:
-            return
-        holder = handle.holder
-        holder.held = max(0, holder.held - 1)
-        if not holder.lost:
-            self._releases.setdefault(holder.name, (holder, []))[1].append(handle.key)
-
-    def _flush_releases(self) -> None:
-        """Tell each holder the outputs it may forget (one message per holder)."""
-        if not self._releases or self._tg is None:
-            return
-        releases, self._releases = self._releases, {}
-        for holder, keys in releases.values():
-            self._tg.start_soon(self._release, holder, keys)
-
-    async def _release(self, holder: Replica, keys: list[str]) -> None:
-        try:
-            await self.runtime.ref(holder.outbox).tell("stage_release", {"keys": keys})
-        except TroupeError as exc:  # gone with its node: nothing left to free
-            log.info("release_failed", replica=holder.name, error=str(exc))
-
-    def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
-        if not self._retries_here(item):  # the master decides: retry later, or dead letter
-            log.warning(
-                "item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb
-            )
-            self._consumed(item)
-            self._settle(item, "error", error, tb)
-            return
-        item.attempt += 1
-        if stage.index == 0 and isinstance(item.data, dict):  # the first stage is told the attempt
-            item.data = {**item.data, "attempt": item.attempt}
-        if item.attempt >= self.config.max_attempts:
-            self._consumed(item)
-            self._settle(item, "dead", error, tb)
-            log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
-            return
-        log.warning(
-            "item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error
-        )
-        stage.queue.appendleft(item)
-
-    def _retries_here(self, item: Item) -> bool:
-        """The engine retries ``item`` itself: its source does not, or it is made again
-        outside the source (its source has it as done)."""
-        return self.source.retries_locally or item.task_id in self.remade
-
-    def _restart(self, item: Item, why: str) -> None:
-        """``item``'s payload is gone with the replica that held it: run it from the first stage
-        again (an attempt, so that a run that keeps losing nodes still ends)."""
-        self._consumed(item)
-        self.restarted += 1
-        n = self._restarts[item.task_id] = self._restarts.get(item.task_id, 0) + 1
-        error = f"restarted from the first stage: {why}"
-        log.warning("item_restarted", task_id=item.task_id, restarts=n, why=why)
-        if not self._retries_here(item):  # the master runs it again, as any failed task
-            self._settle(item, "error", error)
-        elif n >= self.config.max_attempts:
-            self._settle(item, "dead", error)
-        else:
-            first = self.stages[0]
-            data = {"task_id": item.task_id, "seed": item.seed, "attempt": n}
-            first.queue.appendleft(Item(item.task_id, item.seed, data, n))
-            assert first.meter is not None
-            first.meter.queued(len(first.queue), time.monotonic())
-
-    def _lose_outputs(self, replica: Replica) -> None:
-        """``replica`` is gone: the items queued for a next stage with their payload held there
-        run again from the first stage."""
-        replica.lost = True
-        lost: list[Item] = []
-        for stage in self.stages:
-            kept: deque[Item] = deque()
-            for it in stage.queue:
-                is_lost = isinstance(it.data, Handle) and it.data.holder is replica
-                (lost if is_lost else kept).append(it)
-            stage.queue = kept
-        for it in lost:
-            self._restart(it, f"replica {replica.name} holding its payload is gone")
-        replica.held = 0
-        if self._direct and self._tg is not None:  # replicas pulling from it stop waiting for it
-            for stage in self.stages:
-                for other in stage.replicas:
-                    if other is not replica and other.busy and not other.lost:
-                        self._tg.start_soon(self._tell_gone, other, replica.outbox)
-
-    async def _tell_gone(self, replica: Replica, holder: str) -> None:
-        try:
-            await self.runtime.ref(replica.outbox).tell("stage_holder_gone", {"holder": holder})
-        except TroupeError as exc:
-            log.info("holder_gone_not_told", replica=replica.name, error=str(exc))
-
-    def _holder_gone(self, item: Item) -> None:
-        """The replica holding ``item``'s input no longer has it: its process died (and its node
-        may have restarted it, empty, at another endpoint than this engine's ref knows), or it
-        cannot be reached."""
-        handle = item.data
-        if not isinstance(handle, Handle):
-            return
-        stage = next((s for s in self.stages if handle.holder in s.replicas), None)
-        if stage is not None:
-            self._lose(stage, handle.holder, "replica_lost_outputs", "it no longer has the outputs it held")
-
     def _notify(self) -> None:
         # A display needs no more than a few frames a second; the figures cost a snapshot of
         # every stage, which at hundreds of items a second is the engine's largest cost.
@@ -729,21 +327,3 @@ class PipelineEngine(ReplicaPool):
         if now - self._notified >= self.on_change_every_s or self._finished():
             self._notified = now
             self.on_change(self.metrics())
-
-
-def _int(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
-
-
-def _outcomes(reply: Any, n: int, stage: str) -> tuple[list[dict[str, Any]], float | None]:
-    """The outcomes of a ``process`` call and the time it took inside the actor (if told)."""
-    actor_s: float | None = None
-    results = reply
-    if isinstance(reply, dict):
-        results = reply.get("outcomes")
-        told = reply.get("actor_s")
-        actor_s = float(told) if isinstance(told, (int, float)) and told >= 0 else None
-    if not isinstance(results, list) or len(results) != n or not all(isinstance(r, dict) for r in results):
-        size = len(results) if isinstance(results, list) else type(results).__name__
-        raise TroupeError(f"stage {stage} answered {size} outcomes for {n} items")
-    return results, actor_s

@@ -2,7 +2,8 @@
 scaler moves slots between stages, and what a node's death does to the replicas it ran.
 
 :class:`ReplicaPool` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
-manages them; the engine's item flow calls into it and it into that flow (``_lose_outputs``).
+manages them, and the base of its other parts; the engine's item flow calls into it and it into
+that flow (``_lose_outputs``, answered in ``lost_holders.py``).
 """
 
 from __future__ import annotations

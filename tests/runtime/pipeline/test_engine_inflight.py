@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from troupe.runtime.pipeline import dispatch, item_outcomes, replica_calls
 from troupe.runtime.pipeline import engine as engine_module
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
@@ -141,8 +142,9 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
-    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
-    monkeypatch.setattr(replicas_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    # The engine's parts each read the clock through their own module (``engine.py`` names them).
+    for module in (engine_module, replicas_module, dispatch, replica_calls, item_outcomes):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
     yield fake
 
 

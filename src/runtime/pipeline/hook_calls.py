@@ -1,0 +1,113 @@
+"""The engine's calls of the stages' hooks: ``start`` once every first replica is up, before any
+item moves (what it names as committed is kept, and the items earlier runs ended ok whose output
+it lacks are made again), and ``finalize`` once every item has its outcome, in stage order.
+
+:class:`HookCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
+calls them; the hooks themselves run in the stage actor (``stage.py``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import anyio
+import structlog
+
+from troupe.runtime.errors import StageFailed, TroupeError
+from troupe.runtime.tasks.jobspec import generated_task_id
+
+from .records import StageState
+from .replicas import ReplicaPool
+from .source import SourceItem
+from .stage import StageRun
+
+__all__ = ["HookCalls"]
+
+log = structlog.get_logger(__name__)
+
+
+class HookCalls(ReplicaPool):
+    """Waits for the first replicas and runs the stages' start and finalize hooks (a part of
+    the engine)."""
+
+    out: str | None
+    fresh: bool
+    remade: set[str]
+    _committed: set[str]  # named by stages' start hooks
+    _outputs_listed: bool  # a start hook named every committed output (even none)
+    _remakes: deque[SourceItem]  # ended ok before, output gone: made again
+    _finals: dict[str, dict[str, Any]]
+
+    async def _wait_started(self) -> None:
+        with anyio.fail_after(300):
+            while any(s.starting for s in self.stages):  # every first replica up, or failed
+                await self._changed.wait()
+                self._changed = anyio.Event()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _stage_run(self, stage: StageState) -> dict[str, Any]:
+        return StageRun(
+            self.config.name, stage.cfg.name, self.config.items, self.config.seed_start, self.out, self.fresh
+        ).to_wire()
+
+    async def _start_hooks(self) -> None:
+        """Each stage's ``start``, before any item moves; what they name as committed is kept."""
+        for stage in self.stages:
+            if "start" not in stage.hooks:
+                continue
+            replica = stage.ready()[0]
+            assert replica.ref is not None
+            try:
+                reply = await replica.ref.ask("stage_start", self._stage_run(stage), timeout=3600)
+            except TroupeError as exc:
+                raise StageFailed(f"stage {stage.cfg.name}: start failed: {exc}") from exc
+            committed = reply.get("committed", []) if isinstance(reply, dict) else []
+            self._committed.update(str(t) for t in committed)
+            self._outputs_listed |= isinstance(reply, dict) and reply.get("every") is True
+            log.info("stage_started", stage=stage.cfg.name, committed=len(committed))
+
+    async def _find_lost_outputs(self) -> None:
+        """The items that earlier runs ended ok but whose outputs the start hooks do not name
+        (deleted since): they run again, or the run would end short of them."""
+        if not self._outputs_listed:
+            return
+        name, start = self.config.name, self.config.seed_start
+        ids = (generated_task_id(name, i) for i in range(self.config.items))
+        lost = sorted(await self.source.ended_ok(t for t in ids if t not in self._committed))
+        if not lost:
+            return
+        self.remade = set(lost)
+        self._remakes.extend(SourceItem(t, start + int(t.rpartition("-")[2])) for t in lost)
+        shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        log.warning("items_remade", count=len(lost), task_ids=lost[:20])
+        if self.on_event is not None:
+            self.on_event(
+                f"{len(lost)} item(s) that earlier runs made have no committed output (deleted since, "
+                f"or found damaged and set aside): "
+                f"made again: {shown}"
+            )
+
+    async def _finalize_hooks(self) -> None:
+        """Each stage's ``finalize``, in stage order, once every item has its outcome."""
+        for stage in self.stages:
+            if "finalize" not in stage.hooks:
+                continue
+            if not stage.ready():  # the scaler gave back a drained stage's replicas
+                self._spawn(stage)
+                await self._wait_started()
+            ready = stage.ready()
+            if not ready:
+                raise StageFailed(f"stage {stage.cfg.name}: no replica could start to finalize")
+            replica = ready[0]
+            assert replica.ref is not None
+            log.info("stage_finalizing", stage=stage.cfg.name, replica=replica.name)
+            replica.busy += 1  # nothing retires it meanwhile
+            try:
+                summary = await replica.ref.ask("stage_finalize", self._stage_run(stage), timeout=24 * 3600)
+            except TroupeError as exc:
+                raise StageFailed(f"stage {stage.cfg.name}: finalize failed: {exc}") from exc
+            finally:
+                replica.busy -= 1
+            self._finals[stage.cfg.name] = dict(summary) if isinstance(summary, dict) else {}

@@ -1,0 +1,111 @@
+"""What becomes of an item a stage has answered for: passed on to the stages it feeds, settled
+(ok, pruned, dead, kept, or an error its master retries), retried in its stage, or run again from
+the first stage when the payload it needs is gone.
+
+:class:`ItemOutcomes` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
+decides this, apart from the call that brings the answer (``replica_calls.py``) and from what
+goes into the queues (``dispatch.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from .handle_ledger import HandleLedger
+from .records import Handle, Item, StageState
+
+__all__ = ["ItemOutcomes"]
+
+log = structlog.get_logger(__name__)
+
+
+class ItemOutcomes(HandleLedger):
+    """Settles, passes on, retries and restarts items (a part of the engine)."""
+
+    keep_outputs: bool
+    kept: int  # items whose output an earlier run committed
+    restarted: int
+    remade: set[str]  # ended ok before, output gone: made again, retried here
+    _restarts: dict[str, int]  # task id -> times run again from the first stage
+    _outputs: dict[str, Any]
+    _outcomes: dict[str, str]
+    _errors: dict[str, str]
+    _last_done: float | None
+
+    def _settle(self, item: Item, outcome: str, error: str = "", tb: str = "") -> None:
+        if outcome != "error":
+            self._last_done = time.monotonic()
+            self._outcomes[item.task_id] = outcome
+            if error:
+                self._errors[item.task_id] = error
+        self.source.settle(item.task_id, outcome, error, tb)
+
+    def _keep(self, task_id: str) -> None:
+        """Its output is committed already: the item is done (invariant 8), nothing runs it."""
+        self.kept += 1
+        self._outcomes[task_id] = "kept"
+        self.source.settle(task_id, "ok")
+        log.info("item_kept", task_id=task_id)
+
+    def _forward(self, stage: StageState, item: Item, data: Any, now: float) -> None:
+        downstream = self.config.downstream(stage.index)
+        if not downstream:
+            if self.keep_outputs:
+                self._outputs[item.task_id] = data
+            self._settle(item, "ok")
+            return
+        if isinstance(data, Handle):
+            data.refs = len(downstream)
+        for d in downstream:
+            down = self.stages[d]
+            down.queue.append(Item(item.task_id, item.seed, data, 0))
+            assert down.meter is not None
+            down.meter.queued(len(down.queue), now)
+
+    def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
+        if not self._retries_here(item):  # the master decides: retry later, or dead letter
+            log.warning(
+                "item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb
+            )
+            self._consumed(item)
+            self._settle(item, "error", error, tb)
+            return
+        item.attempt += 1
+        if stage.index == 0 and isinstance(item.data, dict):  # the first stage is told the attempt
+            item.data = {**item.data, "attempt": item.attempt}
+        if item.attempt >= self.config.max_attempts:
+            self._consumed(item)
+            self._settle(item, "dead", error, tb)
+            log.error("item_dead", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb)
+            return
+        log.warning(
+            "item_retry", stage=stage.cfg.name, task_id=item.task_id, attempt=item.attempt, error=error
+        )
+        stage.queue.appendleft(item)
+
+    def _retries_here(self, item: Item) -> bool:
+        """The engine retries ``item`` itself: its source does not, or it is made again
+        outside the source (its source has it as done)."""
+        return self.source.retries_locally or item.task_id in self.remade
+
+    def _restart(self, item: Item, why: str) -> None:
+        """``item``'s payload is gone with the replica that held it: run it from the first stage
+        again (an attempt, so that a run that keeps losing nodes still ends)."""
+        self._consumed(item)
+        self.restarted += 1
+        n = self._restarts[item.task_id] = self._restarts.get(item.task_id, 0) + 1
+        error = f"restarted from the first stage: {why}"
+        log.warning("item_restarted", task_id=item.task_id, restarts=n, why=why)
+        if not self._retries_here(item):  # the master runs it again, as any failed task
+            self._settle(item, "error", error)
+        elif n >= self.config.max_attempts:
+            self._settle(item, "dead", error)
+        else:
+            first = self.stages[0]
+            data = {"task_id": item.task_id, "seed": item.seed, "attempt": n}
+            first.queue.appendleft(Item(item.task_id, item.seed, data, n))
+            assert first.meter is not None
+            first.meter.queued(len(first.queue), time.monotonic())

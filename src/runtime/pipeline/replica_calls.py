@@ -1,0 +1,175 @@
+"""One call to a replica with a batch of items, and what its answer makes of them.
+
+The call is ``process`` (items inline) or, on the direct data plane, ``process_direct`` (where
+held inputs are, and asking to hold outputs). Its answer is an outcome per item, handed to
+``item_outcomes.py``; a replica that dies, hangs or answers nonsense fails the call's items (they
+are retried) and is replaced, and a call that only waited behind the one a lost replica was
+working on puts its items back with no attempt counted. The stage's meter times each call.
+
+:class:`ReplicaCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine`
+that makes these calls; which items go to which replica, and when, is ``dispatch.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import anyio
+import structlog
+
+from troupe.runtime.errors import PeerLost, ProtocolError, TroupeError, Unreachable
+
+from .lost_holders import LostHolders
+from .records import Handle, Item, Replica, StageState
+
+__all__ = ["ReplicaCalls"]
+
+log = structlog.get_logger(__name__)
+
+_CALL_S = 600.0  # how long one call to a replica may take before its items are retried
+
+
+class ReplicaCalls(LostHolders):
+    """Calls replicas with batches and hands on their outcomes (a part of the engine)."""
+
+    _keys: itertools.count[int]  # numbers the outputs a call asks its replica to hold
+
+    def _request(self, stage: StageState, batch: list[Item]) -> tuple[str, dict[str, Any]]:
+        """The call for ``batch``: ``process`` with the items inline, or, on the direct data
+        plane, ``process_direct`` naming where held inputs are and asking to hold outputs."""
+        if not self._direct:
+            return "process", {"items": [it.data for it in batch]}
+        items: list[Any] = []
+        sources: list[list[str] | None] = []
+        for it in batch:
+            if isinstance(it.data, Handle):
+                items.append(None)
+                holder = it.data.holder
+                sources.append(
+                    [holder.outbox, it.data.key, *([holder.outbox_at] if holder.outbox_at else [])]
+                )
+            else:
+                items.append(it.data)
+                sources.append(None)
+        payload: dict[str, Any] = {"items": items}
+        if any(sources):
+            payload["from"] = sources
+        if self.config.downstream(stage.index):
+            payload["hold"] = [f"{it.task_id}/{stage.cfg.name}/{next(self._keys)}" for it in batch]
+            payload["inline_below"] = self.config.inline_below
+        return ("process_direct" if len(payload) > 1 else "process"), payload
+
+    async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
+        assert replica.ref is not None and stage.meter is not None
+        if replica.gone_why:  # given up between its dispatch and now: nothing was sent to it
+            self._waited_behind(stage, replica, batch)
+            return
+        t0 = time.monotonic()
+        actor_s: float | None = None
+        failure: TroupeError | None = None
+        msg_type, payload = self._request(stage, batch)
+        with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
+            replica.scopes.append(scope)
+            try:
+                reply = await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
+                results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
+            except PeerLost as exc:
+                failure = exc
+                # Its process went. The engine's watch of its node, asked now, says why (killed
+                # as hung, say) and gives up its calls together, telling the one it was working
+                # on from those that only waited behind it: until then, this call waits.
+                self.suspect(replica)
+                await anyio.sleep(max(0.0, t0 + _CALL_S - time.monotonic()))
+            except TroupeError as exc:
+                failure = exc
+            finally:
+                replica.scopes.remove(scope)
+        if scope.cancelled_caught:
+            if replica.working_on is not None and replica.working_on is not scope:
+                self._waited_behind(stage, replica, batch)
+                return
+            failure = Unreachable(f"replica {replica.name}: {replica.gone_why or 'gone'}")
+        if failure is not None:  # the replica died, hung or answered nonsense: retry the items
+            log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
+            results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
+            if not isinstance(failure, ProtocolError):  # a reply it made that cannot travel: it is well
+                self._replace(stage, replica)
+        now = time.monotonic()
+        # The actor takes calls one at a time: this one's service began when the one before it
+        # answered (or when it was sent, if the replica was idle). Time queued behind it is not
+        # the stage's latency.
+        begun = max(t0, replica.last_reply)
+        replica.last_reply = now
+        ok = pruned = errors = 0
+        for item, result in zip(batch, results, strict=True):
+            if "ok" in result:
+                ok += 1
+                self._consumed(item)
+                self._forward(stage, item, result["ok"], now)
+            elif "held" in result and not replica.lost:
+                ok += 1
+                self._consumed(item)
+                replica.held += 1
+                self._forward(
+                    stage, item, Handle(replica, str(result["held"]), _int(result.get("bytes"))), now
+                )
+            elif "pruned" in result:
+                pruned += 1
+                self._consumed(item)
+                self._settle(item, "pruned", str(result["pruned"]))
+            elif "lost" in result or "held" in result:  # its input, or its output, is gone
+                errors += 1
+                if "lost" in result:
+                    self._holder_gone(item)
+                self._restart(item, str(result.get("lost", f"replica {replica.name} is gone")))
+            else:
+                errors += 1
+                self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
+        # A batch call handles its items together: the latency per item is amortised over them.
+        n = len(batch)
+        stage.meter.finished(
+            ok, pruned, errors, (now - begun) / n, now, None if actor_s is None else actor_s / n
+        )
+        replica.busy -= n
+        replica.calls -= 1
+        self._flush_releases()
+        self._changed.set()
+
+    def _waited_behind(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
+        """A lost replica's call that only waited in its mailbox behind the one it was working
+        on: its items go back to the stage's queue with no attempt counted (a hung item took
+        the innocent ones behind it down with it, attempt after attempt)."""
+        log.info(
+            "stage_call_requeued",
+            stage=stage.cfg.name,
+            replica=replica.name,
+            task_ids=[item.task_id for item in batch],
+            why=replica.gone_why,
+        )
+        for item in reversed(batch):
+            stage.queue.appendleft(item)
+        assert stage.meter is not None
+        stage.meter.queued(len(stage.queue), time.monotonic())
+        replica.busy -= len(batch)
+        replica.calls -= 1
+        self._changed.set()
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _outcomes(reply: Any, n: int, stage: str) -> tuple[list[dict[str, Any]], float | None]:
+    """The outcomes of a ``process`` call and the time it took inside the actor (if told)."""
+    actor_s: float | None = None
+    results = reply
+    if isinstance(reply, dict):
+        results = reply.get("outcomes")
+        told = reply.get("actor_s")
+        actor_s = float(told) if isinstance(told, (int, float)) and told >= 0 else None
+    if not isinstance(results, list) or len(results) != n or not all(isinstance(r, dict) for r in results):
+        size = len(results) if isinstance(results, list) else type(results).__name__
+        raise TroupeError(f"stage {stage} answered {size} outcomes for {n} items")
+    return results, actor_s
