@@ -239,47 +239,53 @@ class PipelineEngine(HookCalls, ItemDispatch):
         and the items' figures (None when it failed first)."""
         failed: StageFailed | JobCancelled | None = None
         metrics: PipelineMetrics | None = None
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            try:
-                tg.start_soon(self.hosts.watch)
-                tg.start_soon(self._node_loop)
-                tg.start_soon(self._worker_loop)
-                if self.nodes_outlive_run and self.hosts.master is not None:
-                    worker_id = getattr(self.source, "worker_id", None)
-                    self.owner_beat = OwnerBeat(self.runtime, self.hosts.master, worker_id)
-                    await self.owner_beat.beat()
-                    tg.start_soon(self.owner_beat.run)
-                for stage in self.stages:
-                    for _ in range(stage.cfg.replicas):
-                        self._spawn(stage)
-                await self._wait_started()
-                await self._start_hooks()
-                await self._find_lost_outputs()
-                tg.start_soon(self._scale_loop)
-                tg.start_soon(self.source.run, self._changed_set)
-                await self._dispatch_loop()
-                dead = getattr(self.source, "dead", {})
-                for task_id, error in dead.items():  # dead-lettered by the master
-                    self._outcomes[task_id] = "dead"
-                    self._errors[task_id] = error
-                if dead:  # the last of them died just now: the run's items ended here, not before
-                    self._last_done = time.monotonic()
-                metrics = self.metrics()  # the items' figures, before finalize's time
-                self._flush_releases()
-                self._finishing = True  # the scaler rests: finalize's replica must stay
-                self._stop_unhooked()
-                await self._finalize_hooks()
-                if self.on_finalized is not None:  # no await since the last hook returned
-                    self.on_finalized(self._result(metrics))
-            except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
-                failed = exc
-            except BaseException:
-                # Stopped (Ctrl-C) or failed: the stops asked of nodes need no answer now, or
-                # this group would wait for each (30 s) from a node this run has stopped.
-                self._stop_waits_end()
-                raise
-            tg.cancel_scope.cancel()
+        # A stop that comes once the items' group is done with its body, while it waits for
+        # the background stops of replicas with no finalize hook (shielded), ends those waits
+        # as a stop inside the body does: each would wait out its 30 s otherwise.
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(self._end_stop_waits_if_stopped)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                try:
+                    tg.start_soon(self.hosts.watch)
+                    tg.start_soon(self._node_loop)
+                    tg.start_soon(self._worker_loop)
+                    if self.nodes_outlive_run and self.hosts.master is not None:
+                        worker_id = getattr(self.source, "worker_id", None)
+                        self.owner_beat = OwnerBeat(self.runtime, self.hosts.master, worker_id)
+                        await self.owner_beat.beat()
+                        tg.start_soon(self.owner_beat.run)
+                    for stage in self.stages:
+                        for _ in range(stage.cfg.replicas):
+                            self._spawn(stage)
+                    await self._wait_started()
+                    await self._start_hooks()
+                    await self._find_lost_outputs()
+                    tg.start_soon(self._scale_loop)
+                    tg.start_soon(self.source.run, self._changed_set)
+                    await self._dispatch_loop()
+                    dead = getattr(self.source, "dead", {})
+                    for task_id, error in dead.items():  # dead-lettered by the master
+                        self._outcomes[task_id] = "dead"
+                        self._errors[task_id] = error
+                    if dead:  # the last of them died just now: the run's items ended here, not before
+                        self._last_done = time.monotonic()
+                    metrics = self.metrics()  # the items' figures, before finalize's time
+                    self._flush_releases()
+                    self._finishing = True  # the scaler rests: finalize's replica must stay
+                    self._stop_unhooked()
+                    await self._finalize_hooks()
+                    if self.on_finalized is not None:  # no await since the last hook returned
+                        self.on_finalized(self._result(metrics))
+                except (StageFailed, JobCancelled) as exc:  # raised as it is, not in an ExceptionGroup
+                    failed = exc
+                except BaseException:
+                    # Stopped (Ctrl-C) or failed: the stops asked of nodes need no answer now, or
+                    # this group would wait for each (30 s) from a node this run has stopped.
+                    self._stop_waits_end()
+                    raise
+                tg.cancel_scope.cancel()
+            watching.cancel_scope.cancel()
         return failed, metrics
 
     def _count_wire_bytes(self) -> list[int] | None:

@@ -110,6 +110,8 @@ class UnansweredOnceFinalized(SilentStops):
         if not self.finalized.is_set():
             return {}  # a stop during the run (the finalize hook's replica stays): answered
         self.late_stop_asked.set()
+        if timeout is not None and timeout < ANSWERED_STOP_S:
+            return {}  # a cancelled run's tell (send_unanswered): nobody waits for its answer
         try:
             await anyio.sleep(ANSWERED_STOP_S if timeout is None else timeout)
         except anyio.get_cancelled_exc_class():
