@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import metadata
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,8 @@ from troupe.cli.commands.models import models_app
 from troupe.cli.commands.node import node_app
 from troupe.cli.commands.run import demo, run
 from troupe.cli.stream_encoding import escape_unencodable
+from troupe.runtime.code_identity import code_digest
+from troupe.runtime.code_identity import version as _package_version
 
 __all__ = ["app", "version"]
 
@@ -49,11 +50,10 @@ if hasattr(TyperOption, "display_type_rich"):
 
 
 def version() -> str:
-    """The installed troupe's version (from the package metadata)."""
-    try:
-        return metadata.version("troupe")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
+    """The installed troupe's version (from the package metadata; ``unknown`` where a source
+    tree was never installed) and the digest of the code it runs: ``0.1.0 (code 3f9a1c2e)``.
+    The version alone is the same for every checkout (runtime/code_identity.py)."""
+    return f"{_package_version()} (code {code_digest()})"
 
 
 def _print_version(value: bool) -> None:

@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from troupe.cli.main import app
+from troupe.runtime.code_identity import code_digest
 
 
 def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -25,8 +26,9 @@ def _commands(group: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...
 ALL = sorted(_commands(typer.main.get_command(app)))
 
 
-def test_version_prints_the_installed_version() -> None:
-    """`troupe --version` prints the package metadata's version and exits 0."""
+def test_version_prints_the_installed_version_and_its_code() -> None:
+    """`troupe --version` prints the package metadata's version and the digest of the code it
+    runs (the version alone is the same for every checkout), and exits 0."""
     done = subprocess.run(
         [sys.executable, "-m", "troupe.cli.main", "--version"],
         capture_output=True,
@@ -35,7 +37,7 @@ def test_version_prints_the_installed_version() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"troupe {metadata.version('troupe')}"
+    assert done.stdout.strip() == f"troupe {metadata.version('troupe')} (code {code_digest()})"
 
 
 def test_node_start_help_shows_no_type_after_a_flag() -> None:
