@@ -5,7 +5,9 @@ runs a :class:`MasterLink`. It
 
 - beats to the master every ``beat_s`` with the host's resources (:func:`host_resources`), its
   tags (``[node] tags``, what it offers replicas: :mod:`troupe.runtime.placement`) and
-  its running processes with their mailboxes, so the master knows the node is alive, where to
+  its running processes with their mailboxes, and the code it runs (``code``,
+  :func:`~troupe.runtime.code_identity.code_identity`: ``ctl status`` shows which node runs
+  what, and ``troupe run --cluster`` says when they differ), so the master knows the node is alive, where to
   reach it, and where its actors listen (the cluster's directory of names: a node resolves an
   actor of another host through :func:`resolve_through_master`); a node that stops beating is
   declared dead by the master and its tasks are requeued. When its link comes back (a cut
@@ -35,6 +37,7 @@ import anyio
 import psutil
 import structlog
 
+from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ActorStopped
@@ -126,13 +129,16 @@ class MasterLink:
         self.failed_beats = 0
         self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
         self.drained = node.drained  # workers a drain stopped; an undrain starts them again
+        self.code = ""  # this node's code identity, read once the link runs
 
     async def run(self) -> None:
         """Install the hooks, then beat until cancelled."""
         runtime = self._runtime()
         runtime.register_controls({"master_drained": self._drained, "master_undrained": self._undrained})
         self.node.worker_exit_listeners.append(self._worker_exited)
-        log.info("master_link_started", master=self.master, beat_s=self.beat_s)
+        # Tens of ms of reading source files, once: in a thread, not on the node's loop.
+        self.code = await anyio.to_thread.run_sync(code_identity)
+        log.info("master_link_started", master=self.master, beat_s=self.beat_s, code=self.code)
         while True:
             await self._beat(runtime)
             await anyio.sleep(self.beat_s)
@@ -162,6 +168,7 @@ class MasterLink:
             "resources": self.resources,  # none at first: the master keeps what it had
             "processes": self.processes(),
             "tags": list(self.node.config.tags),  # what it offers replicas; older masters ignore it
+            "code": self.code,  # older masters ignore it too (they take any field they do not read)
         }
         if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
             payload["log_endpoint"] = self.log_endpoint

@@ -46,6 +46,8 @@ MAX_WAIT_JOB_S = 86_400.0
 """The longest a ``wait_job`` may wait: a day."""
 MAX_RESOURCES = 64
 """Entries of a node beat's ``resources``."""
+MAX_CODE_CHARS = 80
+"""Characters of a node beat's ``code`` (``0.1.0+3f9a1c2e``: a version and a digest)."""
 
 
 def _str_list(p: ControlPayload, key: str) -> list[str]:
@@ -285,11 +287,12 @@ def _run_s(p: ControlPayload) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class NodeBeatControl:
-    """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?}``.
+    """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?, code?}``.
 
     ``processes`` maps each running process of the node to ``{endpoint, actors: {actor:
     endpoint}}`` (the cluster's directory of names); None when the beat does not list them.
     ``tags``: what the node offers replicas; none from older nodes.
+    ``code``: the troupe code the node runs (``runtime/code_identity.py``); "" from older nodes.
     """
 
     node: str
@@ -298,6 +301,7 @@ class NodeBeatControl:
     processes: dict[str, tuple[str, dict[str, str]]] | None = None
     log_endpoint: str = ""  # where the node publishes its log stream; "" from older nodes
     tags: tuple[str, ...] = ()
+    code: str = ""
 
     @classmethod
     def decode(cls, payload: Any) -> NodeBeatControl:
@@ -322,6 +326,7 @@ class NodeBeatControl:
             processes,
             p.optional("log_endpoint", str, ""),
             _tags(p),
+            _code(p),
         )
 
 
@@ -346,6 +351,17 @@ def _resources(p: ControlPayload) -> dict[str, Any]:
                 f"has {clipped(key)}: {clipped(value)}"
             )
     return resources
+
+
+def _code(p: ControlPayload) -> str:
+    """A beat's code identity: short text, as ``ctl status`` prints it in a cell."""
+    code: str = p.optional("code", str, "")
+    if len(code) > MAX_CODE_CHARS or not code.isprintable():
+        raise BadRequest(
+            f"control {p.control!r}: field 'code' must be printable, at most {MAX_CODE_CHARS} "
+            f"characters, has {clipped(code)}"
+        )
+    return code
 
 
 def _tags(p: ControlPayload) -> tuple[str, ...]:

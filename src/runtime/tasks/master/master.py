@@ -22,7 +22,7 @@ Control messages (payloads are maps; ``->`` is the reply)::
       decline         {worker_id, task_id, lease_id, reason, request, given_back?}
                                                        -> {outcome, leases, known}
     from nodes (their MasterLink)
-      node_beat       {node, endpoint, resources, processes, log_endpoint?}
+      node_beat       {node, endpoint, resources, processes, log_endpoint?, tags?, code?}
                                                        -> {ok}
       resolve         {address}                        -> {address, endpoint}  (any live node's
                                                           actors: the cluster's directory)
@@ -92,6 +92,7 @@ from typing import Any
 import anyio
 import structlog
 
+from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
@@ -210,6 +211,7 @@ class Master:
         self.failure: JournalError | None = None
         self.gc = gc_pauses()  # the process's collector pauses, from now on: status shows them
         self.log_publisher: LogPublisher | None = None  # its own log stream, with config.log_file
+        self.code = ""  # the troupe code it runs (code_identity.py): status says it once read
         self._transport = transport
         self._stopping = anyio.Event()
         self._workers: dict[str, _WorkerEntry] = {}
@@ -269,6 +271,7 @@ class Master:
                 tg.start_soon(self._drive)
                 tg.start_soon(self._tick)
                 tg.start_soon(self._watch_journal)
+                tg.start_soon(self._read_code)
                 self.ready.set()
                 log.info(
                     "master_started",
@@ -285,6 +288,11 @@ class Master:
         log.info("master_stopped")
         if self.failure is not None:
             raise self.failure
+
+    async def _read_code(self) -> None:
+        """Read the code identity in a thread: tens of ms of source files, not on the loop nor
+        before the master answers; ``status`` says None for it until then."""
+        self.code = await anyio.to_thread.run_sync(code_identity)
 
     def _stream_log(self, runtime: Runtime, tg: anyio.abc.TaskGroup) -> None:
         """Publish the master's own log file, as a node publishes its (``log_publisher``), from
@@ -624,6 +632,7 @@ class Master:
             log.info("node_joined", node=m.node, endpoint=m.endpoint)
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         self.nodes.set_tags(m.node, m.tags)
+        self.nodes.set_code(m.node, m.code)
         return Answer.now({"ok": True, "master": self.config.name})
 
     def _resolve(self, payload: Any) -> Answer:

@@ -51,6 +51,7 @@ class NodeInfo:
     revivals: int = 0  # times it came back after being declared dead (a link that was cut)
     log_endpoint: str = ""  # the node's log stream (``troupe logs tail --master``); "" if none
     tags: tuple[str, ...] = ()  # what it offers replicas (``[node] tags``; placement.py)
+    code: str = ""  # the troupe code it runs (runtime/code_identity.py); "" from older nodes
 
 
 class NodeTable:
@@ -122,6 +123,12 @@ class NodeTable:
         info = self._nodes.get(node)
         if info is not None:
             info.tags = tags
+
+    def set_code(self, node: str, code: str) -> None:
+        """Record the code ``node`` runs (its beat says; an upgrade changes it)."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.code = code
 
     def set_log_endpoint(self, node: str, log_endpoint: str) -> None:
         """Record where ``node`` publishes its log stream (its beat says; a restart changes it)."""

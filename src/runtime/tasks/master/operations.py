@@ -71,7 +71,7 @@ def raise_rejected(reply: list[Command]) -> None:
 
 class OperatedMaster(Protocol):
     """What the operator side uses of the master (``Master``): its config, clocks, book,
-    driver, node table, journal, runtime, collector pauses and log stream's endpoint, and the
+    driver, node table, journal, runtime, collector pauses, log stream's endpoint and code, and the
     registered workers. Read only: every change goes through the driver (``dispatcher.handle``)."""
 
     @property
@@ -103,6 +103,9 @@ class OperatedMaster(Protocol):
 
     @property
     def log_endpoint(self) -> str | None: ...
+
+    @property
+    def code(self) -> str: ...
 
     def workers(self) -> dict[str, dict[str, Any]]: ...
 
@@ -321,6 +324,7 @@ class Operations:
                 "workers": per_node.get(n.node, 0),
                 "resources": n.resources,
                 "tags": list(n.tags),
+                "code": n.code or None,  # the troupe code it runs (code_identity.py); None: an older node
                 "revivals": n.revivals,
             }
             for n in master.nodes.nodes()
@@ -334,6 +338,7 @@ class Operations:
             "gc": master.gc.figures(),
             "journal": str(master.journal.path),
             "log_endpoint": master.log_endpoint,  # its own log stream (``logs tail``); None: none
+            "code": master.code or None,  # the troupe code it runs (code_identity.py); None: not read yet
             "nodes": nodes,
             "workers": workers,
             "tasks": {str(state): n for state, n in stats.tasks.items()},
