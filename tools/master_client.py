@@ -156,6 +156,12 @@ async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:
         raise TroupeError(
             f"{endpoint} answered, but not as a master (a node? --master takes the master's endpoint)"
         )
+    # The code each runs (runtime/code_identity.py): null where an older master or node did not
+    # say it, in --json as in the tables, rather than a key that is there or not.
+    reply.setdefault("code", None)
+    for node in reply.get("nodes") or ():
+        if isinstance(node, dict):
+            node.setdefault("code", None)
     return reply
 
 
@@ -239,6 +245,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
     head.add_row("endpoint", str(status["endpoint"]))
     head.add_row("pid", str(status["pid"]))
     head.add_row("journal", str(status["journal"]))
+    head.add_row("code", _code_cell(status.get("code")))
     if "security" in status:
         head.add_row("security", security_cell(status["security"]))
     head.add_row("tasks", _counts(status["tasks"]))
@@ -264,6 +271,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         "mem free MiB",
         "gpus",
         "tags",
+        "code",
         "last beat",
     )
     for col in columns:
@@ -281,6 +289,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
             str(r.get("mem_available_mib", "-")),
             str(r.get("gpus", "-")),
             escape(",".join(map(str, n.get("tags") or ()))) or "-",
+            _code_cell(n.get("code")),
             f"{n['last_beat_age_s']:.1f} s ago",
         )
     workers = Table(title=f"workers ({len(status['workers'])} registered)")
@@ -298,6 +307,12 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
             escape(",".join(map(str, w["kinds"]))) or "any",
         )
     return [head, nodes, workers, *jobs_tables(status["jobs"])]
+
+
+def _code_cell(code: Any) -> str:
+    """The troupe code a master or node runs (``0.1.0+3f9a1c2e``), or ``unknown`` where it did
+    not say: an older one (or a master that has not read its own yet). Text from a peer: escaped."""
+    return escape(str(code)) if code else "[yellow]unknown[/]"
 
 
 def _used(used: int, slots: int) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "exit_status",
     "kill_descendants",
     "lines_above",
+    "say_aside",
     "say_if_heard",
     "say_stopping",
 ]
@@ -71,6 +72,12 @@ def lines_above(console: Console) -> Iterator[None]:
 def say_stopping(text: str) -> None:
     """A line about a command's stop (the stop's own, or what it leaves behind): above a live
     display, else on stderr."""
+    say_aside(text)
+
+
+def say_aside(text: str) -> None:
+    """A line beside a command's output (a stop's, a warning): on stderr; through a live
+    display's console, above it, where both are the one terminal (its redraw erased it else)."""
     display = _displays[-1] if _displays else None
     console = display if display is not None and display.is_terminal and _stderr_is_a_terminal() else _err
     say_if_heard(console, text)

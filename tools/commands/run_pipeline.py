@@ -30,7 +30,7 @@ from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.cli.log_filters import visible
-from troupe.cli.stop_signals import lines_above, say_if_heard
+from troupe.cli.stop_signals import lines_above, say_aside, say_if_heard
 from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -295,6 +295,8 @@ async def _finish_run(
                 endpoints_may_move=defaults,
                 on_importing=starting.importing,
                 template_ahead=template_prestart.take(),  # troupe.cli.entry started it
+                # A mixed cluster (runtime/pipeline/mixed_code.py): on stderr, --json or not.
+                on_warning=lambda line: say_aside(f"[yellow]warning:[/] {escape(line)}"),
             )
             if progress.live.is_started:
                 show(result.metrics)  # the bars end where the table below starts

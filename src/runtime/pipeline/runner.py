@@ -71,6 +71,7 @@ from .early_template import OnImporting, early_template
 from .engine import PipelineEngine
 from .hosts import EngineHosts, wait_for_nodes
 from .master_job import master_source
+from .mixed_code import warn_if_mixed
 from .result import PipelineMetrics, PipelineResult
 from .run_dir import RunDir, fingerprint
 from .run_journal import open_run_journal
@@ -129,6 +130,7 @@ async def run_pipeline(
     endpoints_may_move: bool = False,
     template_ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -164,6 +166,9 @@ async def run_pipeline(
             the stage classes (before ``on_start``), the class or module it imports now (None
             once done, or before it said) and the seconds since it started: a slow or hanging
             import is named while the run waits.
+        on_warning: with ``cluster``, called once, before the run starts, with a line for people
+            where the master or a live node runs other troupe code than this process or than
+            each other (``mixed_code.py``): who runs what.
 
     Returns:
         The run's :class:`PipelineResult`; also where the run was stopped (cancelled) once its
@@ -231,7 +236,7 @@ async def run_pipeline(
         result: PipelineResult | None = None
         done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
         where = (
-            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event)
+            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning)
             if cluster is not None
             else _cluster(
                 resolved,
@@ -606,12 +611,15 @@ async def _on_cluster(
     fresh: bool,
     out: Path | None,
     on_event: Callable[[str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> AsyncIterator[_Cluster]:
     """A client of the running master at ``master``: its job is the items (made with ``out``),
     its live nodes run the replicas; nothing is started here, so nothing is stopped but the
-    replicas. ``on_event``: told what the run waits for (``master_source``)."""
+    replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
+    told once where the cluster runs mixed code (``mixed_code.py``)."""
     async with connect(master, keys=keys) as rt:
         live = await wait_for_nodes(rt, master, nodes)
+        await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
