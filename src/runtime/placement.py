@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import AskTimeout, ConfigError, PeerLost, Unreachable
+from troupe.runtime.security.process import installed
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
@@ -134,10 +135,16 @@ async def cluster_status(runtime: Runtime, master: str, timeout: float = 5.0) ->
     except (AskTimeout, Unreachable) as exc:
         raise Unreachable(
             f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "
-            "`troupe master start` or pass the endpoint of the running one (a master with CURVE keys "
-            "answers only --keys DIR of its cluster)"
+            f"`troupe master start` or pass the endpoint of the running one {_keys_hint()}"
         ) from exc
     return status
+
+
+def _keys_hint() -> str:
+    """CURVE on one side only is silence, not a refusal: which side this process is on."""
+    if installed() is not None:
+        return "(with --keys, a master started without keys answers nothing: drop --keys there)"
+    return "(a master with CURVE keys answers only --keys DIR of its cluster)"
 
 
 def nodes_of_status(status: Any) -> frozenset[str]:

@@ -1,0 +1,42 @@
+"""A master that does not answer ``troupe run --cluster``: the error says which side of a CURVE
+mismatch this process is on. A stranger gave ``--keys`` to a run against a master started
+without keys and read "a master with CURVE keys answers only --keys DIR", which was the
+other way round: CURVE on one side only is silence, not a refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from troupe.runtime.errors import AskTimeout, Unreachable
+from troupe.runtime.placement import cluster_status
+from troupe.runtime.security.keys import generate_keys, load_keys
+from troupe.runtime.security.process import install
+
+
+class _SilentMaster:
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        raise AskTimeout(f"no reply to {kind!r} within {timeout}s")
+
+
+@pytest.fixture
+def keys_installed(tmp_path: Path) -> Iterator[None]:
+    generate_keys(tmp_path / "keys")
+    install(load_keys(tmp_path / "keys"))
+    try:
+        yield
+    finally:
+        install(None)
+
+
+async def test_with_keys_the_error_says_a_master_without_keys_answers_nothing(keys_installed: None) -> None:
+    with pytest.raises(Unreachable, match="a master started without keys answers nothing"):
+        await cluster_status(_SilentMaster(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]
+
+
+async def test_without_keys_the_error_says_a_keyed_master_wants_them() -> None:
+    with pytest.raises(Unreachable, match="answers only --keys DIR of its cluster"):
+        await cluster_status(_SilentMaster(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]
