@@ -14,6 +14,11 @@ runs a :class:`MasterLink`. It
   network, a restarted master), the next beat makes it alive again: nothing to re-register,
   and its workers' getters register again by themselves when the master answers them
   ``unknown_worker``, under the same names;
+- beats at once, off its period, when the node has started a worker on request
+  (:meth:`MasterLink.beat_now`, before the node answers ``spawn_worker``): whoever learns of
+  the worker from that answer (a run's engine, and through it every replica pulling from it,
+  nodes of an older troupe among them) finds it in the master's directory, not only after the
+  next beat;
 - tells the master ``worker_left`` the moment one of its worker processes exits (from the
   node's ``worker_exit_listeners``), so that worker's leases are requeued at once instead of
   when they expire;
@@ -130,6 +135,10 @@ class MasterLink:
         self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
         self.drained = node.drained  # workers a drain stopped; an undrain starts them again
         self.code = ""  # this node's code identity, read once the link runs
+        # One beat at a time (the period's and beat_now's): a beat lists the node's processes
+        # as it is sent, and one listed earlier must not reach the master after a later one,
+        # which would drop the worker just started from the directory until the next beat.
+        self._beating = anyio.Lock()
 
     async def run(self) -> None:
         """Install the hooks, then beat until cancelled."""
@@ -157,7 +166,19 @@ class MasterLink:
             if h.endpoint and h.returncode is None and h.state is HandleState.RUNNING
         }
 
+    async def beat_now(self) -> None:
+        """Beat at once: the master's directory then lists the node's running workers.
+
+        Returns once the master answered, or once the beat failed (said as any failed beat,
+        bounded as any beat: one second): the caller goes on either way, the next beats retry.
+        """
+        await self._beat(self._runtime())
+
     async def _beat(self, runtime: Runtime) -> None:
+        async with self._beating:
+            await self._beat_once(runtime)
+
+    async def _beat_once(self, runtime: Runtime) -> None:
         try:
             self.resources = host_resources()
         except OSError as exc:  # out of descriptors, /proc unreadable: beat on, with the last reading

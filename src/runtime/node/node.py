@@ -94,6 +94,7 @@ class Node:
         # Workers a master's drain stopped: their records stay, an undrain starts them again.
         self.drained: set[str] = set()
         self.runtime: Runtime | None = None
+        self.master_link: MasterLink | None = None  # with a master: its beats, worker exits, drains
         self.log_publisher: LogPublisher | None = None  # the node's log stream, once it serves
         # More Prometheus collectors for the node's metrics endpoint: a master in this process.
         self.metrics_collectors: list[Any] = []
@@ -210,8 +211,10 @@ class Node:
                             )
                             await self.template.start(tg)
                         if cfg.master:  # task dispatch: beat to the master, report worker exits
-                            link = MasterLink(self, cfg.master, log_endpoint=self.log_publisher.endpoint)
-                            tg.start_soon(link.run)
+                            self.master_link = MasterLink(
+                                self, cfg.master, log_endpoint=self.log_publisher.endpoint
+                            )
+                            tg.start_soon(self.master_link.run)
                         for spec in cfg.workers:
                             self.start_worker(tg, spec)
                         self._tg = tg
@@ -522,6 +525,12 @@ class Node:
                 tg.start_soon(first, handle.ready_event)
                 tg.start_soon(first, handle.exited_event)
         if handle.ready_event.is_set():
+            if self.master_link is not None:
+                # The requester passes the worker's name on at once (a run's engine tells the
+                # replicas pulling from it), and a process of another node, of an older troupe
+                # too, asks the master where it listens: the master must know it before anyone
+                # is told of it, not from the node's next beat, up to a second later.
+                await self.master_link.beat_now()
             return {**handle.describe(), "node": self.name}
         if not handle.exited_event.is_set():  # neither: stop it, or it would start unasked later
             with contextlib.suppress(UnknownActor):  # it exited meanwhile

@@ -540,8 +540,8 @@ def _worker_gone(record: Any, incarnation: int | None) -> str | None:
 
 async def _stage_info(ref: ActorRef) -> Any:
     """A new replica's ``stage_info``. On a cluster the engine resolves names through the
-    master, which hears of a worker with its node's next beat (a second later): a name not
-    known yet is asked for again, for a few beats."""
+    master, which hears of a worker a node of an older troupe started with that node's next
+    beat (a second later): a name not known yet is asked for again, for a few beats."""
     deadline = time.monotonic() + _KNOWN_S
     while True:
         try:
@@ -555,9 +555,10 @@ async def _stage_info(ref: ActorRef) -> Any:
 def _taught(runtime: Runtime, name: str, record: Any) -> tuple[str, str]:
     """The node's name and the worker's outbox endpoint ("" for either it lacks) from the
     node's answer to ``spawn_worker``, with the worker's actors' endpoints taught to
-    ``runtime``'s directory. A cluster's directory (the master) hears of a new worker only with
-    its node's next beat, up to a second later: asked first, it made every replica a run
-    started on a cluster wait for that beat."""
+    ``runtime``'s directory. A node of an older troupe answers before the cluster's directory
+    (the master) hears of the worker, with the node's next beat, up to a second later: asked
+    first, it made every replica a run started on a cluster wait for that beat (a node of now
+    beats before it answers; learning here still spares the run a look-up)."""
     node = record.get("node") if isinstance(record, dict) else None
     endpoints = record.get("actor_endpoints") if isinstance(record, dict) else None
     if not isinstance(node, str) or not node or not isinstance(endpoints, dict):

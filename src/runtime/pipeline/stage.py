@@ -188,9 +188,11 @@ class StageActor(Actor):
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
 
     def _learn_holders(self, sources: list[Any]) -> None:
-        """Teach this process's directory the holders' mailboxes the engine named: a replica
-        started a moment ago on another node is not in the cluster's directory (the master)
-        until its node's next beat, and a pull from it would fail as from a holder gone."""
+        """Teach this process's directory the holders' mailboxes the engine named, so that a
+        pull asks no directory first. The cluster's directory (the master) knows each holder by
+        then too: its node beat before it answered the holder's start (a node of an older
+        troupe did not, and the run waited for its next beat, ``replicas._stage_info``), so a
+        replica of an older troupe, which ignores these endpoints and asks, finds it as well."""
         runtime = getattr(self, "runtime", None)
         if runtime is None:
             return
