@@ -52,6 +52,8 @@ import anyio
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import JobCancelled, StageFailed
+from troupe.runtime.owned_controls import OwnedControls
+from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
@@ -62,8 +64,6 @@ from .model import (
     StageMeter,
     pipeline_metrics,
 )
-from .owned_controls import OwnedControls
-from .owner_beat import OwnerBeat
 from .records import Item, Replica, StageState
 from .result import PipelineMetrics, PipelineResult
 from .source import ItemSource, LocalSource, SourceItem

@@ -31,17 +31,16 @@ from troupe.runtime.errors import (
     UnknownMessageType,
     Unreachable,
 )
-from troupe.runtime.node.config import is_loopback
+from troupe.runtime.owned_controls import OwnedControls, spawn_owner
+from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host
+from troupe.runtime.worker_stop import stop_on_node
 
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts, NoNodeNow
 from .model import ScaleInput, decide_scaling
-from .owned_controls import OwnedControls
-from .owner_beat import OwnerBeat
 from .records import Replica, StageState, node_of
-from .replica_stop import stop_on_node
 from .source import ItemSource, send_unanswered
 
 __all__ = ["ReplicaPool"]
@@ -61,17 +60,6 @@ _START_RETRIES = 12  # starts in a row that may pass (below) a stage tries befor
 _RETRY_FIRST_S = 0.5  # the pause before the first try again; it doubles each time, up to
 _RETRY_MAX_S = 8.0  # about 70 s in all: time for a master or a node to restart
 _AVOID_S = 10.0  # a node that failed to start one gets no replica that long while another fits
-
-
-def _can_ping_back(node: str, owner: str) -> bool:
-    """Whether the node at ``node`` can reach the run at ``owner``. A run binds loopback by
-    default: a node it reaches off loopback (another host, another network namespace) would ping
-    its own loopback, find nobody, and stop the replicas of a run that is well. Such a run's
-    replicas are watched through the master it beats to instead (``owner_beat.py``)."""
-    try:
-        return not is_loopback(owner) or is_loopback(node)
-    except ValueError:
-        return False
 
 
 def _may_pass(exc: BaseException) -> bool:
@@ -139,7 +127,7 @@ class ReplicaPool:
         if self._direct:  # it hands over what it holds, and hears of holders that are gone
             actors.append({"name": "outbox", "class": OUTBOX_CLASS, "kwargs": {}})
         spec: dict[str, Any] = {"name": name, "kind": stage.cfg.name, "actors": actors}
-        owner = getattr(self.runtime, "address", None)
+        address = getattr(self.runtime, "address", None)
         if self.config.max_message_mb is not None:
             spec["max_message_mb"] = self.config.max_message_mb
         spawned = False
@@ -154,12 +142,9 @@ class ReplicaPool:
             self._launched[name] = host
             # The nodes stop the replicas of a run that is gone (killed): by pinging it, or,
             # where they cannot reach it, by asking the master it beats to (owner_beat.py).
-            if self.nodes_outlive_run and isinstance(owner, str) and _can_ping_back(host.endpoint, owner):
-                spec["owner"] = owner
-            elif self.owner_beat is not None and self.owner_beat.vouched:
-                spec["owner"] = self.owner_beat.token
-            if "owner" in spec:  # a node of this host stops them at once once this process is gone
-                spec = self._controls.named(spec)
+            owner = spawn_owner(host.endpoint, address, self.owner_beat) if self.nodes_outlive_run else None
+            if owner is not None:  # a node of this host stops them at once once this process is gone
+                spec = self._controls.named({**spec, "owner": owner})
             # A worker that exits while starting (its class does not import) is answered at once.
             asked = time.monotonic()
             watch = anyio.CancelScope()
@@ -506,7 +491,7 @@ class ReplicaPool:
         with anyio.CancelScope(shield=True) as waiting:
             self._stop_waits.add(waiting)
             try:
-                given_up = await stop_on_node(self._controls, self.hosts, name, host)
+                given_up = await stop_on_node(self._controls, name, host, self.hosts.left)
             except TroupeError as exc:
                 log.warning("replica_stop_failed", replica=name, error=str(exc))
             finally:

@@ -21,7 +21,7 @@ from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
-from troupe.runtime.pipeline.replicas import _can_ping_back
+from troupe.runtime.owned_controls import can_ping_back
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
@@ -145,7 +145,7 @@ def test_a_run_names_itself_owner_only_where_the_node_can_ping_it_back(
 ) -> None:
     """A run binds loopback by default. A node on another host (or network namespace) pinging
     that address finds nobody on its own loopback and would stop a healthy run's replicas."""
-    assert _can_ping_back(node, owner) is watched
+    assert can_ping_back(node, owner) is watched
 
 
 class _Master:

@@ -67,7 +67,7 @@ class FakeCluster:
         elif kind == "supervision":  # the engine's look at its replicas' workers
             running = [n for n in self.spawned if n not in self.stopped]
             return {"workers": [{"name": n, "state": self.states.get(n, "running")} for n in running]}
-        elif kind != "ping":  # a stop's look at whether the node lives (replica_stop.py)
+        elif kind != "ping":  # a stop's look at whether the node lives (runtime/worker_stop.py)
             raise AssertionError(f"unexpected control {kind!r}")
         return {}
 

@@ -75,7 +75,7 @@ class FakeNode:
             return {
                 "workers": [{"name": n, "state": "running"} for n in self.spawned if n not in self.stopped]
             }
-        elif kind != "ping":  # a stop's look at whether the node lives (replica_stop.py)
+        elif kind != "ping":  # a stop's look at whether the node lives (runtime/worker_stop.py)
             raise AssertionError(f"unexpected control {kind!r}")
         return {}
 

@@ -16,8 +16,8 @@ from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.engine import PipelineResult
 from troupe.runtime.pipeline.hosts import EngineHosts
-from troupe.runtime.pipeline.replica_stop import STOP_S
 from troupe.runtime.placement import Host
+from troupe.runtime.worker_stop import STOP_S
 
 HANG_GUARD_S = 120  # a bound on a hang (past the stop's own deadline), never on speed
 

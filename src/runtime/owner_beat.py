@@ -1,11 +1,14 @@
-"""A cluster run's beat to the master, which vouches for the run to the nodes of its replicas.
+"""A cluster run's beat to the master, which vouches for the run to the nodes of its workers.
 
-A node stops the replicas of a run that is gone (``node/spawn_owners.py``). It cannot ping a run
+A node stops the workers of a run that is gone (``node/spawn_owners.py``). It cannot ping a run
 that listens on another host's loopback (every cluster run off the node's host): such a run
-names itself ``master:<token>`` as its replicas' owner, and beats to the master every
-``OWNER_BEAT_S`` while its replicas run, so that a node asks the master instead. Only a run whose
+names itself ``master:<token>`` as its workers' owner, and beats to the master every
+``OWNER_BEAT_S`` while its workers run, so that a node asks the master instead. Only a run whose
 first beat the master took names itself so: a node would take an owner the master never heard of
 for one gone. A beat that fails (the master restarting) is logged and tried again next time.
+
+A pipeline's run beats for its replicas, a training run for its ranks and encoders (hence here,
+not in ``pipeline``; ``owned_controls.spawn_owner`` picks the owner a spawn names).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class OwnerBeat:
     """The run's token (``master:<hex>``) and its beat to ``master``.
 
     Attributes:
-        token: what the run's spawn requests name as the replicas' owner.
+        token: what the run's spawn requests name as the workers' owner.
         vouched: the master took a beat: nodes may ask it about ``token``.
     """
 
@@ -43,8 +46,8 @@ class OwnerBeat:
         self.vouched = False
 
     async def run(self) -> None:
-        """Beat every ``OWNER_BEAT_S`` until cancelled (the run's replicas are stopped then);
-        the first, before the first replica is asked for, is :meth:`beat` itself."""
+        """Beat every ``OWNER_BEAT_S`` until cancelled (the run's workers are stopped then);
+        the first, before the first worker is asked for, is :meth:`beat` itself."""
         while True:
             await anyio.sleep(OWNER_BEAT_S)
             await self.beat()

@@ -1,23 +1,26 @@
-"""A replica's stop, asked of its node and waited for only while that node may still answer.
+"""A spawned worker's stop, asked of its node and waited for only while that node may still answer.
 
 A stop asked of a node that had died (killed, its host gone) while the master still listed it
 waited out its whole deadline (``STOP_S``) in the background, and the run's exit waited with it.
-It is given up at once, and said, once the master has the node as dead, or once the node does
-not answer a ping (``PROBE_S``), asked beside the stop and again every ``PROBE_S`` while the stop
-waits. A node that answers pings is stopping the worker (its grace, then SIGKILL): it is waited
-for, up to ``STOP_S``. Given up, the stop is not withdrawn: a node that was only slow still stops
-the worker; one that died took it with it.
+It is given up at once, and said, once the master has the node as dead (where the run keeps the
+master's list: ``left``), or once the node does not answer a ping (``PROBE_S``), asked beside
+the stop and again every ``PROBE_S`` while the stop waits. A node that answers pings is stopping
+the worker (its grace, then SIGKILL): it is waited for, up to ``STOP_S``. Given up, the stop is
+not withdrawn: a node that was only slow still stops the worker; one that died took it with it.
+
+Shared by the pipeline engine (a replica's stop) and the training driver (a rank's or encoder's
+stop), as ``owned_controls.py`` is, whose stop it asks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.owned_controls import OwnedControls
 from troupe.runtime.placement import Host
-
-from .hosts import EngineHosts
-from .owned_controls import OwnedControls
 
 __all__ = ["PROBE_S", "STOP_S", "stop_on_node"]
 
@@ -26,9 +29,21 @@ PROBE_S = 5.0  # a ping a node that lives answers, however busy its workers keep
 
 
 async def stop_on_node(
-    controls: OwnedControls, hosts: EngineHosts, name: str, host: Host, probe_s: float = PROBE_S
+    controls: OwnedControls,
+    name: str,
+    host: Host,
+    left: Callable[[Host], Awaitable[None]] | None = None,
+    probe_s: float = PROBE_S,
 ) -> str | None:
     """Ask the node ``host`` to stop this run's worker ``name``.
+
+    Args:
+        controls: the run's controls (the stop names its process).
+        name: the worker.
+        host: its node.
+        left: returns once the master has ``host`` as dead (None: the run keeps no live list of
+            the master's nodes; the ping alone decides).
+        probe_s: the ping's deadline, and the pause between pings.
 
     Returns:
         None once the node answered; else why the stop was given up without its answer.
@@ -47,8 +62,8 @@ async def stop_on_node(
                 failed.append(exc)
             tg.cancel_scope.cancel()
 
-        async def declared_dead() -> None:
-            await hosts.left(host)
+        async def declared_dead(left: Callable[[Host], Awaitable[None]]) -> None:
+            await left(host)
             given_up.append(f"the master has node {host.name} as dead")
             tg.cancel_scope.cancel()
 
@@ -65,7 +80,8 @@ async def stop_on_node(
                 await anyio.sleep(probe_s)
 
         tg.start_soon(stop)
-        tg.start_soon(declared_dead)
+        if left is not None:
+            tg.start_soon(declared_dead, left)
         tg.start_soon(probe)
     if failed:
         raise failed[0]
