@@ -1,6 +1,6 @@
 """A fake node, as a pipeline engine's runtime, that records what the run asks of it: it starts
 replicas at once (each answering every item ok), and its stops and pings are recorded and
-answered as a subclass says (at once by default)."""
+answered as a subclass says (at once by default; never, for a node that died: ``DeadNode``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 import anyio
 
 from support.ok_replica import OkReplica
+from troupe.runtime.errors import AskTimeout
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine
 from troupe.runtime.pipeline.hosts import EngineHosts
 from troupe.runtime.pipeline.source import LocalSource
 
-__all__ = ["NODE", "RecordingNode", "one_stage_engine"]
+__all__ = ["NODE", "DeadNode", "RecordingNode", "one_stage_engine"]
 
 NODE = "tcp://127.0.0.1:1"  # a node the run can reach: its replicas name the run their owner
 
@@ -55,6 +56,31 @@ class RecordingNode:
 
     def ref(self, path: str) -> Any:
         return OkReplica()
+
+
+class DeadNode(RecordingNode):
+    """A node that died: a stop is never answered (the runtime gives it up at its deadline),
+    and a ping is not answered either, unless ``answers_pings`` (the master decides then)."""
+
+    def __init__(self, answers_pings: bool = False) -> None:
+        super().__init__()
+        self.answers_pings = answers_pings
+        self.abandoned: list[str] = []  # stops cancelled before their deadline
+        self.timed_out: list[str] = []  # stops waited for to their deadline
+
+    async def stop(self, payload: dict[str, Any], timeout: float | None) -> None:
+        assert timeout is not None
+        try:
+            await anyio.sleep(timeout)
+        except anyio.get_cancelled_exc_class():
+            self.abandoned.append(payload["name"])
+            raise
+        self.timed_out.append(payload["name"])
+        raise AskTimeout(f"ask 'stop_worker' to {NODE}: no reply within {timeout:g} s")
+
+    async def ping(self, timeout: float | None) -> None:
+        if not self.answers_pings:  # as the runtime says once the ping's deadline passed
+            raise AskTimeout(f"ask 'ping' to {NODE}: no reply within {timeout} s")
 
 
 def one_stage_engine(node: RecordingNode, hosts: EngineHosts | None = None) -> PipelineEngine:

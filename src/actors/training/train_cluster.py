@@ -1,25 +1,34 @@
 """Where a training run's workers run: the runtime and hosts of a master's cluster, or of a
 one-host cluster started in this process (a node on a free loopback port, which carries every
-tag); and stopping the workers spawned there."""
+tag); and stopping the workers spawned there.
+
+A stop is the pipeline's (``runtime/worker_stop.py``): it names the run's process, so that one
+reaching a node late (a run stopped, a rerun started) cannot stop the rerun's rank of the same
+name, and it is given up once the node does not answer a ping (it died, taking the worker with
+it), rather than waited for to its deadline."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import structlog
 
 from troupe.runtime import TroupeError
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
+from troupe.runtime.owned_controls import OwnedControls
 from troupe.runtime.placement import Host, cluster_hosts
 from troupe.runtime.transports.loopback import free_endpoint
+from troupe.runtime.worker_stop import stop_on_node
 
 __all__ = ["TRAINING_KINDS", "local_gpus", "stop_remote", "stop_worker", "training_cluster"]
+
+log = structlog.get_logger(__name__)
 
 TRAINING_KINDS = {
     # A train step may keep the trainer's loop busy for long: no progress bound, a long beat grace.
@@ -64,15 +73,22 @@ def local_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-async def stop_worker(rt: Runtime, worker: str, host: Host) -> None:
-    """Stop ``worker`` through its node (a node gone or a worker gone already is no error)."""
-    with contextlib.suppress(TroupeError, OSError):
-        await rt.control(host.endpoint, "stop_worker", {"name": worker}, timeout=60)
+async def stop_worker(controls: OwnedControls, worker: str, host: Host) -> None:
+    """Stop this run's ``worker`` through its node (see the module; a node gone or a worker gone
+    already is no error). The run keeps no live list of the master's nodes: the ping decides."""
+    try:
+        given_up = await stop_on_node(controls, worker, host)
+    except (TroupeError, OSError) as exc:
+        log.info("train_worker_stop_failed", worker=worker, node=host.name, error=str(exc))
+        return
+    if given_up is not None:  # dead, or dying: it takes its workers with it
+        log.warning("train_worker_stop_given_up", worker=worker, node=host.name, why=given_up)
 
 
 async def stop_remote(master: str, spawned: list[tuple[str, Host]]) -> None:
     """Stop the workers spawned on the cluster's nodes, in parallel, each within its node's stop
     grace; through a runtime of its own, as the run's may be cancelled (Ctrl-C) by now."""
     async with connect(master) as rt, anyio.create_task_group() as tg:
+        controls = OwnedControls(rt)  # the same process as the spawns': the nodes heed its stops
         for worker, host in list(spawned):
-            tg.start_soon(stop_worker, rt, worker, host)
+            tg.start_soon(stop_worker, controls, worker, host)

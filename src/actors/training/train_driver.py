@@ -1,7 +1,14 @@
 """One training run's workers on the cluster: the encoder actors and trainer ranks placed on
 their hosts and spawned through each host's node, the ranks started and polled to the end, and
 all of them started again from the latest committed checkpoint when one is lost (at most
-``train.max_restarts`` times)."""
+``train.max_restarts`` times).
+
+The workers have the same names in every run (``w-train-rank-0``...). Their spawns and stops
+name the run's process (``runtime/owned_controls.py``): a node leaves a rerun's rank alone when a
+late stop of an earlier run reaches it. On a master's cluster, whose nodes outlive the run, the
+spawns also name the run their owner (its runtime where the node can ping it back, else its token
+at the master it beats to, ``runtime/owner_beat.py``): a node stops the ranks and encoders of a
+run that was killed, as it stops a killed pipeline run's replicas, and a rerun takes their names."""
 
 from __future__ import annotations
 
@@ -18,6 +25,8 @@ import structlog
 
 from troupe.runtime import TroupeError, UnknownActor
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.owned_controls import OwnedControls, spawn_owner
+from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 
 from .train_cluster import stop_worker
@@ -56,7 +65,11 @@ class Rank:
 
 
 class TrainDriver:
-    """The workers of one training run, their starts, polls and restarts."""
+    """The workers of one training run, their starts, polls and restarts.
+
+    ``master``: the master whose nodes run the workers (they outlive the run: the spawns name the
+    run their owner); None for a node started in this process, which stops with it.
+    """
 
     def __init__(
         self,
@@ -66,8 +79,12 @@ class TrainDriver:
         hosts: list[Host],
         say: Callable[[str], None],
         on_progress: Callable[[TrainProgress], None] | None,
+        master: str | None = None,
     ) -> None:
         self.rt, self.cfg, self.out, self.say, self.on_progress = rt, cfg, out, say, on_progress
+        self.master = master
+        self.controls = OwnedControls(rt)  # spawn_worker and stop_worker, naming this process
+        self.owner_beat = None if master is None else OwnerBeat(rt, master)
         enc, tr = cfg.encoders, cfg.trainers
         local = cfg.train.local_encoding  # the ranks encode themselves: no encoder actors
         enc_hosts = [] if local else place(enc.count, hosts, enc.tags, enc.gpus, what="encoders")
@@ -90,14 +107,17 @@ class TrainDriver:
         self, worker: str, kind: str, actor: str, cls: str, kwargs: dict[str, Any], host: Host
     ) -> None:
         spec = {"name": worker, "kind": kind, "actors": [{"name": actor, "class": cls, "kwargs": kwargs}]}
-        await self.rt.control(
-            host.endpoint, "spawn_worker", {**spec, "timeout_s": _SPAWN_S}, timeout=_SPAWN_S + 10
-        )
+        if self.master is not None:
+            owner = spawn_owner(host.endpoint, self.rt.address, self.owner_beat)
+            spec = spec if owner is None else {**spec, "owner": owner}
+        # Named even without an owner: the stops name the process too (see the module).
+        spec = self.controls.named({**spec, "timeout_s": _SPAWN_S})
+        await self.controls.ask(host.endpoint, "spawn_worker", spec, _SPAWN_S + 10)
         self.spawned.append((worker, host))
         log.info("train_worker_spawned", worker=worker, kind=kind, node=host.name)
 
     async def _stop_worker(self, worker: str, host: Host) -> None:
-        await stop_worker(self.rt, worker, host)
+        await stop_worker(self.controls, worker, host)
         with contextlib.suppress(ValueError):
             self.spawned.remove((worker, host))
 
@@ -133,6 +153,17 @@ class TrainDriver:
     # -- the run ----------------------------------------------------------------------------------
 
     async def main(self, fresh: bool) -> TrainRunResult:
+        async with anyio.create_task_group() as beating:
+            if self.owner_beat is not None:  # before the first spawn: it names the run's token
+                await self.owner_beat.beat()
+                beating.start_soon(self.owner_beat.run)
+            try:
+                result = await self._main(fresh)
+            finally:
+                beating.cancel_scope.cancel()  # the workers are stopped (or their stop asked) next
+        return result
+
+    async def _main(self, fresh: bool) -> TrainRunResult:
         self.say(
             f"placing {len(self.encoders)} encoder actor(s) and {len(self.ranks)} rank(s): "
             + ", ".join(f"{a} on {n}" for a, n in self.placement.items())

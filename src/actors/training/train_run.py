@@ -106,7 +106,7 @@ async def run_training(
             if logs is not None:
                 logs.write_to(log_dir)
             async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
-                run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress)
+                run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress, master)
                 try:
                     result = await run.main(fresh)
                 finally:

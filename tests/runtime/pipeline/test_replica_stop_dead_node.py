@@ -11,8 +11,7 @@ import anyio
 import pytest
 
 from support.log_capture import module_logs
-from support.recording_node import NODE, RecordingNode, one_stage_engine
-from troupe.runtime.errors import AskTimeout
+from support.recording_node import NODE, DeadNode, one_stage_engine
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.engine import PipelineResult
 from troupe.runtime.pipeline.hosts import EngineHosts
@@ -20,31 +19,6 @@ from troupe.runtime.placement import Host
 from troupe.runtime.worker_stop import STOP_S
 
 HANG_GUARD_S = 120  # a bound on a hang (past the stop's own deadline), never on speed
-
-
-class DeadNode(RecordingNode):
-    """A node that died: a stop is never answered (the runtime gives it up at its deadline),
-    and a ping is not answered either, unless ``answers_pings`` (the master decides then)."""
-
-    def __init__(self, answers_pings: bool = False) -> None:
-        super().__init__()
-        self.answers_pings = answers_pings
-        self.abandoned: list[str] = []  # stops cancelled before their deadline
-        self.timed_out: list[str] = []  # stops waited for to their deadline
-
-    async def stop(self, payload: dict[str, Any], timeout: float | None) -> None:
-        assert timeout is not None
-        try:
-            await anyio.sleep(timeout)
-        except anyio.get_cancelled_exc_class():
-            self.abandoned.append(payload["name"])
-            raise
-        self.timed_out.append(payload["name"])
-        raise AskTimeout(f"ask 'stop_worker' to {NODE}: no reply within {timeout:g} s")
-
-    async def ping(self, timeout: float | None) -> None:
-        if not self.answers_pings:  # as the runtime says once the ping's deadline passed
-            raise AskTimeout(f"ask 'ping' to {NODE}: no reply within {timeout} s")
 
 
 async def _run(node: DeadNode, hosts: EngineHosts | None = None) -> PipelineResult:

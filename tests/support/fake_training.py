@@ -1,0 +1,70 @@
+"""A training run's driver on fake nodes (``RecordingNode``s, by endpoint), whose two ranks fail
+once and then finish: the driver stops both ranks' workers and spawns them again once (its
+restart), so a test sees what the run's spawns and stops ask of each node. Without processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from support.recording_node import RecordingNode
+from troupe.actors.training.train_driver import TrainDriver
+from troupe.runtime.placement import Host
+
+__all__ = ["FakeTrainCluster", "two_rank_driver"]
+
+
+class FakeTrainCluster:
+    """The runtime of a training run: controls go to the node at their endpoint, a beat to the
+    master is taken, and every actor answers as a rank: rank 0 fails in the first attempt (a
+    peer rank was lost), and every rank is done in the next."""
+
+    address = "tcp://127.0.0.1:9"  # the run's own endpoint
+
+    def __init__(self, nodes: dict[str, RecordingNode]) -> None:
+        self.nodes = nodes
+        self.beats: list[Any] = []
+        self.attempts = 0  # the ranks' starts, counted at rank 0
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        if kind == "owner_beat":
+            self.beats.append(payload)
+            return {}
+        return await self.nodes[endpoint].control(endpoint, kind, payload, timeout)
+
+    def ref(self, path: str) -> _FakeRank:
+        return _FakeRank(self, path)
+
+
+class _FakeRank:
+    def __init__(self, cluster: FakeTrainCluster, actor: str) -> None:
+        self.cluster = cluster
+        self.actor = actor
+
+    async def ask(self, msg_type: str, payload: Any, timeout: float | None = None) -> Any:
+        if msg_type == "start" and self.actor == "train-rank-0":
+            self.cluster.attempts += 1
+        if msg_type != "progress":
+            return {}
+        if self.cluster.attempts < 2:
+            return {"state": "failed", "error": "a peer rank was lost"}
+        return {"state": "done", "step": 1, "steps": 1, "result": {"losses": [0.5]}}
+
+
+_UNSET = dict.fromkeys(("weights", "memory_mb", "disk_mb", "cache_dir", "threads", "inline_below_ms"))
+
+
+def two_rank_driver(cluster: FakeTrainCluster, out: Path, master: str | None = None) -> TrainDriver:
+    """A driver of two ranks (no encoder actors: they encode themselves) over ``cluster``'s nodes,
+    one rank a node, that restarts them once."""
+    cfg = SimpleNamespace(
+        encoders=SimpleNamespace(count=0, tags=(), gpus=0, encoder="m:E", encoder_kwargs={}, **_UNSET),
+        trainers=SimpleNamespace(ranks=2, tags=(), gpus=0, threads=None),
+        train=SimpleNamespace(local_encoding=True, max_restarts=1, checkpoint_dir=str(out / "ck"), steps=1),
+        datagen=None,
+        to_data=dict,
+    )
+    hosts = [Host.anything(f"n{i}", endpoint) for i, endpoint in enumerate(cluster.nodes)]
+    more = {} if master is None else {"master": master}
+    return TrainDriver(cluster, cfg, out, hosts, lambda _line: None, None, **more)  # type: ignore[arg-type]
