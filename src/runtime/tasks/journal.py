@@ -64,6 +64,7 @@ from troupe.runtime.gc_pauses import collector_paused
 
 from .book import TaskBook
 from .job_digest import job_digest
+from .journal_backup import keep_copy_before_upgrade
 from .journal_bulk import insert_tasks, is_bulk, refs_text
 from .journal_check import bad_row, check_rows
 from .journal_lock import JournalLock
@@ -641,12 +642,19 @@ def _check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint:
         # sees, before it writes: the file may have been replaced in between.
         _refuse_other(path, app_id, version)
         if version in _UPGRADABLE:
+            kept = keep_copy_before_upgrade(conn, path, version)  # an older master reads it
             conn.execute("BEGIN IMMEDIATE")
             for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
                 conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
-            log.info("journal_upgraded", path=str(path), from_version=version, to_version=SCHEMA_VERSION)
+            log.warning(
+                "journal_upgraded",
+                path=str(path),
+                from_version=version,
+                to_version=SCHEMA_VERSION,
+                copy_before=str(kept),
+            )
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise JournalError(

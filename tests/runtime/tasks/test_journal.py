@@ -531,6 +531,19 @@ def test_a_row_of_the_wrong_type_is_refused_naming_it(tmp_path: Path, sql: str, 
 
 def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
     """A journal of schema version 1 opens: it gains the version-2 columns, its rows replay."""
+    path = _version_1_journal(tmp_path)
+    with Journal.open(path) as journal:
+        book = journal.replay()
+        assert book.task("t0").state is TaskState.DONE
+        assert journal.compact(time.time() - 60).jobs == 0  # "finished" counts from the upgrade
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("SELECT finished_at FROM jobs").fetchone()[0] is not None
+    conn.close()
+
+
+def _version_1_journal(tmp_path: Path) -> Path:
+    """A journal of schema version 1 with a job 'old' done, of one task 't0'."""
     path = tmp_path / "journal.db"
     conn = sqlite3.connect(path)
     conn.executescript(V1_SCHEMA)
@@ -544,14 +557,7 @@ def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
     )
     conn.commit()
     conn.close()
-    with Journal.open(path) as journal:
-        book = journal.replay()
-        assert book.task("t0").state is TaskState.DONE
-        assert journal.compact(time.time() - 60).jobs == 0  # "finished" counts from the upgrade
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
-    assert conn.execute("SELECT finished_at FROM jobs").fetchone()[0] is not None
-    conn.close()
+    return path
 
 
 V1_SCHEMA = """
@@ -757,3 +763,37 @@ def test_a_cancelled_job_s_tasks_replay_cancelled_and_no_other_job_s(
     }
     assert back.statistics().jobs["a"] == book.statistics().jobs["a"]  # the live book's counts
     assert {j.job_id: j.state for j in back.jobs()}["a"] is JobState.CANCELLED
+
+
+def test_an_upgrade_keeps_the_journal_as_it_was_for_an_older_master(tmp_path: Path) -> None:
+    """A master upgrade was a one-way door: the older master refuses the upgraded journal.
+    The journal as it was lies beside it, readable by the troupe that wrote it."""
+    path = _version_1_journal(tmp_path)
+    with Journal.open(path) as journal:
+        journal.replay()
+    copy = sqlite3.connect(tmp_path / "journal.db.v1.bak")
+    try:
+        assert copy.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert copy.execute("SELECT job_id FROM jobs").fetchall() == [("old",)]
+    finally:
+        copy.close()
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_an_upgrade_whose_copy_cannot_be_written_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _version_1_journal(tmp_path)
+
+    def disk_full(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("troupe.runtime.tasks.journal_backup.os.replace", disk_full)
+    with pytest.raises(JournalError, match=r"could not be written.*nothing was changed"):
+        Journal.open(path)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1  # not upgraded
+    finally:
+        conn.close()
+    assert [p.name for p in tmp_path.iterdir() if ".bak" in p.name] == []
