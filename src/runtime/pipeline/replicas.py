@@ -17,7 +17,6 @@ import anyio
 import anyio.abc
 import structlog
 
-from troupe.runtime.core.ref import ActorRef
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
     ActorStopped,
@@ -27,7 +26,6 @@ from troupe.runtime.errors import (
     PeerLost,
     StageFailed,
     TroupeError,
-    UnknownActor,
     UnknownMessageType,
     Unreachable,
 )
@@ -41,6 +39,7 @@ from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts, NoNodeNow
 from .model import ScaleInput, decide_scaling
 from .records import Replica, StageState, node_of
+from .replica_stage_info import stage_info
 from .source import ItemSource, send_unanswered
 
 __all__ = ["ReplicaPool"]
@@ -55,7 +54,6 @@ _WATCH_S = 1.0  # how often each node is asked whether the replicas' workers sti
 # after its connection dropped is no death.
 _SUSPECT_S = 0.1
 _SUSPECT_FOR_S = 5.0
-_KNOWN_S = 10.0  # a cluster's directory (the master) learns of a new worker with its node's next beat
 _START_RETRIES = 12  # starts in a row that may pass (below) a stage tries before the run fails
 _RETRY_FIRST_S = 0.5  # the pause before the first try again; it doubles each time, up to
 _RETRY_MAX_S = 8.0  # about 70 s in all: time for a master or a node to restart
@@ -166,7 +164,8 @@ class ReplicaPool:
             incarnation = record.get("incarnation") if isinstance(record, dict) else None
             node, outbox_at = _taught(self.runtime, name, record)
             ref = self.runtime.ref(f"{node}/{name}/stage" if node else f"{name}/stage")
-            info = await _stage_info(ref)  # resolves and connects
+            process_key = f"{node or host.name}/{name}"
+            info = await stage_info(ref, lambda: self.runtime.directory.forget_process(process_key))
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
         except (TroupeError, ConfigError) as exc:
             if host is not None:
@@ -521,20 +520,6 @@ def _worker_gone(record: Any, incarnation: int | None) -> str | None:
             "without what it held"
         )
     return None
-
-
-async def _stage_info(ref: ActorRef) -> Any:
-    """A new replica's ``stage_info``. On a cluster the engine resolves names through the
-    master, which hears of a worker a node of an older troupe started with that node's next
-    beat (a second later): a name not known yet is asked for again, for a few beats."""
-    deadline = time.monotonic() + _KNOWN_S
-    while True:
-        try:
-            return await ref.ask("stage_info", None, timeout=60)
-        except UnknownActor:
-            if time.monotonic() >= deadline:
-                raise
-            await anyio.sleep(0.1)
 
 
 def _taught(runtime: Runtime, name: str, record: Any) -> tuple[str, str]:
