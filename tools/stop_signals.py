@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -42,6 +43,7 @@ __all__ = [
     "say_aside",
     "say_if_heard",
     "say_stopping",
+    "stop_came",
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -94,6 +96,12 @@ def say_if_heard(console: Console, text: str) -> None:
     except SystemExit as exc:  # a closed pipe (closed_output): its console is silenced already
         if exc.code != OUTPUT_CLOSED:
             raise
+
+
+def stop_came() -> bool:
+    """Whether a stop signal cancelled the command's work (``run_async``'s scope), although
+    what it awaited returned: the cancelled scope says so at once, awaiting nothing."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 def _stderr_is_a_terminal() -> bool:

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
 from support.hook_stages import read_records
-from troupe.runtime.pipeline.result import PipelineResult
 
 __all__ = ["HELD_FINALS", "HELD_ITEMS", "cancelled_once_held", "finalized", "held_pipeline"]
+
+T = TypeVar("T")
 
 HELD_ITEMS = 4
 HELD_FINALS = f"a finalised {HELD_ITEMS} items; b finalised {HELD_ITEMS} items"  # the finalize lines
@@ -59,12 +61,13 @@ def finalized(log: Path) -> int:
 
 
 async def cancelled_once_held(
-    run: Callable[[], Awaitable[PipelineResult]], held: Path, release: Path, wait_s: float
-) -> list[PipelineResult]:
-    """Start ``run``, cancel it once its last stage's replica holds its stop (its finalize hooks
-    returned), then let the replica go; what ``run`` returned (nothing where it raised the
+    run: Callable[[], Awaitable[T]], held: Path, release: Path, wait_s: float
+) -> list[T]:
+    """Start ``run``, cancel it once ``held`` exists (a pipeline's: its last stage's replica
+    holds its stop, its finalize hooks returned; a training's: ``support.held_train``), then
+    let the hold go (``release``); what ``run`` returned (nothing where it raised the
     cancellation). ``wait_s`` bounds the wait for the hold."""
-    returned: list[PipelineResult] = []
+    returned: list[T] = []
 
     async def keep() -> None:
         returned.append(await run())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
 from troupe.cli.log_filters import visible
-from troupe.cli.stop_signals import lines_above, say_aside, say_if_heard
+from troupe.cli.stop_signals import lines_above, say_aside, say_if_heard, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
@@ -302,7 +301,7 @@ async def _finish_run(
                 show(result.metrics)  # the bars end where the table below starts
             # A stop that came once the finalize hooks had returned stopped nothing (the run
             # returned): what is said is the run's record, written then, as a rerun says it.
-            finished = completed_run(out) if _stop_came() else None
+            finished = completed_run(out) if stop_came() else None
             if finished is not None:
                 result, stopped_after_it = finished, True
         except anyio.get_cancelled_exc_class():  # a stop signal: the run stopped what it started
@@ -341,12 +340,6 @@ async def _finish_run(
             else "every item died: the run made nothing"
         )
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
-
-
-def _stop_came() -> bool:
-    """Whether a stop signal cancelled this command's work (``run_async``'s scope), although
-    what it awaited returned: the cancelled scope says so at once, awaiting nothing."""
-    return anyio.current_effective_deadline() == -math.inf
 
 
 def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Path) -> str:

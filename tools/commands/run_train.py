@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from troupe.cli.stop_signals import lines_above
+from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
 
@@ -185,17 +185,31 @@ def finish_train(
         except CheckpointUnreadable as exc:  # the resume would refuse it too, once the cluster started
             raise fail(str(exc), 1) from None
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
-        if as_json:
-            print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
-        else:
-            target = steps or cfg.train.steps
-            console.print(
-                f"already complete: {escape(str(done[1]))} is step {done[0]}, as far as {target} steps "
-                "go; give more --steps to train on, or --fresh to start over",
-                soft_wrap=True,
-            )
+        _say_complete("already complete", done, steps or cfg.train.steps, as_json)
         return
-    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json)
+    # A stop that came once the training was complete: what a rerun would say, exit 0.
+    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json, done_if_returned=True)
+
+
+def _say_complete(lead: str, done: tuple[int, Path], target: int, as_json: bool) -> None:
+    """What a run whose last checkpoint ``done`` (its step, its folder) reaches the steps asked
+    says: ``already complete``, or ``complete when the stop came`` (with --json, the same object)."""
+    if as_json:
+        print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
+        return
+    console.print(
+        f"{lead}: {escape(str(done[1]))} is step {done[0]}, as far as {target} steps "
+        "go; give more --steps to train on, or --fresh to start over",
+        soft_wrap=True,
+    )
+
+
+async def _complete_now(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
+    """:func:`_complete_when_stopped` off the event loop (it hashes the checkpoint's files),
+    shielded: the command's scope is cancelled by then, and a second Ctrl-C must still be heard."""
+    with anyio.CancelScope(shield=True):
+        complete = await anyio.to_thread.run_sync(_complete_when_stopped, cfg, out, steps)
+    return complete
 
 
 def _stopped_line(cfg: Any, out: Path) -> str:
@@ -209,6 +223,16 @@ def _stopped_line(cfg: Any, out: Path) -> str:
         return "stopped before any checkpoint was committed: the same command run again starts at step 0"
     step, last = newest
     return f"stopped: checkpoint at step {step} in {last}; the same command run again resumes from it"
+
+
+def _complete_when_stopped(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
+    """What :func:`_trained_already` says of a run a stop signal reached, None where it cannot
+    tell (a checkpoint that does not read or pass the check: CheckpointUnreadable is a
+    ValueError): the run then says it stopped, as it did."""
+    try:
+        return _trained_already(cfg, out, steps)
+    except (ValueError, OSError):
+        return None
 
 
 def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path] | None:
@@ -290,6 +314,7 @@ async def _train(
         if not as_json:
             progress.console.print(escape(line), soft_wrap=True)
 
+    complete: tuple[int, Path] | None = None  # a stop came once the training was complete
     with lines_above(console):  # a stop's lines above the bar, not over it
         progress.start()
         try:
@@ -305,10 +330,19 @@ async def _train(
             )
         except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
             progress.stop()
-            Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
-            raise
+            complete = await _complete_now(cfg, out, steps)
+            if complete is None:
+                Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
+                raise
+            # The ranks were done, their final checkpoint committed, when the stop came (it
+            # landed as the workers and the node stopped): it stopped nothing; said below.
         finally:
             progress.stop()
+    if complete is None and stop_came():  # the run returned: the stop came as its processes stopped
+        complete = await _complete_now(cfg, out, steps)
+    if complete is not None:  # said as the rerun would say it, exit 0
+        _say_complete("complete when the stop came", complete, steps or cfg.train.steps, as_json)
+        return
     if as_json:
         print(json.dumps(result_json(result), indent=2))
         return

@@ -32,7 +32,9 @@ node, into ``train.dataset`` (``{out}/data`` in configs/datagen-train.toml), and
 ``train.min_episodes`` episodes are committed; they read the growing run folder.
 
 Everything started here is stopped on the way out (done, failed or cancelled): the workers
-through their nodes, the local node last. A second run into the same ``out`` resumes from its
+through their nodes, the local node last. A cancellation that comes once the ranks were done
+(their final checkpoint committed), as those stop, stopped nothing: the run returns its result
+rather than raising it. A second run into the same ``out`` resumes from its
 checkpoints; ``fresh=True`` deletes what the run wrote (checkpoints, logs, the latent cache
 inside ``out``) and starts over.
 
@@ -44,9 +46,10 @@ a run reports).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -100,23 +103,42 @@ async def run_training(
     t0 = time.perf_counter()
     say = on_event or (lambda _line: None)
     cfg, out_dir, held = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
+    done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
     try:
         log_dir = out_dir / "logs"
         with run_log("local", "train") as logs:  # the program's logging back as it ends
             if logs is not None:
                 logs.write_to(log_dir)
-            async with training_cluster(master, node_endpoint, log_dir) as (rt, hosts):
+            async with (
+                _kept_once_trained(done),
+                training_cluster(master, node_endpoint, log_dir) as (rt, hosts),
+            ):
                 run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress, master)
                 try:
-                    result = await run.main(fresh)
+                    done.append(await run.main(fresh))
                 finally:
                     if master is not None:  # a node started here stops its workers itself, then stops
                         with anyio.CancelScope(shield=True):
                             await stop_remote(master, run.spawned)
     finally:
         held.release()  # out is free for the next run (the kernel frees it too, if this dies)
+    result = done[0]
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+@contextlib.asynccontextmanager
+async def _kept_once_trained(done: list[TrainRunResult]) -> AsyncIterator[None]:
+    """A stop (the run's cancellation) that comes once ``done`` holds the run's result, taken as
+    stopping nothing: the training was complete (its final checkpoint committed), and it lands
+    as the workers and the node stop, which see to their own stop all the same. The run returns
+    its result rather than raising; the stop is the caller's to see (its cancel scope stays
+    cancelled): ``troupe run`` says the training was complete when it came."""
+    try:
+        yield
+    except anyio.get_cancelled_exc_class():
+        if not done:
+            raise
 
 
 def run_training_sync(config: Any, out: str | os.PathLike[str], **kwargs: Any) -> TrainRunResult:
