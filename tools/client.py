@@ -111,7 +111,8 @@ def run_async(
     ends it without the "stopping gracefully" line. ``done_if_returned``: ``fn`` returns a value
     only once its work is done (a stop that stops it raises): where it returns although a signal
     came, the signal came too late to stop anything (``troupe run`` whose dataset was complete
-    when it came), and the command ends as it would have without it.
+    when it came), and the command ends as it would have without it; a signal after that, as
+    the process winds down, is ignored (exit 0).
     """
     signals = StopSignals(quiet=reader)
     box: list[T] = []
@@ -124,6 +125,7 @@ def run_async(
             try:
                 with work:
                     box.append(await fn(*args))
+                    signals.work_done = done_if_returned  # a signal from now on is ignored
             except BaseException as exc:  # raised as it is, not wrapped in this group's
                 failure.append(exc)
             tg.cancel_scope.cancel()  # stop watching

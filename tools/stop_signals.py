@@ -145,11 +145,19 @@ class StopSignals:
 
     Attributes:
         signum: the first stop signal received, None while none came.
+        work_done: set by the command once its work is done and said (``run_async``'s
+            ``done_if_returned``): a stop signal from then on stops nothing and is ignored, to
+            the process's end, so the command exits 0. As the process wound down (a second or
+            more with torch imported) it ended it with the signal's status or, once the
+            interpreter had put its default handlers back to free the modules, killed it by
+            the signal: a shell said 130 after a complete run's report. Ignored, not handled:
+            the interpreter keeps an ignored signal ignored, a handled one it resets.
     """
 
     def __init__(self, quiet: bool = False) -> None:
         self.signum: int | None = None
         self.quiet = quiet
+        self.work_done = False
 
     @property
     def exit_status(self) -> int | None:
@@ -164,6 +172,8 @@ class StopSignals:
             with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
                 task_status.started()
                 async for signum in signals:
+                    if self.work_done:
+                        continue
                     if self.signum is None:
                         self.signum = signum
                         work.cancel()
@@ -175,9 +185,10 @@ class StopSignals:
                         self.force()
         finally:
             # The work is over and the process winds down (threads, sockets): a signal now
-            # ends it at once with the right status, not with a traceback or signal death.
+            # ends it at once with the right status, not with a traceback or signal death;
+            # where the work is done and said, it stops nothing and is ignored (``work_done``).
             for signum in STOP_SIGNALS:
-                signal.signal(signum, self._late)
+                signal.signal(signum, signal.SIG_IGN if self.work_done else self._late)
 
     def _late(self, signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["INTERRUPT_AT_COMMAND_IMPORT"]
+__all__ = ["INTERRUPT_AT_COMMAND_IMPORT", "WORK_DONE_THEN_WINDING_DOWN"]
 
 # A KeyboardInterrupt where a Ctrl-C would land: while the command's modules import (after the
 # entry started what it starts first).
@@ -16,4 +16,27 @@ class Interrupt(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Interrupt())
+"""
+
+# A command whose work returned (``run_async``), then the interpreter's wind-down, held as it
+# frees the modules (where it has put its signal handlers back) until the test signalled it:
+# argv[1] "1" runs it with done_if_returned; argv[2] the file written as the wind-down holds,
+# argv[3] the file the test writes once it sent its signal (60 s at most).
+WORK_DONE_THEN_WINDING_DOWN = """
+import os, sys, time
+from troupe.cli.client import run_async
+
+class HeldWindDown:
+    def __del__(self, exists=os.path.exists, monotonic=time.monotonic, sleep=time.sleep,
+                made=open, held=sys.argv[2], signalled=sys.argv[3]):  # builtins are gone by then
+        made(held, "w").close()
+        deadline = monotonic() + 60
+        while not exists(signalled) and monotonic() < deadline:
+            sleep(0.02)
+
+async def work():
+    return "work done"
+
+print(run_async(work, done_if_returned=sys.argv[1] == "1"), flush=True)
+held_wind_down = HeldWindDown()  # freed with __main__'s globals, as the interpreter ends
 """
