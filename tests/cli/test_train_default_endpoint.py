@@ -32,7 +32,7 @@ def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
 
     monkeypatch.setattr(run_train, "check_train", check_while_another_run_starts)
     monkeypatch.setattr(run_train, "_trained_already", lambda *_: None)
-    monkeypatch.setattr("troupe.cli.client.run_async", lambda _fn, *args: started.append(args))
+    monkeypatch.setattr("troupe.cli.client.run_async", lambda _fn, *args, **_: started.append(args))
     try:
         run_train.finish_train(
             tmp_path / "t.toml", tmp_path / "out", None, None, None, None, False, True, default
