@@ -13,7 +13,8 @@ import pytest
 
 from troupe.runtime.node.config import SupervisionConfig
 from troupe.runtime.pipeline.config import PipelineConfig
-from troupe.runtime.pipeline.runner import _stage_supervision, run_pipeline
+from troupe.runtime.pipeline.run_cluster import stage_supervision
+from troupe.runtime.pipeline.runner import run_pipeline
 from troupe.runtime.testing.plugin import import_path
 
 pytestmark = pytest.mark.e2e
@@ -46,10 +47,10 @@ def _pipeline(log: Path, progress_timeout_s: float) -> PipelineConfig:
 
 
 def test_the_stage_setting_becomes_its_replicas_kind_policy(tmp_path: Path) -> None:
-    supervision = _stage_supervision(_pipeline(tmp_path / "log", 0.5))
+    supervision = stage_supervision(_pipeline(tmp_path / "log", 0.5))
     assert supervision.policy_for("think").progress_timeout_s == 0.5
     assert supervision.policy_for("other").progress_timeout_s == SupervisionConfig().progress_timeout_s
-    assert _stage_supervision(_pipeline(tmp_path / "log", 0)).policy_for("think").progress_timeout_s is None
+    assert stage_supervision(_pipeline(tmp_path / "log", 0)).policy_for("think").progress_timeout_s is None
 
 
 @pytest.mark.parametrize(("timeout_s", "outcome"), [(0.5, "dead"), (0.0, "ok")])

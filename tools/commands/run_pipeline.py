@@ -34,7 +34,8 @@ from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
-from troupe.runtime.pipeline.runner import RunStart, completed_run, run_pipeline
+from troupe.runtime.pipeline.run_outcome import completed_run
+from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 from troupe.runtime.process_start import age_s
 
 from .starting_status import StartingStatus

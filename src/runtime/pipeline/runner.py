@@ -30,6 +30,11 @@ Where the items come from:
   ``out`` records the pipeline, and the job once a run of it finished there: a rerun of that
   job (its items all ended on the master) is answered at once with ``already_complete``;
 - with neither: the config's seed range, in memory.
+
+This module drives a run; its parts are apart: ``run_plan`` (what is checked and prepared before
+anything starts), ``run_cluster`` (the node, master or cluster the run starts or joins, and
+stops), ``run_outcome`` (a finished run's answer, the job's items, the wall-time split) and
+``run_exit`` (how a stop after the finalize hooks, or a lone error, reaches the caller).
 """
 
 from __future__ import annotations
@@ -37,52 +42,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
-from pydantic import ValidationError
 
-from troupe.runtime.core import process_role
-from troupe.runtime.core.client import connect
-from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.core.loading import check_stage_actors_async
-from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, StageFailed, TroupeError, leaf_errors
+from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.logs import run_log
-from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
-from troupe.runtime.node.local import start_local_node
-from troupe.runtime.node.node import Node
-from troupe.runtime.node.template_link import TemplateLink
-from troupe.runtime.placement import place
-from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.master.master import Master
-from troupe.runtime.tasks.master.master_config import MasterConfig
-from troupe.runtime.transports.loopback import free_endpoint
 
-from .config import PipelineConfig, load_pipeline
+from .config import PipelineConfig
 from .early_template import OnImporting, early_template
 from .engine import PipelineEngine
-from .hosts import EngineHosts, wait_for_nodes
-from .master_job import master_source
-from .mixed_code import warn_if_mixed
 from .result import PipelineMetrics, PipelineResult
+from .run_cluster import LOCAL_NODE, on_cluster, on_node
 from .run_dir import RunDir, fingerprint
-from .run_journal import open_run_journal
-from .source import ItemSource, MasterSource
+from .run_exit import kept_once_finalized, lone_error_raised
+from .run_outcome import already_complete, job_items, with_split
+from .run_plan import check_early, plan_run, refuse_inside_an_import
+from .source import MasterSource
 
 if TYPE_CHECKING:
     from troupe.template_prestart import Prestarted
 
-__all__ = ["RunStart", "completed_run", "run_pipeline", "run_pipeline_sync"]
-
-_NODE = "local"  # the name of the node a one-host run starts
+__all__ = ["RunStart", "run_pipeline", "run_pipeline_sync"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +168,7 @@ async def run_pipeline(
     """
     t0 = time.perf_counter()
     m0 = time.monotonic()  # the wall-time split's marks (the engine's clock)
-    _refuse_inside_an_import()
+    refuse_inside_an_import()
     if cluster is not None and (node is not None or master is not None):
         raise ConfigError(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
@@ -191,17 +177,17 @@ async def run_pipeline(
     async with contextlib.AsyncExitStack() as stack:
         ahead = [template_ahead] if template_ahead is not None else []
         stack.callback(_discard_all, ahead)  # whatever happens before a node takes it over
-        early = await anyio.to_thread.run_sync(_early, pipeline, out, items, items_from, fresh)
+        early = await anyio.to_thread.run_sync(check_early, pipeline, out, items, items_from, fresh)
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
-        held = stack.enter_context(run_log(_NODE, "run"))
+        held = stack.enter_context(run_log(LOCAL_NODE, "run"))
         # A one-host run starts its node's template first: it checks the stage classes while
         # it imports them for the replicas (early_template.py); a finished run needs neither.
         template = None
         if node is None and cluster is None and not early.finished:
             taken = ahead.pop() if ahead else None
             template = await stack.enter_async_context(
-                early_template(early.cfg, _NODE, early.source, taken, on_importing)
+                early_template(early.cfg, LOCAL_NODE, early.source, taken, on_importing)
             )
         elif cluster is not None:
             # On a cluster's nodes: the classes installed here are checked here as well, before
@@ -212,12 +198,12 @@ async def run_pipeline(
             taken = ahead.pop() if ahead else None
             if taken is not None:
                 async with early_template(
-                    early.cfg, _NODE, early.source, taken, on_importing, installed_only=True
+                    early.cfg, LOCAL_NODE, early.source, taken, on_importing, installed_only=True
                 ):
                     pass
             else:
                 await check_stage_actors_async(early.cfg, early.source, installed_only=True)
-        plan = await anyio.to_thread.run_sync(_plan, early.cfg, out, items_from, fresh)
+        plan = await anyio.to_thread.run_sync(plan_run, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         if run_dir is not None and run_dir.adopted and on_event is not None:
             on_event(
@@ -231,14 +217,14 @@ async def run_pipeline(
             if held is not None:
                 held.write_to(log_dir)
         if plan.complete is not None:
-            return _already_complete(plan.complete)
+            return already_complete(plan.complete)
         failed: StageFailed | None = None
         result: PipelineResult | None = None
         done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
         where = (
-            _on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning)
+            on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning)
             if cluster is not None
-            else _cluster(
+            else on_node(
                 resolved,
                 run_dir,
                 log_dir,
@@ -254,7 +240,7 @@ async def run_pipeline(
             )
         )
         shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None
-        async with _kept_once_finalized(done), _lone_error_raised(), where as running:
+        async with kept_once_finalized(done), lone_error_raised(), where as running:
             made = running.source.made if isinstance(running.source, MasterSource) else None
             if shared_dir is not None:
                 shared = await anyio.to_thread.run_sync(shared_dir.take_shared, fingerprint(cfg))
@@ -271,7 +257,7 @@ async def run_pipeline(
                     else None
                 )
                 if complete is not None:
-                    return _already_complete(complete)
+                    return already_complete(complete)
                 await anyio.to_thread.run_sync(shared_dir.forget_complete)
             if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
                 on_event(
@@ -301,7 +287,7 @@ async def run_pipeline(
                 return replace(
                     outcome,
                     made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
-                    ended=(_job_items(running.book, cfg.name) if running.book is not None else None) or {},
+                    ended=(job_items(running.book, cfg.name) if running.book is not None else None) or {},
                 )
 
             def finalized(outcome: PipelineResult) -> None:
@@ -344,74 +330,7 @@ async def run_pipeline(
             # group on the way out took the cancellation for its own: the stop goes on up, as
             # KeyboardInterrupt from run_pipeline_sync, not as an UnboundLocalError.
             raise anyio.get_cancelled_exc_class()("the pipeline run was stopped before it ended")
-        return _with_split(result, m0, engine_created, engine.last_done, time.monotonic())
-
-
-@contextlib.asynccontextmanager
-async def _kept_once_finalized(done: list[PipelineResult]) -> AsyncIterator[None]:
-    """A stop (the run's cancellation) that comes once ``done`` holds the run's result, its
-    finalize hooks returned, taken as stopping nothing: the outputs are complete (and recorded
-    so), so the run returns its result rather than raising. It lands as the replicas, the
-    node or the master stop, which see to their own stop all the same. The stop is the
-    caller's to see (its cancel scope stays cancelled): ``troupe run`` says the dataset was
-    complete when it came, ``run_pipeline_sync`` returns rather than raising KeyboardInterrupt."""
-    try:
-        yield
-    except anyio.get_cancelled_exc_class():
-        if not done:
-            raise
-
-
-@contextlib.asynccontextmanager
-async def _lone_error_raised() -> AsyncIterator[None]:
-    """A troupe error alone in the cluster's task groups (a port taken, say) raised as itself:
-    the caller catches a ConfigError, not an ExceptionGroup holding one."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        leaves = leaf_errors(group)
-        if len(leaves) == 1 and isinstance(leaves[0], TroupeError):
-            raise leaves[0] from None
-        raise
-
-
-def _discard_all(unused: list[Prestarted]) -> None:
-    for ahead in unused:
-        ahead.discard()
-
-
-def _stage_supervision(cfg: PipelineConfig) -> SupervisionConfig:
-    """The run's own node's supervision: a stage's ``progress_timeout_s`` for its replicas (their
-    kind is the stage's name)."""
-    kinds = {
-        s.name: KindSupervision(progress_timeout_s=s.progress_timeout_s)
-        for s in cfg.stages
-        if s.progress_timeout_s is not None
-    }
-    return SupervisionConfig(kinds=kinds)
-
-
-def _with_split(
-    result: PipelineResult, start: float, engine_created: float, last_done: float | None, end: float
-) -> PipelineResult:
-    """``result`` with its wall time split into start-up, steady state and finalisation.
-
-    Start-up ends when the last stage's first replica served (the scale log's first
-    ``started`` of each stage); finalisation begins at the last item's outcome.
-    """
-    first: dict[str, float] = {}
-    for at, stage, _replicas, what in result.scale_log:
-        if what == "started":
-            first.setdefault(stage, at)
-    serving = min(engine_created + max(first.values(), default=0.0), end)
-    finishing = min(max(last_done if last_done is not None else serving, serving), end)
-    return replace(
-        result,
-        wall_s=end - start,
-        startup_s=serving - start,
-        steady_s=finishing - serving,
-        finalize_s=end - finishing,
-    )
+        return with_split(result, m0, engine_created, engine.last_done, time.monotonic())
 
 
 def run_pipeline_sync(
@@ -455,255 +374,6 @@ def pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
     return {**asdict(m), "efficiency": m.efficiency, "replicas": engine.replica_status()}
 
 
-# -- the pieces ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    cfg: PipelineConfig  # as declared ({out} unresolved: what the run directory records)
-    resolved: PipelineConfig
-    out: Path | None
-    run_dir: RunDir | None
-    log_dir: Path
-    complete: dict[str, Any] | None  # the record of a finished run whose outputs are all there
-
-
-@dataclass(frozen=True, slots=True)
-class _Early:
-    cfg: PipelineConfig
-    source: str  # where the pipeline came from, for errors
-    finished: bool  # out holds a finished run of it: nothing will start
-
-
-def _early(
-    pipeline: PipelineConfig | str | os.PathLike[str],
-    out: str | os.PathLike[str] | None,
-    items: int | None,
-    master: str | None,
-    fresh: bool,
-) -> _Early:
-    """What is checked before anything starts (a one-host run's template included): the config,
-    and, changing nothing, what ``out`` holds."""
-    cfg = _as_config(pipeline, items)
-    out_dir = None if out is None else Path(out).resolve()
-    if out_dir is None:
-        _check_no_out(cfg)
-    finished = out_dir is not None and master is None and RunDir(out_dir).finished(fingerprint(cfg), fresh)
-    return _Early(cfg, _source(pipeline, cfg), finished)
-
-
-def _plan(cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool) -> _Plan:
-    """Everything prepared before anything starts, once :func:`_early` passed and the stage
-    classes were checked: by a one-host run's template (``early_template``), or here for a run
-    on a cluster (the classes whose module is here); a node reports a bad one it imports as
-    the stage's failure."""
-    out_dir = None if out is None else Path(out).resolve()
-    resolved = cfg if out_dir is None else cfg.with_out(out_dir)
-    run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
-    complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
-    if out_dir is not None and master is not None:  # held once the master took the run
-        RunDir(out_dir).check_shared(fingerprint(cfg))
-    if complete is not None and run_dir is not None and not run_dir.still_there(complete):
-        complete = None  # finalised once, but its outputs are gone: finalise again
-    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
-    return _Plan(cfg, resolved, out_dir, run_dir, log_dir, complete)
-
-
-def _source(pipeline: PipelineConfig | str | os.PathLike[str], cfg: PipelineConfig) -> str:
-    return str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
-
-
-def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | None) -> PipelineConfig:
-    if isinstance(pipeline, PipelineConfig):
-        if items is None:
-            return pipeline
-        data = pipeline.model_dump()
-        data["items"] = items
-        try:
-            return PipelineConfig.model_validate(data)
-        except ValidationError as exc:  # one line, as a file's: pydantic's own ran to four
-            said = validation_message("run_pipeline(items=...)", exc, data, PipelineConfig)
-            raise ConfigError(said) from None
-    return load_pipeline(Path(pipeline), items=items)
-
-
-def _check_no_out(cfg: PipelineConfig) -> None:
-    for stage in cfg.stages:
-        for key, value in stage.kwargs.items():
-            if isinstance(value, str) and "{out}" in value:
-                raise ConfigError(
-                    f"stages.{stage.name}.kwargs.{key} uses {{out}}, but the run was given no out "
-                    "directory; pass out=DIR (troupe run: --out DIR)"
-                )
-
-
-def _refuse_inside_an_import() -> None:
-    """A run started by a module's top-level code as a process of troupe's imports it (see
-    ``core.process_role``): refused, before it starts processes that import the module again."""
-    role, module = process_role.role(), process_role.importing_module()
-    if role is not None and module is not None:
-        raise ConfigError(
-            f"a pipeline run was started as troupe's {role} process imported {module!r}: a "
-            "module that holds stage classes runs its top-level code in every process that "
-            "imports them, and each would start a run of its own; start the run under "
-            '`if __name__ == "__main__":`, or from another module'
-        )
-
-
-def completed_run(out: str | os.PathLike[str]) -> PipelineResult | None:
-    """What a rerun into ``out`` would answer at once (``already_complete``) when a run finished
-    there, its outputs still as it wrote them; None otherwise (nothing finished there, or its
-    record cannot be read). A run stopped by a signal after its finalize hooks returned is such
-    a run: its record is written then, before its processes stop. On a cluster, a rerun also
-    asks the master whether its job is the one recorded (``RunDir.completed_job``); this reads
-    the record alone, as the run that just wrote it does."""
-    try:
-        complete = RunDir(Path(out).resolve()).completed()
-    except (TroupeError, OSError):
-        return None
-    return None if complete is None else _already_complete(complete)
-
-
-def _already_complete(complete: dict[str, Any]) -> PipelineResult:
-    finals = complete.get("finals")
-    items = complete.get("items")
-    items = items if isinstance(items, dict) else {}  # a record written before runs kept them
-    metrics = PipelineMetrics((), 0.0, 0, 0, 0, 0, 0.0, 0.0, 0.0, "")
-    return PipelineResult(
-        metrics,
-        {},
-        {},
-        finals=dict(finals) if isinstance(finals, dict) else {},
-        already_complete=True,
-        made_nothing=complete.get("made_nothing") is True,
-        ended={k: v for k, v in items.items() if isinstance(v, int) and v >= 0},
-    )
-
-
-def _job_items(book: TaskBook, job_id: str) -> dict[str, int]:
-    """The job's items by how they ended, every run's (the master's book): ``ok``, ``pruned``
-    (done, their result ref says which; those compacted away count as ok) and ``dead``."""
-    ends = book.result_counts(job_id)
-    return {
-        "ok": ends.get("ok", 0) + ends.get("compacted", 0),
-        "pruned": ends.get("pruned", 0),
-        "dead": ends.get("dead", 0),
-    }
-
-
-@dataclass
-class _Cluster:
-    runtime: Runtime
-    node_endpoint: str
-    node: Node | None
-    source: ItemSource | None
-    before: int
-    hosts: EngineHosts | None = None
-    book: TaskBook | None = None  # the master's, where it runs here
-
-
-@asynccontextmanager
-async def _on_cluster(
-    cfg: PipelineConfig,
-    master: str,
-    nodes: int,
-    keys: str | os.PathLike[str] | None,
-    fresh: bool,
-    out: Path | None,
-    on_event: Callable[[str], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-) -> AsyncIterator[_Cluster]:
-    """A client of the running master at ``master``: its job is the items (made with ``out``),
-    its live nodes run the replicas; nothing is started here, so nothing is stopped but the
-    replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
-    told once where the cluster runs mixed code (``mixed_code.py``)."""
-    async with connect(master, keys=keys) as rt:
-        live = await wait_for_nodes(rt, master, nodes)
-        await warn_if_mixed(rt, master, on_warning)
-        for stage in cfg.stages:  # every stage has a node before anything starts
-            res = stage.resources
-            place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await master_source(rt, master, cfg, fresh=fresh, out=out, on_event=on_event)
-        yield _Cluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
-
-
-@asynccontextmanager
-async def _cluster(
-    cfg: PipelineConfig,
-    run_dir: RunDir | None,
-    log_dir: Path,
-    node: str | None,
-    master: str | None,
-    node_endpoint: str | None,
-    master_endpoint: str | None,
-    template: TemplateLink | None = None,
-    fresh: bool = False,
-    out: Path | None = None,
-    endpoints_may_move: bool = False,
-    on_event: Callable[[str], None] | None = None,
-) -> AsyncIterator[_Cluster]:
-    """The node and the item source of a run; what was started here is stopped on the way out
-    (done, failed or cancelled): the node first (its workers within its stop grace), then the
-    master, then its journal. ``template``: the node's, started already (``early_template``).
-    ``out``: the run's output directory, which a master's job is made with."""
-    journal = None
-    try:
-        async with anyio.create_task_group() as tg:
-            local_node: Node | None = None
-            local_master: Master | None = None
-            try:
-                if run_dir is not None:
-                    run_dir.state_dir.mkdir(parents=True, exist_ok=True)
-                    journal, book = open_run_journal(run_dir.journal_path, on_event)
-                    master = master_endpoint or free_endpoint()
-                    local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
-                    local_master.endpoint_may_move = endpoints_may_move
-                    await _start_master(tg, local_master)
-                    master = local_master.config.endpoint  # another, if it had to move
-                if node is None:
-                    node_cfg = NodeConfig(
-                        name=_NODE,
-                        endpoint=node_endpoint or free_endpoint(),
-                        log_dir=log_dir,
-                        stop_grace_s=10,
-                        master=master,
-                        # The template imports the stages' classes (torch...) once for every replica.
-                        preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
-                        supervision=_stage_supervision(cfg),
-                    )
-                    local_node = await start_local_node(
-                        tg, node_cfg, template=template, endpoint_may_move=endpoints_may_move
-                    )
-                    node = local_node.config.endpoint  # another, if it had to move
-                async with connect(node, "local" if local_node is not None else "") as rt:
-                    outlives = local_master is None  # one started here replays its journal
-                    # A master started here keeps its journal in ``out``: they cannot part.
-                    job_out = out if outlives else None
-                    source, before = (
-                        await master_source(rt, master, cfg, outlives, fresh, job_out, on_event)
-                        if master
-                        else (None, 0)
-                    )
-                    here = local_master.book if local_master is not None else None
-                    yield _Cluster(rt, node, local_node, source, before, book=here)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    if local_node is not None:
-                        local_node.stopping.set()
-                        with anyio.move_on_after(local_node.config.stop_grace_s + 30):
-                            await local_node.stopped.wait()
-                    if local_master is not None:
-                        local_master.stop()
-    finally:
-        if journal is not None:
-            journal.close()
-
-
-async def _start_master(tg: anyio.abc.TaskGroup, master: Master) -> None:
-    async def serve() -> None:
-        with anyio.CancelScope(shield=True):  # it outlives the node's stop; master.stop() ends it
-            await master.run()
-
-    tg.start_soon(serve)
-    with anyio.fail_after(30):
-        await master.ready.wait()
+def _discard_all(unused: list[Prestarted]) -> None:
+    for ahead in unused:
+        ahead.discard()

@@ -1,0 +1,120 @@
+"""What a pipeline run checks and prepares before anything starts: the config (a file's, or one
+given with ``items`` changed), ``{out}`` without an ``out``, what ``out`` holds (``run_dir``'s
+rules), and a run started by an import in one of troupe's processes.
+
+Apart from ``runner`` because none of it starts anything: it reads the config and the output
+directory (in a worker thread, as ``run_pipeline`` calls it) and says what the run will be.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from troupe.runtime.core import process_role
+from troupe.runtime.core.config_messages import validation_message
+from troupe.runtime.errors import ConfigError
+
+from .config import PipelineConfig, load_pipeline
+from .run_dir import RunDir, fingerprint
+
+__all__ = ["EarlyCheck", "RunPlan", "check_early", "plan_run", "refuse_inside_an_import"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    cfg: PipelineConfig  # as declared ({out} unresolved: what the run directory records)
+    resolved: PipelineConfig
+    out: Path | None
+    run_dir: RunDir | None
+    log_dir: Path
+    complete: dict[str, Any] | None  # the record of a finished run whose outputs are all there
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyCheck:
+    cfg: PipelineConfig
+    source: str  # where the pipeline came from, for errors
+    finished: bool  # out holds a finished run of it: nothing will start
+
+
+def check_early(
+    pipeline: PipelineConfig | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    items: int | None,
+    master: str | None,
+    fresh: bool,
+) -> EarlyCheck:
+    """What is checked before anything starts (a one-host run's template included): the config,
+    and, changing nothing, what ``out`` holds."""
+    cfg = _as_config(pipeline, items)
+    out_dir = None if out is None else Path(out).resolve()
+    if out_dir is None:
+        _check_no_out(cfg)
+    finished = out_dir is not None and master is None and RunDir(out_dir).finished(fingerprint(cfg), fresh)
+    return EarlyCheck(cfg, _source(pipeline, cfg), finished)
+
+
+def plan_run(
+    cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool
+) -> RunPlan:
+    """Everything prepared before anything starts, once :func:`check_early` passed and the stage
+    classes were checked: by a one-host run's template (``early_template``), or here for a run
+    on a cluster (the classes whose module is here); a node reports a bad one it imports as
+    the stage's failure."""
+    out_dir = None if out is None else Path(out).resolve()
+    resolved = cfg if out_dir is None else cfg.with_out(out_dir)
+    run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
+    complete = run_dir.prepare(fingerprint(cfg), fresh) if run_dir is not None else None
+    if out_dir is not None and master is not None:  # held once the master took the run
+        RunDir(out_dir).check_shared(fingerprint(cfg))
+    if complete is not None and run_dir is not None and not run_dir.still_there(complete):
+        complete = None  # finalised once, but its outputs are gone: finalise again
+    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
+    return RunPlan(cfg, resolved, out_dir, run_dir, log_dir, complete)
+
+
+def _source(pipeline: PipelineConfig | str | os.PathLike[str], cfg: PipelineConfig) -> str:
+    return str(pipeline) if not isinstance(pipeline, PipelineConfig) else f"pipeline {cfg.name}"
+
+
+def _as_config(pipeline: PipelineConfig | str | os.PathLike[str], items: int | None) -> PipelineConfig:
+    if isinstance(pipeline, PipelineConfig):
+        if items is None:
+            return pipeline
+        data = pipeline.model_dump()
+        data["items"] = items
+        try:
+            return PipelineConfig.model_validate(data)
+        except ValidationError as exc:  # one line, as a file's: pydantic's own ran to four
+            said = validation_message("run_pipeline(items=...)", exc, data, PipelineConfig)
+            raise ConfigError(said) from None
+    return load_pipeline(Path(pipeline), items=items)
+
+
+def _check_no_out(cfg: PipelineConfig) -> None:
+    for stage in cfg.stages:
+        for key, value in stage.kwargs.items():
+            if isinstance(value, str) and "{out}" in value:
+                raise ConfigError(
+                    f"stages.{stage.name}.kwargs.{key} uses {{out}}, but the run was given no out "
+                    "directory; pass out=DIR (troupe run: --out DIR)"
+                )
+
+
+def refuse_inside_an_import() -> None:
+    """A run started by a module's top-level code as a process of troupe's imports it (see
+    ``core.process_role``): refused, before it starts processes that import the module again."""
+    role, module = process_role.role(), process_role.importing_module()
+    if role is not None and module is not None:
+        raise ConfigError(
+            f"a pipeline run was started as troupe's {role} process imported {module!r}: a "
+            "module that holds stage classes runs its top-level code in every process that "
+            "imports them, and each would start a run of its own; start the run under "
+            '`if __name__ == "__main__":`, or from another module'
+        )
