@@ -614,14 +614,14 @@ def test_compaction_keeps_counts_and_dead_letters_and_replays_only_summaries(
         assert journal.compact(time.time()) == Compaction(jobs=0, task_rows=0)  # idempotent
 
     read: list[str] = []
-    real_rows = journal_mod._task_rows
+    real_rows = journal_mod.task_rows
 
     def counting(rows: Any) -> Any:
         for spec, record in real_rows(rows):
             read.append(spec.task_id)
             yield spec, record
 
-    monkeypatch.setattr(journal_mod, "_task_rows", counting)
+    monkeypatch.setattr(journal_mod, "task_rows", counting)
     with Journal.open(path) as journal:
         book = journal.replay()
     # only the dead letters of the finished jobs are still task rows; the running job is whole

@@ -95,7 +95,7 @@ def test_bulk_rows_equal_row_by_row_rows_in_value_type_and_order(tmp_path: Path)
 
 
 def _spec_rows(tasks: list[TaskSpec]) -> list[tuple[object, ...]]:
-    from troupe.runtime.tasks.journal import _spec_rows as journal_rows
+    from troupe.runtime.tasks.journal_write import spec_rows as journal_rows
 
     return list(journal_rows("j", tasks))
 

@@ -1,0 +1,223 @@
+"""The journal's schema, and the checks that open a file as a journal of it (or start one).
+
+A journal is opened in steps, all strict (see :meth:`troupe.runtime.tasks.journal.Journal.open`):
+:func:`refuse_foreign` and :func:`refuse_damaged` read the file through a read-only connection,
+so a refused file and its ``-wal`` are left as they were; :func:`refuse_empty` looks at an empty
+file without SQLite (which would delete the ``-wal`` beside it); :func:`check_or_init` checks
+what the read-write connection sees, starts an empty journal, or upgrades an older schema in
+place (after :func:`~troupe.runtime.tasks.journal_backup.keep_copy_before_upgrade`). Apart from
+``journal.py`` because none of it is about the rows a master reads and writes once it is open.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import structlog
+
+from troupe.runtime.errors import JournalDamaged, JournalError
+
+from .journal_backup import keep_copy_before_upgrade
+
+__all__ = [
+    "APPLICATION_ID",
+    "SCHEMA_VERSION",
+    "check_or_init",
+    "refuse_damaged",
+    "refuse_empty",
+    "refuse_foreign",
+]
+
+log = structlog.get_logger(__name__)
+
+APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
+SCHEMA_VERSION = 3  # PRAGMA user_version; bump it with every schema change
+_UPGRADABLE = (1, 2)  # older versions opened and upgraded in place
+
+_COMPACTED_TABLE = """CREATE TABLE compacted_jobs (
+        job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+        done INTEGER NOT NULL,
+        cancelled INTEGER NOT NULL,
+        last_lease_id INTEGER NOT NULL,
+        compacted_at REAL NOT NULL,
+        content TEXT
+    )"""
+_SCHEMA = (
+    """CREATE TABLE jobs (
+        job_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        submitted_at REAL NOT NULL,
+        finished_at REAL
+    )""",
+    _COMPACTED_TABLE,
+    """CREATE TABLE tasks (
+        seq INTEGER PRIMARY KEY,
+        task_id TEXT NOT NULL UNIQUE,
+        job_id TEXT NOT NULL REFERENCES jobs (job_id),
+        kind TEXT NOT NULL,
+        seed INTEGER NOT NULL,
+        refs TEXT NOT NULL,
+        cpu REAL NOT NULL,
+        gpu INTEGER NOT NULL,
+        locality TEXT,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        not_before REAL NOT NULL,
+        last_lease_id INTEGER NOT NULL,
+        result_ref TEXT,
+        error TEXT,
+        traceback TEXT
+    )""",
+)
+_UPGRADE_FROM_1 = (
+    "ALTER TABLE jobs ADD COLUMN finished_at REAL",
+    _COMPACTED_TABLE,
+    # when they finished is unknown: count from the upgrade, so none is compacted at once
+    "UPDATE jobs SET finished_at = :now WHERE state != 'running'",
+)
+# A compacted job's tasks' digest (job_digest), for a submit of it again; null: compacted before.
+_UPGRADE_FROM_2 = ("ALTER TABLE compacted_jobs ADD COLUMN content TEXT",)
+
+
+def refuse_empty(path: Path, create: bool, new_hint: str) -> None:
+    """Refuse an empty journal file before SQLite opens it: SQLite deletes the ``-wal`` file
+    beside an empty database as it opens it, and that WAL may hold every record of a journal
+    whose main file was truncated."""
+    try:
+        if path.stat().st_size != 0:
+            return
+    except FileNotFoundError:
+        return  # a journal to create: SQLite starts the file
+    except OSError as exc:
+        raise JournalError(f"journal {path}: cannot read it ({exc.strerror or exc}); check the path") from exc
+    try:
+        wal_size = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal_size = 0
+    if wal_size > 0:
+        raise JournalError(
+            f"journal {path} is an empty file beside a {wal_size}-byte {path.name}-wal that may hold its "
+            "records; restore the journal from a backup, or move both away to start a new one "
+            "(nothing was changed)"
+        )
+    if not create:
+        raise JournalError(f"journal {path} is an empty file, not a troupe journal; {new_hint}")
+
+
+def refuse_foreign(path: Path) -> None:
+    """Refuse, through a read-only connection, a database of another program or a journal of a
+    schema version this troupe does not read. A read-write connection refused them too, but its
+    close folded the file's ``-wal`` into the database and deleted it: the files of another
+    program, or of another troupe release, changed under them."""
+    with _read_only(path) as probe:
+        if probe is not None:
+            app_id, version, tables = _identity(probe)
+            if app_id or version or tables:  # an empty database: ``check_or_init`` decides
+                _refuse_other(path, app_id, version)
+
+
+def refuse_damaged(path: Path) -> None:
+    """Refuse, read-only as ``refuse_foreign``, a journal that fails ``PRAGMA quick_check``."""
+    with _read_only(path) as probe:
+        if probe is None:
+            return
+        problems = [str(row[0]).replace("\n", "; ") for row in probe.execute("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        first = problems[0] if len(problems[0]) <= 160 else problems[0][:157] + "..."
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise JournalDamaged(
+            f"journal {path} is corrupt (PRAGMA quick_check: {first}{more}); restore it from a "
+            "backup or start a new one (nothing was changed)",
+            reason=f"PRAGMA quick_check: {first}{more}",
+        )
+
+
+@contextmanager
+def _read_only(path: Path) -> Iterator[sqlite3.Connection | None]:
+    """A read-only connection to the journal at ``path``; None where there is no database to
+    read (no file, or an empty one: ``refuse_empty`` decides about those without SQLite,
+    which deletes the ``-wal`` beside an empty database as it opens it)."""
+    try:
+        if path.stat().st_size == 0:
+            yield None
+            return
+    except FileNotFoundError:
+        yield None
+        return
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _identity(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """The database's application id, schema version and count of schema objects."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    return int(app_id), int(version), int(tables)
+
+
+def _refuse_other(path: Path, app_id: int, version: int) -> None:
+    """Refuse a database of another program, or a journal of a schema version not read here."""
+    if app_id != APPLICATION_ID:
+        raise JournalError(
+            f"journal {path} is a SQLite database of another program "
+            f"(application_id {app_id:#x}), not a troupe journal; check the path (nothing was changed)"
+        )
+    if version not in _UPGRADABLE and version != SCHEMA_VERSION:
+        raise JournalError(
+            f"journal {path} has schema version {version}, this troupe reads "
+            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
+            "troupe release that wrote it, or start a new journal (nothing was changed)"
+        )
+
+
+def check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: str) -> bool:
+    """Check an existing journal or start an empty one; return whether it was started."""
+    app_id, version, tables = _identity(conn)
+    created = False
+    if app_id == 0 and version == 0 and tables == 0:
+        if not create:
+            raise JournalError(f"journal {path} is an empty database, not a troupe journal; {new_hint}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+        created = True
+    else:
+        # Checked read-only already (``refuse_foreign``); again here, on what this connection
+        # sees, before it writes: the file may have been replaced in between.
+        _refuse_other(path, app_id, version)
+        if version in _UPGRADABLE:
+            kept = keep_copy_before_upgrade(conn, path, version)  # an older master reads it
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
+                conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+            log.warning(
+                "journal_upgraded",
+                path=str(path),
+                from_version=version,
+                to_version=SCHEMA_VERSION,
+                copy_before=str(kept),
+            )
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise JournalError(
+            f"journal {path} cannot use WAL mode (got {mode!r}); put it on a local file system"
+        )
+    return created
