@@ -77,16 +77,19 @@ hear: a tick that comes ``HELD_S`` or more late (the loop was held, say by the b
 job of millions of tasks in) moves every live node's last beat on by the hold, and logs
 ``master_loop_held``. A restarted master knows no node and no worker until they beat and
 register again; the journal gives it back every job.
+
+The master is built of parts: the workers' controls and what it keeps of each worker
+(:mod:`~troupe.runtime.tasks.master.worker_controls`, with its answers in ``answers.py``), the
+nodes' beats and lookups (:mod:`~troupe.runtime.tasks.master.node_controls`) and the operators'
+controls (:mod:`~troupe.runtime.tasks.master.operations`); this module runs them all.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -95,7 +98,7 @@ import structlog
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
-from troupe.runtime.errors import ConfigError, JournalError, UnknownWorker, Unreachable
+from troupe.runtime.errors import ConfigError, JournalError, Unreachable
 from troupe.runtime.gc_pauses import gc_pauses
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
@@ -104,44 +107,26 @@ from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.state import (
-    Ack,
     CancelLease,
     Command,
-    Complete,
-    Decline,
-    Fail,
     JobFinished,
-    Lease,
     NodeDead,
     NodeDrained,
-    Reject,
-    Renew,
-    Resources,
     SchedulerTick,
-    WorkerJoined,
-    WorkerLeft,
 )
 from troupe.runtime.transports.base import Transport
 from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
 
-from .controls import (
-    NodeBeatControl,
-    NodeControl,
-    OwnerControl,
-    RegisterWorkerControl,
-    RenewControl,
-    ReportControl,
-    RequestTaskControl,
-    ResolveControl,
-    WorkerLeftControl,
-)
+from .controls import NodeControl
 from .driver import Dispatcher
 from .journal_watch import JournalFile, watch_journal
 from .master_config import MasterConfig
-from .nodes import NodeTable, ProcessEntry
-from .operations import Operations, raise_rejected
+from .node_controls import NodeControls
+from .nodes import NodeTable
+from .operations import Operations
 from .run_owners import RunOwners
+from .worker_controls import WorkerControls, WorkerEntry
 
 __all__ = ["HELD_S", "Master"]
 
@@ -151,27 +136,7 @@ HELD_S = 1.0
 """A tick this late means the master's loop was held, deaf to every node meanwhile."""
 
 
-@dataclass(slots=True)
-class _WorkerEntry:
-    node: str
-    endpoint: str
-    pid: int
-    slots: int
-    resources: Resources
-    kinds: list[str]
-    declined: frozenset[str] = frozenset()
-    process: str = ""  # its identity (process_identity.py): a rerun on its host checks it
-    # Leases sent in replies to its request_task that it has not yet said it holds: one it
-    # still does not hold at its next request never reached it (see _return_unseen).
-    granted: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def signature(self) -> tuple[str, int, Resources, tuple[str, ...], frozenset[str]]:
-        # workers alike in all of these are served alike (see the driver's long polls)
-        return (self.node, self.slots, self.resources, tuple(self.kinds), self.declined)
-
-
-class Master:
+class Master(NodeControls, WorkerControls):
     """The control plane's process (or task, inside a node).
 
     Args:
@@ -214,7 +179,7 @@ class Master:
         self.code = ""  # the troupe code it runs (code_identity.py): status says it once read
         self._transport = transport
         self._stopping = anyio.Event()
-        self._workers: dict[str, _WorkerEntry] = {}
+        self._workers: dict[str, WorkerEntry] = {}
         self.run_owners = RunOwners()  # the runs that own replicas on the nodes: when last heard
         # Reports and renewals the book turned away: stale lease ids (a copy requeued while
         # its host was cut off, or superseded), a task already done. Dropped, never applied.
@@ -425,238 +390,8 @@ class Master:
             )
         )
 
-    # The workers' controls (and the nodes' beats) are plain handlers that return an Answer:
-    # they queue their events and the router replies when the batch is journaled, with no task
-    # per message (see troupe.runtime.core.router). Decoding errors raise before anything is
-    # queued, and are answered like any handler's.
-
-    def _owner_beat(self, payload: Any) -> Answer:
-        self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
-        return Answer.now(True)
-
-    def _owner_gone(self, payload: Any) -> Answer:
-        self.run_owners.gone(OwnerControl.decode("owner_gone", payload).owner)
-        return Answer.now(True)
-
-    def _owner_seen(self, payload: Any) -> Answer:
-        owner = OwnerControl.decode("owner_seen", payload).owner
-        owners = self.run_owners
-        return Answer.now({"silent_s": owners.silent_s(owner), "heard": owners.heard(owner)})
-
     def _ping(self, _: Any) -> Answer:
         return Answer.now({"master": self.config.name, "pid": os.getpid(), "time": self.wall_clock()})
-
-    def _register_worker(self, payload: Any) -> Answer:
-        m = RegisterWorkerControl.decode(payload)
-        worker_id, node, slots = m.worker_id, m.node, m.slots
-        resources = Resources(m.cpu, m.gpu)
-        kinds = sorted(set(m.kinds))
-        self.dispatcher.unpark(worker_id)
-        joined = self.dispatcher.put(
-            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds), m.prefetch)
-        )
-
-        def registered(reply: list[Command]) -> dict[str, Any]:
-            raise_rejected(reply)
-            self._workers[worker_id] = _WorkerEntry(
-                node, m.endpoint, m.pid, slots, resources, kinds, process=m.process
-            )
-            log.info(
-                "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
-                kinds=kinds or "any",
-            )  # fmt: skip
-            return {"ok": True, "master": self.config.name}
-
-        return Answer(joined, registered)
-
-    def _entry(self, worker_id: str) -> _WorkerEntry:
-        entry = self._workers.get(worker_id)
-        if entry is None:
-            raise UnknownWorker(
-                f"master {self.config.name} does not know worker {worker_id!r}; "
-                "register it first (register_worker)"
-            )
-        return entry
-
-    def _request_task(self, payload: Any) -> Answer:
-        m = RequestTaskControl.decode(payload)
-        entry = self._entry(m.worker_id)
-        unseen = self._return_unseen(m.worker_id, entry, m.held, m.sync) if m.held is not None else []
-        wait_s = min(m.wait_s, self.config.max_wait_s)
-        # queued after the returns: the book has the tasks back before it answers the request
-        future = self.dispatcher.put_request(m.worker_id, m.free_slots, wait_s, entry.signature)
-        track = m.held is not None
-
-        def granted(reply: list[Command]) -> dict[str, Any]:
-            raise_rejected(reply)
-            leases = _leases(reply, self.wall_clock())
-            self.dispatched += len(leases)
-            if track:
-                entry.granted.update((lease["lease_id"], lease["task_id"]) for lease in leases)
-            return {"leases": leases}
-
-        if not unseen:
-            return Answer(future, granted)
-
-        def returned(replies: list[list[Command]]) -> dict[str, Any]:
-            for ((task_id, lease_id), _), reply in zip(unseen, replies, strict=False):
-                if any(isinstance(c, Ack) and str(c.outcome) == "returned" for c in reply):
-                    self._count_stale("lease", "unseen", m.worker_id, task_id, lease_id)
-            return granted(replies[-1])
-
-        return _after_all([*(f for _, f in unseen), future], returned)
-
-    def _return_unseen(
-        self, worker_id: str, entry: _WorkerEntry, held: frozenset[int], sync: bool = False
-    ) -> list[tuple[tuple[str, int], asyncio.Future[list[Command]]]]:
-        """Put back the tasks of leases whose reply never reached the worker; return the
-        queued returns (their futures say whether each went back).
-
-        A worker asks for tasks one request at a time, and runs what a reply leases it before
-        asking again; so a lease granted in reply to an earlier request that it does not hold
-        now was never received: the reply was lost or came after the worker gave up waiting
-        (a link cut while the request was held). Without this the task would wait for the
-        lease to expire, and the worker, its slot taken in the book, would idle as long. The
-        task goes back without an attempt counted; a lease the worker ran and reported since
-        is ignored by the book.
-
-        With ``sync`` the worker says a reply to one of its reports was lost, with the leases
-        its piggybacked request got (the master paused past the report's timeout, say): then
-        every lease the book has it hold and ``held`` lacks goes back. Not otherwise: a report's
-        reply may be on its way while the worker asks (it sends ``sync`` only with none out).
-        """
-        lost = {**entry.granted, **self.book.leases_of(worker_id)} if sync else entry.granted
-        unseen = []
-        for lease_id, task_id in lost.items():
-            if lease_id not in held:
-                event = Decline(
-                    worker_id, task_id, lease_id, "the lease never reached the worker", unseen=True
-                )
-                unseen.append(((task_id, lease_id), self.dispatcher.put(event)))
-        entry.granted.clear()
-        return unseen
-
-    def _renew(self, payload: Any) -> Answer:
-        m = RenewControl.decode(payload)
-        pairs = ((m.task_id, m.lease_id), *m.more)
-        # queued back to back: one batch, one journal transaction for all the worker holds
-        futures = [self.dispatcher.put(Renew(m.worker_id, task_id, lease_id)) for task_id, lease_id in pairs]
-
-        def renewed(replies: list[list[Command]]) -> dict[str, Any]:
-            answers = [
-                {"lease_id": lease_id, **self._renewed(m.worker_id, task_id, lease_id, reply)}
-                for (task_id, lease_id), reply in zip(pairs, replies, strict=True)
-            ]
-            first = answers[0]
-            del first["lease_id"]
-            if m.more:
-                first["more"] = answers[1:]
-            return first
-
-        return _after_all(futures, renewed)
-
-    def _renewed(self, worker_id: str, task_id: str, lease_id: int, reply: list[Command]) -> dict[str, Any]:
-        for command in reply:
-            if isinstance(command, Ack) and command.deadline is not None:
-                return {"outcome": str(command.outcome), "ttl": command.deadline - self.wall_clock()}
-            if isinstance(command, Reject):
-                self._count_stale("renew", "rejected", worker_id, task_id, lease_id)
-                return {"outcome": "rejected", "reason": command.reason}
-        return {"outcome": "rejected", "reason": "no answer from the task book"}
-
-    def _count_stale(self, report: str, outcome: str, worker_id: str, task_id: str, lease_id: int) -> None:
-        key = f"{report}_{outcome}"
-        self._stale[key] = self._stale.get(key, 0) + 1
-        log.info("stale_report_dropped", report=report, outcome=outcome, worker=worker_id,
-                 task_id=task_id, lease_id=lease_id)  # fmt: skip
-
-    def stale_reports(self) -> dict[str, int]:
-        """Reports and renewals dropped as stale, by ``<report>_<outcome>`` (e.g.
-        ``complete_duplicate``: a copy cut off from the master finished a task done since)."""
-        return dict(self._stale)
-
-    def _complete(self, payload: Any) -> Answer:
-        m = ReportControl.decode("complete", payload)
-        event = Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref, m.run_s)
-        return self._report(event, m)
-
-    def _fail(self, payload: Any) -> Answer:
-        m = ReportControl.decode("fail", payload)
-        return self._report(Fail(m.worker_id, m.task_id, m.lease_id, m.error, m.traceback), m)
-
-    def _decline(self, payload: Any) -> Answer:
-        m = ReportControl.decode("decline", payload)
-        event = Decline(m.worker_id, m.task_id, m.lease_id, m.reason, given_back=m.given_back)
-        entry = self._workers.get(event.worker_id)
-        if entry is not None and m.kind and not m.given_back:  # nor will the book lease it that kind
-            entry.declined = entry.declined | {m.kind}
-        return self._report(event, m)
-
-    def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> Answer:
-        entry = self._workers.get(event.worker_id)
-        if entry is None or m.request <= 0:
-            future = self.dispatcher.put(event)
-        else:
-            # The report and the next request in one entry of one batch: one fsync covers the
-            # report and the next lease, and the reply carries both.
-            future = self.dispatcher.put_report(event, event.worker_id, m.request)
-        known = entry is not None
-        return Answer(future, lambda reply: self._reported(event, m, known, reply))
-
-    def _reported(
-        self, event: Complete | Fail | Decline, m: ReportControl, known: bool, reply: list[Command]
-    ) -> dict[str, Any]:
-        """The reply to a report: its outcome, and the leases its piggybacked request got."""
-        leases = _leases(reply, self.wall_clock())
-        self.dispatched += len(leases)
-        out: dict[str, Any] = {"leases": leases, "known": known}
-        for command in reply:
-            if isinstance(command, Ack):
-                out["outcome"] = str(command.outcome)
-                if str(command.outcome) == "committed":
-                    self.ops.task_done()
-            elif isinstance(command, Reject):
-                out["outcome"], out["reason"] = "rejected", command.reason
-        if out.get("outcome") in ("duplicate", "ignored", "rejected"):
-            self._count_stale(m.control, out["outcome"], event.worker_id, event.task_id, event.lease_id)
-        return out
-
-    def _node_beat(self, payload: Any) -> Answer:
-        m = NodeBeatControl.decode(payload)
-        processes = (
-            None
-            if m.processes is None
-            else {name: ProcessEntry(endpoint, actors) for name, (endpoint, actors) in m.processes.items()}
-        )
-        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes):
-            log.info("node_joined", node=m.node, endpoint=m.endpoint)
-        self.nodes.set_log_endpoint(m.node, m.log_endpoint)
-        self.nodes.set_tags(m.node, m.tags)
-        self.nodes.set_code(m.node, m.code)
-        return Answer.now({"ok": True, "master": self.config.name})
-
-    def _resolve(self, payload: Any) -> Answer:
-        """The cluster's directory: a node asks where an actor of another node listens."""
-        full, endpoint = self.nodes.resolve(ResolveControl.decode(payload).address)
-        return Answer.now({"address": str(full), "endpoint": endpoint})
-
-    async def _worker_left(self, payload: Any) -> bool:
-        m = WorkerLeftControl.decode(payload)
-        worker_id, pid = m.worker_id, m.pid
-        entry = self._workers.get(worker_id)
-        if entry is None:
-            return False
-        if pid and entry.pid and pid != entry.pid:  # a newer incarnation registered already
-            self._stale["worker_left_stale"] = self._stale.get("worker_left_stale", 0) + 1
-            log.info(
-                "stale_report_dropped", report="worker_left", worker=worker_id, pid=pid, current_pid=entry.pid
-            )
-            return False
-        del self._workers[worker_id]
-        self.dispatcher.unpark(worker_id)
-        await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))
-        log.info("worker_left_master", worker=worker_id, reason=m.reason)
-        return True
 
     async def _node_dead(self, payload: Any) -> bool:
         node = NodeControl.decode("node_dead", payload).node
@@ -664,63 +399,6 @@ class Master:
         await self._node_gone(node)
         return True
 
-    def workers(self) -> dict[str, dict[str, Any]]:
-        """Return the registered workers as plain data (node, endpoint, slots, kinds)."""
-        return {
-            w: {
-                "node": e.node,
-                "endpoint": e.endpoint,
-                "slots": e.slots,
-                "cpu": e.resources.cpu,
-                "gpu": e.resources.gpu,
-                "kinds": e.kinds,
-                "process": e.process,
-            }
-            for w, e in self._workers.items()
-        }
-
     async def _shutdown(self, _: Any) -> bool:
         self.stop()
         return True
-
-
-def _after_all(futures: list[asyncio.Future[list[Command]]], then: Callable[[list[Any]], Any]) -> Answer:
-    """The Answer ``then(results)``, once every future is done (results in their order).
-
-    The driver finishes the events of one control in the order they were queued, so waiting
-    for the last future is nearly always enough: one callback, where ``asyncio.gather`` pays
-    a future of its own and a callback per event. An earlier one still running is waited for.
-    """
-
-    def done(_: Any) -> Any:
-        for future in futures:
-            if not future.done():
-                return Answer(future, done)
-        try:
-            results = [future.result() for future in futures]
-        except BaseException:
-            for future in futures:  # the others' errors are seen too: none logged as lost
-                if not future.cancelled():
-                    future.exception()
-            raise
-        return then(results)
-
-    return Answer(futures[-1], done)
-
-
-def _leases(reply: list[Command], now: float) -> list[dict[str, Any]]:
-    return [
-        {
-            "task_id": c.task_id,
-            "lease_id": c.lease_id,
-            "job_id": c.job_id,
-            "kind": c.kind,
-            "seed": c.seed,
-            "refs": dict(c.refs),
-            "attempt": c.attempt,
-            "backup": c.backup,
-            "ttl": round(c.deadline - now, 3),
-        }
-        for c in reply
-        if isinstance(c, Lease)
-    ]

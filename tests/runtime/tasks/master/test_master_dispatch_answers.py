@@ -31,10 +31,11 @@ from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.getter import TaskGetter
 from troupe.runtime.tasks.getter_config import GetterConfig
 from troupe.runtime.tasks.getter_start import install_task_control
+from troupe.runtime.tasks.master.answers import after_all
 from troupe.runtime.tasks.master.controls import ReportControl
 from troupe.runtime.tasks.master.driver import Dispatcher
 from troupe.runtime.tasks.master.journal_open import open_journal
-from troupe.runtime.tasks.master.master import Master, _after_all
+from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.tasks.state import JobPolicy, SchedulerTick, SubmitJob, TaskSpec
 from troupe.runtime.tasks.task_actor import LeasedTask
@@ -157,7 +158,7 @@ async def test_an_answer_on_several_futures_gives_every_result_in_their_order() 
     loop = asyncio.get_running_loop()
     first: asyncio.Future[Any] = loop.create_future()
     second: asyncio.Future[Any] = loop.create_future()
-    answer = _after_all([first, second], lambda results: results)
+    answer = after_all([first, second], lambda results: results)
     second.set_result(["b"])  # the last one first: the earlier one is waited for still
     loop.call_soon(first.set_result, ["a"])
     with anyio.fail_after(5):
@@ -183,7 +184,7 @@ async def test_an_answer_on_events_of_a_failed_journal_raises_and_logs_nothing_l
     driver = Dispatcher(TaskBook(), _FailingJournal(), lambda _: None)  # type: ignore[arg-type]
     job = SubmitJob("j", [TaskSpec("j-0", "k", 0)], JobPolicy(lease_s=30))
     futures = [driver.put(job), driver.put(SchedulerTick()), driver.put(SchedulerTick())]
-    answer = _after_all(futures, lambda results: results)
+    answer = after_all(futures, lambda results: results)
     with caplog.at_level(logging.ERROR, logger="asyncio"), anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(_run_until_it_fails, driver)

@@ -1,0 +1,71 @@
+"""What the nodes tell the master: their beats, the directory lookups they make (``resolve``),
+and the beats of the runs that own replicas on them (``owner_beat``, ``owner_seen``,
+``owner_gone``).
+
+:class:`NodeControls` is the part of :class:`~troupe.runtime.tasks.master.master.Master` that
+answers them at once, from its node table (``nodes.py``) and its run owners (``run_owners.py``);
+none of them goes through the driver or the journal. A node declared dead (``node_dead``, or
+silent too long) is the master's own business: its workers' tasks go back through the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from troupe.runtime.core.router import Answer
+
+from .controls import NodeBeatControl, OwnerControl, ResolveControl
+from .nodes import ProcessEntry
+
+if TYPE_CHECKING:
+    from .master_config import MasterConfig
+    from .nodes import NodeTable
+    from .run_owners import RunOwners
+
+__all__ = ["NodeControls"]
+
+log = structlog.get_logger(__name__)
+
+
+class NodeControls:
+    """Answers the nodes' beats and lookups, and the run owners' beats (a part of the master)."""
+
+    config: MasterConfig
+    nodes: NodeTable
+    run_owners: RunOwners
+    clock: Callable[[], float]
+
+    def _owner_beat(self, payload: Any) -> Answer:
+        self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
+        return Answer.now(True)
+
+    def _owner_gone(self, payload: Any) -> Answer:
+        self.run_owners.gone(OwnerControl.decode("owner_gone", payload).owner)
+        return Answer.now(True)
+
+    def _owner_seen(self, payload: Any) -> Answer:
+        owner = OwnerControl.decode("owner_seen", payload).owner
+        owners = self.run_owners
+        return Answer.now({"silent_s": owners.silent_s(owner), "heard": owners.heard(owner)})
+
+    def _node_beat(self, payload: Any) -> Answer:
+        m = NodeBeatControl.decode(payload)
+        processes = (
+            None
+            if m.processes is None
+            else {name: ProcessEntry(endpoint, actors) for name, (endpoint, actors) in m.processes.items()}
+        )
+        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes):
+            log.info("node_joined", node=m.node, endpoint=m.endpoint)
+        self.nodes.set_log_endpoint(m.node, m.log_endpoint)
+        self.nodes.set_tags(m.node, m.tags)
+        self.nodes.set_code(m.node, m.code)
+        return Answer.now({"ok": True, "master": self.config.name})
+
+    def _resolve(self, payload: Any) -> Answer:
+        """The cluster's directory: a node asks where an actor of another node listens."""
+        full, endpoint = self.nodes.resolve(ResolveControl.decode(payload).address)
+        return Answer.now({"address": str(full), "endpoint": endpoint})
