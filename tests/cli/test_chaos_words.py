@@ -5,8 +5,10 @@ the command's options, not a fault spec's JSON keys (``seconds must be ...; e.g.
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from troupe.cli.commands.chaos import as_options, fired_words, partition_words
+from troupe.cli.main import app
 from troupe.runtime.chaos.faults import FaultSpec
 from troupe.runtime.errors import ConfigError
 
@@ -43,3 +45,26 @@ def test_a_healed_partition_is_said_with_what_it_refused() -> None:
     healed = {"partitioned_peers": ["tcp://127.0.0.1:9"], "refused": {"tcp://127.0.0.1:9": 12}}
     assert partition_words(healed) == "; a partition from tcp://127.0.0.1:9 ended (12 messages refused)"
     assert partition_words({"partitioned_peers": [], "refused": {}}) == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["crash", "--seconds", "1"], "--seconds applies to hang_with_gil, stall, slow only, not to crash"),
+        (
+            ["kill", "--count", "2"],
+            "--count applies to crash, hang_with_gil, stall, slow, drop only, not to kill",
+        ),
+        (["drop", "--peers", "w2"], "--peers applies to partition only, not to drop"),
+    ],
+)
+def test_an_option_that_does_not_apply_to_the_kind_is_refused_in_the_command_s_words(
+    args: list[str], said: str
+) -> None:
+    """It reached the node, which said ``allowed: actor, after, count, kind, message_type,
+    probability``: its fault spec's fields, two of them no option of this command."""
+    result = CliRunner().invoke(
+        app, ["ctl", "chaos", *args, "--target", "w", "--node", "tcp://127.0.0.1:1"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 2, result.output
+    assert said in result.output

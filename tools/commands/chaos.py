@@ -19,7 +19,7 @@ from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from .ctl import NodeOption, TimeoutOption, ctl_app
 from .keys_option import KeysOption, use_keys
 
-__all__ = ["as_options", "chaos", "fired_words", "heal", "partition_words"]
+__all__ = ["as_options", "chaos", "fired_words", "heal", "options_not_for", "partition_words"]
 
 console = Console()
 
@@ -76,6 +76,9 @@ def chaos(
         "peers": list(peers or []),
         "seed": seed,
     }
+    wrong = options_not_for(kind, payload)
+    if wrong:
+        raise fail(wrong, 2)
     reply = run_async(_chaos, node, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply, indent=2, default=str))
@@ -157,6 +160,30 @@ _AS_OPTIONS = (
     ("'after'", "--after"),
     ("'message_type'", "--message-type"),
 )
+
+
+_TIMED_KINDS = ("hang_with_gil", "stall", "slow")
+_ON_MESSAGES = ("crash", "hang_with_gil", "stall", "slow", "drop")
+_OPTION_KINDS = {  # which kinds each option applies to, named as the command takes it
+    "seconds": ("--seconds", _TIMED_KINDS),
+    "probability": ("--probability", _ON_MESSAGES),
+    "count": ("--count", _ON_MESSAGES),
+    "after": ("--after", _ON_MESSAGES),
+    "message_type": ("--message-type", _ON_MESSAGES),
+    "peers": ("--peers", ("partition",)),
+}
+
+
+def options_not_for(kind: str, payload: dict[str, Any]) -> str | None:
+    """The options given that do not apply to ``kind``, said as the command's options (the
+    node's refusal named its fault spec's fields: ``allowed: actor, after, count, kind, ...``);
+    None where every one applies."""
+    wrong = [
+        f"{option} applies to {', '.join(kinds)} only"
+        for field, (option, kinds) in _OPTION_KINDS.items()
+        if payload.get(field) not in (None, []) and kind not in kinds
+    ]
+    return f"{'; '.join(wrong)}, not to {kind}" if wrong else None
 
 
 def as_options(message: str) -> str:
