@@ -3,11 +3,12 @@
 A master of a newer troupe rewrites an older journal to its schema as it opens it, and a master
 of the older troupe refuses the result (``journal ... has schema version N``). A cluster is
 upgraded a host at a time, and a rollback of its master was a one-way door: the journal it
-needs was gone. The upgrade first copies the journal, as it is, beside it
-(``journal.db.v2.bak`` for schema version 2), through SQLite's online backup (what the ``-wal``
-holds included, a consistent copy); a copy that cannot be made (a full disk) stops the upgrade
-with nothing changed. A copy that is there already (an earlier upgrade of the same version that
-did not finish) is kept: it is the same journal.
+needs was gone. The upgrade first copies the journal, as it is, beside it, named for its
+schema version and the moment (``journal.db.v2.20261205T231802Z.bak``), through SQLite's online
+backup (what the ``-wal`` holds included, a consistent copy); a copy that cannot be made (a full
+disk) stops the upgrade with nothing changed. Every upgrade writes a copy of its own, never over
+an older one: after a rollback and a second upgrade, the second copy holds what the older
+master journaled in between, and the first is still there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
@@ -22,9 +24,16 @@ from troupe.runtime.errors import JournalError
 __all__ = ["backup_path", "keep_copy_before_upgrade"]
 
 
-def backup_path(path: Path, version: int) -> Path:
-    """Where the copy of the journal ``path`` of schema ``version`` lies."""
-    return path.with_name(f"{path.name}.v{version}.bak")
+def backup_path(path: Path, version: int, when: float | None = None) -> Path:
+    """A name for a new copy of the journal ``path`` of schema ``version``, made at ``when``
+    (now by default): one no file has yet."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if when is None else when))
+    target = path.with_name(f"{path.name}.v{version}.{stamp}.bak")
+    n = 1
+    while target.exists():  # two upgrades in one second
+        n += 1
+        target = path.with_name(f"{path.name}.v{version}.{stamp}-{n}.bak")
+    return target
 
 
 def keep_copy_before_upgrade(conn: sqlite3.Connection, path: Path, version: int) -> Path:
@@ -34,8 +43,6 @@ def keep_copy_before_upgrade(conn: sqlite3.Connection, path: Path, version: int)
         JournalError: the copy could not be written (nothing was changed).
     """
     target = backup_path(path, version)
-    if target.exists():
-        return target
     partial = target.with_name(target.name + ".partial")
     try:
         with contextlib.closing(sqlite3.connect(partial)) as copy:

@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -771,13 +772,47 @@ def test_an_upgrade_keeps_the_journal_as_it_was_for_an_older_master(tmp_path: Pa
     path = _version_1_journal(tmp_path)
     with Journal.open(path) as journal:
         journal.replay()
-    copy = sqlite3.connect(tmp_path / "journal.db.v1.bak")
+    [kept] = tmp_path.glob("journal.db.v1.*.bak")
+    copy = sqlite3.connect(kept)
     try:
         assert copy.execute("PRAGMA user_version").fetchone()[0] == 1
         assert copy.execute("SELECT job_id FROM jobs").fetchall() == [("old",)]
     finally:
         copy.close()
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_an_upgrade_after_a_rollback_keeps_a_new_copy_beside_the_first(tmp_path: Path) -> None:
+    """Rolled back (the copy put in place), the older master journals on; upgraded again, the
+    copy must hold that too. It kept the first copy, said it had made one, and a second
+    rollback lost what the older master had journaled in between."""
+    path = _version_1_journal(tmp_path)
+    with Journal.open(path):
+        pass
+    [first] = tmp_path.glob("journal.db.v1.*.bak")
+    for leftover in tmp_path.glob("journal.db-*"):
+        leftover.unlink()
+    shutil.copyfile(first, path)  # the rollback, as README says it
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO jobs VALUES ('after-rollback', 'after-rollback', 1, 'done', ?, 6.0)",
+        (json.dumps(dataclasses.asdict(JobPolicy())),),
+    )
+    conn.commit()
+    conn.close()
+    with Journal.open(path):
+        pass
+    copies = sorted(tmp_path.glob("journal.db.v1.*.bak"))
+    assert len(copies) == 2 and first in copies
+    [second] = [c for c in copies if c != first]
+    jobs = {}
+    for copy_path in (first, second):
+        copy = sqlite3.connect(copy_path)
+        try:
+            jobs[copy_path] = {row[0] for row in copy.execute("SELECT job_id FROM jobs")}
+        finally:
+            copy.close()
+    assert jobs[first] == {"old"} and jobs[second] == {"old", "after-rollback"}
 
 
 def test_an_upgrade_whose_copy_cannot_be_written_changes_nothing(
