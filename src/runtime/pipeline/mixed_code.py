@@ -20,12 +20,15 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.placement import cluster_status
 
-__all__ = ["UNKNOWN", "mixed_code_line", "warn_if_mixed"]
+__all__ = ["NOT_RELAYED", "UNKNOWN", "mixed_code_line", "warn_if_mixed"]
 
 log = structlog.get_logger(__name__)
 
 UNKNOWN = "unknown (older troupe)"
 """What a master or node that does not say its code runs, as the line names it."""
+
+NOT_RELAYED = "not known (the master is older: it does not say its nodes' code)"
+"""What the nodes of a master older than the code field run, as the line names it."""
 
 
 def mixed_code_line(status: Any, own: str) -> str | None:
@@ -34,10 +37,13 @@ def mixed_code_line(status: Any, own: str) -> str | None:
     who: dict[str, list[str]] = {own: ["this command"]}
     master = status.get("code") if isinstance(status, dict) else None
     who.setdefault(_said(master), []).append("the master")
+    # A master older than the code field keeps none of its nodes' either: a node it lists
+    # without one may run any code, the newest too (nodes are upgraded first).
+    unsaid = UNKNOWN if _said(master) != UNKNOWN else NOT_RELAYED
     nodes = status.get("nodes") if isinstance(status, dict) else None
     for n in nodes if isinstance(nodes, list) else ():
         if isinstance(n, dict) and n.get("alive"):  # a dead node runs nothing of this run
-            who.setdefault(_said(n.get("code")), []).append(f"node {n.get('node')}")
+            who.setdefault(_said(n.get("code"), unsaid), []).append(f"node {n.get('node')}")
     if len(who) == 1:
         return None
     runs = "; ".join(f"{', '.join(names)} {code}" for code, names in who.items())
@@ -47,8 +53,8 @@ def mixed_code_line(status: Any, own: str) -> str | None:
     )
 
 
-def _said(code: Any) -> str:
-    return str(code) if isinstance(code, str) and code else UNKNOWN
+def _said(code: Any, unsaid: str = UNKNOWN) -> str:
+    return str(code) if isinstance(code, str) and code else unsaid
 
 
 async def warn_if_mixed(runtime: Runtime, master: str, on_warning: Callable[[str], None] | None) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.errors import AskTimeout
-from troupe.runtime.pipeline.mixed_code import UNKNOWN, mixed_code_line, warn_if_mixed
+from troupe.runtime.pipeline.mixed_code import NOT_RELAYED, UNKNOWN, mixed_code_line, warn_if_mixed
 
 pytestmark = pytest.mark.anyio
 
@@ -34,11 +34,19 @@ def test_a_node_on_other_code_is_named_with_what_each_runs() -> None:
     assert '"Upgrading a cluster"' in line
 
 
-def test_an_older_master_or_node_is_unknown() -> None:
+def test_an_older_node_under_a_newer_master_is_unknown() -> None:
+    line = mixed_code_line(_status(OWN, n1=None), OWN)
+    assert line is not None and f"node n1 {UNKNOWN}" in line
+
+
+def test_the_nodes_of_an_older_master_are_not_called_older() -> None:
+    """An older master keeps no node's code: its nodes, upgraded first as README says, were
+    all called "unknown (older troupe)" mid-upgrade."""
     status = _status(OWN, n1=None)
     del status["code"]  # an older master's status has no such key
     line = mixed_code_line(status, OWN)
-    assert line is not None and f"the master, node n1 {UNKNOWN}" in line
+    assert line is not None
+    assert f"the master {UNKNOWN}; node n1 {NOT_RELAYED}" in line
 
 
 def test_a_dead_node_does_not_count() -> None:
