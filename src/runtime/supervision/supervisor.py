@@ -51,7 +51,7 @@ import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
-from troupe.runtime.errors import BadRequest, ConfigError, PeerLost
+from troupe.runtime.errors import ActorStopped, BadRequest, ConfigError, PeerLost
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
@@ -158,7 +158,9 @@ class Supervisor:
                         {"endpoint": self._runtime.address, "udp": [host, port], "pid": os.getpid()},
                         timeout=10.0,
                     )
-                except PeerLost:  # the node stopped as this one started (a run ended at once)
+                # The node stopped as this one started (a run ended at once): gone, or still
+                # answering as it shuts down.
+                except (PeerLost, ActorStopped):
                     log.info("supervisor_node_gone", node=self._spec.node_endpoint)
                     tg.cancel_scope.cancel()
                     return

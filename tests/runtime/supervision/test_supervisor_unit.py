@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from troupe.runtime import Actor, RemoteError, Runtime, handles
 from troupe.runtime.chaos.worker_side import WorkerChaos
-from troupe.runtime.errors import BadRequest, ConfigError, Partitioned
+from troupe.runtime.errors import ActorStopped, BadRequest, ConfigError, Partitioned
 from troupe.runtime.lowlevel import MemoryHub
 from troupe.runtime.node.config import NodeConfig, SupervisionConfig, load_node_config
 from troupe.runtime.supervision.heartbeat import HeartbeatReceiver, HeartbeatSender
@@ -311,3 +311,26 @@ async def test_a_watch_of_a_process_outside_the_node_is_refused() -> None:
         assert "w1" not in (await node_rt.control(rt.address, "status"))["workers"]
 
     await _run_supervisor(MemoryHub(), body)
+
+
+async def test_a_node_that_is_shutting_down_as_the_supervisor_starts_ends_it_quietly() -> None:
+    """A run that ended at once (its output closed, ``troupe run | head -1``) stopped its node
+    as the supervisor reported ready: the node answered ``actor_stopped`` and the supervisor
+    died with a traceback on the command's stderr. It ends as for a node already gone."""
+    cfg = SupervisionConfig(
+        interval_s=INTERVAL_S, heartbeat_timeout_s=TIMEOUT_S, progress_timeout_s=PROGRESS_S
+    )
+    hub = MemoryHub()
+    async with (
+        Runtime("n", "node", hub.transport()) as node_rt,
+        Runtime("n", "supervisor", hub.transport()) as rt,
+    ):
+
+        async def shutting_down(_payload: Any) -> bool:
+            raise ActorStopped("the process is shutting down")
+
+        node_rt.register_controls({"supervisor_ready": shutting_down})
+        spec = SupervisorLaunch(node="n", node_endpoint=node_rt.address, supervision=cfg, reap_timeout_s=2.0)
+        with HeartbeatReceiver() as receiver, capture_logs() as logs, anyio.fail_after(BOUND):
+            await Supervisor(spec, rt, receiver).run(anyio.Event())  # returns: never waits for its stop
+    assert any(entry["event"] == "supervisor_node_gone" for entry in logs)
