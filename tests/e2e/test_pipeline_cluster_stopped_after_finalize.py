@@ -13,7 +13,6 @@ its ``finalize`` ran, holds its stop until the test has stopped the run. One nod
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -60,11 +59,9 @@ def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun
     config, out = held_pipeline(tmp_path, log, held, release, HOLD_S), tmp_path / "out"
     args = ["run", str(config), "--out", str(out), "--cluster", one_node.endpoint]
     with running(args, tmp_path, "run") as run:
-        run.wait_until("the finalisation's end (the last stage's replica stopping)", held.exists, WAIT_S)
-        run.signal(signal.SIGINT)
-        run.wait_until("the command taking the signal", lambda: "SIGINT: stopping gracefully" in run.text())
-        release.write_text("")
-        status = run.wait(timeout=WAIT_S)
+        status = run.ctrl_c_while_held(
+            "the finalisation's end (the last stage's replica stopping)", held, release, WAIT_S
+        )
         text = run.text()
         assert status == 0, text[-3000:]
         assert f"complete when the stop came: {HELD_FINALS}" in " ".join(text.split()), text[-3000:]

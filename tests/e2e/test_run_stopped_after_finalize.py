@@ -11,7 +11,6 @@ its ``finalize`` ran, holds its stop until the test has stopped the run.
 
 from __future__ import annotations
 
-import signal
 from functools import partial
 from pathlib import Path
 
@@ -38,11 +37,9 @@ def test_a_ctrl_c_after_the_finalisation_says_complete_and_the_rerun_finalises_n
     config, out = held_pipeline(tmp_path, log, held, release), tmp_path / "out"
     args = ["run", str(config), "--out", str(out), "--endpoint", free_endpoint(), "--master", free_endpoint()]
     with running(args, tmp_path, "run") as run:
-        run.wait_until("the finalisation's end (the last stage's replica stopping)", held.exists, WAIT_S)
-        run.signal(signal.SIGINT)
-        run.wait_until("the command taking the signal", lambda: "SIGINT: stopping gracefully" in run.text())
-        release.write_text("")
-        status = run.wait(timeout=WAIT_S)
+        status = run.ctrl_c_while_held(
+            "the finalisation's end (the last stage's replica stopping)", held, release, WAIT_S
+        )
         text = run.text()
         flat = " ".join(text.split())
         assert status == 0, text[-3000:]

@@ -13,7 +13,6 @@ exit (``support.held_train``) until the test has stopped the run.
 from __future__ import annotations
 
 import json
-import signal
 from functools import partial
 from pathlib import Path
 
@@ -53,11 +52,9 @@ def test_a_ctrl_c_after_the_training_ended_says_complete_and_the_rerun_trains_no
     args = ["run", str(config), "--out", str(out), "--endpoint", free_endpoint()]
     final = (out / "checkpoints" / f"step-{STEPS:09d}").resolve()
     with running([*args, "--json"] if as_json else args, tmp_path, "run") as run:
-        run.wait_until("the training's end (the rank's worker exiting)", held.exists, WAIT_S)
-        run.signal(signal.SIGINT)
-        run.wait_until("the command taking the signal", lambda: "SIGINT: stopping gracefully" in run.text())
-        release.write_text("")
-        status = run.wait(timeout=WAIT_S)
+        status = run.ctrl_c_while_held(
+            "the training's end (the rank's worker exiting)", held, release, WAIT_S
+        )
         text = run.text()
         assert status == 0, text[-3000:]
         assert "stopped" not in text.replace("stopping gracefully", ""), text[-3000:]

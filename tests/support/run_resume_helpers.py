@@ -96,6 +96,15 @@ class Command:
     def wait(self, timeout: float = 120.0) -> int:
         return self.proc.wait(timeout=timeout)
 
+    def ctrl_c_while_held(self, what: str, held: Path, release: Path, timeout: float) -> int:
+        """Ctrl-C the command once it holds at the point ``what`` names (``held`` exists), let it
+        go on once it took the signal (``release``), and return its exit status."""
+        self.wait_until(what, held.exists, timeout)
+        self.signal(signal.SIGINT)
+        self.wait_until("the command taking the signal", lambda: "SIGINT: stopping gracefully" in self.text())
+        release.write_text("")
+        return self.wait(timeout=timeout)
+
     def text(self) -> str:
         return self.output.read_text(encoding="utf-8", errors="replace")
 
