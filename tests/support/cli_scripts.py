@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["INTERRUPT_AT_COMMAND_IMPORT", "WORK_DONE_THEN_WINDING_DOWN"]
+__all__ = ["INTERRUPT_AT_COMMAND_IMPORT", "STOPPED_AS_THE_NODE_STARTS", "WORK_DONE_THEN_WINDING_DOWN"]
 
 # A KeyboardInterrupt where a Ctrl-C would land: while the command's modules import (after the
 # entry started what it starts first).
@@ -39,4 +39,21 @@ async def work():
 
 print(run_async(work, done_if_returned=sys.argv[1] == "1"), flush=True)
 held_wind_down = HeldWindDown()  # freed with __main__'s globals, as the interpreter ends
+"""
+
+# ``troupe run --items 2 --out argv[1]`` Ctrl-C'd while its node starts: the run, stood in for,
+# signals the command as it is called (the command's own stop handling is listening by then)
+# and never reports its start.
+STOPPED_AS_THE_NODE_STARTS = """
+import os, signal, sys
+import anyio
+from troupe.cli.commands import run_pipeline as command
+from troupe.cli.main import app
+
+async def starting(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    await anyio.sleep_forever()
+
+command.run_pipeline = starting
+app(["run", "--items", "2", "--out", sys.argv[1]])
 """

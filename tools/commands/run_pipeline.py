@@ -309,9 +309,9 @@ async def _finish_run(
             with contextlib.suppress(OSError):  # the terminal hung up (SIGHUP): nothing to redraw
                 if progress.live.is_started:
                     progress.stop()
-            if run_started:  # with --json too (stdout, the JSON's, stays empty): the stop is said
-                said = stopped_line(shown, before, declared.items, out)
-                say_if_heard(Console(stderr=True), escape(said))
+            # With --json too (stdout, the JSON's, stays empty): the stop is said.
+            said = stopped_line(shown, before, declared.items, out) if run_started else STOPPED_BEFORE
+            say_if_heard(Console(stderr=True), escape(said))
             raise
         finally:
             starting.stop()  # transient: a run refused before it started prints only its error
@@ -341,6 +341,11 @@ async def _finish_run(
             else "every item died: the run made nothing"
         )
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
+
+
+STOPPED_BEFORE = "stopped before the run started (its node was starting): no item ran; the same command starts it"  # noqa: E501
+"""What a run stopped before its node was up says last: it said "stopping gracefully" and then
+nothing, as if the stop had hung."""
 
 
 def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Path) -> str:
