@@ -343,7 +343,9 @@ async def _finish_run(
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
 
 
-STOPPED_BEFORE = "stopped before the run started (its node was starting): no item ran; the same command starts it"  # noqa: E501
+STOPPED_BEFORE = (
+    "stopped before the run started (its node was starting): no item ran; the same command starts it"
+)
 """What a run stopped before its node was up says last: it said "stopping gracefully" and then
 nothing, as if the stop had hung."""
 
