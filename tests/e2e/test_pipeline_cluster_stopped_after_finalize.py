@@ -22,7 +22,14 @@ import anyio
 import pytest
 
 from support.chaos import TaskMaster
-from support.held_stop import HELD_FINALS, HELD_ITEMS, cancelled_once_held, finalized, held_pipeline
+from support.held_stop import (
+    HELD_FINALS,
+    HELD_ITEMS,
+    cancelled_once_held,
+    finalized,
+    held_pipeline,
+    rerun_finalises_nothing,
+)
 from support.hook_stages import read_records
 from support.run_resume_helpers import running
 from support.tagged_nodes import tagged_nodes
@@ -70,12 +77,7 @@ def test_a_ctrl_c_after_a_cluster_run_s_finalisation_says_complete_and_the_rerun
     assert finalized(log) == 2  # each stage's finalize, once
     assert _stops_given_up(out) == []  # the stop ended the waits for the node's answers
 
-    with running(args, tmp_path, "rerun") as rerun:
-        assert rerun.wait(timeout=WAIT_S) == 0, rerun.text()[-3000:]
-        flat = " ".join(rerun.text().split())
-    assert f"already complete: {HELD_FINALS}" in flat, flat[-3000:]
-    assert "finalising" not in flat
-    assert finalized(log) == 2  # the rerun finalised nothing again
+    rerun_finalises_nothing(args, tmp_path, log, WAIT_S)
 
 
 def test_run_pipeline_stopped_after_a_cluster_run_s_finalisation_returns_its_result(

@@ -17,7 +17,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from support.held_stop import HELD_FINALS, HELD_ITEMS, cancelled_once_held, finalized, held_pipeline
+from support.held_stop import (
+    HELD_FINALS,
+    HELD_ITEMS,
+    cancelled_once_held,
+    finalized,
+    held_pipeline,
+    rerun_finalises_nothing,
+)
 from support.run_resume_helpers import running
 from troupe.runtime.pipeline.config import load_pipeline
 from troupe.runtime.pipeline.runner import run_pipeline
@@ -49,12 +56,7 @@ def test_a_ctrl_c_after_the_finalisation_says_complete_and_the_rerun_finalises_n
         assert len(run.seen) >= 3  # the template and a replica per stage were tracked
     assert finalized(log) == 2  # each stage's finalize, once
 
-    with running(args, tmp_path, "rerun") as rerun:
-        assert rerun.wait(timeout=WAIT_S) == 0, rerun.text()[-3000:]
-        flat = " ".join(rerun.text().split())
-    assert f"already complete: {HELD_FINALS}" in flat, flat[-3000:]
-    assert "finalising" not in flat
-    assert finalized(log) == 2  # the rerun finalised nothing again
+    rerun_finalises_nothing(args, tmp_path, log, WAIT_S)
 
 
 @pytest.mark.timeout(300)

@@ -12,8 +12,16 @@ from typing import TypeVar
 import anyio
 
 from support.hook_stages import read_records
+from support.run_resume_helpers import running
 
-__all__ = ["HELD_FINALS", "HELD_ITEMS", "cancelled_once_held", "finalized", "held_pipeline"]
+__all__ = [
+    "HELD_FINALS",
+    "HELD_ITEMS",
+    "cancelled_once_held",
+    "finalized",
+    "held_pipeline",
+    "rerun_finalises_nothing",
+]
 
 T = TypeVar("T")
 
@@ -80,3 +88,14 @@ async def cancelled_once_held(
         tg.cancel_scope.cancel()
         release.write_text("")
     return returned
+
+
+def rerun_finalises_nothing(args: list[str], tmp_path: Path, log: Path, wait_s: float) -> None:
+    """``troupe *args`` again, after a run stopped once its finalisation was done: it says
+    ``already complete`` and runs no finalize hook again (each stage's ran once, in ``log``)."""
+    with running(args, tmp_path, "rerun") as rerun:
+        assert rerun.wait(timeout=wait_s) == 0, rerun.text()[-3000:]
+        flat = " ".join(rerun.text().split())
+    assert f"already complete: {HELD_FINALS}" in flat, flat[-3000:]
+    assert "finalising" not in flat
+    assert finalized(log) == 2  # the rerun finalised nothing again
