@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from troupe.runtime.node.held_signals import held
 from troupe.template_prestart import CHECK_ONLY_ENV, CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
 
 __all__ = [
@@ -274,17 +275,21 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
             if not _answer(sock, {"error": f"the template runs {_threads()} threads; forking is unsafe"}):
                 return None
             continue
-        try:
-            pid = _fork(job, sock)
-        except OSError as exc:
+        # The node's stop (SIGTERM) waits until it has the pid: a template ended between the
+        # fork and its answer left a worker its node never knew of, running on after it.
+        with held(signal.SIGTERM):
+            try:
+                pid = _fork(job, sock)
+            except OSError as exc:
+                _close(job["stderr_fd"])
+                if not _answer(sock, {"error": f"fork failed: {exc}"}):
+                    return None
+                continue
+            if pid == 0:
+                return job  # the worker (the mask as it was, once out of the block)
             _close(job["stderr_fd"])
-            if not _answer(sock, {"error": f"fork failed: {exc}"}):
-                return None
-            continue
-        if pid == 0:
-            return job  # the worker
-        _close(job["stderr_fd"])
-        if not _answer(sock, {"pid": pid}):
+            answered = _answer(sock, {"pid": pid})
+        if not answered:
             # The node stopped while this one was forked, and will never know its pid: it goes
             # now, rather than start a worker for nobody.
             _kill(pid)
