@@ -15,7 +15,8 @@ runs a :class:`MasterLink`. It
   and its workers' getters register again by themselves when the master answers them
   ``unknown_worker``, under the same names;
 - beats at once, off its period, when the node has started a worker on request
-  (:meth:`MasterLink.beat_now`, before the node answers ``spawn_worker``): whoever learns of
+  (:meth:`MasterLink.beat_now`, before the node answers ``spawn_worker``), or a worker an actor
+  (before the node answers its ``actor_spawned``, and so before the worker's ``spawn``): whoever learns of
   the worker from that answer (a run's engine, and through it every replica pulling from it,
   nodes of an older troupe among them) finds it in the master's directory, not only after the
   next beat;

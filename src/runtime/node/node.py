@@ -111,6 +111,7 @@ class Node:
         self.children = ChildRecord(config.log_dir, self.name)  # for a successor, if we die hard
         # Workers start as forks of it (fast_start, or one given); None: each is spawned.
         self.template: TemplateLink | None = template
+        self._tg: anyio.abc.TaskGroup | None = None  # the serving node's: workers, their watches
         # The endpoint is a default found free a moment ago: taken meanwhile, the node binds a
         # free port of the same host instead (``config.endpoint`` then says which).
         self.endpoint_may_move = False
@@ -396,6 +397,10 @@ class Node:
         self.runtime.directory.learn(f"{self.name}/{handle.spec.name}/{actor.name}", endpoint)
         log.info("actor_spawned", worker=handle.spec.name, actor=actor.name, cls=actor.cls)
         self._announce(handle)
+        if self.master_link is not None:
+            # Before the worker answers its spawn: a peer of another node that is told of the
+            # actor asks the master where it listens, which knew of it only from the next beat.
+            await self.master_link.beat_now()
         return True
 
     def _announce(self, handle: WorkerHandle) -> None:
@@ -508,6 +513,8 @@ class Node:
             if self.stopping.is_set():
                 raise ActorStopped(f"node {self.name} is stopping; it starts no worker")
             self._forget_stopped_spawned(KEEP_STOPPED_SPAWNED - 1)
+            if self._tg is None:  # its controls answer a moment before it serves
+                raise ActorStopped(f"node {self.name} is still starting; it starts no worker yet")
             handle = self.start_worker(self._tg, spec)  # from here on a stop finds its handle
         finally:
             self._pending_starts.discard(pending)
