@@ -39,7 +39,8 @@ def print_whole(console: Console, table: RenderableType, unwrapped: bool = False
 
 def security_cell(security: dict[str, Any]) -> str:
     """A status reply's ``security`` section as one cell: CURVE, insecure (loud), or loopback."""
-    refused = f"refused peers: {security.get('refused_peers', 0)}"
+    # Each refused connection attempt counts (a peer retries), so not a count of peers.
+    refused = f"refused connections: {security.get('refused_peers', 0)}"
     if security.get("curve"):
         return f"CURVE, as {escape(str(security.get('user')))}; {refused}"
     if security.get("insecure"):

@@ -60,6 +60,7 @@ def test_every_option_the_deployment_files_pass_exists() -> None:
     used = {
         ("node", "start"): {"--config", "--keys", "--name", "--endpoint", "--master", "--logs"},
         ("master", "start"): {"--journal", "--new", "--endpoint", "--keys", "--logs"},
+        ("master", "init"): {"--journal"},
         ("ctl", "submit"): {"--master", "--keys", "--json"},
         ("ctl", "jobs"): {"--master", "--keys", "--json", "--timeout"},
         ("ctl", "dead"): {"--master", "--keys"},
@@ -70,3 +71,11 @@ def test_every_option_the_deployment_files_pass_exists() -> None:
         assert f"troupe {' '.join(command)}" in text or command == ("keys", "generate")
         missing = options - _options(*command)
         assert not missing, f"troupe {' '.join(command)} has no {sorted(missing)}"
+
+
+def test_the_master_unit_never_creates_a_journal() -> None:
+    """Restarted after its journal was lost (or with its disk not mounted at boot), a master
+    started with --new began again on an empty queue that forgot every job."""
+    unit = UNITS["master"].read_text()
+    assert "--new" not in _unit(UNITS["master"])["ExecStart"].split()
+    assert "troupe master init --journal" in unit  # how the journal is made, once

@@ -1,4 +1,5 @@
-"""``troupe master start``: run the cluster's master in the foreground.
+"""``troupe master start``: run the cluster's master in the foreground; ``troupe master init``:
+create its journal once, for a service that must never create one (configs/troupe-master.service).
 
 The journal is required to exist unless ``--new`` is given: a master that quietly started on
 an empty queue after a typo in the path would forget every job of the real journal. ``--new``
@@ -76,6 +77,18 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
         return open_journal(path, new)
     except JournalError as exc:
         raise fail(str(exc), 2) from None
+
+
+@master_app.command("init")
+def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
+    """Create a new, empty journal for a master, and nothing else (once, before a service starts it)."""
+    if journal.exists():
+        raise fail(f"journal {journal} exists already; nothing was changed (master start resumes it)", 2)
+    if not journal.parent.is_dir():
+        raise fail(f"journal {journal}: no directory {journal.parent}; nothing was created", 2)
+    opened, _ = load_journal(journal, new=True)
+    opened.close()
+    typer.echo(f"created the journal {journal}: `troupe master start --journal {journal}` serves it")
 
 
 @master_app.command("start")

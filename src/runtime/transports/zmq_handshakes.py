@@ -91,8 +91,10 @@ class HandshakeWatch:
                     )
             else:
                 self.gate.handshakes_incomplete += 1
+                # Debug only: every `troupe ctl` probes its endpoint first (a connect, then a
+                # hang-up), and the logs held mostly these. Counted either way (`ctl status`).
                 if self._log.should_log((endpoint, "incomplete")):
-                    log.info(
+                    log.debug(
                         "handshake_incomplete",
                         reason="the peer hung up before the CURVE handshake ended (a port probe, "
                         "or a peer without CURVE)",

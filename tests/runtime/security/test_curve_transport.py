@@ -8,6 +8,7 @@ authenticators, as separate processes would.
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,21 @@ async def test_a_peer_without_curve_fails_the_handshake_and_is_counted(keys: Key
             with pytest.raises(AskTimeout):
                 await plain.control(server.address, "mutate", timeout=0.5)
         assert server.statistics().bad_frames == 0  # nothing of it was even read
+
+
+async def test_a_port_probe_is_counted_and_logged_at_debug_only(keys: Keys) -> None:
+    """Every ``troupe ctl`` first checks that something listens (a TCP connect, then a hang-up:
+    ``master_client.reachable``); each put an info line "handshake_incomplete" in the master's
+    and nodes' logs, which then held mostly those."""
+    gate = gate_for(keys.cluster)
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        host, port = server.address.removeprefix("tcp://").rsplit(":", 1)
+        with capture_logs() as logs:
+            with socket.create_connection((host, int(port)), timeout=WAIT_S):
+                pass
+            await _until(lambda: gate.handshakes_incomplete >= 1)
+    said = [e for e in logs if e["event"] == "handshake_incomplete"]
+    assert said and {e["log_level"] for e in said} == {"debug"}, said
 
 
 class Hang(Actor):

@@ -1,0 +1,42 @@
+"""``troupe master init`` creates a journal once and never touches an existing one: the master's
+systemd unit starts without ``--new``, so a journal lost while the master ran (or a disk not
+mounted at boot) keeps it down instead of starting it over on an empty queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from troupe.cli.main import app
+from troupe.runtime.tasks.master.journal_open import open_journal
+
+
+def test_init_creates_an_empty_journal_that_master_start_opens_without_new(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"created the journal {path}" in result.output
+    journal, book = open_journal(path)  # what `master start` without --new does
+    try:
+        assert book.jobs() == []
+    finally:
+        journal.close()
+
+
+def test_init_refuses_an_existing_journal_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    assert CliRunner().invoke(app, ["master", "init", "--journal", str(path)]).exit_code == 0
+    before = path.read_bytes()
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 2
+    assert "exists already; nothing was changed" in result.output
+    assert path.read_bytes() == before
+
+
+def test_init_into_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "not-mounted" / "journal.db"
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 2
+    assert f"no directory {path.parent}" in result.output
+    assert not path.parent.exists()
