@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from troupe.runtime.node.held_signals import held
+from troupe.runtime.node.deferred_stop import DeferredStop
 from troupe.template_prestart import CHECK_ONLY_ENV, CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
 
 __all__ = [
@@ -247,6 +247,8 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
     start_cwd, start_path = os.getcwd(), os.environ.get("PYTHONPATH")
     poller = select.poll()
     poller.register(sock, select.POLLIN)
+    stop = DeferredStop()
+    stop.install()
     while True:
         if os.getppid() != parent:
             return None
@@ -277,7 +279,7 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
             continue
         # The node's stop (SIGTERM) waits until it has the pid: a template ended between the
         # fork and its answer left a worker its node never knew of, running on after it.
-        with held(signal.SIGTERM):
+        with stop.deferred():
             try:
                 pid = _fork(job, sock)
             except OSError as exc:
@@ -286,7 +288,7 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
                     return None
                 continue
             if pid == 0:
-                return job  # the worker (the mask as it was, once out of the block)
+                return job  # the worker (a stop now ends it: DeferredStop)
             _close(job["stderr_fd"])
             answered = _answer(sock, {"pid": pid})
         if not answered:
