@@ -274,8 +274,10 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         "code",
         "last beat",
     )
+    # What an operator copies into a command (ctl drain NODE) or compares is never cut, nor a
+    # figure or its header; the columns of words wrap.
     for col in columns:
-        nodes.add_column(col)
+        nodes.add_column(col, no_wrap=col not in ("alive", "mem free MiB", "tags", "last beat"))
     for n in status["nodes"]:
         r = n.get("resources") or {}
         nodes.add_row(
@@ -288,13 +290,13 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
             str(r.get("load1", "-")),
             str(r.get("mem_available_mib", "-")),
             str(r.get("gpus", "-")),
-            escape(",".join(map(str, n.get("tags") or ()))) or "-",
+            escape(", ".join(map(str, n.get("tags") or ()))) or "-",  # wraps between tags, uncut
             _code_cell(n.get("code")),
             f"{n['last_beat_age_s']:.1f} s ago",
         )
     workers = Table(title=f"workers ({len(status['workers'])} registered)")
     for col in ("worker", "node", "used/slots", "gpu", "draining", "kinds"):
-        workers.add_column(col)
+        workers.add_column(col, no_wrap=col in ("worker", "node"))
     busiest = sorted(status["workers"], key=lambda w: (-w["used"], w["worker_id"]))
     for w in busiest[:_WORKER_ROWS]:
         # A worker registers its id, node and kinds itself: text from a peer, not markup.

@@ -25,7 +25,7 @@ def print_whole(console: Console, table: RenderableType, unwrapped: bool = False
     take. Wider than the terminal, the lines wrap there, and a pipe gets them whole.
     """
     measured = Measurement.get(console, console.options.update_width(10_000), table)
-    needed = measured.maximum if unwrapped else measured.minimum
+    needed = measured.maximum if unwrapped else _uncut_width(console, table, measured)
     width = console.width
     if needed <= width:
         console.print(table)
@@ -180,3 +180,25 @@ def pipeline_table(p: dict[str, Any]) -> Table:
             escape(_nodes(where.get(s["name"], []))),
         )
     return table
+
+
+def _uncut_width(console: Console, table: RenderableType, measured: Measurement) -> int:
+    """The narrowest width, from the measured minimum up, at which no cell is cut. rich's
+    minimum is not one: past the columns it may wrap, it shortens every column alike, a
+    column that may not wrap too (``ctl status`` cut a node's name, ``gpu-node-02.c…``)."""
+    lo, hi = measured.minimum, max(measured.minimum, measured.maximum)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _ELLIPSIS in _rendered(console, table, mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+_ELLIPSIS = "\u2026"  # what rich puts where it cuts a cell
+
+
+def _rendered(console: Console, table: RenderableType, width: int) -> str:
+    lines = console.render_lines(table, console.options.update_width(width), pad=False)
+    return "".join(segment.text for line in lines for segment in line)

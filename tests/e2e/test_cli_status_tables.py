@@ -142,6 +142,30 @@ def test_a_job_id_is_printed_whole_on_a_narrow_terminal() -> None:
     assert console.width == 80  # the console itself is left as it was
 
 
+def test_the_nodes_table_cuts_no_cell_on_a_narrow_terminal() -> None:
+    """`troupe ctl drain` takes the node's name: at 80 columns ``ctl status`` cut it to
+    ``gpu-node-02.c…`` (and the memory, the tags, the code), though the table is printed as
+    wide as its cells need: rich's narrowest width shortened every column past those it wraps."""
+    reply = master_reply("master")
+    node = {
+        "alive": True,
+        "workers": 10,
+        "processes": 12,
+        "last_beat_age_s": 0.5,
+        "resources": {"cpus": 16, "load1": 3.25, "mem_available_mib": 120345, "gpus": 8},
+        "tags": ["gpu", "rack-a"],
+        "code": "0.1.0+3f9a1c2e",
+    }
+    reply["nodes"] = [{**node, "node": "n1"}, {**node, "node": "gpu-node-02.cluster.local"}]
+    console = Console(record=True, width=80, color_system=None)
+    for table in master_tables(reply):
+        print_whole(console, table)
+    printed = console.export_text()
+    assert "…" not in printed, printed
+    for whole in ("gpu-node-02.cluster.local", "120345", "rack-a", "0.1.0+3f9a1c2e", "processes"):
+        assert whole in printed, whole
+
+
 def test_what_workers_registered_is_shown_as_text_not_markup() -> None:
     """A worker's id, node and kinds come from its registration: rich markup in them is
     printed as written, not interpreted (nor an error that hides the table)."""
