@@ -47,6 +47,10 @@ def start(
     endpoint: Annotated[
         str | None, typer.Option(help="Control endpoint (off loopback: --keys or --insecure).")
     ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(help="With --endpoint tcp://0.0.0.0:PORT: the address other hosts reach this one at."),
+    ] = None,
     log_dir: Annotated[Path | None, typer.Option("--logs", help="Directory of the JSON-lines logs.")] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.")] = None,
     master: Annotated[str | None, typer.Option(help="Join the master at this endpoint.")] = None,
@@ -73,7 +77,13 @@ def start(
     if os.environ.get(PARENT_PID_ENV):  # started for a program's own use: it dies with it
         die_with_parent("node", "the program")
     # None: the file's value
-    options = {"keys": keys, "insecure": insecure or None, "metrics": metrics, "tags": tag or None}
+    options = {
+        "keys": keys,
+        "insecure": insecure or None,
+        "metrics": metrics,
+        "tags": tag or None,
+        "advertise": advertise,
+    }
     master = check_node_start(
         config,
         with_master,

@@ -277,7 +277,7 @@ class NodeConfig(_Frozen):
         if value is None and isinstance(endpoint, str) and is_wildcard(endpoint):
             raise ValueError(
                 f"required when node.endpoint binds every interface ({endpoint!r}); give the "
-                "address other hosts reach this one at"
+                "address other hosts reach this one at (node.advertise, or --advertise)"
             )
         if value is not None and not _HOST.fullmatch(value):
             try:

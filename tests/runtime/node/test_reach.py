@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from troupe.cli.main import app
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import load_node_config
 from troupe.runtime.node.reach import LOOPBACK_ANY_PORT, advertised_endpoint, is_wildcard, worker_bind
@@ -79,3 +81,20 @@ def test_the_config_refuses_a_wildcard_without_advertise_and_a_host_that_is_no_h
     for good in ("gpu-07", "10.0.0.7", "::1", "node7.example.org"):
         path.write_text(f'[node]\nadvertise = "{good}"\n', encoding="utf-8")
         assert load_node_config(path).advertise == good
+
+
+def test_the_wildcard_endpoint_and_its_address_may_both_come_from_the_command_line(tmp_path: Path) -> None:
+    """`node start --endpoint tcp://0.0.0.0:7470` with a file that names neither: the error named
+    the file's node.advertise, and only an edit of the file could give it."""
+    path = tmp_path / "node.toml"
+    path.write_text("[node]\ninsecure = true\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"node\.advertise, or --advertise"):
+        load_node_config(path, endpoint="tcp://0.0.0.0:7470")
+    cfg = load_node_config(path, endpoint="tcp://0.0.0.0:7470", advertise="10.0.0.7")
+    assert (cfg.endpoint, cfg.advertise) == ("tcp://0.0.0.0:7470", "10.0.0.7")
+    assert "--advertise" in _node_start_help()
+
+
+def _node_start_help() -> str:
+    runner = CliRunner()
+    return runner.invoke(app, ["node", "start", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).output
