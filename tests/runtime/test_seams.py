@@ -41,6 +41,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tools/bench/stopping.py", "os._exit"): "stdlib",
     # the template's intermediate fork ends without the template's cleanup (it is a copy of it).
     ("src/runtime/node/template.py", "os._exit"): "stdlib",
+    # the template stopped: no teardown of its imports (torch's alone takes seconds).
+    ("src/runtime/node/deferred_stop.py", "os._exit"): "stdlib",
     # a node's child's exit: what the interpreter's own exit runs, without the modules' teardown.
     ("src/runtime/node/child.py", "threading._shutdown"): "stdlib",
     ("src/runtime/node/child.py", "atexit._run_exitfuncs"): "stdlib",
