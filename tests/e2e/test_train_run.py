@@ -23,7 +23,7 @@ from troupe.actors.training.train_config import load_train_config
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 JSON_KEYS = {"steps", "loss", "losses", "samples_per_s", "timings", "requests", "restarts", "checkpoints",
-             "placement", "wall_s"}  # fmt: skip
+             "placement", "wall_s", "latent_cache"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,9 @@ def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Pat
     assert set(first["placement"].values()) == {"local"}
     assert [Path(c).name for c in first["checkpoints"]] == ["step-000000003"]
     assert first["resumed_from"] is None
+    cache = first["latent_cache"]  # asked of the encoder actors before they stopped
+    assert cache["groups_encoded"] > 0 and cache["misses"] >= cache["groups_encoded"], cache
+    assert cache["partial"] is False and cache["corrupt"] == 0, cache
 
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--steps", "6")
     assert code == 0, stdout[-3000:] + stderr[-3000:]

@@ -11,7 +11,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["result_json", "result_table"]
+__all__ = ["cache_line", "result_json", "result_table"]
 
 
 def result_json(result: Any) -> dict[str, Any]:
@@ -31,6 +31,7 @@ def result_json(result: Any) -> dict[str, Any]:
         "first_step": data["first_step"],
         "resumed_from": data["resumed_from"],
         "datagen": data["datagen"],
+        "latent_cache": data["latent_cache"],
     }
 
 
@@ -52,8 +53,23 @@ def result_table(result: Any) -> Table:
         )
     for actor, n in result.requests.items():
         table.add_row(f"requests {escape(actor)}", str(n) if n >= 0 else "no answer")
+    if result.latent_cache is not None:
+        table.add_row("latent cache", escape(cache_line(result.latent_cache)))
     table.add_row("restarts", str(result.restarts))
     table.add_row("checkpoints", escape(", ".join(Path(c).name for c in result.checkpoints) or "-"))
     table.add_row("placement", escape(", ".join(f"{a} on {n}" for a, n in result.placement.items())))
     table.add_row("wall s", f"{result.wall_s:.1f}")
     return table
+
+
+def cache_line(cache: dict[str, Any]) -> str:
+    """The latent cache's figures in a line; a corrupt entry is a miss too (deleted, encoded
+    again), said with the misses; figures without an encoder that did not answer, said partial."""
+    line = (
+        f"{cache['memory_hits']} memory hits, {cache['disk_hits']} disk hits, {cache['misses']} misses "
+        f"({cache['corrupt']} of them corrupt: deleted, encoded again), "
+        f"{cache['groups_encoded']} groups encoded"
+    )
+    if cache.get("partial"):
+        line += f"; partial: {', '.join(cache.get('unanswered') or ['an encoder'])} did not answer"
+    return line

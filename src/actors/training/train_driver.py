@@ -29,6 +29,7 @@ from troupe.runtime.owned_controls import OwnedControls, spawn_owner
 from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 
+from .encoder_figures import ask_encoders
 from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
 from .train_result import (
@@ -329,20 +330,18 @@ class TrainDriver:
         result: dict[str, Any] = head["result"] if isinstance(head.get("result"), dict) else {}
         losses = self._losses(result)
         timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
-        requests: dict[str, int] = {}
-        for actor, _, _ in self.encoders:
-            try:
-                stats = await self.rt.ref(actor).ask("stats", None, timeout=_ASK_S)
-                requests[actor] = int(stats.get("groups", 0))
-            except TroupeError:
-                requests[actor] = -1
+        # Asked here, before the cluster's exit stops the encoder actors (their counts go with them).
+        encoders = await ask_encoders(
+            lambda actor: self.rt.ref(actor).ask("stats", None, timeout=_ASK_S),
+            [a for a, _, _ in self.encoders],
+        )
         return TrainRunResult(
             steps=int(head.get("step") or 0),
             losses=losses,
             loss=losses[-1] if losses else None,
             samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
             timings=timings,
-            requests=requests,
+            requests=encoders.requests,
             restarts=self.restarts,
             checkpoints=committed_checkpoints(Path(self.cfg.train.checkpoint_dir)),
             placement=self.placement,
@@ -350,6 +349,7 @@ class TrainDriver:
             resumed_from=self.resumed_from,
             first_step=self.first_step,
             datagen=self.datagen,
+            latent_cache=encoders.latent_cache if self.encoders else None,
         )
 
     def _losses(self, result: dict[str, Any]) -> list[float]:

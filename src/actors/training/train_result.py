@@ -56,6 +56,9 @@ class TrainRunResult:
         resumed_from: the step of an earlier run's checkpoint this run resumed from, or None.
         first_step: the step the last (re)start resumed from (0 when it started afresh).
         datagen: the data generation run's figures, when it ran beside.
+        latent_cache: the encoder actors' latent cache figures, summed over them
+            (:func:`~.encoder_figures.latent_cache_figures`); None without encoder actors
+            (``train.local_encoding``).
     """
 
     steps: int
@@ -71,6 +74,7 @@ class TrainRunResult:
     resumed_from: int | None = None
     first_step: int = 0
     datagen: dict[str, Any] | None = None
+    latent_cache: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The result as JSON data (``troupe run --json``)."""

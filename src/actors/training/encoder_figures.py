@@ -1,0 +1,80 @@
+"""What a training run's encoder actors did, asked of each once the ranks are done and before the
+actors are stopped (their counts die with them): the sample groups each answered, and the latent
+cache's figures summed over them.
+
+The cache's figures keep the names :meth:`~troupe.actors.encoders.latent_cache.LatentCache.stats`
+gives them (``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``), and ``groups_encoded`` is
+the actor's ``encoded`` (the name its metrics export). A corrupt entry is a disk entry that failed
+its checksum or did not read: it was deleted and encoded again, so it is counted among the misses
+too. An encoder that cannot be asked (its worker died) leaves the sums ``partial``, naming it in
+``unanswered``: the run's result is still the run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from troupe.runtime import TroupeError
+
+__all__ = ["CACHE_FIGURES", "EncoderFigures", "ask_encoders", "latent_cache_figures"]
+
+log = structlog.get_logger(__name__)
+
+CACHE_FIGURES = ("memory_hits", "disk_hits", "misses", "corrupt")
+"""The latent cache's own counts summed over the encoder actors, under the cache's names."""
+
+
+@dataclass(frozen=True)
+class EncoderFigures:
+    """``requests``: per encoder actor, the groups it answered (-1: it could not be asked);
+    ``latent_cache``: :func:`latent_cache_figures` of their answers."""
+
+    requests: dict[str, int]
+    latent_cache: dict[str, Any]
+
+
+def latent_cache_figures(answers: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The cache figures summed over the encoders' ``stats`` answers (None: not answered).
+
+    Returns ``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, ``groups_encoded``, and
+    ``partial`` (some encoder did not answer) with ``unanswered`` (their names, sorted).
+    """
+    sums = dict.fromkeys((*CACHE_FIGURES, "groups_encoded"), 0)
+    unanswered = sorted(actor for actor, stats in answers.items() if stats is None)
+    for stats in answers.values():
+        if stats is None:
+            continue
+        found = stats.get("cache")
+        cache: dict[str, Any] = found if isinstance(found, dict) else {}
+        for name in CACHE_FIGURES:
+            sums[name] += int(cache.get(name) or 0)
+        sums["groups_encoded"] += int(stats.get("encoded") or 0)
+    return {**sums, "partial": bool(unanswered), "unanswered": unanswered}
+
+
+async def ask_encoders(ask: Callable[[str], Awaitable[Any]], actors: Sequence[str]) -> EncoderFigures:
+    """Each of ``actors`` asked for its ``stats`` through ``ask`` (a TroupeError, or an answer
+    that is not a map: not answered); the figures logged, and damaged cache entries found, if
+    any, logged once at warning with their count (one line per entry would flood the log)."""
+    answers: dict[str, dict[str, Any] | None] = {}
+    for actor in actors:
+        try:
+            reply = await ask(actor)
+        except TroupeError:
+            reply = None
+        answers[actor] = reply if isinstance(reply, dict) else None
+    requests = {a: -1 if s is None else int(s.get("groups") or 0) for a, s in answers.items()}
+    cache = latent_cache_figures(answers)
+    log.info("train_latent_cache", **cache)
+    if cache["corrupt"]:
+        log.warning(
+            "train_latent_cache_corrupt",
+            corrupt=cache["corrupt"],
+            partial=cache["partial"],
+            note="damaged disk entries of the latent cache were deleted and encoded again",
+        )
+    return EncoderFigures(requests, cache)

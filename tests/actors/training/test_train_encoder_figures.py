@@ -1,0 +1,100 @@
+"""A training run's latent cache figures, asked of its encoder actors before they stop: summed
+over the actors under the cache's names, a damaged entry logged once with the count, and an
+encoder that cannot be asked making the figures partial rather than failing the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import torch
+
+import troupe.actors.training.encoder_figures as encoder_figures
+from support.log_capture import module_logs
+from troupe.actors.training.encoder_figures import ask_encoders
+from troupe.runtime import TroupeError
+
+ENCODER = """
+[[workers]]
+name = "w-{name}"
+
+[[workers.actors]]
+name = "{name}"
+class = "troupe.actors.encoders.encoder_actor:EncoderActor"
+
+[workers.actors.kwargs]
+encoder = "troupe.actors.encoders.light:LightEncoder"
+memory_mb = 0
+disk_mb = 4
+cache_dir = "{cache}"
+"""
+
+
+def _video(seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (1, 3, 2, 8, 8), generator=gen, dtype=torch.uint8)
+
+
+async def _disk_writes_reach(ref: Any, n: int) -> None:
+    with anyio.fail_after(30):  # the disk tier is written by a background thread
+        while (await ref.ask("stats", timeout=30))["cache"]["disk_writes"] < n:
+            await anyio.sleep(0.05)
+
+
+async def test_figures_are_summed_and_damaged_entries_logged_once(
+    troupe_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "latents"  # shared by both actors; no memory tier: every lookup reads it
+    config = ENCODER.format(name="encode-a", cache=cache) + ENCODER.format(name="encode-b", cache=cache)
+    cluster = troupe_cluster(config)
+    async with cluster.client() as rt:
+        a, b = rt.ref("encode-a"), rt.ref("encode-b")
+        for seed in (0, 1):  # two misses, encoded and written to disk
+            await a.ask("encode", {"tag": seed, "video": _video(seed)}, timeout=60)
+        await _disk_writes_reach(a, 2)
+        files = sorted(cache.rglob("*.val"))
+        assert len(files) == 2, files
+        for path in files:  # damaged on disk, as the report's 237 entries were
+            path.write_bytes(b"damaged")
+        for seed in (0, 1):  # both found damaged: deleted, encoded again, written again
+            reply = await b.ask("encode", {"tag": seed, "video": _video(seed)}, timeout=60)
+            assert reply["cached"] is False
+        await _disk_writes_reach(b, 2)
+        reply = await a.ask("encode", {"tag": 0, "video": _video(0)}, timeout=60)
+        assert reply["cached"] is True  # a disk hit
+
+        with module_logs(monkeypatch, encoder_figures) as logs:
+            figures = await ask_encoders(lambda actor: rt.ref(actor).ask("stats", None, timeout=30),
+                                         ["encode-a", "encode-b"])  # fmt: skip
+    assert figures.requests == {"encode-a": 3, "encode-b": 2}
+    assert figures.latent_cache == {
+        "memory_hits": 0, "disk_hits": 1, "misses": 4, "corrupt": 2, "groups_encoded": 4,
+        "partial": False, "unanswered": [],
+    }  # fmt: skip
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [(e["event"], e["corrupt"]) for e in warnings] == [("train_latent_cache_corrupt", 2)]
+
+
+async def test_an_encoder_that_cannot_be_asked_makes_them_partial(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {
+        "encode-0": {"groups": 5, "encoded": 2, "cache": {"memory_hits": 1, "disk_hits": 2, "misses": 2}},
+        "encode-1": TroupeError("no such actor: its worker died"),
+        "encode-2": "not a map",
+    }
+
+    async def ask(actor: str) -> Any:
+        answer = answers[actor]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with module_logs(monkeypatch, encoder_figures) as logs:
+        figures = await ask_encoders(ask, list(answers))
+    assert figures.requests == {"encode-0": 5, "encode-1": -1, "encode-2": -1}
+    assert figures.latent_cache == {
+        "memory_hits": 1, "disk_hits": 2, "misses": 2, "corrupt": 0, "groups_encoded": 2,
+        "partial": True, "unanswered": ["encode-1", "encode-2"],
+    }  # fmt: skip
+    assert not [e for e in logs if e["log_level"] == "warning"]  # nothing damaged: no warning
