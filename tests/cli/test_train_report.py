@@ -1,5 +1,7 @@
 """What ``troupe run TRAIN.toml`` prints at the end of a run, from its result: the latent cache's
-figures (a line of the table, an object of --json)."""
+figures (a line of the table, an object of --json); of a resumed run, what this run did and where
+it stands (it said "steps 200" and "trained 200 steps" of a run that trained 130 of them); and its
+progress bar, from the step it resumed from to the target."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from troupe.actors.training.train_result import TrainRunResult
-from troupe.cli.commands.train_report import result_json, result_table
+from troupe.cli.commands.train_report import bar_fields, final_line, result_json, result_table
 
 CACHE = {"memory_hits": 0, "disk_hits": 29, "misses": 3, "corrupt": 2, "groups_encoded": 3,
          "partial": False, "unanswered": []}  # fmt: skip
@@ -58,3 +60,39 @@ def test_json_has_the_latent_cache_object() -> None:
     data = json.loads(json.dumps(result_json(_result())))
     assert data["latent_cache"] == CACHE
     assert json.loads(json.dumps(result_json(_result(latent_cache=None))))["latent_cache"] is None
+
+
+def _resumed() -> TrainRunResult:
+    """Trained to 70 by an earlier run, resumed to 200: losses of steps 71 to 200."""
+    losses = [1.4321] + [1.0] * 128 + [0.9876]
+    return _result(steps=200, losses=losses, loss=losses[-1], resumed_from=70, first_step=70)
+
+
+def test_a_resumed_run_says_what_it_did_and_where_it_stands() -> None:
+    rows = _rows(_resumed())
+    assert rows["steps"] == "71-200 (130 this run, resumed from 70)"
+    assert rows["loss at step 71 / 200"] == "1.4321 / 0.9876"
+    line = final_line(_resumed(), "train-out")
+    assert line.startswith("trained 130 steps (71-200, resumed from step 70): loss 0.9876, "), line
+
+
+def test_a_run_from_the_start_says_its_steps() -> None:
+    rows = _rows(_result())
+    assert rows["steps"] == "8" and rows["loss at step 1 / 8"] == "2.0000 / 1.3000"
+    assert final_line(_result(), "o").startswith("trained 8 steps: loss 1.3000, 30.00 samples/s")
+    restarted = _result(first_step=5, losses=[1.5, 1.4, 1.3])  # its losses go on from the restart
+    assert _rows(restarted)["loss at step 6 / 8"] == "1.5000 / 1.3000"
+
+
+def test_json_keeps_steps_the_step_reached_and_adds_this_runs_count() -> None:
+    data = json.loads(json.dumps(result_json(_resumed())))
+    assert data["steps"] == 200 and data["first_step"] == 70 and data["resumed_from"] == 70
+    assert data["steps_this_run"] == 130 == len(data["losses"])
+    assert result_json(_result())["steps_this_run"] == 8
+
+
+def test_the_bar_fills_from_the_resumed_step_to_the_target() -> None:
+    assert bar_fields(0, 220, 200) == {"completed": 0, "total": 20, "at": "200/220"}  # not "0/220"
+    assert bar_fields(205, 220, 200) == {"completed": 5, "total": 20, "at": "205/220"}
+    assert bar_fields(220, 220, 200) == {"completed": 20, "total": 20, "at": "220/220"}
+    assert bar_fields(3, 10, 0) == {"completed": 3, "total": 10, "at": "3/10"}

@@ -23,7 +23,7 @@ from troupe.actors.training.train_config import load_train_config
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 JSON_KEYS = {"steps", "loss", "losses", "samples_per_s", "timings", "requests", "restarts", "checkpoints",
-             "placement", "wall_s", "latent_cache"}  # fmt: skip
+             "placement", "wall_s", "latent_cache", "steps_this_run"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_train_toml_trains_prints_loss_and_rate_and_writes_checkpoints(tmp_path:
     out = tmp_path / "out"
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out))
     assert code == 0, stdout[-3000:] + stderr[-3000:]
-    assert "loss first / last" in stdout and "samples/s" in stdout, stdout
+    assert "loss at step 1 / 6" in stdout and "samples/s" in stdout, stdout
     assert "requests train-encode-0" in stdout and "requests train-encode-1" in stdout, stdout
     assert "trained 6 steps" in stdout, stdout
     assert _committed(out) == ["step-000000003", "step-000000006"]
@@ -64,7 +64,8 @@ def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Pat
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     first = json.loads(stdout)
     assert set(first) >= JSON_KEYS, sorted(first)
-    assert first["steps"] == 3 and len(first["losses"]) == 3 and first["restarts"] == 0
+    assert first["steps"] == first["steps_this_run"] == 3 and len(first["losses"]) == 3
+    assert first["restarts"] == 0
     assert first["loss"] == first["losses"][-1]
     assert first["samples_per_s"] > 0
     assert set(first["timings"]["0"]) == {"read_s", "wait_s", "train_s"}
@@ -81,7 +82,8 @@ def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Pat
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--steps", "6")
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     assert "resuming from step 3" in stdout, stdout
-    assert "trained 6 steps" in stdout, stdout
+    assert "trained 3 steps (4-6, resumed from step 3)" in stdout, stdout  # not "trained 6 steps"
+    assert "loss at step 4 / 6" in stdout, stdout
     assert _committed(out) == ["step-000000003", "step-000000006"]
 
     # Trained that far already: said, and nothing starts (it printed "0.00 samples/s", or 12/3).

@@ -19,9 +19,9 @@ from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
 
-from .train_report import result_json, result_table
+from .train_report import bar_fields, final_line, result_json, result_table
 
-__all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table"]
+__all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table", "resume_step"]
 
 console = Console()
 
@@ -206,6 +206,16 @@ def _trained_already(cfg: Any, out: Path, steps: int | None) -> tuple[int, Path]
     return _newest_checkpoint(cfg, out, complete_at=steps or cfg.train.steps)
 
 
+def resume_step(cfg: Any, out: Path) -> int:
+    """The step a run into ``out`` resumes from, as far as its newest committed checkpoint says
+    (0: none, or none could be read): where the progress bar starts before the ranks answer."""
+    try:
+        newest = _newest_checkpoint(cfg, out)
+    except OSError:
+        return 0
+    return 0 if newest is None else newest[0]
+
+
 def _checkpoint_dir(cfg: Any, out: Path) -> Path:
     return Path(cfg.with_out(out.resolve()).train.checkpoint_dir).resolve()
 
@@ -241,20 +251,22 @@ def _newest_checkpoint(cfg: Any, out: Path, complete_at: int | None = None) -> t
 async def _train(
     cfg: Any, out: Path, steps: int | None, endpoint: str, master: str | None, fresh: bool, as_json: bool
 ) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from troupe.actors.training.train_run import TrainProgress, run_training
 
     progress = Progress(
         TextColumn("train"),
         BarColumn(),
-        MofNCompleteColumn(),
+        TextColumn("{task.fields[at]}"),  # the step reached of the target; the bar: this run's part
         TextColumn("{task.fields[note]}"),
         TimeElapsedColumn(),
         console=console,
         disable=as_json,
     )
-    bar = progress.add_task("train", total=cfg.train.steps if steps is None else steps, note="")
+    target = cfg.train.steps if steps is None else steps
+    start = 0 if fresh else resume_step(cfg, out)  # until the ranks say where they resumed
+    bar = progress.add_task("train", **bar_fields(start, target, start), note="")
 
     def show(p: TrainProgress) -> None:
         loss = "-" if p.loss is None else f"{p.loss:.4f}"
@@ -263,7 +275,7 @@ async def _train(
             note += f"  checkpoint @ {p.checkpoint}"
         if p.restarts:
             note += f"  restarts {p.restarts}"
-        progress.update(bar, completed=p.step, total=p.steps, note=escape(note))
+        progress.update(bar, **bar_fields(p.step, p.steps, p.resumed_from or 0), note=escape(note))
 
     def event(line: str) -> None:
         if not as_json:
@@ -302,9 +314,4 @@ async def _train(
         print(json.dumps(result_json(result), indent=2))
         return
     print_whole(console, result_table(result), unwrapped=True)
-    loss = "-" if result.loss is None else f"{result.loss:.4f}"
-    console.print(
-        f"trained {result.steps} steps: loss {loss}, {result.samples_per_s:.2f} samples/s, "
-        f"{len(result.checkpoints)} checkpoint(s) in {escape(str(out))}",
-        soft_wrap=True,
-    )
+    console.print(escape(final_line(result, str(out))), soft_wrap=True)

@@ -11,7 +11,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = ["cache_line", "result_json", "result_table"]
+__all__ = ["bar_fields", "cache_line", "final_line", "result_json", "result_table", "steps_done"]
 
 
 def result_json(result: Any) -> dict[str, Any]:
@@ -32,19 +32,25 @@ def result_json(result: Any) -> dict[str, Any]:
         "resumed_from": data["resumed_from"],
         "datagen": data["datagen"],
         "latent_cache": data["latent_cache"],
+        "steps_this_run": data["steps_this_run"],
     }
 
 
 def result_table(result: Any) -> Table:
-    """Loss first and last, samples/s, stage seconds per rank, requests per encoder, checkpoints."""
+    """The steps, the loss at the first and last step of this (re)start, samples/s, stage seconds
+    per rank, requests per encoder, the latent cache, checkpoints."""
     table = Table(title="training", box=box.SIMPLE_HEAD, pad_edge=False, show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value")
+    table.add_row("steps", steps_done(result))
     losses = result.losses
-    first = f"{losses[0]:.4f}" if losses else "-"
-    last = f"{losses[-1]:.4f}" if losses else "-"
-    table.add_row("steps", str(result.steps))
-    table.add_row("loss first / last", f"{first} / {last}")
+    if losses:  # rank 0's losses since the last (re)start: steps first_step + 1 on
+        first = result.first_step + 1
+        table.add_row(
+            f"loss at step {first} / {first + len(losses) - 1}", f"{losses[0]:.4f} / {losses[-1]:.4f}"
+        )
+    else:
+        table.add_row("loss first / last", "- / -")
     table.add_row("samples/s", f"{result.samples_per_s:.2f}")
     for rank, t in result.timings.items():
         table.add_row(
@@ -73,3 +79,36 @@ def cache_line(cache: dict[str, Any]) -> str:
     if cache.get("partial"):
         line += f"; partial: {', '.join(cache.get('unanswered') or ['an encoder'])} did not answer"
     return line
+
+
+def steps_done(result: Any) -> str:
+    """The step reached, and of a resumed run the steps this run trained (a resumed run said
+    "steps 200" of the 130 it trained)."""
+    if result.resumed_from is None:
+        return str(result.steps)
+    return (
+        f"{result.resumed_from + 1}-{result.steps} ({result.steps_this_run} this run, "
+        f"resumed from {result.resumed_from})"
+    )
+
+
+def final_line(result: Any, out: str) -> str:
+    """The line under the table: the steps this run trained (and, resumed, which), the last loss,
+    samples/s, the checkpoints and where. Plain text: the caller escapes it for rich."""
+    loss = "-" if result.loss is None else f"{result.loss:.4f}"
+    trained = f"{result.steps_this_run} steps"
+    if result.resumed_from is not None:
+        trained += f" ({result.resumed_from + 1}-{result.steps}, resumed from step {result.resumed_from})"
+    return (
+        f"trained {trained}: loss {loss}, {result.samples_per_s:.2f} samples/s, "
+        f"{len(result.checkpoints)} checkpoint(s) in {out}"
+    )
+
+
+def bar_fields(step: int, target: int, start: int) -> dict[str, Any]:
+    """The progress bar's position at rank 0's ``step``: it fills from ``start`` (the step the run
+    resumed from) to ``target``, and ``at`` says the step reached of the target (a rank not yet
+    resumed answers step 0: the bar showed "0/220" of a run resumed from 200)."""
+    start = min(max(start, 0), target)
+    at, total = max(step, start), max(target - start, 1)
+    return {"completed": total if at >= target else at - start, "total": total, "at": f"{at}/{target}"}

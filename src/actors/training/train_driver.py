@@ -303,6 +303,7 @@ class TrainDriver:
                     checkpoint=None if head.get("checkpoint") is None else int(head["checkpoint"]),
                     restarts=self.restarts,
                     states=tuple(str(r.last.get("state", "?")) for r in self.ranks),
+                    resumed_from=self.resumed_from,
                 )
             )
 

@@ -34,6 +34,7 @@ class TrainProgress:
     checkpoint: int | None  # the step of the last committed checkpoint
     restarts: int
     states: tuple[str, ...]
+    resumed_from: int | None = None  # an earlier run's step this run resumed from: a bar starts there
 
 
 @dataclass
@@ -41,7 +42,8 @@ class TrainRunResult:
     """What a training run did.
 
     Attributes:
-        steps: the steps trained (rank 0's last step).
+        steps: the step reached (rank 0's last), counting the steps of an earlier run this one
+            resumed from; :attr:`steps_this_run` is this run's count.
         losses: the loss per step of the last (re)start, the mean of the ranks' (each records
             it): steps ``first_step + 1`` on (a restart or a rerun continues from the last
             committed checkpoint).
@@ -76,9 +78,14 @@ class TrainRunResult:
     datagen: dict[str, Any] | None = None
     latent_cache: dict[str, Any] | None = None
 
+    @property
+    def steps_this_run(self) -> int:
+        """The steps this run took the training on: from ``resumed_from`` (or 0) to ``steps``."""
+        return self.steps - (self.resumed_from or 0)
+
     def as_json(self) -> dict[str, Any]:
-        """The result as JSON data (``troupe run --json``)."""
-        return asdict(self)
+        """The result as JSON data (``troupe run --json``), ``steps_this_run`` included."""
+        return {**asdict(self), "steps_this_run": self.steps_this_run}
 
 
 def rank_timings(progress: dict[str, Any]) -> dict[str, float]:
