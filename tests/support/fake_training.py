@@ -17,13 +17,15 @@ __all__ = ["FakeTrainCluster", "two_rank_driver"]
 
 class FakeTrainCluster:
     """The runtime of a training run: controls go to the node at their endpoint, a beat to the
-    master is taken, and every actor answers as a rank: rank 0 fails in the first attempt (a
-    peer rank was lost), and every rank is done in the next."""
+    master is taken, the master's ``status`` lists the nodes (``n0``, ``n1``... in order; those
+    of ``alive`` alive, default all), and every actor answers as a rank: rank 0 fails in the
+    first attempt (a peer rank was lost), and every rank is done in the next."""
 
     address = "tcp://127.0.0.1:9"  # the run's own endpoint
 
-    def __init__(self, nodes: dict[str, RecordingNode]) -> None:
+    def __init__(self, nodes: dict[str, RecordingNode], alive: set[str] | None = None) -> None:
         self.nodes = nodes
+        self.alive = set(nodes) if alive is None else alive
         self.beats: list[Any] = []
         self.attempts = 0  # the ranks' starts, counted at rank 0
 
@@ -31,6 +33,11 @@ class FakeTrainCluster:
         if kind == "owner_beat":
             self.beats.append(payload)
             return {}
+        if kind == "status" and endpoint not in self.nodes:  # the master's
+            nodes = [
+                {"node": f"n{i}", "alive": e in self.alive, "endpoint": e} for i, e in enumerate(self.nodes)
+            ]
+            return {"nodes": nodes}
         return await self.nodes[endpoint].control(endpoint, kind, payload, timeout)
 
     def ref(self, path: str) -> _FakeRank:

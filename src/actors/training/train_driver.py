@@ -30,6 +30,7 @@ from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 
 from .encoder_figures import ask_encoders
+from .lost_nodes import live_hosts, moves, node_gone
 from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
 from .train_result import (
@@ -264,6 +265,9 @@ class TrainDriver:
                 rank.silent_since = rank.silent_since or now
                 if now - rank.silent_since > _LOST_AFTER_S:
                     return f"rank {rank.index} answered nothing for {_LOST_AFTER_S:g} s"
+                gone = await node_gone(self.rt, rank.host)  # a dead node: no need to wait that long
+                if gone is not None:
+                    return f"rank {rank.index} answered nothing and its {gone}"
                 continue
             rank.silent_since = None
             rank.last = dict(reply) if isinstance(reply, dict) else {}
@@ -308,13 +312,43 @@ class TrainDriver:
             )
 
     async def _respawn_ranks(self) -> None:
-        """Every rank's worker stopped (a rank left in a collective would hang) and started again."""
+        """Every rank's worker stopped (a rank left in a collective would hang) and started again,
+        on a live node where its own is gone (``lost_nodes``), as are the encoders there."""
         async with anyio.create_task_group() as tg:
             for rank in self.ranks:
                 tg.start_soon(self._stop_worker, rank.worker, rank.host)
+        await self._leave_lost_nodes()
         async with anyio.create_task_group() as tg:
             for rank in self.ranks:
                 tg.start_soon(self._spawn_rank, rank)
+
+    async def _leave_lost_nodes(self) -> None:
+        if self.master is None:  # the run's own node: it lives as long as the run
+            return
+        placed = [r.host for r in self.ranks] + [h for _, _, h in self.encoders]
+        live = await live_hosts(self.rt, self.master, placed)
+        if live is None:
+            return
+        tr, enc = self.cfg.trainers, self.cfg.encoders
+        for i, host in moves([r.host for r in self.ranks], live, tr.tags, tr.gpus, "trainers").items():
+            rank = self.ranks[i]
+            self._moved(rank.worker, rank.host, host)
+            rank.host = host
+        moved = moves([h for _, _, h in self.encoders], live, enc.tags, enc.gpus, "encoders")
+        if moved:
+            kwargs = self._encoder_kwargs()
+            async with anyio.create_task_group() as tg:
+                for i, host in moved.items():
+                    actor, worker, old = self.encoders[i]
+                    self._moved(worker, old, host)
+                    self.encoders[i] = (actor, worker, host)
+                    tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
+
+    def _moved(self, worker: str, gone: Host, to: Host) -> None:
+        with contextlib.suppress(ValueError):  # its node took it: no stop to send there at the end
+            self.spawned.remove((worker, gone))
+        log.warning("train_worker_moved", worker=worker, gone=gone.name, to=to.name)
+        self.say(f"{worker}: node {gone.name} is gone; it starts again on {to.name}")
 
     # -- data generation beside ---------------------------------------------------------------
 
