@@ -69,7 +69,7 @@ def made_with(cfg: Any, out: Path) -> dict[str, Any]:
     data = {
         "model": dict(cfg.model),
         "train": {
-            "size": list(cfg.train.size),
+            "size": None if cfg.train.size is None else list(cfg.train.size),  # None: as stored
             "clip_frames": cfg.train.clip_frames,
             "dataset": str(dataset),
         },

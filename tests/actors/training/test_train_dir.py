@@ -231,3 +231,18 @@ def test_another_weights_file_at_the_same_path_is_another_encoder(tmp_path: Path
     del recorded["encoder"]["weights_sha256"]
     _dir(old).prepare(recorded, fresh=False).release()
     _dir(old).check(made_with(cfg, old), fresh=False)
+
+
+def test_a_config_without_size_is_recorded_and_resumed(tmp_path: Path) -> None:
+    """`train.size` left out (frames at their stored size) crashed the record with a TypeError
+    before anything started; it is recorded as such, and the same config resumes."""
+    from trainer_testdata import train_data
+
+    from troupe.actors.training.train_prepare import prepare_run
+
+    dataset, out = tmp_path / "data", tmp_path / "out"
+    (dataset / ".troupe" / "episodes").mkdir(parents=True)
+    config = train_data(dataset, 3, size=None)
+    prepare_run(config, out, None, fresh=False)[2].release()
+    assert json.loads((out / ".troupe-train" / "run.json").read_text())["made_with"]["train"]["size"] is None
+    prepare_run(config, out, None, fresh=False)[2].release()
