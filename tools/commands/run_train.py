@@ -15,6 +15,7 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
+from troupe.cli.preflight import writable_problem
 from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
@@ -57,10 +58,17 @@ def config_problem(path: Path) -> str | None:
 
 
 def check_train(
-    config: Path, out: Path, steps: int | None, items: int | None, fresh: bool = False, flag: str = "--items"
+    config: Path,
+    out: Path,
+    steps: int | None,
+    items: int | None,
+    fresh: bool = False,
+    flag: str = "--items",
+    master: str | None = None,
 ) -> Any:
     """The config loaded and the options checked before anything starts (ConfigError: exit 2);
-    ``flag``: the option that gave ``items`` (``--items`` or ``--scenes``), named in its errors."""
+    ``flag``: the option that gave ``items`` (``--items`` or ``--scenes``), named in its errors;
+    ``master``: the cluster the run trains on (its hosts' folders are not this host's)."""
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
     from troupe.actors.training.train_prepare import check_dataset, train_dir
@@ -80,6 +88,12 @@ def check_train(
     if cfg.datagen is None:  # before the progress bar and the imports of the run: one line only
         check_dataset(dataset)
     resolved = cfg.with_out(out.resolve())
+    encoders = resolved.encoders
+    if master is None and encoders.disk_mb > 0 and not resolved.train.local_encoding:
+        # Found by the encoder workers, it failed them as they started, with the cluster up.
+        unusable = writable_problem(Path(encoders.cache_dir), "encoders.cache_dir")
+        if unusable:
+            raise ConfigError(unusable)
     train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
     return cfg
 
@@ -105,14 +119,13 @@ def finish_train(
         endpoint_problem,
         endpoint_shape_problem,
         loopback_problem,
-        writable_problem,
     )
 
     unusable = writable_problem(out, "--out")  # first: the checks resolve it (a loop raised)
     if unusable:
         raise fail(unusable, 2)
     try:
-        cfg = check_train(config, out, steps, items, fresh, flag)
+        cfg = check_train(config, out, steps, items, fresh, flag, master)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     problem = (
