@@ -5,6 +5,7 @@ output folder checked, made and held (``train_dir``: emptied of what a run wrote
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,30 @@ def check_dataset(path: Path) -> None:
             f"train.dataset: {path} is a training run's --out, not a dataset; give the dataset it "
             "trained on (its train.dataset), or make one: troupe run configs/datagen.toml --out DIR"
         )
-    if not ((path / "meta" / "info.json").is_file() or (path / ".troupe" / "episodes").is_dir()):
+    info = path / "meta" / "info.json"
+    if not (info.is_file() or (path / ".troupe" / "episodes").is_dir()):
         raise ConfigError(
             f"train.dataset: {path} is not a LeRobot dataset nor a troupe run's folder; "
             f"make one: troupe run configs/datagen.toml --out {path}"
         )
+    if info.is_file():
+        _check_version(path, info)
+
+
+def _check_version(path: Path, info: Path) -> None:
+    """ConfigError unless ``info`` says LeRobot v3: another layout (v2.1: a parquet per episode,
+    episodes.jsonl) read as none, and the ranks failed on 0 episodes once the cluster was up."""
+    try:
+        data = json.loads(info.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"train.dataset: {info} cannot be read ({why})") from None
+    version = data.get("codebase_version") if isinstance(data, dict) else None
+    if isinstance(version, str) and version.startswith("v3."):
+        return
+    found = "no codebase_version" if version is None else f"codebase_version {version}"
+    raise ConfigError(
+        f"train.dataset: {path} is a LeRobot dataset of {found} (meta/info.json); troupe reads "
+        "LeRobot v3.0: convert it (lerobot's convert_dataset_v21_to_v30), or make one: "
+        "troupe run configs/datagen.toml --out DIR"
+    )

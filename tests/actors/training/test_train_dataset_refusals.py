@@ -4,6 +4,7 @@ The advice had been to run the data generation into the path, whatever it was.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,27 @@ def test_another_folder_says_what_a_dataset_holds(tmp_path: Path) -> None:
     (tmp_path / "photos").mkdir()
     with pytest.raises(ConfigError, match=r"is not a LeRobot dataset nor a troupe run's folder"):
         check_dataset(tmp_path / "photos")
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v2.0", None])
+def test_a_lerobot_dataset_of_another_version_is_refused_naming_it(
+    tmp_path: Path, version: str | None
+) -> None:
+    """A v2.1 dataset (episodes.jsonl, a parquet per episode) started the cluster, then failed
+    as "rank 0: NotEnoughEpisodes: ... has 0 episodes"."""
+    root = tmp_path / "v21"
+    (root / "meta").mkdir(parents=True)
+    info = {"fps": 10} if version is None else {"codebase_version": version, "fps": 10}
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    found = "no codebase_version" if version is None else f"codebase_version {version}"
+    with pytest.raises(ConfigError, match=rf"{found}.*troupe reads LeRobot v3\.0"):
+        check_dataset(root)
+
+
+def test_a_lerobot_v3_dataset_passes_and_an_unreadable_info_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "info.json").write_text(json.dumps({"codebase_version": "v3.0"}))
+    check_dataset(tmp_path)
+    (tmp_path / "meta" / "info.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"meta/info\.json cannot be read"):
+        check_dataset(tmp_path)
