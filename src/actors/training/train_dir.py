@@ -14,7 +14,8 @@ bar, the run again as it takes the lock):
   has no record) starts a run, and is recorded;
 - a recorded folder resumes when the record matches, and is refused, naming the first field
   that differs, when it does not (its checkpoints would not load: the workers failed, were
-  restarted three times, and the run ended in 300 lines of tracebacks);
+  restarted three times, and the run ended in 300 lines of tracebacks); one that holds no
+  checkpoint yet (its run failed before the first) binds nothing: this run's config is recorded;
 - anything else holds someone else's files: refused.
 
 ``--fresh`` deletes what a training run wrote (the record, ``logs/``, and the checkpoint and
@@ -93,12 +94,13 @@ class TrainDir:
         out: the folder (``--out``), absolute; it need not exist yet.
         written: the folders a run writes in it (checkpoints, latent cache, the dataset of its
             data generation): those that lie directly in ``out`` are troupe's.
-        checkpoint_dir: the run's checkpoint folder, absolute; one that does not lie directly in
-            ``out`` is bound to ``out``.
+        checkpoint_dir: the run's checkpoint folder, absolute (default ``out/checkpoints``); one
+            that does not lie directly in ``out`` is bound to ``out``.
     """
 
     def __init__(self, out: Path, written: list[Path], checkpoint_dir: Path | None = None) -> None:
         self.out = out
+        self.checkpoint_dir = checkpoint_dir if checkpoint_dir is not None else out / "checkpoints"
         self.checkpoints = (
             checkpoint_dir if checkpoint_dir is not None and checkpoint_dir.parent != out else None
         )
@@ -126,7 +128,7 @@ class TrainDir:
         record = self._read()
         if record is None:
             self._check_new()
-        else:
+        elif self._has_checkpoints(record):
             self._check_same(record, made)
 
     def prepare(self, made: dict[str, Any], fresh: bool) -> JournalLock:
@@ -153,6 +155,8 @@ class TrainDir:
                     self._check_new()
                 record = {"format": _FORMAT, "made_with": made}
                 self._write(self._binding(record))
+            elif not self._has_checkpoints(record):  # nothing to resume: this run's config binds
+                self._write(self._binding({**record, "made_with": made}))
             else:
                 self._check_same(record, made)
                 if self._binding(record) != record:
@@ -184,6 +188,12 @@ class TrainDir:
                 f"--out {self.out} holds checkpoints made with {diff[0]}, this run asks {diff[1]}: "
                 "they cannot be resumed (use --fresh to start anew, or another --out)"
             )
+
+    def _has_checkpoints(self, record: dict[str, Any]) -> bool:
+        """Whether a checkpoint folder of ``record`` or of this run holds a checkpoint (a
+        ``step-<n>`` folder, committed or not): a run that wrote none binds ``out`` to nothing."""
+        folders = {self.checkpoint_dir, *(Path(p) for p in record.get("checkpoint_dirs") or [])}
+        return any(_step_dirs(folder) for folder in folders)
 
     def _check_checkpoints(self) -> None:
         """Refuse a checkpoint folder outside ``out`` that another ``--out`` is bound to, or that

@@ -32,6 +32,7 @@ def test_a_new_folder_is_recorded_and_resumed_with_the_same_model(tmp_path: Path
 def test_checkpoints_of_another_model_are_refused_naming_the_field(tmp_path: Path) -> None:
     out = tmp_path / "out"
     _dir(out).prepare(MADE, fresh=False).release()
+    _step(out / "checkpoints", 1)
     other = {**MADE, "model": {"d_model": 64}}
     for refuse in (lambda: _dir(out).check(other, False), lambda: _dir(out).prepare(other, False)):
         with pytest.raises(ConfigError, match=r"with model\.d_model=96, this run asks model\.d_model=64"):
@@ -100,6 +101,7 @@ def test_checkpoints_made_on_another_dataset_are_refused_and_a_record_without_on
     out = tmp_path / "out"
     made = {**MADE, "train": {**MADE["train"], "dataset": "/data/a"}}
     _dir(out).prepare(made, fresh=False).release()
+    _step(out / "checkpoints", 1)
     other = {**MADE, "train": {**MADE["train"], "dataset": "/data/b"}}
     with pytest.raises(
         ConfigError, match=r"with train\.dataset=/data/a, this run asks train\.dataset=/data/b"
@@ -107,6 +109,7 @@ def test_checkpoints_made_on_another_dataset_are_refused_and_a_record_without_on
         _dir(out).check(other, fresh=False)
     old = tmp_path / "old"
     _dir(old).prepare(MADE, fresh=False).release()  # no dataset recorded
+    _step(old / "checkpoints", 1)
     _dir(old).check(made, fresh=False)
 
 
@@ -221,6 +224,7 @@ def test_another_weights_file_at_the_same_path_is_another_encoder(tmp_path: Path
     cfg = SimpleNamespace(model={"d_model": 96}, train=train, encoders=encoders)
     out = tmp_path / "out"
     _dir(out).prepare(made_with(cfg, out), fresh=False).release()
+    _step(out / "checkpoints", 1)
     _dir(out).check(made_with(cfg, out), fresh=False)
     weights.write_bytes(b"weights two")
     with pytest.raises(ConfigError, match=r"made with encoder\.weights_sha256=[0-9a-f]{64}, this run asks"):
@@ -230,6 +234,7 @@ def test_another_weights_file_at_the_same_path_is_another_encoder(tmp_path: Path
     recorded = made_with(cfg, old)
     del recorded["encoder"]["weights_sha256"]
     _dir(old).prepare(recorded, fresh=False).release()
+    _step(old / "checkpoints", 1)
     _dir(old).check(made_with(cfg, old), fresh=False)
 
 
@@ -246,3 +251,23 @@ def test_a_config_without_size_is_recorded_and_resumed(tmp_path: Path) -> None:
     prepare_run(config, out, None, fresh=False)[2].release()
     assert json.loads((out / ".troupe-train" / "run.json").read_text())["made_with"]["train"]["size"] is None
     prepare_run(config, out, None, fresh=False)[2].release()
+
+
+def test_a_run_that_committed_no_checkpoint_binds_nothing(tmp_path: Path) -> None:
+    """A first run that failed before any checkpoint (a dataset of the wrong version, say) left
+    its record, and the rerun on the right dataset was refused as "holds checkpoints made with
+    train.dataset=..." though none existed: the new config is taken, and binds once it writes
+    a checkpoint."""
+    out = tmp_path / "out"
+    made = {**MADE, "train": {**MADE["train"], "dataset": "/data/a"}}
+    other = {**MADE, "train": {**MADE["train"], "dataset": "/data/b"}}
+    _dir(out).prepare(made, fresh=False).release()
+    (out / "checkpoints").mkdir()
+    _dir(out).check(other, fresh=False)
+    _dir(out).prepare(other, fresh=False).release()
+    assert json.loads((out / ".troupe-train" / "run.json").read_text())["made_with"] == other
+    _step(out / "checkpoints", 2)
+    with pytest.raises(
+        ConfigError, match=r"with train\.dataset=/data/b, this run asks train\.dataset=/data/a"
+    ):
+        _dir(out).prepare(made, fresh=False)
