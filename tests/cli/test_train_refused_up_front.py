@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from support.train_run_cli import config_copy, run_cli
+from support.train_run_cli import config_copy, datagen_made, run_cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -19,11 +19,15 @@ def _dataset(tmp_path: Path) -> Path:
     return dataset
 
 
-def _refused(config: Path, out: Path, *args: str) -> str:
-    """The one line of a refusal (exit 2), checked to have made nothing."""
+def _refused(config: Path, out: Path, *args: str, made: list[Path] | None = None) -> str:
+    """The one line of a refusal (exit 2), checked to have made nothing (``made``: what --out
+    held before, else nothing)."""
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out), *args, timeout=120)
     assert code == 2, stdout + stderr
-    assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    if made is None:
+        assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    else:
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == made
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     assert "train " not in stdout, stdout  # refused before the progress bar
@@ -38,3 +42,21 @@ def test_a_cache_dir_that_cannot_be_made_is_refused(tmp_path: Path, where: str) 
     config = config_copy(tmp_path / "train.toml", "train.toml", changes)
     line = _refused(config, tmp_path / "out")
     assert f"encoders.cache_dir {cache}" in line, line
+
+
+def test_a_data_generation_of_other_items_is_refused_naming_the_out_given(tmp_path: Path) -> None:
+    """A rerun without the first run's --items: refused once the cluster had started ("train
+    0/40"), naming --out/data and only --fresh, which deletes the checkpoints too."""
+    out = tmp_path / "dt-out"
+    datagen_made(out / "data", 6)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    config = config_copy(tmp_path / "dt.toml", "datagen-train.toml")
+    line = _refused(config, out, "--steps", "4", made=before)
+    assert f"--out {out} holds a data generation made with items=6, this run asks items=16" in line
+    assert "--items 6" in line and "--fresh" in line, line
+
+
+def test_fewer_items_than_min_episodes_are_refused_before_the_progress_bar(tmp_path: Path) -> None:
+    config = config_copy(tmp_path / "dt.toml", "datagen-train.toml")
+    line = _refused(config, tmp_path / "out", "--items", "2", "--steps", "5")
+    assert "fewer than train.min_episodes = 4" in line, line

@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from troupe.runtime.pipeline.config import load_pipeline
+from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.testing.plugin import free_endpoint, reap
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -60,6 +62,14 @@ def config_copy(
         data["datagen"]["pipeline"] = str(CONFIGS / Path(data["datagen"]["pipeline"]).name)
     dest.write_text(dump_toml(data), encoding="utf-8")
     return dest
+
+
+def datagen_made(dataset: Path, items: int) -> None:
+    """``dataset`` as configs/datagen.toml's run of ``items`` items left it, one episode committed."""
+    RunDir(dataset).prepare(fingerprint(load_pipeline(CONFIGS / "datagen.toml", items=items)), fresh=False)
+    episode = dataset / ".troupe" / "episodes" / "committed" / "ep-0"
+    episode.mkdir(parents=True)
+    (episode / "frames.parquet").write_bytes(b"x")
 
 
 @contextmanager

@@ -165,7 +165,7 @@ def run(
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
     count = items if items is not None else scenes
-    flag = "--items" if items is not None else "--scenes"
+    flag = "--scenes" if items is None and scenes is not None else "--items"  # a way out names --items
     if config is not None and is_train_config(config):
         if cluster is not None or nodes or keys is not None:
             given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"

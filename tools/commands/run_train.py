@@ -71,7 +71,7 @@ def check_train(
     ``master``: the cluster the run trains on (its hosts' folders are not this host's)."""
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
-    from troupe.actors.training.train_prepare import check_dataset, train_dir
+    from troupe.actors.training.train_prepare import check_datagen, check_dataset, train_dir
 
     if steps is not None and steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
@@ -95,6 +95,8 @@ def check_train(
         if unusable:
             raise ConfigError(unusable)
     train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
+    if cfg.datagen is not None:
+        check_datagen(resolved, out.resolve(), fresh, flag)
     return cfg
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.config import load_pipeline
+from troupe.runtime.pipeline.run_dir import RunDir, fingerprint, first_difference
 from troupe.runtime.tasks.journal_lock import JournalLock
 
 from .train_dir import TrainDir, made_with
 
-__all__ = ["check_dataset", "prepare_run", "train_dir"]
+__all__ = ["check_datagen", "check_dataset", "prepare_run", "train_dir"]
 
 
 def prepare_run(
@@ -44,15 +46,7 @@ def prepare_run(
     if cfg.datagen is None:
         check_dataset(Path(cfg.train.dataset))
     else:  # refused now, not after the workers started
-        from troupe.runtime.pipeline.config import load_pipeline
-
-        pipeline = load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
-        if pipeline.items < cfg.train.min_episodes:  # the ranks would wait for ever, then fail
-            raise ConfigError(
-                f"[datagen] makes {pipeline.items} episode(s) at most (its items), fewer than "
-                f"train.min_episodes = {cfg.train.min_episodes}: raise the items (--items) or lower "
-                "train.min_episodes"
-            )
+        check_datagen(cfg, out_dir, fresh)
     lock = train_dir(cfg, out_dir).prepare(made_with(cfg, out_dir), fresh)
     (out_dir / "logs").mkdir(exist_ok=True)
     return cfg, out_dir, lock
@@ -65,6 +59,36 @@ def train_dir(cfg: Any, out_dir: Path) -> TrainDir:
     if cfg.datagen is not None:  # its dataset is the run's; a dataset given is the user's
         written.append(Path(cfg.train.dataset))
     return TrainDir(out_dir, [p.resolve() for p in written], Path(cfg.train.checkpoint_dir).resolve())
+
+
+def check_datagen(cfg: Any, out_dir: Path, fresh: bool, flag: str = "--items") -> None:
+    """ConfigError where the data generation of ``cfg`` (a ``TrainConfig`` with ``[datagen]``,
+    its paths resolved) cannot feed this run: fewer items than ``train.min_episodes``, or a
+    dataset folder an earlier run made with another pipeline (``flag``: the option of the items).
+    """
+    pipeline = load_pipeline(Path(cfg.datagen.pipeline), items=cfg.datagen.items)
+    if pipeline.items < cfg.train.min_episodes:  # the ranks would wait for ever, then fail
+        raise ConfigError(
+            f"[datagen] makes {pipeline.items} episode(s) at most (its items), fewer than "
+            f"train.min_episodes = {cfg.train.min_episodes}: raise the items ({flag}) or lower "
+            "train.min_episodes"
+        )
+    if fresh:
+        return  # the data generation starts anew too
+    data, made = RunDir(Path(cfg.train.dataset).resolve()), fingerprint(pipeline)
+    recorded = data.recorded()
+    diff = None if recorded is None else first_difference(recorded, made)
+    if diff is not None and recorded is not None:
+        # The pipeline's own refusal came once the cluster was up, naming --out/data, and its
+        # --fresh would have deleted the checkpoints and the latent cache as well.
+        where = f"--out {out_dir}" if data.out.parent == out_dir else f"train.dataset {data.out}"
+        items = diff[0].startswith("items=")
+        keep = f"{flag} {recorded['items']} to train on what it made, or " if items else ""
+        raise ConfigError(
+            f"{where} holds a data generation made with {diff[0]}, this run asks {diff[1]}: run "
+            f"with {keep}--fresh to start everything anew (its checkpoints and latent cache deleted too)"
+        )
+    data.check(made, fresh)  # the rest it would refuse as it starts (in use, someone's files)
 
 
 def _with_steps(cfg: Any, steps: int) -> Any:

@@ -237,6 +237,19 @@ class RunDir:
         if not self._binds_nothing(record, made_with):
             self._check_same(record, made_with)
 
+    def recorded(self) -> dict[str, Any] | None:
+        """The pipeline (:func:`fingerprint`) the run recorded here was made with; None where
+        there is no record, or where its run made nothing (the record binds nothing then).
+
+        Raises:
+            ConfigError: the record is damaged.
+        """
+        record = self._read()
+        if record is None or self._made_nothing():
+            return None
+        pipeline = record.get("pipeline")
+        return pipeline if isinstance(pipeline, dict) else {}
+
     def finished(self, made_with: dict[str, Any], fresh: bool) -> bool:
         """Whether :meth:`prepare` would answer with a finished run whose outputs are all there;
         what it would refuse, refused (:meth:`check`). Changes nothing."""
