@@ -107,10 +107,10 @@ class TrainDir:
         self.state_dir = out / _STATE
         self.record_path = self.state_dir / "run.json"
         self._lock_target = self.state_dir / "run"  # its lock file is run.lock
-        owned = {_STATE, "logs"} | {p.name for p in written if p.parent == out}
+        self.written = {_STATE, "logs"} | {p.name for p in written if p.parent == out}
         # A folder found damaged is kept beside itself (the latent cache's: ``<name>.damaged``):
         # troupe's too, so --fresh removes it and a rerun does not take it for the user's.
-        self.owned = owned | {f"{name}.damaged" for name in owned}
+        self.owned = self.written | {f"{name}.damaged" for name in self.written}
 
     def check(self, made: dict[str, Any], fresh: bool) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.
@@ -249,7 +249,7 @@ class TrainDir:
         if foreign:
             raise ConfigError(
                 f"--out {self.out} holds {foreign[0]!r}, which no training run wrote; give a new or "
-                f"empty directory (a run writes {', '.join(sorted(self.owned - {_STATE}))} there)"
+                f"empty directory (a run writes {', '.join(sorted(self.written))} there)"
             )
 
     def _wipe(self) -> None:

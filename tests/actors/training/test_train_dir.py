@@ -271,3 +271,13 @@ def test_a_run_that_committed_no_checkpoint_binds_nothing(tmp_path: Path) -> Non
         ConfigError, match=r"with train\.dataset=/data/b, this run asks train\.dataset=/data/a"
     ):
         _dir(out).prepare(made, fresh=False)
+
+
+def test_a_foreign_file_s_refusal_lists_what_a_user_knows_a_run_writes(tmp_path: Path) -> None:
+    """It listed troupe's internal twins too (".troupe-train.damaged, checkpoints.damaged, ...")."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError) as err:
+        _dir(out).check(MADE, fresh=False)
+    assert str(err.value).endswith("(a run writes .troupe-train, checkpoints, latent-cache, logs there)")
