@@ -1,8 +1,10 @@
 """Suite-wide guards: no test may leave a child process behind; no logger of the test process
-is cached, so that a test's capture of log events sees them whatever ran before it."""
+is cached, so that a test's capture of log events sees them whatever ran before it; the commands
+the tests start get SIGINT and SIGHUP at their defaults, whatever the harness ignores."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +33,20 @@ def _never_cached(configure: Callable[..., None]) -> Callable[..., None]:
 
 
 structlog.configure = _never_cached(structlog.configure)
+
+
+def _children_get_default_stop_signals() -> None:
+    """A harness that starts the suite with SIGINT or SIGHUP ignored (a script's background
+    job, nohup) would hand that on to every command a test starts, and a troupe command keeps a
+    stop signal it was started with ignored: its Ctrl-C tests would hang. Handled here, by a
+    handler that does nothing (this process stays as deaf as the harness wanted), the signal is
+    back at its default in what the tests exec."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, lambda _signum, _frame: None)
+
+
+_children_get_default_stop_signals()
 
 # multiprocessing keeps these helpers alive on purpose for the rest of the session.
 _SESSION_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")

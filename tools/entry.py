@@ -32,7 +32,9 @@ def main() -> None:
         _start_template_ahead(sys.argv[1:])
         from troupe.cli.closed_output import run_app
         from troupe.cli.main import app
+        from troupe.cli.stop_signals import keep_ignored_signals
 
+        keep_ignored_signals()  # nohup's SIGHUP stays ignored (nothing handled one yet)
         run_app(app)
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)

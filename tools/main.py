@@ -96,5 +96,7 @@ app.command("demo")(demo)
 
 if __name__ == "__main__":
     from troupe.cli.closed_output import run_app
+    from troupe.cli.stop_signals import keep_ignored_signals
 
+    keep_ignored_signals()  # as the console script's entry does
     run_app(app)

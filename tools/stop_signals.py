@@ -38,6 +38,8 @@ __all__ = [
     "STOP_SIGNALS",
     "StopSignals",
     "exit_status",
+    "heeded_signals",
+    "keep_ignored_signals",
     "kill_descendants",
     "lines_above",
     "say_aside",
@@ -47,6 +49,8 @@ __all__ = [
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Those the command was started with ignored (``keep_ignored_signals``): they stay ignored.
+_IGNORED_AT_START: set[int] = set()
 # What stops the command at once once a signal began its graceful stop (said with it).
 _AT_ONCE: dict[int, str] = {
     signal.SIGINT: "Ctrl-C again",
@@ -111,6 +115,21 @@ def _stderr_is_a_terminal() -> bool:
         return False
 
 
+def keep_ignored_signals() -> None:
+    """Note the stop signals this process was started with ignored, before troupe handles any:
+    they stay ignored. ``nohup`` ignores SIGHUP so that a command outlives its session (the
+    README's way to keep a node past an ssh session), and a shell script's background job has
+    SIGINT ignored; handled anyway, a node started under nohup stopped with its session. Called
+    by the command line's entry only (a program that runs troupe in-process keeps its own)."""
+    _IGNORED_AT_START.update(s for s in STOP_SIGNALS if signal.getsignal(s) == signal.SIG_IGN)
+
+
+def heeded_signals() -> tuple[signal.Signals, ...]:
+    """The stop signals a command handles: :data:`STOP_SIGNALS` less those it was started with
+    ignored (:func:`keep_ignored_signals`)."""
+    return tuple(s for s in STOP_SIGNALS if s not in _IGNORED_AT_START)
+
+
 def exit_status(signum: int) -> int:
     """The shell's status for a command stopped by ``signum`` (130 for SIGINT, 143 for SIGTERM,
     129 for SIGHUP)."""
@@ -169,7 +188,7 @@ class StopSignals:
     ) -> None:
         """Cancel ``work`` on the first signal; on the second, kill the process tree and exit."""
         try:
-            with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            with anyio.open_signal_receiver(*heeded_signals()) as signals:
                 task_status.started()
                 async for signum in signals:
                     if self.work_done:
@@ -187,7 +206,7 @@ class StopSignals:
             # The work is over and the process winds down (threads, sockets): a signal now
             # ends it at once with the right status, not with a traceback or signal death;
             # where the work is done and said, it stops nothing and is ignored (``work_done``).
-            for signum in STOP_SIGNALS:
+            for signum in heeded_signals():
                 signal.signal(signum, signal.SIG_IGN if self.work_done else self._late)
 
     def _late(self, signum: int, _frame: object) -> None:

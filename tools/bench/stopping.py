@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from rich.console import Console
 
-from troupe.cli.stop_signals import STOP_SIGNALS, exit_status, kill_descendants, say_if_heard
+from troupe.cli.stop_signals import exit_status, heeded_signals, kill_descendants, say_if_heard
 
 __all__ = ["bench_folder", "deaf_to_ctrl_c", "start_deaf", "stops_cleanly"]
 
@@ -52,7 +52,7 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
             received.append(signum)
             raise KeyboardInterrupt
 
-        previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
+        previous = {s: signal.signal(s, on_signal) for s in heeded_signals()}
         try:
             try:
                 return command(*args, **kwargs)

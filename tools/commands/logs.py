@@ -35,7 +35,7 @@ from troupe.cli.client import endpoint_option, fail, run_async
 from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
 from troupe.cli.log_stream import ClusterLogs
 from troupe.cli.master_client import reachable
-from troupe.cli.stop_signals import STOP_SIGNALS
+from troupe.cli.stop_signals import heeded_signals
 from troupe.runtime.log_files import FileFollower, history_files, last_lines
 
 from .keys_option import KeysOption, use_keys
@@ -128,7 +128,7 @@ def _file_history(src: _Source, lines: int, keep: LogFilter) -> list[tuple[str, 
 
 def _tail_files(log_dir: Path, follow: bool, lines: int, keep: LogFilter, show: _Printer) -> None:
     sources: dict[Path, _Source] = {}
-    previous = {s: signal.signal(s, _stop) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, _stop) for s in heeded_signals()}
     try:
         history: list[tuple[str, str]] = []
         for path in sorted(log_dir.glob("*.jsonl")):
