@@ -123,7 +123,7 @@ def test_cluster_hosts_place_replicas_by_tags(
     monkeypatch.setenv("COLUMNS", "240")  # the tables' cells in full
     table = ctl("ctl", "status", "--node", nodes.endpoints["enc"], "--master", master.endpoint)
     assert table.returncode == 0, table.stderr
-    assert "encoder, cpu" in table.stdout and "trainer,gpu-small" in table.stdout, table.stdout
+    assert "encoder, cpu" in table.stdout and "trainer, gpu-small" in table.stdout, table.stdout
 
     # A dead node is not a host.
     assert not nodes.stop("trn")
