@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from support.encoder_workers import encoder_workers
 from troupe import RemoteError
 from troupe.actors.encoders.encoder_actor import EncoderActor, video_vae_encoder
 from troupe.actors.encoders.light import LightEncoder
@@ -21,6 +20,17 @@ from troupe.runtime import ConfigError
 
 LIGHT = "troupe.actors.encoders.light:LightEncoder"
 
+ENCODER = """
+[[workers]]
+name = "w-{name}"
+
+[[workers.actors]]
+name = "{name}"
+class = "troupe.actors.encoders.encoder_actor:EncoderActor"
+
+[workers.actors.kwargs]
+{kwargs}
+"""
 LIGHT_KWARGS = """encoder = "troupe.actors.encoders.light:LightEncoder"
 encoder_kwargs = {{ seed = 3 }}
 memory_mb = 4
@@ -32,7 +42,7 @@ VAE_KWARGS = "encoder_kwargs = { base_channels = 4, seed = 7 }"
 
 def _two_encoders(cache: Path) -> str:
     kwargs = LIGHT_KWARGS.format(cache=cache)
-    return encoder_workers("encode-a", "encode-b", kwargs=kwargs)
+    return ENCODER.format(name="encode-a", kwargs=kwargs) + ENCODER.format(name="encode-b", kwargs=kwargs)
 
 
 def _video(seed: int, shape: tuple[int, ...] = (2, 3, 4, 16, 16)) -> torch.Tensor:
@@ -82,7 +92,9 @@ async def test_groups_come_back_tagged_identical_and_cached(troupe_cluster: Any,
 async def test_a_bad_payload_gets_a_clear_error_and_the_actor_goes_on(
     troupe_cluster: Any, tmp_path: Path
 ) -> None:
-    cluster = troupe_cluster(encoder_workers("encode-a", kwargs=LIGHT_KWARGS.format(cache=tmp_path / "c")))
+    cluster = troupe_cluster(
+        ENCODER.format(name="encode-a", kwargs=LIGHT_KWARGS.format(cache=tmp_path / "c"))
+    )
     bad = [
         ({"tag": 1}, "no 'video'"),
         ([1, 2], "must be a map"),
@@ -107,7 +119,7 @@ async def test_a_bad_payload_gets_a_clear_error_and_the_actor_goes_on(
 
 
 async def test_the_default_encoder_is_troupes_vae(troupe_cluster: Any) -> None:
-    cluster = troupe_cluster(encoder_workers("encode", kwargs=VAE_KWARGS))
+    cluster = troupe_cluster(ENCODER.format(name="encode", kwargs=VAE_KWARGS))
     video = _video(4, (1, 3, 8, 16, 16))
     async with cluster.client() as rt:
         reply = await rt.ref("encode").ask("encode", {"tag": None, "video": video}, timeout=60)

@@ -13,7 +13,6 @@ import anyio
 import pytest
 import torch
 
-from support.encoder_workers import encoder_workers
 from troupe.actors.encoders.encoder_actor import EncoderActor, video_vae_encoder
 from troupe.actors.encoders.light import LightEncoder
 from troupe.actors.training.inflight import (
@@ -263,15 +262,24 @@ async def test_bad_batches_and_settings_are_named() -> None:
         await train_remote(_batches(1), lambda _: 0.0, _light_fakes(), 0)
 
 
-SEEDED = """encoder = "troupe.actors.encoders.light:LightEncoder"
-encoder_kwargs = { seed = 3 }
+ENCODER = """
+[[workers]]
+name = "w-{name}"
+
+[[workers.actors]]
+name = "{name}"
+class = "troupe.actors.encoders.encoder_actor:EncoderActor"
+
+[workers.actors.kwargs]
+encoder = "troupe.actors.encoders.light:LightEncoder"
+encoder_kwargs = {{ seed = 3 }}
 disk_mb = 0
 """
 
 
 @pytest.mark.e2e
 async def test_real_encoder_actors_give_the_losses_of_local_encoding(troupe_cluster: Any) -> None:
-    cluster = troupe_cluster(encoder_workers("encode-a", "encode-b", kwargs=SEEDED))
+    cluster = troupe_cluster(ENCODER.format(name="encode-a") + ENCODER.format(name="encode-b"))
     batches = _batches(3)
     config = InflightConfig(inflight=2, group_size=2)
     local = train_local(batches, _world_model_step(), LightEncoder(seed=3), config)
