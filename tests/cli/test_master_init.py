@@ -40,3 +40,11 @@ def test_init_into_a_missing_directory_creates_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"no directory {path.parent}" in result.output
     assert not path.parent.exists()
+
+
+def test_init_given_a_directory_asks_for_the_journal_s_file(tmp_path: Path) -> None:
+    """It said "exists already ... master start resumes it" of a folder."""
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"is a directory: give the journal's file, e.g. {tmp_path / 'journal.db'}" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -82,6 +82,10 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
 @master_app.command("init")
 def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
     """Create a new, empty journal for a master, and nothing else (once, before a service starts it)."""
+    if journal.is_dir():
+        raise fail(
+            f"journal {journal} is a directory: give the journal's file, e.g. {journal / 'journal.db'}", 2
+        )
     if journal.exists():
         raise fail(f"journal {journal} exists already; nothing was changed (master start resumes it)", 2)
     if not journal.parent.is_dir():
