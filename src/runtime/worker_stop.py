@@ -15,6 +15,7 @@ stop), as ``owned_controls.py`` is, whose stop it asks.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,7 +23,10 @@ from troupe.runtime.errors import TroupeError
 from troupe.runtime.owned_controls import OwnedControls
 from troupe.runtime.placement import Host
 
-__all__ = ["PROBE_S", "STOP_S", "stop_on_node"]
+if TYPE_CHECKING:
+    from troupe.runtime.core.runtime import Runtime
+
+__all__ = ["PROBE_S", "STOP_S", "node_silent", "stop_on_node"]
 
 STOP_S = 30.0  # a node that answers: its worker's grace and kill, with room to spare
 PROBE_S = 5.0  # a ping a node that lives answers, however busy its workers keep it
@@ -69,12 +73,9 @@ async def stop_on_node(
 
         async def probe() -> None:
             while True:
-                try:
-                    await controls.runtime.control(host.endpoint, "ping", None, timeout=probe_s)
-                except TroupeError as exc:
-                    given_up.append(
-                        f"node {host.name} does not answer a ping at {host.endpoint} ({type(exc).__name__})"
-                    )
+                why = await node_silent(controls.runtime, host, probe_s)
+                if why is not None:
+                    given_up.append(why)
                     tg.cancel_scope.cancel()
                     return
                 await anyio.sleep(probe_s)
@@ -86,3 +87,12 @@ async def stop_on_node(
     if failed:
         raise failed[0]
     return given_up[0] if given_up else None
+
+
+async def node_silent(runtime: Runtime, host: Host, probe_s: float = PROBE_S) -> str | None:
+    """Why ``host``'s node is taken for gone (it does not answer a ping within ``probe_s``), or None."""
+    try:
+        await runtime.control(host.endpoint, "ping", None, timeout=probe_s)
+    except TroupeError as exc:
+        return f"node {host.name} does not answer a ping at {host.endpoint} ({type(exc).__name__})"
+    return None

@@ -19,20 +19,11 @@ import structlog
 from troupe.runtime import TroupeError
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.placement import Host, cluster_hosts, place
-from troupe.runtime.worker_stop import PROBE_S
+from troupe.runtime.worker_stop import node_silent
 
-__all__ = ["live_hosts", "moves", "node_gone"]
+__all__ = ["live_hosts", "moves"]
 
 log = structlog.get_logger(__name__)
-
-
-async def node_gone(runtime: Runtime, host: Host) -> str | None:
-    """Why ``host``'s node is taken for gone (it does not answer a ping), or None."""
-    try:
-        await runtime.control(host.endpoint, "ping", None, timeout=PROBE_S)
-    except TroupeError as exc:
-        return f"node {host.name} does not answer a ping at {host.endpoint} ({type(exc).__name__})"
-    return None
 
 
 async def live_hosts(runtime: Runtime, master: str, placed: Sequence[Host]) -> list[Host] | None:
@@ -43,12 +34,13 @@ async def live_hosts(runtime: Runtime, master: str, placed: Sequence[Host]) -> l
     except TroupeError as exc:
         log.warning("train_live_nodes_unknown", master=master, error=str(exc))
         return None
-    mine = {h.name: h for h in placed if h.name in {n.name for n in listed}}
+    names = {h.name for h in listed}
+    mine = {h.name: h for h in placed if h.name in names}  # each node once
     silent: set[str] = set()
     async with anyio.create_task_group() as tg:
 
         async def probe(host: Host) -> None:
-            why = await node_gone(runtime, host)
+            why = await node_silent(runtime, host)
             if why is not None:
                 log.warning("train_node_gone", node=host.name, why=why)
                 silent.add(host.name)

@@ -28,9 +28,10 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.owned_controls import OwnedControls, spawn_owner
 from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
+from troupe.runtime.worker_stop import node_silent
 
 from .encoder_figures import ask_encoders
-from .lost_nodes import live_hosts, moves, node_gone
+from .lost_nodes import live_hosts, moves
 from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
 from .train_result import (
@@ -265,7 +266,7 @@ class TrainDriver:
                 rank.silent_since = rank.silent_since or now
                 if now - rank.silent_since > _LOST_AFTER_S:
                     return f"rank {rank.index} answered nothing for {_LOST_AFTER_S:g} s"
-                gone = await node_gone(self.rt, rank.host)  # a dead node: no need to wait that long
+                gone = await node_silent(self.rt, rank.host)  # a dead node: no need to wait that long
                 if gone is not None:
                     return f"rank {rank.index} answered nothing and its {gone}"
                 continue

@@ -12,24 +12,10 @@ import pytest
 import torch
 
 import troupe.actors.training.encoder_figures as encoder_figures
+from support.encoder_workers import encoder_worker
 from support.log_capture import module_logs
 from troupe.actors.training.encoder_figures import ask_encoders
 from troupe.runtime import TroupeError
-
-ENCODER = """
-[[workers]]
-name = "w-{name}"
-
-[[workers.actors]]
-name = "{name}"
-class = "troupe.actors.encoders.encoder_actor:EncoderActor"
-
-[workers.actors.kwargs]
-encoder = "troupe.actors.encoders.light:LightEncoder"
-memory_mb = 0
-disk_mb = 4
-cache_dir = "{cache}"
-"""
 
 
 def _video(seed: int) -> torch.Tensor:
@@ -47,7 +33,8 @@ async def test_figures_are_summed_and_damaged_entries_logged_once(
     troupe_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "latents"  # shared by both actors; no memory tier: every lookup reads it
-    config = ENCODER.format(name="encode-a", cache=cache) + ENCODER.format(name="encode-b", cache=cache)
+    cached = {"encoder_kwargs": {}, "memory_mb": 0, "disk_mb": 4, "cache_dir": str(cache)}
+    config = encoder_worker("encode-a", **cached) + encoder_worker("encode-b", **cached)
     cluster = troupe_cluster(config)
     async with cluster.client() as rt:
         a, b = rt.ref("encode-a"), rt.ref("encode-b")
