@@ -45,7 +45,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from troupe.runtime.node.deferred_stop import DeferredStop
@@ -102,19 +102,37 @@ def main() -> None:
 
     node = os.environ.pop(NODE_ENV, "?")
     name_process(f"troupe template (node {node})", "troupe-template")
-    imported, skipped = _preload([*BASE_MODULES, *wanted], _telling(sock), lazy=lazy)
+    names = [*BASE_MODULES, *wanted]
+    # The classes first, without what they preload: a light sibling forked here serves the
+    # workers that need no more (and the supervisor) while this one imports torch, say.
+    imported, skipped = _preload(names, _telling(sock), lazy=False)
+    light_sock = fork_light(sock) if lazy and _preloads_pending(names, skipped) else None
+    light = light_sock is not None
+    if light_sock is not None:
+        sock, lazy, parent = light_sock, False, os.getppid()
+        set_role("light template")
+        name_process(f"troupe light template (node {node})", "troupe-template")
+    elif lazy:
+        more, more_skipped = _preload([n for n in names if n not in skipped], _telling(sock))
+        imported += [m for m in more if m not in imported]
+        skipped.update(more_skipped)
+    title = "troupe light template" if light else "troupe template"
     if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
         later = _receive_later(sock)
         if later is None:  # the command ended without a node for it
             os._exit(0)  # no teardown of the imports: torch's alone takes seconds
         node = str(later.get("node", node))
-        name_process(f"troupe template (node {node})", "troupe-template")
-        more, more_skipped = _preload([str(m) for m in later.get("modules", ())], _telling(sock), lazy=lazy)
+        name_process(f"{title} (node {node})", "troupe-template")
+        told = [str(m) for m in later.get("modules", ())]
+        names += told
+        more, more_skipped = _preload(told, _telling(sock), lazy=lazy)
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
         checks = later.get("checks", [])
         installed_only = later.get("installed_only") is True
     hello: dict[str, Any] = {"ready": True, "pid": os.getpid(), "imported": imported, "skipped": skipped}
+    if light:  # the classes it forks workers of: those that preload nothing it lacks
+        hello["complete"] = complete_classes(n for n in names if n not in skipped)
     if checks:  # the classes are imported now: checking them costs the run no child of its own
         from troupe.runtime.core.loading import first_failure, installed_here
 
@@ -125,7 +143,7 @@ def main() -> None:
     _read_codec_entry_points()
     gc.freeze()
     _send(sock, hello)
-    job = _serve(sock, parent)
+    job = _serve(sock, parent, lazy)
     if job is None:
         return
     _become_worker(job)
@@ -203,6 +221,75 @@ def _preload(
     return imported, skipped
 
 
+def _preloads_pending(names: list[str], skipped: dict[str, str]) -> bool:
+    """Whether a class among ``names`` (imported) preloads a module not imported yet."""
+    return any(m not in sys.modules for m in _extras(n for n in names if n not in skipped))
+
+
+def complete_classes(names: Iterable[str]) -> list[str]:
+    """The classes among ``names`` (``pkg.mod:Class``) imported here along with all they
+    preload: a worker of these alone needs nothing more than this process has."""
+    return [
+        n
+        for n in dict.fromkeys(names)
+        if ":" in n
+        and n.partition(":")[0] in sys.modules
+        and not [m for m in _extras([n]) if m not in sys.modules]
+    ]
+
+
+def _extras(names: Iterable[str]) -> list[str]:
+    """What the imported classes or modules among ``names`` name in ``preload_modules``."""
+    found: list[str] = []
+    for name in names:
+        module, _, cls_name = name.partition(":")
+        loaded = sys.modules.get(module)
+        if loaded is None:
+            continue
+        classes = [getattr(loaded, cls_name, None)] if cls_name else _classes_of(loaded)
+        found += [m for cls in classes for m in _lazy_imports(cls)]
+    return found
+
+
+def fork_light(sock: socket.socket) -> socket.socket | None:
+    """Fork the light template, a sibling of this one with the classes imported but not what
+    they preload: the node forks the workers that need no more from it (and its supervisor)
+    while this one goes on importing. Returns its socket in the light template; None here,
+    where the node is sent the other end (``{"light": pid}``), or where none was forked."""
+    if _threads() > 1:  # as for a worker's fork
+        return None
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:
+        return None
+    template = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid == 0:  # it lives as long as this template does (the node stops this one)
+        theirs.close()
+        sock.close()
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != template:
+            os._exit(0)
+        return ours
+    ours.close()
+    try:
+        socket.send_fds(sock, [json.dumps({"light": pid}).encode()], [theirs.fileno()])
+    except OSError:  # the node is gone, or never listened: this template serves alone
+        _kill(pid)
+        os.waitpid(pid, 0)
+    finally:
+        theirs.close()
+    return None
+
+
 def _classes_of(module: Any) -> list[type]:
     """The classes ``module`` defines itself (not those it imports)."""
     name = module.__name__
@@ -240,9 +327,10 @@ def _answer(sock: socket.socket, message: dict[str, Any]) -> bool:
     return True
 
 
-def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
+def _serve(sock: socket.socket, parent: int, lazy: bool = True) -> dict[str, Any] | None:
     """Answer fork requests; returns a request's job in the forked worker, None in the template
-    once the node is gone or closed the socket."""
+    once the node (a light template's: its template) is gone or closed the socket. ``lazy``:
+    a request's classes bring what they preload for the next fork (not in a light template)."""
     # Its sys.path was made from these: a worker started elsewhere is spawned, as before.
     start_cwd, start_path = os.getcwd(), os.environ.get("PYTHONPATH")
     poller = select.poll()
@@ -297,7 +385,7 @@ def _serve(sock: socket.socket, parent: int) -> dict[str, Any] | None:
             _kill(pid)
             return None
         # Learnt for the next fork (a restart, another replica), after this one is under way.
-        _preload(list(job.get("modules", ())))
+        _preload(list(job.get("modules", ())), lazy=lazy)
         gc.freeze()
 
 

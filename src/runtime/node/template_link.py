@@ -33,6 +33,7 @@ from troupe.template_prestart import template_argv
 from .child import child_env
 from .config import WorkerSpec
 from .forked_process import ForkedProcess
+from .light_link import LightTemplate, reap_when_dead
 from .orphans import reap_orphans
 from .template import CHECKS_ENV, FD_ENV, MAINS, MAX_MESSAGE, MODULES_ENV, NODE_ENV
 
@@ -118,6 +119,9 @@ class TemplateLink:
         self.modules = list(dict.fromkeys(modules))
         self.checks = [list(c) for c in checks]
         self._check: ClassCheck | None = None
+        self._check_known = anyio.Event()  # set with ``_check``
+        self._light: LightTemplate | None = None  # the template's light sibling (light_link.py)
+        self._light_settled = anyio.Event()  # it is ready, or gone
         self.ready_s = ready_s
         self.installed_only = installed_only
         self.importing: str | None = None  # until ready: the class or module it imports now
@@ -179,17 +183,24 @@ class TemplateLink:
         )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._await_ready, ours, later)
+                tg.start_soon(self._await_ready, ours, later, tg)
                 code = await process.wait()
                 tg.cancel_scope.cancel()
         finally:
             self._ready = anyio.Event()
             self._settled.set()
-            if process.returncode is None:  # cancelled while it runs: it goes with this task
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_S):
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()  # reaped here: a forked one has no one else to reap it
+            self._light_settled = anyio.Event()
+            light, self._light = self._light, None
+            if light is not None:
+                light.close()
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:  # cancelled while it runs: it goes with this task
+                    with anyio.move_on_after(_STOP_S):
+                        with contextlib.suppress(ProcessLookupError):
+                            process.kill()
+                        await process.wait()  # reaped here: a forked one has no one else to reap it
+                if light is not None:  # the node's child now, dead of its parent-death signal
+                    await reap_when_dead(light.pid, _STOP_S)
             self.process, self._sock = None, None
             ours.close()
         if not self._stopping:
@@ -223,15 +234,20 @@ class TemplateLink:
         ours.setblocking(False)
         return process, ours
 
-    async def _await_ready(self, sock: socket.socket, later: bytes | None) -> None:
+    async def _await_ready(self, sock: socket.socket, later: bytes | None, tg: anyio.abc.TaskGroup) -> None:
         try:
             with anyio.fail_after(self.ready_s):
                 if later is not None:  # read once the template's own imports are done
                     await _send_fds(sock, later)
-                hello = await _receive(sock)
-                while "importing" in hello:  # what it imports next, until its hello
-                    self.importing = str(hello["importing"])
-                    hello = await _receive(sock)
+                hello, fds = await _receive_fds(sock)
+                while "ready" not in hello:  # what it imports next, or its light sibling
+                    if "importing" in hello:
+                        self.importing = str(hello["importing"])
+                    elif "light" in hello and fds and self._light is None:
+                        self._take_light(int(hello["light"]), socket.socket(fileno=fds.pop()), later, tg)
+                    _close(*fds)
+                    hello, fds = await _receive_fds(sock)
+                _close(*fds)
         except (TimeoutError, OSError, ValueError) as exc:
             if isinstance(exc, TimeoutError) and self.importing is not None and self.stuck is None:
                 self.stuck = self.importing  # the first template's: the run says so
@@ -250,20 +266,51 @@ class TemplateLink:
         log.info(
             "template_ready", node=self.node, template_pid=self.pid, imported=len(hello.get("imported", ()))
         )
-        failure = hello.get("check_failure", False)  # absent: the template could not check
-        if self.checks and self._check is None and failure is not False:
-            self._check = ClassCheck(None if failure is None else (str(failure[0]), str(failure[1])))
+        self._take_check(hello.get("check_failure", False))
         self._ready.set()
         self._settled.set()
+
+    def _take_check(self, failure: Any) -> None:
+        """A hello's ``check_failure`` (absent, False: it could not check), the first one only."""
+        if self.checks and self._check is None and failure is not False:
+            self._check = ClassCheck(None if failure is None else (str(failure[0]), str(failure[1])))
+            self._check_known.set()
+
+    def _take_light(
+        self, pid: int, sock: socket.socket, later: bytes | None, tg: anyio.abc.TaskGroup
+    ) -> None:
+        """The template forked its light sibling: await its hello (in ``tg``, the template's)."""
+        sock.setblocking(False)
+        light = self._light = LightTemplate(self.node, pid, sock)
+        if self.record is not None:
+            self.record(pid, "light template")
+        tg.start_soon(self._await_light, light, later)
+
+    async def _await_light(self, light: LightTemplate, later: bytes | None) -> None:
+        try:
+            with anyio.fail_after(self.ready_s):
+                if later is not None:  # it waits for the node's word as its template does
+                    await _send_fds(light.sock, later)
+                hello = await _receive(light.sock)
+                while "ready" not in hello:  # what it imports (its template names them too)
+                    hello = await _receive(light.sock)
+        except (TimeoutError, OSError, ValueError) as exc:
+            log.info("light_template_not_ready", node=self.node, light_pid=light.pid, error=repr(exc))
+            light.close()
+            self._light_settled.set()
+            return
+        light.on_hello(hello)
+        self._take_check(light.check)
+        self._light_settled.set()
 
     async def checked(self) -> ClassCheck | None:
         """The first template's check of ``checks`` once it is ready; None when it could not
         say (it failed to start, died, or a module ended it as it imported, or it is ``stuck``
         in an import): check elsewhere."""
-        if not self._settled.is_set():
+        if not self._settled.is_set() and not self._check_known.is_set():
             # Past the template's own ready bound (and its kill): it settles first, ``stuck`` set.
             with anyio.move_on_after(self.ready_s + _STOP_S):
-                await self._settled.wait()
+                await _first(self._settled, self._check_known)
         return self._check
 
     def adopt(self, record: Callable[[int, str], None]) -> None:
@@ -271,6 +318,8 @@ class TemplateLink:
         self.record = record
         if self.process is not None and self.pid is not None:
             record(self.pid, "template")
+        if self._light is not None:
+            record(self._light.pid, "light template")
 
     async def launch(
         self, env: dict[str, str], modules: Iterable[str], main: str = "worker"
@@ -285,7 +334,24 @@ class TemplateLink:
         """
         if self._stopping:
             return None
+        modules = list(modules)
         worker = main == "worker"
+        if worker and not self._settled.is_set():  # the first of the two to be ready forks it
+            with anyio.move_on_after(self.ready_s):
+                await _first(self._settled, self._light_settled)
+        light = self._light
+        if light is not None and light.takes(main, modules):
+            async with light.lock:
+                if light.ready:
+                    try:
+                        forked = await _fork(light.sock, env, modules, main)
+                    except (TimeoutError, OSError, ValueError) as exc:
+                        light.close(repr(exc))  # its template forks instead
+                        forked = None
+                    if forked is not None:
+                        light.forks += 1
+                        self.forks += 1
+                        return forked
         if worker and not self._settled.is_set():
             with anyio.move_on_after(self.ready_s):
                 await self._settled.wait()
@@ -293,28 +359,15 @@ class TemplateLink:
             sock = self._sock
             if sock is None or not self._ready.is_set():
                 return None
-            read_end, write_end = os.pipe() if worker else (-1, _own_stderr())
-            request = {"env": env, "cwd": os.getcwd(), "modules": list(modules), "main": main}
             try:
-                # Shielded: once the request is out, the template forks whatever happens here,
-                # and a reply read by nobody left a worker no node knew of (a restart cancelled
-                # by its node's stop: the worker outlived the node).
-                with anyio.CancelScope(shield=True), anyio.fail_after(_REPLY_S):
-                    await _send_fds(sock, json.dumps(request).encode(), write_end)
-                    os.close(write_end)
-                    write_end = -1
-                    reply = await _receive(sock)
+                forked = await _fork(sock, env, modules, main)
             except (TimeoutError, OSError, ValueError) as exc:
-                _close(read_end, write_end)
                 log.warning("template_fork_failed", node=self.node, error=repr(exc))
                 self._kill()  # it is stuck or broken: a new one starts
                 return None
-            if "pid" not in reply:
-                _close(read_end)
-                log.info("template_fork_refused", node=self.node, error=reply.get("error"))
-                return None
-            self.forks += 1
-            return ForkedProcess(int(reply["pid"]), read_end if worker else None)
+            if forked is not None:
+                self.forks += 1
+            return forked
 
     async def stop(self) -> None:
         """Stop the template (its workers are not its children: they stay, for the node to stop)."""
@@ -323,6 +376,8 @@ class TemplateLink:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:  # stopped before it took over the one started ahead
             ahead.discard()
+        if self._light is not None:  # first: it finishes a fork under way, as its template does
+            self._light.close()
         self._kill(signal.SIGTERM)
         process = self.process
         if process is not None:
@@ -339,6 +394,7 @@ class TemplateLink:
             "ready": self._ready.is_set(),
             "forks": self.forks,
             "restarts": self.restarts,
+            "light_pid": self._light.pid if self._light is not None and self._light.ready else None,
         }
 
     def _kill(self, signum: signal.Signals = signal.SIGKILL) -> None:
@@ -385,19 +441,70 @@ async def _send_fds(sock: socket.socket, data: bytes, fd: int | None = None) -> 
             await anyio.wait_writable(sock)
 
 
+async def _fork(
+    sock: socket.socket, env: dict[str, str], modules: list[str], main: str
+) -> ForkedProcess | None:
+    """Ask the template (or its light sibling) on ``sock`` to fork ``main``; None when it
+    refused (said why); raises when it is stuck or broken."""
+    worker = main == "worker"
+    read_end, write_end = os.pipe() if worker else (-1, _own_stderr())
+    request = {"env": env, "cwd": os.getcwd(), "modules": modules, "main": main}
+    try:
+        # Shielded: once the request is out, the template forks whatever happens here,
+        # and a reply read by nobody left a worker no node knew of (a restart cancelled
+        # by its node's stop: the worker outlived the node).
+        with anyio.CancelScope(shield=True), anyio.fail_after(_REPLY_S):
+            await _send_fds(sock, json.dumps(request).encode(), write_end)
+            os.close(write_end)
+            write_end = -1
+            reply = await _receive(sock)
+    except BaseException:
+        _close(read_end, write_end)
+        raise
+    if "pid" not in reply:
+        _close(read_end)
+        log.info("template_fork_refused", error=reply.get("error"))
+        return None
+    return ForkedProcess(int(reply["pid"]), read_end if worker else None)
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Wait until one of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def one(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(one, event)
+
+
 async def _receive(sock: socket.socket) -> dict[str, Any]:
+    message, fds = await _receive_fds(sock)
+    _close(*fds)
+    return message
+
+
+async def _receive_fds(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """A message and the descriptors it carried (the light template's socket, in one)."""
     while True:
         try:
-            data = sock.recv(MAX_MESSAGE)
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 1)
             break
         except BlockingIOError:
             await anyio.wait_readable(sock)
     if not data:
+        _close(*fds)
         raise OSError("the template closed its socket")
-    message = json.loads(data)
-    if not isinstance(message, dict):
-        raise ValueError(f"the template said {message!r}")
-    return message
+    try:
+        message = json.loads(data)
+        if not isinstance(message, dict):
+            raise ValueError(f"the template said {message!r}")
+    except ValueError:
+        _close(*fds)
+        raise
+    return message, fds
 
 
 def _close(*fds: int) -> None:

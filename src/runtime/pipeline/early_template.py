@@ -25,6 +25,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.template_link import READY_S, TemplateLink
 
 from .config import PipelineConfig
+from .handoff import OUTBOX_CLASS
 
 if TYPE_CHECKING:
     from troupe.runtime.core.loading import Check
@@ -67,9 +68,11 @@ async def early_template(
     """
     checks = stage_checks(cfg)
     started = time.monotonic() if ahead is None else ahead.started
+    # The replicas' classes: each stage's, and with the direct data plane the outbox beside it.
+    outbox = [OUTBOX_CLASS] if cfg.data_plane == "direct" else []
     link = TemplateLink(
         node,
-        [s.actor for s in cfg.stages],
+        [*(s.actor for s in cfg.stages), *outbox],
         checks=checks,
         ahead=ahead,
         ready_s=ready_s,
