@@ -127,6 +127,16 @@ async def test_stages_without_a_finalize_hook_stop_while_the_others_finalize(tmp
     assert result.finals["last"]["gone"] is True, result.finals
 
 
+async def test_the_node_retires_its_template_while_the_stages_finalize(tmp_path: Path) -> None:
+    """Once every item has its outcome and each finalize hook has its replica, the run's node
+    stops its template (and its light sibling): their exits go on during the finalize hooks,
+    not in the node's stop after them."""
+    cfg = _pipeline(3, _stage("a", "EchoStage"), _stage("last", "TemplateGoneStage"))
+    result = await _run(cfg)
+    assert result.counts()["ok"] == 3
+    assert result.finals["last"]["templates_left"] == 0, result.finals
+
+
 async def test_items_named_committed_by_start_are_kept_and_never_processed(tmp_path: Path) -> None:
     """What ``start`` names as committed ends "kept": no stage processes it, it is counted in
     ``result.kept`` and not in the run's own ok count; the rest run as usual."""

@@ -8,6 +8,7 @@ from several processes never interleave, and the file's order is the order of th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
 from troupe.runtime.core.actor import Actor
 from troupe.runtime.errors import ItemFailed
@@ -33,6 +35,7 @@ __all__ = [
     "OutputFileStage",
     "RecordingStage",
     "SlowStartStage",
+    "TemplateGoneStage",
     "UpstreamGoneStage",
     "UpstreamStage",
     "append_record",
@@ -297,6 +300,30 @@ class UpstreamGoneStage(EchoStage):
         while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.01)
         return {"upstream": sorted(pids), "gone": not any(_alive(pid) for pid in pids)}
+
+
+class TemplateGoneStage(EchoStage):
+    """Its ``finalize`` waits (up to ``wait_s``) until its node (its parent) has no template
+    process left, and says whether none was left before it returned."""
+
+    def __init__(self, wait_s: float = 30.0) -> None:
+        self.wait_s = wait_s
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        deadline = time.monotonic() + self.wait_s
+        while _templates() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"templates_left": len(_templates())}
+
+
+def _templates() -> list[int]:
+    """The node's children that are templates (by their titles), zombies not counted."""
+    found = []
+    for child in psutil.Process(os.getppid()).children():
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE and "template" in " ".join(child.cmdline()):
+                found.append(child.pid)
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -239,6 +239,13 @@ class Node:
             self.stopped.set()
         log.info("node_stopped")
 
+    def retire_template(self) -> None:
+        """Stop the template now, its exit off the node's own stop: the workers that the node
+        will start soon have started (a run's items have all ended). A worker started later is
+        spawned, as on a node without a template."""
+        if self.template is not None and self._tg is not None:
+            self._tg.start_soon(self.template.stop)
+
     # -- workers ------------------------------------------------------------------------------
 
     def start_worker(

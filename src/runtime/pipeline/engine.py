@@ -98,6 +98,9 @@ class PipelineEngine(HookCalls, ItemDispatch):
             returned, before the replicas are stopped: the moment the run's outputs are
             complete, which its record keeps (``run_dir.mark_complete``) so that a stop that
             lands after it (the replicas' or the node's stop) does not lose it.
+        on_finishing: called once every item has ended, as the finalize hooks start, where
+            each of them has a replica already: the run starts no more replicas but to replace
+            one lost now (its own node retires its template then, ``Node.retire_template``).
     """
 
     def __init__(
@@ -116,10 +119,12 @@ class PipelineEngine(HookCalls, ItemDispatch):
         nodes_outlive_run: bool = True,
         on_event: Callable[[str], None] | None = None,
         on_finalized: Callable[[PipelineResult], None] | None = None,
+        on_finishing: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
         self.on_finalized = on_finalized
+        self.on_finishing = on_finishing
         self._wire: list[int] | None = None  # the bytes counted through the engine (run)
         self.nodes_outlive_run = nodes_outlive_run
         self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])
@@ -273,6 +278,11 @@ class PipelineEngine(HookCalls, ItemDispatch):
                     metrics = self.metrics()  # the items' figures, before finalize's time
                     self._flush_releases()
                     self._finishing = True  # the scaler rests: finalize's replica must stay
+                    # No finalize hook needs a replica started for it (its stage's were given back).
+                    if self.on_finishing is not None and all(
+                        s.ready() for s in self.stages if "finalize" in s.hooks
+                    ):
+                        self.on_finishing()
                     self._stop_unhooked()
                     await self._finalize_hooks()
                     if self.on_finalized is not None:  # no await since the last hook returned

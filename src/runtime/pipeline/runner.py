@@ -314,6 +314,8 @@ async def run_pipeline(
                 nodes_outlive_run=running.node is None,  # a node started here stops its workers
                 on_event=on_event,
                 on_finalized=finalized,
+                # Its exit (torch's pages) goes on during the finalize hooks, not after them.
+                on_finishing=running.node.retire_template if running.node is not None else None,
             )
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
