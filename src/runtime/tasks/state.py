@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 
 from troupe.runtime.errors import ConfigError
 
+# Defined with the worker's getter config, which a worker imports without this module's events.
+from .getter_config import MAX_PREFETCH
+
 __all__ = [
     "FINAL_STATES",
     "MAX_PREFETCH",
@@ -86,9 +89,6 @@ class TaskState(enum.StrEnum):
 
 
 FINAL_STATES = frozenset({TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED})
-
-MAX_PREFETCH = 64
-"""The most leases a worker may hold ahead of its slots (``WorkerJoined.prefetch``)."""
 
 
 class JobState(enum.StrEnum):
