@@ -22,9 +22,8 @@ import difflib
 import ipaddress
 import re
 import socket
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -45,9 +44,11 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import check_log_level
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.supervision.liveness import LivenessPolicy
-from troupe.runtime.supervision.restart import RestartPolicy
 
 from .reach import is_wildcard
+
+if TYPE_CHECKING:
+    from troupe.runtime.supervision.restart import RestartPolicy
 
 __all__ = [
     "DEFAULT_NODE_ENDPOINT",
@@ -93,6 +94,13 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
+# What only a node reads (its config file; the worker specs it launches from): the validators
+# are built on first use, not as this module imports. A node's template imports it for
+# ActorSpec and _Frozen, which its workers validate with; building these as well cost the
+# template about 6 ms before its first fork, in every run, for models no forked process uses.
+_NODE_ONLY = ConfigDict(defer_build=True)
+
+
 class ActorSpec(_Frozen):
     """One actor to host: its name and class import path (``module:Class``)."""
 
@@ -103,6 +111,8 @@ class ActorSpec(_Frozen):
 
 class WorkerSpec(_Frozen):
     """One worker process and the actors it hosts."""
+
+    model_config = _NODE_ONLY
 
     name: str = Field(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
     actors: tuple[ActorSpec, ...] = ()
@@ -172,6 +182,8 @@ class RestartConfig(_Frozen):
     backoff_max_s: StrictFloat = Field(default=10.0, ge=0)
     healthy_after_s: StrictFloat = Field(default=10.0, gt=0)
 
+    model_config = _NODE_ONLY
+
     @model_validator(mode="after")
     def _policy_valid(self) -> RestartConfig:
         self.policy()
@@ -179,11 +191,17 @@ class RestartConfig(_Frozen):
 
     def policy(self) -> RestartPolicy:
         """The restart policy these settings describe."""
+        # Imported here: the node's own supervision imports it anyway; its workers and its
+        # supervisor, forked from a template that imports this module, never use it.
+        from troupe.runtime.supervision.restart import RestartPolicy
+
         return RestartPolicy(self.max_restarts, self.period_s, self.backoff_base_s, self.backoff_max_s)
 
 
 class NodeConfig(_Frozen):
     """Everything a node needs to start."""
+
+    model_config = _NODE_ONLY
 
     name: str = Field(
         default_factory=lambda: socket.gethostname().split(".")[0] or "node",
@@ -400,6 +418,8 @@ def read_toml(path: Path, what: str, tables: set[str], arrays: set[str], expecte
         ConfigError: the file is missing, unreadable, empty, not TOML, or has another section;
             named with the file.
     """
+    import tomllib  # a node or a command reads TOML; the workers forked with this module, never
+
     try:
         raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
