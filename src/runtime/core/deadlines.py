@@ -58,8 +58,16 @@ class AskDeadlines:
 
     def future(self, timeout: float, target: object, msg_type: str) -> asyncio.Future[Any]:
         """A new future of the loop, watched (``watch``)."""
-        fut: asyncio.Future[Any] = self.loop.create_future()
-        self.watch(fut, timeout, target, msg_type)
+        loop = self.loop
+        fut: asyncio.Future[Any] = loop.create_future()
+        # ``watch``, inlined: this runs for every ask.
+        at = loop.time() + timeout
+        heap = self._heap
+        heapq.heappush(heap, (at, next(self._ids), fut, target, msg_type, timeout))
+        if len(heap) >= self._compact_at:
+            self._compact()
+        if at < self._armed_at:
+            self._arm(at)
         return fut
 
     def fail(

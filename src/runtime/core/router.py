@@ -137,7 +137,15 @@ class Inbound:
         except ProtocolError:
             return False
         kind = f[1]
-        if kind is K_REPLY or kind is K_ERROR:
+        if kind is K_REPLY:
+            # ``_settle_reply`` of a REPLY, inlined (one per remote ask): the asker's future.
+            fut = self._pending.pop(f[3], None)
+            if fut is not None and not fut.done():
+                fut.set_result(f[10])
+            else:
+                self._late_replies += 1
+            return True
+        if kind is K_ERROR:
             self._settle_reply(kind, f[3], f[10])
             return True
         if not self._accepting:

@@ -273,17 +273,46 @@ class Codec:
         """The frames of a message that answers none (corr_id 0: a tell, an ask): ``encode`` of
         that envelope, without building it (the runtime sends one per tell and ask). Raises
         like ``encode``."""
-        return self._frames(
-            [PROTOCOL_VERSION, kind, msg_id, 0, sender, target, msg_type, deadline, trace, headers, payload],
-            msg_type,
-        )
+        # ``_frames``, inlined (one call less per tell and ask).
+        try:
+            header = self._packer.pack(
+                [
+                    PROTOCOL_VERSION,
+                    kind,
+                    msg_id,
+                    0,
+                    sender,
+                    target,
+                    msg_type,
+                    deadline,
+                    trace,
+                    headers,
+                    payload,
+                ]
+            )
+        except Exception as exc:
+            self._pack_failed(exc, msg_type)
+        if self._buffers:
+            return self._with_buffers(header, msg_type)
+        if len(header) > self.max_message_bytes:
+            self._too_large(len(header), msg_type)
+        return [header]
 
     def encode_reply(self, corr_id: int, sender: str, payload: Any) -> list[Any]:
         """The frames of a REPLY to message ``corr_id``: ``encode`` of that envelope, without
         building it (a reply is sent for every ask). Raises like ``encode``."""
-        return self._frames(
-            [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload], ""
-        )
+        # ``_frames``, inlined (one call less per reply).
+        try:
+            header = self._packer.pack(
+                [PROTOCOL_VERSION, _REPLY, 0, corr_id, sender, "", "", None, None, None, payload]
+            )
+        except Exception as exc:
+            self._pack_failed(exc, "")
+        if self._buffers:
+            return self._with_buffers(header, "")
+        if len(header) > self.max_message_bytes:
+            self._too_large(len(header), "")
+        return [header]
 
     def _frames(self, fields: list[Any], msg_type: str) -> list[Any]:
         # ``_buffers`` is empty between calls (``_with_buffers`` and ``_pack_failed`` leave it
@@ -410,7 +439,13 @@ class Codec:
                 header = bytes(header)
             if len(header) > self.max_message_bytes:
                 self.check_size(frames)
-            return _checked(_unpack_header(header, _NO_BUFFERS))
+            # ``_unpack_header``'s first pass, inlined (one call less per message); a header it
+            # refuses goes through ``_unpack_header``, which says why (or decodes it after all).
+            try:
+                fields = msgpack.unpackb(header, ext_hook=_NO_BUFFERS, raw=False, use_list=True)
+            except Exception:
+                fields = _unpack_header(header, _NO_BUFFERS)
+            return _checked(fields)
         if not frames:
             raise BadFrame("empty message: expected a header frame")
         if len(frames) > self.max_frames:
