@@ -17,6 +17,9 @@ one was drafted (a retried item, a resumed run's gaps) ends the drafting; so doe
 draft is never needed, and finalize writes what was not drafted. Each process drafts into its
 own files (``PID-...`` under the folder); those of a process gone are deleted as a writer
 starts (:func:`clear_stale`).
+
+Each committed episode's ``episode.json`` is read once, as it is committed, and kept for finalize
+(:meth:`DatasetDrafts.take_meta`): parsing them all was most of finalize's reading.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pyarrow.parquet as pq
@@ -91,6 +95,7 @@ class DatasetDrafts:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="troupe-dataset-drafts")
         self._pending: list[tuple[str, Path]] = []  # committed, not drafted, by task id
+        self._metas: dict[Path, dict[str, Any]] = {}  # episode folder -> its episode.json, parsed
         self._last: str | None = None  # the last task id drafted
         self._stopped: str | None = None  # why drafting ended, once it did
         self._videos: dict[str, list[_VideoDraft]] = {key: [] for key in VIDEO_KEYS}
@@ -142,6 +147,13 @@ class DatasetDrafts:
             draft.taken = True
             return draft
 
+    def take_meta(self, episode: Path) -> dict[str, Any] | None:
+        """The parsed ``episode.json`` of the committed episode at ``episode`` (its folder), now
+        finalize's (asked again, None); None where it was not read (drafting had ended, or the
+        file is not a JSON object): finalize reads it then."""
+        with self._lock:
+            return self._metas.pop(episode, None)
+
     def close(self) -> None:
         """Stop drafting and delete the drafts finalize did not take."""
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -155,12 +167,14 @@ class DatasetDrafts:
                 if not data.taken:
                     data.discard()
             self._data.clear()
+            self._metas.clear()
 
     # -- the drafts' thread -------------------------------------------------------------------
 
     def _add(self, task_id: str, path: Path) -> None:
         if self._stopped is not None:
             return
+        self._read_meta(path)
         if self._last is not None and task_id <= self._last:
             self._stop(f"episode {task_id} was committed after {self._last} was drafted")
             return
@@ -174,8 +188,21 @@ class DatasetDrafts:
                 return
             self._last = early_id
 
+    def _read_meta(self, path: Path) -> None:
+        # On its commit, not once drafted: the episodes held back are read before finalize too.
+        try:
+            meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # finalize reads it, and says what is wrong
+        if isinstance(meta, dict):
+            with self._lock:
+                self._metas[path] = meta
+
     def _draft(self, path: Path) -> None:
-        meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+        with self._lock:
+            meta = self._metas.get(path)
+        if meta is None:
+            meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
         fps = int(meta["fps"])
         if self._fps is None:
             self._fps = fps

@@ -163,7 +163,9 @@ def _groups(
         yield group
 
 
-def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list[str]]:
+def _load(
+    store: OutputStore, fps: int, drafts: DatasetDrafts | None = None
+) -> tuple[list[_Episode], list[str], list[str]]:
     episodes: list[_Episode] = []
     tasks: dict[str, int] = {}
     skipped: list[str] = []
@@ -174,11 +176,9 @@ def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list
             skipped.append(task_id)
             log.warning("finalize_skipped_output", task_id=task_id, reason="no episode.json")
             continue
-        try:
-            meta = json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            said = f"{path / EPISODE_FILE} is not its JSON ({exc})"
-            raise InvalidData(_damaged(task_id, path, said)) from None
+        meta = drafts.take_meta(path) if drafts is not None else None
+        if meta is None:
+            meta = _read_meta(task_id, path)
         if not isinstance(meta, dict) or meta.get("format") != EPISODE_FORMAT:
             raise InvalidData(
                 f"committed output {task_id!r} has format "
@@ -194,6 +194,14 @@ def _load(store: OutputStore, fps: int) -> tuple[list[_Episode], list[str], list
         episodes.append(_Episode(len(episodes), path, meta, task_index, start))
         start += int(meta["length"])
     return episodes, list(tasks), skipped
+
+
+def _read_meta(task_id: str, path: Path) -> Any:
+    try:
+        return json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        said = f"{path / EPISODE_FILE} is not its JSON ({exc})"
+        raise InvalidData(_damaged(task_id, path, said)) from None
 
 
 def _damaged(task_id: str, path: Path, what: str) -> str:
@@ -477,7 +485,8 @@ def finalize_dataset(
         config: frame rate, robot type and file sizes.
         drafts: the files written as the episodes were committed (``dataset_drafts``): a
             draft that begins a data or video file is finished and moved into place, not
-            written anew.
+            written anew; the episode.json files they read as the episodes were committed are
+            not read again.
 
     Returns:
         A summary of what was written.
@@ -490,15 +499,15 @@ def finalize_dataset(
     """
     root = Path(root)
     try:
-        episodes, tasks, skipped = _load(store, config.fps)
+        if drafts is not None:
+            drafts.settle()  # first: the drafts have read the episodes' episode.json
+        episodes, tasks, skipped = _load(store, config.fps, drafts)
         if not episodes:
             raise InvalidData(f"no committed episodes in {store.root}; write some with write_episode first")
         videos = _check_uniform(episodes)
         # The data files on a thread of their own while the videos are remuxed here: both
         # spend much of their time in pyarrow and ffmpeg, outside the GIL, and a pipeline's
         # cores are idle by the time its dataset is finalized.
-        if drafts is not None:
-            drafts.settle()
         with ThreadPoolExecutor(1, thread_name_prefix="finalize-data") as pool:
             data = pool.submit(_write_data, root, episodes, config, drafts)
             video_files, video_columns = _write_videos(root, episodes, config, drafts)

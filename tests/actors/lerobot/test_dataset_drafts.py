@@ -3,6 +3,7 @@ that begins a file and writes the same bytes as without it; anything else is wri
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 from support.file_digests import file_digests
 from troupe.actors.lerobot.dataset_drafts import LAG, DatasetDrafts, clear_stale
 from troupe.actors.lerobot.episode import EpisodeData, write_episode
+from troupe.actors.lerobot.errors import InvalidData
 from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
+from troupe.actors.lerobot.format import EPISODE_FILE
 from troupe.runtime.tasks.output_store import OutputStore
 
 FPS = 10
@@ -117,3 +120,30 @@ def test_the_drafts_of_a_process_gone_are_deleted_and_a_live_ones_kept(tmp_path:
     live.write_bytes(b"draft")
     clear_stale(tmp_path)
     assert not gone.exists() and live.exists()
+
+
+def test_each_committed_episode_json_is_read_as_it_commits_and_given_to_finalize_once(
+    store: OutputStore,
+) -> None:
+    """The episodes held back from the drafts are read too: finalize parses none of them."""
+    drafts = _drafts(store, store.committed())
+    try:
+        for task_id in store.committed():
+            path = store.committed_path(task_id)
+            assert drafts.take_meta(path) == json.loads((path / EPISODE_FILE).read_text(encoding="utf-8"))
+            assert drafts.take_meta(path) is None
+    finally:
+        drafts.close()
+
+
+def test_an_episode_json_that_is_not_json_is_left_to_finalize(store: OutputStore, tmp_path: Path) -> None:
+    """Not kept, so finalize reads it itself and says which episode is damaged."""
+    damaged = store.committed_path(store.committed()[-1])
+    (damaged / EPISODE_FILE).write_text("{not json", encoding="utf-8")
+    drafts = _drafts(store, store.committed())
+    try:
+        assert drafts.take_meta(damaged) is None
+        with pytest.raises(InvalidData, match=f"committed episode {damaged.name!r} is damaged"):
+            finalize_dataset(store, tmp_path / "dataset", DatasetConfig(fps=FPS), drafts)
+    finally:
+        drafts.close()
