@@ -60,13 +60,8 @@ from .format import (
     features,
     video_file,
 )
-from .stats import (
-    Stats,
-    aggregate_stats,
-    stats_from_json,
-    stats_to_json,
-    vector_stats,
-)
+from .stats import Stats, aggregate_stacked, stats_from_json, stats_to_json
+from .stats_columns import index_stats, list_column, stacked_stats
 from .video import SignatureMismatch, VideoConcat, concat_videos, video_signature
 
 __all__ = ["DatasetConfig", "DatasetSummary", "episode_fps", "finalize_dataset"]
@@ -388,27 +383,69 @@ def _finish_draft(draft: VideoConcat, sources: list[Path], dest: Path) -> list[t
     return draft.spans
 
 
-_INDEX_COLUMNS = ("episode_index", "index", "task_index")
+def _stats_columns(episodes: list[_Episode]) -> dict[str, Stats]:
+    """Every episode's statistics, its own and those of the columns finalize adds, stacked
+    (``stats_columns``): features in ``episode.json``'s order, then the added columns."""
+    try:
+        columns = stacked_stats([ep.meta["stats"] for ep in episodes])
+    except (AttributeError, KeyError, ValueError, TypeError):
+        raise _stats_unlike(episodes) from None
+    where = np.array([(ep.length, ep.start, ep.index, ep.task_index) for ep in episodes], dtype=np.int64)
+    columns.update(index_stats(*where.T))
+    return columns
 
 
-def _episode_stats(ep: _Episode) -> dict[str, Stats]:
-    stats = stats_from_json(ep.meta["stats"])
-    # The three columns finalize adds, reduced together: one reduction, not three, per episode
-    # (their values are small integers, so each column's figures are those it has alone).
-    columns = np.empty((ep.length, 3), dtype=np.float64)
-    columns[:, 0] = ep.index
-    columns[:, 1] = np.arange(ep.start, ep.start + ep.length)
-    columns[:, 2] = ep.task_index
-    together = vector_stats(columns)
-    for i, name in enumerate(_INDEX_COLUMNS):
-        stats[name] = {k: v if k == "count" else v[i : i + 1] for k, v in together.items()}
-    return stats
+def _stats_unlike(episodes: list[_Episode]) -> InvalidData:
+    """The error for statistics that cannot be stacked: the first episode whose statistics
+    are not numbers, or differ from the first episode's in features, statistics or shapes."""
+    first = _stats_shapes(episodes[0])
+    for ep in episodes:
+        shapes = _stats_shapes(ep)
+        if shapes is None or shapes != first:
+            other = episodes[0].meta["task_id"]
+            said = (
+                "its statistics are not numbers of one shape each"
+                if shapes is None
+                else f"its statistics differ from those of {other!r} in features or shapes"
+            )
+            return InvalidData(_damaged(ep.meta["task_id"], ep.path, said))
+    return InvalidData(f"the episodes' statistics in {episodes[0].path.parent} cannot be stacked")
+
+
+def _stats_shapes(ep: _Episode) -> dict[str, dict[str, tuple[int, ...]]] | None:
+    try:
+        stats = stats_from_json(ep.meta["stats"])
+    except (AttributeError, KeyError, ValueError, TypeError):
+        return None
+    return {feature: {k: np.shape(v) for k, v in s.items()} for feature, s in stats.items()}
+
+
+def _meta_row(
+    ep: _Episode,
+    slot: dict[str, int],
+    data_where: dict[int, dict[str, int]],
+    video_columns: dict[int, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "episode_index": ep.index,
+        "tasks": [ep.meta["task"]],
+        "length": ep.length,
+        "data/chunk_index": data_where[ep.index]["chunk_index"],
+        "data/file_index": data_where[ep.index]["file_index"],
+        "dataset_from_index": ep.start,
+        "dataset_to_index": ep.start + ep.length,
+        **video_columns[ep.index],
+        "meta/episodes/chunk_index": slot["chunk_index"],
+        "meta/episodes/file_index": slot["file_index"],
+        "troupe/task_id": ep.meta["task_id"],
+        "troupe/extra": json.dumps(ep.meta.get("extra", {}), sort_keys=True),
+    }
 
 
 def _write_episodes_meta(
     root: Path,
     episodes: list[_Episode],
-    stats: list[dict[str, Stats]],
+    stats: dict[str, Stats],
     data_where: dict[int, dict[str, int]],
     video_columns: dict[int, dict[str, Any]],
     cfg: DatasetConfig,
@@ -417,30 +454,16 @@ def _write_episodes_meta(
     per_file = max(1, cfg.episodes_per_meta_file)
     for n, first in enumerate(range(0, len(episodes), per_file)):
         slot = _file_slot(n, cfg.chunks_size)
-        rows = []
-        for ep in episodes[first : first + per_file]:
-            row: dict[str, Any] = {
-                "episode_index": ep.index,
-                "tasks": [ep.meta["task"]],
-                "length": ep.length,
-                "data/chunk_index": data_where[ep.index]["chunk_index"],
-                "data/file_index": data_where[ep.index]["file_index"],
-                "dataset_from_index": ep.start,
-                "dataset_to_index": ep.start + ep.length,
-                **video_columns[ep.index],
-                "meta/episodes/chunk_index": slot["chunk_index"],
-                "meta/episodes/file_index": slot["file_index"],
-                "troupe/task_id": ep.meta["task_id"],
-                "troupe/extra": json.dumps(ep.meta.get("extra", {}), sort_keys=True),
-            }
-            for feature, feature_stats in stats_to_json(stats[ep.index]).items():
-                for name, value in feature_stats.items():
-                    row[f"stats/{feature}/{name}"] = value
-            rows.append(row)
+        rows = [_meta_row(ep, slot, data_where, video_columns) for ep in episodes[first : first + per_file]]
         table = pa.Table.from_pylist(rows)
+        names, arrays = list(table.column_names), list(table.columns)
+        for feature, feature_stats in stats.items():
+            for name, values in feature_stats.items():
+                names.append(f"stats/{feature}/{name}")
+                arrays.append(list_column(values[first : first + per_file]))
         dest = root / EPISODES_PATH.format(**slot)
         with atomic_file(dest) as tmp:
-            pq.write_table(table, tmp)
+            pq.write_table(pa.Table.from_arrays(arrays, names=names), tmp)
         written.add(dest)
     return written
 
@@ -511,10 +534,10 @@ def finalize_dataset(
         with ThreadPoolExecutor(1, thread_name_prefix="finalize-data") as pool:
             data = pool.submit(_write_data, root, episodes, config, drafts)
             video_files, video_columns = _write_videos(root, episodes, config, drafts)
-            stats = [_episode_stats(ep) for ep in episodes]
+            stats = _stats_columns(episodes)
             data_files, data_where = data.result()
         meta_files = _write_episodes_meta(root, episodes, stats, data_where, video_columns, config)
-        _write_json(root / "meta" / "stats.json", stats_to_json(aggregate_stats(stats)))
+        _write_json(root / "meta" / "stats.json", stats_to_json(aggregate_stacked(stats)))
         with atomic_file(root / "meta" / "tasks.parquet") as tmp:
             frame = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=tasks)
             frame.to_parquet(tmp)

@@ -25,6 +25,7 @@ __all__ = [
     "QUANTILES",
     "STAT_KEYS",
     "Stats",
+    "aggregate_stacked",
     "aggregate_stats",
     "image_stats",
     "stats_from_json",
@@ -137,27 +138,40 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, Sta
         ``{feature: stats}`` with the same shapes as the inputs.
     """
     keys = sorted({k for ep in per_episode for k in ep})
-    out: dict[str, Stats] = {}
+    stacked = {}
     for key in keys:
         items = [ep[key] for ep in per_episode if key in ep]
-        counts = np.array([float(s["count"][0]) for s in items])
-        total = counts.sum()
-        shape = (-1,) + (1,) * np.ndim(items[0]["mean"])
-        w = counts.reshape(shape)
-        means = np.stack([s["mean"] for s in items])
-        mean = (means * w).sum(axis=0) / total
-        var = ((np.stack([s["std"] for s in items]) ** 2 + (means - mean) ** 2) * w).sum(0) / total
-        agg: Stats = {
-            "min": np.min(np.stack([s["min"] for s in items]), axis=0),
-            "max": np.max(np.stack([s["max"] for s in items]), axis=0),
-            "mean": mean,
-            "std": np.sqrt(var),
-            "count": np.array([int(total)], dtype=np.int64),
-        }
-        for name in QUANTILES:
-            agg[name] = (np.stack([s[name] for s in items]) * w).sum(axis=0) / total
-        out[key] = agg
-    return out
+        stacked[key] = {name: np.stack([s[name] for s in items]) for name in STAT_KEYS}
+    return aggregate_stacked(stacked)
+
+
+def aggregate_stacked(stacked: Mapping[str, Stats]) -> dict[str, Stats]:
+    """:func:`aggregate_stats` of statistics held per feature and statistic, stacked over the
+    episodes (``(E, *shape)``: ``stats_columns``), which gives the same figures.
+
+    Returns:
+        ``{feature: stats}``, features sorted, each statistic of one episode's shape.
+    """
+    return {key: _aggregate(stacked[key]) for key in sorted(stacked)}
+
+
+def _aggregate(stacked: Stats) -> Stats:
+    counts = stacked["count"][:, 0].astype(np.float64)
+    total = counts.sum()
+    w = counts.reshape((-1,) + (1,) * (stacked["mean"].ndim - 1))
+    means = stacked["mean"]
+    mean = (means * w).sum(axis=0) / total
+    var = ((stacked["std"] ** 2 + (means - mean) ** 2) * w).sum(0) / total
+    agg: Stats = {
+        "min": np.min(stacked["min"], axis=0),
+        "max": np.max(stacked["max"], axis=0),
+        "mean": mean,
+        "std": np.sqrt(var),
+        "count": np.array([int(total)], dtype=np.int64),
+    }
+    for name in QUANTILES:
+        agg[name] = (stacked[name] * w).sum(axis=0) / total
+    return agg
 
 
 def stats_to_json(stats: Mapping[str, Stats]) -> dict[str, dict[str, Any]]:

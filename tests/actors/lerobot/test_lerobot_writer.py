@@ -4,6 +4,7 @@ import asyncio
 import errno
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -267,6 +268,29 @@ def test_a_damaged_episode_json_is_named_with_the_way_out(store: OutputStore, tm
     with pytest.raises(InvalidData, match=r"committed episode 'task-b' is damaged: .*episode\.json ") as info:
         finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
     assert way_out in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda stats: stats.pop("action"), "differ from those of 'task-a' in features or shapes"),
+        (lambda stats: stats["action"]["min"].pop(), "differ from those of 'task-a' in features or shapes"),
+        (lambda stats: stats["action"].update(min="none"), "are not numbers of one shape each"),
+    ],
+    ids=["feature gone", "shape", "not numbers"],
+)
+def test_an_episode_json_with_damaged_statistics_is_named_with_the_way_out(
+    store: OutputStore, tmp_path: Path, damage: Callable[[dict], object], said: str
+) -> None:
+    _write_all(store)
+    path = store.committed_path("task-b") / "episode.json"
+    meta = json.loads(path.read_text())
+    damage(meta["stats"])
+    path.write_text(json.dumps(meta))
+    damaged = f"committed episode 'task-b' is damaged: its statistics {said}"
+    with pytest.raises(InvalidData, match=damaged) as info:
+        finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
+    assert f"delete {store.committed_path('task-b')} and run the same command again" in str(info.value)
 
 
 def test_a_frames_file_damaged_in_place_is_named_with_the_way_out(store: OutputStore, tmp_path: Path) -> None:
