@@ -149,11 +149,12 @@ def _groups(
     group: list[_Episode] = []
     total = 0
     for ep in items:
-        if group and (total + size(ep) > limit or key(ep) != key(group[0])):
+        nbytes = size(ep)  # once: a stat each time
+        if group and (total + nbytes > limit or key(ep) != key(group[0])):
             yield group
             group, total = [], 0
         group.append(ep)
-        total += size(ep)
+        total += nbytes
     if group:
         yield group
 
