@@ -15,8 +15,6 @@ import os
 import sys
 import time
 
-import psutil
-
 __all__ = ["age_s", "start_ticks"]
 
 
@@ -36,6 +34,8 @@ def start_ticks(pid: int) -> int | None:
             return None if fields[0] in (b"Z", b"X") else int(fields[19])
         except (IndexError, ValueError):
             return None
+    import psutil  # off Linux only: a worker process imports this module, not psutil (~6 ms)
+
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:

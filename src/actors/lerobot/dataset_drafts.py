@@ -33,15 +33,17 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
-import pyarrow.parquet as pq
 import structlog
 
 from .episode_rows import episode_rows
 from .format import EPISODE_FILE, FRAMES_FILE, VIDEO_KEYS, data_schema, video_file
 from .video import VideoConcat
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["DRAFTS_DIR", "LAG", "DataDraft", "DatasetDrafts", "clear_stale"]
 
@@ -104,7 +106,12 @@ class DatasetDrafts:
         self._count = 0  # episodes drafted: the next one's index
         self._frames = 0  # their frames: the next one's first global index
         self._tasks: dict[str, int] = {}  # task text -> index, in order of first appearance
-        self._schema = data_schema()
+        self._schema: pa.Schema | None = None  # data_schema(), made on the drafts' thread
+        # PyAV and pyarrow, which no module of this package imports as it loads (see the
+        # package's docstring), are imported now, on the drafts' thread, while the upstream
+        # stages make the first episode: the writer's threads, which encode it and write its
+        # frames, then find them imported. Drafting waits behind this (one thread, in order).
+        self._pool.submit(_import_writers_modules)
 
     def committed(self, task_id: str, path: Path) -> None:
         """An episode committed at ``path``: drafted on the drafts' own thread, later."""
@@ -238,6 +245,11 @@ class DatasetDrafts:
             last.nbytes += size
 
     def _draft_data(self, path: Path, task_index: int) -> None:
+        import pyarrow.parquet as pq
+
+        schema = self._schema
+        if schema is None:
+            schema = self._schema = data_schema()
         size = (path / FRAMES_FILE).stat().st_size
         with self._lock:
             last = self._data[-1] if self._data else None
@@ -246,12 +258,12 @@ class DatasetDrafts:
                     last.writer.close()  # finished: finalize takes it only whole
                 self.folder.mkdir(parents=True, exist_ok=True)
                 where = self._file(f"data-{len(self._data)}.parquet")
-                last = DataDraft(where, pq.ParquetWriter(where, self._schema))
+                last = DataDraft(where, pq.ParquetWriter(where, schema))
                 self._data.append(last)
             if last.taken:
                 raise ValueError(f"data draft {len(self._data) - 1} was given up")
             try:
-                rows = episode_rows(path, self._count, self._frames, task_index, self._schema)
+                rows = episode_rows(path, self._count, self._frames, task_index, schema)
                 last.writer.write_table(rows)
             except BaseException:  # part of its rows may be in: the draft is no use
                 last.taken = True
@@ -269,8 +281,18 @@ class DatasetDrafts:
             log.info("dataset_drafts_stopped", folder=str(self.folder), why=why)
 
 
+def _import_writers_modules() -> None:
+    """Import what writing an episode and drafting it use, in the order a writer thread does
+    (PyAV to encode, then pyarrow's parquet for the frames): a thread that needs one meanwhile
+    waits for its import to finish rather than doing it again."""
+    import av  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+
 def clear_stale(folder: Path) -> None:
     """Delete the drafts of processes that are gone (a writer killed mid-run left them)."""
+    import psutil  # here: the writer stage calls it once, as a run starts
+
     try:
         entries = list(folder.iterdir())
     except OSError:

@@ -20,12 +20,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.parquet as pq
 import structlog
 
 from troupe.actors.lerobot.errors import InvalidData
@@ -49,6 +47,9 @@ from .format import (
 )
 from .stats import image_stats, stats_to_json, vector_stats
 from .video import VideoConfig, encode_video
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["EpisodeConfig", "EpisodeData", "write_episode"]
 
@@ -154,11 +155,15 @@ class EpisodeData:
 
 
 def _fixed_list(values: npt.NDArray[Any], width: int, kind: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
     flat = pa.array(np.ascontiguousarray(values).reshape(-1), type=kind)
     return pa.FixedSizeListArray.from_arrays(flat, width)
 
 
 def _frames_table(ep: EpisodeData) -> pa.Table:
+    import pyarrow as pa  # here, not as the module loads: see troupe.actors.lerobot's docstring
+
     actions, mask = ep.action_arrays()
     frame_index = np.arange(ep.length, dtype=np.int64)
     columns = [
@@ -208,6 +213,8 @@ def write_episode(store: OutputStore, episode: EpisodeData, config: EpisodeConfi
     if store.is_committed(episode.task_id):
         log.info("episode_already_committed", task_id=episode.task_id)
         return False
+    import pyarrow.parquet as pq
+
     with store.stage(episode.task_id) as staged:
         encoded = {}
         encoded[RGB_KEY] = encode_video(

@@ -6,12 +6,14 @@ files written while the run goes on (``dataset_drafts``): the same rows, so the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .format import FRAMES_FILE
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["episode_rows"]
 
@@ -22,6 +24,9 @@ def episode_rows(episode: Path, index: int, start: int, task_index: int, schema:
     Raises:
         pa.ArrowException, OSError: its frames file cannot be read.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     # ParquetFile.read, not read_table: a third of the CPU for one small file (no dataset
     # discovery, no thread pool).
     frames = pq.ParquetFile(episode / FRAMES_FILE).read(use_threads=False)

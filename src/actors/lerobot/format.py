@@ -13,13 +13,15 @@ range is also written into the depth feature's ``info`` (``depth.max_m``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 
 from .action_layout import ACTION_DIM, ACTION_NAMES
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "ACTION_KEY",
@@ -79,6 +81,8 @@ def video_file(key: str) -> str:
 
 def frame_schema() -> pa.Schema:
     """Arrow schema of one committed episode's frame rows (indices assigned at finalize)."""
+    import pyarrow as pa  # here: see troupe.actors.lerobot's docstring
+
     return pa.schema(
         [
             (STATE_KEY, pa.list_(pa.float32(), STATE_DIM)),
@@ -92,6 +96,8 @@ def frame_schema() -> pa.Schema:
 
 def data_schema() -> pa.Schema:
     """Arrow schema of the dataset's ``data/`` files: the frame rows plus global indices."""
+    import pyarrow as pa
+
     schema = frame_schema()
     for name in ("episode_index", "index", "task_index"):
         schema = schema.append(pa.field(name, pa.int64()))

@@ -24,7 +24,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 import numpy.typing as npt
 
@@ -99,6 +98,8 @@ class VideoInfo:
 @cache
 def best_codec() -> str:
     """Return "libx264" if this PyAV can encode H.264, else "mpeg4"."""
+    import av  # here, not as the module loads: see troupe.actors.lerobot's docstring
+
     if "libx264" in av.codecs_available:
         try:
             av.Codec("libx264", "w")
@@ -116,6 +117,8 @@ class SignatureMismatch(InvalidData):
 
 @contextmanager
 def _translated(what: str) -> Iterator[None]:
+    import av
+
     try:
         yield
     except av.FFmpegError as exc:
@@ -165,6 +168,8 @@ def encode_video(
     if codec == "libx264":
         options["x264-params"] = f"mbtree={int(config.mbtree)}"
     time_base = Fraction(1, fps)
+    import av
+
     with _translated(f"encoding {path}"), av.open(str(path), "w", format="mp4") as out:
         stream = out.add_stream(codec, rate=fps, options=options)
         if not isinstance(stream, av.VideoStream):
@@ -213,6 +218,8 @@ def decode_video(
     lo = start_s - tol
     hi = None if end_s is None else end_s - tol
     out: list[npt.NDArray[np.uint8]] = []
+    import av
+
     with _translated(f"decoding {path}"), av.open(str(path)) as container:
         stream = container.streams.video[0]
         if start_s > 0 and stream.time_base is not None:
@@ -237,6 +244,8 @@ def video_signature(path: Path) -> tuple[object, ...]:
         InvalidData: the file is not a video.
         OSError: the file cannot be read.
     """
+    import av
+
     with _translated(f"reading {path}"), av.open(str(path)) as container:
         return _stream_signature(container.streams.video[0])
 
@@ -300,6 +309,8 @@ class VideoConcat:
         self.spans: list[tuple[float, float]] = []
         self._frames = 0
         self._first: tuple[object, ...] | None = None
+        import av
+
         with _translated(f"remuxing into {dest}"):
             self._out: Any = av.open(str(dest), "w", format="mp4")
         self._stream: Any = None
@@ -328,6 +339,8 @@ class VideoConcat:
 
     def add(self, src: Path) -> tuple[float, float]:
         """Append ``src``'s packets, shifted past the sources before it; its span in seconds."""
+        import av
+
         with _translated(f"remuxing into {self.dest}"), av.open(str(src)) as container:
             stream = container.streams.video[0]
             # Checked on the container opened for its packets: opening every source once

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from support.file_digests import file_digests
-from troupe.actors.lerobot import episode as lerobot_episode
 from troupe.actors.lerobot import writer as lerobot_writer
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData, write_episode
 from troupe.actors.lerobot.errors import InvalidData
@@ -124,7 +123,7 @@ def test_disk_failure_hides_episode_and_retry_commits(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(lerobot_episode.pq, "write_table", full)
+    monkeypatch.setattr(pq, "write_table", full)  # what write_episode imports as it writes
     with pytest.raises(CommitError, match="task-a"):
         write_episode(store, _episode("task-a"))
     assert store.committed() == [] and list(store.staging_dir.iterdir()) == []
