@@ -100,6 +100,37 @@ async def test_an_import_still_going_after_ready_s_fails_the_run_naming_the_stag
     assert gone_within(int(mark.read_text()), WITHIN_S, reaped=True)
 
 
+PRELOADS_HANG = """
+from troupe.runtime.pipeline.stage import StageActor
+
+
+class Stage(StageActor):
+    preload_modules = ("troupe_test_hangs",)
+
+    def process(self, item):
+        return item
+"""
+
+
+async def test_a_preload_still_importing_after_ready_s_fails_the_run_naming_it(
+    tmp_path: Path, mark: Path
+) -> None:
+    """The class imports (its light template checks it, and the run goes on), but what it
+    names in ``preload_modules`` hangs: the run stops with the same line as for a class."""
+    (tmp_path / "troupe_test_preloads_hang.py").write_text(PRELOADS_HANG, encoding="utf-8")
+    cfg = PipelineConfig.model_validate(
+        {"name": "hangs", "items": 2, "stages": [{"name": "a", "actor": "troupe_test_preloads_hang:Stage"}]}
+    )
+    with anyio.fail_after(WITHIN_S * 2), pytest.raises(ConfigError) as refused:
+        async with early_template(cfg, "n", "hangs.toml", ready_s=15.0) as template:
+            assert await template.checked() is not None, "checked by the light template"
+            await anyio.sleep(WITHIN_S * 2)  # the run, which the hang ends
+    said = str(refused.value)
+    assert said.startswith("hangs.toml: stages' classes: importing 'troupe_test_hangs' took over 15 s"), said
+    assert "is a module a stage's class preloads" in said
+    assert gone_within(int(mark.read_text()), WITHIN_S, reaped=True)
+
+
 async def test_a_cancel_kills_the_child_check_hanging_in_an_import(tmp_path: Path, mark: Path) -> None:
     with anyio.fail_after(WITHIN_S):
         async with anyio.create_task_group() as tg:

@@ -313,6 +313,11 @@ class TemplateLink:
                 await _first(self._settled, self._check_known)
         return self._check
 
+    async def settled(self) -> None:
+        """Wait until the first template is ready, or given up on (``stuck`` says if in an
+        import), or the link stops."""
+        await self._settled.wait()
+
     def adopt(self, record: Callable[[int, str], None]) -> None:
         """Hand this running template to a node: ``record`` is told its pid, and any later one's."""
         self.record = record
@@ -331,6 +336,9 @@ class TemplateLink:
         With ``main="supervisor"`` the fork is the node's supervisor, on the node's own
         stderr (as a spawned one is), and only a template ready now forks it: while the first
         one still imports, a spawned supervisor imports alongside it, on another core.
+
+        The template's light sibling (``light_link.py``), once ready, forks the supervisor and
+        the workers whose classes it has whole; a worker waits for the first of the two.
         """
         if self._stopping:
             return None

@@ -79,29 +79,43 @@ async def early_template(
         installed_only=installed_only,
     )
     failure: BaseException | None = None
-    async with anyio.create_task_group() as tg:
-        await link.start(tg)
-        try:
-            async with anyio.create_task_group() as watching:
-                if on_importing is not None:
-                    watching.start_soon(_tell_importing, link, on_importing, started)
-                found = await link.checked()
-                watching.cancel_scope.cancel()
-            if found is None and link.stuck is not None:
-                raise ConfigError(_stuck_message(source, checks, link.stuck, link.ready_s))
-            if found is None:  # the template could not check: the child says what went wrong
-                await check_stage_actors_async(cfg, source, installed_only=installed_only)
-            elif found.failure is not None:
-                where, error = found.failure
-                raise ConfigError(f"{source}: {where}: {error}")
-            yield link
-        except BaseException as exc:  # raised below as it is, not wrapped in this group's
-            failure = exc
-        finally:
-            with anyio.CancelScope(shield=True):
-                await link.stop()
+    try:
+        async with anyio.create_task_group() as tg:
+            await link.start(tg)
+            try:
+                async with anyio.create_task_group() as watching:
+                    if on_importing is not None:
+                        watching.start_soon(_tell_importing, link, on_importing, started)
+                    found = await link.checked()
+                    watching.cancel_scope.cancel()
+                if found is None and link.stuck is not None:
+                    raise ConfigError(_stuck_message(source, checks, link.stuck, link.ready_s))
+                if found is None:  # the template could not check: the child says what went wrong
+                    await check_stage_actors_async(cfg, source, installed_only=installed_only)
+                elif found.failure is not None:
+                    where, error = found.failure
+                    raise ConfigError(f"{source}: {where}: {error}")
+                # Checked by its light sibling, the template may still import what the classes
+                # preload: one that hangs there stops the run as a hang in a class would.
+                tg.start_soon(_refuse_if_stuck, link, source, checks)
+                yield link
+            except BaseException as exc:  # raised below as it is, not wrapped in this group's
+                failure = exc
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await link.stop()
+    except* ConfigError as group:  # the template stuck in a preload (_refuse_if_stuck)
+        raise group.exceptions[0] from None
     if failure is not None:
         raise failure
+
+
+async def _refuse_if_stuck(link: TemplateLink, source: str, checks: list[Check]) -> None:
+    """Once the first template is ready or given up: a ConfigError if it was given up in an
+    import (of what a class preloads, its light sibling having checked the classes)."""
+    await link.settled()
+    if link.stuck is not None:
+        raise ConfigError(_stuck_message(source, checks, link.stuck, link.ready_s))
 
 
 async def _tell_importing(link: TemplateLink, on_importing: OnImporting, started: float) -> None:
