@@ -43,10 +43,7 @@ class LightTemplate:
         self.sock = sock
         self.lock = anyio.Lock()
         self.complete: frozenset[str] = frozenset()
-        self.check: Any = False  # its hello's ``check_failure``; absent (False): it did not check
-        self.settled = anyio.Event()  # ready, or gone
         self.ready = False
-        self.forks = 0
 
     def takes(self, main: str, modules: Iterable[str]) -> bool:
         """Whether it forks this child: the supervisor, or a worker of classes it has whole."""
@@ -55,9 +52,7 @@ class LightTemplate:
     def on_hello(self, hello: dict[str, Any]) -> None:
         """Its hello came: it forks from now on."""
         self.complete = frozenset(str(c) for c in hello.get("complete", ()) if isinstance(c, str))
-        self.check = hello.get("check_failure", False)
         self.ready = True
-        self.settled.set()
         log.info("light_template_ready", node=self.node, light_pid=self.pid, classes=len(self.complete))
 
     def close(self, why: str | None = None) -> None:
@@ -65,7 +60,6 @@ class LightTemplate:
         if why is not None and self.ready:
             log.warning("light_template_failed", node=self.node, light_pid=self.pid, error=why)
         self.ready = False
-        self.settled.set()
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGTERM)
         self.sock.close()

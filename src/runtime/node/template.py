@@ -80,10 +80,7 @@ def main() -> None:
     """Entry point: preload, then serve fork requests until the node goes; returns only in a
     forked worker, which then runs as a worker process."""
     parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _die_with_parent()
     # Its node stops it (SIGTERM, or the socket's end); Ctrl-C at the terminal is the node's.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(os.environ.pop(FD_ENV)))
@@ -101,7 +98,8 @@ def main() -> None:
     set_role("template")
 
     node = os.environ.pop(NODE_ENV, "?")
-    name_process(f"troupe template (node {node})", "troupe-template")
+    title = "troupe template"
+    name_process(f"{title} (node {node})", "troupe-template")
     names = [*BASE_MODULES, *wanted]
     # The classes first, without what they preload: a light sibling forked here serves the
     # workers that need no more (and the supervisor) while this one imports torch, say.
@@ -109,14 +107,13 @@ def main() -> None:
     light_sock = fork_light(sock) if lazy and _preloads_pending(names, skipped) else None
     light = light_sock is not None
     if light_sock is not None:
-        sock, lazy, parent = light_sock, False, os.getppid()
+        sock, lazy, parent, title = light_sock, False, os.getppid(), "troupe light template"
         set_role("light template")
-        name_process(f"troupe light template (node {node})", "troupe-template")
+        name_process(f"{title} (node {node})", "troupe-template")
     elif lazy:
         more, more_skipped = _preload([n for n in names if n not in skipped], _telling(sock))
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
-    title = "troupe light template" if light else "troupe template"
     if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
         later = _receive_later(sock)
         if later is None:  # the command ended without a node for it
@@ -148,6 +145,14 @@ def main() -> None:
         return
     _become_worker(job)
     _run_main(MAINS[job.get("main", "worker")])
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (a fork does not inherit it)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _receive_later(sock: socket.socket) -> dict[str, Any] | None:
@@ -204,14 +209,13 @@ def _preload(
         if name in seen:
             continue
         seen.add(name)
-        module, _, cls_name = name.partition(":")
+        module = name.partition(":")[0]
         if tell is not None and module not in sys.modules:
             tell(name)
         try:
-            loaded = importlib.import_module(module)
+            importlib.import_module(module)
             imported.append(module)
-            classes = [getattr(loaded, cls_name, None)] if cls_name else _classes_of(loaded)
-            extra = [m for cls in classes for m in _lazy_imports(cls)] if lazy else []
+            extra = _extras([name]) if lazy else []
             if extra:
                 more, failed = _preload(extra, tell, seen)
                 imported += more
@@ -223,19 +227,20 @@ def _preload(
 
 def _preloads_pending(names: list[str], skipped: dict[str, str]) -> bool:
     """Whether a class among ``names`` (imported) preloads a module not imported yet."""
-    return any(m not in sys.modules for m in _extras(n for n in names if n not in skipped))
+    return not _has_all(n for n in names if n not in skipped)
 
 
 def complete_classes(names: Iterable[str]) -> list[str]:
     """The classes among ``names`` (``pkg.mod:Class``) imported here along with all they
     preload: a worker of these alone needs nothing more than this process has."""
     return [
-        n
-        for n in dict.fromkeys(names)
-        if ":" in n
-        and n.partition(":")[0] in sys.modules
-        and not [m for m in _extras([n]) if m not in sys.modules]
+        n for n in dict.fromkeys(names) if ":" in n and n.partition(":")[0] in sys.modules and _has_all([n])
     ]
+
+
+def _has_all(names: Iterable[str]) -> bool:
+    """Whether every module the imported classes or modules among ``names`` preload is imported."""
+    return all(m in sys.modules for m in _extras(names))
 
 
 def _extras(names: Iterable[str]) -> list[str]:
@@ -272,10 +277,7 @@ def fork_light(sock: socket.socket) -> socket.socket | None:
     if pid == 0:  # it lives as long as this template does (the node stops this one)
         theirs.close()
         sock.close()
-        if sys.platform.startswith("linux"):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        _die_with_parent()
         if os.getppid() != template:
             os._exit(0)
         return ours

@@ -300,7 +300,7 @@ class TemplateLink:
             self._light_settled.set()
             return
         light.on_hello(hello)
-        self._take_check(light.check)
+        self._take_check(hello.get("check_failure", False))
         self._light_settled.set()
 
     async def checked(self) -> ClassCheck | None:
@@ -357,7 +357,6 @@ class TemplateLink:
                         light.close(repr(exc))  # its template forks instead
                         forked = None
                     if forked is not None:
-                        light.forks += 1
                         self.forks += 1
                         return forked
         if worker and not self._settled.is_set():
