@@ -45,10 +45,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from troupe.runtime.node.deferred_stop import DeferredStop
+from troupe.runtime.node.template_preload import complete_classes, preload, preloads_pending, telling
 from troupe.template_prestart import CHECK_ONLY_ENV, CHECKS_ENV, FD_ENV, LATER_ENV, MODULES_ENV, NODE_ENV
 
 __all__ = [
@@ -103,15 +103,15 @@ def main() -> None:
     names = [*BASE_MODULES, *wanted]
     # The classes first, without what they preload: a light sibling forked here serves the
     # workers that need no more (and the supervisor) while this one imports torch, say.
-    imported, skipped = _preload(names, _telling(sock), lazy=False)
-    light_sock = fork_light(sock) if lazy and _preloads_pending(names, skipped) else None
+    imported, skipped = preload(names, telling(sock), lazy=False)
+    light_sock = fork_light(sock) if lazy and preloads_pending(names, skipped) else None
     light = light_sock is not None
     if light_sock is not None:
         sock, lazy, parent, title = light_sock, False, os.getppid(), "troupe light template"
         set_role("light template")
         name_process(f"{title} (node {node})", "troupe-template")
     elif lazy:
-        more, more_skipped = _preload([n for n in names if n not in skipped], _telling(sock))
+        more, more_skipped = preload([n for n in names if n not in skipped], telling(sock))
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
     if os.environ.pop(LATER_ENV, ""):  # started ahead (template_prestart.py): now its node speaks
@@ -122,7 +122,7 @@ def main() -> None:
         name_process(f"{title} (node {node})", "troupe-template")
         told = [str(m) for m in later.get("modules", ())]
         names += told
-        more, more_skipped = _preload(told, _telling(sock), lazy=lazy)
+        more, more_skipped = preload(told, telling(sock), lazy=lazy)
         imported += [m for m in more if m not in imported]
         skipped.update(more_skipped)
         checks = later.get("checks", [])
@@ -175,87 +175,6 @@ def _run_main(module_name: str) -> NoReturn:
     run_and_exit(module.main)
 
 
-def _telling(sock: socket.socket) -> Callable[[str], None]:
-    """Tell the node what is imported next (``{"importing": name}``, before the hello): a
-    module that hangs as it imports is named while the node waits, not after its timeout.
-    Never blocks: a message the socket has no room for is dropped (the next one says more)."""
-
-    def tell(name: str) -> None:
-        try:
-            sock.send(json.dumps({"importing": name}).encode(), socket.MSG_DONTWAIT)
-        except OSError:
-            pass
-
-    return tell
-
-
-def _preload(
-    names: list[str],
-    tell: Callable[[str], None] | None = None,
-    seen: set[str] | None = None,
-    lazy: bool = True,
-) -> tuple[list[str], dict[str, str]]:
-    """Import ``names``: modules, or classes (``pkg.mod:Class``) whose module is imported and
-    then what the class names in ``preload_modules`` (what it imports lazily: torch, say); a
-    module alone brings what each class defined in it names so (a node's ``preload`` of an
-    actors' module makes every actor there start fast, as naming each class would).
-    One that fails is skipped (its worker imports it as a spawned one would, and reports the
-    error there). ``tell`` is told each name before its import (``_telling``); ``lazy``: False
-    leaves out what the classes name in ``preload_modules`` (a template for a check alone)."""
-    imported: list[str] = []
-    skipped: dict[str, str] = {}
-    seen = set() if seen is None else seen  # a class naming its own module is imported once
-    for name in dict.fromkeys(names):
-        if name in seen:
-            continue
-        seen.add(name)
-        module = name.partition(":")[0]
-        if tell is not None and module not in sys.modules:
-            tell(name)
-        try:
-            importlib.import_module(module)
-            imported.append(module)
-            extra = _extras([name]) if lazy else []
-            if extra:
-                more, failed = _preload(extra, tell, seen)
-                imported += more
-                skipped.update(failed)
-        except BaseException as exc:  # a module's import may even sys.exit
-            skipped[name] = f"{type(exc).__name__}: {exc}"[:300]
-    return imported, skipped
-
-
-def _preloads_pending(names: list[str], skipped: dict[str, str]) -> bool:
-    """Whether a class among ``names`` (imported) preloads a module not imported yet."""
-    return not _has_all(n for n in names if n not in skipped)
-
-
-def complete_classes(names: Iterable[str]) -> list[str]:
-    """The classes among ``names`` (``pkg.mod:Class``) imported here along with all they
-    preload: a worker of these alone needs nothing more than this process has."""
-    return [
-        n for n in dict.fromkeys(names) if ":" in n and n.partition(":")[0] in sys.modules and _has_all([n])
-    ]
-
-
-def _has_all(names: Iterable[str]) -> bool:
-    """Whether every module the imported classes or modules among ``names`` preload is imported."""
-    return all(m in sys.modules for m in _extras(names))
-
-
-def _extras(names: Iterable[str]) -> list[str]:
-    """What the imported classes or modules among ``names`` name in ``preload_modules``."""
-    found: list[str] = []
-    for name in names:
-        module, _, cls_name = name.partition(":")
-        loaded = sys.modules.get(module)
-        if loaded is None:
-            continue
-        classes = [getattr(loaded, cls_name, None)] if cls_name else _classes_of(loaded)
-        found += [m for cls in classes for m in _lazy_imports(cls)]
-    return found
-
-
 def fork_light(sock: socket.socket) -> socket.socket | None:
     """Fork the light template, a sibling of this one with the classes imported but not what
     they preload: the node forks the workers that need no more from it (and its supervisor)
@@ -290,19 +209,6 @@ def fork_light(sock: socket.socket) -> socket.socket | None:
     finally:
         theirs.close()
     return None
-
-
-def _classes_of(module: Any) -> list[type]:
-    """The classes ``module`` defines itself (not those it imports)."""
-    name = module.__name__
-    return [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == name]
-
-
-def _lazy_imports(cls: Any) -> list[str]:
-    """The modules a class names in ``preload_modules`` (none where it names none, or not as a
-    tuple or list)."""
-    extra = getattr(cls, "preload_modules", ())
-    return [str(m).partition(":")[0] for m in extra] if isinstance(extra, tuple | list) else []
 
 
 def _read_codec_entry_points() -> None:
@@ -387,7 +293,7 @@ def _serve(sock: socket.socket, parent: int, lazy: bool = True) -> dict[str, Any
             _kill(pid)
             return None
         # Learnt for the next fork (a restart, another replica), after this one is under way.
-        _preload(list(job.get("modules", ())), lazy=lazy)
+        preload(list(job.get("modules", ())), lazy=lazy)
         gc.freeze()
 
 

@@ -187,10 +187,10 @@ def test_the_template_imports_what_a_class_names_in_preload_modules() -> None:
     here, as the template is); a class that does not import is skipped with its error."""
     code = (
         "import json, sys\n"
-        "from troupe.runtime.node.template import _preload\n"
+        "from troupe.runtime.node.template_preload import preload\n"
         "told = []\n"
         "names = ['troupe.actors.datagen.lifecycle:RaycastRenderer', 'no_such_fs:X']\n"
-        "print(json.dumps([*_preload(names, told.append), told]))\n"
+        "print(json.dumps([*preload(names, told.append), told]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
@@ -213,8 +213,8 @@ def test_a_preloaded_module_brings_what_its_classes_name_in_preload_modules() ->
     0.8 s, on a node whose config named only the module)."""
     code = (
         "import json\n"
-        "from troupe.runtime.node.template import _preload\n"
-        "print(json.dumps(_preload(['troupe.actors.datagen.lifecycle'])))\n"
+        "from troupe.runtime.node.template_preload import preload\n"
+        "print(json.dumps(preload(['troupe.actors.datagen.lifecycle'])))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
