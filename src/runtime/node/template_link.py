@@ -352,7 +352,7 @@ class TemplateLink:
             async with light.lock:
                 if light.ready:
                     try:
-                        forked = await _fork(light.sock, env, modules, main)
+                        forked = await _fork(light.sock, env, modules, main, self.node)
                     except (TimeoutError, OSError, ValueError) as exc:
                         light.close(repr(exc))  # its template forks instead
                         forked = None
@@ -367,7 +367,7 @@ class TemplateLink:
             if sock is None or not self._ready.is_set():
                 return None
             try:
-                forked = await _fork(sock, env, modules, main)
+                forked = await _fork(sock, env, modules, main, self.node)
             except (TimeoutError, OSError, ValueError) as exc:
                 log.warning("template_fork_failed", node=self.node, error=repr(exc))
                 self._kill()  # it is stuck or broken: a new one starts
@@ -449,7 +449,7 @@ async def _send_fds(sock: socket.socket, data: bytes, fd: int | None = None) -> 
 
 
 async def _fork(
-    sock: socket.socket, env: dict[str, str], modules: list[str], main: str
+    sock: socket.socket, env: dict[str, str], modules: list[str], main: str, node: str
 ) -> ForkedProcess | None:
     """Ask the template (or its light sibling) on ``sock`` to fork ``main``; None when it
     refused (said why); raises when it is stuck or broken."""
@@ -470,7 +470,7 @@ async def _fork(
         raise
     if "pid" not in reply:
         _close(read_end)
-        log.info("template_fork_refused", error=reply.get("error"))
+        log.info("template_fork_refused", node=node, error=reply.get("error"))
         return None
     return ForkedProcess(int(reply["pid"]), read_end if worker else None)
 

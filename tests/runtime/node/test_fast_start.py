@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from structlog.testing import capture_logs
 
 from support.local_node import ECHO, echo_node_config, running_node
 from troupe.runtime.core.client import connect
@@ -116,6 +117,25 @@ async def test_a_forked_worker_that_fails_to_start_reports_its_error(tmp_path: P
         handle = node.workers["w-bad"]
         assert handle.describe()["start"] == "fork"
         assert "No module named 'no_such_module_fs'" in (handle.last_error or "")
+
+
+async def test_a_worker_started_from_another_cwd_is_spawned_and_the_refusal_names_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template's imports were made from the node's cwd: a worker asked for from another one
+    is refused by the template (logged with the node's name) and spawned instead, and serves."""
+    cfg = _config(tmp_path)
+    async with _node(cfg) as node:
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        with capture_logs() as logs:
+            await node._spawn_worker({"name": "w-moved", "actors": [{"name": "echo", "class": ECHO.cls}]})
+        refused = [e for e in logs if e["event"] == "template_fork_refused"]
+        assert refused and refused[0]["node"] == cfg.name
+        assert "cwd or PYTHONPATH differs" in refused[0]["error"]
+        assert node.workers["w-moved"].describe()["start"] == "spawn"
+        assert await _echo(cfg, "w-moved", "here") == "here"
 
 
 async def test_the_nodes_stop_leaves_no_worker_and_no_template(tmp_path: Path) -> None:
