@@ -26,7 +26,10 @@ another actor would refuse it too.
 Each rank keeps its own view of the actors' health, so a dead actor does not cost every later
 group a failure (or a whole deadline, when it hangs): after a failure the round robin passes over
 the actor for a back-off (``retry_after_s``, doubling up to ``retry_after_max_s``), then sends it
-one group, the probe: a success makes it healthy again, a failure doubles the back-off. The
+one group, the probe: a success makes it healthy again, a failure doubles the back-off. A probe
+waits a few times the slowest recent answer (:func:`probe_wait_s`), not the whole deadline: an
+actor whose node died has nobody listening, so its asks would wait out ``deadline_s`` (a minute),
+and the rank, which trains no batch with a missing group, with them, at every probe. The
 healthy actors share the skipped actor's turns evenly, since the round robin moves on over them
 alone. When every actor a group may still try is backed off, it goes to the one whose back-off
 ends first rather than failing.
@@ -41,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +69,7 @@ __all__ = [
     "TrainStep",
     "actor_encoder",
     "encode_video",
+    "probe_wait_s",
     "split_groups",
     "train_local",
     "train_remote",
@@ -117,6 +122,8 @@ class InflightConfig:
         max_steps: stop after this many train steps (None: when the batches run out).
         retry_after_s: seconds an actor is passed over after a failure before a group probes it.
         retry_after_max_s: the most that back-off grows to, doubling after each failed probe.
+        probe_deadline_s: seconds a probe waits before its group goes on to the next actor; None:
+            :func:`probe_wait_s` of the rank's recent answers.
     """
 
     inflight: int = 2
@@ -126,6 +133,7 @@ class InflightConfig:
     max_steps: int | None = None
     retry_after_s: float = 1.0
     retry_after_max_s: float = 30.0
+    probe_deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("inflight", "group_size"):
@@ -138,6 +146,10 @@ class InflightConfig:
             raise ValueError(f"InflightConfig.deadline_s={self.deadline_s!r}: expected a positive time")
         if self.max_steps is not None and self.max_steps < 0:
             raise ValueError(f"InflightConfig.max_steps={self.max_steps!r}: expected None or >= 0")
+        if self.probe_deadline_s is not None and not self.probe_deadline_s > 0:
+            raise ValueError(
+                f"InflightConfig.probe_deadline_s={self.probe_deadline_s!r}: expected None or a positive time"
+            )
         if not self.retry_after_s > 0:
             raise ValueError(f"InflightConfig.retry_after_s={self.retry_after_s!r}: expected a positive time")
         if not self.retry_after_max_s >= self.retry_after_s:
@@ -270,6 +282,23 @@ class _Dispatch:
         h.until = self.clock() + h.backoff
 
 
+PROBE_ANSWERS = 32
+"""The recent answered asks whose slowest sets a probe's wait."""
+PROBE_FACTOR = 4.0
+PROBE_MIN_S = 1.0
+
+
+def probe_wait_s(config: InflightConfig, answered: Collection[float]) -> float:
+    """Seconds a probe waits: ``config.probe_deadline_s`` where set; else ``PROBE_FACTOR`` times
+    the slowest of ``answered`` (the rank's last ``PROBE_ANSWERS`` answered asks, in seconds), at
+    least ``PROBE_MIN_S``; never more than ``deadline_s``, which is the wait before any answer."""
+    if config.probe_deadline_s is not None:
+        return min(config.probe_deadline_s, config.deadline_s)
+    if not answered:
+        return config.deadline_s
+    return min(config.deadline_s, max(PROBE_MIN_S, PROBE_FACTOR * max(answered)))
+
+
 def _video_of(batch: Any, index: int) -> torch.Tensor:
     if not isinstance(batch, dict) or "video" not in batch:
         keys = sorted(map(str, batch)) if isinstance(batch, dict) else type(batch).__name__
@@ -373,6 +402,7 @@ class _Rank:
         self.config = config
         self.result = TrainResult(requests=[0] * max(n_actors, 0), skipped=[0] * max(n_actors, 0))
         self.dispatch = _Dispatch(n_actors, config, clock, self.result.skipped)
+        self.answered: deque[float] = deque(maxlen=PROBE_ANSWERS)  # seconds, for probe_wait_s
         self.slots = anyio.Semaphore(config.inflight)
         # The producer's batches, the groups' latents and the final count share one stream, so the
         # receiver sees a batch before its groups. Unbounded: the slots bound what is out (K
@@ -392,8 +422,10 @@ class _Rank:
             self.result.requests[actor] += 1
             if attempt:
                 self.result.retries += 1
+            wait = probe_wait_s(self.config, self.answered) if probe else self.config.deadline_s
+            sent = time.perf_counter()
             try:
-                with anyio.fail_after(self.config.deadline_s):
+                with anyio.fail_after(wait):
                     latents = await self.encode(actor, group)
             except RETRYABLE as exc:
                 self.dispatch.failed(actor, probe)
@@ -403,6 +435,7 @@ class _Rank:
                 if probe:  # cancelled, or a failure that ends the run: no answer is coming
                     self.dispatch.health[actor].probing = False
                 raise
+            self.answered.append(time.perf_counter() - sent)
             self.dispatch.succeeded(actor)
             await self.returns_in.send(("group", group.batch, group.index, latents))
             return

@@ -19,6 +19,7 @@ from troupe.actors.training.inflight import (
     SampleGroup,
     _Dispatch,
     encode_video,
+    probe_wait_s,
     train_remote,
 )
 from troupe.runtime import Unreachable
@@ -159,6 +160,56 @@ def test_with_every_actor_backed_off_a_group_goes_to_the_one_free_soonest() -> N
     assert dispatch.pick() == (0, True)
     assert dispatch.pick() == (2, False)
     assert skipped == [2, 2, 0]
+
+
+class _GoneNode(_Cluster):
+    """Actor 1's node died: its first ask fails as the connection ends (``PeerLost``'s case), and
+    every later one waits, as an ask to an address where nobody listens does, until cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda _actor, _now: False)
+        self.unanswered = 0
+
+    async def encode(self, actor: int, group: SampleGroup) -> torch.Tensor:
+        if actor == 1 and any(a == 1 for a, _, _ in self.asks):
+            self.asks.append((actor, self.now, False))
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self.unanswered += 1  # the probe gave up on it
+        return await super().encode(actor, group) if actor != 1 else self._gone(actor)
+
+    def _gone(self, actor: int) -> torch.Tensor:
+        self.asks.append((actor, self.now, False))
+        raise Unreachable(f"encoder {actor}'s connection ended")
+
+
+async def test_a_probe_of_an_actor_nobody_answers_gives_up_after_its_probe_wait_not_the_deadline() -> None:
+    """A lost node's encoder stalled its rank a minute (``deadline_s``) at every probe: its asks
+    wait where nobody listens, and no batch trains with a missing group. The probe now gives up
+    after a few times the slowest recent answer (at least a second), and its group goes on."""
+    cluster = _GoneNode()
+    batches = _batches(16)
+    config = InflightConfig(group_size=1, deadline_s=3600.0, retry_after_s=1.0, retry_after_max_s=1.0)
+    with anyio.fail_after(600):  # a guard against a hang (the deadline is an hour), not a speed bound
+        result = await train_remote(batches, cluster.step, cluster.encode, 3, config, clock=cluster.clock)
+    expected = [float(encode_video(cluster.module, b["video"]).sum()) for b in batches]
+    assert result.losses == pytest.approx(expected)
+    probes = [t for t, ok in cluster.sent_to(1)][1:]
+    assert probes and cluster.unanswered == len(probes)
+    assert result.requests[1] == 1 + len(probes) and result.retries == 1 + len(probes)
+
+
+def test_a_probes_wait_is_a_few_times_the_slowest_recent_answer_within_the_deadline() -> None:
+    config = InflightConfig(deadline_s=60.0)
+    assert probe_wait_s(config, []) == 60.0  # nothing answered yet: the deadline
+    assert probe_wait_s(config, [0.1, 0.5, 0.2]) == pytest.approx(2.0)
+    assert probe_wait_s(config, [0.01]) == 1.0  # at least a second
+    assert probe_wait_s(config, [30.0]) == 60.0  # at most the deadline
+    assert probe_wait_s(InflightConfig(deadline_s=60.0, probe_deadline_s=0.3), [5.0]) == 0.3
+    assert probe_wait_s(InflightConfig(deadline_s=2.0, probe_deadline_s=9.0), []) == 2.0
+    with pytest.raises(ValueError, match=r"probe_deadline_s=0: expected None or a positive time"):
+        InflightConfig(probe_deadline_s=0)
 
 
 async def test_back_off_settings_are_checked() -> None:
