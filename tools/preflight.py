@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from troupe.runtime.core.config_messages import validation_message
-from troupe.runtime.core.loading import check_node_actors
+from troupe.runtime.core.loading import check_node_actors, check_node_preload
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import NodeConfig, check_endpoint, is_loopback, load_node_config
@@ -264,6 +264,7 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     """
     try:
         cfg: NodeConfig = load_node_config(config, **options)
+        check_node_preload(cfg, str(config) if config else "defaults")
         check_node_actors(cfg, str(config) if config else "defaults", on_slow=_say)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_node_actors",
+    "check_node_preload",
     "check_stage_actors",
     "check_stage_actors_async",
     "first_failure",
@@ -117,6 +118,31 @@ def check_node_actors(cfg: NodeConfig, source: str, on_slow: Callable[[str], Non
         ],
         on_slow,
     )
+
+
+def check_node_preload(cfg: NodeConfig, source: str) -> None:
+    """Find (not import) the top-level package of each module in ``[node] preload``.
+
+    No worker imports a preload of its own accord, so one misspelt or not installed would be
+    skipped by the template with nobody to say so; finding the package costs no import (one a
+    found module raises as it imports is logged by the template at warning).
+
+    Raises:
+        ConfigError: one line naming ``source``, the entry and where it was looked for.
+    """
+    for entry in cfg.preload:
+        module = entry.partition(":")[0]
+        top = module.partition(".")[0]
+        try:
+            found = bool(top) and importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing = ModuleNotFoundError(f"No module named {top!r}", name=top)
+            raise ConfigError(
+                f"{source}: node.preload: {entry!r} is not installed here: No module named {top!r}"
+                + _where_hint(missing, module)
+            )
 
 
 def check_stage_actors(cfg: PipelineConfig, source: str) -> None:

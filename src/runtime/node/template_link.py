@@ -261,8 +261,10 @@ class TemplateLink:
             self._kill()
             return
         self.importing = None
-        if hello.get("skipped"):  # their workers import them as spawned ones would, and say why
-            log.info("template_skipped_modules", node=self.node, skipped=hello["skipped"])
+        if hello.get("skipped"):
+            # A class's workers import it as spawned ones would, and say why; a node's preload
+            # that raised on import has nobody else to say so.
+            log.warning("template_skipped_modules", node=self.node, skipped=hello["skipped"])
         log.info(
             "template_ready", node=self.node, template_pid=self.pid, imported=len(hello.get("imported", ()))
         )
