@@ -238,6 +238,16 @@ def _counts(tasks: dict[str, int]) -> str:
     return ", ".join(f"{state} {n}" for state, n in tasks.items() if n) or "none"
 
 
+def live_figures(node: dict[str, Any]) -> dict[str, Any]:
+    """A node's figures that hold only while it lives (its processes, load and free memory, from
+    its last beat); none for a dead node, whose last beat's are long out of date."""
+    if not node.get("alive"):
+        return {}
+    r = node.get("resources") or {}
+    held = {k: r[k] for k in ("load1", "mem_available_mib") if k in r}
+    return {"processes": node.get("processes", "-"), **held}
+
+
 def master_tables(status: dict[str, Any]) -> list[Table]:
     """Render a master ``status`` reply: summary, nodes, busiest workers, jobs."""
     name = str(status["master"])  # "master" unless `master start --name` gave another
@@ -280,15 +290,16 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         nodes.add_column(col, no_wrap=col not in ("alive", "mem free MiB", "tags", "last beat"))
     for n in status["nodes"]:
         r = n.get("resources") or {}
+        live = live_figures(n)
         nodes.add_row(
             escape(str(n["node"])),
             ("yes" if n["alive"] else "[red]dead[/]")
             + (", [yellow]draining[/]" if n.get("draining") else ""),
             str(n["workers"]),
-            str(n.get("processes", "-")),
+            str(live.get("processes", "-")),
             str(r.get("cpus", "-")),
-            str(r.get("load1", "-")),
-            str(r.get("mem_available_mib", "-")),
+            str(live.get("load1", "-")),
+            str(live.get("mem_available_mib", "-")),
             str(r.get("gpus", "-")),
             escape(", ".join(map(str, n.get("tags") or ()))) or "-",  # wraps between tags, uncut
             _code_cell(n.get("code")),

@@ -276,3 +276,16 @@ def test_the_nodes_table_says_which_node_drains_and_how_many_processes_each_runs
     body = rows(master_tables(reply))
     assert body["n1"][1:4] == ["yes, draining", "0", "3"], body["n1"]
     assert body["n2"][1:4] == ["yes", "0", "0"], body["n2"]
+
+
+def test_a_dead_node_shows_no_figures_of_its_last_beat() -> None:
+    """A node the master declared dead kept its last beat's processes, load and free memory in
+    ``ctl status`` (``dead ... processes 4``) long after they were gone."""
+    reply = master_reply("master")
+    resources = {"cpus": 2, "load1": 1.5, "mem_available_mib": 900, "gpus": 0}
+    node = {"draining": False, "processes": 4, "workers": 2, "tags": [], "last_beat_age_s": 40.0}
+    node["resources"] = resources
+    reply["nodes"] = [{**node, "node": "n1", "alive": True}, {**node, "node": "n2", "alive": False}]
+    body = rows(master_tables(reply))
+    assert body["n1"][3:7] == ["4", "2", "1.5", "900"], body["n1"]
+    assert body["n2"][1] == "dead" and body["n2"][3:7] == ["-", "2", "-", "-"], body["n2"]

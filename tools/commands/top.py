@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from troupe.cli.client import endpoint_option, fail, node_status, run_async
-from troupe.cli.master_client import absent_master, master_status, reachable
+from troupe.cli.master_client import absent_master, live_figures, master_status, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -160,7 +160,6 @@ def _nodes(now: Look) -> Table:
     mine = now.node or {}
     listed = set()
     for n in (now.master or {}).get("nodes", ()):
-        r = n.get("resources") or {}
         here = n.get("node") == mine.get("node")
         listed.add(n.get("node"))
         table.add_row(
@@ -169,8 +168,8 @@ def _nodes(now: Look) -> Table:
             str(n.get("workers", "-")),
             f"{mine['uptime_s']:.0f} s" if here and "uptime_s" in mine else "-",
             str(mine.get("rss_mib", "-")) if here else "-",
-            str(r.get("load1", "-")),
-            str(r.get("mem_available_mib", "-")),
+            str(live_figures(n).get("load1", "-")),
+            str(live_figures(n).get("mem_available_mib", "-")),
             f"{n.get('last_beat_age_s', 0):.1f} s ago",
         )
     if mine and mine.get("node") not in listed:  # no master, or this node has not joined it
