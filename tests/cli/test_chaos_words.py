@@ -40,6 +40,17 @@ def test_what_fired_is_said_in_words() -> None:
     assert fired_words({"slow": 1, "drop": 3}) == "fired: drop 3 times, slow once"
 
 
+def test_a_worker_restarted_since_its_faults_were_armed_is_said_so() -> None:
+    """A hang_with_gil that fired killed its worker and the record of it: the heal said
+    "nothing had fired"."""
+    restarted = {"kinds": ["hang_with_gil"], "exit": "no_heartbeat (SIGKILL)"}
+    assert fired_words({}, restarted) == (
+        "restarted since its faults (hang_with_gil) were armed: the process that had them ended "
+        "(no_heartbeat (SIGKILL)), and what fired went with it"
+    )
+    assert fired_words({"slow": 1}, restarted) == "fired: slow once"  # armed again after the restart
+
+
 def test_a_healed_partition_is_said_with_what_it_refused() -> None:
     """A partition fires no handler: its heal said only `nothing had fired`."""
     healed = {"partitioned_peers": ["tcp://127.0.0.1:9"], "refused": {"tcp://127.0.0.1:9": 12}}

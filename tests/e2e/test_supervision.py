@@ -203,6 +203,12 @@ async def test_hang_with_gil_is_killed_for_no_heartbeat_and_restarted(one: Clust
     assert after["exit"].startswith("no_heartbeat")
     async with one.client() as rt:
         assert await rt.ref("w-one/echo").ask("echo", "thawed") == "thawed"
+    # What fired went with the killed process: the heal says it restarted, not "nothing fired".
+    healed = (await one.heal("w-one"))["workers"]["w-one"]
+    assert healed["fired"] == {}
+    assert healed["restarted_since_armed"]["kinds"] == ["hang_with_gil"]
+    assert healed["restarted_since_armed"]["exit"].startswith("no_heartbeat")
+    assert "restarted_since_armed" not in (await one.heal("w-one"))["workers"]["w-one"]  # said once
 
 
 async def test_stall_is_killed_by_the_progress_timeout(one: Cluster) -> None:

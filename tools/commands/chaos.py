@@ -116,12 +116,22 @@ def heal(
         if isinstance(result, dict) and "error" in result:
             console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
         else:
-            said = fired_words(result.get("fired") or {}) + partition_words(result)
+            said = fired_words(result.get("fired") or {}, result.get("restarted_since_armed"))
+            said += partition_words(result)
             console.print(f"{escape(name)}: healed; {escape(said)}")
 
 
-def fired_words(fired: dict[str, Any]) -> str:
-    """``nothing had fired`` or ``fired: drop 3 times, slow once`` (a bare ``fired {}`` before)."""
+def fired_words(fired: dict[str, Any], restarted: dict[str, Any] | None = None) -> str:
+    """``nothing had fired`` or ``fired: drop 3 times, slow once`` (a bare ``fired {}`` before);
+    for a worker restarted since its faults were armed (``restarted``: their kinds and how its
+    process ended), that its record went with that process: it said nothing had fired."""
+    if restarted and not fired:
+        kinds = ", ".join(map(str, restarted.get("kinds") or ())) or "faults"
+        ended = f" ({restarted['exit']})" if restarted.get("exit") else ""
+        return (
+            f"restarted since its faults ({kinds}) were armed: the process that had them ended{ended}, "
+            "and what fired went with it"
+        )
     if not fired:
         return "nothing had fired"
     said = [f"{kind} {'once' if n == 1 else f'{n} times'}" for kind, n in sorted(fired.items())]

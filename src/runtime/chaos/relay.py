@@ -18,7 +18,12 @@
   worker of this node off the listed peers (give another node's endpoints to cut the node off
   that node); requests the peers send in still arrive unless they are partitioned too.
 
-``heal`` ``{"target"}`` clears every fault of the target workers and returns what fired.
+``heal`` ``{"target"}`` clears every fault of the target workers and returns what fired. What
+fired is the worker process's own record: a worker that a fault killed (``hang_with_gil`` found
+by its supervisor, ``crash`` with a restart) took it with it. The relay keeps the incarnation
+each worker's faults were armed in, so a heal of a worker restarted since says so
+(``restarted_since_armed``: the kinds armed and how the process ended) rather than that nothing
+had fired.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ class ChaosRelay:
     def __init__(self, node: NodeView, supervision: KillNotes) -> None:
         self._node = node
         self._supervision = supervision
+        # worker -> (the incarnation its faults were armed in, their kinds)
+        self._armed: dict[str, tuple[int, list[str]]] = {}
 
     def install(self, runtime: Runtime) -> None:
         """Add the ``chaos`` and ``heal`` control handlers to the node's runtime."""
@@ -97,15 +104,28 @@ class ChaosRelay:
         for handle, actor in targets:
             one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
             results[handle.spec.name] = await self._relay(handle, "chaos", {"faults": [one], "seed": seed})
+            self._note_armed(handle, kind)
         log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
         return {"kind": kind, "spec": spec, "workers": results}
 
     async def heal(self, payload: Any) -> dict[str, Any]:
         """The ``heal`` control: clear every fault of the target workers."""
         target = ControlPayload("heal", payload).optional("target", str) or "*"
-        results = {h.spec.name: await self._relay(h, "heal", None) for h, _ in self._targets(target)}
+        results: dict[str, Any] = {}
+        for handle, _ in self._targets(target):
+            healed = await self._relay(handle, "heal", None)
+            armed = self._armed.pop(handle.spec.name, None)
+            if armed is not None and armed[0] != handle.incarnation and isinstance(healed, dict):
+                healed["restarted_since_armed"] = {"kinds": armed[1], "exit": handle.exit_reason}
+            results[handle.spec.name] = healed
         log.info("chaos_healed", target=target, workers=sorted(results))
         return {"workers": results}
+
+    def _note_armed(self, handle: WorkerHandle, kind: str) -> None:
+        incarnation, kinds = self._armed.get(handle.spec.name, (handle.incarnation, []))
+        if incarnation != handle.incarnation:  # armed again after a restart: this process's
+            kinds = []
+        self._armed[handle.spec.name] = (handle.incarnation, sorted({*kinds, kind}))
 
     def _kill(self, target: str) -> dict[str, Any]:
         if target == "supervisor":
