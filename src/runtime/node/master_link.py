@@ -38,6 +38,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 import psutil
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["MasterLink", "count_gpus", "host_resources", "resolve_through_master"]
 
 log = structlog.get_logger(__name__)
+_PROBE_S = 1.0  # the look at the master's port after a failed beat
 
 _GPU_COUNT: int | None = None  # probing may run nvidia-smi: do it once per process
 
@@ -200,7 +202,12 @@ class MasterLink:
             self.failed_beats += 1
             if self.failed_beats == 1 or self.failed_beats % 30 == 0:
                 hint = {}
-                if self.beats == 0 and installed() is None:
+                if self.beats == 0 and not await _listens(self.master):  # no master: keys are no matter
+                    hint["hint"] = (
+                        f"nothing accepts connections at {self.master}: start the master "
+                        "(troupe master start), or give this node its endpoint (--master)"
+                    )
+                elif self.beats == 0 and installed() is None:
                     # Never answered: a master with CURVE keys ignores a node without them.
                     hint["hint"] = "if the master runs with CURVE keys, start this node with --keys DIR"
                 elif self.beats == 0:  # keys of another cluster fail the same, silently
@@ -298,3 +305,20 @@ async def resolve_through_master(
     """
     reply = await runtime.control(master, "resolve", {"address": str(address)}, timeout=timeout)
     return {"address": str(reply["address"]), "endpoint": str(reply["endpoint"])}
+
+
+async def _listens(endpoint: str) -> bool:
+    """Whether something accepts TCP connections at ``endpoint`` (not tcp: assume so). ZeroMQ
+    retries a refused connection quietly, so a beat to no master fails as one to a master that
+    ignores this node's keys."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "tcp" or parts.port is None:
+        return True
+    with anyio.move_on_after(_PROBE_S):
+        try:
+            stream = await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port)
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+    return True  # no answer in time (a filtered port): keep the other hints

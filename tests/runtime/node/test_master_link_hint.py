@@ -3,6 +3,8 @@ that runs with CURVE keys ignores it (the node beat on for ever, logging only As
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,25 +30,47 @@ class _Runtime:
         return {}
 
 
-def _link() -> MasterLink:
+@pytest.fixture
+def listening() -> Iterator[str]:
+    """A port that accepts connections and never answers a beat: a master that ignores us."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _link(master: str) -> MasterLink:
     node = SimpleNamespace(
         name="n1", config=SimpleNamespace(advertise=None, tags=()), workers={}, drained=set()
     )
-    return MasterLink(node, "tcp://127.0.0.1:7480")  # type: ignore[arg-type]
+    return MasterLink(node, master)  # type: ignore[arg-type]
 
 
-async def test_a_master_that_never_answered_gets_the_keys_hint(monkeypatch: pytest.MonkeyPatch) -> None:
-    link, runtime = _link(), _Runtime()
+async def test_a_master_that_never_answered_gets_the_keys_hint(
+    listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    link, runtime = _link(listening), _Runtime()
     with module_logs(monkeypatch, master_link) as logs:
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "--keys DIR" in failed["hint"]
 
 
+async def test_a_master_nobody_listens_for_is_said_so_not_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node given a master that does not exist logged the keys hint, as if a keyed master
+    ignored it; nothing listens there."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        nobody = f"tcp://127.0.0.1:{server.getsockname()[1]}"  # closed below: refused from then on
+    link, runtime = _link(nobody), _Runtime()
+    with module_logs(monkeypatch, master_link) as logs:
+        await link._beat(runtime)  # type: ignore[arg-type]
+    (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
+    assert failed["hint"].startswith(f"nothing accepts connections at {nobody}: start the master")
+
+
 async def test_a_master_that_answered_before_and_stopped_gets_no_hint(
+    listening: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    link, runtime = _link(), _Runtime()
+    link, runtime = _link(listening), _Runtime()
     runtime.answer = True
     await link._beat(runtime)  # type: ignore[arg-type]
     runtime.answer = False
@@ -57,6 +81,7 @@ async def test_a_master_that_answered_before_and_stopped_gets_no_hint(
 
 
 async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
+    listening: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every clean node stop logged `master_report_failed ActorStopped` as a warning: its
@@ -66,7 +91,7 @@ async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
         async def control(self, endpoint: str, msg_type: str, payload: Any = None, **_: Any) -> Any:
             raise ActorStopped("the runtime stopped before the reply came")
 
-    link = _link()
+    link = _link(listening)
     link.node.runtime = _Stopping()  # type: ignore[attr-defined]
     with module_logs(monkeypatch, master_link) as logs:
         await link._tell("worker_left", {"worker_id": "n1/w1"})
@@ -74,9 +99,10 @@ async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
 
 
 async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_another_clusters(
+    listening: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    link, runtime = _link(), _Runtime()
+    link, runtime = _link(listening), _Runtime()
     monkeypatch.setattr(master_link, "installed", lambda: object())  # this node runs with keys
     with module_logs(monkeypatch, master_link) as logs:
         await link._beat(runtime)  # type: ignore[arg-type]
@@ -84,10 +110,12 @@ async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_anot
     assert "may not be its cluster's" in failed["hint"]
 
 
-async def test_a_host_reading_that_fails_is_no_end_of_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_host_reading_that_fails_is_no_end_of_the_node(
+    listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A node out of file descriptors failed to read /proc/meminfo in its beat, and the error
     stopped the whole node. It beats on, with the last reading, and says why."""
-    link, runtime = _link(), _Runtime()
+    link, runtime = _link(listening), _Runtime()
     runtime.answer = True
     beats: list[dict[str, Any]] = []
 
