@@ -11,9 +11,12 @@ import os
 import signal
 
 import anyio
+import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-__all__ = ["ForkedProcess"]
+__all__ = ["UNKNOWN_EXIT", "ForkedProcess", "pid_alive"]
+
+log = structlog.get_logger(__name__)
 
 
 class _PipeReader(ByteReceiveStream):
@@ -106,17 +109,56 @@ class ForkedProcess(Process):
 
 
 async def _reap(pid: int) -> int:
-    """Wait for our child ``pid`` to exit and reap it; its exit status as asyncio gives it."""
+    """Wait for our child ``pid`` to exit and reap it; its exit status as asyncio gives it.
+
+    A pid that is not (or no longer) our child, whose status someone else took, is waited for
+    until it is gone, and then ends with ``UNKNOWN_EXIT`` and a warning: a node's stop failed
+    on it with ``ChildProcessError``, once, in a run that raced another for its ports.
+    """
     try:
         pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfds (an old kernel): a thread waits instead
-        _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0, abandon_on_cancel=True)
+    except (AttributeError, OSError):  # no pidfds (an old kernel), or gone: a thread waits instead
+        try:
+            _, status = await anyio.to_thread.run_sync(os.waitpid, pid, 0, abandon_on_cancel=True)
+        except ChildProcessError:
+            return await _reaped_elsewhere(pid, None)
         return os.waitstatus_to_exitcode(status)
     try:
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: never blocks
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: never blocks
+            except ChildProcessError:
+                return await _reaped_elsewhere(pid, pidfd)
             if done:
                 return os.waitstatus_to_exitcode(status)
             await anyio.wait_readable(pidfd)
     finally:
         os.close(pidfd)
+
+
+UNKNOWN_EXIT = 255
+"""The exit status of a process whose status someone else took (it is gone, how is unknown)."""
+_GONE_POLL_S = 0.05
+
+
+async def _reaped_elsewhere(pid: int, pidfd: int | None) -> int:
+    """``pid`` is not our child: wait until it has exited (its pidfd, which works for any
+    process, or a poll), then say so."""
+    if pidfd is not None:
+        await anyio.wait_readable(pidfd)
+    else:
+        while pid_alive(pid):
+            await anyio.sleep(_GONE_POLL_S)
+    log.warning("child_reaped_elsewhere", child_pid=pid, returncode=UNKNOWN_EXIT)
+    return UNKNOWN_EXIT
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie does) and is not another user's (a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another's now (its pid reused): ours is gone
+        return False
+    return True

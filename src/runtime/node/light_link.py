@@ -21,6 +21,8 @@ from typing import Any
 import anyio
 import structlog
 
+from .forked_process import pid_alive
+
 __all__ = ["LightTemplate", "reap_when_dead"]
 
 log = structlog.get_logger(__name__)
@@ -74,19 +76,9 @@ async def reap_when_dead(pid: int, within_s: float) -> None:
             try:
                 done, _status = os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # never blocks
             except ChildProcessError:  # not ours (yet: its template still runs, or init took it)
-                if not _alive(pid):
+                if not pid_alive(pid):
                     return
                 done = 0
             if done:
                 return
             await anyio.sleep(_REAP_POLL_S)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another's now (its pid reused)
-        return False
-    return True
