@@ -3,7 +3,7 @@ said both were when only the master's had moved."""
 
 from __future__ import annotations
 
-from troupe.cli.commands.run import moved_note
+from troupe.cli.commands.moved_endpoint import moved_note
 
 NODE, MASTER = "tcp://127.0.0.1:7479", "tcp://127.0.0.1:7478"
 

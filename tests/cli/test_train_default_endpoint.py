@@ -1,6 +1,7 @@
 """A training run picks its node's default endpoint once its config is checked: the check
 takes seconds, and another run that took the default meanwhile refused this one ("endpoint
-... is in use; pass another --endpoint", an option the user never gave)."""
+... is in use; pass another --endpoint", an option the user never gave). The line that says so
+is one line, piped too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from troupe.cli.commands import run_train
 
 
 def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
@@ -42,3 +43,9 @@ def test_a_default_taken_while_the_config_is_checked_moves_to_a_free_port(
     (args,) = started
     endpoint = args[3]
     assert endpoint.startswith("tcp://127.0.0.1:") and endpoint != default
+    # One line, as a pipeline's run says it: piped, it was cut at column 80.
+    said = (
+        f"the default endpoint is taken (another troupe run?): this run's node listens on {endpoint} "
+        f"(troupe ctl status --node {endpoint})"
+    )
+    assert said in capsys.readouterr().err.splitlines()

@@ -24,7 +24,9 @@ from troupe.runtime.node.config import (
 )
 from troupe.runtime.node.local import start_local_node
 
-__all__ = ["demo", "moved_note", "run"]
+from .moved_endpoint import moved_note
+
+__all__ = ["demo", "run"]
 
 console = Console(soft_wrap=True)  # the demo's lines: whole when piped, never wrapped at column 80
 
@@ -219,16 +221,3 @@ def run(
             defaults=defaults,
             moved=taken_note,
         )
-
-
-def moved_note(node: str, node_moved: bool, master: str, master_moved: bool) -> str | None:
-    """The line that says which default endpoints were taken and where the run listens instead
-    (None when neither moved)."""
-    taken = " and ".join(w for w, moved in (("node's", node_moved), ("master's", master_moved)) if moved)
-    if not taken:
-        return None
-    verb = "endpoints are" if node_moved and master_moved else "endpoint is"
-    return (
-        f"the default {taken} {verb} taken (another troupe run?): this run's node listens on {node}, "
-        f"its master on {master} (troupe ctl status --node {node})"
-    )

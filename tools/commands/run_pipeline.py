@@ -38,6 +38,7 @@ from troupe.runtime.pipeline.run_outcome import completed_run
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 from troupe.runtime.process_start import age_s
 
+from .moved_endpoint import say_moved
 from .starting_status import StartingStatus
 
 __all__ = [
@@ -230,7 +231,7 @@ async def _finish_run(
         starting.stop()
         before, run_started = start.before, True
         if moved is not None:  # on stderr: stdout may carry --json
-            Console(stderr=True).print(escape(moved), soft_wrap=True)
+            say_moved(moved)
         if as_json:
             return
         if start.job_cancelled:

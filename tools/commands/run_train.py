@@ -20,6 +20,7 @@ from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
 
+from .moved_endpoint import moved_note, say_moved
 from .train_report import bar_fields, final_line, result_json, result_table
 
 __all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table", "resume_step"]
@@ -137,13 +138,14 @@ def finish_train(
     )
     if problem:
         raise fail(problem, 2)
-    if master is None:  # a second run at once takes a free port, as a pipeline's does
+    # A default taken meanwhile (a second run at once) gives way to a free port, as a pipeline's:
+    # now, or as the node binds it (the check of the checkpoints below takes seconds).
+    may_move = master is None and endpoint is None
+    if master is None:
         endpoint, moved = default_or_free(endpoint, default_endpoint)
-        if moved:
-            Console(stderr=True).print(
-                "the default endpoint is taken (another troupe run?): this run's node listens on "
-                f"{escape(endpoint)}"
-            )
+        note = moved_note(endpoint, moved)
+        if note is not None:
+            say_moved(note)
     else:
         endpoint = endpoint or default_endpoint
     done = None
@@ -158,7 +160,7 @@ def finish_train(
         _say_complete("already complete", done, steps or cfg.train.steps, as_json)
         return
     # A stop that came once the training was complete: what a rerun would say, exit 0.
-    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json, done_if_returned=True)
+    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json, may_move, done_if_returned=True)
 
 
 def _say_complete(lead: str, done: tuple[int, Path], target: int, as_json: bool) -> None:
@@ -264,7 +266,14 @@ def _newest_checkpoint(cfg: Any, out: Path, complete_at: int | None = None) -> t
 
 
 async def _train(
-    cfg: Any, out: Path, steps: int | None, endpoint: str, master: str | None, fresh: bool, as_json: bool
+    cfg: Any,
+    out: Path,
+    steps: int | None,
+    endpoint: str,
+    master: str | None,
+    fresh: bool,
+    as_json: bool,
+    may_move: bool = False,
 ) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -293,7 +302,9 @@ async def _train(
         progress.update(bar, **bar_fields(p.step, p.steps, p.resumed_from or 0), note=escape(note))
 
     def event(line: str) -> None:
-        if not as_json:
+        if as_json:  # stdout is the JSON object's
+            Console(stderr=True).print(escape(line), soft_wrap=True)
+        else:
             progress.console.print(escape(line), soft_wrap=True)
 
     complete: tuple[int, Path] | None = None  # a stop came once the training was complete
@@ -309,6 +320,7 @@ async def _train(
                 on_event=event,
                 fresh=fresh,
                 node_endpoint=endpoint,
+                endpoint_may_move=may_move,
             )
         except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
             progress.stop()

@@ -40,9 +40,12 @@ TRAINING_KINDS = {
 
 @asynccontextmanager
 async def training_cluster(
-    master: str | None, node_endpoint: str | None, log_dir: Path
+    master: str | None, node_endpoint: str | None, log_dir: Path, endpoint_may_move: bool = False
 ) -> AsyncIterator[tuple[Runtime, list[Host]]]:
-    """A runtime and the hosts to place workers on; a node started here is stopped on the way out."""
+    """A runtime and the hosts to place workers on; a node started here is stopped on the way out.
+
+    ``endpoint_may_move``: ``node_endpoint`` is a default found free a moment ago; taken since,
+    the node listens on a free port of its host instead (the local host's endpoint says which)."""
     if master is not None:
         async with connect(master) as rt:
             yield rt, await cluster_hosts(rt, master)
@@ -55,10 +58,11 @@ async def training_cluster(
             stop_grace_s=10,
             supervision=SupervisionConfig(kinds=TRAINING_KINDS),
         )
-        node = await start_local_node(tg, node_cfg)
+        node = await start_local_node(tg, node_cfg, endpoint_may_move=endpoint_may_move)
+        endpoint = node.config.endpoint  # another, if it had to move
         try:
-            async with connect(node_cfg.endpoint, "local") as rt:
-                yield rt, [Host.anything("local", node_cfg.endpoint, local_gpus())]
+            async with connect(endpoint, "local") as rt:
+                yield rt, [Host.anything("local", endpoint, local_gpus())]
         finally:
             with anyio.CancelScope(shield=True):
                 node.stopping.set()

@@ -55,6 +55,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.logs import run_log
+from troupe.runtime.transports.loopback import moved_line
 
 from .train_cluster import stop_remote, training_cluster
 from .train_driver import ENCODER_CLASS, TRAINER_CLASS, TrainDriver
@@ -82,6 +83,7 @@ async def run_training(
     on_event: Callable[[str], None] | None = None,
     fresh: bool = False,
     node_endpoint: str | None = None,
+    endpoint_may_move: bool = False,
 ) -> TrainRunResult:
     """Train as ``config`` (a path, a dict, or a ``TrainConfig``) says, into ``out``.
 
@@ -94,6 +96,10 @@ async def run_training(
         on_event: called with a line for what the user should know (a resume, a restart).
         fresh: delete what an earlier run wrote into ``out`` first.
         node_endpoint: where the node started here listens (default: a free loopback port).
+        endpoint_may_move: ``node_endpoint`` is a default found free before the run: taken since
+            (another run started at once), the node listens on a free port of its host instead,
+            said through ``on_event``, rather than failing the run (as ``run_pipeline``'s
+            ``endpoints_may_move``).
 
     Raises:
         ConfigError: the config is invalid, the dataset is missing, no host fits, or ``out`` is
@@ -111,8 +117,10 @@ async def run_training(
                 logs.write_to(log_dir)
             async with (
                 _kept_once_trained(done),
-                training_cluster(master, node_endpoint, log_dir) as (rt, hosts),
+                training_cluster(master, node_endpoint, log_dir, endpoint_may_move) as (rt, hosts),
             ):
+                if master is None and node_endpoint is not None and hosts[0].endpoint != node_endpoint:
+                    say(moved_line(node_endpoint, hosts[0].endpoint))
                 run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress, master)
                 try:
                     done.append(await run.main(fresh))

@@ -53,6 +53,7 @@ import anyio
 from troupe.runtime.core.loading import check_stage_actors_async
 from troupe.runtime.errors import ConfigError, StageFailed
 from troupe.runtime.logs import run_log
+from troupe.runtime.transports.loopback import moved_line
 
 from .config import PipelineConfig
 from .early_template import OnImporting, early_template
@@ -260,11 +261,7 @@ async def run_pipeline(
                     return already_complete(complete)
                 await anyio.to_thread.run_sync(shared_dir.forget_complete)
             if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
-                on_event(
-                    f"{node_endpoint} was taken as the run started (another troupe run?): this run's "
-                    f"node listens on {running.node_endpoint} (troupe ctl status --node "
-                    f"{running.node_endpoint})"
-                )
+                on_event(moved_line(node_endpoint, running.node_endpoint))
             if on_event is not None and (cluster is not None or node is not None):
                 for stage in (s for s in cfg.stages if s.progress_timeout_s is not None):
                     on_event(

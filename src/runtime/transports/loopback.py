@@ -12,7 +12,7 @@ from troupe.runtime.errors import Unreachable
 
 T = TypeVar("T")
 
-__all__ = ["any_port", "bind_or_move", "free_endpoint"]
+__all__ = ["any_port", "bind_or_move", "free_endpoint", "moved_line"]
 
 _LOWEST_PORT = 10000  # above the well-known and most registered services' ports
 _HANDED: deque[int] = deque(maxlen=1024)  # this process's recent draws: two never coincide
@@ -65,6 +65,15 @@ def bind_or_move(bind: Callable[[str], T], endpoint: str, may_move: bool) -> tup
         if not may_move:
             raise
     return bind(any_port(endpoint)), True
+
+
+def moved_line(wanted: str, endpoint: str) -> str:
+    """What a run says of its node's default endpoint ``wanted``, taken as the node bound it
+    (:func:`bind_or_move`): where the node listens instead, and how to reach it."""
+    return (
+        f"{wanted} was taken as the run started (another troupe run?): this run's node listens on "
+        f"{endpoint} (troupe ctl status --node {endpoint})"
+    )
 
 
 def _ephemeral_low() -> int:
