@@ -260,7 +260,7 @@ def test_the_stage_table_of_a_run_keeps_every_figure_on_a_narrow_terminal() -> N
     print_whole(console, metrics_table(metrics), unwrapped=True)
     printed = console.export_text()
     assert "…" not in printed
-    assert "retry" in printed and "129.4" in printed and "95%" in printed and "4/4" in printed
+    assert "errors" in printed and "129.4" in printed and "95%" in printed and "4/4" in printed
 
 
 def test_the_nodes_table_says_which_node_drains_and_how_many_processes_each_runs() -> None:

@@ -64,7 +64,9 @@ def metrics_table(m: PipelineMetrics) -> Table:
         padding=(0, 1),
     )
     table.add_column("stage", no_wrap=True)
-    for col in ("in", "out", "pruned", "retry", "l_s ms", "actor ms", "N_s", "mu_s/s", "queue", "busy"):
+    # errors: the failed attempts (raised, or the replica lost), retried while an item has
+    # attempts left (max_attempts): an item's last one, which killed it, is among them.
+    for col in ("in", "out", "pruned", "errors", "l_s ms", "actor ms", "N_s", "mu_s/s", "queue", "busy"):
         table.add_column(col, justify="right", no_wrap=True)
     for s in m.stages:
         table.add_row(
@@ -250,22 +252,26 @@ async def _finish_run(
         up = "cluster joined" if cluster is not None else "node up"
         at = f" at {start.node_endpoint}" if start.node_endpoint else ""  # for `ctl status --node`
         console.print(
-            f"{up} in {start.startup_s:.2f} s{at}; running {start.items} items{again} "
-            f"through {start.stages} stages into {escape(str(out))}",
+            f"{up} in {start.startup_s:.2f} s{at}; running {_count(start.items, 'item')}{again} "
+            f"through {_count(start.stages, 'stage')} into {escape(str(out))}",
             soft_wrap=True,
         )
         progress.start()
 
     shown: PipelineMetrics | None = None  # the last progress shown: what a stopped run says
 
-    def show(m: PipelineMetrics) -> None:
+    def show(m: PipelineMetrics, ended: int | None = None) -> None:
+        """The bars at ``m``; ``ended``: the run finished, having ended that many items."""
         nonlocal shown
         shown = m
         for s in m.stages:
+            # A retried item passes a stage again: its bar counts items, not attempts. Those dead
+            # (here or upstream) or pruned upstream never pass it: once the run ended, every bar
+            # reaches the items ended (a finished run's stopped at its ok and pruned ones).
+            done = s.items_out + s.failed if ended is None else ended
             progress.update(
                 bars[s.name],
-                # A retried item passes a stage again: its bar counts items, not attempts.
-                completed=min(declared.items, before + s.items_out + s.failed),
+                completed=min(declared.items, before + done),
                 note=f"q {s.queue_depth}/{s.queue_bound} x{s.replicas}",
             )
 
@@ -300,7 +306,7 @@ async def _finish_run(
                 on_warning=lambda line: say_aside(f"[yellow]warning:[/] {escape(line)}"),
             )
             if progress.live.is_started:
-                show(result.metrics)  # the bars end where the table below starts
+                show(result.metrics, sum(result.counts().values()))  # where the table below starts
             # A stop that came once the finalize hooks had returned stopped nothing (the run
             # returned): what is said is the run's record, written then, as a rerun says it.
             finished = completed_run(out) if stop_came() else None
@@ -342,6 +348,11 @@ async def _finish_run(
             else "every item died: the run made nothing"
         )
         raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 item``, ``6 items``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 STOPPED_BEFORE = (
