@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -93,6 +94,36 @@ app.add_typer(keys_app, name="keys", help="Make CURVE key pairs (authenticate an
 app.add_typer(models_app, name="models", help="Train and inspect troupe's models (the video VAE).")
 app.command("run")(run)
 app.command("demo")(demo)
+
+
+def flowing(text: str) -> str:
+    """``text`` (a docstring) with each paragraph on one line, for the terminal to wrap.
+
+    Typer's rich help keeps a paragraph's single line breaks, which fit the source, not the
+    terminal: ``troupe run --help`` broke mid-sentence at any width, and so did the command list
+    of ``troupe --help``. A paragraph that starts with ``\\b`` keeps its lines (click's marker)."""
+    paragraphs = inspect.cleandoc(text).partition("\f")[0].split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
+def _flow_help(typer_app: typer.Typer) -> None:
+    """Every command's help under ``typer_app`` (its docstring, where no help was given) and every
+    group's, :func:`flowing`."""
+    for command in typer_app.registered_commands:
+        text = command.help if command.help is not None else inspect.getdoc(command.callback)
+        if text:
+            command.help = flowing(text)
+    for group in typer_app.registered_groups:
+        if isinstance(group.help, str):  # else typer's placeholder: the group's own help, below
+            group.help = flowing(group.help)
+        if group.typer_instance is not None:
+            info = group.typer_instance.info
+            if isinstance(info.help, str):
+                info.help = flowing(info.help)
+            _flow_help(group.typer_instance)
+
+
+_flow_help(app)
 
 if __name__ == "__main__":
     from troupe.cli.closed_output import run_app

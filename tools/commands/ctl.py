@@ -175,10 +175,9 @@ def submit(
 ) -> None:
     """Submit a job file to the master; it is journaled before this returns.
 
-    Submitting the same file (same id, same content) again is safe: the
-    master says it has the job already. The same id with other content is
-    refused.
-    """  # later paragraphs keep their line breaks in typer's help: lines fit 80 columns
+    Submitting the same file (same id, same content) again is safe: the master says it has the
+    job already. The same id with other content is refused.
+    """
     use_keys(keys)
     payload, tasks = _job_payload(job_file, job_id)
     name = escape(str(job_id or payload["job"]["job"]["name"]))

@@ -153,10 +153,9 @@ def run(
     """Run a pipeline to the end on a one-host cluster, into --out (default: the data generation
     pipeline, which writes a LeRobot dataset); a training config (configs/train.toml) trains.
 
-    Run again into the same --out, it resumes: committed outputs are kept,
-    the missing items run, and the stages finalise once; a finished run says
-    so and exits 0.
-    """  # later paragraphs keep their line breaks in typer's help: lines fit 80 columns
+    Run again into the same --out, it resumes: committed outputs are kept, the missing items run,
+    and the stages finalise once; a finished run says so and exits 0.
+    """  # the help flows each paragraph to the terminal's width (main.flowing)
     from troupe.cli.client import fail
     from troupe.cli.preflight import check_cluster_run, check_run, default_or_free
 
