@@ -122,11 +122,11 @@ def default_or_free(endpoint: str | None, default: str) -> tuple[str, bool]:
 
 def _connect_problem(endpoint: str, option: str) -> str | None:
     """Why ``endpoint`` is no endpoint to connect to (tcp://HOST:PORT, ipc://, inproc://), or None."""
-    parts = urlsplit(endpoint)
     try:
+        parts = urlsplit(endpoint)
         port = parts.port
-    except ValueError:
-        port = None
+    except ValueError:  # urllib refuses it ("Invalid IPv6 URL"): a traceback, with the run refused
+        return f"{option} {endpoint!r}: not an endpoint to connect to; expected tcp://HOST:PORT"
     if parts.scheme in ("ipc", "inproc") or (parts.scheme == "tcp" and parts.hostname and port):
         return None
     return f"{option} {endpoint!r}: not an endpoint to connect to; expected tcp://HOST:PORT"

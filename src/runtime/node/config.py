@@ -347,10 +347,13 @@ def check_endpoint(endpoint: str) -> str:
         ValueError: it is not; the message names it and the expected form. A port past 65535
             had been taken modulo 65536 by the bind (99999 bound 34463), and crashed a connect.
     """
-    parts = urlsplit(endpoint)
+    expected = f"endpoint {endpoint!r} must be tcp://HOST:PORT (PORT 1-65535), ipc://PATH or inproc://NAME"
+    try:
+        parts = urlsplit(endpoint)
+    except ValueError:  # urllib's words alone ("Invalid IPv6 URL") lost what was typed
+        raise ValueError(expected) from None
     if parts.scheme in ("ipc", "inproc") and (parts.netloc or parts.path):
         return endpoint
-    expected = f"endpoint {endpoint!r} must be tcp://HOST:PORT (PORT 1-65535), ipc://PATH or inproc://NAME"
     if parts.scheme != "tcp" or not parts.hostname or parts.path not in ("", "/"):
         raise ValueError(expected)
     if parts.netloc.rpartition(":")[2] == "*":
