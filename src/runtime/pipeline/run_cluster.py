@@ -106,7 +106,7 @@ async def on_node(
             try:
                 if run_dir is not None:
                     run_dir.state_dir.mkdir(parents=True, exist_ok=True)
-                    journal, book = open_run_journal(run_dir.journal_path, on_event)
+                    journal, book = open_run_journal(run_dir.journal_path, on_event, run_dir.lock)
                     master = master_endpoint or free_endpoint()
                     local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
                     local_master.endpoint_may_move = endpoints_may_move

@@ -10,6 +10,9 @@ cluster's), which job it finished: the master's, so a rerun asks it (``completed
 
 Rules, checked before anything runs:
 
+- a directory another run holds is refused, naming its pid: a run holds its directory from its
+  checks (``RunDir.prepare``, before it reads or writes anything there) to its end, by the lock
+  of its journal, which its master takes over (``RunDir.lock``);
 - a new or empty directory (or one holding only ``logs/``) starts a run;
 - a directory with a record resumes it when the pipeline is the same, and is refused, naming
   the first field that differs, when it is not;
@@ -187,9 +190,29 @@ class RunDir:
         # Set by prepare: the folder held a run but no record of it (deleted, say, as the
         # message on a damaged one suggests): this run's pipeline is recorded as the folder's.
         self.adopted = False
+        self._lock: JournalLock | None = None  # the journal's, held from prepare on (see lock)
+
+    @property
+    def lock(self) -> JournalLock | None:
+        """The journal's lock while this object holds the folder: taken as :meth:`prepare`
+        checks it, before it reads or writes anything there, and held until the run's master
+        takes it over with the journal (``open_run_journal``), whose close frees it, or until
+        :meth:`release`. A second run is refused from the check on, naming this one; it had
+        only probed the lock, and two runs started together both passed before either master
+        held it (one of them then recorded its pipeline over the other's dataset). None when
+        not held."""
+        return self._lock if self._lock is not None and self._lock.held else None
+
+    def release(self) -> None:
+        """Free the folder for another run, where the lock was not taken over since (a run that
+        failed or was stopped before its master started). Releasing twice is fine."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def prepare(self, made_with: dict[str, Any], fresh: bool) -> dict[str, Any] | None:
-        """Check the directory against this run, start it anew or record it.
+        """Check the directory against this run, start it anew or record it, and hold it
+        (:attr:`lock`, until the run's master takes it over or :meth:`release`).
 
         Args:
             made_with: this run's :func:`fingerprint`.
@@ -203,13 +226,28 @@ class RunDir:
             ConfigError: the directory was made with another pipeline, by an older troupe, or
                 holds someone else's files; or a run is using it right now.
         """
-        self._not_in_use()
-        wiped = fresh and self.state_dir.is_dir()  # only a directory troupe made is wiped
-        if wiped:
+        self._not_inside_a_run()
+        troupes_own = self.state_dir.is_dir()  # only a directory troupe made is wiped
+        if not troupes_own:
+            self._check_new()  # someone else's is refused before .troupe/ (the lock's) is made there
+        self._hold()
+        try:
+            return self._prepare(made_with, fresh and troupes_own)
+        except BaseException:
+            self.release()
+            raise
+
+    def _prepare(self, made_with: dict[str, Any], wipe: bool) -> dict[str, Any] | None:
+        """:meth:`prepare`, the folder held."""
+        if lock_path(self.record_path).exists():  # a run whose items come from a master
+            problem = held_by_another(self.record_path, self.out, "troupe run")
+            if problem is not None:
+                raise ConfigError(problem)
+        if wipe:
             self._wipe()
         record = self._read()
         if record is None:
-            if not wiped:  # what --fresh left is the user's own: it stays, and troupe's goes on
+            if not wipe:  # what --fresh left is the user's own: it stays, and troupe's goes on
                 self._check_new()
             self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
             return None
@@ -220,6 +258,11 @@ class RunDir:
         self._check_same(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
+
+    def _hold(self) -> None:
+        if self.lock is None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = hold(self.journal_path, self.out, "troupe run")
 
     def check(self, made_with: dict[str, Any], fresh: bool) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.
@@ -339,7 +382,9 @@ class RunDir:
 
     def in_use_problem(self) -> str | None:
         """Why this directory cannot be run into now (another run holds it), or None."""
-        if self.journal_path.exists():
+        # Its lock file without a journal: a run that holds the folder until its master starts.
+        held = self.journal_path.exists() or lock_path(self.journal_path).exists()
+        if held and self.lock is None:  # held here: by this run, not another
             problem = held_by_another(self.journal_path, self.out, "troupe run")
             if problem is not None:
                 return problem
@@ -425,6 +470,10 @@ class RunDir:
         with the mistake)."""
         return first_difference(record.get("pipeline", {}), made_with) is not None and self._made_nothing()
 
+    def _locks(self) -> set[Path]:
+        """The lock files of this folder's journal and record, real paths (symlinks resolved)."""
+        return {lock_path(self.record_path), lock_path(self.journal_path)}
+
     def _journal_files(self) -> list[Path]:
         return [self.journal_path.with_name(self.journal_path.name + s) for s in ("", "-wal", "-shm")]
 
@@ -438,7 +487,7 @@ class RunDir:
         folders a store stage made as it started (``.troupe/episodes/committed``, empty) are
         nothing: a file anywhere else is something."""
         own = {self.record_path, *self._journal_files()}
-        locks = {lock_path(self.record_path), lock_path(self.journal_path)}  # real paths: symlinks resolved
+        locks = self._locks()
         try:
             for path in self.out.rglob("*"):
                 if path.is_dir() and not path.is_symlink():
@@ -468,7 +517,9 @@ class RunDir:
         if set(entries) <= {"logs"}:
             return
         if ".troupe" in entries and set(entries) <= TROUPE_ENTRIES:
-            self.adopted = True  # its record deleted: this run's pipeline is taken for its own
+            # Its record deleted: this run's pipeline is taken for its own. A .troupe/ that holds
+            # only locks was made as a run took the folder (this one, say): it held no run.
+            self.adopted = not set(entries) <= {".troupe", "logs"} or not self._only_locks()
             return
         foreign = [e for e in entries if e not in TROUPE_ENTRIES] or [e for e in entries if e != "logs"]
         if ".troupe-train" in entries:  # a training run's: the way out is the same, the words not
@@ -481,22 +532,36 @@ class RunDir:
             "new or empty directory (troupe owns data/, videos/ and meta/ there)"
         )
 
+    def _only_locks(self) -> bool:
+        try:
+            return all(Path(os.path.realpath(p)) in self._locks() for p in self.state_dir.iterdir())
+        except OSError:
+            return False
+
     def _wipe(self) -> None:
-        # The state directory last: a wipe stopped halfway (a file it may not remove, a kill)
-        # leaves a directory troupe still knows for its own, which --fresh wipes again.
-        for name in sorted(TROUPE_ENTRIES, key=lambda n: (n == self.state_dir.name, n)):
-            path = self.out / name
-            try:
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                elif path.exists() or path.is_symlink():
-                    path.unlink()
-            except OSError as exc:
-                where = exc.filename or path
-                raise ConfigError(
-                    f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
-                    "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
-                ) from None
+        # The state directory last, and never itself: a wipe stopped halfway (a file it may not
+        # remove, a kill) leaves a directory troupe still knows for its own, which --fresh wipes
+        # again. Its lock files stay: this run holds the journal's, and one deleted would let
+        # another run lock a new file of that name while this one holds the old.
+        for name in sorted(TROUPE_ENTRIES - {self.state_dir.name}):
+            self._remove(self.out / name)
+        locks = self._locks()
+        for path in sorted(self.state_dir.iterdir()):
+            if Path(os.path.realpath(path)) not in locks:
+                self._remove(path)
+
+    def _remove(self, path: Path) -> None:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        except OSError as exc:
+            where = exc.filename or path
+            raise ConfigError(
+                f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
+                "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
+            ) from None
 
 
 def _holds_a_run(folder: Path) -> bool:

@@ -22,6 +22,7 @@ import structlog
 from troupe.runtime.errors import JournalDamaged
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.journal_lock import JournalLock
 from troupe.runtime.tasks.master.journal_open import open_journal
 
 __all__ = ["DAMAGED_SUFFIX", "open_run_journal"]
@@ -32,15 +33,20 @@ DAMAGED_SUFFIX = ".damaged"
 _SQLITE_SIDES = ("", "-wal", "-shm")  # the database and what SQLite keeps beside it
 
 
-def open_run_journal(path: Path, on_event: Callable[[str], None] | None = None) -> tuple[Journal, TaskBook]:
+def open_run_journal(
+    path: Path, on_event: Callable[[str], None] | None = None, lock: JournalLock | None = None
+) -> tuple[Journal, TaskBook]:
     """The run's journal at ``path`` and its replayed book; a damaged one is set aside first
-    (``on_event`` is told, in a line for people).
+    (``on_event`` is told, in a line for people). ``lock``: the journal's lock, held since the
+    run checked its folder (``RunDir.prepare``), taken over by the journal (see
+    :func:`open_journal`), so that no other run takes the folder in between, nor while a damaged
+    journal is set aside.
 
     Raises:
         JournalError: as :func:`open_journal`, but for a damaged file.
     """
     try:
-        return open_journal(path, new=True)
+        return open_journal(path, new=True, lock=lock)
     except JournalDamaged as exc:
         damage = exc.reason
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -56,4 +62,4 @@ def open_run_journal(path: Path, on_event: Callable[[str], None] | None = None) 
             "and the run goes on from the outputs committed in its folder (items that died or were "
             "pruned run again)"
         )
-    return open_journal(path, new=True)
+    return open_journal(path, new=True, lock=lock)

@@ -66,7 +66,8 @@ def plan_run(
     """Everything prepared before anything starts, once :func:`check_early` passed and the stage
     classes were checked: by a one-host run's template (``early_template``), or here for a run
     on a cluster (the classes whose module is here); a node reports a bad one it imports as
-    the stage's failure."""
+    the stage's failure. The plan's ``run_dir`` holds ``out`` (``RunDir.lock``): the run's
+    master takes it over, or the caller releases it."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None

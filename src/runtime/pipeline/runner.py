@@ -206,6 +206,8 @@ async def run_pipeline(
                 await check_stage_actors_async(early.cfg, early.source, installed_only=True)
         plan = await anyio.to_thread.run_sync(plan_run, early.cfg, out, items_from, fresh)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
+        if run_dir is not None:  # held since its checks: freed here unless its master took it over
+            stack.callback(run_dir.release)
         if run_dir is not None and run_dir.adopted and on_event is not None:
             on_event(
                 f"{run_dir.out} held a run but no record of what it was made with: it is taken "

@@ -67,7 +67,7 @@ from troupe.runtime.gc_pauses import collector_paused
 from .book import TaskBook
 from .journal_check import bad_row, check_rows
 from .journal_errors import translated
-from .journal_lock import JournalLock
+from .journal_lock import JournalLock, lock_path
 from .journal_rows import SELECT_TASKS, job_policy, noted, stored_job_digest, task_rows
 from .journal_schema import (
     APPLICATION_ID,
@@ -127,6 +127,7 @@ class Journal:
         path: str | os.PathLike[str],
         create: bool = False,
         new_hint: str = "pass create=True to start a new journal there",
+        lock: JournalLock | None = None,
     ) -> Journal:
         """Open (or, with ``create``, start) the journal at ``path`` and check it.
 
@@ -139,6 +140,10 @@ class Journal:
                 journal is opened as it is, never overwritten.
             new_hint: how the caller asks for ``create``, said when a missing or empty file is
                 refused without it (the CLI: ``pass --new ...``).
+            lock: the journal's lock, held already (``JournalLock.acquire(path)``): taken over
+                rather than taken again, for a caller that held the journal from its own checks
+                on (``troupe run``'s output folder). It stays the caller's until this returns the
+                journal, whose :meth:`close` frees it; a refused open leaves it held.
 
         Returns:
             The open journal.
@@ -162,14 +167,20 @@ class Journal:
             raise JournalError(f"journal {path} is not a regular file; give the path of a journal file")
         with translated(path, "opening"):
             refuse_foreign(path)  # before the lock: it leaves no lock file beside another's file
-        lock = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
+        if lock is None:
+            held = JournalLock.acquire(path)  # before SQLite touches the file: it may create it
+        elif lock.held and lock.path == lock_path(path):
+            held = lock
+        else:
+            raise ValueError(f"journal {path}: the lock handed over is not its own, held ({lock.path})")
         try:
             refuse_empty(path, create, new_hint)
             with translated(path, "opening"):
                 refuse_damaged(path)
                 conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except BaseException:
-            lock.release()
+            if lock is None:
+                held.release()
             raise
         try:
             with translated(path, "opening"):
@@ -177,10 +188,11 @@ class Journal:
                 conn.execute("PRAGMA synchronous = FULL")
         except BaseException:
             conn.close()
-            lock.release()
+            if lock is None:
+                held.release()
             raise
         log.info("journal_opened", path=str(path), created=created)
-        return cls(conn, path, lock)
+        return cls(conn, path, held)
 
     @property
     def path(self) -> Path:
@@ -364,16 +376,21 @@ class Journal:
             log.info("journal_compacted", path=str(self._path), jobs=len(counts), task_rows=removed)
         return Compaction(len(counts), removed)
 
-    def close(self) -> None:
+    def close(self, release: bool = True) -> None:
         """Close the journal and free its lock; further use raises JournalError. Closing twice
-        is fine."""
+        is fine.
+
+        Args:
+            release: False keeps the lock held, for the caller that handed it to :meth:`open`
+                and goes on holding the journal (one found damaged only as it was read back).
+        """
         try:
             if self._conn is not None:
                 conn, self._conn = self._conn, None
                 with translated(self._path, "closing"):
                     conn.close()
         finally:
-            if self._lock is not None:
+            if self._lock is not None and release:
                 self._lock.release()
 
     def __enter__(self) -> Journal:

@@ -169,8 +169,10 @@ def test_a_run_whose_record_was_deleted_is_taken_for_this_ones(tmp_path: Path) -
     assert run.prepare(_made_with(items=8), fresh=False) is None
     assert run.adopted and run.record_path.is_file()
     assert (out / ".troupe" / "episodes" / "committed" / "t-1").is_dir()
+    run.release()  # that run ended
     again = RunDir(out)  # recorded now: a rerun resumes as any other, and another pipeline is refused
     assert again.prepare(_made_with(items=8), fresh=False) is None and not again.adopted
+    again.release()
     with pytest.raises(ConfigError, match="was made with"):
         RunDir(out).prepare(_made_with(items=9), fresh=False)
 
@@ -180,6 +182,7 @@ def test_a_damaged_record_is_refused_naming_the_way_out(tmp_path: Path, damage: 
     out = tmp_path / "out"
     run = RunDir(out)
     run.prepare(_made_with(items=8), fresh=False)
+    run.release()
     run.record_path.write_text(damage)
     with pytest.raises(
         ConfigError, match=r"run\.json is damaged .*delete it .*committed there is kept.*--fresh"
@@ -211,7 +214,8 @@ def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
     run.mark_complete({})
     assert run.prepare(_made_with(items=8), fresh=True) is None
     assert sorted(p.name for p in out.iterdir()) == [".troupe", "NOTES.md"]
-    assert sorted(p.name for p in (out / ".troupe").iterdir()) == ["run.json"]
+    # The journal's lock file stays: the run holds it (deleted, another could lock a new one).
+    assert sorted(p.name for p in (out / ".troupe").iterdir()) == ["journal.db.lock", "run.json"]
     assert run.prepare(_made_with(items=8), fresh=False) is None
 
 
@@ -266,6 +270,7 @@ def test_a_directory_in_use_by_another_run_is_refused_and_left_alone(tmp_path: P
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(), fresh=False)
     run.journal_path.write_bytes(b"")
+    run.release()  # that run ended; another holds the folder now
     held = JournalLock.acquire(run.journal_path)  # what a running `troupe run` holds
     try:
         with pytest.raises(ConfigError, match=f"in use by another troupe run \\(pid {os.getpid()}\\)"):

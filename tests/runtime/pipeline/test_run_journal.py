@@ -16,7 +16,7 @@ import pytest
 from troupe.runtime.pipeline.run_journal import open_run_journal
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.journal_lock import JournalBusy
+from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
 from troupe.runtime.tasks.state import SubmitJob, TaskSpec
 
 
@@ -66,3 +66,21 @@ def test_a_journal_another_process_holds_is_refused_and_left_alone(tmp_path: Pat
     with Journal.open(path), pytest.raises(JournalBusy):
         open_run_journal(path)
     assert not (tmp_path / "journal.db.damaged").exists()
+
+
+def test_a_damaged_journal_is_set_aside_under_the_lock_the_run_handed_over(tmp_path: Path) -> None:
+    """The lock the run held since its checks is the journal's once it opens, a damaged file set
+    aside meanwhile: no other run takes the folder in between; the journal's close frees it."""
+    path = tmp_path / "journal.db"
+    _journal_with_a_job(path)
+    path.write_bytes(b"not a database at all" * 100)
+    lock = JournalLock.acquire(path)
+    journal, book = open_run_journal(path, None, lock)
+    try:
+        assert book.jobs() == [] and (tmp_path / "journal.db.damaged").exists()
+        assert lock.held
+        with pytest.raises(JournalBusy):
+            JournalLock.acquire(path)
+    finally:
+        journal.close()
+    assert not lock.held

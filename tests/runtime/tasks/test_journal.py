@@ -25,7 +25,7 @@ from troupe.runtime.tasks import book as book_mod
 from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Compaction, Journal
-from troupe.runtime.tasks.journal_lock import JournalBusy
+from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.state import (
     Ack,
@@ -430,6 +430,32 @@ def test_a_symlink_to_a_held_journal_is_refused(tmp_path: Path) -> None:
                 Journal.open(other)
     with Journal.open(link) as again:
         assert again.replay().jobs() == []
+
+
+def test_a_lock_handed_to_open_is_taken_over_and_kept_where_the_open_is_refused(tmp_path: Path) -> None:
+    """A caller that holds the journal already (a one-host run, from its checks on) hands its
+    lock over: the journal's close frees it; an open refused, even once the file was open
+    (a bad row found as it was read back), leaves it held; another journal's lock is refused."""
+    path = tmp_path / "journal.db"
+    _submit_and_finish(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE tasks SET seed = 'abc' WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    lock = JournalLock.acquire(path)
+    with pytest.raises(JournalError, match="seed is 'abc'"):
+        open_journal(path, lock=lock)
+    assert lock.held
+    other = JournalLock.acquire(tmp_path / "other.db")
+    with pytest.raises(ValueError, match="not its own"):
+        Journal.open(path, lock=other)
+    other.release()
+    journal = Journal.open(path, lock=lock)
+    with pytest.raises(JournalBusy):
+        JournalLock.acquire(path)
+    journal.close()
+    assert not lock.held
+    JournalLock.acquire(path).release()
 
 
 def test_a_dropped_journal_frees_its_lock(tmp_path: Path) -> None:

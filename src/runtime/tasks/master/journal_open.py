@@ -9,6 +9,7 @@ import time
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.journal_lock import JournalLock
 
 __all__ = ["COMPACT_AFTER_S", "open_journal"]
 
@@ -20,6 +21,7 @@ def open_journal(
     path: str | os.PathLike[str],
     new: bool = False,
     compact_after_s: float | None = COMPACT_AFTER_S,
+    lock: JournalLock | None = None,
 ) -> tuple[Journal, TaskBook]:
     """Open the master's journal (taking its lock), compact old finished jobs, replay it.
 
@@ -28,6 +30,8 @@ def open_journal(
     With ``new``, a missing file is created; an existing journal is still opened as it is.
     Jobs finished ``compact_after_s`` ago or more are compacted first (see
     :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
+    ``lock``: the journal's lock, held already, taken over (see :meth:`Journal.open`): it stays
+    the caller's, held, where this raises.
 
     Raises:
         JournalBusy: another master holds the journal.
@@ -39,11 +43,11 @@ def open_journal(
             f"journal {path} does not exist; pass --new to start a new journal "
             "there, or give the path of the existing journal"
         )
-    journal = Journal.open(path, create=new, new_hint="pass --new to start a new journal there")
+    journal = Journal.open(path, create=new, new_hint="pass --new to start a new journal there", lock=lock)
     try:
         if compact_after_s is not None:
             journal.compact(time.time() - compact_after_s)
         return journal, journal.replay()
     except BaseException:
-        journal.close()
+        journal.close(release=lock is None)
         raise
