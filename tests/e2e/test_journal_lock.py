@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -110,6 +111,34 @@ def test_a_second_master_on_a_journal_is_refused_until_the_first_dies(tmp_path: 
         reap(first, [])
         if third is not None:
             reap(third, [])
+
+
+def test_a_master_through_a_hard_link_to_a_held_journal_is_refused(tmp_path: Path) -> None:
+    """A hard link in another folder names the same file, and gets round no lock: the second
+    master is refused naming the first (it had served the file too, with a -wal of its own)."""
+    journal, logs = tmp_path / "j1" / "journal.db", tmp_path / "logs"
+    journal.parent.mkdir()
+    endpoint = free_endpoint()
+    first = start_master(journal, endpoint, logs, "--new")
+    try:
+        serving(endpoint, first)
+        hard = tmp_path / "hard.db"
+        os.link(journal, hard)
+        second = ctl(
+            "master",
+            "start",
+            "--journal",
+            str(hard),
+            "--endpoint",
+            free_endpoint(),
+            "--logs",
+            str(logs),
+            timeout=60,
+        )
+        assert f"journal {hard} is held by another master (pid {first.pid})" in refusal(second)
+        assert serving(endpoint, first)["pid"] == first.pid  # the first serves on
+    finally:
+        reap(first, [])
 
 
 def _journal_with_a_finished_job(path: Path) -> None:

@@ -22,9 +22,10 @@ file that is not a troupe journal, a schema of another version, or a failing
 queue. Every ``sqlite3`` error is translated to ``JournalError`` here. Replay checks every row it
 reads (:mod:`troupe.runtime.tasks.journal_check`) and refuses a row of the wrong type, naming it.
 
-One master per journal: an open journal holds an exclusive lock on ``<journal>.lock``
-(:mod:`troupe.runtime.tasks.journal_lock`) until it is closed or its process dies; a second open, in
-this process or another, raises :class:`~troupe.runtime.tasks.journal_lock.JournalBusy`.
+One master per journal: an open journal holds an exclusive lock on ``<journal>.lock`` and on the
+file itself (:mod:`troupe.runtime.tasks.journal_lock`) until it is closed or its process dies; a
+second open, in this process or another, by any path to the file (a symlink, a hard link), raises
+:class:`~troupe.runtime.tasks.journal_lock.JournalBusy`.
 
 Compaction (:meth:`Journal.compact`) keeps restarts fast: a job that finished (every task done,
 dead or cancelled) has its done and cancelled task rows folded into one ``compacted_jobs`` row
@@ -183,6 +184,7 @@ class Journal:
                 held.release()
             raise
         try:
+            held.cover(path)  # the file SQLite may just have created: a hard link to it is refused
             with translated(path, "opening"):
                 created = check_or_init(conn, path, create, new_hint)
                 conn.execute("PRAGMA synchronous = FULL")

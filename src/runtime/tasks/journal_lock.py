@@ -2,20 +2,33 @@
 
 Two masters serving one journal would both lease its tasks. :class:`JournalLock` takes
 ``fcntl.flock`` on ``<journal>.lock`` beside the real file, symlinks resolved, so a symlink to the
-journal takes the same lock (not on the SQLite file: SQLite takes and drops its own locks on that
-file). The kernel releases a flock when its holder dies, however it dies, so a
+journal takes the same lock. The kernel releases a flock when its holder dies, however it dies, so a
 master killed with SIGKILL never leaves a stale lock behind and a rerun starts at once. The
 holder writes its pid into the file, only so that the refusal can name it; the file itself is
 never deleted (deleting it would let a third process lock a fresh file while the first still
 holds the old one).
 
-The descriptor is close-on-exec, so worker processes a master starts do not inherit the lock.
+A hard link to the journal has a name, and so a sidecar, of its own: the lock also takes a flock
+on the journal file itself, wherever it exists (:meth:`JournalLock.cover`: as the lock is taken,
+and again once SQLite has created the file), so that every path to the same file (its device
+and inode) is refused. A flock is not SQLite's kind of lock (``fcntl`` record locks, which it
+takes and drops on that file): on a local file system (where a journal in WAL mode must be) the
+two never meet, and SQLite closing its own descriptors leaves the flock held. The other way
+round, closing a descriptor of the file drops every record lock this process holds on it,
+SQLite's too: so the lock closes its own only once the journal is closed, and never opens the
+file where this process holds it already (refused, naming this process, from a table of the
+files held here). Where the holder is another process, its pid is read from the kernel's table
+of locks (``/proc/locks``; ``unknown`` where there is none).
+
+The descriptors are close-on-exec, so worker processes a master starts do not inherit the lock.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
+import threading
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
@@ -34,6 +47,13 @@ def lock_path(journal: Path) -> Path:
     return real.with_name(real.name + ".lock")
 
 
+# The journal files this process holds a flock on, by (st_dev, st_ino): one is never opened
+# again here (closing that descriptor would drop SQLite's record locks on it in this process).
+# Reentrant: a lock dropped without release, collected as this table is read, frees its entry.
+_held_here: set[tuple[int, int]] = set()
+_held_here_lock = threading.RLock()
+
+
 class JournalLock:
     """The held lock of one journal. Use :meth:`acquire`; :meth:`release` (or dropping it) frees it.
 
@@ -45,6 +65,7 @@ class JournalLock:
     def __init__(self, fd: int, path: Path) -> None:
         self._fd: int | None = fd
         self.path = path
+        self._file: tuple[int, tuple[int, int]] | None = None  # the journal file's: fd, identity
 
     @classmethod
     def acquire(cls, journal: Path) -> JournalLock:
@@ -74,10 +95,7 @@ class JournalLock:
         except BlockingIOError:
             holder = _read_pid(fd)
             os.close(fd)
-            raise JournalBusy(
-                f"journal {journal} is held by another master (pid {holder}); "
-                "stop that master first, or give another --journal"
-            ) from None
+            raise _busy(journal, holder) from None
         except OSError as exc:
             os.close(fd)
             raise JournalError(
@@ -90,7 +108,60 @@ class JournalLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the pid is only for the refusal message; the lock is what counts
-        return cls(fd, path)
+        lock = cls(fd, path)
+        try:
+            lock.cover(journal)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def cover(self, journal: Path) -> None:
+        """Hold the journal file itself too, where it exists (a journal not made yet is covered
+        once it is: call this again then), so that a hard link to it is refused: its other name
+        has a lock file of its own. The file covered before (one set aside, or deleted) is let
+        go once this one is held.
+
+        Raises:
+            JournalBusy: another holder (a master, this process included) holds the file under
+                another name; the message names its pid.
+            JournalError: the file cannot be opened to lock it.
+        """
+        try:
+            st = os.stat(journal)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise JournalError(f"journal {journal}: cannot read it ({exc.strerror or exc})") from exc
+        if not stat.S_ISREG(st.st_mode):
+            return  # Journal.open refuses it; nothing SQLite would open is locked through it
+        identity = (st.st_dev, st.st_ino)
+        if self._file is not None and self._file[1] == identity:
+            return
+        with _held_here_lock:
+            if identity in _held_here:
+                raise _busy(journal, str(os.getpid()))
+            try:
+                fd = os.open(journal, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise JournalError(
+                    f"journal {journal}: cannot open it to lock it ({exc.strerror or exc}); check "
+                    "that it is readable"
+                ) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)  # no record lock of this process on it: the table says it holds none
+                raise _busy(journal, _flock_holder(st)) from None
+            except OSError as exc:
+                os.close(fd)
+                raise JournalError(
+                    f"journal {journal}: cannot lock it ({exc.strerror or exc}); put the journal "
+                    "on a local file system"
+                ) from exc
+            _held_here.add(identity)
+        self._let_go_of_file()
+        self._file = (fd, identity)
 
     @property
     def held(self) -> bool:
@@ -98,14 +169,46 @@ class JournalLock:
         return self._fd is not None
 
     def release(self) -> None:
-        """Free the lock. Releasing twice is fine."""
+        """Free the lock. Releasing twice is fine. Close the journal's connection first: closing
+        the lock's descriptor of the file drops this process's record locks on it (SQLite's)."""
+        self._let_go_of_file()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the only descriptor drops the flock
 
+    def _let_go_of_file(self) -> None:
+        held, self._file = self._file, None
+        if held is not None:
+            fd, identity = held
+            with _held_here_lock:
+                os.close(fd)
+                _held_here.discard(identity)
+
     def __del__(self) -> None:
         # A journal dropped without close() must not keep its journal locked in this process.
         self.release()
+
+
+def _busy(journal: Path, holder: str) -> JournalBusy:
+    return JournalBusy(
+        f"journal {journal} is held by another master (pid {holder}); "
+        "stop that master first, or give another --journal"
+    )
+
+
+def _flock_holder(st: os.stat_result) -> str:
+    """The pid that holds a flock on the file of ``st``, from the kernel's table of locks."""
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            for line in table:
+                # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146445 0 EOF"; "1: -> FLOCK ..." waits
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == where:
+                    return fields[4] if fields[4].isdigit() and fields[4] != "0" else "unknown"
+    except OSError:
+        pass
+    return "unknown"
 
 
 def _read_pid(fd: int) -> str:

@@ -9,6 +9,7 @@ another process is not damaged: still refused, and left where it is.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,9 @@ def test_a_damaged_journal_is_set_aside_under_the_lock_the_run_handed_over(tmp_p
         assert lock.held
         with pytest.raises(JournalBusy):
             JournalLock.acquire(path)
+        os.link(path, tmp_path / "hard.db")  # the new file is held too, by any of its names
+        with pytest.raises(JournalBusy):
+            JournalLock.acquire(tmp_path / "hard.db")
     finally:
         journal.close()
     assert not lock.held

@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import re
+import select
 import shutil
 import sqlite3
 import subprocess
@@ -456,6 +457,77 @@ def test_a_lock_handed_to_open_is_taken_over_and_kept_where_the_open_is_refused(
     journal.close()
     assert not lock.held
     JournalLock.acquire(path).release()
+
+
+def test_a_hard_link_to_a_held_journal_is_refused(tmp_path: Path) -> None:
+    """A hard link has a name, and a lock file, of its own: the lock of the file itself refuses
+    it, naming the holder, whether the journal existed as the lock was taken or was made by the
+    open; let go, the link opens the same journal. (In one process SQLite itself refuses a
+    second connection through the link, as a disk I/O error, before the lock is asked: the lock
+    is asked directly here; another process's master is below.)"""
+    path = tmp_path / "journal.db"
+    (tmp_path / "elsewhere").mkdir()
+    hard = tmp_path / "elsewhere" / "hard.db"
+    busy = rf"journal {hard} is held by another master \(pid {os.getpid()}\)"
+    with Journal.open(path, create=True):  # made by this open: covered once SQLite made it
+        os.link(path, hard)
+        with pytest.raises(JournalBusy, match=busy):
+            JournalLock.acquire(hard)
+    first = JournalLock.acquire(path)  # the file exists: covered as the lock is taken
+    try:
+        with pytest.raises(JournalBusy, match=busy):
+            JournalLock.acquire(hard)
+    finally:
+        first.release()
+    with Journal.open(hard) as again:
+        assert again.replay().jobs() == []
+        with pytest.raises(
+            JournalBusy, match=rf"journal {path} is held by another master \(pid {os.getpid()}\)"
+        ):
+            JournalLock.acquire(path)
+    JournalLock.acquire(path).release()
+
+
+def test_a_hard_link_to_a_journal_another_process_holds_names_its_pid(tmp_path: Path) -> None:
+    """The holder is another process: its pid is found by the file's lock, not by the lock file
+    of the name it used (the link's own names nobody)."""
+    path = tmp_path / "journal.db"
+    Journal.open(path, create=True).close()
+    hard = tmp_path / "hard.db"
+    os.link(path, hard)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from troupe.runtime.tasks.journal import Journal\n"
+            "journal = Journal.open(sys.argv[1])\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n"
+            "journal.close()\n",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        ready, _, _ = select.select([holder.stdout], [], [], 60)
+        line = holder.stdout.readline() if ready else ""
+        assert line == "held\n", (line, holder.poll())
+        with pytest.raises(
+            JournalBusy, match=rf"journal {hard} is held by another master \(pid {holder.pid}\)"
+        ):
+            Journal.open(hard)
+        holder.communicate(input="", timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.communicate()
+    assert holder.returncode == 0
+    Journal.open(hard).close()
 
 
 def test_a_dropped_journal_frees_its_lock(tmp_path: Path) -> None:
