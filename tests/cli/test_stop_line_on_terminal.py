@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import sys
@@ -33,6 +34,11 @@ def _read_until(fd: int, out: bytearray, wanted: bytes, deadline: float) -> bool
                 return wanted in out
             out += data
     return wanted in out
+
+
+def _text(out: bytearray) -> str:
+    """What the terminal showed, escape sequences left out: where a failure happened, whole."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", bytes(out).decode(errors="replace"))[-6000:]
 
 
 def _reaped(pid: int, deadline: float) -> int | None:
@@ -68,7 +74,7 @@ def test_the_stop_line_shows_above_the_progress_bars(tmp_path: Path) -> None:
             os.killpg(pid, signal.SIGKILL)  # pty.fork made it a session leader: its group
             os.waitpid(pid, 0)
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 130, bytes(out[-2000:])
+    assert os.waitstatus_to_exitcode(status) == 130, _text(out)
     at = bytes(out).find(SAID)
     assert at > 0, bytes(out[-2000:])
     assert bytes(out[:at]).endswith(ERASE_LINE), bytes(out[at - 200 : at + 100])
