@@ -1,6 +1,7 @@
 """Suite-wide guards: no test may leave a child process behind; no logger of the test process
 is cached, so that a test's capture of log events sees them whatever ran before it; the commands
-the tests start get SIGINT and SIGHUP at their defaults, whatever the harness ignores."""
+the tests start get SIGINT and SIGHUP at their defaults, whatever the harness ignores, and
+whatever a command run in the test process left."""
 
 from __future__ import annotations
 
@@ -83,6 +84,22 @@ def no_leaked_children() -> Iterator[None]:
     psutil.wait_procs(alive, timeout=5)
     if names:
         pytest.fail(f"test left child processes running: {names}")
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_as_they_were() -> Iterator[None]:
+    """A command run in the test process (``troupe run``'s report, a training's end) installs
+    its stop handlers, and ignores a signal that comes as it ends: left so, every command a
+    later test of the same worker started inherited SIGINT ignored, and its Ctrl-C test ran to
+    the end (CI, twice). Each test ends with them as it found them."""
+    before = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    yield
+    for signum, handler in before.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)
