@@ -160,7 +160,7 @@ def _nodes(now: Look) -> Table:
     mine = now.node or {}
     listed = set()
     for n in (now.master or {}).get("nodes", ()):
-        here = n.get("node") == mine.get("node")
+        here, live = n.get("node") == mine.get("node"), live_figures(n)
         listed.add(n.get("node"))
         table.add_row(
             escape(str(n.get("node"))),
@@ -168,8 +168,8 @@ def _nodes(now: Look) -> Table:
             str(n.get("workers", "-")),
             f"{mine['uptime_s']:.0f} s" if here and "uptime_s" in mine else "-",
             str(mine.get("rss_mib", "-")) if here else "-",
-            str(live_figures(n).get("load1", "-")),
-            str(live_figures(n).get("mem_available_mib", "-")),
+            str(live.get("load1", "-")),
+            str(live.get("mem_available_mib", "-")),
             f"{n.get('last_beat_age_s', 0):.1f} s ago",
         )
     if mine and mine.get("node") not in listed:  # no master, or this node has not joined it

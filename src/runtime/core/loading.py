@@ -138,10 +138,9 @@ def check_node_preload(cfg: NodeConfig, source: str) -> None:
         except (ImportError, ValueError):
             found = False
         if not found:
-            missing = ModuleNotFoundError(f"No module named {top!r}", name=top)
             raise ConfigError(
                 f"{source}: node.preload: {entry!r} is not installed here: No module named {top!r}"
-                + _where_hint(missing, module)
+                + _looked_for(top, module)
             )
 
 
@@ -391,6 +390,11 @@ def _where_hint(exc: BaseException, module_name: str) -> str:
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     if not missing or missing != module_name.split(".")[0]:
         return ""
+    return _looked_for(missing, module_name)
+
+
+def _looked_for(missing: str, module_name: str) -> str:
+    """Where ``missing``, the top-level package of ``module_name``, was looked for."""
     holds = f"{missing}.py" if missing == module_name else f"{missing}/"
     return (
         f" (looked for in the current folder {os.getcwd()} and the Python path: run from the folder "

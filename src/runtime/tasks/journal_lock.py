@@ -29,6 +29,7 @@ import fcntl
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
@@ -90,19 +91,7 @@ class JournalLock:
                 f"({exc.strerror or exc}); check that the directory is "
                 "writable"
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            os.close(fd)
-            raise _busy(journal, holder) from None
-        except OSError as exc:
-            os.close(fd)
-            raise JournalError(
-                f"journal {journal}: cannot lock {path} "
-                f"({exc.strerror or exc}); put the journal on a local file "
-                "system"
-            ) from exc
+        _flock(fd, journal, str(path), lambda: _read_pid(fd))
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -148,17 +137,8 @@ class JournalLock:
                     f"journal {journal}: cannot open it to lock it ({exc.strerror or exc}); check "
                     "that it is readable"
                 ) from exc
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)  # no record lock of this process on it: the table says it holds none
-                raise _busy(journal, _flock_holder(st)) from None
-            except OSError as exc:
-                os.close(fd)
-                raise JournalError(
-                    f"journal {journal}: cannot lock it ({exc.strerror or exc}); put the journal "
-                    "on a local file system"
-                ) from exc
+            # Closed on a refusal: no record lock of this process is on it (the table says none).
+            _flock(fd, journal, "it", lambda: _flock_holder(st))
             _held_here.add(identity)
         self._let_go_of_file()
         self._file = (fd, identity)
@@ -187,6 +167,23 @@ class JournalLock:
     def __del__(self) -> None:
         # A journal dropped without close() must not keep its journal locked in this process.
         self.release()
+
+
+def _flock(fd: int, journal: Path, what: str, holder: Callable[[], str]) -> None:
+    """Take ``fd``'s flock without waiting; on a refusal ``fd`` is closed and the error names
+    ``holder()`` (another holder) or ``what`` could not be locked (``JournalError``)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        who = holder()
+        os.close(fd)
+        raise _busy(journal, who) from None
+    except OSError as exc:
+        os.close(fd)
+        raise JournalError(
+            f"journal {journal}: cannot lock {what} ({exc.strerror or exc}); put the journal on a "
+            "local file system"
+        ) from exc
 
 
 def _busy(journal: Path, holder: str) -> JournalBusy:

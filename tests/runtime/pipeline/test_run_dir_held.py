@@ -10,14 +10,12 @@ one process as in two), so nothing waits on timing.
 from __future__ import annotations
 
 import os
-import select
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from support.held_in_child import held_in_child
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
@@ -154,27 +152,11 @@ def test_a_run_in_another_process_is_named_by_its_pid(tmp_path: Path) -> None:
     """Another process's run, between its checks and its master's start: refused, naming its
     pid; once it is gone the folder is free (the kernel dropped its lock)."""
     out = tmp_path / "out"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(out)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        ready, _, _ = select.select([holder.stdout], [], [], HANG_GUARD_S)
-        line = holder.stdout.readline() if ready else ""
-        assert line == "held\n", (line, holder.poll())
+    with held_in_child(_HOLDER, str(out)) as holder:
         recorded = (out / ".troupe" / "run.json").read_bytes()
         with pytest.raises(ConfigError, match=_in_use(out, holder.pid)):
             RunDir(out).prepare(_made_with(items=8), fresh=False)
         assert (out / ".troupe" / "run.json").read_bytes() == recorded
-        holder.communicate(input="", timeout=HANG_GUARD_S)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-        holder.communicate()
     assert holder.returncode == 0
     run = RunDir(out)
     assert run.prepare(_made_with(items=16), fresh=False) is None

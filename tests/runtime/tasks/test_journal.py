@@ -7,7 +7,6 @@ import gc
 import json
 import os
 import re
-import select
 import shutil
 import sqlite3
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import structlog.testing
 
+from support.held_in_child import held_in_child
 from support.journal_drive import drive, leases
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import book as book_mod
@@ -495,37 +495,19 @@ def test_a_hard_link_to_a_journal_another_process_holds_names_its_pid(tmp_path: 
     Journal.open(path, create=True).close()
     hard = tmp_path / "hard.db"
     os.link(path, hard)
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys\n"
-            "from troupe.runtime.tasks.journal import Journal\n"
-            "journal = Journal.open(sys.argv[1])\n"
-            "print('held', flush=True)\n"
-            "sys.stdin.read()\n"
-            "journal.close()\n",
-            str(path),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    code = (
+        "import sys\n"
+        "from troupe.runtime.tasks.journal import Journal\n"
+        "journal = Journal.open(sys.argv[1])\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+        "journal.close()\n"
     )
-    try:
-        assert holder.stdout is not None
-        ready, _, _ = select.select([holder.stdout], [], [], 60)
-        line = holder.stdout.readline() if ready else ""
-        assert line == "held\n", (line, holder.poll())
-        with pytest.raises(
-            JournalBusy, match=rf"journal {hard} is held by another master \(pid {holder.pid}\)"
-        ):
-            Journal.open(hard)
-        holder.communicate(input="", timeout=60)
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-        holder.communicate()
+    with (
+        held_in_child(code, str(path)) as holder,
+        pytest.raises(JournalBusy, match=rf"journal {hard} is held by another master \(pid {holder.pid}\)"),
+    ):
+        Journal.open(hard)
     assert holder.returncode == 0
     Journal.open(hard).close()
 
