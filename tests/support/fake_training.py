@@ -12,7 +12,7 @@ from support.recording_node import RecordingNode
 from troupe.actors.training.train_driver import TrainDriver
 from troupe.runtime.placement import Host
 
-__all__ = ["FakeTrainCluster", "two_rank_driver"]
+__all__ = ["FakeTrainCluster", "train_driver", "two_rank_driver"]
 
 
 class FakeTrainCluster:
@@ -65,13 +65,37 @@ _UNSET = dict.fromkeys(("weights", "memory_mb", "disk_mb", "cache_dir", "threads
 def two_rank_driver(cluster: FakeTrainCluster, out: Path, master: str | None = None) -> TrainDriver:
     """A driver of two ranks (no encoder actors: they encode themselves) over ``cluster``'s nodes,
     one rank a node, that restarts them once."""
+    return train_driver(cluster, out, master, ranks=2, encoders=0, max_restarts=1)
+
+
+def train_driver(
+    cluster: Any,
+    out: Path,
+    master: str | None,
+    ranks: int,
+    encoders: int,
+    max_restarts: int,
+    encoder_gpus: int = 0,
+    host_gpus: tuple[int, ...] = (),
+) -> TrainDriver:
+    """A driver of ``ranks`` ranks and ``encoders`` encoder actors (none: the ranks encode
+    themselves) over ``cluster``'s nodes (``n0``, ``n1``... with ``host_gpus`` GPUs each, 0 where
+    not given), placed round-robin."""
     cfg = SimpleNamespace(
-        encoders=SimpleNamespace(count=0, tags=(), gpus=0, encoder="m:E", encoder_kwargs={}, **_UNSET),
-        trainers=SimpleNamespace(ranks=2, tags=(), gpus=0, threads=None),
-        train=SimpleNamespace(local_encoding=True, max_restarts=1, checkpoint_dir=str(out / "ck"), steps=1),
+        encoders=SimpleNamespace(
+            count=encoders, tags=(), gpus=encoder_gpus, encoder="m:E", encoder_kwargs={}, **_UNSET
+        ),
+        trainers=SimpleNamespace(ranks=ranks, tags=(), gpus=0, threads=None),
+        train=SimpleNamespace(
+            local_encoding=encoders == 0,
+            max_restarts=max_restarts,
+            checkpoint_dir=str(out / "ck"),
+            steps=1,
+        ),
         datagen=None,
         to_data=dict,
     )
-    hosts = [Host.anything(f"n{i}", endpoint) for i, endpoint in enumerate(cluster.nodes)]
+    gpus = dict(enumerate(host_gpus))
+    hosts = [Host.anything(f"n{i}", endpoint, gpus.get(i, 0)) for i, endpoint in enumerate(cluster.nodes)]
     more = {} if master is None else {"master": master}
     return TrainDriver(cluster, cfg, out, hosts, lambda _line: None, None, **more)  # type: ignore[arg-type]

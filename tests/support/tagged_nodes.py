@@ -8,6 +8,7 @@ import socket
 import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -16,7 +17,7 @@ import psutil
 from support.chaos import TaskMaster
 from troupe.runtime.testing.plugin import node_start_command, reap
 
-__all__ = ["tagged_nodes"]
+__all__ = ["TaggedNode", "tagged_nodes"]
 
 NODE = """
 [node]
@@ -25,6 +26,14 @@ tags = ["{tag}"]
 stop_grace_s = 5
 """
 JOIN_S = 60  # a bound on the poll for the nodes' first beats, not on speed
+
+
+@dataclass(frozen=True)
+class TaggedNode:
+    """One of the nodes: its process and where it listens."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: str
 
 
 def _endpoint_on(host: str) -> str:
@@ -50,26 +59,29 @@ def tagged_nodes(
     nodes: Mapping[str, tuple[str, str]],
     extra_config: str = "",
     env: Mapping[str, str] | None = None,
-) -> Iterator[None]:
+) -> Iterator[dict[str, TaggedNode]]:
     """Start ``nodes`` (name -> (loopback address, tag)) joined to ``master``, each with its
-    config under ``root`` (plus ``extra_config``), until all beat with their tags; on the way out,
-    reap every node and their workers (and fail if one survives)."""
+    config under ``root`` (plus ``extra_config``), until all beat with their tags; yield them by
+    name; on the way out, reap every node and their workers (and fail if one survives)."""
     procs: list[subprocess.Popen[bytes]] = []
+    started: dict[str, TaggedNode] = {}
     children: dict[int, list[psutil.Process]] = {}  # each node's own: reaped with it, not before
     try:
         for name, (host, tag) in nodes.items():
             config = root / f"{name}.toml"
             config.write_text(NODE.format(master=master.endpoint, tag=tag) + extra_config, encoding="utf-8")
+            endpoint = _endpoint_on(host)
             procs.append(
                 subprocess.Popen(
-                    node_start_command(config, name, _endpoint_on(host), root / "logs"),
+                    node_start_command(config, name, endpoint, root / "logs"),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                 )
             )
+            started[name] = TaggedNode(procs[-1], endpoint)
         anyio.run(_wait_joined, master, set(nodes))
-        yield
+        yield started
     finally:
         for proc in procs:
             try:

@@ -55,7 +55,7 @@ import torch
 from anyio.abc import TaskGroup
 from torch import nn
 
-from troupe.runtime import ActorStopped, AskTimeout, MailboxFull, UnknownActor, Unreachable
+from troupe.runtime import ActorStopped, AskTimeout, MailboxFull, RemoteError, UnknownActor, Unreachable
 
 __all__ = [
     "RETRYABLE",
@@ -344,7 +344,15 @@ def actor_encoder(
 
     async def encode(index: int, group: SampleGroup) -> torch.Tensor:
         payload = {"tag": list(group.tag), "video": group.video, "params": params or {}}
-        reply = await refs[index].ask("encode", payload, timeout=timeout)
+        try:
+            reply = await refs[index].ask("encode", payload, timeout=timeout)
+        except RemoteError:
+            raise
+        except BaseException:
+            # No answer: the actor may be started again on another node (its own died). A ref
+            # keeps the node/process it resolved to, so the next ask resolves the name afresh.
+            refs[index] = runtime.ref(names[index])
+            raise
         if list(reply.get("tag") or ()) != list(group.tag):
             raise ValueError(f"encoder {names[index]!r} answered tag {reply.get('tag')!r} for {group.tag}")
         latents = reply["latents"]

@@ -21,7 +21,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.placement import Host, cluster_hosts, place
 from troupe.runtime.worker_stop import node_silent
 
-__all__ = ["live_hosts", "moves"]
+__all__ = ["live_hosts", "moves", "silent_nodes"]
 
 log = structlog.get_logger(__name__)
 
@@ -35,19 +35,26 @@ async def live_hosts(runtime: Runtime, master: str, placed: Sequence[Host]) -> l
         log.warning("train_live_nodes_unknown", master=master, error=str(exc))
         return None
     names = {h.name for h in listed}
-    mine = {h.name: h for h in placed if h.name in names}  # each node once
-    silent: set[str] = set()
+    silent = await silent_nodes(runtime, [h for h in placed if h.name in names])
+    for node, why in silent.items():
+        log.warning("train_node_gone", node=node, why=why)
+    return [h for h in listed if h.name not in silent]
+
+
+async def silent_nodes(runtime: Runtime, hosts: Sequence[Host]) -> dict[str, str]:
+    """The nodes of ``hosts`` that do not answer a ping (each pinged once, all at once): why,
+    by node name."""
+    silent: dict[str, str] = {}
     async with anyio.create_task_group() as tg:
 
         async def probe(host: Host) -> None:
             why = await node_silent(runtime, host)
             if why is not None:
-                log.warning("train_node_gone", node=host.name, why=why)
-                silent.add(host.name)
+                silent[host.name] = why
 
-        for host in mine.values():
+        for host in {h.name: h for h in hosts}.values():
             tg.start_soon(probe, host)
-    return [h for h in listed if h.name not in silent]
+    return silent
 
 
 def moves(

@@ -1,7 +1,8 @@
 """One training run's workers on the cluster: the encoder actors and trainer ranks placed on
 their hosts and spawned through each host's node, the ranks started and polled to the end, and
 all of them started again from the latest committed checkpoint when one is lost (at most
-``train.max_restarts`` times).
+``train.max_restarts`` times). On a master's cluster, an encoder whose node dies is started again
+on a live node while the ranks train (``_watch_encoders``); it restarts no rank.
 
 The workers have the same names in every run (``w-train-rank-0``...). Their spawns and stops
 name the run's process (``runtime/owned_controls.py``): a node leaves a rerun's rank alone when a
@@ -31,7 +32,7 @@ from troupe.runtime.placement import Host, place
 from troupe.runtime.worker_stop import node_silent
 
 from .encoder_figures import ask_encoders
-from .lost_nodes import live_hosts, moves
+from .lost_nodes import live_hosts, moves, silent_nodes
 from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
 from .train_result import (
@@ -53,6 +54,7 @@ _POLL_S = 0.5
 _ASK_S = 20.0
 _SPAWN_S = 120.0
 _LOST_AFTER_S = 120.0  # a rank that answers nothing this long is restarted as if it answered idle
+_WATCH_S = 2.0  # how often the encoders' nodes are pinged while the ranks train
 
 
 @dataclass
@@ -95,6 +97,8 @@ class TrainDriver:
         self.encoders = [(f"train-encode-{i}", f"w-train-encode-{i}", h) for i, h in enumerate(enc_hosts)]
         self.ranks = [Rank(r, f"w-train-rank-{r}", f"train-rank-{r}", h) for r, h in enumerate(rank_hosts)]
         self.spawned: list[tuple[str, Host]] = []
+        self._moving = anyio.Lock()  # the encoders' watch and a restart move them one at a time
+        self._unplaced: set[str] = set()  # encoders said to have no live node to go to
         self.restarts = 0
         self.resumed_from: int | None = None
         self.first_step = 0
@@ -181,7 +185,11 @@ class TrainDriver:
                     spawn.start_soon(self._spawn_rank, rank)
             if self.cfg.datagen is not None:
                 await wait_episodes(self.cfg, datagen_done, self.say, _POLL_S)
-            final = await self._train()
+            async with anyio.create_task_group() as watch:
+                if self.master is not None and self.encoders:
+                    watch.start_soon(self._watch_encoders)
+                final = await self._train()
+                watch.cancel_scope.cancel()
         return await self._result(final)
 
     async def _start_ranks(self, attempt: int) -> None:
@@ -330,11 +338,17 @@ class TrainDriver:
         live = await live_hosts(self.rt, self.master, placed)
         if live is None:
             return
-        tr, enc = self.cfg.trainers, self.cfg.encoders
+        tr = self.cfg.trainers
         for i, host in moves([r.host for r in self.ranks], live, tr.tags, tr.gpus, "trainers").items():
             rank = self.ranks[i]
             self._moved(rank.worker, rank.host, host)
             rank.host = host
+        async with self._moving:
+            await self._move_encoders(live)
+
+    async def _move_encoders(self, live: list[Host]) -> None:
+        """The encoders whose node is not among ``live`` started on live nodes that fit them."""
+        enc = self.cfg.encoders
         moved = moves([h for _, _, h in self.encoders], live, enc.tags, enc.gpus, "encoders")
         if moved:
             kwargs = self._encoder_kwargs()
@@ -344,6 +358,34 @@ class TrainDriver:
                     self._moved(worker, old, host)
                     self.encoders[i] = (actor, worker, host)
                     tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
+
+    async def _watch_encoders(self) -> None:
+        """While the ranks train, an encoder whose node stops answering is started again on a live
+        node; the ranks take it back at their next probe of it (``inflight``), resolving its name
+        afresh. Without this, the other encoders carried its share until the ranks restarted.
+        One that cannot be placed (no live node fits) or started is said once; the run goes on."""
+        assert self.master is not None
+        while True:
+            await anyio.sleep(_WATCH_S)
+            hosts = [h for _, _, h in self.encoders]
+            silent = await silent_nodes(self.rt, hosts)
+            if not silent:
+                continue
+            try:
+                async with self._moving:
+                    live = await live_hosts(self.rt, self.master, hosts)
+                    if live is not None:
+                        await self._move_encoders(live)
+            except* TroupeError as group:  # no node fits, or a spawn failed (in a task group)
+                self._not_replaced(sorted(silent), group.exceptions[0])
+
+    def _not_replaced(self, nodes: list[str], error: BaseException) -> None:
+        lost = ", ".join(nodes)
+        if lost in self._unplaced:  # the watch tries again every round: said once
+            return
+        self._unplaced.add(lost)
+        log.warning("train_encoder_not_replaced", nodes=lost, error=str(error))
+        self.say(f"the encoders of node(s) {lost}, gone, are not started elsewhere ({error}); the rest go on")
 
     def _moved(self, worker: str, gone: Host, to: Host) -> None:
         with contextlib.suppress(ValueError):  # its node took it: no stop to send there at the end
