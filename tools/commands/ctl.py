@@ -190,16 +190,18 @@ def submit(
         reply = run_async(submit_job, master, payload, timeout)
     if as_json:
         typer.echo(json.dumps(reply))
+    if reply.get("already") and reply.get("state") == "cancelled":
+        # Nothing was submitted: a script must not read it as done, with --json too.
+        plain = str(reply["job_id"])
+        raise fail(
+            f"job {plain} was submitted before and cancelled: its tasks do not run again; "
+            f"submit the file under a new id to run it (--id {plain}-2)"
+        )
+    if as_json:
         return
     job = escape(str(reply["job_id"]))
     if reply.get("already"):
         state = reply.get("state", "running")
-        if state == "cancelled":  # nothing was submitted: a script must not read it as done
-            plain = str(reply["job_id"])
-            raise fail(
-                f"job {plain} was submitted before and cancelled: its tasks do not run again; "
-                f"submit the file under a new id to run it (--id {plain}-2)"
-            )
         console.print(
             f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
             f"content, {escape(str(state))}); see `troupe ctl jobs`"

@@ -101,9 +101,12 @@ def _shown(key: str, flat: dict[str, Any]) -> str:
 
 
 def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, str] | None:
-    """The first field that differs, as (``key=made``, ``key=asked``); None when none does."""
+    """The first field that differs, as (``key=made``, ``key=asked``); None when none does. The
+    pipeline's name comes first: another pipeline's folder is said to be one, whatever else
+    differs (its item count, say, which comes before the name in the record)."""
     a, b = _flat(made), _flat(asked)
-    for key in [*a, *(k for k in b if k not in a)]:
+    keys = [*a, *(k for k in b if k not in a)]
+    for key in sorted(keys, key=lambda k: k != "name"):  # stable: the record's order otherwise
         if a.get(key, _MISSING) != b.get(key, _MISSING):
             return _shown(key, a), _shown(key, b)
     return None

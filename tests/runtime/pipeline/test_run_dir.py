@@ -324,11 +324,16 @@ def test_a_run_that_failed_as_it_started_binds_nothing_and_its_journal_goes(tmp_
         run.prepare(_made_with(items=2), fresh=False)
 
 
-def test_another_pipeline_s_folder_says_to_give_its_file_not_fresh(tmp_path: Path) -> None:
+@pytest.mark.parametrize("items", [None, 20], ids=["same-items", "other-items"])
+def test_another_pipeline_s_folder_says_to_give_its_file_not_fresh(tmp_path: Path, items: int | None) -> None:
     """A folder of another pipeline (its file forgotten on the command line): the way out is
-    that file or another --out; --fresh would delete what it made."""
+    that file or another --out; --fresh would delete what it made. Its item count differing too
+    (the default 64 against any other) said "use --fresh": the items came first in the record."""
     run = RunDir(tmp_path / "out")
-    run.prepare(fingerprint(default_pipeline().model_copy(update={"name": "signals"})), fresh=False)
+    signals = default_pipeline().model_copy(
+        update={"name": "signals", "items": items or default_pipeline().items}
+    )
+    run.prepare(fingerprint(signals), fresh=False)
     (tmp_path / "out" / "signals").mkdir()
     (tmp_path / "out" / "signals" / "part-0.npy").write_bytes(b"\x93NUMPY")
     with pytest.raises(ConfigError) as err:
