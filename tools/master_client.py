@@ -358,7 +358,11 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
     """Render the master's jobs: state, progress by task state, rate, how many tasks are stuck
     (``waiting_table`` says on what)."""
     table = Table(title="jobs")
-    for col in ("job", "state", "done/total", "pending", "leased", "failed", "dead", "done/s", "waiting"):
+    # The cancelled tasks only where a job has some: the counts of a cancelled job add up to its
+    # total then, and the usual table stays narrow.
+    cancelled = any(j["counts"].get("cancelled") for j in jobs)
+    counts = ("pending", "leased", "failed", "dead", *(("cancelled",) if cancelled else ()))
+    for col in ("job", "state", "done/total", *counts, "done/s", "waiting"):
         # The job id is what `troupe ctl cancel` and `dead` take: never cut (see print_whole).
         table.add_column(col, no_wrap=True)
     for j in jobs:
@@ -369,10 +373,7 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             escape(j["job_id"]),
             j["state"],
             f"{c.get('done', 0)}/{j['total']}",
-            str(c.get("pending", 0)),
-            str(c.get("leased", 0)),
-            str(c.get("failed", 0)),
-            str(c.get("dead", 0)),
+            *(str(c.get(name, 0)) for name in counts),
             f"{rate:.1f}" if rate is not None else "-",
             str(waiting) if waiting else "-",
         )

@@ -126,8 +126,20 @@ def job(state: str) -> dict[str, Any]:
 def test_a_cancelled_job_shows_no_rate() -> None:
     """A running job shows its done/s; a cancelled one shows "-"."""
     table = rows([jobs_table([job("running"), job("cancelled")])])
-    assert table["job-running"][7] == "2.0"
-    assert table["job-cancelled"][7] == "-"
+    assert table["job-running"][8] == "2.0"
+    assert table["job-cancelled"][8] == "-"
+
+
+def test_a_cancelled_job_s_counts_add_up_to_its_total() -> None:
+    """Its cancelled tasks have a column (they were in --json only: 4/10 done and nothing else);
+    a table without a cancelled task has none."""
+    cancelled = jobs_table([job("cancelled")])
+    headers = [str(c.header) for c in cancelled.columns]
+    assert headers[:8] == ["job", "state", "done/total", "pending", "leased", "failed", "dead", "cancelled"]
+    assert rows([cancelled])["job-cancelled"][2:8] == ["4/10", "0", "0", "0", "0", "6"]
+    plain = jobs_table([{**job("running"), "counts": {"done": 4, "pending": 6}}])
+    assert "cancelled" not in [str(c.header) for c in plain.columns]
+    assert rows([plain])["job-running"][2:4] == ["4/10", "6"]
 
 
 def test_a_job_id_is_printed_whole_on_a_narrow_terminal() -> None:

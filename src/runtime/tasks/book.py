@@ -446,7 +446,10 @@ class TaskBook(TaskTables):
             self._enqueue(task)
             out.append(self._record(task))
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
-        log.warning(
+        # A prefetched lease given back is a lease ahead working as meant (it waited too long
+        # in its worker for a slot): info, not the warning an unseen lease or a decline is.
+        emit = log.info if ev.given_back and not ev.unseen else log.warning
+        emit(
             "lease_unseen_returned"
             if ev.unseen
             else "prefetched_lease_given_back"
