@@ -132,10 +132,12 @@ class ClusterLogs:
         self._master_down = False
         self._warned_missing: set[str] = set()
         self._dead: set[str] = set()  # nodes the master has for dead: not asked for their lines
+        self.following = True  # run's ``follow``: a node not there yet is waited for
 
     async def run(self, emit: Emit, follow: bool = True) -> None:
         """Print (through ``emit``) the history, then, with ``follow``, every new line until
         cancelled."""
+        self.following = follow
         context = zmq.asyncio.Context()
         sub = cast(zmq.asyncio.Socket, log_socket(context, zmq.SUB))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -225,7 +227,11 @@ class ClusterLogs:
                 self._follow(sub, master, advertised_endpoint(log_endpoint, endpoint_host(self.master)))
         for node in sorted(self.nodes - known - self._warned_missing):
             self._warned_missing.add(node)
-            self.warn(f"--node {node}: the master knows no such node (yet); waiting for it")
+            self.warn(
+                f"--node {node}: the master knows no such node (yet); waiting for it"
+                if self.following
+                else f"--node {node}: the master knows no such node: no lines of it to show"
+            )
 
     def _follow(self, sub: zmq.Socket[Any], name: str, log_endpoint: str) -> None:
         """Follow the stream ``name`` at ``log_endpoint`` (its new one, after a restart)."""

@@ -144,6 +144,30 @@ def metrics_problem(address: str | None, who: str = "node") -> str | None:
     return problem.replace(f"endpoint {endpoint}", f"metrics {address}") if problem else None
 
 
+def shared_port_problem(metrics: str | None, **endpoints: str | None) -> str | None:
+    """Why ``--metrics`` and an endpoint of the same process would take one TCP port (each is
+    free alone, so the second bind failed once the first held it: after a journal was made, and
+    blaming "another master"), or None. ``endpoints``: option name (``_`` for ``-``) -> value."""
+    if metrics is None:
+        return None
+    try:
+        host, port = parse_host_port(metrics)
+    except ValueError:
+        return None  # metrics_problem says why
+    wildcards = {"0.0.0.0", "*", "::", ""}
+    for option, endpoint in endpoints.items():
+        parts = urlsplit(endpoint or "")
+        try:
+            taken = parts.port
+        except ValueError:
+            continue
+        other = parts.hostname or ""
+        if parts.scheme == "tcp" and port and taken == port and (other == host or {other, host} & wildcards):
+            name = "--" + option.replace("_", "-")
+            return f"--metrics {metrics} and {name} {endpoint} are one port: give the metrics another"
+    return None
+
+
 def writable_problem(path: Path, what: str) -> str | None:
     """Why files cannot be written under directory ``path`` (made if missing), or None.
 
@@ -277,6 +301,7 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
         endpoint_problem(cfg.endpoint, option),
         endpoint_problem(master, "--master", "master") if with_master and master else None,
         metrics_problem(cfg.metrics),
+        shared_port_problem(cfg.metrics, endpoint=cfg.endpoint, master=master if with_master else None),
     )
     return master
 
@@ -288,6 +313,7 @@ def check_master_start(endpoint: str, log_dir: Path, metrics: str | None = None)
         writable_problem(log_dir, "--logs"),
         endpoint_problem(endpoint, "--endpoint", "master"),
         metrics_problem(metrics, "master"),
+        shared_port_problem(metrics, endpoint=endpoint),
     )
 
 

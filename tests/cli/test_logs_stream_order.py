@@ -154,3 +154,12 @@ def test_the_master_s_own_stream_is_followed_where_its_status_says() -> None:
     others = ClusterLogs("tcp://10.0.0.1:7480", frozenset({"n1"}), lambda line, node: True, 0, notes.append)
     others._connect(sub, status)  # type: ignore[arg-type]
     assert sub.connected == ["tcp://10.0.0.1:8000"]  # --node n1: the master's stream is not followed
+
+
+def test_a_node_the_master_does_not_know_is_not_waited_for_without_following() -> None:
+    """`--no-follow` ends at once: it said it was "waiting for it" and exited."""
+    notes: list[str] = []
+    logs = ClusterLogs("tcp://10.0.0.1:7480", frozenset({"nosuch"}), lambda line, node: True, 0, notes.append)
+    logs.following = False
+    logs._connect(_Sub(), {"master": "m1", "nodes": []})  # type: ignore[arg-type]
+    assert notes == ["--node nosuch: the master knows no such node: no lines of it to show"]

@@ -48,3 +48,22 @@ def test_init_given_a_directory_asks_for_the_journal_s_file(tmp_path: Path) -> N
     assert result.exit_code == 2
     assert f"is a directory: give the journal's file, e.g. {tmp_path / 'journal.db'}" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_init_makes_an_empty_file_a_journal_as_new_does(tmp_path: Path) -> None:
+    """It said "exists already ... master start resumes it", and master start refused the file."""
+    path = tmp_path / "journal.db"
+    path.touch()
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 0, result.output
+    journal, _ = open_journal(path)
+    journal.close()
+
+
+def test_init_says_a_file_that_is_no_database_is_no_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    path.write_bytes(b"\x00garbage" * 100)
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 2
+    assert "exists and is no journal (not an SQLite database)" in " ".join(result.output.split())
+    assert path.read_bytes() == b"\x00garbage" * 100

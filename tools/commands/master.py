@@ -86,13 +86,29 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
         raise fail(
             f"journal {journal} is a directory: give the journal's file, e.g. {journal / 'journal.db'}", 2
         )
-    if journal.exists():
+    if journal.exists() and journal.stat().st_size > 0:  # an empty file is made a journal, as --new does
+        if not _is_sqlite(journal):
+            raise fail(
+                f"journal {journal} exists and is no journal (not an SQLite database): master start "
+                "refuses it; nothing was changed (move it away to create one there)",
+                2,
+            )
         raise fail(f"journal {journal} exists already; nothing was changed (master start resumes it)", 2)
     if not journal.parent.is_dir():
         raise fail(f"journal {journal}: no directory {journal.parent}; nothing was created", 2)
     opened, _ = load_journal(journal, new=True)
     opened.close()
     typer.echo(f"created the journal {journal}: `troupe master start --journal {journal}` serves it")
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether the file begins as every SQLite database does (read, not opened: init changes
+    nothing of a file it refuses)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return True  # unreadable: the refusal says it exists; master start says the rest
 
 
 @master_app.command("start")
