@@ -66,7 +66,7 @@ def metrics_table(m: PipelineMetrics) -> Table:
     table.add_column("stage", no_wrap=True)
     # errors: the failed attempts (raised, or the replica lost), retried while an item has
     # attempts left (max_attempts): an item's last one, which killed it, is among them.
-    for col in ("in", "out", "pruned", "errors", "l_s ms", "actor ms", "N_s", "mu_s/s", "queue", "busy"):
+    for col in ("in", "out", "pruned", "errors", "l_s ms", "actor ms", "N_s", "mu_s/s", "queue max", "busy"):
         table.add_column(col, justify="right", no_wrap=True)
     for s in m.stages:
         table.add_row(
@@ -366,6 +366,11 @@ def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Pa
     """What a run stopped by a signal says last: how far it got (at least: an item may have
     ended after the last progress it showed) and how to go on."""
     done = before + (shown.items_done if shown is not None else 0)
+    if done >= items:  # the items had all ended: the stop came during the finalisation
+        return (
+            f"stopped while finalising: all {items} items were done; what they committed stays in "
+            f"{out}, and the same command run again finalises"
+        )
     return (
         f"stopped: at least {done} of {items} items done; what they committed stays in {out}, "
         "and the same command run again goes on from there"

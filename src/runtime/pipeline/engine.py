@@ -324,6 +324,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
             if halted is not None:
                 raise JobCancelled(halted)
             if self._finished():
+                self._notify()  # every item's outcome shown before finalize, however throttled
                 return
             if self._fatal is not None:
                 raise self._fatal
