@@ -137,6 +137,10 @@ async def cluster_status(runtime: Runtime, master: str, timeout: float = 5.0) ->
             f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "
             f"`troupe master start` or pass the endpoint of the running one {_keys_hint()}"
         ) from exc
+    if not (isinstance(status, dict) and "master" in status):  # a node's status has no master name
+        raise ConfigError(
+            f"{master} answered, but not as a master (a node? --master takes the master's endpoint)"
+        )
     return status
 
 

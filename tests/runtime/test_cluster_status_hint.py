@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from troupe.runtime.errors import AskTimeout, Unreachable
+from troupe.runtime.errors import AskTimeout, ConfigError, Unreachable
 from troupe.runtime.placement import cluster_status
 from troupe.runtime.security.keys import generate_keys, load_keys
 from troupe.runtime.security.process import install
@@ -40,3 +40,16 @@ async def test_with_keys_the_error_says_a_master_without_keys_answers_nothing(ke
 async def test_without_keys_the_error_says_a_keyed_master_wants_them() -> None:
     with pytest.raises(Unreachable, match="answers only --keys DIR of its cluster"):
         await cluster_status(_SilentMaster(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]
+
+
+class _Node:
+    """A node's endpoint given as the master's: its status names no master."""
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        return {"node": "n0", "workers": []}
+
+
+async def test_a_node_given_as_the_master_is_said_to_be_no_master() -> None:
+    """It said "the cluster offers: no nodes" (a training run) of a node's endpoint."""
+    with pytest.raises(ConfigError, match=r"tcp://127.0.0.1:1 answered, but not as a master \(a node\?"):
+        await cluster_status(_Node(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]

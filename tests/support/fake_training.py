@@ -37,7 +37,7 @@ class FakeTrainCluster:
             nodes = [
                 {"node": f"n{i}", "alive": e in self.alive, "endpoint": e} for i, e in enumerate(self.nodes)
             ]
-            return {"nodes": nodes}
+            return {"master": "master", "nodes": nodes}
         return await self.nodes[endpoint].control(endpoint, kind, payload, timeout)
 
     def ref(self, path: str) -> _FakeRank:

@@ -78,7 +78,7 @@ def test_node_table_keeps_the_last_tags() -> None:
 
 
 def _status(*nodes: dict[str, object]) -> dict[str, object]:
-    return {"nodes": list(nodes)}
+    return {"master": "master", "nodes": list(nodes)}
 
 
 def test_hosts_of_a_master_status() -> None:

@@ -36,7 +36,7 @@ class _Master:
     async def control(self, master: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
         assert msg_type == "status"
         self.answered += 1
-        return {"nodes": list(self.nodes)}
+        return {"master": "master", "nodes": list(self.nodes)}
 
 
 async def _watched(hosts: EngineHosts, master: _Master, nodes: list[dict[str, Any]]) -> frozenset[str]:

@@ -72,7 +72,7 @@ class Cluster:
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float = 5.0) -> Any:
         if endpoint == MASTER:
             assert kind == "status", kind
-            return {"nodes": [self._node(name) for name in self.names]}
+            return {"master": "master", "nodes": [self._node(name) for name in self.names]}
         node = endpoint.removeprefix("tcp://").removesuffix(":1")
         if kind == "spawn_worker":
             self.spawns[node].append(payload["name"])
@@ -244,4 +244,4 @@ class _Master:
         self.count += 1
         self._answer.set()
         self._answer = anyio.Event()
-        return {"nodes": list(self.nodes)}
+        return {"master": "master", "nodes": list(self.nodes)}
