@@ -133,8 +133,9 @@ def _one(
     kind = err["type"]
     if kind == "extra_forbidden":
         return f"{where}: unknown key{_suggest(str(loc[-1]), model, loc[:-1], hidden)}"
-    if kind == "value_error":  # our own validators: the message says it all
-        return f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
+    if kind == "value_error":  # our own validators: the message says it all (where too, at the top)
+        said = str(err["msg"]).removeprefix("Value error, ")
+        return said if not loc else f"{where}: {said}"
     ctx = err.get("ctx") or {}
     rule = (
         "must not be empty" if kind == "string_too_short" and ctx.get("min_length") == 1 else _RULES.get(kind)

@@ -129,7 +129,7 @@ class PipelineConfig(_Frozen):
             raise ValueError(f"stage names must be unique, got {names}")
         for i, stage in enumerate(self.stages):
             if stage.after is not None and stage.after not in names[:i]:
-                raise ValueError(f"stage {stage.name!r}: after = {stage.after!r} must name an earlier stage")
+                raise ValueError(f"stages.{stage.name}.after = {stage.after!r} must name an earlier stage")
         return self
 
     @property
@@ -192,6 +192,6 @@ def _no_near_out(stage: StageConfig) -> None:
         for name in _PLACEHOLDER.findall(value):
             if name != "out" and difflib.get_close_matches(name, ["out"], n=1, cutoff=0.6):
                 raise ValueError(
-                    f"stage {stage.name!r}: kwargs.{key} = {value!r}: {{{name}}} is no placeholder; "
+                    f"stages.{stage.name}.kwargs.{key} = {value!r}: {{{name}}} is no placeholder; "
                     "did you mean {out} (the run's --out)?"
                 )

@@ -387,6 +387,10 @@ class Codec:
             index = len(self._buffers)
             self._buffers.append(buf)
             return msgpack.ExtType(EXT_CUSTOM, msgpack.packb([ext.name, meta, index]))
+        if isinstance(obj, int):  # msgpack hands over the ints it cannot hold
+            raise EncodeError(
+                f"int {obj} is outside the 64 bits msgpack holds (-2**63 to 2**64-1): send it as a str"
+            )
         raise EncodeError(f"no wire encoding for {type(obj).__qualname__}")
 
     def _pack_ndarray(self, arr: np.ndarray) -> msgpack.ExtType:

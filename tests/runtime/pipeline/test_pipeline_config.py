@@ -111,10 +111,12 @@ def test_duplicate_stage_names(tmp_path: Path) -> None:
 
 
 def test_after_must_name_an_earlier_stage(tmp_path: Path) -> None:
-    """``after`` naming a later (or unknown) stage is refused, naming the stage and the field."""
+    """``after`` naming a later (or unknown) stage is refused, naming the stage and the field by
+    its path, as every other field's error (it said ``(top level): stage 'a': after = ...``)."""
     text = ONE_STAGE.format(name="a") + 'after = "b"\n' + ONE_STAGE.format(name="b")
     message = _error(_write(tmp_path, text))
-    assert "after" in message and "'a'" in message and "earlier stage" in message
+    assert "stages.a.after = 'b' must name an earlier stage" in message, message
+    assert "(top level)" not in message
 
 
 def test_replica_bounds_out_of_order(tmp_path: Path) -> None:

@@ -740,3 +740,12 @@ def test_a_header_nested_past_msgpack_s_depth_says_so() -> None:
     """msgpack's StackError has no message: the bad frame's reason was empty."""
     with pytest.raises(BadFrame, match="nested deeper than msgpack unpacks"):
         Codec().decode([b"\x91" * 100_000 + b"\xc0"])
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**64)])
+def test_an_int_past_64_bits_is_named_as_such(value: int) -> None:
+    """It said "no wire encoding for int", as if no int could travel."""
+    codec = Codec()
+    with pytest.raises(EncodeError, match=rf"int {value} is outside the 64 bits msgpack holds"):
+        codec.encode_reply(1, "n/p", {"v": value})
+    assert codec.decode(codec.encode_reply(2, "n/p", 2**64 - 1)).payload == 2**64 - 1  # the edge travels
