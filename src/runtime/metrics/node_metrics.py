@@ -152,9 +152,14 @@ class NodeCollector:
         for (kind, state), n in sorted(states.items()):
             f.gauge("troupe_workers", "Worker slots by kind and state.", n, {"kind": kind, "state": state})
         f.declare("counter", "troupe_worker_restarts_total", "Restarts of each worker.", ["worker", "kind"])
+        # The node's count, not the handle's: an undrain replaces a handle with one at 0.
+        restarts = Counter({(h.spec.name, h.spec.kind): 0 for h in handles})
+        restarts.update(self._node.supervision.worker_restarts)
+        for (worker, kind), n in sorted(restarts.items()):
+            labels = {"worker": worker, "kind": kind}
+            f.counter("troupe_worker_restarts_total", "Restarts of each worker.", n, labels)
         for h in handles:
             labels = {"worker": h.spec.name, "kind": h.spec.kind}
-            f.counter("troupe_worker_restarts_total", "Restarts of each worker.", h.restarts, labels)
             rss = _rss_bytes(h.pid) if h.process is not None and h.returncode is None else 0
             f.gauge("troupe_worker_memory_rss_bytes", "Resident memory of each worker process.", rss, labels)
         f.declare(

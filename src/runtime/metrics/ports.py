@@ -23,11 +23,15 @@ __all__ = ["MeteredMaster", "MeteredNode", "SupervisionView"]
 
 
 class SupervisionView(Protocol):
-    """The node's side of supervision: its supervisor's starts, and its status (which asks the
-    supervisor process for its counts)."""
+    """The node's side of supervision: its supervisor's starts, the workers' restarts by
+    ``(worker, kind)`` over the node's life, and its status (which asks the supervisor process
+    for its counts)."""
 
     @property
     def starts(self) -> int: ...
+
+    @property
+    def worker_restarts(self) -> Mapping[tuple[str, str], int]: ...
 
     async def describe(self) -> dict[str, Any]: ...
 

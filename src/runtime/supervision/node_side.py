@@ -35,6 +35,9 @@ import json
 import logging
 import signal
 import time
+from collections import Counter
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -102,6 +105,9 @@ class NodeSupervision:
         self._tg: TaskGroup | None = None
         self._reasons: dict[int, str] = {}  # worker pid -> why it is being killed
         self.kills: dict[str, dict[str, Any]] = {}  # worker -> the supervisor's last kill report
+        # Restarts by (worker, kind) over the node process's life: a handle's own count starts
+        # at 0 when the node replaces it (an undrain's start, a rerun's replica of the name).
+        self._restarts: Counter[tuple[str, str]] = Counter()
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -197,6 +203,7 @@ class NodeSupervision:
         for cmd in self.tracker.handle(event, now):
             if isinstance(cmd, Restart):
                 handle.restarts += 1
+                self._restarts[name, handle.spec.kind] += 1
                 log.warning(
                     "worker_restart_scheduled",
                     worker=name,
@@ -217,6 +224,11 @@ class NodeSupervision:
                     hint="restart intensity exceeded; find the cause in this worker's log "
                     "lines, fix it, then restart the node (troupe node start)",
                 )
+
+    @property
+    def worker_restarts(self) -> Mapping[tuple[str, str], int]:
+        """Restarts by ``(worker, kind)`` since the node started; they only grow (a counter)."""
+        return MappingProxyType(self._restarts)
 
     async def _restart_later(self, handle: WorkerHandle, delay_s: float, reason: str) -> None:
         await anyio.sleep(delay_s)

@@ -102,6 +102,9 @@ class FakeRuntime:
 class FakeSupervision:
     starts = 2
 
+    def __init__(self, restarts: dict[tuple[str, str], int] | None = None) -> None:
+        self.worker_restarts = {("w-a", "cpu"): 2, ("w-g", "gpu"): 5} if restarts is None else restarts
+
     async def describe(self) -> dict[str, Any]:
         return {
             "supervisor": {
@@ -127,9 +130,9 @@ PIPELINE = {
 
 def fake_node(pipeline: Callable[[], Any] | None = None) -> SimpleNamespace:
     handles = {
-        "w-a": Handle("w-a", "cpu", "running", restarts=2),
+        "w-a": Handle("w-a", "cpu", "running"),
         "w-b": Handle("w-b", "cpu", "running"),
-        "w-g": Handle("w-g", "gpu", "exited", restarts=5, alive=False),
+        "w-g": Handle("w-g", "gpu", "exited", alive=False),
     }
     replies = {"mem://w-a": worker_status(depth=3, handled=40, bad_frames=6), "mem://w-b": None}
     return SimpleNamespace(
@@ -160,6 +163,19 @@ async def test_node_workers_alive_by_kind_restarts_and_states() -> None:
     assert value(found, "troupe_workers", **n, kind="gpu", state="exited") == 1
     assert value(found, "troupe_worker_restarts_total", **n, worker="w-a", kind="cpu") == 2
     assert value(found, "troupe_worker_restarts_total", **n, worker="w-g", kind="gpu") == 5
+    assert value(found, "troupe_worker_restarts_total", **n, worker="w-b", kind="cpu") == 0
+
+
+async def test_node_worker_restarts_do_not_go_back_when_a_handle_is_replaced() -> None:
+    """An undrain starts a drained worker under a fresh handle (its own count 0): the counter
+    keeps the node's count, and a worker whose record is gone keeps its series."""
+    node = fake_node()
+    node.workers["w-a"].restarts = 0  # the fresh handle an undrain made
+    node.supervision = FakeSupervision({("w-a", "cpu"): 1, ("w-old", "cpu"): 3})
+    _, found = await scraped_node(node)
+    n = {"node": "host-a"}
+    assert value(found, "troupe_worker_restarts_total", **n, worker="w-a", kind="cpu") == 1
+    assert value(found, "troupe_worker_restarts_total", **n, worker="w-old", kind="cpu") == 3
 
 
 async def test_node_mailboxes_and_bad_input_per_process_a_hung_worker_marked() -> None:
