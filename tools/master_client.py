@@ -116,15 +116,21 @@ def _not_a_master(endpoint: str, msg_type: str) -> UnknownMessageType:
 
 
 async def node_name_problem(master: str, name: str, endpoint: str, timeout: float = 2.0) -> str | None:
-    """Why a node named ``name`` at ``endpoint`` must not join ``master``: another node answers
-    under that name, and the master has it alive (the second node of a name took the first
-    one's workers at the master, and both wrote one log file). None when no other does, or
-    when the master cannot say now (the node waits for it then, as it does anyway)."""
+    """Why a node named ``name`` at ``endpoint`` must not join ``master``: the master runs
+    under that name, or another node answers under it and the master has it alive (the second
+    node of a name took the first one's workers at the master; either one shares a log file,
+    ``<name>.jsonl``, with the first). None when no other does, or when the master cannot say
+    now (the node waits for it then, as it does anyway)."""
     if not reachable(master):
         return None
     try:
         async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
             status = await runtime.control(master, "status", None, timeout=timeout)
+            if isinstance(status, dict) and status.get("master") == name:
+                return (
+                    f"node name {name!r} is the name of the master at {master}: both would log "
+                    f"to one {name}.jsonl; give this node another --name"
+                )
             nodes = status.get("nodes", []) if isinstance(status, dict) else []
             for node in nodes:
                 other = node.get("endpoint") if isinstance(node, dict) else None

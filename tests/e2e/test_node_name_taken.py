@@ -38,3 +38,26 @@ def test_a_second_node_of_a_live_node_s_name_is_refused(tmp_path: Path, master: 
         assert err.startswith("error: node name 'n1' is taken: the node at tcp://127.0.0.2:"), err
         assert len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "second").exists()
+
+
+def test_a_node_named_like_its_master_is_refused(tmp_path: Path, master: TaskMaster) -> None:
+    """A node under the master's own name (``master`` by default, as a host may be called) is
+    refused in one line, exit 2: both wrote one ``master.jsonl`` when their logs shared a folder."""
+    done = troupe_in_session(
+        "node",
+        "start",
+        "--name",
+        "master",
+        "--master",
+        master.endpoint,
+        "--endpoint",
+        free_endpoint(),
+        "--logs",
+        str(tmp_path / "named-master"),
+        timeout=REFUSAL_S,
+    )
+    err = done.stderr
+    assert done.returncode == 2, err
+    assert err.startswith(f"error: node name 'master' is the name of the master at {master.endpoint}:"), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "named-master").exists()
