@@ -62,9 +62,14 @@ def reachable(endpoint: str, timeout: float = 0.5) -> bool:
 
 
 def keys_hint() -> str:
-    """What to add to "nobody answers": a cluster with CURVE keys ignores a peer without them."""
+    """What to add to "nobody answers": CURVE on one side only is silence, and so are keys of
+    another cluster (which the keyed side logs as ``peer_refused``; a side without keys logs
+    nothing)."""
     if installed() is not None:
-        return " (or the keys given are not authorised there: see its log)"
+        return (
+            " (or it runs without CURVE keys: drop --keys; or the keys given are not authorised "
+            "there: see its log)"
+        )
     return "; a cluster with CURVE keys answers only with --keys DIR"
 
 

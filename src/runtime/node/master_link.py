@@ -210,10 +210,11 @@ class MasterLink:
                 elif self.beats == 0 and installed() is None:
                     # Never answered: a master with CURVE keys ignores a node without them.
                     hint["hint"] = "if the master runs with CURVE keys, start this node with --keys DIR"
-                elif self.beats == 0:  # keys of another cluster fail the same, silently
+                elif self.beats == 0:  # keys of another cluster, or a master without any: silence
                     hint["hint"] = (
-                        "if the master is up, this node's --keys DIR may not be its cluster's: both "
-                        "must hold the same cluster key pair (the master logs peer_refused)"
+                        "if the master is up, it may run without keys (start this node without "
+                        "--keys), or this node's --keys DIR may not be its cluster's: both must hold "
+                        "the same cluster key pair (a master with keys then logs peer_refused)"
                     )
                 log.warning(
                     "master_beat_failed",

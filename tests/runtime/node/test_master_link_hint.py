@@ -108,6 +108,9 @@ async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_anot
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
     assert "may not be its cluster's" in failed["hint"]
+    # A master without keys ignores a keyed node too, and logs no peer_refused: said first.
+    assert "it may run without keys (start this node without --keys)" in failed["hint"]
+    assert "a master with keys then logs peer_refused" in failed["hint"]
 
 
 async def test_a_host_reading_that_fails_is_no_end_of_the_node(
