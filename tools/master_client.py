@@ -304,7 +304,7 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         live = live_figures(n)
         nodes.add_row(
             escape(str(n["node"])),
-            ("yes" if n["alive"] else "[red]dead[/]")
+            ("yes" if n["alive"] else "stopped" if n.get("left") else "[red]dead[/]")
             + (", [yellow]draining[/]" if n.get("draining") else ""),
             str(n["workers"]),
             str(live.get("processes", "-")),

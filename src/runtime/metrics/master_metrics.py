@@ -70,9 +70,9 @@ class MasterCollector:
     def _nodes(self, f: Families) -> None:
         m = self._master
         now = m.clock()
-        alive = Counter({"alive": 0, "dead": 0})
+        alive = Counter({"alive": 0, "dead": 0, "left": 0})
         for info in m.nodes.nodes():
-            alive["alive" if info.alive else "dead"] += 1
+            alive["alive" if info.alive else "left" if info.left else "dead"] += 1
             f.gauge(
                 "troupe_node_last_beat_age_seconds",
                 "Seconds since the node's last beat reached the master.",
@@ -80,7 +80,7 @@ class MasterCollector:
                 {"node": info.node},
             )
         for state, count in sorted(alive.items()):
-            f.gauge("troupe_nodes", "Nodes that joined, alive or dead.", count, {"state": state})
+            f.gauge("troupe_nodes", "Nodes that joined: alive, dead or left.", count, {"state": state})
         per_node: Counter[str] = Counter()
         for w in m.workers().values():
             per_node[str(w.get("node", ""))] += 1

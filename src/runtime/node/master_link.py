@@ -23,6 +23,10 @@ runs a :class:`MasterLink`. It
 - tells the master ``worker_left`` the moment one of its worker processes exits (from the
   node's ``worker_exit_listeners``), so that worker's leases are requeued at once instead of
   when they expire;
+- tells the master ``node_left`` when the node stops on purpose (SIGTERM, Ctrl-C, ``shutdown``),
+  once its workers have stopped (:meth:`MasterLink.leave`): the master marks it stopped at
+  once rather than dead after its node timeout, and requeues what it held then. It beats no
+  more from there; a master that does not answer holds the stop ``leave_s`` at most;
 - answers the master's ``master_drained``: the node's drain is over (its workers hold no task
   any more), so it stops its workers; and ``master_undrained`` (``troupe ctl undrain``): it
   starts again the workers the drain stopped, which join the master and pull tasks.
@@ -57,10 +61,12 @@ if TYPE_CHECKING:
     from .ports import LinkedNode
     from .worker_handles import WorkerHandle
 
-__all__ = ["MasterLink", "count_gpus", "host_resources", "resolve_through_master"]
+__all__ = ["LEAVE_S", "MasterLink", "count_gpus", "host_resources", "resolve_through_master"]
 
 log = structlog.get_logger(__name__)
 _PROBE_S = 1.0  # the look at the master's port after a failed beat
+LEAVE_S = 2.0
+"""The longest a stopping node waits for the master to take its ``node_left``."""
 
 _GPU_COUNT: int | None = None  # probing may run nvidia-smi: do it once per process
 
@@ -126,13 +132,23 @@ class MasterLink:
         master: the master's endpoint.
         beat_s: seconds between beats; the master's node timeout should be several beats.
         log_endpoint: where the node publishes its log stream, told to the master in each beat.
+        leave_s: the longest :meth:`leave` waits for the master.
     """
 
-    def __init__(self, node: LinkedNode, master: str, beat_s: float = 1.0, log_endpoint: str = "") -> None:
+    def __init__(
+        self,
+        node: LinkedNode,
+        master: str,
+        beat_s: float = 1.0,
+        log_endpoint: str = "",
+        leave_s: float = LEAVE_S,
+    ) -> None:
         self.node = node
         self.master = master
         self.log_endpoint = log_endpoint
         self.beat_s = beat_s
+        self.leave_s = leave_s
+        self.left = False  # said node_left: no beat from then on
         self.beats = 0
         self.failed_beats = 0
         self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
@@ -179,7 +195,36 @@ class MasterLink:
 
     async def _beat(self, runtime: Runtime) -> None:
         async with self._beating:
-            await self._beat_once(runtime)
+            if not self.left:  # a beat after the leave would make the node alive again
+                await self._beat_once(runtime)
+
+    async def leave(self) -> None:
+        """Tell the master this node stops on purpose (``node_left``); it beats no more.
+
+        Returns once the master answered, or failed to, or after ``leave_s``: a master that
+        is down or hung does not hold the node's stop longer. A node the master never
+        answered says nothing (it may have no master to tell).
+        """
+        runtime = self.node.runtime
+        self.left = True
+        if runtime is None or self.beats == 0:
+            return
+        error = f"no answer within {self.leave_s:g}s"
+        with anyio.move_on_after(self.leave_s):
+            # A beat under way goes first: sent on the same connection, it reaches the master
+            # before the leave, never after it.
+            async with self._beating:
+                try:
+                    await runtime.control(
+                        self.master, "node_left", {"node": self.node.name}, timeout=self.leave_s
+                    )
+                except Exception as exc:  # down, or an older master that knows no node_left
+                    error = repr(exc)
+                else:
+                    log.info("master_told_node_left", master=self.master)
+                    return
+        # It declares the node dead once silent, as before the leave was said.
+        log.info("master_leave_unanswered", master=self.master, error=error)
 
     async def _beat_once(self, runtime: Runtime) -> None:
         try:

@@ -232,6 +232,8 @@ class Node:
                                 stops.start_soon(self.template.stop)
                             stops.start_soon(self.supervision.stop)
                             await self._stop_workers()
+                        if self.master_link is not None:  # after its workers: none reports after it
+                            await self.master_link.leave()
                         tg.cancel_scope.cancel()
         finally:
             self.log_publisher.close()

@@ -272,11 +272,12 @@ class TaskBook(TaskTables):
 
     def _node_dead(self, ev: NodeDead, now: float, out: list[Command]) -> None:
         for worker_id in sorted(self._nodes.get(ev.node_id, ())):
-            self._worker_left(WorkerLeft(worker_id, "node dead"), now, out)
+            self._worker_left(WorkerLeft(worker_id, "node left" if ev.left else "node dead"), now, out)
         if ev.node_id in self._drain_waiting:
             self._drain_waiting.discard(ev.node_id)
             out.append(NodeDrained(ev.node_id))
-        self._draining.discard(ev.node_id)  # a node that comes back starts afresh
+        if not ev.left:  # a node that comes back starts afresh; one stopped on purpose, drained
+            self._draining.discard(ev.node_id)
 
     def _report_drained(self, out: list[Command]) -> None:
         for node in sorted(self._drain_waiting):

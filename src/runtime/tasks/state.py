@@ -245,9 +245,14 @@ class WorkerLeft:
 
 @dataclass(frozen=True, slots=True)
 class NodeDead:
-    """Every worker of the node left."""
+    """Every worker of the node left: it went silent, or it said it stops (``left``).
+
+    A node that left on purpose keeps its drain: drained, stopped and started again (an
+    upgrade), it takes no task until ``troupe ctl undrain``. A silent one's drain ends.
+    """
 
     node_id: str
+    left: bool = False
 
 
 @dataclass(frozen=True, slots=True)

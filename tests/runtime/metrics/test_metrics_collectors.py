@@ -314,6 +314,8 @@ async def test_master_tasks_by_job_and_state_dispatches_expiries_nodes_and_worke
 
                 await call("node_beat", {"node": "n1", "endpoint": "mem://n1", "resources": {}})
                 await call("node_beat", {"node": "n2", "endpoint": "mem://n2", "resources": {}})
+                await call("node_beat", {"node": "n3", "endpoint": "mem://n3", "resources": {}})
+                await call("node_left", {"node": "n3"})  # stopped on purpose: left, never dead
                 for w in ("n1/w0", "n1/w1"):
                     await call(
                         "register_worker",
@@ -339,6 +341,7 @@ async def test_master_tasks_by_job_and_state_dispatches_expiries_nodes_and_worke
     assert value(found, "troupe_jobs", **m, state="running") == 1
     assert value(found, "troupe_nodes", **m, state="alive") == 1
     assert value(found, "troupe_nodes", **m, state="dead") == 1
+    assert value(found, "troupe_nodes", **m, state="left") == 1
     assert value(found, "troupe_workers_registered", **m, node="n1") == 2
     assert value(found, "troupe_journal_size_bytes", **m) > 0
     assert value(found, "troupe_journal_records_total", **m) > 0

@@ -423,7 +423,7 @@ _OWNER_MOST = 200
 
 @dataclass(frozen=True, slots=True)
 class NodeControl:
-    """``node_dead``, ``drain`` and ``undrain``: ``{node}``."""
+    """``node_dead``, ``node_left``, ``drain`` and ``undrain``: ``{node}``."""
 
     node: str
 

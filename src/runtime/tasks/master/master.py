@@ -28,6 +28,8 @@ Control messages (payloads are maps; ``->`` is the reply)::
                                                           actors: the cluster's directory)
       worker_left     {worker_id, pid, reason}         -> bool
       node_dead       {node}                           -> bool
+      node_left       {node}                           -> bool   (it stops on purpose: marked
+                                                          left at once, its leases requeued)
     from operators (``troupe ctl``)
       submit {job: <job TOML as a map>, source, job_id?} -> {job_id, tasks, already}
       status -> {...}   jobs -> [job]   cancel {job_id}   drain {node}   dead {job_id} -> [..]
@@ -324,11 +326,11 @@ class Master(NodeControls, WorkerControls):
             log.warning("node_dead", node=node, silent_for_s=self.config.node_timeout_s)
             await self._node_gone(node)
 
-    async def _node_gone(self, node: str) -> None:
+    async def _node_gone(self, node: str, left: bool = False) -> None:
         for worker_id in [w for w, e in self._workers.items() if e.node == node]:
             del self._workers[worker_id]
             self.dispatcher.unpark(worker_id)
-        await self.dispatcher.handle(NodeDead(node))
+        await self.dispatcher.handle(NodeDead(node, left))
 
     # ------------------------------------------------------------------ side commands
 
@@ -382,6 +384,7 @@ class Master(NodeControls, WorkerControls):
                 resolve=self._resolve,
                 worker_left=self._worker_left,
                 node_dead=self._node_dead,
+                node_left=self._node_left,
                 shutdown=self._shutdown,
                 owner_beat=self._owner_beat,
                 owner_seen=self._owner_seen,
@@ -397,6 +400,15 @@ class Master(NodeControls, WorkerControls):
         node = NodeControl.decode("node_dead", payload).node
         self.nodes.mark_dead(node)
         await self._node_gone(node)
+        return True
+
+    async def _node_left(self, payload: Any) -> bool:
+        """The node stops on purpose (SIGTERM, Ctrl-C): stopped now, not dead once silent, and
+        what its workers held goes back as for a dead node's, its drain kept."""
+        node = NodeControl.decode("node_left", payload).node
+        if self.nodes.leave(node):
+            log.info("node_left", node=node)
+            await self._node_gone(node, left=True)
         return True
 
     async def _shutdown(self, _: Any) -> bool:

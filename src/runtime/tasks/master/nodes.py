@@ -4,10 +4,12 @@
 reported, the processes it runs with their mailboxes, and whether it is alive. A node is alive
 from its first beat until it stays silent for ``timeout_s``; :meth:`NodeTable.expired` (called
 on the master's clock tick, with ``now`` passed in) names the nodes that just died, once each.
-A dead node that beats again is alive again; its workers register anew when the master answers
-them ``unknown_worker``. A node dead for ``FORGET_DEAD_S`` is forgotten: ``ctl status`` lists
-it as dead for an hour, and a long-lived master whose hosts come and go (each a node of its own
-name) does not list every host it ever saw. A forgotten node that beats again is new again.
+A node that says it stops (``node_left``, :meth:`NodeTable.leave`) is not alive from then on,
+and ``left``: listed as stopped, not dead. A dead or left node that beats again is alive again;
+its workers register anew when the master answers them ``unknown_worker``. A node dead (or
+left) for ``FORGET_DEAD_S`` is forgotten: ``ctl status`` lists it for an hour, and a long-lived
+master whose hosts come and go (each a node of its own name) does not list every host it ever
+saw. A forgotten node that beats again is new again.
 
 It is also the cluster's directory of names: every beat carries the node's processes (``name
 -> {endpoint, actors: {actor: endpoint}}``), and :meth:`NodeTable.resolve` answers a node's
@@ -52,6 +54,7 @@ class NodeInfo:
     log_endpoint: str = ""  # the node's log stream (``troupe logs tail --master``); "" if none
     tags: tuple[str, ...] = ()  # what it offers replicas (``[node] tags``; placement.py)
     code: str = ""  # the troupe code it runs (runtime/code_identity.py); "" from older nodes
+    left: bool = False  # not alive because it said it stops (node_left), not because it went silent
 
 
 class NodeTable:
@@ -81,14 +84,15 @@ class NodeTable:
         if info is None:
             self._nodes[node] = NodeInfo(node, endpoint, now, now, True, resources, processes or {})
             return True
-        revived = not info.alive
+        back = not info.alive
         info.endpoint, info.last_beat, info.alive = endpoint or info.endpoint, now, True
-        info.revivals += revived
+        info.revivals += back and not info.left  # a restart after a stop is no cut link
+        info.left = False
         if resources:
             info.resources = resources
         if processes is not None:
             info.processes = processes
-        return revived
+        return back
 
     def resolve(self, address: ActorAddress) -> tuple[ActorAddress, str]:
         """The full address and mailbox endpoint of an actor on a live node.
@@ -154,6 +158,15 @@ class NodeTable:
         for info in self._nodes.values():
             if info.alive:
                 info.last_beat = min(now, info.last_beat + held_s)
+
+    def leave(self, node: str) -> bool:
+        """The node said it stops: not alive, and ``left``. Returns whether it was alive (a
+        second word of its leave, or one after it was declared dead, changes nothing)."""
+        info = self._nodes.get(node)
+        if info is None or not info.alive:
+            return False
+        info.alive, info.left = False, True
+        return True
 
     def mark_dead(self, node: str) -> None:
         """Declare a node dead now (an operator or its supervisor said so)."""

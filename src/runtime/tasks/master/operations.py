@@ -318,6 +318,7 @@ class Operations:
                 "endpoint": n.endpoint,
                 "log_endpoint": n.log_endpoint,
                 "alive": n.alive,
+                "left": n.left,  # not alive because it said it stops (a planned stop), not dead
                 "draining": n.node in draining,  # takes no new task, nor a pipeline's new replica
                 "processes": len(n.processes),  # its running workers, a pipeline's replicas among them
                 "last_beat_age_s": round(now - n.last_beat, 3),

@@ -219,6 +219,41 @@ async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path)
     assert n1["alive"] is False
 
 
+async def test_a_node_that_leaves_is_stopped_at_once_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
+    """A node stopped on purpose says node_left: the master marks it left (info, not the
+    node_dead warning its silence gave 10 s later), requeues its task then, keeps its drain, and
+    does not call it dead once its beats stop.
+
+    The master's clock is driven and never reaches the node timeout before the task ran
+    elsewhere: only the leave can have requeued it.
+    """
+    stuck: list[str] = []
+    ran: Counter[str] = Counter()
+    clock = FakeClock()
+    async with cluster(tmp_path, node_timeout_s=10.0, clock=clock) as c:
+        await c.call("node_beat", {"node": "n1", "endpoint": "mem://gone", "resources": {}})
+        async with workers(c, "n1", 1, blocking(stuck, anyio.Event()), report_for_s=0.1):
+            await c.submit("x", 2, lease_s=600)
+            await until(lambda: len(stuck) == 1)
+            await c.call("drain", {"node": "n1"})
+            with structlog.testing.capture_logs() as logs:
+                assert await c.call("node_left", {"node": "n1"}) is True
+                assert await c.call("node_left", {"node": "n1"}) is True  # said twice: once
+                clock.advance(30.0)  # silent past the timeout: it left, it is not dead
+                await c.master.tick()
+            left = (await c.call("status"))["nodes"]
+        async with workers(c, "n2", 1, quick(ran)):
+            job = await c.wait("x")
+        await c.call("node_beat", {"node": "n1", "endpoint": "mem://back", "resources": {}})
+        back = (await c.call("status"))["nodes"]
+    assert job["state"] == "done" and stuck[0] in ran
+    assert [(n["node"], n["alive"], n["left"], n["draining"]) for n in left] == [("n1", False, True, True)]
+    events = [(e["event"], e["log_level"]) for e in logs if e["event"] in ("node_left", "node_dead")]
+    assert events == [("node_left", "info")]
+    (n1,) = [n for n in back if n["node"] == "n1"]
+    assert (n1["alive"], n1["left"], n1["revivals"], n1["draining"]) == (True, False, 0, True)
+
+
 async def test_worker_left_requeues_at_once_unless_a_newer_incarnation_registered(tmp_path: Path) -> None:
     """worker_left with the registered pid requeues that worker's task; a stale pid is ignored."""
     stuck: list[str] = []
