@@ -29,7 +29,10 @@ runs a :class:`MasterLink`. It
   more from there; a master that does not answer holds the stop ``leave_s`` at most;
 - answers the master's ``master_drained``: the node's drain is over (its workers hold no task
   any more), so it stops its workers; and ``master_undrained`` (``troupe ctl undrain``): it
-  starts again the workers the drain stopped, which join the master and pull tasks.
+  starts again the workers the drain stopped, which join the master and pull tasks. Its beats
+  say whether it is drained, with the token of the last undrain it took: a master that
+  restarted (or declared it dead) meanwhile learns the drain from them, and one that undrained
+  it tells a beat sent before the undrain by its older token.
 
 The workers themselves talk to the master directly (their TaskGetter); the link carries only
 what the node alone knows.
@@ -153,6 +156,9 @@ class MasterLink:
         self.failed_beats = 0
         self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
         self.drained = node.drained  # workers a drain stopped; an undrain starts them again
+        # Drained: master_drained came, no master_undrained since (a drain may stop no worker).
+        self.is_drained = False
+        self.undrain_token = ""  # the last master_undrained's, told in every beat
         self.code = ""  # this node's code identity, read once the link runs
         # One beat at a time (the period's and beat_now's): a beat lists the node's processes
         # as it is sent, and one listed earlier must not reach the master after a later one,
@@ -238,6 +244,8 @@ class MasterLink:
             "processes": self.processes(),
             "tags": list(self.node.config.tags),  # what it offers replicas; older masters ignore it
             "code": self.code,  # older masters ignore it too (they take any field they do not read)
+            "drained": self.is_drained,  # a restarted master learns the drain (older ones ignore it)
+            "undrain_token": self.undrain_token,
         }
         if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
             payload["log_endpoint"] = self.log_endpoint
@@ -301,6 +309,7 @@ class MasterLink:
         ]
         log.info("node_drained_stopping_workers", workers=names)
         self.drained.update(names)
+        self.is_drained = True
         grace = self.node.config.stop_grace_s + 10.0
         for name in names:  # answer now; stopping takes up to the grace period
             # Through the node's own stop_worker control: a stop on purpose, not restarted.
@@ -312,6 +321,11 @@ class MasterLink:
         runtime = self._runtime()
         names = sorted(self.drained)
         self.drained.clear()
+        self.is_drained = False
+        token = payload.get("token") if isinstance(payload, dict) else None
+        # From an older master: none, and the beats carry the last one (it sends no other).
+        if isinstance(token, str) and len(token) <= 64:
+            self.undrain_token = token
         log.info("node_undrained_starting_workers", workers=names)
         for name in names:  # answer now; each starts once its drain stop has ended
             runtime.start_soon(self._start_again, runtime, name)

@@ -287,12 +287,16 @@ def _run_s(p: ControlPayload) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class NodeBeatControl:
-    """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?, code?}``.
+    """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?, code?,
+    drained?, undrain_token?}``.
 
     ``processes`` maps each running process of the node to ``{endpoint, actors: {actor:
     endpoint}}`` (the cluster's directory of names); None when the beat does not list them.
     ``tags``: what the node offers replicas; none from older nodes.
     ``code``: the troupe code the node runs (``runtime/code_identity.py``); "" from older nodes.
+    ``drained``: the node is drained (``master_drained`` came, no ``master_undrained`` since);
+    ``undrain_token``: the token of the last ``master_undrained`` it took ("" if none). False
+    and "" from older nodes.
     """
 
     node: str
@@ -302,6 +306,8 @@ class NodeBeatControl:
     log_endpoint: str = ""  # where the node publishes its log stream; "" from older nodes
     tags: tuple[str, ...] = ()
     code: str = ""
+    drained: bool = False
+    undrain_token: str = ""
 
     @classmethod
     def decode(cls, payload: Any) -> NodeBeatControl:
@@ -327,6 +333,8 @@ class NodeBeatControl:
             p.optional("log_endpoint", str, ""),
             _tags(p),
             _code(p),
+            p.optional("drained", bool, False),
+            _undrain_token(p),
         )
 
 
@@ -362,6 +370,19 @@ def _code(p: ControlPayload) -> str:
             f"characters, has {clipped(code)}"
         )
     return code
+
+
+MAX_TOKEN_CHARS = 64
+"""Characters of a beat's ``undrain_token`` (the master makes 32)."""
+
+
+def _undrain_token(p: ControlPayload) -> str:
+    token: str = p.optional("undrain_token", str, "")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise BadRequest(
+            f"control {p.control!r}: field 'undrain_token' must be at most {MAX_TOKEN_CHARS} characters"
+        )
+    return token
 
 
 def _tags(p: ControlPayload) -> tuple[str, ...]:

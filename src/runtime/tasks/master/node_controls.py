@@ -6,6 +6,11 @@ and the beats of the runs that own replicas on them (``owner_beat``, ``owner_see
 answers them at once, from its node table (``nodes.py``) and its run owners (``run_owners.py``);
 none of them goes through the driver or the journal. A node declared dead (``node_dead``, or
 silent too long) is the master's own business: its workers' tasks go back through the driver.
+
+A beat that says the node is drained, to a master that does not have it draining (it
+restarted, or declared the node dead meanwhile), drains it there too (through the driver, as
+``troupe ctl drain``): the node runs none of its workers, and ``ctl status`` says why. A beat
+sent before the node took the master's last ``master_undrained`` does not (``NodeTable.says_drained``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,16 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from troupe.runtime.core.router import Answer
+from troupe.runtime.tasks.state import DrainNode
 
 from .controls import NodeBeatControl, OwnerControl, ResolveControl
 from .nodes import ProcessEntry
 
 if TYPE_CHECKING:
+    from troupe.runtime.core.runtime import Runtime
+    from troupe.runtime.tasks.book import TaskBook
+
+    from .driver import Dispatcher
     from .master_config import MasterConfig
     from .nodes import NodeTable
     from .run_owners import RunOwners
@@ -37,6 +47,9 @@ class NodeControls:
     nodes: NodeTable
     run_owners: RunOwners
     clock: Callable[[], float]
+    book: TaskBook
+    dispatcher: Dispatcher
+    runtime: Runtime | None
 
     def _owner_beat(self, payload: Any) -> Answer:
         self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
@@ -63,6 +76,10 @@ class NodeControls:
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         self.nodes.set_tags(m.node, m.tags)
         self.nodes.set_code(m.node, m.code)
+        drained = self.nodes.says_drained(m.node, m.drained, m.undrain_token)
+        if drained and m.node not in self.book.draining_nodes() and self.runtime is not None:
+            log.info("node_says_drained", node=m.node)
+            self.runtime.start_soon(self.dispatcher.handle, DrainNode(m.node))
         return Answer.now({"ok": True, "master": self.config.name})
 
     def _resolve(self, payload: Any) -> Answer:

@@ -55,6 +55,7 @@ class NodeInfo:
     tags: tuple[str, ...] = ()  # what it offers replicas (``[node] tags``; placement.py)
     code: str = ""  # the troupe code it runs (runtime/code_identity.py); "" from older nodes
     left: bool = False  # not alive because it said it stops (node_left), not because it went silent
+    undrain_token: str = ""  # the token of the last master_undrained sent it ("" if none)
 
 
 class NodeTable:
@@ -158,6 +159,22 @@ class NodeTable:
         for info in self._nodes.values():
             if info.alive:
                 info.last_beat = min(now, info.last_beat + held_s)
+
+    def undrain_sent(self, node: str, token: str) -> None:
+        """Record the token of the ``master_undrained`` sent to ``node`` ("": it did not reach
+        it, so its beats say again whether it is drained)."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.undrain_token = token
+
+    def says_drained(self, node: str, drained: bool, token: str) -> bool:
+        """Whether a beat of ``node`` that says ``drained`` stands: the beat's ``token`` (its
+        last undrain taken) is the one this master sent it last, or it sent none (a master
+        that restarted learns a node's drain so). A beat sent before the node took the last
+        undrain is stale: its drain was ended. Only a drain is learned so, never its end: a
+        drain asked of the master reaches the node only once its tasks are done."""
+        info = self._nodes.get(node)
+        return drained and info is not None and info.undrain_token in ("", token)
 
     def leave(self, node: str) -> bool:
         """The node said it stops: not alive, and ``left``. Returns whether it was alive (a

@@ -17,6 +17,7 @@ very large job) can simply submit again; the same id with other content is refus
 from __future__ import annotations
 
 import os
+import secrets
 from collections import deque
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
@@ -72,7 +73,8 @@ def raise_rejected(reply: list[Command]) -> None:
 class OperatedMaster(Protocol):
     """What the operator side uses of the master (``Master``): its config, clocks, book,
     driver, node table, journal, runtime, collector pauses, log stream's endpoint and code, and the
-    registered workers. Read only: every change goes through the driver (``dispatcher.handle``)."""
+    registered workers. Read only: every change goes through the driver (``dispatcher.handle``),
+    but the undrain token the node table keeps (``NodeTable.undrain_sent``)."""
 
     @property
     def config(self) -> MasterConfig: ...
@@ -249,7 +251,17 @@ class Operations:
         endpoint, runtime = master.nodes.endpoint(node), master.runtime
         if endpoint is None or runtime is None:
             return {"node": node, "draining": False, "restarted": []}
-        restarted = await runtime.control(endpoint, "master_undrained", {"node": node}, timeout=10.0)
+        # The node's beats say this token once it took the undrain: one sent before says a
+        # drain this undrain ended, and must not bring it back (NodeTable.says_drained).
+        token = secrets.token_hex(16)
+        master.nodes.undrain_sent(node, token)
+        try:
+            restarted = await runtime.control(
+                endpoint, "master_undrained", {"node": node, "token": token}, timeout=10.0
+            )
+        except BaseException:
+            master.nodes.undrain_sent(node, "")  # not taken: its beats say again if it is drained
+            raise
         return {"node": node, "draining": False, "restarted": list(restarted)}
 
     async def _dead(self, payload: Any) -> list[dict[str, Any]]:

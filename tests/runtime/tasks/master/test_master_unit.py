@@ -191,6 +191,38 @@ async def test_drain_gives_no_new_task_and_tells_the_node_when_idle(tmp_path: Pa
     assert [(n["node"], n["draining"]) for n in status["nodes"]] == [("n1", True)]  # ctl status shows it
 
 
+async def test_a_beat_that_says_drained_drains_the_node_unless_an_undrain_ended_it_since(
+    tmp_path: Path,
+) -> None:
+    """A master that restarted knows no drain: a drained node's beat tells it, and it shows
+    the node draining (and tells it drained). A beat the node sent before it took the
+    master's undrain is stale: it does not drain the node again."""
+    told: list[str] = []
+    async with cluster(tmp_path) as c, Runtime("n1", "node", c.hub.transport()) as node_rt:
+
+        async def master_drained(payload: Any) -> list[str]:
+            told.append("drained")
+            return []
+
+        async def master_undrained(payload: Any) -> list[str]:
+            told.append(payload["token"])
+            return []
+
+        node_rt.register_controls({"master_drained": master_drained, "master_undrained": master_undrained})
+        beat = {"node": "n1", "endpoint": node_rt.address, "resources": {}, "drained": True}
+        await node_rt.control(MASTER, "node_beat", beat)
+        await until(lambda: told == ["drained"])
+        (learned,) = (await c.call("status"))["nodes"]
+        await c.call("undrain", {"node": "n1"})
+        token = told[1]
+        with structlog.testing.capture_logs() as logs:
+            await node_rt.control(MASTER, "node_beat", beat)  # sent before the node took the undrain
+            await node_rt.control(MASTER, "node_beat", {**beat, "drained": False, "undrain_token": token})
+        (undrained,) = (await c.call("status"))["nodes"]
+    assert learned["draining"] is True and undrained["draining"] is False
+    assert not [e for e in logs if e["event"] == "node_says_drained"]
+
+
 async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
     """When a node stops beating, the tasks its workers hold are requeued and done elsewhere.
 
