@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -236,6 +238,32 @@ async def test_dead_supervisor_is_restarted_and_watches_again(one: Cluster) -> N
     # The node's template was ready (its workers are forks of it): the new one is a fork too,
     # and the hang below shows that it judges as a spawned one did.
     assert status["supervision"]["supervisor_start"] == "fork"
+    before = Cluster.worker_in(status, "w-one")
+    await one.chaos("hang_with_gil", "w-one", seconds=30)
+    async with one.client() as rt:  # open while waiting: closing drops an unsent tell (linger 0)
+        await rt.ref("w-one/echo").tell("echo", "freeze")
+        await _restarted(one, "w-one", before["pid"])
+    assert (await one.supervision())["supervision"]["kills"]["w-one"]["reason"] == "no_heartbeat"
+
+
+# The node asks its supervisor every beat whether it answers; silent this long, it is killed.
+SILENT_SUPERVISOR = SUPERVISION + "supervisor_timeout_s = 1.0\n" + ONE[len(SUPERVISION) :]
+
+
+async def test_a_supervisor_that_stops_answering_is_killed_and_started_again(troupe_cluster: Any) -> None:
+    """A SIGSTOPped (hung) supervisor watched nothing and the node said nothing: the node
+    warns, SIGKILLs it after ``supervisor_timeout_s`` and starts another, which kills hangs."""
+    one: Cluster = troupe_cluster(SILENT_SUPERVISOR, "one")
+    status = await _settled(one)
+    old = status["supervision"]["supervisor_pid"]
+    os.kill(old, signal.SIGSTOP)  # a hung supervisor; killed by the node, reaped by it
+    status = await one.wait_for(
+        lambda s: s["supervision"]["supervisor_starts"] == 2 and _watched(s), timeout=30
+    )
+    assert status["supervision"]["supervisor_pid"] != old
+    events = [json.loads(line) for line in (one.log_dir / "one.jsonl").read_text().splitlines()]
+    silent = [e for e in events if e.get("event") == "supervisor_not_answering"]
+    assert silent and silent[0]["level"] == "warning", silent
     before = Cluster.worker_in(status, "w-one")
     await one.chaos("hang_with_gil", "w-one", seconds=30)
     async with one.client() as rt:  # open while waiting: closing drops an unsent tell (linger 0)

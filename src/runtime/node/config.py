@@ -135,6 +135,8 @@ class SupervisionConfig(_Frozen):
 
     ``progress_timeout_s = 0`` disables the no-progress check (for kinds whose work goes quiet
     on purpose); ``startup_timeout_s`` unset means ``heartbeat_timeout_s``.
+    ``supervisor_timeout_s``: the node asks its supervisor every second whether it answers;
+    silent this long (stopped, hung), it is killed and started again.
     """
 
     enabled: StrictBool = True
@@ -142,6 +144,7 @@ class SupervisionConfig(_Frozen):
     heartbeat_timeout_s: StrictFloat = Field(default=3.0, gt=0)
     progress_timeout_s: StrictFloat = Field(default=30.0, ge=0)
     startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    supervisor_timeout_s: StrictFloat = Field(default=10.0, gt=0)
     kinds: dict[str, KindSupervision] = Field(default_factory=dict)
 
     @model_validator(mode="after")

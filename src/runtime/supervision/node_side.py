@@ -12,7 +12,10 @@
   the reason (its actors get ``restarted(reason)``); ``GiveUp`` marks it FAILED, logged and
   shown by ``ctl status``; the node stays up. A worker stopped on purpose is not restarted;
 - it restarts a dead supervisor (noticed by ``waitpid``), under a restart policy of its own, and
-  sends ``watch`` again for every running worker.
+  sends ``watch`` again for every running worker;
+- it asks the supervisor every second whether it answers (``status``): one that stops answering
+  (SIGSTOP, hung) watches no worker, so the node warns (``supervisor_not_answering``), and
+  after ``supervisor_timeout_s`` of silence SIGKILLs it: from there it is a dead supervisor.
 
 Why a worker died comes, in order of preference, from the supervisor's ``worker_killed`` report
 (sent before its SIGKILL), from the node's own chaos kill, or from the exit status.
@@ -76,6 +79,7 @@ _SUPERVISOR = "supervisor"
 _SUPERVISOR_POLICY = RestartPolicy(max_restarts=10, period_s=60.0, backoff_base_s=0.05, backoff_max_s=2.0)
 _READY_TIMEOUT_S = 30.0
 _CONTROL_TIMEOUT_S = 2.0
+_ASK_EVERY_S = 1.0  # the node's look at whether its supervisor answers
 
 
 class NodeSupervision:
@@ -138,6 +142,7 @@ class NodeSupervision:
             self.udp = ("127.0.0.1", _free_udp_port())
         tg.start_soon(self._keep_supervisor)
         tg.start_soon(self._warn_if_late)
+        tg.start_soon(self._kill_if_silent)
 
     async def _warn_if_late(self) -> None:
         with anyio.move_on_after(_READY_TIMEOUT_S) as scope:
@@ -264,6 +269,42 @@ class NodeSupervision:
                 return
             assert isinstance(cmds[0], Restart)
             await anyio.sleep(cmds[0].delay_s)
+
+    async def _kill_if_silent(self) -> None:
+        """Ask the ready supervisor whether it answers; SIGKILL it once silent for
+        ``supervisor_timeout_s`` (``_keep_supervisor`` then starts another, as for a crash)."""
+        node, bound = self._node, self._cfg.supervisor_timeout_s
+        silent_since: float | None = None
+        killed: Process | None = None  # until its exit is seen: judged once
+        while not node.stopping.is_set():
+            await anyio.sleep(_ASK_EVERY_S)
+            proc, endpoint, runtime = self._proc, self.endpoint, node.runtime
+            if proc is None or endpoint is None or runtime is None or proc.returncode is not None:
+                silent_since = None  # not started or not ready yet: nothing to judge
+                continue
+            if proc is killed:
+                continue
+            try:
+                await runtime.control(endpoint, "status", None, timeout=min(_CONTROL_TIMEOUT_S, bound))
+            except Exception as exc:
+                if node.stopping.is_set():
+                    return
+                now = time.monotonic()
+                if silent_since is None:
+                    silent_since = now
+                    log.warning("supervisor_not_answering", supervisor_pid=proc.pid, error=repr(exc))
+                elif now - silent_since >= bound and self._proc is proc:
+                    log.error(
+                        "supervisor_killed_silent",
+                        supervisor_pid=proc.pid,
+                        silent_s=round(now - silent_since, 1),
+                    )
+                    _send(proc, signal.SIGKILL)
+                    killed, silent_since = proc, None
+                continue
+            if silent_since is not None:
+                log.info("supervisor_answers_again", supervisor_pid=proc.pid)
+            silent_since = None
 
     async def _launch_supervisor(self) -> Process:
         cfg = self._node.config
