@@ -50,6 +50,7 @@ from .reach import worker_bind
 from .spawn_owners import OwnerWatch
 from .stop_owners import heeds, not_its_owner
 from .template_link import TemplateLink, spec_classes
+from .worker_descendants import kill_what_is_left, note_descendants
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
@@ -286,6 +287,7 @@ class Node:
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
         )
         code = await handle.wait()  # also passes its stderr on and keeps its last error
+        await kill_what_is_left(handle)  # of a stop: what it started is not left running
         mailboxes = {e for e in (handle.endpoint, *handle.actors.values()) if e}
         handle.exited(code)
         # Nobody listens there now: a restart binds anew (and registers), a stopped replica is
@@ -328,10 +330,13 @@ class Node:
     async def _stop_these(self, live: list[WorkerHandle]) -> None:
         for handle in live:
             handle.state = HandleState.STOPPING
+        await note_descendants(live)
+        for handle in live:
             _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):
             for handle in live:
                 await handle.exited_event.wait()
+        await note_descendants(live)  # those still running: what the stop has started since
         for handle in live:
             if handle.returncode is None:
                 log.warning("worker_kill_after_grace", worker=handle.spec.name, worker_pid=handle.pid)
@@ -640,10 +645,12 @@ class Node:
             raise UnknownActor(f"no running worker {name!r} on node {self.name}")
         handle.state = HandleState.STOPPING
         handle.stop_asked = True  # not launched yet (a run cancelled while it started it): once it is
+        await note_descendants([handle])
         _signal(handle, signal.SIGTERM)
         with anyio.move_on_after(self.config.stop_grace_s):
             await handle.exited_event.wait()
         if handle.returncode is None:
+            await note_descendants([handle])
             _signal(handle, signal.SIGKILL)
             await handle.exited_event.wait()
         return True

@@ -15,7 +15,7 @@ import re
 import signal
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
@@ -24,6 +24,9 @@ from .child import child_env
 from .config import NodeConfig, WorkerSpec
 from .reach import worker_bind
 from .template_link import TemplateLink, spec_classes, start_child
+
+if TYPE_CHECKING:
+    import psutil
 
 __all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
 
@@ -89,6 +92,9 @@ class WorkerHandle:
         # The runtime that asked for it (``spawn_worker``'s ``owner``): gone, the node stops it.
         self.owner: str | None = None
         self.owner_process = ""  # the owner's process (``process_identity``): "" if not said
+        # The processes below the worker when the node signalled it: killed once it has exited
+        # (``worker_descendants.py``), for by then they are no longer below it.
+        self.descendants: list[psutil.Process] = []
 
     def launched(self, process: Process) -> None:
         """A new incarnation of the worker was started."""
@@ -98,6 +104,7 @@ class WorkerHandle:
         self.process = process
         self.pid = process.pid
         self.returncode = None
+        self.descendants = []
         if self.stop_asked:
             self.state = HandleState.STOPPING
         else:
