@@ -18,6 +18,10 @@
   worker of this node off the listed peers (give another node's endpoints to cut the node off
   that node); requests the peers send in still arrive unless they are partitioned too.
 
+The reply has each target worker's answer, or ``{"error": ...}`` where it gave none; with
+``"skipped": True`` where it was no longer running when its turn came (the targets are taken
+once, then relayed to in turn: a worker killed meanwhile is being restarted), and nothing armed.
+
 ``heal`` ``{"target"}`` clears every fault of the target workers and returns what fired. What
 fired is the worker process's own record: a worker that a fault killed (``hang_with_gil`` found
 by its supervisor, ``crash`` with a restart) took it with it. The relay keeps the incarnation
@@ -50,6 +54,7 @@ log = structlog.get_logger(__name__)
 
 _ADDRESSING = ("kind", "target", "seed")  # what the fault is and where; the rest is its spec
 _RELAY_TIMEOUT_S = 2.0
+_SKIPPED = "skipped"  # in a target's reply: it was not running any more when its turn came
 
 
 class KillNotes(Protocol):
@@ -103,8 +108,10 @@ class ChaosRelay:
         results: dict[str, Any] = {}
         for handle, actor in targets:
             one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
-            results[handle.spec.name] = await self._relay(handle, "chaos", {"faults": [one], "seed": seed})
-            self._note_armed(handle, kind)
+            result = await self._relay(handle, "chaos", {"faults": [one], "seed": seed})
+            results[handle.spec.name] = result
+            if not (isinstance(result, dict) and _SKIPPED in result):
+                self._note_armed(handle, kind)
         log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
         return {"kind": kind, "spec": spec, "workers": results}
 
@@ -197,10 +204,14 @@ class ChaosRelay:
         return [handle.endpoint, *handle.actors.values()]
 
     async def _relay(self, handle: WorkerHandle, msg_type: str, payload: Any) -> Any:
-        runtime = self._node.runtime
-        assert runtime is not None and handle.endpoint is not None
+        runtime, endpoint = self._node.runtime, handle.endpoint
+        if runtime is None or endpoint is None:
+            # It was running when the targets were taken; it went while an earlier relay was
+            # awaited (a killed replica being reaped and restarted): skipped, and said so.
+            why = f"worker {handle.spec.name!r} is {handle.state.value} now, not running: skipped"
+            return {"error": why, _SKIPPED: True}
         try:
-            return await runtime.control(handle.endpoint, msg_type, payload, timeout=_RELAY_TIMEOUT_S)
+            return await runtime.control(endpoint, msg_type, payload, timeout=_RELAY_TIMEOUT_S)
         except Exception as exc:  # a stalled or hung worker cannot answer; say so, go on
             return {"error": f"{type(exc).__name__}: {exc}"}
 
