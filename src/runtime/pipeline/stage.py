@@ -29,7 +29,6 @@ from __future__ import annotations
 import inspect
 import time
 import traceback
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -39,6 +38,7 @@ from troupe.runtime.core.actor import Actor, Handler, handles
 from troupe.runtime.errors import ItemFailed
 
 from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
+from .hook_returns import committed_ids, final_summary
 
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
 
@@ -267,13 +267,14 @@ class StageActor(Actor):
     @handles("stage_start")
     async def _stage_start(self, payload: dict[str, Any]) -> dict[str, Any]:
         hook = getattr(self, "start", None)
-        committed: Iterable[str] | None = None
-        if callable(hook):
-            committed = await _call(hook, StageRun.from_wire(payload))
-        return {"committed": sorted(str(t) for t in committed or ()), "every": self.start_lists_every_output}
+        committed = await _call(hook, StageRun.from_wire(payload)) if callable(hook) else None
+        return {
+            "committed": committed_ids(type(self).__qualname__, committed),
+            "every": self.start_lists_every_output,
+        }
 
     @handles("stage_finalize")
     async def _stage_finalize(self, payload: dict[str, Any]) -> dict[str, Any]:
         hook = getattr(self, "finalize", None)
         summary = await _call(hook, StageRun.from_wire(payload)) if callable(hook) else None
-        return dict(summary or {})
+        return final_summary(type(self).__qualname__, summary)
