@@ -271,8 +271,13 @@ class Cell:
 
     def _stopped_while(self, msg: Msg, exc: BaseException) -> ActorStopped:
         """What the asker of ``msg`` learns when its handler ended the actor (cancelled, or
-        ``sys.exit``: said, with its code, as the handler's own doing)."""
-        why = f": its handler called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else ""
+        ``sys.exit`` or ``KeyboardInterrupt``: said, as the handler's own doing; a
+        ``KeyboardInterrupt`` a stage raised read as a plain stop, its cause left out)."""
+        why = ""
+        if isinstance(exc, SystemExit):
+            why = f": its handler called sys.exit({exc.code!r})"
+        elif isinstance(exc, KeyboardInterrupt):
+            why = ": its handler raised KeyboardInterrupt"
         return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}{why}")
 
     async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
