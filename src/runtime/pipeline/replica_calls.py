@@ -90,7 +90,10 @@ class ReplicaCalls(LostHolders):
             if replica.working_on is not None and replica.working_on is not scope:
                 self._waited_behind(stage, replica, batch)
                 return
-            failure = Unreachable(f"replica {replica.name}: {replica.gone_why or 'gone'}")
+            # The stage, not the replica: the run's report groups dead items by their error,
+            # and a cause that killed items in several replicas is one line (the replica's
+            # name is in the stage_call_failed line of the log).
+            failure = Unreachable(f"a replica of stage {stage.cfg.name}: {replica.gone_why or 'gone'}")
         if failure is not None:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
             results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)

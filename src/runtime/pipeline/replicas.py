@@ -507,12 +507,18 @@ class ReplicaPool:
             waiting.cancel()
 
 
+# A worker's state in its node's record, as it reads after "its worker" (else "is STATE").
+_STATE_WORDS = {"exited": "has exited", "stopped": "was stopped", "failed": "has failed"}
+
+
 def _worker_gone(record: Any, incarnation: int | None) -> str | None:
     """Why the worker of a replica no longer serves it (None: it does)."""
     if not isinstance(record, dict):
         return "its node no longer knows its worker"
-    if record.get("state") != "running":
-        return f"its worker is {record.get('state')} ({record.get('exit') or 'no exit recorded'})"
+    state = record.get("state")
+    if state != "running":
+        became = _STATE_WORDS.get(str(state), f"is {state}")
+        return f"its worker {became} ({record.get('exit') or 'no exit recorded'})"
     if incarnation is not None and record.get("incarnation") != incarnation:
         exit_was = f" after it exited ({record['exit']})" if record.get("exit") else ""
         return (

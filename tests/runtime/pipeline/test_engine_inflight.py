@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from troupe.runtime.errors import PeerLost
 from troupe.runtime.pipeline import dispatch, item_outcomes, replica_calls
 from troupe.runtime.pipeline import engine as engine_module
 from troupe.runtime.pipeline import replicas as replicas_module
@@ -64,6 +65,7 @@ class FakeNode:
         self.most_outstanding: dict[str, int] = defaultdict(int)
         self.spawned: list[str] = []
         self.stopped: list[str] = []
+        self.exited: dict[str, str] = {}  # replica -> how its worker exited, as its node says
         self.arrived = anyio.Event()
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
@@ -71,10 +73,10 @@ class FakeNode:
             self.spawned.append(payload["name"])
         elif kind == "stop_worker":
             self.stopped.append(payload["name"])
-        elif kind == "supervision":  # the engine's look at its replicas' workers: all run
-            return {
-                "workers": [{"name": n, "state": "running"} for n in self.spawned if n not in self.stopped]
-            }
+        elif kind == "supervision":  # the engine's look at its replicas' workers
+            running = [{"name": n, "state": "running"} for n in self.spawned if n not in self.stopped]
+            gone = [{"name": n, "state": "exited", "exit": why} for n, why in self.exited.items()]
+            return {"workers": running + gone}
         elif kind != "ping":  # a stop's look at whether the node lives (runtime/worker_stop.py)
             raise AssertionError(f"unexpected control {kind!r}")
         return {}
@@ -99,6 +101,9 @@ class FakeRef:
         self.node = node
         self.replica = replica
 
+    async def tell(self, kind: str, payload: Any) -> None:
+        pass  # to an outbox (a holder lost, outputs released): nothing is held here
+
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
             return {"hooks": []}
@@ -115,13 +120,15 @@ class FakeRef:
             await call.answered.wait()
         finally:
             node.outstanding[self.replica] -= 1
+        if isinstance(call.reply, BaseException):  # its process went: the connection ended
+            raise call.reply
         return call.reply
 
 
-def _pipeline(items: int, *stages: dict[str, Any]) -> PipelineConfig:
+def _pipeline(items: int, *stages: dict[str, Any], **fields: Any) -> PipelineConfig:
     # The scaler looks once an hour: replicas stay as declared, only failures replace them.
     return PipelineConfig.model_validate(
-        {"name": "p", "items": items, "scale_interval_s": 3600.0, "stages": list(stages)}
+        {"name": "p", "items": items, "scale_interval_s": 3600.0, **fields, "stages": list(stages)}
     )
 
 
@@ -404,3 +411,24 @@ async def test_a_lost_replicas_call_that_only_waited_behind_another_costs_no_att
     result = await _run(cfg, node, drive)
     assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}
     assert attempts == {"p-000000": [1], "p-000001": [0]}, attempts
+
+
+async def test_items_a_dead_worker_killed_in_two_replicas_share_one_error() -> None:
+    """The run's report groups dead items by their error: two replicas whose workers died of the
+    same cause give their items one error, naming the stage and the cause, not the replica (one
+    line per replica, 50 for 50 hung items)."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", replicas=2, inflight=1), max_attempts=1)
+
+    async def drive() -> None:
+        await node.wait_for("a call to each replica", lambda: len(node.pending()) == 2)
+        for call in node.pending():
+            node.exited[call.replica] = "exit 4"  # os._exit(4) in its process
+            node.stopped.append(call.replica)
+            call.answer(PeerLost("the connection ended"))
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 0, "pruned": 0, "dead": 2, "kept": 0}
+    assert set(result.errors.values()) == {
+        "Unreachable: a replica of stage a: its worker has exited (exit 4)"
+    }
