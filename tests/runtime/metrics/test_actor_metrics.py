@@ -1,6 +1,7 @@
 """Actors' own figures: read from each actor's ``metrics()`` in the worker, exported by the node
 as ``troupe_actor_counter_total`` (names ending in ``_total``) and ``troupe_actor_gauge``; bad
-names and values dropped, a raising or async ``metrics`` skipped without hiding the others."""
+names and values dropped (a negative counter too), a raising, async or non-mapping ``metrics``
+skipped without hiding the others, and each said once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from support.log_capture import module_logs
+from troupe.runtime.core.actor import Actor, handles
 from troupe.runtime.metrics import actor_metrics
 from troupe.runtime.metrics.actor_metrics import MAX_FIGURES, actor_metric_families, read_actor_metrics
 from troupe.runtime.metrics.families import Families
@@ -71,3 +73,58 @@ def test_figures_left_out_are_said_once_per_actor(monkeypatch: pytest.MonkeyPatc
     dropped = {e["actor"]: e for e in logs if e["event"] == "actor_metrics_dropped"}
     assert sorted(dropped) == ["c", "m"] and len(logs) == 2
     assert dropped["c"]["figures"] == ["bad name", "nan", "flag"] and dropped["m"]["dropped"] == 10
+
+
+class Listing:
+    def metrics(self) -> Any:
+        return [1, 2]
+
+
+class CoroutineMaker:
+    def metrics(self) -> Any:
+        return AsyncOne().metrics()  # a coroutine, never awaited
+
+
+class NegativeCounter:
+    def metrics(self) -> Mapping[str, float]:
+        return {"neg_total": -5, "ok_total": 2, "below_zero": -1.5}
+
+
+class MetricsHandler(Actor):
+    @handles("metrics")
+    async def metrics(self, payload: Any) -> Any:  # answers a message: no figures, nothing to say
+        return {}
+
+
+def test_a_metrics_that_gives_no_mapping_is_said_once_per_actor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list, an ``async def metrics`` and a coroutine exported nothing and logged nothing: the
+    actor's author saw no figure and no why. A message handler named ``metrics`` is no mistake."""
+    monkeypatch.setattr(actor_metrics, "_warned", set())
+    actors: dict[str, Any] = {
+        "list": Listing(),
+        "async": AsyncOne(),
+        "coro": CoroutineMaker(),
+        "handler": MetricsHandler(),
+    }
+    with module_logs(monkeypatch, actor_metrics) as logs:
+        assert read_actor_metrics(actors) == {}
+        assert read_actor_metrics(actors) == {}  # the next scrape: said already
+    failed = {e["actor"]: e["error"] for e in logs if e["event"] == "actor_metrics_failed"}
+    assert len(logs) == 3 and sorted(failed) == ["async", "coro", "list"]
+    assert failed["list"] == "metrics() returned list, not a mapping of name -> number"
+    assert failed["coro"] == "metrics() returned coroutine, not a mapping of name -> number"
+    assert "async def" in failed["async"] and "plain def" in failed["async"]
+
+
+def test_a_negative_counter_is_dropped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A counter only grows (Prometheus takes a fall for a reset): -5 was exported as one."""
+    monkeypatch.setattr(actor_metrics, "_warned", set())
+    with module_logs(monkeypatch, actor_metrics) as logs:
+        found = read_actor_metrics({"n": NegativeCounter()})
+    assert found == {"n": {"ok_total": 2.0, "below_zero": -1.5}}  # a gauge may be negative
+    (dropped,) = logs
+    assert dropped["event"] == "actor_metrics_dropped" and dropped["figures"] == ["neg_total"]
+    assert "not negative for a counter" in dropped["rule"]
+    f = Families({"node": "n1"})
+    actor_metric_families(f, "w-1", {"actor_metrics": {"n": {"neg_total": -5.0}}})  # an older worker's
+    assert not [s for family in f.all() for s in family.samples]
