@@ -60,3 +60,16 @@ def test_fewer_items_than_min_episodes_are_refused_before_the_progress_bar(tmp_p
     config = config_copy(tmp_path / "dt.toml", "datagen-train.toml")
     line = _refused(config, tmp_path / "out", "--items", "2", "--steps", "5")
     assert "fewer than train.min_episodes = 4" in line, line
+
+
+def test_a_cache_dir_holding_the_users_files_is_refused(tmp_path: Path) -> None:
+    """The cache deletes its own files when its index is damaged; a folder holding others' is
+    not given to it (the whole folder used to be renamed aside, then deleted by the next damage)."""
+    cache = tmp_path / "mine"
+    cache.mkdir()
+    (cache / "NOTES.txt").write_text("precious")
+    changes = {"train": {"dataset": str(_dataset(tmp_path))}, "encoders": {"cache_dir": str(cache)}}
+    config = config_copy(tmp_path / "train.toml", "train.toml", changes)
+    line = _refused(config, tmp_path / "out")
+    assert f"encoders.cache_dir {cache} holds 'NOTES.txt', which the latent cache did not write" in line
+    assert sorted(p.name for p in cache.iterdir()) == ["NOTES.txt"]

@@ -70,6 +70,7 @@ def check_train(
     """The config loaded and the options checked before anything starts (ConfigError: exit 2);
     ``flag``: the option that gave ``items`` (``--items`` or ``--scenes``), named in its errors;
     ``master``: the cluster the run trains on (its hosts' folders are not this host's)."""
+    from troupe.actors.encoders.cache_folder import foreign_problem
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
     from troupe.actors.training.train_prepare import check_datagen, check_dataset, train_dir
@@ -93,6 +94,9 @@ def check_train(
     if master is None and encoders.disk_mb > 0 and not resolved.train.local_encoding:
         # Found by the encoder workers, it failed them as they started, with the cluster up.
         unusable = writable_problem(Path(encoders.cache_dir), "encoders.cache_dir")
+        # The cache deletes its own files when its index is damaged: a folder holding others'
+        # is not given to it (the whole folder used to be renamed, then deleted).
+        unusable = unusable or foreign_problem(Path(encoders.cache_dir), "encoders.cache_dir")
         if unusable:
             raise ConfigError(unusable)
     train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)

@@ -41,6 +41,8 @@ import numpy as np
 import structlog
 import torch
 
+from .cache_folder import foreign_problem, set_index_aside
+
 __all__ = ["DISK_RESERVE", "LatentCache", "cache_key", "decode_entry", "encode_entry"]
 
 log = structlog.get_logger(__name__)
@@ -306,9 +308,20 @@ def _wal_pages(size_limit: int) -> int:
 
 
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
-    """The disk tier at ``directory``. One whose index is damaged (not a database) is moved
-    aside to ``<directory>.damaged`` and started empty: it is a cache, what it held is encoded
-    again (the damaged copy stays for a look, replacing an older one)."""
+    """The disk tier at ``directory``. One whose index is damaged (not a database) has the index
+    set aside in the folder (``cache.db.damaged``, replacing an older one), its entries deleted,
+    and starts empty: it is a cache, what it held is encoded again. Only the cache's own files
+    are touched: the folder is the user's (the whole folder used to be renamed, and the next
+    damage deleted it). An error that is no damage (``OperationalError``: a full disk, a lock)
+    is raised as it is: setting a healthy cache aside would not mend it.
+
+    Raises:
+        ValueError: the folder holds files the cache did not write.
+        sqlite3.OperationalError: the index could not be opened (a full disk, a lock).
+    """
+    problem = foreign_problem(directory, "cache_dir")
+    if problem:
+        raise ValueError(problem)
 
     def opened() -> diskcache.Cache:
         # Every value a file of its own (min file size 0): the index stays small and the
@@ -320,9 +333,9 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
 
     try:
         return opened()
-    except sqlite3.DatabaseError as exc:
-        aside = directory.with_name(directory.name + ".damaged")
-        shutil.rmtree(aside, ignore_errors=True)
-        directory.rename(aside)
+    except sqlite3.OperationalError:
+        raise
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed": damage
+        aside = set_index_aside(directory)
         log.warning("latent_cache_damaged", directory=str(directory), moved_to=str(aside), error=str(exc))
         return opened()

@@ -248,24 +248,6 @@ def test_numpy_content_keys_like_its_bytes() -> None:
     assert cache_key(arr, PARAMS, FP) != cache_key(arr.astype(np.float64), PARAMS, FP)
 
 
-def test_a_damaged_index_is_moved_aside_and_the_cache_starts_empty(tmp_path: Path) -> None:
-    """The disk tier's index (sqlite) that is no database any more: the worker used to fail as
-    it started, with a traceback, until `--fresh`. It is a cache: set aside, started anew, and
-    what it held is encoded again."""
-    enc, video, disk = Encoder(), _video(0), tmp_path / "latent-cache"
-    with LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=disk) as cache:
-        first = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
-        cache.flush()
-    for extra in ("cache.db-wal", "cache.db-shm"):
-        (disk / extra).unlink(missing_ok=True)
-    (disk / "cache.db").write_bytes(np.random.default_rng(0).bytes(40_000))
-    with LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=disk) as cache:
-        again = cache.get_or_compute(video, PARAMS, FP, lambda: enc(video))
-        stats = cache.stats()
-    assert torch.equal(first, again) and enc.calls == 2 and stats["misses"] == 1
-    assert (tmp_path / "latent-cache.damaged" / "cache.db").is_file()  # kept for a look
-
-
 def test_a_disk_short_of_its_reserve_gets_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checkpoints on that disk come first: a write that would leave it less than DISK_RESERVE
     free is skipped and counted, the entry kept in memory (a small disk had been filled by the
