@@ -33,6 +33,8 @@ class FakeTrainCluster:
         if kind == "owner_beat":
             self.beats.append(payload)
             return {}
+        if kind == "ping" and endpoint not in self.nodes:  # the master's: the run watches it
+            return {}
         if kind == "status" and endpoint not in self.nodes:  # the master's
             nodes = [
                 {"node": f"n{i}", "alive": e in self.alive, "endpoint": e} for i, e in enumerate(self.nodes)

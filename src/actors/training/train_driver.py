@@ -33,6 +33,7 @@ from troupe.runtime.worker_stop import node_silent
 
 from .encoder_figures import ask_encoders
 from .lost_nodes import live_hosts, moves, silent_nodes
+from .master_silence import watch_master
 from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
 from .train_result import (
@@ -42,6 +43,7 @@ from .train_result import (
     committed_checkpoints,
     rank_timings,
 )
+from .worker_addresses import WorkerAddresses
 
 __all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver"]
 
@@ -97,6 +99,7 @@ class TrainDriver:
         self.encoders = [(f"train-encode-{i}", f"w-train-encode-{i}", h) for i, h in enumerate(enc_hosts)]
         self.ranks = [Rank(r, f"w-train-rank-{r}", f"train-rank-{r}", h) for r, h in enumerate(rank_hosts)]
         self.spawned: list[tuple[str, Host]] = []
+        self.addresses = WorkerAddresses(rt)  # reached through their nodes, not the master
         self._moving = anyio.Lock()  # the encoders' watch and a restart move them one at a time
         self._unplaced: set[str] = set()  # encoders said to have no live node to go to
         self.restarts = 0
@@ -119,7 +122,8 @@ class TrainDriver:
             spec = spec if owner is None else {**spec, "owner": owner}
         # Named even without an owner: the stops name the process too (see the module).
         spec = self.controls.named({**spec, "timeout_s": _SPAWN_S})
-        await self.controls.ask(host.endpoint, "spawn_worker", spec, _SPAWN_S + 10)
+        record = await self.controls.ask(host.endpoint, "spawn_worker", spec, _SPAWN_S + 10)
+        self.addresses.learn(worker, record)
         self.spawned.append((worker, host))
         log.info("train_worker_spawned", worker=worker, kind=kind, node=host.name)
 
@@ -188,6 +192,8 @@ class TrainDriver:
             async with anyio.create_task_group() as watch:
                 if self.master is not None and self.encoders:
                     watch.start_soon(self._watch_encoders)
+                if self.master is not None:
+                    watch.start_soon(watch_master, self.rt, self.master, self.say, _WATCH_S)
                 final = await self._train()
                 watch.cancel_scope.cancel()
         return await self._result(final)
@@ -221,7 +227,7 @@ class TrainDriver:
         deadline = time.monotonic() + _SPAWN_S
         while True:
             try:
-                return await self.rt.ref(actor).ask(msg_type, payload, timeout=_ASK_S * 3)
+                return await self.rt.ref(self.addresses.of(actor)).ask(msg_type, payload, timeout=_ASK_S * 3)
             except UnknownActor:
                 if time.monotonic() > deadline:
                     raise
@@ -269,8 +275,10 @@ class TrainDriver:
         now = time.monotonic()
         for rank in self.ranks:
             try:
-                reply = await self.rt.ref(rank.actor).ask("progress", None, timeout=_ASK_S)
+                reply = await self.rt.ref(self.addresses.of(rank.actor)).ask("progress", None, timeout=_ASK_S)
             except TroupeError:
+                # Its node restarted it elsewhere, or the master (asked where it went) is gone.
+                await self.addresses.resolve_at_node(rank.actor, rank.worker, rank.host)
                 rank.silent_since = rank.silent_since or now
                 if now - rank.silent_since > _LOST_AFTER_S:
                     return f"rank {rank.index} answered nothing for {_LOST_AFTER_S:g} s"
@@ -410,7 +418,7 @@ class TrainDriver:
         timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
         # Asked here, before the cluster's exit stops the encoder actors (their counts go with them).
         encoders = await ask_encoders(
-            lambda actor: self.rt.ref(actor).ask("stats", None, timeout=_ASK_S),
+            lambda actor: self.rt.ref(self.addresses.of(actor)).ask("stats", None, timeout=_ASK_S),
             [a for a, _, _ in self.encoders],
         )
         return TrainRunResult(
