@@ -253,7 +253,10 @@ class TrainDir:
             )
 
     def _wipe(self) -> None:
-        record = self._read() or {}
+        try:
+            record = self._read() or {}
+        except ConfigError:  # damaged: its refusal offers --fresh, which must then start anew
+            record = {}  # the folders it listed outside out are not known: this run's is below
         outside = {Path(p) for p in record.get("checkpoint_dirs") or []}
         if self.checkpoints is not None:  # checked: bound to out, or to none while out has a record
             outside.add(self.checkpoints)

@@ -84,6 +84,22 @@ def test_fresh_in_a_recorded_folder_deletes_what_a_run_wrote_only(tmp_path: Path
     assert (out / "notes.txt").read_text() == "the user's"
 
 
+@pytest.mark.parametrize("damage", ["{garbage", "[]"])
+def test_fresh_wipes_a_folder_whose_record_is_damaged(tmp_path: Path, damage: str) -> None:
+    """The damaged record's refusal says "or use --fresh to start anew": --fresh was refused with
+    the same line, as the wipe read the record first."""
+    out = tmp_path / "out"
+    _dir(out).prepare(MADE, fresh=False).release()
+    (out / "checkpoints" / "step-000000010").mkdir(parents=True)
+    (out / ".troupe-train" / "run.json").write_text(damage)
+    with pytest.raises(ConfigError, match="use --fresh to start anew"):
+        _dir(out).prepare(MADE, fresh=False)
+    _dir(out).check(MADE, fresh=True)
+    _dir(out).prepare(MADE, fresh=True).release()
+    assert sorted(p.name for p in out.iterdir()) == [".troupe-train"]
+    assert json.loads((out / ".troupe-train" / "run.json").read_text())["made_with"] == MADE
+
+
 def test_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "afile"
     out.write_text("x")
