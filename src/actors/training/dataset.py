@@ -271,6 +271,11 @@ def load_clip(
         frames = decode_video(Path(source.video), t0, t0 + clip_frames / source.fps, fps=source.fps)
     except InvalidData as exc:
         raise DatasetDamaged(f"episode {source.episode_index}: {exc}{_REMAKE}") from None
+    except FileNotFoundError:  # av's too: a video gone is as damaged as one cut short (final)
+        way_out = _REMAKE if source.shared else _REMAKE_EPISODE.format(path=Path(source.video).parent)
+        raise DatasetDamaged(
+            f"episode {source.episode_index}: {source.video} is missing; the dataset is damaged{way_out}"
+        ) from None
     if len(frames) != clip_frames:
         raise DatasetDamaged(
             f"episode {source.episode_index}: {source.video} gave {len(frames)} frames at "

@@ -193,6 +193,28 @@ def test_a_dataset_file_that_does_not_read_is_damaged_named_on_one_line(
         assert f"delete {(root / file).parent} and run the same command again" in message
 
 
+@pytest.mark.parametrize("kind", ["dataset", "run"])
+def test_a_missing_video_is_damage_named_on_one_line(data: dict[str, Any], tmp_path: Path, kind: str) -> None:
+    """av's FileNotFoundError (an OSError) escaped: train-vae printed a traceback, and troupe
+    run restarted the ranks three times on it, without the way out."""
+    root = tmp_path / kind
+    shutil.copytree(data[kind], root)
+    videos = sorted(root.rglob("*images.rgb*.mp4")) or sorted(root.rglob("*images.rgb*/**/*.mp4"))
+    assert videos  # the feature the clips read (the depth video is not)
+    videos[0].unlink()
+    with pytest.raises(DatasetDamaged) as info:
+        ds = LeRobotClips(root, clip_frames=4)
+        for i in range(len(ds)):
+            ds[i]
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{videos[0]} is missing; the dataset is damaged" in message
+    if kind == "dataset":
+        assert "the same command run again on its --out writes it again" in message
+    else:
+        assert f"delete {videos[0].parent} and run the same command again" in message
+
+
 # -- the sampler, over a dataset of n clips that may grow --------------------------------------
 
 
