@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -39,6 +40,7 @@ __all__ = [
     "default_or_free",
     "endpoint_problem",
     "endpoint_shape_problem",
+    "full_disk_problem",
     "loopback_problem",
     "metrics_problem",
     "writable_problem",
@@ -209,6 +211,28 @@ def writable_problem(path: Path, what: str) -> str | None:
     except OSError as exc:
         return f"{what} {path}: cannot write in {existing} ({exc.strerror})"
     return None
+
+
+FULL_BELOW = 1 << 20  # free bytes under which a disk is said full before anything starts
+
+
+def full_disk_problem(path: Path, what: str) -> str | None:
+    """One line where the disk that holds (or would hold) ``path`` has less than ``FULL_BELOW``
+    free, or None: a training run on it failed as it recorded its --out, or as its encoders
+    opened their cache's index, with a raw ``database or disk is full`` or a traceback."""
+    existing = Path(os.path.abspath(path))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return None  # writable_problem says what is wrong with it
+    if free >= FULL_BELOW:
+        return None
+    return (
+        f"{what} {path}: the disk holding it is full ({free / 2**20:.1f} MiB free); free space on "
+        "it, then run again"
+    )
 
 
 def check_run(

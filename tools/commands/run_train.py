@@ -15,7 +15,7 @@ import anyio
 from rich.console import Console
 from rich.markup import escape
 
-from troupe.cli.preflight import writable_problem
+from troupe.cli.preflight import full_disk_problem, writable_problem
 from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
@@ -97,6 +97,7 @@ def check_train(
         # The cache deletes its own files when its index is damaged: a folder holding others'
         # is not given to it (the whole folder used to be renamed, then deleted).
         unusable = unusable or foreign_problem(Path(encoders.cache_dir), "encoders.cache_dir")
+        unusable = unusable or full_disk_problem(Path(encoders.cache_dir), "encoders.cache_dir")
         if unusable:
             raise ConfigError(unusable)
     train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
@@ -129,6 +130,7 @@ def finish_train(
     )
 
     unusable = writable_problem(out, "--out")  # first: the checks resolve it (a loop raised)
+    unusable = unusable or full_disk_problem(out, "--out")
     if unusable:
         raise fail(unusable, 2)
     try:

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import queue
@@ -307,6 +308,18 @@ def _wal_pages(size_limit: int) -> int:
     return max(16, min(1000, size_limit // 4096 // 8))
 
 
+def _disk_full(directory: Path) -> OSError:
+    try:
+        free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "its free space unknown"
+    return OSError(
+        errno.ENOSPC,
+        f"the disk holding the latent cache's cache_dir {directory} is full ({free}): its index cannot "
+        "be opened; free space on it (its checkpoints or cache: --fresh deletes a run's), then run again",
+    )
+
+
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
     """The disk tier at ``directory``. One whose index is damaged (not a database) has the index
     set aside in the folder (``cache.db.damaged``, replacing an older one), its entries deleted,
@@ -317,7 +330,8 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
 
     Raises:
         ValueError: the folder holds files the cache did not write.
-        sqlite3.OperationalError: the index could not be opened (a full disk, a lock).
+        OSError: the disk is full (ENOSPC, one line saying so).
+        sqlite3.OperationalError: the index could not be opened (a lock).
     """
     problem = foreign_problem(directory, "cache_dir")
     if problem:
@@ -333,7 +347,9 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
 
     try:
         return opened()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        if "full" in str(exc):  # "database or disk is full": said as such, in one line
+            raise _disk_full(directory) from None
         raise
     except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed": damage
         aside = set_index_aside(directory)

@@ -18,6 +18,7 @@ one process (DCP's ``no_dist``).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pickle
@@ -45,6 +46,7 @@ from troupe.runtime.tasks.output_store import atomic_file
 
 __all__ = [
     "COMMITTED",
+    "CheckpointSaveFailed",
     "CheckpointUnreadable",
     "Checkpointer",
     "Restored",
@@ -136,6 +138,7 @@ class Checkpointer:
         self.directory = Path(directory)
         self.every = every
         self._pending: Future[Any] | None = None
+        self._pending_path: Path | None = None  # the step folder the save in flight writes
         # The background write's collectives get a group of their own: on the default group they
         # could interleave with the training loop's (DDP's all-reduce) in another order per rank.
         # Creating it is collective: every rank makes its Checkpointer at the same point.
@@ -205,12 +208,18 @@ class Checkpointer:
                 committed.set_result(None)
 
         # Waiters wake before a future's callbacks run: wait on the commit, not on the write.
-        self._pending = committed
+        self._pending, self._pending_path = committed, path
         future.add_done_callback(done)
 
     def wait(self) -> None:
-        """Block until the save in flight is written and committed; raise its error if it failed."""
+        """Block until the save in flight is written and committed; raise its error if it failed.
+
+        Raises:
+            CheckpointSaveFailed: the save failed (``final`` where the disk is full: its
+                uncommitted step folder is removed then, as it holds what space there was).
+        """
         pending, self._pending = self._pending, None
+        path, self._pending_path = self._pending_path, None
         if pending is None:
             return
         try:
@@ -220,23 +229,57 @@ class Checkpointer:
             if isinstance(e, CheckpointException) and e.failures:  # what failed, on the first rank
                 cause = next(iter(e.failures.values()))[0]
             first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
-            raise RuntimeError(f"checkpoint save failed: {first}{_space_left(self.directory)}") from e
+            free = _free_bytes(self.directory)
+            if not _disk_full(cause, free):
+                raise CheckpointSaveFailed(f"checkpoint save failed: {first}") from e
+            removed = path is not None and _remove_uncommitted(path)
+            removed_note = f"; its uncommitted {path.name} removed" if removed and path else ""
+            mib = "" if free is None else f", {free / 2**20:.1f} MiB free"
+            raise CheckpointSaveFailed(
+                f"checkpoint save failed: {first} (the disk holding {self.directory} is full{mib}"
+                f"{removed_note}: free space, then run again)",
+                final=True,
+            ) from e
 
     def close(self) -> None:
         """Wait for the last save (see :meth:`wait`)."""
         self.wait()
 
 
-def _space_left(directory: Path) -> str:
-    """A note on the disk, where it is what failed the save: torch's writer says a full disk
-    as ``unexpected pos 704 vs 598``, not as ENOSPC."""
+class CheckpointSaveFailed(RuntimeError):
+    """A checkpoint that could not be written. ``final``: the disk holding it is full, so every
+    restart from the last checkpoint would train to the same save and fail there again (a full
+    disk's save was restarted three times, each partial write left behind)."""
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+def _free_bytes(directory: Path) -> int | None:
     try:
-        free = shutil.disk_usage(directory).free
+        return shutil.disk_usage(directory).free
     except OSError:
-        return ""
-    if free >= _LOW_SPACE:
-        return ""
-    return f" (the disk holding {directory} has {free / 2**20:.1f} MiB free: free space, then run again)"
+        return None
+
+
+def _disk_full(cause: BaseException, free: int | None) -> bool:
+    """Whether the save failed for want of space: ENOSPC anywhere in its causes, or a disk left
+    nearly empty (torch's writer says a full disk as ``unexpected pos 704 vs 598``, no ENOSPC)."""
+    seen: BaseException | None = cause
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return free is not None and free < _LOW_SPACE
+
+
+def _remove_uncommitted(path: Path) -> bool:
+    """Delete the step folder of a save that failed, unless it was committed; whether it was."""
+    if (path / COMMITTED).exists() or not path.is_dir():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
 
 
 _LOW_SPACE = 64 << 20

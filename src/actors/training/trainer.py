@@ -34,7 +34,7 @@ import structlog
 
 from troupe.runtime import Actor, ConfigError, handles
 
-from .checkpoint import CheckpointUnreadable, checkpoint_path
+from .checkpoint import CheckpointSaveFailed, CheckpointUnreadable, checkpoint_path
 from .dataset import DatasetDamaged, NotEnoughEpisodes
 from .inflight import (
     GroupFailed,
@@ -221,7 +221,7 @@ def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     damaged file of the dataset."""
     if isinstance(exc, (LossNotFinite, DatasetDamaged)):
         return True
-    if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable)):
+    if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable, CheckpointSaveFailed)):
         return exc.final
     if isinstance(exc, TooFewClips):
         return session is not None and getattr(session.dataset, "mode", None) == "finalized"

@@ -5,6 +5,7 @@ next damage deleted that, with the user's files in it."""
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def test_a_full_disk_opening_the_index_is_no_damage(tmp_path: Path, monkeypatch:
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(latent_cache.diskcache, "Cache", full)
-    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+    with pytest.raises(OSError, match=r"the disk holding the latent cache's cache_dir .* is full \(") as info:
         LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=disk)
+    assert info.value.errno == errno.ENOSPC and "\n" not in str(info.value)
     assert sorted(p.relative_to(disk) for p in disk.rglob("*")) == before
     assert not (disk / DAMAGED_INDEX).exists()

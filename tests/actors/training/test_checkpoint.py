@@ -24,6 +24,7 @@ from troupe.actors.training import checkpoint
 from troupe.actors.training.checkpoint import (
     COMMITTED,
     Checkpointer,
+    CheckpointSaveFailed,
     CheckpointUnreadable,
     checkpoint_path,
     latest,
@@ -199,11 +200,33 @@ def test_a_save_that_failed_on_a_nearly_full_disk_says_so_in_one_line(
     monkeypatch.setattr(checkpoint, "async_save", lambda *a, **k: future)
     saver.save(1, *make_trainer(0))
     monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda _: SimpleNamespace(free=3 << 20))
-    with pytest.raises(RuntimeError) as info:
+    partial = checkpoint_path(tmp_path, 1)
+    partial.mkdir(parents=True, exist_ok=True)
+    (partial / "__0_0.distcp").write_bytes(b"cut short")  # what the failed write left
+    with pytest.raises(CheckpointSaveFailed) as info:
         saver.wait()
     said = str(info.value)
     assert said.startswith(f"checkpoint save failed: {torch_said} (")
-    assert f"the disk holding {tmp_path} has 3.0 MiB free" in said and "\n" not in said
+    assert f"the disk holding {tmp_path} is full, 3.0 MiB free" in said and "\n" not in said
+    # Every restart would train to this save and fail again: final, and the partial write that
+    # took what space there was is gone (it stayed, and each restart left another).
+    assert info.value.final and "its uncommitted step-000000001 removed" in said
+    assert not partial.exists()
+
+
+def test_a_save_that_failed_with_room_left_is_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the disk: it may pass (an I/O error), so the run restarts it, the step folder kept."""
+    future: Future[None] = Future()
+    future.set_exception(RuntimeError("a write error"))
+    saver = Checkpointer(tmp_path, every=1)
+    monkeypatch.setattr(checkpoint, "async_save", lambda *a, **k: future)
+    saver.save(1, *make_trainer(0))
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda _: SimpleNamespace(free=1 << 30))
+    with pytest.raises(CheckpointSaveFailed) as info:
+        saver.wait()
+    assert str(info.value) == "checkpoint save failed: a write error" and not info.value.final
 
 
 def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:

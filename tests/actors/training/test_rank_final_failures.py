@@ -2,11 +2,14 @@
 used up train.max_restarts, three by default, failing the same way each time). A dataset too
 small for the run once it is finalized (it cannot grow; a run's folder that may still grow keeps
 its retries: ``test_dataset_clips.py``), a last checkpoint that is damaged, and a file of the
-dataset that does not read (a video or a parquet cut short). A loss that is not
+dataset that does not read (a video or a parquet cut short), and a checkpoint save on a full
+disk (each restart trained to the same save and failed there again). A loss that is not
 finite: ``test_loss_not_finite.py``."""
 
 from __future__ import annotations
 
+import errno
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 from trainer_testdata import train_data, wait_progress, write_clips
 
 from support.clip_data import finalize
+from troupe.actors.training import checkpoint
 from troupe.actors.training.checkpoint import checkpoint_path
 from troupe.actors.training.trainer import TrainerActor
 from troupe.runtime.core.runtime import Runtime
@@ -82,3 +86,14 @@ async def test_a_parquet_of_the_dataset_cut_short_fails_the_rank_for_good(tmp_pa
     failed = await _rank_until(tmp_path, train_data(dataset, 2, local_encoding=True), "failed")
     assert failed["final"] is True
     assert f"DatasetDamaged: {data} cannot be read" in failed["error"], failed["error"]
+
+
+async def test_a_checkpoint_save_on_a_full_disk_fails_the_rank_for_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_space: Future[None] = Future()
+    no_space.set_exception(OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(checkpoint, "async_save", lambda *a, **k: no_space)
+    failed = await _rank_until(tmp_path, train_data(_dataset(tmp_path, 8), 2, local_encoding=True), "failed")
+    assert failed["final"] is True
+    assert "checkpoint save failed" in failed["error"] and "is full" in failed["error"], failed["error"]
