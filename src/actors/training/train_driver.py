@@ -56,6 +56,7 @@ _POLL_S = 0.5
 _ASK_S = 20.0
 _SPAWN_S = 120.0
 _LOST_AFTER_S = 120.0  # a rank that answers nothing this long is restarted as if it answered idle
+_PEER_GRACE_S = 30.0  # a rank's failure waits this long for a silent peer: its death may be the cause
 _WATCH_S = 2.0  # how often the encoders' nodes are pinged while the ranks train
 
 
@@ -271,8 +272,15 @@ class TrainDriver:
             await self._start_ranks(attempt)
 
     async def _poll(self) -> str | None:
-        """Ask every rank for its progress; the reason to restart, or None."""
+        """Ask every rank for its progress; the reason to restart, or None.
+
+        A rank whose worker died is the reason, not its peers' failures: they fail at once in
+        their collective (gloo's ``Connection reset by peer``), while the dead rank answers
+        nothing until its node has started its worker again (then ``idle``). A failure is held
+        back while a peer does not answer, for ``_PEER_GRACE_S``, to name the rank that died."""
         now = time.monotonic()
+        failed: list[str] = []
+        silent: list[Rank] = []
         for rank in self.ranks:
             try:
                 reply = await self.rt.ref(self.addresses.of(rank.actor)).ask("progress", None, timeout=_ASK_S)
@@ -285,15 +293,19 @@ class TrainDriver:
                 gone = await node_silent(self.rt, rank.host)  # a dead node: no need to wait that long
                 if gone is not None:
                     return f"rank {rank.index} answered nothing and its {gone}"
+                silent.append(rank)
                 continue
             rank.silent_since = None
             rank.last = dict(reply) if isinstance(reply, dict) else {}
             state = rank.last.get("state")
             if state == "failed":
-                return f"rank {rank.index} failed: {rank.last.get('error')}"
+                failed.append(f"rank {rank.index} failed: {rank.last.get('error')}")
             if state == "idle":
                 why = await self._worker_end(rank)
                 return f"rank {rank.index} lost its worker ({why}restarted by its node)"
+        if failed:
+            waiting = [r for r in silent if now - (r.silent_since or now) < _PEER_GRACE_S]
+            return None if waiting else failed[0]
         self._record()
         return None
 
