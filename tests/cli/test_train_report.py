@@ -84,6 +84,15 @@ def test_a_run_from_the_start_says_its_steps() -> None:
     assert _rows(restarted)["loss at step 6 / 8"] == "1.5000 / 1.3000"
 
 
+def test_the_final_line_names_the_checkpoints_folder_not_out() -> None:
+    """A train.checkpoint_dir outside --out: the line named --out, which holds no checkpoint."""
+    kept = ["/data/ckx/step-000000004", "/data/ckx/step-000000008"]
+    line = final_line(_result(checkpoints=kept), "/data/ckx")
+    assert line.endswith("2 checkpoint(s) in /data/ckx"), line
+    assert final_line(_result(checkpoints=kept), "/data/out").endswith("in /data/ckx")
+    assert final_line(_result(checkpoints=[]), "/data/ckx").endswith("0 checkpoint(s) in /data/ckx")
+
+
 def test_json_keeps_steps_the_step_reached_and_adds_this_runs_count() -> None:
     data = json.loads(json.dumps(result_json(_resumed())))
     assert data["steps"] == 200 and data["first_step"] == 70 and data["resumed_from"] == 70

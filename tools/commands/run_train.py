@@ -347,4 +347,4 @@ async def _train(
         print(json.dumps(result_json(result), indent=2))
         return
     print_whole(console, result_table(result), unwrapped=True)
-    console.print(escape(final_line(result, str(out))), soft_wrap=True)
+    console.print(escape(final_line(result, str(_checkpoint_dir(cfg, out)))), soft_wrap=True)

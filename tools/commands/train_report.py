@@ -92,16 +92,19 @@ def steps_done(result: Any) -> str:
     )
 
 
-def final_line(result: Any, out: str) -> str:
+def final_line(result: Any, checkpoint_dir: str) -> str:
     """The line under the table: the steps this run trained (and, resumed, which), the last loss,
-    samples/s, the checkpoints and where. Plain text: the caller escapes it for rich."""
+    samples/s, the checkpoints and where: the folder they are in (``train.checkpoint_dir``,
+    given as ``checkpoint_dir`` for a run that committed none), not ``--out``, which holds none
+    when the config puts them elsewhere. Plain text: the caller escapes it for rich."""
     loss = "-" if result.loss is None else f"{result.loss:.4f}"
     trained = f"{result.steps_this_run} steps"
     if result.resumed_from is not None:
         trained += f" ({result.resumed_from + 1}-{result.steps}, resumed from step {result.resumed_from})"
+    where = str(Path(result.checkpoints[-1]).parent) if result.checkpoints else checkpoint_dir
     return (
         f"trained {trained}: loss {loss}, {result.samples_per_s:.2f} samples/s, "
-        f"{len(result.checkpoints)} checkpoint(s) in {out}"
+        f"{len(result.checkpoints)} checkpoint(s) in {where}"
     )
 
 
