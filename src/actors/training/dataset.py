@@ -210,6 +210,7 @@ def _finalized_sources(root: Path, video_key: str) -> list[ClipSource]:
             rows += [(f, row) for row in pq.read_table(f).to_pylist()]
         except _UNREADABLE as exc:
             raise _unreadable(f, exc, _REMAKE) from None
+    _all_listed(root, info, files, {int(r.get("episode_index", -1)) for _, r in rows})
     sources = []
     for f, r in rows:
         try:
@@ -233,6 +234,21 @@ def _finalized_sources(root: Path, video_key: str) -> list[ClipSource]:
         sources.append(source)
     sources.sort(key=lambda s: s.episode_index)
     return sources
+
+
+def _all_listed(root: Path, info: dict[str, Any], files: list[Path], listed: set[int]) -> None:
+    """DatasetDamaged where ``meta/episodes`` lists fewer episodes than ``meta/info.json``'s
+    ``total_episodes`` (written last, once every episode file is): a file of it is missing. The
+    run said "0 episodes of at least 8 frames" and to generate more data."""
+    total = info.get("total_episodes")
+    if not isinstance(total, int) or isinstance(total, bool) or len(listed) >= total:
+        return
+    where = root / "meta" / "episodes"
+    found = f"lists {len(listed)} episode(s) in {len(files)} file(s)" if files else "holds no parquet file"
+    raise DatasetDamaged(
+        f"{where} {found}, but {root / 'meta' / 'info.json'} says total_episodes = {total}: an "
+        f"episodes file is missing; the dataset is damaged{_REMAKE}"
+    )
 
 
 def _store_source(path: Path, episode_index: int, video_key: str) -> ClipSource:

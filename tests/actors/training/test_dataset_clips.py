@@ -193,6 +193,21 @@ def test_a_dataset_file_that_does_not_read_is_damaged_named_on_one_line(
         assert f"delete {(root / file).parent} and run the same command again" in message
 
 
+def test_a_missing_episodes_file_is_named_missing(data: dict[str, Any], tmp_path: Path) -> None:
+    """meta/episodes without its parquet: the run said "0 episodes of at least 8 frames" and to
+    generate more data; meta/info.json (written last) says how many there are."""
+    root = tmp_path / "dataset"
+    shutil.copytree(data["dataset"], root)
+    for f in (root / "meta" / "episodes").rglob("*.parquet"):
+        f.unlink()
+    with pytest.raises(DatasetDamaged) as info:
+        LeRobotClips(root, clip_frames=4)
+    message = str(info.value)
+    assert message.startswith(f"{root / 'meta' / 'episodes'} holds no parquet file, but ")
+    assert "says total_episodes = 3: an episodes file is missing; the dataset is damaged" in message
+    assert "\n" not in message
+
+
 @pytest.mark.parametrize("kind", ["dataset", "run"])
 def test_a_missing_video_is_damage_named_on_one_line(data: dict[str, Any], tmp_path: Path, kind: str) -> None:
     """av's FileNotFoundError (an OSError) escaped: train-vae printed a traceback, and troupe
