@@ -15,7 +15,7 @@ from troupe.actors.training.train_result import TrainRunResult
 from troupe.cli.commands.train_report import bar_fields, final_line, result_json, result_table
 
 CACHE = {"memory_hits": 0, "disk_hits": 29, "misses": 3, "corrupt": 2, "groups_encoded": 3,
-         "partial": False, "unanswered": []}  # fmt: skip
+         "partial": False, "unanswered": [], "not_counted": 0}  # fmt: skip
 
 
 def _result(**changes: Any) -> TrainRunResult:

@@ -52,7 +52,7 @@ def test_train_toml_trains_prints_loss_and_rate_and_writes_checkpoints(tmp_path:
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out))
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     assert "loss at step 1 / 6" in stdout and "samples/s" in stdout, stdout
-    assert "requests train-encode-0" in stdout and "requests train-encode-1" in stdout, stdout
+    assert "requests to train-encode-0" in stdout and "requests to train-encode-1" in stdout, stdout
     assert "trained 6 steps" in stdout, stdout
     assert _committed(out) == ["step-000000003", "step-000000006"]
 

@@ -58,7 +58,8 @@ def result_table(result: Any) -> Table:
             f"{t['read_s']:.2f} / {t['wait_s']:.2f} / {t['train_s']:.2f}",
         )
     for actor, n in result.requests.items():
-        table.add_row(f"requests {escape(actor)}", str(n) if n >= 0 else "no answer")
+        # The ranks' asks to it (since their last (re)start), not the actor's own count.
+        table.add_row(f"requests to {escape(actor)}", str(n) if n >= 0 else "no answer")
     if result.latent_cache is not None:
         table.add_row("latent cache", escape(cache_line(result.latent_cache)))
     table.add_row("restarts", str(result.restarts))
@@ -76,8 +77,13 @@ def cache_line(cache: dict[str, Any]) -> str:
         f"({cache['corrupt']} of them corrupt: deleted, encoded again), "
         f"{cache['groups_encoded']} groups encoded"
     )
-    if cache.get("partial"):
-        line += f"; partial: {', '.join(cache.get('unanswered') or ['an encoder'])} did not answer"
+    unanswered, not_counted = cache.get("unanswered") or [], int(cache.get("not_counted") or 0)
+    if unanswered:
+        line += f"; partial: {', '.join(unanswered)} did not answer"
+    elif not_counted:
+        line += f"; partial: {not_counted} groups answered are not counted (an encoder's worker restarted)"
+    elif cache.get("partial"):
+        line += "; partial: an encoder did not answer"
     return line
 
 

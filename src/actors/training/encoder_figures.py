@@ -8,6 +8,13 @@ the actor's ``encoded`` (the name its metrics export). A corrupt entry is a disk
 its checksum or did not read: it was deleted and encoded again, so it is counted among the misses
 too. An encoder that cannot be asked (its worker died) leaves the sums ``partial``, naming it in
 ``unanswered``: the run's result is still the run's.
+
+``requests`` is the ranks' figure: the asks they sent each encoder (``TrainResult.requests``,
+summed over the ranks, since their last (re)start, as the losses), not the actor's own count,
+which starts again with its worker (a worker killed mid-run had its 72 of 150 groups reported
+as the run's). The cache's figures can only be the actors': where they count fewer groups than
+the ranks had answered, a worker restarted and lost its counts, and the sums say ``partial``
+with ``not_counted`` (they had said ``partial: false`` of 238 of 300 groups).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import structlog
 
 from troupe.runtime import TroupeError
 
-__all__ = ["CACHE_FIGURES", "EncoderFigures", "ask_encoders", "latent_cache_figures"]
+__all__ = ["CACHE_FIGURES", "EncoderFigures", "RankAsks", "ask_encoders", "latent_cache_figures", "rank_asks"]
 
 log = structlog.get_logger(__name__)
 
@@ -29,19 +36,47 @@ CACHE_FIGURES = ("memory_hits", "disk_hits", "misses", "corrupt")
 
 
 @dataclass(frozen=True)
+class RankAsks:
+    """What the ranks asked of the encoders: ``requests`` per actor, and ``answered``, the asks
+    that got an answer (the requests less the ones retried elsewhere after a failure)."""
+
+    requests: dict[str, int]
+    answered: int
+
+
+def rank_asks(actors: Sequence[str], progress: Sequence[dict[str, Any]]) -> RankAsks:
+    """The ranks' asks per encoder from their last ``progress`` answers (``requests`` by actor
+    index, ``retries``), summed over the ranks."""
+    requests = dict.fromkeys(actors, 0)
+    retries = 0
+    for reply in progress:
+        counts = reply.get("requests")
+        for i, n in enumerate(counts if isinstance(counts, list) else []):
+            if i < len(actors):
+                requests[actors[i]] += int(n)
+        retries += int(reply.get("retries") or 0)
+    return RankAsks(requests, max(0, sum(requests.values()) - retries))
+
+
+@dataclass(frozen=True)
 class EncoderFigures:
-    """``requests``: per encoder actor, the groups it answered (-1: it could not be asked);
-    ``latent_cache``: :func:`latent_cache_figures` of their answers."""
+    """``requests``: per encoder actor, the ranks' asks where given (see the module), else the
+    groups it answered (-1: it could not be asked); ``latent_cache``: :func:`latent_cache_figures`
+    of their answers."""
 
     requests: dict[str, int]
     latent_cache: dict[str, Any]
 
 
-def latent_cache_figures(answers: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+def latent_cache_figures(
+    answers: dict[str, dict[str, Any] | None], answered_by_ranks: int | None = None
+) -> dict[str, Any]:
     """The cache figures summed over the encoders' ``stats`` answers (None: not answered).
 
     Returns ``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, ``groups_encoded``, and
-    ``partial`` (some encoder did not answer) with ``unanswered`` (their names, sorted).
+    ``partial`` (some encoder did not answer, or the encoders count fewer groups than
+    ``answered_by_ranks``) with ``unanswered`` (their names, sorted) and ``not_counted`` (the
+    groups the ranks had answered that the counts miss: 0 when all are counted).
     """
     sums = dict.fromkeys((*CACHE_FIGURES, "groups_encoded"), 0)
     unanswered = sorted(actor for actor, stats in answers.items() if stats is None)
@@ -53,13 +88,19 @@ def latent_cache_figures(answers: dict[str, dict[str, Any] | None]) -> dict[str,
         for name in CACHE_FIGURES:
             sums[name] += int(cache.get(name) or 0)
         sums["groups_encoded"] += int(stats.get("encoded") or 0)
-    return {**sums, "partial": bool(unanswered), "unanswered": unanswered}
+    counted = sum(int(stats.get("groups") or 0) for stats in answers.values() if stats is not None)
+    not_counted = 0 if answered_by_ranks is None else max(0, answered_by_ranks - counted)
+    partial = bool(unanswered) or not_counted > 0
+    return {**sums, "partial": partial, "unanswered": unanswered, "not_counted": not_counted}
 
 
-async def ask_encoders(ask: Callable[[str], Awaitable[Any]], actors: Sequence[str]) -> EncoderFigures:
+async def ask_encoders(
+    ask: Callable[[str], Awaitable[Any]], actors: Sequence[str], ranks: RankAsks | None = None
+) -> EncoderFigures:
     """Each of ``actors`` asked for its ``stats`` through ``ask`` (a TroupeError, or an answer
     that is not a map: not answered); the figures logged, and damaged cache entries found, if
-    any, logged once at warning with their count (one line per entry would flood the log)."""
+    any, logged once at warning with their count (one line per entry would flood the log).
+    ``ranks``: what the ranks asked, the run's ``requests`` (see the module)."""
     answers: dict[str, dict[str, Any] | None] = {}
     for actor in actors:
         try:
@@ -67,8 +108,11 @@ async def ask_encoders(ask: Callable[[str], Awaitable[Any]], actors: Sequence[st
         except TroupeError:
             reply = None
         answers[actor] = reply if isinstance(reply, dict) else None
-    requests = {a: -1 if s is None else int(s.get("groups") or 0) for a, s in answers.items()}
-    cache = latent_cache_figures(answers)
+    if ranks is not None:
+        requests = dict(ranks.requests)
+    else:
+        requests = {a: -1 if s is None else int(s.get("groups") or 0) for a, s in answers.items()}
+    cache = latent_cache_figures(answers, None if ranks is None else ranks.answered)
     log.info("train_latent_cache", **cache)
     if cache["corrupt"]:
         log.warning(

@@ -31,7 +31,7 @@ from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 from troupe.runtime.worker_stop import node_silent
 
-from .encoder_figures import ask_encoders
+from .encoder_figures import ask_encoders, rank_asks
 from .lost_nodes import live_hosts, moves, silent_nodes
 from .master_silence import watch_master
 from .train_cluster import stop_worker
@@ -429,9 +429,11 @@ class TrainDriver:
         losses = self._losses(result)
         timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
         # Asked here, before the cluster's exit stops the encoder actors (their counts go with them).
+        names = [a for a, _, _ in self.encoders]
         encoders = await ask_encoders(
             lambda actor: self.rt.ref(self.addresses.of(actor)).ask("stats", None, timeout=_ASK_S),
-            [a for a, _, _ in self.encoders],
+            names,
+            rank_asks(names, [r.last for r in self.ranks]),  # the run's requests: the ranks' asks
         )
         return TrainRunResult(
             steps=int(head.get("step") or 0),

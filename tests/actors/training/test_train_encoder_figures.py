@@ -14,7 +14,8 @@ import torch
 import troupe.actors.training.encoder_figures as encoder_figures
 from support.encoder_workers import encoder_worker
 from support.log_capture import module_logs
-from troupe.actors.training.encoder_figures import ask_encoders
+from troupe.actors.training.encoder_figures import ask_encoders, rank_asks
+from troupe.cli.commands.train_report import cache_line
 from troupe.runtime import TroupeError
 
 
@@ -58,7 +59,7 @@ async def test_figures_are_summed_and_damaged_entries_logged_once(
     assert figures.requests == {"encode-a": 3, "encode-b": 2}
     assert figures.latent_cache == {
         "memory_hits": 0, "disk_hits": 1, "misses": 4, "corrupt": 2, "groups_encoded": 4,
-        "partial": False, "unanswered": [],
+        "partial": False, "unanswered": [], "not_counted": 0,
     }  # fmt: skip
     warnings = [e for e in logs if e["log_level"] == "warning"]
     assert [(e["event"], e["corrupt"]) for e in warnings] == [("train_latent_cache_corrupt", 2)]
@@ -82,6 +83,32 @@ async def test_an_encoder_that_cannot_be_asked_makes_them_partial(monkeypatch: p
     assert figures.requests == {"encode-0": 5, "encode-1": -1, "encode-2": -1}
     assert figures.latent_cache == {
         "memory_hits": 1, "disk_hits": 2, "misses": 2, "corrupt": 0, "groups_encoded": 2,
-        "partial": True, "unanswered": ["encode-1", "encode-2"],
+        "partial": True, "unanswered": ["encode-1", "encode-2"], "not_counted": 0,
     }  # fmt: skip
     assert not [e for e in logs if e["log_level"] == "warning"]  # nothing damaged: no warning
+
+
+async def test_requests_are_the_ranks_asks_and_a_restarted_worker_makes_the_counts_partial() -> None:
+    """A worker killed mid-run counts its groups from its restart: 72 + 166 of the 300 groups the
+    ranks had answered were reported as the run's requests, with partial: false."""
+    answers = {
+        "encode-0": {"groups": 72, "encoded": 72, "cache": {"misses": 72}},  # restarted at step 60
+        "encode-1": {"groups": 166, "encoded": 166, "cache": {"misses": 166}},
+    }
+
+    async def ask(actor: str) -> Any:
+        return answers[actor]
+
+    names = list(answers)
+    # Two ranks' last progress: asks by encoder index; 4 failed and were retried elsewhere.
+    ranks = rank_asks(names, [{"requests": [80, 72], "retries": 4}, {"requests": [72, 80], "retries": 0}])
+    assert ranks.requests == {"encode-0": 152, "encode-1": 152} and ranks.answered == 300
+    figures = await ask_encoders(ask, names, ranks)
+    assert figures.requests == {"encode-0": 152, "encode-1": 152}
+    cache = figures.latent_cache
+    assert cache["partial"] is True and cache["not_counted"] == 62 and cache["unanswered"] == []
+    assert cache_line(cache).endswith(
+        "; partial: 62 groups answered are not counted (an encoder's worker restarted)"
+    )
+    whole = await ask_encoders(ask, names, rank_asks(names, [{"requests": [72, 166], "retries": 0}]))
+    assert whole.latent_cache["partial"] is False and whole.latent_cache["not_counted"] == 0
