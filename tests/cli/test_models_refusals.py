@@ -12,13 +12,16 @@ import pickle
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from support.cli_session import troupe_in_session
+from troupe.cli.commands import vae_checks
 from troupe.cli.main import app
+from troupe.models.video_vae import VideoVAEConfig
 
 pytestmark = pytest.mark.usefixtures("restore_threads")  # tests/cli/conftest.py
 
@@ -93,6 +96,31 @@ def test_train_vae_refuses_a_bad_number(run: Path, tmp_path: Path, option: list[
     assert isinstance(result.exception, SystemExit), result.exception
     assert_refused(result.exit_code, result.stdout, result.stderr, said)
     assert list(tmp_path.iterdir()) == [] and files(run) == before
+
+
+def test_train_vae_refuses_a_disk_without_room_for_the_checkpoint(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint's size is known from the model's parameters: on a nearly full disk it trained
+    every step, then failed with torch's 'unexpected pos 109376 vs 109264'."""
+    need = vae_checks.checkpoint_bytes(VideoVAEConfig(base_channels=4, latent_channels=4, frames=4))
+    usage = SimpleNamespace(total=1 << 30, used=1 << 30, free=need - 1)
+    monkeypatch.setattr(vae_checks.shutil, "disk_usage", lambda _: usage)
+    out = tmp_path / "vae.pt"
+    result = CliRunner().invoke(app, ["models", "train-vae", str(run), "--out", str(out), *TINY])
+    assert isinstance(result.exception, SystemExit), result.exception
+    said = f"--out {out}: the disk holding it has {(need - 1) / 2**20:.2f} MiB free, less than the"
+    assert_refused(result.exit_code, result.stdout, result.stderr, said)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_checkpoint_size_is_what_a_save_writes_or_more(tmp_path: Path) -> None:
+    from troupe.models.video_vae import VideoVAE
+
+    config = VideoVAEConfig(base_channels=8, latent_channels=4, frames=8)
+    VideoVAE(config).save(tmp_path / "v.pt")
+    written = (tmp_path / "v.pt").stat().st_size
+    assert written <= vae_checks.checkpoint_bytes(config) <= written + (1 << 20)
 
 
 # --- info: one line saying why the file is no checkpoint ---

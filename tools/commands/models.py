@@ -35,7 +35,9 @@ from .vae_checks import (
     check_memory,
     check_numbers,
     check_out,
+    check_room,
     load_checkpoint,
+    no_room_note,
     tmp_path,
 )
 
@@ -162,6 +164,7 @@ def train_vae_command(
             stored = tuple(dataset[0]["video"].shape[2:])
             check_fit(config, clip_frames, (stored[0], stored[1]))
             check_memory(config, batch_size, clip_frames, (stored[0], stored[1]))
+        check_room(out, config)  # known before training; found after it, every step was lost
     except NotEnoughEpisodes as exc:
         raise fail(f"{exc}; generate more data or lower --clip-frames {clip_frames}", 2) from None
     except ValueError as exc:
@@ -205,7 +208,9 @@ def train_vae_command(
         os.replace(tmp, out)
     except (OSError, RuntimeError) as exc:  # checked before training; changed since, or disk full
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise fail(f"--out {out}: could not write the checkpoint ({first})", 1) from None
+        raise fail(
+            f"--out {out}: could not write the checkpoint ({first}){no_room_note(out, exc)}", 1
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
     figures = {**figures, "out": str(out), "fingerprint": vae.fingerprint(), "bytes": out.stat().st_size}

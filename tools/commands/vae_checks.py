@@ -4,16 +4,20 @@ failure is one line and exit status 2, before anything is trained or written.
 train-vae: an ``--out`` whose folder cannot hold it (a file on the way, /proc, /sys, /dev, no
 write permission), a learning rate that is not finite or outside (0, 10], a seed torch cannot
 take, a ``--size`` side past :data:`MAX_SIDE`, a model and batch whose training could not fit in
-the memory of the device it would run on (computed from the numbers: a lower bound). info: why a
+the memory of the device it would run on (computed from the numbers: a lower bound), a disk
+without room for the checkpoint (its size is known from the model's parameters: it trained every
+step, then failed to write it). info: why a
 file is not a checkpoint (empty, not loadable without running code, not the content
 ``VideoVAE.save`` writes); it is read with weights only, so no code in it runs.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import pickle
+import shutil
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +38,10 @@ __all__ = [
     "check_memory",
     "check_numbers",
     "check_out",
+    "check_room",
+    "checkpoint_bytes",
     "load_checkpoint",
+    "no_room_note",
     "tmp_path",
 ]
 
@@ -152,6 +159,55 @@ def check_memory(config: VideoVAEConfig, batch_size: int, frames: int, hw: tuple
             f"the {have / _GIB:,.1f} GiB of {where}; lower --size, --batch-size, --clip-frames "
             "or --base-channels"
         )
+
+
+_SAVE_OVERHEAD = 64 << 10  # torch.save's zip: the config, the pickled index, per-file headers
+_PER_TENSOR = 1 << 10  # each tensor's record and its 64-byte alignment, generously
+
+
+def checkpoint_bytes(config: VideoVAEConfig) -> int:
+    """About what ``VideoVAE.save`` writes for ``config``: its parameters' bytes (counted on the
+    meta device: nothing is allocated) and the file's overhead, rounded up."""
+    import torch
+
+    from troupe.models.video_vae import VideoVAE
+
+    with torch.device("meta"):
+        state = VideoVAE(config).state_dict()
+    return sum(t.numel() * t.element_size() + _PER_TENSOR for t in state.values()) + _SAVE_OVERHEAD
+
+
+def _free(out: Path) -> int | None:
+    existing = Path(os.path.abspath(out.parent))
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        return shutil.disk_usage(existing).free
+    except OSError:
+        return None
+
+
+def check_room(out: Path, config: VideoVAEConfig) -> None:
+    """ValueError when the disk that would hold ``out`` has less free than the checkpoint needs
+    (it and its temporary sibling are not there at once: written, then renamed)."""
+    need, free = checkpoint_bytes(config), _free(out)
+    if free is not None and free < need:
+        raise ValueError(
+            f"--out {out}: the disk holding it has {free / 2**20:.2f} MiB free, less than the "
+            f"{need / 2**20:.2f} MiB the checkpoint takes; free space there or give another --out"
+        )
+
+
+def no_room_note(out: Path, exc: BaseException) -> str:
+    """``; the disk holding it is full (N MiB free)`` where writing ``out`` failed for want of
+    space (ENOSPC, or torch's ``unexpected pos`` with little left), else ""."""
+    free = _free(out)
+    no_space = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    full = no_space or (free is not None and free < 1 << 20)  # torch says it as "unexpected pos"
+    if not full:
+        return ""
+    shown = "" if free is None else f" ({free / 2**20:.2f} MiB free)"
+    return f"; the disk holding it is full{shown}: free space there or give another --out"
 
 
 # --- info: a checkpoint read with weights only, checked before a model is built from it ---
