@@ -49,6 +49,7 @@ from troupe.actors.lerobot.format import (
     video_file,
 )
 from troupe.actors.lerobot.video import decode_video
+from troupe.runtime.pipeline.run_dir import RunDir, held_by_another
 from troupe.runtime.tasks.output_store import COMMIT_MARKER
 
 from .sampler import ResumableSampler
@@ -59,6 +60,7 @@ __all__ = [
     "LeRobotClips",
     "NotEnoughEpisodes",
     "ResumableSampler",
+    "being_written",
     "clip_batches",
     "committed_episodes",
     "store_dir",
@@ -249,6 +251,13 @@ def _all_listed(root: Path, info: dict[str, Any], files: list[Path], listed: set
         f"{where} {found}, but {root / 'meta' / 'info.json'} says total_episodes = {total}: an "
         f"episodes file is missing; the dataset is damaged{_REMAKE}"
     )
+
+
+def being_written(root: Path) -> bool:
+    """Whether a ``troupe run`` holds the run folder ``root`` now (its journal's lock is taken):
+    its dataset may still grow. A lock probed free is taken and let go at once."""
+    journal = RunDir(root).journal_path
+    return held_by_another(journal, root, "troupe run") is not None
 
 
 def _store_source(path: Path, episode_index: int, video_key: str) -> ClipSource:

@@ -27,6 +27,7 @@ encoding stays on the CPU); bit-identical results are promised on CPU.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,7 +36,7 @@ import structlog
 from troupe.runtime import Actor, ConfigError, handles
 
 from .checkpoint import CheckpointSaveFailed, CheckpointUnreadable, checkpoint_path
-from .dataset import DatasetDamaged, NotEnoughEpisodes
+from .dataset import DatasetDamaged, NotEnoughEpisodes, being_written
 from .inflight import (
     GroupFailed,
     InflightConfig,
@@ -224,5 +225,9 @@ def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable, CheckpointSaveFailed)):
         return exc.final
     if isinstance(exc, TooFewClips):
-        return session is not None and getattr(session.dataset, "mode", None) == "finalized"
+        dataset: Any = session.dataset if session is not None else None
+        mode = getattr(dataset, "mode", None)
+        # A run's folder grows while its pipeline writes it: one nobody writes (its journal's
+        # lock free) is as final as a finalized dataset (three restarts burnt out in seconds).
+        return mode == "finalized" or (mode == "store" and not being_written(Path(dataset.root)))
     return False

@@ -21,6 +21,8 @@ from troupe.actors.training import checkpoint
 from troupe.actors.training.checkpoint import checkpoint_path
 from troupe.actors.training.trainer import TrainerActor
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.tasks.journal_lock import JournalLock
 from troupe.runtime.transports.base import MemoryHub
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -97,3 +99,23 @@ async def test_a_checkpoint_save_on_a_full_disk_fails_the_rank_for_good(
     failed = await _rank_until(tmp_path, train_data(_dataset(tmp_path, 8), 2, local_encoding=True), "failed")
     assert failed["final"] is True
     assert "checkpoint save failed" in failed["error"] and "is full" in failed["error"], failed["error"]
+
+
+async def test_too_few_clips_in_a_run_folder_nobody_writes_fail_the_rank_for_good(tmp_path: Path) -> None:
+    """Its pipeline is not running (its journal's lock is free): the folder cannot grow, and three
+    restarts burnt out in seconds on the same TooFewClips."""
+    run = write_clips(tmp_path / "run", length=8)
+    failed = await _rank_until(tmp_path, train_data(run, 2, local_encoding=True, batch_size=64), "failed")
+    assert failed["final"] is True
+    assert "TooFewClips: the dataset has 6 clips" in failed["error"], failed["error"]
+
+
+async def test_too_few_clips_in_a_run_folder_being_written_may_pass(tmp_path: Path) -> None:
+    run = write_clips(tmp_path / "run", length=8)
+    held = JournalLock.acquire(RunDir(run).journal_path)  # a troupe run writing it
+    try:
+        config = train_data(run, 2, local_encoding=True, batch_size=64)
+        failed = await _rank_until(tmp_path, config, "failed")
+    finally:
+        held.release()
+    assert failed["final"] is False and "TooFewClips" in failed["error"], failed["error"]
