@@ -33,6 +33,7 @@ __all__ = [
     "VideoEncoder",
     "VideoVAE",
     "VideoVAEConfig",
+    "non_finite",
     "state_fingerprint",
 ]
 
@@ -309,6 +310,17 @@ class VideoEncoder(nn.Module):
 
     def fingerprint(self) -> str:
         return self.vae.fingerprint()
+
+
+def non_finite(state: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating tensors of ``state`` holding a nan or an inf, sorted: weights
+    saved from a training that diverged encode every input to nan, and the trainer downstream
+    took the blame (its loss nan "at this learning rate")."""
+    return sorted(
+        name
+        for name, tensor in state.items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    )
 
 
 def state_fingerprint(module: nn.Module, *extra: str) -> str:

@@ -20,6 +20,7 @@ from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
 from troupe.runtime.errors import ConfigError
 
+from .model_memory import world_model_problem
 from .moved_endpoint import moved_note, say_moved
 from .train_report import bar_fields, final_line, result_json, result_table
 
@@ -100,6 +101,10 @@ def check_train(
         unusable = unusable or full_disk_problem(Path(encoders.cache_dir), "encoders.cache_dir")
         if unusable:
             raise ConfigError(unusable)
+    if master is None:  # the ranks train on this host (on a cluster, on hosts of their own)
+        too_big = world_model_problem(resolved)
+        if too_big:
+            raise ConfigError(too_big)
     train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
     if cfg.datagen is not None:
         check_datagen(resolved, out.resolve(), fresh, flag)

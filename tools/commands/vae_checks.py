@@ -40,6 +40,7 @@ __all__ = [
     "check_out",
     "check_room",
     "checkpoint_bytes",
+    "device_memory",
     "load_checkpoint",
     "no_room_note",
     "tmp_path",
@@ -136,7 +137,7 @@ def _training_bytes(config: VideoVAEConfig, batch_size: int, hw: tuple[int, int]
     return 16 * params + 4 * voxels * (2 * config.in_channels + 2 * config.base_channels)
 
 
-def _device_memory() -> tuple[int, str]:
+def device_memory() -> tuple[int, str]:
     """Total memory of the device :func:`train_vae` trains on (the GPU where there is one), and
     its name."""
     import psutil
@@ -151,7 +152,7 @@ def _device_memory() -> tuple[int, str]:
 def check_memory(config: VideoVAEConfig, batch_size: int, frames: int, hw: tuple[int, int]) -> None:
     """ValueError when a training step clearly cannot fit in the device's memory."""
     need = _training_bytes(config, batch_size, hw)
-    have, where = _device_memory()
+    have, where = device_memory()
     if need > have:
         raise ValueError(
             f"training on {batch_size} clips of {frames} frames of {hw[0]}x{hw[1]} with "
@@ -234,7 +235,7 @@ def load_checkpoint(path: Path) -> VideoVAE:
     """
     import torch
 
-    from troupe.models.video_vae import VideoVAE, VideoVAEConfig
+    from troupe.models.video_vae import VideoVAE, VideoVAEConfig, non_finite
 
     not_vae = "not a troupe VAE checkpoint"
     try:
@@ -294,6 +295,12 @@ def load_checkpoint(path: Path) -> VideoVAE:
                 f"{len(wrong)} of another shape (e.g. {k}: {tuple(weights[k].shape)}, not {shapes[k]})"
             )
         raise NotCheckpoint(f"{not_vae}: its weights do not fit its config: {'; '.join(found)}")
+    bad = non_finite(weights)
+    if bad:
+        raise NotCheckpoint(
+            f"{len(bad)} weight tensor(s) hold nan or inf (e.g. {bad[0]}): saved from a training that "
+            "diverged, or damaged; every latent would be nan"
+        )
     vae = VideoVAE(config)
     vae.load_state_dict(weights)
     return vae

@@ -125,6 +125,14 @@ def load_encoder(path: str, kwargs: dict[str, Any], weights: str | None) -> tupl
     if weights is not None and not takes_weights:
         state = torch.load(weights, map_location="cpu", weights_only=True)
         module.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
+    from troupe.models.video_vae import non_finite
+
+    bad = non_finite(module.state_dict())
+    if bad:
+        raise ConfigError(
+            f"encoder: {weights or path}: {len(bad)} weight tensor(s) hold nan or inf (e.g. {bad[0]}): "
+            "saved from a training that diverged, or damaged; every latent would be nan"
+        )
     own = getattr(module, "fingerprint", None)
     weights_part = str(own()) if callable(own) else _weights_hash(module)
     parts = [path, json.dumps(kwargs, sort_keys=True, default=str), weights_part, _source_hash(module)]
