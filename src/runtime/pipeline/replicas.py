@@ -520,11 +520,10 @@ def _worker_gone(record: Any, incarnation: int | None) -> str | None:
         became = _STATE_WORDS.get(str(state), f"is {state}")
         return f"its worker {became} ({record.get('exit') or 'no exit recorded'})"
     if incarnation is not None and record.get("incarnation") != incarnation:
+        # No incarnation number: the run's report groups its dead items by this text, and two
+        # replicas restarted a different number of times split one cause into two lines.
         exit_was = f" after it exited ({record['exit']})" if record.get("exit") else ""
-        return (
-            f"its worker was restarted{exit_was} (incarnation {record.get('incarnation')}), "
-            "without what it held"
-        )
+        return f"its worker was restarted{exit_was}, without what it held"
     return None
 
 

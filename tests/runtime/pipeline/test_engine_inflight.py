@@ -66,15 +66,21 @@ class FakeNode:
         self.spawned: list[str] = []
         self.stopped: list[str] = []
         self.exited: dict[str, str] = {}  # replica -> how its worker exited, as its node says
+        self.restarts: dict[str, int] = defaultdict(int)  # replica -> its worker's restarts
         self.arrived = anyio.Event()
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "spawn_worker":
             self.spawned.append(payload["name"])
+            return {"incarnation": 0}
         elif kind == "stop_worker":
             self.stopped.append(payload["name"])
         elif kind == "supervision":  # the engine's look at its replicas' workers
-            running = [{"name": n, "state": "running"} for n in self.spawned if n not in self.stopped]
+            running = [
+                {"name": n, "state": "running", "incarnation": self.restarts[n]}
+                for n in self.spawned
+                if n not in self.stopped
+            ]
             gone = [{"name": n, "state": "exited", "exit": why} for n, why in self.exited.items()]
             return {"workers": running + gone}
         elif kind != "ping":  # a stop's look at whether the node lives (runtime/worker_stop.py)
@@ -432,3 +438,22 @@ async def test_items_a_dead_worker_killed_in_two_replicas_share_one_error() -> N
     assert set(result.errors.values()) == {
         "Unreachable: a replica of stage a: its worker has exited (exit 4)"
     }
+
+
+async def test_items_of_replicas_restarted_unequally_often_share_one_error() -> None:
+    """Their workers restarted by their nodes (once, and twice): the error named the restart's
+    incarnation, and one cause gave a line per count of restarts."""
+    node = FakeNode()
+    cfg = _pipeline(2, _stage("a", replicas=2, inflight=1), max_attempts=1)
+
+    async def drive() -> None:
+        await node.wait_for("a call to each replica", lambda: len(node.pending()) == 2)
+        for i, call in enumerate(node.pending()):
+            node.restarts[call.replica] = i + 1
+            call.answer(PeerLost("the connection ended"))
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 0, "pruned": 0, "dead": 2, "kept": 0}
+    assert set(result.errors.values()) == {
+        "Unreachable: a replica of stage a: its worker was restarted, without what it held"
+    }, result.errors
