@@ -255,8 +255,9 @@ actors = [{ name = "maker", class = "support.orphan_maker:OrphanMaker" }]
 async def test_a_process_a_dead_worker_left_behind_is_reaped_when_it_exits(
     troupe_cluster: Callable[..., Cluster], stray: dict[int, float], tmp_path: Path
 ) -> None:
-    """The node adopts (as a child subreaper) what a SIGKILLed worker had started; once that
-    process exits, the node reaps it: no zombie stays in the process table."""
+    """The node adopts (as a child subreaper) what a SIGKILLed worker had started outside its
+    process group (what stays in it is killed with the worker: test_stop_kills_descendants.py);
+    once that process exits, the node reaps it: no zombie stays in the process table."""
     cluster = troupe_cluster(ORPHAN_MAKER)
     gate = tmp_path / "orphan-may-exit"
     async with cluster.client() as rt:

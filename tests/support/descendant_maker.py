@@ -17,7 +17,7 @@ import psutil
 from troupe.runtime.core.actor import Actor, handles
 from troupe.runtime.pipeline.stage import StageActor
 
-__all__ = ["MOST_S", "DescendantMaker", "DescendantStage", "start_descendants"]
+__all__ = ["MOST_S", "DescendantMaker", "DescendantStage", "start_descendants", "start_in_background"]
 
 MOST_S = 120  # each child ends by itself after this at the latest: a failing test leaves none for long
 
@@ -38,12 +38,31 @@ def start_descendants(most_s: float = MOST_S) -> list[int]:
     return [sleeper.pid, pid]
 
 
+def start_in_background(most_s: float = MOST_S) -> int:
+    """A ``sleep`` a shell puts in the background (``sleep N &``) and leaves: orphaned at once, it
+    is no longer below the worker; its pid."""
+    said = subprocess.run(
+        ["/bin/sh", "-c", f"sleep {most_s} >/dev/null 2>&1 & echo $!"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return int(said.stdout.strip())
+
+
 class DescendantMaker(Actor):
-    """``start`` starts the two children and answers their pids (never waited for)."""
+    """``start`` starts the two children and answers their pids (never waited for);
+    ``background`` a shell's background ``sleep``, its pid; ``pid`` the worker's own."""
 
     @handles("start")
     def start(self, _: object) -> list[int]:
         return start_descendants()
+
+    @handles("background")
+    def background(self, _: object) -> int:
+        return start_in_background()
+
+    @handles("pid")
+    def pid(self, _: object) -> int:
+        return os.getpid()
 
 
 class DescendantStage(StageActor):

@@ -30,5 +30,8 @@ class OrphanMaker(Actor):
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Out of the worker's process group (a daemon's own session), which the node kills
+            # when the worker dies: this one outlives it, for the node to adopt and reap.
+            start_new_session=True,
         )
         return child.pid

@@ -50,7 +50,7 @@ from .reach import worker_bind
 from .spawn_owners import OwnerWatch
 from .stop_owners import heeds, not_its_owner
 from .template_link import TemplateLink, spec_classes
-from .worker_descendants import kill_what_is_left, note_descendants
+from .worker_descendants import kill_group, kill_what_is_left, note_descendants
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
@@ -288,6 +288,7 @@ class Node:
         )
         code = await handle.wait()  # also passes its stderr on and keeps its last error
         await kill_what_is_left(handle)  # of a stop: what it started is not left running
+        await kill_group(handle)  # however it ended: what is left in its process group
         mailboxes = {e for e in (handle.endpoint, *handle.actors.values()) if e}
         handle.exited(code)
         # Nobody listens there now: a restart binds anew (and registers), a stopped replica is

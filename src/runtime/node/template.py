@@ -335,6 +335,10 @@ def _wait_reparented(middle: int) -> None:
 
 def _become_worker(job: dict[str, Any]) -> None:
     """Turn this fork of the template into what a spawned worker starts as."""
+    if job.get("main", "worker") == "worker":
+        # A process group of its own, as a spawned worker's session gives it: what it starts
+        # stays in it (a shell's `helper &` too), and is killed with it (worker_descendants.py).
+        os.setpgid(0, 0)
     gc.enable()  # the template's objects stay frozen: the worker collects only its own
     signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored by the template only
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

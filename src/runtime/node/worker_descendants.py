@@ -18,6 +18,7 @@ template share the template's.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -31,7 +32,7 @@ from troupe.runtime.supervision.supervisor import kill_tree
 if TYPE_CHECKING:
     from .worker_handles import WorkerHandle
 
-__all__ = ["descendants_of", "kill_what_is_left", "note_descendants"]
+__all__ = ["descendants_of", "kill_group", "kill_what_is_left", "note_descendants"]
 
 log = structlog.get_logger(__name__)
 
@@ -99,3 +100,53 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+async def kill_group(handle: WorkerHandle) -> None:
+    """After ``handle``'s worker exited, however it ended (a stop, a crash, SIGKILL): SIGKILL what
+    is left of the process group it led (a forked worker sets one up, a spawned one leads its
+    session's), and wait for it to be gone, reaping those the node inherited as their
+    subreaper. It finds what the tree taken at a stop misses: what a stage started after that
+    look, what a worker that died without a stop had started, and what a shell put in the
+    background (``helper &``: orphaned at once, no longer below the worker)."""
+    pid = handle.pid
+    if not pid:
+        return
+    killed, survivors = await anyio.to_thread.run_sync(_kill_group, pid)
+    if killed:
+        log.info("worker_group_killed", worker=handle.spec.name, pids=killed)
+    if survivors:
+        log.warning("worker_group_survived", worker=handle.spec.name, pids=[p.pid for p in survivors])
+
+
+def _kill_group(pgid: int) -> tuple[list[int], list[psutil.Process]]:
+    me = os.getpid()
+    if pgid in (me, os.getpgid(0)):  # never this process's own group
+        return [], []
+    members: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != me and os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    killed: list[int] = []
+    for proc in members:
+        try:
+            proc.kill()  # psutil checks it is the process it listed (its start time)
+            killed.append(proc.pid)
+        except psutil.Error:
+            continue
+    _, survivors = psutil.wait_procs(members, timeout=REAP_S)  # waits (reaps) the node's own
+    _reap_orphans(members)
+    return killed, survivors
+
+
+def _reap_orphans(members: list[psutil.Process]) -> None:
+    """Reap those of ``members`` the node inherited that are zombies still (psutil waited for them
+    as another's children, or they died before the listing)."""
+    for proc in members:
+        try:
+            os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            continue

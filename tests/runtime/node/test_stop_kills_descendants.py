@@ -106,3 +106,31 @@ def test_descendants_are_listed_parents_first() -> None:
             proc.kill()
         shell.kill()
         shell.wait(timeout=BOUND_S)
+
+
+async def test_a_shell_s_background_helper_goes_with_its_worker(tmp_path: Path, children: Taken) -> None:
+    """``helper &`` through a shell: orphaned at once, no longer below the worker when the stop
+    took its tree; it stays in the worker's process group, and goes with it."""
+    cfg = _config(tmp_path)
+    async with running_node(cfg) as node:
+        assert node.runtime is not None
+        async with connect(cfg.endpoint, cfg.name) as rt:
+            children.append(psutil.Process(await rt.ref("w1/maker").ask("background", None, timeout=BOUND_S)))
+        assert _running(children[0]) and children[0].ppid() != node.workers["w1"].pid
+        with anyio.fail_after(BOUND_S):
+            assert await node.runtime.control(node.runtime.address, "stop_worker", {"name": "w1"}) is True
+        assert [p.pid for p in children if _running(p)] == []
+
+
+async def test_what_a_killed_worker_started_goes_with_it(tmp_path: Path, children: Taken) -> None:
+    """A worker that died without a stop (SIGKILL, the OOM killer): nothing had taken its tree,
+    and what it started ran on for good, reparented, holding the run's pipes."""
+    cfg = _config(tmp_path)
+    async with running_node(cfg) as node:
+        await _start_children(cfg, children)
+        worker = psutil.Process(node.workers["w1"].pid)
+        worker.kill()
+        with anyio.fail_after(BOUND_S):
+            while any(_running(p) for p in children):  # a bounded poll: the node reaps, then kills
+                await anyio.sleep(0.05)
+        assert [p.pid for p in children if _running(p)] == []
