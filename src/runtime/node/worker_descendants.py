@@ -77,11 +77,7 @@ async def kill_what_is_left(handle: WorkerHandle) -> None:
     taken, handle.descendants = handle.descendants, []
     if not taken:
         return
-    killed, survivors = await anyio.to_thread.run_sync(_kill_running, taken)
-    if killed:
-        log.info("worker_descendants_killed", worker=handle.spec.name, pids=killed)
-    if survivors:
-        log.warning("worker_descendants_survived", worker=handle.spec.name, pids=[p.pid for p in survivors])
+    _said(handle, "descendants", *await anyio.to_thread.run_sync(_kill_running, taken))
 
 
 def _kill_running(taken: list[psutil.Process]) -> tuple[list[int], list[psutil.Process]]:
@@ -112,11 +108,16 @@ async def kill_group(handle: WorkerHandle) -> None:
     pid = handle.pid
     if not pid:
         return
-    killed, survivors = await anyio.to_thread.run_sync(_kill_group, pid)
+    _said(handle, "group", *await anyio.to_thread.run_sync(_kill_group, pid))
+
+
+def _said(handle: WorkerHandle, what: str, killed: list[int], survivors: list[psutil.Process]) -> None:
+    """Log what a kill after ``handle``'s exit took (``worker_{what}_killed``), and what outlived
+    it (``worker_{what}_survived``)."""
     if killed:
-        log.info("worker_group_killed", worker=handle.spec.name, pids=killed)
+        log.info(f"worker_{what}_killed", worker=handle.spec.name, pids=killed)
     if survivors:
-        log.warning("worker_group_survived", worker=handle.spec.name, pids=[p.pid for p in survivors])
+        log.warning(f"worker_{what}_survived", worker=handle.spec.name, pids=[p.pid for p in survivors])
 
 
 def _kill_group(pgid: int) -> tuple[list[int], list[psutil.Process]]:
