@@ -224,25 +224,36 @@ class Runtime(Inbound):
             self.transport.on_peer_lost = self._peer_lost
         if hasattr(self.transport, "on_peer_refused"):
             self.transport.on_peer_refused = self._peer_refused
-        await self._tg.start(self.transport.serve, self._on_frames)
+        try:
+            await self._tg.start(self.transport.serve, self._on_frames)
+        except BaseException:
+            # A caller's move_on_after that ran out here (a test's wait_for on a loaded machine):
+            # no __aexit__ follows a failed __aenter__, so the task group entered above must be
+            # left now, or the caller's own scope is not the current one when it exits.
+            self._accepting = False
+            await self._leave()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         try:
             await self.stop()
         finally:
-            assert self._tg is not None
-            self._tg.cancel_scope.cancel()
-            try:
-                await self._tg.__aexit__(None, None, None)
-            finally:
-                # Also when a caller's cancellation (a move_on_after around the block) ends that
-                # wait with its exception: the transport was then never closed, and its ZeroMQ
-                # context, collected later with its sockets open, blocked the process in term().
-                self.transport.close()
-                if self._deadlines is not None:
-                    self._deadlines.close()
-                self._stopped.set()
+            await self._leave()
+
+    async def _leave(self) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            # Also when a caller's cancellation (a move_on_after around the block) ends that
+            # wait with its exception: the transport was then never closed, and its ZeroMQ
+            # context, collected later with its sockets open, blocked the process in term().
+            self.transport.close()
+            if self._deadlines is not None:
+                self._deadlines.close()
+            self._stopped.set()
 
     async def stop(self) -> None:
         """Stop accepting, drain every mailbox up to ``drain_timeout``, run stopping hooks."""

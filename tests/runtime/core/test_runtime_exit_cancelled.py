@@ -52,3 +52,38 @@ async def test_an_exit_cancelled_midway_still_closes_the_transport() -> None:
             await anyio.lowlevel.checkpoint()
             transport.release.set()
     assert transport.closed
+
+
+class _SlowToStart(MemoryTransport):
+    """Its serve task has not said it started until the test cancels the entry."""
+
+    def __init__(self, hub: MemoryHub, address: str) -> None:
+        super().__init__(hub, address, 16)
+        self.starting = anyio.Event()
+
+    async def serve(self, on_message: Any, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        self.starting.set()
+        await anyio.sleep_forever()
+
+
+async def test_an_entry_cancelled_while_the_transport_starts_leaves_the_caller_s_scopes_intact() -> None:
+    """A ``move_on_after`` that ran out while the runtime entered (a test's ``cluster.wait_for``
+    on a loaded machine) left the runtime's task group entered: leaving the caller's own scope then
+    raised "Attempted to exit a cancel scope that isn't the current task's", not the timeout."""
+    transport = _SlowToStart(MemoryHub(), "mem://a")
+    entering = anyio.CancelScope()
+    entered = False
+
+    async def use() -> None:
+        nonlocal entered
+        with entering:
+            async with Runtime("n", "p", transport, drain_timeout=0.1):
+                entered = True
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(use)
+            await transport.starting.wait()
+            entering.cancel()
+    assert entering.cancelled_caught and not entered
+    assert transport.closed
