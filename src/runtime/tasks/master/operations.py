@@ -332,7 +332,9 @@ class Operations:
                 "alive": n.alive,
                 "left": n.left,  # not alive because it said it stops (a planned stop), not dead
                 "draining": n.node in draining,  # takes no new task, nor a pipeline's new replica
-                "processes": len(n.processes),  # its running workers, a pipeline's replicas among them
+                # Its running workers, a pipeline's replicas among them; None once it is not alive:
+                # its last beat's list is out of date (the table says "-").
+                "processes": len(n.processes) if n.alive else None,
                 "last_beat_age_s": round(now - n.last_beat, 3),
                 "workers": per_node.get(n.node, 0),
                 "resources": n.resources,
