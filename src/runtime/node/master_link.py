@@ -343,6 +343,12 @@ class MasterLink:
             await runtime.control(runtime.address, "spawn_worker", spec, timeout=65.0)
         except Exception as exc:
             log.warning("undrained_worker_start_failed", worker=name, error=repr(exc))
+            return
+        started = self.node.workers.get(name)
+        if started is not None and started is not handle:
+            # The start made a fresh record: the worker's restarts before the drain are still
+            # its own (ctl status showed 0 after every undrain).
+            started.restarts += handle.restarts
 
     async def _stop_one(self, runtime: Runtime, name: str, grace: float) -> None:
         try:
