@@ -111,3 +111,11 @@ def structlog_as_a_fresh_program_has_it() -> Iterator[None]:
     program's own logging and printed its lines into the test's --json output."""
     structlog.reset_defaults()
     yield
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """asyncio only: troupe runs on asyncio (uvloop), and pytest-asyncio runs the async tests.
+    anyio's own fixture takes every backend installed, so where trio happened to be installed a
+    hundred and forty tests ran twice, under names that claimed trio, on the same asyncio loop."""
+    return "asyncio"
