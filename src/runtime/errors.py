@@ -68,6 +68,7 @@ __all__ = [
     "JournalError",
     "MailboxFull",
     "MessageTooLarge",
+    "NameTaken",
     "Partitioned",
     "PeerLost",
     "ProtocolError",
@@ -93,6 +94,12 @@ class ConfigError(TroupeError, ValueError):
     """A config file, job file or option is invalid; the message names the field and the fix."""
 
     code = "config_error"
+
+
+class NameTaken(ConfigError):
+    """Another live process runs under the name this one asked for (a node's, at the master)."""
+
+    code = "name_taken"
 
 
 class ProtocolError(TroupeError):

@@ -54,7 +54,8 @@ import structlog
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ActorStopped
+from troupe.runtime.errors import ActorStopped, NameTaken
+from troupe.runtime.process_identity import process_identity
 from troupe.runtime.security.process import installed
 
 from .reach import advertised_endpoint
@@ -160,6 +161,7 @@ class MasterLink:
         self.is_drained = False
         self.undrain_token = ""  # the last master_undrained's, told in every beat
         self.code = ""  # this node's code identity, read once the link runs
+        self.process = process_identity()  # this node process's, said in every beat
         # One beat at a time (the period's and beat_now's): a beat lists the node's processes
         # as it is sent, and one listed earlier must not reach the master after a later one,
         # which would drop the worker just started from the directory until the next beat.
@@ -212,9 +214,10 @@ class MasterLink:
         answered says nothing (it may have no master to tell).
         """
         runtime = self.node.runtime
-        self.left = True
-        if runtime is None or self.beats == 0:
+        if runtime is None or self.beats == 0 or self.left:  # left: said, or refused (NameTaken)
+            self.left = True
             return
+        self.left = True
         error = f"no answer within {self.leave_s:g}s"
         with anyio.move_on_after(self.leave_s):
             # A beat under way goes first: sent on the same connection, it reaches the master
@@ -246,11 +249,17 @@ class MasterLink:
             "code": self.code,  # older masters ignore it too (they take any field they do not read)
             "drained": self.is_drained,  # a restarted master learns the drain (older ones ignore it)
             "undrain_token": self.undrain_token,
+            "process": self.process,  # tells a second node of this name (older masters ignore it)
         }
         if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
             payload["log_endpoint"] = self.log_endpoint
         try:
             await runtime.control(self.master, "node_beat", payload, timeout=max(self.beat_s, 1.0))
+        except NameTaken as exc:  # another node runs under this name: this one stops, saying so
+            self.left = True  # no beat more, and no leave: the name's node_left is the other's
+            log.error("master_refused_node", master=self.master, error=str(exc))
+            self.node.refuse(exc)
+            return
         except Exception as exc:  # the master is down or restarting: keep beating
             self.failed_beats += 1
             if self.failed_beats == 1 or self.failed_beats % 30 == 0:

@@ -36,6 +36,7 @@ from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigEr
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
+from troupe.runtime.process_identity import process_identity
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.transports.loopback import bind_or_move
@@ -103,6 +104,7 @@ class Node:
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
         self.stopped = anyio.Event()  # set once every worker has been stopped and reaped
+        self.refused: ConfigError | None = None  # why the master refused this node (refuse())
         # Extra sections of the status reply, by name (a pipeline driven beside this node).
         self.status_extras: dict[str, Callable[[], Any]] = {}
         # Called as listener(handle, reason) after every worker exit, before any restart
@@ -241,6 +243,14 @@ class Node:
             self.children.close()
             self.stopped.set()
         log.info("node_stopped")
+        if self.refused is not None:  # its master refused it: the stop was the refusal's
+            raise self.refused
+
+    def refuse(self, error: ConfigError) -> None:
+        """Stop, as any stop goes, then raise ``error`` from :meth:`run`: the master refused this
+        node (another node runs under its name)."""
+        self.refused = error
+        self.stopping.set()
 
     def retire_template(self) -> None:
         """Stop the template now, its exit off the node's own stop: the workers that the node
@@ -370,7 +380,7 @@ class Node:
         return self.log_publisher.answer(payload)
 
     async def _ping(self, _: Any) -> dict[str, Any]:
-        return {"node": self.name, "pid": os.getpid(), "time": time.time()}
+        return {"node": self.name, "pid": os.getpid(), "time": time.time(), "process": process_identity()}
 
     async def _register(self, payload: Any) -> bool:
         p = ControlPayload("register", payload)

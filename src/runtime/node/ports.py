@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from troupe.runtime.core.runtime import Runtime
+    from troupe.runtime.errors import ConfigError
 
     from .config import NodeConfig, WorkerSpec
     from .leftovers import ChildRecord
@@ -59,6 +60,10 @@ class LinkedNode(NodeView, Protocol):
 
     @property
     def worker_exit_listeners(self) -> list[Callable[[WorkerHandle, str], None]]: ...
+
+    def refuse(self, error: ConfigError) -> None:
+        """Stop, then raise ``error``: the master refused the node (another runs under its name)."""
+        ...
 
 
 @runtime_checkable

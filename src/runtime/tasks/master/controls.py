@@ -288,7 +288,7 @@ def _run_s(p: ControlPayload) -> float | None:
 @dataclass(frozen=True, slots=True)
 class NodeBeatControl:
     """``node_beat {node, endpoint?, resources?, processes?, log_endpoint?, tags?, code?,
-    drained?, undrain_token?}``.
+    drained?, undrain_token?, process?}``.
 
     ``processes`` maps each running process of the node to ``{endpoint, actors: {actor:
     endpoint}}`` (the cluster's directory of names); None when the beat does not list them.
@@ -297,6 +297,8 @@ class NodeBeatControl:
     ``drained``: the node is drained (``master_drained`` came, no ``master_undrained`` since);
     ``undrain_token``: the token of the last ``master_undrained`` it took ("" if none). False
     and "" from older nodes.
+    ``process``: the node process's identity (``process_identity``): another process beating
+    under the name of a live node is a second node of that name; "" from older nodes.
     """
 
     node: str
@@ -308,6 +310,7 @@ class NodeBeatControl:
     code: str = ""
     drained: bool = False
     undrain_token: str = ""
+    process: str = ""
 
     @classmethod
     def decode(cls, payload: Any) -> NodeBeatControl:
@@ -335,6 +338,7 @@ class NodeBeatControl:
             _code(p),
             p.optional("drained", bool, False),
             _undrain_token(p),
+            _process(p),
         )
 
 
@@ -363,14 +367,26 @@ def _resources(p: ControlPayload) -> dict[str, Any]:
 
 def _code(p: ControlPayload) -> str:
     """A beat's code identity: short text, as ``ctl status`` prints it in a cell."""
-    code: str = p.optional("code", str, "")
-    if len(code) > MAX_CODE_CHARS or not code.isprintable():
-        raise BadRequest(
-            f"control {p.control!r}: field 'code' must be printable, at most {MAX_CODE_CHARS} "
-            f"characters, has {clipped(code)}"
-        )
-    return code
+    return _short_text(p, "code", MAX_CODE_CHARS)
 
+
+def _process(p: ControlPayload) -> str:
+    """A beat's process identity: short text, compared only."""
+    return _short_text(p, "process", MAX_PROCESS_CHARS)
+
+
+def _short_text(p: ControlPayload, name: str, most: int) -> str:
+    text: str = p.optional(name, str, "")
+    if len(text) > most or not text.isprintable():
+        raise BadRequest(
+            f"control {p.control!r}: field {name!r} must be printable, at most {most} "
+            f"characters, has {clipped(text)}"
+        )
+    return text
+
+
+MAX_PROCESS_CHARS = 200
+"""Characters of a beat's ``process`` (``process_identity`` makes about 80)."""
 
 MAX_TOKEN_CHARS = 64
 """Characters of a beat's ``undrain_token`` (the master makes 32)."""

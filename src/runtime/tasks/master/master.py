@@ -88,6 +88,7 @@ controls (:mod:`~troupe.runtime.tasks.master.operations`); this module runs them
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import time
@@ -170,6 +171,7 @@ class Master(NodeControls, WorkerControls):
         )
         self.book = book
         self.nodes = NodeTable(config.node_timeout_s)
+        self._asking: set[asyncio.Task[bool]] = set()  # pings of names' holders (node_controls.py)
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
         # The endpoint is a default found free a moment ago: taken meanwhile, the master binds a

@@ -7,6 +7,11 @@ answers them at once, from its node table (``nodes.py``) and its run owners (``r
 none of them goes through the driver or the journal. A node declared dead (``node_dead``, or
 silent too long) is the master's own business: its workers' tasks go back through the driver.
 
+A beat from another process than the one the master has under the node's name, at another
+endpoint, while that node is alive, waits for a ping of that node: if it answers under the name,
+the beat is refused (``NameTaken``: the second node stops, exit 2); if not, the name passes to
+the new process (a node started again elsewhere before its last beat went stale).
+
 A beat that says the node is drained, to a master that does not have it draining (it
 restarted, or declared the node dead meanwhile), drains it there too (through the driver, as
 ``troupe ctl drain``): the node runs none of its workers, and ``ctl status`` says why. A beat
@@ -15,12 +20,14 @@ sent before the node took the master's last ``master_undrained`` does not (``Nod
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from troupe.runtime.core.router import Answer
+from troupe.runtime.errors import NameTaken
 from troupe.runtime.tasks.state import DrainNode
 
 from .controls import NodeBeatControl, OwnerControl, ResolveControl
@@ -32,12 +39,15 @@ if TYPE_CHECKING:
 
     from .driver import Dispatcher
     from .master_config import MasterConfig
-    from .nodes import NodeTable
+    from .nodes import NodeInfo, NodeTable
     from .run_owners import RunOwners
 
 __all__ = ["NodeControls"]
 
 log = structlog.get_logger(__name__)
+
+HOLDER_PING_S = 1.0
+"""How long the node that has a name may take to answer, when another process beats under it."""
 
 
 class NodeControls:
@@ -50,6 +60,7 @@ class NodeControls:
     book: TaskBook
     dispatcher: Dispatcher
     runtime: Runtime | None
+    _asking: set[asyncio.Task[bool]]  # the pings of names' holders under way
 
     def _owner_beat(self, payload: Any) -> Answer:
         self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
@@ -66,12 +77,46 @@ class NodeControls:
 
     def _node_beat(self, payload: Any) -> Answer:
         m = NodeBeatControl.decode(payload)
+        held = self.nodes.contended(m.node, m.endpoint, m.process)
+        if held is None or self.runtime is None:
+            return Answer.now(self._take_beat(m))
+        # Another process beats under the name of a live node: two nodes started under one
+        # name (the CLI's own look finds none when both start at once), or a node started
+        # again at another endpoint while its last beats are recent. The holder's answer tells.
+        asked = asyncio.get_running_loop().create_task(self._holder_answers(held, m.process))
+        self._asking.add(asked)
+        asked.add_done_callback(self._asking.discard)
+
+        def decided(answered: bool) -> dict[str, Any]:
+            if answered and self.nodes.contended(m.node, m.endpoint, m.process) is held:
+                log.warning("node_name_taken", node=m.node, endpoint=m.endpoint, holder=held.endpoint)
+                raise NameTaken(
+                    f"node name {m.node!r} is taken: the node at {held.endpoint} runs under it, "
+                    "joined to this master; give this node another --name"
+                )
+            log.info("node_replaced", node=m.node, endpoint=m.endpoint, was=held.endpoint)
+            return self._take_beat(m)
+
+        return Answer(asked, decided)
+
+    async def _holder_answers(self, held: NodeInfo, contender: str) -> bool:
+        """Whether the node the master has under the name still runs there (a second process
+        under its name is then refused), rather than the contender itself, or nobody."""
+        assert self.runtime is not None
+        try:
+            reply = await self.runtime.control(held.endpoint, "ping", None, timeout=HOLDER_PING_S)
+        except Exception:  # gone, or not answering: the name is the contender's
+            return False
+        named = isinstance(reply, dict) and reply.get("node") == held.node
+        return named and reply.get("process") != contender
+
+    def _take_beat(self, m: NodeBeatControl) -> dict[str, Any]:
         processes = (
             None
             if m.processes is None
             else {name: ProcessEntry(endpoint, actors) for name, (endpoint, actors) in m.processes.items()}
         )
-        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes):
+        if self.nodes.beat(m.node, m.endpoint, m.resources, self.clock(), processes, m.process):
             log.info("node_joined", node=m.node, endpoint=m.endpoint)
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         self.nodes.set_tags(m.node, m.tags)
@@ -80,7 +125,7 @@ class NodeControls:
         if drained and m.node not in self.book.draining_nodes() and self.runtime is not None:
             log.info("node_says_drained", node=m.node)
             self.runtime.start_soon(self.dispatcher.handle, DrainNode(m.node))
-        return Answer.now({"ok": True, "master": self.config.name})
+        return {"ok": True, "master": self.config.name}
 
     def _resolve(self, payload: Any) -> Answer:
         """The cluster's directory: a node asks where an actor of another node listens."""

@@ -56,6 +56,7 @@ class NodeInfo:
     code: str = ""  # the troupe code it runs (runtime/code_identity.py); "" from older nodes
     left: bool = False  # not alive because it said it stops (node_left), not because it went silent
     undrain_token: str = ""  # the token of the last master_undrained sent it ("" if none)
+    process: str = ""  # the node process's identity (process_identity); "" from older nodes
 
 
 class NodeTable:
@@ -76,15 +77,19 @@ class NodeTable:
         resources: dict[str, Any],
         now: float,
         processes: dict[str, ProcessEntry] | None = None,
+        process: str = "",
     ) -> bool:
         """Record a beat; return True when the node is new or was dead.
 
-        ``processes`` None (a beat that does not list them) keeps what the node said last.
+        ``processes`` None (a beat that does not list them) keeps what the node said last;
+        ``process`` "" (an older node) keeps the process identity it had.
         """
         info = self._nodes.get(node)
         if info is None:
-            self._nodes[node] = NodeInfo(node, endpoint, now, now, True, resources, processes or {})
+            info = NodeInfo(node, endpoint, now, now, True, resources, processes or {}, process=process)
+            self._nodes[node] = info
             return True
+        info.process = process or info.process
         back = not info.alive
         info.endpoint, info.last_beat, info.alive = endpoint or info.endpoint, now, True
         info.revivals += back and not info.left  # a restart after a stop is no cut link
@@ -94,6 +99,16 @@ class NodeTable:
         if processes is not None:
             info.processes = processes
         return back
+
+    def contended(self, node: str, endpoint: str, process: str) -> NodeInfo | None:
+        """The live node of the name, when a beat from ``endpoint`` and ``process`` is another
+        node's: another process, at another endpoint, beating under the name of one that is
+        alive and has not left. None otherwise (an older node, which says no process, included):
+        the beat is the node's own, or that of a node started again once the other stopped."""
+        info = self._nodes.get(node)
+        if info is None or not info.alive or info.left or not info.process or not process:
+            return None
+        return info if info.process != process and info.endpoint != endpoint else None
 
     def resolve(self, address: ActorAddress) -> tuple[ActorAddress, str]:
         """The full address and mailbox endpoint of an actor on a live node.
