@@ -8,14 +8,20 @@ process).
 
 The socket is bound when the server is made, so a port in use is an error at start (one line,
 :class:`~troupe.runtime.errors.ConfigError`), not a surprise later. A request is read up to
-``MAX_REQUEST_BYTES`` within ``READ_TIMEOUT_S``; anything else (another method, another path, a
-request too large or too slow, a client gone) is answered with its HTTP status or dropped,
-logged once per kind, and never stops the server.
+``MAX_REQUEST_BYTES`` within ``READ_TIMEOUT_S`` of its connection's accept; anything else
+(another method, another path, a request too large or too slow, a client gone) is answered with
+its HTTP status or dropped, logged once a minute per kind with how many there were, and never
+stops the server. Connections are read at once, each its own task: clients that connect and say
+nothing cost a scrape nothing (only the rendering is bounded, ``_MAX_RENDERING`` at a time), and
+past ``MAX_OPEN`` connections open, a new one is closed at once (a client holding thousands open
+had taken the node's file descriptors).
 """
 
 from __future__ import annotations
 
 import socket
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,14 +34,16 @@ from troupe.runtime.errors import ConfigError
 
 from .address import parse_host_port
 
-__all__ = ["MAX_REQUEST_BYTES", "READ_TIMEOUT_S", "MetricsServer"]
+__all__ = ["MAX_OPEN", "MAX_REQUEST_BYTES", "READ_TIMEOUT_S", "MetricsServer"]
 
 log = structlog.get_logger(__name__)
 
 MAX_REQUEST_BYTES = 8192
 READ_TIMEOUT_S = 5.0
 REFRESH_TIMEOUT_S = 3.0  # a scrape never waits longer than this on the node's other processes
-_MAX_CONNECTIONS = 16
+_MAX_RENDERING = 16  # scrapes rendered at once
+MAX_OPEN = 128  # connections open at once; a new one past them is closed unread
+SAY_EVERY_S = 60.0  # a kind of dropped request is logged at most this often, with its count
 
 Refresh = Callable[[], Awaitable[None]]
 
@@ -83,7 +91,10 @@ class MetricsServer:
         self._registry = registry
         self._refreshers = list(refreshers)
         self._refreshing = anyio.Lock()
-        self._limit = anyio.CapacityLimiter(_MAX_CONNECTIONS)
+        self._limit = anyio.CapacityLimiter(_MAX_RENDERING)
+        self._open = 0
+        self._dropped: Counter[str] = Counter()  # by kind, since it was last said
+        self._said: dict[str, float] = {}  # kind -> when it was last said
         bound = sock.getsockname()[1]
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
         self.scrapes = 0
@@ -110,24 +121,43 @@ class MetricsServer:
             self._sock = None
 
     async def _connection(self, stream: anyio.abc.SocketStream) -> None:
-        async with stream, self._limit:
+        async with stream:
+            if self._open >= MAX_OPEN:
+                self._drop("metrics_connection_refused", f"{MAX_OPEN} connections were open already")
+                return
+            self._open += 1
             try:
                 await self._answer(stream)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
                 pass  # the client went away: nothing to answer
             except Exception as exc:  # a bug here must cost one scrape, not the endpoint
                 log.error("metrics_request_failed", error=repr(exc))
+            finally:
+                self._open -= 1
+
+    def _drop(self, kind: str, why: str) -> None:
+        """Count a request dropped or refused; say its kind at most once a minute, with the count."""
+        self._dropped[kind] += 1
+        now = time.monotonic()
+        if now - self._said.get(kind, -SAY_EVERY_S) >= SAY_EVERY_S:
+            self._said[kind] = now
+            log.warning(kind, why=why, count=self._dropped.pop(kind), url=self.url)
 
     async def _answer(self, stream: anyio.abc.SocketStream) -> None:
         head = b""
-        with anyio.move_on_after(READ_TIMEOUT_S):
+        with anyio.move_on_after(READ_TIMEOUT_S) as reading:
             while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) <= MAX_REQUEST_BYTES:
                 head += await stream.receive(4096)
+        if reading.cancelled_caught:  # said nothing whole in time: nobody to answer
+            self._drop("metrics_request_slow", f"no whole request within {READ_TIMEOUT_S:g}s")
+            return
         if len(head) > MAX_REQUEST_BYTES:
+            self._drop("metrics_request_too_large", f"a request header past {MAX_REQUEST_BYTES} bytes")
             await _send(stream, 431, "text/plain", b"request header too large\n")
             return
         request = head.split(b"\n", 1)[0].decode("latin-1").split()
         if len(request) != 3 or not request[2].startswith("HTTP/"):
+            self._drop("metrics_request_bad", "not an HTTP request")
             await _send(stream, 400, "text/plain", b"expected an HTTP request: GET /metrics\n")
             return
         method, target = request[0], request[1].split("?", 1)[0]
@@ -142,8 +172,9 @@ class MetricsServer:
                 stream, 200, "text/plain", b"troupe metrics: GET /metrics\n", head_only=method == "HEAD"
             )
             return
-        body = await self.render()
-        await _send(stream, 200, CONTENT_TYPE_LATEST, body, head_only=method == "HEAD")
+        async with self._limit:
+            body = await self.render()
+            await _send(stream, 200, CONTENT_TYPE_LATEST, body, head_only=method == "HEAD")
 
     async def render(self) -> bytes:
         """Refresh the collectors (bounded), then render the registry as Prometheus text."""

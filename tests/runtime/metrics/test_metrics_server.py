@@ -4,12 +4,14 @@ slow refresher or a bad request never holds the endpoint up."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+import structlog.testing
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
@@ -132,3 +134,63 @@ async def test_the_socket_is_closed_when_the_block_ends_even_unserved() -> None:
             raise RuntimeError("boom")
     again = MetricsServer(address, CollectorRegistry())  # the port is free again
     again.close()
+
+
+async def _idle(address: str, n: int, stack: contextlib.AsyncExitStack) -> None:
+    """``n`` clients that connect, send a byte of a request, and say no more."""
+    host, port = address.rsplit(":", 1)
+    for _ in range(n):
+        stream = await stack.enter_async_context(await anyio.connect_tcp(host, int(port)))
+        await stream.send(b"G")
+
+
+async def test_clients_that_connect_and_say_nothing_hold_no_scrape_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forty half-requests: each held one of the sixteen places until its read timed out, and a
+    scrape behind them waited (10 s, Prometheus's own timeout). Requests are read at once now."""
+    monkeypatch.setattr(server_module, "READ_TIMEOUT_S", 3600.0)  # they never time out here
+    async with served(Counted()) as server, contextlib.AsyncExitStack() as idle:
+        await _idle(server.address, 40, idle)
+        with anyio.fail_after(60):  # a bound on a hang only: the scrape is not behind them
+            assert (await request(server.address, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
+
+
+async def test_connections_past_the_bound_are_closed_at_once_and_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three thousand idle connections held 2,935 descriptors of the node, unlogged."""
+    monkeypatch.setattr(server_module, "READ_TIMEOUT_S", 3600.0)
+    monkeypatch.setattr(server_module, "MAX_OPEN", 4)
+    with structlog.testing.capture_logs() as logs:
+        async with served(Counted()) as server:
+            async with contextlib.AsyncExitStack() as idle:
+                await _idle(server.address, 4, idle)
+                with anyio.fail_after(30):
+                    while server._open < 4:  # accepted, each read under way
+                        await anyio.sleep(0.01)
+                for _ in range(3):
+                    host, port = server.address.rsplit(":", 1)
+                    async with await anyio.connect_tcp(host, int(port)) as refused:
+                        with (
+                            anyio.fail_after(30),
+                            pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)),
+                        ):
+                            await refused.receive()  # closed unread
+            with anyio.fail_after(30):
+                while server._open:  # the idle ones gone: their places are free again
+                    await anyio.sleep(0.01)
+            assert (await request(server.address, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
+    said = [e for e in logs if e["event"] == "metrics_connection_refused"]
+    assert [(e["log_level"], e["count"]) for e in said] == [("warning", 1)]  # once a minute, counted
+
+
+async def test_a_request_never_finished_is_dropped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "READ_TIMEOUT_S", 0.2)
+    with structlog.testing.capture_logs() as logs:
+        async with served(Counted()) as server, contextlib.AsyncExitStack() as idle:
+            await _idle(server.address, 1, idle)
+            with anyio.fail_after(30):
+                while not any(e["event"] == "metrics_request_slow" for e in logs):
+                    await anyio.sleep(0.01)
+            assert (await request(server.address, b"GET /metrics HTTP/1.1\r\n\r\n"))[0] == 200
