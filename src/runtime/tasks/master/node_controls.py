@@ -61,6 +61,7 @@ class NodeControls:
     dispatcher: Dispatcher
     runtime: Runtime | None
     _asking: set[asyncio.Task[bool]]  # the pings of names' holders under way
+    _drains_told: set[str]  # nodes whose beat said drained, the drain not landed yet
 
     def _owner_beat(self, payload: Any) -> Answer:
         self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
@@ -122,10 +123,19 @@ class NodeControls:
         self.nodes.set_tags(m.node, m.tags)
         self.nodes.set_code(m.node, m.code)
         drained = self.nodes.says_drained(m.node, m.drained, m.undrain_token)
-        if drained and m.node not in self.book.draining_nodes() and self.runtime is not None:
+        # Beats that come before the drain lands (_drains_told) take that drain.
+        told = m.node in self._drains_told or m.node in self.book.draining_nodes()
+        if drained and not told and self.runtime is not None:
+            self._drains_told.add(m.node)
             log.info("node_says_drained", node=m.node)
-            self.runtime.start_soon(self.dispatcher.handle, DrainNode(m.node))
+            self.runtime.start_soon(self._drain_told, m.node)
         return {"ok": True, "master": self.config.name}
+
+    async def _drain_told(self, node: str) -> None:
+        try:
+            await self.dispatcher.handle(DrainNode(node))
+        finally:
+            self._drains_told.discard(node)
 
     def _resolve(self, payload: Any) -> Answer:
         """The cluster's directory: a node asks where an actor of another node listens."""

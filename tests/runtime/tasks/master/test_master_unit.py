@@ -210,8 +210,10 @@ async def test_a_beat_that_says_drained_drains_the_node_unless_an_undrain_ended_
 
         node_rt.register_controls({"master_drained": master_drained, "master_undrained": master_undrained})
         beat = {"node": "n1", "endpoint": node_rt.address, "resources": {}, "drained": True}
-        await node_rt.control(MASTER, "node_beat", beat)
-        await until(lambda: told == ["drained"])
+        with structlog.testing.capture_logs() as first:
+            await node_rt.control(MASTER, "node_beat", beat)
+            await node_rt.control(MASTER, "node_beat", beat)  # before the drain landed: the same drain
+            await until(lambda: told == ["drained"])
         (learned,) = (await c.call("status"))["nodes"]
         await c.call("undrain", {"node": "n1"})
         token = told[1]
@@ -220,6 +222,7 @@ async def test_a_beat_that_says_drained_drains_the_node_unless_an_undrain_ended_
             await node_rt.control(MASTER, "node_beat", {**beat, "drained": False, "undrain_token": token})
         (undrained,) = (await c.call("status"))["nodes"]
     assert learned["draining"] is True and undrained["draining"] is False
+    assert [e["event"] for e in first if e["event"] == "node_says_drained"] == ["node_says_drained"]
     assert not [e for e in logs if e["event"] == "node_says_drained"]
 
 
