@@ -124,7 +124,7 @@ class NodeControls:
         self.nodes.set_code(m.node, m.code)
         drained = self.nodes.says_drained(m.node, m.drained, m.undrain_token)
         # Beats that come before the drain lands (_drains_told) take that drain.
-        told = m.node in self._drains_told or m.node in self.book.draining_nodes()
+        told = drained and (m.node in self._drains_told or m.node in self.book.draining_nodes())
         if drained and not told and self.runtime is not None:
             self._drains_told.add(m.node)
             log.info("node_says_drained", node=m.node)
