@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -17,7 +16,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from troupe.runtime import AskTimeout, ConfigError, PeerLost, TroupeError, Unreachable
-from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import leaf_errors
 from troupe.runtime.node.config import (
     DEFAULT_NODE_ENDPOINT,
@@ -26,6 +24,7 @@ from troupe.runtime.node.config import (
     check_endpoint,
 )
 
+from .cli_runtime import cli_runtime
 from .master_client import SILENT, keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
@@ -177,7 +176,7 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         raise Unreachable(
             f"no node answers at {endpoint}: start one with `troupe node start` or pass --node ENDPOINT"
         )
-    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
+    async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except PeerLost:  # it was there, and went before it answered

@@ -19,7 +19,6 @@ node wait :data:`WINDOW_S` in a reorder buffer and leave it in timestamp order.
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,11 +28,12 @@ import anyio
 import zmq
 import zmq.asyncio
 
-from troupe.runtime.core.runtime import Runtime, process_runtime
+from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import AskTimeout, TroupeError
 from troupe.runtime.log_publisher import RECENT_LINES, log_socket
 from troupe.runtime.node.reach import advertised_endpoint, endpoint_host
 
+from .cli_runtime import cli_runtime
 from .log_filters import parse_record
 from .master_client import keys_hint
 
@@ -142,7 +142,7 @@ class ClusterLogs:
         sub = cast(zmq.asyncio.Socket, log_socket(context, zmq.SUB))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         try:
-            async with process_runtime("cli", f"cli-logs-{os.getpid()}", drain_timeout=0.1) as runtime:
+            async with cli_runtime("cli-logs") as runtime:
                 await self._start(runtime, sub, emit)
                 if not follow:
                     return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,10 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
-from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
+from .cli_runtime import cli_runtime
 from .stop_signals import say_stopping
 from .tables import security_cell
 
@@ -104,7 +103,7 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
     """
     if not reachable(endpoint):
         raise Unreachable(_no_master(endpoint, "connection refused"))
-    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
+    async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout as exc:
@@ -129,7 +128,7 @@ async def node_name_problem(master: str, name: str, endpoint: str, timeout: floa
     if not reachable(master):
         return None
     try:
-        async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
+        async with cli_runtime() as runtime:
             status = await runtime.control(master, "status", None, timeout=timeout)
             if isinstance(status, dict) and status.get("master") == name:
                 return (
@@ -192,7 +191,7 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
     if not reachable(endpoint):
         raise Unreachable(_no_master(endpoint, "connection refused"))
     job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
-    async with process_runtime("cli", f"cli-{os.getpid()}", drain_timeout=0.1) as runtime:
+    async with cli_runtime() as runtime:
         ping_s = min(timeout, 5.0)
         try:
             pong = await runtime.control(endpoint, "ping", None, timeout=ping_s)

@@ -154,7 +154,7 @@ class Node:
             "node",
             bind=endpoint,
             hwm=cfg.hwm,
-            codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames),
+            codec=Codec(int(cfg.max_message_mb * 1024 * 1024), cfg.max_frames, no_extension_imports="node"),
             throttle=PeerThrottle(cfg.bad_frames_burst, cfg.bad_frames_per_s, cfg.throttle_s),
             ask_timeout=cfg.ask_timeout_s,
             drain_timeout=cfg.drain_timeout_s,

@@ -283,11 +283,22 @@ def _bind_receiver(port: int) -> HeartbeatReceiver:
         return HeartbeatReceiver("127.0.0.1", 0)
 
 
+def _codec() -> Codec:
+    """The supervisor's codec: it hosts no actors (a peer's tensor must not make it import
+    torch)."""
+    return Codec(no_extension_imports="supervisor")
+
+
 async def serve_supervisor(spec: SupervisorLaunch) -> None:
     """Run the supervisor until SIGTERM or Ctrl-C."""
     receiver = _bind_receiver(spec.udp_port)
     try:
-        runtime = process_runtime(spec.node, "supervisor", codec=Codec(), drain_timeout=0.5)
+        runtime = process_runtime(
+            spec.node,
+            "supervisor",
+            codec=_codec(),
+            drain_timeout=0.5,
+        )
         stop = anyio.Event()
         async with runtime:
             supervisor = Supervisor(spec, runtime, receiver)

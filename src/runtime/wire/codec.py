@@ -178,6 +178,21 @@ def _load_extension(name: str) -> BufferExtension | None:
     return _EXTENSIONS.get(name)
 
 
+def _extension_refused(name: str, process: str) -> BadFrame:
+    """The BadFrame of a value of extension ``name`` that arrived in a process that imports no
+    extension's library for a peer (``Codec(no_extension_imports=...)``)."""
+    return BadFrame(
+        f"this process ({process}) does not take {_shown(name)} values: only a worker imports "
+        "an extension's library when one arrives (docs/PROTOCOL.md, section 6.2)"
+    )
+
+
+def _shown(value: Any, most: int = 60) -> str:
+    """``repr(value)`` cut to ``most`` characters: what a message shows of a peer's value."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def load_imported_extensions() -> list[str]:
     """Load now every ``troupe.codecs`` extension whose library this process already imported.
 
@@ -218,10 +233,19 @@ class Codec:
         max_message_bytes: the largest message (all frames together) this process accepts.
         max_frames: the most frames a message may have: the header and one per array or
             tensor it carries (node option ``max_frames``).
+        no_extension_imports: what this process is (``"master"``) where it hosts no actor that
+            takes tensors: a value of an extension not loaded yet is then refused (BadFrame)
+            unless its library is already imported, rather than imported on receipt, which
+            any peer could make cost seconds and some 200 MiB (torch) on the event loop. None
+            (a worker, a user's process): the extension loads when its first value arrives.
     """
 
     def __init__(
-        self, max_message_bytes: int = 64 * 1024 * 1024, max_frames: int = DEFAULT_MAX_FRAMES
+        self,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+        *,
+        no_extension_imports: str | None = None,
     ) -> None:
         if max_message_bytes < 1 or max_frames < 1:
             raise ValueError(
@@ -229,6 +253,10 @@ class Codec:
             )
         self.max_message_bytes = max_message_bytes
         self.max_frames = max_frames
+        self.no_extension_imports = no_extension_imports
+        # The hook of a message with no buffer frames: any buffer reference in it points at no
+        # frame (one per codec: it carries the codec's ``no_extension_imports``).
+        self._no_buffers = _ExtHook((b"",), set(), no_extension_imports)
         self._buffers: list[Any] = []  # out-of-band buffers of the message being packed
         self._packer = msgpack.Packer(default=self._default, use_bin_type=True)
 
@@ -446,9 +474,9 @@ class Codec:
             # ``_unpack_header``'s first pass, inlined (one call less per message); a header it
             # refuses goes through ``_unpack_header``, which says why (or decodes it after all).
             try:
-                fields = msgpack.unpackb(header, ext_hook=_NO_BUFFERS, raw=False, use_list=True)
+                fields = msgpack.unpackb(header, ext_hook=self._no_buffers, raw=False, use_list=True)
             except Exception:
-                fields = _unpack_header(header, _NO_BUFFERS)
+                fields = _unpack_header(header, self._no_buffers)
             return _checked(fields)
         if not frames:
             raise BadFrame("empty message: expected a header frame")
@@ -462,7 +490,7 @@ class Codec:
         if not isinstance(header, bytes):
             header = bytes(header)
         used: set[int] = set()
-        fields = _checked(_unpack_header(header, _ExtHook(frames, used)))
+        fields = _checked(_unpack_header(header, _ExtHook(frames, used, self.no_extension_imports)))
         if len(used) != len(frames) - 1:
             raise BadFrame(
                 f"message has {len(frames) - 1} buffer frames but the header references {len(used)}"
@@ -553,11 +581,12 @@ def _refused_key(fields: Any, key: Any) -> BadFrame:
 
 
 class _ExtHook:
-    __slots__ = ("frames", "used")
+    __slots__ = ("frames", "no_imports", "used")
 
-    def __init__(self, frames: Sequence[Any], used: set[int]) -> None:
+    def __init__(self, frames: Sequence[Any], used: set[int], no_imports: str | None) -> None:
         self.frames = frames
         self.used = used
+        self.no_imports = no_imports  # Codec's no_extension_imports
 
     def __call__(self, code: int, data: bytes) -> Any:
         try:
@@ -620,18 +649,21 @@ class _ExtHook:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str)):
             raise BadFrame("custom extension must be [name, meta, buffer index]")
         name, meta, index = spec
-        ext = _EXTENSIONS.get(name) or _load_extension(name)
+        ext = _EXTENSIONS.get(name)
         if ext is None:
-            raise BadFrame(f"no codec extension named {name!r} is registered in this process")
+            # An extension is named after its library (docs/PROTOCOL.md 6.2): one already
+            # imported here costs milliseconds to load; any other is refused where no import
+            # is allowed, before the entry points are even read.
+            if self.no_imports is not None and name not in sys.modules:
+                raise _extension_refused(name, self.no_imports)
+            ext = _load_extension(name)
+        if ext is None:
+            raise BadFrame(f"no codec extension named {_shown(name)} is registered in this process")
         buf = self._buffer(index)
         try:
             return ext.from_buffer(meta, buf)
         except Exception as exc:
             raise BadFrame(f"extension {name!r} rejected its buffer: {exc}") from exc
-
-
-# The hook of a message with no buffer frames: any buffer reference in it points at no frame.
-_NO_BUFFERS = _ExtHook((b"",), set())
 
 
 def _fields(descr: list[Any]) -> list[tuple[Any, ...]]:
