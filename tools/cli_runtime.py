@@ -1,7 +1,8 @@
 """The runtime a CLI command talks to nodes and masters through.
 
 A CLI client hosts no actors and takes no tensors: its codec imports no extension's library for
-a peer (a torch value in a reply is refused, not a reason to import torch).
+a peer (a torch value in a reply is refused, not a reason to import torch), and its limits are
+no option a user could raise.
 """
 
 from __future__ import annotations
@@ -20,6 +21,6 @@ def cli_runtime(process: str = "cli") -> Runtime:
     return process_runtime(
         "cli",
         f"{process}-{os.getpid()}",
-        codec=Codec(no_extension_imports="CLI"),
+        codec=Codec(node_limits=False, no_extension_imports="CLI"),
         drain_timeout=0.1,
     )

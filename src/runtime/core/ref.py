@@ -14,6 +14,14 @@ from typing import Any, Protocol
 
 __all__ = ["ActorAddress", "ActorRef", "RefSender"]
 
+# The most characters of an address an error message shows: a peer's ``resolve`` may name one of
+# any length (100 KB came back twice in the error reply), and a real one is far shorter.
+SHOWN_MOST = 200
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_MOST else text[: SHOWN_MOST - 3] + "..."
+
 
 @dataclass(frozen=True, slots=True)
 class ActorAddress:
@@ -32,10 +40,17 @@ class ActorAddress:
         """
         parts = text.split("/")
         if len(parts) > 3 or not all(parts):
-            raise ValueError(f"bad actor address {text!r}: use node/process/actor, process/actor or actor")
+            raise ValueError(
+                f"bad actor address {_cut(repr(text))}: use node/process/actor, process/actor or actor"
+            )
         while len(parts) < 3:
             parts.insert(0, "")
         return cls(parts[0], parts[1], parts[2])
+
+    def shown(self) -> str:
+        """The address as an error message shows it: cut to ``SHOWN_MOST`` characters, with an
+        ellipsis (it may be a peer's)."""
+        return _cut(str(self))
 
     @property
     def process_key(self) -> str:

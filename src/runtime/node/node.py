@@ -27,6 +27,7 @@ import structlog
 from troupe.runtime.core.control_payloads import (
     ControlPayload,
     address_field,
+    clipped,
     validated,
 )
 from troupe.runtime.core.ref import ActorAddress
@@ -467,14 +468,16 @@ class Node:
     def _resolve_here(self, addr: ActorAddress) -> dict[str, str]:
         assert self.runtime is not None
         if addr.node and addr.node != self.name:
-            raise Unreachable(f"node {self.name} cannot resolve {addr}: node {addr.node!r} is not this one")
+            raise Unreachable(
+                f"node {self.name} cannot resolve {addr.shown()}: node {clipped(addr.node)} is not this one"
+            )
         if addr.actor == "node" and not addr.node and addr.process in ("", self.name):
             return {"address": f"{self.name}/node", "endpoint": self.runtime.address}
         if addr.process == "node":
             cell = self.runtime.cells.get(addr.actor)
             if cell is None:
                 raise UnknownActor(
-                    f"the node process of {self.name} hosts no actor {addr.actor!r}; "
+                    f"the node process of {self.name} hosts no actor {clipped(addr.actor)}; "
                     "resolve `node` for the node's own mailbox"
                 )
             return {"address": f"{self.name}/node/{addr.actor}", "endpoint": cell.endpoint}
@@ -486,7 +489,7 @@ class Node:
                     "address": f"{self.name}/{handle.spec.name}/{addr.actor}",
                     "endpoint": handle.actors[addr.actor],
                 }
-        raise UnknownActor(f"no running actor {addr} on node {self.name}; see `troupe ctl status`")
+        raise UnknownActor(f"no running actor {addr.shown()} on node {self.name}; see `troupe ctl status`")
 
     async def _status(self, payload: Any) -> dict[str, Any]:
         assert self.runtime is not None

@@ -285,8 +285,8 @@ def _bind_receiver(port: int) -> HeartbeatReceiver:
 
 def _codec() -> Codec:
     """The supervisor's codec: it hosts no actors (a peer's tensor must not make it import
-    torch)."""
-    return Codec(no_extension_imports="supervisor")
+    torch) and its limits are no option a user could raise."""
+    return Codec(node_limits=False, no_extension_imports="supervisor")
 
 
 async def serve_supervisor(spec: SupervisorLaunch) -> None:

@@ -188,8 +188,12 @@ def _extension_refused(name: str, process: str) -> BadFrame:
 
 
 def _shown(value: Any, most: int = 60) -> str:
-    """``repr(value)`` cut to ``most`` characters: what a message shows of a peer's value."""
-    text = repr(value)
+    """``repr(value)`` cut to ``most`` characters: what a message shows of a peer's value (a
+    bad frame's reason goes back to the peer and into the log; a 60 MB dtype string must not)."""
+    return _cut(repr(value), most)
+
+
+def _cut(text: str, most: int = 200) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
@@ -216,8 +220,10 @@ def load_imported_extensions() -> list[str]:
 _declared: dict[str, list[EntryPoint]] | None = None  # the entry points, by extension name
 
 
-# Where the bound is set: a node's config for its actors, a pipeline's for its replicas.
-_RAISE_MESSAGE_MB = "raise max_message_mb ([node] of the node's config, or [pipeline] of a pipeline's)"
+# Where the bounds are set: a node's config for its actors, a pipeline's for its replicas. A
+# process whose bounds are no option (the master, the supervisor, a client) names none.
+_RAISE_MESSAGE_MB = "raise max_message_mb ([node] of the node's config, or [pipeline] of a pipeline's) or "
+_RAISE_MAX_FRAMES = "raise the node option max_frames or "
 
 
 class Codec:
@@ -233,6 +239,9 @@ class Codec:
         max_message_bytes: the largest message (all frames together) this process accepts.
         max_frames: the most frames a message may have: the header and one per array or
             tensor it carries (node option ``max_frames``).
+        node_limits: the limits are the node config's options (a node, its workers, a user's
+            process): a refusal names the option to raise. False (the master, the supervisor,
+            a CLI client, which offer no such option): it states the limit only.
         no_extension_imports: what this process is (``"master"``) where it hosts no actor that
             takes tensors: a value of an extension not loaded yet is then refused (BadFrame)
             unless its library is already imported, rather than imported on receipt, which
@@ -245,6 +254,7 @@ class Codec:
         max_message_bytes: int = 64 * 1024 * 1024,
         max_frames: int = DEFAULT_MAX_FRAMES,
         *,
+        node_limits: bool = True,
         no_extension_imports: str | None = None,
     ) -> None:
         if max_message_bytes < 1 or max_frames < 1:
@@ -253,6 +263,8 @@ class Codec:
             )
         self.max_message_bytes = max_message_bytes
         self.max_frames = max_frames
+        self._raise_bytes = _RAISE_MESSAGE_MB if node_limits else ""
+        self._raise_frames = _RAISE_MAX_FRAMES if node_limits else ""
         self.no_extension_imports = no_extension_imports
         # The hook of a message with no buffer frames: any buffer reference in it points at no
         # frame (one per codec: it carries the codec's ``no_extension_imports``).
@@ -375,8 +387,8 @@ class Codec:
         if len(buffers) >= self.max_frames:
             raise MessageTooLarge(
                 f"message {msg_type!r} would have {len(buffers) + 1} frames (one per array or "
-                f"tensor, and the header); the limit is {self.max_frames}: raise the node option "
-                "max_frames or send fewer, larger arrays"
+                f"tensor, and the header); the limit is {self.max_frames}: {self._raise_frames}send "
+                "fewer, larger arrays"
             )
         total = len(header)
         for buf in buffers:
@@ -389,7 +401,7 @@ class Codec:
         what = f"message {msg_type!r}" if msg_type else "a reply"  # a reply has no type
         raise MessageTooLarge(
             f"{what} of {size} bytes exceeds the limit of {self.max_message_bytes}; "
-            f"{_RAISE_MESSAGE_MB} or send the data by reference"
+            f"{self._raise_bytes}send the data by reference"
         )
 
     def _default(self, obj: Any) -> Any:
@@ -445,7 +457,7 @@ class Codec:
         if total > self.max_message_bytes:
             raise MessageTooLarge(
                 f"message of {total} bytes exceeds the limit of {self.max_message_bytes}; "
-                f"{_RAISE_MESSAGE_MB} or send the data by reference"
+                f"{self._raise_bytes}send the data by reference"
             )
 
     def decode(self, frames: Sequence[Any]) -> Envelope:
@@ -483,7 +495,7 @@ class Codec:
         if len(frames) > self.max_frames:
             raise MessageTooLarge(
                 f"message of {len(frames)} frames exceeds the limit of {self.max_frames}; "
-                "raise the node option max_frames or send fewer, larger arrays"
+                f"{self._raise_frames}send fewer, larger arrays"
             )
         self.check_size(frames)
         header = frames[0]
@@ -573,7 +585,7 @@ def _refused_key(fields: Any, key: Any) -> BadFrame:
     (the sender's msgpack packs any): it names the envelope it came in where that envelope is
     sound, so that the ask it was, or the ask it answers, gets the error at once rather than
     waiting out its deadline."""
-    exc = BadFrame(f"map key {key!r} of type {type(key).__name__} refused: keys are str, int or bin")
+    exc = BadFrame(f"map key {_shown(key)} of type {type(key).__name__} refused: keys are str, int or bin")
     with contextlib.suppress(ProtocolError):
         checked = _checked(fields)
         exc.envelope = (checked[1], checked[2], checked[3], checked[5])
@@ -601,7 +613,7 @@ class _ExtHook:
 
     def _buffer(self, index: Any) -> memoryview:
         if not isinstance(index, int) or not 0 <= index < len(self.frames) - 1:
-            raise BadFrame(f"buffer reference {index!r} points at no frame")
+            raise BadFrame(f"buffer reference {_shown(index)} points at no frame")
         if index in self.used:
             raise BadFrame(f"buffer frame {index} is referenced twice")
         self.used.add(index)
@@ -623,18 +635,18 @@ class _ExtHook:
 
                 dtype = descr_to_dtype(descr)
         except (TypeError, ValueError, KeyError, RecursionError) as exc:
-            raise BadFrame(f"ndarray has an unknown dtype {dtype_str!r}") from exc
+            raise BadFrame(f"ndarray has an unknown dtype {_shown(dtype_str)}") from exc
         if dtype.hasobject:
             raise BadFrame("ndarray of dtype object refused")
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise BadFrame(f"ndarray shape {shape!r} is not a list of non-negative ints")
+            raise BadFrame(f"ndarray shape {_shown(shape)} is not a list of non-negative ints")
         buf = self._buffer(index)
         count = 1
         for d in shape:
             count *= d
         if buf.nbytes != count * dtype.itemsize:
             raise BadFrame(
-                f"ndarray of shape {shape} and dtype {dtype_str} needs "
+                f"ndarray of shape {_shown(shape)} and dtype {_shown(dtype_str)} needs "
                 f"{count * dtype.itemsize} bytes, its frame has {buf.nbytes}"
             )
         # A view of the received frame, not a copy: read-only, so that no handler writes into
@@ -663,7 +675,7 @@ class _ExtHook:
         try:
             return ext.from_buffer(meta, buf)
         except Exception as exc:
-            raise BadFrame(f"extension {name!r} rejected its buffer: {exc}") from exc
+            raise BadFrame(f"extension {name!r} rejected its buffer: {_cut(str(exc))}") from exc
 
 
 def _fields(descr: list[Any]) -> list[tuple[Any, ...]]:
@@ -732,11 +744,11 @@ def _explain(fields: Any) -> None:
     version, kind, msg_id, corr_id, sender, target, mtype, deadline, trace, headers, _ = fields
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise VersionMismatch(
-            f"protocol version {version!r} is not supported (this process speaks {PROTOCOL_VERSION})"
+            f"protocol version {_shown(version)} is not supported (this process speaks {PROTOCOL_VERSION})"
         )
     k = _KINDS.get(kind) if type(kind) is int else None
     if k is None:
-        raise BadFrame(f"unknown message kind {kind!r}")
+        raise BadFrame(f"unknown message kind {_shown(kind)}")
     # type() rather than isinstance(): msgpack booleans are Python bools, and True == 1.
     if type(msg_id) is not int or type(corr_id) is not int or msg_id < 0 or corr_id < 0:
         raise BadFrame("msg_id and corr_id must be non-negative integers")

@@ -4,6 +4,11 @@ An ERROR envelope's payload is a map ``{code, type, message, traceback, actor}``
 troupe error code (docs/PROTOCOL.md) or ``remote_error`` for any other exception a handler
 raised; the asker re-raises the matching TroupeError subclass, or RemoteError carrying the
 remote type, message and traceback text.
+
+Only a ``remote_error`` carries the Python traceback (the handler's failure, for its asker to
+read). Every other error (a bad frame, a delivery error, a control's own refusal) is an answer
+about the message, not a fault of the process: its traceback is one line, ``type: message``, so
+that a peer, authenticated or not, learns nothing of the server's files from it.
 """
 
 from __future__ import annotations
@@ -38,13 +43,13 @@ def error_payload(exc: BaseException, actor: str = "", from_handler: bool = Fals
             "actor": exc.actor or actor,
         }
     code = exc.code if isinstance(exc, TroupeError) and not from_handler else "remote_error"
-    return {
-        "code": code,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": _cut(_message(exc), MESSAGE_MOST),
-        "traceback": _cut("".join(traceback.format_exception(exc)), TRACEBACK_MOST),
-        "actor": actor,
-    }
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    message = _cut(_message(exc), MESSAGE_MOST)
+    if code == "remote_error":
+        trace = _cut("".join(traceback.format_exception(exc)), TRACEBACK_MOST)
+    else:
+        trace = f"{kind}: {message}"
+    return {"code": code, "type": kind, "message": message, "traceback": trace, "actor": actor}
 
 
 def _message(exc: BaseException) -> str:

@@ -643,6 +643,48 @@ def test_an_oversized_reply_says_it_is_a_reply_and_where_the_bound_is_set() -> N
     assert said.startswith("a reply of ") and "[node]" in said and "[pipeline]" in said, said
 
 
+def test_the_advice_names_the_node_options_only_where_they_are_the_limits() -> None:
+    """The master answered a message of too many frames with "raise the node option
+    max_frames", an option `troupe master start` does not have: a codec whose limits are no
+    option (the master's, the supervisor's, a CLI client's) states the limit only."""
+    frames = [_pack(_header()), *([b""] * 8)]
+    big = [_pack(_header(payload="x" * 200))]
+    for node_limits, said in ((True, "raise"), (False, "")):
+        codec = Codec(max_message_bytes=100, max_frames=4, node_limits=node_limits)
+        with pytest.raises(MessageTooLarge) as too_many:
+            codec.decode(frames)
+        with pytest.raises(MessageTooLarge) as too_big:
+            codec.decode(big)
+        with pytest.raises(MessageTooLarge) as sent:
+            codec.encode(_tell([np.zeros(1)] * 4))
+        texts = (str(too_many.value), str(too_big.value), str(sent.value))
+        if node_limits:
+            assert "node option max_frames" in texts[0] and "max_message_mb" in texts[1], texts
+            assert "node option max_frames" in texts[2], texts
+        else:
+            assert texts[0] == "message of 9 frames exceeds the limit of 4; send fewer, larger arrays"
+            assert "option" not in texts[1] and "max_message_mb" not in texts[1], texts[1]
+            assert "option" not in texts[2], texts[2]
+        assert all(said in t for t in texts)
+
+
+@pytest.mark.parametrize(
+    ("payload", "buffers"),
+    [
+        (_nd("<" + "x" * 100_000, [1], 0), [b"\0" * 8]),
+        (_nd("<f4", ["x" * 100_000], 0), [b"\0" * 8]),
+        (_nd("<f4", [2], "x" * 100_000), [b"\0" * 8]),
+        (_custom("x" * 100_000, None, 0), [b"\0" * 8]),
+    ],
+    ids=["dtype", "shape", "index", "extension-name"],
+)
+def test_a_bad_frame_shows_a_peers_value_cut(payload: Any, buffers: list[bytes]) -> None:
+    """A bad frame's reason goes back to the peer and into the log: the value it names is cut."""
+    with pytest.raises(BadFrame) as refused:
+        Codec().decode([_pack(_header(payload=payload)), *buffers])
+    assert "xxx..." in str(refused.value) and len(str(refused.value)) < 300, str(refused.value)
+
+
 def test_oversized_header_alone_is_refused() -> None:
     """The limit also applies to a message that is only a header."""
     with pytest.raises(MessageTooLarge):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from troupe.runtime.errors import RemoteError
+from troupe.runtime.errors import BadFrame, RemoteError, UnknownActor
 from troupe.runtime.wire.replies import MESSAGE_MOST, TRACEBACK_MOST, error_payload, raise_error_payload
 
 
@@ -43,3 +43,14 @@ def test_a_huge_message_is_cut_and_says_how_much() -> None:
 def test_a_plain_error_is_unchanged() -> None:
     payload = error_payload(_raised(KeyError("boom")), "w/a", from_handler=True)
     assert payload["message"] == "'boom'" and "KeyError: 'boom'" in payload["traceback"]
+
+
+def test_an_error_about_the_message_has_a_one_line_traceback() -> None:
+    """A bad frame, a delivery error or a control's refusal shows the peer no file of the
+    receiver's (a bad frame's answer carried 700 to 1,700 characters of them); a handler's
+    failure keeps its traceback for its asker."""
+    for exc in (_raised(BadFrame("header is not valid")), _raised(UnknownActor("no actor 'a'"))):
+        payload = error_payload(exc, "")
+        assert payload["traceback"] == f"{payload['type']}: {payload['message']}"
+    handler = error_payload(_raised(UnknownActor("nested")), "w/a", from_handler=True)
+    assert handler["code"] == "remote_error" and "Traceback (most recent call last)" in handler["traceback"]

@@ -205,7 +205,7 @@ class Master(NodeControls, WorkerControls):
             bind=endpoint,
             hwm=self.config.hwm,
             transport=self._transport,
-            codec=Codec(256 * 2**20, no_extension_imports="master"),
+            codec=Codec(256 * 2**20, node_limits=False, no_extension_imports="master"),
             drain_timeout=0.5,
         )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from troupe.runtime.core.control_payloads import clipped
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.errors import UnknownActor
 
@@ -135,8 +136,10 @@ class NodeTable:
                 endpoint = entry.actors.get(address.actor)
                 if endpoint is not None:
                     return ActorAddress(info.node, process, address.actor), endpoint
-        where = f"node {address.node!r}" if address.node else "any live node"
-        raise UnknownActor(f"no running actor {address} on {where} of the cluster; see `troupe ctl status`")
+        where = f"node {clipped(address.node)}" if address.node else "any live node"
+        raise UnknownActor(
+            f"no running actor {address.shown()} on {where} of the cluster; see `troupe ctl status`"
+        )
 
     def set_tags(self, node: str, tags: tuple[str, ...]) -> None:
         """Record the tags ``node`` offers (its beat says; a restart may change them)."""
