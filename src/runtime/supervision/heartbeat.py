@@ -33,6 +33,8 @@ import hashlib
 import hmac
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -72,8 +74,11 @@ _FIELDS_WITHOUT_BACKLOG = 10
 _MAX_DATAGRAM = 65535
 _STATES = {s.value: s for s in WorkerState}
 MAC_SIZE = 32  # HMAC-SHA256
-# One log line per sender per this many seconds for beats with a bad MAC, however many come.
-BAD_MAC_LOG_INTERVAL_S = 10.0
+# One log line per sender per this many seconds for dropped datagrams (a bad MAC, or not a
+# beat at all), however many come: a flood of garbage made a warning line each, 1.1 MB of log
+# for 20,000 datagrams.
+DROPPED_LOG_INTERVAL_S = 10.0
+_ERROR_SHOWN = 200  # characters of a malformed datagram's error a log line shows
 
 
 def process_mac_key() -> bytes | None:
@@ -321,6 +326,8 @@ class HeartbeatReceiver:
             caller's loop; the rest wait for the next call.
         mac_key: accept only beats signed with this key (``process_mac_key()`` by default: the
             process's keys; None without them: unsigned beats, as before).
+        clock: monotonic seconds, for the once-per-sender log lines of dropped datagrams
+            (tests pass a fake one).
     """
 
     def __init__(
@@ -329,6 +336,7 @@ class HeartbeatReceiver:
         port: int = 0,
         max_batch: int = 4096,
         mac_key: bytes | _FromProcess | None = FROM_PROCESS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -343,7 +351,8 @@ class HeartbeatReceiver:
         self._dropped = 0
         self._bad_mac = 0
         self._mac_key = process_mac_key() if isinstance(mac_key, _FromProcess) else mac_key
-        self._bad_mac_log = PeerLogGate(BAD_MAC_LOG_INTERVAL_S)
+        self._bad_mac_log = PeerLogGate(DROPPED_LOG_INTERVAL_S, clock=clock)
+        self._malformed_log = PeerLogGate(DROPPED_LOG_INTERVAL_S, clock=clock)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -357,7 +366,8 @@ class HeartbeatReceiver:
     def recv_all(self) -> list[Beat]:
         """Read every datagram waiting (up to ``max_batch``), without blocking.
 
-        Malformed datagrams are logged and dropped; this never raises on bad input.
+        Malformed datagrams are dropped and counted, and logged once per sender per
+        ``DROPPED_LOG_INTERVAL_S``; this never raises on bad input.
 
         Returns:
             The valid beats, in arrival order.
@@ -383,14 +393,7 @@ class HeartbeatReceiver:
             try:
                 beats.append(decode_beat(data))
             except (BadFrame, VersionMismatch) as exc:
-                self._dropped += 1
-                log.warning(
-                    "heartbeat_dropped",
-                    sender=f"{sender[0]}:{sender[1]}",
-                    size=len(data),
-                    error_code=exc.code,
-                    error=str(exc),
-                )
+                self._malformed_dropped(sender, len(data), exc)
                 continue
             self._received += 1
         return beats
@@ -408,6 +411,21 @@ class HeartbeatReceiver:
                 error="heartbeat MAC missing or wrong: not signed with this cluster's keys",
                 bad_mac=self._bad_mac,
                 unlogged=self._bad_mac_log.take_quiet(peer),
+            )
+
+    def _malformed_dropped(self, sender: tuple[str, int], size: int, exc: BadFrame | VersionMismatch) -> None:
+        self._dropped += 1
+        peer = f"{sender[0]}:{sender[1]}"
+        if self._malformed_log.should_log(peer):
+            error = str(exc)  # it may quote the sender's values: cut
+            log.warning(
+                "heartbeat_dropped",
+                sender=peer,
+                size=size,
+                error_code=exc.code,
+                error=error if len(error) <= _ERROR_SHOWN else error[: _ERROR_SHOWN - 3] + "...",
+                dropped=self._dropped,
+                unlogged=self._malformed_log.take_quiet(peer),
             )
 
     def statistics(self) -> ReceiverStatistics:

@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
 from troupe.runtime.supervision.heartbeat import (
     BEAT_MAGIC,
+    DROPPED_LOG_INTERVAL_S,
     HeartbeatReceiver,
     HeartbeatSender,
     decode_beat,
@@ -151,11 +152,51 @@ def test_garbage_is_dropped_with_a_log_line_and_good_beats_still_arrive(
             tx.sendto(data, receiver.address)
         got = collect(receiver, lambda g: len(g) >= 2)
         got += [(0.0, b) for b in receiver.recv_all()]  # the last garbage may trail the beats
+        sender = f"127.0.0.1:{tx.getsockname()[1]}"
     assert [b.snapshot.pid for _, b in got] == [5, 5]
-    dropped = [e for e in logs if e["event"] == "heartbeat_dropped"]
-    assert len(dropped) == receiver.statistics().dropped == 3
-    assert {e["error_code"] for e in dropped} == {"bad_frame", "version_mismatch"}
-    assert all(e["log_level"] == "warning" for e in dropped)
+    assert receiver.statistics().dropped == 3
+    [dropped] = [e for e in logs if e["event"] == "heartbeat_dropped"]  # one sender: one line
+    assert dropped["error_code"] == "bad_frame" and dropped["log_level"] == "warning"
+    assert dropped["sender"] == sender
+
+
+def test_a_flood_of_garbage_makes_one_line_per_sender_per_interval() -> None:
+    """20,000 malformed datagrams made 3,784 warning lines (1.1 MB of log, the rest lost in the
+    socket's buffer); now each sender gets one line per DROPPED_LOG_INTERVAL_S, and its next
+    line says how many went unlogged meanwhile."""
+    now = [0.0]
+    n = 50
+    with (
+        HeartbeatReceiver(clock=lambda: now[0]) as rx,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as one,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as two,
+        capture_logs() as logs,
+    ):
+        for i in range(n):
+            for tx in (one, two):
+                tx.sendto(b"\x93garbage%d" % i, rx.address)
+        drain(rx, lambda: rx.statistics().dropped == 2 * n)
+        first = [e for e in logs if e["event"] == "heartbeat_dropped"]
+        now[0] += DROPPED_LOG_INTERVAL_S
+        one.sendto(msgpack.packb([BEAT_MAGIC, 9]), rx.address)
+        drain(rx, lambda: rx.statistics().dropped == 2 * n + 1)
+        first_sender, second_sender = (f"127.0.0.1:{s.getsockname()[1]}" for s in (one, two))
+    assert {e["sender"] for e in first} == {first_sender, second_sender} and len(first) == 2
+    assert all(e["unlogged"] == 0 and e["error_code"] == "bad_frame" for e in first)
+    later = [e for e in logs if e["event"] == "heartbeat_dropped"][2:]
+    assert [(e["sender"], e["unlogged"], e["error_code"]) for e in later] == [
+        (first_sender, n - 1, "version_mismatch")
+    ]
+    assert later[0]["dropped"] == 2 * n + 1
+
+
+def drain(rx: HeartbeatReceiver, done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Read datagrams until ``done`` holds (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, rx.statistics()
+        select.select([rx], [], [], 0.05)
+        rx.recv_all()
 
 
 def test_sending_where_nobody_listens_never_raises_and_logs_once() -> None:
