@@ -20,7 +20,16 @@ sends a Tick at least every ``interval_s``, a worker whose last beat was at ``t`
 
 After a Kill the worker is marked killed: no second Kill, and beats are ignored until the
 worker is registered again (a restart is a new pid). Beats from unknown workers, stale pids or
-out-of-order datagrams are ignored, so nothing is resurrected by a late datagram.
+late datagrams are ignored, so nothing is resurrected by a late datagram.
+
+A beat's ``seq`` goes up by one per beat. One a little below the last (fewer than
+:func:`reorder_window` beats: a reordered or repeated datagram) is ignored; one far below is
+taken, as the sender's own sequence: the beat before it, far ahead, cannot have come from that
+sender (a pid does not restart its heartbeat thread), so it was forged. Without that rule one
+datagram with a huge ``seq`` (unsigned beats, a cluster without keys) made every real beat of
+the worker look old, and the worker was killed for silence while it beat on. The window keeps
+what a forged beat can hide to fewer beats than the heartbeat timeout. Such a beat is reported
+once per worker (:meth:`LivenessMonitor.take_suspect_beats`) for the driver to log.
 
 The monitor does no I/O and reads no clock; a thin driver feeds it events with ``now`` (from
 ``time.monotonic()``) and performs the commands.
@@ -48,6 +57,7 @@ __all__ = [
     "LivenessPolicy",
     "LivenessStatistics",
     "Register",
+    "SuspectBeat",
     "Tick",
     "Unregister",
     "WorkerLiveness",
@@ -96,6 +106,14 @@ def _positive(value: object) -> bool:
     return (
         isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     )
+
+
+def reorder_window(policy: LivenessPolicy) -> int:
+    """How many beats below the last a beat's ``seq`` may be and still be taken for a late
+    datagram (ignored): half the beats of a heartbeat timeout, at least 1. A forged beat a
+    little ahead of the real ones hides at most this many of them, so the worker is never
+    silent for a whole timeout because of it (3 beats of 0.5 s against 3 s, by default)."""
+    return max(1, int(policy.heartbeat_timeout_s / policy.interval_s) // 2)
 
 
 def _busy(status: StatusSnapshot) -> bool:
@@ -193,6 +211,24 @@ class WorkerLiveness:
 
 
 @dataclass(frozen=True, slots=True)
+class SuspectBeat:
+    """A worker's beat whose ``seq`` went back far below the last one taken: that one was
+    forged (or came from no beat this worker sent); the sender's beats are taken again.
+
+    Attributes:
+        worker_id: the worker.
+        pid: its pid (registered, and in both beats).
+        seq: the beat's seq.
+        last_seq: the seq of the beat before it, far ahead.
+    """
+
+    worker_id: str
+    pid: int
+    seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class LivenessStatistics:
     """A read-only view of the monitor at one moment."""
 
@@ -213,6 +249,7 @@ class _Watched:
     last_seq: int = -1
     last_status: StatusSnapshot | None = None
     killed: bool = False
+    suspect_told: bool = False  # a SuspectBeat was reported for this incarnation
 
     def heartbeat_deadline(self) -> float:
         if self.last_beat_at is None:
@@ -251,6 +288,7 @@ class LivenessMonitor:
         self._default = default or LivenessPolicy()
         self._workers: dict[str, _Watched] = {}
         self._counts = _Counts()
+        self._suspects: list[SuspectBeat] = []
 
     def policy_for(self, kind: str) -> LivenessPolicy:
         """Return the policy that applies to workers of ``kind``."""
@@ -325,13 +363,27 @@ class LivenessMonitor:
             ignored_beats=self._counts.ignored_beats,
         )
 
+    def take_suspect_beats(self) -> list[SuspectBeat]:
+        """The suspect beats seen since the last call (at most one per worker incarnation), for
+        the driver to log."""
+        suspects, self._suspects = self._suspects, []
+        return suspects
+
     def _beat(self, snap: StatusSnapshot, now: float) -> None:
         w = self._workers.get(snap.worker_id)
-        # A beat from an unknown worker, an old incarnation (stale pid), a killed worker, or an
-        # older datagram than one already seen, must not refresh any clock.
-        if w is None or w.pid != snap.pid or w.killed or snap.seq <= w.last_seq:
+        # A beat from an unknown worker, an old incarnation (stale pid) or a killed worker must
+        # not refresh any clock.
+        if w is None or w.pid != snap.pid or w.killed:
             self._counts.ignored_beats += 1
             return
+        if snap.seq <= w.last_seq:
+            if w.last_seq - snap.seq < reorder_window(w.policy):  # a late or repeated datagram
+                self._counts.ignored_beats += 1
+                return
+            # Far below: the beat taken before, far ahead, was not this sender's (see the module).
+            if not w.suspect_told:
+                w.suspect_told = True
+                self._suspects.append(SuspectBeat(snap.worker_id, snap.pid, snap.seq, w.last_seq))
         w.last_seq = snap.seq
         w.last_beat_at = now
         w.last_status = snap

@@ -174,6 +174,16 @@ class Supervisor:
         now = time.monotonic()
         for beat in self._receiver.recv_all():
             self._monitor.handle(beat, now)
+        for suspect in self._monitor.take_suspect_beats():
+            log.warning(
+                "heartbeat_seq_went_back",
+                worker=suspect.worker_id,
+                worker_pid=suspect.pid,
+                seq=suspect.seq,
+                last_seq=suspect.last_seq,
+                hint="the beat of that last seq was not the worker's (forged: use keys to sign "
+                "beats); its beats are taken again",
+            )
 
     async def _ticks(self) -> None:
         interval = self._monitor.tick_interval_s

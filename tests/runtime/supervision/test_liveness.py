@@ -13,8 +13,10 @@ from troupe.runtime.supervision.liveness import (
     LivenessMonitor,
     LivenessPolicy,
     Register,
+    SuspectBeat,
     Tick,
     Unregister,
+    reorder_window,
 )
 from troupe.runtime.supervision.status import StatusSnapshot, WorkerState
 
@@ -264,6 +266,59 @@ def test_beats_from_unknown_workers_and_old_datagrams_are_ignored() -> None:
     assert set(stats.workers) == {"w1"} and stats.ignored_beats == 2
     [(when, _)] = run(monitor, ticks(1.0, 5.0))
     assert when == 4.0
+
+
+def forged(w: Worker, seq: int) -> Beat:
+    """A beat with the worker's id and pid that it never sent (unsigned beats: no keys)."""
+    return Beat(StatusSnapshot(w.worker_id, w.pid, WorkerState.IDLE, None, 0, 0, None, seq, 0))
+
+
+def beating(w: Worker, start: float, stop: float) -> Timeline:
+    """The worker's real beats, one per interval, with a tick after each."""
+    events: Timeline = []
+    for t, tick in ticks(start, stop):
+        events += [(t, w.beat(WorkerState.IDLE)), (t, tick)]
+    return events
+
+
+def test_one_forged_beat_far_ahead_does_not_silence_the_real_sender() -> None:
+    """A datagram with seq 2**62 made every real beat after it look old: the supervisor killed
+    the worker for silence (no_heartbeat) while it beat on. Its next real beat, far below, is
+    taken again, and reported once."""
+    w = Worker()
+    monitor = registered(w)
+    before = beating(w, 0.5, 2.0)
+    kills = run(monitor, [*before, (2.1, forged(w, 2**62)), *beating(w, 2.5, 30.0)])
+    assert kills == []
+    assert monitor.take_suspect_beats() == [SuspectBeat("w1", 100, 5, 2**62)]
+    run(monitor, [(30.1, forged(w, 2**62)), *beating(w, 30.5, 31.0)])  # again: no second report
+    assert monitor.take_suspect_beats() == []
+    assert monitor.statistics(31.0).workers["w1"].last_beat_age_s == 0.0
+
+
+@pytest.mark.parametrize("ahead", range(1, 12))
+def test_a_forged_beat_a_little_ahead_hides_fewer_real_beats_than_the_timeout(ahead: int) -> None:
+    """Just ahead of the real sequence, a forged beat makes the next real beats look like late
+    datagrams (ignored), but fewer of them than a heartbeat timeout holds."""
+    w = Worker()
+    monitor = registered(w)
+    events = [*beating(w, 0.5, 2.0), (2.1, forged(w, w.seq + ahead)), *beating(w, 2.5, 20.0)]
+    assert run(monitor, events) == []
+    assert monitor.statistics(20.0).workers["w1"].last_beat_age_s == 0.0
+
+
+def test_a_worker_that_stops_after_a_forged_beat_is_still_killed() -> None:
+    w = Worker()
+    monitor = registered(w)
+    [(when, kill)] = run(monitor, [*beating(w, 0.5, 2.0), (2.1, forged(w, 2**62)), *ticks(2.5, 10.0)])
+    assert kill.reason is KillReason.NO_HEARTBEAT and 5.1 <= when <= 5.6
+    assert kill.last_status is not None and kill.last_status.seq == 2**62  # the record shows it
+
+
+def test_the_reorder_window_is_half_a_timeout_of_beats_and_at_least_one() -> None:
+    assert reorder_window(POLICY) == 3
+    assert reorder_window(LivenessPolicy(interval_s=1.0, heartbeat_timeout_s=1.5)) == 1
+    assert reorder_window(LivenessPolicy(interval_s=0.1, heartbeat_timeout_s=10.0)) == 50
 
 
 def test_unregistered_worker_is_no_longer_watched() -> None:

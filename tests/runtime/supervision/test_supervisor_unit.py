@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgpack
 import psutil
 import pytest
 from structlog.testing import capture_logs
@@ -20,7 +22,7 @@ from troupe.runtime.chaos.worker_side import WorkerChaos
 from troupe.runtime.errors import ActorStopped, BadRequest, ConfigError, Partitioned
 from troupe.runtime.lowlevel import MemoryHub
 from troupe.runtime.node.config import NodeConfig, SupervisionConfig, load_node_config
-from troupe.runtime.supervision.heartbeat import HeartbeatReceiver, HeartbeatSender
+from troupe.runtime.supervision.heartbeat import BEAT_MAGIC, HeartbeatReceiver, HeartbeatSender
 from troupe.runtime.supervision.status import WorkerStatus
 from troupe.runtime.supervision.supervisor import (
     Supervisor,
@@ -157,6 +159,37 @@ async def test_busy_worker_that_reports_progress_is_not_killed(sleeper: subproce
         assert await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid})
 
     await _run_supervisor(MemoryHub(), body, timeout_s=BUSY_TIMEOUT_S, progress_s=BUSY_TIMEOUT_S)
+
+
+async def test_a_forged_beat_far_ahead_is_logged_and_kills_nobody(sleeper: subprocess.Popen[bytes]) -> None:
+    """The report's repro: one datagram with the worker's pid and seq 2**62 had the supervisor
+    ignore every real beat after it and kill the worker for silence."""
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        status = WorkerStatus("w1", pid=sleeper.pid)
+        await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": sleeper.pid, "kind": "default"})
+        with HeartbeatSender(status, receiver.address, INTERVAL_S):
+            with anyio.fail_after(BOUND):
+                while (await node_rt.control(rt.address, "status"))["beats_received"] < 2:
+                    await anyio.sleep(0.01)
+            forged = [BEAT_MAGIC, 1, "w1", sleeper.pid, "idle", None, 0, 0, None, 2**62, 0]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
+                attacker.sendto(msgpack.packb(forged), receiver.address)
+            with anyio.fail_after(BOUND):  # the real beats are taken again (and it is said)
+                while not any(e["event"] == "heartbeat_seq_went_back" for e in logs):
+                    await anyio.sleep(0.01)
+            seen = (await node_rt.control(rt.address, "status"))["beats_received"]
+            with anyio.fail_after(BOUND):  # and go on being taken: a timeout's worth of them
+                while (await node_rt.control(rt.address, "status"))["beats_received"] < seen + 25:
+                    await anyio.sleep(0.01)
+        after = await node_rt.control(rt.address, "status")
+        assert after["kills_by_reason"] == {} and node.kills == []
+        assert after["workers"]["w1"]["last_beat_age_s"] < BUSY_TIMEOUT_S
+
+    with capture_logs() as logs:
+        await _run_supervisor(MemoryHub(), body, timeout_s=BUSY_TIMEOUT_S)
+    [said] = [e for e in logs if e["event"] == "heartbeat_seq_went_back"]
+    assert said["last_seq"] == 2**62 and said["worker_pid"] == sleeper.pid and said["log_level"] == "warning"
 
 
 async def test_unwatch_of_an_old_incarnation_keeps_the_new_watch(sleeper: subprocess.Popen[bytes]) -> None:
