@@ -87,11 +87,11 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
     except Exception as exc:  # a module that raises while importing is as broken as a missing one
         raise ConfigError(f"cannot import {path!r}: {_reason(exc)}{_where_hint(exc, module_name)}") from exc
     cls = getattr(module, attr, None)
+    # "pkg.module": no class named. Once the module is imported (by anything in this process)
+    # its package holds it as an attribute, so a found module says the same as a missing one.
+    if not sep and (inspect.ismodule(cls) or (cls is None and _is_module(path))):
+        raise ConfigError(f"actor class {path!r} names a module, not a class: write it as '{path}:ClassName'")
     if cls is None:
-        if not sep and _is_module(path):  # "pkg.module": no class named
-            raise ConfigError(
-                f"actor class {path!r} names a module, not a class: write it as '{path}:ClassName'"
-            )
         raise ConfigError(f"cannot import {path!r}: module {module_name!r} has no {attr!r}")
     if not isinstance(cls, type):
         raise ConfigError(f"{path!r} is not a class (found {short_repr(cls)})")

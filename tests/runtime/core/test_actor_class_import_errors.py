@@ -3,6 +3,7 @@ is found but fails on its own import says only what failed."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,15 @@ def test_what_a_found_module_fails_to_import_gets_no_folder_hint(
 
 def test_a_module_named_without_its_class_says_how_to_write_it() -> None:
     """``class = "mypkg.actors"`` read as class ``actors`` of ``mypkg``: 'has no actors' sent the
-    user looking for a file that was there."""
-    with pytest.raises(
-        ConfigError, match=r"'troupe.actors.demo.actors' names a module, not a class: write it as "
-    ):
-        load_actor_class("troupe.actors.demo.actors")
+    user looking for a file that was there. Said the same once the module is imported (its
+    package then holds it as an attribute: any earlier test in this process may have imported it)."""
+    for imported in (False, True):
+        if imported:
+            importlib.import_module("troupe.actors.demo.actors")
+        with pytest.raises(
+            ConfigError, match=r"'troupe.actors.demo.actors' names a module, not a class: write it as "
+        ):
+            load_actor_class("troupe.actors.demo.actors")
     with pytest.raises(ConfigError, match=r"module 'os\.path' has no 'Nope'"):  # a module's parent
         load_actor_class("os.path.Nope")
 
