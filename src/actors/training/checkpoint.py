@@ -7,7 +7,7 @@ completes, rank 0 commits it by writing a ``COMMITTED`` marker (atomically: writ
 name, then renamed) that holds the step and the sha256 of every file, checked before a load.
 DCP writes its ``.metadata`` only after every rank has written its part, so the marker means the
 whole checkpoint is on disk; a folder without it (a run killed while writing) is ignored by
-:func:`latest`.
+:func:`latest`, and removed when that step is saved again.
 
 Model and optimizer states go through ``get_state_dict``/``set_state_dict`` (keys are parameter
 names, without DDP's prefix), so a checkpoint saved by W ranks loads on any other number (DCP
@@ -185,6 +185,12 @@ class Checkpointer:
             **_scheduler_state(scheduler),
         }
         path = checkpoint_path(self.directory, step)
+        if _rank() == 0:
+            # A run killed while it wrote this step (its .metadata written, its commit not) left
+            # the folder: DCP warns that it overwrites it (an error where warnings are, and a
+            # refusal once torch's overwrite defaults to False). It is no checkpoint: it goes.
+            # Before this rank's save starts, so before any rank writes (DCP plans together).
+            _remove_uncommitted(path)
         result = async_save(
             state, checkpoint_id=str(path), process_group=self._group, no_dist=self._group is None
         )
@@ -275,7 +281,8 @@ def _disk_full(cause: BaseException, free: int | None) -> bool:
 
 
 def _remove_uncommitted(path: Path) -> bool:
-    """Delete the step folder of a save that failed, unless it was committed; whether it was."""
+    """Delete the step folder of a save that failed (or a killed run's), unless it was
+    committed; whether it was."""
     if (path / COMMITTED).exists() or not path.is_dir():
         return False
     shutil.rmtree(path, ignore_errors=True)

@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,6 +30,7 @@ from troupe.actors.training.checkpoint import (
     checkpoint_path,
     latest,
     load,
+    verify,
 )
 from troupe.models.world_model import FlowBatch, WorldModel, WorldModelConfig
 
@@ -126,7 +128,13 @@ def test_resume_after_stop_equals_uninterrupted(tmp_path: Path) -> None:
     assert_same_weights(resumed, reference)
 
 
+CHILD_STEPS_WITHIN_S = 180.0  # a bound on the child's start and four steps, not on speed
+
+
+@pytest.mark.timeout(300)  # three trainings and a child importing torch, on a loaded machine
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path: Path) -> None:
+    """The kill lands anywhere in step 4's save: before its write, during it, or after DCP's
+    .metadata and before the commit (see the test below: the resumed run saves step 4 again)."""
     reference, _ = train(None, steps=6)
     # The child computes with this process's torch threads: a float sum split over another
     # number of threads rounds differently, and an earlier test may have changed ours.
@@ -136,10 +144,10 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path: Path) -> None:
     reader = threading.Thread(target=lambda: lines.extend(child.stdout or []), daemon=True)
     reader.start()
     try:
-        # bounded poll of the child's progress: it hangs after step 4 until killed
-        for _ in range(1200):
-            if "step 4\n" in lines or child.poll() is not None:
-                break
+        # bounded poll of the child's progress: it hangs after step 4 until killed (it imports
+        # torch first: most of a minute on a loaded machine)
+        deadline = time.monotonic() + CHILD_STEPS_WITHIN_S
+        while "step 4\n" not in lines and child.poll() is None and time.monotonic() < deadline:
             threading.Event().wait(0.1)
         assert "step 4\n" in lines, f"child printed {lines!r}, exit {child.poll()}"
     finally:
@@ -152,6 +160,25 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path: Path) -> None:
     resumed, progress = train(tmp_path, steps=6, every=1, resume=True)
     assert progress is not None and 1 <= progress["step"] <= 4
     assert_same_weights(resumed, reference)
+
+
+def test_a_step_whose_write_was_cut_before_its_commit_is_saved_again(tmp_path: Path) -> None:
+    """A run killed after DCP wrote step 4's .metadata, before the commit: the resumed run saves
+    step 4 again over that folder. DCP warned that it overwrote a checkpoint there (an error in
+    a run whose warnings are errors, as this suite's; a refusal once torch's ``overwrite``
+    defaults to False), so the SIGKILL test above failed when its kill landed in that window."""
+    reference, _ = train(None, steps=6)
+    train(tmp_path, steps=4, every=1)
+    cut = checkpoint_path(tmp_path, 4)
+    (cut / COMMITTED).unlink()
+    stale = cut / "__1_0.distcp"  # what another rank of the killed run wrote
+    stale.write_bytes(b"from the killed run")
+    assert (cut / ".metadata").is_file() and latest(tmp_path) == checkpoint_path(tmp_path, 3)
+    resumed, progress = train(tmp_path, steps=6, every=1, resume=True)
+    assert progress is not None and progress["step"] == 3
+    assert_same_weights(resumed, reference)
+    assert not stale.exists() and latest(tmp_path) == checkpoint_path(tmp_path, 6)
+    verify(cut)
 
 
 def test_uncommitted_checkpoint_is_ignored(tmp_path: Path) -> None:
