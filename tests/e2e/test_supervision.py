@@ -163,7 +163,7 @@ async def test_an_ask_to_a_worker_killed_before_it_answered_ends_then_not_at_its
             await echo.ask("sleep", 3600, timeout=3600)
         assert "ended before the reply came" in str(lost.value), lost.value
         assert isinstance(lost.value, AskTimeout)  # what code that catches timeouts already handles
-        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=10)
+        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=15)
         assert status["supervision"]["kills"]["w-one"]["reason"] == "no_progress"
         after = await _restarted(one, "w-one", before["pid"])
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]  # the next ask finds the new one
@@ -197,7 +197,7 @@ async def test_hang_with_gil_is_killed_for_no_heartbeat_and_restarted(one: Clust
     await one.chaos("hang_with_gil", "w-one", seconds=30)
     async with one.client() as rt:
         await rt.ref("w-one/echo").tell("echo", "freeze")
-        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=10)
+        status = await one.wait_for(lambda s: "w-one" in s["supervision"]["kills"], timeout=15)
     kill = status["supervision"]["kills"]["w-one"]
     assert kill["reason"] == "no_heartbeat" and kill["pid"] == before["pid"]
     assert kill["silent_s"] >= TIMEOUT_S  # how soon after: on a virtual clock, test_liveness.py

@@ -51,7 +51,8 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 class _Node:
     """The node's side of the supervisor's control messages, recorded."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, answer_after_s: float = 0.0) -> None:
+        self.answer_after_s = answer_after_s  # a loaded machine's node answers late
         self.ready: dict[str, Any] | None = None
         self.kills: list[tuple[dict[str, Any], bool]] = []  # (report, process alive when told)
         self.got_ready = anyio.Event()
@@ -64,13 +65,26 @@ class _Node:
         return True
 
     async def _killed(self, payload: Any) -> bool:
-        self.kills.append((payload, psutil.pid_exists(payload["pid"])))
+        await anyio.sleep(self.answer_after_s)
+        self.kills.append((payload, _alive(payload["pid"])))
         self.got_kill.set()
         return True
 
 
+def _alive(pid: int) -> bool:
+    """Running: neither gone nor killed and waiting to be reaped (a zombie)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def _run_supervisor(
-    hub: MemoryHub, body: Any, timeout_s: float = TIMEOUT_S, progress_s: float = PROGRESS_S
+    hub: MemoryHub,
+    body: Any,
+    timeout_s: float = TIMEOUT_S,
+    progress_s: float = PROGRESS_S,
+    answer_after_s: float = 0.0,
 ) -> None:
     cfg = SupervisionConfig(
         interval_s=INTERVAL_S, heartbeat_timeout_s=timeout_s, progress_timeout_s=progress_s
@@ -79,7 +93,7 @@ async def _run_supervisor(
         Runtime("n", "node", hub.transport()) as node_rt,
         Runtime("n", "supervisor", hub.transport()) as rt,
     ):
-        node = _Node(node_rt)
+        node = _Node(node_rt, answer_after_s)
         spec = SupervisorLaunch(node="n", node_endpoint=node_rt.address, supervision=cfg, reap_timeout_s=2.0)
         with HeartbeatReceiver() as receiver:
             supervisor = Supervisor(spec, rt, receiver)
@@ -92,11 +106,18 @@ async def _run_supervisor(
                 stop.set()
 
 
+# The node answering the report ten beats late: as a loaded machine's did. The supervisor waited
+# half a beat for the answer and killed; the node reaped and restarted the worker, then read the
+# report, which named an old incarnation: dropped (test_hang_with_gil_..., test_supervision.py).
+LATE_ANSWER_S = 10 * INTERVAL_S
+
+
+@pytest.mark.parametrize("answer_after_s", [0.0, LATE_ANSWER_S])
 async def test_silent_worker_is_reported_then_killed(
-    sleeper: subprocess.Popen[bytes],
+    sleeper: subprocess.Popen[bytes], answer_after_s: float
 ) -> None:
-    """Once beats stop, the node hears why while the worker still lives, then the worker is
-    SIGKILLed (how soon, on a virtual clock: test_liveness.py)."""
+    """Once beats stop, the node hears why while the worker still lives (also when its answer
+    comes late), then the worker is SIGKILLed (how soon, on a virtual clock: test_liveness.py)."""
 
     async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
         assert node.ready is not None and node.ready["udp"][1] == receiver.address[1]
@@ -123,8 +144,9 @@ async def test_silent_worker_is_reported_then_killed(
         assert after["kills_by_reason"] == {"no_heartbeat": 1}
 
     with capture_logs() as logs:
-        await _run_supervisor(MemoryHub(), body)
+        await _run_supervisor(MemoryHub(), body, answer_after_s=answer_after_s)
     assert any(e["event"] == "worker_killed" and e["reason"] == "no_heartbeat" for e in logs)
+    assert not any(e["event"] == "kill_report_failed" for e in logs)
 
 
 # Timeouts 20 beats long: a beat or a progress report that a loaded box runs late kills nobody.
