@@ -114,6 +114,7 @@ class WorkerHandle:
         if self.exited_event.is_set():
             self.exited_event = anyio.Event()
         if early:
+            self.ready_event.set()  # registered already: ready now that its launch has returned
             return
         self.endpoint = None
         if self.ready_event.is_set():
@@ -124,10 +125,18 @@ class WorkerHandle:
         self.endpoint = endpoint
         self.pid = pid
         self.actors = actors
-        if self.state is HandleState.STARTING:
+        # Running and ready once its launch has returned too: a forked worker can register
+        # before the template's reply with its pid reaches the node, and until then how it
+        # started and the template's count of forks lag (a node "started" on a loaded machine
+        # said start ""). ``launched`` finishes what is left.
+        launched = self.process is not None and self.process.pid == pid
+        if launched and self.state is HandleState.STARTING:
             self.state = HandleState.RUNNING
         self.fail_fast = False
-        self.ready_event.set()
+        if launched:
+            self.ready_event.set()
+        elif self.ready_event.is_set():  # the last incarnation's: this one's is set by launched()
+            self.ready_event = anyio.Event()
 
     def exited(self, returncode: int) -> None:
         """The process was reaped with ``returncode``."""

@@ -5,7 +5,8 @@ was awaited) is skipped and said so in the reply. It failed the whole ``chaos`` 
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -18,6 +19,7 @@ ECHO = ActorSpec(name="echo", cls="troupe.actors.demo.actors:Echo")
 
 def _running(name: str, endpoint: str) -> WorkerHandle:
     handle = WorkerHandle(WorkerSpec(name=name, actors=(ECHO,)))
+    handle.launched(cast(Any, SimpleNamespace(pid=1000)))  # running once launched and registered
     handle.registered(endpoint, 1000, {"echo": endpoint})
     return handle
 

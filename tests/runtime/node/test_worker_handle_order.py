@@ -29,6 +29,9 @@ def _launch(handle: WorkerHandle, pid: int) -> None:
 async def test_a_registration_before_the_launch_is_recorded_stands() -> None:
     handle = WorkerHandle(SPEC)
     handle.registered("tcp://127.0.0.1:5001", 101, ACTORS)
+    # Ready once launched: until the template's reply, how it started (and the template's count
+    # of forks) lag, and a node whose start returned then said start "" on a loaded machine.
+    assert handle.state is HandleState.STARTING and not handle.ready_event.is_set()
     _launch(handle, 101)
     assert handle.state is HandleState.RUNNING
     assert handle.endpoint == "tcp://127.0.0.1:5001"
@@ -50,8 +53,9 @@ async def test_a_restart_registered_early_runs_and_waits_for_its_own_exit() -> N
     handle.exited(1)
     assert handle.exited_event.is_set()
     handle.registered("tcp://127.0.0.1:5002", 202, ACTORS)
+    assert not handle.ready_event.is_set()  # the old incarnation's readiness is not this one's
     _launch(handle, 202)
-    assert handle.state is HandleState.RUNNING
+    assert handle.state is HandleState.RUNNING and handle.ready_event.is_set()
     assert handle.endpoint == "tcp://127.0.0.1:5002"
     assert not handle.exited_event.is_set()  # the old incarnation's exit is not this one's
 
