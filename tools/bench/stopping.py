@@ -9,7 +9,7 @@ first signal raises KeyboardInterrupt wherever the main thread is (a handler of 
 asyncio leaves in place); the command unwinds (its temporary directories removed, its children
 waited for where its code does so), SIGKILLs whatever processes of its own remain, says so in
 one line and exits at once, without the interpreter's wind-down. A second signal ends it at
-once too.
+once too, the same way (the line said, the folders removed), without waiting for the unwind.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from multiprocessing import resource_tracker
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from rich.console import Console
 
@@ -46,9 +46,8 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
         received: list[int] = []
 
         def on_signal(signum: int, _frame: Any) -> None:
-            if received:  # the second: no more waiting
-                kill_descendants(wait_s=0.5)
-                os._exit(exit_status(received[0]))
+            if received:  # the second: no more waiting for the unwind, but the same end
+                _end(received[0], kill_wait_s=0.5)
             received.append(signum)
             raise KeyboardInterrupt
 
@@ -62,26 +61,36 @@ def stops_cleanly(command: Callable[P, T]) -> Callable[P, T]:
                 if not received and not isinstance(exc, KeyboardInterrupt):
                     raise
                 signum = received[0] if received else signal.SIGINT
-            killed = kill_descendants()
-            for folder in _folders:  # its children wrote there as it was removed: gone now
-                shutil.rmtree(folder, ignore_errors=True)
-            left = f"; {killed} process{'' if killed == 1 else 'es'} it started killed" if killed else ""
-            name = signal.Signals(signum).name
-            # A terminal gone (SIGHUP) hears nothing: the line is dropped, the stop goes on.
-            say_if_heard(_err, f"stopped ({name}): the benchmark prints no figures{left}")
-            # Not through the interpreter's wind-down: it joins the worker threads the stop
-            # left mid-call, and one collecting a ZeroMQ context whose sockets were never
-            # closed blocks in its term() for good.
-            logging.shutdown()
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(OSError, ValueError):
-                    stream.flush()
-            os._exit(exit_status(signum))
+            _end(signum)
         finally:
             for signum_, handler in previous.items():
                 signal.signal(signum_, handler)
 
     return wrapper
+
+
+def _end(signum: int, kill_wait_s: float = 2.0) -> NoReturn:
+    """End a stopped benchmark: kill what it started, remove its folders, say so, exit.
+
+    The same end for the first signal (once the command has unwound) and for a second one
+    (wherever the unwind was, with a shorter wait for the killed): a second Ctrl-C skipped the
+    line and left the benchmark's folders in /tmp.
+    """
+    killed = kill_descendants(wait_s=kill_wait_s)
+    for folder in list(_folders):  # its children wrote there as it was removed: gone now
+        shutil.rmtree(folder, ignore_errors=True)
+    left = f"; {killed} process{'' if killed == 1 else 'es'} it started killed" if killed else ""
+    name = signal.Signals(signum).name
+    # A terminal gone (SIGHUP) hears nothing: the line is dropped, the stop goes on.
+    say_if_heard(_err, f"stopped ({name}): the benchmark prints no figures{left}")
+    # Not through the interpreter's wind-down: it joins the worker threads the stop left
+    # mid-call, and one collecting a ZeroMQ context whose sockets were never closed blocks
+    # in its term() for good.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(exit_status(signum))
 
 
 def deaf_to_ctrl_c(target: Callable[..., Any], *args: Any) -> Any:
