@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated, Any
 
 import typer
@@ -11,8 +10,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from troupe.cli.client import fail, seconds_option
+from troupe.cli.client import fail
 
+from .bounds import (
+    MOST_ACTORS,
+    MOST_CPU_ITEMS,
+    MOST_GROUP_SIZE,
+    MOST_INFLIGHT,
+    MOST_MEDIAN_MS,
+    MOST_REPEAT,
+    MOST_SCENES,
+    MOST_SECONDS,
+    MOST_STEPS,
+    MOST_SYNTHETIC,
+    MOST_TASKS,
+    MOST_WORKERS,
+    within,
+)
 from .stopping import stops_cleanly
 
 __all__ = ["bench_app"]
@@ -30,10 +44,6 @@ def _figures_own_stdout(ctx: typer.Context) -> None:
     ctx.with_resource(own_stdout())
 
 
-# bench scale: each 250 simulated workers are a process of their own, and their tasks one job.
-_MOST_WORKERS = 10_000
-_MOST_TASKS = 10_000_000
-
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object with every figure.")]
 QuickOption = Annotated[bool, typer.Option("--quick", help="A fifth of the messages: faster, noisier.")]
 
@@ -44,7 +54,10 @@ def messaging(
     as_json: JsonOption = False,
     quick: QuickOption = False,
     repeat: Annotated[
-        int, typer.Option("--repeat", min=1, help="Runs per figure, raw and troupe alike (medians).")
+        int,
+        typer.Option(
+            "--repeat", min=1, max=MOST_REPEAT, help="Runs per figure, raw and troupe alike (medians)."
+        ),
     ] = 5,
     curve: Annotated[
         bool, typer.Option("--curve", help="CURVE on every socket, troupe's and raw pyzmq's alike.")
@@ -105,13 +118,18 @@ def pipeline(
     scenes: Annotated[
         int | None,
         typer.Option(
-            "--scenes", min=1, help="Scenes for the real workload (default 64; with --resolution, by size)."
+            "--scenes",
+            min=1,
+            max=MOST_SCENES,
+            help="Scenes for the real workload (default 64; with --resolution, by size).",
         ),
     ] = None,
     synthetic: Annotated[
-        int, typer.Option("--synthetic", min=1, help="Items for the synthetic workload.")
+        int, typer.Option("--synthetic", min=1, max=MOST_SYNTHETIC, help="Items for the synthetic workload.")
     ] = 300,
-    cpu: Annotated[int, typer.Option("--cpu", min=1, help="Items for the CPU-bound workload.")] = 400,
+    cpu: Annotated[
+        int, typer.Option("--cpu", min=1, max=MOST_CPU_ITEMS, help="Items for the CPU-bound workload.")
+    ] = 400,
     resolution: Annotated[
         str | None,
         typer.Option(
@@ -160,19 +178,38 @@ def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: A
 @stops_cleanly
 def train(
     as_json: JsonOption = False,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured train steps per mode.")] = 64,
+    steps: Annotated[
+        int, typer.Option("--steps", min=1, max=MOST_STEPS, help="Measured train steps per mode.")
+    ] = 64,
     inflight: Annotated[
         int | None,
-        typer.Option("--inflight", min=1, help="In-flight depth K (default: try 1, 2, 4, 8, keep the best)."),
+        typer.Option(
+            "--inflight",
+            min=1,
+            max=MOST_INFLIGHT,
+            help="In-flight depth K (default: try 1, 2, 4, 8, keep the best).",
+        ),
     ] = None,
     actors: Annotated[
         int | None,
-        typer.Option("--actors", min=1, help="Encoder actors (default: one per core the trainer leaves)."),
+        typer.Option(
+            "--actors",
+            min=1,
+            max=MOST_ACTORS,
+            help="Encoder actors (default: one per core the trainer leaves).",
+        ),
     ] = None,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds of every figure (medians).")] = 3,
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, max=MOST_REPEAT, help="Rounds of every figure (medians).")
+    ] = 3,
     group_size: Annotated[
         int | None,
-        typer.Option("--group-size", min=1, help="Samples per group sent to an encoder actor (default 4)."),
+        typer.Option(
+            "--group-size",
+            min=1,
+            max=MOST_GROUP_SIZE,
+            help="Samples per group sent to an encoder actor (default 4).",
+        ),
     ] = None,
 ) -> None:
     """Training with encoding inside the trainer against encoder actors, and the bound of
@@ -228,19 +265,13 @@ def train(
     )
 
 
-def _positive_ms(param: typer.CallbackParam, value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise fail(f"--median-ms must be a number of milliseconds > 0, got {value}", 2)
-    return value
-
-
 @bench_app.command("scale")
 @stops_cleanly
 def scale(
     workers: Annotated[
         int,
         typer.Option(
-            "--workers", min=1, max=_MOST_WORKERS, help="Simulated workers (one slot each; 250 per process)."
+            "--workers", min=1, max=MOST_WORKERS, help="Simulated workers (one slot each; 250 per process)."
         ),
     ] = 128,
     tasks: Annotated[int, typer.Option("--tasks", min=1, max=100_000, help="Tasks PER WORKER.")] = 20,
@@ -248,8 +279,8 @@ def scale(
         float | None,
         typer.Option(
             "--median-ms",
-            callback=_positive_ms,
-            help="Median task duration (default 500, 100 above 256 workers).",
+            callback=within("milliseconds", MOST_MEDIAN_MS),
+            help="Median task duration, ms, at most 60,000 (default 500, 100 above 256 workers).",
         ),
     ] = None,
     prefetch: Annotated[
@@ -266,10 +297,10 @@ def scale(
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
     from .scale import measure_scale, scale_table
 
-    if workers * tasks > _MOST_TASKS:  # one job: the master's book holds every task
+    if workers * tasks > MOST_TASKS:  # one job: the master's book holds every task
         raise fail(
             f"--workers {workers} x --tasks {tasks} is {workers * tasks:,} tasks; at most "
-            f"{_MOST_TASKS:,} in one job (as bench submit)",
+            f"{MOST_TASKS:,} in one job (as bench submit)",
             2,
         )
 
@@ -290,7 +321,7 @@ def scale(
 @stops_cleanly
 def submit(
     tasks: Annotated[
-        int, typer.Option("--tasks", min=1, max=10_000_000, help="Tasks in the one job submitted.")
+        int, typer.Option("--tasks", min=1, max=MOST_TASKS, help="Tasks in the one job submitted.")
     ] = 1_000_000,
     as_json: JsonOption = False,
 ) -> None:
@@ -310,13 +341,23 @@ def recovery(
     as_json: JsonOption = False,
     interval: Annotated[
         float,
-        typer.Option("--interval", callback=seconds_option, help="Heartbeat interval of the bench node, s."),
+        typer.Option(
+            "--interval",
+            callback=within("seconds", MOST_SECONDS),
+            help="Heartbeat interval of the bench node, s.",
+        ),
     ] = 0.1,
     timeout: Annotated[
         float,
-        typer.Option("--timeout", callback=seconds_option, help="Heartbeat timeout of the bench node, s."),
+        typer.Option(
+            "--timeout",
+            callback=within("seconds", MOST_SECONDS),
+            help="Heartbeat timeout of the bench node, s.",
+        ),
     ] = 0.6,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Rounds per figure (medians).")] = 3,
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, max=MOST_REPEAT, help="Rounds per figure (medians).")
+    ] = 3,
 ) -> None:
     """Kill-to-detect, hang-to-kill and kill-to-serving-again, against a bare process spawn."""
     from pydantic import ValidationError
