@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 import anyio
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.runtime import AskTimeout, ConfigError, PeerLost, TroupeError, Unreachable
 from troupe.runtime.errors import leaf_errors
@@ -25,6 +24,7 @@ from troupe.runtime.node.config import (
 )
 
 from .cli_runtime import cli_runtime
+from .literal import literal, markup
 from .master_client import SILENT, keys_hint, reachable
 from .stop_signals import StopSignals, exit_status
 
@@ -43,7 +43,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     The message is shown as given: it often quotes the user (a TOML key, a path), and text
     like ``[/x]`` must not be read as rich markup nor wrapped onto a second line.
     """
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(markup("[bold red]error:[/] ", literal(message)), highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -7,14 +7,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 
 from .cli_runtime import cli_runtime
+from .literal import literal
 from .stop_signals import say_stopping
 from .tables import security_cell
 
@@ -209,8 +210,10 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             pass
         except anyio.get_cancelled_exc_class():  # Ctrl-C: the submit is out, and may be taken
             say_stopping(
-                f"the submit of job {job} was sent: the master may have it (`troupe ctl jobs` "
-                "shows it); submitting the same file again is safe"
+                literal(
+                    f"the submit of job {job} was sent: the master may have it (`troupe ctl jobs` "
+                    "shows it); submitting the same file again is safe"
+                )
             )
             raise
         again = (
@@ -261,24 +264,29 @@ def live_figures(node: dict[str, Any]) -> dict[str, Any]:
 def master_tables(status: dict[str, Any]) -> list[Table]:
     """Render a master ``status`` reply: summary, nodes, busiest workers, jobs."""
     name = str(status["master"])  # "master" unless `master start --name` gave another
-    head = Table(title="master" if name == "master" else f"master {escape(name)}", show_header=False)
-    head.add_row("endpoint", str(status["endpoint"]))
-    head.add_row("pid", str(status["pid"]))
-    head.add_row("journal", str(status["journal"]))
+    head = Table(title="master" if name == "master" else literal(f"master {name}"), show_header=False)
+    head.add_row("endpoint", literal(status["endpoint"]))
+    head.add_row("pid", literal(status["pid"]))
+    head.add_row("journal", literal(status["journal"]))
     head.add_row("code", _code_cell(status.get("code")))
     if "security" in status:
         head.add_row("security", security_cell(status["security"]))
-    head.add_row("tasks", _counts(status["tasks"]))
+    head.add_row("tasks", literal(_counts(status["tasks"])))
     thr = status["throughput"]
     head.add_row(
         "throughput",
-        f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
-        f"({thr['done_since_start']} since start)",
+        literal(
+            f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
+            f"({thr['done_since_start']} since start)"
+        ),
     )
     spec = status["speculative"]
     head.add_row(
         "leases",
-        f"{status['leases_outstanding']} outstanding; backups {spec['launched']} launched, {spec['won']} won",
+        literal(
+            f"{status['leases_outstanding']} outstanding; "
+            f"backups {spec['launched']} launched, {spec['won']} won"
+        ),
     )
     nodes = Table(title="nodes (master's view)")
     columns = (
@@ -302,16 +310,16 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
         r = n.get("resources") or {}
         live = live_figures(n)
         nodes.add_row(
-            escape(str(n["node"])),
+            literal(n["node"]),
             ("yes" if n["alive"] else "stopped" if n.get("left") else "[red]dead[/]")
             + (", [yellow]draining[/]" if n.get("draining") else ""),
-            str(n["workers"]),
-            str(live.get("processes", "-")),
-            str(r.get("cpus", "-")),
-            str(live.get("load1", "-")),
-            str(live.get("mem_available_mib", "-")),
-            str(r.get("gpus", "-")),
-            escape(", ".join(map(str, n.get("tags") or ()))) or "-",  # wraps between tags, uncut
+            literal(n["workers"]),
+            literal(live.get("processes", "-")),
+            literal(r.get("cpus", "-")),
+            literal(live.get("load1", "-")),
+            literal(live.get("mem_available_mib", "-")),
+            literal(r.get("gpus", "-")),
+            literal(", ".join(map(str, n.get("tags") or ())) or "-"),  # wraps between tags, uncut
             _code_cell(n.get("code")),
             f"{n['last_beat_age_s']:.1f} s ago",
         )
@@ -322,20 +330,20 @@ def master_tables(status: dict[str, Any]) -> list[Table]:
     for w in busiest[:_WORKER_ROWS]:
         # A worker registers its id, node and kinds itself: text from a peer, not markup.
         workers.add_row(
-            escape(str(w["worker_id"])),
-            escape(str(w["node"])),
+            literal(w["worker_id"]),
+            literal(w["node"]),
             _used(int(w["used"]), int(w["slots"])),
-            str(w["gpu"]),
+            literal(w["gpu"]),
             "yes" if w["draining"] else "no",
-            escape(",".join(map(str, w["kinds"]))) or "any",
+            literal(",".join(map(str, w["kinds"])) or "any"),
         )
     return [head, nodes, workers, *jobs_tables(status["jobs"])]
 
 
-def _code_cell(code: Any) -> str:
+def _code_cell(code: Any) -> str | Text:
     """The troupe code a master or node runs (``0.1.0+3f9a1c2e``), or ``unknown`` where it did
-    not say: an older one (or a master that has not read its own yet). Text from a peer: escaped."""
-    return escape(str(code)) if code else "[yellow]unknown[/]"
+    not say: an older one (or a master that has not read its own yet). Text from a peer: literal."""
+    return literal(code) if code else "[yellow]unknown[/]"
 
 
 def _used(used: int, slots: int) -> str:
@@ -360,7 +368,7 @@ def waiting_table(jobs: list[dict[str, Any]]) -> Table:
     table.add_column("waiting for")
     for j in jobs:
         for w in j.get("waiting", ()):
-            table.add_row(escape(j["job_id"]), str(w["tasks"]), escape(w["reason"]))
+            table.add_row(literal(j["job_id"]), literal(w["tasks"]), literal(w["reason"]))
     return table
 
 
@@ -380,10 +388,10 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
         rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job
         waiting = sum(int(w["tasks"]) for w in j.get("waiting", ()))
         table.add_row(
-            escape(j["job_id"]),
-            j["state"],
-            f"{c.get('done', 0)}/{j['total']}",
-            *(str(c.get(name, 0)) for name in counts),
+            literal(j["job_id"]),
+            literal(j["state"]),
+            literal(f"{c.get('done', 0)}/{j['total']}"),
+            *(literal(c.get(name, 0)) for name in counts),
             f"{rate:.1f}" if rate is not None else "-",
             str(waiting) if waiting else "-",
         )

@@ -350,6 +350,6 @@ def _check(*problems: str | None) -> None:
 def _say(line: str) -> None:
     """A line for the operator on stderr while a check waits (stdout may carry a report)."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.text import Text
 
-    Console(stderr=True).print(escape(line), soft_wrap=True)
+    Console(stderr=True).print(Text(line), soft_wrap=True)

@@ -31,6 +31,7 @@ import anyio
 import psutil
 from anyio.abc import TaskStatus
 from rich.console import Console
+from rich.text import Text
 
 from .closed_output import OUTPUT_CLOSED
 
@@ -75,13 +76,13 @@ def lines_above(console: Console) -> Iterator[None]:
         _displays.remove(console)
 
 
-def say_stopping(text: str) -> None:
+def say_stopping(text: str | Text) -> None:
     """A line about a command's stop (the stop's own, or what it leaves behind): above a live
     display, else on stderr."""
     say_aside(text)
 
 
-def say_aside(text: str) -> None:
+def say_aside(text: str | Text) -> None:
     """A line beside a command's output (a stop's, a warning): on stderr; through a live
     display's console, above it, where both are the one terminal (its redraw erased it else)."""
     display = _displays[-1] if _displays else None
@@ -89,7 +90,7 @@ def say_aside(text: str) -> None:
     say_if_heard(console, text)
 
 
-def say_if_heard(console: Console, text: str) -> None:
+def say_if_heard(console: Console, text: str | Text) -> None:
     """Print ``text`` on ``console``, or nothing where nobody can read it any more: a terminal
     that hung up (EIO), a closed pipe. A command stopping must go on stopping, not fail on
     the line that says so."""

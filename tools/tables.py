@@ -6,9 +6,11 @@ from collections import Counter
 from typing import Any
 
 from rich.console import Console, RenderableType
-from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
+
+from .literal import literal, markup
 
 __all__ = ["print_whole", "security_cell", "status_tables", "supervisor_cell"]
 
@@ -37,22 +39,22 @@ def print_whole(console: Console, table: RenderableType, unwrapped: bool = False
         console.width = width
 
 
-def security_cell(security: dict[str, Any]) -> str:
+def security_cell(security: dict[str, Any]) -> str | Text:
     """A status reply's ``security`` section as one cell: CURVE, insecure (loud), or loopback."""
     # Each refused connection attempt counts (a peer retries), so not a count of peers.
     refused = f"refused connections: {security.get('refused_peers', 0)}"
     if security.get("curve"):
-        return f"CURVE, as {escape(str(security.get('user')))}; {refused}"
+        return markup("CURVE, as ", literal(security.get("user")), f"; {refused}")
     if security.get("insecure"):
         return "[bold red]insecure: true[/] (listening without keys; --insecure)"
     return "no keys (loopback only)"
 
 
-def supervisor_cell(supervision: dict[str, Any]) -> str:
+def supervisor_cell(supervision: dict[str, Any]) -> str | Text:
     """The node's supervisor in a few words: off, failed, starting, or its pid, how it started
     (forked from the template or spawned) and how many times (more than once: it was restarted)."""
     if supervision.get("enabled") is False:
-        return escape("off ([supervision] enabled = false): hung workers are not detected")
+        return literal("off ([supervision] enabled = false): hung workers are not detected")
     if supervision.get("supervisor_failed"):
         return "[bold red]failed[/]: restarted too often; hung workers are not detected"
     pid = supervision.get("supervisor_pid")
@@ -60,28 +62,28 @@ def supervisor_cell(supervision: dict[str, Any]) -> str:
         return "starting"
     how = supervision.get("supervisor_start")
     starts = supervision.get("supervisor_starts", 1)
-    cell = f"pid {escape(str(pid))}" + (f", {escape(str(how))}ed" if how in ("fork", "spawn") else "")
+    cell = f"pid {pid}" + (f", {how}ed" if how in ("fork", "spawn") else "")
     if isinstance(starts, int) and starts > 1:
         cell += f", started {starts} times"
     if not supervision.get("supervisor"):
         cell += " (no answer)"
-    return cell
+    return literal(cell)  # the pid is the peer's word: text, not markup
 
 
-def _with_tasks(messages: int, tasks: int | None) -> str:
+def _with_tasks(messages: int, tasks: int | None) -> Text:
     """A count of messages, and of tasks for a task actor (which handles few messages)."""
-    return str(messages) if tasks is None else f"{messages} + {tasks} tasks"
+    return literal(messages if tasks is None else f"{messages} + {tasks} tasks")
 
 
 def status_tables(status: dict[str, Any]) -> list[Table]:
     """Render a node status reply as tables: the node, its workers, their actors."""
-    node = Table(title=f"node {escape(status['node'])}", show_header=False)
-    node.add_row("endpoint", str(status["endpoint"]))
-    node.add_row("pid", str(status["pid"]))
+    node = Table(title=literal(f"node {status['node']}"), show_header=False)
+    node.add_row("endpoint", literal(status["endpoint"]))
+    node.add_row("pid", literal(status["pid"]))
     node.add_row("uptime", f"{status['uptime_s']:.1f} s")
     node.add_row("rss", f"{status['rss_mib']} MiB")
     if "tags" in status:
-        node.add_row("tags", escape(", ".join(map(str, status["tags"]))) or "-")
+        node.add_row("tags", literal(", ".join(map(str, status["tags"])) or "-"))
     if "security" in status:
         node.add_row("security", security_cell(status["security"]))
     if isinstance(status.get("supervision"), dict):
@@ -101,29 +103,29 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
         # screen would read as a live process.
         gone = w["state"] in _PROCESS_GONE
         faults = (w.get("runtime") or {}).get("faults") or []
-        state = w["state"] + (
-            f" [yellow](faults: {escape(', '.join(map(str, faults)))})[/]" if faults else ""
-        )
+        state = literal(w["state"])
+        if faults:
+            state.append(f" (faults: {', '.join(map(str, faults))})", style="yellow")
         workers.add_row(
-            escape(w["name"]),
-            escape(w["kind"]),
+            literal(w["name"]),
+            literal(w["kind"]),
             state,
-            "-" if gone else str(w["pid"]),
-            "-" if gone else str(w.get("rss_mib", "")),
-            str(w["restarts"]),
-            escape(w["exit"] or "-"),
+            "-" if gone else literal(w["pid"]),
+            "-" if gone else literal(w.get("rss_mib", "")),
+            literal(w["restarts"]),
+            literal(w["exit"] or "-"),
         )
         if w.get("last_error"):
-            errors.add_row(escape(w["name"]), escape(w["last_error"]))
+            errors.add_row(literal(w["name"]), literal(w["last_error"]))
         counted = (w.get("runtime") or {}).get("actors", {})
         for name, a in counted.items():
             actors.add_row(
-                escape(name),
-                escape(w["name"]),
-                escape(a["kind"]),
+                literal(name),
+                literal(w["name"]),
+                literal(a["kind"]),
                 _with_tasks(a["handled"], a.get("tasks_done")),
                 _with_tasks(a["failed"], a.get("tasks_failed")),
-                f"{a['mailbox_depth']}/{a['mailbox_capacity']}",
+                literal(f"{a['mailbox_depth']}/{a['mailbox_capacity']}"),
                 "yes" if a["busy"] else "no",
             )
         # A worker that did not answer (hung, restarting, stopped) still hosts its actors: list
@@ -131,17 +133,17 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
         unknown = _no_counters(w)
         for name in w.get("actors", ()):
             if name not in counted:
-                actors.add_row(escape(name), escape(w["name"]), "-", "-", "-", "-", unknown)
+                actors.add_row(literal(name), literal(w["name"]), "-", "-", "-", "-", unknown)
     tables = [node, workers, *([errors] if errors.row_count else []), actors]
     if "pipeline" in status:
         tables.append(pipeline_table(status["pipeline"]))
     return tables
 
 
-def _no_counters(worker: dict[str, Any]) -> str:
+def _no_counters(worker: dict[str, Any]) -> str | Text:
     """Why a worker's actors have no counters in the table: it did not answer, or it is not running."""
     if worker["state"] != "running":
-        return f"[dim]({worker['state']})[/]"
+        return literal(f"({worker['state']})", "dim")
     return "[yellow](no answer)[/]" if (worker.get("runtime") or {}).get("error") else "[dim](unknown)[/]"
 
 
@@ -152,7 +154,7 @@ def _nodes(names: list[str]) -> str:
 def pipeline_table(p: dict[str, Any]) -> Table:
     """The live metrics of a pipeline driven beside the node (``troupe run``)."""
     table = Table(
-        title=(
+        title=literal(
             f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
             f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
             f"bottleneck {p['bottleneck'] or '-'}"
@@ -167,17 +169,17 @@ def pipeline_table(p: dict[str, Any]) -> Table:
             where.setdefault(str(r.get("stage")), []).append(str(r.get("node")))
     for s in p["stages"]:
         table.add_row(
-            s["name"],
-            str(s["items_in"]),
-            str(s["items_out"]),
-            str(s["failed"]),
+            literal(s["name"]),
+            literal(s["items_in"]),
+            literal(s["items_out"]),
+            literal(s["failed"]),
             f"{s['latency_s']:.3f}",
             f"{s['concurrency']:.2f}",
             f"{s['throughput']:.2f}",
-            f"{s['queue_depth']}/{s['queue_bound']}",
+            literal(f"{s['queue_depth']}/{s['queue_bound']}"),
             f"{s['busy_fraction']:.0%}",
-            str(s["replicas"]),
-            escape(_nodes(where.get(s["name"], []))),
+            literal(s["replicas"]),
+            literal(_nodes(where.get(s["name"], []))),
         )
     return table
 

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from troupe.cli.client import fail
+from troupe.cli.literal import literal
 
 from .bounds import (
     MOST_ACTORS,
@@ -67,7 +67,7 @@ def messaging(
     from .messaging import measure_messaging  # imported here: `troupe` starts fast
 
     fig = measure_messaging(
-        quick, progress=lambda m: console.print(f"[dim]measuring {m}...[/]"), runs=repeat, curve=curve
+        quick, progress=lambda m: console.print(literal(f"measuring {m}...", "dim")), runs=repeat, curve=curve
     )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
@@ -141,7 +141,7 @@ def pipeline(
 ) -> None:
     """The sequential baseline against the troupe pipeline on the same scenes, the engine's overhead,
     and a CPU-bound workload against the bound of its stages' costs."""
-    progress = lambda m: console.print(f"[dim]measuring {escape(m)}...[/]")  # noqa: E731
+    progress = lambda m: console.print(literal(f"measuring {m}...", "dim"))  # noqa: E731
     if resolution is not None:
         _pipeline_at(resolution, scenes, as_json, progress)
         return
@@ -152,7 +152,7 @@ def pipeline(
         typer.echo(json.dumps(fig, indent=2))
         return
     for line in pipeline_lines(fig):
-        Console().print(escape(line), highlight=False)
+        Console().print(literal(line), highlight=False)
 
 
 def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: Any) -> None:
@@ -171,7 +171,7 @@ def _pipeline_at(resolution: str, scenes: int | None, as_json: bool, progress: A
         typer.echo(json.dumps(fig, indent=2))
         return
     for line in resolution_lines(fig):
-        Console().print(escape(line), highlight=False)
+        Console().print(literal(line), highlight=False)
 
 
 @bench_app.command("train")
@@ -220,7 +220,7 @@ def train(
         steps,
         inflight,
         actors,
-        progress=lambda m: console.print(f"[dim]{m}...[/]"),
+        progress=lambda m: console.print(literal(f"{m}...", "dim")),
         repeat=repeat,
         group_size=group_size,
     )
@@ -257,11 +257,13 @@ def train(
     )
     switches = fig["gpu_switches"]
     Console().print(
-        "encoder GPU switches, samples/s: "
-        + ", ".join(f"{k} {'failed' if v is None else f'{v:.1f}'}" for k, v in switches.items())
-        + f" ({escape(fig['gpu_switches_note'])})"
-        if switches
-        else f"encoder GPU switches: not measured ({escape(fig['gpu_switches_note'])})"
+        literal(
+            "encoder GPU switches, samples/s: "
+            + ", ".join(f"{k} {'failed' if v is None else f'{v:.1f}'}" for k, v in switches.items())
+            + f" ({fig['gpu_switches_note']})"
+            if switches
+            else f"encoder GPU switches: not measured ({fig['gpu_switches_note']})"
+        )
     )
 
 
@@ -308,7 +310,7 @@ def scale(
         workers,
         tasks,
         median_ms,
-        progress=lambda m: console.print(f"[dim]{m}...[/]"),
+        progress=lambda m: console.print(literal(f"{m}...", "dim")),
         prefetch=prefetch,
     )
     if as_json:
@@ -328,7 +330,7 @@ def submit(
     """One big submit to a real master: its time, and how long the master answered nothing."""
     from .submit import measure_submit, submit_table
 
-    fig = measure_submit(tasks, progress=lambda m: console.print(f"[dim]{m}...[/]"))
+    fig = measure_submit(tasks, progress=lambda m: console.print(literal(f"{m}...", "dim")))
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return
@@ -373,7 +375,7 @@ def recovery(
         raise fail(f"--interval {interval:g} / --timeout {timeout:g}: {reason}", 2) from None
 
     fig = measure_recovery(
-        interval, timeout, repeat, progress=lambda m: console.print(f"[dim]measuring {m}...[/]")
+        interval, timeout, repeat, progress=lambda m: console.print(literal(f"measuring {m}...", "dim"))
     )
     if as_json:
         typer.echo(json.dumps(fig, indent=2))

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import control, fail, run_async
+from troupe.cli.literal import literal, markup
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 
@@ -85,14 +85,14 @@ def chaos(
         return
     if kind == "kill":
         for name, pid in reply["killed"].items():
-            console.print(f"SIGKILL sent to [bold]{escape(name)}[/] (pid {pid})")
+            console.print(markup("SIGKILL sent to ", literal(name, "bold"), literal(f" (pid {pid})")))
         return
     for name, result in reply["workers"].items():
         if isinstance(result, dict) and "error" in result:
-            console.print(f"[red]{escape(name)}[/]: not armed: {escape(str(result['error']))}")
+            console.print(markup(literal(name, "red"), literal(f": not armed: {result['error']}")))
         else:
             console.print(
-                f"{escape(str(kind))} armed in [bold]{escape(name)}[/]: {escape(str(reply['spec']))}"
+                markup(literal(f"{kind} armed in "), literal(name, "bold"), literal(f": {reply['spec']}"))
             )
 
 
@@ -111,14 +111,14 @@ def heal(
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
     if not reply["workers"]:  # it printed nothing at all
-        console.print(f"no worker matches {escape(target)} on {escape(node)}: nothing to heal")
+        console.print(literal(f"no worker matches {target} on {node}: nothing to heal"))
     for name, result in reply["workers"].items():
         if isinstance(result, dict) and "error" in result:
-            console.print(f"[red]{escape(name)}[/]: not healed: {escape(str(result['error']))}")
+            console.print(markup(literal(name, "red"), literal(f": not healed: {result['error']}")))
         else:
             said = fired_words(result.get("fired") or {}, result.get("restarted_since_armed"))
             said += partition_words(result)
-            console.print(f"{escape(name)}: healed; {escape(said)}")
+            console.print(literal(f"{name}: healed; {said}"))
 
 
 def fired_words(fired: dict[str, Any], restarted: dict[str, Any] | None = None) -> str:

@@ -14,9 +14,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import fail
+from troupe.cli.literal import literal
 from troupe.runtime.errors import JournalError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.tasks.journal import Journal
@@ -48,8 +48,10 @@ def compact(
     except JournalError as exc:
         raise fail(str(exc), 2) from None
     console.print(
-        f"compacted {done.jobs} finished job(s) of {escape(str(journal))}: "
-        f"{done.task_rows} task rows folded into counts",
+        literal(
+            f"compacted {done.jobs} finished job(s) of {journal}: "
+            f"{done.task_rows} task rows folded into counts"
+        ),
         highlight=False,
         soft_wrap=True,
     )

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import (
     control,
@@ -25,6 +24,7 @@ from troupe.cli.client import (
     run_async,
     seconds_option,
 )
+from troupe.cli.literal import literal, markup
 from troupe.cli.master_client import (
     absent_master,
     jobs_tables,
@@ -90,7 +90,11 @@ def ping(
     ms = (time.perf_counter() - start) * 1000
     if not (isinstance(reply, dict) and "node" in reply):
         raise fail(f"{node} answered in {ms:.1f} ms, but not as a node (--node takes a node's endpoint)")
-    console.print(f"node [bold]{escape(str(reply['node']))}[/] (pid {reply['pid']}) answered in {ms:.1f} ms")
+    console.print(
+        markup(
+            "node ", literal(reply["node"], "bold"), literal(f" (pid {reply['pid']}) answered in {ms:.1f} ms")
+        )
+    )
 
 
 @ctl_app.command("status")
@@ -117,7 +121,7 @@ def status(
             print_whole(console, table)
     # A master that is not there is no news (nodes run without one); one that answered wrong is.
     for error in errors.values():
-        err_console.print(f"[yellow]note:[/] {escape(error)}", highlight=False, soft_wrap=True)
+        err_console.print(markup("[yellow]note:[/] ", literal(error)), highlight=False, soft_wrap=True)
     if master_reply is not None:
         for table in master_tables(master_reply):
             print_whole(console, table)
@@ -180,9 +184,9 @@ def submit(
     """
     use_keys(keys)
     payload, tasks = _job_payload(job_file, job_id)
-    name = escape(str(job_id or payload["job"]["job"]["name"]))
+    name = literal(job_id or payload["job"]["job"]["name"], "bold")
     waiting = (  # seconds of checking and journaling: say what the wait is
-        err_console.status(f"the master is taking in job [bold]{name}[/]: {tasks:,} tasks")
+        err_console.status(markup("the master is taking in job ", name, f": {tasks:,} tasks"))
         if tasks >= _SAYS_WAITING
         else nullcontext()
     )
@@ -199,15 +203,19 @@ def submit(
         )
     if as_json:
         return
-    job = escape(str(reply["job_id"]))
+    job = literal(reply["job_id"], "bold")
     if reply.get("already"):
         state = reply.get("state", "running")
         console.print(
-            f"job [bold]{job}[/] is already submitted ({reply['tasks']} tasks, same "
-            f"content, {escape(str(state))}); see `troupe ctl jobs`"
+            markup(
+                "job ",
+                job,
+                literal(f" is already submitted ({reply['tasks']} tasks, same content, {state}); ")
+                + "see `troupe ctl jobs`",
+            )
         )
         return
-    console.print(f"submitted job [bold]{job}[/]: {reply['tasks']} tasks")
+    console.print(markup("submitted job ", job, literal(f": {reply['tasks']} tasks")))
 
 
 @ctl_app.command("jobs")
@@ -238,9 +246,11 @@ def cancel(
     use_keys(keys)
     ended = run_async(_cancel, master, job, timeout)
     if ended is None:
-        console.print(f"job [bold]{escape(job)}[/] cancelled")
+        console.print(markup("job ", literal(job, "bold"), " cancelled"))
     else:  # said again, or after it ended: what was asked holds (exit 0, as a second drain)
-        console.print(f"job [bold]{escape(job)}[/] ended already ({escape(ended)}): nothing to cancel")
+        console.print(
+            markup("job ", literal(job, "bold"), literal(f" ended already ({ended}): nothing to cancel"))
+        )
 
 
 async def _cancel(master: str, job: str, timeout: float) -> str | None:
@@ -264,8 +274,12 @@ def drain(
     use_keys(keys)
     run_async(master_call, master, "drain", {"node": node_name}, timeout)
     console.print(
-        f"node [bold]{escape(node_name)}[/] draining: it takes no new task and stops its "
-        "workers once the tasks it holds are done (`troupe ctl undrain` resumes it)"
+        markup(
+            "node ",
+            literal(node_name, "bold"),
+            " draining: it takes no new task and stops its workers once the tasks it holds are "
+            "done (`troupe ctl undrain` resumes it)",
+        )
     )
 
 
@@ -281,8 +295,11 @@ def undrain(
     reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
     started = ", ".join(reply["restarted"])
     console.print(
-        f"node [bold]{escape(node_name)}[/] takes tasks again"
-        + (f"; workers started again: {escape(started)}" if started else "")
+        markup(
+            "node ",
+            literal(node_name, "bold"),
+            literal(" takes tasks again" + (f"; workers started again: {started}" if started else "")),
+        )
     )
 
 
@@ -302,7 +319,7 @@ def dead(
         typer.echo(json.dumps(letters, indent=2))
         return
     if not letters:
-        console.print(f"job {escape(job)} has no dead-lettered task")
+        console.print(literal(f"job {job} has no dead-lettered task"))
         return
     # Plain lines, not a table: errors are long and get copied into bug reports whole.
     typer.echo(f"dead letters of job {job}: {len(letters)}")

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import fail
+from troupe.cli.literal import literal
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.keys import generate_keys
 
@@ -53,9 +53,7 @@ def generate(
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     for path in written:
-        console.print(
-            f"wrote {escape(str(path))} and {escape(path.stem)}.key", highlight=False, soft_wrap=True
-        )
+        console.print(literal(f"wrote {path} and {path.stem}.key"), highlight=False, soft_wrap=True)
     console.print(
         "every host: cluster.key, cluster.key_secret and the operators' and readers' *.key; "
         "an operator: cluster.key and their own pair",
@@ -65,9 +63,11 @@ def generate(
     if not (directory / "cluster.key").exists():
         # Named pairs alone make no cluster: a new cluster's pair comes without options.
         console.print(
-            f"{escape(str(directory))} has no cluster.key: for a new cluster, run `troupe keys generate "
-            f"{escape(str(directory))}` (no --operator or --reader) for its pair; in an operator's own "
-            "directory, copy the cluster's cluster.key in",
+            literal(
+                f"{directory} has no cluster.key: for a new cluster, run `troupe keys generate "
+                f"{directory}` (no --operator or --reader) for its pair; in an operator's own "
+                "directory, copy the cluster's cluster.key in"
+            ),
             highlight=False,
             soft_wrap=True,
         )

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import fail
+from troupe.cli.literal import literal
 
 from .vae_checks import (
     MAX_CHANNELS,
@@ -185,7 +185,7 @@ def train_vae_command(
 
     if not as_json:
         console.print(
-            f"training on {len(dataset)} clips of {dataset.episodes} episodes in {escape(str(data))}",
+            literal(f"training on {len(dataset)} clips of {dataset.episodes} episodes in {data}"),
             highlight=False,
             soft_wrap=True,
         )
@@ -218,7 +218,7 @@ def train_vae_command(
         typer.echo(json.dumps(figures, sort_keys=True))
         return
     _print_figures(figures)
-    console.print(f"wrote {escape(str(out))} ({figures['bytes']} bytes)", highlight=False, soft_wrap=True)
+    console.print(literal(f"wrote {out} ({figures['bytes']} bytes)"), highlight=False, soft_wrap=True)
 
 
 @models_app.command("info")
@@ -230,8 +230,8 @@ def info(
         vae = load_checkpoint(path)
     except NotCheckpoint as exc:
         raise fail(f"PATH {path}: {exc}", 2) from None
-    for key, value in vae.config.__dict__.items():
-        console.print(f"{key} = {value}", highlight=False)
+    for key, value in vae.config.__dict__.items():  # the checkpoint file's: text, not markup
+        console.print(literal(f"{key} = {value}"), highlight=False)
     params = sum(p.numel() for p in vae.parameters())
     console.print(f"parameters = {params}", highlight=False)
     console.print(f"fingerprint = {vae.fingerprint()}", highlight=False)

@@ -4,7 +4,8 @@ ports, a pipeline's run or a training's: on stderr (stdout may carry ``--json``)
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
+
+from troupe.cli.literal import literal
 
 __all__ = ["moved_note", "say_moved"]
 
@@ -34,4 +35,4 @@ def moved_note(
 
 def say_moved(note: str) -> None:
     """``note`` on stderr, whole: piped, it was cut at column 80."""
-    Console(stderr=True).print(escape(note), soft_wrap=True)
+    Console(stderr=True).print(literal(note), soft_wrap=True)

@@ -10,9 +10,9 @@ from typing import Annotated
 import anyio
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from troupe.cli.client import run_async
+from troupe.cli.literal import literal, markup
 from troupe.runtime.core.client import connect
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.config import (
@@ -55,8 +55,10 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
         t0 = time.perf_counter()
         node = await start_local_node(tg, cfg)
         console.print(
-            f"node [bold]local[/] up with {len(node.workers)} worker processes "
-            f"in {time.perf_counter() - t0:.2f} s (logs: {escape(str(log_dir))}/local.jsonl)"
+            markup(
+                f"node [bold]local[/] up with {len(node.workers)} worker processes ",
+                literal(f"in {time.perf_counter() - t0:.2f} s (logs: {log_dir}/local.jsonl)"),
+            )
         )
         async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
@@ -76,7 +78,7 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
             try:
                 await rt.ref("echo").ask("fail", "on purpose")
             except Exception as exc:  # the demo shows what a remote error looks like
-                console.print(f"ask echo/fail -> {type(exc).__name__}: {escape(str(exc))}")
+                console.print(literal(f"ask echo/fail -> {type(exc).__name__}: {exc}"))
         node.stopping.set()
     console.print("node stopped; every worker exited")
 

@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -28,6 +27,7 @@ from rich.table import Table
 from troupe import template_prestart
 from troupe.actors.datagen.config import default_pipeline
 from troupe.cli.client import fail
+from troupe.cli.literal import literal, markup
 from troupe.cli.log_filters import visible
 from troupe.cli.stop_signals import lines_above, say_aside, say_if_heard, stop_came
 from troupe.cli.tables import print_whole
@@ -57,7 +57,7 @@ console = Console()
 def metrics_table(m: PipelineMetrics) -> Table:
     """The stage metrics and the throughput model, as a table (times per item in ms)."""
     table = Table(
-        title=f"stages (bottleneck: {escape(m.bottleneck) or '-'})",
+        title=literal(f"stages (bottleneck: {m.bottleneck or '-'})"),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -70,7 +70,7 @@ def metrics_table(m: PipelineMetrics) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     for s in m.stages:
         table.add_row(
-            escape(s.name),
+            literal(s.name),
             str(s.items_in),
             str(s.items_out),
             str(s.failed),
@@ -213,15 +213,15 @@ async def _finish_run(
     # template it starts first; on a cluster, the master's job and the stages' placement): a
     # refused run leaves --out as it was.
     progress = Progress(
-        TextColumn("{task.description:>8}"),
+        TextColumn("{task.description:>8}", markup=False),  # stage names: text
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
+        TextColumn("{task.fields[note]}", markup=False),
         TimeElapsedColumn(),
         console=console,
         disable=as_json,
     )
-    bars = {s.name: progress.add_task(escape(s.name), total=declared.items, note="") for s in declared.stages}
+    bars = {s.name: progress.add_task(s.name, total=declared.items, note="") for s in declared.stages}
     before = 0
     # Until the cluster is up: seconds of imports (torch's, on a slow disk tens of them).
     starting = StartingStatus(console, cluster is not None, as_json)
@@ -252,8 +252,10 @@ async def _finish_run(
         up = "cluster joined" if cluster is not None else "node up"
         at = f" at {start.node_endpoint}" if start.node_endpoint else ""  # for `ctl status --node`
         console.print(
-            f"{up} in {start.startup_s:.2f} s{at}; running {_count(start.items, 'item')}{again} "
-            f"through {_count(start.stages, 'stage')} into {escape(str(out))}",
+            literal(
+                f"{up} in {start.startup_s:.2f} s{at}; running {_count(start.items, 'item')}{again} "
+                f"through {_count(start.stages, 'stage')} into {out}"
+            ),
             soft_wrap=True,
         )
         progress.start()
@@ -277,9 +279,9 @@ async def _finish_run(
 
     def told(line: str) -> None:
         if as_json:  # stdout is the JSON object's
-            Console(stderr=True).print(escape(line), soft_wrap=True)
+            Console(stderr=True).print(literal(line), soft_wrap=True)
         else:
-            progress.console.print(escape(line), soft_wrap=True)
+            progress.console.print(literal(line), soft_wrap=True)
 
     stopped_after_it = False  # a stop signal came once the run had finished
     with lines_above(console):  # a stop's lines above the spinner and the bars, not over them
@@ -303,7 +305,7 @@ async def _finish_run(
                 on_importing=starting.importing,
                 template_ahead=template_prestart.take(),  # troupe.cli.entry started it
                 # A mixed cluster (runtime/pipeline/mixed_code.py): on stderr, --json or not.
-                on_warning=lambda line: say_aside(f"[yellow]warning:[/] {escape(line)}"),
+                on_warning=lambda line: say_aside(markup("[yellow]warning:[/] ", literal(line))),
             )
             if progress.live.is_started:
                 show(result.metrics, sum(result.counts().values()))  # where the table below starts
@@ -318,7 +320,7 @@ async def _finish_run(
                     progress.stop()
             # With --json too (stdout, the JSON's, stays empty): the stop is said.
             said = stopped_line(shown, before, declared.items, out) if run_started else STOPPED_BEFORE
-            say_if_heard(Console(stderr=True), escape(said))
+            say_if_heard(Console(stderr=True), literal(said))
             raise
         finally:
             starting.stop()  # transient: a run refused before it started prints only its error
@@ -329,17 +331,17 @@ async def _finish_run(
     elif result.already_complete:
         done = "; ".join(_finals(result)) or "every item has its outcome"
         lead = "complete when the stop came" if stopped_after_it else "already complete"
-        console.print(f"{lead}: {escape(done)}", soft_wrap=True)
+        console.print(literal(f"{lead}: {done}"), soft_wrap=True)
         dead, ended = result.ended.get("dead", 0), sum(result.ended.values())
         if dead and not result.made_nothing:  # which says it below
             log = out / "logs" / "local.jsonl"
             said = f"{dead} of its {ended} items died (their errors: {log}); --fresh runs all again"
-            console.print(escape(said), soft_wrap=True)
+            console.print(literal(said), soft_wrap=True)
     else:
         if result.outcomes or result.kept:
             _report(result, before, out)
         for line in _finals(result):
-            console.print(escape(line), soft_wrap=True)
+            console.print(literal(line), soft_wrap=True)
     if result.made_nothing:
         log = out / "logs" / "local.jsonl"
         head = (
@@ -411,13 +413,19 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
         soft_wrap=True,
     )
     for line in dead_lines(result, out / "logs" / "local.jsonl"):
-        console.print(escape(line), soft_wrap=True)
+        console.print(literal(line), soft_wrap=True)
     nodes = sorted(set(result.placement.values()))
     if len(nodes) > 1 or result.restarted:
         console.print(
-            f"replicas on {len(nodes)} nodes ({escape(', '.join(nodes))}); "
-            f"{result.engine_bytes_per_item / 1024:.1f} KiB through the engine per item"
-            + (f"; {result.restarted} items restarted (their holder was lost)" if result.restarted else ""),
+            literal(
+                f"replicas on {len(nodes)} nodes ({', '.join(nodes)}); "
+                f"{result.engine_bytes_per_item / 1024:.1f} KiB through the engine per item"
+                + (
+                    f"; {result.restarted} items restarted (their holder was lost)"
+                    if result.restarted
+                    else ""
+                )
+            ),
             soft_wrap=True,
         )
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 from rich.console import Console
-from rich.markup import escape
 
+from troupe.cli.literal import literal
 from troupe.cli.preflight import full_disk_problem, writable_problem
 from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
@@ -181,8 +181,10 @@ def _say_complete(lead: str, done: tuple[int, Path], target: int, as_json: bool)
         print(json.dumps({"already_complete": True, "step": done[0], "checkpoint": str(done[1])}))
         return
     console.print(
-        f"{lead}: {escape(str(done[1]))} is step {done[0]}, as far as {target} steps "
-        "go; give more --steps to train on, or --fresh to start over",
+        literal(
+            f"{lead}: {done[1]} is step {done[0]}, as far as {target} steps "
+            "go; give more --steps to train on, or --fresh to start over"
+        ),
         soft_wrap=True,
     )
 
@@ -294,7 +296,7 @@ async def _train(
         TextColumn("train"),
         BarColumn(),
         TextColumn("{task.fields[at]}"),  # the step reached of the target; the bar: this run's part
-        TextColumn("{task.fields[note]}"),
+        TextColumn("{task.fields[note]}", markup=False),  # paths: text, not markup
         TimeElapsedColumn(),
         console=console,
         disable=as_json,
@@ -310,13 +312,13 @@ async def _train(
             note += f"  checkpoint @ {p.checkpoint}"
         if p.restarts:
             note += f"  restarts {p.restarts}"
-        progress.update(bar, **bar_fields(p.step, p.steps, p.resumed_from or 0), note=escape(note))
+        progress.update(bar, **bar_fields(p.step, p.steps, p.resumed_from or 0), note=note)
 
     def event(line: str) -> None:
         if as_json:  # stdout is the JSON object's
-            Console(stderr=True).print(escape(line), soft_wrap=True)
+            Console(stderr=True).print(literal(line), soft_wrap=True)
         else:
-            progress.console.print(escape(line), soft_wrap=True)
+            progress.console.print(literal(line), soft_wrap=True)
 
     complete: tuple[int, Path] | None = None  # a stop came once the training was complete
     with lines_above(console):  # a stop's lines above the bar, not over it
@@ -337,7 +339,7 @@ async def _train(
             progress.stop()
             complete = await _complete_now(cfg, out, steps)
             if complete is None:
-                Console(stderr=True).print(escape(_stopped_line(cfg, out)), soft_wrap=True)
+                Console(stderr=True).print(literal(_stopped_line(cfg, out)), soft_wrap=True)
                 raise
             # The ranks were done, their final checkpoint committed, when the stop came (it
             # landed as the workers and the node stopped): it stopped nothing; said below.
@@ -352,4 +354,4 @@ async def _train(
         print(json.dumps(result_json(result), indent=2))
         return
     print_whole(console, result_table(result), unwrapped=True)
-    console.print(escape(final_line(result, str(_checkpoint_dir(cfg, out)))), soft_wrap=True)
+    console.print(literal(final_line(result, str(_checkpoint_dir(cfg, out)))), soft_wrap=True)

@@ -9,8 +9,9 @@ imports is named while the run waits, not minutes later.
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
+from troupe.cli.literal import literal, markup
 from troupe.runtime.node.template_link import READY_S
 
 __all__ = ["StartingStatus"]
@@ -59,20 +60,26 @@ class StartingStatus:
 
     @property
     def text(self) -> str:
-        """What the spinner says now (markup)."""
-        return str(self._status.status)
+        """What the spinner says now, as shown."""
+        said = self._status.status
+        return said.plain if isinstance(said, Text) else Text.from_markup(str(said)).plain
 
     def importing(self, now: str | None, waited_s: float) -> None:
         """``run_pipeline``'s ``on_importing``: the spinner's text, or a line now and then."""
-        what = escape(now) if now is not None else "the stages' classes"
+        what = literal(now if now is not None else "the stages' classes")  # the user's class path
         if self._spinning:
-            self._status.update(f"starting the node: its template imports {what} ({waited_s:.0f} s)")
+            self._status.update(
+                markup("starting the node: its template imports ", what, f" ({waited_s:.0f} s)")
+            )
             return
         if waited_s < self._next_note_s:
             return
         self._next_note_s = waited_s + self._every_s
         self._notes.print(
-            f"still starting the node after {waited_s:.0f} s: its template imports {what} "
-            f"(an import still going after {READY_S:g} s fails the run; Ctrl-C stops it now)",
+            markup(
+                f"still starting the node after {waited_s:.0f} s: its template imports ",
+                what,
+                f" (an import still going after {READY_S:g} s fails the run; Ctrl-C stops it now)",
+            ),
             soft_wrap=True,
         )

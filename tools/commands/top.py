@@ -22,11 +22,11 @@ import anyio
 import typer
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from troupe.cli.client import endpoint_option, fail, node_status, run_async
+from troupe.cli.literal import literal
 from troupe.cli.master_client import absent_master, live_figures, master_status, reachable
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
@@ -163,22 +163,22 @@ def _nodes(now: Look) -> Table:
         here, live = n.get("node") == mine.get("node"), live_figures(n)
         listed.add(n.get("node"))
         table.add_row(
-            escape(str(n.get("node"))),
+            literal(n.get("node")),
             "yes" if n.get("alive") else "[red]dead[/]",
-            str(n.get("workers", "-")),
+            literal(n.get("workers", "-")),
             f"{mine['uptime_s']:.0f} s" if here and "uptime_s" in mine else "-",
-            str(mine.get("rss_mib", "-")) if here else "-",
-            str(live.get("load1", "-")),
-            str(live.get("mem_available_mib", "-")),
+            literal(mine.get("rss_mib", "-")) if here else "-",
+            literal(live.get("load1", "-")),
+            literal(live.get("mem_available_mib", "-")),
             f"{n.get('last_beat_age_s', 0):.1f} s ago",
         )
     if mine and mine.get("node") not in listed:  # no master, or this node has not joined it
         table.add_row(
-            escape(str(mine.get("node"))),
+            literal(mine.get("node")),
             "yes",
             "-",
             f"{mine.get('uptime_s', 0):.0f} s",
-            str(mine.get("rss_mib", "-")),
+            literal(mine.get("rss_mib", "-")),
             "-",
             "-",
             "-",
@@ -227,13 +227,15 @@ def _workers(now: Look, before: Look | None) -> Table:
         depth = sum(int(a.get("mailbox_depth", 0)) for a in actors.values())
         capacity = sum(int(a.get("mailbox_capacity", 0)) for a in actors.values())
         table.add_row(
-            escape(name),
-            escape(str(w.get("kind"))),
-            f"[{colour}]{state}[/]" if colour else escape(state),
-            str(w.get("pid") or "-"),
-            str(w.get("rss_mib", "-")),
-            str(w.get("restarts", 0)),
-            str(is_.get(name, "-")) if actors else ("[yellow]no answer[/]" if runtime.get("error") else "-"),
+            literal(name),
+            literal(w.get("kind")),
+            literal(state, colour or ""),
+            literal(w.get("pid") or "-"),
+            literal(w.get("rss_mib", "-")),
+            literal(w.get("restarts", 0)),
+            literal(is_.get(name, "-"))
+            if actors
+            else ("[yellow]no answer[/]" if runtime.get("error") else "-"),
             rate,
             f"{depth}/{capacity}" if actors else "-",
             "yes" if any(a.get("busy") for a in actors.values()) else "no",
@@ -252,9 +254,9 @@ def _queues(now: Look) -> Table:
             boxes.append((int(a.get("mailbox_depth", 0)), str(w.get("name")), str(actor), a))
     for depth, worker, actor, a in sorted(boxes, key=lambda b: (-b[0], b[1], b[2]))[:_MAILBOX_ROWS]:
         table.add_row(
-            f"mailbox {escape(worker)}/{escape(actor)}",
-            str(depth),
-            str(a.get("mailbox_capacity", "-")),
+            literal(f"mailbox {worker}/{actor}"),
+            literal(depth),
+            literal(a.get("mailbox_capacity", "-")),
             "yes" if a.get("busy") else "no",
         )
     for job in (now.master or {}).get("jobs", ()):
@@ -262,9 +264,9 @@ def _queues(now: Look) -> Table:
             continue
         counts = job.get("counts") or {}
         table.add_row(
-            f"tasks of job {escape(str(job.get('job_id')))}",
-            str(counts.get("pending", 0)),
-            f"{counts.get('done', 0)}/{job.get('total', '?')} done",
-            str(counts.get("leased", 0)),
+            literal(f"tasks of job {job.get('job_id')}"),
+            literal(counts.get("pending", 0)),
+            literal(f"{counts.get('done', 0)}/{job.get('total', '?')} done"),
+            literal(counts.get("leased", 0)),
         )
     return table

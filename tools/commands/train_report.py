@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.markup import escape
 from rich.table import Table
+
+from troupe.cli.literal import literal
 
 __all__ = ["bar_fields", "cache_line", "final_line", "result_json", "result_table", "steps_done"]
 
@@ -54,17 +55,17 @@ def result_table(result: Any) -> Table:
     table.add_row("samples/s", f"{result.samples_per_s:.2f}")
     for rank, t in result.timings.items():
         table.add_row(
-            f"rank {escape(rank)} read / wait / train s",
+            literal(f"rank {rank} read / wait / train s"),
             f"{t['read_s']:.2f} / {t['wait_s']:.2f} / {t['train_s']:.2f}",
         )
     for actor, n in result.requests.items():
         # The ranks' asks to it (since their last (re)start), not the actor's own count.
-        table.add_row(f"requests to {escape(actor)}", str(n) if n >= 0 else "no answer")
+        table.add_row(literal(f"requests to {actor}"), str(n) if n >= 0 else "no answer")
     if result.latent_cache is not None:
-        table.add_row("latent cache", escape(cache_line(result.latent_cache)))
+        table.add_row("latent cache", literal(cache_line(result.latent_cache)))
     table.add_row("restarts", str(result.restarts))
-    table.add_row("checkpoints", escape(", ".join(Path(c).name for c in result.checkpoints) or "-"))
-    table.add_row("placement", escape(", ".join(f"{a} on {n}" for a, n in result.placement.items())))
+    table.add_row("checkpoints", literal(", ".join(Path(c).name for c in result.checkpoints) or "-"))
+    table.add_row("placement", literal(", ".join(f"{a} on {n}" for a, n in result.placement.items())))
     table.add_row("wall s", f"{result.wall_s:.1f}")
     return table
 
