@@ -21,6 +21,7 @@ from .tables import security_cell
 
 __all__ = [
     "absent_master",
+    "answered_not_as",
     "jobs_table",
     "jobs_tables",
     "keys_hint",
@@ -155,6 +156,12 @@ async def node_name_problem(master: str, name: str, endpoint: str, timeout: floa
     return None
 
 
+def answered_not_as(endpoint: str, what: str) -> TroupeError:
+    """``ENDPOINT answered, but not as WHAT``: something answered, and not as the CLI expects
+    (a node given as --master; a reply of another shape, ``reply_shape.py``)."""
+    return TroupeError(f"{endpoint} answered, but not as {what}")
+
+
 async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:
     """The master's ``status`` reply.
 
@@ -164,9 +171,7 @@ async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:
     """
     reply = await master_call(endpoint, "status", None, timeout)
     if not (isinstance(reply, dict) and "master" in reply and "jobs" in reply):
-        raise TroupeError(
-            f"{endpoint} answered, but not as a master (a node? --master takes the master's endpoint)"
-        )
+        raise answered_not_as(endpoint, "a master (a node? --master takes the master's endpoint)")
     # The code each runs (runtime/code_identity.py): null where an older master or node did not
     # say it, in --json as in the tables, rather than a key that is there or not.
     reply.setdefault("code", None)

@@ -34,6 +34,7 @@ from troupe.cli.master_client import (
     reachable,
     submit_job,
 )
+from troupe.cli.reply_shape import shaped_as
 from troupe.cli.stop_signals import lines_above
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
@@ -116,15 +117,18 @@ def status(
             reply["master_error"] = errors["master"]
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
-    if node_reply is not None:
-        for table in status_tables(node_reply):
-            print_whole(console, table)
+    # Built before anything is printed: a reply of another shape is one line, not half a view.
+    with shaped_as(node, "node"):
+        node_tables = status_tables(node_reply) if node_reply is not None else []
+    with shaped_as(master, "master"):
+        master_view = master_tables(master_reply) if master_reply is not None else []
+    for table in node_tables:
+        print_whole(console, table)
     # A master that is not there is no news (nodes run without one); one that answered wrong is.
     for error in errors.values():
         err_console.print(markup("[yellow]note:[/] ", literal(error)), highlight=False, soft_wrap=True)
-    if master_reply is not None:
-        for table in master_tables(master_reply):
-            print_whole(console, table)
+    for table in master_view:
+        print_whole(console, table)
 
 
 async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, dict[str, str]]:
@@ -231,7 +235,9 @@ def jobs(
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
         return
-    for table in jobs_tables(reply):
+    with shaped_as(master, "master"):
+        tables = jobs_tables(reply)
+    for table in tables:
         print_whole(console, table)
 
 
@@ -322,8 +328,11 @@ def dead(
         console.print(literal(f"job {job} has no dead-lettered task"))
         return
     # Plain lines, not a table: errors are long and get copied into bug reports whole.
-    typer.echo(f"dead letters of job {job}: {len(letters)}")
-    for d in letters:
-        typer.echo(f"{d['task_id']}  after {d['attempts']} attempts: {d['error']}")
-        if traceback:
-            typer.echo(d["traceback"] or "(no traceback)")
+    with shaped_as(master, "master"):
+        lines = [f"dead letters of job {job}: {len(letters)}"]
+        for d in letters:
+            lines.append(f"{d['task_id']}  after {d['attempts']} attempts: {d['error']}")
+            if traceback:
+                lines.append(d["traceback"] or "(no traceback)")
+    for line in lines:
+        typer.echo(line)

@@ -28,6 +28,7 @@ from rich.text import Text
 from troupe.cli.client import endpoint_option, fail, node_status, run_async
 from troupe.cli.literal import literal
 from troupe.cli.master_client import absent_master, live_figures, master_status, reachable
+from troupe.cli.reply_shape import SHAPE_ERRORS, shaped_as
 from troupe.cli.tables import pipeline_table
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -113,15 +114,31 @@ async def _watch(
     if first.node is None and first.master is None:
         raise fail(first.errors.get("node") or f"no node answers at {node}")
     if once:
-        console.print(frame(first, None, node, master, None))  # one frame: no "every", no Ctrl-C
+        console.print(_shaped_frame(first, None, node, master, None))  # one frame: no "every", no Ctrl-C
         return
-    with Live(frame(first, None, node, master, interval), console=console, auto_refresh=False) as view:
+    first_frame = _shaped_frame(first, None, node, master, interval)
+    with Live(first_frame, console=console, auto_refresh=False) as view:
         before = first
         while True:
             await anyio.sleep(interval)
             now = await look(node, master, timeout)
-            view.update(frame(now, before, node, master, interval), refresh=True)
+            view.update(_shaped_frame(now, before, node, master, interval), refresh=True)
             before = now
+
+
+def _shaped_frame(
+    now: Look, before: Look | None, node: str, master: str, interval: float | None
+) -> RenderableType:
+    """``frame``, or one line and exit 1 where a reply has a shape the view does not know: the
+    master's, where the frame of the node's alone builds, else the node's (``reply_shape.py``)."""
+    try:
+        return frame(now, before, node, master, interval)
+    except SHAPE_ERRORS:
+        pass
+    with shaped_as(node, "node"):
+        frame(Look(now.at, node=now.node), None, node, master, interval)
+    with shaped_as(master, "master"):
+        return frame(now, before, node, master, interval)
 
 
 def frame(now: Look, before: Look | None, node: str, master: str, interval: float | None) -> RenderableType:
