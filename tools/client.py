@@ -86,9 +86,8 @@ def seconds_option(param: typer.CallbackParam, value: float | None) -> float | N
     """The callback of a seconds option (``--timeout``): finite and > 0, else one line, exit 2
     (``--timeout -1`` waited no time and blamed the node for not answering)."""
     if value is not None and not (math.isfinite(value) and value > 0):
-        raise fail(
-            f"{param.opts[0] if param.opts else param.name} must be a number of seconds > 0, got {value}", 2
-        )
+        option = param.opts[0] if param.opts else param.name
+        raise fail(f"{option} must be a finite number of seconds above 0, got {value}", 2)
     return value
 
 

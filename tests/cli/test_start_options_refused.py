@@ -96,7 +96,10 @@ def test_ctl_says_a_host_name_that_does_not_resolve(command: list[str]) -> None:
 def test_ctl_refuses_a_timeout_that_is_no_time(timeout: str) -> None:
     done = troupe("ctl", "ping", "--timeout", timeout)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stderr.strip() == f"error: --timeout must be a number of seconds > 0, got {float(timeout)}"
+    assert (
+        done.stderr.strip()
+        == f"error: --timeout must be a finite number of seconds above 0, got {float(timeout)}"
+    )
 
 
 @pytest.mark.parametrize(

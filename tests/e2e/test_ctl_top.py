@@ -72,7 +72,7 @@ def test_nothing_answering_is_one_line_and_exit_1() -> None:
 def test_a_bad_interval_or_timeout_is_refused_with_exit_2(option: str) -> None:
     out = ctl("ctl", "top", option, "0")
     assert out.returncode == 2
-    assert f"{option} must be a number of seconds > 0, got 0" in out.stderr
+    assert f"{option} must be a finite number of seconds above 0, got 0" in out.stderr
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -99,7 +99,7 @@ def top(
     use_keys(keys)
     for option, given in (("--interval", interval), ("--timeout", timeout)):
         if not (math.isfinite(given) and given > 0):
-            raise fail(f"{option} must be a number of seconds > 0, got {given}", 2)
+            raise fail(f"{option} must be a finite number of seconds above 0, got {given}", 2)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: no terminal to fit
         console = Console(width=_PIPED_WIDTH)
