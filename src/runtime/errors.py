@@ -4,6 +4,7 @@
 
     TroupeError
     ├── ConfigError(ValueError)            a config file or option is wrong
+    │   ├── NameTaken                      another live node runs under the name (the master says)
     │   └── NoNodeNow                      no live node offers a stage's tags now (pipeline.hosts)
     ├── ProtocolError                      a frame broke the wire protocol
     │   ├── BadFrame(ValueError)           truncated, garbage, wrong shape or types
