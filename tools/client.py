@@ -82,13 +82,27 @@ def _unresolved_host(endpoint: str) -> str | None:
     return None
 
 
-def seconds_option(param: typer.CallbackParam, value: float | None) -> float | None:
-    """The callback of a seconds option (``--timeout``): finite and > 0, else one line, exit 2
-    (``--timeout -1`` waited no time and blamed the node for not answering)."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        option = param.opts[0] if param.opts else param.name
-        raise fail(f"{option} must be a finite number of seconds above 0, got {value}", 2)
-    return value
+def within(unit: str, most: float = math.inf) -> Callable[[typer.CallbackParam, float | None], float | None]:
+    """The callback of a float option: a finite number above 0 (and at most ``most`` ``unit``,
+    where given), else one line, exit 2. It names the bound the value broke: ``inf`` is above
+    0, but not finite (``bench scale --median-ms 1e300`` was taken, and slept)."""
+    bound = (
+        f"a finite number of {unit} above 0"
+        if most == math.inf
+        else f"a number of {unit} above 0 and at most {most:,g}"
+    )
+
+    def check(param: typer.CallbackParam, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and 0 < value <= most):
+            name = param.opts[0] if param.opts else param.name
+            raise fail(f"{name} must be {bound}, got {value}", 2)
+        return value
+
+    return check
+
+
+# A seconds option (--timeout): --timeout -1 waited no time and blamed the node for not answering.
+seconds_option = within("seconds")
 
 
 def run_async(

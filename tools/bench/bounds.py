@@ -5,13 +5,6 @@ was killed), and ``--repeat 1000000000`` ran as long."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
-import typer
-
-from troupe.cli.client import fail
-
 __all__ = [
     "MOST_ACTORS",
     "MOST_CPU_ITEMS",
@@ -25,7 +18,6 @@ __all__ = [
     "MOST_SYNTHETIC",
     "MOST_TASKS",
     "MOST_WORKERS",
-    "within",
 ]
 
 MOST_MEDIAN_MS = 60_000.0  # bench scale: a task's median duration, a minute
@@ -41,16 +33,3 @@ MOST_GROUP_SIZE = 1_024
 # bench scale: each 250 simulated workers are a process of their own, and their tasks one job.
 MOST_WORKERS = 10_000
 MOST_TASKS = 10_000_000
-
-
-def within(unit: str, most: float) -> Callable[[typer.CallbackParam, float | None], float | None]:
-    """The callback of a float option: a number above 0 and at most ``most`` ``unit``, else one
-    line, exit 2. It names the bound the value broke: ``inf`` is above 0, but not at most it."""
-
-    def check(param: typer.CallbackParam, value: float | None) -> float | None:
-        if value is not None and not (math.isfinite(value) and 0 < value <= most):
-            name = param.opts[0] if param.opts else param.name
-            raise fail(f"{name} must be a number of {unit} above 0 and at most {most:,g}, got {value}", 2)
-        return value
-
-    return check

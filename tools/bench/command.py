@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from troupe.cli.client import fail
+from troupe.cli.client import fail, within
 from troupe.cli.literal import literal
 
 from .bounds import (
@@ -25,7 +25,6 @@ from .bounds import (
     MOST_SYNTHETIC,
     MOST_TASKS,
     MOST_WORKERS,
-    within,
 )
 from .stopping import stops_cleanly
 

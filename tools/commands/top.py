@@ -12,7 +12,6 @@ once, quietly (exit 130 / 143 / 129), the terminal restored.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from troupe.cli.client import endpoint_option, fail, node_status, run_async
+from troupe.cli.client import endpoint_option, fail, node_status, run_async, seconds_option
 from troupe.cli.literal import literal
 from troupe.cli.master_client import absent_master, live_figures, master_status, reachable
 from troupe.cli.reply_shape import SHAPE_ERRORS, shaped_as
@@ -90,16 +89,17 @@ def top(
             callback=endpoint_option,
         ),
     ] = DEFAULT_MASTER_ENDPOINT,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes.")] = 2.0,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between refreshes.", callback=seconds_option)
+    ] = 2.0,
     once: Annotated[bool, typer.Option("--once", help="Print one frame and exit (as when piped).")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each reply.")] = 5.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each reply.", callback=seconds_option)
+    ] = 5.0,
     keys: KeysOption = None,
 ) -> None:
     """A live view of nodes, workers, stages and queues, refreshing in place until Ctrl-C."""
     use_keys(keys)
-    for option, given in (("--interval", interval), ("--timeout", timeout)):
-        if not (math.isfinite(given) and given > 0):
-            raise fail(f"{option} must be a finite number of seconds above 0, got {given}", 2)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:  # piped: no terminal to fit
         console = Console(width=_PIPED_WIDTH)

@@ -18,12 +18,9 @@ from typing import Any
 import anyio
 import msgpack
 
-from troupe.runtime.tasks.master.journal_open import open_journal
-from troupe.runtime.tasks.master.master import Master
-from troupe.runtime.tasks.master.master_config import MasterConfig
-from troupe.runtime.transports.base import MemoryHub, MemoryTransport
+from support.memory_master import MASTER, master_in_memory
+from troupe.runtime.transports.base import MemoryTransport
 
-MASTER = "mem://master"
 BOUND_S = 30.0
 
 
@@ -54,21 +51,11 @@ class RawPeer:
 
 @asynccontextmanager
 async def master_and_peer(tmp_path: Path) -> AsyncIterator[RawPeer]:
-    hub = MemoryHub()
-    journal, book = open_journal(tmp_path / "journal.db", new=True)
-    m = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(m.run)
-            with anyio.fail_after(BOUND_S):
-                await m.ready.wait()
-            peer = RawPeer(hub.transport(name="peer"))
-            await tg.start(peer.transport.serve, peer.on_message)
-            yield peer
-            m.stop()
-            tg.cancel_scope.cancel()
-    finally:
-        journal.close()
+    async with master_in_memory(tmp_path) as m, anyio.create_task_group() as tg:
+        peer = RawPeer(m.hub.transport(name="peer"))
+        await tg.start(peer.transport.serve, peer.on_message)
+        yield peer
+        tg.cancel_scope.cancel()
 
 
 def _header(kind: int, msg_type: str, payload: Any, target: str = "") -> bytes:
