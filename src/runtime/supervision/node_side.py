@@ -109,6 +109,9 @@ class NodeSupervision:
         self._tg: TaskGroup | None = None
         self._reasons: dict[int, str] = {}  # worker pid -> why it is being killed
         self.kills: dict[str, dict[str, Any]] = {}  # worker -> the supervisor's last kill report
+        # worker -> the pid of its last exit: a kill report the node reads only after that exit
+        # (a node too busy to answer within the supervisor's wait) still says why it died.
+        self._exited: dict[str, int] = {}
         # Restarts by (worker, kind) over the node process's life: a handle's own count starts
         # at 0 when the node replaces it (an undrain's start, a rerun's replica of the name).
         self._restarts: Counter[tuple[str, str]] = Counter()
@@ -183,6 +186,8 @@ class NodeSupervision:
         """A worker was reaped: unwatch it, tell the listeners, restart it or give up."""
         node, name, now = self._node, handle.spec.name, time.monotonic()
         reason = self._reasons.pop(handle.pid or 0, None)
+        if handle.pid:
+            self._exited[name] = handle.pid
         if reason is not None:
             handle.exit_reason = f"{reason} ({handle.exit_reason})"
         reason = reason or handle.exit_reason
@@ -382,17 +387,21 @@ class NodeSupervision:
         p = ControlPayload("worker_killed", payload)
         pid, reason, worker = p.require("pid", int), p.require("reason", str), p.require("worker", str)
         handle = self._node.workers.get(worker)
-        if handle is None or handle.pid != pid:
-            return False  # an old incarnation: its exit was handled already
-        self.note_kill(pid, reason)
-        self.kills[handle.spec.name] = dict(payload)
+        late = handle is None or handle.pid != pid
+        if late and self._exited.get(worker) != pid:
+            return False  # an older incarnation's, or no worker of ours
+        if not late:
+            self.note_kill(pid, reason)
+        # Late: its exit, and the restart, came first; status and the log still say why.
+        self.kills[worker] = {**payload, "late": True} if late else dict(payload)
         log.warning(
             "worker_killed",
-            worker=handle.spec.name,
+            worker=worker,
             worker_pid=pid,
             reason=reason,
             silent_s=payload.get("silent_s"),
             last_status=payload.get("last_status"),
+            **({"late": True} if late else {}),
         )
         return True
 
