@@ -244,8 +244,11 @@ def check_run(
     if items is not None and not 1 <= items <= MAX_COUNT:
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     from troupe.cli.commands.run_pipeline import declared_config
+    from troupe.runtime.pipeline.run_outcome import completed_run
 
     unusable = writable_problem(out, "--out")  # first: a path that cannot be resolved (a loop)
+    if unusable is None and completed_run(out) is None:  # a finished run's rerun writes nothing
+        unusable = full_disk_problem(out, "--out")
     if unusable is not None:
         raise fail(unusable, 2)
     source = str(config) if config else "the default pipeline"

@@ -246,7 +246,12 @@ async def _finish_run(
             )
             return
         if start.before >= start.items:
-            console.print("every item was done by an earlier run; finalising", soft_wrap=True)
+            # The stages' start hooks may yet find an output gone (deleted since): that item is
+            # made again, and said so, before the stages finalise.
+            console.print(
+                "every item was done by an earlier run; checking their outputs, then finalising",
+                soft_wrap=True,
+            )
             return
         again = f" ({start.before} done before)" if start.before else ""
         up = "cluster joined" if cluster is not None else "node up"

@@ -568,6 +568,8 @@ def finalize_dataset(
             action=f"finalizing the dataset at {root}",
             root=root,
             retry="run the same troupe run again, or finalize_dataset (it is idempotent)",
+            # Some of the dataset's files may be in place already: whole only once one succeeds.
+            kept="The committed episodes are kept; the dataset is whole once a finalize succeeds.",
         ) from exc
     summary = DatasetSummary(
         root=root,

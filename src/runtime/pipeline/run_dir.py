@@ -252,15 +252,23 @@ class RunDir:
         if record is None:
             if not wipe:  # what --fresh left is the user's own: it stays, and troupe's goes on
                 self._check_new()
-            self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+            self._start_record(made_with)
             return None
         if self._binds_nothing(record, made_with):
             self._drop_journal()  # its items were the other pipeline's
-            self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+            self._start_record(made_with)
             return None
         self._check_same(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
+
+    def unadopt(self) -> None:
+        """Take back the record :meth:`prepare` wrote for a folder it adopted (``adopted``), for a
+        run that failed before anything ran (its master's job was made with other items, say):
+        the folder is as it was, and the command that matches its job adopts it then."""
+        if self.adopted:
+            self.record_path.unlink(missing_ok=True)
+            self.adopted = False
 
     def _hold(self) -> None:
         if self.lock is None:
@@ -338,15 +346,7 @@ class RunDir:
             "stats": _output_stats(finals),
             **({"job": job} if job is not None else {}),
         }
-        try:
-            self._write(record)
-        except OSError as exc:
-            raise as_commit_error(
-                exc,
-                action=f"recording the finished run in {self.record_path}",
-                root=self.state_dir,
-                retry="run the same command again (what the run committed stays)",
-            ) from exc
+        self._write(record, "recording the finished run", "(what the run committed stays)")
 
     def completed_job(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """For a run whose items come from a master: the record's ``complete`` entry when a run
@@ -425,7 +425,7 @@ class RunDir:
             # record stays, its word that a run finished here with it (stages that write
             # nothing here leave a folder as bare as a failed start's).
             if record is None or self._binds_nothing(record, made_with):
-                self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+                self._start_record(made_with)
             else:
                 self._check_same(record, made_with, _SHARED_ADVICE)
         except BaseException:
@@ -507,8 +507,22 @@ class RunDir:
     def _read(self) -> dict[str, Any] | None:
         return read_record(self.record_path, self.out, _FORMAT, "run record")
 
-    def _write(self, record: dict[str, Any]) -> None:
-        write_record(self.record_path, record)
+    def _write(self, record: dict[str, Any], doing: str = "recording the run", kept: str = "") -> None:
+        """Write the record; a disk that takes nothing (full, or read-only since the command's
+        checks) is said in one line, ``kept``: what the run made that stays."""
+        try:
+            write_record(self.record_path, record)
+        except OSError as exc:
+            raise as_commit_error(
+                exc,
+                action=f"{doing} in {self.record_path}",
+                root=self.state_dir,
+                retry=f"run the same command again{' ' + kept if kept else ''}",
+            ) from exc
+
+    def _start_record(self, made_with: dict[str, Any]) -> None:
+        """Record the pipeline a run starts with."""
+        self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
 
     def _check_new(self) -> None:
         try:

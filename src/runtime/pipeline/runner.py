@@ -243,7 +243,12 @@ async def run_pipeline(
             )
         )
         shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None
+        adopting = [run_dir] if run_dir is not None and run_dir.adopted else []
+        # Nothing ran until the body: a failed start (the job was made with other items) leaves
+        # the adopted folder without the record this run wrote, else it binds the wrong items.
+        stack.callback(_unadopt, adopting)
         async with kept_once_finalized(done), lone_error_raised(), where as running:
+            adopting.clear()
             made = running.source.made if isinstance(running.source, MasterSource) else None
             if shared_dir is not None:
                 shared = await anyio.to_thread.run_sync(shared_dir.take_shared, fingerprint(cfg))
@@ -373,6 +378,11 @@ def pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
 
     m = engine.metrics()
     return {**asdict(m), "efficiency": m.efficiency, "replicas": engine.replica_status()}
+
+
+def _unadopt(adopting: list[RunDir]) -> None:
+    for run_dir in adopting:
+        run_dir.unadopt()
 
 
 def _discard_all(unused: list[Prestarted]) -> None:

@@ -155,11 +155,25 @@ def _fix_for(exc: OSError, root: Path) -> str:
         return f"free space on the volume holding {root} (or point the store at a larger one)"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"make {root} writable by this user (uid {os.getuid()})"
+    # No rerun gets past it: it must be moved (a rename's target is its second name).
+    in_the_way = exc.filename2 or exc.filename
+    if exc.errno in _IN_THE_WAY and in_the_way:
+        return f"move or delete {in_the_way}, which is in the way"
     return f"check the volume holding {root}"
 
 
+# A folder where a file goes, a file where a folder goes, a folder that is not empty.
+_IN_THE_WAY = (errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ENOTEMPTY)
+
+
 def as_commit_error(
-    exc: OSError, *, action: str, root: Path, task_id: str = "", retry: str = "retry the task"
+    exc: OSError,
+    *,
+    action: str,
+    root: Path,
+    task_id: str = "",
+    retry: str = "retry the task",
+    kept: str = "Nothing was committed.",
 ) -> CommitError:
     """Translate an OSError met while writing an output into a CommitError that says the fix.
 
@@ -169,6 +183,8 @@ def as_commit_error(
         root: the directory being written, named in the fix.
         task_id: the task, if any; kept as the error's ``task_id`` attribute.
         retry: what to do once the cause is fixed.
+        kept: what the failure left as it was (a finalize that moved some files into place
+            committed something: it says what is whole).
 
     Returns:
         The error to raise (``from exc``).
@@ -176,8 +192,7 @@ def as_commit_error(
     subject = f"task {task_id!r}: " if task_id else ""
     err = CommitError(
         exc.errno or errno.EIO,
-        f"{subject}{action} failed ({exc.strerror or exc}); {_fix_for(exc, root)}, "
-        f"then {retry}. Nothing was committed.",
+        f"{subject}{action} failed ({exc.strerror or exc}); {_fix_for(exc, root)}, then {retry}. {kept}",
     )
     err.task_id = task_id  # type: ignore[attr-defined]
     return err

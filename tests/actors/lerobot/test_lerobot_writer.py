@@ -479,3 +479,19 @@ def test_finalize_splits_videos_an_episode_json_misdeclares(store: OutputStore, 
     episodes = pd.read_parquet(root / "meta" / "episodes")
     assert sorted(episodes[f"videos/{RGB_KEY}/file_index"]) == [0, 1]
     assert list(episodes[f"videos/{RGB_KEY}/from_timestamp"]) == [0.0, 0.0]
+
+
+def test_a_finalize_blocked_by_a_folder_names_it_and_says_the_episodes_are_kept(
+    store: OutputStore, tmp_path: Path
+) -> None:
+    """A folder where meta/info.json goes fails every finalize the same way: the error names
+    it as what to move, and does not claim that nothing was committed (the data and video
+    files are in place by then)."""
+    _write_all(store)
+    root = tmp_path / "ds"
+    (root / "meta" / "info.json").mkdir(parents=True)
+    with pytest.raises(CommitError) as failed:
+        finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    said = str(failed.value)
+    assert f"move or delete {root / 'meta' / 'info.json'}, which is in the way" in said
+    assert "Nothing was committed" not in said and "The committed episodes are kept" in said
