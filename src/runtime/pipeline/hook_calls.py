@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import structlog
 
-from troupe.runtime.errors import StageFailed, TroupeError
+from troupe.runtime.errors import PeerLost, RemoteError, StageFailed, TroupeError
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .records import StageState
@@ -62,7 +62,7 @@ class HookCalls(ReplicaPool):
             try:
                 reply = await replica.ref.ask("stage_start", self._stage_run(stage), timeout=3600)
             except TroupeError as exc:
-                raise StageFailed(f"stage {stage.cfg.name}: start failed: {exc}") from exc
+                raise _hook_failed(stage.cfg.name, "start", exc) from exc
             committed = reply.get("committed", []) if isinstance(reply, dict) else []
             self._committed.update(str(t) for t in committed)
             self._outputs_listed |= isinstance(reply, dict) and reply.get("every") is True
@@ -107,7 +107,24 @@ class HookCalls(ReplicaPool):
             try:
                 summary = await replica.ref.ask("stage_finalize", self._stage_run(stage), timeout=24 * 3600)
             except TroupeError as exc:
-                raise StageFailed(f"stage {stage.cfg.name}: finalize failed: {exc}") from exc
+                raise _hook_failed(stage.cfg.name, "finalize", exc) from exc
             finally:
                 replica.busy -= 1
             self._finals[stage.cfg.name] = dict(summary) if isinstance(summary, dict) else {}
+
+
+def _hook_failed(stage: str, hook: str, exc: TroupeError) -> StageFailed:
+    """The run's error for a hook that raised or whose replica ended in it; a hook's traceback
+    goes to the run's log (``stage_hook_failed``), as a constructor's does."""
+    said = f"stage {stage}: {hook} failed: {exc}"
+    if isinstance(exc, RemoteError):
+        log.error("stage_hook_failed", stage=stage, hook=hook, error=str(exc), traceback=exc.remote_traceback)
+        said += " (its traceback: the run log's stage_hook_failed line)"
+    elif isinstance(exc, PeerLost):
+        # Most often killed as hung: a hook is a handler, held to progress_timeout_s as one.
+        said += (
+            f"; the replica's process ended in its {hook} hook (the run log's worker_killed or "
+            "worker_exited line says why: a hook that runs longer than progress_timeout_s "
+            "without self.progress() is killed as hung)"
+        )
+    return StageFailed(said)
