@@ -243,3 +243,38 @@ def test_a_hangup_stops_troupe_run_gracefully_and_a_rerun_completes(
     counts = summary_counts(rerun.text())
     assert counts["dead"] == 0
     assert counts["ok"] + counts["pruned"] + counts["kept"] + counts["before"] == HUNG_UP_ITEMS
+
+
+BUSY_PIPELINE = """
+[pipeline]
+name = "busy"
+items = 1
+
+[[stages]]
+name = "a"
+actor = "support.hook_stages:RecordingStage"
+kwargs = {{ log = {log}, label = "a", cost_s = 600 }}
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_that_waits_for_a_busy_replica_says_which_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica busy with an item (a plain `process` that sleeps) is given the run's stop
+    grace, then killed: the run says which replica it waits for, rather than nothing for
+    seconds; exit 130 and no process left all the same."""
+    monkeypatch.setenv("PYTHONPATH", import_path())
+    log, out = tmp_path / "hooks.jsonl", tmp_path / "out"
+    config = tmp_path / "busy.toml"
+    config.write_text(BUSY_PIPELINE.format(log=json.dumps(str(log))), "utf-8")
+    args = ["run", str(config), "--out", str(out), "--endpoint", free_endpoint(), "--master", free_endpoint()]
+    with running(args, tmp_path, "run") as run:
+        run.wait_until("the item in process", lambda: any(r["hook"] == "process" for r in read_records(log)))
+        run.signal(signal.SIGINT)
+        status = run.wait(timeout=120)
+        flat = " ".join(run.text().split())
+        assert status == 130, flat[-3000:]
+        said = "stopping: waiting for busy-a-0 to end what it is doing (at most 10 s, then it is killed)"
+        assert said in flat, flat[-3000:]
+        assert not run.survivors(), "processes of the run left behind"

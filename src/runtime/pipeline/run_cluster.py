@@ -40,6 +40,8 @@ from .source import ItemSource
 
 __all__ = ["LOCAL_NODE", "RunCluster", "on_cluster", "on_node", "stage_supervision"]
 
+_SAY_WAIT_S = 1.0  # a stop still waiting this long says what for
+
 LOCAL_NODE = "local"  # the name of the node a one-host run starts
 
 
@@ -143,12 +145,28 @@ async def on_node(
                     if local_node is not None:
                         local_node.stopping.set()
                         with anyio.move_on_after(local_node.config.stop_grace_s + 30):
-                            await local_node.stopped.wait()
+                            await _stopped_saying_who(local_node, on_event)
                     if local_master is not None:
                         local_master.stop()
     finally:
         if journal is not None:
             journal.close()
+
+
+async def _stopped_saying_who(node: Node, on_event: Callable[[str], None] | None) -> None:
+    """Wait for the run's node to stop; past ``_SAY_WAIT_S``, say which replicas it waits for
+    (one busy with an item ends it, within the node's stop grace, or is killed then): a stop
+    that took seconds said nothing, where one without a busy replica takes well under one."""
+    with anyio.move_on_after(_SAY_WAIT_S):
+        await node.stopped.wait()
+    alive = sorted(h.spec.name for h in node.workers.values() if h.process and h.returncode is None)
+    if alive and not node.stopped.is_set() and on_event is not None:
+        grace = node.config.stop_grace_s
+        on_event(
+            f"stopping: waiting for {', '.join(alive)} to end what it is doing (at most {grace:g} s, "
+            "then it is killed)"
+        )
+    await node.stopped.wait()
 
 
 async def _start_master(tg: anyio.abc.TaskGroup, master: Master) -> None:
