@@ -25,6 +25,8 @@ def test_a_wrong_command_into_an_adopted_folder_leaves_it_for_the_right_one(tmp_
     wrong = ctl(*run_args(config, out, 3), timeout=120)
     assert wrong.returncode == 2, wrong.stdout[-2000:] + wrong.stderr
     assert "made with other items (2 tasks" in wrong.stderr and "Traceback" not in wrong.stderr
+    # The run's own master, its journal in --out: a cluster's advice (another job name) is not it.
+    assert "run it as it was made, or --fresh to start anew" in wrong.stderr, wrong.stderr
     assert not (out / ".troupe" / "run.json").exists()  # it bound nothing
 
     committed = out / ".troupe" / "episodes" / "committed"

@@ -57,12 +57,17 @@ def _job(cfg: PipelineConfig, out: Path | None) -> dict[str, Any]:
     }
 
 
-def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str) -> ConfigError:
+def _other_job(job_id: str, known: dict[str, Any], cfg: PipelineConfig, why: str, own: bool) -> ConfigError:
+    """``own``: the master is the run's own, its journal in ``--out``: --fresh starts it anew."""
+    anew = (
+        "--fresh to start anew (what --out holds is made again)"
+        if own
+        else ("give the pipeline another [pipeline] name for a new job")
+    )
     return ConfigError(
         f"the master's job {job_id!r} was made with other items ({known.get('total')} tasks; this "
         f"run asks items={cfg.items}, seed_start={cfg.seed_start}, max_attempts={cfg.max_attempts}"
-        f"{': ' + why if why else ''}): run it as it was made, or give the pipeline another "
-        "[pipeline] name for a new job"
+        f"{': ' + why if why else ''}): run it as it was made, or {anew}"
     )
 
 
@@ -96,7 +101,7 @@ async def master_source(
             "give the pipeline another [pipeline] name for a new job, or run without --fresh to resume"
         )
     if known is not None and known.get("total") != cfg.items:
-        raise _other_job(job_id, known, cfg, "")
+        raise _other_job(job_id, known, cfg, "", not master_outlives_run)
     ended = {str(state) for state in FINAL_STATES}
     before = sum(int(n) for state, n in (known or {}).get("counts", {}).items() if state in ended)
     if known is not None:
@@ -108,7 +113,7 @@ async def master_source(
     except TaskError as exc:  # the book's refusal: the same name and count, another seed or policy
         if known is None:
             raise
-        raise _other_job(job_id, known, cfg, str(exc)) from None
+        raise _other_job(job_id, known, cfg, str(exc), not master_outlives_run) from None
     except NotPermitted as exc:  # said as the command's need, not as a control the user never sent
         said = str(exc).partition("; ")[2] or str(exc)  # "this peer has a reader key (reader:bob)"
         raise ConfigError(
