@@ -16,6 +16,10 @@ and every other one only reopens:
   start, and keeps reading the old one for :data:`RETIRED_READ_S` as well, for those late
   lines; nothing is lost or read twice (unless a file rotates twice within one read, which at
   megabytes per rotation does not happen).
+- A file cut in place instead (logrotate's ``copytruncate``, ``: > file``) is one a reader finds
+  shorter than where it had read to: it reads it again from its start. Lines written between the
+  copy and the cut are in the copy only (that is copytruncate's own gap), and a file that grew
+  back past the old offset between two reads cannot be told from one appended to.
 
 A single-process writer with no node (the master) rotates in its own handler instead.
 
@@ -229,6 +233,13 @@ class _OpenFile:
 
     def read(self, budget: int) -> tuple[list[bytes], int]:
         """Complete lines read within ``budget`` bytes, and the bytes read."""
+        if os.fstat(self.fd).st_size < os.lseek(self.fd, 0, os.SEEK_CUR):
+            # Cut in place (logrotate's copytruncate, ``: > file``): what it holds now was written
+            # since, from its start. Read on from the old offset, the lines up to it were lost and
+            # the first thing read was the tail of a line. The torn line before the cut is never
+            # completed: dropped, not joined to the first new one.
+            os.lseek(self.fd, 0, os.SEEK_SET)
+            self.partial = b""
         lines: list[bytes] = []
         used = 0
         while used < budget:
