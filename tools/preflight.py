@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "endpoint_problem",
     "endpoint_shape_problem",
     "full_disk_problem",
+    "log_file_problem",
     "loopback_problem",
     "metrics_problem",
     "writable_problem",
@@ -213,6 +215,37 @@ def writable_problem(path: Path, what: str) -> str | None:
     return None
 
 
+def log_file_problem(log_dir: Path, name: str, what: str) -> str | None:
+    """Why the log file ``<log_dir>/<name>.jsonl`` cannot be appended to and read (a directory
+    in its place, a file another user made), or None; ``what`` names the directory's option.
+
+    Opened, not written, and not made where missing (:func:`writable_problem` probes the
+    directory): it raised IsADirectoryError or PermissionError as logging was configured, a
+    traceback where the other refusals are one line.
+    """
+    from troupe.runtime.logs import log_file
+
+    path = log_file(log_dir, name)
+    try:
+        # O_NONBLOCK: a FIFO there is not waited on; O_APPEND as the writers open it.
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            return f"log file {path} is a directory; remove it, or give another {what}"
+        return (
+            f"log file {path} cannot be written ({exc.strerror}); let this user write it (or "
+            f"remove it), or give another {what}"
+        )
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"log file {path} is not a regular file; remove it, or give another {what}"
+    finally:
+        os.close(fd)
+    return None
+
+
 FULL_BELOW = 1 << 20  # free bytes under which a disk is said full before anything starts
 
 
@@ -258,11 +291,17 @@ def check_run(
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+    from troupe.runtime.errors import JournalError
     from troupe.runtime.pipeline.run_dir import RunDir
 
+    try:
+        in_use = RunDir(out).in_use_problem()
+    except JournalError as exc:  # its lock cannot be taken (a directory in its place): one line
+        raise fail(str(exc), 2) from None
     # The run that holds --out is named first: its node would hold the default endpoints too.
     _check(
-        RunDir(out).in_use_problem(),
+        in_use,
+        *_run_log_problems(out),
         # Off loopback first: an address of another host cannot be bound either, and "pass
         # another --endpoint" did not say why none off loopback will do.
         loopback_problem(endpoint, "--endpoint", "troupe run"),
@@ -286,7 +325,7 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    _check(writable_problem(out, "--out"), _connect_problem(master, "--cluster"))
+    _check(writable_problem(out, "--out"), *_run_log_problems(out), _connect_problem(master, "--cluster"))
     from troupe.cli.master_client import reachable
 
     if not reachable(master):  # before --out gets its logs: a typo in the endpoint leaves nothing
@@ -295,6 +334,18 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
             "`troupe master start`, or give the endpoint of the running one",
             1,
         )
+
+
+def _run_log_problems(out: Path) -> tuple[str | None, str | None]:
+    """Why a run's log folder ``<out>/logs``, or its log file there, cannot be written (a file
+    in the folder's place, a directory in the file's), or Nones: its mkdir raised
+    FileExistsError, and its logging IsADirectoryError, as tracebacks, after the checks."""
+    from troupe.runtime.pipeline.run_cluster import LOCAL_NODE
+
+    log_dir = out / "logs"
+    if log_dir.exists() and not log_dir.is_dir():
+        return f"--out {out}: its log folder {log_dir} is a file; remove it, or give another --out", None
+    return None, log_file_problem(log_dir, LOCAL_NODE, "--out")
 
 
 def check_demo(log_dir: Path, endpoint: str) -> None:
@@ -325,6 +376,7 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     option = "--endpoint" if options.get("endpoint") else "--endpoint (or [node] endpoint)"
     _check(
         writable_problem(cfg.log_dir, "logs directory"),
+        log_file_problem(cfg.log_dir, cfg.name, "logs directory"),
         endpoint_problem(cfg.endpoint, option),
         endpoint_problem(master, "--master", "master") if with_master and master else None,
         metrics_problem(cfg.metrics),
@@ -333,11 +385,14 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     return master
 
 
-def check_master_start(endpoint: str, log_dir: Path, metrics: str | None = None) -> None:
-    """``troupe master start``: its endpoint, metrics port and logs directory (the journal is
-    checked apart)."""
+def check_master_start(
+    endpoint: str, log_dir: Path, metrics: str | None = None, name: str = "master"
+) -> None:
+    """``troupe master start``: its endpoint, metrics port, logs directory and its log file there
+    (``<name>.jsonl``; the journal is checked apart)."""
     _check(
         writable_problem(log_dir, "--logs"),
+        log_file_problem(log_dir, name, "--logs"),
         endpoint_problem(endpoint, "--endpoint", "master"),
         metrics_problem(metrics, "master"),
         shared_port_problem(metrics, endpoint=endpoint),

@@ -23,15 +23,20 @@ and every other one only reopens:
 
 A single-process writer with no node (the master) rotates in its own handler instead.
 
-A log file that cannot be written (a full disk) costs its lines, not the terminal: the writer
-says so once on stderr, in one line, and again only after a write has succeeded in between
-(logging's default prints a traceback for every line, which buried the run's own error).
+A log file that cannot be written (a full disk, a directory in its place, a file this user may
+not write) costs its lines, not the terminal nor the process: the writer says so once on
+stderr, in one line, and again only after a write has succeeded in between (logging's default
+prints a traceback for every line, which buried the run's own error). One that cannot be read
+costs a reader that file's lines only (:attr:`FileFollower.problem`): a node's log stream and
+``troupe logs tail`` say so once and follow on (a directory in its place ended both).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -116,7 +121,7 @@ def last_lines(files: list[Path], n: int, keep: Callable[[bytes], bool] = lambda
     for path in reversed(files):
         try:
             data = path.read_bytes()
-        except FileNotFoundError:  # rotated away between listing and reading
+        except OSError:  # rotated away between listing and reading, or not a file it can read
             continue
         complete = data[: data.rfind(b"\n") + 1] if path is files[-1] else data
         lines = [ln for ln in complete.split(b"\n") if ln and keep(ln)]
@@ -143,14 +148,28 @@ class ReopeningFileHandler(logging.FileHandler):
     """
 
     def __init__(self, path: Path, max_bytes: int | None = None, keep: int = 5, tell: bool = True) -> None:
-        super().__init__(path, mode="a", encoding="utf-8")
+        # delay: opened below, where a file that cannot be opened (a directory in its place, a
+        # file another user made) is said as a full disk is, not raised out of a worker's start.
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
         self.max_bytes = max_bytes
         self.keep = keep
         self.tell = tell  # say on stderr when lines cannot be written (the node's processes: one says it)
         self._next_check = time.monotonic() + REOPEN_CHECK_S
-        self._opened = self._stream_ident()
+        self._opened: tuple[int, int] | None = None
         self.dropped = 0  # lines this handler could not write
         self._failing = False  # the last write failed, and stderr has been told
+        self._open_stream()
+
+    def _open_stream(self) -> bool:
+        """Open the path for appending; False (said once, as a failed write) where it cannot be."""
+        try:
+            self.stream = self._open()
+            self._opened = self._stream_ident()
+        except OSError as exc:
+            self.stream = None
+            self._cannot_write(exc)
+            return False
+        return True
 
     def _stream_ident(self) -> tuple[int, int] | None:
         return None if self.stream is None else _ident(os.fstat(self.stream.fileno()))
@@ -163,6 +182,9 @@ class ReopeningFileHandler(logging.FileHandler):
                 self._follow_rotation()
             except OSError:  # a full or vanished disk: the write below reports it
                 pass
+        if self.stream is None and not self._open_stream():  # tried again at every line
+            self.dropped += 1
+            return
         dropped = self.dropped
         super().emit(record)  # a failed write ends in handleError, which counts it
         if self.dropped == dropped:
@@ -216,17 +238,30 @@ class ReopeningFileHandler(logging.FileHandler):
         except FileNotFoundError:
             current = None
         if current != self._opened and self.stream is not None:
-            self.stream.close()
-            self.stream = self._open()
-            self._opened = self._stream_ident()
+            # None first: a close or an open that fails leaves no closed stream for emit to
+            # write to (a ValueError, which logging printed as a traceback for every line).
+            stream, self.stream = self.stream, None
+            stream.close()
+            self._open_stream()
 
 
 class _OpenFile:
-    """One file being read: its descriptor, identity and a partly written last line."""
+    """One file being read: its descriptor, identity and a partly written last line.
+
+    Raises:
+        OSError: ``path`` cannot be opened, or is not a regular file (a directory in its place).
+    """
 
     def __init__(self, path: Path, at_end: bool) -> None:
-        self.fd = os.open(path, os.O_RDONLY)
-        self.ident = _ident(os.fstat(self.fd))
+        # O_NONBLOCK: a FIFO in the file's place does not hang the reader in open().
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "it is a directory, not a file", str(path))
+            raise OSError(errno.EINVAL, "it is not a regular file", str(path))
+        self.ident = _ident(st)
         if at_end:
             os.lseek(self.fd, 0, os.SEEK_END)
         self.partial = b""
@@ -261,6 +296,10 @@ class _OpenFile:
 class FileFollower:
     """The complete lines appended to a log file, across its rotations (see the module).
 
+    A file that cannot be read (a directory in its place, its permissions, a disk error) costs
+    its lines, not the reader: :meth:`read_lines` returns what it could read, and tries again at
+    the next call; :attr:`problem` says why, and :meth:`new_problem` says it once.
+
     Args:
         path: the file; it may not exist yet.
         at_end: start at the current end (only new lines), else at the start of the file.
@@ -272,15 +311,41 @@ class FileFollower:
         self.path = path
         self.budget = budget
         self.behind = False
+        self.problem: str | None = None  # why the file cannot be read now; None while it can
+        self._told = False  # new_problem gave the current problem
         self._current: _OpenFile | None = None
         self._retired: list[tuple[_OpenFile, float]] = []
         self._open(at_end)
 
+    def new_problem(self) -> str | None:
+        """Why the file cannot be read, once for each spell in which it cannot: None when it can,
+        or when this spell was given already."""
+        if self.problem is None or self._told:
+            return None
+        self._told = True
+        return self.problem
+
+    def _failed(self, exc: OSError) -> None:
+        self.problem = f"cannot read the log file {self.path} ({exc.strerror or exc})"
+
+    def _read(self, source: _OpenFile, budget: int) -> tuple[list[bytes], int]:
+        try:
+            read = source.read(budget)
+        except OSError as exc:  # an I/O error: kept open, and read again from there next time
+            self._failed(exc)
+            return [], 0
+        if source is self._current:  # a rotated file read says nothing of the path's
+            self.problem, self._told = None, False
+        return read
+
     def _open(self, at_end: bool) -> None:
+        self._current = None
         try:
             self._current = _OpenFile(self.path, at_end)
-        except FileNotFoundError:
-            self._current = None
+        except FileNotFoundError:  # not made yet, or rotated away: not a problem
+            pass
+        except OSError as exc:  # tried again at the next read
+            self._failed(exc)
 
     def read_lines(self) -> list[bytes]:
         """The complete lines written since the last call (without their newlines); lines of
@@ -290,14 +355,14 @@ class FileFollower:
         now = time.monotonic()
         for entry in list(self._retired):
             old, until = entry
-            lines, used = old.read(budget)
+            lines, used = self._read(old, budget)
             out.extend(lines)
             budget -= used
             if now >= until and used == 0:
                 old.close()
                 self._retired.remove(entry)
         if self._current is not None:
-            lines, used = self._current.read(budget)
+            lines, used = self._read(self._current, budget)
             out.extend(lines)
             budget -= used
         if budget > 0 and self._moved():
@@ -305,7 +370,7 @@ class FileFollower:
                 self._retired.append((self._current, now + RETIRED_READ_S))
             self._open(at_end=False)
             if self._current is not None:
-                lines, used = self._current.read(budget)
+                lines, used = self._read(self._current, budget)
                 out.extend(lines)
                 budget -= used
         self.behind = budget <= 0
@@ -315,6 +380,9 @@ class FileFollower:
         try:
             ident = _ident(self.path.stat())
         except FileNotFoundError:
+            return False
+        except OSError as exc:  # its directory unreadable, say: the next read tries again
+            self._failed(exc)
             return False
         return self._current is None or ident != self._current.ident
 

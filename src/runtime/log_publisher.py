@@ -167,6 +167,11 @@ class LogPublisher:
     async def poll(self) -> None:
         """Publish what was appended since the last poll; rotate the file if it is too large."""
         self._publish(await anyio.to_thread.run_sync(self._follower.read_lines))
+        problem = self._follower.new_problem()
+        if problem is not None:  # a directory in its place, say: the process logs on regardless
+            log.warning(
+                "log_file_unreadable", path=str(self.path), error=problem, streamed="once it can be read"
+            )
         if self.max_bytes is None:
             return
         try:

@@ -94,6 +94,9 @@ class _Source:
         out = [b.decode("utf-8", "replace") for b in self.follower.read_lines()]
         while self.follower.behind:
             out.extend(b.decode("utf-8", "replace") for b in self.follower.read_lines())
+        problem = self.follower.new_problem()
+        if problem is not None:  # a directory in its place, say: the other files are followed on
+            _warn(f"{problem}; skipped until it can be read")
         return out
 
 

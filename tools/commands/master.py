@@ -145,7 +145,7 @@ def start(
         check_log_level(log_level)
     except ValueError as exc:
         raise fail(f"--log-level: {exc}", 2) from None
-    check_master_start(endpoint, log_dir, metrics)
+    check_master_start(endpoint, log_dir, metrics, name)
     # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
     configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
     opened, book = load_journal(journal, new)
