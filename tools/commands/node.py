@@ -75,7 +75,7 @@ def start(
 ) -> None:
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
     if os.environ.get(PARENT_PID_ENV):  # started for a program's own use: it dies with it
-        die_with_parent("node", "the program")
+        die_with_parent()
     # None: the file's value
     options = {
         "keys": keys,

@@ -76,11 +76,14 @@ def name_process(title: str, short: str) -> None:
     setproctitle.setthreadtitle(short)  # the main thread's name is the process's name
 
 
-def die_with_parent(who: str, starter: str = "the node") -> None:
-    """Make sure this process dies with the node that started it (``starter``: what started
-    it, for the message), whatever it is doing then.
+def die_with_parent() -> None:
+    """Make sure this process dies with the node (or program) that started it, whatever it is
+    doing then.
 
-    Exits at once (status 1, naming ``who``) if that process is already gone.
+    Exits at once, quietly, with status 1 if that process is already gone: its stderr is the
+    one it inherited, often a terminal that has moved on (a refused ``troupe run`` printed
+    "supervisor: the node that started it (pid N) is gone" after its own error), and nobody
+    is left to read it otherwise; the node's successor reaps what it left (``leftovers.py``).
     """
     raw = os.environ.pop(PARENT_PID_ENV, "")  # popped: a grandchild has a parent of its own
     parent = int(raw) if raw.isdigit() else os.getppid()
@@ -90,7 +93,7 @@ def die_with_parent(who: str, starter: str = "the node") -> None:
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     if os.getppid() != parent:  # the node died before the guard was in place
-        sys.exit(f"{who}: {starter} that started it (pid {parent}) is gone")
+        sys.exit(1)
     threading.Thread(target=_watch_parent, args=(parent,), name="troupe-parent-watch", daemon=True).start()
 
 

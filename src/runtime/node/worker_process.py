@@ -270,7 +270,7 @@ def ignore_stop_signals() -> None:
 
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.node.worker_process``."""
-    die_with_parent("worker")
+    die_with_parent()
     spec = load_launch_spec(
         WorkerLaunch, SPEC_ENV, "worker", "worker processes are started by `troupe node start`"
     )

@@ -334,7 +334,7 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
 
 def main() -> None:
     """Entry point of ``python -m troupe.runtime.supervision.supervisor``."""
-    die_with_parent("supervisor")
+    die_with_parent()
     spec = load_launch_spec(
         SupervisorLaunch,
         SPEC_ENV,
