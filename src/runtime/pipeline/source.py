@@ -189,6 +189,7 @@ class MasterSource:
         self.report_window_s = report_window_s
         self._ready: deque[SourceItem] = deque()
         self._leases: dict[str, dict[str, Any]] = {}  # task_id -> lease, while in the pipeline
+        self._received: set[int] = set()  # the lease ids the last request's reply carried
         self._reports: deque[tuple[str, dict[str, Any]]] = deque()
         self._kick = anyio.Event()
         self._window = anyio.Event()  # set when the last lease out settles: no report can join
@@ -311,11 +312,22 @@ class MasterSource:
                     break
                 free = self.slots - len(self._leases)
                 if free > 0:
+                    # A lease an earlier reply carried that is not held here never arrived (the
+                    # master paused past the call's timeout, then answered the requests queued
+                    # meanwhile): named held, the master puts the others back at once, where the
+                    # run's slots stayed taken there until the leases expired (minutes).
+                    held = {int(lease["lease_id"]) for lease in self._leases.values()} | self._received
                     reply = await self._call(
                         "request_task",
-                        {"worker_id": self.worker_id, "free_slots": free, "wait_s": self.poll_s},
+                        {
+                            "worker_id": self.worker_id,
+                            "free_slots": free,
+                            "wait_s": self.poll_s,
+                            "held": sorted(held),
+                        },
                     )
                     leases = (reply or {}).get("leases", [])
+                    self._received = {int(lease["lease_id"]) for lease in leases}
                     for lease in leases:
                         self._leases[lease["task_id"]] = lease
                         self._ready.append(
