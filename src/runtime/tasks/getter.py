@@ -47,7 +47,10 @@ cancelled) or when a renewal is refused (the lease ended: expired, requeued afte
 restart); it is then not reported. A master that does not answer is retried; one that forgot
 the worker (it restarted) answers ``unknown_worker`` and the getter registers again. A report
 that cannot be delivered within ``report_for_s`` is dropped: the output is committed already,
-so the copy the master leases again finds it and ends at once.
+so the copy the master leases again finds it and ends at once. A ``complete`` the master refuses
+(a result reference that is not a str, from a runner that does not check it) is sent again as a
+``fail`` carrying the refusal: the attempt fails at once, instead of holding the task until its
+lease expired and blaming the lease.
 
 A getter runs each slot as one long-lived coroutine that takes the held leases in turn, and
 sends reports by reporters that wait for the next one once theirs is answered (a new one only
@@ -384,9 +387,16 @@ class TaskGetter(HeldLeases):
                     # at the master until they expire, unless a request says so (``sync``)
                     self._lost_grants = self._lost_grants or payload["request"] > 0
                 except TroupeError as exc:  # refused outright: sending it again changes nothing
-                    self._counts["lost_reports"] += 1
                     log.warning("report_refused", report=kind, error=str(exc), **ids)
-                    return
+                    if kind != "complete":
+                        self._counts["lost_reports"] += 1
+                        return
+                    # A refused complete would leave the task leased until its lease expired,
+                    # on every attempt, and its dead letter would blame the lease: the attempt
+                    # fails now instead, saying why.
+                    kind = "fail"
+                    payload = _refused_as_fail(payload, exc)
+                    continue
                 if time.monotonic() >= deadline:
                     self._counts["lost_reports"] += 1
                     log.warning("report_dropped", report=kind, after_s=cfg.report_for_s, **ids)
@@ -401,3 +411,10 @@ class TaskGetter(HeldLeases):
             self._registered = False
         self._held.pop(task.lease_id, None)
         self._start(reply.get("leases", ()))
+
+
+def _refused_as_fail(payload: dict[str, Any], refusal: TroupeError) -> dict[str, Any]:
+    """The ``fail`` report that stands for a ``complete`` the master refused."""
+    kept = {k: v for k, v in payload.items() if k not in ("result_ref", "run_s")}
+    error = f"the master refused this attempt's complete report: {type(refusal).__name__}: {refusal}"
+    return {**kept, "error": error, "traceback": ""}

@@ -124,7 +124,8 @@ class TaskActor(Actor):
             task: the leased copy of the task.
 
         Returns:
-            A reference to the committed output (kept in the master's journal), or None.
+            A reference to the committed output (kept in the master's journal), or None;
+            anything but a str or None fails the attempt with a ``TypeError``.
 
         Raises:
             Exception: any error fails this attempt; its text and traceback are reported.

@@ -17,11 +17,13 @@ lost message: its lease expires at the master, which leases it again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import structlog
 
 from troupe.runtime.core.cell import DROP
+from troupe.runtime.core.config_messages import short_repr
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TaskError
 
@@ -64,7 +66,7 @@ class ActorRunner:
         async with slots:
             runtime: Runtime | None = getattr(actor, "runtime", None)  # None: never spawned
             if runtime is None:
-                return await actor.run_task(task)
+                return await _run_task(actor, task)
             name, observer = actor.address.actor, runtime.observer
             # This task's own context: the task's log lines say which actor runs it.
             structlog.contextvars.bind_contextvars(actor=name)
@@ -76,7 +78,7 @@ class ActorRunner:
                 for hook in tuple(runtime.before_handle):
                     if await hook(name, task.kind) is DROP:
                         raise TaskDropped(f"task {task.task_id} dropped by an injected fault")
-                ref = await actor.run_task(task)
+                ref = await _run_task(actor, task)
             except TaskDropped:
                 raise
             except Exception:
@@ -90,3 +92,17 @@ class ActorRunner:
                 self._busy -= 1
                 if observer is not None and self._busy == 0:
                     observer.end()
+
+
+async def _run_task(actor: TaskActor, task: LeasedTask) -> str | None:
+    """``actor.run_task(task)``, checked: what it returns becomes the task's result reference in
+    the master's journal, which takes a str or nothing. Anything else fails the attempt here,
+    saying so; the master would refuse the report, and the task would wait out its lease."""
+    where = f"{type(actor).__qualname__}.run_task"
+    ref: Any = await actor.run_task(task)
+    if ref is not None and not isinstance(ref, str):
+        raise TypeError(
+            f"{where} returned {short_repr(ref, 80)} ({type(ref).__name__}): it must return a str "
+            "(the reference of the task's committed output) or None"
+        )
+    return ref

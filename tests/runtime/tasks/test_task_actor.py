@@ -139,3 +139,25 @@ async def test_a_sleeping_demo_task_can_be_cancelled(tmp_path: Path) -> None:
         with anyio.move_on_after(0.01):
             await actor.run_task(LeasedTask("slow", "j", "sleep", 0, {}))
     assert OutputStore(tmp_path).committed() == []
+
+
+class ReturnsNoReference(TaskActor):
+    """Returns what a result reference cannot be: the master's journal takes a str or nothing."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    async def run_task(self, task: LeasedTask) -> Any:
+        return self.result
+
+
+@pytest.mark.parametrize("result", [42, lambda: 1, b"out://x"])
+async def test_a_run_task_that_returns_no_str_fails_the_attempt_naming_the_class(result: Any) -> None:
+    """Before, the getter reported it as complete, the master refused that, and the task stayed
+    leased until its lease expired; the attempt fails at once now, saying what to return."""
+    runner = ActorRunner([ReturnsNoReference(result)])
+    expected = r"ReturnsNoReference\.run_task returned .* must return a str .* or None"
+    with pytest.raises(TypeError, match=expected):
+        await runner(LeasedTask("a", "j", "k", 1))
+    for fine in ("out://a", None):
+        assert await ActorRunner([ReturnsNoReference(fine)])(LeasedTask("a", "j", "k", 1)) == fine
