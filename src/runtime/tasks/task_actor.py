@@ -38,6 +38,7 @@ The contract, which makes effects exactly-once:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -111,6 +112,18 @@ class TaskActor(Actor):
     task_kinds: ClassVar[tuple[str, ...]] = ()
     slots: ClassVar[int] = 1
     gpus: ClassVar[int] = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run_task = cls.__dict__.get("run_task")
+        # A plain def is refused as the class is made, so the node's class check says so
+        # before anything starts; awaited, its result failed every task with "object str can't
+        # be used in 'await' expression". (Stages take plain methods; a task keeps one way.)
+        if inspect.isfunction(run_task) and not inspect.iscoroutinefunction(inspect.unwrap(run_task)):
+            raise TypeError(
+                f"{cls.__name__}.run_task must be `async def`: the worker awaits it beside the "
+                "actor's mailbox (blocking work may go through `await anyio.to_thread.run_sync`)"
+            )
 
     @classmethod
     def runs(cls, kind: str) -> bool:

@@ -16,6 +16,7 @@ lost message: its lease expires at the master, which leases it again.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -99,7 +100,10 @@ async def _run_task(actor: TaskActor, task: LeasedTask) -> str | None:
     the master's journal, which takes a str or nothing. Anything else fails the attempt here,
     saying so; the master would refuse the report, and the task would wait out its lease."""
     where = f"{type(actor).__qualname__}.run_task"
-    ref: Any = await actor.run_task(task)
+    made: Any = actor.run_task(task)
+    if not inspect.isawaitable(made):  # a plain def behind a decorator, which TaskActor let by
+        raise TypeError(f"{where} must be `async def`: it returned {short_repr(made, 80)}, not a coroutine")
+    ref = await made
     if ref is not None and not isinstance(ref, str):
         raise TypeError(
             f"{where} returned {short_repr(ref, 80)} ({type(ref).__name__}): it must return a str "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -161,3 +162,38 @@ async def test_a_run_task_that_returns_no_str_fails_the_attempt_naming_the_class
         await runner(LeasedTask("a", "j", "k", 1))
     for fine in ("out://a", None):
         assert await ActorRunner([ReturnsNoReference(fine)])(LeasedTask("a", "j", "k", 1)) == fine
+
+
+def test_a_plain_def_run_task_is_refused_as_the_class_is_made() -> None:
+    """Before, every task of it was dead-lettered with "object str can't be used in 'await'
+    expression"; the class itself is refused now, so the node's class check says so at once."""
+    with pytest.raises(TypeError, match=r"^Plain\.run_task must be `async def`"):
+
+        class Plain(TaskActor):
+            def run_task(self, task: LeasedTask) -> str:  # type: ignore[override]
+                return "out://x"
+
+    def wraps(method: Any) -> Any:
+        @functools.wraps(method)
+        def wrapper(*args: Any) -> Any:
+            return method(*args)
+
+        return wrapper
+
+    class Decorated(TaskActor):  # a decorated async def is still one
+        @wraps
+        async def run_task(self, task: LeasedTask) -> str:
+            return "out://x"
+
+
+async def test_a_run_task_that_returns_no_coroutine_fails_the_attempt_saying_so() -> None:
+    """A plain run_task set past the class check (here, after the class was made) fails the
+    attempt naming the class, not with "object str can't be used in 'await' expression"."""
+
+    class Patched(TaskActor):
+        async def run_task(self, task: LeasedTask) -> str:
+            return "out://x"
+
+    Patched.run_task = lambda self, task: "out://x"  # type: ignore[assignment,method-assign,misc]
+    with pytest.raises(TypeError, match=r"Patched\.run_task must be `async def`: it returned 'out://x'"):
+        await ActorRunner([Patched()])(LeasedTask("a", "j", "k", 1))
