@@ -104,6 +104,11 @@ class Cluster:
             return []
         return children
 
+    def exited(self) -> str | None:
+        """How the node's process ended (``troupe node 't' exited (-9)``), None while it runs."""
+        code = self.proc.poll()
+        return None if code is None else f"troupe node {self.name!r} exited ({code}); see {self.log_dir}"
+
     async def control(self, msg_type: str, payload: Any = None, timeout: float = 5.0) -> Any:
         """Send one control message to the node and return its reply."""
         async with process_runtime("test", f"test-{os.getpid()}", drain_timeout=0.1) as rt:
@@ -160,10 +165,13 @@ class Cluster:
             TimeoutError: it did not hold within ``timeout`` seconds; the message names the
                 predicate and shows each worker as the last reply had it (a bare TimeoutError
                 left a failing test to guess what it waited for).
+            RuntimeError: the node's process exited; the message gives its exit status.
         """
         last: dict[str, Any] | None = None
         with anyio.move_on_after(timeout):
             while True:
+                if self.proc.poll() is not None:  # no answer will come: say why, at once
+                    raise RuntimeError(_not_held(predicate, timeout, last, self.exited()))
                 try:
                     last = await self.supervision(timeout=1.0)
                 except AskTimeout:
@@ -171,7 +179,7 @@ class Cluster:
                 if predicate(last):
                     return last
                 await anyio.sleep(poll_s)
-        raise TimeoutError(_not_held(predicate, timeout, last))
+        raise TimeoutError(_not_held(predicate, timeout, last, self.exited()))
 
     async def master_control(self, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:
         """Send one control message to the cluster's master and return its reply.
@@ -208,7 +216,14 @@ class Cluster:
             "wait_job", {"job_id": job_id, "timeout_s": wait_s}, timeout=wait_s + 10.0
         )
         if job["state"] == "running":
-            raise TimeoutError(f"job {job_id!r} still running after {timeout}s: {job['counts']}")
+            # what the master says the job waits for (no live worker runs its kind...), as
+            # ``troupe ctl jobs`` shows it
+            waiting = "".join(
+                f"; {w.get('tasks')} task(s) {w.get('reason')}"
+                for w in job.get("waiting") or ()
+                if isinstance(w, dict)
+            )
+            raise TimeoutError(f"job {job_id!r} still running after {timeout}s: {job['counts']}{waiting}")
         return job
 
     async def run_job(
@@ -268,14 +283,19 @@ class Cluster:
 
 
 def _not_held(
-    predicate: Callable[[dict[str, Any]], bool], timeout: float, last: dict[str, Any] | None
+    predicate: Callable[[dict[str, Any]], bool],
+    timeout: float,
+    last: dict[str, Any] | None,
+    exited: str | None = None,
 ) -> str:
     """Why ``wait_for`` gave up: the predicate (its source line, where it can be read) and each
-    worker as the node last told."""
+    worker as the node last told, or that the node's process exited."""
     try:
         said = inspect.getsource(predicate).strip()
     except (OSError, TypeError):
         said = repr(predicate)
+    if exited is not None:
+        return f"wait_for: {exited} (waiting for {said})"
     if last is None:
         return f"wait_for: the node never answered within {timeout:g} s (waiting for {said})"
     workers = "; ".join(

@@ -176,8 +176,10 @@ def _worker_error(cluster: Cluster, worker: dict[str, Any]) -> str:
 
 async def _wait_started(cluster: Cluster, timeout: float) -> None:
     """Poll the node until every worker runs and is watched; fail at once when a worker exits
-    before it ever ran, or the node does."""
-    with anyio.fail_after(timeout):
+    before it ever ran, or the node does. Past ``timeout``, the failure names each worker not
+    ready and its state (a constructor or ``started()`` that hangs leaves its worker starting)."""
+    last: dict[str, Any] | None = None
+    with anyio.move_on_after(timeout):
         while True:
             if cluster.proc.poll() is not None:
                 raise ClusterStartError(
@@ -188,6 +190,7 @@ async def _wait_started(cluster: Cluster, timeout: float) -> None:
                 status = await cluster.supervision(timeout=1.0)
             except (AskTimeout, Unreachable):
                 continue  # not listening yet; the outer deadline bounds this
+            last = status
             for w in status["workers"]:
                 # It exited on its own (an import error, a constructor that raised), or the node
                 # gave up restarting it. A kill (say, by a supervisor on a loaded machine) is
@@ -200,6 +203,28 @@ async def _wait_started(cluster: Cluster, timeout: float) -> None:
             if _ready(status):
                 return
             await anyio.sleep(0.05)
+    raise ClusterStartError(_not_ready(cluster, timeout, last))
+
+
+def _not_ready(cluster: Cluster, timeout: float, last: dict[str, Any] | None) -> str:
+    """Why the node was not ready in time: each worker that was not, as the node last told."""
+    where = f"see {cluster.log_dir}"
+    if last is None:
+        return (
+            f"troupe node {cluster.name!r} never answered within {timeout:g}s (it was still running); {where}"
+        )
+    watched = ((last.get("supervision") or {}).get("supervisor") or {}).get("workers", {})
+    waiting = []
+    for w in last["workers"]:
+        if w["state"] != "running":
+            waiting.append(f"{w['name']!r} {w['state']} (pid {w.get('pid')}, restarts {w.get('restarts')})")
+        elif (last.get("supervision") or {}).get("enabled") and w["name"] not in watched:
+            waiting.append(f"{w['name']!r} running, not yet watched by the supervisor")
+    said = "; ".join(waiting) or "none (the supervisor was not yet watching them)"
+    return (
+        f"troupe node {cluster.name!r} not ready within {timeout:g}s; workers not ready: {said} "
+        f"(a constructor or started() that does not return leaves its worker starting); {where}"
+    )
 
 
 def start_cluster(
@@ -270,8 +295,9 @@ def start_cluster(
         reap(proc, cluster.descendants())
         if isinstance(exc, ClusterStartError):
             raise ClusterStartError(str(exc)) from None
+        # (the node's exit status now is the reap's SIGTERM, not why it did not start)
         raise ClusterStartError(
-            f"troupe node {name!r} not ready within {timeout}s (exit {proc.returncode}); see {log_dir}"
+            f"troupe node {name!r} did not start: {type(exc).__name__} while waiting for it; see {log_dir}"
         ) from exc
     return cluster
 
