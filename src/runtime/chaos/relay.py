@@ -21,6 +21,10 @@
 The reply has each target worker's answer, or ``{"error": ...}`` where it gave none; with
 ``"skipped": True`` where it was no longer running when its turn came (the targets are taken
 once, then relayed to in turn: a worker killed meanwhile is being restarted), and nothing armed.
+A ``message_type`` that no actor of a target handles is refused by that worker (the fault would
+never fire): skipped with that error, and the whole ``chaos`` refused when every target refused.
+``kill``'s reply is ``{"killed": {worker: pid}}``, with ``"skipped": {worker: why}`` for a
+process this relay killed already that is not restarted yet (dead, not yet reaped).
 
 ``heal`` ``{"target"}`` clears every fault of the target workers and returns what fired. What
 fired is the worker process's own record: a worker that a fault killed (``hang_with_gil`` found
@@ -80,6 +84,8 @@ class ChaosRelay:
         self._supervision = supervision
         # worker -> (the incarnation its faults were armed in, their kinds)
         self._armed: dict[str, tuple[int, list[str]]] = {}
+        # worker -> (incarnation, pid) of the process this relay last SIGKILLed
+        self._killed: dict[str, tuple[int, int]] = {}
 
     def install(self, runtime: Runtime) -> None:
         """Add the ``chaos`` and ``heal`` control handlers to the node's runtime."""
@@ -106,12 +112,21 @@ class ChaosRelay:
             spec["peers"] = sorted({e for peer in peers for e in self._peer_endpoints(str(peer))})
         FaultSpec.from_dict(spec, f"chaos {kind}")  # refuse a bad spec before any worker sees it
         results: dict[str, Any] = {}
+        refused: list[str] = []
         for handle, actor in targets:
             one = dict(spec, actor=actor) if actor and kind != FaultKind.PARTITION.value else spec
-            result = await self._relay(handle, "chaos", {"faults": [one], "seed": seed})
+            try:
+                result = await self._relay(
+                    handle, "chaos", {"faults": [one], "seed": seed}, refusal=ConfigError
+                )
+            except ConfigError as exc:  # the worker refused the spec (no handler of its message type)
+                refused.append(str(exc))
+                result = {"error": str(exc), _SKIPPED: True}
             results[handle.spec.name] = result
             if not (isinstance(result, dict) and _SKIPPED in result):
                 self._note_armed(handle, kind)
+        if refused and len(refused) == len(targets):  # armed nowhere: refused, as a bad target is
+            raise ConfigError(refused[0] if len(refused) == 1 else "; ".join(refused))
         log.warning("chaos_injected", kind=kind, target=target, spec=spec, workers=sorted(results))
         return {"kind": kind, "spec": spec, "workers": results}
 
@@ -143,16 +158,27 @@ class ChaosRelay:
             log.warning("chaos_injected", kind="kill", target=target, worker_pid=pid)
             return {"kind": "kill", "killed": {"supervisor": pid}}
         killed: dict[str, int] = {}
+        skipped: dict[str, str] = {}
         for handle, _ in self._targets(target, running=False):
             if handle.process is None or handle.returncode is not None or not handle.pid:
                 continue
-            self._supervision.note_kill(handle.pid, "chaos_kill")
+            name, pid = handle.spec.name, handle.pid
+            # SIGKILLed by an earlier kill and not reaped yet (its returncode unset): dead, so
+            # not killed again, and not said to be (a second ``kill '*'`` named the same pids)
+            if self._killed.get(name) == (handle.incarnation, pid):
+                skipped[name] = f"pid {pid} was killed already and is not restarted yet"
+                continue
+            self._supervision.note_kill(pid, "chaos_kill")
             handle.process.send_signal(signal.SIGKILL)
-            killed[handle.spec.name] = handle.pid
-        if not killed:
+            self._killed[name] = (handle.incarnation, pid)
+            killed[name] = pid
+        if not killed and not skipped:
             raise UnknownActor(f"no live worker process matches {target!r} on node {self._node.name}")
-        log.warning("chaos_injected", kind="kill", target=target, pids=killed)
-        return {"kind": "kill", "killed": killed}
+        log.warning("chaos_injected", kind="kill", target=target, pids=killed, skipped=sorted(skipped))
+        reply: dict[str, Any] = {"kind": "kill", "killed": killed}
+        if skipped:
+            reply["skipped"] = skipped
+        return reply
 
     def _targets(self, target: str, running: bool = True) -> list[tuple[WorkerHandle, str | None]]:
         node = self._node
@@ -203,7 +229,9 @@ class ChaosRelay:
             return [handle.actors[actor]]
         return [handle.endpoint, *handle.actors.values()]
 
-    async def _relay(self, handle: WorkerHandle, msg_type: str, payload: Any) -> Any:
+    async def _relay(
+        self, handle: WorkerHandle, msg_type: str, payload: Any, refusal: type[Exception] | None = None
+    ) -> Any:
         runtime, endpoint = self._node.runtime, handle.endpoint
         if runtime is None or endpoint is None:
             # It was running when the targets were taken; it went while an earlier relay was
@@ -213,6 +241,8 @@ class ChaosRelay:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=_RELAY_TIMEOUT_S)
         except Exception as exc:  # a stalled or hung worker cannot answer; say so, go on
+            if refusal is not None and isinstance(exc, refusal):
+                raise
             return {"error": f"{type(exc).__name__}: {exc}"}
 
 

@@ -25,11 +25,13 @@ the supervisor kills the process.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.errors import ConfigError
 
 from .faults import DROP, FaultPlan, apply_before_handle
 
@@ -116,12 +118,44 @@ class WorkerChaos:
     async def _chaos(self, payload: Any) -> dict[str, Any]:
         p = ControlPayload("chaos", payload)
         plan = FaultPlan.from_dicts(p.require("faults", list), seed=p.optional("seed", int))
+        for spec in plan.specs:
+            self._check_handled(spec.kind.value, spec.actor, spec.message_type)
         self.add(plan)
         log.warning("faults_installed", faults=[s.kind.value for s in plan.specs])
         return self.statistics()
+
+    def _check_handled(self, kind: str, actor: str | None, message_type: str | None) -> None:
+        """Refuse a fault whose message type no actor in scope handles: armed, it would never
+        fire, and a test that relied on it would pass without any fault injected.
+
+        Raises:
+            ConfigError: naming the message type and what each actor in scope handles.
+        """
+        if message_type is None:
+            return
+        cells = {n: c for n, c in self._runtime.cells.items() if actor is None or n == actor}
+        for cell in cells.values():
+            runs = getattr(cell.actor, "runs", None)  # a task actor: task kinds count too
+            if message_type in cell.handlers or (callable(runs) and runs(message_type)):
+                return
+        handled = "; ".join(f"{n}: {_handled_by(c.actor, c.handlers)}" for n, c in sorted(cells.items()))
+        raise ConfigError(
+            f"chaos {kind}: no actor of worker {self._runtime.process!r} handles message type "
+            f"{message_type!r}, so the fault would never fire; its handlers: {handled or 'none'}"
+        )
 
     async def _heal(self, _: Any) -> dict[str, Any]:
         return self.heal()
 
     async def _faults(self, _: Any) -> dict[str, Any]:
         return self.statistics()
+
+
+def _handled_by(actor: Any, handlers: Mapping[str, Any]) -> str:
+    """What a fault's ``message_type`` may name for ``actor``: its handlers' message types, and
+    a task actor's task kinds."""
+    said = sorted(handlers)
+    kinds = getattr(type(actor), "task_kinds", None) if callable(getattr(actor, "runs", None)) else None
+    if kinds is not None:
+        said.append(f"task kinds {', '.join(kinds)}" if kinds else "every task kind")
+    return ", ".join(said) or "nothing"
