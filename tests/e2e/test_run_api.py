@@ -5,8 +5,9 @@ the replicas import them through ``PYTHONPATH``. What a user relies on: the coun
 of a run into ``out``; a rerun that answers at once, starting nothing; a rerun after a failed
 ``finalize`` that finalizes without running items again; a changed pipeline, a missing ``out``
 or a stage class that does not import refused with an error naming the cause, before anything
-starts; ``fresh=True``; ``node=`` running the replicas on that node, stopping them after, and
-failing by stage when the node cannot run a class; the pytest plugin's ``cluster.run_pipeline``.
+starts; ``fresh=True``; ``node=`` running the replicas on that node, stopping them after,
+refusing a class installed here as ``troupe run`` does, and failing by stage when the node
+cannot run one only it imports; the pytest plugin's ``cluster.run_pipeline``.
 The suite's conftest fails a test that leaves a process behind.
 """
 
@@ -200,18 +201,27 @@ def test_a_running_node_hosts_the_replicas(tmp_path: Path, troupe_cluster: Calla
 
 BAD_STAGES = [
     pytest.param("support.no_such_stages:Stage", "no_such_stages", id="module-missing"),
-    pytest.param("support.hook_stages:NotAStage", "not a StageActor", id="not-a-stage"),
+    pytest.param("nodeonly_stages:NotAStage", "not a StageActor", id="not-a-stage"),
 ]
+
+
+def _node_only(tmp_path: Path) -> dict[str, str]:
+    """A module of stage classes that only the node imports (on its PYTHONPATH, not this
+    process's): the run leaves its check to the node, as for a class installed on its host only."""
+    folder = tmp_path / "nodeonly"
+    folder.mkdir()
+    (folder / "nodeonly_stages.py").write_text("from support.hook_stages import NotAStage  # noqa: F401\n")
+    return {"PYTHONPATH": str(folder)}
 
 
 @pytest.mark.parametrize(("actor", "why"), BAD_STAGES)
 def test_a_running_node_that_cannot_run_a_stage_class_fails_the_run_naming_the_stage(
     tmp_path: Path, troupe_cluster: Callable[..., Cluster], actor: str, why: str
 ) -> None:
-    """``node=`` skips the local class check (the node's import path is its own); a stage
-    class the node's workers cannot run ends the run with StageFailed naming the stage and
-    why, not with a timeout, before any item is processed."""
-    cluster = troupe_cluster("[node]\n", name="host")
+    """``node=`` checks only the classes installed here (the node's import path is its own);
+    a stage class the node's workers cannot run ends the run with StageFailed naming the stage
+    and why, not with a timeout, before any item is processed."""
+    cluster = troupe_cluster("[node]\n", name="host", env=_node_only(tmp_path))
     log = tmp_path / "records.jsonl"
     with pytest.raises(StageFailed) as failed:
         run_pipeline_sync(_toml(tmp_path, log=str(log), b_actor=actor), items=2, node=cluster.endpoint)
@@ -224,14 +234,14 @@ def test_a_running_node_that_cannot_run_a_stage_class_fails_the_run_naming_the_s
     "actor",
     [
         pytest.param("support.no_such_stages:Stage", id="module-missing"),
-        pytest.param("support.hook_stages:NotAStage", id="not-a-stage"),
+        pytest.param("nodeonly_stages:NotAStage", id="not-a-stage"),
     ],
 )
 def test_a_failed_run_on_a_running_node_leaves_none_of_its_workers_running(
     tmp_path: Path, troupe_cluster: Callable[..., Cluster], actor: str
 ) -> None:
     """Whatever ended the run, the replicas it started on someone else's node are stopped."""
-    cluster = troupe_cluster("[node]\n", name="host")
+    cluster = troupe_cluster("[node]\n", name="host", env=_node_only(tmp_path))
     with pytest.raises(StageFailed):
         run_pipeline_sync(
             _toml(tmp_path, log=str(tmp_path / "records.jsonl"), b_actor=actor),

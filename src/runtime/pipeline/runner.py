@@ -190,11 +190,12 @@ async def run_pipeline(
             template = await stack.enter_async_context(
                 early_template(early.cfg, LOCAL_NODE, early.source, taken, on_importing)
             )
-        elif cluster is not None:
-            # On a cluster's nodes: the classes installed here are checked here as well, before
+        elif cluster is not None or (node is not None and not early.finished):
+            # On a cluster's nodes, or a running node's (``node=``, a test's troupe_cluster): the
+            # classes installed here are checked here as well, their kwargs included, before
             # anything is submitted or made in ``out`` (a misspelt class had made the master's
-            # job, then failed on a node). One whose module is only on the nodes' hosts is
-            # theirs, as every class is on a running node of ``node=`` (its import path).
+            # job, then failed on a node; a missing kwarg failed each replica as it started).
+            # One whose module is only on the nodes' hosts is theirs (their import path).
             # A template the command started ahead checks them as it imports (forking nothing).
             taken = ahead.pop() if ahead else None
             if taken is not None:
