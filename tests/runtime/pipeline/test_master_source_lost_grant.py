@@ -30,7 +30,9 @@ class _FirstGrantLost:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
 
-    async def control(self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0) -> Any:
+    async def control(
+        self, endpoint: str, msg_type: str, payload: Any = None, *, timeout: float = 5.0
+    ) -> Any:
         reply = await self._runtime.control(endpoint, msg_type, payload, timeout=timeout)
         if msg_type == "request_task" and not self.lost and reply.get("leases"):
             self.lost.append(reply)
