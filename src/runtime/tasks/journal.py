@@ -8,7 +8,8 @@ chunks: ``journal_bulk.py``; ``JobRecord`` and ``TaskRecord`` overwrite a row).
 (see ``TaskTables.restore`` for what survives a restart: done stays done, dead stays dead,
 cancelled stays cancelled, leased comes back pending).
 
-Durability: ``journal_mode=WAL`` with ``synchronous=FULL``. Every commit fsyncs the WAL before
+Durability: ``journal_mode=WAL`` with ``synchronous=FULL``, the log checkpointed and cut back
+often enough that its size is bounded (``journal_wal.py``). Every commit fsyncs the WAL before
 :meth:`Journal.append` returns, so a record the driver has appended survives a killed master and
 also a power cut or kernel crash. ``NORMAL`` would be durable against a killed process only: after
 a power cut the last commits can roll back, and the master would forget a Complete it had already
@@ -78,6 +79,7 @@ from .journal_schema import (
     refuse_empty,
     refuse_foreign,
 )
+from .journal_wal import bound_wal
 from .journal_write import JournalEntry, split_at_bulk, write_records
 from .state import JobRecord, JobState, TaskState
 
@@ -188,6 +190,7 @@ class Journal:
             with translated(path, "opening"):
                 created = check_or_init(conn, path, create, new_hint)
                 conn.execute("PRAGMA synchronous = FULL")
+                bound_wal(conn)  # the room the log takes is known: journal_wal.py
         except BaseException:
             conn.close()
             if lock is None:

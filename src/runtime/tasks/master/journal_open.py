@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalLock
+
+from .journal_room import check_start_room
 
 __all__ = ["COMPACT_AFTER_S", "open_journal"]
 
@@ -30,19 +33,22 @@ def open_journal(
     With ``new``, a missing file is created; an existing journal is still opened as it is.
     Jobs finished ``compact_after_s`` ago or more are compacted first (see
     :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
+    A journal whose disk has less free space than a master needs is refused before it is
+    opened or created (``journal_room.check_start_room``).
     ``lock``: the journal's lock, held already, taken over (see :meth:`Journal.open`): it stays
     the caller's, held, where this raises.
 
     Raises:
         JournalBusy: another master holds the journal.
-        JournalError: missing (without ``new``), not a troupe journal, corrupt, or a row of
-            the wrong type (named).
+        JournalError: missing (without ``new``), not a troupe journal, corrupt, a row of the
+            wrong type (named), or its disk too full for a master.
     """
     if not new and not os.path.exists(path):
         raise JournalError(
             f"journal {path} does not exist; pass --new to start a new journal "
             "there, or give the path of the existing journal"
         )
+    check_start_room(Path(path))  # said now, in one line, not as the first write fails
     journal = Journal.open(path, create=new, new_hint="pass --new to start a new journal there", lock=lock)
     try:
         if compact_after_s is not None:
