@@ -56,12 +56,18 @@ def check_room(journal: Path, job_id: str, tasks: Sequence[TaskSpec]) -> None:
         return
     free, usable = room
     need = journal_bytes(tasks)
-    if need > usable:
-        raise TaskError(
-            f"job {job_id!r} is not submitted: its {len(tasks)} tasks need about {need / (1 << 20):.1f} "
-            f"MiB in the journal {journal}, whose disk has {free / (1 << 20):.1f} MiB free; free space "
-            "there (`troupe master compact` folds finished jobs' rows), or submit fewer tasks"
-        )
+    if need <= usable:
+        return
+    count = len(tasks)
+    fewer = count * usable // need if usable > 0 else 0  # the rows are about the same size each
+    advice = f", or submit at most about {fewer} tasks" if fewer > 0 else ": no job fits until then"
+    raise TaskError(
+        f"job {job_id!r} is not submitted: its {count} task{'s' if count != 1 else ''} need"
+        f"{'' if count != 1 else 's'} about {_size(need)} in the journal {journal}, and "
+        f"{_size(KEPT_BYTES)} is kept free there besides (the journal's write-ahead log and other "
+        f"writes), but its disk has {_size(free)} free; free space there (`troupe master compact` "
+        f"folds finished jobs' rows){advice}"
+    )
 
 
 def check_start_room(journal: Path) -> None:
