@@ -4,11 +4,16 @@ mounted at boot) keeps it down instead of starting it over on an empty queue."""
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from support.small_disk import small_disk
 from troupe.cli.main import app
+from troupe.runtime.tasks.master import journal_open
 from troupe.runtime.tasks.master.journal_open import open_journal
 
 
@@ -67,3 +72,49 @@ def test_init_says_a_file_that_is_no_database_is_no_journal(tmp_path: Path) -> N
     assert result.exit_code == 2
     assert "exists and is no journal (not an SQLite database)" in " ".join(result.output.split())
     assert path.read_bytes() == b"\x00garbage" * 100
+
+
+@pytest.mark.parametrize("left_kib", [4, 16])
+def test_an_init_that_fails_on_a_full_disk_says_so_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, left_kib: int
+) -> None:
+    """It left an empty file (4 KiB free) or an empty database (16 KiB: "disk I/O error"); init
+    then said "exists already (master start resumes it)" and master start refused the file."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        path = disk / "journal.db"
+        fill = disk / "fill"
+        fill.write_bytes(b"\0" * (shutil.disk_usage(disk).free - (left_kib << 10)))
+        refused = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+        assert refused.exit_code == 2  # refused before anything is made: the room is looked at first
+        assert "its disk has" in refused.output and "a master needs about" in refused.output
+        assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+
+        # The disk fills after the room was looked at (another writer): the create fails part-way.
+        monkeypatch.setattr(journal_open, "check_start_room", lambda _: None)
+        failed = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+        text = " ".join(failed.output.split())
+        assert failed.exit_code == 2
+        assert "full" in text and "I/O" not in text.split(";", 1)[1], text
+        assert text.endswith("(init removed what it had made there)"), text
+        assert sorted(p.name for p in disk.iterdir()) == ["fill"]
+
+        fill.unlink()
+        made = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+        assert made.exit_code == 0, made.output
+        journal, _ = open_journal(path)  # what `master start` without --new does
+        journal.close()
+
+
+def test_init_makes_an_empty_database_a_journal_as_new_does(tmp_path: Path) -> None:
+    """What a failed create had left (by an older troupe): "exists already", and master start refused it."""
+    path = tmp_path / "journal.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE gone (x)")
+    conn.execute("DROP TABLE gone")
+    conn.execute("VACUUM")
+    conn.close()
+    assert path.stat().st_size == 4096
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 0, result.output
+    journal, _ = open_journal(path)
+    journal.close()

@@ -24,9 +24,12 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.journal_lock import JournalBusy
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
+
+from .master_init_files import Made, is_empty_database, is_sqlite
 
 __all__ = [
     "DEFAULT_JOURNAL",
@@ -86,8 +89,9 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
         raise fail(
             f"journal {journal} is a directory: give the journal's file, e.g. {journal / 'journal.db'}", 2
         )
-    if journal.exists() and journal.stat().st_size > 0:  # an empty file is made a journal, as --new does
-        if not _is_sqlite(journal):
+    # An empty file or an empty database (a failed create's) is made a journal, as --new does.
+    if journal.exists() and journal.stat().st_size > 0 and not is_empty_database(journal):
+        if not is_sqlite(journal):
             raise fail(
                 f"journal {journal} exists and is no journal (not an SQLite database): master start "
                 "refuses it; nothing was changed (move it away to create one there)",
@@ -96,19 +100,16 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
         raise fail(f"journal {journal} exists already; nothing was changed (master start resumes it)", 2)
     if not journal.parent.is_dir():
         raise fail(f"journal {journal}: no directory {journal.parent}; nothing was created", 2)
-    opened, _ = load_journal(journal, new=True)
+    made = Made(journal)
+    try:
+        opened, _ = open_journal(journal, new=True)
+    except JournalError as exc:
+        # Another process's files where it holds the journal; else what this init made, which
+        # a rerun took for a journal ("exists already") and master start refused.
+        undone = not isinstance(exc, JournalBusy) and made.take_back()
+        raise fail(f"{exc}{' (init removed what it had made there)' if undone else ''}", 2) from None
     opened.close()
     typer.echo(f"created the journal {journal}: `troupe master start --journal {journal}` serves it")
-
-
-def _is_sqlite(path: Path) -> bool:
-    """Whether the file begins as every SQLite database does (read, not opened: init changes
-    nothing of a file it refuses)."""
-    try:
-        with path.open("rb") as f:
-            return f.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return True  # unreadable: the refusal says it exists; master start says the rest
 
 
 @master_app.command("start")

@@ -8,6 +8,7 @@ appending, replaying, compacting, closing): a caller of the journal sees
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,10 @@ from pathlib import Path
 from troupe.runtime.errors import JournalDamaged, JournalError, TaskError
 
 __all__ = ["translated"]
+
+# SQLite says a write that found no room as "disk I/O error" where it extends its shared-memory
+# file (``-shm``) or a page of the database: with less than this free, that is a full disk.
+_FULL_BELOW = 1 << 20
 
 
 @contextmanager
@@ -38,12 +43,14 @@ def translated(path: Path, action: str) -> Iterator[None]:
         elif "unable to open" in text or "readonly" in text:
             fix = "check that the path is a writable file"
         elif "full" in text:
-            fix = (
-                f"free space on the disk the journal is on (df {path.parent}), then start again: "
-                "what was recorded stays"
-            )
+            fix = _full_fix(path)
         elif "I/O" in text:
-            fix = "check the disk the journal is on"
+            free = _free(path)
+            fix = (
+                f"the disk the journal is on is full ({free >> 10} KiB free): {_full_fix(path)}"
+                if free is not None and free < _FULL_BELOW
+                else "check the disk the journal is on"
+            )
         else:
             fix = "restore the journal from a backup or start a new one"
         raise JournalError(f"journal {path}: {action} failed: {text}; {fix}") from exc
@@ -51,3 +58,18 @@ def translated(path: Path, action: str) -> Iterator[None]:
         raise JournalError(
             f"journal {path}: {action} failed: {exc}; the journal and this troupe disagree about its contents"
         ) from exc
+
+
+def _full_fix(path: Path) -> str:
+    return (
+        f"free space on the disk the journal is on (df {path.parent}), then start again: "
+        "what was recorded stays"
+    )
+
+
+def _free(path: Path) -> int | None:
+    """Free bytes on the disk holding ``path``; None where it cannot be asked."""
+    try:
+        return shutil.disk_usage(path.parent).free
+    except OSError:
+        return None
