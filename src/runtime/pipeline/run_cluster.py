@@ -43,6 +43,9 @@ __all__ = ["LOCAL_NODE", "RunCluster", "on_cluster", "on_node", "stage_supervisi
 _SAY_WAIT_S = 1.0  # a stop still waiting this long says what for
 
 LOCAL_NODE = "local"  # the name of the node a one-host run starts
+# What recovers a run whose own journal (or whole --out) was lost as it ran: the same command,
+# which goes on from the outputs its folder still holds; not a cluster operator's --new.
+RUN_JOURNAL_LOST = "Run the same troupe run again: it goes on from the outputs its folder still holds"
 
 
 @dataclass
@@ -110,7 +113,10 @@ async def on_node(
                     run_dir.state_dir.mkdir(parents=True, exist_ok=True)
                     journal, book = open_run_journal(run_dir.journal_path, on_event, run_dir.lock)
                     master = master_endpoint or free_endpoint()
-                    local_master = Master(MasterConfig(endpoint=master, name="local-master"), journal, book)
+                    local_config = MasterConfig(
+                        endpoint=master, name="local-master", journal_lost_advice=RUN_JOURNAL_LOST
+                    )
+                    local_master = Master(local_config, journal, book)
                     local_master.endpoint_may_move = endpoints_may_move
                     await _start_master(tg, local_master)
                     master = local_master.config.endpoint  # another, if it had to move

@@ -6,7 +6,10 @@ no restart would find, and ``truncate -s 0`` cut the database under the write-ah
 master went on for as long as it ran, and its next start said the journal does not exist. The
 watch looks at the path every second: another file there (its device and inode), none, or a
 database file shorter than it was (the master never shrinks it: compaction deletes rows, not
-pages) ends the master with a :class:`~troupe.runtime.errors.JournalError` that says so.
+pages) ends the master with a :class:`~troupe.runtime.errors.JournalError` that says so, and
+what to do: a cluster's operator restores the journal or starts a new one and submits the jobs
+again (:data:`OPERATOR_ADVICE`); a ``troupe run``'s own master, which has no ``--new`` and no
+jobs to submit, says its own (``MasterConfig.journal_lost_advice``).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import anyio
 
 from troupe.runtime.errors import JournalError
 
-__all__ = ["INTERVAL_S", "JournalFile", "watch_journal"]
+__all__ = ["INTERVAL_S", "OPERATOR_ADVICE", "JournalFile", "watch_journal"]
 
 INTERVAL_S = 1.0
+OPERATOR_ADVICE = "Restore the journal from a backup, or start a new one (--new), and submit the jobs again"
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,11 @@ class JournalFile:
         return None
 
 
-async def watch_journal(opened: JournalFile, interval_s: float = INTERVAL_S) -> JournalError:
+async def watch_journal(
+    opened: JournalFile, interval_s: float = INTERVAL_S, advice: str = OPERATOR_ADVICE
+) -> JournalError:
     """Wait until the journal's file is lost (deleted, replaced, cut short); the error that says
-    so, and that nothing the master wrote since is kept."""
+    so, that nothing the master wrote since is kept, and ``advice``: what to do."""
     last = opened
     while True:
         await anyio.sleep(interval_s)
@@ -64,8 +70,7 @@ async def watch_journal(opened: JournalFile, interval_s: float = INTERVAL_S) -> 
         if what is not None:
             return JournalError(
                 f"journal {opened.path} {what} while the master ran: what it wrote since is not in "
-                "any journal a restart would read; the master stopped. Restore the journal from a "
-                "backup, or start a new one (--new), and submit the jobs again"
+                f"any journal a restart would read; the master stopped. {advice}"
             )
         assert now is not None
         last = now

@@ -292,7 +292,7 @@ class Master(NodeControls, WorkerControls):
         opened = JournalFile.at(self.journal.path)
         if opened is None:  # nothing on disk to watch
             return
-        lost = await watch_journal(opened)
+        lost = await watch_journal(opened, advice=self.config.journal_lost_advice)
         log.error("journal_lost", journal=str(self.journal.path), error=str(lost))
         self.failure = lost
         self._stopping.set()

@@ -10,6 +10,8 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import check_bind, check_name
 
+from .journal_watch import OPERATOR_ADVICE
+
 __all__ = ["DEFAULT_MASTER_ENDPOINT", "MasterConfig"]
 
 DEFAULT_MASTER_ENDPOINT = "tcp://127.0.0.1:7480"
@@ -36,6 +38,9 @@ class MasterConfig:
         batch_linger_s: how long the driver lets a batch fill before it journals it: a busy
             master then pays its per-batch costs (a transaction, a thread hop) over more
             events, for at most this much more latency per reply.
+        journal_lost_advice: what the error that stops it when its journal's file is lost
+            (deleted, replaced, cut short: ``journal_watch.py``) tells to do; a ``troupe run``'s
+            own master says to run it again, not a cluster operator's ``--new`` and submits.
     """
 
     endpoint: str = DEFAULT_MASTER_ENDPOINT
@@ -50,6 +55,7 @@ class MasterConfig:
     metrics: str | None = None
     log_file: Path | None = None
     batch_linger_s: float = 0.002
+    journal_lost_advice: str = OPERATOR_ADVICE
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
