@@ -149,6 +149,7 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
             f"keys {directory}: the {taken[0]} pair exists already; it is not overwritten (remove "
             f"{taken[0]}.key and {taken[0]}.key_secret first to replace it)"
         )
+    made_directory = not directory.exists()
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         written = []
@@ -162,8 +163,30 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
             os.chmod(public, 0o644)
             written.append(Path(secret))
     except OSError as exc:
-        raise ConfigError(f"keys {directory}: cannot write ({exc.strerror})") from None
+        # A pair written part-way (a full disk: an empty cluster.key) made the rerun refuse it
+        # as existing: every file of the pairs was checked new above, so all of them go.
+        _take_back(directory, names, made_directory)
+        raise ConfigError(
+            f"keys {directory}: cannot write ({exc.strerror}); nothing was left there: free space "
+            "on its disk (or give another directory), then generate again"
+        ) from None
     return written
+
+
+def _take_back(directory: Path, names: list[str], made_directory: bool) -> None:
+    """Remove what a failed :func:`generate_keys` wrote: the files of ``names``' pairs, and the
+    directory where it made it (and it is empty)."""
+    for name in names:
+        for suffix in (".key", ".key_secret"):
+            try:
+                (directory / f"{name}{suffix}").unlink(missing_ok=True)
+            except OSError:
+                pass  # not there to remove, or not removable: the error says what failed
+    if made_directory:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
 
 
 def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKeys:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import stat
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import zmq.auth
 
+from support.small_disk import small_disk
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.keys import generate_keys, load_keys, role_of, user_id
 
@@ -155,3 +157,27 @@ def test_keys_without_curve_in_libzmq_are_refused_saying_how_to_fix_it(
     monkeypatch.setattr(keys_module.zmq, "has", lambda capability: capability != "curve")
     with pytest.raises(ConfigError, match=r"lacks CURVE, which --keys needs; reinstall pyzmq"):
         keys_for(tmp_path)
+
+
+@pytest.mark.parametrize("left_kib", [0, 8, 12])
+def test_a_generate_that_fills_the_disk_leaves_nothing_and_a_rerun_works(
+    tmp_path: Path, left_kib: int
+) -> None:
+    """It left an empty cluster.key (or a good pair and an empty operator.key), and the rerun
+    refused it as "exists already"; its docstring: nothing is written unless every pair is new."""
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        kept = disk / "kept"  # an existing directory, with a file of its own
+        kept.mkdir()
+        (kept / "notes.txt").write_text("mine")
+        fill = disk / "fill"
+        fill.write_bytes(b"\0" * (shutil.disk_usage(disk).free - (left_kib << 10)))
+        for directory in (disk / "keys", kept):
+            with pytest.raises(
+                ConfigError, match=r"cannot write \(No space left on device\); nothing was left"
+            ):
+                generate_keys(directory)
+        assert sorted(p.name for p in disk.iterdir()) == ["fill", "kept"]  # the folder it made is gone
+        assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+        fill.unlink()
+        assert len(generate_keys(disk / "keys")) == 3
+        assert len(generate_keys(kept)) == 3
