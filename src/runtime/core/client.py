@@ -26,6 +26,7 @@ async def connect(
     node: str = "",
     name: str | None = None,
     keys: str | os.PathLike[str] | None = None,
+    identity: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a client runtime that resolves names through the node at ``node_endpoint``.
 
@@ -36,13 +37,15 @@ async def connect(
         keys: a CURVE keys directory, for a cluster with keys: the client presents its
             operator key (else its reader key, else the cluster's). Default: the process's
             keys if it installed some, else ``$TROUPE_KEYS`` if set, else no CURVE.
+        identity: the pair of ``keys`` to present and serve with (``cluster``, a name such as
+            ``operator-alice``); default the client's choice, as described for ``keys``.
 
     Raises:
         ConfigError: the keys cannot be loaded (or libzmq lacks CURVE).
     """
     if keys is None and installed() is None:
         keys = os.environ.get(KEYS_ENV) or None
-    security = keys_for(keys, None) if keys is not None else None
+    security = keys_for(keys, identity) if keys is not None else None
     box: list[Runtime] = []
 
     async def lookup(address: ActorAddress) -> tuple[ActorAddress, str]:

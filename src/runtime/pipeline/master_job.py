@@ -28,7 +28,7 @@ from troupe.runtime.tasks.state import FINAL_STATES
 from .config import PipelineConfig
 from .source import MasterSource
 
-__all__ = ["master_source"]
+__all__ = ["LEASE_S", "master_source"]
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +38,8 @@ _ALIVE_S = 2.0  # how long another run's registration is given to answer before 
 # The job's reference naming the run's --out: a later run of the job given another one would
 # finish the dataset there, with the episodes of the earlier runs in the first.
 OUT_REF = "out"
+
+LEASE_S = 120  # a pipeline job's lease time; the run renews its leases every third of it
 
 
 def _job(cfg: PipelineConfig, out: Path | None) -> dict[str, Any]:
@@ -49,7 +51,7 @@ def _job(cfg: PipelineConfig, out: Path | None) -> dict[str, Any]:
             "count": cfg.items,
             "seed_start": cfg.seed_start,
             "max_attempts": cfg.max_attempts,
-            "lease_s": 120,
+            "lease_s": LEASE_S,
             "backoff_base_s": 0.2,
             "backoff_max_s": 5.0,
             "speculation": {"enabled": False},

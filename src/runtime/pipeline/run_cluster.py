@@ -36,6 +36,7 @@ from .master_job import master_source
 from .mixed_code import warn_if_mixed
 from .run_dir import RunDir
 from .run_journal import open_run_journal
+from .run_keys import connect_run
 from .source import ItemSource
 
 __all__ = ["LOCAL_NODE", "RunCluster", "on_cluster", "on_node", "stage_supervision"]
@@ -73,8 +74,9 @@ async def on_cluster(
     """A client of the running master at ``master``: its job is the items (made with ``out``),
     its live nodes run the replicas; nothing is started here, so nothing is stopped but the
     replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
-    told once where the cluster runs mixed code (``mixed_code.py``)."""
-    async with connect(master, keys=keys) as rt:
+    told once where the cluster runs mixed code (``mixed_code.py``), and where the master cannot
+    reach the run (``run_keys.py``)."""
+    async with connect_run(master, keys, on_warning) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts

@@ -153,9 +153,10 @@ async def run_pipeline(
             the stage classes (before ``on_start``), the class or module it imports now (None
             once done, or before it said) and the seconds since it started: a slow or hanging
             import is named while the run waits.
-        on_warning: with ``cluster``, called once, before the run starts, with a line for people
-            where the master or a live node runs other troupe code than this process or than
-            each other (``mixed_code.py``): who runs what.
+        on_warning: with ``cluster``, called before the run starts with a line for people,
+            once for each of: the master or a live node runs other troupe code than this process
+            or than each other (``mixed_code.py``): who runs what; the keys hold no cluster pair,
+            so the master cannot reach the run and a cancel waits for a renewal (``run_keys.py``).
 
     Returns:
         The run's :class:`PipelineResult`; also where the run was stopped (cancelled) once its
