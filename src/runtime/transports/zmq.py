@@ -92,6 +92,15 @@ MAX_BATCHERS = 65_536
 # for all together. They bound memory while an asker does not read; bursts must fit.
 HELD_PER_ASKER = 1000
 HELD_IN_ALL = 10_000
+# A TCP connection whose sent data stays unacknowledged this long is dropped, and a DEALER
+# connects anew (ZMQ_TCP_MAXRT: TCP_USER_TIMEOUT on Linux). Without it, after a link cut longer
+# than the node timeout, messages waited on the connection from before the cut behind the
+# kernel's doubling retransmission backoff (up to 2 minutes; the master's replies to a node's
+# worker among them) instead of a new connection. The peer's kernel acknowledges whatever its
+# process is doing (a busy or full mailbox included), so only a dead link or host reaches it;
+# ZeroMQ heartbeats were not used because a mailbox pushing back stops reading its socket,
+# heartbeats included, and would drop healthy connections.
+TCP_UNACKED_TIMEOUT_MS = 20_000
 
 
 def frames_bytes(frames: list[Any]) -> int:
@@ -220,6 +229,7 @@ class ZmqTransport:
         sock.setsockopt(zmq.RCVHWM, self.hwm)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        sock.setsockopt(zmq.TCP_MAXRT, TCP_UNACKED_TIMEOUT_MS)
 
     def statistics(self) -> TransportStats:
         """Return counters."""
