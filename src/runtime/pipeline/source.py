@@ -366,9 +366,12 @@ class MasterSource:
     def _halt(self, view: dict[str, Any]) -> None:
         done = (view.get("counts") or {}).get("done", 0)
         self._halted = (
+            # The master's count: an item a stage committed whose report the cancel overtook
+            # is not among them, yet its output stays (a cancel landed mid-commit said 9, with 37).
             f"the master's job {self.job_id!r} was cancelled (`troupe ctl cancel`) with {done} of "
-            f"{view.get('total')} items done: the run stopped, and its replicas with it; what the "
-            "stages committed stays (the same command run again finalises the output with it)"
+            f"{view.get('total')} items recorded done: the run stopped, and its replicas with it; "
+            "what the stages committed stays, also that of items in flight (the same command run "
+            "again finalises the output with it)"
         )
         log.warning("pipeline_job_cancelled", job_id=self.job_id, done=done)
         self._done = True

@@ -81,6 +81,8 @@ async def test_a_cancelled_job_halts_the_source() -> None:
             # The source's run ends by itself: nothing more to lease, nothing to give back.
     why = source.halted()
     assert why is not None and "'job' was cancelled" in why and "troupe ctl cancel" in why
+    # The master's count lacks an item committed as the cancel came: said as the master's.
+    assert "items recorded done" in why and "also that of items in flight" in why, why
     assert source.exhausted()
     source.settle("t0", "ok")  # an item that ended as the run stopped: nothing to report
     assert "complete" not in master.calls
