@@ -101,3 +101,25 @@ def test_the_line_is_one_line_and_bounded_whatever_the_message() -> None:
     )
     refusal = ConfigError("cannot import 'm:C': No module named 'm'")  # troupe's own, whole
     assert start_failure_line(_raised(refusal), "m:C", None) == f"ConfigError: {refusal}"
+
+
+def test_a_constructor_given_arguments_it_does_not_take_is_not_located_in_the_runtime() -> None:
+    """A TypeError of the call itself (a missing kwarg) is raised in the runtime's frame that
+    calls the class: it said "raised in m:C at .../runtime/core/runtime.py:319", pointing the
+    user into troupe."""
+
+    class Needs:
+        def __init__(self, directory: str) -> None:
+            self.directory = directory
+
+    from troupe.runtime.node import worker_process
+
+    # The call made from a runtime module (its frame's file is what decides).
+    call = compile("Needs()", str(worker_process._RUNTIME_DIR / "core" / "runtime.py"), "exec")
+    line = ""
+    try:
+        exec(call, {"Needs": Needs})
+    except TypeError as exc:
+        line = start_failure_line(exc, "m:Needs", None)
+    assert "missing 1 required positional argument: 'directory'" in line, line
+    assert "runtime/core/runtime.py" not in line and "(raised in m:Needs" in line, line

@@ -179,13 +179,27 @@ def start_failure_line(exc: BaseException, cls: str, log_file: Path | None) -> s
     the exception first, as the node's reading of a worker's stderr expects (``StderrTail``)."""
     text = " ".join(str(exc).split())
     cut = text if len(text) <= _MESSAGE_MOST else text[: _MESSAGE_MOST - 3] + "..."
-    frames = traceback.extract_tb(exc.__traceback__)
+    # The innermost frame of the actor's own code: one of the runtime's is where it called the
+    # class (a constructor given arguments it does not take raises there), not where to look.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _in_runtime(f.filename)]
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     logged = f"; traceback in {log_file}" if log_file is not None else ""
     said = f"{type(exc).__name__}: {cut}" if cut else type(exc).__name__
     if isinstance(exc, ConfigError):  # troupe's own refusal (a class that does not import): whole
         return said
     return f"{said} (raised in {cls}{where}{logged})"
+
+
+_RUNTIME_DIR = Path(__file__).resolve().parents[1]
+
+
+def _in_runtime(filename: str) -> bool:
+    """Whether ``filename`` is a module of troupe's runtime (not of the actors, troupe's own
+    included)."""
+    try:
+        return Path(filename).resolve().is_relative_to(_RUNTIME_DIR)
+    except (OSError, ValueError):
+        return False
 
 
 def install_worker_controls(
