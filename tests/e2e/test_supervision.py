@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from support.cluster import ctl
-from troupe.runtime import AskTimeout, ConfigError, PeerLost, RemoteError
+from troupe.runtime import AskTimeout, ConfigError, PeerLost, RemoteError, UnknownActor
 from troupe.runtime.testing import plugin as troupe_testing
 from troupe.runtime.testing.plugin import ChaosEvent, Cluster, reap, start_cluster
 
@@ -167,6 +167,38 @@ async def test_an_ask_to_a_worker_killed_before_it_answered_ends_then_not_at_its
         assert status["supervision"]["kills"]["w-one"]["reason"] == "no_progress"
         after = await _restarted(one, "w-one", before["pid"])
         assert await rt.ref("w-one/echo").ask("pid") == after["pid"]  # the next ask finds the new one
+
+
+async def test_the_ask_after_a_peer_lost_reaches_the_restarted_process_not_the_dead_one(
+    troupe_cluster: Any,
+) -> None:
+    """An ask in flight ends with PeerLost as its worker is killed; the same ref's next ask
+    reaches the restarted process (or hears UnknownActor while it restarts). The node's
+    directory still named the dead process's endpoint until it had reaped it, the ask went
+    there, and waited out its whole deadline (4 rounds in 6, in the report): several rounds,
+    more than the default ``max_restarts``."""
+    one: Cluster = troupe_cluster(ONE.replace("[restart]", "[restart]\nmax_restarts = 20"), "one")
+    async with one.client() as rt:
+        echo = rt.ref("w-one/echo")
+        for _ in range(6):
+            before = Cluster.worker_in(await _settled(one), "w-one")
+            assert await echo.ask("pid", timeout=10) == before["pid"]  # connected, its handshake done
+            with anyio.fail_after(60):  # bounds on a hang, not on speed
+                async with anyio.create_task_group() as tg:
+
+                    async def in_flight() -> None:
+                        with pytest.raises(PeerLost):
+                            await echo.ask("sleep", 3600, timeout=3600)
+
+                    tg.start_soon(in_flight)
+                    await one.chaos("kill", "w-one")
+                while True:  # an AskTimeout here (the dead endpoint's silence) fails the test
+                    try:
+                        now = await echo.ask("pid", timeout=20)
+                        break
+                    except UnknownActor:  # between two incarnations: the caller tries again
+                        await anyio.sleep(0.05)
+            assert now != before["pid"]
 
 
 async def test_an_actor_spawned_by_control_message_is_named_and_restarted_with_its_worker(

@@ -45,6 +45,7 @@ from .actor import Actor
 from .cell import Cell, Msg
 from .deadlines import AskDeadlines
 from .directory import Directory
+from .live_lookup import resolve_live
 from .loading import load_actor_class
 from .peer_limits import PeerLogGate
 from .ref import ActorAddress, ActorRef
@@ -376,14 +377,16 @@ class Runtime(Inbound):
         msg = cell.handling
         return cell.sender, msg.trace if msg is not None else None
 
-    async def _resolve(self, ref: ActorRef) -> None:
+    async def _resolve(self, ref: ActorRef, within: float | None = None) -> None:
+        """Point ``ref`` at its actor's cell here or its process's endpoint; ``within``: the
+        most seconds to wait while the directory still names a process known dead."""
         addr = ref.address
         if addr.actor in self.cells and addr.node in ("", self.node) and addr.process in ("", self.process):
             ref.cell = self.cells[addr.actor]
             return
         if not addr.process and self.directory.lookup is None:
             raise UnknownActor(f"no actor named {addr.actor!r} in {self.node}/{self.process}")
-        full, endpoint = await self.directory.resolve(addr)
+        full, endpoint = await resolve_live(self.directory, self._lost, addr, within)
         ref.address = full
         if full.node == self.node and full.process == self.process:
             cell = self.cells.get(full.actor)
@@ -391,16 +394,15 @@ class Runtime(Inbound):
                 raise UnknownActor(f"no actor named {full.actor!r} in {self.node}/{self.process}")
             ref.cell = cell
         else:
-            ref.endpoint = endpoint
-            self._lost.pop(endpoint, None)  # answered for again: whoever listens there now
+            ref.endpoint = endpoint  # not one whose connection ended (``resolve_live``)
 
-    async def _resolve_again(self, ref: ActorRef) -> None:
+    async def _resolve_again(self, ref: ActorRef, within: float | None = None) -> None:
         """``ref`` names an endpoint whose connection ended: forget it and resolve afresh, where
         there is a directory to ask (a route only taught, as the engine's replicas, stays)."""
         if self.directory.lookup is None:
             return
         self._peer_gone(ref)
-        await self._resolve(ref)
+        await self._resolve(ref, within)
 
     async def tell_ref(
         self, ref: ActorRef, msg_type: str, payload: Any, block: bool, headers: dict[str, Any] | None
@@ -458,11 +460,11 @@ class Runtime(Inbound):
         headers: dict[str, Any] | None,
     ) -> Any:
         """Send an ask through ``ref`` and await its reply (``ActorRef.ask`` calls this)."""
-        if ref.cell is None and ref.endpoint is None:
-            await self._resolve(ref)
-        elif self._lost and ref.endpoint in self._lost:
-            await self._resolve_again(ref)
         timeout = self.ask_timeout if timeout is None else timeout
+        if ref.cell is None and ref.endpoint is None:
+            await self._resolve(ref, timeout)
+        elif self._lost and ref.endpoint in self._lost:
+            await self._resolve_again(ref, timeout)
         # Every ask comes here: ``_watched_future``, ``_context``, ``_try_send`` and
         # ``_settled`` are inlined (a Python call each less per ask), with the same semantics.
         deadlines = self._deadlines

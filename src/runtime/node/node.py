@@ -484,6 +484,8 @@ class Node:
         for handle in self.workers.values():
             if handle.state is not HandleState.RUNNING or not handle.endpoint:
                 continue
+            if handle.process is not None and handle.process.returncode is not None:
+                continue  # reaped, its stderr and leftovers not yet seen to: nobody listens there
             if (addr.process == handle.spec.name or not addr.process) and addr.actor in handle.actors:
                 return {
                     "address": f"{self.name}/{handle.spec.name}/{addr.actor}",

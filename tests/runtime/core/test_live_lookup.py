@@ -1,0 +1,68 @@
+"""resolve_live: a directory's answer that names an endpoint whose connection ended (its process
+died, and the node has not reaped it yet) is asked again, not believed; fake lookups."""
+
+from __future__ import annotations
+
+import pytest
+
+from troupe.runtime.core.directory import Directory
+from troupe.runtime.core.live_lookup import resolve_live
+from troupe.runtime.core.ref import ActorAddress
+from troupe.runtime.errors import UnknownActor
+
+DEAD, NEW = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+FULL = ActorAddress("n", "w", "echo")
+
+
+class Lookup:
+    """A node's ``resolve``: each call gives the next answer (an endpoint, or an error)."""
+
+    def __init__(self, *answers: str | Exception) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    async def __call__(self, address: ActorAddress) -> tuple[ActorAddress, str]:
+        self.calls += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return FULL, answer
+
+
+async def test_a_stale_answer_is_asked_again_until_the_restarted_process_is_named() -> None:
+    lookup = Lookup(DEAD, DEAD, NEW)
+    directory = Directory("n", lookup)
+    directory.learn(str(FULL), DEAD)  # the cache holds the dead endpoint too
+    assert await resolve_live(directory, {DEAD: None}, ActorAddress("", "w", "echo")) == (FULL, NEW)
+    assert lookup.calls == 3  # the cache's stale answer was dropped, not returned
+    assert await directory.resolve(FULL) == (FULL, NEW)
+
+
+async def test_not_running_while_it_restarts_is_said_at_once() -> None:
+    directory = Directory("n", Lookup(DEAD, UnknownActor("no running actor n/w/echo")))
+    with pytest.raises(UnknownActor, match="no running actor"):
+        await resolve_live(directory, {DEAD: None}, FULL)
+
+
+async def test_a_directory_that_keeps_naming_the_lost_endpoint_is_believed_the_next_time() -> None:
+    """Past the bound it may be right (a new process on the same port): this lookup says so
+    in one line, and the next one sends there."""
+    lost = {DEAD: None}
+    directory = Directory("n", Lookup(DEAD))
+    with pytest.raises(UnknownActor, match=r"still names .*connection there ended.*try again"):
+        await resolve_live(directory, lost, FULL, within=0.05)
+    assert DEAD not in lost
+    assert await resolve_live(directory, lost, FULL, within=0.05) == (FULL, DEAD)
+
+
+async def test_an_endpoint_not_lost_is_returned_as_the_directory_gives_it() -> None:
+    lookup = Lookup(NEW)
+    assert await resolve_live(Directory("n", lookup), {DEAD: None}, FULL) == (FULL, NEW)
+    assert lookup.calls == 1
+
+
+async def test_a_route_only_taught_stays_as_taught() -> None:
+    """No directory to ask (the engine's replicas, taught their routes): the cache's answer."""
+    directory = Directory("n")
+    directory.learn(str(FULL), DEAD)
+    assert await resolve_live(directory, {DEAD: None}, FULL) == (FULL, DEAD)
