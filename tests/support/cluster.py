@@ -18,12 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 
 from troupe.runtime import Actor, handles
 from troupe.runtime.testing.plugin import free_endpoint, node_start_command, reap
 
-__all__ = ["DEMO_CONFIG", "Cruncher", "NodeProc", "ctl", "free_endpoint", "reap", "start_node"]
+__all__ = [
+    "DEMO_CONFIG",
+    "Cruncher",
+    "HangsInConstructor",
+    "HangsInStarted",
+    "NodeProc",
+    "ctl",
+    "free_endpoint",
+    "reap",
+    "start_node",
+]
 
 
 @dataclass
@@ -135,3 +146,20 @@ class Cruncher(Actor):
             if payload.get("progress") and rounds % 20 == 0:
                 self.progress(20, note=f"round {rounds}")
         return rounds
+
+
+class HangsInConstructor(Actor):
+    """An actor whose constructor never returns (waiting on a device, say): its worker beats on."""
+
+    def __init__(self) -> None:
+        time.sleep(3600)
+
+
+class HangsInStarted(Actor):
+    """An actor whose ``started()`` hook never returns (nor ``restarted()``, its restart's)."""
+
+    async def started(self) -> None:
+        await anyio.sleep(3600)
+
+    async def restarted(self, reason: str) -> None:
+        await anyio.sleep(3600)

@@ -137,6 +137,9 @@ class SupervisionConfig(_Frozen):
     on purpose); ``startup_timeout_s`` unset means ``heartbeat_timeout_s``.
     ``supervisor_timeout_s``: the node asks its supervisor every second whether it answers;
     silent this long (stopped, hung), it is killed and started again.
+    ``start_timeout_s``: a worker's start (its imports, its actors' constructors and
+    ``started()`` hooks) that has not ended this long after its launch is killed as hung and
+    restarted (warned at a third and two thirds of it); 0 disables the bound.
     """
 
     enabled: StrictBool = True
@@ -145,6 +148,7 @@ class SupervisionConfig(_Frozen):
     progress_timeout_s: StrictFloat = Field(default=30.0, ge=0)
     startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     supervisor_timeout_s: StrictFloat = Field(default=10.0, gt=0)
+    start_timeout_s: StrictFloat = Field(default=180.0, ge=0)
     kinds: dict[str, KindSupervision] = Field(default_factory=dict)
 
     @model_validator(mode="after")

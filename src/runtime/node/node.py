@@ -297,6 +297,7 @@ class Node:
         log.info(
             "worker_spawned", worker=handle.spec.name, worker_pid=proc.pid, incarnation=handle.incarnation
         )
+        self.supervision.worker_launched(handle)  # a start that hangs is killed, not left "starting"
         code = await handle.wait()  # also passes its stderr on and keeps its last error
         await kill_what_is_left(handle)  # of a stop: what it started is not left running
         await kill_group(handle)  # however it ended: what is left in its process group

@@ -65,6 +65,7 @@ from .restart import (
     RestartTracker,
     Started,
 )
+from .start_bound import bound_start
 from .supervisor import SPEC_ENV
 
 if TYPE_CHECKING:
@@ -163,6 +164,12 @@ class NodeSupervision:
             "supervisor_addr": list(self.udp) if self.udp is not None else None,
             "heartbeat_interval_s": self._cfg.policy_for(handle.spec.kind).interval_s,
         }
+
+    def worker_launched(self, handle: WorkerHandle) -> None:
+        """A worker's incarnation was launched: bound its start (``start_bound.py``)."""
+        bound = self._cfg.start_timeout_s
+        if self.enabled and bound > 0 and self._tg is not None:
+            self._tg.start_soon(bound_start, handle, bound, self.note_kill)
 
     def note_kill(self, pid: int | None, reason: str) -> None:
         """Record why the process ``pid`` is about to be killed, for its exit report."""
