@@ -210,8 +210,10 @@ class Cell:
                 self.runtime.reply_error_now(msg.route, msg.msg_id, self._stopped_while(msg, exc))
             raise
         else:
-            if msg.kind is K_ASK:
-                self.runtime.reply_now(msg.route, msg.msg_id, result)
+            if msg.kind is K_ASK and not self.runtime.reply_now(
+                msg.route, msg.msg_id, result, self.name, msg.type
+            ):
+                self.failed += 1  # its result could not travel: the asker got an error, not it
         finally:
             self.handling = None
             self.handled += 1
@@ -261,8 +263,8 @@ class Cell:
                 if msg.future is not None:
                     if not msg.future.done():
                         msg.future.set_result(result)
-                else:
-                    await runtime.reply(msg.route, msg.msg_id, result)
+                elif not await runtime.reply(msg.route, msg.msg_id, result, self.name, msg.type):
+                    self.failed += 1  # its result could not travel: the asker got an error, not it
         finally:
             self.handling = None
             self.handled += 1

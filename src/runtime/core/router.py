@@ -335,7 +335,7 @@ class Inbound:
             error = TypeError(f"control {msg_type!r}: a plain control handler returned a coroutine")
             self._control_failed(route, msg_id, msg_type, error)
             return
-        self.reply_now(route, msg_id, answer)
+        self.reply_now(route, msg_id, answer, msg_type=msg_type)
 
     def _answer_later(
         self,
@@ -377,32 +377,50 @@ class Inbound:
         )
         self.reply_error_now(route, msg_id, exc)
 
-    async def reply(self, route: Any, msg_id: int, result: Any) -> None:
-        """Send a handler's result back through ``route``."""
+    async def reply(self, route: Any, msg_id: int, result: Any, actor: str = "", msg_type: str = "") -> bool:
+        """Send a handler's result back through ``route``: ``actor``'s handler of ``msg_type``,
+        named if the result cannot be encoded. False then: the asker got an error saying so."""
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            await self.reply_error(route, msg_id, "", exc)
-            return
+            await self.reply_error(route, msg_id, actor, self._unsendable_reply(exc, actor, msg_type))
+            return False
         await self.transport.reply(route, frames)
+        return True
 
-    def reply_now(self, route: Any, msg_id: int, result: Any) -> None:
+    def reply_now(self, route: Any, msg_id: int, result: Any, actor: str = "", msg_type: str = "") -> bool:
         """Send a handler's result back without waiting (the transport holds a reply that cannot
-        leave at once for a bounded retry, or drops and counts it); one that fails to encode is
-        left to a task."""
+        leave at once for a bounded retry, or drops and counts it); False, as ``reply``, for a
+        result that cannot be encoded."""
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            self.reply_error_now(route, msg_id, exc)
-            return
+            self.reply_error_now(route, msg_id, self._unsendable_reply(exc, actor, msg_type), actor)
+            return False
         self.transport.try_reply(route, frames)
+        return True
 
-    def reply_error_now(self, route: Any, msg_id: int, exc: BaseException) -> None:
+    def _unsendable_reply(self, exc: ProtocolError, actor: str, msg_type: str) -> ProtocolError:
+        """What the asker learns of a handler's result that cannot travel (a lambda, an object,
+        nesting past the recursion limit, past the size bound): that the request was handled
+        and which handler's reply failed. It said only "no wire encoding for function", as if
+        the asker's own send had failed, and the worker logged nothing."""
+        if actor:
+            what = f"actor {self.node}/{self.process}/{actor}'s {msg_type!r} handler"
+        else:
+            what = f"control {msg_type!r}"
+        log.warning("reply_unencodable", actor=actor, type=msg_type, error=str(exc))
+        return type(exc)(
+            f"the reply of {what} could not be sent (the request was delivered and handled; "
+            f"change what the handler returns): {exc}"
+        )
+
+    def reply_error_now(self, route: Any, msg_id: int, exc: BaseException, actor: str = "") -> None:
         """Answer ``msg_id`` through ``route`` with an ERROR for ``exc``, without waiting (as
         ``reply_now``); nothing when no route."""
         if route is None:
             return
-        payload = error_payload(exc, "")
+        payload = error_payload(exc, f"{self.node}/{self.process}/{actor}" if actor else "")
         env = Envelope(Kind.ERROR, 0, msg_id, self._process_key, "", "", None, None, None, payload)
         self.transport.try_reply(route, self.codec.encode(env))
 

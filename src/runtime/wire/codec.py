@@ -373,9 +373,10 @@ class Codec:
         if isinstance(exc, EncodeError):
             raise exc
         if isinstance(exc, (TypeError, ValueError, OverflowError)):
+            what = f"message {msg_type!r}" if msg_type else "a reply"  # a reply has no type
             raise EncodeError(
-                f"cannot encode message {msg_type!r}: {exc}; payloads may hold None, bool, int, "
-                "float, str, bytes, lists, dicts with str keys, numpy arrays and registered "
+                f"cannot encode {what}: {exc}; payloads may hold None, bool, int, float, str, "
+                "bytes, lists, dicts with str, int or bytes keys, numpy arrays and registered "
                 "buffer types"
             ) from exc
         raise exc

@@ -721,6 +721,20 @@ def test_unencodable_header_raises_encode_error() -> None:
     assert _roundtrip(_tell(1), codec)[0].payload == 1
 
 
+def test_an_unencodable_reply_says_so_and_which_map_keys_travel() -> None:
+    """A reply has no type: it is called a reply, not "message ''"; and the rule it gives for map
+    keys is the README's (str, int or bytes), not "str keys"."""
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(100_000):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(EncodeError) as caught:
+        Codec().encode_reply(1, "n/p", deep)
+    said = str(caught.value)
+    assert said.startswith("cannot encode a reply: ") and "dicts with str, int or bytes keys" in said, said
+
+
 def test_encode_error_is_a_type_error() -> None:
     """EncodeError is also a TypeError, so generic callers can catch it as one."""
     with pytest.raises(TypeError):
