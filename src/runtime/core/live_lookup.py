@@ -18,7 +18,7 @@ from collections.abc import MutableMapping
 
 import anyio
 
-from troupe.runtime.errors import UnknownActor
+from troupe.runtime.errors import AskTimeout, UnknownActor
 
 from .directory import Directory
 from .ref import ActorAddress
@@ -54,9 +54,10 @@ async def resolve_live(
     """
     bound = STALE_ANSWER_WAIT_S if within is None else max(0.0, min(within, STALE_ANSWER_WAIT_S))
     give_up = time.monotonic() + bound
+    answer_by = None if within is None else time.monotonic() + within
     pause = _FIRST_PAUSE_S
     while True:
-        full, endpoint = await directory.resolve(address)
+        full, endpoint = await _asked(directory, address, answer_by, within)
         if endpoint not in lost or directory.lookup is None:  # a route only taught stays as taught
             return full, endpoint
         directory.forget(str(full))  # the cache holds the stale answer too
@@ -69,3 +70,18 @@ async def resolve_live(
             )
         await anyio.sleep(min(pause, left))
         pause = min(pause * 2, _LONGEST_PAUSE_S)
+
+
+async def _asked(
+    directory: Directory, address: ActorAddress, answer_by: float | None, within: float | None
+) -> tuple[ActorAddress, str]:
+    """``directory.resolve(address)``, by ``answer_by`` at the latest: an ask's lookup through
+    a node that does not answer took the lookup's own 5 s, whatever the ask's timeout."""
+    if answer_by is None:
+        return await directory.resolve(address)
+    with anyio.move_on_after(max(0.0, answer_by - time.monotonic())):
+        return await directory.resolve(address)
+    raise AskTimeout(
+        f"{address}: no answer from the directory (its node) on where it runs within {within:g}s; "
+        "the node may be busy, hung or gone"
+    )

@@ -66,3 +66,19 @@ async def test_a_route_only_taught_stays_as_taught() -> None:
     directory = Directory("n")
     directory.learn(str(FULL), DEAD)
     assert await resolve_live(directory, {DEAD: None}, FULL) == (FULL, DEAD)
+
+
+async def test_a_directory_that_does_not_answer_is_bounded_by_the_asks_timeout() -> None:
+    """A client of a node that died: its ask of 0.2 s waited the lookup's own 5 s (here, a
+    lookup that never answers: for ever); it ends at the ask's timeout, saying what it waited for."""
+    import anyio
+
+    from troupe.runtime.errors import AskTimeout
+
+    async def silent(address: ActorAddress) -> tuple[ActorAddress, str]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with anyio.fail_after(10), pytest.raises(AskTimeout) as raised:  # a bound on a hang
+        await resolve_live(Directory("n", silent), {}, ActorAddress("", "w", "echo"), within=0.2)
+    assert "no answer from the directory (its node) on where it runs within 0.2s" in str(raised.value)
