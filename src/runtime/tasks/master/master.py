@@ -189,6 +189,9 @@ class Master(NodeControls, WorkerControls):
         # Reports and renewals the book turned away: stale lease ids (a copy requeued while
         # its host was cut off, or superseded), a task already done. Dropped, never applied.
         self._stale: dict[str, int] = {}
+        # The stale reports counted, by (report, worker, lease): a worker's retries of one report,
+        # queued while its link was cut, arrive together and are one report, counted once.
+        self._stale_seen: dict[tuple[str, str, int], None] = {}
         self.ops = Operations(self)
         # Counted for the metrics endpoint (docs/METRICS.md); nothing else keeps these totals.
         self.dispatched = 0  # leases granted

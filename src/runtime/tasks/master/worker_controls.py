@@ -55,6 +55,8 @@ __all__ = ["WorkerControls", "WorkerEntry"]
 
 log = structlog.get_logger(__name__)
 
+_STALE_SEEN_MOST = 4096  # the reports remembered as counted (oldest forgotten first)
+
 
 @dataclass(slots=True)
 class WorkerEntry:
@@ -89,6 +91,7 @@ class WorkerControls:
     dispatched: int  # leases granted
     _workers: dict[str, WorkerEntry]  # by worker id, while registered
     _stale: dict[str, int]  # reports and renewals dropped as stale, by kind
+    _stale_seen: dict[tuple[str, str, int], None]  # counted already: a report's retries
 
     def _register_worker(self, payload: Any) -> Answer:
         m = RegisterWorkerControl.decode(payload)
@@ -209,6 +212,12 @@ class WorkerControls:
         return {"outcome": "rejected", "reason": "no answer from the task book"}
 
     def _count_stale(self, report: str, outcome: str, worker_id: str, task_id: str, lease_id: int) -> None:
+        seen = (report, worker_id, lease_id)
+        if seen in self._stale_seen:  # a retry of one counted already (sent again during a cut)
+            return
+        self._stale_seen[seen] = None
+        if len(self._stale_seen) > _STALE_SEEN_MOST:
+            del self._stale_seen[next(iter(self._stale_seen))]
         key = f"{report}_{outcome}"
         self._stale[key] = self._stale.get(key, 0) + 1
         log.info("stale_report_dropped", report=report, outcome=outcome, worker=worker_id,
