@@ -75,18 +75,26 @@ class Directory:
         """Return the cached endpoint of a process, if any."""
         return self._endpoints.get(process_key)
 
+    def known(self, address: ActorAddress) -> tuple[ActorAddress, str] | None:
+        """The full address and endpoint of ``address`` where the cache has them (no lookup)."""
+        if not address.process:
+            return None
+        full = address if address.node else ActorAddress(self.node, address.process, address.actor)
+        endpoint = self._endpoints.get(str(full))
+        if endpoint is None:
+            return None
+        self._hits += 1
+        return full, endpoint
+
     async def resolve(self, address: ActorAddress) -> tuple[ActorAddress, str]:
         """Return the full address and the endpoint of its process.
 
         Raises:
             UnknownActor: nobody knows the name.
         """
-        if address.process:
-            full = address if address.node else ActorAddress(self.node, address.process, address.actor)
-            endpoint = self._endpoints.get(str(full))
-            if endpoint is not None:
-                self._hits += 1
-                return full, endpoint
+        hit = self.known(address)
+        if hit is not None:
+            return hit
         if self.lookup is None:
             raise UnknownActor(f"cannot resolve {address}: no directory to ask")
         self._lookups += 1

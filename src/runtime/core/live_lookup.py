@@ -77,8 +77,9 @@ async def _asked(
 ) -> tuple[ActorAddress, str]:
     """``directory.resolve(address)``, by ``answer_by`` at the latest: an ask's lookup through
     a node that does not answer took the lookup's own 5 s, whatever the ask's timeout."""
-    if answer_by is None:
-        return await directory.resolve(address)
+    hit = directory.known(address)  # a cache hit waits on nothing: no deadline to set up
+    if hit is not None or answer_by is None:
+        return hit or await directory.resolve(address)
     with anyio.move_on_after(max(0.0, answer_by - time.monotonic())):
         return await directory.resolve(address)
     raise AskTimeout(

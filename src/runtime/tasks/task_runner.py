@@ -99,14 +99,20 @@ async def _run_task(actor: TaskActor, task: LeasedTask) -> str | None:
     """``actor.run_task(task)``, checked: what it returns becomes the task's result reference in
     the master's journal, which takes a str or nothing. Anything else fails the attempt here,
     saying so; the master would refuse the report, and the task would wait out its lease."""
-    where = f"{type(actor).__qualname__}.run_task"
     made: Any = actor.run_task(task)
     if not inspect.isawaitable(made):  # a plain def behind a decorator, which TaskActor let by
-        raise TypeError(f"{where} must be `async def`: it returned {short_repr(made, 80)}, not a coroutine")
+        raise TypeError(
+            f"{_named(actor)} must be `async def`: it returned {short_repr(made, 80)}, not a coroutine"
+        )
     ref = await made
     if ref is not None and not isinstance(ref, str):
         raise TypeError(
-            f"{where} returned {short_repr(ref, 80)} ({type(ref).__name__}): it must return a str "
+            f"{_named(actor)} returned {short_repr(ref, 80)} ({type(ref).__name__}): it must return a str "
             "(the reference of the task's committed output) or None"
         )
     return ref
+
+
+def _named(actor: TaskActor) -> str:
+    """``MyTask.run_task``: said only when it went wrong, not made for every task."""
+    return f"{type(actor).__qualname__}.run_task"

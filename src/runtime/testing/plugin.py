@@ -111,14 +111,21 @@ def reap(proc: subprocess.Popen[bytes], extra: Sequence[psutil.Process], grace: 
 
 
 def _ready(status: dict[str, Any]) -> bool:
-    workers = status["workers"]
-    if any(w["state"] != "running" for w in workers):
-        return False
+    return not _not_ready_workers(status)
+
+
+def _not_ready_workers(status: dict[str, Any]) -> list[str]:
+    """Each worker of a node's status that is not running, or not yet watched by its
+    supervisor (where supervision is on), said for a failure message."""
     sup = status.get("supervision") or {}
-    if not sup.get("enabled", False):
-        return True
-    watched = (sup.get("supervisor") or {}).get("workers", {})
-    return all(w["name"] in watched and watched[w["name"]]["pid"] == w["pid"] for w in workers)
+    watched = (sup.get("supervisor") or {}).get("workers", {}) if sup.get("enabled", False) else None
+    waiting = []
+    for w in status["workers"]:
+        if w["state"] != "running":
+            waiting.append(f"{w['name']!r} {w['state']} (pid {w.get('pid')}, restarts {w.get('restarts')})")
+        elif watched is not None and (watched.get(w["name"]) or {}).get("pid") != w["pid"]:
+            waiting.append(f"{w['name']!r} running, not yet watched by the supervisor")
+    return waiting
 
 
 def import_path(*first: str | Path) -> str:
@@ -213,14 +220,7 @@ def _not_ready(cluster: Cluster, timeout: float, last: dict[str, Any] | None) ->
         return (
             f"troupe node {cluster.name!r} never answered within {timeout:g}s (it was still running); {where}"
         )
-    watched = ((last.get("supervision") or {}).get("supervisor") or {}).get("workers", {})
-    waiting = []
-    for w in last["workers"]:
-        if w["state"] != "running":
-            waiting.append(f"{w['name']!r} {w['state']} (pid {w.get('pid')}, restarts {w.get('restarts')})")
-        elif (last.get("supervision") or {}).get("enabled") and w["name"] not in watched:
-            waiting.append(f"{w['name']!r} running, not yet watched by the supervisor")
-    said = "; ".join(waiting) or "none (the supervisor was not yet watching them)"
+    said = "; ".join(_not_ready_workers(last)) or "none (the supervisor was not yet watching them)"
     return (
         f"troupe node {cluster.name!r} not ready within {timeout:g}s; workers not ready: {said} "
         f"(a constructor or started() that does not return leaves its worker starting); {where}"
