@@ -79,6 +79,7 @@ def test_ctl_lists_undrain_beside_drain() -> None:
         (("ctl", "submit"), "troupe ctl submit [OPTIONS] {JOB.toml}"),
         (("ctl", "cancel"), "troupe ctl cancel [OPTIONS] {JOB}"),
         (("ctl", "dead"), "troupe ctl dead [OPTIONS] {JOB}"),
+        (("ctl", "retry"), "troupe ctl retry [OPTIONS] {JOB}"),
         (("ctl", "drain"), "troupe ctl drain [OPTIONS] {NODE}"),
         (("ctl", "undrain"), "troupe ctl undrain [OPTIONS] {NODE}"),
         (("ctl", "chaos"), "troupe ctl chaos [OPTIONS] {KIND}"),

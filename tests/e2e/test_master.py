@@ -224,6 +224,13 @@ def test_a_task_that_always_raises_is_dead_lettered_and_shown_by_ctl_dead(
     assert "doomed-000000" in out.stdout and "fails on purpose (attempt 2)" in out.stdout
     jobs = ctl("ctl", "jobs", "--master", tasks.master_endpoint, "--json")
     assert {j["job_id"]: j["state"] for j in json.loads(jobs.stdout)}["doomed"] == "failed"
+    # Retried, they run again from attempt 1, and fail again: the job ends failed a second time.
+    retried = ctl("ctl", "retry", "doomed", "--master", tasks.master_endpoint)
+    assert retried.returncode == 0, retried.stderr
+    assert "job doomed: 2 dead-lettered tasks run again" in retried.stdout
+    again = tasks.wait_job("doomed")
+    assert (again["state"], again["counts"]["dead"]) == ("failed", 2)
+    assert [d["attempts"] for d in call(tasks.master_endpoint, "dead", {"job_id": "doomed"})] == [2, 2]
 
 
 def test_a_killed_worker_s_tasks_run_elsewhere_long_before_their_lease_ends(

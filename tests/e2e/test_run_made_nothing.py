@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.train_run_cli import finish, troupe
+from troupe.cli.commands.run_pipeline import RETRY_DEAD_HINT
 from troupe.runtime.testing.plugin import import_path
 
 pytestmark = pytest.mark.e2e
@@ -105,4 +106,4 @@ def test_a_rerun_that_finds_the_run_complete_counts_its_items(tmp_path: Path) ->
     said = " ".join(stdout.split())
     assert "already complete" in said
     log = out / "logs" / "local.jsonl"
-    assert f"2 of its 8 items died (their errors: {log}); --fresh runs all again" in said
+    assert f"2 of its 8 items died (their errors: {log}); {RETRY_DEAD_HINT}" in said

@@ -26,6 +26,7 @@ from troupe.runtime.pipeline.stage import StageActor, StageRun
 __all__ = [
     "AttemptStage",
     "CommittedStage",
+    "DiskFullStage",
     "EchoStage",
     "ExitingStage",
     "FailingFinalizeStage",
@@ -214,6 +215,20 @@ class FailingSeedStage(StageActor):
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         if int(item["seed"]) % self.every == 0:
             raise OSError(f"seed {item['seed']} always fails")
+        return {"task_id": item["task_id"], "seed": item["seed"]}
+
+
+class DiskFullStage(StageActor):
+    """Fails (``ENOSPC``) at the seeds divisible by ``every`` while the file ``full`` exists, as a
+    writer does on a full disk; records every item it passes in ``log``."""
+
+    def __init__(self, every: int, full: str, log: str) -> None:
+        self.every, self.full, self.log = every, full, log
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        if int(item["seed"]) % self.every == 0 and os.path.exists(self.full):
+            raise OSError(28, "No space left on device")
+        append_record(self.log, {"task_id": item["task_id"], "attempt": item.get("attempt")})
         return {"task_id": item["task_id"], "seed": item["seed"]}
 
 

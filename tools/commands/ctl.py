@@ -269,6 +269,28 @@ async def _cancel(master: str, job: str, timeout: float) -> str | None:
     return None
 
 
+@ctl_app.command("retry")
+def retry(
+    job: Annotated[str, typer.Argument(metavar="JOB", help="The job id.")],
+    master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    timeout: TimeoutOption = 10.0,
+    keys: KeysOption = None,
+) -> None:
+    """Run a job's dead-lettered tasks again, with their attempts counted from zero (say, after
+    the full disk that killed them was cleared); a job that ended failed runs again."""
+    use_keys(keys)
+    reply = run_async(master_call, master, "retry_dead", {"job_id": job}, timeout)
+    with shaped_as(master, "master"):
+        retried = int(reply["retried"])
+    if not retried:
+        said = f" has no dead-lettered tasks ({reply.get('state')}): nothing to retry"
+        console.print(markup("job ", literal(job, "bold"), literal(said)))
+        return
+    tasks = f"{retried} dead-lettered task{'s' if retried > 1 else ''}"
+    follow = literal(f": {tasks} run again; ") + "`troupe ctl jobs` follows them"
+    console.print(markup("job ", literal(job, "bold"), follow))
+
+
 @ctl_app.command("drain")
 def drain(
     node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],

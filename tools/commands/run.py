@@ -132,6 +132,14 @@ def run(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Delete what troupe wrote in --out, then start anew.")
     ] = False,
+    retry_dead: Annotated[
+        bool,
+        typer.Option(
+            "--retry-dead",
+            help="Run again the items an earlier run left dead (their attempts used up: a full disk, "
+            "a bug since fixed), their attempts counted anew; the rest resumes as always.",
+        ),
+    ] = False,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -168,8 +176,14 @@ def run(
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
     count = items if items is not None else scenes
+    if fresh and retry_dead:
+        from troupe.runtime.pipeline.run_plan import BOTH_FRESH_AND_RETRY
+
+        raise fail(BOTH_FRESH_AND_RETRY, 2)
     flag = "--scenes" if items is None and scenes is not None else "--items"  # a way out names --items
     if config is not None and is_train_config(config):
+        if retry_dead:
+            raise fail("--retry-dead: a training run has no items to retry (it resumes its checkpoint)", 2)
         if cluster is not None or nodes or keys is not None:
             given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"
             raise fail(
@@ -193,7 +207,8 @@ def run(
         check_cluster_run(config, out, count, cluster, flag)
         keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
         with own_stdout():
-            finish_run(config, out, count, "", "", fresh, as_json, Cluster(cluster, nodes, keys))
+            on = Cluster(cluster, nodes, keys)
+            finish_run(config, out, count, "", "", fresh, as_json, on, retry_dead=retry_dead)
         return
     # Defaults another troupe holds (a second run at once) give way to free ports, said on
     # stderr (stdout may carry --json); an endpoint that was given and is taken is refused.
@@ -221,4 +236,5 @@ def run(
             as_json,
             defaults=defaults,
             moved=taken_note,
+            retry_dead=retry_dead,
         )

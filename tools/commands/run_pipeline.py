@@ -160,11 +160,13 @@ def finish_run(
     cluster: Cluster | None = None,
     defaults: bool = False,
     moved: str | None = None,
+    retry_dead: bool = False,
 ) -> None:
     """The body of ``troupe run``: run what is missing in --out, finalise, report. ``defaults``:
     the endpoints are defaults found free, which may give way to free ports if taken meanwhile;
     ``moved``: the line that says the defaults were taken, said once the run starts (a run
-    refused before, a stage's bad kwarg, says its error alone)."""
+    refused before, a stage's bad kwarg, says its error alone); ``retry_dead``: an earlier
+    run's dead items run again (``--retry-dead``)."""
     from troupe.cli.client import run_async
 
     run_async(
@@ -179,6 +181,7 @@ def finish_run(
         cluster,
         defaults,
         moved,
+        retry_dead,
         done_if_returned=True,  # a stop that came once the run had finished: its report, exit 0
     )
 
@@ -203,6 +206,7 @@ async def _finish_run(
     cluster: Cluster | None,
     defaults: bool = False,
     moved: str | None = None,
+    retry_dead: bool = False,
 ) -> None:
     """The run and its report. It returns only where the run finished: a stop signal that came
     after its finalisation (its record says complete) ends it with the dataset's lines."""
@@ -297,6 +301,7 @@ async def _finish_run(
                 out,
                 items=items if config else None,
                 fresh=fresh,
+                retry_dead=retry_dead,
                 keep_outputs=False,
                 on_progress=show,
                 on_start=started,
@@ -340,7 +345,7 @@ async def _finish_run(
         dead, ended = result.ended.get("dead", 0), sum(result.ended.values())
         if dead and not result.made_nothing:  # which says it below
             log = out / "logs" / "local.jsonl"
-            said = f"{dead} of its {ended} items died (their errors: {log}); --fresh runs all again"
+            said = f"{dead} of its {ended} items died (their errors: {log}); {RETRY_DEAD_HINT}"
             console.print(literal(said), soft_wrap=True)
     else:
         if result.outcomes or result.kept:
@@ -361,6 +366,9 @@ def _count(n: int, noun: str) -> str:
     """``1 item``, ``6 items``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
+
+RETRY_DEAD_HINT = "the same command with --retry-dead runs the dead items again, their cause fixed"
+"""The way out of a run with dead items (a full disk, a bug since fixed): a plain rerun leaves them dead."""
 
 STOPPED_BEFORE = (
     "stopped before the run started (its node was starting): no item ran; the same command starts it"
@@ -419,6 +427,8 @@ def _report(result: PipelineResult, before: int, out: Path) -> None:
     )
     for line in dead_lines(result, out / "logs" / "local.jsonl"):
         console.print(literal(line), soft_wrap=True)
+    if m.items_dead and not result.made_nothing:  # which says its own way out
+        console.print(literal(RETRY_DEAD_HINT), soft_wrap=True)
     nodes = sorted(set(result.placement.values()))
     if len(nodes) > 1 or result.restarted:
         console.print(

@@ -19,7 +19,7 @@ import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ConfigError, TaskError, TroupeError
+from troupe.runtime.errors import ConfigError, TaskError, TroupeError, UnknownMessageType
 from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_SILENT_S, master_verdict
 from troupe.runtime.process_identity import gone_here
 from troupe.runtime.security.roles import NotPermitted
@@ -81,12 +81,15 @@ async def master_source(
     fresh: bool = False,
     out: Path | None = None,
     on_event: Callable[[str], None] | None = None,
+    retry_dead: bool = False,
 ) -> tuple[MasterSource, int]:
     """Submit the pipeline's items as a job (the master keeps one it has), and lease them; also
     say how many of its tasks an earlier run ended (``master_outlives_run``: see MasterSource).
     ``out``: the run's output directory, kept with a new job (``OUT_REF``) and compared with a
     job's that the master has. ``on_event``: told when the run waits for the master's word on an
     earlier run of the job that does not answer (killed, most often: up to ``OWNER_SILENT_S``).
+    ``retry_dead``: the job's dead-lettered tasks (an earlier run's dead items) run again, their
+    attempts counted anew, once no other run runs the job (``troupe run --retry-dead``).
 
     Raises:
         ConfigError: the master has a job of the pipeline's name with other items, or made with
@@ -131,16 +134,24 @@ async def master_source(
     source = MasterSource(rt, master, job_id, slots, poll_s=0.05, master_outlives_run=master_outlives_run)
     source.cancelled_before = known is not None and known.get("state") == "cancelled"
     source.made = _made(job_id, known if known is not None else await _job_view(rt, master, job_id))
-    source.ended_before = before
-    if int((known or {}).get("counts", {}).get("dead", 0)):  # an earlier run's dead: not this run's
-        dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
-        source.dead_before = {str(t.get("task_id")) for t in dead or [] if isinstance(t, dict)}
     alive, gone, killed_here = await _other_runs(rt, master, job_id, source.worker_id, on_event)
     if alive:
         raise ConfigError(
             f"the master's job {job_id!r} is being run by another troupe run ({alive[0]}): two runs "
             "would each write part of it; wait for that one to end, or stop it first"
         )
+    dead_now = int((known or {}).get("counts", {}).get("dead", 0))
+    if retry_dead and dead_now:
+        retried = await _retry_dead(rt, master, job_id)
+        before -= retried
+        dead_now -= retried
+        if on_event is not None and retried:
+            items = f"{retried} dead item{'s' if retried > 1 else ''}"
+            on_event(f"--retry-dead: {items} of an earlier run run again")
+    source.ended_before = before
+    if dead_now:  # an earlier run's dead: not this run's
+        dead = await rt.control(master, "dead", {"job_id": job_id}, timeout=30)
+        source.dead_before = {str(t.get("task_id")) for t in dead or [] if isinstance(t, dict)}
     for worker_id in gone:  # a killed run's leases come back now, not when they expire (minutes)
         reason = "its troupe run is gone (it does not answer); a new run of the job took over"
         await rt.control(master, "worker_left", {"worker_id": worker_id, "reason": reason}, timeout=30)
@@ -151,6 +162,22 @@ async def master_source(
         except TroupeError as exc:  # a master of before owner_gone: the nodes wait out the silence
             log.info("pipeline_owner_gone_unsaid", worker=worker_id, error=str(exc))
     return source, before
+
+
+async def _retry_dead(rt: Runtime, master: str, job_id: str) -> int:
+    """Run the job's dead tasks again; how many there were.
+
+    Raises:
+        ConfigError: the master runs a troupe from before ``retry_dead``.
+    """
+    try:
+        reply = await rt.control(master, "retry_dead", {"job_id": job_id}, timeout=30)
+    except UnknownMessageType:
+        raise ConfigError(
+            "--retry-dead: the master runs a troupe from before dead items could be retried; "
+            "upgrade it (README: upgrading a cluster), or give the pipeline another [pipeline] name"
+        ) from None
+    return int(reply.get("retried", 0)) if isinstance(reply, dict) else 0
 
 
 async def _job_view(rt: Runtime, master: str, job_id: str) -> dict[str, Any] | None:

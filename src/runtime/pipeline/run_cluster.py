@@ -70,19 +70,22 @@ async def on_cluster(
     out: Path | None,
     on_event: Callable[[str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    retry_dead: bool = False,
 ) -> AsyncIterator[RunCluster]:
     """A client of the running master at ``master``: its job is the items (made with ``out``),
     its live nodes run the replicas; nothing is started here, so nothing is stopped but the
     replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
     told once where the cluster runs mixed code (``mixed_code.py``), and where the master cannot
-    reach the run (``run_keys.py``)."""
+    reach the run (``run_keys.py``). ``retry_dead``: the job's dead items run again."""
     async with connect_run(master, keys, on_warning) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
             place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
-        source, before = await master_source(rt, master, cfg, fresh=fresh, out=out, on_event=on_event)
+        source, before = await master_source(
+            rt, master, cfg, fresh=fresh, out=out, on_event=on_event, retry_dead=retry_dead
+        )
         yield RunCluster(rt, live[0].endpoint, None, source, before, EngineHosts(live, master, rt))
 
 
@@ -100,11 +103,13 @@ async def on_node(
     out: Path | None = None,
     endpoints_may_move: bool = False,
     on_event: Callable[[str], None] | None = None,
+    retry_dead: bool = False,
 ) -> AsyncIterator[RunCluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
     master, then its journal. ``template``: the node's, started already (``early_template``).
-    ``out``: the run's output directory, which a master's job is made with."""
+    ``out``: the run's output directory, which a master's job is made with. ``retry_dead``: the
+    job's dead items run again."""
     journal = None
     try:
         async with anyio.create_task_group() as tg:
@@ -142,7 +147,7 @@ async def on_node(
                     # A master started here keeps its journal in ``out``: they cannot part.
                     job_out = out if outlives else None
                     source, before = (
-                        await master_source(rt, master, cfg, outlives, fresh, job_out, on_event)
+                        await master_source(rt, master, cfg, outlives, fresh, job_out, on_event, retry_dead)
                         if master
                         else (None, 0)
                     )

@@ -357,6 +357,14 @@ class RunDir:
         complete = self.completed()
         return complete if complete is not None and complete.get("job") == job else None
 
+    def dead_items(self) -> int:
+        """How many items the finished run recorded here ended dead (0: none, or no finished run)."""
+        record = self._read()
+        complete = record.get("complete") if record is not None else None
+        items = complete.get("items") if isinstance(complete, dict) else None
+        dead = items.get("dead", 0) if isinstance(items, dict) else 0
+        return dead if type(dead) is int and dead > 0 else 0
+
     def forget_complete(self) -> None:
         """Drop the record's word that a run finished here, as a run that will finalise again
         begins: until it does, the directory is not complete (a stop meanwhile must not find a

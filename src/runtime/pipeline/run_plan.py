@@ -23,7 +23,16 @@ from troupe.runtime.errors import ConfigError
 from .config import PipelineConfig, load_pipeline
 from .run_dir import RunDir, fingerprint
 
-__all__ = ["EarlyCheck", "RunPlan", "check_early", "plan_run", "refuse_inside_an_import"]
+__all__ = [
+    "BOTH_FRESH_AND_RETRY",
+    "EarlyCheck",
+    "RunPlan",
+    "check_early",
+    "plan_run",
+    "refuse_inside_an_import",
+]
+
+BOTH_FRESH_AND_RETRY = "--fresh runs every item anew, dead ones too: give --fresh or --retry-dead, not both"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +58,39 @@ def check_early(
     items: int | None,
     master: str | None,
     fresh: bool,
+    retry_dead: bool = False,
 ) -> EarlyCheck:
     """What is checked before anything starts (a one-host run's template included): the config,
-    and, changing nothing, what ``out`` holds."""
+    and, changing nothing, what ``out`` holds. ``retry_dead``: a finished run with dead items is
+    not finished (they run again)."""
+    if fresh and retry_dead:
+        raise ConfigError(BOTH_FRESH_AND_RETRY)
     cfg = _as_config(pipeline, items)
     out_dir = None if out is None else Path(out).resolve()
     if out_dir is None:
         _check_no_out(cfg)
-    finished = out_dir is not None and master is None and RunDir(out_dir).finished(fingerprint(cfg), fresh)
+    finished = (
+        out_dir is not None
+        and master is None
+        and RunDir(out_dir).finished(fingerprint(cfg), fresh)
+        and not (retry_dead and RunDir(out_dir).dead_items() > 0)
+    )
     return EarlyCheck(cfg, _source(pipeline, cfg), finished)
 
 
 def plan_run(
-    cfg: PipelineConfig, out: str | os.PathLike[str] | None, master: str | None, fresh: bool
+    cfg: PipelineConfig,
+    out: str | os.PathLike[str] | None,
+    master: str | None,
+    fresh: bool,
+    retry_dead: bool = False,
 ) -> RunPlan:
     """Everything prepared before anything starts, once :func:`check_early` passed and the stage
     classes were checked: by a one-host run's template (``early_template``), or here for a run
     on a cluster (the classes whose module is here); a node reports a bad one it imports as
     the stage's failure. The plan's ``run_dir`` holds ``out`` (``RunDir.lock``): the run's
-    master takes it over, or the caller releases it."""
+    master takes it over, or the caller releases it. ``retry_dead``: a finished run with dead
+    items is not complete: its record's word is dropped, as the run will finalise again."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
@@ -76,6 +99,9 @@ def plan_run(
         RunDir(out_dir).check_shared(fingerprint(cfg))
     if complete is not None and run_dir is not None and not run_dir.still_there(complete):
         complete = None  # finalised once, but its outputs are gone: finalise again
+    if complete is not None and run_dir is not None and retry_dead and run_dir.dead_items():
+        run_dir.forget_complete()  # a stop before the new finalisation must not find it complete
+        complete = None
     log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
     return RunPlan(cfg, resolved, out_dir, run_dir, log_dir, complete)
 

@@ -105,6 +105,7 @@ async def run_pipeline(
     node: str | None = None,
     master: str | None = None,
     fresh: bool = False,
+    retry_dead: bool = False,
     keep_outputs: bool = True,
     on_progress: Callable[[PipelineMetrics], None] | None = None,
     on_start: Callable[[RunStart], None] | None = None,
@@ -131,6 +132,9 @@ async def run_pipeline(
         master: a running master's endpoint to take the items from as a job.
         fresh: start anew in ``out``: delete what troupe wrote there (and the stages' ``start``
             hooks drop their outputs) instead of resuming.
+        retry_dead: the items an earlier run left dead (their attempts used up: a full disk, a
+            bug since fixed) run again, their attempts counted anew; the others are resumed as
+            always. Not with ``fresh``, which runs every item again anyway.
         keep_outputs: keep the last stage's output of every ok item in ``result.outputs``.
         on_progress: called with fresh metrics whenever items move.
         on_start: called once the cluster is up (:class:`RunStart`).
@@ -179,7 +183,9 @@ async def run_pipeline(
     async with contextlib.AsyncExitStack() as stack:
         ahead = [template_ahead] if template_ahead is not None else []
         stack.callback(_discard_all, ahead)  # whatever happens before a node takes it over
-        early = await anyio.to_thread.run_sync(check_early, pipeline, out, items, items_from, fresh)
+        early = await anyio.to_thread.run_sync(
+            check_early, pipeline, out, items, items_from, fresh, retry_dead
+        )
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
         held = stack.enter_context(run_log(LOCAL_NODE, "run"))
@@ -206,7 +212,7 @@ async def run_pipeline(
                     pass
             else:
                 await check_stage_actors_async(early.cfg, early.source, installed_only=True)
-        plan = await anyio.to_thread.run_sync(plan_run, early.cfg, out, items_from, fresh)
+        plan = await anyio.to_thread.run_sync(plan_run, early.cfg, out, items_from, fresh, retry_dead)
         cfg, resolved, out_dir, run_dir = plan.cfg, plan.resolved, plan.out, plan.run_dir
         if run_dir is not None:  # held since its checks: freed here unless its master took it over
             stack.callback(run_dir.release)
@@ -227,7 +233,7 @@ async def run_pipeline(
         result: PipelineResult | None = None
         done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
         where = (
-            on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning)
+            on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning, retry_dead)
             if cluster is not None
             else on_node(
                 resolved,
@@ -242,6 +248,7 @@ async def run_pipeline(
                 out_dir,
                 endpoints_may_move,
                 on_event,
+                retry_dead,
             )
         )
         shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None

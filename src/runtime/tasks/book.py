@@ -29,6 +29,10 @@ Decisions the driver and the workers rely on:
 - A committed output is the truth: a Complete for a dead-lettered task (its lease expired or
   its worker was cut off while it committed) makes it done, and a job that ended failed only
   because of such tasks ends done after all (a new JobRecord and JobFinished).
+- ``RetryDead`` (an operator's ``troupe ctl retry``, ``troupe run --retry-dead``) puts a job's
+  dead tasks back to pending with no attempts counted, each a TaskRecord, and a job that ended
+  failed runs again (a JobRecord). Their last lease ids stay, so an old copy's late Complete
+  still commits. A cancelled job is refused: what a cancel stopped stays stopped.
 - A task is leased only to a worker that runs its kind (``WorkerJoined.kinds``, empty for
   every kind). A Decline (the worker did not run it after all) puts the task back without
   counting an attempt, and that worker is never given that kind again.
@@ -86,6 +90,7 @@ from .state import (
     Reject,
     Renew,
     RequestTask,
+    RetryDead,
     SchedulerTick,
     SubmitJob,
     TaskRecord,
@@ -172,6 +177,8 @@ class TaskBook(TaskTables):
                 self._node_dead(event, now, out)
             case CancelJob():
                 self._cancel(event, out)
+            case RetryDead():
+                self._retry_dead(event, now, out)
             case DrainNode():
                 self._draining.add(event.node_id)
                 self._drain_waiting.add(event.node_id)
@@ -224,6 +231,26 @@ class TaskBook(TaskTables):
                 out.append(self._record(task))
         job.queue.clear()
         self._finish(job, JobState.CANCELLED, out)
+
+    def _retry_dead(self, ev: RetryDead, now: float, out: list[Command]) -> None:
+        job = self._jobs.get(ev.job_id)
+        if job is None:
+            return self._reject(ev, f"unknown job {ev.job_id!r}; see `troupe ctl jobs`", out)
+        if job.state is JobState.CANCELLED:
+            said = f"job {ev.job_id!r} was cancelled: its tasks do not run again; submit it under a new id"
+            return self._reject(ev, said, out)
+        dead = [task for task in job.tasks if task.state is DEAD]
+        if not dead:
+            return
+        if job.state is not JobState.RUNNING:
+            self._run_again(job)
+            out.append(Record(self._job_record(job)))
+        for task in dead:
+            task.attempts, task.not_before = 0, now
+            task.error = task.traceback = None
+            self._enqueue(task)
+            out.append(self._record(task))
+        log.info("dead_tasks_retried", job_id=job.job_id, tasks=len(dead))
 
     def _maybe_finish(self, job: Job, out: list[Command]) -> None:
         c = job.counts

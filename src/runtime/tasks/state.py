@@ -4,7 +4,7 @@ Everything here is a frozen value. :class:`~troupe.runtime.tasks.book.TaskBook` 
 events, returns the commands, and a driver performs them::
 
     events   SubmitJob  WorkerJoined  WorkerLeft  NodeDead  RequestTask  Renew
-             Complete  Fail  Decline  SchedulerTick  CancelJob  DrainNode  UndrainNode
+             Complete  Fail  Decline  SchedulerTick  CancelJob  RetryDead  DrainNode  UndrainNode
     commands Record (persist first!)  Lease  CancelLease  Ack  Reject  NodeDrained  JobFinished
     records  JobSubmitted  JobRecord  TaskRecord      (the payload of a Record command)
 
@@ -14,6 +14,7 @@ Task life cycle (a task is LEASED while at least one copy of it runs)::
        ^                 |  \\--fail (last copy)--> FAILED --backoff over--> PENDING
        |                 |--expired / worker left (last copy)--> PENDING
        |                 |--attempts == max_attempts--> DEAD --late complete--> DONE
+       |<----------------------retry dead (attempts reset)-------/
        |                 \\--decline (last copy; no attempt counted)--> PENDING
        \\--- any non-final state --cancel job--> CANCELLED
 
@@ -61,6 +62,7 @@ __all__ = [
     "Renew",
     "RequestTask",
     "Resources",
+    "RetryDead",
     "SchedulerTick",
     "Speculation",
     "SubmitJob",
@@ -338,6 +340,15 @@ class CancelJob:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryDead:
+    """Run the job's dead-lettered tasks again: each goes back to pending with no attempts
+    counted and its last error cleared, and a job that had ended failed runs again. A job with
+    none changes nothing; a cancelled job is refused (its tasks do not run again)."""
+
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class DrainNode:
     """Give the node's workers no new tasks; answer NodeDrained once it runs none."""
 
@@ -363,6 +374,7 @@ Event = (
     | Decline
     | SchedulerTick
     | CancelJob
+    | RetryDead
     | DrainNode
     | UndrainNode
 )

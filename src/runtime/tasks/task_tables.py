@@ -325,8 +325,13 @@ class TaskTables:
         self._next_job_seq = max(self._next_job_seq, seq + 1)
         job = Job(job_id, name, seq, policy, submitted_at)
         self._jobs[job_id] = job
-        bisect.insort(self._running, job, key=lambda j: (-j.policy.priority, j.seq))
+        self._run_again(job)
         return job
+
+    def _run_again(self, job: Job) -> None:
+        """An ended job runs again (its dead tasks retried): back among the running, in its place."""
+        job.state = JobState.RUNNING
+        bisect.insort(self._running, job, key=lambda j: (-j.policy.priority, j.seq))
 
     def _add_task(self, spec: TaskSpec, job: Job) -> Task:
         """Register a task as PENDING (the caller queues it, or moves it on)."""

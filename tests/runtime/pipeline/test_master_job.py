@@ -20,6 +20,7 @@ from troupe.runtime.pipeline.master_job import master_source
 from troupe.runtime.pipeline.source import MasterSource
 from troupe.runtime.process_identity import gone_here, process_identity
 from troupe.runtime.security.roles import NotPermitted
+from troupe.runtime.tasks.task_actor import LeasedTask
 
 pytestmark = pytest.mark.anyio
 
@@ -263,3 +264,28 @@ async def test_a_run_with_a_reader_key_says_what_the_run_needs(tmp_path: Path) -
     said = str(refused.value)
     assert said.startswith("a run on the cluster submits its job to the master and takes its items")
     assert "its keys are a reader key (reader:bob)" in said and "--operator NAME" in said
+
+
+async def test_retry_dead_runs_an_earlier_runs_dead_items_again(tmp_path: Path) -> None:
+    """An earlier run's dead items stay dead for a plain rerun (counted ended, not this run's);
+    ``retry_dead`` puts them back, and the run leases them."""
+    cfg = default_pipeline(items=3).model_copy(update={"max_attempts": 1})
+
+    async def disk_full(task: LeasedTask) -> str:
+        raise OSError(28, "No space left on device")
+
+    async with master_in_memory(tmp_path) as m:
+        await master_source(m.client, MASTER, cfg)
+        async with m.worker("w", disk_full):
+            job = await m.call("wait_job", {"job_id": cfg.name, "timeout_s": 10.0}, timeout=15)
+        # gone, its long poll with it: else the master leases it a retried task
+        await m.call("worker_left", {"worker_id": "n1/w", "reason": "test over"})
+        assert (job["state"], job["counts"]["dead"]) == ("failed", 3)
+        plain, before = await master_source(m.client, MASTER, cfg)
+        assert (before, len(plain.dead_before)) == (3, 3)
+        said: list[str] = []
+        source, before = await master_source(m.client, MASTER, cfg, on_event=said.append, retry_dead=True)
+        assert (before, source.dead_before) == (0, set())
+        assert said == ["--retry-dead: 3 dead items of an earlier run run again"]
+        taken = await _lease_every_item(source, 3)
+    assert sorted(taken) == [f"{cfg.name}-{n:06d}" for n in range(3)]

@@ -37,6 +37,7 @@ __all__ = [
     "ReportControl",
     "RequestTaskControl",
     "ResolveControl",
+    "RetryDeadControl",
     "SubmitControl",
     "WaitJobControl",
     "WorkerLeftControl",
@@ -499,6 +500,18 @@ class CancelControl:
     def decode(cls, payload: Any) -> CancelControl:
         """Raises: BadRequest: see the module."""
         return cls(ControlPayload("cancel", payload).require("job_id", str))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDeadControl:
+    """``retry_dead {job_id}``."""
+
+    job_id: str
+
+    @classmethod
+    def decode(cls, payload: Any) -> RetryDeadControl:
+        """Raises: BadRequest: see the module."""
+        return cls(ControlPayload("retry_dead", payload).require("job_id", str))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ Control messages (payloads are maps; ``->`` is the reply)::
     from operators (``troupe ctl``)
       submit {job: <job TOML as a map>, source, job_id?} -> {job_id, tasks, already}
       status -> {...}   jobs -> [job]   cancel {job_id}   drain {node}   dead {job_id} -> [..]
+      retry_dead {job_id} -> {job_id, retried, state}  (its dead tasks run again)
       done_tasks {job_id, task_ids} -> {task_id: result_ref}  (those of them that are done)
       undrain {node} -> {node, draining, restarted: [worker names the node started again]}
       wait_job {job_id, timeout_s} -> job   ping -> {master, pid}   shutdown -> true

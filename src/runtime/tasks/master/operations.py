@@ -1,7 +1,7 @@
 """The master's operator side: jobs in and out, and what ``troupe ctl`` shows.
 
 :class:`Operations` answers the operators' control messages (``submit``, ``jobs``, ``cancel``,
-``drain``, ``undrain``, ``dead``, ``done_tasks``, ``wait_job``, ``status``) for a
+``retry_dead``, ``drain``, ``undrain``, ``dead``, ``done_tasks``, ``wait_job``, ``status``) for a
 :class:`~troupe.runtime.tasks.master.master.Master`, and keeps what the book does not: when
 each job was submitted to this master and when it finished (for makespans and rates), and the
 done tasks of the last few seconds (throughput).
@@ -34,11 +34,21 @@ from troupe.runtime.tasks.state import (
     DrainNode,
     JobSummary,
     Reject,
+    RetryDead,
     SubmitJob,
+    TaskState,
     UndrainNode,
 )
 
-from .controls import CancelControl, DeadControl, DoneTasksControl, NodeControl, SubmitControl, WaitJobControl
+from .controls import (
+    CancelControl,
+    DeadControl,
+    DoneTasksControl,
+    NodeControl,
+    RetryDeadControl,
+    SubmitControl,
+    WaitJobControl,
+)
 from .journal_room import check_room
 
 if TYPE_CHECKING:
@@ -137,6 +147,7 @@ class Operations:
             "status": self._status,
             "jobs": self._jobs,
             "cancel": self._cancel,
+            "retry_dead": self._retry_dead,
             "drain": self._drain,
             "undrain": self._undrain,
             "dead": self._dead,
@@ -225,6 +236,17 @@ class Operations:
         job_id = CancelControl.decode(payload).job_id
         raise_rejected(await self.master.dispatcher.handle(CancelJob(job_id)))
         return {"job_id": job_id, "cancelled": True}
+
+    async def _retry_dead(self, payload: Any) -> dict[str, Any]:
+        """The job's dead tasks run again; ``retried``: how many (0: it had none)."""
+        job_id = RetryDeadControl.decode(payload).job_id
+        dead = self._summary(job_id).counts.get(TaskState.DEAD, 0)
+        raise_rejected(await self.master.dispatcher.handle(RetryDead(job_id)))
+        retried = dead - self._summary(job_id).counts.get(TaskState.DEAD, 0)
+        if retried:  # it runs again: a wait_job waits for its new end, its makespan starts anew
+            self._finished.pop(job_id, None)
+            self._times[job_id] = [self.master.wall_clock(), None]
+        return {"job_id": job_id, "retried": retried, "state": str(self._summary(job_id).state)}
 
     def _known_node(self, control: str, payload: Any) -> str:
         master, node = self.master, NodeControl.decode(control, payload).node
