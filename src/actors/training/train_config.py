@@ -197,6 +197,7 @@ def _vae_config(encoders: EncodersSection) -> dict[str, Any] | None:
 
     weights = encoders.weights
     kwargs = {k: v for k, v in encoders.encoder_kwargs.items() if k not in ("seed", "weights")}
+    _check_vae_kwargs(kwargs)
     if weights is None and not kwargs:  # the shipped pretrained VAE, where there is one
         from troupe.actors.encoders import encoder_actor
 
@@ -221,8 +222,29 @@ def _vae_config(encoders: EncodersSection) -> dict[str, Any] | None:
         return dict(config) if isinstance(config, dict) else None
     try:
         return dataclasses.asdict(VideoVAEConfig(**kwargs))
-    except (TypeError, ValueError):
-        return None  # the actors' start reports it
+    except ValueError as exc:  # a value VideoVAEConfig refuses, said as the field the user wrote
+        raise ConfigError(f"encoders.encoder_kwargs: {exc}".replace("VideoVAEConfig.", "")) from None
+
+
+def _check_vae_kwargs(kwargs: dict[str, Any]) -> None:
+    """Refuse a name troupe's VAE encoder does not take (``video_vae_encoder``: ``weights``,
+    ``seed`` and the ``VideoVAEConfig`` fields) before anything starts: it had stopped the
+    encoder actors as they started, after the cluster was up, the field unnamed.
+
+    Raises:
+        ConfigError: naming ``encoders.encoder_kwargs.NAME``, a close name, and those it takes.
+    """
+    from troupe.models.video_vae import VideoVAEConfig
+
+    takes = ["weights", "seed", *(f.name for f in dataclasses.fields(VideoVAEConfig))]
+    for name in kwargs:
+        if name not in takes:
+            close = difflib.get_close_matches(name, takes, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                f"encoders.encoder_kwargs.{name}: troupe's VAE encoder takes no argument {name!r}{hint}; "
+                f"its arguments: {', '.join(takes)}"
+            )
 
 
 def encoder_geometry(encoders: EncodersSection) -> dict[str, int] | None:

@@ -197,3 +197,33 @@ def test_vae_weights_that_are_missing_or_no_checkpoint_are_refused_naming_the_fi
         with pytest.raises(ConfigError) as info:
             load_train_config(data)
         assert str(info.value).startswith(said), info.value
+
+
+MISSPELT = (
+    "train config: encoders.encoder_kwargs.sed: troupe's VAE encoder takes no argument 'sed' "
+    "(did you mean 'seed'?); its arguments: weights, seed, in_channels,"
+)
+
+
+@pytest.mark.parametrize(
+    ("encoders", "said"),
+    [
+        ({"encoder_kwargs": {"sed": 1}}, MISSPELT),
+        ({"weights": "vae.pt", "encoder_kwargs": {"sed": 1}}, MISSPELT),
+        (
+            {"encoder_kwargs": {"seed": 1, "spatial_compression": 3}},
+            "train config: encoders.encoder_kwargs: spatial_compression=3",
+        ),
+    ],
+    ids=["misspelt", "misspelt-beside-weights", "bad-value"],
+)
+def test_vae_encoder_kwargs_it_does_not_take_are_refused_before_start(
+    encoders: dict[str, Any], said: str
+) -> None:
+    """A misspelt name had started the cluster, then stopped each encoder actor as it started,
+    the field unnamed; beside ``weights`` it was not even seen (the factory ignored it)."""
+    data = _valid()
+    data["encoders"] = encoders
+    with pytest.raises(ConfigError) as info:
+        load_train_config(data)
+    assert str(info.value).startswith(said), info.value
