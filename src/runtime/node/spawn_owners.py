@@ -80,6 +80,7 @@ class OwnerWatch:
         self.interval_s = interval_s
         self.misses = misses
         self.missed: dict[str, int] = {}
+        self._pinged: set[str] = set()  # owners with a connection from a ping, closed once unowned
 
     async def run(self) -> None:
         while True:
@@ -95,6 +96,11 @@ class OwnerWatch:
                 into = killed if gone_here(handle.owner_process) else owned
                 into.setdefault(handle.owner, []).append(name)
         self.missed = {owner: n for owner, n in self.missed.items() if owner in owned}
+        # A run that ended owns no worker here any more: the connection its pings opened goes
+        # too. Kept, one per run for the node's life, they ran a long-lived node out of sockets.
+        for owner in self._pinged - owned.keys():
+            self.runtime.transport.forget(owner)
+        self._pinged &= owned.keys()
         async with anyio.create_task_group() as tg:
             for owner, names in killed.items():
                 tg.start_soon(self._stop_all, owner, names, "its process is gone")
@@ -108,6 +114,7 @@ class OwnerWatch:
         if gone_here(process):
             return True
         if not owner.startswith(MASTER_OWNER):
+            self._pinged.add(owner)
             return not await answers(self.runtime, owner, PING_TIMEOUT_S)
         return self.master is not None and await master_verdict(self.runtime, self.master, owner) is True
 
@@ -117,6 +124,7 @@ class OwnerWatch:
             if silent is not None and silent > OWNER_SILENT_S:
                 await self._stop_all(owner, names, f"the master has not heard from it for {silent:.0f} s")
             return
+        self._pinged.add(owner)
         if await answers(self.runtime, owner, PING_TIMEOUT_S):
             self.missed.pop(owner, None)
             return

@@ -238,3 +238,19 @@ async def test_a_real_master_vouches_and_the_node_stops_the_killed_runs_replicas
             master.stop()
     finally:
         journal.close()
+
+
+async def test_the_connection_to_an_owner_goes_once_it_owns_no_running_worker(tmp_path: Path) -> None:
+    """Each `troupe run --cluster` that outlived one look left the node a connection to the
+    run (its pings'), for the node's life: a long-lived node ran out of sockets."""
+    async with _node(tmp_path) as node:
+        assert node.runtime is not None
+        await _spawn(node, "replica", node.runtime.address)
+        before = node.runtime.transport.statistics().peers
+        with anyio.fail_after(WAIT_S):
+            await node.owners.look()
+            pinged = node.runtime.transport.statistics().peers
+            assert pinged == before + 1 and _running(node, "replica")
+            await node._stop_named("replica")  # the run ended: it stopped its replicas
+            await node.owners.look()
+        assert node.runtime.transport.statistics().peers == pinged - 1
