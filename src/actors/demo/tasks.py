@@ -13,8 +13,10 @@
 :class:`SleepTask` run different task kinds, as planner and renderer nodes do.
 
 Every commit this actor makes is also appended, as one line ``<task id> <node> <worker>``, to
-``<outputs>/commit-log/<node>-<worker>-<pid>.log``, so a test can count commits across
-processes: a task committed twice would show up twice.
+``<outputs>/commit-log/<node>-<worker>.log``, so a test can count commits across processes: a
+task committed twice would show up twice. One file per worker, whatever its restarts (each line
+one ``O_APPEND`` write, so incarnations never interleave): a file per process had grown the
+folder by one file per kill under chaos, for good.
 """
 
 from __future__ import annotations
@@ -85,10 +87,13 @@ class SleepTask(TaskActor):
             (staged.path / "result.json").write_text(json.dumps(result), encoding="utf-8")
             committed = staged.commit()
         if committed:
-            line = f"{task.task_id} {where.node} {where.process}\n"
-            log_file = self.commit_log / f"{where.node}-{where.process}-{os.getpid()}.log"
-            with open(log_file, "a", encoding="utf-8") as f:  # noqa: ASYNC230 - one short local append
-                f.write(line)
+            line = f"{task.task_id} {where.node} {where.process}\n".encode()
+            log_file = self.commit_log / f"{where.node}-{where.process}.log"
+            fd = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)  # one short local append
+            finally:
+                os.close(fd)
         return ref
 
     def _params(self, task: LeasedTask) -> dict[str, Any]:

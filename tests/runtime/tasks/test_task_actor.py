@@ -106,6 +106,18 @@ async def test_sleep_task_commits_once_and_reads_its_params_lazily(tmp_path: Pat
     assert lines == ["t-1 n w"]
 
 
+async def test_a_restarted_sleep_task_appends_to_its_workers_one_commit_log(tmp_path: Path) -> None:
+    """A file per process grew the commit log by one file per kill under chaos, for good."""
+    hub = MemoryHub()
+    for incarnation in range(3):  # the worker restarted twice: same node and worker name
+        async with Runtime("n", "w", hub.transport()) as rt:
+            await rt.spawn(SleepTask, "t", kwargs={"outputs": str(tmp_path / "out"), "durable": False})
+            actor: Any = rt.cells["t"].actor
+            await actor.run_task(LeasedTask(f"t-{incarnation}", "j", "sleep", 1, lease_id=1))
+    (log,) = (tmp_path / "out" / "commit-log").iterdir()
+    assert log.name == "n-w.log" and log.read_text().splitlines() == ["t-0 n w", "t-1 n w", "t-2 n w"]
+
+
 def test_node_table_declares_a_silent_node_dead_once() -> None:
     """A node is alive from its first beat, dead once silent past the timeout, alive if it beats again."""
     table = NodeTable(timeout_s=3.0)
