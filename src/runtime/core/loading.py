@@ -134,7 +134,7 @@ def check_node_preload(cfg: NodeConfig, source: str) -> None:
         module = entry.partition(":")[0]
         top = module.partition(".")[0]
         try:
-            found = bool(top) and importlib.util.find_spec(top) is not None
+            found = bool(top) and _find_spec_as_children_do(top) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
@@ -175,12 +175,28 @@ def installed_here(checks: Sequence[Check]) -> list[Check]:
         path = check[1]
         module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
         try:
-            found = bool(module) and importlib.util.find_spec(module) is not None
+            found = bool(module) and _find_spec_as_children_do(module) is not None
         except Exception:  # a package that fails to import: the nodes' own import says why
             found = False
         if found:
             kept.append(check)
     return kept
+
+
+def _find_spec_as_children_do(name: str) -> importlib.machinery.ModuleSpec | None:
+    """``importlib.util.find_spec(name)`` with the current folder first on the path, as in the
+    processes troupe starts (``python -m``): this one, a console script, has its own folder
+    there instead, and refused a module of the folder the node started in as not installed."""
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return importlib.util.find_spec(name)
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(here)
 
 
 def first_failure(
