@@ -17,6 +17,7 @@ ask these, in :mod:`troupe.runtime.tasks.task_tables`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 
 from .book_rows import EPSILON, Job, Task, Worker, fits
 from .pending_queue import BucketKey
@@ -72,22 +73,34 @@ def pick_task(
     return None
 
 
-def waiting_reason(kind: str, needs: Resources, workers: Iterable[Worker]) -> str | None:
+def waiting_reason(
+    kind: str, needs: Resources, workers: Iterable[Worker], draining: AbstractSet[str] = frozenset()
+) -> str | None:
     """Say why no registered worker could ever take a task of ``kind`` needing ``needs``.
 
     Args:
         kind: the task kind.
         needs: what one copy holds.
         workers: the registered workers (the live ones: a dead node's workers have left).
+        draining: the draining nodes, whose workers take no new task.
 
     Returns:
-        ``waiting for kind K: no live worker runs it``, ``waiting for gpu=1: no worker has
-        it`` (``...no worker that runs kind K has it`` when only workers of other kinds have
-        it), or None when some worker could.
+        ``waiting for kind K: no live worker runs it``, ``waiting for kind K: every worker
+        that runs it is draining (node N; ...)``, ``waiting for gpu=1: no worker has it``
+        (``...no worker that runs kind K has it`` when only workers of other kinds have it), or
+        None when some worker could.
     """
-    everyone = list(workers)
+    pool = list(workers)
+    everyone = [w for w in pool if w.node_id not in draining]
     able = [w for w in everyone if w.runs(kind)]
     if not able:
+        held = sorted({w.node_id for w in pool if w.node_id in draining and w.runs(kind)})
+        if held:
+            nodes = f"node{'s' if len(held) > 1 else ''} {', '.join(held)}"
+            return (
+                f"waiting for kind {kind}: every worker that runs it is draining ({nodes}; "
+                "`troupe ctl undrain NODE` resumes one)"
+            )
         return f"waiting for kind {kind}: no live worker runs it"
     if any(fits(needs, w.resources.cpu, w.resources.gpu) for w in able):
         return None

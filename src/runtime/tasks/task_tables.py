@@ -200,7 +200,7 @@ class TaskTables:
                 if n <= 0:
                     continue
                 if (kind, needs) not in reasons:
-                    reasons[kind, needs] = waiting_reason(kind, needs, self._workers.values())
+                    reasons[kind, needs] = waiting_reason(kind, needs, self._workers.values(), self._draining)
                 reason = reasons[kind, needs]
                 if reason is not None:
                     waiting.append(Waiting(kind, needs, n, reason))

@@ -17,6 +17,7 @@ from troupe.runtime.tasks.state import (
     Command,
     Complete,
     Decline,
+    DrainNode,
     JobFinished,
     JobPolicy,
     JobRecord,
@@ -32,6 +33,7 @@ from troupe.runtime.tasks.state import (
     TaskRecord,
     TaskSpec,
     TaskState,
+    UndrainNode,
     WorkerJoined,
 )
 
@@ -108,6 +110,26 @@ def test_the_kind_is_waited_for_again_when_its_last_worker_dies() -> None:
     book.handle(SubmitJob("j", [TaskSpec("r", "render", 0)], NO_SPEC), 0.0)
     book.handle(NodeDead("n2"), 1.0)
     assert waiting(book, "j") == [("render", 1, "waiting for kind render: no live worker runs it")]
+
+
+def test_a_kind_whose_every_worker_is_draining_says_so_until_an_undrain() -> None:
+    """A node drained for an upgrade, a job submitted meanwhile: its tasks sat pending with no
+    reason in `ctl jobs`, as if a worker could take them."""
+    book = TaskBook()
+    join(book, "renderer", "n2", "render")
+    join(book, "planner", "n1", "plan")
+    book.handle(DrainNode("n2"), 0.0)
+    book.handle(SubmitJob("j", [TaskSpec("r", "render", 0)], NO_SPEC), 0.0)
+    assert waiting(book, "j") == [
+        (
+            "render",
+            1,
+            "waiting for kind render: every worker that runs it is draining (node n2; "
+            "`troupe ctl undrain NODE` resumes one)",
+        )
+    ]
+    book.handle(UndrainNode("n2"), 1.0)
+    assert waiting(book, "j") == []
 
 
 def test_a_task_needing_a_gpu_no_worker_has_says_what_it_waits_for() -> None:
