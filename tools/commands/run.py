@@ -60,7 +60,7 @@ async def _demo(log_dir: Path, endpoint: str) -> None:
                 literal(f"in {time.perf_counter() - t0:.2f} s (logs: {log_dir}/local.jsonl)"),
             )
         )
-        async with connect(node.runtime.address, "local") as rt:  # type: ignore[union-attr]
+        async with connect(node.runtime.address, "local", env_keys=False) as rt:  # type: ignore[union-attr]
             greeting = await rt.ref("greeter").ask("greet", "troupe")
             console.print(f"ask greeter/greet -> {greeting!r}")
             counter = rt.ref("counter")

@@ -61,7 +61,7 @@ async def training_cluster(
         node = await start_local_node(tg, node_cfg, endpoint_may_move=endpoint_may_move)
         endpoint = node.config.endpoint  # another, if it had to move
         try:
-            async with connect(endpoint, "local") as rt:
+            async with connect(endpoint, "local", env_keys=False) as rt:  # keyless, as started here
                 yield rt, [Host.anything("local", endpoint, local_gpus())]
         finally:
             with anyio.CancelScope(shield=True):

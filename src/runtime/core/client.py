@@ -27,6 +27,7 @@ async def connect(
     name: str | None = None,
     keys: str | os.PathLike[str] | None = None,
     identity: str | None = None,
+    env_keys: bool = True,
 ) -> AsyncIterator[Runtime]:
     """Open a client runtime that resolves names through the node at ``node_endpoint``.
 
@@ -39,11 +40,14 @@ async def connect(
             keys if it installed some, else ``$TROUPE_KEYS`` if set, else no CURVE.
         identity: the pair of ``keys`` to present and serve with (``cluster``, a name such as
             ``operator-alice``); default the client's choice, as described for ``keys``.
+        env_keys: False where the node was started keyless by this process (a one-host
+            ``troupe run``'s, the demo's): ``$TROUPE_KEYS`` is then some cluster's, and a CURVE
+            client of a keyless node waits out every call in silence.
 
     Raises:
         ConfigError: the keys cannot be loaded (or libzmq lacks CURVE).
     """
-    if keys is None and installed() is None:
+    if keys is None and installed() is None and env_keys:
         keys = os.environ.get(KEYS_ENV) or None
     security = keys_for(keys, identity) if keys is not None else None
     box: list[Runtime] = []

@@ -142,7 +142,9 @@ async def on_node(
                         tg, node_cfg, template=template, endpoint_may_move=endpoints_may_move
                     )
                     node = local_node.config.endpoint  # another, if it had to move
-                async with connect(node, "local" if local_node is not None else "") as rt:
+                # A node started here is keyless, whatever $TROUPE_KEYS names (another cluster's).
+                started = local_node is not None
+                async with connect(node, "local" if started else "", env_keys=not started) as rt:
                     outlives = local_master is None  # one started here replays its journal
                     # A master started here keeps its journal in ``out``: they cannot part.
                     job_out = out if outlives else None
