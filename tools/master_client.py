@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -18,6 +18,9 @@ from .cli_runtime import cli_runtime
 from .literal import literal
 from .stop_signals import say_stopping
 from .tables import security_cell
+
+if TYPE_CHECKING:
+    from troupe.runtime.core.runtime import Runtime
 
 __all__ = [
     "absent_master",
@@ -35,6 +38,7 @@ __all__ = [
 ]
 
 _WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
+_PING_S = 2.0  # the look at what answered a control it does not know: a master, or a node
 
 
 def absent_master(master: str) -> str | None:
@@ -111,13 +115,32 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         except AskTimeout as exc:
             raise type(exc)(_no_master(endpoint, _silent(exc, timeout))) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
-            raise _not_a_master(endpoint, msg_type) from None
+            older = await _answers_as_master(runtime, endpoint)
+            raise (_older_master if older else _not_a_master)(endpoint, msg_type) from None
+
+
+async def _answers_as_master(runtime: Runtime, endpoint: str) -> bool:
+    """Whether ``endpoint`` answers a ping as a master does (``{master, pid}``)."""
+    try:
+        reply = await runtime.control(endpoint, "ping", None, timeout=_PING_S)
+    except TroupeError:
+        return False
+    return isinstance(reply, dict) and "master" in reply
 
 
 def _not_a_master(endpoint: str, msg_type: str) -> UnknownMessageType:
     return UnknownMessageType(
         f"{endpoint} is not a master: it has no {msg_type!r} (a node? --master takes the "
         "master's endpoint, --node a node's)"
+    )
+
+
+def _older_master(endpoint: str, msg_type: str) -> UnknownMessageType:
+    """A master of a troupe from before ``msg_type`` (``retry_dead``, say): said as such, where
+    "not a master" sent its operator looking for another endpoint."""
+    return UnknownMessageType(
+        f"the master at {endpoint} has no {msg_type!r}: it runs an older troupe than this command; "
+        "upgrade it (README: Upgrading a cluster)"
     )
 
 
