@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -67,10 +68,14 @@ class Master1:
 
 
 @asynccontextmanager
-async def master_in_memory(tmp_path: Path) -> AsyncIterator[Master1]:
+async def master_in_memory(
+    tmp_path: Path, wall_clock: Callable[[], float] = time.time
+) -> AsyncIterator[Master1]:
+    """A master on ``tmp_path / "journal.db"`` (new, or the one there: a restart)."""
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
-    master = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+    transport = hub.transport(name="master")
+    master = Master(MasterConfig(tick_s=0.01), journal, book, transport=transport, wall_clock=wall_clock)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(master.run)

@@ -2,9 +2,10 @@
 
 A master replays every task row of its journal when it starts; compaction replaces the done and
 cancelled task rows of finished jobs by one row of counts per job (dead tasks keep their rows
-and errors, for ``ctl dead``). A master does this by itself at start for jobs finished an hour
-ago or more; this command does it now, for a journal no master is serving (it takes the
-journal's lock, so it is refused while a master runs on it).
+and errors, for ``ctl dead``). A master does this by itself for jobs finished an hour ago or
+more, as it starts and every five minutes while it runs (to its memory too); this command does
+it now, for a journal no master is serving (it takes the journal's lock, so it is refused while
+a master runs on it).
 """
 
 from __future__ import annotations

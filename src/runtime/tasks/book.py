@@ -125,8 +125,8 @@ def split_commands(commands: Iterable[Command]) -> tuple[list[Record], list[Comm
 class TaskBook(TaskTables):
     """Jobs, tasks, workers and leases of one master; see the module docstring for the rules.
 
-    The read-outs (``statistics``, ``worker_load``, ``jobs``, ``dead_letters``, ``task``) and
-    ``restore`` come from :class:`~troupe.runtime.tasks.task_tables.TaskTables`.
+    The read-outs (``statistics``, ``worker_load``, ``jobs``, ``dead_letters``, ``task``),
+    ``restore`` and ``fold`` come from :class:`~troupe.runtime.tasks.task_tables.TaskTables`.
     """
 
     def __init__(self) -> None:
@@ -519,9 +519,9 @@ class TaskBook(TaskTables):
 
     def _release_backoffs(self, now: float, out: list[Command]) -> None:
         while self._backoff and self._backoff[0][0] <= now:
-            not_before, _, task_id = heapq.heappop(self._backoff)
-            task = self._tasks[task_id]
-            if task.state is FAILED and task.not_before == not_before:
+            not_before, seq, task_id = heapq.heappop(self._backoff)
+            task = self._tasks.get(task_id)  # a cancelled job's, compacted since (fold), is gone
+            if task is not None and task.seq == seq and (task.state, task.not_before) == (FAILED, not_before):
                 self._enqueue(task)
                 out.append(self._record(task))
 

@@ -30,12 +30,15 @@ second open, in this process or another, by any path to the file (a symlink, a h
 
 Compaction (:meth:`Journal.compact`) keeps restarts fast: a job that finished (every task done,
 dead or cancelled) has its done and cancelled task rows folded into one ``compacted_jobs`` row
-of counts. Its dead task rows stay, with their errors, so ``ctl dead`` still lists them. What a
-compacted job forgets is its done tasks' ids: a late Complete for one is rejected as an unknown
-task (its output is committed already, so nothing is lost), and a new job may reuse such an id;
-the output store still holds the old output under that id, so a task actor that checks
+of counts. The job's dead task rows stay, with their errors, so ``ctl dead`` still lists them.
+What a compacted job forgets is its done tasks' ids: a late Complete for one is rejected as an
+unknown task (its output is committed already, so nothing is lost), and a new job may reuse such
+an id; the output store still holds the old output under that id, so a task actor that checks
 ``OutputStore.is_committed`` first answers it without running again. Schema version 2 adds
-``jobs.finished_at`` and ``compacted_jobs``; a version-1 journal is upgraded when opened.
+``jobs.finished_at`` and ``compacted_jobs``; a version-1 journal is upgraded when opened. A
+master compacts as it starts (``master/journal_open.py``) and, while it runs, every few minutes,
+its book with its journal (``master/compaction.py``: the digests come from the book, and the
+journal's transaction runs between two of the driver's batches).
 
 A journal object is not safe for concurrent use, but may be handed between threads: the master's
 driver writes a batch's rows with :meth:`Journal.stage` on its event loop and runs
@@ -57,7 +60,7 @@ import dataclasses
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -90,8 +93,8 @@ log = structlog.get_logger(__name__)
 REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
 _FOLDED = "('done', 'cancelled')"  # task states whose rows compaction folds into counts
 _COMPACTABLE = (
-    "SELECT job_id FROM jobs WHERE state != 'running' AND finished_at <= :before "
-    "AND job_id NOT IN (SELECT job_id FROM compacted_jobs)"
+    "SELECT job_id FROM jobs WHERE state != 'running' AND finished_at <= ? "
+    "AND job_id NOT IN (SELECT job_id FROM compacted_jobs) ORDER BY seq"
 )
 
 
@@ -102,10 +105,12 @@ class Compaction:
     Attributes:
         jobs: finished jobs compacted now.
         task_rows: task rows removed (folded into the jobs' counts).
+        job_ids: those jobs, in submit order.
     """
 
     jobs: int
     task_rows: int
+    job_ids: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
 
 class Journal:
@@ -324,7 +329,20 @@ class Journal:
         )
         return book
 
-    def compact(self, finished_before: float) -> Compaction:
+    def compactable(self, finished_before: float) -> list[str]:
+        """The jobs :meth:`compact` would compact now, in submit order.
+
+        Args:
+            finished_before: as :meth:`compact`'s.
+
+        Raises:
+            JournalError: the journal cannot be read.
+        """
+        conn = self._connection()
+        with translated(self._path, "compacting"):
+            return [row[0] for row in conn.execute(_COMPACTABLE, (finished_before,))]
+
+    def compact(self, finished_before: float, digests: Mapping[str, str] | None = None) -> Compaction:
         """Fold the task rows of jobs that finished before a time into per-job counts.
 
         Done and cancelled task rows of each such job are deleted and counted in one
@@ -335,9 +353,13 @@ class Journal:
         Args:
             finished_before: compact jobs whose ``finished_at`` (epoch seconds) is at or
                 before this; ``time.time()`` compacts every finished job.
+            digests: compact only these jobs (those of them that still finished before then),
+                each with its tasks' ``job_digest``, taken by the caller from the tasks it
+                holds (a running master, from its book: ``master/compaction.py``). None: every
+                such job, its digest taken from its rows here.
 
         Returns:
-            How many jobs were compacted and task rows removed.
+            How many jobs were compacted, which, and how many task rows removed.
 
         Raises:
             JournalError: the journal holds a bad row (nothing is changed), or the write failed.
@@ -348,12 +370,13 @@ class Journal:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 now = time.time()
+                job_ids = [j for (j,) in conn.execute(_COMPACTABLE, (finished_before,))]
+                if digests is not None:
+                    job_ids = [j for j in job_ids if j in digests]
                 conn.execute("CREATE TEMP TABLE IF NOT EXISTS compacting (job_id TEXT PRIMARY KEY)")
                 conn.execute("DELETE FROM compacting")
-                conn.execute(f"INSERT INTO compacting {_COMPACTABLE}", {"before": finished_before})
-                counts = dict.fromkeys(
-                    (row[0] for row in conn.execute("SELECT job_id FROM compacting")), (0, 0, 0)
-                )
+                conn.executemany("INSERT INTO compacting VALUES (?)", ((j,) for j in job_ids))
+                counts = dict.fromkeys(job_ids, (0, 0, 0))
                 for job_id, done, cancelled, last_lease_id in conn.execute(
                     "SELECT job_id, sum(state = 'done'), sum(state = 'cancelled'), "
                     f"max(last_lease_id) FROM tasks WHERE state IN {_FOLDED} "
@@ -361,7 +384,8 @@ class Journal:
                 ):
                     counts[job_id] = (done, cancelled, last_lease_id)
                 # Every task the job had, in submit order: a submit of it again is compared by this.
-                digests = {job_id: stored_job_digest(conn, job_id) for job_id in counts}
+                if digests is None:
+                    digests = {job_id: stored_job_digest(conn, job_id) for job_id in job_ids}
                 conn.executemany(  # the lease ids are kept: new leases go on above them
                     "INSERT INTO compacted_jobs (job_id, done, cancelled, last_lease_id, "
                     "compacted_at, content) VALUES (?, ?, ?, ?, ?, ?)",
@@ -377,9 +401,9 @@ class Journal:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        if counts:
-            log.info("journal_compacted", path=str(self._path), jobs=len(counts), task_rows=removed)
-        return Compaction(len(counts), removed)
+        if job_ids:
+            log.info("journal_compacted", path=str(self._path), jobs=len(job_ids), task_rows=removed)
+        return Compaction(len(job_ids), removed, tuple(job_ids))
 
     def close(self, release: bool = True) -> None:
         """Close the journal and free its lock; further use raises JournalError. Closing twice

@@ -1,9 +1,11 @@
 """The task book's tables: every row, the counts by state, the read-outs, the rebuild.
 
 :class:`TaskTables` holds the rows (:mod:`troupe.runtime.tasks.book_rows`), keeps the counts by
-state, answers the read-outs (frozen values of :mod:`troupe.runtime.tasks.state`) and rebuilds
-itself from the journal; :class:`~troupe.runtime.tasks.book.TaskBook` adds the transitions on
-top, and :mod:`troupe.runtime.tasks.scheduling` places the pending tasks.
+state, answers the read-outs (frozen values of :mod:`troupe.runtime.tasks.state`), rebuilds
+itself from the journal, and drops a finished job's done and cancelled tasks as the journal's
+compaction folds their rows (:meth:`TaskTables.fold`, a running master's compaction);
+:class:`~troupe.runtime.tasks.book.TaskBook` adds the transitions on top, and
+:mod:`troupe.runtime.tasks.scheduling` places the pending tasks.
 
 Each job also counts its pending tasks by ``(kind, needs)``, so :meth:`TaskTables.jobs` can say,
 at the cost of a pass over the workers per distinct pair, which pending tasks no registered
@@ -24,6 +26,7 @@ from troupe.runtime.gc_pauses import collector_paused
 from .book_rows import Job, LeaseSlot, Task, Worker
 from .job_digest import job_digest
 from .scheduling import waiting_reason
+from .speculation import RunningMedian
 from .state import (
     FINAL_STATES,
     DeadLetter,
@@ -42,6 +45,8 @@ from .state import (
 )
 
 __all__ = ["TaskTables"]
+
+_FOLDED = (TaskState.DONE, TaskState.CANCELLED)  # what compaction folds into counts
 
 
 def _untouched(rec: TaskRecord) -> bool:
@@ -73,6 +78,8 @@ class TaskTables:
         self._next_task_seq = 0
         self._spec_launched = 0
         self._spec_won = 0
+        self._folded: list[Task] = []  # dropped by fold, still known by id: forget_folded
+        self._forgotten = 0  # ids forgotten since _tasks was last copied to its size
 
     @classmethod
     def restore(
@@ -159,6 +166,67 @@ class TaskTables:
             if job_id in book._jobs:
                 book._jobs[job_id].digest = digest
         return book
+
+    def fold(self, job_id: str, digest: str) -> int:
+        """Drop a finished job's done and cancelled tasks, counted instead: the book a restart
+        reads back once the journal compacted the job (``Journal.compact``, ``restore``).
+
+        The counts stay; ``compacted`` counts the tasks dropped and ``digest`` is what a submit
+        of the job again is compared by. Dead tasks stay, with their errors (``ctl dead``, a
+        retry). The dropped tasks are still found by id until :meth:`forget_folded` has
+        forgotten them (a late Complete for one is acked as a duplicate, as before; then it is
+        refused as unknown).
+
+        Args:
+            job_id: a job that is not running.
+            digest: its tasks' ``job_digest``, every task in submit order.
+
+        Returns:
+            How many tasks were dropped.
+
+        Raises:
+            TaskError: no such job, it is running, or it was compacted already.
+        """
+        job = self._jobs.get(job_id)
+        if job is None or job.state is JobState.RUNNING or job.compacted or job.digest is not None:
+            raise TaskError(f"job {job_id!r} is not a finished job holding its tasks; nothing to fold")
+        folded = [t for t in job.tasks if t.state in _FOLDED]
+        job.tasks = [t for t in job.tasks if t.state not in _FOLDED]
+        job.compacted += len(folded)
+        job.digest = digest
+        job.queue.clear()  # what a lazy removal left there
+        job.durations = RunningMedian()  # a restart starts it afresh too
+        self._folded += folded
+        return len(folded)
+
+    def forget_folded(self, most: int) -> int:
+        """Forget up to ``most`` of the tasks :meth:`fold` dropped (a million at once held the
+        master's loop half a second): their ids unknown from now on, their rows freed.
+
+        Returns:
+            How many are still to forget.
+        """
+        folded, tasks = self._folded, self._tasks
+        for task in folded[-most:]:
+            del tasks[task.spec.task_id]  # no new task took its id: it was known until now
+        self._forgotten += len(folded[-most:])
+        del folded[-most:]
+        if not folded and self._forgotten > len(tasks):
+            # A dict never shrinks as keys go: copied, its table fits the tasks left.
+            self._tasks, self._forgotten = dict(tasks), 0
+        return len(folded)
+
+    def job_specs(self, job_id: str, start: int = 0, stop: int | None = None) -> list[TaskSpec]:
+        """The specs of the tasks a job holds (not those compacted away), in submit order, from
+        ``start`` to ``stop`` (Python slice bounds).
+
+        Raises:
+            TaskError: no such job.
+        """
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise TaskError(f"unknown job {job_id!r}")
+        return [t.spec for t in job.tasks[start:stop]]
 
     def statistics(self) -> TaskBookStats:
         """Return a frozen snapshot: counts by state, per job, worker loads, leases, backups."""

@@ -35,6 +35,11 @@ rows in the commit's thread (``Journal.stage``), and a lease of one of its tasks
 batch would follow them there. Parked requests are tried again in the next batch, which runs at
 once without another event to wake the driver.
 
+Work that must not meet a batch (a running master's compaction: ``compaction.py``, which
+writes the journal and drops tasks from the book) runs through :meth:`Dispatcher.exclusive`:
+between two batches, after the one in hand is committed, before the next begins. The journal is
+not safe for concurrent use, and its rows and the book must agree whenever a batch reads them.
+
 If the journal fails, the book has moved on in memory and only a restart from the
 journal is consistent again: the driver stops, every waiting caller gets the JournalError and
 :meth:`Dispatcher.run` raises it, which stops the master.
@@ -45,9 +50,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -79,6 +84,7 @@ SideCommands = Callable[[list[Command]], None]
 """Performs the commands that answer nobody in particular (CancelLease, NodeDrained, ...)."""
 
 _REPLY = (Lease, Ack, Reject)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,7 @@ class Dispatcher:
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._queue: deque[tuple[Event, asyncio.Future[list[Command]], Any]] = deque()
+        self._exclusive: deque[tuple[Callable[[], Awaitable[Any]], asyncio.Future[Any]]] = deque()
         self._wake = asyncio.Event()
         self._parked: dict[str, _Parked] = {}  # worker id -> its request, in arrival order
         self._retry = False
@@ -234,6 +241,28 @@ class Dispatcher:
         if parked is not None and not parked.future.done():
             parked.future.set_result([])
 
+    async def exclusive(self, work: Callable[[], Awaitable[_T]]) -> _T:
+        """Run ``work`` between two batches: after the batch in hand is committed, before the
+        next one begins (events that arrive meanwhile wait for it, as for a batch's commit).
+
+        ``work`` may use the journal (in a thread, as a commit does) and change the book; what
+        it raises is raised here, and the driver goes on.
+
+        Raises:
+            JournalError: the journal failed before ``work`` ran; the master is stopping.
+        """
+        if self._fatal is not None:
+            raise self._fatal
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._exclusive.append((work, future))
+        self._wake.set()
+        return await future
+
+    @property
+    def failed(self) -> bool:
+        """Whether the journal failed and the driver stopped (the master stops too)."""
+        return self._fatal is not None
+
     def statistics(self) -> DispatcherStats:
         """Return a snapshot of the counters."""
         return DispatcherStats(
@@ -270,8 +299,23 @@ class Dispatcher:
                 # Let the batch fill: one transaction, one thread hop for more events. Workers
                 # holding leases ahead do not wait on this; the rest wait linger_s at most.
                 await anyio.sleep(self._linger_s)
-            while self._queue or self._retry:  # a retry put off by a big submit comes next
-                await self._batch()
+            # A retry put off by a big submit comes next; exclusive work between two batches.
+            while self._queue or self._retry or self._exclusive:
+                if self._exclusive:
+                    await self._run_exclusive()
+                else:
+                    await self._batch()
+
+    async def _run_exclusive(self) -> None:
+        work, future = self._exclusive.popleft()
+        try:
+            result = await work()
+        except Exception as exc:  # the caller's to judge: the book and journal are its work's
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)
 
     async def _batch(self) -> None:
         book, clock, queue = self.book, self._clock, self._queue
@@ -430,7 +474,9 @@ class Dispatcher:
         log.error("journal_append_failed", error=str(fatal))
         futures = [f for f, _ in replies] + [f for _, f, _ in self._queue]
         futures += [p.future for p in self._parked.values()]
+        futures += [f for _, f in self._exclusive]
         self._queue.clear()
+        self._exclusive.clear()
         self._parked.clear()
         for future in futures:
             if not future.done():

@@ -17,7 +17,8 @@ from .journal_room import check_start_room
 __all__ = ["COMPACT_AFTER_S", "open_journal"]
 
 COMPACT_AFTER_S = 3600.0
-"""A master starting on a journal compacts the jobs that finished at least this long ago."""
+"""A master compacts the jobs that finished at least this long ago: as it starts on its journal,
+and every ``COMPACT_EVERY_S`` while it runs (``compaction.py``)."""
 
 
 def open_journal(

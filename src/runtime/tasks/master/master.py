@@ -72,7 +72,13 @@ when a copy must stop, and ``master_drained {node}`` to a node whose drain has f
 
 Time comes from two injected clocks (tests drive them instead of sleeping): ``clock``, monotonic
 seconds, for node silence and throughput; ``wall_clock``, for what is journaled or shown as a
-timestamp (lease deadlines, backoffs, submit and finish times).
+timestamp (lease deadlines, backoffs, submit and finish times) and for which finished jobs are
+old enough to compact.
+
+Every ``COMPACT_EVERY_S`` the master compacts the jobs that finished ``COMPACT_AFTER_S`` ago or
+more, in its journal and its book at once, as a restart on the journal would
+(:mod:`~troupe.runtime.tasks.master.compaction`): a master left up for days holds the tasks of
+its running and recent jobs, not of every job it ran.
 
 Nodes beat every second or so; a node silent for ``node_timeout_s`` is declared dead and the
 tasks its workers held are requeued at once. Silence is counted only while the master could
@@ -109,7 +115,7 @@ from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.reach import any_port
 from troupe.runtime.security.process import install, keys_for, warn_if_insecure
 from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.journal import Journal
+from troupe.runtime.tasks.journal import Compaction, Journal
 from troupe.runtime.tasks.state import (
     CancelLease,
     Command,
@@ -122,8 +128,10 @@ from troupe.runtime.transports.base import Transport
 from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
 
+from .compaction import COMPACT_EVERY_S, compact_finished
 from .controls import NodeControl
 from .driver import Dispatcher
+from .journal_open import COMPACT_AFTER_S
 from .journal_watch import JournalFile, watch_journal
 from .master_config import MasterConfig
 from .node_controls import NodeControls
@@ -246,6 +254,7 @@ class Master(NodeControls, WorkerControls):
                 tg.start_soon(self._tick)
                 tg.start_soon(self._watch_journal)
                 tg.start_soon(self._read_code)
+                tg.start_soon(self._compact_periodically)
                 self.ready.set()
                 log.info(
                     "master_started",
@@ -332,6 +341,28 @@ class Master(NodeControls, WorkerControls):
         for node in self.nodes.expired(self.clock()):
             log.warning("node_dead", node=node, silent_for_s=self.config.node_timeout_s)
             await self._node_gone(node)
+
+    async def _compact_periodically(self) -> None:
+        while True:
+            await anyio.sleep(COMPACT_EVERY_S)
+            try:
+                await self.compact()
+            except JournalError as exc:
+                if self.dispatcher.failed:
+                    return  # the dispatcher said so, and the master is stopping
+                log.error("compaction_failed", error=str(exc))  # nothing of it kept: tried again later
+            except Exception as exc:  # a bug, as the driver's task_book_failed: the master serves on
+                log.error("compaction_failed", error=repr(exc))
+
+    async def compact(self) -> Compaction:
+        """Compact the jobs that finished ``COMPACT_AFTER_S`` ago or more, in the journal and
+        the book, as a restart would (every ``COMPACT_EVERY_S``; see ``compaction.py``). Tests
+        that drive a fake wall clock call it to look at once.
+
+        Raises:
+            JournalError: the journal failed; nothing of the step that failed was kept.
+        """
+        return await compact_finished(self.dispatcher, self.wall_clock() - COMPACT_AFTER_S)
 
     async def _node_gone(self, node: str, left: bool = False) -> None:
         for worker_id in [w for w, e in self._workers.items() if e.node == node]:

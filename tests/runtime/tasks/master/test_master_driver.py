@@ -267,3 +267,47 @@ async def test_a_worker_parked_before_a_big_submit_gets_a_task_with_no_other_eve
             (lease,) = await parked
         tg.cancel_scope.cancel()
     assert isinstance(lease, Lease) and lease.task_id == "j-0"
+
+
+async def test_exclusive_work_runs_between_batches_never_during_a_commit() -> None:
+    """A compaction writes the journal and the book: it waits for the batch being committed,
+    and the events that arrive meanwhile wait for it; what it raises is its caller's."""
+    journal = FakeJournal(hold=True)
+    driver, _ = make(journal)
+    started: list[int] = []
+    let_go = anyio.Event()
+
+    async def work() -> str:
+        started.append(len(journal.appends))  # the batch before it is committed
+        await let_go.wait()
+        return "folded"
+
+    async def broken() -> None:
+        raise ValueError("a bug in the work")
+
+    results: list[str] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        submitted = driver.put(job(1))
+        await anyio.to_thread.run_sync(journal.entered.wait, 5)  # that batch's commit is running
+
+        async def exclusive() -> None:
+            results.append(await driver.exclusive(work))
+
+        tg.start_soon(exclusive)
+        await until(lambda: driver._exclusive)
+        journal.gate.set()
+        await until(lambda: started)
+        assert started == [1] and submitted.done()
+        joined = driver.put(WorkerJoined("w", "n", Resources(1, 0), 1))
+        for _ in range(20):
+            await anyio.lowlevel.checkpoint()
+        assert not joined.done()  # no batch while the work runs
+        let_go.set()
+        await joined
+        await until(lambda: results)
+        with pytest.raises(ValueError, match="a bug in the work"):
+            await driver.exclusive(broken)
+        await driver.handle(job(1, "k"))  # the driver goes on
+        tg.cancel_scope.cancel()
+    assert results == ["folded"]
