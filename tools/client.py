@@ -25,7 +25,7 @@ from troupe.runtime.node.config import (
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
-from .master_client import SILENT, keys_hint, reachable
+from .master_client import SILENT, keys_hint, reachable, unreachable_why
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -177,7 +177,8 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         Unreachable: nothing listens at ``endpoint``.
         TroupeError: with a message that says what to do when no node answers.
     """
-    if not await anyio.to_thread.run_sync(reachable, endpoint, _PROBE_S):
+    absent = await anyio.to_thread.run_sync(unreachable_why, endpoint, "node", _PROBE_S)
+    if absent is not None:
         if endpoint == DEFAULT_NODE_ENDPOINT and await anyio.to_thread.run_sync(
             reachable, RUN_NODE_ENDPOINT, _PROBE_S
         ):  # no --node, and a `troupe run` started its own node: what a user who ran one looks for
@@ -186,9 +187,8 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 f"`troupe run` starts its own: pass --node {RUN_NODE_ENDPOINT} (and --master "
                 f"{RUN_MASTER_ENDPOINT} for its master's view)"
             )
-        raise Unreachable(
-            f"no node answers at {endpoint}: start one with `troupe node start` or pass --node ENDPOINT"
-        )
+        absent = absent.removesuffix(" (connection refused)")  # tcp: what it always says
+        raise Unreachable(f"{absent}: start one with `troupe node start` or pass --node ENDPOINT")
     async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)

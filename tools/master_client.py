@@ -13,6 +13,8 @@ from rich.text import Text
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.transports.ipc_socket import ipc_path
+from troupe.runtime.transports.ipc_socket import unreachable_why as ipc_unreachable_why
 
 from .cli_runtime import cli_runtime
 from .literal import literal
@@ -34,6 +36,7 @@ __all__ = [
     "node_name_problem",
     "reachable",
     "submit_job",
+    "unreachable_why",
     "waiting_table",
 ]
 
@@ -51,19 +54,32 @@ def absent_master(master: str) -> str | None:
 
 
 def reachable(endpoint: str, timeout: float = 0.5) -> bool:
-    """Return whether something accepts TCP connections at ``endpoint`` (ipc: assume so).
+    """Return whether something accepts connections at ``endpoint`` (inproc: assume so).
 
     ZeroMQ never reports a refused connection, it retries quietly; this probe lets the CLI say
     "no master" at once instead of after a timeout.
     """
+    return unreachable_why(endpoint, "process", timeout) is None
+
+
+def unreachable_why(endpoint: str, what: str, timeout: float = 0.5) -> str | None:
+    """Why nothing accepts connections at ``endpoint``, one clause naming it (``what``: who
+    would listen there); None when something does (inproc: assume so).
+
+    tcp: ``no WHAT answers at ENDPOINT (connection refused)``. ipc: a real connect to its
+    socket file says whether there is none, a stale one, or one this user may not reach.
+    """
+    path = ipc_path(endpoint)
+    if path is not None:
+        return ipc_unreachable_why(path, what, timeout)
     parts = urlsplit(endpoint)
     if parts.scheme != "tcp" or parts.port is None:
-        return True
+        return None
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout):
-            return True
+            return None
     except OSError:
-        return False
+        return f"no {what} answers at {endpoint} (connection refused)"
 
 
 def keys_hint() -> str:
@@ -87,10 +103,15 @@ def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
 
 
 def _no_master(endpoint: str, why: str) -> str:
-    if why not in ("connection refused", _WENT):  # something listens there, and said nothing
+    if why != _WENT:  # something listens there, and said nothing
         return f"the master at {endpoint} did not answer ({why}): {SILENT}{keys_hint()}"
+    return _start_one(f"no master answers at {endpoint} ({why})")
+
+
+def _start_one(absent: str) -> str:
+    """``absent`` (:func:`unreachable_why`'s clause), and what to do."""
     return (
-        f"no master answers at {endpoint} ({why}); start one with `troupe master start` "
+        f"{absent}; start one with `troupe master start` "
         "(or `troupe node start --with-master`), or pass --master ENDPOINT"
     )
 
@@ -107,8 +128,8 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         AskTimeout: it did not answer in time.
         TroupeError: the master refused (unknown job, bad job file...), with its reason.
     """
-    if not reachable(endpoint):
-        raise Unreachable(_no_master(endpoint, "connection refused"))
+    if (absent := unreachable_why(endpoint, "master")) is not None:
+        raise Unreachable(_start_one(absent))
     async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
@@ -217,8 +238,8 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             (the message says which, and what to do).
         TroupeError: the master refused the job, with its reason.
     """
-    if not reachable(endpoint):
-        raise Unreachable(_no_master(endpoint, "connection refused"))
+    if (absent := unreachable_why(endpoint, "master")) is not None:
+        raise Unreachable(_start_one(absent))
     job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
     async with cli_runtime() as runtime:
         ping_s = min(timeout, 5.0)

@@ -28,6 +28,7 @@ from troupe.runtime.metrics.address import as_endpoint, parse_host_port
 from troupe.runtime.node.config import NodeConfig, check_endpoint, is_loopback, load_node_config
 from troupe.runtime.tasks.jobspec import MAX_COUNT
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
+from troupe.runtime.transports.ipc_socket import IN_USE, bind_refusal, ipc_path
 from troupe.runtime.transports.loopback import free_endpoint
 
 from .client import fail
@@ -70,11 +71,19 @@ def endpoint_problem(endpoint: str, option: str, who: str = "node") -> str | Non
 
     ``who`` is what usually holds such a port (``node``, ``master``), for the message.
 
-    Only ``tcp://HOST:PORT`` is probed; a wildcard port, ipc and inproc are left to the bind.
+    ``tcp://HOST:PORT`` is probed by a bind, ``ipc://PATH`` by a connect (ZeroMQ's bind
+    unlinks a live process's socket file: it took the socket of a running node without a
+    word); a wildcard port and inproc are left to the bind.
     """
     shape = endpoint_shape_problem(endpoint, option)
     if shape is not None:
         return shape
+    path = ipc_path(endpoint)
+    if path:
+        refused = bind_refusal(path)
+        if refused is IN_USE:
+            return f"endpoint {endpoint} is in use (another troupe {who}?); pass another {option}"
+        return None if refused is None else f"endpoint {endpoint}: {refused}; pass another {option}"
     parts = urlsplit(endpoint)
     try:
         port = parts.port
@@ -326,12 +335,13 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _check(writable_problem(out, "--out"), *_run_log_problems(out), _connect_problem(master, "--cluster"))
-    from troupe.cli.master_client import reachable
+    from troupe.cli.master_client import unreachable_why
 
-    if not reachable(master):  # before --out gets its logs: a typo in the endpoint leaves nothing
+    # Before --out gets its logs: a typo in the endpoint leaves nothing.
+    if (absent := unreachable_why(master, "master")) is not None:
         raise fail(
-            f"--cluster: no master at {master} (connection refused); start one with "
-            "`troupe master start`, or give the endpoint of the running one",
+            f"--cluster: {absent}; start one with `troupe master start`, or give the endpoint "
+            "of the running one",
             1,
         )
 

@@ -34,7 +34,7 @@ from rich.console import Console
 from troupe.cli.client import endpoint_option, fail, run_async
 from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
 from troupe.cli.log_stream import ClusterLogs
-from troupe.cli.master_client import reachable
+from troupe.cli.master_client import unreachable_why
 from troupe.cli.stop_signals import heeded_signals
 from troupe.runtime.log_files import FileFollower, history_files, last_lines
 
@@ -230,10 +230,8 @@ def tail(
 
 
 def _tail_cluster(master: str, follow: bool, lines: int, keep: LogFilter, show: _Printer) -> None:
-    if not reachable(master):
-        raise fail(
-            f"no master answers at {master} (connection refused); pass --master ENDPOINT or --logs DIR"
-        )
+    if (absent := unreachable_why(master, "master")) is not None:
+        raise fail(f"{absent}; pass --master ENDPOINT or --logs DIR")
     stream = ClusterLogs(master, keep.nodes, lambda line, n: keep.accepts(line, n), lines, _warn)
 
     async def main() -> None:

@@ -53,6 +53,7 @@ from troupe.runtime.wire.batch_frames import (
 )
 
 from .base import OnMessage, TransportStats
+from .ipc_socket import BoundSocketFile, bind_refusal, ipc_path
 from .loopback import any_port
 from .zmq_handshakes import HandshakeWatch
 from .zmq_outbox import FIRST_RETRY_S, MAX_RETRY_S, ReplyOutbox
@@ -157,6 +158,8 @@ class ZmqTransport:
         self.batch = batch
         self.max_message_bytes = -1 if max_message_bytes is None else max_message_bytes
         self._mailboxes: list[Watched] = []
+        # The socket files of its ipc mailboxes: removed at close (ZeroMQ leaves them).
+        self._socket_files: list[BoundSocketFile] = []
         self._dealers: dict[str, Watched] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -212,11 +215,19 @@ class ZmqTransport:
         keys = self.security
         if keys is not None:
             curve_server(sock, keys)
+        target = bind or self._mailbox_bind
+        path = ipc_path(target)
+        refused = bind_refusal(path) if path else None  # ZeroMQ unlinks what is there to bind
+        if refused is not None:
+            sock.close(0)
+            raise Unreachable(f"cannot bind a mailbox at {bind}: {refused}")
         try:
-            sock.bind(bind or self._mailbox_bind)
+            sock.bind(target)
         except zmq.ZMQError as exc:
             sock.close(0)
             raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
+        if path and (bound := BoundSocketFile.of(target)) is not None:
+            self._socket_files.append(bound)
         w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True, curve=keys is not None)
         if keys is not None:
             self._handshakes.watch(sock, w.peer)
@@ -792,5 +803,7 @@ class ZmqTransport:
         self._dealers.clear()
         for w in self._mailboxes:
             w.sock.close(0)
+        for bound in self._socket_files:
+            bound.remove()
         if self._own_ctx:
             self._ctx.term()
