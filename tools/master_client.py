@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
+from troupe.runtime.node.config import RUN_MASTER_ENDPOINT
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.transports.ipc_socket import ipc_path
@@ -105,11 +106,17 @@ def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
 def _no_master(endpoint: str, why: str) -> str:
     if why != _WENT:  # something listens there, and said nothing
         return f"the master at {endpoint} did not answer ({why}): {SILENT}{keys_hint()}"
-    return _start_one(f"no master answers at {endpoint} ({why})")
+    return _start_one(endpoint, f"no master answers at {endpoint} ({why})")
 
 
-def _start_one(absent: str) -> str:
-    """``absent`` (:func:`unreachable_why`'s clause), and what to do."""
+def _start_one(endpoint: str, absent: str) -> str:
+    """``absent`` (:func:`unreachable_why`'s clause), and what to do: with no --master, where
+    a `troupe run` listens at its own default, point there (as ``ctl status`` does to its node)."""
+    if endpoint == DEFAULT_MASTER_ENDPOINT and reachable(RUN_MASTER_ENDPOINT):
+        return (
+            f"{absent}; a master listens at {RUN_MASTER_ENDPOINT}, where `troupe run` starts its "
+            f"own: pass --master {RUN_MASTER_ENDPOINT}"
+        )
     return (
         f"{absent}; start one with `troupe master start` "
         "(or `troupe node start --with-master`), or pass --master ENDPOINT"
@@ -129,7 +136,7 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         TroupeError: the master refused (unknown job, bad job file...), with its reason.
     """
     if (absent := unreachable_why(endpoint, "master")) is not None:
-        raise Unreachable(_start_one(absent))
+        raise Unreachable(_start_one(endpoint, absent))
     async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
@@ -239,7 +246,7 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
         TroupeError: the master refused the job, with its reason.
     """
     if (absent := unreachable_why(endpoint, "master")) is not None:
-        raise Unreachable(_start_one(absent))
+        raise Unreachable(_start_one(endpoint, absent))
     job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
     async with cli_runtime() as runtime:
         ping_s = min(timeout, 5.0)

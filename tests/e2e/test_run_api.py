@@ -293,8 +293,29 @@ def test_default_endpoints_taken_as_the_run_starts_give_way_to_free_ports(tmp_pa
             on_event=told.append,
         )
         assert result.counts()["ok"] + result.counts()["pruned"] == 10
-        assert [line for line in told if line.startswith(f"{node} was taken as the run started")], told
+        both = f"{node} and {master} were taken as the run started"
+        said = [line for line in told if line.startswith(both)]
+        assert said and ", its master on tcp://127.0.0.1:" in said[0], told
         with pytest.raises(ConfigError, match=r"is another (master|node)"):  # given: refused, not moved
             run_pipeline_sync(
                 _toml(tmp_path), out=tmp_path / "given", node_endpoint=node, master_endpoint=master
             )
+
+
+def test_a_run_whose_master_alone_lost_the_race_says_where_its_master_went(tmp_path: Path) -> None:
+    """Report sh 9: the master's default taken as the run started moved it, and the run said
+    nothing (only a moved node was said): its `ctl jobs --master` could not be found."""
+    node, master = free_endpoint(), free_endpoint()
+    told: list[str] = []
+    with _held(master):
+        run_pipeline_sync(
+            _toml(tmp_path),
+            out=tmp_path / "out",
+            node_endpoint=node,
+            master_endpoint=master,
+            endpoints_may_move=True,
+            on_event=told.append,
+        )
+    said = [line for line in told if line.startswith(f"{master} was taken as the run started")]
+    assert said, told
+    assert f"this run's node listens on {node}, its master on tcp://127.0.0.1:" in said[0], said

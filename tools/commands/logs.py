@@ -223,7 +223,11 @@ def tail(
         return
     log_dir = log_dir if log_dir is not None else Path("logs")
     if not log_dir.is_dir():
-        raise fail(f"--logs: {log_dir} is not a directory; pass the node's --logs directory", 2)
+        raise fail(
+            f"--logs: {log_dir} is not a directory; pass the node's --logs directory "
+            "(a `troupe run`'s is OUT/logs)",
+            2,
+        )
     if not any(log_dir.glob("*.jsonl")):  # a wrong folder said nothing at all, and exited 0
         _warn(f"no node's log (*.jsonl) in {log_dir}" + ("; waiting for one" if follow else ""))
     _tail_files(log_dir, follow, lines, keep, show)

@@ -58,6 +58,7 @@ class RunCluster:
     before: int
     hosts: EngineHosts | None = None
     book: TaskBook | None = None  # the master's, where it runs here
+    master_endpoint: str | None = None  # where the master started here listens
 
 
 @asynccontextmanager
@@ -154,7 +155,8 @@ async def on_node(
                         else (None, 0)
                     )
                     here = local_master.book if local_master is not None else None
-                    yield RunCluster(rt, node, local_node, source, before, book=here)
+                    own = master if local_master is not None else None
+                    yield RunCluster(rt, node, local_node, source, before, book=here, master_endpoint=own)
             finally:
                 with anyio.CancelScope(shield=True):
                     if local_node is not None:

@@ -276,8 +276,11 @@ async def run_pipeline(
                 if complete is not None:
                     return already_complete(complete)
                 await anyio.to_thread.run_sync(shared_dir.forget_complete)
-            if on_event is not None and node_endpoint is not None and running.node_endpoint != node_endpoint:
-                on_event(moved_line(node_endpoint, running.node_endpoint))
+            node_moved = node_endpoint is not None and running.node_endpoint != node_endpoint
+            own_master = running.master_endpoint
+            master_moved = master_endpoint is not None and own_master not in (None, master_endpoint)
+            if on_event is not None and (node_moved or master_moved):
+                on_event(moved_line(node_endpoint, running.node_endpoint, master_endpoint, own_master))
             if on_event is not None and (cluster is not None or node is not None):
                 for stage in (s for s in cfg.stages if s.progress_timeout_s is not None):
                     on_event(

@@ -67,12 +67,21 @@ def bind_or_move(bind: Callable[[str], T], endpoint: str, may_move: bool) -> tup
     return bind(any_port(endpoint)), True
 
 
-def moved_line(wanted: str, endpoint: str) -> str:
-    """What a run says of its node's default endpoint ``wanted``, taken as the node bound it
-    (:func:`bind_or_move`): where the node listens instead, and how to reach it."""
+def moved_line(
+    wanted: str | None, endpoint: str, master_wanted: str | None = None, master: str | None = None
+) -> str:
+    """What a run says of its default endpoints taken as it bound them (:func:`bind_or_move`):
+    which were (its node's ``wanted``, its own master's ``master_wanted``), and where the node
+    and that master (``master``: None where the run started none) listen instead, and how to
+    reach them. The master's is said even where only the node's moved, as the early note does
+    (``troupe run``'s ``moved_note``): its ``ctl jobs``/``cancel`` need it."""
+    pairs = ((wanted, endpoint), (master_wanted, master))
+    taken = [w for w, got in pairs if w is not None and got is not None and got != w]
+    verb = "were" if len(taken) > 1 else "was"
+    where = f"this run's node listens on {endpoint}" + (f", its master on {master}" if master else "")
     return (
-        f"{wanted} was taken as the run started (another troupe run?): this run's node listens on "
-        f"{endpoint} (troupe ctl status --node {endpoint})"
+        f"{' and '.join(taken)} {verb} taken as the run started (another troupe run?): {where} "
+        f"(troupe ctl status --node {endpoint})"
     )
 
 
