@@ -22,6 +22,7 @@ from troupe.runtime.node.config import (
     RUN_NODE_ENDPOINT,
     check_endpoint,
 )
+from troupe.runtime.process_identity import user_name
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
@@ -182,6 +183,13 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         if endpoint == DEFAULT_NODE_ENDPOINT and await anyio.to_thread.run_sync(
             reachable, RUN_NODE_ENDPOINT, _PROBE_S
         ):  # no --node, and a `troupe run` started its own node: what a user who ran one looks for
+            other = await _other_user_s(RUN_NODE_ENDPOINT)
+            if other is not None:  # on a shared host: not the caller's run, whatever it is called
+                raise Unreachable(
+                    f"no node answers at {endpoint}; a node of user {other} listens at "
+                    f"{RUN_NODE_ENDPOINT} (their `troupe run`'s): a run of yours that found it "
+                    "taken said where its node listens; pass that as --node"
+                )
             raise Unreachable(
                 f"no node answers at {endpoint}; a node listens at {RUN_NODE_ENDPOINT}, where "
                 f"`troupe run` starts its own: pass --node {RUN_NODE_ENDPOINT} (and --master "
@@ -201,6 +209,18 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
             raise AskTimeout(
                 f"the node at {endpoint} did not answer within {timeout}s: {SILENT}{keys_hint()}"
             ) from None
+
+
+async def _other_user_s(endpoint: str) -> str | None:
+    """The user the node at ``endpoint`` runs as, where it is not this process's (its ``ping``
+    says); None where it is ours, or cannot say (an older node, no answer in a second)."""
+    try:
+        async with cli_runtime() as runtime:
+            reply = await runtime.control(endpoint, "ping", None, timeout=1.0)
+    except TroupeError:
+        return None
+    user = reply.get("user") if isinstance(reply, dict) else None
+    return user if isinstance(user, str) and user != user_name() else None
 
 
 async def node_status(endpoint: str, timeout: float) -> dict[str, Any]:

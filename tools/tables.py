@@ -77,8 +77,11 @@ def _with_tasks(messages: int, tasks: int | None) -> Text:
 
 def status_tables(status: dict[str, Any]) -> list[Table]:
     """Render a node status reply as tables: the node, its workers, their actors."""
-    node = Table(title=literal(f"node {status['node']}"), show_header=False)
+    whose = f", user {status['user']}" if "user" in status else ""  # an older node's has none
+    node = Table(title=literal(f"node {status['node']}{whose}"), show_header=False)
     node.add_row("endpoint", literal(status["endpoint"]))
+    if "out" in status:  # a `troupe run`'s own node: the run's --out
+        node.add_row("run out", literal(status["out"]))
     node.add_row("pid", literal(status["pid"]))
     node.add_row("uptime", f"{status['uptime_s']:.1f} s")
     node.add_row("rss", f"{status['rss_mib']} MiB")

@@ -17,11 +17,12 @@ empty, and nothing is ever judged gone by it.
 from __future__ import annotations
 
 import os
+import pwd
 from functools import cache
 
 from .process_start import start_ticks
 
-__all__ = ["gone_here", "process_identity"]
+__all__ = ["gone_here", "process_identity", "user_name"]
 
 
 def process_identity(pid: int | None = None) -> str:
@@ -57,3 +58,14 @@ def _pid_space() -> str:
     except (OSError, ValueError):
         return ""
     return f"{boot}:{namespace}" if boot and ":" not in boot else ""
+
+
+@cache
+def user_name() -> str:
+    """The name of the user this process runs as (its uid where the user database has none):
+    what tells one user's node from another's on a shared host, where both are called ``local``."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid without an entry (a container's)
+        return str(uid)

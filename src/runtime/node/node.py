@@ -37,7 +37,7 @@ from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigEr
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
-from troupe.runtime.process_identity import process_identity
+from troupe.runtime.process_identity import process_identity, user_name
 from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.transports.loopback import bind_or_move
@@ -382,7 +382,13 @@ class Node:
         return self.log_publisher.answer(payload)
 
     async def _ping(self, _: Any) -> dict[str, Any]:
-        return {"node": self.name, "pid": os.getpid(), "time": time.time(), "process": process_identity()}
+        return {
+            "node": self.name,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "process": process_identity(),
+            "user": user_name(),
+        }
 
     async def _register(self, payload: Any) -> bool:
         p = ControlPayload("register", payload)
@@ -509,6 +515,9 @@ class Node:
         return {
             "node": self.name,
             "pid": os.getpid(),
+            # Whose node: two users' runs' nodes on one host are both called ``local``.
+            "user": user_name(),
+            "uid": os.getuid(),
             "endpoint": self.runtime.address,
             "tags": list(self.config.tags),
             "log_endpoint": self.log_publisher.endpoint if self.log_publisher is not None else None,

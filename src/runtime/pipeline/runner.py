@@ -335,6 +335,9 @@ async def run_pipeline(
             )
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
+                if out_dir is not None:  # whose run it is, beside the node's user
+                    out_shown = str(out_dir)
+                    running.node.status_extras["out"] = lambda: out_shown
             try:
                 result = finished(await engine.run())
             except StageFailed as exc:  # raised below, not wrapped in the cluster's ExceptionGroup
