@@ -274,10 +274,11 @@ def test_a_sigkilled_master_restarts_on_its_journal_and_loses_nothing(
     assert states == {"first": "done", "resume": "done"}
 
 
-@pytest.mark.parametrize("case", ["missing", "corrupt"])
+@pytest.mark.parametrize("case", ["missing", "corrupt", "no folder"])
 def test_a_missing_or_corrupt_journal_is_a_clear_error_at_start(tmp_path: Path, case: str) -> None:
-    """The master refuses a missing journal (without --new) or a corrupt one, in one line, exit 2."""
-    journal = tmp_path / "journal.db"
+    """The master refuses a missing journal (without --new) or a corrupt one, in one line, exit 2;
+    a journal missing with its folder (a disk not mounted) is said so, with no --new advice."""
+    journal = tmp_path / ("not-mounted" if case == "no folder" else "") / "journal.db"
     if case == "corrupt":
         journal.write_bytes(os.urandom(8192))
     out = ctl(
@@ -293,8 +294,15 @@ def test_a_missing_or_corrupt_journal_is_a_clear_error_at_start(tmp_path: Path, 
     )
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
-    expected = "does not exist; pass --new" if case == "missing" else "not a (healthy) journal"
-    assert expected in " ".join(out.stderr.split())
+    expected = {
+        "missing": "does not exist; give the path of the existing journal, or pass --new",
+        "corrupt": "not a (healthy) journal",
+        "no folder": f"its folder {journal.parent} does not exist: a disk not mounted? nothing was created; "
+        "mount it, or give the path of the existing journal",
+    }[case]
+    text = " ".join(out.stderr.split())
+    assert expected in text
+    assert case != "no folder" or ("--new" not in text and not journal.parent.exists())
 
 
 def test_a_node_with_the_master_inside_runs_a_job(tmp_path: Path) -> None:

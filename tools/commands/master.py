@@ -25,7 +25,7 @@ from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy
-from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.journal_open import check_folder, open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
 
@@ -98,8 +98,10 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
                 2,
             )
         raise fail(f"journal {journal} exists already; nothing was changed (master start resumes it)", 2)
-    if not journal.parent.is_dir():
-        raise fail(f"journal {journal}: no directory {journal.parent}; nothing was created", 2)
+    try:
+        check_folder(journal, new=True)  # said as master start says it
+    except JournalError as exc:
+        raise fail(str(exc), 2) from None
     made = Made(journal)
     try:
         opened, _ = open_journal(journal, new=True)

@@ -14,7 +14,7 @@ from troupe.runtime.tasks.journal_lock import JournalLock
 
 from .journal_room import check_start_room
 
-__all__ = ["COMPACT_AFTER_S", "open_journal"]
+__all__ = ["COMPACT_AFTER_S", "check_folder", "open_journal"]
 
 COMPACT_AFTER_S = 3600.0
 """A master compacts the jobs that finished at least this long ago: as it starts on its journal,
@@ -41,14 +41,17 @@ def open_journal(
 
     Raises:
         JournalBusy: another master holds the journal.
-        JournalError: missing (without ``new``), not a troupe journal, corrupt, a row of the
-            wrong type (named), or its disk too full for a master.
+        JournalError: missing (without ``new``), its folder missing (with ``new`` too), not a
+            troupe journal, corrupt, a row of the wrong type (named), or its disk too full for
+            a master.
     """
-    if not new and not os.path.exists(path):
-        raise JournalError(
-            f"journal {path} does not exist; pass --new to start a new journal "
-            "there, or give the path of the existing journal"
-        )
+    if not os.path.exists(path):
+        check_folder(Path(path), new)
+        if not new:
+            raise JournalError(
+                f"journal {path} does not exist; give the path of the existing journal, or pass "
+                "--new to start a new, empty journal there"
+            )
     check_start_room(Path(path))  # said now, in one line, not as the first write fails
     journal = Journal.open(path, create=new, new_hint="pass --new to start a new journal there", lock=lock)
     try:
@@ -58,3 +61,26 @@ def open_journal(
     except BaseException:
         journal.close(release=lock is None)
         raise
+
+
+def check_folder(path: Path, new: bool) -> None:
+    """Refuse a journal whose folder is missing, saying that first, before any ``--new`` advice.
+
+    A journal missing with its folder is the systemd unit's "disk not mounted at boot": ``--new``
+    there fails too (no folder to create it in), and once the folder is there it would start the
+    master over on an empty queue. ``new``: the caller asked for a new journal (``--new``, ``master
+    init``), so the way out is to create the folder; else, to mount the disk or fix the path.
+
+    Raises:
+        JournalError: the folder of ``path`` does not exist, or is not a folder.
+    """
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise JournalError(f"journal {path}: {folder} is a file, not a folder; give the journal's right path")
+    way_out = "create the folder first" if new else "mount it, or give the path of the existing journal"
+    raise JournalError(
+        f"journal {path}: its folder {folder} does not exist: a disk not mounted? nothing was "
+        f"created; {way_out}"
+    )

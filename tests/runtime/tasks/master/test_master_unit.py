@@ -450,7 +450,9 @@ async def test_requests_from_an_unknown_worker_are_refused(tmp_path: Path) -> No
 
 def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
     """No journal without --new, and never a corrupt one: a clear error, not an empty queue."""
-    with pytest.raises(JournalError, match="does not exist; pass --new"):
+    with pytest.raises(
+        JournalError, match="does not exist; give the path of the existing journal, or pass --new"
+    ):
         open_journal(tmp_path / "missing.db")
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite at all" * 100)
@@ -460,6 +462,22 @@ def test_a_missing_or_corrupt_journal_is_refused(tmp_path: Path) -> None:
     journal, book = open_journal(tmp_path / "fresh.db", new=True)
     journal.close()
     assert book.jobs() == []
+
+
+@pytest.mark.parametrize("new", [False, True])
+def test_a_journal_missing_with_its_folder_says_the_folder_first(tmp_path: Path, new: bool) -> None:
+    """A disk not mounted: --new was advised, and failed too ("create it first"); the folder is
+    said first, and --new is advised only where the folder is there."""
+    path = tmp_path / "not-mounted" / "journal.db"
+    with pytest.raises(JournalError) as refused:
+        open_journal(path, new)
+    said = str(refused.value)
+    assert said.startswith(f"journal {path}: its folder {path.parent} does not exist: a disk not mounted?")
+    assert "--new" not in said
+    assert said.endswith(
+        "create the folder first" if new else "mount it, or give the path of the existing journal"
+    )
+    assert not path.parent.exists()
 
 
 def test_a_node_dead_for_an_hour_is_forgotten_and_new_again_if_it_beats() -> None:
