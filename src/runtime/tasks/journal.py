@@ -92,6 +92,7 @@ log = structlog.get_logger(__name__)
 
 REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
 _FOLDED = "('done', 'cancelled')"  # task states whose rows compaction folds into counts
+_PAGE_PRAGMAS = ("page_count", "freelist_count", "page_size")
 _COMPACTABLE = (
     "SELECT job_id FROM jobs WHERE state != 'running' AND finished_at <= ? "
     "AND job_id NOT IN (SELECT job_id FROM compacted_jobs) ORDER BY seq"
@@ -404,6 +405,28 @@ class Journal:
         if job_ids:
             log.info("journal_compacted", path=str(self._path), jobs=len(job_ids), task_rows=removed)
         return Compaction(len(job_ids), removed, tuple(job_ids))
+
+    def pages(self) -> tuple[int, int, int]:
+        """The journal's pages as SQLite counts them: how many, how many of them are free (left
+        by deleted rows, reused by later writes), and their size in bytes."""
+        conn = self._connection()
+        with translated(self._path, "counting pages"):
+            count, free, size = (int(conn.execute(f"PRAGMA {name}").fetchone()[0]) for name in _PAGE_PRAGMAS)
+        return count, free, size
+
+    def vacuum(self) -> None:
+        """Rewrite the journal without its free pages and cut its log to nothing, so its file
+        shrinks to what it holds: ``VACUUM`` then a truncating checkpoint. It needs room for a
+        copy of what the journal holds (``master/journal_shrink.py`` checks it first); one that
+        fails changes nothing.
+
+        Raises:
+            JournalError: the rewrite failed (a full disk, a transaction open).
+        """
+        conn = self._connection()
+        with translated(self._path, "shrinking"):
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self, release: bool = True) -> None:
         """Close the journal and free its lock; further use raises JournalError. Closing twice

@@ -26,7 +26,7 @@ from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import journal_wal
 from troupe.runtime.tasks.state import TaskSpec
 
-__all__ = ["KEPT_BYTES", "ROW_OVERHEAD", "check_room", "check_start_room", "journal_bytes"]
+__all__ = ["KEPT_BYTES", "ROW_OVERHEAD", "check_room", "check_start_room", "journal_bytes", "size_text"]
 
 ROW_OVERHEAD = 80  # a task row's own bytes beyond its strings: numbers, row and page headers
 _COPIES = 2  # the write-ahead log, then the database file once checkpointed
@@ -63,9 +63,9 @@ def check_room(journal: Path, job_id: str, tasks: Sequence[TaskSpec]) -> None:
     advice = f", or submit at most about {fewer} tasks" if fewer > 0 else ": no job fits until then"
     raise TaskError(
         f"job {job_id!r} is not submitted: its {count} task{'s' if count != 1 else ''} need"
-        f"{'' if count != 1 else 's'} about {_size(need)} in the journal {journal}, and "
-        f"{_size(KEPT_BYTES)} is kept free there besides (the journal's write-ahead log and other "
-        f"writes), but its disk has {_size(free)} free; free space there (`troupe master compact` "
+        f"{'' if count != 1 else 's'} about {size_text(need)} in the journal {journal}, and "
+        f"{size_text(KEPT_BYTES)} is kept free there besides (the journal's write-ahead log and other "
+        f"writes), but its disk has {size_text(free)} free; free space there (`troupe master compact` "
         f"folds finished jobs' rows){advice}"
     )
 
@@ -79,8 +79,8 @@ def check_start_room(journal: Path) -> None:
     room = _room(journal)
     if room is not None and room[1] < 0:
         raise JournalError(
-            f"journal {journal}: its disk has {_size(room[0])} free, and a master needs about "
-            f"{_size(KEPT_BYTES)} there (the journal's write-ahead log and its writes); free space "
+            f"journal {journal}: its disk has {size_text(room[0])} free, and a master needs about "
+            f"{size_text(KEPT_BYTES)} there (the journal's write-ahead log and its writes); free space "
             f"on it (df {journal.parent}), then start again: what was recorded stays"
         )
 
@@ -99,7 +99,7 @@ def _room(journal: Path) -> tuple[int, int] | None:
     return free, free + held - KEPT_BYTES
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     """``n`` bytes for people: KiB below a MiB, so a small need is not "0.0 MiB", and MiB to two
     places, so a disk a little short of the room kept does not read as having just that."""
     if n >= 1 << 20:
