@@ -27,8 +27,9 @@ CONFIG = """
 [supervision]
 interval_s = 0.1
 heartbeat_timeout_s = 2
-start_timeout_s = {bound}
-
+{table_bound}
+[supervision.kinds.render]
+{kind_bound}
 [restart]
 max_restarts = 1
 backoff_base_s = 0.05
@@ -36,6 +37,7 @@ backoff_max_s = 0.1
 
 [[workers]]
 name = "w-hang"
+kind = "render"
 actors = [{{ name = "h", class = "support.cluster:{cls}" }}]
 """
 
@@ -45,10 +47,24 @@ def _status(endpoint: str) -> dict[str, Any] | None:
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
-@pytest.mark.parametrize("cls", ["HangsInConstructor", "HangsInStarted"])
-def test_a_worker_whose_start_hangs_is_killed_restarted_then_failed(tmp_path: Path, cls: str) -> None:
+@pytest.mark.parametrize(
+    ("cls", "setting"),
+    [
+        ("HangsInConstructor", "[supervision] start_timeout_s"),
+        ("HangsInStarted", "[supervision] start_timeout_s"),
+        # Its kind's own bound, under the node's default of 180 s: a kind table refused the key.
+        ("HangsInStarted", "[supervision.kinds.render] start_timeout_s"),
+    ],
+)
+def test_a_worker_whose_start_hangs_is_killed_restarted_then_failed(
+    tmp_path: Path, cls: str, setting: str
+) -> None:
     config = tmp_path / "t.toml"
-    config.write_text(CONFIG.format(bound=START_TIMEOUT_S, cls=cls))
+    bound = f"start_timeout_s = {START_TIMEOUT_S}"
+    per_kind = setting.startswith("[supervision.kinds")
+    config.write_text(
+        CONFIG.format(table_bound="" if per_kind else bound, kind_bound=bound if per_kind else "", cls=cls)
+    )
     endpoint, log_dir = free_endpoint(), tmp_path / "logs"
     env = {**os.environ, "PYTHONPATH": import_path(), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
@@ -80,5 +96,6 @@ def test_a_worker_whose_start_hangs_is_killed_restarted_then_failed(tmp_path: Pa
     killed = [e for e in events if e.get("event") == "worker_start_timeout" and e.get("worker") == "w-hang"]
     failed = [e for e in events if e.get("event") == "worker_failed" and e.get("worker") == "w-hang"]
     assert len(killed) == 2 and len(slow) == 4, (killed, slow)  # two starts, each warned twice first
-    assert "started() hook" in killed[0]["hint"]
+    assert "started() hook" in killed[0]["hint"] and f"raise {setting} if" in killed[0]["hint"]
+    assert f"killed as hung at 1.5 s ({setting})" in slow[0]["hint"]
     assert failed and failed[0]["reason"].startswith("start_timeout: never finished starting"), failed

@@ -122,12 +122,16 @@ class WorkerSpec(_Frozen):
 
 
 class KindSupervision(_Frozen):
-    """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit."""
+    """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit.
+
+    ``start_timeout_s`` too: a kind whose imports are slow (a renderer's) needs a longer bound
+    on its start than the node's other workers, which keep theirs short."""
 
     interval_s: StrictFloat | None = Field(default=None, gt=0)
     heartbeat_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
     startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
+    start_timeout_s: StrictFloat | None = Field(default=None, ge=0)
 
 
 class SupervisionConfig(_Frozen):
@@ -174,6 +178,14 @@ class SupervisionConfig(_Frozen):
             progress_timeout_s=progress or None,
             startup_timeout_s=o.startup_timeout_s or self.startup_timeout_s,
         )
+
+    def start_timeout_for(self, kind: str) -> tuple[float, str]:
+        """The bound on the start of a worker of ``kind`` (0: none), and the setting it comes
+        from, which the lines about a slow start name as the one to raise."""
+        own = self.kinds.get(kind, KindSupervision()).start_timeout_s
+        if own is None:
+            return self.start_timeout_s, "[supervision] start_timeout_s"
+        return own, f"[supervision.kinds.{kind}] start_timeout_s"
 
 
 class RestartConfig(_Frozen):

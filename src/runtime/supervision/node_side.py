@@ -167,9 +167,9 @@ class NodeSupervision:
 
     def worker_launched(self, handle: WorkerHandle) -> None:
         """A worker's incarnation was launched: bound its start (``start_bound.py``)."""
-        bound = self._cfg.start_timeout_s
+        bound, setting = self._cfg.start_timeout_for(handle.spec.kind)
         if self.enabled and bound > 0 and self._tg is not None:
-            self._tg.start_soon(bound_start, handle, bound, self.note_kill)
+            self._tg.start_soon(bound_start, handle, bound, self.note_kill, setting)
 
     def note_kill(self, pid: int | None, reason: str) -> None:
         """Record why the process ``pid`` is about to be killed, for its exit report."""

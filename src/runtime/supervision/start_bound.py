@@ -4,7 +4,8 @@ The supervisor judges a worker by its beats, and a worker beats from a thread of
 as it runs: one whose imports, actor constructor or ``started()`` hook hang beats on, and it is
 not busy with a message, so neither clock of :mod:`.liveness` ever fires. Such a worker stayed
 "starting" for ever, in silence. The node therefore watches each start itself: it warns at a
-third and at two thirds of ``[supervision] start_timeout_s``, and at the bound kills the worker
+third and at two thirds of ``[supervision] start_timeout_s`` (its kind's, where
+``[supervision.kinds.<kind>]`` sets one), and at the bound kills the worker
 as hung (reason ``start_timeout``), which then restarts under the node's restart policy, and is
 ``failed`` after ``max_restarts`` (a spawned replica is reported to whoever asked for it).
 """
@@ -38,11 +39,15 @@ def _still_starting(handle: WorkerHandle, incarnation: int) -> bool:
 
 
 async def bound_start(
-    handle: WorkerHandle, bound_s: float, note_kill: Callable[[int | None, str], None]
+    handle: WorkerHandle,
+    bound_s: float,
+    note_kill: Callable[[int | None, str], None],
+    setting: str = "[supervision] start_timeout_s",
 ) -> None:
     """Watch the start of ``handle``'s current incarnation: warn while it lasts, and SIGKILL it
     at ``bound_s`` seconds after its launch; ``note_kill(pid, reason)`` is told first, so that
-    its exit carries the reason. Returns as soon as it registers or exits."""
+    its exit carries the reason. ``setting``: where the bound is set, named in the warnings as
+    the one to raise. Returns as soon as it registers or exits."""
     incarnation, ended = handle.incarnation, anyio.Event()
 
     async def until(event: anyio.Event) -> None:
@@ -67,7 +72,7 @@ async def bound_start(
                     waited_s=waited,
                     killed_at_s=bound_s,
                     hint="still in its imports, an actor's constructor or its started() hook; "
-                    f"it is killed as hung at {bound_s:g} s ([supervision] start_timeout_s)",
+                    f"it is killed as hung at {bound_s:g} s ({setting})",
                 )
                 continue
             note_kill(handle.pid, f"{START_TIMEOUT_REASON}: never finished starting within {bound_s:g}s")
@@ -77,7 +82,7 @@ async def bound_start(
                 worker_pid=handle.pid,
                 waited_s=waited,
                 hint="its imports, an actor's constructor or its started() hook did not return; "
-                "killed as hung (raise [supervision] start_timeout_s if it needs longer)",
+                f"killed as hung (raise {setting} if it needs longer)",
             )
             assert handle.process is not None
             try:

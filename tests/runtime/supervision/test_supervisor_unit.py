@@ -343,6 +343,21 @@ def test_supervision_and_restart_tables_load_with_per_kind_overrides(tmp_path: P
     assert NodeConfig().supervision.enabled
 
 
+def test_a_kind_sets_its_own_bound_on_a_start(tmp_path: Path) -> None:
+    """A slow-importing kind (a renderer) wants a longer start than the node's other workers: the
+    kind table refused start_timeout_s ("unknown key"). The warnings name the setting to raise."""
+    path = tmp_path / "node.toml"
+    path.write_text(
+        "[supervision]\nstart_timeout_s = 60\n[supervision.kinds.render]\nstart_timeout_s = 600\n"
+        "[supervision.kinds.fast]\nstart_timeout_s = 0\n"
+    )
+    supervision = load_node_config(path).supervision
+    assert supervision.start_timeout_for("render") == (600, "[supervision.kinds.render] start_timeout_s")
+    assert supervision.start_timeout_for("fast") == (0, "[supervision.kinds.fast] start_timeout_s")
+    assert supervision.start_timeout_for("planner") == (60, "[supervision] start_timeout_s")
+    assert NodeConfig().supervision.start_timeout_for("render") == (180, "[supervision] start_timeout_s")
+
+
 def test_inconsistent_supervision_is_one_clear_config_error(tmp_path: Path) -> None:
     """A heartbeat timeout not above its interval is refused at load time, naming the table and the fix."""
     path = tmp_path / "node.toml"
