@@ -28,6 +28,12 @@ for a subscriber, ZeroMQ drops that subscriber's lines. The process keeps its la
 reader fetches its history there, and the lines that a gap in the numbers cost it (a slow
 reader, a restart, the moment before its subscription took). The files are the complete
 record; the stream is for watching.
+
+The stream's last lines are the process's stop: its owner closes it (:meth:`LogPublisher.close`)
+after its last line (``node_stopped``, ``master_stopped``), and the close reads the file once
+more, publishes what it found and lets those lines leave for up to :data:`LAST_LINGER_MS`. A
+close that dropped its socket at once, with no last read, lost every line since the last poll:
+a tail never saw why a node's workers went away, nor a node that lived a few seconds at all.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from troupe.runtime.security.process import installed
 from .node.reach import advertised_endpoint
 
 __all__ = [
+    "LAST_LINGER_MS",
     "POLL_S",
     "RECENT_BYTES",
     "RECENT_LINES",
@@ -65,6 +72,8 @@ POLL_S = 0.2
 SNDHWM = 10_000  # lines queued per subscriber before ZeroMQ drops that subscriber's lines
 RECENT_LINES = 1000  # lines kept in memory for log_recent (a few hundred kB)
 RECENT_BYTES = 4 << 20  # and at most this much of them, however long the lines
+LAST_LINGER_MS = 200
+"""How long a closing stream waits for its last lines to leave: bounded, as a stop must be."""
 
 
 def log_socket(context: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
@@ -154,15 +163,13 @@ class LogPublisher:
         self._follower = FileFollower(path, at_end=True)
 
     async def run(self) -> None:
-        """Publish and rotate every :data:`POLL_S` until cancelled; then close the socket."""
+        """Publish and rotate every :data:`POLL_S` until cancelled. The owner closes the stream
+        after its last line (:meth:`close`), not this: its stop's lines come after this ends."""
         log.info("log_stream_started", log_endpoint=self.endpoint)
-        try:
-            while True:
-                await self.poll()
-                if not self._follower.behind:
-                    await anyio.sleep(POLL_S)
-        finally:
-            self.close()
+        while True:
+            await self.poll()
+            if not self._follower.behind:
+                await anyio.sleep(POLL_S)
 
     async def poll(self) -> None:
         """Publish what was appended since the last poll; rotate the file if it is too large."""
@@ -218,12 +225,17 @@ class LogPublisher:
         return self.recent(*decode_log_recent(payload))
 
     def close(self) -> None:
-        """Close the socket and the files (idempotent)."""
+        """Publish what the file received since the last poll (the process's stop), then close
+        the socket, its lines given up to :data:`LAST_LINGER_MS` to leave, and the file
+        (idempotent). Blocks for that long at most, once."""
         if self._closed:
             return
         self._closed = True
-        self._socket.close(linger=0)
+        linger = 0
+        if hasattr(self, "_follower"):  # not where the bind failed: nothing was published
+            self._publish(self._follower.read_lines())
+            self._follower.close()
+            linger = LAST_LINGER_MS
+        self._socket.close(linger=linger)
         if self._own_context:
             self._context.term()
-        if hasattr(self, "_follower"):
-            self._follower.close()

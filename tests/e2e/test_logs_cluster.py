@@ -253,6 +253,32 @@ def test_a_ctrl_c_ends_the_tail_quietly(master: TaskMaster, tmp_path: Path) -> N
         node.stop()
 
 
+def test_a_node_s_stop_lines_reach_the_tail(master: TaskMaster, tmp_path: Path) -> None:
+    """What a node logs as it stops (its workers' exits, node_stopped) came after its stream's last
+    poll, and the stream closed without sending it: the tail showed none of it (report lk 4)."""
+    echo = '{ name = "echo", class = "troupe.actors.demo.actors:Echo" }'
+    node = _Node(tmp_path, "n5", master.endpoint, f'[[workers]]\nname = "w-echo"\nactors = [{echo}]\n')
+    node.start()
+    try:
+        _wait_streaming(master, node)
+        tail = _Tail("--master", master.endpoint, "--node", "n5", "--json", "-n", "0")
+        try:
+            tail.wait_for(node, "live")
+            node.stop()  # SIGTERM: its workers stop, it leaves the master, it stops
+            while (rec := tail.next_line(WAIT_S)) is not None and rec["event"] != "node_stopped":
+                pass
+            events = [rec["event"] for rec in tail.printed]
+            assert "node_stopped" in events, events[-20:]
+            assert "worker_exited" in events, events[-20:]
+            _stop_tail(tail)
+        finally:
+            if tail.proc.poll() is None:
+                tail.proc.kill()
+            tail.proc.communicate(timeout=WAIT_S)
+    finally:
+        node.stop()
+
+
 def test_no_master_or_two_sources_are_one_line_errors(tmp_path: Path) -> None:
     """A master that is not there: exit 1 naming it; --master and --logs together: exit 2."""
     endpoint = free_endpoint()
@@ -372,6 +398,8 @@ def test_the_master_s_stream_is_picked_up_again_when_the_master_restarts(
         assert {rec["node"] for rec in tail.printed} == {"master"}
         started = [rec["pid"] for rec in tail.printed if rec["event"] == "master_started"]
         assert started == [first["pid"], restarted.proc.pid]  # the history's, and the new one's
+        stopped = [rec["pid"] for rec in tail.printed if rec["event"] == "master_stopped"]
+        assert stopped == [first["pid"]]  # its stream's last line, sent as it closed
         lines = [(rec["pid"], rec["event"], rec.get("job_id")) for rec in tail.printed]
         assert len(lines) == len(set(lines))  # none printed twice (history, catch-up, live)
     finally:

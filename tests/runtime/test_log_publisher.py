@@ -65,6 +65,38 @@ async def test_appended_lines_are_published_in_order_and_numbered(tmp_path: Path
 
 
 @pytest.mark.anyio
+async def test_a_closing_stream_publishes_what_came_since_its_last_poll(tmp_path: Path) -> None:
+    """A node's stop lines (its workers' exits, node_stopped) are written after the stream's last
+    poll: close() dropped its socket at once, and a tail never saw them (report lk 4)."""
+    pub = _publisher(tmp_path)
+    context: zmq.Context[Any] = zmq.Context()
+    sub = log_socket(context, zmq.SUB)
+    try:
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(pub.endpoint)
+        k = 0
+        with anyio.fail_after(WAIT_S):
+            while not sub.poll(50):  # until the subscription has taken
+                with pub.path.open("a") as f:
+                    f.write(f'{{"event": "ping{k}"}}\n')
+                k += 1
+                await pub.poll()
+        with pub.path.open("a") as f:
+            f.write('{"event": "worker_exited"}\n{"event": "node_stopped"}\n')
+        pub.close()  # no poll in between: the close reads the file once more
+        got: list[bytes] = []
+        while b"node_stopped" not in b"".join(got):
+            assert sub.poll(int(WAIT_S * 1000)), got
+            got.append(sub.recv_multipart()[3])
+        assert got[-2:] == [b'{"event": "worker_exited"}', b'{"event": "node_stopped"}']
+        pub.close()  # once is enough
+    finally:
+        sub.close(0)
+        context.term()
+        pub.close()
+
+
+@pytest.mark.anyio
 async def test_log_recent_answers_the_kept_lines_after_a_number(tmp_path: Path) -> None:
     pub = _publisher(tmp_path)
     try:

@@ -195,12 +195,13 @@ class Node:
             max_bytes=int(cfg.log_max_mb * 2**20),
             keep=cfg.log_keep,
         )
+        served = False  # to the end of a stop, not out through an error
         try:
             async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self.log_publisher.run)  # closes its socket when cancelled
+                    tg.start_soon(self.log_publisher.run)  # closed below, after node_stopped
                     if self.handle_signals:
                         tg.start_soon(self._stop_on_signal)
                     try:
@@ -239,11 +240,13 @@ class Node:
                         if self.master_link is not None:  # after its workers: none reports after it
                             await self.master_link.leave()
                         tg.cancel_scope.cancel()
+            served = True
         finally:
-            self.log_publisher.close()
             self.children.close()
+            if served:  # before the stream closes: its last line, which a tail sees
+                log.info("node_stopped")
+            self.log_publisher.close()  # it publishes what the file got since its last poll: the stop
             self.stopped.set()
-        log.info("node_stopped")
         if self.refused is not None:  # its master refused it: the stop was the refusal's
             raise self.refused
 

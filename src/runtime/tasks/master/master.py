@@ -247,6 +247,7 @@ class Master(NodeControls, WorkerControls):
             self.config = cfg = dataclasses.replace(cfg, endpoint=runtime.address)
         self.runtime = runtime
         self._install_controls(runtime)
+        served = False  # to the end of a stop, not out through an error
         try:
             async with serving(metrics), runtime, anyio.create_task_group() as tg:
                 self._stream_log(runtime, tg)
@@ -265,10 +266,12 @@ class Master(NodeControls, WorkerControls):
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
                 await self._stopping.wait()
                 tg.cancel_scope.cancel()
+            served = True
         finally:
-            if self.log_publisher is not None:  # its run closes it, if it got to run
+            if served:  # before its stream closes: its last line, which a tail sees
+                log.info("master_stopped")
+            if self.log_publisher is not None:  # it publishes what the file got since its last poll
                 self.log_publisher.close()
-        log.info("master_stopped")
         if self.failure is not None:
             raise self.failure
 
@@ -287,7 +290,7 @@ class Master(NodeControls, WorkerControls):
         publisher = LogPublisher(self.config.name, self.config.log_file, any_port(self.config.endpoint))
         self.log_publisher = publisher
         runtime.register_control("log_recent", lambda payload: Answer.now(publisher.answer(payload)))
-        tg.start_soon(publisher.run)  # closes its socket when cancelled
+        tg.start_soon(publisher.run)  # closed as the master stops, after master_stopped
 
     @property
     def log_endpoint(self) -> str | None:
