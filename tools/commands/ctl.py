@@ -40,6 +40,7 @@ from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.tasks.jobspec import check_job_id, load_job
+from troupe.runtime.tasks.master.job_listing import STATUS_FINISHED_JOBS, recent_jobs
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.tasks.state import JobState
 
@@ -117,6 +118,7 @@ def status(
             reply["master_error"] = errors["master"]
         typer.echo(json.dumps(reply, indent=2, default=str))
         return
+    not_shown = _recent_jobs_only(master_reply)
     # Built before anything is printed: a reply of another shape is one line, not half a view.
     with shaped_as(node, "node"):
         node_tables = status_tables(node_reply) if node_reply is not None else []
@@ -129,6 +131,23 @@ def status(
         err_console.print(markup("[yellow]note:[/] ", literal(error)), highlight=False, soft_wrap=True)
     for table in master_view:
         print_whole(console, table)
+    if master_reply is not None and not_shown:
+        jobs = "job" if not_shown == 1 else "jobs"
+        console.print(literal(f"{not_shown} finished {jobs} not shown: `troupe ctl jobs` lists them all"))
+
+
+def _recent_jobs_only(reply: Any) -> int:
+    """Keep the running jobs and the last finished ones of a master's ``status`` reply (a master
+    older than that sends every job it has); return how many finished jobs are not shown."""
+    if not (isinstance(reply, dict) and isinstance(reply.get("jobs"), list)):
+        return 0
+    reply["jobs"], trimmed = recent_jobs(reply["jobs"], _running_job, STATUS_FINISHED_JOBS)
+    not_shown = reply.get("jobs_not_shown")
+    return trimmed + (not_shown if isinstance(not_shown, int) else 0)
+
+
+def _running_job(job: Any) -> bool:
+    return not isinstance(job, dict) or job.get("state") == "running"  # another shape: shown, refused there
 
 
 async def _both_status(node: str, master: str, timeout: float) -> tuple[Any, Any, dict[str, str]]:
@@ -225,13 +244,24 @@ def submit(
 @ctl_app.command("jobs")
 def jobs(
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
+    running: Annotated[bool, typer.Option("--running", help="Only the running jobs.")] = False,
+    last: Annotated[
+        int | None,
+        typer.Option("--last", min=0, metavar="N", help="The running jobs and the last N finished ones."),
+    ] = None,
     as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
     keys: KeysOption = None,
 ) -> None:
-    """List the master's jobs with their tasks by state."""
+    """List the master's jobs with their tasks by state (every job the master has, by default)."""
     use_keys(keys)
-    reply = run_async(master_call, master, "jobs", None, timeout, reader=True)
+    if running and last is not None:
+        raise fail("--running and --last together: --running is --last 0; give one", 2)
+    last = 0 if running else last
+    payload = None if last is None else {"last": last}
+    reply = run_async(master_call, master, "jobs", payload, timeout, reader=True)
+    if last is not None and isinstance(reply, list):  # a master older than `last` sends them all
+        reply, _ = recent_jobs(reply, _running_job, last)
     if as_json:
         typer.echo(json.dumps(reply, indent=2))
         return

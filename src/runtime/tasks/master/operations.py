@@ -32,6 +32,7 @@ from troupe.runtime.tasks.state import (
     CancelJob,
     Command,
     DrainNode,
+    JobState,
     JobSummary,
     Reject,
     RetryDead,
@@ -49,6 +50,7 @@ from .controls import (
     SubmitControl,
     WaitJobControl,
 )
+from .job_listing import STATUS_FINISHED_JOBS, decode_jobs_last, recent_jobs
 from .journal_room import check_room
 
 if TYPE_CHECKING:
@@ -229,8 +231,12 @@ class Operations:
         self._times[event.job_id] = [self.master.wall_clock(), None]
         return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
 
-    async def _jobs(self, _: Any) -> list[dict[str, Any]]:
-        return [self.job_view(j) for j in self.master.book.jobs()]
+    async def _jobs(self, payload: Any) -> list[dict[str, Any]]:
+        """Every job; with ``last``, the running ones and the ``last`` finished (job_listing.py)."""
+        last, jobs = decode_jobs_last(payload), self.master.book.jobs()
+        if last is not None:
+            jobs, _ = recent_jobs(jobs, _running, last)
+        return [self.job_view(j) for j in jobs]
 
     async def _cancel(self, payload: Any) -> dict[str, Any]:
         job_id = CancelControl.decode(payload).job_id
@@ -346,6 +352,7 @@ class Operations:
         for w in workers:
             per_node[w["node"]] = per_node.get(w["node"], 0) + 1
         draining = master.book.draining_nodes()
+        shown, not_shown = recent_jobs(master.book.jobs(), _running, STATUS_FINISHED_JOBS)
         nodes = [
             {
                 "node": n.node,
@@ -386,11 +393,17 @@ class Operations:
                 "window_s": master.config.throughput_window_s,
                 "done_since_start": self._done_total,
             },
-            "jobs": [self.job_view(j) for j in master.book.jobs()],
+            # Not every job ever given: the reply would grow for good (job_listing.py).
+            "jobs": [self.job_view(j) for j in shown],
+            "jobs_not_shown": not_shown,
             "driver": asdict(master.dispatcher.statistics()),
             "stale_reports": master.stale_reports(),
             "security": security_status(master.config.insecure),
         }
+
+
+def _running(job: JobSummary) -> bool:
+    return job.state is JobState.RUNNING
 
 
 def _submit_event(job: dict[str, Any], source: str, job_id: str | None) -> SubmitJob:
