@@ -10,6 +10,11 @@ reused by an unrelated process is never touched; and a file whose owner node is 
 (another node of the same name sharing the log directory) is left alone. The start is the
 process's start tick since boot (``process_start.py``), which no clock step moves; a record an
 older troupe wrote holds a start time (``create_time``) and is judged by it, as it was.
+
+A log directory may be shared with other users of the host (a lab's project folder, a temp
+folder): only a record this process's own user wrote is acted on. Another user's is left alone
+(their node's leftovers are not ours to kill, and a record they forged would have this node
+SIGKILL any process of ours), and a process this node may not signal is said, never fatal.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import psutil
 import structlog
 
+from troupe.runtime.file_owner import is_another_users, user_name
 from troupe.runtime.process_start import start_ticks
 
 __all__ = ["ChildRecord", "pids_file", "reap_predecessors"]
@@ -116,7 +122,11 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
         if not pattern.fullmatch(path.name):
             continue
         try:
-            data = json.loads(path.read_text())
+            st, text = _read_record(path)
+            if is_another_users(st):
+                log.warning("child_record_of_other_user", path=str(path), owner=user_name(st.st_uid))
+                continue
+            data = json.loads(text)
             owner = data["owner"]
             children = [(int(c["pid"]), dict(c), str(c.get("role", ""))) for c in data["children"]]
             owner_alive = _alive(int(owner["pid"]), owner)
@@ -126,16 +136,31 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
             continue
         if data.get("node") != node or (owner_alive and int(owner["pid"]) != os.getpid()):
             continue  # a live node of this name shares the directory: its children are its own
-        for pid, _, role in mine:
+        signalled: list[tuple[int, dict[str, Any]]] = []
+        for pid, child, role in mine:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+            except PermissionError:  # another user's process now (root's, a setuid one's)
+                log.warning("leftover_not_ours", leftover_pid=pid, role=role, path=str(path))
+                continue
             killed.append(pid)
+            signalled.append((pid, child))
             log.warning("leftover_reaped", leftover_pid=pid, role=role, predecessor_pid=owner["pid"])
-        _wait_gone([(pid, c) for pid, c, _ in mine])
-        path.unlink(missing_ok=True)
+        _wait_gone(signalled)
+        with contextlib.suppress(OSError):  # a directory this user may not write: tried again next start
+            path.unlink(missing_ok=True)
     return killed
+
+
+def _read_record(path: Path) -> tuple[os.stat_result, str]:
+    """The record's owner and text, from the file itself: a symbolic link is not followed (it
+    could name any file of ours), and the owner is that of the file read, not of a path swapped
+    meanwhile."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, encoding="utf-8") as file:
+        return os.fstat(fd), file.read()
 
 
 def _wait_gone(procs: list[tuple[int, dict[str, Any]]]) -> None:

@@ -14,8 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from support.log_capture import module_logs
+from troupe.runtime.file_owner import user_name
+from troupe.runtime.node import leftovers
 from troupe.runtime.node.leftovers import ChildRecord, pids_file, reap_predecessors
 from troupe.runtime.process_start import start_ticks
+
+NOBODY = 65534  # a uid no test process runs as: "another user of the host"
 
 
 @pytest.fixture
@@ -151,3 +156,65 @@ def test_a_record_that_cannot_be_written_leaves_no_half_file(
     record.add(os.getpid(), "worker w")
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
+
+
+def _dead_node_record(path: Path, child: subprocess.Popen[bytes]) -> None:
+    """A record, as a dead node ``n1`` (pid 999999997) left it, naming ``child`` as its worker."""
+    record = {"pid": child.pid, "start_ticks": start_ticks(child.pid), "role": "worker x"}
+    owner = {"pid": 999_999_997, "start_ticks": 1}
+    path.write_text(json.dumps({"node": "n1", "owner": owner, "children": [record]}))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_another_user_s_record_is_not_acted_on(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log folder shared with another user: their record, naming a live process of ours (forged,
+    or their node's own), is skipped with a warning naming it and its owner, and left in place
+    (report sh 6, sh 8)."""
+    path = pids_file(tmp_path, "n1", 999_999_997)
+    _dead_node_record(path, sleeper)
+    os.chown(path, NOBODY, NOBODY)
+    with module_logs(monkeypatch, leftovers) as logs:
+        assert reap_predecessors(tmp_path, "n1") == []
+    assert sleeper.poll() is None and path.exists()
+    [said] = [e for e in logs if e["event"] == "child_record_of_other_user"]
+    assert said["path"] == str(path) and said["owner"] == user_name(NOBODY)
+
+
+def test_a_record_behind_a_symbolic_link_is_not_followed(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link in the shared folder to a file of ours is not read as a record (report sh 6)."""
+    elsewhere = tmp_path / "mine" / "record.json"
+    elsewhere.parent.mkdir()
+    _dead_node_record(elsewhere, sleeper)
+    (tmp_path / "logs").mkdir()
+    pids_file(tmp_path / "logs", "n1", 999_999_997).symlink_to(elsewhere)
+    with module_logs(monkeypatch, leftovers) as logs:
+        assert reap_predecessors(tmp_path / "logs", "n1") == []
+    assert sleeper.poll() is None
+    assert [e["event"] for e in logs] == ["child_record_unreadable"]
+
+
+def test_a_leftover_this_user_may_not_signal_is_said_not_raised(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EPERM on the SIGKILL (the pid is another user's process now): logged, the node starts on
+    (it raised PermissionError out of the node's start, a 79-line traceback; report sh 8)."""
+    _dead_node_record(pids_file(tmp_path, "n1", 999_999_997), sleeper)
+    real_kill = os.kill
+
+    def not_permitted(pid: int, sig: int) -> None:
+        if pid == sleeper.pid:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_kill(pid, sig)
+
+    with module_logs(monkeypatch, leftovers) as logs:
+        monkeypatch.setattr(leftovers.os, "kill", not_permitted)
+        assert reap_predecessors(tmp_path, "n1") == []
+        monkeypatch.setattr(leftovers.os, "kill", real_kill)
+    assert sleeper.poll() is None
+    [said] = [e for e in logs if e["event"] == "leftover_not_ours"]
+    assert said["leftover_pid"] == sleeper.pid and said["role"] == "worker x"
+    assert not [e for e in logs if e["event"] == "leftover_survived_sigkill"]
