@@ -236,13 +236,18 @@ def log_file_problem(log_dir: Path, name: str, what: str) -> str | None:
 
     path = log_file(log_dir, name)
     try:
-        # O_NONBLOCK: a FIFO there is not waited on; O_APPEND as the writers open it.
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+        # O_NONBLOCK: a FIFO there is not waited on; O_APPEND and O_NOFOLLOW as the writers open it.
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as exc:
         if exc.errno == errno.EISDIR:
             return f"log file {path} is a directory; remove it, or give another {what}"
+        if exc.errno == errno.ELOOP:  # in a folder another user may write, it could name any file of ours
+            return (
+                f"log file {path} is a symbolic link, which troupe does not follow; remove it, or "
+                f"give another {what}"
+            )
         return (
             f"log file {path} cannot be written ({exc.strerror}); let this user write it (or "
             f"remove it), or give another {what}"

@@ -24,16 +24,19 @@ and every other one only reopens:
 A single-process writer with no node (the master) rotates in its own handler instead.
 
 A log file that cannot be written (a full disk, a directory in its place, a file this user may
-not write) costs its lines, not the terminal nor the process: the writer says so once on
-stderr, in one line, and again only after a write has succeeded in between (logging's default
-prints a traceback for every line, which buried the run's own error). One that cannot be read
-costs a reader that file's lines only (:attr:`FileFollower.problem`): a node's log stream and
-``troupe logs tail`` say so once and follow on (a directory in its place ended both).
+not write, a symbolic link: a writer does not follow one, which in a folder another user may
+write could name any file of ours) costs its lines, not the terminal nor the process: the
+writer says so once on stderr, in one line, and again only after a write has succeeded in
+between (logging's default prints a traceback for every line, which buried the run's own
+error). One that cannot be read costs a reader that file's lines only
+(:attr:`FileFollower.problem`): a node's log stream and ``troupe logs tail`` say so once and
+follow on (a directory in its place ended both).
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import logging
 import os
 import stat
@@ -171,6 +174,18 @@ class ReopeningFileHandler(logging.FileHandler):
             return False
         return True
 
+    def _open(self) -> io.TextIOWrapper:
+        """The file, for appending; a symbolic link in its place is not followed: in a log
+        folder another user may write, their link would have this process append to any file
+        of its user's."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.baseFilename, flags, 0o666)
+        try:
+            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+        except BaseException:
+            os.close(fd)
+            raise
+
     def _stream_ident(self) -> tuple[int, int] | None:
         return None if self.stream is None else _ident(os.fstat(self.stream.fileno()))
 
@@ -221,7 +236,7 @@ class ReopeningFileHandler(logging.FileHandler):
         self._failing = True
         try:
             sys.stderr.write(
-                f"troupe: cannot write the log file {self.baseFilename} ({exc.strerror or exc}); "
+                f"troupe: cannot write the log file {self.baseFilename} ({_reason(exc)}); "
                 "its lines are dropped until it can be written\n"
             )
         except (OSError, ValueError):  # stderr gone too: nothing left to tell
@@ -243,6 +258,12 @@ class ReopeningFileHandler(logging.FileHandler):
             stream, self.stream = self.stream, None
             stream.close()
             self._open_stream()
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW's refusal ("too many levels of symbolic links")
+        return "it is a symbolic link, which troupe does not follow: remove it"
+    return str(exc.strerror or exc)
 
 
 class _OpenFile:

@@ -109,3 +109,16 @@ def test_a_log_file_this_user_may_not_write_or_not_a_file_is_named(
     os.mkfifo(tmp_path / "n2.jsonl")
     problem = log_file_problem(tmp_path, "n2", "--logs")
     assert problem is not None and "is not a regular file" in problem
+
+
+def test_a_log_file_that_is_a_symbolic_link_is_refused(tmp_path: Path) -> None:
+    """In a log folder another user may write, their link made the node append to any file of ours
+    (report sh 6): refused before the start, the file it names untouched."""
+    victim = tmp_path / "private.txt"
+    victim.write_text("PRIVATE\n")
+    (tmp_path / "n1.jsonl").symlink_to(victim)
+    assert log_file_problem(tmp_path, "n1", "--logs") == (
+        f"log file {tmp_path / 'n1.jsonl'} is a symbolic link, which troupe does not follow; remove it, "
+        "or give another --logs"
+    )
+    assert victim.read_text() == "PRIVATE\n"

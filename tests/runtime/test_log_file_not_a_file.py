@@ -76,6 +76,31 @@ def test_a_writer_whose_file_is_a_directory_drops_its_lines_and_says_so_once(
         handler.close()
 
 
+def test_a_writer_does_not_follow_a_symbolic_link_in_its_file_s_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a log folder another user may write, their link to a file of ours had every line
+    appended to that file (report sh 6): the link is refused in one line and the file untouched."""
+    victim = tmp_path / "private.txt"
+    victim.write_text("PRIVATE\n")
+    path = tmp_path / "n.jsonl"
+    path.symlink_to(victim)
+    handler = ReopeningFileHandler(path)
+    try:
+        handler.emit(_record("lost"))
+        said = capsys.readouterr().err
+        assert said == (
+            f"troupe: cannot write the log file {path} (it is a symbolic link, which troupe does not "
+            "follow: remove it); its lines are dropped until it can be written\n"
+        )
+        assert victim.read_text() == "PRIVATE\n" and handler.dropped == 1
+        path.unlink()
+        handler.emit(_record("back"))
+        assert path.read_text() == "back\n" and not path.is_symlink()
+    finally:
+        handler.close()
+
+
 def test_a_written_file_replaced_by_a_directory_costs_lines_not_tracebacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

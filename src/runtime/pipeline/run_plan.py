@@ -9,6 +9,7 @@ directory (in a worker thread, as ``run_pipeline`` calls it) and says what the r
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from troupe.runtime.core import process_role
 from troupe.runtime.core.config_messages import validation_message
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.file_owner import belongs_to, is_another_users
 
 from .config import PipelineConfig, load_pipeline
 from .run_dir import RunDir, fingerprint
@@ -28,6 +30,7 @@ __all__ = [
     "EarlyCheck",
     "RunPlan",
     "check_early",
+    "make_log_dir",
     "plan_run",
     "refuse_inside_an_import",
 ]
@@ -102,8 +105,48 @@ def plan_run(
     if complete is not None and run_dir is not None and retry_dead and run_dir.dead_items():
         run_dir.forget_complete()  # a stop before the new finalisation must not find it complete
         complete = None
-    log_dir = out_dir / "logs" if out_dir is not None else Path(tempfile.gettempdir()) / "troupe-run-logs"
+    log_dir = out_dir / "logs" if out_dir is not None else temp_log_dir()
     return RunPlan(cfg, resolved, out_dir, run_dir, log_dir, complete)
+
+
+def temp_log_dir() -> Path:
+    """Where a run without ``out`` logs: a folder of this user's own in the system temp directory.
+
+    One folder for every user (``troupe-run-logs``) belonged to whoever made it first: another
+    user could read this user's logs, put a link where its log file goes, or leave a record that
+    had this user's node SIGKILL any process of theirs (report sh 6).
+    """
+    return Path(tempfile.gettempdir()) / f"troupe-run-logs-{os.geteuid()}"
+
+
+def make_log_dir(log_dir: Path) -> None:
+    """Make the run's log folder where missing; the temp one (:func:`temp_log_dir`) mode 0700,
+    and refused unless it is a directory of this user's that no other user may write.
+
+    Raises:
+        ConfigError: the temp folder is not this user's own.
+    """
+    if log_dir != temp_log_dir():
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return
+    try:
+        log_dir.mkdir(mode=0o700, exist_ok=True)
+        st = log_dir.lstat()  # a link there is another's doing: not followed
+    except OSError as exc:
+        raise ConfigError(f"cannot make the log folder {log_dir} ({exc.strerror}); pass out=DIR") from None
+    if stat.S_ISLNK(st.st_mode):
+        problem = "it is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "it is not a directory"
+    elif is_another_users(st):
+        problem = belongs_to(st)
+    elif st.st_mode & 0o022:
+        problem = f"other users may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    else:
+        return
+    raise ConfigError(
+        f"run_pipeline without out logs to {log_dir}, but {problem}; remove it, or pass out=DIR"
+    )
 
 
 def _source(pipeline: PipelineConfig | str | os.PathLike[str], cfg: PipelineConfig) -> str:

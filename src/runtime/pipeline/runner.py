@@ -63,7 +63,7 @@ from .run_cluster import LOCAL_NODE, on_cluster, on_node
 from .run_dir import RunDir, fingerprint
 from .run_exit import kept_once_finalized, lone_error_raised
 from .run_outcome import already_complete, job_items, with_split
-from .run_plan import check_early, plan_run, refuse_inside_an_import
+from .run_plan import check_early, make_log_dir, plan_run, refuse_inside_an_import
 from .source import MasterSource
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ async def run_pipeline(
             )
         log_dir = plan.log_dir
         if cluster is None:  # on a cluster: once the master took the run (below)
-            log_dir.mkdir(parents=True, exist_ok=True)
+            make_log_dir(log_dir)
             if held is not None:
                 held.write_to(log_dir)
         if plan.complete is not None:
