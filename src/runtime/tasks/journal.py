@@ -99,6 +99,16 @@ _COMPACTABLE = (
 )
 
 
+def _make_file(path: Path) -> None:
+    """Make the journal's file where missing, mode 0o666 less the umask, as the rest of a run's
+    folder is made: SQLite makes it 0644 whatever the umask (a group-shared run folder then held
+    a journal only its maker could write), and its ``-wal`` and ``-shm`` take the file's mode."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+    except OSError:  # there already (kept as it is), or not to be made: SQLite says why
+        pass
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Compaction:
     """What :meth:`Journal.compact` did.
@@ -186,6 +196,8 @@ class Journal:
             refuse_empty(path, create, new_hint)
             with translated(path, "opening"):
                 refuse_damaged(path)
+                if create:
+                    _make_file(path)
                 conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except BaseException:
             if lock is None:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
+from troupe.runtime.file_owner import belongs_to
 
 __all__ = ["JournalBusy", "JournalLock", "lock_path"]
 
@@ -84,7 +85,10 @@ class JournalLock:
         """
         path = lock_path(journal)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # 0o666: the umask decides, as for the rest of the folder (a group-shared run folder)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except PermissionError as exc:
+            raise _not_writable(journal, path, exc) from exc
         except OSError as exc:
             raise JournalError(
                 f"journal {journal}: cannot create its lock file {path} "
@@ -184,6 +188,35 @@ def _flock(fd: int, journal: Path, what: str, holder: Callable[[], str]) -> None
             f"journal {journal}: cannot lock {what} ({exc.strerror or exc}); put the journal on a "
             "local file system"
         ) from exc
+
+
+def _not_writable(journal: Path, path: Path, exc: OSError) -> JournalError:
+    """The refusal where this user may not open the lock file for writing. One that exists (another
+    user's, made under a stricter umask) is looked at read-only: held now, it is the holder that is
+    named, as for a lock file this user may write (it said "check that the directory is writable"
+    of a writable one); else its owner and mode are."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # not there: the directory is what this user may not write
+        return JournalError(
+            f"journal {journal}: cannot create its lock file {path} ({exc.strerror or exc}); check "
+            "that the directory is writable"
+        )
+    try:
+        st = os.fstat(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused while a holder has LOCK_EX
+        except BlockingIOError:
+            return _busy(journal, _read_pid(fd))
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
+    return JournalError(
+        f"journal {journal}: cannot write its lock file {path} ({exc.strerror or exc}; "
+        f"{belongs_to(st)}); its owner may let this user write it, or remove it while no run or "
+        "master uses the journal"
+    )
 
 
 def _busy(journal: Path, holder: str) -> JournalBusy:
