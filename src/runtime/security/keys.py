@@ -28,6 +28,7 @@ import zmq
 import zmq.auth
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.file_owner import user_name
 
 __all__ = [
     "CLUSTER",
@@ -173,6 +174,17 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
     return written
 
 
+def _cannot_read(path: Path, exc: OSError) -> str:
+    try:
+        owner = f"; it belongs to {user_name(path.stat().st_uid)}"
+    except OSError:
+        owner = ""
+    return (
+        f"cannot read {path} ({exc.strerror or exc}{owner}); use a keys directory of this user's "
+        "own: the cluster's cluster.key and a pair of yours"
+    )
+
+
 def _take_back(directory: Path, names: list[str], made_directory: bool) -> None:
     """Remove what a failed :func:`generate_keys` wrote: the files of ``names``' pairs, and the
     directory where it made it (and it is empty)."""
@@ -196,7 +208,9 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
         directory: a keys directory (``troupe keys generate``).
         identity: the pair to present: ``cluster`` (master, nodes, workers), a name such as
             ``operator-alice``, or None for a client's choice: the first ``operator*`` pair
-            whose secret is there, else the first ``reader*`` one, else ``cluster``.
+            whose secret is there and this user may read (a lab's shared folder holds the
+            others' too), else the first such ``reader*`` one, else ``cluster`` (where there is
+            no secret this user may read, the first there is, to be refused naming its owner).
 
     Raises:
         ConfigError: the directory or a needed file is missing, unreadable, not a key, or a
@@ -226,12 +240,22 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
 
 
 def _client_identity(directory: Path) -> str:
+    unreadable: list[str] = []
     for role in (OPERATOR, READER):
         found = sorted(p.name[: -len(".key_secret")] for p in directory.glob(f"{role}*.key_secret"))
         found = [n for n in found if role_of(n) == role]
-        if found:
-            return found[0]
+        readable = [n for n in found if _readable(directory / f"{n}.key_secret")]
+        if readable:
+            return readable[0]
+        unreadable += found
+    if unreadable and not _readable(directory / f"{CLUSTER}.key_secret"):
+        return unreadable[0]  # none this user may read: _read says whose the first one is
     return CLUSTER
+
+
+def _readable(path: Path) -> bool:
+    """Whether this process may read ``path`` (its effective ids, as the open will be)."""
+    return os.access(path, os.R_OK, effective_ids=os.access in os.supports_effective_ids)
 
 
 def _read(path: Path, secret: bool = False) -> tuple[bytes, bytes]:
@@ -246,7 +270,9 @@ def _read(path: Path, secret: bool = False) -> tuple[bytes, bytes]:
             )
     try:
         public, secret_key = zmq.auth.load_certificate(path)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # another user's (a lab's shared folder): it was "not a CURVE certificate"
+        raise ConfigError(_cannot_read(path, exc)) from None
+    except ValueError as exc:
         raise ConfigError(f"key file {path}: not a CURVE certificate ({exc})") from None
     if len(public) != _Z85_KEY_LEN or (secret and (secret_key is None or len(secret_key) != _Z85_KEY_LEN)):
         raise ConfigError(f"key file {path}: not a CURVE certificate (keys are 40 Z85 characters)")
