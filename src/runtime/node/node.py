@@ -38,7 +38,13 @@ from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.process_identity import process_identity, user_name
-from troupe.runtime.security.process import install, keys_for, security_status, warn_if_insecure
+from troupe.runtime.security.process import (
+    install,
+    keys_for,
+    security_status,
+    warn_if_insecure,
+    warn_if_not_own,
+)
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
@@ -200,6 +206,7 @@ class Node:
             async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
+                warn_if_not_own()
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.log_publisher.run)  # closed below, after node_stopped
                     if self.handle_signals:

@@ -28,7 +28,7 @@ import zmq
 import zmq.auth
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.file_owner import user_name
+from troupe.runtime.file_owner import is_another_users, user_name
 
 __all__ = [
     "CLUSTER",
@@ -38,6 +38,7 @@ __all__ = [
     "check_curve",
     "generate_keys",
     "load_keys",
+    "not_own",
     "role_of",
     "user_id",
 ]
@@ -237,6 +238,32 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
     authorised = {key: user_id(n) for n, key in publics.items()}
     authorised.setdefault(own_public, user_id(name))
     return CurveKeys(directory, name, own_public, own_secret, publics[CLUSTER], authorised, cluster_secret)
+
+
+def not_own(keys: CurveKeys) -> str | None:
+    """Why the keys a process loaded are not its user's alone, as ssh's StrictModes judges a
+    ``~/.ssh``: the directory, or the secret file the process presents, belongs to another user,
+    or another user may write the directory; None where they are its own.
+
+    Whoever owns or writes the directory decides who may control the cluster (its public keys
+    are the authorised set) and, owning the secret, can read it: a node that loaded another
+    user's directory was theirs without a word (report sh 10). Said, not refused: root running
+    a node on a folder a service account owns is a choice.
+    """
+    directory = Path(keys.directory)
+    secret = directory / f"{keys.name}.key_secret"
+    try:
+        folder, own = directory.stat(), secret.stat()
+    except OSError:  # loaded a moment ago: gone since, which the next start will say
+        return None
+    me = user_name(os.geteuid())
+    if is_another_users(folder):
+        return f"keys {directory} belong to {user_name(folder.st_uid)}, not to this process's user {me}"
+    if is_another_users(own):
+        return f"secret key {secret} belongs to {user_name(own.st_uid)}, not to this process's user {me}"
+    if folder.st_mode & 0o022:
+        return f"keys {directory} may be written by other users (mode {stat.S_IMODE(folder.st_mode):04o})"
+    return None
 
 
 def _client_identity(directory: Path) -> str:

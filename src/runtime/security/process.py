@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from .keys import CLUSTER, CurveKeys, check_curve, load_keys
+from .keys import CLUSTER, CurveKeys, check_curve, load_keys, not_own
 
 __all__ = [
     "KEYS_ENV",
@@ -25,6 +25,7 @@ __all__ = [
     "keys_for",
     "security_status",
     "warn_if_insecure",
+    "warn_if_not_own",
 ]
 
 log = structlog.get_logger(__name__)
@@ -104,5 +105,21 @@ def warn_if_insecure(endpoint: str, insecure: bool) -> None:
             message=(
                 "--insecure: listening without CURVE keys; anyone who can reach this endpoint "
                 "can send any message, stop the cluster, or read what it sends; use --keys DIR"
+            ),
+        )
+
+
+def warn_if_not_own() -> None:
+    """Say once at start, in one line, where this process's keys are not its user's alone
+    (:func:`~.keys.not_own`): whoever owns or writes them holds the cluster."""
+    keys = installed()
+    problem = not_own(keys) if keys is not None else None
+    if problem is not None:
+        log.warning(
+            "keys_not_own",
+            keys=str(keys.directory) if keys is not None else None,
+            message=(
+                f"{problem}: whoever owns or writes them decides who may control this cluster; "
+                "use a keys directory that only this user owns and writes (chown, chmod 700)"
             ),
         )

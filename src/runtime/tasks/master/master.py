@@ -113,7 +113,7 @@ from troupe.runtime.gc_pauses import gc_pauses
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.reach import any_port
-from troupe.runtime.security.process import install, keys_for, warn_if_insecure
+from troupe.runtime.security.process import install, keys_for, warn_if_insecure, warn_if_not_own
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Compaction, Journal
 from troupe.runtime.tasks.state import (
@@ -264,6 +264,7 @@ class Master(NodeControls, WorkerControls):
                     jobs=len(self.book.jobs()),
                 )
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
+                warn_if_not_own()
                 await self._stopping.wait()
                 tg.cancel_scope.cancel()
             served = True
