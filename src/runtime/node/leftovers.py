@@ -102,12 +102,20 @@ class ChildRecord:
         tmp = self.path.with_suffix(".pids.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(data))
+            _write_new(tmp, json.dumps(data))
             os.replace(tmp, self.path)
         except OSError as exc:  # the node runs on; only the hard-death cleanup is weaker
             log.warning("child_record_not_written", path=str(self.path), error=str(exc))
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)  # half written (a full disk): it was left behind
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write ``path`` anew, not following a symbolic link there: in a log folder another user may
+    write, theirs would have this node overwrite any file of its user's."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
 
 
 def reap_predecessors(log_dir: Path, node: str) -> list[int]:

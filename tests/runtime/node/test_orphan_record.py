@@ -145,14 +145,13 @@ def test_a_record_that_cannot_be_written_leaves_no_half_file(
 ) -> None:
     """A full disk: the node runs on without its record, and the temporary file it began (an
     empty ``local.<pid>.pids.tmp`` in the run's logs/) is not left behind."""
-    real_write = Path.write_text
 
-    def full(self: Path, text: str, *args: object, **kwargs: object) -> int:
-        real_write(self, "")  # created, then the disk is full
+    def full(path: Path, text: str) -> None:
+        path.write_text("")  # created, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
     record = ChildRecord(tmp_path, "local")
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(leftovers, "_write_new", full)
     record.add(os.getpid(), "worker w")
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
@@ -218,3 +217,19 @@ def test_a_leftover_this_user_may_not_signal_is_said_not_raised(
     [said] = [e for e in logs if e["event"] == "leftover_not_ours"]
     assert said["leftover_pid"] == sleeper.pid and said["role"] == "worker x"
     assert not [e for e in logs if e["event"] == "leftover_survived_sigkill"]
+
+
+def test_the_record_is_not_written_through_a_symbolic_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's link where the record's temporary file goes (its name is the node's pid) had
+    the node overwrite the file it names (report sh 6): not followed, the node runs on unrecorded."""
+    victim = tmp_path / "private.txt"
+    victim.write_text("PRIVATE\n")
+    (tmp_path / "logs").mkdir()
+    record = ChildRecord(tmp_path / "logs", "local")
+    record.path.with_suffix(".pids.tmp").symlink_to(victim)
+    with module_logs(monkeypatch, leftovers) as logs:
+        record.add(os.getpid(), "worker w")
+    assert victim.read_text() == "PRIVATE\n" and not record.path.exists()
+    assert [e["event"] for e in logs] == ["child_record_not_written"]
