@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["gone_within", "kill_all_in", "left_working_in", "start_script", "working_in"]
+__all__ = ["gone_within", "kill_all_in", "left_working_in", "reap_if_ours", "start_script", "working_in"]
 
 
 def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
@@ -27,6 +28,14 @@ def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def reap_if_ours(pid: int) -> None:
+    """Read the exit status of ``pid`` if it ended as a child of this process: an orphan comes
+    to this process when it is a child subreaper (an in-process node makes it one), and would
+    stay a zombie otherwise."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def working_in(folder: Path) -> list[psutil.Process]:

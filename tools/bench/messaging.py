@@ -30,6 +30,7 @@ from troupe.runtime.node.local import start_local_node
 from troupe.runtime.security.keys import generate_keys, load_keys
 from troupe.runtime.transports.loopback import free_endpoint
 
+from . import bench_children
 from .floor import floor_echo_round_trips
 from .raw import CurvePairs, raw_echo_round_trips, raw_one_way, run_apart
 from .stopping import bench_folder
@@ -41,6 +42,8 @@ __all__ = ["bench_keys", "measure_messaging", "measure_startup"]
 # shorter run measures that window rather than the steady state: raw 22k/s over 1,600 round
 # trips, 11k/s over 8,000.
 N_ASK1 = 8_000
+
+STARTUP_LIMIT_S = 60.0  # a node not answering by then has failed to start
 
 
 def _bench_workers() -> tuple[WorkerSpec, ...]:
@@ -168,9 +171,31 @@ async def _figures(
     return out
 
 
+def _node_command(config: Path, endpoint: str, log_dir: Path, keys: Path | None) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "troupe.cli.main",
+        "node",
+        "start",
+        "--config",
+        str(config),
+        "--endpoint",
+        endpoint,
+        "--logs",
+        str(log_dir),
+        "--log-level",
+        "warning",
+        *(["--keys", str(keys)] if keys else []),
+    ]
+
+
 async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, float]:
     """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all
-    (with ``keys``: a node with CURVE keys, asked by this process with the keys it installed)."""
+    (with ``keys``: a node with CURVE keys, asked by this process with the keys it installed).
+
+    The node dies with this process, also killed outright (``bench_children``).
+    """
     endpoint = free_endpoint()
     config = log_dir / "startup-node.toml"
     config.write_text(
@@ -178,29 +203,12 @@ async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, 
         'actors = [{ name = "echo", class = "troupe.actors.demo.actors:Echo" }]\n'
     )
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "troupe.cli.main",
-            "node",
-            "start",
-            "--config",
-            str(config),
-            "--endpoint",
-            endpoint,
-            "--logs",
-            str(log_dir),
-            "--log-level",
-            "warning",
-            *(["--keys", str(keys)] if keys else []),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    proc = bench_children.start(
+        _node_command(config, endpoint, log_dir, keys), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         async with connect(endpoint, "startup") as rt:
-            with anyio.fail_after(60):
+            with anyio.fail_after(STARTUP_LIMIT_S):
                 while True:
                     try:
                         await rt.ref("echo").ask("echo", 1, timeout=0.5)

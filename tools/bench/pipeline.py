@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.result import PipelineResult
 from troupe.runtime.pipeline.runner import run_pipeline
 
+from . import bench_children
 from .baseline import (
     BaselineRun,
     children_left,
@@ -121,7 +121,7 @@ def _isolated_costs_apart(directory: Path) -> dict[str, float]:
         "import json, sys; from troupe.actors.bench.cpu_work import isolated_costs; "
         "print(json.dumps(isolated_costs(sys.argv[1])))"
     )
-    done = subprocess.run(
+    done = bench_children.run(
         [sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=300, check=True
     )
     costs: dict[str, float] = json.loads(done.stdout)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.transports.loopback import free_endpoint
 
+from . import bench_children
 from .stopping import bench_folder
 
 __all__ = ["measure_recovery", "spawn_floor"]
@@ -78,8 +78,11 @@ def spawn_floor(extra_imports: str = "") -> float:
     t0 = time.perf_counter()
     code = f"{extra_imports}\n{_FLOOR_CODE}"
     # A session of its own: a Ctrl-C at the terminal is the benchmark's (it kills this process),
-    # and the floor printed the traceback of whichever import it was in.
-    proc = subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"], start_new_session=True)
+    # and the floor printed the traceback of whichever import it was in. It dies with the
+    # benchmark: killed outright, that left it waiting for its ping for good.
+    proc = bench_children.start(
+        [sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"], start_new_session=True
+    )
     try:
         if not sock.poll(60_000):
             raise RuntimeError("the floor process did not start within 60 s")

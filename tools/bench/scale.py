@@ -59,6 +59,8 @@ from troupe.runtime.tasks.master.controls import MAX_WAIT_JOB_S
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.loopback import free_endpoint
 
+from . import bench_children
+
 __all__ = ["measure_scale", "reap", "scale_table", "start_master", "task_duration"]
 
 SIGMA = 0.5
@@ -195,7 +197,8 @@ async def _run_job(
 
 
 def start_master(tmp: Path, endpoint: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    """A ``troupe master start`` on a new journal in ``tmp``; it dies with this process."""
+    return bench_children.start(
         [
             sys.executable,
             "-m",
@@ -236,7 +239,7 @@ def _start_sims(
             "stats": str(tmp / f"sim{k}.json"),
         }
         procs.append(
-            subprocess.Popen(
+            bench_children.start(
                 [sys.executable, "-m", "troupe.cli.bench.scale"],
                 env={**os.environ, SIM_ENV: json.dumps(spec)},
                 stdout=subprocess.DEVNULL,

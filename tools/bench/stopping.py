@@ -30,6 +30,8 @@ from rich.console import Console
 
 from troupe.cli.stop_signals import exit_status, heeded_signals, kill_descendants, say_if_heard
 
+from .bench_children import die_with_bench
+
 __all__ = ["bench_folder", "deaf_to_ctrl_c", "start_deaf", "stops_cleanly"]
 
 P = ParamSpec("P")
@@ -98,7 +100,9 @@ def deaf_to_ctrl_c(target: Callable[..., Any], *args: Any) -> Any:
     process started with :func:`start_deaf`) with Ctrl-C ignored: the terminal sends it to the
     whole group, and a child printed its traceback over the benchmark's one line (the benchmark
     kills its children itself). A Ctrl-C that came while the child's interpreter started waited,
-    blocked, and is dropped here, ignored, as it is unblocked."""
+    blocked, and is dropped here, ignored, as it is unblocked. The child dies with the
+    benchmark (``bench_children.die_with_bench``): a benchmark killed outright kills nothing."""
+    die_with_bench()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return target(*args)

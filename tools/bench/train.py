@@ -232,6 +232,9 @@ class EncodeAlone:
         self.samples = _samples(make_batches(bench, steps))
         self.cpu_ms_per_sample = 0.0
         self.procs: list[subprocess.Popen[str]] = []
+        # Not through bench_children: this runs on a worker thread, whose end would SIGTERM them
+        # mid-run. They end with the benchmark anyway: its death closes their stdin, and a
+        # process whose input has ended returns (encode_share) once its round is done.
         try:
             for share in range(actors):
                 arg = {"bench": asdict(bench), "steps": steps, "actors": actors, "share": share,
