@@ -44,6 +44,7 @@ __all__ = ["bench_keys", "measure_messaging", "measure_startup"]
 N_ASK1 = 8_000
 
 STARTUP_LIMIT_S = 60.0  # a node not answering by then has failed to start
+NODE_STOP_S = 15.0  # for a node stopping (told to, or SIGTERMed) before it is SIGKILLed
 
 
 def _bench_workers() -> tuple[WorkerSpec, ...]:
@@ -194,7 +195,9 @@ async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, 
     """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all
     (with ``keys``: a node with CURVE keys, asked by this process with the keys it installed).
 
-    The node dies with this process, also killed outright (``bench_children``).
+    The node dies with this process (``bench_children``). Stopped or failed midway, the node is
+    SIGTERMed at once: it stops as on any SIGTERM, its children with it; only the measurement
+    that went through tells it to shut down over its control socket.
     """
     endpoint = free_endpoint()
     config = log_dir / "startup-node.toml"
@@ -206,6 +209,7 @@ async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, 
     proc = bench_children.start(
         _node_command(config, endpoint, log_dir, keys), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    told_to_stop = False
     try:
         async with connect(endpoint, "startup") as rt:
             with anyio.fail_after(STARTUP_LIMIT_S):
@@ -225,9 +229,12 @@ async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, 
             # the processes sharing them, so its sum is the memory the processes really hold.
             pss = sum(m.pss for m in mem) / 2**20
             await rt.control(endpoint, "shutdown")
+            told_to_stop = True
     finally:
+        if not told_to_stop and proc.poll() is None:
+            proc.terminate()
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=NODE_STOP_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
