@@ -1,6 +1,7 @@
 """The node ``troupe bench messaging`` starts to time a start-up: it dies with the benchmark
 killed outright (SIGKILL), its template, supervisor and worker with it (finding sg 1: they ran
-on for good)."""
+on for good); and the benchmark's probe of the starting node leaves no reply unclaimed (finding
+dt 6: each one gave up on came back as a warning, printed on the benchmark's stderr)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import select
 import time
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
 
+import troupe.runtime.core.router
+from support.log_capture import module_logs
 from support.processes import gone_within, reap_if_ours, start_script
+from troupe.cli.bench.messaging import measure_startup
 
 pytestmark = pytest.mark.e2e
 
@@ -90,3 +95,12 @@ def test_a_benchmark_killed_while_it_times_a_start_leaves_no_node(tmp_path: Path
         for stream in (bench.stdout, bench.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_probing_the_starting_node_leaves_no_reply_unclaimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with module_logs(monkeypatch, troupe.runtime.core.router) as logs:
+        fig = anyio.run(measure_startup, tmp_path, backend="asyncio", backend_options={"use_uvloop": True})
+    assert fig["startup_s"] > 0 and fig["idle_processes"] == 4
+    assert [e for e in logs if e["event"] == "error_reply_unclaimed"] == []
