@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,14 +48,14 @@ from troupe.runtime.node.node import Node
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.transports.loopback import free_endpoint
 
-from . import bench_children
 from .stopping import bench_folder
 
 __all__ = ["measure_recovery", "spawn_floor"]
 
 _WORKER = "w-echo"
 _TORCH_WORKER = "w-torch"
-_FLOOR_CODE = """
+_FLOOR_WAIT_MS = 120_000  # the floor's wait for its ping: then it ends, its benchmark gone
+_FLOOR_CODE = f"""
 import sys
 import msgpack, numpy, zmq
 import troupe.runtime
@@ -62,8 +63,9 @@ ctx = zmq.Context()
 sock = ctx.socket(zmq.DEALER)
 sock.connect(sys.argv[1])
 sock.send(b"ready")
-sock.send(sock.recv())
-sock.close(linger=-1)
+if sock.poll({_FLOOR_WAIT_MS}):
+    sock.send(sock.recv())
+sock.close(linger=1000)
 ctx.term()
 """
 
@@ -78,11 +80,11 @@ def spawn_floor(extra_imports: str = "") -> float:
     t0 = time.perf_counter()
     code = f"{extra_imports}\n{_FLOOR_CODE}"
     # A session of its own: a Ctrl-C at the terminal is the benchmark's (it kills this process),
-    # and the floor printed the traceback of whichever import it was in. It dies with the
-    # benchmark: killed outright, that left it waiting for its ping for good.
-    proc = bench_children.start(
-        [sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"], start_new_session=True
-    )
+    # and the floor printed the traceback of whichever import it was in. A plain Popen, not
+    # bench_children's: its pre-exec hook makes a start ~6 ms slower, which the floor would
+    # count; the floor ends by itself instead, its ping waited for _FLOOR_WAIT_MS at most
+    # (killed outright, the benchmark had left it waiting for good).
+    proc = subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"], start_new_session=True)
     try:
         if not sock.poll(60_000):
             raise RuntimeError("the floor process did not start within 60 s")
