@@ -219,7 +219,7 @@ def test_cli_refuses_a_cluster_with_no_master_and_makes_no_out(tmp_path: Path) -
     done = _troupe("run", str(pipeline), "--out", str(tmp_path / "out"), "--cluster", nobody, timeout=120)
     assert done.returncode == 1, (done.stdout, done.stderr)
     said = (done.stdout + done.stderr).strip()
-    assert f"no master at {nobody}" in said and "Traceback" not in said, said
+    assert f"no master answers at {nobody}" in said and "Traceback" not in said, said
     assert not (tmp_path / "out").exists()
 
 
