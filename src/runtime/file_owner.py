@@ -12,15 +12,20 @@ import os
 import pwd
 import stat
 
-__all__ = ["belongs_to", "is_another_users", "user_name"]
+__all__ = ["belongs_to", "is_another_users", "login_name", "user_name"]
+
+
+def login_name(uid: int) -> str | None:
+    """``uid``'s login name; None where the user database has none (a container's uid)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 def user_name(uid: int) -> str:
     """``uid``'s login name, or ``uid N`` where the system knows no name for it."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
+    return login_name(uid) or f"uid {uid}"
 
 
 def is_another_users(st: os.stat_result) -> bool:

@@ -17,9 +17,9 @@ empty, and nothing is ever judged gone by it.
 from __future__ import annotations
 
 import os
-import pwd
 from functools import cache
 
+from .file_owner import login_name
 from .process_start import start_ticks
 
 __all__ = ["gone_here", "process_identity", "user_name"]
@@ -65,7 +65,4 @@ def user_name() -> str:
     """The name of the user this process runs as (its uid where the user database has none):
     what tells one user's node from another's on a shared host, where both are called ``local``."""
     uid = os.getuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # a uid without an entry (a container's)
-        return str(uid)
+    return login_name(uid) or str(uid)
