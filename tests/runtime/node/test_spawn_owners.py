@@ -17,6 +17,7 @@ import pytest
 
 from support.fake_clock import Clock
 from support.local_node import running_node
+from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
@@ -242,15 +243,21 @@ async def test_a_real_master_vouches_and_the_node_stops_the_killed_runs_replicas
 
 async def test_the_connection_to_an_owner_goes_once_it_owns_no_running_worker(tmp_path: Path) -> None:
     """Each `troupe run --cluster` that outlived one look left the node a connection to the
-    run (its pings'), for the node's life: a long-lived node ran out of sockets."""
-    async with _node(tmp_path) as node:
+    run (its pings'), for the node's life: a long-lived node ran out of sockets. The owner is a
+    runtime of its own here, which only the owner watch dials (the node's other connections,
+    to its supervisor and workers, come and go as they will)."""
+    async with _node(tmp_path) as node, process_runtime("elsewhere", "run") as run:
+
+        async def ping(_: Any) -> dict[str, Any]:
+            return {"pid": 0}
+
+        run.register_control("ping", ping)
         assert node.runtime is not None
-        await _spawn(node, "replica", node.runtime.address)
-        before = node.runtime.transport.statistics().peers
+        dealers = node.runtime.transport._dealers  # type: ignore[attr-defined]
+        await _spawn(node, "replica", run.address)
         with anyio.fail_after(WAIT_S):
             await node.owners.look()
-            pinged = node.runtime.transport.statistics().peers
-            assert pinged == before + 1 and _running(node, "replica")
+            assert run.address in dealers and _running(node, "replica")
             await node._stop_named("replica")  # the run ended: it stopped its replicas
             await node.owners.look()
-        assert node.runtime.transport.statistics().peers == pinged - 1
+        assert run.address not in dealers
