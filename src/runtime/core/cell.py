@@ -46,7 +46,10 @@ DROP = Verdict.DROP
 
 
 class Msg:
-    """A message inside a process, whether it came off the wire or from a local sender."""
+    """A message inside a process, whether it came off the wire or from a local sender.
+
+    ``deadline`` is on this process's ``time.monotonic()`` clock (message_deadline.py), not
+    the wire's wall clock."""
 
     __slots__ = (
         "deadline",
@@ -191,7 +194,7 @@ class Cell:
 
     def _handle_sync(self, msg: Msg, handler: Handler) -> None:
         deadline = msg.deadline
-        if deadline is not None and deadline < time.time() and self._expired(msg):
+        if deadline is not None and deadline < time.monotonic() and self._expired(msg):
             return
         self.handled_at_once += 1
         self.handling = msg
@@ -221,9 +224,16 @@ class Cell:
                 observer.end()
 
     def _expired(self, msg: Msg) -> bool:
-        if msg.deadline is not None and msg.deadline < time.time():
+        now = time.monotonic()
+        if msg.deadline is not None and msg.deadline < now:
             self.expired += 1
-            log.info("message_expired", type=msg.type, msg_id=msg.msg_id, sender=msg.sender)
+            log.info(
+                "message_expired",
+                type=msg.type,
+                msg_id=msg.msg_id,
+                sender=msg.sender,
+                late_by_s=round(now - msg.deadline, 3),
+            )
             return True
         return False
 

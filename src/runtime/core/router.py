@@ -37,6 +37,7 @@ from troupe.runtime.wire.replies import error_payload, raise_error_payload
 
 from .cell import Cell, Msg
 from .control_payloads import clipped
+from .message_deadline import arrived
 from .peer_limits import PeerLogGate
 from .throttle import PeerThrottle, describe_peer
 
@@ -169,7 +170,8 @@ class Inbound:
         if handler is None:
             return False
         # kind, msg_id, sender, type, deadline, trace, headers, payload
-        msg = Msg(kind, f[2], f[4], msg_type, f[7], f[8], f[9], f[10], route, None)
+        deadline, headers = arrived(f[7], f[9])
+        msg = Msg(kind, f[2], f[4], msg_type, deadline, f[8], headers, f[10], route, None)
         # An idle actor's mailbox has room (Mailbox.consumer_parked): only a queued message
         # needs the look at ``full``.
         if not handler.is_async and not self.before_handle and cell.handle_now(msg, handler):
@@ -275,14 +277,15 @@ class Inbound:
                 ),
             )
             return
+        deadline, headers = arrived(env.deadline, env.headers)
         msg = Msg(
             kind,
             env.msg_id,
             env.sender,
             env.type,
-            env.deadline,
+            deadline,
             env.trace,
-            env.headers,
+            headers,
             env.payload,
             route,
             None,

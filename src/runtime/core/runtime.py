@@ -47,6 +47,7 @@ from .deadlines import AskDeadlines
 from .directory import Directory
 from .live_lookup import resolve_live
 from .loading import load_actor_class
+from .message_deadline import with_ttl
 from .peer_limits import PeerLogGate
 from .ref import ActorAddress, ActorRef
 from .router import Inbound
@@ -478,7 +479,7 @@ class Runtime(Inbound):
         else:
             handling = asker.handling
             sender, trace = asker.sender, handling.trace if handling is not None else None
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
         try:
             cell = ref.cell
             if cell is not None:
@@ -489,8 +490,17 @@ class Runtime(Inbound):
                 assert endpoint is not None
                 self._pending[msg_id] = fut
                 self._asked[msg_id] = endpoint
+                # The wall-clock deadline for receivers older than the ttl (message_deadline.py).
                 frames = self.codec.encode_message(
-                    K_ASK, msg_id, sender, ref.address.actor, msg_type, deadline, trace, headers, payload
+                    K_ASK,
+                    msg_id,
+                    sender,
+                    ref.address.actor,
+                    msg_type,
+                    time.time() + timeout,
+                    trace,
+                    with_ttl(headers, timeout),
+                    payload,
                 )
                 try:
                     try:
@@ -501,7 +511,7 @@ class Runtime(Inbound):
                     if not sent:
                         await self._send(ref, frames, False)
                 except MailboxFull:
-                    with anyio.fail_after(max(0.0, deadline - time.time())):
+                    with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                         await self._send(ref, frames, True)
             return await fut
         except TimeoutError as exc:

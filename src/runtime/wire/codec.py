@@ -96,8 +96,10 @@ _ANSWERED = frozenset((Kind.ASK, Kind.CONTROL))  # kinds whose msg_id a reply na
 class Envelope:
     """One message: addressing, ids and headers around a payload.
 
-    ``deadline`` is seconds since the epoch (the receiver drops work whose deadline passed);
-    ``headers`` holds optional extras (credits, fault hints) and is empty for most messages.
+    ``deadline`` is seconds since the epoch on the sender's clock (the receiver drops work whose
+    deadline passed; an ask's ``ttl`` header, when there, says it without the clock:
+    core/message_deadline.py); ``headers`` holds optional extras (an ask's ttl, credits,
+    fault hints) and is empty for most tells.
     """
 
     kind: Kind
