@@ -26,7 +26,7 @@ from troupe.runtime.process_identity import user_name
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
-from .master_client import SILENT, keys_hint, reachable, unreachable_why
+from .master_client import PROBE_S, SILENT, keys_hint, reachable, unreachable_why, what_to_do
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -34,8 +34,6 @@ __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "
 T = TypeVar("T")
 
 err_console = Console(stderr=True)
-# Refused is answered at once; the bound only matters if connecting itself hangs.
-_PROBE_S = 2.0
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -178,10 +176,10 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         Unreachable: nothing listens at ``endpoint``.
         TroupeError: with a message that says what to do when no node answers.
     """
-    absent = await anyio.to_thread.run_sync(unreachable_why, endpoint, "node", _PROBE_S)
+    absent = await anyio.to_thread.run_sync(unreachable_why, endpoint, "node", PROBE_S)
     if absent is not None:
         if endpoint == DEFAULT_NODE_ENDPOINT and await anyio.to_thread.run_sync(
-            reachable, RUN_NODE_ENDPOINT, _PROBE_S
+            reachable, RUN_NODE_ENDPOINT, PROBE_S
         ):  # no --node, and a `troupe run` started its own node: what a user who ran one looks for
             other = await _other_user_s(RUN_NODE_ENDPOINT)
             if other is not None:  # on a shared host: not the caller's run, whatever it is called
@@ -195,8 +193,7 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 f"`troupe run` starts its own: pass --node {RUN_NODE_ENDPOINT} (and --master "
                 f"{RUN_MASTER_ENDPOINT} for its master's view)"
             )
-        absent = absent.removesuffix(" (connection refused)")  # tcp: what it always says
-        raise Unreachable(f"{absent}: start one with `troupe node start` or pass --node ENDPOINT")
+        raise Unreachable(what_to_do(absent, "start one with `troupe node start` or pass --node ENDPOINT"))
     async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
 
 __all__ = [
+    "PROBE_S",
     "absent_master",
     "answered_not_as",
     "jobs_table",
@@ -54,7 +55,16 @@ def absent_master(master: str) -> str | None:
     return f"no master answers at {master}: its view is left out"
 
 
-def reachable(endpoint: str, timeout: float = 0.5) -> bool:
+PROBE_S = 3.0
+"""How long a probe's connect may take before the CLI says nothing accepted it: past the
+kernel's first SYN retransmit (1 s) and a slow link's round trip, so that one packet lost on a
+lossy or distant link is not "no master" (at 0.5 s, a link of 0.6 s round trip failed most
+commands so). A refused connection is answered at once, whatever the bound."""
+
+_REFUSED = " (connection refused)"
+
+
+def reachable(endpoint: str, timeout: float = PROBE_S) -> bool:
     """Return whether something accepts connections at ``endpoint`` (inproc: assume so).
 
     ZeroMQ never reports a refused connection, it retries quietly; this probe lets the CLI say
@@ -63,12 +73,14 @@ def reachable(endpoint: str, timeout: float = 0.5) -> bool:
     return unreachable_why(endpoint, "process", timeout) is None
 
 
-def unreachable_why(endpoint: str, what: str, timeout: float = 0.5) -> str | None:
+def unreachable_why(endpoint: str, what: str, timeout: float = PROBE_S) -> str | None:
     """Why nothing accepts connections at ``endpoint``, one clause naming it (``what``: who
     would listen there); None when something does (inproc: assume so).
 
-    tcp: ``no WHAT answers at ENDPOINT (connection refused)``. ipc: a real connect to its
-    socket file says whether there is none, a stale one, or one this user may not reach.
+    tcp: ``no WHAT answers at ENDPOINT (connection refused)``, or the network's own reason (no
+    route to the host; no answer to the connect within ``timeout``: a host down, or packets
+    dropped on the way). ipc: a real connect to its socket file says whether there is none, a
+    stale one, or one this user may not reach. :func:`what_to_do` adds the advice for each.
     """
     path = ipc_path(endpoint)
     if path is not None:
@@ -79,8 +91,25 @@ def unreachable_why(endpoint: str, what: str, timeout: float = 0.5) -> str | Non
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout):
             return None
-    except OSError:
-        return f"no {what} answers at {endpoint} (connection refused)"
+    except ConnectionRefusedError:
+        return f"no {what} answers at {endpoint}{_REFUSED}"
+    except TimeoutError:
+        return (
+            f"nothing at {endpoint} accepted a connection within {timeout:g} s (its host is down "
+            "or unreachable, or the network drops packets on the way)"
+        )
+    except OSError as exc:  # no route to the host, the network down
+        reason = (exc.strerror or str(exc)).lower()
+        return f"no {what} answers at {endpoint} ({reason})"
+
+
+def what_to_do(absent: str, start: str) -> str:
+    """``absent`` (:func:`unreachable_why`'s clause) and what to do: ``start`` (start one) where
+    nothing listens there; where the network did not carry the connect, a look at it (starting
+    another there would put a second one beside the one the network hides)."""
+    if absent.endswith(_REFUSED) or " listens at " in absent:
+        return f"{absent}; {start}"
+    return f"{absent}; check the endpoint and the network to that host"
 
 
 def keys_hint() -> str:
@@ -117,9 +146,10 @@ def _start_one(endpoint: str, absent: str) -> str:
             f"{absent}; a master listens at {RUN_MASTER_ENDPOINT}, where `troupe run` starts its "
             f"own: pass --master {RUN_MASTER_ENDPOINT}"
         )
-    return (
-        f"{absent}; start one with `troupe master start` "
-        "(or `troupe node start --with-master`), or pass --master ENDPOINT"
+    return what_to_do(
+        absent,
+        "start one with `troupe master start` (or `troupe node start --with-master`), "
+        "or pass --master ENDPOINT",
     )
 
 

@@ -340,15 +340,12 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _check(writable_problem(out, "--out"), *_run_log_problems(out), _connect_problem(master, "--cluster"))
-    from troupe.cli.master_client import unreachable_why
+    from troupe.cli.master_client import unreachable_why, what_to_do
 
     # Before --out gets its logs: a typo in the endpoint leaves nothing.
     if (absent := unreachable_why(master, "master")) is not None:
-        raise fail(
-            f"--cluster: {absent}; start one with `troupe master start`, or give the endpoint "
-            "of the running one",
-            1,
-        )
+        start = "start one with `troupe master start`, or give the endpoint of the running one"
+        raise fail(f"--cluster: {what_to_do(absent, start)}", 1)
 
 
 def _run_log_problems(out: Path) -> tuple[str | None, str | None]:

@@ -5,6 +5,7 @@ master likewise. With --node (--master) given, the plain error stays."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 
@@ -44,7 +45,12 @@ async def test_no_node_given_names_the_run_s_node(run_listening: str) -> None:
 
 async def test_a_node_given_that_does_not_answer_is_said_as_before(run_listening: str) -> None:
     given = free_endpoint()
-    with pytest.raises(Unreachable, match=f"no node answers at {given}: start one with `troupe node start`"):
+    with pytest.raises(
+        Unreachable,
+        match=re.escape(
+            f"no node answers at {given} (connection refused); start one with `troupe node start`"
+        ),
+    ):
         await control(given, "ping", timeout=5)
 
 

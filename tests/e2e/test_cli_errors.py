@@ -232,7 +232,8 @@ def test_ctl_with_no_node_listening(tmp_path: Path, command: tuple[str, ...]) ->
     endpoint = free_endpoint()
     args = [a.replace("{free}", free_endpoint()) for a in command]
     line = one_line_error(troupe(*args, "--node", endpoint, "--timeout", "600", cwd=tmp_path), code=1)
-    assert f"no node answers at {endpoint}: start one with `troupe node start` or pass --node" in line
+    said = f"no node answers at {endpoint} (connection refused); start one with `troupe node start`"
+    assert f"{said} or pass --node" in line
 
 
 def test_toml_key_that_looks_like_markup(tmp_path: Path) -> None:
