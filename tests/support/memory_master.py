@@ -69,13 +69,18 @@ class Master1:
 
 @asynccontextmanager
 async def master_in_memory(
-    tmp_path: Path, wall_clock: Callable[[], float] = time.time
+    tmp_path: Path,
+    wall_clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Master1]:
-    """A master on ``tmp_path / "journal.db"`` (new, or the one there: a restart)."""
+    """A master on ``tmp_path / "journal.db"`` (new, or the one there: a restart), on the
+    clocks given (a test's fakes: see ``Master``)."""
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
     transport = hub.transport(name="master")
-    master = Master(MasterConfig(tick_s=0.01), journal, book, transport=transport, wall_clock=wall_clock)
+    master = Master(
+        MasterConfig(tick_s=0.01), journal, book, transport=transport, clock=clock, wall_clock=wall_clock
+    )
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(master.run)

@@ -1,12 +1,22 @@
 """The master's task bookkeeping: a pure state machine, ``handle(event, now) -> commands``.
 
-No I/O and no clock reads: ``now`` comes in with every event, so tests drive time and the
+No I/O and no clock reads: the time comes in with every event, so tests drive time and the
 driver decides what a second is. The vocabulary (events, commands, records) is in
 :mod:`troupe.runtime.tasks.state`.
 
+Two clocks, each for its own use. ``now`` is monotonic: every duration (a lease's life, a
+backoff's wait, a copy's run time for speculation) is measured on it, so a step of the wall
+clock (NTP at boot, an operator's ``date -s``) expires no lease and holds no retry back.
+``wall`` is the wall clock, only for what is journaled or shown as a timestamp: a job's
+``submitted_at``, a backing-off task's ``not_before``. A journaled ``not_before`` is re-based
+after a restart (the monotonic clock of a new process, or a rebooted host, starts elsewhere):
+:meth:`TaskBook.handle`'s first call turns each restored backoff into what remains of it,
+``not_before - wall``, at least 0 and at most the backoff the task was given, so a wall clock
+stepped meanwhile neither ends it early by more than it had left nor holds it longer.
+
 The driver's contract, for every call::
 
-    commands = book.handle(event, now=time.time())
+    commands = book.handle(event, now=time.monotonic(), wall=time.time())
     records, others = split_commands(commands)
     journal.append(records)          # ONE transaction, durable, BEFORE anything else
     perform(others)                  # send Lease / CancelLease / Ack / Reject, report the rest
@@ -133,17 +143,21 @@ class TaskBook(TaskTables):
         super().__init__()
         self._drain_waiting: set[str] = set()  # draining nodes not yet reported drained
         self._expiry: list[tuple[float, int]] = []  # (deadline, lease id); stale once renewed
-        self._backoff: list[tuple[float, int, str]] = []  # (not_before, seq, task id)
+        # (due on the monotonic clock, seq, task id, its not_before on the wall clock)
+        self._backoff: list[tuple[float, int, str, float]] = []
 
     # ------------------------------------------------------------------ entry points
 
-    def handle(self, event: Event, now: float) -> list[Command]:
+    def handle(self, event: Event, now: float, wall: float | None = None) -> list[Command]:
         """Apply one event at time ``now`` and return the commands for the driver.
 
         Args:
             event: one of the events of :mod:`troupe.runtime.tasks.state`.
-            now: the current time in seconds; only differences matter, but ``not_before`` and
-                ``submitted_at`` are journaled, so use the wall clock.
+            now: monotonic seconds: leases, backoffs and running times are measured on it
+                (``Lease.deadline`` and ``Ack.deadline`` are on it too).
+            wall: wall seconds at the same instant, for what is journaled or shown as a time
+                (``submitted_at``, ``not_before``); None: ``now`` (one clock for both, as a
+                test may drive).
 
         Returns:
             Commands in order. Every :class:`Record` must be persisted, in one transaction,
@@ -152,6 +166,10 @@ class TaskBook(TaskTables):
         Raises:
             TypeError: ``event`` is not a task-book event.
         """
+        if wall is None:
+            wall = now
+        if self._restored_backoffs:
+            self._rebase_backoffs(now, wall)
         out: list[Command] = []
         match event:
             case RequestTask():
@@ -161,14 +179,14 @@ class TaskBook(TaskTables):
             case Complete():
                 self._complete(event, now, out)
             case Fail():
-                self._fail(event, now, out)
+                self._fail(event, now, wall, out)
             case Decline():
                 self._decline(event, out)
             case SchedulerTick():
                 self._release_backoffs(now, out)
                 self._expire(now, out)
             case SubmitJob():
-                self._submit(event, now, out)
+                self._submit(event, wall, out)
             case WorkerJoined():
                 self._worker_joined(event, now, out)
             case WorkerLeft():
@@ -178,7 +196,7 @@ class TaskBook(TaskTables):
             case CancelJob():
                 self._cancel(event, out)
             case RetryDead():
-                self._retry_dead(event, now, out)
+                self._retry_dead(event, wall, out)
             case DrainNode():
                 self._draining.add(event.node_id)
                 self._drain_waiting.add(event.node_id)
@@ -193,7 +211,7 @@ class TaskBook(TaskTables):
 
     # ------------------------------------------------------------------ jobs
 
-    def _submit(self, ev: SubmitJob, now: float, out: list[Command]) -> None:
+    def _submit(self, ev: SubmitJob, wall: float, out: list[Command]) -> None:
         specs = tuple(ev.tasks)
         if ev.job_id in self._jobs:
             return self._reject(ev, f"job id {ev.job_id!r} is taken; submit under a new id", out)
@@ -202,7 +220,7 @@ class TaskBook(TaskTables):
         problem = _first_problem(specs, self._tasks.keys())
         if problem:
             return self._reject(ev, problem, out)
-        job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, now)
+        job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, wall)
         self._add_new_tasks(specs, job)
         out.append(Record(JobSubmitted(self._job_record(job), specs)))
         log.info("job_submitted", job_id=job.job_id, tasks=len(specs))
@@ -232,7 +250,7 @@ class TaskBook(TaskTables):
         job.queue.clear()
         self._finish(job, JobState.CANCELLED, out)
 
-    def _retry_dead(self, ev: RetryDead, now: float, out: list[Command]) -> None:
+    def _retry_dead(self, ev: RetryDead, wall: float, out: list[Command]) -> None:
         job = self._jobs.get(ev.job_id)
         if job is None:
             return self._reject(ev, f"unknown job {ev.job_id!r}; see `troupe ctl jobs`", out)
@@ -246,7 +264,7 @@ class TaskBook(TaskTables):
             self._run_again(job)
             out.append(Record(self._job_record(job)))
         for task in dead:
-            task.attempts, task.not_before = 0, now
+            task.attempts, task.not_before = 0, wall
             task.error = task.traceback = None
             self._enqueue(task)
             out.append(self._record(task))
@@ -287,7 +305,7 @@ class TaskBook(TaskTables):
         for n, lease in enumerate(leases):
             self._drop_lease(lease)
             if n < worker.slots:
-                self._copy_lost(lease.task, now, error, "", False, out)
+                self._copy_lost(lease.task, now, error, "", out)
             elif not lease.task.copies and lease.task.state is LEASED:
                 self._enqueue(lease.task)
                 out.append(self._record(lease.task))
@@ -489,7 +507,7 @@ class TaskBook(TaskTables):
             reason=ev.reason,
         )
 
-    def _fail(self, ev: Fail, now: float, out: list[Command]) -> None:
+    def _fail(self, ev: Fail, now: float, wall: float, out: list[Command]) -> None:
         checked = self._check_report(ev, out)
         if checked is None:
             return
@@ -498,7 +516,7 @@ class TaskBook(TaskTables):
             out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
             return
         self._drop_lease(lease)
-        self._copy_lost(task, now, ev.error, ev.traceback, True, out)
+        self._copy_lost(task, now, ev.error, ev.traceback, out, wall)
         out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RECORDED))
 
     # ------------------------------------------------------------------ time
@@ -511,19 +529,39 @@ class TaskBook(TaskTables):
                 continue  # ended or renewed since
             self._drop_lease(lease)
             out.append(self._cancel_lease(lease, "lease expired"))
-            error = (
-                f"lease {lease_id} expired on worker {lease.worker.worker_id} "
-                f"(no Renew within {lease.task.job.policy.lease_s}s)"
+            lease_s = lease.task.job.policy.lease_s
+            worker = lease.worker.worker_id
+            error = f"lease {lease_id} expired on worker {worker} (no Renew within {lease_s}s)"
+            # The master's log says so (``logs tail --master``): the worker's says only that
+            # its copy was cancelled, and a hung worker says nothing.
+            log.info(
+                "lease_expired",
+                task_id=lease.task.spec.task_id,
+                lease_id=lease_id,
+                worker=worker,
+                job_id=lease.task.job.job_id,
+                lease_s=lease_s,
             )
-            self._copy_lost(lease.task, now, error, "", False, out)
+            self._copy_lost(lease.task, now, error, "", out)
 
     def _release_backoffs(self, now: float, out: list[Command]) -> None:
         while self._backoff and self._backoff[0][0] <= now:
-            not_before, seq, task_id = heapq.heappop(self._backoff)
+            _, seq, task_id, not_before = heapq.heappop(self._backoff)
             task = self._tasks.get(task_id)  # a cancelled job's, compacted since (fold), is gone
             if task is not None and task.seq == seq and (task.state, task.not_before) == (FAILED, not_before):
                 self._enqueue(task)
                 out.append(self._record(task))
+
+    def _rebase_backoffs(self, now: float, wall: float) -> None:
+        """Put the backoffs a restart restored (their ``not_before`` on the wall clock of the
+        journal) on this process's monotonic clock: what remains of each, at least 0 and at
+        most the backoff the task was given (a wall clock stepped back since must not hold a
+        retry longer than its own backoff; see the module docstring)."""
+        for task in self._restored_backoffs:
+            if task.state is FAILED:
+                remaining = min(max(task.not_before - wall, 0.0), task.job.policy.backoff(task.attempts))
+                heapq.heappush(self._backoff, (now + remaining, task.seq, task.spec.task_id, task.not_before))
+        self._restored_backoffs = []
 
     # ------------------------------------------------------------------ transitions
 
@@ -533,10 +571,15 @@ class TaskBook(TaskTables):
         now: float,
         error: str,
         traceback: str,
-        backoff: bool,
         out: list[Command],
+        failed_at: float | None = None,
     ) -> None:
-        """A copy ended without a result; count the attempt if no other copy still runs."""
+        """A copy ended without a result; count the attempt if no other copy still runs.
+
+        ``failed_at``: the wall time of a failure the task reported (it then backs off, and its
+        ``not_before`` is journaled on the wall clock); None for a copy lost otherwise (an
+        expired lease, a worker gone), which goes back to pending at once.
+        """
         if task.copies or task.state is not LEASED:
             return
         task.attempts += 1
@@ -547,10 +590,11 @@ class TaskBook(TaskTables):
             out.append(self._record(task))
             log.warning("task_dead_lettered", task_id=task.spec.task_id, attempts=task.attempts, error=error)
             self._maybe_finish(task.job, out)
-        elif backoff and policy.backoff(task.attempts) > 0:
-            task.not_before = now + policy.backoff(task.attempts)
+        elif failed_at is not None and policy.backoff(task.attempts) > 0:
+            wait_s = policy.backoff(task.attempts)
+            task.not_before = failed_at + wait_s
             self._set_state(task, FAILED)
-            heapq.heappush(self._backoff, (task.not_before, task.seq, task.spec.task_id))
+            heapq.heappush(self._backoff, (now + wait_s, task.seq, task.spec.task_id, task.not_before))
             out.append(self._record(task))
         else:
             self._enqueue(task)

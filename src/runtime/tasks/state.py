@@ -110,7 +110,7 @@ class AckOutcome(enum.StrEnum):
     RECORDED = "recorded"  # the Fail was recorded
     IGNORED = "ignored"  # the task is cancelled, or the lease had already ended
     RETURNED = "returned"  # the Decline put the task back; no attempt was counted
-    RENEWED = "renewed"  # the lease runs until ``Ack.deadline``
+    RENEWED = "renewed"  # the lease runs until ``Ack.deadline`` (the master's monotonic clock)
 
 
 # --------------------------------------------------------------------------- specs and policy
@@ -446,7 +446,8 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """Send the task to the worker; it must Renew before ``deadline`` or lose the lease."""
+    """Send the task to the worker; it must Renew before ``deadline`` (the master's monotonic
+    clock: the worker is told what remains, ``ttl``) or lose the lease."""
 
     worker_id: str
     task_id: str

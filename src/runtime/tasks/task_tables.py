@@ -79,6 +79,9 @@ class TaskTables:
         self._spec_launched = 0
         self._spec_won = 0
         self._folded: list[Task] = []  # dropped by fold, still known by id: forget_folded
+        # Backing off when the journal was replayed: put on the monotonic clock at the first
+        # event (``TaskBook.handle``), for the book reads no clock of its own.
+        self._restored_backoffs: list[Task] = []
         self._forgotten = 0  # ids forgotten since _tasks was last copied to its size
 
     @classmethod
@@ -92,10 +95,12 @@ class TaskTables:
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
-        Done, dead and cancelled tasks stay so. Leased and backing-off tasks become pending:
-        their leases are void (a late Complete from one is still accepted, see
-        :mod:`troupe.runtime.tasks.book`) and the attempt is not counted, since the restart was
-        not the task's fault. Lease ids go on above every id ever issued.
+        Done, dead and cancelled tasks stay so. Leased tasks become pending: their leases are
+        void (a late Complete from one is still accepted, see :mod:`troupe.runtime.tasks.book`)
+        and the attempt is not counted, since the restart was not the task's fault. A
+        backing-off task keeps what remains of its backoff (its journaled ``not_before`` is on
+        the wall clock; the book's first event re-bases it, see the book's module docstring).
+        Lease ids go on above every id ever issued.
 
         Args:
             jobs: every job row.
@@ -144,13 +149,16 @@ class TaskTables:
             task.attempts, task.last_lease_id = rec.attempts, rec.last_lease_id
             task.result_ref, task.error, task.traceback = rec.result_ref, rec.error, rec.traceback
             state = rec.state
-            if state in (TaskState.LEASED, TaskState.FAILED):
+            if state is TaskState.LEASED:
                 state = TaskState.PENDING
             if job.state is JobState.CANCELLED and state not in FINAL_STATES:
                 state = TaskState.CANCELLED
             book._set_state(task, state)
             if state is TaskState.PENDING:
                 job.queue.push(task)
+            elif state is TaskState.FAILED:
+                task.not_before = rec.not_before
+                book._restored_backoffs.append(task)
             last_lease = max(last_lease, rec.last_lease_id)
         add_run()
         book._next_lease = max(last_lease, lease_floor) + 1

@@ -559,11 +559,13 @@ def check_invariants(book: TaskBook, model: Model, total: int) -> None:
 
 
 def check_restore_matches(book: TaskBook, model: Model) -> None:
-    """The journaled rows alone rebuild every task's state and attempt count."""
+    """The journaled rows alone rebuild every task's state and attempt count (a leased task is
+    pending again, a backing-off one backs off on)."""
     restored = TaskBook.restore(model.jobs.values(), list(model.rows.values()))
     for task_id in model.rows:
         live, back = book.task(task_id), restored.task(task_id)
-        expected = live.state if live.state in FINAL_STATES else TaskState.PENDING
+        kept = live.state in FINAL_STATES or live.state is TaskState.FAILED
+        expected = live.state if kept else TaskState.PENDING
         assert (back.state, back.attempts) == (expected, live.attempts), task_id
     assert [j.state for j in restored.jobs()] == [j.state for j in book.jobs()]
 

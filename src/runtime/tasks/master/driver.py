@@ -2,7 +2,7 @@
 
 The :class:`~troupe.runtime.tasks.book.TaskBook` decides; this module performs its contract with
 group commit. Callers (the master's control handlers, its clock) queue events; one loop takes
-every queued event, calls ``book.handle(event, now)`` for each in arrival order, writes all
+every queued event, calls ``book.handle(event, now, wall)`` for each in arrival order, writes all
 their Record commands in ONE transaction (``journal.stage`` on the loop, then
 ``journal.commit`` in a thread: one fsync), and only then hands out the other commands. So
 every record of a ``handle`` call is durable before any command of that call is performed (the
@@ -39,6 +39,10 @@ Work that must not meet a batch (a running master's compaction: ``compaction.py`
 writes the journal and drops tasks from the book) runs through :meth:`Dispatcher.exclusive`:
 between two batches, after the one in hand is committed, before the next begins. The journal is
 not safe for concurrent use, and its rows and the book must agree whenever a batch reads them.
+
+Time: ``now`` is the monotonic clock's (leases, backoffs, long polls: durations, which a step of
+the wall clock must not stretch or cut), ``wall`` the wall clock's (what the book journals or
+shows as a time); see :mod:`troupe.runtime.tasks.book`.
 
 If the journal fails, the book has moved on in memory and only a restart from the
 journal is consistent again: the driver stops, every waiting caller gets the JournalError and
@@ -144,7 +148,8 @@ class Dispatcher:
         book: the task book (fresh, or replayed from ``journal``).
         journal: the open journal.
         side: performs side commands, after their records are durable.
-        clock: the wall clock (``now`` of every event).
+        clock: monotonic seconds (``now`` of every event: lease life, backoffs, long polls).
+        wall_clock: wall seconds (``wall`` of every event: what is journaled as a time).
         max_batch: most events per batch (bounds one transaction and the latency behind it).
         linger_s: after the first event of a batch arrives, wait this long for more (0: none).
     """
@@ -154,7 +159,8 @@ class Dispatcher:
         book: TaskBook,
         journal: Journal,
         side: SideCommands,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         max_batch: int = 4096,
         linger_s: float = 0.0,
     ) -> None:
@@ -162,6 +168,7 @@ class Dispatcher:
         self.journal = journal
         self._side = side
         self._clock = clock
+        self._wall_clock = wall_clock
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._queue: deque[tuple[Event, asyncio.Future[list[Command]], Any]] = deque()
@@ -318,7 +325,7 @@ class Dispatcher:
                 future.set_result(result)
 
     async def _batch(self) -> None:
-        book, clock, queue = self.book, self._clock, self._queue
+        book, clock, wall_clock, queue = self.book, self._clock, self._wall_clock, self._queue
         records: list[Record] = []
         replies: list[tuple[asyncio.Future[list[Command]], list[Command]]] = []
         side: list[Command] = []
@@ -327,14 +334,14 @@ class Dispatcher:
         while queue and count < self._max_batch and not bulk:
             event, future, park = queue.popleft()
             count += 1
-            now = clock()
+            now, wall = clock(), wall_clock()
             if self._parked and isinstance(event, RequestTask) and event.prefetch:
                 event = RequestTask(event.worker_id, event.free_slots, prefetch=False)
             # A big job's rows are written in the commit's thread (Journal.stage): end the batch
             # with it, so that no lease of its tasks follows it into that thread's writes.
             bulk = isinstance(event, SubmitJob) and is_bulk(event.tasks)
             try:
-                commands = book.handle(event, now)
+                commands = book.handle(event, now, wall)
             except Exception as exc:  # a bug, not bad input (handlers check it): refuse the one
                 log.error("task_book_failed", event_type=type(event).__name__, error=repr(exc))
                 if not future.done():
@@ -343,7 +350,7 @@ class Dispatcher:
             reply = self._apply(commands, records, side)
             if type(park) is _Then:
                 count += 1
-                reply += self._then(park.request, now, records, side)
+                reply += self._then(park.request, now, wall, records, side)
                 replies.append((future, reply))
                 continue
             if isinstance(event, SchedulerTick):
@@ -360,7 +367,7 @@ class Dispatcher:
                 replies.append((future, reply))
         if not bulk:
             if self._parked and self._retry:
-                self._retry_parked(clock(), records, replies, side)
+                self._retry_parked(clock(), wall_clock(), records, replies, side)
             self._retry = False
         self._expire_parked(clock(), replies)
         self._events += count
@@ -374,13 +381,13 @@ class Dispatcher:
             self._side(side)
 
     def _then(
-        self, request: RequestTask, now: float, records: list[Record], side: list[Command]
+        self, request: RequestTask, now: float, wall: float, records: list[Record], side: list[Command]
     ) -> list[Command]:
         """The leases a report's piggybacked request is granted (none if the book refused it)."""
         if self._parked and request.prefetch:
             request = RequestTask(request.worker_id, request.free_slots, prefetch=False)
         try:
-            commands = self.book.handle(request, now)
+            commands = self.book.handle(request, now, wall)
         except Exception as exc:  # a bug, as in _batch: the report stands, no lease is granted
             log.error("task_book_failed", event_type="RequestTask", error=repr(exc))
             return []
@@ -405,6 +412,7 @@ class Dispatcher:
     def _retry_parked(
         self,
         now: float,
+        wall: float,
         records: list[Record],
         replies: list[tuple[asyncio.Future[list[Command]], list[Command]]],
         side: list[Command],
@@ -418,7 +426,7 @@ class Dispatcher:
                 continue
             self._retries += 1
             reply = self._apply(
-                self.book.handle(RequestTask(worker_id, parked.free_slots, prefetch=False), now),
+                self.book.handle(RequestTask(worker_id, parked.free_slots, prefetch=False), now, wall),
                 records,
                 side,
             )

@@ -71,9 +71,10 @@ The master sends ``cancel_lease {worker_id, task_id, lease_id, reason}`` to a wo
 when a copy must stop, and ``master_drained {node}`` to a node whose drain has finished.
 
 Time comes from two injected clocks (tests drive them instead of sleeping): ``clock``, monotonic
-seconds, for node silence and throughput; ``wall_clock``, for what is journaled or shown as a
-timestamp (lease deadlines, backoffs, submit and finish times) and for which finished jobs are
-old enough to compact.
+seconds, for every duration: node silence, throughput, and the task book's lease deadlines,
+backoffs and running times (a step of the wall clock, NTP's at boot, expires no lease and holds
+no retry back); ``wall_clock``, for what is journaled or shown as a timestamp (submit and finish
+times, a backoff's ``not_before``) and for which finished jobs are old enough to compact.
 
 Every ``COMPACT_EVERY_S`` the master compacts the jobs that finished ``COMPACT_AFTER_S`` ago or
 more, in its journal and its book at once, as a restart on the journal would
@@ -156,9 +157,10 @@ class Master(NodeControls, WorkerControls):
         journal: the open journal.
         book: the book replayed from ``journal`` (see :func:`open_journal`).
         transport: defaults to ZeroMQ bound at ``config.endpoint``; tests pass a memory one.
-        clock: monotonic seconds (node silence, throughput); tests pass a fake one.
+        clock: monotonic seconds, for every duration (node silence, throughput, the task book's
+            ``now``: lease deadlines, backoffs); tests pass a fake one.
         wall_clock: wall seconds, for everything journaled or shown as a timestamp (the task
-            book's ``now``: lease deadlines, backoffs); tests pass a fake one.
+            book's ``wall``: submit times, a backoff's ``not_before``); tests pass a fake one.
     """
 
     def __init__(
@@ -176,7 +178,12 @@ class Master(NodeControls, WorkerControls):
         self.clock = clock
         self.wall_clock = wall_clock
         self.dispatcher = Dispatcher(
-            book, journal, self._perform, clock=wall_clock, linger_s=config.batch_linger_s
+            book,
+            journal,
+            self._perform,
+            clock=clock,
+            wall_clock=wall_clock,
+            linger_s=config.batch_linger_s,
         )
         self.book = book
         self.nodes = NodeTable(config.node_timeout_s)

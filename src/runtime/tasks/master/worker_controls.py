@@ -87,7 +87,7 @@ class WorkerControls:
     book: TaskBook
     dispatcher: Dispatcher
     ops: Operations
-    wall_clock: Callable[[], float]
+    clock: Callable[[], float]  # monotonic: the book's lease deadlines are on it
     dispatched: int  # leases granted
     _workers: dict[str, WorkerEntry]  # by worker id, while registered
     _stale: dict[str, int]  # reports and renewals dropped as stale, by kind
@@ -136,7 +136,7 @@ class WorkerControls:
 
         def granted(reply: list[Command]) -> dict[str, Any]:
             raise_rejected(reply)
-            leases = lease_payloads(reply, self.wall_clock())
+            leases = lease_payloads(reply, self.clock())
             self.dispatched += len(leases)
             if track:
                 entry.granted.update((lease["lease_id"], lease["task_id"]) for lease in leases)
@@ -205,7 +205,7 @@ class WorkerControls:
     def _renewed(self, worker_id: str, task_id: str, lease_id: int, reply: list[Command]) -> dict[str, Any]:
         for command in reply:
             if isinstance(command, Ack) and command.deadline is not None:
-                return {"outcome": str(command.outcome), "ttl": command.deadline - self.wall_clock()}
+                return {"outcome": str(command.outcome), "ttl": command.deadline - self.clock()}
             if isinstance(command, Reject):
                 self._count_stale("renew", "rejected", worker_id, task_id, lease_id)
                 return {"outcome": "rejected", "reason": command.reason}
@@ -260,7 +260,7 @@ class WorkerControls:
         self, event: Complete | Fail | Decline, m: ReportControl, known: bool, reply: list[Command]
     ) -> dict[str, Any]:
         """The reply to a report: its outcome, and the leases its piggybacked request got."""
-        leases = lease_payloads(reply, self.wall_clock())
+        leases = lease_payloads(reply, self.clock())
         self.dispatched += len(leases)
         out: dict[str, Any] = {"leases": leases, "known": known}
         for command in reply:

@@ -78,18 +78,18 @@ async def until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
             await anyio.sleep(0.005)
 
 
-class FakeWallClock:
-    """The master's wall clock (its leases' clock), driven by the test."""
+class FakeClock:
+    """The master's monotonic clock (its leases' clock), driven by the test."""
 
     def __init__(self) -> None:
-        self.now = 1_700_000_000.0
+        self.now = 1000.0
 
     def __call__(self) -> float:
         return self.now
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path, wall_clock: FakeWallClock | None = None) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, clock: FakeClock | None = None) -> AsyncIterator[Cluster]:
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
     master = Master(
@@ -97,7 +97,7 @@ async def cluster(tmp_path: Path, wall_clock: FakeWallClock | None = None) -> As
         journal,
         book,
         transport=hub.transport(name="master"),
-        **({"wall_clock": wall_clock} if wall_clock is not None else {}),
+        **({"clock": clock} if clock is not None else {}),
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(master.run)
@@ -221,17 +221,18 @@ async def test_a_complete_after_a_partition_longer_than_the_lease_turns_the_dead
 ) -> None:
     """max_attempts = 1: the lease expires while the worker is cut off and the job fails; the
     Complete after the heal makes the task and the job done, and a restarted master agrees.
-    The master's wall clock is driven: the lease expires when the test moves it past the lease."""
+    The master's monotonic clock is driven: the lease expires when the test moves it past the
+    lease."""
     committed = anyio.Event()
     heal = anyio.Event()
-    wall = FakeWallClock()
+    clock = FakeClock()
 
     async def commits_then_waits(task: LeasedTask) -> str:
         committed.set()  # the output is committed before the report (the TaskActor contract)
         await heal.wait()
         return f"out://{task.task_id}"
 
-    async with cluster(tmp_path, wall) as c, c.worker("cut", commits_then_waits) as g:
+    async with cluster(tmp_path, clock) as c, c.worker("cut", commits_then_waits) as g:
         runtime = g.runtime
         master_rt = c.master.runtime
         assert master_rt is not None
@@ -252,7 +253,7 @@ async def test_a_complete_after_a_partition_longer_than_the_lease_turns_the_dead
         await c.submit({"name": "cut", "kind": "k", "count": 1, "max_attempts": 1, "lease_s": 0.2})
         with anyio.fail_after(10):
             await committed.wait()
-        wall.now += 1.0  # the partition outlasts the lease (0.2 s)
+        clock.now += 1.0  # the partition outlasts the lease (0.2 s)
         await c.master.tick()
         failed = await c.call("wait_job", {"job_id": "cut", "timeout_s": 10}, 15)
         assert failed["state"] == "failed" and failed["counts"]["dead"] == 1

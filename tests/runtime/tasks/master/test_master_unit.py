@@ -76,7 +76,6 @@ async def cluster(
     tmp_path: Path,
     node_timeout_s: float = 10.0,
     clock: FakeClock | None = None,
-    wall_clock: FakeClock | None = None,
 ) -> AsyncIterator[Cluster]:
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
@@ -86,7 +85,6 @@ async def cluster(
         book,
         transport=hub.transport(name="master"),
         **({"clock": clock} if clock is not None else {}),
-        **({"wall_clock": wall_clock} if wall_clock is not None else {}),
     )
     c = Cluster(hub, tmp_path, master)
     async with anyio.create_task_group() as tg:
@@ -315,14 +313,14 @@ async def test_worker_left_requeues_at_once_unless_a_newer_incarnation_registere
 async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> None:
     """A task running three times its lease keeps it by renewing, and runs once.
 
-    The master's wall clock (its leases' clock) is driven: the task's run moves it on by half a
-    lease after each renewal the master answers, six times, and the master looks at once.
+    The master's monotonic clock (its leases' clock) is driven: the task's run moves it on by
+    half a lease after each renewal the master answers, six times, and the master looks at once.
     """
     ran: Counter[str] = Counter()
-    wall = FakeClock()
+    clock = FakeClock()
     renewals = 0
 
-    async with cluster(tmp_path, wall_clock=wall) as c:
+    async with cluster(tmp_path, clock=clock) as c:
         runtime = c.master.runtime
         assert runtime is not None
         renew = runtime.unregister_control("renew")
@@ -340,7 +338,7 @@ async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> Non
             for _ in range(6):  # 6 x 0.1 s of the master's time: three times the lease
                 seen = renewals
                 await until(lambda seen=seen: renewals > seen)
-                wall.advance(0.1)
+                clock.advance(0.1)
                 await c.master.tick()
             return "out"
 
