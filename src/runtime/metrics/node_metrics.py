@@ -16,7 +16,6 @@ Every metric is described in docs/METRICS.md.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -121,9 +120,7 @@ class NodeCollector:
         """The node's metric families, from its state now and the last refresh."""
         node = self._node
         f = Families({"node": node.name})
-        f.gauge(
-            "troupe_node_uptime_seconds", "Seconds since the node started.", time.time() - node.started_at
-        )
+        f.gauge("troupe_node_uptime_seconds", "Seconds since the node started.", node.uptime_s)
         self._workers(f)
         self._processes(f)
         self._supervision(f)

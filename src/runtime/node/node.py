@@ -107,7 +107,8 @@ class Node:
         self.log_publisher: LogPublisher | None = None  # the node's log stream, once it serves
         # More Prometheus collectors for the node's metrics endpoint: a master in this process.
         self.metrics_collectors: list[Any] = []
-        self.started_at = time.time()
+        self.started_at = time.time()  # a timestamp; uptime_s is measured on the monotonic clock
+        self._started_mono = time.monotonic()
         self.stopping = anyio.Event()
         self.ready = anyio.Event()
         self.stopped = anyio.Event()  # set once every worker has been stopped and reaped
@@ -256,6 +257,12 @@ class Node:
             self.stopped.set()
         if self.refused is not None:  # its master refused it: the stop was the refusal's
             raise self.refused
+
+    @property
+    def uptime_s(self) -> float:
+        """Seconds since the node was made, on the monotonic clock: a step of the wall clock
+        (NTP at boot) makes it neither negative nor an hour too long."""
+        return time.monotonic() - self._started_mono
 
     def refuse(self, error: ConfigError) -> None:
         """Stop, as any stop goes, then raise ``error`` from :meth:`run`: the master refused this
@@ -532,7 +539,7 @@ class Node:
             "tags": list(self.config.tags),
             "log_endpoint": self.log_publisher.endpoint if self.log_publisher is not None else None,
             "security": security_status(self.config.insecure),
-            "uptime_s": round(time.time() - self.started_at, 3),
+            "uptime_s": round(self.uptime_s, 3),
             "rss_mib": _rss_mib(os.getpid()),
             "workers": workers,
             "runtime": asdict(self.runtime.statistics()),

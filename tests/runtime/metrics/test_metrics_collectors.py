@@ -137,7 +137,7 @@ def fake_node(pipeline: Callable[[], Any] | None = None) -> SimpleNamespace:
     replies = {"mem://w-a": worker_status(depth=3, handled=40, bad_frames=6), "mem://w-b": None}
     return SimpleNamespace(
         name="host-a",
-        started_at=0.0,
+        uptime_s=12.5,
         workers=handles,
         runtime=FakeRuntime(replies),
         supervision=FakeSupervision(),

@@ -7,7 +7,8 @@ each job was submitted to this master and when it finished (for makespans and ra
 done tasks of the last few seconds (throughput).
 Those are in memory only; after a restart they start afresh. Times come from the master's
 clocks: its ``wall_clock`` for the submit and finish times it shows, its monotonic ``clock``
-for throughput. Payloads are decoded by :mod:`troupe.runtime.tasks.master.controls`.
+for throughput and a job's rate (a step of the wall clock must not make a rate negative).
+Payloads are decoded by :mod:`troupe.runtime.tasks.master.controls`.
 
 A submit is idempotent: the same job id with the same content (tasks, policy, name) answers
 ``already: true`` with the job as it is, so a client whose reply was lost (a slow write of a
@@ -126,6 +127,23 @@ class OperatedMaster(Protocol):
     def stale_reports(self) -> dict[str, int]: ...
 
 
+class _JobTimes:
+    """When a job was submitted to this master and when it finished: on the wall clock (shown)
+    and on the monotonic clock (its rate; a finished job's ``finished_mono`` is set)."""
+
+    __slots__ = ("finished", "finished_mono", "started", "started_mono")
+
+    def __init__(self, started: float | None = None, started_mono: float | None = None) -> None:
+        self.started, self.started_mono = started, started_mono
+        self.finished: float | None = None
+        self.finished_mono: float | None = None
+
+    @classmethod
+    def now(cls, master: OperatedMaster) -> _JobTimes:
+        """Submitted now."""
+        return cls(master.wall_clock(), master.clock())
+
+
 class Operations:
     """Operator commands and read-outs of one master.
 
@@ -135,7 +153,7 @@ class Operations:
 
     def __init__(self, master: OperatedMaster) -> None:
         self.master = master
-        self._times: dict[str, list[float | None]] = {}  # job id -> [submitted, finished]
+        self._times: dict[str, _JobTimes] = {}  # by job id, since it was submitted to this master
         self._finished: dict[str, anyio.Event] = {}
         self._waiting = 0  # wait_job controls waiting now
         self._done: deque[float] = deque()
@@ -161,7 +179,8 @@ class Operations:
 
     def job_finished(self, job_id: str) -> None:
         """Note that a job ended (the book's JobFinished)."""
-        self._times.setdefault(job_id, [None, None])[1] = self.master.wall_clock()
+        times = self._times.setdefault(job_id, _JobTimes())
+        times.finished, times.finished_mono = self.master.wall_clock(), self.master.clock()
         self._finished.setdefault(job_id, anyio.Event()).set()
 
     def task_done(self) -> None:
@@ -185,9 +204,13 @@ class Operations:
 
     def job_view(self, job: JobSummary) -> dict[str, Any]:
         """Return one job as plain data: state, counts by state, timing."""
-        started, finished = self._times.get(job.job_id, [None, None])
+        times = self._times.get(job.job_id) or _JobTimes()
+        started, finished = times.started, times.finished
         counts = {str(state): n for state, n in job.counts.items()}
-        span = (finished or self.master.wall_clock()) - started if started else None
+        span = None
+        if times.started_mono is not None:
+            end = self.master.clock() if times.finished_mono is None else times.finished_mono
+            span = end - times.started_mono
         return {
             "job_id": job.job_id,
             "name": job.name,
@@ -228,7 +251,7 @@ class Operations:
             state = str(self._summary(event.job_id).state)
             return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True, "state": state}
         raise_rejected(reply)
-        self._times[event.job_id] = [self.master.wall_clock(), None]
+        self._times[event.job_id] = _JobTimes.now(self.master)
         return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
 
     async def _jobs(self, payload: Any) -> list[dict[str, Any]]:
@@ -251,7 +274,7 @@ class Operations:
         retried = dead - self._summary(job_id).counts.get(TaskState.DEAD, 0)
         if retried:  # it runs again: a wait_job waits for its new end, its makespan starts anew
             self._finished.pop(job_id, None)
-            self._times[job_id] = [self.master.wall_clock(), None]
+            self._times[job_id] = _JobTimes.now(self.master)
         return {"job_id": job_id, "retried": retried, "state": str(self._summary(job_id).state)}
 
     def _known_node(self, control: str, payload: Any) -> str:

@@ -1,5 +1,5 @@
-"""A step of the master's wall clock (NTP at boot, ``date -s``) changes no duration: leases
-and backoffs are measured on its monotonic clock, and the wall clock is only
+"""A step of the master's wall clock (NTP at boot, ``date -s``) changes no duration: leases,
+backoffs and a job's rate are measured on its monotonic clock, and the wall clock is only
 journaled or shown as a time.
 
 Both clocks are the test's fakes: the wall clock steps an hour at once, the monotonic one moves
@@ -79,3 +79,19 @@ async def test_a_backward_step_holds_no_retry_back_and_not_before_is_journaled_o
         assert m.master.book.task(task_id).state is TaskState.PENDING
         [again] = (await m.call("request_task", REQUEST))["leases"]
         assert (again["task_id"], again["attempt"]) == (task_id, 2)
+
+
+async def test_a_job_rate_is_measured_on_the_monotonic_clock(tmp_path: Path) -> None:
+    clock, wall = clocks()
+    async with master_in_memory(tmp_path, wall_clock=wall, clock=clock) as m:
+        await m.call("register_worker", WORKER)
+        await m.submit("r", 2)
+        submitted = wall.now
+        [lease] = (await m.call("request_task", REQUEST))["leases"]
+        report = {"worker_id": "n1/w1", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
+        await m.call("complete", {**report, "result_ref": "out://a"})
+        wall.now -= HOUR
+        clock.now += 10
+        [job] = await m.call("jobs")
+    assert job["started_at"] == submitted  # shown as a time: the wall clock's
+    assert job["done_per_s"] == 0.1  # 1 done in 10 s, not -0.0 over -3590 s
