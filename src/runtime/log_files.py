@@ -23,12 +23,19 @@ and every other one only reopens:
 
 A single-process writer with no node (the master) rotates in its own handler instead.
 
+Every line in the file stays whole JSON, a full disk included: a writer writes each record with
+one ``write`` on an unbuffered descriptor, so nothing of a line that failed is held back to be
+written later in front of another; a write the disk cut short (it filled mid-line) is taken
+back, the file cut to where that line began, when no other process has appended after it in
+the same moment (their writes fail as well: the disk is full).
+
 A log file that cannot be written (a full disk, a directory in its place, a file this user may
 not write, a symbolic link: a writer does not follow one, which in a folder another user may
-write could name any file of ours) costs its lines, not the terminal nor the process: the
-writer says so once on stderr, in one line, and again only after a write has succeeded in
-between (logging's default prints a traceback for every line, which buried the run's own
-error). One that cannot be read costs a reader that file's lines only
+write could name any file of ours) costs its lines, not the terminal nor the process: each
+writer (the node, its supervisor, each worker: a process that alone could not write says it)
+says so once on stderr, in one line naming the process, and again only after a write has
+succeeded in between (logging's default prints a traceback for every line, which buried the
+run's own error). One that cannot be read costs a reader that file's lines only
 (:attr:`FileFollower.problem`): a node's log stream and ``troupe logs tail`` say so once and
 follow on (a directory in its place ended both).
 """
@@ -138,29 +145,39 @@ def _ident(st: os.stat_result) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-class ReopeningFileHandler(logging.FileHandler):
+class ReopeningFileHandler(logging.Handler):
     """A file handler that follows the rotation of its file by another process (or by itself).
+
+    Each record is one ``write`` of its bytes on an unbuffered O_APPEND descriptor (see the
+    module): the buffered stream of logging's FileHandler kept the unwritten tail of a line the
+    disk cut short and wrote it, once there was room again, glued in front of the next record.
 
     Args:
         path: the file, opened for appending (created when missing).
         max_bytes: with a value, this handler rotates the file itself at that size (for a
             process that is the file's only writer); None leaves rotating to the node.
         keep: rotated files kept when this handler rotates.
-        tell: say on stderr, once, when lines cannot be written (a node's workers write the
-            node's file and leave it to the node: seven processes said it seven times).
+        who: the process, named in what stderr is told (``process w1``), where several
+            processes write one file.
     """
 
-    def __init__(self, path: Path, max_bytes: int | None = None, keep: int = 5, tell: bool = True) -> None:
-        # delay: opened below, where a file that cannot be opened (a directory in its place, a
-        # file another user made) is said as a full disk is, not raised out of a worker's start.
-        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+    terminator = "\n"
+
+    def __init__(
+        self, path: Path, max_bytes: int | None = None, keep: int = 5, who: str | None = None
+    ) -> None:
+        super().__init__()
+        self.baseFilename = os.path.abspath(path)
         self.max_bytes = max_bytes
         self.keep = keep
-        self.tell = tell  # say on stderr when lines cannot be written (the node's processes: one says it)
+        self.who = who
+        self.stream: io.RawIOBase | None = None
         self._next_check = time.monotonic() + REOPEN_CHECK_S
         self._opened: tuple[int, int] | None = None
         self.dropped = 0  # lines this handler could not write
         self._failing = False  # the last write failed, and stderr has been told
+        # Opened here, where a file that cannot be opened (a directory in its place, a file
+        # another user made) is said as a full disk is, not raised out of a worker's start.
         self._open_stream()
 
     def _open_stream(self) -> bool:
@@ -174,14 +191,14 @@ class ReopeningFileHandler(logging.FileHandler):
             return False
         return True
 
-    def _open(self) -> io.TextIOWrapper:
-        """The file, for appending; a symbolic link in its place is not followed: in a log
-        folder another user may write, their link would have this process append to any file
-        of its user's."""
+    def _open(self) -> io.FileIO:
+        """The file, for appending, unbuffered; a symbolic link in its place is not followed: in
+        a log folder another user may write, their link would have this process append to any
+        file of its user's."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(self.baseFilename, flags, 0o666)
         try:
-            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+            return io.FileIO(fd, "a")
         except BaseException:
             os.close(fd)
             raise
@@ -200,10 +217,44 @@ class ReopeningFileHandler(logging.FileHandler):
         if self.stream is None and not self._open_stream():  # tried again at every line
             self.dropped += 1
             return
-        dropped = self.dropped
-        super().emit(record)  # a failed write ends in handleError, which counts it
-        if self.dropped == dropped:
-            self._failing = False  # written again: a later failure is told again
+        try:
+            line = (self.format(record) + self.terminator).encode("utf-8", "backslashreplace")
+        except Exception:  # a record that cannot be formatted is the caller's bug: logging says it
+            self.handleError(record)
+            return
+        try:
+            self._append(line)
+        except OSError as exc:
+            self.dropped += 1
+            self._cannot_write(exc)
+            return
+        self._failing = False  # written again: a later failure is told again
+
+    def _append(self, line: bytes) -> None:
+        """Write ``line`` whole, or nothing of it.
+
+        Raises:
+            OSError: it could not be written (what was written of it is taken back).
+        """
+        assert self.stream is not None, "written only while open"
+        written = self.stream.write(line)
+        if written is None or written >= len(line):
+            return
+        self._take_back(self.stream, written)
+        # The kernel gives no reason for a short write; on a regular file it is the disk (or a quota) full.
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    @staticmethod
+    def _take_back(stream: io.RawIOBase, written: int) -> None:
+        """Cut off the ``written`` bytes of a line the disk took only part of, if they are still
+        the file's last: with O_APPEND the descriptor's offset is the end of that write."""
+        try:
+            fd = stream.fileno()
+            end = os.lseek(fd, 0, os.SEEK_CUR)
+            if os.fstat(fd).st_size == end:
+                os.ftruncate(fd, end - written)
+        except OSError:  # the file gone or unwritable: nothing more to do about that line
+            pass
 
     def handleError(self, record: logging.LogRecord) -> None:
         """A line that cannot be written is dropped and counted; stderr hears of it once."""
@@ -214,40 +265,42 @@ class ReopeningFileHandler(logging.FileHandler):
         self.dropped += 1
         self._cannot_write(exc)
 
-    def flush(self) -> None:
-        """What is buffered, written; a full disk drops it, as :meth:`handleError` does a line
-        (it raised out of a run's last log line, its logging handed back, as a traceback)."""
-        try:
-            super().flush()
-        except OSError as exc:
-            self.dropped += 1  # the buffered lines (at least one): emit sees the write failed
-            self._cannot_write(exc)
-
     def close(self) -> None:
+        """Close the file (idempotent); a failure is said as a failed write is, not raised (it
+        raised out of a run's last log line, its logging handed back, as a traceback)."""
+        self.acquire()
+        stream, self.stream = self.stream, None
         try:
-            super().close()  # the stream's own close flushes once more, and is closed even so
+            if stream is not None:
+                stream.close()
         except OSError as exc:
-            self.dropped += 1
             self._cannot_write(exc)
+        finally:
+            self.release()
+            super().close()
 
     def _cannot_write(self, exc: OSError) -> None:
-        if self._failing or not self.tell:
+        if self._failing:
             return
         self._failing = True
+        who = "" if self.who is None else f" ({self.who})"
         try:
             sys.stderr.write(
                 f"troupe: cannot write the log file {self.baseFilename} ({_reason(exc)}); "
-                "its lines are dropped until it can be written\n"
+                f"its lines are dropped until it can be written{who}\n"
             )
         except (OSError, ValueError):  # stderr gone too: nothing left to tell
             pass
 
     def _follow_rotation(self) -> None:
         path = Path(self.baseFilename)
-        if self.max_bytes is not None and self.stream is not None:
-            self.stream.flush()
-            if os.fstat(self.stream.fileno()).st_size >= self.max_bytes:
-                rotate(path, self.keep)
+        stream = self.stream
+        if (
+            self.max_bytes is not None
+            and stream is not None
+            and os.fstat(stream.fileno()).st_size >= self.max_bytes
+        ):
+            rotate(path, self.keep)
         try:
             current: tuple[int, int] | None = _ident(path.stat())
         except FileNotFoundError:

@@ -114,7 +114,6 @@ def configure_logging(
     level: str = "info",
     rotate_at_bytes: int | None = None,
     keep: int = 5,
-    tell_unwritable: bool = True,
 ) -> Path | None:
     """Configure structlog for this process.
 
@@ -127,8 +126,6 @@ def configure_logging(
         rotate_at_bytes: this process is the file's only writer and rotates it at this size
             itself (the master); None (a node's processes) leaves rotating to the node process.
         keep: rotated files kept when this process rotates.
-        tell_unwritable: say on stderr when the file cannot be written (a full disk); a node's
-            workers and supervisor leave that to the node, whose file they write too.
 
     Returns:
         The log file path, or None.
@@ -162,7 +159,7 @@ def configure_logging(
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_file(log_dir, node)
-        file_handler = ReopeningFileHandler(path, rotate_at_bytes, keep, tell=tell_unwritable)
+        file_handler = ReopeningFileHandler(path, rotate_at_bytes, keep, who=f"process {process}")
         file_handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(
                 processors=[

@@ -290,9 +290,7 @@ def main() -> None:
     )
     name_process(f"troupe worker {spec.process} (node {spec.node})", spec.process)
     set_role("worker")
-    log_file = configure_logging(
-        spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level, tell_unwritable=False
-    )
+    log_file = configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any
         try:

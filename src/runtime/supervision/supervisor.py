@@ -342,9 +342,7 @@ def main() -> None:
         "the supervisor is started by its node (`troupe node start`)",
     )
     name_process(f"troupe supervisor (node {spec.node})", "troupe-sup")
-    configure_logging(
-        spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level, tell_unwritable=False
-    )
+    configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
     try:
         install_from_env()  # the node's keys, if it has any
         anyio.run(serve_supervisor, spec, backend="asyncio", backend_options={"use_uvloop": True})
