@@ -15,13 +15,15 @@ from typing import Any
 
 import structlog
 
+from .log_json import strict_json
+
 __all__ = ["PROCESSORS", "by_troupe", "route_through_stdlib"]
 
 PROCESSORS: list[Any] = [
     structlog.stdlib.filter_by_level,
     structlog.stdlib.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
-    structlog.processors.JSONRenderer(),
+    structlog.processors.JSONRenderer(serializer=strict_json),
 ]
 """The processors troupe configures structlog with for a program (their identity says so)."""
 

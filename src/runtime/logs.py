@@ -17,6 +17,9 @@ The node process rotates that file by size and every process follows the rotatio
 (:mod:`troupe.runtime.log_files`); the node also publishes each line on its log stream
 (:mod:`troupe.runtime.log_publisher`), as a master started on its own does its own file's.
 ``configure_logging`` is called only by entry points (the CLI, the worker main).
+
+Every line is strict JSON (:mod:`troupe.runtime.log_json`: a float that is not finite is
+written as a string).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import structlog
 
 from .library_logging import by_troupe, route_through_stdlib
 from .log_files import ReopeningFileHandler
+from .log_json import strict_json
 
 __all__ = [
     "LOG_LEVELS",
@@ -165,7 +169,7 @@ def configure_logging(
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.dict_tracebacks,
-                    structlog.processors.JSONRenderer(),
+                    structlog.processors.JSONRenderer(serializer=strict_json),
                 ],
                 foreign_pre_chain=shared,
             )
