@@ -9,6 +9,10 @@ at the master's endpoint. The master is asked again every :data:`REASK_S`: a nod
 is connected, and a node or master that restarted on another port is connected there (ZeroMQ
 reconnects by itself to an endpoint that comes back).
 
+The history (``-n N``) is the last N lines of the nodes and the master together, taken in turns
+(:func:`latest_in_turns`): each one's latest line, then each one's line before it, and so on,
+so that a host whose clock is ahead does not push every other host out of it.
+
 Each node's lines are numbered within its incarnation. The first line from an incarnation,
 and a gap in the numbers (lines the stream dropped for a slow reader, or sent before the
 subscription took), make the reader fetch what it missed from the node's ``log_recent``
@@ -22,7 +26,7 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import zmq
@@ -37,7 +41,7 @@ from .cli_runtime import cli_runtime
 from .log_filters import parse_record
 from .master_client import keys_hint
 
-__all__ = ["REASK_S", "WINDOW_S", "ClusterLogs", "ReorderBuffer"]
+__all__ = ["REASK_S", "WINDOW_S", "ClusterLogs", "ReorderBuffer", "latest_in_turns", "stamped"]
 
 REASK_S = 1.0
 WINDOW_S = 0.3
@@ -45,6 +49,43 @@ _CALL_S = 5.0
 
 Accept = Callable[[str, str], bool]  # (line, node) -> shown?
 Emit = Callable[[str, str], None]  # (node, line)
+T = TypeVar("T")
+
+
+def stamped(lines: list[str], last: str = "") -> list[tuple[str, str]]:
+    """``(timestamp, line)`` of each of one source's lines; a line without one (not JSON) takes
+    the stamp of the line before it (``last`` before the first)."""
+    out = []
+    for line in lines:
+        rec = parse_record(line)
+        stamp = rec.get("timestamp") if rec is not None else None
+        last = stamp if isinstance(stamp, str) else last
+        out.append((last, line))
+    return out
+
+
+def latest_in_turns(sources: list[list[tuple[str, T]]], n: int) -> list[T]:
+    """The last ``n`` of several sources' stamped lines (each oldest first), in time order.
+
+    The lines are taken in turns: every source's last line, then every source's line before
+    it, and so on, the newer first within a turn. A timestamp is its host's own clock: taking
+    the newest ``n`` of all of them showed only the host whose clock was ahead. Then they are
+    interleaved by timestamp: a stable sort, not a merge, for the lines of one file written by
+    several processes may be a little out of time order themselves.
+    """
+    if n <= 0:
+        return []
+    turns = [  # (turn, stamp, source, position): turn 0 is each source's last line
+        (len(lines) - 1 - pos, stamp, s, pos)
+        for s, lines in enumerate(sources)
+        for pos, (stamp, _) in enumerate(lines)
+    ]
+    turns.sort(key=lambda t: t[1], reverse=True)  # the newer first within a turn...
+    turns.sort(key=lambda t: t[0])  # ...turn by turn (a stable sort keeps the first order)
+    chosen = {(s, pos) for _, _, s, pos in turns[:n]}
+    picked = [line for s, lines in enumerate(sources) for pos, line in enumerate(lines) if (s, pos) in chosen]
+    picked.sort(key=lambda sl: sl[0])
+    return [item for _, item in picked]
 
 
 @dataclass(order=True)
@@ -166,20 +207,18 @@ class ClusterLogs:
                 "master's endpoint; a node's log is followed with --logs DIR on its host)"
             )
         self._connect(sub, status)
-        found: list[tuple[str, str]] = []
+        found: dict[str, list[str]] = {}
         async with anyio.create_task_group() as tg:
             for node, stream in self._streams.items():
                 tg.start_soon(self._fetch_history, runtime, node, stream, found)
-        history = ReorderBuffer()
-        for node, line in found:
-            history.add(node, line)
-        for node, line in (
-            history.release(everything=True)[len(found) - self.history :] if self.history else []
+        for node, line in latest_in_turns(
+            [[(stamp, (node, line)) for stamp, line in stamped(found[node])] for node in sorted(found)],
+            self.history,
         ):
             emit(node, line)
 
     async def _fetch_history(
-        self, runtime: Runtime, node: str, stream: _NodeStream, found: list[tuple[str, str]]
+        self, runtime: Runtime, node: str, stream: _NodeStream, found: dict[str, list[str]]
     ) -> None:
         reply = await self._recent(runtime, node, 0, RECENT_LINES if self.history else 0)
         if reply is None:
@@ -187,7 +226,7 @@ class ClusterLogs:
             return
         stream.incarnation, stream.last = str(reply["incarnation"]), int(reply["seq"])
         lines = [line for _, line in reply["lines"] if self.accept(line, node)]
-        found.extend((node, line) for line in lines[len(lines) - self.history :] if self.history)
+        found[node] = lines[len(lines) - self.history :] if self.history else []
 
     async def _recent(self, runtime: Runtime, node: str, after: int, limit: int) -> dict[str, Any] | None:
         endpoint = self._node_endpoints.get(node)

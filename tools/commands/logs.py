@@ -2,16 +2,18 @@
 
 With ``--master`` (or ``TROUPE_MASTER``) it follows the log stream of every node of the cluster
 and the master's own (:mod:`troupe.cli.log_stream`): the history (``-n``) is the last lines they
-keep in memory, then new lines arrive as they log them, interleaved by timestamp, a node or
+keep in memory (taken from each in turns), then new lines arrive as they log them, interleaved
+by timestamp (each host's own clock), a node or
 master that restarts, or a node that joins, is picked up. The stream drops lines a reader cannot
 keep up with; the files are the complete record.
 
 Without it (or with ``--logs``) it reads the files under a logs directory, which is also how the
 logs of a stopped cluster are read: the history is the last lines of all the files together,
-rotated ones included (``<node>.jsonl.1`` ...), interleaved by their ``timestamp`` as one log
-would be; following then prints new lines as they arrive, each poll's batch in timestamp order,
-across rotations. A line that is not JSON (or has no timestamp) keeps its place after the line
-before it in its file.
+rotated ones included (``<node>.jsonl.1`` ...), taken from the files in turns so that every node
+is in it (a timestamp is its host's own clock: the newest lines overall were all of the host
+whose clock is ahead), interleaved by their ``timestamp`` as one log would be; following then
+prints new lines as they arrive, each poll's batch in timestamp order, across rotations. A line
+that is not JSON (or has no timestamp) keeps its place after the line before it in its file.
 
 Filters (``--node``, ``--actor``, ``--task``, ``--level``, see :mod:`troupe.cli.log_filters`)
 apply in both modes; ``--json`` prints the lines unchanged. SIGINT, SIGTERM and SIGHUP stop at
@@ -33,7 +35,7 @@ from rich.console import Console
 
 from troupe.cli.client import endpoint_option, fail, run_async
 from troupe.cli.log_filters import LogFilter, format_line, parse_record, readable
-from troupe.cli.log_stream import ClusterLogs
+from troupe.cli.log_stream import ClusterLogs, latest_in_turns
 from troupe.cli.master_client import unreachable_why
 from troupe.cli.stop_signals import heeded_signals
 from troupe.runtime.log_files import FileFollower, history_files, last_lines
@@ -133,14 +135,11 @@ def _tail_files(log_dir: Path, follow: bool, lines: int, keep: LogFilter, show: 
     sources: dict[Path, _Source] = {}
     previous = {s: signal.signal(s, _stop) for s in heeded_signals()}
     try:
-        history: list[tuple[str, str]] = []
+        history: list[list[tuple[str, str]]] = []
         for path in sorted(log_dir.glob("*.jsonl")):
             src = sources[path] = _Source(path, at_end=lines == 0)
-            history.extend(_file_history(src, lines, keep))
-        # A stable sort, not a merge: lines of one file written by several processes may be
-        # a little out of time order themselves.
-        history.sort(key=lambda sl: sl[0])
-        for _, line in history[len(history) - lines :] if lines else []:
+            history.append(_file_history(src, lines, keep))
+        for line in latest_in_turns(history, lines):
             show(line)
         while follow:
             for path in log_dir.glob("*.jsonl"):
@@ -202,7 +201,11 @@ def tail(
         bool, typer.Option("--follow/--no-follow", "-f", help="Keep waiting for new lines.")
     ] = True,
     lines: Annotated[
-        int, typer.Option("-n", help="Lines of history to show first, from all nodes, in time order.")
+        int,
+        typer.Option(
+            "-n",
+            help="Lines of history to show first, from all nodes (taken in turns), in time order.",
+        ),
     ] = 20,
     keys: KeysOption = None,
 ) -> None:
