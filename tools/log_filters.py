@@ -13,12 +13,17 @@ A line that is not a JSON object has none of those fields: ``--actor``, ``--task
 ``--level`` leave it out; without them it is shown as it is. Log text is hostile (it may hold
 ``[bold]`` or escape codes meant for a terminal), so the readable form is printed as plain rich
 :class:`~rich.text.Text`, never parsed as markup, with control characters shown as ``\\x1b``.
+A record is one line: a newline in a value is written ``\\n`` (an error text holding a newline
+and a made-up record printed as a record of its own); only a ``traceback`` or ``exception``
+field is printed on the lines below it, each indented, an ``exception`` (structlog's list of
+frames) as a Python traceback.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +39,8 @@ _RANK = {name: rank for rank, name in enumerate(LEVELS)} | {
     "fatal": 4,
 }
 _KEYS_FIRST = ("timestamp", "level", "node", "process", "actor", "event")
+_BLOCKS = ("traceback", "exception")  # printed below the record, indented
+_INDENT = "    "
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _STYLES = {"debug": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
 
@@ -126,13 +133,57 @@ class LogFilter:
 
 
 def format_line(line: str) -> str:
-    """Render one JSON log line compactly; a line that is not JSON is shown as it is."""
+    """Render one JSON log line compactly; a line that is not JSON is shown as it is.
+
+    The record's own line holds no newline (see the module); its ``traceback`` or ``exception``
+    follows on lines of its own, indented.
+    """
     rec = parse_record(line)
     if rec is None:
         return line.rstrip("\n")
-    head = " ".join(str(rec.pop(k)) for k in _KEYS_FIRST if k in rec)
-    rest = " ".join(f"{k}={v}" for k, v in rec.items())
-    return f"{head} {rest}".rstrip()
+    blocks = [_block(rec.pop(k)) for k in _BLOCKS if k in rec]
+    head = " ".join(_inline(rec.pop(k)) for k in _KEYS_FIRST if k in rec)
+    rest = " ".join(f"{_inline(k)}={_inline(v)}" for k, v in rec.items())
+    text = f"{head} {rest}".rstrip()
+    return "".join([text, *("\n" + textwrap.indent(b, _INDENT, lambda _: True) for b in blocks if b)])
+
+
+def _inline(value: Any) -> str:
+    """``value`` as text on one line."""
+    return str(value).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _block(value: Any) -> str:
+    """A ``traceback`` or ``exception`` field as the lines of a traceback."""
+    if isinstance(value, list) and all(isinstance(stack, dict) for stack in value):
+        return _traceback(value)
+    return str(value).rstrip("\n")
+
+
+def _traceback(stacks: list[dict[str, Any]]) -> str:
+    """structlog's exception dicts (the raised exception first, then its causes) as Python
+    prints them: the first cause first."""
+    parts: list[str] = []
+    previous: dict[str, Any] | None = None  # the exception printed last: a cause of this one
+    for stack in reversed(stacks):
+        if previous is not None:
+            parts.append(
+                "\nThe above exception was the direct cause of the following exception:\n"
+                if previous.get("is_cause")
+                else "\nDuring handling of the above exception, another exception occurred:\n"
+            )
+        parts.append("Traceback (most recent call last):")
+        for frame in stack.get("frames") or ():
+            if isinstance(frame, dict):
+                where = (
+                    f'  File "{frame.get("filename")}", line {frame.get("lineno")}, in {frame.get("name")}'
+                )
+                parts.append(_inline(where))
+        value = stack.get("exc_value")
+        parts.append(_inline(f"{stack.get('exc_type')}: {value}" if value else stack.get("exc_type")))
+        parts.extend(_inline(note) for note in stack.get("exc_notes") or ())
+        previous = stack
+    return "\n".join(parts)
 
 
 def visible(text: str) -> str:

@@ -52,6 +52,12 @@ __all__ = [
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+# ``log.exception``'s ``exception`` field: structlog's frames, without their local variables
+# (``dict_tracebacks`` keeps them: an item's payload, a runtime's repr, in every such line).
+_EXCEPTION_FRAMES = structlog.processors.ExceptionRenderer(
+    structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+)
+
 
 def check_log_level(level: str) -> str:
     """``level`` as given, if it is one of ``LOG_LEVELS`` (any case).
@@ -168,7 +174,7 @@ def configure_logging(
             structlog.stdlib.ProcessorFormatter(
                 processors=[
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.dict_tracebacks,
+                    _EXCEPTION_FRAMES,
                     structlog.processors.JSONRenderer(serializer=strict_json),
                 ],
                 foreign_pre_chain=shared,
