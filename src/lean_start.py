@@ -6,10 +6,16 @@ as ``python -m`` would, after importing structlog with rich hidden. structlog's 
 with them, whenever rich is installed: about 12 MiB resident in every process. A worker or a
 supervisor logs JSON lines and has no console, so the node starts them through here. rich is
 importable again afterwards: an actor that uses it gets it.
+
+The current folder is on its ``sys.path`` whatever the environment says: a user's stage
+modules are looked for there (README, "Your own pipeline"), and ``python -m`` puts it there
+only without ``PYTHONSAFEPATH`` (or ``-P``). The class check (``core/loading.py``) finds
+modules the same way.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import warnings
@@ -24,6 +30,7 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m troupe.lean_start MODULE [ARGS...]")
     target = sys.argv[1]
+    _current_folder_on_path()
     if _HIDDEN not in sys.modules:
         sys.modules[_HIDDEN] = None  # type: ignore[assignment]  # None: `import rich` fails
         try:
@@ -38,6 +45,18 @@ def main() -> None:
         "ignore", message=r".*found in sys\.modules after import of package", category=RuntimeWarning
     )
     runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+def _current_folder_on_path() -> None:
+    """Put the current folder first on ``sys.path``, as ``python -m`` does unless
+    ``PYTHONSAFEPATH`` is set: the run's own modules were then not found in the folder the
+    error said it looked in."""
+    try:
+        here = os.getcwd()
+    except OSError:  # a deleted folder: nothing there to import
+        return
+    if here not in sys.path:
+        sys.path.insert(0, here)
 
 
 if __name__ == "__main__":

@@ -73,3 +73,17 @@ def test_troupe_run_runs_the_example_from_its_folder_and_reports_json(tmp_path: 
     again = subprocess.run(run, cwd=work, capture_output=True, text=True, timeout=280)
     assert again.returncode == 0, again.stderr
     assert "already complete:" in again.stdout and "signals in" in again.stdout
+
+
+@pytest.mark.timeout(300)
+def test_troupe_run_finds_the_stages_in_its_folder_with_pythonsafepath_set(tmp_path: Path) -> None:
+    """``PYTHONSAFEPATH=1`` keeps ``python -m`` from putting the current folder on the path of
+    the processes troupe starts: the example was refused as 'No module named stages', looked for
+    in the folder that held stages.py. ev 12"""
+    work = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("__pycache__", "test_*"))
+    run = [sys.executable, "-m", "troupe.cli.main", "run", "pipeline.toml", "--items", "4", "--out", "out"]
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    done = subprocess.run(run, cwd=work, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(json.loads((work / "out" / "signals" / "index.json").read_text())["items"]) >= 1

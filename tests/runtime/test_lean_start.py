@@ -53,3 +53,21 @@ def test_a_module_its_package_imports_runs_without_runpy_s_warning_on_stderr(tmp
     done = _run(["lean_pkg.child"], tmp_path)
     assert done.returncode == 3
     assert done.stderr == ""
+
+
+def test_the_current_folder_is_on_the_path_even_with_pythonsafepath(tmp_path: Path) -> None:
+    """A user's stage modules are looked for in the current folder: with ``PYTHONSAFEPATH`` set,
+    ``python -m`` leaves it off, and the own-pipeline example was refused as 'No module named
+    stages' (looked for in the current folder, which held stages.py). ev 12"""
+    (tmp_path / "lean_here.py").write_text("print('found')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "troupe.lean_start", "lean_here"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONSAFEPATH="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "found\n"

@@ -144,11 +144,14 @@ def test_missing_class_and_non_actor(tmp_path: Path) -> None:
     assert "is not a subclass of troupe.runtime.core.actor.Actor" in _node_with(tmp_path, "pathlib:Path")
 
 
+@pytest.mark.parametrize("safe_path", ["", "1"])
 def test_actor_classes_import_from_the_current_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, safe_path: str
 ) -> None:
-    """As in a worker (python -m puts the current directory first), a module in cwd imports;
-    what it prints while importing does not confuse the check, and it stays out of this process."""
+    """As in a worker, a module in cwd imports, with ``PYTHONSAFEPATH`` set too (which keeps
+    ``python -m`` from putting the cwd on the path: ev 12); what it prints while importing does
+    not confuse the check, and it stays out of this process."""
+    monkeypatch.setenv("PYTHONSAFEPATH", safe_path)
     (tmp_path / "troupe_test_cwd_actor.py").write_text(
         "print('{not json')\nfrom troupe.runtime import Actor\n\nclass Mine(Actor):\n    pass\n"
     )
