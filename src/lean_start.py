@@ -7,10 +7,11 @@ with them, whenever rich is installed: about 12 MiB resident in every process. A
 supervisor logs JSON lines and has no console, so the node starts them through here. rich is
 importable again afterwards: an actor that uses it gets it.
 
-The current folder is on its ``sys.path`` whatever the environment says: a user's stage
-modules are looked for there (README, "Your own pipeline"), and ``python -m`` puts it there
-only without ``PYTHONSAFEPATH`` (or ``-P``). The class check (``core/loading.py``) finds
-modules the same way.
+The current folder is on its ``sys.path``, after the installed packages, whatever the
+environment says: a user's stage modules are looked for there (README, "Your own pipeline"),
+but a scratch ``torch.py`` there is not troupe's torch. Its processes are started with ``-P``
+(:func:`argv`), so that ``python -m`` does not put the folder first, and this puts it last.
+The class check finds modules the same way (``runtime/core/current_folder.py``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ import runpy
 import sys
 import warnings
 
-__all__ = ["main"]
+__all__ = ["argv", "main"]
 
 _HIDDEN = "rich"
+
+
+def argv(module: str) -> list[str]:
+    """How troupe starts a process that runs ``module``: ``-P``, the current folder is not
+    put ahead of the installed packages (this module puts it after them)."""
+    return [sys.executable, "-P", "-m", "troupe.lean_start", module]
 
 
 def main() -> None:
@@ -48,15 +55,15 @@ def main() -> None:
 
 
 def _current_folder_on_path() -> None:
-    """Put the current folder first on ``sys.path``, as ``python -m`` does unless
-    ``PYTHONSAFEPATH`` is set: the run's own modules were then not found in the folder the
-    error said it looked in."""
+    """Put the current folder last on ``sys.path``, with or without ``PYTHONSAFEPATH`` (which
+    kept the run's own modules out of the folder the error said it looked in). First, as
+    ``python -m`` put it, a stray ``torch.py`` there ran in every worker as torch."""
     try:
         here = os.getcwd()
     except OSError:  # a deleted folder: nothing there to import
         return
-    if here not in sys.path:
-        sys.path.insert(0, here)
+    if here not in sys.path:  # there already: the user put it on PYTHONPATH
+        sys.path.append(here)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ import contextlib
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from troupe.lean_start import argv as lean_argv
 
 __all__ = [
     "CHECKS_ENV",
@@ -52,8 +53,9 @@ CHECK_ONLY_ENV = "TROUPE_TEMPLATE_CHECK_ONLY"
 
 
 def template_argv() -> list[str]:
-    """How a template is started, by a node or ahead of it: without rich (``lean_start``)."""
-    return [sys.executable, "-m", "troupe.lean_start", "troupe.runtime.node.template"]
+    """How a template is started, by a node or ahead of it: without rich, with the current
+    folder after the installed packages (``lean_start``)."""
+    return lean_argv("troupe.runtime.node.template")
 
 
 @dataclass

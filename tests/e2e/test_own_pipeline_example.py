@@ -87,3 +87,31 @@ def test_troupe_run_finds_the_stages_in_its_folder_with_pythonsafepath_set(tmp_p
     done = subprocess.run(run, cwd=work, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert len(json.loads((work / "out" / "signals" / "index.json").read_text())["items"]) >= 1
+
+
+@pytest.mark.timeout(300)
+def test_troupe_run_imports_the_installed_packages_not_their_names_in_its_folder(tmp_path: Path) -> None:
+    """A scratch ``msgpack.py`` or ``torch.py`` beside stages.py: the processes troupe starts put
+    the folder first (``python -m``), so it ran in every worker, which failed deep in troupe
+    ('module msgpack has no attribute Packer'). Its stages still import from there. ev 5"""
+    work = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("__pycache__", "test_*"))
+    for name in ("msgpack", "torch"):
+        (work / f"{name}.py").write_text(f"raise SystemExit('the scratch {name}.py ran')\n")
+    # -P: as the console script, which has its own folder on its path, not this one
+    run = [
+        sys.executable,
+        "-P",
+        "-m",
+        "troupe.cli.main",
+        "run",
+        "pipeline.toml",
+        "--items",
+        "4",
+        "--out",
+        "out",
+    ]
+    done = subprocess.run(run, cwd=work, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "scratch" not in done.stdout + done.stderr
+    assert len(json.loads((work / "out" / "signals" / "index.json").read_text())["items"]) >= 1

@@ -7,19 +7,24 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 __all__ = ["troupe_in_session"]
 
 
-def troupe_in_session(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """``troupe ARGS`` to its end, within ``timeout`` (a bound against a hang, not a measure)."""
+def troupe_in_session(
+    *args: str, timeout: float = 120.0, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``troupe ARGS`` to its end, within ``timeout`` (a bound against a hang, not a measure),
+    in ``cwd``, with ``env`` added to this process's environment."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "troupe.cli.main", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -3,8 +3,9 @@
 :func:`check_node_actors` and :func:`check_stage_actors` import every class a config names
 before anything starts, and check that its constructor takes the config's kwargs, so that a
 typo is one line at the command instead of a worker that restarts until it is given up on.
-They import in a child process started the way a worker is (``python -m troupe.lean_start``,
-same environment and directory, so the same ``sys.path``): what imports there imports in the
+They import in a child process started the way a worker is (``python -P -m troupe.lean_start``,
+same environment and directory, so the same ``sys.path``: the current folder after the installed
+packages, ``current_folder.py``): what imports there imports in the
 workers, and the command's own process stays lean (an actor module may pull in torch or
 initialise a GPU, which has no business in a node).
 """
@@ -25,10 +26,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from troupe.lean_start import argv as lean_argv
 from troupe.runtime.errors import ConfigError
 
 from .actor import Actor
 from .config_messages import short_repr
+from .current_folder import find_spec_as_children_do, hidden_module_hint
 from .kwargs_values import json_safe, kwargs_values_problem
 from .process_role import set_role
 
@@ -85,14 +88,19 @@ def load_actor_class(path: str, base: type[Actor] = Actor) -> type[Actor]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a module that raises while importing is as broken as a missing one
-        raise ConfigError(f"cannot import {path!r}: {_reason(exc)}{_where_hint(exc, module_name)}") from exc
+        hint = _where_hint(exc, module_name) or (
+            hidden_module_hint(module_name) if isinstance(exc, ModuleNotFoundError) else ""
+        )
+        raise ConfigError(f"cannot import {path!r}: {_reason(exc)}{hint}") from exc
     cls = getattr(module, attr, None)
     # "pkg.module": no class named. Once the module is imported (by anything in this process)
     # its package holds it as an attribute, so a found module says the same as a missing one.
     if not sep and (inspect.ismodule(cls) or (cls is None and _is_module(path))):
         raise ConfigError(f"actor class {path!r} names a module, not a class: write it as '{path}:ClassName'")
     if cls is None:
-        raise ConfigError(f"cannot import {path!r}: module {module_name!r} has no {attr!r}")
+        raise ConfigError(
+            f"cannot import {path!r}: module {module_name!r} has no {attr!r}{hidden_module_hint(module_name)}"
+        )
     if not isinstance(cls, type):
         raise ConfigError(f"{path!r} is not a class (found {short_repr(cls)})")
     if not issubclass(cls, base):
@@ -134,7 +142,7 @@ def check_node_preload(cfg: NodeConfig, source: str) -> None:
         module = entry.partition(":")[0]
         top = module.partition(".")[0]
         try:
-            found = bool(top) and _find_spec_as_children_do(top) is not None
+            found = bool(top) and find_spec_as_children_do(top) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
@@ -175,28 +183,12 @@ def installed_here(checks: Sequence[Check]) -> list[Check]:
         path = check[1]
         module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
         try:
-            found = bool(module) and _find_spec_as_children_do(module) is not None
+            found = bool(module) and find_spec_as_children_do(module) is not None
         except Exception:  # a package that fails to import: the nodes' own import says why
             found = False
         if found:
             kept.append(check)
     return kept
-
-
-def _find_spec_as_children_do(name: str) -> importlib.machinery.ModuleSpec | None:
-    """``importlib.util.find_spec(name)`` with the current folder first on the path, as in the
-    processes troupe starts (``python -m``): this one, a console script, has its own folder
-    there instead, and refused a module of the folder the node started in as not installed."""
-    here = os.getcwd()
-    added = here not in sys.path
-    if added:
-        sys.path.insert(0, here)
-    try:
-        return importlib.util.find_spec(name)
-    finally:
-        if added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(here)
 
 
 def first_failure(
@@ -331,7 +323,7 @@ async def check_stage_actors_async(cfg: PipelineConfig, source: str, installed_o
     _PASSED.add(key)
 
 
-_CHILD = (sys.executable, "-m", "troupe.lean_start", "troupe.runtime.core.loading")
+_CHILD = tuple(lean_argv("troupe.runtime.core.loading"))
 
 
 def _passed_key(checks: Sequence[Check]) -> tuple[object, ...] | None:

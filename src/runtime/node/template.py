@@ -1,6 +1,6 @@
 """The template process: a fork server that starts a node's workers without their imports.
 
-Started by the node (``template_link.py``) as ``python -m troupe.lean_start
+Started by the node (``template_link.py``) as ``python -P -m troupe.lean_start
 troupe.runtime.node.template`` with one end of a ``SOCK_SEQPACKET`` socket pair as fd
 ``$TROUPE_TEMPLATE_FD``. It imports what a worker imports (``worker_process`` and its
 dependencies, uvloop, anyio's asyncio backend) and the modules the node names (its actor

@@ -28,6 +28,7 @@ import anyio.abc
 import structlog
 from anyio.abc import Process
 
+from troupe.lean_start import argv as lean_argv
 from troupe.template_prestart import template_argv
 
 from .child import child_env
@@ -416,14 +417,15 @@ async def start_child(
     template: TemplateLink | None, main: str, env: dict[str, str], modules: Iterable[str] = ()
 ) -> tuple[Process, str]:
     """Start a child of the node that runs ``main`` (a key of ``MAINS``): forked from
-    ``template`` when it can, else spawned as ``python -m troupe.lean_start`` (no rich); with
+    ``template`` when it can, else spawned as ``python -P -m troupe.lean_start`` (no rich, the
+    current folder after the installed packages); with
     how it started, ``"fork"`` or ``"spawn"``. A worker's stderr is a pipe the node reads
     (``WorkerHandle.wait`` keeps its tail); the supervisor writes to the node's own."""
     forked = None if template is None else await template.launch(env, modules, main)
     if forked is not None:
         return forked, "fork"
     process = await anyio.open_process(
-        [sys.executable, "-m", "troupe.lean_start", MAINS[main]],
+        lean_argv(MAINS[main]),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=None,

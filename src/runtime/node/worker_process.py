@@ -1,6 +1,6 @@
 """The worker process: one event loop (uvloop), one ZeroMQ mailbox, the actors it hosts.
 
-Started by its node as ``python -m troupe.lean_start troupe.runtime.node.worker_process`` (``-m``, lighter:
+Started by its node as ``python -P -m troupe.lean_start troupe.runtime.node.worker_process`` (lighter:
 see lean_start) with its launch spec in the environment variable ``TROUPE_WORKER_SPEC`` (JSON).
 It binds its mailboxes on free ports of the node's own host address (``bind``: loopback for a
 loopback node, the host's address for a node other hosts reach; see reach.py), starts its

@@ -1,6 +1,6 @@
 """The supervisor: one per node, its own process, out of band. It kills hung workers.
 
-Started by the node as ``python -m troupe.lean_start troupe.runtime.supervision.supervisor`` (see
+Started by the node as ``python -P -m troupe.lean_start troupe.runtime.supervision.supervisor`` (see
 lean_start) with its launch spec (JSON) in ``TROUPE_SUPERVISOR_SPEC``. It binds a UDP heartbeat
 port on 127.0.0.1 (the port of its predecessor when the node restarts it, so that running
 workers keep beating to the right place) and a ZeroMQ mailbox, then tells the node both with
