@@ -297,6 +297,8 @@ def check_run(
     from troupe.runtime.pipeline.run_outcome import completed_run
 
     unusable = writable_problem(out, "--out")  # first: a path that cannot be resolved (a loop)
+    if unusable is None:
+        unusable = _journal_length_problem(out)
     if unusable is None and completed_run(out) is None:  # a finished run's rerun writes nothing
         unusable = full_disk_problem(out, "--out")
     if unusable is not None:
@@ -349,6 +351,20 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
     if (absent := unreachable_why(master, "master")) is not None:
         start = "start one with `troupe master start`, or give the endpoint of the running one"
         raise fail(f"--cluster: {what_to_do(absent, start)}", 1)
+
+
+def _journal_length_problem(out: Path) -> str | None:
+    """Why the run's journal in ``out`` is a path too long for SQLite, or None: the run failed
+    as it opened it, advised to check the path was writable, leaving ``.troupe/`` behind."""
+    from troupe.runtime.pipeline.run_dir import RunDir
+    from troupe.runtime.tasks.journal_path import path_length_problem
+
+    run_dir = RunDir(out)
+    too_long = path_length_problem(run_dir.journal_path)
+    if too_long is None:
+        return None
+    journal = run_dir.journal_path.relative_to(out)
+    return f"--out {out}: the run's journal there ({journal}) would be {too_long}: use a shorter --out"
 
 
 def _run_log_problems(out: Path) -> tuple[str | None, str | None]:

@@ -73,6 +73,7 @@ from .book import TaskBook
 from .journal_check import bad_row, check_rows
 from .journal_errors import translated
 from .journal_lock import JournalLock, lock_path
+from .journal_path import path_length_problem
 from .journal_rows import SELECT_TASKS, job_policy, noted, stored_job_digest, task_rows
 from .journal_schema import (
     APPLICATION_ID,
@@ -169,11 +170,14 @@ class Journal:
 
         Raises:
             JournalBusy: another process (or another open journal object) holds the journal.
-            JournalError: the file is missing (and ``create`` is False), is not a SQLite
+            JournalError: the path is too long for SQLite (``journal_path.py``), the file is
+                missing (and ``create`` is False), is not a SQLite
                 database, is not a troupe journal, has another schema version, or fails
                 ``PRAGMA quick_check``.
         """
         path = Path(path)
+        if (too_long := path_length_problem(path)) is not None:  # first: nothing made yet
+            raise JournalError(f"journal {path} is {too_long}: give a shorter path")
         if not path.exists() and not create:
             raise JournalError(
                 f"journal {path} does not exist; give the path of the existing journal, or {new_hint}"
