@@ -1,5 +1,5 @@
 """The socket file of an ``ipc://PATH`` endpoint: whether a live process listens there, and
-the file's removal once its process stops listening.
+the file's removal once its process stops listening, and how long its path may be.
 
 ZeroMQ binds an ipc endpoint by unlinking whatever file is at its path first: a second process
 bound to the path of a running one took its socket without a word (the first ran on,
@@ -17,10 +17,36 @@ import stat
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["IN_USE", "BoundSocketFile", "bind_refusal", "connect_errno", "ipc_path", "unreachable_why"]
+import zmq
+
+__all__ = [
+    "IN_USE",
+    "IPC_PATH_MAX",
+    "BoundSocketFile",
+    "bind_refusal",
+    "connect_errno",
+    "ipc_path",
+    "path_length_problem",
+    "unreachable_why",
+]
 
 IN_USE = os.strerror(errno.EADDRINUSE)
 """:func:`bind_refusal`'s reason where a live process listens: what a taken TCP port says."""
+
+
+IPC_PATH_MAX: int = getattr(zmq, "IPC_PATH_MAX_LEN", 0) or 107
+"""The longest socket path ZeroMQ binds or connects to: ``sockaddr_un.sun_path`` less its end
+(107 bytes on Linux). A longer one failed the bind with "is another node already running
+there?" and a ``ctl`` connect with "Input/output error"."""
+
+
+def path_length_problem(path: str) -> str | None:
+    """Why no socket can be bound or reached at ``path`` for its length (as given: ZeroMQ does
+    not make it absolute), or None."""
+    size = len(os.fsencode(path))
+    if size <= IPC_PATH_MAX:
+        return None
+    return f"the socket path is {size} bytes; Unix sockets allow at most {IPC_PATH_MAX}: use a shorter path"
 
 
 def ipc_path(endpoint: str) -> str | None:
