@@ -19,7 +19,11 @@ from .security_metrics import security_families
 if TYPE_CHECKING:
     from .ports import MeteredMaster
 
-__all__ = ["MasterCollector"]
+__all__ = ["JOB_STATES", "MasterCollector"]
+
+# A job's states (tasks/state.py, JobState), each listed, 0 included: a state no job was in had
+# no series, so ``troupe_jobs{state="running"} == 0`` never fired.
+JOB_STATES = ("running", "done", "failed", "cancelled")
 
 
 class MasterCollector:
@@ -44,7 +48,8 @@ class MasterCollector:
         for job, counts in sorted(stats.jobs.items()):
             for state, n in sorted((str(s), n) for s, n in counts.items()):
                 f.gauge("troupe_tasks", "Tasks by job and state.", n, {"job": job, "state": state})
-        jobs = Counter(str(j.state) for j in m.book.jobs())
+        jobs = Counter(dict.fromkeys(JOB_STATES, 0))
+        jobs.update(str(j.state) for j in m.book.jobs())
         f.declare("gauge", "troupe_jobs", "Jobs by state.", ["state"])
         for state, n in sorted(jobs.items()):
             f.gauge("troupe_jobs", "Jobs by state.", n, {"state": state})

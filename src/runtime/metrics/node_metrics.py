@@ -35,11 +35,16 @@ if TYPE_CHECKING:
 
     from .ports import MeteredNode
 
-__all__ = ["NodeCollector"]
+__all__ = ["WORKER_STATES", "NodeCollector"]
 
 log = structlog.get_logger(__name__)
 
 _WORKER_STATUS_S = 1.0  # a worker slower than this to say its counts is reported as not answering
+
+# A worker handle's states (node/worker_handles.py, HandleState), each listed for every kind, 0
+# included: a series that vanished when its last worker left the state never read 0, so an
+# alert on ``troupe_workers{state="failed"} > 0`` or a panel of running workers broke.
+WORKER_STATES = ("starting", "running", "stopping", "stopped", "exited", "failed")
 
 # Runtime counters (RuntimeStats and what the limits and CURVE work add to it), by metric.
 _RUNTIME_COUNTERS = {
@@ -138,6 +143,8 @@ class NodeCollector:
         f.declare("gauge", "troupe_workers_alive", "Worker processes alive, by kind.", ["kind"])
         alive: Counter[str] = Counter()
         states: Counter[tuple[str, str]] = Counter()
+        for kind in {h.spec.kind for h in handles}:
+            states.update({(kind, state): 0 for state in WORKER_STATES})
         for h in handles:
             states[h.spec.kind, h.state.value] += 1
             if h.process is not None and h.returncode is None:
@@ -146,6 +153,7 @@ class NodeCollector:
                 alive[h.spec.kind] += 0
         for kind, n in sorted(alive.items()):
             f.gauge("troupe_workers_alive", "Worker processes alive, by kind.", n, {"kind": kind})
+        f.declare("gauge", "troupe_workers", "Worker slots by kind and state.", ["kind", "state"])
         for (kind, state), n in sorted(states.items()):
             f.gauge("troupe_workers", "Worker slots by kind and state.", n, {"kind": kind, "state": state})
         f.declare("counter", "troupe_worker_restarts_total", "Restarts of each worker.", ["worker", "kind"])

@@ -18,12 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from troupe.runtime.core.runtime import Runtime, RuntimeStats
 from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.metrics.families import reason_label
-from troupe.runtime.metrics.master_metrics import MasterCollector
-from troupe.runtime.metrics.node_metrics import NodeCollector
+from troupe.runtime.metrics.master_metrics import JOB_STATES, MasterCollector
+from troupe.runtime.metrics.node_metrics import WORKER_STATES, NodeCollector
 from troupe.runtime.node.config import load_node_config
+from troupe.runtime.node.worker_handles import HandleState
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
+from troupe.runtime.tasks.state import JobState
 from troupe.runtime.transports.base import MemoryHub
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -164,6 +166,25 @@ async def test_node_workers_alive_by_kind_restarts_and_states() -> None:
     assert value(found, "troupe_worker_restarts_total", **n, worker="w-a", kind="cpu") == 2
     assert value(found, "troupe_worker_restarts_total", **n, worker="w-g", kind="gpu") == 5
     assert value(found, "troupe_worker_restarts_total", **n, worker="w-b", kind="cpu") == 0
+
+
+async def test_node_lists_every_worker_state_of_each_kind_at_zero_too() -> None:
+    """A state no worker is in reads 0 rather than vanishing (ob 8): an alert on a count of
+    failed workers, or a panel of running ones, sees the 0."""
+    _, found = await scraped_node(fake_node())
+    n = {"node": "host-a"}
+    for kind in ("cpu", "gpu"):
+        for state in WORKER_STATES:
+            assert ("troupe_workers", frozenset({**n, "kind": kind, "state": state}.items())) in found
+    assert value(found, "troupe_workers", **n, kind="cpu", state="running") == 2
+    assert value(found, "troupe_workers", **n, kind="cpu", state="failed") == 0
+    assert value(found, "troupe_workers", **n, kind="gpu", state="running") == 0
+
+
+def test_the_listed_states_are_the_runtime_s_own() -> None:
+    """The collectors name the states (metrics imports neither node nor tasks): the same ones."""
+    assert tuple(s.value for s in HandleState) == WORKER_STATES
+    assert tuple(s.value for s in JobState) == JOB_STATES
 
 
 async def test_node_worker_restarts_do_not_go_back_when_a_handle_is_replaced() -> None:
@@ -339,6 +360,8 @@ async def test_master_tasks_by_job_and_state_dispatches_expiries_nodes_and_worke
     assert value(found, "troupe_lease_expiries_total", **m) == 2
     assert value(found, "troupe_leases_outstanding", **m) == 0
     assert value(found, "troupe_jobs", **m, state="running") == 1
+    for state in ("done", "failed", "cancelled"):  # no job there: 0, not a vanished series (ob 8)
+        assert value(found, "troupe_jobs", **m, state=state) == 0
     assert value(found, "troupe_nodes", **m, state="alive") == 1
     assert value(found, "troupe_nodes", **m, state="dead") == 1
     assert value(found, "troupe_nodes", **m, state="left") == 1
