@@ -124,4 +124,6 @@ def test_bench_messaging_json_reports_every_figure_against_its_ceiling() -> None
         assert fig[f"local_{key}_ratio"] > 0
     assert fig["startup_s"] > 0
     assert fig["idle_rss_mib"] > 0 and fig["idle_processes"] == 4
-    assert fig["runs"] == 1
+    # Counts as ints, curve as a bool (ob 9: "curve": 0.0 was true to jq).
+    assert type(fig["idle_processes"]) is int and type(fig["runs"]) is int
+    assert fig["runs"] == 1 and fig["curve"] is False

@@ -192,7 +192,7 @@ def _node_command(config: Path, endpoint: str, log_dir: Path, keys: Path | None)
     ]
 
 
-async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, float]:
+async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, float | int]:
     """Seconds from `troupe node start` to a first actor answering, and idle RSS of it all
     (with ``keys``: a node with CURVE keys, asked by this process with the keys it installed).
 
@@ -247,25 +247,27 @@ async def measure_startup(log_dir: Path, keys: Path | None = None) -> dict[str, 
         "startup_s": startup,
         "idle_rss_mib": rss,
         "idle_pss_mib": pss,
-        "idle_processes": float(len(procs)),
+        "idle_processes": len(procs),  # a count: an int in the JSON, as "runs" is
     }
 
 
 def measure_messaging(
     quick: bool = False, progress: Any = None, runs: int = 5, curve: bool = False
-) -> dict[str, float]:
+) -> dict[str, float | int | bool]:
     """Run every measurement and return one flat dict of figures and ratios.
 
     Each throughput, raw and troupe alike, is the median of ``runs`` runs, taken in turn, so
     that one run slowed (or sped up) by the rest of a shared machine does not decide a ratio.
-    With ``curve``, every socket of both sides uses CURVE (``"curve": 1.0`` in the figures).
+    With ``curve``, every socket of both sides uses CURVE (``"curve": true`` in the figures).
+    Counts are ints and ``curve`` a bool, as ``--json`` prints them: ``"curve": 0.0`` was true
+    to jq, and a typed reader expecting an int got a float.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     scale = 0.2 if quick else 1.0
     n_small, n_large, n_ask = int(200_000 * scale), int(2_000 * scale), int(64_000 * scale)
     say = progress or (lambda _msg: None)
-    fig: dict[str, float] = {"runs": float(runs), "curve": float(curve)}
+    fig: dict[str, float | int | bool] = {"runs": runs, "curve": curve}
     with bench_folder("troupe-bench-") as tmp:
         # Only errors would be news: a warning of this process went to stderr as a raw dict.
         configure_logging("bench", "bench", None, console=False, level="error")
