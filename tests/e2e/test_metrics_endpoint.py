@@ -3,7 +3,8 @@
 The text parses as Prometheus exposition; the node shows as many workers alive as its config
 has; a worker SIGKILLed by the test is restarted and its restarts counter rises (a bounded poll);
 the master shows the node alive and a submitted job's tasks by state; a metrics port in use is
-refused at start in one line, exit 2; ``node start --with-master`` serves both on one port.
+refused at start in one line, exit 2; ``node start --with-master`` serves both on one port,
+each family once.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from support.cluster import ctl, free_endpoint, reap
+from support.exposition import strict_families
 from troupe.cli.master_client import master_call
 from troupe.runtime.testing.plugin import node_start_command
 
@@ -55,11 +57,13 @@ def free_address() -> str:
 
 
 def scrape(address: str) -> Samples:
-    """GET /metrics, parsed by prometheus-client's own parser."""
+    """GET /metrics, read strictly (each family once: promtool's rules), then parsed by
+    prometheus-client's own parser."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain")
         text = answer.read().decode()
+    strict_families(text)
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)
@@ -213,5 +217,9 @@ def test_with_master_one_port_serves_the_node_and_the_master(tmp_path: Path) -> 
         found = scrape(metrics)
         assert total(found, "troupe_workers_alive", node="solo") == 2
         assert total(found, "troupe_nodes", master="master", state="alive") == 1
+        # The process's CURVE families once (ob 1: the master's collector added them again).
+        assert [k for k in found if k[0] == "troupe_curve_enabled"] == [
+            ("troupe_curve_enabled", frozenset({("node", "solo")}))
+        ]
     finally:
         assert not reap(node, children + _descendants(node))

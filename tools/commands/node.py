@@ -124,7 +124,8 @@ def start(
             if cfg.metrics is not None:  # one process, one endpoint: the master's metrics join the node's
                 from troupe.runtime.metrics.master_metrics import MasterCollector
 
-                node.metrics_collectors.append(MasterCollector(control_plane))
+                # The process's CURVE families once, the node's: not twice in one scrape.
+                node.metrics_collectors.append(MasterCollector(control_plane, security=False))
             await run_node_with_master(node, control_plane)
         finally:
             opened.close()

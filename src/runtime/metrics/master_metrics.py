@@ -31,10 +31,15 @@ class MasterCollector:
 
     Args:
         master: the master, read on each scrape (node beat ages in its own clock).
+        security: add the process's CURVE families (``troupe_curve_enabled``, ...); False for
+            a master served beside a node in its process (``node start --with-master``), whose
+            collector adds them already: one family twice in a scrape is invalid exposition,
+            which strict parsers (promtool, the Pushgateway) reject whole.
     """
 
-    def __init__(self, master: MeteredMaster) -> None:
+    def __init__(self, master: MeteredMaster, security: bool = True) -> None:
         self._master = master
+        self._security = security
 
     async def refresh(self) -> None:
         """Nothing to fetch: the master's state is all in this process."""
@@ -69,7 +74,8 @@ class MasterCollector:
         )
         self._nodes(f)
         self._driver(f)
-        security_families(f, bool(getattr(m.config, "insecure", False)))
+        if self._security:
+            security_families(f, bool(getattr(m.config, "insecure", False)))
         yield from f.all()
 
     def _nodes(self, f: Families) -> None:

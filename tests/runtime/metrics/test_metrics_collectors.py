@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.exposition import strict_families
 from troupe.runtime.core.runtime import Runtime, RuntimeStats
 from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.metrics.families import reason_label
@@ -368,6 +369,52 @@ async def test_master_tasks_by_job_and_state_dispatches_expiries_nodes_and_worke
     assert value(found, "troupe_workers_registered", **m, node="n1") == 2
     assert value(found, "troupe_journal_size_bytes", **m) > 0
     assert value(found, "troupe_journal_records_total", **m) > 0
+
+
+# -- one process, one scrape: each family once -----------------------------------------------------
+
+
+SECURITY = ("troupe_curve_enabled", "troupe_insecure", "troupe_refused_peers_total")
+
+
+def test_the_strict_reading_refuses_a_family_twice_or_split() -> None:
+    """The check the scrapes below pass: it is not prometheus-client's parser, which takes both."""
+    one = '# HELP a h\n# TYPE a gauge\na{n="1"} 1.0\n'
+    other = "# HELP b h\n# TYPE b gauge\nb 2.0\n"
+    assert set(strict_families(one + other)) == {"a", "b"}
+    with pytest.raises(AssertionError, match="a second # HELP a"):
+        strict_families(one + other + one.replace('"1"', '"2"'))
+    with pytest.raises(AssertionError, match="family a again"):
+        strict_families(one + other + 'a{n="2"} 1.0\n')
+    with pytest.raises(AssertionError, match="twice"):
+        strict_families(one + 'a{n="1"} 3.0\n')
+
+
+async def test_with_master_the_node_and_the_master_give_each_family_once(tmp_path: Path) -> None:
+    """``node start --with-master --metrics``: the master's collector joins the node's in one
+    registry (tools/commands/node.py); the process's CURVE families came from both, each with
+    its own HELP and TYPE, which strict parsers refuse whole (ob 1). Once now, the node's."""
+    hub = MemoryHub()
+    journal, book = open_journal(tmp_path / "journal.db", new=True)
+    try:
+        master = Master(MasterConfig(), journal, book, transport=hub.transport(name="master"))
+        registry = CollectorRegistry()
+        collector = NodeCollector(fake_node())  # type: ignore[arg-type]
+        registry.register(collector)
+        registry.register(MasterCollector(master, security=False))
+        await collector.refresh()
+        families = strict_families(generate_latest(registry).decode())
+        alone = CollectorRegistry()
+        alone.register(MasterCollector(master))
+        master_alone = strict_families(generate_latest(alone).decode())
+    finally:
+        journal.close()
+    for name in SECURITY:
+        ((_, labels, _),) = families[name]
+        assert labels == '{node="host-a"}'
+        ((_, labels, _),) = master_alone[name]  # a master of its own says them, for its process
+        assert labels == '{master="master"}'
+    assert "troupe_jobs" in families and "troupe_workers" in families
 
 
 # -- the options ----------------------------------------------------------------------------------
