@@ -47,6 +47,7 @@ __all__ = [
     "log_file_problem",
     "loopback_problem",
     "metrics_problem",
+    "run_metrics_problem",
     "writable_problem",
 ]
 
@@ -156,6 +157,18 @@ def metrics_problem(address: str | None, who: str = "node") -> str | None:
         return f"--metrics {exc}"
     problem = endpoint_problem(endpoint, "--metrics HOST:PORT", who)
     return problem.replace(f"endpoint {endpoint}", f"metrics {address}") if problem else None
+
+
+def run_metrics_problem(metrics: str | None, keys: Path | None, own_node: bool) -> str | None:
+    """Why ``troupe run --metrics`` may not serve there (not HOST:PORT; off loopback without the
+    cluster's keys: ``run_metrics.check_run_metrics``), or None."""
+    from troupe.runtime.pipeline.run_metrics import check_run_metrics
+
+    try:
+        check_run_metrics(metrics, keys, own_node)
+    except ConfigError as exc:
+        return f"--{exc}"
+    return None
 
 
 def shared_port_problem(metrics: str | None, **endpoints: str | None) -> str | None:
@@ -284,12 +297,18 @@ def full_disk_problem(path: Path, what: str) -> str | None:
 
 
 def check_run(
-    config: Path | None, out: Path, items: int | None, endpoint: str, master: str, flag: str = "--items"
+    config: Path | None,
+    out: Path,
+    items: int | None,
+    endpoint: str,
+    master: str,
+    flag: str = "--items",
+    metrics: str | None = None,
 ) -> None:
     """``troupe run``: --items, the current folder (``shadowing_problem``), the pipeline file,
-    --out, both endpoints. The actor classes are checked by the run itself, in the template it
-    starts first (``early_template``), with the same one-line error and exit status 2: a child
-    importing them here would be 0.4 s more."""
+    --out, both endpoints, --metrics. The actor classes are checked by the run itself, in the
+    template it starts first (``early_template``), with the same one-line error and exit status
+    2: a child importing them here would be 0.4 s more."""
     if items is not None and not 1 <= items <= MAX_COUNT:
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     _check(shadowing_problem())
@@ -327,12 +346,24 @@ def check_run(
         loopback_problem(master, "--master", "troupe run"),
         endpoint_problem(endpoint, "--endpoint"),
         endpoint_problem(master, "--master", "master"),
+        run_metrics_problem(metrics, None, own_node=True),
+        metrics_problem(metrics),
+        shared_port_problem(metrics, endpoint=endpoint, master=master),
     )
 
 
-def check_cluster_run(config: Path | None, out: Path, items: int | None, master: str, flag: str) -> None:
-    """``troupe run --cluster``: --items, the pipeline file, --out and the master's endpoint
-    (its nodes import the actor classes themselves, and say so if one does not)."""
+def check_cluster_run(
+    config: Path | None,
+    out: Path,
+    items: int | None,
+    master: str,
+    flag: str,
+    metrics: str | None = None,
+    keys: Path | None = None,
+) -> None:
+    """``troupe run --cluster``: --items, the pipeline file, --out, the master's endpoint (its
+    nodes import the actor classes themselves, and say so if one does not) and --metrics
+    (served by this process; ``keys``: the cluster's, which let it off loopback)."""
     if items is not None and not 1 <= items <= MAX_COUNT:
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     from troupe.cli.commands.run_pipeline import declared_config
@@ -344,7 +375,13 @@ def check_cluster_run(config: Path | None, out: Path, items: int | None, master:
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    _check(writable_problem(out, "--out"), *_run_log_problems(out), _connect_problem(master, "--cluster"))
+    _check(
+        writable_problem(out, "--out"),
+        *_run_log_problems(out),
+        _connect_problem(master, "--cluster"),
+        run_metrics_problem(metrics, keys, own_node=False),
+        metrics_problem(metrics, "run"),
+    )
     from troupe.cli.master_client import unreachable_why, what_to_do
 
     # Before --out gets its logs: a typo in the endpoint leaves nothing.

@@ -14,17 +14,22 @@ import re
 __all__ = ["strict_families"]
 
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 _SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_info")
 
 
-def strict_families(text: str) -> dict[str, list[tuple[str, str, float]]]:
-    """The families of ``text`` by name, each its samples ``(name, labels as written, value)``.
+Sample = tuple[str, dict[str, str], float]
+
+
+def strict_families(text: str) -> dict[str, list[Sample]]:
+    """The families of ``text`` by name, each its samples ``(name, labels, value)`` (label
+    values as written, escapes kept).
 
     Raises:
         AssertionError: ``text`` breaks a rule above; every problem found, one a line.
     """
     problems: list[str] = []
-    families: dict[str, list[tuple[str, str, float]]] = {}
+    families: dict[str, list[Sample]] = {}
     said: dict[tuple[str, str], int] = {}  # (HELP or TYPE, family) -> its line
     typed: set[str] = set()
     ended: set[str] = set()  # families whose run of lines is over
@@ -70,15 +75,33 @@ def strict_families(text: str) -> dict[str, list[tuple[str, str, float]]]:
         except ValueError:
             problems.append(f"line {line_no}: {name}'s value {value_text!r} is no number")
             continue
+        parsed = _labels(labels[1:-1])
+        if parsed is None:
+            problems.append(f'line {line_no}: labels not name="value" pairs: {labels}')
+            continue
         family = _family_of(name, typed, current)
         enter(family, line_no)
-        if (name, labels) in series:
+        key = (name, str(sorted(parsed.items())))
+        if key in series:
             problems.append(f"line {line_no}: series {name}{labels} twice")
-        series.add((name, labels))
-        families[family].append((name, labels, value))
+        series.add(key)
+        families[family].append((name, parsed, value))
     if problems:
         raise AssertionError("invalid exposition:\n" + "\n".join(problems))
     return families
+
+
+def _labels(text: str) -> dict[str, str] | None:
+    """``a="1",b="x"`` as a map; None where it is not such pairs, or names a label twice."""
+    found: dict[str, str] = {}
+    at = 0
+    while at < len(text):
+        match = _LABEL.match(text, at)
+        if match is None or match.group(1) in found:
+            return None
+        found[match.group(1)] = match.group(2)
+        at = match.end()
+    return found
 
 
 def _family_of(name: str, typed: set[str], current: str | None) -> str:

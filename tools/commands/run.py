@@ -159,6 +159,16 @@ def run(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run's metrics as one JSON object, no progress.")
     ] = False,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics",
+            metavar="HOST:PORT",
+            help="Serve Prometheus metrics there while the run runs: its node's and the pipeline's "
+            "(with --cluster: the pipeline's, from this process); on loopback, or with --cluster "
+            "and keys off it.",
+        ),
+    ] = None,
 ) -> None:
     """Run a pipeline to the end on a one-host cluster, into --out (default: the data generation
     pipeline, which writes a LeRobot dataset); a training config (configs/train.toml) trains.
@@ -184,6 +194,12 @@ def run(
     if config is not None and is_train_config(config):
         if retry_dead:
             raise fail("--retry-dead: a training run has no items to retry (it resumes its checkpoint)", 2)
+        if metrics is not None:
+            raise fail(
+                "--metrics: a training run serves none of its own; start its nodes with "
+                "`troupe node start --metrics HOST:PORT` and train on them with --master",
+                2,
+            )
         if cluster is not None or nodes or keys is not None:
             given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"
             raise fail(
@@ -204,11 +220,11 @@ def run(
             raise fail("--cluster runs on that master: give it without --master", 2)
         if nodes < 0:
             raise fail(f"--nodes must be >= 0, got {nodes}", 2)
-        check_cluster_run(config, out, count, cluster, flag)
         keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
+        check_cluster_run(config, out, count, cluster, flag, metrics, keys)
         with own_stdout():
             on = Cluster(cluster, nodes, keys)
-            finish_run(config, out, count, "", "", fresh, as_json, on, retry_dead=retry_dead)
+            finish_run(config, out, count, "", "", fresh, as_json, on, retry_dead=retry_dead, metrics=metrics)
         return
     # Defaults another troupe holds (a second run at once) give way to free ports, said on
     # stderr (stdout may carry --json); an endpoint that was given and is taken is refused.
@@ -221,7 +237,7 @@ def run(
             "give --endpoint another port (or --master)",
             2,
         )
-    check_run(config, out, count, node_endpoint, master_endpoint, flag)
+    check_run(config, out, count, node_endpoint, master_endpoint, flag, metrics)
     taken_note = moved_note(node_endpoint, node_moved, master_endpoint, master_moved)
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).
     defaults = endpoint is None and master is None
@@ -237,4 +253,5 @@ def run(
             defaults=defaults,
             moved=taken_note,
             retry_dead=retry_dead,
+            metrics=metrics,
         )

@@ -161,12 +161,14 @@ def finish_run(
     defaults: bool = False,
     moved: str | None = None,
     retry_dead: bool = False,
+    metrics: str | None = None,
 ) -> None:
     """The body of ``troupe run``: run what is missing in --out, finalise, report. ``defaults``:
     the endpoints are defaults found free, which may give way to free ports if taken meanwhile;
     ``moved``: the line that says the defaults were taken, said once the run starts (a run
     refused before, a stage's bad kwarg, says its error alone); ``retry_dead``: an earlier
-    run's dead items run again (``--retry-dead``)."""
+    run's dead items run again (``--retry-dead``); ``metrics``: where the run serves its
+    Prometheus metrics (``--metrics``)."""
     from troupe.cli.client import run_async
 
     run_async(
@@ -182,6 +184,7 @@ def finish_run(
         defaults,
         moved,
         retry_dead,
+        metrics,
         done_if_returned=True,  # a stop that came once the run had finished: its report, exit 0
     )
 
@@ -207,6 +210,7 @@ async def _finish_run(
     defaults: bool = False,
     moved: str | None = None,
     retry_dead: bool = False,
+    metrics: str | None = None,
 ) -> None:
     """The run and its report. It returns only where the run finished: a stop signal that came
     after its finalisation (its record says complete) ends it with the dataset's lines."""
@@ -316,6 +320,7 @@ async def _finish_run(
                 template_ahead=template_prestart.take(),  # troupe.cli.entry started it
                 # A mixed cluster (runtime/pipeline/mixed_code.py): on stderr, --json or not.
                 on_warning=lambda line: say_aside(markup("[yellow]warning:[/] ", literal(line))),
+                metrics=metrics,
             )
             if progress.live.is_started:
                 show(result.metrics, sum(result.counts().values()))  # where the table below starts

@@ -3,16 +3,24 @@ queue and how busy it is; for the whole pipeline, lambda, lambda_theory, lambda_
 efficiency lambda / lambda_theory (DESIGN.md, Pipelines).
 
 The figures come as the plain map the engine's metrics make (the ``pipeline`` section of the
-node's status reply); a field that is missing is left out, not reported as zero.
+node's status reply); a field that is missing is left out, not reported as zero. A node started
+by the run adds them to its own families (``node_metrics``); a run whose replicas run on other
+processes' nodes (``troupe run --cluster``) serves them alone from its own process, where the
+engine is (:class:`PipelineCollector`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .families import Families, number
+import structlog
 
-__all__ = ["pipeline_families"]
+from .families import Families, Family, number
+
+__all__ = ["PipelineCollector", "pipeline_families"]
+
+log = structlog.get_logger(__name__)
 
 # (field of a stage's figures, its other names, metric, kind, help)
 _STAGE = (
@@ -73,3 +81,31 @@ def pipeline_families(f: Families, figures: Any) -> None:
                 f.counter(name, doc, value, labels)
             else:
                 f.gauge(name, doc, value, labels)
+
+
+class PipelineCollector:
+    """The pipeline's families alone (a prometheus-client custom collector), for the process
+    that drives a run on other processes' nodes: they never see its engine's figures.
+
+    Args:
+        labels: on every sample (the pipeline's name).
+
+    Attributes:
+        figures: reads the engine's figures as a map; None until the engine exists (a scrape
+            then has no family).
+    """
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._labels = dict(labels)
+        self.figures: Callable[[], Any] | None = None
+
+    def collect(self) -> Iterator[Family]:
+        """The pipeline's families, from its figures now."""
+        f = Families(self._labels)
+        figures = self.figures
+        if figures is not None:
+            try:
+                pipeline_families(f, figures())
+            except Exception as exc:  # its figures wait for the next scrape
+                log.info("metrics_pipeline_unread", error=repr(exc))
+        yield from f.all()

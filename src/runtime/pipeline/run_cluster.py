@@ -105,12 +105,14 @@ async def on_node(
     endpoints_may_move: bool = False,
     on_event: Callable[[str], None] | None = None,
     retry_dead: bool = False,
+    metrics: str | None = None,
 ) -> AsyncIterator[RunCluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
     master, then its journal. ``template``: the node's, started already (``early_template``).
     ``out``: the run's output directory, which a master's job is made with. ``retry_dead``: the
-    job's dead items run again."""
+    job's dead items run again. ``metrics``: where a node started here serves its metrics,
+    the pipeline's among them (HOST:PORT; None: nowhere)."""
     journal = None
     try:
         async with anyio.create_task_group() as tg:
@@ -138,6 +140,7 @@ async def on_node(
                         # The template imports the stages' classes (torch...) once for every replica.
                         preload=tuple(dict.fromkeys(s.actor for s in cfg.stages)),
                         supervision=stage_supervision(cfg),
+                        metrics=metrics,
                     )
                     local_node = await start_local_node(
                         tg, node_cfg, template=template, endpoint_may_move=endpoints_may_move

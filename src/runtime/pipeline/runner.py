@@ -31,10 +31,15 @@ Where the items come from:
   job (its items all ended on the master) is answered at once with ``already_complete``;
 - with neither: the config's seed range, in memory.
 
+``metrics=HOST:PORT`` serves the run's Prometheus metrics there (docs/METRICS.md): a node
+started here serves its own and the pipeline's; on running nodes (``cluster=``, ``node=``) this
+process serves the pipeline's (``run_metrics``).
+
 This module drives a run; its parts are apart: ``run_plan`` (what is checked and prepared before
 anything starts), ``run_cluster`` (the node, master or cluster the run starts or joins, and
-stops), ``run_outcome`` (a finished run's answer, the job's items, the wall-time split) and
-``run_exit`` (how a stop after the finalize hooks, or a lone error, reaches the caller).
+stops), ``run_metrics`` (its metrics endpoint), ``run_outcome`` (a finished run's answer, the
+job's items, the wall-time split) and ``run_exit`` (how a stop after the finalize hooks, or a
+lone error, reaches the caller).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ from .result import PipelineMetrics, PipelineResult
 from .run_cluster import LOCAL_NODE, on_cluster, on_node
 from .run_dir import RunDir, fingerprint
 from .run_exit import kept_once_finalized, lone_error_raised
+from .run_metrics import check_run_metrics, run_endpoint
 from .run_outcome import already_complete, job_items, with_split
 from .run_plan import check_early, make_log_dir, plan_run, refuse_inside_an_import
 from .source import MasterSource
@@ -119,6 +125,7 @@ async def run_pipeline(
     template_ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
     on_warning: Callable[[str], None] | None = None,
+    metrics: str | None = None,
 ) -> PipelineResult:
     """Run ``pipeline`` to the end and return its metrics, outcomes and outputs.
 
@@ -161,6 +168,10 @@ async def run_pipeline(
             once for each of: the master or a live node runs other troupe code than this process
             or than each other (``mixed_code.py``): who runs what; the keys hold no cluster pair,
             so the master cannot reach the run and a cancel waits for a renewal (``run_keys.py``).
+        metrics: ``HOST:PORT`` of a Prometheus endpoint for the run's life (docs/METRICS.md):
+            the node started here serves its families and the pipeline's; with ``cluster`` or
+            ``node``, this process serves the pipeline's, labelled ``pipeline``. On loopback,
+            or (with ``cluster``) off it with the cluster's keys.
 
     Returns:
         The run's :class:`PipelineResult`; also where the run was stopped (cancelled) once its
@@ -169,7 +180,8 @@ async def run_pipeline(
     Raises:
         ConfigError: the pipeline is invalid, uses ``{out}`` without ``out``, or ``out`` was
             made with another pipeline (or by someone else); ``cluster`` with ``node`` or
-            ``master``; fewer than ``nodes`` nodes alive.
+            ``master``; fewer than ``nodes`` nodes alive; ``metrics`` is not ``HOST:PORT``,
+            is off loopback without keys, or cannot be bound.
         StageFailed: a stage's ``start`` or ``finalize`` hook failed.
     """
     t0 = time.perf_counter()
@@ -180,11 +192,18 @@ async def run_pipeline(
             "cluster= runs on the cluster's own nodes and master: give it without node= or master="
         )
     items_from = master or cluster  # a master's job: then ``out`` holds no run record
+    own_node = node is None and cluster is None
+    check_run_metrics(metrics, keys, own_node)
     async with contextlib.AsyncExitStack() as stack:
         ahead = [template_ahead] if template_ahead is not None else []
         stack.callback(_discard_all, ahead)  # whatever happens before a node takes it over
         early = await anyio.to_thread.run_sync(
             check_early, pipeline, out, items, items_from, fresh, retry_dead
+        )
+        # On running nodes, this process serves the pipeline's figures; bound now, a port in
+        # use stops the run before it starts anything (a node started here binds its own).
+        hand_figures = await stack.enter_async_context(
+            run_endpoint(None if own_node else metrics, early.cfg.name)
         )
         # A program that set up no logging: the run's lines go to its log file, not the terminal;
         # those before the checks are held, as nothing is made in ``out`` before them.
@@ -249,6 +268,7 @@ async def run_pipeline(
                 endpoints_may_move,
                 on_event,
                 retry_dead,
+                metrics,
             )
         )
         shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None
@@ -333,6 +353,7 @@ async def run_pipeline(
                 # Its exit (torch's pages) goes on during the finalize hooks, not after them.
                 on_finishing=running.node.retire_template if running.node is not None else None,
             )
+            hand_figures(lambda: pipeline_status(engine))
             if running.node is not None:
                 running.node.status_extras["pipeline"] = lambda: pipeline_status(engine)
                 if out_dir is not None:  # whose run it is, beside the node's user

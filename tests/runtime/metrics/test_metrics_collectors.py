@@ -411,9 +411,9 @@ async def test_with_master_the_node_and_the_master_give_each_family_once(tmp_pat
         journal.close()
     for name in SECURITY:
         ((_, labels, _),) = families[name]
-        assert labels == '{node="host-a"}'
+        assert labels == {"node": "host-a"}
         ((_, labels, _),) = master_alone[name]  # a master of its own says them, for its process
-        assert labels == '{master="master"}'
+        assert labels == {"master": "master"}
     assert "troupe_jobs" in families and "troupe_workers" in families
 
 
