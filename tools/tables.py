@@ -10,9 +10,17 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from .fitted_table import Column, FittedTable
 from .literal import literal, markup
 
-__all__ = ["print_whole", "security_cell", "status_tables", "supervisor_cell"]
+__all__ = [
+    "pipeline_table",
+    "pipeline_view",
+    "print_whole",
+    "security_cell",
+    "status_tables",
+    "supervisor_cell",
+]
 
 _PROCESS_GONE = ("stopped", "exited", "failed")  # a worker's states with no process running
 
@@ -154,37 +162,71 @@ def _nodes(names: list[str]) -> str:
     return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in Counter(names).items())
 
 
+# The pipeline's columns; on ``ctl top``'s narrow terminal the least telling give way first.
+_PIPELINE_COLUMNS = (
+    Column("stage", text=True, wraps=4, justify="right"),
+    Column("in", justify="right"),
+    Column("out", justify="right"),
+    Column("failed", gives_way=5, justify="right"),
+    Column("l_s (s)", gives_way=4, justify="right"),
+    Column("N_s", gives_way=2, justify="right"),
+    Column("mu_s (/s)", gives_way=6, justify="right"),
+    Column("queue", justify="right"),
+    Column("busy", gives_way=3, justify="right"),
+    Column("replicas", gives_way=7, justify="right"),
+    Column("on nodes", text=True, gives_way=1),
+)
+
+
 def pipeline_table(p: dict[str, Any]) -> Table:
-    """The live metrics of a pipeline driven beside the node (``troupe run``)."""
-    table = Table(
-        title=literal(
-            f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
-            f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
-            f"bottleneck {p['bottleneck'] or '-'}"
-        )
+    """The live metrics of a pipeline driven beside the node (``troupe run``), whole
+    (``ctl status`` prints it wider than the terminal rather than cut it)."""
+    title, rows = _pipeline_cells(p)
+    table = Table(title=title)
+    for column in _PIPELINE_COLUMNS:
+        table.add_column(column.header, justify=column.justify)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def pipeline_view(p: dict[str, Any]) -> FittedTable:
+    """:func:`pipeline_table` fitted to the terminal (``ctl top``): no figure cut."""
+    title, rows = _pipeline_cells(p)
+    table = FittedTable(title, _PIPELINE_COLUMNS)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _pipeline_cells(p: dict[str, Any]) -> tuple[Text, list[tuple[str | Text, ...]]]:
+    title = literal(
+        f"pipeline: lambda {p['lambda_measured']:.2f}/s, lambda_theory "
+        f"{p['lambda_theory']:.2f}/s, lambda_succ {p['lambda_succ']:.2f}/s, "
+        f"bottleneck {p['bottleneck'] or '-'}"
     )
-    for col in ("stage", "in", "out", "failed", "l_s (s)", "N_s", "mu_s (/s)", "queue", "busy", "replicas"):
-        table.add_column(col, justify="right")
-    table.add_column("on nodes")
     where: dict[str, list[str]] = {}
     for r in p.get("replicas") or ():  # where each replica runs (a cluster run spreads them)
         if isinstance(r, dict):
             where.setdefault(str(r.get("stage")), []).append(str(r.get("node")))
+    rows: list[tuple[str | Text, ...]] = []
     for s in p["stages"]:
-        table.add_row(
-            literal(s["name"]),
-            literal(s["items_in"]),
-            literal(s["items_out"]),
-            literal(s["failed"]),
-            f"{s['latency_s']:.3f}",
-            f"{s['concurrency']:.2f}",
-            f"{s['throughput']:.2f}",
-            literal(f"{s['queue_depth']}/{s['queue_bound']}"),
-            f"{s['busy_fraction']:.0%}",
-            literal(s["replicas"]),
-            literal(_nodes(where.get(s["name"], []))),
+        rows.append(
+            (
+                literal(s["name"]),
+                literal(s["items_in"]),
+                literal(s["items_out"]),
+                literal(s["failed"]),
+                f"{s['latency_s']:.3f}",
+                f"{s['concurrency']:.2f}",
+                f"{s['throughput']:.2f}",
+                literal(f"{s['queue_depth']}/{s['queue_bound']}"),
+                f"{s['busy_fraction']:.0%}",
+                literal(s["replicas"]),
+                literal(_nodes(where.get(s["name"], []))),
+            )
         )
-    return table
+    return title, rows
 
 
 def _uncut_width(console: Console, table: RenderableType, measured: Measurement) -> int:

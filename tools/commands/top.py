@@ -21,14 +21,14 @@ import anyio
 import typer
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from troupe.cli.client import endpoint_option, fail, node_status, run_async, seconds_option
+from troupe.cli.fitted_table import Column, FittedTable
 from troupe.cli.literal import literal
 from troupe.cli.master_client import absent_master, live_figures, master_status, reachable
 from troupe.cli.reply_shape import SHAPE_ERRORS, shaped_as
-from troupe.cli.tables import pipeline_table
+from troupe.cli.tables import pipeline_view
 from troupe.runtime.errors import TroupeError
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
@@ -152,7 +152,7 @@ def frame(now: Look, before: Look | None, node: str, master: str, interval: floa
     if now.node is not None:
         parts.append(_workers(now, before))
         if isinstance(now.node.get("pipeline"), dict):
-            parts.append(pipeline_table(now.node["pipeline"]))
+            parts.append(pipeline_view(now.node["pipeline"]))
     queues = _queues(now)
     if queues.row_count:
         parts.append(queues)
@@ -170,10 +170,40 @@ def _header(now: Look, node: str, master: str, interval: float | None) -> Text:
     return Text(f"troupe top  {clock}  {' · '.join(who)}{redrawn}", style="bold")
 
 
-def _nodes(now: Look) -> Table:
-    table = Table(title="nodes")
-    for col in ("node", "alive", "task workers", "uptime", "rss MiB", "load", "mem free MiB", "last beat"):
-        table.add_column(col, no_wrap=col == "node")
+# Each table's columns: on a narrow terminal the columns that matter least give way and names
+# wrap, step by step (lowest first); a figure is never cut (fitted_table.py).
+_NODE_COLUMNS = (
+    Column("node", text=True, wraps=3),
+    Column("alive"),
+    Column("task workers", gives_way=5),
+    Column("uptime", gives_way=4),
+    Column("rss MiB", gives_way=2),
+    Column("load", gives_way=3),
+    Column("mem free MiB", gives_way=1),
+    Column("last beat", gives_way=6),
+)
+_WORKER_COLUMNS = (
+    Column("worker", text=True, wraps=4),
+    Column("kind", text=True, gives_way=1),
+    Column("state"),
+    Column("pid", gives_way=6),
+    Column("rss MiB", gives_way=2),
+    Column("restarts", gives_way=7),
+    Column("handled", gives_way=5),
+    Column("msg/s", gives_way=3, justify="right"),
+    Column("mailbox"),
+    Column("busy", gives_way=8),
+)
+_QUEUE_COLUMNS = (
+    Column("queue", text=True, wraps=2),
+    Column("waiting"),
+    Column("bound / total"),
+    Column("in work", gives_way=1),
+)
+
+
+def _nodes(now: Look) -> FittedTable:
+    table = FittedTable("nodes", _NODE_COLUMNS)
     mine = now.node or {}
     listed = set()
     for n in (now.master or {}).get("nodes", ()):
@@ -212,24 +242,9 @@ def _handled(look: Look | None) -> dict[str, int]:
     return out
 
 
-def _workers(now: Look, before: Look | None) -> Table:
+def _workers(now: Look, before: Look | None) -> FittedTable:
     assert now.node is not None
-    table = Table(title="workers")
-    for col in (
-        "worker",
-        "kind",
-        "state",
-        "pid",
-        "rss MiB",
-        "restarts",
-        "handled",
-        "msg/s",
-        "mailbox",
-        "busy",
-    ):
-        table.add_column(
-            col, no_wrap=col in ("worker", "state"), justify="right" if col == "msg/s" else "left"
-        )
+    table = FittedTable("workers", _WORKER_COLUMNS)
     was, is_ = _handled(before), _handled(now)
     span = now.at - before.at if before is not None else 0.0
     for w in now.node.get("workers", ()):
@@ -260,11 +275,9 @@ def _workers(now: Look, before: Look | None) -> Table:
     return table
 
 
-def _queues(now: Look) -> Table:
+def _queues(now: Look) -> FittedTable:
     """The deepest actor mailboxes, and the master's task queue per job."""
-    table = Table(title="queues")
-    for col in ("queue", "waiting", "bound / total", "in work"):
-        table.add_column(col)
+    table = FittedTable("queues", _QUEUE_COLUMNS)
     boxes = []
     for w in (now.node or {}).get("workers", ()):
         for actor, a in ((w.get("runtime") or {}).get("actors") or {}).items():
