@@ -26,13 +26,21 @@ runs a :class:`MasterLink`. It
 - tells the master ``node_left`` when the node stops on purpose (SIGTERM, Ctrl-C, ``shutdown``),
   once its workers have stopped (:meth:`MasterLink.leave`): the master marks it stopped at
   once rather than dead after its node timeout, and requeues what it held then. It beats no
-  more from there; a master that does not answer holds the stop ``leave_s`` at most;
+  more from there; a master that does not answer holds the stop as long as a beat waits;
 - answers the master's ``master_drained``: the node's drain is over (its workers hold no task
   any more), so it stops its workers; and ``master_undrained`` (``troupe ctl undrain``): it
   starts again the workers the drain stopped, which join the master and pull tasks. Its beats
   say whether it is drained, with the token of the last undrain it took: a master that
   restarted (or declared it dead) meanwhile learns the drain from them, and one that undrained
   it tells a beat sent before the undrain by its older token.
+
+Each beat waits for its reply a third of the master's node timeout (which the master's
+answer says; :attr:`MasterLink.reply_s`), not one beat: over a link of a second's round trip,
+or a new CURVE connection's five, the reply of a beat the master took came after a bound of
+one second, and the node said its beats failed every few seconds while the master had it
+alive. One beat without a reply is said at info, as a slow link's; a warning, and the advice
+about keys, come only where keys can be the matter: the master refused this node's key, or
+never answered any of ``WARN_AFTER`` beats in a row.
 
 The workers themselves talk to the master directly (their TaskGetter); the link carries only
 what the node alone knows.
@@ -54,7 +62,7 @@ import structlog
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import ActorStopped, NameTaken
+from troupe.runtime.errors import ActorStopped, NameTaken, Unreachable
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.security.process import installed
 
@@ -65,12 +73,27 @@ if TYPE_CHECKING:
     from .ports import LinkedNode
     from .worker_handles import WorkerHandle
 
-__all__ = ["LEAVE_S", "MasterLink", "count_gpus", "host_resources", "resolve_through_master"]
+__all__ = [
+    "NODE_TIMEOUT_S",
+    "REPLY_MOST_S",
+    "WARN_AFTER",
+    "MasterLink",
+    "count_gpus",
+    "host_resources",
+    "resolve_through_master",
+]
 
 log = structlog.get_logger(__name__)
 _PROBE_S = 1.0  # the look at the master's port after a failed beat
-LEAVE_S = 2.0
-"""The longest a stopping node waits for the master to take its ``node_left``."""
+NODE_TIMEOUT_S = 10.0
+"""The master's node timeout a node counts on until the master's answer says its own (the
+default of ``troupe master start --node-timeout``; a master older than that answer says none)."""
+REPLY_MOST_S = 4.0
+"""The longest a beat waits for its reply, whatever the master's node timeout: a node's answer
+to a spawn waits for a beat (:meth:`MasterLink.beat_now`), and a worker asks it for 10 s."""
+WARN_AFTER = 3
+"""Beats in a row without a reply before the node warns (and, never answered, gives the hints
+about keys): fewer are a slow link's late replies or a master's restart, said at info."""
 
 _GPU_COUNT: int | None = None  # probing may run nvidia-smi: do it once per process
 
@@ -136,7 +159,8 @@ class MasterLink:
         master: the master's endpoint.
         beat_s: seconds between beats; the master's node timeout should be several beats.
         log_endpoint: where the node publishes its log stream, told to the master in each beat.
-        leave_s: the longest :meth:`leave` waits for the master.
+        leave_s: the longest :meth:`leave` waits for the master; by default as long as a beat
+            waits for its reply (:attr:`reply_s`).
     """
 
     def __init__(
@@ -145,7 +169,7 @@ class MasterLink:
         master: str,
         beat_s: float = 1.0,
         log_endpoint: str = "",
-        leave_s: float = LEAVE_S,
+        leave_s: float | None = None,
     ) -> None:
         self.node = node
         self.master = master
@@ -154,7 +178,8 @@ class MasterLink:
         self.leave_s = leave_s
         self.left = False  # said node_left: no beat from then on
         self.beats = 0
-        self.failed_beats = 0
+        self.failed_beats = 0  # in a row
+        self.node_timeout_s = NODE_TIMEOUT_S  # the master's, once its answer says it
         self.resources: dict[str, Any] = {}  # the last reading of ``host_resources``
         self.drained = node.drained  # workers a drain stopped; an undrain starts them again
         # Drained: master_drained came, no master_undrained since (a drain may stop no worker).
@@ -179,6 +204,17 @@ class MasterLink:
             await self._beat(runtime)
             await anyio.sleep(self.beat_s)
 
+    @property
+    def reply_s(self) -> float:
+        """How long a beat waits for its reply: a third of the master's node timeout, at least
+        a beat, at most :data:`REPLY_MOST_S` (3.3 s for the default 10 s).
+
+        Long enough for a slow link (a second's round trip, a new CURVE connection's five),
+        short enough that a beat whose reply never comes is followed by the next well within
+        the node timeout: the master is told the node lives even while its replies are lost.
+        """
+        return max(self.beat_s, min(self.node_timeout_s / 3, REPLY_MOST_S))
+
     def _runtime(self) -> Runtime:
         runtime = self.node.runtime
         if runtime is None:
@@ -197,7 +233,8 @@ class MasterLink:
         """Beat at once: the master's directory then lists the node's running workers.
 
         Returns once the master answered, or once the beat failed (said as any failed beat,
-        bounded as any beat: one second): the caller goes on either way, the next beats retry.
+        bounded as any beat: :attr:`reply_s`, after a beat under way): the caller goes on
+        either way, the next beats retry.
         """
         await self._beat(self._runtime())
 
@@ -209,8 +246,9 @@ class MasterLink:
     async def leave(self) -> None:
         """Tell the master this node stops on purpose (``node_left``); it beats no more.
 
-        Returns once the master answered, or failed to, or after ``leave_s``: a master that
-        is down or hung does not hold the node's stop longer. A node the master never
+        Returns once the master answered, or failed to, or after ``leave_s`` (by default as
+        long as a beat waits: over a slow link the answer comes as late as a beat's): a master
+        that is down or hung does not hold the node's stop longer. A node the master never
         answered says nothing (it may have no master to tell).
         """
         runtime = self.node.runtime
@@ -218,15 +256,14 @@ class MasterLink:
             self.left = True
             return
         self.left = True
-        error = f"no answer within {self.leave_s:g}s"
-        with anyio.move_on_after(self.leave_s):
+        leave_s = self.reply_s if self.leave_s is None else self.leave_s
+        error = f"no answer within {leave_s:g}s"
+        with anyio.move_on_after(leave_s):
             # A beat under way goes first: sent on the same connection, it reaches the master
             # before the leave, never after it.
             async with self._beating:
                 try:
-                    await runtime.control(
-                        self.master, "node_left", {"node": self.node.name}, timeout=self.leave_s
-                    )
+                    await runtime.control(self.master, "node_left", {"node": self.node.name}, timeout=leave_s)
                 except Exception as exc:  # down, or an older master that knows no node_left
                     error = repr(exc)
                 else:
@@ -254,42 +291,73 @@ class MasterLink:
         if self.log_endpoint:  # the node's log stream (log_publisher); older masters ignore it
             payload["log_endpoint"] = self.log_endpoint
         try:
-            await runtime.control(self.master, "node_beat", payload, timeout=max(self.beat_s, 1.0))
+            reply = await runtime.control(self.master, "node_beat", payload, timeout=self.reply_s)
         except NameTaken as exc:  # another node runs under this name: this one stops, saying so
             self.left = True  # no beat more, and no leave: the name's node_left is the other's
             log.error("master_refused_node", master=self.master, error=str(exc))
             self.node.refuse(exc)
             return
-        except Exception as exc:  # the master is down or restarting: keep beating
+        except Exception as exc:  # the master is down, restarting or busy, or the link slow: beat on
             self.failed_beats += 1
-            if self.failed_beats == 1 or self.failed_beats % 30 == 0:
-                hint = {}
-                if self.beats == 0 and not await _listens(self.master):  # no master: keys are no matter
-                    hint["hint"] = (
-                        f"nothing accepts connections at {self.master}: start the master "
-                        "(troupe master start), or give this node its endpoint (--master)"
-                    )
-                elif self.beats == 0 and installed() is None:
-                    # Never answered: a master with CURVE keys ignores a node without them.
-                    hint["hint"] = "if the master runs with CURVE keys, start this node with --keys DIR"
-                elif self.beats == 0:  # keys of another cluster, or a master without any: silence
-                    hint["hint"] = (
-                        "if the master is up, it may run without keys (start this node without "
-                        "--keys), or this node's --keys DIR may not be its cluster's: both must hold "
-                        "the same cluster key pair (a master with keys then logs peer_refused)"
-                    )
-                log.warning(
-                    "master_beat_failed",
-                    master=self.master,
-                    error=repr(exc),
-                    failed=self.failed_beats,
-                    **hint,
-                )
+            await self._beat_failed(exc)
             return
+        self._take_node_timeout(reply)
         if self.failed_beats:
             log.info("master_beat_restored", master=self.master, failed_beats=self.failed_beats)
         self.failed_beats = 0
         self.beats += 1
+
+    def _take_node_timeout(self, reply: Any) -> None:
+        """The master's node timeout, from its answer (an older master's says none)."""
+        said = reply.get("node_timeout_s") if isinstance(reply, dict) else None
+        if isinstance(said, int | float) and not isinstance(said, bool) and 0 < said < 86_400:
+            self.node_timeout_s = float(said)
+
+    async def _beat_failed(self, exc: Exception) -> None:
+        """Say a failed beat: the first of a run at info, unless the master refused this node's
+        key or nothing listens there; ``WARN_AFTER`` in a row (and every 30th) at warning."""
+        n = self.failed_beats
+        refused = isinstance(exc, Unreachable)  # at once, not late: the handshake refused the key
+        if n != 1 and n != WARN_AFTER and n % 30 != 0:
+            return
+        hint, certain = await self._hint(refused)
+        level = log.warning if certain or n >= WARN_AFTER else log.info
+        level("master_beat_failed", master=self.master, error=repr(exc), failed=n, hint=hint)
+
+    async def _hint(self, refused: bool) -> tuple[str, bool]:
+        """What may be wrong, and whether it is sure (a warning from the first failed beat).
+
+        Keys are named only where they can be the matter: the master refused this node's key,
+        or never answered it in ``WARN_AFTER`` beats. A master that answered before has taken
+        the keys; a late reply is a slow link's as well as a keyed master's silence.
+        """
+        late = f"no reply within {self.reply_s:g}s"
+        if self.beats:
+            return (
+                f"the master answered this node before, so keys are not the matter: it is down, "
+                f"restarting or busy, or the link to it is slow ({late}); this node beats on"
+            ), False
+        if not await _listens(self.master):  # no master: keys are no matter
+            return (
+                f"nothing accepts connections at {self.master}: start the master "
+                "(troupe master start), or give this node its endpoint (--master)"
+            ), True
+        if not refused and self.failed_beats < WARN_AFTER:
+            return (
+                f"{late}: the link to the master may be slow (a new CURVE connection takes five "
+                "round trips), or the master busy; this node beats on"
+            ), False
+        n = self.failed_beats
+        slow = "" if refused else f"; or the link to it is slow ({late} on {n} beats in a row)"
+        if installed() is None:
+            # Never answered: a master with CURVE keys ignores a node without them.
+            return f"if the master runs with CURVE keys, start this node with --keys DIR{slow}", refused
+        # Keys of another cluster, or a master without any: silence.
+        return (
+            "if the master is up, it may run without keys (start this node without --keys), or "
+            "this node's --keys DIR may not be its cluster's: both must hold the same cluster key "
+            f"pair (a master with keys then logs peer_refused){slow}"
+        ), refused
 
     def _worker_exited(self, handle: WorkerHandle, reason: str) -> None:
         payload = {"worker_id": f"{self.node.name}/{handle.spec.name}", "pid": handle.pid, "reason": reason}

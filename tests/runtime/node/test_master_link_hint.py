@@ -1,5 +1,7 @@
 """A node whose beats a master never answered says what may be wrong: without keys, a master
-that runs with CURVE keys ignores it (the node beat on for ever, logging only AskTimeout)."""
+that runs with CURVE keys ignores it (the node beat on for ever, logging only AskTimeout).
+Keys are named only where they can be the matter: over a slow link a beat's reply comes late,
+and a node told to drop or change its keys broke a working cluster (nw 2)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from typing import Any
 import pytest
 
 from support.log_capture import module_logs
-from troupe.runtime.errors import ActorStopped, AskTimeout
+from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
 from troupe.runtime.node import master_link
-from troupe.runtime.node.master_link import MasterLink
+from troupe.runtime.node.master_link import WARN_AFTER, MasterLink
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +51,64 @@ async def test_a_master_that_never_answered_gets_the_keys_hint(
 ) -> None:
     link, runtime = _link(listening), _Runtime()
     with module_logs(monkeypatch, master_link) as logs:
-        await link._beat(runtime)  # type: ignore[arg-type]
+        for _ in range(WARN_AFTER):
+            await link._beat(runtime)  # type: ignore[arg-type]
+    first, warned = [e for e in logs if e["event"] == "master_beat_failed"]
+    assert "--keys DIR" in warned["hint"] and warned["log_level"] == "warning"
+    assert f"or the link to it is slow (no reply within 3.33333s on {WARN_AFTER} beats" in warned["hint"]
+    # One beat without a reply is a slow link's as well: said at info, keys not named.
+    assert first["log_level"] == "info" and "keys" not in first["hint"]
+    assert first["hint"].startswith("no reply within 3.33333s: the link to the master may be slow")
+
+
+async def test_a_master_that_refused_the_nodes_key_is_said_at_once(
+    listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused CURVE handshake fails the beat at once: keys are the matter for sure."""
+
+    class _Refusing(_Runtime):
+        async def control(self, endpoint: str, msg_type: str, payload: Any = None, **_: Any) -> Any:
+            raise Unreachable(f"ask 'node_beat' to {endpoint}: the process refused this process's CURVE key")
+
+    link = _link(listening)
+    monkeypatch.setattr(master_link, "installed", lambda: object())  # this node runs with keys
+    with module_logs(monkeypatch, master_link) as logs:
+        await link._beat(_Refusing())  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
-    assert "--keys DIR" in failed["hint"]
+    assert failed["log_level"] == "warning" and "may not be its cluster's" in failed["hint"]
+    assert "slow" not in failed["hint"]
+
+
+async def test_a_beat_whose_reply_comes_a_second_late_counts(
+    listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a link of a second's round trip the master took every beat, and its reply came
+    after the beat's bound of one second: the node warned every few seconds. A beat waits a
+    third of the master's node timeout (its answer says it), at least a beat, at most 4 s."""
+    waited: list[float] = []
+
+    class _Slow(_Runtime):
+        """A master whose replies come ``late_s`` after the beat, and whose node timeout is ``said``."""
+
+        late_s, said = 1.5, 10.0
+
+        async def control(self, endpoint: str, msg_type: str, payload: Any = None, **kw: Any) -> Any:
+            waited.append(kw["timeout"])
+            if kw["timeout"] < self.late_s:
+                raise AskTimeout(f"no reply to 'node_beat' within {kw['timeout']}s")
+            return {"ok": True, "node_timeout_s": self.said}
+
+    link, runtime = _link(listening), _Slow()
+    with module_logs(monkeypatch, master_link) as logs:
+        await link._beat(runtime)  # type: ignore[arg-type]
+        runtime.said = 60.0
+        await link._beat(runtime)  # type: ignore[arg-type]
+        runtime.said, runtime.late_s = 1.5, 0.1  # a master that declares nodes dead fast
+        await link._beat(runtime)  # type: ignore[arg-type]
+        await link._beat(runtime)  # type: ignore[arg-type]
+    assert not [e for e in logs if e["event"] == "master_beat_failed"]
+    assert link.beats == 4
+    assert waited == pytest.approx([10 / 3, 10 / 3, 4.0, 1.0])
 
 
 async def test_a_master_nobody_listens_for_is_said_so_not_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +123,7 @@ async def test_a_master_nobody_listens_for_is_said_so_not_the_keys(monkeypatch: 
     assert failed["hint"].startswith(f"nothing accepts connections at {nobody}: start the master")
 
 
-async def test_a_master_that_answered_before_and_stopped_gets_no_hint(
+async def test_a_master_that_answered_before_and_stopped_gets_no_keys_hint(
     listening: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -77,7 +134,10 @@ async def test_a_master_that_answered_before_and_stopped_gets_no_hint(
     with module_logs(monkeypatch, master_link) as logs:
         await link._beat(runtime)  # type: ignore[arg-type]
     (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
-    assert "hint" not in failed  # it was down or restarting: keys were not the matter
+    # It was down or restarting, or the link is slow: keys were not the matter.
+    assert failed["log_level"] == "info"
+    assert failed["hint"].startswith("the master answered this node before, so keys are not the matter")
+    assert "--keys" not in failed["hint"]
 
 
 async def test_a_report_the_stopping_node_cannot_hear_answered_is_no_warning(
@@ -105,8 +165,9 @@ async def test_a_node_with_keys_a_master_never_answered_is_told_they_may_be_anot
     link, runtime = _link(listening), _Runtime()
     monkeypatch.setattr(master_link, "installed", lambda: object())  # this node runs with keys
     with module_logs(monkeypatch, master_link) as logs:
-        await link._beat(runtime)  # type: ignore[arg-type]
-    (failed,) = [e for e in logs if e["event"] == "master_beat_failed"]
+        for _ in range(WARN_AFTER):
+            await link._beat(runtime)  # type: ignore[arg-type]
+    failed = [e for e in logs if e["event"] == "master_beat_failed"][-1]
     assert "may not be its cluster's" in failed["hint"]
     # A master without keys ignores a keyed node too, and logs no peer_refused: said first.
     assert "it may run without keys (start this node without --keys)" in failed["hint"]

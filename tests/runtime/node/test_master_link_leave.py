@@ -25,16 +25,18 @@ class _Runtime:
 
     def __init__(self, hang: bool = False) -> None:
         self.sent: list[str] = []
+        self.timeouts: list[float] = []
         self.hang = hang
 
-    async def control(self, endpoint: str, msg_type: str, payload: Any = None, **_: Any) -> Any:
+    async def control(self, endpoint: str, msg_type: str, payload: Any = None, **kw: Any) -> Any:
         self.sent.append(msg_type)
+        self.timeouts.append(kw["timeout"])
         if msg_type == "node_left" and self.hang:
             await anyio.sleep_forever()
         return True
 
 
-def _link(runtime: _Runtime, leave_s: float = 2.0) -> MasterLink:
+def _link(runtime: _Runtime, leave_s: float | None = 2.0) -> MasterLink:
     node = SimpleNamespace(
         name="n1",
         config=SimpleNamespace(advertise=None, tags=()),
@@ -73,3 +75,14 @@ async def test_a_node_its_master_never_answered_says_nothing_as_it_stops() -> No
     link = _link(runtime)
     await link.leave()
     assert runtime.sent == []
+
+
+async def test_a_stopping_node_waits_for_the_leave_as_long_as_for_a_beat() -> None:
+    """Over a slow link the master's answer to the leave comes as late as a beat's: a bound of
+    2 s left the stopped node alive at the master for its node timeout (nw 2)."""
+    runtime = _Runtime()
+    link = _link(runtime, leave_s=None)
+    await link.beat_now()
+    await link.leave()
+    assert runtime.sent == ["node_beat", "node_left"]
+    assert runtime.timeouts == [link.reply_s, link.reply_s] and link.reply_s > 3

@@ -23,7 +23,7 @@ Control messages (payloads are maps; ``->`` is the reply)::
                                                        -> {outcome, leases, known}
     from nodes (their MasterLink)
       node_beat       {node, endpoint, resources, processes, log_endpoint?, tags?, code?}
-                                                       -> {ok}
+                                                       -> {ok, master, node_timeout_s}
       resolve         {address}                        -> {address, endpoint}  (any live node's
                                                           actors: the cluster's directory)
       worker_left     {worker_id, pid, reason}         -> bool

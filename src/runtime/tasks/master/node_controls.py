@@ -129,7 +129,8 @@ class NodeControls:
             self._drains_told.add(m.node)
             log.info("node_says_drained", node=m.node)
             self.runtime.start_soon(self._drain_told, m.node)
-        return {"ok": True, "master": self.config.name}
+        # The node waits for a beat's reply a share of this (a slow link's come late).
+        return {"ok": True, "master": self.config.name, "node_timeout_s": self.config.node_timeout_s}
 
     async def _drain_told(self, node: str) -> None:
         try:

@@ -224,6 +224,14 @@ async def test_a_beat_that_says_drained_drains_the_node_unless_an_undrain_ended_
     assert not [e for e in logs if e["event"] == "node_says_drained"]
 
 
+async def test_a_beat_is_answered_with_the_masters_node_timeout(tmp_path: Path) -> None:
+    """The node waits for a beat's reply a share of it (nw 2): over a slow link the replies
+    come late, and a bound of one second made every beat fail at the node."""
+    async with cluster(tmp_path, node_timeout_s=42.0) as c:
+        reply = await c.call("node_beat", {"node": "n1", "endpoint": "mem://n1", "resources": {}})
+    assert reply["ok"] is True and reply["node_timeout_s"] == 42.0
+
+
 async def test_a_silent_node_is_dead_and_its_tasks_run_elsewhere(tmp_path: Path) -> None:
     """When a node stops beating, the tasks its workers hold are requeued and done elsewhere.
 
