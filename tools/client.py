@@ -26,7 +26,7 @@ from troupe.runtime.process_identity import user_name
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
-from .master_client import PROBE_S, SILENT, keys_hint, reachable, unreachable_why, what_to_do
+from .master_client import PROBE_S, keys_hint, probe, reachable, silence, what_to_do
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -176,8 +176,8 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
         Unreachable: nothing listens at ``endpoint``.
         TroupeError: with a message that says what to do when no node answers.
     """
-    absent = await anyio.to_thread.run_sync(unreachable_why, endpoint, "node", PROBE_S)
-    if absent is not None:
+    found = await anyio.to_thread.run_sync(probe, endpoint, "node", PROBE_S)
+    if (absent := found.absent) is not None:
         if endpoint == DEFAULT_NODE_ENDPOINT and await anyio.to_thread.run_sync(
             reachable, RUN_NODE_ENDPOINT, PROBE_S
         ):  # no --node, and a `troupe run` started its own node: what a user who ran one looks for
@@ -204,7 +204,8 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
             ) from None
         except AskTimeout:
             raise AskTimeout(
-                f"the node at {endpoint} did not answer within {timeout}s: {SILENT}{keys_hint()}"
+                f"the node at {endpoint} did not answer within {timeout}s: "
+                f"{silence(found.connect_s, timeout)}{keys_hint()}"
             ) from None
 
 

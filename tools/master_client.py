@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import socket
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROBE_S",
+    "SLOW_CONNECT_S",
+    "Probe",
     "absent_master",
     "answered_not_as",
     "jobs_table",
@@ -36,7 +41,9 @@ __all__ = [
     "master_status",
     "master_tables",
     "node_name_problem",
+    "probe",
     "reachable",
+    "silence",
     "submit_job",
     "unreachable_why",
     "waiting_table",
@@ -75,7 +82,31 @@ def reachable(endpoint: str, timeout: float = PROBE_S) -> bool:
 
 def unreachable_why(endpoint: str, what: str, timeout: float = PROBE_S) -> str | None:
     """Why nothing accepts connections at ``endpoint``, one clause naming it (``what``: who
-    would listen there); None when something does (inproc: assume so).
+    would listen there); None when something does (inproc: assume so). :func:`probe`'s
+    ``absent``."""
+    return probe(endpoint, what, timeout).absent
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What the look at an endpoint found.
+
+    Attributes:
+        absent: why nothing accepts connections there (:func:`unreachable_why`), None where
+            something does.
+        connect_s: how long the connect took: about one round trip of the link (0 where none
+            was made, ipc and inproc aside), which :func:`silence` reads.
+    """
+
+    absent: str | None
+    connect_s: float = 0.0
+
+
+_clock = time.monotonic  # a test's fake link moves its own
+
+
+def probe(endpoint: str, what: str, timeout: float = PROBE_S) -> Probe:
+    """Look whether anything accepts connections at ``endpoint``, and how fast it does.
 
     tcp: ``no WHAT answers at ENDPOINT (connection refused)``, or the network's own reason (no
     route to the host; no answer to the connect within ``timeout``: a host down, or packets
@@ -84,23 +115,24 @@ def unreachable_why(endpoint: str, what: str, timeout: float = PROBE_S) -> str |
     """
     path = ipc_path(endpoint)
     if path is not None:
-        return ipc_unreachable_why(path, what, timeout)
+        return Probe(ipc_unreachable_why(path, what, timeout))
     parts = urlsplit(endpoint)
     if parts.scheme != "tcp" or parts.port is None:
-        return None
+        return Probe(None)
+    start = _clock()
     try:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout):
-            return None
+            return Probe(None, _clock() - start)
     except ConnectionRefusedError:
-        return f"no {what} answers at {endpoint}{_REFUSED}"
+        return Probe(f"no {what} answers at {endpoint}{_REFUSED}")
     except TimeoutError:
-        return (
+        return Probe(
             f"nothing at {endpoint} accepted a connection within {timeout:g} s (its host is down "
             "or unreachable, or the network drops packets on the way)"
         )
     except OSError as exc:  # no route to the host, the network down
         reason = (exc.strerror or str(exc)).lower()
-        return f"no {what} answers at {endpoint} ({reason})"
+        return Probe(f"no {what} answers at {endpoint} ({reason})")
 
 
 def what_to_do(absent: str, start: str) -> str:
@@ -132,9 +164,12 @@ def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
     return _WENT if isinstance(exc, PeerLost) else f"no {what} within {waited_s}s"
 
 
-def _no_master(endpoint: str, why: str) -> str:
+def _no_master(endpoint: str, why: str, found: Probe, timeout: float) -> str:
     if why != _WENT:  # something listens there, and said nothing
-        return f"the master at {endpoint} did not answer ({why}): {SILENT}{keys_hint()}"
+        return (
+            f"the master at {endpoint} did not answer ({why}): "
+            f"{silence(found.connect_s, timeout)}{keys_hint()}"
+        )
     return _start_one(endpoint, f"no master answers at {endpoint} ({why})")
 
 
@@ -156,6 +191,29 @@ def _start_one(endpoint: str, absent: str) -> str:
 SILENT = "it accepts connections, so it runs, but it is busy, paused (SIGSTOP) or hung; see its log"
 """Why a process that listens did not answer: not a reason to start another."""
 
+SLOW_CONNECT_S = 0.2
+"""A connect that took this long crossed a slow link (a LAN's takes a millisecond, a continent's
+tens): the silence that follows may be the link's, and :func:`silence` says so first."""
+_ROUND_TRIPS = 6  # a new connection's before its first reply: TCP's, CURVE's handshake, the ask
+
+
+def silence(connect_s: float, timeout: float) -> str:
+    """Why a process that listens did not answer within ``timeout``: :data:`SILENT`, led by the
+    link where the CLI's connect to it took ``connect_s``, :data:`SLOW_CONNECT_S` or more.
+
+    Over a link of a second's round trip a new connection with CURVE keys answers its first ask
+    after about seven seconds: the default 5 s blamed a hung process, or the keys.
+    """
+    if connect_s < SLOW_CONNECT_S:
+        return SILENT
+    longer = math.ceil(max(2 * timeout, 3 * _ROUND_TRIPS * connect_s) / 10) * 10
+    return (
+        f"the link to it may be slow: the connect alone took {connect_s:.1f} s, and a new "
+        f"connection needs about {_ROUND_TRIPS} round trips before its first reply (TCP's and "
+        f"CURVE's handshakes, then the ask): try --timeout {longer}; if it still does not "
+        f"answer, {SILENT}"
+    )
+
 
 async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout: float = 10.0) -> Any:
     """Send one control message to the master and return its reply.
@@ -165,13 +223,14 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         AskTimeout: it did not answer in time.
         TroupeError: the master refused (unknown job, bad job file...), with its reason.
     """
-    if (absent := unreachable_why(endpoint, "master")) is not None:
-        raise Unreachable(_start_one(endpoint, absent))
+    found = probe(endpoint, "master")
+    if found.absent is not None:
+        raise Unreachable(_start_one(endpoint, found.absent))
     async with cli_runtime() as runtime:
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout as exc:
-            raise type(exc)(_no_master(endpoint, _silent(exc, timeout))) from None
+            raise type(exc)(_no_master(endpoint, _silent(exc, timeout), found, timeout)) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
             older = await _answers_as_master(runtime, endpoint)
             raise (_older_master if older else _not_a_master)(endpoint, msg_type) from None
@@ -263,11 +322,14 @@ async def master_status(endpoint: str, timeout: float) -> dict[str, Any]:
 
 
 async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> Any:
-    """Submit a job: check that the master answers (fast), then wait up to ``timeout`` for it.
+    """Submit a job: check that the master answers, then wait up to ``timeout`` for it.
 
-    A very large job takes the master a while to check and journal; a timeout then means that
-    it is still writing, not that nobody answers. Submitting the same job again is safe: the
-    master answers ``already: true`` for the same id with the same content.
+    The check is a ping, bounded by ``timeout`` too: over a slow link a new connection's first
+    reply takes seconds (CURVE's handshake), and a cap of 5 s failed submits that ``--timeout
+    60`` would have let through. A very large job takes the master a while to check and
+    journal; a timeout of the submit then means that it is still writing, not that nobody
+    answers (asked again on the connection made, a ping says which). Submitting the same job
+    again is safe: the master answers ``already: true`` for the same id with the same content.
 
     Raises:
         Unreachable: nothing listens at ``endpoint``.
@@ -275,15 +337,16 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             (the message says which, and what to do).
         TroupeError: the master refused the job, with its reason.
     """
-    if (absent := unreachable_why(endpoint, "master")) is not None:
-        raise Unreachable(_start_one(endpoint, absent))
+    found = probe(endpoint, "master")
+    if found.absent is not None:
+        raise Unreachable(_start_one(endpoint, found.absent))
     job = payload.get("job_id") or (payload.get("job") or {}).get("job", {}).get("name")
     async with cli_runtime() as runtime:
-        ping_s = min(timeout, 5.0)
         try:
-            pong = await runtime.control(endpoint, "ping", None, timeout=ping_s)
+            pong = await runtime.control(endpoint, "ping", None, timeout=timeout)
         except AskTimeout as exc:
-            raise type(exc)(_no_master(endpoint, _silent(exc, ping_s, "reply to a ping"))) from None
+            why = _silent(exc, timeout, "reply to a ping")
+            raise type(exc)(_no_master(endpoint, why, found, timeout)) from None
         if not (isinstance(pong, dict) and "master" in pong):  # a node answers a ping too
             raise _not_a_master(endpoint, "submit")
         sent_at = anyio.current_time()
@@ -314,8 +377,8 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             if lost
             else f"the master at {endpoint} has not answered the submit of job {job!r} in {waited:.1f}s"
         )
-        try:
-            await runtime.control(endpoint, "ping", None, timeout=ping_s)
+        try:  # on the connection the first ping made: a round trip, not a handshake
+            await runtime.control(endpoint, "ping", None, timeout=min(timeout, 5.0))
         except AskTimeout:
             raise AskTimeout(
                 f"{what}, nor a ping since: it may have stopped (see its log) or still be taking in a "
