@@ -22,9 +22,15 @@ from .replicas import ReplicaPool
 from .source import SourceItem
 from .stage import StageRun
 
-__all__ = ["HookCalls"]
+__all__ = ["STARTED_S", "HookCalls"]
 
 log = structlog.get_logger(__name__)
+
+STARTED_S = 300.0
+"""The longest the engine waits for the replicas it starts before any item moves (every stage's
+first), or for a finalize hook's: past it the run fails in one line that names the stage and
+the nodes where its replicas were still starting (over a link too slow or down, a replica's
+start never ends: its tries run out only after many minutes)."""
 
 
 class HookCalls(ReplicaPool):
@@ -39,13 +45,58 @@ class HookCalls(ReplicaPool):
     _remakes: deque[SourceItem]  # ended ok before, output gone: made again
     _finals: dict[str, dict[str, Any]]
 
-    async def _wait_started(self) -> None:
-        with anyio.fail_after(300):
+    async def _wait_started(self, hook: str = "") -> None:
+        """Wait until no replica is starting (each up, or failed), :data:`STARTED_S` at most.
+
+        ``hook``: the hook a replica is started for (``finalize``), "" at the run's start.
+
+        Raises:
+            StageFailed: a stage could get no replica; or one was still starting after
+                :data:`STARTED_S` (it was a bare TimeoutError, shown as a traceback).
+        """
+        with anyio.move_on_after(STARTED_S):
             while any(s.starting for s in self.stages):  # every first replica up, or failed
                 await self._changed.wait()
                 self._changed = anyio.Event()
         if self._fatal is not None:
             raise self._fatal
+        waiting = [s for s in self.stages if s.starting]
+        if waiting:
+            raise self._not_started(waiting, hook)
+
+    def _not_started(self, waiting: list[StageState], hook: str) -> StageFailed:
+        """The run's error for stages whose replicas were still starting after :data:`STARTED_S`."""
+        names = ", ".join(s.cfg.name for s in waiting)
+        nodes = sorted({n for s in waiting for n in self._starting_on(s)})
+        on = f" on node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}" if nodes else ""
+        log.error("replicas_not_started", stages=names, nodes=nodes, hook=hook, waited_s=STARTED_S)
+        head = f"stage {names}: no replica started within {STARTED_S:g} s"
+        why = (
+            f"(one was still starting{on}: the link from this host to it may be slow or down, or "
+            "the node too busy; the run log says more)"
+        )
+        if hook != "finalize":
+            return StageFailed(
+                f"{head} {why}; no item moved: run the same command again (what earlier runs "
+                "committed is kept)"
+            )
+        done = "every item has its outcome, and the finalize hook did not run"
+        if self.out is not None:
+            done += (
+                f": the same command run again into the same --out ({self.out}) finalises what "
+                "they committed (nothing is lost)"
+            )
+        return StageFailed(f"{head} to run its finalize hook {why}; {done}")
+
+    def _starting_on(self, stage: StageState) -> list[str]:
+        """The nodes where replicas of ``stage`` were asked to start and have not come up."""
+        prefix = f"{self.config.name}-{stage.cfg.name}-"
+        up = {r.name for r in stage.replicas}
+        return [
+            host.name
+            for name, host in self._launched.items()
+            if name.startswith(prefix) and name[len(prefix) :].isdigit() and name not in up
+        ]
 
     def _stage_run(self, stage: StageState) -> dict[str, Any]:
         return StageRun(
@@ -96,7 +147,7 @@ class HookCalls(ReplicaPool):
                 continue
             if not stage.ready():  # the scaler gave back a drained stage's replicas
                 self._spawn(stage)
-                await self._wait_started()
+                await self._wait_started("finalize")
             ready = stage.ready()
             if not ready:
                 raise StageFailed(f"stage {stage.cfg.name}: no replica could start to finalize")

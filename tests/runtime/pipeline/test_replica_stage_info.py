@@ -56,3 +56,46 @@ async def test_an_unknown_name_is_not_waited_for_past_its_bound(monkeypatch: pyt
     monkeypatch.setattr("troupe.runtime.pipeline.replica_stage_info.KNOWN_S", 0.0)
     with pytest.raises(UnknownActor):
         await stage_info(Nobody(), lambda: None)  # type: ignore[arg-type]
+
+
+async def test_a_replica_behind_a_slow_link_answers_once_a_try_outlasts_the_handshake(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each ask that times out drops its connection, and the next opens a new one, whose
+    handshakes (TCP's, CURVE's) take about seven seconds at a second's round trip: asks of 5 s
+    each never got an answer, and a cluster run's finalize never got its replica (nw 4). Each
+    try after a miss waits twice the last."""
+    clock = [0.0]
+    waited: list[float] = []
+
+    class BehindASlowLink:
+        async def ask(self, msg_type: str, payload: Any, timeout: float | None = None) -> Any:
+            assert timeout is not None
+            waited.append(timeout)
+            if timeout < 7.0:  # a new connection: its handshakes come before the answer
+                clock[0] += timeout
+                raise AskTimeout(f"no reply to {msg_type!r} within {timeout}s")
+            clock[0] += 7.0
+            return {"hooks": ["finalize"]}
+
+    monkeypatch.setattr("troupe.runtime.pipeline.replica_stage_info._clock", lambda: clock[0])
+    info = await stage_info(BehindASlowLink(), lambda: None)  # type: ignore[arg-type]
+    assert info == {"hooks": ["finalize"]}
+    assert waited == [5.0, 10.0]
+
+
+async def test_the_tries_grow_within_the_whole_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    waited: list[float] = []
+
+    class Silent:
+        async def ask(self, msg_type: str, payload: Any, timeout: float | None = None) -> Any:
+            assert timeout is not None
+            waited.append(timeout)
+            clock[0] += timeout
+            raise AskTimeout(f"no reply to {msg_type!r} within {timeout}s")
+
+    monkeypatch.setattr("troupe.runtime.pipeline.replica_stage_info._clock", lambda: clock[0])
+    with pytest.raises(AskTimeout):
+        await stage_info(Silent(), lambda: None)  # type: ignore[arg-type]
+    assert waited == [5.0, 10.0, 20.0, 25.0] and sum(waited) == 60.0
