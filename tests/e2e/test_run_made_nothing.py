@@ -51,11 +51,34 @@ def test_a_run_whose_every_item_died_exits_1_and_so_does_its_rerun(tmp_path: Pat
     # The items' time ends with the last one's death (the master's dead letter), not before
     # the first item moved: it had been counted as finalisation, and lambda over 0 s.
     assert figures["steady_s"] > 0 and figures["elapsed_s"] > 0
-    assert "error: every item died: the run made nothing;" in stderr and "--fresh" in stderr
+    assert "error: every item died (3): the run made nothing;" in stderr
+    assert "then run the same command with --retry-dead" in stderr
     code, stdout, stderr = _run(config, out)
     assert code == 1, stdout[-2000:] + stderr[-2000:]
     assert "already complete" in stdout
-    assert "already complete, but every item died there: nothing was made" in stderr
+    assert "already complete, but every item died there (3): nothing was made" in stderr
+
+
+def test_a_store_whose_every_item_died_is_not_finalised_and_its_rerun_says_so(tmp_path: Path) -> None:
+    """Its finalize over nothing could only fail (the dataset writer's "no committed episodes"):
+    that error stood where the items' deaths and ``--retry-dead`` belonged, and a rerun said
+    "every item was done by an earlier run" before failing the same way (report ev 8)."""
+    config = tmp_path / "doomed.toml"
+    config.write_text(PIPELINE.format(cls="DoomedStoreStage"), encoding="utf-8")
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(config, out)
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    assert "finalize failed" not in stderr and "dead 3: KeyError" in " ".join(stdout.split())
+    assert "every item died (3): the run made nothing;" in stderr and "--retry-dead" in stderr
+    # As a run of before left it: the items dead in its journal, its record not complete.
+    record = out / ".troupe" / "run.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "complete": None}))
+    code, stdout, stderr = _run(config, out)
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    said = " ".join(stdout.split())
+    assert "every item died in an earlier run (3 of 3): nothing to finalise" in said, said
+    assert "every item was done" not in said and "finalize failed" not in stderr
+    assert "every item died (3): the run made nothing;" in stderr and "--retry-dead" in stderr
 
 
 def test_a_run_that_made_something_exits_0(tmp_path: Path) -> None:

@@ -274,6 +274,13 @@ class DoomedStage(StageActor):
         raise KeyError("no such scene")
 
 
+class DoomedStoreStage(DoomedStage):
+    """Every item dies, and its finalize fails over no output, as the dataset writer's does."""
+
+    def finalize(self, run: StageRun) -> dict[str, Any]:
+        raise ValueError("no committed output to finalize")
+
+
 class EchoStage(StageActor):
     """Returns its input as its output."""
 

@@ -254,12 +254,7 @@ async def _finish_run(
             )
             return
         if start.before >= start.items:
-            # The stages' start hooks may yet find an output gone (deleted since): that item is
-            # made again, and said so, before the stages finalise.
-            console.print(
-                "every item was done by an earlier run; checking their outputs, then finalising",
-                soft_wrap=True,
-            )
+            console.print(_all_ended_line(start), soft_wrap=True)
             return
         again = f" ({start.before} done before)" if start.before else ""
         up = "cluster joined" if cluster is not None else "node up"
@@ -358,13 +353,34 @@ async def _finish_run(
         for line in _finals(result):
             console.print(literal(line), soft_wrap=True)
     if result.made_nothing:
-        log = out / "logs" / "local.jsonl"
-        head = (
-            "already complete, but every item died there: nothing was made"
-            if result.already_complete
-            else "every item died: the run made nothing"
-        )
-        raise fail(f"{head}; fix what killed them (their tracebacks: {log}), then run again with --fresh", 1)
+        raise fail(_made_nothing_line(result, out), 1)
+
+
+def _all_ended_line(start: RunStart) -> str:
+    """What a run whose every item an earlier run ended says as it starts. Dead ones are said
+    as such, not as done: every item dead is a run that made nothing (said last, with the way
+    out), where it read "every item was done" and then failed finalising nothing."""
+    dead = start.dead_before
+    if dead >= start.items:
+        return f"every item died in an earlier run ({dead} of {start.items}): nothing to finalise"
+    # The stages' start hooks may yet find an output gone (deleted since): that item is made
+    # again, and said so, before the stages finalise.
+    died = f" ({dead} of them dead: {RETRY_DEAD_HINT})" if dead else ""
+    return f"every item was done by an earlier run{died}; checking their outputs, then finalising"
+
+
+def _made_nothing_line(result: PipelineResult, out: Path) -> str:
+    """The error of a run whose every item died (its own, or found so by a rerun): how many,
+    where their tracebacks are, and ``--retry-dead``, which a plain rerun never said (it told
+    ``--fresh``, which makes every item anew: the same, here, but not the way out README names)."""
+    log, retry = out / "logs" / "local.jsonl", "--retry-dead"
+    dead = result.ended.get("dead") or result.counts()["dead"]
+    head = (
+        f"already complete, but every item died there ({dead}): nothing was made"
+        if result.already_complete
+        else f"every item died ({dead}): the run made nothing"
+    )
+    return f"{head}; fix what killed them (their tracebacks: {log}), then run the same command with {retry}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -236,6 +236,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
             placement=dict(self.placement),
             engine_bytes=0 if self._wire is None else sum(self._wire),
             restarted=self.restarted,
+            made_nothing=self.every_item_died(),
             remade=len(self.remade),
         )
 

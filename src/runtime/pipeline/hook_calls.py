@@ -1,6 +1,10 @@
 """The engine's calls of the stages' hooks: ``start`` once every first replica is up, before any
 item moves (what it names as committed is kept, and the items earlier runs ended ok whose output
-it lacks are made again), and ``finalize`` once every item has its outcome, in stage order.
+it lacks are made again), and ``finalize`` once every item has its outcome, in stage order, but
+for a run whose every item died (this run's and earlier runs' dead together): nothing was made,
+and a finalize over nothing could only fail (the dataset writer's did, with "no committed
+episodes", and that error stood where the run's own line, the items dead and the way out,
+belonged; report ev 8).
 
 :class:`HookCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
 calls them; the hooks themselves run in the stage actor (``stage.py``).
@@ -44,6 +48,14 @@ class HookCalls(ReplicaPool):
     _outputs_listed: bool  # a start hook named every committed output (even none)
     _remakes: deque[SourceItem]  # ended ok before, output gone: made again
     _finals: dict[str, dict[str, Any]]
+    _outcomes: dict[str, str]  # by task id, this run's
+
+    def every_item_died(self) -> bool:
+        """Whether every item of the run ended dead, those earlier runs left dead (the source's
+        ``dead_before``) among them: the run made nothing, and nothing is finalised."""
+        dead = sum(1 for outcome in self._outcomes.values() if outcome == "dead")
+        dead += len(getattr(self.source, "dead_before", ()))
+        return 0 < self.config.items <= dead
 
     async def _wait_started(self, hook: str = "") -> None:
         """Wait until no replica is starting (each up, or failed), :data:`STARTED_S` at most.
@@ -141,7 +153,11 @@ class HookCalls(ReplicaPool):
             )
 
     async def _finalize_hooks(self) -> None:
-        """Each stage's ``finalize``, in stage order, once every item has its outcome."""
+        """Each stage's ``finalize``, in stage order, once every item has its outcome; none
+        where every item died (:meth:`every_item_died`)."""
+        if self.every_item_died():
+            log.warning("finalize_skipped", why="every item died", items=self.config.items)
+            return
         for stage in self.stages:
             if "finalize" not in stage.hooks:
                 continue

@@ -92,6 +92,8 @@ class RunStart:
             nothing more runs, and the run finalises what earlier runs committed.
         node_endpoint: where the node the run started listens (None on running nodes): what
             ``troupe ctl status --node`` is given to watch the run.
+        dead_before: of ``before``, the items earlier runs left dead (their attempts used up):
+            a plain rerun leaves them so (``retry_dead`` runs them again).
     """
 
     startup_s: float
@@ -101,6 +103,7 @@ class RunStart:
     out: Path | None
     job_cancelled: bool = False
     node_endpoint: str | None = None
+    dead_before: int = 0
 
 
 async def run_pipeline(
@@ -313,16 +316,17 @@ async def run_pipeline(
                 up = time.perf_counter() - t0
                 cancelled = isinstance(running.source, MasterSource) and running.source.cancelled_before
                 own = running.node_endpoint if running.node is not None else None
-                on_start(RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled, own))
+                dead = len(getattr(running.source, "dead_before", ()))
+                on_start(
+                    RunStart(up, cfg.items, running.before, len(cfg.stages), out_dir, cancelled, own, dead)
+                )
             engine_created = time.monotonic()
 
             def finished(outcome: PipelineResult) -> PipelineResult:
-                """``outcome`` with what the job's record adds: every item died, its items by how
-                they ended (every run's)."""
-                counts = outcome.counts()
+                """``outcome`` with what the job's record adds: its items by how they ended
+                (every run's)."""
                 return replace(
                     outcome,
-                    made_nothing=running.before == 0 and 0 < counts["dead"] == sum(counts.values()),
                     ended=(job_items(running.book, cfg.name) if running.book is not None else None) or {},
                 )
 

@@ -21,7 +21,8 @@ The lifecycle of a stage in one pipeline run (each hook optional, plain or async
 4. ``finalize(run)``, once per run, after every item has its outcome, on one replica (started
    for it if the stage has none left): end-of-run work such as writing a dataset's index. What
    it returns (a msgpack-able dict) is the run's ``finals[stage]``; a ``"summary"`` string in it
-   is what ``troupe run`` prints.
+   is what ``troupe run`` prints. Not called where every item died (earlier runs' dead among
+   them): the run made nothing to finalise.
 """
 
 from __future__ import annotations
