@@ -59,6 +59,7 @@ import psutil
 from troupe.actors.datagen.lifecycle import LeRobotWriter, NavPlanner, RaycastRenderer, SceneLoader
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.stage import StageRun
+from troupe.runtime.tasks.jobspec import generated_task_id
 
 __all__ = [
     "DEFINITIONS",
@@ -150,7 +151,8 @@ def sequential_baseline(cfg: PipelineConfig, out: Path) -> BaselineRun:
 
     loop_t0 = time.perf_counter()
     for i in range(cfg.items):
-        item: dict[str, Any] = {"task_id": f"{i:06d}", "seed": cfg.seed_start + i}
+        # The pipeline's ids: the writer's finalize takes the run's items' episodes only.
+        item: dict[str, Any] = {"task_id": generated_task_id(cfg.name, i), "seed": cfg.seed_start + i}
         try:
             item = planner.process(loader.process(item))
         except Exception:  # a pruned plan: skipped, as the pipeline prunes it

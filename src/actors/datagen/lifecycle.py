@@ -276,7 +276,9 @@ class LeRobotWriter(BaseWriter):
         return committed
 
     def finalize(self, run: StageRun) -> dict[str, Any]:
-        """Write the dataset over every committed episode; say what it holds."""
+        """Write the dataset over the committed episodes of the run's items; say what it holds,
+        and name a committed episode of no item of the run (another run's, copied in), left
+        out: it had gone into the dataset, of a config this run's record does not name."""
         from troupe.actors.lerobot.finalize import DatasetConfig, episode_fps, finalize_dataset
 
         root = self.dataset or run.out
@@ -285,19 +287,30 @@ class LeRobotWriter(BaseWriter):
                 f"stage {run.stage}: LeRobotWriter has nowhere to write the dataset; give the run "
                 "an out directory or the stage a dataset kwarg"
             )
-        fps = self.fps or episode_fps(self.store) or 10
+        ours = frozenset(run.task_ids())
+        fps = self.fps or episode_fps(self.store, ours) or 10
         summary = finalize_dataset(
-            self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts
+            self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts, ours
         )
+        said = (
+            f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
+            f"LeRobot v3.0 at {summary.root}"
+        )
+        if summary.strays:
+            shown = ", ".join(summary.strays[:3]) + (
+                f" and {len(summary.strays) - 3} more" if len(summary.strays) > 3 else ""
+            )
+            said += (
+                f"; left out {len(summary.strays)} committed episode(s) in {self.store.committed_dir} "
+                f"that are no item of this run ({run.items} items): {shown}"
+            )
         return {
             "episodes": summary.total_episodes,
             "frames": summary.total_frames,
             "root": str(summary.root),
             "outputs": [str(path) for path in summary.files],
-            "summary": (
-                f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
-                f"LeRobot v3.0 at {summary.root}"
-            ),
+            **({"left_out": list(summary.strays)} if summary.strays else {}),
+            "summary": said,
         }
 
     async def process(self, item: dict[str, Any]) -> dict[str, Any]:

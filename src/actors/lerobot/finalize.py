@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +107,7 @@ class DatasetSummary:
         video_files: mp4 files under videos/, all keys together.
         task_ids: the committed task of each episode, by episode index.
         skipped: committed outputs that are not episodes (no episode.json), left out.
+        strays: committed episodes that are none of the run's items (``task_ids``), left out.
         files: every file written, meta/info.json last (a rerun that finds one changed or gone
             writes the dataset again).
     """
@@ -120,6 +121,7 @@ class DatasetSummary:
     task_ids: tuple[str, ...]
     skipped: tuple[str, ...]
     files: tuple[Path, ...] = ()
+    strays: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,13 +162,13 @@ def _groups(
 
 
 def _load(
-    store: OutputStore, fps: int, drafts: DatasetDrafts | None = None
+    store: OutputStore, task_ids: list[str], fps: int, drafts: DatasetDrafts | None = None
 ) -> tuple[list[_Episode], list[str], list[str]]:
     episodes: list[_Episode] = []
     tasks: dict[str, int] = {}
     skipped: list[str] = []
     start = 0
-    for task_id in store.committed():
+    for task_id in task_ids:
         path = store.committed_path(task_id)
         if not (path / EPISODE_FILE).is_file():
             skipped.append(task_id)
@@ -487,9 +489,12 @@ def _remove_stale(root: Path, keep: set[Path]) -> None:
                 shutil.rmtree(path)
 
 
-def episode_fps(store: OutputStore) -> int | None:
-    """The frame rate of the first committed episode (None when there is none or it is unreadable)."""
+def episode_fps(store: OutputStore, task_ids: Collection[str] | None = None) -> int | None:
+    """The frame rate of the first committed episode (of ``task_ids``, where given; None when
+    there is none or it is unreadable)."""
     for task_id in store.committed():
+        if task_ids is not None and task_id not in task_ids:
+            continue
         try:
             meta = json.loads((store.committed_path(task_id) / EPISODE_FILE).read_text(encoding="utf-8"))
             return int(meta["fps"])
@@ -499,7 +504,11 @@ def episode_fps(store: OutputStore) -> int | None:
 
 
 def finalize_dataset(
-    store: OutputStore, root: Path, config: DatasetConfig, drafts: DatasetDrafts | None = None
+    store: OutputStore,
+    root: Path,
+    config: DatasetConfig,
+    drafts: DatasetDrafts | None = None,
+    task_ids: Collection[str] | None = None,
 ) -> DatasetSummary:
     """Write every committed episode of ``store`` as one LeRobot v3.0 dataset under ``root``.
 
@@ -511,6 +520,9 @@ def finalize_dataset(
             draft that begins a data or video file is finished and moved into place, not
             written anew; the episode.json files they read as the episodes were committed are
             not read again.
+        task_ids: the run's items: a committed episode of another task id (another run's,
+            copied in) is left out of the dataset and named in the summary's ``strays``, not
+            put in a dataset the run's config did not make. None: every committed episode.
 
     Returns:
         A summary of what was written.
@@ -525,7 +537,12 @@ def finalize_dataset(
     try:
         if drafts is not None:
             drafts.settle()  # first: the drafts have read the episodes' episode.json
-        episodes, tasks, skipped = _load(store, config.fps, drafts)
+        committed = store.committed()
+        strays = [t for t in committed if task_ids is not None and t not in task_ids]
+        if strays:
+            log.warning("finalize_left_out_strays", count=len(strays), task_ids=strays[:20])
+        ours = [t for t in committed if t not in strays]
+        episodes, tasks, skipped = _load(store, ours, config.fps, drafts)
         if not episodes:
             raise InvalidData(f"no committed episodes in {store.root}; write some with write_episode first")
         videos = _check_uniform(episodes)
@@ -580,6 +597,7 @@ def finalize_dataset(
         video_files=len(video_files),
         task_ids=tuple(ep.meta["task_id"] for ep in episodes),
         skipped=tuple(skipped),
+        strays=tuple(strays),
         files=(
             *sorted(data_files | video_files | meta_files),
             root / "meta" / "stats.json",

@@ -37,6 +37,7 @@ import anyio
 
 from troupe.runtime.core.actor import Actor, Handler, handles
 from troupe.runtime.errors import ItemFailed
+from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
 from .hook_returns import committed_ids, final_summary
@@ -92,6 +93,11 @@ class StageRun:
     seed_start: int
     out: str | None = None
     fresh: bool = False
+
+    def task_ids(self) -> list[str]:
+        """The ids of the run's items, in order, as its source names them (``{pipeline}-000000``
+        ...): what a stage's outputs of this run are keyed by, and another run's are not."""
+        return [generated_task_id(self.pipeline, i) for i in range(self.items)]
 
     def to_wire(self) -> dict[str, Any]:
         """As a msgpack-able dict."""

@@ -495,3 +495,24 @@ def test_a_finalize_blocked_by_a_folder_names_it_and_says_the_episodes_are_kept(
     said = str(failed.value)
     assert f"move or delete {root / 'meta' / 'info.json'}, which is in the way" in said
     assert "Nothing was committed" not in said and "The committed episodes are kept" in said
+
+
+def test_the_writer_stage_finalises_the_runs_items_only(store: OutputStore, tmp_path: Path) -> None:
+    """A committed episode that is no item of the run (another run's, copied into the store) is
+    left out of the dataset and named: a run of 2 items wrote a dataset of 3 episodes, without
+    a word, one of them made with a config the run's record does not name (report up 2)."""
+    from troupe.actors.datagen.lifecycle import LeRobotWriter
+    from troupe.runtime.pipeline.stage import StageRun
+
+    for seed, task_id in enumerate(("p-000000", "p-000001", "p-000039")):
+        assert write_episode(store, _episode(task_id, length=10 + seed, seed=seed)) is True
+    stage = LeRobotWriter(store=str(store.root))
+    try:
+        final = stage.finalize(StageRun("p", "store", 2, 0, out=str(tmp_path / "ds")))
+    finally:
+        stage.writer.close(timeout=10)
+    assert final["episodes"] == 2 and final["frames"] == 21 and final["left_out"] == ["p-000039"]
+    assert "left out 1 committed episode(s)" in final["summary"] and "p-000039" in final["summary"]
+    eps = pd.read_parquet(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
+    assert len(eps) == 2
+    assert store.committed() == ["p-000000", "p-000001", "p-000039"]  # said, not deleted
