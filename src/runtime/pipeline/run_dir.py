@@ -16,9 +16,14 @@ Rules, checked before anything runs:
 - a new or empty directory (or one holding only ``logs/``) starts a run;
 - a directory with a record resumes it when the pipeline is the same, and is refused, naming
   the first field that differs, when it is not;
-- a directory with ``.troupe/`` but no record (deleted, as the message on a damaged one says
-  to) is taken for this run's: its pipeline is recorded, what was committed is kept, and the
-  run says so (``adopted``); a damaged record is refused, naming that way out and ``--fresh``;
+- the pipeline is also kept beside the record, in ``.troupe/made_with.json`` (written with it,
+  never changed after): a record deleted or damaged is rebuilt from that copy where the
+  pipeline is the same (``recovered``), and refused, naming the first field that differs, where
+  it is not. A record lost was a licence to mix: the folder was taken for whatever pipeline
+  the next command gave, its committed outputs kept beside the new ones (report up 1);
+- a directory with ``.troupe/`` but neither a record nor its copy is taken for this run's only
+  where it holds no output (``adopted``: a run that failed as it started); one that holds
+  outputs is refused with ``--fresh``, as nothing says what they were made with;
 - a directory inside what another run's folder holds for troupe (its ``.troupe/``, ``data/``,
   ``videos/``, ``meta/``, ``logs/``) is refused: that run's ``--fresh`` would delete it;
 - anything else is someone else's directory (troupe would write ``data/``, ``videos/`` and
@@ -60,6 +65,7 @@ TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 """The entries of an output directory that troupe writes; nothing else is ever deleted."""
 
 _FORMAT = 1
+_COPY_NAME = "made_with.json"  # the pipeline, kept beside the record (see the module docstring)
 # A master-fed run cannot start anew with --fresh (the master's job keeps its items' outcomes).
 _FRESH_ADVICE = "use --fresh to start anew"  # a one-host run's way out of another pipeline's folder
 _SHARED_ADVICE = "give another --out, or delete the folder to start anew"
@@ -133,10 +139,11 @@ def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any
     except ValueError:
         record = None
     if not isinstance(record, dict) or record.get("format") != version:
+        # Not "delete it": the folder was then taken for whatever the next command gave, its
+        # outputs kept beside the new ones (a run folder rebuilds its record itself, RunDir).
         raise ConfigError(
-            f"--out {out}: {path} is damaged or not a {what} this troupe reads; delete it and "
-            "run again to take the folder as this command's run (what was committed there is "
-            "kept), or use --fresh to start anew"
+            f"--out {out}: {path} is damaged or not a {what} this troupe reads; put back a copy "
+            "of it, or use --fresh to start anew (what the folder holds is made again)"
         )
     return record
 
@@ -189,10 +196,14 @@ class RunDir:
         self.out = out
         self.state_dir = out / ".troupe"
         self.record_path = self.state_dir / "run.json"
+        self.copy_path = self.state_dir / _COPY_NAME
         self.journal_path = self.state_dir / "journal.db"
-        # Set by prepare: the folder held a run but no record of it (deleted, say, as the
-        # message on a damaged one suggests): this run's pipeline is recorded as the folder's.
+        # Set by prepare: the folder held a run that made nothing, and no record of it: this
+        # run's pipeline is recorded as the folder's.
         self.adopted = False
+        # Set by prepare: the record was "missing" or "damaged", and was rebuilt from its copy,
+        # which names this run's pipeline.
+        self.recovered: str | None = None
         self._lock: JournalLock | None = None  # the journal's, held from prepare on (see lock)
 
     @property
@@ -248,10 +259,11 @@ class RunDir:
                 raise ConfigError(problem)
         if wipe:
             self._wipe()
-        record = self._read()
+        record, lost = self._readable()
         if record is None:
             if not wipe:  # what --fresh left is the user's own: it stays, and troupe's goes on
                 self._check_new()
+                self._refuse_unconfirmed(lost)
             self._start_record(made_with)
             return None
         if self._binds_nothing(record, made_with):
@@ -259,6 +271,10 @@ class RunDir:
             self._start_record(made_with)
             return None
         self._check_same(record, made_with)
+        if lost is not None:  # rebuilt from its copy, which names this pipeline
+            self._write(record)
+            self.recovered = lost
+        self._keep_copy(record)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
 
@@ -268,6 +284,7 @@ class RunDir:
         the folder is as it was, and the command that matches its job adopts it then."""
         if self.adopted:
             self.record_path.unlink(missing_ok=True)
+            self.copy_path.unlink(missing_ok=True)
             self.adopted = False
 
     def _hold(self) -> None:
@@ -284,9 +301,10 @@ class RunDir:
         self._not_in_use()
         if fresh and self.state_dir.is_dir():
             return  # it will be wiped
-        record = self._read()
+        record, lost = self._readable()
         if record is None:
             self._check_new()
+            self._refuse_unconfirmed(lost)
             return
         if not self._binds_nothing(record, made_with):
             self._check_same(record, made_with)
@@ -298,7 +316,7 @@ class RunDir:
         Raises:
             ConfigError: the record is damaged.
         """
-        record = self._read()
+        record, _ = self._readable()
         if record is None or self._made_nothing():
             return None
         pipeline = record.get("pipeline")
@@ -308,7 +326,7 @@ class RunDir:
         """Whether :meth:`prepare` would answer with a finished run whose outputs are all there;
         what it would refuse, refused (:meth:`check`). Changes nothing."""
         self.check(made_with, fresh)
-        record = None if fresh else self._read()
+        record = None if fresh else self._readable()[0]
         complete = record.get("complete") if record is not None else None
         return isinstance(complete, dict) and self.still_there(complete)
 
@@ -414,8 +432,10 @@ class RunDir:
                 pipeline, or in use by another run.
         """
         self._not_in_use()
-        record = self._read()
-        if record is not None and not self._made_nothing():
+        record, lost = self._readable()
+        if record is None:
+            self._refuse_unconfirmed(lost, _SHARED_ADVICE)
+        elif not self._made_nothing():
             self._check_same(record, made_with, _SHARED_ADVICE)
 
     def take_shared(self, made_with: dict[str, Any]) -> JournalLock:
@@ -428,7 +448,9 @@ class RunDir:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lock = hold(self.record_path, self.out, "troupe run")
         try:
-            record = self._read()
+            record, lost = self._readable()
+            if record is None:
+                self._refuse_unconfirmed(lost, _SHARED_ADVICE)
             # Another pipeline's run that failed at its start: no matter. The same pipeline's
             # record stays, its word that a run finished here with it (stages that write
             # nothing here leave a folder as bare as a failed start's).
@@ -436,6 +458,9 @@ class RunDir:
                 self._start_record(made_with)
             else:
                 self._check_same(record, made_with, _SHARED_ADVICE)
+                if lost is not None:
+                    self._write(record)
+                self._keep_copy(record)
         except BaseException:
             lock.release()
             raise
@@ -497,7 +522,7 @@ class RunDir:
         as it started, a stage class misspelt, say): its record binds nothing then. The
         folders a store stage made as it started (``.troupe/episodes/committed``, empty) are
         nothing: a file anywhere else is something."""
-        own = {self.record_path, *self._journal_files()}
+        own = {self.record_path, self.copy_path, *self._journal_files()}
         locks = self._locks()
         try:
             for path in self.out.rglob("*"):
@@ -515,6 +540,19 @@ class RunDir:
     def _read(self) -> dict[str, Any] | None:
         return read_record(self.record_path, self.out, _FORMAT, "run record")
 
+    def _read_or_lost(self) -> tuple[dict[str, Any] | None, str]:
+        """The record, or None and why: ``missing``, or ``damaged`` (not JSON, not a record).
+
+        Raises:
+            ConfigError: it cannot be read (no permission, a directory in its place).
+        """
+        try:
+            return self._read(), "missing"
+        except ConfigError:
+            if not _can_read(self.record_path):  # not damaged: unreadable, and said so
+                raise
+            return None, "damaged"
+
     def _write(self, record: dict[str, Any], doing: str = "recording the run", kept: str = "") -> None:
         """Write the record; a disk that takes nothing (full, or read-only since the command's
         checks) is said in one line, ``kept``: what the run made that stays."""
@@ -529,8 +567,58 @@ class RunDir:
             ) from exc
 
     def _start_record(self, made_with: dict[str, Any]) -> None:
-        """Record the pipeline a run starts with."""
+        """Record the pipeline a run starts with, and its copy."""
         self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
+        self._keep_copy({"pipeline": made_with}, anew=True)
+
+    def _keep_copy(self, record: dict[str, Any], anew: bool = False) -> None:
+        """Keep the record's pipeline in its copy (``made_with.json``): ``anew`` as a run starts,
+        else only where there is none (a folder recorded before troupe kept one)."""
+        if not anew and self.copy_path.exists():
+            return
+        copy = {"format": _FORMAT, "pipeline": record.get("pipeline", {})}
+        try:
+            write_record(self.copy_path, copy)
+        except OSError as exc:
+            raise as_commit_error(
+                exc,
+                action=f"recording the run in {self.copy_path}",
+                root=self.state_dir,
+                retry="run the same command again",
+            ) from exc
+
+    def _readable(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The record, and where it is ``missing`` or ``damaged``, which: then a record rebuilt
+        from its copy (its pipeline, nothing complete: the run finalises again), or None where
+        the copy cannot be read either (or there is none).
+
+        Raises:
+            ConfigError: the record (or its copy) is another troupe's (a newer format).
+        """
+        record, lost = self._read_or_lost()
+        if record is not None:
+            return record, None
+        try:
+            copy = read_record(self.copy_path, self.out, _FORMAT, "copy of the run's pipeline")
+        except ConfigError:
+            copy = None
+        if copy is None or not isinstance(copy.get("pipeline"), dict):
+            return None, lost if self.state_dir.is_dir() else None
+        return {"format": _FORMAT, "pipeline": copy["pipeline"], "complete": None}, lost
+
+    def _refuse_unconfirmed(self, lost: str | None, advice: str = "use --fresh to start anew") -> None:
+        """Refuse a folder whose record is ``lost`` (and its copy with it) where it holds
+        outputs: nothing says what they were made with, and this run would mix its own with
+        them. One that holds none (a run that failed as it started) is this run's."""
+        if lost is None or self._made_nothing():
+            return
+        self.adopted = False
+        what = "is damaged" if lost == "damaged" else "is gone"
+        raise ConfigError(
+            f"--out {self.out}: its record {self.record_path} {what}, and so is {self.copy_path.name} "
+            "beside it: nothing says what the outputs there were made with, and this run would "
+            f"mix its own with them; put the record back, or {advice} (what it holds is made again)"
+        )
 
     def _check_new(self) -> None:
         try:
@@ -587,6 +675,14 @@ class RunDir:
                 f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
                 "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
             ) from None
+
+
+def _can_read(path: Path) -> bool:
+    try:
+        path.read_bytes()
+    except OSError:
+        return False
+    return True
 
 
 def _holds_a_run(folder: Path) -> bool:

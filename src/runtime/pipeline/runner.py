@@ -240,9 +240,14 @@ async def run_pipeline(
             stack.callback(run_dir.release)
         if run_dir is not None and run_dir.adopted and on_event is not None:
             on_event(
-                f"{run_dir.out} held a run but no record of what it was made with: it is taken "
-                "for this command's pipeline, and what was committed there is kept (--fresh "
-                "starts anew)"
+                f"{run_dir.out} held a run that made nothing, and no record of what it was made "
+                "with: it is taken for this command's pipeline (--fresh starts anew)"
+            )
+        if run_dir is not None and run_dir.recovered and on_event is not None:
+            on_event(
+                f"{run_dir.record_path} was {run_dir.recovered}: rebuilt from {run_dir.copy_path.name} "
+                "beside it, which records this command's pipeline; what was committed there is "
+                "kept, and its outputs are checked and finalised again"
             )
         log_dir = plan.log_dir
         if cluster is None:  # on a cluster: once the master took the run (below)

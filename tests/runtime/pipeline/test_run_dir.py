@@ -3,6 +3,7 @@ on tmp_path, no processes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -158,36 +159,92 @@ def test_someone_elses_directory_is_refused_and_never_wiped(tmp_path: Path) -> N
     assert (out / "data" / "table.csv").read_text() == "1,2\n"
 
 
-def test_a_run_whose_record_was_deleted_is_taken_for_this_ones(tmp_path: Path) -> None:
-    """The way out the damaged record's message names: deleted, the folder is this run's, and
-    what its stages committed stays."""
+def _committed(out: Path) -> None:
+    """An episode committed in ``out``, as a run's store leaves it."""
+    episode = out / ".troupe" / "episodes" / "committed" / "t-1"
+    episode.mkdir(parents=True)
+    (episode / "episode.json").write_text("{}")
+
+
+def _faster(**overrides: object) -> dict[str, object]:
+    """The pipeline planned at another speed: other episodes, which the writer does not check."""
+    made = _made_with(**overrides)
+    made["stage"]["plan"]["kwargs"]["speed"] = 2.0  # type: ignore[index]
+    return made
+
+
+@pytest.mark.parametrize("damage", [None, "{ cut sh", "[]", ""])
+def test_a_record_lost_is_rebuilt_from_its_copy_or_refused(tmp_path: Path, damage: str | None) -> None:
+    """A record deleted or damaged (a file cut short) is no licence to mix: the folder's pipeline
+    is kept beside it too, so another pipeline is refused naming what differs (the stage kwarg
+    the writer does not check: it took the folder, and planned half its episodes at another
+    speed, report up 1), and the same pipeline gets its record back, committed outputs kept."""
     out = tmp_path / "out"
-    (out / ".troupe" / "episodes" / "committed" / "t-1").mkdir(parents=True)
-    (out / ".troupe" / "episodes" / "committed" / "t-1" / "episode.json").write_text("{}")
-    (out / "meta").mkdir()
     run = RunDir(out)
-    assert run.prepare(_made_with(items=8), fresh=False) is None
-    assert run.adopted and run.record_path.is_file()
-    assert (out / ".troupe" / "episodes" / "committed" / "t-1").is_dir()
-    run.release()  # that run ended
-    again = RunDir(out)  # recorded now: a rerun resumes as any other, and another pipeline is refused
-    assert again.prepare(_made_with(items=8), fresh=False) is None and not again.adopted
+    run.prepare(_faster(items=8), fresh=False)
+    run.mark_complete({})
+    run.release()
+    _committed(out)
+    if damage is None:
+        run.record_path.unlink()
+    else:
+        run.record_path.write_text(damage)
+    for look in (
+        lambda r: r.check(_made_with(items=8), False),
+        lambda r: r.prepare(_made_with(items=8), False),
+    ):
+        with pytest.raises(
+            ConfigError, match=r"was made with stage\.plan\.kwargs\.speed=2\.0, this run asks no stage"
+        ):
+            look(RunDir(out))
+    again = RunDir(out)
+    assert again.prepare(_faster(items=8), fresh=False) is None  # finalised again: complete unknown
+    assert again.recovered == ("missing" if damage is None else "damaged") and not again.adopted
     again.release()
-    with pytest.raises(ConfigError, match="was made with"):
-        RunDir(out).prepare(_made_with(items=9), fresh=False)
+    assert json.loads(run.record_path.read_text())["pipeline"] == _faster(items=8)
+    assert (out / ".troupe" / "episodes" / "committed" / "t-1").is_dir()
+    with pytest.raises(ConfigError, match="was made with"):  # recorded again: as any other
+        RunDir(out).prepare(_made_with(items=8), fresh=False)
 
 
-@pytest.mark.parametrize("damage", ["{ cut sh", "[]", '{"format": 99}', ""])
-def test_a_damaged_record_is_refused_naming_the_way_out(tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize("damage", [None, "{ cut sh"])
+def test_a_record_lost_with_its_copy_is_refused_where_outputs_are(tmp_path: Path, damage: str | None) -> None:
+    """Nothing says what the outputs were made with: --fresh (or the record put back), not a
+    folder taken for whatever pipeline comes; a folder that holds no output is taken."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_faster(items=8), fresh=False)
+    run.release()
+    run.copy_path.unlink()
+    if damage is None:
+        run.record_path.unlink()
+    else:
+        run.record_path.write_text(damage)
+    bare = RunDir(out)  # it made nothing (it failed as it started): this run's
+    assert bare.prepare(_made_with(items=8), fresh=False) is None and bare.record_path.is_file()
+    bare.release()
+    bare.record_path.unlink()
+    bare.copy_path.unlink()
+    _committed(out)
+    said = r"its record .*run\.json is (gone|damaged), and so is made_with\.json beside it: .*--fresh"
+    for look in (
+        lambda r: r.check(_made_with(items=8), False),
+        lambda r: r.prepare(_made_with(items=8), False),
+    ):
+        with pytest.raises(ConfigError, match=said):
+            look(RunDir(out))
+    assert not run.record_path.exists()  # it bound nothing
+    assert RunDir(out).prepare(_made_with(items=8), fresh=True) is None  # --fresh: anew
+
+
+def test_a_folder_recorded_before_the_copy_gets_one(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run = RunDir(out)
     run.prepare(_made_with(items=8), fresh=False)
     run.release()
-    run.record_path.write_text(damage)
-    with pytest.raises(
-        ConfigError, match=r"run\.json is damaged .*delete it .*committed there is kept.*--fresh"
-    ):
-        RunDir(out).prepare(_made_with(items=8), fresh=False)
+    run.copy_path.unlink()  # as a troupe of before left it
+    RunDir(out).prepare(_made_with(items=8), fresh=False)
+    assert json.loads(run.copy_path.read_text())["pipeline"] == _made_with(items=8)
 
 
 @pytest.mark.parametrize("inside", [".troupe/x", ".troupe", "data/x/y", "logs", "meta/runs"])
@@ -215,7 +272,11 @@ def test_fresh_wipes_troupes_files_only(tmp_path: Path) -> None:
     assert run.prepare(_made_with(items=8), fresh=True) is None
     assert sorted(p.name for p in out.iterdir()) == [".troupe", "NOTES.md"]
     # The journal's lock file stays: the run holds it (deleted, another could lock a new one).
-    assert sorted(p.name for p in (out / ".troupe").iterdir()) == ["journal.db.lock", "run.json"]
+    assert sorted(p.name for p in (out / ".troupe").iterdir()) == [
+        "journal.db.lock",
+        "made_with.json",
+        "run.json",
+    ]
     assert run.prepare(_made_with(items=8), fresh=False) is None
 
 

@@ -32,7 +32,7 @@ def test_a_record_the_disk_has_no_room_for_is_said_in_one_line(
 
 
 def test_an_adopted_folder_whose_run_failed_to_start_is_left_without_a_record(tmp_path: Path) -> None:
-    """Its record deleted (as the message on a damaged one suggests), a folder is adopted with the
+    """Its record deleted (its copy too), a folder that holds no output is adopted with the
     command's pipeline; a run that then fails before anything ran (its journal's job was made
     with other items) takes the record back, so the command that matches the job adopts it."""
     out = tmp_path / "out"
@@ -41,6 +41,7 @@ def test_an_adopted_folder_whose_run_failed_to_start_is_left_without_a_record(tm
     first.release()
     (out / "data").mkdir()  # what the finished run made
     first.record_path.unlink()
+    first.copy_path.unlink()
     wrong = RunDir(out)
     wrong.prepare(fingerprint(default_pipeline(items=64)), fresh=False)
     assert wrong.adopted and wrong.record_path.is_file()
