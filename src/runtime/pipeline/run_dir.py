@@ -99,11 +99,24 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: data}
 
 
-def _shown(key: str, flat: dict[str, Any]) -> str:
+def _shown(key: str, flat: dict[str, Any], typed: bool = False) -> str:
     if key not in flat:
         return f"no {key}"
     value = flat[key]
+    if typed:
+        return f"{key}={json.dumps(value)} ({_JSON_TYPES.get(type(value), type(value).__name__)})"
     return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+_JSON_TYPES = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    list: "a list",
+    dict: "a table",
+    type(None): "null",
+}
 
 
 def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, str] | None:
@@ -114,7 +127,10 @@ def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, 
     keys = [*a, *(k for k in b if k not in a)]
     for key in sorted(keys, key=lambda k: k != "name"):  # stable: the record's order otherwise
         if a.get(key, _MISSING) != b.get(key, _MISSING):
-            return _shown(key, a), _shown(key, b)
+            shown = _shown(key, a), _shown(key, b)
+            if shown[0] == shown[1]:  # the same text, of other types ("6" and 6): said with them
+                shown = _shown(key, a, typed=True), _shown(key, b, typed=True)
+            return shown
     return None
 
 
@@ -138,6 +154,12 @@ def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any
         record = json.loads(text)
     except ValueError:
         record = None
+    newer = _newer_format(record, version)
+    if newer is not None:  # not damaged: a newer troupe's, after a downgrade
+        raise ConfigError(
+            f"--out {out}: {path} was written by a newer troupe (its format {newer}; this troupe "
+            f"reads {version}): run it with that troupe, or use --fresh to start anew with this one"
+        )
     if not isinstance(record, dict) or record.get("format") != version:
         # Not "delete it": the folder was then taken for whatever the next command gave, its
         # outputs kept beside the new ones (a run folder rebuilds its record itself, RunDir).
@@ -146,6 +168,29 @@ def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any
             "of it, or use --fresh to start anew (what the folder holds is made again)"
         )
     return record
+
+
+def _newer_format(record: Any, version: int) -> int | None:
+    """The format of a record a newer troupe wrote (above ``version``); None for any other."""
+    found = record.get("format") if isinstance(record, dict) else None
+    return found if type(found) is int and found > version else None
+
+
+def _well_formed(pipeline: Any) -> bool:
+    """Whether a recorded pipeline (:func:`fingerprint`) has its fields, of their types: one edited
+    by hand (``"items": "6"``) or cut (no ``name``) is damaged, not another pipeline (it read
+    "made with items=6, this run asks items=6", or "made with no name")."""
+    if not isinstance(pipeline, dict):
+        return False
+    kinds = {"name": str, "items": int, "seed_start": int, "stages": str, "stage": dict}
+    if not all(type(pipeline.get(k)) is t for k, t in kinds.items()):
+        return False
+    return all(
+        isinstance(entry, dict)
+        and isinstance(entry.get("actor"), str)
+        and isinstance(entry.get("kwargs"), dict)
+        for entry in pipeline["stage"].values()
+    )
 
 
 def held_by_another(target: Path, out: Path, who: str) -> str | None:
@@ -489,6 +534,13 @@ class RunDir:
         self, record: dict[str, Any], made_with: dict[str, Any], advice: str = _FRESH_ADVICE
     ) -> None:
         diff = first_difference(record.get("pipeline", {}), made_with)
+        if diff is not None and advice == _FRESH_ADVICE and "stage." in diff[0].partition("=")[0]:
+            # A stage's actor or kwargs, compared as written: one that only tunes (render's
+            # threads) is refused too, as troupe cannot tell it from one that changes the outputs.
+            advice = (
+                "run it with the stages as they were to resume it; --fresh starts anew, making "
+                "every item again"
+            )
         if diff is not None and diff[0].startswith("name="):  # another pipeline: its file forgotten?
             held = f"it holds the pipeline {diff[0][5:]!r}: give its file, `troupe run PIPELINE.toml`"
             advice = (
@@ -541,17 +593,22 @@ class RunDir:
         return read_record(self.record_path, self.out, _FORMAT, "run record")
 
     def _read_or_lost(self) -> tuple[dict[str, Any] | None, str]:
-        """The record, or None and why: ``missing``, or ``damaged`` (not JSON, not a record).
+        """The record, or None and why: ``missing``, or ``damaged`` (not JSON, not a record, its
+        pipeline's fields missing or of other types).
 
         Raises:
-            ConfigError: it cannot be read (no permission, a directory in its place).
+            ConfigError: it cannot be read (no permission, a directory in its place), or a newer
+                troupe wrote it.
         """
         try:
-            return self._read(), "missing"
+            record = self._read()
         except ConfigError:
-            if not _can_read(self.record_path):  # not damaged: unreadable, and said so
+            if not _can_read(self.record_path) or _by_a_newer_troupe(self.record_path):  # not damaged
                 raise
             return None, "damaged"
+        if record is not None and not _well_formed(record.get("pipeline")):
+            return None, "damaged"
+        return record, "missing"
 
     def _write(self, record: dict[str, Any], doing: str = "recording the run", kept: str = "") -> None:
         """Write the record; a disk that takes nothing (full, or read-only since the command's
@@ -601,8 +658,10 @@ class RunDir:
         try:
             copy = read_record(self.copy_path, self.out, _FORMAT, "copy of the run's pipeline")
         except ConfigError:
+            if _by_a_newer_troupe(self.copy_path):
+                raise
             copy = None
-        if copy is None or not isinstance(copy.get("pipeline"), dict):
+        if copy is None or not _well_formed(copy.get("pipeline")):
             return None, lost if self.state_dir.is_dir() else None
         return {"format": _FORMAT, "pipeline": copy["pipeline"], "complete": None}, lost
 
@@ -675,6 +734,14 @@ class RunDir:
                 f"--fresh: cannot remove {where} from --out {self.out} ({exc.strerror or exc}); "
                 "fix its permissions (or its immutable flag: lsattr, chattr -i) and run again"
             ) from None
+
+
+def _by_a_newer_troupe(path: Path) -> bool:
+    """Whether the record at ``path`` is of a newer troupe's format (not damaged: another's)."""
+    try:
+        return _newer_format(json.loads(path.read_text(encoding="utf-8")), _FORMAT) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def _can_read(path: Path) -> bool:

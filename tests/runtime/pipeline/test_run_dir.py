@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -411,3 +412,79 @@ def test_a_training_run_s_folder_is_named_so(tmp_path: Path) -> None:
     (out / ".troupe-train").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"is a training run's folder \(it holds '\.troupe-train'\)"):
         RunDir(out).prepare(_made_with(), fresh=False)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: {**r, "pipeline": {**r["pipeline"], "items": "8"}},
+        lambda r: {k: v for k, v in r.items() if k != "pipeline"},
+        lambda r: {**r, "pipeline": {k: v for k, v in r["pipeline"].items() if k != "name"}},
+    ],
+)
+def test_a_record_of_fields_missing_or_of_other_types_is_damaged(tmp_path: Path, edit: Any) -> None:
+    """Edited by hand or cut: it read "made with items=8, this run asks items=8", or "made with
+    no name"; damaged, it is rebuilt from its copy (report up 6)."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    run.release()
+    run.record_path.write_text(json.dumps(edit(json.loads(run.record_path.read_text()))))
+    again = RunDir(out)
+    assert again.prepare(_made_with(items=8), fresh=False) is None and again.recovered == "damaged"
+    again.release()
+    assert json.loads(run.record_path.read_text())["pipeline"] == _made_with(items=8)
+
+
+@pytest.mark.parametrize("which", ["run.json", "made_with.json"])
+def test_a_newer_troupes_record_is_said_so_not_damaged(tmp_path: Path, which: str) -> None:
+    """After a downgrade: "damaged ... delete it" was the advice, which took the folder over."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    run.release()
+    if which == "made_with.json":
+        run.record_path.unlink()
+    path = out / ".troupe" / which
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": 2}))
+    for look in (
+        lambda r: r.check(_made_with(items=8), False),
+        lambda r: r.prepare(_made_with(items=8), False),
+    ):
+        with pytest.raises(
+            ConfigError, match=rf"{which} was written by a newer troupe \(its format 2; this troupe reads 1\)"
+        ):
+            look(RunDir(out))
+
+
+def test_values_of_one_text_and_other_types_are_said_with_their_types() -> None:
+    made = {"stage": {"load": {"kwargs": {"width": "96"}}}}
+    asked = {"stage": {"load": {"kwargs": {"width": 96}}}}
+    assert first_difference(made, asked) == (
+        'stage.load.kwargs.width="96" (a string)',
+        "stage.load.kwargs.width=96 (an integer)",
+    )
+
+
+def test_a_stage_kwarg_that_differs_says_to_resume_with_it_as_it_was(tmp_path: Path) -> None:
+    """Compared as written, one that only tunes (render's threads) too (README: Decisions): the
+    way out that keeps the work is named first, not --fresh alone, which makes it all again."""
+    base = default_pipeline(items=8)
+    threads = base.model_copy(
+        update={
+            "stages": tuple(
+                s.model_copy(update={"kwargs": {"threads": 2}}) if s.name == "render" else s
+                for s in base.stages
+            )
+        }
+    )
+    run = RunDir(tmp_path / "out")
+    run.prepare(fingerprint(base), fresh=False)
+    run.release()
+    _committed(tmp_path / "out")
+    with pytest.raises(
+        ConfigError,
+        match=r"made with no stage\.render\.kwargs\.threads, this run asks stage\.render\.kwargs\.threads=2 "
+        r"\(run it with the stages as they were to resume it; --fresh starts anew",
+    ):
+        RunDir(tmp_path / "out").check(fingerprint(threads), fresh=False)
