@@ -72,6 +72,7 @@ def check_train(
     ``flag``: the option that gave ``items`` (``--items`` or ``--scenes``), named in its errors;
     ``master``: the cluster the run trains on (its hosts' folders are not this host's)."""
     from troupe.actors.encoders.cache_folder import foreign_problem
+    from troupe.actors.training.dataset_identity import dataset_identity
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
     from troupe.actors.training.train_prepare import check_datagen, check_dataset, train_dir
@@ -105,7 +106,9 @@ def check_train(
         too_big = world_model_problem(resolved)
         if too_big:
             raise ConfigError(too_big)
-    train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh)
+    # With [datagen] the dataset is the run's own; with --fresh there is nothing to hold it to.
+    identity = None if fresh or cfg.datagen is not None else dataset_identity(dataset)
+    train_dir(resolved, out.resolve()).check(made_with(resolved, out.resolve()), fresh, identity)
     if cfg.datagen is not None:
         check_datagen(resolved, out.resolve(), fresh, flag)
     return cfg

@@ -28,7 +28,15 @@ from .rank_run import RankRun
 from .sampler import ResumableSampler
 from .train_config import TrainConfig
 
-__all__ = ["LossNotFinite", "RankSession", "Stopped", "lr_lambda", "sample_seed", "weights_sha256"]
+__all__ = [
+    "LossNotFinite",
+    "RankSession",
+    "ResumeMismatch",
+    "Stopped",
+    "lr_lambda",
+    "sample_seed",
+    "weights_sha256",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +95,35 @@ class LossNotFinite(ValueError):
     """The loss of a step is nan or infinite: training diverged (a learning rate too high, or
     bad data). Every rank restarted from the last checkpoint would diverge again: the run ends
     (``final`` in the rank's progress)."""
+
+
+class ResumeMismatch(ValueError):
+    """The checkpoint's sampler position cannot go on over this run's data: another
+    ``train.seed``, or a dataset with fewer clips than the checkpoint was trained on (its
+    position is over clips that are not there). Every restart would resume it again: the run
+    ends (``final`` in the rank's progress)."""
+
+
+def _check_resumable(state: Any, dataset: Any, seed: int, checkpoint: Path, step: int) -> None:
+    """ResumeMismatch where the sampler ``state`` restored from ``checkpoint`` (of ``step``)
+    cannot go on with ``seed`` over ``dataset``: checked before anything trains (a dataset that
+    shrank failed each restart on ``IndexError: clip index 21 out of range``)."""
+    if not isinstance(state, dict):
+        return  # a global position alone (an older checkpoint): resumed as far as it goes
+    if int(state.get("seed", seed)) != seed:
+        raise ResumeMismatch(
+            f"the checkpoint at step {step} ({checkpoint}) was trained with train.seed="
+            f"{state['seed']}, this run asks train.seed={seed}: give back train.seed = "
+            f"{state['seed']}, or --fresh to start anew"
+        )
+    clips, trained = len(dataset), int(state.get("epoch_size", 0))
+    if trained > clips:
+        root = getattr(dataset, "root", "train.dataset")
+        raise ResumeMismatch(
+            f"the dataset at {root} has {clips} clips, the checkpoint at step {step} ({checkpoint}) "
+            f"was trained on {trained}: it changed since; give the run back the dataset it trained "
+            "on, or --fresh to start anew on this one"
+        )
 
 
 def _agreed_loss(loss: torch.Tensor, rank: int, world_size: int) -> tuple[float, str]:
@@ -171,6 +208,8 @@ class RankSession:
             stride=train.stride,
             min_episodes=train.min_episodes,
         )
+        if found is not None:
+            _check_resumable(sampler_state, self.dataset, train.seed, found, run.start_step)
         self.sampler = ResumableSampler(
             self.dataset, train.batch_size, seed=train.seed, shuffle=True, rank=req.rank,
             world_size=req.world_size, start=sampler_state,

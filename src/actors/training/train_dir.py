@@ -2,8 +2,10 @@
 
 ``out/.troupe-train/run.json`` records what decides whether a checkpoint can be resumed: the
 ``[model]`` table, the clip geometry (``train.size``, ``train.clip_frames``), the dataset
-(``train.dataset``; under ``{out}`` when it lies there) and the encoder (class, kwargs, weights)
-whose latents the model learns from. The lock beside it
+(``train.dataset``; under ``{out}`` when it lies there), ``train.seed`` (the sampler's epochs)
+and the encoder (class, kwargs, weights) whose latents the model learns from; and, beside them,
+the dataset's identity (:mod:`.dataset_identity`: a store that grew goes on, one replaced or
+shrunk is refused). The lock beside it
 (``run.lock``, an OS lock the kernel drops with its holder) is held while a run trains there.
 
 Rules, checked before anything starts (``troupe run TRAIN.toml`` checks them before its progress
@@ -14,7 +16,8 @@ bar, the run again as it takes the lock):
   has no record) starts a run, and is recorded;
 - a recorded folder resumes when the record matches, and is refused, naming the first field
   that differs, when it does not (its checkpoints would not load: the workers failed, were
-  restarted three times, and the run ended in 300 lines of tracebacks); one that holds no
+  restarted three times, and the run ended in 300 lines of tracebacks), and when its dataset
+  was replaced or shrank (each restart failed on a clip index out of range); one that holds no
   checkpoint yet (its run failed before the first) binds nothing: this run's config is recorded;
 - anything else holds someone else's files: refused.
 
@@ -37,7 +40,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.run_dir import (
@@ -48,6 +51,9 @@ from troupe.runtime.pipeline.run_dir import (
     write_record,
 )
 from troupe.runtime.tasks.journal_lock import JournalLock
+
+if TYPE_CHECKING:
+    from .dataset_identity import DatasetIdentity
 
 __all__ = ["TrainDir", "made_with"]
 
@@ -73,6 +79,7 @@ def made_with(cfg: Any, out: Path) -> dict[str, Any]:
             "size": None if cfg.train.size is None else list(cfg.train.size),  # None: as stored
             "clip_frames": cfg.train.clip_frames,
             "dataset": str(dataset),
+            "seed": cfg.train.seed,  # the sampler's epochs: a checkpoint of another goes on in none
         },
         "encoder": {
             "class": encoders.encoder,
@@ -111,13 +118,14 @@ class TrainDir:
         # A folder found damaged is kept beside itself (the latent cache's: ``<name>.damaged``):
         # troupe's too, so --fresh removes it and a rerun does not take it for the user's.
         self.owned = self.written | {f"{name}.damaged" for name in self.written}
+        self.grown: str | None = None  # set by prepare: the line saying the dataset grew
 
-    def check(self, made: dict[str, Any], fresh: bool) -> None:
+    def check(self, made: dict[str, Any], fresh: bool, dataset: DatasetIdentity | None = None) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.
 
         Raises:
-            ConfigError: the folder is in use, was made with another model or encoder, or
-                holds someone else's files.
+            ConfigError: the folder is in use, was made with another model or encoder, holds
+                someone else's files, or its checkpoints were trained on another dataset.
         """
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"--out {self.out} is a file; give a directory")
@@ -130,9 +138,17 @@ class TrainDir:
             self._check_new()
         elif self._has_checkpoints(record):
             self._check_same(record, made)
+            if dataset is not None:
+                dataset.against(record.get("dataset"), self.out)
 
-    def prepare(self, made: dict[str, Any], fresh: bool) -> JournalLock:
+    def prepare(
+        self, made: dict[str, Any], fresh: bool, dataset: DatasetIdentity | None = None
+    ) -> JournalLock:
         """Check the folder against this run, wipe it (``fresh``), record it, and hold it.
+
+        ``dataset``: the identity of the dataset the run trains on (None: not known, as with a
+        data generation beside, whose dataset is the run's own), recorded; :attr:`grown` is set
+        to the line saying it grew since the checkpoints began, if it did.
 
         Returns:
             The folder's lock: held until the run releases it (or its process ends).
@@ -150,17 +166,21 @@ class TrainDir:
             if wiped:
                 self._wipe()
             record = self._read()
+            trained_on = {} if dataset is None else {"dataset": dataset.record()}
             if record is None:
                 if not wiped:
                     self._check_new()
-                record = {"format": _FORMAT, "made_with": made}
+                record = {"format": _FORMAT, "made_with": made, **trained_on}
                 self._write(self._binding(record))
             elif not self._has_checkpoints(record):  # nothing to resume: this run's config binds
-                self._write(self._binding({**record, "made_with": made}))
+                self._write(self._binding({**record, "made_with": made, **trained_on}))
             else:
                 self._check_same(record, made)
-                if self._binding(record) != record:
-                    self._write(self._binding(record))
+                if dataset is not None:
+                    self.grown = dataset.against(record.get("dataset"), self.out)
+                updated = self._binding({**record, **trained_on})  # grown: the larger one binds
+                if updated != record:
+                    self._write(updated)
             self._bind()
         except BaseException:
             lock.release()
@@ -179,7 +199,7 @@ class TrainDir:
     def _check_same(self, record: dict[str, Any], made: dict[str, Any]) -> None:
         recorded = record.get("made_with", {})
         # Recorded before runs kept them: not compared.
-        for section, key in (("train", "dataset"), ("encoder", "weights_sha256")):
+        for section, key in (("train", "dataset"), ("train", "seed"), ("encoder", "weights_sha256")):
             if key not in (recorded.get(section) or {}):
                 made = {**made, section: {k: v for k, v in made.get(section, {}).items() if k != key}}
         diff = first_difference(recorded, made)

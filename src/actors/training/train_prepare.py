@@ -15,19 +15,22 @@ from troupe.runtime.pipeline.config import load_pipeline
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint, first_difference
 from troupe.runtime.tasks.journal_lock import JournalLock
 
+from .dataset_identity import DatasetIdentity, dataset_identity
 from .train_dir import TrainDir, made_with
 
-__all__ = ["check_datagen", "check_dataset", "prepare_run", "train_dir"]
+__all__ = ["check_datagen", "check_dataset", "prepare_run", "train_dir", "trained_on"]
 
 
 def prepare_run(
     config: Any, out: str | os.PathLike[str], steps: int | None, fresh: bool
-) -> tuple[Any, Path, JournalLock]:
-    """The run's config (a ``TrainConfig``), its output folder, made, with ``logs`` inside, and
-    the folder's lock, held (``TrainDir``: release it when the run ends).
+) -> tuple[Any, Path, JournalLock, list[str]]:
+    """The run's config (a ``TrainConfig``), its output folder, made, with ``logs`` inside, the
+    folder's lock, held (``TrainDir``: release it when the run ends), and the lines the run
+    says before it starts (the dataset grew since the checkpoints began).
 
     Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline,
-    an ``out`` another run uses, made with another model, or holding someone else's files.
+    an ``out`` another run uses, made with another model, holding someone else's files, or
+    whose checkpoints were trained on another dataset than ``train.dataset`` holds now.
     """
     from .train_config import TrainConfig, load_train_config
 
@@ -47,9 +50,16 @@ def prepare_run(
         check_dataset(Path(cfg.train.dataset))
     else:  # refused now, not after the workers started
         check_datagen(cfg, out_dir, fresh)
-    lock = train_dir(cfg, out_dir).prepare(made_with(cfg, out_dir), fresh)
+    folder = train_dir(cfg, out_dir)
+    lock = folder.prepare(made_with(cfg, out_dir), fresh, trained_on(cfg))
     (out_dir / "logs").mkdir(exist_ok=True)
-    return cfg, out_dir, lock
+    return cfg, out_dir, lock, [line for line in (folder.grown,) if line]
+
+
+def trained_on(cfg: Any) -> DatasetIdentity | None:
+    """The identity of the dataset ``cfg`` (its paths resolved) trains on; None with a data
+    generation beside (the dataset is the run's own, checked by its pipeline's record)."""
+    return None if cfg.datagen is not None else dataset_identity(Path(cfg.train.dataset))
 
 
 def train_dir(cfg: Any, out_dir: Path) -> TrainDir:

@@ -103,12 +103,15 @@ async def run_training(
 
     Raises:
         ConfigError: the config is invalid, the dataset is missing, no host fits, or ``out`` is
-            another run's now, holds checkpoints of another model, or someone else's files.
+            another run's now, holds checkpoints of another model or trained on another
+            dataset, or someone else's files.
         TrainingFailed: the ranks failed more than ``train.max_restarts`` times.
     """
     t0 = time.perf_counter()
     say = on_event or (lambda _line: None)
-    cfg, out_dir, held = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
+    cfg, out_dir, held, lines = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
+    for line in lines:
+        say(line)
     done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
     try:
         log_dir = out_dir / "logs"

@@ -47,7 +47,15 @@ from .inflight import (
     train_remote,
 )
 from .rank_run import RankRun, StartRequest, committed_step
-from .rank_session import LossNotFinite, RankSession, Stopped, lr_lambda, sample_seed, weights_sha256
+from .rank_session import (
+    LossNotFinite,
+    RankSession,
+    ResumeMismatch,
+    Stopped,
+    lr_lambda,
+    sample_seed,
+    weights_sha256,
+)
 from .ranks import close_ranks, init_ranks, rendezvous_from
 from .sampler import TooFewClips
 
@@ -219,8 +227,8 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
 def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
     a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint, a
-    damaged file of the dataset."""
-    if isinstance(exc, (LossNotFinite, DatasetDamaged)):
+    damaged file of the dataset, a checkpoint whose sampler cannot go on over this run's data."""
+    if isinstance(exc, (LossNotFinite, DatasetDamaged, ResumeMismatch)):
         return True
     if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable, CheckpointSaveFailed)):
         return exc.final

@@ -9,6 +9,7 @@ finite: ``test_loss_not_finite.py``."""
 from __future__ import annotations
 
 import errno
+import shutil
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,26 @@ async def test_too_few_clips_in_a_run_folder_being_written_may_pass(tmp_path: Pa
     finally:
         held.release()
     assert failed["final"] is False and "TooFewClips" in failed["error"], failed["error"]
+
+
+async def test_a_checkpoint_resumed_on_a_dataset_that_shrank_fails_the_rank_for_good(tmp_path: Path) -> None:
+    """The dataset made again with fewer clips: the checkpoint's sampler position is over clips
+    that are not there. Each of three restarts failed on ``IndexError: clip index 21 out of
+    range``; now the first says why, and nothing trains."""
+    run = write_clips(tmp_path / "run", episodes=3, length=16)  # 12 clips of 4 frames
+    await _rank_until(tmp_path, train_data(run, 2, local_encoding=True), "done")
+    shutil.rmtree(run)
+    write_clips(run, episodes=2, length=16)  # 8 clips
+    failed = await _rank_until(tmp_path, train_data(run, 4, local_encoding=True), "failed")
+    assert failed["final"] is True and failed["step"] == 2, failed
+    assert f"ResumeMismatch: the dataset at {run} has 8 clips, the checkpoint at step 2" in failed["error"]
+    assert "was trained on 12: it changed since" in failed["error"] and "--fresh" in failed["error"]
+
+
+async def test_a_checkpoint_resumed_with_another_seed_fails_the_rank_for_good(tmp_path: Path) -> None:
+    """Its sampler's epochs are the seed's: each restart failed on the same ValueError."""
+    run = write_clips(tmp_path / "run")
+    await _rank_until(tmp_path, train_data(run, 2, local_encoding=True), "done")
+    failed = await _rank_until(tmp_path, train_data(run, 4, local_encoding=True, seed=7), "failed")
+    assert failed["final"] is True, failed
+    assert "was trained with train.seed=3, this run asks train.seed=7" in failed["error"], failed["error"]

@@ -136,7 +136,7 @@ def test_the_dataset_of_a_datagen_run_is_recorded_under_its_out(tmp_path: Path) 
     from troupe.actors.training.train_dir import made_with
 
     def cfg(dataset: Path) -> Any:
-        train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(dataset))
+        train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(dataset), seed=0)
         encoders = SimpleNamespace(encoder="e", encoder_kwargs={}, weights=None)
         return SimpleNamespace(model={"d_model": 96}, train=train, encoders=encoders)
 
@@ -235,7 +235,7 @@ def test_another_weights_file_at_the_same_path_is_another_encoder(tmp_path: Path
 
     weights = tmp_path / "vae.pt"
     weights.write_bytes(b"weights one")
-    train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(tmp_path / "data"))
+    train = SimpleNamespace(size=(32, 32), clip_frames=8, dataset=str(tmp_path / "data"), seed=0)
     encoders = SimpleNamespace(encoder="e", encoder_kwargs={}, weights=str(weights))
     cfg = SimpleNamespace(model={"d_model": 96}, train=train, encoders=encoders)
     out = tmp_path / "out"
