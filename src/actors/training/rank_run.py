@@ -79,6 +79,7 @@ class RankRun:
         False  # the error would come back after any restart (LossNotFinite, a finalized dataset too small)
     )
     final: dict[str, Any] | None = None
+    note: str | None = None  # what the user should know of this run (its LR schedule extended)
     stop: threading.Event = field(default_factory=threading.Event)
     scope: anyio.CancelScope | None = None
     started_at: float = field(default_factory=time.perf_counter)

@@ -24,6 +24,7 @@ from troupe.runtime import ConfigError
 
 from .checkpoint import COMMITTED, Checkpointer, checkpoint_path, latest, load
 from .dataset import clip_batches
+from .lr_plan import extended, plan_factor, plan_line, read_plan
 from .rank_run import RankRun
 from .sampler import ResumableSampler
 from .train_config import TrainConfig
@@ -48,19 +49,11 @@ class Stopped(Exception):
     """The run was stopped by request (raised in the train step, after the step before)."""
 
 
-def lr_lambda(config: TrainConfig) -> Any:
-    """The LR factor of step ``s``: linear warmup, then cosine to 0 at ``steps`` (or constant)."""
-    warmup, steps, cosine = config.train.warmup_steps, config.train.steps, config.train.schedule == "cosine"
-
-    def factor(s: int) -> float:
-        if s < warmup:
-            return (s + 1) / warmup
-        if not cosine:
-            return 1.0
-        done = min(1.0, (s - warmup) / max(1, steps - warmup))
-        return 0.5 * (1.0 + math.cos(math.pi * done))
-
-    return factor
+def lr_lambda(config: TrainConfig, plan: list[list[int]] | None = None) -> Any:
+    """The LR factor of step ``s``: linear warmup, then cosine to 0 at ``steps`` (or constant);
+    under ``plan``, the training's schedule across its runs (:mod:`.lr_plan`)."""
+    train = config.train
+    return plan_factor(plan or [[0, train.steps]], train.warmup_steps, train.schedule == "cosine")
 
 
 def sample_seed(seed: int, step: int, index: int) -> int:
@@ -181,7 +174,10 @@ class RankSession:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=train.lr, weight_decay=train.weight_decay
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        # The training's schedule: this run's steps until a checkpoint says otherwise (below).
+        self.plan = extended(None, train.steps)
+        # A function, not the bound method: LambdaLR keeps the state of any other callable.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: self._factor(s))
         self.loss_of: nn.Module = _LossOf(self.model)
         if req.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel
@@ -199,6 +195,11 @@ class RankSession:
             restored = load(found, self.model, self.optimizer, self.scheduler)
             run.start_step = run.step = int(restored.progress["step"])
             sampler_state = restored.progress.get("sampler", 0)
+            self.plan = extended(read_plan(restored.progress.get("schedule")), train.steps)
+            run.note = plan_line(
+                self.plan, run.start_step, train.steps, train.warmup_steps, train.schedule == "cosine"
+            )
+            self._rate_of_plan()
         dataset_cls = _import(train.dataset_class)
         self.dataset = dataset_cls(
             train.dataset,
@@ -220,6 +221,20 @@ class RankSession:
             enc = cfg.encoders
             self.encoder, _ = load_encoder(enc.encoder, dict(enc.encoder_kwargs), enc.weights)
             self.encoder.eval().requires_grad_(False)
+
+    def _factor(self, s: int) -> float:
+        """The LR factor of scheduler step ``s`` under the training's plan (read as it is now)."""
+        train = self.run.request.config.train
+        return float(plan_factor(self.plan, train.warmup_steps, train.schedule == "cosine")(s))
+
+    def _rate_of_plan(self) -> None:
+        """The learning rate of the next step as the plan gives it: the optimizer restored holds
+        the one the run before computed, under its plan (an extension's first step had trained
+        at the 0 the plan before annealed to)."""
+        step = self.scheduler.last_epoch
+        rates = [base * self._factor(step) for base in self.scheduler.base_lrs]
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
 
     def params(self) -> dict[str, Any]:
         fn = getattr(self.dataset, "params", None)
@@ -291,14 +306,14 @@ class RankSession:
         step = self.run.step
         if step <= self.run.start_step or step in self.checkpointer.committed:
             return None
-        progress = {"sampler": self.sampler.state_at(step - self.run.start_step)}
+        progress = {"sampler": self.sampler.state_at(step - self.run.start_step), "schedule": self.plan}
         self.checkpointer.save(step, self.model, self.optimizer, self.scheduler, progress)
         self.checkpointer.wait()
         return step
 
     def _checkpoint(self, step: int) -> None:
         train = self.run.request.config.train
-        progress = {"sampler": self.sampler.state_at(step - self.run.start_step)}
+        progress = {"sampler": self.sampler.state_at(step - self.run.start_step), "schedule": self.plan}
         if step == train.steps:  # the final step always checkpoints, and the run waits for it
             self.checkpointer.save(step, self.model, self.optimizer, self.scheduler, progress)
             self.checkpointer.wait()

@@ -107,6 +107,7 @@ class TrainDriver:
         self.resumed_from: int | None = None
         self.first_step = 0
         self.datagen: dict[str, Any] | None = None
+        self._said: set[str] = set()  # the ranks' notes said (rank 0's: the LR schedule extended)
 
     @property
     def placement(self) -> dict[str, str]:
@@ -297,6 +298,10 @@ class TrainDriver:
                 continue
             rank.silent_since = None
             rank.last = dict(reply) if isinstance(reply, dict) else {}
+            note = rank.last.get("note")
+            if rank.index == 0 and isinstance(note, str) and note not in self._said:
+                self._said.add(note)  # once: a restart from the same checkpoint says it again
+                self.say(note)
             state = rank.last.get("state")
             if state == "failed":
                 failed.append(f"rank {rank.index} failed: {rank.last.get('error')}")

@@ -114,6 +114,7 @@ class TrainerActor(Actor):
             "checkpoint": committed_step(run.request.config.train.checkpoint_dir),
             "error": run.error,
             "final": run.error_final,
+            "note": run.note,
         }
         if run.state == "done" and run.final is not None:
             reply["result"] = run.final
