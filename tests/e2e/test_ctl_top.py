@@ -115,3 +115,43 @@ def test_on_a_terminal_it_refreshes_in_place_until_a_stop_signal(
             proc.kill()
             proc.wait(timeout=10)
         os.close(leader)
+
+
+def test_on_a_terminal_that_is_not_utf8_it_prints_the_frame(joined: tuple[NodeProc, TaskMaster]) -> None:
+    """``LC_ALL=C`` with Python's UTF-8 coercion off: the "…" of a cut cell died in a
+    UnicodeEncodeError traceback (stdout's surrogateescape is strict for it); it is escaped."""
+    node, master = joined
+    leader, follower = pty.openpty()
+    args = ["ctl", "top", "--node", node.endpoint, "--master", master.endpoint, "--once"]
+    not_utf8 = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "troupe.cli.main", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, **not_utf8, "COLUMNS": "60", "LINES": "60"},  # narrow: cells are cut
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not select.select([leader], [], [], 0.5)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # its end of the terminal is closed: all read
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=30) == 0, seen[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        os.close(leader)
+    assert b"Traceback" not in seen and b"top-node" in seen, seen[-3000:]
+    assert seen.isascii(), seen[-3000:]

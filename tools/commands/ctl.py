@@ -36,6 +36,7 @@ from troupe.cli.master_client import (
 )
 from troupe.cli.reply_shape import shaped_as
 from troupe.cli.stop_signals import lines_above
+from troupe.cli.stream_encoding import spinner_for
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
@@ -209,7 +210,10 @@ def submit(
     payload, tasks = _job_payload(job_file, job_id)
     name = literal(job_id or payload["job"]["job"]["name"], "bold")
     waiting = (  # seconds of checking and journaling: say what the wait is
-        err_console.status(markup("the master is taking in job ", name, f": {tasks:,} tasks"))
+        err_console.status(
+            markup("the master is taking in job ", name, f": {tasks:,} tasks"),
+            spinner=spinner_for(err_console),
+        )
         if tasks >= _SAYS_WAITING
         else nullcontext()
     )

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from troupe.cli.literal import literal, markup
+from troupe.cli.stream_encoding import spinner_for
 from troupe.runtime.node.template_link import READY_S
 
 __all__ = ["StartingStatus"]
@@ -43,7 +44,8 @@ class StartingStatus:
         self._status = console.status(
             "joining the cluster"
             if cluster
-            else "starting the node: its template imports the stages' classes"
+            else "starting the node: its template imports the stages' classes",
+            spinner=spinner_for(console),
         )
         self._notes = notes if notes is not None else Console(stderr=True)
         self._next_note_s = first_s
