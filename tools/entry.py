@@ -15,20 +15,32 @@ imports the classes' modules only, to check them before the run submits its job)
 are read from the pipeline
 file with the standard library (or the embedded default's data); a file that does not parse
 starts nothing here, and the command says what is wrong with it as before.
+
+A command started in a folder that no longer exists (deleted under the shell) is refused here, in
+one line, exit 2: the processes it starts inherit that folder, and torch, the stage loader and
+the node's template each failed in it with a traceback of their own (torch's as a "oneMKL FATAL
+ERROR" that named a library, not the folder). ``ctl`` and ``logs`` only talk to what runs and
+read the paths given, and go on.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 __all__ = ["main"]
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
+REFUSED = 2  # bad input, as the commands' own refusals
+FOLDER_GONE = "the current folder no longer exists (deleted under this shell): cd to an existing folder"
+_FOLDER_FREE = ("ctl", "logs")  # commands that work without one
 
 
 def main() -> None:
     """Import the command, then run it."""
     try:
+        if _folder_gone() and not _folder_free(sys.argv[1:]):
+            _refuse(FOLDER_GONE)
         _start_template_ahead(sys.argv[1:])
         from troupe.cli.closed_output import run_app
         from troupe.cli.main import app
@@ -38,6 +50,28 @@ def main() -> None:
         run_app(app)
     except KeyboardInterrupt:
         sys.exit(INTERRUPTED)
+
+
+def _folder_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
+
+
+def _folder_free(args: list[str]) -> bool:
+    """``troupe ARGS`` needs no current folder (or only prints its help or version)."""
+    return not args or args[0] in _FOLDER_FREE or any(_elsewhere(a) or a == "--version" for a in args)
+
+
+def _refuse(message: str) -> None:
+    """One error line, as the commands' own, and exit ``REFUSED``."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True).print(Text("error: ", "bold red") + Text(message), highlight=False, soft_wrap=True)
+    sys.exit(REFUSED)
 
 
 def _start_template_ahead(args: list[str]) -> None:
