@@ -21,6 +21,9 @@ one line, exit 2: the processes it starts inherit that folder, and torch, the st
 the node's template each failed in it with a traceback of their own (torch's as a "oneMKL FATAL
 ERROR" that named a library, not the folder). ``ctl`` and ``logs`` only talk to what runs and
 read the paths given, and go on.
+
+The open-files limit is raised here, before anything starts, and a command that starts
+processes with too low a hard limit is refused in one line, exit 2 (``file_limit``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C sto
 REFUSED = 2  # bad input, as the commands' own refusals
 FOLDER_GONE = "the current folder no longer exists (deleted under this shell): cd to an existing folder"
 _FOLDER_FREE = ("ctl", "logs")  # commands that work without one
+_STARTS_PROCESSES = ("run", "demo", "node", "master", "bench")  # need FILES_NEEDED descriptors
 
 
 def main() -> None:
@@ -41,6 +45,7 @@ def main() -> None:
     try:
         if _folder_gone() and not _folder_free(sys.argv[1:]):
             _refuse(FOLDER_GONE)
+        _check_file_limit(sys.argv[1:])
         _start_template_ahead(sys.argv[1:])
         from troupe.cli.closed_output import run_app
         from troupe.cli.main import app
@@ -63,6 +68,18 @@ def _folder_gone() -> bool:
 def _folder_free(args: list[str]) -> bool:
     """``troupe ARGS`` needs no current folder (or only prints its help or version)."""
     return not args or args[0] in _FOLDER_FREE or any(_elsewhere(a) or a == "--version" for a in args)
+
+
+def _check_file_limit(args: list[str]) -> None:
+    """Raise the open-files limit; refuse a command that starts processes if it stays too low."""
+    from troupe.cli.file_limit import raise_file_limit, too_few_files
+
+    limit = raise_file_limit()
+    if not args or args[0] not in _STARTS_PROCESSES or any(_elsewhere(a) for a in args):
+        return
+    refused = too_few_files(limit, args[0])
+    if refused is not None:
+        _refuse(refused)
 
 
 def _refuse(message: str) -> None:
