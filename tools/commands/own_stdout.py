@@ -6,7 +6,8 @@ descriptors, and a stage module that prints as it imports (or a ``process`` that
 into the middle of them. Within :func:`own_stdout`, file descriptor 1, which children inherit, is
 the command's stderr; the command's own ``sys.stdout`` (and the rich console, which writes to
 it) is a copy of the original stdout. The template the console script's entry starts ahead is
-given the same arrangement at its spawn (``template_prestart``).
+given the same arrangement at its spawn (``template_prestart``). The copy is guarded as
+``sys.stdout`` was (``unwritable_output``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import io
 import os
 import sys
 from collections.abc import Iterator
+
+from troupe.cli.unwritable_output import guarded
 
 __all__ = ["own_stdout"]
 
@@ -44,13 +47,13 @@ def own_stdout() -> Iterator[None]:
         errors=getattr(original, "errors", None) or "strict",
         line_buffering=True,
     )
-    sys.stdout = ours
+    sys.stdout = guarded(ours)
     try:
         yield
     finally:
         sys.stdout = original
         try:
-            ours.flush()  # a reader gone (``| head``) raises here, as it would have on fd 1
+            guarded(ours).flush()  # a reader gone (``| head``) raises here, as it would have on fd 1
         finally:
             os.dup2(ours.fileno(), 1)
             with contextlib.suppress(OSError):

@@ -178,10 +178,15 @@ def run(
     """  # the help flows each paragraph to the terminal's width (main.flowing)
     from troupe.cli.client import fail
     from troupe.cli.preflight import check_cluster_run, check_run, default_or_free
+    from troupe.cli.unwritable_output import drop_unwritable_output
 
     from .own_stdout import own_stdout
     from .run_pipeline import Cluster, finish_run
     from .run_train import config_problem, finish_train, is_train_config
+
+    # The run's product is what it writes into --out: an output that cannot be written (a full
+    # disk under ``> run.log``) must not stop it, only be said at its end.
+    drop_unwritable_output(": the run went on without it; run the same command again to see where it stands")
 
     if items is not None and scenes is not None and items != scenes:
         raise fail(f"--items {items} and --scenes {scenes} disagree; give one", 2)
