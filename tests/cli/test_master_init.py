@@ -4,6 +4,7 @@ mounted at boot) keeps it down instead of starting it over on an empty queue."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sqlite3
 from pathlib import Path
@@ -27,6 +28,15 @@ def test_init_creates_an_empty_journal_that_master_start_opens_without_new(tmp_p
         assert book.jobs() == []
     finally:
         journal.close()
+
+
+def test_the_command_it_suggests_pastes_whole_for_a_path_with_a_space(tmp_path: Path) -> None:
+    path = tmp_path / "sp ace" / "j é.db"
+    path.parent.mkdir()
+    result = CliRunner().invoke(app, ["master", "init", "--journal", str(path)])
+    assert result.exit_code == 0, result.output
+    suggested = result.output.split("`")[1]  # what the user pastes: it gave --journal .../sp
+    assert shlex.split(suggested) == ["troupe", "master", "start", "--journal", str(path)], suggested
 
 
 def test_init_refuses_an_existing_journal_and_leaves_it_as_it_was(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ existing directory. An existing pair is never overwritten (exit status 2).
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -65,8 +66,8 @@ def generate(
         console.print(
             literal(
                 f"{directory} has no cluster.key: for a new cluster, run `troupe keys generate "
-                f"{directory}` (no --operator or --reader) for its pair; in an operator's own "
-                "directory, copy the cluster's cluster.key in"
+                f"{shlex.quote(str(directory))}` (no --operator or --reader) for its pair; in an "
+                "operator's own directory, copy the cluster's cluster.key in"
             ),
             highlight=False,
             soft_wrap=True,

@@ -9,6 +9,7 @@ not a healthy troupe journal is refused either way (exit status 2, with the reas
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -111,7 +112,8 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
         undone = not isinstance(exc, JournalBusy) and made.take_back()
         raise fail(f"{exc}{' (init removed what it had made there)' if undone else ''}", 2) from None
     opened.close()
-    typer.echo(f"created the journal {journal}: `troupe master start --journal {journal}` serves it")
+    served = f"troupe master start --journal {shlex.quote(str(journal))}"  # pasted whole, spaces too
+    typer.echo(f"created the journal {journal}: `{served}` serves it")
 
 
 @master_app.command("start")

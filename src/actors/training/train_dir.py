@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,7 +225,7 @@ class TrainDir:
         if bound is not None and bound != self.out:
             raise ConfigError(
                 f"train.checkpoint_dir {self.checkpoints} holds the checkpoints of --out {bound}, "
-                f"not of --out {self.out}: run with --out {bound}, or give this run a "
+                f"not of --out {self.out}: run with --out {shlex.quote(str(bound))}, or give this run a "
                 f"train.checkpoint_dir of its own (or delete {self.checkpoints / _BOUND} to hand "
                 "them to this --out)"
             )

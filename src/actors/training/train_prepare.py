@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def check_dataset(path: Path) -> None:
     if not path.exists():
         raise ConfigError(
             f"train.dataset: no dataset at {path}; make one first: "
-            f"troupe run configs/datagen.toml --out {path}"
+            f"troupe run configs/datagen.toml --out {shlex.quote(str(path))}"
         )
     if not path.is_dir():
         raise ConfigError(f"train.dataset: {path} is a file; give the folder of a LeRobot dataset")
@@ -124,7 +125,7 @@ def check_dataset(path: Path) -> None:
     if not (info.is_file() or (path / ".troupe" / "episodes").is_dir()):
         raise ConfigError(
             f"train.dataset: {path} is not a LeRobot dataset nor a troupe run's folder; "
-            f"make one: troupe run configs/datagen.toml --out {path}"
+            f"make one: troupe run configs/datagen.toml --out {shlex.quote(str(path))}"
         )
     if info.is_file():
         _check_version(path, info)

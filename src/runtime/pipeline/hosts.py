@@ -24,6 +24,7 @@ was restarted within the master's node timeout).
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -218,7 +219,7 @@ async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: f
         names = ", ".join(h.name for h in hosts) or "none"
         raise ConfigError(
             f"--nodes {count}: {len(hosts)} node(s) alive on the master at {master} after "
-            f"{timeout_s:g}s ({names}); start them with `troupe node start --master {master}"
+            f"{timeout_s:g}s ({names}); start them with `troupe node start --master {shlex.quote(master)}"
             f"{' --keys DIR' if installed() is not None else ''}`"
         )
     return hosts

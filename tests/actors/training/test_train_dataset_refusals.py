@@ -5,6 +5,7 @@ The advice had been to run the data generation into the path, whatever it was.""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,14 @@ def test_a_missing_folder_says_to_make_the_dataset_there(tmp_path: Path) -> None
         ConfigError, match=r"no dataset at .*; make one first: troupe run configs/datagen.toml --out"
     ):
         check_dataset(tmp_path / "nothing")
+
+
+def test_the_command_it_suggests_quotes_a_path_with_a_space(tmp_path: Path) -> None:
+    where = tmp_path / "my data"
+    with pytest.raises(ConfigError) as err:
+        check_dataset(where)
+    suggested = str(err.value).partition("make one first: ")[2]
+    assert shlex.split(suggested) == ["troupe", "run", "configs/datagen.toml", "--out", str(where)], suggested
 
 
 def test_a_file_is_said_to_be_a_file(tmp_path: Path) -> None:
