@@ -16,6 +16,7 @@ key) and their own pair.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -49,6 +50,8 @@ READER = "reader"
 _NAME = re.compile(r"^(cluster|operator|reader)(?:-([A-Za-z0-9_.]+))?$")
 _PERSON = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
 _Z85_KEY_LEN = 40
+_NOT_PERMITTED = (errno.EACCES, errno.EPERM, errno.EROFS)
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 def role_of(name: str) -> str | None:
@@ -168,11 +171,25 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
         # A pair written part-way (a full disk: an empty cluster.key) made the rerun refuse it
         # as existing: every file of the pairs was checked new above, so all of them go.
         _take_back(directory, names, made_directory)
-        raise ConfigError(
-            f"keys {directory}: cannot write ({exc.strerror}); nothing was left there: free space "
-            "on its disk (or give another directory), then generate again"
-        ) from None
+        raise ConfigError(_cannot_write(directory, exc)) from None
     return written
+
+
+def _cannot_write(directory: Path, exc: OSError) -> str:
+    """Why :func:`generate_keys` wrote nothing into ``directory``, and the way out: a full disk
+    was the advice for every error, a directory the user may not write too."""
+    if exc.errno in _NOT_PERMITTED:
+        where = directory.absolute()  # "cannot write in ." names no folder
+        while not where.exists() and where.parent != where:  # the folder it could not make it in
+            where = where.parent
+        return f"keys {directory}: cannot write in {where} ({exc.strerror}): give a directory you may write"
+    room = (
+        "free space on its disk (or give another directory)"
+        if exc.errno in _NO_ROOM
+        else "give another directory"
+    )
+    said = f"keys {directory}: cannot write ({exc.strerror})"
+    return f"{said}; nothing was left there: {room}, then generate again"
 
 
 def _cannot_read(path: Path, exc: OSError) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import stat
 import subprocess
@@ -181,3 +183,26 @@ def test_a_generate_that_fills_the_disk_leaves_nothing_and_a_rerun_works(
         fill.unlink()
         assert len(generate_keys(disk / "keys")) == 3
         assert len(generate_keys(kept)) == 3
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EROFS])
+@pytest.mark.parametrize("new", [True, False], ids=["new-directory", "existing-directory"])
+def test_a_directory_that_may_not_be_written_is_said_so_not_a_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, new: bool
+) -> None:
+    """A root-owned folder for another user (or a read-only mount): the advice was to free space
+    on its disk. CI runs as root, whom permissions do not stop: the write fails here on purpose."""
+    from troupe.runtime.security import keys as keys_module
+
+    def refused(directory: Path, name: str) -> None:
+        raise OSError(code, os.strerror(code), str(directory / f"{name}.key"))
+
+    monkeypatch.setattr(keys_module.zmq.auth, "create_certificates", refused)
+    monkeypatch.chdir(tmp_path)
+    directory = Path("keys") if new else tmp_path  # relative: the folder is still named whole
+    with pytest.raises(ConfigError) as err:
+        generate_keys(directory)
+    assert str(err.value) == (
+        f"keys {directory}: cannot write in {tmp_path} ({os.strerror(code)}): give a directory you may write"
+    )
+    assert not (tmp_path / "keys").exists()  # the folder it made is gone
