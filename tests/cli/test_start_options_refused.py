@@ -28,8 +28,8 @@ def troupe(*args: str) -> subprocess.CompletedProcess[str]:
             ["--log-level", "loud"],
             "error: --log-level: unknown log level 'loud': use debug, info, warning or error",
         ),
-        (["--name", "[red]m[/] x"], "error: master name '[red]m[/] x' must be 1 to 100 letters"),
-        (["--name", "../escaped"], "error: master name '../escaped' must be 1 to 100 letters"),
+        (["--name", "[red]m[/] x"], "error: master name '[red]m[/] x' must be 1 to 100 ASCII letters"),
+        (["--name", "../escaped"], "error: master name '../escaped' must be 1 to 100 ASCII letters"),
         (["--node-timeout", "-1"], "error: master: node_timeout_s (--node-timeout) must be > 0, got -1"),
         (
             ["--endpoint", "tcp://127.0.0.1:99999"],
@@ -130,7 +130,7 @@ def test_node_start_blames_the_option_not_the_config_file(tmp_path: Path) -> Non
     endpoint = free_endpoint()
     done = troupe("node", "start", "--config", str(config), "--name", "bad name!", "--endpoint", endpoint)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stderr.startswith("error: command line: --name: may hold only letters"), done.stderr
+    assert done.stderr.startswith("error: command line: --name: may hold only ASCII letters"), done.stderr
     assert str(config) not in done.stderr
 
 

@@ -177,7 +177,8 @@ def test_submit_id_names_a_new_job_and_its_tasks(master: TaskMaster, tmp_path: P
     bad = troupe("ctl", "submit", str(job), "--id", "a b/../x", "--master", master.endpoint)
     assert bad.returncode == 2, bad.stderr
     assert bad.stderr.strip().splitlines() == [
-        "error: job id 'a b/../x' cannot name outputs; use 1-200 letters, digits, '.', '_' or '-', "
+        "error: job id 'a b/../x' cannot name outputs; use 1-200 ASCII letters (a-z, A-Z), digits, "
+        "'.', '_' or '-', "
         "starting with a letter or digit"
     ]
 

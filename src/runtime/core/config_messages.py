@@ -21,6 +21,8 @@ __all__ = ["field_path", "known_keys", "short_repr", "validation_message"]
 
 _LABEL = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 _MAX_VALUE = 60  # characters of a bad value shown in a message
+# ^[A-Za-z0-9_.\-]+$, and ^[A-Za-z0-9][A-Za-z0-9._\-]*$ (a first character of its own)
+_NAME_SHAPE = re.compile(r"\^(?P<first>\[A-Za-z0-9\])?\[A-Za-z0-9(?P<chars>[._\\-]*)\][+*]\$")
 
 # pydantic's wording, said the way the rest of troupe's messages say it
 _RULES: dict[str, str] = {
@@ -38,7 +40,6 @@ _RULES: dict[str, str] = {
     "string_type": "must be a string",
     "string_too_short": "must have at least {min_length} characters",
     "string_too_long": "must have at most {max_length} characters",
-    "string_pattern_mismatch": "may hold only letters, digits, '.', '_' and '-'",
     "missing": "is missing",
     "dict_type": "must be a table",
     "model_type": "must be a table",
@@ -140,11 +141,26 @@ def _one(
     rule = (
         "must not be empty" if kind == "string_too_short" and ctx.get("min_length") == 1 else _RULES.get(kind)
     )
+    if kind == "string_pattern_mismatch":
+        rule = _name_rule(str(ctx.get("pattern", "")))
     what = rule.format(**ctx) if rule is not None and _formats(rule, ctx) else err["msg"]
     value = err.get("input")
     if kind == "missing" or isinstance(value, Mapping | list | tuple):
         return f"{where}: {what}"
     return f"{where}: {what} (got {short_repr(value)})"
+
+
+def _name_rule(pattern: str) -> str | None:
+    """What a name pattern (``^[A-Za-z0-9_.\\-]+$`` and its kin: troupe's fields take no other)
+    lets through, said: 'letters' alone was read as any letter, and refused 'ñode' as if it
+    were none; and a stage name said '.' was allowed where its pattern has none. None for a
+    pattern of another shape (pydantic's own words then)."""
+    shape = _NAME_SHAPE.fullmatch(pattern)
+    if shape is None:
+        return None
+    kinds = ["ASCII letters (a-z, A-Z)", "digits", *(f"'{c}'" for c in "._-" if c in shape["chars"])]
+    starting = ", starting with an ASCII letter or digit" if shape["first"] else ""
+    return f"may hold only {', '.join(kinds[:-1])} and {kinds[-1]}{starting}"
 
 
 def _formats(rule: str, ctx: Mapping[str, Any]) -> bool:

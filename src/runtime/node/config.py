@@ -322,7 +322,7 @@ class NodeConfig(_Frozen):
                 ipaddress.ip_address(value)
             except ValueError:
                 raise ValueError(
-                    f"{value!r} is no host name or IP address (letters, digits, '-' and '.')"
+                    f"{value!r} is no host name or IP address (ASCII letters, digits, '-' and '.')"
                 ) from None
         return value
 
@@ -346,7 +346,7 @@ def check_tag(tag: Any) -> str:
 
 
 def check_name(value: Any, what: str, shown: int = 60) -> str:
-    """``value`` as given, if it is a name (letters, digits, ``_ . -``; at most MAX_NAME): what
+    """``value`` as given, if it is a name (ASCII letters, digits, ``_ . -``; at most MAX_NAME): what
     names a node, a master, a tag, and ends up in a file name or a table.
 
     Raises:
@@ -354,7 +354,8 @@ def check_name(value: Any, what: str, shown: int = 60) -> str:
     """
     if not isinstance(value, str) or not re.fullmatch(NAME_PATTERN, value) or len(value) > MAX_NAME:
         raise ValueError(
-            f"{what} {short_repr(value, shown)} must be 1 to {MAX_NAME} letters, digits, '_', '.' or '-'"
+            f"{what} {short_repr(value, shown)} must be 1 to {MAX_NAME} ASCII letters (a-z, A-Z), digits, "
+            "'_', '.' or '-'"
         )
     return value
 

@@ -142,7 +142,10 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
     for option, people in (("--operator", operators), ("--reader", readers)):
         for person in people:
             if not _PERSON.match(person):
-                raise ConfigError(f"{option} {person!r}: use letters, digits, '_' and '.' (1 to 64 of them)")
+                raise ConfigError(
+                    f"{option} {person!r}: use ASCII letters (a-z, A-Z), digits, '_' and '.' "
+                    "(1 to 64 of them)"
+                )
     names = [f"{OPERATOR}-{p}" for p in operators] + [f"{READER}-{p}" for p in readers]
     if not names:
         names = [CLUSTER, OPERATOR, READER]

@@ -66,7 +66,7 @@ def generated_task_id(prefix: str, index: int) -> str:
 
 MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_ID_RULE = "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit"
+_ID_RULE = "use 1-200 ASCII letters (a-z, A-Z), digits, '.', '_' or '-', starting with a letter or digit"
 _INT64 = (-(2**63), 2**63 - 1)  # seeds are stored as SQLite integers, and every integer crosses the wire
 # A task's handler reads a content reference from the store; a pipeline's job names its --out
 # folder (an absolute path) among its refs, for the runs that resume it.

@@ -45,7 +45,14 @@ BAD = [
         "[supervision.kinds.gpu]\ninterval_sx = 1\n",
         "supervision.kinds.gpu.interval_sx: unknown key; did you mean 'interval_s'?",
     ),
-    ('[node]\nname = "a/b"\n', "node.name: may hold only letters, digits, '.', '_' and '-' (got 'a/b')"),
+    (
+        '[node]\nname = "a/b"\n',
+        "node.name: may hold only ASCII letters (a-z, A-Z), digits, '.', '_' and '-' (got 'a/b')",
+    ),
+    (  # a letter, but not an ASCII one: "may hold only letters" refused it as if it were none
+        '[node]\nname = "ñode"\n',
+        "node.name: may hold only ASCII letters (a-z, A-Z), digits, '.', '_' and '-' (got 'ñode')",
+    ),
     (f'[node]\nname = "{"n" * 300}"\n', f"node.name: must have at most {MAX_NAME} characters"),
     (
         '[[workers]]\nname = "w-a"\nactors = [{ name = "echo" }]\n',

@@ -202,6 +202,10 @@ def test_shipped_datagen_config_equals_embedded_default() -> None:
         ),
         ("[pipeline]\nitems = 0\n" + ONE_STAGE.format(name="a"), "pipeline.items: must be >= 1 (got 0)"),
         ('[pipeline]\nname = "[/x]"\n' + ONE_STAGE.format(name="a"), "pipeline.name: may hold only"),
+        (  # the stage name's pattern has no '.': the message said '.' was allowed
+            ONE_STAGE.format(name="a.b"),
+            "stages.a.b.name: may hold only ASCII letters (a-z, A-Z), digits, '_' and '-' (got 'a.b')",
+        ),
         (ONE_STAGE.format(name="s" * 300), "stages.0.name: must have at most 100 characters"),
         (
             ONE_STAGE.format(name="a") + "resources = { cpu = 1, gpus = 1 }\n",

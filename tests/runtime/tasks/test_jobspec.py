@@ -124,7 +124,7 @@ BAD = [
     (
         '[job]\nname = "a/b"\nkind = "k"\ncount = 1\n',
         "[job].name 'a/b' cannot name outputs",
-        "letters, digits",
+        "ASCII letters (a-z, A-Z), digits",
     ),
     ('[job]\nname = "j"\nkind = ""\ncount = 1\n', "[job].kind must be a non-empty string", ""),
     (BASE + "count = 1\nlease_sec = 5\n", "unknown key 'lease_sec' in [job]", "did you mean 'lease_s'"),
