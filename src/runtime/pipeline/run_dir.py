@@ -610,15 +610,23 @@ class RunDir:
             return None, "damaged"
         return record, "missing"
 
-    def _write(self, record: dict[str, Any], doing: str = "recording the run", kept: str = "") -> None:
-        """Write the record; a disk that takes nothing (full, or read-only since the command's
-        checks) is said in one line, ``kept``: what the run made that stays."""
+    def _write(
+        self,
+        record: dict[str, Any],
+        doing: str = "recording the run",
+        kept: str = "",
+        path: Path | None = None,
+    ) -> None:
+        """Write the record (or its copy, at ``path``); a disk that takes nothing (full, or
+        read-only since the command's checks) is said in one line, ``kept``: what the run made
+        that stays."""
+        path = self.record_path if path is None else path
         try:
-            write_record(self.record_path, record)
+            write_record(path, record)
         except OSError as exc:
             raise as_commit_error(
                 exc,
-                action=f"{doing} in {self.record_path}",
+                action=f"{doing} in {path}",
                 root=self.state_dir,
                 retry=f"run the same command again{' ' + kept if kept else ''}",
             ) from exc
@@ -633,16 +641,7 @@ class RunDir:
         else only where there is none (a folder recorded before troupe kept one)."""
         if not anew and self.copy_path.exists():
             return
-        copy = {"format": _FORMAT, "pipeline": record.get("pipeline", {})}
-        try:
-            write_record(self.copy_path, copy)
-        except OSError as exc:
-            raise as_commit_error(
-                exc,
-                action=f"recording the run in {self.copy_path}",
-                root=self.state_dir,
-                retry="run the same command again",
-            ) from exc
+        self._write({"format": _FORMAT, "pipeline": record.get("pipeline", {})}, path=self.copy_path)
 
     def _readable(self) -> tuple[dict[str, Any] | None, str | None]:
         """The record, and where it is ``missing`` or ``damaged``, which: then a record rebuilt
