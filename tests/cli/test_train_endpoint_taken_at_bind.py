@@ -65,7 +65,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int, endpoint: s
     monkeypatch.setattr(run_train, "_trained_already", checked_while_another_run_starts)
     monkeypatch.setattr(run_train, "resume_step", lambda *_: 0)
     monkeypatch.setattr(run_train, "result_json", lambda result: {"endpoint": result.endpoint})
-    monkeypatch.setattr(train_run, "prepare_run", lambda *_: (cfg, out, Held()))
+    monkeypatch.setattr(train_run, "prepare_run", lambda *_: (cfg, out, Held(), []))
     monkeypatch.setattr(train_run, "TrainDriver", _Driver)
     monkeypatch.setattr(train_cluster, "local_gpus", lambda: 0)
     try:
