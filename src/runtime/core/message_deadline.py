@@ -8,8 +8,11 @@ send), and a receiver counts it from the message's arrival on its own clock; the
 ``deadline`` stays on the wire for receivers older than ``ttl``, and is read alone only where a
 sender older than it left ``ttl`` out. Inside a process a deadline is ``time.monotonic()``
 seconds, so a step of the wall clock (NTP, a resumed VM) expires nothing and keeps nothing
-alive. The time an ask waited in its sender's queue before it left is not counted: a receiver
-may then start an ask its asker has just given up on, whose reply is counted as late.
+alive. The sender adds ``ttl`` inline (``Runtime.ask_ref``: one dict, no call, on the path of
+every remote ask), and the router calls :func:`arrived` only for a message that has a deadline
+or headers (a plain tell has neither). The time an ask waited in its sender's queue before it
+left is not counted: a receiver may then start an ask its asker has just given up on, whose
+reply is counted as late.
 """
 
 from __future__ import annotations
@@ -17,17 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["TTL", "arrived", "with_ttl"]
+__all__ = ["TTL", "arrived"]
 
 TTL = "ttl"  # a reserved header key (PROTOCOL.md, section 5)
-
-
-def with_ttl(headers: dict[str, Any] | None, ttl: float) -> dict[str, Any]:
-    """The headers of a remote ask that lives ``ttl`` seconds: ``headers`` and ``ttl`` (a copy:
-    the caller's dict is left as it was)."""
-    if headers is None:
-        return {TTL: ttl}
-    return {**headers, TTL: ttl}
 
 
 def arrived(wire_deadline: Any, headers: Any) -> tuple[float | None, Any]:

@@ -170,7 +170,9 @@ class Inbound:
         if handler is None:
             return False
         # kind, msg_id, sender, type, deadline, trace, headers, payload
-        deadline, headers = arrived(f[7], f[9])
+        deadline, headers = f[7], f[9]
+        if deadline is not None or headers is not None:  # a plain tell has neither: no call
+            deadline, headers = arrived(deadline, headers)
         msg = Msg(kind, f[2], f[4], msg_type, deadline, f[8], headers, f[10], route, None)
         # An idle actor's mailbox has room (Mailbox.consumer_parked): only a queued message
         # needs the look at ``full``.

@@ -47,7 +47,7 @@ from .deadlines import AskDeadlines
 from .directory import Directory
 from .live_lookup import resolve_live
 from .loading import load_actor_class
-from .message_deadline import with_ttl
+from .message_deadline import TTL
 from .peer_limits import PeerLogGate
 from .ref import ActorAddress, ActorRef
 from .router import Inbound
@@ -499,7 +499,7 @@ class Runtime(Inbound):
                     msg_type,
                     time.time() + timeout,
                     trace,
-                    with_ttl(headers, timeout),
+                    {TTL: timeout} if headers is None else {**headers, TTL: timeout},
                     payload,
                 )
                 try:
