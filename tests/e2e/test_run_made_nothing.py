@@ -81,6 +81,28 @@ def test_a_store_whose_every_item_died_is_not_finalised_and_its_rerun_says_so(tm
     assert "every item died (3): the run made nothing;" in stderr and "--retry-dead" in stderr
 
 
+def test_a_run_whose_every_item_was_pruned_says_so_and_takes_another_config(tmp_path: Path) -> None:
+    """It failed in the writer's finalize ("no committed episodes"), and so did every rerun:
+    now it made nothing, says why (the first reason) and the way out (another config, the same
+    --out), which takes the folder."""
+    config = tmp_path / "pruned.toml"
+    config.write_text(PIPELINE.format(cls="PruningStoreStage"), encoding="utf-8")
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(config, out, "--json")
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    assert json.loads(stdout)["made_nothing"] is True and "finalize failed" not in stderr
+    said = " ".join(stderr.split())
+    assert "error: no item made an output (3 pruned): the run made nothing;" in said, said
+    assert "(the first: seed 0: no path to the goal)" in said and "into the same --out" in said
+    code, stdout, stderr = _run(config, out)
+    assert code == 1, stdout[-2000:] + stderr[-2000:]
+    assert "already complete, but no item made an output there (3 pruned)" in " ".join(stderr.split())
+    config.write_text(PIPELINE.format(cls="EchoStage"), encoding="utf-8")
+    code, stdout, stderr = _run(config, out, "--json")
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    assert json.loads(stdout)["items"]["ok"] == 3
+
+
 def test_a_run_that_made_something_exits_0(tmp_path: Path) -> None:
     config = tmp_path / "echo.toml"
     config.write_text(PIPELINE.format(cls="EchoStage"), encoding="utf-8")

@@ -281,6 +281,14 @@ class DoomedStoreStage(DoomedStage):
         raise ValueError("no committed output to finalize")
 
 
+class PruningStoreStage(DoomedStoreStage):
+    """Every item is pruned (a planner that finds no path in any scene), and its finalize fails
+    over no output, as the dataset writer's does."""
+
+    def process(self, item: Any) -> Any:
+        raise ItemFailed(f"seed {item['seed']}: no path to the goal")
+
+
 class EchoStage(StageActor):
     """Returns its input as its output."""
 

@@ -370,17 +370,34 @@ def _all_ended_line(start: RunStart) -> str:
 
 
 def _made_nothing_line(result: PipelineResult, out: Path) -> str:
-    """The error of a run whose every item died (its own, or found so by a rerun): how many,
-    where their tracebacks are, and ``--retry-dead``, which a plain rerun never said (it told
-    ``--fresh``, which makes every item anew: the same, here, but not the way out README names)."""
-    log, retry = out / "logs" / "local.jsonl", "--retry-dead"
-    dead = result.ended.get("dead") or result.counts()["dead"]
+    """The error of a run that made nothing (its own, or found so by a rerun): how many items
+    died and were pruned, where the tracebacks are, and the way out: ``--retry-dead`` for dead
+    ones (a plain rerun never said it: it told ``--fresh``), another config for pruned ones (a
+    stage prunes the same items again; it said "no committed episodes" from the writer)."""
+    log = out / "logs" / "local.jsonl"
+    ended = result.ended or result.counts()
+    dead, pruned = ended.get("dead", 0), ended.get("pruned", 0)
+    if not pruned:
+        head = (
+            f"already complete, but every item died there ({dead}): nothing was made"
+            if result.already_complete
+            else f"every item died ({dead}): the run made nothing"
+        )
+        fix = f"fix what killed them (their tracebacks: {log}), then run the same command with --retry-dead"
+        return f"{head}; {fix}"
+    ends = f"{pruned} pruned" + (f", {dead} dead" if dead else "")
     head = (
-        f"already complete, but every item died there ({dead}): nothing was made"
+        f"already complete, but no item made an output there ({ends}): nothing was made"
         if result.already_complete
-        else f"every item died ({dead}): the run made nothing"
+        else f"no item made an output ({ends}): the run made nothing"
     )
-    return f"{head}; fix what killed them (their tracebacks: {log}), then run the same command with {retry}"
+    reasons = [why for task, why in sorted(result.errors.items()) if result.outcomes.get(task) == "pruned"]
+    why = f" (the first: {reasons[0]})" if reasons else ""
+    killed = f"; the dead ones' tracebacks: {log}" if dead else ""
+    return (
+        f"{head}; a stage pruned them{why}, and would again: change what prunes them (the "
+        f"stage's kwargs, the seeds), then run it again into the same --out{killed}"
+    )
 
 
 def _count(n: int, noun: str) -> str:

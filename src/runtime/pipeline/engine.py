@@ -146,6 +146,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
         self._outputs: dict[str, Any] = {}
         self._finals: dict[str, dict[str, Any]] = {}
         self.kept = 0  # items whose output an earlier run committed
+        self.made_nothing = False  # every item died or was pruned, no output anywhere (finalize)
         self.runtime = runtime
         self.node_endpoint = node_endpoint
         self.on_change = on_change
@@ -236,7 +237,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
             placement=dict(self.placement),
             engine_bytes=0 if self._wire is None else sum(self._wire),
             restarted=self.restarted,
-            made_nothing=self.every_item_died(),
+            made_nothing=self.made_nothing,
             remade=len(self.remade),
         )
 

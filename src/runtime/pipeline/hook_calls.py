@@ -1,10 +1,11 @@
 """The engine's calls of the stages' hooks: ``start`` once every first replica is up, before any
 item moves (what it names as committed is kept, and the items earlier runs ended ok whose output
 it lacks are made again), and ``finalize`` once every item has its outcome, in stage order, but
-for a run whose every item died (this run's and earlier runs' dead together): nothing was made,
-and a finalize over nothing could only fail (the dataset writer's did, with "no committed
-episodes", and that error stood where the run's own line, the items dead and the way out,
-belonged; report ev 8).
+for a run that made nothing: every item died or was pruned (this run's and earlier runs'
+together), and no output is anywhere. A finalize over nothing could only fail (the dataset
+writer's did, with "no committed episodes", and that error stood where the run's own line, the
+items' ends and the way out, belonged; reports ev 8, and the same for a planner that pruned
+every item).
 
 :class:`HookCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
 calls them; the hooks themselves run in the stage actor (``stage.py``).
@@ -49,13 +50,23 @@ class HookCalls(ReplicaPool):
     _remakes: deque[SourceItem]  # ended ok before, output gone: made again
     _finals: dict[str, dict[str, Any]]
     _outcomes: dict[str, str]  # by task id, this run's
+    kept: int  # items whose output an earlier run committed
+    made_nothing: bool  # every item died or was pruned, and no output is anywhere
 
-    def every_item_died(self) -> bool:
-        """Whether every item of the run ended dead, those earlier runs left dead (the source's
-        ``dead_before``) among them: the run made nothing, and nothing is finalised."""
-        dead = sum(1 for outcome in self._outcomes.values() if outcome == "dead")
-        dead += len(getattr(self.source, "dead_before", ()))
-        return 0 < self.config.items <= dead
+    async def _made_nothing(self) -> bool:
+        """Whether the run ends with no item's output anywhere: none ended ok here, no stage
+        named one committed, and no earlier run ended one ok (every item it ended died, those
+        the source's ``dead_before``, or was pruned). Asked of the master only where this run
+        made nothing and an earlier one ended items it cannot tell apart so."""
+        if self.config.items <= 0 or self.kept or self._committed:
+            return False
+        if any(outcome == "ok" for outcome in self._outcomes.values()):
+            return False
+        before = getattr(self.source, "ended_before", None) or 0
+        if before <= len(getattr(self.source, "dead_before", ())) or self._outputs_listed:
+            return True  # earlier runs ended none ok, or a stage lists every output: none
+        name = self.config.name
+        return not await self.source.ended_ok(generated_task_id(name, i) for i in range(self.config.items))
 
     async def _wait_started(self, hook: str = "") -> None:
         """Wait until no replica is starting (each up, or failed), :data:`STARTED_S` at most.
@@ -154,9 +165,10 @@ class HookCalls(ReplicaPool):
 
     async def _finalize_hooks(self) -> None:
         """Each stage's ``finalize``, in stage order, once every item has its outcome; none
-        where every item died (:meth:`every_item_died`)."""
-        if self.every_item_died():
-            log.warning("finalize_skipped", why="every item died", items=self.config.items)
+        where the run made nothing (:meth:`_made_nothing`)."""
+        if await self._made_nothing():
+            self.made_nothing = True
+            log.warning("finalize_skipped", why="no item made an output", items=self.config.items)
             return
         for stage in self.stages:
             if "finalize" not in stage.hooks:

@@ -76,9 +76,9 @@ class PipelineResult:
             (calls, replies, leases): with the direct data plane, about the metadata's size.
         restarted: items run again from the first stage because the replica holding their
             payload was lost (its node died).
-        made_nothing: every item died, in this run or an earlier one into ``out``: the run made
-            nothing, and no finalize hook ran (recorded with the run, so a rerun that finds it
-            complete says so too).
+        made_nothing: every item died or was pruned, in this run or an earlier one into
+            ``out``, and no output is anywhere: the run made nothing, and no finalize hook ran
+            (recorded with the run, so a rerun that finds it complete says so too).
         remade: items that earlier runs had ended ok whose outputs were gone (deleted since):
             this run made them again (among ``ok``).
         ended: the job's items by how they ended (``ok``, ``pruned``, ``dead``), every run's,

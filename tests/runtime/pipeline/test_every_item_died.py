@@ -1,7 +1,7 @@
-"""A run whose every item died made nothing, and runs no finalize hook: a finalize over nothing
-could only fail (the dataset writer's: "no committed episodes ... write some with write_episode
-first"), and that error stood where the run's own line belonged, the items dead and the way
-out (``--retry-dead``), on the run and on every rerun (report ev 8)."""
+"""A run whose every item died or was pruned made nothing, and runs no finalize hook: a finalize
+over nothing could only fail (the dataset writer's: "no committed episodes ... write some with
+write_episode first"), and that error stood where the run's own line belonged, the items' ends
+and the way out, on the run and on every rerun (report ev 8; a planner that pruned every item)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ class _StoreReplica:
     """A store whose every item fails (a full disk), with a finalize hook that fails over no
     output, as the dataset writer's does; it records the hooks it was asked to run."""
 
-    def __init__(self, asked: list[str], fails: bool) -> None:
-        self.asked, self.fails = asked, fails
+    def __init__(self, asked: list[str], fails: bool, prunes: bool) -> None:
+        self.asked, self.fails, self.prunes = asked, fails, prunes
 
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
@@ -32,17 +32,33 @@ class _StoreReplica:
             return {"summary": "finalised"}
         if self.fails:
             return {"outcomes": [{"error": "OSError: no space left"} for _ in payload["items"]]}
+        if self.prunes:
+            return {"outcomes": [{"pruned": "no path to the goal"} for _ in payload["items"]]}
         return {"outcomes": [{"ok": it} for it in payload["items"]]}
 
 
 class _StoreNode(RecordingNode):
-    def __init__(self, fails: bool) -> None:
+    def __init__(self, fails: bool, prunes: bool = False) -> None:
         super().__init__()
         self.asked: list[str] = []
-        self.fails = fails
+        self.fails, self.prunes = fails, prunes
 
     def ref(self, path: str) -> Any:
-        return _StoreReplica(self.asked, self.fails)
+        return _StoreReplica(self.asked, self.fails, self.prunes)
+
+
+class _EarlierRuns(LocalSource):
+    """A job whose items all ended in earlier runs (none to hand out); ``ok``: those that ended
+    ok, as the master answers ``done_tasks``."""
+
+    def __init__(self, ok: set[str]) -> None:
+        super().__init__("p", 0)
+        self.ended_before = 3
+        self.dead_before: set[str] = set()
+        self.ok = ok
+
+    async def ended_ok(self, task_ids: Any) -> set[str]:
+        return self.ok.intersection(task_ids)
 
 
 def _engine(node: _StoreNode, source: LocalSource) -> PipelineEngine:
@@ -81,4 +97,26 @@ async def test_a_run_with_an_item_made_finalises() -> None:
     node = _StoreNode(fails=False)
     with anyio.fail_after(HANG_GUARD_S):
         result = await _engine(node, LocalSource("p", 3)).run()
+    assert not result.made_nothing and node.asked == ["stage_finalize"]
+
+
+async def test_a_run_whose_every_item_was_pruned_finalises_nothing() -> None:
+    node = _StoreNode(fails=False, prunes=True)
+    with anyio.fail_after(HANG_GUARD_S):
+        result = await _engine(node, LocalSource("p", 3)).run()
+    assert result.counts()["pruned"] == 3 and result.made_nothing
+    assert node.asked == [] and result.errors["p-000000"] == "no path to the goal"
+
+
+async def test_a_rerun_after_runs_that_pruned_every_item_finalises_nothing() -> None:
+    node = _StoreNode(fails=False)
+    with anyio.fail_after(HANG_GUARD_S):
+        result = await _engine(node, _EarlierRuns(ok=set())).run()
+    assert result.made_nothing and node.asked == []
+
+
+async def test_a_rerun_after_a_run_that_made_an_item_finalises() -> None:
+    node = _StoreNode(fails=False)
+    with anyio.fail_after(HANG_GUARD_S):
+        result = await _engine(node, _EarlierRuns(ok={"p-000001"})).run()
     assert not result.made_nothing and node.asked == ["stage_finalize"]
