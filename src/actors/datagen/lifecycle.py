@@ -142,18 +142,43 @@ class NavPlanner(BasePlanner):
         fps: frame rate of the trajectory.
         max_frames: the longest episode.
         speed: metres per second.
+        min_frames: a shorter episode is pruned; None: 10, or ``max_frames`` if that is less
+            (a config that lowered ``max_frames`` below 10 failed every replica's start on a
+            bound it could not set).
+        min_length: a path shorter than this (metres) is pruned.
     """
 
     @classmethod
     def check_kwargs(cls, kwargs: dict[str, Any]) -> None:
-        """A rate, length or speed that is not positive, before any replica starts."""
+        """A rate, length or speed that is not positive, or a shortest episode longer than the
+        longest, before any replica starts."""
         _at_least(kwargs, "max_frames", 1)
+        if kwargs.get("min_frames") is not None:
+            _at_least(kwargs, "min_frames", 1)
         for name in ("fps", "speed"):
             if name in kwargs and not kwargs[name] > 0:
                 raise ConfigError(f"kwargs.{name} must be > 0, got {kwargs[name]!r}")
+        if "min_length" in kwargs and not kwargs["min_length"] >= 0:
+            raise ConfigError(f"kwargs.min_length must be >= 0 (metres), got {kwargs['min_length']!r}")
+        longest = kwargs.get("max_frames", 60)
+        if kwargs.get("min_frames") is not None and kwargs["min_frames"] > longest:
+            raise ConfigError(
+                f"kwargs.min_frames ({kwargs['min_frames']}) must not exceed max_frames ({longest}): "
+                "every episode would be pruned"
+            )
 
-    def __init__(self, fps: int = 10, max_frames: int = 60, speed: float = 1.0) -> None:
-        self.config = PlanConfig(fps=fps, max_frames=max_frames, speed=speed)
+    def __init__(
+        self,
+        fps: int = 10,
+        max_frames: int = 60,
+        speed: float = 1.0,
+        min_frames: int | None = None,
+        min_length: float = 1.0,
+    ) -> None:
+        shortest = min(10, max_frames) if min_frames is None else min_frames
+        self.config = PlanConfig(
+            fps=fps, max_frames=max_frames, speed=speed, min_frames=shortest, min_length=min_length
+        )
 
     def plan(self, scene: Scene, seed: int) -> Plan:
         return plan_episode(scene, seed, self.config)

@@ -230,8 +230,8 @@ def plan_path(
     if length < config.min_length - 1e-9 or len(pos2) < config.min_frames:
         raise PlanFailed(
             f"path of {length:.2f} m gives {len(pos2)} frames, under min_length="
-            f"{config.min_length} m or min_frames={config.min_frames}; try another seed or "
-            "lower PlanConfig.min_length / min_frames"
+            f"{config.min_length} m or min_frames={config.min_frames}; try another seed, or "
+            "lower min_length / min_frames (the planner's kwargs; PlanConfig's fields)"
         )
     positions = np.concatenate([pos2, np.full((len(pos2), 1), cam_height)], axis=-1)
     rotations = rotation_from_yaw_pitch(yaw, math.radians(config.pitch_deg))

@@ -83,6 +83,12 @@ def test_the_class_check_refuses_what_no_annotation_can_say() -> None:
         (SceneLoader, {"width": -96}, "image size must be positive, got -96x72"),
         (NavPlanner, {"max_frames": 0}, "kwargs.max_frames must be at least 1, got 0"),
         (NavPlanner, {"speed": 0.0}, "kwargs.speed must be > 0, got 0.0"),
+        (
+            NavPlanner,
+            {"max_frames": 20, "min_frames": 30},
+            "kwargs.min_frames (30) must not exceed max_frames (20)",
+        ),
+        (NavPlanner, {"min_length": -1.0}, "kwargs.min_length must be >= 0 (metres), got -1.0"),
         (RaycastRenderer, {"threads": -1}, "kwargs.threads must be at least 0, got -1"),
         (RaycastRenderer, {"device": "gpu"}, "kwargs.device = 'gpu': "),
         (LeRobotWriter, {"store": "s", "max_pending": 0}, "kwargs.max_pending must be at least 1, got 0"),
@@ -93,6 +99,14 @@ def test_the_data_generation_stages_refuse_values_they_cannot_run_with(
 ) -> None:
     problem = kwargs_values_problem(cls, kwargs)
     assert problem is not None and problem.startswith(said), problem
+
+
+def test_a_planner_with_fewer_frames_than_its_default_shortest_starts_and_plans() -> None:
+    """``max_frames = 5`` failed every replica's start ("PlanConfig needs 1 <= min_frames <=
+    max_frames, got 10 and 5"), a bound no kwarg could set: the shortest follows the longest."""
+    assert kwargs_values_problem(NavPlanner, {"max_frames": 5}) is None
+    assert NavPlanner(max_frames=5).config.min_frames == 5
+    assert NavPlanner(max_frames=60, min_frames=3, min_length=0.5).config.min_length == 0.5
 
 
 def test_the_default_pipelines_kwargs_pass() -> None:
