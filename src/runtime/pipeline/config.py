@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -138,12 +139,12 @@ class PipelineConfig(_Frozen):
         return self.slots if self.slots is not None else sum(s.replicas for s in self.stages)
 
     def with_out(self, out: Path | str) -> PipelineConfig:
-        """This pipeline with ``{out}`` in every string kwarg replaced by ``out``."""
+        """This pipeline with ``{out}`` in every string of its kwargs replaced by ``out``, in
+        lists and tables too (``dirs = ["{out}/a"]`` made a folder named ``{out}`` in the
+        current directory, outside --out)."""
         stages = []
         for stage in self.stages:
-            kwargs = {
-                k: v.replace("{out}", str(out)) if isinstance(v, str) else v for k, v in stage.kwargs.items()
-            }
+            kwargs = {k: _with_out(v, str(out)) for k, v in stage.kwargs.items()}
             stages.append(stage.model_copy(update={"kwargs": kwargs}))
         return self.model_copy(update={"stages": tuple(stages)})
 
@@ -182,16 +183,39 @@ def load_pipeline(path: Path, **overrides: Any) -> PipelineConfig:
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
+def _with_out(value: Any, out: str) -> Any:
+    """``value`` with ``{out}`` replaced in each of its strings, however deep in lists and tables."""
+    if isinstance(value, str):
+        return value.replace("{out}", out)
+    if isinstance(value, list):
+        return [_with_out(v, out) for v in value]
+    if isinstance(value, dict):
+        return {k: _with_out(v, out) for k, v in value.items()}
+    return value
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Each string in ``value`` with its key path (``dirs[1]``, ``paths.c``), however deep."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}")
+
+
 def _no_near_out(stage: StageConfig) -> None:
     """A string kwarg's ``{outt}`` (``{output}``, ``{ou}``) is a typo of ``{out}``, the one
     placeholder: taken literally, it made a folder named ``{outt}`` in the current directory.
-    Other braces (a format string of the stage's own, ``frame_{index}.png``) pass."""
+    Strings in lists and tables are looked at too. Other braces (a format string of the
+    stage's own, ``frame_{index}.png``) pass."""
     for key, value in stage.kwargs.items():
-        if not isinstance(value, str):
-            continue
-        for name in _PLACEHOLDER.findall(value):
-            if name != "out" and difflib.get_close_matches(name, ["out"], n=1, cutoff=0.6):
-                raise ValueError(
-                    f"stages.{stage.name}.kwargs.{key} = {value!r}: {{{name}}} is no placeholder; "
-                    "did you mean {out} (the run's --out)?"
-                )
+        for path, text in _strings(value, key):
+            for name in _PLACEHOLDER.findall(text):
+                if name != "out" and difflib.get_close_matches(name, ["out"], n=1, cutoff=0.6):
+                    raise ValueError(
+                        f"stages.{stage.name}.kwargs.{path} = {text!r}: {{{name}}} is no placeholder; "
+                        "did you mean {out} (the run's --out)?"
+                    )

@@ -300,3 +300,22 @@ def test_a_stages_own_braces_pass() -> None:
     }
     cfg = PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
     assert cfg.with_out("/d").stages[0].kwargs == {"name": "frame_{index:04d}_{seed}.png", "o": "/d/x"}
+
+
+def test_out_is_replaced_in_lists_and_tables_of_kwargs() -> None:
+    """``dirs = ["{out}/a"]`` was taken literally: a folder named ``{out}`` in the current
+    directory, outside --out, shared by every run (report cf 2)."""
+    kwargs = {"dirs": ["{out}/a", ["{out}/b", 3]], "paths": {"c": "{out}/c", "n": {"d": "{out}"}}, "k": 1}
+    stage = {"name": "store", "actor": "m:S", "kwargs": kwargs}
+    cfg = PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
+    assert cfg.with_out("/d").stages[0].kwargs == {
+        "dirs": ["/d/a", ["/d/b", 3]],
+        "paths": {"c": "/d/c", "n": {"d": "/d"}},
+        "k": 1,
+    }
+
+
+def test_a_typo_of_the_out_placeholder_in_a_table_is_refused_with_its_path() -> None:
+    stage = {"name": "store", "actor": "m:S", "kwargs": {"paths": {"c": "{out}/c", "d": ["x", "{outt}/d"]}}}
+    with pytest.raises(ValueError, match=r"kwargs\.paths\.d\[1\] = '\{outt\}/d': \{outt\} is no placeholder"):
+        PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
