@@ -86,9 +86,26 @@ __all__ = [
 
 
 class TroupeError(Exception):
-    """Root of every troupe error. ``code`` is the stable name used on the wire."""
+    """Root of every troupe error. ``code`` is the stable name used on the wire.
+
+    Every one pickles and copies as it is, attributes and all (multiprocessing, a process
+    pool's futures, logging queues): an exception is rebuilt from its ``args``, which held the
+    formatted message alone, and ``RemoteError(message)`` failed, breaking a user's whole
+    ``ProcessPoolExecutor`` (report ap 5)."""
 
     code = "troupe_error"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[TroupeError], args: tuple[Any, ...], state: dict[str, Any]) -> TroupeError:
+    """An error as it was pickled, its ``__init__`` not called again (its arguments are not its
+    ``args``)."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(TroupeError, ValueError):
