@@ -1,17 +1,28 @@
 """A node's log files on disk: rotation by size, writers that follow it, readers that follow it.
 
 Every process of a node appends to ``<logs>/<node>.jsonl`` (O_APPEND: one ``write`` per line,
-never interleaved). Rotation is safe across those processes because exactly one process renames
-and every other one only reopens:
+never interleaved). Rotation by size is safe across those processes, and holds to the size:
 
-- The node process alone rotates (:func:`rotate_if_larger`, from its log publisher's poll): it
-  renames ``.jsonl`` to ``.jsonl.1`` (``.1`` to ``.2`` ..., the oldest beyond ``keep`` deleted).
-  A rename never loses a line: a process that still has the old file open keeps appending to
-  it, now under the name ``.1``.
-- Every writer (:class:`ReopeningFileHandler`) looks at most once per :data:`REOPEN_CHECK_S`
-  whether the path still names the file it has open (device and inode) and reopens the path
-  when it does not; a ``stat`` per line would cost more than the line. So for up to about a
-  second after a rotation some lines still land at the end of ``.1``.
+- Every writer (:class:`ReopeningFileHandler` given ``max_bytes``: the node, its supervisor,
+  each worker, a master started on its own) looks, before each line, where the end of the file
+  it appends to is (one ``lseek``, about 1% of a line's cost; a ``stat`` costs twice that, and a
+  look every so many lines let a burst of every process overshoot the size by all it wrote in
+  between). Where the line would take the file past ``max_bytes``, the writer rotates it first
+  (:func:`rotate`: ``.jsonl`` to ``.jsonl.1``, ``.1`` to ``.2`` ..., the oldest beyond ``keep``
+  deleted) under an exclusive ``flock`` of ``<node>.jsonl.lock`` (:func:`rotation_lock`), having
+  looked again under it that the path still names that file and the line still does not fit:
+  another writer may have rotated it a moment before, and this one then only reopens the path.
+- So a rotated file holds at most ``max_bytes`` (or one line alone that is longer), plus at most
+  one line of each other process that wrote in the same instant: a writer's look and its write
+  are two steps, and another's line may land between them.
+- A rename never loses a line: a process that still has the old file open keeps appending to
+  it, now under the name ``.1``, as long as its lines fit there, and looks at most once per
+  :data:`REOPEN_CHECK_S` whether the path still names the file it has open (device and inode),
+  reopening the path when it does not; that look also follows a rotation made by another tool.
+  A line lands in a file deleted beyond ``keep`` only if ``keep`` rotations come within that look.
+- The node's log stream rotates the file too (:func:`rotate_if_larger`, on its poll), under the
+  same lock, for what a process that does not rotate (a program running a node in its own
+  process) wrote past the size.
 - A reader (:class:`FileFollower`) that sees the path name a new file reads that one from its
   start, and keeps reading the old one for :data:`RETIRED_READ_S` as well, for those late
   lines; nothing is lost or read twice (unless a file rotates twice within one read, which at
@@ -21,7 +32,9 @@ and every other one only reopens:
   copy and the cut are in the copy only (that is copytruncate's own gap), and a file that grew
   back past the old offset between two reads cannot be told from one appended to.
 
-A single-process writer with no node (the master) rotates in its own handler instead.
+A file that cannot be rotated (its folder not writable, a directory where the lock file goes)
+grows on past the size: its writers say so once each on stderr and try again a
+:data:`REOPEN_CHECK_S` later, rather than at every line.
 
 Every line in the file stays whole JSON, a full disk included: a writer writes each record with
 one ``write`` on an unbuffered descriptor, so nothing of a line that failed is held back to be
@@ -42,14 +55,16 @@ follow on (a directory in its place ended both).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import io
 import logging
 import os
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -60,9 +75,11 @@ __all__ = [
     "ReopeningFileHandler",
     "history_files",
     "last_lines",
+    "lock_path",
     "rotate",
     "rotate_if_larger",
     "rotated_path",
+    "rotation_lock",
 ]
 
 REOPEN_CHECK_S = 1.0  # a writer notices a rotation within this long
@@ -76,11 +93,59 @@ def rotated_path(path: Path, k: int) -> Path:
     return path.with_name(f"{path.name}.{k}")
 
 
+def lock_path(path: Path) -> Path:
+    """The file whose ``flock`` every process takes to rotate ``path`` (``node.jsonl.lock``)."""
+    return path.with_name(f"{path.name}.lock")
+
+
+_held_locks: set[int] = set()  # descriptors of rotation locks this process holds now
+
+
+def _forget_held_locks() -> None:
+    """In a child forked while a thread held a rotation lock: its copy of the descriptor would
+    hold the lock (a ``flock`` belongs to the open file, not the process) for as long as the
+    child lives, and every writer of the file would wait at its next rotation."""
+    for fd in _held_locks:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_locks.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_locks)
+
+
+@contextlib.contextmanager
+def rotation_lock(path: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold the exclusive lock under which ``path`` is rotated (see the module): True inside;
+    False where ``wait`` is False and another process holds it.
+
+    The lock file is made where missing and stays (a link in its place is not followed).
+
+    Raises:
+        OSError: the lock file cannot be opened or locked.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(lock_path(path), flags, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+        except BlockingIOError:
+            locked = False
+        if locked:
+            _held_locks.add(fd)
+        yield locked
+    finally:
+        _held_locks.discard(fd)
+        os.close(fd)  # releases the lock
+
+
 def rotate(path: Path, keep: int) -> None:
     """Roll ``path`` to ``path.1``, ``path.1`` to ``path.2``..., deleting what is beyond ``keep``.
 
-    The next write by any process (re)creates ``path``. Only one process may call this for a
-    given path (the node process for its node's file).
+    The next write by any process (re)creates ``path``. The caller holds :func:`rotation_lock`
+    where other processes may rotate ``path`` too, and has looked under it that ``path`` still
+    needs rotating.
 
     Raises:
         ValueError: ``keep`` is below 1.
@@ -97,15 +162,27 @@ def rotate(path: Path, keep: int) -> None:
 
 
 def rotate_if_larger(path: Path, max_bytes: int, keep: int) -> bool:
-    """Rotate ``path`` when it holds ``max_bytes`` or more; return whether it rotated."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+    """Rotate ``path`` when it holds ``max_bytes`` or more; return whether it rotated.
+
+    Under :func:`rotation_lock`, not waited for: a process holding it is rotating the file now.
+
+    Raises:
+        OSError: the lock file cannot be opened, or a rename failed.
+    """
+    if _size(path) < max_bytes:
         return False
-    if size < max_bytes:
-        return False
-    rotate(path, keep)
+    with rotation_lock(path, wait=False) as locked:
+        if not locked or _size(path) < max_bytes:  # rotated by a writer meanwhile
+            return False
+        rotate(path, keep)
     return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def history_files(path: Path) -> list[Path]:
@@ -154,8 +231,9 @@ class ReopeningFileHandler(logging.Handler):
 
     Args:
         path: the file, opened for appending (created when missing).
-        max_bytes: with a value, this handler rotates the file itself at that size (for a
-            process that is the file's only writer); None leaves rotating to the node.
+        max_bytes: with a value, this handler rotates the file before a line that would take
+            it past that size, under the rotation lock, whoever else writes it (see the
+            module); None only follows the rotations others make.
         keep: rotated files kept when this handler rotates.
         who: the process, named in what stderr is told (``process w1``), where several
             processes write one file.
@@ -176,6 +254,8 @@ class ReopeningFileHandler(logging.Handler):
         self._opened: tuple[int, int] | None = None
         self.dropped = 0  # lines this handler could not write
         self._failing = False  # the last write failed, and stderr has been told
+        self._rotate_again_at = 0.0  # a rotation failed: not tried again before then (monotonic)
+        self._rotation_told = False  # that failure has been said on stderr
         # Opened here, where a file that cannot be opened (a directory in its place, a file
         # another user made) is said as a full disk is, not raised out of a worker's start.
         self._open_stream()
@@ -222,6 +302,9 @@ class ReopeningFileHandler(logging.Handler):
         except Exception:  # a record that cannot be formatted is the caller's bug: logging says it
             self.handleError(record)
             return
+        if self.max_bytes is not None and not self._make_room(len(line), now):
+            self.dropped += 1  # rotated, and the new file cannot be opened: said as a failed write
+            return
         try:
             self._append(line)
         except OSError as exc:
@@ -229,6 +312,38 @@ class ReopeningFileHandler(logging.Handler):
             self._cannot_write(exc)
             return
         self._failing = False  # written again: a later failure is told again
+
+    def _make_room(self, size: int, now: float) -> bool:
+        """Rotate the file first where ``size`` more bytes would take it past ``max_bytes`` (see
+        the module); False where the file rotated and the new one cannot be opened."""
+        assert self.stream is not None and self.max_bytes is not None, "only while open, with a size"
+        try:
+            end = os.lseek(self.stream.fileno(), 0, os.SEEK_END)
+        except OSError:  # the write that follows says what is wrong
+            return True
+        if end == 0 or end + size <= self.max_bytes or now < self._rotate_again_at:
+            return True
+        path = Path(self.baseFilename)
+        try:
+            with rotation_lock(path):
+                # Looked at again under the lock: another writer may have rotated it already.
+                still_over = os.fstat(self.stream.fileno()).st_size + size > self.max_bytes
+                if still_over and self._path_names_stream():
+                    rotate(path, self.keep)
+            self._rotation_told = False
+            return self._follow_rotation()
+        except OSError as exc:
+            if self.stream is None:  # the old file's close failed: the path opened instead, or said
+                return self._open_stream()
+            self._rotate_again_at = now + REOPEN_CHECK_S
+            self._cannot_rotate(exc)
+            return True  # written where it is: the file grows past its size rather than lose it
+
+    def _path_names_stream(self) -> bool:
+        try:
+            return _ident(os.stat(self.baseFilename)) == self._opened
+        except FileNotFoundError:
+            return False
 
     def _append(self, line: bytes) -> None:
         """Write ``line`` whole, or nothing of it.
@@ -292,25 +407,34 @@ class ReopeningFileHandler(logging.Handler):
         except (OSError, ValueError):  # stderr gone too: nothing left to tell
             pass
 
-    def _follow_rotation(self) -> None:
-        path = Path(self.baseFilename)
-        stream = self.stream
-        if (
-            self.max_bytes is not None
-            and stream is not None
-            and os.fstat(stream.fileno()).st_size >= self.max_bytes
-        ):
-            rotate(path, self.keep)
+    def _cannot_rotate(self, exc: OSError) -> None:
+        if self._rotation_told:
+            return
+        self._rotation_told = True
+        who = "" if self.who is None else f" ({self.who})"
+        where = exc.filename or self.baseFilename  # the lock file, or a rotated file, or the log
         try:
-            current: tuple[int, int] | None = _ident(path.stat())
-        except FileNotFoundError:
-            current = None
-        if current != self._opened and self.stream is not None:
-            # None first: a close or an open that fails leaves no closed stream for emit to
-            # write to (a ValueError, which logging printed as a traceback for every line).
-            stream, self.stream = self.stream, None
-            stream.close()
-            self._open_stream()
+            sys.stderr.write(
+                f"troupe: cannot rotate the log file {self.baseFilename} ({where}: {_reason(exc)}); "
+                f"it grows past its size limit until that is mended{who}\n"
+            )
+        except (OSError, ValueError):  # stderr gone too: nothing left to tell
+            pass
+
+    def _follow_rotation(self) -> bool:
+        """Reopen the path where it names another file than the one open; False where that
+        one cannot be opened (said as a failed write).
+
+        Raises:
+            OSError: the path cannot be looked at (a full or vanished disk).
+        """
+        if self.stream is None or self._path_names_stream():
+            return True
+        # None first: a close or an open that fails leaves no closed stream for emit to
+        # write to (a ValueError, which logging printed as a traceback for every line).
+        stream, self.stream = self.stream, None
+        stream.close()
+        return self._open_stream()
 
 
 def _reason(exc: OSError) -> str:

@@ -7,9 +7,10 @@ JSON lines to ``<logs>/<node>.jsonl``, the master to ``<logs>/<master>.jsonl``. 
 process follows that file and publishes each complete line (:class:`LogPublisher`), rather than
 each process publishing its own: the file is the one place all of them write to already, a
 worker that crashes mid-line publishes nothing half-written, and no worker needs a socket or a
-connection for its logs. The cost is a poll's delay (:data:`POLL_S`). For a node the same poll
-rotates the file by size (:mod:`troupe.runtime.log_files`): the node is the one process that
-renames it; the master, its file's only writer, rotates it in its own handler.
+connection for its logs. The cost is a poll's delay (:data:`POLL_S`). Every writer rotates the
+file by size itself, before a line that would take it past (:mod:`troupe.runtime.log_files`);
+for a node the same poll rotates it as well, under the writers' lock, where a process that does
+not rotate (a program running a node in its own process) wrote it past its size.
 
 The socket binds the process's host on a free port (a node's where its workers bind, see
 ``node.reach``). A node's endpoint goes to the master in its beat (``log_endpoint``), the
@@ -123,7 +124,8 @@ class LogPublisher:
         path: the log file (``<logs>/<name>.jsonl``).
         bind: where the stream binds: the process's host, port ``*``.
         advertise: the host other hosts reach the process at (``[node] advertise``), if any.
-        max_bytes: rotate the file at this size; None: its writer rotates it (the master).
+        max_bytes: rotate the file once it holds this much (a node's); None: its writer alone
+            rotates it (the master's).
         keep: rotated files kept.
     """
 
@@ -142,6 +144,7 @@ class LogPublisher:
         self.keep = keep
         self.published = 0
         self.rotations = 0
+        self._rotation_failing = False  # said once, until a rotation succeeds
         self.incarnation = secrets.token_hex(4)
         self._recent: deque[tuple[int, bytes]] = deque()
         self._recent_bytes = 0
@@ -184,8 +187,11 @@ class LogPublisher:
         try:
             rotated = rotate_if_larger(self.path, self.max_bytes, self.keep)
         except OSError as exc:
-            log.warning("log_rotation_failed", path=str(self.path), error=str(exc))
+            if not self._rotation_failing:  # not every poll: the file grows while it fails
+                log.warning("log_rotation_failed", path=str(self.path), error=str(exc))
+            self._rotation_failing = True
             return
+        self._rotation_failing = False
         if rotated:
             self.rotations += 1
             log.info("log_rotated", path=str(self.path), keep=self.keep)

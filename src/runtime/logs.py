@@ -13,9 +13,10 @@ name such fields for what they are (``worker_pid``) in the first place.
 
 Every process of a node appends to the same file, ``<logs>/<node>.jsonl``: each record is one
 ``write`` on a file opened with O_APPEND, which Linux does not interleave for lines this short.
-The node process rotates that file by size and every process follows the rotation
-(:mod:`troupe.runtime.log_files`); the node also publishes each line on its log stream
-(:mod:`troupe.runtime.log_publisher`), as a master started on its own does its own file's.
+Every process rotates that file by size before a line that would take it past, under one lock,
+and follows the rotations the others make (:mod:`troupe.runtime.log_files`); the node also
+publishes each line on its log stream (:mod:`troupe.runtime.log_publisher`), as a master
+started on its own does its own file's.
 ``configure_logging`` is called only by entry points (the CLI, the worker main).
 
 Every line is strict JSON (:mod:`troupe.runtime.log_json`: a float that is not finite is
@@ -133,8 +134,9 @@ def configure_logging(
         log_dir: where the node's JSON-lines file goes; None writes no file.
         console: also print readable lines to stderr.
         level: the lowest level written (debug, info, warning, error).
-        rotate_at_bytes: this process is the file's only writer and rotates it at this size
-            itself (the master); None (a node's processes) leaves rotating to the node process.
+        rotate_at_bytes: this process rotates the file before a line that would take it past
+            this size (every process of a node does, under one lock: ``log_files``); None
+            only follows the rotations others make.
         keep: rotated files kept when this process rotates.
 
     Returns:

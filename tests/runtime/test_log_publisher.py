@@ -9,10 +9,11 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 import zmq
 
 from troupe.runtime.errors import BadRequest
-from troupe.runtime.log_files import history_files
+from troupe.runtime.log_files import history_files, lock_path, rotated_path
 from troupe.runtime.log_publisher import LogPublisher, decode_log_recent, log_socket
 from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
 from troupe.runtime.security.process import install
@@ -148,6 +149,27 @@ async def test_without_a_size_the_publisher_leaves_the_rotating_to_the_writer(tm
             await pub.poll()
         assert pub.rotations == 0 and history_files(pub.path) == [pub.path]
         assert pub.published == 30
+    finally:
+        pub.close()
+
+
+@pytest.mark.anyio
+async def test_a_file_that_cannot_be_rotated_is_warned_of_once_not_at_every_poll(tmp_path: Path) -> None:
+    """The poll rotates under the writers' lock; where that cannot be taken (a directory in the lock
+    file's place) it says so once, and again only after a rotation has succeeded in between."""
+    path = tmp_path / "n1.jsonl"
+    path.write_text('{"event": "before the start"}\n' * 20)
+    lock_path(path).mkdir()
+    pub = LogPublisher("n1", path, "inproc://n1-log", None, max_bytes=200, keep=2)  # no port: none read it
+    try:
+        with structlog.testing.capture_logs() as logged:
+            for _ in range(3):
+                await pub.poll()
+        failed = [e for e in logged if e["event"] == "log_rotation_failed"]
+        assert len(failed) == 1 and "Is a directory" in str(failed[0]["error"])
+        lock_path(path).rmdir()
+        await pub.poll()
+        assert pub.rotations == 1 and rotated_path(path, 1).exists()
     finally:
         pub.close()
 

@@ -44,7 +44,8 @@ def test_writing_past_the_limit_rotates_and_keeps_n(tmp_path: Path) -> None:
             f.write(b"%04d %s\n" % (i, b"x" * 95))  # 101 bytes a line
         rotations += rotate_if_larger(path, 1000, keep=3)
     assert rotations == 20  # every tenth line reaches 1010 bytes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.jsonl.1", "n.jsonl.2", "n.jsonl.3"]
+    names = ["n.jsonl.1", "n.jsonl.2", "n.jsonl.3", "n.jsonl.lock"]  # the lock stays, for the next
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
     numbers = [int(ln.split()[0]) for ln in _all_lines(path)]
     assert numbers == list(range(170, 200))  # the last three files' worth, oldest first
     assert not rotate_if_larger(path, 1000, keep=3)  # no file: nothing to do

@@ -110,7 +110,15 @@ def start(
             taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
             if taken is not None:
                 raise ConfigError(taken)
-        configure_logging(cfg.name, "node", cfg.log_dir, console=True, level=cfg.log_level)
+        configure_logging(
+            cfg.name,
+            "node",
+            cfg.log_dir,
+            console=True,
+            level=cfg.log_level,
+            rotate_at_bytes=cfg.log_max_bytes,
+            keep=cfg.log_keep,
+        )
         if not with_master:
             await Node(cfg, handle_signals=False, reap_orphans=True).run()
             return

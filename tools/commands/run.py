@@ -50,7 +50,7 @@ def demo_workers() -> tuple[WorkerSpec, ...]:
 
 async def _demo(log_dir: Path, endpoint: str) -> None:
     cfg = NodeConfig(name="local", endpoint=endpoint, log_dir=log_dir, workers=demo_workers())
-    configure_logging(cfg.name, "node", cfg.log_dir, console=False)
+    configure_logging(cfg.name, "node", cfg.log_dir, console=False, rotate_at_bytes=cfg.log_max_bytes)
     async with anyio.create_task_group() as tg:
         t0 = time.perf_counter()
         node = await start_local_node(tg, cfg)

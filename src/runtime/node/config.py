@@ -237,7 +237,8 @@ class NodeConfig(_Frozen):
     endpoint: str = DEFAULT_NODE_ENDPOINT
     log_dir: Path = Path("logs")
     log_level: str = "info"
-    # The node rotates <log_dir>/<name>.jsonl at this size, keeping log_keep rotated files.
+    # Every process of the node rotates <log_dir>/<name>.jsonl before a line that would take it
+    # past this size (see log_max_bytes), keeping log_keep rotated files.
     log_max_mb: StrictFloat = Field(default=64.0, gt=0)
     log_keep: StrictInt = Field(default=5, ge=1, le=1000)
     hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
@@ -334,6 +335,13 @@ class NodeConfig(_Frozen):
         if dupes:
             raise ValueError(f"worker names must be unique, repeated: {dupes}")
         return value
+
+    @property
+    def log_max_bytes(self) -> int:
+        """``log_max_mb`` in bytes: the size every writer of the node's log file rotates it at
+        (``log_files``; a rotated file holds at most this, plus a line of each other process
+        writing in the same instant)."""
+        return int(self.log_max_mb * 2**20)
 
 
 def check_tag(tag: Any) -> str:

@@ -199,7 +199,7 @@ class Node:
             log_file(cfg.log_dir, self.name),
             worker_bind(cfg.endpoint, cfg.advertise),
             cfg.advertise,
-            max_bytes=int(cfg.log_max_mb * 2**20),
+            max_bytes=cfg.log_max_bytes,
             keep=cfg.log_keep,
         )
         served = False  # to the end of a stop, not out through an error

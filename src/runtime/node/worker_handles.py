@@ -265,6 +265,8 @@ async def launch_worker(
         "restart_reason": restart_reason,
         "log_dir": str(cfg.log_dir.resolve()),
         "log_level": cfg.log_level,
+        "log_max_bytes": cfg.log_max_bytes,
+        "log_keep": cfg.log_keep,
         "hwm": cfg.hwm,
         "max_message_mb": handle.spec.max_message_mb or cfg.max_message_mb,
         "max_frames": cfg.max_frames,

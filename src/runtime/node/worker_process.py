@@ -65,6 +65,9 @@ class WorkerLaunch(_Frozen):
     restart_reason: str | None = None
     log_dir: Path | None = None
     log_level: str = "info"
+    # The log file's size, past which this worker rotates it too (log_files); None: it does not.
+    log_max_bytes: int | None = Field(default=None, gt=0)
+    log_keep: int = Field(default=5, ge=1)
     hwm: int = 1000
     max_message_mb: float = 64.0
     max_frames: int = 1024
@@ -290,7 +293,15 @@ def main() -> None:
     )
     name_process(f"troupe worker {spec.process} (node {spec.node})", spec.process)
     set_role("worker")
-    log_file = configure_logging(spec.node, spec.process, spec.log_dir, console=False, level=spec.log_level)
+    log_file = configure_logging(
+        spec.node,
+        spec.process,
+        spec.log_dir,
+        console=False,
+        level=spec.log_level,
+        rotate_at_bytes=spec.log_max_bytes,
+        keep=spec.log_keep,
+    )
     try:
         install_from_env()  # the node's keys, if it has any
         try:

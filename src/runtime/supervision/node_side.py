@@ -328,6 +328,8 @@ class NodeSupervision:
             "reap_timeout_s": max(cfg.stop_grace_s, 1.0),
             "log_dir": str(cfg.log_dir.resolve()),
             "log_level": cfg.log_level,
+            "log_max_bytes": cfg.log_max_bytes,
+            "log_keep": cfg.log_keep,
         }
         env = child_env({SPEC_ENV: json.dumps(spec)})
         # A template that is ready forks it in milliseconds; a spawned one imports for most of

@@ -48,6 +48,7 @@ from typing import Any
 import anyio
 import psutil
 import structlog
+from pydantic import Field
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
@@ -86,6 +87,9 @@ class SupervisorLaunch(_Frozen):
     reap_timeout_s: float = 5.0
     log_dir: Path | None = None
     log_level: str = "info"
+    # The log file's size, past which the supervisor rotates it too (log_files); None: it does not.
+    log_max_bytes: int | None = Field(default=None, gt=0)
+    log_keep: int = Field(default=5, ge=1)
 
 
 def kill_tree(proc: psutil.Process, reap_timeout_s: float) -> list[psutil.Process]:
@@ -342,7 +346,15 @@ def main() -> None:
         "the supervisor is started by its node (`troupe node start`)",
     )
     name_process(f"troupe supervisor (node {spec.node})", "troupe-sup")
-    configure_logging(spec.node, "supervisor", spec.log_dir, console=False, level=spec.log_level)
+    configure_logging(
+        spec.node,
+        "supervisor",
+        spec.log_dir,
+        console=False,
+        level=spec.log_level,
+        rotate_at_bytes=spec.log_max_bytes,
+        keep=spec.log_keep,
+    )
     try:
         install_from_env()  # the node's keys, if it has any
         anyio.run(serve_supervisor, spec, backend="asyncio", backend_options={"use_uvloop": True})
