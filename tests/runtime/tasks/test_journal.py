@@ -27,6 +27,7 @@ from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Compaction, Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
+from troupe.runtime.tasks.journal_rows import SELECT_TASKS, task_rows
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.state import (
     Ack,
@@ -912,3 +913,26 @@ def test_an_upgrade_whose_copy_cannot_be_written_changes_nothing(
     finally:
         conn.close()
     assert [p.name for p in tmp_path.iterdir() if ".bak" in p.name] == []
+
+
+def test_replayed_tasks_share_what_their_submit_shared(tmp_path: Path) -> None:
+    """Each replayed row had its own job id, kind and refs objects, about 100 bytes a task more
+    than the submit: a master that had just accepted 2 million tasks was killed by its memory
+    limit as it read them back on a restart (report rs 5)."""
+    path = tmp_path / "journal.db"
+    refs = {"scene": "store://scenes/a"}
+    tasks = [TaskSpec(f"t{i:05d}", "render", i, refs) for i in range(300)]
+    tasks += [TaskSpec(f"u{i:05d}", "plan", i) for i in range(300)]
+    with Journal.open(path, create=True) as journal:
+        drive(TaskBook(), journal, SubmitJob("scenes", tasks), 0.0)
+    conn = sqlite3.connect(path)
+    try:
+        rows = list(task_rows(conn.execute(SELECT_TASKS)))
+    finally:
+        conn.close()
+    render = [spec for spec, _ in rows if spec.kind == "render"]
+    plan = [spec for spec, _ in rows if spec.kind == "plan"]
+    assert len(render) == len(plan) == 300 and all(spec.refs == refs for spec in render)
+    assert len({id(spec.refs) for spec in render}) == 1 and len({id(spec.refs) for spec in plan}) == 1
+    assert len({id(spec.kind) for spec in render}) == 1
+    assert len({id(record.job_id) for _, record in rows}) == 1
