@@ -27,6 +27,7 @@ async def run_datagen(cfg: Any, node: str, fresh: bool, say: Callable[[str], Non
         fresh=fresh,
         keep_outputs=False,
         on_start=starts.append,
+        on_event=say,  # its folder's own lines too: made by other troupe code, rebuilt, adopted
     )
     counts = result.counts()
     if result.already_complete:  # nothing ran: the counts would all read 0

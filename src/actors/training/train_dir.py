@@ -21,6 +21,9 @@ bar, the run again as it takes the lock):
   checkpoint yet (its run failed before the first) binds nothing: this run's config is recorded;
 - anything else holds someone else's files: refused.
 
+The record also keeps which troupe code trained there (``made_by``, as a data generation's:
+``runtime/pipeline/run_code.py``): a resume under other code says so in one line, and goes on.
+
 ``--fresh`` deletes what a training run wrote (the record, ``logs/``, and the checkpoint and
 latent-cache folders and the data generation's dataset where they lie in ``out``), in a folder
 with a record only; elsewhere it deletes nothing and the rules above apply. Before, it deleted
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.run_code import code_line, this_code
 from troupe.runtime.pipeline.run_dir import (
     first_difference,
     held_by_another,
@@ -120,6 +124,8 @@ class TrainDir:
         # troupe's too, so --fresh removes it and a rerun does not take it for the user's.
         self.owned = self.written | {f"{name}.damaged" for name in self.written}
         self.grown: str | None = None  # set by prepare: the line saying the dataset grew
+        # Set by prepare: the line saying other troupe code trained the checkpoints resumed.
+        self.other_code: str | None = None
 
     def check(self, made: dict[str, Any], fresh: bool, dataset: DatasetIdentity | None = None) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.
@@ -149,7 +155,8 @@ class TrainDir:
 
         ``dataset``: the identity of the dataset the run trains on (None: not known, as with a
         data generation beside, whose dataset is the run's own), recorded; :attr:`grown` is set
-        to the line saying it grew since the checkpoints began, if it did.
+        to the line saying it grew since the checkpoints began, if it did; :attr:`other_code` to
+        the line saying the checkpoints resumed were trained by other troupe code, if they were.
 
         Returns:
             The folder's lock: held until the run releases it (or its process ends).
@@ -168,18 +175,23 @@ class TrainDir:
                 self._wipe()
             record = self._read()
             trained_on = {} if dataset is None else {"dataset": dataset.record()}
+            began = {"made_by": [this_code()]}  # the troupe code that trains here (run_code)
             if record is None:
                 if not wiped:
                     self._check_new()
-                record = {"format": _FORMAT, "made_with": made, **trained_on}
+                record = {"format": _FORMAT, "made_with": made, **trained_on, **began}
                 self._write(self._binding(record))
             elif not self._has_checkpoints(record):  # nothing to resume: this run's config binds
-                self._write(self._binding({**record, "made_with": made, **trained_on}))
+                self._write(self._binding({**record, "made_with": made, **trained_on, **began}))
             else:
                 self._check_same(record, made)
                 if dataset is not None:
                     self.grown = dataset.against(record.get("dataset"), self.out)
-                updated = self._binding({**record, **trained_on})  # grown: the larger one binds
+                made_by, self.other_code = code_line(
+                    record.get("made_by"), self.out, "the steps this run trains"
+                )
+                # grown: the larger one binds
+                updated = self._binding({**record, **trained_on, "made_by": made_by})
                 if updated != record:
                     self._write(updated)
             self._bind()

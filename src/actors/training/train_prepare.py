@@ -27,7 +27,8 @@ def prepare_run(
 ) -> tuple[Any, Path, JournalLock, list[str]]:
     """The run's config (a ``TrainConfig``), its output folder, made, with ``logs`` inside, the
     folder's lock, held (``TrainDir``: release it when the run ends), and the lines the run
-    says before it starts (the dataset grew since the checkpoints began).
+    says before it starts (the dataset grew since the checkpoints began; other troupe code
+    trained the checkpoints it resumes).
 
     Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline,
     an ``out`` another run uses, made with another model, holding someone else's files, or
@@ -54,7 +55,7 @@ def prepare_run(
     folder = train_dir(cfg, out_dir)
     lock = folder.prepare(made_with(cfg, out_dir), fresh, trained_on(cfg))
     (out_dir / "logs").mkdir(exist_ok=True)
-    return cfg, out_dir, lock, [line for line in (folder.grown,) if line]
+    return cfg, out_dir, lock, [line for line in (folder.grown, folder.other_code) if line]
 
 
 def trained_on(cfg: Any) -> DatasetIdentity | None:

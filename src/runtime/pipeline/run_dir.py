@@ -6,7 +6,9 @@ actor class and constructor kwargs (with ``{out}`` unresolved, so a moved direct
 matches). Replicas, batches, queues, slots and retries only change how fast the same episodes
 come, so they may differ between runs. The record also keeps what the stages' ``finalize``
 hooks returned once the run is complete, and, for a run whose items are a master's job (a
-cluster's), which job it finished: the master's, so a rerun asks it (``completed_job``).
+cluster's), which job it finished: the master's, so a rerun asks it (``completed_job``). It
+keeps which troupe code made what the directory holds (``made_by``, ``run_code``): a rerun under
+other code that makes or finalises anything there says so in one line, and goes on.
 
 Rules, checked before anything runs:
 
@@ -48,6 +50,8 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
 from troupe.runtime.tasks.output_store import as_commit_error, atomic_file
+
+from .run_code import code_line, this_code
 
 __all__ = [
     "TROUPE_ENTRIES",
@@ -249,6 +253,8 @@ class RunDir:
         # Set by prepare: the record was "missing" or "damaged", and was rebuilt from its copy,
         # which names this run's pipeline.
         self.recovered: str | None = None
+        # Set by note_code: the line saying that other troupe code made what the folder holds.
+        self.other_code: str | None = None
         self._lock: JournalLock | None = None  # the journal's, held from prepare on (see lock)
 
     @property
@@ -419,6 +425,19 @@ class RunDir:
         of this one's items."""
         complete = self.completed()
         return complete if complete is not None and complete.get("job") == job else None
+
+    def note_code(self) -> str | None:
+        """Record this process's troupe code as one that made outputs here (``made_by``, see
+        ``run_code``), as a run that will make or finalise some begins; return the line to say
+        where the code that ran here last is another (also kept in :attr:`other_code`), else
+        None. The record is written only where the code is new to it."""
+        record = self._read()
+        if record is None:
+            return None
+        made_by, self.other_code = code_line(record.get("made_by"), self.out, "what this run makes there")
+        if made_by != record.get("made_by"):
+            self._write({**record, "made_by": made_by})
+        return self.other_code
 
     def dead_items(self) -> int:
         """How many items the finished run recorded here ended dead (0: none, or no finished run)."""
@@ -632,16 +651,22 @@ class RunDir:
             ) from exc
 
     def _start_record(self, made_with: dict[str, Any]) -> None:
-        """Record the pipeline a run starts with, and its copy."""
-        self._write({"format": _FORMAT, "pipeline": made_with, "complete": None})
-        self._keep_copy({"pipeline": made_with}, anew=True)
+        """Record the pipeline a run starts with and the troupe code that starts it, and their copy."""
+        record = {"format": _FORMAT, "pipeline": made_with, "complete": None, "made_by": [this_code()]}
+        self._write(record)
+        self._keep_copy(record, anew=True)
 
     def _keep_copy(self, record: dict[str, Any], anew: bool = False) -> None:
-        """Keep the record's pipeline in its copy (``made_with.json``): ``anew`` as a run starts,
-        else only where there is none (a folder recorded before troupe kept one)."""
+        """Keep the record's pipeline, and the code that began the folder, in its copy
+        (``made_with.json``): ``anew`` as a run starts, else only where there is none (a folder
+        recorded before troupe kept one)."""
         if not anew and self.copy_path.exists():
             return
-        self._write({"format": _FORMAT, "pipeline": record.get("pipeline", {})}, path=self.copy_path)
+        copy = {"format": _FORMAT, "pipeline": record.get("pipeline", {})}
+        began = record.get("made_by")
+        if isinstance(began, list) and began:
+            copy["made_by"] = began[:1]
+        self._write(copy, path=self.copy_path)
 
     def _readable(self) -> tuple[dict[str, Any] | None, str | None]:
         """The record, and where it is ``missing`` or ``damaged``, which: then a record rebuilt
@@ -662,7 +687,10 @@ class RunDir:
             copy = None
         if copy is None or not _well_formed(copy.get("pipeline")):
             return None, lost if self.state_dir.is_dir() else None
-        return {"format": _FORMAT, "pipeline": copy["pipeline"], "complete": None}, lost
+        rebuilt = {"format": _FORMAT, "pipeline": copy["pipeline"], "complete": None}
+        if "made_by" in copy:  # the code that began it; any that went on since is not known
+            rebuilt["made_by"] = copy["made_by"]
+        return rebuilt, lost
 
     def _refuse_unconfirmed(self, lost: str | None, advice: str = "use --fresh to start anew") -> None:
         """Refuse a folder whose record is ``lost`` (and its copy with it) where it holds

@@ -8,7 +8,8 @@ cannot be found again, so the run moves it aside, with its WAL files, as ``journ
 and goes on from the outputs, saying so. What is lost: the items that died or were pruned run
 again, and attempts count from 1. It used to refuse, and its advice, ``--fresh``, made every
 committed item again. Any other journal error (held by another process, a newer schema) still
-refuses: nothing is wrong with the file.
+refuses: nothing is wrong with the file. A journal of an older troupe's schema is upgraded as it
+opens (``journal_backup`` keeps it as it was beside it): said in a line too, naming the copy.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def open_run_journal(
         JournalError: as :func:`open_journal`, but for a damaged file.
     """
     try:
-        return open_journal(path, new=True, lock=lock)
+        return _said_upgraded(open_journal(path, new=True, lock=lock), on_event)
     except JournalDamaged as exc:
         damage = exc.reason
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -63,3 +64,19 @@ def open_run_journal(
             "pruned run again)"
         )
     return open_journal(path, new=True, lock=lock)
+
+
+def _said_upgraded(
+    opened: tuple[Journal, TaskBook], on_event: Callable[[str], None] | None
+) -> tuple[Journal, TaskBook]:
+    """``opened``, its upgrade from an older troupe's schema said through ``on_event``: the copy
+    kept of it stays in the run's folder until --fresh, and was said only in the run's log."""
+    upgraded = opened[0].upgraded
+    if upgraded is not None and on_event is not None:
+        path = opened[0].path
+        on_event(
+            f"the run's journal {path} was an older troupe's (schema version {upgraded.from_version}) "
+            f"and is upgraded for this one; a copy as it was is kept in {upgraded.copy} (put back as "
+            f"{path.name}, that troupe resumes from it; it stays until --fresh)"
+        )
+    return opened

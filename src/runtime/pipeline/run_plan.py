@@ -93,7 +93,8 @@ def plan_run(
     on a cluster (the classes whose module is here); a node reports a bad one it imports as
     the stage's failure. The plan's ``run_dir`` holds ``out`` (``RunDir.lock``): the run's
     master takes it over, or the caller releases it. ``retry_dead``: a finished run with dead
-    items is not complete: its record's word is dropped, as the run will finalise again."""
+    items is not complete: its record's word is dropped, as the run will finalise again. A run
+    that will make or finalise anything records its troupe code (``RunDir.note_code``)."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
@@ -105,6 +106,8 @@ def plan_run(
     if complete is not None and run_dir is not None and retry_dead and run_dir.dead_items():
         run_dir.forget_complete()  # a stop before the new finalisation must not find it complete
         complete = None
+    if complete is None and run_dir is not None:  # the run makes or finalises something here
+        run_dir.note_code()  # the runner says its line (other_code)
     log_dir = out_dir / "logs" if out_dir is not None else temp_log_dir()
     return RunPlan(cfg, resolved, out_dir, run_dir, log_dir, complete)
 

@@ -149,7 +149,8 @@ async def run_pipeline(
         on_progress: called with fresh metrics whenever items move.
         on_start: called once the cluster is up (:class:`RunStart`).
         on_event: called with a line for people when something the run waits on changes: the
-            master stops answering (the run waits for it), and answers again.
+            master stops answering (the run waits for it), and answers again; and as the run
+            starts, where what ``out`` holds was made by other troupe code (``run_code``).
         node_endpoint: where the node started here listens (default: a free loopback port).
         master_endpoint: where the master started here listens (default: a free loopback port).
         cluster: a running master whose live nodes run the replicas (see the module docstring).
@@ -249,6 +250,8 @@ async def run_pipeline(
                 "beside it, which records this command's pipeline; what was committed there is "
                 "kept, and its outputs are checked and finalised again"
             )
+        if run_dir is not None and run_dir.other_code and on_event is not None:
+            on_event(run_dir.other_code)
         log_dir = plan.log_dir
         if cluster is None:  # on a cluster: once the master took the run (below)
             make_log_dir(log_dir)
@@ -304,6 +307,9 @@ async def run_pipeline(
                 if complete is not None:
                     return already_complete(complete)
                 await anyio.to_thread.run_sync(shared_dir.forget_complete)
+                other_code = await anyio.to_thread.run_sync(shared_dir.note_code)
+                if other_code is not None and on_event is not None:
+                    on_event(other_code)
             node_moved = node_endpoint is not None and running.node_endpoint != node_endpoint
             own_master = running.master_endpoint
             master_moved = master_endpoint is not None and own_master not in (None, master_endpoint)

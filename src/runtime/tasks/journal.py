@@ -78,6 +78,7 @@ from .journal_rows import SELECT_TASKS, job_policy, noted, stored_job_digest, ta
 from .journal_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
+    Upgraded,
     check_or_init,
     refuse_damaged,
     refuse_empty,
@@ -132,12 +133,21 @@ class Journal:
         conn: an open, checked connection.
         path: where the journal lives.
         lock: the journal's lock, held by this object and released by :meth:`close`.
+        upgraded: its upgrade from an older schema as :meth:`open` opened it, None if none.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, lock: JournalLock | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: Path,
+        lock: JournalLock | None = None,
+        upgraded: Upgraded | None = None,
+    ) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = lock
+        # Where the journal as it was lies: a caller with a user says so (a run's folder keeps it).
+        self.upgraded = upgraded
         self._checked = False  # rows checked once: nothing but this object writes while locked
         self._later: list[JournalEntry] = []  # staged records the commit writes (see stage)
 
@@ -166,7 +176,7 @@ class Journal:
                 journal, whose :meth:`close` frees it; a refused open leaves it held.
 
         Returns:
-            The open journal.
+            The open journal (its :attr:`upgraded` says where an older schema's copy was kept).
 
         Raises:
             JournalBusy: another process (or another open journal object) holds the journal.
@@ -210,7 +220,7 @@ class Journal:
         try:
             held.cover(path)  # the file SQLite may just have created: a hard link to it is refused
             with translated(path, "opening"):
-                created = check_or_init(conn, path, create, new_hint)
+                created, upgraded = check_or_init(conn, path, create, new_hint)
                 conn.execute("PRAGMA synchronous = FULL")
                 bound_wal(conn)  # the room the log takes is known: journal_wal.py
         except BaseException:
@@ -219,7 +229,7 @@ class Journal:
                 held.release()
             raise
         log.info("journal_opened", path=str(path), created=created)
-        return cls(conn, path, held)
+        return cls(conn, path, held, upgraded)
 
     @property
     def path(self) -> Path:

@@ -16,6 +16,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -27,6 +28,7 @@ from .journal_backup import keep_copy_before_upgrade
 __all__ = [
     "APPLICATION_ID",
     "SCHEMA_VERSION",
+    "Upgraded",
     "check_or_init",
     "refuse_damaged",
     "refuse_empty",
@@ -182,10 +184,28 @@ def _refuse_other(path: Path, app_id: int, version: int) -> None:
         )
 
 
-def check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: str) -> bool:
-    """Check an existing journal or start an empty one; return whether it was started."""
+@dataclass(frozen=True, slots=True)
+class Upgraded:
+    """A journal of an older schema, upgraded to this troupe's as it was opened.
+
+    Attributes:
+        from_version: its schema version before.
+        copy: the journal as it was, kept beside it for the troupe that wrote it
+            (``journal_backup``): the user is told where, as it stays until removed.
+    """
+
+    from_version: int
+    copy: Path
+
+
+def check_or_init(
+    conn: sqlite3.Connection, path: Path, create: bool, new_hint: str
+) -> tuple[bool, Upgraded | None]:
+    """Check an existing journal or start an empty one, upgrading an older schema; return
+    whether it was started, and its upgrade (None: none was needed)."""
     app_id, version, tables = _identity(conn)
     created = False
+    upgraded = None
     if app_id == 0 and version == 0 and tables == 0:
         if not create:
             raise JournalError(f"journal {path} is an empty database, not a troupe journal; {new_hint}")
@@ -215,9 +235,10 @@ def check_or_init(conn: sqlite3.Connection, path: Path, create: bool, new_hint: 
                 to_version=SCHEMA_VERSION,
                 copy_before=str(kept),
             )
+            upgraded = Upgraded(version, kept)
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise JournalError(
             f"journal {path} cannot use WAL mode (got {mode!r}); put it on a local file system"
         )
-    return created
+    return created, upgraded

@@ -4,12 +4,14 @@ What a user relies on: a run whose ``out/.troupe/journal.db`` was cut short or o
 not refused with advice (``--fresh``) that would make every committed item again; the damaged
 file is kept beside it as ``journal.db.damaged``, the user is told in one line, and the run
 starts on an empty journal (its stages' ``start`` lists what is committed). A journal held by
-another process is not damaged: still refused, and left where it is.
+another process is not damaged: still refused, and left where it is. An older troupe's journal
+is upgraded, and the copy of it kept beside is said.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,28 @@ def test_a_damaged_journal_is_set_aside_under_the_lock_the_run_handed_over(tmp_p
     finally:
         journal.close()
     assert not lock.held
+
+
+def test_a_journal_of_an_older_troupe_is_upgraded_and_its_copy_said(tmp_path: Path) -> None:
+    """The copy kept before an upgrade stays in the run's folder until --fresh: it was said only
+    in the run's log (``journal_upgraded``), and the user found a .bak there later (report up 5)."""
+    path = tmp_path / "journal.db"
+    _journal_with_a_job(path)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE compacted_jobs DROP COLUMN content")  # what a version-2 journal holds
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    said: list[str] = []
+    journal, book = open_run_journal(path, said.append)
+    journal.close()
+    [copy] = tmp_path.glob("journal.db.v2.*.bak")
+    assert [j.job_id for j in book.jobs()] == ["j"]
+    assert said == [
+        f"the run's journal {path} was an older troupe's (schema version 2) and is upgraded for this "
+        f"one; a copy as it was is kept in {copy} (put back as journal.db, that troupe resumes from "
+        "it; it stays until --fresh)"
+    ]
+    said.clear()
+    open_run_journal(path, said.append)[0].close()  # upgraded already: nothing more to say
+    assert said == []
