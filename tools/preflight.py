@@ -304,11 +304,15 @@ def check_run(
     master: str,
     flag: str = "--items",
     metrics: str | None = None,
+    fresh: bool = False,
+    retry_dead: bool = False,
 ) -> None:
     """``troupe run``: --items, the current folder (``shadowing_problem``), the pipeline file,
     --out, both endpoints, --metrics. The actor classes are checked by the run itself, in the
     template it starts first (``early_template``), with the same one-line error and exit status
-    2: a child importing them here would be 0.4 s more."""
+    2: a child importing them here would be 0.4 s more. An --out that cannot be written is
+    refused unless it holds a finished run of the pipeline, whose rerun writes nothing there
+    (``read_only_answer``: ``fresh`` and ``retry_dead`` may make it write)."""
     if items is not None and not 1 <= items <= MAX_COUNT:
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     _check(shadowing_problem())
@@ -316,9 +320,12 @@ def check_run(
     from troupe.runtime.pipeline.run_outcome import completed_run
 
     unusable = writable_problem(out, "--out")  # first: a path that cannot be resolved (a loop)
+    read_only = unusable is not None and _answered_read_only(config, out, items, fresh, retry_dead)
+    if read_only:  # a read-only archive of a finished run: its rerun answers from its record
+        unusable = None
     if unusable is None:
         unusable = _journal_length_problem(out)
-    if unusable is None and completed_run(out) is None:  # a finished run's rerun writes nothing
+    if unusable is None and not read_only and completed_run(out) is None:  # a rerun writes nothing
         unusable = full_disk_problem(out, "--out")
     if unusable is not None:
         raise fail(unusable, 2)
@@ -339,7 +346,7 @@ def check_run(
     # The run that holds --out is named first: its node would hold the default endpoints too.
     _check(
         in_use,
-        *_run_log_problems(out),
+        *(() if read_only else _run_log_problems(out)),  # a rerun answered read-only logs nothing
         # Off loopback first: an address of another host cannot be bound either, and "pass
         # another --endpoint" did not say why none off loopback will do.
         loopback_problem(endpoint, "--endpoint", "troupe run"),
@@ -388,6 +395,23 @@ def check_cluster_run(
     if (absent := unreachable_why(master, "master")) is not None:
         start = "start one with `troupe master start`, or give the endpoint of the running one"
         raise fail(f"--cluster: {what_to_do(absent, start)}", 1)
+
+
+def _answered_read_only(
+    config: Path | None, out: Path, items: int | None, fresh: bool, retry_dead: bool
+) -> bool:
+    """Whether ``out``, which cannot be written, holds a finished run of the pipeline that a
+    rerun answers from its record (``run_plan.read_only_answer``); False where anything says
+    otherwise (a bad pipeline is refused below, after the folder's problem, as ever)."""
+    from troupe.cli.commands.run_pipeline import declared_config
+    from troupe.runtime.errors import TroupeError
+    from troupe.runtime.pipeline.run_plan import read_only_answer
+
+    try:
+        cfg = declared_config(config, items)
+        return read_only_answer(cfg, out.resolve(), fresh, retry_dead) is not None
+    except (ValidationError, TroupeError, OSError):
+        return False
 
 
 def _journal_length_problem(out: Path) -> str | None:

@@ -242,7 +242,7 @@ def run(
             "give --endpoint another port (or --master)",
             2,
         )
-    check_run(config, out, count, node_endpoint, master_endpoint, flag, metrics)
+    check_run(config, out, count, node_endpoint, master_endpoint, flag, metrics, fresh, retry_dead)
     taken_note = moved_note(node_endpoint, node_moved, master_endpoint, master_moved)
     # Found free just now; one taken by the time the run binds it moves too (two runs at once).
     defaults = endpoint is None and master is None

@@ -52,6 +52,7 @@ from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_pat
 from troupe.runtime.tasks.output_store import as_commit_error, atomic_file
 
 from .run_code import code_line, this_code
+from .run_dir_read_only import cannot_write, found_here, held_read_only
 
 __all__ = [
     "TROUPE_ENTRIES",
@@ -473,8 +474,36 @@ class RunDir:
         now = _output_stats(finals)
         return all(p in now and recorded.get(p, now[p]) == now[p] for p in outputs)
 
+    def answer_read_only(self, made_with: dict[str, Any]) -> dict[str, Any] | None:
+        """Where this process cannot write the directory (a read-only mount, an archive): the
+        record's ``complete`` entry, as :meth:`prepare` answers it, when a run of this pipeline
+        finished here and its outputs are all as it recorded them (``run_dir_read_only``:
+        mounted or copied here since, they are found under this folder, which the entry then
+        names). None otherwise, and where it can be written (a rerun holds it, as always)."""
+        if not cannot_write(self.state_dir):
+            return None
+        try:
+            record = self._read()
+        except ConfigError:  # damaged, or unreadable: refused as ever
+            return None
+        if record is None:
+            return None
+        pipeline = record.get("pipeline")
+        if not isinstance(pipeline, dict) or not _well_formed(pipeline):
+            return None
+        if first_difference(pipeline, made_with) is not None:
+            return None
+        complete = record.get("complete")
+        if not isinstance(complete, dict) or not isinstance(complete.get("finals"), dict):
+            return None  # not finished: the run would write
+        outputs = _outputs(complete["finals"])
+        return None if outputs is None else found_here(complete, outputs, self.out)
+
     def in_use_problem(self) -> str | None:
         """Why this directory cannot be run into now (another run holds it), or None."""
+        if cannot_write(self.state_dir):  # its locks cannot be taken: looked at without writing
+            holders = [t for t in (self.journal_path, self.record_path) if held_read_only(t)]
+            return in_use_message(holders[0], self.out, "troupe run") if holders else None
         # Its lock file without a journal: a run that holds the folder until its master starts.
         held = self.journal_path.exists() or lock_path(self.journal_path).exists()
         if held and self.lock is None:  # held here: by this run, not another

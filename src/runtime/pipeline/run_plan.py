@@ -32,6 +32,7 @@ __all__ = [
     "check_early",
     "make_log_dir",
     "plan_run",
+    "read_only_answer",
     "refuse_inside_an_import",
 ]
 
@@ -53,6 +54,9 @@ class EarlyCheck:
     cfg: PipelineConfig
     source: str  # where the pipeline came from, for errors
     finished: bool  # out holds a finished run of it: nothing will start
+    # out cannot be written and holds a finished run of it: its record's ``complete`` entry,
+    # the answer, with nothing taken or written there (``RunDir.answer_read_only``)
+    answer: dict[str, Any] | None = None
 
 
 def check_early(
@@ -65,7 +69,8 @@ def check_early(
 ) -> EarlyCheck:
     """What is checked before anything starts (a one-host run's template included): the config,
     and, changing nothing, what ``out`` holds. ``retry_dead``: a finished run with dead items is
-    not finished (they run again)."""
+    not finished (they run again). An ``out`` this process cannot write that holds a finished
+    run of the pipeline is the answer (``answer``): its rerun writes nothing there."""
     if fresh and retry_dead:
         raise ConfigError(BOTH_FRESH_AND_RETRY)
     cfg = _as_config(pipeline, items)
@@ -78,7 +83,24 @@ def check_early(
         and RunDir(out_dir).finished(fingerprint(cfg), fresh)
         and not (retry_dead and RunDir(out_dir).dead_items() > 0)
     )
-    return EarlyCheck(cfg, _source(pipeline, cfg), finished)
+    answer = (
+        None if out_dir is None or master is not None else read_only_answer(cfg, out_dir, fresh, retry_dead)
+    )
+    return EarlyCheck(cfg, _source(pipeline, cfg), finished or answer is not None, answer)
+
+
+def read_only_answer(cfg: PipelineConfig, out: Path, fresh: bool, retry_dead: bool) -> dict[str, Any] | None:
+    """Where this process cannot write ``out`` (a read-only archive): the ``complete`` entry of
+    its record that answers a one-host rerun of ``cfg`` (``RunDir.answer_read_only``), which
+    writes nothing there and takes no lock; None where the rerun would write (``fresh``, dead
+    items with ``retry_dead``), and where ``out`` can be written."""
+    if fresh:
+        return None
+    run = RunDir(out)
+    answer = run.answer_read_only(fingerprint(cfg))
+    if answer is not None and retry_dead and run.dead_items() > 0:
+        return None  # they would run again: refused, as the folder cannot be written
+    return answer
 
 
 def plan_run(

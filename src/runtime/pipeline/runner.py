@@ -24,7 +24,8 @@ Where the items come from:
   ``out/.troupe/journal.db``. The run owns ``out`` (``run_dir``'s rules): a rerun with the
   same pipeline resumes (what an earlier run ended stays ended; what its stages committed is
   kept), another pipeline is refused, ``fresh=True`` starts anew, and a finished run is
-  answered at once with ``already_complete``;
+  answered at once with ``already_complete`` (where ``out`` cannot be written, a read-only
+  archive, from its record alone: ``RunDir.answer_read_only``);
 - ``master=ENDPOINT`` (or ``cluster=``): a running master; the items are the job named like
   the pipeline, submitted unless the master has it, and leased as a worker leases tasks. An
   ``out`` records the pipeline, and the job once a run of it finished there: a rerun of that
@@ -204,6 +205,8 @@ async def run_pipeline(
         early = await anyio.to_thread.run_sync(
             check_early, pipeline, out, items, items_from, fresh, retry_dead
         )
+        if early.answer is not None:  # a finished run in a folder it cannot write: nothing to do
+            return already_complete(early.answer)
         # On running nodes, this process serves the pipeline's figures; bound now, a port in
         # use stops the run before it starts anything (a node started here binds its own).
         hand_figures = await stack.enter_async_context(
