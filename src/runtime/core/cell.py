@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import enum
 import time
@@ -24,8 +25,6 @@ from .actor import CURRENT_CELL, Actor, Handler, MessageContext
 from .mailbox import Mailbox
 
 if TYPE_CHECKING:
-    import asyncio
-
     from .runtime import Runtime
 
 __all__ = ["DROP", "PROCEED", "Cell", "Msg", "Verdict"]
@@ -87,6 +86,21 @@ class Msg:
         self.payload = payload
         self.route = route
         self.future = future
+
+
+def _cancel_requested() -> bool:
+    """Whether the running task was asked to stop: a CancelledError is then the runtime's own
+    (its shutdown), not the handler's.
+
+    anyio's cancel scopes deliver their cancellation through ``Task.cancel``, as asyncio does
+    (uvloop runs asyncio's tasks), and undo the count only where a scope swallows its own:
+    ``cancelling()`` counts what reached this task, whoever asked. A CancelledError the handler
+    met with none asked (a task it awaited was cancelled elsewhere, or it raised one) leaves it
+    at 0. Should the runtime's scope be cancelled in the same instant, it loses nothing: anyio
+    delivers a scope's cancellation again at the task's next wait.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Cell:
@@ -203,7 +217,9 @@ class Cell:
             observer.begin(self.name, msg.type)
         try:
             result = handler.fn(self.actor, msg.payload)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A CancelledError here is the handler's own: it awaits nothing, so no cancellation
+            # of the runtime's can reach it.
             self.failed += 1
             self.runtime.start_soon(self._answer_failure, msg, exc)
         except BaseException as exc:
@@ -257,16 +273,16 @@ class Cell:
         except Exception as exc:
             self.failed += 1
             await self._answer_failure(msg, exc)
+        except asyncio.CancelledError as exc:
+            if _cancel_requested():
+                await self._answer_stopped(msg, exc)
+                raise
+            # The handler's own doing (it awaited a task cancelled elsewhere, or raised it): a
+            # failure like any other, not the runtime's shutdown, which ended the whole worker.
+            self.failed += 1
+            await self._answer_failure(msg, exc)
         except BaseException as exc:
-            # Cancelled (shutdown past its drain deadline): the asker learns at once, a local
-            # one through its future, a remote one through an ERROR sent while shielded.
-            stopped = self._stopped_while(msg, exc)
-            if msg.future is not None:
-                if not msg.future.done():
-                    msg.future.set_exception(stopped)
-            elif msg.kind is K_ASK:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
-                    await self.runtime.reply_error(msg.route, msg.msg_id, self.name, stopped)
+            await self._answer_stopped(msg, exc)
             raise
         else:
             if msg.kind is K_ASK:
@@ -281,6 +297,18 @@ class Cell:
             if observer is not None:
                 observer.end()
 
+    async def _answer_stopped(self, msg: Msg, exc: BaseException) -> None:
+        """Tell the asker of ``msg`` that its handler ended with the actor (cancelled by the
+        shutdown past its drain deadline, or ``sys.exit``): at once, a local one through its
+        future, a remote one through an ERROR sent while shielded."""
+        stopped = self._stopped_while(msg, exc)
+        if msg.future is not None:
+            if not msg.future.done():
+                msg.future.set_exception(stopped)
+        elif msg.kind is K_ASK:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                await self.runtime.reply_error(msg.route, msg.msg_id, self.name, stopped)
+
     def _stopped_while(self, msg: Msg, exc: BaseException) -> ActorStopped:
         """What the asker of ``msg`` learns when its handler ended the actor (cancelled, or
         ``sys.exit`` or ``KeyboardInterrupt``: said, as the handler's own doing; a
@@ -292,7 +320,7 @@ class Cell:
             why = ": its handler raised KeyboardInterrupt"
         return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}{why}")
 
-    async def _answer_failure(self, msg: Msg, exc: Exception) -> None:
+    async def _answer_failure(self, msg: Msg, exc: BaseException) -> None:
         payload = error_payload(exc, str(self.actor.address), from_handler=True)
         if msg.kind is not K_ASK:
             log.error(
