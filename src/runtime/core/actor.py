@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
+    from troupe.runtime.errors import ProtocolError
+
     from .cell import Cell
     from .ref import ActorAddress, ActorRef
     from .runtime import Runtime
@@ -77,7 +79,9 @@ class Actor:
     - ``started()``: after the actor is registered, before its first message;
     - ``restarted(reason)``: instead of ``started`` when the actor's process was restarted
       after a failure; the reason says why, so the actor can recover its context;
-    - ``stopping()``: after the mailbox has been drained at shutdown.
+    - ``stopping()``: after the mailbox has been drained at shutdown;
+    - ``reply_instead(msg_type, result, error)``: what to answer instead of a result that
+      could not be encoded (by default nothing: the asker gets the ``EncodeError``).
 
     Class attributes:
         mailbox_capacity: the bound of the actor's mailbox.
@@ -139,6 +143,14 @@ class Actor:
     def progress(self, n: int = 1, note: str | None = None) -> None:
         """Report progress inside long work so the supervisor knows the actor is not stuck."""
         self.runtime.progress(n, note)
+
+    def reply_instead(self, msg_type: str, result: Any, error: ProtocolError) -> Any:
+        """What to answer an ask of ``msg_type`` whose ``result`` could not be encoded
+        (``error``). The runtime calls this only then, so a reply that travels pays nothing for
+        it. By default nothing else: ``error`` is raised, and the asker is told that its reply
+        could not be sent. A stage replica answers its batch's outcomes instead, each one that
+        cannot travel made that item's error (pipeline/stage.py)."""
+        raise error
 
     async def started(self) -> None:
         """Called once before the first message."""

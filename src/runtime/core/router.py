@@ -388,8 +388,11 @@ class Inbound:
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            await self.reply_error(route, msg_id, actor, self._unsendable_reply(exc, actor, msg_type))
-            return False
+            instead = self._encode_instead(msg_id, actor, msg_type, result, exc)
+            if instead is None:
+                await self.reply_error(route, msg_id, actor, self._unsendable_reply(exc, actor, msg_type))
+                return False
+            frames = instead
         await self.transport.reply(route, frames)
         return True
 
@@ -400,10 +403,30 @@ class Inbound:
         try:
             frames = self.codec.encode_reply(msg_id, self._process_key, result)
         except ProtocolError as exc:
-            self.reply_error_now(route, msg_id, self._unsendable_reply(exc, actor, msg_type), actor)
-            return False
+            instead = self._encode_instead(msg_id, actor, msg_type, result, exc)
+            if instead is None:
+                self.reply_error_now(route, msg_id, self._unsendable_reply(exc, actor, msg_type), actor)
+                return False
+            frames = instead
         self.transport.try_reply(route, frames)
         return True
+
+    def _encode_instead(
+        self, msg_id: int, actor: str, msg_type: str, result: Any, exc: ProtocolError
+    ) -> list[Any] | None:
+        """The frames of what ``actor`` answers instead of a ``result`` that could not be
+        encoded (``Actor.reply_instead``: a stage's batch, the outcomes that travel and an error
+        for each one that does not), or None where it has nothing else to answer."""
+        cell = self.cells.get(actor) if actor else None
+        if cell is None:
+            return None
+        try:
+            instead = cell.actor.reply_instead(msg_type, result, exc)
+            return self.codec.encode_reply(msg_id, self._process_key, instead)
+        except Exception as failed:
+            if failed is not exc:  # the actor's answer instead failed too: the asker hears of the first
+                log.warning("reply_instead_failed", actor=actor, type=msg_type, error=repr(failed))
+            return None
 
     def _unsendable_reply(self, exc: ProtocolError, actor: str, msg_type: str) -> ProtocolError:
         """What the asker learns of a handler's result that cannot travel (a lambda, an object,

@@ -37,9 +37,12 @@ ANSWER_S = 60.0  # in all, as the single ask waited before
 _clock = time.monotonic  # a test's slow link moves its own
 
 
-async def stage_info(ref: ActorRef, forget: Callable[[], object], try_s: float = TRY_S) -> Any:
-    """``ref``'s answer to ``stage_info``; ``forget`` drops the endpoints cached for the
-    replica's process (``Directory.forget_process``), so that the next ask resolves it anew.
+async def stage_info(
+    ref: ActorRef, forget: Callable[[], object], try_s: float = TRY_S, *, stage: str = ""
+) -> Any:
+    """``ref``'s answer to ``stage_info``, which tells the replica its ``stage``'s name (what an
+    item's error names); ``forget`` drops the endpoints cached for the replica's process
+    (``Directory.forget_process``), so that the next ask resolves it anew.
     The first ask waits ``try_s``, each after a miss twice the last (within :data:`ANSWER_S`).
 
     Raises:
@@ -51,7 +54,7 @@ async def stage_info(ref: ActorRef, forget: Callable[[], object], try_s: float =
     wait_s = try_s
     while True:
         try:
-            return await ref.ask("stage_info", None, timeout=wait_s)
+            return await ref.ask("stage_info", {"stage": stage}, timeout=wait_s)
         except UnknownActor:
             if _clock() >= known_by:
                 raise

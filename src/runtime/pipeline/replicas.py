@@ -165,7 +165,9 @@ class ReplicaPool:
             node, outbox_at = _taught(self.runtime, name, record)
             ref = self.runtime.ref(f"{node}/{name}/stage" if node else f"{name}/stage")
             process_key = f"{node or host.name}/{name}"
-            info = await stage_info(ref, lambda: self.runtime.directory.forget_process(process_key))
+            info = await stage_info(
+                ref, lambda: self.runtime.directory.forget_process(process_key), stage=stage.cfg.name
+            )
             stage.hooks = tuple(str(h) for h in (info or {}).get("hooks", ()))
         except (TroupeError, ConfigError) as exc:
             if host is not None:

@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.actor import Actor, Handler, handles
-from troupe.runtime.errors import ItemFailed
+from troupe.runtime.errors import ItemFailed, ProtocolError
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
@@ -136,6 +136,7 @@ class StageActor(Actor):
     mailbox_capacity = 16
     start_lists_every_output = False
     """``start`` names every output the stage holds (see the module docstring), not some."""
+    _stage_name = ""  # the pipeline's name for this stage, once the engine has said it (stage_info)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -267,8 +268,38 @@ class StageActor(Actor):
         outcomes: list[dict[str, Any]] = self.process_plain({"items": items})["outcomes"]
         return outcomes
 
+    def reply_instead(self, msg_type: str, result: Any, error: ProtocolError) -> Any:
+        """A batch's outcomes whose reply could not be encoded (an output holding a set, say),
+        each outcome encoded alone now: one that cannot be becomes that item's error, retried as
+        any, and the others go on. The whole batch failed with it, naming the internal
+        ``process_direct``. Called only once the reply failed, so a batch that travels is
+        encoded once."""
+        outcomes = result.get("outcomes") if isinstance(result, dict) else None
+        if msg_type not in ("process", "process_direct") or not isinstance(outcomes, list):
+            raise error
+        encode = self.runtime.codec.encode_reply
+        answered = []
+        for outcome in outcomes:
+            try:
+                encode(0, "", outcome)
+            except ProtocolError as exc:
+                outcome = self._unsendable_outcome(exc)
+            answered.append(outcome)
+        return {**result, "outcomes": answered}
+
+    def _unsendable_outcome(self, exc: ProtocolError) -> dict[str, Any]:
+        """The error of an item whose output cannot travel, naming the stage and its ``process``."""
+        where = f"stage {self._stage_name}" if self._stage_name else f"stage class {type(self).__qualname__}"
+        return {
+            "error": f"{type(exc).__name__}: {where}: process returned an output that cannot be sent: "
+            f"{exc} (return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)",
+            "traceback": "",
+        }
+
     @handles("stage_info")
     async def _stage_info(self, payload: Any) -> dict[str, Any]:
+        if isinstance(payload, dict) and isinstance(payload.get("stage"), str):
+            self._stage_name = payload["stage"]  # an older engine asks with None
         return {"hooks": self.hooks()}
 
     @handles("stage_start")

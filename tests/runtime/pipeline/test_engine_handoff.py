@@ -57,6 +57,7 @@ class FakeCluster:
         self.spawned: dict[str, str] = {}  # replica -> node endpoint
         self.stopped: list[str] = []
         self.states: dict[str, str] = {}  # a worker's state as its node tells (default running)
+        self.told: dict[str, Any] = {}  # replica -> what its stage_info said to it
         self.arrived = anyio.Event()
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
@@ -101,6 +102,7 @@ class FakeRef:
 
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
+            self.cluster.told[self.path.split("/")[0]] = payload
             return {"hooks": []}
         call = Call(self.path.split("/")[0], kind, payload)
         self.cluster.calls.append(call)
@@ -178,6 +180,15 @@ async def test_a_held_output_goes_to_the_next_stage_by_reference_and_is_released
     result = await _run(cfg, cluster, drive)
     assert result.counts()["ok"] == 1
     assert result.restarted == 0
+
+
+async def test_each_replica_is_told_its_stage_s_name() -> None:
+    """What its items' errors name (an output that cannot travel: "stage a: process ...")."""
+    cluster = FakeCluster()
+    result = await _run(_pipeline(1, _stage("a"), _stage("b")), cluster, lambda: _finish(cluster))
+    assert result.counts()["ok"] == 1
+    assert sorted(cluster.told) == sorted(cluster.spawned)
+    assert all(told == {"stage": replica.split("-")[1]} for replica, told in cluster.told.items())
 
 
 async def test_with_the_engine_data_plane_nothing_is_held() -> None:
