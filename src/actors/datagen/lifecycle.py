@@ -363,5 +363,7 @@ class LeRobotWriter(BaseWriter):
 
 
 def _at_least(kwargs: dict[str, Any], name: str, least: int) -> None:
+    if name in kwargs and isinstance(kwargs[name], bool):  # a TOML true ran as 1
+        raise ConfigError(f"kwargs.{name} must be a whole number, got {kwargs[name]!r}")
     if name in kwargs and not kwargs[name] >= least:
         raise ConfigError(f"kwargs.{name} must be at least {least}, got {kwargs[name]!r}")

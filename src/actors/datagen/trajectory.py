@@ -227,11 +227,17 @@ def plan_path(
     if len(cells) < 2:
         raise PlanFailed(f"start {start} equals goal {goal}; try another seed")
     pos2, yaw, length, truncated = _poses(xy, config)
-    if length < config.min_length - 1e-9 or len(pos2) < config.min_frames:
+    if length < config.min_length - 1e-9:
         raise PlanFailed(
-            f"path of {length:.2f} m gives {len(pos2)} frames, under min_length="
-            f"{config.min_length} m or min_frames={config.min_frames}; try another seed, or "
-            "lower min_length / min_frames (the planner's kwargs; PlanConfig's fields)"
+            f"path of {length:.2f} m is under min_length={config.min_length} m; try another seed, "
+            "or lower min_length (a planner kwarg; PlanConfig's field)"
+        )
+    if len(pos2) < config.min_frames:
+        # Frames are the path's length over the speed, at fps: another seed rarely helps.
+        raise PlanFailed(
+            f"path of {length:.2f} m gives {len(pos2)} frames at speed={config.speed} m/s and "
+            f"fps={config.fps:g}, under min_frames={config.min_frames}; lower speed or min_frames, "
+            "or raise fps (the planner's kwargs; PlanConfig's fields)"
         )
     positions = np.concatenate([pos2, np.full((len(pos2), 1), cam_height)], axis=-1)
     rotations = rotation_from_yaw_pitch(yaw, math.radians(config.pitch_deg))
@@ -286,7 +292,7 @@ def plan_episode(scene: Scene, seed: int, config: PlanConfig | None = None) -> P
     if len(far) == 0:
         raise PlanFailed(
             f"no free cell lies {config.min_length} m from start {start} in scene {scene.seed}; "
-            "lower PlanConfig.min_length or use another seed"
+            "lower min_length (a planner kwarg; PlanConfig's field) or use another seed"
         )
     g = int(far[rng.integers(len(far))])
     return plan_path(grid, start, (g // ny, g % ny), scene.render.cam_height, config)

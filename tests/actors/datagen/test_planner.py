@@ -328,7 +328,9 @@ def test_too_short_path_raises_plan_failed() -> None:
         plan_path(grid, a, b, 1.2)  # type: ignore[arg-type]
     assert isinstance(info.value, ItemFailed) and info.value.code == "plan_failed"
     assert error_class("plan_failed") is PlanFailed
-    with pytest.raises(PlanFailed):
+    with pytest.raises(
+        PlanFailed, match=r"gives 6 frames at speed=1.0 m/s and fps=10, under min_frames=20; lower speed"
+    ):
         plan_path(grid, a, b, 1.2, PlanConfig(min_length=0.1, min_frames=20))  # type: ignore[arg-type]
     plan = plan_path(grid, a, b, 1.2, PlanConfig(min_length=0.1, min_frames=2))  # type: ignore[arg-type]
     assert plan.frames == 6

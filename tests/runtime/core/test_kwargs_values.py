@@ -89,6 +89,7 @@ def test_the_class_check_refuses_what_no_annotation_can_say() -> None:
             "kwargs.min_frames (30) must not exceed max_frames (20)",
         ),
         (NavPlanner, {"min_length": -1.0}, "kwargs.min_length must be >= 0 (metres), got -1.0"),
+        (NavPlanner, {"min_frames": True}, "kwargs.min_frames must be a whole number, got True"),
         (RaycastRenderer, {"threads": -1}, "kwargs.threads must be at least 0, got -1"),
         (RaycastRenderer, {"device": "gpu"}, "kwargs.device = 'gpu': "),
         (LeRobotWriter, {"store": "s", "max_pending": 0}, "kwargs.max_pending must be at least 1, got 0"),
