@@ -18,6 +18,14 @@ Timeouts are checked on :class:`Tick` only. Detection guarantee (invariant 5): w
 sends a Tick at least every ``interval_s``, a worker whose last beat was at ``t`` is killed by
 ``t + heartbeat_timeout_s + interval_s``.
 
+Silence is counted only while the driver could hear it. A driver whose own tick comes far later
+than it planned (by :attr:`LivenessMonitor.resume_after_s`) was stopped with its workers: the
+whole node paused (SIGSTOP of its process tree, ``docker pause``, a frozen cgroup, a paused VM),
+and on the resume no worker has beaten yet. It sends :class:`Resumed` with the gap since its last
+tick, and every worker's clocks move on by it (never past ``now``): a healthy worker beats again
+within an interval, and a worker really hung is killed one ``heartbeat_timeout_s`` after the
+resume. Without it, every worker of a paused node was killed as ``no_heartbeat`` on the resume.
+
 After a Kill the worker is marked killed: no second Kill, and beats are ignored until the
 worker is registered again (a restart is a new pid). Beats from unknown workers, stale pids or
 late datagrams are ignored, so nothing is resurrected by a late datagram.
@@ -57,6 +65,7 @@ __all__ = [
     "LivenessPolicy",
     "LivenessStatistics",
     "Register",
+    "Resumed",
     "SuspectBeat",
     "Tick",
     "Unregister",
@@ -153,7 +162,15 @@ class Tick:
     """Time passed; check every worker's deadlines."""
 
 
-LivenessEvent = Register | Beat | Unregister | Tick
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """The driver was not running for ``gap_s`` seconds (the time since its last tick): what it
+    did not hear is no worker's silence."""
+
+    gap_s: float
+
+
+LivenessEvent = Register | Beat | Unregister | Tick | Resumed
 
 
 # Commands ----------------------------------------------------------------------------------
@@ -299,6 +316,14 @@ class LivenessMonitor:
         """How often the driver should send Tick: the shortest beat interval of any policy."""
         return min([self._default.interval_s, *(p.interval_s for p in self._policies.values())])
 
+    @property
+    def resume_after_s(self) -> float:
+        """How much later than planned a driver's tick may come before the driver takes itself
+        for stopped and sends :class:`Resumed`: half the shortest heartbeat timeout of any
+        policy, far beyond a loaded machine's lateness, and short of a kill."""
+        policies = [self._default, *self._policies.values()]
+        return min(p.heartbeat_timeout_s for p in policies) / 2
+
     def handle(self, event: LivenessEvent, now: float) -> list[Kill]:
         """Apply one event at time ``now`` and return the kills to perform.
 
@@ -324,6 +349,9 @@ class LivenessMonitor:
             return []
         if isinstance(event, Unregister):
             self._workers.pop(event.worker_id, None)
+            return []
+        if isinstance(event, Resumed):
+            self._forgive(event.gap_s, now)
             return []
         raise TypeError(f"unknown liveness event {event!r}")
 
@@ -393,6 +421,16 @@ class LivenessMonitor:
         if mark != w.last_mark or not _busy(snap):
             w.last_mark = mark
             w.last_progress_at = now
+
+    def _forgive(self, gap_s: float, now: float) -> None:
+        """Move every clock of every watched worker on by ``gap_s``, never past ``now``: the
+        silence and the busy time are judged from the resume, as if the gap had not been."""
+        for w in self._workers.values():
+            w.registered_at = min(now, w.registered_at + gap_s)
+            if w.last_beat_at is not None:
+                w.last_beat_at = min(now, w.last_beat_at + gap_s)
+            if w.last_progress_at is not None:
+                w.last_progress_at = min(now, w.last_progress_at + gap_s)
 
     def _tick(self, now: float) -> list[Kill]:
         kills: list[Kill] = []

@@ -17,7 +17,11 @@ Contract (what a watched worker can count on, in order):
    stop, so none is sent: the timeout was the grace. Ticks follow the earliest deadline and at
    least every ``interval_s``, so a worker is killed within its heartbeat timeout plus one beat
    (DESIGN.md, invariant 5). Datagrams waiting in the socket are read before every tick, so a
-   beat that arrived in time is never mistaken for silence.
+   beat that arrived in time is never mistaken for silence. Nor is the time the supervisor was
+   stopped with its workers (the whole node paused: SIGSTOP of its tree, ``docker pause``, a
+   frozen cgroup): a tick that comes half a heartbeat timeout later than planned moves every
+   worker's clocks on by the gap (liveness ``Resumed``) and logs ``supervisor_resumed``; a
+   worker really hung is killed one heartbeat timeout after the resume.
 2. **Report.** The supervisor tells the node ``worker_killed`` ``{"worker", "pid", "reason",
    "last_status"}`` *before* it kills (waiting for the answer at most ``_KILL_REPORT_S``), so that
    the node knows why when ``waitpid`` reports the death, and restarts the worker with that
@@ -41,6 +45,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -61,7 +66,7 @@ from troupe.runtime.security.process import install_from_env
 from troupe.runtime.wire.codec import Codec
 
 from .heartbeat import HeartbeatReceiver
-from .liveness import Kill, LivenessMonitor, Register, Tick, Unregister
+from .liveness import Kill, LivenessMonitor, Register, Resumed, Tick, Unregister
 
 __all__ = ["SPEC_ENV", "Supervisor", "SupervisorLaunch", "kill_tree", "main"]
 
@@ -138,11 +143,20 @@ class Supervisor:
         spec: the launch spec.
         runtime: the supervisor's own runtime (for control messages).
         receiver: the bound heartbeat socket.
+        clock: monotonic seconds, by which beats and ticks are judged (tests pass one that
+            jumps, as a paused node's does).
     """
 
-    def __init__(self, spec: SupervisorLaunch, runtime: Runtime, receiver: HeartbeatReceiver) -> None:
+    def __init__(
+        self,
+        spec: SupervisorLaunch,
+        runtime: Runtime,
+        receiver: HeartbeatReceiver,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         cfg = spec.supervision
         self._spec = spec
+        self._clock = clock
         self._runtime = runtime
         self._receiver = receiver
         self._monitor = LivenessMonitor(
@@ -180,7 +194,7 @@ class Supervisor:
             loop.remove_reader(self._receiver.fileno())
 
     def _read_beats(self) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for beat in self._receiver.recv_all():
             self._monitor.handle(beat, now)
         for suspect in self._monitor.take_suspect_beats():
@@ -196,14 +210,31 @@ class Supervisor:
 
     async def _ticks(self) -> None:
         interval = self._monitor.tick_interval_s
+        last: float | None = None  # when the last tick ran, and when the next was planned
+        planned = 0.0
         while True:
             self._read_beats()  # a beat already here must count before its deadline is judged
-            now = time.monotonic()
+            now = self._clock()
+            if last is not None and now - planned >= self._monitor.resume_after_s:
+                self._resumed(now - last, now)
             for kill in self._monitor.handle(Tick(), now):
                 self._runtime.start_soon(self._kill, kill)
             deadline = self._monitor.next_deadline()
             wait = interval if deadline is None else min(interval, deadline - now)
-            await anyio.sleep(max(wait, _MIN_SLEEP_S))
+            wait = max(wait, _MIN_SLEEP_S)
+            last, planned = now, now + wait
+            await anyio.sleep(wait)
+
+    def _resumed(self, gap_s: float, now: float) -> None:
+        """This process was stopped ``gap_s`` (with its node, as a paused container is): its
+        workers were too, and their silence meanwhile is no sign of a hang."""
+        self._monitor.handle(Resumed(gap_s), now)
+        log.warning(
+            "supervisor_resumed",
+            gap_s=round(gap_s, 3),
+            hint="the supervisor was not running (the node paused or stopped?): the workers' "
+            "silence meanwhile is not counted",
+        )
 
     async def _kill(self, kill: Kill) -> None:
         last = None if kill.last_status is None else asdict(kill.last_status)
@@ -256,7 +287,7 @@ class Supervisor:
             # Already dead: waitpid tells the node; watching a ghost would only kill nothing.
             log.info("watch_ignored_dead", worker=worker_id, worker_pid=pid)
             return False
-        self._monitor.handle(Register(worker_id, pid, kind), time.monotonic())
+        self._monitor.handle(Register(worker_id, pid, kind), self._clock())
         log.info("worker_watched", worker=worker_id, worker_pid=pid, kind=kind)
         return True
 
@@ -268,11 +299,11 @@ class Supervisor:
         if watched is None or (pid is not None and watched[0].pid != int(pid)):
             return False
         del self._procs[worker_id]
-        self._monitor.handle(Unregister(worker_id), time.monotonic())
+        self._monitor.handle(Unregister(worker_id), self._clock())
         return True
 
     async def _status(self, _: Any) -> dict[str, Any]:
-        stats = self._monitor.statistics(time.monotonic())
+        stats = self._monitor.statistics(self._clock())
         received = self._receiver.statistics()
         host, port = self._receiver.address
         return {

@@ -13,6 +13,7 @@ from troupe.runtime.supervision.liveness import (
     LivenessMonitor,
     LivenessPolicy,
     Register,
+    Resumed,
     SuspectBeat,
     Tick,
     Unregister,
@@ -97,6 +98,62 @@ def test_worker_that_never_beats_is_killed_after_the_startup_timeout() -> None:
     assert when == 20.0 and kill.last_status is None
     [(when, _)] = run(registered(w), ticks(0.0, 10.0))
     assert when == 3.0
+
+
+# rs 3: the whole node stopped at 10.2 (its supervisor with it) and continued at 18.2; the
+# supervisor's tick planned for 10.5 came at 18.2, and no worker had beaten since the resume.
+PAUSED_AT, RESUMED_AT = 10.2, 18.2
+
+
+def _paused_node() -> tuple[LivenessMonitor, Worker, Timeline]:
+    """A monitor whose idle worker beat and was ticked every half second up to the pause, the
+    worker, and the events of the resume: the gap since the last tick, said by the driver, and
+    the late tick."""
+    w = Worker()
+    monitor = registered(w)
+    before: Timeline = []
+    for i in range(1, 21):
+        before += [(i * 0.5, w.beat(WorkerState.IDLE)), (i * 0.5, Tick())]
+    assert run(monitor, before) == []
+    return monitor, w, [(RESUMED_AT, Resumed(RESUMED_AT - 10.0)), (RESUMED_AT, Tick())]
+
+
+def test_a_paused_node_kills_no_healthy_worker_on_its_resume() -> None:
+    """The silence of a whole paused node, its supervisor included, is nobody's: a worker that
+    beats again after the resume is not killed, though it went 8 s without a beat."""
+    monitor, w, resume = _paused_node()
+    after: Timeline = []
+    for i in range(1, 20):
+        now = RESUMED_AT + 0.1 + i * 0.5
+        after += [(now, w.beat(WorkerState.IDLE)), (now, Tick())]
+    assert run(monitor, resume + after) == []
+    assert monitor.resume_after_s == 1.5  # half the 3 s heartbeat timeout
+
+
+def test_a_worker_silent_after_the_resume_is_killed_one_timeout_later() -> None:
+    """A worker that stays silent once its node is continued is hung after all: killed one
+    heartbeat timeout after the resume, its silence counted as the supervisor heard it."""
+    monitor, _, resume = _paused_node()
+    [(when, kill)] = run(monitor, resume + ticks(RESUMED_AT + 0.5, RESUMED_AT + 10.0))
+    assert kill.reason is KillReason.NO_HEARTBEAT
+    assert when == RESUMED_AT + 3.0
+    assert kill.silent_s == 3.0  # the 8 s of pause are not counted
+
+
+def test_a_pause_does_not_count_against_a_busy_workers_progress() -> None:
+    """The progress clock moves on by the gap too: a worker busy without progress 25 s before
+    the pause has 5 s left after it, and is killed for no_progress only then."""
+    w = Worker()
+    monitor = registered(w)
+    events: Timeline = []
+    for i in range(1, 51):  # busy, no progress, from 0.5 to 25.0
+        events += [(i * 0.5, w.beat()), (i * 0.5, Tick())]
+    events += [(40.0, Resumed(15.0)), (40.0, Tick())]
+    for i in range(1, 40):
+        events += [(40.0 + i * 0.5, w.beat()), (40.0 + i * 0.5, Tick())]
+    [(when, kill)] = run(monitor, events)
+    assert kill.reason is KillReason.NO_PROGRESS
+    assert when == 45.5  # 30 s busy without progress, as heard: 0.5-25.0, then 40.0-45.5
 
 
 def test_slow_but_progressing_worker_is_never_killed() -> None:

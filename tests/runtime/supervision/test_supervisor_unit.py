@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ async def _run_supervisor(
     timeout_s: float = TIMEOUT_S,
     progress_s: float = PROGRESS_S,
     answer_after_s: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     cfg = SupervisionConfig(
         interval_s=INTERVAL_S, heartbeat_timeout_s=timeout_s, progress_timeout_s=progress_s
@@ -96,7 +97,7 @@ async def _run_supervisor(
         node = _Node(node_rt, answer_after_s)
         spec = SupervisorLaunch(node="n", node_endpoint=node_rt.address, supervision=cfg, reap_timeout_s=2.0)
         with HeartbeatReceiver() as receiver:
-            supervisor = Supervisor(spec, rt, receiver)
+            supervisor = Supervisor(spec, rt, receiver, clock=clock)
             stop = anyio.Event()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(supervisor.run, stop)
@@ -181,6 +182,88 @@ async def test_busy_worker_that_reports_progress_is_not_killed(sleeper: subproce
         assert await node_rt.control(rt.address, "unwatch", {"worker_id": "w1", "pid": sleeper.pid})
 
     await _run_supervisor(MemoryHub(), body, timeout_s=BUSY_TIMEOUT_S, progress_s=BUSY_TIMEOUT_S)
+
+
+class _PausedClock:
+    """The monotonic clock as a supervisor stopped with its node sees it: on the resume, its
+    next tick finds ``paused_s`` gone at once (SIGSTOP of the node's tree, ``docker pause``)."""
+
+    def __init__(self) -> None:
+        self._skew = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self._skew
+
+    def pause(self, paused_s: float) -> None:
+        self._skew += paused_s
+
+
+PAUSE_S = 5 * BUSY_TIMEOUT_S
+
+
+async def _pause_the_node(
+    node_rt: Runtime,
+    rt: Runtime,
+    node: _Node,
+    receiver: HeartbeatReceiver,
+    pid: int,
+    clock: _PausedClock,
+    logs: list[dict[str, Any]],
+) -> WorkerStatus:
+    """Watch a beating worker, then stop it and its supervisor for ``PAUSE_S``; return once
+    the supervisor has ticked after the resume (it said so, or it killed)."""
+    status = WorkerStatus("w1", pid=pid)
+    await node_rt.control(rt.address, "watch", {"worker_id": "w1", "pid": pid, "kind": "default"})
+    with HeartbeatSender(status, receiver.address, INTERVAL_S):
+        with anyio.fail_after(BOUND):
+            while (await node_rt.control(rt.address, "status"))["beats_received"] < 2:
+                await anyio.sleep(0.01)
+    clock.pause(PAUSE_S)  # no beat since the sender stopped: the worker was stopped too
+    with anyio.fail_after(BOUND):
+        while not (node.kills or any(e["event"] == "supervisor_resumed" for e in logs)):
+            await anyio.sleep(0.01)
+    return status
+
+
+async def test_a_paused_node_kills_no_healthy_worker_on_its_resume(sleeper: subprocess.Popen[bytes]) -> None:
+    """rs 3: a node's whole tree stopped for several heartbeat timeouts, then continued. Every
+    worker was killed as no_heartbeat on the resume; now the supervisor takes the silence it
+    did not hear for none, says so, and the worker beating again lives on."""
+    clock = _PausedClock()
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        status = await _pause_the_node(node_rt, rt, node, receiver, sleeper.pid, clock, logs)
+        assert node.kills == []
+        with HeartbeatSender(status, receiver.address, INTERVAL_S):  # continued: it beats again
+            seen = (await node_rt.control(rt.address, "status"))["beats_received"]
+            with anyio.fail_after(BOUND):  # a heartbeat timeout's worth of beats, and more
+                while (await node_rt.control(rt.address, "status"))["beats_received"] < seen + 25:
+                    await anyio.sleep(0.01)
+        assert node.kills == [] and sleeper.poll() is None
+
+    with capture_logs() as logs:
+        await _run_supervisor(MemoryHub(), body, timeout_s=BUSY_TIMEOUT_S, clock=clock)
+    [said] = [e for e in logs if e["event"] == "supervisor_resumed"]
+    assert said["gap_s"] >= PAUSE_S and said["log_level"] == "warning"
+
+
+async def test_a_worker_silent_after_the_resume_is_killed_for_its_own_silence(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    """A worker that does not beat again once its node is continued is hung: killed, its
+    silence counted from the resume (the pause is not in it)."""
+    clock = _PausedClock()
+
+    async def body(node_rt: Runtime, rt: Runtime, node: _Node, receiver: HeartbeatReceiver) -> None:
+        await _pause_the_node(node_rt, rt, node, receiver, sleeper.pid, clock, logs)
+        with anyio.fail_after(BOUND):
+            await node.got_kill.wait()
+        report, _ = node.kills[0]
+        assert report["reason"] == "no_heartbeat"
+        assert BUSY_TIMEOUT_S <= report["silent_s"] < PAUSE_S
+
+    with capture_logs() as logs:
+        await _run_supervisor(MemoryHub(), body, timeout_s=BUSY_TIMEOUT_S, clock=clock)
 
 
 async def test_a_forged_beat_far_ahead_is_logged_and_kills_nobody(sleeper: subprocess.Popen[bytes]) -> None:
