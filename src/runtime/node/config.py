@@ -13,7 +13,8 @@ A node config is a TOML file (see configs/node.toml)::
 Every field has a default; a node started with no file hosts no workers until told to.
 
 Counts, numbers and switches are strict: ``hwm = "8"`` is a typo, not 8, and NaN or infinity
-is never a sensible timeout. Unknown keys are refused with the closest known one.
+is never a sensible timeout (nor is one over a year: :data:`MAX_DURATION_S`). Unknown keys are
+refused with the closest known one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import ipaddress
 import re
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -53,12 +54,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_NODE_ENDPOINT",
+    "MAX_DURATION_S",
     "MAX_HWM",
     "MAX_NAME",
     "MAX_TAGS",
     "RUN_MASTER_ENDPOINT",
     "RUN_NODE_ENDPOINT",
     "ActorSpec",
+    "Duration",
     "KindSupervision",
     "NodeConfig",
     "RestartConfig",
@@ -87,6 +90,12 @@ MAX_MESSAGE_MB = 4096.0  # a worker's own bound: a 640x480 episode of RGB-D is ~
 # The least message bound: 64 KiB, four batch frames (wire/batch_frames.py), which every peer
 # must take whole: ZeroMQ drops the connection of a peer that sends a frame over the bound.
 MIN_MESSAGE_MB = 1 / 16
+# The longest timeout, interval or period a config may give (a year): none sensible is longer,
+# and past threading.TIMEOUT_MAX (about 292 years) a wait overflows (interval_s = 1e299 killed
+# every worker's heartbeat thread with an OverflowError, and the worker ran on unwatched).
+MAX_DURATION_S = 365 * 24 * 3600.0
+Duration = Annotated[StrictFloat, Field(le=MAX_DURATION_S)]
+"""A config's seconds: finite (as every number of a config) and at most :data:`MAX_DURATION_S`."""
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")  # a DNS name: what advertise holds
 
@@ -128,11 +137,11 @@ class KindSupervision(_Frozen):
     ``start_timeout_s`` too: a kind whose imports are slow (a renderer's) needs a longer bound
     on its start than the node's other workers, which keep theirs short."""
 
-    interval_s: StrictFloat | None = Field(default=None, gt=0)
-    heartbeat_timeout_s: StrictFloat | None = Field(default=None, gt=0)
-    progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
-    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
-    start_timeout_s: StrictFloat | None = Field(default=None, ge=0)
+    interval_s: Duration | None = Field(default=None, gt=0)
+    heartbeat_timeout_s: Duration | None = Field(default=None, gt=0)
+    progress_timeout_s: Duration | None = Field(default=None, ge=0)
+    startup_timeout_s: Duration | None = Field(default=None, gt=0)
+    start_timeout_s: Duration | None = Field(default=None, ge=0)
 
 
 class SupervisionConfig(_Frozen):
@@ -148,12 +157,12 @@ class SupervisionConfig(_Frozen):
     """
 
     enabled: StrictBool = True
-    interval_s: StrictFloat = Field(default=0.5, gt=0)
-    heartbeat_timeout_s: StrictFloat = Field(default=3.0, gt=0)
-    progress_timeout_s: StrictFloat = Field(default=30.0, ge=0)
-    startup_timeout_s: StrictFloat | None = Field(default=None, gt=0)
-    supervisor_timeout_s: StrictFloat = Field(default=10.0, gt=0)
-    start_timeout_s: StrictFloat = Field(default=180.0, ge=0)
+    interval_s: Duration = Field(default=0.5, gt=0)
+    heartbeat_timeout_s: Duration = Field(default=3.0, gt=0)
+    progress_timeout_s: Duration = Field(default=30.0, ge=0)
+    startup_timeout_s: Duration | None = Field(default=None, gt=0)
+    supervisor_timeout_s: Duration = Field(default=10.0, gt=0)
+    start_timeout_s: Duration = Field(default=180.0, ge=0)
     kinds: dict[str, KindSupervision] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -197,10 +206,10 @@ class RestartConfig(_Frozen):
     """
 
     max_restarts: StrictInt = Field(default=5, ge=0, le=1_000_000)
-    period_s: StrictFloat = Field(default=60.0, gt=0)
-    backoff_base_s: StrictFloat = Field(default=0.1, ge=0)
-    backoff_max_s: StrictFloat = Field(default=10.0, ge=0)
-    healthy_after_s: StrictFloat = Field(default=10.0, gt=0)
+    period_s: Duration = Field(default=60.0, gt=0)
+    backoff_base_s: Duration = Field(default=0.1, ge=0)
+    backoff_max_s: Duration = Field(default=10.0, ge=0)
+    healthy_after_s: Duration = Field(default=10.0, gt=0)
 
     model_config = _NODE_ONLY
 
@@ -242,16 +251,16 @@ class NodeConfig(_Frozen):
     log_max_mb: StrictFloat = Field(default=64.0, gt=0)
     log_keep: StrictInt = Field(default=5, ge=1, le=1000)
     hwm: StrictInt = Field(default=1000, ge=1, le=MAX_HWM)
-    max_message_mb: StrictFloat = Field(default=64.0, ge=MIN_MESSAGE_MB)
+    max_message_mb: StrictFloat = Field(default=64.0, ge=MIN_MESSAGE_MB, le=MAX_MESSAGE_MB)
     # Input limits (core/throttle.py, wire/codec.py): frames per message; bad frames a peer may
     # send at once and per second before its messages are dropped unread for throttle_s.
     max_frames: StrictInt = Field(default=1024, ge=2, le=1_000_000)
     bad_frames_burst: StrictInt = Field(default=20, ge=1, le=1_000_000)
     bad_frames_per_s: StrictFloat = Field(default=10.0, gt=0)
-    throttle_s: StrictFloat = Field(default=10.0, gt=0)
-    ask_timeout_s: StrictFloat = Field(default=30.0, gt=0)
-    drain_timeout_s: StrictFloat = Field(default=5.0, ge=0)
-    stop_grace_s: StrictFloat = Field(default=5.0, ge=0)
+    throttle_s: Duration = Field(default=10.0, gt=0)
+    ask_timeout_s: Duration = Field(default=30.0, gt=0)
+    drain_timeout_s: Duration = Field(default=5.0, ge=0)
+    stop_grace_s: Duration = Field(default=5.0, ge=0)
     # Workers forked from a template process that has done their imports (template.py);
     # false: every worker is a fresh interpreter. preload: more modules (or pkg.mod:Class
     # actor classes) the template imports.

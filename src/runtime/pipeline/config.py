@@ -43,6 +43,7 @@ from troupe.runtime.node.config import (
     MAX_MESSAGE_MB,
     MAX_NAME,
     MIN_MESSAGE_MB,
+    Duration,
     _Frozen,
     read_toml,
     validation_message,
@@ -80,7 +81,7 @@ class StageConfig(_Frozen):
     # Seconds a replica may work on one call without reporting progress before its node's
     # supervisor kills it as hung (None: the node's own, 30 s; 0: never). The run's own node
     # only: on a cluster, or with --node, that node's [supervision.kinds.STAGE] decides.
-    progress_timeout_s: StrictFloat | None = Field(default=None, ge=0)
+    progress_timeout_s: Duration | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> StageConfig:
@@ -109,7 +110,7 @@ class PipelineConfig(_Frozen):
     seed_start: StrictInt = Field(default=0, ge=-(2**63), le=2**63 - 1 - MAX_COUNT)
     slots: StrictInt | None = Field(default=None, ge=1)
     max_attempts: StrictInt = Field(default=3, ge=1)
-    scale_interval_s: StrictFloat = Field(default=0.5, gt=0)
+    scale_interval_s: Duration = Field(default=0.5, gt=0)
     # "direct": a stage's outputs go from its replica straight to the next stage's (handoff);
     # "engine": every output passes through the engine, as before the direct data plane.
     data_plane: Literal["direct", "engine"] = "direct"

@@ -6,10 +6,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from troupe.runtime.core.loading import check_node_actors
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.node.config import MAX_HWM, MAX_NAME, load_node_config
+from troupe.runtime.node.config import (
+    MAX_DURATION_S,
+    MAX_HWM,
+    MAX_NAME,
+    KindSupervision,
+    NodeConfig,
+    RestartConfig,
+    SupervisionConfig,
+    load_node_config,
+)
+from troupe.runtime.pipeline.config import PipelineConfig, StageConfig
 
 WORKER = """
 [[workers]]
@@ -35,6 +46,20 @@ BAD = [
     ("[node]\nhwm = 0\n", "node.hwm: must be >= 1 (got 0)"),
     # Below four batch frames (wire/batch_frames.py), a peer's batch would cost the connection.
     ("[node]\nmax_message_mb = 0.01\n", "node.max_message_mb: must be >= 0.0625 (got 0.01)"),
+    # As a worker's and a pipeline's: 2**43 MB and more overflowed ZMQ_MAXMSGSIZE at the bind.
+    ("[node]\nmax_message_mb = 9e12\n", "node.max_message_mb: must be <= 4096.0 (got 9000000000000.0)"),
+    # No duration over a year: interval_s = 1e299 killed every worker's heartbeat thread.
+    (
+        "[supervision]\ninterval_s = 1e299\nheartbeat_timeout_s = 1e300\n",
+        "supervision.interval_s: must be <= 31536000.0 (got 1e+299); "
+        "supervision.heartbeat_timeout_s: must be <= 31536000.0 (got 1e+300)",
+    ),
+    ("[restart]\nperiod_s = 1e20\n", "restart.period_s: must be <= 31536000.0 (got 1e+20)"),
+    ("[node]\nask_timeout_s = 1e10\n", "node.ask_timeout_s: must be <= 31536000.0 (got 10000000000.0)"),
+    (
+        "[supervision.kinds.gpu]\nstart_timeout_s = 4e7\n",
+        "supervision.kinds.gpu.start_timeout_s: must be <= 31536000.0 (got 40000000.0)",
+    ),
     ("[restart]\nmax_restarts = 2.5\n", "restart.max_restarts: must be an integer (got 2.5)"),
     ("[node]\nask_timeout_s = nan\n", "node.ask_timeout_s: must be a finite number (got nan)"),
     ("[node]\nstop_grace_s = inf\n", "node.stop_grace_s: must be a finite number (got inf)"),
@@ -76,6 +101,22 @@ BAD = [
 def test_bad_node_config_is_one_line_naming_field_and_value(tmp_path: Path, text: str, expected: str) -> None:
     """Each mistake is refused in one line with the file, the field path and the bad value."""
     assert expected in _error(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "model", [NodeConfig, SupervisionConfig, KindSupervision, RestartConfig, PipelineConfig, StageConfig]
+)
+def test_every_duration_of_a_config_has_the_one_upper_bound(model: type[BaseModel]) -> None:
+    """Every ``*_s`` key (seconds; not a rate ``*_per_s``) is at most MAX_DURATION_S: one
+    added later without it would take 1e300, and overflow the first wait made with it."""
+    durations = [n for n in model.model_fields if n.endswith("_s") and not n.endswith("_per_s")]
+    assert durations
+    for name in durations:
+        field = TypeAdapter(model.model_fields[name].rebuild_annotation())
+        assert field.validate_python(MAX_DURATION_S) == MAX_DURATION_S
+        with pytest.raises(ValidationError) as info:
+            field.validate_python(MAX_DURATION_S * 2)
+        assert [e["type"] for e in info.value.errors()] == ["less_than_equal"], f"{model.__name__}.{name}"
 
 
 def test_a_long_value_is_shortened(tmp_path: Path) -> None:

@@ -196,6 +196,14 @@ def test_shipped_datagen_config_equals_embedded_default() -> None:
             "[pipeline]\nscale_interval_s = nan\n" + ONE_STAGE.format(name="a"),
             "pipeline.scale_interval_s: must be a finite number (got nan)",
         ),
+        (  # past threading.TIMEOUT_MAX a wait overflows: no duration is over a year
+            "[pipeline]\nscale_interval_s = 1e300\n" + ONE_STAGE.format(name="a"),
+            "pipeline.scale_interval_s: must be <= 31536000.0 (got 1e+300)",
+        ),
+        (
+            ONE_STAGE.format(name="render") + "progress_timeout_s = 1e12\n",
+            "stages.render.progress_timeout_s: must be <= 31536000.0 (got 1000000000000.0)",
+        ),
         (
             "[pipeline]\nitem = 3\n" + ONE_STAGE.format(name="a"),
             "pipeline.item: unknown key; did you mean 'items'?",
