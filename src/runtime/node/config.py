@@ -130,6 +130,17 @@ class WorkerSpec(_Frozen):
     # This worker's message size bound, over the node's (a pipeline stage whose items are large).
     max_message_mb: StrictFloat | None = Field(default=None, ge=MIN_MESSAGE_MB, le=MAX_MESSAGE_MB)
 
+    @field_validator("actors")
+    @classmethod
+    def _unique_actors(cls, value: tuple[ActorSpec, ...]) -> tuple[ActorSpec, ...]:
+        # Plain from the file, as a repeated worker is: the worker refused the second at its
+        # start, and was restarted until given up.
+        names = [a.name for a in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"actor names must be unique in a worker, repeated: {dupes}")
+        return value
+
 
 class KindSupervision(_Frozen):
     """Liveness overrides for one worker kind (``[supervision.kinds.<kind>]``); unset = inherit.

@@ -88,6 +88,11 @@ BAD = [
         "workers.w-a.actors.echo.kwarg: unknown key; did you mean 'kwargs'?",
     ),
     ('[[workers]]\nname = "w-a"\nkind = ""\n', "workers.w-a.kind: must not be empty (got '')"),
+    (  # refused at load: the worker refused the second at its start and crash-looped
+        '[[workers]]\nname = "w-a"\nactors = [{ name = "echo", class = "x:Y" },'
+        ' { name = "b", class = "x:Y" }, { name = "echo", class = "x:Z" }]\n',
+        "workers.w-a.actors: actor names must be unique in a worker, repeated: ['echo']",
+    ),
     ("", "the config file is empty"),
     ("# only a comment\n", "the config file is empty"),
     ("[node]\nworkers = []\n", "node.workers: belongs in its own [[workers]] table"),
