@@ -347,6 +347,32 @@ class NodeConfig(_Frozen):
                 ) from None
         return value
 
+    def ignored_settings(self) -> list[str]:
+        """Settings the file gives that this node will not use, each said in one line for the
+        node to warn of (not refused: see each).
+
+        - A ``[supervision.kinds.X]`` that no ``[[workers]]`` table's kind names, on a node that
+          has such tables: a typo, likely (``rendr``), and its workers get the defaults. Not
+          refused: a pipeline replica's kind is its stage's name, known only as it is spawned.
+        - ``advertise`` with an endpoint that does not bind every interface: only then is it
+          used (``reach.py``).
+        """
+        lines: list[str] = []
+        kinds = sorted({"default", *(w.kind for w in self.workers)})
+        for kind in sorted(set(self.supervision.kinds) - set(kinds)) if self.workers else []:
+            close = difflib.get_close_matches(kind, kinds, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else " (or a pipeline stage's replicas)"
+            lines.append(
+                f"supervision.kinds.{kind}: no [[workers]] table has kind {kind!r} (kinds: "
+                f"{', '.join(kinds)}), so it applies to no worker of the file{hint}"
+            )
+        if self.advertise is not None and not is_wildcard(self.endpoint):
+            lines.append(
+                f"node.advertise: ignored: used only with an endpoint that binds every interface "
+                f"(tcp://0.0.0.0:PORT), and node.endpoint is {self.endpoint!r}"
+            )
+        return lines
+
     @field_validator("workers")
     @classmethod
     def _unique_workers(cls, value: tuple[WorkerSpec, ...]) -> tuple[WorkerSpec, ...]:

@@ -206,6 +206,8 @@ class Node:
         try:
             async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
+                for ignored in cfg.ignored_settings():
+                    log.warning("config_setting_ignored", problem=ignored)
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
                 warn_if_not_own()
                 async with anyio.create_task_group() as tg:

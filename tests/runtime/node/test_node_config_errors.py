@@ -243,3 +243,40 @@ def test_an_option_is_named_as_the_command_line_spells_it() -> None:
     """``--tag`` (repeatable) and ``--logs``: the error said ``--tags``, an option that does not exist."""
     with pytest.raises(ConfigError, match=r"^command line: --tag: tag 'bad tag!' must be"):
         load_node_config(None, tags=("bad tag!",))
+
+
+def _loaded(tmp_path: Path, text: str) -> NodeConfig:
+    path = tmp_path / "node.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_node_config(path)
+
+
+def test_settings_that_do_nothing_are_named_for_a_warning(tmp_path: Path) -> None:
+    """cf 6: a kind table under a typo and an advertise the endpoint never uses started the node
+    without a word; each is named in one line (the node logs it as config_setting_ignored)."""
+    cfg = _loaded(
+        tmp_path,
+        '[node]\nendpoint = "tcp://127.0.0.1:42150"\nadvertise = "10.9.9.9"\n'
+        "[supervision.kinds.rendr]\nprogress_timeout_s = 120\n"
+        '[[workers]]\nname = "w1"\nkind = "render"\n',
+    )
+    assert cfg.ignored_settings() == [
+        "supervision.kinds.rendr: no [[workers]] table has kind 'rendr' (kinds: default, render), so "
+        "it applies to no worker of the file; did you mean 'render'?",
+        "node.advertise: ignored: used only with an endpoint that binds every interface "
+        "(tcp://0.0.0.0:PORT), and node.endpoint is 'tcp://127.0.0.1:42150'",
+    ]
+
+
+def test_kind_tables_of_a_node_without_workers_are_for_pipeline_stages(tmp_path: Path) -> None:
+    """A cluster node's kind tables name the stages whose replicas it will host: no warning; nor
+    for a kind its workers have, nor for advertise with a wildcard endpoint."""
+    stages_only = _loaded(tmp_path, "[supervision.kinds.render]\nprogress_timeout_s = 120\n")
+    assert stages_only.ignored_settings() == []
+    cfg = _loaded(
+        tmp_path,
+        '[node]\nendpoint = "tcp://0.0.0.0:42151"\nadvertise = "10.9.9.9"\ninsecure = true\n'
+        "[supervision.kinds.render]\nprogress_timeout_s = 120\n"
+        '[[workers]]\nname = "w1"\nkind = "render"\n',
+    )
+    assert cfg.ignored_settings() == []
