@@ -87,6 +87,7 @@ def log_socket(context: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
     """
     sock: zmq.Socket[Any] = context.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IPV6, 1)  # a node at tcp://[::1]:P streams there too (IPv4 as ever)
     keys = installed()
     if kind == zmq.PUB:
         sock.setsockopt(zmq.SNDHWM, SNDHWM)

@@ -13,6 +13,7 @@ one that names another process than the worker's owner stops nothing (``stop_own
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -62,7 +63,7 @@ from .worker_descendants import kill_group, kill_what_is_left, note_descendants
 from .worker_handles import HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
-__all__ = ["Node"]
+__all__ = ["Node", "bind_refused"]
 
 log = structlog.get_logger(__name__)
 
@@ -183,7 +184,7 @@ class Node:
         except Unreachable as exc:
             if metrics is not None:
                 metrics.close()
-            raise ConfigError(f"{exc}; is another node already running there? pick --endpoint") from None
+            raise bind_refused(exc) from None
         if moved:
             log.warning("endpoint_taken", wanted=cfg.endpoint, endpoint=runtime.address)
             self.config = cfg = cfg.model_copy(update={"endpoint": runtime.address})
@@ -733,3 +734,12 @@ def _rss_mib(pid: int | None) -> float:
         return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
     except psutil.Error:
         return 0.0
+
+
+def bind_refused(exc: Unreachable) -> ConfigError:
+    """The node's endpoint could not be bound: "another node" only for an address in use (an
+    IPv6 one failed with "No such device", an address of another host with "Cannot assign
+    requested address", and both were asked whether another node ran there)."""
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"{exc}; is another node already running there? pick --endpoint")
+    return ConfigError(f"{exc}; pick another --endpoint (an address of this host)")

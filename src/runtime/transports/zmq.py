@@ -211,7 +211,7 @@ class ZmqTransport:
         """
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._tune(sock)
+        self._tune(sock, bind or self._mailbox_bind)
         keys = self.security
         if keys is not None:
             curve_server(sock, keys)
@@ -225,7 +225,9 @@ class ZmqTransport:
             sock.bind(target)
         except zmq.ZMQError as exc:
             sock.close(0)
-            raise Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}") from exc
+            refusal = Unreachable(f"cannot bind a mailbox at {bind}: {exc.strerror}")
+            refusal.errno = exc.errno  # an address in use is said apart (the node's start)
+            raise refusal from exc
         if path and (bound := BoundSocketFile.of(target)) is not None:
             self._socket_files.append(bound)
         w = Watched(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), is_router=True, curve=keys is not None)
@@ -235,7 +237,9 @@ class ZmqTransport:
         self._serve_socket(w)
         return w.peer
 
-    def _tune(self, sock: zmq.Socket[bytes]) -> None:
+    def _tune(self, sock: zmq.Socket[bytes], endpoint: str) -> None:
+        if endpoint.startswith("tcp://["):  # ZeroMQ binds and connects IPv6 only when told to
+            sock.setsockopt(zmq.IPV6, 1)
         sock.setsockopt(zmq.SNDHWM, self.hwm)
         sock.setsockopt(zmq.RCVHWM, self.hwm)
         sock.setsockopt(zmq.LINGER, 0)
@@ -447,7 +451,7 @@ class ZmqTransport:
             sock = self._ctx.socket(zmq.DEALER)
         except zmq.ZMQError as exc:  # out of sockets or descriptors
             raise Unreachable(f"cannot open a connection to {address}: {_no_room(exc)}") from exc
-        self._tune(sock)
+        self._tune(sock, address)
         keys = self.security
         if keys is not None:
             curve_client(sock, keys)
