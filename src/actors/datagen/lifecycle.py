@@ -30,6 +30,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.stage import StageActor, StageRun
 from troupe.runtime.tasks.output_store import OutputStore
 
+from .dataset_root import claim_dataset_root, dataset_root
 from .randomize import RandomizeConfig, randomize
 from .scene import Scene, SceneConfig, generate_scene
 from .scene_wire import plan_from_wire, plan_to_wire, scene_from_wire, scene_to_wire
@@ -233,16 +234,18 @@ class LeRobotWriter(BaseWriter):
     """Writes episodes on background threads, committed exactly once per task id; at the end
     of the run, writes every committed episode as one LeRobot v3.0 dataset.
 
-    Its hooks: ``start`` clears what a writer killed mid-episode left (and, for a fresh run,
-    every episode) and names the episodes committed already, which the run keeps (every one:
-    an episode that earlier runs made and is gone now is made again); ``finalize`` writes the
-    dataset (``finalize_dataset``) into ``dataset`` or the run's out.
+    Its hooks: ``start`` takes the dataset's folder (``dataset_root``: a ``dataset`` other than
+    the run's out must be new, empty, or this store's), clears what a writer killed mid-episode
+    left (and, for a fresh run, every episode) and names the episodes committed already, which
+    the run keeps (every one: an episode that earlier runs made and is gone now is made again);
+    ``finalize`` writes the dataset (``finalize_dataset``) into ``dataset`` or the run's out.
 
     Args:
         store: directory of the OutputStore the episodes are committed to.
         max_pending: episodes queued to the writer threads before ``process`` waits.
         threads: writer threads.
-        dataset: where the dataset is written (default: the run's output directory).
+        dataset: where the dataset is written (default: the run's output directory); a relative
+            path is taken from the run's output directory.
         fps: the dataset's frame rate (default: that of the episodes).
         robot_type: recorded in the dataset's info.json.
     """
@@ -285,7 +288,11 @@ class LeRobotWriter(BaseWriter):
         """Before any item: no writer is writing, so what is staged is a dead writer's. An
         episode damaged since its commit (a file cut short or deleted) is set aside, under
         the store's ``.damaged/``, and left out of the list: the run makes it again, and says
-        so, rather than every finalize failing on it."""
+        so, rather than every finalize failing on it. A dataset folder that is not this store's
+        is refused here, before any item runs, not replaced as the run ends."""
+        root = dataset_root(self.dataset, run.out)
+        if root is not None:
+            claim_dataset_root(root, self.store.root, run.out)
         if run.fresh:
             self.store.clear()
         self.store.sweep_staging()
@@ -306,7 +313,7 @@ class LeRobotWriter(BaseWriter):
         out: it had gone into the dataset, of a config this run's record does not name."""
         from troupe.actors.lerobot.finalize import DatasetConfig, episode_fps, finalize_dataset
 
-        root = self.dataset or run.out
+        root = dataset_root(self.dataset, run.out)
         if root is None:
             raise ConfigError(
                 f"stage {run.stage}: LeRobotWriter has nowhere to write the dataset; give the run "
@@ -315,7 +322,7 @@ class LeRobotWriter(BaseWriter):
         ours = frozenset(run.task_ids())
         fps = self.fps or episode_fps(self.store, ours) or 10
         summary = finalize_dataset(
-            self.store, Path(root), DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts, ours
+            self.store, root, DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts, ours
         )
         said = (
             f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "

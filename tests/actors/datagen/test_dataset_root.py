@@ -1,0 +1,112 @@
+"""The dataset writer's ``dataset`` folder: a relative one is the run's out's, and one that holds
+what no run of the writer's store wrote is refused as the run starts, before any item runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from troupe.actors.datagen.dataset_root import MARK
+from troupe.actors.datagen.lifecycle import LeRobotWriter
+from troupe.actors.lerobot.episode import EpisodeData, write_episode
+from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline.stage import StageRun
+from troupe.runtime.tasks.output_store import OutputStore
+
+
+@pytest.fixture
+def writers() -> Iterator[list[LeRobotWriter]]:
+    made: list[LeRobotWriter] = []
+    yield made
+    for stage in made:
+        stage.writer.close(timeout=10)
+
+
+def _writer(writers: list[LeRobotWriter], store: Path, **kwargs: object) -> LeRobotWriter:
+    stage = LeRobotWriter(store=str(store), **kwargs)  # type: ignore[arg-type]
+    writers.append(stage)
+    return stage
+
+
+def _run(out: Path, items: int = 1) -> StageRun:
+    return StageRun("p", "store", items, 0, out=str(out))
+
+
+def _commit_one(store: Path) -> None:
+    length, h, w = 10, 16, 16
+    episode = EpisodeData(
+        task_id="p-000000",
+        task="navigate to the goal",
+        fps=10,
+        rgb=np.zeros((length, h, w, 3), dtype=np.uint8),
+        depth=np.ones((length, h, w), dtype=np.float32),
+        ego=np.zeros((length, 9), dtype=np.float32),
+    )
+    assert write_episode(OutputStore(store, durable=False), episode) is True
+
+
+def test_a_dataset_folder_holding_another_dataset_is_refused_before_any_item(
+    tmp_path: Path, writers: list[LeRobotWriter]
+) -> None:
+    """A LeRobot dataset no run of this store made was replaced by finalize without a word
+    (40 episodes became 6), where the same folder as --out is refused (report ds 6)."""
+    theirs = tmp_path / "theirs"
+    (theirs / "meta").mkdir(parents=True)
+    (theirs / "meta" / "info.json").write_text("{}", encoding="utf-8")
+    stage = _writer(writers, tmp_path / "out/.troupe/episodes", dataset=str(theirs))
+    with pytest.raises(ConfigError) as info:
+        stage.start(_run(tmp_path / "out"))
+    said = str(info.value)
+    assert said.startswith(f"kwargs.dataset {theirs} holds 'meta', which no run of this store wrote")
+    assert "give a new or empty directory" in said and "\n" not in said
+    assert sorted(p.name for p in theirs.iterdir()) == ["meta"]  # untouched, unmarked
+
+
+def test_a_new_folder_is_marked_and_taken_again_by_its_store_only(
+    tmp_path: Path, writers: list[LeRobotWriter]
+) -> None:
+    ds = tmp_path / "ds"
+    ours = _writer(writers, tmp_path / "out/.troupe/episodes", dataset=str(ds))
+    ours.start(_run(tmp_path / "out"))
+    assert (ds / MARK).is_file()
+    (ds / "meta").mkdir()  # what its finalize wrote
+    ours.start(_run(tmp_path / "out"))  # a rerun of the same store
+    other = _writer(writers, tmp_path / "other/.troupe/episodes", dataset=str(ds))
+    with pytest.raises(ConfigError, match=r"holds the dataset of another store \(.*out/\.troupe/episodes\)"):
+        other.start(_run(tmp_path / "other"))
+    (tmp_path / "empty").mkdir()
+    empty = _writer(writers, tmp_path / "x/.troupe/episodes", dataset=str(tmp_path / "empty"))
+    empty.start(_run(tmp_path / "x"))
+    assert (tmp_path / "empty" / MARK).is_file()
+
+
+def test_the_runs_out_is_left_to_its_record(tmp_path: Path, writers: list[LeRobotWriter]) -> None:
+    """--out holds the run's own folders: its run record guards it, no mark is written there."""
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    _writer(writers, out / ".troupe/episodes").start(_run(out))
+    _writer(writers, out / ".troupe/episodes", dataset=str(out)).start(_run(out))
+    assert not (out / MARK).exists()
+
+
+def test_a_relative_dataset_is_taken_from_the_runs_out_and_said_absolute(
+    tmp_path: Path, writers: list[LeRobotWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was taken from the shell's folder, printed relative, and a rerun from another folder
+    wrote a second dataset there (report ds 4)."""
+    shell = tmp_path / "shell"
+    shell.mkdir()
+    monkeypatch.chdir(shell)
+    out = tmp_path / "out"
+    store = out / ".troupe/episodes"
+    _commit_one(store)
+    stage = _writer(writers, store, dataset="rel_ds")
+    stage.start(_run(out))
+    final = stage.finalize(_run(out))
+    assert final["root"] == str(out / "rel_ds")
+    assert final["summary"].endswith(f"LeRobot v3.0 at {out / 'rel_ds'}")
+    assert (out / "rel_ds" / "meta" / "info.json").is_file()
+    assert list(shell.iterdir()) == []
