@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .action_layout import ACTION_DIM, ACTION_NAMES
+from .video import codec_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -122,7 +123,7 @@ def _video_feature(video: dict[str, Any], fps: int, depth_max_m: float | None) -
     info: dict[str, Any] = {
         "video.height": video["height"],
         "video.width": video["width"],
-        "video.codec": video["codec"],
+        "video.codec": codec_name(video["codec"]),  # an episode committed before: "libx264"
         "video.pix_fmt": video["pix_fmt"],
         "video.is_depth_map": depth_max_m is not None,
         "video.fps": fps,

@@ -35,6 +35,7 @@ __all__ = [
     "VideoConfig",
     "VideoInfo",
     "best_codec",
+    "codec_name",
     "concat_videos",
     "decode_video",
     "encode_video",
@@ -93,6 +94,19 @@ class VideoInfo:
     source_width: int
     fps: int
     frames: int
+
+
+@cache
+def codec_name(encoder: str) -> str:
+    """The codec an ffmpeg encoder writes, by its canonical name ("libx264" -> "h264"): what
+    lerobot records as ``video.codec`` (the stream's ``codec.canonical_name``); info.json said
+    "libx264", an encoder no lerobot dataset names. An encoder this ffmpeg lacks: the name itself."""
+    import av
+
+    try:
+        return str(av.Codec(encoder, "w").canonical_name)
+    except (av.codec.codec.UnknownCodecError, ValueError):
+        return encoder
 
 
 @cache
@@ -184,7 +198,7 @@ def encode_video(
         out.mux(stream.encode(None))
         name = stream.codec_context.name
     return VideoInfo(
-        codec=name,
+        codec=codec_name(name),
         pix_fmt="yuv420p",
         height=height,
         width=width,

@@ -438,6 +438,30 @@ def test_libx264_runs_without_mbtree_so_the_same_frames_give_the_same_bytes(tmp_
     assert "mbtree=1" in _x264_options(tmp_path / "on.mp4")
 
 
+@pytest.mark.skipif(best_codec() != "libx264", reason="this PyAV's ffmpeg has no libx264")
+def test_info_names_the_codec_as_lerobot_does(store: OutputStore, tmp_path: Path) -> None:
+    """info.json's ``video.codec`` is the stream's codec by its canonical name, as lerobot fills
+    it from the file ("h264"): it said "libx264", an ffmpeg encoder (report ds 5). So for an
+    episode committed before, whose episode.json names the encoder."""
+    import av
+
+    _write_all(store)
+    meta_path = store.committed_path("task-a") / "episode.json"
+    meta = json.loads(meta_path.read_text())
+    for info in meta["videos"].values():
+        info["codec"] = "libx264"  # as troupe wrote it before
+    meta_path.write_text(json.dumps(meta))
+    root = tmp_path / "ds"
+    finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    info = json.loads((root / "meta/info.json").read_text())
+    for key in (RGB_KEY, DEPTH_KEY):
+        assert info["features"][key]["info"]["video.codec"] == "h264"
+        path = root / info["video_path"].format(video_key=key, chunk_index=0, file_index=0)
+        with av.open(str(path)) as container:
+            assert container.streams.video[0].codec.canonical_name == "h264"
+    assert encode_video(tmp_path / "one.mp4", _rgb(2, 0), FPS).codec == "h264"
+
+
 def test_concat_videos_spans(tmp_path: Path) -> None:
     """Remuxed videos keep every frame, each source inside its returned span."""
     paths = []
@@ -470,7 +494,7 @@ def test_finalize_splits_videos_an_episode_json_misdeclares(store: OutputStore, 
     meta_path = store.committed_path("task-b") / "episode.json"
     meta = json.loads(meta_path.read_text())
     for info in meta["videos"].values():
-        info["codec"] = "libx264"  # declares what task-a has: grouping alone would mix them
+        info["codec"] = "h264"  # declares what task-a has: grouping alone would mix them
     meta_path.write_text(json.dumps(meta))
     root = tmp_path / "ds"
     summary = finalize_dataset(store, root, DatasetConfig(fps=FPS))
