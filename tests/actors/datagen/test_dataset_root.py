@@ -110,3 +110,20 @@ def test_a_relative_dataset_is_taken_from_the_runs_out_and_said_absolute(
     assert final["summary"].endswith(f"LeRobot v3.0 at {out / 'rel_ds'}")
     assert (out / "rel_ds" / "meta" / "info.json").is_file()
     assert list(shell.iterdir()) == []
+
+
+def test_the_dataset_is_the_folders_readme_names_as_it(tmp_path: Path, writers: list[LeRobotWriter]) -> None:
+    """README says which parts of --out are the dataset, to copy or publish, and which are the
+    run's (report ds 3: the whole folder went, a second copy of the data, the journal, the logs);
+    every file finalize writes is in the former."""
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    said = " ".join(readme.partition("**Which parts of `--out` are the dataset.**")[2].split()[:60])
+    assert "`data/`, `meta/` and `videos/` are the LeRobot dataset" in said, said
+    assert "`.troupe/`" in said and "`logs/`" in said
+    out = tmp_path / "out"
+    store = out / ".troupe/episodes"
+    _commit_one(store)
+    stage = _writer(writers, store)
+    stage.start(_run(out))
+    final = stage.finalize(_run(out))
+    assert {Path(p).relative_to(out).parts[0] for p in final["outputs"]} == {"data", "meta", "videos"}
