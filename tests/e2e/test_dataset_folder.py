@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from support.train_run_cli import CONFIGS, finish, troupe
+from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +26,8 @@ def _pipeline(tmp_path: Path, store_kwargs: str) -> Path:
 
 
 def _run(config: Path, out: Path) -> tuple[int, str, str]:
-    with troupe("run", str(config), "--out", str(out), "--items", "2") as (proc, _):
+    master = free_endpoint()  # not the default port: another run on the machine may hold it
+    with troupe("run", str(config), "--out", str(out), "--items", "2", "--master", master) as (proc, _):
         return finish(proc)
 
 
@@ -47,3 +49,17 @@ def test_a_dataset_kwarg_naming_another_dataset_is_refused_and_the_fixed_config_
     code, stdout, stderr = _run(CONFIGS / "datagen.toml", out)  # the run made nothing: the folder is free
     assert code == 0, stdout[-2000:] + stderr[-2000:]
     assert f"LeRobot v3.0 at {out}" in stdout
+
+
+def test_a_writer_fps_other_than_the_planners_is_one_line_before_anything_is_made(tmp_path: Path) -> None:
+    """Every item was rendered, then finalize failed, and the config put right was refused as
+    another pipeline's: only --fresh, all the work again, got out (report ds 2)."""
+    config = _pipeline(tmp_path, 'kwargs = { store = "{out}/.troupe/episodes", fps = 5 }')
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(config, out)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, stdout[-2000:] + stderr[-2000:]
+    assert (
+        "stages.store.kwargs: troupe.actors.datagen.lifecycle:LeRobotWriter: kwargs.fps = 5, but" in lines[0]
+    )
+    assert not out.exists()

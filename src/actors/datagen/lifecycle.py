@@ -16,6 +16,7 @@ store          ``{task_id, seed, plan, rgb, depth}``       ``{task_id, frames, c
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,21 @@ class LeRobotWriter(BaseWriter):
         if kwargs.get("fps") is not None:
             _at_least(kwargs, "fps", 1)
 
+    @classmethod
+    def check_stages(cls, kwargs: dict[str, Any], others: dict[str, tuple[type, dict[str, Any]]]) -> None:
+        """A dataset frame rate that is not that of the planner's episodes: finalize would refuse
+        every one of them, once they were all made."""
+        fps = kwargs.get("fps")
+        if fps is None:
+            return
+        for name, (other, given) in others.items():
+            planned = _planned_fps(other, given)
+            if planned is not None and planned != fps:
+                raise ConfigError(
+                    f"kwargs.fps = {fps!r}, but stage {name} plans its episodes at {planned} fps, and "
+                    f"a dataset has one rate: leave fps out (the episodes' rate is taken) or give {planned}"
+                )
+
     def __init__(
         self,
         store: str,
@@ -367,6 +383,17 @@ class LeRobotWriter(BaseWriter):
     async def stopping(self) -> None:
         self.writer.close(timeout=60)
         self.drafts.close()
+
+
+def _planned_fps(cls: type, kwargs: dict[str, Any]) -> Any:
+    """The frame rate a planner stage of class ``cls`` makes its episodes at, from its kwargs or
+    its constructor's default; None for a stage that is no planner or takes no ``fps``."""
+    if not issubclass(cls, BasePlanner):
+        return None
+    if "fps" in kwargs:
+        return kwargs["fps"]
+    param = inspect.signature(cls).parameters.get("fps")
+    return None if param is None or param.default is param.empty else param.default
 
 
 def _at_least(kwargs: dict[str, Any], name: str, least: int) -> None:

@@ -202,6 +202,7 @@ def first_failure(
     import that ends the process is placed). A node's template calls this too, having imported
     the classes for its workers anyway."""
     bases = {kind: load_actor_class(path) for kind, path in _BASES.items()}
+    stages: dict[str, tuple[str, type, dict[str, Any]]] = {}  # by field: path, class, kwargs
     for where, path, kind, names, *values in checks:
         if before is not None:
             before(where)
@@ -215,6 +216,25 @@ def first_failure(
             problem = kwargs_values_problem(cls, values[0])
         if problem is not None:
             return f"{where.rpartition('.')[0]}.kwargs", f"{path}: {problem}"
+        if kind == "stage" and values:
+            stages[where] = (path, cls, dict(values[0]))
+    return _stages_problem(stages)
+
+
+def _stages_problem(stages: dict[str, tuple[str, type, dict[str, Any]]]) -> tuple[str, str] | None:
+    """The first stage whose kwargs do not fit the pipeline's other stages, by its class's
+    ``check_stages`` (``StageActor.check_stages``): a writer's frame rate that is not its
+    planner's failed the run's finalize after every item was made (report ds 2)."""
+    by_name = {where.split(".")[1]: (cls, kwargs) for where, (_, cls, kwargs) in stages.items()}
+    for where, (path, cls, kwargs) in stages.items():
+        check = getattr(cls, "check_stages", None)
+        if not callable(check):
+            continue
+        name = where.split(".")[1]
+        try:
+            check(dict(kwargs), {k: v for k, v in by_name.items() if k != name})
+        except (ValueError, TypeError) as exc:  # ConfigError is a ValueError
+            return f"{where.rpartition('.')[0]}.kwargs", f"{path}: {exc}"
     return None
 
 

@@ -165,6 +165,18 @@ class StageActor(Actor):
         return out
 
     @classmethod
+    def check_stages(cls, kwargs: dict[str, Any], others: dict[str, tuple[type, dict[str, Any]]]) -> None:
+        """Refuse kwargs that do not fit the pipeline's other stages, before any replica starts
+        (after each stage's own ``check_kwargs``): ``others`` holds each other stage of the
+        pipeline checked here, by name, as (its class, its config's kwargs, ``{out}``
+        unresolved). A writer's frame rate that is not its planner's, say, failed the run's
+        finalize after every item was made.
+
+        Raises:
+            ValueError: they do not fit; the message says which and why (``ConfigError``).
+        """
+
+    @classmethod
     def hooks(cls) -> list[str]:
         """The run-wide hooks this class defines."""
         return [name for name in HOOKS if callable(getattr(cls, name, None))]

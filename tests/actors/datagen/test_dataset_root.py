@@ -127,3 +127,44 @@ def test_the_dataset_is_the_folders_readme_names_as_it(tmp_path: Path, writers: 
     stage.start(_run(out))
     final = stage.finalize(_run(out))
     assert {Path(p).relative_to(out).parts[0] for p in final["outputs"]} == {"data", "meta", "videos"}
+
+
+@pytest.mark.parametrize(
+    ("plan", "store", "said"),
+    [
+        ("fps = 10", "fps = 5", "kwargs.fps = 5, but stage plan plans its episodes at 10 fps"),
+        ("", "fps = 5", "kwargs.fps = 5, but stage plan plans its episodes at 10 fps"),  # its default
+        ("fps = 5", "fps = 5", None),
+        ("fps = 5", "", None),  # the episodes' rate
+    ],
+)
+def test_a_writer_fps_other_than_the_planners_is_refused_before_anything_starts(
+    tmp_path: Path, plan: str, store: str, said: str | None
+) -> None:
+    """It rendered every item, then failed finalize (report ds 2)."""
+    from troupe.runtime.core.loading import first_failure, stage_checks
+    from troupe.runtime.pipeline.config import load_pipeline
+
+    path = tmp_path / "pipe.toml"
+    path.write_text(
+        f"""
+[[stages]]
+name = "plan"
+actor = "troupe.actors.datagen.lifecycle:NavPlanner"
+kwargs = {{ {plan} }}
+
+[[stages]]
+name = "store"
+actor = "troupe.actors.datagen.lifecycle:LeRobotWriter"
+kwargs = {{ store = "{{out}}/s"{", " + store if store else ""} }}
+""",
+        encoding="utf-8",
+    )
+    failure = first_failure(stage_checks(load_pipeline(path)))
+    if said is None:
+        assert failure is None
+        return
+    assert failure is not None
+    assert failure[0] == "stages.store.kwargs"
+    assert failure[1].startswith(f"troupe.actors.datagen.lifecycle:LeRobotWriter: {said}"), failure
+    assert "leave fps out (the episodes' rate is taken) or give 10" in failure[1]
