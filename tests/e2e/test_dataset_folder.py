@@ -63,3 +63,16 @@ def test_a_writer_fps_other_than_the_planners_is_one_line_before_anything_is_mad
         "stages.store.kwargs: troupe.actors.datagen.lifecycle:LeRobotWriter: kwargs.fps = 5, but" in lines[0]
     )
     assert not out.exists()
+
+
+def test_a_rerun_with_a_kwarg_only_finalize_reads_changed_finalises_again(tmp_path: Path) -> None:
+    """The writer's robot_type decides no episode: the rerun was refused as made with another
+    pipeline, and only --fresh, all the work again, got out (report ds 2)."""
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(CONFIGS / "datagen.toml", out)
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    config = _pipeline(tmp_path, 'kwargs = { store = "{out}/.troupe/episodes", robot_type = "rover" }')
+    code, stdout, stderr = _run(config, out)
+    assert code == 0, stdout[-2000:] + stderr[-2000:]
+    assert "every item was done by an earlier run" in " ".join(stdout.split())
+    assert json.loads((out / "meta" / "info.json").read_text(encoding="utf-8"))["robot_type"] == "rover"

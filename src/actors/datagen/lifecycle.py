@@ -252,6 +252,8 @@ class LeRobotWriter(BaseWriter):
     """
 
     mailbox_capacity = 4
+    # What only finalize reads: a rerun with one changed writes the dataset again, not refused.
+    finalize_kwargs = ("dataset", "fps", "robot_type")
 
     @classmethod
     def check_kwargs(cls, kwargs: dict[str, Any]) -> None:

@@ -17,7 +17,9 @@ Rules, checked before anything runs:
   of its journal, which its master takes over (``RunDir.lock``);
 - a new or empty directory (or one holding only ``logs/``) starts a run;
 - a directory with a record resumes it when the pipeline is the same, and is refused, naming
-  the first field that differs, when it is not;
+  the first field that differs, when it is not; kwargs a stage's finalize hook named as its
+  alone (``StageActor.finalize_kwargs``, kept in the record's ``finalize_only``) are not
+  compared: changed, they are recorded, and the run finalises again;
 - the pipeline is also kept beside the record, in ``.troupe/made_with.json`` (written with it,
   never changed after): a record deleted or damaged is rebuilt from that copy where the
   pipeline is the same (``recovered``), and refused, naming the first field that differs, where
@@ -327,6 +329,7 @@ class RunDir:
             self._write(record)
             self.recovered = lost
         self._keep_copy(record)
+        self._take_finalize_kwargs(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
 
@@ -380,7 +383,8 @@ class RunDir:
         self.check(made_with, fresh)
         record = None if fresh else self._readable()[0]
         complete = record.get("complete") if record is not None else None
-        return isinstance(complete, dict) and self.still_there(complete)
+        as_made = record is not None and first_difference(record.get("pipeline", {}), made_with) is None
+        return isinstance(complete, dict) and self.still_there(complete) and as_made
 
     def is_complete(self) -> bool:
         """A run finished here, its outputs still as it wrote them (whatever it was made with)."""
@@ -408,6 +412,9 @@ class RunDir:
         ``job``: for a run whose items came from a master, the job it ran, as
         :meth:`completed_job` is asked)."""
         record = self._read() or {}
+        only = _finalize_only(finals)
+        if only:
+            record["finalize_only"] = only
         record["complete"] = {
             "finals": finals,
             "out": str(self.out),
@@ -554,6 +561,7 @@ class RunDir:
                 if lost is not None:
                     self._write(record)
                 self._keep_copy(record)
+                self._take_finalize_kwargs(record, made_with)
         except BaseException:
             lock.release()
             raise
@@ -578,10 +586,21 @@ class RunDir:
                     "--fresh or finalize would delete it); give a folder outside it"
                 )
 
+    def _take_finalize_kwargs(self, record: dict[str, Any], made_with: dict[str, Any]) -> None:
+        """Record this run's pipeline where it differs from the record's in kwargs only a
+        ``finalize`` hook reads (``StageActor.finalize_kwargs``, as :meth:`_check_same` let it
+        pass), and drop the record's word that a run finished: the run finalises again, with
+        them (a writer's ``robot_type`` changed was refused, its episodes pinned by it)."""
+        if first_difference(record.get("pipeline", {}), made_with) is None:
+            return
+        record["pipeline"], record["complete"] = made_with, None
+        self._write(record)
+
     def _check_same(
         self, record: dict[str, Any], made_with: dict[str, Any], advice: str = _FRESH_ADVICE
     ) -> None:
-        diff = first_difference(record.get("pipeline", {}), made_with)
+        only = record.get("finalize_only")
+        diff = first_difference(_without(record.get("pipeline", {}), only), _without(made_with, only))
         if diff is not None and advice == _FRESH_ADVICE and "stage." in diff[0].partition("=")[0]:
             # A stage's actor or kwargs, compared as written: one that only tunes (render's
             # threads) is refused too, as troupe cannot tell it from one that changes the outputs.
@@ -811,6 +830,33 @@ def _can_read(path: Path) -> bool:
 def _holds_a_run(folder: Path) -> bool:
     run = RunDir(folder)
     return run.record_path.is_file() or run.journal_path.is_file()
+
+
+def _finalize_only(finals: dict[str, Any]) -> dict[str, list[str]]:
+    """The kwargs only each stage's ``finalize`` reads, by stage, as its hook's answer named them."""
+    only = {}
+    for stage, summary in finals.items():
+        names = summary.get("finalize_kwargs") if isinstance(summary, dict) else None
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+            only[stage] = names
+    return only
+
+
+def _without(pipeline: Any, only: Any) -> Any:
+    """``pipeline`` (:func:`fingerprint`) without the kwargs ``only`` names by stage (the
+    record's ``finalize_only``): they decide no output, so they are not compared."""
+    if (
+        not isinstance(only, dict)
+        or not isinstance(pipeline, dict)
+        or not isinstance(pipeline.get("stage"), dict)
+    ):
+        return pipeline
+    stages = dict(pipeline["stage"])
+    for stage, names in only.items():
+        entry = stages.get(stage)
+        if isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict) and isinstance(names, list):
+            stages[stage] = {**entry, "kwargs": {k: v for k, v in entry["kwargs"].items() if k not in names}}
+    return {**pipeline, "stage": stages}
 
 
 def _outputs(finals: dict[str, Any]) -> list[str] | None:

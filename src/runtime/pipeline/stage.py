@@ -137,6 +137,11 @@ class StageActor(Actor):
     start_lists_every_output = False
     """``start`` names every output the stage holds (see the module docstring), not some."""
     _stage_name = ""  # the pipeline's name for this stage, once the engine has said it (stage_info)
+    finalize_kwargs: tuple[str, ...] = ()
+    """The kwargs only ``finalize`` reads (where a dataset goes, what it declares): they decide
+    no item's output, so a rerun with them changed finalises again instead of being refused as
+    made with another pipeline. The run learns them from the hook's answer (its
+    ``finalize_kwargs`` entry): a run that never finalised holds them as it holds the rest."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -327,4 +332,7 @@ class StageActor(Actor):
     async def _stage_finalize(self, payload: dict[str, Any]) -> dict[str, Any]:
         hook = getattr(self, "finalize", None)
         summary = await _call(hook, StageRun.from_wire(payload)) if callable(hook) else None
-        return final_summary(type(self).__qualname__, summary)
+        final = final_summary(type(self).__qualname__, summary)
+        if self.finalize_kwargs:
+            final["finalize_kwargs"] = sorted(self.finalize_kwargs)
+        return final

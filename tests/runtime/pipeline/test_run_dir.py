@@ -488,3 +488,44 @@ def test_a_stage_kwarg_that_differs_says_to_resume_with_it_as_it_was(tmp_path: P
         r"\(run it with the stages as they were to resume it; --fresh starts anew",
     ):
         RunDir(tmp_path / "out").check(fingerprint(threads), fresh=False)
+
+
+def _store_kwargs(made: dict[str, Any], **kwargs: object) -> dict[str, Any]:
+    made["stage"]["store"]["kwargs"].update(kwargs)
+    return made
+
+
+def test_a_kwarg_only_finalize_reads_changed_finalises_again_and_is_recorded(tmp_path: Path) -> None:
+    """The writer's robot_type (fps, dataset) decides no episode: a rerun with it changed was
+    refused as made with another pipeline, its committed episodes pinned by it (report ds 2).
+    The finalize hook's answer names them; a changed one takes the folder, to finalise again."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    _committed(out)
+    made = out / "meta" / "info.json"
+    made.parent.mkdir()
+    made.write_text("{}")
+    run.mark_complete({"store": {"outputs": [str(made)], "finalize_kwargs": ["fps", "robot_type"]}})
+    run.release()
+    renamed = _store_kwargs(_made_with(items=8), robot_type="x")
+    assert RunDir(out).finished(_made_with(items=8), fresh=False)
+    assert not RunDir(out).finished(renamed, fresh=False)  # it finalises again
+    again = RunDir(out)
+    assert again.prepare(renamed, fresh=False) is None
+    again.release()
+    record = json.loads((out / ".troupe" / "run.json").read_text())
+    assert record["pipeline"] == renamed and record["complete"] is None
+    with pytest.raises(ConfigError, match=r"made with no stage\.store\.kwargs\.threads, this run asks"):
+        RunDir(out).check(_store_kwargs(_made_with(items=8), threads=2), fresh=False)  # it is no such kwarg
+
+
+def test_a_kwarg_only_finalize_reads_is_held_where_no_finalize_named_it(tmp_path: Path) -> None:
+    """A run that never finalised cannot tell them: compared as written, as the rest."""
+    out = tmp_path / "out"
+    run = RunDir(out)
+    run.prepare(_made_with(items=8), fresh=False)
+    run.release()
+    _committed(out)
+    with pytest.raises(ConfigError, match=r"made with no stage\.store\.kwargs\.robot_type"):
+        RunDir(out).check(_store_kwargs(_made_with(items=8), robot_type="x"), fresh=False)
