@@ -7,6 +7,10 @@ with them, whenever rich is installed: about 12 MiB resident in every process. A
 supervisor logs JSON lines and has no console, so the node starts them through here. rich is
 importable again afterwards: an actor that uses it gets it.
 
+The process is troupe's own (``library_logging.own_this_process``): structlog goes through the
+standard library, as ``import troupe`` configured it in every process before, until the module
+configures its logging; a user's module that logs as the template imports it is no exception.
+
 The current folder is on its ``sys.path``, after the installed packages, whatever the
 environment says: a user's stage modules are looked for there (README, "Your own pipeline"),
 but a scratch ``torch.py`` there is not troupe's torch. Its processes are started with ``-P``
@@ -51,6 +55,9 @@ def main() -> None:
     warnings.filterwarnings(
         "ignore", message=r".*found in sys\.modules after import of package", category=RuntimeWarning
     )
+    from troupe.runtime.library_logging import own_this_process
+
+    own_this_process()  # a node's child: troupe configures its logging (a user's module its lines too)
     runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 

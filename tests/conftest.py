@@ -13,6 +13,8 @@ import psutil
 import pytest
 import structlog
 
+from troupe.runtime.library_logging import own_this_process
+
 
 def _never_cached(configure: Callable[..., None]) -> Callable[..., None]:
     """``structlog.configure`` without ``cache_logger_on_first_use`` in this process.
@@ -103,12 +105,16 @@ def stop_signals_as_they_were() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def structlog_as_a_fresh_program_has_it() -> Iterator[None]:
-    """Each test starts with structlog unconfigured, as a program that set up no logging: a
-    run in the test process then holds its lines and writes them to its own file. structlog's
-    ``capture_logs``, which restores the processors by configuring them, left it "configured"
-    with its defaults (lines printed to stdout), and a later test's run took that for the
-    program's own logging and printed its lines into the test's --json output."""
+def logging_as_a_fresh_command_has_it() -> Iterator[None]:
+    """Each test starts as a troupe command's process does: its logging troupe's own, structlog
+    not yet configured. A run in the test process then holds its lines and writes them to its
+    own file, as ``troupe run``'s does, and structlog's ``capture_logs`` sees troupe's lines (in a
+    program's process they go to the standard library's loggers instead; the tests of that say
+    so: ``own_this_process(False)``). ``capture_logs``, which restores the processors by
+    configuring them, left structlog "configured" with its defaults (lines printed to stdout),
+    and a later test's run took that for a configuration of its own and printed its lines into
+    the test's --json output."""
+    own_this_process()
     structlog.reset_defaults()
     yield
 

@@ -24,6 +24,7 @@ from troupe.cli.commands.run import demo, run
 from troupe.cli.stream_encoding import escape_unencodable
 from troupe.runtime.code_identity import code_digest
 from troupe.runtime.code_identity import version as _package_version
+from troupe.runtime.library_logging import own_this_process
 
 __all__ = ["app", "version"]
 
@@ -83,6 +84,7 @@ def main(
 ) -> None:
     """An actor runtime for embodied-AI data and training pipelines."""
     escape_unencodable()
+    own_this_process()  # the command's process: troupe configures its logging
 
 
 app.add_typer(node_app, name="node", help="Start a node on this host.")

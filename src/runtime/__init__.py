@@ -15,8 +15,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from .core.actor import Actor, MessageContext, handles
 from .core.client import connect
 from .core.ref import ActorAddress, ActorRef
@@ -149,9 +147,3 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if not structlog.is_configured():  # a program that set up no logging: not onto its stdout
-    from .library_logging import route_through_stdlib
-
-    route_through_stdlib()

@@ -115,7 +115,7 @@ async def run_training(
     done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
     try:
         log_dir = out_dir / "logs"
-        with run_log("local", "train") as logs:  # the program's logging back as it ends
+        with run_log("local", "train") as logs:  # the run's file closed as it ends
             if logs is not None:
                 logs.write_to(log_dir)
             async with (

@@ -212,8 +212,8 @@ async def run_pipeline(
         hand_figures = await stack.enter_async_context(
             run_endpoint(None if own_node else metrics, early.cfg.name)
         )
-        # A program that set up no logging: the run's lines go to its log file, not the terminal;
-        # those before the checks are held, as nothing is made in ``out`` before them.
+        # The run's lines go to its log file (in a program's process, troupe's, beside the
+        # program's logging); those before the checks are held, as nothing is made in ``out`` yet.
         held = stack.enter_context(run_log(LOCAL_NODE, "run"))
         # A one-host run starts its node's template first: it checks the stage classes while
         # it imports them for the replicas (early_template.py); a finished run needs neither.
