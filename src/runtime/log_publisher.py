@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 import zmq
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import BadRequest
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_files import FileFollower, rotate_if_larger
 from troupe.runtime.security.auth import gate_for
 from troupe.runtime.security.process import installed
@@ -67,7 +67,7 @@ __all__ = [
     "log_socket",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 POLL_S = 0.2
 SNDHWM = 10_000  # lines queued per subscriber before ZeroMQ drops that subscriber's lines

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import BadRequest
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.config import is_loopback
 from troupe.runtime.process_identity import process_identity
 
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OWNER_PROCESS", "OwnedControls", "can_ping_back", "spawn_owner"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OWNER_PROCESS = "owner_process"
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 import uuid
 
 import anyio
-import structlog
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_BEAT_S
 
 __all__ = ["OwnerBeat"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _BEAT_TIMEOUT_S = 5.0
 

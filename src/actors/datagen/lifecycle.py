@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import structlog
 
 from troupe.actors.lerobot.dataset_drafts import DRAFTS_DIR, DatasetDrafts, clear_stale
 from troupe.actors.lerobot.episode import EpisodeConfig, EpisodeData
 from troupe.actors.lerobot.format import DATA_FILES_SIZE_IN_MB, VIDEO_FILES_SIZE_IN_MB
 from troupe.actors.lerobot.writer import AsyncWriter
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.pipeline.stage import StageActor, StageRun
 from troupe.runtime.tasks.output_store import OutputStore
 
@@ -37,7 +37,7 @@ from .scene import Scene, SceneConfig, generate_scene
 from .scene_wire import plan_from_wire, plan_to_wire, scene_from_wire, scene_to_wire
 from .trajectory import Plan, PlanConfig, plan_episode
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "BaseLoader",

@@ -39,14 +39,15 @@ from typing import Any
 import cachetools
 import diskcache  # type: ignore[import-untyped]  # no types shipped
 import numpy as np
-import structlog
 import torch
+
+from troupe.runtime.library_logging import get_logger
 
 from .cache_folder import foreign_problem, set_index_aside
 
 __all__ = ["DISK_RESERVE", "LatentCache", "cache_key", "decode_entry", "encode_entry"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DISK_RESERVE = 64 << 20  # left free on the disk tier's disk: checkpoints and datasets come first
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .episode_rows import episode_rows
 from .format import EPISODE_FILE, FRAMES_FILE, VIDEO_KEYS, data_schema, video_file
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DRAFTS_DIR", "LAG", "DataDraft", "DatasetDrafts", "clear_stale"]
 
-log = structlog.get_logger("troupe.lerobot")
+log = get_logger("troupe.lerobot")
 
 DRAFTS_DIR = ".drafts"  # a writer's drafts, in its OutputStore's folder
 LAG = 8  # committed episodes held back from the drafts: items end slightly out of order

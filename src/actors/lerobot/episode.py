@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import structlog
 
 from troupe.actors.lerobot.errors import InvalidData
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.output_store import OutputStore
 
 from .action_layout import ACTION_DIM, empty_actions, set_ego
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EpisodeConfig", "EpisodeData", "write_episode"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

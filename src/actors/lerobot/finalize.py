@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import structlog
 
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.errors import CommitError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, replace_durably
 
 from .dataset_drafts import DataDraft, DatasetDrafts
@@ -66,7 +66,7 @@ from .video import SignatureMismatch, VideoConcat, concat_videos, video_signatur
 
 __all__ = ["DatasetConfig", "DatasetSummary", "episode_fps", "finalize_dataset"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _MB = 1024 * 1024
 

@@ -19,16 +19,15 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-import structlog
-
 from troupe.runtime.errors import ActorStopped, ConfigError, MailboxFull
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.output_store import OutputStore
 
 from .episode import EpisodeConfig, EpisodeData, write_episode
 
 __all__ = ["AsyncWriter", "WriterStats"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

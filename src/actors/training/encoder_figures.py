@@ -23,13 +23,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from troupe.runtime import TroupeError
+from troupe.runtime.library_logging import get_logger
 
 __all__ = ["CACHE_FIGURES", "EncoderFigures", "RankAsks", "ask_encoders", "latent_cache_figures", "rank_asks"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CACHE_FIGURES = ("memory_hits", "disk_hits", "misses", "corrupt")
 """The latent cache's own counts summed over the encoder actors, under the cache's names."""

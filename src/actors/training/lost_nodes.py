@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
-import structlog
 
 from troupe.runtime import TroupeError
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.placement import Host, cluster_hosts, place
 from troupe.runtime.worker_stop import node_silent
 
 __all__ = ["live_hosts", "moves", "silent_nodes"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 async def live_hosts(runtime: Runtime, master: str, placed: Sequence[Host]) -> list[Host] | None:

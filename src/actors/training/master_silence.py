@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
-import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 
 __all__ = ["watch_master"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PING_S = 5.0
 

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,6 +20,7 @@ from torch import nn
 from troupe.actors.encoders.encoder_actor import load_encoder
 from troupe.models.world_model import FlowBatch, WorldModel
 from troupe.runtime import ConfigError
+from troupe.runtime.library_logging import get_logger
 
 from .checkpoint import COMMITTED, Checkpointer, checkpoint_path, latest, load
 from .dataset import clip_batches
@@ -39,7 +39,7 @@ __all__ = [
     "weights_sha256",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LOG_EVERY = 10
 """Steps between progress log lines."""

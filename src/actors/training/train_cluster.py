@@ -14,11 +14,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-import structlog
 
 from troupe.runtime import TroupeError
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.owned_controls import OwnedControls
@@ -28,7 +28,7 @@ from troupe.runtime.worker_stop import stop_on_node
 
 __all__ = ["TRAINING_KINDS", "local_gpus", "stop_remote", "stop_worker", "training_cluster"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TRAINING_KINDS = {
     # A train step may keep the trainer's loop busy for long: no progress bound, a long beat grace.

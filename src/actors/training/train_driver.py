@@ -22,10 +22,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import structlog
 
 from troupe.runtime import TroupeError, UnknownActor
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.owned_controls import OwnedControls, spawn_owner
 from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
@@ -47,7 +47,7 @@ from .worker_addresses import WorkerAddresses
 
 __all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENCODER_CLASS = "troupe.actors.encoders.encoder_actor:EncoderActor"
 TRAINER_CLASS = "troupe.actors.training.trainer:TrainerActor"

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime import Actor, ConfigError, handles
+from troupe.runtime.library_logging import get_logger
 
 from .checkpoint import CheckpointSaveFailed, CheckpointUnreadable, checkpoint_path
 from .dataset import DatasetDamaged, NotEnoughEpisodes, being_written
@@ -61,7 +61,7 @@ from .sampler import TooFewClips
 
 __all__ = ["RankRun", "StartRequest", "TrainerActor", "lr_lambda", "sample_seed", "weights_sha256"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STOP_WAIT_S = 4.0
 """Seconds a stopping worker waits for its run to end and checkpoint: under a node's default

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from troupe.runtime import TroupeError
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.placement import Host
 
 __all__ = ["WorkerAddresses"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _RESOLVE_S = 5.0
 

@@ -44,10 +44,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NoReturn
 
-import structlog
-
 from troupe.runtime.core.cell import DROP, PROCEED, Verdict
 from troupe.runtime.errors import ConfigError, FaultInjected
+from troupe.runtime.library_logging import get_logger
 
 __all__ = [
     "DROP",
@@ -65,7 +64,7 @@ __all__ = [
     "slow",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class FaultKind(enum.StrEnum):

@@ -40,10 +40,9 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import ConfigError, UnknownActor
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 from .faults import FaultKind, FaultSpec
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ChaosRelay", "KillNotes"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _ADDRESSING = ("kind", "target", "seed")  # what the fault is and where; the rest is its spec
 _RELAY_TIMEOUT_S = 2.0

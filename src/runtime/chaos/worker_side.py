@@ -28,10 +28,9 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.library_logging import get_logger
 
 from .faults import DROP, FaultPlan, apply_before_handle
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerChaos"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class WorkerChaos:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
+from troupe.runtime.library_logging import get_logger
+
 try:
     import sniffio
 except ModuleNotFoundError:  # anyio works without it, then by asking asyncio for a running loop
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DROP", "PROCEED", "Cell", "Msg", "Verdict"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Verdict(enum.Enum):

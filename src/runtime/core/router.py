@@ -20,8 +20,6 @@ from functools import partial
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.errors import (
     ActorStopped,
     BadFrame,
@@ -31,6 +29,7 @@ from troupe.runtime.errors import (
     UnknownActor,
     UnknownMessageType,
 )
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.roles import actor_message_refusal, control_refusal
 from troupe.runtime.wire.codec import K_ASK, K_CONTROL, K_ERROR, K_REPLY, Codec, Envelope, Kind
 from troupe.runtime.wire.replies import error_payload, raise_error_payload
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Answer", "Inbound"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Answer:

@@ -25,7 +25,6 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
-import structlog
 
 from troupe.runtime.errors import (
     ActorStopped,
@@ -35,6 +34,7 @@ from troupe.runtime.errors import (
     UnknownActor,
     Unreachable,
 )
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.keys import CurveKeys
 from troupe.runtime.security.process import installed
 from troupe.runtime.transports.base import Transport
@@ -55,7 +55,7 @@ from .throttle import PeerThrottle
 
 __all__ = ["ControlHandler", "HandleObserver", "Runtime", "RuntimeStats", "process_runtime"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ControlHandler = Callable[[Any], Awaitable[Any]]
 """A control's handler, payload in, reply out: an ``async`` function (run as a task of its own),

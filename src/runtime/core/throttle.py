@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .peer_limits import PeerRateLimiter
 
@@ -39,7 +39,7 @@ __all__ = [
     "describe_peer",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Clock = Callable[[], float]
 

@@ -29,14 +29,14 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 if TYPE_CHECKING:
     from .families import Families
 
 __all__ = ["MAX_FIGURES", "actor_metric_families", "read_actor_metrics"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_FIGURES = 64  # per actor: each is a series in every scrape
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")

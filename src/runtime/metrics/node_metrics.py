@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import psutil
-import structlog
+
+from troupe.runtime.library_logging import get_logger
 
 from .actor_metrics import actor_metric_families
 from .families import Families, Family, number, reason_label
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WORKER_STATES", "NodeCollector"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _WORKER_STATUS_S = 1.0  # a worker slower than this to say its counts is reported as not answering
 

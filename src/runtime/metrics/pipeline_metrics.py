@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .families import Families, Family, number
 
 __all__ = ["PipelineCollector", "pipeline_families"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # (field of a stage's figures, its other names, metric, kind, help)
 _STAGE = (

@@ -27,16 +27,16 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.library_logging import get_logger
 
 from .address import parse_host_port
 
 __all__ = ["MAX_OPEN", "MAX_REQUEST_BYTES", "READ_TIMEOUT_S", "MetricsServer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_REQUEST_BYTES = 8192
 READ_TIMEOUT_S = 5.0

@@ -11,12 +11,13 @@ import os
 import signal
 
 import anyio
-import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+
+from troupe.runtime.library_logging import get_logger
 
 __all__ = ["UNKNOWN_EXIT", "ForkedProcess", "pid_alive"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class _PipeReader(ByteReceiveStream):

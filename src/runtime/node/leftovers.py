@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import structlog
 
 from troupe.runtime.file_owner import is_another_users, user_name
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_start import start_ticks
 
 __all__ = ["ChildRecord", "pids_file", "reap_predecessors"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # An older troupe's records hold psutil's start time (the boot time plus the start tick): the
 # same process reads the same value while the clock is not stepped; a pid reused later starts

@@ -19,13 +19,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-import structlog
+
+from troupe.runtime.library_logging import get_logger
 
 from .forked_process import pid_alive
 
 __all__ = ["LightTemplate", "reap_when_dead"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _REAP_POLL_S = 0.01
 

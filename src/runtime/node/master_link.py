@@ -57,12 +57,12 @@ from urllib.parse import urlsplit
 
 import anyio
 import psutil
-import structlog
 
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ActorStopped, NameTaken, Unreachable
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.security.process import installed
 
@@ -83,7 +83,7 @@ __all__ = [
     "resolve_through_master",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 _PROBE_S = 1.0  # the look at the master's port after a failed beat
 NODE_TIMEOUT_S = 10.0
 """The master's node timeout a node counts on until the master's answer says its own (the

@@ -23,7 +23,6 @@ from typing import Any
 
 import anyio
 import psutil
-import structlog
 
 from troupe.runtime.core.control_payloads import (
     ControlPayload,
@@ -35,6 +34,7 @@ from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
 from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigError, UnknownActor, Unreachable
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
@@ -65,7 +65,7 @@ from .worker_process import ignore_stop_signals
 
 __all__ = ["Node", "bind_refused"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Records of workers started on request (``spawn_worker``: a pipeline's replicas) and stopped
 # since, that a node keeps for ``ctl status``: a node serving run after run forgets the oldest.

@@ -15,11 +15,12 @@ import os
 
 import anyio
 import psutil
-import structlog
+
+from troupe.runtime.library_logging import get_logger
 
 __all__ = ["reap_orphans", "unclaimed_zombies"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def unclaimed_zombies() -> set[int]:

@@ -32,18 +32,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import gone_here
 
 from .worker_handles import WorkerHandle
 
 __all__ = ["MASTER_OWNER", "OWNER_BEAT_S", "OWNER_SILENT_S", "OwnerWatch", "master_verdict", "silent_s"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PING_TIMEOUT_S = 5.0  # a run's process on a loaded machine may answer late: not gone
 MASTER_OWNER = "master:"  # an owner the master vouches for: ``master:<token>``

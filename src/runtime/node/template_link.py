@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import structlog
 from anyio.abc import Process
 
 from troupe.lean_start import argv as lean_argv
+from troupe.runtime.library_logging import get_logger
 from troupe.template_prestart import template_argv
 
 from .child import child_env
@@ -51,7 +51,7 @@ __all__ = [
     "start_child",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
 READY_S = 120.0  # imports only; torch with CUDA libraries takes seconds on a slow disk

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 import psutil
-import structlog
 
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.supervision.supervisor import kill_tree
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["descendants_of", "kill_group", "kill_what_is_left", "note_descendants"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REAP_S = 5.0  # for each killed process to be gone; SIGKILL cannot be refused, so this is rarely waited
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 from anyio.abc import TaskStatus
 from pydantic import Field
 
@@ -32,6 +31,7 @@ from troupe.runtime.core.ref import ActorAddress
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.core.throttle import PeerThrottle
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.metrics.actor_metrics import read_actor_metrics
 from troupe.runtime.security.process import install_from_env, security_status
@@ -45,7 +45,7 @@ from .reach import LOOPBACK_ANY_PORT
 
 __all__ = ["ActorStartFailed", "WorkerLaunch", "main", "serve_worker", "start_failure_line"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SPEC_ENV = "TROUPE_WORKER_SPEC"
 _MESSAGE_MOST = 500  # characters of a failed constructor's message on its one line

@@ -9,16 +9,15 @@ a holder that is lost costs the items is ``lost_holders.py``.
 
 from __future__ import annotations
 
-import structlog
-
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.library_logging import get_logger
 
 from .records import Handle, Item, Replica
 from .replicas import ReplicaPool
 
 __all__ = ["HandleLedger"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class HandleLedger(ReplicaPool):

@@ -17,9 +17,9 @@ from collections import deque
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.errors import PeerLost, RemoteError, StageFailed, TroupeError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .records import StageState
@@ -29,7 +29,7 @@ from .stage import StageRun
 
 __all__ = ["STARTED_S", "HookCalls"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STARTED_S = 300.0
 """The longest the engine waits for the replicas it starts before any item moves (every stage's

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .handle_ledger import HandleLedger
 from .records import Handle, Item, StageState
 
 __all__ = ["ItemOutcomes"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ItemOutcomes(HandleLedger):

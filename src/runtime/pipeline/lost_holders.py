@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from collections import deque
 
-import structlog
-
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.library_logging import get_logger
 
 from .item_outcomes import ItemOutcomes
 from .records import Handle, Item, Replica
 
 __all__ = ["LostHolders"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class LostHolders(ItemOutcomes):

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.core.client import answers
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import ConfigError, TaskError, TroupeError, UnknownMessageType
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.spawn_owners import MASTER_OWNER, OWNER_SILENT_S, master_verdict
 from troupe.runtime.process_identity import gone_here
 from troupe.runtime.security.roles import NotPermitted
@@ -30,7 +30,7 @@ from .source import MasterSource
 
 __all__ = ["LEASE_S", "master_source"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _ALIVE_S = 2.0  # how long another run's registration is given to answer before it counts as gone
 

@@ -13,16 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.placement import cluster_status
 
 __all__ = ["NOT_RELAYED", "UNKNOWN", "mixed_code_line", "warn_if_mixed"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 UNKNOWN = "unknown (older troupe)"
 """What a master or node that does not say its code runs, as the line names it."""

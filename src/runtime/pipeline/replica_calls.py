@@ -17,16 +17,16 @@ import time
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.errors import PeerLost, ProtocolError, TroupeError, Unreachable
+from troupe.runtime.library_logging import get_logger
 
 from .lost_holders import LostHolders
 from .records import Handle, Item, Replica, StageState
 
 __all__ = ["ReplicaCalls"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _CALL_S = 600.0  # how long one call to a replica may take before its items are retried
 

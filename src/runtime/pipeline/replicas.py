@@ -15,7 +15,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import structlog
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
@@ -29,6 +28,7 @@ from troupe.runtime.errors import (
     UnknownMessageType,
     Unreachable,
 )
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.owned_controls import OwnedControls, spawn_owner
 from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host
@@ -44,7 +44,7 @@ from .source import ItemSource, send_unanswered
 
 __all__ = ["ReplicaPool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _START_S = 120.0  # a replica's process start (torch imports on a busy machine take a while)
 _SLOW_START_S = 30.0  # a start still going after this long is said, and again as often

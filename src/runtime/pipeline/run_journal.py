@@ -18,9 +18,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
 from troupe.runtime.errors import JournalDamaged
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalLock
@@ -28,7 +27,7 @@ from troupe.runtime.tasks.master.journal_open import open_journal
 
 __all__ = ["DAMAGED_SUFFIX", "open_run_journal"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DAMAGED_SUFFIX = ".damaged"
 _SQLITE_SIDES = ("", "-wal", "-shm")  # the database and what SQLite keeps beside it

@@ -19,10 +19,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import structlog
-
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.keys import CLUSTER
 from troupe.runtime.security.process import KEYS_ENV, installed
 
@@ -30,7 +29,7 @@ from .master_job import LEASE_S
 
 __all__ = ["connect_run", "run_identity"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # How often a run renews its leases (``source.MasterSource``): a third of their time.
 _RENEW_EVERY_S = LEASE_S / 3

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import structlog
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
@@ -31,12 +30,13 @@ from troupe.runtime.errors import (
     UnknownWorker,
     Unreachable,
 )
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # How long a stopping run's last messages (to the master, to the replicas' nodes) wait: enough
 # to leave this process (its sockets close without lingering), not for the answers nobody reads.

@@ -20,11 +20,11 @@ import resource
 import threading
 from typing import Any
 
-import structlog
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from troupe.runtime.core.peer_limits import PeerLogGate
+from troupe.runtime.library_logging import get_logger
 
 from .keys import CurveKeys
 
@@ -41,7 +41,7 @@ __all__ = [
     "refused_peers",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # One log line per refused key per this many seconds, however often it knocks.
 REFUSED_LOG_INTERVAL_S = 10.0

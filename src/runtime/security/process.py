@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .keys import CLUSTER, CurveKeys, check_curve, load_keys, not_own
 
@@ -28,7 +28,7 @@ __all__ = [
     "warn_if_not_own",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 KEYS_ENV = "TROUPE_KEYS"
 

@@ -40,10 +40,10 @@ from types import TracebackType
 from typing import Any
 
 import msgpack
-import structlog
 
 from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import BadFrame, ConfigError, VersionMismatch
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.process import installed
 
 from .liveness import Beat
@@ -64,7 +64,7 @@ __all__ = [
     "verify_beat",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BEAT_MAGIC = "tphb"
 BEAT_VERSION = 1

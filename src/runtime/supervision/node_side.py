@@ -44,12 +44,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import structlog
 from anyio.abc import Process, TaskGroup
 
 from troupe.runtime.chaos.relay import ChaosRelay
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import BadRequest
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.child import child_env
 from troupe.runtime.node.own_processes import is_own_descendant
 from troupe.runtime.node.template_link import start_child
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeSupervision"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _SUPERVISOR = "supervisor"
 _SUPERVISOR_POLICY = RestartPolicy(max_restarts=10, period_s=60.0, backoff_base_s=0.05, backoff_max_s=2.0)

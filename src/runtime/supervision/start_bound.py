@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable
 
 import anyio
-import structlog
 
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 
 __all__ = ["START_TIMEOUT_REASON", "bound_start"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 START_TIMEOUT_REASON = "start_timeout"
 _WARNINGS = 3  # warned at each third of the bound before the kill

@@ -52,12 +52,12 @@ from typing import Any
 
 import anyio
 import psutil
-import structlog
 from pydantic import Field
 
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ActorStopped, BadRequest, ConfigError, PeerLost
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from troupe.runtime.node.config import SupervisionConfig, _Frozen
@@ -70,7 +70,7 @@ from .liveness import Kill, LivenessMonitor, Register, Resumed, Tick, Unregister
 
 __all__ = ["SPEC_ENV", "Supervisor", "SupervisorLaunch", "kill_tree", "main"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SPEC_ENV = "TROUPE_SUPERVISOR_SPEC"
 _MIN_SLEEP_S = 0.002

@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.core.control_payloads import ControlPayload
+from troupe.runtime.library_logging import get_logger
 
 from .heartbeat import HeartbeatSender
 from .status import WorkerStatus
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerHealth"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class WorkerHealth:

@@ -70,7 +70,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .book_rows import Job, LeaseSlot, Task, Worker
 from .journal_bulk import BULK_TASKS
@@ -114,7 +114,7 @@ from .task_tables import TaskTables
 
 __all__ = ["TaskBook", "split_commands"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PENDING, LEASED, FAILED = TaskState.PENDING, TaskState.LEASED, TaskState.FAILED
 DONE, DEAD, CANCELLED = TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED

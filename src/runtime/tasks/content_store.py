@@ -25,15 +25,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from troupe.runtime.errors import ContentError
+from troupe.runtime.library_logging import get_logger
 
 from .output_store import atomic_file
 
 __all__ = ["REF_PREFIX", "ContentStore", "ContentStoreStats"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REF_PREFIX = "cas://sha256/"
 _DIGEST = re.compile(r"[0-9a-f]{64}")

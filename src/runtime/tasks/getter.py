@@ -86,6 +86,7 @@ from troupe.runtime.errors import (
     UnknownWorker,
     Unreachable,
 )
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 
 from .getter_config import GetterConfig
@@ -96,7 +97,7 @@ from .task_runner import KindNotRun, Runner, TaskDropped
 # GetterConfig stays importable from here: the README documents it as the getter's settings.
 __all__ = ["GetterConfig", "TaskGetter"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TRANSIENT = (AskTimeout, Unreachable, ActorStopped)  # the master is down or restarting
 

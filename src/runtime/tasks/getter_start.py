@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.library_logging import get_logger
 
 from .getter import TaskGetter
 from .getter_config import GetterConfig
@@ -24,7 +23,7 @@ from .task_runner import ActorRunner
 
 __all__ = ["install_task_control", "start_task_getter"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def install_task_control(runtime: Runtime, getters: Mapping[str, TaskGetter]) -> None:

@@ -18,17 +18,17 @@ from collections import deque
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TaskError, TroupeError
+from troupe.runtime.library_logging import get_logger
 
 from .getter_config import GetterConfig, GetterStats
 from .task_actor import LeasedTask
 
 __all__ = ["HeldLease", "HeldLeases"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class HeldLease:

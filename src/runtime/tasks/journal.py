@@ -64,10 +64,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
-import structlog
-
 from troupe.runtime.errors import JournalError
 from troupe.runtime.gc_pauses import collector_paused
+from troupe.runtime.library_logging import get_logger
 
 from .book import TaskBook
 from .journal_check import bad_row, check_rows
@@ -90,7 +89,7 @@ from .state import JobRecord, JobState, TaskState
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Compaction", "Journal", "JournalEntry"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REPLAY_NOTE_S = 5.0  # a long replay says how far it got this often
 _FOLDED = "('done', 'cancelled')"  # task states whose rows compaction folds into counts

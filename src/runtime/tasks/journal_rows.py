@@ -16,14 +16,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 from .job_digest import job_digest
 from .state import JobPolicy, Resources, Speculation, TaskRecord, TaskSpec, TaskState
 
 __all__ = ["SELECT_TASKS", "job_policy", "noted", "stored_job_digest", "task_rows"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TASK_COLUMNS = (
     "task_id, job_id, kind, seed, refs, cpu, gpu, locality, state, attempts, not_before, "

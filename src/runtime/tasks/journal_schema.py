@@ -19,9 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from troupe.runtime.errors import JournalDamaged, JournalError
+from troupe.runtime.library_logging import get_logger
 
 from .journal_backup import keep_copy_before_upgrade
 
@@ -35,7 +34,7 @@ __all__ = [
     "refuse_foreign",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
 SCHEMA_VERSION = 3  # PRAGMA user_version; bump it with every schema change

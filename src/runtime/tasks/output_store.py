@@ -56,10 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import structlog
-
 from troupe.runtime.core.config_messages import short_repr
 from troupe.runtime.errors import CommitError, InvalidTaskId, TaskError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_start import start_ticks
 
 __all__ = [
@@ -74,7 +73,7 @@ __all__ = [
     "replace_durably",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 COMMIT_MARKER = ".troupe-commit"
 """File written into every committed output; it keeps the dir non-empty and holds the task id,

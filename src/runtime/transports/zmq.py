@@ -36,11 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 import zmq
 
 from troupe.runtime.core.peer_limits import PeerLogGate
 from troupe.runtime.errors import MailboxFull, Partitioned, Unreachable
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.auth import Gate, curve_client, curve_server, gate_for, private_context
 from troupe.runtime.security.keys import CurveKeys
 from troupe.runtime.wire.batch_frames import (
@@ -80,7 +80,7 @@ def _no_room(exc: zmq.ZMQError) -> str:
     return str(exc.strerror)
 
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A peer whose replies are dropped gets one log line per this many seconds, whatever the rate.
 DROP_LOG_INTERVAL_S = 10.0

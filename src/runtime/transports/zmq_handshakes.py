@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import structlog
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from troupe.runtime.core.peer_limits import PeerLogGate
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.auth import REFUSED_LOG_INTERVAL_S, Gate
 
 __all__ = ["HandshakeWatch"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A protocol failure is a peer that spoke something else (no CURVE, garbage): refused. A
 # connection that ended before the handshake did (NO_DETAIL) is either such a peer that hung

@@ -9,8 +9,9 @@ import asyncio
 from collections import deque
 from typing import Any, cast
 
-import structlog
 import zmq
+
+from troupe.runtime.library_logging import get_logger
 
 __all__ = [
     "COPY_BELOW",
@@ -28,7 +29,7 @@ __all__ = [
     "user_id",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Plain ints: pyzmq's enum members cost microseconds per operation on the hot path.
 POLLIN = int(zmq.POLLIN)

@@ -32,8 +32,8 @@ from functools import partial
 
 import anyio
 import anyio.lowlevel
-import structlog
 
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.job_digest import JobDigest
 from troupe.runtime.tasks.journal import Compaction, Journal
@@ -42,7 +42,7 @@ from .driver import Dispatcher
 
 __all__ = ["COMPACT_EVERY_S", "compact_finished"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 COMPACT_EVERY_S = 300.0
 """A running master compacts the jobs finished ``COMPACT_AFTER_S`` ago this often."""

@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-import structlog
 
 from troupe.runtime.errors import JournalError, TaskError
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_bulk import is_bulk
@@ -82,7 +82,7 @@ from troupe.runtime.tasks.state import (
 
 __all__ = ["Dispatcher", "DispatcherStats", "SideCommands"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SideCommands = Callable[[list[Command]], None]
 """Performs the commands that answer nobody in particular (CancelLease, NodeDrained, ...)."""

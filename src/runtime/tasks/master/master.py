@@ -104,13 +104,13 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import structlog
 
 from troupe.runtime.code_identity import code_identity
 from troupe.runtime.core.router import Answer
 from troupe.runtime.core.runtime import Runtime, process_runtime
 from troupe.runtime.errors import ConfigError, JournalError, Unreachable
 from troupe.runtime.gc_pauses import gc_pauses
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.reach import any_port
@@ -143,7 +143,7 @@ from .worker_controls import WorkerControls, WorkerEntry
 
 __all__ = ["HELD_S", "Master"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HELD_S = 1.0
 """A tick this late means the master's loop was held, deaf to every node meanwhile."""

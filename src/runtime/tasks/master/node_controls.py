@@ -24,10 +24,9 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.core.router import Answer
 from troupe.runtime.errors import NameTaken
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.state import DrainNode
 
 from .controls import NodeBeatControl, OwnerControl, ResolveControl
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeControls"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HOLDER_PING_S = 1.0
 """How long the node that has a name may take to answer, when another process beats under it."""

@@ -17,10 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from troupe.runtime.core.router import Answer
 from troupe.runtime.errors import UnknownWorker
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.state import (
     Ack,
     Command,
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerControls", "WorkerEntry"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STALE_SEEN_MOST = 4096  # the reports remembered as counted (oldest forgotten first)
 
