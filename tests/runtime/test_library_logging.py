@@ -10,8 +10,12 @@ it is what importing troupe does.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TROUPE_LINES = """
 from troupe.runtime.library_logging import get_logger
@@ -88,3 +92,18 @@ def test_troupes_lines_reach_the_programs_handlers_named_by_their_module_and_lin
         held.startswith("troupe.runtime.tasks.master.master <string>:6 WARNING {") and '"job": "j1"' in held
     )
     assert logger_class == "Logger"  # the program's loggers are the standard library's own
+
+
+def test_every_module_of_troupe_takes_its_logger_from_get_logger() -> None:
+    """structlog's own logger in a module of troupe would put its lines on a program's structlog
+    (on stdout, with its defaults) and leave them out of a run's file."""
+    taken = re.compile(r"structlog\.(?:stdlib\.)?get_logger\(")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for folder in ("src", "tools")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path.name != "library_logging.py"  # the factory itself
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if taken.search(line)
+    ]
+    assert found == [], "use troupe.runtime.library_logging.get_logger(__name__)"
