@@ -87,7 +87,8 @@ def log_socket(context: zmq.Context[Any], kind: int) -> zmq.Socket[Any]:
     """
     sock: zmq.Socket[Any] = context.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.IPV6, 1)  # a node at tcp://[::1]:P streams there too (IPv4 as ever)
+    if kind == zmq.SUB:  # reads nodes at IPv6 addresses too; a connect is said as given either way
+        sock.setsockopt(zmq.IPV6, 1)
     keys = installed()
     if kind == zmq.PUB:
         sock.setsockopt(zmq.SNDHWM, SNDHWM)
@@ -157,6 +158,8 @@ class LogPublisher:
         self._context: zmq.Context[Any] = zmq.Context() if keys is None else gate_for(keys).context
         self._socket = log_socket(self._context, zmq.PUB)
         try:
+            if bind.startswith("tcp://["):  # only there: an IPv4 one would be said ::ffff:127.0.0.1
+                self._socket.setsockopt(zmq.IPV6, 1)
             self._socket.bind(bind)
             bound = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         except BaseException:
