@@ -8,7 +8,11 @@ the command in place of the installed package, as it is not by ``troupe``."""
 import os
 import sys
 
-if sys.path and sys.path[0] in ("", os.getcwd()):
+try:
+    here = os.getcwd()
+except FileNotFoundError:  # a folder deleted under the shell: the command says so in one line
+    here = ""
+if sys.path and sys.path[0] in ("", here):
     del sys.path[0]
 
 from troupe.cli.entry import main
