@@ -6,7 +6,7 @@
     name = "indoor-nav"
     items = 64            # tasks: seeds seed_start .. seed_start + items - 1
     seed_start = 0
-    slots = 4             # replica budget the scheduler may distribute (default: sum of replicas)
+    slots = 4             # replica budget the scheduler may distribute (default, and least: sum of replicas)
     data_plane = "direct" # outputs go replica to replica ("engine": through the engine process)
     inline_below = 4096   # outputs smaller than this many bytes still go inline through the engine
     max_message_mb = 256  # the replicas' message bound (default: their nodes'), for large items
@@ -132,7 +132,18 @@ class PipelineConfig(_Frozen):
         for i, stage in enumerate(self.stages):
             if stage.after is not None and stage.after not in names[:i]:
                 raise ValueError(f"stages.{stage.name}.after = {stage.after!r} must name an earlier stage")
+        self._slots_hold_the_start()
         return self
+
+    def _slots_hold_the_start(self) -> None:
+        """Every stage starts with its ``replicas`` whatever the budget, so a ``slots`` below
+        their sum was silently exceeded (``slots = 2``: four replicas ran at once)."""
+        start = sum(s.replicas for s in self.stages)
+        if self.slots is not None and self.slots < start:
+            raise ValueError(
+                f"pipeline.slots: {self.slots} is fewer than the stages' starting replicas ({start}); "
+                f"set slots to {start} or more, or lower a stage's replicas"
+            )
 
     @property
     def slot_budget(self) -> int:

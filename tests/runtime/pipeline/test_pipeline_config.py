@@ -89,6 +89,18 @@ def test_slot_budget_defaults_to_starting_replicas(tmp_path: Path) -> None:
     assert load_pipeline(_write(tmp_path, text)).slot_budget == 3
 
 
+def test_slots_below_the_starting_replicas_are_refused(tmp_path: Path) -> None:
+    """Every stage starts its replicas whatever ``slots`` says: a budget below their sum was
+    accepted and silently exceeded (cf 4). It is refused in one line, with the least it may be."""
+    stages = ONE_STAGE.format(name="a") + "replicas = 2\n" + ONE_STAGE.format(name="b")
+    text = "[pipeline]\nslots = 2\n" + stages
+    message = _error(_write(tmp_path, text))
+    expected = "pipeline.slots: 2 is fewer than the stages' starting replicas (3); set slots to 3 or more"
+    assert expected in message and "\n" not in message, message
+    exact = load_pipeline(_write(tmp_path, text.replace("slots = 2", "slots = 3")))
+    assert exact.slot_budget == 3
+
+
 def test_config_is_frozen(tmp_path: Path) -> None:
     """A loaded config cannot be changed in place."""
     cfg = load_pipeline(_write(tmp_path, GOOD))
