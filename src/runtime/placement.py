@@ -1,8 +1,10 @@
 """Placement of replicas on the cluster's hosts by the resource tags they declare.
 
-A node says what it offers in its config (``[node] tags = ["encoder", "gpu-small"]``); a
-replica says what it needs (``tags = ["encoder"]``, ``gpus = 1``). A host fits a replica when it
-carries every tag the replica names and at least the GPUs it asks for. Replicas are spread
+A node says what it offers in its config (``[node] tags = ["encoder", "gpu-small"]``) and its
+beats (its CPUs and GPUs); a replica says what it needs (``tags = ["encoder"]``, ``gpus = 1``,
+a stage's ``cpu = 4``). A host fits a replica when it carries every tag the replica names and at
+least the CPUs and GPUs it asks for. Neither is reserved: a node with 8 CPUs fits any number of
+replicas that need 4, one at a time (a run's scaler and slots bound how many). Replicas are spread
 round-robin over the hosts that fit, in the order the hosts are given, so ``count`` replicas on
 ``n`` fitting hosts land ``ceil(count / n)`` or ``floor(count / n)`` on each.
 
@@ -46,6 +48,8 @@ class Host:
         tags: what it offers; None: everything (the one-host cluster).
         gpus: its GPUs.
         draining: drained (``troupe ctl drain``): it runs what it runs, and takes nothing new.
+        cpus: its CPUs; None: not said (the one-host cluster, a node older than its beat's
+            count), which fits any CPU need.
     """
 
     name: str
@@ -53,6 +57,7 @@ class Host:
     tags: frozenset[str] | None = field(default=frozenset())
     gpus: int = 0
     draining: bool = False
+    cpus: int | None = None
 
     @classmethod
     def anything(cls, name: str, endpoint: str, gpus: int = 0) -> Host:
@@ -60,50 +65,65 @@ class Host:
         return cls(name, endpoint, None, gpus)
 
 
-def fits(host: Host, tags: Iterable[str] = (), gpus: int = 0) -> bool:
-    """Whether ``host`` may take a new replica that needs ``tags`` and ``gpus``: it carries
-    every tag and at least that many GPUs, and it is not draining."""
+def fits(host: Host, tags: Iterable[str] = (), gpus: int = 0, cpus: float = 0) -> bool:
+    """Whether ``host`` may take a new replica that needs ``tags``, ``gpus`` and ``cpus``: it
+    carries every tag and at least that many GPUs and CPUs, and it is not draining."""
     wanted = frozenset(tags)
-    return not host.draining and host.gpus >= gpus and (host.tags is None or wanted <= host.tags)
+    enough_cpus = host.cpus is None or host.cpus >= cpus
+    return (
+        not host.draining and host.gpus >= gpus and enough_cpus and (host.tags is None or wanted <= host.tags)
+    )
 
 
 def place(
-    count: int, hosts: Sequence[Host], tags: Iterable[str] = (), gpus: int = 0, what: str = "replica"
+    count: int,
+    hosts: Sequence[Host],
+    tags: Iterable[str] = (),
+    gpus: int = 0,
+    what: str = "replica",
+    cpus: float = 0,
 ) -> list[Host]:
-    """The host of each of ``count`` replicas that need ``tags`` and ``gpus``, round-robin.
+    """The host of each of ``count`` replicas that need ``tags``, ``gpus`` and ``cpus``, round-robin.
 
     Raises:
         ConfigError: no host fits (names what was asked and what each host offers).
     """
-    candidates = [h for h in hosts if fits(h, tags, gpus)]
+    candidates = [h for h in hosts if fits(h, tags, gpus, cpus)]
     if count <= 0:
         return []
     if not candidates:
-        raise nothing_fits(what, hosts, tags, gpus)
+        raise nothing_fits(what, hosts, tags, gpus, cpus)
     return [candidates[i % len(candidates)] for i in range(count)]
 
 
-def draining_fits(hosts: Sequence[Host], tags: Iterable[str] = (), gpus: int = 0) -> list[str]:
+def draining_fits(
+    hosts: Sequence[Host], tags: Iterable[str] = (), gpus: int = 0, cpus: float = 0
+) -> list[str]:
     """The names of the draining ``hosts`` that would fit but for their drain."""
     wanted = list(tags)
-    return [h.name for h in hosts if h.draining and fits(replace(h, draining=False), wanted, gpus)]
+    return [h.name for h in hosts if h.draining and fits(replace(h, draining=False), wanted, gpus, cpus)]
 
 
-def nothing_fits(what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: int) -> ConfigError:
-    """The error for ``what``, which needs ``tags`` and ``gpus`` that none of ``hosts`` offers."""
+def nothing_fits(
+    what: str, hosts: Sequence[Host], tags: Iterable[str], gpus: int, cpus: float = 0
+) -> ConfigError:
+    """The error for ``what``, which needs ``tags``, ``gpus`` and ``cpus`` that none of ``hosts`` offers."""
     offered = ", ".join(
         f"{h.name} (tags {sorted(h.tags) if h.tags is not None else 'any'}, gpus {h.gpus}"
+        f"{'' if h.cpus is None else f', cpus {h.cpus}'}"
         f"{', draining: troupe ctl undrain ' + h.name if h.draining else ''})"
         for h in hosts
     )
-    draining = draining_fits(hosts, tags, gpus)
+    draining = draining_fits(hosts, tags, gpus, cpus)
     if draining:  # they fit but for their drain: not a question of tags
         return ConfigError(
             f"{what}: every node that could take it is draining ({', '.join(draining)}: "
             f"troupe ctl undrain NODE); the cluster offers: {offered}"
         )
+    # A CPU or less is said by no one: every node has one.
+    needs = f"{gpus} GPU(s)" if cpus <= 1 else f"{gpus} GPU(s) and {cpus:g} CPU(s)"
     return ConfigError(
-        f"{what}: no node has tags {sorted(set(tags))} and {gpus} GPU(s); "
+        f"{what}: no node has tags {sorted(set(tags))}{' and' if cpus <= 1 else ','} {needs}; "
         f"the cluster offers: {offered or 'no nodes'}"
     )
 
@@ -163,8 +183,9 @@ def hosts_of_status(status: Any) -> list[Host]:
     """The live nodes of a master's ``status`` reply as hosts, sorted by name.
 
     Each host is named as its node, reached at the control endpoint its beats advertise (what
-    other hosts reach it at), with the tags and the GPUs it reported; a node without tags (an
-    older one) offers none. Dead nodes are left out.
+    other hosts reach it at), with the tags, the GPUs and the CPUs it reported; a node without
+    tags (an older one) offers none, one that said no CPU count fits any CPU need. Dead nodes
+    are left out.
     """
     nodes = status.get("nodes") if isinstance(status, dict) else None
     hosts = []
@@ -173,6 +194,7 @@ def hosts_of_status(status: Any) -> list[Host]:
             continue
         resources = n.get("resources")
         gpus = resources.get("gpus", 0) if isinstance(resources, dict) else 0
+        cpus = resources.get("cpus") if isinstance(resources, dict) else None
         tags = n.get("tags")
         hosts.append(
             Host(
@@ -181,6 +203,7 @@ def hosts_of_status(status: Any) -> list[Host]:
                 frozenset(map(str, tags)) if isinstance(tags, list) else frozenset(),
                 gpus if type(gpus) is int and gpus > 0 else 0,
                 n.get("draining") is True,
+                cpus if type(cpus) is int and cpus > 0 else None,
             )
         )
     return sorted(hosts, key=lambda h: h.name)

@@ -20,7 +20,7 @@
     batch = 1             # items per call
     inflight = 2          # calls in flight per replica: the next is waiting when one ends
     queue = 8             # bound of this stage's input queue
-    resources = { cpu = 1, gpu = 0, tags = [] }  # tags: on a cluster, nodes carrying them
+    resources = { cpu = 1, gpu = 0, tags = [] }  # on a cluster: nodes with them (placement.fits)
     kwargs = { }          # constructor arguments
 
 Stages form a chain in file order unless a stage names its input with ``after``. ``{out}`` in a
@@ -56,7 +56,10 @@ __all__ = ["PipelineConfig", "Resources", "StageConfig", "load_pipeline"]
 
 
 class Resources(_Frozen):
-    """What one replica of a stage needs."""
+    """What one replica of a stage needs of its node. On a cluster run a replica goes only to a
+    node with every tag and at least ``cpu`` CPUs and ``gpu`` GPUs; none is reserved. On a run's
+    own node they place nothing: a need the host lacks is said as the run starts
+    (``resource_notes``)."""
 
     cpu: StrictFloat = Field(default=1.0, ge=0)
     gpu: StrictInt = Field(default=0, ge=0)

@@ -10,7 +10,7 @@ it stays for ``unheard_s``, the time a live node's beat takes to reach a master 
 leaves only if it is still unheard of then (dropped at once, a restart of the master cost a
 run the replicas of every node, and failed it when a replica had to start meanwhile).
 
-Each new replica goes to the node, among those that fit the stage's resources (tags, GPUs),
+Each new replica goes to the node, among those that fit the stage's resources (tags, GPUs, CPUs),
 that runs the fewest replicas of that stage, then the fewest in all: a stage's replicas spread
 over the nodes before any node gets a second one.
 
@@ -75,7 +75,7 @@ class EngineHosts:
         self.runtime = runtime
         self.refresh_s = refresh_s
         self.unheard_s = unheard_s
-        self._fitted: set[tuple[tuple[str, ...], int]] = set()  # what some node offered in this run
+        self._fitted: set[tuple[tuple[str, ...], int, float]] = set()  # what some node offered in this run
         self._unheard_since: dict[str, float] = {}  # node name -> when the master first did not list it
         self.changed = anyio.Event()  # set when a node leaves (or comes back)
         self._stage_load: dict[str, Counter[str]] = {}
@@ -88,20 +88,20 @@ class EngineHosts:
         """The names of the nodes that may run replicas now."""
         return frozenset(h.name for h in self.hosts)
 
-    def pick(self, stage: str, tags: Sequence[str] = (), gpus: int = 0) -> Host:
+    def pick(self, stage: str, tags: Sequence[str] = (), gpus: int = 0, cpus: float = 0) -> Host:
         """The node for a new replica of ``stage`` (counted as running there from now on).
 
         Raises:
             ConfigError: no live node fits (names what was asked and what the nodes offer).
         """
         live = [h for h in self.hosts if h.name not in self._stopping]
-        fitting = [h for h in live if fits(h, tags, gpus)]
-        wanted = (tuple(sorted(set(tags))), gpus)
+        fitting = [h for h in live if fits(h, tags, gpus, cpus)]
+        wanted = (tuple(sorted(set(tags))), gpus, cpus)
         if not fitting:
-            refusal = nothing_fits(f"stages.{stage}", live, tags, gpus)
+            refusal = nothing_fits(f"stages.{stage}", live, tags, gpus, cpus)
             # A node offered them in this run (it died, stops or drains), or one that stops does.
-            if wanted in self._fitted or any(fits(h, tags, gpus) for h in self.hosts):
-                gone = "" if draining_fits(live, tags, gpus) else _GONE  # else undrain
+            if wanted in self._fitted or any(fits(h, tags, gpus, cpus) for h in self.hosts):
+                gone = "" if draining_fits(live, tags, gpus, cpus) else _GONE  # else undrain
                 raise NoNodeNow(f"{refusal}{gone}: {_AGAIN}")
             raise refusal
         self._fitted.add(wanted)

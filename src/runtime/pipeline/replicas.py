@@ -133,7 +133,12 @@ class ReplicaPool:
         asked: float | None = None
         try:
             res = stage.cfg.resources
-            host = self.hosts.pick(stage.cfg.name, res.tags, res.gpu if self.hosts.master else 0)
+            # On one host (no master) the stage's needs place nothing: the run said so as it
+            # started (resource_notes.py), and its one node takes every replica.
+            cluster = self.hosts.master is not None
+            host = self.hosts.pick(
+                stage.cfg.name, res.tags, res.gpu if cluster else 0, res.cpu if cluster else 0
+            )
             # Counted as launched from the request on: a run cancelled while the node starts it
             # tells the node to stop it (``_stop_all``), which the node does once it has started.
             # Not a shielded wait for the answer: a cancelled run's runtime reads no answers.

@@ -83,7 +83,7 @@ async def on_cluster(
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources
-            place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}")
+            place(1, live, res.tags, res.gpu, what=f"stages.{stage.name}", cpus=res.cpu)
         source, before = await master_source(
             rt, master, cfg, fresh=fresh, out=out, on_event=on_event, retry_dead=retry_dead
         )

@@ -64,6 +64,7 @@ from troupe.runtime.transports.loopback import moved_line
 from .config import PipelineConfig
 from .early_template import OnImporting, early_template
 from .engine import PipelineEngine
+from .resource_notes import warn_of_resources
 from .result import PipelineMetrics, PipelineResult
 from .run_cluster import LOCAL_NODE, on_cluster, on_node
 from .run_dir import RunDir, fingerprint
@@ -169,10 +170,12 @@ async def run_pipeline(
             the stage classes (before ``on_start``), the class or module it imports now (None
             once done, or before it said) and the seconds since it started: a slow or hanging
             import is named while the run waits.
-        on_warning: with ``cluster``, called before the run starts with a line for people,
-            once for each of: the master or a live node runs other troupe code than this process
+        on_warning: called before the run starts with a line for people, once for each of:
+            with ``cluster``, the master or a live node runs other troupe code than this process
             or than each other (``mixed_code.py``): who runs what; the keys hold no cluster pair,
-            so the master cannot reach the run and a cancel waits for a renewal (``run_keys.py``).
+            so the master cannot reach the run and a cancel waits for a renewal (``run_keys.py``);
+            on the run's own node, a stage asks a GPU where torch sees no CUDA device, or more
+            CPUs than the host has (``resource_notes.py``): the run goes on, on the CPU.
         metrics: ``HOST:PORT`` of a Prometheus endpoint for the run's life (docs/METRICS.md):
             the node started here serves its families and the pipeline's; with ``cluster`` or
             ``node``, this process serves the pipeline's, labelled ``pipeline``. On loopback,
@@ -262,6 +265,8 @@ async def run_pipeline(
                 held.write_to(log_dir)
         if plan.complete is not None:
             return already_complete(plan.complete)
+        if own_node:  # there, a stage's resources place nothing: a need it lacks is said
+            warn_of_resources(cfg, on_warning)
         failed: StageFailed | None = None
         result: PipelineResult | None = None
         done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
