@@ -40,6 +40,7 @@ __all__ = [
     "master_call",
     "master_status",
     "master_tables",
+    "nobody_listens",
     "node_name_problem",
     "probe",
     "reachable",
@@ -135,11 +136,17 @@ def probe(endpoint: str, what: str, timeout: float = PROBE_S) -> Probe:
         return Probe(f"no {what} answers at {endpoint} ({reason})")
 
 
+def nobody_listens(absent: str) -> bool:
+    """Whether ``absent`` (:func:`unreachable_why`'s clause) says that nothing listens there (a
+    refused connect, no ipc socket), rather than that the network did not carry the connect."""
+    return absent.endswith(_REFUSED) or " listens at " in absent
+
+
 def what_to_do(absent: str, start: str) -> str:
     """``absent`` (:func:`unreachable_why`'s clause) and what to do: ``start`` (start one) where
     nothing listens there; where the network did not carry the connect, a look at it (starting
     another there would put a second one beside the one the network hides)."""
-    if absent.endswith(_REFUSED) or " listens at " in absent:
+    if nobody_listens(absent):
         return f"{absent}; {start}"
     return f"{absent}; check the endpoint and the network to that host"
 

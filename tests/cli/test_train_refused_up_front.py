@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from support.train_run_cli import config_copy, datagen_made, run_cli
+from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -73,3 +74,17 @@ def test_a_cache_dir_holding_the_users_files_is_refused(tmp_path: Path) -> None:
     line = _refused(config, tmp_path / "out")
     assert f"encoders.cache_dir {cache} holds 'NOTES.txt', which the latent cache did not write" in line
     assert sorted(p.name for p in cache.iterdir()) == ["NOTES.txt"]
+
+
+def test_a_master_that_is_not_there_is_refused_at_once_with_the_flags_meaning(tmp_path: Path) -> None:
+    """``--master E`` with nothing at E: a pipeline's command line reused for a training, whose
+    --master is a running master, not one the run starts. The run asked E for its status and
+    said AskTimeout 5 s later, leaving .troupe-train/ and logs/ in --out (cf 8): a plain connect
+    first, refused at once, exit 2, nothing made, the flag's meaning said."""
+    changes = {"train": {"dataset": str(_dataset(tmp_path))}}
+    config = config_copy(tmp_path / "train.toml", "train.toml", changes)
+    nobody = free_endpoint()
+    line = _refused(config, tmp_path / "out", "--master", nobody)
+    assert f"--master: no master answers at {nobody} (connection refused)" in line, line
+    assert "--master is a running master" in line and "leave --master out to train on this host" in line
+    assert "AskTimeout" not in line, line

@@ -141,14 +141,19 @@ def finish_train(
     unusable = unusable or full_disk_problem(out, "--out")
     if unusable:
         raise fail(unusable, 2)
+    shape = endpoint_shape_problem(master, "--master")
+    if shape:
+        raise fail(shape, 2)
+    if master is not None:  # first, in a moment: the config's checks take seconds
+        absent = _master_absent(master)
+        if absent is not None:
+            raise fail(*absent)
     try:
         cfg = check_train(config, out, steps, items, fresh, flag, master)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    problem = (
-        endpoint_shape_problem(master, "--master")
-        or (None if master or endpoint is None else endpoint_problem(endpoint, "--endpoint"))
-        or (None if master or endpoint is None else loopback_problem(endpoint, "--endpoint", "troupe run"))
+    problem = (None if master or endpoint is None else endpoint_problem(endpoint, "--endpoint")) or (
+        None if master or endpoint is None else loopback_problem(endpoint, "--endpoint", "troupe run")
     )
     if problem:
         raise fail(problem, 2)
@@ -175,6 +180,29 @@ def finish_train(
         return
     # A stop that came once the training was complete: what a rerun would say, exit 0.
     run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json, may_move, done_if_returned=True)
+
+
+def _master_absent(master: str) -> tuple[str, int] | None:
+    """Why nothing at ``master`` can take the training, and the exit status (2: nothing listens
+    there, bad input; 1: the network did not carry the connect); None where something listens.
+
+    A plain connect first, as ``ctl`` does: a refused one is answered at once (the run asked
+    ``status`` and said AskTimeout 5 s later, its --out made). The flag's other meaning is said:
+    a pipeline's --master is where the run starts its own, a training's is a running one.
+    """
+    from troupe.cli.master_client import nobody_listens, unreachable_why, what_to_do
+
+    absent = unreachable_why(master, "master")
+    if absent is None:
+        return None
+    meaning = (
+        "with a training config, --master is a running master whose nodes train (`troupe master "
+        "start`); leave --master out to train on this host"
+    )
+    said = what_to_do(absent, meaning)  # where nothing listens, the meaning is the advice
+    if nobody_listens(absent):
+        return f"--master: {said}", 2
+    return f"--master: {said}; {meaning}", 1
 
 
 def _say_complete(lead: str, done: tuple[int, Path], target: int, as_json: bool) -> None:
