@@ -3,6 +3,7 @@ as the README says: its own test passes, and `troupe run` runs it from its folde
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,3 +117,42 @@ def test_troupe_run_imports_the_installed_packages_not_their_names_in_its_folder
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "scratch" not in done.stdout + done.stderr
     assert len(json.loads((work / "out" / "signals" / "index.json").read_text())["items"]) >= 1
+
+
+@pytest.mark.timeout(300)
+def test_fresh_drops_what_the_examples_earlier_runs_stored(tmp_path: Path) -> None:
+    """``--fresh`` starts anew: the example's ``Store.start`` listed every .npy as kept, so a
+    fresh run after a changed ``window`` ran nothing (``kept`` all) and left the old signals,
+    and those of items the new run does not have (ap 4). Run twice with --fresh: the second
+    run's items are made again, with its window, and nothing else is left in the folder."""
+    work = tmp_path / "mine"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("__pycache__", "test_*"))
+    base = [sys.executable, "-m", "troupe.cli.main", "run", "pipeline.toml", "--out", "out", "--json"]
+    first = subprocess.run(
+        [*base, "--items", "8", "--fresh"], cwd=work, capture_output=True, text=True, timeout=280
+    )
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    toml = work / "pipeline.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace("window = 32", "window = 8"), encoding="utf-8")
+
+    again = subprocess.run(
+        [*base, "--items", "4", "--fresh"], cwd=work, capture_output=True, text=True, timeout=280
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    figures = json.loads(again.stdout)["items"]
+    assert figures["kept"] == 0 and figures["ok"] + figures["pruned"] == 4, figures
+    signals = work / "out" / "signals"
+    stored = sorted(p.stem for p in signals.glob("*.npy"))
+    assert stored == json.loads((signals / "index.json").read_text())["items"]
+    assert len(stored) == figures["ok"], "the first run's items 4-7 are gone"
+    assert _smoothed(work, stored[0], window=8).tolist() == np.load(signals / f"{stored[0]}.npy").tolist()
+
+
+def _smoothed(work: Path, task_id: str, window: int) -> np.ndarray:
+    """What the example's Generate and Smooth make of ``task_id`` with ``window``."""
+    spec = importlib.util.spec_from_file_location("own_pipeline_stages", work / "stages.py")
+    assert spec is not None and spec.loader is not None
+    stages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stages)
+    item = {"task_id": task_id, "seed": int(task_id.rsplit("-", 1)[1])}
+    return stages.Smooth(window=window).process(stages.Generate().process(item))["smooth"]

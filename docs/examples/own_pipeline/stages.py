@@ -36,7 +36,8 @@ class Smooth(StageActor):
 
 
 class Store(StageActor):
-    """One .npy per item, written once (a rerun keeps what is there); an index at the end."""
+    """One .npy per item, written once (a rerun keeps what is there, --fresh drops it); an index
+    at the end."""
 
     def __init__(self, directory: str):
         self.directory = Path(directory)
@@ -45,6 +46,9 @@ class Store(StageActor):
     def start(self, run: StageRun):
         for leftover in self.directory.glob("*.tmp"):  # a replica killed mid-write
             leftover.unlink()
+        if run.fresh:  # the run starts anew: what earlier runs stored goes too
+            for old in self.directory.glob("*.npy"):
+                old.unlink()
         return [p.stem for p in self.directory.glob("*.npy")]  # these items are kept
 
     def process(self, item):
