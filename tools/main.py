@@ -14,6 +14,7 @@ from troupe.cli.commands import (
     chaos,  # noqa: F401  (adds `ctl chaos` and `ctl heal`)
     compact,  # noqa: F401  (adds `master compact`)
 )
+from troupe.cli.commands.configs import configs
 from troupe.cli.commands.ctl import ctl_app
 from troupe.cli.commands.keys import keys_app
 from troupe.cli.commands.logs import logs_app
@@ -96,6 +97,7 @@ app.add_typer(keys_app, name="keys", help="Make CURVE key pairs (authenticate an
 app.add_typer(models_app, name="models", help="Train and inspect troupe's models (the video VAE).")
 app.command("run")(run)
 app.command("demo")(demo)
+app.command("configs")(configs)
 
 
 def flowing(text: str) -> str:

@@ -193,7 +193,11 @@ def _job_payload(job_file: Path, job_id: str | None) -> tuple[dict[str, Any], in
 @ctl_app.command("submit")
 def submit(
     job_file: Annotated[
-        Path, typer.Argument(metavar="JOB.toml", help="The job's TOML file (see configs/job-example.toml).")
+        Path,
+        typer.Argument(
+            metavar="JOB.toml",
+            help="The job's TOML file (see configs/job-example.toml: `troupe configs job-example.toml`).",
+        ),
     ],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
     job_id: Annotated[str | None, typer.Option("--id", help="Job id (default: the job's name).")] = None,

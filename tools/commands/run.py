@@ -171,7 +171,8 @@ def run(
     ] = None,
 ) -> None:
     """Run a pipeline to the end on a one-host cluster, into --out (default: the data generation
-    pipeline, which writes a LeRobot dataset); a training config (configs/train.toml) trains.
+    pipeline, which writes a LeRobot dataset); a training config (configs/train.toml; `troupe
+    configs train.toml` writes it there from the install) trains.
 
     Run again into the same --out, it resumes: committed outputs are kept, the missing items run,
     and the stages finalise once; a finished run says so and exits 0.

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
+from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["field_path", "known_keys", "short_repr", "validation_message"]
+__all__ = ["field_path", "known_keys", "shipped_hint", "short_repr", "validation_message"]
 
 _LABEL = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 _MAX_VALUE = 60  # characters of a bad value shown in a message
@@ -210,3 +213,21 @@ def _step(annotation: Any, part: int | str) -> Any:
     if origin is dict and len(args) == 2:
         return args[1]
     return None
+
+
+def shipped_hint(path: Path) -> str:
+    """How to get ``path`` where it names a config troupe ships (``configs/train.toml``, which
+    the README and --help name): an install without the repository has no such folder."""
+    parts = path.parts
+    if "configs" not in parts[:-1]:
+        return ""
+    at = len(parts) - 1 - parts[::-1].index("configs", 1)
+    name = "/".join(parts[at + 1 :])
+    try:
+        shipped = files("troupe.configs").joinpath(name).is_file()
+    except (ModuleNotFoundError, OSError):
+        return ""
+    if not shipped:
+        return ""
+    out = "" if path == Path("configs", name) else f" --out {shlex.quote(str(path))}"
+    return f"; troupe ships it: `troupe configs {name}{out}` writes it there"

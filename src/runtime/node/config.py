@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from troupe.runtime.core.config_messages import short_repr, validation_message
+from troupe.runtime.core.config_messages import shipped_hint, short_repr, validation_message
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import check_log_level
 from troupe.runtime.metrics.address import as_endpoint, parse_host_port
@@ -505,7 +505,7 @@ def read_toml(path: Path, what: str, tables: set[str], arrays: set[str], expecte
     try:
         raw = tomllib.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what} file") from None
+        raise ConfigError(f"{path}: no such {what} file{shipped_hint(Path(path))}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; save the {what} file as UTF-8") from None
     except OSError as exc:

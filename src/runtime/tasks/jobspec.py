@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from troupe.runtime.core.config_messages import short_repr
+from troupe.runtime.core.config_messages import shipped_hint, short_repr
 from troupe.runtime.errors import ConfigError
 
 from .content_store import REF_PREFIX
@@ -189,7 +189,8 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
     try:
         text = Path(path).read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{source}: no such job file; check the path") from None
+        advice = shipped_hint(Path(path)) or "; check the path"
+        raise ConfigError(f"{source}: no such job file{advice}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{source}: not UTF-8 text ({exc}); save the file as UTF-8") from None
     except OSError as exc:
