@@ -20,15 +20,15 @@ import os
 from collections.abc import Callable
 
 import psutil
-import structlog
 
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.master_link import count_gpus
 
 from .config import PipelineConfig
 
 __all__ = ["host_cpus", "no_cuda_reason", "resource_notes", "warn_of_resources"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def warn_of_resources(cfg: PipelineConfig, on_warning: Callable[[str], None] | None) -> None:
