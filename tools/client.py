@@ -23,6 +23,7 @@ from troupe.runtime.node.config import (
     check_endpoint,
 )
 from troupe.runtime.process_identity import user_name
+from troupe.runtime.start_limits import limit_reached
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
@@ -111,7 +112,8 @@ def run_async(
     done_if_returned: bool = False,
 ) -> T:
     """Run ``fn`` on uvloop; troupe errors become one clear line and exit status 1 (2 for bad
-    input), also when a task group wrapped them.
+    input), also when a task group wrapped them, and so does a lone failed process or thread
+    start (a process or memory limit reached: ``start_limits.limit_reached``), exit 1.
 
     SIGINT, SIGTERM or SIGHUP cancels ``fn``, which stops what it started in its clean-up (so
     ``fn`` closes what it opened itself), then the process exits 130, 143 or 129 at once; a
@@ -154,6 +156,9 @@ def run_async(
         exits = [e for e in leaves if isinstance(e, typer.Exit)]
         if exits:  # a command's own fail(...) from inside a task group
             raise exits[0] from None
+        limit = limit_reached(leaves[0]) if len(leaves) == 1 else None
+        if limit is not None:  # a process or thread limit reached: a hundred lines of traceback
+            raise fail(limit) from None
         if not all(isinstance(e, TroupeError) for e in leaves):
             raise
         error = next((e for e in leaves if isinstance(e, ConfigError)), leaves[0])

@@ -53,6 +53,7 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_files import FileFollower, rotate_if_larger
 from troupe.runtime.security.auth import gate_for
 from troupe.runtime.security.process import installed
+from troupe.runtime.start_limits import in_thread
 
 from .node.reach import advertised_endpoint
 
@@ -180,7 +181,7 @@ class LogPublisher:
 
     async def poll(self) -> None:
         """Publish what was appended since the last poll; rotate the file if it is too large."""
-        self._publish(await anyio.to_thread.run_sync(self._follower.read_lines))
+        self._publish(await in_thread(self._follower.read_lines, what="log_read_lines"))
         problem = self._follower.new_problem()
         if problem is not None:  # a directory in its place, say: the process logs on regardless
             log.warning(

@@ -65,6 +65,7 @@ from troupe.runtime.errors import ActorStopped, NameTaken, Unreachable
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.security.process import installed
+from troupe.runtime.start_limits import in_thread
 
 from .reach import advertised_endpoint
 from .worker_handles import HandleState
@@ -198,7 +199,7 @@ class MasterLink:
         runtime.register_controls({"master_drained": self._drained, "master_undrained": self._undrained})
         self.node.worker_exit_listeners.append(self._worker_exited)
         # Tens of ms of reading source files, once: in a thread, not on the node's loop.
-        self.code = await anyio.to_thread.run_sync(code_identity)
+        self.code = await in_thread(code_identity, what="code_identity")
         log.info("master_link_started", master=self.master, beat_s=self.beat_s, code=self.code)
         while True:
             await self._beat(runtime)

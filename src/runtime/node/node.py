@@ -46,6 +46,7 @@ from troupe.runtime.security.process import (
     warn_if_insecure,
     warn_if_not_own,
 )
+from troupe.runtime.start_limits import start_failure
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
@@ -60,7 +61,7 @@ from .spawn_owners import OwnerWatch
 from .stop_owners import heeds, not_its_owner
 from .template_link import TemplateLink, spec_classes
 from .worker_descendants import kill_group, kill_what_is_left, note_descendants
-from .worker_handles import HandleState, WorkerHandle, launch_worker
+from .worker_handles import START_FAILED, HandleState, WorkerHandle, launch_worker
 from .worker_process import ignore_stop_signals
 
 __all__ = ["Node", "bind_refused"]
@@ -309,6 +310,17 @@ class Node:
                 self.supervision.launch_options(handle),
                 self.template,
             )
+        except (OSError, RuntimeError) as exc:
+            # A fork refused (a process or memory limit reached, for a moment perhaps): a
+            # failed start of this worker, under the restart policy. Raised, it ended the node
+            # and every healthy worker with it.
+            error = start_failure(exc)
+            if error is None:
+                raise
+            handle.start_failed(error)
+            log.warning("worker_start_failed", worker=handle.spec.name, error=error)
+            self.on_worker_exit(handle)
+            return
         finally:
             self._launching.discard(handle)
         self.children.add(proc.pid, f"worker {handle.spec.name}")
@@ -608,6 +620,8 @@ class Node:
             )
         if self.stopping.is_set():  # the node's stop ended it: a start elsewhere may pass
             raise ActorStopped(f"node {self.name} is stopping; it stopped worker {spec.name!r} as it started")
+        if handle.exit_reason == START_FAILED:
+            raise ConfigError(f"node {self.name} could not start worker {spec.name!r}: {handle.last_error}")
         raise ConfigError(
             f"worker {spec.name!r} exited while starting ({handle.exit_reason}): "
             f"{handle.last_error or 'it wrote no error; see the node log'}"

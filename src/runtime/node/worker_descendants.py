@@ -23,10 +23,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-import anyio
 import psutil
 
 from troupe.runtime.library_logging import get_logger
+from troupe.runtime.start_limits import in_thread
 from troupe.runtime.supervision.supervisor import kill_tree
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ async def note_descendants(handles: Iterable[WorkerHandle]) -> None:
     live = {h.pid: h for h in handles if h.pid and h.process is not None and h.returncode is None}
     if not live:
         return
-    trees = await anyio.to_thread.run_sync(descendants_of, set(live))
+    trees = await in_thread(descendants_of, set(live), what="descendants_of")
     for pid, found in trees.items():
         handle = live[pid]
         known = set(handle.descendants)  # psutil's processes compare by pid and start time
@@ -77,7 +77,7 @@ async def kill_what_is_left(handle: WorkerHandle) -> None:
     taken, handle.descendants = handle.descendants, []
     if not taken:
         return
-    _said(handle, "descendants", *await anyio.to_thread.run_sync(_kill_running, taken))
+    _said(handle, "descendants", *await in_thread(_kill_running, taken, what="kill_descendants"))
 
 
 def _kill_running(taken: list[psutil.Process]) -> tuple[list[int], list[psutil.Process]]:
@@ -108,7 +108,7 @@ async def kill_group(handle: WorkerHandle) -> None:
     pid = handle.pid
     if not pid:
         return
-    _said(handle, "group", *await anyio.to_thread.run_sync(_kill_group, pid))
+    _said(handle, "group", *await in_thread(_kill_group, pid, what="kill_group"))
 
 
 def _said(handle: WorkerHandle, what: str, killed: list[int], survivors: list[psutil.Process]) -> None:

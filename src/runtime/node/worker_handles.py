@@ -22,13 +22,17 @@ from anyio.abc import ByteReceiveStream, Process
 
 from .child import child_env
 from .config import NodeConfig, WorkerSpec
+from .forked_process import UNKNOWN_EXIT
 from .reach import worker_bind
 from .template_link import TemplateLink, spec_classes, start_child
 
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
+__all__ = ["START_FAILED", "HandleState", "StderrTail", "WorkerHandle", "exit_reason", "launch_worker"]
+
+# The exit reason of an incarnation whose process could not be started (a fork refused).
+START_FAILED = "start_failed"
 
 _TAIL_BYTES = 8192
 _DRAIN_S = 1.0  # after the exit: a grandchild holding the pipe open must not hold up the node
@@ -147,6 +151,15 @@ class WorkerHandle:
         self.state = HandleState.STOPPED if gave_up else HandleState.EXITED
         self.endpoint = None
         self.exited_event.set()
+
+    def start_failed(self, error: str) -> None:
+        """The incarnation's process could not be started (``error``, from ``start_failure``):
+        it ends as an exit does, restarted under the node's policy, with no process and no exit
+        status of its own (``returncode`` is :data:`UNKNOWN_EXIT`, ``exit_reason`` says why)."""
+        self.process = None
+        self.exited(UNKNOWN_EXIT)
+        self.exit_reason = START_FAILED
+        self.exit_error = self.last_error = error
 
     def describe(self) -> dict[str, Any]:
         """Plain data for status replies."""

@@ -54,6 +54,7 @@ from troupe.runtime.node.child import child_env
 from troupe.runtime.node.own_processes import is_own_descendant
 from troupe.runtime.node.template_link import start_child
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
+from troupe.runtime.start_limits import start_failure
 
 from .restart import (
     Exited,
@@ -267,14 +268,25 @@ class NodeSupervision:
     async def _keep_supervisor(self) -> None:
         node = self._node
         while not node.stopping.is_set():
-            proc = await self._launch_supervisor()
-            code = await proc.wait()
-            self._proc, self.endpoint, self.pid = None, None, None
-            if node.stopping.is_set():
-                return
-            self._ready = anyio.Event()
-            log.error("supervisor_exited", returncode=code)
-            cmds = self._sup_tracker.handle(Exited(_SUPERVISOR, f"returncode {code}"), time.monotonic())
+            try:
+                proc = await self._launch_supervisor()
+            except (OSError, RuntimeError) as exc:
+                # A fork refused (a process limit reached): a failed start, under the
+                # supervisor's restart policy, as an exit is; raised, it ended the node.
+                error = start_failure(exc)
+                if error is None:
+                    raise
+                log.error("supervisor_start_failed", error=error)
+                ended = error
+            else:
+                code = await proc.wait()
+                self._proc, self.endpoint, self.pid = None, None, None
+                if node.stopping.is_set():
+                    return
+                self._ready = anyio.Event()
+                log.error("supervisor_exited", returncode=code)
+                ended = f"returncode {code}"
+            cmds = self._sup_tracker.handle(Exited(_SUPERVISOR, ended), time.monotonic())
             if not cmds or isinstance(cmds[0], GiveUp):
                 self.failed = True
                 log.error("supervisor_failed", hint="the node runs on without hang detection")

@@ -34,6 +34,7 @@ import anyio
 import anyio.lowlevel
 
 from troupe.runtime.library_logging import get_logger
+from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.job_digest import JobDigest
 from troupe.runtime.tasks.journal import Compaction, Journal
@@ -67,7 +68,7 @@ async def compact_finished(dispatcher: Dispatcher, finished_before: float) -> Co
     started = time.monotonic()
 
     async def finished() -> list[str]:
-        return await anyio.to_thread.run_sync(journal.compactable, finished_before)
+        return await in_thread(journal.compactable, finished_before, what="compactable")
 
     job_ids = await dispatcher.exclusive(finished)
     jobs = rows = tasks = 0
@@ -101,7 +102,7 @@ async def _digest(book: TaskBook, job_id: str) -> tuple[str, int]:
 async def _fold(
     journal: Journal, book: TaskBook, finished_before: float, digests: dict[str, str]
 ) -> Compaction:
-    done = await anyio.to_thread.run_sync(journal.compact, finished_before, digests)
+    done = await in_thread(journal.compact, finished_before, digests, what="compact")
     for job_id in done.job_ids:
         book.fold(job_id, digests[job_id])
         while book.forget_folded(FORGET_SLICE):

@@ -62,6 +62,7 @@ import anyio
 
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.library_logging import get_logger
+from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_bulk import is_bulk
@@ -455,7 +456,7 @@ class Dispatcher:
             # taking in messages that will form the next batch (see Journal.stage).
             if self.journal.stage(records):
                 try:
-                    await anyio.to_thread.run_sync(self.journal.commit)
+                    await in_thread(self.journal.commit, what="journal_commit")
                 except BaseException:
                     self.journal.rollback()  # cancelled before the commit ran: nothing was kept
                     raise

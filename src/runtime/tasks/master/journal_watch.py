@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from troupe.runtime.errors import JournalError
+from troupe.runtime.start_limits import in_thread
 
 __all__ = ["INTERVAL_S", "OPERATOR_ADVICE", "JournalFile", "watch_journal"]
 
@@ -65,7 +66,7 @@ async def watch_journal(
     last = opened
     while True:
         await anyio.sleep(interval_s)
-        now = await anyio.to_thread.run_sync(JournalFile.at, opened.path)
+        now = await in_thread(JournalFile.at, opened.path, what="journal_look")
         what = last.lost(now)
         if what is not None:
             return JournalError(

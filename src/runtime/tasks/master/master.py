@@ -115,6 +115,7 @@ from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.reach import any_port
 from troupe.runtime.security.process import install, keys_for, warn_if_insecure, warn_if_not_own
+from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Compaction, Journal
 from troupe.runtime.tasks.state import (
@@ -286,7 +287,7 @@ class Master(NodeControls, WorkerControls):
     async def _read_code(self) -> None:
         """Read the code identity in a thread: tens of ms of source files, not on the loop nor
         before the master answers; ``status`` says None for it until then."""
-        self.code = await anyio.to_thread.run_sync(code_identity)
+        self.code = await in_thread(code_identity, what="code_identity")
 
     def _stream_log(self, runtime: Runtime, tg: anyio.abc.TaskGroup) -> None:
         """Publish the master's own log file, as a node publishes its (``log_publisher``), from

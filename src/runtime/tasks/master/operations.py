@@ -28,6 +28,7 @@ import psutil
 
 from troupe.runtime.errors import TaskError
 from troupe.runtime.security.process import security_status
+from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.jobspec import parse_job
 from troupe.runtime.tasks.state import (
     CancelJob,
@@ -239,10 +240,12 @@ class Operations:
     async def _submit(self, payload: Any) -> dict[str, Any]:
         m = SubmitControl.decode(payload)
         # A job of millions of tasks takes seconds to check: keep serving workers meanwhile.
-        event = await anyio.to_thread.run_sync(_submit_event, m.job, m.source, m.job_id)
+        event = await in_thread(_submit_event, m.job, m.source, m.job_id, what="submit_parse")
         if not self.master.book.same_job(event.job_id, event.tasks, event.policy, event.name):
             # A write the disk cannot hold stops the master; counted off its loop, as the parse.
-            await anyio.to_thread.run_sync(check_room, self.master.journal.path, event.job_id, event.tasks)
+            await in_thread(
+                check_room, self.master.journal.path, event.job_id, event.tasks, what="journal_room"
+            )
         reply = await self.master.dispatcher.handle(event)
         if any(isinstance(c, Reject) for c in reply) and self.master.book.same_job(
             event.job_id, event.tasks, event.policy, event.name
