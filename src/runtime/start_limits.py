@@ -21,7 +21,14 @@ from typing import TypeVar
 import anyio
 import structlog
 
-__all__ = ["in_thread", "limit_reached", "start_failure", "thread_refused"]
+__all__ = [
+    "in_thread",
+    "limit_line",
+    "limit_reached",
+    "remote_limit_reached",
+    "start_failure",
+    "thread_refused",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -61,6 +68,32 @@ def limit_reached(exc: BaseException) -> str | None:
     if thread_refused(exc) or (isinstance(exc, OSError) and exc.errno in (errno.EAGAIN, errno.ENOMEM)):
         return start_failure(exc)
     return None
+
+
+def limit_line(exc: BaseException) -> str | None:
+    """A child's last line on stderr for ``exc`` (alone in its exception groups, if any) where
+    a limit refused a start: the exception's type first, as its node reads a child's last
+    error (``BlockingIOError: could not start a process: ...``); None for any other error."""
+    leaves = _leaves(exc)
+    said = limit_reached(leaves[0]) if len(leaves) == 1 else None
+    return None if said is None else f"{type(leaves[0]).__name__}: {said}"
+
+
+def remote_limit_reached(remote_type: str, message: str) -> str | None:
+    """:func:`limit_reached` for an error raised in another process (``RemoteError``'s type and
+    message): a hook that could not start a thread says the limit too."""
+    if remote_type == "builtins.RuntimeError" and message.startswith("can't start new thread"):
+        return limit_reached(RuntimeError(message))
+    for code in (errno.EAGAIN, errno.ENOMEM):
+        if remote_type.startswith("builtins.") and message.startswith(f"[Errno {code}]"):
+            return limit_reached(OSError(code, os.strerror(code)))
+    return None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
 
 
 def _thread_limits() -> str:

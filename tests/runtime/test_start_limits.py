@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from troupe.runtime.start_limits import in_thread, limit_reached, start_failure
+from troupe.runtime.start_limits import in_thread, limit_reached, remote_limit_reached, start_failure
 
 
 def _refuse_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,3 +60,19 @@ async def test_in_thread_runs_the_call_on_the_loop_where_no_thread_starts(
 async def test_in_thread_raises_what_the_call_raises() -> None:
     with pytest.raises(ZeroDivisionError):
         await in_thread(divmod, 1, 0, what="divmod")
+
+
+def test_a_hook_that_could_not_start_a_thread_names_the_limit() -> None:
+    """A stage's finalize that died of it (report rs 1: pids.max 60) said only
+    ``builtins.RuntimeError: can't start new thread``."""
+    from troupe.runtime.errors import RemoteError
+    from troupe.runtime.pipeline.hook_calls import _hook_failed
+
+    said = str(
+        _hook_failed("store", "finalize", RemoteError("builtins.RuntimeError", "can't start new thread"))
+    )
+    assert said.startswith("stage store: finalize failed: builtins.RuntimeError: can't start new thread")
+    assert "could not start a thread" in said and "pids.max" in said
+    other = str(_hook_failed("store", "finalize", RemoteError("builtins.RuntimeError", "boom")))
+    assert "pids.max" not in other
+    assert remote_limit_reached("builtins.BlockingIOError", "[Errno 11] Resource temporarily unavailable")

@@ -42,6 +42,7 @@ import setproctitle
 from pydantic import BaseModel, ValidationError
 
 from troupe.runtime.security.process import KEYS_ENV, child_env_entry
+from troupe.runtime.start_limits import limit_line
 
 from .config import validation_message
 
@@ -123,8 +124,9 @@ def run_and_exit(main: Callable[[], None]) -> NoReturn:
     The teardown frees every module's objects one by one: tens of milliseconds in a plain
     child, seconds with torch imported, all of it spent after the child's work is done and
     while its node, stopping, waits for it. Exit statuses are the interpreter's: a
-    ``sys.exit`` message goes to stderr with status 1, an uncaught exception's traceback too,
-    and Ctrl-C ends the process by SIGINT.
+    ``sys.exit`` message goes to stderr with status 1, an uncaught exception's traceback too
+    (a start a process or memory limit refused: one line, ``start_limits.limit_line``), and
+    Ctrl-C ends the process by SIGINT.
     """
     code = 0
     try:
@@ -137,8 +139,14 @@ def run_and_exit(main: Callable[[], None]) -> NoReturn:
             code = 1
     except KeyboardInterrupt:
         code = -1
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        # A process or thread limit refused a start (the parent watch's thread, a heartbeat's):
+        # one line, the limit named, not a traceback on the terminal of the run above.
+        limited = limit_line(exc)
+        if limited is not None:
+            print(limited, file=sys.stderr)
+        else:
+            traceback.print_exc()
         code = 1
     try:
         threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter's exit runs

@@ -35,6 +35,7 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.metrics.actor_metrics import read_actor_metrics
 from troupe.runtime.security.process import install_from_env, security_status
+from troupe.runtime.start_limits import limit_line
 from troupe.runtime.supervision.worker_health import WorkerHealth
 from troupe.runtime.tasks.getter_start import start_task_getter
 from troupe.runtime.wire.codec import load_imported_extensions
@@ -43,7 +44,7 @@ from .child import die_with_parent, load_launch_spec, name_process, run_and_exit
 from .config import ActorSpec, _Frozen
 from .reach import LOOPBACK_ANY_PORT
 
-__all__ = ["ActorStartFailed", "WorkerLaunch", "main", "serve_worker", "start_failure_line"]
+__all__ = ["ActorStartFailed", "WorkerLaunch", "failure_line", "main", "serve_worker", "start_failure_line"]
 
 log = get_logger(__name__)
 
@@ -311,6 +312,25 @@ def main() -> None:
     except ConfigError as exc:
         log.error("worker_config_error", error=str(exc))
         sys.exit(f"worker {spec.process}: {exc}")
+    except Exception as exc:
+        # The worker's own failure (its heartbeat thread refused, say): its traceback to the
+        # log file, one line to stderr, which its node reads and the run's terminal shows.
+        log.error("worker_failed", exc_info=exc)
+        sys.exit(failure_line(exc, log_file))
+
+
+def failure_line(exc: BaseException, log_file: Path | None) -> str:
+    """The one line a worker that failed says on stderr: the limit that refused a start where
+    one did (``start_limits.limit_line``), else the exception (the first, in a group) and
+    where its traceback went."""
+    limited = limit_line(exc)
+    if limited is not None:
+        return limited
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())
+    said = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return said + (f" (traceback in {log_file})" if log_file is not None else "")
 
 
 if __name__ == "__main__":

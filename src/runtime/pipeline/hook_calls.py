@@ -20,6 +20,7 @@ import anyio
 
 from troupe.runtime.errors import PeerLost, RemoteError, StageFailed, TroupeError
 from troupe.runtime.library_logging import get_logger
+from troupe.runtime.start_limits import remote_limit_reached
 from troupe.runtime.tasks.jobspec import generated_task_id
 
 from .records import StageState
@@ -199,6 +200,9 @@ def _hook_failed(stage: str, hook: str, exc: TroupeError) -> StageFailed:
     if isinstance(exc, RemoteError):
         log.error("stage_hook_failed", stage=stage, hook=hook, error=str(exc), traceback=exc.remote_traceback)
         said += " (its traceback: the run log's stage_hook_failed line)"
+        limit = remote_limit_reached(exc.remote_type, exc.remote_message)
+        if limit is not None:  # "can't start new thread" names no limit
+            said += f"; {limit}"
     elif isinstance(exc, PeerLost):
         # Most often killed as hung: a hook is a handler, held to progress_timeout_s as one.
         said += (
