@@ -18,7 +18,9 @@
   after ``supervisor_timeout_s`` of silence SIGKILLs it: from there it is a dead supervisor.
 
 Why a worker died comes, in order of preference, from the supervisor's ``worker_killed`` report
-(sent before its SIGKILL), from the node's own chaos kill, or from the exit status.
+(sent before its SIGKILL), from the node's own chaos kill, or from the exit status; a SIGKILL
+none of them explains (nor a stop) says so, with the worker's last sampled memory and the OOM
+kills of the node's cgroup (``memory_kills.py``).
 
 Node control messages added here (besides ``chaos`` and ``heal``, see ``chaos/relay.py``):
 
@@ -56,6 +58,7 @@ from troupe.runtime.node.template_link import start_child
 from troupe.runtime.node.worker_handles import HandleState, WorkerHandle
 from troupe.runtime.start_limits import start_failure
 
+from .memory_kills import SAMPLE_EVERY_S, MemorySamples
 from .restart import (
     Exited,
     GiveUp,
@@ -117,6 +120,7 @@ class NodeSupervision:
         # Restarts by (worker, kind) over the node process's life: a handle's own count starts
         # at 0 when the node replaces it (an undrain's start, a rerun's replica of the name).
         self._restarts: Counter[tuple[str, str]] = Counter()
+        self.memory = MemorySamples()  # for a SIGKILL no part of troupe sent (memory_kills.py)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -134,6 +138,7 @@ class NodeSupervision:
     async def start(self, tg: TaskGroup) -> None:
         """Spawn the supervisor and wait until it is ready (or log that it did not come up)."""
         self._tg = tg
+        tg.start_soon(self._sample_memory)
         if not self.enabled:
             return
         # The configured workers show as starting while the supervisor comes up, so that a
@@ -198,6 +203,11 @@ class NodeSupervision:
             self._exited[name] = handle.pid
         if reason is not None:
             handle.exit_reason = f"{reason} ({handle.exit_reason})"
+        elif handle.returncode == -signal.SIGKILL and handle.state is not HandleState.STOPPED:
+            # No part of troupe sent it (each notes why it kills): most likely the OOM killer.
+            handle.exit_reason = f"{handle.exit_reason} ({self.memory.unexplained_kill(name)})"
+        else:
+            self.memory.rss.pop(name, None)
         reason = reason or handle.exit_reason
         if self._tg is not None and self.endpoint is not None:
             self._tg.start_soon(
@@ -293,6 +303,12 @@ class NodeSupervision:
                 return
             assert isinstance(cmds[0], Restart)
             await anyio.sleep(cmds[0].delay_s)
+
+    async def _sample_memory(self) -> None:
+        """Each running worker's memory, every second: an exit that no one here caused says it."""
+        while not self._node.stopping.is_set():
+            self.memory.sample(list(self._node.workers.values()))
+            await anyio.sleep(SAMPLE_EVERY_S)
 
     async def _kill_if_silent(self) -> None:
         """Ask the ready supervisor whether it answers; SIGKILL it once silent for
