@@ -13,6 +13,8 @@ calls them; the hooks themselves run in the stage actor (``stage.py``).
 
 from __future__ import annotations
 
+import errno
+import os
 from collections import deque
 from typing import Any
 
@@ -51,6 +53,7 @@ class HookCalls(ReplicaPool):
     _remakes: deque[SourceItem]  # ended ok before, output gone: made again
     _finals: dict[str, dict[str, Any]]
     _outcomes: dict[str, str]  # by task id, this run's
+    _errors: dict[str, str]  # by task id: why this run's pruned or dead items ended
     kept: int  # items whose output an earlier run committed
     made_nothing: bool  # every item died or was pruned, and no output is anywhere
 
@@ -68,6 +71,20 @@ class HookCalls(ReplicaPool):
             return True  # earlier runs ended none ok, or a stage lists every output: none
         name = self.config.name
         return not await self.source.ended_ok(generated_task_id(name, i) for i in range(self.config.items))
+
+    def _dead_of_a_full_disk(self, exc: TroupeError) -> str:
+        """For a finalize that failed of a full disk: the items of this run that died of one
+        too (their commits failed), and the way to make them: a rerun without --retry-dead
+        finalised the rest and exited 0 with them missing."""
+        if not _disk_full(str(exc)):
+            return ""
+        dead = [t for t, o in self._outcomes.items() if o == "dead" and _disk_full(self._errors.get(t, ""))]
+        if not dead:
+            return ""
+        return (
+            f"; {len(dead)} item(s) of this run died of a full disk too (dead-lettered): once there "
+            "is room, run it again with --retry-dead, or they stay dead"
+        )
 
     async def _wait_started(self, hook: str = "") -> None:
         """Wait until no replica is starting (each up, or failed), :data:`STARTED_S` at most.
@@ -187,16 +204,22 @@ class HookCalls(ReplicaPool):
             try:
                 summary = await replica.ref.ask("stage_finalize", self._stage_run(stage), timeout=24 * 3600)
             except TroupeError as exc:
-                raise _hook_failed(stage.cfg.name, "finalize", exc) from exc
+                raise _hook_failed(stage.cfg.name, "finalize", exc, self._dead_of_a_full_disk(exc)) from exc
             finally:
                 replica.busy -= 1
             self._finals[stage.cfg.name] = dict(summary) if isinstance(summary, dict) else {}
 
 
-def _hook_failed(stage: str, hook: str, exc: TroupeError) -> StageFailed:
+def _disk_full(error: str) -> bool:
+    """Whether an error's text says a disk or quota was full (ENOSPC, EDQUOT)."""
+    return any(os.strerror(code) in error for code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def _hook_failed(stage: str, hook: str, exc: TroupeError, also: str = "") -> StageFailed:
     """The run's error for a hook that raised or whose replica ended in it; a hook's traceback
-    goes to the run's log (``stage_hook_failed``), as a constructor's does."""
-    said = f"stage {stage}: {hook} failed: {exc}"
+    goes to the run's log (``stage_hook_failed``), as a constructor's does. ``also``: what the
+    run's items say of the same cause (``HookCalls._dead_of_a_full_disk``)."""
+    said = f"stage {stage}: {hook} failed: {exc}{also}"
     if isinstance(exc, RemoteError):
         log.error("stage_hook_failed", stage=stage, hook=hook, error=str(exc), traceback=exc.remote_traceback)
         said += " (its traceback: the run log's stage_hook_failed line)"

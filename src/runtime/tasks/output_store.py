@@ -151,6 +151,12 @@ def _validate_task_id(task_id: str) -> str:
 
 def _fix_for(exc: OSError, root: Path) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        inodes = _inodes_short(root)
+        if inodes is not None:  # "free space" sent the user to a disk 99% free
+            return (
+                f"free inodes on the volume holding {root}: {inodes}, though it has room for bytes "
+                "(df -i; delete small files there, or point the store at a volume with more)"
+            )
         return f"free space on the volume holding {root} (or point the store at a larger one)"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"make {root} writable by this user (uid {os.getuid()})"
@@ -159,6 +165,25 @@ def _fix_for(exc: OSError, root: Path) -> str:
     if exc.errno in _IN_THE_WAY and in_the_way:
         return f"move or delete {in_the_way}, which is in the way"
     return f"check the volume holding {root}"
+
+
+def _inodes_short(root: Path) -> str | None:
+    """How few inodes the volume holding ``root`` has left (``3 of 120 free``) where it is out
+    of them, or nearly (a commit makes several files at once), rather than of bytes; None where
+    it is not, or cannot say (no inode count: btrfs; nothing of the path exists)."""
+    path = root
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    if st.f_files <= 0 or st.f_favail > max(_FEW_INODES, st.f_files // 1000):
+        return None
+    return f"{st.f_favail} of {st.f_files} free"
+
+
+_FEW_INODES = 64  # fewer than a few commits' files
 
 
 # A folder where a file goes, a file where a folder goes, a folder that is not empty.
