@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import anyio
-import structlog
+
+from troupe.runtime.library_logging import get_logger
 
 __all__ = [
     "in_thread",
@@ -30,7 +31,7 @@ __all__ = [
     "thread_refused",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 
