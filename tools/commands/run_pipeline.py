@@ -424,6 +424,11 @@ def stopped_line(shown: PipelineMetrics | None, before: int, items: int, out: Pa
             f"stopped while finalising: all {items} items were done; what they committed stays in "
             f"{out}, and the same command run again finalises"
         )
+    if done == 0:  # "at least 0" read as nothing made, though a stage may have committed one
+        return (
+            f"stopped before any item's end was recorded ({items} items); what the stages committed "
+            f"stays in {out}, and the same command run again goes on from there"
+        )
     return (
         f"stopped: at least {done} of {items} items done; what they committed stays in {out}, "
         "and the same command run again goes on from there"

@@ -49,3 +49,5 @@ def test_a_stop_once_every_item_was_done_says_it_came_while_finalising(tmp_path:
     assert said.endswith("the same command run again finalises")
     fewer = stopped_line(SimpleNamespace(items_done=100), 50, 200, tmp_path)  # type: ignore[arg-type]
     assert fewer.startswith("stopped: at least 150 of 200 items done;"), fewer
+    none = stopped_line(SimpleNamespace(items_done=0), 0, 8, tmp_path)  # type: ignore[arg-type]
+    assert none.startswith("stopped before any item's end was recorded (8 items); what the stages"), none
