@@ -323,6 +323,8 @@ def check_run(
     read_only = unusable is not None and _answered_read_only(config, out, items, fresh, retry_dead)
     if read_only:  # a read-only archive of a finished run: its rerun answers from its record
         unusable = None
+    elif unusable is not None:
+        unusable = _read_only_problem(out, unusable, completed_run(out) is not None)
     if unusable is None:
         unusable = _journal_length_problem(out)
     if unusable is None and not read_only and completed_run(out) is None:  # a rerun writes nothing
@@ -395,6 +397,27 @@ def check_cluster_run(
     if (absent := unreachable_why(master, "master")) is not None:
         start = "start one with `troupe master start`, or give the endpoint of the running one"
         raise fail(f"--cluster: {what_to_do(absent, start)}", 1)
+
+
+def _read_only_problem(out: Path, cannot_write: str, finished: bool) -> str:
+    """Why ``out``, which cannot be written and holds no run a rerun can answer read-only, is
+    refused: the run that holds it where one does (seen without writing: its pid, as on a
+    writable path), and an unfinished run's folder said as one; else ``cannot_write``. It said
+    only "cannot write (Read-only file system)" for a folder a live run was writing."""
+    from troupe.runtime.errors import JournalError
+    from troupe.runtime.pipeline.run_dir import RunDir
+
+    if not (out / ".troupe" / "run.json").is_file():
+        return cannot_write
+    try:
+        held = RunDir(out).in_use_problem()
+    except JournalError:
+        held = None
+    if held is not None:
+        return held
+    if finished:  # another pipeline, outputs changed since, --fresh: as the write says
+        return cannot_write
+    return f"{cannot_write}; it holds an unfinished run, which can go on only where --out can be written"
 
 
 def _answered_read_only(

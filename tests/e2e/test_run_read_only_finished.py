@@ -20,6 +20,7 @@ import pytest
 
 from support.read_only_mount import read_only_mount
 from support.run_resume_helpers import run_args, small_pipeline
+from troupe.runtime.tasks.journal_lock import JournalLock
 from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
@@ -102,7 +103,20 @@ def test_an_unfinished_run_mounted_read_only_is_refused_as_before(tmp_path: Path
     for proc in refused:
         assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert proc.stdout == ""
-        assert proc.stderr.strip() == f"error: --out {out}: cannot write in {out} (Read-only file system)"
+        assert proc.stderr.strip() == (
+            f"error: --out {out}: cannot write in {out} (Read-only file system); it holds an "
+            "unfinished run, which can go on only where --out can be written"
+        )
+    # A run holding the folder (here: this process) is named, as on a writable path: it said only
+    # "cannot write (Read-only file system)" (report rg 3).
+    lock = JournalLock.acquire(out / ".troupe" / "journal.db")
+    try:
+        with read_only_mount(out):
+            held = _synthetic_run(toml, out)
+    finally:
+        lock.release()
+    assert held.returncode == 2, held.stdout[-3000:] + held.stderr[-3000:]
+    assert f"is in use by another troupe run (pid {os.getpid()})" in held.stderr, held.stderr
 
 
 @pytest.mark.timeout(300)
