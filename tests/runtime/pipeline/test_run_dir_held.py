@@ -18,6 +18,7 @@ import pytest
 from support.held_in_child import held_in_child
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.pipeline import runner
 from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
 from troupe.runtime.pipeline.run_journal import open_run_journal
 from troupe.runtime.pipeline.runner import run_pipeline_sync
@@ -114,22 +115,26 @@ def test_the_run_s_master_takes_the_held_lock_over_with_its_journal(tmp_path: Pa
     again.release()
 
 
-def test_a_run_stopped_before_its_master_started_frees_its_folder(tmp_path: Path) -> None:
-    """A run that ends between its checks and its master's start (here its caller's own
-    on_event raises as it is told that the folder is adopted) frees the folder, even while
-    its error, and the frames it holds, are kept."""
+def test_a_run_stopped_before_its_master_started_frees_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that ends between its checks and its master's start (here its log folder cannot be
+    made, just after the run took the folder over) frees the folder, even while its error, and
+    the frames it holds, are kept. (A callback that raises no longer stops the run where it is
+    called, but at the run's next await, as Ctrl-C does: by then the master starts.)"""
     out = tmp_path / "out"
     (out / ".troupe" / "episodes" / "committed").mkdir(parents=True)
 
-    def stop(line: str) -> None:
-        raise RuntimeError(f"stopped at: {line}")
+    def refused(log_dir: Path) -> None:
+        raise PermissionError(f"stopped at: making {log_dir}")
 
-    with pytest.raises(
-        RuntimeError, match=r"stopped at: .* held a run that made nothing, and no record"
-    ) as info:
+    monkeypatch.setattr(runner, "make_log_dir", refused)
+    adopted: list[str] = []
+    with pytest.raises(PermissionError, match=r"stopped at: making .*logs") as info:
         # A running node: no template to start; the run stops before it is asked anything.
-        run_pipeline_sync(default_pipeline(items=2), out, node="tcp://127.0.0.1:9", on_event=stop)
+        run_pipeline_sync(default_pipeline(items=2), out, node="tcp://127.0.0.1:9", on_event=adopted.append)
     assert info.value is not None  # kept: its traceback holds the run's frames
+    assert "held a run that made nothing, and no record" in adopted[0]
     assert (out / ".troupe" / "run.json").is_file()
     JournalLock.acquire(out / ".troupe" / "journal.db").release()
 
