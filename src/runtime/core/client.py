@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 
-from troupe.runtime.errors import AskTimeout, TroupeError, Unreachable
+from troupe.runtime.errors import AskTimeout, ConfigError, TroupeError, Unreachable
 from troupe.runtime.security.process import KEYS_ENV, installed, keys_for
+from troupe.runtime.transports.endpoint_form import check_endpoint
 
 from .directory import Directory
 from .ref import ActorAddress
@@ -45,8 +47,10 @@ async def connect(
             client of a keyless node waits out every call in silence.
 
     Raises:
-        ConfigError: the keys cannot be loaded (or libzmq lacks CURVE).
+        ConfigError: ``node_endpoint`` is no endpoint to connect to (``tcp://HOST:PORT``); the
+            keys cannot be loaded (or libzmq lacks CURVE).
     """
+    _check_connectable(node_endpoint)
     if keys is None and installed() is None and env_keys:
         keys = os.environ.get(KEYS_ENV) or None
     security = keys_for(keys, identity) if keys is not None else None
@@ -66,6 +70,28 @@ async def connect(
     box.append(runtime)
     async with runtime:
         yield runtime
+
+
+def _check_connectable(endpoint: object) -> None:
+    """Refuse an endpoint no connect can reach, at the call: ``127.0.0.1:7470`` ended as
+    ``Unreachable: ... Invalid argument``, a caller's mistake said as the network's.
+
+    Raises:
+        ConfigError: it is not ``tcp://HOST:PORT`` (nor ``ipc://PATH``, ``inproc://NAME``), or
+            names a wildcard (``*``), which only a bind takes.
+    """
+    if not isinstance(endpoint, str):
+        shown = type(endpoint).__name__
+        raise ConfigError(f"connect(): the node's endpoint must be a str like tcp://HOST:PORT, got {shown}")
+    try:
+        check_endpoint(endpoint)
+    except ValueError as exc:
+        raise ConfigError(f"connect(): {exc}") from None
+    parts = urlsplit(endpoint)
+    if parts.scheme == "tcp" and "*" in parts.netloc:
+        raise ConfigError(
+            f"connect(): endpoint {endpoint!r} names a wildcard (*): give the node's tcp://HOST:PORT"
+        )
 
 
 async def answers(runtime: Runtime, endpoint: str, timeout: float) -> bool:

@@ -18,6 +18,8 @@ __all__ = ["ActorAddress", "ActorRef", "RefSender"]
 # any length (100 KB came back twice in the error reply), and a real one is far shorter.
 SHOWN_MOST = 200
 
+_FOREVER = float("inf")
+
 
 def _cut(text: str) -> str:
     return text if len(text) <= SHOWN_MOST else text[: SHOWN_MOST - 3] + "..."
@@ -142,9 +144,13 @@ class ActorRef:
             AskTimeout: no reply in time; a later reply is discarded.
             RemoteError: the handler raised; type, message and traceback are attached.
             UnknownActor, UnknownMessageType, ActorStopped: delivery failed.
+            TypeError, ValueError: ``timeout`` is not a number, or not finite and > 0.
         """
         if not isinstance(msg_type, str):
             raise _not_a_type(msg_type)
+        # One type test and two comparisons, where a timeout is given (nan fails both).
+        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < _FOREVER):
+            raise _bad_timeout(timeout)
         return self._runtime.ask_ref(self, msg_type, payload, timeout, headers)
 
     def invalidate(self) -> None:
@@ -157,3 +163,13 @@ def _not_a_type(msg_type: object) -> TypeError:
     """A message type that is no string: refused here, at the caller, at once (the receiver
     refused it, and the ask waited out its deadline for a reply that never came)."""
     return TypeError(f"msg_type must be a str (a handler's name), got {type(msg_type).__name__} {msg_type!r}")
+
+
+def _bad_timeout(timeout: object) -> TypeError | ValueError:
+    """A timeout no ask can wait: refused at the caller, at once (-1 and nan waited for nothing and
+    said AskTimeout, blaming the node; '5' raised a bare TypeError from deep in the runtime)."""
+    if not isinstance(timeout, (int, float)):
+        return TypeError(
+            f"timeout must be a number of seconds, got {type(timeout).__name__} {_cut(repr(timeout))}"
+        )
+    return ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
