@@ -214,7 +214,16 @@ class Runtime(Inbound):
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def __aenter__(self) -> Runtime:
-        self._deadlines = AskDeadlines(asyncio.get_running_loop())
+        if self._stopped.is_set():  # its transport is closed: it sent nothing, and said EBADF
+            raise self._closed_error()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # anyio's trio backend: "no running event loop", said of nothing
+            self.transport.close()  # no __aexit__ follows: its sockets would be left open
+            raise RuntimeError(
+                "troupe runs on asyncio (or uvloop) only; under anyio use anyio.run(..., backend='asyncio')"
+            ) from None
+        self._deadlines = AskDeadlines(loop)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         # Accepting before serving: a message that arrives while the transport starts must be
@@ -255,6 +264,7 @@ class Runtime(Inbound):
             self.transport.close()
             if self._deadlines is not None:
                 self._deadlines.close()
+                self._deadlines = None  # an ask now is refused as one on a closed runtime
             self._stopped.set()
 
     async def stop(self) -> None:
@@ -433,6 +443,8 @@ class Runtime(Inbound):
         try:
             return self.transport.try_send(endpoint, frames)
         except Unreachable:
+            if self._stopped.is_set():
+                raise self._closed_error() from None
             self._peer_gone(ref)
             raise
 
@@ -443,6 +455,8 @@ class Runtime(Inbound):
             if not self.transport.try_send(endpoint, frames):  # most sends need no waiting
                 await self.transport.send(endpoint, frames, block=block)
         except Unreachable:
+            if self._stopped.is_set():
+                raise self._closed_error() from None
             self._peer_gone(ref)
             raise
 
@@ -470,7 +484,7 @@ class Runtime(Inbound):
         # ``_settled`` are inlined (a Python call each less per ask), with the same semantics.
         deadlines = self._deadlines
         if deadlines is None:
-            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+            raise self._not_running()
         fut = deadlines.future(timeout, ref.address, msg_type)
         msg_id = next(self._ids)
         asker = Cell.current.get()
@@ -535,8 +549,21 @@ class Runtime(Inbound):
         """A future for a reply, failed with AskTimeout ``timeout`` seconds from now."""
         deadlines = self._deadlines
         if deadlines is None:
-            raise RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+            raise self._not_running()
         return deadlines.future(timeout, target, msg_type)
+
+    def _not_running(self) -> RuntimeError:
+        if self._stopped.is_set():
+            return self._closed_error()
+        return RuntimeError("the runtime is not running; use 'async with Runtime(...)'")
+
+    def _closed_error(self) -> RuntimeError:
+        """What a use of this runtime after its block ended is told: a usage error, not
+        Unreachable (a ConnectionError, which a caller's retry loop would retry forever)."""
+        return RuntimeError(
+            f"this runtime ({self._process_key}) was closed (its 'async with connect(...)' ended); "
+            "connect again for a new one"
+        )
 
     def _peer_lost(self, endpoint: str) -> None:
         """The connection to the process at ``endpoint`` ended (it died or stopped), and the
