@@ -51,25 +51,52 @@ async def connect(
             keys cannot be loaded (or libzmq lacks CURVE).
     """
     _check_connectable(node_endpoint)
+    given = keys
     if keys is None and installed() is None and env_keys:
         keys = os.environ.get(KEYS_ENV) or None
     security = keys_for(keys, identity) if keys is not None else None
     box: list[Runtime] = []
+    directory = Directory(node)
 
     async def lookup(address: ActorAddress) -> tuple[ActorAddress, str]:
-        reply = await box[0].control(node_endpoint, "resolve", {"address": str(address)})
+        try:
+            reply = await box[0].control(node_endpoint, "resolve", {"address": str(address)})
+        except AskTimeout as exc:
+            if not directory.silence_hint or type(exc) is not AskTimeout:  # PeerLost: it answered
+                raise
+            raise AskTimeout(f"{exc}{directory.silence_hint}") from None
         return ActorAddress.parse(reply["address"]), reply["endpoint"]
 
+    directory.lookup = lookup
+    if security is not None or installed() is not None:
+        directory.silence_hint = _keys_hint(given, keys)
     runtime = process_runtime(
         node or "client",
         name or f"client-{os.getpid()}",
-        directory=Directory(node, lookup),
+        directory=directory,
         drain_timeout=0.5,
         security=security,
     )
     box.append(runtime)
     async with runtime:
         yield runtime
+
+
+def _keys_hint(given: object, keys: object) -> str:
+    """What a CURVE client's "no answer" adds: a node without keys answers a CURVE client with
+    silence, as one whose keys directory lacks this client's key does (it logs peer_refused).
+    Names where the keys came from: ``$TROUPE_KEYS`` from an operator's shell profile was used
+    without a word."""
+    if given is not None:
+        where, without = f"keys={str(given)!r}", "drop keys="
+    elif keys is not None:
+        where, without = f"${KEYS_ENV} ({keys})", "connect(..., env_keys=False), or unset it"
+    else:
+        where, without = "this process's own keys", "connect from a process without keys"
+    return (
+        f" (or it runs without CURVE keys, and this client uses CURVE with {where}: {without} for "
+        "a node without keys; or the keys are not authorised there: see its log)"
+    )
 
 
 def _check_connectable(endpoint: object) -> None:

@@ -43,6 +43,9 @@ class Directory:
     def __init__(self, node: str, lookup: Lookup | None = None) -> None:
         self.node = node
         self.lookup = lookup
+        # Added to a lookup's "no answer" (``live_lookup``): what else the silence may mean
+        # (a CURVE client of a keyless node is answered by nothing; ``connect`` sets it).
+        self.silence_hint = ""
         self._endpoints: dict[str, str] = {}
         self._hits = 0
         self._lookups = 0

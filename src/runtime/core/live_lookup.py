@@ -84,5 +84,5 @@ async def _asked(
         return await directory.resolve(address)
     raise AskTimeout(
         f"{address}: no answer from the directory (its node) on where it runs within {within:g}s; "
-        "the node may be busy, hung or gone"
+        f"the node may be busy, hung or gone{directory.silence_hint}"
     )
