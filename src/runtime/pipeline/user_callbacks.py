@@ -18,11 +18,11 @@ import threading
 from collections.abc import Callable
 from typing import ParamSpec
 
-import structlog
+from troupe.runtime.library_logging import get_logger
 
 __all__ = ["UserCallbacks"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 P = ParamSpec("P")
 
