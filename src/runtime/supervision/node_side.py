@@ -81,6 +81,7 @@ __all__ = ["NodeSupervision"]
 log = get_logger(__name__)
 
 _SUPERVISOR = "supervisor"
+_LAUNCH_WAIT_S = 30.0  # a stop waits this long for a supervisor being started (a spawn: about 1 s)
 _SUPERVISOR_POLICY = RestartPolicy(max_restarts=10, period_s=60.0, backoff_base_s=0.05, backoff_max_s=2.0)
 _READY_TIMEOUT_S = 30.0
 _CONTROL_TIMEOUT_S = 2.0
@@ -110,6 +111,8 @@ class NodeSupervision:
         self.start_kind: str | None = None  # "fork" (from the node's template) or "spawn"
         self.failed = False
         self._proc: Process | None = None
+        self._launched = anyio.Event()  # no launch of the supervisor under way (stop waits for one)
+        self._launched.set()
         self._ready = anyio.Event()
         self._tg: TaskGroup | None = None
         self._reasons: dict[int, str] = {}  # worker pid -> why it is being killed
@@ -361,9 +364,16 @@ class NodeSupervision:
         }
         env = child_env({SPEC_ENV: json.dumps(spec)})
         # A template that is ready forks it in milliseconds; a spawned one imports for most of
-        # a second, on the cores the node's first workers start on.
-        proc, self.start_kind = await start_child(self._node.template, "supervisor", env)
-        self._proc = proc
+        # a second, on the cores the node's first workers start on. Shielded, and awaited by
+        # stop(): a stop that came while it started found no process to stop, and the one that
+        # started next lived on until its wait for the node's answer ran out (about 10 s).
+        self._launched = anyio.Event()
+        try:
+            with anyio.CancelScope(shield=True):
+                proc, self.start_kind = await start_child(self._node.template, "supervisor", env)
+                self._proc = proc
+        finally:
+            self._launched.set()
         self.pid = proc.pid
         self._node.children.add(proc.pid, "supervisor")
         self.starts += 1
@@ -371,7 +381,10 @@ class NodeSupervision:
         return proc
 
     async def stop(self) -> None:
-        """SIGTERM the supervisor, wait the node's grace, SIGKILL, reap (at node shutdown)."""
+        """SIGTERM the supervisor, wait the node's grace, SIGKILL, reap (at node shutdown); one
+        that is being started is waited for first, and stopped too."""
+        with anyio.move_on_after(_LAUNCH_WAIT_S):
+            await self._launched.wait()
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return

@@ -44,7 +44,8 @@ async def test_a_kill_troupe_made_says_its_own_reason(tmp_path: Path) -> None:
         assert w1.pid is not None
         os.kill(w1.pid, signal.SIGKILL)
         await until(lambda: exits, WAIT_S)
-    assert exits == ["no_heartbeat"] and "OOM" not in (w1.exit_reason or "")
+    # The first exit is the kill's; the restarted worker's own, at the node's stop, may follow.
+    assert exits[0] == "no_heartbeat" and not any("OOM" in reason for reason in exits), exits
 
 
 def test_the_cgroup_s_oom_killer_is_named_where_its_count_rose() -> None:
