@@ -36,8 +36,9 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.actor import Actor, Handler, handles
-from troupe.runtime.errors import ItemFailed, ProtocolError
+from troupe.runtime.errors import EncodeError, ItemFailed, ProtocolError
 from troupe.runtime.tasks.jobspec import generated_task_id
+from troupe.runtime.wire.map_keys import key_refusal, refused_key
 
 from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
 from .hook_returns import committed_ids, final_summary
@@ -196,7 +197,7 @@ class StageActor(Actor):
             outcomes = [outcome_pruned(str(exc))] * len(items)
         except Exception as exc:
             outcomes = [outcome_error(exc)] * len(items)
-        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+        return {"outcomes": self._keys_checked(outcomes), "actor_s": time.perf_counter() - t0}
 
     def process_plain(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The ``process`` message's handler for a plain ``process`` method under the default
@@ -210,7 +211,18 @@ class StageActor(Actor):
             except Exception as exc:
                 outcomes.append(_outcome_of_failure(exc))
             self.progress()
-        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+        return {"outcomes": self._keys_checked(outcomes), "actor_s": time.perf_counter() - t0}
+
+    def _keys_checked(self, outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``outcomes``, each output with a map key the reader refuses (a tuple, None, a float,
+        a bool: msgpack packs them, the reader refuses the whole reply) made that item's
+        error, so that the batch's other items go on. Walked here, where a batch's reply is
+        built, rather than in the codec, which would walk every payload of every message: a
+        few containers per output, well under what encoding it costs."""
+        for i, outcome in enumerate(outcomes):
+            if type(outcome) is dict and "ok" in outcome and (refused := refused_key(outcome["ok"])):
+                outcomes[i] = self._unsendable_outcome(EncodeError(key_refusal(refused[0])))
+        return outcomes
 
     def _learn_holders(self, sources: list[Any]) -> None:
         """Teach this process's directory the holders' mailboxes the engine named, so that a

@@ -28,6 +28,7 @@ from troupe.runtime.errors import (
 )
 
 from .batch_frames import BATCH_MARK, MAX_BATCH_BYTES
+from .map_keys import key_refusal
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -588,7 +589,7 @@ def _refused_key(fields: Any, key: Any) -> BadFrame:
     (the sender's msgpack packs any): it names the envelope it came in where that envelope is
     sound, so that the ask it was, or the ask it answers, gets the error at once rather than
     waiting out its deadline."""
-    exc = BadFrame(f"map key {_shown(key)} of type {type(key).__name__} refused: keys are str, int or bin")
+    exc = BadFrame(key_refusal(key))
     with contextlib.suppress(ProtocolError):
         checked = _checked(fields)
         exc.envelope = (checked[1], checked[2], checked[3], checked[5])

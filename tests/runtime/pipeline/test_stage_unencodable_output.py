@@ -1,4 +1,5 @@
-"""One item whose output cannot travel (a set) fails alone, not its batch.
+"""One item whose output cannot travel (a set, or a map key the reader refuses) fails alone,
+not its batch.
 
 A replica answers a batch with one reply; that reply failed to encode as a whole, and every item
 of the batch (``batch = 4``: three innocent ones) died with an error naming the internal
@@ -6,6 +7,10 @@ of the batch (``batch = 4``: three innocent ones) died with an error naming the 
 item error), naming the stage, its ``process`` and the type with no wire encoding; the others
 come back ok. On both data planes (``process`` and ``process_direct``), for a plain and an async
 ``process`` (a reply sent where the message was read, and one sent from the actor's task).
+
+A map key that is not a str, int or bin (a tuple, None, a float, a bool) msgpack packs, and only
+the reader refused it, with the whole reply: every item of the batch died with a BadFrame that
+named no stage. The replica now refuses it where it builds the batch's reply.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import numpy as np
 import pytest
 
 from troupe.runtime import Runtime
@@ -28,10 +34,22 @@ NODE = "n"
 CULPRIT = 5
 
 
+# The culprit's output, and what its item's error says of it.
+UNSENDABLE = {
+    "set": ({1, 2}, "no wire encoding for set"),  # msgpack has no encoding for it
+    "tuple key": ({"m": {(1, 2): 3}}, "map key (1, 2) of type tuple refused"),
+    "None key": ([{"ok": 1}, {None: 1}], "map key None of type NoneType refused"),
+    "float key": ({1.5: 2}, "map key 1.5 of type float refused"),
+    "bool key": ({True: 2}, "map key True of type bool refused"),
+}
+_culprit_output: Any = UNSENDABLE["set"][0]
+
+
 def _output(item: dict[str, Any]) -> dict[str, Any]:
     if item["seed"] == CULPRIT:
-        return {"task_id": item["task_id"], "v": {1, 2}}  # a set: msgpack has no encoding for it
-    return {"task_id": item["task_id"], "seed": item["seed"]}
+        return {"task_id": item["task_id"], "v": _culprit_output}
+    # Keys the reader takes, at depth: an int, bytes, a numpy int (the codec packs its item()).
+    return {"task_id": item["task_id"], "seed": item["seed"], "k": {7: [{b"b": np.int64(1)}], np.int64(3): 1}}
 
 
 class PlainStage(StageActor):
@@ -72,9 +90,14 @@ def _call(plane: str) -> tuple[str, dict[str, Any]]:
     return "process_direct", {"items": items, "hold": hold, "inline_below": 4096}
 
 
+@pytest.mark.parametrize("unsendable", sorted(UNSENDABLE))
 @pytest.mark.parametrize("cls", [PlainStage, AsyncStage])
 @pytest.mark.parametrize("plane", ["engine", "direct"])
-async def test_only_the_item_whose_output_cannot_travel_fails(cls: type[StageActor], plane: str) -> None:
+async def test_only_the_item_whose_output_cannot_travel_fails(
+    cls: type[StageActor], plane: str, unsendable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output, said = UNSENDABLE[unsendable]
+    monkeypatch.setitem(globals(), "_culprit_output", output)
     msg_type, payload = _call(plane)
     with anyio.fail_after(BOUND):
         async with _replica(cls) as ref:
@@ -82,13 +105,13 @@ async def test_only_the_item_whose_output_cannot_travel_fails(cls: type[StageAct
             again = await ref.ask(msg_type, payload)  # the replica goes on, and says the same
     outcomes = reply["outcomes"]
     assert [o.get("ok") for i, o in enumerate(outcomes) if i != CULPRIT - 4] == [
-        {"task_id": f"p-{seed:06d}", "seed": seed} for seed in (4, 6, 7)
+        {"task_id": f"p-{seed:06d}", "seed": seed, "k": {7: [{b"b": 1}], 3: 1}} for seed in (4, 6, 7)
     ]
     culprit = outcomes[CULPRIT - 4]
     assert "ok" not in culprit and set(culprit) == {"error", "traceback"}, culprit
     error = culprit["error"]
     assert error.startswith("EncodeError: stage a: process returned an output that cannot be sent"), error
-    assert "no wire encoding for set" in error, error
+    assert said in error, error
     assert "process_direct" not in error, error
     assert again["outcomes"] == outcomes
 
