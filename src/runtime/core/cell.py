@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import enum
+import math
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -91,18 +92,29 @@ class Msg:
 
 
 def _cancel_requested() -> bool:
-    """Whether the running task was asked to stop: a CancelledError is then the runtime's own
-    (its shutdown), not the handler's.
+    """Whether a cancel scope around the running task was cancelled: a CancelledError is then
+    the runtime's own (its shutdown past the drain deadline cancels its task group's scope, or
+    whatever encloses the runtime was cancelled), not the handler's.
 
-    anyio's cancel scopes deliver their cancellation through ``Task.cancel``, as asyncio does
-    (uvloop runs asyncio's tasks), and undo the count only where a scope swallows its own:
-    ``cancelling()`` counts what reached this task, whoever asked. A CancelledError the handler
-    met with none asked (a task it awaited was cancelled elsewhere, or it raised one) leaves it
-    at 0. Should the runtime's scope be cancelled in the same instant, it loses nothing: anyio
-    delivers a scope's cancellation again at the task's next wait.
+    anyio's answer (``current_effective_deadline``: -inf where the current scope or one it does
+    not shield from is cancelled), not ``Task.cancelling()``: that counts every ``Task.cancel``,
+    a handler's of its own task (``asyncio.current_task().cancel()``) too, which ended the whole
+    worker. A CancelledError the handler met with no scope cancelled (it cancelled itself, a
+    task it awaited was cancelled elsewhere, or it raised one) is its own. Should the runtime's
+    scope be cancelled in the same instant, it loses nothing: anyio delivers a scope's
+    cancellation again at the task's next wait.
     """
+    return anyio.current_effective_deadline() == -math.inf
+
+
+def _forget_own_cancel() -> None:
+    """Undo the cancellation requests the handler left on the cell's task (its own
+    ``Task.cancel``): once judged the handler's, its cancel must not outlive it, where
+    asyncio's and anyio's scopes would read the count as a cancellation of theirs."""
     task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    if task is not None:
+        while task.cancelling():
+            task.uncancel()
 
 
 class Cell:
@@ -279,8 +291,10 @@ class Cell:
             if _cancel_requested():
                 await self._answer_stopped(msg, exc)
                 raise
-            # The handler's own doing (it awaited a task cancelled elsewhere, or raised it): a
-            # failure like any other, not the runtime's shutdown, which ended the whole worker.
+            # The handler's own doing (it cancelled itself, awaited a task cancelled elsewhere,
+            # or raised it): a failure like any other, not the runtime's shutdown, which ended
+            # the whole worker.
+            _forget_own_cancel()
             self.failed += 1
             await self._answer_failure(msg, exc)
         except BaseException as exc:

@@ -1,8 +1,10 @@
-"""A CancelledError the handler's own code met (it awaited a task cancelled elsewhere, or raised
-one) is that handler's failure, not the runtime's shutdown: its asker gets a RemoteError, the
-failure is logged, and the process and its other actors go on. It was read as the shutdown,
-re-raised, and ended the whole worker: every other actor's in-flight ask failed with
-ActorStopped. A handler cut off by the real shutdown still answers ActorStopped
+"""A CancelledError the handler's own code met (it awaited a task cancelled elsewhere, raised
+one, or cancelled its own task) is that handler's failure, not the runtime's shutdown: its
+asker gets a RemoteError, the failure is logged, and the process and its other actors go on. It
+was read as the shutdown, re-raised, and ended the whole worker: every other actor's in-flight
+ask failed with ActorStopped. A handler that cancels its own task (``asyncio.current_task().cancel()``) still
+did so after the cell told the runtime's cancellation from others by ``Task.cancelling()``,
+which its own cancel makes non-zero. A handler cut off by the real shutdown still answers ActorStopped
 (test_actor_semantics.py: test_in_flight_*_ask_fails_with_actor_stopped).
 """
 
@@ -39,6 +41,22 @@ class Aborted(Actor):
     async def raises_async(self, _: Any) -> None:
         await anyio.lowlevel.checkpoint()
         raise asyncio.CancelledError("aborted")
+
+    @handles("cancels_itself")
+    async def cancels_itself(self, _: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    @handles("cancelling")
+    async def cancelling(self, _: Any) -> int:
+        """What the actor's task still holds of an earlier handler's cancellation."""
+        task = asyncio.current_task()
+        assert task is not None
+        with anyio.fail_after(BOUND):  # a scope of anyio's on a task with a count left
+            await anyio.lowlevel.checkpoint()
+        return task.cancelling()
 
     @handles("raises_sync")
     def raises_sync(self, _: Any) -> None:
@@ -85,7 +103,7 @@ def _ref(a: Runtime, b: Runtime, path: str, name: str) -> ActorRef:
 
 
 @pytest.mark.parametrize("path", ["local", "remote"])
-@pytest.mark.parametrize("handler", ["awaits_cancelled", "raises_async", "raises_sync"])
+@pytest.mark.parametrize("handler", ["awaits_cancelled", "raises_async", "raises_sync", "cancels_itself"])
 async def test_a_handler_s_own_cancelled_error_is_its_failure_and_spares_its_neighbours(
     handler: str, path: str
 ) -> None:
@@ -105,6 +123,7 @@ async def test_a_handler_s_own_cancelled_error_is_its_failure_and_spares_its_nei
                 await ref.ask(handler)
             await ref.tell(handler)  # no one to answer: logged
             assert await ref.ask("echo", "still here") == "still here"
+            assert await ref.ask("cancelling") == 0  # the actor's task holds none of it
             bystander.release.set()
         failed = b.statistics().actors["aborted"]["failed"]
     assert caught.value.remote_type == "asyncio.exceptions.CancelledError"
