@@ -324,7 +324,7 @@ def check_run(
     if read_only:  # a read-only archive of a finished run: its rerun answers from its record
         unusable = None
     elif unusable is not None:
-        unusable = _read_only_problem(out, unusable, completed_run(out) is not None)
+        unusable = _read_only_problem(out, unusable)
     if unusable is None:
         unusable = _journal_length_problem(out)
     if unusable is None and not read_only and completed_run(out) is None:  # a rerun writes nothing
@@ -399,20 +399,22 @@ def check_cluster_run(
         raise fail(f"--cluster: {what_to_do(absent, start)}", 1)
 
 
-def _read_only_problem(out: Path, cannot_write: str, finished: bool) -> str:
+def _read_only_problem(out: Path, cannot_write: str) -> str:
     """Why ``out``, which cannot be written and holds no run a rerun can answer read-only, is
     refused: the run that holds it where one does (seen without writing: its pid, as on a
     writable path), and an unfinished run's folder said as one; else ``cannot_write``. It said
     only "cannot write (Read-only file system)" for a folder a live run was writing."""
     from troupe.runtime.errors import JournalError
     from troupe.runtime.pipeline.run_dir import RunDir
+    from troupe.runtime.pipeline.run_outcome import completed_run
 
-    if not (out / ".troupe" / "run.json").is_file():
-        return cannot_write
     try:
+        if not (out / ".troupe" / "run.json").is_file():
+            return cannot_write
         held = RunDir(out).in_use_problem()
-    except JournalError:
-        held = None
+        finished = completed_run(out) is not None
+    except (JournalError, OSError, RuntimeError):  # no usable path (too long, a symlink loop)
+        return cannot_write
     if held is not None:
         return held
     if finished:  # another pipeline, outputs changed since, --fresh: as the write says
@@ -433,7 +435,7 @@ def _answered_read_only(
     try:
         cfg = declared_config(config, items)
         return read_only_answer(cfg, out.resolve(), fresh, retry_dead) is not None
-    except (ValidationError, TroupeError, OSError):
+    except (ValidationError, TroupeError, OSError, RuntimeError):  # RuntimeError: a symlink loop
         return False
 
 
