@@ -103,9 +103,10 @@ def test_cluster_hosts_place_replicas_by_tags(
         tmp_path, "trn", TRAINER_NODE.format(master=master.endpoint), "--tag", "trainer", "--tag", "gpu-small"
     )
     hosts = _wait_hosts(master.endpoint, ["enc", "trn"])
+    cpus = psutil.cpu_count() or 1  # what a node's beat says of its host
     assert hosts == [
-        Host("enc", nodes.endpoints["enc"], frozenset({"encoder", "cpu"}), hosts[0].gpus),
-        Host("trn", nodes.endpoints["trn"], frozenset({"trainer", "gpu-small"}), hosts[1].gpus),
+        Host("enc", nodes.endpoints["enc"], frozenset({"encoder", "cpu"}), hosts[0].gpus, cpus=cpus),
+        Host("trn", nodes.endpoints["trn"], frozenset({"trainer", "gpu-small"}), hosts[1].gpus, cpus=cpus),
     ]
     assert [h.name for h in place(3, hosts, tags=["encoder"])] == ["enc"] * 3
     assert [h.name for h in place(2, hosts, tags=["trainer"])] == ["trn"] * 2
