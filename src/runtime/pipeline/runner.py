@@ -73,7 +73,7 @@ from .run_metrics import check_run_metrics, run_endpoint
 from .run_outcome import already_complete, job_items, with_split
 from .run_plan import check_early, make_log_dir, plan_run, refuse_inside_an_import
 from .source import MasterSource
-from .user_callbacks import UserCallbacks
+from .user_callbacks import callbacks_guarded
 
 if TYPE_CHECKING:
     from troupe.template_prestart import Prestarted
@@ -109,6 +109,7 @@ class RunStart:
     dead_before: int = 0
 
 
+@callbacks_guarded
 async def run_pipeline(
     pipeline: PipelineConfig | str | os.PathLike[str],
     out: str | os.PathLike[str] | None = None,
@@ -196,65 +197,6 @@ async def run_pipeline(
             ``on_importing``, ``on_warning``) raised, as itself: the first one stops the run as
             Ctrl-C does (the replicas stopped, what the stages committed kept for a rerun).
     """
-    callbacks = UserCallbacks()
-    result: PipelineResult | None = None
-    try:
-        result = await _run_pipeline(
-            pipeline,
-            out,
-            items=items,
-            node=node,
-            master=master,
-            fresh=fresh,
-            retry_dead=retry_dead,
-            keep_outputs=keep_outputs,
-            on_progress=callbacks.guarded(on_progress),
-            on_start=callbacks.guarded(on_start),
-            on_event=callbacks.guarded(on_event),
-            node_endpoint=node_endpoint,
-            master_endpoint=master_endpoint,
-            cluster=cluster,
-            nodes=nodes,
-            keys=keys,
-            endpoints_may_move=endpoints_may_move,
-            template_ahead=template_ahead,
-            on_importing=callbacks.guarded(on_importing),
-            on_warning=callbacks.guarded(on_warning),
-            metrics=metrics,
-        )
-    except asyncio.CancelledError:
-        if callbacks.error is None:  # Ctrl-C, the caller's cancel: not a callback's stop
-            raise
-    await callbacks.raise_instead()
-    assert result is not None  # only a callback's stop ends the run without one
-    return result
-
-
-async def _run_pipeline(
-    pipeline: PipelineConfig | str | os.PathLike[str],
-    out: str | os.PathLike[str] | None = None,
-    *,
-    items: int | None = None,
-    node: str | None = None,
-    master: str | None = None,
-    fresh: bool = False,
-    retry_dead: bool = False,
-    keep_outputs: bool = True,
-    on_progress: Callable[[PipelineMetrics], None] | None = None,
-    on_start: Callable[[RunStart], None] | None = None,
-    on_event: Callable[[str], None] | None = None,
-    node_endpoint: str | None = None,
-    master_endpoint: str | None = None,
-    cluster: str | None = None,
-    nodes: int = 0,
-    keys: str | os.PathLike[str] | None = None,
-    endpoints_may_move: bool = False,
-    template_ahead: Prestarted | None = None,
-    on_importing: OnImporting | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    metrics: str | None = None,
-) -> PipelineResult:
-    """:func:`run_pipeline`, its callbacks guarded by the caller."""
     t0 = time.perf_counter()
     m0 = time.monotonic()  # the wall-time split's marks (the engine's clock)
     refuse_inside_an_import()

@@ -14,17 +14,47 @@ takes that cancellation back and raises the exception, as itself, once the run h
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Callable
-from typing import ParamSpec
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
 
 from troupe.runtime.library_logging import get_logger
 
-__all__ = ["UserCallbacks"]
+__all__ = ["CALLBACKS", "UserCallbacks", "callbacks_guarded"]
 
 log = get_logger(__name__)
 
 P = ParamSpec("P")
+R = TypeVar("R")
+
+CALLBACKS = ("on_progress", "on_start", "on_event", "on_importing", "on_warning")
+"""The keyword arguments of ``run_pipeline`` that are a program's callbacks."""
+
+
+def callbacks_guarded(run: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """``run`` (``run_pipeline``) with its callback arguments (:data:`CALLBACKS`) called
+    through one :class:`UserCallbacks`: the first that raises stops the run, and is raised."""
+
+    @functools.wraps(run)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        callbacks = UserCallbacks()
+        for name in CALLBACKS:
+            if name in kwargs:
+                kwargs[name] = callbacks.guarded(kwargs[name])  # type: ignore[arg-type]
+        result: R | None = None
+        ran = False
+        try:
+            result = await run(*args, **kwargs)
+            ran = True
+        except asyncio.CancelledError:
+            if callbacks.error is None:  # Ctrl-C, the caller's cancel: not a callback's stop
+                raise
+        await callbacks.raise_instead()
+        assert ran, "only a callback's stop ends the run without a result"
+        return result  # type: ignore[return-value]
+
+    return guarded
 
 
 class UserCallbacks:
