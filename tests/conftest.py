@@ -5,6 +5,7 @@ whatever a command run in the test process left."""
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -113,9 +114,20 @@ def logging_as_a_fresh_command_has_it() -> Iterator[None]:
     so: ``own_this_process(False)``). ``capture_logs``, which restores the processors by
     configuring them, left structlog "configured" with its defaults (lines printed to stdout),
     and a later test's run took that for a configuration of its own and printed its lines into
-    the test's --json output."""
+    the test's --json output.
+
+    The root logger is a fresh process's too: at warning, with no handler but pytest's. A bench
+    measured in the test process configures logging at error (its stdout stays JSON), and a later
+    test of the same worker that counted on Python's last resort for a warning saw nothing (CI:
+    tests/runtime/test_run_log.py after tests/cli/test_bench_messaging_json_types.py)."""
     own_this_process()
     structlog.reset_defaults()
+    root = logging.getLogger()
+    root.setLevel(logging.WARNING)
+    for handler in list(root.handlers):
+        if type(handler).__module__ != "_pytest.logging":  # a run's file or console, left behind
+            root.removeHandler(handler)
+            handler.close()
     yield
 
 

@@ -105,8 +105,11 @@ async def _node_with_light(tmp_path: Path, gate: Path) -> AsyncIterator[tuple[No
     )
     async with running_node(cfg) as node:
         assert node.template is not None
-        light = node.template.describe()["light_pid"]
-        assert light is not None
+        # The gate open, the template may be ready, and the workers forked from it, before its
+        # light sibling's hello comes (CI: ``light_pid`` still None here).
+        with anyio.fail_after(WITHIN_S):
+            while (light := node.template.describe()["light_pid"]) is None:
+                await anyio.sleep(0.01)  # a bounded poll of in-process state
         yield node, light
 
 
