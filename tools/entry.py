@@ -24,12 +24,16 @@ read the paths given, and go on.
 
 The open-files limit is raised here, before anything starts, and a command that starts
 processes with too low a hard limit is refused in one line, exit 2 (``file_limit``).
+
+A closed stdin, stdout or stderr is opened on ``/dev/null`` first of all (``closed_std_fds``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from troupe.cli.closed_std_fds import open_closed_std_fds
 
 __all__ = ["main"]
 
@@ -42,6 +46,7 @@ _STARTS_PROCESSES = ("run", "demo", "node", "master", "bench")  # need FILES_NEE
 
 def main() -> None:
     """Import the command, then run it."""
+    open_closed_std_fds()
     try:
         if _folder_gone() and not _folder_free(sys.argv[1:]):
             _refuse(FOLDER_GONE)

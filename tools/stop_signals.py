@@ -246,6 +246,8 @@ class StopSignals:
 def _flush_output() -> None:
     """What the command printed, out before ``os._exit`` (which skips the interpreter's flush)."""
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # a program's process that set it so: nothing to flush
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):
