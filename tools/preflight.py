@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -205,11 +206,22 @@ def writable_problem(path: Path, what: str) -> str | None:
     absolute = Path(os.path.abspath(path))
     try:
         str(absolute).encode("utf-8")
-    except UnicodeEncodeError:  # bytes no encoding names, kept as surrogates by the file system's
-        shown = os.fsencode(absolute).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # bytes the file system's encoding does not name: surrogates
+        raw = os.fsencode(absolute)
+        shown = raw.decode("utf-8", "backslashreplace")
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return (
+                f"{what} {shown}: not valid UTF-8; troupe writes its paths into its journal, logs "
+                "and messages as UTF-8, so give a path whose name is valid UTF-8"
+            )
+        # UTF-8 on disk, but this process reads names as ASCII (LC_ALL=C with Python's
+        # UTF-8 mode and locale coercion turned off): it could not name the file again.
         return (
-            f"{what} {shown}: not valid UTF-8; troupe writes its paths into its journal, logs "
-            "and messages as UTF-8, so give a path whose name is"
+            f"{what} {shown}: this process reads file names as {sys.getfilesystemencoding()} "
+            "(its locale), which cannot hold this name; run it under a UTF-8 locale "
+            "(LC_ALL=C.UTF-8) or with PYTHONUTF8=1"
         )
     try:
         absolute.resolve(strict=False)  # a loop of symlinks, a name over the file system's limit
