@@ -116,6 +116,37 @@ async def test_outputs_under_inline_below_go_inline_through_the_engine(
         assert result.engine_bytes_per_item < small, result.engine_bytes_per_item
 
 
+async def test_an_output_that_cannot_be_sent_fails_its_item_alone_before_it_is_held() -> None:
+    """One item's output of ``make`` holds a set (no wire encoding) beside its frame. It was held
+    as the others were, and ``pass``, taking a batch of them from ``make``'s replica in one
+    ``stage_take``, failed on every item of it. Now ``make``'s replica refuses it as it would hold
+    it, with the error the engine plane gives, and only that item dies; the others arrive intact."""
+    culprit = 2
+    stages = [
+        {
+            "name": "make",
+            "actor": f"{STAGES}:MakeOneUnsendable",
+            "batch": ITEMS,
+            "kwargs": {"nbytes": 1 << 16, "culprit": culprit},
+        },
+        {"name": "pass", "actor": f"{STAGES}:PassPayload", "batch": ITEMS},
+        {"name": "check", "actor": f"{STAGES}:CheckPayload", "kwargs": {"nbytes": 1 << 16}},
+    ]
+    cfg = PipelineConfig.model_validate(
+        {"name": "plane", "items": ITEMS, "max_attempts": 2, "scale_interval_s": 0.1, "stages": stages}
+    )
+    result = await _run(cfg)
+
+    dead = f"plane-{culprit:06d}"
+    assert result.counts() == {"ok": ITEMS - 1, "pruned": 0, "dead": 1, "kept": 0}, result.errors
+    assert list(result.errors) == [dead], result.errors
+    error = result.errors[dead]
+    assert error.startswith("EncodeError: stage make: process returned an output that cannot be sent"), error
+    assert "no wire encoding for set" in error, error
+    assert sorted(result.outputs) == [f"plane-{i:06d}" for i in range(ITEMS) if i != culprit]
+    assert all(out["intact"] for out in result.outputs.values()), result.outputs
+
+
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The node's status once ``ready(status)`` holds (a bounded poll; the node may not be up
     yet at first)."""

@@ -24,7 +24,15 @@ import numpy as np
 from support.hook_stages import append_record, read_records
 from troupe.runtime.pipeline.stage import StageActor
 
-__all__ = ["CheckPayload", "MakePayload", "PassPayload", "SlowToStart", "expected_payload", "read_records"]
+__all__ = [
+    "CheckPayload",
+    "MakeOneUnsendable",
+    "MakePayload",
+    "PassPayload",
+    "SlowToStart",
+    "expected_payload",
+    "read_records",
+]
 
 _GATE_POLL_S = 0.02
 _GATE_MOST_S = 300.0  # a gate never opened errs the item rather than hang the run
@@ -56,6 +64,24 @@ class MakePayload(StageActor):
         seed = int(item["seed"])
         _append(self.log, {"stage": "make", "task_id": item["task_id"], "pid": os.getpid()})
         return {"task_id": item["task_id"], "seed": seed, "payload": expected_payload(seed, self.nbytes)}
+
+
+class MakeOneUnsendable(MakePayload):
+    """:class:`MakePayload` whose item of seed ``culprit`` also holds a set, which has no wire
+    encoding: its output, held for the next stage as the others are, cannot be handed over.
+
+    Args:
+        nbytes: the payload's size in bytes.
+        culprit: the seed of the item whose output holds the set.
+    """
+
+    def __init__(self, nbytes: int, culprit: int) -> None:
+        super().__init__(nbytes)
+        self.culprit = culprit
+
+    def process(self, item: dict[str, Any]) -> dict[str, Any]:
+        out = super().process(item)
+        return {**out, "tags": {"a", "b"}} if int(item["seed"]) == self.culprit else out
 
 
 class PassPayload(StageActor):

@@ -34,6 +34,7 @@ __all__ = [
     "Outbox",
     "outcome_lost",
     "payload_bytes",
+    "payload_weight",
     "pull_inputs",
 ]
 
@@ -45,28 +46,62 @@ PULL_TIMEOUT_S = 60.0
 a second; a holder whose node died never answers (its items then run again)."""
 
 _SCALAR_BYTES = 9  # msgpack's largest fixed-size scalar
+_INT_LOWEST, _INT_HIGHEST = -(2**63), 2**64 - 1  # the ints msgpack holds
 
 
-def payload_bytes(obj: Any, limit: int = 1 << 62) -> int:
+def payload_bytes(obj: Any) -> int:
     """About what ``obj`` weighs on the wire: buffers (arrays, tensors, bytes) by their size,
-    strings by their length, containers by their contents. Stops counting past ``limit``."""
+    strings by their length, containers by their contents."""
+    return payload_weight(obj)[0]
+
+
+def payload_weight(obj: Any) -> tuple[int, bool]:
+    """What ``obj`` weighs on the wire (as :func:`payload_bytes` counts it), and whether it may
+    not encode: it holds a value of a type that does not always encode (a set, an object, an int
+    past 64 bits) or a container twice (shared, or holding itself: each is walked once, so that
+    the walk ends). A replica encodes such an output before it holds it, and the codec decides;
+    an output of maps, lists, str, bytes, numbers, arrays and tensors is walked once, as its size
+    needs anyway, and not encoded until the next stage takes it."""
     total = 0
+    doubtful = False
+    seen: set[int] = set()
     stack = [obj]
-    while stack and total < limit:
+    while stack:
         o = stack.pop()
-        nbytes = getattr(o, "nbytes", None)
-        if isinstance(nbytes, int):
-            total += nbytes
-        elif isinstance(o, (bytes, bytearray, str)):
+        kind = type(o)
+        # The common types by identity first: a getattr that misses costs more than the rest.
+        if kind is str or kind is bytes:
             total += len(o)
-        elif isinstance(o, dict):
+            continue
+        if kind is float or kind is bool or o is None:
+            total += _SCALAR_BYTES
+            continue
+        if kind is int:
+            total += _SCALAR_BYTES
+            doubtful = doubtful or not _INT_LOWEST <= o <= _INT_HIGHEST
+            continue
+        if kind is not dict and kind is not list and kind is not tuple:
+            nbytes = getattr(o, "nbytes", None)  # arrays, tensors, numpy scalars
+            if isinstance(nbytes, int):
+                total += nbytes
+                continue
+            if isinstance(o, (bytes, bytearray, str)):
+                total += len(o)
+                continue
+            if not isinstance(o, (dict, list, tuple)):  # a set, an object, an int subclass
+                total += _SCALAR_BYTES
+                doubtful = True
+                continue
+        if id(o) in seen:
+            doubtful = True
+            continue
+        seen.add(id(o))
+        if isinstance(o, dict):
             stack.extend(o.keys())
             stack.extend(o.values())
-        elif isinstance(o, (list, tuple)):
-            stack.extend(o)
         else:
-            total += _SCALAR_BYTES
-    return total
+            stack.extend(o)
+    return total, doubtful
 
 
 def outcome_lost(why: str) -> dict[str, Any]:

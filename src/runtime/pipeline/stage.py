@@ -40,7 +40,7 @@ from troupe.runtime.errors import EncodeError, ItemFailed, ProtocolError
 from troupe.runtime.tasks.jobspec import generated_task_id
 from troupe.runtime.wire.map_keys import key_refusal, refused_key
 
-from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_bytes, pull_inputs
+from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_weight, pull_inputs
 from .hook_returns import committed_ids, final_summary
 
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
@@ -276,12 +276,34 @@ class StageActor(Actor):
             for i in range(len(items))
         ]
         if hold:
-            below = int(payload.get("inline_below", INLINE_BELOW))
-            for i, outcome in enumerate(outcomes):
-                if "ok" in outcome and (size := payload_bytes(outcome["ok"])) >= below:
-                    HELD.put(str(hold[i]), outcome["ok"], size)
-                    outcomes[i] = {"held": str(hold[i]), "bytes": size}
+            self._hold(outcomes, hold, int(payload.get("inline_below", INLINE_BELOW)))
         return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+
+    def _hold(self, outcomes: list[dict[str, Any]], hold: list[Any], below: int) -> None:
+        """Keep each ok output of at least ``below`` bytes here for the next stage, under its key
+        in ``hold``, its outcome made its size. One that cannot be encoded becomes that item's
+        error now, as on the engine plane, rather than when the next stage takes it, which failed
+        every item of that take. Only an output whose walk finds a value that may not encode
+        (``payload_weight``) is encoded here; the others are encoded once, when taken."""
+        for i, outcome in enumerate(outcomes):
+            if "ok" not in outcome:
+                continue
+            size, doubtful = payload_weight(outcome["ok"])
+            if size < below:
+                continue
+            if doubtful and (refusal := self._refusal(outcome["ok"])) is not None:
+                outcomes[i] = self._unsendable_outcome(refusal)
+                continue
+            HELD.put(str(hold[i]), outcome["ok"], size)
+            outcomes[i] = {"held": str(hold[i]), "bytes": size}
+
+    def _refusal(self, output: Any) -> ProtocolError | None:
+        """Why the codec refuses to encode ``output``, or None where it encodes."""
+        try:
+            self.runtime.codec.encode_reply(0, "", output)
+        except ProtocolError as exc:
+            return exc
+        return None
 
     async def _alive_while_pulling(self) -> None:
         """A pull waits on another process (a holder whose node may have just died, until the
