@@ -116,18 +116,24 @@ async def test_outputs_under_inline_below_go_inline_through_the_engine(
         assert result.engine_bytes_per_item < small, result.engine_bytes_per_item
 
 
-async def test_an_output_that_cannot_be_sent_fails_its_item_alone_before_it_is_held() -> None:
-    """One item's output of ``make`` holds a set (no wire encoding) beside its frame. It was held
-    as the others were, and ``pass``, taking a batch of them from ``make``'s replica in one
-    ``stage_take``, failed on every item of it. Now ``make``'s replica refuses it as it would hold
-    it, with the error the engine plane gives, and only that item dies; the others arrive intact."""
+@pytest.mark.parametrize(
+    ("what", "said"),
+    [("set", "no wire encoding for set"), ("lone surrogate", "surrogates not allowed")],
+)
+async def test_an_output_that_cannot_be_sent_fails_its_item_alone(what: str, said: str) -> None:
+    """One item's output of ``make`` holds a value with no wire encoding beside its frame. It was
+    held as the others were, and ``pass``, taking a batch of them from ``make``'s replica in one
+    ``stage_take``, failed on every item of it. Now only that item dies, with the error the
+    engine plane gives, and the others arrive intact: a set ``make``'s replica refuses as it
+    would hold it; a str with a lone surrogate, which the walk vouches for, its outbox refuses
+    alone at the take."""
     culprit = 2
     stages = [
         {
             "name": "make",
             "actor": f"{STAGES}:MakeOneUnsendable",
             "batch": ITEMS,
-            "kwargs": {"nbytes": 1 << 16, "culprit": culprit},
+            "kwargs": {"nbytes": 1 << 16, "culprit": culprit, "what": what},
         },
         {"name": "pass", "actor": f"{STAGES}:PassPayload", "batch": ITEMS},
         {"name": "check", "actor": f"{STAGES}:CheckPayload", "kwargs": {"nbytes": 1 << 16}},
@@ -142,7 +148,7 @@ async def test_an_output_that_cannot_be_sent_fails_its_item_alone_before_it_is_h
     assert list(result.errors) == [dead], result.errors
     error = result.errors[dead]
     assert error.startswith("EncodeError: stage make: process returned an output that cannot be sent"), error
-    assert "no wire encoding for set" in error, error
+    assert said in error, error
     assert sorted(result.outputs) == [f"plane-{i:06d}" for i in range(ITEMS) if i != culprit]
     assert all(out["intact"] for out in result.outputs.values()), result.outputs
 

@@ -25,6 +25,7 @@ from support.hook_stages import append_record, read_records
 from troupe.runtime.pipeline.stage import StageActor
 
 __all__ = [
+    "UNSENDABLE",
     "CheckPayload",
     "MakeOneUnsendable",
     "MakePayload",
@@ -66,22 +67,32 @@ class MakePayload(StageActor):
         return {"task_id": item["task_id"], "seed": seed, "payload": expected_payload(seed, self.nbytes)}
 
 
+# What :class:`MakeOneUnsendable` adds to its culprit's output: a value with no wire encoding.
+UNSENDABLE = {
+    "set": {"a", "b"},  # msgpack has none; the replica sees it as it weighs the output
+    "lone surrogate": "\ud800",  # a str, which the weighing vouches for: found at the take
+}
+
+
 class MakeOneUnsendable(MakePayload):
-    """:class:`MakePayload` whose item of seed ``culprit`` also holds a set, which has no wire
-    encoding: its output, held for the next stage as the others are, cannot be handed over.
+    """:class:`MakePayload` whose item of seed ``culprit`` also holds a value that cannot be
+    encoded (``UNSENDABLE[what]``) beside its payload: its output, large enough to be held for
+    the next stage as the others are, cannot be handed over.
 
     Args:
         nbytes: the payload's size in bytes.
-        culprit: the seed of the item whose output holds the set.
+        culprit: the seed of the item whose output holds the value.
+        what: which of ``UNSENDABLE``.
     """
 
-    def __init__(self, nbytes: int, culprit: int) -> None:
+    def __init__(self, nbytes: int, culprit: int, what: str) -> None:
         super().__init__(nbytes)
         self.culprit = culprit
+        self.what = what
 
     def process(self, item: dict[str, Any]) -> dict[str, Any]:
         out = super().process(item)
-        return {**out, "tags": {"a", "b"}} if int(item["seed"]) == self.culprit else out
+        return {**out, "tags": UNSENDABLE[self.what]} if int(item["seed"]) == self.culprit else out
 
 
 class PassPayload(StageActor):

@@ -7,7 +7,9 @@ ask per holder (``pull_inputs``): the frames go mailbox to mailbox, zero-copy as
 and the engine sees ids, sizes, timings and outcomes. The holder keeps the output until the
 engine says the item is settled downstream (``stage_release``), so a downstream failure retries
 from the same output; a holder that is gone (its node died) makes the item ``lost``, and the
-engine runs it again from the first stage.
+engine runs it again from the first stage. An output that cannot be encoded fails its item
+alone: refused before it is held (``payload_weight`` finds what may not encode), or, where the
+walk vouched for it, answered under ``refused`` when taken (``Outbox.reply_instead``).
 
 Small outputs (under ``inline_below`` bytes, counted by :func:`payload_bytes`) still travel
 inline through the engine: an extra round trip would cost them more than their bytes.
@@ -21,7 +23,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.actor import Actor, handles
-from troupe.runtime.errors import AskTimeout, DeliveryError, TroupeError
+from troupe.runtime.errors import AskTimeout, DeliveryError, ProtocolError, TroupeError
 
 __all__ = [
     "GONE",
@@ -36,6 +38,7 @@ __all__ = [
     "payload_bytes",
     "payload_weight",
     "pull_inputs",
+    "unsendable_output",
 ]
 
 INLINE_BELOW = 4096
@@ -109,12 +112,22 @@ def outcome_lost(why: str) -> dict[str, Any]:
     return {"lost": why}
 
 
+def unsendable_output(where: str, exc: ProtocolError) -> str:
+    """The error of an item whose output cannot travel: ``where`` it was made (``stage a``) and
+    the codec's refusal (``exc``), with what does travel."""
+    return (
+        f"{type(exc).__name__}: {where}: process returned an output that cannot be sent: {exc} "
+        "(return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)"
+    )
+
+
 class HeldOutputs:
     """The outputs a replica keeps for the next stage, by key, until released."""
 
     def __init__(self) -> None:
         self._items: dict[str, tuple[Any, int]] = {}  # key -> (output, its size)
         self.bytes = 0
+        self.made_by = "a stage"  # where an output that cannot be handed over was made: "stage a"
 
     def __len__(self) -> int:
         return len(self._items)
@@ -142,7 +155,7 @@ async def pull_inputs(
     """The batch's items with each pulled one filled in from its holder; the indexes whose
     holder is gone or no longer has it (lost: the engine runs them again from the first stage);
     and those whose holder answered with an error (failed: an item error, retried here, such as
-    an output over the message bound), each with why.
+    an output that cannot be sent, or any where the whole take failed), each with why.
 
     Args:
         ask: ``ask(actor, msg_type, payload, timeout)``, an awaitable (the actor's runtime).
@@ -159,6 +172,7 @@ async def pull_inputs(
 
     async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
         got: dict[str, Any] = {}
+        refused: dict[str, Any] = {}
         why = f"holder {holder} no longer holds it"
         error = ""
         # Stopping, or from a holder the engine lost: nothing is pulled, and not asked either;
@@ -169,7 +183,9 @@ async def pull_inputs(
                 PULLS.setdefault(holder, set()).add(scope)
                 try:
                     reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
-                    got = reply.get("items", {}) if isinstance(reply, dict) else {}
+                    if isinstance(reply, dict):
+                        got = reply.get("items", {})
+                        refused = reply["refused"] if isinstance(reply.get("refused"), dict) else {}
                 except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
                     why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
                 except TroupeError as exc:  # it answered, with an error (the outputs stay held)
@@ -188,6 +204,8 @@ async def pull_inputs(
         for i, key in wanted:
             if key in got:
                 filled[i] = got[key]
+            elif key in refused:
+                failed[i] = str(refused[key])
             elif error:
                 failed[i] = error
             else:
@@ -235,6 +253,28 @@ class Outbox(Actor):
     @handles("stage_take")
     def _take(self, payload: dict[str, Any]) -> dict[str, Any]:
         return {"items": HELD.take([str(k) for k in payload.get("keys", ())])}
+
+    def reply_instead(self, msg_type: str, result: Any, error: ProtocolError) -> Any:
+        """A take whose reply could not be encoded, each output encoded alone now: one that
+        cannot be (one the holder's walk vouched for, ``payload_weight``: a str with a lone
+        surrogate, a numpy object array; or one over the message bound) is answered under
+        ``refused`` with why, its item's error at the taker, and the others of the take arrive.
+        The whole take failed with it. Called only once the reply failed, so a take that
+        travels is encoded once."""
+        items = result.get("items") if isinstance(result, dict) else None
+        if msg_type != "stage_take" or not isinstance(items, dict):
+            raise error
+        encode = self.runtime.codec.encode_reply
+        sendable: dict[str, Any] = {}
+        refused: dict[str, str] = {}
+        for key, item in items.items():
+            try:
+                encode(0, "", item)
+            except ProtocolError as exc:
+                refused[key] = unsendable_output(HELD.made_by, exc)
+                continue
+            sendable[key] = item
+        return {"items": sendable, "refused": refused}
 
     @handles("stage_release")
     def _release(self, payload: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ from troupe.runtime.errors import EncodeError, ItemFailed, ProtocolError
 from troupe.runtime.tasks.jobspec import generated_task_id
 from troupe.runtime.wire.map_keys import key_refusal, refused_key
 
-from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_weight, pull_inputs
+from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_weight, pull_inputs, unsendable_output
 from .hook_returns import committed_ids, final_summary
 
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
@@ -284,7 +284,9 @@ class StageActor(Actor):
         in ``hold``, its outcome made its size. One that cannot be encoded becomes that item's
         error now, as on the engine plane, rather than when the next stage takes it, which failed
         every item of that take. Only an output whose walk finds a value that may not encode
-        (``payload_weight``) is encoded here; the others are encoded once, when taken."""
+        (``payload_weight``) is encoded here; the others are encoded once, when taken (where
+        one that cannot be is still that item's error alone: ``Outbox.reply_instead``)."""
+        HELD.made_by = self._where()
         for i, outcome in enumerate(outcomes):
             if "ok" not in outcome:
                 continue
@@ -340,12 +342,11 @@ class StageActor(Actor):
 
     def _unsendable_outcome(self, exc: ProtocolError) -> dict[str, Any]:
         """The error of an item whose output cannot travel, naming the stage and its ``process``."""
-        where = f"stage {self._stage_name}" if self._stage_name else f"stage class {type(self).__qualname__}"
-        return {
-            "error": f"{type(exc).__name__}: {where}: process returned an output that cannot be sent: "
-            f"{exc} (return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)",
-            "traceback": "",
-        }
+        return {"error": unsendable_output(self._where(), exc), "traceback": ""}
+
+    def _where(self) -> str:
+        """This stage, as an item's error names it."""
+        return f"stage {self._stage_name}" if self._stage_name else f"stage class {type(self).__qualname__}"
 
     @handles("stage_info")
     async def _stage_info(self, payload: Any) -> dict[str, Any]:

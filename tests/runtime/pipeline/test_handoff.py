@@ -63,6 +63,21 @@ async def test_pull_fills_each_item_from_its_holder_and_marks_what_cannot_be_had
     ]  # one ask per holder
 
 
+async def test_an_output_its_holder_could_not_hand_over_fails_that_item_alone() -> None:
+    """A holder whose take could not be encoded whole answers the outputs that can be, and why
+    for each one that cannot (``refused``): only that item fails, and the others are filled."""
+    why = "EncodeError: stage a: process returned an output that cannot be sent: ..."
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        return {"items": {"k0": "zero", "k2": "two"}, "refused": {"k1": why}}
+
+    sources = [["up-0/outbox", f"k{i}"] for i in range(3)]
+    filled, lost, failed = await pull_inputs(ask, [None] * 3, sources)
+    assert (filled[0], filled[2]) == ("zero", "two")
+    assert failed == {1: why}
+    assert not lost
+
+
 async def test_a_stopping_replica_ends_its_pulls_and_starts_none() -> None:
     """Stopping, a replica's drain must not wait on holders that may be stopping too: the pull
     under way ends at once, a later one pulls nothing, and both items count as lost."""

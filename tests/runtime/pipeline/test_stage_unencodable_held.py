@@ -9,6 +9,10 @@ counted forever). Now the holder refuses such an output as it would hold it: tha
 outcome is the error the engine plane gives (``EncodeError: stage a: process returned an output
 that cannot be sent: ...``), retried as any; the others are held and taken. An output that
 only may not encode (a list in it twice, an int subclass) is encoded to decide, and held.
+
+An output the holder's walk vouches for and the codec refuses (a str with a lone surrogate, a
+numpy object array) is held, and its take's reply fails to encode: the outbox then answers the
+others of the take, and that one under ``refused`` with its item's error.
 """
 
 from __future__ import annotations
@@ -153,6 +157,38 @@ async def test_an_output_that_only_may_not_travel_is_encoded_to_decide_and_held(
     assert taken["items"][_keys()[CULPRIT - SEEDS[0]]]["v"] == (
         [[1, 2, 3], [1, 2, 3]] if encodes == "shared" else 2
     )
+
+
+# Values the walk vouches for that the codec refuses: such an output is held, and refused when
+# taken, that item alone (the outbox's ``reply_instead``); what its item's error says of it.
+REFUSED_WHEN_TAKEN = {
+    "lone surrogate": ("\ud800", "surrogates not allowed"),
+    "numpy object array": (np.array([{1}], dtype=object), "numpy arrays of dtype object cannot travel"),
+    "numpy complex scalar": (np.complex128(1j), "can not serialize 'complex' object"),
+}
+
+
+@pytest.mark.parametrize("refused", sorted(REFUSED_WHEN_TAKEN))
+async def test_an_output_refused_only_when_taken_is_its_items_error_and_the_others_arrive(
+    refused: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value, said = REFUSED_WHEN_TAKEN[refused]
+    monkeypatch.setitem(globals(), "_culprit_value", value)
+    culprit_key = _keys()[CULPRIT - SEEDS[0]]
+    with anyio.fail_after(BOUND):
+        async with _holder(PlainStage) as (stage, outbox):
+            reply = await stage.ask("process_direct", _call())
+            taken = await outbox.ask("stage_take", {"keys": _keys()})
+            alone = await outbox.ask("stage_take", {"keys": [culprit_key]})
+            again = await outbox.ask("stage_take", {"keys": _keys()})  # still held: a retry says the same
+    assert [set(o) for o in reply["outcomes"]] == [{"held", "bytes"}] * len(SEEDS), reply
+    assert sorted(taken["items"]) == sorted(k for k in _keys() if k != culprit_key)
+    assert list(taken["refused"]) == [culprit_key]
+    error = taken["refused"][culprit_key]
+    assert error.startswith("EncodeError: stage a: process returned an output that cannot be sent: "), error
+    assert said in error, error
+    assert alone == {"items": {}, "refused": taken["refused"]}
+    assert sorted(again["items"]) == sorted(taken["items"]) and again["refused"] == taken["refused"]
 
 
 def test_the_walk_vouches_for_plain_outputs_and_doubts_the_rest() -> None:
