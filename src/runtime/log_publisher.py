@@ -187,6 +187,9 @@ class LogPublisher:
             log.warning(
                 "log_file_unreadable", path=str(self.path), error=problem, streamed="once it can be read"
             )
+        gap = self._follower.new_gap()
+        if gap is not None:  # rotated files it could not read: what is on disk holds their lines
+            log.warning("log_lines_skipped", path=str(self.path), error=gap)
         if self.max_bytes is None:
             return
         try:

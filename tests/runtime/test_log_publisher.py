@@ -13,7 +13,7 @@ import structlog
 import zmq
 
 from troupe.runtime.errors import BadRequest
-from troupe.runtime.log_files import history_files, lock_path, rotated_path
+from troupe.runtime.log_files import history_files, lock_path, rotate, rotated_path
 from troupe.runtime.log_publisher import LogPublisher, decode_log_recent, log_socket
 from troupe.runtime.security.keys import CurveKeys, generate_keys, load_keys
 from troupe.runtime.security.process import install
@@ -149,6 +149,49 @@ async def test_without_a_size_the_publisher_leaves_the_rotating_to_the_writer(tm
             await pub.poll()
         assert pub.rotations == 0 and history_files(pub.path) == [pub.path]
         assert pub.published == 30
+    finally:
+        pub.close()
+
+
+def _rotate_and_write(path: Path, events: list[str], keep: int) -> None:
+    """A writer at a small size: the file rotates before each line (as every writer rotates it)."""
+    for event in events:
+        rotate(path, keep=keep)
+        with path.open("a") as f:
+            f.write(f'{{"event": "{event}"}}\n')
+
+
+@pytest.mark.anyio
+async def test_every_file_rotated_between_two_polls_is_published_in_order(tmp_path: Path) -> None:
+    """The writers rotated the file four times between two polls: every line is published, once."""
+    pub = _publisher(tmp_path, max_bytes=None)
+    try:
+        with structlog.testing.capture_logs() as logged:
+            for burst in range(3):
+                _rotate_and_write(pub.path, [f"line-{burst}-{k}" for k in range(4)], keep=1000)
+                await pub.poll()
+        events = [line.split('"')[3] for _, line in pub.recent()["lines"]]
+        assert events == [f"line-{burst}-{k}" for burst in range(3) for k in range(4)]
+        assert not [e for e in logged if e["event"] == "log_lines_skipped"]
+    finally:
+        pub.close()
+
+
+@pytest.mark.anyio
+async def test_lines_rotated_past_keep_before_a_poll_are_warned_of_once(tmp_path: Path) -> None:
+    """Files deleted (past log_keep) before the poll read them: what is left is published, and a
+    warning says lines may be missing, once."""
+    pub = _publisher(tmp_path, max_bytes=None)
+    try:
+        with structlog.testing.capture_logs() as logged:
+            _rotate_and_write(pub.path, [f"line-{k}" for k in range(5)], keep=2)
+            await pub.poll()
+            await pub.poll()
+        events = [line.split('"')[3] for _, line in pub.recent()["lines"]]
+        assert events == ["line-2", "line-3", "line-4"]
+        skipped = [e for e in logged if e["event"] == "log_lines_skipped"]
+        assert len(skipped) == 1 and skipped[0]["log_level"] == "warning"
+        assert "may be missing" in skipped[0]["error"] and "log_keep" in skipped[0]["error"]
     finally:
         pub.close()
 

@@ -99,6 +99,9 @@ class _Source:
         problem = self.follower.new_problem()
         if problem is not None:  # a directory in its place, say: the other files are followed on
             _warn(f"{problem}; skipped until it can be read")
+        gap = self.follower.new_gap()
+        if gap is not None:  # rotated files it could not read: the files on disk say what they hold
+            _warn(gap)
         return out
 
 
