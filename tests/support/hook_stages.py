@@ -31,6 +31,8 @@ __all__ = [
     "ExitingStage",
     "FailingFinalizeStage",
     "FailingSeedStage",
+    "GatedOutputStage",
+    "GatedStage",
     "HeldStopStage",
     "NotAStage",
     "OutputFileStage",
@@ -190,6 +192,57 @@ class OutputFileStage(FailingFinalizeStage):
         staged = self.outputs / f".{item['task_id']}.tmp"
         staged.write_text(str(item["seed"]), encoding="utf-8")
         staged.rename(self.outputs / item["task_id"])
+        return out
+
+
+_GATE_POLL_S = 0.02
+_GATE_MOST_S = 300.0  # a gate never opened errs the item rather than hang the run
+
+
+async def _held_at(held: str, gate: str) -> None:
+    """Write the file ``held``, then wait (on the event loop: the replica stays live) until the
+    file ``gate`` exists."""
+    Path(held).write_text(str(os.getpid()), encoding="utf-8")
+    with anyio.fail_after(_GATE_MOST_S):
+        while not os.path.exists(gate):
+            await anyio.sleep(_GATE_POLL_S)
+
+
+class GatedStage(RecordingStage):
+    """A :class:`RecordingStage` that holds each item until the file ``gate`` exists, having
+    written the file ``held``: a run held before its last stage, for a test to stop it there.
+
+    Args:
+        held: the file written as an item is held.
+        gate: the file that lets the items go on.
+    """
+
+    def __init__(self, log: str, held: str, gate: str, label: str = "") -> None:
+        super().__init__(log, label)
+        self.held, self.gate = held, gate
+
+    async def process(self, item: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        await _held_at(self.held, self.gate)
+        return super().process(item)
+
+
+class GatedOutputStage(OutputFileStage):
+    """An :class:`OutputFileStage` that, once it committed an item's file, holds the answer
+    until the file ``gate`` exists, having written the file ``held``: a run whose output is
+    committed while the run has not heard of it yet, for a test to kill it there.
+
+    Args:
+        held: the file written as a committed item is held.
+        gate: the file that lets the answers go.
+    """
+
+    def __init__(self, log: str, outputs: str, held: str, gate: str) -> None:
+        super().__init__(log, outputs, fail_while=str(Path(outputs) / ".never"))
+        self.held, self.gate = held, gate
+
+    async def process(self, item: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        out = super().process(item)
+        await _held_at(self.held, self.gate)
         return out
 
 

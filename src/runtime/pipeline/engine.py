@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -58,6 +58,7 @@ from troupe.runtime.placement import Host
 
 from .config import PipelineConfig
 from .dispatch import ItemDispatch
+from .first_output import FirstOutput
 from .hook_calls import HookCalls
 from .hosts import EngineHosts
 from .model import (
@@ -101,6 +102,9 @@ class PipelineEngine(HookCalls, ItemDispatch):
         on_finishing: called once every item has ended, as the finalize hooks start, where
             each of them has a replica already: the run starts no more replicas but to replace
             one lost now (its own node retires its template then, ``Node.retire_template``).
+        on_making: awaited once, before the run first hands an item to a stage that ends the
+            pipeline or calls its first ``finalize`` hook: from then on it may have made
+            something in ``out`` (``first_output.py``); the run records its troupe code there.
     """
 
     def __init__(
@@ -120,11 +124,13 @@ class PipelineEngine(HookCalls, ItemDispatch):
         on_event: Callable[[str], None] | None = None,
         on_finalized: Callable[[PipelineResult], None] | None = None,
         on_finishing: Callable[[], None] | None = None,
+        on_making: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
         self.on_finalized = on_finalized
         self.on_finishing = on_finishing
+        self._first_output = FirstOutput(on_making)
         self._wire: list[int] | None = None  # the bytes counted through the engine (run)
         self.nodes_outlive_run = nodes_outlive_run
         self.hosts = hosts or EngineHosts([Host.anything("local", node_endpoint)])

@@ -25,6 +25,7 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.start_limits import remote_limit_reached
 from troupe.runtime.tasks.jobspec import generated_task_id
 
+from .first_output import FirstOutput
 from .records import StageState
 from .replicas import ReplicaPool
 from .source import SourceItem
@@ -56,6 +57,7 @@ class HookCalls(ReplicaPool):
     _errors: dict[str, str]  # by task id: why this run's pruned or dead items ended
     kept: int  # items whose output an earlier run committed
     made_nothing: bool  # every item died or was pruned, and no output is anywhere
+    _first_output: FirstOutput  # told before the run may first make something
 
     async def _made_nothing(self) -> bool:
         """Whether the run ends with no item's output anywhere: none ended ok here, no stage
@@ -188,6 +190,8 @@ class HookCalls(ReplicaPool):
             self.made_nothing = True
             log.warning("finalize_skipped", why="no item made an output", items=self.config.items)
             return
+        if any("finalize" in stage.hooks for stage in self.stages):
+            await self._first_output.coming()  # the run's code recorded first (first_output.py)
         for stage in self.stages:
             if "finalize" not in stage.hooks:
                 continue

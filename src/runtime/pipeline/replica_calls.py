@@ -21,6 +21,7 @@ import anyio
 from troupe.runtime.errors import PeerLost, ProtocolError, TroupeError, Unreachable
 from troupe.runtime.library_logging import get_logger
 
+from .first_output import FirstOutput
 from .lost_holders import LostHolders
 from .records import Handle, Item, Replica, StageState
 
@@ -35,6 +36,7 @@ class ReplicaCalls(LostHolders):
     """Calls replicas with batches and hands on their outcomes (a part of the engine)."""
 
     _keys: itertools.count[int]  # numbers the outputs a call asks its replica to hold
+    _first_output: FirstOutput  # told before the run may first make something
 
     def _request(self, stage: StageState, batch: list[Item]) -> tuple[str, dict[str, Any]]:
         """The call for ``batch``: ``process`` with the items inline, or, on the direct data
@@ -63,6 +65,8 @@ class ReplicaCalls(LostHolders):
 
     async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
+        if not self.config.downstream(stage.index):  # it commits the items' outputs
+            await self._first_output.coming()  # the run's code recorded first (first_output.py)
         if replica.gone_why:  # given up between its dispatch and now: nothing was sent to it
             self._waited_behind(stage, replica, batch)
             return

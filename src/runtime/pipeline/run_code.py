@@ -5,11 +5,15 @@ mixed two codes' outputs without a word: the episodes made before were encoded w
 libx264 settings, those after with the newer, and every frame decodes. README promises the same
 bytes only from the same troupe version, and nothing in the folder said which made it. The
 record (``run.json``; a training's ``.troupe-train/run.json``) now keeps ``made_by``: the codes
-that ran into the folder, oldest first, each as ``troupe --version`` shows it (``version`` and
-``digest``, ``runtime/code_identity.py``); a run whose code is not the last one's adds its own
-and says so in one line. It is not refused: the outputs made so far are sound, and ``--fresh``
-makes them all again with one code where that matters. A record of a troupe that kept no
-``made_by`` starts its list with :data:`UNRECORDED`, said as such.
+that made what the folder holds, oldest first, each as ``troupe --version`` shows it
+(``version`` and ``digest``, ``runtime/code_identity.py``); a run whose code is not the last
+one's says so in one line as it starts, and adds its own once it may have made something: a
+pipeline run before it first hands an item to its last stage or finalises (``first_output.py``;
+one stopped before that made nothing, and is not recorded: report rg 6), a training as it
+resumes. A run folder's record starts with an empty list: nothing made there yet. It is not
+refused: the outputs made so far are sound, and ``--fresh`` makes them all again with one code
+where that matters. A record of a troupe that kept no ``made_by`` starts its list with
+:data:`UNRECORDED`, said as such.
 
 The code is this process's: ``troupe run``'s, whose node's workers fork from it. On a cluster
 the nodes run their own code, compared with it as the run starts (``mixed_code.py``).
@@ -39,8 +43,10 @@ def code_line(made_by: Any, out: Path, made_now: str) -> tuple[list[dict[str, An
 
     ``made_now``: what this run makes there, in the line (``what this run makes there``).
     """
-    earlier = _entries(made_by)
     now = this_code()
+    if made_by == []:  # a record begun before anything was made: nothing to mix with
+        return [now], None
+    earlier = _entries(made_by)
     if earlier and earlier[-1] == now:
         return earlier, None
     if not earlier:  # a record of a troupe that kept none: its code is not known

@@ -8,7 +8,8 @@ come, so they may differ between runs. The record also keeps what the stages' ``
 hooks returned once the run is complete, and, for a run whose items are a master's job (a
 cluster's), which job it finished: the master's, so a rerun asks it (``completed_job``). It
 keeps which troupe code made what the directory holds (``made_by``, ``run_code``): a rerun under
-other code that makes or finalises anything there says so in one line, and goes on.
+other code that makes or finalises anything there says so in one line, and goes on; a run's code
+is recorded once it may have made something (``first_output.py``), not as it is planned.
 
 Rules, checked before anything runs:
 
@@ -256,7 +257,7 @@ class RunDir:
         # Set by prepare: the record was "missing" or "damaged", and was rebuilt from its copy,
         # which names this run's pipeline.
         self.recovered: str | None = None
-        # Set by note_code: the line saying that other troupe code made what the folder holds.
+        # Set by check_code: the line saying that other troupe code made what the folder holds.
         self.other_code: str | None = None
         self._lock: JournalLock | None = None  # the journal's, held from prepare on (see lock)
 
@@ -434,18 +435,31 @@ class RunDir:
         complete = self.completed()
         return complete if complete is not None and complete.get("job") == job else None
 
-    def note_code(self) -> str | None:
-        """Record this process's troupe code as one that made outputs here (``made_by``, see
-        ``run_code``), as a run that will make or finalise some begins; return the line to say
-        where the code that ran here last is another (also kept in :attr:`other_code`), else
-        None. The record is written only where the code is new to it."""
+    def check_code(self) -> str | None:
+        """The line to say, as a run that will make or finalise something here begins, where
+        the code that made what the folder holds last is another than this process's (also
+        kept in :attr:`other_code`), else None. Nothing is recorded: :meth:`note_code` is, once
+        the run may have made something."""
         record = self._read()
         if record is None:
             return None
-        made_by, self.other_code = code_line(record.get("made_by"), self.out, "what this run makes there")
-        if made_by != record.get("made_by"):
-            self._write({**record, "made_by": made_by})
+        _, self.other_code = code_line(record.get("made_by"), self.out, "what this run makes there")
         return self.other_code
+
+    def note_code(self) -> None:
+        """Record this process's troupe code as one that made outputs here (``made_by``, see
+        ``run_code``), as the run may first have made something: before it first hands an item
+        to its last stage, or finalises (``first_output.py``). Noted as it was planned, a run
+        stopped before it made anything stood there as one that had, and every later run said
+        the folder mixed both codes (report rg 6). The record is written only where the code is
+        not its last entry already."""
+        record = self._read()
+        if record is None:
+            return
+        made_by, _ = code_line(record.get("made_by"), self.out, "what this run makes there")
+        if made_by != record.get("made_by"):
+            doing = "recording the troupe code that makes outputs here"
+            self._write({**record, "made_by": made_by}, doing, "(what the run committed stays)")
 
     def dead_items(self) -> int:
         """How many items the finished run recorded here ended dead (0: none, or no finished run)."""
@@ -699,10 +713,12 @@ class RunDir:
             ) from exc
 
     def _start_record(self, made_with: dict[str, Any]) -> None:
-        """Record the pipeline a run starts with and the troupe code that starts it, and their copy."""
-        record = {"format": _FORMAT, "pipeline": made_with, "complete": None, "made_by": [this_code()]}
+        """Record the pipeline a run starts with, and keep its copy with the troupe code that
+        starts it. The record's ``made_by`` starts empty: nothing is made here yet, and the
+        code is recorded once the run may have made something (:meth:`note_code`)."""
+        record = {"format": _FORMAT, "pipeline": made_with, "complete": None, "made_by": []}
         self._write(record)
-        self._keep_copy(record, anew=True)
+        self._keep_copy({**record, "made_by": [this_code()]}, anew=True)
 
     def _keep_copy(self, record: dict[str, Any], anew: bool = False) -> None:
         """Keep the record's pipeline, and the code that began the folder, in its copy

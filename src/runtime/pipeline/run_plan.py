@@ -116,7 +116,9 @@ def plan_run(
     the stage's failure. The plan's ``run_dir`` holds ``out`` (``RunDir.lock``): the run's
     master takes it over, or the caller releases it. ``retry_dead``: a finished run with dead
     items is not complete: its record's word is dropped, as the run will finalise again. A run
-    that will make or finalise anything records its troupe code (``RunDir.note_code``)."""
+    that will make or finalise anything learns whether other troupe code made what the folder
+    holds (``RunDir.check_code``); it records its own only once it may have made something
+    (``RunDir.note_code``, ``first_output.py``)."""
     out_dir = None if out is None else Path(out).resolve()
     resolved = cfg if out_dir is None else cfg.with_out(out_dir)
     run_dir = RunDir(out_dir) if out_dir is not None and master is None else None
@@ -129,7 +131,7 @@ def plan_run(
         run_dir.forget_complete()  # a stop before the new finalisation must not find it complete
         complete = None
     if complete is None and run_dir is not None:  # the run makes or finalises something here
-        run_dir.note_code()  # the runner says its line (other_code)
+        run_dir.check_code()  # the runner says its line (other_code)
     log_dir = out_dir / "logs" if out_dir is not None else temp_log_dir()
     return RunPlan(cfg, resolved, out_dir, run_dir, log_dir, complete)
 

@@ -49,7 +49,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -320,7 +320,7 @@ async def run_pipeline(
                 if complete is not None:
                     return already_complete(complete)
                 await anyio.to_thread.run_sync(shared_dir.forget_complete)
-                other_code = await anyio.to_thread.run_sync(shared_dir.note_code)
+                other_code = await anyio.to_thread.run_sync(shared_dir.check_code)
                 if other_code is not None and on_event is not None:
                     on_event(other_code)
             node_moved = node_endpoint is not None and running.node_endpoint != node_endpoint
@@ -365,6 +365,7 @@ async def run_pipeline(
                     shared_dir.mark_complete(outcome.finals, outcome.made_nothing, outcome.ended, made)
                 done.append(outcome)
 
+            recorded_in = run_dir if run_dir is not None else shared_dir  # out's record, if any
             engine = PipelineEngine(
                 resolved,
                 running.runtime,
@@ -380,6 +381,7 @@ async def run_pipeline(
                 on_finalized=finalized,
                 # Its exit (torch's pages) goes on during the finalize hooks, not after them.
                 on_finishing=running.node.retire_template if running.node is not None else None,
+                on_making=None if recorded_in is None else _noting_code(recorded_in),
             )
             hand_figures(lambda: pipeline_status(engine))
             if running.node is not None:
@@ -442,6 +444,16 @@ def pipeline_status(engine: PipelineEngine) -> dict[str, Any]:
 
     m = engine.metrics()
     return {**asdict(m), "efficiency": m.efficiency, "replicas": engine.replica_status()}
+
+
+def _noting_code(folder: RunDir) -> Callable[[], Awaitable[None]]:
+    """The engine's ``on_making`` for a run whose ``out`` holds its record: this process's troupe
+    code recorded there (``RunDir.note_code``), off the event loop."""
+
+    async def note() -> None:
+        await anyio.to_thread.run_sync(folder.note_code)
+
+    return note
 
 
 def _unadopt(adopting: list[RunDir]) -> None:

@@ -38,27 +38,40 @@ def _begun(out: Path) -> RunDir:
     return run
 
 
-def test_a_new_folder_records_the_code_that_began_it_and_its_copy_too(tmp_path: Path) -> None:
+def test_a_new_folder_records_its_code_once_a_run_may_have_made_something(tmp_path: Path) -> None:
+    """The record of a folder just begun names no code (nothing is made there yet: a run of
+    other code after one stopped at once has nothing to mix with); its copy keeps the code that
+    began it; the run's note records it, once."""
     run = _begun(tmp_path / "out")
     now = this_code()
     assert now["digest"] and now["version"]
-    assert _record(run)["made_by"] == [now]
+    assert _record(run)["made_by"] == []
     assert json.loads(run.copy_path.read_text(encoding="utf-8"))["made_by"] == [now]
-    assert run.note_code() is None and run.other_code is None  # the same code goes on: no word
+    _edit(run, made_by=[])
+    assert run.check_code() is None and run.other_code is None  # nothing there to mix with
+    run.note_code()
+    assert _record(run)["made_by"] == [now]
+    run.note_code()
+    assert _record(run)["made_by"] == [now]  # never the same code twice as the last entry
+    assert run.check_code() is None  # the same code goes on: no word
 
 
-def test_a_folder_another_code_began_is_said_once_and_both_are_kept(tmp_path: Path) -> None:
+def test_a_folder_another_code_made_is_said_and_recorded_once_this_one_may_make(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run = _begun(out)
     _edit(run, made_by=[OLDER])
-    line = run.note_code()
+    line = run.check_code()
     now = this_code()
     assert line is not None and run.other_code == line and "\n" not in line
     assert line.startswith(f"--out {out} was made by troupe 0.0.9 (code 0123abcd); ")
     assert f"this is troupe {now['version']} (code {now['digest']})" in line
     assert "what this run makes there will be this code's" in line and "--fresh" in line
+    assert _record(run)["made_by"] == [OLDER]  # said, not recorded: nothing is made yet
+    assert RunDir(out).check_code() == line  # a run stopped before it made anything: said again
+    run.note_code()
     assert _record(run)["made_by"] == [OLDER, now]
-    assert RunDir(out).note_code() is None  # said once: this code ran last now
+    assert RunDir(out).check_code() is None  # this code made something there last now
+    RunDir(out).note_code()
     assert _record(run)["made_by"] == [OLDER, now]
 
 
@@ -67,27 +80,30 @@ def test_a_record_of_a_troupe_that_kept_no_code_is_said_as_such(tmp_path: Path) 
     record = _record(run)
     del record["made_by"]
     run.record_path.write_text(json.dumps(record), encoding="utf-8")
-    line = run.note_code()
+    line = run.check_code()
     assert line is not None and "was made by a troupe that did not record its code; this is troupe" in line
+    run.note_code()
     assert _record(run)["made_by"] == [UNRECORDED, this_code()]
 
 
 def test_a_resume_under_other_code_is_said_by_the_plan_and_a_finished_folder_is_left_alone(
     tmp_path: Path,
 ) -> None:
-    """The plan of a run that will make or finalise something records its code; a rerun of a
-    finished run writes nothing (its record unchanged: the line is for outputs made now)."""
+    """The plan of a run that will make or finalise something says the line and records
+    nothing (the run does, once it may have made something); a rerun of a finished run writes
+    nothing and says nothing."""
     out = tmp_path / "out"
     run = _begun(out)
     _edit(run, made_by=[OLDER])
+    before = run.record_path.read_bytes()
     plan = plan_run(default_pipeline(items=4), out, None, fresh=False)
     assert plan.run_dir is not None and plan.complete is None
     plan.run_dir.release()
     assert plan.run_dir.other_code is not None and "troupe 0.0.9 (code 0123abcd)" in plan.run_dir.other_code
+    assert run.record_path.read_bytes() == before
     made = out / "made.bin"
     made.write_bytes(b"x")
     RunDir(out).mark_complete({"store": {"outputs": [str(made)]}})
-    _edit(run, made_by=[OLDER])
     before = run.record_path.read_bytes()
     finished = plan_run(default_pipeline(items=4), out, None, fresh=False)
     assert finished.run_dir is not None and finished.complete is not None
@@ -105,7 +121,8 @@ def test_a_record_rebuilt_from_its_copy_keeps_the_code_that_began_it(tmp_path: P
     again.prepare(_made_with(), fresh=False)
     again.release()
     assert again.recovered == "missing"
-    assert again.note_code() is not None
+    assert again.check_code() is not None
+    again.note_code()
     assert _record(again)["made_by"] == [OLDER, this_code()]
 
 
