@@ -16,7 +16,8 @@ from typing import Annotated
 import anyio
 import typer
 
-from troupe.cli.client import fail, run_async
+from troupe.cli.client import err_console, fail, run_async
+from troupe.cli.literal import literal
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
 from troupe.runtime.gc_pauses import use_master_gc_thresholds
@@ -78,9 +79,21 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
     collects garbage as one (runtime/gc_pauses.py) before the replay builds its tables."""
     use_master_gc_thresholds()
     try:
-        return open_journal(path, new)
+        opened = open_journal(path, new)
     except JournalError as exc:
         raise fail(str(exc), 2) from None
+    upgraded = opened[0].upgraded
+    if upgraded is not None:  # the copy stays until removed: said where it is, not only in the log
+        err_console.print(
+            literal(
+                f"note: journal {path} was an older troupe's (schema version {upgraded.from_version}) "
+                f"and is upgraded for this one; a copy as it was is kept in {upgraded.copy} (put back "
+                f"as {path.name}, that troupe's master resumes from it)"
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+    return opened
 
 
 @master_app.command("init")
