@@ -14,41 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from troupe.runtime.testing.plugin import free_endpoint
+from support.synthetic_runs import synthetic_pipeline, troupe_run
 
 pytestmark = pytest.mark.e2e
 
-PIPELINE = """\
-[pipeline]
-name = "synthetic"
-items = 4
-
-[[stages]]
-name = "plan"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001, prune_every = 4 }
-
-[[stages]]
-name = "store"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-"""
 STAGE_KEYS = {"l_s", "N_s", "mu_s", "busy", "actor_s_per_item", "engine_s_per_item"}
 
 
-def _troupe_run(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    toml = tmp_path / "synthetic.toml"
-    toml.write_text(PIPELINE, encoding="utf-8")
-    command = [sys.executable, "-m", "troupe.cli.main", "run", str(toml), "--out", str(tmp_path / "out")]
-    command += ["--endpoint", free_endpoint(), "--master", free_endpoint(), *args]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def _troupe_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    pipeline = synthetic_pipeline(tmp_path, plan="cost_s = 0.001, prune_every = 4")
+    return troupe_run(pipeline, tmp_path / "out", *args)
 
 
 def test_json_prints_one_object_with_the_metrics(tmp_path: Path) -> None:

@@ -12,10 +12,7 @@ right after a commit there.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,34 +20,13 @@ import pytest
 
 from support.port_range import test_endpoint
 from support.run_resume_helpers import Command, running
+from support.synthetic_runs import synthetic_pipeline, troupe_run
 from troupe.runtime.pipeline.run_code import this_code
 from troupe.runtime.testing.plugin import import_path
 
 pytestmark = pytest.mark.e2e
 
-PIPELINE = """\
-[pipeline]
-name = "synthetic"
-items = 4
-
-[[stages]]
-name = "plan"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-
-[[stages]]
-name = "store"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-"""
 OLDER = {"version": "0.0.9", "digest": "0123abcd"}
-
-
-def _troupe_run(toml: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "troupe.cli.main", "run", str(toml), "--out", str(out)]
-    command += ["--endpoint", test_endpoint(), "--master", test_endpoint(), *args]
-    env = {**os.environ, "COLUMNS": "400"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
 def _begun_by_older_code(out: Path) -> None:
@@ -63,15 +39,14 @@ def _begun_by_older_code(out: Path) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_run_resumed_under_other_code_says_so_in_one_line(tmp_path: Path, as_json: bool) -> None:
-    toml, out = tmp_path / "synthetic.toml", tmp_path / "out"
-    toml.write_text(PIPELINE, encoding="utf-8")
+    toml, out = synthetic_pipeline(tmp_path), tmp_path / "out"
     json_flag = ("--json",) if as_json else ()
-    first = _troupe_run(toml, out)
+    first = troupe_run(toml, out)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "was made by" not in first.stdout + first.stderr
     _begun_by_older_code(out)
 
-    resumed = _troupe_run(toml, out, *json_flag)
+    resumed = troupe_run(toml, out, *json_flag)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     said = resumed.stderr if as_json else resumed.stdout
     now = this_code()
@@ -88,7 +63,7 @@ def test_a_run_resumed_under_other_code_says_so_in_one_line(tmp_path: Path, as_j
     # Said, yet nothing made: every item was done before, and no stage finalises (report rg 6).
     assert record["made_by"] == [OLDER]
 
-    again = _troupe_run(toml, out, *json_flag)  # finished by this code: nothing more to say
+    again = troupe_run(toml, out, *json_flag)  # finished by this code: nothing more to say
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "was made by" not in again.stdout + again.stderr
 

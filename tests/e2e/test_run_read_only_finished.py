@@ -12,72 +12,34 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support.read_only_mount import read_only_mount
 from support.run_resume_helpers import run_args, small_pipeline
+from support.synthetic_runs import synthetic_pipeline, troupe, troupe_run
 from troupe.runtime.tasks.journal_lock import JournalLock
-from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
 
-PIPELINE = """\
-[pipeline]
-name = "synthetic"
-items = 4
-
-[[stages]]
-name = "plan"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-
-[[stages]]
-name = "store"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-"""
 TIMINGS = {"command_s", "command_startup_share"}  # the command's own wall time: each its own
-
-
-def _troupe(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "400"}
-    command = [sys.executable, "-m", "troupe.cli.main", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=200, check=False, env=env)
-
-
-def _synthetic_run(toml: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return _troupe(
-        "run",
-        str(toml),
-        "--out",
-        str(out),
-        "--endpoint",
-        free_endpoint(),
-        "--master",
-        free_endpoint(),
-        *extra,
-    )
 
 
 @pytest.mark.timeout(300)
 def test_a_finished_run_mounted_read_only_answers_as_a_writable_rerun(tmp_path: Path) -> None:
-    toml, out = tmp_path / "synthetic.toml", tmp_path / "out"
-    toml.write_text(PIPELINE, encoding="utf-8")
-    first = _synthetic_run(toml, out)
+    toml, out = synthetic_pipeline(tmp_path), tmp_path / "out"
+    first = troupe_run(toml, out)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    writable = _synthetic_run(toml, out, "--json")
+    writable = troupe_run(toml, out, "--json")
     assert writable.returncode == 0, writable.stdout[-3000:] + writable.stderr[-3000:]
     expected = json.loads(writable.stdout)
     assert expected["already_complete"] is True
 
     with read_only_mount(out):
-        text = _synthetic_run(toml, out)
-        as_json = _synthetic_run(toml, out, "--json")
-        fresh = _synthetic_run(toml, out, "--fresh")  # it would delete: refused as ever
+        text = troupe_run(toml, out)
+        as_json = troupe_run(toml, out, "--json")
+        fresh = troupe_run(toml, out, "--fresh")  # it would delete: refused as ever
     assert text.returncode == 0, text.stdout[-3000:] + text.stderr[-3000:]
     assert text.stdout.startswith("already complete: "), text.stdout
     assert text.stderr == ""
@@ -91,15 +53,14 @@ def test_a_finished_run_mounted_read_only_answers_as_a_writable_rerun(tmp_path: 
 
 @pytest.mark.timeout(300)
 def test_an_unfinished_run_mounted_read_only_is_refused_as_before(tmp_path: Path) -> None:
-    toml, out = tmp_path / "synthetic.toml", tmp_path / "out"
-    toml.write_text(PIPELINE, encoding="utf-8")
-    first = _synthetic_run(toml, out)
+    toml, out = synthetic_pipeline(tmp_path), tmp_path / "out"
+    first = troupe_run(toml, out)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     record_path = out / ".troupe" / "run.json"
     record = json.loads(record_path.read_text(encoding="utf-8"))
     record_path.write_text(json.dumps({**record, "complete": None}), encoding="utf-8")  # stopped early
     with read_only_mount(out):
-        refused = [_synthetic_run(toml, out, *flag) for flag in ((), ("--json",))]
+        refused = [troupe_run(toml, out, *flag) for flag in ((), ("--json",))]
     for proc in refused:
         assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert proc.stdout == ""
@@ -112,7 +73,7 @@ def test_an_unfinished_run_mounted_read_only_is_refused_as_before(tmp_path: Path
     lock = JournalLock.acquire(out / ".troupe" / "journal.db")
     try:
         with read_only_mount(out):
-            held = _synthetic_run(toml, out)
+            held = troupe_run(toml, out)
     finally:
         lock.release()
     assert held.returncode == 2, held.stdout[-3000:] + held.stderr[-3000:]
@@ -123,11 +84,11 @@ def test_an_unfinished_run_mounted_read_only_is_refused_as_before(tmp_path: Path
 def test_a_dataset_mounted_read_only_at_another_path_answers_naming_it(tmp_path: Path) -> None:
     """The report's own steps: a finished --out bind-mounted read-only elsewhere, asked again."""
     config, golden, ro = small_pipeline(tmp_path), tmp_path / "o1.golden", tmp_path / "ro"
-    first = _troupe(*run_args(config, golden, 2))
+    first = troupe(*run_args(config, golden, 2))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     with read_only_mount(golden, ro):
-        text = _troupe(*run_args(config, ro, 2))
-        as_json = _troupe(*run_args(config, ro, 2, "--json"))
+        text = troupe(*run_args(config, ro, 2))
+        as_json = troupe(*run_args(config, ro, 2, "--json"))
     assert text.returncode == 0, text.stdout[-3000:] + text.stderr[-3000:]
     said = rf"already complete: dataset: 2 episodes, \d+ frames, LeRobot v3\.0 at {re.escape(str(ro))}\n"
     assert re.fullmatch(said, text.stdout), text.stdout

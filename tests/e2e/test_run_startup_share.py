@@ -8,53 +8,25 @@ checks are on the split's arithmetic and order, never on how fast anything is.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.synthetic_runs import synthetic_pipeline, troupe_run
 from troupe.runtime.pipeline.runner import run_pipeline_sync
 from troupe.runtime.testing.plugin import free_endpoint
 
 pytestmark = pytest.mark.e2e
 
-PIPELINE = """\
-[pipeline]
-name = "split"
-items = 6
-
-[[stages]]
-name = "plan"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-
-[[stages]]
-name = "store"
-actor = "troupe.actors.bench.synthetic:CostStage"
-kwargs = { cost_s = 0.001 }
-"""
 SPLIT = ("startup_s", "steady_s", "finalize_s")
 
 
-def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    toml = tmp_path / "split.toml"
-    toml.write_text(PIPELINE, encoding="utf-8")
-    command = [sys.executable, "-m", "troupe.cli.main", "run", str(toml), "--out", str(tmp_path / "out")]
-    command += ["--endpoint", free_endpoint(), "--master", free_endpoint(), *args]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+def _split(tmp_path: Path) -> Path:
+    return synthetic_pipeline(tmp_path, "split", items=6)
 
 
 def test_json_has_the_wall_time_split_and_the_startup_share(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "--json")
+    proc = troupe_run(_split(tmp_path), tmp_path / "out", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["items"]["ok"] == 6
@@ -68,15 +40,14 @@ def test_json_has_the_wall_time_split_and_the_startup_share(tmp_path: Path) -> N
 
 
 def test_the_table_says_the_startup_share(tmp_path: Path) -> None:
-    proc = _run(tmp_path)
+    proc = troupe_run(_split(tmp_path), tmp_path / "out")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "start-up share" in proc.stdout
 
 
 def test_the_api_result_has_the_split(tmp_path: Path) -> None:
     """Start-up ends once every stage serves, before the items' time; the three parts make the wall time."""
-    toml = tmp_path / "split.toml"
-    toml.write_text(PIPELINE, encoding="utf-8")
+    toml = _split(tmp_path)
     result = run_pipeline_sync(
         toml, tmp_path / "out", node_endpoint=free_endpoint(), master_endpoint=free_endpoint()
     )
