@@ -7,12 +7,21 @@ with the first line of each one's comment; ``troupe configs NAME...`` writes eac
 ``configs/NAME`` in the current folder, where the README's commands look for it (``--out PATH``
 for one elsewhere). A file already there is refused, before anything is written, unless
 ``--force``.
+
+An ``--out`` that is no file to make (``-``, ``/dev/stdout``, a FIFO, a terminal: what a script
+pipes the config through) is written to as it is, never refused nor replaced: the atomic
+rename that makes a file whole would have put a regular file in place of ``/dev/stdout``
+itself. A symbolic link to a file (a config kept by config management) is written through: its
+target is the file replaced, the link stays.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
+import stat
+import sys
 import tempfile
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -31,6 +40,8 @@ __all__ = ["configs", "shipped_configs"]
 console = Console()
 _SUFFIXES = (".toml", ".service", ".sbatch")
 DEFAULT_FOLDER = Path("configs")
+STDOUT = "-"
+_FD_FOLDER = re.compile(r"/proc/[^/]+(/task/[^/]+)?/fd")
 
 
 def shipped_configs() -> dict[str, Traversable]:
@@ -74,6 +85,49 @@ def _unknown(name: str, known: dict[str, Traversable]) -> str:
     return f"no shipped config {name!r}{hint} (`troupe configs` lists them: {', '.join(known)})"
 
 
+def _through_fd(path: Path) -> bool:
+    """Whether ``path`` or a link on its way is an open file of a process (``/dev/stdout``,
+    ``/dev/fd/N``, ``/proc/self/fd/N``): what it names is whatever that descriptor is, a pipe
+    or a terminal as often as a file, and only writing to it reaches that."""
+    hop = path
+    for _ in range(40):  # the kernel's own limit on links followed
+        if _FD_FOLDER.fullmatch(os.path.realpath(hop.parent)):
+            return True
+        if not hop.is_symlink():
+            return False
+        hop = hop.parent / os.readlink(hop)
+    return False
+
+
+def _direct(dest: Path) -> bool:
+    """Whether ``dest`` is written to as it is (no file made beside it and renamed over it):
+    ``-``, a descriptor's link, or anything there that is no regular file nor folder."""
+    if str(dest) == STDOUT or _through_fd(dest):
+        return True
+    try:
+        mode = os.stat(dest).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_direct(text: str, dest: Path) -> None:
+    """``text`` written to what is at ``dest``: appended (a shell's ``>>`` kept), never made nor
+    truncated, as the rename of a whole file is no way to reach a pipe or a terminal."""
+    if str(dest) == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_APPEND)
+    except OSError as exc:
+        raise fail(
+            f"--out {dest}: cannot write to it ({exc.strerror}); give a file path, or - for stdout", 1
+        ) from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def _write(text: str, dest: Path) -> None:
     """``text`` at ``dest``, whole or not at all (a temporary sibling renamed into place)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +153,11 @@ def configs(
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write the one NAME given (default: configs/NAME here)."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write the one NAME given (default: configs/NAME here); - for stdout.",
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Write over a file that is there.")] = False,
 ) -> None:
@@ -108,7 +166,8 @@ def configs(
     Without NAME: each config with what it is for. With NAMEs: each is written to configs/NAME
     in the current folder, where the README's commands look for it (troupe run
     configs/train.toml), or to --out for one. datagen-train.toml reads datagen.toml beside it:
-    write both. An existing file is refused unless --force.
+    write both. An existing file is refused unless --force; --out - (or a pipe, a
+    terminal, /dev/stdout) is written to as it is.
     """
     known = shipped_configs()
     if not names:
@@ -125,14 +184,23 @@ def configs(
         if name not in known:
             raise fail(_unknown(name, known), 2)
     targets = {name: out if out is not None else DEFAULT_FOLDER / name for name in dict.fromkeys(names)}
+    direct = {name: _direct(dest) for name, dest in targets.items()}
     for name, dest in targets.items():  # every problem before the first file is written
+        if direct[name]:
+            continue
         if dest.is_dir():
             raise fail(f"--out {dest}: is a directory; give a file path such as {dest / Path(name).name}", 2)
-        if dest.exists() and not force:
-            raise fail(f"{dest}: already exists; pass --force to write over it, or --out PATH", 2)
-        problem = writable_problem(dest.parent, "folder")
+        real = dest.resolve()
+        if real.exists() and not force:
+            through = f" (a link to {real})" if dest.is_symlink() else ""
+            raise fail(f"{dest}: already exists{through}; pass --force to write over it, or --out PATH", 2)
+        problem = writable_problem(real.parent, "folder")
         if problem is not None:
             raise fail(f"{dest}: {problem}", 2)
     for name, dest in targets.items():
-        _write(known[name].read_text(encoding="utf-8"), dest)
+        text = known[name].read_text(encoding="utf-8")
+        if direct[name]:
+            _write_direct(text, dest)  # its own output: no line beside it, which may be stdout
+            continue
+        _write(text, dest.resolve())
         console.print(literal(f"wrote {dest}"), soft_wrap=True, highlight=False)
