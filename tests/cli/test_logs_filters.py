@@ -139,7 +139,10 @@ def test_bad_filter_options_exit_2_naming_them(logs: Path) -> None:
     assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
     missing = _tail(logs.parent / "no-such-dir")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
-    assert "--logs" in missing.stderr and "is not a directory" in missing.stderr
+    assert "--logs" in missing.stderr and "no-such-dir does not exist;" in missing.stderr
+    a_file = _tail(logs / "n1.jsonl")
+    assert a_file.returncode == 2 and a_file.stderr.count("\n") == 1, a_file.stderr
+    assert "n1.jsonl is not a directory;" in a_file.stderr
 
 
 @pytest.mark.parametrize("pattern", ["*2", "t*k", "task?"])

@@ -156,3 +156,29 @@ def test_a_folder_with_no_log_says_so(tmp_path: Path) -> None:
     out = ctl("logs", "tail", "--logs", str(tmp_path), "--no-follow")
     assert out.returncode == 0 and out.stdout == "", out.stderr
     assert f"no node's log (*.jsonl) in {tmp_path}" in " ".join(out.stderr.split())
+
+
+def test_a_folder_not_made_yet_is_waited_for(tmp_path: Path) -> None:
+    """A tail started before the node made its --logs folder (au 7) said it "is not a
+    directory" and exited 2: it waits for the folder as for a first log, saying so once."""
+    logs = tmp_path / "logs"
+    follower = _Follower(logs)
+    err = b""
+    try:
+        assert follower.proc.stderr is not None
+        deadline = time.monotonic() + WAIT_S
+        while b"waiting for" not in err and time.monotonic() < deadline:  # bounded: its note first
+            if select.select([follower.proc.stderr], [], [], max(deadline - time.monotonic(), 0.0))[0]:
+                err += os.read(follower.proc.stderr.fileno(), 65536) or b"(closed)"
+        assert b"waiting for" in err, err
+        logs.mkdir()
+        _following(follower, logs)
+        follower.proc.send_signal(signal.SIGINT)
+        assert follower.proc.wait(timeout=WAIT_S) == 130
+    finally:
+        if follower.proc.poll() is None:
+            follower.proc.kill()
+        err += follower.proc.communicate(timeout=WAIT_S)[1]
+    said = " ".join(err.decode().split())
+    assert said.count("waiting for a node to write its log there") == 1, said
+    assert f"{logs} does not exist (yet)" in said and "error" not in said, said

@@ -228,13 +228,14 @@ def tail(
         _tail_cluster(master, follow, lines, keep, show)
         return
     log_dir = log_dir if log_dir is not None else Path("logs")
-    if not log_dir.is_dir():
-        raise fail(
-            f"--logs: {log_dir} is not a directory; pass the node's --logs directory "
-            "(a `troupe run`'s is OUT/logs)",
-            2,
-        )
-    if not any(log_dir.glob("*.jsonl")):  # a wrong folder said nothing at all, and exited 0
+    where = "pass the node's --logs directory (a `troupe run`'s is OUT/logs)"
+    if log_dir.exists() and not log_dir.is_dir():
+        raise fail(f"--logs: {log_dir} is not a directory; {where}", 2)
+    if not log_dir.exists():  # a tail started beside the node that makes it: wait, as for no log
+        if not follow:
+            raise fail(f"--logs: {log_dir} does not exist; {where}", 2)
+        _warn(f"{log_dir} does not exist (yet); waiting for a node to write its log there")
+    elif not any(log_dir.glob("*.jsonl")):  # a wrong folder said nothing at all, and exited 0
         _warn(f"no node's log (*.jsonl) in {log_dir}" + ("; waiting for one" if follow else ""))
     _tail_files(log_dir, follow, lines, keep, show)
 
