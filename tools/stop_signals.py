@@ -33,6 +33,8 @@ from anyio.abc import TaskStatus
 from rich.console import Console
 from rich.text import Text
 
+from troupe.runtime.node.leftovers import close_records
+
 from .closed_output import OUTPUT_CLOSED
 
 __all__ = [
@@ -233,6 +235,7 @@ class StopSignals:
         """Stop now: SIGKILL every process this one started, then exit with the first signal's status."""
         assert self.signum is not None
         killed = kill_descendants()
+        close_records()  # what its nodes recorded for a successor is dead: as a clean stop does
         with contextlib.suppress(OSError, SystemExit):  # a terminal gone, a closed pipe: no matter
             for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
                 console.show_cursor(True)

@@ -149,6 +149,7 @@ def test_a_second_signal_stops_troupe_run_at_once_and_a_rerun_completes(tmp_path
         assert status == 128 + signal.Signals[first].value, f"seed {SEED}:\n{text[-3000:]}"
         assert not run.survivors(), f"seed {SEED}: processes of the run left behind"
         assert len(run.seen) >= 5  # the supervisor and a replica per stage were tracked
+        assert not list((out / "logs").glob("local.*.pids")), "the node's pids record was left"
 
     with running(run_args(config, out, ITEMS_TWICE), tmp_path, "rerun") as rerun:
         assert rerun.wait(timeout=300) == 0, f"seed {SEED}:\n{rerun.text()[-3000:]}"

@@ -21,6 +21,7 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import PARENT_PID_ENV, die_with_parent
 from troupe.runtime.node.config import load_node_config
+from troupe.runtime.node.leftovers import live_namesake
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.master.master import Master
@@ -105,6 +106,12 @@ def start(
             master=master,
             **options,
         )
+        namesake = live_namesake(cfg.log_dir, cfg.name)  # before our first line goes into its log
+        if namesake is not None:
+            raise ConfigError(
+                f"node {cfg.name!r} already runs with its log in {cfg.log_dir} (pid {namesake}): both would "
+                f"write {cfg.name}.jsonl; stop it, or give this node another --name or --logs"
+            )
         if cfg.master is not None and not with_master:
             install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
             taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)

@@ -15,6 +15,12 @@ A log directory may be shared with other users of the host (a lab's project fold
 folder): only a record this process's own user wrote is acted on. Another user's is left alone
 (their node's leftovers are not ours to kill, and a record they forged would have this node
 SIGKILL any process of ours), and a process this node may not signal is said, never fatal.
+
+The record is written as the node starts, children or none, so that it also says the name and
+log directory are in use: a second node of the same name there (``live_namesake``) would write
+into the same ``<name>.jsonl``. A stop at once (a second Ctrl-C: SIGKILL of every process
+below, no clean stop) removes this process's records too (``close_records``), as a clean stop
+does: what they named is dead, and under a name no later node takes they piled up.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import json
 import os
 import re
 import signal
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +43,7 @@ from troupe.runtime.file_owner import is_another_users, user_name
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_start import start_ticks
 
-__all__ = ["ChildRecord", "pids_file", "reap_predecessors"]
+__all__ = ["ChildRecord", "close_records", "live_namesake", "pids_file", "reap_predecessors"]
 
 log = get_logger(__name__)
 
@@ -44,6 +52,8 @@ log = get_logger(__name__)
 # at least a tick (10 ms) later.
 _SAME_START_S = 0.005
 _REAP_WAIT_S = 5.0
+_CLOSE_WAIT_S = 1.0  # a stop at once is no longer than this for a log folder that hangs
+_open_records: weakref.WeakSet[ChildRecord] = weakref.WeakSet()  # this process's nodes'
 
 
 def pids_file(log_dir: Path, node: str, node_pid: int) -> Path:
@@ -77,6 +87,12 @@ class ChildRecord:
         self._node = node
         self._owner = {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid()) or 0}
         self._children: dict[int, dict[str, Any]] = {}
+        _open_records.add(self)
+
+    def claim(self) -> None:
+        """Write the record as the node starts, before any child: the name and log directory
+        are in use from then on (``live_namesake``)."""
+        self._write()
 
     def add(self, pid: int, role: str) -> None:
         """Record the child ``pid`` (``role``: ``worker NAME`` or ``supervisor``) just started.
@@ -96,6 +112,7 @@ class ChildRecord:
             self._write()
             return
         self.path.unlink(missing_ok=True)
+        _open_records.discard(self)
 
     def _write(self) -> None:
         data = {"node": self._node, "owner": self._owner, "children": list(self._children.values())}
@@ -108,6 +125,44 @@ class ChildRecord:
             log.warning("child_record_not_written", path=str(self.path), error=str(exc))
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)  # half written (a full disk): it was left behind
+
+
+def close_records() -> None:
+    """At a stop at once, once every process below this one was SIGKILLed: close the records
+    of the nodes of this process (removed, unless a child outlived the kill), as a clean stop
+    does. In a thread waited on for at most ``_CLOSE_WAIT_S``: the stop ends the process next,
+    and neither a log folder that hangs (a lost NFS server) nor a lock the interrupted main
+    thread holds (a log line's) may keep it from that."""
+
+    def close_all() -> None:
+        for record in list(_open_records):
+            with contextlib.suppress(Exception):  # one that cannot be written: the next, still
+                record.close()
+
+    closer = threading.Thread(target=close_all, name="close-child-records", daemon=True)
+    closer.start()
+    closer.join(_CLOSE_WAIT_S)
+
+
+def live_namesake(log_dir: Path, node: str) -> int | None:
+    """The pid of a live node (another process, of this user) whose record says it runs as
+    ``node`` with its log in ``log_dir``, or None: a second one would write into its log."""
+    pattern = re.compile(rf"{re.escape(node)}\.(\d+)\.pids")
+    for path in sorted(log_dir.glob(f"{glob.escape(node)}.*.pids")):
+        if not pattern.fullmatch(path.name):
+            continue
+        try:
+            st, text = _read_record(path)
+            data = json.loads(text)
+            owner = data["owner"]
+            pid = int(owner["pid"])
+            if is_another_users(st) or data.get("node") != node or pid == os.getpid():
+                continue
+            if _alive(pid, owner):
+                return pid
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: the start's reap says so
+    return None
 
 
 def _write_new(path: Path, text: str) -> None:

@@ -206,6 +206,7 @@ class Node:
         )
         served = False  # to the end of a stop, not out through an error
         try:
+            self.children.claim()  # the name and log directory are in use: another node is refused
             async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
                 for ignored in cfg.ignored_settings():

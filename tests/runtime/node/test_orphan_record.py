@@ -233,3 +233,36 @@ def test_the_record_is_not_written_through_a_symbolic_link(
         record.add(os.getpid(), "worker w")
     assert victim.read_text() == "PRIVATE\n" and not record.path.exists()
     assert [e["event"] for e in logs] == ["child_record_not_written"]
+
+
+def test_a_live_namesake_is_found_by_its_record(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """au 4: a record whose owner runs says the name and log directory are in use; one whose owner
+    is gone, this process's own, or another name's, does not."""
+    assert leftovers.live_namesake(tmp_path, "n1") is None
+    owner = {"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid)}
+    record = {"node": "n1", "owner": owner, "children": []}
+    pids_file(tmp_path, "n1", sleeper.pid).write_text(json.dumps(record))
+    assert leftovers.live_namesake(tmp_path, "n1") == sleeper.pid
+    assert leftovers.live_namesake(tmp_path, "n2") is None
+    ChildRecord(tmp_path, "n2").claim()  # ours, before any child: in use, but not by another
+    assert pids_file(tmp_path, "n2", os.getpid()).exists()
+    assert leftovers.live_namesake(tmp_path, "n2") is None
+    sleeper.kill()
+    sleeper.wait(timeout=30)
+    assert leftovers.live_namesake(tmp_path, "n1") is None
+
+
+def test_a_stop_at_once_removes_the_records_of_dead_children(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """fh 3: close_records (a stop at once, after its SIGKILLs) closes every record of this
+    process as a clean stop does: removed where what it named is dead, kept where one lives."""
+    done = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    gone, kept = ChildRecord(tmp_path, "gone"), ChildRecord(tmp_path, "kept")
+    gone.add(done.pid, "worker w1")
+    kept.add(sleeper.pid, "worker w2")
+    done.kill()
+    done.wait(timeout=30)
+    leftovers.close_records()
+    assert not gone.path.exists()
+    assert [c["pid"] for c in json.loads(kept.path.read_text())["children"]] == [sleeper.pid]
