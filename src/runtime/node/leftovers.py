@@ -140,7 +140,10 @@ def close_records() -> None:
                 record.close()
 
     closer = threading.Thread(target=close_all, name="close-child-records", daemon=True)
-    closer.start()
+    try:
+        closer.start()
+    except RuntimeError:  # no thread to be had (a pids limit): the records stay for a successor
+        return
     closer.join(_CLOSE_WAIT_S)
 
 

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,3 +267,19 @@ def test_a_stop_at_once_removes_the_records_of_dead_children(
     leftovers.close_records()
     assert not gone.path.exists()
     assert [c["pid"] for c in json.loads(kept.path.read_text())["children"]] == [sleeper.pid]
+
+
+def test_a_stop_at_once_with_no_thread_to_be_had_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a pids limit a thread cannot start: the stop at once must still end the process (the
+    record stays for a successor to reap) rather than fail in its clean-up."""
+    record = ChildRecord(tmp_path, "limited")
+    record.claim()
+
+    def refused(_self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    leftovers.close_records()  # no exception
+    assert record.path.exists()
