@@ -8,12 +8,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from troupe.actors.training.train_config import load_train_config
 from troupe.cli.main import app
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import load_node_config
@@ -102,6 +104,31 @@ def test_a_missing_shipped_config_says_how_to_get_it(tmp_path: Path, monkeypatch
     with pytest.raises(ConfigError) as other:
         load_pipeline(Path("configs", "mine.toml"))
     assert "troupe configs" not in str(other.value)
+
+
+# Which loader reads each shipped TOML file (a new one must be named here).
+_LOADERS = {
+    "datagen.toml": load_pipeline,
+    "datagen-train.toml": load_train_config,
+    "train.toml": load_train_config,
+    "job-example.toml": load_job,
+    "node.toml": load_node_config,
+    "slurm/node.toml": load_node_config,
+}
+
+
+def test_every_shipped_config_loads_without_a_warning() -> None:
+    """fh 1: configs/node.toml, the file README and ``troupe configs`` point a new user to, had
+    its node warn ``config_setting_ignored`` of its own ``[supervision.kinds.render]`` at every
+    start: troupe's own files must load clean (no warning, no setting the node would ignore)."""
+    tomls = [name for name in SHIPPED if name.endswith(".toml")]
+    assert sorted(_LOADERS) == tomls, "name the loader of a new shipped config in _LOADERS"
+    for name, load in _LOADERS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loaded = load(CONFIGS / name)
+        if load is load_node_config:
+            assert loaded.ignored_settings() == [], name
 
 
 @pytest.mark.timeout(300)

@@ -361,10 +361,14 @@ class NodeConfig(_Frozen):
         kinds = sorted({"default", *(w.kind for w in self.workers)})
         for kind in sorted(set(self.supervision.kinds) - set(kinds)) if self.workers else []:
             close = difflib.get_close_matches(kind, kinds, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else " (or a pipeline stage's replicas)"
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else f"fine if {kind!r} is a pipeline stage this node runs (its replicas' kind)"
+            )
             lines.append(
                 f"supervision.kinds.{kind}: no [[workers]] table has kind {kind!r} (kinds: "
-                f"{', '.join(kinds)}), so it applies to no worker of the file{hint}"
+                f"{', '.join(kinds)}), so it applies to no worker of the file; {hint}"
             )
         if self.advertise is not None and not is_wildcard(self.endpoint):
             lines.append(
