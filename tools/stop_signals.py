@@ -15,6 +15,14 @@ alone and its journal unclosed. It is a stop like the others, never a second one
 comes more than once (from the shell, and from the kernel as the session's leader exits), and
 nobody asked twice. With the terminal gone, the stop's lines cannot be written (EIO): they are
 dropped, and the stop goes on.
+
+The first signal again within :data:`SAME_STOP_S` of it is that stop's echo, not a second one:
+GNU ``timeout`` (and a supervisor that signals a child and then its process group) sends one
+SIGTERM twice within microseconds, and whether the two merge while pending is chance, so a
+single stop request was taken as "stop at once" about one time in three. Nobody who reads
+"(Ctrl-C again to stop at once)" presses again that fast; a sender's pid (``sigwaitinfo``)
+cannot tell them apart either: ``timeout``'s two come from one pid, as do a shell's two
+``kill``, and a terminal's Ctrl-C comes from the kernel each time.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import anyio
 import psutil
@@ -52,6 +61,8 @@ __all__ = [
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# The first signal again this soon after it is the same stop request (see the module's docstring).
+SAME_STOP_S = 0.5
 # Those the command was started with ignored (``keep_ignored_signals``): they stay ignored.
 _IGNORED_AT_START: set[int] = set()
 # What stops the command at once once a signal began its graceful stop (said with it).
@@ -164,6 +175,8 @@ class StopSignals:
     Args:
         quiet: say nothing on the first signal: a command with nothing to stop (a reader, such
             as ``logs tail``) ends at once, and "stopping gracefully" would be nonsense there.
+        clock: the monotonic seconds a signal is taken at, to tell a repeat of the first within
+            :data:`SAME_STOP_S` (the same request) from a second one; a test's fake.
 
     Attributes:
         signum: the first stop signal received, None while none came.
@@ -176,10 +189,19 @@ class StopSignals:
             the interpreter keeps an ignored signal ignored, a handled one it resets.
     """
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.signum: int | None = None
         self.quiet = quiet
         self.work_done = False
+        self._clock = clock
+        self._first_at = -math.inf  # when the first signal was taken
+
+    def _echo(self, signum: int) -> bool:
+        """Whether ``signum``, taken after the first, is that first request again: the same
+        signal within :data:`SAME_STOP_S` (one ``timeout`` sends twice), or any hangup."""
+        if signum == signal.SIGHUP:  # a hangup again is the same hangup
+            return True
+        return signum == self.signum and self._clock() - self._first_at < SAME_STOP_S
 
     @property
     def exit_status(self) -> int | None:
@@ -198,12 +220,13 @@ class StopSignals:
                         continue
                     if self.signum is None:
                         self.signum = signum
+                        self._first_at = self._clock()
                         work.cancel()
                         if not self.quiet:
                             name = signal.Signals(signum).name
                             say_stopping(f"{name}: stopping gracefully ({_AT_ONCE[signum]} to stop at once)")
                         continue
-                    if signum != signal.SIGHUP:  # a hangup again is the same hangup
+                    if not self._echo(signum):
                         self.force()
         finally:
             # The work is over and the process winds down (threads, sockets): a signal now
@@ -215,6 +238,8 @@ class StopSignals:
     def _late(self, signum: int, _frame: object) -> None:
         if signum == signal.SIGHUP:
             return  # the terminal went as the command ends: it ends as it would have
+        if self.signum is not None and self._echo(signum):
+            return  # the first stop's echo: that stop ends as it would have
         if self.signum is None:
             self.signum = signum
         self.force()
