@@ -11,6 +11,7 @@ import pytest
 
 from support.bench_cli import bench_json
 from support.cluster import ctl, free_endpoint
+from support.json_doc import undocumented
 
 pytestmark = pytest.mark.e2e
 
@@ -96,10 +97,12 @@ def test_ctl_status_shows_the_running_pipeline_live(tmp_path: Path) -> None:
         while seen is None and run.poll() is None and time.monotonic() < deadline:  # bounded poll
             out = ctl("ctl", "status", "--json", "--node", endpoint, "--timeout", "2")
             if out.returncode == 0 and '"pipeline"' in out.stdout:
-                seen = json.loads(out.stdout)["pipeline"]
+                status = json.loads(out.stdout)
+                seen = status["pipeline"]
         assert seen is not None, "the pipeline never showed in ctl status"
         assert [s["name"] for s in seen["stages"]] == ["load", "plan", "render", "store"]
         assert {"lambda_measured", "lambda_theory", "lambda_succ", "bottleneck"} <= set(seen)
+        assert undocumented("troupe ctl status --json", status) == []  # au 5: in docs/METRICS.md
         assert run.wait(timeout=300) == 0, errors.read_text()
     finally:
         if run.poll() is None:

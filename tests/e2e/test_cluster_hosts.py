@@ -16,6 +16,7 @@ import pytest
 
 from support.chaos import TaskMaster
 from support.cluster import ctl, free_endpoint
+from support.json_doc import undocumented
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.errors import Unreachable
 from troupe.runtime.placement import Host, cluster_hosts, place
@@ -117,6 +118,7 @@ def test_cluster_hosts_place_replicas_by_tags(
     assert shown.returncode == 0, shown.stderr
     reply = json.loads(shown.stdout)
     assert reply["tags"] == ["trainer", "gpu-small"]
+    assert undocumented("troupe ctl status --json", reply) == []  # au 5: in docs/METRICS.md
     assert {n["node"]: n["tags"] for n in reply["master"]["nodes"]} == {
         "enc": ["encoder", "cpu"],
         "trn": ["trainer", "gpu-small"],

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from support.json_doc import undocumented
 from support.synthetic_runs import synthetic_pipeline, troupe_run
 from troupe.runtime.pipeline.runner import run_pipeline_sync
 from troupe.runtime.testing.plugin import free_endpoint
@@ -37,6 +38,7 @@ def test_json_has_the_wall_time_split_and_the_startup_share(tmp_path: Path) -> N
     share = (report["startup_s"] + report["finalize_s"]) / report["wall_s"]
     assert report["startup_share"] == pytest.approx(share)
     assert 0 < report["startup_share"] <= 1
+    assert undocumented("troupe run --json", report) == []  # au 5: docs/METRICS.md names each key
 
 
 def test_the_table_says_the_startup_share(tmp_path: Path) -> None:

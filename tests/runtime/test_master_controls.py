@@ -155,7 +155,7 @@ async def test_well_formed_payloads_still_work_after_the_bad_ones(tmp_path: Path
         sub = await client.control(
             MASTER, "submit", {"job": {"job": {"name": "j", "kind": "k", "count": 1}}, "source": "t"}
         )
-        assert sub == {"job_id": "j", "tasks": 1, "already": False}
+        assert sub == {"job_id": "j", "tasks": 1, "already": False, "state": None}
         got = await client.control(MASTER, "request_task", {"worker_id": "n1/w0", "free_slots": 1})
         (lease,) = got["leases"]
         done = await client.control(

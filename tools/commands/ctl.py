@@ -224,7 +224,8 @@ def submit(
     with waiting, lines_above(err_console):  # a stop's lines above the spinner, not beside it
         reply = run_async(submit_job, master, payload, timeout)
     if as_json:
-        typer.echo(json.dumps(reply))
+        # A new job's reply carries no state (null), one from an older master no key at all.
+        typer.echo(json.dumps({**reply, "state": reply.get("state")}))
     if reply.get("already") and reply.get("state") == "cancelled":
         # Nothing was submitted: a script must not read it as done, with --json too.
         plain = str(reply["job_id"])

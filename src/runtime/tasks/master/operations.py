@@ -255,7 +255,7 @@ class Operations:
             return {"job_id": event.job_id, "tasks": len(event.tasks), "already": True, "state": state}
         raise_rejected(reply)
         self._times[event.job_id] = _JobTimes.now(self.master)
-        return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False}
+        return {"job_id": event.job_id, "tasks": len(event.tasks), "already": False, "state": None}
 
     async def _jobs(self, payload: Any) -> list[dict[str, Any]]:
         """Every job; with ``last``, the running ones and the ``last`` finished (job_listing.py)."""

@@ -283,7 +283,7 @@ async def test_submitting_the_same_job_again_says_it_is_there_and_other_content_
         with pytest.raises(TaskError, match="taken"):
             await c.submit({**job, "count": 6})
         jobs = await c.call("jobs")
-    assert first == {"job_id": "again", "tasks": 5, "already": False}
+    assert first == {"job_id": "again", "tasks": 5, "already": False, "state": None}
     assert second == {"job_id": "again", "tasks": 5, "already": True, "state": "running"}
     assert [j["job_id"] for j in jobs] == ["again"]
 
