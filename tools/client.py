@@ -27,7 +27,7 @@ from troupe.runtime.start_limits import limit_reached
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
-from .master_client import PROBE_S, keys_hint, probe, reachable, silence, what_to_do
+from .master_client import PROBE_S, keys_hint, not_troupe, probe, reachable, silence, what_to_do
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -208,6 +208,9 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 "it again with `troupe node start` or pass --node ENDPOINT"
             ) from None
         except AskTimeout:
+            other = await anyio.to_thread.run_sync(not_troupe, endpoint, "node", found.connect_s)
+            if other is not None:
+                raise AskTimeout(other) from None
             raise AskTimeout(
                 f"the node at {endpoint} did not answer within {timeout}s: "
                 f"{silence(found.connect_s, timeout)}{keys_hint()}"

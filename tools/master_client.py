@@ -24,6 +24,7 @@ from .cli_runtime import cli_runtime
 from .literal import literal
 from .stop_signals import say_stopping
 from .tables import security_cell
+from .zmtp_greeting import GREETING_S, Greeting, greeting
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
@@ -42,6 +43,7 @@ __all__ = [
     "master_tables",
     "nobody_listens",
     "node_name_problem",
+    "not_troupe",
     "probe",
     "reachable",
     "silence",
@@ -172,6 +174,8 @@ def _silent(exc: AskTimeout, waited_s: float, what: str = "reply") -> str:
 
 
 def _no_master(endpoint: str, why: str, found: Probe, timeout: float) -> str:
+    if why != _WENT and (other := not_troupe(endpoint, "master", found.connect_s)) is not None:
+        return other
     if why != _WENT:  # something listens there, and said nothing
         return (
             f"the master at {endpoint} did not answer ({why}): "
@@ -197,6 +201,27 @@ def _start_one(endpoint: str, absent: str) -> str:
 
 SILENT = "it accepts connections, so it runs, but it is busy, paused (SIGSTOP) or hung; see its log"
 """Why a process that listens did not answer: not a reason to start another."""
+
+
+def not_troupe(endpoint: str, what: str, connect_s: float = 0.0) -> str | None:
+    """Why the silent process at ``endpoint`` is no troupe ``what`` (node, master), from the
+    first bytes it sends a raw connection (:mod:`zmtp_greeting`); None where it greets as a
+    ZeroMQ peer does (a troupe process, busy or hung: :data:`SILENT`) or nothing can be told."""
+    heard = greeting(endpoint, connect_s)
+    if heard is Greeting.OTHER:
+        return (
+            f"what listens at {endpoint} answers, but is no troupe {what}: it does not speak "
+            f"ZeroMQ (an HTTP server? a node's --metrics port?); pass the {what}'s endpoint"
+        )
+    if heard is Greeting.NONE:
+        return (
+            f"what listens at {endpoint} accepts connections, but sent no ZeroMQ greeting within "
+            f"{GREETING_S + 2 * connect_s:.1f} s: it is no troupe {what} (an HTTP server? a node's "
+            f"--metrics port?), or a troupe process paused (SIGSTOP); pass the {what}'s "
+            "endpoint, or see that process's log"
+        )
+    return None
+
 
 SLOW_CONNECT_S = 0.2
 """A connect that took this long crossed a slow link (a LAN's takes a millisecond, a continent's
