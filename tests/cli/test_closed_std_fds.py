@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from support.processes import started_in_log
 from troupe.runtime.testing.plugin import free_endpoint
 
 WITHIN_S = 60.0  # a bound on a start or a stop on a loaded machine, not on speed
@@ -54,16 +54,6 @@ def test_a_ctl_command_with_a_stream_closed_answers_as_with_it_open(tmp_path: Pa
         assert "no node answers" in err and "Assertion" not in err, err
 
 
-def _started(log: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + WITHIN_S
-    while time.monotonic() < deadline:  # a bounded poll of the node's log
-        if log.exists() and "node_started" in log.read_text(encoding="utf-8", errors="replace"):
-            return
-        assert proc.poll() is None, f"the node exited ({proc.returncode}) before it started"
-        time.sleep(0.05)
-    raise AssertionError(f"the node did not start within {WITHIN_S:g} s")
-
-
 def test_a_node_with_stdin_and_stdout_closed_stops_on_sigterm_as_143(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         _troupe("node", "start", "--name", "nc", "--endpoint", free_endpoint(), "--logs", str(tmp_path)),
@@ -73,7 +63,7 @@ def test_a_node_with_stdin_and_stdout_closed_stops_on_sigterm_as_143(tmp_path: P
         preexec_fn=_closing(0, 1),
     )
     try:
-        _started(tmp_path / "nc.jsonl", proc)
+        started_in_log(tmp_path / "nc.jsonl", proc, WITHIN_S)
         os.kill(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=WITHIN_S)
     finally:

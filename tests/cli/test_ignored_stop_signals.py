@@ -9,24 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from support.processes import started_in_log
 from troupe.runtime.testing.plugin import free_endpoint
 
 WITHIN_S = 60.0  # a bound on a start or a stop on a loaded machine, not on speed
-
-
-def _started(log: Path, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + WITHIN_S
-    while time.monotonic() < deadline:  # a bounded poll of the node's log
-        if log.exists() and "node_started" in log.read_text(encoding="utf-8", errors="replace"):
-            return
-        assert proc.poll() is None, f"the node exited ({proc.returncode}) before it started"
-        time.sleep(0.05)
-    raise AssertionError(f"the node did not start within {WITHIN_S:g} s")
 
 
 def _masks(pid: int) -> tuple[set[int], set[int]]:
@@ -54,7 +44,7 @@ def test_a_node_started_with_a_stop_signal_ignored_keeps_ignoring_it(
         preexec_fn=lambda: signal.signal(ignored, signal.SIG_IGN),  # what nohup, or the shell, does
     )  # fmt: skip
     try:
-        _started(tmp_path / "nh.jsonl", proc)  # its stop signals are handled from before that
+        started_in_log(tmp_path / "nh.jsonl", proc, WITHIN_S)  # its stop signals are handled from before that
         ignores, catches = _masks(proc.pid)
         assert ignored in ignores and ignored not in catches, (ignores, catches)
         assert signal.SIGTERM in catches

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["gone_within", "kill_all_in", "left_working_in", "reap_if_ours", "start_script", "working_in"]
+__all__ = [
+    "gone_within",
+    "kill_all_in",
+    "left_working_in",
+    "reap_if_ours",
+    "start_script",
+    "started_in_log",
+    "working_in",
+]
 
 
 def gone_within(pid: int, seconds: float, reaped: bool = False) -> bool:
@@ -81,3 +89,15 @@ def kill_all_in(folder: Path, proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
+
+
+def started_in_log(log: Path, proc: subprocess.Popen[bytes], within_s: float) -> None:
+    """Wait (a bounded poll of the file) until ``log`` says ``node_started``; fail where ``proc``
+    exits first, or where it does not come within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if log.exists() and "node_started" in log.read_text(encoding="utf-8", errors="replace"):
+            return
+        assert proc.poll() is None, f"the node exited ({proc.returncode}) before it started"
+        time.sleep(0.05)
+    raise AssertionError(f"the node did not start within {within_s:g} s")

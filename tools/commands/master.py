@@ -84,15 +84,8 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
         raise fail(str(exc), 2) from None
     upgraded = opened[0].upgraded
     if upgraded is not None:  # the copy stays until removed: said where it is, not only in the log
-        err_console.print(
-            literal(
-                f"note: journal {path} was an older troupe's (schema version {upgraded.from_version}) "
-                f"and is upgraded for this one; a copy as it was is kept in {upgraded.copy} (put back "
-                f"as {path.name}, that troupe's master resumes from it)"
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
+        said = upgraded.said("journal", path, "that troupe's master resumes from it")
+        err_console.print(literal(f"note: {said}"), highlight=False, soft_wrap=True)
     return opened
 
 

@@ -72,10 +72,9 @@ def _said_upgraded(
     kept of it stays in the run's folder until --fresh, and was said only in the run's log."""
     upgraded = opened[0].upgraded
     if upgraded is not None and on_event is not None:
-        path = opened[0].path
         on_event(
-            f"the run's journal {path} was an older troupe's (schema version {upgraded.from_version}) "
-            f"and is upgraded for this one; a copy as it was is kept in {upgraded.copy} (put back as "
-            f"{path.name}, that troupe resumes from it; it stays until --fresh)"
+            upgraded.said(
+                "the run's journal", opened[0].path, "that troupe resumes from it; it stays until --fresh"
+            )
         )
     return opened

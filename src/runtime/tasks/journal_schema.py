@@ -196,6 +196,15 @@ class Upgraded:
     from_version: int
     copy: Path
 
+    def said(self, journal: str, path: Path, put_back: str) -> str:
+        """The upgrade in words: ``journal`` names it (``the run's journal``), ``path`` is its
+        file, ``put_back`` what the copy put back as that file does."""
+        return (
+            f"{journal} {path} was an older troupe's (schema version {self.from_version}) and is "
+            f"upgraded for this one; a copy as it was is kept in {self.copy} (put back as "
+            f"{path.name}, {put_back})"
+        )
+
 
 def check_or_init(
     conn: sqlite3.Connection, path: Path, create: bool, new_hint: str
