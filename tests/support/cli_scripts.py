@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["INTERRUPT_AT_COMMAND_IMPORT", "STOPPED_AS_THE_NODE_STARTS", "WORK_DONE_THEN_WINDING_DOWN"]
+__all__ = [
+    "HELD_AFTER_A_CALL",
+    "INTERRUPT_AT_COMMAND_IMPORT",
+    "STOPPED_AS_THE_NODE_STARTS",
+    "WORK_DONE_THEN_WINDING_DOWN",
+]
 
 # A KeyboardInterrupt where a Ctrl-C would land: while the command's modules import (after the
 # entry started what it starts first).
@@ -56,4 +61,33 @@ async def starting(*args, **kwargs):
 
 command.run_pipeline = starting
 app(["run", "--items", "2", "--out", sys.argv[1]])
+"""
+
+# ``troupe ARGV[4:]`` held once a call of argv[1] (``module:name`` or ``module:Class.name``, a
+# function or a classmethod, looked up as the command calls it) has returned, the first time:
+# argv[2] the file written as it holds, argv[3] the file the test writes to let it go on (120 s
+# at most). Two commands started at once, made: the second starts while the first is held there.
+HELD_AFTER_A_CALL = """
+import importlib, os, sys, time
+from troupe.cli.main import app
+
+where, held, release = sys.argv[1:4]
+module, _, attribute = where.partition(":")
+*path, name = attribute.split(".")
+owner = importlib.import_module(module)
+for part in path:
+    owner = getattr(owner, part)
+called = getattr(owner, name)
+
+def held_after(*args, **kwargs):
+    result = called(*args, **kwargs)
+    if not os.path.exists(held):
+        open(held, "w").close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return result
+
+setattr(owner, name, staticmethod(held_after) if isinstance(owner, type) else held_after)
+app(sys.argv[4:])
 """

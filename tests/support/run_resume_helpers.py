@@ -126,12 +126,14 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 @contextmanager
-def running(args: list[str], tmp_path: Path, name: str = "cmd") -> Iterator[Command]:
-    """Start ``troupe *args``; on exit SIGKILL whatever of it is left, whatever the test did."""
+def running(args: list[str], tmp_path: Path, name: str = "cmd", code: str | None = None) -> Iterator[Command]:
+    """Start ``troupe *args`` (``code``: ``python -c code *args`` instead, a command with a test's
+    hook, ``support.cli_scripts``); on exit SIGKILL whatever of it is left, whatever the test did."""
     output = tmp_path / f"{name}-{time.monotonic_ns()}.out"
+    command = ["-m", "troupe.cli.main"] if code is None else ["-c", code]
     with output.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "troupe.cli.main", *args],
+            [sys.executable, *command, *args],
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,

@@ -20,8 +20,9 @@ from troupe.cli.preflight import check_node_start
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.logs import configure_logging
 from troupe.runtime.node.child import PARENT_PID_ENV, die_with_parent
-from troupe.runtime.node.config import load_node_config
+from troupe.runtime.node.config import NodeConfig, load_node_config
 from troupe.runtime.node.leftovers import live_namesake
+from troupe.runtime.node.name_lock import hold_name
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import install, keys_for
 from troupe.runtime.tasks.master.master import Master
@@ -106,43 +107,50 @@ def start(
             master=master,
             **options,
         )
-        namesake = live_namesake(cfg.log_dir, cfg.name)  # before our first line goes into its log
-        if namesake is not None:
-            raise ConfigError(
-                f"node {cfg.name!r} already runs with its log in {cfg.log_dir} (pid {namesake}): both would "
-                f"write {cfg.name}.jsonl; stop it, or give this node another --name or --logs"
-            )
-        if cfg.master is not None and not with_master:
-            install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
-            taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
-            if taken is not None:
-                raise ConfigError(taken)
-        configure_logging(
-            cfg.name,
-            "node",
-            cfg.log_dir,
-            console=True,
-            level=cfg.log_level,
-            rotate_at_bytes=cfg.log_max_bytes,
-            keep=cfg.log_keep,
-        )
-        if not with_master:
-            await Node(cfg, handle_signals=False, reap_orphans=True).run()
-            return
-        assert cfg.master is not None
-        opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
-        try:
-            node = Node(cfg, handle_signals=False, reap_orphans=True)
-            control_plane = Master(
-                MasterConfig(cfg.master, keys=cfg.keys, insecure=cfg.insecure), opened, book
-            )
-            if cfg.metrics is not None:  # one process, one endpoint: the master's metrics join the node's
-                from troupe.runtime.metrics.master_metrics import MasterCollector
-
-                # The process's CURVE families once, the node's: not twice in one scrape.
-                node.metrics_collectors.append(MasterCollector(control_plane, security=False))
-            await run_node_with_master(node, control_plane)
-        finally:
-            opened.close()
+        # Taken before the records are read and held for the node's life: of two namesakes
+        # started at once, exactly one holds it (a record is written only as the node serves).
+        with hold_name(cfg.log_dir, cfg.name) as hold:
+            # The records: a node of an older troupe (no lock), or where no lock can be had.
+            namesake = hold.holder or live_namesake(cfg.log_dir, cfg.name)
+            if namesake is not None:  # before our first line goes into its log
+                raise ConfigError(
+                    f"node {cfg.name!r} already runs with its log in {cfg.log_dir} (pid {namesake}): both "
+                    f"would write {cfg.name}.jsonl; stop it, or give this node another --name or --logs"
+                )
+            await _serve(cfg, with_master, journal, new)
 
     run_async(main)
+
+
+async def _serve(cfg: NodeConfig, with_master: bool, journal: Path, new: bool) -> None:
+    """Run the node of ``cfg`` (and with ``with_master``, the master on ``journal``) to its stop."""
+    if cfg.master is not None and not with_master:
+        install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
+        taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
+        if taken is not None:
+            raise ConfigError(taken)
+    configure_logging(
+        cfg.name,
+        "node",
+        cfg.log_dir,
+        console=True,
+        level=cfg.log_level,
+        rotate_at_bytes=cfg.log_max_bytes,
+        keep=cfg.log_keep,
+    )
+    if not with_master:
+        await Node(cfg, handle_signals=False, reap_orphans=True).run()
+        return
+    assert cfg.master is not None
+    opened, book = load_journal(journal, new)  # task dispatch: the master lives here too
+    try:
+        node = Node(cfg, handle_signals=False, reap_orphans=True)
+        control_plane = Master(MasterConfig(cfg.master, keys=cfg.keys, insecure=cfg.insecure), opened, book)
+        if cfg.metrics is not None:  # one process, one endpoint: the master's metrics join the node's
+            from troupe.runtime.metrics.master_metrics import MasterCollector
+
+            # The process's CURVE families once, the node's: not twice in one scrape.
+            node.metrics_collectors.append(MasterCollector(control_plane, security=False))
+        await run_node_with_master(node, control_plane)
+    finally:
+        opened.close()

@@ -18,9 +18,13 @@ SIGKILL any process of ours), and a process this node may not signal is said, ne
 
 The record is written as the node starts, children or none, so that it also says the name and
 log directory are in use: a second node of the same name there (``live_namesake``) would write
-into the same ``<name>.jsonl``. A stop at once (a second Ctrl-C: SIGKILL of every process
-below, no clean stop) removes this process's records too (``close_records``), as a clean stop
-does: what they named is dead, and under a name no later node takes they piled up.
+into the same ``<name>.jsonl``. Written as the node serves, it comes too late for two nodes
+started in the same instant: ``troupe node start`` holds the name by a lock first
+(``name_lock.py``), and reads the records after it for a node of an older troupe.
+
+A stop at once (a second Ctrl-C: SIGKILL of every process below, no clean stop) removes this
+process's records too (``close_records``), as a clean stop does: what they named is dead, and
+under a name no later node takes they piled up.
 """
 
 from __future__ import annotations

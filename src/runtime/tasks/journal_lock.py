@@ -34,6 +34,7 @@ from pathlib import Path
 
 from troupe.runtime.errors import JournalError
 from troupe.runtime.file_owner import belongs_to
+from troupe.runtime.flock_holder import flock_holder
 
 __all__ = ["JournalBusy", "JournalLock", "lock_path"]
 
@@ -142,7 +143,7 @@ class JournalLock:
                     "that it is readable"
                 ) from exc
             # Closed on a refusal: no record lock of this process is on it (the table says none).
-            _flock(fd, journal, "it", lambda: _flock_holder(st))
+            _flock(fd, journal, "it", lambda: flock_holder(st) or "unknown")
             _held_here.add(identity)
         self._let_go_of_file()
         self._file = (fd, identity)
@@ -224,21 +225,6 @@ def _busy(journal: Path, holder: str) -> JournalBusy:
         f"journal {journal} is held by another master (pid {holder}); "
         "stop that master first, or give another --journal"
     )
-
-
-def _flock_holder(st: os.stat_result) -> str:
-    """The pid that holds a flock on the file of ``st``, from the kernel's table of locks."""
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as table:
-            for line in table:
-                # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146445 0 EOF"; "1: -> FLOCK ..." waits
-                fields = line.split()
-                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == where:
-                    return fields[4] if fields[4].isdigit() and fields[4] != "0" else "unknown"
-    except OSError:
-        pass
-    return "unknown"
 
 
 def _read_pid(fd: int) -> str:
