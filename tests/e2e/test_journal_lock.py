@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -14,7 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
+from support.cli_scripts import HELD_AFTER_A_CALL
+from support.cli_session import troupe_in_session
 from support.cluster import ctl, free_endpoint, reap
+from support.port_range import test_endpoint
+from support.run_resume_helpers import running
 from troupe.cli.master_client import master_call
 from troupe.runtime.errors import ActorStopped, AskTimeout, Unreachable
 from troupe.runtime.tasks.book import TaskBook, split_commands
@@ -111,6 +116,31 @@ def test_a_second_master_on_a_journal_is_refused_until_the_first_dies(tmp_path: 
         reap(first, [])
         if third is not None:
             reap(third, [])
+
+
+def test_of_two_masters_started_at_once_on_one_journal_one_serves(tmp_path: Path) -> None:
+    """ns: exclusive from the first step. The first is held where both of two started at once
+    would be, its lock taken and its journal not yet made (``--new``): the second, started then,
+    is refused naming it (the lock is taken before anything of the journal is looked at past its
+    path) and writes nothing into the first's log; let go, the first makes the journal and serves."""
+    journal, logs = tmp_path / "journal.db", tmp_path / "logs"
+    held, release = tmp_path / "held", tmp_path / "release"
+    hook = ["troupe.runtime.tasks.journal_lock:JournalLock.acquire", str(held), str(release)]
+    start = ["master", "start", "--journal", str(journal), "--logs", str(logs), "--new"]
+    endpoint = test_endpoint()
+    with running([*hook, *start, "--endpoint", endpoint], tmp_path, "first", code=HELD_AFTER_A_CALL) as first:
+        first.wait_until("its lock taken and its journal not made", held.exists, timeout=120)
+        assert not journal.exists()
+        second = troupe_in_session(
+            *start, "--endpoint", test_endpoint(), timeout=120
+        )  # one that serves: killed
+        release.write_text("")
+        assert f"journal {journal} is held by another master (pid {first.proc.pid})" in refusal(second)
+        assert serving(endpoint, first.proc)["pid"] == first.proc.pid
+        records = [json.loads(line) for line in (logs / "master.jsonl").read_text().splitlines()]
+        assert {r["pid"] for r in records} == {first.proc.pid}, "the refused master wrote into its log"
+        first.signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 128 + signal.SIGTERM, first.text()[-3000:]
 
 
 def test_a_master_through_a_hard_link_to_a_held_journal_is_refused(tmp_path: Path) -> None:
