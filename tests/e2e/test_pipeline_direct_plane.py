@@ -153,6 +153,41 @@ async def test_an_output_that_cannot_be_sent_fails_its_item_alone(what: str, sai
     assert all(out["intact"] for out in result.outputs.values()), result.outputs
 
 
+async def test_a_take_whose_outputs_together_pass_the_bound_hands_each_over(tmp_path: Path) -> None:
+    """``[pipeline] max_message_mb = 0.0625`` (64 KiB) and outputs of 30,000 bytes: ``pass`` and
+    ``check`` each take six at once (``batch = 6``), 180 KB a take. Such a take failed every
+    item of it, each dead after its attempts though each fits the bound alone. Now a holder's
+    reply holds what fits and the taker asks again for the rest: every item ends ok, its
+    payload intact, made and checked once."""
+    nbytes, log = 30_000, str(tmp_path / "seen.jsonl")
+    stages = [
+        {
+            "name": "make",
+            "actor": f"{STAGES}:MakePayload",
+            "batch": ITEMS,
+            "kwargs": {"nbytes": nbytes, "log": log},
+        },
+        {"name": "pass", "actor": f"{STAGES}:PassPayload", "batch": ITEMS, "kwargs": {"log": log}},
+        {
+            "name": "check",
+            "actor": f"{STAGES}:CheckPayload",
+            "batch": ITEMS,
+            "kwargs": {"nbytes": nbytes, "log": log},
+        },
+    ]
+    cfg = PipelineConfig.model_validate(
+        {"name": "plane", "items": ITEMS, "max_attempts": 2, "max_message_mb": 0.0625, "stages": stages}
+    )
+    result = await _run(cfg)
+
+    _assert_every_payload_intact(result, nbytes)
+    assert result.restarted == 0
+    seen = Counter((r["stage"], r["task_id"]) for r in read_records(Path(log)))
+    assert seen == Counter(
+        {(stage, f"plane-{i:06d}"): 1 for stage in ("make", "pass", "check") for i in range(ITEMS)}
+    )
+
+
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The node's status once ``ready(status)`` holds (a bounded poll; the node may not be up
     yet at first)."""

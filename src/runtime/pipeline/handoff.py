@@ -11,6 +11,11 @@ engine runs it again from the first stage. An output that cannot be encoded fail
 alone: refused before it is held (``payload_weight`` finds what may not encode), or, where the
 walk vouched for it, answered under ``refused`` when taken (``Outbox.reply_instead``).
 
+A take's reply is one message, under the message bound: the holder answers the outputs that fit
+it (by the sizes it weighed as it held them) and names the rest under ``later``, still held, and
+the taker asks again for those until each arrived once. Outputs that each fit the bound but
+together passed it failed their whole take.
+
 Small outputs (under ``inline_below`` bytes, counted by :func:`payload_bytes`) still travel
 inline through the engine: an extra round trip would cost them more than their bytes.
 """
@@ -23,7 +28,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.core.actor import Actor, handles
-from troupe.runtime.errors import AskTimeout, DeliveryError, ProtocolError, TroupeError
+from troupe.runtime.errors import AskTimeout, DeliveryError, MessageTooLarge, ProtocolError, TroupeError
 
 __all__ = [
     "GONE",
@@ -32,12 +37,14 @@ __all__ = [
     "OUTBOX_CLASS",
     "PULLS",
     "PULL_TIMEOUT_S",
+    "TAKE_HEADROOM",
     "HeldOutputs",
     "Outbox",
     "outcome_lost",
     "payload_bytes",
     "payload_weight",
     "pull_inputs",
+    "too_large_output",
     "unsendable_output",
 ]
 
@@ -48,6 +55,12 @@ PULL_TIMEOUT_S = 60.0
 """How long a replica waits for a holder to hand over a batch's inputs: a few large frames take
 a second; a holder whose node died never answers (its items then run again)."""
 
+TAKE_HEADROOM = 1024
+"""Bytes of a take's reply kept for what surrounds its outputs: the envelope (the holder's
+process name, at most 201 characters, and the ids) and the reply's maps. Each key the take
+names, and each refusal's text, is counted besides (``_room``)."""
+
+_STR_HEADER = 5  # msgpack's largest str header
 _SCALAR_BYTES = 9  # msgpack's largest fixed-size scalar
 _INT_LOWEST, _INT_HIGHEST = -(2**63), 2**64 - 1  # the ints msgpack holds
 
@@ -114,11 +127,34 @@ def outcome_lost(why: str) -> dict[str, Any]:
 
 def unsendable_output(where: str, exc: ProtocolError) -> str:
     """The error of an item whose output cannot travel: ``where`` it was made (``stage a``) and
-    the codec's refusal (``exc``), with what does travel."""
+    the codec's refusal (``exc``), with what does travel (a refusal by size says what to do)."""
+    said = f"{type(exc).__name__}: {where}: process returned an output that cannot be sent: {exc}"
+    if isinstance(exc, MessageTooLarge):
+        return said
+    return f"{said} (return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)"
+
+
+def too_large_output(where: str, size: int, bound: int, whose: str) -> str:
+    """The error of an item whose output, ``size`` bytes encoded, leaves no room in a take's
+    reply under the message ``bound`` (``whose``: ``the`` holder's, or ``the taking replica's``)
+    for what surrounds it (``TAKE_HEADROOM``)."""
     return (
-        f"{type(exc).__name__}: {where}: process returned an output that cannot be sent: {exc} "
-        "(return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)"
+        f"MessageTooLarge: {where}: process returned an output of {size} bytes, which does not fit "
+        f"one message: {whose} message bound is {bound} bytes, less {TAKE_HEADROOM} for the reply "
+        "around it; raise max_message_mb ([pipeline] of the pipeline's config, or [node] of the "
+        "nodes') or send the data by reference"
     )
+
+
+def _room(bound: int, keys: list[str]) -> int:
+    """What the outputs of a take's reply under ``bound`` may weigh together: the bound less
+    ``TAKE_HEADROOM`` and each key the take names (each is answered once: an output, a refusal,
+    or ``later``)."""
+    return bound - TAKE_HEADROOM - sum(map(len, map(str.encode, keys))) - _STR_HEADER * len(keys)
+
+
+def _refusals_bytes(refused: dict[str, str]) -> int:
+    return sum(len(text.encode()) + _STR_HEADER for text in refused.values())
 
 
 class HeldOutputs:
@@ -137,9 +173,31 @@ class HeldOutputs:
         self._items[key] = (item, size)
         self.bytes += size
 
-    def take(self, keys: list[str]) -> dict[str, Any]:
-        """The held items of ``keys`` (those still held); they stay held."""
-        return {k: self._items[k][0] for k in keys if k in self._items}
+    def take(self, keys: list[str], room: int | None = None) -> tuple[dict[str, Any], list[str]]:
+        """The held items of ``keys`` (those still held) whose sizes together stay within
+        ``room`` bytes (None: all), and the held keys left for a later take; all stay held. The
+        first held one is taken whatever its size: a size is what ``payload_weight`` counts, not
+        what the item encodes to, and one that does not fit fails alone."""
+        items: dict[str, Any] = {}
+        later: list[str] = []
+        seen: set[str] = set()
+        used = 0
+        for key in keys:
+            held = self._items.get(key)
+            if held is None or key in seen:
+                continue
+            seen.add(key)
+            if items and room is not None and used + held[1] > room:
+                later.append(key)
+                continue
+            items[key] = held[0]
+            used += held[1]
+        return items, later
+
+    def size(self, key: str) -> int:
+        """The size ``key``'s item was held with (0 where none is held)."""
+        held = self._items.get(key)
+        return 0 if held is None else held[1]
 
     def release(self, keys: list[str]) -> None:
         """Forget ``keys`` (those not held are ignored: a release may follow a restart)."""
@@ -150,17 +208,25 @@ class HeldOutputs:
 
 
 async def pull_inputs(
-    ask: Callable[[str, str, Any, float], Any], items: list[Any], sources: list[Any]
+    ask: Callable[[str, str, Any, float], Any],
+    items: list[Any],
+    sources: list[Any],
+    budget: int | None = None,
 ) -> tuple[list[Any], dict[int, str], dict[int, str]]:
     """The batch's items with each pulled one filled in from its holder; the indexes whose
     holder is gone or no longer has it (lost: the engine runs them again from the first stage);
     and those whose holder answered with an error (failed: an item error, retried here, such as
     an output that cannot be sent, or any where the whole take failed), each with why.
 
+    A holder answers what fits one reply and names the rest ``later``: they are asked for again,
+    one take after another, each bounded by ``PULL_TIMEOUT_S``.
+
     Args:
         ask: ``ask(actor, msg_type, payload, timeout)``, an awaitable (the actor's runtime).
         items: the batch as the engine sent it (None where the item is pulled).
         sources: per item, ``[holder actor, key]`` or None (the item came inline).
+        budget: the most bytes a message to this process may have (its message bound): a
+            holder of a larger bound keeps its replies under it. None: the holder's own.
     """
     by_holder: dict[str, list[tuple[int, str]]] = {}
     for i, source in enumerate(sources):
@@ -169,6 +235,7 @@ async def pull_inputs(
     filled = list(items)
     lost: dict[int, str] = {}
     failed: dict[int, str] = {}
+    bounded: dict[str, Any] = {} if budget is None else {"budget": budget}
 
     async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
         got: dict[str, Any] = {}
@@ -182,10 +249,12 @@ async def pull_inputs(
             with anyio.CancelScope() as scope:  # cancelled when the engine says the holder is gone
                 PULLS.setdefault(holder, set()).add(scope)
                 try:
-                    reply = await ask(holder, "stage_take", {"keys": [k for _, k in wanted]}, PULL_TIMEOUT_S)
-                    if isinstance(reply, dict):
-                        got = reply.get("items", {})
-                        refused = reply["refused"] if isinstance(reply.get("refused"), dict) else {}
+                    keys = [k for _, k in wanted]
+                    while keys:  # what one reply could not hold is asked for again
+                        reply = await ask(holder, "stage_take", {**bounded, "keys": keys}, PULL_TIMEOUT_S)
+                        keys = _read_take(reply, keys, got, refused)
+                except _NothingHanded:
+                    error = f"holder {holder} handed none of the outputs asked over, naming all for later"
                 except (DeliveryError, AskTimeout) as exc:  # gone, or not answering
                     why = f"holder {holder} did not hand over its outputs: {type(exc).__name__}: {exc}"
                 except TroupeError as exc:  # it answered, with an error (the outputs stay held)
@@ -215,6 +284,31 @@ async def pull_inputs(
         for holder, wanted in by_holder.items():
             tg.start_soon(fetch, holder, wanted)
     return filled, lost, failed
+
+
+class _NothingHanded(Exception):
+    """A holder's reply to a take answered none of its keys and named some for later: asking
+    again would go on for ever."""
+
+
+def _read_take(reply: Any, keys: list[str], got: dict[str, Any], refused: dict[str, Any]) -> list[str]:
+    """Add what a take's ``reply`` (to ``keys``) handed over to ``got`` and what it refused to
+    ``refused``; the keys to ask for again (its ``later``: held, left out of this reply)."""
+    if not isinstance(reply, dict):
+        return []
+    answered = len(got) + len(refused)
+    items = reply.get("items")
+    if isinstance(items, dict):
+        got.update(items)
+    if isinstance(reply.get("refused"), dict):
+        refused.update(reply["refused"])
+    later = reply.get("later")
+    if not isinstance(later, list) or not later:
+        return []
+    if len(got) + len(refused) == answered:
+        raise _NothingHanded
+    asked = set(keys)
+    return [key for key in later if key in asked and key not in got and key not in refused]
 
 
 HELD = HeldOutputs()
@@ -250,31 +344,88 @@ class Outbox(Actor):
 
     mailbox_capacity = 256
 
+    _bound = (0, "the")  # the take in hand's message bound (0: none said), and whose (``_take``)
+
     @handles("stage_take")
     def _take(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return {"items": HELD.take([str(k) for k in payload.get("keys", ())])}
+        """The held outputs of ``keys`` that fit one reply under the taker's ``budget`` (its
+        message bound) and this process's (by the sizes they were held with), and the others
+        under ``later``. Where the first alone weighs more than a reply holds, for a taker of a
+        smaller bound than this process's, what it encodes to decides (``_by_encoded_size``):
+        the taker would refuse it on receipt, where this process's codec lets it go (under this
+        process's own bound, its codec finds one that does not fit: ``reply_instead``). An
+        older taker says no budget and reads no ``later`` (it would count those items lost, and
+        this holder with them): it is answered every output, in one reply, as before."""
+        keys = [str(k) for k in payload.get("keys", ())]
+        own = self.runtime.codec.max_message_bytes
+        budget = payload.get("budget")
+        self._bound = (0, "the")
+        if type(budget) is not int or budget <= 0:
+            return {"items": HELD.take(keys)[0]}
+        self._bound = (budget, "the taking replica's") if budget < own else (own, "the")
+        room = _room(self._bound[0], keys)
+        items, later = HELD.take(keys, room)
+        if budget < own and len(items) == 1 and HELD.size(next(iter(items))) > room:
+            return self._by_encoded_size(items, later)
+        return {"items": items, "later": later} if later else {"items": items}
 
     def reply_instead(self, msg_type: str, result: Any, error: ProtocolError) -> Any:
-        """A take whose reply could not be encoded, each output encoded alone now: one that
-        cannot be (one the holder's walk vouched for, ``payload_weight``: a str with a lone
-        surrogate, a numpy object array; or one over the message bound) is answered under
-        ``refused`` with why, its item's error at the taker, and the others of the take arrive.
-        The whole take failed with it. Called only once the reply failed, so a take that
-        travels is encoded once."""
+        """A take whose reply could not be encoded, answered by what each output encodes to
+        (``_by_encoded_size``): the outputs its sizes misjudged (a str of multibyte characters,
+        more arrays than a message has frames), or one the holder's walk vouched for that cannot
+        be encoded (a str with a lone surrogate, a numpy object array), which is refused alone.
+        The whole take failed with it. Called only once the reply failed (for the take just
+        handled: an actor handles one message at a time, and this one's are plain), so a take
+        that travels is encoded once."""
         items = result.get("items") if isinstance(result, dict) else None
         if msg_type != "stage_take" or not isinstance(items, dict):
             raise error
-        encode = self.runtime.codec.encode_reply
-        sendable: dict[str, Any] = {}
+        later = result.get("later")
+        return self._by_encoded_size(items, list(later) if isinstance(later, list) else [])
+
+    def _by_encoded_size(self, items: dict[str, Any], later: list[str]) -> dict[str, Any]:
+        """The answer to a take of ``items`` (``later``: those it leaves for the next take),
+        each output encoded alone: one the codec refuses, or that leaves no room under the
+        bound for the reply around it, under ``refused`` with why (its item's error at the
+        taker); of the others, those that fit one reply together (bytes and frames), and the
+        rest added to ``later``. Each key is answered once, and at least one per reply: the
+        first that fits is sent, or some are refused."""
+        codec = self.runtime.codec
+        bound, whose = self._bound
+        if bound <= 0:  # an older taker, which reads no ``later``: all that travels, in one reply
+            bound = codec.max_message_bytes
+        envelope = len(codec.encode_reply(0, "", None)[0]) - 1  # what a payload alone adds (None: 1)
         refused: dict[str, str] = {}
+        sized: list[tuple[str, Any, int, int]] = []  # key, output, encoded bytes, buffer frames
         for key, item in items.items():
             try:
-                encode(0, "", item)
+                frames = codec.encode_reply(0, "", item)
             except ProtocolError as exc:
                 refused[key] = unsendable_output(HELD.made_by, exc)
                 continue
-            sendable[key] = item
-        return {"items": sendable, "refused": refused}
+            size = sum(memoryview(frame).nbytes for frame in frames) - envelope
+            sized.append((key, item, size, len(frames) - 1))
+        keys = [*items, *later]
+        room = _room(bound, keys) - _refusals_bytes(refused)
+        for key, _, size, _ in sized:
+            if size > room:
+                refused[key] = too_large_output(HELD.made_by, size, bound, whose)
+        room = _room(bound, keys) - _refusals_bytes(refused)
+        sendable: dict[str, Any] = {}
+        used = buffers = 0
+        for key, item, size, frames_of_it in sized:
+            if key in refused:
+                continue
+            if self._bound[0] <= 0 or (used + size <= room and buffers + frames_of_it < codec.max_frames):
+                sendable[key] = item
+                used += size
+                buffers += frames_of_it
+            else:
+                later.append(key)  # it fits alone: the next take, with fewer keys and refusals
+        answer: dict[str, Any] = {"items": sendable, "refused": refused}
+        if later:
+            answer["later"] = later
+        return answer
 
     @handles("stage_release")
     def _release(self, payload: dict[str, Any]) -> None:

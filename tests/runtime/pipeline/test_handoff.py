@@ -1,6 +1,7 @@
 """The replica's side of the direct data plane: what an output weighs, what a replica holds,
 and how a batch's inputs are pulled from their holders (a holder that fails, or no longer holds
-an item, makes that item lost, never the batch)."""
+an item, makes that item lost, never the batch; one that leaves some for a later take is asked
+again for them)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,62 @@ def test_held_outputs_keep_until_released_and_count_their_bytes() -> None:
     held = HeldOutputs()
     held.put("a", {"x": 1}, 100)
     held.put("b", {"x": 2}, 50)
-    assert held.take(["a", "missing"]) == {"a": {"x": 1}}
+    assert held.take(["a", "missing"]) == ({"a": {"x": 1}}, [])
     assert len(held) == 2 and held.bytes == 150  # taking does not release
     held.put("a", {"x": 3}, 10)  # a retried call makes the same key again
     assert held.bytes == 60
     held.release(["a", "a", "never-held"])
     assert len(held) == 1 and held.bytes == 50
+
+
+def test_a_take_holds_what_fits_its_room_and_leaves_the_rest_for_later() -> None:
+    """Outputs by the sizes they were held with, first come first: one that does not fit waits
+    for a later take, a smaller one after it still goes; the first goes whatever its size (it
+    may encode to less than it weighs, or fail alone)."""
+    held = HeldOutputs()
+    for key, size in (("a", 60), ("b", 50), ("c", 30), ("big", 500)):
+        held.put(key, key.upper(), size)
+    assert held.take(["a", "b", "c", "a", "gone"], room=100) == ({"a": "A", "c": "C"}, ["b"])
+    assert held.take(["big", "a"], room=100) == ({"big": "BIG"}, ["a"])
+    assert held.take(["a", "b", "c", "big"]) == ({"a": "A", "b": "B", "c": "C", "big": "BIG"}, [])
+    assert len(held) == 4 and held.bytes == 640  # taking does not release
+
+
+async def test_pull_asks_again_for_what_a_holder_left_for_later_until_each_arrived() -> None:
+    """A holder that answers two outputs a take and names the rest ``later`` is asked again for
+    those alone, with the taker's budget each time: each item is filled once, none lost."""
+    asked: list[Any] = []
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        asked.append(payload)
+        keys = payload["keys"]
+        reply: dict[str, Any] = {"items": {k: k.upper() for k in keys[:2]}}
+        return {**reply, "later": keys[2:]} if keys[2:] else reply
+
+    sources = [["up-0/outbox", f"k{i}"] for i in range(5)]
+    filled, lost, failed = await pull_inputs(ask, [None] * 5, sources, budget=1000)
+    assert filled == ["K0", "K1", "K2", "K3", "K4"]
+    assert not lost and not failed
+    assert asked == [
+        {"keys": ["k0", "k1", "k2", "k3", "k4"], "budget": 1000},
+        {"keys": ["k2", "k3", "k4"], "budget": 1000},
+        {"keys": ["k4"], "budget": 1000},
+    ]
+
+
+async def test_a_holder_that_hands_nothing_over_and_names_all_for_later_fails_the_take() -> None:
+    """Asking again would go on for ever: those items fail (retried), none counted lost (which
+    would take the holder for gone)."""
+    calls = 0
+
+    async def ask(actor: str, msg_type: str, payload: Any, timeout: float) -> Any:
+        nonlocal calls
+        calls += 1
+        return {"items": {}, "later": payload["keys"]}
+
+    _, lost, failed = await pull_inputs(ask, [None] * 2, [["up-0/outbox", "k0"], ["up-0/outbox", "k1"]])
+    assert calls == 1 and not lost
+    assert set(failed) == {0, 1} and "handed none of the outputs asked over" in failed[0], failed
 
 
 async def test_pull_fills_each_item_from_its_holder_and_marks_what_cannot_be_had() -> None:
