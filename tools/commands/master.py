@@ -73,7 +73,9 @@ InsecureOption = Annotated[
 
 
 def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
-    """Open and replay the journal, or exit 2 with the reason (missing, corrupt, foreign).
+    """Open and replay the journal, or exit 2 with the reason (missing, corrupt, foreign, its
+    ``-wal`` without it); an upgrade, or a journal not closed cleanly found without its ``-wal``,
+    is said in a ``note:`` line.
 
     The process is a master's from here on (``master start``, or a node ``--with-master``): it
     collects garbage as one (runtime/gc_pauses.py) before the replay builds its tables."""
@@ -86,6 +88,9 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
     if upgraded is not None:  # the copy stays until removed: said where it is, not only in the log
         said = upgraded.said("journal", path, "that troupe's master resumes from it")
         err_console.print(literal(f"note: {said}"), highlight=False, soft_wrap=True)
+    left_open = opened[0].left_open
+    if left_open is not None:  # its -wal may lie where it was: said before the master serves
+        err_console.print(literal(f"note: {left_open.said(path)}"), highlight=False, soft_wrap=True)
     return opened
 
 

@@ -72,6 +72,7 @@ from .book import TaskBook
 from .journal_check import bad_row, check_rows
 from .journal_errors import translated
 from .journal_lock import JournalLock, lock_path
+from .journal_opened import LeftOpen, left_open, mark_closed, mark_open, refuse_orphaned_wal, wal_bytes
 from .journal_path import path_length_problem
 from .journal_rows import SELECT_TASKS, job_policy, noted, stored_job_digest, task_rows
 from .journal_schema import (
@@ -133,6 +134,8 @@ class Journal:
         path: where the journal lives.
         lock: the journal's lock, held by this object and released by :meth:`close`.
         upgraded: its upgrade from an older schema as :meth:`open` opened it, None if none.
+        left_open: who had it open and did not close it, where :meth:`open` found it so with
+            no ``-wal`` beside it (``journal_opened.py``); None if not.
     """
 
     def __init__(
@@ -141,12 +144,15 @@ class Journal:
         path: Path,
         lock: JournalLock | None = None,
         upgraded: Upgraded | None = None,
+        left_open: LeftOpen | None = None,
     ) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._path = path
         self._lock = lock
         # Where the journal as it was lies: a caller with a user says so (a run's folder keeps it).
         self.upgraded = upgraded
+        # Its log may lie where it was before a move: a caller with a user says so.
+        self.left_open = left_open
         self._checked = False  # rows checked once: nothing but this object writes while locked
         self._later: list[JournalEntry] = []  # staged records the commit writes (see stage)
 
@@ -180,13 +186,15 @@ class Journal:
         Raises:
             JournalBusy: another process (or another open journal object) holds the journal.
             JournalError: the path is too long for SQLite (``journal_path.py``), the file is
-                missing (and ``create`` is False), is not a SQLite
+                missing (and ``create`` is False, or a ``-wal`` is there without it:
+                ``journal_opened.py``), is not a SQLite
                 database, is not a troupe journal, has another schema version, or fails
                 ``PRAGMA quick_check``.
         """
         path = Path(path)
         if (too_long := path_length_problem(path)) is not None:  # first: nothing made yet
             raise JournalError(f"journal {path} is {too_long}: give a shorter path")
+        refuse_orphaned_wal(path)  # said before "does not exist": --new would delete it
         if not path.exists() and not create:
             raise JournalError(
                 f"journal {path} does not exist; give the path of the existing journal, or {new_hint}"
@@ -197,6 +205,7 @@ class Journal:
             raise JournalError(f"journal {path}: directory {path.parent} does not exist; create it first")
         if path.exists() and not path.is_file():
             raise JournalError(f"journal {path} is not a regular file; give the path of a journal file")
+        had_wal = wal_bytes(path) > 0  # before the read-only checks, which leave an empty one
         with translated(path, "opening"):
             refuse_foreign(path)  # before the lock: it leaves no lock file beside another's file
         if lock is None:
@@ -222,13 +231,24 @@ class Journal:
                 created, upgraded = check_or_init(conn, path, create, new_hint)
                 conn.execute("PRAGMA synchronous = FULL")
                 bound_wal(conn)  # the room the log takes is known: journal_wal.py
+                unclosed = left_open(conn, had_wal)
+                mark_open(conn)
         except BaseException:
             conn.close()
             if lock is None:
                 held.release()
             raise
         log.info("journal_opened", path=str(path), created=created)
-        return cls(conn, path, held, upgraded)
+        if unclosed is not None:
+            log.warning(
+                "journal_left_open",
+                path=str(path),
+                opened_by_pid=unclosed.pid,
+                opened_by_host=unclosed.host,
+                opened_at=unclosed.opened_at,
+                hint=f"not closed cleanly and no {path.name}-wal beside it: moved or copied without it?",
+            )
+        return cls(conn, path, held, upgraded, unclosed)
 
     @property
     def path(self) -> Path:
@@ -455,7 +475,8 @@ class Journal:
 
     def close(self, release: bool = True) -> None:
         """Close the journal and free its lock; further use raises JournalError. Closing twice
-        is fine.
+        is fine. The close takes the journal's open mark off (``journal_opened.py``) and SQLite's
+        checkpoints its ``-wal`` into it and deletes it: the journal is one file again.
 
         Args:
             release: False keeps the lock held, for the caller that handed it to :meth:`open`
@@ -464,6 +485,10 @@ class Journal:
         try:
             if self._conn is not None:
                 conn, self._conn = self._conn, None
+                try:
+                    mark_closed(conn)
+                except sqlite3.Error as exc:  # the close goes on; the next open may warn for nothing
+                    log.warning("journal_open_mark_kept", path=str(self._path), error=str(exc))
                 with translated(self._path, "closing"):
                     conn.close()
         finally:

@@ -8,7 +8,8 @@ schema version and the moment (``journal.db.v2.20261205T231802Z.bak``), through 
 backup (what the ``-wal`` holds included, a consistent copy); a copy that cannot be made (a full
 disk) stops the upgrade with nothing changed. Every upgrade writes a copy of its own, never over
 an older one: after a rollback and a second upgrade, the second copy holds what the older
-master journaled in between, and the first is still there.
+master journaled in between, and the first is still there. The copy has no open mark
+(``journal_opened.py``): it is whole, so put back without a ``-wal`` it opens without a warning.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
+
+from .journal_opened import mark_closed
 
 __all__ = ["backup_path", "keep_copy_before_upgrade"]
 
@@ -45,8 +48,9 @@ def keep_copy_before_upgrade(conn: sqlite3.Connection, path: Path, version: int)
     target = backup_path(path, version)
     partial = target.with_name(target.name + ".partial")
     try:
-        with contextlib.closing(sqlite3.connect(partial)) as copy:
+        with contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
             conn.backup(copy)
+            mark_closed(copy)  # a whole copy, of a journal open now: put back, it opens quietly
         with open(partial, "rb") as written:
             os.fsync(written.fileno())
         os.replace(partial, target)  # whole or not there: never a half copy under the name

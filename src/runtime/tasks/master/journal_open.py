@@ -11,6 +11,7 @@ from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalLock
+from troupe.runtime.tasks.journal_opened import refuse_orphaned_wal
 
 from .journal_room import check_start_room
 
@@ -31,7 +32,8 @@ def open_journal(
 
     A missing journal is an error unless ``new`` (``--new``) is given: a master that silently
     started on an empty queue would lose every job of the journal it was meant to resume.
-    With ``new``, a missing file is created; an existing journal is still opened as it is.
+    With ``new``, a missing file is created; an existing journal is still opened as it is. A
+    missing journal whose ``-wal`` is there is refused either way (``journal_opened.py``).
     Jobs finished ``compact_after_s`` ago or more are compacted first (see
     :meth:`Journal.compact`), so a restart replays their counts, not their tasks; None skips it.
     A journal whose disk has less free space than a master needs is refused before it is
@@ -41,12 +43,14 @@ def open_journal(
 
     Raises:
         JournalBusy: another master holds the journal.
-        JournalError: missing (without ``new``), its folder missing (with ``new`` too), not a
+        JournalError: missing (without ``new``), its folder missing or its ``-wal`` there
+            without it (with ``new`` too), not a
             troupe journal, corrupt, a row of the wrong type (named), or its disk too full for
             a master.
     """
     if not os.path.exists(path):
         check_folder(Path(path), new)
+        refuse_orphaned_wal(Path(path))  # with --new too: a new journal there would delete it
         if not new:
             raise JournalError(
                 f"journal {path} does not exist; give the path of the existing journal, or pass "
