@@ -1,6 +1,6 @@
-"""An encoder actor in a real worker encodes the same group twice; the node's ``/metrics`` shows
-its latent cache per tier (one miss in each, then one memory hit), its bytes within their
-bounds, and what it encoded, as the actor figures of docs/METRICS.md."""
+"""An encoder actor in a real worker encodes the same group of two twice; the node's ``/metrics``
+shows its latent cache per tier, sample by sample (two misses in each, then two memory hits),
+its bytes within their bounds, and what it encoded, as the actor figures of docs/METRICS.md."""
 
 from __future__ import annotations
 
@@ -77,13 +77,14 @@ async def test_cache_hits_per_tier_on_the_nodes_metrics(troupe_cluster: Any, tmp
         second = await rt.ref("encode").ask("encode", {"tag": 1, "video": video}, timeout=60)
     assert first["cached"] is False and second["cached"] is True
 
-    figures = _scrape_until(metrics, {"cache_memory_hits_total": 1})
-    assert figures["cache_memory_misses_total"] == 1
-    assert figures["cache_disk_hits_total"] == 0 and figures["cache_disk_misses_total"] == 1
-    assert figures["cache_lookups_total"] == 2 and figures["cache_memory_hit_rate"] == 0.5
+    figures = _scrape_until(metrics, {"cache_memory_hits_total": 2})
+    assert figures["cache_memory_misses_total"] == 2
+    assert figures["cache_disk_hits_total"] == 0 and figures["cache_disk_misses_total"] == 2
+    assert figures["cache_lookups_total"] == 4 and figures["cache_memory_hit_rate"] == 0.5
     assert figures["cache_disk_hit_rate"] == 0 and figures["cache_corrupt_total"] == 0
     assert figures["groups_total"] == 2 and figures["samples_total"] == 4
-    assert figures["groups_encoded_total"] == 1 and figures["encode_seconds_total"] > 0
+    assert figures["groups_encoded_total"] == 1 and figures["samples_encoded_total"] == 2
+    assert figures["encode_seconds_total"] > 0
     assert figures["cache_memory_limit_bytes"] == 4 * 2**20 == figures["cache_disk_limit_bytes"]
     latents = first["latents"]
     assert figures["cache_memory_bytes"] == latents.numel() * latents.element_size()

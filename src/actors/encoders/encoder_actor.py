@@ -2,7 +2,12 @@
 
 Each ``encode`` ask carries one sample group and is answered as soon as that group is encoded
 (or found in the cache), so a trainer keeps many asks in flight and reassembles its batches by
-tag, never waiting for a whole batch. Config::
+tag, never waiting for a whole batch. The cache holds one entry per sample, not per group: the
+sampler pairs a clip with other clips every epoch, so an entry for the whole group almost never
+came back (74 of 80 groups encoded where 22 clips were seen 7 times each). The samples no tier
+holds are encoded together, as one batch, and cached one by one: a hit is what encoding the
+sample again gives to float32 rounding, as a convolution rounds a batch of one otherwise than a
+larger one (README, Decisions; encoding each alone, bit for bit, took 4 times as long). Config::
 
     [[workers]]
     name = "w-encode-0"
@@ -19,7 +24,8 @@ longer ones on a worker thread, so the loop keeps serving meanwhile; with no cac
 ``encode`` payload: ``{"tag": any, "video": tensor or ndarray (B, C, T, H, W), "params": {...}}``:
 uint8 frames are mapped to [-1, 1] here (4x fewer bytes on the wire than float32), float ones
 are taken as they are; ``params`` (optional, JSON data) names the preprocessing the sender did
-and is part of the cache key. Reply: ``{"tag", "latents" (float32, CPU), "cached": bool}``.
+and is part of the cache key. Reply: ``{"tag", "latents" (float32, CPU), "cached": bool}``,
+``cached`` when every sample of the group came from the cache.
 
 The default encoder is troupe's VAE with the weights troupe ships (:data:`PRETRAINED_VAE`,
 trained by ``troupe models train-vae`` on generated data; nothing is downloaded): an actor
@@ -37,7 +43,7 @@ import math
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import numpy as np
@@ -156,8 +162,9 @@ class EncoderActor(Actor):
 
     Args:
         encoder: "package.module:factory_or_class" of a torch module mapping a video batch to
-            latents (its ``encode`` method where it has one, else its forward); troupe's VAE
-            encoder by default.
+            latents, each sample's its own along the first axis, computed apart from the others
+            (each is cached alone); its ``encode`` method where it has one, else its forward;
+            troupe's VAE encoder by default.
         encoder_kwargs: keyword arguments of that factory.
         weights: a weights file (see :func:`load_encoder`).
         device: "cpu", "cuda", "cuda:1"...; None: the GPU where there is one.
@@ -218,36 +225,63 @@ class EncoderActor(Actor):
         # What changes the numbers beyond the input and the weights: part of every cache key.
         self._params = {"device": self.device.type, **self.switches}
         self.cache = LatentCache(int(memory_mb * 2**20), int(disk_mb * 2**20), cache_dir)
-        self.counts = {"groups": 0, "samples": 0, "encoded": 0, "encode_s": 0.0, "inline": 0}
+        self.counts = {"groups": 0, "samples": 0, "encoded": 0, "samples_encoded": 0, "encode_s": 0.0,
+                       "inline": 0}  # fmt: skip
 
     def encode_frames(self, video: torch.Tensor) -> torch.Tensor:
-        """Latents of one group as the ``encode`` handler computes them, cache aside (benchmarks
-        time this path)."""
+        """Latents of one batch as the ``encode`` handler computes them, cache aside (benchmarks
+        time this path): the handler encodes a group's samples that the cache did not hold."""
         x = video.to(self.device)
         x = x.float() / 127.5 - 1.0 if x.dtype == torch.uint8 else x.float()
         with torch.no_grad(), torch.autocast(self.device.type, torch.bfloat16, enabled=self.switches["bf16"]):
             latents = self._encode_fn(x)
         if not isinstance(latents, torch.Tensor):
             raise TypeError(f"the encoder returned a {type(latents).__name__}, not a tensor")
+        if latents.ndim == 0 or latents.shape[0] != video.shape[0]:
+            raise ValueError(
+                f"the encoder returned latents of shape {tuple(latents.shape)} for {video.shape[0]} samples: "
+                "it must map each sample of a batch to latents of its own, along the first axis"
+            )
         return latents.float().cpu()
 
     def _encode_group(self, video: torch.Tensor, params: dict[str, Any]) -> tuple[torch.Tensor, bool]:
-        key = None
+        """The group's latents, and whether the cache held every sample of it.
+
+        Each sample is looked up alone, keyed as a group of one (so a cache filled with
+        ``group_size = 1`` still answers); the samples no tier holds are encoded as one batch.
+        """
+        samples = list(video.split(1))
+        keys: list[str | None] = [None] * len(samples)
+        found: list[torch.Tensor | None] = [None] * len(samples)
         if self.cache.enabled:  # with no tier to look in, no key to hash
-            key = cache_key(video, {**params, **self._params}, self.fingerprint)
-            hit = self.cache.get(key)
-            if hit is not None:
-                return hit, True
+            key_params = {**params, **self._params}
+            for i, sample in enumerate(samples):
+                keys[i] = key = cache_key(sample, key_params, self.fingerprint)
+                found[i] = self.cache.get(key)
+        missing = [i for i, latents in enumerate(found) if latents is None]
+        if len(missing) == len(samples):  # the whole group: no copy to make
+            return self._encode_samples(video, keys), False
+        if missing:
+            encoded = self._encode_samples(video[missing], [keys[i] for i in missing])
+            for i, latents in zip(missing, encoded.split(1), strict=True):
+                found[i] = latents
+        return torch.cat(cast(list[torch.Tensor], found)), not missing
+
+    def _encode_samples(self, video: torch.Tensor, keys: list[str | None]) -> torch.Tensor:
+        """``video``'s latents, encoded as one batch, timed, and cached sample by sample under
+        ``keys`` (None: not cached)."""
         start = time.perf_counter()
         try:
-            latents = self.encode_frames(video)
+            encoded = self.encode_frames(video)
         finally:
             self._last_encode_s = time.perf_counter() - start
         self.counts["encode_s"] += self._last_encode_s
         self.counts["encoded"] += 1
-        if key is not None:
-            self.cache.put(key, latents)
-        return latents, False
+        self.counts["samples_encoded"] += len(keys)
+        for key, latents in zip(keys, encoded.split(1), strict=True):
+            if key is not None:
+                self.cache.put(key, latents)
+        return encoded
 
     @handles("encode")
     async def encode(self, payload: Any) -> dict[str, Any]:
@@ -305,6 +339,7 @@ class EncoderActor(Actor):
             "groups_total": self.counts["groups"],
             "samples_total": self.counts["samples"],
             "groups_encoded_total": self.counts["encoded"],
+            "samples_encoded_total": self.counts["samples_encoded"],
             "encode_seconds_total": self.counts["encode_s"],
         }
 

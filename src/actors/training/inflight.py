@@ -36,7 +36,9 @@ ends first rather than failing.
 
 :func:`train_local` encodes inside the trainer, in the same groups with the same mapping of
 frames as ``EncoderActor``, so its losses equal the remote ones (the baseline of ``troupe bench
-train`` and of the loss-parity test).
+train`` and of the loss-parity test): bit for bit with groups of one or the actors' cache off, to
+float32 rounding otherwise, as the cache gives a sample back as the batch that encoded it computed
+it (README, Decisions).
 """
 
 from __future__ import annotations
@@ -555,7 +557,8 @@ def train_local(
     """Train on ``batches`` encoding inside the trainer: read, encode group by group, train.
 
     The same groups and frame mapping as :func:`train_remote` with ``EncoderActor``, so the same
-    latents; ``timings.wait_s`` is the time spent encoding. ``inflight``, ``rank`` and
+    latents (to float32 rounding where the actors' cache answers; see the module);
+    ``timings.wait_s`` is the time spent encoding. ``inflight``, ``rank`` and
     ``deadline_s`` do not apply.
     """
     config = config or InflightConfig()

@@ -73,16 +73,17 @@ async def test_groups_come_back_tagged_identical_and_cached(troupe_cluster: Any,
         assert again["cached"] is True and torch.equal(again["latents"], replies[0]["latents"])
         stats = await a.ask("stats", timeout=30)
         assert stats["encoded"] == 2 and stats["groups"] == 3 and stats["samples"] == 6
-        assert stats["cache"]["memory_hits"] == 1 and stats["switches"]["bf16"] is False
+        assert stats["samples_encoded"] == 4  # each sample is an entry of its own: hits count samples
+        assert stats["cache"]["memory_hits"] == 2 and stats["switches"]["bf16"] is False
 
-        # The other process of this host finds both groups on the shared disk tier.
+        # The other process of this host finds both groups' samples on the shared disk tier.
         with anyio.fail_after(30):
-            while (await a.ask("stats", timeout=30))["cache"]["disk_writes"] < 2:
+            while (await a.ask("stats", timeout=30))["cache"]["disk_writes"] < 4:
                 await anyio.sleep(0.05)
         shared = await b.ask("encode", {"tag": 5, "video": videos["g1"]}, timeout=60)
         assert shared["cached"] is True and torch.equal(shared["latents"], replies[1]["latents"])
         b_stats = await b.ask("stats", timeout=30)
-        assert b_stats["encoded"] == 0 and b_stats["cache"]["disk_hits"] == 1
+        assert b_stats["encoded"] == 0 and b_stats["cache"]["disk_hits"] == 2
 
         # Other preprocessing named by the sender: another key, encoded again.
         other = await a.ask("encode", {"tag": "p", "video": videos["g0"], "params": {"crop": 1}}, timeout=60)
