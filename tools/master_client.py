@@ -262,10 +262,21 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
         try:
             return await runtime.control(endpoint, msg_type, payload, timeout=timeout)
         except AskTimeout as exc:
+            if exc.from_reply:  # the master answered: an ask of its own timed out
+                raise _masters_own(endpoint, msg_type, exc) from None
             raise type(exc)(_no_master(endpoint, _silent(exc, timeout), found, timeout)) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
             older = await _answers_as_master(runtime, endpoint)
             raise (_older_master if older else _not_a_master)(endpoint, msg_type) from None
+
+
+def _masters_own(endpoint: str, msg_type: str, exc: AskTimeout) -> TroupeError:
+    """The master's answer to ``msg_type`` was that an ask of its own (of a node) timed out: it
+    answers, so it is not the busy or hung master a timeout of the CLI's own ask would mean."""
+    return TroupeError(
+        f"the master at {endpoint} answered {msg_type!r} with an error of its own (it runs; an "
+        f"ask it made timed out): {exc}; see `troupe ctl status` and the master's log"
+    )
 
 
 async def _answers_as_master(runtime: Runtime, endpoint: str) -> bool:

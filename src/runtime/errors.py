@@ -91,9 +91,14 @@ class TroupeError(Exception):
     Every one pickles and copies as it is, attributes and all (multiprocessing, a process
     pool's futures, logging queues): an exception is rebuilt from its ``args``, which held the
     formatted message alone, and ``RemoteError(message)`` failed, breaking a user's whole
-    ``ProcessPoolExecutor`` (report ap 5)."""
+    ``ProcessPoolExecutor`` (report ap 5).
+
+    ``from_reply`` is True on an error rebuilt from a peer's error reply (the asked process
+    raised it, ``wire.replies``), False on one raised here: a control's own AskTimeout (the
+    master's ask of a node, say) is then not taken for the asker's (report mt 3)."""
 
     code = "troupe_error"
+    from_reply = False
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuilt, (type(self), self.args, self.__dict__)

@@ -360,14 +360,26 @@ def undrain(
     """Resume a drained node: it takes tasks again; the workers the drain stopped start again."""
     use_keys(keys)
     reply = run_async(master_call, master, "undrain", {"node": node_name}, timeout)
-    started = ", ".join(reply["restarted"])
-    console.print(
-        markup(
-            "node ",
-            literal(node_name, "bold"),
-            literal(" takes tasks again" + (f"; workers started again: {started}" if started else "")),
+    with shaped_as(master, "master"):
+        said = _undrain_said(reply)
+    console.print(markup("node ", literal(node_name, "bold"), literal(said)))
+
+
+def _undrain_said(reply: dict[str, Any]) -> str:
+    """What an undrain did, by how the master has the node (``state``: an older master says
+    none). One stopped or dead, or that did not answer, is told at its next beat."""
+    state = reply.get("state", "alive")
+    if state == "stopped":
+        return " takes tasks again once it starts (it is stopped now)"
+    if state == "dead":
+        return " takes tasks again once it is back (the master has it as dead now: it went silent)"
+    if "not_told" in reply:
+        return (
+            f" takes tasks again; it did not answer the undrain now ({reply['not_told']}): "
+            "it is told again when it next beats"
         )
-    )
+    started = ", ".join(map(str, reply["restarted"]))
+    return " takes tasks again" + (f"; workers started again: {started}" if started else "")
 
 
 @ctl_app.command("dead")

@@ -70,19 +70,24 @@ def _cut(text: str, most: int) -> str:
 
 
 def raise_error_payload(payload: Any) -> NoReturn:
-    """Raise the exception an error-reply payload describes."""
+    """Raise the exception an error-reply payload describes (its ``from_reply`` set)."""
+    raise _from_reply(_error_of(payload))
+
+
+def _from_reply(error: TroupeError) -> TroupeError:
+    error.from_reply = True
+    return error
+
+
+def _error_of(payload: Any) -> TroupeError:
     if not isinstance(payload, dict):
-        raise RemoteError("troupe.MalformedError", f"error reply with payload {payload!r}")
+        return RemoteError("troupe.MalformedError", f"error reply with payload {payload!r}")
     code = str(payload.get("code", "remote_error"))
     message = str(payload.get("message", ""))
     actor = str(payload.get("actor", ""))
-    if code == "remote_error":
-        raise RemoteError(
-            str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor
-        )
-    cls = error_class(code)
+    cls = RemoteError if code == "remote_error" else error_class(code)
     if cls is RemoteError:
-        raise RemoteError(
+        return RemoteError(
             str(payload.get("type", "Exception")), message, str(payload.get("traceback", "")), actor
         )
-    raise cls(message)
+    return cls(message)

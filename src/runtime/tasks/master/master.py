@@ -190,6 +190,7 @@ class Master(NodeControls, WorkerControls):
         self.nodes = NodeTable(config.node_timeout_s)
         self._asking: set[asyncio.Task[bool]] = set()  # pings of names' holders (node_controls.py)
         self._drains_told: set[str] = set()  # beats said drained, the drain not landed (the same)
+        self._undrains_telling: set[str] = set()  # owed undrains being told (the same)
         self.runtime: Runtime | None = None
         self.ready = anyio.Event()
         # The endpoint is a default found free a moment ago: taken meanwhile, the master binds a

@@ -15,7 +15,9 @@ the new process (a node started again elsewhere before its last beat went stale)
 A beat that says the node is drained, to a master that does not have it draining (it
 restarted, or declared the node dead meanwhile), drains it there too (through the driver, as
 ``troupe ctl drain``): the node runs none of its workers, and ``ctl status`` says why. A beat
-sent before the node took the master's last ``master_undrained`` does not (``NodeTable.says_drained``).
+sent before the node took the master's last ``master_undrained`` does not (``NodeTable.says_drained``),
+nor one of a node owed an undrain (ended while it was stopped, dead or silent: ``undrain.py``):
+that node is told the undrain instead, once (a beat at a time until it takes it).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.core.router import Answer
-from troupe.runtime.errors import NameTaken
+from troupe.runtime.errors import NameTaken, TroupeError
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.tasks.state import DrainNode
 
 from .controls import NodeBeatControl, OwnerControl, ResolveControl
 from .nodes import ProcessEntry
+from .undrain import tell_undrained
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
@@ -61,6 +64,7 @@ class NodeControls:
     runtime: Runtime | None
     _asking: set[asyncio.Task[bool]]  # the pings of names' holders under way
     _drains_told: set[str]  # nodes whose beat said drained, the drain not landed yet
+    _undrains_telling: set[str]  # nodes owed an undrain, being told it now
 
     def _owner_beat(self, payload: Any) -> Answer:
         self.run_owners.beat(OwnerControl.decode("owner_beat", payload).owner)
@@ -121,6 +125,8 @@ class NodeControls:
         self.nodes.set_log_endpoint(m.node, m.log_endpoint)
         self.nodes.set_tags(m.node, m.tags)
         self.nodes.set_code(m.node, m.code)
+        if self.nodes.owes_undrain(m.node):
+            self._owed_undrain(m.node, m.drained)
         drained = self.nodes.says_drained(m.node, m.drained, m.undrain_token)
         # Beats that come before the drain lands (_drains_told) take that drain.
         told = drained and (m.node in self._drains_told or m.node in self.book.draining_nodes())
@@ -130,6 +136,26 @@ class NodeControls:
             self.runtime.start_soon(self._drain_told, m.node)
         # The node waits for a beat's reply a share of this (a slow link's come late).
         return {"ok": True, "master": self.config.name, "node_timeout_s": self.config.node_timeout_s}
+
+    def _owed_undrain(self, node: str, drained: bool) -> None:
+        """A beat of a node whose drain ended while it could not be told: a drained one is
+        told now; one that is not (started again) needs nothing."""
+        if not drained:
+            self.nodes.undrain_settled(node)
+        elif node not in self._undrains_telling and self.runtime is not None:
+            endpoint = self.nodes.endpoint(node)
+            assert endpoint is not None  # it beat just now
+            self._undrains_telling.add(node)
+            self.runtime.start_soon(self._tell_owed_undrain, self.runtime, node, endpoint)
+
+    async def _tell_owed_undrain(self, runtime: Runtime, node: str, endpoint: str) -> None:
+        try:
+            restarted = await tell_undrained(runtime, self.nodes, node, endpoint)
+            log.info("owed_undrain_told", node=node, restarted=restarted)
+        except TroupeError as exc:  # owed still: its next beat tries again
+            log.warning("owed_undrain_failed", node=node, error=str(exc))
+        finally:
+            self._undrains_telling.discard(node)
 
     async def _drain_told(self, node: str) -> None:
         try:

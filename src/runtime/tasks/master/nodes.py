@@ -57,6 +57,7 @@ class NodeInfo:
     code: str = ""  # the troupe code it runs (runtime/code_identity.py); "" from older nodes
     left: bool = False  # not alive because it said it stops (node_left), not because it went silent
     undrain_token: str = ""  # the token of the last master_undrained sent it ("" if none)
+    undrain_owed: bool = False  # its drain ended while it could not be told (NodeTable.owe_undrain)
     process: str = ""  # the node process's identity (process_identity); "" from older nodes
 
 
@@ -179,20 +180,40 @@ class NodeTable:
                 info.last_beat = min(now, info.last_beat + held_s)
 
     def undrain_sent(self, node: str, token: str) -> None:
-        """Record the token of the ``master_undrained`` sent to ``node`` ("": it did not reach
-        it, so its beats say again whether it is drained)."""
+        """Record the token of the ``master_undrained`` sent to ``node`` (it owes it none now)."""
         info = self._nodes.get(node)
         if info is not None:
-            info.undrain_token = token
+            info.undrain_token, info.undrain_owed = token, False
+
+    def owe_undrain(self, node: str) -> None:
+        """The master ended ``node``'s drain and could not tell it: it is stopped or dead, or
+        did not answer. Its next beat that says it is drained gets the undrain then
+        (``NodeControls``), rather than draining it again; a beat that says it is not drained
+        (a node started again: its drain was the master's only) settles it."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.undrain_owed = True
+
+    def owes_undrain(self, node: str) -> bool:
+        """Whether ``node``'s drain ended while it could not be told (:meth:`owe_undrain`)."""
+        info = self._nodes.get(node)
+        return info is not None and info.undrain_owed
 
     def says_drained(self, node: str, drained: bool, token: str) -> bool:
         """Whether a beat of ``node`` that says ``drained`` stands: the beat's ``token`` (its
         last undrain taken) is the one this master sent it last, or it sent none (a master
-        that restarted learns a node's drain so). A beat sent before the node took the last
-        undrain is stale: its drain was ended. Only a drain is learned so, never its end: a
-        drain asked of the master reaches the node only once its tasks are done."""
+        that restarted learns a node's drain so), and no undrain is owed it. A beat sent
+        before the node took the last undrain is stale: its drain was ended. Only a drain is
+        learned so, never its end: a drain asked of the master reaches the node only once its
+        tasks are done."""
         info = self._nodes.get(node)
-        return drained and info is not None and info.undrain_token in ("", token)
+        return drained and info is not None and not info.undrain_owed and info.undrain_token in ("", token)
+
+    def undrain_settled(self, node: str) -> None:
+        """``node`` beat that it is not drained: the undrain owed it, if any, has nothing to do."""
+        info = self._nodes.get(node)
+        if info is not None:
+            info.undrain_owed = False
 
     def leave(self, node: str) -> bool:
         """The node said it stops: not alive, and ``left``. Returns whether it was alive (a

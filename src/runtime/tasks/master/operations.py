@@ -18,7 +18,6 @@ very large job) can simply submit again; the same id with other content is refus
 from __future__ import annotations
 
 import os
-import secrets
 from collections import deque
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import psutil
 
-from troupe.runtime.errors import TaskError
+from troupe.runtime.errors import TaskError, TroupeError
 from troupe.runtime.security.process import security_status
 from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.jobspec import parse_job
@@ -54,6 +53,7 @@ from .controls import (
 )
 from .job_listing import STATUS_FINISHED_JOBS, decode_jobs_last, recent_jobs
 from .journal_room import check_room
+from .undrain import tell_undrained
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -88,7 +88,7 @@ class OperatedMaster(Protocol):
     """What the operator side uses of the master (``Master``): its config, clocks, book,
     driver, node table, journal, runtime, collector pauses, log stream's endpoint and code, and the
     registered workers. Read only: every change goes through the driver (``dispatcher.handle``),
-    but the undrain token the node table keeps (``NodeTable.undrain_sent``)."""
+    but the undrains the node table keeps (``NodeTable.undrain_sent``, ``owe_undrain``)."""
 
     @property
     def config(self) -> MasterConfig: ...
@@ -299,24 +299,25 @@ class Operations:
 
     async def _undrain(self, payload: Any) -> dict[str, Any]:
         """End a drain: the book leases to the node again, and the node starts again the
-        workers the drain stopped (``master_undrained``); they join and pull as at start."""
+        workers the drain stopped (``master_undrained``); they join and pull as at start.
+        ``state``: how the master has the node (``alive``, ``stopped``, ``dead``); one not
+        alive, or that did not answer (``not_told``: why), is told at its next beat (undrain.py)."""
         master, node = self.master, self._known_node("undrain", payload)
         await master.dispatcher.handle(UndrainNode(node))
-        endpoint, runtime = master.nodes.endpoint(node), master.runtime
-        if endpoint is None or runtime is None:
-            return {"node": node, "draining": False, "restarted": []}
-        # The node's beats say this token once it took the undrain: one sent before says a
-        # drain this undrain ended, and must not bring it back (NodeTable.says_drained).
-        token = secrets.token_hex(16)
-        master.nodes.undrain_sent(node, token)
+        info = next((n for n in master.nodes.nodes() if n.node == node), None)
+        state = "alive" if info is None or info.alive else "stopped" if info.left else "dead"
+        reply: dict[str, Any] = {"node": node, "draining": False, "restarted": [], "state": state}
+        runtime = master.runtime
+        if info is None or runtime is None:  # known by its workers alone: it never beat
+            return reply
+        if not info.alive:
+            master.nodes.owe_undrain(node)
+            return reply
         try:
-            restarted = await runtime.control(
-                endpoint, "master_undrained", {"node": node, "token": token}, timeout=10.0
-            )
-        except BaseException:
-            master.nodes.undrain_sent(node, "")  # not taken: its beats say again if it is drained
-            raise
-        return {"node": node, "draining": False, "restarted": list(restarted)}
+            reply["restarted"] = await tell_undrained(runtime, master.nodes, node, info.endpoint)
+        except TroupeError as exc:  # the undrain holds in the book: the node's next beat is told
+            reply["not_told"] = str(exc)
+        return reply
 
     async def _dead(self, payload: Any) -> list[dict[str, Any]]:
         job_id = DeadControl.decode(payload).job_id

@@ -224,6 +224,101 @@ async def test_a_beat_that_says_drained_drains_the_node_unless_an_undrain_ended_
     assert not [e for e in logs if e["event"] == "node_says_drained"]
 
 
+def _undrain_recorder(node_rt: Runtime, told: list[str]) -> None:
+    """The node's ``master_drained`` and ``master_undrained``, each recorded in ``told``."""
+
+    async def master_drained(payload: Any) -> list[str]:
+        told.append("drained")
+        return []
+
+    async def master_undrained(payload: Any) -> list[str]:
+        told.append(payload["token"])
+        return ["n1/w0"]
+
+    node_rt.register_controls({"master_drained": master_drained, "master_undrained": master_undrained})
+
+
+async def test_an_undrain_of_a_stopped_node_asks_it_nothing_and_says_it_is_stopped(tmp_path: Path) -> None:
+    """mt 3: the master asked a stopped node (still listed) its undrain and waited 10 s; the
+    undrain had taken effect, yet the CLI said the master was hung. Now it answers at once,
+    saying the node is stopped; started again (not drained: its drain was the master's), the
+    node takes tasks."""
+    told: list[str] = []
+    async with cluster(tmp_path) as c, Runtime("n1", "node", c.hub.transport()) as node_rt:
+        _undrain_recorder(node_rt, told)  # a stopped node answers nothing: any ask of it is a fault
+        beat = {"node": "n1", "endpoint": node_rt.address, "resources": {}}
+        await node_rt.control(MASTER, "node_beat", beat)
+        await c.call("drain", {"node": "n1"})
+        await until(lambda: told == ["drained"])
+        assert await c.call("node_left", {"node": "n1"}) is True
+        reply = await c.call("undrain", {"node": "n1"})
+        (stopped,) = (await c.call("status"))["nodes"]
+        with structlog.testing.capture_logs() as logs:
+            await node_rt.control(MASTER, "node_beat", {**beat, "drained": False})  # started again
+        (started,) = (await c.call("status"))["nodes"]
+    assert reply == {"node": "n1", "draining": False, "restarted": [], "state": "stopped"}
+    assert told == ["drained"]
+    assert (stopped["left"], stopped["draining"]) == (True, False)
+    assert (started["alive"], started["draining"]) == (True, False)
+    assert not c.master.nodes.owes_undrain("n1")
+    assert not [e for e in logs if e["event"] in ("node_says_drained", "owed_undrain_told")]
+
+
+async def test_a_dead_node_undrained_meanwhile_is_told_at_its_next_beat_not_drained_again(
+    tmp_path: Path,
+) -> None:
+    """A drained node that went silent (a cut link) is dead to the master; undrained then, it
+    is not asked (nothing answers), and when it comes back still drained its beat gets the
+    undrain rather than draining it again (the operator's undrain would be lost so)."""
+    told: list[str] = []
+    clock = FakeClock()
+    async with (
+        cluster(tmp_path, node_timeout_s=10.0, clock=clock) as c,
+        Runtime("n1", "node", c.hub.transport()) as node_rt,
+    ):
+        _undrain_recorder(node_rt, told)
+        beat = {"node": "n1", "endpoint": node_rt.address, "resources": {}, "drained": True}
+        await node_rt.control(MASTER, "node_beat", beat)
+        await until(lambda: told == ["drained"])
+        clock.advance(11.0)
+        await c.master.tick()
+        reply = await c.call("undrain", {"node": "n1"})
+        asked_while_dead = list(told)
+        with structlog.testing.capture_logs() as logs:
+            await node_rt.control(MASTER, "node_beat", beat)  # back, still drained
+            await until(lambda: len(told) == 2)
+            await until(lambda: not c.master.nodes.owes_undrain("n1"))
+            await node_rt.control(MASTER, "node_beat", {**beat, "drained": False, "undrain_token": told[1]})
+        (n1,) = (await c.call("status"))["nodes"]
+    assert reply == {"node": "n1", "draining": False, "restarted": [], "state": "dead"}
+    assert asked_while_dead == ["drained"]
+    assert (n1["alive"], n1["draining"]) == (True, False)
+    events = [e["event"] for e in logs if e["event"] in ("node_says_drained", "owed_undrain_told")]
+    assert events == ["owed_undrain_told"]
+
+
+async def test_an_undrain_a_live_node_does_not_take_holds_and_is_told_at_its_next_beat(
+    tmp_path: Path,
+) -> None:
+    """A live node that fails the undrain's ask (here: it has no handler yet) does not fail the
+    undrain, which holds in the book: the reply says why it was not told, and the node's next
+    beat that says it is drained gets it."""
+    told: list[str] = []
+    async with cluster(tmp_path) as c, Runtime("n1", "node", c.hub.transport()) as node_rt:
+        beat = {"node": "n1", "endpoint": node_rt.address, "resources": {}, "drained": True}
+        await node_rt.control(MASTER, "node_beat", beat)
+        await until(lambda: "n1" in c.master.book.draining_nodes())
+        reply = await c.call("undrain", {"node": "n1"})
+        _undrain_recorder(node_rt, told)
+        await node_rt.control(MASTER, "node_beat", beat)
+        await until(lambda: told)
+        (n1,) = (await c.call("status"))["nodes"]
+    assert reply["state"] == "alive" and reply["restarted"] == []
+    assert "master_undrained" in reply["not_told"]
+    assert len(told) == 1 and told[0] != "drained"  # the undrain, and no drain again
+    assert n1["draining"] is False
+
+
 async def test_a_beat_is_answered_with_the_masters_node_timeout(tmp_path: Path) -> None:
     """The node waits for a beat's reply a share of it (nw 2): over a slow link the replies
     come late, and a bound of one second made every beat fail at the node."""
