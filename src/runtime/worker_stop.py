@@ -2,11 +2,12 @@
 
 A stop asked of a node that had died (killed, its host gone) while the master still listed it
 waited out its whole deadline (``STOP_S``) in the background, and the run's exit waited with it.
-It is given up at once, and said, once the master has the node as dead (where the run keeps the
-master's list: ``left``), or once the node does not answer a ping (``PROBE_S``), asked beside
-the stop and again every ``PROBE_S`` while the stop waits. A node that answers pings is stopping
-the worker (its grace, then SIGKILL): it is waited for, up to ``STOP_S``. Given up, the stop is
-not withdrawn: a node that was only slow still stops the worker; one that died took it with it.
+It is given up at once, and said, once the master has the node as dead or stopped (where the run
+keeps the master's list: ``left``, which says which), or once the node does not answer a ping
+(``PROBE_S``), asked beside the stop and again every ``PROBE_S`` while the stop waits. A node
+that answers pings is stopping the worker (its grace, then SIGKILL): it is waited for, up to
+``STOP_S``. Given up, the stop is not withdrawn: a node that was only slow still stops the
+worker; one that died took it with it.
 
 Shared by the pipeline engine (a replica's stop) and the training driver (a rank's or encoder's
 stop), as ``owned_controls.py`` is, whose stop it asks.
@@ -36,7 +37,7 @@ async def stop_on_node(
     controls: OwnedControls,
     name: str,
     host: Host,
-    left: Callable[[Host], Awaitable[None]] | None = None,
+    left: Callable[[Host], Awaitable[str]] | None = None,
     probe_s: float = PROBE_S,
 ) -> str | None:
     """Ask the node ``host`` to stop this run's worker ``name``.
@@ -45,8 +46,9 @@ async def stop_on_node(
         controls: the run's controls (the stop names its process).
         name: the worker.
         host: its node.
-        left: returns once the master has ``host`` as dead (None: the run keeps no live list of
-            the master's nodes; the ping alone decides).
+        left: returns once the master no longer has ``host`` alive, how it has it (``dead``,
+            ``stopped``; None: the run keeps no live list of the master's nodes; the ping alone
+            decides).
         probe_s: the ping's deadline, and the pause between pings.
 
     Returns:
@@ -66,9 +68,9 @@ async def stop_on_node(
                 failed.append(exc)
             tg.cancel_scope.cancel()
 
-        async def declared_dead(left: Callable[[Host], Awaitable[None]]) -> None:
-            await left(host)
-            given_up.append(f"the master has node {host.name} as dead")
+        async def declared_dead(left: Callable[[Host], Awaitable[str]]) -> None:
+            how = await left(host)  # "stopped" where it said it stops (node_left): not dead
+            given_up.append(f"the master has node {host.name} as {how}")
             tg.cancel_scope.cancel()
 
         async def probe() -> None:

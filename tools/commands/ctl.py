@@ -24,6 +24,7 @@ from troupe.cli.client import (
     run_async,
     seconds_option,
 )
+from troupe.cli.drain_wait import drain_and_wait
 from troupe.cli.literal import literal, markup
 from troupe.cli.master_client import (
     absent_master,
@@ -35,7 +36,7 @@ from troupe.cli.master_client import (
     submit_job,
 )
 from troupe.cli.reply_shape import shaped_as
-from troupe.cli.stop_signals import lines_above
+from troupe.cli.stop_signals import lines_above, say_if_heard
 from troupe.cli.stream_encoding import spinner_for
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
@@ -54,6 +55,7 @@ ctl_app = typer.Typer(no_args_is_help=True)
 ctl_app.command("top")(top)  # the live view (commands/top.py)
 console = Console()
 _SAYS_WAITING = 50_000  # tasks in a job from which `ctl submit` shows that it waits (a second or more)
+_REPLY_S = 10.0  # the master's reply to a drain, and to each look of a drain's --wait
 
 NodeOption = Annotated[
     str,
@@ -334,18 +336,38 @@ def retry(
 def drain(
     node_name: Annotated[str, typer.Argument(metavar="NODE", help="The node's name.")],
     master: MasterOption = DEFAULT_MASTER_ENDPOINT,
-    timeout: TimeoutOption = 10.0,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Return once the node holds no task (safe to stop), saying what it holds meanwhile.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for the reply (default 10); with --wait, for the drain (no default bound).",
+            callback=seconds_option,
+        ),
+    ] = None,
     keys: KeysOption = None,
 ) -> None:
     """Drain a node: no new tasks; once its running tasks end, the node stops its workers."""
     use_keys(keys)
-    run_async(master_call, master, "drain", {"node": node_name}, timeout)
+    if wait:
+        reply_s = _REPLY_S if timeout is None else min(_REPLY_S, timeout)
+        say = partial(say_if_heard, console)
+        done = run_async(drain_and_wait, master, node_name, reply_s, timeout, say, reader=True)
+        console.print(literal(done))
+        return
+    run_async(master_call, master, "drain", {"node": node_name}, _REPLY_S if timeout is None else timeout)
     console.print(
         markup(
             "node ",
             literal(node_name, "bold"),
             " draining: it takes no new task and stops its workers once the tasks it holds are "
-            "done (`troupe ctl undrain` resumes it)",
+            "done (`troupe ctl drain --wait` waits for that; `troupe ctl undrain` resumes it)",
         )
     )
 

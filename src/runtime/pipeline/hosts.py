@@ -82,6 +82,7 @@ class EngineHosts:
         self._load: Counter[str] = Counter()
         self._avoid: dict[str, float] = {}  # node name -> until when (monotonic) it gets no replica
         self._stopping: dict[str, float] = {}  # node name -> when (monotonic) it said it stops
+        self._gone_as: dict[str, str] = {}  # node name -> how the master has it, once it left the list
 
     @property
     def alive(self) -> frozenset[str]:
@@ -128,10 +129,13 @@ class EngineHosts:
         if self.master is not None:
             self._stopping[host.name] = time.monotonic()
 
-    async def left(self, host: Host) -> None:
-        """Return once ``host`` is no longer among the live nodes (the master has it as dead)."""
+    async def left(self, host: Host) -> str:
+        """Return, once ``host`` is no longer among the live nodes, how the master has it:
+        ``stopped`` (it said it stops: ``node_left``), ``dead`` (it went silent), or that it
+        does not list it (not heard since the master restarted)."""
         while host.name in self.alive:
             await self.changed.wait()
+        return self._gone_as.get(host.name, _UNLISTED)
 
     def gone(self, stage: str, host: Host) -> None:
         """A replica of ``stage`` on ``host`` stopped (or never started)."""
@@ -150,6 +154,7 @@ class EngineHosts:
             except TroupeError:  # the master is busy or restarting: keep the last list
                 continue
             hosts = self._with_unheard(hosts_of_status(status), nodes_of_status(status))
+            self._gone_as = _gone_as(status)
             self._still_stopping(hosts, _beat_ages(status))
             if {h.name for h in hosts} != self.alive:
                 self.hosts = hosts
@@ -180,6 +185,16 @@ class EngineHosts:
             age = ages.get(name)
             if name not in listed or (age is not None and now - age > since + _STOPPING_S):
                 del self._stopping[name]
+
+
+def _gone_as(status: Any) -> dict[str, str]:
+    """How the master has each node it lists as not alive (``stopped``, ``dead``), by name."""
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    listed = [n for n in nodes if isinstance(n, dict) and n.get("node")] if isinstance(nodes, list) else []
+    return {str(n["node"]): "stopped" if n.get("left") else "dead" for n in listed if not n.get("alive")}
+
+
+_UNLISTED = "not listed (not heard from since the master started)"
 
 
 def _beat_ages(status: Any) -> dict[str, float]:

@@ -72,6 +72,22 @@ async def test_a_node_the_master_never_lists_again_leaves_after_unheard_s() -> N
         tg.cancel_scope.cancel()
 
 
+async def test_a_node_that_leaves_the_list_is_said_as_the_master_has_it() -> None:
+    """mt 4: a replica's stop given up on a node that stopped said "the master has node n2 as
+    dead" (``worker_stop.py``): ``left`` says how the master has it."""
+    master = _Master()
+    start = [Host(n, f"tcp://{n}:1") for n in ("n1", "n2", "n3")]
+    hosts = EngineHosts(start, "tcp://m:1", master, refresh_s=0.01, unheard_s=0)  # type: ignore[arg-type]
+    stopped = {**_node("n2", alive=False), "left": True}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hosts.watch)
+        assert await _watched(hosts, master, [_node("n1", alive=False), stopped]) == set()
+        with anyio.fail_after(BOUND_S):
+            said = [await hosts.left(h) for h in start]
+        tg.cancel_scope.cancel()
+    assert said == ["dead", "stopped", "not listed (not heard from since the master started)"]
+
+
 def test_a_tag_no_live_node_offers_any_more_is_a_start_that_may_pass() -> None:
     """The only node tagged store died mid-run: its replica's start is tried again (the node
     may be back), saying how to bring it back; it ended the run at once, with no word on how to

@@ -44,9 +44,11 @@ async def test_a_run_ends_without_waiting_for_a_node_that_does_not_answer_a_ping
     assert "does not answer a ping" in given_up[0]["why"]
 
 
-async def test_a_stop_is_given_up_once_the_master_has_its_node_as_dead(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("how", ["dead", "stopped"])
+async def test_a_stop_is_given_up_once_the_master_has_its_node_as_dead_or_stopped(
+    monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    """Said as the master has the node: one that stopped (node_left) was called dead (mt 4)."""
     node = DeadNode(answers_pings=True)  # it answers pings, but not the stop: the master decides
     hosts = EngineHosts([Host.anything("n1", NODE)])
     result: list[PipelineResult] = []
@@ -59,10 +61,11 @@ async def test_a_stop_is_given_up_once_the_master_has_its_node_as_dead(
             tg.start_soon(run)
             with anyio.fail_after(HANG_GUARD_S):
                 await node.stop_asked.wait()
-            # The master's next look, as ``EngineHosts.watch`` takes it: the node is dead.
+            # The master's next look, as ``EngineHosts.watch`` takes it: the node is dead (or stopped).
+            hosts._gone_as = {"n1": how}
             changed, hosts.hosts, hosts.changed = hosts.changed, [], anyio.Event()
             changed.set()
     assert result and result[0].counts()["ok"] == 4
     assert node.abandoned == ["p-a-0"] and node.timed_out == []
     given_up = _given_up(logs)
-    assert len(given_up) == 1 and "the master has node n1 as dead" in given_up[0]["why"], logs
+    assert len(given_up) == 1 and given_up[0]["why"] == f"the master has node n1 as {how}", logs
