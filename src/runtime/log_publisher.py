@@ -50,7 +50,8 @@ import zmq
 from troupe.runtime.core.control_payloads import ControlPayload
 from troupe.runtime.errors import BadRequest
 from troupe.runtime.library_logging import get_logger
-from troupe.runtime.log_files import FileFollower, rotate_if_larger
+from troupe.runtime.log_files import rotate_if_larger
+from troupe.runtime.log_follower import FileFollower
 from troupe.runtime.security.auth import gate_for
 from troupe.runtime.security.process import installed
 from troupe.runtime.start_limits import in_thread

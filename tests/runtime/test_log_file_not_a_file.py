@@ -10,7 +10,8 @@ import pytest
 import structlog
 
 import troupe.runtime.log_files as log_files
-from troupe.runtime.log_files import FileFollower, ReopeningFileHandler, last_lines
+from troupe.runtime.log_files import ReopeningFileHandler, last_lines
+from troupe.runtime.log_follower import FileFollower
 from troupe.runtime.log_publisher import LogPublisher
 
 

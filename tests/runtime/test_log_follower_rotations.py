@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import troupe.runtime.log_files as log_files
-from troupe.runtime.log_files import FileFollower, rotate, rotated_path
+import troupe.runtime.log_follower as log_follower
+from troupe.runtime.log_files import rotate, rotated_path
+from troupe.runtime.log_follower import FileFollower
 
 
 def _rotate_and_write(path: Path, names: list[bytes], keep: int = 10) -> list[bytes]:
@@ -118,14 +119,14 @@ def test_files_rotated_after_the_new_one_was_opened_are_left_to_the_next_read(
     path.write_bytes(b"a0\n")
     armed = [False]
 
-    class RotatingOnOpen(log_files._OpenFile):
+    class RotatingOnOpen(log_follower._OpenFile):
         def __init__(self, opened: Path, at_end: bool) -> None:
             super().__init__(opened, at_end)
             if armed[0] and opened == path:
                 armed[0] = False
                 _rotate_and_write(path, [b"y", b"z"])
 
-    monkeypatch.setattr(log_files, "_OpenFile", RotatingOnOpen)
+    monkeypatch.setattr(log_follower, "_OpenFile", RotatingOnOpen)
     follower = FileFollower(path)
     try:
         assert follower.read_lines() == [b"a0"]
@@ -153,7 +154,7 @@ def _open_under(folder: Path) -> int:
 def test_the_rotated_files_it_keeps_open_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MAX_RETIRED, the older rotated files are closed once read to their end; the newest ones
     are still read for late lines."""
-    monkeypatch.setattr(log_files, "MAX_RETIRED", 2)
+    monkeypatch.setattr(log_follower, "MAX_RETIRED", 2)
     path = tmp_path / "n.jsonl"
     path.write_bytes(b"")
     follower = FileFollower(path)

@@ -16,8 +16,6 @@ import pytest
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.log_files import (
-    MAX_LINE,
-    FileFollower,
     ReopeningFileHandler,
     history_files,
     last_lines,
@@ -25,6 +23,7 @@ from troupe.runtime.log_files import (
     rotate_if_larger,
     rotated_path,
 )
+from troupe.runtime.log_follower import MAX_LINE, FileFollower
 from troupe.runtime.node.config import load_node_config
 
 WAIT_S = 60.0  # a bound on waiting for another process, not on its speed

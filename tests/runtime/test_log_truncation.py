@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from troupe.runtime.log_files import FileFollower
+from troupe.runtime.log_follower import FileFollower
 
 
 def _lines(first: int, last: int) -> bytes:

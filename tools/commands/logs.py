@@ -38,7 +38,8 @@ from troupe.cli.log_filters import LogFilter, format_line, parse_record, readabl
 from troupe.cli.log_stream import ClusterLogs, latest_in_turns
 from troupe.cli.master_client import unreachable_why
 from troupe.cli.stop_signals import heeded_signals
-from troupe.runtime.log_files import FileFollower, history_files, last_lines
+from troupe.runtime.log_files import history_files, last_lines
+from troupe.runtime.log_follower import FileFollower
 
 from .keys_option import KeysOption, use_keys
 
