@@ -16,7 +16,8 @@ from typing import Any
 import psutil
 
 from troupe.runtime.pipeline.config import load_pipeline
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 from troupe.runtime.testing.plugin import free_endpoint, reap
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

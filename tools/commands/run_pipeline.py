@@ -33,7 +33,8 @@ from troupe.cli.stop_signals import lines_above, say_aside, say_if_heard, stop_c
 from troupe.cli.tables import print_whole
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
 from troupe.runtime.pipeline.result import PipelineMetrics, PipelineResult
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 from troupe.runtime.pipeline.run_outcome import completed_run
 from troupe.runtime.pipeline.runner import RunStart, run_pipeline
 from troupe.runtime.process_start import age_s

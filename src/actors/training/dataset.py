@@ -49,7 +49,8 @@ from troupe.actors.lerobot.format import (
     video_file,
 )
 from troupe.actors.lerobot.video import decode_video
-from troupe.runtime.pipeline.run_dir import RunDir, held_by_another
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_dir_lock import held_by_another
 from troupe.runtime.tasks.output_store import COMMIT_MARKER
 
 from .sampler import ResumableSampler

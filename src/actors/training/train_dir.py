@@ -48,13 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.run_code import code_line, this_code
-from troupe.runtime.pipeline.run_dir import (
-    first_difference,
-    held_by_another,
-    hold,
-    read_record,
-    write_record,
-)
+from troupe.runtime.pipeline.run_dir_lock import held_by_another, hold
+from troupe.runtime.pipeline.run_fingerprint import first_difference
+from troupe.runtime.pipeline.run_record import read_record, write_record
 from troupe.runtime.tasks.journal_lock import JournalLock
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ from typing import Any
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import load_pipeline
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint, first_difference
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint, first_difference
 from troupe.runtime.tasks.journal_lock import JournalLock
 
 from .dataset_identity import DatasetIdentity, dataset_identity

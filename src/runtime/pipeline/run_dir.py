@@ -1,15 +1,14 @@
 """A pipeline run's output directory: what it was made with, so that a rerun resumes it.
 
 ``out/.troupe/run.json`` records the pipeline the directory was made with, in the terms that
-decide what its episodes hold: the pipeline's name, items and seed_start, and each stage's
-actor class and constructor kwargs (with ``{out}`` unresolved, so a moved directory still
-matches). Replicas, batches, queues, slots and retries only change how fast the same episodes
-come, so they may differ between runs. The record also keeps what the stages' ``finalize``
-hooks returned once the run is complete, and, for a run whose items are a master's job (a
-cluster's), which job it finished: the master's, so a rerun asks it (``completed_job``). It
-keeps which troupe code made what the directory holds (``made_by``, ``run_code``): a rerun under
-other code that makes or finalises anything there says so in one line, and goes on; a run's code
-is recorded once it may have made something (``first_output.py``), not as it is planned.
+decide what its episodes hold (``run_fingerprint.py``); once the run is complete, what the stages'
+``finalize`` hooks returned and the outputs they wrote (``run_outputs.py``), and, for a run whose
+items are a master's job (a cluster's), which job it finished: the master's, so a rerun asks it
+(``completed_job``). It keeps which troupe code made what the directory holds (``made_by``,
+``run_code``): a rerun under other code that makes or finalises anything there says so in one
+line, and goes on; a run's code is recorded once it may have made something
+(``first_output.py``), not as it is planned. The record and its copy are read and written by
+``run_record.py``; the folder is held by ``run_dir_lock.py``'s lock.
 
 Rules, checked before anything runs:
 
@@ -43,199 +42,29 @@ above apply. Outputs a stage keeps elsewhere are the stage's own: its ``start`` 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.pipeline.config import PipelineConfig
-from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
-from troupe.runtime.tasks.output_store import as_commit_error, atomic_file
+from troupe.runtime.tasks.journal_lock import JournalLock, lock_path
 
-from .run_code import code_line, this_code
+from .run_code import code_line
+from .run_dir_lock import held_by_another, hold, in_use_message
 from .run_dir_read_only import cannot_write, found_here, held_read_only
+from .run_fingerprint import finalize_only, first_difference, well_formed, without_finalize_only
+from .run_outputs import finals_outputs, output_stats, still_there
+from .run_record import RunRecord
 
-__all__ = [
-    "TROUPE_ENTRIES",
-    "RunDir",
-    "fingerprint",
-    "first_difference",
-    "held_by_another",
-    "hold",
-    "in_use_message",
-    "read_record",
-    "write_record",
-]
+__all__ = ["TROUPE_ENTRIES", "RunDir"]
 
 TROUPE_ENTRIES = frozenset({".troupe", "data", "videos", "meta", "logs"})
 """The entries of an output directory that troupe writes; nothing else is ever deleted."""
 
-_FORMAT = 1
-_COPY_NAME = "made_with.json"  # the pipeline, kept beside the record (see the module docstring)
 # A master-fed run cannot start anew with --fresh (the master's job keeps its items' outcomes).
 _FRESH_ADVICE = "use --fresh to start anew"  # a one-host run's way out of another pipeline's folder
 _SHARED_ADVICE = "give another --out, or delete the folder to start anew"
-
-
-def fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
-    """What decides a run's episodes, from the pipeline before ``{out}`` is resolved."""
-    stages: dict[str, Any] = {}
-    for stage in cfg.stages:
-        entry: dict[str, Any] = {"actor": stage.actor, "kwargs": dict(stage.kwargs)}
-        if stage.after is not None:
-            entry["after"] = stage.after
-        stages[stage.name] = entry
-    data = {
-        "name": cfg.name,
-        "items": cfg.items,
-        "seed_start": cfg.seed_start,
-        "stages": ",".join(s.name for s in cfg.stages),
-        "stage": stages,
-    }
-    made: dict[str, Any] = json.loads(json.dumps(data))  # tuples and lists alike, as read back
-    return made
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: data}
-
-
-def _shown(key: str, flat: dict[str, Any], typed: bool = False) -> str:
-    if key not in flat:
-        return f"no {key}"
-    value = flat[key]
-    if typed:
-        return f"{key}={json.dumps(value)} ({_JSON_TYPES.get(type(value), type(value).__name__)})"
-    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-
-
-_JSON_TYPES = {
-    str: "a string",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a number",
-    list: "a list",
-    dict: "a table",
-    type(None): "null",
-}
-
-
-def first_difference(made: dict[str, Any], asked: dict[str, Any]) -> tuple[str, str] | None:
-    """The first field that differs, as (``key=made``, ``key=asked``); None when none does. The
-    pipeline's name comes first: another pipeline's folder is said to be one, whatever else
-    differs (its item count, say, which comes before the name in the record)."""
-    a, b = _flat(made), _flat(asked)
-    keys = [*a, *(k for k in b if k not in a)]
-    for key in sorted(keys, key=lambda k: k != "name"):  # stable: the record's order otherwise
-        if a.get(key, _MISSING) != b.get(key, _MISSING):
-            shown = _shown(key, a), _shown(key, b)
-            if shown[0] == shown[1]:  # the same text, of other types ("6" and 6): said with them
-                shown = _shown(key, a, typed=True), _shown(key, b, typed=True)
-            return shown
-    return None
-
-
-_MISSING = object()
-
-
-def read_record(path: Path, out: Path, version: int, what: str) -> dict[str, Any] | None:
-    """The JSON record at ``path`` of the output folder ``out``; None when there is none.
-
-    Raises:
-        ConfigError: it cannot be read, or is not a record of format ``version`` (``what`` names
-            it in the message, which says to start anew with --fresh).
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: cannot read {path}: {exc.strerror}") from None
-    try:
-        record = json.loads(text)
-    except ValueError:
-        record = None
-    newer = _newer_format(record, version)
-    if newer is not None:  # not damaged: a newer troupe's, after a downgrade
-        raise ConfigError(
-            f"--out {out}: {path} was written by a newer troupe (its format {newer}; this troupe "
-            f"reads {version}): run it with that troupe, or use --fresh to start anew with this one"
-        )
-    if not isinstance(record, dict) or record.get("format") != version:
-        # Not "delete it": the folder was then taken for whatever the next command gave, its
-        # outputs kept beside the new ones (a run folder rebuilds its record itself, RunDir).
-        raise ConfigError(
-            f"--out {out}: {path} is damaged or not a {what} this troupe reads; put back a copy "
-            "of it, or use --fresh to start anew (what the folder holds is made again)"
-        )
-    return record
-
-
-def _newer_format(record: Any, version: int) -> int | None:
-    """The format of a record a newer troupe wrote (above ``version``); None for any other."""
-    found = record.get("format") if isinstance(record, dict) else None
-    return found if type(found) is int and found > version else None
-
-
-def _well_formed(pipeline: Any) -> bool:
-    """Whether a recorded pipeline (:func:`fingerprint`) has its fields, of their types: one edited
-    by hand (``"items": "6"``) or cut (no ``name``) is damaged, not another pipeline (it read
-    "made with items=6, this run asks items=6", or "made with no name")."""
-    if not isinstance(pipeline, dict):
-        return False
-    kinds = {"name": str, "items": int, "seed_start": int, "stages": str, "stage": dict}
-    if not all(type(pipeline.get(k)) is t for k, t in kinds.items()):
-        return False
-    return all(
-        isinstance(entry, dict)
-        and isinstance(entry.get("actor"), str)
-        and isinstance(entry.get("kwargs"), dict)
-        for entry in pipeline["stage"].values()
-    )
-
-
-def held_by_another(target: Path, out: Path, who: str) -> str | None:
-    """Why the output folder ``out`` cannot be used now: another ``who`` holds the lock of
-    ``target`` (``JournalLock``), named by its pid; None when nobody does."""
-    try:
-        JournalLock.acquire(target).release()
-    except JournalBusy:
-        return in_use_message(target, out, who)
-    return None
-
-
-def hold(target: Path, out: Path, who: str) -> JournalLock:
-    """The lock of ``target`` (``JournalLock``), for this process to hold ``out`` while it runs.
-
-    Raises:
-        ConfigError: another ``who`` holds it, named by its pid.
-    """
-    try:
-        return JournalLock.acquire(target)
-    except JournalBusy:
-        raise ConfigError(in_use_message(target, out, who)) from None
-
-
-def in_use_message(target: Path, out: Path, who: str) -> str:
-    """The refusal of ``out`` while another ``who`` holds the lock of ``target``."""
-    holder = lock_path(target).read_text(encoding="utf-8", errors="replace").strip()
-    return (
-        f"--out {out} is in use by another {who} (pid {holder or '?'}); wait for it to end, "
-        "or pick another --out"
-    )
-
-
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    """Write ``record`` to ``path`` as JSON, atomically (a reader sees the old or the new one)."""
-    with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 class RunDir:
@@ -248,8 +77,9 @@ class RunDir:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.state_dir = out / ".troupe"
-        self.record_path = self.state_dir / "run.json"
-        self.copy_path = self.state_dir / _COPY_NAME
+        self._record = RunRecord(out, self.state_dir)  # the record and its copy
+        self.record_path = self._record.path
+        self.copy_path = self._record.copy_path
         self.journal_path = self.state_dir / "journal.db"
         # Set by prepare: the folder held a run that made nothing, and no record of it: this
         # run's pipeline is recorded as the folder's.
@@ -284,7 +114,7 @@ class RunDir:
         (:attr:`lock`, until the run's master takes it over or :meth:`release`).
 
         Args:
-            made_with: this run's :func:`fingerprint`.
+            made_with: this run's ``fingerprint``.
             fresh: ``--fresh``: delete what troupe wrote here first.
 
         Returns:
@@ -314,22 +144,22 @@ class RunDir:
                 raise ConfigError(problem)
         if wipe:
             self._wipe()
-        record, lost = self._readable()
+        record, lost = self._record.readable()
         if record is None:
             if not wipe:  # what --fresh left is the user's own: it stays, and troupe's goes on
                 self._check_new()
                 self._refuse_unconfirmed(lost)
-            self._start_record(made_with)
+            self._record.start(made_with)
             return None
         if self._binds_nothing(record, made_with):
             self._drop_journal()  # its items were the other pipeline's
-            self._start_record(made_with)
+            self._record.start(made_with)
             return None
         self._check_same(record, made_with)
         if lost is not None:  # rebuilt from its copy, which names this pipeline
-            self._write(record)
+            self._record.write(record)
             self.recovered = lost
-        self._keep_copy(record)
+        self._record.keep_copy(record)
         self._take_finalize_kwargs(record, made_with)
         complete = record.get("complete")
         return complete if isinstance(complete, dict) else None
@@ -357,7 +187,7 @@ class RunDir:
         self._not_in_use()
         if fresh and self.state_dir.is_dir():
             return  # it will be wiped
-        record, lost = self._readable()
+        record, lost = self._record.readable()
         if record is None:
             self._check_new()
             self._refuse_unconfirmed(lost)
@@ -366,13 +196,13 @@ class RunDir:
             self._check_same(record, made_with)
 
     def recorded(self) -> dict[str, Any] | None:
-        """The pipeline (:func:`fingerprint`) the run recorded here was made with; None where
+        """The pipeline (``fingerprint``) the run recorded here was made with; None where
         there is no record, or where its run made nothing (the record binds nothing then).
 
         Raises:
             ConfigError: the record is damaged.
         """
-        record, _ = self._readable()
+        record, _ = self._record.readable()
         if record is None or self._made_nothing():
             return None
         pipeline = record.get("pipeline")
@@ -382,7 +212,7 @@ class RunDir:
         """Whether :meth:`prepare` would answer with a finished run whose outputs are all there;
         what it would refuse, refused (:meth:`check`). Changes nothing."""
         self.check(made_with, fresh)
-        record = None if fresh else self._readable()[0]
+        record = None if fresh else self._record.readable()[0]
         complete = record.get("complete") if record is not None else None
         as_made = record is not None and first_difference(record.get("pipeline", {}), made_with) is None
         return isinstance(complete, dict) and self.still_there(complete) and as_made
@@ -396,7 +226,7 @@ class RunDir:
         here and its outputs are still as it wrote them; None otherwise. The record is written
         as the finalize hooks return, so this also tells whether a run stopped by a signal had
         finished first."""
-        record = self._read()
+        record = self._record.read()
         complete = record.get("complete") if record is not None else None
         return complete if isinstance(complete, dict) and self.still_there(complete) else None
 
@@ -412,8 +242,8 @@ class RunDir:
         job's items by how they ended, every run's, for a rerun that finds it complete;
         ``job``: for a run whose items came from a master, the job it ran, as
         :meth:`completed_job` is asked)."""
-        record = self._read() or {}
-        only = _finalize_only(finals)
+        record = self._record.read() or {}
+        only = finalize_only(finals)
         if only:
             record["finalize_only"] = only
         record["complete"] = {
@@ -421,10 +251,10 @@ class RunDir:
             "out": str(self.out),
             "made_nothing": made_nothing,
             "items": items or {},
-            "stats": _output_stats(finals),
+            "stats": output_stats(finals),
             **({"job": job} if job is not None else {}),
         }
-        self._write(record, "recording the finished run", "(what the run committed stays)")
+        self._record.write(record, "recording the finished run", "(what the run committed stays)")
 
     def completed_job(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """For a run whose items come from a master: the record's ``complete`` entry when a run
@@ -440,7 +270,7 @@ class RunDir:
         the code that made what the folder holds last is another than this process's (also
         kept in :attr:`other_code`), else None. Nothing is recorded: :meth:`note_code` is, once
         the run may have made something."""
-        record = self._read()
+        record = self._record.read()
         if record is None:
             return None
         _, self.other_code = code_line(record.get("made_by"), self.out, "what this run makes there")
@@ -453,17 +283,17 @@ class RunDir:
         stopped before it made anything stood there as one that had, and every later run said
         the folder mixed both codes (report rg 6). The record is written only where the code is
         not its last entry already."""
-        record = self._read()
+        record = self._record.read()
         if record is None:
             return
         made_by, _ = code_line(record.get("made_by"), self.out, "what this run makes there")
         if made_by != record.get("made_by"):
             doing = "recording the troupe code that makes outputs here"
-            self._write({**record, "made_by": made_by}, doing, "(what the run committed stays)")
+            self._record.write({**record, "made_by": made_by}, doing, "(what the run committed stays)")
 
     def dead_items(self) -> int:
         """How many items the finished run recorded here ended dead (0: none, or no finished run)."""
-        record = self._read()
+        record = self._record.read()
         complete = record.get("complete") if record is not None else None
         items = complete.get("items") if isinstance(complete, dict) else None
         dead = items.get("dead", 0) if isinstance(items, dict) else 0
@@ -473,27 +303,15 @@ class RunDir:
         """Drop the record's word that a run finished here, as a run that will finalise again
         begins: until it does, the directory is not complete (a stop meanwhile must not find a
         completion that an earlier job's run recorded)."""
-        record = self._read()
+        record = self._record.read()
         if record is not None and record.get("complete") is not None:
             record["complete"] = None
-            self._write(record)
+            self._record.write(record)
 
     def still_there(self, complete: dict[str, Any]) -> bool:
-        """Every file the finalize hooks said they wrote (their ``outputs``) still exists as it
-        was written (its size and modification time: one damaged or edited since is written
-        again), and the run finished in this directory: one copied or moved since names the
-        outputs (and says it is complete) where it was, so it is finalised again here."""
-        finals = complete.get("finals")
-        made_in = complete.get("out", str(self.out))  # absent: recorded before runs kept it
-        if not isinstance(finals, dict) or made_in != str(self.out):
-            return False
-        outputs = _outputs(finals)
-        if outputs is None:  # a damaged record: finalising again is what is safe
-            return False
-        recorded = complete.get("stats")
-        recorded = recorded if isinstance(recorded, dict) else {}  # absent: recorded before stats
-        now = _output_stats(finals)
-        return all(p in now and recorded.get(p, now[p]) == now[p] for p in outputs)
+        """Whether the finished run's outputs are still as it wrote them, in this directory
+        (``run_outputs.still_there``)."""
+        return still_there(complete, self.out)
 
     def answer_read_only(self, made_with: dict[str, Any]) -> dict[str, Any] | None:
         """Where this process cannot write the directory (a read-only mount, an archive): the
@@ -504,20 +322,20 @@ class RunDir:
         if not cannot_write(self.state_dir):
             return None
         try:
-            record = self._read()
+            record = self._record.read()
         except ConfigError:  # damaged, or unreadable: refused as ever
             return None
         if record is None:
             return None
         pipeline = record.get("pipeline")
-        if not isinstance(pipeline, dict) or not _well_formed(pipeline):
+        if not isinstance(pipeline, dict) or not well_formed(pipeline):
             return None
         if first_difference(pipeline, made_with) is not None:
             return None
         complete = record.get("complete")
         if not isinstance(complete, dict) or not isinstance(complete.get("finals"), dict):
             return None  # not finished: the run would write
-        outputs = _outputs(complete["finals"])
+        outputs = finals_outputs(complete["finals"])
         return None if outputs is None else found_here(complete, outputs, self.out)
 
     def in_use_problem(self) -> str | None:
@@ -546,7 +364,7 @@ class RunDir:
                 pipeline, or in use by another run.
         """
         self._not_in_use()
-        record, lost = self._readable()
+        record, lost = self._record.readable()
         if record is None:
             self._refuse_unconfirmed(lost, _SHARED_ADVICE)
         elif not self._made_nothing():
@@ -562,19 +380,19 @@ class RunDir:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lock = hold(self.record_path, self.out, "troupe run")
         try:
-            record, lost = self._readable()
+            record, lost = self._record.readable()
             if record is None:
                 self._refuse_unconfirmed(lost, _SHARED_ADVICE)
             # Another pipeline's run that failed at its start: no matter. The same pipeline's
             # record stays, its word that a run finished here with it (stages that write
             # nothing here leave a folder as bare as a failed start's).
             if record is None or self._binds_nothing(record, made_with):
-                self._start_record(made_with)
+                self._record.start(made_with)
             else:
                 self._check_same(record, made_with, _SHARED_ADVICE)
                 if lost is not None:
-                    self._write(record)
-                self._keep_copy(record)
+                    self._record.write(record)
+                self._record.keep_copy(record)
                 self._take_finalize_kwargs(record, made_with)
         except BaseException:
             lock.release()
@@ -608,13 +426,15 @@ class RunDir:
         if first_difference(record.get("pipeline", {}), made_with) is None:
             return
         record["pipeline"], record["complete"] = made_with, None
-        self._write(record)
+        self._record.write(record)
 
     def _check_same(
         self, record: dict[str, Any], made_with: dict[str, Any], advice: str = _FRESH_ADVICE
     ) -> None:
         only = record.get("finalize_only")
-        diff = first_difference(_without(record.get("pipeline", {}), only), _without(made_with, only))
+        diff = first_difference(
+            without_finalize_only(record.get("pipeline", {}), only), without_finalize_only(made_with, only)
+        )
         if diff is not None and advice == _FRESH_ADVICE and "stage." in diff[0].partition("=")[0]:
             # A stage's actor or kwargs, compared as written: one that only tunes (render's
             # threads) is refused too, as troupe cannot tell it from one that changes the outputs.
@@ -669,92 +489,6 @@ class RunDir:
         except OSError:
             return False
         return True
-
-    def _read(self) -> dict[str, Any] | None:
-        return read_record(self.record_path, self.out, _FORMAT, "run record")
-
-    def _read_or_lost(self) -> tuple[dict[str, Any] | None, str]:
-        """The record, or None and why: ``missing``, or ``damaged`` (not JSON, not a record, its
-        pipeline's fields missing or of other types).
-
-        Raises:
-            ConfigError: it cannot be read (no permission, a directory in its place), or a newer
-                troupe wrote it.
-        """
-        try:
-            record = self._read()
-        except ConfigError:
-            if not _can_read(self.record_path) or _by_a_newer_troupe(self.record_path):  # not damaged
-                raise
-            return None, "damaged"
-        if record is not None and not _well_formed(record.get("pipeline")):
-            return None, "damaged"
-        return record, "missing"
-
-    def _write(
-        self,
-        record: dict[str, Any],
-        doing: str = "recording the run",
-        kept: str = "",
-        path: Path | None = None,
-    ) -> None:
-        """Write the record (or its copy, at ``path``); a disk that takes nothing (full, or
-        read-only since the command's checks) is said in one line, ``kept``: what the run made
-        that stays."""
-        path = self.record_path if path is None else path
-        try:
-            write_record(path, record)
-        except OSError as exc:
-            raise as_commit_error(
-                exc,
-                action=f"{doing} in {path}",
-                root=self.state_dir,
-                retry=f"run the same command again{' ' + kept if kept else ''}",
-            ) from exc
-
-    def _start_record(self, made_with: dict[str, Any]) -> None:
-        """Record the pipeline a run starts with, and keep its copy with the troupe code that
-        starts it. The record's ``made_by`` starts empty: nothing is made here yet, and the
-        code is recorded once the run may have made something (:meth:`note_code`)."""
-        record = {"format": _FORMAT, "pipeline": made_with, "complete": None, "made_by": []}
-        self._write(record)
-        self._keep_copy({**record, "made_by": [this_code()]}, anew=True)
-
-    def _keep_copy(self, record: dict[str, Any], anew: bool = False) -> None:
-        """Keep the record's pipeline, and the code that began the folder, in its copy
-        (``made_with.json``): ``anew`` as a run starts, else only where there is none (a folder
-        recorded before troupe kept one)."""
-        if not anew and self.copy_path.exists():
-            return
-        copy = {"format": _FORMAT, "pipeline": record.get("pipeline", {})}
-        began = record.get("made_by")
-        if isinstance(began, list) and began:
-            copy["made_by"] = began[:1]
-        self._write(copy, path=self.copy_path)
-
-    def _readable(self) -> tuple[dict[str, Any] | None, str | None]:
-        """The record, and where it is ``missing`` or ``damaged``, which: then a record rebuilt
-        from its copy (its pipeline, nothing complete: the run finalises again), or None where
-        the copy cannot be read either (or there is none).
-
-        Raises:
-            ConfigError: the record (or its copy) is another troupe's (a newer format).
-        """
-        record, lost = self._read_or_lost()
-        if record is not None:
-            return record, None
-        try:
-            copy = read_record(self.copy_path, self.out, _FORMAT, "copy of the run's pipeline")
-        except ConfigError:
-            if _by_a_newer_troupe(self.copy_path):
-                raise
-            copy = None
-        if copy is None or not _well_formed(copy.get("pipeline")):
-            return None, lost if self.state_dir.is_dir() else None
-        rebuilt = {"format": _FORMAT, "pipeline": copy["pipeline"], "complete": None}
-        if "made_by" in copy:  # the code that began it; any that went on since is not known
-            rebuilt["made_by"] = copy["made_by"]
-        return rebuilt, lost
 
     def _refuse_unconfirmed(self, lost: str | None, advice: str = "use --fresh to start anew") -> None:
         """Refuse a folder whose record is ``lost`` (and its copy with it) where it holds
@@ -827,72 +561,6 @@ class RunDir:
             ) from None
 
 
-def _by_a_newer_troupe(path: Path) -> bool:
-    """Whether the record at ``path`` is of a newer troupe's format (not damaged: another's)."""
-    try:
-        return _newer_format(json.loads(path.read_text(encoding="utf-8")), _FORMAT) is not None
-    except (OSError, ValueError):
-        return False
-
-
-def _can_read(path: Path) -> bool:
-    try:
-        path.read_bytes()
-    except OSError:
-        return False
-    return True
-
-
 def _holds_a_run(folder: Path) -> bool:
     run = RunDir(folder)
     return run.record_path.is_file() or run.journal_path.is_file()
-
-
-def _finalize_only(finals: dict[str, Any]) -> dict[str, list[str]]:
-    """The kwargs only each stage's ``finalize`` reads, by stage, as its hook's answer named them."""
-    only = {}
-    for stage, summary in finals.items():
-        names = summary.get("finalize_kwargs") if isinstance(summary, dict) else None
-        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-            only[stage] = names
-    return only
-
-
-def _without(pipeline: Any, only: Any) -> Any:
-    """``pipeline`` (:func:`fingerprint`) without the kwargs ``only`` names by stage (the
-    record's ``finalize_only``): they decide no output, so they are not compared."""
-    if (
-        not isinstance(only, dict)
-        or not isinstance(pipeline, dict)
-        or not isinstance(pipeline.get("stage"), dict)
-    ):
-        return pipeline
-    stages = dict(pipeline["stage"])
-    for stage, names in only.items():
-        entry = stages.get(stage)
-        if isinstance(entry, dict) and isinstance(entry.get("kwargs"), dict) and isinstance(names, list):
-            stages[stage] = {**entry, "kwargs": {k: v for k, v in entry["kwargs"].items() if k not in names}}
-    return {**pipeline, "stage": stages}
-
-
-def _outputs(finals: dict[str, Any]) -> list[str] | None:
-    """The files the finalize hooks said they wrote; None if the record has something else."""
-    paths: list[str] = []
-    for summary in finals.values():
-        outputs = summary.get("outputs", []) if isinstance(summary, dict) else []
-        if not isinstance(outputs, list) or not all(isinstance(p, str) for p in outputs):
-            return None
-        paths.extend(outputs)
-    return paths
-
-
-def _output_stats(finals: dict[str, Any]) -> dict[str, list[int]]:
-    """Each output that exists, by path: [size, modification time in ns]."""
-    stats: dict[str, list[int]] = {}
-    for path in _outputs(finals) or []:
-        try:
-            st = os.stat(path)
-        except (OSError, ValueError):  # gone, or a path no file can have
-            continue
-        stats[path] = [st.st_size, st.st_mtime_ns]
-    return stats

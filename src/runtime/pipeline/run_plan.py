@@ -23,7 +23,8 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.file_owner import belongs_to, is_another_users
 
 from .config import PipelineConfig, load_pipeline
-from .run_dir import RunDir, fingerprint
+from .run_dir import RunDir
+from .run_fingerprint import fingerprint
 
 __all__ = [
     "BOTH_FRESH_AND_RETRY",

@@ -67,8 +67,9 @@ from .engine import PipelineEngine
 from .resource_notes import warn_of_resources
 from .result import PipelineMetrics, PipelineResult
 from .run_cluster import LOCAL_NODE, on_cluster, on_node
-from .run_dir import RunDir, fingerprint
+from .run_dir import RunDir
 from .run_exit import kept_once_finalized, lone_error_raised
+from .run_fingerprint import fingerprint
 from .run_metrics import check_run_metrics, run_endpoint
 from .run_outcome import already_complete, job_items, with_split
 from .run_plan import check_early, make_log_dir, plan_run, refuse_inside_an_import

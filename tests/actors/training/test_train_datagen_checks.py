@@ -14,7 +14,8 @@ from troupe.actors.training.train_config import load_train_config
 from troupe.actors.training.train_prepare import check_datagen
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import load_pipeline
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 
 
 def _config(tmp_path: Path, out: Path, items: int | None = None, **train: int) -> object:

@@ -12,7 +12,8 @@ from typing import Any
 from troupe.actors.datagen.config import default_pipeline
 from troupe.actors.training.train_dir import TrainDir
 from troupe.runtime.pipeline.run_code import UNRECORDED, this_code
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 from troupe.runtime.pipeline.run_plan import plan_run
 
 OLDER = {"version": "0.0.9", "digest": "0123abcd"}

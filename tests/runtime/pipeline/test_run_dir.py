@@ -13,7 +13,8 @@ import pytest
 
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint, first_difference
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint, first_difference
 from troupe.runtime.tasks.journal_lock import JournalLock
 
 
@@ -315,7 +316,7 @@ def test_a_finished_run_that_cannot_be_recorded_says_so_in_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from troupe.runtime.errors import CommitError
-    from troupe.runtime.pipeline import run_dir
+    from troupe.runtime.pipeline import run_record
 
     run = RunDir(tmp_path / "out")
     run.prepare(_made_with(items=8), fresh=False)
@@ -323,7 +324,7 @@ def test_a_finished_run_that_cannot_be_recorded_says_so_in_one_error(
     def refused(path: Path, record: dict[str, object]) -> None:
         raise PermissionError(1, "Operation not permitted", str(path))
 
-    monkeypatch.setattr(run_dir, "write_record", refused)
+    monkeypatch.setattr(run_record, "write_record", refused)
     with pytest.raises(CommitError, match=r"recording the finished run in .*run\.json failed"):
         run.mark_complete({})
 

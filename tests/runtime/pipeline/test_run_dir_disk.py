@@ -10,8 +10,9 @@ import pytest
 
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.errors import CommitError
-from troupe.runtime.pipeline import run_dir as run_dir_module
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline import run_record
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 
 
 def test_a_record_the_disk_has_no_room_for_is_said_in_one_line(
@@ -20,7 +21,7 @@ def test_a_record_the_disk_has_no_room_for_is_said_in_one_line(
     def full(path: Path, record: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(run_dir_module, "write_record", full)
+    monkeypatch.setattr(run_record, "write_record", full)
     run = RunDir(tmp_path / "out")
     with pytest.raises(CommitError) as raised:
         run.prepare(fingerprint(default_pipeline(items=8)), fresh=False)

@@ -19,7 +19,8 @@ from support.held_in_child import held_in_child
 from troupe.actors.datagen.config import default_pipeline
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline import runner
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 from troupe.runtime.pipeline.run_journal import open_run_journal
 from troupe.runtime.pipeline.runner import run_pipeline_sync
 from troupe.runtime.tasks.journal_lock import JournalLock
@@ -145,7 +146,8 @@ _HOLDER = textwrap.dedent(
     from pathlib import Path
 
     from troupe.actors.datagen.config import default_pipeline
-    from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+    from troupe.runtime.pipeline.run_dir import RunDir
+    from troupe.runtime.pipeline.run_fingerprint import fingerprint
 
     run = RunDir(Path(sys.argv[1]))
     run.prepare(fingerprint(default_pipeline(items=16)), fresh=False)

@@ -13,8 +13,9 @@ from typing import Any
 
 from support.read_only_mount import read_only_mount
 from troupe.actors.datagen.config import default_pipeline
-from troupe.runtime.pipeline.run_dir import RunDir, fingerprint
+from troupe.runtime.pipeline.run_dir import RunDir
 from troupe.runtime.pipeline.run_dir_read_only import found_here
+from troupe.runtime.pipeline.run_fingerprint import fingerprint
 from troupe.runtime.pipeline.run_plan import check_early
 from troupe.runtime.tasks.journal_lock import JournalLock
 

@@ -17,7 +17,7 @@ import pytest
 
 from troupe.runtime.errors import ConfigError, JournalError
 from troupe.runtime.file_owner import user_name
-from troupe.runtime.pipeline.run_dir import hold
+from troupe.runtime.pipeline.run_dir_lock import hold
 from troupe.runtime.tasks import journal_lock
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock, lock_path
