@@ -10,6 +10,10 @@ again, and attempts count from 1. It used to refuse, and its advice, ``--fresh``
 committed item again. Any other journal error (held by another process, a newer schema) still
 refuses: nothing is wrong with the file. A journal of an older troupe's schema is upgraded as it
 opens (``journal_backup`` keeps it as it was beside it): said in a line too, naming the copy.
+
+The items the journal has leased were leased to the run that wrote it, which is gone: they go
+back to pending as the journal opens (``TaskBook.release_held_over``), where a cluster's master
+holds a lease over a restart for its holder to renew.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def open_run_journal(
         JournalError: as :func:`open_journal`, but for a damaged file.
     """
     try:
-        return _said_upgraded(open_journal(path, new=True, lock=lock), on_event)
+        return _held_by_none(_said_upgraded(open_journal(path, new=True, lock=lock), on_event))
     except JournalDamaged as exc:
         damage = exc.reason
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -63,6 +67,14 @@ def open_run_journal(
             "pruned run again)"
         )
     return open_journal(path, new=True, lock=lock)
+
+
+def _held_by_none(opened: tuple[Journal, TaskBook]) -> tuple[Journal, TaskBook]:
+    """``opened``, the leases of the run that wrote it back to pending: it is gone."""
+    released = opened[1].release_held_over()
+    if released:
+        log.info("run_journal_leases_released", items=released)
+    return opened
 
 
 def _said_upgraded(

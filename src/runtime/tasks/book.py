@@ -48,6 +48,13 @@ Decisions the driver and the workers rely on:
   counting an attempt, and that worker is never given that kind again.
 - A Fail or Renew from a lease that has ended changes nothing (its attempt was counted when
   the lease ended): Fail is acked IGNORED, Renew rejected so the worker drops the task.
+- A master restart keeps each leased task's last lease (``TaskTables.restore``): held over,
+  by no worker the book knows, until a Renew or report names its lease id, whose sender then
+  holds it (the lease id went to that worker alone), registered or not yet (a busy worker
+  renews before it asks for work; the row it registers with takes the lease). Its lease runs
+  ``lease_s`` from the first event after the restart; one that no worker named by then goes
+  back to pending with no attempt counted. Older copies of the task are not held over: their
+  Renew is refused (the newest copy runs on), their Complete commits as above.
 - ``RequestTask.free_slots`` is capped by the slots the book itself sees free, plus the
   worker's ``prefetch`` (``WorkerJoined.prefetch``) when the request allows leases ahead.
 - Prefetch: a worker whose slots are all leased may hold up to ``prefetch`` more leases, each
@@ -100,6 +107,7 @@ from .state import (
     Reject,
     Renew,
     RequestTask,
+    Resources,
     RetryDead,
     SchedulerTick,
     SubmitJob,
@@ -170,6 +178,8 @@ class TaskBook(TaskTables):
             wall = now
         if self._restored_backoffs:
             self._rebase_backoffs(now, wall)
+        if self._restored_leases:
+            self._start_held_over(now)
         out: list[Command] = []
         match event:
             case RequestTask():
@@ -209,6 +219,24 @@ class TaskBook(TaskTables):
             self._report_drained(out)
         return out
 
+    def release_held_over(self) -> int:
+        """Put back at once, with no attempt counted, every lease a restart held over that no
+        worker has named yet: for a master whose earlier holders are all known gone (a one-host
+        run's own master: the run that held them was its process), where waiting a lease for
+        them would only hold their tasks. Nothing is journaled: the rows still say leased, and
+        a restart on them holds them over again.
+
+        Returns:
+            How many tasks went back to pending.
+        """
+        released = 0
+        for lease in [lease for lease in self._leases.values() if lease.worker is self._unclaimed]:
+            self._drop_lease(lease)
+            if not lease.task.copies and lease.task.state is LEASED:
+                self._enqueue(lease.task)
+                released += 1
+        return released
+
     # ------------------------------------------------------------------ jobs
 
     def _submit(self, ev: SubmitJob, wall: float, out: list[Command]) -> None:
@@ -236,7 +264,8 @@ class TaskBook(TaskTables):
             if task.copies:
                 for lease in list(task.copies.values()):
                     self._drop_lease(lease)
-                    out.append(self._cancel_lease(lease, "job cancelled"))
+                    if lease.worker is not self._unclaimed:  # no worker to tell
+                        out.append(self._cancel_lease(lease, "job cancelled"))
         if len(live) >= BULK_TASKS:
             # One record, and the counts at once: a record per task held the master's loop
             # for seconds (800,000 tasks: 7 s, deaf to every worker and node meanwhile).
@@ -289,10 +318,15 @@ class TaskBook(TaskTables):
             return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
         if ev.worker_id in self._workers:
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
-        self._workers[ev.worker_id] = Worker(
+        worker = Worker(
             ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds), max(ev.prefetch, 0)
         )
+        self._workers[ev.worker_id] = worker
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
+        held = self._unregistered.pop(ev.worker_id, None)
+        if held is not None:  # it took leases held over a restart before it registered
+            for lease in list(held.leases.values()):
+                self._move_lease(lease, worker)
 
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
         worker = self._workers.pop(ev.worker_id, None)
@@ -388,7 +422,32 @@ class TaskBook(TaskTables):
     def _drop_lease(self, lease: LeaseSlot) -> None:
         del lease.task.copies[lease.lease_id]
         del self._leases[lease.lease_id]
+        worker = lease.worker
+        worker.release(lease)
+        if not worker.leases and self._unregistered.get(worker.worker_id) is worker:
+            del self._unregistered[worker.worker_id]
+
+    def _move_lease(self, lease: LeaseSlot, worker: Worker) -> None:
         lease.worker.release(lease)
+        lease.worker = worker
+        worker.hold(lease)
+
+    def _claim(self, lease: LeaseSlot, worker_id: str) -> None:
+        """A lease held over a restart is named by a worker (a Renew or a report): the lease id
+        went to that worker alone, so it is the holder, registered again or not yet."""
+        holder = self._workers.get(worker_id)
+        if holder is None:
+            holder = self._unregistered.get(worker_id)
+            if holder is None:
+                holder = self._unregistered[worker_id] = Worker(worker_id, "", Resources(0.0, 0), 1)
+        self._move_lease(lease, holder)
+        log.info(
+            "held_over_lease_claimed",
+            task_id=lease.task.spec.task_id,
+            lease_id=lease.lease_id,
+            worker=worker_id,
+            registered=worker_id in self._workers,
+        )
 
     # ------------------------------------------------------------------ worker reports
 
@@ -401,7 +460,9 @@ class TaskBook(TaskTables):
                 "valid (expired, requeued or finished); drop the task",
                 out,
             )
-        if lease.worker.worker_id != ev.worker_id:
+        if lease.worker is self._unclaimed:
+            self._claim(lease, ev.worker_id)
+        elif lease.worker.worker_id != ev.worker_id:
             return self._reject(
                 ev,
                 f"lease {ev.lease_id} belongs to worker {lease.worker.worker_id!r}, not {ev.worker_id!r}",
@@ -426,6 +487,8 @@ class TaskBook(TaskTables):
             out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, outcome))
             return None
         lease = task.copies.get(ev.lease_id)
+        if lease is not None and lease.worker is self._unclaimed:
+            self._claim(lease, ev.worker_id)
         if lease is None and not 1 <= ev.lease_id <= task.last_lease_id:
             self._reject(ev, f"lease {ev.lease_id} was never issued for task {ev.task_id!r}", out)
             return None
@@ -453,7 +516,7 @@ class TaskBook(TaskTables):
             self._spec_won += winner.backup
         for lease in list(task.copies.values()):
             self._drop_lease(lease)
-            if lease is not winner:
+            if lease is not winner and lease.worker is not self._unclaimed:
                 out.append(self._cancel_lease(lease, "another copy of the task finished first"))
         task.result_ref = ev.result_ref
         self._set_state(task, DONE)
@@ -528,6 +591,9 @@ class TaskBook(TaskTables):
             if lease is None or lease.deadline != deadline:
                 continue  # ended or renewed since
             self._drop_lease(lease)
+            if lease.worker is self._unclaimed:
+                self._held_over_expired(lease, out)
+                continue
             out.append(self._cancel_lease(lease, "lease expired"))
             lease_s = lease.task.job.policy.lease_s
             worker = lease.worker.worker_id
@@ -543,6 +609,32 @@ class TaskBook(TaskTables):
                 lease_s=lease_s,
             )
             self._copy_lost(lease.task, now, error, "", out)
+
+    def _held_over_expired(self, lease: LeaseSlot, out: list[Command]) -> None:
+        """No worker named a lease held over a restart within its lease: its holder died while
+        the master was down, or cannot reach it. The task goes back with no attempt counted
+        (the restart was not the task's fault) and no one to tell."""
+        task = lease.task
+        log.info(
+            "held_over_lease_expired",
+            task_id=task.spec.task_id,
+            lease_id=lease.lease_id,
+            job_id=task.job.job_id,
+            lease_s=task.job.policy.lease_s,
+        )
+        if not task.copies and task.state is LEASED:
+            self._enqueue(task)
+            out.append(self._record(task))
+
+    def _start_held_over(self, now: float) -> None:
+        """Start the leases a restart held over (see ``TaskTables.restore``) at the first event:
+        each lasts its job's ``lease_s`` from now, and runs from now for speculation."""
+        for lease in self._restored_leases:
+            if lease.lease_id in self._leases:
+                lease.start = lease.task.leased_at = now
+                lease.deadline = now + lease.task.job.policy.lease_s
+                heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
+        self._restored_leases = []
 
     def _release_backoffs(self, now: float, out: list[Command]) -> None:
         while self._backoff and self._backoff[0][0] <= now:

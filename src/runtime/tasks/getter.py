@@ -43,9 +43,12 @@ anyway, the getter does not run it: it declines it (``decline``), and the master
 task back without counting an attempt. A runner says the same by raising :class:`KindNotRun`.
 
 A running copy stops when the master says so (``cancel_lease``: another copy won, the job was
-cancelled) or when a renewal is refused (the lease ended: expired, requeued after a master
-restart); it is then not reported. A master that does not answer is retried; one that forgot
-the worker (it restarted) answers ``unknown_worker`` and the getter registers again. A report
+cancelled) or when a renewal is refused (the lease ended: expired, requeued, or an older copy
+of a task after a master restart); it is then not reported. A master that does not answer is
+retried; one that forgot the worker (it restarted) answers ``unknown_worker`` and the getter
+registers again. A restarted master holds each lease over for its holder: the getter's next
+``renew`` (the same lease ids) keeps its copies running, and its answer's ``known: false``
+has the getter register again at once, busy or not, so the master knows who holds them. A report
 that cannot be delivered within ``report_for_s`` is dropped: the output is committed already,
 so the copy the master leases again finds it and ends at once. A ``complete`` the master refuses
 (a result reference that is not a str, from a runner that does not check it) is sent again as a
@@ -144,13 +147,15 @@ class TaskGetter(HeldLeases):
             while True:
                 await self._want.wait()
                 self._want.clear()
+                # Registered even with every slot busy: a restarted master renews the leases
+                # it held over, and then learns who holds them (see _forgotten).
+                if not self._registered:
+                    await self._register()
+                    continue
                 # Only a worker with a slot that nothing held will fill asks on its own, and
                 # for those slots only: leases ahead come with the replies to its reports.
                 free = self.config.slots - len(self._held)
                 if free <= 0:
-                    continue
-                if not self._registered:
-                    await self._register()
                     continue
                 request = {
                     "worker_id": self.worker_id,
@@ -184,6 +189,10 @@ class TaskGetter(HeldLeases):
                     self._want.set()
 
     # ------------------------------------------------------------------ master calls
+
+    def _forgotten(self) -> None:
+        self._registered = False
+        self._want.set()
 
     def _free(self) -> int:
         """Leases the worker may take now: its slots and the leases ahead, less those held."""

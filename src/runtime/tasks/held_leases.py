@@ -199,6 +199,7 @@ class HeldLeases:
         if more:
             payload["more"] = [[r.task.task_id, r.task.lease_id] for r in more]
         self._counts["renewals"] += 1
+        registrations = self._counts["registrations"]
         try:
             reply = await self.runtime.control(
                 self.master, "renew", payload, timeout=self.config.call_timeout_s
@@ -214,6 +215,10 @@ class HeldLeases:
         except TroupeError as exc:  # down, restarting, or a passing fault: try next period
             log.info("renew_failed", error=str(exc))
             return
+        if reply.get("known") is False and registrations == self._counts["registrations"]:
+            # the master restarted and renewed what it held over for this worker: register
+            # again (not when a registration came between: it may have passed this renew)
+            self._forgotten()
         answers = {first.task.lease_id: reply}
         for answer in reply.get("more", ()):
             if isinstance(answer, dict) and type(answer.get("lease_id")) is int:
@@ -232,6 +237,9 @@ class HeldLeases:
                 continue
             run.ttl = float(answer.get("ttl", run.ttl))
             run.renew_at = time.monotonic() + _renew_period(run.ttl)
+
+    def _forgotten(self) -> None:
+        """The master does not know this worker (it restarted): the getter registers again."""
 
     def _give_back(self, run: HeldLease) -> None:
         """Return a lease ahead that waited ``prefetch_wait_s``: another worker may run it now."""

@@ -6,7 +6,7 @@ in place by the :class:`~troupe.runtime.tasks.state.Record` commands the task bo
 chunks: ``journal_bulk.py``; ``JobRecord`` and ``TaskRecord`` overwrite a row).
 :meth:`Journal.replay` reads both tables back into a :class:`~troupe.runtime.tasks.book.TaskBook`
 (see ``TaskTables.restore`` for what survives a restart: done stays done, dead stays dead,
-cancelled stays cancelled, leased comes back pending).
+cancelled stays cancelled, leased stays leased under its last lease, for its holder to renew).
 
 Durability: ``journal_mode=WAL`` with ``synchronous=FULL``, the log checkpointed and cut back
 often enough that its size is bounded (``journal_wal.py``). Every commit fsyncs the WAL before
@@ -337,7 +337,7 @@ class Journal:
             note_s: seconds between the ``journal_replaying`` lines of a long replay.
 
         Returns:
-            A book with every job and task; leased tasks are pending again, no workers.
+            A book with every job and task; leased tasks held over for their holders, no workers.
 
         Raises:
             JournalError: the journal cannot be read or holds rows that make no sense; a row of

@@ -82,6 +82,15 @@ class TaskTables:
         # Backing off when the journal was replayed: put on the monotonic clock at the first
         # event (``TaskBook.handle``), for the book reads no clock of its own.
         self._restored_backoffs: list[Task] = []
+        # Leases held over a restart (see restore): their lease_s starts at the first event too.
+        self._restored_leases: list[LeaseSlot] = []
+        # The holder of a lease held over a restart that no worker has renewed or reported
+        # yet: never registered, so never given a task; the first worker to name the lease id
+        # takes the lease (``TaskBook._claim``).
+        self._unclaimed = Worker("", "", Resources(0.0, 0), 1)
+        # Workers that took a held-over lease before they registered again (a busy worker
+        # renews before it asks for work): the row they get as they register takes the leases.
+        self._unregistered: dict[str, Worker] = {}
         self._forgotten = 0  # ids forgotten since _tasks was last copied to its size
 
     @classmethod
@@ -95,12 +104,17 @@ class TaskTables:
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
-        Done, dead and cancelled tasks stay so. Leased tasks become pending: their leases are
-        void (a late Complete from one is still accepted, see :mod:`troupe.runtime.tasks.book`)
-        and the attempt is not counted, since the restart was not the task's fault. A
-        backing-off task keeps what remains of its backoff (its journaled ``not_before`` is on
-        the wall clock; the book's first event re-bases it, see the book's module docstring).
-        Lease ids go on above every id ever issued.
+        Done, dead and cancelled tasks stay so. A leased task stays leased under its last
+        lease (the journaled ``last_lease_id``), held over the restart: its holder runs on, and
+        its first Renew or report naming that lease id takes the lease (the journal does not
+        say which worker holds it); the lease lasts the job's ``lease_s`` from the book's first
+        event, and one that no worker named by then goes back to pending, without an attempt
+        counted, since the restart was not the task's fault. An older copy of the task (a
+        speculative one, or one whose lease had ended) is not held over: its Renew is refused,
+        and its Complete still commits (see :mod:`troupe.runtime.tasks.book`). A backing-off
+        task keeps what remains of its backoff (its journaled ``not_before`` is on the wall
+        clock; the book's first event re-bases it, see the book's module docstring). Lease ids
+        go on above every id ever issued.
 
         Args:
             jobs: every job row.
@@ -149,12 +163,14 @@ class TaskTables:
             task.attempts, task.last_lease_id = rec.attempts, rec.last_lease_id
             task.result_ref, task.error, task.traceback = rec.result_ref, rec.error, rec.traceback
             state = rec.state
-            if state is TaskState.LEASED:
-                state = TaskState.PENDING
+            if state is TaskState.LEASED and rec.last_lease_id < 1:
+                state = TaskState.PENDING  # no lease to hold over (not written by a book)
             if job.state is JobState.CANCELLED and state not in FINAL_STATES:
                 state = TaskState.CANCELLED
             book._set_state(task, state)
-            if state is TaskState.PENDING:
+            if state is TaskState.LEASED:
+                book._hold_over(task)
+            elif state is TaskState.PENDING:
                 job.queue.push(task)
             elif state is TaskState.FAILED:
                 task.not_before = rec.not_before
@@ -174,6 +190,15 @@ class TaskTables:
             if job_id in book._jobs:
                 book._jobs[job_id].digest = digest
         return book
+
+    def _hold_over(self, task: Task) -> None:
+        """Keep a restored task's last lease, held by no worker until one names it; its start
+        and deadline are set at the first event (``TaskBook._start_held_over``)."""
+        lease = LeaseSlot(task.last_lease_id, task, self._unclaimed, 0.0, 0.0, False)
+        task.copies[lease.lease_id] = lease
+        self._unclaimed.hold(lease)
+        self._leases[lease.lease_id] = lease
+        self._restored_leases.append(lease)
 
     def fold(self, job_id: str, digest: str) -> int:
         """Drop a finished job's done and cancelled tasks, counted instead: the book a restart

@@ -20,7 +20,7 @@ from troupe.runtime.pipeline.run_journal import open_run_journal
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
-from troupe.runtime.tasks.state import SubmitJob, TaskSpec
+from troupe.runtime.tasks.state import RequestTask, Resources, SubmitJob, TaskSpec, TaskState, WorkerJoined
 
 
 def _journal_with_a_job(path: Path) -> None:
@@ -115,3 +115,25 @@ def test_a_journal_of_an_older_troupe_is_upgraded_and_its_copy_said(tmp_path: Pa
     said.clear()
     open_run_journal(path, said.append)[0].close()  # upgraded already: nothing more to say
     assert said == []
+
+
+def test_the_items_leased_to_the_run_that_wrote_the_journal_are_pending_at_once(tmp_path: Path) -> None:
+    """A master restarted on its journal holds each lease over for its holder to renew (for a
+    lease_s); a rerun's journal was leased to the run before it, which is gone: its items go
+    back at once, no attempt counted, not a pipeline lease (two minutes) later."""
+    path = tmp_path / "journal.db"
+    book = TaskBook()
+    with Journal.open(path, create=True) as journal:
+        for event in (
+            SubmitJob("j", [TaskSpec(f"t-{i}", "k", i) for i in range(3)]),
+            WorkerJoined("source", "local", Resources(2, 0), 2),
+            RequestTask("source", 2),
+        ):
+            journal.append(split_commands(book.handle(event, 0.0))[0])
+    journal, book = open_run_journal(path)
+    try:
+        counts = book.statistics().tasks
+        assert (counts[TaskState.PENDING], counts[TaskState.LEASED]) == (3, 0)
+        assert {book.task(f"t-{i}").attempts for i in range(3)} == {0}
+    finally:
+        journal.close()

@@ -44,6 +44,7 @@ from troupe.runtime.tasks.state import (
     Record,
     RequestTask,
     Resources,
+    SchedulerTick,
     SubmitJob,
     TaskRecord,
     TaskSpec,
@@ -52,8 +53,9 @@ from troupe.runtime.tasks.state import (
 )
 
 
-def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path) -> None:
-    """After reopening, done/dead/cancelled tasks stay so, leased ones are pending again."""
+def test_replay_restores_done_dead_cancelled_and_holds_leased_over(tmp_path: Path) -> None:
+    """After reopening, done/dead/cancelled tasks stay so; a leased one stays leased for its
+    holder for one lease_s, then goes back, no attempt counted, with its spec and policy."""
     path = tmp_path / "journal.db"
     book = TaskBook()
     with Journal.open(path, create=True) as journal:
@@ -83,7 +85,7 @@ def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path)
         ("t0", TaskState.DONE),
         ("t1", TaskState.DEAD),
         ("t2", TaskState.PENDING),
-        ("t3", TaskState.PENDING),
+        ("t3", TaskState.LEASED),
         ("b0", TaskState.CANCELLED),
     ]
     assert back.task("t0").result_ref == "out/t0"
@@ -93,12 +95,16 @@ def test_replay_restores_done_dead_cancelled_and_requeues_leased(tmp_path: Path)
         ("a", JobState.RUNNING, 1.0),
         ("b", JobState.CANCELLED, 2.0),
     ]
-    # specs and policy survive: the next lease carries the refs and the job's lease_s
+    # t3 waits for its holder (lease_s from the first event); specs and policy survive: the
+    # next lease carries the refs and the job's lease_s
     back.handle(WorkerJoined("w2", "n1", Resources(8, 0), 8), 10.0)
-    again = leases(back.handle(RequestTask("w2", 2), 10.0))
-    assert [g.task_id for g in again] == ["t3", "t2"]
+    assert [g.task_id for g in leases(back.handle(RequestTask("w2", 2), 10.0))] == ["t2"]
+    assert leases(back.handle(RequestTask("w2", 2), 16.9)) == []
+    back.handle(SchedulerTick(), 17.0)  # nobody renewed lease granted[0] within 7 s
+    again = leases(back.handle(RequestTask("w2", 2), 17.0))
+    assert [g.task_id for g in again] == ["t3"]
     assert again[0].refs == {"scene": "cas://3"} and again[0].seed == 103
-    assert again[0].deadline == 17.0 and again[0].attempt == 1
+    assert again[0].deadline == 24.0 and again[0].attempt == 1
     assert min(g.lease_id for g in again) > max(g.lease_id for g in granted)
 
 
@@ -134,8 +140,8 @@ def test_dropping_the_journal_without_close_loses_nothing(tmp_path: Path) -> Non
     del journal
     gc.collect()
     stats = Journal.open(path).replay().statistics()
-    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (1, 4)
-    assert stats.tasks[TaskState.LEASED] == 0
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (1, 1)
+    assert stats.tasks[TaskState.LEASED] == 3  # held over for their holders
 
 
 KILLED_MASTER = """
@@ -160,7 +166,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
-    """A master killed by SIGKILL leaves a journal that replays done tasks and requeues leased."""
+    """A master killed by SIGKILL leaves a journal that replays done tasks and holds leased
+    ones over for their holders, whose Complete commits."""
     path = tmp_path / "journal.db"
     child = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(KILLED_MASTER), str(path)],
@@ -176,7 +183,8 @@ def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
     journal = Journal.open(path)
     book = journal.replay()
     stats = book.statistics()
-    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (5, 45)
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.LEASED]) == (5, 5)
+    assert stats.tasks[TaskState.PENDING] == 40
     task_id, lease_id = next(iter(running.items()))
     out = drive(book, journal, Complete("w", task_id, int(lease_id), "r"), 3.0)
     assert out[0] == Ack("w", task_id, int(lease_id), AckOutcome.COMMITTED)
@@ -381,7 +389,8 @@ def test_100k_tasks_submit_and_replay(tmp_path: Path) -> None:
             drive(book, journal, Complete("w", lease.task_id, lease.lease_id, "r"), 1.0)
     with Journal.open(path) as journal:
         stats = journal.replay().statistics()
-    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (500, 99_500)
+    assert (stats.tasks[TaskState.DONE], stats.tasks[TaskState.PENDING]) == (500, 99_000)
+    assert stats.tasks[TaskState.LEASED] == 500  # held over for their holders
 
 
 def test_a_long_replay_says_how_far_it_got(tmp_path: Path) -> None:
@@ -839,7 +848,7 @@ def test_a_cancelled_job_s_tasks_replay_cancelled_and_no_other_job_s(
         "a1": TaskState.DEAD,
         **{f"a{i}": TaskState.CANCELLED for i in range(2, 6)},
         "b0": TaskState.DONE,
-        "b1": TaskState.PENDING,
+        "b1": TaskState.LEASED,  # held over for its holder
         "c0": TaskState.PENDING,
         "c1": TaskState.PENDING,
     }

@@ -12,7 +12,6 @@ import pytest
 from troupe.runtime.errors import ConfigError, TaskError
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.state import (
-    FINAL_STATES,
     Ack,
     AckOutcome,
     CancelJob,
@@ -560,13 +559,12 @@ def check_invariants(book: TaskBook, model: Model, total: int) -> None:
 
 def check_restore_matches(book: TaskBook, model: Model) -> None:
     """The journaled rows alone rebuild every task's state and attempt count (a leased task is
-    pending again, a backing-off one backs off on)."""
+    held over under its last lease, a backing-off one backs off on)."""
     restored = TaskBook.restore(model.jobs.values(), list(model.rows.values()))
     for task_id in model.rows:
         live, back = book.task(task_id), restored.task(task_id)
-        kept = live.state in FINAL_STATES or live.state is TaskState.FAILED
-        expected = live.state if kept else TaskState.PENDING
-        assert (back.state, back.attempts) == (expected, live.attempts), task_id
+        assert (back.state, back.attempts) == (live.state, live.attempts), task_id
+        assert back.copies == (live.state is TaskState.LEASED), task_id
     assert [j.state for j in restored.jobs()] == [j.state for j in book.jobs()]
 
 

@@ -47,15 +47,21 @@ def test_untouched_and_touched_rows_restore_in_submit_order() -> None:
         row("a3", "a"),
         row("b1", "b", D, attempts=1, lease=2),
         row("c0", "c"),  # never leased, of a cancelled job: cancelled
-        row("a4", "a", TaskState.LEASED, attempts=0, lease=7),  # its lease is void now
+        row("a4", "a", TaskState.LEASED, attempts=0, lease=7),  # held over for its holder
     ]
     book = TaskBook.restore(jobs, rows)
     stats = book.statistics()
-    assert {s: n for s, n in stats.tasks.items() if n} == {P: 5, F: 1, D: 1, TaskState.CANCELLED: 1}
+    assert {s: n for s, n in stats.tasks.items() if n} == {
+        P: 4,
+        F: 1,
+        D: 1,
+        TaskState.CANCELLED: 1,
+        TaskState.LEASED: 1,
+    }
     assert (book.task("a2").attempts, book.task("b1").state) == (1, D)
     book.handle(WorkerJoined("w", "n", Resources(10, 0), 10), 1.0)
     granted = [c for c in book.handle(RequestTask("w", 10), 1.0) if isinstance(c, Lease)]
-    assert [g.task_id for g in granted] == ["a0", "a1", "a2", "a3", "a4", "b0"]
+    assert [g.task_id for g in granted] == ["a0", "a1", "a2", "a3", "b0"]
     assert min(g.lease_id for g in granted) > 7  # lease ids go on above every one journaled
 
 

@@ -86,7 +86,8 @@ tasks its workers held are requeued at once. Silence is counted only while the m
 hear: a tick that comes ``HELD_S`` or more late (the loop was held, say by the book taking a
 job of millions of tasks in) moves every live node's last beat on by the hold, and logs
 ``master_loop_held``. A restarted master knows no node and no worker until they beat and
-register again; the journal gives it back every job.
+register again; the journal gives it back every job, and every lease held over for the worker
+that renews it (see ``TaskTables.restore``): its running copies run on.
 
 The master is built of parts: the workers' controls and what it keeps of each worker
 (:mod:`~troupe.runtime.tasks.master.worker_controls`, with its answers in ``answers.py``), the

@@ -197,6 +197,10 @@ class WorkerControls:
             del first["lease_id"]
             if m.more:
                 first["more"] = answers[1:]
+            if m.worker_id not in self._workers:
+                # A restarted master renews the leases it held over for a worker it does not
+                # know yet (a busy worker renews before it asks): it registers again now.
+                first["known"] = False
             return first
 
         return after_all(futures, renewed)

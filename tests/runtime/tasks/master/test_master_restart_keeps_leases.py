@@ -1,0 +1,95 @@
+"""A master restarted mid-task leaves the running copies running (report mt 6).
+
+A real master and real getters over the in-memory transport: the master stops while every
+worker runs a task, another starts on its journal. Before, it voided the leases, refused their
+renewals, and each task was cancelled and run again from zero. Now each getter's next renew (its
+old lease ids) is accepted, its answer has the getter register again though it is busy, and
+every task runs once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.tasks.getter import TaskGetter
+from troupe.runtime.tasks.getter_config import GetterConfig
+from troupe.runtime.tasks.getter_start import install_task_control
+from troupe.runtime.tasks.master.journal_open import open_journal
+from troupe.runtime.tasks.master.master import Master
+from troupe.runtime.tasks.master.master_config import MasterConfig
+from troupe.runtime.tasks.task_actor import LeasedTask
+from troupe.runtime.transports.base import MemoryHub
+
+MASTER = "mem://master"
+
+
+async def until(condition: Callable[[], Any]) -> None:
+    """A bounded poll of a condition, yielding to the loop between looks."""
+    with anyio.fail_after(20):
+        while not condition():
+            await anyio.sleep(0.005)
+
+
+async def test_a_restarted_master_keeps_its_workers_running_copies_and_runs_none_again(
+    tmp_path: Path,
+) -> None:
+    starts: Counter[str] = Counter()
+    gate = anyio.Event()
+
+    async def run(task: LeasedTask) -> str:
+        starts[task.task_id] += 1
+        await gate.wait()
+        return f"out/{task.task_id}"
+
+    hub = MemoryHub()
+    path = tmp_path / "journal.db"
+    journal, book = open_journal(path, new=True)
+    first = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+    getters: dict[str, TaskGetter] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first.run)
+        await first.ready.wait()
+        async with (
+            Runtime("client", "client", hub.transport()) as client,
+            Runtime("n1", "w", hub.transport()) as rt,
+        ):
+            install_task_control(rt, getters)
+            for i in range(2):
+                config = GetterConfig(f"n1/w{i}", "n1", wait_s=0.3, call_timeout_s=1.0, retry_s=0.02)
+                getters[config.worker_id] = TaskGetter(rt, MASTER, config, run)
+                rt.start_soon(getters[config.worker_id].run)
+            job = {"job": {"name": "m", "kind": "k", "count": 2, "lease_s": 1.5}}
+            await client.control(MASTER, "submit", {"job": job, "source": "test"})
+            await until(lambda: len(starts) == 2)  # each worker runs one, its slot taken
+            first.stop()
+            await until(lambda: not hub.transports.get(MASTER))
+            journal.close()
+            journal, book = open_journal(path)
+            second = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
+            tg.start_soon(second.run)
+            await second.ready.wait()
+
+            async def holders() -> list[int]:
+                status = await client.control(MASTER, "status")
+                return sorted(w["used"] for w in status["workers"])
+
+            # Both renewed their leases and registered again, busy as they are.
+            with anyio.fail_after(20):
+                while await holders() != [1, 1]:
+                    await anyio.sleep(0.05)
+            gate.set()
+            view = await client.control(MASTER, "wait_job", {"job_id": "m", "timeout_s": 20}, timeout=25)
+            status = await client.control(MASTER, "status")
+            second.stop()
+            tg.cancel_scope.cancel()
+    journal.close()
+    assert view["state"] == "done" and view["counts"]["done"] == 2, view
+    assert starts == {"m-000000": 1, "m-000001": 1}  # none run again
+    assert not status["stale_reports"], status["stale_reports"]  # no renewal refused
+    assert all(g.statistics().cancelled == 0 for g in getters.values())
