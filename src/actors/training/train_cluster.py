@@ -40,10 +40,12 @@ TRAINING_KINDS = {
 
 @asynccontextmanager
 async def training_cluster(
-    master: str | None, node_endpoint: str | None, log_dir: Path, endpoint_may_move: bool = False
+    master: str | None, node_endpoint: str | None, out: Path, endpoint_may_move: bool = False
 ) -> AsyncIterator[tuple[Runtime, list[Host]]]:
     """A runtime and the hosts to place workers on; a node started here is stopped on the way out.
 
+    ``out``: the run's folder; a node started here logs to its ``logs`` and names it in its
+    ``status`` (``out``, as a pipeline run's node does: whose run it is, for ``ctl status``).
     ``endpoint_may_move``: ``node_endpoint`` is a default found free a moment ago; taken since,
     the node listens on a free port of its host instead (the local host's endpoint says which)."""
     if master is not None:
@@ -54,12 +56,14 @@ async def training_cluster(
         node_cfg = NodeConfig(
             name="local",
             endpoint=node_endpoint or free_endpoint(),
-            log_dir=log_dir,
+            log_dir=out / "logs",
             stop_grace_s=10,
             supervision=SupervisionConfig(kinds=TRAINING_KINDS),
         )
         node = await start_local_node(tg, node_cfg, endpoint_may_move=endpoint_may_move)
         endpoint = node.config.endpoint  # another, if it had to move
+        out_shown = str(out)
+        node.status_extras["out"] = lambda: out_shown
         try:
             async with connect(endpoint, "local", env_keys=False) as rt:  # keyless, as started here
                 yield rt, [Host.anything("local", endpoint, local_gpus())]

@@ -120,7 +120,7 @@ async def run_training(
                 logs.write_to(log_dir)
             async with (
                 _kept_once_trained(done),
-                training_cluster(master, node_endpoint, log_dir, endpoint_may_move) as (rt, hosts),
+                training_cluster(master, node_endpoint, out_dir, endpoint_may_move) as (rt, hosts),
             ):
                 if master is None and node_endpoint is not None and hosts[0].endpoint != node_endpoint:
                     say(moved_line(node_endpoint, hosts[0].endpoint))

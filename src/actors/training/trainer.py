@@ -120,6 +120,27 @@ class TrainerActor(Actor):
             reply["result"] = run.final
         return reply
 
+    def metrics(self) -> dict[str, float]:
+        """The node exports these (docs/METRICS.md), and ``ctl status --json`` shows them: the
+        rank's run seen from outside, as ``progress`` answers it (a figure not known yet, the
+        loss before the first step or the checkpoint before the first commit, is left out)."""
+        run = self.run
+        if run is None:
+            return {"running": 0, "step": 0, "steps": 0, "samples_per_s": 0.0}
+        timings = run.result.timings if run.result is not None else run.timings
+        figures: dict[str, float] = {
+            "running": 1 if run.state in ("starting", "running") else 0,
+            "step": run.step,
+            "steps": run.request.config.train.steps,
+            "samples_per_s": timings.samples_per_s,
+        }
+        if run.losses:
+            figures["loss"] = run.losses[-1]
+        checkpoint = committed_step(run.request.config.train.checkpoint_dir)
+        if checkpoint is not None:
+            figures["checkpoint_step"] = checkpoint
+        return figures
+
     async def stopping(self) -> None:
         """The worker stops (the run's Ctrl-C, a node's stop): end the run after its step in
         progress and let it checkpoint that step, within the node's stop grace."""
