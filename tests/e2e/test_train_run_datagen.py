@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from support.json_doc import undocumented
 from support.train_run_cli import config_copy, run_cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -22,6 +23,7 @@ def test_generation_and_training_together(tmp_path: Path) -> None:
     report = json.loads(stdout)
     assert report["steps"] == 4 and len(report["losses"]) == 4
     assert report["datagen"]["items"]["ok"] >= 2, report["datagen"]
+    assert undocumented("troupe run --json", report, of="a training config") == []  # lc 5: docs/METRICS.md
     assert (out / "data" / "meta" / "info.json").is_file()  # the pipeline finalised its dataset
     assert [Path(c).name for c in report["checkpoints"]][-1] == "step-000000004"
 
@@ -31,6 +33,7 @@ def test_generation_and_training_together(tmp_path: Path) -> None:
     assert code == 0, stdout[-3000:] + stderr[-3000:]
     again = json.loads(stdout)
     assert again["already_complete"] is True and again["step"] == 4, again
+    assert undocumented("troupe run --json", again, of="a training config") == []
 
 
 def test_fewer_items_than_the_episodes_training_waits_for_is_refused_before_start(tmp_path: Path) -> None:
