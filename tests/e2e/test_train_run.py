@@ -55,6 +55,16 @@ def test_train_toml_trains_prints_loss_and_rate_and_writes_checkpoints(tmp_path:
     assert "requests to train-encode-0" in stdout and "requests to train-encode-1" in stdout, stdout
     assert "trained 6 steps" in stdout, stdout
     assert _committed(out) == ["step-000000003", "step-000000006"]
+    # The run's log is its record (lc 6: it said nothing of the training).
+    lines = (out / "logs" / "local.jsonl").read_text(encoding="utf-8").splitlines()
+    events = [e for e in map(json.loads, lines) if e["event"].startswith("train_")]
+    named = {e["event"]: e for e in events}
+    assert (named["train_started"]["steps"], named["train_started"]["resumed_from"]) == (6, None), named
+    committed = [e["step"] for e in events if e["event"] == "train_checkpoint_committed"]
+    assert committed[-1] == 6 and set(committed) <= {3, 6}, events  # 3 as a poll found it, if one did
+    assert named["train_progress"]["step"] == 6 and named["train_progress"]["loss"] is not None
+    assert (named["train_finished"]["step"], named["train_finished"]["steps_this_run"]) == (6, 6)
+    assert any(e["event"] == "train_said" and e["line"].startswith("placing ") for e in events)
 
 
 def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Path, dataset: Path) -> None:

@@ -87,17 +87,20 @@ def test_ctrl_c_stops_every_process_the_run_started(tmp_path: Path) -> None:
     assert code == 130, stdout[-3000:] + stderr[-3000:]
     assert not alive, [p.pid for p in alive]
     # Nothing trained is lost: the rank checkpointed the step it stopped at (or found it saved).
-    stopped = [
+    events = [
         json.loads(line)
         for log_file in (out / "logs").glob("*.jsonl")
         for line in log_file.read_text(encoding="utf-8").splitlines()
-        if '"train stopped"' in line
     ]
+    stopped = [e for e in events if e["event"] == "train_rank_stopped"]
     assert len(stopped) == 1, stopped
     newest = max(
         int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*") if (p / COMMITTED).is_file()
     )
     assert newest == stopped[0]["step"], (newest, stopped)
+    # The run's log says it stopped, and the checkpoint a rerun resumes from (lc 6: nothing did).
+    run_stopped = [e for e in events if e["event"] == "train_stopped"]
+    assert [e["checkpoint_step"] for e in run_stopped] == [newest], run_stopped
     # Its last line names that checkpoint and how to go on.
     said = " ".join(stderr.split())
     assert f"stopped: checkpoint at step {newest} in " in said, stderr[-3000:]

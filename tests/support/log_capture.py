@@ -24,9 +24,10 @@ __all__ = ["module_logs"]
 
 @contextmanager
 def module_logs(
-    monkeypatch: pytest.MonkeyPatch, module: ModuleType
+    monkeypatch: pytest.MonkeyPatch, module: ModuleType, *more: ModuleType
 ) -> Iterator[list[MutableMapping[str, Any]]]:
-    """The events ``module`` logs (through its ``log``) inside the block, at every level."""
+    """The events ``module`` (and ``more`` modules) logs (through its ``log``) inside the block,
+    at every level, in the order they were logged."""
     before, was_configured = structlog.get_config(), structlog.is_configured()
     capture = LogCapture()
     structlog.configure(
@@ -36,7 +37,8 @@ def module_logs(
     )
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(module, "log", structlog.get_logger(module.__name__))
+            for logging_module in (module, *more):
+                patch.setattr(logging_module, "log", structlog.get_logger(logging_module.__name__))
             yield capture.entries
     finally:
         if was_configured:

@@ -41,9 +41,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-LOG_EVERY = 10
-"""Steps between progress log lines."""
-
 
 class Stopped(Exception):
     """The run was stopped by request (raised in the train step, after the step before)."""
@@ -293,10 +290,7 @@ class RankSession:
         run.timings.steps += 1
         run.timings.samples += b
         run.timings.wall_s = time.perf_counter() - run.started_at
-        self._checkpoint(step)
-        if step % LOG_EVERY == 0 or step == train.steps:
-            log.info("train step", rank=run.request.rank, step=step, steps=train.steps, loss=value,
-                     samples_per_s=round(run.timings.samples_per_s, 3))  # fmt: skip
+        self._checkpoint(step)  # the run's log has the steps: the driver's train_progress
         return torch.tensor(value, dtype=torch.float64)
 
     def checkpoint_stopped(self) -> int | None:
@@ -340,4 +334,4 @@ class RankSession:
         try:
             self.checkpointer.wait()
         except RuntimeError as exc:
-            log.warning("checkpoint left uncommitted", error=str(exc))
+            log.warning("train_checkpoint_left_uncommitted", error=str(exc))

@@ -59,6 +59,10 @@ _LOST_AFTER_S = 120.0  # a rank that answers nothing this long is restarted as i
 _PEER_GRACE_S = 30.0  # a rank's failure waits this long for a silent peer: its death may be the cause
 _WATCH_S = 2.0  # how often the encoders' nodes are pinged while the ranks train
 
+PROGRESS_EVERY = 10
+"""Steps between the run's ``train_progress`` events: the first poll past each multiple of it
+(and the last step) is logged."""
+
 
 @dataclass
 class Rank:
@@ -108,6 +112,9 @@ class TrainDriver:
         self.first_step = 0
         self.datagen: dict[str, Any] | None = None
         self._said: set[str] = set()  # the ranks' notes said (rank 0's: the LR schedule extended)
+        self.step = 0  # rank 0's step, as its last progress said
+        self._logged_step = 0  # the step of the last train_progress event
+        self._logged_checkpoint: int | None = None  # the step of the last checkpoint logged
 
     @property
     def placement(self) -> dict[str, str]:
@@ -213,10 +220,20 @@ class TrainDriver:
             await self._ask_new(rank.actor, "start", {**payload, "rank": rank.index}) for rank in self.ranks
         ]
         resumed = replies[0].get("resumed_from") if isinstance(replies[0], dict) else None
-        self.first_step = int(resumed or 0)
+        self.first_step = self.step = self._logged_step = int(resumed or 0)
+        self._logged_checkpoint = None if resumed is None else int(resumed)  # committed before
         where = f"step {resumed} (checkpoints in {self.cfg.train.checkpoint_dir})"
+        if attempt == 0:
+            self.resumed_from = None if resumed is None else int(resumed)
+            log.info(
+                "train_started",
+                steps=int(self.cfg.train.steps),
+                resumed_from=self.resumed_from,
+                ranks=len(self.ranks),
+                encoders=len(self.encoders),
+                checkpoint_dir=str(self.cfg.train.checkpoint_dir),
+            )
         if attempt == 0 and resumed is not None:
-            self.resumed_from = int(resumed)
             self.say(f"resuming from {where}")
         elif attempt > 0:
             self.say(f"ranks started again from {where if resumed is not None else 'the start'}")
@@ -330,20 +347,40 @@ class TrainDriver:
 
     def _record(self) -> None:
         head = self.ranks[0].last
+        if not head:
+            return
         step, loss = int(head.get("step") or 0), head.get("loss")
-        if self.on_progress is not None and head:
-            self.on_progress(
-                TrainProgress(
-                    step=step,
-                    steps=int(head.get("steps") or self.cfg.train.steps),
-                    loss=None if loss is None else float(loss),
-                    samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
-                    checkpoint=None if head.get("checkpoint") is None else int(head["checkpoint"]),
-                    restarts=self.restarts,
-                    states=tuple(str(r.last.get("state", "?")) for r in self.ranks),
-                    resumed_from=self.resumed_from,
-                )
-            )
+        progress = TrainProgress(
+            step=step,
+            steps=int(head.get("steps") or self.cfg.train.steps),
+            loss=None if loss is None else float(loss),
+            samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
+            checkpoint=None if head.get("checkpoint") is None else int(head["checkpoint"]),
+            restarts=self.restarts,
+            states=tuple(str(r.last.get("state", "?")) for r in self.ranks),
+            resumed_from=self.resumed_from,
+        )
+        self.step = step
+        self._log_progress(progress)
+        if self.on_progress is not None:
+            self.on_progress(progress)
+
+    def _log_progress(self, p: TrainProgress) -> None:
+        """The run's log has what the terminal shows (the bar: ``say`` lines are logged by the
+        caller): each checkpoint the ranks committed as a poll finds it (the newest: two
+        committed between polls, 0.5 s, are one event), and the step, loss and samples/s every
+        ``PROGRESS_EVERY`` steps and at the last."""
+        if p.checkpoint is not None and p.checkpoint != self._logged_checkpoint:
+            from .checkpoint import checkpoint_path  # torch: once a checkpoint is there to name
+
+            self._logged_checkpoint = p.checkpoint
+            path = checkpoint_path(self.cfg.train.checkpoint_dir, p.checkpoint)
+            log.info("train_checkpoint_committed", step=p.checkpoint, path=str(path))
+        last = p.step >= p.steps and p.step > self._logged_step
+        if p.step // PROGRESS_EVERY > self._logged_step // PROGRESS_EVERY or last:
+            self._logged_step = p.step
+            log.info("train_progress", step=p.step, steps=p.steps, loss=p.loss,
+                     samples_per_s=round(p.samples_per_s, 3), checkpoint=p.checkpoint)  # fmt: skip
 
     async def _respawn_ranks(self) -> None:
         """Every rank's worker stopped (a rank left in a collective would hang) and started again,

@@ -50,17 +50,20 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from troupe.runtime.errors import leaf_errors
+from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import run_log
 from troupe.runtime.transports.loopback import moved_line
 
 from .train_cluster import stop_remote, training_cluster
 from .train_driver import ENCODER_CLASS, TRAINER_CLASS, TrainDriver
 from .train_prepare import prepare_run
-from .train_result import TrainingFailed, TrainProgress, TrainRunResult
+from .train_result import TrainingFailed, TrainProgress, TrainRunResult, committed_checkpoints
 
 __all__ = [
     "ENCODER_CLASS",
@@ -71,6 +74,8 @@ __all__ = [
     "run_training",
     "run_training_sync",
 ]
+
+log = get_logger(__name__)
 
 
 async def run_training(
@@ -108,34 +113,74 @@ async def run_training(
         TrainingFailed: the ranks failed more than ``train.max_restarts`` times.
     """
     t0 = time.perf_counter()
-    say = on_event or (lambda _line: None)
+    say = _logged(on_event or (lambda _line: None))
     cfg, out_dir, held, lines = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
-    for line in lines:
-        say(line)
     done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
+    driver: list[TrainDriver] = []  # the run's driver, once made: the step it saw, for the log
     try:
         log_dir = out_dir / "logs"
         with run_log("local", "train") as logs:  # the run's file closed as it ends
             if logs is not None:
                 logs.write_to(log_dir)
-            async with (
-                _kept_once_trained(done),
-                training_cluster(master, node_endpoint, out_dir, endpoint_may_move) as (rt, hosts),
-            ):
-                if master is None and node_endpoint is not None and hosts[0].endpoint != node_endpoint:
-                    say(moved_line(node_endpoint, hosts[0].endpoint))
-                run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress, master)
-                try:
-                    done.append(await run.main(fresh))
-                finally:
-                    if master is not None:  # a node started here stops its workers itself, then stops
-                        with anyio.CancelScope(shield=True):
-                            await stop_remote(master, run.spawned)
+            for line in lines:  # said once the run's log is its file: they are logged too
+                say(line)
+            try:
+                async with (
+                    _kept_once_trained(done),
+                    training_cluster(master, node_endpoint, out_dir, endpoint_may_move) as (rt, hosts),
+                ):
+                    if master is None and node_endpoint is not None and hosts[0].endpoint != node_endpoint:
+                        say(moved_line(node_endpoint, hosts[0].endpoint))
+                    run = TrainDriver(rt, cfg, out_dir, hosts, say, on_progress, master)
+                    driver.append(run)
+                    try:
+                        done.append(await run.main(fresh))
+                    finally:
+                        if master is not None:  # a node started here stops its workers itself, then stops
+                            with anyio.CancelScope(shield=True):
+                                await stop_remote(master, run.spawned)
+            except anyio.get_cancelled_exc_class():
+                # Once the workers stopped: each rank checkpointed the step it stopped at.
+                _log_stopped(cfg, driver[0].step if driver else 0)
+                raise
+            except Exception as exc:
+                log.error("train_failed", step=driver[0].step if driver else 0, error=_said_error(exc))
+                raise
+            result = done[0]
+            result.wall_s = time.perf_counter() - t0
+            log.info("train_finished", step=result.steps, steps_this_run=result.steps_this_run,
+                     resumed_from=result.resumed_from, loss=result.loss,
+                     samples_per_s=round(result.samples_per_s, 3), restarts=result.restarts,
+                     checkpoint=result.checkpoints[-1] if result.checkpoints else None,
+                     wall_s=round(result.wall_s, 3))  # fmt: skip
     finally:
         held.release()  # out is free for the next run (the kernel frees it too, if this dies)
-    result = done[0]
-    result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _logged(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say``, each line logged too (``train_said``): the run's log is its durable record, and
+    the terminal's lines (a resume, a restart, other code's checkpoints) are part of it."""
+
+    def both(line: str) -> None:
+        log.info("train_said", line=line)
+        say(line)
+
+    return both
+
+
+def _log_stopped(cfg: Any, step: int) -> None:
+    """``train_stopped``: the step rank 0 was last seen at, and the newest committed checkpoint
+    (the one a rerun resumes from; None where none is, or its folder is not this host's)."""
+    newest = committed_checkpoints(Path(cfg.train.checkpoint_dir))
+    last = newest[-1] if newest else None
+    at = None if last is None else int(Path(last).name.removeprefix("step-"))
+    log.info("train_stopped", step=step, checkpoint_step=at, checkpoint=last)
+
+
+def _said_error(exc: BaseException) -> str:
+    """The run's error as one line: each error inside its exception groups, by class."""
+    return "; ".join(f"{type(e).__name__}: {e}" for e in leaf_errors(exc))
 
 
 @contextlib.asynccontextmanager

@@ -184,25 +184,31 @@ class TrainerActor(Actor):
                     "weights_sha256": weights_sha256(session.model),
                 }
                 run.state = "done"
-                log.info("train done", rank=run.request.rank, step=run.step, loss=run.losses[-1:] or None)
+                rank, loss = run.request.rank, run.losses[-1:] or None
+                log.info("train_rank_done", rank=rank, step=run.step, loss=loss)
             if run.state != "done":  # cancelled by stop
                 run.error, failed = "stopped", True
         except Exception as exc:  # reported by progress; the driver decides about a restart
             failed = True
             run.error = "stopped" if isinstance(exc, Stopped) else f"{type(exc).__name__}: {exc}"
             run.error_final = _fails_again(exc, session)
-            log.warning("train failed", rank=run.request.rank, step=run.step, error=run.error)
+            if not isinstance(exc, Stopped):  # a stop is logged as the rank checkpoints it, below
+                # At error where no restart can help: the run ends on it (the driver's train_failed).
+                failed_at = log.error if run.error_final else log.warning
+                failed_at("train_rank_failed", rank=run.request.rank, step=run.step, error=run.error,
+                          final=run.error_final)  # fmt: skip
         finally:
             try:
                 with anyio.CancelScope(shield=True):
                     # One rank only: with several, a checkpoint is a collective every rank must join
                     # at the same step, and a stop reaches them between different steps.
                     if session is not None and run.error == "stopped" and run.request.world_size == 1:
+                        rank = run.request.rank
                         try:
                             saved = await anyio.to_thread.run_sync(session.checkpoint_stopped)
-                            log.info("train stopped", rank=run.request.rank, step=run.step, checkpoint=saved)
+                            log.info("train_rank_stopped", rank=rank, step=run.step, checkpoint=saved)
                         except Exception as exc:
-                            log.warning("stop checkpoint failed", rank=run.request.rank, error=repr(exc))
+                            log.warning("train_rank_stop_checkpoint_failed", rank=rank, error=repr(exc))
                     if session is not None:
                         await anyio.to_thread.run_sync(session.close)
                     if joined:
