@@ -4,6 +4,7 @@ left ``--out`` behind."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,29 @@ def test_a_master_that_is_not_there_is_refused_at_once_with_the_flags_meaning(tm
     assert f"--master: no master answers at {nobody} (connection refused)" in line, line
     assert "--master is a running master" in line and "leave --master out to train on this host" in line
     assert "AskTimeout" not in line, line
+
+
+def test_checkpoints_of_a_model_default_another_troupe_changed_are_refused(tmp_path: Path) -> None:
+    """Report lc 3: found only as rank 0 loaded the checkpoint, once the cluster was up, and
+    called unloadable with advice to move it away, which every checkpoint failed the same way."""
+    from troupe.actors.training.train_prepare import prepare_run
+
+    changes = {"train": {"dataset": str(_dataset(tmp_path))}}
+    config = config_copy(tmp_path / "train.toml", "train.toml", changes)
+    out = tmp_path / "out"
+    prepare_run(config, out, None, fresh=False)[2].release()
+    (out / "checkpoints" / "step-000000005").mkdir(parents=True)
+    (out / "checkpoints" / "step-000000005" / "COMMITTED").write_text("5\n")
+    record_path = out / ".troupe-train" / "run.json"
+    record = json.loads(record_path.read_text())
+    record["made_with"]["model"]["mlp_ratio"] = 2.0  # as a troupe of another default recorded it
+    record["made_by"] = [{"version": "0.0.9", "digest": "0123abcd"}]
+    record_path.write_text(json.dumps(record))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    line = _refused(config, out, made=before)
+    assert (
+        f"--out {out} holds checkpoints made with model.mlp_ratio=2.0, this run builds "
+        "model.mlp_ratio=4.0 (its [model] with this troupe's defaults)"
+    ) in line, line
+    assert "set mlp_ratio = 2.0 in [model]" in line and "run troupe 0.0.9 (code 0123abcd)" in line
+    assert "--fresh" in line and json.loads(record_path.read_text()) == record

@@ -344,16 +344,31 @@ def verify(path: str | os.PathLike[str]) -> None:
 
 
 def _unreadable(path: Path, exc: BaseException) -> CheckpointUnreadable:
+    """The error that says ``path`` does not load, and what to do: a damaged one is moved away
+    (the one before may load); one of another model (its sizes or keys are not this model's,
+    its bytes having passed their sha256) is not, as every checkpoint of the run is that model's
+    (another troupe version's defaults, say; ``train_dir`` refuses a [model] change up front)."""
     cause: BaseException = exc
     if isinstance(exc, CheckpointException) and exc.failures:  # what failed, on the first rank
         cause = next(iter(exc.failures.values()))[0]
     first = (str(cause).strip().splitlines() or [""])[0][:200]
     why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+    if first.startswith(_OTHER_MODEL):
+        return CheckpointUnreadable(
+            f"checkpoint {str(path)!r} was made with another model than this run builds (another "
+            f"troupe version?) and cannot be loaded ({why}); resume it with the troupe that made "
+            "it, or run with --fresh to start anew",
+            final=True,
+        )
     return CheckpointUnreadable(
         f"checkpoint {str(path)!r} cannot be loaded ({why}); move it away to resume from the one "
         "before, or run with --fresh",
         final=not isinstance(cause, OSError),
     )
+
+
+# How DCP's load says a state dict is not the model's (a parameter's size; one it lacks).
+_OTHER_MODEL = ("Size mismatch between saved", "Missing key in checkpoint state_dict")
 
 
 class CheckpointUnreadable(ValueError):

@@ -1,7 +1,8 @@
 """A training run's output folder: what its checkpoints were made with, and who uses it now.
 
 ``out/.troupe-train/run.json`` records what decides whether a checkpoint can be resumed: the
-``[model]`` table, the clip geometry (``train.size``, ``train.clip_frames``), the dataset
+model (every field of the ``WorldModelConfig`` that ``[model]`` builds, the defaults of this
+troupe's code included), the clip geometry (``train.size``, ``train.clip_frames``), the dataset
 (``train.dataset``; under ``{out}`` when it lies there), ``train.seed`` (the sampler's epochs)
 and the encoder (class, kwargs, weights) whose latents the model learns from; and, beside them,
 the dataset's identity (:mod:`.dataset_identity`: a store that grew goes on, one replaced or
@@ -18,11 +19,19 @@ bar, the run again as it takes the lock):
   that differs, when it does not (its checkpoints would not load: the workers failed, were
   restarted three times, and the run ended in 300 lines of tracebacks), and when its dataset
   was replaced or shrank (each restart failed on a clip index out of range); one that holds no
-  checkpoint yet (its run failed before the first) binds nothing: this run's config is recorded;
+  checkpoint yet (its run failed before the first) binds nothing: this run's config is recorded.
+  The model is compared field by field, a recorded model completed with this code's defaults:
+  a default another troupe changed is found here (it was found only as rank 0 loaded the
+  checkpoint, called unloadable, with advice to move it away that no checkpoint could follow),
+  and a record of a troupe that kept only the keys ``[model]`` set still resumes;
 - anything else holds someone else's files: refused.
 
 The record also keeps which troupe code trained there (``made_by``, as a data generation's:
 ``runtime/pipeline/run_code.py``): a resume under other code says so in one line, and goes on.
+The code is recorded as the run is prepared, before it may make anything (a run SIGKILLed
+later stays recorded: the safe side), and taken back as the run ends where it committed no
+checkpoint (:meth:`TrainDir.release`): a run that failed before its first (a checkpoint it
+could not load, say) made nothing there, and every later run said the folder mixed both.
 
 ``--fresh`` deletes what a training run wrote (the record, ``logs/``, and the checkpoint and
 latent-cache folders and the data generation's dataset where they lie in ``out``), in a folder
@@ -38,6 +47,7 @@ bound to ``out``, nothing else in them (it had deleted none, and the run resumed
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -46,8 +56,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from troupe.models.world_model import WorldModelConfig
 from troupe.runtime.errors import ConfigError
-from troupe.runtime.pipeline.run_code import code_line, this_code
+from troupe.runtime.pipeline.run_code import code_line, last_other_code, this_code
 from troupe.runtime.pipeline.run_dir_lock import held_by_another, hold
 from troupe.runtime.pipeline.run_fingerprint import first_difference
 from troupe.runtime.pipeline.run_record import read_record, write_record
@@ -62,11 +73,14 @@ _FORMAT = 1
 _STATE = ".troupe-train"
 _BOUND = ".troupe-train-out.json"  # in a checkpoint folder outside --out: the --out it is bound to
 _STEP_DIR = re.compile(r"step-\d+")  # a checkpoint's folder (checkpoint.checkpoint_path)
+_COMMITTED = "COMMITTED"  # a committed checkpoint's marker (checkpoint.COMMITTED: that imports torch)
+_UNSET = object()  # a record's made_by that was not there
 
 
 def made_with(cfg: Any, out: Path) -> dict[str, Any]:
     """What decides whether ``cfg`` (a ``TrainConfig``) can resume the checkpoints of ``out``:
-    the model, the clips, the encoder (its weights file's sha256 too: another file at the same
+    the model (every field, as this code builds it: a default that changed is another model),
+    the clips, the encoder (its weights file's sha256 too: another file at the same
     path is another encoder, whose latents the checkpoints were not trained on), and the dataset
     (relative to ``out`` when it lies there, as with ``[datagen]``: a copied ``out`` still
     resumes)."""
@@ -75,7 +89,7 @@ def made_with(cfg: Any, out: Path) -> dict[str, Any]:
     if dataset.is_relative_to(out.resolve()):
         dataset = Path("{out}") / dataset.relative_to(out.resolve())
     data = {
-        "model": dict(cfg.model),
+        "model": dataclasses.asdict(WorldModelConfig(**cfg.model)),
         "train": {
             "size": None if cfg.train.size is None else list(cfg.train.size),  # None: as stored
             "clip_frames": cfg.train.clip_frames,
@@ -122,6 +136,11 @@ class TrainDir:
         self.grown: str | None = None  # set by prepare: the line saying the dataset grew
         # Set by prepare: the line saying other troupe code trained the checkpoints resumed.
         self.other_code: str | None = None
+        self._lock: JournalLock | None = None  # set by prepare: released by release
+        # Set by prepare where it added this code to made_by: the made_by it replaced (_UNSET:
+        # none), and the committed checkpoints then; release puts it back if none came since.
+        self._made_by_before: Any = None
+        self._committed_before: dict[str, tuple[int, int]] = {}
 
     def check(self, made: dict[str, Any], fresh: bool, dataset: DatasetIdentity | None = None) -> None:
         """What :meth:`prepare` would refuse, refused without changing anything.
@@ -153,9 +172,12 @@ class TrainDir:
         data generation beside, whose dataset is the run's own), recorded; :attr:`grown` is set
         to the line saying it grew since the checkpoints began, if it did; :attr:`other_code` to
         the line saying the checkpoints resumed were trained by other troupe code, if they were.
+        This code is added to the record's ``made_by``; :meth:`release` takes it back where the
+        run committed no checkpoint.
 
         Returns:
-            The folder's lock: held until the run releases it (or its process ends).
+            The folder's lock: held until the run releases it (or its process ends); the run
+            releases it through :meth:`release`.
 
         Raises:
             ConfigError: as :meth:`check`.
@@ -177,8 +199,10 @@ class TrainDir:
                     self._check_new()
                 record = {"format": _FORMAT, "made_with": made, **trained_on, **began}
                 self._write(self._binding(record))
+                self._made_by_before = []  # nothing made here yet
             elif not self._has_checkpoints(record):  # nothing to resume: this run's config binds
                 self._write(self._binding({**record, "made_with": made, **trained_on, **began}))
+                self._made_by_before = []
             else:
                 self._check_same(record, made)
                 if dataset is not None:
@@ -186,15 +210,34 @@ class TrainDir:
                 made_by, self.other_code = code_line(
                     record.get("made_by"), self.out, "the steps this run trains"
                 )
+                if made_by != record.get("made_by"):
+                    self._made_by_before = record.get("made_by", _UNSET)
                 # grown: the larger one binds
                 updated = self._binding({**record, **trained_on, "made_by": made_by})
                 if updated != record:
                     self._write(updated)
             self._bind()
+            self._committed_before = self._committed(self._read() or {})
         except BaseException:
             lock.release()
             raise
+        self._lock = lock
         return lock
+
+    def release(self) -> None:
+        """End the run's hold on the folder: where :meth:`prepare` added this code to the
+        record's ``made_by`` and no checkpoint was committed since, put ``made_by`` back as it
+        was (the run made nothing there: one that failed to load the checkpoint it resumed, or
+        stopped before its first, would have the folder said to mix both codes for ever); then
+        release the lock. A run that dies before this stays recorded: the safe side, as a
+        checkpoint may have been committed."""
+        if self._lock is None:
+            return
+        try:
+            self._take_back_code()
+        finally:
+            self._lock.release()
+            self._lock = None
 
     # -- private ----------------------------------------------------------------------------
 
@@ -211,12 +254,66 @@ class TrainDir:
         for section, key in (("train", "dataset"), ("train", "seed"), ("encoder", "weights_sha256")):
             if key not in (recorded.get(section) or {}):
                 made = {**made, section: {k: v for k, v in made.get(section, {}).items() if k != key}}
+        if isinstance(recorded.get("model"), dict):
+            recorded = {**recorded, "model": _completed(recorded["model"])}
+            made = {**made, "model": _completed(made.get("model", {}))}
+            self._check_same_model(record, recorded["model"], made["model"])
         diff = first_difference(recorded, made)
         if diff is not None:
             raise ConfigError(
                 f"--out {self.out} holds checkpoints made with {diff[0]}, this run asks {diff[1]}: "
                 "they cannot be resumed (use --fresh to start anew, or another --out)"
             )
+
+    def _check_same_model(
+        self, record: dict[str, Any], recorded: dict[str, Any], made: dict[str, Any]
+    ) -> None:
+        """Refuse checkpoints of another model, naming the first field that differs and the ways
+        on: the field set in ``[model]`` as they had it (a default this troupe changed is not
+        the user's doing), the troupe that made them, or ``--fresh``."""
+        field = next((k for k in [*recorded, *made] if recorded.get(k, _UNSET) != made.get(k, _UNSET)), None)
+        if field is None:
+            return
+        ways = []
+        if field in recorded and field in {f.name for f in dataclasses.fields(WorldModelConfig)}:
+            ways.append(f"set {field} = {json.dumps(recorded[field])} in [model] to resume them, ")
+        other = last_other_code(record.get("made_by"))
+        if other is not None:
+            ways.append(f"run {other}, which made them, ")
+        raise ConfigError(
+            f"--out {self.out} holds checkpoints made with {_model_field(field, recorded)}, this run "
+            f"builds {_model_field(field, made)} (its [model] with this troupe's defaults): they cannot "
+            f"be resumed ({''.join(ways)}use --fresh to start anew, or another --out)"
+        )
+
+    def _take_back_code(self) -> None:
+        if self._made_by_before is None:
+            return  # this code was the last already
+        try:
+            record = self._read()
+        except ConfigError:
+            return  # damaged since: the next run says so
+        if record is None or self._committed(record) != self._committed_before:
+            return  # a checkpoint was committed (or removed: not this code's to judge)
+        if self._made_by_before is _UNSET:
+            record.pop("made_by", None)
+        else:
+            record["made_by"] = self._made_by_before
+        self._write(record)
+
+    def _committed(self, record: dict[str, Any]) -> dict[str, tuple[int, int]]:
+        """The committed checkpoints of the folders of ``record`` and of this run, each with
+        its marker's inode and mtime: a step saved again (its uncommitted folder removed first)
+        is a new commit under the same name."""
+        folders = {self.checkpoint_dir, *(Path(p) for p in record.get("checkpoint_dirs") or [])}
+        committed = {}
+        for step in (step for folder in folders for step in _step_dirs(folder)):
+            try:
+                marker = (step / _COMMITTED).stat()
+            except OSError:
+                continue
+            committed[str(step)] = (marker.st_ino, marker.st_mtime_ns)
+        return committed
 
     def _has_checkpoints(self, record: dict[str, Any]) -> bool:
         """Whether a checkpoint folder of ``record`` or of this run holds a checkpoint (a
@@ -302,6 +399,25 @@ class TrainDir:
             elif path.exists() or path.is_symlink():
                 path.unlink()
         self.record_path.unlink(missing_ok=True)
+
+
+def _completed(model: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``[model]`` with this code's defaults for the fields it lacks (as read back
+    from JSON): a troupe that kept only the keys ``[model]`` set recorded no other, and a field
+    added since takes its default. One this code cannot build (a field it has not) is kept as
+    recorded, and differs."""
+    try:
+        completed: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(WorldModelConfig(**model))))
+    except (TypeError, ValueError):
+        return model
+    return completed
+
+
+def _model_field(field: str, model: dict[str, Any]) -> str:
+    """``model.<field>=<value>`` as the refusal names it; ``no model.<field>`` where there is none."""
+    if field not in model:
+        return f"no model.{field}"
+    return f"model.{field}={json.dumps(model[field])}"
 
 
 def _file_sha256(path: str | None) -> str | None:

@@ -15,7 +15,6 @@ from troupe.runtime.errors import ConfigError
 from troupe.runtime.pipeline.config import load_pipeline
 from troupe.runtime.pipeline.run_dir import RunDir
 from troupe.runtime.pipeline.run_fingerprint import fingerprint, first_difference
-from troupe.runtime.tasks.journal_lock import JournalLock
 
 from .dataset_identity import DatasetIdentity, dataset_identity
 from .train_dir import TrainDir, made_with
@@ -25,11 +24,12 @@ __all__ = ["check_datagen", "check_dataset", "prepare_run", "train_dir", "traine
 
 def prepare_run(
     config: Any, out: str | os.PathLike[str], steps: int | None, fresh: bool
-) -> tuple[Any, Path, JournalLock, list[str]]:
+) -> tuple[Any, Path, TrainDir, list[str]]:
     """The run's config (a ``TrainConfig``), its output folder, made, with ``logs`` inside, the
-    folder's lock, held (``TrainDir``: release it when the run ends), and the lines the run
-    says before it starts (the dataset grew since the checkpoints began; other troupe code
-    trained the checkpoints it resumes).
+    folder, held (``TrainDir.release`` it when the run ends: that takes this code back from the
+    record where the run committed no checkpoint), and the lines the run says before it starts
+    (the dataset grew since the checkpoints began; other troupe code trained the checkpoints it
+    resumes).
 
     Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline,
     an ``out`` another run uses, made with another model, holding someone else's files, or
@@ -54,9 +54,13 @@ def prepare_run(
     else:  # refused now, not after the workers started
         check_datagen(cfg, out_dir, fresh)
     folder = train_dir(cfg, out_dir)
-    lock = folder.prepare(made_with(cfg, out_dir), fresh, trained_on(cfg))
-    (out_dir / "logs").mkdir(exist_ok=True)
-    return cfg, out_dir, lock, [line for line in (folder.grown, folder.other_code) if line]
+    folder.prepare(made_with(cfg, out_dir), fresh, trained_on(cfg))
+    try:
+        (out_dir / "logs").mkdir(exist_ok=True)
+    except BaseException:
+        folder.release()
+        raise
+    return cfg, out_dir, folder, [line for line in (folder.grown, folder.other_code) if line]
 
 
 def trained_on(cfg: Any) -> DatasetIdentity | None:

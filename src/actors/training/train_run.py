@@ -154,7 +154,9 @@ async def run_training(
                      checkpoint=result.checkpoints[-1] if result.checkpoints else None,
                      wall_s=round(result.wall_s, 3))  # fmt: skip
     finally:
-        held.release()  # out is free for the next run (the kernel frees it too, if this dies)
+        # out is free for the next run (the kernel frees it too, if this dies), and this code is
+        # taken back from its record where the run committed no checkpoint
+        held.release()
     return result
 
 

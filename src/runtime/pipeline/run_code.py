@@ -10,7 +10,8 @@ that made what the folder holds, oldest first, each as ``troupe --version`` show
 one's says so in one line as it starts, and adds its own once it may have made something: a
 pipeline run before it first hands an item to its last stage or finalises (``first_output.py``;
 one stopped before that made nothing, and is not recorded: report rg 6), a training as it
-resumes. A run folder's record starts with an empty list: nothing made there yet. It is not
+is prepared, taken back as it ends where it committed no checkpoint (``train_dir.py``). A run
+folder's record starts with an empty list: nothing made there yet. It is not
 refused: the outputs made so far are sound, and ``--fresh`` makes them all again with one code
 where that matters. A record of a troupe that kept no ``made_by`` starts its list with
 :data:`UNRECORDED`, said as such.
@@ -26,7 +27,7 @@ from typing import Any
 
 from troupe.runtime.code_identity import code_digest, version
 
-__all__ = ["UNRECORDED", "code_line", "this_code"]
+__all__ = ["UNRECORDED", "code_line", "last_other_code", "this_code"]
 
 UNRECORDED: dict[str, Any] = {"version": None, "digest": None}
 """The entry of ``made_by`` for the code of a run recorded before troupe kept it: unknown."""
@@ -58,6 +59,16 @@ def code_line(made_by: Any, out: Path, made_now: str) -> tuple[list[dict[str, An
         "both; --fresh makes everything again with this one"
     )
     return [*earlier, now], line
+
+
+def last_other_code(made_by: Any) -> str | None:
+    """The code that made the latest of a folder (the last of its ``made_by``), as ``troupe
+    --version`` says it, where it is known and not this process's: the troupe to run to go on
+    with what it made; None otherwise."""
+    earlier = _entries(made_by)
+    if not earlier or earlier[-1] == this_code() or earlier[-1].get("digest") is None:
+        return None
+    return _shown(earlier[-1])
 
 
 def _entries(made_by: Any) -> list[dict[str, Any]]:

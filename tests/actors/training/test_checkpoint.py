@@ -6,6 +6,7 @@ the SIGKILL test starts: it trains, prints each step, and hangs after ``HANG_AFT
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import subprocess
 import sys
@@ -272,6 +273,25 @@ def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:
     assert "step-000000001' cannot be loaded (" in message and "--fresh" in message
     assert "\n" not in message and "CheckpointException" not in message
     assert info.value.final  # every load would fail the same way: the trainer does not restart
+
+
+@pytest.mark.parametrize("change", [{"mlp_ratio": 2.0}, {"layers": 2}])  # a size; a key it lacks
+def test_a_checkpoint_of_another_model_is_said_to_be_one(tmp_path: Path, change: dict[str, Any]) -> None:
+    """Report lc 3: a checkpoint whose sizes or keys are another model's (another troupe
+    version's defaults) was called unloadable with "move it away to resume from the one before",
+    advice no checkpoint of the run could follow: every one is that model's."""
+    saved = _saved_at_step_1(tmp_path)
+    model = WorldModel(dataclasses.replace(CONFIG, **change))
+    with pytest.raises(CheckpointUnreadable) as info:
+        load(saved, model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    message = str(info.value)
+    assert message.startswith(
+        f"checkpoint {str(saved)!r} was made with another model than this run builds (another "
+        "troupe version?) and cannot be loaded ("
+    ), message
+    assert message.endswith("resume it with the troupe that made it, or run with --fresh to start anew")
+    assert "move it away" not in message and "\n" not in message
+    assert info.value.final
 
 
 def test_a_checkpoint_that_could_not_be_read_may_load_later(

@@ -66,6 +66,19 @@ async def test_a_damaged_last_checkpoint_fails_the_rank_for_good(tmp_path: Path)
     assert "CheckpointUnreadable" in failed["error"] and "step-000000002' cannot be loaded" in failed["error"]
 
 
+async def test_a_checkpoint_of_another_model_fails_the_rank_for_good_saying_so(tmp_path: Path) -> None:
+    """Report lc 3: not "move it away to resume from the one before", which every checkpoint of
+    the other model fails the same way."""
+    dataset = _dataset(tmp_path, 8)
+    await _rank_until(tmp_path, train_data(dataset, 2, local_encoding=True), "done")
+    other = train_data(dataset, 4, local_encoding=True)
+    other["model"]["mlp_ratio"] = 2.0  # as another troupe's default would build it
+    failed = await _rank_until(tmp_path, other, "failed")
+    assert failed["final"] is True
+    assert "step-000000002' was made with another model than this run builds" in failed["error"]
+    assert "move it away" not in failed["error"], failed["error"]
+
+
 async def test_a_video_of_the_dataset_cut_short_fails_the_rank_for_good(tmp_path: Path) -> None:
     """Every restart read the same bytes and failed the same way, three times over."""
     dataset = _dataset(tmp_path, 8)

@@ -35,7 +35,7 @@ def test_checkpoints_of_another_model_are_refused_naming_the_field(tmp_path: Pat
     _step(out / "checkpoints", 1)
     other = {**MADE, "model": {"d_model": 64}}
     for refuse in (lambda: _dir(out).check(other, False), lambda: _dir(out).prepare(other, False)):
-        with pytest.raises(ConfigError, match=r"with model\.d_model=96, this run asks model\.d_model=64"):
+        with pytest.raises(ConfigError, match=r"with model\.d_model=96, this run builds model\.d_model=64"):
             refuse()
     _dir(out).prepare(other, fresh=True).release()  # --fresh starts anew with the new model
     _dir(out).check(other, fresh=False)
