@@ -14,8 +14,9 @@ from rich.console import Console
 from troupe.actors.training.train_result import TrainRunResult
 from troupe.cli.commands.train_report import bar_fields, final_line, result_json, result_table
 
-CACHE = {"memory_hits": 0, "disk_hits": 29, "misses": 3, "corrupt": 2, "groups_encoded": 3,
-         "partial": False, "unanswered": [], "not_counted": 0}  # fmt: skip
+CACHE = {"memory_hits": 0, "disk_hits": 29, "misses": 3, "corrupt": 2, "disk_writes": 1,
+         "disk_writes_skipped": 2, "disk_errors": 0, "groups_encoded": 3, "partial": False,
+         "unanswered": [], "not_counted": 0}  # fmt: skip
 
 
 def _result(**changes: Any) -> TrainRunResult:
@@ -42,7 +43,8 @@ def _rows(result: TrainRunResult) -> dict[str, str]:
 
 def test_the_latent_cache_is_a_line_of_the_table() -> None:
     assert _rows(_result())["latent cache"] == (
-        "0 memory hits, 29 disk hits, 3 misses (2 of them corrupt: deleted, encoded again), 3 groups encoded"
+        "0 memory hits, 29 disk hits, 3 misses (2 of them corrupt: deleted, encoded again), 3 groups "
+        "encoded, 1 written to disk (2 skipped, 0 failed)"
     )
 
 

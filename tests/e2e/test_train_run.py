@@ -88,6 +88,7 @@ def test_json_keys_then_a_second_run_resumes_and_fresh_starts_over(tmp_path: Pat
     cache = first["latent_cache"]  # asked of the encoder actors before they stopped
     assert cache["groups_encoded"] > 0 and cache["misses"] >= cache["groups_encoded"], cache
     assert cache["partial"] is False and cache["corrupt"] == 0, cache
+    assert {"disk_writes", "disk_writes_skipped", "disk_errors"} <= set(cache), cache  # the writes too
 
     code, stdout, stderr = run_cli("run", str(config), "--out", str(out), "--steps", "6")
     assert code == 0, stdout[-3000:] + stderr[-3000:]

@@ -72,11 +72,14 @@ def result_table(result: Any) -> Table:
 
 def cache_line(cache: dict[str, Any]) -> str:
     """The latent cache's figures in a line; a corrupt entry is a miss too (deleted, encoded
-    again), said with the misses; figures without an encoder that did not answer, said partial."""
+    again), said with the misses; the disk tier's writes, with those skipped (its disk under the
+    cache's reserve, or behind) and failed, which a rerun encodes again; figures without an
+    encoder that did not answer, said partial."""
     line = (
         f"{cache['memory_hits']} memory hits, {cache['disk_hits']} disk hits, {cache['misses']} misses "
         f"({cache['corrupt']} of them corrupt: deleted, encoded again), "
-        f"{cache['groups_encoded']} groups encoded"
+        f"{cache['groups_encoded']} groups encoded, {cache['disk_writes']} written to disk "
+        f"({cache['disk_writes_skipped']} skipped, {cache['disk_errors']} failed)"
     )
     unanswered, not_counted = cache.get("unanswered") or [], int(cache.get("not_counted") or 0)
     if unanswered:

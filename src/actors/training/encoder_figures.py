@@ -3,10 +3,14 @@ actors are stopped (their counts die with them): the sample groups each answered
 cache's figures summed over them.
 
 The cache's figures keep the names :meth:`~troupe.actors.encoders.latent_cache.LatentCache.stats`
-gives them (``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``), and ``groups_encoded`` is
-the actor's ``encoded`` (the name its metrics export). A corrupt entry is a disk entry that failed
-its checksum or did not read: it was deleted and encoded again, so it is counted among the misses
-too. An encoder that cannot be asked (its worker died) leaves the sums ``partial``, naming it in
+gives them (``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, and the disk tier's writes:
+``disk_writes``, ``disk_writes_skipped``, ``disk_errors``), and ``groups_encoded`` is the actor's
+``encoded`` (the name its metrics export). A corrupt entry is a disk entry that failed its
+checksum or did not read: it was deleted and encoded again, so it is counted among the misses
+too. A disk tier that stored fewer entries than it was given (its disk under the reserve the
+cache leaves free for checkpoints, or failing) is said in one line per run
+(:func:`not_stored_line`): it said so nowhere, and every rerun encoded everything again. An
+encoder that cannot be asked (its worker died) leaves the sums ``partial``, naming it in
 ``unanswered``: the run's result is still the run's.
 
 ``requests`` is the ranks' figure: the asks they sent each encoder (``TrainResult.requests``,
@@ -26,11 +30,27 @@ from typing import Any
 from troupe.runtime import TroupeError
 from troupe.runtime.library_logging import get_logger
 
-__all__ = ["CACHE_FIGURES", "EncoderFigures", "RankAsks", "ask_encoders", "latent_cache_figures", "rank_asks"]
+__all__ = [
+    "CACHE_FIGURES",
+    "EncoderFigures",
+    "RankAsks",
+    "ask_encoders",
+    "latent_cache_figures",
+    "not_stored_line",
+    "rank_asks",
+]
 
 log = get_logger(__name__)
 
-CACHE_FIGURES = ("memory_hits", "disk_hits", "misses", "corrupt")
+CACHE_FIGURES = (
+    "memory_hits",
+    "disk_hits",
+    "misses",
+    "corrupt",
+    "disk_writes",
+    "disk_writes_skipped",
+    "disk_errors",
+)
 """The latent cache's own counts summed over the encoder actors, under the cache's names."""
 
 
@@ -72,10 +92,11 @@ def latent_cache_figures(
 ) -> dict[str, Any]:
     """The cache figures summed over the encoders' ``stats`` answers (None: not answered).
 
-    Returns ``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, ``groups_encoded``, and
-    ``partial`` (some encoder did not answer, or the encoders count fewer groups than
-    ``answered_by_ranks``) with ``unanswered`` (their names, sorted) and ``not_counted`` (the
-    groups the ranks had answered that the counts miss: 0 when all are counted).
+    Returns ``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, ``disk_writes``,
+    ``disk_writes_skipped``, ``disk_errors``, ``groups_encoded``, and ``partial`` (some encoder
+    did not answer, or the encoders count fewer groups than ``answered_by_ranks``) with
+    ``unanswered`` (their names, sorted) and ``not_counted`` (the groups the ranks had answered
+    that the counts miss: 0 when all are counted).
     """
     sums = dict.fromkeys((*CACHE_FIGURES, "groups_encoded"), 0)
     unanswered = sorted(actor for actor, stats in answers.items() if stats is None)
@@ -121,3 +142,40 @@ async def ask_encoders(
             note="damaged disk entries of the latent cache were deleted and encoded again",
         )
     return EncoderFigures(requests, cache)
+
+
+def not_stored_line(
+    cache: dict[str, Any], cache_dir: str, free_bytes: int | None, reserve: int
+) -> str | None:
+    """The line that says the latent cache's disk tier stored fewer entries than it was given,
+    and what to do; None where it stored all (or was given none: no disk tier).
+
+    ``cache``: :func:`latent_cache_figures`; ``cache_dir``: the encoders' ``cache_dir``;
+    ``free_bytes``: the free space of the disk holding it, now (None: not known here, as on a
+    cluster's hosts); ``reserve``: what the cache leaves free on that disk for checkpoints.
+    """
+    skipped, errors = int(cache.get("disk_writes_skipped") or 0), int(cache.get("disk_errors") or 0)
+    if not skipped and not errors:
+        return None
+    written = int(cache.get("disk_writes") or 0)
+    where = f"the disk holding encoders.cache_dir {cache_dir}"
+    if free_bytes is None:  # each encoder host's own disk
+        disk = f"the cache leaves {_mib(reserve)} free on {where} (on each encoder host) for checkpoints"
+    else:
+        disk = f"{where} has {_mib(free_bytes)} free, and the cache leaves {_mib(reserve)} free there"
+        disk += " for checkpoints"
+    todo = []
+    if skipped:
+        disk += " (it skips a write too while the encoders outpace the disk)"
+        todo.append("free space on that disk, or give encoders.cache_dir one with room")
+    if errors:
+        todo.append("see that the cache can write there (its space, rights, a read-only mount)")
+    return (
+        f"the latent cache stored {written} of {written + skipped + errors} entries on disk "
+        f"({skipped} skipped, {errors} failed), so a rerun encodes those again: {disk}; {'; '.join(todo)}"
+    )
+
+
+def _mib(nbytes: int) -> str:
+    """``nbytes`` in MiB as the line says them: whole from 10 MiB, else to a tenth."""
+    return f"{nbytes / 2**20:.0f} MiB" if nbytes >= 10 * 2**20 else f"{nbytes / 2**20:.1f} MiB"

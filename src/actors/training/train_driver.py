@@ -14,6 +14,7 @@ run that was killed, as it stops a killed pipeline run's replicas, and a rerun t
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from troupe.actors.encoders.latent_cache import DISK_RESERVE
 from troupe.runtime import TroupeError, UnknownActor
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.library_logging import get_logger
@@ -31,7 +33,7 @@ from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 from troupe.runtime.worker_stop import node_silent
 
-from .encoder_figures import ask_encoders, rank_asks
+from .encoder_figures import ask_encoders, not_stored_line, rank_asks
 from .lost_nodes import live_hosts, moves, silent_nodes
 from .master_silence import watch_master
 from .train_cluster import stop_worker
@@ -477,6 +479,8 @@ class TrainDriver:
             names,
             rank_asks(names, [r.last for r in self.ranks]),  # the run's requests: the ranks' asks
         )
+        if self.encoders:
+            self._say_not_stored(encoders.latent_cache)
         return TrainRunResult(
             steps=int(head.get("step") or 0),
             losses=losses,
@@ -494,9 +498,39 @@ class TrainDriver:
             latent_cache=encoders.latent_cache if self.encoders else None,
         )
 
+    def _say_not_stored(self, cache: dict[str, Any]) -> None:
+        """Say once, and log at warning, where the latent cache's disk tier stored fewer entries
+        than it was given (a disk under the cache's reserve, or failing): nothing said so, and
+        every rerun encoded them all again. The free space is this host's disk's, where the
+        encoders run (none on a cluster: its hosts' own disks)."""
+        cache_dir = self.cfg.encoders.cache_dir
+        free = None if self.master is not None else _free_bytes(Path(cache_dir))
+        line = not_stored_line(cache, cache_dir, free, DISK_RESERVE)
+        if line is None:
+            return
+        log.warning(
+            "train_latent_cache_not_stored",
+            disk_writes=cache["disk_writes"],
+            disk_writes_skipped=cache["disk_writes_skipped"],
+            disk_errors=cache["disk_errors"],
+            cache_dir=cache_dir,
+            free_bytes=free,
+            reserve_bytes=DISK_RESERVE,
+            note=line,
+        )
+        self.say(line)
+
     def _losses(self, result: dict[str, Any]) -> list[float]:
         """Rank 0's losses of the last (re)start: steps ``first_step + 1`` to the end."""
         return [float(x) for x in result.get("losses") or []]
+
+
+def _free_bytes(folder: Path) -> int | None:
+    """The free bytes of the disk holding ``folder``; None where it cannot be asked."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def _reachable_host(endpoint: str) -> str:

@@ -14,7 +14,7 @@ import torch
 import troupe.actors.training.encoder_figures as encoder_figures
 from support.encoder_workers import encoder_worker
 from support.log_capture import module_logs
-from troupe.actors.training.encoder_figures import ask_encoders, rank_asks
+from troupe.actors.training.encoder_figures import ask_encoders, not_stored_line, rank_asks
 from troupe.cli.commands.train_report import cache_line
 from troupe.runtime import TroupeError
 
@@ -58,7 +58,8 @@ async def test_figures_are_summed_and_damaged_entries_logged_once(
                                          ["encode-a", "encode-b"])  # fmt: skip
     assert figures.requests == {"encode-a": 3, "encode-b": 2}
     assert figures.latent_cache == {
-        "memory_hits": 0, "disk_hits": 1, "misses": 4, "corrupt": 2, "groups_encoded": 4,
+        "memory_hits": 0, "disk_hits": 1, "misses": 4, "corrupt": 2, "disk_writes": 4,
+        "disk_writes_skipped": 0, "disk_errors": 0, "groups_encoded": 4,
         "partial": False, "unanswered": [], "not_counted": 0,
     }  # fmt: skip
     warnings = [e for e in logs if e["log_level"] == "warning"]
@@ -82,7 +83,8 @@ async def test_an_encoder_that_cannot_be_asked_makes_them_partial(monkeypatch: p
         figures = await ask_encoders(ask, list(answers))
     assert figures.requests == {"encode-0": 5, "encode-1": -1, "encode-2": -1}
     assert figures.latent_cache == {
-        "memory_hits": 1, "disk_hits": 2, "misses": 2, "corrupt": 0, "groups_encoded": 2,
+        "memory_hits": 1, "disk_hits": 2, "misses": 2, "corrupt": 0, "disk_writes": 0,
+        "disk_writes_skipped": 0, "disk_errors": 0, "groups_encoded": 2,
         "partial": True, "unanswered": ["encode-1", "encode-2"], "not_counted": 0,
     }  # fmt: skip
     assert not [e for e in logs if e["log_level"] == "warning"]  # nothing damaged: no warning
@@ -112,3 +114,36 @@ async def test_requests_are_the_ranks_asks_and_a_restarted_worker_makes_the_coun
     )
     whole = await ask_encoders(ask, names, rank_asks(names, [{"requests": [72, 166], "retries": 0}]))
     assert whole.latent_cache["partial"] is False and whole.latent_cache["not_counted"] == 0
+
+
+def test_a_disk_tier_that_stored_nothing_is_said_with_the_free_space_and_the_reserve() -> None:
+    """Report lc 2: a cache_dir on a disk under the reserve stored nothing, every rerun encoded
+    everything again, and nothing said so: the write counts are summed with the rest, and the
+    run says it in one line."""
+    answers = {
+        "encode-0": {"groups": 20, "encoded": 20, "cache": {"misses": 20, "disk_writes_skipped": 20}},
+        "encode-1": {"groups": 9, "encoded": 9, "cache": {"misses": 9, "disk_writes_skipped": 9}},
+    }
+    cache = encoder_figures.latent_cache_figures(answers)  # type: ignore[arg-type]
+    assert (cache["disk_writes"], cache["disk_writes_skipped"], cache["disk_errors"]) == (0, 29, 0)
+    assert not_stored_line(cache, "/small/cache", 59 << 20, 64 << 20) == (
+        "the latent cache stored 0 of 29 entries on disk (29 skipped, 0 failed), so a rerun encodes "
+        "those again: the disk holding encoders.cache_dir /small/cache has 59 MiB free, and the cache "
+        "leaves 64 MiB free there for checkpoints (it skips a write too while the encoders outpace "
+        "the disk); free space on that disk, or give encoders.cache_dir one with room"
+    )
+    assert cache_line(cache).endswith(", 29 groups encoded, 0 written to disk (29 skipped, 0 failed)")
+
+
+def test_failed_disk_writes_are_said_and_a_cluster_s_free_space_is_not_guessed() -> None:
+    cache = {"disk_writes": 5, "disk_writes_skipped": 0, "disk_errors": 3}
+    line = not_stored_line(cache, "/c", None, 64 << 20)
+    assert line == (
+        "the latent cache stored 5 of 8 entries on disk (0 skipped, 3 failed), so a rerun encodes "
+        "those again: the cache leaves 64 MiB free on the disk holding encoders.cache_dir /c (on each "
+        "encoder host) for checkpoints; see that the cache can write there (its space, rights, a "
+        "read-only mount)"
+    )
+    stored = {"disk_writes": 5, "disk_writes_skipped": 0, "disk_errors": 0}
+    assert not_stored_line(stored, "/c", 1 << 30, 64 << 20) is None  # all stored: nothing said
+    assert not_stored_line({}, "/c", 1 << 30, 64 << 20) is None  # no disk tier: nothing given
