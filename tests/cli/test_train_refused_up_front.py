@@ -115,3 +115,29 @@ def test_checkpoints_of_a_model_default_another_troupe_changed_are_refused(tmp_p
     ) in line, line
     assert "set mlp_ratio = 2.0 in [model]" in line and "run troupe 0.0.9 (code 0123abcd)" in line
     assert "--fresh" in line and json.loads(record_path.read_text()) == record
+
+
+@pytest.mark.parametrize(
+    ("cache_dir", "said"),
+    [
+        ("{out}/checkpoints", "is the run's train.checkpoint_dir"),
+        ("{out}", "is the run's --out"),
+        ("{out}/logs/cache", "lies in the run's logs folder {out}/logs"),
+    ],
+)
+def test_a_cache_dir_that_is_one_of_the_run_s_own_folders_is_refused(
+    tmp_path: Path, cache_dir: str, said: str
+) -> None:
+    """Report lc 7: "{out}/checkpoints" was taken by the first run, which wrote the cache beside
+    its checkpoints, and every later run was refused, --fresh too, naming its own checkpoints;
+    "{out}" failed in an encoder worker once the run had started."""
+    changes = {"train": {"dataset": str(_dataset(tmp_path))}, "encoders": {"cache_dir": cache_dir}}
+    config = config_copy(tmp_path / "train.toml", "train.toml", changes)
+    out = tmp_path / "out"
+    for fresh in ((), ("--fresh",)):
+        line = _refused(config, out, *fresh)
+        where, said_here = (text.replace("{out}", str(out)) for text in (cache_dir, said))
+        assert line == (
+            f"error: encoders.cache_dir {where} {said_here}: the latent cache needs a folder of its own (it "
+            'refuses one holding files it did not write); give it one, as "{out}/latent-cache"'
+        ), line

@@ -75,7 +75,12 @@ def check_train(
     from troupe.actors.training.dataset_identity import dataset_identity
     from troupe.actors.training.train_config import load_train_config
     from troupe.actors.training.train_dir import made_with
-    from troupe.actors.training.train_prepare import check_datagen, check_dataset, train_dir
+    from troupe.actors.training.train_prepare import (
+        cache_dir_problem,
+        check_datagen,
+        check_dataset,
+        train_dir,
+    )
 
     if steps is not None and steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
@@ -92,6 +97,9 @@ def check_train(
     if cfg.datagen is None:  # before the progress bar and the imports of the run: one line only
         check_dataset(dataset)
     resolved = cfg.with_out(out.resolve())
+    shared = cache_dir_problem(resolved, out.resolve())  # the first run took it; each later, refused
+    if shared:
+        raise ConfigError(shared)
     encoders = resolved.encoders
     if master is None and encoders.disk_mb > 0 and not resolved.train.local_encoding:
         # Found by the encoder workers, it failed them as they started, with the cluster up.

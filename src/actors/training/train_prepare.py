@@ -19,7 +19,7 @@ from troupe.runtime.pipeline.run_fingerprint import fingerprint, first_differenc
 from .dataset_identity import DatasetIdentity, dataset_identity
 from .train_dir import TrainDir, made_with
 
-__all__ = ["check_datagen", "check_dataset", "prepare_run", "train_dir", "trained_on"]
+__all__ = ["cache_dir_problem", "check_datagen", "check_dataset", "prepare_run", "train_dir", "trained_on"]
 
 
 def prepare_run(
@@ -32,7 +32,8 @@ def prepare_run(
     resumes).
 
     Raises ConfigError for a bad config or ``steps``, a missing dataset, a bad datagen pipeline,
-    an ``out`` another run uses, made with another model, holding someone else's files, or
+    a latent cache folder that is one of the run's own (:func:`cache_dir_problem`), an ``out``
+    another run uses, made with another model, holding someone else's files, or
     whose checkpoints were trained on another dataset than ``train.dataset`` holds now.
     """
     from .train_config import TrainConfig, load_train_config
@@ -49,6 +50,9 @@ def prepare_run(
         update={k: str(Path(getattr(cfg.train, k)).resolve()) for k in ("dataset", "checkpoint_dir")}
     )
     cfg = cfg.model_copy(update={"train": train})
+    shared = cache_dir_problem(cfg, out_dir)
+    if shared is not None:
+        raise ConfigError(shared)
     if cfg.datagen is None:
         check_dataset(Path(cfg.train.dataset))
     else:  # refused now, not after the workers started
@@ -61,6 +65,41 @@ def prepare_run(
         folder.release()
         raise
     return cfg, out_dir, folder, [line for line in (folder.grown, folder.other_code) if line]
+
+
+def cache_dir_problem(cfg: Any, out_dir: Path) -> str | None:
+    """Why the latent cache's folder (``encoders.cache_dir`` of ``cfg``, ``{out}`` replaced)
+    cannot be this run's: it is, holds or lies in one of the run's own folders (``--out``
+    itself, ``train.checkpoint_dir``, ``train.dataset``, ``logs``, ``.troupe-train``; lying in
+    ``--out`` is its place); None where it can, or where there is no disk tier. The cache
+    refuses a folder holding files it did not write: ``"{out}/checkpoints"`` was taken by the
+    first run, which put the cache beside its checkpoints, and every later run was refused,
+    ``--fresh`` too, naming the run's own checkpoints; ``"{out}"`` failed in the encoder worker
+    once the run had started (report lc 7)."""
+    if cfg.encoders.disk_mb <= 0 or cfg.train.local_encoding:
+        return None
+    cache, out = Path(cfg.encoders.cache_dir).resolve(), out_dir.resolve()
+    own = [
+        ("--out", out),
+        ("train.checkpoint_dir", Path(cfg.train.checkpoint_dir).resolve()),
+        ("train.dataset", Path(cfg.train.dataset).resolve()),
+        ("logs folder", out / "logs"),
+        ("record folder", out / ".troupe-train"),
+    ]
+    for what, path in own:
+        if cache == path:
+            how = f"is the run's {what}"
+        elif path.is_relative_to(cache):
+            how = f"holds the run's {what} {path}"
+        elif cache.is_relative_to(path) and path != out:
+            how = f"lies in the run's {what} {path}"
+        else:
+            continue
+        return (
+            f"encoders.cache_dir {cache} {how}: the latent cache needs a folder of its own (it "
+            'refuses one holding files it did not write); give it one, as "{out}/latent-cache"'
+        )
+    return None
 
 
 def trained_on(cfg: Any) -> DatasetIdentity | None:

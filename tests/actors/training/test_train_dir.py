@@ -297,3 +297,22 @@ def test_a_foreign_file_s_refusal_lists_what_a_user_knows_a_run_writes(tmp_path:
     with pytest.raises(ConfigError) as err:
         _dir(out).check(MADE, fresh=False)
     assert str(err.value).endswith("(a run writes .troupe-train, checkpoints, latent-cache, logs there)")
+
+
+def test_prepare_run_refuses_a_cache_dir_that_is_the_checkpoint_dir(tmp_path: Path) -> None:
+    """From Python too (report lc 7), before anything is made in --out."""
+    from trainer_testdata import train_data
+
+    from troupe.actors.training.train_prepare import prepare_run
+
+    dataset, out = tmp_path / "data", tmp_path / "out"
+    (dataset / ".troupe" / "episodes").mkdir(parents=True)
+    config = train_data(dataset, 3)
+    config["encoders"] |= {"cache_dir": "{out}/checkpoints", "disk_mb": 8.0}
+    with pytest.raises(
+        ConfigError, match=r"encoders\.cache_dir .*/out/checkpoints is the run's train\.checkpoint_dir"
+    ):
+        prepare_run(config, out, None, fresh=False)
+    assert not out.exists()
+    config["encoders"]["cache_dir"] = "{out}/latent-cache"  # its place
+    prepare_run(config, out, None, fresh=False)[2].release()
