@@ -207,6 +207,9 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 f"the node at {endpoint} went away before it answered (it stopped or died); start "
                 "it again with `troupe node start` or pass --node ENDPOINT"
             ) from None
+        except Unreachable as exc:  # a handshake failed for keys: unless no ZeroMQ peer listens
+            other = await anyio.to_thread.run_sync(not_troupe, endpoint, "node", found.connect_s)
+            raise Unreachable(other or str(exc)) from None
         except AskTimeout:
             other = await anyio.to_thread.run_sync(not_troupe, endpoint, "node", found.connect_s)
             if other is not None:

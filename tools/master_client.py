@@ -265,6 +265,8 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
             if exc.from_reply:  # the master answered: an ask of its own timed out
                 raise _masters_own(endpoint, msg_type, exc) from None
             raise type(exc)(_no_master(endpoint, _silent(exc, timeout), found, timeout)) from None
+        except Unreachable as exc:  # a handshake failed for keys: unless no ZeroMQ peer listens
+            raise Unreachable(not_troupe(endpoint, "master", found.connect_s) or str(exc)) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
             older = await _answers_as_master(runtime, endpoint)
             raise (_older_master if older else _not_a_master)(endpoint, msg_type) from None

@@ -65,6 +65,13 @@ async def connect(
             if not directory.silence_hint or type(exc) is not AskTimeout:  # PeerLost: it answered
                 raise
             raise AskTimeout(f"{exc}{directory.silence_hint}") from None
+        except Unreachable as exc:  # a handshake refused for keys: say whose they are
+            if not directory.silence_hint:  # no keys: nothing of keys to say
+                raise
+            where, without = _keys_origin(given, keys)
+            raise Unreachable(
+                f"{exc} (this client uses CURVE with {where}: {without} for a node without keys)"
+            ) from None
         return ActorAddress.parse(reply["address"]), reply["endpoint"]
 
     directory.lookup = lookup
@@ -84,19 +91,22 @@ async def connect(
 
 def _keys_hint(given: object, keys: object) -> str:
     """What a CURVE client's "no answer" adds: a node without keys answers a CURVE client with
-    silence, as one whose keys directory lacks this client's key does (it logs peer_refused).
-    Names where the keys came from: ``$TROUPE_KEYS`` from an operator's shell profile was used
-    without a word."""
-    if given is not None:
-        where, without = f"keys={str(given)!r}", "drop keys="
-    elif keys is not None:
-        where, without = f"${KEYS_ENV} ({keys})", "connect(..., env_keys=False), or unset it"
-    else:
-        where, without = "this process's own keys", "connect from a process without keys"
+    silence, as one whose keys directory lacks this client's key does (it logs peer_refused)."""
+    where, without = _keys_origin(given, keys)
     return (
         f" (or it runs without CURVE keys, and this client uses CURVE with {where}: {without} for "
         "a node without keys; or the keys are not authorised there: see its log)"
     )
+
+
+def _keys_origin(given: object, keys: object) -> tuple[str, str]:
+    """Where a CURVE client's keys came from, and how to go without them: ``$TROUPE_KEYS``
+    from an operator's shell profile was used without a word."""
+    if given is not None:
+        return f"keys={str(given)!r}", "drop keys="
+    if keys is not None:
+        return f"${KEYS_ENV} ({keys})", "connect(..., env_keys=False), or unset it"
+    return "this process's own keys", "connect from a process without keys"
 
 
 def _check_connectable(endpoint: object) -> None:

@@ -580,15 +580,13 @@ class Runtime(Inbound):
             ),
         )
 
-    def _peer_refused(self, endpoint: str) -> None:
-        """The process at ``endpoint`` refused this process's CURVE key: the asks waiting on it
-        end now, saying so, rather than at their deadlines (ZeroMQ tries again, refused again)."""
+    def _peer_refused(self, endpoint: str, why: str) -> None:
+        """The CURVE handshake with the process at ``endpoint`` failed for keys (``why``, the
+        transport's words: this process's key is not authorised there, or the server key it
+        holds is not that process's): the asks waiting on it end now, saying so, rather than at
+        their deadlines (ZeroMQ tries again, refused again)."""
         self._fail_asks_to(
-            endpoint,
-            lambda target, msg_type: Unreachable(
-                f"ask {msg_type!r} to {target}: the process at {endpoint} refused this process's "
-                "CURVE key (not authorised there: is its public key in that host's keys directory?)"
-            ),
+            endpoint, lambda target, msg_type: Unreachable(f"ask {msg_type!r} to {target}: {why}")
         )
 
     def _fail_asks_to(self, endpoint: str, error: Callable[[object, str], BaseException]) -> None:

@@ -148,12 +148,18 @@ class ZmqTransport:
         self._own_ctx = context is None
         self._ctx = context or private_context(batch_io_thread)
         self._handshakes = HandshakeWatch(self._gate)
-        self._peer_loss = PeerLossWatch(self._connection_lost, self._connection_refused)
+        self._peer_loss = PeerLossWatch(
+            self._connection_lost,
+            self._connection_refused,
+            server_key=security.directory / "cluster.key" if security is not None else None,
+        )
         # Set by the runtime: told the address of a peer whose connection ended (its process
         # died or stopped) once the replies it sent first were handled (zmq_peer_loss.py).
         self.on_peer_lost: Callable[[str], None] | None = None
-        # Told the endpoint of a peer that refused this process's CURVE key (zmq_peer_loss.py).
-        self.on_peer_refused: Callable[[str], None] | None = None
+        # Told the endpoint of a peer whose CURVE handshake failed for keys, and why in words:
+        # this process's key is not authorised there, or its server key is not the peer's
+        # (zmq_peer_loss.py).
+        self.on_peer_refused: Callable[[str, str], None] | None = None
         self.hwm = hwm
         self.batch = batch
         self.max_message_bytes = -1 if max_message_bytes is None else max_message_bytes
@@ -763,12 +769,15 @@ class ZmqTransport:
         if self.on_peer_lost is not None:
             self.on_peer_lost(w.peer)
 
-    def _connection_refused(self, w: Watched) -> None:
-        """The peer at ``w`` refused this process's key in the handshake."""
+    def _connection_refused(self, w: Watched, why: str, given_up: bool) -> None:
+        """The peer at ``w`` refused the handshake for keys, for the reason ``why``; where
+        ZeroMQ gave the connection up, it is forgotten (the next send makes a new one)."""
         if self._closed or self._dealers.get(w.peer) is not w:
             return
         if self.on_peer_refused is not None:
-            self.on_peer_refused(w.peer)
+            self.on_peer_refused(w.peer, why)
+        if given_up:
+            self.forget(w.peer)
 
     def forget(self, address: str) -> None:
         """Close the connection to a peer that is gone; the next send reconnects."""

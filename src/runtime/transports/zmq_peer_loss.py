@@ -16,23 +16,71 @@ as before while ZeroMQ reconnects. One whose handshake the peer refused for this
 key (its authenticator said 400: the key is not in its keys directory) is told apart
 (``on_refused``): the asks waiting there cannot be answered until someone copies a key, and
 waited out their deadlines in silence (two minutes, for a replica a node would not start).
+
+A CURVE client whose server key is not the peer's (``cluster.key`` of another cluster, or one
+rotated since) is refused in silence too: the peer cannot open the client's hello, hangs up, and
+the client sees only the connection end before the handshake did (``NO_DETAIL``, the peer's
+hang-up: EPIPE or ECONNRESET), again at each of ZeroMQ's retries. Once is no mismatch (a peer
+that stopped mid-handshake, then restarts); two in a row, with no handshake completed between,
+are told (``on_refused``, naming the key's file), and each one after. A handshake that
+timed out (EAGAIN: a paused peer accepts and says nothing) is no hang-up, and a transport without
+CURVE has no server key to blame: neither is counted. A peer without CURVE keys hangs up the same
+way where it sees the mismatch of mechanisms first; where this side sees it first, it is told
+apart (a protocol failure, after which libzmq gives the connection up: the transport forgets it,
+so that its next send tries again). A listener that is no ZeroMQ peer and closes every
+connection at once looks like a hang-up from here; the CLI's raw look at the greeting
+(``troupe.cli.zmtp_greeting``) tells it apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
+from pathlib import Path
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .zmq_socket import Watched
 
-__all__ = ["PeerLossWatch"]
+__all__ = ["HUNG_UP_IN_A_ROW", "PeerLossWatch"]
 
 _UP = int(zmq.EVENT_HANDSHAKE_SUCCEEDED)
 _DOWN = int(zmq.EVENT_DISCONNECTED)
 _REFUSED = int(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+_UNFINISHED = int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_PROTOCOL = int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+_NO_CURVE = int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+_HUNG_UP = frozenset({errno.EPIPE, errno.ECONNRESET})  # not EAGAIN: the handshake's own timeout
+
+HUNG_UP_IN_A_ROW = 2
+"""Handshakes the peer hung up on, in a row, that say its server key is not the one this
+process holds: one alone is a peer that stopped mid-handshake."""
+
+
+def _key_refused(peer: str) -> str:
+    return (
+        f"the process at {peer} refused this process's CURVE key (not authorised there: is its "
+        "public key in that host's keys directory?)"
+    )
+
+
+def _server_key_not_its(peer: str, server_key: Path) -> str:
+    return (
+        f"the CURVE handshake with {peer} failed: it hung up on every try, as a troupe process "
+        f"does whose server key is not the one in {server_key} (rotated? another cluster's? copy "
+        "that cluster's cluster.key there; its log says peer_refused), or one without CURVE "
+        "keys, or a listener that is no ZeroMQ peer"
+    )
+
+
+def _no_curve_there(peer: str, server_key: Path) -> str:
+    return (
+        f"the process at {peer} runs without CURVE keys (its handshake offers none), and this "
+        f"process uses CURVE with the keys beside {server_key}: drop them, or start it with the "
+        "cluster's keys"
+    )
 
 
 class PeerLossWatch:
@@ -40,22 +88,34 @@ class PeerLossWatch:
 
     Args:
         on_lost: told each connection that ended after its handshake had completed.
-        on_refused: told each connection whose handshake the peer refused for this process's
-            key (each try: ZeroMQ tries again).
+        on_refused: told each connection whose handshake the peer refused, why in words, and
+            whether ZeroMQ gave the connection up: for this process's key (each try: ZeroMQ
+            tries again); with ``server_key``, by hanging up on it :data:`HUNG_UP_IN_A_ROW`
+            times in a row (and each time after), or for having no CURVE (given up).
+        server_key: the file of the server key the connections present CURVE with (a keys
+            directory's ``cluster.key``); None without CURVE.
     """
 
     def __init__(
-        self, on_lost: Callable[[Watched], None], on_refused: Callable[[Watched], None] | None = None
+        self,
+        on_lost: Callable[[Watched], None],
+        on_refused: Callable[[Watched, str, bool], None] | None = None,
+        server_key: Path | None = None,
     ) -> None:
         self._on_lost = on_lost
         self._on_refused = on_refused
+        self._server_key = server_key
+        self._events = _UP | _DOWN | _REFUSED | (_UNFINISHED | _PROTOCOL if server_key is not None else 0)
         self._monitors: dict[str, tuple[zmq.Socket[bytes], Watched]] = {}
         self._up: set[str] = set()
+        self._hung_up: dict[
+            str, int
+        ] = {}  # per peer: handshakes it hung up on since the last one that completed
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self, w: Watched) -> None:
         """Monitor the peer connection ``w`` (before it connects: no event is missed)."""
-        monitor: zmq.Socket[bytes] = w.sock.get_monitor_socket(_UP | _DOWN | _REFUSED)
+        monitor: zmq.Socket[bytes] = w.sock.get_monitor_socket(self._events)
         self._monitors[w.peer] = (monitor, w)
         if self._loop is not None:
             self._loop.add_reader(monitor.fileno(), self._read, w.peer)
@@ -80,19 +140,41 @@ class PeerLossWatch:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.ZMQError:  # Again: read it all; or closed meanwhile
                 return
-            kind = event.get("event")
-            if kind == _UP:
-                self._up.add(peer)
-            elif kind == _DOWN and peer in self._up:
-                self._up.discard(peer)
-                self._on_lost(w)
-            elif kind == _REFUSED and self._on_refused is not None:
-                self._on_refused(w)
+            self.heard(w, event.get("event"), event.get("value"))
+
+    def heard(self, w: Watched, kind: object, value: object) -> None:
+        """One event of ``w``'s monitor: its kind (``zmq.EVENT_*``) and value (an errno, a
+        ZAP status code)."""
+        peer = w.peer
+        if kind == _UP:
+            self._up.add(peer)
+            self._hung_up.pop(peer, None)
+        elif kind == _DOWN and peer in self._up:
+            self._up.discard(peer)
+            self._on_lost(w)
+        elif kind == _REFUSED:
+            self._hung_up.pop(peer, None)
+            if self._on_refused is not None:
+                self._on_refused(w, _key_refused(peer), False)
+        elif kind == _PROTOCOL and value == _NO_CURVE and self._server_key is not None:
+            # libzmq ends the connection for good: the transport forgets it, and its next send
+            # tries (and is told) again.
+            self._hung_up.pop(peer, None)
+            if self._on_refused is not None:
+                self._on_refused(w, _no_curve_there(peer, self._server_key), True)
+        elif kind == _UNFINISHED:
+            if value not in _HUNG_UP:  # timed out: a paused peer, not a refusal
+                self._hung_up.pop(peer, None)
+                return
+            n = self._hung_up[peer] = self._hung_up.get(peer, 0) + 1
+            if n >= HUNG_UP_IN_A_ROW and self._on_refused is not None and self._server_key is not None:
+                self._on_refused(w, _server_key_not_its(peer, self._server_key), False)
 
     def forget(self, peer: str) -> None:
         """Stop monitoring the connection to ``peer`` (before its socket closes)."""
         entry = self._monitors.pop(peer, None)
         self._up.discard(peer)
+        self._hung_up.pop(peer, None)
         if entry is not None:
             self._close(*entry)
 
@@ -113,6 +195,7 @@ class PeerLossWatch:
             self._close(monitor, w)
         self._monitors.clear()
         self._up.clear()
+        self._hung_up.clear()
 
     def _close(self, monitor: zmq.Socket[bytes], w: Watched) -> None:
         loop = self._loop

@@ -18,6 +18,7 @@ import pytest
 import zmq
 from structlog.testing import capture_logs
 
+from support.port_range import test_endpoint
 from troupe.runtime import Actor, AskTimeout, PeerLost, Unreachable, handles
 from troupe.runtime.core.runtime import process_runtime
 from troupe.runtime.security.auth import gate_for
@@ -39,6 +40,7 @@ class Keys:
     operator: CurveKeys
     reader: CurveKeys
     stranger: CurveKeys  # a pair of another cluster, presented to this cluster's server key
+    stale: CurveKeys  # this cluster's operator pair, holding another cluster's server key
 
 
 @pytest.fixture
@@ -46,8 +48,11 @@ def keys(tmp_path: Path) -> Iterator[Keys]:
     generate_keys(tmp_path / "k")
     generate_keys(tmp_path / "other")
     cluster = load_keys(tmp_path / "k")
-    stranger = dataclasses.replace(load_keys(tmp_path / "other"), server_public=cluster.public)
-    yield Keys(cluster, load_keys(tmp_path / "k", "operator"), load_keys(tmp_path / "k", "reader"), stranger)
+    other = load_keys(tmp_path / "other")
+    stranger = dataclasses.replace(other, server_public=cluster.public)
+    operator = load_keys(tmp_path / "k", "operator")
+    stale = dataclasses.replace(operator, server_public=other.public)
+    yield Keys(cluster, operator, load_keys(tmp_path / "k", "reader"), stranger, stale)
 
 
 async def _mutate(_: Any) -> str:
@@ -120,6 +125,61 @@ async def test_an_unauthorised_key_gets_nothing_delivered_and_is_counted_and_log
         assert refused and refused[0]["peer_key"] == keys.stranger.public.decode()
         assert refused[0]["peer_address"] == "127.0.0.1"
         assert gate.refused >= 2
+
+
+async def test_a_server_key_that_is_not_the_peer_s_ends_the_asks_saying_so(keys: Keys) -> None:
+    """An operator holding a rotated (or another cluster's) cluster.key: the server cannot open
+    its hello and hangs up, try after try. Its asks waited out their deadlines, and the CLI then
+    called a healthy master busy, paused or hung (report mt 1); they now end saying which key."""
+    async with process_runtime("n", "server", security=keys.cluster) as server:
+        server.register_control("mutate", _mutate)
+        async with process_runtime("n", "stale", security=keys.stale) as client:
+            with anyio.fail_after(WAIT_S), pytest.raises(Unreachable) as refused:
+                await client.control(server.address, "mutate", timeout=3600)
+    said = str(refused.value)
+    assert not isinstance(refused.value, AskTimeout), said  # nothing was delivered: no doubt
+    assert f"the CURVE handshake with {server.address} failed" in said, said
+    assert f"not the one in {keys.stale.directory / 'cluster.key'} (rotated? another cluster's?" in said
+
+
+async def test_a_keyed_client_of_a_keyless_process_is_told_at_once_every_time(keys: Keys) -> None:
+    """Whichever side sees the mismatch of mechanisms first (the keyless side hangs up; or this
+    side fails the handshake, and libzmq gives the connection up for good), each ask ends at
+    once, the second one too (the given-up connection is made again)."""
+    async with (
+        process_runtime("n", "keyless") as keyless,
+        process_runtime("n", "keyed", security=keys.operator) as keyed,
+    ):
+        keyless.register_control("mutate", _mutate)
+        for _ in range(2):
+            with anyio.fail_after(WAIT_S), pytest.raises(Unreachable, match="without CURVE keys"):
+                await keyed.control(keyless.address, "mutate", timeout=3600)
+
+
+async def test_a_listener_that_hangs_up_is_blamed_on_the_server_key_only_with_keys(keys: Keys) -> None:
+    """Without keys a hang-up in the handshake names no key: the ask waits as before."""
+    endpoint = test_endpoint()
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_server((host, int(port))) as listener:
+        listener.settimeout(WAIT_S)
+
+        async def hang_up(n: int) -> None:  # accept and close, as a peer that refuses does
+            for _ in range(n):
+                conn, _ = await anyio.to_thread.run_sync(listener.accept)
+                conn.close()
+
+        async with (
+            process_runtime("n", "keyed", security=keys.operator) as keyed,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(hang_up, 2)
+            with anyio.fail_after(WAIT_S), pytest.raises(Unreachable, match="hung up on every try"):
+                await keyed.control(endpoint, "ping", timeout=3600)
+        async with process_runtime("n", "plain") as plain, anyio.create_task_group() as tg:
+            tg.start_soon(hang_up, 2)
+            with pytest.raises(AskTimeout) as silent:
+                await plain.control(endpoint, "ping", timeout=1.0)
+            assert "CURVE" not in str(silent.value)
 
 
 async def test_a_peer_without_curve_fails_the_handshake_and_is_counted(keys: Keys) -> None:
