@@ -108,9 +108,8 @@ class PeerLossWatch:
         self._events = _UP | _DOWN | _REFUSED | (_UNFINISHED | _PROTOCOL if server_key is not None else 0)
         self._monitors: dict[str, tuple[zmq.Socket[bytes], Watched]] = {}
         self._up: set[str] = set()
-        self._hung_up: dict[
-            str, int
-        ] = {}  # per peer: handshakes it hung up on since the last one that completed
+        # Per peer: the handshakes it hung up on since the last one that completed.
+        self._hung_up: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self, w: Watched) -> None:
