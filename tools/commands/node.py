@@ -107,6 +107,11 @@ def start(
             master=master,
             **options,
         )
+        if cfg.master is not None and not with_master:  # asked first: a refusal makes no --logs
+            install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
+            taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
+            if taken is not None:
+                raise ConfigError(taken)
         # Taken before the records are read and held for the node's life: of two namesakes
         # started at once, exactly one holds it (a record is written only as the node serves).
         with hold_name(cfg.log_dir, cfg.name) as hold:
@@ -124,11 +129,6 @@ def start(
 
 async def _serve(cfg: NodeConfig, with_master: bool, journal: Path, new: bool) -> None:
     """Run the node of ``cfg`` (and with ``with_master``, the master on ``journal``) to its stop."""
-    if cfg.master is not None and not with_master:
-        install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
-        taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
-        if taken is not None:
-            raise ConfigError(taken)
     configure_logging(
         cfg.name,
         "node",
