@@ -41,7 +41,17 @@ class _Driver:
         self.spawned: list[Any] = []
 
     async def main(self, _fresh: bool) -> Any:
-        return SimpleNamespace(endpoint=self.hosts[0].endpoint)
+        # What the run logs of a finished training (train_finished), and the node's endpoint.
+        return SimpleNamespace(
+            endpoint=self.hosts[0].endpoint,
+            steps=1,
+            steps_this_run=1,
+            resumed_from=0,
+            loss=1.0,
+            samples_per_s=1.0,
+            restarts=0,
+            checkpoints=[],
+        )
 
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, port: int, endpoint: str | None) -> None:
