@@ -11,7 +11,6 @@ place (after :func:`~troupe.runtime.tasks.journal_backup.keep_copy_before_upgrad
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from troupe.runtime.errors import JournalDamaged, JournalError
 from troupe.runtime.library_logging import get_logger
 
 from .journal_backup import keep_copy_before_upgrade
+from .journal_opened import wal_bytes
 
 __all__ = [
     "APPLICATION_ID",
@@ -99,10 +99,7 @@ def refuse_empty(path: Path, create: bool, new_hint: str) -> None:
         return  # a journal to create: SQLite starts the file
     except OSError as exc:
         raise JournalError(f"journal {path}: cannot read it ({exc.strerror or exc}); check the path") from exc
-    try:
-        wal_size = os.stat(f"{path}-wal").st_size
-    except OSError:
-        wal_size = 0
+    wal_size = wal_bytes(path)
     if wal_size > 0:
         raise JournalError(
             f"journal {path} is an empty file beside a {wal_size}-byte {path.name}-wal that may hold its "
