@@ -7,7 +7,8 @@ pair whose switch end :meth:`Lan.cut` takes down and :meth:`Lan.restore` brings 
 cable pulled and plugged in again. Names carry the pid of the test process, so parallel runs
 do not collide; the namespaces (and with them every veth and the bridge) are deleted when the
 context exits, whatever happened. Deleting a namespace kills nothing: the caller kills its
-processes first.
+processes first. A test process killed outright (SIGKILL, a CI run stopped) cannot delete its
+own: :func:`lan` first deletes every ``trp<pid>`` namespace whose pid no longer runs.
 
 :func:`netns_unavailable` says why namespaces cannot be made here (not root, no ``ip``, a
 kernel or container that refuses ``ip netns add``), for a test to skip with that reason.
@@ -16,16 +17,20 @@ kernel or container that refuses ``ip netns add``), for a test to skip with that
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["SUBNET", "Host", "Lan", "lan", "netns_unavailable"]
+import psutil
+
+__all__ = ["SUBNET", "Host", "Lan", "lan", "netns_unavailable", "sweep_orphans"]
 
 SUBNET = "10.213.7"  # an unusual private /24, unlikely to clash with a real network
 _TIMEOUT_S = 20.0
+_OURS = re.compile(r"trp(\d+)\S*")
 
 
 def _ip(*args: str, netns: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -83,6 +88,25 @@ class Lan:
         _must("link", "set", self.hosts[index].switch_port, "up", netns=self.switch)
 
 
+def sweep_orphans() -> list[str]:
+    """Delete the namespaces of test processes that died without deleting them; their names.
+
+    Only a name this module makes (``trp<pid>...``) whose pid no longer runs: a live run's
+    namespaces, or anyone else's, are left alone.
+    """
+    listed = _ip("netns", "list")
+    if listed.returncode != 0:
+        return []
+    deleted = []
+    for line in listed.stdout.splitlines():
+        found = _OURS.match(line.strip())
+        if found is None or psutil.pid_exists(int(found.group(1))):
+            continue
+        if _ip("netns", "del", found.group(0)).returncode == 0:
+            deleted.append(found.group(0))
+    return deleted
+
+
 @contextmanager
 def lan(count: int, tag: str = "") -> Iterator[Lan]:
     """``count`` hosts on a bridge; every namespace is deleted on exit, even on failure.
@@ -90,6 +114,7 @@ def lan(count: int, tag: str = "") -> Iterator[Lan]:
     Raises:
         RuntimeError: a step failed (what ``ip`` said); what was made is deleted first.
     """
+    sweep_orphans()
     prefix = f"trp{os.getpid()}{tag}"
     switch = f"{prefix}-sw"
     made: list[str] = []
