@@ -12,6 +12,7 @@ from rich.text import Text
 
 from .fitted_table import Column, FittedTable
 from .literal import literal, markup
+from .trainer_table import trainer_table
 
 __all__ = [
     "pipeline_table",
@@ -84,7 +85,8 @@ def _with_tasks(messages: int, tasks: int | None) -> Text:
 
 
 def status_tables(status: dict[str, Any]) -> list[Table]:
-    """Render a node status reply as tables: the node, its workers, their actors."""
+    """Render a node status reply as tables: the node, its workers, their actors; and the
+    training ranks it hosts, and the pipeline a `troupe run` drives beside it, where there are."""
     whose = f", user {status['user']}" if "user" in status else ""  # an older node's has none
     node = Table(title=literal(f"node {status['node']}{whose}"), show_header=False)
     node.add_row("endpoint", literal(status["endpoint"]))
@@ -146,6 +148,8 @@ def status_tables(status: dict[str, Any]) -> list[Table]:
             if name not in counted:
                 actors.add_row(literal(name), literal(w["name"]), "-", "-", "-", "-", unknown)
     tables = [node, workers, *([errors] if errors.row_count else []), actors]
+    if (ranks := trainer_table(status["workers"])) is not None:
+        tables.append(ranks)
     if "pipeline" in status:
         tables.append(pipeline_table(status["pipeline"]))
     return tables
