@@ -61,7 +61,7 @@ def test_train_toml_trains_prints_loss_and_rate_and_writes_checkpoints(tmp_path:
     named = {e["event"]: e for e in events}
     assert (named["train_started"]["steps"], named["train_started"]["resumed_from"]) == (6, None), named
     committed = [e["step"] for e in events if e["event"] == "train_checkpoint_committed"]
-    assert committed[-1] == 6 and set(committed) <= {3, 6}, events  # 3 as a poll found it, if one did
+    assert committed == [3, 6], events  # each one, however the polls fell (tr 2: 3 could be left out)
     assert named["train_progress"]["step"] == 6 and named["train_progress"]["loss"] is not None
     assert (named["train_finished"]["step"], named["train_finished"]["steps_this_run"]) == (6, 6)
     assert any(e["event"] == "train_said" and e["line"].startswith("placing ") for e in events)

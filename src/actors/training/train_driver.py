@@ -43,6 +43,7 @@ from .train_result import (
     TrainProgress,
     TrainRunResult,
     committed_checkpoints,
+    committed_steps,
     rank_timings,
 )
 from .worker_addresses import WorkerAddresses
@@ -369,20 +370,30 @@ class TrainDriver:
 
     def _log_progress(self, p: TrainProgress) -> None:
         """The run's log has what the terminal shows (the bar: ``say`` lines are logged by the
-        caller): each checkpoint the ranks committed as a poll finds it (the newest: two
-        committed between polls, 0.5 s, are one event), and the step, loss and samples/s every
-        ``PROGRESS_EVERY`` steps and at the last."""
-        if p.checkpoint is not None and p.checkpoint != self._logged_checkpoint:
-            from .checkpoint import checkpoint_path  # torch: once a checkpoint is there to name
-
-            self._logged_checkpoint = p.checkpoint
-            path = checkpoint_path(self.cfg.train.checkpoint_dir, p.checkpoint)
-            log.info("train_checkpoint_committed", step=p.checkpoint, path=str(path))
+        caller): each checkpoint the ranks committed, as a poll finds it, and the step, loss and
+        samples/s every ``PROGRESS_EVERY`` steps and at the last."""
+        logged = self._logged_checkpoint
+        if p.checkpoint is not None and (logged is None or p.checkpoint > logged):
+            self._log_checkpoints(p.checkpoint)
         last = p.step >= p.steps and p.step > self._logged_step
         if p.step // PROGRESS_EVERY > self._logged_step // PROGRESS_EVERY or last:
             self._logged_step = p.step
             log.info("train_progress", step=p.step, steps=p.steps, loss=p.loss,
                      samples_per_s=round(p.samples_per_s, 3), checkpoint=p.checkpoint)  # fmt: skip
+
+    def _log_checkpoints(self, newest: int) -> None:
+        """Log each checkpoint committed since the last one logged, up to ``newest`` (the ranks'),
+        in step order. The ranks name only their newest, so two committed between polls (0.5 s)
+        were one event: the folder's ``COMMITTED`` markers say which were; where the run cannot
+        see the folder (a cluster's ranks writing on their own disks), the ranks' newest alone."""
+        from .checkpoint import checkpoint_path  # torch: once a checkpoint is there to name
+
+        after = -1 if self._logged_checkpoint is None else self._logged_checkpoint
+        directory = Path(self.cfg.train.checkpoint_dir)
+        steps = {step for step in committed_steps(directory) if after < step <= newest} | {newest}
+        for step in sorted(steps):
+            log.info("train_checkpoint_committed", step=step, path=str(checkpoint_path(directory, step)))
+        self._logged_checkpoint = newest
 
     async def _respawn_ranks(self) -> None:
         """Every rank's worker stopped (a rank left in a collective would hang) and started again,

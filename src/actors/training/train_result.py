@@ -4,6 +4,7 @@ answers and the checkpoint folder for the result."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ __all__ = [
     "TrainRunResult",
     "TrainingFailed",
     "committed_checkpoints",
+    "committed_steps",
     "rank_timings",
 ]
+
+_STEP_DIR = re.compile(r"step-(\d+)")  # a checkpoint's folder (checkpoint.py, which imports torch)
 
 
 class TrainingFailed(TroupeError):
@@ -101,3 +105,9 @@ def committed_checkpoints(directory: Path) -> list[str]:
     if not directory.is_dir():
         return []
     return [str(p) for p in sorted(directory.glob("step-*")) if (p / COMMITTED).is_file()]
+
+
+def committed_steps(directory: Path) -> list[int]:
+    """The steps of the committed checkpoints in ``directory``, in order."""
+    steps = (_STEP_DIR.fullmatch(Path(p).name) for p in committed_checkpoints(directory))
+    return sorted(int(m.group(1)) for m in steps if m is not None)

@@ -168,3 +168,39 @@ async def test_a_stopped_run_logs_the_checkpoint_a_rerun_resumes_from(
     stopped, *_ = _events(logs, "train_stopped")
     assert (stopped["step"], stopped["checkpoint_step"], stopped["checkpoint"]) == (12, 14, str(stop_saved))
     assert not _events(logs, "train_finished", "train_failed")
+
+
+def _commit(directory: Path, step: int) -> None:
+    """A checkpoint folder of ``step``, committed (its ``COMMITTED`` marker) as rank 0 commits it."""
+    folder = checkpoint_path(directory, step)
+    folder.mkdir(parents=True)
+    (folder / COMMITTED).write_text(f"{step}\n")
+
+
+def test_each_checkpoint_committed_between_two_polls_is_logged_in_step_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tr 2: the ranks name only their newest checkpoint, so two committed between polls (0.5 s)
+    were one event; the folder's markers say which were. The polls driven here one by one."""
+    driver = train_driver(ScriptedRanks(SCRIPT), tmp_path, None, ranks=1, encoders=0, max_restarts=0)
+    driver.cfg.train.steps = STEPS
+    ck = tmp_path / "ck"
+    for step in (5, 10, 15, 20):
+        _commit(ck, step)
+    checkpoint_path(ck, 22).mkdir()  # written, not committed (a run killed while writing it)
+
+    def poll(step: int, checkpoint: int) -> list[int]:
+        driver.ranks[0].last = _running(step, checkpoint)
+        with module_logs(monkeypatch, driver_module) as logs:
+            driver._record()
+        return [e["step"] for e in _events(logs, "train_checkpoint_committed")]
+
+    driver._logged_checkpoint = 10  # resumed from 10, as _start_ranks records it: an earlier run's
+    assert poll(21, 20) == [15, 20]  # 5 and 10 were committed before this run
+    assert poll(22, 20) == []  # said already
+    _commit(ck, 25)
+    assert poll(25, 20) == []  # in the folder, not yet in the ranks' answer: the next poll's
+    assert poll(25, 25) == [25]
+    # A folder the run cannot see (a cluster's ranks writing on their own disks): the ranks' newest.
+    driver.cfg.train.checkpoint_dir = str(tmp_path / "elsewhere")
+    assert poll(31, 30) == [30]
