@@ -48,7 +48,7 @@ from .train_result import (
 )
 from .worker_addresses import WorkerAddresses
 
-__all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver"]
+__all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver", "restart_line"]
 
 log = get_logger(__name__)
 
@@ -65,6 +65,12 @@ _WATCH_S = 2.0  # how often the encoders' nodes are pinged while the ranks train
 PROGRESS_EVERY = 10
 """Steps between the run's ``train_progress`` events: the first poll past each multiple of it
 (and the last step) is logged."""
+
+
+def restart_line(restart: int, max_restarts: int, reason: str) -> str:
+    """A restart as the run says it (the terminal, and the log's ``train_said``), from the figures
+    its ``train_restart`` event logs."""
+    return f"{reason}; restarting every rank from the last checkpoint ({restart}/{max_restarts})"
 
 
 @dataclass
@@ -285,12 +291,17 @@ class TrainDriver:
                 )
             self.restarts += 1
             attempt += 1
-            log.warning(
-                "train_restart", restart=self.restarts, max_restarts=limit, reason=lost, errors=errors
-            )
-            self.say(f"{lost}; restarting every rank from the last checkpoint ({self.restarts}/{limit})")
+            self._say_restart(lost, errors, limit)
             await self._respawn_ranks()
             await self._start_ranks(attempt)
+
+    def _say_restart(self, reason: str, errors: str, limit: int) -> None:
+        """A restart in the run's log at warning, with the ranks' errors (``train_restart``), and
+        on the terminal in one line, which ``say`` logs too (``train_said``): both from the same
+        figures, so that the two records of one restart cannot say another reason or count."""
+        figures: dict[str, Any] = {"restart": self.restarts, "max_restarts": limit, "reason": reason}
+        log.warning("train_restart", **figures, errors=errors)
+        self.say(restart_line(**figures))
 
     async def _poll(self) -> str | None:
         """Ask every rank for its progress; the reason to restart, or None.

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from support.fake_training import train_driver
+from support.log_capture import module_logs
 from support.recording_node import RecordingNode
+from troupe.actors.training import train_driver as driver_module
+from troupe.actors.training.train_driver import restart_line
 from troupe.runtime.errors import PeerLost
 
 HANG_GUARD_S = 60  # a bound on a hang, never on speed
@@ -78,3 +82,21 @@ async def test_the_rank_whose_worker_died_is_named_not_its_peers_gloo_error(tmp_
         "rank 1 lost its worker (killed by SIGKILL; restarted by its node); restarting every rank "
         "from the last checkpoint (1/3)"
     ], said
+
+
+async def test_a_restart_s_line_and_its_event_say_one_reason_and_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tr 3: a restart is logged twice, with its figures (``train_restart``) and as the line the
+    terminal says (``train_said``, logged by ``run_training``'s ``say``); one function words the
+    line from the event's figures, so the two cannot drift apart."""
+    said: list[str] = []
+    driver = train_driver(PeerKilledCluster(), tmp_path, None, ranks=2, encoders=0, max_restarts=3)
+    driver.say = said.append
+    with module_logs(monkeypatch, driver_module) as logs, anyio.fail_after(HANG_GUARD_S):
+        await driver.main(False)
+    (event,) = [e for e in logs if e["event"] == "train_restart"]
+    assert (event["log_level"], event["restart"], event["max_restarts"]) == ("warning", 1, 3)
+    assert event["reason"].startswith("rank 1 lost its worker") and GLOO in event["errors"], event
+    line = restart_line(restart=event["restart"], max_restarts=event["max_restarts"], reason=event["reason"])
+    assert [s for s in said if "restarting every rank" in s] == [line]
