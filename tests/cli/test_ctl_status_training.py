@@ -4,6 +4,8 @@ named the run's ``--out`` and the messages each rank handled."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -68,3 +70,23 @@ def test_a_rank_s_name_from_the_wire_is_text_not_markup() -> None:
 
 def test_the_kind_written_out_is_the_trainer_actor_s() -> None:
     assert TrainerActor.kind == TRAINER_KIND
+
+
+def test_every_figure_docs_metrics_lists_for_a_rank_is_in_its_line() -> None:
+    """docs/METRICS.md's trainer figures, each given a value of its own, are each on the rank's
+    line: a figure the trainer comes to give is shown, or this names it."""
+    doc = (Path(__file__).parents[2] / "docs" / "METRICS.md").read_text(encoding="utf-8")
+    section = doc[doc.index("The trainer actor (") :]
+    section = section[: section.index("```")]
+    names = re.findall(r"^\| `(\w+)` \| gauge \|", section, flags=re.MULTILINE)
+    assert names == ["running", "step", "steps", "loss", "samples_per_s", "checkpoint_step"], names
+    figures = {
+        "running": 1.0,
+        "step": 7.0,
+        "steps": 41.0,
+        "loss": 0.5,
+        "samples_per_s": 2.5,
+        "checkpoint_step": 6.0,
+    }
+    (row,) = ranks_rows({**NODE, "workers": [rank_worker("w", "r", figures)]})
+    assert row[2:] == ["7/41", "0.5000", "2.5", "6", "yes"]
