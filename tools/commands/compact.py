@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from troupe.cli.client import err_console, fail
+from troupe.cli.journal_notes import say_journal_notes
 from troupe.cli.literal import literal
 from troupe.runtime.errors import JournalError
 from troupe.runtime.logs import configure_logging
@@ -49,6 +50,7 @@ def compact(
     before = files_bytes(journal)
     try:
         with Journal.open(journal, new_hint="give the path of an existing journal") as opened:
+            say_journal_notes(opened, "this compaction")
             done = opened.compact(time.time() - older_than)
             not_shrunk = shrink(opened)
     except JournalError as exc:

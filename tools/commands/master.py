@@ -16,8 +16,8 @@ from typing import Annotated
 import anyio
 import typer
 
-from troupe.cli.client import err_console, fail, run_async
-from troupe.cli.literal import literal
+from troupe.cli.client import fail, run_async
+from troupe.cli.journal_notes import say_journal_notes
 from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
 from troupe.runtime.gc_pauses import use_master_gc_thresholds
@@ -84,13 +84,7 @@ def load_journal(path: Path, new: bool) -> tuple[Journal, TaskBook]:
         opened = open_journal(path, new)
     except JournalError as exc:
         raise fail(str(exc), 2) from None
-    upgraded = opened[0].upgraded
-    if upgraded is not None:  # the copy stays until removed: said where it is, not only in the log
-        said = upgraded.said("journal", path, "that troupe's master resumes from it")
-        err_console.print(literal(f"note: {said}"), highlight=False, soft_wrap=True)
-    left_open = opened[0].left_open
-    if left_open is not None:  # its -wal may lie where it was: said before the master serves
-        err_console.print(literal(f"note: {left_open.said(path)}"), highlight=False, soft_wrap=True)
+    say_journal_notes(opened[0], "this master")  # before the master serves
     return opened
 
 

@@ -9,7 +9,8 @@ and goes on from the outputs, saying so. What is lost: the items that died or we
 again, and attempts count from 1. It used to refuse, and its advice, ``--fresh``, made every
 committed item again. Any other journal error (held by another process, a newer schema) still
 refuses: nothing is wrong with the file. A journal of an older troupe's schema is upgraded as it
-opens (``journal_backup`` keeps it as it was beside it): said in a line too, naming the copy.
+opens (``journal_backup`` keeps it as it was beside it): said in a line too, naming the copy; so
+is a journal not closed cleanly found without its ``-wal`` (moved or copied without it).
 
 The items the journal has leased were leased to the run that wrote it, which is gone: they go
 back to pending as the journal opens (``TaskBook.release_held_over``), where a cluster's master
@@ -50,7 +51,7 @@ def open_run_journal(
         JournalError: as :func:`open_journal`, but for a damaged file.
     """
     try:
-        return _held_by_none(_said_upgraded(open_journal(path, new=True, lock=lock), on_event))
+        return _held_by_none(_said_opened(open_journal(path, new=True, lock=lock), on_event))
     except JournalDamaged as exc:
         damage = exc.reason
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -77,16 +78,23 @@ def _held_by_none(opened: tuple[Journal, TaskBook]) -> tuple[Journal, TaskBook]:
     return opened
 
 
-def _said_upgraded(
+def _said_opened(
     opened: tuple[Journal, TaskBook], on_event: Callable[[str], None] | None
 ) -> tuple[Journal, TaskBook]:
-    """``opened``, its upgrade from an older troupe's schema said through ``on_event``: the copy
-    kept of it stays in the run's folder until --fresh, and was said only in the run's log."""
-    upgraded = opened[0].upgraded
-    if upgraded is not None and on_event is not None:
+    """``opened``, what its open found said through ``on_event``, as ``troupe master start``
+    says it of a master's (``troupe.cli.journal_notes``): its upgrade from an older troupe's
+    schema (the copy kept of it stays in the run's folder until --fresh), and that it was not
+    closed cleanly and has no ``-wal`` beside it (``journal_opened.py``); each was said only in
+    the run's log."""
+    journal = opened[0]
+    if on_event is None:
+        return opened
+    if journal.upgraded is not None:
         on_event(
-            upgraded.said(
-                "the run's journal", opened[0].path, "that troupe resumes from it; it stays until --fresh"
+            journal.upgraded.said(
+                "the run's journal", journal.path, "that troupe resumes from it; it stays until --fresh"
             )
         )
+    if journal.left_open is not None:
+        on_event(f"the run's {journal.left_open.said(journal.path, 'this run')}")
     return opened

@@ -64,15 +64,16 @@ class LeftOpen:
     host: str
     opened_at: float
 
-    def said(self, path: Path) -> str:
-        """What it means, in a line for the operator (after ``note: ``)."""
+    def said(self, path: Path, goes_on: str = "this master") -> str:
+        """What it means, in a line for the operator (after ``note: ``); ``goes_on`` names what
+        opened it and goes on without the lost records (``this run``, ``this compaction``)."""
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.opened_at))
         wal = f"{path.name}-wal"
         return (
             f"journal {path} was not closed cleanly (opened by pid {self.pid} on {self.host} at "
             f"{when}) and no {wal} is beside it: if it was moved or copied after a crash, the "
             f"{wal} left where it was held its last records (jobs submitted, tasks done), which "
-            f"this master goes on without; move {wal} and {path.name}-shm with the journal "
+            f"{goes_on} goes on without; move {wal} and {path.name}-shm with the journal "
             "(README, Deployment: moving the master's journal)"
         )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from support.killed_journal import moved_without_its_wal
 from troupe.runtime.pipeline.run_journal import open_run_journal
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Journal
@@ -137,3 +138,18 @@ def test_the_items_leased_to_the_run_that_wrote_the_journal_are_pending_at_once(
         assert {book.task(f"t-{i}").attempts for i in range(3)} == {0}
     finally:
         journal.close()
+
+
+def test_a_journal_left_open_and_moved_without_its_wal_is_said(tmp_path: Path) -> None:
+    """As ``troupe master start`` says it of a master's journal (a ``note:`` line): a run's
+    folder moved after a crash without ``journal.db-wal`` was said only in the run's log."""
+    path, pid = moved_without_its_wal(tmp_path)
+    said: list[str] = []
+    journal, _book = open_run_journal(path, said.append)
+    journal.close()
+    [line] = said
+    assert line.startswith(f"the run's journal {path} was not closed cleanly (opened by pid {pid} on "), line
+    assert "which this run goes on without; move journal.db-wal and journal.db-shm with the journal" in line
+    said.clear()
+    open_run_journal(path, said.append)[0].close()  # closed cleanly since: nothing more to say
+    assert said == []

@@ -6,48 +6,17 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import structlog.testing
 
+from support.killed_journal import killed_master
 from troupe.cli.commands.master import load_journal
 from troupe.runtime.errors import JournalError
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_backup import keep_copy_before_upgrade
 from troupe.runtime.tasks.master.journal_open import open_journal
-
-KILLED_AFTER_A_SUBMIT = """
-import os, signal, sys
-from troupe.runtime.tasks.book import TaskBook, split_commands
-from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.state import SubmitJob, TaskSpec
-
-book, journal = TaskBook(), Journal.open(sys.argv[1], create=True)
-for job in ("first", "acknowledged"):
-    tasks = [TaskSpec(f"{job}-{i}", "k", i) for i in range(5)]
-    records, _ = split_commands(book.handle(SubmitJob(job, tasks), 0.0))
-    journal.append(records)
-print(os.getpid(), flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-
-
-def _killed_master(path: Path) -> int:
-    """A master's journal at ``path`` whose master was killed after two submits; its pid."""
-    child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(KILLED_AFTER_A_SUBMIT), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert child.returncode == -9, child.stderr
-    assert Path(f"{path}-wal").stat().st_size > 0  # what the report saw: the jobs are in the log
-    return int(child.stdout.split()[0])
 
 
 def _sides(folder: Path) -> dict[str, bytes]:
@@ -59,7 +28,7 @@ def test_a_wal_left_without_its_journal_is_refused_new_or_not(tmp_path: Path, ne
     old, elsewhere = tmp_path / "old", tmp_path / "elsewhere"
     old.mkdir()
     elsewhere.mkdir()
-    _killed_master(old / "journal.db")
+    killed_master(old / "journal.db")
     shutil.move(old / "journal.db", elsewhere / "journal.db")
     before = _sides(old)
     path = old / "journal.db"
@@ -88,7 +57,7 @@ def test_a_journal_moved_without_its_wal_after_a_crash_is_said(
     old, elsewhere = tmp_path / "old", tmp_path / "elsewhere"
     old.mkdir()
     elsewhere.mkdir()
-    pid = _killed_master(old / "journal.db")
+    pid = killed_master(old / "journal.db")
     shutil.move(old / "journal.db", elsewhere / "journal.db")
     path = elsewhere / "journal.db"
     with structlog.testing.capture_logs() as logs:
@@ -115,7 +84,7 @@ def test_a_journal_moved_with_its_wal_after_a_crash_opens_quietly_and_whole(
     old, elsewhere = tmp_path / "old", tmp_path / "elsewhere"
     old.mkdir()
     elsewhere.mkdir()
-    _killed_master(old / "journal.db")
+    killed_master(old / "journal.db")
     for side in ("", "-wal", "-shm"):  # as README says to move it after a crash
         shutil.move(old / f"journal.db{side}", elsewhere / f"journal.db{side}")
     journal, book = load_journal(elsewhere / "journal.db", new=False)
@@ -128,7 +97,7 @@ def test_a_journal_moved_with_its_wal_after_a_crash_opens_quietly_and_whole(
 def test_a_clean_close_leaves_the_journal_alone_and_it_moves_alone(tmp_path: Path) -> None:
     """README: stop the master (SIGTERM: its close), then move journal.db alone."""
     path = tmp_path / "journal.db"
-    _killed_master(path)
+    killed_master(path)
     journal, _ = open_journal(path)  # the restart after the crash, stopped cleanly
     journal.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.db", "journal.db.lock"]
@@ -146,7 +115,7 @@ def test_a_copy_kept_before_an_upgrade_opens_quietly_when_put_back(tmp_path: Pat
     without a -wal, is whole; it must not be taken for a journal moved without its log, though
     it was copied from a journal open at the time."""
     path = tmp_path / "journal.db"
-    _killed_master(path)
+    killed_master(path)
     journal = Journal.open(path)  # open now: marked so in its file
     try:
         conn = sqlite3.connect(path)  # what keep_copy_before_upgrade is handed, of this schema
