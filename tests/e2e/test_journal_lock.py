@@ -1,4 +1,5 @@
-"""Real `troupe master` processes on one journal: one master at a time, checked rows, compaction."""
+"""Real `troupe master` processes on one journal: one master at a time, checked rows, compaction;
+and on two journals under one name and log folder: one master at a time there too."""
 
 from __future__ import annotations
 
@@ -169,6 +170,43 @@ def test_a_master_through_a_hard_link_to_a_held_journal_is_refused(tmp_path: Pat
         assert serving(endpoint, first)["pid"] == first.pid  # the first serves on
     finally:
         reap(first, [])
+
+
+def test_a_second_master_of_a_name_and_log_folder_is_refused_whatever_its_journal(tmp_path: Path) -> None:
+    """Two masters of one --name and --logs on two journals both ran and wrote one log,
+    interleaved: the second is refused in one line naming the first, before it writes a line;
+    the name is the next master's once the first is gone (SIGKILL too: a flock)."""
+    logs = tmp_path / "logs"
+    endpoint = test_endpoint()
+    first = start_master(tmp_path / "j1.db", endpoint, logs, "--new", "--name", "m1")
+    third: subprocess.Popen[str] | None = None
+    try:
+        serving(endpoint, first)
+        second = ctl(
+            *("master", "start", "--journal", str(tmp_path / "j2.db"), "--new", "--name", "m1"),
+            *("--endpoint", test_endpoint(), "--logs", str(logs)),
+            timeout=60,
+        )
+        said = refusal(second)
+        assert said == (
+            f"error: master 'm1': its name is held in {logs} by pid {first.pid} (a master or node "
+            "running under it): both would write m1.jsonl; stop it, or give this master another "
+            "--name or --logs"
+        ), said
+        assert not (tmp_path / "j2.db").exists()  # refused before its journal was touched
+        assert serving(endpoint, first)["pid"] == first.pid
+        records = [json.loads(line) for line in (logs / "m1.jsonl").read_text().splitlines()]
+        assert {r["pid"] for r in records} == {first.pid}, "the refused master wrote into its log"
+
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        endpoint = test_endpoint()
+        third = start_master(tmp_path / "j2.db", endpoint, logs, "--new", "--name", "m1")
+        assert serving(endpoint, third)["pid"] == third.pid
+    finally:
+        reap(first, [])
+        if third is not None:
+            reap(third, [])
 
 
 def _journal_with_a_finished_job(path: Path) -> None:

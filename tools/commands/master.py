@@ -22,11 +22,12 @@ from troupe.cli.preflight import check_master_start
 from troupe.runtime.errors import ConfigError, JournalError, TroupeError
 from troupe.runtime.gc_pauses import use_master_gc_thresholds
 from troupe.runtime.logs import check_log_level, configure_logging, log_file
+from troupe.runtime.node.name_lock import NameHold, hold_name
 from troupe.runtime.node.node import Node
 from troupe.runtime.security.process import keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
-from troupe.runtime.tasks.journal_lock import JournalBusy
+from troupe.runtime.tasks.journal_lock import JournalBusy, refuse_held
 from troupe.runtime.tasks.master.journal_open import check_folder, open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
@@ -156,17 +157,40 @@ def start(
     except ValueError as exc:
         raise fail(f"--log-level: {exc}", 2) from None
     check_master_start(endpoint, log_dir, metrics, name)
-    # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
-    configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
-    opened, book = load_journal(journal, new)
+    # Held for the master's life, taken before its log is opened or its journal touched: two
+    # masters of one --name and --logs (their journals apart) both ran, and wrote one log.
+    with _held_log_name(log_dir, name, journal):
+        # The master is its file's only writer: it rotates master.jsonl itself (64 MB, 5 kept).
+        configure_logging(name, "master", log_dir, console=True, level=log_level, rotate_at_bytes=64 << 20)
+        opened, book = load_journal(journal, new)
 
-    async def main() -> None:
+        async def main() -> None:
+            try:
+                await serve_master(Master(config, opened, book))
+            finally:
+                opened.close()
+
+        # SIGINT, SIGTERM, SIGHUP: the master stops, the journal is closed, exit 130 / 143 / 129
+        run_async(main)
+
+
+def _held_log_name(log_dir: Path, name: str, journal: Path) -> NameHold:
+    """The master's name in ``log_dir``, held as a node holds its own (``node/name_lock.py``: one
+    lock per ``<name>.jsonl``, a master's and a node's alike), or exit 2 naming its holder; where
+    that holder holds ``journal`` too (a second master on it), the journal's refusal is said."""
+    hold = hold_name(log_dir, name)
+    if hold.holder is not None:
         try:
-            await serve_master(Master(config, opened, book))
-        finally:
-            opened.close()
-
-    run_async(main)  # SIGINT, SIGTERM, SIGHUP: the master stops, the journal is closed, exit 130 / 143 / 129
+            refuse_held(journal)
+        except JournalBusy as exc:
+            raise fail(str(exc), 2) from None
+        raise fail(
+            f"master {name!r}: its name is held in {log_dir} by pid {hold.holder} (a master or node "
+            f"running under it): both would write {name}.jsonl; stop it, or give this master "
+            "another --name or --logs",
+            2,
+        )
+    return hold  # not held where no lock can be had (another user's file, no flock): as before
 
 
 async def serve_master(master: Master) -> None:

@@ -12,6 +12,10 @@ first still held the old one). A refused node names the holder's pid from the ke
 locks (``flock_holder``), which has it from the instant the lock is held; the pid the holder
 writes into the file stands in where there is no such table.
 
+A master (``troupe master start``) holds its ``--name`` in its ``--logs`` with the same lock,
+for the same reason: two masters of one name and log folder, on two journals, both wrote one
+``<name>.jsonl``. The lock is one per log file, whoever writes it, a node or a master.
+
 ``<node>.name.lock`` is no other file's name, of any node: not a record (``<n>.<pid>.pids``), a
 log (``<n>.jsonl``, ``<n>.jsonl.N``) nor a rotation lock (``<n>.jsonl.lock``), so neither the
 predecessors' reaping, ``troupe logs`` nor the log rotation takes it for one of theirs.

@@ -36,7 +36,7 @@ from troupe.runtime.errors import JournalError
 from troupe.runtime.file_owner import belongs_to
 from troupe.runtime.flock_holder import flock_holder
 
-__all__ = ["JournalBusy", "JournalLock", "lock_path"]
+__all__ = ["JournalBusy", "JournalLock", "lock_path", "refuse_held"]
 
 
 class JournalBusy(JournalError):
@@ -48,6 +48,26 @@ def lock_path(journal: Path) -> Path:
     that a symlink to a journal (or to its folder) takes the same lock as the journal."""
     real = Path(os.path.realpath(journal))
     return real.with_name(real.name + ".lock")
+
+
+def refuse_held(journal: Path) -> None:
+    """Refuse ``journal`` where another process holds its lock now, read from the kernel's table
+    (``flock_holder``): nothing is made, opened for writing or locked, so a master taking the lock
+    at this instant is not refused for it. A master refused for another reason first (its log
+    name, held by the same master) says the journal's, which names the cause.
+
+    Raises:
+        JournalBusy: the journal's lock is held; the message names the holder's pid. Off Linux
+            (no table) nothing is raised.
+    """
+    for held in (lock_path(journal), journal):  # the file itself too: a hard link's sidecar is its own
+        try:
+            st = os.stat(held)
+        except OSError:
+            continue
+        holder = flock_holder(st)
+        if holder is not None:
+            raise _busy(journal, holder)
 
 
 # The journal files this process holds a flock on, by (st_dev, st_ino): one is never opened
