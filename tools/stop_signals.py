@@ -22,7 +22,11 @@ SIGTERM twice within microseconds, and whether the two merge while pending is ch
 single stop request was taken as "stop at once" about one time in three. Nobody who reads
 "(Ctrl-C again to stop at once)" presses again that fast; a sender's pid (``sigwaitinfo``)
 cannot tell them apart either: ``timeout``'s two come from one pid, as do a shell's two
-``kill``, and a terminal's Ctrl-C comes from the kernel each time.
+``kill``, and a terminal's Ctrl-C comes from the kernel each time. The window holds for Ctrl-C
+too: one keypress reaches a command twice where a wrapper passes SIGINT on to a child that its
+terminal signalled already (``uv run`` did, 200 ms later; a launcher that forwards to its
+children in the same process group). A Ctrl-C taken as an echo is said, as the first one was:
+a person who pressed twice knows the stop is still graceful, and to press again.
 """
 
 from __future__ import annotations
@@ -71,6 +75,13 @@ _AT_ONCE: dict[int, str] = {
     signal.SIGTERM: "SIGTERM again",
     signal.SIGHUP: "Ctrl-C or SIGTERM",
 }
+
+# Said of a Ctrl-C taken as the first one's echo: a double press within SAME_STOP_S is one stop,
+# and the person who pressed twice is told so, not left waiting on a stop at once.
+_SAME_CTRL_C = (
+    f"SIGINT again within {SAME_STOP_S:g} s: taken as the same stop (a wrapper may pass one Ctrl-C on "
+    "twice); still stopping gracefully (Ctrl-C again to stop at once)"
+)
 
 _err = Console(stderr=True)
 _displays: list[Console] = []  # consoles that may show a live display now (``lines_above``)
@@ -228,6 +239,8 @@ class StopSignals:
                         continue
                     if not self._echo(signum):
                         self.force()
+                    elif signum == signal.SIGINT and not self.quiet:  # a person may have pressed twice
+                        say_stopping(_SAME_CTRL_C)
         finally:
             # The work is over and the process winds down (threads, sockets): a signal now
             # ends it at once with the right status, not with a traceback or signal death;
