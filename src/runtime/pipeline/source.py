@@ -426,9 +426,8 @@ class MasterSource:
             ttl = min((float(lease.get("ttl", 60.0)) for lease in self._leases.values()), default=60.0)
             await anyio.sleep(max(ttl / 3, 0.5))
             for task_id, lease in list(self._leases.items()):
-                reply = await self._call(
-                    "renew", {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
-                )
+                ids = {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
+                reply = await self._call("renew", {**ids, "node": self.runtime.node})
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
                 elif reply:  # refused: the job may have been cancelled (a missed cancel_lease)

@@ -51,7 +51,8 @@ Decisions the driver and the workers rely on:
 - A master restart keeps each leased task's last lease (``TaskTables.restore``): held over,
   by no worker the book knows, until a Renew or report names its lease id, whose sender then
   holds it (the lease id went to that worker alone), registered or not yet (a busy worker
-  renews before it asks for work; the row it registers with takes the lease). Its lease runs
+  renews before it asks for work; the row it registers with takes the lease; until then its
+  death, a WorkerLeft or its node's NodeDead, requeues the lease at once). Its lease runs
   ``lease_s`` from the first event after the restart; one that no worker named by then goes
   back to pending with no attempt counted. Older copies of the task are not held over: their
   Renew is refused (the newest copy runs on), their Complete commits as above.
@@ -331,26 +332,38 @@ class TaskBook(TaskTables):
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
         worker = self._workers.pop(ev.worker_id, None)
         if worker is None:
-            return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
-        # A worker starts its leases in the order granted: beyond its oldest ``slots`` they are
-        # leases ahead that never started, and their loss is not the task's attempt.
-        leases = sorted(worker.leases.values(), key=lambda lease: lease.lease_id)
-        error = f"worker {ev.worker_id} on node {worker.node_id} left: {ev.reason or 'no reason'}"
-        for n, lease in enumerate(leases):
-            self._drop_lease(lease)
-            if n < worker.slots:
-                self._copy_lost(lease.task, now, error, "", out)
-            elif not lease.task.copies and lease.task.state is LEASED:
-                self._enqueue(lease.task)
-                out.append(self._record(lease.task))
+            claimant = self._unregistered.pop(ev.worker_id, None)
+            if claimant is None:
+                return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
+            # Its slots are unknown (it never registered): each lease it named may have run, so
+            # each costs an attempt, as its expiry would have.
+            return self._leases_lost(claimant, ev.reason, len(claimant.leases), now, out)
+        self._leases_lost(worker, ev.reason, worker.slots, now, out)
         node = self._nodes[worker.node_id]
         node.discard(ev.worker_id)
         if not node:
             del self._nodes[worker.node_id]
-        log.info("worker_left", worker=ev.worker_id, reason=ev.reason, requeued=len(leases))
+
+    def _leases_lost(self, worker: Worker, reason: str, started: int, now: float, out: list[Command]) -> None:
+        """A worker is gone: its tasks go back at once. Its oldest ``started`` leases ran (a
+        worker starts its leases in the order granted), each an attempt lost; beyond them are
+        leases ahead that never started, and their loss is not the task's attempt."""
+        leases = sorted(worker.leases.values(), key=lambda lease: lease.lease_id)
+        node = worker.node_id or "unknown"
+        error = f"worker {worker.worker_id} on node {node} left: {reason or 'no reason'}"
+        for n, lease in enumerate(leases):
+            self._drop_lease(lease)
+            if n < started:
+                self._copy_lost(lease.task, now, error, "", out)
+            elif not lease.task.copies and lease.task.state is LEASED:
+                self._enqueue(lease.task)
+                out.append(self._record(lease.task))
+        log.info("worker_left", worker=worker.worker_id, reason=reason, requeued=len(leases))
 
     def _node_dead(self, ev: NodeDead, now: float, out: list[Command]) -> None:
-        for worker_id in sorted(self._nodes.get(ev.node_id, ())):
+        # with the workers that named held-over leases on the node but have not registered yet
+        claimants = [w for w, claimant in self._unregistered.items() if claimant.node_id == ev.node_id]
+        for worker_id in sorted({*self._nodes.get(ev.node_id, ()), *claimants}):
             self._worker_left(WorkerLeft(worker_id, "node left" if ev.left else "node dead"), now, out)
         if ev.node_id in self._drain_waiting:
             self._drain_waiting.discard(ev.node_id)
@@ -432,14 +445,17 @@ class TaskBook(TaskTables):
         lease.worker = worker
         worker.hold(lease)
 
-    def _claim(self, lease: LeaseSlot, worker_id: str) -> None:
+    def _claim(self, lease: LeaseSlot, worker_id: str, node_id: str = "") -> None:
         """A lease held over a restart is named by a worker (a Renew or a report): the lease id
-        went to that worker alone, so it is the holder, registered again or not yet."""
+        went to that worker alone, so it is the holder, registered again or not yet. One not
+        registered yet holds it under its id and its node (``node_id``, which a Renew says):
+        its death (``WorkerLeft``, ``NodeDead``) requeues it at once, as a registered holder's."""
         holder = self._workers.get(worker_id)
         if holder is None:
             holder = self._unregistered.get(worker_id)
             if holder is None:
-                holder = self._unregistered[worker_id] = Worker(worker_id, "", Resources(0.0, 0), 1)
+                holder = self._unregistered[worker_id] = Worker(worker_id, node_id, Resources(0.0, 0), 1)
+            holder.node_id = holder.node_id or node_id
         self._move_lease(lease, holder)
         log.info(
             "held_over_lease_claimed",
@@ -461,7 +477,7 @@ class TaskBook(TaskTables):
                 out,
             )
         if lease.worker is self._unclaimed:
-            self._claim(lease, ev.worker_id)
+            self._claim(lease, ev.worker_id, ev.node_id)
         elif lease.worker.worker_id != ev.worker_id:
             return self._reject(
                 ev,

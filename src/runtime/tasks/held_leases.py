@@ -195,6 +195,7 @@ class HeldLeases:
             "worker_id": self.worker_id,
             "task_id": first.task.task_id,
             "lease_id": first.task.lease_id,
+            "node": self.config.node_id,  # a restarted master requeues what it names if the node dies
         }
         if more:
             payload["more"] = [[r.task.task_id, r.task.lease_id] for r in more]

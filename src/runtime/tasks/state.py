@@ -272,11 +272,16 @@ class RequestTask:
 
 @dataclass(frozen=True, slots=True)
 class Renew:
-    """Extend a lease by the job's ``lease_s`` from now."""
+    """Extend a lease by the job's ``lease_s`` from now.
+
+    ``node_id``: the sender's node, where it says (a worker that names a lease held over a
+    master restart before it registers again is known by it: its node's death requeues it).
+    """
 
     worker_id: str
     task_id: str
     lease_id: int
+    node_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,8 +287,9 @@ class TaskTables:
         return WorkerLoad(w.worker_id, w.node_id, w.slots, len(w.leases), draining)
 
     def leases_of(self, worker_id: str) -> dict[int, str]:
-        """The leases a worker holds, lease id -> task id (none for a worker not registered)."""
-        w = self._workers.get(worker_id)
+        """The leases a worker holds, lease id -> task id: a registered worker's, or those a
+        worker not registered again yet named since a restart held them over; none otherwise."""
+        w = self._workers.get(worker_id) or self._unregistered.get(worker_id)
         return {} if w is None else {lease_id: slot.task.spec.task_id for lease_id, slot in w.leases.items()}
 
     def jobs(self) -> list[JobSummary]:

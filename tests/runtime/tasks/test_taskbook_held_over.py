@@ -29,6 +29,7 @@ from troupe.runtime.tasks.state import (
     Fail,
     JobPolicy,
     Lease,
+    NodeDead,
     Reject,
     Renew,
     RequestTask,
@@ -214,3 +215,37 @@ def test_a_master_whose_earlier_holders_are_gone_releases_what_nobody_named(mast
     )
     assert master.book.task("t0").state is TaskState.LEASED
     assert master.book.statistics().leases_outstanding == 1
+
+
+def test_a_holder_that_dies_before_it_registers_gives_its_leases_back_at_once(master: Restarted) -> None:
+    """A busy worker renewed what it held, then died before it registered again: its node's
+    worker_left puts each lease back at once (each an attempt lost, as its expiry would), not a
+    lease later."""
+    first, ahead = running(master)
+    master.after(Renew("w", "t0", first.lease_id, "n"), 1.0)
+    master.after(Renew("w", ahead.task_id, ahead.lease_id, "n"), 1.0)
+    assert master.book.leases_of("w") == {first.lease_id: "t0", ahead.lease_id: ahead.task_id}
+    out = master.after(WorkerLeft("w", "exit code -9"), 2.0)
+    assert not [c for c in out if isinstance(c, Reject)]
+    for task_id in ("t0", ahead.task_id):
+        info = master.book.task(task_id)
+        assert (info.state, info.attempts) == (TaskState.PENDING, 1)
+    assert master.book.leases_of("w") == {}
+    master.after(WorkerJoined("v", "n2", Resources(2, 0), 2), 3.0)
+    assert sorted(g.task_id for g in leases(master.after(RequestTask("v", 2), 3.0))) == ["t0", "t1"]
+
+
+def test_a_holder_whose_node_dies_before_it_registers_gives_its_leases_back_at_once(
+    master: Restarted,
+) -> None:
+    first, ahead = running(master)
+    master.after(Renew("w", "t0", first.lease_id, "n"), 1.0)
+    master.after(Renew("x", "zz", 999, "n"), 1.0)  # refused: it names no lease, and holds none
+    master.after(NodeDead("n2"), 2.0)  # another node: nothing of w's
+    assert master.book.task("t0").state is TaskState.LEASED
+    master.after(NodeDead("n"), 3.0)
+    t0 = master.book.task("t0")
+    assert (t0.state, t0.attempts) == (TaskState.PENDING, 1)
+    # the lease it did not name still waits for its holder, no attempt counted
+    assert master.book.task(ahead.task_id).state is TaskState.LEASED
+    assert master.book.leases_of("w") == {}

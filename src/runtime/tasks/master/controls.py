@@ -143,16 +143,19 @@ class RequestTaskControl:
 
 @dataclass(frozen=True, slots=True)
 class RenewControl:
-    """``renew {worker_id, task_id, lease_id, more?}``.
+    """``renew {worker_id, task_id, lease_id, more?, node?}``.
 
     ``more``: further ``[task_id, lease_id]`` pairs the worker holds, renewed by the same
-    message (a worker holding leases ahead renews them all at once).
+    message (a worker holding leases ahead renews them all at once). ``node``: the worker's
+    node; a restarted master that does not know the worker yet requeues the leases it names
+    when that node dies (empty: a worker of before it, whose leases then expire).
     """
 
     worker_id: str
     task_id: str
     lease_id: int
     more: tuple[tuple[str, int], ...] = ()
+    node: str = ""
 
     @classmethod
     def decode(cls, payload: Any) -> RenewControl:
@@ -175,6 +178,7 @@ class RenewControl:
             p.require("task_id", str),
             p.require("lease_id", int),
             tuple(more),
+            p.optional("node", str, ""),
         )
 
 

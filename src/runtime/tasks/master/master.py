@@ -11,7 +11,7 @@ Control messages (payloads are maps; ``->`` is the reply)::
       register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds, prefetch?} -> {ok}
       request_task    {worker_id, free_slots, wait_s, held?}
                                                        -> {leases: [lease]}   (long poll)
-      renew           {worker_id, task_id, lease_id, more?}
+      renew           {worker_id, task_id, lease_id, more?, node?}
                                                        -> {outcome: renewed, ttl} | {outcome:
                                                           rejected, reason}: drop the task;
                                                           more?: [{lease_id, outcome, ...}]
@@ -87,7 +87,9 @@ hear: a tick that comes ``HELD_S`` or more late (the loop was held, say by the b
 job of millions of tasks in) moves every live node's last beat on by the hold, and logs
 ``master_loop_held``. A restarted master knows no node and no worker until they beat and
 register again; the journal gives it back every job, and every lease held over for the worker
-that renews it (see ``TaskTables.restore``): its running copies run on.
+that renews it (see ``TaskTables.restore``): its running copies run on. Such a worker holds
+what it named before it registers again: a ``worker_left`` for it, or its node's death (the
+``node`` its renew said), requeues those leases at once, as any holder's.
 
 The master is built of parts: the workers' controls and what it keeps of each worker
 (:mod:`~troupe.runtime.tasks.master.worker_controls`, with its answers in ``answers.py``), the

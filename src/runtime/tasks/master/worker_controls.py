@@ -186,7 +186,9 @@ class WorkerControls:
         m = RenewControl.decode(payload)
         pairs = ((m.task_id, m.lease_id), *m.more)
         # queued back to back: one batch, one journal transaction for all the worker holds
-        futures = [self.dispatcher.put(Renew(m.worker_id, task_id, lease_id)) for task_id, lease_id in pairs]
+        futures = [
+            self.dispatcher.put(Renew(m.worker_id, task_id, lease_id, m.node)) for task_id, lease_id in pairs
+        ]
 
         def renewed(replies: list[list[Command]]) -> dict[str, Any]:
             answers = [
@@ -282,7 +284,14 @@ class WorkerControls:
         worker_id, pid = m.worker_id, m.pid
         entry = self._workers.get(worker_id)
         if entry is None:
-            return False
+            # Not registered, yet it may hold leases a restart held over (it named them before
+            # it registered again): they go back now, not when they expire. It has no pid here
+            # to compare with: only the process that named them could have.
+            if not self.book.leases_of(worker_id):
+                return False
+            await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))
+            log.info("worker_left_master", worker=worker_id, reason=m.reason, registered=False)
+            return True
         if pid and entry.pid and pid != entry.pid:  # a newer incarnation registered already
             self._stale["worker_left_stale"] = self._stale.get("worker_left_stale", 0) + 1
             log.info(

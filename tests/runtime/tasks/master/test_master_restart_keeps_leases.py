@@ -4,7 +4,8 @@ A real master and real getters over the in-memory transport: the master stops wh
 worker runs a task, another starts on its journal. Before, it voided the leases, refused their
 renewals, and each task was cancelled and run again from zero. Now each getter's next renew (its
 old lease ids) is accepted, its answer has the getter register again though it is busy, and
-every task runs once.
+every task runs once. A worker that renewed, and died before it registered again, has its
+leases back at once by its node's word (``worker_left``, ``node_dead``), not a lease later.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
+from support.memory_master import master_in_memory
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.tasks.getter import TaskGetter
 from troupe.runtime.tasks.getter_config import GetterConfig
@@ -23,6 +26,7 @@ from troupe.runtime.tasks.getter_start import install_task_control
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
+from troupe.runtime.tasks.state import TaskState
 from troupe.runtime.tasks.task_actor import LeasedTask
 from troupe.runtime.transports.base import MemoryHub
 
@@ -93,3 +97,28 @@ async def test_a_restarted_master_keeps_its_workers_running_copies_and_runs_none
     assert starts == {"m-000000": 1, "m-000001": 1}  # none run again
     assert not status["stale_reports"], status["stale_reports"]  # no renewal refused
     assert all(g.statistics().cancelled == 0 for g in getters.values())
+
+
+@pytest.mark.parametrize("death", ["worker_left", "node_dead"])
+async def test_a_holder_that_dies_before_it_registers_again_gives_its_lease_back_at_once(
+    tmp_path: Path, death: str
+) -> None:
+    async with master_in_memory(tmp_path) as m:
+        await m.submit("j", 1, lease_s=600)
+        registration = {"worker_id": "n1/w0", "node": "n1", "endpoint": "mem://w0", "slots": 1}
+        await m.call("register_worker", registration)
+        request = {"worker_id": "n1/w0", "free_slots": 1, "wait_s": 0}
+        (lease,) = (await m.call("request_task", request))["leases"]
+    async with master_in_memory(tmp_path) as m:  # a restart on the journal
+        ids = {"worker_id": "n1/w0", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
+        renewed = await m.call("renew", {**ids, "node": "n1"})
+        assert (renewed["outcome"], renewed["known"]) == ("renewed", False)
+        # it dies before it registers again: its node says so
+        if death == "worker_left":
+            assert await m.call("worker_left", {"worker_id": "n1/w0", "pid": 7, "reason": "exit -9"}) is True
+        else:
+            assert await m.call("node_dead", {"node": "n1"}) is True
+        info = m.master.book.task(lease["task_id"])
+        assert (info.state, info.attempts) == (TaskState.PENDING, 1)
+        # and a worker nobody knows is still refused
+        assert await m.call("worker_left", {"worker_id": "n1/w9", "reason": "exit"}) is False
