@@ -43,6 +43,7 @@ log = get_logger(__name__)
 _STOP_TELL_S = 0.5
 _SILENT_RETRY_S = 0.5  # the pause after a call the master did not answer
 _DONE_CHUNK = 50_000  # task ids per done_tasks question: a few MB a message at most
+_TTL_S = 60.0  # a lease's life, as the renewals are timed, before any lease said its own
 
 
 async def send_unanswered(runtime: Runtime, endpoint: str, msg_type: str, payload: Any) -> None:
@@ -207,6 +208,9 @@ class MasterSource:
         self.made: dict[str, Any] | None = None  # (master_job sets it)
         # While the lease loop runs: its task group, and the engine's wake (``_report_last``).
         self._ending: tuple[anyio.abc.TaskGroup, Callable[[], None]] | None = None
+        # Registrations sent again (see _register_again), and whether one is on its way now.
+        self._registrations = 0
+        self._registering = False
 
     def take(self, n: int) -> list[SourceItem]:
         out = []
@@ -423,7 +427,7 @@ class MasterSource:
 
     async def _renew_loop(self) -> None:
         while True:
-            ttl = min((float(lease.get("ttl", 60.0)) for lease in self._leases.values()), default=60.0)
+            ttl = min((float(lease.get("ttl", _TTL_S)) for lease in self._leases.values()), default=_TTL_S)
             await anyio.sleep(max(ttl / 3, 0.5))
             for task_id, lease in list(self._leases.items()):
                 ids = {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
@@ -470,14 +474,14 @@ class MasterSource:
 
     async def _call(self, msg_type: str, payload: Any) -> Any:
         asked = time.monotonic()
+        sent = None if self._registering else self._registrations  # None: it may pass the one on its way
         try:
             reply = await self.runtime.control(
                 self.master, msg_type, payload, timeout=max(self.poll_s * 3, 10.0)
             )
         except UnknownWorker:
             self._answered()
-            log.warning("pipeline_source_unknown_worker", hint="the master restarted; registering again")
-            await self.runtime.control(self.master, "register_worker", self._registration())
+            await self._register_again(sent, msg_type)
             return None
         except (AskTimeout, Unreachable) as exc:
             self._unanswered(msg_type, exc, asked)
@@ -487,7 +491,34 @@ class MasterSource:
             log.warning("pipeline_source_call_failed", type=msg_type, error=str(exc))
             return None
         self._answered()
+        if isinstance(reply, dict) and reply.get("known") is False:
+            await self._register_again(sent, msg_type)
         return reply
+
+    async def _register_again(self, sent: int | None, after: str) -> None:
+        """The master does not know this run (it restarted): a request answered
+        ``unknown_worker``, or a ``renew`` or report answered ``known: false``. The last come
+        from a run whose slots are full, which asks for no work, while the master keeps the
+        leases it held over for it: it registers again now, as a worker's getter does, so that
+        the master knows whose leases they are (``ctl status``, drains).
+
+        ``sent``: the registrations sent again when the call that says so was sent (None: one
+        was on its way, which the call may have passed). Only a call sent after the last one
+        asks for another: the master takes a second registration as the run leaving and
+        joining again, and puts back every lease it holds, an attempt lost for each."""
+        if sent != self._registrations:
+            return
+        self._registrations += 1
+        self._registering = True
+        log.warning(
+            "pipeline_source_unknown_worker", hint="the master restarted; registering again", after=after
+        )
+        try:
+            await self.runtime.control(self.master, "register_worker", self._registration(), timeout=10.0)
+        except TroupeError as exc:  # the next call answered so, sent from now on, asks again
+            log.warning("pipeline_source_call_failed", type="register_worker", error=str(exc))
+        finally:
+            self._registering = False
 
     def _unanswered(self, msg_type: str, exc: TroupeError, asked: float) -> None:
         """``asked``: when the call that went unanswered was sent; the silence began by then
