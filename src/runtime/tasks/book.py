@@ -75,58 +75,43 @@ Decisions the driver and the workers rely on:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable
 
 from troupe.runtime.library_logging import get_logger
 
-from .book_rows import Job, LeaseSlot, Task, Worker
-from .journal_bulk import BULK_TASKS
+from .book_jobs import JobSteps
+from .book_reports import WorkerReports
+from .book_rows import LeaseSlot, Task, Worker
+from .book_workers import WorkerMembership
 from .scheduling import pick_task
 from .speculation import pick_backup
 from .state import (
-    FINAL_STATES,
-    Ack,
-    AckOutcome,
     CancelJob,
-    CancelLease,
     Command,
     Complete,
     Decline,
     DrainNode,
     Event,
     Fail,
-    JobFinished,
-    JobRecord,
-    JobState,
-    JobSubmitted,
-    JobTasksCancelled,
     Lease,
     NodeDead,
-    NodeDrained,
     Record,
-    Reject,
     Renew,
     RequestTask,
-    Resources,
     RetryDead,
     SchedulerTick,
     SubmitJob,
-    TaskRecord,
-    TaskSpec,
     TaskState,
     UndrainNode,
     WorkerJoined,
     WorkerLeft,
 )
-from .task_tables import TaskTables
 
 __all__ = ["TaskBook", "split_commands"]
 
 log = get_logger(__name__)
 
-PENDING, LEASED, FAILED = TaskState.PENDING, TaskState.LEASED, TaskState.FAILED
-DONE, DEAD, CANCELLED = TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED
+LEASED, FAILED = TaskState.LEASED, TaskState.FAILED
 
 
 def split_commands(commands: Iterable[Command]) -> tuple[list[Record], list[Command]]:
@@ -141,19 +126,17 @@ def split_commands(commands: Iterable[Command]) -> tuple[list[Record], list[Comm
     return records, others
 
 
-class TaskBook(TaskTables):
+class TaskBook(JobSteps, WorkerReports, WorkerMembership):
     """Jobs, tasks, workers and leases of one master; see the module docstring for the rules.
 
     The read-outs (``statistics``, ``worker_load``, ``jobs``, ``dead_letters``, ``task``),
-    ``restore`` and ``fold`` come from :class:`~troupe.runtime.tasks.task_tables.TaskTables`.
+    ``restore`` and ``fold`` come from :class:`~troupe.runtime.tasks.task_tables.TaskTables`;
+    the transitions from its parts: jobs (:mod:`~troupe.runtime.tasks.book_jobs`), the workers'
+    reports (:mod:`~troupe.runtime.tasks.book_reports`), workers and nodes
+    (:mod:`~troupe.runtime.tasks.book_workers`), the leases a restart held over
+    (:mod:`~troupe.runtime.tasks.book_held_over`), on the moves they share
+    (:mod:`~troupe.runtime.tasks.book_moves`). Leasing and the clocks are here.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._drain_waiting: set[str] = set()  # draining nodes not yet reported drained
-        self._expiry: list[tuple[float, int]] = []  # (deadline, lease id); stale once renewed
-        # (due on the monotonic clock, seq, task id, its not_before on the wall clock)
-        self._backoff: list[tuple[float, int, str, float]] = []
 
     # ------------------------------------------------------------------ entry points
 
@@ -220,164 +203,6 @@ class TaskBook(TaskTables):
             self._report_drained(out)
         return out
 
-    def release_held_over(self) -> int:
-        """Put back at once, with no attempt counted, every lease a restart held over that no
-        worker has named yet: for a master whose earlier holders are all known gone (a one-host
-        run's own master: the run that held them was its process), where waiting a lease for
-        them would only hold their tasks. Nothing is journaled: the rows still say leased, and
-        a restart on them holds them over again.
-
-        Returns:
-            How many tasks went back to pending.
-        """
-        released = 0
-        for lease in [lease for lease in self._leases.values() if lease.worker is self._unclaimed]:
-            self._drop_lease(lease)
-            if not lease.task.copies and lease.task.state is LEASED:
-                self._enqueue(lease.task)
-                released += 1
-        return released
-
-    # ------------------------------------------------------------------ jobs
-
-    def _submit(self, ev: SubmitJob, wall: float, out: list[Command]) -> None:
-        specs = tuple(ev.tasks)
-        if ev.job_id in self._jobs:
-            return self._reject(ev, f"job id {ev.job_id!r} is taken; submit under a new id", out)
-        if not specs:
-            return self._reject(ev, f"job {ev.job_id!r} has no tasks; give it at least one", out)
-        problem = _first_problem(specs, self._tasks.keys())
-        if problem:
-            return self._reject(ev, problem, out)
-        job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, wall)
-        self._add_new_tasks(specs, job)
-        out.append(Record(JobSubmitted(self._job_record(job), specs)))
-        log.info("job_submitted", job_id=job.job_id, tasks=len(specs))
-
-    def _cancel(self, ev: CancelJob, out: list[Command]) -> None:
-        job = self._jobs.get(ev.job_id)
-        if job is None:
-            return self._reject(ev, f"unknown job {ev.job_id!r}", out)
-        if job.state is not JobState.RUNNING:
-            return self._reject(ev, f"job {ev.job_id!r} already ended {job.state}", out)
-        live = [task for task in job.tasks if task.state not in FINAL_STATES]
-        for task in live:
-            if task.copies:
-                for lease in list(task.copies.values()):
-                    self._drop_lease(lease)
-                    if lease.worker is not self._unclaimed:  # no worker to tell
-                        out.append(self._cancel_lease(lease, "job cancelled"))
-        if len(live) >= BULK_TASKS:
-            # One record, and the counts at once: a record per task held the master's loop
-            # for seconds (800,000 tasks: 7 s, deaf to every worker and node meanwhile).
-            self._cancel_all(job, live)
-            first, last = job.tasks[0].spec.task_id, job.tasks[-1].spec.task_id
-            out.append(Record(JobTasksCancelled(job.job_id, first, last, len(live))))
-        else:
-            for task in live:
-                self._set_state(task, CANCELLED)
-                out.append(self._record(task))
-        job.queue.clear()
-        self._finish(job, JobState.CANCELLED, out)
-
-    def _retry_dead(self, ev: RetryDead, wall: float, out: list[Command]) -> None:
-        job = self._jobs.get(ev.job_id)
-        if job is None:
-            return self._reject(ev, f"unknown job {ev.job_id!r}; see `troupe ctl jobs`", out)
-        if job.state is JobState.CANCELLED:
-            said = f"job {ev.job_id!r} was cancelled: its tasks do not run again; submit it under a new id"
-            return self._reject(ev, said, out)
-        dead = [task for task in job.tasks if task.state is DEAD]
-        if not dead:
-            return
-        if job.state is not JobState.RUNNING:
-            self._run_again(job)
-            out.append(Record(self._job_record(job)))
-        for task in dead:
-            task.attempts, task.not_before = 0, wall
-            task.error = task.traceback = None
-            self._enqueue(task)
-            out.append(self._record(task))
-        log.info("dead_tasks_retried", job_id=job.job_id, tasks=len(dead))
-
-    def _maybe_finish(self, job: Job, out: list[Command]) -> None:
-        c = job.counts
-        if job.state is JobState.RUNNING and not (c[PENDING] or c[LEASED] or c[FAILED]):
-            self._finish(job, JobState.FAILED if c[DEAD] else JobState.DONE, out)
-
-    def _finish(self, job: Job, state: JobState, out: list[Command]) -> None:
-        job.state = state
-        self._running.remove(job)
-        out.append(Record(self._job_record(job)))
-        out.append(JobFinished(job.job_id, state))
-        log.info("job_finished", job_id=job.job_id, state=str(state), dead=job.counts[DEAD])
-
-    # ------------------------------------------------------------------ workers and nodes
-
-    def _worker_joined(self, ev: WorkerJoined, now: float, out: list[Command]) -> None:
-        if ev.slots < 1 or ev.resources.cpu < 0 or ev.resources.gpu < 0:
-            return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
-        if ev.worker_id in self._workers:
-            self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
-        worker = Worker(
-            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds), max(ev.prefetch, 0)
-        )
-        self._workers[ev.worker_id] = worker
-        self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
-        held = self._unregistered.pop(ev.worker_id, None)
-        if held is not None:  # it took leases held over a restart before it registered
-            for lease in list(held.leases.values()):
-                self._move_lease(lease, worker)
-
-    def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
-        worker = self._workers.pop(ev.worker_id, None)
-        if worker is None:
-            claimant = self._unregistered.pop(ev.worker_id, None)
-            if claimant is None:
-                return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
-            # Its slots are unknown (it never registered): each lease it named may have run, so
-            # each costs an attempt, as its expiry would have.
-            return self._leases_lost(claimant, ev.reason, len(claimant.leases), now, out)
-        self._leases_lost(worker, ev.reason, worker.slots, now, out)
-        node = self._nodes[worker.node_id]
-        node.discard(ev.worker_id)
-        if not node:
-            del self._nodes[worker.node_id]
-
-    def _leases_lost(self, worker: Worker, reason: str, started: int, now: float, out: list[Command]) -> None:
-        """A worker is gone: its tasks go back at once. Its oldest ``started`` leases ran (a
-        worker starts its leases in the order granted), each an attempt lost; beyond them are
-        leases ahead that never started, and their loss is not the task's attempt."""
-        leases = sorted(worker.leases.values(), key=lambda lease: lease.lease_id)
-        node = worker.node_id or "unknown"
-        error = f"worker {worker.worker_id} on node {node} left: {reason or 'no reason'}"
-        for n, lease in enumerate(leases):
-            self._drop_lease(lease)
-            if n < started:
-                self._copy_lost(lease.task, now, error, "", out)
-            elif not lease.task.copies and lease.task.state is LEASED:
-                self._enqueue(lease.task)
-                out.append(self._record(lease.task))
-        log.info("worker_left", worker=worker.worker_id, reason=reason, requeued=len(leases))
-
-    def _node_dead(self, ev: NodeDead, now: float, out: list[Command]) -> None:
-        # with the workers that named held-over leases on the node but have not registered yet
-        claimants = [w for w, claimant in self._unregistered.items() if claimant.node_id == ev.node_id]
-        for worker_id in sorted({*self._nodes.get(ev.node_id, ()), *claimants}):
-            self._worker_left(WorkerLeft(worker_id, "node left" if ev.left else "node dead"), now, out)
-        if ev.node_id in self._drain_waiting:
-            self._drain_waiting.discard(ev.node_id)
-            out.append(NodeDrained(ev.node_id))
-        if not ev.left:  # a node that comes back starts afresh; one stopped on purpose, drained
-            self._draining.discard(ev.node_id)
-
-    def _report_drained(self, out: list[Command]) -> None:
-        for node in sorted(self._drain_waiting):
-            if not any(self._workers[w].leases for w in self._nodes.get(node, ())):
-                self._drain_waiting.discard(node)
-                out.append(NodeDrained(node))
-                log.info("node_drained", node=node)
-
     # ------------------------------------------------------------------ leasing
 
     def _request(self, ev: RequestTask, now: float, out: list[Command]) -> None:
@@ -432,172 +257,6 @@ class TaskBook(TaskTables):
             )
         )
 
-    def _drop_lease(self, lease: LeaseSlot) -> None:
-        del lease.task.copies[lease.lease_id]
-        del self._leases[lease.lease_id]
-        worker = lease.worker
-        worker.release(lease)
-        if not worker.leases and self._unregistered.get(worker.worker_id) is worker:
-            del self._unregistered[worker.worker_id]
-
-    def _move_lease(self, lease: LeaseSlot, worker: Worker) -> None:
-        lease.worker.release(lease)
-        lease.worker = worker
-        worker.hold(lease)
-
-    def _claim(self, lease: LeaseSlot, worker_id: str, node_id: str = "") -> None:
-        """A lease held over a restart is named by a worker (a Renew or a report): the lease id
-        went to that worker alone, so it is the holder, registered again or not yet. One not
-        registered yet holds it under its id and its node (``node_id``, which a Renew says):
-        its death (``WorkerLeft``, ``NodeDead``) requeues it at once, as a registered holder's."""
-        holder = self._workers.get(worker_id)
-        if holder is None:
-            holder = self._unregistered.get(worker_id)
-            if holder is None:
-                holder = self._unregistered[worker_id] = Worker(worker_id, node_id, Resources(0.0, 0), 1)
-            holder.node_id = holder.node_id or node_id
-        self._move_lease(lease, holder)
-        log.info(
-            "held_over_lease_claimed",
-            task_id=lease.task.spec.task_id,
-            lease_id=lease.lease_id,
-            worker=worker_id,
-            registered=worker_id in self._workers,
-        )
-
-    # ------------------------------------------------------------------ worker reports
-
-    def _renew(self, ev: Renew, now: float, out: list[Command]) -> None:
-        lease = self._leases.get(ev.lease_id)
-        if lease is None or lease.task.spec.task_id != ev.task_id:
-            return self._reject(
-                ev,
-                f"lease {ev.lease_id} of task {ev.task_id!r} is no longer "
-                "valid (expired, requeued or finished); drop the task",
-                out,
-            )
-        if lease.worker is self._unclaimed:
-            self._claim(lease, ev.worker_id, ev.node_id)
-        elif lease.worker.worker_id != ev.worker_id:
-            return self._reject(
-                ev,
-                f"lease {ev.lease_id} belongs to worker {lease.worker.worker_id!r}, not {ev.worker_id!r}",
-                out,
-            )
-        lease.deadline = now + lease.task.job.policy.lease_s
-        heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
-        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RENEWED, lease.deadline))
-
-    def _check_report(
-        self, ev: Complete | Fail | Decline, out: list[Command]
-    ) -> tuple[Task, LeaseSlot | None] | None:
-        """Checks common to the reports; None when they answered the event already."""
-        task = self._tasks.get(ev.task_id)
-        if task is None:
-            self._reject(ev, f"unknown task {ev.task_id!r}", out)
-            return None
-        if task.state is DEAD and isinstance(ev, Complete) and 1 <= ev.lease_id <= task.last_lease_id:
-            return task, None  # its output is committed: the dead letter is overturned
-        if task.state in FINAL_STATES:
-            outcome = AckOutcome.DUPLICATE if task.state is DONE else AckOutcome.IGNORED
-            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, outcome))
-            return None
-        lease = task.copies.get(ev.lease_id)
-        if lease is not None and lease.worker is self._unclaimed:
-            self._claim(lease, ev.worker_id)
-        if lease is None and not 1 <= ev.lease_id <= task.last_lease_id:
-            self._reject(ev, f"lease {ev.lease_id} was never issued for task {ev.task_id!r}", out)
-            return None
-        if lease is not None and lease.worker.worker_id != ev.worker_id:
-            self._reject(
-                ev,
-                f"lease {ev.lease_id} belongs to worker {lease.worker.worker_id!r}, not {ev.worker_id!r}",
-                out,
-            )
-            return None
-        return task, lease
-
-    def _complete(self, ev: Complete, now: float, out: list[Command]) -> None:
-        checked = self._check_report(ev, out)
-        if checked is None:
-            return
-        task, winner = checked
-        if task.state is DEAD:
-            return self._overturn(task, ev, out)
-        if winner is None:
-            log.info("late_complete_accepted", task_id=ev.task_id, lease_id=ev.lease_id)
-        else:
-            # the copy's own run time: a lease ahead waited for a slot before it ran
-            task.job.durations.add(now - winner.start if ev.run_s is None else ev.run_s)
-            self._spec_won += winner.backup
-        for lease in list(task.copies.values()):
-            self._drop_lease(lease)
-            if lease is not winner and lease.worker is not self._unclaimed:
-                out.append(self._cancel_lease(lease, "another copy of the task finished first"))
-        task.result_ref = ev.result_ref
-        self._set_state(task, DONE)
-        out.append(self._record(task))
-        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
-        self._maybe_finish(task.job, out)
-
-    def _overturn(self, task: Task, ev: Complete, out: list[Command]) -> None:
-        """A dead-lettered task's copy committed after all: the task is done."""
-        job = task.job
-        task.result_ref = ev.result_ref
-        self._set_state(task, DONE)
-        out.append(self._record(task))
-        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.COMMITTED))
-        log.warning("dead_letter_overturned", task_id=ev.task_id, lease_id=ev.lease_id, job_id=job.job_id)
-        if job.state is JobState.FAILED and not job.counts[DEAD]:
-            job.state = JobState.DONE  # it is no longer among the running: nothing to remove
-            out.append(Record(self._job_record(job)))
-            out.append(JobFinished(job.job_id, JobState.DONE))
-            log.info("job_finished", job_id=job.job_id, state="done", overturned=True)
-        else:
-            self._maybe_finish(job, out)
-
-    def _decline(self, ev: Decline, out: list[Command]) -> None:
-        checked = self._check_report(ev, out)
-        if checked is None:
-            return
-        task, lease = checked
-        if lease is None:
-            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
-            return
-        self._drop_lease(lease)
-        if not (ev.unseen or ev.given_back):
-            lease.worker.declined.add(task.spec.kind)
-        if not task.copies and task.state is LEASED:
-            self._enqueue(task)
-            out.append(self._record(task))
-        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RETURNED))
-        # A prefetched lease given back is a lease ahead working as meant (it waited too long
-        # in its worker for a slot): info, not the warning an unseen lease or a decline is.
-        emit = log.info if ev.given_back and not ev.unseen else log.warning
-        emit(
-            "lease_unseen_returned"
-            if ev.unseen
-            else "prefetched_lease_given_back"
-            if ev.given_back
-            else "task_declined",
-            task_id=ev.task_id,
-            worker=ev.worker_id,
-            kind=task.spec.kind,
-            reason=ev.reason,
-        )
-
-    def _fail(self, ev: Fail, now: float, wall: float, out: list[Command]) -> None:
-        checked = self._check_report(ev, out)
-        if checked is None:
-            return
-        task, lease = checked
-        if lease is None:  # that copy's attempt was settled when its lease ended
-            out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.IGNORED))
-            return
-        self._drop_lease(lease)
-        self._copy_lost(task, now, ev.error, ev.traceback, out, wall)
-        out.append(Ack(ev.worker_id, ev.task_id, ev.lease_id, AckOutcome.RECORDED))
-
     # ------------------------------------------------------------------ time
 
     def _expire(self, now: float, out: list[Command]) -> None:
@@ -626,32 +285,6 @@ class TaskBook(TaskTables):
             )
             self._copy_lost(lease.task, now, error, "", out)
 
-    def _held_over_expired(self, lease: LeaseSlot, out: list[Command]) -> None:
-        """No worker named a lease held over a restart within its lease: its holder died while
-        the master was down, or cannot reach it. The task goes back with no attempt counted
-        (the restart was not the task's fault) and no one to tell."""
-        task = lease.task
-        log.info(
-            "held_over_lease_expired",
-            task_id=task.spec.task_id,
-            lease_id=lease.lease_id,
-            job_id=task.job.job_id,
-            lease_s=task.job.policy.lease_s,
-        )
-        if not task.copies and task.state is LEASED:
-            self._enqueue(task)
-            out.append(self._record(task))
-
-    def _start_held_over(self, now: float) -> None:
-        """Start the leases a restart held over (see ``TaskTables.restore``) at the first event:
-        each lasts its job's ``lease_s`` from now, and runs from now for speculation."""
-        for lease in self._restored_leases:
-            if lease.lease_id in self._leases:
-                lease.start = lease.task.leased_at = now
-                lease.deadline = now + lease.task.job.policy.lease_s
-                heapq.heappush(self._expiry, (lease.deadline, lease.lease_id))
-        self._restored_leases = []
-
     def _release_backoffs(self, now: float, out: list[Command]) -> None:
         while self._backoff and self._backoff[0][0] <= now:
             _, seq, task_id, not_before = heapq.heappop(self._backoff)
@@ -670,95 +303,3 @@ class TaskBook(TaskTables):
                 remaining = min(max(task.not_before - wall, 0.0), task.job.policy.backoff(task.attempts))
                 heapq.heappush(self._backoff, (now + remaining, task.seq, task.spec.task_id, task.not_before))
         self._restored_backoffs = []
-
-    # ------------------------------------------------------------------ transitions
-
-    def _copy_lost(
-        self,
-        task: Task,
-        now: float,
-        error: str,
-        traceback: str,
-        out: list[Command],
-        failed_at: float | None = None,
-    ) -> None:
-        """A copy ended without a result; count the attempt if no other copy still runs.
-
-        ``failed_at``: the wall time of a failure the task reported (it then backs off, and its
-        ``not_before`` is journaled on the wall clock); None for a copy lost otherwise (an
-        expired lease, a worker gone), which goes back to pending at once.
-        """
-        if task.copies or task.state is not LEASED:
-            return
-        task.attempts += 1
-        task.error, task.traceback = error, traceback
-        policy = task.job.policy
-        if task.attempts >= policy.max_attempts:
-            self._set_state(task, DEAD)
-            out.append(self._record(task))
-            log.warning("task_dead_lettered", task_id=task.spec.task_id, attempts=task.attempts, error=error)
-            self._maybe_finish(task.job, out)
-        elif failed_at is not None and policy.backoff(task.attempts) > 0:
-            wait_s = policy.backoff(task.attempts)
-            task.not_before = failed_at + wait_s
-            self._set_state(task, FAILED)
-            heapq.heappush(self._backoff, (now + wait_s, task.seq, task.spec.task_id, task.not_before))
-            out.append(self._record(task))
-        else:
-            self._enqueue(task)
-            out.append(self._record(task))
-
-    def _enqueue(self, task: Task) -> None:
-        self._set_state(task, PENDING)
-        task.job.queue.push(task)
-
-    # ------------------------------------------------------------------ helpers
-
-    @staticmethod
-    def _job_record(job: Job) -> JobRecord:
-        return JobRecord(job.job_id, job.name, job.seq, job.state, job.policy, job.submitted_at)
-
-    @staticmethod
-    def _record(task: Task) -> Record:
-        return Record(
-            TaskRecord(
-                task.spec.task_id,
-                task.job.job_id,
-                task.state,
-                task.attempts,
-                task.not_before,
-                task.last_lease_id,
-                task.result_ref,
-                task.error,
-                task.traceback,
-            )
-        )
-
-    @staticmethod
-    def _cancel_lease(lease: LeaseSlot, reason: str) -> CancelLease:
-        return CancelLease(lease.worker.worker_id, lease.task.spec.task_id, lease.lease_id, reason)
-
-    @staticmethod
-    def _reject(event: Event, reason: str, out: list[Command]) -> None:
-        out.append(Reject(event, reason))
-        log.info("event_rejected", event_type=type(event).__name__, reason=reason)
-
-
-def _first_problem(specs: Sequence[TaskSpec], known: AbstractSet[str]) -> str:
-    """What is wrong with a job's tasks, for the first task in order that is wrong: an id used
-    twice (in the job, or by a task ``known`` already) or a negative resource; empty if none.
-
-    Checked as a whole first (a million tasks in one submit), task by task only on a problem.
-    """
-    ids = [s.task_id for s in specs]
-    needs = {id(s.needs): s.needs for s in specs}.values()
-    if len(set(ids)) == len(ids) and known.isdisjoint(ids) and all(n.cpu >= 0 and n.gpu >= 0 for n in needs):
-        return ""
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.task_id in seen or spec.task_id in known:
-            return f"task id {spec.task_id!r} is used twice; ids must be unique across jobs"
-        if spec.needs.cpu < 0 or spec.needs.gpu < 0:
-            return f"task {spec.task_id!r} needs {spec.needs}; resources must be >= 0"
-        seen.add(spec.task_id)
-    return ""

@@ -22,7 +22,7 @@ import structlog.testing
 from support.held_in_child import held_in_child
 from support.journal_drive import drive, leases
 from troupe.runtime.errors import JournalError, TaskError
-from troupe.runtime.tasks import book as book_mod
+from troupe.runtime.tasks import book_jobs
 from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
 from troupe.runtime.tasks.journal import Compaction, Journal
@@ -802,7 +802,7 @@ def _cancel_a_job_among_others(
 ) -> tuple[TaskBook, list[Command]]:
     """Jobs b, a, c; in a: one task done, one dead, one leased, three pending; then a is
     cancelled, its live tasks in one record when there are ``bulk_from`` or more."""
-    monkeypatch.setattr(book_mod, "BULK_TASKS", bulk_from)
+    monkeypatch.setattr(book_jobs, "BULK_TASKS", bulk_from)
     book = TaskBook()
     with Journal.open(path, create=True) as journal:
         drive(book, journal, SubmitJob("b", [TaskSpec(f"b{i}", "k", i) for i in range(2)]), 1.0)
