@@ -41,7 +41,7 @@ from troupe.cli.stream_encoding import spinner_for
 from troupe.cli.tables import print_whole, status_tables
 from troupe.runtime.errors import ConfigError, TroupeError, Unreachable
 from troupe.runtime.node.config import DEFAULT_NODE_ENDPOINT
-from troupe.runtime.tasks.jobspec import check_job_id, load_job
+from troupe.runtime.tasks.jobspec import load_job
 from troupe.runtime.tasks.master.job_listing import STATUS_FINISHED_JOBS, recent_jobs
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
 from troupe.runtime.tasks.state import JobState
@@ -183,8 +183,7 @@ def _job_payload(job_file: Path, job_id: str | None) -> tuple[dict[str, Any], in
     """The submit's payload, and how many tasks the job has."""
     try:
         spec = load_job(job_file)  # every mistake is named here, with the file and the field
-        if job_id is not None:
-            check_job_id(job_id)
+        spec.checked_id(job_id)  # and an id whose task ids are too long, before the master is asked
         data = tomllib.loads(job_file.read_text(encoding="utf-8"))
     except ConfigError as exc:
         raise fail(str(exc), 2) from None

@@ -4,6 +4,7 @@ A job file looks like this::
 
     [job]
     name = "render-0001"          # letters, digits, '.', '_', '-'; also the job id by default
+                                  # (with count, short enough that its task ids fit 200)
     kind = "render"               # which handler runs the tasks (the rule of names too)
     max_attempts = 3              # failed attempts before a task is dead-lettered
     lease_s = 60                  # a lease lasts this long unless the worker renews it
@@ -54,6 +55,7 @@ from troupe.runtime.core.config_messages import shipped_hint, short_repr
 from troupe.runtime.errors import ConfigError
 
 from .content_store import REF_PREFIX
+from .output_store import TASK_ID_MOST_BYTES
 from .state import JobPolicy, Resources, Speculation, SubmitJob, TaskSpec
 
 __all__ = ["JobSpec", "TaskEntry", "check_job_id", "generated_task_id", "load_job", "parse_job"]
@@ -62,6 +64,26 @@ __all__ = ["JobSpec", "TaskEntry", "check_job_id", "generated_task_id", "load_jo
 def generated_task_id(prefix: str, index: int) -> str:
     """The id of the ``index``-th task of a job of ``count`` tasks (or of a pipeline's items)."""
     return f"{prefix}-{index:06d}"
+
+
+def _ids_too_long(prefix: str, count: int) -> tuple[str, int] | None:
+    """Why the ids made from ``prefix`` for ``count`` tasks are too long, and the longest prefix
+    whose ids fit; None when they fit.
+
+    A prefix follows the rule of names (200 characters), but each task id adds a '-' and six
+    or more digits, and a task id names its output's directory (the output store's bound). A job
+    id that long was accepted, and every one of its tasks died at its first commit, on each of
+    its attempts (report px 6)."""
+    longest = generated_task_id(prefix, count - 1)  # the last index has the most digits
+    over = len(longest) - TASK_ID_MOST_BYTES
+    if over <= 0:
+        return None
+    digits = len(longest) - len(prefix) - 1
+    why = (
+        f"is {len(prefix)} characters: its task ids (it, '-' and {digits} digits) would be "
+        f"{len(longest)}, over the {TASK_ID_MOST_BYTES} a task id may have (it names a directory)"
+    )
+    return why, len(prefix) - over
 
 
 MAX_COUNT = 10_000_000  # one job's tasks live in the master's memory; split bigger runs
@@ -154,11 +176,38 @@ class JobSpec:
         its tasks had kept the name's ids and were refused as used twice.
 
         Raises:
-            ConfigError: ``job_id`` is no name.
+            ConfigError: ``job_id`` is no name, or the task ids it makes are too long (see
+                :meth:`checked_id`).
+        """
+        self.checked_id(job_id)
+        return SubmitJob(job_id or self.name, self.tasks(job_id), self.policy, self.name)
+
+    def checked_id(self, job_id: str | None = None) -> str:
+        """The id this job is submitted under (``job_id``, or its name), checked.
+
+        A job id given follows the rule of names. The ids of the tasks a job of ``count`` makes
+        from it (``ID-000000``...) must fit the bound of a task id: they are checked here, as the
+        job is submitted, not when each task commits its output.
+
+        Raises:
+            ConfigError: ``job_id`` is no name, or the task ids made from the job's id would be
+                too long; the message says how long the id may be.
         """
         if job_id is not None:
             check_job_id(job_id)
-        return SubmitJob(job_id or self.name, self.tasks(job_id), self.policy, self.name)
+        prefix = job_id or self.name
+        too_long = _ids_too_long(prefix, self.count) if self.count is not None else None
+        if too_long is None:
+            return prefix
+        why, most = too_long
+        if job_id is not None:
+            raise ConfigError(
+                f"job id {short_repr(job_id)} {why}; give a job id of at most {most} characters"
+            )
+        raise ConfigError(
+            f"{self.source}: [job].name {short_repr(self.name)} {why}; shorten it to at most {most} "
+            "characters, or submit the job under a shorter --id"
+        )
 
 
 def check_job_id(job_id: str) -> str:
@@ -397,7 +446,7 @@ class _Parser:
             if not isinstance(item, dict):
                 self.fail(f"{where} must be a table, got {short_repr(item)}")
             self.keys(item, _TASK_KEYS, where)
-            task_id = self.ident(item, "id", where) if "id" in item else generated_task_id(name, i)
+            task_id = self.ident(item, "id", where) if "id" in item else self.generated_id(name, i, where)
             if task_id in seen:
                 self.fail(
                     f"{where}.id {short_repr(task_id)} repeats [[tasks]] #{seen[task_id] + 1}; "
@@ -413,6 +462,17 @@ class _Parser:
             task_needs = self.needs(self.table(item, "needs", where), f"{where}.needs", needs)
             entries.append(TaskEntry(task_id, seed, task_refs, task_needs, locality, task_kind))
         return tuple(entries)
+
+    def generated_id(self, name: str, index: int, where: str) -> str:
+        """The id of a ``[[tasks]]`` entry that gives none, made from the job's name."""
+        too_long = _ids_too_long(name, index + 1)
+        if too_long is not None:
+            why, most = too_long
+            self.fail(
+                f"{where} has no id, and [job].name {short_repr(name)} {why}; give the entry an id, "
+                f"or shorten the name to at most {most} characters"
+            )
+        return generated_task_id(name, index)
 
 
 def _bounds(minimum: int | None, maximum: int | None) -> str:

@@ -9,7 +9,10 @@ import pytest
 
 from troupe.actors.datagen.config import DEFAULT_PIPELINE, default_pipeline
 from troupe.runtime.errors import ConfigError
+from troupe.runtime.node.config import MAX_NAME
 from troupe.runtime.pipeline.config import PipelineConfig, load_pipeline
+from troupe.runtime.tasks.jobspec import MAX_COUNT, generated_task_id
+from troupe.runtime.tasks.output_store import TASK_ID_MOST_BYTES, OutputStore
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -339,3 +342,19 @@ def test_a_typo_of_the_out_placeholder_in_a_table_is_refused_with_its_path() -> 
     stage = {"name": "store", "actor": "m:S", "kwargs": {"paths": {"c": "{out}/c", "d": ["x", "{outt}/d"]}}}
     with pytest.raises(ValueError, match=r"kwargs\.paths\.d\[1\] = '\{outt\}/d': \{outt\} is no placeholder"):
         PipelineConfig.model_validate({"name": "p", "items": 2, "stages": [stage]})
+
+
+def test_the_longest_name_and_most_items_make_item_ids_that_can_name_outputs(tmp_path: Path) -> None:
+    """A pipeline's items are named like a job's tasks, from its name (``NAME-000000``), and a job
+    id of 194-200 characters made task ids too long to commit (report px 6). The bounds of
+    ``name`` and ``items`` keep every item id within the task-id bound, so nothing checks it at
+    run time; this says so should either bound grow."""
+    stage = ONE_STAGE.format(name="a")
+    longer = _write(tmp_path, f'[pipeline]\nname = "{"p" * (MAX_NAME + 1)}"\n' + stage)
+    assert f"pipeline.name: must have at most {MAX_NAME} characters" in _error(longer)
+    cfg = load_pipeline(
+        _write(tmp_path, f'[pipeline]\nname = "{"p" * MAX_NAME}"\nitems = {MAX_COUNT}\n' + stage)
+    )
+    last = generated_task_id(cfg.name, cfg.items - 1)
+    assert len(last.encode()) <= TASK_ID_MOST_BYTES
+    assert not OutputStore(tmp_path / "out").is_committed(last)  # not refused

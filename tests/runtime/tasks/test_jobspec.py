@@ -9,7 +9,8 @@ import pytest
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.tasks.book import TaskBook
-from troupe.runtime.tasks.jobspec import JobSpec, load_job, parse_job
+from troupe.runtime.tasks.jobspec import JobSpec, generated_task_id, load_job, parse_job
+from troupe.runtime.tasks.output_store import OutputStore
 from troupe.runtime.tasks.state import Reject, Resources, Speculation, TaskSpec
 
 SCENES, ROBOT, S8 = (f"cas://sha256/{c * 64}" for c in "abc")
@@ -277,3 +278,44 @@ def test_a_ref_may_be_an_absolute_path_as_a_pipeline_s_job_names_its_out() -> No
     """A pipeline's job names its --out folder among its refs: an absolute path is a ref too."""
     job = parse_job({"job": {"name": "j", "kind": "k", "count": 1, "refs": {"out": "/data/run 1"}}})
     assert job.tasks()[0].refs == {"out": "/data/run 1"}
+
+
+@pytest.mark.parametrize(
+    ("length", "count"), [(193, 2), (194, 2), (200, 1), (192, 1_000_001), (193, 1_000_001)]
+)
+def test_a_job_id_is_accepted_only_where_each_of_its_task_ids_can_name_an_output(
+    tmp_path: Path, length: int, count: int
+) -> None:
+    """px 6: a job id of 194-200 characters was accepted, and every task it made (``ID-000000``)
+    died at its first commit with InvalidTaskId; the bound is the output store's own."""
+    job = parse_job({"job": {"name": "j", "kind": "k", "count": count}}, "x.toml")
+    job_id = "h" * length
+    longest = len(job_id) + 1 + max(6, len(str(count - 1)))
+    if longest > 200:
+        with pytest.raises(ConfigError, match=f"is {length} characters: .* would be {longest}, over the 200"):
+            job.checked_id(job_id)
+        return
+    assert job.checked_id(job_id) == job_id
+    last = generated_task_id(job_id, count - 1)
+    assert len(last) == longest and not OutputStore(tmp_path).is_committed(last)  # not refused
+
+
+def test_a_name_whose_task_ids_are_too_long_is_refused_with_the_file_and_the_most_it_may_be() -> None:
+    job = parse_job({"job": {"name": "h" * 195, "kind": "k", "count": 2}}, "x.toml")
+    with pytest.raises(ConfigError) as caught:
+        job.submit()  # as the master takes it in, from a client that did not check it
+    said = str(caught.value)
+    assert said.startswith("x.toml: [job].name 'hhh") and "is 195 characters" in said, said
+    assert said.endswith("shorten it to at most 193 characters, or submit the job under a shorter --id")
+    assert job.checked_id("short") == "short"  # its ids are made from the id given then
+
+
+def test_a_listed_task_without_an_id_whose_made_id_is_too_long_is_refused() -> None:
+    tasks = [{"id": "given", "seed": 1}, {"seed": 2}]
+    with pytest.raises(ConfigError) as caught:
+        parse_job({"job": {"name": "h" * 194, "kind": "k"}, "tasks": tasks}, "x.toml")
+    said = str(caught.value)
+    assert said.startswith("x.toml: [[tasks]] #2 has no id, and [job].name 'hhh"), said
+    assert said.endswith("give the entry an id, or shorten the name to at most 193 characters")
+    job = parse_job({"job": {"name": "h" * 194, "kind": "k"}, "tasks": [{"id": "given", "seed": 1}]})
+    assert [t.task_id for t in job.submit().tasks] == ["given"]
