@@ -51,9 +51,10 @@ registers again. A restarted master holds each lease over for its holder: the ge
 has the getter register again at once, busy or not, so the master knows who holds them. A report
 that cannot be delivered within ``report_for_s`` is dropped: the output is committed already,
 so the copy the master leases again finds it and ends at once. A ``complete`` the master refuses
-(a result reference that is not a str, from a runner that does not check it) is sent again as a
-``fail`` carrying the refusal: the attempt fails at once, instead of holding the task until its
-lease expired and blaming the lease.
+(a result reference that is not a str, from a runner that does not check it), or that this
+worker's codec cannot send (a str with a lone surrogate, one over the message bound), is sent
+again as a ``fail`` carrying the refusal, worded as the master's or as the worker's own: the
+attempt fails at once, instead of holding the task until its lease expired and blaming the lease.
 
 A getter runs each slot as one long-lived coroutine that takes the held leases in turn, and
 sends reports by reporters that wait for the next one once theirs is answered (a new one only
@@ -424,7 +425,10 @@ class TaskGetter(HeldLeases):
 
 
 def _refused_as_fail(payload: dict[str, Any], refusal: TroupeError) -> dict[str, Any]:
-    """The ``fail`` report that stands for a ``complete`` the master refused."""
+    """The ``fail`` report that stands for a ``complete`` refused: by the master, or by this
+    worker's own codec before anything was sent (its result reference has no encoding, or is
+    over the message bound), which was worded as the master's refusal (report px 7)."""
     kept = {k: v for k, v in payload.items() if k not in ("result_ref", "run_s")}
-    error = f"the master refused this attempt's complete report: {type(refusal).__name__}: {refusal}"
+    who = "the master refused this attempt's" if refusal.from_reply else "this worker could not send its"
+    error = f"{who} complete report: {type(refusal).__name__}: {refusal}"
     return {**kept, "error": error, "traceback": ""}

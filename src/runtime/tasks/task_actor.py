@@ -48,6 +48,11 @@ from troupe.runtime.errors import BadFrame
 
 __all__ = ["LeasedTask", "TaskActor"]
 
+RESULT_REF_MOST_BYTES = 4096
+"""The most a result reference may have, in bytes of UTF-8: room for any path the OS opens
+(PATH_MAX) or URL, while the data itself goes to the output store; the master keeps a task's
+reference in its journal and in memory, and replies with many of them at once."""
+
 
 @dataclass(frozen=True, slots=True)
 class LeasedTask:
@@ -138,7 +143,9 @@ class TaskActor(Actor):
 
         Returns:
             A reference to the committed output (kept in the master's journal), or None;
-            anything but a str or None fails the attempt with a ``TypeError``.
+            anything but a str or None fails the attempt with a ``TypeError``, and a str that
+            is not valid UTF-8 (a lone surrogate) or longer than ``RESULT_REF_MOST_BYTES``
+            (4096 bytes) with a ``ValueError``: it is where the output is, not the output.
 
         Raises:
             Exception: any error fails this attempt; its text and traceback are reported.

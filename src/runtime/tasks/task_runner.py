@@ -28,7 +28,7 @@ from troupe.runtime.core.config_messages import short_repr
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TaskError
 
-from .task_actor import LeasedTask, TaskActor
+from .task_actor import RESULT_REF_MOST_BYTES, LeasedTask, TaskActor
 
 __all__ = ["ActorRunner", "KindNotRun", "Runner", "TaskDropped"]
 
@@ -109,6 +109,29 @@ async def _run_task(actor: TaskActor, task: LeasedTask) -> str | None:
         raise TypeError(
             f"{_named(actor)} returned {short_repr(ref, 80)} ({type(ref).__name__}): it must return a str "
             "(the reference of the task's committed output) or None"
+        )
+    return ref if ref is None else _checked_ref(actor, ref)
+
+
+def _checked_ref(actor: TaskActor, ref: str) -> str:
+    """``ref``, if a message can carry it and it is short enough to be a reference. Else the
+    attempt fails here, saying what to return: the worker's codec refused the report, which
+    was worded as the master's refusal, with advice to raise max_message_mb (report px 7)."""
+    try:
+        # a str longer in characters is longer in bytes: it is not encoded to be refused
+        size = len(ref.encode("utf-8")) if len(ref) <= RESULT_REF_MOST_BYTES else None
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{_named(actor)} returned a str that is not valid UTF-8 ({exc.reason}: "
+            f"{ref[exc.start]!r} at index {exc.start} of {short_repr(ref, 60)}), which no message "
+            "carries; return the reference of the task's committed output as valid text"
+        ) from None
+    if size is None or size > RESULT_REF_MOST_BYTES:
+        length = f"{len(ref):,} characters" if size is None else f"{size:,} bytes"
+        raise ValueError(
+            f"{_named(actor)} returned a str of {length}: a task's result is a short reference to "
+            f"its committed output, at most {RESULT_REF_MOST_BYTES} bytes of UTF-8; commit the data "
+            "with OutputStore and return where it is"
         )
     return ref
 

@@ -1,9 +1,10 @@
 """A real getter and a real master (in memory): a ``complete`` the master refuses fails the
 attempt at once, saying why, instead of leaving the task leased until its lease expires.
 
-The runner below returns what the master's journal cannot take as a result reference (an
-int). Before, the getter logged the refusal and sent nothing more: each attempt waited out its
-lease, and the dead letter blamed the lease.
+The runners below return what the master's journal cannot take as a result reference (an
+int), or what the worker's codec cannot send (a lone surrogate). Before, the getter logged the
+refusal and sent nothing more: each attempt waited out its lease, and the dead letter blamed
+the lease.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ MASTER = "mem://master"
 LEASE_S = 600.0  # a refused report left its task this long: the test ends long before
 
 
-async def test_a_refused_complete_fails_the_attempt_at_once_saying_why(tmp_path: Path) -> None:
+async def _dead_letter(tmp_path: Path, result: Any) -> dict[str, Any]:
+    """The dead letter of a one-task job whose runner returns ``result`` on each attempt."""
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
     m = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
 
     async def runner(task: LeasedTask) -> Any:
-        return 42  # not a str: the master refuses the complete
+        return result
 
     try:
         async with anyio.create_task_group() as tg:
@@ -58,6 +60,19 @@ async def test_a_refused_complete_fails_the_attempt_at_once_saying_why(tmp_path:
         journal.close()
     assert view["state"] != "running" and view["counts"]["dead"] == 1, view
     (letter,) = dead
-    assert "refused this attempt's complete report" in letter["error"], letter
-    assert "result_ref" in letter["error"] and "42" in letter["error"], letter
     assert "lease" not in letter["error"].replace("complete report", ""), letter
+    return dict(letter)
+
+
+async def test_a_refused_complete_fails_the_attempt_at_once_saying_why(tmp_path: Path) -> None:
+    letter = await _dead_letter(tmp_path, 42)  # not a str: the master refuses the complete
+    assert letter["error"].startswith("the master refused this attempt's complete report: "), letter
+    assert "result_ref" in letter["error"] and "42" in letter["error"], letter
+
+
+async def test_a_complete_the_worker_cannot_send_is_the_worker_s_own_failure(tmp_path: Path) -> None:
+    """px 7: a reference the worker's own codec refuses (a lone surrogate, from a runner that does
+    not check it) never reached the master, yet the dead letter said the master refused it."""
+    letter = await _dead_letter(tmp_path, "a\udc80b")
+    assert letter["error"].startswith("this worker could not send its complete report: EncodeError: "), letter
+    assert "master" not in letter["error"], letter

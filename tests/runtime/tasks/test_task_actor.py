@@ -19,7 +19,7 @@ from troupe.runtime.tasks.content_store import ContentStore
 from troupe.runtime.tasks.getter_start import start_task_getter
 from troupe.runtime.tasks.master.nodes import NodeTable
 from troupe.runtime.tasks.output_store import OutputStore
-from troupe.runtime.tasks.task_actor import LeasedTask, TaskActor
+from troupe.runtime.tasks.task_actor import RESULT_REF_MOST_BYTES, LeasedTask, TaskActor
 from troupe.runtime.tasks.task_runner import ActorRunner
 from troupe.runtime.transports.base import MemoryHub
 
@@ -173,6 +173,33 @@ async def test_a_run_task_that_returns_no_str_fails_the_attempt_naming_the_class
     with pytest.raises(TypeError, match=expected):
         await runner(LeasedTask("a", "j", "k", 1))
     for fine in ("out://a", None):
+        assert await ActorRunner([ReturnsNoReference(fine)])(LeasedTask("a", "j", "k", 1)) == fine
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (
+            "a\udc80b",
+            r"returned a str that is not valid UTF-8 \(surrogates not allowed: '\\udc80' at index 1 ",
+        ),
+        (
+            "x" * 70 * 2**20,
+            r"returned a str of 73,400,320 characters: .* at most 4096 bytes of UTF-8; commit ",
+        ),
+        ("\u00e9" * 2049, r"returned a str of 4,098 bytes: a task's result is a short reference"),
+    ],
+    ids=["surrogate", "70 MiB", "4098 bytes"],
+)
+async def test_a_run_task_that_returns_a_str_no_report_can_carry_fails_the_attempt_saying_so(
+    result: str, expected: str
+) -> None:
+    """px 7: the worker's own codec refused the report (a lone surrogate; 70 MiB, over the
+    message bound), and the dead letter said "the master refused this attempt's complete
+    report", with advice to raise max_message_mb; the attempt fails in run_task's words now."""
+    with pytest.raises(ValueError, match=r"^ReturnsNoReference\.run_task " + expected):
+        await ActorRunner([ReturnsNoReference(result)])(LeasedTask("a", "j", "k", 1))
+    for fine in ("x" * RESULT_REF_MOST_BYTES, "\u00e9" * (RESULT_REF_MOST_BYTES // 2), "a\x00b"):
         assert await ActorRunner([ReturnsNoReference(fine)])(LeasedTask("a", "j", "k", 1)) == fine
 
 
