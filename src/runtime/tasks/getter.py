@@ -195,6 +195,14 @@ class TaskGetter(HeldLeases):
         self._registered = False
         self._want.set()
 
+    def _forgotten_since(self, registrations: int) -> None:
+        """A report's answer said the master does not know this worker: register again, unless a
+        registration came after the report was sent (the answer is older than it). Two reports
+        answered so together registered twice, and the master takes a second registration for
+        the worker leaving and coming back: every lease it held went back, an attempt counted."""
+        if registrations == self._counts["registrations"]:
+            self._forgotten()
+
     def _free(self) -> int:
         """Leases the worker may take now: its slots and the leases ahead, less those held."""
         ahead = self.config.prefetch if self._ahead_ok else 0
@@ -386,11 +394,12 @@ class TaskGetter(HeldLeases):
                 # The slot of this copy is free once the report is in: ask for the next task
                 # with it.
                 payload["request"] = self._free() + 1 if self._registered else 0
+                registrations = self._counts["registrations"]
                 try:
                     reply = await self.runtime.control(self.master, kind, payload, timeout=cfg.call_timeout_s)
                     break
                 except UnknownWorker:
-                    self._registered = False
+                    self._forgotten_since(registrations)
                     payload["request"] = 0
                 except _TRANSIENT as exc:
                     log.info("report_failed", report=kind, error=str(exc), **ids)
@@ -419,7 +428,7 @@ class TaskGetter(HeldLeases):
         if reply.get("outcome") == "rejected":
             log.warning("report_rejected", report=kind, reason=reply.get("reason"), **ids)
         if not reply.get("known", True):
-            self._registered = False
+            self._forgotten_since(registrations)
         self._held.pop(task.lease_id, None)
         self._start(reply.get("leases", ()))
 
