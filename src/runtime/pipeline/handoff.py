@@ -14,7 +14,9 @@ walk vouched for it, answered under ``refused`` when taken (``Outbox.reply_inste
 A take's reply is one message, under the message bound: the holder answers the outputs that fit
 it (by the sizes it weighed as it held them) and names the rest under ``later``, still held, and
 the taker asks again for those until each arrived once. Outputs that each fit the bound but
-together passed it failed their whole take.
+together passed it failed their whole take. The taker says what it receives whole with each take
+(its message bound and its ``max_frames``); to a taker that receives less than the holder, the
+holder answers by what the outputs encode to, which its own codec would have let go.
 
 Small outputs (under ``inline_below`` bytes, counted by :func:`payload_bytes`) still travel
 inline through the engine: an extra round trip would cost them more than their bytes.
@@ -23,7 +25,7 @@ inline through the engine: an extra round trip would cost them more than their b
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -45,6 +47,7 @@ __all__ = [
     "payload_weight",
     "pull_inputs",
     "too_large_output",
+    "too_many_frames",
     "unsendable_output",
 ]
 
@@ -146,6 +149,32 @@ def too_large_output(where: str, size: int, bound: int, whose: str) -> str:
     )
 
 
+def too_many_frames(where: str, arrays: int, frames: int, whose: str) -> str:
+    """The error of an item whose output, ``arrays`` buffer frames (arrays, tensors), needs more
+    frames than a message to the taker may have (``frames``, ``whose``: the taking replica's)."""
+    return (
+        f"MessageTooLarge: {where}: process returned an output of {arrays} arrays, which do not fit "
+        f"one message: {whose} max_frames is {frames} (the header and one frame per array or "
+        "tensor); raise max_frames ([node] of the nodes') or send fewer, larger arrays"
+    )
+
+
+class _Limits(NamedTuple):
+    """What a take's reply must fit: the message bound in bytes (0: the taker said none, an
+    older one) and the frames, each the smaller of the taker's and this process's, and whose
+    each is (``the``, or ``the taking replica's``), as an item's error names it."""
+
+    bound: int
+    whose: str
+    frames: int
+    frames_whose: str
+
+
+def _smaller(takers: int, own: int) -> tuple[int, str]:
+    """The smaller of the taker's limit and this process's, and whose it is."""
+    return (takers, "the taking replica's") if takers < own else (own, "the")
+
+
 def _room(bound: int, keys: list[str]) -> int:
     """What the outputs of a take's reply under ``bound`` may weigh together: the bound less
     ``TAKE_HEADROOM`` and each key the take names (each is answered once: an output, a refusal,
@@ -212,6 +241,7 @@ async def pull_inputs(
     items: list[Any],
     sources: list[Any],
     budget: int | None = None,
+    frames: int | None = None,
 ) -> tuple[list[Any], dict[int, str], dict[int, str]]:
     """The batch's items with each pulled one filled in from its holder; the indexes whose
     holder is gone or no longer has it (lost: the engine runs them again from the first stage);
@@ -227,6 +257,8 @@ async def pull_inputs(
         sources: per item, ``[holder actor, key]`` or None (the item came inline).
         budget: the most bytes a message to this process may have (its message bound): a
             holder of a larger bound keeps its replies under it. None: the holder's own.
+        frames: the most frames a message to this process may have (its ``max_frames``): a
+            holder that takes more keeps its replies to as many. None: the holder's own.
     """
     by_holder: dict[str, list[tuple[int, str]]] = {}
     for i, source in enumerate(sources):
@@ -236,6 +268,8 @@ async def pull_inputs(
     lost: dict[int, str] = {}
     failed: dict[int, str] = {}
     bounded: dict[str, Any] = {} if budget is None else {"budget": budget}
+    if frames is not None:
+        bounded["frames"] = frames
 
     async def fetch(holder: str, wanted: list[tuple[int, str]]) -> None:
         got: dict[str, Any] = {}
@@ -344,28 +378,35 @@ class Outbox(Actor):
 
     mailbox_capacity = 256
 
-    _bound = (0, "the")  # the take in hand's message bound (0: none said), and whose (``_take``)
+    _limits = _Limits(0, "the", 0, "the")  # what the take in hand's reply must fit (``_take``)
 
     @handles("stage_take")
     def _take(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The held outputs of ``keys`` that fit one reply under the taker's ``budget`` (its
-        message bound) and this process's (by the sizes they were held with), and the others
-        under ``later``. Where the first alone weighs more than a reply holds, for a taker of a
-        smaller bound than this process's, what it encodes to decides (``_by_encoded_size``):
-        the taker would refuse it on receipt, where this process's codec lets it go (under this
-        process's own bound, its codec finds one that does not fit: ``reply_instead``). An
-        older taker says no budget and reads no ``later`` (it would count those items lost, and
-        this holder with them): it is answered every output, in one reply, as before."""
+        """The held outputs of ``keys`` that fit one reply under the taker's limits (``budget``,
+        its message bound, and ``frames``, its ``max_frames``) and this process's, and the others
+        under ``later``. The sizes the outputs were held with decide, where the taker takes what
+        this process does; a taker that takes less (a smaller bound, fewer frames) is answered by
+        what the outputs encode to (``_by_encoded_size``): it would refuse on receipt a reply
+        this process's codec lets go (a str of multibyte characters weighs its length, an array
+        one frame no weight shows), where under this process's own limits its codec finds one
+        that does not fit (``reply_instead``). A taker that says no ``frames`` (of an earlier
+        troupe) is taken to take this process's. An older taker says no budget and reads no
+        ``later`` (it would count those items lost, and this holder with them): it is answered
+        every output, in one reply, as before."""
         keys = [str(k) for k in payload.get("keys", ())]
-        own = self.runtime.codec.max_message_bytes
+        codec = self.runtime.codec
         budget = payload.get("budget")
-        self._bound = (0, "the")
         if type(budget) is not int or budget <= 0:
+            self._limits = _Limits(0, "the", codec.max_frames, "the")
             return {"items": HELD.take(keys)[0]}
-        self._bound = (budget, "the taking replica's") if budget < own else (own, "the")
-        room = _room(self._bound[0], keys)
-        items, later = HELD.take(keys, room)
-        if budget < own and len(items) == 1 and HELD.size(next(iter(items))) > room:
+        frames = payload.get("frames")
+        if type(frames) is not int or frames <= 0:
+            frames = codec.max_frames
+        self._limits = _Limits(
+            *_smaller(budget, codec.max_message_bytes), *_smaller(frames, codec.max_frames)
+        )
+        items, later = HELD.take(keys, _room(self._limits.bound, keys))
+        if budget < codec.max_message_bytes or frames < codec.max_frames:
             return self._by_encoded_size(items, later)
         return {"items": items, "later": later} if later else {"items": items}
 
@@ -391,7 +432,7 @@ class Outbox(Actor):
         rest added to ``later``. Each key is answered once, and at least one per reply: the
         first that fits is sent, or some are refused."""
         codec = self.runtime.codec
-        bound, whose = self._bound
+        bound, whose, frames, frames_whose = self._limits
         if bound <= 0:  # an older taker, which reads no ``later``: all that travels, in one reply
             bound = codec.max_message_bytes
         envelope = len(codec.encode_reply(0, "", None)[0]) - 1  # what a payload alone adds (None: 1)
@@ -399,24 +440,26 @@ class Outbox(Actor):
         sized: list[tuple[str, Any, int, int]] = []  # key, output, encoded bytes, buffer frames
         for key, item in items.items():
             try:
-                frames = codec.encode_reply(0, "", item)
+                encoded = codec.encode_reply(0, "", item)
             except ProtocolError as exc:
                 refused[key] = unsendable_output(HELD.made_by, exc)
                 continue
-            size = sum(memoryview(frame).nbytes for frame in frames) - envelope
-            sized.append((key, item, size, len(frames) - 1))
+            size = sum(memoryview(frame).nbytes for frame in encoded) - envelope
+            sized.append((key, item, size, len(encoded) - 1))
         keys = [*items, *later]
         room = _room(bound, keys) - _refusals_bytes(refused)
-        for key, _, size, _ in sized:
+        for key, _, size, frames_of_it in sized:
             if size > room:
                 refused[key] = too_large_output(HELD.made_by, size, bound, whose)
+            elif frames_of_it >= frames:  # more than the taker takes (this process's own: refused)
+                refused[key] = too_many_frames(HELD.made_by, frames_of_it, frames, frames_whose)
         room = _room(bound, keys) - _refusals_bytes(refused)
         sendable: dict[str, Any] = {}
         used = buffers = 0
         for key, item, size, frames_of_it in sized:
             if key in refused:
                 continue
-            if self._bound[0] <= 0 or (used + size <= room and buffers + frames_of_it < codec.max_frames):
+            if self._limits.bound <= 0 or (used + size <= room and buffers + frames_of_it < frames):
                 sendable[key] = item
                 used += size
                 buffers += frames_of_it

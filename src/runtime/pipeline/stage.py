@@ -256,8 +256,10 @@ class StageActor(Actor):
             self._learn_holders(sources)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._alive_while_pulling)
-                budget = self.runtime.codec.max_message_bytes  # its holders' replies must fit it
-                items, lost, failed = await pull_inputs(self._ask, items, list(sources), budget)
+                codec = self.runtime.codec  # its holders' replies must fit what it receives
+                items, lost, failed = await pull_inputs(
+                    self._ask, items, list(sources), codec.max_message_bytes, codec.max_frames
+                )
                 tg.cancel_scope.cancel()
         run = [item for i, item in enumerate(items) if i not in lost and i not in failed]
         if not run:

@@ -52,16 +52,19 @@ def _keys() -> list[str]:
 
 @asynccontextmanager
 async def _holder(
-    bound: int = BOUND, taker_bound: int = BOUND, max_frames: int = 1024
+    bound: int = BOUND, taker_bound: int = BOUND, max_frames: int = 1024, taker_frames: int = 1024
 ) -> AsyncIterator[tuple[Runtime, list[dict[str, Any]]]]:
     """Runtime ``a`` (the next stage's replica), and the replies of every ``stage_take`` it
-    asked, once runtime ``b``'s replica of ``MakeStage`` (message bound ``bound``) made and holds
-    the outputs of items 0 to 4; ``a``'s own bound is ``taker_bound``."""
+    asked, once runtime ``b``'s replica of ``MakeStage`` (message bound ``bound``, frames
+    ``max_frames``) made and holds the outputs of items 0 to 4; ``a``'s own limits are
+    ``taker_bound`` and ``taker_frames``."""
     hub = MemoryHub()
     replies: list[dict[str, Any]] = []
     try:
         async with (
-            Runtime(NODE, "a", hub.transport(name="a"), codec=Codec(taker_bound), ask_timeout=WAIT_S) as a,
+            Runtime(
+                NODE, "a", hub.transport(name="a"), codec=Codec(taker_bound, taker_frames), ask_timeout=WAIT_S
+            ) as a,
             Runtime(
                 NODE, "b", hub.transport(name="b"), codec=Codec(bound, max_frames), drain_timeout=0.5
             ) as b,
@@ -93,7 +96,9 @@ async def _pull(a: Runtime, replies: list[dict[str, Any]]) -> Pulled:
         return reply
 
     sources = [[OUTBOX, key] for key in _keys()]
-    return await pull_inputs(ask, [None] * ITEMS, sources, budget=a.codec.max_message_bytes)
+    return await pull_inputs(
+        ask, [None] * ITEMS, sources, budget=a.codec.max_message_bytes, frames=a.codec.max_frames
+    )
 
 
 def _assert_each_arrived_once(filled: list[Any], replies: list[dict[str, Any]], skip: int = -1) -> None:
@@ -205,3 +210,78 @@ async def test_outputs_of_more_arrays_than_a_message_has_frames_are_split(
     assert not failed and not lost, (failed, lost)
     _assert_each_arrived_once(filled, replies)
     assert [len(reply["items"]) for reply in replies] == [2, 2, 1], replies
+
+
+# -- the taker's limits: what it can receive whole, said with each take --------------------------
+
+
+async def test_a_taker_of_a_smaller_bound_gets_multibyte_strs_it_can_receive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder's bound is four times the taker's, and its outputs are strs of three-byte
+    characters, each weighing a third of what it encodes to: the holder's codec would let a
+    reply of all five go (it fits the holder's bound), and the taker would refuse it on receipt.
+    The holder weighs a tighter taker's replies by what they encode to: each arrives once."""
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: "\u20ac" * (BOUND // 7) + str(seed))
+    with anyio.fail_after(WAIT_S):
+        async with _holder(bound=4 * BOUND) as (a, replies):
+            filled, lost, failed = await _pull(a, replies)
+    assert not failed and not lost, (failed, lost)
+    _assert_each_arrived_once(filled, replies)
+    assert all(1 <= len(reply["items"]) <= 2 for reply in replies), [len(r["items"]) for r in replies]
+
+
+async def test_a_multibyte_str_the_taker_cannot_receive_fails_alone_naming_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A str that weighs under the taker's bound and encodes to more than it: its item fails
+    alone, naming the taker's bound; the others arrive."""
+    culprit = 2
+    big = "\u20ac" * (BOUND // 2)
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: big if seed == culprit else _fitting(seed))
+    with anyio.fail_after(WAIT_S):
+        async with _holder(bound=4 * BOUND) as (a, replies):
+            filled, lost, failed = await _pull(a, replies)
+    assert not lost and list(failed) == [culprit], (failed, lost)
+    assert f"the taking replica's message bound is {BOUND} bytes" in failed[culprit], failed
+    _assert_each_arrived_once(filled, replies, skip=culprit)
+
+
+async def test_a_taker_of_fewer_frames_gets_replies_of_as_many_as_it_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The taker takes messages of at most eight frames, the holder 1024: the taker says its
+    ``frames`` with each take, and two outputs of three arrays go a reply; an output of more
+    arrays than the taker takes fails alone, naming its limit and what raises it."""
+    culprit = 2
+    many = [np.full(2048, culprit, np.uint8)] * 8
+    monkeypatch.setitem(
+        globals(),
+        "_output_of",
+        lambda seed: many if seed == culprit else [np.full(2048, seed, np.uint8)] * 3,
+    )
+    with anyio.fail_after(WAIT_S):
+        async with _holder(taker_frames=8) as (a, replies):
+            filled, lost, failed = await _pull(a, replies)
+    assert not lost and list(failed) == [culprit], (failed, lost)
+    error = failed[culprit]
+    assert error.startswith("MessageTooLarge: stage make: process returned an output of 8 arrays"), error
+    assert "the taking replica's max_frames is 8" in error and "raise max_frames" in error, error
+    for seed, item in enumerate(filled):
+        if seed != culprit:
+            assert item["seed"] == seed and len(item["out"]) == 3, seed
+    assert [len(reply["items"]) for reply in replies] == [2, 2], replies
+
+
+async def test_a_take_that_says_no_frames_is_answered_by_the_holders_own_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An older taker says its ``budget`` and no ``frames``: the holder weighs by its own frame
+    limit, as before (all five outputs of three arrays in one reply of 16 frames)."""
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: [np.full(2048, seed, np.uint8)] * 3)
+    with anyio.fail_after(WAIT_S):
+        async with _holder() as (a, _):
+            older = await a.ref(OUTBOX).ask("stage_take", {"keys": _keys(), "budget": BOUND})
+            newer = await a.ref(OUTBOX).ask("stage_take", {"keys": _keys(), "budget": BOUND, "frames": 8})
+    assert sorted(older) == ["items"] and sorted(older["items"]) == _keys(), older
+    assert sorted(newer["items"]) == _keys()[:2] and newer["later"] == _keys()[2:], newer
