@@ -188,6 +188,43 @@ async def test_a_take_whose_outputs_together_pass_the_bound_hands_each_over(tmp_
     )
 
 
+@pytest.mark.parametrize("plane", ["direct", "engine"])
+async def test_a_batch_whose_outputs_together_pass_the_bound_reaches_the_engine(
+    plane: str, tmp_path: Path
+) -> None:
+    """``[pipeline] max_message_mb = 0.0625`` (64 KiB) and a last stage that answers six outputs
+    of 30,000 bytes at once (``batch = 6``), 180 KB a reply, inline to the engine. Such a reply
+    failed its whole batch, every item made again and then dead though each fits the bound
+    alone. Now the reply holds what fits and the engine asks the replica for the rest: every
+    item ends ok, its payload intact, made once."""
+    nbytes, log = 30_000, str(tmp_path / "seen.jsonl")
+    stage = {
+        "name": "make",
+        "actor": f"{STAGES}:MakePayload",
+        "batch": ITEMS,
+        "kwargs": {"nbytes": nbytes, "log": log},
+    }
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "plane",
+            "items": ITEMS,
+            "max_attempts": 2,
+            "max_message_mb": 0.0625,
+            "data_plane": plane,
+            "stages": [stage],
+        }
+    )
+    result = await _run(cfg)
+
+    assert result.counts() == {"ok": ITEMS, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    for task_id, out in result.outputs.items():
+        seed = int(task_id.rsplit("-", 1)[1])
+        assert out["seed"] == seed and (out["payload"] == expected_payload(seed, nbytes)).all(), task_id
+    assert sorted(result.outputs) == [f"plane-{i:06d}" for i in range(ITEMS)]
+    seen = Counter(r["task_id"] for r in read_records(Path(log)))
+    assert seen == Counter({f"plane-{i:06d}": 1 for i in range(ITEMS)})
+
+
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The node's status once ``ready(status)`` holds (a bounded poll; the node may not be up
     yet at first)."""

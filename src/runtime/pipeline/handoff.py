@@ -31,6 +31,7 @@ import anyio
 
 from troupe.runtime.core.actor import Actor, handles
 from troupe.runtime.errors import AskTimeout, DeliveryError, MessageTooLarge, ProtocolError, TroupeError
+from troupe.runtime.wire.codec import Codec
 
 __all__ = [
     "GONE",
@@ -42,10 +43,13 @@ __all__ = [
     "TAKE_HEADROOM",
     "HeldOutputs",
     "Outbox",
+    "ReplyLimits",
+    "encoded_size",
     "outcome_lost",
     "payload_bytes",
     "payload_weight",
     "pull_inputs",
+    "reply_envelope",
     "too_large_output",
     "too_many_frames",
     "unsendable_output",
@@ -137,42 +141,82 @@ def unsendable_output(where: str, exc: ProtocolError) -> str:
     return f"{said} (return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)"
 
 
-def too_large_output(where: str, size: int, bound: int, whose: str) -> str:
-    """The error of an item whose output, ``size`` bytes encoded, leaves no room in a take's
-    reply under the message ``bound`` (``whose``: ``the`` holder's, or ``the taking replica's``)
-    for what surrounds it (``TAKE_HEADROOM``)."""
+_RAISE_BOUND = "raise max_message_mb ([pipeline] of the pipeline's config, or [node] of the nodes')"
+_RAISE_FRAMES = "raise max_frames ([node] of the nodes')"
+
+
+def too_large_output(where: str, size: int, bound: int, whose: str, raise_it: str | None = None) -> str:
+    """The error of an item whose output, ``size`` bytes encoded, leaves no room in a reply
+    under the message ``bound`` (``whose``: ``the`` replica's own, or its asker's: ``the taking
+    replica's``, ``the engine's``) for what surrounds it (``TAKE_HEADROOM``); ``raise_it``: how
+    to raise that bound (None: max_message_mb)."""
     return (
         f"MessageTooLarge: {where}: process returned an output of {size} bytes, which does not fit "
         f"one message: {whose} message bound is {bound} bytes, less {TAKE_HEADROOM} for the reply "
-        "around it; raise max_message_mb ([pipeline] of the pipeline's config, or [node] of the "
-        "nodes') or send the data by reference"
+        f"around it; {raise_it or _RAISE_BOUND} or send the data by reference"
     )
 
 
-def too_many_frames(where: str, arrays: int, frames: int, whose: str) -> str:
+def too_many_frames(where: str, arrays: int, frames: int, whose: str, raise_it: str | None = None) -> str:
     """The error of an item whose output, ``arrays`` buffer frames (arrays, tensors), needs more
-    frames than a message to the taker may have (``frames``, ``whose``: the taking replica's)."""
+    frames than a message to its asker may have (``frames``, ``whose``: the taking replica's,
+    the engine's); ``raise_it``: how to raise that limit (None: max_frames)."""
     return (
         f"MessageTooLarge: {where}: process returned an output of {arrays} arrays, which do not fit "
         f"one message: {whose} max_frames is {frames} (the header and one frame per array or "
-        "tensor); raise max_frames ([node] of the nodes') or send fewer, larger arrays"
+        f"tensor); {raise_it or _RAISE_FRAMES} or send fewer, larger arrays"
     )
 
 
-class _Limits(NamedTuple):
-    """What a take's reply must fit: the message bound in bytes (0: the taker said none, an
-    older one) and the frames, each the smaller of the taker's and this process's, and whose
-    each is (``the``, or ``the taking replica's``), as an item's error names it."""
+class ReplyLimits(NamedTuple):
+    """What a reply must fit for its asker to receive it whole: the message bound in bytes and
+    the frames, each the smaller of the asker's (as its ask said them) and this process's, and
+    whose each is (``the``, or the asker's: ``the taking replica's``), as an item's error names
+    it."""
 
     bound: int
     whose: str
     frames: int
     frames_whose: str
 
+    @classmethod
+    def said(cls, payload: Any, codec: Codec, asker: str) -> ReplyLimits | None:
+        """The limits an ask's ``payload`` says its asker receives whole: ``budget`` (bytes), and
+        ``frames`` (this process's where it says none, as an earlier troupe's asker), ``asker``
+        naming whose they are. None where it says no budget: an older asker, which reads no
+        ``later``."""
+        budget = payload.get("budget") if isinstance(payload, dict) else None
+        if type(budget) is not int or budget <= 0:
+            return None
+        frames = payload.get("frames")
+        if type(frames) is not int or frames <= 0:
+            frames = codec.max_frames
+        own_bound, own_frames = codec.max_message_bytes, codec.max_frames
+        return cls(
+            *((budget, asker) if budget < own_bound else (own_bound, "the")),
+            *((frames, asker) if frames < own_frames else (own_frames, "the")),
+        )
 
-def _smaller(takers: int, own: int) -> tuple[int, str]:
-    """The smaller of the taker's limit and this process's, and whose it is."""
-    return (takers, "the taking replica's") if takers < own else (own, "the")
+    def tighter(self, codec: Codec) -> bool:
+        """The asker receives less than ``codec`` lets go: a reply that ``codec`` encodes the
+        asker may refuse on receipt, unread."""
+        return self.bound < codec.max_message_bytes or self.frames < codec.max_frames
+
+
+def reply_envelope(codec: Codec) -> int:
+    """The bytes a reply's envelope adds to its payload's (``encoded_size`` subtracts them)."""
+    return len(codec.encode_reply(0, "", None)[0]) - 1  # a payload of None encodes to 1 byte
+
+
+def encoded_size(codec: Codec, value: Any, envelope: int) -> tuple[int, int]:
+    """What ``value`` encodes to as a reply's payload: its bytes (less ``envelope``, from
+    ``reply_envelope``) and its buffer frames (arrays, tensors).
+
+    Raises:
+        ProtocolError: ``codec`` refuses it (a value with no encoding, past its limits alone).
+    """
+    frames = codec.encode_reply(0, "", value)
+    return sum(memoryview(frame).nbytes for frame in frames) - envelope, len(frames) - 1
 
 
 def _room(bound: int, keys: list[str]) -> int:
@@ -378,7 +422,7 @@ class Outbox(Actor):
 
     mailbox_capacity = 256
 
-    _limits = _Limits(0, "the", 0, "the")  # what the take in hand's reply must fit (``_take``)
+    _limits: ReplyLimits | None = None  # what the take in hand's reply must fit (None: all)
 
     @handles("stage_take")
     def _take(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -394,19 +438,11 @@ class Outbox(Actor):
         ``later`` (it would count those items lost, and this holder with them): it is answered
         every output, in one reply, as before."""
         keys = [str(k) for k in payload.get("keys", ())]
-        codec = self.runtime.codec
-        budget = payload.get("budget")
-        if type(budget) is not int or budget <= 0:
-            self._limits = _Limits(0, "the", codec.max_frames, "the")
+        self._limits = limits = ReplyLimits.said(payload, self.runtime.codec, "the taking replica's")
+        if limits is None:
             return {"items": HELD.take(keys)[0]}
-        frames = payload.get("frames")
-        if type(frames) is not int or frames <= 0:
-            frames = codec.max_frames
-        self._limits = _Limits(
-            *_smaller(budget, codec.max_message_bytes), *_smaller(frames, codec.max_frames)
-        )
-        items, later = HELD.take(keys, _room(self._limits.bound, keys))
-        if budget < codec.max_message_bytes or frames < codec.max_frames:
+        items, later = HELD.take(keys, _room(limits.bound, keys))
+        if limits.tighter(self.runtime.codec):
             return self._by_encoded_size(items, later)
         return {"items": items, "later": later} if later else {"items": items}
 
@@ -432,20 +468,20 @@ class Outbox(Actor):
         rest added to ``later``. Each key is answered once, and at least one per reply: the
         first that fits is sent, or some are refused."""
         codec = self.runtime.codec
-        bound, whose, frames, frames_whose = self._limits
-        if bound <= 0:  # an older taker, which reads no ``later``: all that travels, in one reply
-            bound = codec.max_message_bytes
-        envelope = len(codec.encode_reply(0, "", None)[0]) - 1  # what a payload alone adds (None: 1)
+        # An older taker, which reads no ``later``: all that travels, in one reply.
+        bound, whose, frames, frames_whose = self._limits or ReplyLimits(
+            codec.max_message_bytes, "the", codec.max_frames, "the"
+        )
+        envelope = reply_envelope(codec)
         refused: dict[str, str] = {}
         sized: list[tuple[str, Any, int, int]] = []  # key, output, encoded bytes, buffer frames
         for key, item in items.items():
             try:
-                encoded = codec.encode_reply(0, "", item)
+                size, frames_of_it = encoded_size(codec, item, envelope)
             except ProtocolError as exc:
                 refused[key] = unsendable_output(HELD.made_by, exc)
                 continue
-            size = sum(memoryview(frame).nbytes for frame in encoded) - envelope
-            sized.append((key, item, size, len(encoded) - 1))
+            sized.append((key, item, size, frames_of_it))
         keys = [*items, *later]
         room = _room(bound, keys) - _refusals_bytes(refused)
         for key, _, size, frames_of_it in sized:
@@ -459,7 +495,7 @@ class Outbox(Actor):
         for key, item, size, frames_of_it in sized:
             if key in refused:
                 continue
-            if self._limits.bound <= 0 or (used + size <= room and buffers + frames_of_it < frames):
+            if self._limits is None or (used + size <= room and buffers + frames_of_it < frames):
                 sendable[key] = item
                 used += size
                 buffers += frames_of_it

@@ -1,10 +1,12 @@
 """One call to a replica with a batch of items, and what its answer makes of them.
 
 The call is ``process`` (items inline) or, on the direct data plane, ``process_direct`` (where
-held inputs are, and asking to hold outputs). Its answer is an outcome per item, handed to
-``item_outcomes.py``; a replica that dies, hangs or answers nonsense fails the call's items (they
-are retried) and is replaced, and a call that only waited behind the one a lost replica was
-working on puts its items back with no attempt counted. The stage's meter times each call.
+held inputs are, and asking to hold outputs), with what this process receives whole. Its answer
+is an outcome per item, handed to ``item_outcomes.py``, those that did not fit one reply asked
+for with ``process_rest`` (``outcome_parts.py``); a replica that dies, hangs or answers nonsense
+fails the call's items (they are retried) and is replaced, and a call that only waited behind the
+one a lost replica was working on puts its items back with no attempt counted. The stage's meter
+times each call.
 
 :class:`ReplicaCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine`
 that makes these calls; which items go to which replica, and when, is ``dispatch.py``.
@@ -38,11 +40,19 @@ class ReplicaCalls(LostHolders):
     _keys: itertools.count[int]  # numbers the outputs a call asks its replica to hold
     _first_output: FirstOutput  # told before the run may first make something
 
+    def _limits(self) -> dict[str, int]:
+        """What this process receives whole, said with each call so that a replica answers its
+        outcomes in parts rather than a reply the engine cannot take (``outcome_parts``).
+        Nothing where the runtime has no codec (a test's stand-in, whose calls never encode)."""
+        codec = getattr(self.runtime, "codec", None)
+        return {} if codec is None else {"budget": codec.max_message_bytes, "frames": codec.max_frames}
+
     def _request(self, stage: StageState, batch: list[Item]) -> tuple[str, dict[str, Any]]:
         """The call for ``batch``: ``process`` with the items inline, or, on the direct data
-        plane, ``process_direct`` naming where held inputs are and asking to hold outputs."""
+        plane, ``process_direct`` naming where held inputs are and asking to hold outputs;
+        either with this process's limits."""
         if not self._direct:
-            return "process", {"items": [it.data for it in batch]}
+            return "process", {"items": [it.data for it in batch], **self._limits()}
         items: list[Any] = []
         sources: list[list[str] | None] = []
         for it in batch:
@@ -61,7 +71,7 @@ class ReplicaCalls(LostHolders):
         if self.config.downstream(stage.index):
             payload["hold"] = [f"{it.task_id}/{stage.cfg.name}/{next(self._keys)}" for it in batch]
             payload["inline_below"] = self.config.inline_below
-        return ("process_direct" if len(payload) > 1 else "process"), payload
+        return ("process_direct" if len(payload) > 1 else "process"), {**payload, **self._limits()}
 
     async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
@@ -73,12 +83,14 @@ class ReplicaCalls(LostHolders):
         t0 = time.monotonic()
         actor_s: float | None = None
         failure: TroupeError | None = None
+        handled = False
         msg_type, payload = self._request(stage, batch)
         with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
             replica.scopes.append(scope)
             try:
                 reply = await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
                 results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
+                handled = True
             except PeerLost as exc:
                 failure = exc
                 # Its process went. The engine's watch of its node, asked now, says why (killed
@@ -103,6 +115,8 @@ class ReplicaCalls(LostHolders):
             results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
             if not isinstance(failure, ProtocolError):  # a reply it made that cannot travel: it is well
                 self._replace(stage, replica)
+        elif handled and any("later" in result for result in results):
+            await self._rest(stage, replica, results)
         now = time.monotonic()
         # The actor takes calls one at a time: this one's service began when the one before it
         # answered (or when it was sent, if the replica was idle). Time queued behind it is not
@@ -144,6 +158,39 @@ class ReplicaCalls(LostHolders):
         self._flush_releases()
         self._changed.set()
 
+    async def _rest(self, stage: StageState, replica: Replica, results: list[dict[str, Any]]) -> None:
+        """Fill in ``results``' outcomes that the reply named ``later`` (it held what fits one
+        message: ``outcome_parts``), asking the replica with ``process_rest`` until each arrived
+        once. One that does not arrive (the replica was lost meanwhile, or no longer has it) is
+        its item's error, retried as any; those that arrived stand."""
+        assert replica.ref is not None
+        where = {str(result["later"]): i for i, result in enumerate(results) if "later" in result}
+        keys = list(where)
+        why = f"replica {replica.name} no longer has its outcome"
+        # A scope of its own, after the calls sent since: its ask waits behind them in the
+        # replica's mailbox, and a loss meanwhile tells the call worked on from this one.
+        with anyio.CancelScope() as scope:
+            replica.scopes.append(scope)
+            try:
+                while keys:
+                    reply = await replica.ref.ask(
+                        "process_rest", {"keys": keys, **self._limits()}, timeout=_CALL_S
+                    )
+                    keys = _read_rest(reply, keys, where, results)
+            except PeerLost as exc:
+                self.suspect(replica)
+                why = f"{type(exc).__name__}: {exc}"
+            except TroupeError as exc:
+                why = f"{type(exc).__name__}: {exc}"
+            finally:
+                replica.scopes.remove(scope)
+        if scope.cancelled_caught:
+            why = f"replica {replica.name}: {replica.gone_why or 'gone'}"
+        error = f"the rest of stage {stage.cfg.name}'s reply did not arrive: {why}"
+        for i in where.values():
+            if "later" in results[i]:
+                results[i] = {"error": error, "traceback": ""}
+
     def _waited_behind(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         """A lost replica's call that only waited in its mailbox behind the one it was working
         on: its items go back to the stage's queue with no attempt counted (a hung item took
@@ -166,6 +213,32 @@ class ReplicaCalls(LostHolders):
 
 def _int(value: Any) -> int:
     return value if type(value) is int and value >= 0 else 0
+
+
+def _read_rest(
+    reply: Any, keys: list[str], where: dict[str, int], results: list[dict[str, Any]]
+) -> list[str]:
+    """Put the outcomes a ``process_rest`` ``reply`` (to ``keys``) handed over in ``results`` (at
+    ``where`` their key says); the keys to ask for again (its ``later``).
+
+    Raises:
+        ProtocolError: it handed none over and named some for later (asking again would go on
+            for ever).
+    """
+    outcomes = reply.get("outcomes") if isinstance(reply, dict) else None
+    handed = 0
+    if isinstance(outcomes, dict):
+        for key, outcome in outcomes.items():
+            if key in where and isinstance(outcome, dict) and "later" in results[where[key]]:
+                results[where[key]] = outcome
+                handed += 1
+    later = reply.get("later") if isinstance(reply, dict) else None
+    if not isinstance(later, list) or not later:
+        return []
+    if not handed:
+        raise ProtocolError("it handed none of the outcomes asked for over, naming all for later")
+    asked = set(keys)
+    return [key for key in later if key in asked and "later" in results[where[key]]]
 
 
 def _outcomes(reply: Any, n: int, stage: str) -> tuple[list[dict[str, Any]], float | None]:

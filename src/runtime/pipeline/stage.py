@@ -7,7 +7,9 @@ per item, in order, with the time the batch took inside the actor:
 - ``{"ok": item}``: the item goes on to the next stage;
 - ``{"pruned": reason}``: the item failed for good (ItemFailed) and is dropped, counted;
 - ``{"error": message, "traceback": text}``: something broke (a full disk, a bug); the engine
-  retries the item up to the pipeline's ``max_attempts``.
+  retries the item up to the pipeline's ``max_attempts``;
+- ``{"later": key}``: the outcome did not fit the reply (the outcomes together pass what the
+  engine said it receives whole); the engine takes it with ``process_rest`` (``outcome_parts``).
 
 The lifecycle of a stage in one pipeline run (each hook optional, plain or async):
 
@@ -40,8 +42,17 @@ from troupe.runtime.errors import EncodeError, ItemFailed, ProtocolError
 from troupe.runtime.tasks.jobspec import generated_task_id
 from troupe.runtime.wire.map_keys import key_refusal, refused_key
 
-from .handoff import HELD, INLINE_BELOW, outcome_lost, payload_weight, pull_inputs, unsendable_output
+from .handoff import (
+    HELD,
+    INLINE_BELOW,
+    ReplyLimits,
+    outcome_lost,
+    payload_weight,
+    pull_inputs,
+    unsendable_output,
+)
 from .hook_returns import committed_ids, final_summary
+from .outcome_parts import ENGINE, OutcomeParts
 
 __all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
 
@@ -138,6 +149,8 @@ class StageActor(Actor):
     start_lists_every_output = False
     """``start`` names every output the stage holds (see the module docstring), not some."""
     _stage_name = ""  # the pipeline's name for this stage, once the engine has said it (stage_info)
+    _asker: ReplyLimits | None = None  # what the engine said it receives whole, with the call in hand
+    _outcome_parts: OutcomeParts | None = None  # outcomes kept for the engine's process_rest
     finalize_kwargs: tuple[str, ...] = ()
     """The kwargs only ``finalize`` reads (where a dataset goes, what it declares): they decide
     no item's output, so a rerun with them changed finalises again instead of being refused as
@@ -189,7 +202,10 @@ class StageActor(Actor):
 
     @handles("process")
     async def _process(self, payload: dict[str, Any]) -> dict[str, Any]:
-        items = payload["items"]
+        return self._fitted(payload, await self._processed(payload["items"]))
+
+    async def _processed(self, items: list[Any]) -> dict[str, Any]:
+        """The reply to a batch of ``items``: an outcome each, and the time they took."""
         t0 = time.perf_counter()
         try:
             outcomes = await self.process_batch(items)
@@ -202,7 +218,9 @@ class StageActor(Actor):
     def process_plain(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The ``process`` message's handler for a plain ``process`` method under the default
         batch loop: the same outcomes as the async handler, without awaiting."""
-        items = payload["items"]
+        return self._fitted(payload, self._plain_processed(payload["items"]))
+
+    def _plain_processed(self, items: list[Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         outcomes: list[dict[str, Any]] = []
         for item in items:
@@ -212,6 +230,37 @@ class StageActor(Actor):
                 outcomes.append(_outcome_of_failure(exc))
             self.progress()
         return {"outcomes": self._keys_checked(outcomes), "actor_s": time.perf_counter() - t0}
+
+    def _fitted(self, payload: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+        """``reply`` to the batch call ``payload``, as the engine receives it whole
+        (``outcome_parts``): the limits the call said are kept for ``reply_instead``, which
+        fits a reply that passes this process's own; one that passes only the engine's
+        (smaller) is fitted here, where this process's codec would let it go."""
+        self._asker = None
+        if "budget" in payload:  # an older engine says none, and reads no ``later``
+            codec = self.runtime.codec
+            self._asker = ReplyLimits.said(payload, codec, ENGINE)
+            if self._asker is not None and self._asker.tighter(codec):
+                reply["outcomes"] = self._parts().fit(codec, reply["outcomes"], self._asker, self._where())
+        return reply
+
+    def _parts(self) -> OutcomeParts:
+        """The outcomes kept for the engine's ``process_rest`` (made on first use: a stage's
+        constructor need not call this class's)."""
+        if self._outcome_parts is None:
+            self._outcome_parts = OutcomeParts()
+        return self._outcome_parts
+
+    @handles("process_rest")
+    def _process_rest(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The outcomes of an earlier batch that its reply named ``later`` (``keys``): those that
+        fit one reply under the engine's limits (``budget``, ``frames``), the others ``later``
+        again."""
+        codec = self.runtime.codec
+        limits = ReplyLimits.said(payload, codec, ENGINE)
+        if limits is None:  # an engine that reads ``later`` says its limits
+            limits = ReplyLimits(codec.max_message_bytes, "the", codec.max_frames, "the")
+        return self._parts().rest([str(k) for k in payload.get("keys", ())], limits)
 
     def _keys_checked(self, outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``outcomes``, each output with a map key the reader refuses (a tuple, None, a float,
@@ -268,7 +317,7 @@ class StageActor(Actor):
             # Off the loop: the Outbox beside this actor hands over earlier outputs meanwhile.
             done = await anyio.to_thread.run_sync(self._plain_outcomes, run)
         else:
-            done = (await self._process({"items": run}))["outcomes"]
+            done = (await self._processed(run))["outcomes"]
         ran = iter(done)
         outcomes = [
             outcome_lost(lost[i])
@@ -280,7 +329,7 @@ class StageActor(Actor):
         ]
         if hold:
             self._hold(outcomes, hold, int(payload.get("inline_below", INLINE_BELOW)))
-        return {"outcomes": outcomes, "actor_s": time.perf_counter() - t0}
+        return self._fitted(payload, {"outcomes": outcomes, "actor_s": time.perf_counter() - t0})
 
     def _hold(self, outcomes: list[dict[str, Any]], hold: list[Any], below: int) -> None:
         """Keep each ok output of at least ``below`` bytes here for the next stage, under its key
@@ -321,18 +370,27 @@ class StageActor(Actor):
         return await self.ref(actor).ask(msg_type, payload, timeout=timeout)
 
     def _plain_outcomes(self, items: list[Any]) -> list[dict[str, Any]]:
-        outcomes: list[dict[str, Any]] = self.process_plain({"items": items})["outcomes"]
+        outcomes: list[dict[str, Any]] = self._plain_processed(items)["outcomes"]
         return outcomes
 
     def reply_instead(self, msg_type: str, result: Any, error: ProtocolError) -> Any:
-        """A batch's outcomes whose reply could not be encoded (an output holding a set, say),
-        each outcome encoded alone now: one that cannot be becomes that item's error, retried as
-        any, and the others go on. The whole batch failed with it, naming the internal
-        ``process_direct``. Called only once the reply failed, so a batch that travels is
-        encoded once."""
+        """A batch's outcomes whose reply could not be encoded (an output holding a set, say,
+        or outputs that each fit the message bound and together pass it), each outcome encoded
+        alone now: one that cannot be becomes that item's error, retried as any, and the others
+        go on, those that fit one reply in it and the rest kept for the engine's
+        ``process_rest`` (``outcome_parts``). The whole batch failed with it, naming the internal
+        ``process_direct``. Called only once the reply failed (for the call just handled: an
+        actor handles one message at a time), so a batch that travels is encoded once. An older
+        engine, which says no limits with its call and reads no ``later``, is answered every
+        outcome that travels, in one reply, as before."""
         outcomes = result.get("outcomes") if isinstance(result, dict) else None
         if msg_type not in ("process", "process_direct") or not isinstance(outcomes, list):
             raise error
+        if self._asker is not None:
+            return {
+                **result,
+                "outcomes": self._parts().fit(self.runtime.codec, outcomes, self._asker, self._where()),
+            }
         encode = self.runtime.codec.encode_reply
         answered = []
         for outcome in outcomes:

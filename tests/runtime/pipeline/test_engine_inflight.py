@@ -68,6 +68,8 @@ class FakeNode:
         self.exited: dict[str, str] = {}  # replica -> how its worker exited, as its node says
         self.restarts: dict[str, int] = defaultdict(int)  # replica -> its worker's restarts
         self.arrived = anyio.Event()
+        self.rest_asks: list[Any] = []
+        self.rest: Callable[[Any], Any] = lambda payload: pytest.fail(f"process_rest {payload}")
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "spawn_worker":
@@ -113,6 +115,9 @@ class FakeRef:
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
             return {"hooks": []}
+        if kind == "process_rest":  # the outcomes its reply named ``later``
+            self.node.rest_asks.append(payload)
+            return self.node.rest(payload)
         assert kind in ("process", "process_direct"), kind
         node = self.node
         call = Call(self.replica, list(payload["items"]))
@@ -166,6 +171,7 @@ async def _run(
     node: FakeNode,
     drive: Callable[[], Awaitable[None]],
     samples: list[PipelineMetrics] | None = None,
+    keep_outputs: bool = False,
 ) -> PipelineResult:
     """Run the engine on ``node`` while ``drive()`` answers its calls; stop ``drive`` once the
     run ends; both bounded."""
@@ -175,6 +181,7 @@ async def _run(
         "tcp://fake:1",
         on_change=samples.append if samples is not None else None,
         on_change_every_s=0.0,  # every change: the tests look at each queue depth
+        keep_outputs=keep_outputs,
     )
     with anyio.fail_after(WAIT_S * 3):
         async with anyio.create_task_group() as tg:
@@ -457,3 +464,53 @@ async def test_items_of_replicas_restarted_unequally_often_share_one_error() -> 
     assert set(result.errors.values()) == {
         "Unreachable: a replica of stage a: its worker was restarted, without what it held"
     }, result.errors
+
+
+# -- a reply in parts ---------------------------------------------------------------------------
+
+
+async def test_outcomes_a_reply_names_later_are_asked_for_until_each_arrived_none_made_again() -> None:
+    """A replica answers one outcome of three and names two ``later`` (they did not fit one
+    message): the engine asks for them with ``process_rest``, with its limits, again for what a
+    rest left for later; every item ends ok, made once (one ``process`` call)."""
+    node = FakeNode()
+    rests = [{"outcomes": {"k1": {"ok": "one"}}, "later": ["k2"]}, {"outcomes": {"k2": {"ok": "two"}}}]
+    node.rest = lambda payload: rests.pop(0)
+    cfg = _pipeline(3, _stage("a", batch=3))
+
+    async def drive() -> None:
+        await node.wait_for("the batch", lambda: bool(node.pending()))
+        (call,) = node.pending()
+        call.answer({"outcomes": [{"ok": "zero"}, {"later": "k1"}, {"later": "k2"}]})
+
+    engine_limits = {"budget": 1 << 20, "frames": 16}
+    node.codec = types.SimpleNamespace(max_message_bytes=1 << 20, max_frames=16)  # type: ignore[attr-defined]
+    result = await _run(cfg, node, drive, keep_outputs=True)
+    assert result.counts() == {"ok": 3, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert sorted(result.outputs.values()) == ["one", "two", "zero"]
+    assert len(node.calls) == 1  # nothing made again
+    assert node.rest_asks == [{"keys": ["k1", "k2"], **engine_limits}, {"keys": ["k2"], **engine_limits}]
+
+
+async def test_outcomes_that_do_not_arrive_are_retried_and_those_that_did_stand() -> None:
+    """The replica's process went while the engine asked for the rest: the outcome that had not
+    arrived is its item's error, retried (a second call with that item alone); the items whose
+    outcomes arrived end ok, made once."""
+    node = FakeNode()
+
+    def lost(payload: Any) -> Any:
+        raise PeerLost("the connection ended")
+
+    node.rest = lost
+    cfg = _pipeline(2, _stage("a", batch=2))
+
+    async def drive() -> None:
+        await node.wait_for("the batch", lambda: bool(node.pending()))
+        (call,) = node.pending()
+        call.answer({"outcomes": [{"ok": call.items[0]}, {"later": "k1"}]})
+        await _answer_every_call(node)
+
+    result = await _run(cfg, node, drive)
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert [len(c.items) for c in node.calls] == [2, 1]  # only the one whose outcome was lost ran again
+    assert node.calls[1].items[0]["task_id"] == node.calls[0].items[1]["task_id"]
