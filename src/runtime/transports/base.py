@@ -5,7 +5,7 @@ A transport moves lists of frames between process mailboxes. Every process has o
 comes with a *route* through which ``reply`` answers the sender on the same connection, so a
 foreign client that never bound a mailbox still gets its replies and errors.
 
-The ZeroMQ implementation lives in ``zmq_transport``; the two behave alike: bounded queues
+The ZeroMQ implementation lives in ``zmq`` (ZmqTransport); the two behave alike: bounded queues
 with backpressure, ``block=False`` raising MailboxFull instead of waiting. Replies are the
 exception: they never wait, so that a peer that does not read cannot stall the process.
 """

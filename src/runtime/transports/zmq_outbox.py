@@ -28,7 +28,7 @@ Write = Callable[[Watched, list[Any]], None]
 Dropped = Callable[[Watched, bytes, zmq.ZMQError, int], None]
 
 # The first and the longest wait before a send the peer could not take is tried again (held
-# replies here; held batches in zmq.py back off alike).
+# replies here; held batches in zmq_sending.py back off alike).
 FIRST_RETRY_S = 0.0005
 MAX_RETRY_S = 0.05
 

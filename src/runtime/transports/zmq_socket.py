@@ -1,6 +1,7 @@
 """The socket level of the ZeroMQ transport: options, one socket with its readiness state,
-and taking one message off a socket. Only this module and ``zmq_transport`` import zmq (the
-transport's context is made by ``security.auth.private_context``, the CURVE gate's with it).
+taking one message off a socket, and a message's bytes. The transport's modules (``zmq`` and its
+parts) import zmq; its context is made by ``security.auth.private_context``, the CURVE gate's
+with it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ __all__ = [
     "POLLIN",
     "POLLOUT",
     "SNDMORE",
+    "TCP_UNACKED_TIMEOUT_MS",
     "Watched",
+    "frames_bytes",
     "recv_frame",
     "recv_one",
     "recv_rest",
     "send_frame",
     "socket_events",
+    "tune",
     "user_id",
 ]
 
@@ -43,6 +47,27 @@ COPY_BELOW = 64 * 1024
 # groups of draft sockets, which troupe does not use): a third of a microsecond per call.
 send_frame = zmq.backend.Socket.send
 recv_frame = zmq.backend.Socket.recv
+# A TCP connection whose sent data stays unacknowledged this long is dropped, and a DEALER
+# connects anew (ZMQ_TCP_MAXRT: TCP_USER_TIMEOUT on Linux). Without it, after a link cut longer
+# than the node timeout, messages waited on the connection from before the cut behind the
+# kernel's doubling retransmission backoff (up to 2 minutes; the master's replies to a node's
+# worker among them) instead of a new connection. The peer's kernel acknowledges whatever its
+# process is doing (a busy or full mailbox included), so only a dead link or host reaches it;
+# ZeroMQ heartbeats were not used because a mailbox pushing back stops reading its socket,
+# heartbeats included, and would drop healthy connections.
+TCP_UNACKED_TIMEOUT_MS = 20_000
+
+
+def tune(sock: zmq.Socket[bytes], endpoint: str, hwm: int, max_message_bytes: int) -> None:
+    """Set the options every socket of the transport has, mailbox or connection: ``hwm``
+    messages queued each way, no linger, frames up to ``max_message_bytes`` (-1: any size)."""
+    if endpoint.startswith("tcp://["):  # ZeroMQ binds and connects IPv6 only when told to
+        sock.setsockopt(zmq.IPV6, 1)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    sock.setsockopt(zmq.TCP_MAXRT, TCP_UNACKED_TIMEOUT_MS)
 
 
 class Watched:
@@ -148,3 +173,12 @@ def recv_rest(sock: zmq.Socket[bytes], frames: list[Any]) -> None:
         frames.append(frame)
         if not frame.more:
             return
+
+
+def frames_bytes(frames: list[Any]) -> int:
+    """The bytes of a message's frames (bytes, zmq frames, buffers of arrays or tensors)."""
+    total = 0
+    for frame in frames:
+        nbytes = getattr(frame, "nbytes", None)
+        total += nbytes if isinstance(nbytes, int) else len(frame)
+    return total

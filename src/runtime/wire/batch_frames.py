@@ -1,7 +1,8 @@
 """Batch frames: several header-only messages to one peer in one ZeroMQ message.
 
-The transport (transports/zmq.py) makes and takes them apart; the codec only refuses one that
-reached it (a malformed batch, or a batch inside a batch) with a message that says so.
+The transport makes them (transports/zmq_sending.py, zmq_replies.py) and takes them apart
+(zmq_receiving.py); the codec only refuses one that reached it (a malformed batch, or a batch
+inside a batch) with a message that says so.
 
 Sixty-four asks in flight are 128 ZeroMQ messages, each a send, a receive and the I/O threads'
 work on both sides. Messages a process sends to one peer within one turn of its event loop

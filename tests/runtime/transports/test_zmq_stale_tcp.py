@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import zmq
 
-from troupe.runtime.transports.zmq import TCP_UNACKED_TIMEOUT_MS, ZmqTransport
+from troupe.runtime.transports.zmq import ZmqTransport
+from troupe.runtime.transports.zmq_socket import TCP_UNACKED_TIMEOUT_MS
 
 
 async def test_mailboxes_and_connections_drop_data_unacknowledged_too_long() -> None:
