@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from support.local_node import running_node
-from troupe.runtime.node import node as node_module
+from troupe.runtime.node import spawn_controls
 from troupe.runtime.node.config import ActorSpec, NodeConfig, WorkerSpec
 from troupe.runtime.node.node import Node
 from troupe.runtime.testing.plugin import free_endpoint
@@ -46,7 +46,7 @@ async def _spawn_and_stop(node: Node, name: str) -> None:
 async def test_only_the_latest_stopped_spawned_workers_stay_listed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(node_module, "KEEP_STOPPED_SPAWNED", 2)
+    monkeypatch.setattr(spawn_controls, "KEEP_STOPPED_SPAWNED", 2)
     async with _node(tmp_path) as node:
         await node._stop_worker({"name": "configured"})
         for name in ("run1-a", "run1-b", "run2-a", "run2-b"):
@@ -65,7 +65,7 @@ async def test_a_drained_spawned_worker_keeps_its_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An undrain starts again what the drain stopped, from its record: it must still be there."""
-    monkeypatch.setattr(node_module, "KEEP_STOPPED_SPAWNED", 1)
+    monkeypatch.setattr(spawn_controls, "KEEP_STOPPED_SPAWNED", 1)
     async with _node(tmp_path) as node:
         await _spawn_and_stop(node, "drained")
         node.drained.add("drained")

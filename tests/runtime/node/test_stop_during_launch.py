@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from support.local_node import echo_node_config
-from troupe.runtime.node import node as node_module
+from troupe.runtime.node import worker_lifecycle
 from troupe.runtime.node.local import start_local_node
 
 BOUND_S = 60.0  # against a hang only
@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 async def test_a_launch_under_way_when_the_node_stops_leaves_no_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_launch = node_module.launch_worker
+    real_launch = worker_lifecycle.launch_worker
     held, go = anyio.Event(), anyio.Event()
     launched: list[int] = []
     calls = 0
@@ -49,7 +49,7 @@ async def test_a_launch_under_way_when_the_node_stops_leaves_no_process(
         launched.append(proc.pid)
         return proc
 
-    monkeypatch.setattr(node_module, "launch_worker", restart_held_until_the_stop)
+    monkeypatch.setattr(worker_lifecycle, "launch_worker", restart_held_until_the_stop)
     cfg = echo_node_config(tmp_path, "stoprace")
     with anyio.fail_after(BOUND_S):
         async with anyio.create_task_group() as tg:

@@ -17,7 +17,7 @@ import pytest
 from support.local_node import ECHO, echo_node_config, running_node
 from support.memory_master import until
 from support.port_range import test_endpoint
-from troupe.runtime.node import node as node_module
+from troupe.runtime.node import worker_lifecycle
 from troupe.runtime.node.config import WorkerSpec
 from troupe.runtime.node.worker_handles import START_FAILED, HandleState
 from troupe.runtime.supervision import node_side
@@ -28,7 +28,7 @@ REFUSED = "could not start a process: Resource temporarily unavailable (a proces
 
 def _refusing(refusals: list[int]) -> Any:
     """``launch_worker`` that raises EAGAIN for the next ``refusals[0]`` launches, then launches."""
-    real_launch = node_module.launch_worker
+    real_launch = worker_lifecycle.launch_worker
 
     async def launch(*args: Any, **kwargs: Any) -> Any:
         if refusals[0] > 0:
@@ -49,7 +49,7 @@ async def test_a_refused_restart_is_retried_and_the_other_worker_runs_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refusals = [0]
-    monkeypatch.setattr(node_module, "launch_worker", _refusing(refusals))
+    monkeypatch.setattr(worker_lifecycle, "launch_worker", _refusing(refusals))
     async with running_node(_config(tmp_path, "refused")) as node:
         w1, w2 = node.workers["w1"], node.workers["w2"]
         await until(lambda: w1.state is HandleState.RUNNING and w2.state is HandleState.RUNNING, WAIT_S)
@@ -69,7 +69,7 @@ async def test_a_worker_never_startable_is_failed_and_the_node_stays_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refusals = [0]
-    monkeypatch.setattr(node_module, "launch_worker", _refusing(refusals))
+    monkeypatch.setattr(worker_lifecycle, "launch_worker", _refusing(refusals))
     async with running_node(_config(tmp_path, "refused2")) as node:
         w1, w2 = node.workers["w1"], node.workers["w2"]
         await until(lambda: w1.state is HandleState.RUNNING and w2.state is HandleState.RUNNING, WAIT_S)
