@@ -23,6 +23,18 @@ never interleaved). Rotation by size is safe across those processes, and holds t
 - The node's log stream rotates the file too (:func:`rotate_if_larger`, on its poll), under the
   same lock, for what a process that does not rotate (a program running a node in its own
   process) wrote past the size.
+- Each rotation counts itself, under the lock, in ``<node>.rotations`` (:func:`rotations_path`,
+  :func:`rotation_count`): a reader that held a file deleted past ``keep`` before it read on
+  tells from the count whether a file between went unread too, where the times of the files
+  cannot (a burst rotates many times within a clock tick). The count is one decimal number and a
+  newline, written in place: twice the rotations finished, plus one while a rotation is under
+  way (a reader trusts two equal even looks around its ``open``). A rotation that died or failed
+  midway counts as one when the next starts, so the count may run ahead of the renames, never
+  behind them: a reader may say in vain that lines may be missing, never keep quiet about lost
+  ones. No count file is no rotation counted yet (an older troupe rotates without counting: its
+  readers are left to the files' times); one that holds no count leaves readers to them too.
+  The name is not ``<node>.jsonl``'s with a suffix, as the lock's is: ``cat <node>.jsonl*`` would
+  take the number for a line of the log.
 - A reader follows the file across those rotations, and across a cut in place
   (:mod:`troupe.runtime.log_follower`); :func:`last_lines` reads the last lines of them all at once.
 
@@ -69,7 +81,9 @@ __all__ = [
     "rotate",
     "rotate_if_larger",
     "rotated_path",
+    "rotation_count",
     "rotation_lock",
+    "rotations_path",
 ]
 
 REOPEN_CHECK_S = 1.0  # a writer notices a rotation within this long
@@ -83,6 +97,11 @@ def rotated_path(path: Path, k: int) -> Path:
 def lock_path(path: Path) -> Path:
     """The file whose ``flock`` every process takes to rotate ``path`` (``node.jsonl.lock``)."""
     return path.with_name(f"{path.name}.lock")
+
+
+def rotations_path(path: Path) -> Path:
+    """The file that counts ``path``'s rotations (``node.rotations``; see the module)."""
+    return path.with_suffix(".rotations")
 
 
 _held_locks: set[int] = set()  # descriptors of rotation locks this process holds now
@@ -140,12 +159,84 @@ def rotate(path: Path, keep: int) -> None:
     """
     if keep < 1:
         raise ValueError(f"keep must be 1 or more, got {keep}")
-    rotated_path(path, keep).unlink(missing_ok=True)
-    for k in range(keep - 1, 0, -1):
-        older = rotated_path(path, k)
-        if older.exists():
-            os.replace(older, rotated_path(path, k + 1))
-    os.replace(path, rotated_path(path, 1))
+    with _counted(path):
+        rotated_path(path, keep).unlink(missing_ok=True)
+        for k in range(keep - 1, 0, -1):
+            older = rotated_path(path, k)
+            if older.exists():
+                os.replace(older, rotated_path(path, k + 1))
+        os.replace(path, rotated_path(path, 1))
+
+
+_COUNT_BYTES = 32  # more than a count's digits and newline can take
+
+
+def rotation_count(path: Path) -> int | None:
+    """How many times :func:`rotate` rotated ``path``, as :func:`rotations_path` counts them (see
+    the module); None while a rotation is under way, and where there is no count to read (the
+    file holds none, or cannot be read).
+
+    A reader that looks before and after opening ``path`` and gets one number both times knows
+    which file it opened: the one made after that many rotations.
+    """
+    try:
+        fd = os.open(rotations_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0  # no rotation counted yet
+    except OSError:
+        return None
+    try:
+        mark = _read_mark(fd)
+    finally:
+        os.close(fd)
+    return None if mark is None or mark % 2 else mark // 2
+
+
+def _read_mark(fd: int) -> int | None:
+    """The count as written (odd while a rotation is under way); None where none is."""
+    try:
+        data = os.pread(fd, _COUNT_BYTES, 0)
+    except OSError:
+        return None
+    digits = data[:-1]
+    return int(digits) if data.endswith(b"\n") and digits.isdigit() else None
+
+
+@contextlib.contextmanager
+def _counted(path: Path) -> Iterator[None]:
+    """Count the rotation made inside in :func:`rotations_path` (see the module): odd from before
+    its first rename, even after its last; left odd where it raised.
+
+    The count is kept as well as it can be, not at the rotation's cost: a count that cannot be
+    written (a full disk) is emptied, leaving readers to the files' times, and the rotation goes
+    on (it deletes the oldest file, which frees room).
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd: int | None = os.open(rotations_path(path), flags, 0o666)
+    except OSError:  # a directory in its place, say: readers are left to the files' times
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        started = ((_read_mark(fd) or 0) + 1) | 1  # a rotation that died midway counts as one
+        _write_mark(fd, started)
+        yield
+        _write_mark(fd, started + 1)
+    finally:
+        os.close(fd)
+
+
+def _write_mark(fd: int, mark: int) -> None:
+    data = b"%d\n" % mark
+    try:
+        os.pwrite(fd, data, 0)
+        if os.fstat(fd).st_size > len(data):  # something other than a count was there
+            os.ftruncate(fd, len(data))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
 
 
 def rotate_if_larger(path: Path, max_bytes: int, keep: int) -> bool:

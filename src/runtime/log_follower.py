@@ -6,10 +6,17 @@ rotated files' names: :mod:`troupe.runtime.log_files`).
   small size a burst rotates many times between two reads), each from its start, then the new
   one; it keeps reading the old ones for :data:`RETIRED_READ_S` as well (the newest
   :data:`MAX_RETIRED` of them: a late line misses it only if that many rotations come within a
-  writer's look), for those late lines. Nothing is lost or read twice, unless the file it had
-  was deleted beyond ``keep`` before it read on: then the files rotated meanwhile that are still
-  there are read, and :meth:`FileFollower.new_gap` says lines may be missing, as it says of a
-  rotated file it cannot open.
+  writer's look), for those late lines. Nothing is lost or read twice, unless files went past
+  ``keep`` before it read them: where the file it had was deleted, it still reads that one to its
+  end (it holds it open), then the files rotated meanwhile that are still there, and
+  :meth:`FileFollower.new_gap` says lines may be missing where one between those went unread, as
+  it says of a rotated file it cannot open. How many files came between is the writers' count of
+  rotations (:func:`~troupe.runtime.log_files.rotation_count`, read around each ``open`` of the
+  path); where there is none (an older troupe rotated the file, or a rotation was under way
+  at the ``open``), the files' times stand in, which cannot tell one rotation from the next: lines
+  are said to be maybe missing wherever the file it had was deleted (at ``keep = 1``, two
+  rotations between reads, which lose nothing), and where a late line landed in the deleted file
+  after the rotation, the files between look older than it and are passed over, unsaid.
 - A file cut in place instead (logrotate's ``copytruncate``, ``: > file``) is one a reader finds
   shorter than where it had read to: it reads it again from its start. Lines written between the
   copy and the cut are in the copy only (that is copytruncate's own gap), and a file that grew
@@ -28,7 +35,7 @@ import stat
 import time
 from pathlib import Path
 
-from .log_files import file_ident, history_files, rotated_path
+from .log_files import file_ident, history_files, rotated_path, rotation_count
 
 __all__ = ["MAX_LINE", "MAX_RETIRED", "RETIRED_READ_S", "FileFollower"]
 
@@ -42,7 +49,8 @@ MAX_LINE = 1 << 20  # a "line" that grows past this without a newline is passed 
 
 
 class _OpenFile:
-    """One file being read: its descriptor, identity and a partly written last line.
+    """One file being read: its descriptor, identity and a partly written last line; and, for the
+    path's file, the rotations made before it (see :func:`_open_counted`).
 
     Raises:
         OSError: ``path`` cannot be opened, or is not a regular file (a directory in its place).
@@ -61,6 +69,7 @@ class _OpenFile:
         if at_end:
             os.lseek(self.fd, 0, os.SEEK_END)
         self.partial = b""
+        self.rotations: int | None = None  # unknown: a rotated file, or the count not had
 
     def read(self, budget: int) -> tuple[list[bytes], int]:
         """Complete lines read within ``budget`` bytes, and the bytes read."""
@@ -162,7 +171,7 @@ class FileFollower:
     def _open(self, at_end: bool) -> None:
         self._current = None
         try:
-            self._current = _OpenFile(self.path, at_end)
+            self._current = _open_counted(self.path, at_end)
         except FileNotFoundError:  # not made yet, or rotated away: not a problem
             pass
         except OSError as exc:  # tried again at the next read
@@ -214,7 +223,7 @@ class FileFollower:
             self._open(at_end=False)
             return
         try:
-            new = _OpenFile(self.path, at_end=False)
+            new = _open_counted(self.path, at_end=False)
         except FileNotFoundError:  # rotated away again before it was made anew: the next read
             return  # finds the new one, and this one among the rotated files
         except OSError as exc:  # a directory in its place, say: tried again at the next read
@@ -261,7 +270,7 @@ class FileFollower:
             seen.add(ident)
             found.append((st, opened, why))
         if not reached:
-            found = self._newer_than_lost(held, found)
+            found = self._newer_than_lost(held, new, found)
         between: list[_OpenFile] = []
         for st, opened, why in reversed(found):
             if opened is None:
@@ -271,16 +280,29 @@ class FileFollower:
         return between
 
     def _newer_than_lost(
-        self, held: _OpenFile, found: list[tuple[os.stat_result, _OpenFile | None, str]]
+        self, held: _OpenFile, new: _OpenFile, found: list[tuple[os.stat_result, _OpenFile | None, str]]
     ) -> list[tuple[os.stat_result, _OpenFile | None, str]]:
-        """Of the rotated files ``found`` where ``held`` is not among them, those rotated after it.
+        """Of the rotated files ``found`` where ``held`` is not among them, those rotated after it;
+        lines may be missing where some rotated after it are gone too.
 
-        Deleted (rotated past ``keep``): every file there was renamed by the rotation that
-        deleted it, or later (their ``ctime`` is not older than its), and some between may
-        have gone too; deleted by hand, the rotated files there are older, read already. Still
-        linked under another name (another tool's rotation, ``dateext``, say): the rotated files
-        are older than it.
+        Counted (the rotations before ``held`` and before ``new`` are known): the files between
+        the two number one less than the rotations from one to the other, and ``found`` are all
+        of them or fewer (``held`` itself rotated past ``keep``; it is read to its end, being
+        open). Found more, something the count did not see (a rotation by another tool, ``held``
+        deleted by hand) moved them: the files' times are looked at instead.
+
+        By the times: deleted (rotated past ``keep``), every file there was renamed by the
+        rotation that deleted it, or later (their ``ctime`` is not older than its), and some
+        between may have gone too; deleted by hand, the rotated files there are older, read
+        already. Still linked under another name (another tool's rotation, ``dateext``, say):
+        the rotated files are older than it.
         """
+        if held.rotations is not None and new.rotations is not None:
+            between = new.rotations - held.rotations - 1
+            if len(found) <= between:
+                if len(found) < between:
+                    self._lost_past_keep = True
+                return found
         try:
             gone = os.fstat(held.fd)
         except OSError:
@@ -314,6 +336,21 @@ class FileFollower:
         if self._current is not None:
             self._current.close()
             self._current = None
+
+
+def _open_counted(path: Path, at_end: bool) -> _OpenFile:
+    """The file ``path`` names, opened, with the rotations made before it where the writers'
+    count says the same before and after the ``open`` (no rotation came between: the file opened
+    is the one made after that many).
+
+    Raises:
+        OSError: as :class:`_OpenFile`.
+    """
+    before = rotation_count(path)
+    opened = _OpenFile(path, at_end)
+    if before is not None and rotation_count(path) == before:
+        opened.rotations = before
+    return opened
 
 
 def _look(name: Path) -> tuple[os.stat_result | None, _OpenFile | None, str]:

@@ -90,6 +90,64 @@ def test_a_file_rotated_past_keep_before_it_was_read_is_said_in_one_line(tmp_pat
         follower.close()
 
 
+def test_at_keep_1_two_rotations_between_reads_lose_nothing_and_say_nothing(tmp_path: Path) -> None:
+    """The file it had is deleted by the second rotation, but it holds it open and reads it to its
+    end; the one file between is ``.1``: every line is read, and no note says lines may be missing.
+    By the files' times it said they may be, and skipped ``.1`` unsaid where a late line made the
+    deleted file look newer than it."""
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"a0\n")
+    follower = FileFollower(path)
+    try:
+        assert follower.read_lines() == [b"a0"]
+        with path.open("ab", buffering=0) as late:  # a writer that has not reopened yet
+            late.write(b"a1\n")
+            written = _rotate_and_write(path, [b"b", b"c"], keep=1)  # a deleted
+            late.write(b"a2\n")  # lands in the deleted file, which the follower still reads
+        assert follower.read_lines() == [b"a1", b"a2", *written]
+        assert follower.new_gap() is None
+        more = _rotate_and_write(path, [b"d", b"e"], keep=1)  # c, the file it has now, deleted
+        assert follower.read_lines() == more
+        assert follower.new_gap() is None
+    finally:
+        follower.close()
+
+
+def test_at_keep_1_three_rotations_between_reads_lose_a_file_and_say_so(tmp_path: Path) -> None:
+    """The file between the one it had and ``.1`` went past keep unread: the note says so."""
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"a0\n")
+    follower = FileFollower(path)
+    try:
+        assert follower.read_lines() == [b"a0"]
+        written = _rotate_and_write(path, [b"b", b"c", b"d"], keep=1)  # a and b deleted
+        assert follower.read_lines() == written[2:]
+        gap = follower.new_gap()
+        assert gap is not None and f"lines of the log file {path} may be missing" in gap
+        assert follower.new_gap() is None
+    finally:
+        follower.close()
+
+
+def test_a_log_rotated_with_no_count_is_judged_by_the_files_times(tmp_path: Path) -> None:
+    """An older troupe rotates without counting: the follower cannot tell how many files came
+    between, and says lines may be missing wherever the file it had was deleted, at keep 1 after
+    two rotations too."""
+    path = tmp_path / "n.jsonl"
+    path.write_bytes(b"a0\n")
+    follower = FileFollower(path)
+    try:
+        assert follower.read_lines() == [b"a0"]
+        for name in [b"b", b"c"]:  # rotated as an older troupe did, at keep 1
+            os.replace(path, rotated_path(path, 1))
+            path.write_bytes(name + b"0\n")
+        assert follower.read_lines() == [b"b0", b"c0"]
+        gap = follower.new_gap()
+        assert gap is not None and "may be missing" in gap
+    finally:
+        follower.close()
+
+
 def test_a_rotated_file_it_cannot_read_is_counted_and_said(tmp_path: Path) -> None:
     """A directory among the rotated files (the path was one for a while) costs that one only."""
     path = tmp_path / "n.jsonl"

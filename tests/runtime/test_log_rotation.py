@@ -22,6 +22,8 @@ from troupe.runtime.log_files import (
     rotate,
     rotate_if_larger,
     rotated_path,
+    rotation_count,
+    rotations_path,
 )
 from troupe.runtime.log_follower import MAX_LINE, FileFollower
 from troupe.runtime.node.config import load_node_config
@@ -43,13 +45,38 @@ def test_writing_past_the_limit_rotates_and_keeps_n(tmp_path: Path) -> None:
             f.write(b"%04d %s\n" % (i, b"x" * 95))  # 101 bytes a line
         rotations += rotate_if_larger(path, 1000, keep=3)
     assert rotations == 20  # every tenth line reaches 1010 bytes
-    names = ["n.jsonl.1", "n.jsonl.2", "n.jsonl.3", "n.jsonl.lock"]  # the lock stays, for the next
+    # The lock and the count of rotations stay, for the next
+    names = ["n.jsonl.1", "n.jsonl.2", "n.jsonl.3", "n.jsonl.lock", "n.rotations"]
     assert sorted(p.name for p in tmp_path.iterdir()) == names
     numbers = [int(ln.split()[0]) for ln in _all_lines(path)]
     assert numbers == list(range(170, 200))  # the last three files' worth, oldest first
     assert not rotate_if_larger(path, 1000, keep=3)  # no file: nothing to do
     with pytest.raises(ValueError, match="keep"):
         rotate(rotated_path(path, 1), 0)
+
+
+def test_each_rotation_counts_itself_and_a_failed_one_counts_too(tmp_path: Path) -> None:
+    """No count file: no rotation counted yet. Each rotation adds one; one that failed midway leaves
+    no count to read until the next, which counts it as well (the count runs ahead, never behind).
+    A file that holds no count is none, and is counted anew from there."""
+    path = tmp_path / "n.jsonl"
+    assert rotation_count(path) == 0
+    for _ in range(3):
+        path.write_bytes(b"x\n")
+        rotate(path, keep=2)
+    assert rotation_count(path) == 3
+    with pytest.raises(FileNotFoundError):
+        rotate(path, keep=2)  # the path is not there: the last rename fails
+    assert rotation_count(path) is None
+    path.write_bytes(b"x\n")
+    rotate(path, keep=2)
+    assert rotation_count(path) == 5
+    rotations_path(path).write_bytes(b"a count of rotations\n")
+    assert rotation_count(path) is None
+    path.write_bytes(b"x\n")
+    rotate(path, keep=2)
+    assert rotation_count(path) == 1
+    assert rotations_path(path).read_bytes() == b"2\n"  # the longer text before is cut off
 
 
 def test_history_reads_the_rotated_files_newest_first_only_as_far_as_needed(tmp_path: Path) -> None:

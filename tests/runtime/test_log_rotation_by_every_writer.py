@@ -125,7 +125,7 @@ def test_writers_in_threads_keep_to_the_size_and_to_keep(tmp_path: Path) -> None
         for handler in handlers:
             handler.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["n.jsonl", "n.jsonl.lock", *(rotated_path(path, k).name for k in range(1, keep + 1))]
+        ["n.jsonl", "n.jsonl.lock", "n.rotations", *(rotated_path(path, k).name for k in range(1, keep + 1))]
     )
     lines = [ln for p in history_files(path) for ln in _lines_of(p)]
     assert len(lines) == len(set(lines)) and all(len(ln) == len(lines[0]) for ln in lines)

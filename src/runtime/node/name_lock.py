@@ -17,8 +17,9 @@ for the same reason: two masters of one name and log folder, on two journals, bo
 ``<name>.jsonl``. The lock is one per log file, whoever writes it, a node or a master.
 
 ``<node>.name.lock`` is no other file's name, of any node: not a record (``<n>.<pid>.pids``), a
-log (``<n>.jsonl``, ``<n>.jsonl.N``) nor a rotation lock (``<n>.jsonl.lock``), so neither the
-predecessors' reaping, ``troupe logs`` nor the log rotation takes it for one of theirs.
+log (``<n>.jsonl``, ``<n>.jsonl.N``), a rotation lock (``<n>.jsonl.lock``) nor a count of
+rotations (``<n>.rotations``), so neither the predecessors' reaping, ``troupe logs`` nor the log
+rotation takes it for one of theirs.
 
 As the records are, a lock file another user made there (a shared log folder) is not used: it is
 theirs to hold, and a symbolic link put there is not followed (it could name any file of ours,
