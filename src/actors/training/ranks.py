@@ -11,18 +11,29 @@ that actor (retrying until it exists) where to connect. In a node's worker, rank
 through the worker's own ``spawn`` control, so the node names the actor in the directory the other
 ranks' processes read; a run started again in the same process publishes its new port under the
 same actor.
+
+Gloo gives its peers the address it derives from the host name, which Debian and Ubuntu map to
+loopback (``127.0.1.1 host``): ranks on other hosts then connect to their own loopback and the
+group never forms. :func:`init_ranks` has gloo listen on the interface this host reaches rank 0
+through instead (``GLOO_SOCKET_IFNAME``, the one knob every gloo group of the process reads, the
+checkpoints' included), unless the user set that variable; a group that still fails on a peer's
+loopback address is :class:`RanksUnreachable`, which no restart mends.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import anyio
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -38,11 +49,15 @@ from troupe.runtime import (
 )
 
 __all__ = [
+    "GLOO_INTERFACE_ENV",
+    "RanksUnreachable",
     "Rendezvous",
     "RendezvousActor",
     "close_ranks",
     "default_backend",
+    "gloo_interface",
     "init_ranks",
+    "pin_gloo_interface",
     "publish_rendezvous",
     "rendezvous_from",
 ]
@@ -51,6 +66,22 @@ _NOT_YET = (ActorStopped, AskTimeout, MailboxFull, UnknownActor, Unreachable)
 """Errors of asking rank 0's actor that mean "not published yet": ask again."""
 
 RENDEZVOUS_CLASS = "troupe.actors.training.ranks:RendezvousActor"
+
+GLOO_INTERFACE_ENV = "GLOO_SOCKET_IFNAME"
+"""The variable gloo reads, as each of its groups is made, for the interface it listens on."""
+
+_pinned: str | None = None
+"""The value :func:`pin_gloo_interface` last set in this process: a later group (rank 0 moved
+to another host) may change it, where a value the user set is left alone."""
+
+# gloo's words for a peer it could not connect to at a loopback address: that peer gave loopback.
+_LOOPBACK_PEER = re.compile(r"connectFullMesh.*remote=\[(127\.[0-9.]+|::1)\]", re.DOTALL)
+
+
+class RanksUnreachable(RuntimeError):
+    """The ranks' group cannot form: a peer on another host gave gloo a loopback address to be
+    reached at (its host name resolves to loopback, or its GLOO_SOCKET_IFNAME names ``lo``).
+    Every restart would give the same address: the run ends on it."""
 
 
 @dataclass(frozen=True)
@@ -108,22 +139,102 @@ def init_ranks(
 ) -> Rendezvous:
     """Join the default process group (from the environment when ``rendezvous`` is None).
 
-    Where CUDA is present the rank uses GPU ``local_rank``. Returns the rendezvous used. Raises
-    RuntimeError when a group is already initialised in this process.
+    Where CUDA is present the rank uses GPU ``local_rank``. Gloo listens on the interface this
+    host reaches rank 0 through (:func:`pin_gloo_interface`). Returns the rendezvous used.
+
+    Raises:
+        RuntimeError: a group is already initialised in this process, or gloo failed.
+        RanksUnreachable: a peer gave gloo a loopback address while rank 0 is reached at another.
     """
     if dist.is_initialized():
         raise RuntimeError("init_ranks: a torch.distributed process group is already initialised")
     rdv = Rendezvous.from_env() if rendezvous is None else rendezvous
     if torch.cuda.is_available():
         torch.cuda.set_device(rdv.local_rank % torch.cuda.device_count())
-    dist.init_process_group(
-        backend=backend or default_backend(),
-        init_method=f"tcp://{rdv.addr}:{rdv.port}",
-        rank=rdv.rank,
-        world_size=rdv.world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    pin_gloo_interface(rdv.addr)
+    try:
+        dist.init_process_group(
+            backend=backend or default_backend(),
+            init_method=f"tcp://{rdv.addr}:{rdv.port}",
+            rank=rdv.rank,
+            world_size=rdv.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    except RuntimeError as exc:
+        unreachable = _unreachable(exc, rdv)
+        if unreachable is None:
+            raise
+        raise unreachable from exc
     return rdv
+
+
+def gloo_interface(peer: str, interfaces: Mapping[str, Sequence[Any]] | None = None) -> str | None:
+    """The network interface this host reaches ``peer`` (rank 0's address) through: the one that
+    owns the source address the kernel picks for it; None where neither can be told.
+
+    ``interfaces``: name to addresses (objects with ``.address``), as ``psutil.net_if_addrs()``.
+    """
+    local = _source_address(peer)
+    if local is None:
+        return None
+    found = psutil.net_if_addrs() if interfaces is None else interfaces
+    for name, addresses in found.items():
+        if any(str(a.address).split("%")[0] == local for a in addresses):
+            return name
+    return None
+
+
+def _source_address(peer: str) -> str | None:
+    """The local address a packet to ``peer`` leaves from (a datagram socket's connect picks
+    the route and sends nothing); None where there is no route or ``peer`` does not resolve."""
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(peer, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(where)
+            return str(probe.getsockname()[0]).split("%")[0]
+    except OSError:
+        return None
+
+
+def pin_gloo_interface(peer: str, env: MutableMapping[str, str] | None = None) -> str | None:
+    """Have gloo listen on the interface this host reaches ``peer`` through (``env``, default
+    this process's environment, gets ``GLOO_SOCKET_IFNAME``); the interface gloo is given, or
+    None for gloo's own choice. A value the user set wins: it is left, and returned. Where no
+    interface can be told, a value this function set before is taken back."""
+    global _pinned
+    env = os.environ if env is None else env
+    current = env.get(GLOO_INTERFACE_ENV)
+    if current and current != _pinned:
+        return current
+    interface = gloo_interface(peer)
+    if interface is None:
+        if current:
+            del env[GLOO_INTERFACE_ENV]
+        _pinned = None
+        return None
+    env[GLOO_INTERFACE_ENV] = _pinned = interface
+    return interface
+
+
+def _unreachable(exc: RuntimeError, rdv: Rendezvous) -> RanksUnreachable | None:
+    """The error to end the run on where gloo failed on a peer's loopback address while rank 0
+    is reached at another (the ranks span hosts); None for any other failure (it may pass)."""
+    said = _LOOPBACK_PEER.search(str(exc))
+    if said is None or _is_loopback(rdv.addr):
+        return None
+    return RanksUnreachable(
+        f"the ranks' gloo group cannot form: a peer gave the loopback address {said.group(1)} to "
+        f"be reached at from other hosts (its host name resolves to loopback, or "
+        f"{GLOO_INTERFACE_ENV} names lo there); start every trainer node with {GLOO_INTERFACE_ENV} "
+        "set to the interface that reaches the other hosts (`ip -br addr`), then run again"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def close_ranks() -> None:

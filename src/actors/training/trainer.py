@@ -56,7 +56,7 @@ from .rank_session import (
     sample_seed,
     weights_sha256,
 )
-from .ranks import close_ranks, init_ranks, rendezvous_from
+from .ranks import RanksUnreachable, close_ranks, init_ranks, rendezvous_from
 from .sampler import TooFewClips
 
 __all__ = ["RankRun", "StartRequest", "TrainerActor", "lr_lambda", "sample_seed", "weights_sha256"]
@@ -255,8 +255,9 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
 def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
     a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint, a
-    damaged file of the dataset, a checkpoint whose sampler cannot go on over this run's data."""
-    if isinstance(exc, (LossNotFinite, DatasetDamaged, ResumeMismatch)):
+    damaged file of the dataset, a checkpoint whose sampler cannot go on over this run's data, a
+    peer that gave gloo a loopback address across hosts."""
+    if isinstance(exc, (LossNotFinite, DatasetDamaged, ResumeMismatch, RanksUnreachable)):
         return True
     if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable, CheckpointSaveFailed)):
         return exc.final
