@@ -5,9 +5,12 @@ asynchronous: :meth:`Checkpointer.save` snapshots the state (model, optimizer, L
 states, the sampler's position) and returns while DCP writes it in the background; when the write
 completes, rank 0 commits it by writing a ``COMMITTED`` marker (atomically: written to a temporary
 name, then renamed) that holds the step and the sha256 of every file, checked before a load.
-DCP writes its ``.metadata`` only after every rank has written its part, so the marker means the
-whole checkpoint is on disk; a folder without it (a run killed while writing) is ignored by
-:func:`latest`, and removed when that step is saved again.
+DCP writes its ``.metadata`` only after every rank has written its part, and rank 0 commits only
+once it finds every file that ``.metadata`` names in the folder, whole: ranks whose hosts do not
+share the folder wrote their parts where rank 0 does not see them, and a checkpoint committed
+without them loaded nowhere (:func:`_missing_part`; the save fails for good, naming the rank). So
+the marker means the whole checkpoint is on disk; a folder without it (a run killed while
+writing) is ignored by :func:`latest`, and removed when that step is saved again.
 
 Model and optimizer states go through ``get_state_dict``/``set_state_dict`` (keys are parameter
 names, without DDP's prefix), so a checkpoint saved by W ranks loads on any other number (DCP
@@ -68,6 +71,7 @@ COMMITTED = "COMMITTED"
 """Marker file of a checkpoint whose every part is written."""
 
 _STEP_DIR = re.compile(r"step-(\d+)")
+_RANK_PART = re.compile(r"__(\d+)_\d+\.distcp")  # DCP's file of a rank's part: __<rank>_<n>.distcp
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -204,6 +208,7 @@ class Checkpointer:
             try:
                 f.result()
                 if commit:
+                    _check_every_part(path)
                     body = f"{step}\n{_manifest(path)}"
                     with atomic_file(path / COMMITTED) as partial:  # synced: never found empty
                         partial.write_text(body)
@@ -230,6 +235,8 @@ class Checkpointer:
             return
         try:
             pending.result()
+        except CheckpointSaveFailed:  # the commit's own refusal: said already
+            raise
         except (Exception, CheckpointException) as e:  # DCP's is a BaseException: it killed the worker
             cause: BaseException = e
             if isinstance(e, CheckpointException) and e.failures:  # what failed, on the first rank
@@ -253,13 +260,54 @@ class Checkpointer:
 
 
 class CheckpointSaveFailed(RuntimeError):
-    """A checkpoint that could not be written. ``final``: the disk holding it is full, so every
-    restart from the last checkpoint would train to the same save and fail there again (a full
-    disk's save was restarted three times, each partial write left behind)."""
+    """A checkpoint that could not be written. ``final``: the disk holding it is full, or a
+    rank's part is not in the folder as rank 0 sees it (the ranks' hosts do not share it), so
+    every restart from the last checkpoint would train to the same save and fail there again (a
+    full disk's save was restarted three times, each partial write left behind)."""
 
     def __init__(self, message: str, final: bool = False) -> None:
         super().__init__(message)
         self.final = final
+
+
+def _check_every_part(path: Path) -> None:
+    """Refuse to commit the checkpoint ``path`` where a file its ``.metadata`` names is not there
+    whole (as rank 0's host sees the folder).
+
+    Raises:
+        CheckpointSaveFailed: ``final``, naming the rank whose part is missing: its host writes
+            the checkpoints elsewhere, and every save would miss it the same way.
+    """
+    missing = _missing_part(path)
+    if missing is None:
+        return
+    name, how = missing
+    rank = _RANK_PART.fullmatch(name)
+    whose = f"rank {rank.group(1)}'s part ({name})" if rank else name
+    raise CheckpointSaveFailed(
+        f"checkpoint save failed: {path.name} is not committed: {whose} {how} {path.parent} on rank "
+        "0's host; train.checkpoint_dir must be one folder every rank's host sees (a shared file "
+        "system, at the same path on each host): give it one, then run again",
+        final=True,
+    )
+
+
+def _missing_part(path: Path) -> tuple[str, str] | None:
+    """The first file the checkpoint's ``.metadata`` says the ranks wrote that is absent from
+    ``path`` or shorter than its entries reach, with how (``is not in``, ``is cut short in``);
+    None when every one is there."""
+    reach: dict[str, int] = {}
+    for info in FileSystemReader(str(path)).read_metadata().storage_data.values():
+        name = getattr(info, "relative_path", None)
+        if isinstance(name, str):
+            reach[name] = max(reach.get(name, 0), int(info.offset) + int(info.length))
+    for name, size in sorted(reach.items()):
+        file = path / name
+        if not file.is_file():
+            return name, "is not in"
+        if file.stat().st_size < size:
+            return name, "is cut short in"
+    return None
 
 
 def _free_bytes(directory: Path) -> int | None:

@@ -257,6 +257,41 @@ def test_a_save_that_failed_with_room_left_is_restarted(
     assert str(info.value) == "checkpoint save failed: a write error" and not info.value.final
 
 
+def test_a_part_rank_0_finds_cut_short_is_not_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 commits only the files DCP's ``.metadata`` names, each whole as it sees them (a
+    rank's part written where rank 0 does not see it: tests/actors/training/test_ranks.py); it
+    had hashed whatever the folder held and committed that."""
+    write = checkpoint.async_save
+
+    def cut_after_write(state: Any, *, checkpoint_id: str, **kwargs: Any) -> Future[None]:
+        written = write(state, checkpoint_id=checkpoint_id, **kwargs)
+        seen: Future[None] = Future()
+
+        def cut(f: Future[Any]) -> None:  # as another host's half-flushed file would look
+            part = Path(checkpoint_id) / "__0_0.distcp"
+            with part.open("r+b") as file:
+                file.truncate(part.stat().st_size // 2)
+            seen.set_result(f.result())
+
+        written.add_done_callback(cut)
+        return seen
+
+    monkeypatch.setattr(checkpoint, "async_save", cut_after_write)
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, *make_trainer(0))
+    with pytest.raises(CheckpointSaveFailed) as info:
+        saver.wait()
+    assert str(info.value).startswith(
+        f"checkpoint save failed: step-000000001 is not committed: rank 0's part (__0_0.distcp) is "
+        f"cut short in {tmp_path} on rank 0's host; train.checkpoint_dir must be one folder every "
+        "rank's host sees"
+    )
+    assert info.value.final  # every save would miss it the same way: the run ends on it
+    assert latest(tmp_path) is None and saver.committed == []
+
+
 def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:
     """A committed checkpoint whose data is damaged: one line naming it and what to do (a
     torch CheckpointException, a BaseException with a traceback in its text, had gone past the

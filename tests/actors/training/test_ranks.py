@@ -1,8 +1,10 @@
 """Trainer ranks with torch.distributed (gloo on loopback): rendezvous from torchrun's variables,
-and a checkpoint saved by 2 ranks loaded by 1.
+a checkpoint saved by 2 ranks loaded by 1, and one the ranks save to folders that are not one.
 
 Run as a script (``python test_ranks.py DIR``, with torchrun's variables set) it is one rank: it
-trains 2 DDP steps, checkpoints step 2, and writes its state to ``DIR/rank<r>.pt``.
+trains 2 DDP steps, checkpoints step 2, and writes its state to ``DIR/rank<r>.pt``. With
+``unshared`` after DIR, each rank checkpoints into ``DIR/host<r>`` (hosts that do not share the
+folder) and writes the error its last save ends on, if any, to ``DIR/rank<r>.error``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import pytest
 import torch
 
 from support.rank_processes import run_ranks
-from troupe.actors.training.checkpoint import Checkpointer, checkpoint_path, latest, load
+from troupe.actors.training.checkpoint import (
+    Checkpointer,
+    CheckpointSaveFailed,
+    checkpoint_path,
+    latest,
+    load,
+)
 from troupe.actors.training.ranks import Rendezvous, close_ranks, init_ranks, rendezvous_from
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.testing.plugin import free_endpoint
@@ -140,12 +148,36 @@ def test_checkpoint_of_two_ranks_loads_on_one(tmp_path: Path) -> None:
     assert torch.equal(torch.get_rng_state(), saved["rng"])  # rank 0's RNG goes to rank 0
 
 
-def _rank_main(folder: Path) -> None:
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_a_checkpoint_whose_folder_the_ranks_do_not_share_is_not_committed(tmp_path: Path) -> None:
+    """Report dt 4: each rank's host wrote its part into its own disk's folder, and rank 0
+    committed what it saw (its own part): every resume failed on rank 1's missing file, and
+    "move it away to resume from the one before" could not help, as every checkpoint lacked it."""
+    port = urlsplit(free_endpoint()).port
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    base["OMP_NUM_THREADS"] = "1"
+    tests = Path(__file__).resolve().parents[2]
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tests), base.get("PYTHONPATH")]))
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]
+    codes = run_ranks([sys.executable, __file__, str(tmp_path), "unshared"], base, logs, CHILD_TIMEOUT_S)
+    assert codes == [0, 0], "\n".join(log.read_text()[-3000:] for log in logs)
+    said = (tmp_path / "rank0.error").read_text()
+    assert said == (
+        "final: checkpoint save failed: step-000000002 is not committed: rank 1's part "
+        f"(__1_0.distcp) is not in {tmp_path / 'host0'} on rank 0's host; train.checkpoint_dir must "
+        "be one folder every rank's host sees (a shared file system, at the same path on each "
+        "host): give it one, then run again"
+    )
+    assert latest(tmp_path / "host0") is None and latest(tmp_path / "host1") is None
+    assert not (tmp_path / "rank1.error").exists()  # only rank 0 commits, and so finds it
+
+
+def _rank_main(folder: Path, unshared: bool = False) -> None:
     rdv = init_ranks(timeout_s=CHILD_TIMEOUT_S)
     try:
         model, optimizer = make_model()
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        saver = Checkpointer(folder, every=2)
+        saver = Checkpointer(folder / f"host{rdv.rank}" if unshared else folder, every=2)
         g = torch.Generator().manual_seed(rdv.rank)  # each rank its own data
         state: dict[str, object] = {}
         for step in (1, 2, 3):  # step 3's all-reduce runs while step 2's checkpoint is written
@@ -163,11 +195,16 @@ def _rank_main(folder: Path) -> None:
                     },
                     "rng": torch.get_rng_state(),
                 }
-        saver.close()
+        try:
+            saver.close()
+        except CheckpointSaveFailed as exc:
+            if not unshared:
+                raise
+            (folder / f"rank{rdv.rank}.error").write_text(f"{'final' if exc.final else 'may pass'}: {exc}")
         torch.save(state, folder / f"rank{rdv.rank}.pt")
     finally:
         close_ranks()
 
 
 if __name__ == "__main__":
-    _rank_main(Path(sys.argv[1]))
+    _rank_main(Path(sys.argv[1]), unshared=sys.argv[2:] == ["unshared"])
