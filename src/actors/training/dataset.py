@@ -58,6 +58,7 @@ from .sampler import ResumableSampler
 __all__ = [
     "ClipSource",
     "DatasetDamaged",
+    "DatasetNotFound",
     "LeRobotClips",
     "NotEnoughEpisodes",
     "ResumableSampler",
@@ -74,6 +75,16 @@ ACTION_CACHE_EPISODES = 32
 class DatasetDamaged(ValueError):
     """A file of the dataset does not read as it must (a video cut short, rows missing): every
     restart would read it the same way, so the run ends rather than restarting on it."""
+
+
+class DatasetNotFound(ValueError):
+    """The dataset root holds neither a LeRobot dataset nor a ``troupe run`` folder. In a trainer
+    rank, where the run's own check found one on its host, the rank's host does not have it at
+    that path: every restart would look there again, so the run ends on it. ``root``: the path."""
+
+    def __init__(self, message: str, root: Path) -> None:
+        super().__init__(message)
+        self.root = root
 
 
 # A finalized dataset that ``troupe run`` made is written again by the same command: the files
@@ -386,9 +397,10 @@ class LeRobotClips(torch.utils.data.Dataset[dict[str, Any]]):
             self.mode = "store"
             self.refresh()
         else:
-            raise ValueError(
+            raise DatasetNotFound(
                 f"dataset root {str(self.root)!r}: neither a LeRobot dataset (no meta/info.json) "
-                "nor a troupe run folder (no .troupe/episodes); pass the folder `troupe run --out` wrote"
+                "nor a troupe run folder (no .troupe/episodes); pass the folder `troupe run --out` wrote",
+                self.root,
             )
         usable = len(self._sources) - self.skipped
         if usable < min_episodes:

@@ -36,7 +36,7 @@ from troupe.runtime import Actor, ConfigError, handles
 from troupe.runtime.library_logging import get_logger
 
 from .checkpoint import CheckpointSaveFailed, CheckpointUnreadable, checkpoint_path
-from .dataset import DatasetDamaged, NotEnoughEpisodes, being_written
+from .dataset import DatasetDamaged, DatasetNotFound, NotEnoughEpisodes, being_written
 from .inflight import (
     GroupFailed,
     InflightConfig,
@@ -175,7 +175,7 @@ class TrainerActor(Actor):
                 if run.request.world_size > 1:
                     await self._join(run.request)
                     joined = True
-                session = await anyio.to_thread.run_sync(RankSession, run)
+                session = await self._session(run)
                 run.state = "running"
                 run.result = await self._train(run, session)
                 run.final = {
@@ -227,6 +227,20 @@ class TrainerActor(Actor):
         )
         await anyio.to_thread.run_sync(init_ranks, rdv)
 
+    async def _session(self, run: RankRun) -> RankSession:
+        """The run's objects, built on a worker thread. A dataset this rank does not find is said
+        as its host's: the run found it on its own host, and its advice (pass the folder `troupe
+        run --out` wrote) did not fit a rank on another host."""
+        try:
+            return await anyio.to_thread.run_sync(RankSession, run)
+        except DatasetNotFound as exc:
+            raise DatasetNotFound(
+                f"node {self.runtime.node} has no dataset at train.dataset {exc.root} (neither "
+                "meta/info.json nor .troupe/episodes there): every rank's host needs it at that "
+                "same path (a shared file system, or a copy there)",
+                exc.root,
+            ) from exc
+
     async def _train(self, run: RankRun, session: RankSession) -> TrainResult:
         train = run.request.config.train
         config = InflightConfig(
@@ -255,9 +269,9 @@ def _with_threads(request: StartRequest, threads: int) -> StartRequest:
 def _fails_again(exc: Exception, session: RankSession | None) -> bool:
     """Whether a restart from the last checkpoint would fail the same way: a loss that diverged,
     a dataset too small for the run that cannot grow (finalized), a damaged last checkpoint, a
-    damaged file of the dataset, a checkpoint whose sampler cannot go on over this run's data, a
-    peer that gave gloo a loopback address across hosts."""
-    if isinstance(exc, (LossNotFinite, DatasetDamaged, ResumeMismatch, RanksUnreachable)):
+    damaged file of the dataset, a dataset not on this rank's host, a checkpoint whose sampler
+    cannot go on over this run's data, a peer that gave gloo a loopback address across hosts."""
+    if isinstance(exc, (LossNotFinite, DatasetDamaged, DatasetNotFound, ResumeMismatch, RanksUnreachable)):
         return True
     if isinstance(exc, (NotEnoughEpisodes, CheckpointUnreadable, CheckpointSaveFailed)):
         return exc.final

@@ -156,3 +156,24 @@ async def test_a_checkpoint_resumed_with_another_seed_fails_the_rank_for_good(tm
     failed = await _rank_until(tmp_path, train_data(run, 4, local_encoding=True, seed=7), "failed")
     assert failed["final"] is True, failed
     assert "was trained with train.seed=3, this run asks train.seed=7" in failed["error"], failed["error"]
+
+
+async def test_a_dataset_not_on_the_ranks_host_fails_the_rank_for_good_naming_its_node(
+    tmp_path: Path,
+) -> None:
+    """Report dt 3: the run's own check passed on its host; the rank's host had nothing at that
+    path, and each of three restarts failed on a ValueError naming no host, advising to pass the
+    folder `troupe run --out` wrote (it was that folder)."""
+    absent = tmp_path / "dataset"
+    absent.mkdir()  # as an empty mount there would look
+    config = train_data(absent, 2, local_encoding=True)
+    async with Runtime("host-b", "trainer", MemoryHub().transport()) as runtime:
+        rank = await runtime.spawn(TrainerActor(threads=1), "trainer")
+        await rank.ask("start", {"config": config, "out": str(tmp_path / "out"), "rank": 0, "world_size": 1})
+        failed = await wait_progress(rank, lambda p: p["state"] == "failed")
+    assert failed["final"] is True
+    assert failed["error"] == (
+        f"DatasetNotFound: node host-b has no dataset at train.dataset {absent} (neither "
+        "meta/info.json nor .troupe/episodes there): every rank's host needs it at that same path "
+        "(a shared file system, or a copy there)"
+    )
