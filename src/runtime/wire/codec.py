@@ -122,7 +122,9 @@ class BufferExtension:
     Args:
         name: wire name of the extension, e.g. ``"torch"``.
         cls: the Python type this extension encodes (checked with ``isinstance``).
-        to_buffer: returns ``(meta, buffer)``: msgpack-able metadata and a contiguous buffer.
+        to_buffer: returns ``(meta, buffer)``: msgpack-able metadata and a contiguous buffer;
+            raises ValueError (or TypeError) saying what to send instead for a value it cannot
+            encode. Any exception it raises reaches the sender as EncodeError.
         from_buffer: rebuilds the value from ``(meta, memoryview)`` without copying.
     """
 
@@ -382,7 +384,10 @@ class Codec:
                 "bytes, lists, dicts with str, int or bytes keys, numpy arrays and registered "
                 "buffer types"
             ) from exc
-        raise exc
+        # Anything else (a BufferError of a memoryview that is not contiguous, a MemoryError)
+        # is this value's failure all the same: its caller refuses that message alone.
+        what = f"message {msg_type!r}" if msg_type else "a reply"
+        raise EncodeError(f"cannot encode {what}: {type(exc).__name__}: {_cut(str(exc))}") from exc
 
     def _with_buffers(self, header: bytes, msg_type: str) -> list[Any]:
         """The frames of a message whose payload put buffers out of band (``_default``)."""
@@ -427,7 +432,7 @@ class Codec:
                     ext = candidate
                     break
         if ext is not None:
-            meta, buf = ext.to_buffer(obj)
+            meta, buf = self._ext_buffer(ext, obj)
             index = len(self._buffers)
             self._buffers.append(buf)
             return msgpack.ExtType(EXT_CUSTOM, msgpack.packb([ext.name, meta, index]))
@@ -436,6 +441,22 @@ class Codec:
                 f"int {obj} is outside the 64 bits msgpack holds (-2**63 to 2**64-1): send it as a str"
             )
         raise EncodeError(f"no wire encoding for {type(obj).__qualname__}")
+
+    @staticmethod
+    def _ext_buffer(ext: BufferExtension, obj: Any) -> tuple[Any, Any]:
+        """``ext.to_buffer(obj)``, any exception of it an EncodeError naming the value's type: a
+        foreign library raises what it likes (torch a RuntimeError for a conjugate view), and an
+        exception other than EncodeError escaped the caller that fails that value alone, killing
+        the worker and its batch's other items with it."""
+        try:
+            return ext.to_buffer(obj)
+        except EncodeError:
+            raise
+        except Exception as exc:
+            why = _cut(str(exc))
+            if not isinstance(exc, (TypeError, ValueError)):  # not the extension's own refusal
+                why = f"the {ext.name!r} extension failed on it: {type(exc).__name__}: {why}"
+            raise EncodeError(f"no wire encoding for this {type(obj).__qualname__}: {why}") from exc
 
     def _pack_ndarray(self, arr: np.ndarray) -> msgpack.ExtType:
         np = _np()
