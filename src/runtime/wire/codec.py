@@ -417,6 +417,8 @@ class Codec:
         np = sys.modules.get("numpy")  # no numpy imported: the value cannot be a numpy one
         if np is not None:
             if isinstance(obj, np.ndarray):
+                if type(obj) is not np.ndarray and type(obj) not in _plain_subclasses(np):
+                    raise EncodeError(_subclass_refused(obj, np))
                 return self._pack_ndarray(obj)
             if isinstance(obj, np.generic):
                 if obj.dtype.kind in "mM":  # as a number its unit would be lost: a 0-d array
@@ -533,6 +535,24 @@ class Codec:
                 f"message has {len(frames) - 1} buffer frames but the header references {len(used)}"
             )
         return fields
+
+
+def _plain_subclasses(np: Any) -> tuple[type, ...]:
+    """The ndarray subclasses that travel as plain arrays: all they hold is their elements (a
+    memmap's file, a matrix's and a recarray's ways of indexing are the reader's business)."""
+    return (np.memmap, np.matrix, np.recarray)
+
+
+def _subclass_refused(arr: Any, np: Any) -> str:
+    """Why an ndarray subclass that holds more than its elements cannot travel: packed as its
+    elements alone, a MaskedArray arrived a plain array, its masked values unmasked."""
+    if isinstance(arr, np.ma.MaskedArray):
+        return "a numpy MaskedArray cannot travel (its mask would be lost): send its .data and .mask"
+    name = type(arr).__qualname__
+    return (
+        f"a numpy ndarray subclass ({name}) cannot travel as one (what it holds besides its "
+        "elements would be lost): send np.asarray(value) and the rest apart"
+    )
 
 
 def _raw_buffer(arr: np.ndarray) -> Any:
