@@ -4,8 +4,9 @@ Registered through the ``troupe.codecs`` entry point named ``torch``, so the run
 only when a tensor is sent or received, or at a worker's start when its actors imported torch
 (``codec.load_imported_extensions``). A CPU tensor's memory is sent as it is; a GPU tensor
 is first copied to the host (the wire carries bytes, not device memory). On receipt the tensor
-is a view of the message buffer. torch has no read-only tensors, so unlike a received ndarray
-it is not protected against writes: clone it before writing in place (docs/PROTOCOL.md 6.2).
+is a view of the message buffer, detached: ``requires_grad``, ``.grad`` and ``nn.Parameter``
+are not carried. torch has no read-only tensors, so unlike a received ndarray it is not
+protected against writes: clone it before writing in place (docs/PROTOCOL.md 6.2).
 
 A conjugate or negative view (``t.conj()`` of a complex tensor, its ``.imag``) travels as the
 values it shows: its lazy bit is resolved into a copy first. A tensor with no dense buffer (on
