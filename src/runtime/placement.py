@@ -152,7 +152,9 @@ async def cluster_status(runtime: Runtime, master: str, timeout: float = 5.0) ->
             f"the master at {master} went away before it answered (it stopped or died); start it "
             "again with `troupe master start` or pass the endpoint of the running one"
         ) from exc
-    except (AskTimeout, Unreachable) as exc:
+    except Unreachable as exc:  # the transport's words: a handshake refused for keys, or no route
+        raise Unreachable(f"the master at {master} cannot be asked: {_unprefixed(exc)}") from exc
+    except AskTimeout as exc:
         raise Unreachable(
             f"no master answered at {master} within {timeout:g}s ({type(exc).__name__}); start one with "
             f"`troupe master start` or pass the endpoint of the running one {_keys_hint()}"
@@ -162,6 +164,12 @@ async def cluster_status(runtime: Runtime, master: str, timeout: float = 5.0) ->
             f"{master} answered, but not as a master (a node? --master takes the master's endpoint)"
         )
     return status
+
+
+def _unprefixed(exc: Unreachable) -> str:
+    """The transport's reason without the ask it failed (``ask 'status' to E: ...``)."""
+    said = str(exc)
+    return said.split(": ", 1)[1] if said.startswith("ask ") and ": " in said else said
 
 
 def _keys_hint() -> str:

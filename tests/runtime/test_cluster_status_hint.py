@@ -53,3 +53,21 @@ async def test_a_node_given_as_the_master_is_said_to_be_no_master() -> None:
     """It said "the cluster offers: no nodes" (a training run) of a node's endpoint."""
     with pytest.raises(ConfigError, match=r"tcp://127.0.0.1:1 answered, but not as a master \(a node\?"):
         await cluster_status(_Node(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]
+
+
+class _RefusingMaster:
+    """A keyed master as a keyless client's transport tells it (zmq_peer_loss.py)."""
+
+    async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
+        raise Unreachable(f"ask {kind!r} to {endpoint}: the process at {endpoint} uses CURVE keys (...)")
+
+
+async def test_a_refused_handshake_is_said_in_the_transport_s_words_not_as_silence() -> None:
+    """A keyless training run against a keyed master was told that no master answered within
+    5 s (Unreachable) and to start one (report dt 2)."""
+    with pytest.raises(Unreachable) as refused:
+        await cluster_status(_RefusingMaster(), "tcp://127.0.0.1:1", timeout=0.1)  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "the master at tcp://127.0.0.1:1 cannot be asked: "
+        "the process at tcp://127.0.0.1:1 uses CURVE keys (...)"
+    )

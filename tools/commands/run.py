@@ -154,7 +154,11 @@ def run(
     ] = 0,
     keys: Annotated[
         Path | None,
-        typer.Option("--keys", help="With --cluster: the cluster's CURVE keys directory (or $TROUPE_KEYS)."),
+        typer.Option(
+            "--keys",
+            help="With --cluster, or --master and a training config: the cluster's CURVE keys "
+            "directory (or $TROUPE_KEYS).",
+        ),
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the run's metrics as one JSON object, no progress.")
@@ -206,15 +210,24 @@ def run(
                 "`troupe node start --metrics HOST:PORT` and train on them with --master",
                 2,
             )
-        if cluster is not None or nodes or keys is not None:
-            given = "--cluster" if cluster is not None else "--nodes" if nodes else "--keys"
+        if cluster is not None or nodes:
+            given = "--cluster" if cluster is not None else "--nodes"
             raise fail(
                 f"{given}: a training run does not take it (it runs pipelines on a cluster); "
                 "train on a running cluster with --master MASTER",
                 2,
             )
+        if keys is not None and master is None:
+            raise fail(
+                "--keys: a training run on this host starts a node of its own, without keys; "
+                "give --keys with --master MASTER, to train on that cluster",
+                2,
+            )
+        keys = keys or (Path(os.environ["TROUPE_KEYS"]) if master and os.environ.get("TROUPE_KEYS") else None)
         with own_stdout():  # stdout is the report's (--json); what the processes print goes to stderr
-            finish_train(config, out, steps, count, endpoint, master, fresh, as_json, RUN_NODE_ENDPOINT, flag)
+            finish_train(
+                config, out, steps, count, endpoint, master, fresh, as_json, RUN_NODE_ENDPOINT, flag, keys
+            )
         return
     if steps is not None:
         problem = config_problem(config) if config is not None else None

@@ -18,7 +18,7 @@ from troupe.cli.literal import literal
 from troupe.cli.preflight import full_disk_problem, writable_problem
 from troupe.cli.stop_signals import lines_above, stop_came
 from troupe.cli.tables import print_whole
-from troupe.runtime.errors import ConfigError
+from troupe.runtime.errors import ConfigError, TroupeError
 
 from .model_memory import world_model_problem
 from .moved_endpoint import moved_note, say_moved
@@ -133,10 +133,12 @@ def finish_train(
     as_json: bool,
     default_endpoint: str,
     flag: str = "--items",
+    keys: Path | None = None,
 ) -> None:
     """The body of ``troupe run TRAIN.toml``; ``endpoint``: the one given (None: the default,
     ``default_endpoint``, or a free port where it is taken, chosen once the config is checked:
-    its check takes seconds, in which another run may take the default)."""
+    its check takes seconds, in which another run may take the default); ``keys``: the
+    ``--master`` cluster's CURVE keys directory (``--keys``, or ``$TROUPE_KEYS``)."""
     from troupe.cli.client import fail, run_async
     from troupe.cli.preflight import (
         default_or_free,
@@ -156,6 +158,9 @@ def finish_train(
         absent = _master_absent(master)
         if absent is not None:
             raise fail(*absent)
+        unanswered = run_async(_master_unanswered, master, keys)  # with the keys, before --out
+        if unanswered is not None:
+            raise fail(*unanswered)
     try:
         cfg = check_train(config, out, steps, items, fresh, flag, master)
     except ConfigError as exc:
@@ -187,7 +192,9 @@ def finish_train(
         _say_complete("already complete", done, steps or cfg.train.steps, as_json)
         return
     # A stop that came once the training was complete: what a rerun would say, exit 0.
-    run_async(_train, cfg, out, steps, endpoint, master, fresh, as_json, may_move, done_if_returned=True)
+    run_async(
+        _train, cfg, out, steps, endpoint, master, fresh, as_json, may_move, keys, done_if_returned=True
+    )
 
 
 def _master_absent(master: str) -> tuple[str, int] | None:
@@ -211,6 +218,22 @@ def _master_absent(master: str) -> tuple[str, int] | None:
     if nobody_listens(absent):
         return f"--master: {said}", 2
     return f"--master: {said}; {meaning}", 1
+
+
+async def _master_unanswered(master: str, keys: Path | None) -> tuple[str, int] | None:
+    """Why the master at ``master``, which listens, cannot take the training, asked for its
+    status with ``keys`` (exit 1; 2 where the keys do not load or it is no master); None where
+    it answered. A keyless run against a keyed master is told so at once, the transport's words
+    naming the keys it lacks: it had recorded --out, then said no master answered 5 s later."""
+    from troupe.actors.training.train_cluster import check_master
+
+    try:
+        await check_master(master, keys)
+    except ConfigError as exc:
+        return f"--master: {exc}", 2
+    except TroupeError as exc:
+        return f"--master: {exc}", 1
+    return None
 
 
 def _say_complete(lead: str, done: tuple[int, Path], target: int, as_json: bool) -> None:
@@ -326,6 +349,7 @@ async def _train(
     fresh: bool,
     as_json: bool,
     may_move: bool = False,
+    keys: Path | None = None,
 ) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -373,6 +397,7 @@ async def _train(
                 fresh=fresh,
                 node_endpoint=endpoint,
                 endpoint_may_move=may_move,
+                keys=keys,
             )
         except anyio.get_cancelled_exc_class():  # Ctrl-C or SIGTERM: the ranks saved where they stopped
             progress.stop()

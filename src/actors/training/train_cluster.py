@@ -9,6 +9,7 @@ it), rather than waited for to its deadline."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,11 +23,11 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.node.config import KindSupervision, NodeConfig, SupervisionConfig
 from troupe.runtime.node.local import start_local_node
 from troupe.runtime.owned_controls import OwnedControls
-from troupe.runtime.placement import Host, cluster_hosts
+from troupe.runtime.placement import Host, cluster_hosts, cluster_status
 from troupe.runtime.transports.loopback import free_endpoint
 from troupe.runtime.worker_stop import stop_on_node
 
-__all__ = ["TRAINING_KINDS", "local_gpus", "stop_remote", "stop_worker", "training_cluster"]
+__all__ = ["TRAINING_KINDS", "check_master", "local_gpus", "stop_remote", "stop_worker", "training_cluster"]
 
 log = get_logger(__name__)
 
@@ -38,18 +39,40 @@ TRAINING_KINDS = {
 """The local node's supervision of the training kinds (a cluster's nodes should set the same)."""
 
 
+Keys = str | os.PathLike[str] | None
+"""A cluster's CURVE keys directory (None: ``$TROUPE_KEYS`` where set, as ``connect`` takes it)."""
+
+
+async def check_master(master: str, keys: Keys = None) -> None:
+    """Ask the master at ``master`` for its status with ``keys``, before the run makes anything
+    in its folder: a keyless run against a keyed master is told so at once (the transport's
+    words), where it had recorded ``--out`` and then said that no master answered.
+
+    Raises:
+        Unreachable: the master did not answer, or refused this process's keys (or lack of them).
+        ConfigError: the keys cannot be loaded; what answered is no master.
+    """
+    async with connect(master, keys=keys) as rt:
+        await cluster_status(rt, master)
+
+
 @asynccontextmanager
 async def training_cluster(
-    master: str | None, node_endpoint: str | None, out: Path, endpoint_may_move: bool = False
+    master: str | None,
+    node_endpoint: str | None,
+    out: Path,
+    endpoint_may_move: bool = False,
+    keys: Keys = None,
 ) -> AsyncIterator[tuple[Runtime, list[Host]]]:
     """A runtime and the hosts to place workers on; a node started here is stopped on the way out.
 
     ``out``: the run's folder; a node started here logs to its ``logs`` and names it in its
     ``status`` (``out``, as a pipeline run's node does: whose run it is, for ``ctl status``).
     ``endpoint_may_move``: ``node_endpoint`` is a default found free a moment ago; taken since,
-    the node listens on a free port of its host instead (the local host's endpoint says which)."""
+    the node listens on a free port of its host instead (the local host's endpoint says which).
+    ``keys``: the master's cluster's (with ``master`` only)."""
     if master is not None:
-        async with connect(master) as rt:
+        async with connect(master, keys=keys) as rt:
             yield rt, await cluster_hosts(rt, master)
         return
     async with anyio.create_task_group() as tg:
@@ -93,10 +116,11 @@ async def stop_worker(controls: OwnedControls, worker: str, host: Host) -> None:
         log.warning("train_worker_stop_given_up", worker=worker, node=host.name, why=given_up)
 
 
-async def stop_remote(master: str, spawned: list[tuple[str, Host]]) -> None:
+async def stop_remote(master: str, spawned: list[tuple[str, Host]], keys: Keys = None) -> None:
     """Stop the workers spawned on the cluster's nodes, in parallel, each within its node's stop
-    grace; through a runtime of its own, as the run's may be cancelled (Ctrl-C) by now."""
-    async with connect(master) as rt, anyio.create_task_group() as tg:
+    grace; through a runtime of its own (with the run's ``keys``), as the run's may be cancelled
+    (Ctrl-C) by now."""
+    async with connect(master, keys=keys) as rt, anyio.create_task_group() as tg:
         controls = OwnedControls(rt)  # the same process as the spawns': the nodes heed its stops
         for worker, host in list(spawned):
             tg.start_soon(stop_worker, controls, worker, host)

@@ -60,7 +60,7 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import run_log
 from troupe.runtime.transports.loopback import moved_line
 
-from .train_cluster import stop_remote, training_cluster
+from .train_cluster import check_master, stop_remote, training_cluster
 from .train_driver import ENCODER_CLASS, TRAINER_CLASS, TrainDriver
 from .train_prepare import prepare_run
 from .train_result import TrainingFailed, TrainProgress, TrainRunResult, committed_checkpoints
@@ -89,6 +89,7 @@ async def run_training(
     fresh: bool = False,
     node_endpoint: str | None = None,
     endpoint_may_move: bool = False,
+    keys: str | os.PathLike[str] | None = None,
 ) -> TrainRunResult:
     """Train as ``config`` (a path, a dict, or a ``TrainConfig``) says, into ``out``.
 
@@ -105,15 +106,20 @@ async def run_training(
             (another run started at once), the node listens on a free port of its host instead,
             said through ``on_event``, rather than failing the run (as ``run_pipeline``'s
             ``endpoints_may_move``).
+        keys: with ``master``, the cluster's CURVE keys directory (default ``$TROUPE_KEYS``).
 
     Raises:
         ConfigError: the config is invalid, the dataset is missing, no host fits, or ``out`` is
             another run's now, holds checkpoints of another model or trained on another
             dataset, or someone else's files.
         TrainingFailed: the ranks failed more than ``train.max_restarts`` times.
+        Unreachable: the master did not answer, or refused the keys (or their lack): said before
+            anything is made in ``out``.
     """
     t0 = time.perf_counter()
     say = _logged(on_event or (lambda _line: None))
+    if master is not None:
+        await check_master(master, keys)
     cfg, out_dir, held, lines = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
     done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
     driver: list[TrainDriver] = []  # the run's driver, once made: the step it saw, for the log
@@ -127,7 +133,7 @@ async def run_training(
             try:
                 async with (
                     _kept_once_trained(done),
-                    training_cluster(master, node_endpoint, out_dir, endpoint_may_move) as (rt, hosts),
+                    training_cluster(master, node_endpoint, out_dir, endpoint_may_move, keys) as (rt, hosts),
                 ):
                     if master is None and node_endpoint is not None and hosts[0].endpoint != node_endpoint:
                         say(moved_line(node_endpoint, hosts[0].endpoint))
@@ -138,7 +144,7 @@ async def run_training(
                     finally:
                         if master is not None:  # a node started here stops its workers itself, then stops
                             with anyio.CancelScope(shield=True):
-                                await stop_remote(master, run.spawned)
+                                await stop_remote(master, run.spawned, keys)
             except anyio.get_cancelled_exc_class():
                 # Once the workers stopped: each rank checkpointed the step it stopped at.
                 _log_stopped(cfg, driver[0].step if driver else 0)

@@ -23,13 +23,17 @@ the client sees only the connection end before the handshake did (``NO_DETAIL``,
 hang-up: EPIPE or ECONNRESET), again at each of ZeroMQ's retries. Once is no mismatch (a peer
 that stopped mid-handshake, then restarts); two in a row, with no handshake completed between,
 are told (``on_refused``, naming the key's file), and each one after. A handshake that
-timed out (EAGAIN: a paused peer accepts and says nothing) is no hang-up, and a transport without
-CURVE has no server key to blame: neither is counted. A peer without CURVE keys hangs up the same
-way where it sees the mismatch of mechanisms first; where this side sees it first, it is told
-apart (a protocol failure, after which libzmq gives the connection up: the transport forgets it,
-so that its next send tries again). A listener that is no ZeroMQ peer and closes every
-connection at once looks like a hang-up from here; the CLI's raw look at the greeting
-(``troupe.cli.zmtp_greeting``) tells it apart.
+timed out (EAGAIN: a paused peer accepts and says nothing) is no hang-up, and is not counted. A
+peer without CURVE keys hangs up the same way where it sees the mismatch of mechanisms first;
+where this side sees it first, it is told apart (a protocol failure, after which libzmq gives the
+connection up: the transport forgets it, so that its next send tries again).
+
+The other way round, a process without keys whose peer uses CURVE (a keyless ``troupe run
+--master`` against a keyed cluster's master) is told the same two ways: the keyed peer hangs up
+on its handshake (two in a row, as above), or this side sees the mismatch first. Its asks had
+waited out their deadlines in silence, and the master was then said not to answer. A listener
+that is no ZeroMQ peer and closes every connection at once looks like a hang-up from here; the
+CLI's raw look at the greeting (``troupe.cli.zmtp_greeting``) tells it apart.
 """
 
 from __future__ import annotations
@@ -75,6 +79,21 @@ def _server_key_not_its(peer: str, server_key: Path) -> str:
     )
 
 
+def _keyless_hung_up_on(peer: str) -> str:
+    return (
+        f"the process at {peer} hung up on every handshake, as a troupe process with CURVE keys "
+        "does to one without any (give this process the cluster's keys directory: --keys DIR, "
+        "or $TROUPE_KEYS), or a listener that is no ZeroMQ peer"
+    )
+
+
+def _curve_there(peer: str) -> str:
+    return (
+        f"the process at {peer} uses CURVE keys (its handshake asks for them), and this process "
+        "has none: give it the cluster's keys directory (--keys DIR, or $TROUPE_KEYS)"
+    )
+
+
 def _no_curve_there(peer: str, server_key: Path) -> str:
     return (
         f"the process at {peer} runs without CURVE keys (its handshake offers none), and this "
@@ -90,8 +109,9 @@ class PeerLossWatch:
         on_lost: told each connection that ended after its handshake had completed.
         on_refused: told each connection whose handshake the peer refused, why in words, and
             whether ZeroMQ gave the connection up: for this process's key (each try: ZeroMQ
-            tries again); with ``server_key``, by hanging up on it :data:`HUNG_UP_IN_A_ROW`
-            times in a row (and each time after), or for having no CURVE (given up).
+            tries again); by hanging up on it :data:`HUNG_UP_IN_A_ROW` times in a row (and
+            each time after); for a mechanism not this process's (given up): with
+            ``server_key``, the peer has no CURVE; without, it has.
         server_key: the file of the server key the connections present CURVE with (a keys
             directory's ``cluster.key``); None without CURVE.
     """
@@ -105,7 +125,7 @@ class PeerLossWatch:
         self._on_lost = on_lost
         self._on_refused = on_refused
         self._server_key = server_key
-        self._events = _UP | _DOWN | _REFUSED | (_UNFINISHED | _PROTOCOL if server_key is not None else 0)
+        self._events = _UP | _DOWN | _REFUSED | _UNFINISHED | _PROTOCOL
         self._monitors: dict[str, tuple[zmq.Socket[bytes], Watched]] = {}
         self._up: set[str] = set()
         # Per peer: the handshakes it hung up on since the last one that completed.
@@ -155,19 +175,22 @@ class PeerLossWatch:
             self._hung_up.pop(peer, None)
             if self._on_refused is not None:
                 self._on_refused(w, _key_refused(peer), False)
-        elif kind == _PROTOCOL and value == _NO_CURVE and self._server_key is not None:
+        elif kind == _PROTOCOL and value == _NO_CURVE:
             # libzmq ends the connection for good: the transport forgets it, and its next send
             # tries (and is told) again.
             self._hung_up.pop(peer, None)
             if self._on_refused is not None:
-                self._on_refused(w, _no_curve_there(peer, self._server_key), True)
+                key = self._server_key
+                self._on_refused(w, _curve_there(peer) if key is None else _no_curve_there(peer, key), True)
         elif kind == _UNFINISHED:
             if value not in _HUNG_UP:  # timed out: a paused peer, not a refusal
                 self._hung_up.pop(peer, None)
                 return
             n = self._hung_up[peer] = self._hung_up.get(peer, 0) + 1
-            if n >= HUNG_UP_IN_A_ROW and self._on_refused is not None and self._server_key is not None:
-                self._on_refused(w, _server_key_not_its(peer, self._server_key), False)
+            if n >= HUNG_UP_IN_A_ROW and self._on_refused is not None:
+                key = self._server_key
+                why = _keyless_hung_up_on(peer) if key is None else _server_key_not_its(peer, key)
+                self._on_refused(w, why, False)
 
     def forget(self, peer: str) -> None:
         """Stop monitoring the connection to ``peer`` (before its socket closes)."""

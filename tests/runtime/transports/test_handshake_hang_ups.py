@@ -1,7 +1,7 @@
 """Which handshakes a peer hung up on say that the server key this process holds is not the
 peer's (zmq_peer_loss.py): two in a row, with no completed handshake between, and each after; not
-one alone (a peer that stopped mid-handshake), not a handshake that timed out (a paused peer),
-and never without CURVE keys. The monitor's events are given here as libzmq reports them (the
+one alone (a peer that stopped mid-handshake), not a handshake that timed out (a paused peer);
+without CURVE keys, that the peer uses them. The monitor's events are given here as libzmq reports them (the
 real ones are seen in tests/runtime/security/test_curve_transport.py)."""
 
 from __future__ import annotations
@@ -63,12 +63,17 @@ def test_a_handshake_that_timed_out_is_no_hang_up() -> None:
     assert told == []
 
 
-def test_without_keys_a_hang_up_names_no_key() -> None:
+def test_without_keys_hang_ups_in_a_row_name_the_keys_this_process_lacks() -> None:
+    """A keyless process whose peer uses CURVE: the peer hangs up on its handshake, try after
+    try; its asks waited out their deadlines in silence (report dt 2)."""
     told: list[str] = []
     watch, w = _watch(told, server_key=None)
-    for _ in range(3):
-        _hung_up(watch, w)
-    assert told == []
+    _hung_up(watch, w)
+    assert told == []  # once: a peer that stopped mid-handshake
+    _hung_up(watch, w)
+    assert len(told) == 1, told
+    assert told[0].startswith(f"the process at {PEER} hung up on every handshake"), told
+    assert "give this process the cluster's keys directory: --keys DIR, or $TROUPE_KEYS" in told[0]
 
 
 def test_a_refused_client_key_is_told_at_once() -> None:
@@ -90,3 +95,15 @@ def test_a_peer_without_curve_is_told_at_once_and_the_connection_given_up() -> N
     )
     assert len(told) == 1 and told[0][1] is True, told
     assert told[0][0].startswith(f"the process at {PEER} runs without CURVE keys"), told
+
+
+def test_a_keyless_process_whose_peer_uses_curve_is_told_at_once_and_the_connection_given_up() -> None:
+    told: list[tuple[str, bool]] = []
+    watch = PeerLossWatch(lambda w: None, lambda w, why, given_up: told.append((why, given_up)))
+    watch.heard(
+        SimpleNamespace(peer=PEER),
+        zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+        zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+    )
+    assert len(told) == 1 and told[0][1] is True, told
+    assert told[0][0].startswith(f"the process at {PEER} uses CURVE keys"), told
