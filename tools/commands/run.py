@@ -114,7 +114,8 @@ def run(
         str | None,
         typer.Option(
             help=f"Node endpoint (default {RUN_NODE_ENDPOINT}, or a free port when another "
-            "troupe holds that one)."
+            "troupe holds that one); a training config with --master starts no node, and does "
+            "not use it."
         ),
     ] = None,
     master: Annotated[

@@ -24,7 +24,15 @@ from .model_memory import world_model_problem
 from .moved_endpoint import moved_note, say_moved
 from .train_report import bar_fields, final_line, result_json, result_table
 
-__all__ = ["config_problem", "finish_train", "is_train_config", "result_json", "result_table", "resume_step"]
+__all__ = [
+    "config_problem",
+    "finish_train",
+    "is_train_config",
+    "result_json",
+    "result_table",
+    "resume_step",
+    "unused_endpoint_note",
+]
 
 console = Console()
 
@@ -147,6 +155,7 @@ def finish_train(
         loopback_problem,
     )
 
+    given_endpoint = endpoint
     unusable = writable_problem(out, "--out")  # first: the checks resolve it (a loop raised)
     unusable = unusable or full_disk_problem(out, "--out")
     if unusable:
@@ -191,6 +200,8 @@ def finish_train(
     if done is not None:  # nothing to train: no cluster started (10 s) to say "0.00 samples/s"
         _say_complete("already complete", done, steps or cfg.train.steps, as_json)
         return
+    if master is not None and given_endpoint is not None:  # taken, and unused: said, not silent
+        say_moved(unused_endpoint_note(given_endpoint))
     # A stop that came once the training was complete: what a rerun would say, exit 0.
     run_async(
         _train, cfg, out, steps, endpoint, master, fresh, as_json, may_move, keys, done_if_returned=True
@@ -218,6 +229,19 @@ def _master_absent(master: str) -> tuple[str, int] | None:
     if nobody_listens(absent):
         return f"--master: {said}", 2
     return f"--master: {said}; {meaning}", 1
+
+
+def unused_endpoint_note(endpoint: str) -> str:
+    """What a training run with ``--master`` says of the ``--endpoint`` it was given: it starts
+    no node to listen there, and ``ctl status --node E`` found nothing at E (the README sent
+    the user there); where to watch the ranks instead. Said, not refused: the command lines
+    that give both (a pipeline's, reused) run as they did."""
+    return (
+        f"note: --endpoint {endpoint} is not used with --master: this run starts no node (its ranks "
+        "and encoders run on the cluster's nodes, named by the placing line); watch a rank with "
+        "`troupe ctl status --node NODE` on its node (its training ranks table; --json: "
+        "workers[].runtime.actor_metrics)"
+    )
 
 
 async def _master_unanswered(master: str, keys: Path | None) -> tuple[str, int] | None:
