@@ -46,6 +46,7 @@ from anyio.abc import TaskStatus
 from rich.console import Console
 from rich.text import Text
 
+from troupe.runtime.last_words import said_at_once
 from troupe.runtime.node.leftovers import close_records
 
 from .closed_output import OUTPUT_CLOSED
@@ -270,16 +271,23 @@ class StopSignals:
         os._exit(exit_status(self.signum))
 
     def force(self) -> None:
-        """Stop now: SIGKILL every process this one started, then exit with the first signal's status."""
+        """Stop now: SIGKILL every process this one started, then exit with the first signal's
+        status; a run's last words (``runtime/last_words.py``: its log's end, the checkpoint a
+        rerun resumes from) are recorded and said first."""
         assert self.signum is not None
         killed = kill_descendants()
         close_records()  # what its nodes recorded for a successor is dead: as a clean stop does
+        words = said_at_once()
         with contextlib.suppress(OSError, SystemExit):  # a terminal gone, a closed pipe: no matter
             for console in (Console(), _err):  # a progress display hid it; os._exit skips rich's clean-up
                 console.show_cursor(True)
             if _err.is_terminal:  # the cursor may be at the end of a progress bar's line
                 _err.line()
-        say_stopping(f"stopped at once: {killed} process{'' if killed == 1 else 'es'} killed")
+        processes = f"{killed} process{'' if killed == 1 else 'es'} killed"
+        if not words:
+            say_stopping(f"stopped at once: {processes}")
+        for line in words:  # a run on a cluster killed nothing here: "0 killed" read as left running
+            say_stopping(f"stopped at once: {line}" + (f" ({processes} here)" if killed else ""))
         _flush_output()
         os._exit(exit_status(self.signum))
 

@@ -56,6 +56,7 @@ from typing import Any
 import anyio
 
 from troupe.runtime.errors import leaf_errors
+from troupe.runtime.last_words import last_words
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.logs import run_log
 from troupe.runtime.transports.loopback import moved_line
@@ -123,9 +124,18 @@ async def run_training(
     cfg, out_dir, held, lines = await anyio.to_thread.run_sync(prepare_run, config, out, steps, fresh)
     done: list[TrainRunResult] = []  # the result, once the ranks were done (final checkpoint committed)
     driver: list[TrainDriver] = []  # the run's driver, once made: the step it saw, for the log
+    ended: list[str] = []  # how the run ended, once logged: a stop at once logs no second end
+
+    def at_once() -> str:
+        """A stop at once (``runtime/last_words.py``): the log's end, and the line to say."""
+        if not ended:
+            ended.append("stopped")
+            _log_stopped(cfg, driver[0].step if driver else 0, at_once=True)
+        return _stopped_at_once_line(cfg, master is not None)
+
     try:
         log_dir = out_dir / "logs"
-        with run_log("local", "train") as logs:  # the run's file closed as it ends
+        with run_log("local", "train") as logs, last_words(at_once):  # the run's file closed as it ends
             if logs is not None:
                 logs.write_to(log_dir)
             for line in lines:  # said once the run's log is its file: they are logged too
@@ -147,11 +157,15 @@ async def run_training(
                                 await stop_remote(master, run.spawned, keys)
             except anyio.get_cancelled_exc_class():
                 # Once the workers stopped: each rank checkpointed the step it stopped at.
-                _log_stopped(cfg, driver[0].step if driver else 0)
+                if not ended:
+                    ended.append("stopped")
+                    _log_stopped(cfg, driver[0].step if driver else 0)
                 raise
             except Exception as exc:
+                ended.append("failed")
                 log.error("train_failed", step=driver[0].step if driver else 0, error=_said_error(exc))
                 raise
+            ended.append("finished")
             result = done[0]
             result.wall_s = time.perf_counter() - t0
             log.info("train_finished", step=result.steps, steps_this_run=result.steps_this_run,
@@ -177,13 +191,43 @@ def _logged(say: Callable[[str], None]) -> Callable[[str], None]:
     return both
 
 
-def _log_stopped(cfg: Any, step: int) -> None:
+def _log_stopped(cfg: Any, step: int, at_once: bool = False) -> None:
     """``train_stopped``: the step rank 0 was last seen at, and the newest committed checkpoint
-    (the one a rerun resumes from; None where none is, or its folder is not this host's)."""
+    (the one a rerun resumes from; None where none is, or its folder is not this host's);
+    ``at_once``: a second stop signal ended the run without its clean-up."""
+    at, last = _newest_committed(cfg)
+    log.info(
+        "train_stopped",
+        step=step,
+        checkpoint_step=at,
+        checkpoint=last,
+        **({"at_once": True} if at_once else {}),
+    )
+
+
+def _newest_committed(cfg: Any) -> tuple[int | None, str | None]:
+    """The step and folder of the newest committed checkpoint on disk (None, None: none)."""
     newest = committed_checkpoints(Path(cfg.train.checkpoint_dir))
     last = newest[-1] if newest else None
-    at = None if last is None else int(Path(last).name.removeprefix("step-"))
-    log.info("train_stopped", step=step, checkpoint_step=at, checkpoint=last)
+    return (None if last is None else int(Path(last).name.removeprefix("step-"))), last
+
+
+def _stopped_at_once_line(cfg: Any, on_cluster: bool) -> str:
+    """What a stop at once says of the run (after ``stopped at once: ``), as a graceful stop
+    does: the newest committed checkpoint, read from the disk, which a rerun resumes from; on a
+    cluster, that the workers were asked to stop (none of them is this host's to kill)."""
+    at, last = _newest_committed(cfg)
+    where = (
+        "no checkpoint was committed: the same command run again starts at step 0"
+        if last is None
+        else f"checkpoint at step {at} in {last}; the same command run again resumes from it"
+    )
+    if not on_cluster:
+        return where
+    return (
+        f"{where}; its ranks and encoders on the cluster's nodes were asked to stop, and their "
+        "nodes stop them as this run is gone (a rank may commit a later checkpoint as it stops)"
+    )
 
 
 def _said_error(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from troupe.actors.training import train_run
 from troupe.actors.training.checkpoint import COMMITTED, checkpoint_path
 from troupe.actors.training.train_result import TrainingFailed
 from troupe.runtime.errors import leaf_errors
+from troupe.runtime.last_words import said_at_once
 from troupe.runtime.placement import Host
 
 HANG_GUARD_S = 60  # a bound on a hang, never on speed
@@ -204,3 +205,49 @@ def test_each_checkpoint_committed_between_two_polls_is_logged_in_step_order(
     # A folder the run cannot see (a cluster's ranks writing on their own disks): the ranks' newest.
     driver.cfg.train.checkpoint_dir = str(tmp_path / "elsewhere")
     assert poll(31, 30) == [30]
+
+
+@pytest.mark.parametrize("master", [None, "tcp://127.0.0.1:2"], ids=["one host", "cluster"])
+async def test_a_stop_at_once_logs_the_end_and_names_the_checkpoint_a_rerun_resumes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master: str | None
+) -> None:
+    """dt 7: a second Ctrl-C exits at once (os._exit) from the CLI's stop: the log had no end and
+    the terminal said ``0 processes killed`` (a cluster's ranks are not this host's). The run's
+    last words (runtime/last_words.py), called as that stop calls them while the run runs, log
+    ``train_stopped`` once and say the newest committed checkpoint read from the disk."""
+    out = tmp_path / "out"
+    _commit(out / "ck", 10)
+    cluster = ScriptedRanks([_running(12, 10), _running(14, 10)], hold=True)
+    if master is not None:  # the driver pings its master too
+        cluster.nodes[master] = RecordingNode()
+    checked: list[str] = []
+
+    async def master_checked(endpoint: str, keys: Any) -> None:
+        checked.append(endpoint)
+
+    monkeypatch.setattr(train_run, "check_master", master_checked)
+
+    async def stop_remote_here(*_: Any) -> None:
+        pass
+
+    monkeypatch.setattr(train_run, "stop_remote", stop_remote_here)
+    with _faked_run(monkeypatch, cluster, out) as logs:
+        with anyio.fail_after(HANG_GUARD_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: train_run.run_training("faked", out, master=master))
+                await cluster.held.wait()  # rank 0 seen at step 12, then training on
+                _commit(out / "ck", 14)  # as a rank commits the step it stopped at, meanwhile
+                said = await anyio.to_thread.run_sync(said_at_once)
+                again = await anyio.to_thread.run_sync(said_at_once)  # a third signal: logged once
+                tg.cancel_scope.cancel()
+    final = checkpoint_path(out / "ck", 14)
+    line = f"checkpoint at step 14 in {final}; the same command run again resumes from it"
+    assert said == again and said[0].startswith(line), said
+    asked = "its ranks and encoders on the cluster's nodes were asked to stop"
+    assert (asked in said[0]) is (master is not None), said
+    stopped = _events(logs, "train_stopped")
+    assert len(stopped) == 1, stopped  # the run's own end, once the stop reached it, logs none
+    assert (stopped[0]["step"], stopped[0]["checkpoint_step"], stopped[0]["at_once"]) == (12, 14, True)
+    assert stopped[0]["checkpoint"] == str(final)
+    assert said_at_once() == []  # the run is over: nothing of it is said
+    assert checked == ([] if master is None else [master])  # asked before --out is made (dt 2)
