@@ -27,9 +27,12 @@ import anyio
 import pytest
 
 from support.direct_plane_stages import expected_payload, read_records
+from support.local_node import running_node
+from support.port_range import test_endpoint
 from troupe.runtime.core.client import connect
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import TroupeError
+from troupe.runtime.node.config import NodeConfig
 from troupe.runtime.pipeline import replicas
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineResult
@@ -223,6 +226,45 @@ async def test_a_batch_whose_outputs_together_pass_the_bound_reaches_the_engine(
     assert sorted(result.outputs) == [f"plane-{i:06d}" for i in range(ITEMS)]
     seen = Counter(r["task_id"] for r in read_records(Path(log)))
     assert seen == Counter({f"plane-{i:06d}": 1 for i in range(ITEMS)})
+
+
+@pytest.mark.parametrize("plane", ["direct", "engine"])
+async def test_a_batch_reaches_a_replica_that_receives_less_than_the_engine(
+    plane: str, tmp_path: Path
+) -> None:
+    """A running node of ``max_message_mb = 0.0625`` (64 KiB, its replicas' bound; the engine's
+    is the default 64 MiB) and a stage that takes six inputs of 30,000 bytes at once (``batch =
+    6``), inline (on the direct plane, under ``inline_below``): the engine sent them in one call
+    of 180 KB, which the replica refused on receipt, unread, and the run waited out the call's
+    600 s, again and again. Now the engine sends each call what the replica receives whole (its
+    ``stage_info`` says so), the rest in the next calls: every item ends ok, intact, made once."""
+    nbytes = 30_000
+    stages = [
+        # One batch made, six outputs at once: check's queue holds them all as it is dispatched.
+        {"name": "make", "actor": f"{STAGES}:MakePayload", "batch": ITEMS, "kwargs": {"nbytes": nbytes}},
+        {"name": "check", "actor": f"{STAGES}:CheckPayload", "batch": ITEMS, "kwargs": {"nbytes": nbytes}},
+    ]
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "plane",
+            "items": ITEMS,
+            "max_attempts": 1,
+            "data_plane": plane,
+            "inline_below": 1 << 20,
+            "stages": stages,
+        }
+    )
+    node_cfg = NodeConfig(
+        name="small",
+        endpoint=test_endpoint(),
+        log_dir=tmp_path / "logs",
+        max_message_mb=0.0625,
+        stop_grace_s=5,
+    )
+    async with running_node(node_cfg) as node:
+        result = await _run(cfg, node=node.config.endpoint)
+
+    _assert_every_payload_intact(result, nbytes)
 
 
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class ItemDispatch(ReplicaCalls):
                 n = min(stage.cfg.batch, len(stage.queue), self._credit(stage))
                 if n <= 0:
                     return
-                batch = self._take(stage, n)
+                batch = self._what_fits(stage, replica, self._take(stage, n))
                 if batch:
                     self._send(stage, replica, batch)
 

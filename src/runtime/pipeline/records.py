@@ -52,6 +52,9 @@ class Replica:
     working_on: anyio.CancelScope | object | None = None
     node: str = ""  # its node's own name, as the node answered its start ("": not told)
     outbox_at: str = ""  # its outbox's mailbox endpoint, as the node answered its start
+    # What it receives whole (message bound in bytes, max_frames), as it said at its start: a
+    # call must fit it (``call_fit``). None: it said none (an older replica).
+    receives: tuple[int, int] | None = None
 
     def give_up(self, why: str, working: bool = True) -> None:
         """End the calls outstanding here: they fail with ``why`` (and their items are retried).

@@ -1,9 +1,10 @@
 """One call to a replica with a batch of items, and what its answer makes of them.
 
 The call is ``process`` (items inline) or, on the direct data plane, ``process_direct`` (where
-held inputs are, and asking to hold outputs), with what this process receives whole. Its answer
-is an outcome per item, handed to ``item_outcomes.py``, those that did not fit one reply asked
-for with ``process_rest`` (``outcome_parts.py``); a replica that dies, hangs or answers nonsense
+held inputs are, and asking to hold outputs), with what this process receives whole; of a batch
+that passes what the replica receives whole, what fits is sent (``call_fit.py``). Its answer is
+an outcome per item, handed to ``item_outcomes.py``, those that did not fit one reply asked for
+with ``process_rest`` (``outcome_parts.py``); a replica that dies, hangs or answers nonsense
 fails the call's items (they are retried) and is replaced, and a call that only waited behind the
 one a lost replica was working on puts its items back with no attempt counted. The stage's meter
 times each call.
@@ -23,6 +24,7 @@ import anyio
 from troupe.runtime.errors import PeerLost, ProtocolError, TroupeError, Unreachable
 from troupe.runtime.library_logging import get_logger
 
+from .call_fit import fit_call
 from .first_output import FirstOutput
 from .lost_holders import LostHolders
 from .records import Handle, Item, Replica, StageState
@@ -32,6 +34,7 @@ __all__ = ["ReplicaCalls"]
 log = get_logger(__name__)
 
 _CALL_S = 600.0  # how long one call to a replica may take before its items are retried
+_MOST_KEY = 2**64 - 1  # the longest a hold key's number is, as a call is weighed (``_what_fits``)
 
 
 class ReplicaCalls(LostHolders):
@@ -56,22 +59,45 @@ class ReplicaCalls(LostHolders):
         items: list[Any] = []
         sources: list[list[str] | None] = []
         for it in batch:
-            if isinstance(it.data, Handle):
-                items.append(None)
-                holder = it.data.holder
-                sources.append(
-                    [holder.outbox, it.data.key, *([holder.outbox_at] if holder.outbox_at else [])]
-                )
-            else:
-                items.append(it.data)
-                sources.append(None)
+            item, source = _inline(it)
+            items.append(item)
+            sources.append(source)
         payload: dict[str, Any] = {"items": items}
         if any(sources):
             payload["from"] = sources
         if self.config.downstream(stage.index):
-            payload["hold"] = [f"{it.task_id}/{stage.cfg.name}/{next(self._keys)}" for it in batch]
+            payload["hold"] = [_hold_key(it, stage, next(self._keys)) for it in batch]
             payload["inline_below"] = self.config.inline_below
         return ("process_direct" if len(payload) > 1 else "process"), {**payload, **self._limits()}
+
+    def _what_fits(self, stage: StageState, replica: Replica, batch: list[Item]) -> list[Item]:
+        """What of ``batch`` one call to ``replica`` holds (``call_fit``): the items past it go
+        back to the front of the stage's queue, no attempt counted, and one that alone cannot
+        fit is its error, retried as any. Weighed only where the replica receives less than
+        this process's codec lets go: otherwise that codec refuses, as it encodes the call,
+        what the replica would."""
+        codec = getattr(self.runtime, "codec", None)
+        receives = replica.receives
+        if codec is None or receives is None:  # a test's stand-in; an older replica
+            return batch
+        bound, frames = receives
+        if bound >= codec.max_message_bytes and frames >= codec.max_frames:
+            return batch
+        if self._direct:
+            downstream = bool(self.config.downstream(stage.index))
+            entries = [
+                [*_inline(it), _hold_key(it, stage, _MOST_KEY) if downstream else None] for it in batch
+            ]
+        else:
+            entries = [it.data for it in batch]
+        fits, refused = fit_call(codec, entries, bound, frames, f"stage {stage.cfg.name}")
+        for i, error in refused.items():
+            self._retry(stage, batch[i], error, "")
+        for item in reversed(batch[fits:]):
+            stage.queue.appendleft(item)
+        if refused:  # the dispatch loop looks again at what was retried
+            self._changed.set()
+        return [it for i, it in enumerate(batch[:fits]) if i not in refused]
 
     async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
@@ -209,6 +235,20 @@ class ReplicaCalls(LostHolders):
         replica.busy -= len(batch)
         replica.calls -= 1
         self._changed.set()
+
+
+def _inline(item: Item) -> tuple[Any, list[str] | None]:
+    """What a direct-plane call carries of ``item``: its input inline, or None and where the
+    replica pulls it from (``[holder, key]``, and the holder's mailbox where known)."""
+    if not isinstance(item.data, Handle):
+        return item.data, None
+    holder = item.data.holder
+    return None, [holder.outbox, item.data.key, *([holder.outbox_at] if holder.outbox_at else [])]
+
+
+def _hold_key(item: Item, stage: StageState, n: int) -> str:
+    """The key ``item``'s output is held under by ``stage``'s replica, ``n`` the call's number."""
+    return f"{item.task_id}/{stage.cfg.name}/{n}"
 
 
 def _int(value: Any) -> int:

@@ -34,6 +34,7 @@ from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host
 from troupe.runtime.worker_stop import stop_on_node
 
+from .call_fit import said_receives
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
 from .hosts import EngineHosts, NoNodeNow
@@ -209,6 +210,7 @@ class ReplicaPool:
                 incarnation=incarnation if type(incarnation) is int else None,
                 node=node,
                 outbox_at=outbox_at,
+                receives=said_receives(info),
             )
         )
         self.placement[name] = host.name

@@ -413,7 +413,8 @@ class StageActor(Actor):
     async def _stage_info(self, payload: Any) -> dict[str, Any]:
         if isinstance(payload, dict) and isinstance(payload.get("stage"), str):
             self._stage_name = payload["stage"]  # an older engine asks with None
-        return {"hooks": self.hooks()}
+        codec = self.runtime.codec  # what this process receives whole: the engine's calls fit it
+        return {"hooks": self.hooks(), "budget": codec.max_message_bytes, "frames": codec.max_frames}
 
     @handles("stage_start")
     async def _stage_start(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -18,15 +18,17 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import numpy as np
 import pytest
 
-from troupe.runtime.errors import PeerLost
+from troupe.runtime.errors import MessageTooLarge, PeerLost
 from troupe.runtime.pipeline import dispatch, item_outcomes, replica_calls
 from troupe.runtime.pipeline import engine as engine_module
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
 from troupe.runtime.pipeline.model import PipelineMetrics
+from troupe.runtime.wire.codec import K_ASK, Codec
 
 WAIT_S = 10  # bound on every wait for the engine to do something; never an upper bound on speed
 DEFAULT = object()
@@ -70,6 +72,8 @@ class FakeNode:
         self.arrived = anyio.Event()
         self.rest_asks: list[Any] = []
         self.rest: Callable[[Any], Any] = lambda payload: pytest.fail(f"process_rest {payload}")
+        self.said: dict[str, Any] = {}  # what the replicas' stage_info adds: what they receive whole
+        self.receiver: Codec | None = None  # the replicas' codec, as they receive each call
 
     async def control(self, endpoint: str, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "spawn_worker":
@@ -114,12 +118,14 @@ class FakeRef:
 
     async def ask(self, kind: str, payload: Any, timeout: float | None = None) -> Any:
         if kind == "stage_info":
-            return {"hooks": []}
+            return {"hooks": [], **self.node.said}
         if kind == "process_rest":  # the outcomes its reply named ``later``
             self.node.rest_asks.append(payload)
             return self.node.rest(payload)
         assert kind in ("process", "process_direct"), kind
         node = self.node
+        if node.receiver is not None:
+            _received(node.receiver, kind, payload)
         call = Call(self.replica, list(payload["items"]))
         node.outstanding[self.replica] += 1
         node.most_outstanding[self.replica] = max(
@@ -134,6 +140,15 @@ class FakeRef:
         if isinstance(call.reply, BaseException):  # its process went: the connection ended
             raise call.reply
         return call.reply
+
+
+def _received(codec: Codec, kind: str, payload: Any) -> None:
+    """Fail where a replica of ``codec`` would refuse this call on receipt, unread: the engine
+    would wait out the call's 600 s, hearing nothing."""
+    try:
+        codec.encode_message(K_ASK, 1, "local/client-1", "stage", kind, 0.0, None, {"ttl": 600.0}, payload)
+    except MessageTooLarge as exc:
+        pytest.fail(f"the replica refuses the engine's {kind!r} on receipt: {exc}")
 
 
 def _pipeline(items: int, *stages: dict[str, Any], **fields: Any) -> PipelineConfig:
@@ -514,3 +529,92 @@ async def test_outcomes_that_do_not_arrive_are_retried_and_those_that_did_stand(
     assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}, result.errors
     assert [len(c.items) for c in node.calls] == [2, 1]  # only the one whose outcome was lost ran again
     assert node.calls[1].items[0]["task_id"] == node.calls[0].items[1]["task_id"]
+
+
+# -- a call within what the replica receives whole ----------------------------------------------
+
+REPLICA_BOUND = 64 << 10  # bytes: a node's max_message_mb = 0.0625
+ENGINE_BOUND = 1 << 20
+BLOB = 30_000  # two fit one call under REPLICA_BOUND, three do not
+
+
+def _bound_replicas(node: FakeNode, bound: int = REPLICA_BOUND, frames: int = 1024) -> None:
+    """The engine's codec is of ENGINE_BOUND; its replicas receive ``bound`` bytes and
+    ``frames`` frames whole, and say so as they start."""
+    node.codec = Codec(ENGINE_BOUND)  # type: ignore[attr-defined]
+    node.said = {"budget": bound, "frames": frames}
+    node.receiver = Codec(bound, frames)
+
+
+async def _a_answers(node: FakeNode, output: Callable[[Any], Any]) -> None:
+    """Answer stage ``a``'s calls with ``output(item)`` per item and ``b``'s with what came,
+    until cancelled (the run ended)."""
+    while True:
+        await node.wait_for("a call to answer", lambda: bool(node.pending()))
+        call = node.pending()[0]
+        if call.stage == "a":
+            call.answer({"outcomes": [{"ok": output(it)} for it in call.items]})
+        else:
+            call.answer()
+
+
+@pytest.mark.parametrize("plane", ["engine", "direct"])
+async def test_a_batch_is_sent_in_calls_the_replica_receives_whole(plane: str) -> None:
+    """Stage ``b``'s replicas receive 64 KiB whole (their node's bound), the engine 1 MiB:
+    a batch of six inputs of 30,000 bytes, 180 KB inline, was one call the replica refused on
+    receipt, unread, and the engine waited out its 600 s. Now each call holds what the replica
+    receives (two), the rest go in the next calls: every item ends ok, each sent to ``b`` once,
+    no attempt counted."""
+    node = FakeNode()
+    _bound_replicas(node)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), data_plane=plane, max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "blob": bytes(BLOB)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    sent = [it["task_id"] for call in node.calls if call.stage == "b" for it in call.items]
+    assert sorted(sent) == [f"p-{i:06d}" for i in range(6)]
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [2, 2, 2]
+
+
+async def test_an_input_that_alone_passes_the_replicas_bound_fails_alone_naming_both_bounds() -> None:
+    """One input of 70,000 bytes cannot reach a replica of 64 KiB in any call: it is that item's
+    error, naming the replica's bound and the engine's, and dead once its attempts are spent;
+    the others go on, nothing hangs."""
+    node = FakeNode()
+    _bound_replicas(node)
+    cfg = _pipeline(3, _stage("a", batch=3), _stage("b", batch=3), max_attempts=2)
+
+    def output(item: Any) -> Any:
+        return {**item, "blob": bytes(70_000 if item["seed"] == 1 else 100)}
+
+    result = await _run(cfg, node, lambda: _a_answers(node, output))
+
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 1, "kept": 0}, result.errors
+    error = result.errors["p-000001"]
+    assert error.startswith("MessageTooLarge: stage b: an input of 700"), error
+    assert f"the replica's message bound is {REPLICA_BOUND} bytes (the engine's {ENGINE_BOUND})" in error
+    assert "raise max_message_mb" in error
+    assert all(it["seed"] != 1 for c in node.calls if c.stage == "b" for it in c.items)
+
+
+async def test_a_batch_is_sent_within_the_replicas_frames() -> None:
+    """A replica of ``max_frames = 4`` receives a header and three arrays in a call: six inputs
+    of one array each go in two calls of three, each item ok."""
+    node = FakeNode()
+    _bound_replicas(node, bound=ENGINE_BOUND, frames=4)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "x": np.zeros(4)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [3, 3]
+
+
+async def test_a_replica_that_says_no_limits_is_sent_the_batch_whole() -> None:
+    """An older replica says nothing of what it receives: the batch goes whole, as before."""
+    node = FakeNode()
+    node.codec = Codec(ENGINE_BOUND)  # type: ignore[attr-defined]
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "blob": bytes(BLOB)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [6]
