@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 
 from support.direct_plane_stages import expected_payload, read_records
@@ -265,6 +266,31 @@ async def test_a_batch_reaches_a_replica_that_receives_less_than_the_engine(
         result = await _run(cfg, node=node.config.endpoint)
 
     _assert_every_payload_intact(result, nbytes)
+
+
+async def test_an_output_over_64_mib_under_the_pipelines_bound_reaches_the_engine() -> None:
+    """``[pipeline] max_message_mb = 66`` and an output of 65 MiB, inline to the engine (a last
+    stage's; every stage's on the engine plane): the engine's process kept the default 64 MiB
+    whatever the pipeline said, and the item failed, 'the engine's message bound is 67108864
+    bytes', then dead. Now the engine's process takes the pipeline's bound: the item ends ok,
+    its payload intact."""
+    nbytes = 65 << 20
+    stage = {"name": "make", "actor": f"{STAGES}:MakePayload", "kwargs": {"nbytes": nbytes}}
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "big",
+            "items": 1,
+            "max_attempts": 1,
+            "max_message_mb": 66.0,
+            "data_plane": "engine",
+            "stages": [stage],
+        }
+    )
+    result = await _run(cfg)
+
+    assert result.counts() == {"ok": 1, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    out = result.outputs["big-000000"]
+    assert np.array_equal(out["payload"], expected_payload(0, nbytes))
 
 
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:

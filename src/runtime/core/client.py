@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from troupe.runtime.errors import AskTimeout, ConfigError, TroupeError, Unreachable
 from troupe.runtime.security.process import KEYS_ENV, installed, keys_for
 from troupe.runtime.transports.endpoint_form import check_endpoint
+from troupe.runtime.wire.codec import Codec
 
 from .directory import Directory
 from .ref import ActorAddress
@@ -30,6 +31,7 @@ async def connect(
     keys: str | os.PathLike[str] | None = None,
     identity: str | None = None,
     env_keys: bool = True,
+    codec: Codec | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a client runtime that resolves names through the node at ``node_endpoint``.
 
@@ -45,6 +47,8 @@ async def connect(
         env_keys: False where the node was started keyless by this process (a one-host
             ``troupe run``'s, the demo's): ``$TROUPE_KEYS`` is then some cluster's, and a CURVE
             client of a keyless node waits out every call in silence.
+        codec: the client's wire codec, its message limits (default: 64 MiB, 1024 frames); a
+            pipeline's engine takes the pipeline's ``max_message_mb``.
 
     Raises:
         ConfigError: ``node_endpoint`` is no endpoint to connect to (``tcp://HOST:PORT``); the
@@ -83,6 +87,7 @@ async def connect(
         directory=directory,
         drain_timeout=0.5,
         security=security,
+        codec=codec,
     )
     box.append(runtime)
     async with runtime:

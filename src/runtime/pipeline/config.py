@@ -9,7 +9,7 @@
     slots = 4             # replica budget the scheduler may distribute (default, and least: sum of replicas)
     data_plane = "direct" # outputs go replica to replica ("engine": through the engine process)
     inline_below = 4096   # outputs smaller than this many bytes still go inline through the engine
-    max_message_mb = 256  # the replicas' message bound (default: their nodes'), for large items
+    max_message_mb = 256  # the replicas' and the engine's message bound, for large items
 
     [[stages]]
     name = "plan"
@@ -118,8 +118,9 @@ class PipelineConfig(_Frozen):
     # "engine": every output passes through the engine, as before the direct data plane.
     data_plane: Literal["direct", "engine"] = "direct"
     inline_below: StrictInt = Field(default=INLINE_BELOW, ge=0)  # smaller outputs go inline
-    # The replicas' message size bound (MB), over their nodes' max_message_mb: an output handed
-    # to the next stage travels as one message (640x480 RGB-D, 60 frames: ~130 MB).
+    # The replicas' message size bound (MB), over their nodes' max_message_mb, and the engine's
+    # process's (``run_cluster.engine_codec``): an output handed to the next stage travels as
+    # one message (640x480 RGB-D, 60 frames: ~130 MB).
     max_message_mb: StrictFloat | None = Field(default=None, ge=MIN_MESSAGE_MB, le=MAX_MESSAGE_MB)
     stages: tuple[StageConfig, ...]
 

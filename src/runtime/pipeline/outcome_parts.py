@@ -40,9 +40,12 @@ __all__ = ["ENGINE", "LATER_SLOT", "OutcomeParts"]
 ENGINE = "the engine's"
 """Whose limits an engine's call says (``ReplyLimits.whose``), as an item's error names them."""
 
-_SEND_LESS = (
+_RAISE_ENGINE_BOUND = (
+    "raise max_message_mb ([pipeline] of the pipeline's config, which the engine's process takes too)"
+)
+_SEND_FEWER = (
     "keep what the engine takes inline (a last stage's outputs; every stage's on "
-    'data_plane = "engine") under it, since max_message_mb does not raise it,'
+    'data_plane = "engine") within it, since no option raises the engine\'s,'
 )
 
 LATER_SLOT = 32
@@ -123,12 +126,13 @@ def _weighed(
     else:
         if size <= room and frames < limits.frames:
             return outcome, size, frames
-        # The engine's limits are its process's, no option: what it takes inline must fit them.
+        # The engine's bound is the pipeline's max_message_mb (the default where it sets none);
+        # its max_frames no option raises.
         if size > room:
-            send_less = _SEND_LESS if limits.whose == ENGINE else None
-            error = too_large_output(where, size, limits.bound, limits.whose, send_less)
+            raise_it = _RAISE_ENGINE_BOUND if limits.whose == ENGINE else None
+            error = too_large_output(where, size, limits.bound, limits.whose, raise_it)
         else:
-            send_less = _SEND_LESS if limits.frames_whose == ENGINE else None
-            error = too_many_frames(where, frames, limits.frames, limits.frames_whose, send_less)
+            send_fewer = _SEND_FEWER if limits.frames_whose == ENGINE else None
+            error = too_many_frames(where, frames, limits.frames, limits.frames_whose, send_fewer)
     failed = {"error": error, "traceback": ""}
     return failed, *encoded_size(codec, failed, envelope)

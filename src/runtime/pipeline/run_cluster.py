@@ -29,6 +29,7 @@ from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
 from troupe.runtime.transports.loopback import free_endpoint
+from troupe.runtime.wire.codec import Codec
 
 from .config import PipelineConfig
 from .hosts import EngineHosts, wait_for_nodes
@@ -39,7 +40,7 @@ from .run_journal import open_run_journal
 from .run_keys import connect_run
 from .source import ItemSource
 
-__all__ = ["LOCAL_NODE", "RunCluster", "on_cluster", "on_node", "stage_supervision"]
+__all__ = ["LOCAL_NODE", "RunCluster", "engine_codec", "on_cluster", "on_node", "stage_supervision"]
 
 _SAY_WAIT_S = 1.0  # a stop still waiting this long says what for
 
@@ -47,6 +48,16 @@ LOCAL_NODE = "local"  # the name of the node a one-host run starts
 # What recovers a run whose own journal (or whole --out) was lost as it ran: the same command,
 # which goes on from the outputs its folder still holds; not a cluster operator's --new.
 RUN_JOURNAL_LOST = "Run the same troupe run again: it goes on from the outputs its folder still holds"
+
+
+def engine_codec(cfg: PipelineConfig) -> Codec | None:
+    """The codec of the run's own process, the engine's: under the pipeline's ``max_message_mb``
+    where it sets one, the bound its replicas take too, so that an item inline between 64 MiB
+    and that bound reaches the engine and goes on from it; None (the default, 64 MiB) where it
+    sets none. Its ``max_frames`` is the default (a pipeline has no such option)."""
+    if cfg.max_message_mb is None:
+        return None
+    return Codec(int(cfg.max_message_mb * 1024 * 1024))
 
 
 @dataclass
@@ -78,7 +89,7 @@ async def on_cluster(
     replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
     told once where the cluster runs mixed code (``mixed_code.py``), and where the master cannot
     reach the run (``run_keys.py``). ``retry_dead``: the job's dead items run again."""
-    async with connect_run(master, keys, on_warning) as rt:
+    async with connect_run(master, keys, on_warning, engine_codec(cfg)) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts
@@ -148,7 +159,9 @@ async def on_node(
                     node = local_node.config.endpoint  # another, if it had to move
                 # A node started here is keyless, whatever $TROUPE_KEYS names (another cluster's).
                 started = local_node is not None
-                async with connect(node, "local" if started else "", env_keys=not started) as rt:
+                async with connect(
+                    node, "local" if started else "", env_keys=not started, codec=engine_codec(cfg)
+                ) as rt:
                     outlives = local_master is None  # one started here replays its journal
                     # A master started here keeps its journal in ``out``: they cannot part.
                     job_out = out if outlives else None

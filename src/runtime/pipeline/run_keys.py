@@ -24,6 +24,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.security.keys import CLUSTER
 from troupe.runtime.security.process import KEYS_ENV, installed
+from troupe.runtime.wire.codec import Codec
 
 from .master_job import LEASE_S
 
@@ -59,13 +60,15 @@ async def connect_run(
     master: str,
     keys: str | os.PathLike[str] | None,
     on_warning: Callable[[str], None] | None = None,
+    codec: Codec | None = None,
 ) -> AsyncIterator[Runtime]:
-    """``connect`` to the master at ``master`` with the pair ``run_identity`` picks; tells
-    ``on_warning`` its line, if any, before connecting."""
+    """``connect`` to the master at ``master`` with the pair ``run_identity`` picks, under
+    ``codec``'s limits (``run_cluster.engine_codec``); tells ``on_warning`` its line, if any,
+    before connecting."""
     identity, warning = run_identity(keys)
     if warning is not None:
         log.warning("master_cannot_reach_run", master=master, detail=warning)
         if on_warning is not None:
             on_warning(warning)
-    async with connect(master, keys=keys, identity=identity) as rt:
+    async with connect(master, keys=keys, identity=identity, codec=codec) as rt:
         yield rt

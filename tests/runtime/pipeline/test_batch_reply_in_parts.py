@@ -152,8 +152,8 @@ async def test_an_engine_of_a_smaller_bound_gets_replies_under_its_own() -> None
 
 async def test_an_output_over_the_engines_bound_alone_fails_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """An output the replica's codec lets go and the engine could not take is that item's error,
-    naming the engine's bound (its process's, which no max_message_mb raises); the others
-    arrive."""
+    naming the engine's bound and the [pipeline] max_message_mb that raises it (the engine's
+    process takes it); the others arrive."""
     culprit = 2
     big = np.zeros(BOUND + 1, np.uint8)
     monkeypatch.setitem(globals(), "_output_of", lambda seed: big if seed == culprit else _fitting(seed))
@@ -163,7 +163,7 @@ async def test_an_output_over_the_engines_bound_alone_fails_alone(monkeypatch: p
     error = outcomes[culprit]["error"]
     assert error.startswith("MessageTooLarge: stage make: process returned an output of "), error
     assert f"the engine's message bound is {BOUND} bytes" in error, error
-    assert "max_message_mb does not raise it" in error, error
+    assert "raise max_message_mb ([pipeline] of the pipeline's config, which the engine's" in error, error
     _assert_each_arrived(outcomes, skip=culprit)
 
 
