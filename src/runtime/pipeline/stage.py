@@ -54,7 +54,15 @@ from .handoff import (
 from .hook_returns import committed_ids, final_summary
 from .outcome_parts import ENGINE, OutcomeParts
 
-__all__ = ["HOOKS", "StageActor", "StageRun", "outcome_error", "outcome_ok", "outcome_pruned"]
+__all__ = [
+    "HOOKS",
+    "StageActor",
+    "StageRun",
+    "batch_outcomes",
+    "outcome_error",
+    "outcome_ok",
+    "outcome_pruned",
+]
 
 _PULL_TICK_S = 5.0  # well under any progress timeout a supervision config would set
 
@@ -83,6 +91,57 @@ def outcome_error(exc: BaseException) -> dict[str, Any]:
 def _outcome_of_failure(exc: Exception) -> dict[str, Any]:
     """ItemFailed prunes the item; any other error has it retried."""
     return outcome_pruned(str(exc)) if isinstance(exc, ItemFailed) else outcome_error(exc)
+
+
+_OUTCOME_FORMS = '{"ok": output}, {"pruned": reason} or {"error": message}'
+
+
+def batch_outcomes(where: str, cls: str, items: list[Any], returned: Any) -> list[dict[str, Any]]:
+    """What an override of ``process_batch`` (of class ``cls``, in stage ``where``) returned for
+    ``items``, checked: one outcome per item, in order. An outcome of another form is that
+    item's error; a return that is not a list (or a tuple) of one per item fails the batch. The
+    engine read any other return as outcomes: outputs returned as they are died as ``None``, a
+    list one short as ``coroutine raised StopIteration``.
+
+    Raises:
+        TypeError: the return is not a list of one outcome per item (the batch's error).
+    """
+    told = f"return one outcome per item, in order ({_OUTCOME_FORMS})"
+    if not isinstance(returned, (list, tuple)):
+        raise TypeError(f"{where}: {cls}.process_batch returned {_kind(returned)}, not a list: {told}")
+    if len(returned) != len(items):
+        raise TypeError(
+            f"{where}: {cls}.process_batch returned {len(returned)} outcomes for {len(items)} items: {told}"
+        )
+    return [
+        outcome
+        if _is_outcome(outcome)
+        else {
+            "error": f"TypeError: {where}: {cls}.process_batch returned {_kind(outcome)} for item {i} of "
+            f"the batch, not an outcome: {told}",
+            "traceback": "",
+        }
+        for i, outcome in enumerate(returned)
+    ]
+
+
+def _is_outcome(value: Any) -> bool:
+    """``value`` is one of the outcomes ``process_batch`` returns (``_OUTCOME_FORMS``)."""
+    if type(value) is not dict or (len(value) != 1 and set(value) != {"error", "traceback"}):
+        return False
+    if "ok" in value:
+        return True
+    if "pruned" in value:
+        return isinstance(value["pruned"], str)
+    return isinstance(value.get("error"), str) and isinstance(value.get("traceback", ""), str)
+
+
+def _kind(value: Any) -> str:
+    """``value`` named by its type (a dict by its first keys), short enough for an item's error."""
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k)[:40] for k in list(value)[:3])
+        return f"a dict of keys {keys}{', ...' if len(value) > 3 else ''}" if value else "an empty dict"
+    return "None" if value is None else f"a {type(value).__qualname__}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +221,9 @@ class StageActor(Actor):
         # A plain ``process`` under the default batch loop needs no task: a synchronous handler
         # is run as the message arrives when the actor is idle, which saves waking the actor's
         # task for every call (most of what a small item costs besides its work).
-        if cls.process_batch is StageActor.process_batch and not inspect.iscoroutinefunction(cls.process):
+        # A plain ``process_batch`` is run as a plain ``process`` is.
+        batch = cls.process if cls.process_batch is StageActor.process_batch else cls.process_batch
+        if not inspect.iscoroutinefunction(batch):
             cls._handlers = {**cls._handlers, "process": Handler(cls.process_plain, False)}
 
     def process(self, item: Any) -> Any:
@@ -170,7 +231,12 @@ class StageActor(Actor):
         raise NotImplementedError(f"{type(self).__name__} must override process() or process_batch()")
 
     async def process_batch(self, items: list[Any]) -> list[dict[str, Any]]:
-        """Handle a batch; by default item by item, each with its own outcome."""
+        """Handle a batch; by default item by item, each with its own outcome.
+
+        An override (plain or async) returns a list of one outcome per item, in order:
+        ``{"ok": output}``, ``{"pruned": reason}`` or ``{"error": message}`` (``batch_outcomes``
+        checks it); raising ItemFailed prunes the whole batch, any other exception has every
+        item of it retried."""
         out: list[dict[str, Any]] = []
         for item in items:
             try:
@@ -207,8 +273,15 @@ class StageActor(Actor):
     async def _processed(self, items: list[Any]) -> dict[str, Any]:
         """The reply to a batch of ``items``: an outcome each, and the time they took."""
         t0 = time.perf_counter()
+        outcomes: list[dict[str, Any]]
         try:
-            outcomes = await self.process_batch(items)
+            returned: Any = self.process_batch(items)
+            if inspect.isawaitable(returned):  # not a plain override (run here where not held)
+                returned = await returned
+            if type(self).process_batch is StageActor.process_batch:
+                outcomes = returned
+            else:
+                outcomes = batch_outcomes(self._where(), type(self).__qualname__, items, returned)
         except ItemFailed as exc:
             outcomes = [outcome_pruned(str(exc))] * len(items)
         except Exception as exc:
@@ -217,12 +290,22 @@ class StageActor(Actor):
 
     def process_plain(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The ``process`` message's handler for a plain ``process`` method under the default
-        batch loop: the same outcomes as the async handler, without awaiting."""
+        batch loop, or a plain ``process_batch``: the same outcomes as the async handler,
+        without awaiting."""
         return self._fitted(payload, self._plain_processed(payload["items"]))
 
     def _plain_processed(self, items: list[Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
-        outcomes: list[dict[str, Any]] = []
+        if type(self).process_batch is not StageActor.process_batch:  # a plain override
+            try:
+                returned = self.process_batch(items)
+                outcomes = batch_outcomes(self._where(), type(self).__qualname__, items, returned)
+            except ItemFailed as exc:
+                outcomes = [outcome_pruned(str(exc))] * len(items)
+            except Exception as exc:
+                outcomes = [outcome_error(exc)] * len(items)
+            return {"outcomes": self._keys_checked(outcomes), "actor_s": time.perf_counter() - t0}
+        outcomes = []
         for item in items:
             try:
                 outcomes.append(outcome_ok(self.process(item)))
