@@ -1,5 +1,6 @@
-"""An actor whose handlers call ``sys.exit`` or raise ``KeyboardInterrupt``, for a process of its
-own (``actor_process``)."""
+"""An actor whose handlers call ``sys.exit`` or raise ``KeyboardInterrupt`` (or a BaseException of
+their own), and a stage whose ``process`` raises one, for a process of its own
+(``actor_process``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from troupe.runtime import Actor, handles
+from troupe.runtime import Actor, StageActor, handles
 
-__all__ = ["Quitter"]
+__all__ = ["OwnBase", "OwnBaseStage", "Quitter"]
+
+
+class OwnBase(BaseException):
+    """A BaseException of a user's own: not an Exception, so it ends the actor's process."""
 
 
 class Quitter(Actor):
@@ -37,6 +42,15 @@ class Quitter(Actor):
         await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
 
+    @handles("own_base_sync")
+    def own_base_sync(self, _: Any) -> None:
+        raise OwnBase("px base")
+
+    @handles("own_base_async")
+    async def own_base_async(self, _: Any) -> None:
+        await anyio.lowlevel.checkpoint()
+        raise OwnBase("px base")
+
     @handles("interrupt_in_thread")
     async def interrupt_in_thread(self, _: Any) -> None:
         await anyio.to_thread.run_sync(_interrupt)
@@ -44,3 +58,11 @@ class Quitter(Actor):
 
 def _interrupt() -> None:
     raise KeyboardInterrupt
+
+
+class OwnBaseStage(StageActor):
+    """A plain ``process`` that raises ``OwnBase``: run where the call was read (``process``), or
+    on a worker thread (``process_direct`` holding outputs)."""
+
+    def process(self, item: Any) -> Any:
+        raise OwnBase("px base")

@@ -81,7 +81,9 @@ class Actor:
       after a failure; the reason says why, so the actor can recover its context;
     - ``stopping()``: after the mailbox has been drained at shutdown;
     - ``reply_instead(msg_type, result, error)``: what to answer instead of a result that
-      could not be encoded (by default nothing: the asker gets the ``EncodeError``).
+      could not be encoded (by default nothing: the asker gets the ``EncodeError``);
+    - ``handler_said(msg_type)``: how an error names the handler of ``msg_type`` where it runs
+      a method of another name (by default the message type names it).
 
     Class attributes:
         mailbox_capacity: the bound of the actor's mailbox.
@@ -151,6 +153,12 @@ class Actor:
         could not be sent. A stage replica answers its batch's outcomes instead, each one that
         cannot travel made that item's error (pipeline/stage.py)."""
         raise error
+
+    def handler_said(self, msg_type: str) -> str | None:
+        """What an error names the handler of ``msg_type`` by, where it runs a method a user
+        wrote under another name (a stage's ``process``, run by the internal
+        ``process_direct``); None (the default): the message type names it."""
+        return None
 
     async def started(self) -> None:
         """Called once before the first message."""

@@ -326,14 +326,23 @@ class Cell:
                 await self.runtime.reply_error(msg.route, msg.msg_id, self.name, stopped)
 
     def _stopped_while(self, msg: Msg, exc: BaseException) -> ActorStopped:
-        """What the asker of ``msg`` learns when its handler ended the actor (cancelled, or
-        ``sys.exit`` or ``KeyboardInterrupt``: said, as the handler's own doing; a
-        ``KeyboardInterrupt`` a stage raised read as a plain stop, its cause left out)."""
-        why = ""
+        """What the asker of ``msg`` learns when its handler ended the actor: cancelled (the
+        runtime's stop), or the handler's own doing, said as such: ``sys.exit``, or any other
+        BaseException as ``type: message`` (one of a stage's own read as a plain stop, its
+        type and message left out). The handler is named as the actor's class names it
+        (``Actor.handler_said``: a stage's ``process``, not the ``process_direct`` that ran it)."""
+        named = self.actor.handler_said(msg.type)
+        did = ""
         if isinstance(exc, SystemExit):
-            why = f": its handler called sys.exit({exc.code!r})"
-        elif isinstance(exc, KeyboardInterrupt):
-            why = ": its handler raised KeyboardInterrupt"
+            did = f"called sys.exit({exc.code!r})"
+        elif not isinstance(exc, asyncio.CancelledError):
+            did = (
+                f"raised {type(exc).__qualname__}: {exc}" if str(exc) else f"raised {type(exc).__qualname__}"
+            )
+        if named is not None:
+            said = f": {named} {did}" if did else f" while running {named}"
+            return ActorStopped(f"actor {self.name} stopped{said}")
+        why = f": its handler {did}" if did else ""
         return ActorStopped(f"actor {self.name} stopped while handling {msg.type!r}{why}")
 
     async def _answer_failure(self, msg: Msg, exc: BaseException) -> None:

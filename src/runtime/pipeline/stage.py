@@ -484,6 +484,14 @@ class StageActor(Actor):
             answered.append(outcome)
         return {**result, "outcomes": answered}
 
+    def handler_said(self, msg_type: str) -> str | None:
+        """A batch call is named by the method it runs: ``stage a's process`` (or its
+        ``process_batch``), as the user wrote it."""
+        if msg_type not in ("process", "process_direct"):
+            return None
+        method = "process" if type(self).process_batch is StageActor.process_batch else "process_batch"
+        return f"{self._where()}'s {method}"
+
     def _unsendable_outcome(self, exc: ProtocolError) -> dict[str, Any]:
         """The error of an item whose output cannot travel, naming the stage and its ``process``."""
         return {"error": unsendable_output(self._where(), exc), "traceback": ""}

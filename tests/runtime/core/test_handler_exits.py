@@ -2,7 +2,9 @@
 
 The process ends as the handler asked; the asker gets ``ActorStopped`` rather than waiting out
 its deadline, whether the handler ran where the message was read (synchronous) or in the
-actor's task (async), and the error says why (a ``KeyboardInterrupt`` read as a plain stop).
+actor's task (async), and the error says why (a ``KeyboardInterrupt`` read as a plain stop; a
+BaseException of the handler's own, as ``type: message``). A stage's names its ``process``, not
+the internal message that ran it (``process_direct``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import anyio
 import pytest
 
 from support.actor_process import actor_process
-from support.exiting_process import Quitter
+from support.exiting_process import OwnBaseStage, Quitter
 from troupe.runtime import ActorStopped, Runtime
 from troupe.runtime.transports.zmq import ZmqTransport
 
@@ -41,3 +43,40 @@ async def test_an_ask_whose_handler_raises_keyboard_interrupt_says_so(handler: s
                 await rt.ref("n/quitter/quitter").ask(handler, None, timeout=DEADLINE_S)
         await anyio.to_thread.run_sync(proc.join, DEADLINE_S)
         assert proc.exitcode not in (None, 0)  # the interrupt ended the process
+
+
+@pytest.mark.parametrize("handler", ["own_base_sync", "own_base_async"])
+async def test_an_ask_whose_handler_raises_a_base_exception_of_its_own_says_its_type_and_message(
+    handler: str,
+) -> None:
+    # The process is not waited for (the context ends it): one raised where the message was read
+    # reaches the event loop's handler of a callback's errors, which lets the process go on.
+    with actor_process(Quitter, "quitter", "quitter") as (endpoint, _), anyio.fail_after(DEADLINE_S * 2):
+        async with Runtime("n", "asker", ZmqTransport("tcp://127.0.0.1:*")) as rt:
+            rt.directory.learn("n/quitter/quitter", endpoint)
+            with pytest.raises(ActorStopped) as raised:
+                await rt.ref("n/quitter/quitter").ask(handler, None, timeout=DEADLINE_S)
+    assert str(raised.value) == (
+        f"actor quitter stopped while handling '{handler}': its handler raised OwnBase: px base"
+    )
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "payload"),
+    [
+        ("process", {"items": [{"task_id": "p-000000", "seed": 0}]}),
+        ("process_direct", {"items": [{"task_id": "p-000000", "seed": 0}], "hold": ["k"], "inline_below": 1}),
+    ],
+)
+async def test_a_stage_whose_process_raises_a_base_exception_names_its_process(
+    msg_type: str, payload: dict[str, object]
+) -> None:
+    # The process is not waited for (the context ends it), as above.
+    with actor_process(OwnBaseStage, "gen-0", "stage") as (endpoint, _), anyio.fail_after(DEADLINE_S * 2):
+        async with Runtime("n", "engine", ZmqTransport("tcp://127.0.0.1:*")) as rt:
+            rt.directory.learn("n/gen-0/stage", endpoint)
+            stage = rt.ref("n/gen-0/stage")
+            await stage.ask("stage_info", {"stage": "gen"}, timeout=DEADLINE_S)
+            with pytest.raises(ActorStopped) as raised:
+                await stage.ask(msg_type, payload, timeout=DEADLINE_S)
+    assert str(raised.value) == "actor stage stopped: stage gen's process raised OwnBase: px base"
