@@ -84,7 +84,8 @@ def payload_weight(obj: Any) -> tuple[int, bool]:
     past 64 bits) or a container twice (shared, or holding itself: each is walked once, so that
     the walk ends). A replica encodes such an output before it holds it, and the codec decides;
     an output of maps, lists, str, bytes, numbers, arrays and tensors is walked once, as its size
-    needs anyway, and not encoded until the next stage takes it."""
+    needs anyway, and not encoded until the next stage takes it. A value whose ``nbytes`` raises
+    (a sparse torch tensor's) is doubtful too, rather than the whole batch's error."""
     total = 0
     doubtful = False
     seen: set[int] = set()
@@ -104,7 +105,12 @@ def payload_weight(obj: Any) -> tuple[int, bool]:
             doubtful = doubtful or not _INT_LOWEST <= o <= _INT_HIGHEST
             continue
         if kind is not dict and kind is not list and kind is not tuple:
-            nbytes = getattr(o, "nbytes", None)  # arrays, tensors, numpy scalars
+            try:
+                nbytes = getattr(o, "nbytes", None)  # arrays, tensors, numpy scalars
+            except Exception:  # a sparse tensor's raises RuntimeError: the codec decides
+                total += _SCALAR_BYTES
+                doubtful = True
+                continue
             if isinstance(nbytes, int):
                 total += nbytes
                 continue

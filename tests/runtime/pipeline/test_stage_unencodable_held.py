@@ -8,7 +8,9 @@ error naming the holder's outbox. An output holding itself hung the replica (its
 counted forever). Now the holder refuses such an output as it would hold it: that item's
 outcome is the error the engine plane gives (``EncodeError: stage a: process returned an output
 that cannot be sent: ...``), retried as any; the others are held and taken. An output that
-only may not encode (a list in it twice, an int subclass) is encoded to decide, and held.
+only may not encode (a list in it twice, an int subclass) is encoded to decide, and held. One
+whose ``nbytes`` raises (a sparse torch tensor's) is one the codec decides too: sizing it failed
+the whole batch with a raw ``RuntimeError``.
 
 An output the holder's walk vouches for and the codec refuses (a str with a lone surrogate, a
 numpy object array) is held, and its take's reply fails to encode: the outbox then answers the
@@ -44,6 +46,15 @@ class _Opaque:
     """An object msgpack has no encoding for."""
 
 
+class _NoSize:
+    """An object whose ``nbytes`` raises, as a sparse torch tensor's does: sizing it failed the
+    whole batch's ``process`` call with that error."""
+
+    @property
+    def nbytes(self) -> int:
+        raise RuntimeError("nbytes is not defined for sparse tensors")
+
+
 def _holding_itself() -> dict[str, Any]:
     loop: dict[str, Any] = {"a": 1}
     loop["self"] = loop
@@ -56,6 +67,7 @@ UNSENDABLE = {
     "object": (_Opaque(), "no wire encoding for _Opaque"),
     "int past 64 bits": (2**64, "outside the 64 bits msgpack holds"),
     "holds itself": (_holding_itself(), "recursion limit exceeded"),
+    "nbytes raises": (_NoSize(), "no wire encoding for _NoSize"),
 }
 
 
@@ -200,3 +212,9 @@ def test_the_walk_vouches_for_plain_outputs_and_doubts_the_rest() -> None:
         assert payload_weight({"v": value})[1], value
     for value in ENCODES.values():
         assert payload_weight({"v": value})[1], value
+
+
+def test_a_sparse_tensor_is_doubted_not_sized() -> None:
+    """Its ``nbytes`` raises RuntimeError: the codec decides whether it travels."""
+    torch = pytest.importorskip("torch")
+    assert payload_weight({"v": torch.eye(3).to_sparse()}) == (1 + 9, True)
