@@ -49,6 +49,7 @@ __all__ = [
     "payload_bytes",
     "payload_weight",
     "pull_inputs",
+    "refused_output",
     "reply_envelope",
     "too_large_output",
     "too_many_frames",
@@ -147,12 +148,42 @@ def unsendable_output(where: str, exc: ProtocolError) -> str:
     return f"{said} (return maps, lists, str, numbers, bytes, None, numpy arrays or torch tensors)"
 
 
+def refused_output(
+    codec: Codec,
+    where: str,
+    exc: ProtocolError,
+    output: Any,
+    bound: int,
+    whose: str,
+    raise_it: str | None = None,
+) -> str:
+    """The error of an item whose ``output`` ``codec`` refused to encode (``exc``): one over
+    ``bound`` (``whose``, ``raise_it``: as ``too_large_output`` takes them) said as every output
+    that does not fit one message is, any other refusal by ``unsendable_output``. The codec's
+    refusal by size names the whole reply's bytes and limit, a third wording for one case: an
+    output a few bytes under the bound, or at it, was refused in other words than one over it.
+    Its size is what ``payload_bytes`` counts where that passes the bound already (an output of
+    large buffers, whose encoding only adds its keys: not encoded again), else what it encodes
+    to under no bound (many short values: the count misjudges them)."""
+    if not isinstance(exc, MessageTooLarge):
+        return unsendable_output(where, exc)
+    size = payload_bytes(output)
+    if size <= bound - TAKE_HEADROOM:
+        try:
+            size = encoded_size(Codec(_NO_BOUND, codec.max_frames), output, reply_envelope(codec))[0]
+        except ProtocolError:  # over its frames, not its bytes: the codec says so
+            return unsendable_output(where, exc)
+    return too_large_output(where, size, bound, whose, raise_it)
+
+
+_NO_BOUND = 1 << 62  # a codec's bound that no output reaches: what it encodes to, measured
 _RAISE_BOUND = "raise max_message_mb ([pipeline] of the pipeline's config, or [node] of the nodes')"
 _RAISE_FRAMES = "raise max_frames ([node] of the nodes')"
 
 
 def too_large_output(where: str, size: int, bound: int, whose: str, raise_it: str | None = None) -> str:
-    """The error of an item whose output, ``size`` bytes encoded, leaves no room in a reply
+    """The error of an item whose output, ``size`` bytes (encoded, or as ``refused_output``
+    counts one the codec refused by size), leaves no room in a reply
     under the message ``bound`` (``whose``: ``the`` replica's own, or its asker's: ``the taking
     replica's``, ``the engine's``) for what surrounds it (``TAKE_HEADROOM``); ``raise_it``: how
     to raise that bound (None: max_message_mb)."""
@@ -485,7 +516,7 @@ class Outbox(Actor):
             try:
                 size, frames_of_it = encoded_size(codec, item, envelope)
             except ProtocolError as exc:
-                refused[key] = unsendable_output(HELD.made_by, exc)
+                refused[key] = refused_output(codec, HELD.made_by, exc, item, bound, whose)
                 continue
             sized.append((key, item, size, frames_of_it))
         keys = [*items, *later]

@@ -29,10 +29,10 @@ from .handoff import (
     TAKE_HEADROOM,
     ReplyLimits,
     encoded_size,
+    refused_output,
     reply_envelope,
     too_large_output,
     too_many_frames,
-    unsendable_output,
 )
 
 __all__ = ["ENGINE", "LATER_SLOT", "OutcomeParts"]
@@ -119,17 +119,18 @@ def _weighed(
 ) -> tuple[dict[str, Any], int, int]:
     """``outcome`` (or, where its output cannot travel in ``room`` bytes and ``limits``' frames,
     that item's error instead) with what it encodes to: bytes and buffer frames."""
+    # The engine's bound is the pipeline's max_message_mb (the default where it sets none); its
+    # max_frames no option raises.
+    raise_it = _RAISE_ENGINE_BOUND if limits.whose == ENGINE else None
     try:
         size, frames = encoded_size(codec, outcome, envelope)
     except ProtocolError as exc:
-        error = unsendable_output(where, exc)
+        output = outcome.get("ok", outcome)
+        error = refused_output(codec, where, exc, output, limits.bound, limits.whose, raise_it)
     else:
         if size <= room and frames < limits.frames:
             return outcome, size, frames
-        # The engine's bound is the pipeline's max_message_mb (the default where it sets none);
-        # its max_frames no option raises.
         if size > room:
-            raise_it = _RAISE_ENGINE_BOUND if limits.whose == ENGINE else None
             error = too_large_output(where, size, limits.bound, limits.whose, raise_it)
         else:
             send_fewer = _SEND_FEWER if limits.frames_whose == ENGINE else None

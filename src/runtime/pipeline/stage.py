@@ -45,11 +45,15 @@ from troupe.runtime.wire.map_keys import key_refusal, refused_key
 from .handoff import (
     HELD,
     INLINE_BELOW,
+    TAKE_HEADROOM,
     ReplyLimits,
+    encoded_size,
     outcome_lost,
     payload_weight,
     pull_inputs,
-    unsendable_output,
+    refused_output,
+    reply_envelope,
+    too_large_output,
 )
 from .hook_returns import committed_ids, final_summary
 from .outcome_parts import ENGINE, OutcomeParts
@@ -353,7 +357,7 @@ class StageActor(Actor):
         few containers per output, well under what encoding it costs."""
         for i, outcome in enumerate(outcomes):
             if type(outcome) is dict and "ok" in outcome and (refused := refused_key(outcome["ok"])):
-                outcomes[i] = self._unsendable_outcome(EncodeError(key_refusal(refused[0])))
+                outcomes[i] = self._unsendable_outcome(EncodeError(key_refusal(refused[0])), outcome["ok"])
         return outcomes
 
     def _learn_holders(self, sources: list[Any]) -> None:
@@ -429,7 +433,7 @@ class StageActor(Actor):
             if size < below:
                 continue
             if doubtful and (refusal := self._refusal(outcome["ok"])) is not None:
-                outcomes[i] = self._unsendable_outcome(refusal)
+                outcomes[i] = self._unsendable_outcome(refusal, outcome["ok"])
                 continue
             HELD.put(str(hold[i]), outcome["ok"], size)
             outcomes[i] = {"held": str(hold[i]), "bytes": size}
@@ -465,7 +469,9 @@ class StageActor(Actor):
         ``process_direct``. Called only once the reply failed (for the call just handled: an
         actor handles one message at a time), so a batch that travels is encoded once. An older
         engine, which says no limits with its call and reads no ``later``, is answered every
-        outcome that travels, in one reply, as before."""
+        outcome that travels, in one reply, as before; one that travels alone but leaves no room
+        for the reply around it (``TAKE_HEADROOM``) is its item's error, in the words an output
+        over the bound gets, rather than the whole reply's failure in the router's."""
         outcomes = result.get("outcomes") if isinstance(result, dict) else None
         if msg_type not in ("process", "process_direct") or not isinstance(outcomes, list):
             raise error
@@ -474,13 +480,19 @@ class StageActor(Actor):
                 **result,
                 "outcomes": self._parts().fit(self.runtime.codec, outcomes, self._asker, self._where()),
             }
-        encode = self.runtime.codec.encode_reply
+        codec = self.runtime.codec
+        envelope = reply_envelope(codec)
+        room = codec.max_message_bytes - TAKE_HEADROOM  # one alone fits where it leaves this
         answered = []
         for outcome in outcomes:
             try:
-                encode(0, "", outcome)
+                size = encoded_size(codec, outcome, envelope)[0]
             except ProtocolError as exc:
-                outcome = self._unsendable_outcome(exc)
+                outcome = self._unsendable_outcome(exc, outcome.get("ok", outcome))
+            else:
+                if size > room:
+                    too_large = too_large_output(self._where(), size, codec.max_message_bytes, "the")
+                    outcome = {"error": too_large, "traceback": ""}
             answered.append(outcome)
         return {**result, "outcomes": answered}
 
@@ -492,9 +504,14 @@ class StageActor(Actor):
         method = "process" if type(self).process_batch is StageActor.process_batch else "process_batch"
         return f"{self._where()}'s {method}"
 
-    def _unsendable_outcome(self, exc: ProtocolError) -> dict[str, Any]:
-        """The error of an item whose output cannot travel, naming the stage and its ``process``."""
-        return {"error": unsendable_output(self._where(), exc), "traceback": ""}
+    def _unsendable_outcome(self, exc: ProtocolError, output: Any) -> dict[str, Any]:
+        """The error of an item whose ``output`` cannot travel (``exc``: the codec's refusal),
+        naming the stage and its ``process``; one over the message bound as every such one is."""
+        codec = self.runtime.codec
+        return {
+            "error": refused_output(codec, self._where(), exc, output, codec.max_message_bytes, "the"),
+            "traceback": "",
+        }
 
     def _where(self) -> str:
         """This stage, as an item's error names it."""

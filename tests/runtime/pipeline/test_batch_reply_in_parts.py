@@ -13,6 +13,7 @@ reads no ``later``) is answered as before.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -165,6 +166,35 @@ async def test_an_output_over_the_engines_bound_alone_fails_alone(monkeypatch: p
     assert f"the engine's message bound is {BOUND} bytes" in error, error
     assert "raise max_message_mb ([pipeline] of the pipeline's config, which the engine's" in error, error
     _assert_each_arrived(outcomes, skip=culprit)
+
+
+@pytest.mark.parametrize("engine_says_limits", [True, False])
+@pytest.mark.parametrize("over", [-64, 0, 1])
+async def test_an_output_at_the_bound_is_said_as_one_over_it(
+    over: int, engine_says_limits: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output a few bytes under the bound, at it, or over it: one line, the same for all (the
+    codec's refusal of one at the bound named the whole reply's bytes, and one under it that fit
+    alone but not in the reply's envelope named the internal handler's reply)."""
+    culprit = 2
+    big = b"\0" * (BOUND + over)
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: big if seed == culprit else b"small")
+    with anyio.fail_after(WAIT_S):
+        async with _replica(engine_bound=BOUND) as (ref, a):
+            limits = _limits(a) if engine_says_limits else {}
+            reply = await ref.ask("process", {"items": _items(), **limits})
+    error = reply["outcomes"][culprit]["error"]
+    said = re.fullmatch(
+        r"MessageTooLarge: stage make: process returned an output of (\d+) bytes, which does not fit one "
+        rf"message: the message bound is {BOUND} bytes, less 1024 for the reply around it; raise "
+        r"max_message_mb \(\[pipeline\] of the pipeline's config, or \[node\] of the nodes'\) or send "
+        r"the data by reference",
+        error,
+    )
+    assert said and BOUND + over <= int(said[1]) < BOUND + over + 100, error
+    assert [o["ok"]["out"] for i, o in enumerate(reply["outcomes"]) if i != culprit] == [b"small"] * (
+        ITEMS - 1
+    )
 
 
 def _fitting(seed: int) -> np.ndarray:
