@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 _PULL_TICK_S = 5.0  # well under any progress timeout a supervision config would set
+_MOST_ID = 2**64 - 1  # the longest a reply's message id encodes to
 
 HOOKS = ("start", "finalize")
 """The run-wide hooks a stage class may define."""
@@ -422,28 +423,38 @@ class StageActor(Actor):
         """Keep each ok output of at least ``below`` bytes here for the next stage, under its key
         in ``hold``, its outcome made its size. One that cannot be encoded becomes that item's
         error now, as on the engine plane, rather than when the next stage takes it, which failed
-        every item of that take. Only an output whose walk finds a value that may not encode
-        (``payload_weight``) is encoded here; the others are encoded once, when taken (where
-        one that cannot be is still that item's error alone: ``Outbox.reply_instead``)."""
+        every item of that take; so is one over the message bound (its error this stage's, not
+        the taking one's). Only an output whose walk finds a value that may not encode
+        (``payload_weight``), or that weighs within twice a take's headroom of the bound, is
+        encoded here (as the reply to a take of it alone); the others are encoded once, when
+        taken (where one that cannot be is still that item's error alone:
+        ``Outbox.reply_instead``)."""
         HELD.made_by = self._where()
+        near = self.runtime.codec.max_message_bytes - 2 * TAKE_HEADROOM  # a take's reply may not fit
         for i, outcome in enumerate(outcomes):
             if "ok" not in outcome:
                 continue
             size, doubtful = payload_weight(outcome["ok"])
             if size < below:
                 continue
-            if doubtful and (refusal := self._refusal(outcome["ok"])) is not None:
-                outcomes[i] = self._unsendable_outcome(refusal, outcome["ok"])
+            if (doubtful or size > near) and (refusal := self._refusal(outcome["ok"], str(hold[i]))):
+                outcomes[i] = {"error": refusal, "traceback": ""}
                 continue
             HELD.put(str(hold[i]), outcome["ok"], size)
             outcomes[i] = {"held": str(hold[i]), "bytes": size}
 
-    def _refusal(self, output: Any) -> ProtocolError | None:
-        """Why the codec refuses to encode ``output``, or None where it encodes."""
+    def _refusal(self, output: Any, key: str) -> str | None:
+        """Why ``output``, to be held under ``key``, could not be handed over (its item's error),
+        or None where it can: the codec refuses to encode it, or the reply to a take of it
+        alone (this process's outbox answering, as ``Outbox._take`` does). Such an output was
+        held all the same and refused when taken, that item's error counted as the taking
+        stage's, not this one's."""
+        codec = self.runtime.codec
+        sender = f"{self.address.node}/{self.address.process}"  # a reply's sender: the process
         try:
-            self.runtime.codec.encode_reply(0, "", output)
+            codec.encode_reply(_MOST_ID, sender, {"items": {key: output}})
         except ProtocolError as exc:
-            return exc
+            return refused_output(codec, self._where(), exc, output, codec.max_message_bytes, "the")
         return None
 
     async def _alive_while_pulling(self) -> None:

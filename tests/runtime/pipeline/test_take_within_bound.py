@@ -52,12 +52,16 @@ def _keys() -> list[str]:
 
 @asynccontextmanager
 async def _holder(
-    bound: int = BOUND, taker_bound: int = BOUND, max_frames: int = 1024, taker_frames: int = 1024
+    bound: int = BOUND,
+    taker_bound: int = BOUND,
+    max_frames: int = 1024,
+    taker_frames: int = 1024,
+    made: list[Any] | None = None,
 ) -> AsyncIterator[tuple[Runtime, list[dict[str, Any]]]]:
     """Runtime ``a`` (the next stage's replica), and the replies of every ``stage_take`` it
     asked, once runtime ``b``'s replica of ``MakeStage`` (message bound ``bound``, frames
-    ``max_frames``) made and holds the outputs of items 0 to 4; ``a``'s own limits are
-    ``taker_bound`` and ``taker_frames``."""
+    ``max_frames``) made and holds the outputs of items 0 to 4 (``made``: its outcomes, put
+    there, not each held); ``a``'s own limits are ``taker_bound`` and ``taker_frames``."""
     hub = MemoryHub()
     replies: list[dict[str, Any]] = []
     try:
@@ -74,10 +78,13 @@ async def _holder(
                 a.directory.learn(f"{NODE}/b/{name}", b.cells[name].endpoint)
             await a.ref(f"{NODE}/b/make").ask("stage_info", {"stage": "make"})
             items = [{"task_id": f"p-{seed:06d}", "seed": seed} for seed in range(ITEMS)]
-            made = await a.ref(f"{NODE}/b/make").ask(
+            answer = await a.ref(f"{NODE}/b/make").ask(
                 "process_direct", {"items": items, "hold": _keys(), "inline_below": 4096}
             )
-            assert [set(o) for o in made["outcomes"]] == [{"held", "bytes"}] * ITEMS, made
+            if made is None:
+                assert [set(o) for o in answer["outcomes"]] == [{"held", "bytes"}] * ITEMS, answer
+            else:
+                made.extend(answer["outcomes"])
             yield a, replies
     finally:
         HELD.release(_keys())
@@ -142,25 +149,46 @@ async def test_the_holder_answers_what_fits_and_names_the_rest_for_a_later_take(
     assert sorted(old) == ["items"] and sorted(old["items"]) == _keys()[:2], old
 
 
-async def test_an_output_over_the_bound_alone_fails_alone_naming_the_bound_and_the_setting(
+@pytest.mark.parametrize("over", [-64, 0, 1])
+async def test_an_output_over_the_bound_is_the_making_stages_error_naming_the_bound_and_the_setting(
+    over: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the bound, at it or a few bytes under (no room for the take's reply around it): it is
+    refused as it would be held, its item's error the making stage's (it was held, and refused
+    when taken: counted as the taking stage's error, while it named the making one); the others
+    are held and taken."""
+    culprit = 2
+    big = np.zeros(BOUND + over, np.uint8)
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: big if seed == culprit else _fitting(seed))
+    made: list[Any] = []
+    with anyio.fail_after(WAIT_S):
+        async with _holder(made=made) as (a, replies):
+            filled, lost, failed = await _pull(a, replies)
+    assert [set(o) for i, o in enumerate(made) if i != culprit] == [{"held", "bytes"}] * (ITEMS - 1), made
+    assert not failed and list(lost) == [culprit], (failed, lost)  # not held: the engine asks none
+    error = made[culprit]["error"]
+    # Worded as every output over the bound is, on either data plane.
+    said = re.match(r"MessageTooLarge: stage make: process returned an output of (\d+) bytes, ", error)
+    assert said and BOUND + over < int(said[1]) < BOUND + over + 100, error
+    assert f"the message bound is {BOUND} bytes, less 1024" in error, error
+    assert "raise max_message_mb" in error, error
+    assert "return maps" not in error, error  # what travels is no advice on a size
+    _assert_each_arrived_once(filled, replies, skip=culprit)
+
+
+async def test_an_output_that_fits_a_take_alone_is_held_however_near_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """200 bytes under the bound leaves room for the reply to a take of it alone (its envelope,
+    the key): held, and taken, as before the holder weighed outputs near the bound."""
     culprit = 2
-    big = np.zeros(BOUND + 1, np.uint8)
-    monkeypatch.setitem(globals(), "_output_of", lambda seed: big if seed == culprit else _fitting(seed))
+    near = np.full(BOUND - 200, 7, np.uint8)
+    monkeypatch.setitem(globals(), "_output_of", lambda seed: near if seed == culprit else _fitting(seed))
     with anyio.fail_after(WAIT_S):
         async with _holder() as (a, replies):
             filled, lost, failed = await _pull(a, replies)
-    assert not lost and list(failed) == [culprit], (failed, lost)
-    error = failed[culprit]
-    # Worded as every output over the bound is (the codec's refusal said the whole reply's size).
-    said = re.match(r"MessageTooLarge: stage make: process returned an output of (\d+) bytes, ", error)
-    assert said and BOUND < int(said[1]) < BOUND + 100, error
-    assert f"the message bound is {BOUND} bytes, less 1024" in error and "raise max_message_mb" in error, (
-        error
-    )
-    assert "return maps" not in error, error  # what travels is no advice on a size
-    _assert_each_arrived_once(filled, replies, skip=culprit)
+    assert not failed and not lost, (failed, lost)
+    _assert_each_arrived_once(filled, replies)
 
 
 async def test_a_taker_of_a_smaller_bound_gets_replies_under_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
