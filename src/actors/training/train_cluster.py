@@ -104,16 +104,22 @@ def local_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-async def stop_worker(controls: OwnedControls, worker: str, host: Host) -> None:
+async def stop_worker(controls: OwnedControls, worker: str, host: Host) -> bool:
     """Stop this run's ``worker`` through its node (see the module; a node gone or a worker gone
-    already is no error). The run keeps no live list of the master's nodes: the ping decides."""
+    already is no error). The run keeps no live list of the master's nodes: the ping decides.
+
+    Returns:
+        Whether the node answered that it stopped the worker (not: it had none of the run's by
+        that name, or it was given up)."""
     try:
         given_up = await stop_on_node(controls, worker, host)
     except (TroupeError, OSError) as exc:
         log.info("train_worker_stop_failed", worker=worker, node=host.name, error=str(exc))
-        return
+        return False
     if given_up is not None:  # dead, or dying: it takes its workers with it
         log.warning("train_worker_stop_given_up", worker=worker, node=host.name, why=given_up)
+        return False
+    return True
 
 
 async def stop_remote(master: str, spawned: list[tuple[str, Host]], keys: Keys = None) -> None:

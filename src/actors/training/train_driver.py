@@ -2,7 +2,8 @@
 their hosts and spawned through each host's node, the ranks started and polled to the end, and
 all of them started again from the latest committed checkpoint when one is lost (at most
 ``train.max_restarts`` times). On a master's cluster, an encoder whose node dies is started again
-on a live node while the ranks train (``_watch_encoders``); it restarts no rank.
+on a live node while the ranks train (``_watch_encoders``); it restarts no rank. Where its node
+was only cut off and answers again, the encoder it kept is stopped there (``_watch_left_behind``).
 
 The workers have the same names in every run (``w-train-rank-0``...). Their spawns and stops
 name the run's process (``runtime/owned_controls.py``): a node leaves a rerun's rank alone when a
@@ -113,6 +114,9 @@ class TrainDriver:
         self.encoders = [(f"train-encode-{i}", f"w-train-encode-{i}", h) for i, h in enumerate(enc_hosts)]
         self.ranks = [Rank(r, f"w-train-rank-{r}", f"train-rank-{r}", h) for r, h in enumerate(rank_hosts)]
         self.spawned: list[tuple[str, Host]] = []
+        # Encoders moved off a node that stopped answering, by (worker, that host): its node may
+        # only be cut off, holding them; each is stopped there once it answers again.
+        self.left_behind: list[tuple[str, Host]] = []
         self.addresses = WorkerAddresses(rt)  # reached through their nodes, not the master
         self._moving = anyio.Lock()  # the encoders' watch and a restart move them one at a time
         self._unplaced: set[str] = set()  # encoders said to have no live node to go to
@@ -128,6 +132,14 @@ class TrainDriver:
     @property
     def placement(self) -> dict[str, str]:
         return {**{a: h.name for a, _, h in self.encoders}, **{r.actor: r.host.name for r in self.ranks}}
+
+    @property
+    def to_stop(self) -> list[tuple[str, Host]]:
+        """The workers the run's end stops, by (worker, host): those it spawned, and the encoders
+        left behind on a node that did not answer again before the end (given up there once it
+        does not answer a ping; a node that comes back after the end stops them itself, as the
+        workers of a run that is gone, where their spawns named the run their owner)."""
+        return [*self.spawned, *self.left_behind]
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -210,6 +222,7 @@ class TrainDriver:
             async with anyio.create_task_group() as watch:
                 if self.master is not None and self.encoders:
                     watch.start_soon(self._watch_encoders)
+                    watch.start_soon(self._watch_left_behind)
                 if self.master is not None:
                     watch.start_soon(watch_master, self.rt, self.master, self.say, _WATCH_S)
                 final = await self._train()
@@ -442,8 +455,24 @@ class TrainDriver:
                 for i, host in moved.items():
                     actor, worker, old = self.encoders[i]
                     self._moved(worker, old, host)
+                    if self._left_on(worker, old) is None:
+                        self.left_behind.append((worker, old))
                     self.encoders[i] = (actor, worker, host)
-                    tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
+                    tg.start_soon(self._spawn_moved_encoder, actor, worker, host, kwargs)
+
+    async def _spawn_moved_encoder(self, actor: str, worker: str, host: Host, kwargs: dict[str, Any]) -> None:
+        """Spawn a moved encoder on ``host``; one of its name this run left behind there (moved
+        off it before, its node silent since) is stopped first: the node refuses a second."""
+        left = self._left_on(worker, host)
+        if left is not None:
+            self.left_behind.remove(left)
+            await stop_worker(self.controls, worker, left[1])
+        await self._spawn(worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
+
+    def _left_on(self, worker: str, host: Host) -> tuple[str, Host] | None:
+        """The entry of ``left_behind`` for ``worker`` on ``host``'s node (by its name: the
+        master's list of it may say another state, drained say, since)."""
+        return next((e for e in self.left_behind if e[0] == worker and e[1].name == host.name), None)
 
     async def _watch_encoders(self) -> None:
         """While the ranks train, an encoder whose node stops answering is started again on a live
@@ -464,6 +493,37 @@ class TrainDriver:
                         await self._move_encoders(live)
             except* TroupeError as group:  # no node fits, or a spawn failed (in a task group)
                 self._not_replaced(sorted(silent), group.exceptions[0])
+
+    async def _watch_left_behind(self) -> None:
+        """While the ranks train, the nodes encoders were moved off are pinged every round; those
+        left behind on one that answers again (a cut link mended) are stopped there: such a node
+        kept them running through the cut and rejoined the master with them, under the names
+        their replacements have, until the run ended. The stop names this run's process and that
+        node alone: it cannot reach the replacement on another node. A loop of its own: a node
+        that stays dead holds each ping its whole deadline, which the encoders' watch would wait."""
+        while True:
+            await anyio.sleep(_WATCH_S)
+            left = list(self.left_behind)
+            if left:
+                silent = await silent_nodes(self.rt, [host for _, host in left])
+                await self._stop_left_behind([e for e in left if e[1].name not in silent])
+
+    async def _stop_left_behind(self, answering: list[tuple[str, Host]]) -> None:
+        if not answering:
+            return
+        async with self._moving:  # a restart's move may have spawned one there since the ping
+            back = [entry for entry in answering if entry in self.left_behind]
+            for entry in back:
+                self.left_behind.remove(entry)
+            async with anyio.create_task_group() as tg:
+                for worker, host in back:
+                    tg.start_soon(self._stop_one_left_behind, worker, host)
+
+    async def _stop_one_left_behind(self, worker: str, host: Host) -> None:
+        if not await stop_worker(self.controls, worker, host):
+            return  # not there (its node restarted since), or silent again: nothing stopped to say
+        log.warning("train_worker_left_behind_stopped", worker=worker, node=host.name)
+        self.say(f"{worker}: node {host.name} answers again; the one left running there is stopped")
 
     def _not_replaced(self, nodes: list[str], error: BaseException) -> None:
         lost = ", ".join(nodes)

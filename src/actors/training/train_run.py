@@ -154,7 +154,7 @@ async def run_training(
                     finally:
                         if master is not None:  # a node started here stops its workers itself, then stops
                             with anyio.CancelScope(shield=True):
-                                await stop_remote(master, run.spawned, keys)
+                                await stop_remote(master, run.to_stop, keys)
             except anyio.get_cancelled_exc_class():
                 # Once the workers stopped: each rank checkpointed the step it stopped at.
                 if not ended:
