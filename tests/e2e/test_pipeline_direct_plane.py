@@ -293,6 +293,41 @@ async def test_an_output_over_64_mib_under_the_pipelines_bound_reaches_the_engin
     assert np.array_equal(out["payload"], expected_payload(0, nbytes))
 
 
+@pytest.mark.parametrize("plane", ["direct", "engine"])
+async def test_a_batch_whose_inputs_together_pass_the_engines_bound_reaches_its_replica(
+    plane: str, tmp_path: Path
+) -> None:
+    """``[pipeline] max_message_mb = 0.0625`` (64 KiB, the engine's bound and the replicas')
+    and a stage that takes six inputs of 30,000 bytes at once (``batch = 6``), inline (on the
+    direct plane, under ``inline_below``): each fits a message, together 180 KB. The engine's
+    own codec refused the call as it encoded it, and every item of the batch failed, then died
+    (with ``batch = 1``, none). Now the engine sends the batch in calls that fit, the rest in
+    the next calls, no attempt counted: every item ends ok, intact, made once."""
+    nbytes, log = 30_000, str(tmp_path / "seen.jsonl")
+    make = {"nbytes": nbytes, "log": log}
+    stages = [
+        # One batch made, six outputs at once: check's queue holds them all as it is dispatched.
+        {"name": "make", "actor": f"{STAGES}:MakePayload", "batch": ITEMS, "kwargs": make},
+        {"name": "check", "actor": f"{STAGES}:CheckPayload", "batch": ITEMS, "kwargs": {"nbytes": nbytes}},
+    ]
+    cfg = PipelineConfig.model_validate(
+        {
+            "name": "plane",
+            "items": ITEMS,
+            "max_attempts": 1,
+            "max_message_mb": 0.0625,
+            "data_plane": plane,
+            "inline_below": 1 << 20,
+            "stages": stages,
+        }
+    )
+    result = await _run(cfg)
+
+    _assert_every_payload_intact(result, nbytes)
+    seen = Counter(r["task_id"] for r in read_records(Path(log)))
+    assert seen == Counter({f"plane-{i:06d}": 1 for i in range(ITEMS)})
+
+
 async def _wait_for(rt: Runtime, node: str, ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     """The node's status once ``ready(status)`` holds (a bounded poll; the node may not be up
     yet at first)."""

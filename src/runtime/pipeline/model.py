@@ -79,6 +79,13 @@ class StageMeter:
         self.inflight += n
         self.queue_depth = depth
 
+    def undispatched(self, n: int, depth: int, now: float) -> None:
+        """``n`` items dispatched went back unsent (to the queue, or to be retried): the call
+        that was to take them could not carry them."""
+        self._advance(now)
+        self.inflight -= n
+        self.queue_depth = depth
+
     def finished(
         self, ok: int, failed: int, errors: int, latency_s: float, now: float, actor_s: float | None = None
     ) -> None:

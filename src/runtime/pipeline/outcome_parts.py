@@ -35,18 +35,21 @@ from .handoff import (
     too_many_frames,
 )
 
-__all__ = ["ENGINE", "LATER_SLOT", "OutcomeParts"]
+__all__ = ["ENGINE", "LATER_SLOT", "RAISE_ENGINE_BOUND", "SEND_FEWER_TO_ENGINE", "OutcomeParts"]
 
 ENGINE = "the engine's"
 """Whose limits an engine's call says (``ReplyLimits.whose``), as an item's error names them."""
 
-_RAISE_ENGINE_BOUND = (
+RAISE_ENGINE_BOUND = (
     "raise max_message_mb ([pipeline] of the pipeline's config, which the engine's process takes too)"
 )
-_SEND_FEWER = (
+"""How an item's error says to raise the engine's message bound."""
+
+SEND_FEWER_TO_ENGINE = (
     "keep what the engine takes inline (a last stage's outputs; every stage's on "
     'data_plane = "engine") within it, since no option raises the engine\'s,'
 )
+"""How an item's error says to keep within the engine's ``max_frames`` (no option raises it)."""
 
 LATER_SLOT = 32
 """Bytes an outcome named for later takes in a batch's reply (``{"later": key}``, a key of at most
@@ -121,7 +124,7 @@ def _weighed(
     that item's error instead) with what it encodes to: bytes and buffer frames."""
     # The engine's bound is the pipeline's max_message_mb (the default where it sets none); its
     # max_frames no option raises.
-    raise_it = _RAISE_ENGINE_BOUND if limits.whose == ENGINE else None
+    raise_it = RAISE_ENGINE_BOUND if limits.whose == ENGINE else None
     try:
         size, frames = encoded_size(codec, outcome, envelope)
     except ProtocolError as exc:
@@ -133,7 +136,7 @@ def _weighed(
         if size > room:
             error = too_large_output(where, size, limits.bound, limits.whose, raise_it)
         else:
-            send_fewer = _SEND_FEWER if limits.frames_whose == ENGINE else None
+            send_fewer = SEND_FEWER_TO_ENGINE if limits.frames_whose == ENGINE else None
             error = too_many_frames(where, frames, limits.frames, limits.frames_whose, send_fewer)
     failed = {"error": error, "traceback": ""}
     return failed, *encoded_size(codec, failed, envelope)

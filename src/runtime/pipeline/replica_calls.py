@@ -2,12 +2,12 @@
 
 The call is ``process`` (items inline) or, on the direct data plane, ``process_direct`` (where
 held inputs are, and asking to hold outputs), with what this process receives whole; of a batch
-that passes what the replica receives whole, what fits is sent (``call_fit.py``). Its answer is
-an outcome per item, handed to ``item_outcomes.py``, those that did not fit one reply asked for
-with ``process_rest`` (``outcome_parts.py``); a replica that dies, hangs or answers nonsense
-fails the call's items (they are retried) and is replaced, and a call that only waited behind the
-one a lost replica was working on puts its items back with no attempt counted. The stage's meter
-times each call.
+that passes what the replica receives whole, or the engine's own limits, what fits is sent
+(``call_fit.py``). Its answer is an outcome per item, handed to ``item_outcomes.py``, those that
+did not fit one reply asked for with ``process_rest`` (``outcome_parts.py``); a replica that
+dies, hangs or answers nonsense fails the call's items (they are retried) and is replaced, and a
+call that only waited behind the one a lost replica was working on puts its items back with no
+attempt counted. The stage's meter times each call.
 
 :class:`ReplicaCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine`
 that makes these calls; which items go to which replica, and when, is ``dispatch.py``.
@@ -21,11 +21,12 @@ from typing import Any
 
 import anyio
 
-from troupe.runtime.errors import PeerLost, ProtocolError, TroupeError, Unreachable
+from troupe.runtime.errors import MessageTooLarge, PeerLost, ProtocolError, TroupeError, Unreachable
 from troupe.runtime.library_logging import get_logger
 
-from .call_fit import fit_call
+from .call_fit import CALL_HEADROOM, CallLimits, fit_call
 from .first_output import FirstOutput
+from .handoff import payload_weight
 from .lost_holders import LostHolders
 from .records import Handle, Item, Replica, StageState
 
@@ -73,16 +74,29 @@ class ReplicaCalls(LostHolders):
     def _what_fits(self, stage: StageState, replica: Replica, batch: list[Item]) -> list[Item]:
         """What of ``batch`` one call to ``replica`` holds (``call_fit``): the items past it go
         back to the front of the stage's queue, no attempt counted, and one that alone cannot
-        fit is its error, retried as any. Weighed only where the replica receives less than
-        this process's codec lets go: otherwise that codec refuses, as it encodes the call,
-        what the replica would."""
+        fit is its error, retried as any. Weighed only where the call may not fit: where the
+        replica receives less than this process's codec lets go (that codec, as it encodes the
+        call, cannot see it), or where the items' weights near the engine's own bound; a call
+        that still passes it is weighed as its encode fails (``_ask_within``)."""
+        limits = self._call_limits(stage, replica)
+        if limits is None or not (limits.below_codec() or _near(batch, limits)):
+            return batch
+        return self._fitted(stage, batch, limits)
+
+    def _call_limits(self, stage: StageState, replica: Replica) -> CallLimits | None:
+        """What a call of ``stage`` to ``replica`` must fit; None where the runtime has no codec
+        (a test's stand-in, whose calls never encode)."""
         codec = getattr(self.runtime, "codec", None)
-        receives = replica.receives
-        if codec is None or receives is None:  # a test's stand-in; an older replica
-            return batch
-        bound, frames = receives
-        if bound >= codec.max_message_bytes and frames >= codec.max_frames:
-            return batch
+        if codec is None:
+            return None
+        source = self.config.upstream(stage.index)
+        made = self.stages[stage.index if source is None else source].cfg.name
+        return CallLimits.of(codec, replica.receives, f"stage {stage.cfg.name}", f"stage {made}")
+
+    def _fitted(self, stage: StageState, batch: list[Item], limits: CallLimits) -> list[Item]:
+        """The first items of ``batch`` that fit one call under ``limits``, in order, the first
+        always: the others go back to the front of the stage's queue, no attempt counted, and
+        one that alone cannot fit is its error, retried as any."""
         if self._direct:
             downstream = bool(self.config.downstream(stage.index))
             entries = [
@@ -90,14 +104,42 @@ class ReplicaCalls(LostHolders):
             ]
         else:
             entries = [it.data for it in batch]
-        fits, refused = fit_call(codec, entries, bound, frames, f"stage {stage.cfg.name}")
+        fits, refused = fit_call(entries, limits)
         for i, error in refused.items():
             self._retry(stage, batch[i], error, "")
         for item in reversed(batch[fits:]):
             stage.queue.appendleft(item)
-        if refused:  # the dispatch loop looks again at what was retried
+        if refused or fits < len(batch):  # the dispatch loop looks again at what was put back
             self._changed.set()
         return [it for i, it in enumerate(batch[:fits]) if i not in refused]
+
+    async def _ask_within(self, stage: StageState, replica: Replica, batch: list[Item]) -> Any:
+        """``replica``'s reply to a call of ``batch``. A call the engine's own codec refuses as
+        it encodes it (items that each fit, together past its bound or ``max_frames``, which
+        ``_what_fits`` sent unweighed) is weighed then: ``batch`` is narrowed, in place, to what
+        fits one call (``_fitted``) and that is sent; the rest went back to the queue, or, one
+        that alone cannot fit, to its retry. A refusal the weighing does not bear out (each item
+        fits one call, or the call was weighed already) is not the call's size (the replica
+        answered it) and fails the call as any."""
+        assert replica.ref is not None
+        limits: CallLimits | None = None
+        while True:
+            msg_type, payload = self._request(stage, batch)
+            try:
+                return await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
+            except MessageTooLarge:
+                if limits is not None or (limits := self._call_limits(stage, replica)) is None:
+                    raise
+                sent = self._fitted(stage, list(batch), limits)
+                if len(sent) == len(batch):
+                    raise
+            unsent = len(batch) - len(sent)
+            batch[:] = sent
+            replica.busy -= unsent
+            assert stage.meter is not None
+            stage.meter.undispatched(unsent, len(stage.queue), time.monotonic())
+            if not batch:  # each was refused alone: nothing to send
+                return {"outcomes": []}
 
     async def _call(self, stage: StageState, replica: Replica, batch: list[Item]) -> None:
         assert replica.ref is not None and stage.meter is not None
@@ -110,11 +152,10 @@ class ReplicaCalls(LostHolders):
         actor_s: float | None = None
         failure: TroupeError | None = None
         handled = False
-        msg_type, payload = self._request(stage, batch)
         with anyio.CancelScope() as scope:  # cancelled when the replica's node dies
             replica.scopes.append(scope)
             try:
-                reply = await replica.ref.ask(msg_type, payload, timeout=_CALL_S)
+                reply = await self._ask_within(stage, replica, batch)  # may narrow ``batch``
                 results, actor_s = _outcomes(reply, len(batch), stage.cfg.name)
                 handled = True
             except PeerLost as exc:
@@ -176,9 +217,10 @@ class ReplicaCalls(LostHolders):
                 self._retry(stage, item, str(result.get("error")), str(result.get("traceback", "")))
         # A batch call handles its items together: the latency per item is amortised over them.
         n = len(batch)
-        stage.meter.finished(
-            ok, pruned, errors, (now - begun) / n, now, None if actor_s is None else actor_s / n
-        )
+        if n:
+            stage.meter.finished(
+                ok, pruned, errors, (now - begun) / n, now, None if actor_s is None else actor_s / n
+            )
         replica.busy -= n
         replica.calls -= 1
         self._flush_releases()
@@ -235,6 +277,23 @@ class ReplicaCalls(LostHolders):
         replica.busy -= len(batch)
         replica.calls -= 1
         self._changed.set()
+
+
+def _near(batch: list[Item], limits: CallLimits) -> bool:
+    """Whether ``batch``'s inline inputs weigh (``payload_weight``) near what one call holds
+    under ``limits``: within an eighth of it, since the walk counts a short value's bytes and
+    not the header msgpack adds to it. One item is never weighed: a call of it cannot be split,
+    and one that alone cannot fit is found as its encode fails."""
+    if len(batch) < 2:
+        return False
+    near = (limits.bound - CALL_HEADROOM) * 7 // 8
+    weight = 0
+    for item in batch:
+        if not isinstance(item.data, Handle):
+            weight += payload_weight(item.data)[0]
+            if weight > near:
+                return True
+    return False
 
 
 def _inline(item: Item) -> tuple[Any, list[str] | None]:

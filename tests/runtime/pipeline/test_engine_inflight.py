@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from troupe.runtime.errors import MessageTooLarge, PeerLost
-from troupe.runtime.pipeline import dispatch, item_outcomes, replica_calls
+from troupe.runtime.pipeline import call_fit, dispatch, item_outcomes, replica_calls
 from troupe.runtime.pipeline import engine as engine_module
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
@@ -124,6 +124,11 @@ class FakeRef:
             return self.node.rest(payload)
         assert kind in ("process", "process_direct"), kind
         node = self.node
+        # The engine's runtime encodes the call as it sends it, refusing one past its codec's
+        # limits (MessageTooLarge, nothing sent); the replica refuses one past its own unread.
+        sender = getattr(node, "codec", None)
+        if isinstance(sender, Codec):
+            sender.encode_message(K_ASK, 1, "local/client-1", "stage", kind, 0.0, None, None, payload)
         if node.receiver is not None:
             _received(node.receiver, kind, payload)
         call = Call(self.replica, list(payload["items"]))
@@ -618,3 +623,107 @@ async def test_a_replica_that_says_no_limits_is_sent_the_batch_whole() -> None:
 
     assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
     assert [len(c.items) for c in node.calls if c.stage == "b"] == [6]
+
+
+# -- a call within the engine's own limits ------------------------------------------------------
+
+OWN_BOUND = 64 << 10  # bytes: a pipeline's max_message_mb = 0.0625, the engine's and the replicas'
+
+
+def _own_bound(node: FakeNode, frames: int = 1024) -> None:
+    """The engine's codec and its replicas' are alike (the pipeline's ``max_message_mb``): the
+    replicas say so as they start, and the engine's codec refuses, as it encodes it, a call
+    past them."""
+    node.codec = Codec(OWN_BOUND, frames)  # type: ignore[attr-defined]
+    node.said = {"budget": OWN_BOUND, "frames": frames}
+    node.receiver = Codec(OWN_BOUND, frames)
+
+
+def _sent_to_b(node: FakeNode) -> list[str]:
+    return sorted(it["task_id"] for call in node.calls if call.stage == "b" for it in call.items)
+
+
+@pytest.mark.parametrize("plane", ["engine", "direct"])
+async def test_a_batch_past_the_engines_own_bound_is_sent_in_calls_that_fit(plane: str) -> None:
+    """Six inputs of 30,000 bytes to stage ``b`` (``batch = 6``), the engine's bound 64 KiB as
+    its replicas': each fits a call, together they do not. The engine's codec refused the call
+    as it encoded it and every item failed, then died. Now, their weights near the bound, the
+    engine sends calls of two, the rest in the next calls: each item ok, sent to ``b`` once."""
+    node = FakeNode()
+    _own_bound(node)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), data_plane=plane, max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "blob": bytes(BLOB)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert _sent_to_b(node) == [f"p-{i:06d}" for i in range(6)]
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [2, 2, 2]
+
+
+async def test_a_batch_whose_weights_miss_the_bound_is_split_as_its_encode_fails() -> None:
+    """Inputs of 20,000 empty strings each weigh next to nothing by the walk, and encode to
+    20 KB each (a header per string): six together pass 64 KiB, which only the encode finds.
+    The call refused as it is encoded is weighed then: calls of three, each item ok, once."""
+    node = FakeNode()
+    _own_bound(node)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "v": [""] * 20_000}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert _sent_to_b(node) == [f"p-{i:06d}" for i in range(6)]
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [3, 3]
+    assert result.metrics.stages[1].items_out == 6 and result.metrics.stages[1].errors == 0
+
+
+async def test_a_batch_past_the_engines_own_frames_is_sent_in_calls_that_fit() -> None:
+    """An engine of ``max_frames = 4`` sends a header and three arrays in a call: six inputs of
+    one array each, which the walk does not count, go in two calls of three, each item ok."""
+    node = FakeNode()
+    _own_bound(node, frames=4)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "x": np.zeros(4)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [3, 3]
+
+
+async def test_a_batch_well_within_the_engines_bound_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six inputs of 3,000 bytes, 18 KB under a bound of 64 KiB: the batch goes whole, never
+    weighed item by item (an encode more of each) before its call is encoded."""
+    weighed: list[int] = []
+
+    def fit_call(entries: list[Any], limits: Any) -> Any:
+        weighed.append(len(entries))
+        return call_fit.fit_call(entries, limits)
+
+    monkeypatch.setattr(replica_calls, "fit_call", fit_call)
+    node = FakeNode()
+    _own_bound(node)
+    cfg = _pipeline(6, _stage("a", batch=6), _stage("b", batch=6, queue=6), max_attempts=1)
+    result = await _run(cfg, node, lambda: _a_answers(node, lambda it: {**it, "blob": bytes(3_000)}))
+
+    assert result.counts() == {"ok": 6, "pruned": 0, "dead": 0, "kept": 0}, result.errors
+    assert [len(c.items) for c in node.calls if c.stage == "b"] == [6]
+    assert weighed == []
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+async def test_an_input_past_the_engines_own_bound_alone_is_its_error_in_the_one_line(batch: int) -> None:
+    """An input of 70,000 bytes (stage ``a``'s output, which this fake did not refuse) fits no
+    call under the engine's 64 KiB: its error is the one line of an output over the engine's
+    bound, naming stage ``a`` (not the codec's 'message 'process' of N bytes exceeds'), dead
+    once its attempts are spent; the others go on, nothing hangs."""
+    node = FakeNode()
+    _own_bound(node)
+    cfg = _pipeline(3, _stage("a", batch=3), _stage("b", batch=batch), max_attempts=2)
+
+    def output(item: Any) -> Any:
+        return {**item, "blob": bytes(70_000 if item["seed"] == 1 else 100)}
+
+    result = await _run(cfg, node, lambda: _a_answers(node, output))
+
+    assert result.counts() == {"ok": 2, "pruned": 0, "dead": 1, "kept": 0}, result.errors
+    error = result.errors["p-000001"]
+    assert error.startswith("MessageTooLarge: stage a: process returned an output of 700"), error
+    assert f"the engine's message bound is {OWN_BOUND} bytes, less 1024 for the reply" in error
+    assert "raise max_message_mb ([pipeline] of the pipeline's config" in error
+    assert _sent_to_b(node) == ["p-000000", "p-000002"]
