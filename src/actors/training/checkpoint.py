@@ -8,7 +8,9 @@ name, then renamed) that holds the step and the sha256 of every file, checked be
 DCP writes its ``.metadata`` only after every rank has written its part, and rank 0 commits only
 once it finds every file that ``.metadata`` names in the folder, whole: ranks whose hosts do not
 share the folder wrote their parts where rank 0 does not see them, and a checkpoint committed
-without them loaded nowhere (:func:`_missing_part`; the save fails for good, naming the rank). So
+without them loaded nowhere (:func:`_missing_part`; the save fails for good, naming the rank).
+It looks again, re-listing the folder, for up to :data:`PART_WAIT_S` first: on a network file
+system another host's files may show late (NFS caches a folder for up to 60 s). So
 the marker means the whole checkpoint is on disk; a folder without it (a run killed while
 writing) is ignored by :func:`latest`, and removed when that step is saved again.
 
@@ -28,8 +30,9 @@ import pickle
 import random
 import re
 import shutil
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +52,7 @@ from troupe.runtime.tasks.output_store import atomic_file
 
 __all__ = [
     "COMMITTED",
+    "PART_WAIT_S",
     "CheckpointSaveFailed",
     "CheckpointUnreadable",
     "Checkpointer",
@@ -69,6 +73,13 @@ warnings.filterwarnings(
 
 COMMITTED = "COMMITTED"
 """Marker file of a checkpoint whose every part is written."""
+
+PART_WAIT_S = 60.0
+"""How long rank 0 looks again for a rank's part it does not find whole before it refuses to
+commit (a refusal ends the run): another host's file may show late on a network file system, as
+NFS answers from what it cached of a folder, a name it did not find too, for up to its acdirmax
+(60 s by default)."""
+_PART_LOOK_EVERY_S = 0.2
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 _RANK_PART = re.compile(r"__(\d+)_\d+\.distcp")  # DCP's file of a rank's part: __<rank>_<n>.distcp
@@ -270,42 +281,61 @@ class CheckpointSaveFailed(RuntimeError):
         self.final = final
 
 
-def _check_every_part(path: Path) -> None:
+def _check_every_part(
+    path: Path, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+) -> None:
     """Refuse to commit the checkpoint ``path`` where a file its ``.metadata`` names is not there
-    whole (as rank 0's host sees the folder).
+    whole (as rank 0's host sees the folder) after :data:`PART_WAIT_S` of looking again.
 
     Raises:
         CheckpointSaveFailed: ``final``, naming the rank whose part is missing: its host writes
             the checkpoints elsewhere, and every save would miss it the same way.
     """
-    missing = _missing_part(path)
-    if missing is None:
-        return
-    name, how = missing
+    reach = _part_sizes(path)
+    started = clock()
+    while (missing := _missing_part(path, reach)) is not None:
+        waited = clock() - started
+        if waited >= PART_WAIT_S:
+            raise _part_not_seen(path, *missing, waited)
+        sleep(min(_PART_LOOK_EVERY_S, PART_WAIT_S - waited))
+
+
+def _part_not_seen(path: Path, name: str, how: str, waited: float) -> CheckpointSaveFailed:
     rank = _RANK_PART.fullmatch(name)
     whose = f"rank {rank.group(1)}'s part ({name})" if rank else name
-    raise CheckpointSaveFailed(
+    return CheckpointSaveFailed(
         f"checkpoint save failed: {path.name} is not committed: {whose} {how} {path.parent} on rank "
-        "0's host; train.checkpoint_dir must be one folder every rank's host sees (a shared file "
-        "system, at the same path on each host): give it one, then run again",
+        f"0's host (looked for {waited:.0f} s); train.checkpoint_dir must be one folder every "
+        "rank's host sees (a shared file system, at the same path on each host): give it one, then "
+        "run again",
         final=True,
     )
 
 
-def _missing_part(path: Path) -> tuple[str, str] | None:
-    """The first file the checkpoint's ``.metadata`` says the ranks wrote that is absent from
-    ``path`` or shorter than its entries reach, with how (``is not in``, ``is cut short in``);
-    None when every one is there."""
+def _part_sizes(path: Path) -> dict[str, int]:
+    """The files the checkpoint's ``.metadata`` says the ranks wrote, each with the size its
+    entries reach."""
     reach: dict[str, int] = {}
     for info in FileSystemReader(str(path)).read_metadata().storage_data.values():
         name = getattr(info, "relative_path", None)
         if isinstance(name, str):
             reach[name] = max(reach.get(name, 0), int(info.offset) + int(info.length))
+    return reach
+
+
+def _missing_part(path: Path, reach: Mapping[str, int]) -> tuple[str, str] | None:
+    """The first of the files ``reach`` names that is absent from ``path`` or shorter than its
+    size, with how (``is not in``, ``is cut short in``); None when every one is there.
+
+    The folder is listed each time, not each name looked up: a network file system answers a
+    lookup from its cache of names it did not find, while a listing reads the folder again.
+    """
+    with os.scandir(path) as entries:
+        present = {e.name: e.stat().st_size for e in entries if e.is_file()}
     for name, size in sorted(reach.items()):
-        file = path / name
-        if not file.is_file():
+        if name not in present:
             return name, "is not in"
-        if file.stat().st_size < size:
+        if present[name] < size:
             return name, "is cut short in"
     return None
 

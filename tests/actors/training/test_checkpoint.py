@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
@@ -257,39 +258,96 @@ def test_a_save_that_failed_with_room_left_is_restarted(
     assert str(info.value) == "checkpoint save failed: a write error" and not info.value.final
 
 
+def after_write(monkeypatch: pytest.MonkeyPatch, change: Callable[[Path], None]) -> None:
+    """Every save's folder is changed by ``change`` once DCP has written it, before rank 0 looks
+    at it (as another host's file would look from rank 0's: not there yet, half-flushed)."""
+    write = checkpoint.async_save
+
+    def changed_after_write(state: Any, *, checkpoint_id: str, **kwargs: Any) -> Future[None]:
+        written = write(state, checkpoint_id=checkpoint_id, **kwargs)
+        seen: Future[None] = Future()
+
+        def change_then_done(f: Future[Any]) -> None:
+            change(Path(checkpoint_id))
+            seen.set_result(f.result())
+
+        written.add_done_callback(change_then_done)
+        return seen
+
+    monkeypatch.setattr(checkpoint, "async_save", changed_after_write)
+
+
+def looks_on_a_fake_clock(
+    monkeypatch: pytest.MonkeyPatch, each_pause: Callable[[int], None] = lambda looks: None
+) -> list[float]:
+    """Rank 0's pauses between its looks for the ranks' parts, each moving a fake clock at once
+    (no time passes) and then calling ``each_pause`` with how many there were; returns them."""
+    from support.fake_clock import Clock  # here: as the SIGKILL test's trainer, tests/ is not on the path
+
+    clock = Clock()
+    pauses: list[float] = []
+    check = checkpoint._check_every_part
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        clock.now += seconds
+        each_pause(len(pauses))
+
+    monkeypatch.setattr(checkpoint, "_check_every_part", lambda path: check(path, clock=clock, sleep=pause))
+    return pauses
+
+
 def test_a_part_rank_0_finds_cut_short_is_not_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rank 0 commits only the files DCP's ``.metadata`` names, each whole as it sees them (a
     rank's part written where rank 0 does not see it: tests/actors/training/test_ranks.py); it
     had hashed whatever the folder held and committed that."""
-    write = checkpoint.async_save
 
-    def cut_after_write(state: Any, *, checkpoint_id: str, **kwargs: Any) -> Future[None]:
-        written = write(state, checkpoint_id=checkpoint_id, **kwargs)
-        seen: Future[None] = Future()
+    def cut(folder: Path) -> None:
+        part = folder / "__0_0.distcp"
+        with part.open("r+b") as file:
+            file.truncate(part.stat().st_size // 2)
 
-        def cut(f: Future[Any]) -> None:  # as another host's half-flushed file would look
-            part = Path(checkpoint_id) / "__0_0.distcp"
-            with part.open("r+b") as file:
-                file.truncate(part.stat().st_size // 2)
-            seen.set_result(f.result())
-
-        written.add_done_callback(cut)
-        return seen
-
-    monkeypatch.setattr(checkpoint, "async_save", cut_after_write)
+    after_write(monkeypatch, cut)
+    pauses = looks_on_a_fake_clock(monkeypatch)
     saver = Checkpointer(tmp_path, every=1)
     saver.save(1, *make_trainer(0))
     with pytest.raises(CheckpointSaveFailed) as info:
         saver.wait()
     assert str(info.value).startswith(
         f"checkpoint save failed: step-000000001 is not committed: rank 0's part (__0_0.distcp) is "
-        f"cut short in {tmp_path} on rank 0's host; train.checkpoint_dir must be one folder every "
-        "rank's host sees"
+        f"cut short in {tmp_path} on rank 0's host (looked for 60 s); train.checkpoint_dir must be "
+        "one folder every rank's host sees"
     )
     assert info.value.final  # every save would miss it the same way: the run ends on it
     assert latest(tmp_path) is None and saver.committed == []
+    assert sum(pauses) == pytest.approx(checkpoint.PART_WAIT_S) and max(pauses) <= 0.2
+
+
+def test_a_part_that_shows_late_is_waited_for_and_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a network file system another host's part may show in rank 0's listing seconds after
+    it was written (NFS caches a folder, a name it did not find too, up to 60 s): rank 0 looked
+    once and refused a healthy save, ending the run. It looks again, and commits once it is there."""
+    hidden = tmp_path / "elsewhere"
+
+    def hide(folder: Path) -> None:  # a part not yet in rank 0's view of the folder
+        (folder / "__0_0.distcp").rename(hidden)
+
+    def show_on_third(looks: int) -> None:
+        if looks == 3:
+            hidden.rename(checkpoint_path(tmp_path, 1) / "__0_0.distcp")
+
+    after_write(monkeypatch, hide)
+    pauses = looks_on_a_fake_clock(monkeypatch, show_on_third)
+    saver = Checkpointer(tmp_path, every=1)
+    saver.save(1, *make_trainer(0))
+    saver.wait()
+    assert latest(tmp_path) == checkpoint_path(tmp_path, 1) and saver.committed == [1]
+    verify(checkpoint_path(tmp_path, 1))  # its marker holds the part that showed late
+    assert len(pauses) == 3
 
 
 def test_a_damaged_checkpoint_is_named_in_one_line(tmp_path: Path) -> None:

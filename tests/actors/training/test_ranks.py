@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from support.rank_processes import run_ranks
+from troupe.actors.training import checkpoint
 from troupe.actors.training.checkpoint import (
     Checkpointer,
     CheckpointSaveFailed,
@@ -164,15 +165,17 @@ def test_a_checkpoint_whose_folder_the_ranks_do_not_share_is_not_committed(tmp_p
     said = (tmp_path / "rank0.error").read_text()
     assert said == (
         "final: checkpoint save failed: step-000000002 is not committed: rank 1's part "
-        f"(__1_0.distcp) is not in {tmp_path / 'host0'} on rank 0's host; train.checkpoint_dir must "
-        "be one folder every rank's host sees (a shared file system, at the same path on each "
-        "host): give it one, then run again"
+        f"(__1_0.distcp) is not in {tmp_path / 'host0'} on rank 0's host (looked for 1 s); "
+        "train.checkpoint_dir must be one folder every rank's host sees (a shared file system, at "
+        "the same path on each host): give it one, then run again"
     )
     assert latest(tmp_path / "host0") is None and latest(tmp_path / "host1") is None
     assert not (tmp_path / "rank1.error").exists()  # only rank 0 commits, and so finds it
 
 
 def _rank_main(folder: Path, unshared: bool = False) -> None:
+    if unshared:  # the part never shows: 1 s of looking again says so as 60 s would
+        checkpoint.PART_WAIT_S = 1.0
     rdv = init_ranks(timeout_s=CHILD_TIMEOUT_S)
     try:
         model, optimizer = make_model()
