@@ -11,6 +11,7 @@ master, which leases it again later or dead-letters it).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections import deque
@@ -43,7 +44,8 @@ log = get_logger(__name__)
 _STOP_TELL_S = 0.5
 _SILENT_RETRY_S = 0.5  # the pause after a call the master did not answer
 _DONE_CHUNK = 50_000  # task ids per done_tasks question: a few MB a message at most
-_TTL_S = 60.0  # a lease's life, as the renewals are timed, before any lease said its own
+_TTL_S = 60.0  # a lease's life, as the renewals are timed, where the master said none
+_RENEW_AT = "renew_at"  # a held lease's key: when it is next renewed (time.monotonic)
 
 
 async def send_unanswered(runtime: Runtime, endpoint: str, msg_type: str, payload: Any) -> None:
@@ -54,6 +56,11 @@ async def send_unanswered(runtime: Runtime, endpoint: str, msg_type: str, payloa
             await runtime.control(endpoint, msg_type, payload, timeout=_STOP_TELL_S)
         except TroupeError:
             pass
+
+
+def _renew_next_after(lease: dict[str, Any]) -> None:
+    """Time the lease's next renewal a period from now: a third of its TTL (at least 0.5 s)."""
+    lease[_RENEW_AT] = time.monotonic() + max(float(lease.get("ttl") or _TTL_S) / 3, 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,7 @@ class MasterSource:
         self._received: set[int] = set()  # the lease ids the last request's reply carried
         self._reports: deque[tuple[str, dict[str, Any]]] = deque()
         self._kick = anyio.Event()
+        self._lease_came = anyio.Event()  # wakes the renew loop: a new lease may be due first
         self._window = anyio.Event()  # set when the last lease out settles: no report can join
         self._done = False
         self.dead: dict[str, str] = {}
@@ -333,11 +341,13 @@ class MasterSource:
                     leases = (reply or {}).get("leases", [])
                     self._received = {int(lease["lease_id"]) for lease in leases}
                     for lease in leases:
+                        _renew_next_after(lease)
                         self._leases[lease["task_id"]] = lease
                         self._ready.append(
                             SourceItem(lease["task_id"], int(lease["seed"]), int(lease["attempt"]))
                         )
                     if leases:
+                        self._lease_came.set()  # the renewals are timed from now
                         wake()
                 else:
                     self._kick = anyio.Event()
@@ -426,14 +436,24 @@ class MasterSource:
                     tg.start_soon(self._call, kind, payload)
 
     async def _renew_loop(self) -> None:
+        """Renew every lease held whenever the first is due, a renewal period (a third of its
+        TTL) after it came or was last renewed, as a worker's held leases are. A lease that comes
+        wakes the loop: timed from before any lease came, the first renewal was a default period
+        (20 s) away, past the end of a shorter lease."""
         while True:
-            ttl = min((float(lease.get("ttl", _TTL_S)) for lease in self._leases.values()), default=_TTL_S)
-            await anyio.sleep(max(ttl / 3, 0.5))
+            due = min((float(lease[_RENEW_AT]) for lease in self._leases.values()), default=math.inf)
+            if (wait := due - time.monotonic()) > 0:
+                self._lease_came = anyio.Event()
+                with anyio.move_on_after(wait):
+                    await self._lease_came.wait()
+                continue
             for task_id, lease in list(self._leases.items()):
+                _renew_next_after(lease)  # answered or not, the next try is a period away
                 ids = {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
                 reply = await self._call("renew", {**ids, "node": self.runtime.node})
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
+                    _renew_next_after(lease)
                 elif reply:  # refused: the job may have been cancelled (a missed cancel_lease)
                     self._suspect = True
                     self._kick.set()
