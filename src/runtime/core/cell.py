@@ -117,6 +117,10 @@ def _forget_own_cancel() -> None:
             task.uncancel()
 
 
+async def _raise(exc: BaseException) -> None:
+    raise exc
+
+
 class Cell:
     """Runs one actor: takes messages from its mailbox one at a time and handles them."""
 
@@ -237,11 +241,18 @@ class Cell:
             self.failed += 1
             self.runtime.start_soon(self._answer_failure, msg, exc)
         except BaseException as exc:
-            # SystemExit from the handler (sys.exit): the process ends, and the asker learns at
-            # once, as from an async handler, rather than waiting out its deadline.
+            # The handler ends its actor (sys.exit, KeyboardInterrupt, a BaseException of its
+            # own): the asker learns at once, as from an async handler, rather than waiting out
+            # its deadline.
             if msg.kind is K_ASK:
                 self.runtime.reply_error_now(msg.route, msg.msg_id, self._stopped_while(msg, exc))
-            raise
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise  # the event loop lets these through: the process ends
+            # Any other, raised from this reader's callback, reached the event loop's handler of
+            # a callback's errors, which logs it and goes on: the process ran on, its actor
+            # too, while the asker was told it stopped. Raised in a task of the runtime's, it
+            # ends the runtime as one from an async handler does (out of the actor's task).
+            self.runtime.start_soon(_raise, exc)
         else:
             if msg.kind is K_ASK and not self.runtime.reply_now(
                 msg.route, msg.msg_id, result, self.name, msg.type

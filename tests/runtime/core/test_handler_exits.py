@@ -1,4 +1,5 @@
-"""A handler that exits its process (``sys.exit``, ``KeyboardInterrupt``) answers its asker at once.
+"""A handler that exits its process (``sys.exit``, ``KeyboardInterrupt``, a BaseException of its
+own) answers its asker at once.
 
 The process ends as the handler asked; the asker gets ``ActorStopped`` rather than waiting out
 its deadline, whether the handler ran where the message was read (synchronous) or in the
@@ -49,13 +50,16 @@ async def test_an_ask_whose_handler_raises_keyboard_interrupt_says_so(handler: s
 async def test_an_ask_whose_handler_raises_a_base_exception_of_its_own_says_its_type_and_message(
     handler: str,
 ) -> None:
-    # The process is not waited for (the context ends it): one raised where the message was read
-    # reaches the event loop's handler of a callback's errors, which lets the process go on.
-    with actor_process(Quitter, "quitter", "quitter") as (endpoint, _), anyio.fail_after(DEADLINE_S * 2):
+    """And the actor's process ends, as the asker is told: one raised by a synchronous handler
+    where the message was read had reached the event loop's handler of a callback's errors,
+    which logged it and let the process, and the actor, go on."""
+    with actor_process(Quitter, "quitter", "quitter") as (endpoint, proc), anyio.fail_after(DEADLINE_S * 2):
         async with Runtime("n", "asker", ZmqTransport("tcp://127.0.0.1:*")) as rt:
             rt.directory.learn("n/quitter/quitter", endpoint)
             with pytest.raises(ActorStopped) as raised:
                 await rt.ref("n/quitter/quitter").ask(handler, None, timeout=DEADLINE_S)
+        await anyio.to_thread.run_sync(proc.join, DEADLINE_S)
+        assert proc.exitcode not in (None, 0)  # the exception ended the process
     assert str(raised.value) == (
         f"actor quitter stopped while handling '{handler}': its handler raised OwnBase: px base"
     )
@@ -71,12 +75,13 @@ async def test_an_ask_whose_handler_raises_a_base_exception_of_its_own_says_its_
 async def test_a_stage_whose_process_raises_a_base_exception_names_its_process(
     msg_type: str, payload: dict[str, object]
 ) -> None:
-    # The process is not waited for (the context ends it), as above.
-    with actor_process(OwnBaseStage, "gen-0", "stage") as (endpoint, _), anyio.fail_after(DEADLINE_S * 2):
+    with actor_process(OwnBaseStage, "gen-0", "stage") as (endpoint, proc), anyio.fail_after(DEADLINE_S * 2):
         async with Runtime("n", "engine", ZmqTransport("tcp://127.0.0.1:*")) as rt:
             rt.directory.learn("n/gen-0/stage", endpoint)
             stage = rt.ref("n/gen-0/stage")
             await stage.ask("stage_info", {"stage": "gen"}, timeout=DEADLINE_S)
             with pytest.raises(ActorStopped) as raised:
                 await stage.ask(msg_type, payload, timeout=DEADLINE_S)
+        await anyio.to_thread.run_sync(proc.join, DEADLINE_S)
+        assert proc.exitcode not in (None, 0)  # as above: the replica's process ended
     assert str(raised.value) == "actor stage stopped: stage gen's process raised OwnBase: px base"
