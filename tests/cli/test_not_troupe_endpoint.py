@@ -21,7 +21,7 @@ from support.port_range import test_endpoint
 from troupe.cli.client import control
 from troupe.cli.master_client import master_call
 from troupe.cli.zmtp_greeting import Greeting, greeting
-from troupe.runtime import AskTimeout
+from troupe.runtime import AskTimeout, Unreachable
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +93,9 @@ def test_the_greeting_tells_zeromq_from_other_servers(
 
 
 async def test_a_server_that_speaks_first_is_said_to_be_no_troupe_node(http_server: str) -> None:
-    with pytest.raises(AskTimeout) as caught:
+    # Unreachable where the server hung up on two handshakes before the ask's time was out (the
+    # transport then fails the ask at once), AskTimeout otherwise: the same words either way.
+    with pytest.raises((AskTimeout, Unreachable)) as caught:
         await control(http_server, "ping", timeout=ASK_S)
     assert str(caught.value) == (
         f"what listens at {http_server} answers, but is no troupe node: it does not speak ZeroMQ "
