@@ -24,16 +24,23 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def killed_master(path: Path) -> int:
-    """A master's journal at ``path`` whose master was killed after two submits; its pid."""
+def run_killed(script: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` (a Python program that ends by SIGKILLing itself, as a killed master) run on
+    the journal at ``path``: its process, which the kill ended."""
     child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(KILLED_AFTER_A_SUBMIT), str(path)],
+        [sys.executable, "-c", textwrap.dedent(script), str(path)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert child.returncode == -9, child.stderr
+    return child
+
+
+def killed_master(path: Path) -> int:
+    """A master's journal at ``path`` whose master was killed after two submits; its pid."""
+    child = run_killed(KILLED_AFTER_A_SUBMIT, path)
     assert Path(f"{path}-wal").stat().st_size > 0  # what the report saw: the jobs are in the log
     return int(child.stdout.split()[0])
 

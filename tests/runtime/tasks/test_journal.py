@@ -21,6 +21,7 @@ import structlog.testing
 
 from support.held_in_child import held_in_child
 from support.journal_drive import drive, leases
+from support.killed_journal import run_killed
 from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import book_jobs
 from troupe.runtime.tasks import journal as journal_mod
@@ -169,14 +170,7 @@ def test_recovery_after_the_master_is_killed(tmp_path: Path) -> None:
     """A master killed by SIGKILL leaves a journal that replays done tasks and holds leased
     ones over for their holders, whose Complete commits."""
     path = tmp_path / "journal.db"
-    child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(KILLED_MASTER), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert child.returncode == -9, child.stderr
+    child = run_killed(KILLED_MASTER, path)
     (line,) = [line for line in child.stdout.splitlines() if line.startswith("RUNNING ")]
     running = dict(pair.split(":") for pair in line.split()[1:])
     assert len(running) == 5
