@@ -9,8 +9,6 @@ item fails, naming the stage; a conjugate view travels as the values it shows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -18,14 +16,10 @@ import anyio.lowlevel
 import pytest
 import torch
 
-from troupe.runtime import Runtime
-from troupe.runtime.core.ref import ActorRef
-from troupe.runtime.lowlevel import MemoryHub
-from troupe.runtime.pipeline.handoff import HELD, Outbox
+from support.held_replica import held_replica
 from troupe.runtime.pipeline.stage import StageActor
 
 BOUND = 10.0
-NODE = "n"
 META = 5  # the seed whose output holds a meta tensor
 CONJ = 6  # the seed whose output holds a conjugate view
 
@@ -38,29 +32,6 @@ class TensorStage(StageActor):
         if seed == CONJ:
             return {"v": torch.tensor([1 + 2j, 3 - 1j]).conj()}
         return {"v": torch.full((2,), float(seed))}
-
-
-@asynccontextmanager
-async def _replica() -> AsyncIterator[tuple[ActorRef, ActorRef]]:
-    """A replica and its outbox in runtime ``b``, as runtime ``a`` (the engine, the next stage)
-    refers to them; the replica told its stage's name ("a"). What it held is released after,
-    and the process's pulls are let go again (the outbox's stop stopped them)."""
-    hub = MemoryHub()
-    try:
-        async with (
-            Runtime(NODE, "a", hub.transport(name="a"), ask_timeout=BOUND) as a,
-            Runtime(NODE, "b", hub.transport(name="b"), drain_timeout=0.5) as b,
-        ):
-            refs = []
-            for name, actor in (("stage", TensorStage), ("outbox", Outbox)):
-                await b.spawn(actor, name)
-                a.directory.learn(f"{NODE}/b/{name}", b.cells[name].endpoint)
-                refs.append(a.ref(f"{NODE}/b/{name}"))
-            await refs[0].ask("stage_info", {"stage": "a"})
-            yield refs[0], refs[1]
-    finally:
-        HELD.release(_keys())
-        await Outbox().started()  # this process's next replica pulls again
 
 
 def _keys() -> list[str]:
@@ -83,7 +54,7 @@ def _check(outcomes: dict[int, Any]) -> None:
 
 async def test_on_the_engine_plane_only_the_meta_tensors_item_fails() -> None:
     with anyio.fail_after(BOUND):
-        async with _replica() as (stage, _):
+        async with held_replica(TensorStage, _keys()) as (stage, _):
             reply = await stage.ask("process", {"items": _items()})
             again = await stage.ask("process", {"items": _items()})  # the replica goes on
     _check(dict(zip(range(4, 8), reply["outcomes"], strict=True)))
@@ -95,7 +66,7 @@ async def test_on_the_direct_plane_only_the_meta_tensors_item_fails(inline_below
     """Held outputs (``inline_below`` 0) are encoded when the next stage takes them: the take is
     answered at once, the meta tensor's key refused alone."""
     with anyio.fail_after(BOUND):
-        async with _replica() as (stage, outbox):
+        async with held_replica(TensorStage, _keys()) as (stage, outbox):
             reply = await stage.ask(
                 "process_direct", {"items": _items(), "hold": _keys(), "inline_below": inline_below}
             )

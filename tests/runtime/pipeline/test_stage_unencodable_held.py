@@ -20,8 +20,6 @@ others of the take, and that one under ``refused`` with its item's error.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -29,14 +27,11 @@ import anyio.lowlevel
 import numpy as np
 import pytest
 
-from troupe.runtime import Runtime
-from troupe.runtime.core.ref import ActorRef
-from troupe.runtime.lowlevel import MemoryHub
-from troupe.runtime.pipeline.handoff import HELD, Outbox, payload_weight
+from support.held_replica import held_replica
+from troupe.runtime.pipeline.handoff import payload_weight
 from troupe.runtime.pipeline.stage import StageActor
 
 BOUND = 10.0
-NODE = "n"
 CULPRIT = 5
 SEEDS = range(4, 8)
 FRAME = 8192  # over inline_below (4096): held
@@ -97,29 +92,6 @@ class AsyncStage(StageActor):
         return _output(item)
 
 
-@asynccontextmanager
-async def _holder(cls: type[StageActor]) -> AsyncIterator[tuple[ActorRef, ActorRef]]:
-    """A replica of ``cls`` and its outbox in runtime ``b``, as runtime ``a`` (the engine, the
-    next stage) refers to them; the replica told its stage's name ("a"). What it held is
-    released after, and the process's pulls are let go again (the outbox's stop stopped them)."""
-    hub = MemoryHub()
-    try:
-        async with (
-            Runtime(NODE, "a", hub.transport(name="a"), ask_timeout=BOUND) as a,
-            Runtime(NODE, "b", hub.transport(name="b"), drain_timeout=0.5) as b,
-        ):
-            refs = []
-            for name, actor in (("stage", cls), ("outbox", Outbox)):
-                await b.spawn(actor, name)
-                a.directory.learn(f"{NODE}/b/{name}", b.cells[name].endpoint)
-                refs.append(a.ref(f"{NODE}/b/{name}"))
-            await refs[0].ask("stage_info", {"stage": "a"})
-            yield refs[0], refs[1]
-    finally:
-        HELD.release(_keys())
-        await Outbox().started()  # this process's next replica pulls again
-
-
 def _keys() -> list[str]:
     return [f"p-{seed:06d}/a/0" for seed in SEEDS]
 
@@ -138,7 +110,7 @@ async def test_an_output_that_cannot_travel_is_its_items_error_and_the_others_ar
     value, said = UNSENDABLE[unsendable]
     monkeypatch.setitem(globals(), "_culprit_value", value)
     with anyio.fail_after(BOUND):
-        async with _holder(cls) as (stage, outbox):
+        async with held_replica(cls, _keys()) as (stage, outbox):
             reply = await stage.ask("process_direct", _call())
             taken = await outbox.ask("stage_take", {"keys": _keys()})  # the next stage's take
     outcomes = reply["outcomes"]
@@ -161,7 +133,7 @@ async def test_an_output_that_only_may_not_travel_is_encoded_to_decide_and_held(
 ) -> None:
     monkeypatch.setitem(globals(), "_culprit_value", ENCODES[encodes])
     with anyio.fail_after(BOUND):
-        async with _holder(PlainStage) as (stage, outbox):
+        async with held_replica(PlainStage, _keys()) as (stage, outbox):
             reply = await stage.ask("process_direct", _call())
             taken = await outbox.ask("stage_take", {"keys": _keys()})
     assert [set(o) for o in reply["outcomes"]] == [{"held", "bytes"}] * len(SEEDS), reply
@@ -188,7 +160,7 @@ async def test_an_output_refused_only_when_taken_is_its_items_error_and_the_othe
     monkeypatch.setitem(globals(), "_culprit_value", value)
     culprit_key = _keys()[CULPRIT - SEEDS[0]]
     with anyio.fail_after(BOUND):
-        async with _holder(PlainStage) as (stage, outbox):
+        async with held_replica(PlainStage, _keys()) as (stage, outbox):
             reply = await stage.ask("process_direct", _call())
             taken = await outbox.ask("stage_take", {"keys": _keys()})
             alone = await outbox.ask("stage_take", {"keys": [culprit_key]})
