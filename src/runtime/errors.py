@@ -126,21 +126,21 @@ class NameTaken(ConfigError):
 
 
 class ProtocolError(TroupeError):
-    """A received frame broke the wire protocol (docs/PROTOCOL.md)."""
+    """A received frame broke the wire protocol (docs/PROTOCOL.md).
+
+    ``envelope``: where the envelope itself was sound (a payload map with a refused key, a
+    message refused unread for its size), its kind, msg_id, corr_id and target, so the receiver
+    can answer the ask or settle the reply it came in; None otherwise.
+    """
 
     code = "protocol_error"
+    envelope: tuple[Any, int, int, str] | None = None
 
 
 class BadFrame(ProtocolError, ValueError):
-    """A frame is truncated, is not msgpack, or has fields of the wrong shape or type.
-
-    ``envelope``: where the envelope itself was sound (a payload map with a refused key), its
-    kind, msg_id, corr_id and target, so the receiver can answer the ask or settle the reply it
-    came in; None otherwise.
-    """
+    """A frame is truncated, is not msgpack, or has fields of the wrong shape or type."""
 
     code = "bad_frame"
-    envelope: tuple[Any, int, int, str] | None = None
 
 
 class VersionMismatch(ProtocolError):

@@ -190,7 +190,7 @@ class Inbound:
             env = self.codec.decode(frames)
         except ProtocolError as exc:
             self._bad_frames += 1
-            ids = exc.envelope if isinstance(exc, BadFrame) else None
+            ids = exc.envelope
             if route is None:  # a peer we connected to: nobody to answer, nor to throttle
                 if self._reply_junk_log.should_log(None):
                     log.warning("bad_reply_dropped", reason=str(exc), code=exc.code)

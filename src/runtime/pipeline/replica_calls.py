@@ -272,8 +272,8 @@ class ReplicaCalls(LostHolders):
         )
         for item in reversed(batch):
             stage.queue.appendleft(item)
-        assert stage.meter is not None
-        stage.meter.queued(len(stage.queue), time.monotonic())
+        assert stage.meter is not None  # back unsent: neither new in nor still in flight
+        stage.meter.undispatched(len(batch), len(stage.queue), time.monotonic())
         replica.busy -= len(batch)
         replica.calls -= 1
         self._changed.set()

@@ -487,6 +487,16 @@ class Codec:
                 f"{self._raise_bytes}send the data by reference"
             )
 
+    def _check_size_of(self, header: bytes, frames: Sequence[Any]) -> None:
+        """``check_size`` on receipt: a refusal names the envelope it came in (read from the
+        header's first fields), so that the ask it was, or the ask it answers, hears why at once
+        rather than at its deadline."""
+        try:
+            self.check_size(frames)
+        except MessageTooLarge as exc:
+            exc.envelope = _envelope_ids(header)
+            raise
+
     def decode(self, frames: Sequence[Any]) -> Envelope:
         """Decode and validate one message.
 
@@ -509,7 +519,7 @@ class Codec:
             if type(header) is not bytes:
                 header = bytes(header)
             if len(header) > self.max_message_bytes:
-                self.check_size(frames)
+                self._check_size_of(header, frames)
             # ``_unpack_header``'s first pass, inlined (one call less per message); a header it
             # refuses goes through ``_unpack_header``, which says why (or decodes it after all).
             try:
@@ -519,15 +529,17 @@ class Codec:
             return _checked(fields)
         if not frames:
             raise BadFrame("empty message: expected a header frame")
-        if len(frames) > self.max_frames:
-            raise MessageTooLarge(
-                f"message of {len(frames)} frames exceeds the limit of {self.max_frames}; "
-                f"{self._raise_frames}send fewer, larger arrays"
-            )
-        self.check_size(frames)
         header = frames[0]
         if not isinstance(header, bytes):
             header = bytes(header)
+        if len(frames) > self.max_frames:
+            exc = MessageTooLarge(
+                f"message of {len(frames)} frames exceeds the limit of {self.max_frames}; "
+                f"{self._raise_frames}send fewer, larger arrays"
+            )
+            exc.envelope = _envelope_ids(header)
+            raise exc
+        self._check_size_of(header, frames)
         used: set[int] = set()
         fields = _checked(_unpack_header(header, _ExtHook(frames, used, self.no_extension_imports)))
         if len(used) != len(frames) - 1:
@@ -623,6 +635,36 @@ def _unpack_header(header: bytes, hook: _ExtHook) -> Any:
     if refused:
         raise _refused_key(fields, refused[0])
     return fields
+
+
+_IDS_PREFIX = 4096  # bytes of a refused header read for its ids: the fields before the type are short
+
+
+def _envelope_ids(header: bytes) -> tuple[Any, int, int, str] | None:
+    """The kind, msg_id, corr_id and target of a message refused unread, from its header's
+    first bytes alone (a header over the bound is never decoded whole); None where they are not
+    all there or not sound."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_IDS_PREFIX)
+    unpacker.feed(header[:_IDS_PREFIX])
+    try:
+        if unpacker.read_array_header() != _FIELDS:
+            return None
+        version, kind, msg_id, corr_id, _sender, target = (unpacker.unpack() for _ in range(6))
+    except Exception:  # cut short by the prefix, or not msgpack: nobody to answer
+        return None
+    k = _KINDS.get(kind) if type(kind) is int else None
+    if (
+        type(version) is not int
+        or version != PROTOCOL_VERSION
+        or k is None
+        or type(msg_id) is not int
+        or type(corr_id) is not int
+        or msg_id < 0
+        or corr_id < 0
+        or type(target) is not str
+    ):
+        return None
+    return (k, msg_id, corr_id, target)
 
 
 def _refused_key(fields: Any, key: Any) -> BadFrame:

@@ -31,7 +31,7 @@ from troupe.runtime import (
     UnknownMessageType,
     handles,
 )
-from troupe.runtime.errors import EncodeError, TroupeError
+from troupe.runtime.errors import EncodeError, MessageTooLarge, TroupeError
 from troupe.runtime.lowlevel import Codec, Envelope, Kind, MemoryHub, MemoryTransport
 
 BOUND = 5.0  # seconds; every wait is bounded by it and normally takes milliseconds
@@ -650,6 +650,18 @@ async def test_bad_frames_are_counted_answered_and_survived() -> None:
     assert all(r.corr_id == 0 and r.payload["message"] for r in replies)
     dropped = [e for e in logs if e["event"] == "bad_frame_dropped"]
     assert [e["code"] for e in dropped] == expected_codes
+
+
+async def test_an_ask_over_the_receivers_bound_hears_why_at_once() -> None:
+    """Refused unread for its size, the ask was answered with corr_id 0 and waited out its
+    timeout as an AskTimeout (a pipeline's call: 600 s); it fails with the receiver's reason."""
+    with anyio.fail_after(BOUND * 2):
+        async with _pair(codec=Codec(max_message_bytes=4096)) as pair:
+            await pair.b.spawn(Recorder, "rec")
+            ref = pair.ref("remote", "rec")
+            with pytest.raises(MessageTooLarge, match="exceeds the limit of 4096"):
+                await ref.ask("echo", np.zeros(8000, dtype=np.uint8), timeout=BOUND)
+            assert await ref.ask("echo", "still fine") == "still fine"
 
 
 async def test_raw_client_gets_errors_correlated_and_expired_work_dropped() -> None:

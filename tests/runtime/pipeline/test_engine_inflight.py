@@ -444,6 +444,9 @@ async def test_a_lost_replicas_call_that_only_waited_behind_another_costs_no_att
     result = await _run(cfg, node, drive)
     assert result.counts() == {"ok": 2, "pruned": 0, "dead": 0, "kept": 0}
     assert attempts == {"p-000000": [1], "p-000001": [0]}, attempts
+    # The item put back is not counted as a new one in (the stage's figures said 3 in, 2 out).
+    (a,) = result.metrics.stages
+    assert a.items_in == 2 and a.items_out == 2 and a.queue_depth == 0, a
 
 
 async def test_items_a_dead_worker_killed_in_two_replicas_share_one_error() -> None:

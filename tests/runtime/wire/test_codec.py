@@ -634,6 +634,34 @@ def test_oversized_message_is_refused() -> None:
     assert exact.decode(frames).payload.shape == (1000,)
 
 
+def test_a_message_refused_for_its_size_names_the_envelope_it_came_in() -> None:
+    """Refused unread, it was answered with corr_id 0, which no asker waits on: the ask waited
+    out its deadline (600 s for a pipeline's call). The ids come from the header's first bytes,
+    whatever the size of the frames that follow or of the header itself."""
+    codec = Codec(max_message_bytes=1000, max_frames=4)
+    ask = _tell(np.zeros(2000, dtype=np.uint8), kind=Kind.ASK, msg_id=41, target="render")
+    reply = _tell(np.zeros(2000, dtype=np.uint8), kind=Kind.REPLY, msg_id=0, corr_id=9, type="")
+    many = _tell([np.zeros(1)] * 4, kind=Kind.ASK, msg_id=42, target="render")
+    one_frame = [_pack(_header(kind=int(Kind.ASK), msg_id=43, target="render", payload="x" * 5000))]
+    cases = [
+        (ask, (Kind.ASK, 41, 0, "render")),
+        (reply, (Kind.REPLY, 0, 9, "counter")),
+        (many, (Kind.ASK, 42, 0, "render")),
+    ]
+    for env, ids in cases:
+        with pytest.raises(MessageTooLarge) as info:
+            codec.decode(_wire(Codec().encode(env)))
+        assert info.value.envelope == ids, (env, info.value.envelope)
+    with pytest.raises(MessageTooLarge) as info:
+        codec.decode(one_frame)
+    assert info.value.envelope == (Kind.ASK, 43, 0, "render")
+    # Where the first fields are not a sound envelope, there is nobody to answer.
+    for header in (b"\x93\x01\x02\x03" + b"x" * 2000, _pack(_header(version=99, payload="x" * 2000))):
+        with pytest.raises(ProtocolError) as refused:
+            codec.decode([header])
+        assert refused.value.envelope is None
+
+
 def test_an_oversized_reply_says_it_is_a_reply_and_where_the_bound_is_set() -> None:
     """It said "message ''" and named the node's option only; a pipeline's replica sets it in
     its [pipeline] table."""
