@@ -86,6 +86,11 @@ class StageMeter:
         self.inflight -= n
         self.queue_depth = depth
 
+    def refused(self, n: int) -> None:
+        """``n`` items that alone cannot fit one call went to be retried unsent: failed attempts,
+        as a call's failed items are (no call carried them, so no latency nor replica time)."""
+        self.errors += n
+
     def finished(
         self, ok: int, failed: int, errors: int, latency_s: float, now: float, actor_s: float | None = None
     ) -> None:

@@ -107,6 +107,9 @@ class ReplicaCalls(LostHolders):
         fits, refused = fit_call(entries, limits)
         for i, error in refused.items():
             self._retry(stage, batch[i], error, "")
+        if refused:  # failed attempts as a call's errors are, which only ``finished`` counted
+            assert stage.meter is not None
+            stage.meter.refused(len(refused))
         for item in reversed(batch[fits:]):
             stage.queue.appendleft(item)
         if refused or fits < len(batch):  # the dispatch loop looks again at what was put back

@@ -714,7 +714,9 @@ async def test_an_input_past_the_engines_own_bound_alone_is_its_error_in_the_one
     """An input of 70,000 bytes (stage ``a``'s output, which this fake did not refuse) fits no
     call under the engine's 64 KiB: its error is the one line of an output over the engine's
     bound, naming stage ``a`` (not the codec's 'message 'process' of N bytes exceeds'), dead
-    once its attempts are spent; the others go on, nothing hangs."""
+    once its attempts are spent; the others go on, nothing hangs. Each attempt refused counts in
+    stage ``b``'s errors, weighed before its call (a batch of three) or as its encode failed
+    (alone): it was retried, yet the errors said 0 (lo 3)."""
     node = FakeNode()
     _own_bound(node)
     cfg = _pipeline(3, _stage("a", batch=3), _stage("b", batch=batch), max_attempts=2)
@@ -730,3 +732,5 @@ async def test_an_input_past_the_engines_own_bound_alone_is_its_error_in_the_one
     assert f"the engine's message bound is {OWN_BOUND} bytes, less 1024 for the reply" in error
     assert "raise max_message_mb ([pipeline] of the pipeline's config" in error
     assert _sent_to_b(node) == ["p-000000", "p-000002"]
+    b = result.metrics.stages[1]
+    assert (b.items_out, b.errors) == (2, 2), b  # its two attempts, neither sent
