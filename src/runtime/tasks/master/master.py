@@ -16,7 +16,9 @@ Control messages (payloads are maps; ``->`` is the reply)::
                                                           rejected, reason}: drop the task;
                                                           more?: [{lease_id, outcome, ...}]
       complete        {worker_id, task_id, lease_id, result_ref, request}
-                                                       -> {outcome, leases, known}
+                                                       -> {outcome, leases, known}: rejected,
+                                                          reason, its attempt failed, where
+                                                          result_ref is no reference (result_refs.py)
       fail            {worker_id, task_id, lease_id, error, traceback, request}
                                                        -> {outcome, leases, known}
       decline         {worker_id, task_id, lease_id, reason, request, given_back?}

@@ -42,6 +42,7 @@ from .controls import (
     WorkerLeftControl,
 )
 from .operations import raise_rejected
+from .result_refs import result_ref_refused
 
 if TYPE_CHECKING:
     from troupe.runtime.tasks.book import TaskBook
@@ -234,9 +235,23 @@ class WorkerControls:
         return dict(self._stale)
 
     def _complete(self, payload: Any) -> Answer:
+        refused = result_ref_refused(payload.get("result_ref")) if type(payload) is dict else None
+        if refused is not None:
+            return self._refused_complete(payload, refused)
         m = ReportControl.decode("complete", payload)
         event = Complete(m.worker_id, m.task_id, m.lease_id, m.result_ref, m.run_s)
         return self._report(event, m)
+
+    def _refused_complete(self, payload: dict[Any, Any], refused: str) -> Answer:
+        """A complete whose result_ref is no reference (``result_ref_refused``) is answered
+        rejected and keeps nothing of it: its attempt fails, as the worker's own check of what
+        ``run_task`` returned fails it, retried or dead-lettered as any failed attempt."""
+        m = ReportControl.decode("complete", {**payload, "result_ref": None})
+        error = f"the master refused this attempt's complete report: {refused}"
+        log.warning(
+            "complete_refused", worker=m.worker_id, task_id=m.task_id, lease_id=m.lease_id, reason=refused
+        )
+        return self._report(Fail(m.worker_id, m.task_id, m.lease_id, error), m, refused=error)
 
     def _fail(self, payload: Any) -> Answer:
         m = ReportControl.decode("fail", payload)
@@ -250,7 +265,7 @@ class WorkerControls:
             entry.declined = entry.declined | {m.kind}
         return self._report(event, m)
 
-    def _report(self, event: Complete | Fail | Decline, m: ReportControl) -> Answer:
+    def _report(self, event: Complete | Fail | Decline, m: ReportControl, refused: str = "") -> Answer:
         entry = self._workers.get(event.worker_id)
         if entry is None or m.request <= 0:
             future = self.dispatcher.put(event)
@@ -259,12 +274,18 @@ class WorkerControls:
             # report and the next lease, and the reply carries both.
             future = self.dispatcher.put_report(event, event.worker_id, m.request)
         known = entry is not None
-        return Answer(future, lambda reply: self._reported(event, m, known, reply))
+        return Answer(future, lambda reply: self._reported(event, m, known, reply, refused))
 
     def _reported(
-        self, event: Complete | Fail | Decline, m: ReportControl, known: bool, reply: list[Command]
+        self,
+        event: Complete | Fail | Decline,
+        m: ReportControl,
+        known: bool,
+        reply: list[Command],
+        refused: str,
     ) -> dict[str, Any]:
-        """The reply to a report: its outcome, and the leases its piggybacked request got."""
+        """The reply to a report: its outcome, and the leases its piggybacked request got;
+        ``refused``: why the report itself was refused (the event stands for its failed attempt)."""
         leases = lease_payloads(reply, self.clock())
         self.dispatched += len(leases)
         out: dict[str, Any] = {"leases": leases, "known": known}
@@ -275,7 +296,9 @@ class WorkerControls:
                     self.ops.task_done()
             elif isinstance(command, Reject):
                 out["outcome"], out["reason"] = "rejected", command.reason
-        if out.get("outcome") in ("duplicate", "ignored", "rejected"):
+        if refused:  # not stale: logged as refused already
+            out["outcome"], out["reason"] = "rejected", refused
+        elif out.get("outcome") in ("duplicate", "ignored", "rejected"):
             self._count_stale(m.control, out["outcome"], event.worker_id, event.task_id, event.lease_id)
         return out
 
