@@ -450,7 +450,7 @@ class MasterSource:
             for task_id, lease in list(self._leases.items()):
                 _renew_next_after(lease)  # answered or not, the next try is a period away
                 ids = {"worker_id": self.worker_id, "task_id": task_id, "lease_id": lease["lease_id"]}
-                reply = await self._call("renew", {**ids, "node": self.runtime.node})
+                reply = await self._call("renew", {**ids, "node": self.runtime.node, "pid": os.getpid()})
                 if reply and reply.get("outcome") == "renewed":
                     lease["ttl"] = reply.get("ttl", lease.get("ttl"))
                     _renew_next_after(lease)

@@ -50,17 +50,19 @@ class HeldOverLeases(BookMoves):
                 released += 1
         return released
 
-    def _claim(self, lease: LeaseSlot, worker_id: str, node_id: str = "") -> None:
+    def _claim(self, lease: LeaseSlot, worker_id: str, node_id: str = "", pid: int = 0) -> None:
         """A lease held over a restart is named by a worker (a Renew or a report): the lease id
         went to that worker alone, so it is the holder, registered again or not yet. One not
-        registered yet holds it under its id and its node (``node_id``, which a Renew says):
-        its death (``WorkerLeft``, ``NodeDead``) requeues it at once, as a registered holder's."""
+        registered yet holds it under its id, its node and its process (``node_id`` and
+        ``pid``, which a Renew says): its death (``WorkerLeft``, ``NodeDead``), or another
+        process registering under its id, requeues it at once, as a registered holder's."""
         holder = self._workers.get(worker_id)
         if holder is None:
             holder = self._unregistered.get(worker_id)
             if holder is None:
                 holder = self._unregistered[worker_id] = Worker(worker_id, node_id, Resources(0.0, 0), 1)
             holder.node_id = holder.node_id or node_id
+            holder.pid = holder.pid or pid
         self._move_lease(lease, holder)
         log.info(
             "held_over_lease_claimed",

@@ -49,7 +49,7 @@ class WorkerReports(HeldOverLeases):
                 out,
             )
         if lease.worker is self._unclaimed:
-            self._claim(lease, ev.worker_id, ev.node_id)
+            self._claim(lease, ev.worker_id, ev.node_id, ev.pid)
         elif lease.worker.worker_id != ev.worker_id:
             return self._reject(
                 ev,

@@ -139,6 +139,7 @@ class Worker:
         "kinds",
         "leases",
         "node_id",
+        "pid",
         "prefetch",
         "resources",
         "slots",
@@ -155,9 +156,11 @@ class Worker:
         slots: int,
         kinds: frozenset[str] = frozenset(),
         prefetch: int = 0,
+        pid: int = 0,
     ) -> None:
         self.worker_id = worker_id
         self.node_id = node_id
+        self.pid = pid  # its process, where it said (0: not)
         self.resources = resources
         self.slots = slots
         self.kinds = kinds

@@ -37,12 +37,20 @@ class WorkerMembership(BookMoves):
             return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
         if ev.worker_id in self._workers:
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
+        held = self._unregistered.pop(ev.worker_id, None)
+        if held is not None and held.pid and ev.pid and held.pid != ev.pid:
+            # Leases held over a restart, named by another process of this name that died
+            # before it registered (its node's worker_left may come after this, and is then
+            # stale): they go back now, as its worker_left would, not a lease later.
+            self._leases_lost(
+                held, f"a new process (pid {ev.pid}) registered as it", len(held.leases), now, out
+            )
+            held = None
         worker = Worker(
-            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds), max(ev.prefetch, 0)
+            ev.worker_id, ev.node_id, ev.resources, ev.slots, frozenset(ev.kinds), max(ev.prefetch, 0), ev.pid
         )
         self._workers[ev.worker_id] = worker
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
-        held = self._unregistered.pop(ev.worker_id, None)
         if held is not None:  # it took leases held over a restart before it registered
             for lease in list(held.leases.values()):
                 self._move_lease(lease, worker)

@@ -13,6 +13,7 @@ protocol both follow is told in :mod:`troupe.runtime.tasks.getter`.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from typing import Any
@@ -196,6 +197,7 @@ class HeldLeases:
             "task_id": first.task.task_id,
             "lease_id": first.task.lease_id,
             "node": self.config.node_id,  # a restarted master requeues what it names if the node dies
+            "pid": os.getpid(),  # ... or if another process registers under this worker's name
         }
         if more:
             payload["more"] = [[r.task.task_id, r.task.lease_id] for r in more]

@@ -235,6 +235,7 @@ class WorkerJoined:
     kinds: frozenset[str] = frozenset()  # the task kinds it runs; empty: every kind
     # leases it may hold beyond its slots, waiting in the worker for a slot to free
     prefetch: int = 0
+    pid: int = 0  # its process (0: not said): another than the one that renewed its leases is new
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,12 +277,15 @@ class Renew:
 
     ``node_id``: the sender's node, where it says (a worker that names a lease held over a
     master restart before it registers again is known by it: its node's death requeues it).
+    ``pid``: the sender's process, where it says (a process of that name that registers then is
+    the same worker registering again, and takes the lease; another is new, and requeues it).
     """
 
     worker_id: str
     task_id: str
     lease_id: int
     node_id: str = ""
+    pid: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,3 +249,26 @@ def test_a_holder_whose_node_dies_before_it_registers_gives_its_leases_back_at_o
     # the lease it did not name still waits for its holder, no attempt counted
     assert master.book.task(ahead.task_id).state is TaskState.LEASED
     assert master.book.leases_of("w") == {}
+
+
+@pytest.mark.parametrize(("renewed_by", "registered_by"), [(7, 8), (7, 7), (7, 0), (0, 8)])
+def test_another_process_of_the_holders_name_that_registers_gives_its_leases_back_at_once(
+    master: Restarted, renewed_by: int, registered_by: int
+) -> None:
+    """lo 2: a busy worker renewed what it held (its process, pid 7), then died, and the one its
+    node started in its place (pid 8) registered before the node's worker_left for the dead one:
+    it took the dead one's lease, whose task then waited out a lease. Now the lease goes back at
+    once, an attempt lost, as that worker_left would have put it; the same process registering
+    again keeps it, as does one where either side did not say its pid (an older worker)."""
+    first, ahead = running(master)
+    master.after(Renew("w", "t0", first.lease_id, "n", renewed_by), 1.0)
+    master.after(WorkerJoined("w", "n", Resources(1, 0), 1, pid=registered_by), 2.0)
+    t0 = master.book.task("t0")
+    if renewed_by != registered_by and renewed_by and registered_by:
+        assert (t0.state, t0.attempts) == (TaskState.PENDING, 1)
+        assert master.book.leases_of("w") == {}
+        assert [g.task_id for g in leases(master.after(RequestTask("w", 1), 2.0))] == ["t0"]
+    else:
+        assert (t0.state, t0.attempts) == (TaskState.LEASED, 0)
+        assert master.book.leases_of("w") == {first.lease_id: "t0"}
+    assert master.book.task(ahead.task_id).state is TaskState.LEASED  # not named: waits for its holder

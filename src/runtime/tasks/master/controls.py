@@ -143,12 +143,13 @@ class RequestTaskControl:
 
 @dataclass(frozen=True, slots=True)
 class RenewControl:
-    """``renew {worker_id, task_id, lease_id, more?, node?}``.
+    """``renew {worker_id, task_id, lease_id, more?, node?, pid?}``.
 
     ``more``: further ``[task_id, lease_id]`` pairs the worker holds, renewed by the same
     message (a worker holding leases ahead renews them all at once). ``node``: the worker's
     node; a restarted master that does not know the worker yet requeues the leases it names
-    when that node dies (empty: a worker of before it, whose leases then expire).
+    when that node dies (empty: a worker of before it, whose leases then expire). ``pid``: the
+    worker's process; another process registering under its name requeues them (0: not said).
     """
 
     worker_id: str
@@ -156,6 +157,7 @@ class RenewControl:
     lease_id: int
     more: tuple[tuple[str, int], ...] = ()
     node: str = ""
+    pid: int = 0
 
     @classmethod
     def decode(cls, payload: Any) -> RenewControl:
@@ -179,6 +181,7 @@ class RenewControl:
             p.require("lease_id", int),
             tuple(more),
             p.optional("node", str, ""),
+            p.optional("pid", int, 0),
         )
 
 

@@ -11,7 +11,7 @@ Control messages (payloads are maps; ``->`` is the reply)::
       register_worker {worker_id, node, endpoint, slots, cpu, gpu, kinds, prefetch?} -> {ok}
       request_task    {worker_id, free_slots, wait_s, held?}
                                                        -> {leases: [lease]}   (long poll)
-      renew           {worker_id, task_id, lease_id, more?, node?}
+      renew           {worker_id, task_id, lease_id, more?, node?, pid?}
                                                        -> {outcome: renewed, ttl} | {outcome:
                                                           rejected, reason}: drop the task;
                                                           more?: [{lease_id, outcome, ...}]

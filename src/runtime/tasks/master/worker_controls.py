@@ -100,7 +100,7 @@ class WorkerControls:
         kinds = sorted(set(m.kinds))
         self.dispatcher.unpark(worker_id)
         joined = self.dispatcher.put(
-            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds), m.prefetch)
+            WorkerJoined(worker_id, node, resources, slots, frozenset(kinds), m.prefetch, m.pid)
         )
 
         def registered(reply: list[Command]) -> dict[str, Any]:
@@ -188,7 +188,8 @@ class WorkerControls:
         pairs = ((m.task_id, m.lease_id), *m.more)
         # queued back to back: one batch, one journal transaction for all the worker holds
         futures = [
-            self.dispatcher.put(Renew(m.worker_id, task_id, lease_id, m.node)) for task_id, lease_id in pairs
+            self.dispatcher.put(Renew(m.worker_id, task_id, lease_id, m.node, m.pid))
+            for task_id, lease_id in pairs
         ]
 
         def renewed(replies: list[list[Command]]) -> dict[str, Any]:

@@ -122,3 +122,28 @@ async def test_a_holder_that_dies_before_it_registers_again_gives_its_lease_back
         assert (info.state, info.attempts) == (TaskState.PENDING, 1)
         # and a worker nobody knows is still refused
         assert await m.call("worker_left", {"worker_id": "n1/w9", "reason": "exit"}) is False
+
+
+async def test_a_new_process_of_a_holders_name_that_registers_first_gives_its_lease_back_at_once(
+    tmp_path: Path,
+) -> None:
+    """lo 2: the holder renewed (pid 100) and died; its node started another process of its
+    name (pid 200), which registered before the node's worker_left for the dead one. It inherited
+    the lease it never ran, and the task waited out ``lease_s``; the late worker_left, of an older
+    pid, was stale. Now the registration puts the lease back at once, an attempt lost."""
+    async with master_in_memory(tmp_path) as m:
+        await m.submit("j", 1, lease_s=600)
+        registration = {"worker_id": "n1/w0", "node": "n1", "endpoint": "mem://w0", "slots": 1}
+        await m.call("register_worker", {**registration, "pid": 100})
+        request = {"worker_id": "n1/w0", "free_slots": 1, "wait_s": 0}
+        (lease,) = (await m.call("request_task", request))["leases"]
+    async with master_in_memory(tmp_path) as m:  # a restart on the journal
+        ids = {"worker_id": "n1/w0", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
+        renewed = await m.call("renew", {**ids, "node": "n1", "pid": 100})
+        assert (renewed["outcome"], renewed["known"]) == ("renewed", False)
+        await m.call("register_worker", {**registration, "pid": 200})  # pid 100 died meanwhile
+        info = m.master.book.task(lease["task_id"])
+        assert (info.state, info.attempts) == (TaskState.PENDING, 1)
+        assert await m.call("worker_left", {"worker_id": "n1/w0", "pid": 100, "reason": "exit -9"}) is False
+        (again,) = (await m.call("request_task", request))["leases"]
+        assert again["task_id"] == lease["task_id"] and again["lease_id"] > lease["lease_id"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -414,7 +415,8 @@ async def test_worker_left_requeues_at_once_unless_a_newer_incarnation_registere
 
 
 async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> None:
-    """A task running three times its lease keeps it by renewing, and runs once.
+    """A task running three times its lease keeps it by renewing, and runs once. Each renewal
+    says the worker's process (a restarted master tells by it a new process of the name, lo 2).
 
     The master's monotonic clock (its leases' clock) is driven: the task's run moves it on by
     half a lease after each renewal the master answers, six times, and the master looks at once.
@@ -422,6 +424,7 @@ async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> Non
     ran: Counter[str] = Counter()
     clock = FakeClock()
     renewals = 0
+    pids: set[Any] = set()
 
     async with cluster(tmp_path, clock=clock) as c:
         runtime = c.master.runtime
@@ -430,6 +433,7 @@ async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> Non
 
         async def counted(payload: Any) -> Any:
             nonlocal renewals
+            pids.add(payload.get("pid"))
             reply = await renew(payload)
             renewals += 1
             return reply
@@ -449,6 +453,7 @@ async def test_renewals_keep_a_task_longer_than_its_lease(tmp_path: Path) -> Non
             await c.submit("r", 1, lease_s=0.2)
             job = await c.wait("r")
     assert job["state"] == "done" and ran == Counter({"r-000000": 1})
+    assert pids == {os.getpid()}
 
 
 async def test_a_task_that_always_raises_is_dead_lettered_with_its_traceback(tmp_path: Path) -> None:
