@@ -315,6 +315,7 @@ class LeRobotWriter(BaseWriter):
             self.store.clear()
         self.store.sweep_staging()
         clear_stale(self.drafts.folder)
+        self.drafts.expect(run.task_ids())  # drafted as they come, none held back at the end
         committed = []
         for task_id in self.store.committed():
             damage = self.store.damage(task_id)

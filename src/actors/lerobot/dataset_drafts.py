@@ -11,12 +11,15 @@ change no byte of the dataset, only when the work is done. An episode's place in
 (its index, its first frame's global index, its task's index) follows from the episodes before
 it, which a draft has in the same order.
 
-Episodes are drafted in task-id order, which is the dataset's, and the newest ``LAG`` committed
-ones are held back, since items end slightly out of order. An episode committed after a later
-one was drafted (a retried item, a resumed run's gaps) ends the drafting; so does any error: a
-draft is never needed, and finalize writes what was not drafted. Each process drafts into its
-own files (``PID-...`` under the folder); those of a process gone are deleted as a writer
-starts (:func:`clear_stale`).
+Episodes are drafted in task-id order, which is the dataset's. Told the run's items
+(:meth:`DatasetDrafts.expect`, the writer's start hook), an episode is drafted as soon as every
+item before it is: the newest ``LAG`` committed ones had been held back, since items end slightly
+out of order, and finalize added them after the last item. An item before it that is not
+committed (it died, an earlier run committed it, or none was told) holds an episode back until
+``LAG`` newer ones are. An episode committed after a later one was drafted (a retried item, a
+resumed run's gaps) ends the drafting; so does any error: a draft is never needed, and finalize
+writes what was not drafted. Each process drafts into its own files (``PID-...`` under the
+folder); those of a process gone are deleted as a writer starts (:func:`clear_stale`).
 
 Each committed episode's ``episode.json`` is read once, as it is committed, and kept for finalize
 (:meth:`DatasetDrafts.take_meta`): parsing them all was most of finalize's reading.
@@ -50,7 +53,8 @@ __all__ = ["DRAFTS_DIR", "LAG", "DataDraft", "DatasetDrafts", "clear_stale"]
 log = get_logger("troupe.lerobot")
 
 DRAFTS_DIR = ".drafts"  # a writer's drafts, in its OutputStore's folder
-LAG = 8  # committed episodes held back from the drafts: items end slightly out of order
+# Committed episodes held back behind an item not committed: items end slightly out of order.
+LAG = 8
 _SETTLE_S = 60.0  # the longest finalize waits for the drafting thread to catch up
 
 
@@ -99,6 +103,7 @@ class DatasetDrafts:
         self._pending: list[tuple[str, Path]] = []  # committed, not drafted, by task id
         self._metas: dict[Path, dict[str, Any]] = {}  # episode folder -> its episode.json, parsed
         self._last: str | None = None  # the last task id drafted
+        self._items: list[str] = []  # the run's task ids, sorted (``expect``)
         self._stopped: str | None = None  # why drafting ended, once it did
         self._videos: dict[str, list[_VideoDraft]] = {key: [] for key in VIDEO_KEYS}
         self._data: list[DataDraft] = []
@@ -112,6 +117,12 @@ class DatasetDrafts:
         # stages make the first episode: the writer's threads, which encode it and write its
         # frames, then find them imported. Drafting waits behind this (one thread, in order).
         self._pool.submit(_import_writers_modules)
+
+    def expect(self, task_ids: list[str]) -> None:
+        """The run's items (task ids): an episode is drafted once every item before it is, not
+        held back. Before the first :meth:`committed`, as the run starts."""
+        with contextlib.suppress(RuntimeError):  # closed: nothing more is drafted
+            self._pool.submit(self._expect, sorted(task_ids))
 
     def committed(self, task_id: str, path: Path) -> None:
         """An episode committed at ``path``: drafted on the drafts' own thread, later."""
@@ -186,7 +197,7 @@ class DatasetDrafts:
             self._stop(f"episode {task_id} was committed after {self._last} was drafted")
             return
         bisect.insort(self._pending, (task_id, path))
-        while len(self._pending) > LAG and self._stopped is None:
+        while self._pending and self._stopped is None and (len(self._pending) > LAG or self._next()):
             early_id, early_path = self._pending.pop(0)
             try:
                 self._draft(early_path)
@@ -194,6 +205,14 @@ class DatasetDrafts:
                 self._stop(f"{type(exc).__name__}: {exc}")
                 return
             self._last = early_id
+
+    def _expect(self, items: list[str]) -> None:
+        self._items = items
+
+    def _next(self) -> bool:
+        """Whether the first episode pending is the run's next item after the last drafted."""
+        at = 0 if self._last is None else bisect.bisect_right(self._items, self._last)
+        return at < len(self._items) and self._items[at] == self._pending[0][0]
 
     def _read_meta(self, path: Path) -> None:
         # On its commit, not once drafted: the episodes held back are read before finalize too.

@@ -15,7 +15,7 @@ from troupe.actors.lerobot.dataset_drafts import LAG, DatasetDrafts, clear_stale
 from troupe.actors.lerobot.episode import EpisodeData, write_episode
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.actors.lerobot.finalize import DatasetConfig, finalize_dataset
-from troupe.actors.lerobot.format import EPISODE_FILE
+from troupe.actors.lerobot.format import EPISODE_FILE, RGB_KEY, video_file
 from troupe.runtime.tasks.output_store import OutputStore
 
 FPS = 10
@@ -45,9 +45,15 @@ def store(tmp_path: Path) -> OutputStore:
 
 
 def _drafts(
-    store: OutputStore, order: list[str], video_limit: int = BIG, data_limit: int = BIG
+    store: OutputStore,
+    order: list[str],
+    video_limit: int = BIG,
+    data_limit: int = BIG,
+    items: list[str] | None = None,
 ) -> DatasetDrafts:
     drafts = DatasetDrafts(store.root / ".drafts", video_limit, data_limit)
+    if items is not None:  # the run's items, as the writer's start hook tells them
+        drafts.expect(items)
     for task_id in order:
         drafts.committed(task_id, store.committed_path(task_id))
     drafts.settle(timeout_s=60)
@@ -72,6 +78,46 @@ def test_finalize_takes_the_drafts_and_writes_the_same_bytes(store: OutputStore,
         drafts.close()
     finalize_dataset(store, tmp_path / "written", DatasetConfig(fps=FPS))
     assert file_digests(tmp_path / "drafted") == file_digests(tmp_path / "written")
+
+
+def _drafted_rgb(drafts: DatasetDrafts, store: OutputStore, task_ids: list[str]) -> list[str]:
+    """The episodes in the first rgb draft (taken from the drafts: finalize remuxes that file)."""
+    sources = [store.committed_path(t) / video_file(RGB_KEY) for t in task_ids]
+    concat = drafts.take(RGB_KEY, 0, sources, FPS)
+    assert concat is not None
+    concat.discard()
+    return [path.parent.name for path in concat.sources]
+
+
+def test_told_the_runs_items_each_episode_is_drafted_once_those_before_it_are(
+    store: OutputStore, tmp_path: Path
+) -> None:
+    """None is held back for finalize to add after the last item: ep-001, ending before ep-000,
+    waits for it; the dataset is the same."""
+    ids = store.committed()
+    drafts = _drafts(store, [ids[1], ids[0], *ids[2:]], items=ids)
+    try:
+        assert _drafted_rgb(drafts, store, ids) == ids
+        finalize_dataset(store, tmp_path / "drafted", DatasetConfig(fps=FPS), drafts)
+    finally:
+        drafts.close()
+    finalize_dataset(store, tmp_path / "written", DatasetConfig(fps=FPS))
+    assert file_digests(tmp_path / "drafted") == file_digests(tmp_path / "written")
+
+
+def test_an_item_not_committed_holds_back_those_after_it_until_lag_newer_are_committed(
+    store: OutputStore,
+) -> None:
+    """ep-002 not committed (it may still be, or it died): the ``LAG`` episodes after it wait for
+    it; one more, and it is given up on, as without the run's items, and the rest are drafted."""
+    ids = store.committed()
+    after = [t for t in ids if t != ids[2]]
+    for committed, drafted in ((after[:-1], ids[:2]), (after, after)):
+        drafts = _drafts(store, committed, items=ids)
+        try:
+            assert _drafted_rgb(drafts, store, after) == drafted
+        finally:
+            drafts.close()
 
 
 def test_an_episode_committed_before_one_drafted_ends_drafting_and_changes_nothing(
