@@ -476,6 +476,12 @@ def _write_json(dest: Path, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=4) + "\n", encoding="utf-8")
 
 
+def _write_tasks(dest: Path, tasks: list[str]) -> None:
+    with atomic_file(dest) as tmp:
+        frame = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=tasks)
+        frame.to_parquet(tmp)
+
+
 def _remove_stale(root: Path, keep: set[Path]) -> None:
     # Files of an earlier run with more files, and temporaries of a crashed one.
     for tmp in (root / "meta").glob(".*.tmp"):
@@ -548,17 +554,20 @@ def finalize_dataset(
         videos = _check_uniform(episodes)
         # The data files on a thread of their own while the videos are remuxed here: both
         # spend much of their time in pyarrow and ffmpeg, outside the GIL, and a pipeline's
-        # cores are idle by the time its dataset is finalized.
+        # cores are idle by the time its dataset is finalized. The tasks and the statistics
+        # go there too, each file's fsyncs beside another's rather than after it.
         with ThreadPoolExecutor(1, thread_name_prefix="finalize-data") as pool:
             data = pool.submit(_write_data, root, episodes, config, drafts)
+            tasks_file = pool.submit(_write_tasks, root / "meta" / "tasks.parquet", tasks)
             video_files, video_columns = _write_videos(root, episodes, config, drafts)
             stats = _stats_columns(episodes)
+            stats_file = pool.submit(
+                _write_json, root / "meta" / "stats.json", stats_to_json(aggregate_stacked(stats))
+            )
             data_files, data_where = data.result()
-        meta_files = _write_episodes_meta(root, episodes, stats, data_where, video_columns, config)
-        _write_json(root / "meta" / "stats.json", stats_to_json(aggregate_stacked(stats)))
-        with atomic_file(root / "meta" / "tasks.parquet") as tmp:
-            frame = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=tasks)
-            frame.to_parquet(tmp)
+            meta_files = _write_episodes_meta(root, episodes, stats, data_where, video_columns, config)
+            tasks_file.result()
+            stats_file.result()
         total_frames = sum(ep.length for ep in episodes)
         info = {
             "codebase_version": CODEBASE_VERSION,

@@ -387,6 +387,32 @@ def test_finalize_crash_leaves_whole_files_and_rerun_heals(
     assert file_digests(root) == file_digests(clean)
 
 
+def test_finalize_writes_the_tasks_and_statistics_beside_the_episodes_meta_and_info_json_last(
+    store: OutputStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each file fsynced before and after its replace: tasks.parquet and stats.json on the data
+    files' thread, their fsyncs beside those of meta/episodes rather than after them; info.json,
+    which says the dataset is whole, still the last."""
+    _write_all(store)
+    real_replace = commit_mod.os.replace
+    replaced: list[tuple[str, str]] = []
+
+    def noting(src: object, dst: object) -> None:
+        real_replace(src, dst)  # type: ignore[arg-type]
+        replaced.append((Path(str(dst)).name, threading.current_thread().name))
+
+    monkeypatch.setattr(commit_mod.os, "replace", noting)
+    finalize_dataset(store, tmp_path / "ds", DatasetConfig(fps=FPS))
+    threads = dict(replaced)
+    assert (
+        threads["tasks.parquet"]
+        == threads["stats.json"]
+        != threads["info.json"]
+        == threading.current_thread().name
+    )
+    assert replaced[-1][0] == "info.json"
+
+
 def test_finalize_refuses_mixed_or_empty_input(store: OutputStore, tmp_path: Path) -> None:
     """No episodes or a wrong fps raise InvalidData; outputs that are not episodes are skipped."""
     with pytest.raises(InvalidData, match="no committed episodes"):
