@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from support.file_digests import file_digests
+from troupe.actors.lerobot import dataset_drafts
 from troupe.actors.lerobot.dataset_drafts import LAG, DatasetDrafts, clear_stale
 from troupe.actors.lerobot.episode import EpisodeData, write_episode
 from troupe.actors.lerobot.errors import InvalidData
@@ -118,6 +121,32 @@ def test_an_item_not_committed_holds_back_those_after_it_until_lag_newer_are_com
             assert _drafted_rgb(drafts, store, after) == drafted
         finally:
             drafts.close()
+
+
+def test_the_drafts_are_synced_to_disk_as_their_episodes_are_added(
+    store: OutputStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the drafts' own thread, each time ``SYNC_BYTES`` more are drafted (here at every
+    episode): finalize's fsync of a draft, after the last item, had found the whole file still
+    to write."""
+    monkeypatch.setattr(dataset_drafts, "SYNC_BYTES", 1)
+    synced: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def noting(fd: int) -> None:
+        real_fsync(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
+
+    monkeypatch.setattr(os, "fsync", noting)
+    ids = store.committed()
+    drafts = _drafts(store, ids, items=ids)
+    try:
+        files = sorted(str(p) for p in drafts.folder.iterdir())
+    finally:
+        drafts.close()
+    assert len(files) == 3
+    assert Counter(file for file, _ in synced) == dict.fromkeys(files, len(ids))
+    assert {thread.partition("_")[0] for _, thread in synced} == {"troupe-dataset-drafts"}
 
 
 def test_an_episode_committed_before_one_drafted_ends_drafting_and_changes_nothing(
