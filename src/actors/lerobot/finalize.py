@@ -14,9 +14,11 @@ by ``videos/{key}/from_timestamp`` and ``to_timestamp``; ``meta/episodes``, ``me
 own mp4 and from_timestamp 0. Files go to chunk ``n // chunks_size``, file ``n % chunks_size``.
 
 Every file is written to a temporary sibling and ``os.replace``-d, so a crash never leaves half
-a file; ``info.json`` is written last, then files of an earlier, larger run are removed. After a
-crash, run finalize again; until it completes, the files may mix two runs, so nothing should read
-the dataset while finalize runs. ``root`` belongs to finalize: any other file under ``data/``,
+a file. ``info.json`` is removed before the first file is replaced and written last, after the
+files of an earlier, larger run are removed: while finalize runs, and after a crash in it, the
+files may mix two runs, and the folder has no info.json, which readers refuse (a
+``LeRobotClips`` on a run's ``--out`` reads its committed episodes then). After a crash, run
+finalize again. ``root`` belongs to finalize: any other file under ``data/``,
 ``videos/`` or ``meta/episodes/`` is removed.
 
 Besides lerobot's columns, ``meta/episodes`` carries ``troupe/task_id`` and ``troupe/extra`` (the
@@ -26,6 +28,7 @@ episode's extra info as JSON); lerobot ignores them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -482,6 +485,22 @@ def _write_tasks(dest: Path, tasks: list[str]) -> None:
         frame.to_parquet(tmp)
 
 
+def _withdraw_info(root: Path) -> None:
+    """Remove ``meta/info.json`` (durably) before the first file is replaced: a dataset
+    finalized before is rewritten file by file, and a kill halfway left a folder LeRobot opened
+    and misread (one episode's frames beside another's actions). Without info.json LeRobot and
+    troupe's readers refuse it, and a rerun, which finds that output gone, finalizes again."""
+    info = root / "meta" / "info.json"
+    if not info.is_file():
+        return
+    info.unlink()
+    fd = os.open(info.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _remove_stale(root: Path, keep: set[Path]) -> None:
     # Files of an earlier run with more files, and temporaries of a crashed one.
     for tmp in (root / "meta").glob(".*.tmp"):
@@ -552,6 +571,7 @@ def finalize_dataset(
         if not episodes:
             raise InvalidData(f"no committed episodes in {store.root}; write some with write_episode first")
         videos = _check_uniform(episodes)
+        _withdraw_info(root)
         # The data files on a thread of their own while the videos are remuxed here: both
         # spend much of their time in pyarrow and ffmpeg, outside the GIL, and a pipeline's
         # cores are idle by the time its dataset is finalized. The tasks and the statistics
@@ -584,8 +604,8 @@ def finalize_dataset(
             "video_path": VIDEO_PATH,
             "features": features(videos, config.fps, episodes[0].meta["depth_max_m"]),
         }
-        _write_json(root / "meta" / "info.json", info)
         _remove_stale(root, data_files | video_files | meta_files)
+        _write_json(root / "meta" / "info.json", info)
     except OSError as exc:
         if isinstance(exc, CommitError):
             raise

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -413,6 +415,57 @@ def test_finalize_writes_the_tasks_and_statistics_beside_the_episodes_meta_and_i
     assert replaced[-1][0] == "info.json"
 
 
+class _Killed(BaseException):
+    """A kill at a replacement: no ``except`` of finalize's handles it, as none sees a SIGKILL."""
+
+
+def test_a_refinalisation_killed_halfway_leaves_no_info_json_and_a_rerun_makes_it_whole(
+    store: OutputStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset finalized again over more episodes (--retry-dead) is replaced file by file:
+    killed between two replacements, it mixed two datasets that LeRobot read without error.
+    info.json, which LeRobot needs to open a folder, is gone before the first replacement and
+    back only after the last, and a rerun makes the dataset whole."""
+    for seed, task_id in enumerate(list(LENGTHS)[1:], start=1):
+        assert write_episode(store, _episode(task_id, seed=seed)) is True
+    root = tmp_path / "ds"
+    info = root / "meta" / "info.json"
+    real_replace = os.replace
+    seen: list[tuple[str, bool]] = []  # (what was replaced, whether info.json was there)
+    kill = {"at": 0}  # the replacement to kill at; 0: none
+
+    def watched(src: object, dst: object) -> None:
+        if Path(str(dst)).is_relative_to(root):
+            seen.append((Path(str(dst)).name, info.exists()))
+            if len(seen) == kill["at"]:
+                raise _Killed
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commit_mod.os, "replace", watched)
+    finalize_dataset(store, root, DatasetConfig(fps=FPS))  # the dataset published first
+    published = tmp_path / "published"
+    shutil.copytree(root, published)
+    assert write_episode(store, _episode("task-a", seed=0)) is True  # an item retried: episode 0
+    clean = tmp_path / "clean"
+    finalize_dataset(store, clean, DatasetConfig(fps=FPS))
+    whole = file_digests(clean)
+    seen.clear()
+    finalize_dataset(store, root, DatasetConfig(fps=FPS))
+    assert file_digests(root) == whole
+    assert seen[-1][0] == "info.json" and not any(there for _, there in seen), seen
+    for at in range(1, len(seen) + 1):
+        shutil.rmtree(root)
+        shutil.copytree(published, root)
+        seen.clear()
+        kill["at"] = at
+        with pytest.raises(_Killed):
+            finalize_dataset(store, root, DatasetConfig(fps=FPS))
+        assert not info.exists(), f"killed at replacement {at} of {seen}"
+        kill["at"] = 0
+        finalize_dataset(store, root, DatasetConfig(fps=FPS))
+        assert file_digests(root) == whole
+
+
 def test_finalize_refuses_mixed_or_empty_input(store: OutputStore, tmp_path: Path) -> None:
     """No episodes or a wrong fps raise InvalidData; outputs that are not episodes are skipped."""
     with pytest.raises(InvalidData, match="no committed episodes"):
@@ -566,3 +619,4 @@ def test_the_writer_stage_finalises_the_runs_items_only(store: OutputStore, tmp_
     eps = pd.read_parquet(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
     assert len(eps) == 2
     assert store.committed() == ["p-000000", "p-000001", "p-000039"]  # said, not deleted
+
