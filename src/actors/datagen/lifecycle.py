@@ -331,6 +331,7 @@ class LeRobotWriter(BaseWriter):
         and name a committed episode of no item of the run (another run's, copied in), left
         out: it had gone into the dataset, of a config this run's record does not name."""
         from troupe.actors.lerobot.finalize import DatasetConfig, episode_fps, finalize_dataset
+        from troupe.actors.lerobot.published import published_task_ids, renumbered
 
         root = dataset_root(self.dataset, run.out)
         if root is None:
@@ -340,6 +341,7 @@ class LeRobotWriter(BaseWriter):
             )
         ours = frozenset(run.task_ids())
         fps = self.fps or episode_fps(self.store, ours) or 10
+        published = published_task_ids(root)
         summary = finalize_dataset(
             self.store, root, DatasetConfig(fps=fps, robot_type=self.robot_type), self.drafts, ours
         )
@@ -347,6 +349,13 @@ class LeRobotWriter(BaseWriter):
             f"dataset: {summary.total_episodes} episodes, {summary.total_frames} frames, "
             f"LeRobot v3.0 at {summary.root}"
         )
+        moved = renumbered(published, summary.task_ids)
+        if moved:
+            said += (
+                f"; {moved} of the {len(published)} episodes published there before have new indices "
+                "(episodes are numbered in task id order: those made since took their places among "
+                "them), so a split or episodes=[...] by index names other episodes now"
+            )
         if summary.strays:
             shown = ", ".join(summary.strays[:3]) + (
                 f" and {len(summary.strays) - 3} more" if len(summary.strays) > 3 else ""
@@ -361,6 +370,7 @@ class LeRobotWriter(BaseWriter):
             "root": str(summary.root),
             "outputs": [str(path) for path in summary.files],
             **({"left_out": list(summary.strays)} if summary.strays else {}),
+            **({"renumbered": moved} if moved else {}),
             "summary": said,
         }
 

@@ -620,3 +620,32 @@ def test_the_writer_stage_finalises_the_runs_items_only(store: OutputStore, tmp_
     assert len(eps) == 2
     assert store.committed() == ["p-000000", "p-000001", "p-000039"]  # said, not deleted
 
+
+def test_the_writer_stage_says_when_a_dataset_grown_again_renumbers_its_episodes(
+    store: OutputStore, tmp_path: Path
+) -> None:
+    """Episodes are numbered in task id order: one made after the dataset was published (an
+    item --retry-dead made) takes its place among them, and the indices after it shift. The
+    run said only `dataset: 3 episodes`, and a split by index named other episodes (dr 2);
+    it says how many published episodes have new indices now, and nothing when none has."""
+    from troupe.actors.datagen.lifecycle import LeRobotWriter
+    from troupe.runtime.pipeline.stage import StageRun
+
+    for seed, task_id in ((1, "p-000001"), (2, "p-000002")):
+        assert write_episode(store, _episode(task_id, length=10 + seed, seed=seed)) is True
+    stage = LeRobotWriter(store=str(store.root))
+    run = StageRun("p", "store", 4, 0, out=str(tmp_path / "ds"))
+    try:
+        first = stage.finalize(run)
+        assert "renumbered" not in first and "new indices" not in first["summary"]
+        assert write_episode(store, _episode("p-000003", length=13, seed=3)) is True  # after them
+        appended = stage.finalize(run)
+        assert "renumbered" not in appended and "new indices" not in appended["summary"]
+        assert write_episode(store, _episode("p-000000", length=10, seed=0)) is True  # before them
+        grown = stage.finalize(run)
+    finally:
+        stage.writer.close(timeout=10)
+    assert grown["episodes"] == 4 and grown["renumbered"] == 3
+    assert "; 3 of the 3 episodes published there before have new indices" in grown["summary"]
+    eps = pd.read_parquet(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
+    assert list(eps["troupe/task_id"]) == ["p-000000", "p-000001", "p-000002", "p-000003"]
