@@ -45,16 +45,19 @@ task back without counting an attempt. A runner says the same by raising :class:
 A running copy stops when the master says so (``cancel_lease``: another copy won, the job was
 cancelled) or when a renewal is refused (the lease ended: expired, requeued, or an older copy
 of a task after a master restart); it is then not reported. A master that does not answer is
-retried; one that forgot the worker (it restarted) answers ``unknown_worker`` and the getter
-registers again. A restarted master holds each lease over for its holder: the getter's next
-``renew`` (the same lease ids) keeps its copies running, and its answer's ``known: false``
-has the getter register again at once, busy or not, so the master knows who holds them. A report
-that cannot be delivered within ``report_for_s`` is dropped: the output is committed already,
-so the copy the master leases again finds it and ends at once. A ``complete`` the master refuses
-(a result reference that is not a str, from a runner that does not check it), or that this
-worker's codec cannot send (a str with a lone surrogate, one over the message bound), is sent
-again as a ``fail`` carrying the refusal, worded as the master's or as the worker's own: the
-attempt fails at once, instead of holding the task until its lease expired and blaming the lease.
+retried, and so is one that answers with a ``JournalError`` (its journal failed to keep the
+batch that held the call, and it is stopping: the master restarted on that journal holds the
+task over as leased, and takes the report sent again); one that forgot the worker (it
+restarted) answers ``unknown_worker`` and the getter registers again. A restarted master holds
+each lease over for its holder: the getter's next ``renew`` (the same lease ids) keeps its
+copies running, and its answer's ``known: false`` has the getter register again at once, busy
+or not, so the master knows who holds them. A report that cannot be delivered within
+``report_for_s`` is dropped: the output is committed already, so the copy the master leases
+again finds it and ends at once. A ``complete`` the master refuses (a result reference that is
+not a str, from a runner that does not check it), or that this worker's codec cannot send (a
+str with a lone surrogate, one over the message bound), is sent again as a ``fail`` carrying
+the refusal, worded as the master's or as the worker's own: the attempt fails at once, instead
+of holding the task until its lease expired and blaming the lease.
 
 A getter runs each slot as one long-lived coroutine that takes the held leases in turn, and
 sends reports by reporters that wait for the next one once theirs is answered (a new one only
@@ -86,6 +89,7 @@ from troupe.runtime.errors import (
     ActorStopped,
     AskTimeout,
     BadFrame,
+    JournalError,
     TroupeError,
     UnknownWorker,
     Unreachable,
@@ -103,7 +107,11 @@ __all__ = ["GetterConfig", "TaskGetter"]
 
 log = get_logger(__name__)
 
-_TRANSIENT = (AskTimeout, Unreachable, ActorStopped)  # the master is down or restarting
+# The master is down or restarting. A JournalError answer says its journal failed: nothing of
+# the batch that held the call was kept, and the master is stopping; the one restarted on that
+# journal takes the call sent again (a complete sent as a fail instead cost a task an attempt,
+# its last one dead-lettered with its output committed: report jx 1).
+_TRANSIENT = (AskTimeout, Unreachable, ActorStopped, JournalError)
 
 
 class TaskGetter(HeldLeases):
