@@ -264,7 +264,11 @@ _BY_CODE: dict[str, type[TroupeError]] = {}
 
 
 def _index(cls: type[TroupeError]) -> None:
-    _BY_CODE[cls.code] = cls
+    # A class that keeps its parent's code (JournalBusy, KindNotRun) does not take it over: it
+    # travels as its parent. It did, and every JournalError came back as JournalBusy, "another
+    # master holds the journal", a master's full disk among them (report jx 2).
+    if "code" in vars(cls):
+        _BY_CODE[cls.code] = cls
     for sub in cls.__subclasses__():
         _index(sub)
 

@@ -7,7 +7,15 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from troupe.runtime.errors import BadFrame, RemoteError, UnknownActor
+from troupe.runtime.errors import (
+    BadFrame,
+    JournalError,
+    RemoteError,
+    TaskError,
+    TroupeError,
+    UnknownActor,
+    error_class,
+)
 from troupe.runtime.wire.replies import MESSAGE_MOST, TRACEBACK_MOST, error_payload, raise_error_payload
 
 
@@ -54,3 +62,26 @@ def test_an_error_about_the_message_has_a_one_line_traceback() -> None:
         assert payload["traceback"] == f"{payload['type']}: {payload['message']}"
     handler = error_payload(_raised(UnknownActor("nested")), "w/a", from_handler=True)
     assert handler["code"] == "remote_error" and "Traceback (most recent call last)" in handler["traceback"]
+
+
+def test_an_error_comes_back_as_its_own_class_not_a_subclass_of_it() -> None:
+    """jx 2: a subclass that keeps its parent's code (JournalBusy, KindNotRun) took the code over,
+    so a master's disk-full JournalError came back as JournalBusy, "another master holds the
+    journal", and any TaskError as KindNotRun."""
+    from troupe.runtime.tasks.journal_lock import JournalBusy
+    from troupe.runtime.tasks.task_runner import KindNotRun
+
+    for sent, kept in (
+        (JournalError("append failed: [Errno 28] No space left on device"), JournalError),
+        (TaskError("refused"), TaskError),
+        (JournalBusy("journal j is held by another master (pid 1)"), JournalError),
+        (KindNotRun("no actor runs kind 'k'"), TaskError),
+    ):
+        with pytest.raises(TroupeError) as came:
+            raise_error_payload(error_payload(_raised(sent), "mem://master"))
+        assert type(came.value) is kept and str(came.value) == str(sent)
+    every: list[type[TroupeError]] = [TroupeError]
+    for cls in every:  # grows as it goes: the whole tree
+        every.extend(cls.__subclasses__())
+        if "code" in vars(cls):
+            assert error_class(cls.code) is cls, cls
