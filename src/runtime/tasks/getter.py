@@ -51,13 +51,14 @@ task over as leased, and takes the report sent again); one that forgot the worke
 restarted) answers ``unknown_worker`` and the getter registers again. A restarted master holds
 each lease over for its holder: the getter's next ``renew`` (the same lease ids) keeps its
 copies running, and its answer's ``known: false`` has the getter register again at once, busy
-or not, so the master knows who holds them. A report that cannot be delivered within
-``report_for_s`` is dropped: the output is committed already, so the copy the master leases
-again finds it and ends at once. A ``complete`` the master refuses (a result reference that is
-not a str, from a runner that does not check it), or that this worker's codec cannot send (a
-str with a lone surrogate, one over the message bound), is sent again as a ``fail`` carrying
-the refusal, worded as the master's or as the worker's own: the attempt fails at once, instead
-of holding the task until its lease expired and blaming the lease.
+or not, so the master knows who holds them. A report is sent until a master answers it, however
+long the master is down: the one restarted on the journal holds the lease over and takes it,
+and the task runs once (``report_for_s`` bounds it: a report dropped leaves the lease to run
+out there, and the task to run again). A ``complete`` the master refuses (a result reference
+that is not a str, from a runner that does not check it), or that this worker's codec cannot
+send (a str with a lone surrogate, one over the message bound), is sent again as a ``fail``
+carrying the refusal, worded as the master's or as the worker's own: the attempt fails at once,
+instead of holding the task until its lease expired and blaming the lease.
 
 A getter runs each slot as one long-lived coroutine that takes the held leases in turn, and
 sends reports by reporters that wait for the next one once theirs is answered (a new one only
@@ -395,7 +396,8 @@ class TaskGetter(HeldLeases):
         cfg = self.config
         payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id, **fields}
         ids = {"task_id": task.task_id, "lease_id": task.lease_id}  # the reporter has no task context
-        deadline = time.monotonic() + cfg.report_for_s
+        # None: sent until a master answers it, however long the master is down (report jx 3)
+        deadline = None if cfg.report_for_s is None else time.monotonic() + cfg.report_for_s
         self._reports_out += 1
         try:
             while True:
@@ -425,7 +427,7 @@ class TaskGetter(HeldLeases):
                     kind = "fail"
                     payload = _refused_as_fail(payload, exc)
                     continue
-                if time.monotonic() >= deadline:
+                if deadline is not None and time.monotonic() >= deadline:
                     self._counts["lost_reports"] += 1
                     log.warning("report_dropped", report=kind, after_s=cfg.report_for_s, **ids)
                     return

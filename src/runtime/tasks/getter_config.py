@@ -34,7 +34,10 @@ class GetterConfig:
         wait_s: how long the master may hold a request while nothing is pending.
         call_timeout_s: added to ``wait_s`` before a call to the master counts as lost.
         retry_s: pause after a failed call before trying again.
-        report_for_s: how long a complete or fail report is retried before it is dropped.
+        report_for_s: how long a complete or fail report is retried before it is dropped;
+            None (the default): until a master answers it. A master restarted on its journal
+            holds the lease over and takes the report however long it was down, where a report
+            dropped left the lease to run out there and the task to run again.
         prefetch: leases held ahead of the slots, each waiting in the worker for a slot (0:
             none, one lease per slot). They hide the round trip to the master between two
             tasks; see :mod:`troupe.runtime.tasks.getter` for why the default is 1.
@@ -51,7 +54,7 @@ class GetterConfig:
     wait_s: float = 2.0
     call_timeout_s: float = 5.0
     retry_s: float = 0.5
-    report_for_s: float = 60.0
+    report_for_s: float | None = None
     prefetch: int = 1
     prefetch_wait_s: float = 2.0
 
@@ -81,7 +84,7 @@ class GetterStats:
         cancelled: copies stopped by the master or by a refused renewal.
         registrations: times the worker registered (more than one: the master restarted).
         requests: request_task calls made (reports with a piggybacked request not counted).
-        lost_reports: reports dropped after ``report_for_s``.
+        lost_reports: reports dropped: refused, or unanswered for ``report_for_s``.
         waiting: leases held ahead now, waiting for a slot.
         given_back: leases ahead given back after waiting ``prefetch_wait_s``.
         withdrawn: leases ahead the master ended before they started (cancelled, renewal
