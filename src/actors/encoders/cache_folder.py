@@ -37,6 +37,8 @@ def foreign_entries(directory: Path) -> list[str]:
         return []
     foreign = []
     for path in entries:
+        if not path.exists() and not path.is_symlink():
+            continue  # gone since the listing (another process's index closed, its -shm deleted)
         if path.name in _OWN_FILES and path.is_file() and not path.is_symlink():
             continue
         if _is_entry_dir(path) and all(_is_entry_dir(sub) for sub in _listed(path)):

@@ -18,6 +18,7 @@ from troupe.actors.encoders.cache_folder import DAMAGED_INDEX, foreign_entries
 from troupe.actors.encoders.latent_cache import LatentCache
 
 FP = "encoder-v1"
+_iterdir = Path.iterdir
 PARAMS = {"fps": 10}
 
 
@@ -84,6 +85,25 @@ def test_a_folder_holding_files_the_cache_did_not_write_is_refused_untouched(tmp
     assert sorted(p.relative_to(disk) for p in disk.rglob("*")) == before
     assert (disk / "NOTES.txt").read_text() == "precious"
     assert foreign_entries(disk) == ["NOTES.txt", "ab"]
+
+
+def test_an_index_file_gone_while_the_folder_is_looked_at_is_not_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process of the host closing its last connection deletes ``cache.db-shm`` and
+    ``-wal``: listed a moment before, they are no file of anybody's, and an encoder starting then
+    was refused as if the folder held a stranger's."""
+    disk = tmp_path / "latents"
+    _filled(disk, range(2))
+    ghosts = [disk / "cache.db-shm", disk / "cache.db-wal"]
+    listed = sorted({*disk.iterdir(), *ghosts})
+    for ghost in ghosts:
+        ghost.unlink(missing_ok=True)
+    monkeypatch.setattr(Path, "iterdir", lambda self: iter(listed) if self == disk else _iterdir(self))
+    assert foreign_entries(disk) == []
+    (disk / "NOTES.txt").symlink_to(tmp_path / "nowhere")  # a dangling link is no ghost: it is there
+    listed.append(disk / "NOTES.txt")
+    assert foreign_entries(disk) == ["NOTES.txt"]
 
 
 def test_a_full_disk_opening_the_index_is_no_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
