@@ -43,6 +43,7 @@ import math
 import time
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import anyio
@@ -84,13 +85,23 @@ def video_vae_encoder(weights: str | None = None, seed: int | None = None, **con
         return VideoVAE(VideoVAEConfig(**config)).frozen_encoder()
 
 
-def _source_hash(obj: object) -> str:
-    """sha256 of the source file that defines ``obj``'s class: the code part of a fingerprint."""
+def _source_digest(holder: object) -> str:
+    """sha256 of the source file that defines ``holder`` (a module or a class)."""
     try:
-        path = inspect.getsourcefile(type(obj))
+        path = inspect.getsourcefile(holder)  # type: ignore[arg-type]  # a module or a class
         return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else "no-source"
     except (OSError, TypeError):
         return "no-source"
+
+
+def _code_hash(home: ModuleType, module: nn.Module) -> str:
+    """sha256 of the code that decides what ``module`` computes besides its weights: the source
+    file of the factory's module ``home`` (a stride, a layer or an activation chosen there), those
+    of the classes in ``module``'s tree that are not torch's own, and the tree's repr (torch's own
+    layers' arguments: kernel, stride, padding, whatever file set them). README, Decisions."""
+    users = {type(m) for m in module.modules() if type(m).__module__.split(".")[0] != "torch"}
+    files = {_source_digest(home)} | {_source_digest(c) for c in users}
+    return hashlib.sha256("\0".join([*sorted(files), repr(module)]).encode()).hexdigest()
 
 
 def _weights_hash(module: nn.Module) -> str:
@@ -106,15 +117,17 @@ def load_encoder(path: str, kwargs: dict[str, Any], weights: str | None) -> tupl
     """The module that ``path`` ("package.module:factory_or_class") builds, and its fingerprint.
 
     A factory that takes ``weights`` gets the file itself; otherwise the file is a state dict
-    (or ``{"state_dict": ...}``) loaded into the module. The fingerprint covers the weights, the
-    code (the module's own ``fingerprint()`` where it has one, and its source file) and ``path``.
+    (or ``{"state_dict": ...}``) loaded into the module. The fingerprint covers ``path``, the
+    kwargs, the weights (the module's own ``fingerprint()`` where it has one) and the code
+    (:func:`_code_hash`: the factory's file, the module's classes' files, its layers' arguments).
 
     Raises:
         ConfigError: ``path`` does not import, or does not build a torch module.
     """
     module_name, _, attr = path.partition(":")
     try:
-        factory: Any = importlib.import_module(module_name)
+        home = importlib.import_module(module_name)
+        factory: Any = home
         for part in attr.split(".") if attr else ():
             factory = getattr(factory, part)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -141,7 +154,7 @@ def load_encoder(path: str, kwargs: dict[str, Any], weights: str | None) -> tupl
         )
     own = getattr(module, "fingerprint", None)
     weights_part = str(own()) if callable(own) else _weights_hash(module)
-    parts = [path, json.dumps(kwargs, sort_keys=True, default=str), weights_part, _source_hash(module)]
+    parts = [path, json.dumps(kwargs, sort_keys=True, default=str), weights_part, _code_hash(home, module)]
     return module, hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,62 @@ def test_weights_and_kwargs_change_the_fingerprint(tmp_path: Path) -> None:
     assert EncoderActor(encoder=LIGHT, device="cpu").fingerprint in fingerprints  # stable
     loaded = EncoderActor(encoder=LIGHT, weights=str(weights), device="cpu")
     assert torch.equal(loaded.module.conv.weight, LightEncoder(seed=9).conv.weight)
+
+
+FACTORY = """
+import torch
+from torch import nn
+from {layers} import Squash
+STRIDE = {stride}
+def factory(seed: int = 0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv3d(3, 4, 3, stride=(1, STRIDE, STRIDE), padding=1), nn.{act}(), Squash())
+"""
+LAYERS = """
+import torch
+from torch import nn
+class Squash(nn.Module):
+    def forward(self, x):
+        return torch.{squash}(x)
+"""
+
+
+def _edited_factory(monkeypatch: pytest.MonkeyPatch, folder: Path, name: str, **code: str) -> str:
+    """A factory module of torch's own layers and a parameter-free layer of a file of its own,
+    written as ``code`` says and imported afresh, as a user's edited file is by the next run."""
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}_layers.py").write_text(LAYERS.format(squash=code.get("squash", "tanh")))
+    stride, act = code.get("stride", "1"), code.get("act", "Tanh")
+    (folder / f"{name}.py").write_text(FACTORY.format(layers=f"{name}_layers", stride=stride, act=act))
+    monkeypatch.syspath_prepend(str(folder))
+    for module in (name, f"{name}_layers"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    return f"{name}:factory"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"stride": "2"}, {"act": "ReLU"}, {"squash": "sigmoid"}],
+    ids=["stride-in-factory-file", "activation-layer", "layer-class-in-another-file"],
+)
+def test_an_edited_factory_is_encoded_again_not_found_in_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: dict[str, str]
+) -> None:
+    """No weight changes here (the state dict is the same): only the code, which the cache must
+    not answer for with the old code's latents (of another shape, for a stride)."""
+    cache = {"memory_mb": 4, "disk_mb": 4, "cache_dir": str(tmp_path / "latents"), "device": "cpu"}
+    video = _video(1)
+    before = EncoderActor(encoder=_edited_factory(monkeypatch, tmp_path / "src", "enc_edit"), **cache)
+    before._encode_group(video, {})
+    before.cache.close()
+    after = EncoderActor(encoder=_edited_factory(monkeypatch, tmp_path / "src", "enc_edit", **edit), **cache)
+    latents, cached = after._encode_group(video, {})
+    assert not cached and torch.equal(latents, _in_process(after.module, video))
+    assert after.fingerprint != before.fingerprint
+    after.cache.close()
+    again = EncoderActor(encoder=_edited_factory(monkeypatch, tmp_path / "src", "enc_edit", **edit), **cache)
+    assert again.fingerprint == after.fingerprint and again._encode_group(video, {})[1]  # stable: hits
+    again.cache.close()
 
 
 @pytest.mark.parametrize(
