@@ -345,6 +345,7 @@ class EncoderActor(Actor):
             "cache_disk_writes_total": c["disk_writes"],
             "cache_disk_writes_skipped_total": c["disk_writes_skipped"],
             "cache_disk_errors_total": c["disk_errors"],
+            "cache_disk_busy_total": c["disk_busy"],
             "cache_memory_bytes": c["memory"]["bytes"],
             "cache_memory_limit_bytes": c["memory"]["limit_bytes"],
             "cache_disk_bytes": disk.get("bytes", 0),

@@ -16,6 +16,13 @@ dataset on that disk matter more than a cache (a small disk had been filled by t
 next checkpoint failed for want of space); the index's write-ahead log, which diskcache's byte
 bound does not count, is checkpointed at an eighth of the bound (a 1 MB cache had grown 4.8 MB).
 
+A lookup is never waited for long either: an LRU lookup writes to the index (the entry's access
+time), so another process holding the index's write lock (stopped or stuck in a transaction, a
+``sqlite3`` shell) had every lookup of the host's encoders retried without end. One that cannot
+take the lock within ``LOOKUP_WAIT_S`` is a miss, counted (``disk_busy``), and for ``BUSY_SKIP_S``
+after it lookups do not ask the disk at all (misses, counted too): an encode on the event loop
+waits at most ``LOOKUP_WAIT_S`` per ``BUSY_SKIP_S`` while the lock is held.
+
 Example::
 
     cache = LatentCache(memory_bytes=256 << 20, disk_bytes=4 << 30, directory="/var/cache/latents")
@@ -27,11 +34,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import queue
 import shutil
 import sqlite3
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,11 +54,21 @@ from troupe.runtime.library_logging import get_logger
 
 from .cache_folder import foreign_problem, set_index_aside
 
-__all__ = ["DISK_RESERVE", "LatentCache", "cache_key", "decode_entry", "encode_entry"]
+__all__ = [
+    "BUSY_SKIP_S",
+    "DISK_RESERVE",
+    "LOOKUP_WAIT_S",
+    "LatentCache",
+    "cache_key",
+    "decode_entry",
+    "encode_entry",
+]
 
 log = get_logger(__name__)
 
 DISK_RESERVE = 64 << 20  # left free on the disk tier's disk: checkpoints and datasets come first
+LOOKUP_WAIT_S = 0.2  # a lookup's wait for the index's write lock (others hold it for milliseconds)
+BUSY_SKIP_S = 2.0  # after a lookup found the index locked, the disk is not asked for this long
 
 _AS_INT = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
 _MAGIC = b"TLC1"
@@ -129,6 +148,7 @@ class LatentCache:
         disk_bytes: int = 0,
         directory: str | Path | None = None,
         write_queue: int = 64,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if memory_bytes < 0 or disk_bytes < 0:
             raise ValueError(f"cache bounds must be >= 0, got memory_bytes={memory_bytes}, "
@@ -141,9 +161,11 @@ class LatentCache:
         )
         self._counts = dict.fromkeys(
             ("memory_hits", "disk_hits", "misses", "corrupt", "disk_writes", "disk_writes_skipped",
-             "disk_errors"), 0,
+             "disk_errors", "disk_busy"), 0,
         )  # fmt: skip
         self._disk: diskcache.Cache | None = None
+        self._clock = clock
+        self._busy_until = -math.inf  # the disk tier is not asked until then (its index locked)
         self._directory = Path(str(directory)) if directory is not None else None
         self._queue: queue.Queue[tuple[str, torch.Tensor] | None] = queue.Queue(maxsize=max(1, write_queue))
         self._writer: threading.Thread | None = None
@@ -181,8 +203,14 @@ class LatentCache:
     def _disk_get(self, key: str) -> torch.Tensor | None:
         if self._disk is None:
             return None
+        if self._clock() < self._busy_until:
+            self._count("disk_busy")
+            return None
         try:
-            blob = self._disk.get(key, default=None, retry=True)
+            blob = self._disk.get(key, default=None, retry=False)
+        except diskcache.Timeout:  # another process holds the index's write lock: a miss
+            self._disk_busy()
+            return None
         except Exception:  # an unreadable entry (its file gone or damaged): a miss, counted
             blob, unreadable = None, True
         else:
@@ -196,10 +224,17 @@ class LatentCache:
         except Exception:
             self._count("corrupt")
             try:
-                self._disk.delete(key, retry=True)
+                self._disk.delete(key, retry=False)
+            except diskcache.Timeout:  # left for a later lookup to delete
+                self._disk_busy()
             except Exception:
                 self._count("disk_errors")
             return None
+
+    def _disk_busy(self) -> None:
+        with self._lock:
+            self._counts["disk_busy"] += 1
+            self._busy_until = self._clock() + BUSY_SKIP_S
 
     def _remember(self, key: str, value: torch.Tensor) -> None:
         if _nbytes(value) > self.memory_limit:
@@ -246,7 +281,7 @@ class LatentCache:
                 if not self._room_for(len(entry)):
                     self._count("disk_writes_skipped")
                     continue
-                self._disk.set(key, entry, retry=True)
+                self._disk.set(key, entry, retry=True)  # waits out a lock: puts meanwhile are skipped
                 if self._disk.volume() > self.disk_limit:
                     self._disk.cull(retry=True)
                 self._count("disk_writes")
@@ -268,7 +303,9 @@ class LatentCache:
         self._queue.join()
 
     def stats(self) -> dict[str, Any]:
-        """Counts and bytes per tier, and hit rates (of all lookups) per tier."""
+        """Counts and bytes per tier, and hit rates (of all lookups) per tier; ``disk_busy``: lookups
+        that found the disk tier's index locked by another process, or came in the pause after
+        one, answered as misses."""
         with self._lock:
             counts = dict(self._counts)
             memory = {"items": len(self._memory), "bytes": int(self._memory.currsize),
@@ -342,8 +379,9 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
         # Every value a file of its own (min file size 0): the index stays small and the
         # byte bound counts what the entries weigh.
         return diskcache.Cache(
-            str(directory), size_limit=size_limit, eviction_policy="least-recently-used",
-            disk_min_file_size=0, sqlite_wal_autocheckpoint=_wal_pages(size_limit),
+            str(directory), timeout=LOOKUP_WAIT_S, size_limit=size_limit,
+            eviction_policy="least-recently-used", disk_min_file_size=0,
+            sqlite_wal_autocheckpoint=_wal_pages(size_limit),
         )  # fmt: skip
 
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import sqlite3
 import threading
 from collections import namedtuple
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from support.fake_clock import Clock
 from troupe.actors.encoders import latent_cache
 from troupe.actors.encoders.latent_cache import DISK_RESERVE, LatentCache, cache_key, encode_entry
 
@@ -208,6 +210,35 @@ def test_a_full_write_queue_skips_the_disk_write(tmp_path: Path) -> None:
         stats = cache.stats()
     assert stats["disk_writes_skipped"] == 3 and stats["disk_writes"] == 2
     assert stats["memory"]["items"] == 5  # nothing lost from memory
+
+
+def test_an_index_locked_by_another_process_is_a_miss_not_a_wait(tmp_path: Path) -> None:
+    """An LRU lookup writes to the index: with its write lock held elsewhere (a process stopped
+    mid-write, a ``sqlite3`` shell), every lookup of the host's encoders was retried without end."""
+    clock, disk = Clock(), tmp_path / "disk"
+    with LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=disk, clock=clock) as cache:
+        key = cache_key(_video(0), PARAMS, FP)
+        cache.put(key, _latents(0))
+        cache.flush()
+        holder = sqlite3.connect(disk / "cache.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        found: list[torch.Tensor | None] = []
+        lookup = threading.Thread(target=lambda: found.append(cache.get(key)), daemon=True)
+        try:
+            lookup.start()
+            lookup.join(timeout=60)
+            assert found == [None]  # a miss: the sample is encoded
+            assert cache.get(key) is None  # the pause after it: the disk is not asked
+            stats = cache.stats()
+            assert (stats["disk_busy"], stats["misses"], stats["disk_hits"]) == (2, 2, 0)
+            assert stats["disk"]["items"] == 1  # the entry is kept, only not reached
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+            lookup.join(timeout=60)
+        assert cache.get(key) is None  # the lock gone, the pause not over yet
+        clock.now += latent_cache.BUSY_SKIP_S
+        assert torch.equal(cache.get(key), _latents(0))  # and over: the entry is there, as it was
 
 
 def test_bad_bounds_name_the_argument() -> None:
