@@ -23,9 +23,9 @@ longer ones on a worker thread, so the loop keeps serving meanwhile; with no cac
 
 ``encode`` payload: ``{"tag": any, "video": tensor or ndarray (B, C, T, H, W), "params": {...}}``:
 uint8 frames are mapped to [-1, 1] here (4x fewer bytes on the wire than float32), float ones
-are taken as they are; ``params`` (optional, JSON data) names the preprocessing the sender did
-and is part of the cache key. Reply: ``{"tag", "latents" (float32, CPU), "cached": bool}``,
-``cached`` when every sample of the group came from the cache.
+are taken as they are (a nan or an inf refused); ``params`` (optional, JSON data) names the
+preprocessing the sender did and is part of the cache key. Reply: ``{"tag", "latents" (float32,
+CPU), "cached": bool}``, ``cached`` when every sample of the group came from the cache.
 
 The default encoder is troupe's VAE with the weights troupe ships (:data:`PRETRAINED_VAE`,
 trained by ``troupe models train-vae`` on generated data; nothing is downloaded): an actor
@@ -167,6 +167,10 @@ def _video_tensor(video: Any) -> torch.Tensor:
         raise ValueError(f"encode: 'video' must be (B, C, T, H, W), got shape {tuple(video.shape)}")
     if video.dtype != torch.uint8 and not video.dtype.is_floating_point:
         raise ValueError(f"encode: 'video' must be uint8 or floating point, got {video.dtype}")
+    if video.dtype.is_floating_point:  # nan latents, cached, would be a trainer's nan loss, its blame
+        bad = int((~torch.isfinite(video)).sum())
+        if bad:
+            raise ValueError(f"encode: 'video' holds nan or inf ({bad} of {video.numel()} values)")
     return video
 
 

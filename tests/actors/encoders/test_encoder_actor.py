@@ -107,6 +107,8 @@ async def test_a_bad_payload_gets_a_clear_error_and_the_actor_goes_on(
         ),
         ({"tag": 1, "video": torch.zeros(1, 3, 2, 4, 4, dtype=torch.int32)}, "uint8 or floating point"),
         ({"tag": 1, "video": torch.zeros(1, 5, 2, 4, 4)}, "channels"),  # the encoder's own error
+        ({"tag": 1, "video": torch.full((1, 3, 4, 16, 16), torch.nan)}, r"nan or inf \(3072 of 3072 "),
+        ({"tag": 1, "video": _video(0).float().index_fill_(2, torch.tensor(1), torch.inf)}, "1536 of 6144"),
         ({"tag": 1, "video": _video(0), "params": [1]}, "'params' must be a map"),
         ({"tag": 1, "video": _video(0), "params": {"crop": b"x"}}, "'params' must be JSON data"),
     ]
