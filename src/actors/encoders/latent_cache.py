@@ -346,16 +346,40 @@ def _wal_pages(size_limit: int) -> int:
     return max(16, min(1000, size_limit // 4096 // 8))
 
 
-def _disk_full(directory: Path) -> OSError:
+def _free_bytes(directory: Path) -> int | None:
     try:
-        free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free"
+        return shutil.disk_usage(directory).free
     except OSError:
-        free = "its free space unknown"
+        return None
+
+
+def _disk_full(directory: Path) -> OSError:
+    free_bytes = _free_bytes(directory)
+    free = "its free space unknown" if free_bytes is None else f"{free_bytes / 2**20:.1f} MiB free"
     return OSError(
         errno.ENOSPC,
         f"the disk holding the latent cache's cache_dir {directory} is full ({free}): its index cannot "
         "be opened; free space on it (its checkpoints or cache: --fresh deletes a run's), then run again",
     )
+
+
+def _not_opened(directory: Path, exc: sqlite3.OperationalError) -> Exception:
+    """What to raise for an index that could not be opened: one line for a full disk (sqlite says
+    "database or disk is full", or "disk I/O error" where it cannot grow an existing index's
+    ``-wal`` or ``-shm``) or a folder it may not write (a read-only mount), else sqlite's own
+    error (a lock)."""
+    text = str(exc)
+    free = _free_bytes(directory)
+    if "full" in text or ("disk I/O error" in text and free is not None and free < DISK_RESERVE):
+        return _disk_full(directory)
+    if "readonly" in text:  # "attempt to write a readonly database"
+        return OSError(
+            errno.EROFS,
+            f"the latent cache's cache_dir {directory} cannot be written (a read-only file system, or "
+            f"its files another user's; sqlite: {text}): name a folder this process may write, or "
+            "disk_mb = 0 for no disk tier",
+        )
+    return exc
 
 
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
@@ -368,7 +392,7 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
 
     Raises:
         ValueError: the folder holds files the cache did not write.
-        OSError: the disk is full (ENOSPC, one line saying so).
+        OSError: the disk is full (ENOSPC), or the folder cannot be written (EROFS); one line.
         sqlite3.OperationalError: the index could not be opened (a lock).
     """
     problem = foreign_problem(directory, "cache_dir")
@@ -387,9 +411,10 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
     try:
         return opened()
     except sqlite3.OperationalError as exc:
-        if "full" in str(exc):  # "database or disk is full": said as such, in one line
-            raise _disk_full(directory) from None
-        raise
+        said = _not_opened(directory, exc)
+        if said is exc:
+            raise
+        raise said from None
     except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed": damage
         aside = set_index_aside(directory)
         log.warning("latent_cache_damaged", directory=str(directory), moved_to=str(aside), error=str(exc))

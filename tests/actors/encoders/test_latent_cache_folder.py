@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -106,19 +107,50 @@ def test_an_index_file_gone_while_the_folder_is_looked_at_is_not_foreign(
     assert foreign_entries(disk) == ["NOTES.txt"]
 
 
-def test_a_full_disk_opening_the_index_is_no_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+Usage = namedtuple("Usage", "total used free")
+
+
+@pytest.mark.parametrize(
+    ("says", "free_mib", "raised", "message"),
+    [
+        ("database or disk is full", 900, errno.ENOSPC, r"latent cache's cache_dir .* is full \("),
+        # an existing index whose -wal or -shm cannot grow: sqlite says no more than this
+        ("disk I/O error", 1, errno.ENOSPC, r"cache_dir .* is full \(1.0 MiB free\)"),
+        ("attempt to write a readonly database", 900, errno.EROFS, r"cache_dir .* cannot be written \(a"),
+    ],
+    ids=["full", "full-existing-index", "read-only"],
+)
+def test_a_full_or_read_only_disk_is_one_line_and_no_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, says: str, free_mib: int, raised: int, message: str
+) -> None:
     """sqlite's "database or disk is full" (an OperationalError, a DatabaseError too) had set a
-    healthy cache aside as damaged: raised as it is, the cache left as it was."""
+    healthy cache aside as damaged; an existing cache on a full or read-only disk died with
+    sqlite's bare words, naming neither the folder nor the cause, and its worker crash-looped."""
     disk = tmp_path / "latents"
     _filled(disk, range(2))
     before = sorted(p.relative_to(disk) for p in disk.rglob("*"))
 
-    def full(*args: object, **kwargs: object) -> None:
-        raise sqlite3.OperationalError("database or disk is full")
+    def failing(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError(says)
 
-    monkeypatch.setattr(latent_cache.diskcache, "Cache", full)
-    with pytest.raises(OSError, match=r"the disk holding the latent cache's cache_dir .* is full \(") as info:
+    monkeypatch.setattr(latent_cache.diskcache, "Cache", failing)
+    monkeypatch.setattr(latent_cache.shutil, "disk_usage", lambda _: Usage(1 << 30, 0, free_mib << 20))
+    with pytest.raises(OSError, match=message) as info:
         LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=disk)
-    assert info.value.errno == errno.ENOSPC and "\n" not in str(info.value)
+    assert info.value.errno == raised and "\n" not in str(info.value) and str(disk) in str(info.value)
     assert sorted(p.relative_to(disk) for p in disk.rglob("*")) == before
     assert not (disk / DAMAGED_INDEX).exists()
+
+
+def test_a_disk_io_error_on_a_disk_with_room_is_sqlite_s_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not said to be a full disk where it is not one."""
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(latent_cache.diskcache, "Cache", failing)
+    monkeypatch.setattr(latent_cache.shutil, "disk_usage", lambda _: Usage(1 << 30, 0, 900 << 20))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        LatentCache(memory_bytes=0, disk_bytes=1 << 20, directory=tmp_path / "latents")
