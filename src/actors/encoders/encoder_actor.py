@@ -53,7 +53,7 @@ from torch import nn
 
 from troupe.runtime import Actor, ConfigError, handles
 
-from .latent_cache import LatentCache, cache_key
+from .latent_cache import LatentCache, cache_key, disk_bound_problem
 
 __all__ = ["DEFAULT_ENCODER", "PRETRAINED_VAE", "EncoderActor", "load_encoder", "video_vae_encoder"]
 
@@ -218,6 +218,9 @@ class EncoderActor(Actor):
     ) -> None:
         if memory_mb < 0 or disk_mb < 0:
             raise ConfigError(f"memory_mb and disk_mb must be >= 0, got {memory_mb} and {disk_mb}")
+        too_small = disk_bound_problem(disk_mb * 2**20) if cache_dir is not None else None
+        if too_small:
+            raise ConfigError(f"disk_mb = {disk_mb}: {too_small}")
         if not inline_below_ms >= 0:
             raise ConfigError(f"inline_below_ms must be >= 0, got {inline_below_ms!r}")
         self.inline_below_s = inline_below_ms / 1000

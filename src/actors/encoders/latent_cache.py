@@ -58,9 +58,11 @@ __all__ = [
     "BUSY_SKIP_S",
     "DISK_RESERVE",
     "LOOKUP_WAIT_S",
+    "MIN_DISK_BYTES",
     "LatentCache",
     "cache_key",
     "decode_entry",
+    "disk_bound_problem",
     "encode_entry",
 ]
 
@@ -69,6 +71,7 @@ log = get_logger(__name__)
 DISK_RESERVE = 64 << 20  # left free on the disk tier's disk: checkpoints and datasets come first
 LOOKUP_WAIT_S = 0.2  # a lookup's wait for the index's write lock (others hold it for milliseconds)
 BUSY_SKIP_S = 2.0  # after a lookup found the index locked, the disk is not asked for this long
+MIN_DISK_BYTES = 64 << 10  # the smallest disk bound: the empty index alone weighs 32 KiB of it
 
 _AS_INT = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
 _MAGIC = b"TLC1"
@@ -130,6 +133,18 @@ def decode_entry(key: str, blob: bytes) -> torch.Tensor:
     return flat.view(dtype).reshape(header["shape"])
 
 
+def disk_bound_problem(disk_bytes: float) -> str | None:
+    """One line refusing a disk tier bound too small to keep an entry, else None (0: no disk tier).
+    The bound counts the index, which weighs 32 KiB empty: below it, every entry was culled by
+    its own write, and the figures said each was written to disk."""
+    if 0 < disk_bytes < MIN_DISK_BYTES:
+        return (
+            f"a disk tier of {disk_bytes / 2**20:.4g} MiB keeps nothing: its index alone weighs 32 KiB "
+            f"of the bound; give it at least {MIN_DISK_BYTES / 2**20:.4g} MiB, or 0 for no disk tier"
+        )
+    return None
+
+
 def _nbytes(value: torch.Tensor) -> int:
     return max(1, value.numel() * value.element_size())
 
@@ -153,6 +168,9 @@ class LatentCache:
         if memory_bytes < 0 or disk_bytes < 0:
             raise ValueError(f"cache bounds must be >= 0, got memory_bytes={memory_bytes}, "
                              f"disk_bytes={disk_bytes}")  # fmt: skip
+        too_small = disk_bound_problem(disk_bytes) if directory is not None else None
+        if too_small:
+            raise ValueError(f"disk_bytes={disk_bytes}: {too_small}")
         self.memory_limit = memory_bytes
         self.disk_limit = disk_bytes if directory is not None else 0
         self._lock = threading.Lock()

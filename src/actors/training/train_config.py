@@ -51,6 +51,7 @@ import torch
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator
 
 from troupe.actors.encoders.encoder_actor import DEFAULT_ENCODER
+from troupe.actors.encoders.latent_cache import disk_bound_problem
 from troupe.models.world_model import WorldModelConfig
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.node.config import _Frozen, read_toml, validation_message
@@ -122,6 +123,14 @@ class EncodersSection(_Frozen):
     inline_below_ms: StrictFloat = Field(default=50.0, ge=0)
     tags: tuple[str, ...] = ()
     gpus: StrictInt = Field(default=0, ge=0)
+
+    @field_validator("disk_mb")
+    @classmethod
+    def _keeps_entries(cls, value: float) -> float:
+        too_small = disk_bound_problem(value * 2**20)
+        if too_small:
+            raise ValueError(too_small)
+        return value
 
 
 class TrainersSection(_Frozen):

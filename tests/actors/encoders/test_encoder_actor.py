@@ -234,6 +234,7 @@ def test_a_bad_encoder_path_is_a_config_error(encoder: str, message: str) -> Non
         ({"disk_mb": -2}, "-2"),
         ({"threads": 0}, "threads"),
         ({"inline_below_ms": -1}, "inline_below_ms must be >= 0, got -1"),
+        ({"disk_mb": 0.01, "cache_dir": "/nowhere"}, r"disk_mb = 0.01: .* keeps nothing: its index alone"),
     ],
 )
 def test_bad_bounds_are_config_errors(kwargs: dict[str, Any], message: str) -> None:

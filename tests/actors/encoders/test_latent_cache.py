@@ -244,6 +244,9 @@ def test_an_index_locked_by_another_process_is_a_miss_not_a_wait(tmp_path: Path)
 def test_bad_bounds_name_the_argument() -> None:
     with pytest.raises(ValueError, match="memory_bytes=-1"):
         LatentCache(memory_bytes=-1)
+    with pytest.raises(ValueError, match=r"disk_bytes=10000: a disk tier of 0.009537 MiB keeps nothing"):
+        LatentCache(memory_bytes=0, disk_bytes=10_000, directory="/nowhere")  # each entry culled at once
+    LatentCache(memory_bytes=0, disk_bytes=10_000).close()  # no folder: no disk tier, nothing to bound
 
 
 def _writer(directory: str, seed: int) -> None:

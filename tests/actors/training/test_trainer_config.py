@@ -103,6 +103,7 @@ def test_the_default_encoder_is_troupes_vae() -> None:
         ("model", "dmodel", 32, "'dmodel' (did you mean 'd_model'?)"),
         ("encoders", "count", 0, "encoders.count"),
         ("encoders", "memory_mb", -1, "encoders.memory_mb"),
+        ("encoders", "disk_mb", 0.01, "encoders.disk_mb: a disk tier of 0.01 MiB keeps nothing"),
         ("trainers", "ranks", 0, "trainers.ranks"),
         ("trainers", "threads", 0, "trainers.threads"),
     ],
