@@ -554,7 +554,11 @@ class TrainDriver:
         result: dict[str, Any] = head["result"] if isinstance(head.get("result"), dict) else {}
         losses = self._losses(result)
         timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
-        # Asked here, before the cluster's exit stops the encoder actors (their counts go with them).
+        # Asked here, before the cluster's exit stops the encoder actors (their counts go with them),
+        # each where its node says it listens now: one the node restarted listens elsewhere, and
+        # the ask to its old address waited out its deadline and dropped its counts.
+        for actor, worker, host in self.encoders:
+            await self.addresses.resolve_at_node(actor, worker, host)
         names = [a for a, _, _ in self.encoders]
         encoders = await ask_encoders(
             lambda actor: self.rt.ref(self.addresses.of(actor)).ask("stats", None, timeout=_ASK_S),
