@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -52,7 +53,7 @@ import torch
 
 from troupe.runtime.library_logging import get_logger
 
-from .cache_folder import foreign_problem, set_index_aside
+from .cache_folder import INDEX, foreign_problem, set_index_aside
 
 __all__ = [
     "BUSY_SKIP_S",
@@ -400,6 +401,21 @@ def _not_opened(directory: Path, exc: sqlite3.OperationalError) -> Exception:
     return exc
 
 
+def _recorded_bound(directory: Path) -> int | None:
+    """The byte bound the folder's index records, its last opener's (diskcache keeps one per
+    folder), or None: no index yet, or not readable now (it is opened, and said, below)."""
+    index = directory / INDEX
+    if not index.is_file():
+        return None
+    try:
+        reader = sqlite3.connect(f"{index.as_uri()}?mode=ro", uri=True, timeout=LOOKUP_WAIT_S)
+        with contextlib.closing(reader) as db:
+            row = db.execute("SELECT value FROM Settings WHERE key = 'size_limit'").fetchone()
+    except sqlite3.Error:
+        return None
+    return int(row[0]) if row and isinstance(row[0], int) else None
+
+
 def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
     """The disk tier at ``directory``. One whose index is damaged (not a database) has the index
     set aside in the folder (``cache.db.damaged``, replacing an older one), its entries deleted,
@@ -416,6 +432,15 @@ def _open_disk(directory: Path, size_limit: int) -> diskcache.Cache:
     problem = foreign_problem(directory, "cache_dir")
     if problem:
         raise ValueError(problem)
+
+    recorded = _recorded_bound(directory)
+    if recorded is not None and recorded != size_limit:
+        log.warning(
+            "latent_cache_bound_differs", directory=str(directory), disk_bytes=size_limit,
+            recorded_bytes=recorded,
+            note="encoders naming one cache_dir share one bound: each culls the whole folder to its own, so "
+            "the smallest of those writing holds; give them one disk_mb (this one's is recorded now)",
+        )  # fmt: skip
 
     def opened() -> diskcache.Cache:
         # Every value a file of its own (min file size 0): the index stays small and the

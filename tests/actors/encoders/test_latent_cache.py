@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from support.fake_clock import Clock
+from support.log_capture import module_logs
 from troupe.actors.encoders import latent_cache
 from troupe.actors.encoders.latent_cache import DISK_RESERVE, LatentCache, cache_key, encode_entry
 
@@ -239,6 +240,20 @@ def test_an_index_locked_by_another_process_is_a_miss_not_a_wait(tmp_path: Path)
         assert cache.get(key) is None  # the lock gone, the pause not over yet
         clock.now += latent_cache.BUSY_SKIP_S
         assert torch.equal(cache.get(key), _latents(0))  # and over: the entry is there, as it was
+
+
+def test_a_folder_opened_with_another_bound_is_warned_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diskcache keeps one bound per folder and each writer culls it to its own: a quick run's
+    small disk_mb on a production cache_dir culled it to that size, silently."""
+    LatentCache(0, 1 << 20, tmp_path).close()
+    with module_logs(monkeypatch, latent_cache) as logs:
+        LatentCache(0, 1 << 20, tmp_path).close()  # the same bound: nothing to say
+        LatentCache(0, 64 << 10, tmp_path).close()
+    warned = [e for e in logs if e["event"] == "latent_cache_bound_differs"]
+    assert [(e["disk_bytes"], e["recorded_bytes"]) for e in warned] == [(64 << 10, 1 << 20)]
+    assert "the smallest of those writing holds" in warned[0]["note"]
 
 
 def test_bad_bounds_name_the_argument() -> None:
