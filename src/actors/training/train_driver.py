@@ -186,6 +186,30 @@ class TrainDriver:
             for actor, worker, host in self.encoders:
                 tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
 
+    async def _same_encoders(self) -> None:
+        """Refuse encoder actors that compute different functions (their fingerprints differ: a
+        factory whose weights are not the same in every process, unseeded): a batch's latents
+        would depend on which actor encoded which group, and the run trained on silently.
+
+        Raises:
+            TrainingFailed: two fingerprints differ (one line, naming them).
+        """
+        if len(self.encoders) < 2:
+            return
+        found = {}
+        for actor, _, _ in self.encoders:
+            reply = await self._ask_new(actor, "stats", None)
+            fingerprint = reply.get("fingerprint") if isinstance(reply, dict) else None
+            if isinstance(fingerprint, str):
+                found[actor] = fingerprint
+        if len(set(found.values())) > 1:
+            shown = ", ".join(f"{actor} {fingerprint[:12]}" for actor, fingerprint in found.items())
+            raise TrainingFailed(
+                f"the encoder actors compute different functions (fingerprints {shown}): "
+                f"encoders.encoder = {self.cfg.encoders.encoder!r} builds other weights in each process; "
+                "seed them in the factory, or give encoders.weights"
+            )
+
     async def _spawn_rank(self, rank: Rank) -> None:
         await self._spawn(
             rank.worker, "trainer", rank.actor, TRAINER_CLASS, self._trainer_kwargs(), rank.host
@@ -214,6 +238,7 @@ class TrainDriver:
             if self.cfg.datagen is not None:
                 tg.start_soon(self._datagen, fresh, datagen_done)
             await self._spawn_encoders()
+            await self._same_encoders()
             async with anyio.create_task_group() as spawn:
                 for rank in self.ranks:
                     spawn.start_soon(self._spawn_rank, rank)
