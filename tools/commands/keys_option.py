@@ -11,7 +11,28 @@ from troupe.cli.client import fail
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.process import install, keys_for
 
-__all__ = ["KeysOption", "use_keys"]
+__all__ = ["KeysOption", "use_group_keys", "use_keys"]
+
+_GIVEN = "troupe.keys_given"  # in the contexts' shared meta: a --keys DIR on the command line
+
+
+def _command_line_wins(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A ``--keys DIR`` on the command line wins over ``$TROUPE_KEYS``, wherever it stands: the
+    group's (``troupe ctl --keys DIR ping``) was replaced by the subcommand's option, filled
+    from the environment (report ak 5), and a reader's directory given to act read-only acted
+    as the operator a shell's profile named."""
+    if value is None or param.name is None:
+        return value
+    if _from_environment(ctx, param.name):
+        return None if ctx.meta.get(_GIVEN) else value
+    ctx.meta[_GIVEN] = True  # meta is shared by a group's context and its command's
+    return value
+
+
+def _from_environment(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "ENVIRONMENT"
+
 
 KeysOption = Annotated[
     Path | None,
@@ -19,6 +40,7 @@ KeysOption = Annotated[
         "--keys",
         envvar="TROUPE_KEYS",
         help="CURVE keys directory: presents its operator key (else reader, else cluster).",
+        callback=_command_line_wins,
     ),
 ]
 
@@ -32,3 +54,11 @@ def use_keys(keys: Path | None) -> None:
         install(keys_for(keys, None))
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+
+
+def use_group_keys(ctx: typer.Context, keys: Path | None) -> None:
+    """A group's ``--keys DIR`` (``troupe logs --keys DIR tail``), used where it is on the command
+    line: ``$TROUPE_KEYS`` is left to the commands that talk to a cluster (``logs tail --logs
+    DIR`` reads files, and a stale variable must not stop it)."""
+    if not _from_environment(ctx, "keys"):
+        use_keys(keys)

@@ -41,15 +41,22 @@ from troupe.cli.stop_signals import heeded_signals
 from troupe.runtime.log_files import history_files, last_lines
 from troupe.runtime.log_follower import FileFollower
 
-from .keys_option import KeysOption, use_keys
+from .keys_option import KeysOption, use_group_keys, use_keys
 
 __all__ = ["format_line", "logs_app"]
 
 logs_app = typer.Typer(no_args_is_help=True)
 
+
 _POLL_S = 0.2
 _out = Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
 _err = Console(stderr=True, soft_wrap=True, highlight=False, markup=False, emoji=False)
+
+
+@logs_app.callback()
+def _logs(ctx: typer.Context, keys: KeysOption = None) -> None:
+    """Follow the structured logs of the nodes."""
+    use_group_keys(ctx, keys)  # `troupe logs --keys DIR tail`, as `troupe ctl --keys DIR status`
 
 
 class _Printer:
