@@ -206,6 +206,19 @@ def _cannot_read(path: Path, exc: OSError) -> str:
     )
 
 
+def _secret_in_public(path: Path) -> str:
+    """Why a public key file that holds a secret key is refused: ``NAME.key`` files are the ones
+    handed out (every host and operator gets ``cluster.key``), with no mode check, so the secret
+    in it went to all of them, readable by every user of each host (report ak 2)."""
+    secret = path.with_name(f"{path.stem}.key_secret")
+    return (
+        f"public key file {path} holds a secret key ({secret.name} copied under the public name?); "
+        f"{path.name} is handed out and may be read by anyone: put the public {path.name} that "
+        f"`troupe keys generate` wrote there, keep the secret in {secret.name} (mode 0600) on its "
+        "own host only, and make a new pair if this one was copied elsewhere"
+    )
+
+
 def _take_back(directory: Path, names: list[str], made_directory: bool) -> None:
     """Remove what a failed :func:`generate_keys` wrote: the files of ``names``' pairs, and the
     directory where it made it (and it is empty)."""
@@ -323,4 +336,6 @@ def _read(path: Path, secret: bool = False) -> tuple[bytes, bytes]:
         raise ConfigError(f"key file {path}: not a CURVE certificate ({exc})") from None
     if len(public) != _Z85_KEY_LEN or (secret and (secret_key is None or len(secret_key) != _Z85_KEY_LEN)):
         raise ConfigError(f"key file {path}: not a CURVE certificate (keys are 40 Z85 characters)")
+    if not secret and secret_key is not None:  # a NAME.key_secret copied under the public name
+        raise ConfigError(_secret_in_public(path))
     return public, secret_key or b""

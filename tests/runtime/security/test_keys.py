@@ -206,3 +206,21 @@ def test_a_directory_that_may_not_be_written_is_said_so_not_a_full_disk(
         f"keys {directory}: cannot write in {tmp_path} ({os.strerror(code)}): give a directory you may write"
     )
     assert not (tmp_path / "keys").exists()  # the folder it made is gone
+
+
+@pytest.mark.parametrize("public", ["cluster", "operator-alice"])
+def test_a_secret_under_a_public_keys_name_is_refused_naming_the_file(tmp_path: Path, public: str) -> None:
+    """A ``NAME.key_secret`` copied over ``NAME.key`` (mode 0644) was taken without a word: the
+    public files are the ones handed to every host and operator, so the secret went with them,
+    readable by every user there (report ak 2). Refused at start now, for a node and a client."""
+    generate_keys(tmp_path)
+    generate_keys(tmp_path, operators=["alice"])
+    shutil.copy2(tmp_path / f"{public}.key_secret", tmp_path / f"{public}.key")
+    (tmp_path / f"{public}.key").chmod(0o644)
+    for identity in ("cluster", None):
+        with pytest.raises(ConfigError) as refused:
+            load_keys(tmp_path, identity)
+        said = str(refused.value)
+        assert f"public key file {tmp_path / f'{public}.key'} holds a secret key" in said, said
+        assert f"keep the secret in {public}.key_secret (mode 0600)" in said, said
+        assert "\n" not in said
