@@ -41,7 +41,7 @@ from typing import NoReturn, TypeVar
 import setproctitle
 from pydantic import BaseModel, ValidationError
 
-from troupe.runtime.security.process import KEYS_ENV, child_env_entry
+from troupe.runtime.security.process import KEYS_ENV, SNAPSHOT_ENV, child_env_entry
 from troupe.runtime.start_limits import limit_line
 
 from .config import validation_message
@@ -64,9 +64,10 @@ _WATCH_INTERVAL_S = 0.5
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment for a child that the calling process (the node) starts: ours, plus
     ``extra``, plus this process's pid for the child's parent watchdog, plus this process's keys
-    directory (``TROUPE_KEYS``; removed when this process has no keys)."""
+    (``TROUPE_KEYS``, ``TROUPE_KEYS_SNAPSHOT``; removed when this process has no keys)."""
     env = {**os.environ, **extra, PARENT_PID_ENV: str(os.getpid())}
     env.pop(KEYS_ENV, None)
+    env.pop(SNAPSHOT_ENV, None)
     return {**env, **child_env_entry()}
 
 

@@ -47,7 +47,7 @@ from troupe.runtime.file_owner import is_another_users, user_name
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_start import start_ticks
 
-__all__ = ["ChildRecord", "close_records", "live_namesake", "pids_file", "reap_predecessors"]
+__all__ = ["ChildRecord", "close_records", "keys_file", "live_namesake", "pids_file", "reap_predecessors"]
 
 log = get_logger(__name__)
 
@@ -63,6 +63,12 @@ _open_records: weakref.WeakSet[ChildRecord] = weakref.WeakSet()  # this process'
 def pids_file(log_dir: Path, node: str, node_pid: int) -> Path:
     """The file where the node ``node`` running as ``node_pid`` records its children."""
     return log_dir / f"{node}.{node_pid}.pids"
+
+
+def keys_file(log_dir: Path, node: str, node_pid: int) -> Path:
+    """The file where the node ``node`` running as ``node_pid`` hands its keys to its children
+    (``security/snapshot.py``); a successor removes a dead one's with its record."""
+    return log_dir / f"{node}.{node_pid}.keys"
 
 
 def _alive(pid: int, record: dict[str, Any]) -> bool:
@@ -220,6 +226,7 @@ def reap_predecessors(log_dir: Path, node: str) -> list[int]:
             log.warning("leftover_reaped", leftover_pid=pid, role=role, predecessor_pid=owner["pid"])
         _wait_gone(signalled)
         with contextlib.suppress(OSError):  # a directory this user may not write: tried again next start
+            path.with_suffix(".keys").unlink(missing_ok=True)  # keys_file: the dead node's secrets
             path.unlink(missing_ok=True)
     return killed
 

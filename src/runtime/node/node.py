@@ -20,6 +20,7 @@ its controls. Its parts, each a base class that uses the node's fields: ``worker
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -34,14 +35,21 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.logs import log_file
 from troupe.runtime.metrics.serving import serving
-from troupe.runtime.security.process import install, keys_for, warn_if_insecure, warn_if_not_own
+from troupe.runtime.security.process import (
+    hand_down,
+    install,
+    keys_for,
+    warn_if_insecure,
+    warn_if_not_own,
+    withdraw,
+)
 from troupe.runtime.supervision.node_side import NodeSupervision
 from troupe.runtime.transports.loopback import bind_or_move
 from troupe.runtime.wire.codec import Codec
 
 from .config import NodeConfig
 from .directory_controls import DirectoryControls
-from .leftovers import ChildRecord, reap_predecessors
+from .leftovers import ChildRecord, keys_file, reap_predecessors
 from .master_link import MasterLink
 from .pending_starts import PendingStart
 from .reach import worker_bind
@@ -189,8 +197,10 @@ class Node(SpawnControls, DirectoryControls, StatusControls):
             keep=cfg.log_keep,
         )
         served = False  # to the end of a stop, not out through an error
+        snapshot = keys_file(cfg.log_dir, self.name, os.getpid())
         try:
             self.children.claim()  # the name and log directory are in use: another node is refused
+            hand_down(snapshot)  # every child loads the keys of this start, however the directory changes
             async with serving(metrics), runtime:
                 log.info("node_started", endpoint=runtime.address, workers=len(cfg.workers))
                 for ignored in cfg.ignored_settings():
@@ -240,6 +250,7 @@ class Node(SpawnControls, DirectoryControls, StatusControls):
             served = True
         finally:
             self.children.close()
+            withdraw(snapshot)
             if served:  # before the stream closes: its last line, which a tail sees
                 log.info("node_stopped")
             self.log_publisher.close()  # it publishes what the file got since its last poll: the stop

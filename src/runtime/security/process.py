@@ -2,9 +2,12 @@
 
 A node, a master, a worker and the CLI each call :func:`install` (or :func:`install_from_env`,
 in children a node starts) before they make a runtime; ``process_runtime`` then builds every
-transport of the process on those keys. A node passes its keys directory to its children in the
-environment (``TROUPE_KEYS``, see :func:`child_env_entry`). Loading the same directory again
-returns the same keys, so a node and a master sharing one process share one authenticator.
+transport of the process on those keys. A node writes the keys it loaded to a file of its own
+(:func:`hand_down`, ``snapshot``) and passes its path, and its keys directory, to its children
+in the environment (``TROUPE_KEYS_SNAPSHOT``, ``TROUPE_KEYS``, see :func:`child_env_entry`):
+they load the node's keys, not the directory as it is at their start. Loading the same
+directory again returns the same keys, so a node and a master sharing one process share one
+authenticator.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from pathlib import Path
 from troupe.runtime.library_logging import get_logger
 
 from .keys import CLUSTER, CurveKeys, check_curve, load_keys, not_own
+from .snapshot import read_snapshot, write_snapshot
 
 __all__ = [
     "KEYS_ENV",
+    "SNAPSHOT_ENV",
     "child_env_entry",
+    "hand_down",
     "install",
     "install_from_env",
     "installed",
@@ -26,14 +32,17 @@ __all__ = [
     "security_status",
     "warn_if_insecure",
     "warn_if_not_own",
+    "withdraw",
 ]
 
 log = get_logger(__name__)
 
 KEYS_ENV = "TROUPE_KEYS"
+SNAPSHOT_ENV = "TROUPE_KEYS_SNAPSHOT"
 
 _installed: list[CurveKeys | None] = [None]
 _loaded: dict[tuple[str, str | None], CurveKeys] = {}
+_snapshot: list[Path | None] = [None]  # the file of the installed keys this process's children load
 
 
 def keys_for(directory: str | os.PathLike[str], identity: str | None = CLUSTER) -> CurveKeys:
@@ -61,24 +70,67 @@ def installed() -> CurveKeys | None:
 
 
 def install_from_env() -> CurveKeys | None:
-    """In a child of a node: install the cluster keys from ``$TROUPE_KEYS``, if set.
+    """In a child of a node: install the node's keys from ``$TROUPE_KEYS_SNAPSHOT``, else the
+    cluster keys from ``$TROUPE_KEYS`` (a node that could not write its snapshot), if set.
 
     Raises:
-        ConfigError: as :func:`keys_for`.
+        ConfigError: as :func:`keys_for` and :func:`~.snapshot.read_snapshot`.
     """
+    snapshot = os.environ.get(SNAPSHOT_ENV)
     directory = os.environ.get(KEYS_ENV)
-    keys = keys_for(directory) if directory else None
+    if snapshot:
+        keys: CurveKeys | None = read_snapshot(Path(snapshot))
+        _snapshot[0] = Path(snapshot)  # handed on as it came, to a child of this one
+    else:
+        keys = keys_for(directory) if directory else None
     install(keys)
     return keys
 
 
+def hand_down(path: Path) -> None:
+    """In a node, once its keys are installed: write them to ``path`` for the children it
+    starts from now on (nothing without keys). Where it cannot be written, said in the log,
+    the children load the keys directory at their start, as they did before snapshots."""
+    keys = installed()
+    if keys is None:
+        return
+    try:
+        write_snapshot(keys, path)
+    except OSError as exc:
+        log.warning(
+            "keys_snapshot_not_written",
+            path=str(path),
+            error=str(exc),
+            message=(
+                "each worker loads the keys directory at its own start instead: an edit of it "
+                "reaches a worker at its next restart, and the node only at its own"
+            ),
+        )
+        return
+    _snapshot[0] = path
+
+
+def withdraw(path: Path) -> None:
+    """In a node, as it stops: remove the snapshot :func:`hand_down` wrote to ``path``."""
+    if _snapshot[0] == path:
+        _snapshot[0] = None
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # a folder that went read-only: the next node of this name removes it
+        pass
+
+
 def child_env_entry() -> dict[str, str]:
     """What a child's environment needs for the child to use this process's cluster keys
-    (empty without keys; the caller removes an inherited ``TROUPE_KEYS`` then)."""
+    (empty without keys; the caller removes an inherited ``TROUPE_KEYS`` and
+    ``TROUPE_KEYS_SNAPSHOT`` then)."""
     keys = installed()
     if keys is None:
         return {}
-    return {KEYS_ENV: str(Path(keys.directory).resolve())}
+    entry = {KEYS_ENV: str(Path(keys.directory).resolve())}
+    if _snapshot[0] is not None:
+        entry[SNAPSHOT_ENV] = str(Path(_snapshot[0]).resolve())
+    return entry
 
 
 def security_status(insecure: bool) -> dict[str, object]:
