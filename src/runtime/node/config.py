@@ -308,7 +308,8 @@ class NodeConfig(_Frozen):
         if value is not None:
             endpoint = as_endpoint(*parse_host_port(value))
             try:
-                check_bind(endpoint, keys=info.data.get("keys"), insecure=bool(info.data.get("insecure")))
+                keys, insecure = info.data.get("keys"), bool(info.data.get("insecure"))
+                check_bind(endpoint, keys=keys, insecure=insecure, plain_http=True)
             except ValueError as exc:  # named as written, HOST:PORT
                 raise ValueError(str(exc).replace("tcp://", "")) from None
         return value
@@ -436,12 +437,13 @@ def is_loopback(endpoint: str) -> bool:
         return False  # a host name or a wildcard (*): reachable from elsewhere
 
 
-def check_bind(endpoint: str, *, keys: Path | str | None, insecure: bool) -> None:
+def check_bind(endpoint: str, *, keys: Path | str | None, insecure: bool, plain_http: bool = False) -> None:
     """Refuse an endpoint off loopback unless CURVE keys are configured or ``insecure`` is set.
 
     Without keys, nothing authenticates peers, so a socket reachable from other hosts would
     take orders from anyone; ``insecure`` is the user's explicit override (logged loudly at
-    start, and shown by ``troupe ctl status``).
+    start, and shown by ``troupe ctl status``). ``plain_http``: the endpoint is a metrics one,
+    plain HTTP with keys or without, which the refusal must not promise to protect (report ak 10).
 
     Raises:
         ValueError: malformed, or off loopback with neither keys nor ``insecure``; one line
@@ -449,9 +451,15 @@ def check_bind(endpoint: str, *, keys: Path | str | None, insecure: bool) -> Non
     """
     if is_loopback(endpoint) or keys is not None or insecure:
         return
+    said = f"endpoint {endpoint!r} is not on loopback and no CURVE keys are configured; pass --keys DIR "
+    if plain_http:
+        raise ValueError(
+            f"{said}or --insecure to serve it off loopback; it is plain HTTP either way (names and "
+            "counts, not authenticated, not encrypted): firewall it to the scraper, or keep it on "
+            "loopback"
+        )
     raise ValueError(
-        f"endpoint {endpoint!r} is not on loopback and no CURVE keys are configured; pass "
-        "--keys DIR (made by `troupe keys generate DIR`) to authenticate and encrypt, or "
+        f"{said}(made by `troupe keys generate DIR`) to authenticate and encrypt, or "
         "--insecure to listen unauthenticated"
     )
 

@@ -444,3 +444,18 @@ def test_metrics_off_loopback_with_insecure_and_the_master_rule_alike() -> None:
     with pytest.raises(ConfigError, match=r"master metrics: .*'0\.0\.0\.0:9464' is not on loopback"):
         MasterConfig(metrics="0.0.0.0:9464")
     assert MasterConfig(metrics="0.0.0.0:9464", insecure=True).metrics == "0.0.0.0:9464"
+
+
+def test_the_metrics_refusal_off_loopback_promises_no_protection() -> None:
+    """Refused without keys, a metrics endpoint was told "pass --keys DIR ... to authenticate and
+    encrypt"; with keys it served every metric to anyone on the LAN in plain HTTP (report ak 10).
+    The refusal says what keys do not do for it."""
+    for refuse in (
+        lambda: load_node_config(None, metrics="0.0.0.0:9464"),
+        lambda: MasterConfig(metrics="0.0.0.0:9464"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            refuse()
+        said = str(caught.value)
+        assert "authenticate and encrypt" not in said, said
+        assert "plain HTTP either way" in said and "firewall it to the scraper" in said, said

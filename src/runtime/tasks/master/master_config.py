@@ -61,7 +61,7 @@ class MasterConfig:
         if self.metrics is not None:
             try:
                 metrics = as_endpoint(*parse_host_port(self.metrics))
-                check_bind(metrics, keys=self.keys, insecure=self.insecure)
+                check_bind(metrics, keys=self.keys, insecure=self.insecure, plain_http=True)
             except ValueError as exc:  # named as written, HOST:PORT
                 raise ConfigError(f"master metrics: {exc}".replace("tcp://", "")) from None
         try:
