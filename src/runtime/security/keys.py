@@ -87,7 +87,7 @@ class CurveKeys:
     directory: Path
     name: str
     public: bytes
-    secret: bytes
+    secret: bytes = field(repr=False)  # the cluster's own on a host: never printed (report ak 9)
     server_public: bytes
     authorised: Mapping[bytes, str] = field(repr=False)
     cluster_secret: bytes | None = field(default=None, repr=False)
@@ -251,6 +251,11 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
             secret key file is readable by others; one line, naming the file.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():  # DIR/cluster.key_secret, say
+        raise ConfigError(
+            f"keys {directory.absolute()}: is a file, not a directory; give the directory that "
+            "holds the keys (`troupe keys generate DIR` made it)"
+        )
     if not directory.is_dir():
         raise ConfigError(
             f"keys {directory.absolute()}: no such directory (a typo?); give the cluster's keys "
@@ -266,6 +271,8 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
             f"keys {directory}: no cluster.key; copy it from the directory `troupe keys generate` made"
         )
     name = identity or _client_identity(directory)
+    if identity is None and name == CLUSTER and not (directory / f"{CLUSTER}.key_secret").exists():
+        raise ConfigError(_no_pair_of_yours(directory))
     own_public, own_secret = _read(directory / f"{name}.key_secret", secret=True)
     cluster_secret = own_secret if name == CLUSTER else None
     authorised = {key: user_id(n) for n, key in publics.items()}
@@ -311,6 +318,21 @@ def _client_identity(directory: Path) -> str:
     if unreadable and not _readable(directory / f"{CLUSTER}.key_secret"):
         return unreadable[0]  # none this user may read: _read says whose the first one is
     return CLUSTER
+
+
+def _no_pair_of_yours(directory: Path) -> str:
+    """Why a client found no pair to present in ``directory``: it said "no cluster.key_secret",
+    which sent an operator to copy the cluster's secret to their laptop (report ak 7)."""
+    misnamed = sorted(
+        p.name for p in directory.glob("*.key_secret") if role_of(p.name[: -len(".key_secret")]) is None
+    )
+    found = f" ({', '.join(misnamed)} is there, but its name gives no role)" if misnamed else ""
+    return (
+        f"keys {directory}: no operator or reader pair{found}; an operator's directory holds "
+        "cluster.key and their own operator-NAME.key and operator-NAME.key_secret (a reader's, "
+        "reader-NAME.*): generate it with `troupe keys generate DIR --operator NAME` and have its "
+        "public key copied to the cluster's hosts"
+    )
 
 
 def _readable(path: Path) -> bool:

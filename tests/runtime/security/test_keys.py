@@ -224,3 +224,41 @@ def test_a_secret_under_a_public_keys_name_is_refused_naming_the_file(tmp_path: 
         assert f"public key file {tmp_path / f'{public}.key'} holds a secret key" in said, said
         assert f"keep the secret in {public}.key_secret (mode 0600)" in said, said
         assert "\n" not in said
+
+
+def test_the_secret_key_is_not_in_the_keys_repr(tmp_path: Path) -> None:
+    """The repr printed the secret key (the cluster's, on every host): any f-string or debug
+    line of the keys would have logged it (report ak 9)."""
+    generate_keys(tmp_path)
+    keys = load_keys(tmp_path)
+    assert keys.secret.decode() not in repr(keys) and keys.public.decode() in repr(keys)
+
+
+def test_keys_naming_a_file_say_it_is_a_file(tmp_path: Path) -> None:
+    """``--keys DIR/cluster.key_secret`` was told "no such directory (a typo?)" (report ak 8)."""
+    generate_keys(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"cluster\.key_secret: is a file, not a directory; give the directory"
+    ):
+        load_keys(tmp_path / "cluster.key_secret")
+
+
+def test_a_client_without_a_pair_of_its_own_is_not_sent_for_the_cluster_secret(tmp_path: Path) -> None:
+    """An operator whose secret was forgotten or misnamed was told "no cluster.key_secret
+    (secret key)", as if the cluster's secret belonged on their machine (report ak 7)."""
+    generate_keys(tmp_path / "made", operators=["alice"])
+    generate_keys(tmp_path / "made")
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    for name in ("cluster.key", "operator-alice.key"):
+        shutil.copy2(tmp_path / "made" / name, mine / name)
+    with pytest.raises(ConfigError) as forgotten:
+        load_keys(mine, None)
+    said = str(forgotten.value)
+    assert f"keys {mine}: no operator or reader pair; an operator's directory holds" in said, said
+    assert "cluster.key_secret" not in said, said
+    shutil.copy2(tmp_path / "made" / "operator-alice.key_secret", mine / "alice.key_secret")
+    with pytest.raises(
+        ConfigError, match=r"no operator or reader pair \(alice\.key_secret is there, but its name"
+    ):
+        load_keys(mine, None)
