@@ -41,6 +41,7 @@ from troupe.runtime.security.process import (
     keys_for,
     warn_if_insecure,
     warn_if_not_own,
+    warn_of_unnamed_keys,
     withdraw,
 )
 from troupe.runtime.supervision.node_side import NodeSupervision
@@ -207,6 +208,7 @@ class Node(SpawnControls, DirectoryControls, StatusControls):
                     log.warning("config_setting_ignored", problem=ignored)
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
                 warn_if_not_own()
+                warn_of_unnamed_keys()
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self.log_publisher.run)  # closed below, after node_stopped
                     if self.handle_signals:

@@ -82,6 +82,8 @@ class CurveKeys:
         authorised: every authorised public key (Z85) and the user id of its holder.
         cluster_secret: the cluster's secret key where this process has it (the heartbeat MAC
             key is derived from it); None for an operator's or reader's process.
+        unnamed: the ``*.key`` files of the directory whose name gives no role, left out of
+            the authorised set (``alice.key``, ``operator_alice.key``): said at start.
     """
 
     directory: Path
@@ -91,6 +93,7 @@ class CurveKeys:
     server_public: bytes
     authorised: Mapping[bytes, str] = field(repr=False)
     cluster_secret: bytes | None = field(default=None, repr=False)
+    unnamed: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def role(self) -> str:
@@ -263,9 +266,12 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
             "directory made anew holds another cluster's keys, which this cluster refuses)"
         )
     publics: dict[str, bytes] = {}
+    unnamed: list[str] = []
     for path in sorted(directory.glob("*.key")):
         if role_of(path.stem) is not None:
             publics[path.stem] = _read(path)[0]
+        else:
+            unnamed.append(path.name)
     if CLUSTER not in publics:
         raise ConfigError(
             f"keys {directory}: no cluster.key; copy it from the directory `troupe keys generate` made"
@@ -277,7 +283,9 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
     cluster_secret = own_secret if name == CLUSTER else None
     authorised = {key: user_id(n) for n, key in publics.items()}
     authorised.setdefault(own_public, user_id(name))
-    return CurveKeys(directory, name, own_public, own_secret, publics[CLUSTER], authorised, cluster_secret)
+    return CurveKeys(
+        directory, name, own_public, own_secret, publics[CLUSTER], authorised, cluster_secret, tuple(unnamed)
+    )
 
 
 def not_own(keys: CurveKeys) -> str | None:

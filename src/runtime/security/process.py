@@ -32,6 +32,7 @@ __all__ = [
     "security_status",
     "warn_if_insecure",
     "warn_if_not_own",
+    "warn_of_unnamed_keys",
     "withdraw",
 ]
 
@@ -173,5 +174,23 @@ def warn_if_not_own() -> None:
             message=(
                 f"{problem}: whoever owns or writes them decides who may control this cluster; "
                 "use a keys directory that only this user owns and writes (chown, chmod 700)"
+            ),
+        )
+
+
+def warn_of_unnamed_keys() -> None:
+    """Say once at start which public keys of this process's directory give no role by their
+    name (``operator_alice.key``): they are not authorised, and their holder, refused, was told
+    to put there the key that is there already (report ak 4)."""
+    keys = installed()
+    if keys is not None and keys.unnamed:
+        log.warning(
+            "keys_unnamed",
+            keys=str(keys.directory),
+            files=list(keys.unnamed),
+            message=(
+                f"{', '.join(keys.unnamed)} in {keys.directory}: not authorised, the name gives no "
+                "role; name an operator's public key operator-NAME.key, a reader's reader-NAME.key "
+                "(NAME: letters, digits, '_' and '.'), then restart"
             ),
         )

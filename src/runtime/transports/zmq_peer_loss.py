@@ -66,7 +66,8 @@ process holds: one alone is a peer that stopped mid-handshake."""
 def _key_refused(peer: str) -> str:
     return (
         f"the process at {peer} refused this process's CURVE key (not authorised there: is its "
-        "public key in that host's keys directory?)"
+        "public key in that host's keys directory, named operator-NAME.key or reader-NAME.key, "
+        "and was that host restarted since?)"
     )
 
 

@@ -60,3 +60,25 @@ def test_the_start_warns_in_one_line_and_starts_on(keys: Path, monkeypatch: pyte
         "who may control this cluster; use a keys directory that only this user owns and writes "
         "(chown, chmod 700)"
     )
+
+
+def test_public_keys_whose_name_gives_no_role_are_said_at_start(
+    keys: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``operator_alice.key`` or ``alice.key`` was passed over without a word, and its holder,
+    refused, was asked whether the key was in the keys directory: it was (report ak 4)."""
+    generate_keys(keys.parent / "alice", operators=["alice"])
+    for name in ("operator_alice.key", "alice.key"):
+        (keys / name).write_bytes((keys.parent / "alice" / "operator-alice.key").read_bytes())
+    loaded = load_keys(keys)
+    assert loaded.unnamed == ("alice.key", "operator_alice.key")
+    assert set(loaded.authorised.values()) == {"cluster", "operator", "reader"}
+    with module_logs(monkeypatch, process) as logs:
+        process.install(loaded)
+        process.warn_of_unnamed_keys()
+    [said] = logs
+    assert said["event"] == "keys_unnamed" and said["log_level"] == "warning"
+    assert said["message"].startswith(f"alice.key, operator_alice.key in {keys}: not authorised, the name"), (
+        said
+    )
+    assert "operator-NAME.key" in said["message"] and "restart" in said["message"]

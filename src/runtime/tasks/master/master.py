@@ -119,7 +119,13 @@ from troupe.runtime.library_logging import get_logger
 from troupe.runtime.log_publisher import LogPublisher
 from troupe.runtime.metrics.serving import serving
 from troupe.runtime.node.reach import any_port
-from troupe.runtime.security.process import install, keys_for, warn_if_insecure, warn_if_not_own
+from troupe.runtime.security.process import (
+    install,
+    keys_for,
+    warn_if_insecure,
+    warn_if_not_own,
+    warn_of_unnamed_keys,
+)
 from troupe.runtime.start_limits import in_thread
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Compaction, Journal
@@ -279,6 +285,7 @@ class Master(NodeControls, WorkerControls):
                 )
                 warn_if_insecure(cfg.endpoint, cfg.insecure)
                 warn_if_not_own()
+                warn_of_unnamed_keys()
                 await self._stopping.wait()
                 tg.cancel_scope.cancel()
             served = True
