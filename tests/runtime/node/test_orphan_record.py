@@ -18,7 +18,7 @@ import pytest
 from support.log_capture import module_logs
 from troupe.runtime.file_owner import user_name
 from troupe.runtime.node import leftovers
-from troupe.runtime.node.leftovers import ChildRecord, pids_file, reap_predecessors
+from troupe.runtime.node.leftovers import ChildRecord, keys_file, pids_file, reap_predecessors
 from troupe.runtime.process_start import start_ticks
 
 NOBODY = 65534  # a uid no test process runs as: "another user of the host"
@@ -163,6 +163,18 @@ def _dead_node_record(path: Path, child: subprocess.Popen[bytes]) -> None:
     record = {"pid": child.pid, "start_ticks": start_ticks(child.pid), "role": "worker x"}
     owner = {"pid": 999_999_997, "start_ticks": 1}
     path.write_text(json.dumps({"node": "n1", "owner": owner, "children": [record]}))
+
+
+def test_a_dead_node_s_keys_snapshot_goes_with_its_record(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """The keys a node hands its workers (a copy of the cluster's secret, ``security/snapshot``)
+    are removed as it stops; one that died hard left them, which its successor removes."""
+    _dead_node_record(pids_file(tmp_path, "n1", 999_999_997), sleeper)
+    left = keys_file(tmp_path, "n1", 999_999_997)
+    left.write_text("{}")
+    assert reap_predecessors(tmp_path, "n1") == [sleeper.pid]
+    assert not left.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
