@@ -43,7 +43,8 @@ SNAPSHOT_ENV = "TROUPE_KEYS_SNAPSHOT"
 
 _installed: list[CurveKeys | None] = [None]
 _loaded: dict[tuple[str, str | None], CurveKeys] = {}
-_snapshot: list[Path | None] = [None]  # the file of the installed keys this process's children load
+# The keys this process's children load, and the file that holds them (:func:`hand_down`).
+_snapshot: list[tuple[CurveKeys, Path] | None] = [None]
 
 
 def keys_for(directory: str | os.PathLike[str], identity: str | None = CLUSTER) -> CurveKeys:
@@ -80,10 +81,11 @@ def install_from_env() -> CurveKeys | None:
     snapshot = os.environ.get(SNAPSHOT_ENV)
     directory = os.environ.get(KEYS_ENV)
     if snapshot:
-        keys: CurveKeys | None = read_snapshot(Path(snapshot))
-        _snapshot[0] = Path(snapshot)  # handed on as it came, to a child of this one
-    else:
-        keys = keys_for(directory) if directory else None
+        handed = read_snapshot(Path(snapshot))
+        _snapshot[0] = (handed, Path(snapshot))  # handed on as it came, to a child of this one
+        install(handed)
+        return handed
+    keys = keys_for(directory) if directory else None
     install(keys)
     return keys
 
@@ -108,12 +110,12 @@ def hand_down(path: Path) -> None:
             ),
         )
         return
-    _snapshot[0] = path
+    _snapshot[0] = (keys, path)
 
 
 def withdraw(path: Path) -> None:
     """In a node, as it stops: remove the snapshot :func:`hand_down` wrote to ``path``."""
-    if _snapshot[0] == path:
+    if _snapshot[0] is not None and _snapshot[0][1] == path:
         _snapshot[0] = None
     try:
         path.unlink(missing_ok=True)
@@ -129,8 +131,9 @@ def child_env_entry() -> dict[str, str]:
     if keys is None:
         return {}
     entry = {KEYS_ENV: str(Path(keys.directory).resolve())}
-    if _snapshot[0] is not None:
-        entry[SNAPSHOT_ENV] = str(Path(_snapshot[0]).resolve())
+    handed = _snapshot[0]
+    if handed is not None and handed[0] is keys:  # keys installed since are not the file's
+        entry[SNAPSHOT_ENV] = str(handed[1].resolve())
     return entry
 
 
