@@ -280,6 +280,11 @@ def load_keys(directory: Path | str, identity: str | None = CLUSTER) -> CurveKey
     if identity is None and name == CLUSTER and not (directory / f"{CLUSTER}.key_secret").exists():
         raise ConfigError(_no_pair_of_yours(directory))
     own_public, own_secret = _read(directory / f"{name}.key_secret", secret=True)
+    if publics.get(name, own_public) != own_public:  # one file of a rotation's two replaced (report ak 13)
+        raise ConfigError(
+            f"keys {directory}: {name}.key is not the public key of {name}.key_secret (a pair "
+            "replaced half-way?); put back both files of one pair, as `troupe keys generate` wrote them"
+        )
     cluster_secret = own_secret if name == CLUSTER else None
     authorised = {key: user_id(n) for n, key in publics.items()}
     authorised.setdefault(own_public, user_id(name))
@@ -364,6 +369,11 @@ def _read(path: Path, secret: bool = False) -> tuple[bytes, bytes]:
         raise ConfigError(_cannot_read(path, exc)) from None
     except ValueError as exc:
         raise ConfigError(f"key file {path}: not a CURVE certificate ({exc})") from None
+    if secret and secret_key is None and len(public) == _Z85_KEY_LEN:  # the public key copied here (ak 15)
+        raise ConfigError(
+            f"key file {path}: holds only a public key; the secret {path.name} that `troupe keys "
+            f"generate` wrote is expected here (was {path.stem}.key copied in its place?)"
+        )
     if len(public) != _Z85_KEY_LEN or (secret and (secret_key is None or len(secret_key) != _Z85_KEY_LEN)):
         raise ConfigError(f"key file {path}: not a CURVE certificate (keys are 40 Z85 characters)")
     if not secret and secret_key is not None:  # a NAME.key_secret copied under the public name

@@ -262,3 +262,26 @@ def test_a_client_without_a_pair_of_its_own_is_not_sent_for_the_cluster_secret(t
         ConfigError, match=r"no operator or reader pair \(alice\.key_secret is there, but its name"
     ):
         load_keys(mine, None)
+
+
+def test_a_pair_replaced_half_way_is_refused_at_start(tmp_path: Path) -> None:
+    """A rotation that replaced cluster.key_secret and not cluster.key started a node whose
+    supervisor and workers then failed in a loop, and a master nobody could reach (report ak 13)."""
+    generate_keys(tmp_path / "old")
+    generate_keys(tmp_path / "new")
+    shutil.copy2(tmp_path / "new" / "cluster.key_secret", tmp_path / "old" / "cluster.key_secret")
+    with pytest.raises(
+        ConfigError, match=r"cluster\.key is not the public key of cluster\.key_secret \(a pair"
+    ):
+        load_keys(tmp_path / "old")
+
+
+def test_a_public_key_in_place_of_a_secret_is_called_so(tmp_path: Path) -> None:
+    """It was "not a CURVE certificate (keys are 40 Z85 characters)" (report ak 15)."""
+    generate_keys(tmp_path)
+    shutil.copy2(tmp_path / "operator.key", tmp_path / "operator.key_secret")
+    (tmp_path / "operator.key_secret").chmod(0o600)
+    with pytest.raises(
+        ConfigError, match=r"operator\.key_secret: holds only a public key; the secret operator"
+    ):
+        load_keys(tmp_path, "operator")
