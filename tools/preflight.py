@@ -381,10 +381,12 @@ def check_cluster_run(
     flag: str,
     metrics: str | None = None,
     keys: Path | None = None,
+    endpoint: str | None = None,
 ) -> None:
     """``troupe run --cluster``: --items, the pipeline file, --out, the master's endpoint (its
-    nodes import the actor classes themselves, and say so if one does not) and --metrics
-    (served by this process; ``keys``: the cluster's, which let it off loopback)."""
+    nodes import the actor classes themselves, and say so if one does not), --metrics (served
+    by this process; ``keys``: the cluster's, which let it off loopback) and --endpoint (the
+    run's mailbox, ``run_keys.run_mailbox``)."""
     if items is not None and not 1 <= items <= MAX_COUNT:
         raise fail(f"{flag} must be between 1 and {MAX_COUNT}, got {items}", 2)
     from troupe.cli.commands.run_pipeline import declared_config
@@ -396,6 +398,13 @@ def check_cluster_run(
         raise fail(validation_message(source, exc), 2) from None
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
+    if endpoint is not None:
+        from troupe.runtime.pipeline.run_keys import run_mailbox
+
+        try:
+            run_mailbox(master, keys, endpoint)
+        except ConfigError as exc:
+            raise fail(str(exc), 2) from None
     _check(
         writable_problem(out, "--out"),
         *_run_log_problems(out),

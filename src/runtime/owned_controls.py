@@ -44,11 +44,24 @@ def can_ping_back(node: str, owner: str) -> bool:
         return False
 
 
+def _on_loopback(endpoint: str) -> bool:
+    try:
+        return is_loopback(endpoint)
+    except ValueError:
+        return False
+
+
 def spawn_owner(node: str, address: object, beat: OwnerBeat | None) -> str | None:
     """The owner a run's ``spawn_worker`` on the node at ``node`` names, so that the node stops
     the worker once the run is gone (killed, its host dead; ``node/spawn_owners.py``): the run's
     runtime at ``address`` where the node can ping it back, else the run's token where the master
-    it beats to took a beat (``beat``), else none (the node never stops it for the run's going)."""
+    it beats to took a beat (``beat``), else none (the node never stops it for the run's going).
+
+    A node on another host asks the master even where it could ping the run (a cluster run
+    listens on its host's address towards the master, ``pipeline/run_keys.py``): a run whose
+    host lets nothing in (a workstation's firewall) would have its replicas stopped as gone."""
+    if beat is not None and beat.vouched and not _on_loopback(node):
+        return beat.token
     if isinstance(address, str) and can_ping_back(node, address):
         return address
     if beat is not None and beat.vouched:

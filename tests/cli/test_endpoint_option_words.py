@@ -50,3 +50,27 @@ def test_troupe_run_cluster_says_it_in_one_line_too(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     said = f"error: --cluster {value!r}: not an endpoint to connect to; expected tcp://HOST:PORT\n"
     assert result.stderr == said, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("tcp://0.0.0.0:49020", "registered with the master by its address"),
+        ("tcp://10.9.9.2:49020", "not on loopback and the run has no cluster pair"),
+        ("tcp://127.0.0.1:1[/]", f"--endpoint: endpoint 'tcp://127.0.0.1:1[/]' {EXPECTED}"),
+    ],
+)
+def test_troupe_run_cluster_refuses_an_endpoint_its_master_cannot_call(
+    tmp_path: Path, value: str, said: str
+) -> None:
+    """With --cluster, --endpoint is where the run listens for its master (it was not used)."""
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["run", "--out", str(out), "--cluster", "tcp://127.0.0.1:49030", "--endpoint", value],
+        env={"TERM": "dumb", "COLUMNS": "400", "TROUPE_KEYS": ""},
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert said in result.stderr
+    assert not out.exists()

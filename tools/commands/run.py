@@ -115,7 +115,9 @@ def run(
         typer.Option(
             help=f"Node endpoint (default {RUN_NODE_ENDPOINT}, or a free port when another "
             "troupe holds that one); a training config with --master starts no node, and does "
-            "not use it."
+            "not use it. With --cluster: where this run listens for its master (a cancel; PORT "
+            "may be *), default this host's address towards the master (off loopback with the "
+            "cluster pair only)."
         ),
     ] = None,
     master: Annotated[
@@ -241,9 +243,9 @@ def run(
         if nodes < 0:
             raise fail(f"--nodes must be >= 0, got {nodes}", 2)
         keys = keys or (Path(os.environ["TROUPE_KEYS"]) if os.environ.get("TROUPE_KEYS") else None)
-        check_cluster_run(config, out, count, cluster, flag, metrics, keys)
+        check_cluster_run(config, out, count, cluster, flag, metrics, keys, endpoint)
         with own_stdout():
-            on = Cluster(cluster, nodes, keys)
+            on = Cluster(cluster, nodes, keys, endpoint)
             finish_run(config, out, count, "", "", fresh, as_json, on, retry_dead=retry_dead, metrics=metrics)
         return
     # Defaults another troupe holds (a second run at once) give way to free ports, said on

@@ -197,6 +197,7 @@ class Cluster:
     master: str
     nodes: int = 0
     keys: Path | None = None
+    endpoint: str | None = None  # where the run's mailbox listens (--endpoint)
 
 
 async def _finish_run(
@@ -311,6 +312,7 @@ async def _finish_run(
                 cluster=None if cluster is None else cluster.master,
                 nodes=0 if cluster is None else cluster.nodes,
                 keys=None if cluster is None else cluster.keys,
+                mailbox=None if cluster is None else cluster.endpoint,
                 endpoints_may_move=defaults,
                 on_importing=starting.importing,
                 template_ahead=template_prestart.take(),  # troupe.cli.entry started it

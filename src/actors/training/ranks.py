@@ -47,6 +47,7 @@ from troupe.runtime import (
     Unreachable,
     handles,
 )
+from troupe.runtime.transports.route import source_address
 
 __all__ = [
     "GLOO_INTERFACE_ENV",
@@ -174,7 +175,7 @@ def gloo_interface(peer: str, interfaces: Mapping[str, Sequence[Any]] | None = N
 
     ``interfaces``: name to addresses (objects with ``.address``), as ``psutil.net_if_addrs()``.
     """
-    local = _source_address(peer)
+    local = source_address(peer)
     if local is None:
         return None
     found = psutil.net_if_addrs() if interfaces is None else interfaces
@@ -182,18 +183,6 @@ def gloo_interface(peer: str, interfaces: Mapping[str, Sequence[Any]] | None = N
         if any(str(a.address).split("%")[0] == local for a in addresses):
             return name
     return None
-
-
-def _source_address(peer: str) -> str | None:
-    """The local address a packet to ``peer`` leaves from (a datagram socket's connect picks
-    the route and sends nothing); None where there is no route or ``peer`` does not resolve."""
-    try:
-        family, kind, proto, _, where = socket.getaddrinfo(peer, 9, type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.connect(where)
-            return str(probe.getsockname()[0]).split("%")[0]
-    except OSError:
-        return None
 
 
 def pin_gloo_interface(peer: str, env: MutableMapping[str, str] | None = None) -> str | None:

@@ -32,6 +32,7 @@ async def connect(
     identity: str | None = None,
     env_keys: bool = True,
     codec: Codec | None = None,
+    bind: str = "tcp://127.0.0.1:*",
 ) -> AsyncIterator[Runtime]:
     """Open a client runtime that resolves names through the node at ``node_endpoint``.
 
@@ -49,6 +50,8 @@ async def connect(
             client of a keyless node waits out every call in silence.
         codec: the client's wire codec, its message limits (default: 64 MiB, 1024 frames); a
             pipeline's engine takes the pipeline's ``max_message_mb``.
+        bind: where the client's own mailbox listens, for peers that call it back (a cluster
+            run's master: ``pipeline/run_keys.py``); default a free loopback port.
 
     Raises:
         ConfigError: ``node_endpoint`` is no endpoint to connect to (``tcp://HOST:PORT``); the
@@ -85,6 +88,7 @@ async def connect(
         node or "client",
         name or f"client-{os.getpid()}",
         directory=directory,
+        bind=bind,
         drain_timeout=0.5,
         security=security,
         codec=codec,

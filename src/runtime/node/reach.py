@@ -25,6 +25,7 @@ __all__ = [
     "any_port",
     "endpoint_host",
     "is_wildcard",
+    "tcp_endpoint",
     "worker_bind",
 ]
 
@@ -42,7 +43,8 @@ def endpoint_host(endpoint: str) -> str | None:
     return netloc.strip("[]")
 
 
-def _tcp(host: str, port: str) -> str:
+def tcp_endpoint(host: str, port: str) -> str:
+    """``tcp://HOST:PORT``, an IPv6 host in brackets."""
     if ":" in host:  # IPv6: ZeroMQ wants it in brackets
         return f"tcp://[{host}]:{port}"
     return f"tcp://{host}:{port}"
@@ -91,14 +93,14 @@ def worker_bind(endpoint: str, advertise: str | None) -> str:
                 f"node.advertise: required when node.endpoint binds every interface "
                 f"({endpoint!r}); give the address other hosts reach this one at"
             )
-        return _tcp(_resolve(advertise), "*")
-    return _tcp(host, "*")
+        return tcp_endpoint(_resolve(advertise), "*")
+    return tcp_endpoint(host, "*")
 
 
 def any_port(endpoint: str) -> str:
     """``endpoint``'s host on a free port, a wildcard host kept; ipc and inproc: loopback."""
     host = endpoint_host(endpoint)
-    return LOOPBACK_ANY_PORT if host is None else _tcp(host, "*")
+    return LOOPBACK_ANY_PORT if host is None else tcp_endpoint(host, "*")
 
 
 def advertised_endpoint(address: str, advertise: str | None) -> str:
@@ -107,4 +109,4 @@ def advertised_endpoint(address: str, advertise: str | None) -> str:
     host = endpoint_host(address)
     if host is None or host not in _WILDCARDS or not advertise:
         return address
-    return _tcp(advertise, address.rsplit(":", 1)[1])
+    return tcp_endpoint(advertise, address.rsplit(":", 1)[1])

@@ -83,13 +83,15 @@ async def on_cluster(
     on_event: Callable[[str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     retry_dead: bool = False,
+    mailbox: str | None = None,
 ) -> AsyncIterator[RunCluster]:
     """A client of the running master at ``master``: its job is the items (made with ``out``),
     its live nodes run the replicas; nothing is started here, so nothing is stopped but the
     replicas. ``on_event``: told what the run waits for (``master_source``); ``on_warning``:
     told once where the cluster runs mixed code (``mixed_code.py``), and where the master cannot
-    reach the run (``run_keys.py``). ``retry_dead``: the job's dead items run again."""
-    async with connect_run(master, keys, on_warning, engine_codec(cfg)) as rt:
+    reach the run (``run_keys.py``). ``retry_dead``: the job's dead items run again. ``mailbox``:
+    where the run's mailbox listens (``run_keys.run_mailbox``)."""
+    async with connect_run(master, keys, on_warning, engine_codec(cfg), mailbox) as rt:
         live = await wait_for_nodes(rt, master, nodes)
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts

@@ -129,6 +129,7 @@ async def run_pipeline(
     cluster: str | None = None,
     nodes: int = 0,
     keys: str | os.PathLike[str] | None = None,
+    mailbox: str | None = None,
     endpoints_may_move: bool = False,
     template_ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
@@ -161,6 +162,9 @@ async def run_pipeline(
         cluster: a running master whose live nodes run the replicas (see the module docstring).
         nodes: with ``cluster``, wait (up to a minute) until this many nodes are alive.
         keys: with ``cluster``, the CURVE keys directory the cluster takes.
+        mailbox: with ``cluster``, where this process's mailbox listens, which the master calls
+            (a cancel): default this host's address towards the master, loopback where the
+            master is on this host or the keys hold no cluster pair (``run_keys.py``).
         endpoints_may_move: ``node_endpoint`` and ``master_endpoint`` are defaults found free
             before the run: one taken since (another run started at once) gives way to a free
             port of its host, said through ``on_event``, rather than failing the run.
@@ -277,7 +281,9 @@ async def run_pipeline(
         result: PipelineResult | None = None
         done: list[PipelineResult] = []  # the run's result once its finalize hooks returned
         where = (
-            on_cluster(resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning, retry_dead)
+            on_cluster(
+                resolved, cluster, nodes, keys, fresh, out_dir, on_event, on_warning, retry_dead, mailbox
+            )
             if cluster is not None
             else on_node(
                 resolved,

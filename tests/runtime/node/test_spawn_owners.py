@@ -22,7 +22,7 @@ from troupe.runtime.errors import AskTimeout, ConfigError
 from troupe.runtime.node import spawn_owners
 from troupe.runtime.node.config import ActorSpec, NodeConfig
 from troupe.runtime.node.node import Node
-from troupe.runtime.owned_controls import can_ping_back
+from troupe.runtime.owned_controls import can_ping_back, spawn_owner
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.master.journal_open import open_journal
 from troupe.runtime.tasks.master.master import Master
@@ -261,3 +261,26 @@ async def test_the_connection_to_an_owner_goes_once_it_owns_no_running_worker(tm
             await node._stop_named("replica")  # the run ended: it stopped its replicas
             await node.owners.look()
         assert run.address not in dealers
+
+
+class _Beat:
+    """A run's beat to its master, which took one (``owner_beat.OwnerBeat``)."""
+
+    vouched = True
+    token = "master:client/pipeline-7"
+
+
+@pytest.mark.parametrize(
+    ("node", "owner"),
+    [
+        ("tcp://10.0.0.2:7470", "tcp://10.0.0.3:40000"),  # a cluster run off its master's host
+        ("tcp://10.0.0.2:7470", "tcp://127.0.0.1:40000"),
+    ],
+)
+def test_a_node_on_another_host_asks_the_master_about_a_run_it_could_ping(node: str, owner: str) -> None:
+    """A cluster run listens on its host's address towards the master (run_keys.py): a node
+    pinging it there, through a workstation's firewall, would stop the replicas of a run that
+    is well. The nodes on its own host ping it, as before."""
+    assert spawn_owner(node, owner, _Beat()) == _Beat.token  # type: ignore[arg-type]
+    assert spawn_owner("tcp://127.0.0.2:7470", "tcp://127.0.0.1:40000", _Beat()) == "tcp://127.0.0.1:40000"  # type: ignore[arg-type]
+    assert spawn_owner(node, "tcp://10.0.0.3:40000", None) == "tcp://10.0.0.3:40000"  # no master to ask
