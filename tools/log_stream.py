@@ -33,7 +33,7 @@ import zmq
 import zmq.asyncio
 
 from troupe.runtime.core.runtime import Runtime
-from troupe.runtime.errors import AskTimeout, TroupeError
+from troupe.runtime.errors import AskTimeout, TroupeError, Unreachable
 from troupe.runtime.log_publisher import RECENT_LINES, log_socket
 from troupe.runtime.node.reach import advertised_endpoint, endpoint_host
 
@@ -170,7 +170,7 @@ class ClusterLogs:
         self.bad_messages = 0
         self._streams: dict[str, _NodeStream] = {}
         self._node_endpoints: dict[str, str] = {}
-        self._master_down = False
+        self._master_down: str | None = None  # why the master is not followed, as last said
         self._warned_missing: set[str] = set()
         self._dead: set[str] = set()  # nodes the master has for dead: not asked for their lines
         self.following = True  # run's ``follow``: a node not there yet is waited for
@@ -288,15 +288,21 @@ class ClusterLogs:
             try:
                 status = await runtime.control(self.master, "status", None, timeout=_CALL_S)
             except Exception as exc:
-                if not self._master_down:
+                # Said again when the why changes: a master restarted on a rotated pair is first
+                # silent (down), then refuses these keys, which nothing else would say.
+                why = "refused" if isinstance(exc, Unreachable) else "silent"
+                if self._master_down != why:
                     self.warn(
-                        f"the master at {self.master} does not answer ({exc}); following the nodes known"
+                        f"the master at {self.master} refuses this follower ({exc}); following "
+                        "the nodes known, and the master's lines again once its keys and these agree"
+                        if why == "refused"
+                        else f"the master at {self.master} does not answer ({exc}); following the nodes known"
                     )
-                self._master_down = True
+                self._master_down = why
                 continue
             if self._master_down:
                 self.warn(f"the master at {self.master} answers again")
-            self._master_down = False
+            self._master_down = None
             self._connect(sub, status)
 
     async def _flush(self, emit: Emit) -> None:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 
 import anyio
+import pytest
 
+from troupe.cli import log_stream
 from troupe.cli.log_stream import ClusterLogs, ReorderBuffer
+from troupe.runtime import AskTimeout, Unreachable
+
+WAIT_S = 30.0  # bound of every wait; never a bound on how fast anything is
 
 
 def _line(second: int, event: str) -> str:
@@ -163,3 +168,44 @@ def test_a_node_the_master_does_not_know_is_not_waited_for_without_following() -
     logs.following = False
     logs._connect(_Sub(), {"master": "m1", "nodes": []})  # type: ignore[arg-type]
     assert notes == ["--node nosuch: the master knows no such node: no lines of it to show"]
+
+
+class _Master:
+    """Stands in for the runtime the tail asks the master's status with: it answers from
+    ``said`` in turn (an exception is raised), then cancels ``done``."""
+
+    def __init__(self, said: list[object], done: anyio.CancelScope) -> None:
+        self.said, self.done = said, done
+
+    async def control(self, endpoint: str, msg_type: str, payload: object, timeout: float) -> object:
+        assert msg_type == "status"
+        if not self.said:
+            self.done.cancel()
+            await anyio.sleep_forever()
+        answer = self.said.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_a_master_back_on_other_keys_is_said_to_refuse_the_follower(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restarted on a rotated pair, the master was said not to answer, and then nothing more
+    (its lines gone for good, its handshakes refused); now the refusal and its why are said,
+    once, and so is the master taking these keys again."""
+    monkeypatch.setattr(log_stream, "REASK_S", 0)
+    notes: list[str] = []
+    logs = ClusterLogs("tcp://10.0.0.1:7480", frozenset(), lambda line, node: True, 0, notes.append)
+    refused = Unreachable("the CURVE handshake with tcp://10.0.0.1:7480 failed: ... (rotated? ...)")
+    said: list[object] = [AskTimeout("no reply to 'status'"), refused, refused, {"master": "m1", "nodes": []}]
+
+    async def follow() -> None:
+        with anyio.fail_after(WAIT_S), anyio.CancelScope() as done:
+            await logs._rediscover(_Master(said, done), _Sub())  # type: ignore[arg-type]
+
+    anyio.run(follow)
+    assert notes == [
+        "the master at tcp://10.0.0.1:7480 does not answer (no reply to 'status'); following the nodes known",
+        f"the master at tcp://10.0.0.1:7480 refuses this follower ({refused}); following the nodes "
+        "known, and the master's lines again once its keys and these agree",
+        "the master at tcp://10.0.0.1:7480 answers again",
+    ]
