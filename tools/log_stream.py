@@ -39,6 +39,7 @@ from troupe.runtime.node.reach import advertised_endpoint, endpoint_host
 
 from .cli_runtime import cli_runtime
 from .log_filters import parse_record
+from .log_stream_refusals import HANDSHAKE_EVENTS, StreamRefusals
 from .master_client import keys_hint
 
 __all__ = ["REASK_S", "WINDOW_S", "ClusterLogs", "ReorderBuffer", "latest_in_turns", "stamped"]
@@ -182,16 +183,25 @@ class ClusterLogs:
         context = zmq.asyncio.Context()
         sub = cast(zmq.asyncio.Socket, log_socket(context, zmq.SUB))
         sub.setsockopt(zmq.SUBSCRIBE, b"")
+        monitor: zmq.asyncio.Socket | None = None
         try:
             async with cli_runtime("cli-logs") as runtime:
+                # Before any connect: a stream that refuses this follower's keys is said, not
+                # followed in silence (log_stream_refusals.py).
+                monitor = sub.get_monitor_socket(HANDSHAKE_EVENTS)
+                refusals = StreamRefusals(sub, self.warn, self._stream_at)
                 await self._start(runtime, sub, emit)
                 if not follow:
                     return
                 async with anyio.create_task_group() as tg:
+                    tg.start_soon(refusals.read, monitor)
                     tg.start_soon(self._rediscover, runtime, sub)
                     tg.start_soon(self._flush, emit)
                     await self._receive(runtime, sub, tg)
         finally:
+            if monitor is not None:
+                sub.disable_monitor()
+                monitor.close(linger=0)
             sub.close(linger=0)
             context.term()
 
@@ -271,6 +281,17 @@ class ClusterLogs:
                 if self.following
                 else f"--node {node}: the master knows no such node: no lines of it to show"
             )
+
+    def _stream_at(self, log_endpoint: str) -> str | None:
+        """The stream followed at ``log_endpoint``, as the notes name it."""
+        for name, stream in self._streams.items():
+            if stream.endpoint == log_endpoint:
+                return (
+                    f"the master ({name})"
+                    if self._node_endpoints.get(name) == self.master
+                    else f"node {name}"
+                )
+        return None
 
     def _follow(self, sub: zmq.Socket[Any], name: str, log_endpoint: str) -> None:
         """Follow the stream ``name`` at ``log_endpoint`` (its new one, after a restart)."""
