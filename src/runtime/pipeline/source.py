@@ -524,8 +524,9 @@ class MasterSource:
 
         ``sent``: the registrations sent again when the call that says so was sent (None: one
         was on its way, which the call may have passed). Only a call sent after the last one
-        asks for another: the master takes a second registration as the run leaving and
-        joining again, and puts back every lease it holds, an attempt lost for each."""
+        asks for another, so the run registers once for all of them; a second would cost
+        nothing but the call (the master keeps the leases of a process that registers again,
+        ``pid``: as the one of a register that timed out here and was answered there)."""
         if sent != self._registrations:
             return
         self._registrations += 1

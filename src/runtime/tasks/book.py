@@ -57,6 +57,10 @@ Decisions the driver and the workers rely on:
   ``lease_s`` from the first event after the restart; one that no worker named by then goes
   back to pending with no attempt counted. Older copies of the task are not held over: their
   Renew is refused (the newest copy runs on), their Complete commits as above.
+- A WorkerJoined of a registered worker's id is that worker leaving and joining again: its
+  leases go back as a WorkerLeft's would (reason ``rejoined``); unless both say the same
+  ``pid``: then it is the same process registering again (its first registration was answered
+  after it gave up waiting, and it sent it again), and the new row keeps its leases.
 - ``RequestTask.free_slots`` is capped by the slots the book itself sees free, plus the
   worker's ``prefetch`` (``WorkerJoined.prefetch``) when the request allows leases ahead.
 - Prefetch: a worker whose slots are all leased may hold up to ``prefetch`` more leases, each

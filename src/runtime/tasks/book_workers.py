@@ -1,10 +1,10 @@
 """The workers and nodes the task book knows: a worker joins, leaves, its node dies or drains.
 
 :class:`WorkerMembership` adds a worker's row as it registers (taking the held-over leases it
-named before), and puts back at once what a worker that left held, or every worker of a node
-that died or left (a worker that named held-over leases and has not registered again too); a
-draining node is reported drained once its workers hold no lease. The rules are told in
-:mod:`troupe.runtime.tasks.book`.
+named before, and its earlier row's where the same process registers again), and puts back at
+once what a worker that left held, or every worker of a node that died or left (a worker that
+named held-over leases and has not registered again too); a draining node is reported drained
+once its workers hold no lease. The rules are told in :mod:`troupe.runtime.tasks.book`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,15 @@ class WorkerMembership(BookMoves):
     def _worker_joined(self, ev: WorkerJoined, now: float, out: list[Command]) -> None:
         if ev.slots < 1 or ev.resources.cpu < 0 or ev.resources.gpu < 0:
             return self._reject(ev, "a worker needs slots >= 1 and resources >= 0", out)
-        if ev.worker_id in self._workers:
+        again = self._workers.get(ev.worker_id)
+        if again is not None and not (again.pid and again.pid == ev.pid):
             self._worker_left(WorkerLeft(ev.worker_id, "rejoined"), now, out)
+            again = None
+        elif again is not None:
+            # The same process registering again: its first registration was answered after
+            # it gave up waiting (behind a slow batch) and sent it again. Its tasks run on, so
+            # the new row takes its leases (a rejoin puts them back, an attempt lost each).
+            self._unlist(again)
         held = self._unregistered.pop(ev.worker_id, None)
         if held is not None and held.pid and ev.pid and held.pid != ev.pid:
             # Leases held over a restart, named by another process of this name that died
@@ -51,8 +58,10 @@ class WorkerMembership(BookMoves):
         )
         self._workers[ev.worker_id] = worker
         self._nodes.setdefault(ev.node_id, set()).add(ev.worker_id)
-        if held is not None:  # it took leases held over a restart before it registered
-            for lease in list(held.leases.values()):
+        if again is not None:
+            worker.declined = again.declined
+        for before in (again, held):  # held: it took leases held over a restart before it registered
+            for lease in list(before.leases.values()) if before is not None else ():
                 self._move_lease(lease, worker)
 
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
@@ -65,8 +74,11 @@ class WorkerMembership(BookMoves):
             # each costs an attempt, as its expiry would have.
             return self._leases_lost(claimant, ev.reason, len(claimant.leases), now, out)
         self._leases_lost(worker, ev.reason, worker.slots, now, out)
+        self._unlist(worker)
+
+    def _unlist(self, worker: Worker) -> None:
         node = self._nodes[worker.node_id]
-        node.discard(ev.worker_id)
+        node.discard(worker.worker_id)
         if not node:
             del self._nodes[worker.node_id]
 

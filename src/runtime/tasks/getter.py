@@ -206,9 +206,9 @@ class TaskGetter(HeldLeases):
 
     def _forgotten_since(self, registrations: int) -> None:
         """A report's answer said the master does not know this worker: register again, unless a
-        registration came after the report was sent (the answer is older than it). Two reports
-        answered so together registered twice, and the master takes a second registration for
-        the worker leaving and coming back: every lease it held went back, an attempt counted."""
+        registration came after the report was sent (the answer is older than it): two reports
+        answered so together would register twice, a call for nothing (the master keeps the
+        leases of a process that registers again)."""
         if registrations == self._counts["registrations"]:
             self._forgotten()
 

@@ -272,3 +272,29 @@ def test_another_process_of_the_holders_name_that_registers_gives_its_leases_bac
         assert (t0.state, t0.attempts) == (TaskState.LEASED, 0)
         assert master.book.leases_of("w") == {first.lease_id: "t0"}
     assert master.book.task(ahead.task_id).state is TaskState.LEASED  # not named: waits for its holder
+
+
+@pytest.mark.parametrize(("first", "again"), [(7, 7), (7, 8), (7, 0), (0, 0)])
+def test_the_same_process_registering_twice_keeps_its_leases_another_rejoins(
+    master: Restarted, first: int, again: int
+) -> None:
+    """jx 6: a busy worker renewed what it held over the restart and registered; its first
+    registration was answered after it gave up waiting (behind a slow batch), and it sent it
+    again. The second was taken as the worker leaving and joining again: its running task was put
+    back, an attempt lost (dead on the last one). The same process (pid) registering again is
+    the same registration now, its leases kept; another process of the name, or one that says no
+    pid, still rejoins."""
+    lease, _ = running(master)
+    master.after(Renew("w", "t0", lease.lease_id, "n", first), 1.0)
+    master.after(WorkerJoined("w", "n", Resources(1, 0), 1, pid=first), 2.0)
+    master.after(WorkerJoined("w", "n", Resources(1, 0), 1, pid=again), 3.0)
+    t0 = master.book.task("t0")
+    if first and first == again:
+        assert (t0.state, t0.attempts) == (TaskState.LEASED, 0)
+        assert master.book.leases_of("w") == {lease.lease_id: "t0"}
+        out = master.after(Renew("w", "t0", lease.lease_id, "n", first), 4.0)
+        assert acks(out) == [AckOutcome.RENEWED]
+        assert leases(master.after(RequestTask("w", 1), 4.0)) == []  # its slot is still taken
+    else:
+        assert (t0.state, t0.attempts) == (TaskState.PENDING, 1)
+        assert master.book.leases_of("w") == {}

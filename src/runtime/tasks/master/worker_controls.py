@@ -105,9 +105,11 @@ class WorkerControls:
 
         def registered(reply: list[Command]) -> dict[str, Any]:
             raise_rejected(reply)
-            self._workers[worker_id] = WorkerEntry(
-                node, m.endpoint, m.pid, slots, resources, kinds, process=m.process
-            )
+            entry = WorkerEntry(node, m.endpoint, m.pid, slots, resources, kinds, process=m.process)
+            before = self._workers.get(worker_id)
+            if before is not None and before.pid and before.pid == m.pid:  # the same, its leases kept
+                entry.declined, entry.granted = before.declined, before.granted
+            self._workers[worker_id] = entry
             log.info(
                 "worker_joined", worker=worker_id, node=node, slots=slots, gpu=resources.gpu,
                 kinds=kinds or "any",

@@ -124,6 +124,19 @@ async def test_a_holder_that_dies_before_it_registers_again_gives_its_lease_back
         assert await m.call("worker_left", {"worker_id": "n1/w9", "reason": "exit"}) is False
 
 
+REGISTRATION = {"worker_id": "n1/w0", "node": "n1", "endpoint": "mem://w0", "slots": 1, "pid": 100}
+REQUEST = {"worker_id": "n1/w0", "free_slots": 1, "wait_s": 0}
+
+
+async def leased_before_a_restart(tmp_path: Path, **job: Any) -> dict[str, Any]:
+    """A job of one task leased to n1/w0 (pid 100) by a master that then stops: its lease."""
+    async with master_in_memory(tmp_path) as m:
+        await m.submit("j", 1, lease_s=600, **job)
+        await m.call("register_worker", REGISTRATION)
+        (lease,) = (await m.call("request_task", REQUEST))["leases"]
+    return dict(lease)
+
+
 async def test_a_new_process_of_a_holders_name_that_registers_first_gives_its_lease_back_at_once(
     tmp_path: Path,
 ) -> None:
@@ -131,19 +144,41 @@ async def test_a_new_process_of_a_holders_name_that_registers_first_gives_its_le
     name (pid 200), which registered before the node's worker_left for the dead one. It inherited
     the lease it never ran, and the task waited out ``lease_s``; the late worker_left, of an older
     pid, was stale. Now the registration puts the lease back at once, an attempt lost."""
-    async with master_in_memory(tmp_path) as m:
-        await m.submit("j", 1, lease_s=600)
-        registration = {"worker_id": "n1/w0", "node": "n1", "endpoint": "mem://w0", "slots": 1}
-        await m.call("register_worker", {**registration, "pid": 100})
-        request = {"worker_id": "n1/w0", "free_slots": 1, "wait_s": 0}
-        (lease,) = (await m.call("request_task", request))["leases"]
+    lease = await leased_before_a_restart(tmp_path)
     async with master_in_memory(tmp_path) as m:  # a restart on the journal
         ids = {"worker_id": "n1/w0", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
         renewed = await m.call("renew", {**ids, "node": "n1", "pid": 100})
         assert (renewed["outcome"], renewed["known"]) == ("renewed", False)
-        await m.call("register_worker", {**registration, "pid": 200})  # pid 100 died meanwhile
+        await m.call("register_worker", {**REGISTRATION, "pid": 200})  # pid 100 died meanwhile
         info = m.master.book.task(lease["task_id"])
         assert (info.state, info.attempts) == (TaskState.PENDING, 1)
         assert await m.call("worker_left", {"worker_id": "n1/w0", "pid": 100, "reason": "exit -9"}) is False
-        (again,) = (await m.call("request_task", request))["leases"]
+        (again,) = (await m.call("request_task", REQUEST))["leases"]
         assert again["task_id"] == lease["task_id"] and again["lease_id"] > lease["lease_id"]
+
+
+@pytest.mark.parametrize(("pid", "kept"), [(100, True), (200, False)])
+async def test_a_busy_worker_that_sends_its_registration_again_keeps_its_lease(
+    tmp_path: Path, pid: int, kept: bool
+) -> None:
+    """jx 6: after a restart a busy worker renewed its lease and registered; the registration
+    waited behind a slow batch past the getter's call_timeout_s and was sent again once answered.
+    The master took the second for the worker leaving and joining again: the running task was
+    put back, an attempt lost (dead-lettered on its last), its renewal refused. The same process
+    registering again keeps its lease now; another process of its name still takes its place."""
+    lease = await leased_before_a_restart(tmp_path, max_attempts=1)
+    async with master_in_memory(tmp_path) as m:  # a restart on the journal
+        ids = {"worker_id": "n1/w0", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
+        renewed = await m.call("renew", {**ids, "node": "n1", "pid": 100})
+        assert (renewed["outcome"], renewed["known"]) == ("renewed", False)
+        await m.call("register_worker", REGISTRATION)  # answered after the worker gave up waiting
+        await m.call("register_worker", {**REGISTRATION, "pid": pid})  # sent again
+        info = m.master.book.task(lease["task_id"])
+        renewed = await m.call("renew", {**ids, "node": "n1", "pid": pid})
+        if kept:
+            assert (info.state, info.attempts) == (TaskState.LEASED, 0)
+            assert renewed["outcome"] == "renewed"
+        else:
+            assert (info.state, info.attempts) == (TaskState.DEAD, 1)
+            assert info.error == "worker n1/w0 on node n1 left: rejoined"
+            assert renewed["outcome"] == "rejected"
