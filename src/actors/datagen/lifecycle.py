@@ -326,6 +326,12 @@ class LeRobotWriter(BaseWriter):
             log.warning("episode_damaged", task_id=task_id, damage=damage, set_aside=str(aside))
         return committed
 
+    def committed_among(self, task_ids: list[str]) -> list[str]:
+        """Those of ``task_ids`` whose episode is committed (whole): a replica that committed
+        one and died before it answered left it in the dataset, and the run counts it ok rather
+        than dead or made again (``pipeline/committed_check.py``)."""
+        return [t for t in task_ids if self.store.is_committed(t) and self.store.damage(t) is None]
+
     def finalize(self, run: StageRun) -> dict[str, Any]:
         """Write the dataset over the committed episodes of the run's items; say what it holds,
         and name a committed episode of no item of the run (another run's, copied in), left

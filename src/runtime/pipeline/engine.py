@@ -139,6 +139,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
         self._releases: dict[str, tuple[Replica, list[str]]] = {}  # holder name -> keys to release
         self.placement: dict[str, str] = {}
         self.restarted = 0
+        self._asking = 0  # items whose stage that commits outputs is asked about them
         self._restarts: dict[str, int] = {}
         self.done = done
         self.keep_outputs = keep_outputs
@@ -322,6 +323,7 @@ class PipelineEngine(HookCalls, ItemDispatch):
     def _finished(self) -> bool:
         return (
             not self._remakes
+            and not self._asking
             and self.source.exhausted()
             and all(not s.queue and all(r.busy == 0 for r in s.replicas) for s in self.stages)
         )

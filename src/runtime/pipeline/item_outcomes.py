@@ -1,6 +1,7 @@
 """What becomes of an item a stage has answered for: passed on to the stages it feeds, settled
 (ok, pruned, dead, kept, or an error its master retries), retried in its stage, or run again from
-the first stage when the payload it needs is gone.
+the first stage when the payload it needs is gone; or ok after all where, before a retry or a
+dead letter, a stage that commits outputs says its output is committed (``committed_check.py``).
 
 :class:`ItemOutcomes` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
 decides this, apart from the call that brings the answer (``replica_calls.py``) and from what
@@ -14,7 +15,7 @@ from typing import Any
 
 from troupe.runtime.library_logging import get_logger
 
-from .handle_ledger import HandleLedger
+from .committed_check import CommittedCheck
 from .records import Handle, Item, StageState
 
 __all__ = ["ItemOutcomes"]
@@ -22,7 +23,7 @@ __all__ = ["ItemOutcomes"]
 log = get_logger(__name__)
 
 
-class ItemOutcomes(HandleLedger):
+class ItemOutcomes(CommittedCheck):
     """Settles, passes on, retries and restarts items (a part of the engine)."""
 
     keep_outputs: bool
@@ -66,6 +67,19 @@ class ItemOutcomes(HandleLedger):
             down.meter.queued(len(down.queue), now)
 
     def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
+        if self.config.downstream(stage.index):  # no output of it is committed yet
+            return self._retry_now(stage, item, error, tb)
+        # a stage that commits outputs: it may have committed this one and failed after
+        self._unless_committed(
+            item, lambda: self._found(item), lambda: self._retry_now(stage, item, error, tb)
+        )
+
+    def _found(self, item: Item) -> None:
+        """Its output is committed after all (``committed_check.py``): it ended ok."""
+        self._consumed(item)
+        self._settle(item, "ok")
+
+    def _retry_now(self, stage: StageState, item: Item, error: str, tb: str) -> None:
         if not self._retries_here(item):  # the master decides: retry later, or dead letter
             log.warning(
                 "item_failed_to_master", stage=stage.cfg.name, task_id=item.task_id, error=error, traceback=tb
@@ -93,7 +107,11 @@ class ItemOutcomes(HandleLedger):
 
     def _restart(self, item: Item, why: str) -> None:
         """``item``'s payload is gone with the replica that held it: run it from the first stage
-        again (an attempt, so that a run that keeps losing nodes still ends)."""
+        again (an attempt, so that a run that keeps losing nodes still ends), unless a stage
+        that commits outputs has its output already (another branch of the pipeline's)."""
+        self._unless_committed(item, lambda: self._found(item), lambda: self._restart_now(item, why))
+
+    def _restart_now(self, item: Item, why: str) -> None:
         self._consumed(item)
         self.restarted += 1
         n = self._restarts[item.task_id] = self._restarts.get(item.task_id, 0) + 1

@@ -90,6 +90,7 @@ class ReplicaPool:
     _stop_waits: set[anyio.CancelScope]  # the stops asked of nodes, waiting for their answers
     _suspects: dict[Replica, float]  # replicas whose connection ended, and since when
     _look_now: anyio.Event
+    _asking: int  # items a stage that commits outputs is asked about: none drained till answered
     source: ItemSource
     on_event: Callable[[str], None] | None
     nodes_outlive_run: bool
@@ -399,7 +400,9 @@ class ReplicaPool:
     def _drained(self, stage: StageState) -> bool:
         up = self.config.upstream(stage.index)
         upstream_done = self.source.exhausted() if up is None else (self._drained(self.stages[up]))
-        return upstream_done and not stage.queue and all(r.busy == 0 for r in stage.replicas)
+        idle = not stage.queue and all(r.busy == 0 for r in stage.replicas)
+        # an item asked about (committed_check.py) may be retried yet: its stage keeps a replica
+        return upstream_done and idle and not self._asking
 
     def _scale_once(self) -> None:
         assert self._tg is not None

@@ -25,6 +25,11 @@ The lifecycle of a stage in one pipeline run (each hook optional, plain or async
    it returns (a msgpack-able dict) is the run's ``finals[stage]``; a ``"summary"`` string in it
    is what ``troupe run`` prints. Not called where every item died (earlier runs' dead among
    them): the run made nothing to finalise.
+
+A stage that commits outputs may also define ``committed_among(task_ids)``, returning those of
+the ids whose output is committed (plain or async): the engine asks it, on a replica that is up,
+before it retries, runs again or dead-letters an item this stage failed (or lost) on, and an
+item it names ends ok (its output was committed before the failure: ``committed_check.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ __all__ = [
 _PULL_TICK_S = 5.0  # well under any progress timeout a supervision config would set
 _MOST_ID = 2**64 - 1  # the longest a reply's message id encodes to
 
-HOOKS = ("start", "finalize")
+HOOKS = ("start", "finalize", "committed_among")
 """The run-wide hooks a stage class may define."""
 
 
@@ -543,6 +548,13 @@ class StageActor(Actor):
             "committed": committed_ids(type(self).__qualname__, committed),
             "every": self.start_lists_every_output,
         }
+
+    @handles("stage_committed")
+    async def _stage_committed(self, payload: dict[str, Any]) -> dict[str, Any]:
+        hook = getattr(self, "committed_among", None)
+        ids = [str(t) for t in payload.get("task_ids") or ()]
+        named = await _call(hook, ids) if callable(hook) and ids else None
+        return {"committed": committed_ids(type(self).__qualname__, named, "committed_among")}
 
     @handles("stage_finalize")
     async def _stage_finalize(self, payload: dict[str, Any]) -> dict[str, Any]:

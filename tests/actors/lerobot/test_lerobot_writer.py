@@ -333,6 +333,22 @@ def test_the_writer_stage_sets_aside_an_episode_cut_short_and_lists_the_rest(
     assert sorted(p.name for p in (store.root / commit_mod.DAMAGED_DIR).iterdir()) == ["task-a", "task-b"]
 
 
+def test_the_writer_stage_names_the_whole_committed_episodes_among_the_ids_asked(store: OutputStore) -> None:
+    """jx 4: the engine asks the store stage, before it dead-letters or retries an item whose
+    store call failed, whether its episode was committed (the replica died after the commit);
+    one damaged since is not counted committed."""
+    from troupe.actors.datagen.lifecycle import LeRobotWriter
+
+    _write_all(store)
+    (store.committed_path("task-a") / video_file(RGB_KEY)).unlink()
+    stage = LeRobotWriter(store=str(store.root))
+    try:
+        named = stage.committed_among(["task-a", "task-b", "never-made"])
+    finally:
+        stage.writer.close(timeout=10)
+    assert named == ["task-b"]
+
+
 def test_finalize_is_idempotent_and_drops_stale_files(store: OutputStore, tmp_path: Path) -> None:
     """Re-running finalize writes identical bytes; a run with fewer files removes the extra ones."""
     _write_all(store)
