@@ -1,9 +1,9 @@
 """Jobs in the task book: submitted, cancelled, their dead tasks retried.
 
-:class:`JobSteps` takes a job in (its tasks checked as a whole: ids unique across jobs,
-resources not negative), cancels one (its running copies told to stop; many tasks in one
-record), and puts a job's dead tasks back to pending on an operator's word. The rules are told
-in :mod:`troupe.runtime.tasks.book`.
+:class:`JobSteps` takes a job in (its tasks checked as a whole: ids unique across jobs, those of
+compacted jobs included, resources not negative), cancels one (its running copies told to stop;
+many tasks in one record), and puts a job's dead tasks back to pending on an operator's word.
+The rules are told in :mod:`troupe.runtime.tasks.book`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 from troupe.runtime.library_logging import get_logger
 
 from .book_moves import BookMoves
+from .compacted_ids import CompactedIds
 from .journal_bulk import BULK_TASKS
 from .state import (
     FINAL_STATES,
@@ -45,7 +46,7 @@ class JobSteps(BookMoves):
             return self._reject(ev, f"job id {ev.job_id!r} is taken; submit under a new id", out)
         if not specs:
             return self._reject(ev, f"job {ev.job_id!r} has no tasks; give it at least one", out)
-        problem = _first_problem(specs, self._tasks.keys())
+        problem = _first_problem(specs, self._tasks.keys(), self._compacted_ids)
         if problem:
             return self._reject(ev, problem, out)
         job = self._add_job(ev.job_id, ev.name or ev.job_id, None, ev.policy, wall)
@@ -100,20 +101,33 @@ class JobSteps(BookMoves):
         log.info("dead_tasks_retried", job_id=job.job_id, tasks=len(dead))
 
 
-def _first_problem(specs: Sequence[TaskSpec], known: AbstractSet[str]) -> str:
+def _first_problem(specs: Sequence[TaskSpec], known: AbstractSet[str], compacted: CompactedIds) -> str:
     """What is wrong with a job's tasks, for the first task in order that is wrong: an id used
-    twice (in the job, or by a task ``known`` already) or a negative resource; empty if none.
+    twice (in the job, by a task ``known`` already, or by a ``compacted`` job's task: the output
+    store answers for that id with its output) or a negative resource; empty if none.
 
     Checked as a whole first (a million tasks in one submit), task by task only on a problem.
     """
     ids = [s.task_id for s in specs]
     needs = {id(s.needs): s.needs for s in specs}.values()
-    if len(set(ids)) == len(ids) and known.isdisjoint(ids) and all(n.cpu >= 0 and n.gpu >= 0 for n in needs):
+    taken = compacted.any_of(ids)
+    if (
+        len(set(ids)) == len(ids)
+        and known.isdisjoint(ids)
+        and not taken
+        and all(n.cpu >= 0 and n.gpu >= 0 for n in needs)
+    ):
         return ""
     seen: set[str] = set()
     for spec in specs:
         if spec.task_id in seen or spec.task_id in known:
             return f"task id {spec.task_id!r} is used twice; ids must be unique across jobs"
+        old_job = compacted.whose(spec.task_id) if taken else None
+        if old_job is not None:
+            return (
+                f"task id {spec.task_id!r} is used twice; ids must be unique across jobs "
+                f"(job {old_job!r}, compacted, keeps its tasks' ids)"
+            )
         if spec.needs.cpu < 0 or spec.needs.gpu < 0:
             return f"task {spec.task_id!r} needs {spec.needs}; resources must be >= 0"
         seen.add(spec.task_id)

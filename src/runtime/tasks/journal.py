@@ -31,11 +31,13 @@ second open, in this process or another, by any path to the file (a symlink, a h
 Compaction (:meth:`Journal.compact`) keeps restarts fast: a job that finished (every task done,
 dead or cancelled) has its done and cancelled task rows folded into one ``compacted_jobs`` row
 of counts. The job's dead task rows stay, with their errors, so ``ctl dead`` still lists them.
-What a compacted job forgets is its done tasks' ids: a late Complete for one is rejected as an
-unknown task (its output is committed already, so nothing is lost), and a new job may reuse such
-an id; the output store still holds the old output under that id, so a task actor that checks
-``OutputStore.is_committed`` first answers it without running again. Schema version 2 adds
-``jobs.finished_at`` and ``compacted_jobs``; a version-1 journal is upgraded when opened. A
+What a compacted job forgets is its done tasks' rows: a late Complete for one is rejected as an
+unknown task (its output is committed already, so nothing is lost). Their ids stay taken: the
+output store holds the old output under each, and a new job that reused one was "done" at once
+with it, so ids other than the job's own generated ones are kept in ``compacted_task_ids``
+(``compacted_ids.py``) and a submit that reuses one is refused. Schema version 2 adds
+``jobs.finished_at`` and ``compacted_jobs``, version 3 ``compacted_jobs.content``, version 4
+``compacted_task_ids``; an older journal is upgraded when opened. A
 master compacts as it starts (``master/journal_open.py``) and, while it runs, every few minutes,
 its book with its journal (``master/compaction.py``: the digests come from the book, and the
 journal's transaction runs between two of the driver's batches).
@@ -69,6 +71,7 @@ from troupe.runtime.gc_pauses import collector_paused
 from troupe.runtime.library_logging import get_logger
 
 from .book import TaskBook
+from .compacted_ids import KEPT_ONE_BY_ONE_SQL
 from .journal_check import bad_row, check_rows
 from .journal_errors import translated
 from .journal_lock import JournalLock, lock_path
@@ -360,11 +363,12 @@ class Journal:
                 lease_floor = max(lease_floor, last_lease_id)
                 if content is not None:
                     digests[job_id] = content
+            kept_ids = conn.execute("SELECT task_id, job_id FROM compacted_task_ids").fetchall()
             started = time.monotonic()
             total = conn.execute("SELECT count(*) FROM tasks").fetchone()[0]
             rows = noted(task_rows(conn.execute(SELECT_TASKS)), total, self._path, note_s)
             with collector_paused():  # a few objects a task, all kept (see gc_pauses)
-                book = TaskBook.restore(jobs, rows, compacted, lease_floor, digests)
+                book = TaskBook.restore(jobs, rows, compacted, lease_floor, digests, kept_ids)
         log.info(
             "journal_replayed",
             path=str(self._path),
@@ -436,6 +440,11 @@ class Journal:
                     "INSERT INTO compacted_jobs (job_id, done, cancelled, last_lease_id, "
                     "compacted_at, content) VALUES (?, ?, ?, ?, ?, ?)",
                     [(job_id, *row, now, digests[job_id]) for job_id, row in counts.items()],
+                )
+                conn.execute(  # their ids stay taken (compacted_ids.py): no new job reuses one
+                    "INSERT INTO compacted_task_ids (task_id, job_id) SELECT task_id, job_id FROM tasks "
+                    f"WHERE state IN {_FOLDED} AND job_id IN (SELECT job_id FROM compacting) "
+                    f"AND {KEPT_ONE_BY_ONE_SQL}"
                 )
                 removed = conn.execute(
                     f"DELETE FROM tasks WHERE state IN {_FOLDED} AND job_id IN "
@@ -515,7 +524,7 @@ class Journal:
         """Refuse the journal if a row has the wrong shape (once: then only we write to it)."""
         if self._checked:
             return
-        check_rows(conn, self._path, ["jobs", "tasks", "compacted_jobs"])
+        check_rows(conn, self._path, ["jobs", "tasks", "compacted_jobs", "compacted_task_ids"])
         for rowid, policy in conn.execute("SELECT rowid, policy FROM jobs ORDER BY rowid"):
             try:
                 job_policy(policy)

@@ -88,10 +88,19 @@ _COMPACTED_CHECKS: list[Check] = [
     ("compacted_at", _NUMBER.format("compacted_at"), "a number"),
     ("content", "typeof(content) IN ('text', 'null')", "a digest or null"),
 ]
+_COMPACTED_ID_CHECKS: list[Check] = [
+    ("task_id", "typeof(task_id) = 'text' AND task_id != ''", "a non-empty text"),
+    (
+        "job_id",
+        "typeof(job_id) = 'text' AND job_id IN (SELECT job_id FROM compacted_jobs)",
+        "the id of a job in the compacted_jobs table",
+    ),
+]
 _TABLES: dict[str, tuple[str, list[Check]]] = {
     "jobs": ("rowid", _JOB_CHECKS),
     "tasks": ("seq", _TASK_CHECKS),
     "compacted_jobs": ("rowid", _COMPACTED_CHECKS),
+    "compacted_task_ids": ("rowid", _COMPACTED_ID_CHECKS),
 }
 
 

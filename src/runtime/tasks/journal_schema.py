@@ -37,8 +37,8 @@ __all__ = [
 log = get_logger(__name__)
 
 APPLICATION_ID = 0x54525550  # "TRUP" in the SQLite header: marks a file as a troupe journal
-SCHEMA_VERSION = 3  # PRAGMA user_version; bump it with every schema change
-_UPGRADABLE = (1, 2)  # older versions opened and upgraded in place
+SCHEMA_VERSION = 4  # PRAGMA user_version; bump it with every schema change
+_UPGRADABLE = (1, 2, 3)  # older versions opened and upgraded in place
 
 _COMPACTED_TABLE = """CREATE TABLE compacted_jobs (
         job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
@@ -47,6 +47,13 @@ _COMPACTED_TABLE = """CREATE TABLE compacted_jobs (
         last_lease_id INTEGER NOT NULL,
         compacted_at REAL NOT NULL,
         content TEXT
+    )"""
+# A compacted job's done and cancelled task ids that its job id does not account for
+# (``compacted_ids.py``): still taken, so that no new job reuses one. Filled by the compaction's
+# transaction; rowid only (no index: the book holds them in a dict), about the ids' bytes a row.
+_COMPACTED_IDS_TABLE = """CREATE TABLE IF NOT EXISTS compacted_task_ids (
+        task_id TEXT NOT NULL,
+        job_id TEXT NOT NULL REFERENCES jobs (job_id)
     )"""
 _SCHEMA = (
     """CREATE TABLE jobs (
@@ -77,6 +84,7 @@ _SCHEMA = (
         error TEXT,
         traceback TEXT
     )""",
+    _COMPACTED_IDS_TABLE,
 )
 _UPGRADE_FROM_1 = (
     "ALTER TABLE jobs ADD COLUMN finished_at REAL",
@@ -86,6 +94,13 @@ _UPGRADE_FROM_1 = (
 )
 # A compacted job's tasks' digest (job_digest), for a submit of it again; null: compacted before.
 _UPGRADE_FROM_2 = ("ALTER TABLE compacted_jobs ADD COLUMN content TEXT",)
+# The ids of jobs compacted before are gone: their generated ids stay taken (their job ids do).
+_UPGRADE_FROM_3 = (_COMPACTED_IDS_TABLE,)
+_UPGRADES = {
+    1: _UPGRADE_FROM_1 + _UPGRADE_FROM_3,  # version 1's compacted_jobs is made with content
+    2: _UPGRADE_FROM_2 + _UPGRADE_FROM_3,
+    3: _UPGRADE_FROM_3,
+}
 
 
 def refuse_empty(path: Path, create: bool, new_hint: str) -> None:
@@ -229,7 +244,7 @@ def check_or_init(
         if version in _UPGRADABLE:
             kept = keep_copy_before_upgrade(conn, path, version)  # an older master reads it
             conn.execute("BEGIN IMMEDIATE")
-            for statement in _UPGRADE_FROM_1 if version == 1 else _UPGRADE_FROM_2:
+            for statement in _UPGRADES[version]:
                 conn.execute(statement, {"now": time.time()} if ":now" in statement else ())
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")

@@ -24,6 +24,7 @@ from troupe.runtime.errors import TaskError
 from troupe.runtime.gc_pauses import collector_paused
 
 from .book_rows import Job, LeaseSlot, Task, Worker
+from .compacted_ids import CompactedIds
 from .job_digest import job_digest
 from .scheduling import waiting_reason
 from .speculation import RunningMedian
@@ -79,6 +80,7 @@ class TaskTables:
         self._spec_launched = 0
         self._spec_won = 0
         self._folded: list[Task] = []  # dropped by fold, still known by id: forget_folded
+        self._compacted_ids = CompactedIds()  # folded and forgotten, still taken for new jobs
         # Backing off when the journal was replayed: put on the monotonic clock at the first
         # event (``TaskBook.handle``), for the book reads no clock of its own.
         self._restored_backoffs: list[Task] = []
@@ -101,6 +103,7 @@ class TaskTables:
         compacted: Mapping[str, Mapping[TaskState, int]] | None = None,
         lease_floor: int = 0,
         digests: Mapping[str, str] | None = None,
+        compacted_ids: Iterable[tuple[str, str]] = (),
     ) -> Self:
         """Rebuild the book from journaled rows after a restart.
 
@@ -124,6 +127,8 @@ class TaskTables:
             lease_floor: the highest lease id those compacted tasks had been issued.
             digests: per compacted job, its tasks' ``job_digest`` (a submit of it again is
                 compared by it).
+            compacted_ids: ``(task id, job id)`` of the compacted tasks whose ids are kept one
+                by one (``compacted_ids.py``): no new job may use them.
 
         Returns:
             The book, with no workers: they register again.
@@ -186,6 +191,13 @@ class TaskTables:
                 job.counts[state] += n
                 book._totals[state] += n
                 job.compacted += n
+            if job.compacted:
+                book._compacted_ids.add_job(job.job_id)
+        for task_id, job_id in compacted_ids:
+            job = book._jobs.get(job_id)
+            if job is None:
+                raise TaskError(f"compacted task {task_id} names job {job_id}, which has no row")
+            book._compacted_ids.add(job.job_id, task_id)  # the job's own str: one per job, not per id
         for job_id, digest in (digests or {}).items():
             if job_id in book._jobs:
                 book._jobs[job_id].digest = digest
@@ -229,18 +241,23 @@ class TaskTables:
         job.digest = digest
         job.queue.clear()  # what a lazy removal left there
         job.durations = RunningMedian()  # a restart starts it afresh too
+        if folded:
+            self._compacted_ids.add_job(job_id)
         self._folded += folded
         return len(folded)
 
     def forget_folded(self, most: int) -> int:
         """Forget up to ``most`` of the tasks :meth:`fold` dropped (a million at once held the
-        master's loop half a second): their ids unknown from now on, their rows freed.
+        master's loop half a second): their rows freed, their ids unknown from now on but
+        still taken (``compacted_ids.py``: no new job may use them).
 
         Returns:
             How many are still to forget.
         """
         folded, tasks = self._folded, self._tasks
+        kept = self._compacted_ids
         for task in folded[-most:]:
+            kept.add(task.job.job_id, task.spec.task_id)
             del tasks[task.spec.task_id]  # no new task took its id: it was known until now
         self._forgotten += len(folded[-most:])
         del folded[-most:]

@@ -26,7 +26,7 @@ from troupe.runtime.errors import JournalError, TaskError
 from troupe.runtime.tasks import book_jobs
 from troupe.runtime.tasks import journal as journal_mod
 from troupe.runtime.tasks.book import TaskBook, split_commands
-from troupe.runtime.tasks.journal import Compaction, Journal
+from troupe.runtime.tasks.journal import SCHEMA_VERSION, Compaction, Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy, JournalLock
 from troupe.runtime.tasks.journal_rows import SELECT_TASKS, task_rows
 from troupe.runtime.tasks.master.journal_open import open_journal
@@ -268,7 +268,7 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 99")
     conn.close()
-    with pytest.raises(JournalError, match="schema version 99, this troupe reads versions 1 to 3"):
+    with pytest.raises(JournalError, match="schema version 99, this troupe reads versions 1 to 4"):
         Journal.open(path)
 
 
@@ -622,7 +622,7 @@ def test_a_version_1_journal_is_upgraded_and_replayed(tmp_path: Path) -> None:
         assert book.task("t0").state is TaskState.DONE
         assert journal.compact(time.time() - 60).jobs == 0  # "finished" counts from the upgrade
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("SELECT finished_at FROM jobs").fetchone()[0] is not None
     conn.close()
 
