@@ -49,7 +49,6 @@ MALFORMED: dict[str, list[tuple[Any, str, str | None]]] = {
     ],
     "complete": [
         ({"worker_id": "n1/w0", "lease_id": 1}, "task_id", None),
-        ({**WORKER, "result_ref": 5}, "result_ref", "5"),
         ({**WORKER, "request": "1"}, "request", "'1'"),
     ],
     "fail": [
