@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from troupe.runtime.library_logging import get_logger
+from troupe.runtime.tasks.output_store import fsync_path
 
 from .episode_rows import episode_rows
 from .format import EPISODE_FILE, FRAMES_FILE, VIDEO_KEYS, data_schema, video_file
@@ -255,11 +256,7 @@ class DatasetDrafts:
             files = [d[-1].concat.dest for d in self._videos.values() if d and d[-1].concat is not None]
             files += [d.path for d in self._data[-1:] if not d.taken]
         for file in files:
-            fd = os.open(file, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # not fdatasync: macOS has none
-            finally:
-                os.close(fd)
+            fsync_path(file)  # not fdatasync: macOS has none
 
     def _draft_video(self, key: str, src: Path, declared: tuple[str, ...], fps: int) -> None:
         size = src.stat().st_size

@@ -28,7 +28,6 @@ episode's extra info as JSON); lerobot ignores them.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +43,13 @@ import pyarrow.parquet as pq
 from troupe.actors.lerobot.errors import InvalidData
 from troupe.runtime.errors import CommitError
 from troupe.runtime.library_logging import get_logger
-from troupe.runtime.tasks.output_store import OutputStore, as_commit_error, atomic_file, replace_durably
+from troupe.runtime.tasks.output_store import (
+    OutputStore,
+    as_commit_error,
+    atomic_file,
+    fsync_path,
+    replace_durably,
+)
 
 from .dataset_drafts import DataDraft, DatasetDrafts
 from .episode_rows import episode_rows
@@ -494,11 +499,7 @@ def _withdraw_info(root: Path) -> None:
     if not info.is_file():
         return
     info.unlink()
-    fd = os.open(info.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(info.parent)
 
 
 def _remove_stale(root: Path, keep: set[Path]) -> None:

@@ -70,6 +70,7 @@ __all__ = [
     "Staged",
     "as_commit_error",
     "atomic_file",
+    "fsync_path",
     "replace_durably",
 ]
 
@@ -226,7 +227,8 @@ def _commit_error(task_id: str, action: str, exc: OSError, root: Path) -> Commit
     return as_commit_error(exc, action=action, root=root, task_id=task_id)
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -246,8 +248,8 @@ def _fsync_tree(top: Path) -> None:
     # Files first, then their directories bottom-up, so the rename publishes durable content.
     for dirpath, _dirnames, filenames in os.walk(top, topdown=False):
         for name in filenames:
-            _fsync_path(Path(dirpath) / name)
-        _fsync_path(Path(dirpath))
+            fsync_path(Path(dirpath) / name)
+        fsync_path(Path(dirpath))
 
 
 class Staged:
@@ -315,8 +317,8 @@ class Staged:
                     return self._duplicate()
                 raise
             if store.durable:
-                _fsync_path(store.committed_dir)
-                _fsync_path(store.staging_dir)
+                fsync_path(store.committed_dir)
+                fsync_path(store.staging_dir)
         except OSError as exc:
             store.discard(self, "failed")
             log.warning("output_commit_failed", task_id=self.task_id, error=str(exc))
@@ -582,10 +584,10 @@ def replace_durably(src: Path, dest: Path, *, durable: bool = True) -> None:
         OSError: the replace failed (another file system: ``EXDEV``), or an fsync did.
     """
     if durable:
-        _fsync_path(src)
+        fsync_path(src)
     os.replace(src, dest)
     if durable:
-        _fsync_path(dest.parent)
+        fsync_path(dest.parent)
 
 
 @contextmanager

@@ -15,6 +15,7 @@ import pytest
 
 from support.journal_drive import drive, leases
 from support.memory_master import master_in_memory
+from support.older_journal import as_older
 from troupe.runtime.errors import TaskError
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.compacted_ids import generated_owner
@@ -175,11 +176,7 @@ async def test_a_master_refuses_them_after_its_compaction_and_its_restart(tmp_pa
 def test_a_version_3_journal_gains_the_table_and_keeps_ids_from_then_on(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     Journal.open(path, create=True).close()
-    conn = sqlite3.connect(path)
-    conn.execute("DROP TABLE compacted_task_ids")  # what a version-3 journal holds
-    conn.execute("PRAGMA user_version = 3")
-    conn.commit()
-    conn.close()
+    as_older(path, 3, "DROP TABLE compacted_task_ids")  # what a version-3 journal holds
     with Journal.open(path) as journal:
         _done_jobs(TaskBook(), journal)
         assert journal.compact(time.time()).jobs == 2

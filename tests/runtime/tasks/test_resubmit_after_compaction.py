@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from support.journal_drive import drive, leases
+from support.older_journal import as_older
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import SCHEMA_VERSION, Journal
 from troupe.runtime.tasks.state import (
@@ -54,11 +55,7 @@ def test_the_same_job_again_after_compaction_is_already_there(tmp_path: Path) ->
 def test_a_journal_compacted_before_the_digest_is_upgraded_and_refuses_as_before(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
     _done_job(path)
-    conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE compacted_jobs DROP COLUMN content")  # what a version-2 journal holds
-    conn.execute("PRAGMA user_version = 2")
-    conn.commit()
-    conn.close()
+    as_older(path, 2, "ALTER TABLE compacted_jobs DROP COLUMN content")  # what a version-2 journal holds
     with Journal.open(path) as journal:
         book = journal.replay()
     assert not book.same_job("j", _specs(), POLICY, "j")  # nothing to compare by: refused, as before
