@@ -7,7 +7,8 @@ The rank itself (``trainer``: the actor a run driver starts per rank, with its c
 ``rank_session``), its data (``dataset``: clips of a LeRobot dataset or of a run still writing
 one; ``sampler``: a sampler that resumes on any number of ranks), the run driver behind ``troupe
 run configs/train.toml`` (``train_run``, with ``train_prepare``, ``train_cluster``,
-``train_driver``, ``train_datagen``, ``train_result`` and ``encoder_figures``) and the VAE's own training
+``train_driver`` and its parts ``train_workers``, ``worker_moves`` and ``train_end``,
+``train_datagen``, ``train_result`` and ``encoder_figures``) and the VAE's own training
 (``vae_training``).
 
 Imports the runtime's public API, torch and troupe.models; ``inflight``, ``ranks`` and

@@ -3,7 +3,8 @@ their hosts and spawned through each host's node, the ranks started and polled t
 all of them started again from the latest committed checkpoint when one is lost (at most
 ``train.max_restarts`` times). On a master's cluster, an encoder whose node dies is started again
 on a live node while the ranks train (``_watch_encoders``); it restarts no rank. Where its node
-was only cut off and answers again, the encoder it kept is stopped there (``_watch_left_behind``).
+was only cut off and answers again, the encoder it kept is stopped there (``_watch_left_behind``;
+both in :mod:`.worker_moves`).
 
 The workers have the same names in every run (``w-train-rank-0``...). Their spawns and stops
 name the run's process (``runtime/owned_controls.py``): a node leaves a rerun's rank alone when a
@@ -14,54 +15,37 @@ run that was killed, as it stops a killed pipeline run's replicas, and a rerun t
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 
-from troupe.actors.encoders.latent_cache import DISK_RESERVE
-from troupe.runtime import TroupeError, UnknownActor
+from troupe.runtime import TroupeError
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.library_logging import get_logger
-from troupe.runtime.owned_controls import OwnedControls, spawn_owner
+from troupe.runtime.owned_controls import OwnedControls
 from troupe.runtime.owner_beat import OwnerBeat
 from troupe.runtime.placement import Host, place
 from troupe.runtime.worker_stop import node_silent
 
-from .encoder_figures import ask_encoders, not_stored_line, rank_asks
-from .lost_nodes import live_hosts, moves, silent_nodes
 from .master_silence import watch_master
-from .train_cluster import stop_worker
 from .train_datagen import run_datagen, wait_episodes
-from .train_result import (
-    TrainingFailed,
-    TrainProgress,
-    TrainRunResult,
-    committed_checkpoints,
-    committed_steps,
-    rank_timings,
-)
+from .train_end import TrainEnd
+from .train_result import TrainingFailed, TrainProgress, TrainRunResult, committed_steps
+from .train_workers import ASK_S, ENCODER_CLASS, TRAINER_CLASS, Rank
 from .worker_addresses import WorkerAddresses
+from .worker_moves import WATCH_S, WorkerMoves
 
 __all__ = ["ENCODER_CLASS", "TRAINER_CLASS", "Rank", "TrainDriver", "restart_line"]
 
 log = get_logger(__name__)
 
-ENCODER_CLASS = "troupe.actors.encoders.encoder_actor:EncoderActor"
-TRAINER_CLASS = "troupe.actors.training.trainer:TrainerActor"
-
 _POLL_S = 0.5
-_ASK_S = 20.0
-_SPAWN_S = 120.0
 _LOST_AFTER_S = 120.0  # a rank that answers nothing this long is restarted as if it answered idle
 _PEER_GRACE_S = 30.0  # a rank's failure waits this long for a silent peer: its death may be the cause
-_WATCH_S = 2.0  # how often the encoders' nodes are pinged while the ranks train
 
 PROGRESS_EVERY = 10
 """Steps between the run's ``train_progress`` events: the first poll past each multiple of it
@@ -74,20 +58,10 @@ def restart_line(restart: int, max_restarts: int, reason: str) -> str:
     return f"{reason}; restarting every rank from the last checkpoint ({restart}/{max_restarts})"
 
 
-@dataclass
-class Rank:
-    """One trainer rank: its worker, actor, host, and its last ``progress`` answer."""
-
-    index: int
-    worker: str
-    actor: str
-    host: Host
-    last: dict[str, Any] = field(default_factory=dict)
-    silent_since: float | None = None
-
-
-class TrainDriver:
-    """The workers of one training run, their starts, polls and restarts.
+class TrainDriver(WorkerMoves, TrainEnd):
+    """The workers of one training run, their starts, polls and restarts (spawned, stopped and
+    asked in :mod:`.train_workers`, moved off lost nodes in :mod:`.worker_moves`, the result
+    gathered in :mod:`.train_end`).
 
     ``master``: the master whose nodes run the workers (they outlive the run: the spawns name the
     run their owner); None for a node started in this process, which stops with it.
@@ -130,10 +104,6 @@ class TrainDriver:
         self._logged_checkpoint: int | None = None  # the step of the last checkpoint logged
 
     @property
-    def placement(self) -> dict[str, str]:
-        return {**{a: h.name for a, _, h in self.encoders}, **{r.actor: r.host.name for r in self.ranks}}
-
-    @property
     def to_stop(self) -> list[tuple[str, Host]]:
         """The workers the run's end stops, by (worker, host): those it spawned, and the encoders
         left behind on a node that did not answer again before the end (given up there once it
@@ -142,78 +112,6 @@ class TrainDriver:
         return [*self.spawned, *self.left_behind]
 
     # -- workers ----------------------------------------------------------------------------------
-
-    async def _spawn(
-        self, worker: str, kind: str, actor: str, cls: str, kwargs: dict[str, Any], host: Host
-    ) -> None:
-        spec = {"name": worker, "kind": kind, "actors": [{"name": actor, "class": cls, "kwargs": kwargs}]}
-        if self.master is not None:
-            owner = spawn_owner(host.endpoint, self.rt.address, self.owner_beat)
-            spec = spec if owner is None else {**spec, "owner": owner}
-        # Named even without an owner: the stops name the process too (see the module).
-        spec = self.controls.named({**spec, "timeout_s": _SPAWN_S})
-        record = await self.controls.ask(host.endpoint, "spawn_worker", spec, _SPAWN_S + 10)
-        self.addresses.learn(worker, record)
-        self.spawned.append((worker, host))
-        log.info("train_worker_spawned", worker=worker, kind=kind, node=host.name)
-
-    async def _stop_worker(self, worker: str, host: Host) -> None:
-        await stop_worker(self.controls, worker, host)
-        with contextlib.suppress(ValueError):
-            self.spawned.remove((worker, host))
-
-    def _encoder_kwargs(self) -> dict[str, Any]:
-        enc = self.cfg.encoders
-        kwargs = {
-            "encoder": enc.encoder,
-            "encoder_kwargs": dict(enc.encoder_kwargs),
-            "weights": enc.weights,
-            "memory_mb": enc.memory_mb,
-            "disk_mb": enc.disk_mb,
-            "cache_dir": enc.cache_dir,
-            "threads": enc.threads,
-            "inline_below_ms": enc.inline_below_ms,
-        }
-        return {k: v for k, v in kwargs.items() if v is not None}
-
-    def _trainer_kwargs(self) -> dict[str, Any]:
-        threads = self.cfg.trainers.threads
-        return {} if threads is None else {"threads": threads}
-
-    async def _spawn_encoders(self) -> None:
-        kwargs = self._encoder_kwargs()
-        async with anyio.create_task_group() as tg:
-            for actor, worker, host in self.encoders:
-                tg.start_soon(self._spawn, worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
-
-    async def _same_encoders(self) -> None:
-        """Refuse encoder actors that compute different functions (their fingerprints differ: a
-        factory whose weights are not the same in every process, unseeded): a batch's latents
-        would depend on which actor encoded which group, and the run trained on silently.
-
-        Raises:
-            TrainingFailed: two fingerprints differ (one line, naming them).
-        """
-        if len(self.encoders) < 2:
-            return
-        found = {}
-        for actor, _, _ in self.encoders:
-            reply = await self._ask_new(actor, "stats", None)
-            fingerprint = reply.get("fingerprint") if isinstance(reply, dict) else None
-            if isinstance(fingerprint, str):
-                found[actor] = fingerprint
-        if len(set(found.values())) > 1:
-            shown = ", ".join(f"{actor} {fingerprint[:12]}" for actor, fingerprint in found.items())
-            raise TrainingFailed(
-                f"the encoder actors compute different functions (fingerprints {shown}): "
-                f"encoders.encoder = {self.cfg.encoders.encoder!r} builds other weights in each process; "
-                "seed them in the factory, or give encoders.weights"
-            )
-
-    async def _spawn_rank(self, rank: Rank) -> None:
-        await self._spawn(
-            rank.worker, "trainer", rank.actor, TRAINER_CLASS, self._trainer_kwargs(), rank.host
-        )
 
     # -- the run ----------------------------------------------------------------------------------
 
@@ -249,7 +147,7 @@ class TrainDriver:
                     watch.start_soon(self._watch_encoders)
                     watch.start_soon(self._watch_left_behind)
                 if self.master is not None:
-                    watch.start_soon(watch_master, self.rt, self.master, self.say, _WATCH_S)
+                    watch.start_soon(watch_master, self.rt, self.master, self.say, WATCH_S)
                 final = await self._train()
                 watch.cancel_scope.cancel()
         return await self._result(final)
@@ -286,18 +184,6 @@ class TrainDriver:
             self.say(f"ranks started again from {where if resumed is not None else 'the start'}")
         for rank in self.ranks:
             rank.last, rank.silent_since = {}, None
-
-    async def _ask_new(self, actor: str, msg_type: str, payload: Any) -> Any:
-        """Ask an actor just spawned: a master learns of it from its node's next beat, so an
-        unknown name is asked again for a while."""
-        deadline = time.monotonic() + _SPAWN_S
-        while True:
-            try:
-                return await self.rt.ref(self.addresses.of(actor)).ask(msg_type, payload, timeout=_ASK_S * 3)
-            except UnknownActor:
-                if time.monotonic() > deadline:
-                    raise
-                await anyio.sleep(0.2)
 
     async def _train(self) -> list[dict[str, Any]]:
         """Start the ranks and poll them to the end; restart them all when one is lost."""
@@ -353,7 +239,7 @@ class TrainDriver:
         silent: list[Rank] = []
         for rank in self.ranks:
             try:
-                reply = await self.rt.ref(self.addresses.of(rank.actor)).ask("progress", None, timeout=_ASK_S)
+                reply = await self.rt.ref(self.addresses.of(rank.actor)).ask("progress", None, timeout=ASK_S)
             except TroupeError:
                 # Its node restarted it elsewhere, or the master (asked where it went) is gone.
                 await self.addresses.resolve_at_node(rank.actor, rank.worker, rank.host)
@@ -387,7 +273,7 @@ class TrainDriver:
         """How the rank's worker ended, as its node tells it (``killed by SIGKILL; ``, or the
         last error it wrote: a checkpoint that does not load), or "" when the node cannot say."""
         try:
-            reply = await self.rt.control(rank.host.endpoint, "supervision", None, timeout=_ASK_S)
+            reply = await self.rt.control(rank.host.endpoint, "supervision", None, timeout=ASK_S)
         except TroupeError:
             return ""
         workers = reply.get("workers", []) if isinstance(reply, dict) else []
@@ -455,115 +341,6 @@ class TrainDriver:
             for rank in self.ranks:
                 tg.start_soon(self._spawn_rank, rank)
 
-    async def _leave_lost_nodes(self) -> None:
-        if self.master is None:  # the run's own node: it lives as long as the run
-            return
-        placed = [r.host for r in self.ranks] + [h for _, _, h in self.encoders]
-        live = await live_hosts(self.rt, self.master, placed)
-        if live is None:
-            return
-        tr = self.cfg.trainers
-        for i, host in moves([r.host for r in self.ranks], live, tr.tags, tr.gpus, "trainers").items():
-            rank = self.ranks[i]
-            self._moved(rank.worker, rank.host, host)
-            rank.host = host
-        async with self._moving:
-            await self._move_encoders(live)
-
-    async def _move_encoders(self, live: list[Host]) -> None:
-        """The encoders whose node is not among ``live`` started on live nodes that fit them."""
-        enc = self.cfg.encoders
-        moved = moves([h for _, _, h in self.encoders], live, enc.tags, enc.gpus, "encoders")
-        if moved:
-            kwargs = self._encoder_kwargs()
-            async with anyio.create_task_group() as tg:
-                for i, host in moved.items():
-                    actor, worker, old = self.encoders[i]
-                    self._moved(worker, old, host)
-                    if self._left_on(worker, old) is None:
-                        self.left_behind.append((worker, old))
-                    self.encoders[i] = (actor, worker, host)
-                    tg.start_soon(self._spawn_moved_encoder, actor, worker, host, kwargs)
-
-    async def _spawn_moved_encoder(self, actor: str, worker: str, host: Host, kwargs: dict[str, Any]) -> None:
-        """Spawn a moved encoder on ``host``; one of its name this run left behind there (moved
-        off it before, its node silent since) is stopped first: the node refuses a second."""
-        left = self._left_on(worker, host)
-        if left is not None:
-            self.left_behind.remove(left)
-            await stop_worker(self.controls, worker, left[1])
-        await self._spawn(worker, "encoder", actor, ENCODER_CLASS, kwargs, host)
-
-    def _left_on(self, worker: str, host: Host) -> tuple[str, Host] | None:
-        """The entry of ``left_behind`` for ``worker`` on ``host``'s node (by its name: the
-        master's list of it may say another state, drained say, since)."""
-        return next((e for e in self.left_behind if e[0] == worker and e[1].name == host.name), None)
-
-    async def _watch_encoders(self) -> None:
-        """While the ranks train, an encoder whose node stops answering is started again on a live
-        node; the ranks take it back at their next probe of it (``inflight``), resolving its name
-        afresh. Without this, the other encoders carried its share until the ranks restarted.
-        One that cannot be placed (no live node fits) or started is said once; the run goes on."""
-        assert self.master is not None
-        while True:
-            await anyio.sleep(_WATCH_S)
-            hosts = [h for _, _, h in self.encoders]
-            silent = await silent_nodes(self.rt, hosts)
-            if not silent:
-                continue
-            try:
-                async with self._moving:
-                    live = await live_hosts(self.rt, self.master, hosts)
-                    if live is not None:
-                        await self._move_encoders(live)
-            except* TroupeError as group:  # no node fits, or a spawn failed (in a task group)
-                self._not_replaced(sorted(silent), group.exceptions[0])
-
-    async def _watch_left_behind(self) -> None:
-        """While the ranks train, the nodes encoders were moved off are pinged every round; those
-        left behind on one that answers again (a cut link mended) are stopped there: such a node
-        kept them running through the cut and rejoined the master with them, under the names
-        their replacements have, until the run ended. The stop names this run's process and that
-        node alone: it cannot reach the replacement on another node. A loop of its own: a node
-        that stays dead holds each ping its whole deadline, which the encoders' watch would wait."""
-        while True:
-            await anyio.sleep(_WATCH_S)
-            left = list(self.left_behind)
-            if left:
-                silent = await silent_nodes(self.rt, [host for _, host in left])
-                await self._stop_left_behind([e for e in left if e[1].name not in silent])
-
-    async def _stop_left_behind(self, answering: list[tuple[str, Host]]) -> None:
-        if not answering:
-            return
-        async with self._moving:  # a restart's move may have spawned one there since the ping
-            back = [entry for entry in answering if entry in self.left_behind]
-            for entry in back:
-                self.left_behind.remove(entry)
-            async with anyio.create_task_group() as tg:
-                for worker, host in back:
-                    tg.start_soon(self._stop_one_left_behind, worker, host)
-
-    async def _stop_one_left_behind(self, worker: str, host: Host) -> None:
-        if not await stop_worker(self.controls, worker, host):
-            return  # not there (its node restarted since), or silent again: nothing stopped to say
-        log.warning("train_worker_left_behind_stopped", worker=worker, node=host.name)
-        self.say(f"{worker}: node {host.name} answers again; the one left running there is stopped")
-
-    def _not_replaced(self, nodes: list[str], error: BaseException) -> None:
-        lost = ", ".join(nodes)
-        if lost in self._unplaced:  # the watch tries again every round: said once
-            return
-        self._unplaced.add(lost)
-        log.warning("train_encoder_not_replaced", nodes=lost, error=str(error))
-        self.say(f"the encoders of node(s) {lost}, gone, are not started elsewhere ({error}); the rest go on")
-
-    def _moved(self, worker: str, gone: Host, to: Host) -> None:
-        with contextlib.suppress(ValueError):  # its node took it: no stop to send there at the end
-            self.spawned.remove((worker, gone))
-        log.warning("train_worker_moved", worker=worker, gone=gone.name, to=to.name)
-        self.say(f"{worker}: node {gone.name} is gone; it starts again on {to.name}")
-
     # -- data generation beside ---------------------------------------------------------------
 
     async def _datagen(self, fresh: bool, done: anyio.Event) -> None:
@@ -571,77 +348,6 @@ class TrainDriver:
             self.datagen = await run_datagen(self.cfg, self.ranks[0].host.endpoint, fresh, self.say)
         finally:
             done.set()
-
-    # -- the end ----------------------------------------------------------------------------------
-
-    async def _result(self, final: list[dict[str, Any]]) -> TrainRunResult:
-        head = final[0]
-        result: dict[str, Any] = head["result"] if isinstance(head.get("result"), dict) else {}
-        losses = self._losses(result)
-        timings = {str(r.index): rank_timings(r.last) for r in self.ranks}
-        # Asked here, before the cluster's exit stops the encoder actors (their counts go with them),
-        # each where its node says it listens now: one the node restarted listens elsewhere, and
-        # the ask to its old address waited out its deadline and dropped its counts.
-        for actor, worker, host in self.encoders:
-            await self.addresses.resolve_at_node(actor, worker, host)
-        names = [a for a, _, _ in self.encoders]
-        encoders = await ask_encoders(
-            lambda actor: self.rt.ref(self.addresses.of(actor)).ask("stats", None, timeout=_ASK_S),
-            names,
-            rank_asks(names, [r.last for r in self.ranks]),  # the run's requests: the ranks' asks
-        )
-        if self.encoders:
-            self._say_not_stored(encoders.latent_cache)
-        return TrainRunResult(
-            steps=int(head.get("step") or 0),
-            losses=losses,
-            loss=losses[-1] if losses else None,
-            samples_per_s=sum(float(r.last.get("samples_per_s") or 0.0) for r in self.ranks),
-            timings=timings,
-            requests=encoders.requests,
-            restarts=self.restarts,
-            checkpoints=committed_checkpoints(Path(self.cfg.train.checkpoint_dir)),
-            placement=self.placement,
-            wall_s=0.0,
-            resumed_from=self.resumed_from,
-            first_step=self.first_step,
-            datagen=self.datagen,
-            latent_cache=encoders.latent_cache if self.encoders else None,
-        )
-
-    def _say_not_stored(self, cache: dict[str, Any]) -> None:
-        """Say once, and log at warning, where the latent cache's disk tier stored fewer entries
-        than it was given (a disk under the cache's reserve, or failing): nothing said so, and
-        every rerun encoded them all again. The free space is this host's disk's, where the
-        encoders run (none on a cluster: its hosts' own disks)."""
-        cache_dir = self.cfg.encoders.cache_dir
-        free = None if self.master is not None else _free_bytes(Path(cache_dir))
-        line = not_stored_line(cache, cache_dir, free, DISK_RESERVE)
-        if line is None:
-            return
-        log.warning(
-            "train_latent_cache_not_stored",
-            disk_writes=cache["disk_writes"],
-            disk_writes_skipped=cache["disk_writes_skipped"],
-            disk_errors=cache["disk_errors"],
-            cache_dir=cache_dir,
-            free_bytes=free,
-            reserve_bytes=DISK_RESERVE,
-            note=line,
-        )
-        self.say(line)
-
-    def _losses(self, result: dict[str, Any]) -> list[float]:
-        """Rank 0's losses of the last (re)start: steps ``first_step + 1`` to the end."""
-        return [float(x) for x in result.get("losses") or []]
-
-
-def _free_bytes(folder: Path) -> int | None:
-    """The free bytes of the disk holding ``folder``; None where it cannot be asked."""
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None
 
 
 def _reachable_host(endpoint: str) -> str:

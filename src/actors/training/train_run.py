@@ -40,7 +40,8 @@ inside ``out``) and starts over.
 
 The parts: :mod:`.train_prepare` (the config and ``out`` before anything starts),
 :mod:`.train_cluster` (the runtime and hosts, the local node), :mod:`.train_driver` (the workers,
-their polls and restarts), :mod:`.train_datagen` (the pipeline beside), :mod:`.train_result` (what
+their polls and restarts; its parts :mod:`.train_workers`, :mod:`.worker_moves` and
+:mod:`.train_end`), :mod:`.train_datagen` (the pipeline beside), :mod:`.train_result` (what
 a run reports).
 """
 
