@@ -1,29 +1,33 @@
-"""The CLI's way of talking to the master, and the tables its replies are shown in."""
+"""The CLI's way of talking to the master: its calls, and why one was not answered. The look
+at an endpoint first is :mod:`.endpoint_probe`'s, the tables its replies are shown in
+:mod:`.master_tables`' (both re-exported here, where the commands import them from).
+"""
 
 from __future__ import annotations
 
 import math
-import socket
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import anyio
-from rich.table import Table
-from rich.text import Text
 
 from troupe.runtime import AskTimeout, PeerLost, TroupeError, UnknownMessageType, Unreachable
 from troupe.runtime.node.config import RUN_MASTER_ENDPOINT
 from troupe.runtime.security.process import installed
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT
-from troupe.runtime.transports.ipc_socket import ipc_path
-from troupe.runtime.transports.ipc_socket import unreachable_why as ipc_unreachable_why
 
 from .cli_runtime import cli_runtime
+from .endpoint_probe import (
+    PROBE_S,
+    Probe,
+    nobody_listens,
+    probe,
+    reachable,
+    unreachable_why,
+    what_to_do,
+)
 from .literal import literal
+from .master_tables import jobs_table, jobs_tables, live_figures, master_tables, waiting_table
 from .stop_signals import say_stopping
-from .tables import security_cell
 from .zmtp_greeting import GREETING_S, Greeting, greeting
 
 if TYPE_CHECKING:
@@ -38,6 +42,7 @@ __all__ = [
     "jobs_table",
     "jobs_tables",
     "keys_hint",
+    "live_figures",
     "master_call",
     "master_status",
     "master_tables",
@@ -50,9 +55,9 @@ __all__ = [
     "submit_job",
     "unreachable_why",
     "waiting_table",
+    "what_to_do",
 ]
 
-_WORKER_ROWS = 40  # a status of 1,000 workers lists the busiest few; --json has them all
 _PING_S = 2.0  # the look at what answered a control it does not know: a master, or a node
 
 
@@ -63,94 +68,6 @@ def absent_master(master: str) -> str | None:
     if master == DEFAULT_MASTER_ENDPOINT or reachable(master):
         return None
     return f"no master answers at {master}: its view is left out"
-
-
-PROBE_S = 3.0
-"""How long a probe's connect may take before the CLI says nothing accepted it: past the
-kernel's first SYN retransmit (1 s) and a slow link's round trip, so that one packet lost on a
-lossy or distant link is not "no master" (at 0.5 s, a link of 0.6 s round trip failed most
-commands so). A refused connection is answered at once, whatever the bound."""
-
-_REFUSED = " (connection refused)"
-
-
-def reachable(endpoint: str, timeout: float = PROBE_S) -> bool:
-    """Return whether something accepts connections at ``endpoint`` (inproc: assume so).
-
-    ZeroMQ never reports a refused connection, it retries quietly; this probe lets the CLI say
-    "no master" at once instead of after a timeout.
-    """
-    return unreachable_why(endpoint, "process", timeout) is None
-
-
-def unreachable_why(endpoint: str, what: str, timeout: float = PROBE_S) -> str | None:
-    """Why nothing accepts connections at ``endpoint``, one clause naming it (``what``: who
-    would listen there); None when something does (inproc: assume so). :func:`probe`'s
-    ``absent``."""
-    return probe(endpoint, what, timeout).absent
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """What the look at an endpoint found.
-
-    Attributes:
-        absent: why nothing accepts connections there (:func:`unreachable_why`), None where
-            something does.
-        connect_s: how long the connect took: about one round trip of the link (0 where none
-            was made, ipc and inproc aside), which :func:`silence` reads.
-    """
-
-    absent: str | None
-    connect_s: float = 0.0
-
-
-_clock = time.monotonic  # a test's fake link moves its own
-
-
-def probe(endpoint: str, what: str, timeout: float = PROBE_S) -> Probe:
-    """Look whether anything accepts connections at ``endpoint``, and how fast it does.
-
-    tcp: ``no WHAT answers at ENDPOINT (connection refused)``, or the network's own reason (no
-    route to the host; no answer to the connect within ``timeout``: a host down, or packets
-    dropped on the way). ipc: a real connect to its socket file says whether there is none, a
-    stale one, or one this user may not reach. :func:`what_to_do` adds the advice for each.
-    """
-    path = ipc_path(endpoint)
-    if path is not None:
-        return Probe(ipc_unreachable_why(path, what, timeout))
-    parts = urlsplit(endpoint)
-    if parts.scheme != "tcp" or parts.port is None:
-        return Probe(None)
-    start = _clock()
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), timeout):
-            return Probe(None, _clock() - start)
-    except ConnectionRefusedError:
-        return Probe(f"no {what} answers at {endpoint}{_REFUSED}")
-    except TimeoutError:
-        return Probe(
-            f"nothing at {endpoint} accepted a connection within {timeout:g} s (its host is down "
-            "or unreachable, or the network drops packets on the way)"
-        )
-    except OSError as exc:  # no route to the host, the network down
-        reason = (exc.strerror or str(exc)).lower()
-        return Probe(f"no {what} answers at {endpoint} ({reason})")
-
-
-def nobody_listens(absent: str) -> bool:
-    """Whether ``absent`` (:func:`unreachable_why`'s clause) says that nothing listens there (a
-    refused connect, no ipc socket), rather than that the network did not carry the connect."""
-    return absent.endswith(_REFUSED) or " listens at " in absent
-
-
-def what_to_do(absent: str, start: str) -> str:
-    """``absent`` (:func:`unreachable_why`'s clause) and what to do: ``start`` (start one) where
-    nothing listens there; where the network did not carry the connect, a look at it (starting
-    another there would put a second one beside the one the network hides)."""
-    if nobody_listens(absent):
-        return f"{absent}; {start}"
-    return f"{absent}; check the endpoint and the network to that host"
 
 
 def keys_hint() -> str:
@@ -439,154 +356,3 @@ async def submit_job(endpoint: str, payload: dict[str, Any], timeout: float) -> 
             f"the master at {endpoint} answers, but is still writing job {job!r} after "
             f"{waited:.1f}s; check with `troupe ctl jobs` ({again})"
         )
-
-
-def _counts(tasks: dict[str, int]) -> str:
-    return ", ".join(f"{state} {n}" for state, n in tasks.items() if n) or "none"
-
-
-def live_figures(node: dict[str, Any]) -> dict[str, Any]:
-    """A node's figures that hold only while it lives (its processes, load and free memory, from
-    its last beat); none for a dead node, whose last beat's are long out of date."""
-    if not node.get("alive"):
-        return {}
-    r = node.get("resources") or {}
-    held = {k: r[k] for k in ("load1", "mem_available_mib") if k in r}
-    return {"processes": node.get("processes", "-"), **held}
-
-
-def master_tables(status: dict[str, Any]) -> list[Table]:
-    """Render a master ``status`` reply: summary, nodes, busiest workers, jobs."""
-    name = str(status["master"])  # "master" unless `master start --name` gave another
-    head = Table(title="master" if name == "master" else literal(f"master {name}"), show_header=False)
-    head.add_row("endpoint", literal(status["endpoint"]))
-    head.add_row("pid", literal(status["pid"]))
-    head.add_row("journal", literal(status["journal"]))
-    head.add_row("code", _code_cell(status.get("code")))
-    if "security" in status:
-        head.add_row("security", security_cell(status["security"]))
-    head.add_row("tasks", literal(_counts(status["tasks"])))
-    thr = status["throughput"]
-    head.add_row(
-        "throughput",
-        literal(
-            f"{thr['done_per_s']:.1f} done/s over {thr['window_s']:.0f} s "
-            f"({thr['done_since_start']} since start)"
-        ),
-    )
-    spec = status["speculative"]
-    head.add_row(
-        "leases",
-        literal(
-            f"{status['leases_outstanding']} outstanding; "
-            f"backups {spec['launched']} launched, {spec['won']} won"
-        ),
-    )
-    nodes = Table(title="nodes (master's view)")
-    columns = (
-        "node",
-        "alive",
-        "workers",
-        "processes",
-        "cpus",
-        "load",
-        "mem free MiB",
-        "gpus",
-        "tags",
-        "code",
-        "last beat",
-    )
-    # What an operator copies into a command (ctl drain NODE) or compares is never cut, nor a
-    # figure or its header; the columns of words wrap.
-    for col in columns:
-        nodes.add_column(col, no_wrap=col not in ("alive", "mem free MiB", "tags", "last beat"))
-    for n in status["nodes"]:
-        r = n.get("resources") or {}
-        live = live_figures(n)
-        nodes.add_row(
-            literal(n["node"]),
-            ("yes" if n["alive"] else "stopped" if n.get("left") else "[red]dead[/]")
-            + (", [yellow]draining[/]" if n.get("draining") else ""),
-            literal(n["workers"]),
-            literal(live.get("processes", "-")),
-            literal(r.get("cpus", "-")),
-            literal(live.get("load1", "-")),
-            literal(live.get("mem_available_mib", "-")),
-            literal(r.get("gpus", "-")),
-            literal(", ".join(map(str, n.get("tags") or ())) or "-"),  # wraps between tags, uncut
-            _code_cell(n.get("code")),
-            f"{n['last_beat_age_s']:.1f} s ago",
-        )
-    workers = Table(title=f"workers ({len(status['workers'])} registered)")
-    for col in ("worker", "node", "used/slots", "gpu", "draining", "kinds"):
-        workers.add_column(col, no_wrap=col in ("worker", "node"))
-    busiest = sorted(status["workers"], key=lambda w: (-w["used"], w["worker_id"]))
-    for w in busiest[:_WORKER_ROWS]:
-        # A worker registers its id, node and kinds itself: text from a peer, not markup.
-        workers.add_row(
-            literal(w["worker_id"]),
-            literal(w["node"]),
-            _used(int(w["used"]), int(w["slots"])),
-            literal(w["gpu"]),
-            "yes" if w["draining"] else "no",
-            literal(",".join(map(str, w["kinds"])) or "any"),
-        )
-    return [head, nodes, workers, *jobs_tables(status["jobs"])]
-
-
-def _code_cell(code: Any) -> str | Text:
-    """The troupe code a master or node runs (``0.1.0+3f9a1c2e``), or ``unknown`` where it did
-    not say: an older one (or a master that has not read its own yet). Text from a peer: literal."""
-    return literal(code) if code else "[yellow]unknown[/]"
-
-
-def _used(used: int, slots: int) -> str:
-    """``2/1 (1 ahead)``: a worker holds leases beyond its slots (prefetch), waiting for one."""
-    ahead = f" ({used - slots} ahead)" if used > slots else ""
-    return f"{used}/{slots}{ahead}"
-
-
-def jobs_tables(jobs: list[dict[str, Any]]) -> list[Table]:
-    """The jobs table, and the waiting table below it when some job's tasks wait."""
-    waiting = waiting_table(jobs)
-    return [jobs_table(jobs), *([waiting] if waiting.row_count else [])]
-
-
-def waiting_table(jobs: list[dict[str, Any]]) -> Table:
-    """What the jobs' stuck pending tasks wait for, a row per reason. A table of its own: as a
-    column of the jobs table, a reason had the width the other columns left, a word per line
-    at 80 columns."""
-    table = Table(title="waiting tasks")
-    table.add_column("job", no_wrap=True)
-    table.add_column("tasks", justify="right")
-    table.add_column("waiting for")
-    for j in jobs:
-        for w in j.get("waiting", ()):
-            table.add_row(literal(j["job_id"]), literal(w["tasks"]), literal(w["reason"]))
-    return table
-
-
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    """Render the master's jobs: state, progress by task state, rate, how many tasks are stuck
-    (``waiting_table`` says on what)."""
-    table = Table(title="jobs")
-    # The cancelled tasks only where a job has some: the counts of a cancelled job add up to its
-    # total then, and the usual table stays narrow.
-    cancelled = any(j["counts"].get("cancelled") for j in jobs)
-    counts = ("pending", "leased", "failed", "dead", *(("cancelled",) if cancelled else ()))
-    for col in ("job", "state", "done/total", *counts, "done/s", "waiting"):
-        # The job id is what `troupe ctl cancel` and `dead` take: never cut (see print_whole).
-        table.add_column(col, no_wrap=True)
-    for j in jobs:
-        c = j["counts"]
-        rate = j.get("done_per_s") if j["state"] != "cancelled" else None  # no rate for a stopped job
-        waiting = sum(int(w["tasks"]) for w in j.get("waiting", ()))
-        table.add_row(
-            literal(j["job_id"]),
-            literal(j["state"]),
-            literal(f"{c.get('done', 0)}/{j['total']}"),
-            *(literal(c.get(name, 0)) for name in counts),
-            f"{rate:.1f}" if rate is not None else "-",
-            str(waiting) if waiting else "-",
-        )
-    return table

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from troupe.cli import client, master_client
+from troupe.cli import client, endpoint_probe, master_client
 from troupe.cli.client import control
 from troupe.cli.master_client import SLOW_CONNECT_S, master_call, submit_job
 from troupe.runtime import AskTimeout
@@ -68,7 +68,7 @@ class _Link:
             yield _Runtime()
 
         monkeypatch.setattr(socket, "create_connection", lambda _address, _timeout: _Connected())
-        monkeypatch.setattr(master_client, "_clock", lambda: link.now)
+        monkeypatch.setattr(endpoint_probe, "_clock", lambda: link.now)  # the probe's connect
         monkeypatch.setattr(master_client, "cli_runtime", cli_runtime)
         monkeypatch.setattr(client, "cli_runtime", cli_runtime)
 
