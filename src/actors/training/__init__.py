@@ -1,5 +1,6 @@
 """training: the trainer side of encoder offload (``inflight``: one rank's pipeline of bounded
-in-flight batches, their sample groups encoded by encoder actors and reassembled by tag), ranks
+in-flight batches, their sample groups encoded by encoder actors and reassembled by tag; its parts
+``inflight_types``, ``inflight_dispatch`` and ``inflight_groups``), ranks
 joining a torch.distributed group (``ranks``) and asynchronous checkpoints (``checkpoint``).
 
 The rank itself (``trainer``: the actor a run driver starts per rank, with its config in

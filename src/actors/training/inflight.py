@@ -39,6 +39,11 @@ frames as ``EncoderActor``, so its losses equal the remote ones (the baseline of
 train`` and of the loss-parity test): bit for bit with groups of one or the actors' cache off, to
 float32 rounding otherwise, as the cache gives a sample back as the batch that encoded it computed
 it (README, Decisions).
+
+The parts: :mod:`.inflight_types` (the settings, groups, errors and results),
+:mod:`.inflight_dispatch` (the round robin and the actors' health) and :mod:`.inflight_groups`
+(a batch's video cut into groups and encoded, here or by the actors); their public names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -47,9 +52,8 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -57,7 +61,18 @@ import torch
 from anyio.abc import TaskGroup
 from torch import nn
 
-from troupe.runtime import ActorStopped, AskTimeout, MailboxFull, RemoteError, UnknownActor, Unreachable
+from .inflight_dispatch import PROBE_ANSWERS, Dispatch, RoundRobin, probe_wait_s
+from .inflight_groups import actor_encoder, encode_video, split_groups, video_of
+from .inflight_types import (
+    RETRYABLE,
+    EncodeFn,
+    GroupFailed,
+    InflightConfig,
+    SampleGroup,
+    StageTimings,
+    TrainResult,
+    TrainStep,
+)
 
 __all__ = [
     "RETRYABLE",
@@ -76,291 +91,6 @@ __all__ = [
     "train_local",
     "train_remote",
 ]
-
-RETRYABLE: tuple[type[BaseException], ...] = (
-    Unreachable,
-    ActorStopped,
-    UnknownActor,
-    MailboxFull,
-    AskTimeout,
-    TimeoutError,
-)
-"""Errors after which a group is sent to the next actor: the actor, not the group, is at fault."""
-
-TrainStep = Callable[[dict[str, Any]], Any]
-"""``train_step(batch) -> loss``: the batch as read, with ``"latents"`` added; a float or 0-dim tensor."""
-
-
-@dataclass(frozen=True)
-class SampleGroup:
-    """Group ``index`` of batch ``batch``: consecutive samples of its video, sent to one encoder."""
-
-    batch: int
-    index: int
-    video: torch.Tensor
-
-    @property
-    def tag(self) -> tuple[int, int]:
-        return (self.batch, self.index)
-
-
-EncodeFn = Callable[[int, SampleGroup], Awaitable[torch.Tensor]]
-"""``encode(actor_index, group) -> latents``: one ask to one encoder actor."""
-
-
-class GroupFailed(RuntimeError):
-    """A sample group could not be encoded by any actor: the run stops rather than train on a hole."""
-
-
-@dataclass(frozen=True)
-class InflightConfig:
-    """Settings of one rank's pipeline.
-
-    Attributes:
-        inflight: K, the most batches read and not yet trained.
-        group_size: samples per group sent to an encoder (the last group of a batch may be smaller).
-        rank: this rank; the round-robin over the actors starts at ``rank % n_actors``.
-        deadline_s: seconds one group may take on one actor before it goes to the next.
-        max_steps: stop after this many train steps (None: when the batches run out).
-        retry_after_s: seconds an actor is passed over after a failure before a group probes it.
-        retry_after_max_s: the most that back-off grows to, doubling after each failed probe.
-        probe_deadline_s: seconds a probe waits before its group goes on to the next actor; None:
-            :func:`probe_wait_s` of the rank's recent answers.
-    """
-
-    inflight: int = 2
-    group_size: int = 1
-    rank: int = 0
-    deadline_s: float = 60.0
-    max_steps: int | None = None
-    retry_after_s: float = 1.0
-    retry_after_max_s: float = 30.0
-    probe_deadline_s: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("inflight", "group_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"InflightConfig.{name}={value!r}: expected a positive integer")
-        if not isinstance(self.rank, int) or self.rank < 0:
-            raise ValueError(f"InflightConfig.rank={self.rank!r}: expected an integer >= 0")
-        if not self.deadline_s > 0:
-            raise ValueError(f"InflightConfig.deadline_s={self.deadline_s!r}: expected a positive time")
-        if self.max_steps is not None and self.max_steps < 0:
-            raise ValueError(f"InflightConfig.max_steps={self.max_steps!r}: expected None or >= 0")
-        if self.probe_deadline_s is not None and not self.probe_deadline_s > 0:
-            raise ValueError(
-                f"InflightConfig.probe_deadline_s={self.probe_deadline_s!r}: expected None or a positive time"
-            )
-        if not self.retry_after_s > 0:
-            raise ValueError(f"InflightConfig.retry_after_s={self.retry_after_s!r}: expected a positive time")
-        if not self.retry_after_max_s >= self.retry_after_s:
-            raise ValueError(
-                f"InflightConfig.retry_after_max_s={self.retry_after_max_s!r}: expected a time >= "
-                f"retry_after_s ({self.retry_after_s!r})"
-            )
-
-
-@dataclass
-class StageTimings:
-    """Seconds spent per stage by the training side, and the rate it reached.
-
-    ``read_s``: reading batches (the producer); ``wait_s``: the training loop waiting for a batch
-    whose latents have not all come back; ``train_s``: in train steps; ``wall_s``: the whole run.
-    With encoding hidden behind training, ``read_s`` and ``wait_s`` stay near zero.
-    """
-
-    read_s: float = 0.0
-    wait_s: float = 0.0
-    train_s: float = 0.0
-    wall_s: float = 0.0
-    steps: int = 0
-    samples: int = 0
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {"read_s": self.read_s, "wait_s": self.wait_s, "train_s": self.train_s,
-                "wall_s": self.wall_s, "steps": self.steps, "samples": self.samples,
-                "samples_per_s": self.samples_per_s}  # fmt: skip
-
-
-@dataclass
-class TrainResult:
-    """What a rank's run did: one loss per step, timings, and the asks each actor received."""
-
-    losses: list[float] = field(default_factory=list)
-    timings: StageTimings = field(default_factory=StageTimings)
-    requests: list[int] = field(default_factory=list)
-    """Asks sent to each actor (retries included); empty in local mode."""
-    retries: int = 0
-    """Groups sent again after an actor failed them."""
-    skipped: list[int] = field(default_factory=list)
-    """Groups the round robin did not send to each actor because it was backed off after a
-    failure; empty in local mode."""
-
-
-class RoundRobin:
-    """Actor indices ``(rank + i) % n`` for i = 0, 1, ...: each rank starts at its own offset."""
-
-    def __init__(self, n_actors: int, rank: int) -> None:
-        if n_actors < 1:
-            raise ValueError(f"n_actors={n_actors!r}: expected at least one encoder actor")
-        self.n_actors = n_actors
-        self._next = rank % n_actors
-
-    def __next__(self) -> int:
-        index = self._next
-        self._next = (index + 1) % self.n_actors
-        return index
-
-    def __iter__(self) -> Iterator[int]:
-        return self
-
-
-@dataclass
-class _Health:
-    """One actor as a rank sees it: healthy (``backoff == 0``), or passed over until ``until``."""
-
-    backoff: float = 0.0
-    until: float = 0.0
-    probing: bool = False
-    """A probe is out: no other group goes to the actor before its answer."""
-
-
-class _Dispatch:
-    """The rank's round robin (:class:`RoundRobin`'s order) over the actors that are not backed
-    off, and their health (see the module)."""
-
-    def __init__(
-        self, n_actors: int, config: InflightConfig, clock: Callable[[], float], skipped: list[int]
-    ) -> None:
-        if n_actors < 1:
-            raise ValueError(f"n_actors={n_actors!r}: expected at least one encoder actor")
-        self.n_actors = n_actors
-        self.config = config
-        self.clock = clock
-        self.skipped = skipped
-        self.health = [_Health() for _ in range(n_actors)]
-        self._next = config.rank % n_actors
-
-    def _open(self, actor: int, now: float) -> bool:
-        h = self.health[actor]
-        return h.backoff == 0 or (now >= h.until and not h.probing)
-
-    def pick(self, tried: Collection[int] = ()) -> tuple[int, bool]:
-        """The next actor for a group that ``tried`` already failed, and whether the ask probes
-        it. Actors passed over because they are backed off count as ``skipped``."""
-        now = self.clock()
-        n = self.n_actors
-        order = [(self._next + i) % n for i in range(n) if (self._next + i) % n not in tried]
-        if not order:
-            raise ValueError("pick: every actor was tried")
-        chosen = next((a for a in order if self._open(a, now)), None)
-        if chosen is None:  # every actor left is backed off: the one free soonest, probes last
-            chosen = min(order, key=lambda a: (self.health[a].probing, self.health[a].until))
-        for actor in order[: order.index(chosen)]:
-            self.skipped[actor] += 1
-        self._next = (chosen + 1) % n
-        h = self.health[chosen]
-        probe = h.backoff > 0 and not h.probing
-        h.probing = h.probing or probe
-        return chosen, probe
-
-    def succeeded(self, actor: int) -> None:
-        self.health[actor] = _Health()
-
-    def failed(self, actor: int, probe: bool) -> None:
-        h = self.health[actor]
-        if probe:
-            h.probing = False
-            h.backoff = min(max(2 * h.backoff, self.config.retry_after_s), self.config.retry_after_max_s)
-        elif h.backoff == 0:
-            h.backoff = self.config.retry_after_s
-        else:
-            return  # an ask sent before the actor was known to fail: its back-off already runs
-        h.until = self.clock() + h.backoff
-
-
-PROBE_ANSWERS = 32
-"""The recent answered asks whose slowest sets a probe's wait."""
-PROBE_FACTOR = 4.0
-PROBE_MIN_S = 1.0
-
-
-def probe_wait_s(config: InflightConfig, answered: Collection[float]) -> float:
-    """Seconds a probe waits: ``config.probe_deadline_s`` where set; else ``PROBE_FACTOR`` times
-    the slowest of ``answered`` (the rank's last ``PROBE_ANSWERS`` answered asks, in seconds), at
-    least ``PROBE_MIN_S``; never more than ``deadline_s``, which is the wait before any answer."""
-    if config.probe_deadline_s is not None:
-        return min(config.probe_deadline_s, config.deadline_s)
-    if not answered:
-        return config.deadline_s
-    return min(config.deadline_s, max(PROBE_MIN_S, PROBE_FACTOR * max(answered)))
-
-
-def _video_of(batch: Any, index: int) -> torch.Tensor:
-    if not isinstance(batch, dict) or "video" not in batch:
-        keys = sorted(map(str, batch)) if isinstance(batch, dict) else type(batch).__name__
-        raise ValueError(f"batch {index}: expected a dict with 'video', got {keys}")
-    video = batch["video"]
-    if not isinstance(video, torch.Tensor) or video.ndim != 5:
-        shape = tuple(video.shape) if isinstance(video, torch.Tensor) else type(video).__name__
-        raise ValueError(f"batch {index}: 'video' must be a (B, C, T, H, W) tensor, got {shape}")
-    return video
-
-
-def split_groups(batch_index: int, video: torch.Tensor, group_size: int) -> list[SampleGroup]:
-    """The batch's video cut along its first axis into groups of ``group_size`` samples."""
-    return [
-        SampleGroup(batch_index, i, chunk.contiguous())
-        for i, chunk in enumerate(torch.split(video, group_size, dim=0))
-    ]
-
-
-def encode_video(module: nn.Module, video: torch.Tensor) -> torch.Tensor:
-    """What ``EncoderActor`` computes for one group, in this process: uint8 frames mapped to
-    [-1, 1], float ones taken as they are; the module's ``encode`` where it has one; float32."""
-    x = video.float() / 127.5 - 1.0 if video.dtype == torch.uint8 else video.float()
-    fn = getattr(module, "encode", None)
-    with torch.no_grad():
-        latents = fn(x) if callable(fn) else module(x)
-    return latents.float().cpu()
-
-
-def actor_encoder(
-    runtime: Any, names: Sequence[str], params: dict[str, Any] | None = None, timeout: float | None = None
-) -> EncodeFn:
-    """The :data:`EncodeFn` that asks the encoder actors ``names`` through troupe refs.
-
-    Args:
-        runtime: a troupe runtime (``connect(...)``, or an actor's own).
-        names: the encoder actors, in the order every rank uses.
-        params: the preprocessing the trainer did (JSON data), part of the actors' cache key.
-        timeout: seconds of one ask (the runtime's default when None); the pipeline's deadline
-            bounds it too.
-    """
-    refs = [runtime.ref(name) for name in names]
-
-    async def encode(index: int, group: SampleGroup) -> torch.Tensor:
-        payload = {"tag": list(group.tag), "video": group.video, "params": params or {}}
-        try:
-            reply = await refs[index].ask("encode", payload, timeout=timeout)
-        except RemoteError:
-            raise
-        except BaseException:
-            # No answer: the actor may be started again on another node (its own died). A ref
-            # keeps the node/process it resolved to, so the next ask resolves the name afresh.
-            refs[index] = runtime.ref(names[index])
-            raise
-        if list(reply.get("tag") or ()) != list(group.tag):
-            raise ValueError(f"encoder {names[index]!r} answered tag {reply.get('tag')!r} for {group.tag}")
-        latents = reply["latents"]
-        return latents if isinstance(latents, torch.Tensor) else torch.as_tensor(latents)
-
-    return encode
 
 
 def _loss_value(loss: Any) -> float:
@@ -411,7 +141,7 @@ class _Rank:
         self.encode = encode
         self.config = config
         self.result = TrainResult(requests=[0] * max(n_actors, 0), skipped=[0] * max(n_actors, 0))
-        self.dispatch = _Dispatch(n_actors, config, clock, self.result.skipped)
+        self.dispatch = Dispatch(n_actors, config, clock, self.result.skipped)
         self.answered: deque[float] = deque(maxlen=PROBE_ANSWERS)  # seconds, for probe_wait_s
         self.slots = anyio.Semaphore(config.inflight)
         # The producer's batches, the groups' latents and the final count share one stream, so the
@@ -465,7 +195,7 @@ class _Rank:
             if batch is _END:
                 self.slots.release()
                 break
-            groups = split_groups(count, _video_of(batch, count), self.config.group_size)
+            groups = split_groups(count, video_of(batch, count), self.config.group_size)
             await self.returns_in.send(("batch", count, batch, len(groups)))
             for group in groups:
                 tg.start_soon(self.encode_group, group)
@@ -574,7 +304,7 @@ def train_local(
         if batch is _END:
             break
         start = time.perf_counter()
-        groups = split_groups(count, _video_of(batch, count), config.group_size)
+        groups = split_groups(count, video_of(batch, count), config.group_size)
         latents = torch.cat([encode_video(encoder, g.video) for g in groups], dim=0)
         timings.wait_s += time.perf_counter() - start
         start = time.perf_counter()

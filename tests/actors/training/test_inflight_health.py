@@ -17,11 +17,11 @@ from troupe.actors.training.inflight import (
     GroupFailed,
     InflightConfig,
     SampleGroup,
-    _Dispatch,
     encode_video,
     probe_wait_s,
     train_remote,
 )
+from troupe.actors.training.inflight_dispatch import Dispatch
 from troupe.runtime import Unreachable
 
 STEP_S = 0.25  # fake seconds each train step takes
@@ -141,7 +141,7 @@ async def test_a_group_every_actor_fails_names_each_of_them() -> None:
 def test_with_every_actor_backed_off_a_group_goes_to_the_one_free_soonest() -> None:
     now = [0.0]
     skipped = [0, 0, 0]
-    dispatch = _Dispatch(3, InflightConfig(retry_after_s=1.0), lambda: now[0], skipped)
+    dispatch = Dispatch(3, InflightConfig(retry_after_s=1.0), lambda: now[0], skipped)
     assert [dispatch.pick()[0] for _ in range(3)] == [0, 1, 2]
     dispatch.failed(1, probe=False)  # backed off until 1.0
     now[0] = 0.5
