@@ -18,14 +18,22 @@ __all__ = ["FakeTrainCluster", "train_driver", "two_rank_driver"]
 class FakeTrainCluster:
     """The runtime of a training run: controls go to the node at their endpoint, a beat to the
     master is taken, the master's ``status`` lists the nodes (``n0``, ``n1``... in order; those
-    of ``alive`` alive, default all), and every actor answers as a rank: rank 0 fails in the
-    first attempt (a peer rank was lost), and every rank is done in the next."""
+    of ``alive`` alive, default all, each saying its ``codes``), and every actor answers as a
+    rank: rank 0 fails in the first attempt (a peer rank was lost), and every rank is done in the next."""
 
     address = "tcp://127.0.0.1:9"  # the run's own endpoint
 
-    def __init__(self, nodes: dict[str, RecordingNode], alive: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        nodes: dict[str, RecordingNode],
+        alive: set[str] | None = None,
+        codes: dict[str, str] | None = None,
+        master_code: str | None = None,
+    ) -> None:
         self.nodes = nodes
         self.alive = set(nodes) if alive is None else alive
+        self.codes = codes or {}  # the troupe code a node says it runs, by endpoint (none said: older)
+        self.master_code = master_code  # and the master (None: older than the field)
         self.beats: list[Any] = []
         self.attempts = 0  # the ranks' starts, counted at rank 0
 
@@ -37,9 +45,10 @@ class FakeTrainCluster:
             return {}
         if kind == "status" and endpoint not in self.nodes:  # the master's
             nodes = [
-                {"node": f"n{i}", "alive": e in self.alive, "endpoint": e} for i, e in enumerate(self.nodes)
+                {"node": f"n{i}", "alive": e in self.alive, "endpoint": e, "code": self.codes.get(e)}
+                for i, e in enumerate(self.nodes)
             ]
-            return {"master": "master", "nodes": nodes}
+            return {"master": "master", "nodes": nodes, "code": self.master_code}
         return await self.nodes[endpoint].control(endpoint, kind, payload, timeout)
 
     def ref(self, path: str) -> _FakeRank:

@@ -28,6 +28,7 @@ from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.owned_controls import OwnedControls
 from troupe.runtime.owner_beat import OwnerBeat
+from troupe.runtime.pipeline.mixed_code import warn_if_mixed
 from troupe.runtime.placement import Host, place
 from troupe.runtime.worker_stop import node_silent
 
@@ -127,6 +128,8 @@ class TrainDriver(WorkerMoves, TrainEnd):
         return result
 
     async def _main(self, fresh: bool) -> TrainRunResult:
+        if self.master is not None:  # as a pipeline's --cluster run says it
+            await warn_if_mixed(self.rt, self.master, self.say)
         self.say(
             f"placing {len(self.encoders)} encoder actor(s) and {len(self.ranks)} rank(s): "
             + ", ".join(f"{a} on {n}" for a, n in self.placement.items())

@@ -18,10 +18,12 @@ import anyio
 
 from troupe.runtime import UnknownActor
 from troupe.runtime.core.runtime import Runtime
+from troupe.runtime.errors import TroupeError
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.owned_controls import OwnedControls, spawn_owner
 from troupe.runtime.owner_beat import OwnerBeat
-from troupe.runtime.placement import Host
+from troupe.runtime.pipeline.mixed_code import UNKNOWN, node_codes
+from troupe.runtime.placement import Host, cluster_status
 
 from .train_cluster import stop_worker
 from .train_result import TrainingFailed
@@ -38,7 +40,6 @@ ASK_S = 20.0
 SPAWN_S = 120.0
 
 
-@dataclass
 @dataclass
 class Rank:
     """One trainer rank: its worker, actor, host, and its last ``progress`` answer."""
@@ -129,12 +130,34 @@ class TrainWorkers:
             if isinstance(fingerprint, str):
                 found[actor] = fingerprint
         if len(set(found.values())) > 1:
+            codes = await self._encoder_codes()
+            if len(set(codes.values())) > 1:  # the fingerprint covers troupe's encoder code too
+                ran = ", ".join(f"{node} {code}" for node, code in codes.items())
+                raise TrainingFailed(
+                    f"the encoder actors run on nodes of different troupe code ({ran}): an encoder's "
+                    "fingerprint covers troupe's own encoder code, so their latents may differ; "
+                    'upgrade every encoder node to one code (README, "Upgrading a cluster"), or place '
+                    "the encoders by encoders.tags on nodes of one code"
+                )
             shown = ", ".join(f"{actor} {fingerprint[:12]}" for actor, fingerprint in found.items())
             raise TrainingFailed(
                 f"the encoder actors compute different functions (fingerprints {shown}): "
                 f"encoders.encoder = {self.cfg.encoders.encoder!r} builds other weights in each process; "
                 "seed them in the factory, or give encoders.weights"
             )
+
+    async def _encoder_codes(self) -> dict[str, str]:
+        """The troupe code each node of an encoder runs, by node name, as the master says it
+        (``mixed_code.py``'s words for a node that does not); empty where the workers run in
+        this process's node, or the master does not answer (the fingerprints' line then)."""
+        if self.master is None:
+            return {}
+        try:
+            status = await cluster_status(self.rt, self.master)
+        except TroupeError:
+            return {}
+        codes = node_codes(status)
+        return {host.name: codes.get(host.name, UNKNOWN) for _, _, host in self.encoders}
 
     async def _spawn_rank(self, rank: Rank) -> None:
         await self._spawn(

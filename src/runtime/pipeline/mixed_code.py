@@ -20,7 +20,7 @@ from troupe.runtime.errors import TroupeError
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.placement import cluster_status
 
-__all__ = ["NOT_RELAYED", "UNKNOWN", "mixed_code_line", "warn_if_mixed"]
+__all__ = ["NOT_RELAYED", "UNKNOWN", "mixed_code_line", "node_codes", "warn_if_mixed"]
 
 log = get_logger(__name__)
 
@@ -37,13 +37,8 @@ def mixed_code_line(status: Any, own: str) -> str | None:
     who: dict[str, list[str]] = {own: ["this command"]}
     master = status.get("code") if isinstance(status, dict) else None
     who.setdefault(_said(master), []).append("the master")
-    # A master older than the code field keeps none of its nodes' either: a node it lists
-    # without one may run any code, the newest too (nodes are upgraded first).
-    unsaid = UNKNOWN if _said(master) != UNKNOWN else NOT_RELAYED
-    nodes = status.get("nodes") if isinstance(status, dict) else None
-    for n in nodes if isinstance(nodes, list) else ():
-        if isinstance(n, dict) and n.get("alive"):  # a dead node runs nothing of this run
-            who.setdefault(_said(n.get("code"), unsaid), []).append(f"node {n.get('node')}")
+    for node, code in node_codes(status).items():
+        who.setdefault(code, []).append(f"node {node}")
     if len(who) == 1:
         return None
     runs = "; ".join(f"{', '.join(names)} {code}" for code, names in who.items())
@@ -51,6 +46,22 @@ def mixed_code_line(status: Any, own: str) -> str | None:
         f"this cluster runs mixed troupe code ({runs}): runs work, but some recoveries are "
         'slower or leak replicas on older nodes; see README, "Upgrading a cluster"'
     )
+
+
+def node_codes(status: Any) -> dict[str, str]:
+    """The code each live node of ``status`` (a master's ``status`` reply) runs, by node name, in
+    :func:`mixed_code_line`'s words for a node that does not say it."""
+    master = status.get("code") if isinstance(status, dict) else None
+    unsaid = UNKNOWN if _said(master) != UNKNOWN else NOT_RELAYED
+    # A master older than the code field keeps none of its nodes' either: a node it lists
+    # without one may run any code, the newest too (nodes are upgraded first). A dead node runs
+    # nothing of a run.
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    return {
+        str(n.get("node")): _said(n.get("code"), unsaid)
+        for n in (nodes if isinstance(nodes, list) else ())
+        if isinstance(n, dict) and n.get("alive")
+    }
 
 
 def _said(code: Any, unsaid: str = UNKNOWN) -> str:

@@ -1,7 +1,10 @@
 """A training run whose encoder actors compute different functions (a user's factory that builds
 other weights in each process: unseeded) is refused as they start, in one line naming their
 fingerprints: it had trained on silently, a batch's latents depending on which actor encoded
-which group. Without processes: fake nodes whose encoders answer ``stats`` with a fingerprint."""
+which group. Where the encoders' nodes run other troupe code (a cluster between the steps of an
+upgrade: the fingerprint covers troupe's encoder code), the line says that, not the seeding
+(report mv 1). Without processes: fake nodes whose encoders answer ``stats`` with a
+fingerprint."""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ HANG_GUARD_S = 60  # a bound on a hang, never on speed
 class Cluster(FakeTrainCluster):
     """Its ranks finish at their first start; its encoders have the fingerprints given."""
 
-    def __init__(self, fingerprints: dict[str, str]) -> None:
-        super().__init__({"tcp://127.0.0.1:1": RecordingNode()})
+    def __init__(self, fingerprints: dict[str, str], codes: dict[str, str] | None = None) -> None:
+        endpoints = ["tcp://127.0.0.1:1"] if codes is None else list(codes)
+        nodes = {e: RecordingNode() for e in endpoints}
+        super().__init__(nodes, codes=codes, master_code="0.1.0+f1e0f934")
         self.fingerprints = fingerprints
         self.attempts = 2
 
@@ -39,8 +44,8 @@ class Cluster(FakeTrainCluster):
         return Ref()
 
 
-def _driver(cluster: Cluster, out: Path) -> Any:
-    driver = train_driver(cluster, out, None, ranks=1, encoders=2, max_restarts=0)
+def _driver(cluster: Cluster, out: Path, master: str | None = None) -> Any:
+    driver = train_driver(cluster, out, master, ranks=1, encoders=2, max_restarts=0)
     driver.cfg.encoders.cache_dir = str(out / "latents")
     return driver
 
@@ -64,3 +69,30 @@ async def test_encoders_of_one_fingerprint_train(tmp_path: Path) -> None:
     with anyio.fail_after(HANG_GUARD_S):
         result = await _driver(cluster, tmp_path).main(False)
     assert result.steps == 1 and result.latent_cache is not None and not result.latent_cache["unanswered"]
+
+
+@pytest.mark.parametrize("older_said", ["0.1.0+8415e640", None])
+async def test_encoders_on_nodes_of_other_code_are_refused_naming_the_codes(
+    tmp_path: Path, older_said: str | None
+) -> None:
+    codes = {"tcp://127.0.0.1:1": "0.1.0+f1e0f934", "tcp://127.0.0.1:2": older_said}
+    cluster = Cluster({"train-encode-0": "a" * 64, "train-encode-1": "b" * 64}, codes)  # type: ignore[arg-type]
+    driver = _driver(cluster, tmp_path, master="tcp://127.0.0.1:3")
+    with anyio.fail_after(HANG_GUARD_S), pytest.raises(BaseExceptionGroup) as raised:
+        await driver.main(False)
+    (failed,) = leaf_errors(raised.value)
+    message = str(failed)
+    assert isinstance(failed, TrainingFailed) and "\n" not in message
+    older = older_said or "unknown (older troupe)"
+    assert f"run on nodes of different troupe code (n0 0.1.0+f1e0f934, n1 {older})" in message
+    assert "Upgrading a cluster" in message and "seed them" not in message
+
+
+async def test_encoders_of_one_code_that_differ_are_still_said_to_differ(tmp_path: Path) -> None:
+    codes = {"tcp://127.0.0.1:1": "0.1.0+f1e0f934", "tcp://127.0.0.1:2": "0.1.0+f1e0f934"}
+    cluster = Cluster({"train-encode-0": "a" * 64, "train-encode-1": "b" * 64}, codes)
+    driver = _driver(cluster, tmp_path, master="tcp://127.0.0.1:3")
+    with anyio.fail_after(HANG_GUARD_S), pytest.raises(BaseExceptionGroup) as raised:
+        await driver.main(False)
+    (failed,) = leaf_errors(raised.value)
+    assert "the encoder actors compute different functions" in str(failed)
