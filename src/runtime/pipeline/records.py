@@ -26,6 +26,7 @@ class Item:
     seed: int
     data: Any
     attempt: int = 0
+    undelivered: int = 0  # calls of it in this stage its replica's actor was missing for
 
 
 _NO_CALL = object()  # ``working_on`` when none of a replica's calls is being worked on

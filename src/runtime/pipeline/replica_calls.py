@@ -7,7 +7,8 @@ that passes what the replica receives whole, or the engine's own limits, what fi
 did not fit one reply asked for with ``process_rest`` (``outcome_parts.py``); a replica that
 dies, hangs or answers nonsense fails the call's items (they are retried) and is replaced, and a
 call that only waited behind the one a lost replica was working on puts its items back with no
-attempt counted. The stage's meter times each call.
+attempt counted, as one that found no actor at its replica does (a bounded number of times).
+The stage's meter times each call.
 
 :class:`ReplicaCalls` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine`
 that makes these calls; which items go to which replica, and when, is ``dispatch.py``.
@@ -21,7 +22,14 @@ from typing import Any
 
 import anyio
 
-from troupe.runtime.errors import MessageTooLarge, PeerLost, ProtocolError, TroupeError, Unreachable
+from troupe.runtime.errors import (
+    MessageTooLarge,
+    PeerLost,
+    ProtocolError,
+    TroupeError,
+    UnknownActor,
+    Unreachable,
+)
 from troupe.runtime.library_logging import get_logger
 
 from .call_fit import CALL_HEADROOM, CallLimits, fit_call
@@ -36,6 +44,9 @@ log = get_logger(__name__)
 
 _CALL_S = 600.0  # how long one call to a replica may take before its items are retried
 _MOST_KEY = 2**64 - 1  # the longest a hold key's number is, as a call is weighed (``_what_fits``)
+# Calls of an item in one stage that may find their replica's actor missing (``_undelivered``)
+# before the next such call costs it an attempt: a stage whose actor is never there still ends.
+_UNDELIVERED_MOST = 3
 
 
 class ReplicaCalls(LostHolders):
@@ -180,6 +191,8 @@ class ReplicaCalls(LostHolders):
             # and a cause that killed items in several replicas is one line (the replica's
             # name is in the stage_call_failed line of the log).
             failure = Unreachable(f"a replica of stage {stage.cfg.name}: {replica.gone_why or 'gone'}")
+        elif isinstance(failure, UnknownActor):  # none of its items ran: they go to another replica
+            batch = self._undelivered(stage, replica, batch, failure)
         if failure is not None:  # the replica died, hung or answered nonsense: retry the items
             log.warning("stage_call_failed", stage=stage.cfg.name, replica=replica.name, error=str(failure))
             results = [{"error": f"{type(failure).__name__}: {failure}", "traceback": ""}] * len(batch)
@@ -266,20 +279,50 @@ class ReplicaCalls(LostHolders):
         """A lost replica's call that only waited in its mailbox behind the one it was working
         on: its items go back to the stage's queue with no attempt counted (a hung item took
         the innocent ones behind it down with it, attempt after attempt)."""
-        log.info(
-            "stage_call_requeued",
-            stage=stage.cfg.name,
-            replica=replica.name,
-            task_ids=[item.task_id for item in batch],
-            why=replica.gone_why,
-        )
-        for item in reversed(batch):
-            stage.queue.appendleft(item)
-        assert stage.meter is not None  # back unsent: neither new in nor still in flight
-        stage.meter.undispatched(len(batch), len(stage.queue), time.monotonic())
-        replica.busy -= len(batch)
+        self._put_back(stage, replica, batch, replica.gone_why)
         replica.calls -= 1
         self._changed.set()
+
+    def _undelivered(
+        self, stage: StageState, replica: Replica, batch: list[Item], failure: UnknownActor
+    ) -> list[Item]:
+        """A call that found no actor at its replica (``UnknownActor``: its worker was killed
+        and restarted by its node, and the new process had not spawned its actor yet): it was
+        never delivered, so its items go back to the stage's queue with no attempt counted, for
+        another replica (this one is replaced). It cost each an attempt, and dead-lettered one
+        that never ran on its last. Not for ever: an item that found the actor missing
+        ``_UNDELIVERED_MOST`` times in this stage is not put back but returned, and the call's
+        failure costs it an attempt, as any call's."""
+        back = [item for item in batch if item.undelivered < _UNDELIVERED_MOST]
+        counted = [item for item in batch if item.undelivered >= _UNDELIVERED_MOST]
+        for item in back:
+            item.undelivered += 1
+        if counted:
+            log.warning(
+                "stage_call_undelivered_counted",
+                **_call_named(stage, replica, counted),
+                times=_UNDELIVERED_MOST,
+                error=str(failure),
+                why=f"its replicas' actor was missing {_UNDELIVERED_MOST} times: this call costs an attempt",
+            )
+        if back:
+            self._put_back(stage, replica, back, f"{type(failure).__name__}: {failure}")
+        return counted
+
+    def _put_back(self, stage: StageState, replica: Replica, items: list[Item], why: str) -> None:
+        """``items`` of a call to ``replica`` that none of them reached go back to the front of
+        the stage's queue, no attempt counted."""
+        log.info("stage_call_requeued", **_call_named(stage, replica, items), why=why)
+        for item in reversed(items):
+            stage.queue.appendleft(item)
+        assert stage.meter is not None  # back unsent: neither new in nor still in flight
+        stage.meter.undispatched(len(items), len(stage.queue), time.monotonic())
+        replica.busy -= len(items)
+
+
+def _call_named(stage: StageState, replica: Replica, items: list[Item]) -> dict[str, Any]:
+    """A call's log fields: its stage, its replica and its items' task ids."""
+    return {"stage": stage.cfg.name, "replica": replica.name, "task_ids": [it.task_id for it in items]}
 
 
 def _near(batch: list[Item], limits: CallLimits) -> bool:
