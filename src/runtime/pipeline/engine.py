@@ -141,6 +141,8 @@ class PipelineEngine(HookCalls, ItemDispatch):
         self.restarted = 0
         self._asking = 0  # items whose stage that commits outputs is asked about them
         self._restarts: dict[str, int] = {}
+        self._branches: dict[str, int] = {}  # items passed to several stages: branches going
+        self._branch_ends: dict[str, tuple[str, str, str]] = {}
         self.done = done
         self.keep_outputs = keep_outputs
         self.out = out

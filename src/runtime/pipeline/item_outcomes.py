@@ -3,6 +3,13 @@
 the first stage when the payload it needs is gone; or ok after all where, before a retry or a
 dead letter, a stage that commits outputs says its output is committed (``committed_check.py``).
 
+An item that a stage passes on to several (``after``) ends in each of their branches: it settles
+once, as the last of them ends (its source told once, its outcome counted once), ok where any
+ended ok (a committed output is the truth: invariant 8 of docs/DESIGN.md), else the gravest of
+their ends.
+Each branch's end settled it: an item one branch committed and another failed was counted ok and
+then dead, or ok twice (its master's report sent for the first only).
+
 :class:`ItemOutcomes` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine` that
 decides this, apart from the call that brings the answer (``replica_calls.py``) and from what
 goes into the queues (``dispatch.py``).
@@ -22,6 +29,10 @@ __all__ = ["ItemOutcomes"]
 
 log = get_logger(__name__)
 
+# How an item's end ranks among its branches' ends (``_branch_ended``): ok above all, then the
+# gravest of the others.
+_RANK = {"pruned": 0, "error": 1, "dead": 2, "ok": 3}
+
 
 class ItemOutcomes(CommittedCheck):
     """Settles, passes on, retries and restarts items (a part of the engine)."""
@@ -35,14 +46,32 @@ class ItemOutcomes(CommittedCheck):
     _outcomes: dict[str, str]
     _errors: dict[str, str]
     _last_done: float | None
+    _branches: dict[str, int]  # task id -> its branches going, where a stage passed it to several
+    _branch_ends: dict[str, tuple[str, str, str]]  # task id -> its ended branches' end so far
 
     def _settle(self, item: Item, outcome: str, error: str = "", tb: str = "") -> None:
+        ended = self._branch_ended(item.task_id, (outcome, error, tb))
+        if ended is None:  # another branch of it goes on: it settles as the last one ends
+            return
+        outcome, error, tb = ended
         if outcome != "error":
             self._last_done = time.monotonic()
             self._outcomes[item.task_id] = outcome
             if error:
                 self._errors[item.task_id] = error
         self.source.settle(item.task_id, outcome, error, tb)
+
+    def _branch_ended(self, task_id: str, end: tuple[str, str, str]) -> tuple[str, str, str] | None:
+        """One branch of ``task_id`` ended with ``end`` (outcome, error, traceback): None while
+        another goes on, else the item's own end, ok where any branch ended ok, else the
+        gravest."""
+        going = self._branches.pop(task_id, 1) - 1
+        end = max(end, self._branch_ends.pop(task_id, end), key=lambda e: _RANK.get(e[0], 0))
+        if going <= 0:
+            return end
+        self._branches[task_id] = going
+        self._branch_ends[task_id] = end
+        return None
 
     def _keep(self, task_id: str) -> None:
         """Its output is committed already: the item is done (invariant 8), nothing runs it."""
@@ -60,6 +89,8 @@ class ItemOutcomes(CommittedCheck):
             return
         if isinstance(data, Handle):
             data.refs = len(downstream)
+        if len(downstream) > 1:  # it ends in each branch now, and settles once (_branch_ended)
+            self._branches[item.task_id] = self._branches.get(item.task_id, 1) + len(downstream) - 1
         for d in downstream:
             down = self.stages[d]
             down.queue.append(Item(item.task_id, item.seed, data, 0))
