@@ -3,7 +3,8 @@
 An item source hands the engine items while its first queue has room, learns how each item
 ended (``settle``), and says when no more will come. With :class:`MasterSource` the pipeline is
 one consumer of a job: it leases the job's tasks as a worker does, keeps the leases of the items
-in flight renewed, and reports each item's end, so that the master's journal, retries with
+in flight renewed, and reports each item's end (until a master answers it, as a worker's getter
+does: ``tasks/report_until_answered.py``), so that the master's journal, retries with
 backoff and dead letters cover the pipeline too (an item that errs is failed back to the
 master, which leases it again later or dead-letters it).
 """
@@ -34,6 +35,7 @@ from troupe.runtime.errors import (
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 from troupe.runtime.tasks.jobspec import generated_task_id
+from troupe.runtime.tasks.report_until_answered import report_until_answered
 
 __all__ = ["ItemSource", "LocalSource", "MasterSource", "SourceItem", "send_unanswered"]
 
@@ -199,6 +201,7 @@ class MasterSource:
         self._leases: dict[str, dict[str, Any]] = {}  # task_id -> lease, while in the pipeline
         self._received: set[int] = set()  # the lease ids the last request's reply carried
         self._reports: deque[tuple[str, dict[str, Any]]] = deque()
+        self._sending: list[tuple[str, dict[str, Any]]] = []  # reports no master answered yet
         self._kick = anyio.Event()
         self._lease_came = anyio.Event()  # wakes the renew loop: a new lease may be due first
         self._window = anyio.Event()  # set when the last lease out settles: no report can join
@@ -408,7 +411,7 @@ class MasterSource:
         }
 
     async def _check_finished(self) -> None:
-        if self._leases or self._reports:
+        if self._leases or self._reports or self._sending:
             return
         view = await self._call("wait_job", {"job_id": self.job_id, "timeout_s": 0})
         if isinstance(view, dict) and view.get("state") == "cancelled" and not self.cancelled_before:
@@ -431,9 +434,48 @@ class MasterSource:
         while self._reports:
             batch = list(self._reports)
             self._reports.clear()
+            self._sending += batch
             async with anyio.create_task_group() as tg:
-                for kind, payload in batch:
-                    tg.start_soon(self._call, kind, payload)
+                for report in batch:
+                    tg.start_soon(self._report, report)
+
+    async def _report(self, report: tuple[str, dict[str, Any]]) -> None:
+        """Send an item's end until a master answers it, as a worker's getter does: sent once,
+        one sent while the master was down was lost, and its item ran again once its lease ran
+        out at the master restarted on its journal (report pl 3)."""
+        asked = time.monotonic()
+        sent: int | None = None
+
+        def before(payload: dict[str, Any]) -> None:
+            nonlocal asked, sent
+            asked = time.monotonic()
+            sent = None if self._registering else self._registrations  # as _call's
+
+        async def forgotten(payload: dict[str, Any]) -> None:
+            self._answered()
+            await self._register_again(sent, report[0])
+
+        def unanswered(payload: dict[str, Any], exc: TroupeError) -> None:
+            self._unanswered(report[0], exc, asked)
+
+        kind, payload = report
+        answered = await report_until_answered(
+            self.runtime,
+            self.master,
+            kind,
+            payload,
+            timeout=max(self.poll_s * 3, 10.0),
+            retry_s=_SILENT_RETRY_S,
+            forgotten=forgotten,
+            ids={"task_id": payload["task_id"], "lease_id": payload["lease_id"]},
+            before=before,
+            unanswered=unanswered,
+        )
+        self._sending = [r for r in self._sending if r is not report]  # not if cancelled: release
+        if answered is not None:
+            self._answered()
+            if isinstance(answered[1], dict) and answered[1].get("known") is False:
+                await self._register_again(sent, kind)
 
     async def _renew_loop(self) -> None:
         """Renew every lease held whenever the first is due, a renewal period (a third of its
@@ -467,9 +509,11 @@ class MasterSource:
             return
         messages = [
             *self._reports,
+            *self._sending,  # those a master had not answered yet
             *(("decline", self._declined(tid, lease)) for tid, lease in self._leases.items()),
         ]
         self._reports.clear()
+        self._sending.clear()
         self._leases.clear()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:

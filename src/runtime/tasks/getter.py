@@ -58,7 +58,9 @@ out there, and the task to run again). A ``complete`` the master refuses (a resu
 that is not a str, from a runner that does not check it), or that this worker's codec cannot
 send (a str with a lone surrogate, one over the message bound), is sent again as a ``fail``
 carrying the refusal, worded as the master's or as the worker's own: the attempt fails at once,
-instead of holding the task until its lease expired and blaming the lease.
+instead of holding the task until its lease expired and blaming the lease. How a report is sent
+is :mod:`~troupe.runtime.tasks.report_until_answered`, which a pipeline run's source of a
+cluster's job sends its reports with too.
 
 A getter runs each slot as one long-lived coroutine that takes the held leases in turn, and
 sends reports by reporters that wait for the next one once theirs is answered (a new one only
@@ -87,19 +89,16 @@ import structlog
 
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.errors import (
-    ActorStopped,
-    AskTimeout,
     BadFrame,
-    JournalError,
     TroupeError,
     UnknownWorker,
-    Unreachable,
 )
 from troupe.runtime.library_logging import get_logger
 from troupe.runtime.process_identity import process_identity
 
 from .getter_config import GetterConfig
 from .held_leases import HeldLease, HeldLeases
+from .report_until_answered import TRANSIENT, report_until_answered
 from .task_actor import LeasedTask
 from .task_runner import KindNotRun, Runner, TaskDropped
 
@@ -107,12 +106,6 @@ from .task_runner import KindNotRun, Runner, TaskDropped
 __all__ = ["GetterConfig", "TaskGetter"]
 
 log = get_logger(__name__)
-
-# The master is down or restarting. A JournalError answer says its journal failed: nothing of
-# the batch that held the call was kept, and the master is stopping; the one restarted on that
-# journal takes the call sent again (a complete sent as a fail instead cost a task an attempt,
-# its last one dead-lettered with its output committed: report jx 1).
-_TRANSIENT = (AskTimeout, Unreachable, ActorStopped, JournalError)
 
 
 class TaskGetter(HeldLeases):
@@ -254,7 +247,7 @@ class TaskGetter(HeldLeases):
         except UnknownWorker:
             self._registered = False
             self._want.set()
-        except _TRANSIENT as exc:
+        except TRANSIENT as exc:
             log.info("master_call_failed", call=msg_type, error=str(exc))
         except TroupeError as exc:  # a refusal or a master bug: never let it kill the worker
             log.warning("master_call_refused", call=msg_type, error=str(exc))
@@ -395,59 +388,55 @@ class TaskGetter(HeldLeases):
         task = run.task
         cfg = self.config
         payload = {"worker_id": self.worker_id, "task_id": task.task_id, "lease_id": task.lease_id, **fields}
-        ids = {"task_id": task.task_id, "lease_id": task.lease_id}  # the reporter has no task context
-        # None: sent until a master answers it, however long the master is down (report jx 3)
-        deadline = None if cfg.report_for_s is None else time.monotonic() + cfg.report_for_s
+        registrations = self._counts["registrations"]
+
+        def before(payload: dict[str, Any]) -> None:
+            nonlocal registrations
+            # The slot of this copy is free once the report is in: ask for the next task with it.
+            payload["request"] = self._free() + 1 if self._registered else 0
+            registrations = self._counts["registrations"]
+
+        async def forgotten(payload: dict[str, Any]) -> None:
+            self._forgotten_since(registrations)
+
+        def unanswered(payload: dict[str, Any], exc: TroupeError) -> None:
+            # its reply, lost, may have carried leases: they hold this worker's slots at the
+            # master until they expire, unless a request says so (``sync``)
+            self._lost_grants = self._lost_grants or payload["request"] > 0
+
         self._reports_out += 1
         try:
-            while True:
-                # The slot of this copy is free once the report is in: ask for the next task
-                # with it.
-                payload["request"] = self._free() + 1 if self._registered else 0
-                registrations = self._counts["registrations"]
-                try:
-                    reply = await self.runtime.control(self.master, kind, payload, timeout=cfg.call_timeout_s)
-                    break
-                except UnknownWorker:
-                    self._forgotten_since(registrations)
-                    payload["request"] = 0
-                except _TRANSIENT as exc:
-                    log.info("report_failed", report=kind, error=str(exc), **ids)
-                    # its reply, lost, may have carried leases: they hold this worker's slots
-                    # at the master until they expire, unless a request says so (``sync``)
-                    self._lost_grants = self._lost_grants or payload["request"] > 0
-                except TroupeError as exc:  # refused outright: sending it again changes nothing
-                    log.warning("report_refused", report=kind, error=str(exc), **ids)
-                    if kind != "complete":
-                        self._counts["lost_reports"] += 1
-                        return
-                    # A refused complete would leave the task leased until its lease expired,
-                    # on every attempt, and its dead letter would blame the lease: the attempt
-                    # fails now instead, saying why.
-                    kind = "fail"
-                    payload = _refused_as_fail(payload, exc)
-                    continue
-                if deadline is not None and time.monotonic() >= deadline:
-                    self._counts["lost_reports"] += 1
-                    log.warning("report_dropped", report=kind, after_s=cfg.report_for_s, **ids)
-                    return
-                await anyio.sleep(cfg.retry_s)
+            # report_for_s None: sent until a master answers it, however long the master is
+            # down (report jx 3); the reporter has no task context: the log lines name its ids
+            answered = await report_until_answered(
+                self.runtime,
+                self.master,
+                kind,
+                payload,
+                timeout=cfg.call_timeout_s,
+                retry_s=cfg.retry_s,
+                forgotten=forgotten,
+                ids={"task_id": task.task_id, "lease_id": task.lease_id},
+                report_for_s=cfg.report_for_s,
+                before=before,
+                unanswered=unanswered,
+            )
         finally:
             self._reports_out -= 1
+        if answered is None:
+            self._counts["lost_reports"] += 1
+            return
+        kind, reply = answered
         self._counts[{"complete": "completed", "fail": "failed"}.get(kind, "declined")] += 1
         if reply.get("outcome") == "rejected":
-            log.warning("report_rejected", report=kind, reason=reply.get("reason"), **ids)
+            log.warning(
+                "report_rejected",
+                report=kind,
+                reason=reply.get("reason"),
+                task_id=task.task_id,
+                lease_id=task.lease_id,
+            )
         if not reply.get("known", True):
             self._forgotten_since(registrations)
         self._held.pop(task.lease_id, None)
         self._start(reply.get("leases", ()))
-
-
-def _refused_as_fail(payload: dict[str, Any], refusal: TroupeError) -> dict[str, Any]:
-    """The ``fail`` report that stands for a ``complete`` refused: by the master, or by this
-    worker's own codec before anything was sent (its result reference has no encoding, or is
-    over the message bound), which was worded as the master's refusal (report px 7)."""
-    kept = {k: v for k, v in payload.items() if k not in ("result_ref", "run_s")}
-    who = "the master refused this attempt's" if refusal.from_reply else "this worker could not send its"
-    error = f"{who} complete report: {type(refusal).__name__}: {refusal}"
-    return {**kept, "error": error, "traceback": ""}

@@ -20,6 +20,7 @@ import pytest
 from support.restarted_master import MASTER, job_after_restart
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.tasks import getter as getter_module
+from troupe.runtime.tasks import report_until_answered as report_module
 from troupe.runtime.tasks.getter import TaskGetter
 from troupe.runtime.tasks.getter_config import GetterConfig
 from troupe.runtime.tasks.master.journal_open import open_journal
@@ -35,6 +36,7 @@ async def test_a_complete_sent_while_the_master_is_down_an_hour_reaches_it_once_
     hour = {"passed": 0.0}
     clock = SimpleNamespace(monotonic=lambda: time.monotonic() + hour["passed"])
     monkeypatch.setattr(getter_module, "time", clock)  # the getter's own clock only
+    monkeypatch.setattr(report_module, "time", clock)  # and its reports'
     hub = MemoryHub()
     journal, book = open_journal(tmp_path / "journal.db", new=True)
     first = Master(MasterConfig(tick_s=0.01), journal, book, transport=hub.transport(name="master"))
