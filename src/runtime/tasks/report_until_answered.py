@@ -16,10 +16,16 @@ refuses (a result reference that is not a str), or that the sender's codec canno
 again as a ``fail`` carrying the refusal, worded as the master's or as the sender's own: the
 attempt fails at once, instead of holding the task until its lease expired and blaming the
 lease. Any other refusal is final: sending it again changes nothing.
+
+A master away is said in the log (``report_failed``) at the first try it did not answer, then at
+most every :data:`SAY_EVERY_S` with the tries so far, and the report's landing once after that
+(``report_landed``): said at each try (every ``retry_s``, half a second), an outage of an hour
+was seven thousand lines a report.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,12 +43,13 @@ from troupe.runtime.errors import (
 )
 from troupe.runtime.library_logging import get_logger
 
-__all__ = ["TRANSIENT", "report_until_answered"]
+__all__ = ["SAY_EVERY_S", "TRANSIENT", "report_until_answered"]
 
 log = get_logger(__name__)
 
 # The master is down, restarting, or stopping after its journal failed (see the docstring).
 TRANSIENT = (AskTimeout, Unreachable, ActorStopped, JournalError)
+SAY_EVERY_S = 30.0  # the least time between two lines of one report's tries that failed
 
 Payload = dict[str, Any]
 
@@ -85,15 +92,21 @@ async def report_until_answered(
         The kind of report the master answered (``fail`` for a ``complete`` it refused) and its
         answer; None where the report was given up (refused, or past ``report_for_s``).
     """
-    deadline = None if report_for_s is None else time.monotonic() + report_for_s
+    began = time.monotonic()
+    deadline = None if report_for_s is None else began + report_for_s
+    failed = 0  # tries the master did not answer
+    said = -math.inf  # when they were last said
     while True:
         before(payload)
         try:
-            return kind, await runtime.control(master, kind, payload, timeout=timeout)
+            reply = await runtime.control(master, kind, payload, timeout=timeout)
         except UnknownWorker:
             await forgotten(payload)
         except TRANSIENT as exc:
-            log.info("report_failed", report=kind, error=str(exc), **ids)
+            failed += 1
+            if time.monotonic() - said >= SAY_EVERY_S:
+                said = time.monotonic()
+                log.info("report_failed", report=kind, error=str(exc), tries=failed, **ids)
             unanswered(payload, exc)
         except TroupeError as exc:  # refused outright: sending it again changes nothing
             log.warning("report_refused", report=kind, error=str(exc), **ids)
@@ -101,6 +114,11 @@ async def report_until_answered(
                 return None
             kind, payload = "fail", _refused_as_fail(payload, exc)
             continue
+        else:
+            if failed:
+                waited = round(time.monotonic() - began, 3)
+                log.info("report_landed", report=kind, tries_failed=failed, after_s=waited, **ids)
+            return kind, reply
         if deadline is not None and time.monotonic() >= deadline:
             log.warning("report_dropped", report=kind, after_s=report_for_s, **ids)
             return None
