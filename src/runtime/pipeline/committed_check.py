@@ -3,10 +3,13 @@
 A stage that commits the items' outputs (the dataset writer's store) may commit one and then
 die or fail before it answers (killed, its node lost): the item was retried, or settled dead on
 its last attempt, while its output was in the dataset, which the run's finalize then took (the
-run said "1 dead" of 4 episodes; report jx 4). So before that, the engine asks a replica of each
+run said "1 dead" of 4 episodes; report jx 4). So before that, the engine asks a replica of a
 stage that defines the hook ``committed_among(task_ids)`` (returning those of the ids whose
 output is committed), and an item whose output is there ends ok: the commit is the truth, as a
 rerun's "found committed" takes it. A stage without the hook is not asked (nothing changes).
+Before the retry of an item a final stage failed, that stage only: another final stage's commit
+of the item (one ``after`` the same stage) says nothing of this one's output, and was taken for
+it (pl 2b); before an item whose payload was lost runs again, each stage that defines it.
 
 :class:`CommittedCheck` is the part of :class:`~troupe.runtime.pipeline.engine.PipelineEngine`
 that asks; ``item_outcomes.py`` decides what comes of the answer.
@@ -39,10 +42,17 @@ class CommittedCheck(HandleLedger):
     """Asks the stages that commit outputs whether an item's is committed (a part of the
     engine)."""
 
-    def _unless_committed(self, item: Item, found: Callable[[], None], then: Callable[[], None]) -> None:
+    def _unless_committed(
+        self,
+        item: Item,
+        found: Callable[[], None],
+        then: Callable[[], None],
+        asked: list[StageState] | None = None,
+    ) -> None:
         """``found()`` where a stage says ``item``'s output is committed, else ``then()`` (its
-        retry, run again, or dead letter): at once where no stage can say."""
-        stages = [s for s in self.stages if COMMITTED_HOOK in s.hooks]
+        retry, run again, or dead letter): at once where no stage can say. ``asked``: the
+        stages that may say (default: every stage)."""
+        stages = [s for s in (self.stages if asked is None else asked) if COMMITTED_HOOK in s.hooks]
         if not stages or self._tg is None:
             then()
             return

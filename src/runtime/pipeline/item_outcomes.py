@@ -100,9 +100,11 @@ class ItemOutcomes(CommittedCheck):
     def _retry(self, stage: StageState, item: Item, error: str, tb: str) -> None:
         if self.config.downstream(stage.index):  # no output of it is committed yet
             return self._retry_now(stage, item, error, tb)
-        # a stage that commits outputs: it may have committed this one and failed after
+        # a stage that commits outputs: it may have committed this one and failed after. Only it
+        # is asked: another final stage (``after`` the same) that has the item committed says
+        # nothing of this one's output, which its retry makes
         self._unless_committed(
-            item, lambda: self._found(item), lambda: self._retry_now(stage, item, error, tb)
+            item, lambda: self._found(item), lambda: self._retry_now(stage, item, error, tb), [stage]
         )
 
     def _found(self, item: Item) -> None:

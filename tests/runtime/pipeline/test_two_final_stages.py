@@ -28,12 +28,14 @@ class _Branches:
     stages). ``ends`` says how ``a`` and ``b`` end ``ODD`` (``ok``, ``pruned`` or ``error``);
     the branch named ``first`` answers for it before the other does."""
 
-    def __init__(self, ends: dict[str, str], first: str, a_hooks: list[str]) -> None:
-        self.ends = ends
+    def __init__(self, ends: dict[str, str | list[str]], first: str, a_hooks: list[str]) -> None:
+        self.ends = ends  # a list: one end a call, in turn
         self.first = first
         self.a_hooks = a_hooks
         self.answered = anyio.Event()  # the first branch answered for ODD
         self.committed: set[str] = set()  # by stage a
+        self.asked: list[list[str]] = []  # a's committed_among
+        self.calls: list[str] = []  # the stages that were called with ODD
 
     def replica(self, stage: str) -> Any:
         branches = self
@@ -43,6 +45,7 @@ class _Branches:
                 if kind == "stage_info":
                     return {"hooks": branches.a_hooks if stage == "a" else []}
                 if kind == "stage_committed":
+                    branches.asked.append(payload["task_ids"])
                     return {"committed": sorted(branches.committed.intersection(payload["task_ids"]))}
                 return {"outcomes": [await branches.outcome(stage, item) for item in payload["items"]]}
 
@@ -53,9 +56,11 @@ class _Branches:
         if stage == "g" or task_id != ODD:
             end = "ok"
         else:
+            self.calls.append(stage)
             if stage != self.first:
                 await self.answered.wait()
-            end = self.ends[stage]
+            ends = self.ends[stage]
+            end = ends.pop(0) if isinstance(ends, list) else ends
         if stage == "a" and end == "ok":
             self.committed.add(task_id)
         if stage in ("a", "b") and task_id == ODD and stage == self.first:
@@ -88,13 +93,13 @@ class _Recorded(LocalSource):
         self.settles.append((task_id, outcome))
 
 
-def _engine(branches: _Branches, source: LocalSource) -> PipelineEngine:
+def _engine(branches: _Branches, source: LocalSource, max_attempts: int = 1) -> PipelineEngine:
     stage = {"actor": "m:Stage", "batch": 1, "inflight": 1}
     cfg = PipelineConfig.model_validate(
         {
             "name": "p",
             "items": ITEMS,
-            "max_attempts": 1,
+            "max_attempts": max_attempts,
             "scale_interval_s": 3600.0,
             "data_plane": "engine",
             "stages": [
@@ -134,12 +139,25 @@ async def test_an_item_of_two_final_stages_settles_once(
     )
 
 
-async def test_an_item_found_committed_by_the_other_branch_is_told_its_master_once() -> None:
-    """Stage b fails the item a committed: b's retry asks a (its ``committed_among``), which
-    has it; the master is told it ended ok once, not once per branch."""
+async def test_an_item_one_branch_committed_and_the_other_failed_is_told_its_master_once() -> None:
+    """Stage b fails the item a committed (a has ``committed_among``): the master is told it
+    ended ok once, not once per branch."""
     branches = _Branches({"a": "ok", "b": "error"}, "a", a_hooks=["committed_among"])
     source = _Recorded(retries_locally=False)
     with anyio.fail_after(HANG_GUARD_S):
         result = await _engine(branches, source).run()
     assert result.counts() == {"ok": ITEMS, "pruned": 0, "dead": 0, "kept": 0}
     assert sorted(source.settles) == [(f"p-{i:06d}", "ok") for i in range(ITEMS)]
+
+
+async def test_a_failed_final_stage_is_retried_though_the_other_committed_the_item() -> None:
+    """Stage b's retry of the item is not skipped because stage a (the other final stage, with
+    ``committed_among``) committed it: a's commit says nothing of b's output. It was taken as
+    found committed, and b's output of it was never made (pl 2b)."""
+    branches = _Branches({"a": "ok", "b": ["error", "ok"]}, "a", a_hooks=["committed_among"])
+    source = _Recorded(retries_locally=True)
+    with anyio.fail_after(HANG_GUARD_S):
+        result = await _engine(branches, source, max_attempts=2).run()
+    assert result.counts() == {"ok": ITEMS, "pruned": 0, "dead": 0, "kept": 0}
+    assert branches.calls.count("b") == 2  # retried, and made
+    assert branches.asked == []  # a was not asked about b's failure
