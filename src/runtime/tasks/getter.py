@@ -107,6 +107,7 @@ __all__ = ["GetterConfig", "TaskGetter"]
 
 log = get_logger(__name__)
 
+_COUNTED = {"complete": "completed", "fail": "failed"}  # the counter of a report answered (else declined)
 
 class TaskGetter(HeldLeases):
     """Pulls tasks for one worker from the master and runs them.
@@ -427,11 +428,16 @@ class TaskGetter(HeldLeases):
             self._counts["lost_reports"] += 1
             return
         kind, reply = answered
-        self._counts[{"complete": "completed", "fail": "failed"}.get(kind, "declined")] += 1
-        if reply.get("outcome") == "rejected":
+        rejected = reply.get("outcome") == "rejected"
+        # a complete rejected is no completion (its attempt failed at the master, lo 1), and
+        # counted completed it hid the failure; a fail or decline rejected is still what it says
+        counted = "rejected" if rejected and kind == "complete" else _COUNTED.get(kind, "declined")
+        self._counts[counted] += 1
+        if rejected:
             log.warning(
                 "report_rejected",
                 report=kind,
+                counted=counted,
                 reason=reply.get("reason"),
                 task_id=task.task_id,
                 lease_id=task.lease_id,

@@ -90,6 +90,8 @@ class GetterStats:
         withdrawn: leases ahead the master ended before they started (cancelled, renewal
             refused); never run, so not among ``cancelled``.
         renewals: renew messages sent (each renews every lease held).
+        rejected: ``complete`` reports the master answered ``rejected`` (a result it refused:
+            the attempt failed there), not counted completed.
     """
 
     running: int
@@ -105,3 +107,4 @@ class GetterStats:
     given_back: int = 0
     withdrawn: int = 0
     renewals: int = 0
+    rejected: int = 0

@@ -103,6 +103,7 @@ class HeldLeases:
                 "registrations",
                 "requests",
                 "lost_reports",
+                "rejected",
                 "given_back",
                 "withdrawn",
                 "renewals",
@@ -139,6 +140,7 @@ class HeldLeases:
             c["given_back"],
             c["withdrawn"],
             c["renewals"],
+            c["rejected"],
         )
 
     def _drop_waiting(self, run: HeldLease, reason: str) -> None:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from structlog.testing import capture_logs
 
+from support.memory_master import master_in_memory, until
 from troupe.runtime.core.runtime import Runtime
 from troupe.runtime.tasks.getter import TaskGetter
 from troupe.runtime.tasks.getter_config import GetterConfig
@@ -76,3 +78,23 @@ async def test_a_complete_the_worker_cannot_send_is_the_worker_s_own_failure(tmp
     letter = await _dead_letter(tmp_path, "a\udc80b")
     assert letter["error"].startswith("this worker could not send its complete report: EncodeError: "), letter
     assert "master" not in letter["error"], letter
+
+
+async def test_a_refused_complete_is_counted_rejected_not_completed(tmp_path: Path) -> None:
+    """sm 1: the getter counted a complete the master answered ``rejected`` as completed, so its
+    counters (and the scale bench's) said a task was done whose attempt had failed."""
+
+    async def runner(task: LeasedTask) -> Any:
+        return 42  # not a str: the master refuses the complete
+
+    async with master_in_memory(tmp_path) as m:
+        await m.submit("j", 1, max_attempts=1)
+        with capture_logs() as logs:
+            async with m.worker("w1", runner) as getter:
+                await until(lambda: any(e["event"] == "report_rejected" for e in logs))
+                stats = getter.statistics()
+    assert (stats.completed, stats.failed) == (0, 0), stats
+    assert stats.rejected == 1, stats
+    (said,) = [e for e in logs if e["event"] == "report_rejected"]
+    assert (said["report"], said["counted"]) == ("complete", "rejected"), said
+    assert said["reason"].startswith("the master refused this attempt's complete report: "), said
