@@ -52,8 +52,9 @@ Decisions the driver and the workers rely on:
   by no worker the book knows, until a Renew or report names its lease id, whose sender then
   holds it (the lease id went to that worker alone), registered or not yet (a busy worker
   renews before it asks for work; the row it registers with takes the lease; until then its
-  death, a WorkerLeft or its node's NodeDead, requeues the lease at once, as does a
-  WorkerJoined of its id from another process than its Renew said, ``pid``). Its lease runs
+  death, a WorkerLeft (of the pid its Renew said, where both say one) or its node's NodeDead,
+  requeues the lease at once, as does a WorkerJoined of its id from another process than its
+  Renew said, ``pid``). Its lease runs
   ``lease_s`` from the first event after the restart; one that no worker named by then goes
   back to pending with no attempt counted. Older copies of the task are not held over: their
   Renew is refused (the newest copy runs on), their Complete commits as above.

@@ -67,9 +67,15 @@ class WorkerMembership(BookMoves):
     def _worker_left(self, ev: WorkerLeft, now: float, out: list[Command]) -> None:
         worker = self._workers.pop(ev.worker_id, None)
         if worker is None:
-            claimant = self._unregistered.pop(ev.worker_id, None)
+            claimant = self._unregistered.get(ev.worker_id)
             if claimant is None:
                 return self._reject(ev, f"unknown worker {ev.worker_id!r}", out)
+            if ev.pid and claimant.pid and ev.pid != claimant.pid:
+                # an older process of its name (it died while the master was down, its node's
+                # word came late): the one that named these leases runs them
+                said = f"worker_left of pid {ev.pid}; pid {claimant.pid} named its leases"
+                return self._reject(ev, said, out)
+            del self._unregistered[ev.worker_id]
             # Its slots are unknown (it never registered): each lease it named may have run, so
             # each costs an attempt, as its expiry would have.
             return self._leases_lost(claimant, ev.reason, len(claimant.leases), now, out)

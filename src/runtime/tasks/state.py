@@ -244,6 +244,9 @@ class WorkerLeft:
 
     worker_id: str
     reason: str = ""
+    # the process that left (0: not said): a worker not registered again since a restart that
+    # named its leases from another pid is another process of the name, and keeps them
+    pid: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -311,24 +311,29 @@ class WorkerControls:
         entry = self._workers.get(worker_id)
         if entry is None:
             # Not registered, yet it may hold leases a restart held over (it named them before
-            # it registered again): they go back now, not when they expire. It has no pid here
-            # to compare with: only the process that named them could have.
+            # it registered again): they go back now, not when they expire; unless the pid
+            # its renew said is another (the book compares, refusing a stale one).
             if not self.book.leases_of(worker_id):
                 return False
-            await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))
+            reply = await self.dispatcher.handle(WorkerLeft(worker_id, m.reason, pid))
+            refused = next((c.reason for c in reply if isinstance(c, Reject)), None)
+            if refused is not None:
+                self._worker_left_stale(worker_id, pid, refused)
+                return False
             log.info("worker_left_master", worker=worker_id, reason=m.reason, registered=False)
             return True
         if pid and entry.pid and pid != entry.pid:  # a newer incarnation registered already
-            self._stale["worker_left_stale"] = self._stale.get("worker_left_stale", 0) + 1
-            log.info(
-                "stale_report_dropped", report="worker_left", worker=worker_id, pid=pid, current_pid=entry.pid
-            )
+            self._worker_left_stale(worker_id, pid, f"pid {entry.pid} registered since")
             return False
         del self._workers[worker_id]
         self.dispatcher.unpark(worker_id)
         await self.dispatcher.handle(WorkerLeft(worker_id, m.reason))
         log.info("worker_left_master", worker=worker_id, reason=m.reason)
         return True
+
+    def _worker_left_stale(self, worker_id: str, pid: int, why: str) -> None:
+        self._stale["worker_left_stale"] = self._stale.get("worker_left_stale", 0) + 1
+        log.info("stale_report_dropped", report="worker_left", worker=worker_id, pid=pid, why=why)
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """Return the registered workers as plain data (node, endpoint, slots, kinds)."""

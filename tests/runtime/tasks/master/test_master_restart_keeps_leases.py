@@ -182,3 +182,24 @@ async def test_a_busy_worker_that_sends_its_registration_again_keeps_its_lease(
             assert (info.state, info.attempts) == (TaskState.DEAD, 1)
             assert info.error == "worker n1/w0 on node n1 left: rejoined"
             assert renewed["outcome"] == "rejected"
+
+
+async def test_a_worker_left_of_another_pid_leaves_a_claimants_lease_alone(tmp_path: Path) -> None:
+    """sm 2: after a restart the holder (pid 100) renewed its lease and had not registered yet
+    when its node's worker_left for an older process of its name (pid 50, which died while the
+    master was down) came: the master took it, and the running copy's task went back, an attempt
+    lost. A worker_left naming a pid now puts back only that process's leases."""
+    lease = await leased_before_a_restart(tmp_path)
+    async with master_in_memory(tmp_path) as m:  # a restart on the journal
+        ids = {"worker_id": "n1/w0", "task_id": lease["task_id"], "lease_id": lease["lease_id"]}
+        renewed = await m.call("renew", {**ids, "node": "n1", "pid": 100})
+        assert (renewed["outcome"], renewed["known"]) == ("renewed", False)
+        assert await m.call("worker_left", {"worker_id": "n1/w0", "pid": 50, "reason": "exit -9"}) is False
+        info = m.master.book.task(lease["task_id"])
+        assert (info.state, info.attempts) == (TaskState.LEASED, 0)
+        assert (await m.call("renew", {**ids, "node": "n1", "pid": 100}))["outcome"] == "renewed"
+        assert (await m.call("status"))["stale_reports"] == {"worker_left_stale": 1}
+        # its own death still gives it back at once
+        assert await m.call("worker_left", {"worker_id": "n1/w0", "pid": 100, "reason": "exit -9"}) is True
+        info = m.master.book.task(lease["task_id"])
+        assert (info.state, info.attempts) == (TaskState.PENDING, 1)
