@@ -21,7 +21,9 @@ time), so another process holding the index's write lock (stopped or stuck in a 
 ``sqlite3`` shell) had every lookup of the host's encoders retried without end. One that cannot
 take the lock within ``LOOKUP_WAIT_S`` is a miss, counted (``disk_busy``), and for ``BUSY_SKIP_S``
 after it lookups do not ask the disk at all (misses, counted too): an encode on the event loop
-waits at most ``LOOKUP_WAIT_S`` per ``BUSY_SKIP_S`` while the lock is held.
+waits at most ``LOOKUP_WAIT_S`` per ``BUSY_SKIP_S`` while the lock is held. Nor is a close: the
+writer waits the lock out while the cache is open, but once it closes, a write that cannot take
+the lock within ``LOOKUP_WAIT_S`` is dropped with those queued behind it (counted, logged once).
 
 Example::
 
@@ -43,6 +45,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +191,8 @@ class LatentCache:
         self._directory = Path(str(directory)) if directory is not None else None
         self._queue: queue.Queue[tuple[str, torch.Tensor] | None] = queue.Queue(maxsize=max(1, write_queue))
         self._writer: threading.Thread | None = None
+        # set by close: a write the index's lock holds up is then dropped, not waited for
+        self._stopping = threading.Event()
         if self.disk_limit > 0:
             # Every value a file of its own (min file size 0): the index stays small and the
             # byte bound counts what the entries weigh.
@@ -289,25 +294,56 @@ class LatentCache:
         return value
 
     def _write_loop(self) -> None:
-        assert self._disk is not None
+        disk = self._disk
+        assert disk is not None
+        dropped = 0  # writes a lock held up at the stop, and those queued behind them
         while True:
             item = self._queue.get()
             try:
                 if item is None:
+                    if dropped:
+                        self._dropped_at_stop(dropped)
                     return
+                if dropped:
+                    dropped += 1
+                    self._count("disk_writes_skipped")
+                    continue
                 key, value = item
                 entry = encode_entry(key, value)
                 if not self._room_for(len(entry)):
                     self._count("disk_writes_skipped")
                     continue
-                self._disk.set(key, entry, retry=True)  # waits out a lock: puts meanwhile are skipped
-                if self._disk.volume() > self.disk_limit:
-                    self._disk.cull(retry=True)
+                # waits out a lock (puts meanwhile are skipped), until the cache is closed
+                if not self._unless_stopped(partial(disk.set, key, entry, retry=False)):
+                    dropped = 1
+                    self._count("disk_writes_skipped")
+                    continue
+                if disk.volume() > self.disk_limit:
+                    self._unless_stopped(partial(disk.cull, retry=False))  # else the next write culls
                 self._count("disk_writes")
             except Exception:  # a full or failing disk loses the entry, never the encoding
                 self._count("disk_errors")
             finally:
                 self._queue.task_done()
+
+    def _unless_stopped(self, call: Callable[[], object]) -> bool:
+        """``call()`` (a disk write), tried again while another process holds the index's lock
+        (each try waits ``LOOKUP_WAIT_S``); False once the cache is closing: a stop waited up to
+        30 s for a writer that could not take the lock, and left it retrying without end."""
+        while True:
+            try:
+                call()
+                return True
+            except diskcache.Timeout:
+                if self._stopping.is_set():
+                    return False
+
+    def _dropped_at_stop(self, count: int) -> None:
+        log.warning(
+            "latent_cache_writes_dropped", directory=str(self._directory), count=count,
+            reason=f"the index was locked by another process for {LOOKUP_WAIT_S} s as the cache closed: "
+            "those entries are encoded again when next needed",
+        )  # fmt: skip
 
     def _room_for(self, nbytes: int) -> bool:
         assert self._directory is not None
@@ -343,8 +379,11 @@ class LatentCache:
         }
 
     def close(self) -> None:
-        """Finish the queued disk writes and close the disk tier."""
+        """Finish the queued disk writes and close the disk tier. With the index locked by another
+        process, the writes still queued are dropped (counted ``disk_writes_skipped``, logged as
+        ``latent_cache_writes_dropped``) after one wait of ``LOOKUP_WAIT_S``."""
         if self._writer is not None:
+            self._stopping.set()
             self._queue.put(None)
             self._writer.join(timeout=30)
             self._writer = None
