@@ -351,6 +351,7 @@ class EncoderActor(Actor):
             "cache_corrupt_total": c["corrupt"],
             "cache_disk_writes_total": c["disk_writes"],
             "cache_disk_writes_skipped_total": c["disk_writes_skipped"],
+            "cache_disk_writes_too_big_total": c["disk_writes_too_big"],
             "cache_disk_errors_total": c["disk_errors"],
             "cache_disk_busy_total": c["disk_busy"],
             "cache_memory_bytes": c["memory"]["bytes"],

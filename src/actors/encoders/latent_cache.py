@@ -15,6 +15,8 @@ counted, so eviction never blocks encoding. A write that would leave its disk wi
 dataset on that disk matter more than a cache (a small disk had been filled by the cache, and the
 next checkpoint failed for want of space); the index's write-ahead log, which diskcache's byte
 bound does not count, is checkpointed at an eighth of the bound (a 1 MB cache had grown 4.8 MB).
+An entry heavier than the bound leaves beside the index is not written (``disk_writes_too_big``,
+said once): its own write culled every other entry, then it.
 
 A lookup is never waited for long either: an LRU lookup writes to the index (the entry's access
 time), so another process holding the index's write lock (stopped or stuck in a transaction, a
@@ -183,7 +185,7 @@ class LatentCache:
         )
         self._counts = dict.fromkeys(
             ("memory_hits", "disk_hits", "misses", "corrupt", "disk_writes", "disk_writes_skipped",
-             "disk_errors", "disk_busy"), 0,
+             "disk_writes_too_big", "disk_errors", "disk_busy"), 0,
         )  # fmt: skip
         self._disk: diskcache.Cache | None = None
         self._clock = clock
@@ -313,6 +315,8 @@ class LatentCache:
                 if not self._room_for(len(entry)):
                     self._count("disk_writes_skipped")
                     continue
+                if self._too_big(disk, len(entry)):
+                    continue
                 # waits out a lock (puts meanwhile are skipped), until the cache is closed
                 if not self._unless_stopped(partial(disk.set, key, entry, retry=False)):
                     dropped = 1
@@ -344,6 +348,25 @@ class LatentCache:
             reason=f"the index was locked by another process for {LOOKUP_WAIT_S} s as the cache closed: "
             "those entries are encoded again when next needed",
         )  # fmt: skip
+
+    def _too_big(self, disk: diskcache.Cache, nbytes: int) -> bool:
+        """Whether an entry outweighs what the bound leaves beside the index: written, its own
+        write culled every other entry, then it (the bound counts the index), and it was
+        counted written. Counted ``disk_writes_too_big``; said the first time."""
+        room = self.disk_limit - (disk.volume() - disk.reset("size"))  # the bound less the index
+        if nbytes <= room:
+            return False
+        with self._lock:
+            self._counts["disk_writes_too_big"] += 1
+            first = self._counts["disk_writes_too_big"] == 1
+        if first:
+            log.warning(
+                "latent_cache_entry_too_big", directory=str(self._directory), entry_bytes=nbytes,
+                room_bytes=room, disk_bytes=self.disk_limit,
+                note=f"entries over {max(room, 0) / 2**20:.3g} MiB are not kept on disk: give the disk tier "
+                f"a disk_mb above {(nbytes + self.disk_limit - room) / 2**20:.3g} MiB to keep them",
+            )  # fmt: skip
+        return True
 
     def _room_for(self, nbytes: int) -> bool:
         assert self._directory is not None

@@ -309,3 +309,24 @@ def test_a_disk_short_of_its_reserve_gets_no_entry(tmp_path: Path, monkeypatch: 
         stats = cache.stats()
     assert stats["disk_writes_skipped"] == 1 and stats["disk_writes"] == 0
     assert stats["memory"]["items"] == 1
+
+
+def test_an_entry_bigger_than_the_bound_leaves_is_refused_not_counted_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sm 4: an entry over what the disk bound leaves beside the index (32 KiB of a 64 KiB bound)
+    was written, culled at once by its own write (every other entry before it), and counted
+    written. Now it is refused and counted ``disk_writes_too_big``, said once; smaller ones stay."""
+    with module_logs(monkeypatch, latent_cache) as logs, LatentCache(0, 64 << 10, tmp_path) as cache:
+        cache.put("small", _latents(0))  # 1 KiB
+        cache.flush()
+        for seed in (1, 2):
+            cache.put(f"big{seed}", _latents(seed, numel=10_000))  # 40 KiB each
+        cache.flush()
+        stats = cache.stats()
+        kept = cache.get("small")
+    assert (stats["disk_writes"], stats["disk"]["items"]) == (1, 1), stats
+    assert kept is not None and torch.equal(kept, _latents(0))  # not culled by the big ones
+    assert (stats["disk_writes_too_big"], stats["disk_writes_skipped"]) == (2, 0), stats
+    (said,) = [e for e in logs if e["event"] == "latent_cache_entry_too_big"]
+    assert said["entry_bytes"] > said["room_bytes"] and said["disk_bytes"] == 64 << 10, said
