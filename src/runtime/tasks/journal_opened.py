@@ -138,9 +138,16 @@ def mark_open(conn: sqlite3.Connection) -> None:
 def mark_closed(conn: sqlite3.Connection) -> None:
     """Take the open mark off the journal on ``conn``, as it is about to be closed (the close
     checkpoints the deletion into the file). A transaction still open is left to the close,
-    which rolls it back: the mark stays, and the next open says so where the log is gone."""
+    which rolls it back: the mark stays, and the next open says so where the log is gone.
+
+    The deletion's commit is not synced on its own (``synchronous = NORMAL``): the close's
+    checkpoint syncs the log before it copies it into the file, then the file, before it
+    deletes the log (SQLite's ``walCheckpoint``, ``sqlite3WalClose``), so a sync here was a
+    third where two make it durable. Where the close cannot checkpoint (another connection has
+    the journal open) the log stays beside it, and an open with a log there reads no mark."""
     if conn.in_transaction or not _has_table(conn):
         return
+    conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("DELETE FROM opened_by")
 
 

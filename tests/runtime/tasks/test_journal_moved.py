@@ -132,3 +132,28 @@ def test_a_copy_kept_before_an_upgrade_opens_quietly_when_put_back(tmp_path: Pat
     journal.close()
     assert journal.left_open is None
     assert {j.job_id for j in book.jobs()} == {"first", "acknowledged"}
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_a_closed_journal_reopens_with_everything_and_no_open_mark(tmp_path: Path, reader: bool) -> None:
+    """sm 5: the close's deletion of the open mark is not synced on its own, as the close's
+    checkpoint syncs the log and then the file. With another connection open the close cannot
+    checkpoint: the log stays beside the journal, and the journal opens whole and quiet all the same."""
+    path = tmp_path / "journal.db"
+    killed_master(path)
+    journal, _ = open_journal(path)
+    other = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True) if reader else None
+    try:
+        if other is not None:
+            assert other.execute("SELECT count(*) FROM opened_by").fetchone() == (1,)
+        journal.close()
+        assert (tmp_path / "journal.db-wal").exists() is reader
+    finally:
+        if other is not None:
+            other.close()
+    with structlog.testing.capture_logs() as logs:
+        journal, book = open_journal(path)
+    journal.close()
+    assert {j.job_id for j in book.jobs()} == {"first", "acknowledged"}
+    assert journal.left_open is None and not [e for e in logs if e["event"] == "journal_left_open"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["journal.db", "journal.db.lock"]
