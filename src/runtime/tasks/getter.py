@@ -109,6 +109,7 @@ log = get_logger(__name__)
 
 _COUNTED = {"complete": "completed", "fail": "failed"}  # the counter of a report answered (else declined)
 
+
 class TaskGetter(HeldLeases):
     """Pulls tasks for one worker from the master and runs them.
 
