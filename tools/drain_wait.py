@@ -24,10 +24,14 @@ from troupe.runtime.errors import TroupeError
 from .master_client import master_call, master_status
 from .stop_signals import say_stopping
 
-__all__ = ["POLL_S", "Held", "drain_and_wait", "held_on"]
+__all__ = ["BEAT_WAIT_S", "POLL_S", "Held", "drain_and_wait", "held_on"]
 
 POLL_S = 1.0
 """Seconds between two looks at the master's ``status`` while a drain is waited for."""
+
+BEAT_WAIT_S = 10.0
+"""How long a drained node's next beat is waited for before its processes are said (a node
+beats every second by default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,8 @@ async def drain_and_wait(
             while True:
                 held = held_on(await master_status(master, reply_s), node)
                 if held.state != "alive" or not held.leases:
+                    if held.others:
+                        held = await _after_a_beat(master, node, reply_s, poll_s, held)
                     return _done(node, held)
                 if not held.draining:
                     raise TroupeError(
@@ -121,6 +127,29 @@ async def drain_and_wait(
         f"node {node} still {still} after {anyio.current_time() - waited:.0f} s of --wait; it drains "
         "on: wait again, or see `troupe ctl status` (stopped now, those tasks run again elsewhere)"
     )
+
+
+async def _after_a_beat(master: str, node: str, reply_s: float, poll_s: float, held: Held) -> Held:
+    """``held`` as the node's first beat after now says it: the drain stopped the node's task
+    workers, which the master drops from its list as each leaves, while its node's last beat may
+    still count their processes (a drained node was said to run another process, a replica, one
+    try in three: report mv 3). A master that does not say its beats' age (older), or no beat
+    within :data:`BEAT_WAIT_S`: ``held`` as it is."""
+    since = anyio.current_time()
+    with anyio.move_on_after(BEAT_WAIT_S):
+        while True:
+            status = await master_status(master, reply_s)
+            ages = [
+                n.get("last_beat_age_s")
+                for n in status.get("nodes") or ()
+                if isinstance(n, dict) and n.get("node") == node
+            ]
+            if not ages or not isinstance(ages[0], (int, float)):
+                return held
+            if ages[0] < anyio.current_time() - since:  # a beat sent since: its count is now's
+                return held_on(status, node)
+            await anyio.sleep(poll_s)
+    return held
 
 
 def _done(node: str, held: Held) -> str:

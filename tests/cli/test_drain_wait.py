@@ -31,11 +31,14 @@ def _status(
     alive: bool = True,
     left: bool = False,
     processes: int = 2,
+    age: float | None = None,
 ) -> dict[str, Any]:
     workers = [{"worker_id": f"n1/w{i}", "node": "n1", "used": 0} for i in range(2)]
     for w in workers:
         w["used"] = leases.get(w["worker_id"], 0)
     node = {"node": "n1", "alive": alive, "left": left, "draining": draining, "processes": processes}
+    if age is not None:  # the master's age of the node's last beat (an older master says none)
+        node["last_beat_age_s"] = age
     return {"master": "master", "jobs": [], "nodes": [node], "workers": workers}
 
 
@@ -75,6 +78,22 @@ async def test_the_wait_says_what_the_node_holds_and_returns_once_it_holds_nothi
     ]
     assert done.startswith("node n1 is drained: it holds no task; stop it now"), done
     assert "1 other process runs there (a `troupe run --cluster`'s replicas" in done, done
+
+
+@pytest.mark.parametrize("replica", [False, True])
+async def test_a_drained_node_s_processes_are_said_as_its_next_beat_counts_them(replica: bool) -> None:
+    """mv 3: the drain stopped the node's task workers and the master dropped them, while the
+    node's last beat still counted their processes: "1 other process runs there" was said of a
+    node that ran none. The processes are said as a beat sent after the wait ended counts them."""
+    stale = _status({}, processes=3, age=3600.0)  # a beat from before the workers stopped
+    fresh = _status({}, processes=3 if replica else 2, age=0.0)
+    statuses = [_status({"n1/w0": 1}), stale, stale, fresh]
+    async with _master(statuses) as (endpoint, asked):
+        with anyio.fail_after(BOUND_S):
+            done = await drain_and_wait(endpoint, "n1", 5.0, None, lambda _line: None, POLL_S)
+    assert asked.count("status") == 4, asked  # the stale beat was not taken for now's count
+    assert done.startswith("node n1 is drained: it holds no task; stop it now"), done
+    assert ("1 other process runs there" in done) is replica, done
 
 
 async def test_the_wait_runs_out_naming_what_the_node_still_holds() -> None:

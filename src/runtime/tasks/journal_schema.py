@@ -190,9 +190,39 @@ def _refuse_other(path: Path, app_id: int, version: int) -> None:
     if version not in _UPGRADABLE and version != SCHEMA_VERSION:
         raise JournalError(
             f"journal {path} has schema version {version}, this troupe reads "
-            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; open it with the "
-            "troupe release that wrote it, or start a new journal (nothing was changed)"
+            f"versions {_UPGRADABLE[0]} to {SCHEMA_VERSION}; {_what_to_do(path, version)} "
+            "(nothing was changed)"
         )
+
+
+def _what_to_do(path: Path, version: int) -> str:
+    """What the user of a journal of a schema not read here can do. Every checkout says one
+    version (``troupe 0.1.0``), so "the release that wrote it" named nothing they could find; a
+    newer troupe's upgrade kept the journal as it was beside it, which this troupe reads (README,
+    "Upgrading a cluster": going back loses what was journaled since): report mv 2."""
+    if version < _UPGRADABLE[0]:
+        return "open it with the troupe that wrote it, or start a new journal"
+    kept = sorted(
+        (copy for copy in path.parent.glob(f"{path.name}.v*.bak") if _kept_version(copy, path) is not None),
+        key=lambda copy: copy.stat().st_mtime,
+    )
+    if not kept:
+        return (
+            "a newer troupe wrote it: open it with that troupe (`troupe --version` names its code), "
+            "or start a new journal"
+        )
+    return (
+        "a newer troupe wrote it: open it with that troupe (`troupe --version` names its code), or, to "
+        f"go on with this one, put back the copy its upgrade kept, {kept[-1].name}, as {path.name} (and "
+        f'remove {path.name}-wal and -shm): what was journaled since is lost (README, "Upgrading a cluster")'
+    )
+
+
+def _kept_version(copy: Path, path: Path) -> int | None:
+    """The schema version of a copy kept before an upgrade (``journal.db.v3.<time>.bak``), where
+    this troupe reads it."""
+    head = copy.name[len(path.name) + 2 :].split(".", 1)[0]
+    return int(head) if head.isdigit() and (int(head) in _UPGRADABLE or int(head) == SCHEMA_VERSION) else None
 
 
 @dataclass(frozen=True, slots=True)

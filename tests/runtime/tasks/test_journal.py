@@ -272,6 +272,33 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
         Journal.open(path)
 
 
+@pytest.mark.parametrize(
+    "kept", [None, "journal.db.v3.20261207T101500Z.bak", "journal.db.v4.20261207T101500Z.bak"]
+)
+def test_a_newer_troupe_s_journal_names_the_copy_its_upgrade_kept(tmp_path: Path, kept: str | None) -> None:
+    """mv 2: a newer troupe's journal was refused with "open it with the troupe release that wrote
+    it", which named nothing (every checkout says ``troupe 0.1.0``), and not the copy the newer
+    troupe's upgrade kept beside it, which this troupe reads: it is named, with what putting it
+    back costs."""
+    path = tmp_path / "journal.db"
+    Journal.open(path, create=True).close()
+    (tmp_path / "journal.db.v9.20261207T101500Z.bak").write_bytes(b"")  # a copy this troupe cannot read
+    if kept is not None:
+        (tmp_path / kept).write_bytes(path.read_bytes())
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(JournalError) as refused:
+        Journal.open(path)
+    said = str(refused.value)
+    assert "a newer troupe wrote it" in said and "troupe --version" in said and "release" not in said
+    if kept is None:
+        assert ".bak" not in said and "start a new journal" in said
+    else:
+        assert f"put back the copy its upgrade kept, {kept}, as journal.db" in said
+        assert "what was journaled since is lost" in said
+
+
 def _written_then_killed(path: Path, statements: list[str]) -> None:
     """Run ``statements`` on the database at ``path`` in WAL mode, in a process that then dies
     without closing it: what they wrote stays in ``<path>-wal``, as a crashed program leaves it."""
