@@ -25,7 +25,7 @@ kills of the node's cgroup (``memory_kills.py``).
 Node control messages added here (besides ``chaos`` and ``heal``, see ``chaos/relay.py``):
 
 - ``supervisor_ready`` ``{"endpoint", "udp": [host, port], "pid"}`` -> ``true``: from the
-  supervisor once it listens; the node then sends ``watch`` for every running worker (and
+  supervisor once it listens; the node then sends ``watch`` for every registered worker (and
   ``heartbeat_to`` to the workers if the UDP port changed).
 - ``worker_killed`` ``{"worker", "pid", "reason", "last_status", "silent_s"}`` -> ``true``
   (``false`` for an old incarnation): from the supervisor, before it SIGKILLs the worker.
@@ -409,17 +409,22 @@ class NodeSupervision:
             )
         moved = self.udp is not None and udp != self.udp
         self.endpoint, self.udp = p.require("endpoint", str), udp
-        running = [
-            h for h in self._node.workers.values() if h.state is HandleState.RUNNING and h.endpoint and h.pid
+        # Every worker whose current incarnation registered, running or not: a forked one can
+        # register before the template's reply with its pid is read, still "starting" here, and
+        # neither that registration (no supervisor then) nor its launch sends a watch.
+        registered = [
+            h
+            for h in self._node.workers.values()
+            if h.state in (HandleState.RUNNING, HandleState.STARTING) and h.endpoint and h.pid
         ]
-        for handle in running:
+        for handle in registered:
             if self._tg is not None:
                 self._tg.start_soon(self._rewatch, handle, moved)
         log.info(
             "supervisor_registered",
             endpoint=self.endpoint,
             udp=f"{udp[0]}:{udp[1]}",
-            rewatched=len(running),
+            rewatched=len(registered),
             moved=moved,
         )
         self._ready.set()
