@@ -378,6 +378,11 @@ class ReplicaPool:
         with anyio.fail_after(600):
             while replica.busy:  # its last call is still running; it ends on its own
                 await anyio.sleep(0.02)
+        # What that call made is held here until the next stage has settled it (or it runs
+        # again, this replica lost meanwhile: held is then 0). Stopped before, the next stage's
+        # pull of it waited on a process that was gone, and the run stalled until the lease.
+        while replica.held and not replica.lost:
+            await anyio.sleep(0.02)
         self.scale_log.append(
             (time.monotonic() - self._created, stage.cfg.name, len(stage.ready()), "retired")
         )

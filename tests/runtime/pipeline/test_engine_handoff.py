@@ -336,3 +336,36 @@ async def test_no_call_pulls_from_a_replica_lost_with_the_node_of_the_call_it_wa
     result = await _run(cfg, cluster, drive, hosts)
     assert result.counts()["ok"] == 2  # nothing lost
     assert result.restarted == 2  # both payloads were on the dead node
+
+
+async def test_a_replica_retired_during_its_call_stays_until_the_next_stage_took_what_it_holds() -> None:
+    """The scaler lent a busy replica's slot to another stage ("idle, lends a slot to store"): once its
+    call ended it was stopped, holding that call's outputs, and the next stage's pull of them waited
+    out its minute on a process that was gone (a `troupe run` of 6 items stalled with two leased).
+    It now stays until the next stage has settled what it holds, then goes."""
+    cluster = FakeCluster()
+    engine = PipelineEngine(_pipeline(1, _stage("a"), _stage("b")), cluster, "tcp://fake:1")  # type: ignore[arg-type]
+
+    async def drive() -> None:
+        a = await cluster.next_call("a")
+        stage = engine.stages[0]
+        replica = next(r for r in stage.replicas if r.name == a.replica)
+        engine._mark_retiring(stage, replica)  # lent while its call runs
+        a.hold()
+        b = await cluster.next_call("b")  # the call has ended: its retirement may go on
+        assert engine._tg is not None and replica.held == 1
+        engine._tg.start_soon(engine._retire, stage, replica)
+        await anyio.wait_all_tasks_blocked()
+        assert a.replica not in cluster.stopped, "stopped while b has yet to pull from it"
+        b.ok()
+        with anyio.fail_after(WAIT_S):  # released once b settled it: then it goes
+            while a.replica not in cluster.stopped:
+                await anyio.sleep(0.01)
+
+    with anyio.fail_after(WAIT_S * 3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            result = await engine.run()
+            tg.cancel_scope.cancel()
+    assert result.counts()["ok"] == 1
+    assert result.restarted == 0
