@@ -302,10 +302,8 @@ def test_default_endpoints_taken_as_the_run_starts_give_way_to_free_ports(tmp_pa
             )
 
 
-def test_a_run_whose_master_alone_lost_the_race_says_where_its_master_went(tmp_path: Path) -> None:
-    """Report sh 9: the master's default taken as the run started moved it, and the run said
-    nothing (only a moved node was said): its `ctl jobs --master` could not be found."""
-    node, master = free_endpoint(), free_endpoint()
+def _said_master_moved(tmp_path: Path, node: str, master: str, **may_move: bool) -> str:
+    """What a run on ``node`` says of its master's ``master``, taken as the run started."""
     told: list[str] = []
     with _held(master):
         run_pipeline_sync(
@@ -313,9 +311,35 @@ def test_a_run_whose_master_alone_lost_the_race_says_where_its_master_went(tmp_p
             out=tmp_path / "out",
             node_endpoint=node,
             master_endpoint=master,
-            endpoints_may_move=True,
             on_event=told.append,
+            **may_move,
         )
     said = [line for line in told if line.startswith(f"{master} was taken as the run started")]
     assert said, told
-    assert f"this run's node listens on {node}, its master on tcp://127.0.0.1:" in said[0], said
+    return said[0]
+
+
+def test_a_run_whose_master_alone_lost_the_race_says_where_its_master_went(tmp_path: Path) -> None:
+    """Report sh 9: the master's default taken as the run started moved it, and the run said
+    nothing (only a moved node was said): its `ctl jobs --master` could not be found."""
+    node, master = free_endpoint(), free_endpoint()
+    said = _said_master_moved(tmp_path, node, master, endpoints_may_move=True)
+    assert f"this run's node listens on {node}, its master on tcp://127.0.0.1:" in said, said
+
+
+def test_a_given_node_endpoint_stays_while_the_master_s_default_taken_meanwhile_moves(tmp_path: Path) -> None:
+    """`troupe run --endpoint X` (its master on the default): two such runs at once (two tests, -n 2)
+    both found the master's default free, and the second failed to bind it ("cannot bind a mailbox
+    at tcp://127.0.0.1:7478: Address already in use"), since only a run given neither endpoint
+    could move. The master's default moves alone now; the given node endpoint is kept."""
+    node, master = free_endpoint(), free_endpoint()
+    said = _said_master_moved(tmp_path, node, master, master_may_move=True)
+    assert f"this run's node listens on {node}, its master on tcp://127.0.0.1:" in said, said
+    with _held(node), pytest.raises(ConfigError, match=r"is another (master|node)"):  # given: refused
+        run_pipeline_sync(
+            _toml(tmp_path),
+            out=tmp_path / "given",
+            node_endpoint=node,
+            master_endpoint=master,
+            master_may_move=True,
+        )

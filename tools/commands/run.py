@@ -261,7 +261,8 @@ def run(
         )
     check_run(config, out, count, node_endpoint, master_endpoint, flag, metrics, fresh, retry_dead)
     taken_note = moved_note(node_endpoint, node_moved, master_endpoint, master_moved)
-    # Found free just now; one taken by the time the run binds it moves too (two runs at once).
+    # Found free just now; one taken by the time the run binds it moves too (two runs at once):
+    # the master's also where only --endpoint was given (two tests' runs at once failed on it).
     defaults = endpoint is None and master is None
     with own_stdout():
         finish_run(
@@ -276,4 +277,5 @@ def run(
             moved=taken_note,
             retry_dead=retry_dead,
             metrics=metrics,
+            master_default=master is None,
         )

@@ -163,9 +163,11 @@ def finish_run(
     moved: str | None = None,
     retry_dead: bool = False,
     metrics: str | None = None,
+    master_default: bool = False,
 ) -> None:
     """The body of ``troupe run``: run what is missing in --out, finalise, report. ``defaults``:
-    the endpoints are defaults found free, which may give way to free ports if taken meanwhile;
+    the endpoints are defaults found free, which may give way to free ports if taken meanwhile
+    (``master_default``: the master's is, where --endpoint was given);
     ``moved``: the line that says the defaults were taken, said once the run starts (a run
     refused before, a stage's bad kwarg, says its error alone); ``retry_dead``: an earlier
     run's dead items run again (``--retry-dead``); ``metrics``: where the run serves its
@@ -186,6 +188,7 @@ def finish_run(
         moved,
         retry_dead,
         metrics,
+        master_default,
         done_if_returned=True,  # a stop that came once the run had finished: its report, exit 0
     )
 
@@ -213,6 +216,7 @@ async def _finish_run(
     moved: str | None = None,
     retry_dead: bool = False,
     metrics: str | None = None,
+    master_default: bool = False,
 ) -> None:
     """The run and its report. It returns only where the run finished: a stop signal that came
     after its finalisation (its record says complete) ends it with the dataset's lines."""
@@ -314,6 +318,7 @@ async def _finish_run(
                 keys=None if cluster is None else cluster.keys,
                 mailbox=None if cluster is None else cluster.endpoint,
                 endpoints_may_move=defaults,
+                master_may_move=master_default,
                 on_importing=starting.importing,
                 template_ahead=template_prestart.take(),  # troupe.cli.entry started it
                 # A mixed cluster (runtime/pipeline/mixed_code.py): on stderr, --json or not.

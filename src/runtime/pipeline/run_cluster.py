@@ -119,13 +119,16 @@ async def on_node(
     on_event: Callable[[str], None] | None = None,
     retry_dead: bool = False,
     metrics: str | None = None,
+    master_may_move: bool = False,
 ) -> AsyncIterator[RunCluster]:
     """The node and the item source of a run; what was started here is stopped on the way out
     (done, failed or cancelled): the node first (its workers within its stop grace), then the
     master, then its journal. ``template``: the node's, started already (``early_template``).
     ``out``: the run's output directory, which a master's job is made with. ``retry_dead``: the
     job's dead items run again. ``metrics``: where a node started here serves its metrics,
-    the pipeline's among them (HOST:PORT; None: nowhere)."""
+    the pipeline's among them (HOST:PORT; None: nowhere). ``endpoints_may_move``: both
+    endpoints are defaults that may move if taken meanwhile; ``master_may_move``: the master's
+    alone is."""
     journal = None
     try:
         async with anyio.create_task_group() as tg:
@@ -140,7 +143,7 @@ async def on_node(
                         endpoint=master, name="local-master", journal_lost_advice=RUN_JOURNAL_LOST
                     )
                     local_master = Master(local_config, journal, book)
-                    local_master.endpoint_may_move = endpoints_may_move
+                    local_master.endpoint_may_move = endpoints_may_move or master_may_move
                     await _start_master(tg, local_master)
                     master = local_master.config.endpoint  # another, if it had to move
                 if node is None:

@@ -131,6 +131,7 @@ async def run_pipeline(
     keys: str | os.PathLike[str] | None = None,
     mailbox: str | None = None,
     endpoints_may_move: bool = False,
+    master_may_move: bool = False,
     template_ahead: Prestarted | None = None,
     on_importing: OnImporting | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -168,6 +169,8 @@ async def run_pipeline(
         endpoints_may_move: ``node_endpoint`` and ``master_endpoint`` are defaults found free
             before the run: one taken since (another run started at once) gives way to a free
             port of its host, said through ``on_event``, rather than failing the run.
+        master_may_move: ``master_endpoint`` alone is such a default (``node_endpoint`` was
+            given, and stays as given): taken since, it gives way to a free port likewise.
         template_ahead: a node template the caller started ahead (``troupe.template_prestart``,
             as ``troupe run`` does at its entry): a one-host run's node takes it over; a run on a
             cluster has it check the stage classes, then stops it (started with
@@ -300,6 +303,7 @@ async def run_pipeline(
                 on_event,
                 retry_dead,
                 metrics,
+                master_may_move,
             )
         )
         shared_dir = RunDir(out_dir) if out_dir is not None and items_from is not None else None
