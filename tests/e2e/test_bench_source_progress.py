@@ -54,3 +54,20 @@ async def test_a_run_longer_than_the_progress_timeout_is_not_killed(
                 took = time.monotonic() - t0
     status = await cluster.status()
     assert status["supervision"]["kills"] == {}, status["supervision"]["kills"]
+
+
+@pytest.mark.parametrize("request_type", ["asks", "tells"])
+async def test_a_sink_that_answers_late_does_not_get_its_source_killed(
+    troupe_cluster: Any, request_type: str
+) -> None:
+    """A sink starved of CPU (a loaded machine) answered the source's first ask two progress timeouts
+    late: the source, waiting on it with no message sent, was killed as making no progress ("PeerLost:
+    ask 'tells' to bench-progress/src/source: ... its process died"). It says progress while it waits."""
+    config = CONFIG.replace("troupe.cli.bench.actors:Sink", "support.slow_sink:SlowSink")
+    cluster: Cluster = troupe_cluster(config, "bench-late-sink")
+    async with cluster.client() as rt:
+        spec = {"target": "dst/sink", "kind": "small", "window": 1, "n": 64}
+        with anyio.fail_after(300):  # a bound on a hang, not on speed
+            assert await rt.ref("src/source").ask(request_type, spec, timeout=600) > 0
+    status = await cluster.status()
+    assert status["supervision"]["kills"] == {}, status["supervision"]["kills"]
