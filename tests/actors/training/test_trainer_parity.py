@@ -21,6 +21,10 @@ from troupe import RemoteError
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # nodes start slowly on a loaded machine
 
 STEPS = 4
+# The node's readiness bound (a poll of its workers' state, not a speed bound): the trainer waits
+# for the node's template to import torch, which took more than the fixture's default 60 s under
+# a full-suite load of 15-30 on two cores ("'w-trainer' starting (pid None, restarts 0)").
+START_S = 200
 
 
 def _start(data: Path, out: Path, encoders: list[str], **train: Any) -> dict[str, Any]:
@@ -33,7 +37,7 @@ async def test_remote_encoding_gives_the_losses_and_weights_of_local_encoding(
 ) -> None:
     data = write_clips(tmp_path / "data")
     workers = [TRAINER_WORKER.format(name="trainer")] + [trainer_encoder(n) for n in ("enc-a", "enc-b")]
-    cluster = troupe_cluster(node_config(*workers))
+    cluster = troupe_cluster(node_config(*workers), timeout=START_S)
     async with cluster.client() as rt:
         trainer = rt.ref("trainer")
         await trainer.ask("start", _start(data, tmp_path / "local", [], local_encoding=True), timeout=30)
@@ -54,7 +58,7 @@ async def test_a_bad_start_is_refused_and_an_unknown_encoder_is_reported(
     troupe_cluster: Any, tmp_path: Path
 ) -> None:
     data = write_clips(tmp_path / "data", episodes=1)
-    cluster = troupe_cluster(node_config(TRAINER_WORKER.format(name="trainer")))
+    cluster = troupe_cluster(node_config(TRAINER_WORKER.format(name="trainer")), timeout=START_S)
     async with cluster.client() as rt:
         trainer = rt.ref("trainer")
         bad = _start(data, tmp_path / "a", ["enc"])
