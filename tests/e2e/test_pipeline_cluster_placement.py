@@ -190,6 +190,10 @@ def test_cli_runs_on_the_cluster_and_refuses_tags_no_node_offers(
             assert "na" in str(info.value) and "nb" in str(info.value)
             assert str(info.value).endswith(f"`troupe node start --master {two_nodes.endpoint}`")  # no keys
             assert len(await wait_for_nodes(rt, two_nodes.endpoint, 2, timeout_s=0.5)) == 2
+            # a run given --keys (not installed in its process) suggests them too (report i14 4)
+            with pytest.raises(ConfigError) as keyed:
+                await wait_for_nodes(rt, two_nodes.endpoint, 5, timeout_s=0.5, keyed=True)
+            assert str(keyed.value).endswith(f"`troupe node start --master {two_nodes.endpoint} --keys DIR`")
 
     anyio.run(too_few)
 

@@ -212,6 +212,16 @@ _GONE = "; the node that offered them is gone (start it again, or another that o
 _AGAIN = "the run tries again meanwhile, and the same command resumes what it did"
 
 
+def given_up(said: str, tries: int) -> str:
+    """A :class:`NoNodeNow`'s line as the run's last: it tries nothing again once it has ended
+    (its retries' "the run tries again meanwhile" was said as the final error: report i14 3)."""
+    what = said.removesuffix(f": {_AGAIN}")
+    return (
+        f"{what}: the run gave up after {tries} tries; start a node that offers them, then the "
+        "same command again resumes what it did"
+    )
+
+
 class NoNodeNow(ConfigError):
     """No live node offers what a stage asks, though one did earlier in the run (it died): a
     start that may pass, once a node that offers it is back."""
@@ -219,8 +229,11 @@ class NoNodeNow(ConfigError):
     code = "no_node_now"  # its own: a ConfigError from a peer must not come back as this one
 
 
-async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: float = 60.0) -> list[Host]:
-    """The master's live nodes, once at least ``count`` are alive.
+async def wait_for_nodes(
+    runtime: Runtime, master: str, count: int, timeout_s: float = 60.0, keyed: bool = False
+) -> list[Host]:
+    """The master's live nodes, once at least ``count`` are alive. ``keyed``: the run was given
+    keys (the node command it suggests takes them too, as where this process installed some).
 
     Raises:
         ConfigError: fewer than ``count`` nodes are alive after ``timeout_s`` (names them).
@@ -235,6 +248,6 @@ async def wait_for_nodes(runtime: Runtime, master: str, count: int, timeout_s: f
         raise ConfigError(
             f"--nodes {count}: {len(hosts)} node(s) alive on the master at {master} after "
             f"{timeout_s:g}s ({names}); start them with `troupe node start --master {shlex.quote(master)}"
-            f"{' --keys DIR' if installed() is not None else ''}`"
+            f"{' --keys DIR' if keyed or installed() is not None else ''}`"
         )
     return hosts

@@ -37,7 +37,7 @@ from troupe.runtime.worker_stop import stop_on_node
 from .call_fit import said_receives
 from .config import PipelineConfig
 from .handoff import OUTBOX_CLASS
-from .hosts import EngineHosts, NoNodeNow
+from .hosts import EngineHosts, NoNodeNow, given_up
 from .model import ScaleInput, decide_scaling
 from .records import Replica, StageState, node_of
 from .replica_stage_info import stage_info
@@ -190,6 +190,8 @@ class ReplicaPool:
             why = str(exc)
             if isinstance(exc, UnknownMessageType):
                 why = f"{stage.cfg.actor} is not a StageActor ({exc})"
+            elif isinstance(exc, NoNodeNow):
+                why = given_up(why, stage.start_failures + 1)
             log.error("replica_start_failed", stage=stage.cfg.name, replica=name, error=why)
             # Said before the stop below is awaited: no item may move while it runs.
             if not stage.ready() and not stage.starting:  # nothing left to run the stage's items

@@ -92,7 +92,7 @@ async def on_cluster(
     reach the run (``run_keys.py``). ``retry_dead``: the job's dead items run again. ``mailbox``:
     where the run's mailbox listens (``run_keys.run_mailbox``)."""
     async with connect_run(master, keys, on_warning, engine_codec(cfg), mailbox) as rt:
-        live = await wait_for_nodes(rt, master, nodes)
+        live = await wait_for_nodes(rt, master, nodes, keyed=keys is not None)
         await warn_if_mixed(rt, master, on_warning)
         for stage in cfg.stages:  # every stage has a node before anything starts
             res = stage.resources

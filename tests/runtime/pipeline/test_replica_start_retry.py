@@ -20,7 +20,7 @@ from troupe.runtime.errors import ActorStopped, AskTimeout, BadRequest, ConfigEr
 from troupe.runtime.pipeline import replicas as replicas_module
 from troupe.runtime.pipeline.config import PipelineConfig
 from troupe.runtime.pipeline.engine import PipelineEngine, PipelineResult
-from troupe.runtime.pipeline.hosts import EngineHosts
+from troupe.runtime.pipeline.hosts import _AGAIN, _GONE, EngineHosts, NoNodeNow
 from troupe.runtime.pipeline.source import LocalSource
 from troupe.runtime.placement import Host
 
@@ -101,6 +101,22 @@ async def test_a_start_that_keeps_failing_ends_the_run_after_its_tries() -> None
     with pytest.raises(StageFailed, match="stage a: replica p-a-12 could not start: no reply"):
         await _run(node, said)
     assert len(node.spawns) == 13 and len(said) == 12
+
+
+async def test_a_stage_no_node_offers_any_more_ends_saying_the_run_gave_up() -> None:
+    """i14 3: the run's last line, after its tries, said "the run tries again meanwhile", as each
+    retry's line had, after the command had ended."""
+    said_now = f"stages.a: no node has tags ['store']{_GONE}: {_AGAIN}"
+    node = FlakyNode([NoNodeNow(said_now)] * 13)
+    said: list[str] = []
+    with pytest.raises(StageFailed) as failed:
+        await _run(node, said)
+    final = str(failed.value)
+    assert "tries again meanwhile" in said[0] and "tries again meanwhile" not in final, final
+    assert final.endswith(
+        "the node that offered them is gone (start it again, or another that offers them): the run gave "
+        "up after 13 tries; start a node that offers them, then the same command again resumes what it did"
+    ), final
 
 
 async def test_a_start_that_fails_the_same_way_every_time_ends_the_run_at_once() -> None:
