@@ -296,7 +296,7 @@ def scale(
     as_json: JsonOption = False,
 ) -> None:
     """One real master, N simulated workers, heavy-tailed tasks: efficiency and dispatch rate."""
-    from .scale import measure_scale, scale_table
+    from .scale import JobOutran, measure_scale, scale_table
 
     if workers * tasks > MOST_TASKS:  # one job: the master's book holds every task
         raise fail(
@@ -305,13 +305,20 @@ def scale(
             2,
         )
 
-    fig = measure_scale(
-        workers,
-        tasks,
-        median_ms,
-        progress=lambda m: console.print(literal(f"{m}...", "dim")),
-        prefetch=prefetch,
-    )
+    try:
+        fig = measure_scale(
+            workers,
+            tasks,
+            median_ms,
+            progress=lambda m: console.print(literal(f"{m}...", "dim")),
+            prefetch=prefetch,
+        )
+    except JobOutran as exc:
+        if as_json:  # what was measured before, for a script that keeps what it can
+            typer.echo(json.dumps({**exc.figures, "incomplete": str(exc)}, indent=2))
+        elif "efficiency" in exc.figures:
+            console.print(literal(f"speculation on: efficiency {exc.figures['efficiency']:.3f}", "dim"))
+        raise fail(str(exc), 1) from None
     if as_json:
         typer.echo(json.dumps(fig, indent=2))
         return

@@ -166,6 +166,23 @@ async def _wait_workers(master: str, n: int, timeout: float) -> None:
             await anyio.sleep(0.2)
 
 
+class JobOutran(RuntimeError):
+    """A bench job not done within its wait (a machine many times slower than the job's ideal
+    makespan): one line with its progress, and the figures of the jobs that did finish
+    (``figures``, set by :func:`measure_scale`). It was a traceback, every figure lost (report
+    i14 1)."""
+
+    def __init__(self, name: str, state: str, counts: dict[str, Any], wait_s: float, tasks: int) -> None:
+        done = int(counts.get("done", 0))
+        super().__init__(
+            f"bench job {name} was {state}, not done, after its wait of {wait_s:.0f} s (the ideal "
+            f"makespan x 6 + 120 s): {done:,} of {tasks:,} tasks done, {counts.get('pending', 0):,} "
+            f"pending, {counts.get('leased', 0):,} leased; this machine runs it far slower than its "
+            "ideal (other load on it?): fewer --workers or --tasks, or a quieter machine"
+        )
+        self.figures: dict[str, Any] = {}
+
+
 async def _run_job(
     master: str, master_pid: int, name: str, tasks: int, speculation: bool, timeout: float
 ) -> dict[str, Any]:
@@ -178,7 +195,7 @@ async def _run_job(
     cpu = sum(proc.cpu_times()[:2]) - cpu0
     after = await master_call(master, "status", None, 30.0)
     if job["state"] != "done":
-        raise RuntimeError(f"bench job {name} ended {job['state']}: {job['counts']}")
+        raise JobOutran(name, job["state"], job["counts"], wait_s, tasks)
     makespan = job["finished_at"] - job["started_at"]
     backups = after["speculative"]["launched"] - before["speculative"]["launched"]
     driver = {key: after["driver"][key] - before["driver"][key] for key in ("events", "batches", "append_s")}
@@ -313,17 +330,21 @@ def measure_scale(
             for label, spec in (("", True), ("_no_speculation", False)):
                 say(f"job of {tasks:,} tasks, speculation {'on' if spec else 'off'}")
                 timeout = ideal * 6 + 120
-                out = anyio.run(
-                    _run_job,
-                    endpoint,
-                    master.pid,
-                    f"scale{label or '_spec'}",
-                    tasks,
-                    spec,
-                    timeout,
-                    backend="asyncio",
-                    backend_options={"use_uvloop": True},
-                )
+                try:
+                    out = anyio.run(
+                        _run_job,
+                        endpoint,
+                        master.pid,
+                        f"scale{label or '_spec'}",
+                        tasks,
+                        spec,
+                        timeout,
+                        backend="asyncio",
+                        backend_options={"use_uvloop": True},
+                    )
+                except JobOutran as exc:
+                    exc.figures = fig
+                    raise
                 for key, value in out.items():
                     fig[key + label] = value
                 fig["efficiency" + label] = ideal / out["makespan_s"]
