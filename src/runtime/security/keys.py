@@ -1,7 +1,7 @@
 """CURVE key pairs on disk: ``troupe keys generate`` writes them, every process loads them.
 
-A keys directory (mode 0700) holds pyzmq certificate files, as ``zmq.auth.create_certificates``
-writes them: ``NAME.key`` (the public key) and ``NAME.key_secret`` (both keys, mode 0600).
+A keys directory (mode 0700) holds pyzmq certificate files (``key_files`` writes them, never
+through a link): ``NAME.key`` (the public key) and ``NAME.key_secret`` (both keys, mode 0600).
 
 - ``cluster``: the one pair of master, nodes and workers. Every mailbox (server socket) of
   those processes uses it, and every connection between them presents it.
@@ -30,6 +30,8 @@ import zmq.auth
 
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.file_owner import is_another_users, user_name
+
+from .key_files import in_the_way, planted_link, write_pair
 
 __all__ = [
     "CLUSTER",
@@ -152,6 +154,10 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
     names = [f"{OPERATOR}-{p}" for p in operators] + [f"{READER}-{p}" for p in readers]
     if not names:
         names = [CLUSTER, OPERATOR, READER]
+    for name in names:
+        for path in (directory / f"{name}.key", directory / f"{name}.key_secret"):
+            if path.is_symlink():  # not followed, not even to ask whether its target exists
+                raise ConfigError(planted_link(path, directory))
     taken = [
         n for n in names if (directory / f"{n}.key").exists() or (directory / f"{n}.key_secret").exists()
     ]
@@ -161,23 +167,15 @@ def generate_keys(directory: Path, operators: Iterable[str] = (), readers: Itera
             f"{taken[0]}.key and {taken[0]}.key_secret first to replace it)"
         )
     made_directory = not directory.exists()
+    created: list[Path] = []
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        written = []
-        for name in names:
-            old = os.umask(0o077)  # the secret file is never readable by others, not even briefly
-            try:
-                public, secret = zmq.auth.create_certificates(directory, name)
-            finally:
-                os.umask(old)
-            os.chmod(secret, 0o600)
-            os.chmod(public, 0o644)
-            written.append(Path(secret))
+        written = [write_pair(directory, name, created) for name in names]
     except OSError as exc:
         # A pair written part-way (a full disk: an empty cluster.key) made the rerun refuse it
-        # as existing: every file of the pairs was checked new above, so all of them go.
-        _take_back(directory, names, made_directory)
-        raise ConfigError(_cannot_write(directory, exc)) from None
+        # as existing: what this call created goes, and nothing else (a name taken meanwhile).
+        _take_back(created, directory if made_directory else None)
+        raise ConfigError(in_the_way(exc, directory) or _cannot_write(directory, exc)) from None
     return written
 
 
@@ -222,18 +220,17 @@ def _secret_in_public(path: Path) -> str:
     )
 
 
-def _take_back(directory: Path, names: list[str], made_directory: bool) -> None:
-    """Remove what a failed :func:`generate_keys` wrote: the files of ``names``' pairs, and the
+def _take_back(created: list[Path], made_directory: Path | None) -> None:
+    """Remove what a failed :func:`generate_keys` wrote: the files it ``created``, and the
     directory where it made it (and it is empty)."""
-    for name in names:
-        for suffix in (".key", ".key_secret"):
-            try:
-                (directory / f"{name}{suffix}").unlink(missing_ok=True)
-            except OSError:
-                pass  # not there to remove, or not removable: the error says what failed
-    if made_directory:
+    for path in created:
         try:
-            directory.rmdir()
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # not there to remove, or not removable: the error says what failed
+    if made_directory is not None:
+        try:
+            made_directory.rmdir()
         except OSError:
             pass
 

@@ -194,10 +194,10 @@ def test_a_directory_that_may_not_be_written_is_said_so_not_a_full_disk(
     on its disk. CI runs as root, whom permissions do not stop: the write fails here on purpose."""
     from troupe.runtime.security import keys as keys_module
 
-    def refused(directory: Path, name: str) -> None:
+    def refused(directory: Path, name: str, created: list[Path]) -> None:
         raise OSError(code, os.strerror(code), str(directory / f"{name}.key"))
 
-    monkeypatch.setattr(keys_module.zmq.auth, "create_certificates", refused)
+    monkeypatch.setattr(keys_module, "write_pair", refused)
     monkeypatch.chdir(tmp_path)
     directory = Path("keys") if new else tmp_path  # relative: the folder is still named whole
     with pytest.raises(ConfigError) as err:
