@@ -496,9 +496,12 @@ def check_demo(log_dir: Path, endpoint: str) -> None:
     )
 
 
-def check_node_start(config: Path | None, with_master: bool, **options: Any) -> str | None:
+def check_node_start(
+    config: Path | None, with_master: bool, env_keys: Path | None = None, **options: Any
+) -> str | None:
     """``troupe node start``: the current folder (``shadowing_problem``), the config with its
-    options, its actor classes, endpoints, logs.
+    options (``env_keys``: ``$TROUPE_KEYS``, see ``load_node_config``), its actor classes,
+    endpoints, logs.
 
     Returns:
         The master to join: ``--master``, else the config's ``[node] master``, else (with
@@ -506,7 +509,7 @@ def check_node_start(config: Path | None, with_master: bool, **options: Any) -> 
     """
     _check(shadowing_problem())  # first: the class check's child would import the file too
     try:
-        cfg: NodeConfig = load_node_config(config, **options)
+        cfg: NodeConfig = load_node_config(config, env_keys=env_keys, **options)
         check_node_preload(cfg, str(config) if config else "defaults")
         check_node_actors(cfg, str(config) if config else "defaults", on_slow=_say)
     except ConfigError as exc:

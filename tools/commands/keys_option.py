@@ -11,7 +11,7 @@ from troupe.cli.client import fail
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.process import install, keys_for
 
-__all__ = ["KeysOption", "use_group_keys", "use_keys"]
+__all__ = ["KeysOption", "from_environment", "use_group_keys", "use_keys"]
 
 _GIVEN = "troupe.keys_given"  # in the contexts' shared meta: a --keys DIR on the command line
 
@@ -23,13 +23,14 @@ def _command_line_wins(ctx: typer.Context, param: typer.CallbackParam, value: Pa
     as the operator a shell's profile named."""
     if value is None or param.name is None:
         return value
-    if _from_environment(ctx, param.name):
+    if from_environment(ctx, param.name):
         return None if ctx.meta.get(_GIVEN) else value
     ctx.meta[_GIVEN] = True  # meta is shared by a group's context and its command's
     return value
 
 
-def _from_environment(ctx: typer.Context, name: str) -> bool:
+def from_environment(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` took its value from its environment variable."""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name == "ENVIRONMENT"
 
@@ -60,5 +61,5 @@ def use_group_keys(ctx: typer.Context, keys: Path | None) -> None:
     """A group's ``--keys DIR`` (``troupe logs --keys DIR tail``), used where it is on the command
     line: ``$TROUPE_KEYS`` is left to the commands that talk to a cluster (``logs tail --logs
     DIR`` reads files, and a stale variable must not stop it)."""
-    if not _from_environment(ctx, "keys"):
+    if not from_environment(ctx, "keys"):
         use_keys(keys)

@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from troupe.cli.client import run_async
+from troupe.cli.client import err_console, run_async
+from troupe.cli.literal import literal
 from troupe.cli.master_client import node_name_problem
 from troupe.cli.preflight import check_node_start
 from troupe.runtime.errors import ConfigError
@@ -24,10 +25,11 @@ from troupe.runtime.node.config import NodeConfig, load_node_config
 from troupe.runtime.node.leftovers import live_namesake
 from troupe.runtime.node.name_lock import hold_name
 from troupe.runtime.node.node import Node
-from troupe.runtime.security.process import install, keys_for
+from troupe.runtime.security.process import KEYS_ENV, install, keys_for
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
 
+from .keys_option import from_environment
 from .master import (
     DEFAULT_JOURNAL,
     InsecureOption,
@@ -44,6 +46,7 @@ node_app = typer.Typer(no_args_is_help=True)
 
 @node_app.command("start")
 def start(
+    ctx: typer.Context,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Node TOML file.")] = None,
     name: Annotated[str | None, typer.Option(help="Node name (default: host name).")] = None,
     endpoint: Annotated[
@@ -78,9 +81,11 @@ def start(
     """Start a node: spawn the configured workers and answer control messages until SIGTERM."""
     if os.environ.get(PARENT_PID_ENV):  # started for a program's own use: it dies with it
         die_with_parent()
+    # $TROUPE_KEYS serves where neither --keys nor the config's [node] keys name keys (kl 1).
+    env_keys = keys if from_environment(ctx, "keys") else None
     # None: the file's value
     options = {
-        "keys": keys,
+        "keys": None if env_keys is not None else keys,
         "insecure": insecure or None,
         "metrics": metrics,
         "tags": tag or None,
@@ -89,6 +94,7 @@ def start(
     master = check_node_start(
         config,
         with_master,
+        env_keys,
         name=name,
         endpoint=endpoint,
         log_dir=log_dir,
@@ -100,6 +106,7 @@ def start(
     async def main() -> None:
         cfg = load_node_config(
             config,
+            env_keys=env_keys,
             name=name,
             endpoint=endpoint,
             log_dir=log_dir,
@@ -107,6 +114,8 @@ def start(
             master=master,
             **options,
         )
+        if env_keys is not None and cfg.keys is not None and not _same_folder(cfg.keys, env_keys):
+            _say_keys_ignored(config, cfg.keys, env_keys)
         if cfg.master is not None and not with_master:  # asked first: a refusal makes no --logs
             install(keys_for(cfg.keys) if cfg.keys is not None else None)  # as the node will
             taken = await node_name_problem(cfg.master, cfg.name, cfg.endpoint)
@@ -125,6 +134,20 @@ def start(
             await _serve(cfg, with_master, journal, new)
 
     run_async(main)
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _say_keys_ignored(config: Path | None, used: Path, env_keys: Path) -> None:
+    """One line at start where the config's ``[node] keys`` and ``$TROUPE_KEYS`` differ: the
+    environment's were taken over the file's without a word (report kl 1)."""
+    said = (
+        f"note: keys: {used}, the [node] keys of {config}, are used; ${KEYS_ENV} ({env_keys}) is "
+        "ignored (a node's config file wins over the environment, and --keys DIR over both)"
+    )
+    err_console.print(literal(said), highlight=False, soft_wrap=True)
 
 
 async def _serve(cfg: NodeConfig, with_master: bool, journal: Path, new: bool) -> None:

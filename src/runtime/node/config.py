@@ -513,8 +513,10 @@ _SECTIONS = frozenset({"workers", "supervision", "restart"})  # NodeConfig field
 _OPTIONS = {"tags": "--tag", "log_dir": "--logs"}  # keys whose option is not --KEY (troupe node start)
 
 
-def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
-    """Load and validate a node config; ``overrides`` (CLI options) win over the file.
+def load_node_config(path: Path | None, *, env_keys: Path | None = None, **overrides: Any) -> NodeConfig:
+    """Load and validate a node config; ``overrides`` (CLI options) win over the file, and the
+    file over ``env_keys`` (``$TROUPE_KEYS``): a node's config file is the more specific
+    statement of its keys than a shell's environment (report kl 1).
 
     Raises:
         ConfigError: the file is missing, not TOML, or has invalid fields.
@@ -547,6 +549,9 @@ def load_node_config(path: Path | None, **overrides: Any) -> NodeConfig:
     data.update(given)
     for key in given:  # named as the user gave it: the option, not a key of the file
         rename[key] = _OPTIONS.get(key, f"--{key.replace('_', '-')}")
+    if env_keys is not None and data.get("keys") is None:  # neither --keys nor [node] keys
+        data["keys"] = env_keys
+        rename["keys"] = "$TROUPE_KEYS"
     try:
         return NodeConfig.model_validate(data)
     except ValidationError as exc:
