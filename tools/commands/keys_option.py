@@ -11,7 +11,7 @@ from troupe.cli.client import fail
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.process import install, keys_for
 
-__all__ = ["KeysOption", "from_environment", "use_group_keys", "use_keys"]
+__all__ = ["KeysOption", "from_environment", "keys_directory", "use_group_keys", "use_keys"]
 
 _GIVEN = "troupe.keys_given"  # in the contexts' shared meta: a --keys DIR on the command line
 
@@ -35,6 +35,19 @@ def from_environment(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name == "ENVIRONMENT"
 
 
+def keys_directory(value: str) -> Path:
+    """The parser of every ``--keys DIR`` option: an empty one (``--keys ''``, ``--keys "$UNSET"``)
+    was the current folder (``Path('')`` is ``.``), keys or not (report kl 2). An empty
+    ``$TROUPE_KEYS`` is no keys, as an unset one: the option never sees it."""
+    if value == "":
+        raise fail(
+            "--keys is empty (an empty path would be the current folder): give the keys directory, or "
+            "leave --keys out to use none",
+            2,
+        )
+    return Path(value)
+
+
 KeysOption = Annotated[
     Path | None,
     typer.Option(
@@ -42,6 +55,8 @@ KeysOption = Annotated[
         envvar="TROUPE_KEYS",
         help="CURVE keys directory: presents its operator key (else reader, else cluster).",
         callback=_command_line_wins,
+        parser=keys_directory,
+        metavar="DIR",
     ),
 ]
 

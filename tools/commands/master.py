@@ -32,6 +32,7 @@ from troupe.runtime.tasks.master.journal_open import check_folder, open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
 
+from .keys_option import keys_directory
 from .master_init_files import Made, is_empty_database, is_sqlite
 
 __all__ = [
@@ -57,6 +58,8 @@ KeysOption = Annotated[
         "--keys",
         envvar="TROUPE_KEYS",
         help="CURVE keys directory (troupe keys generate): authenticate and encrypt every socket.",
+        parser=keys_directory,
+        metavar="DIR",
     ),
 ]
 MetricsOption = Annotated[

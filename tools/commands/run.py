@@ -24,6 +24,7 @@ from troupe.runtime.node.config import (
 )
 from troupe.runtime.node.local import start_local_node
 
+from .keys_option import keys_directory
 from .moved_endpoint import moved_note
 
 __all__ = ["demo", "run"]
@@ -161,6 +162,8 @@ def run(
             "--keys",
             help="With --cluster, or --master and a training config: the cluster's CURVE keys "
             "directory (or $TROUPE_KEYS).",
+            parser=keys_directory,
+            metavar="DIR",
         ),
     ] = None,
     as_json: Annotated[

@@ -291,6 +291,13 @@ class NodeConfig(_Frozen):
     # nodes that carry them all. Told to the master in every beat.
     tags: tuple[str, ...] = ()
 
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _keys_named(cls, value: Any) -> Any:
+        if value == "":  # Path("") is the current folder (report kl 2)
+            raise ValueError("is empty; give the keys directory, or leave keys out to use none")
+        return value
+
     @field_validator("tags", mode="before")
     @classmethod
     def _valid_tags(cls, value: Any) -> Any:
