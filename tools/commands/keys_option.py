@@ -11,7 +11,14 @@ from troupe.cli.client import fail
 from troupe.runtime.errors import ConfigError
 from troupe.runtime.security.process import install, keys_for
 
-__all__ = ["KeysOption", "from_environment", "keys_directory", "use_group_keys", "use_keys"]
+__all__ = [
+    "KeysOption",
+    "from_environment",
+    "insecure_with_keys",
+    "keys_directory",
+    "use_group_keys",
+    "use_keys",
+]
 
 _GIVEN = "troupe.keys_given"  # in the contexts' shared meta: a --keys DIR on the command line
 
@@ -46,6 +53,18 @@ def keys_directory(value: str) -> Path:
             2,
         )
     return Path(value)
+
+
+def insecure_with_keys(insecure_from: str, keys_from: str) -> str:
+    """Why a start given ``--insecure`` (or ``insecure = true``) and keys is refused: the keys
+    won without a word, and which of the two was meant is the user's to say (report kl 4)."""
+    way_out = "leave one of them out"
+    if keys_from.startswith("$"):
+        way_out += " (`TROUPE_KEYS= troupe ...` runs one command without the variable's keys)"
+    return (
+        f"{insecure_from} and {keys_from} contradict each other: --insecure is to listen without "
+        f"keys, and the keys authenticate and encrypt every socket; {way_out}"
+    )
 
 
 KeysOption = Annotated[

@@ -24,7 +24,7 @@ from troupe.runtime.gc_pauses import use_master_gc_thresholds
 from troupe.runtime.logs import check_log_level, configure_logging, log_file
 from troupe.runtime.node.name_lock import NameHold, hold_name
 from troupe.runtime.node.node import Node
-from troupe.runtime.security.process import keys_for
+from troupe.runtime.security.process import KEYS_ENV, keys_for
 from troupe.runtime.tasks.book import TaskBook
 from troupe.runtime.tasks.journal import Journal
 from troupe.runtime.tasks.journal_lock import JournalBusy, refuse_held
@@ -32,7 +32,7 @@ from troupe.runtime.tasks.master.journal_open import check_folder, open_journal
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import DEFAULT_MASTER_ENDPOINT, MasterConfig
 
-from .keys_option import keys_directory
+from .keys_option import from_environment, insecure_with_keys, keys_directory
 from .master_init_files import Made, is_empty_database, is_sqlite
 
 __all__ = [
@@ -127,6 +127,7 @@ def init(journal: JournalOption = DEFAULT_JOURNAL) -> None:
 
 @master_app.command("start")
 def start(
+    ctx: typer.Context,
     journal: JournalOption = DEFAULT_JOURNAL,
     new: NewOption = False,
     endpoint: Annotated[
@@ -141,6 +142,9 @@ def start(
     metrics: MetricsOption = None,
 ) -> None:
     """Start the master: jobs, leases, retries and the journal, until SIGTERM or Ctrl-C."""
+    if insecure and keys is not None:
+        named = f"${KEYS_ENV} ({keys})" if from_environment(ctx, "keys") else f"--keys {keys}"
+        raise fail(insecure_with_keys("--insecure", named), 2)
     try:
         config = MasterConfig(
             endpoint=endpoint,

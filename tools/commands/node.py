@@ -29,7 +29,7 @@ from troupe.runtime.security.process import KEYS_ENV, install, keys_for
 from troupe.runtime.tasks.master.master import Master
 from troupe.runtime.tasks.master.master_config import MasterConfig
 
-from .keys_option import from_environment
+from .keys_option import from_environment, insecure_with_keys
 from .master import (
     DEFAULT_JOURNAL,
     InsecureOption,
@@ -114,6 +114,10 @@ def start(
             master=master,
             **options,
         )
+        if cfg.insecure and cfg.keys is not None:  # before anything is made (kl 4)
+            raise ConfigError(
+                _insecure_with_keys(config, cfg.keys, keys_given=keys, env_keys=env_keys, insecure=insecure)
+            )
         if env_keys is not None and cfg.keys is not None and not _same_folder(cfg.keys, env_keys):
             _say_keys_ignored(config, cfg.keys, env_keys)
         if cfg.master is not None and not with_master:  # asked first: a refusal makes no --logs
@@ -138,6 +142,19 @@ def start(
 
 def _same_folder(a: Path, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _insecure_with_keys(
+    config: Path | None, used: Path, *, keys_given: Path | None, env_keys: Path | None, insecure: bool | None
+) -> str:
+    """The refusal of ``insecure`` with keys, each named where it was given."""
+    if keys_given is not None and env_keys is None:
+        keys_from = f"--keys {used}"
+    elif env_keys is not None and _same_folder(used, env_keys):
+        keys_from = f"${KEYS_ENV} ({env_keys})"
+    else:
+        keys_from = f"[node] keys ({used}) of {config}"
+    return insecure_with_keys("--insecure" if insecure else f"[node] insecure of {config}", keys_from)
 
 
 def _say_keys_ignored(config: Path | None, used: Path, env_keys: Path) -> None:
