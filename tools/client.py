@@ -27,7 +27,16 @@ from troupe.runtime.start_limits import limit_reached
 
 from .cli_runtime import cli_runtime
 from .literal import literal, markup
-from .master_client import PROBE_S, keys_hint, not_troupe, probe, reachable, silence, what_to_do
+from .master_client import (
+    PROBE_S,
+    handshake_failed,
+    keys_hint,
+    not_troupe,
+    probe,
+    reachable,
+    silence,
+    what_to_do,
+)
 from .stop_signals import StopSignals, exit_status
 
 __all__ = ["control", "endpoint_option", "err_console", "fail", "node_status", "run_async", "seconds_option"]
@@ -208,8 +217,8 @@ async def control(endpoint: str, msg_type: str, payload: Any = None, timeout: fl
                 "it again with `troupe node start` or pass --node ENDPOINT"
             ) from None
         except Unreachable as exc:  # a handshake failed for keys: unless no ZeroMQ peer listens
-            other = await anyio.to_thread.run_sync(not_troupe, endpoint, "node", found.connect_s)
-            raise Unreachable(other or str(exc)) from None
+            why = await anyio.to_thread.run_sync(handshake_failed, endpoint, "node", found.connect_s, exc)
+            raise Unreachable(why) from None
         except AskTimeout:
             other = await anyio.to_thread.run_sync(not_troupe, endpoint, "node", found.connect_s)
             if other is not None:

@@ -28,7 +28,7 @@ from .endpoint_probe import (
 from .literal import literal
 from .master_tables import jobs_table, jobs_tables, live_figures, master_tables, waiting_table
 from .stop_signals import say_stopping
-from .zmtp_greeting import GREETING_S, Greeting, greeting
+from .zmtp_greeting import GREETING_S, Greeting, greeting, mechanism
 
 if TYPE_CHECKING:
     from troupe.runtime.core.runtime import Runtime
@@ -39,6 +39,7 @@ __all__ = [
     "Probe",
     "absent_master",
     "answered_not_as",
+    "handshake_failed",
     "jobs_table",
     "jobs_tables",
     "keys_hint",
@@ -120,6 +121,23 @@ SILENT = "it accepts connections, so it runs, but it is busy, paused (SIGSTOP) o
 """Why a process that listens did not answer: not a reason to start another."""
 
 
+def handshake_failed(endpoint: str, what: str, connect_s: float, exc: Exception) -> str:
+    """Why the handshake with the ``what`` at ``endpoint`` failed: no ZeroMQ peer there
+    (:func:`not_troupe`); one that runs without CURVE keys where this command has some (its
+    greeting offers NULL: it was told of a rotated key, report kl 5); else ``exc``'s words."""
+    other = not_troupe(endpoint, what, connect_s)
+    if other is not None:
+        return other
+    keys = installed()
+    if keys is not None and mechanism(endpoint, connect_s) == "NULL":
+        return (
+            f"the {what} at {endpoint} runs without CURVE keys (its handshake offers none), and this "
+            f"command uses the keys in {keys.directory}: leave out --keys (and $TROUPE_KEYS) to talk "
+            f"to it, or start that {what} with the cluster's keys"
+        )
+    return str(exc)
+
+
 def not_troupe(endpoint: str, what: str, connect_s: float = 0.0) -> str | None:
     """Why the silent process at ``endpoint`` is no troupe ``what`` (node, master), from the
     first bytes it sends a raw connection (:mod:`zmtp_greeting`); None where it greets as a
@@ -183,7 +201,7 @@ async def master_call(endpoint: str, msg_type: str, payload: Any = None, timeout
                 raise _masters_own(endpoint, msg_type, exc) from None
             raise type(exc)(_no_master(endpoint, _silent(exc, timeout), found, timeout)) from None
         except Unreachable as exc:  # a handshake failed for keys: unless no ZeroMQ peer listens
-            raise Unreachable(not_troupe(endpoint, "master", found.connect_s) or str(exc)) from None
+            raise Unreachable(handshake_failed(endpoint, "master", found.connect_s, exc)) from None
         except UnknownMessageType:  # a node given as --master: it knows no jobs, no submit
             older = await _answers_as_master(runtime, endpoint)
             raise (_older_master if older else _not_a_master)(endpoint, msg_type) from None

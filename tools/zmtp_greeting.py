@@ -17,7 +17,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-__all__ = ["GREETING_S", "Greeting", "greeting"]
+__all__ = ["GREETING_S", "Greeting", "greeting", "mechanism"]
 
 GREETING_S = 1.0
 """How long a peer may take to greet after the connect, over a fast link (a LAN's greeting comes
@@ -64,3 +64,34 @@ def _judge(first: bytes) -> Greeting:
     if not first:
         return Greeting.NONE
     return Greeting.ZMTP if first[0] == _SIGNATURE_FIRST else Greeting.OTHER
+
+
+_GREETING_LEN = 64  # ZMTP 3: signature, version, mechanism (20 bytes, NUL-padded), as-server, filler
+_OURS = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03"  # signature and major version 3: enough for libzmq
+# to send the rest of its greeting; no mechanism of ours follows, so no peer's ZAP ever runs
+
+
+def mechanism(endpoint: str, connect_s: float = 0.0, timeout: float = GREETING_S) -> str | None:
+    """The security mechanism the ZeroMQ peer at ``endpoint`` offers in its greeting (``NULL``:
+    no CURVE keys; ``CURVE``), or None where it cannot be told (report kl 5: a keyed client was
+    told of a rotated key by a peer that runs without keys, as libzmq says only that it hung up)."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "tcp" or parts.port is None:
+        return None
+    bound = timeout + 2 * connect_s
+    got = b""
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port), bound) as sock:
+            sock.sendall(_OURS)
+            deadline = time.monotonic() + bound
+            while len(got) < _GREETING_LEN and (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                chunk = sock.recv(_GREETING_LEN - len(got))
+                if not chunk:
+                    break
+                got += chunk
+    except OSError:
+        pass  # what came so far decides
+    if len(got) < _GREETING_LEN or got[0] != _SIGNATURE_FIRST or got[10] < 3:
+        return None
+    return got[12:32].rstrip(b"\0").decode("ascii", "replace")
