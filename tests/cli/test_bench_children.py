@@ -107,7 +107,7 @@ def test_a_child_lives_as_long_as_the_benchmark_runs() -> None:
 # Started otherwise on purpose, each with its reason in the module.
 _NOT_THROUGH_BENCH_CHILDREN = {
     "bench_children.py",  # the helper itself
-    "train.py",  # started on a worker thread; they end as their stdin does (EncodeAlone)
+    "train_encode_alone.py",  # started on a worker thread; they end as their stdin does (EncodeAlone)
     "recovery.py",  # the spawn floor: a pre-exec hook would slow what it measures; it ends by itself
 }
 _STARTS = {"Popen", "run", "call", "check_call", "check_output"}
