@@ -44,12 +44,15 @@ class Held:
         leases: tasks held, by worker (only workers that hold one).
         others: its running processes besides its task workers (a pipeline's replicas), as its
             last beat says (0 where not alive).
+        beat_age_s: how old its last beat was as the master answered (None: a master that does
+            not say, or a node it does not list).
     """
 
     state: str
     draining: bool
     leases: dict[str, int]
     others: int
+    beat_age_s: float | None = None
 
     def said(self) -> str:
         """``3 tasks (node-a/w1: 2, node-a/w2: 1)``."""
@@ -70,7 +73,9 @@ def held_on(status: dict[str, Any], node: str) -> Held:
     state = "alive" if alive else "stopped" if entry.get("left") else "dead"
     processes = entry.get("processes")
     others = max(0, processes - len(workers)) if alive and isinstance(processes, int) else 0
-    return Held(state, bool(entry.get("draining")), leases, others)
+    age = entry.get("last_beat_age_s")
+    age = float(age) if isinstance(age, (int, float)) else None
+    return Held(state, bool(entry.get("draining")), leases, others, age)
 
 
 async def drain_and_wait(
@@ -138,16 +143,11 @@ async def _after_a_beat(master: str, node: str, reply_s: float, poll_s: float, h
     since = anyio.current_time()
     with anyio.move_on_after(BEAT_WAIT_S):
         while True:
-            status = await master_status(master, reply_s)
-            ages = [
-                n.get("last_beat_age_s")
-                for n in status.get("nodes") or ()
-                if isinstance(n, dict) and n.get("node") == node
-            ]
-            if not ages or not isinstance(ages[0], (int, float)):
+            now = held_on(await master_status(master, reply_s), node)
+            if now.beat_age_s is None:
                 return held
-            if ages[0] < anyio.current_time() - since:  # a beat sent since: its count is now's
-                return held_on(status, node)
+            if now.beat_age_s < anyio.current_time() - since:  # a beat sent since: its count is now's
+                return now
             await anyio.sleep(poll_s)
     return held
 

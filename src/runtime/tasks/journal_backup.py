@@ -18,13 +18,14 @@ import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from troupe.runtime.errors import JournalError
 
 from .journal_opened import mark_closed
 
-__all__ = ["backup_path", "keep_copy_before_upgrade"]
+__all__ = ["backup_path", "keep_copy_before_upgrade", "kept_copies"]
 
 
 def backup_path(path: Path, version: int, when: float | None = None) -> Path:
@@ -37,6 +38,17 @@ def backup_path(path: Path, version: int, when: float | None = None) -> Path:
         n += 1
         target = path.with_name(f"{path.name}.v{version}.{stamp}-{n}.bak")
     return target
+
+
+def kept_copies(path: Path, readable: Callable[[int], bool]) -> list[Path]:
+    """The copies :func:`backup_path` named beside the journal ``path`` whose schema version
+    ``readable`` takes, oldest first."""
+    found = []
+    for copy in path.parent.glob(f"{path.name}.v*.bak"):
+        version = copy.name[len(path.name) + 2 :].split(".", 1)[0]
+        if version.isdigit() and readable(int(version)):
+            found.append(copy)
+    return sorted(found, key=lambda copy: copy.stat().st_mtime)
 
 
 def keep_copy_before_upgrade(conn: sqlite3.Connection, path: Path, version: int) -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 from troupe.runtime.errors import JournalDamaged, JournalError
 from troupe.runtime.library_logging import get_logger
 
-from .journal_backup import keep_copy_before_upgrade
+from .journal_backup import keep_copy_before_upgrade, kept_copies
 from .journal_opened import wal_bytes
 
 __all__ = [
@@ -202,10 +202,7 @@ def _what_to_do(path: Path, version: int) -> str:
     "Upgrading a cluster": going back loses what was journaled since): report mv 2."""
     if version < _UPGRADABLE[0]:
         return "open it with the troupe that wrote it, or start a new journal"
-    kept = sorted(
-        (copy for copy in path.parent.glob(f"{path.name}.v*.bak") if _kept_version(copy, path) is not None),
-        key=lambda copy: copy.stat().st_mtime,
-    )
+    kept = kept_copies(path, lambda v: v in _UPGRADABLE or v == SCHEMA_VERSION)
     if not kept:
         return (
             "a newer troupe wrote it: open it with that troupe (`troupe --version` names its code), "
@@ -216,13 +213,6 @@ def _what_to_do(path: Path, version: int) -> str:
         f"go on with this one, put back the copy its upgrade kept, {kept[-1].name}, as {path.name} (and "
         f'remove {path.name}-wal and -shm): what was journaled since is lost (README, "Upgrading a cluster")'
     )
-
-
-def _kept_version(copy: Path, path: Path) -> int | None:
-    """The schema version of a copy kept before an upgrade (``journal.db.v3.<time>.bak``), where
-    this troupe reads it."""
-    head = copy.name[len(path.name) + 2 :].split(".", 1)[0]
-    return int(head) if head.isdigit() and (int(head) in _UPGRADABLE or int(head) == SCHEMA_VERSION) else None
 
 
 @dataclass(frozen=True, slots=True)
