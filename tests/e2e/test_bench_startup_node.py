@@ -75,7 +75,7 @@ def test_a_benchmark_killed_while_it_times_a_start_leaves_no_node(tmp_path: Path
         assert line, f"no node started within {HANG_GUARD_S} s: {bench.poll()}"
         node = psutil.Process(int(line))
         deadline = time.monotonic() + HANG_GUARD_S
-        while not any("troupe worker w0" in " ".join(p.cmdline()) for p in node.children(recursive=True)):
+        while not any("troupe worker w0" in _cmdline(p) for p in node.children(recursive=True)):
             assert time.monotonic() < deadline, "the node's worker did not start"
             time.sleep(0.05)
         procs = [node, *node.children(recursive=True)]  # the node, its template, supervisor, worker
@@ -104,3 +104,11 @@ def test_probing_the_starting_node_leaves_no_reply_unclaimed(
         fig = anyio.run(measure_startup, tmp_path, backend="asyncio", backend_options={"use_uvloop": True})
     assert fig["startup_s"] > 0 and fig["idle_processes"] == 4
     assert [e for e in logs if e["event"] == "error_reply_unclaimed"] == []
+
+
+def _cmdline(proc: psutil.Process) -> str:
+    """``proc``'s command line, empty for a child that ended (a zombie) or went since it was listed."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
